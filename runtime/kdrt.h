@@ -1,0 +1,226 @@
+// kdrt: the runtime every kdcc-generated program links against.
+//
+// A generated program holds only what is specific to one model on one mesh:
+// its buffers (one parameter blob, one activation arena, offsets as named
+// constants) and three functions, init / train_step / eval_step, that call
+// the kernels and collectives below. Everything else, the rank's place in
+// the mesh, the communicators, randomness, data, the fit loop with Keras's
+// progress output and the history file, lives here.
+//
+// Conventions
+// - Every tensor is float32, row-major, C-contiguous in its *local* shape.
+// - A kdrt_layout describes one tensor's global shape and, per dimension,
+//   the mesh axis it is split over (-1: replicated). The local extent of
+//   dim d is gshape[d] / mesh_shape[axis[d]]; this rank's block starts at
+//   coord[axis[d]] * local extent. kdcc checks divisibility at compile time.
+// - Ranks fill the mesh in row-major order, as Keras's DeviceMesh does:
+//   rank = sum_i coord[i] * prod_{j>i} mesh_shape[j].
+// - A "group" is a set of mesh axes given as a bit mask (bit i = axis i).
+//   The ranks of one group share the coordinates of every other axis. Within
+//   a group ranks are ordered row-major over the group's axes.
+// - All calls work with one rank and no mpirun (MPI is still initialised,
+//   as a singleton); a collective over a group of size 1 is a copy or a no-op.
+#ifndef KDRT_H
+#define KDRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KDRT_MAX_RANK 6
+#define KDRT_MAX_AXES 4
+
+typedef struct {
+  int rank;                      // number of dimensions
+  int64_t gshape[KDRT_MAX_RANK]; // global shape
+  int8_t axis[KDRT_MAX_RANK];    // mesh axis per dim, -1 = replicated
+} kdrt_layout;
+
+// ---------------------------------------------------------------- kdrt.c
+// The program description a generated file hands to kdrt_main.
+
+enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINARY };
+
+typedef struct kdrt_ctx kdrt_ctx;
+
+typedef struct {
+  const char *model_name;            // for messages
+  int mesh_ndim;
+  const int *mesh_shape;             // [mesh_ndim]
+  const char *const *mesh_axes;      // [mesh_ndim] axis names
+  int batch_axis;                    // mesh axis the batch dim is split over, -1: none
+  int batch;                         // global batch size the program was compiled for
+  int x_rank;                        // rank of one input sample (batch dim excluded)
+  int64_t x_shape[KDRT_MAX_RANK];    // one input sample's shape
+  int y_rank;                        // rank of one label (batch dim excluded; 0 for class ids)
+  int64_t y_shape[KDRT_MAX_RANK];
+  int label_kind;                    // KDRT_LABEL_*: what --synthetic generates
+  int num_classes;                   // for ONEHOT / CLASSID labels
+  const char *loss_name;             // "loss" column is always printed
+  const char *metric_name;           // e.g. "accuracy", or NULL for none
+  float learning_rate;               // compiled default; --lr overrides
+  size_t param_floats;               // local floats in the parameter blob (params + optimizer slots)
+  size_t grad_floats;                // local floats for gradients
+  size_t arena_floats;               // local floats in the activation arena
+  // Set up parameters and optimizer slots from ctx->seed (kdrt_init_* below).
+  void (*init)(kdrt_ctx *c);
+  // One training step on this rank's shard of a global batch: x is
+  // [batch/B_ax, x_shape...] local, y likewise. Writes the global mean loss
+  // and metric (already reduced, identical on every rank).
+  void (*train_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
+  // Same without dropout, gradients or updates.
+  void (*eval_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
+} kdrt_program;
+
+struct kdrt_ctx {
+  const kdrt_program *prog;
+  int rank, world;                   // MPI rank / size
+  int coord[KDRT_MAX_AXES];          // this rank's mesh coordinates
+  uint64_t seed;                     // --seed (default 1337)
+  int64_t step;                      // global optimizer step, from 0; dropout keys on it
+  float lr;                          // learning rate in use
+  float *params;                     // param_floats, 64-byte aligned
+  float *grads;                      // grad_floats
+  float *arena;                      // arena_floats
+  void *comm[1 << KDRT_MAX_AXES];    // MPI_Comm* per group mask, created lazily
+};
+
+// Parse argv, initialise MPI, check world size == mesh size (else print the
+// mesh and the `mpirun -np N` line and exit 1), allocate, init, load or make
+// the data, run fit then evaluate with Keras-style output on rank 0, write
+// --history. Returns the process exit status.
+int kdrt_main(int argc, char **argv, const kdrt_program *prog);
+
+// printf on rank 0 only.
+void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...);
+// Fatal error: message on stderr (prefixed by the rank), MPI_Abort, exit 1.
+void kdrt_fatal(const kdrt_ctx *c, const char *fmt, ...);
+
+// ---------------------------------------------------------------- comm.c
+// Collectives over the group of mesh axes `axes` (bit mask). `l` is the
+// layout of the local input buffer `in`; dim is the tensor dimension
+// concerned. in and out never alias. Bytes move with MPI; groups are made
+// with MPI_Comm_split on first use and cached in c->comm.
+
+int kdrt_group_size(const kdrt_ctx *c, unsigned axes);
+// out = sum over the group of in; n floats.
+void kdrt_allreduce(kdrt_ctx *c, unsigned axes, const float *in, float *out, size_t n);
+// in: local shape with dim `dim` replicated (or already split by other
+// axes); out: dim split further over `axes` and summed over the group.
+// lshape is in's local shape.
+void kdrt_reduce_scatter(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
+                         const float *in, float *out);
+// in: local shape lshape, dim `dim` is the group's shard; out: dim gathered
+// (extent lshape[dim] * group size), blocks in group order.
+void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
+                    const float *in, float *out);
+// in: local shape lshape, split over the group along `from`; out: split
+// along `to` instead (out local shape: lshape[from]*n, lshape[to]/n).
+void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int from, int to,
+                   const float *in, float *out);
+// Local slice, no communication: in is replicated along `dim` over `axes`
+// (local shape lshape), out keeps this rank's block along dim.
+void kdrt_slice(const kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
+                const float *in, float *out);
+
+// ---------------------------------------------------------------- rng.c
+// Counter-based randomness (Philox-4x32-10), keyed by (seed, stream) with
+// the counter = (step, global element index). A rank computes only its own
+// elements and gets exactly the values one device would.
+
+typedef enum {
+  KDRT_INIT_ZEROS, KDRT_INIT_ONES, KDRT_INIT_CONSTANT,
+  KDRT_INIT_GLOROT_UNIFORM, KDRT_INIT_GLOROT_NORMAL,
+  KDRT_INIT_HE_UNIFORM, KDRT_INIT_HE_NORMAL,
+  KDRT_INIT_LECUN_UNIFORM, KDRT_INIT_LECUN_NORMAL,
+  KDRT_INIT_RANDOM_NORMAL, KDRT_INIT_RANDOM_UNIFORM,
+  KDRT_INIT_TRUNCATED_NORMAL,
+} kdrt_init_kind;
+
+// Fill this rank's block of a tensor of layout l. fan_in/fan_out as Keras
+// computes them for the variable's global shape (kdcc passes them). p0, p1:
+// mean/stddev, minval/maxval or the constant. stream: a stable id of the
+// variable (kdcc hashes its path).
+void kdrt_init_fill(const kdrt_ctx *c, float *buf, const kdrt_layout *l, kdrt_init_kind kind,
+                    double fan_in, double fan_out, float p0, float p1, uint64_t stream);
+// y = x * mask / (1 - rate), the mask drawn for (seed, stream, step, global
+// element index); the same call on dy gives the gradient.
+void kdrt_dropout(const kdrt_ctx *c, float *y, const float *x, const kdrt_layout *l, float rate,
+                  uint64_t stream);
+// One uniform [0,1) float for (seed, stream, counter hi, counter lo).
+float kdrt_uniform(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
+// One standard normal float (Box-Muller over two uniforms of the same key).
+float kdrt_normal(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
+
+// ---------------------------------------------------------------- ops.c
+// Kernels on local buffers. Shapes are local. Matrices are row-major.
+
+// y[i] = act(x[i]) and its gradient. act: KDRT_ACT_*.
+enum { KDRT_ACT_LINEAR, KDRT_ACT_RELU, KDRT_ACT_SIGMOID, KDRT_ACT_TANH, KDRT_ACT_GELU,
+       KDRT_ACT_SILU };
+void kdrt_act(int act, float *y, const float *x, size_t n);
+// dx = dy * act'(.), given x (the input) and y (the output); gelu/silu use x,
+// the others y. Keras's gelu is the exact (erf) form unless approximate.
+void kdrt_act_grad(int act, float *dx, const float *dy, const float *x, const float *y, size_t n);
+
+// Softmax over the last dim of [rows, cols]; gradient dx = y * (dy - sum(dy*y)).
+void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols);
+void kdrt_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows, int64_t cols);
+
+// Losses on [rows, cols] local blocks (rows: this rank's samples, cols: the
+// full per-sample width). Each returns sum over rows of the per-sample loss,
+// times scale (kdcc passes 1/global batch), so the partial sums of all ranks
+// add to the global mean. The _grad form writes d(loss)/d(pred), scaled the
+// same. Conventions follow Keras 3 (losses reduce the last axis by mean for
+// mse/mae, by sum for crossentropies; probabilities clipped to [1e-7, 1-1e-7]
+// when not from logits). sparse: y holds class ids as floats, one per row.
+enum { KDRT_LOSS_MSE, KDRT_LOSS_MAE, KDRT_LOSS_CCE, KDRT_LOSS_SCCE, KDRT_LOSS_BCE };
+double kdrt_loss(int kind, int from_logits, const float *pred, const float *y, int64_t rows,
+                 int64_t cols, double scale);
+void kdrt_loss_grad(int kind, int from_logits, float *dpred, const float *pred, const float *y,
+                    int64_t rows, int64_t cols, double scale);
+// Accuracy as Keras resolves "accuracy" for the loss: binary (threshold 0.5,
+// or 0 from logits), categorical (argmax match) or sparse categorical.
+// Returns the number of correct rows times scale.
+double kdrt_accuracy(int kind, int from_logits, const float *pred, const float *y, int64_t rows,
+                     int64_t cols, double scale);
+
+// Conv2D, channels last, x [B,H,W,C], f [KH,KW,C,K], y [B,OH,OW,K]; pad_t,
+// pad_l the top/left zero padding ("same": total = max((OH-1)*sh+KH-H, 0),
+// top = total/2). im2col + sgemm; scratch holds B*OH*OW*KH*KW*C floats.
+void kdrt_conv2d(float *y, const float *x, const float *f, int B, int H, int W, int C, int KH,
+                 int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
+                 float *scratch);
+// dx (overwritten) from dy and f; dw (overwritten) from x and dy.
+void kdrt_conv2d_dx(float *dx, const float *dy, const float *f, int B, int H, int W, int C,
+                    int KH, int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
+                    float *scratch);
+void kdrt_conv2d_dw(float *dw, const float *x, const float *dy, int B, int H, int W, int C,
+                    int KH, int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
+                    float *scratch);
+// Max pooling over [B,H,W,C]; padding positions never win.
+void kdrt_maxpool(float *y, const float *x, int B, int H, int W, int C, int PH, int PW, int sh,
+                  int sw, int pad_t, int pad_l, int OH, int OW);
+// dx (overwritten): dy routed to the first max of each window (recomputed from x).
+void kdrt_maxpool_grad(float *dx, const float *dy, const float *x, int B, int H, int W, int C,
+                       int PH, int PW, int sh, int sw, int pad_t, int pad_l, int OH, int OW);
+
+// Copy a block: out[.., i, ..] = in[.., off + i, ..] along dim, in's extent
+// in_ext, out's extent out_ext; outer = product of dims before, inner = after.
+void kdrt_copy_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,
+                     int64_t out_ext, int64_t inner);
+// The reverse: place `in` (extent in_ext) into out at offset off (extent out_ext).
+void kdrt_place_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,
+                      int64_t out_ext, int64_t inner);
+
+// Optimizer updates on local shards, Keras 3 semantics and defaults; t is
+// the 1-based step count (for bias correction).
+void kdrt_sgd(float *w, const float *g, float *m, size_t n, float lr, float momentum,
+              int nesterov);
+void kdrt_adam(float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,
+               float b2, float eps, int64_t t);
+void kdrt_adamw(float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                float b2, float eps, float wd, int64_t t);
+void kdrt_rmsprop(float *w, const float *g, float *v, float *m, size_t n, float lr, float rho,
+                  float momentum, float eps);
+
+#endif
