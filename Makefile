@@ -9,7 +9,7 @@ CFLAGS  ?= -O2 -g
 PKGS    = jansson libpcre2-8
 KCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 KLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lz -lm
-RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O2 -g -fPIC -I/usr/include/x86_64-linux-gnu/openblas-pthread
+RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -g -fPIC -I/usr/include/x86_64-linux-gnu/openblas-pthread
 
 COMPILER_SRCS = $(wildcard compiler/*.c)
 COMPILER_OBJS = $(COMPILER_SRCS:compiler/%.c=build/compiler/%.o)

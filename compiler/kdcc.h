@@ -65,6 +65,8 @@ Loc jloc(const json_t *v);
 Loc jloc_key(const json_t *obj, const char *key);
 // Where element i of array arr starts.
 Loc jloc_idx(const json_t *arr, size_t i);
+// Where the key string of member `key` of obj starts, or obj's own position.
+Loc jloc_keyname(const json_t *obj, const char *key);
 
 // ---------------------------------------------------------------- load.c
 // The model as the user wrote it: layers with their resolved inbound edges.
@@ -245,6 +247,7 @@ struct Node {
   bool from_logits;
   unsigned axes;          // collectives: group of mesh axes (mask)
   uint64_t stream;        // dropout RNG stream
+  const char *reason;     // collectives: why it is there (the op it serves)
   Var *var;               // OP_PARAM, OP_UPDATE
   // passes' results
   Place place;            // placement this node produces (shard.c)
@@ -260,10 +263,30 @@ struct Node {
 
 typedef struct {
   const char *name;       // "matmul"
-  int nin;                // -1: variadic
-  bool linear;            // partial sums may pass through (see shard.c)
+  int nin;                // operand count, -1: variadic
+  uint8_t linear;         // operands the op is linear in: partial sums may pass (shard.c)
+  bool joint;             // linear jointly (add): all partial operands must agree;
+                          // else separately (matmul): at most one may stay partial
+  Phase phase;            // unused for ops built in several phases
 } OpInfo;
 extern const OpInfo op_info[OP_COUNT];
+
+// The sharding rule of an op, einsum-style: every dimension of every
+// operand and of the result is mapped to a named factor; a factor passes
+// through to the result, is contracted (summed over), or needs its whole
+// extent on every device.
+#define MAX_FACTORS 16
+typedef enum { F_PASS, F_CONTRACT, F_FULL } FactorKind;
+typedef struct {
+  int nf;
+  FactorKind kind[MAX_FACTORS];
+  int64_t size[MAX_FACTORS];
+  int8_t in[MAX_IN][MAX_RANK]; // factor of each operand dim, -1: none
+  int8_t out[MAX_RANK];        // factor of each result dim
+} Rule;
+void op_rule(const Node *n, Rule *r);
+const char *act_name(int act);
+bool is_collective(OpKind op);
 
 // ---------------------------------------------------------------- graph.c
 
@@ -295,13 +318,18 @@ typedef struct {
   Node *x, *y;            // input batch, labels
   Node *pred;             // model output
   Node *loss, *metric;    // scalars (after their reductions)
-  Node *eval_loss;        // unused
+  Phase phase;            // the phase new nodes belong to
   int batch;              // global batch size
   int64_t arena_floats, param_floats, grad_floats;
   int64_t scratch_floats; // conv im2col scratch
 } Graph;
 
 Node *new_node(Graph *g, OpKind op, int nin, Node **in);
+Node *new_node1(Graph *g, OpKind op, Node *a, Shape shape);
+Node *new_node2(Graph *g, OpKind op, Node *a, Node *b, Shape shape);
+uint64_t hash_str(const char *s);
+bool shape_eq(const Shape *a, const Shape *b);
+char *shape_str(const Shape *s);
 Graph *build_graph(Model *m, Dist *d, int batch);
 
 // ---------------------------------------------------------------- autodiff.c
@@ -309,6 +337,12 @@ void build_backward(Graph *g);
 
 // ---------------------------------------------------------------- shard.c
 void propagate_shardings(Graph *g);
+int axis_size(const Graph *g, int axis);
+// Bytes of a collective's local input buffer, and bytes each device sends
+// for it (ring algorithms, SHARDING.md's table).
+int64_t coll_bytes(const Graph *g, const Node *n);
+int64_t coll_sent(const Graph *g, const Node *n);
+bool place_eq(const Place *a, const Place *b, int rank);
 // Local shape of a node under its placement.
 Shape local_shape(const Graph *g, const Node *n);
 int64_t shape_elems(const Shape *s);

@@ -223,4 +223,70 @@ void kdrt_adamw(float *w, const float *g, float *m, float *v, size_t n, float lr
 void kdrt_rmsprop(float *w, const float *g, float *v, float *m, size_t n, float lr, float rho,
                   float momentum, float eps);
 
+// ---------------------------------------------------------------- kdrt.c, comm.c, rng.c internals
+// Pieces of the runtime that generated code does not call, declared here so
+// the three runtime files and the unit tests (tests/test_rt_core.c,
+// tests/rt_comm_check.c) can reach them.
+
+// Command-line options of a generated program (see kdrt_parse_args).
+typedef struct {
+  int epochs;                 // --epochs N, default 1
+  int batch_size;             // --batch-size B, 0: not given
+  int64_t steps_per_epoch;    // --steps-per-epoch S, 0: every full batch
+  int64_t synthetic;          // --synthetic N, 0: not given
+  const char *x_path;         // --x FILE (.npy)
+  const char *y_path;         // --y FILE (.npy)
+  double validation_split;    // --validation-split F, in [0, 1)
+  uint64_t seed;              // --seed S, default 1337
+  int has_lr;                 // --lr given
+  float lr;                   // --lr X
+  const char *history;        // --history FILE, NULL: none
+  int quiet;                  // --quiet
+  int help;                   // --help
+} kdrt_options;
+
+// Parse argv[1..argc) into o (defaults first). Returns 0, or 2 with a
+// one-line message in err (usage errors exit with status 2).
+int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t errlen);
+
+// The header of a .npy file: element kind ('f' float, 'u' unsigned, 'i'
+// signed), element size in bytes, shape, and where the data starts.
+typedef struct {
+  char kind;
+  int size;
+  int ndim;
+  int64_t shape[8];
+  size_t data_offset;
+} kdrt_npy;
+// Parse the first len bytes of a .npy file (magic, version, header dict).
+// Accepts little-endian f4 f8 u1 i4 i8, C order. Returns 0, or -1 with a
+// message in err.
+int kdrt_npy_parse(const unsigned char *buf, size_t len, kdrt_npy *out, char *err, size_t errlen);
+
+// idx[0..n) = a permutation of 0..n-1 for this epoch (Fisher-Yates driven by
+// kdrt_uniform with counter (epoch, i)); identical on every rank and mesh.
+void kdrt_shuffle(uint64_t seed, int64_t epoch, int64_t *idx, int64_t n);
+// One synthetic sample (x: prod(x_shape) floats, y: prod(y_shape) floats),
+// a function of (seed, sample index) only.
+void kdrt_synthetic_sample(const kdrt_program *p, uint64_t seed, int64_t sample, float *x,
+                           float *y);
+// One Keras progress line ("8/8 ━━━━ 0s 4ms/step - accuracy: 0.5000 - loss:
+// 0.9237") into buf, without a line end. Metrics come out sorted
+// by name, as Keras 3 sorts its logs. finalize: elapsed time, else the ETA.
+// color: the bar's done part in green (for a terminal).
+void kdrt_progress_line(char *buf, size_t len, int64_t cur, int64_t target, int finalize,
+                        double elapsed_s, double per_step_s, int nvals,
+                        const char *const *names, const double *vals, int color);
+
+// Free the cached group communicators (before MPI_Finalize, or to reuse a
+// ctx on another mesh).
+void kdrt_comm_free(kdrt_ctx *c);
+// The one error check for MPI calls: KDRT_MPI(MPI_Barrier(comm)) reports
+// the call, file and line on failure and aborts.
+void kdrt_mpi_check(int rc, const char *call, const char *file, int line);
+#define KDRT_MPI(call) kdrt_mpi_check((call), #call, __FILE__, __LINE__)
+
+// The Philox-4x32-10 block function (Salmon et al., SC'11).
+void kdrt_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
 #endif

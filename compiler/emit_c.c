@@ -1,0 +1,424 @@
+// Emit the SPMD C program for the CPU runtime.
+//
+// One file per model and mesh, meant to be read: a header with the mesh
+// and how a rank finds its coordinates, the memory plan as named constants
+// with global shape, layout and local shape beside each, then init,
+// train_step (forward, loss, backward with its collectives, update, in
+// that order) and eval_step, each statement commented with the op and the
+// layer it comes from. Every collective carries the reason shard.c gave for
+// it. Output depends only on the graph, so two compilations diff cleanly.
+#include "kdcc.h"
+
+#include <ctype.h>
+#include <string.h>
+
+static Graph *G;
+static FILE *F;
+
+__attribute__((format(printf, 1, 2))) static void out(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(F, fmt, ap);
+  va_end(ap);
+}
+
+static char *ident(const char *s) {
+  char *r = xstrdup(s ? s : "");
+  for (char *p = r; *p; p++)
+    if (!isalnum((unsigned char)*p)) *p = '_';
+  return r;
+}
+
+// The named constant for a node's buffer offset.
+static char *off_name(const Node *n) {
+  switch (n->region) {
+  case REGION_PARAM: return format("P_%s", ident(n->var->path));
+  case REGION_GRAD: return format("G_%s", ident(n->var->path));
+  case REGION_ARENA: return format("A%d_%s", n->id, ident(n->layer ? n->layer : n->name));
+  default: return NULL;
+  }
+}
+
+static const Node *base_of(const Node *n) {
+  while (n->op == OP_RESHAPE) n = n->in[0];
+  return n;
+}
+
+// Expression for a node's local buffer.
+static char *buf(const Node *n) {
+  n = base_of(n);
+  switch (n->region) {
+  case REGION_PARAM: return format("(P + %s)", off_name(n));
+  case REGION_GRAD: return format("(G + %s)", off_name(n));
+  case REGION_ARENA: return format("(A + %s)", off_name(n));
+  case REGION_INPUT: return xstrdup(n->op == OP_INPUT ? "x" : "y");
+  }
+  unreachable();
+}
+
+// A float literal that C reads back exactly.
+static char *flt(double v) {
+  char *s = format("%.9g", v);
+  return strpbrk(s, ".en") ? format("%sf", s) : format("%s.0f", s);
+}
+
+static Shape lshape(const Node *n) { return local_shape(G, n); }
+
+static int64_t lelems(const Node *n) {
+  Shape s = lshape(n);
+  return shape_elems(&s);
+}
+
+static char *shape_c(const Shape *s) {
+  char b[256];
+  int k = snprintf(b, sizeof b, "(const int64_t[]){");
+  for (int i = 0; i < s->rank; i++) k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)s->d[i]);
+  snprintf(b + k, sizeof b - k, "}");
+  return xstrdup(b);
+}
+
+static char *layout_c(const Node *n) {
+  char b[256];
+  int k = snprintf(b, sizeof b, "&(const kdrt_layout){%d, {", n->shape.rank);
+  for (int i = 0; i < n->shape.rank; i++)
+    k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)n->shape.d[i]);
+  k += snprintf(b + k, sizeof b - k, "}, {");
+  for (int i = 0; i < n->shape.rank; i++)
+    k += snprintf(b + k, sizeof b - k, "%s%d", i ? ", " : "", n->place.axis[i]);
+  snprintf(b + k, sizeof b - k, "}}");
+  return xstrdup(b);
+}
+
+static char *describe(const Node *n) {
+  Shape ls = lshape(n);
+  char *s = format("%s %s local %s", shape_str(&n->shape),
+                   place_str(&G->dist->mesh, n->shape.rank, &n->place), shape_str(&ls));
+  if (n->place.partial) {
+    char axes[64] = "";
+    for (int a = 0; a < G->dist->mesh.ndim; a++)
+      if ((n->place.partial >> a) & 1) {
+        if (axes[0]) strcat(axes, ",");
+        strncat(axes, G->dist->mesh.names[a], sizeof axes - strlen(axes) - 2);
+      }
+    s = format("%s, partial sum over %s", s, axes);
+  }
+  return s;
+}
+
+// product of local dims [from, to)
+static int64_t prod(const Shape *s, int from, int to) {
+  int64_t p = 1;
+  for (int i = from; i < to; i++) p *= s->d[i];
+  return p;
+}
+
+static const char *init_name[] = {
+  "KDRT_INIT_ZEROS", "KDRT_INIT_ONES", "KDRT_INIT_CONSTANT", "KDRT_INIT_GLOROT_UNIFORM",
+  "KDRT_INIT_GLOROT_NORMAL", "KDRT_INIT_HE_UNIFORM", "KDRT_INIT_HE_NORMAL",
+  "KDRT_INIT_LECUN_UNIFORM", "KDRT_INIT_LECUN_NORMAL", "KDRT_INIT_RANDOM_NORMAL",
+  "KDRT_INIT_RANDOM_UNIFORM", "KDRT_INIT_TRUNCATED_NORMAL",
+};
+static const char *act_c[] = {"KDRT_ACT_LINEAR", "KDRT_ACT_RELU", "KDRT_ACT_SIGMOID",
+                              "KDRT_ACT_TANH", "KDRT_ACT_GELU", "KDRT_ACT_SILU"};
+
+static void emit_conv_args(const Node *n, const Node *x, const Node *y) {
+  Shape xs = lshape(x), ys = lshape(y);
+  out("%lld, %lld, %lld, %lld, %d, %d, %lld, %d, %d, %d, %d, %lld, %lld, scratch", (long long)xs.d[0],
+      (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3], n->kh, n->kw, (long long)ys.d[3],
+      n->sh, n->sw, n->pad_t, n->pad_l, (long long)ys.d[1], (long long)ys.d[2]);
+}
+
+static void emit_op(const Node *n, bool train) {
+  Shape ls = lshape(n);
+  const Node *a = n->nin > 0 ? n->in[0] : NULL, *b = n->nin > 1 ? n->in[1] : NULL;
+  out("\n  // %%%d %s", n->id, op_info[n->op].name);
+  if (n->op == OP_ACT || n->op == OP_ACT_GRAD) out(" %s", act_name(n->act));
+  if (n->layer) out(" (%s)", n->layer);
+  if (n->name) out(": %s", n->name);
+  out("\n  //   %s\n", describe(n));
+  if (is_collective(n->op)) out("  //   why: %s\n", n->reason);
+  char *y = n->op == OP_UPDATE ? NULL : buf(n);
+  int64_t N = lelems(n);
+  switch (n->op) {
+  case OP_INPUT: case OP_LABEL: case OP_PARAM:
+    return;
+  case OP_RESHAPE:
+    out("  //   a view of %%%d: no code\n", a->id);
+    return;
+  case OP_MATMUL: {
+    Shape as = lshape(a), bs = lshape(b);
+    int64_t k = n->ta ? as.d[0] : as.d[1];
+    out("  cblas_sgemm(CblasRowMajor, %s, %s, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, 0.0f, "
+        "%s, %lld);\n",
+        n->ta ? "CblasTrans" : "CblasNoTrans", n->tb ? "CblasTrans" : "CblasNoTrans",
+        (long long)ls.d[0], (long long)ls.d[1], (long long)k, buf(a), (long long)as.d[1], buf(b),
+        (long long)bs.d[1], y, (long long)ls.d[1]);
+    return;
+  }
+  case OP_BIAS: {
+    int64_t cols = ls.d[ls.rank - 1];
+    out("  {\n    float *restrict o = %s;\n    const float *restrict i = %s, *restrict bias = %s;\n",
+        y, buf(a), buf(b));
+    out("    for (int64_t r = 0; r < %lld; r++)\n      for (int64_t j = 0; j < %lld; j++) "
+        "o[r * %lld + j] = i[r * %lld + j] + bias[j];\n  }\n",
+        (long long)(N / cols), (long long)cols, (long long)cols, (long long)cols);
+    return;
+  }
+  case OP_ACT:
+    out("  kdrt_act(%s, %s, %s, %lld);\n", act_c[n->act], y, buf(a), (long long)N);
+    return;
+  case OP_ACT_GRAD:
+    out("  kdrt_act_grad(%s, %s, %s, %s, %s, %lld);\n", act_c[n->act], y, buf(a), buf(b), buf(b),
+        (long long)N);
+    return;
+  case OP_SOFTMAX:
+    out("  kdrt_softmax(%s, %s, %lld, %lld);\n", y, buf(a), (long long)(N / ls.d[ls.rank - 1]),
+        (long long)ls.d[ls.rank - 1]);
+    return;
+  case OP_SOFTMAX_GRAD:
+    out("  kdrt_softmax_grad(%s, %s, %s, %lld, %lld);\n", y, buf(a), buf(b),
+        (long long)(N / ls.d[ls.rank - 1]), (long long)ls.d[ls.rank - 1]);
+    return;
+  case OP_ADD:
+    out("  {\n    float *restrict o = %s;\n", y);
+    for (int i = 0; i < n->nin; i++) out("    const float *restrict i%d = %s;\n", i, buf(n->in[i]));
+    out("    for (int64_t e = 0; e < %lld; e++) o[e] = i0[e]", (long long)N);
+    for (int i = 1; i < n->nin; i++) out(" + i%d[e]", i);
+    out(";\n  }\n");
+    return;
+  case OP_CONCAT: {
+    int64_t off = 0;
+    for (int i = 0; i < n->nin; i++) {
+      Shape is = lshape(n->in[i]);
+      out("  kdrt_place_block(%s, %s, %lld, %lld, %lld, %lld, %lld);\n", y, buf(n->in[i]),
+          (long long)prod(&ls, 0, n->axis), (long long)is.d[n->axis], (long long)off,
+          (long long)ls.d[n->axis], (long long)prod(&ls, n->axis + 1, ls.rank));
+      off += is.d[n->axis];
+    }
+    return;
+  }
+  case OP_SLICE: {
+    Shape is = lshape(a);
+    out("  kdrt_copy_block(%s, %s, %lld, %lld, %lld, %lld, %lld);\n", y, buf(a),
+        (long long)prod(&ls, 0, n->axis), (long long)is.d[n->axis], (long long)n->start,
+        (long long)ls.d[n->axis], (long long)prod(&ls, n->axis + 1, ls.rank));
+    return;
+  }
+  case OP_DROPOUT:
+    if (train)
+      out("  kdrt_dropout(c, %s, %s, %s, %s, 0x%016llxull);\n", y, buf(a), layout_c(n),
+          flt(n->rate), (unsigned long long)n->stream);
+    else out("  memcpy(%s, %s, %lld * sizeof(float)); // no dropout outside training\n", y,
+             buf(a), (long long)N);
+    return;
+  case OP_CONV2D:
+    out("  kdrt_conv2d(%s, %s, %s, ", y, buf(a), buf(b));
+    emit_conv_args(n, a, n);
+    out(");\n");
+    return;
+  case OP_CONV2D_DX:
+    out("  kdrt_conv2d_dx(%s, %s, %s, ", y, buf(a), buf(b));
+    emit_conv_args(n, n, a);
+    out(");\n");
+    return;
+  case OP_CONV2D_DW:
+    out("  kdrt_conv2d_dw(%s, %s, %s, ", y, buf(a), buf(b));
+    emit_conv_args(n, a, b);
+    out(");\n");
+    return;
+  case OP_MAXPOOL: {
+    Shape xs = lshape(a);
+    out("  kdrt_maxpool(%s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %d, %lld, %lld);\n", y,
+        buf(a), (long long)xs.d[0], (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3],
+        n->kh, n->kw, n->sh, n->sw, n->pad_t, n->pad_l, (long long)ls.d[1], (long long)ls.d[2]);
+    return;
+  }
+  case OP_MAXPOOL_GRAD: {
+    Shape ys = lshape(a);
+    out("  kdrt_maxpool_grad(%s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %d, %lld, "
+        "%lld);\n",
+        y, buf(a), buf(b), (long long)ls.d[0], (long long)ls.d[1], (long long)ls.d[2],
+        (long long)ls.d[3], n->kh, n->kw, n->sh, n->sw, n->pad_t, n->pad_l, (long long)ys.d[1],
+        (long long)ys.d[2]);
+    return;
+  }
+  case OP_LOSS: case OP_METRIC: case OP_LOSS_GRAD: {
+    Shape ps = lshape(a);
+    int64_t rows = ps.d[0], cols = ps.rank > 1 ? prod(&ps, 1, ps.rank) : 1;
+    const char *fn = n->op == OP_LOSS ? "kdrt_loss" : n->op == OP_METRIC ? "kdrt_accuracy" : NULL;
+    if (fn)
+      out("  %s[0] = (float)%s(%d, %d, %s, %s, %lld, %lld, 1.0 / %d);\n", y, fn, n->loss,
+          n->from_logits, buf(a), buf(b), (long long)rows, (long long)cols, G->batch);
+    else
+      out("  kdrt_loss_grad(%d, %d, %s, %s, %s, %lld, %lld, 1.0 / %d);\n", n->loss,
+          n->from_logits, y, buf(a), buf(b), (long long)rows, (long long)cols, G->batch);
+    return;
+  }
+  case OP_BIAS_GRAD: {
+    int64_t cols = ls.d[0], rows = lelems(a) / cols;
+    out("  {\n    float *restrict o = %s;\n    const float *restrict i = %s;\n", y, buf(a));
+    out("    for (int64_t j = 0; j < %lld; j++) o[j] = 0;\n", (long long)cols);
+    out("    for (int64_t r = 0; r < %lld; r++)\n      for (int64_t j = 0; j < %lld; j++) o[j] "
+        "+= i[r * %lld + j];\n  }\n",
+        (long long)rows, (long long)cols, (long long)cols);
+    return;
+  }
+  case OP_UPDATE: {
+    const Var *v = n->var;
+    const Optimizer *o = &G->model->opt;
+    char *w = buf(n->in[0]), *gr = buf(n->in[1]);
+    int64_t stride = (lelems(n->in[0]) + 15) / 16 * 16;
+    char *s1 = format("(P + %s + %lld)", off_name(v->param), (long long)stride);
+    char *s2 = format("(P + %s + %lld)", off_name(v->param), (long long)(2 * stride));
+    switch (o->kind) {
+    case OPT_SGD:
+      out("  kdrt_sgd(%s, %s, %s, %lld, c->lr, %s, %d);\n", w, gr, v->nslots ? s1 : "NULL",
+          (long long)N, flt(o->momentum), o->nesterov);
+      break;
+    case OPT_ADAM:
+      out("  kdrt_adam(%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, c->step + 1);\n", w, gr, s1, s2,
+          (long long)N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon));
+      break;
+    case OPT_ADAMW:
+      out("  kdrt_adamw(%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, c->step + 1);\n", w, gr, s1,
+          s2, (long long)N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon),
+          flt(o->weight_decay));
+      break;
+    case OPT_RMSPROP:
+      out("  kdrt_rmsprop(%s, %s, %s, %s, %lld, c->lr, %s, %s, %s);\n", w, gr, s1,
+          v->nslots > 1 ? s2 : "NULL", (long long)N, flt(o->rho), flt(o->momentum),
+          flt(o->epsilon));
+      break;
+    }
+    return;
+  }
+  case OP_ALLREDUCE:
+    out("  kdrt_allreduce(c, 0x%x, %s, %s, %lld);\n", n->axes, buf(a), y, (long long)N);
+    return;
+  case OP_REDUCE_SCATTER: case OP_ALLGATHER: case OP_LOCAL_SLICE: {
+    Shape is = lshape(a);
+    const char *fn = n->op == OP_REDUCE_SCATTER ? "kdrt_reduce_scatter"
+                   : n->op == OP_ALLGATHER      ? "kdrt_allgather"
+                                                : "kdrt_slice";
+    out("  %s(c, 0x%x, %d, %s, %d, %s, %s);\n", fn, n->axes, is.rank, shape_c(&is), n->axis,
+        buf(a), y);
+    return;
+  }
+  case OP_ALLTOALL: {
+    Shape is = lshape(a);
+    out("  kdrt_alltoall(c, 0x%x, %d, %s, %d, %d, %s, %s);\n", n->axes, is.rank, shape_c(&is),
+        n->axis, n->axis2, buf(a), y);
+    return;
+  }
+  case OP_COUNT: break;
+  }
+  unreachable();
+}
+
+static void emit_step(const char *name, bool train) {
+  out("\nstatic void %s(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric) "
+      "{\n",
+      name);
+  out("  float *P = c->params, *G = c->grads, *A = c->arena;\n");
+  out("  float *scratch = A + SCRATCH;\n");
+  out("  (void)P; (void)G; (void)x; (void)y; (void)scratch;\n");
+  Phase ph = -1;
+  static const char *phase_title[] = {"forward", "loss", "backward", "update"};
+  for (int i = 0; i < G->nnodes; i++) {
+    const Node *n = G->nodes[i];
+    if (!train && n->phase > PH_LOSS) continue;
+    if (n->phase != ph) {
+      ph = n->phase;
+      out("\n  // ======== %s\n", phase_title[ph]);
+    }
+    emit_op(n, train);
+  }
+  out("\n  *loss = %s[0];\n", buf(G->loss));
+  if (G->metric) out("  *metric = %s[0];\n", buf(G->metric));
+  else out("  *metric = 0;\n");
+  out("}\n");
+}
+
+void emit_c(Graph *g, FILE *f) {
+  G = g;
+  F = f;
+  const Mesh *m = &g->dist->mesh;
+  const Model *md = g->model;
+  out("// Generated by kdcc from %s. Do not edit: recompile instead.\n//\n", md->file);
+  out("// Model '%s', one SPMD program for every device of the mesh\n//   (", md->name);
+  for (int a = 0; a < m->ndim; a++) out("%s%s=%d", a ? ", " : "", m->names[a], m->shape[a]);
+  out("), %d device%s, global batch %d", m->size, m->size == 1 ? "" : "s", g->batch);
+  if (g->dist->batch_axis >= 0)
+    out(" split over '%s' (%d per device)", m->names[g->dist->batch_axis],
+        g->batch / m->shape[g->dist->batch_axis]);
+  out(".\n// A device's MPI rank gives its mesh coordinates, row-major as Keras fills the mesh:\n");
+  for (int a = 0; a < m->ndim; a++) {
+    int inner = 1;
+    for (int b = a + 1; b < m->ndim; b++) inner *= m->shape[b];
+    out("//   coord[%s] = rank / %d %% %d\n", m->names[a], inner, m->shape[a]);
+  }
+  out("// (kdrt_main fills c->coord). Buffers are per device; shapes below are global,\n"
+      "// then the layout (one entry per dim: the mesh axis it is split over), then local.\n\n");
+  out("#include <cblas.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"kdrt.h\"\n");
+
+  out("\n// ---- parameter blob: each variable's shard, then its optimizer slots\n");
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    out("#define %-32s %8lld // %s, %d slot%s\n", off_name(v->param), (long long)v->offset,
+        describe(v->param), v->nslots, v->nslots == 1 ? "" : "s");
+  }
+  out("#define PARAM_FLOATS %lld\n", (long long)g->param_floats);
+  out("\n// ---- gradient blob: each variable's gradient, reduced to its layout\n");
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    if (v->grad) out("#define %-32s %8lld // %s\n", off_name(v->grad), (long long)v->goffset,
+                     describe(v->grad));
+  }
+  out("#define GRAD_FLOATS %lld\n", (long long)g->grad_floats);
+  out("\n// ---- activation arena: buffers reused by liveness\n");
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->region != REGION_ARENA || n->op == OP_RESHAPE) continue;
+    out("#define %-32s %8lld // %s\n", off_name(n), (long long)n->offset, describe(n));
+  }
+  out("#define SCRATCH %lld // conv im2col scratch, %lld floats\n",
+      (long long)(g->arena_floats - g->scratch_floats), (long long)g->scratch_floats);
+  out("#define ARENA_FLOATS %lld\n", (long long)g->arena_floats);
+
+  out("\nstatic void init(kdrt_ctx *c) {\n  float *P = c->params;\n  (void)P;\n");
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    out("  kdrt_init_fill(c, P + %s, %s, %s, %.17g, %.17g, %s, %s, 0x%016llxull); // %s\n",
+        off_name(v->param), layout_c(v->param), init_name[v->init], v->fan_in, v->fan_out,
+        flt(v->p0), flt(v->p1), (unsigned long long)hash_str(v->path), v->path);
+  }
+  out("}\n");
+  emit_step("train_step", true);
+  emit_step("eval_step", false);
+
+  const Node *x = g->x, *p = g->pred;
+  int label = md->loss == LOSS_CCE ? 1 : md->loss == LOSS_SCCE ? 2 : md->loss == LOSS_BCE ? 3 : 0;
+  out("\nstatic const int mesh_shape[] = {");
+  for (int a = 0; a < m->ndim; a++) out("%s%d", a ? ", " : "", m->shape[a]);
+  if (!m->ndim) out("1");
+  out("};\nstatic const char *const mesh_axes[] = {");
+  for (int a = 0; a < m->ndim; a++) out("%s\"%s\"", a ? ", " : "", m->names[a]);
+  if (!m->ndim) out("\"batch\"");
+  out("};\n\nstatic const kdrt_program program = {\n");
+  out("  .model_name = \"%s\",\n  .mesh_ndim = %d,\n  .mesh_shape = mesh_shape,\n"
+      "  .mesh_axes = mesh_axes,\n  .batch_axis = %d,\n  .batch = %d,\n",
+      md->name, m->ndim ? m->ndim : 1, g->dist->batch_axis, g->batch);
+  out("  .x_rank = %d,\n  .x_shape = {", x->shape.rank - 1);
+  for (int d = 1; d < x->shape.rank; d++) out("%s%lld", d > 1 ? ", " : "", (long long)x->shape.d[d]);
+  out("},\n  .y_rank = %d,\n  .y_shape = {", g->y->shape.rank - 1);
+  for (int d = 1; d < g->y->shape.rank; d++)
+    out("%s%lld", d > 1 ? ", " : "", (long long)g->y->shape.d[d]);
+  out("},\n  .label_kind = %d,\n  .num_classes = %lld,\n", label,
+      (long long)p->shape.d[p->shape.rank - 1]);
+  out("  .loss_name = \"loss\",\n  .metric_name = %s,\n", g->metric ? "\"accuracy\"" : "NULL");
+  out("  .learning_rate = %s,\n", flt(md->opt.lr));
+  out("  .param_floats = PARAM_FLOATS,\n  .grad_floats = GRAD_FLOATS,\n"
+      "  .arena_floats = ARENA_FLOATS,\n");
+  out("  .init = init,\n  .train_step = train_step,\n  .eval_step = eval_step,\n};\n\n");
+  out("int main(int argc, char **argv) { return kdrt_main(argc, argv, &program); }\n");
+}

@@ -1,0 +1,480 @@
+// Graph building: layers -> the forward graph, the loss and the metric.
+//
+// Each Keras layer becomes a few ops of the op table (ops.c) on global
+// shapes; shapes are inferred here, as the nodes are made, and every shape
+// that does not fit is reported at the layer that caused it. Variables get
+// their layout from the LayoutMap now, so that a bad layout is reported with
+// the variable's global shape at hand; `<layer>/output` keys become fixed
+// placements (constraints) on the layer's output node.
+//
+// Invariants: g->nodes is in topological order; nothing computes here.
+#include "kdcc.h"
+
+#include <string.h>
+
+bool shape_eq(const Shape *a, const Shape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->d[i] != b->d[i]) return false;
+  return true;
+}
+
+char *shape_str(const Shape *s) {
+  char buf[256];
+  int n = snprintf(buf, sizeof buf, "[");
+  for (int i = 0; i < s->rank; i++)
+    n += snprintf(buf + n, sizeof buf - n, "%s%lld", i ? ", " : "", (long long)s->d[i]);
+  snprintf(buf + n, sizeof buf - n, "]");
+  return xstrdup(buf);
+}
+
+uint64_t hash_str(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull; // FNV-1a
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+  return h;
+}
+
+Node *new_node(Graph *g, OpKind op, int nin, Node **in) {
+  if (g->nnodes == g->cap) {
+    g->cap = g->cap ? 2 * g->cap : 64;
+    Node **nodes = xcalloc(g->cap, sizeof *nodes);
+    if (g->nnodes) memcpy(nodes, g->nodes, g->nnodes * sizeof *nodes);
+    g->nodes = nodes;
+  }
+  Node *n = xcalloc(1, sizeof *n);
+  n->id = g->nnodes;
+  n->op = op;
+  n->nin = nin;
+  for (int i = 0; i < nin; i++) n->in[i] = in[i];
+  n->phase = g->phase;
+  for (int d = 0; d < MAX_RANK; d++) n->place.axis[d] = n->want.axis[d] = -1;
+  g->nodes[g->nnodes++] = n;
+  return n;
+}
+
+Node *new_node1(Graph *g, OpKind op, Node *a, Shape shape) {
+  Node *n = new_node(g, op, 1, &a);
+  n->shape = shape;
+  n->layer = a->layer;
+  n->loc = a->loc;
+  return n;
+}
+
+Node *new_node2(Graph *g, OpKind op, Node *a, Node *b, Shape shape) {
+  Node *in[2] = {a, b};
+  Node *n = new_node(g, op, 2, in);
+  n->shape = shape;
+  n->layer = a->layer;
+  n->loc = a->loc;
+  return n;
+}
+
+// ---- variables and initializers
+
+typedef struct {
+  const char *name;
+  int kind;
+} InitName;
+
+// Keras initializer names (class and snake case) -> kdrt_init_kind order.
+static const InitName init_names[] = {
+  {"Zeros", 0}, {"zeros", 0}, {"Ones", 1}, {"ones", 1}, {"Constant", 2}, {"constant", 2},
+  {"GlorotUniform", 3}, {"glorot_uniform", 3}, {"GlorotNormal", 4}, {"glorot_normal", 4},
+  {"HeUniform", 5}, {"he_uniform", 5}, {"HeNormal", 6}, {"he_normal", 6},
+  {"LecunUniform", 7}, {"lecun_uniform", 7}, {"LecunNormal", 8}, {"lecun_normal", 8},
+  {"RandomNormal", 9}, {"random_normal", 9}, {"RandomUniform", 10}, {"random_uniform", 10},
+  {"TruncatedNormal", 11}, {"truncated_normal", 11},
+};
+
+static void parse_init(Layer *l, const char *key, const char *def, Var *v) {
+  json_t *j = json_object_get(l->cfg, key);
+  const char *name = def;
+  json_t *cfg = NULL;
+  if (json_is_string(j)) name = json_string_value(j);
+  else if (json_is_object(j)) {
+    json_t *cn = json_object_get(j, "class_name");
+    if (!json_is_string(cn))
+      error_at(jloc(j), "layer '%s': '%s' has no class_name", l->name, key);
+    name = json_string_value(cn);
+    cfg = json_object_get(j, "config");
+  } else if (j && !json_is_null(j))
+    error_at(jloc_key(l->cfg, key), "layer '%s': '%s' must be a string or an initializer",
+             l->name, key);
+  v->init = -1;
+  for (size_t i = 0; i < sizeof init_names / sizeof init_names[0]; i++)
+    if (!strcmp(init_names[i].name, name)) v->init = init_names[i].kind;
+  if (v->init < 0)
+    error_at(j ? jloc(j) : l->loc, "layer '%s': unknown initializer '%s' for '%s'", l->name,
+             name, v->path);
+  double a = 0, b = 0;
+  json_t *x;
+  switch (v->init) {
+  case 2: a = (x = json_object_get(cfg, "value")) ? json_number_value(x) : 0; break;
+  case 9: case 11:
+    a = (x = json_object_get(cfg, "mean")) ? json_number_value(x) : 0;
+    b = (x = json_object_get(cfg, "stddev")) ? json_number_value(x) : 0.05;
+    break;
+  case 10:
+    a = (x = json_object_get(cfg, "minval")) ? json_number_value(x) : -0.05;
+    b = (x = json_object_get(cfg, "maxval")) ? json_number_value(x) : 0.05;
+    break;
+  }
+  v->p0 = a;
+  v->p1 = b;
+  // Keras's compute_fans
+  const Shape *s = &v->shape;
+  if (s->rank == 1) v->fan_in = v->fan_out = s->d[0];
+  else if (s->rank == 2) v->fan_in = s->d[0], v->fan_out = s->d[1];
+  else {
+    double rf = 1;
+    for (int i = 0; i + 2 < s->rank; i++) rf *= s->d[i];
+    v->fan_in = s->d[s->rank - 2] * rf;
+    v->fan_out = s->d[s->rank - 1] * rf;
+  }
+}
+
+static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *init_key,
+                     const char *init_def) {
+  Var *v = xcalloc(1, sizeof *v);
+  v->path = format("%s/%s", l->path, vname);
+  v->vname = vname;
+  v->layer = l->name;
+  v->loc = l->loc;
+  v->shape = shape;
+  parse_init(l, init_key, init_def, v);
+  v->matched = dist_lookup(g->dist, v->path, l->name, shape.rank, shape.d, &v->place);
+  Node *n = new_node(g, OP_PARAM, 0, NULL);
+  n->shape = shape;
+  n->name = v->path;
+  n->layer = l->name;
+  n->loc = l->loc;
+  n->var = v;
+  n->has_want = true;
+  n->want = v->place;
+  v->param = n;
+  g->vars = g->nvars ? g->vars : xcalloc(256, sizeof *g->vars);
+  if (g->nvars == 256) error_at(l->loc, "more than 256 variables are not supported yet");
+  g->vars[g->nvars++] = v;
+  return n;
+}
+
+// ---- layers
+
+static int parse_act(Layer *l, const char *key) {
+  json_t *j = json_object_get(l->cfg, key);
+  if (!j || json_is_null(j)) return ACT_LINEAR;
+  if (!json_is_string(j))
+    error_at(jloc_key(l->cfg, key), "layer '%s': only named activations are supported", l->name);
+  const char *s = json_string_value(j);
+  for (int a = ACT_LINEAR; a <= ACT_SOFTMAX; a++)
+    if (!strcmp(s, act_name(a))) return a;
+  if (!strcmp(s, "swish")) return ACT_SILU;
+  error_at(jloc(j), "layer '%s': unknown activation '%s'", l->name, s);
+}
+
+static Node *apply_act(Graph *g, Node *x, int act) {
+  if (act == ACT_LINEAR) return x;
+  Node *n = new_node1(g, act == ACT_SOFTMAX ? OP_SOFTMAX : OP_ACT, x, x->shape);
+  n->act = act;
+  return n;
+}
+
+static Node *layer_input(Layer *l, int i) {
+  Node *n = l->in[i].layer->node;
+  if (!n) error_at(l->in[i].loc, "layer '%s': input '%s' has no value", l->name,
+                   l->in[i].layer->name);
+  return n;
+}
+
+static Node *build_dense(Graph *g, Layer *l, Node *x) {
+  int64_t units = cfg_int(l, "units", -1);
+  if (units <= 0) error_at(jloc_key(l->cfg, "units"), "layer '%s': 'units' must be positive",
+                           l->name);
+  if (x->shape.rank < 2)
+    error_at(l->loc, "layer '%s': Dense needs an input of rank 2 or more, got %s", l->name,
+             shape_str(&x->shape));
+  int64_t k = x->shape.d[x->shape.rank - 1];
+  Shape out = x->shape;
+  out.d[out.rank - 1] = units;
+  Node *w = new_var(g, l, "kernel", (Shape){2, {k, units}}, "kernel_initializer",
+                    "glorot_uniform");
+  Node *x2 = x;
+  if (x->shape.rank > 2) // Dense on [b, t, k]: flatten the leading dims
+    x2 = new_node1(g, OP_RESHAPE, x, (Shape){2, {shape_elems(&x->shape) / k, k}});
+  Node *y = new_node2(g, OP_MATMUL, x2, w, (Shape){2, {x2->shape.d[0], units}});
+  y->layer = l->name;
+  y->loc = l->loc;
+  if (x->shape.rank > 2) y = new_node1(g, OP_RESHAPE, y, out);
+  if (cfg_bool(l, "use_bias", true)) {
+    Node *b = new_var(g, l, "bias", (Shape){1, {units}}, "bias_initializer", "zeros");
+    y = new_node2(g, OP_BIAS, y, b, y->shape);
+  }
+  return apply_act(g, y, parse_act(l, "activation"));
+}
+
+// Output extent and leading padding of a window op along one dim, Keras's way.
+static void window(int64_t in, int k, int stride, bool same, int64_t *out, int *pad) {
+  if (same) {
+    *out = (in + stride - 1) / stride;
+    int64_t total = (*out - 1) * stride + k - in;
+    *pad = total > 0 ? (int)(total / 2) : 0;
+  } else {
+    *out = in >= k ? (in - k) / stride + 1 : 0;
+    *pad = 0;
+  }
+}
+
+static bool parse_padding(Layer *l) {
+  const char *p = cfg_str(l, "padding", "valid");
+  if (!strcmp(p, "same")) return true;
+  if (!strcmp(p, "valid")) return false;
+  error_at(jloc_key(l->cfg, "padding"), "layer '%s': unknown padding '%s'", l->name, p);
+}
+
+static void check_channels_last(Layer *l) {
+  const char *f = cfg_str(l, "data_format", "channels_last");
+  if (strcmp(f, "channels_last"))
+    error_at(jloc_key(l->cfg, "data_format"),
+             "layer '%s': data_format '%s' is not supported (only channels_last)", l->name, f);
+}
+
+static Node *build_conv2d(Graph *g, Layer *l, Node *x) {
+  check_channels_last(l);
+  if (x->shape.rank != 4)
+    error_at(l->loc, "layer '%s': Conv2D needs an input of rank 4 (batch, h, w, c), got %s",
+             l->name, shape_str(&x->shape));
+  int64_t filters = cfg_int(l, "filters", -1), ks[2] = {0, 0}, st[2] = {1, 1}, dil[2] = {1, 1};
+  if (filters <= 0)
+    error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
+  if (cfg_ints(l, "kernel_size", ks, 2) != 2 || ks[0] <= 0 || ks[1] <= 0)
+    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
+  cfg_ints(l, "strides", st, 2);
+  cfg_ints(l, "dilation_rate", dil, 2);
+  if (dil[0] != 1 || dil[1] != 1)
+    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': dilation is not supported yet",
+             l->name);
+  if (cfg_int(l, "groups", 1) != 1)
+    error_at(jloc_key(l->cfg, "groups"), "layer '%s': grouped convolution is not supported yet",
+             l->name);
+  bool same = parse_padding(l);
+  int64_t oh, ow;
+  int pt, pl;
+  window(x->shape.d[1], ks[0], st[0], same, &oh, &pt);
+  window(x->shape.d[2], ks[1], st[1], same, &ow, &pl);
+  if (oh <= 0 || ow <= 0)
+    error_at(l->loc, "layer '%s': kernel %lldx%lld does not fit the input %s", l->name,
+             (long long)ks[0], (long long)ks[1], shape_str(&x->shape));
+  int64_t ci = x->shape.d[3];
+  Node *f = new_var(g, l, "kernel", (Shape){4, {ks[0], ks[1], ci, filters}}, "kernel_initializer",
+                    "glorot_uniform");
+  Node *y = new_node2(g, OP_CONV2D, x, f, (Shape){4, {x->shape.d[0], oh, ow, filters}});
+  y->kh = ks[0], y->kw = ks[1], y->sh = st[0], y->sw = st[1], y->pad_t = pt, y->pad_l = pl;
+  y->layer = l->name;
+  y->loc = l->loc;
+  int64_t scratch = shape_elems(&y->shape) / filters * ks[0] * ks[1] * ci;
+  if (scratch > g->scratch_floats) g->scratch_floats = scratch;
+  if (cfg_bool(l, "use_bias", true)) {
+    Node *b = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
+    y = new_node2(g, OP_BIAS, y, b, y->shape);
+  }
+  return apply_act(g, y, parse_act(l, "activation"));
+}
+
+static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
+  check_channels_last(l);
+  if (x->shape.rank != 4)
+    error_at(l->loc, "layer '%s': MaxPooling2D needs an input of rank 4, got %s", l->name,
+             shape_str(&x->shape));
+  int64_t ps[2] = {2, 2}, st[2];
+  cfg_ints(l, "pool_size", ps, 2);
+  st[0] = ps[0], st[1] = ps[1];
+  cfg_ints(l, "strides", st, 2);
+  bool same = parse_padding(l);
+  int64_t oh, ow;
+  int pt, pl;
+  window(x->shape.d[1], ps[0], st[0], same, &oh, &pt);
+  window(x->shape.d[2], ps[1], st[1], same, &ow, &pl);
+  if (oh <= 0 || ow <= 0)
+    error_at(l->loc, "layer '%s': pool %lldx%lld does not fit the input %s", l->name,
+             (long long)ps[0], (long long)ps[1], shape_str(&x->shape));
+  Node *y = new_node1(g, OP_MAXPOOL, x, (Shape){4, {x->shape.d[0], oh, ow, x->shape.d[3]}});
+  y->kh = ps[0], y->kw = ps[1], y->sh = st[0], y->sw = st[1], y->pad_t = pt, y->pad_l = pl;
+  return y;
+}
+
+static Node *build_reshape(Graph *g, Layer *l, Node *x) {
+  int64_t t[MAX_RANK];
+  json_t *ts = json_object_get(l->cfg, "target_shape");
+  int n = cfg_ints(l, "target_shape", t, MAX_RANK - 1);
+  if (n <= 0) error_at(ts ? jloc(ts) : l->loc, "layer '%s': bad target_shape", l->name);
+  Shape s = {.rank = n + 1};
+  s.d[0] = x->shape.d[0];
+  int64_t known = 1, per = shape_elems(&x->shape) / x->shape.d[0];
+  int unknown = -1;
+  for (int i = 0; i < n; i++) {
+    if (t[i] == -1 && unknown < 0) unknown = i;
+    else if (t[i] <= 0) error_at(jloc(ts), "layer '%s': bad target_shape entry %lld", l->name,
+                                 (long long)t[i]);
+    else known *= t[i];
+    s.d[i + 1] = t[i];
+  }
+  if (unknown >= 0 && per % known == 0) s.d[unknown + 1] = per / known, known = per;
+  if (known != per)
+    error_at(jloc(ts), "layer '%s': cannot reshape %s to target_shape with %lld elements",
+             l->name, shape_str(&x->shape), (long long)known);
+  return new_node1(g, OP_RESHAPE, x, s);
+}
+
+static Node *build_merge(Graph *g, Layer *l, bool concat) {
+  if (l->nin < 2)
+    error_at(l->loc, "layer '%s': %s needs at least 2 inputs", l->name, l->cls);
+  Node *in[MAX_IN];
+  for (int i = 0; i < l->nin; i++) in[i] = layer_input(l, i);
+  Shape s = in[0]->shape;
+  int axis = 0;
+  if (concat) {
+    axis = (int)cfg_int(l, "axis", -1);
+    if (axis < 0) axis += s.rank;
+    if (axis <= 0 || axis >= s.rank)
+      error_at(jloc_key(l->cfg, "axis"), "layer '%s': bad concat axis", l->name);
+    s.d[axis] = 0;
+  }
+  for (int i = 0; i < l->nin; i++) {
+    const Shape *si = &in[i]->shape;
+    bool ok = si->rank == s.rank;
+    for (int d = 0; ok && d < s.rank; d++)
+      ok = concat && d == axis ? true : si->d[d] == in[0]->shape.d[d];
+    if (!ok)
+      error_at(l->in[i].loc, "layer '%s': input %d has shape %s, which does not fit %s", l->name,
+               i, shape_str(si), shape_str(&in[0]->shape));
+    if (concat) s.d[axis] += si->d[axis];
+  }
+  Node *n = new_node(g, concat ? OP_CONCAT : OP_ADD, l->nin, in);
+  n->shape = s;
+  n->axis = axis;
+  return n;
+}
+
+static Node *build_layer(Graph *g, Layer *l) {
+  const char *c = l->cls;
+  if (!strcmp(c, "InputLayer")) {
+    if (g->x) error_at(l->loc, "layer '%s': models with several inputs are not supported yet",
+                       l->name);
+    Shape s = {.rank = l->in_rank + 1};
+    s.d[0] = g->batch;
+    for (int i = 0; i < l->in_rank; i++) s.d[i + 1] = l->in_shape[i];
+    Node *x = new_node(g, OP_INPUT, 0, NULL);
+    x->shape = s;
+    return g->x = x;
+  }
+  if (l->nin == 0) error_at(l->loc, "layer '%s' has no input", l->name);
+  if (strcmp(c, "Add") && strcmp(c, "Concatenate") && l->nin != 1)
+    error_at(l->loc, "layer '%s': %s takes one input, got %d", l->name, c, l->nin);
+  Node *x = layer_input(l, 0);
+  if (!strcmp(c, "Dense")) return build_dense(g, l, x);
+  if (!strcmp(c, "Conv2D")) return build_conv2d(g, l, x);
+  if (!strcmp(c, "MaxPooling2D")) return build_maxpool(g, l, x);
+  if (!strcmp(c, "Activation")) return apply_act(g, x, parse_act(l, "activation"));
+  if (!strcmp(c, "Softmax")) {
+    int64_t axis = cfg_int(l, "axis", -1);
+    if (axis != -1 && axis != x->shape.rank - 1)
+      error_at(jloc_key(l->cfg, "axis"), "layer '%s': softmax over a dim other than the last "
+               "is not supported yet", l->name);
+    return apply_act(g, x, ACT_SOFTMAX);
+  }
+  if (!strcmp(c, "Flatten"))
+    return new_node1(g, OP_RESHAPE, x,
+                     (Shape){2, {x->shape.d[0], shape_elems(&x->shape) / x->shape.d[0]}});
+  if (!strcmp(c, "Reshape")) return build_reshape(g, l, x);
+  if (!strcmp(c, "Dropout")) {
+    double rate = cfg_num(l, "rate", 0);
+    if (rate < 0 || rate >= 1)
+      error_at(jloc_key(l->cfg, "rate"), "layer '%s': dropout rate must be in [0, 1)", l->name);
+    if (rate == 0) return x;
+    Node *n = new_node1(g, OP_DROPOUT, x, x->shape);
+    n->rate = (float)rate;
+    n->stream = hash_str(l->path);
+    return n;
+  }
+  if (!strcmp(c, "Add")) return build_merge(g, l, false);
+  if (!strcmp(c, "Concatenate")) return build_merge(g, l, true);
+  error_at(l->loc, "layer '%s': unknown layer class '%s'", l->name, c);
+}
+
+// Which label shape a loss wants for a prediction p[b, ...].
+static Shape label_shape(Graph *g, const Shape *p) {
+  if (g->model->loss == LOSS_SCCE) return (Shape){1, {p->d[0]}};
+  return *p;
+}
+
+Graph *build_graph(Model *m, Dist *d, int batch) {
+  Graph *g = xcalloc(1, sizeof *g);
+  g->model = m;
+  g->dist = d;
+  g->batch = batch;
+  g->phase = PH_FORWARD;
+  if (d->batch_axis >= 0 && batch % d->mesh.shape[d->batch_axis])
+    error("batch size %d is not divisible by mesh axis '%s' (size %d)", batch,
+          d->mesh.names[d->batch_axis], d->mesh.shape[d->batch_axis]);
+
+  const char **outs = xcalloc(m->nlayers, sizeof *outs);
+  for (int i = 0; i < m->nlayers; i++) {
+    Layer *l = m->layers[i];
+    int first = g->nnodes;
+    Node *y = build_layer(g, l);
+    for (int k = first; k < g->nnodes; k++) // name the layer's own nodes
+      if (!g->nodes[k]->layer || g->nodes[k]->op != OP_PARAM) {
+        g->nodes[k]->layer = l->name;
+        g->nodes[k]->loc = l->loc;
+      }
+    if (y->op != OP_PARAM && (y->id >= first || y->op == OP_INPUT)) {
+      y->name = format("%s/output", l->path);
+      outs[i] = y->name;
+      Place p;
+      if (dist_lookup(d, y->name, l->name, y->shape.rank, y->shape.d, &p)) {
+        y->has_want = true;
+        y->want = p;
+      }
+    }
+    l->node = y;
+  }
+  if (!g->x) error_at(m->layers[0]->loc, "model '%s' has no InputLayer", m->name);
+  if (m->noutputs != 1)
+    error_at(m->layers[0]->loc, "model '%s': only models with one output are supported yet",
+             m->name);
+  g->pred = m->outputs[0].layer->node;
+
+  // input and labels are split along the batch over the batch axis
+  g->y = new_node(g, OP_LABEL, 0, NULL);
+  g->y->shape = label_shape(g, &g->pred->shape);
+  g->x->name = "input";
+  g->y->name = "labels";
+  for (Node *n = g->x; n; n = n == g->x ? g->y : NULL) {
+    n->has_want = true;
+    n->want = place_replicated();
+    n->want.axis[0] = d->batch_axis;
+  }
+  g->phase = PH_LOSS;
+  g->loss = new_node2(g, OP_LOSS, g->pred, g->y, (Shape){0});
+  g->loss->loss = m->loss;
+  g->loss->from_logits = m->from_logits;
+  g->loss->name = "loss";
+  g->loss->loc = m->loss_loc;
+  if (m->metric_accuracy) {
+    g->metric = new_node2(g, OP_METRIC, g->pred, g->y, (Shape){0});
+    // "accuracy" resolves as Keras does: binary for one output unit,
+    // sparse categorical for class-id labels, categorical otherwise
+    int64_t units = g->pred->shape.d[g->pred->shape.rank - 1];
+    g->metric->loss = units == 1 ? LOSS_BCE : m->loss == LOSS_SCCE ? LOSS_SCCE : LOSS_CCE;
+    g->metric->from_logits = m->from_logits;
+    g->metric->name = "accuracy";
+  }
+
+  const char **paths = xcalloc(g->nvars + m->nlayers, sizeof *paths);
+  int np = 0;
+  for (int i = 0; i < g->nvars; i++) paths[np++] = g->vars[i]->path;
+  for (int i = 0; i < m->nlayers; i++)
+    if (outs[i]) paths[np++] = outs[i];
+  dist_warn_unused(d, paths, np);
+  return g;
+}

@@ -1,0 +1,352 @@
+// json.c: JSON text -> jansson tree, with a line:column for every value.
+//
+// jansson parses and builds the tree but forgets positions. After a
+// successful parse we scan the text a second time, in step with the tree:
+// jansson keeps object members in the order they were written (and we
+// reject duplicate keys), so the i-th member in the text is the i-th member
+// the object iterator yields. The scan only skips tokens, it never decides
+// anything, because jansson has already accepted the text.
+//
+// Positions live in a hash map keyed by the json_t pointer. Each container
+// also keeps the positions of its children (and, for objects, of the keys),
+// because true/false/null are shared singletons in jansson and have no
+// identity of their own. Lines and columns are 1-based; a column counts
+// characters (UTF-8 sequences), as jansson's own error columns do.
+//
+// A `.keras` file is a zip archive; its `config.json` member is read with a
+// minimal zip reader (stored or deflated members, through zlib).
+#include "kdcc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+typedef struct {
+  const json_t *v;
+  Loc loc;
+  int n;            // containers: number of children
+  Loc *kids;        // containers: where each child value starts
+  Loc *keylocs;     // objects: where each key starts
+  const char **keys; // objects: member keys in order
+} LocRec;
+
+static LocRec *table;
+static size_t table_cap, table_len;
+static Loc singleton_loc[3]; // true, false, null: their last recorded use
+
+static size_t hash_ptr(const void *p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (size_t)x;
+}
+
+static LocRec *lookup(const json_t *v) {
+  if (!table_cap)
+    return NULL;
+  for (size_t i = hash_ptr(v) & (table_cap - 1);; i = (i + 1) & (table_cap - 1)) {
+    if (table[i].v == v)
+      return &table[i];
+    if (!table[i].v)
+      return NULL;
+  }
+}
+
+static LocRec *insert(const json_t *v) {
+  if (2 * (table_len + 1) > table_cap) {
+    size_t old_cap = table_cap;
+    LocRec *old = table;
+    table_cap = old_cap ? 2 * old_cap : 1024;
+    table = xcalloc(table_cap, sizeof *table);
+    table_len = 0;
+    for (size_t i = 0; i < old_cap; i++)
+      if (old[i].v)
+        *insert(old[i].v) = old[i];
+    free(old);
+  }
+  for (size_t i = hash_ptr(v) & (table_cap - 1);; i = (i + 1) & (table_cap - 1)) {
+    if (table[i].v == v)
+      return &table[i];
+    if (!table[i].v) {
+      table[i].v = v;
+      table_len++;
+      return &table[i];
+    }
+  }
+}
+
+// ---- the second scan
+
+typedef struct {
+  const char *name;
+  const char *p, *end;
+  int line, col;
+} Scan;
+
+static void advance(Scan *s) {
+  unsigned char c = (unsigned char)*s->p++;
+  if (c == '\n') {
+    s->line++;
+    s->col = 1;
+  } else if ((c & 0xC0) != 0x80) {
+    s->col++; // continuation bytes of a UTF-8 sequence do not count
+  }
+}
+
+static void skip_ws(Scan *s) {
+  while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+    advance(s);
+}
+
+static Loc here(Scan *s) {
+  return (Loc){s->name, s->line, s->col};
+}
+
+static void expect(Scan *s, char c) {
+  skip_ws(s);
+  if (s->p >= s->end || *s->p != c)
+    unreachable(); // jansson accepted the text, so this cannot happen
+  advance(s);
+}
+
+static void skip_string(Scan *s) {
+  expect(s, '"');
+  while (s->p < s->end && *s->p != '"') {
+    if (*s->p == '\\')
+      advance(s);
+    advance(s);
+  }
+  expect(s, '"');
+}
+
+static void skip_scalar(Scan *s) {
+  while (s->p < s->end && strchr("+-.0123456789eEtruefalsn", *s->p))
+    advance(s);
+}
+
+static Loc walk(Scan *s, json_t *v) {
+  skip_ws(s);
+  Loc loc = here(s);
+  switch (json_typeof(v)) {
+  case JSON_TRUE: singleton_loc[0] = loc; skip_scalar(s); return loc;
+  case JSON_FALSE: singleton_loc[1] = loc; skip_scalar(s); return loc;
+  case JSON_NULL: singleton_loc[2] = loc; skip_scalar(s); return loc;
+  default: break;
+  }
+  LocRec *r = insert(v);
+  r->loc = loc;
+  if (json_is_object(v)) {
+    int n = (int)json_object_size(v);
+    r->n = n;
+    r->kids = xcalloc((size_t)n, sizeof(Loc));
+    r->keylocs = xcalloc((size_t)n, sizeof(Loc));
+    r->keys = xcalloc((size_t)n, sizeof(char *));
+    expect(s, '{');
+    int i = 0;
+    for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it), i++) {
+      if (i > 0)
+        expect(s, ',');
+      skip_ws(s);
+      Loc kl = here(s);
+      skip_string(s);
+      expect(s, ':');
+      const char *key = json_object_iter_key(it);
+      Loc vl = walk(s, json_object_iter_value(it));
+      r = lookup(v); // the table may have grown while walking the child
+      r->keys[i] = key;
+      r->keylocs[i] = kl;
+      r->kids[i] = vl;
+    }
+    expect(s, '}');
+  } else if (json_is_array(v)) {
+    int n = (int)json_array_size(v);
+    r->n = n;
+    r->kids = xcalloc((size_t)n, sizeof(Loc));
+    expect(s, '[');
+    for (int i = 0; i < n; i++) {
+      if (i > 0)
+        expect(s, ',');
+      Loc vl = walk(s, json_array_get(v, (size_t)i));
+      lookup(v)->kids[i] = vl;
+    }
+    expect(s, ']');
+  } else if (json_is_string(v)) {
+    skip_string(s);
+  } else {
+    skip_scalar(s);
+  }
+  return loc;
+}
+
+json_t *json_load_text_located(const char *name, const char *text, size_t len) {
+  json_error_t err;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  if (!root)
+    error_at((Loc){name, err.line > 0 ? err.line : 1, err.column > 0 ? err.column : 1}, "%s",
+             err.text);
+  // A UTF-8 byte order mark is not JSON; jansson rejects it, so the text
+  // starts with the root value (after optional white space).
+  Scan s = {xstrdup(name), text, text + len, 1, 1};
+  walk(&s, root);
+  return root;
+}
+
+// ---- .keras archives
+
+static uint32_t rd16(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+
+static uint32_t rd32(const unsigned char *p) {
+  return rd16(p) | rd16(p + 2) << 16;
+}
+
+// The `config.json` member of the zip archive `data`, as a malloc'd buffer.
+static char *zip_config_json(const char *path, const unsigned char *data, size_t size,
+                             size_t *out_len) {
+  Loc where = {path, 0, 0};
+  // End of central directory: 22 bytes plus a comment of up to 64 KiB.
+  const unsigned char *eocd = NULL;
+  for (size_t i = size >= 22 ? size - 22 : 0; size >= 22; i--) {
+    if (rd32(data + i) == 0x06054b50) {
+      eocd = data + i;
+      break;
+    }
+    if (i == 0 || size - i > 22 + 65535)
+      break;
+  }
+  if (!eocd)
+    error_at(where, "not a .keras file (no zip directory found)");
+  uint32_t count = rd16(eocd + 10), cd_size = rd32(eocd + 12), cd_off = rd32(eocd + 16);
+  if (cd_off == 0xffffffffu || count == 0xffffu)
+    error_at(where, "zip64 archives are not supported");
+  if ((size_t)cd_off + cd_size > size)
+    error_at(where, "corrupt .keras archive (bad central directory)");
+  const unsigned char *p = data + cd_off, *cd_end = p + cd_size;
+  for (uint32_t i = 0; i < count; i++) {
+    if (p + 46 > cd_end || rd32(p) != 0x02014b50)
+      error_at(where, "corrupt .keras archive (bad central directory entry)");
+    uint32_t method = rd16(p + 10), csize = rd32(p + 20), usize = rd32(p + 24);
+    uint32_t nlen = rd16(p + 28), elen = rd16(p + 30), clen = rd16(p + 32);
+    uint32_t loff = rd32(p + 42);
+    const char *name = (const char *)p + 46;
+    if (p + 46 + nlen > cd_end)
+      error_at(where, "corrupt .keras archive (bad central directory entry)");
+    p += 46 + nlen + elen + clen;
+    if (nlen != strlen("config.json") || memcmp(name, "config.json", nlen) != 0)
+      continue;
+    if ((size_t)loff + 30 > size || rd32(data + loff) != 0x04034b50)
+      error_at(where, "corrupt .keras archive (bad local header for config.json)");
+    size_t start = (size_t)loff + 30 + rd16(data + loff + 26) + rd16(data + loff + 28);
+    if (start + csize > size)
+      error_at(where, "corrupt .keras archive (config.json is truncated)");
+    char *out = xcalloc((size_t)usize + 1, 1);
+    if (method == 0) {
+      if (csize != usize)
+        error_at(where, "corrupt .keras archive (config.json sizes differ)");
+      memcpy(out, data + start, usize);
+    } else if (method == 8) {
+      z_stream z = {0};
+      if (inflateInit2(&z, -MAX_WBITS) != Z_OK)
+        error_at(where, "cannot initialise zlib");
+      z.next_in = (unsigned char *)(data + start);
+      z.avail_in = csize;
+      z.next_out = (unsigned char *)out;
+      z.avail_out = usize;
+      int rc = inflate(&z, Z_FINISH);
+      inflateEnd(&z);
+      if (rc != Z_STREAM_END || z.total_out != usize)
+        error_at(where, "corrupt .keras archive (cannot inflate config.json)");
+    } else {
+      error_at(where, "config.json uses zip compression method %u; only stored and deflate "
+                      "are supported", method);
+    }
+    *out_len = usize;
+    return out;
+  }
+  error_at(where, "no config.json in the .keras archive");
+}
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    error("cannot open '%s': %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (!buf)
+      error("out of memory");
+    n += fread(buf + n, 1, cap - n, f);
+    if (n < cap)
+      break;
+    cap *= 2;
+    buf = realloc(buf, cap);
+  }
+  if (ferror(f))
+    error("cannot read '%s': %s", path, strerror(errno));
+  fclose(f);
+  *len = n;
+  return buf;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+json_t *json_load_file_located(const char *path) {
+  size_t len;
+  char *text = read_file(path, &len);
+  if (ends_with(path, ".keras")) {
+    size_t clen;
+    char *conf = zip_config_json(path, (unsigned char *)text, len, &clen);
+    free(text);
+    // Positions are those inside the config.json member.
+    return json_load_text_located(path, conf, clen);
+  }
+  return json_load_text_located(path, text, len);
+}
+
+// ---- queries
+
+Loc jloc(const json_t *v) {
+  if (!v)
+    return (Loc){0};
+  switch (json_typeof(v)) {
+  case JSON_TRUE: return singleton_loc[0];
+  case JSON_FALSE: return singleton_loc[1];
+  case JSON_NULL: return singleton_loc[2];
+  default: break;
+  }
+  LocRec *r = lookup(v);
+  return r ? r->loc : (Loc){0};
+}
+
+static int key_index(const LocRec *r, const char *key) {
+  if (r && r->keys)
+    for (int i = 0; i < r->n; i++)
+      if (strcmp(r->keys[i], key) == 0)
+        return i;
+  return -1;
+}
+
+Loc jloc_key(const json_t *obj, const char *key) {
+  LocRec *r = obj ? lookup(obj) : NULL;
+  int i = key_index(r, key);
+  return i >= 0 ? r->kids[i] : jloc(obj);
+}
+
+Loc jloc_keyname(const json_t *obj, const char *key) {
+  LocRec *r = obj ? lookup(obj) : NULL;
+  int i = key_index(r, key);
+  return i >= 0 ? r->keylocs[i] : jloc(obj);
+}
+
+Loc jloc_idx(const json_t *arr, size_t i) {
+  LocRec *r = arr ? lookup(arr) : NULL;
+  if (r && r->kids && i < (size_t)r->n)
+    return r->kids[i];
+  return jloc(arr);
+}

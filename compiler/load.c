@@ -1,0 +1,740 @@
+// load.c: Keras model JSON -> Model (layers, edges, compile config).
+//
+// Input: the document `model.to_json()` writes, or the `config.json` of a
+// `.keras` archive; both are an envelope
+//   {"module", "class_name": "Sequential" | "Functional" | "Model",
+//    "config": {"name", "layers": [...], ...}, "compile_config": {...}}
+// plus, as a kdcc extension, an optional top-level "distribution" object.
+//
+// Sequential: layers chain in file order. The input shape comes from a
+// leading InputLayer, else the model's build_input_shape, else the first
+// layer's batch_input_shape / build_config.input_shape; when there is no
+// InputLayer one is synthesised. Paths are "<model>/<layer>".
+//
+// Functional: each layer lists its calls in inbound_nodes, in the Keras 3
+// form {"args": [tensor or [tensor, ...]], "kwargs": {}} where a tensor is a
+// __keras_tensor__ with keras_history [layer, node, tensor], or the Keras 2
+// form [[["layer", node, tensor, {kwargs}], ...]]. Each layer may be called
+// once (no shared layers). Paths are "<layer>".
+//
+// Invariants on return: every TensorRef points at a layer of the model;
+// Model.layers is in topological order (a layer after all its inputs; file
+// order where that leaves a choice), holds every InputLayer and every layer
+// the outputs depend on, and Layer.index is the position in it. Layers that
+// no output depends on get a warning and are dropped. Every layer's dtype is
+// float32. Every user error names the layer, at the JSON value at fault.
+//
+// compile_config: absent means loss "mse" and optimizer "adam", silently.
+// Optimizer fields left unset take Keras 3's defaults.
+#include "kdcc.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *supported_layers[] = {
+  "InputLayer", "Dense", "Activation", "Softmax", "Flatten", "Reshape", "Dropout",
+  "Conv2D", "MaxPooling2D", "Add", "Concatenate",
+};
+
+static bool is_merge(const Layer *l) {
+  return !strcmp(l->cls, "Add") || !strcmp(l->cls, "Concatenate");
+}
+
+static bool is_input(const Layer *l) {
+  return !strcmp(l->cls, "InputLayer");
+}
+
+Layer *find_layer(Model *m, const char *name) {
+  for (int i = 0; i < m->nlayers; i++)
+    if (!strcmp(m->layers[i]->name, name))
+      return m->layers[i];
+  return NULL;
+}
+
+// ---- typed config getters
+
+static json_t *cfg_get(const Layer *l, const char *key) {
+  json_t *v = l->cfg ? json_object_get(l->cfg, key) : NULL;
+  return json_is_null(v) ? NULL : v;
+}
+
+int64_t cfg_int(const Layer *l, const char *key, int64_t def) {
+  json_t *v = cfg_get(l, key);
+  if (!v)
+    return def;
+  if (!json_is_integer(v))
+    error_at(jloc_key(l->cfg, key), "layer '%s': '%s' must be an integer", l->name, key);
+  return json_integer_value(v);
+}
+
+double cfg_num(const Layer *l, const char *key, double def) {
+  json_t *v = cfg_get(l, key);
+  if (!v)
+    return def;
+  if (!json_is_number(v))
+    error_at(jloc_key(l->cfg, key), "layer '%s': '%s' must be a number", l->name, key);
+  return json_number_value(v);
+}
+
+bool cfg_bool(const Layer *l, const char *key, bool def) {
+  json_t *v = cfg_get(l, key);
+  if (!v)
+    return def;
+  if (!json_is_boolean(v))
+    error_at(jloc_key(l->cfg, key), "layer '%s': '%s' must be true or false", l->name, key);
+  return json_is_true(v);
+}
+
+const char *cfg_str(const Layer *l, const char *key, const char *def) {
+  json_t *v = cfg_get(l, key);
+  if (!v)
+    return def;
+  if (!json_is_string(v))
+    error_at(jloc_key(l->cfg, key), "layer '%s': '%s' must be a string", l->name, key);
+  return json_string_value(v);
+}
+
+int cfg_ints(const Layer *l, const char *key, int64_t *out, int max) {
+  json_t *v = cfg_get(l, key);
+  if (!v)
+    return 0;
+  if (json_is_integer(v)) {
+    for (int i = 0; i < max; i++)
+      out[i] = json_integer_value(v);
+    return max;
+  }
+  if (!json_is_array(v))
+    error_at(jloc_key(l->cfg, key), "layer '%s': '%s' must be an integer or a list of integers",
+             l->name, key);
+  int n = (int)json_array_size(v);
+  if (n > max)
+    error_at(jloc_key(l->cfg, key), "layer '%s': '%s' has %d entries; at most %d are supported",
+             l->name, key, n, max);
+  for (int i = 0; i < n; i++) {
+    json_t *e = json_array_get(v, (size_t)i);
+    if (!json_is_integer(e))
+      error_at(jloc_idx(v, (size_t)i), "layer '%s': '%s' must be an integer or a list of integers",
+               l->name, key);
+    out[i] = json_integer_value(e);
+  }
+  return n;
+}
+
+// ---- layers
+
+static const char *get_str(json_t *obj, const char *key) {
+  json_t *v = json_object_get(obj, key);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+// Only float32 is computed. dtype is a string or a (DType)Policy envelope.
+static void check_dtype(Layer *l) {
+  json_t *d = cfg_get(l, "dtype");
+  if (!d)
+    return;
+  json_t *name = d;
+  if (json_is_object(d))
+    name = json_object_get(json_object_get(d, "config"), "name");
+  if (!json_is_string(name))
+    error_at(jloc(d), "layer '%s': 'dtype' must be a string or a DTypePolicy", l->name);
+  if (strcmp(json_string_value(name), "float32") != 0)
+    error_at(jloc(name), "layer '%s': dtype '%s' is not supported (only float32)", l->name,
+             json_string_value(name));
+}
+
+static void add_layer(Model *m, Layer *l) {
+  Layer *old = find_layer(m, l->name);
+  if (old)
+    error_at(l->loc, "duplicate layer name '%s' (first defined at line %d)", l->name,
+             old->loc.line);
+  l->index = m->nlayers;
+  m->layers[m->nlayers++] = l;
+}
+
+// A layer envelope {"class_name", "config", ["name"], ...}.
+static Layer *new_layer(Model *m, json_t *env) {
+  if (!json_is_object(env))
+    error_at(jloc(env), "a layer must be an object with 'class_name' and 'config'");
+  Layer *l = xcalloc(1, sizeof *l);
+  l->json = env;
+  l->loc = jloc(env);
+  l->cls = get_str(env, "class_name");
+  if (!l->cls)
+    error_at(jloc_key(env, "class_name"), "layer has no 'class_name'");
+  l->cfg = json_object_get(env, "config");
+  if (!json_is_object(l->cfg))
+    error_at(jloc_key(env, "config"), "%s layer has no 'config' object", l->cls);
+  l->name = get_str(env, "name");
+  if (!l->name)
+    l->name = get_str(l->cfg, "name");
+  if (!l->name)
+    error_at(jloc_key(l->cfg, "name"), "%s layer has no 'name'", l->cls);
+  bool known = false;
+  for (size_t i = 0; i < sizeof supported_layers / sizeof *supported_layers; i++)
+    known |= !strcmp(l->cls, supported_layers[i]);
+  if (!known)
+    error_at(jloc_key(env, "class_name"), "unknown layer class '%s' (layer '%s')", l->cls,
+             l->name);
+  check_dtype(l);
+  l->path = m->sequential ? format("%s/%s", m->name, l->name) : l->name;
+  return l;
+}
+
+// Per-sample shape from `shape` (batch dimension first when has_batch).
+static void set_input_shape(Layer *l, json_t *shape, const char *what, bool has_batch) {
+  Loc at = jloc(shape);
+  if (!json_is_array(shape))
+    error_at(at, "layer '%s': '%s' must be a list", l->name, what);
+  int n = (int)json_array_size(shape), first = has_batch ? 1 : 0;
+  if (n - first < 0)
+    error_at(at, "layer '%s': '%s' is empty", l->name, what);
+  if (n - first + 1 > MAX_RANK)
+    error_at(at, "layer '%s': input rank %d is too large (at most %d with the batch dimension)",
+             l->name, n - first + 1, MAX_RANK);
+  if (has_batch) {
+    json_t *b = json_array_get(shape, 0);
+    if (!json_is_null(b) && !json_is_integer(b))
+      error_at(jloc_idx(shape, 0), "layer '%s': the batch dimension of '%s' must be null or an "
+               "integer", l->name, what);
+  }
+  l->in_rank = n - first;
+  for (int i = first; i < n; i++) {
+    json_t *d = json_array_get(shape, (size_t)i);
+    if (!json_is_integer(d) || json_integer_value(d) <= 0)
+      error_at(jloc_idx(shape, (size_t)i), "layer '%s': dimension %d of '%s' must be a positive "
+               "integer (dynamic shapes are not supported)", l->name, i, what);
+    l->in_shape[i - first] = json_integer_value(d);
+  }
+}
+
+static void input_layer_shape(Layer *l) {
+  json_t *s;
+  if ((s = cfg_get(l, "batch_shape")))
+    set_input_shape(l, s, "batch_shape", true);
+  else if ((s = cfg_get(l, "batch_input_shape")))
+    set_input_shape(l, s, "batch_input_shape", true);
+  else if ((s = cfg_get(l, "shape")))
+    set_input_shape(l, s, "shape", false);
+  else
+    error_at(l->loc, "input layer '%s' has no 'batch_shape'", l->name);
+}
+
+// ---- Sequential
+
+static void load_sequential(Model *m, json_t *cfg, json_t *layers) {
+  int n = (int)json_array_size(layers);
+  Layer *first = new_layer(m, json_array_get(layers, 0));
+  if (is_input(first)) {
+    input_layer_shape(first);
+    add_layer(m, first);
+  } else {
+    // No InputLayer: take the shape from the model or the first layer and
+    // synthesise one, as Keras does when it builds the model.
+    json_t *shape = json_object_get(cfg, "build_input_shape"), *bc;
+    const char *what = "build_input_shape";
+    if (json_is_null(shape))
+      shape = NULL;
+    if (!shape && (shape = cfg_get(first, "batch_input_shape")))
+      what = "batch_input_shape";
+    if (!shape && (shape = cfg_get(first, "batch_shape")))
+      what = "batch_shape";
+    if (!shape && json_is_object(bc = json_object_get(first->json, "build_config")) &&
+        (shape = json_object_get(bc, "input_shape")) && !json_is_null(shape))
+      what = "input_shape";
+    if (!shape || json_is_null(shape))
+      error_at(jloc(cfg), "cannot tell the input shape of model '%s': add an InputLayer or "
+               "build the model before saving it", m->name);
+    const char *name = "input_layer";
+    for (int k = 1; !strcmp(name, first->name) || find_layer(m, name); k++)
+      name = format("input_layer_%d", k);
+    Layer *in = xcalloc(1, sizeof *in);
+    in->cls = "InputLayer";
+    in->name = name;
+    in->path = format("%s/%s", m->name, name);
+    in->json = json_pack("{s:s, s:{s:O, s:s, s:s}}", "class_name", "InputLayer", "config",
+                         "batch_shape", shape, "dtype", "float32", "name", name);
+    in->cfg = json_object_get(in->json, "config");
+    in->loc = jloc(shape);
+    set_input_shape(in, shape, what, true);
+    add_layer(m, in);
+    add_layer(m, first);
+  }
+  for (int i = 1; i < n; i++)
+    add_layer(m, new_layer(m, json_array_get(layers, (size_t)i)));
+  for (int i = 1; i < m->nlayers; i++) {
+    Layer *l = m->layers[i];
+    if (is_input(l))
+      error_at(l->loc, "input layer '%s' must come first in a Sequential model", l->name);
+    l->in[0] = (TensorRef){m->layers[i - 1], 0, 0, l->loc};
+    l->nin = 1;
+  }
+  m->inputs = xcalloc(1, sizeof(Layer *));
+  m->inputs[0] = m->layers[0];
+  m->ninputs = 1;
+  m->outputs = xcalloc(1, sizeof(TensorRef));
+  m->outputs[0] = (TensorRef){m->layers[m->nlayers - 1], 0, 0, m->layers[m->nlayers - 1]->loc};
+  m->noutputs = 1;
+}
+
+// ---- Functional
+
+static bool is_keras_tensor(json_t *v) {
+  const char *c = get_str(v, "class_name");
+  return c && !strcmp(c, "__keras_tensor__");
+}
+
+static bool contains_tensor(json_t *v) {
+  if (is_keras_tensor(v))
+    return true;
+  if (json_is_array(v)) {
+    for (size_t i = 0; i < json_array_size(v); i++)
+      if (contains_tensor(json_array_get(v, i)))
+        return true;
+  } else if (json_is_object(v)) {
+    const char *k;
+    json_t *e;
+    json_object_foreach(v, k, e)
+      if (contains_tensor(e))
+        return true;
+  }
+  return false;
+}
+
+// A reference [layer, node, tensor(, kwargs)] from `user`'s inputs (or, with
+// user NULL, from the model's input/output lists, named by `what`).
+static TensorRef resolve(Model *m, Layer *user, const char *what, json_t *h) {
+  // Messages name the referring layer, or the model's list.
+  const char *who = user ? format("layer '%s'", user->name) : format("'%s'", what);
+  if (!json_is_array(h) || json_array_size(h) < 3 || !json_is_string(json_array_get(h, 0)) ||
+      !json_is_integer(json_array_get(h, 1)) || !json_is_integer(json_array_get(h, 2)))
+    error_at(jloc(h), "%s: malformed tensor reference (expected [layer, node, tensor])", who);
+  const char *name = json_string_value(json_array_get(h, 0));
+  Layer *src = find_layer(m, name);
+  if (!src && user)
+    error_at(jloc_idx(h, 0), "layer '%s' takes input from unknown layer '%s'", user->name, name);
+  if (!src)
+    error_at(jloc_idx(h, 0), "'%s' names unknown layer '%s'", what, name);
+  int node = (int)json_integer_value(json_array_get(h, 1));
+  int tensor = (int)json_integer_value(json_array_get(h, 2));
+  if (node != 0)
+    error_at(jloc_idx(h, 1), "%s uses call %d of layer '%s'; layers called more than once are "
+             "not supported", who, node, name);
+  if (tensor != 0)
+    error_at(jloc_idx(h, 2), "%s uses output %d of layer '%s', which has one output", who, tensor,
+             name);
+  return (TensorRef){src, node, tensor, jloc(h)};
+}
+
+static void add_input(Model *m, Layer *l, json_t *h) {
+  if (l->nin == MAX_IN)
+    error_at(jloc(h), "layer '%s' has more than %d inputs", l->name, MAX_IN);
+  l->in[l->nin++] = resolve(m, l, NULL, h);
+}
+
+// Keras 3 args: tensors, possibly in (nested) lists, among other values.
+static void collect_args(Model *m, Layer *l, json_t *v) {
+  if (is_keras_tensor(v)) {
+    json_t *h = json_object_get(json_object_get(v, "config"), "keras_history");
+    if (!h)
+      error_at(jloc(v), "layer '%s': input tensor has no 'keras_history'", l->name);
+    add_input(m, l, h);
+  } else if (json_is_array(v)) {
+    for (size_t i = 0; i < json_array_size(v); i++)
+      collect_args(m, l, json_array_get(v, i));
+  }
+}
+
+static void load_inbound(Model *m, Layer *l) {
+  json_t *nodes = json_object_get(l->json, "inbound_nodes");
+  if (!nodes || json_is_null(nodes))
+    nodes = json_object_get(l->cfg, "inbound_nodes");
+  if (!nodes || json_is_null(nodes) || (json_is_array(nodes) && json_array_size(nodes) == 0))
+    return;
+  if (!json_is_array(nodes))
+    error_at(jloc(nodes), "layer '%s': 'inbound_nodes' must be a list", l->name);
+  if (is_input(l))
+    error_at(jloc(nodes), "input layer '%s' cannot take inputs", l->name);
+  if (json_array_size(nodes) > 1)
+    error_at(jloc_idx(nodes, 1), "layer '%s' is called %zu times; shared layers are not "
+             "supported", l->name, json_array_size(nodes));
+  json_t *node = json_array_get(nodes, 0);
+  if (json_is_object(node)) { // Keras 3
+    json_t *args = json_object_get(node, "args"), *kwargs = json_object_get(node, "kwargs");
+    collect_args(m, l, args);
+    if (json_is_object(kwargs)) {
+      const char *k;
+      json_t *e;
+      json_object_foreach(kwargs, k, e)
+        if (contains_tensor(e))
+          error_at(jloc_key(kwargs, k), "layer '%s': tensor keyword argument '%s' is not "
+                   "supported", l->name, k);
+    }
+  } else if (json_is_array(node)) { // Keras 2: [["x", 0, 0, {}], ...]
+    for (size_t i = 0; i < json_array_size(node); i++)
+      add_input(m, l, json_array_get(node, i));
+  } else {
+    error_at(jloc(node), "layer '%s': malformed inbound node", l->name);
+  }
+  if (l->nin == 0)
+    error_at(jloc(node), "layer '%s' is called with no input tensor", l->name);
+}
+
+// [name, node, tensor] triples, or a single flat triple.
+static json_t *triples(json_t *cfg, const char *key) {
+  json_t *v = json_object_get(cfg, key);
+  if (!v || json_is_null(v))
+    return NULL;
+  if (!json_is_array(v))
+    error_at(jloc(v), "'%s' must be a list of [layer, node, tensor] entries", key);
+  if (json_array_size(v) > 0 && json_is_string(json_array_get(v, 0))) {
+    json_t *wrap = json_array();
+    json_array_append(wrap, v);
+    return wrap; // its element keeps its recorded location
+  }
+  return v;
+}
+
+// Depth-first search along inbound edges; a grey layer reached again closes
+// a cycle, which the message spells out from that layer around.
+enum { WHITE, GREY, BLACK };
+
+static void dfs_cycle(Layer *l, char *color, Layer **stack, int *edge, int depth) {
+  color[l->index] = GREY;
+  stack[depth] = l;
+  for (int i = 0; i < l->nin; i++) {
+    Layer *s = l->in[i].layer;
+    edge[depth] = i;
+    if (color[s->index] == GREY) {
+      int k = depth;
+      while (stack[k] != s)
+        k--;
+      char *msg = format("'%s'", s->name);
+      for (int j = k + 1; j <= depth; j++)
+        msg = format("%s takes input from '%s', which", msg, stack[j]->name);
+      msg = format("%s takes input from '%s'", msg, s->name);
+      error_at(s->in[edge[k]].loc, "cycle in the model: layer %s", msg);
+    }
+    if (color[s->index] == WHITE)
+      dfs_cycle(s, color, stack, edge, depth + 1);
+  }
+  color[l->index] = BLACK;
+}
+
+static void mark_needed(Layer *l, bool *needed) {
+  if (needed[l->index])
+    return;
+  needed[l->index] = true;
+  for (int i = 0; i < l->nin; i++)
+    mark_needed(l->in[i].layer, needed);
+}
+
+static void load_functional(Model *m, json_t *cfg, json_t *layers) {
+  int n = (int)json_array_size(layers);
+  for (int i = 0; i < n; i++) {
+    Layer *l = new_layer(m, json_array_get(layers, (size_t)i));
+    if (is_input(l))
+      input_layer_shape(l);
+    add_layer(m, l);
+  }
+  for (int i = 0; i < n; i++)
+    load_inbound(m, m->layers[i]);
+  for (int i = 0; i < n; i++) {
+    Layer *l = m->layers[i];
+    for (int j = 0; j < l->nin; j++) {
+      Layer *s = l->in[j].layer;
+      if (!is_input(s) && s->nin == 0)
+        error_at(l->in[j].loc, "layer '%s' takes input from layer '%s', which is never called",
+                 l->name, s->name);
+    }
+    if (!is_input(l) && !is_merge(l) && l->nin > 1)
+      error_at(l->loc, "layer '%s' (%s) takes one input but is called with %d", l->name, l->cls,
+               l->nin);
+  }
+
+  // Inputs: the listed ones, else every InputLayer.
+  m->inputs = xcalloc((size_t)n, sizeof(Layer *));
+  json_t *ins = triples(cfg, "input_layers");
+  if (ins) {
+    for (size_t i = 0; i < json_array_size(ins); i++) {
+      TensorRef r = resolve(m, NULL, "input_layers", json_array_get(ins, i));
+      if (!is_input(r.layer))
+        error_at(r.loc, "'input_layers' names layer '%s', which is not an InputLayer",
+                 r.layer->name);
+      m->inputs[m->ninputs++] = r.layer;
+    }
+  } else {
+    for (int i = 0; i < n; i++)
+      if (is_input(m->layers[i]))
+        m->inputs[m->ninputs++] = m->layers[i];
+  }
+  if (m->ninputs == 0)
+    error_at(jloc(cfg), "model '%s' has no input layer", m->name);
+
+  json_t *outs = triples(cfg, "output_layers");
+  if (!outs || json_array_size(outs) == 0)
+    error_at(jloc_key(cfg, "output_layers"), "model '%s' has no 'output_layers'", m->name);
+  m->outputs = xcalloc(json_array_size(outs), sizeof(TensorRef));
+  for (size_t i = 0; i < json_array_size(outs); i++) {
+    TensorRef r = resolve(m, NULL, "output_layers", json_array_get(outs, i));
+    if (!is_input(r.layer) && r.layer->nin == 0)
+      error_at(r.loc, "output layer '%s' is never called", r.layer->name);
+    m->outputs[m->noutputs++] = r;
+  }
+
+  char *color = xcalloc((size_t)n, 1);
+  Layer **stack = xcalloc((size_t)n, sizeof(Layer *));
+  int *edge = xcalloc((size_t)n, sizeof(int));
+  for (int i = 0; i < n; i++)
+    if (color[i] == WHITE)
+      dfs_cycle(m->layers[i], color, stack, edge, 0);
+
+  // Keep the inputs and what the outputs need; order topologically,
+  // preferring file order.
+  bool *needed = xcalloc((size_t)n, sizeof(bool));
+  for (int i = 0; i < m->noutputs; i++)
+    mark_needed(m->outputs[i].layer, needed);
+  for (int i = 0; i < m->ninputs; i++)
+    needed[m->inputs[i]->index] = true;
+  for (int i = 0; i < n; i++)
+    if (!needed[i])
+      warn_at(m->layers[i]->loc, "layer '%s' does not contribute to the model's outputs; "
+              "ignored", m->layers[i]->name);
+  Layer **order = xcalloc((size_t)n, sizeof(Layer *));
+  bool *placed = xcalloc((size_t)n, sizeof(bool));
+  int nordered = 0;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int i = 0; i < n; i++) {
+      Layer *l = m->layers[i];
+      if (!needed[i] || placed[i])
+        continue;
+      bool ready = true;
+      for (int j = 0; j < l->nin; j++)
+        ready &= placed[l->in[j].layer->index];
+      if (ready) {
+        placed[i] = true;
+        order[nordered++] = l;
+        progress = true;
+        break; // restart: the earliest ready layer in file order goes next
+      }
+    }
+  }
+  for (int i = 0; i < nordered; i++)
+    order[i]->index = i;
+  m->layers = order;
+  m->nlayers = nordered;
+  free(color);
+  free(stack);
+  free(edge);
+  free(needed);
+  free(placed);
+}
+
+// ---- compile_config
+
+typedef struct {
+  const char *name;
+  LossKind kind;
+} LossName;
+
+static const LossName loss_names[] = {
+  {"mse", LOSS_MSE}, {"mean_squared_error", LOSS_MSE}, {"MeanSquaredError", LOSS_MSE},
+  {"mae", LOSS_MAE}, {"mean_absolute_error", LOSS_MAE}, {"MeanAbsoluteError", LOSS_MAE},
+  {"categorical_crossentropy", LOSS_CCE}, {"CategoricalCrossentropy", LOSS_CCE},
+  {"sparse_categorical_crossentropy", LOSS_SCCE}, {"SparseCategoricalCrossentropy", LOSS_SCCE},
+  {"binary_crossentropy", LOSS_BCE}, {"BinaryCrossentropy", LOSS_BCE},
+};
+
+static LossKind loss_by_name(json_t *at, const char *name) {
+  for (size_t i = 0; i < sizeof loss_names / sizeof *loss_names; i++)
+    if (!strcmp(name, loss_names[i].name))
+      return loss_names[i].kind;
+  error_at(jloc(at), "unknown loss '%s' (supported: mse, mae, categorical_crossentropy, "
+           "sparse_categorical_crossentropy, binary_crossentropy)", name);
+}
+
+static void load_loss(Model *m, json_t *v) {
+  m->loss_loc = jloc(v);
+  if (json_is_string(v)) {
+    m->loss = loss_by_name(v, json_string_value(v));
+    return;
+  }
+  const char *cls = get_str(v, "class_name");
+  if (!json_is_object(v) || !cls)
+    error_at(jloc(v), "'loss' must be a loss name or a loss object (one loss for one output)");
+  json_t *cfg = json_object_get(v, "config");
+  if (!strcmp(cls, "function")) { // a serialised loss function: config is its name
+    if (!json_is_string(cfg))
+      error_at(jloc_key(v, "config"), "loss function without a name");
+    m->loss = loss_by_name(cfg, json_string_value(cfg));
+    return;
+  }
+  m->loss = loss_by_name(json_object_get(v, "class_name"), cls);
+  if (!json_is_object(cfg))
+    return;
+  json_t *fl = json_object_get(cfg, "from_logits");
+  if (fl && !json_is_null(fl)) {
+    if (!json_is_boolean(fl))
+      error_at(jloc(fl), "loss '%s': 'from_logits' must be true or false", cls);
+    m->from_logits = json_is_true(fl);
+  }
+  json_t *ls = json_object_get(cfg, "label_smoothing");
+  if (json_is_number(ls) && json_number_value(ls) != 0)
+    error_at(jloc(ls), "loss '%s': label_smoothing is not supported", cls);
+  const char *red = get_str(cfg, "reduction");
+  if (red && strcmp(red, "sum_over_batch_size") && strcmp(red, "auto"))
+    error_at(jloc_key(cfg, "reduction"), "loss '%s': reduction '%s' is not supported (only "
+             "sum_over_batch_size)", cls, red);
+}
+
+typedef struct {
+  const char *cls, *name;
+  OptKind kind;
+} OptName;
+
+static const OptName opt_names[] = {
+  {"SGD", "sgd", OPT_SGD}, {"Adam", "adam", OPT_ADAM}, {"AdamW", "adamw", OPT_ADAMW},
+  {"RMSprop", "rmsprop", OPT_RMSPROP},
+};
+
+static float opt_num(const Optimizer *o, json_t *cfg, const char *key, float def) {
+  json_t *v = json_object_get(cfg, key);
+  if (!v || json_is_null(v))
+    return def;
+  if (json_is_object(v) && !strcmp(key, "learning_rate"))
+    error_at(jloc(v), "optimizer '%s': learning-rate schedules are not supported", o->name);
+  if (!json_is_number(v))
+    error_at(jloc(v), "optimizer '%s': '%s' must be a number", o->name, key);
+  return (float)json_number_value(v);
+}
+
+static void load_optimizer(Model *m, json_t *v) {
+  Optimizer *o = &m->opt;
+  o->loc = jloc(v);
+  const char *cls = json_is_string(v) ? json_string_value(v) : get_str(v, "class_name");
+  json_t *at = json_is_string(v) ? v : json_object_get(v, "class_name");
+  if (!cls)
+    error_at(jloc(v), "'optimizer' must be an optimizer name or an optimizer object");
+  const OptName *on = NULL;
+  for (size_t i = 0; i < sizeof opt_names / sizeof *opt_names; i++)
+    if (!strcasecmp(cls, opt_names[i].cls))
+      on = &opt_names[i];
+  if (!on)
+    error_at(jloc(at), "unknown optimizer '%s' (supported: sgd, adam, adamw, rmsprop)", cls);
+  // Keras 3 defaults.
+  *o = (Optimizer){.kind = on->kind, .name = on->name, .loc = o->loc, .lr = 0.001f,
+                   .beta_1 = 0.9f, .beta_2 = 0.999f, .epsilon = 1e-7f, .rho = 0.9f};
+  if (on->kind == OPT_SGD)
+    o->lr = 0.01f;
+  if (on->kind == OPT_ADAMW)
+    o->weight_decay = 0.004f;
+  json_t *cfg = json_is_object(v) ? json_object_get(v, "config") : NULL;
+  if (!json_is_object(cfg))
+    return;
+  if (get_str(cfg, "name"))
+    o->name = get_str(cfg, "name");
+  o->lr = opt_num(o, cfg, "learning_rate", o->lr);
+  o->beta_1 = opt_num(o, cfg, "beta_1", o->beta_1);
+  o->beta_2 = opt_num(o, cfg, "beta_2", o->beta_2);
+  o->epsilon = opt_num(o, cfg, "epsilon", o->epsilon);
+  o->weight_decay = opt_num(o, cfg, "weight_decay", o->weight_decay);
+  o->momentum = opt_num(o, cfg, "momentum", o->momentum);
+  o->rho = opt_num(o, cfg, "rho", o->rho);
+  json_t *nest = json_object_get(cfg, "nesterov");
+  if (nest && !json_is_null(nest) && !json_is_boolean(nest))
+    error_at(jloc(nest), "optimizer '%s': 'nesterov' must be true or false", o->name);
+  o->nesterov = json_is_true(nest);
+  // Options that would change the arithmetic and that kdcc does not do.
+  static const char *unsupported[] = {"clipnorm", "clipvalue", "global_clipnorm",
+                                      "gradient_accumulation_steps", "loss_scale_factor",
+                                      "use_ema", "amsgrad", "centered", "decay"};
+  for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
+    json_t *u = json_object_get(cfg, unsupported[i]);
+    if (u && !json_is_null(u) && !json_is_false(u) &&
+        !(json_is_number(u) && json_number_value(u) == 0))
+      error_at(jloc_key(cfg, unsupported[i]), "optimizer '%s': '%s' is not supported", o->name,
+               unsupported[i]);
+  }
+}
+
+static void load_metrics(Model *m, json_t *v) {
+  if (json_is_string(v)) {
+    const char *s = json_string_value(v);
+    if (!strcmp(s, "accuracy") || !strcmp(s, "acc")) {
+      m->metric_accuracy = true;
+      m->metric_loc = jloc(v);
+    } else {
+      warn_at(jloc(v), "metric '%s' is ignored (kdcc computes only 'accuracy')", s);
+    }
+  } else if (json_is_array(v)) {
+    for (size_t i = 0; i < json_array_size(v); i++)
+      load_metrics(m, json_array_get(v, i));
+  } else if (!json_is_null(v)) {
+    const char *cls = get_str(v, "class_name");
+    warn_at(jloc(v), "metric '%s' is ignored (kdcc computes only 'accuracy')",
+            cls ? cls : "?");
+  }
+}
+
+static void load_compile(Model *m, json_t *cc) {
+  m->loss = LOSS_MSE;
+  load_optimizer(m, json_string("adam"));
+  if (!cc || json_is_null(cc))
+    return;
+  if (!json_is_object(cc))
+    error_at(jloc(cc), "'compile_config' must be an object");
+  json_t *loss = json_object_get(cc, "loss"), *opt = json_object_get(cc, "optimizer");
+  if (loss && !json_is_null(loss))
+    load_loss(m, loss);
+  if (opt && !json_is_null(opt))
+    load_optimizer(m, opt);
+  json_t *metrics = json_object_get(cc, "metrics");
+  if (metrics)
+    load_metrics(m, metrics);
+}
+
+// ---- the model
+
+Model *load_model_json(const char *file, json_t *root) {
+  if (!json_is_object(root) || !get_str(root, "class_name"))
+    error_at(jloc(root), "expected a Keras model: an object with 'class_name' and 'config'");
+  Model *m = xcalloc(1, sizeof *m);
+  m->file = file;
+  m->root = root;
+  const char *cls = get_str(root, "class_name");
+  if (!strcmp(cls, "Sequential"))
+    m->sequential = true;
+  else if (strcmp(cls, "Functional") && strcmp(cls, "Model"))
+    error_at(jloc_key(root, "class_name"), "unknown model class '%s' (expected Sequential or "
+             "Functional)", cls);
+  json_t *cfg = json_object_get(root, "config");
+  if (!json_is_object(cfg))
+    error_at(jloc_key(root, "config"), "model has no 'config' object");
+  json_t *name = json_object_get(cfg, "name");
+  if (name && !json_is_string(name))
+    error_at(jloc(name), "model 'name' must be a string");
+  m->name = name ? json_string_value(name) : m->sequential ? "sequential" : "functional";
+  json_t *layers = json_object_get(cfg, "layers");
+  if (!json_is_array(layers))
+    error_at(jloc_key(cfg, "layers"), "model '%s' has no 'layers' list", m->name);
+  if (json_array_size(layers) == 0)
+    error_at(jloc(layers), "model '%s' has no layers", m->name);
+  m->layers = xcalloc(json_array_size(layers) + 1, sizeof(Layer *));
+  if (m->sequential)
+    load_sequential(m, cfg, layers);
+  else
+    load_functional(m, cfg, layers);
+  load_compile(m, json_object_get(root, "compile_config"));
+  json_t *dist = json_object_get(root, "distribution");
+  if (dist && !json_is_null(dist)) {
+    if (!json_is_object(dist))
+      error_at(jloc(dist), "'distribution' must be an object");
+    m->dist_json = dist;
+  }
+  return m;
+}
+
+Model *load_model(const char *path) {
+  return load_model_json(path, json_load_file_located(path));
+}

@@ -1,0 +1,164 @@
+// Static memory plan, per device, in floats.
+//
+// - The parameter blob: every variable's local shard, each followed by its
+//   optimizer slots (same local shape), in variable order.
+// - The gradient blob: every variable's final gradient (in the variable's
+//   placement, after its reduction), where the update reads it.
+// - The activation arena: every other value, placed by liveness. Values are
+//   visited in the (topological) order they are computed; a value's buffer
+//   is taken first-fit from the free space when it is computed and given
+//   back after its last reader. A reshape is a view of its operand (a split
+//   on the major-most dim of a group keeps the local element order), so it
+//   takes no buffer and keeps its operand alive. Convolution scratch (im2col)
+//   sits past the arena's peak.
+// All offsets are multiples of 16 floats (64 bytes) and become named
+// compile-time constants in the generated program.
+#include "kdcc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 16
+
+static int64_t align(int64_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static Node *base_of(Node *n) {
+  while (n->op == OP_RESHAPE) n = n->in[0];
+  return n;
+}
+
+typedef struct {
+  int64_t off, len;
+} Span;
+
+typedef struct {
+  Span *free;
+  int nfree;
+  int64_t peak;
+} Arena;
+
+static int64_t arena_alloc(Arena *a, int64_t len) {
+  for (int i = 0; i < a->nfree; i++)
+    if (a->free[i].len >= len) {
+      int64_t off = a->free[i].off;
+      a->free[i].off += len;
+      a->free[i].len -= len;
+      return off;
+    }
+  // grow at the end: extend a trailing free span if there is one
+  for (int i = 0; i < a->nfree; i++)
+    if (a->free[i].off + a->free[i].len == a->peak) {
+      int64_t off = a->free[i].off;
+      a->peak = off + len;
+      a->free[i].len = 0;
+      return off;
+    }
+  int64_t off = a->peak;
+  a->peak += len;
+  return off;
+}
+
+static int cmp_span(const void *x, const void *y) {
+  const Span *a = x, *b = y;
+  return (a->off > b->off) - (a->off < b->off);
+}
+
+static void arena_free(Arena *a, int64_t off, int64_t len) {
+  a->free[a->nfree++] = (Span){off, len};
+  qsort(a->free, a->nfree, sizeof *a->free, cmp_span);
+  int k = 0; // merge neighbours, drop empties
+  for (int i = 0; i < a->nfree; i++) {
+    if (!a->free[i].len) continue;
+    if (k && a->free[k - 1].off + a->free[k - 1].len == a->free[i].off)
+      a->free[k - 1].len += a->free[i].len;
+    else a->free[k++] = a->free[i];
+  }
+  a->nfree = k;
+}
+
+static int64_t local_elems(const Graph *g, const Node *n) {
+  Shape s = local_shape(g, n);
+  return shape_elems(&s);
+}
+
+void plan_memory(Graph *g) {
+  int64_t off = 0, goff = 0;
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    int64_t n = align(local_elems(g, v->param));
+    v->offset = off;
+    off += n * (1 + v->nslots);
+    v->param->region = REGION_PARAM;
+    v->param->offset = v->offset;
+    if (v->grad) {
+      v->goffset = goff;
+      goff += n;
+    }
+  }
+  g->param_floats = off;
+  g->grad_floats = goff;
+
+  for (int i = 0; i < g->nnodes; i++) g->nodes[i]->last_use = -1;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    for (int k = 0; k < n->nin; k++) {
+      Node *b = base_of(n->in[k]);
+      if (b->last_use < i) b->last_use = i;
+    }
+  }
+  if (g->loss) base_of(g->loss)->last_use = g->nnodes;
+  if (g->metric) base_of(g->metric)->last_use = g->nnodes;
+
+  Arena a = {.free = xcalloc(g->nnodes + 8, sizeof(Span))};
+  int64_t scratch = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op == OP_CONV2D || n->op == OP_CONV2D_DX || n->op == OP_CONV2D_DW) {
+      const Node *x = n->op == OP_CONV2D_DX ? n : n->in[0];
+      const Node *y = n->op == OP_CONV2D ? n : n->op == OP_CONV2D_DX ? n->in[0] : n->in[1];
+      Shape xs = local_shape(g, x), ys = local_shape(g, y);
+      int64_t s = ys.d[0] * ys.d[1] * ys.d[2] * n->kh * n->kw * xs.d[3];
+      if (s > scratch) scratch = s;
+    }
+    if (n->op == OP_PARAM) continue;
+    if (n->op == OP_UPDATE) {
+      n->region = REGION_NONE;
+      continue;
+    }
+    if (n->op == OP_INPUT || n->op == OP_LABEL) {
+      n->region = REGION_INPUT;
+      continue;
+    }
+    if (n->op == OP_RESHAPE) {
+      Node *b = base_of(n);
+      n->region = b->region;
+      n->offset = b->offset;
+      continue;
+    }
+    bool is_grad = false;
+    for (int v = 0; v < g->nvars; v++)
+      if (g->vars[v]->grad == n) {
+        n->region = REGION_GRAD;
+        n->offset = g->vars[v]->goffset;
+        n->var = g->vars[v];
+        is_grad = true;
+        break;
+      }
+    if (!is_grad) {
+      n->region = REGION_ARENA;
+      n->offset = arena_alloc(&a, align(local_elems(g, n)));
+    }
+    // values whose last reader is this node are free from here on
+    for (int k = 0; k < n->nin; k++) {
+      Node *b = base_of(n->in[k]);
+      if (b->last_use != i || b->region != REGION_ARENA) continue;
+      bool seen = false; // an operand may appear twice
+      for (int j = 0; j < k; j++) seen |= base_of(n->in[j]) == b;
+      if (!seen) arena_free(&a, b->offset, align(local_elems(g, b)));
+    }
+    if (n->region == REGION_ARENA && n->last_use < 0) // never read
+      arena_free(&a, n->offset, align(local_elems(g, n)));
+  }
+  g->scratch_floats = align(scratch);
+  g->arena_floats = align(a.peak) + g->scratch_floats;
+}

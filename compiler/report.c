@@ -1,0 +1,198 @@
+// What a person (or a program) reads before anything runs: every
+// variable's layout and local shape, every collective with why it is there
+// and what it moves, memory per device; and the sharded graph as text.
+#include "kdcc.h"
+
+#include <string.h>
+
+static const char *phase_name[] = {"forward", "loss", "backward", "update"};
+
+static json_t *layout_json(const Graph *g, int rank, const Place *p) {
+  json_t *a = json_array();
+  for (int d = 0; d < rank; d++)
+    json_array_append_new(a, p->axis[d] < 0 ? json_null()
+                                            : json_string(g->dist->mesh.names[p->axis[d]]));
+  return a;
+}
+
+static json_t *shape_json(const Shape *s) {
+  json_t *a = json_array();
+  for (int d = 0; d < s->rank; d++) json_array_append_new(a, json_integer(s->d[d]));
+  return a;
+}
+
+static json_t *axes_json(const Graph *g, unsigned axes) {
+  json_t *a = json_array();
+  for (int i = 0; i < g->dist->mesh.ndim; i++)
+    if ((axes >> i) & 1) json_array_append_new(a, json_string(g->dist->mesh.names[i]));
+  return a;
+}
+
+static char *axes_text(const Graph *g, unsigned axes) {
+  char buf[128] = "";
+  for (int i = 0; i < g->dist->mesh.ndim; i++)
+    if ((axes >> i) & 1) {
+      if (buf[0]) strcat(buf, ",");
+      strncat(buf, g->dist->mesh.names[i], sizeof buf - strlen(buf) - 2);
+    }
+  return xstrdup(buf);
+}
+
+typedef struct {
+  int64_t params, grads, slots, activations, sent;
+} Totals;
+
+static Totals totals(const Graph *g) {
+  Totals t = {0};
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    Shape s = local_shape(g, v->param);
+    t.params += shape_elems(&s) * 4;
+    t.slots += shape_elems(&s) * 4 * v->nslots;
+    if (v->grad) t.grads += shape_elems(&s) * 4;
+  }
+  t.activations = g->arena_floats * 4;
+  for (int i = 0; i < g->nnodes; i++)
+    if (is_collective(g->nodes[i]->op)) t.sent += coll_sent(g, g->nodes[i]);
+  return t;
+}
+
+static const char *dist_name(const Dist *d) {
+  return d->kind == DIST_DATA ? "DataParallel" : d->kind == DIST_MODEL ? "ModelParallel" : "none";
+}
+
+static void report_json(Graph *g, FILE *out) {
+  const Mesh *m = &g->dist->mesh;
+  json_t *root = json_object();
+  json_object_set_new(root, "model", json_string(g->model->name));
+  json_object_set_new(root, "distribution", json_string(dist_name(g->dist)));
+  json_t *mesh = json_object(), *shape = json_array(), *names = json_array();
+  for (int a = 0; a < m->ndim; a++) {
+    json_array_append_new(shape, json_integer(m->shape[a]));
+    json_array_append_new(names, json_string(m->names[a]));
+  }
+  json_object_set_new(mesh, "shape", shape);
+  json_object_set_new(mesh, "axis_names", names);
+  json_object_set_new(root, "mesh", mesh);
+  json_object_set_new(root, "batch", json_integer(g->batch));
+
+  json_t *vars = json_array();
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    Shape ls = local_shape(g, v->param);
+    json_array_append_new(vars, json_pack("{s:s, s:o, s:o, s:o}", "path", v->path, "global_shape",
+                                          shape_json(&v->shape), "layout",
+                                          layout_json(g, v->shape.rank, &v->place), "local_shape",
+                                          shape_json(&ls)));
+  }
+  json_object_set_new(root, "variables", vars);
+
+  json_t *colls = json_array();
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (!is_collective(n->op)) continue;
+    json_t *c = json_pack("{s:s, s:o, s:I, s:I, s:s, s:s, s:s}", "kind", op_info[n->op].name,
+                          "axes", axes_json(g, n->axes), "bytes", (json_int_t)coll_bytes(g, n),
+                          "sent", (json_int_t)coll_sent(g, n), "reason", n->reason, "tensor",
+                          n->name ? n->name : "", "phase", phase_name[n->phase]);
+    if (n->axis >= 0) json_object_set_new(c, "dim", json_integer(n->axis));
+    if (n->layer) json_object_set_new(c, "layer", json_string(n->layer));
+    json_array_append_new(colls, c);
+  }
+  json_object_set_new(root, "collectives", colls);
+
+  Totals t = totals(g);
+  json_object_set_new(root, "memory",
+                      json_pack("{s:I, s:I, s:I, s:I, s:I}", "parameters", (json_int_t)t.params,
+                                "gradients", (json_int_t)t.grads, "optimizer_state",
+                                (json_int_t)t.slots, "activations_peak",
+                                (json_int_t)t.activations, "total",
+                                (json_int_t)(t.params + t.grads + t.slots + t.activations)));
+  json_object_set_new(root, "comm_bytes_per_step", json_integer(t.sent));
+  json_dumpf(root, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  fputc('\n', out);
+  json_decref(root);
+}
+
+static char *human(int64_t b) {
+  if (b < 10 * 1024) return format("%lld B", (long long)b);
+  if (b < 10 * 1024 * 1024) return format("%.1f KiB", b / 1024.0);
+  return format("%.1f MiB", b / 1048576.0);
+}
+
+static char *mesh_text(const Mesh *m) {
+  char buf[256];
+  int n = snprintf(buf, sizeof buf, "(");
+  for (int a = 0; a < m->ndim; a++)
+    n += snprintf(buf + n, sizeof buf - n, "%s%s=%d", a ? ", " : "", m->names[a], m->shape[a]);
+  snprintf(buf + n, sizeof buf - n, ")");
+  return xstrdup(buf);
+}
+
+void print_report(Graph *g, FILE *out, bool json) {
+  if (json) {
+    report_json(g, out);
+    return;
+  }
+  const Mesh *m = &g->dist->mesh;
+  fprintf(out, "model '%s', %s on mesh %s, %d device%s, global batch %d\n\n", g->model->name,
+          dist_name(g->dist), mesh_text(m), m->size, m->size == 1 ? "" : "s", g->batch);
+  fprintf(out, "Variables\n  %-32s %-14s %-22s %s\n", "path", "global", "layout", "local");
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    Shape ls = local_shape(g, v->param);
+    fprintf(out, "  %-32s %-14s %-22s %s\n", v->path, shape_str(&v->shape),
+            place_str(m, v->shape.rank, &v->place), shape_str(&ls));
+  }
+  fprintf(out, "\nCollectives per step, per device\n  %-14s %-8s %10s %10s  %s\n", "kind",
+          "axes", "buffer", "sent", "why");
+  int nc = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (!is_collective(n->op)) continue;
+    nc++;
+    fprintf(out, "  %-14s %-8s %10s %10s  [%s] %s\n", op_info[n->op].name, axes_text(g, n->axes),
+            human(coll_bytes(g, n)), human(coll_sent(g, n)), phase_name[n->phase], n->reason);
+  }
+  if (!nc) fprintf(out, "  (none)\n");
+  Totals t = totals(g);
+  fprintf(out, "\nMemory per device\n");
+  fprintf(out, "  parameters        %12s\n", human(t.params));
+  fprintf(out, "  gradients         %12s\n", human(t.grads));
+  fprintf(out, "  optimizer state   %12s\n", human(t.slots));
+  fprintf(out, "  peak activations  %12s\n", human(t.activations));
+  fprintf(out, "  total             %12s\n", human(t.params + t.grads + t.slots + t.activations));
+  fprintf(out, "\nBytes sent per step, per device: %lld\n", (long long)t.sent);
+}
+
+void print_graph(Graph *g, FILE *out) {
+  const Mesh *m = &g->dist->mesh;
+  fprintf(out, "# sharded training graph of '%s' on mesh %s, global batch %d\n", g->model->name,
+          mesh_text(m), g->batch);
+  Phase ph = -1;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->phase != ph) fprintf(out, "\n# %s\n", phase_name[ph = n->phase]);
+    char args[256] = "";
+    for (int k = 0; k < n->nin; k++) {
+      size_t l = strlen(args);
+      snprintf(args + l, sizeof args - l, "%s%%%d", k ? ", " : "", n->in[k]->id);
+    }
+    char extra[128] = "";
+    if (n->op == OP_ACT || n->op == OP_ACT_GRAD) snprintf(extra, sizeof extra, " %s", act_name(n->act));
+    if (n->op == OP_MATMUL && (n->ta || n->tb))
+      snprintf(extra, sizeof extra, " %s%s", n->ta ? "T" : "N", n->tb ? "T" : "N");
+    if (is_collective(n->op))
+      snprintf(extra, sizeof extra, " over %s%s", axes_text(g, n->axes),
+               n->axis >= 0 ? format(" dim %d", n->axis)
+                            : "");
+    Shape ls = local_shape(g, n);
+    fprintf(out, "%%%-3d = %s%s(%s)  %s %s", n->id, op_info[n->op].name, extra, args,
+            shape_str(&n->shape), place_str(m, n->shape.rank, &n->place));
+    if (n->place.partial) fprintf(out, " partial(%s)", axes_text(g, n->place.partial));
+    fprintf(out, " local %s", shape_str(&ls));
+    if (n->name) fprintf(out, "  # %s", n->name);
+    else if (n->layer) fprintf(out, "  # %s", n->layer);
+    fputc('\n', out);
+  }
+}

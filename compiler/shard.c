@@ -1,0 +1,388 @@
+// Sharding propagation and collective insertion.
+//
+// The lattice: per tensor dimension a mesh axis or replicated (-1), plus a
+// set of mesh axes over which the local values are pending partial sums
+// (Place, kdcc.h). Replicated is the bottom; a proposal only ever makes a
+// dimension more specific, and fixed placements (seeds: the LayoutMap's
+// variable layouts, the batch axis on the input and labels, `<layer>/output`
+// constraints and, as their transposes, the same constraints on those
+// outputs' gradients) never change.
+//
+// Phase A, propagation. Each op's rule (ops.c) names a factor for every
+// dimension of its operands and result. Walking the whole training graph
+// forward, then backward, to a fixed point, each op collects one mesh axis
+// per factor from its tensors (fixed ones first, then the result, then the
+// operands), never the same axis for two factors, and proposes it to every
+// open dimension of that factor. Factors that need their whole extent
+// (softmax's class dim, conv's spatial dims) never carry an axis.
+//
+// Phase B, partitioning. In topological order each op fixes its factor
+// assignment (pass-through factors from its result, contractions from its
+// operands), which says what placement each operand must arrive in and what
+// the result comes out as: a contraction over an axis makes the result a
+// partial sum over it. Partial sums flow on through ops linear in that
+// operand (matmul, add, reshape, ...) and are settled where something needs
+// the true value. Every edge whose producer's placement differs from what
+// the consumer needs gets a reshard, the cheapest sequence of collectives:
+//   partial -> replicated        all-reduce
+//   partial -> split             reduce-scatter
+//   split -> replicated          all-gather
+//   split on dim i -> on dim j   all-to-all
+//   replicated -> split          local slice, no traffic
+// A reshard of one value to one placement is made once and shared by all
+// its consumers. Nothing is special-cased per layer or distribution: the
+// data-parallel gradient all-reduce is the reshard of dW = x^T dy (partial
+// over the batch axis) to its variable's replicated placement.
+#include "kdcc.h"
+
+#include <string.h>
+
+int axis_size(const Graph *g, int axis) { return axis < 0 ? 1 : g->dist->mesh.shape[axis]; }
+
+bool place_eq(const Place *a, const Place *b, int rank) {
+  if (a->partial != b->partial) return false;
+  for (int d = 0; d < rank; d++)
+    if (a->axis[d] != b->axis[d]) return false;
+  return true;
+}
+
+int64_t shape_elems(const Shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->d[i];
+  return n;
+}
+
+Shape local_shape(const Graph *g, const Node *n) {
+  Shape s = n->shape;
+  for (int d = 0; d < s.rank; d++) s.d[d] /= axis_size(g, n->place.axis[d]);
+  return s;
+}
+
+static bool uses_axis(const Place *p, int rank, int a) {
+  for (int d = 0; d < rank; d++)
+    if (p->axis[d] == a) return true;
+  return (p->partial >> a) & 1;
+}
+
+// Axes of size 1 split nothing and sum nothing: drop them.
+static Place normalize(const Graph *g, Place p, int rank) {
+  for (int d = 0; d < rank; d++)
+    if (axis_size(g, p.axis[d]) == 1) p.axis[d] = -1;
+  for (int a = 0; a < MAX_AXES; a++)
+    if (((p.partial >> a) & 1) && axis_size(g, a) == 1) p.partial &= ~(1u << a);
+  return p;
+}
+
+// ---- Phase A
+
+// The tensors an op's rule talks about: index 0 the result, then operands.
+static int rule_tensors(Node *n, Rule *r, Node **t, const int8_t **map) {
+  op_rule(n, r);
+  t[0] = n;
+  map[0] = r->out;
+  for (int i = 0; i < n->nin; i++) {
+    t[i + 1] = n->in[i];
+    map[i + 1] = r->in[i];
+  }
+  return n->nin + 1;
+}
+
+static bool propagate_op(Graph *g, Node *n) {
+  Rule r;
+  Node *t[MAX_IN + 1];
+  const int8_t *map[MAX_IN + 1];
+  int nt = rule_tensors(n, &r, t, map);
+  int fa[MAX_FACTORS];
+  unsigned used = 0;
+  for (int f = 0; f < r.nf; f++) fa[f] = -1;
+  for (int pass = 0; pass < 2; pass++) // fixed tensors first
+    for (int i = 0; i < nt; i++) {
+      if (t[i]->has_want != (pass == 0)) continue;
+      for (int d = 0; d < t[i]->shape.rank; d++) {
+        int f = map[i][d], a = t[i]->place.axis[d];
+        if (f < 0 || r.kind[f] == F_FULL || a < 0 || fa[f] >= 0 || ((used >> a) & 1)) continue;
+        fa[f] = a;
+        used |= 1u << a;
+      }
+    }
+  bool changed = false;
+  for (int i = 0; i < nt; i++) {
+    if (t[i]->has_want) continue;
+    for (int d = 0; d < t[i]->shape.rank; d++) {
+      int f = map[i][d];
+      if (f < 0 || fa[f] < 0 || t[i]->place.axis[d] >= 0) continue;
+      if (uses_axis(&t[i]->place, t[i]->shape.rank, fa[f])) continue;
+      if (t[i]->shape.d[d] % axis_size(g, fa[f])) continue;
+      t[i]->place.axis[d] = fa[f];
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+// ---- Phase B
+
+typedef struct {
+  Graph *g;
+  Node **out;           // the new node order
+  int nout;
+  Node **memo_src;      // reshards made so far
+  Node **memo_dst;
+  int nmemo;
+  Node **redirect;      // by original node id: the value consumers read instead
+  int nredirect;
+} Part;
+
+static void emit_node(Part *p, Node *n) { p->out[p->nout++] = n; }
+
+static Node *collective(Part *p, OpKind op, Node *src, unsigned axes, int dim, int dim2,
+                        const Node *consumer, const char *why) {
+  Node *c = new_node(p->g, op, 1, &src);
+  c->shape = src->shape;
+  c->axes = axes;
+  c->axis = dim;
+  c->axis2 = dim2;
+  c->phase = consumer->phase;
+  c->layer = consumer->layer;
+  c->loc = consumer->loc;
+  c->name = src->name;
+  c->reason = why;
+  c->place = src->place;
+  emit_node(p, c);
+  return c;
+}
+
+static const char *axes_str(const Graph *g, unsigned axes) {
+  char buf[128] = "";
+  for (int a = 0; a < g->dist->mesh.ndim; a++)
+    if ((axes >> a) & 1) {
+      if (buf[0]) strcat(buf, ",");
+      strncat(buf, g->dist->mesh.names[a], sizeof buf - strlen(buf) - 2);
+    }
+  return xstrdup(buf);
+}
+
+static const char *what(const Node *n) {
+  return n->name ? n->name : format("%s#%d", op_info[n->op].name, n->id);
+}
+
+// Bring src to placement want for consumer; returns the node holding it.
+// Each collective node's place is the placement it produces.
+static Node *reshard(Part *p, Node *src, Place want, const Node *consumer) {
+  Graph *g = p->g;
+  int rank = src->shape.rank;
+  if (place_eq(&src->place, &want, rank)) return src;
+  for (int i = 0; i < p->nmemo; i++)
+    if (p->memo_src[i] == src && place_eq(&p->memo_dst[i]->place, &want, rank))
+      return p->memo_dst[i];
+
+  const char *user = format("%s (%s)", op_info[consumer->op].name,
+                            consumer->layer ? consumer->layer : "loss");
+  Node *x = src;
+  Place cur = src->place;
+  unsigned pend = cur.partial & ~want.partial;
+  for (int a = 0; a < MAX_AXES; a++) { // partial -> split: reduce-scatter
+    if (!((pend >> a) & 1)) continue;
+    for (int d = 0; d < rank; d++)
+      if (want.axis[d] == a && cur.axis[d] < 0) {
+        x = collective(p, OP_REDUCE_SCATTER, x, 1u << a, d, -1, consumer,
+                       format("%s is a partial sum over '%s'; %s wants it split on dim %d",
+                              what(src), axes_str(g, 1u << a), user, d));
+        cur.axis[d] = a;
+        cur.partial &= ~(1u << a);
+        pend &= ~(1u << a);
+        x->place = cur;
+        break;
+      }
+  }
+  if (pend) { // partial -> replicated: all-reduce
+    x = collective(p, OP_ALLREDUCE, x, pend, -1, -1, consumer,
+                   format("%s is a partial sum over '%s'; %s needs the sum", what(src),
+                          axes_str(g, pend), user));
+    cur.partial &= ~pend;
+    x->place = cur;
+  }
+  for (int d = 0; d < rank; d++) {
+    int a = cur.axis[d];
+    if (a < 0 || want.axis[d] == a) continue;
+    int e = -1;
+    for (int k = 0; k < rank; k++)
+      if (k != d && want.axis[k] == a && cur.axis[k] < 0) e = k;
+    if (e >= 0) { // split moves from dim d to dim e: all-to-all
+      x = collective(p, OP_ALLTOALL, x, 1u << a, d, e, consumer,
+                     format("%s is split over '%s' on dim %d; %s wants it on dim %d", what(src),
+                            axes_str(g, 1u << a), d, user, e));
+      cur.axis[e] = a;
+    } else { // split -> replicated: all-gather
+      x = collective(p, OP_ALLGATHER, x, 1u << a, d, -1, consumer,
+                     format("%s is split over '%s' on dim %d; %s needs it whole", what(src),
+                            axes_str(g, 1u << a), d, user));
+    }
+    cur.axis[d] = -1;
+    x->place = cur;
+  }
+  for (int d = 0; d < rank; d++) { // replicated -> split: a local slice
+    int a = want.axis[d];
+    if (a < 0 || cur.axis[d] == a) continue;
+    x = collective(p, OP_LOCAL_SLICE, x, 1u << a, d, -1, consumer,
+                   format("%s is replicated over '%s'; %s takes this device's block of dim %d",
+                          what(src), axes_str(g, 1u << a), user, d));
+    cur.axis[d] = a;
+    x->place = cur;
+  }
+  if (!place_eq(&cur, &want, rank)) unreachable();
+  p->memo_src[p->nmemo] = src;
+  p->memo_dst[p->nmemo++] = x;
+  return x;
+}
+
+// Decide op n's factor assignment, bring its operands to what that needs
+// and set the placement its result comes out in.
+static void partition_op(Part *p, Node *n) {
+  Graph *g = p->g;
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i]->id < p->nredirect && p->redirect[n->in[i]->id])
+      n->in[i] = p->redirect[n->in[i]->id];
+  Rule r;
+  Node *t[MAX_IN + 1];
+  const int8_t *map[MAX_IN + 1];
+  int nt = rule_tensors(n, &r, t, map);
+  int fa[MAX_FACTORS];
+  unsigned used = 0;
+  for (int f = 0; f < r.nf; f++) fa[f] = -1;
+  // pass-through factors from the result's propagated placement, then
+  // contractions (and any factor the result lacks) from the operands
+  for (int i = 0; i < nt; i++)
+    for (int d = 0; d < t[i]->shape.rank; d++) {
+      int f = map[i][d], a = i == 0 ? n->place.axis[d] : t[i]->place.axis[d];
+      if (f < 0 || r.kind[f] == F_FULL || a < 0 || fa[f] >= 0 || ((used >> a) & 1)) continue;
+      if (i > 0 && r.kind[f] == F_PASS) {
+        bool in_result = false;
+        for (int k = 0; k < n->shape.rank; k++) in_result |= r.out[k] == f;
+        if (in_result) continue;
+      }
+      fa[f] = a;
+      used |= 1u << a;
+    }
+  for (int f = 0; f < r.nf; f++) // every tensor of the factor must divide
+    for (int i = 0; i < nt && fa[f] >= 0; i++)
+      for (int d = 0; d < t[i]->shape.rank; d++)
+        if (map[i][d] == f && t[i]->shape.d[d] % axis_size(g, fa[f])) {
+          used &= ~(1u << fa[f]);
+          fa[f] = -1;
+          break;
+        }
+
+  Place want[MAX_IN], res = place_replicated();
+  for (int i = 0; i < n->nin; i++) {
+    want[i] = place_replicated();
+    for (int d = 0; d < n->in[i]->shape.rank; d++)
+      want[i].axis[d] = map[i + 1][d] >= 0 ? fa[map[i + 1][d]] : -1;
+  }
+  // partial sums that may pass through
+  uint8_t lin = op_info[n->op].linear;
+  if (op_info[n->op].joint) {
+    unsigned common = n->in[0]->place.partial;
+    bool same = common && !(common & used);
+    for (int i = 0; i < n->nin; i++) same &= n->in[i]->place.partial == common;
+    if (same) {
+      for (int i = 0; i < n->nin; i++) want[i].partial = common;
+      res.partial = common;
+    }
+  } else {
+    for (int i = 0; i < n->nin; i++) {
+      unsigned pp = n->in[i]->place.partial;
+      if (!((lin >> i) & 1) || !pp || (pp & used) || res.partial) continue;
+      want[i].partial = pp;
+      res.partial = pp;
+    }
+  }
+  for (int f = 0; f < r.nf; f++)
+    if (r.kind[f] == F_CONTRACT && fa[f] >= 0) res.partial |= 1u << fa[f];
+  for (int d = 0; d < n->shape.rank; d++) res.axis[d] = r.out[d] >= 0 ? fa[r.out[d]] : -1;
+
+  for (int i = 0; i < n->nin; i++) n->in[i] = reshard(p, n->in[i], want[i], n);
+  n->place = res;
+  emit_node(p, n);
+  if (n->has_want && !place_eq(&n->place, &n->want, n->shape.rank))
+    p->redirect[n->id] = reshard(p, n, n->want, n);
+}
+
+void propagate_shardings(Graph *g) {
+  int n0 = g->nnodes;
+  // the transpose of an output constraint constrains the output's gradient
+  for (int i = 0; i < n0; i++) {
+    Node *n = g->nodes[i];
+    if (n->has_want && n->op != OP_PARAM && n->grad && !n->grad->has_want) {
+      n->grad->has_want = true;
+      n->grad->want = n->want;
+    }
+  }
+  for (int i = 0; i < n0; i++) {
+    Node *n = g->nodes[i];
+    n->place = place_replicated();
+    if (n->has_want) n->place = n->want = normalize(g, n->want, n->shape.rank);
+  }
+
+  // Phase A: forward and backward sweeps to a fixed point
+  for (int round = 0; round < 64; round++) {
+    bool changed = false;
+    for (int i = 0; i < n0; i++) changed |= propagate_op(g, g->nodes[i]);
+    for (int i = n0 - 1; i >= 0; i--) changed |= propagate_op(g, g->nodes[i]);
+    if (!changed) break;
+  }
+
+  // Phase B: in topological order
+  Part p = {.g = g};
+  int cap = 8 * n0 + 64;
+  p.out = xcalloc(cap, sizeof *p.out);
+  p.memo_src = xcalloc(cap, sizeof *p.memo_src);
+  p.memo_dst = xcalloc(cap, sizeof *p.memo_dst);
+  p.redirect = xcalloc(n0, sizeof *p.redirect);
+  p.nredirect = n0;
+  for (int i = 0; i < n0; i++) {
+    Node *n = g->nodes[i];
+    if (n->op == OP_INPUT || n->op == OP_LABEL || n->op == OP_PARAM) {
+      emit_node(&p, n);
+      continue;
+    }
+    if (n->op == OP_UPDATE) // the result is the variable itself
+      n->place = n->in[0]->place;
+    partition_op(&p, n);
+    if (n->op == OP_UPDATE) n->place = n->in[0]->place;
+  }
+  // the loss and the metric are reported: they need their sums
+  for (Node **s = (Node *[]){g->loss, g->metric}, **e = s + 2; s < e; s++) {
+    if (!*s) continue;
+    Node *v = reshard(&p, *s, place_replicated(), *s);
+    v->phase = PH_LOSS;
+    if (*s == g->loss) g->loss = v;
+    else g->metric = v;
+  }
+  for (int i = 0; i < p.nout; i++) // a gradient ends in its variable's placement
+    if (p.out[i]->op == OP_UPDATE) p.out[i]->var->grad = p.out[i]->in[1];
+  g->nodes = p.out;
+  g->nnodes = p.nout;
+  g->cap = cap;
+  for (int i = 0; i < g->nnodes; i++) g->nodes[i]->id = i;
+}
+
+// ---- costs
+
+int64_t coll_bytes(const Graph *g, const Node *n) {
+  Shape s = local_shape(g, n->in[0]);
+  return shape_elems(&s) * 4;
+}
+
+int64_t coll_sent(const Graph *g, const Node *n) {
+  int64_t groupn = 1, b = coll_bytes(g, n);
+  for (int a = 0; a < MAX_AXES; a++)
+    if ((n->axes >> a) & 1) groupn *= axis_size(g, a);
+  switch (n->op) {
+  case OP_ALLREDUCE: return 2 * (groupn - 1) * b / groupn;
+  case OP_REDUCE_SCATTER: return (groupn - 1) * b / groupn;
+  case OP_ALLGATHER: return (groupn - 1) * b;
+  case OP_ALLTOALL: return (groupn - 1) * b / groupn;
+  default: return 0;
+  }
+}

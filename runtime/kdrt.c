@@ -1,0 +1,870 @@
+// kdrt.c: the part of every kdcc-generated program that is not the model.
+//
+// kdrt_main runs in this order:
+//   1. MPI_Init (a lone `./train` is a singleton world of one rank);
+//   2. parse the options (usage errors exit 2, --help exits 0);
+//   3. check the world size against the compiled mesh, else say how to run
+//      it (`mpirun -np 8 ./train`) and exit 1 on every rank;
+//   4. place this rank in the mesh (row-major coordinates), allocate the
+//      parameter blob, gradients and arena, and call prog->init;
+//   5. open the data: --x/--y .npy files (mmap'd, converted row by row to
+//      float32) or --synthetic N samples made from the seed;
+//   6. fit: per epoch a seeded shuffle of the training samples, then full
+//      global batches in that order; this rank hands train_step only its rows
+//      of each batch (rows [coord*lb, +lb) of the batch axis, lb = batch /
+//      mesh_shape[batch_axis]); Keras-style progress on rank 0; validation
+//      on the last --validation-split fraction (taken before shuffling);
+//   7. evaluate (validation data if any, else the training data), then write
+//      --history atomically.
+//
+// Invariant: the sequence of global batches depends only on the data, the
+// seed and the batch size, never on the mesh, so one program compiled for
+// different meshes trains on the same numbers. Errors every rank detects
+// alike (options, data files) are printed once by rank 0 and every rank
+// exits cleanly; errors of one rank go through kdrt_fatal (MPI_Abort).
+#include "kdrt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+// Stream ids of the runtime's own randomness (kdcc hashes variable paths
+// for the model's streams).
+#define STREAM_DATA_X 0x6b647274782d3031ull  // synthetic inputs
+#define STREAM_DATA_Y 0x6b647274792d3031ull  // synthetic labels
+#define STREAM_SHUFFLE 0x6b64727473687566ull // per-epoch permutation
+
+static const char *prog_name = "train";   // basename of argv[0], prefixes messages
+static const char *prog_invoke = "./train"; // argv[0] as typed, for the mpirun hint
+
+// ------------------------------------------------------------ messages
+
+void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...) {
+  if (c && c->rank != 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+}
+
+void kdrt_fatal(const kdrt_ctx *c, const char *fmt, ...) {
+  int rank = c ? c->rank : -1, inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (!c && inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fflush(stdout);
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: rank %d: ", prog_name, rank);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+// An error every rank sees alike: rank 0 says it, every rank leaves.
+static int fail_all(const kdrt_ctx *c, int status, const char *fmt, ...) {
+  if (c->rank == 0) {
+    fflush(stdout);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog_name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+  }
+  kdrt_comm_free((kdrt_ctx *)c);
+  MPI_Finalize();
+  exit(status);
+}
+
+// "(2, 4)" for int tuples and "('data', 'model')" for names, as Python prints them.
+static void fmt_tuple(char *buf, size_t len, int n, const int64_t *v, const char *const *s) {
+  size_t k = (size_t)snprintf(buf, len, "(");
+  for (int i = 0; i < n && k < len; i++) {
+    const char *sep = i ? ", " : "";
+    if (s) k += (size_t)snprintf(buf + k, len - k, "%s'%s'", sep, s[i]);
+    else k += (size_t)snprintf(buf + k, len - k, "%s%lld", sep, (long long)v[i]);
+  }
+  if (k < len) snprintf(buf + k, len - k, "%s)", n == 1 ? "," : "");
+}
+
+// ------------------------------------------------------------ options
+
+static void usage(FILE *f, const kdrt_program *p) {
+  int64_t mesh[KDRT_MAX_AXES];
+  int64_t devices = 1;
+  for (int i = 0; i < p->mesh_ndim; i++) mesh[i] = p->mesh_shape[i], devices *= mesh[i];
+  char m[128], a[256];
+  fmt_tuple(m, sizeof m, p->mesh_ndim, mesh, NULL);
+  fmt_tuple(a, sizeof a, p->mesh_ndim, NULL, p->mesh_axes);
+  fprintf(f,
+          "usage: %s [options]\n"
+          "Trains %s, compiled for mesh %s %s: run it as mpirun -np %lld %s\n"
+          "  --epochs N            passes over the training data (default 1)\n"
+          "  --batch-size B        global batch size; must be %d, the one compiled in\n"
+          "  --steps-per-epoch S   at most S steps per epoch (default: every full batch)\n"
+          "  --synthetic N         N random samples made from --seed (the default, 128,\n"
+          "                        when no --x is given)\n"
+          "  --x FILE --y FILE     inputs and labels as .npy (float32, float64, uint8,\n"
+          "                        int32, int64)\n"
+          "  --validation-split F  hold out the last fraction F of the samples\n"
+          "  --seed S              seed of weights, dropout, shuffling, synthetic data\n"
+          "                        (default 1337)\n"
+          "  --lr X                learning rate (default %g, the one compiled in)\n"
+          "  --history FILE        write per-epoch metrics as JSON\n"
+          "  --quiet               print errors only\n"
+          "  --help                this text\n",
+          prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
+          prog_invoke, p->batch, (double)p->learning_rate);
+}
+
+static int bad(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return 2;
+}
+
+static int parse_i64(const char *s, int64_t lo, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_f64(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v)) return -1;
+  *out = v;
+  return 0;
+}
+
+int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t errlen) {
+  memset(o, 0, sizeof *o);
+  o->epochs = 1;
+  o->seed = 1337;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      o->help = 1;
+      continue;
+    }
+    if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
+      o->quiet = 1;
+      continue;
+    }
+    // Every other option takes a value: `--opt V` or `--opt=V`.
+    char name[32];
+    const char *val;
+    const char *eq = strchr(arg, '=');
+    if (strncmp(arg, "--", 2) || (eq && (size_t)(eq - arg) >= sizeof name))
+      return bad(err, errlen, "unknown option '%s'", arg);
+    if (eq) {
+      memcpy(name, arg, (size_t)(eq - arg));
+      name[eq - arg] = 0;
+      val = eq + 1;
+    } else {
+      snprintf(name, sizeof name, "%s", arg);
+      if (strlen(arg) >= sizeof name) return bad(err, errlen, "unknown option '%s'", arg);
+      val = i + 1 < argc ? argv[i + 1] : NULL;
+    }
+    int64_t iv;
+    double dv;
+    int known = 1, ok = 1;
+    if (!strcmp(name, "--epochs")) {
+      ok = val && !parse_i64(val, 0, &iv) && iv <= 1000000000;
+      if (ok) o->epochs = (int)iv;
+    } else if (!strcmp(name, "--batch-size")) {
+      ok = val && !parse_i64(val, 1, &iv) && iv <= 1000000000;
+      if (ok) o->batch_size = (int)iv;
+    } else if (!strcmp(name, "--steps-per-epoch")) {
+      ok = val && !parse_i64(val, 1, &iv);
+      if (ok) o->steps_per_epoch = iv;
+    } else if (!strcmp(name, "--synthetic")) {
+      ok = val && !parse_i64(val, 1, &iv);
+      if (ok) o->synthetic = iv;
+    } else if (!strcmp(name, "--seed")) {
+      ok = val && !parse_i64(val, 0, &iv);
+      if (ok) o->seed = (uint64_t)iv;
+    } else if (!strcmp(name, "--validation-split")) {
+      ok = val && !parse_f64(val, &dv) && dv >= 0.0 && dv < 1.0;
+      if (ok) o->validation_split = dv;
+    } else if (!strcmp(name, "--lr")) {
+      ok = val && !parse_f64(val, &dv) && dv >= 0.0;
+      if (ok) o->has_lr = 1, o->lr = (float)dv;
+    } else if (!strcmp(name, "--x")) {
+      ok = val && *val;
+      if (ok) o->x_path = val;
+    } else if (!strcmp(name, "--y")) {
+      ok = val && *val;
+      if (ok) o->y_path = val;
+    } else if (!strcmp(name, "--history")) {
+      ok = val && *val;
+      if (ok) o->history = val;
+    } else {
+      known = 0;
+    }
+    if (!known) return bad(err, errlen, "unknown option '%s'", name);
+    if (!val) return bad(err, errlen, "option '%s' needs a value", name);
+    if (!ok) {
+      const char *want = !strcmp(name, "--validation-split") ? "a number in [0, 1)"
+                         : !strcmp(name, "--lr")             ? "a number >= 0"
+                         : !strcmp(name, "--epochs") || !strcmp(name, "--seed")
+                             ? "an integer >= 0"
+                         : !strcmp(name, "--x") || !strcmp(name, "--y") ||
+                                 !strcmp(name, "--history")
+                             ? "a file name"
+                             : "an integer >= 1";
+      return bad(err, errlen, "option '%s' wants %s, got '%s'", name, want, val);
+    }
+    if (!eq) i++;
+  }
+  if (o->x_path && !o->y_path) return bad(err, errlen, "--x needs --y (the labels)");
+  if (o->y_path && !o->x_path) return bad(err, errlen, "--y needs --x (the inputs)");
+  if (o->x_path && o->synthetic)
+    return bad(err, errlen, "--synthetic and --x exclude each other");
+  return 0;
+}
+
+// ------------------------------------------------------------ .npy files
+
+// Find key ('key' or "key") in the header dict; returns the text after its colon.
+static const char *npy_key(const char *h, const char *end, const char *key) {
+  size_t kl = strlen(key);
+  for (const char *p = h; p + kl + 2 <= end; p++) {
+    if ((*p == '\'' || *p == '"') && !strncmp(p + 1, key, kl) && p[kl + 1] == *p) {
+      p += kl + 2;
+      while (p < end && (*p == ' ' || *p == ':')) p++;
+      return p;
+    }
+  }
+  return NULL;
+}
+
+int kdrt_npy_parse(const unsigned char *buf, size_t len, kdrt_npy *out, char *err,
+                   size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (len < 10 || memcmp(buf, "\x93NUMPY", 6))
+    return snprintf(err, errlen, "not a .npy file (no \\x93NUMPY magic)"), -1;
+  size_t hlen, hstart;
+  if (buf[6] == 1) {
+    hlen = buf[8] | (size_t)buf[9] << 8, hstart = 10;
+  } else if (buf[6] == 2 || buf[6] == 3) {
+    if (len < 12) return snprintf(err, errlen, "truncated .npy header"), -1;
+    hlen = buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+    hstart = 12;
+  } else {
+    return snprintf(err, errlen, ".npy format version %d is not supported", buf[6]), -1;
+  }
+  if (hstart + hlen > len) return snprintf(err, errlen, "truncated .npy header"), -1;
+  const char *h = (const char *)buf + hstart, *end = h + hlen;
+  out->data_offset = hstart + hlen;
+
+  // 'descr': '<f4'
+  const char *p = npy_key(h, end, "descr");
+  if (!p || p >= end || (*p != '\'' && *p != '"'))
+    return snprintf(err, errlen, ".npy header has no 'descr' string"), -1;
+  char q = *p++, descr[16];
+  size_t n = 0;
+  while (p < end && *p != q && n + 1 < sizeof descr) descr[n++] = *p++;
+  descr[n] = 0;
+  if (n < 3 || strchr("<>|=", descr[0]) == NULL || descr[0] == '>')
+    return snprintf(err, errlen, "dtype '%s' is not supported (big-endian or structured)",
+                    descr), -1;
+  out->kind = descr[1];
+  out->size = atoi(descr + 2);
+  int ok = (out->kind == 'f' && (out->size == 4 || out->size == 8)) ||
+           (out->kind == 'u' && out->size == 1) ||
+           (out->kind == 'i' && (out->size == 4 || out->size == 8));
+  if (!ok)
+    return snprintf(err, errlen,
+                    "dtype '%s' is not supported (use float32, float64, uint8, int32 or "
+                    "int64)", descr), -1;
+
+  // 'fortran_order': False
+  p = npy_key(h, end, "fortran_order");
+  if (!p) return snprintf(err, errlen, ".npy header has no 'fortran_order'"), -1;
+  if (!strncmp(p, "True", 4))
+    return snprintf(err, errlen, "array is in Fortran order; save it with "
+                                 "np.save(f, np.ascontiguousarray(a))"), -1;
+  if (strncmp(p, "False", 5)) return snprintf(err, errlen, "bad 'fortran_order' value"), -1;
+
+  // 'shape': (128, 28, 28, 1)
+  p = npy_key(h, end, "shape");
+  if (!p || *p != '(') return snprintf(err, errlen, ".npy header has no 'shape' tuple"), -1;
+  p++;
+  for (;;) {
+    while (p < end && (*p == ' ' || *p == ',')) p++;
+    if (p >= end) return snprintf(err, errlen, "unterminated 'shape' tuple"), -1;
+    if (*p == ')') break;
+    char *e;
+    long long v = strtoll(p, &e, 10);
+    if (e == p || v < 0) return snprintf(err, errlen, "bad 'shape' tuple"), -1;
+    if (out->ndim == 8) return snprintf(err, errlen, "more than 8 dimensions"), -1;
+    out->shape[out->ndim++] = v;
+    p = e;
+    while (p < end && (*p == 'L' || *p == ' ')) p++; // Python 2 longs
+  }
+  return 0;
+}
+
+typedef struct {
+  const char *path;
+  kdrt_npy h;
+  void *map;
+  size_t map_len;
+  const unsigned char *data; // first element
+  int64_t row;               // elements per sample
+} npy_file;
+
+static void fmt_shape(char *buf, size_t len, const char *first, int n, const int64_t *v) {
+  size_t k = (size_t)snprintf(buf, len, "(%s", first);
+  for (int i = 0; i < n && k < len; i++)
+    k += (size_t)snprintf(buf + k, len - k, "%s%lld", (i || *first) ? ", " : "",
+                          (long long)v[i]);
+  if (k < len) snprintf(buf + k, len - k, "%s)", n + (*first != 0) == 1 ? "," : "");
+}
+
+// Open and check one data file; shape must be (N, want...) or, when
+// allow_flat, (N,). Returns 0 or fails on every rank.
+static void npy_open(const kdrt_ctx *c, npy_file *f, const char *path, const char *role,
+                     int want_rank, const int64_t *want, int allow_flat) {
+  memset(f, 0, sizeof *f);
+  f->path = path;
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) fail_all(c, 1, "%s: cannot open %s file: %s", path, role, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) || st.st_size < 10)
+    fail_all(c, 1, "%s: not a .npy file (too short)", path);
+  f->map_len = (size_t)st.st_size;
+  f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (f->map == MAP_FAILED) fail_all(c, 1, "%s: cannot map: %s", path, strerror(errno));
+  char err[256];
+  if (kdrt_npy_parse(f->map, f->map_len, &f->h, err, sizeof err))
+    fail_all(c, 1, "%s: %s", path, err);
+  const kdrt_npy *h = &f->h;
+  int fits = h->ndim == 1 + want_rank && h->ndim >= 1;
+  for (int i = 0; fits && i < want_rank; i++) fits = h->shape[1 + i] == want[i];
+  int64_t row = 1;
+  for (int i = 0; i < want_rank; i++) row *= want[i];
+  if (!fits && allow_flat && row == 1 && h->ndim == 1) fits = 1;
+  if (!fits && allow_flat && want_rank == 0 && h->ndim == 2 && h->shape[1] == 1) fits = 1;
+  if (!fits) {
+    char got[160], exp[160];
+    fmt_shape(got, sizeof got, "", h->ndim, h->shape);
+    fmt_shape(exp, sizeof exp, "N", want_rank, want);
+    fail_all(c, 1, "%s: shape %s does not fit the model's %s: expected %s%s", path, got, role,
+             exp, allow_flat && row == 1 ? " or (N,)" : "");
+  }
+  f->row = row;
+  size_t need = f->h.data_offset + (size_t)h->shape[0] * (size_t)row * (size_t)h->size;
+  if (f->map_len < need)
+    fail_all(c, 1, "%s: file is truncated: %zu bytes, the header promises %zu", path,
+             f->map_len, need);
+  f->data = (const unsigned char *)f->map + f->h.data_offset;
+}
+
+// Sample s of the file as floats.
+static void npy_row(const npy_file *f, int64_t s, float *out) {
+  size_t n = (size_t)f->row, base = (size_t)s * n;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char *p = f->data + (base + i) * (size_t)f->h.size;
+    double v;
+    switch (f->h.kind * 16 + f->h.size) {
+    case 'f' * 16 + 4: { float x; memcpy(&x, p, 4); v = x; break; }
+    case 'f' * 16 + 8: { double x; memcpy(&x, p, 8); v = x; break; }
+    case 'i' * 16 + 4: { int32_t x; memcpy(&x, p, 4); v = x; break; }
+    case 'i' * 16 + 8: { int64_t x; memcpy(&x, p, 8); v = (double)x; break; }
+    default: v = *p; break; // uint8
+    }
+    out[i] = (float)v;
+  }
+}
+
+// ------------------------------------------------------------ data
+
+static int64_t prod(int n, const int64_t *v) {
+  int64_t p = 1;
+  for (int i = 0; i < n; i++) p *= v[i];
+  return p;
+}
+
+void kdrt_synthetic_sample(const kdrt_program *p, uint64_t seed, int64_t sample, float *x,
+                           float *y) {
+  int64_t xn = prod(p->x_rank, p->x_shape), yn = prod(p->y_rank, p->y_shape);
+  for (int64_t i = 0; i < xn; i++)
+    x[i] = kdrt_normal(seed, STREAM_DATA_X, 0, (uint64_t)(sample * xn + i));
+  int classes = p->num_classes > 0 ? p->num_classes : (int)yn;
+  int cls = (int)(kdrt_uniform(seed, STREAM_DATA_Y, 0, (uint64_t)sample) * (float)classes);
+  if (cls >= classes) cls = classes - 1;
+  for (int64_t i = 0; i < yn; i++) {
+    uint64_t g = (uint64_t)(sample * yn + i);
+    switch (p->label_kind) {
+    case KDRT_LABEL_ONEHOT: y[i] = i == cls ? 1.0f : 0.0f; break;
+    case KDRT_LABEL_CLASSID: y[i] = (float)cls; break;
+    case KDRT_LABEL_BINARY: y[i] = kdrt_uniform(seed, STREAM_DATA_Y, 1, g) < 0.5f ? 0.0f : 1.0f; break;
+    default: y[i] = kdrt_normal(seed, STREAM_DATA_Y, 0, g); break;
+    }
+  }
+}
+
+void kdrt_shuffle(uint64_t seed, int64_t epoch, int64_t *idx, int64_t n) {
+  for (int64_t i = 0; i < n; i++) idx[i] = i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    float u = kdrt_uniform(seed, STREAM_SHUFFLE, (uint64_t)epoch, (uint64_t)i);
+    int64_t j = (int64_t)(u * (double)(i + 1));
+    if (j > i) j = i;
+    int64_t t = idx[i];
+    idx[i] = idx[j], idx[j] = t;
+  }
+}
+
+typedef struct {
+  const kdrt_program *p;
+  uint64_t seed;
+  int synthetic;
+  npy_file x, y;
+  int64_t n;        // samples in all
+  int64_t xn, yn;   // floats per sample
+} dataset;
+
+static void sample_rows(const dataset *d, int64_t s, float *x, float *y) {
+  if (d->synthetic) {
+    kdrt_synthetic_sample(d->p, d->seed, s, x, y);
+  } else {
+    npy_row(&d->x, s, x);
+    npy_row(&d->y, s, y);
+  }
+}
+
+// ------------------------------------------------------------ progress
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static size_t put(char *buf, size_t len, size_t k, const char *fmt, ...) {
+  if (k >= len) return k;
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(buf + k, len - k, fmt, ap);
+  va_end(ap);
+  return w > 0 ? k + (size_t)w : k;
+}
+
+static size_t put_value(char *buf, size_t len, size_t k, double v) {
+  if (isnan(v)) return put(buf, len, k, " nan");
+  if (isinf(v)) return put(buf, len, k, v > 0 ? " inf" : " -inf");
+  return put(buf, len, k, fabs(v) > 1e-3 ? " %.4f" : " %.4e", v);
+}
+
+void kdrt_progress_line(char *buf, size_t len, int64_t cur, int64_t target, int finalize,
+                        double elapsed_s, double per_step_s, int nvals,
+                        const char *const *names, const double *vals, int color) {
+  size_t k = 0;
+  if (len) buf[0] = 0;
+  if (target > 0) {
+    int digits = snprintf(NULL, 0, "%lld", (long long)target);
+    k = put(buf, len, k, "%*lld/%lld ", digits, (long long)cur, (long long)target);
+    // 20 bars; on a terminal the done part is green, the rest grey.
+    int done = (int)(20 * (double)cur / (double)target);
+    for (int i = 0; i < 20; i++) {
+      if (color && (i == 0 || i == done)) k = put(buf, len, k, i < done ? "\x1b[32m" : "\x1b[37m");
+      k = put(buf, len, k, "\xe2\x94\x81"); // ━
+    }
+    if (color) k = put(buf, len, k, "\x1b[0m");
+  } else {
+    k = put(buf, len, k, "%7lld/Unknown", (long long)cur);
+  }
+  if (target > 0 && !finalize) { // ETA
+    double eta = per_step_s * (double)(target - cur);
+    long long e = (long long)eta;
+    if (eta > 3600) k = put(buf, len, k, " %lld:%02lld:%02lld", e / 3600, e % 3600 / 60, e % 60);
+    else if (eta > 60) k = put(buf, len, k, " %lld:%02lld", e / 60, e % 60);
+    else k = put(buf, len, k, " %llds", e);
+  } else {
+    k = put(buf, len, k, " %.0fs", elapsed_s);
+  }
+  if (per_step_s >= 1 || per_step_s == 0) k = put(buf, len, k, " %.0fs/step", per_step_s);
+  else if (per_step_s >= 1e-3) k = put(buf, len, k, " %.0fms/step", per_step_s * 1e3);
+  else k = put(buf, len, k, " %.0fus/step", per_step_s * 1e6);
+  // Keras 3 sorts its logs by name: accuracy, loss, val_accuracy, val_loss.
+  int order[16];
+  int n = nvals < 16 ? nvals : 16;
+  for (int i = 0; i < n; i++) {
+    int j = i;
+    while (j > 0 && strcmp(names[order[j - 1]], names[i]) > 0) order[j] = order[j - 1], j--;
+    order[j] = i;
+  }
+  for (int i = 0; i < n; i++) {
+    k = put(buf, len, k, " - %s:", names[order[i]]);
+    k = put_value(buf, len, k, vals[order[i]]);
+  }
+}
+
+// One progress bar, drawn by rank 0: redrawn in place on a terminal, else
+// printed once when finished (so logs stay one line per epoch).
+typedef struct {
+  int show, live;
+  int64_t target;
+  double start, after_first, last_draw;
+  size_t prev_width;
+} progbar;
+
+static void progbar_start(progbar *b, int show, int live, int64_t target) {
+  memset(b, 0, sizeof *b);
+  b->show = show, b->live = live, b->target = target;
+  b->start = now_s();
+}
+
+// Columns on screen: UTF-8 continuation bytes and colour escapes take none.
+static size_t display_width(const char *s) {
+  size_t w = 0;
+  for (; *s; s++) {
+    if (*s == '\x1b') {
+      while (*s && *s != 'm') s++;
+      if (!*s) break;
+      continue;
+    }
+    w += ((unsigned char)*s & 0xC0) != 0x80;
+  }
+  return w;
+}
+
+static void progbar_update(progbar *b, int64_t cur, int finalize, int n, const char *const *names,
+                           const double *vals) {
+  double t = now_s();
+  // Keras's estimate: the first step (compilation, warm-up) is left out.
+  double per = 0;
+  if (cur > 1 && b->after_first > 0) per = (t - b->after_first) / (double)(cur - 1);
+  else if (cur > 0) per = (t - b->start) / (double)cur;
+  if (cur == 1 && b->after_first == 0) b->after_first = t;
+  if (!b->show || (!b->live && !finalize)) return;
+  if (!finalize && t - b->last_draw < 0.05) return;
+  b->last_draw = t;
+  char line[1024];
+  kdrt_progress_line(line, sizeof line, cur, b->target, finalize, t - b->start, per, n, names,
+                     vals, b->live);
+  size_t w = display_width(line);
+  if (b->live) {
+    printf("\r%s", line);
+    for (size_t i = w; i < b->prev_width; i++) putchar(' ');
+  } else {
+    fputs(line, stdout);
+  }
+  if (finalize) putchar('\n');
+  b->prev_width = w;
+  fflush(stdout);
+}
+
+// ------------------------------------------------------------ fit and evaluate
+
+typedef struct {
+  kdrt_ctx *c;
+  const kdrt_program *p;
+  const kdrt_options *o;
+  dataset data;
+  int64_t ntrain, nval;        // samples: train [0, ntrain), validation [ntrain, n)
+  int lb, row0;                // this rank's rows of each global batch
+  float *x, *y;                // [lb, x_shape...], [lb, y_shape...]
+  int show, live;              // rank 0 prints; on a terminal, live
+  // history, one entry per epoch
+  double *loss, *metric, *val_loss, *val_metric;
+  double eval_loss, eval_metric;
+} run;
+
+// Fill this rank's rows of global batch `step` whose samples are order[]
+// (NULL: first + step*batch + i, unshuffled).
+static void load_batch(run *r, const int64_t *order, int64_t first, int64_t step) {
+  for (int i = 0; i < r->lb; i++) {
+    int64_t pos = step * r->p->batch + r->row0 + i;
+    int64_t s = order ? order[pos] : first + pos;
+    sample_rows(&r->data, s, r->x + (size_t)i * (size_t)r->data.xn,
+                r->y + (size_t)i * (size_t)r->data.yn);
+  }
+}
+
+// Mean loss and metric over `steps` batches from sample `first` on, no
+// shuffling (Keras's evaluate). Draws a bar when pb is given.
+static void evaluate(run *r, int64_t first, int64_t steps, double *loss, double *metric,
+                     progbar *pb) {
+  const char *names[2] = {"loss", r->p->metric_name};
+  double sl = 0, sm = 0;
+  for (int64_t s = 0; s < steps; s++) {
+    load_batch(r, NULL, first, s);
+    float l = 0, m = 0;
+    r->p->eval_step(r->c, r->x, r->y, &l, &m);
+    sl += l, sm += m;
+    if (pb) {
+      double v[2] = {sl / (double)(s + 1), sm / (double)(s + 1)};
+      progbar_update(pb, s + 1, s + 1 == steps, r->p->metric_name ? 2 : 1, names, v);
+    }
+  }
+  *loss = steps ? sl / (double)steps : NAN;
+  *metric = steps ? sm / (double)steps : NAN;
+}
+
+static void fit(run *r) {
+  const kdrt_program *p = r->p;
+  const kdrt_options *o = r->o;
+  int64_t full = r->ntrain / p->batch, steps = full;
+  if (o->steps_per_epoch && o->steps_per_epoch < full) steps = o->steps_per_epoch;
+  int64_t val_steps = r->nval / p->batch;
+  char val_metric[96] = "";
+  if (p->metric_name) snprintf(val_metric, sizeof val_metric, "val_%s", p->metric_name);
+  // The columns: loss [metric] [val_loss [val_metric]].
+  const char *names[4];
+  int nm = 0;
+  names[nm++] = "loss";
+  if (p->metric_name) names[nm++] = p->metric_name;
+  int ntrain_cols = nm;
+  if (r->nval > 0) {
+    names[nm++] = "val_loss";
+    if (p->metric_name) names[nm++] = val_metric;
+  }
+
+  int64_t *order = malloc(sizeof(int64_t) * (size_t)(r->ntrain ? r->ntrain : 1));
+  if (!order) kdrt_fatal(r->c, "out of memory for %lld sample indices", (long long)r->ntrain);
+  for (int e = 0; e < o->epochs; e++) {
+    if (r->show) printf("Epoch %d/%d\n", e + 1, o->epochs), fflush(stdout);
+    kdrt_shuffle(o->seed, e, order, r->ntrain);
+    progbar pb;
+    progbar_start(&pb, r->show, r->live, steps);
+    double sl = 0, sm = 0;
+    for (int64_t s = 0; s < steps; s++) {
+      load_batch(r, order, 0, s);
+      float l = 0, m = 0;
+      p->train_step(r->c, r->x, r->y, &l, &m);
+      r->c->step++;
+      if (!isfinite(l)) {
+        if (pb.live && pb.prev_width) putchar('\n');
+        fail_all(r->c, 1, "loss is %s at epoch %d, step %lld", isnan(l) ? "nan" : "inf", e + 1,
+                 (long long)s + 1);
+      }
+      sl += l, sm += m;
+      double v[2] = {sl / (double)(s + 1), sm / (double)(s + 1)};
+      progbar_update(&pb, s + 1, 0, ntrain_cols, names, v);
+    }
+    r->loss[e] = sl / (double)steps, r->metric[e] = sm / (double)steps;
+    double v[4] = {r->loss[e], r->metric[e]};
+    if (r->nval > 0) {
+      evaluate(r, r->ntrain, val_steps, &r->val_loss[e], &r->val_metric[e], NULL);
+      v[ntrain_cols] = r->val_loss[e];
+      if (p->metric_name) v[ntrain_cols + 1] = r->val_metric[e];
+    }
+    progbar_update(&pb, steps, 1, nm, names, v);
+  }
+  free(order);
+}
+
+// ------------------------------------------------------------ history
+
+static void json_num(FILE *f, double v) {
+  if (isfinite(v)) fprintf(f, "%.9g", v);
+  else fputs("null", f);
+}
+
+static void json_list(FILE *f, const char *key, const double *v, int n) {
+  fprintf(f, "\"%s\": [", key);
+  for (int i = 0; i < n; i++) {
+    if (i) fputs(", ", f);
+    json_num(f, v[i]);
+  }
+  fputs("]", f);
+}
+
+// Write the history as JSON to path.tmp.<pid>, fsync, then rename: a reader
+// never sees half a file.
+static int write_history(const run *r, const char *path) {
+  const kdrt_program *p = r->p;
+  int n = r->o->epochs;
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return -1;
+  fputc('{', f);
+  json_list(f, "loss", r->loss, n);
+  if (p->metric_name) fputs(", ", f), json_list(f, p->metric_name, r->metric, n);
+  if (r->nval > 0) {
+    fputs(", ", f), json_list(f, "val_loss", r->val_loss, n);
+    if (p->metric_name) {
+      char key[96];
+      snprintf(key, sizeof key, "val_%s", p->metric_name);
+      fputs(", ", f), json_list(f, key, r->val_metric, n);
+    }
+  }
+  fputs(", \"evaluate\": {\"loss\": ", f);
+  json_num(f, r->eval_loss);
+  if (p->metric_name) fprintf(f, ", \"%s\": ", p->metric_name), json_num(f, r->eval_metric);
+  fputs("}}\n", f);
+  int bad_write = fflush(f) != 0 || fsync(fileno(f)) != 0;
+  if (fclose(f) != 0 || bad_write || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    errno = e;
+    return -1;
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------ main
+
+static float *alloc_floats(const kdrt_ctx *c, size_t n, const char *what) {
+  size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  if (bytes == 0) bytes = 64;
+  float *p = aligned_alloc(64, bytes);
+  if (!p) kdrt_fatal(c, "out of memory: %s needs %zu bytes", what, bytes);
+  memset(p, 0, bytes);
+  return p;
+}
+
+int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
+  if (argc > 0 && argv[0]) {
+    const char *slash = strrchr(argv[0], '/');
+    prog_name = slash ? slash + 1 : argv[0];
+    prog_invoke = argv[0];
+  }
+  KDRT_MPI(MPI_Init(&argc, &argv));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  static kdrt_ctx ctx;
+  kdrt_ctx *c = &ctx;
+  c->prog = prog;
+  KDRT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+  KDRT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->world));
+
+  // 2. options
+  kdrt_options o;
+  char err[256];
+  if (kdrt_parse_args(argc, argv, &o, err, sizeof err))
+    fail_all(c, 2, "%s (see %s --help)", err, prog_invoke);
+  if (o.help) {
+    if (c->rank == 0) usage(stdout, prog);
+    MPI_Finalize();
+    return 0;
+  }
+
+  // 3. the mesh
+  int64_t devices = 1, mesh[KDRT_MAX_AXES];
+  for (int i = 0; i < prog->mesh_ndim; i++) mesh[i] = prog->mesh_shape[i], devices *= mesh[i];
+  if (devices != c->world) {
+    char m[128], a[256];
+    fmt_tuple(m, sizeof m, prog->mesh_ndim, mesh, NULL);
+    fmt_tuple(a, sizeof a, prog->mesh_ndim, NULL, prog->mesh_axes);
+    fail_all(c, 1,
+             "this program was compiled for mesh %s %s = %lld devices, but runs on %d rank%s; "
+             "run it as: mpirun -np %lld %s",
+             m, a, (long long)devices, c->world, c->world == 1 ? "" : "s", (long long)devices,
+             prog_invoke);
+  }
+  if (o.batch_size && o.batch_size != prog->batch)
+    fail_all(c, 2, "this program was compiled for batch %d; recompile with kdcc --batch-size %d",
+             prog->batch, o.batch_size);
+
+  // 4. place, allocate, initialise
+  for (int a = prog->mesh_ndim - 1, rest = c->rank; a >= 0; a--) {
+    c->coord[a] = rest % prog->mesh_shape[a];
+    rest /= prog->mesh_shape[a];
+  }
+  c->seed = o.seed;
+  c->step = 0;
+  c->lr = o.has_lr ? o.lr : prog->learning_rate;
+  c->params = alloc_floats(c, prog->param_floats, "the parameters");
+  c->grads = alloc_floats(c, prog->grad_floats, "the gradients");
+  c->arena = alloc_floats(c, prog->arena_floats, "the activation arena");
+  int show = c->rank == 0 && !o.quiet;
+
+  // 5. data
+  run r;
+  memset(&r, 0, sizeof r);
+  r.c = c, r.p = prog, r.o = &o;
+  r.data.p = prog;
+  r.data.seed = o.seed;
+  r.data.xn = prod(prog->x_rank, prog->x_shape);
+  r.data.yn = prod(prog->y_rank, prog->y_shape);
+  if (o.x_path) {
+    npy_open(c, &r.data.x, o.x_path, "input", prog->x_rank, prog->x_shape, 0);
+    npy_open(c, &r.data.y, o.y_path, "labels", prog->y_rank, prog->y_shape, 1);
+    if (r.data.x.h.shape[0] != r.data.y.h.shape[0])
+      fail_all(c, 1, "%s has %lld samples but %s has %lld", o.x_path,
+               (long long)r.data.x.h.shape[0], o.y_path, (long long)r.data.y.h.shape[0]);
+    r.data.n = r.data.x.h.shape[0];
+  } else {
+    if (!o.synthetic) {
+      o.synthetic = 128;
+      if (show) printf("%s: no --x/--y given; training on --synthetic 128 random samples\n",
+                       prog_name);
+    }
+    r.data.synthetic = 1;
+    r.data.n = o.synthetic;
+  }
+  // Keras: the validation split is the last fraction, taken before shuffling.
+  r.ntrain = (int64_t)floor((double)r.data.n * (1.0 - o.validation_split));
+  r.nval = r.data.n - r.ntrain;
+  if (r.ntrain < prog->batch)
+    fail_all(c, 1, "%lld training samples do not make one batch of %d", (long long)r.ntrain,
+             prog->batch);
+  if (o.validation_split > 0 && r.nval < prog->batch)
+    fail_all(c, 1, "--validation-split %g leaves %lld validation samples, fewer than one batch "
+                   "of %d", o.validation_split, (long long)r.nval, prog->batch);
+  if (show && r.ntrain % prog->batch)
+    printf("%s: %lld of %lld training samples do not fill a batch of %d; each epoch drops "
+           "them\n", prog_name, (long long)(r.ntrain % prog->batch), (long long)r.ntrain,
+           prog->batch);
+  if (show && o.steps_per_epoch > r.ntrain / prog->batch)
+    printf("%s: --steps-per-epoch %lld is more than the %lld full batches; using %lld\n",
+           prog_name, (long long)o.steps_per_epoch, (long long)(r.ntrain / prog->batch),
+           (long long)(r.ntrain / prog->batch));
+  int ba = prog->batch_axis;
+  r.lb = ba >= 0 ? prog->batch / prog->mesh_shape[ba] : prog->batch;
+  r.row0 = ba >= 0 ? c->coord[ba] * r.lb : 0;
+  r.x = alloc_floats(c, (size_t)r.lb * (size_t)r.data.xn, "the input batch");
+  r.y = alloc_floats(c, (size_t)r.lb * (size_t)r.data.yn, "the label batch");
+  r.show = show;
+  r.live = show && isatty(STDOUT_FILENO);
+  int ne = o.epochs > 0 ? o.epochs : 1;
+  r.loss = calloc((size_t)ne * 4, sizeof(double));
+  if (!r.loss) kdrt_fatal(c, "out of memory");
+  r.metric = r.loss + ne, r.val_loss = r.loss + 2 * ne, r.val_metric = r.loss + 3 * ne;
+
+  prog->init(c);
+
+  // 6. fit, 7. evaluate
+  fit(&r);
+  int64_t efirst = r.nval > 0 ? r.ntrain : 0, en = r.nval > 0 ? r.nval : r.ntrain;
+  progbar pb;
+  progbar_start(&pb, show, r.live, en / prog->batch);
+  evaluate(&r, efirst, en / prog->batch, &r.eval_loss, &r.eval_metric, &pb);
+
+  int status = 0;
+  if (o.history && c->rank == 0 && write_history(&r, o.history)) {
+    fprintf(stderr, "%s: cannot write history %s: %s\n", prog_name, o.history, strerror(errno));
+    status = 1;
+  }
+  fflush(stdout);
+  kdrt_comm_free(c);
+  MPI_Finalize();
+  free(r.loss);
+  free(r.x), free(r.y);
+  free(c->params), free(c->grads), free(c->arena);
+  return status;
+}

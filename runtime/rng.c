@@ -1,0 +1,228 @@
+// rng.c: counter-based randomness that does not depend on the mesh.
+//
+// Every random number kdcc's programs use is a pure function of
+// (seed, stream, counter hi, counter lo), computed with Philox-4x32-10
+// (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2,
+// 3", SC'11). There is no generator state to carry or split: a rank that
+// owns a block of a tensor computes exactly the numbers a single device
+// would for those elements, by using the element's *global* row-major index
+// as the counter. That is what makes initial weights and dropout masks
+// identical on a (8,) mesh, a (2,4) mesh or one process.
+//
+// Key:     (seed, stream) mixed with splitmix64 into the two 32-bit key words.
+// Counter: lo = global element index, hi = step (dropout), redraw number
+//          (truncated normals) or 0.
+// Uniform: the top 24 bits of the first output word / 2^24, in [0, 1).
+// Normal:  Box-Muller over the first two output words of the same block.
+#include "kdrt.h"
+
+#include <math.h>
+#include <string.h>
+
+// ------------------------------------------------------------ Philox-4x32-10
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u // golden ratio
+#define PHILOX_W1 0xBB67AE85u // sqrt(3) - 1
+
+void kdrt_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+  uint32_t x0 = ctr[0], x1 = ctr[1], x2 = ctr[2], x3 = ctr[3];
+  uint32_t k0 = key[0], k1 = key[1];
+  for (int round = 0; round < 10; round++) {
+    uint64_t p0 = (uint64_t)PHILOX_M0 * x0;
+    uint64_t p1 = (uint64_t)PHILOX_M1 * x2;
+    uint32_t y0 = (uint32_t)(p1 >> 32) ^ x1 ^ k0;
+    uint32_t y1 = (uint32_t)p1;
+    uint32_t y2 = (uint32_t)(p0 >> 32) ^ x3 ^ k1;
+    uint32_t y3 = (uint32_t)p0;
+    x0 = y0, x1 = y1, x2 = y2, x3 = y3;
+    k0 += PHILOX_W0;
+    k1 += PHILOX_W1;
+  }
+  out[0] = x0, out[1] = x1, out[2] = x2, out[3] = x3;
+}
+
+static uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The four output words for (seed, stream, hi, lo).
+static void philox_block(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo,
+                         uint32_t out[4]) {
+  uint64_t k = splitmix64(seed ^ splitmix64(stream));
+  uint32_t key[2] = {(uint32_t)k, (uint32_t)(k >> 32)};
+  uint32_t ctr[4] = {(uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32)};
+  kdrt_philox4x32(ctr, key, out);
+}
+
+float kdrt_uniform(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo) {
+  uint32_t w[4];
+  philox_block(seed, stream, hi, lo, w);
+  return (float)(w[0] >> 8) * (1.0f / 16777216.0f);
+}
+
+float kdrt_normal(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo) {
+  uint32_t w[4];
+  philox_block(seed, stream, hi, lo, w);
+  // u1 in (0, 1] so the log is finite; u2 in [0, 1).
+  double u1 = ((double)w[0] + 1.0) * (1.0 / 4294967296.0);
+  double u2 = (double)w[1] * (1.0 / 4294967296.0);
+  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+// A standard normal truncated to [-2, 2], as Keras's TruncatedNormal: a draw
+// outside is redrawn with the next counter hi, so the value stays a pure
+// function of (seed, stream, index).
+static float truncated_normal(uint64_t seed, uint64_t stream, uint64_t idx) {
+  for (uint64_t attempt = 0;; attempt++) {
+    float z = kdrt_normal(seed, stream, attempt, idx);
+    if (fabsf(z) <= 2.0f) return z;
+  }
+}
+
+// ------------------------------------------------------------ this rank's block
+
+// Visit this rank's block of a tensor of layout l one contiguous run (the
+// last dimension) at a time: fn gets the run's offset in the local buffer,
+// the global row-major index of its first element, and its length.
+typedef void row_fn(void *arg, int64_t local, int64_t global, int64_t len);
+
+static void walk_block(const kdrt_ctx *c, const kdrt_layout *l, row_fn *fn, void *arg) {
+  int r = l->rank;
+  if (r == 0) {
+    fn(arg, 0, 0, 1);
+    return;
+  }
+  int64_t lext[KDRT_MAX_RANK] = {0}, off[KDRT_MAX_RANK] = {0}, gstride[KDRT_MAX_RANK] = {0};
+  int64_t stride = 1;
+  for (int d = r - 1; d >= 0; d--) {
+    int ax = l->axis[d];
+    int64_t parts = ax >= 0 ? c->prog->mesh_shape[ax] : 1;
+    lext[d] = l->gshape[d] / parts;
+    off[d] = ax >= 0 ? c->coord[ax] * lext[d] : 0;
+    gstride[d] = stride;
+    stride *= l->gshape[d];
+  }
+  int64_t idx[KDRT_MAX_RANK] = {0};
+  int64_t rows = 1;
+  for (int d = 0; d < r - 1; d++) rows *= lext[d];
+  int64_t len = lext[r - 1];
+  if (len == 0) return;
+  for (int64_t row = 0; row < rows; row++) {
+    int64_t g = off[r - 1];
+    for (int d = 0; d < r - 1; d++) g += (off[d] + idx[d]) * gstride[d];
+    fn(arg, row * len, g, len);
+    for (int d = r - 2; d >= 0; d--) { // odometer over the leading dims
+      if (++idx[d] < lext[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// ------------------------------------------------------------ initializers
+
+typedef struct {
+  const kdrt_ctx *c;
+  float *buf;
+  kdrt_init_kind kind;
+  uint64_t stream;
+  double a, b; // uniform: [a, b); normal: mean a, stddev b
+} init_job;
+
+static void init_row(void *arg, int64_t local, int64_t global, int64_t len) {
+  const init_job *j = arg;
+  uint64_t seed = j->c->seed;
+  float *out = j->buf + local;
+  for (int64_t i = 0; i < len; i++) {
+    uint64_t g = (uint64_t)(global + i);
+    switch (j->kind) {
+    case KDRT_INIT_GLOROT_UNIFORM: case KDRT_INIT_HE_UNIFORM: case KDRT_INIT_LECUN_UNIFORM:
+    case KDRT_INIT_RANDOM_UNIFORM:
+      out[i] = (float)(j->a + (j->b - j->a) * kdrt_uniform(seed, j->stream, 0, g));
+      break;
+    case KDRT_INIT_RANDOM_NORMAL:
+      out[i] = (float)(j->a + j->b * kdrt_normal(seed, j->stream, 0, g));
+      break;
+    default: // the truncated normals
+      out[i] = (float)(j->a + j->b * truncated_normal(seed, j->stream, g));
+      break;
+    }
+  }
+}
+
+void kdrt_init_fill(const kdrt_ctx *c, float *buf, const kdrt_layout *l, kdrt_init_kind kind,
+                    double fan_in, double fan_out, float p0, float p1, uint64_t stream) {
+  size_t n = 1;
+  for (int d = 0; d < l->rank; d++) {
+    int ax = l->axis[d];
+    n *= (size_t)(l->gshape[d] / (ax >= 0 ? c->prog->mesh_shape[ax] : 1));
+  }
+  if (kind == KDRT_INIT_ZEROS || kind == KDRT_INIT_ONES || kind == KDRT_INIT_CONSTANT) {
+    float v = kind == KDRT_INIT_ZEROS ? 0.0f : kind == KDRT_INIT_ONES ? 1.0f : p0;
+    for (size_t i = 0; i < n; i++) buf[i] = v;
+    return;
+  }
+  // Keras's VarianceScaling: variance scale / fan, uniform limit
+  // sqrt(3 * scale / fan), truncated normal stddev sqrt(scale / fan)
+  // corrected by the stddev of a standard normal truncated at 2.
+  double scale = 1.0, fan = 1.0;
+  switch (kind) {
+  case KDRT_INIT_GLOROT_UNIFORM: case KDRT_INIT_GLOROT_NORMAL:
+    fan = (fan_in + fan_out) / 2.0;
+    break;
+  case KDRT_INIT_HE_UNIFORM: case KDRT_INIT_HE_NORMAL:
+    scale = 2.0, fan = fan_in;
+    break;
+  case KDRT_INIT_LECUN_UNIFORM: case KDRT_INIT_LECUN_NORMAL:
+    fan = fan_in;
+    break;
+  default:
+    break;
+  }
+  if (fan < 1.0) fan = 1.0; // Keras: max(1, fan)
+  init_job j = {c, buf, kind, stream, 0.0, 0.0};
+  switch (kind) {
+  case KDRT_INIT_GLOROT_UNIFORM: case KDRT_INIT_HE_UNIFORM: case KDRT_INIT_LECUN_UNIFORM: {
+    double limit = sqrt(3.0 * scale / fan);
+    j.a = -limit, j.b = limit;
+    break;
+  }
+  case KDRT_INIT_GLOROT_NORMAL: case KDRT_INIT_HE_NORMAL: case KDRT_INIT_LECUN_NORMAL:
+    j.a = 0.0, j.b = sqrt(scale / fan) / 0.87962566103423978;
+    break;
+  default: // random_normal, random_uniform, truncated_normal: the user's parameters
+    j.a = p0, j.b = p1;
+    break;
+  }
+  walk_block(c, l, init_row, &j);
+}
+
+// ------------------------------------------------------------ dropout
+
+typedef struct {
+  const kdrt_ctx *c;
+  float *y;
+  const float *x;
+  uint64_t stream;
+  float rate, keep_scale;
+} dropout_job;
+
+static void dropout_row(void *arg, int64_t local, int64_t global, int64_t len) {
+  const dropout_job *j = arg;
+  uint64_t seed = j->c->seed, step = (uint64_t)j->c->step;
+  for (int64_t i = 0; i < len; i++) {
+    float u = kdrt_uniform(seed, j->stream, step, (uint64_t)(global + i));
+    j->y[local + i] = u >= j->rate ? j->x[local + i] * j->keep_scale : 0.0f;
+  }
+}
+
+void kdrt_dropout(const kdrt_ctx *c, float *y, const float *x, const kdrt_layout *l, float rate,
+                  uint64_t stream) {
+  dropout_job j = {c, y, x, stream, rate, rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f};
+  if (rate >= 1.0f) j.rate = 2.0f; // nothing is kept
+  walk_block(c, l, dropout_row, &j);
+}

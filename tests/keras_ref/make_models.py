@@ -1,0 +1,627 @@
+#!/usr/bin/env python3
+"""Write the reference Keras 3 models and distribution specs kdcc must run.
+
+Usage (from the repository root):
+
+    python3 tests/keras_ref/make_models.py            # regenerate models/
+    python3 tests/keras_ref/make_models.py --large    # also write wide_mlp.keras (~59 MB)
+    python3 tests/keras_ref/make_models.py --no-verify
+
+Needs the packages pinned in tests/keras_ref/requirements.txt (CPU is enough).
+
+Everything is written by real Keras 3 (JAX backend):
+
+  models/<name>.json       the config.json a .keras archive holds (includes
+                           "compile_config"), pretty-printed with indent=2.
+  models/<name>.keras      the archive itself (model.save()).
+  models/<name>.dist.json  kdcc's distribution spec (mirrors keras.distribution).
+  models/README.md         per model: every variable path, global shape and the
+                           layout real Keras applied (from a real run on 8 CPU
+                           devices), plus which layer-output keys took effect.
+  models/keras_layouts.json  the same facts, machine-readable.
+
+Determinism: the only nondeterministic parts of a Keras save are
+  * "shared_object_id" (Keras writes Python id() values): renumbered 1, 2, ... in
+    order of first appearance (same sharing, so Keras loads it identically);
+  * metadata.json "date_saved" and the zip members' timestamps: fixed.
+Weights come from keras.utils.set_random_seed(SEED) before each model.
+
+Variable paths, as printed by Keras 3.15.1 ([v.path for v in model.weights]):
+  Sequential "sequential" BUILT IN PYTHON (keras.Sequential([...]) here):
+      sequential/d1/kernel, sequential/d2/kernel, sequential/d2/bias
+  The same Sequential LOADED from the .keras / .json (load_model,
+  model_from_json, deserialize_keras_object):
+      d1/kernel, d2/kernel, d2/bias                    (no model prefix!)
+    because the deserializer builds each layer from its "build_config" before
+    Sequential.from_config adds it, outside the model's name scope. A layer's
+    path is fixed at its first build/call (Layer._parent_path).
+  Functional, either way:     a/kernel, a/bias, ...  (no model name)
+  Optimizer slots:            adam/sequential_d1_kernel_momentum (Python-built),
+                              adam/d1_kernel_momentum (loaded)
+  Layer outputs (LayoutMap "<layer path>/output" lookups): sequential/d2/output
+  (Python-built Sequential), d2/output (loaded Sequential, Functional).
+So the distribution-guide style key "d1/kernel" (LayoutMap uses re.fullmatch
+since 3.14) leaves the weights silently replicated for the Python-built seed
+model, but works for the model loaded from models/seed_mlp.json; the key
+"sequential/d1/kernel" is the other way round. Both specs are written
+(seed_mlp.dist.json, seed_mlp_fixed.dist.json), plus seed_mlp_both.dist.json
+whose regex keys "(sequential/)?d1/kernel" match either form; all are verified
+both ways; see models/README.md.
+"""
+
+import os
+import sys
+
+# Must precede any jax import: 8 host devices for the distribution check.
+os.environ["KERAS_BACKEND"] = "jax"
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in _flags:
+    os.environ["XLA_FLAGS"] = (
+        _flags + " --xla_force_host_platform_device_count=8"
+    ).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import argparse  # noqa: E402
+import copy  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
+import warnings  # noqa: E402
+import zipfile  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+from keras import layers  # noqa: E402
+
+SEED = 1234
+FIXED_DATE = "2025-01-01@00:00:00"
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+OUT = os.path.join(ROOT, "models")
+
+# ---------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------
+
+
+def seed_mlp():
+    model = keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            layers.Flatten(),
+            layers.Dense(200, activation="relu", use_bias=False, name="d1"),
+            layers.Dropout(0.4),
+            layers.Dense(10, activation="softmax", name="d2"),
+        ]
+    )  # name defaults to "sequential" after clear_session()
+    model.compile(loss="mse", optimizer=keras.optimizers.Adam(),
+                  metrics=["accuracy"])
+    return model
+
+
+def func_branches():
+    x = keras.Input((32,), name="x")
+    a = layers.Dense(64, activation="relu", name="a")(x)
+    b = layers.Dense(64, activation="tanh", name="b")(x)
+    s = layers.Add(name="add")([a, b])
+    c = layers.Dense(16, activation="relu", name="c")(s)
+    d = layers.Dense(8, activation="relu", name="d")(x)
+    cat = layers.Concatenate(name="cat")([c, d])
+    out = layers.Dense(4, activation="softmax", name="out")(cat)
+    model = keras.Model(x, out, name="func_branches")
+    model.compile(loss="categorical_crossentropy",
+                  optimizer=keras.optimizers.SGD(momentum=0.9),
+                  metrics=["accuracy"])
+    return model
+
+
+def cnn():
+    # Functional, so paths are "conv2d/kernel" and the regex keys
+    # "conv2d.*kernel" full-match (in a Sequential they would be
+    # "sequential/conv2d/kernel" and match nothing).
+    x = keras.Input((28, 28, 1), name="image")
+    y = layers.Conv2D(8, 3, activation="relu", name="conv2d")(x)
+    y = layers.MaxPooling2D(2, name="max_pooling2d")(y)
+    y = layers.Conv2D(16, 3, padding="same", activation="relu",
+                      name="conv2d_1")(y)
+    y = layers.MaxPooling2D(name="max_pooling2d_1")(y)
+    y = layers.Flatten(name="flatten")(y)
+    y = layers.Dropout(0.25, name="dropout")(y)
+    out = layers.Dense(10, activation="softmax", name="dense")(y)
+    model = keras.Model(x, out, name="cnn")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
+def megatron():
+    x = keras.Input((64,), name="x")
+    y = layers.Dense(128, activation="relu", name="pre")(x)
+    y = layers.Dense(256, activation="gelu", name="up")(y)
+    y = layers.Dense(64, name="down")(y)
+    out = layers.Dense(8, name="head")(y)
+    model = keras.Model(x, out, name="megatron")
+    model.compile(
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.AdamW(),
+    )
+    return model
+
+
+def wide_mlp():
+    model = keras.Sequential(name="wide_mlp")
+    model.add(keras.Input((1024,)))
+    for _ in range(4):
+        model.add(layers.Dense(2048, activation="relu"))  # dense .. dense_3
+    model.add(layers.Dense(10))  # dense_4
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.SGD(),
+    )
+    return model
+
+
+MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
+
+# name -> (builder, json written?, label kind, {dist file stem: spec})
+MODELS = {
+    "seed_mlp": dict(
+        build=seed_mlp, labels="dense10", x=(28, 28, 1),
+        dists={
+            # As the distribution guide writes it: matches nothing (Sequential).
+            "seed_mlp": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "d1/kernel": [None, "model"],
+                    "d1/bias": ["model"],
+                    "d2/output": ["data", None],
+                },
+            },
+            # Real paths. d1 has no bias, so the bias key still matches nothing.
+            "seed_mlp_fixed": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "sequential/d1/kernel": [None, "model"],
+                    "sequential/d1/bias": ["model"],
+                    "sequential/d2/output": ["data", None],
+                },
+            },
+            # Regex keys that full-match both forms (Python-built and loaded).
+            "seed_mlp_both": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "(sequential/)?d1/kernel": [None, "model"],
+                    "(sequential/)?d2/output": ["data", None],
+                },
+            },
+            "seed_mlp_dp": {
+                "distribution": "DataParallel",
+                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
+            },
+        },
+    ),
+    "func_branches": dict(
+        build=func_branches, labels="onehot4", x=(32,),
+        dists={
+            "func_branches": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "a/kernel": [None, "model"],
+                    "b/kernel": [None, "model"],
+                    "(a|b)/bias": ["model"],
+                },
+            },
+        },
+    ),
+    "cnn": dict(
+        build=cnn, labels="sparse10", x=(28, 28, 1),
+        dists={
+            "cnn": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "conv2d.*kernel": [None, None, None, "model"],
+                    "conv2d.*bias": ["model"],
+                    # dense kernel is (576, 10): 576 % 4 == 0, 10 % 4 != 0,
+                    # so row-parallel is the valid choice.
+                    "dense.*kernel": ["model", None],
+                },
+            },
+            # Negative case: (576, 10) with dim 1 over model=4 does not divide.
+            # Real Keras/JAX fails on it (error recorded in README.md); kdcc
+            # must reject it at compile time naming layer "dense".
+            "cnn_bad": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "conv2d.*kernel": [None, None, None, "model"],
+                    "conv2d.*bias": ["model"],
+                    "dense.*kernel": [None, "model"],
+                },
+            },
+        },
+    ),
+    "megatron": dict(
+        build=megatron, labels="onehot8", x=(64,),
+        dists={
+            "megatron": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "up/kernel": [None, "model"],
+                    "up/bias": ["model"],
+                    "down/kernel": ["model", None],
+                },
+            },
+        },
+    ),
+    "wide_mlp": dict(
+        build=wide_mlp, labels="sparse10", x=(1024,), large=True,
+        dists={
+            "wide_mlp": {"distribution": "DataParallel", "devices": 1},
+        },
+    ),
+}
+
+# ---------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------
+
+
+def renumber_shared_ids(obj):
+    """Replace Keras' id()-based shared_object_id values by 1, 2, ... ."""
+    mapping = {}
+
+    def walk(o):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if k == "shared_object_id":
+                    o[k] = mapping.setdefault(v, len(mapping) + 1)
+                else:
+                    walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    obj = copy.deepcopy(obj)
+    walk(obj)
+    return obj
+
+
+def dump(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+def save_archive(model, path, write_archive):
+    """model.save() to memory; return the (renumbered) config.json dict and
+    write the archive with fixed dates and the renumbered config."""
+    with tempfile.TemporaryDirectory() as d:
+        tmp = os.path.join(d, "m.keras")
+        model.save(tmp)
+        with zipfile.ZipFile(tmp) as z:
+            members = [(i, z.read(i.filename)) for i in z.infolist()]
+    members = dict((i.filename, (i, data)) for i, data in members)
+    config = renumber_shared_ids(json.loads(members["config.json"][1]))
+    meta = json.loads(members["metadata.json"][1])
+    meta["date_saved"] = FIXED_DATE
+    if write_archive:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as z:
+            for name, (info, data) in members.items():
+                if name == "config.json":
+                    data = json.dumps(config).encode()  # Keras writes it compact
+                elif name == "metadata.json":
+                    data = json.dumps(meta).encode()
+                zi = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+                zi.compress_type = info.compress_type
+                zi.external_attr = info.external_attr
+                z.writestr(zi, data)
+        with open(path, "wb") as f:
+            f.write(buf.getvalue())
+    return config
+
+
+# ---------------------------------------------------------------------------
+# Verification against keras.distribution
+# ---------------------------------------------------------------------------
+
+
+def make_distribution(spec):
+    dist = keras.distribution
+    devices = dist.list_devices()
+    if spec["distribution"] == "DataParallel":
+        if "device_mesh" in spec:
+            m = spec["device_mesh"]
+            n = int(np.prod(m["shape"]))
+            mesh = dist.DeviceMesh(tuple(m["shape"]), m["axis_names"],
+                                   devices[:n])
+            return dist.DataParallel(device_mesh=mesh)
+        return dist.DataParallel(devices=devices[: spec.get("devices",
+                                                             len(devices))])
+    m = spec["device_mesh"]
+    n = int(np.prod(m["shape"]))
+    mesh = dist.DeviceMesh(tuple(m["shape"]), m["axis_names"], devices[:n])
+    lm = dist.LayoutMap(mesh)
+    for k, v in spec["layout_map"].items():
+        lm[k] = tuple(v)  # LayoutMap accepts tuples, not lists
+    return dist.ModelParallel(layout_map=lm,
+                              batch_dim_name=spec.get("batch_dim_name"))
+
+
+def spec_of(array):
+    """Per-dimension mesh axis (or None) of a jax array's NamedSharding."""
+    sh = array.sharding
+    rank = len(array.shape)
+    if isinstance(sh, jax.sharding.NamedSharding):
+        parts = list(sh.spec) + [None] * (rank - len(sh.spec))
+        return [p if p is None or isinstance(p, str) else list(p)
+                for p in parts]
+    if sh.is_fully_replicated:
+        return [None] * rank
+    return repr(sh)
+
+
+def fake_data(entry, n=16):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n,) + entry["x"]).astype("float32")
+    kind = entry["labels"]
+    if kind == "dense10":
+        y = rng.normal(size=(n, 10)).astype("float32")
+    elif kind.startswith("onehot"):
+        k = int(kind[len("onehot"):])
+        y = np.eye(k, dtype="float32")[rng.integers(0, k, n)]
+    else:
+        y = rng.integers(0, 10, n).astype("int32")
+    return x, y
+
+
+def verify(name, entry, dist_name, spec, config, archive_path, mode):
+    """Build the model under the distribution, either with the Python builder
+    (mode "python") or from the written files (mode "file": the .keras archive,
+    else the .json); report the layout Keras gave every variable and which
+    output keys took effect."""
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(SEED)
+    distribution = make_distribution(spec)
+    queried = {}
+    orig = distribution.get_tensor_layout
+
+    def spy(path):
+        layout = orig(path)
+        queried[path] = None if layout is None else list(layout.axes)
+        return layout
+
+    distribution.get_tensor_layout = spy
+    result = {"model": name, "dist": dist_name, "mode": mode, "spec": spec}
+    keras.distribution.set_distribution(distribution)
+    try:
+        if mode == "python":
+            model = entry["build"]()
+            result["loaded_from"] = "Python builder in make_models.py"
+        elif archive_path and os.path.exists(archive_path):
+            model = keras.saving.load_model(archive_path)
+            result["loaded_from"] = os.path.relpath(archive_path, ROOT)
+        else:
+            model = keras.saving.deserialize_keras_object(config)
+            result["loaded_from"] = "json (deserialize_keras_object)"
+        x, y = fake_data(entry)
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+        result["fit"] = "ok (1 epoch, 16 samples, batch 8)"
+        result["variables"] = [
+            {"path": v.path, "shape": list(v.shape), "layout": spec_of(v.value)}
+            for v in model.weights
+        ]
+        result["optimizer_variables"] = [
+            {"path": v.path, "shape": list(v.shape), "layout": spec_of(v.value)}
+            for v in model.optimizer.variables
+        ]
+        dl = distribution.get_data_layout((16,) + entry["x"])
+        result["data_layout"] = list(dl.axes)
+        result["output_queries"] = queried
+    except Exception as e:  # noqa: BLE001 - record the real Keras/JAX error
+        result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    finally:
+        keras.distribution.set_distribution(None)
+
+    # Which layout_map keys matched nothing (neither a variable nor an output)?
+    if spec.get("layout_map") and "variables" in result:
+        paths = [v["path"] for v in result["variables"]] + list(queried)
+        unmatched = []
+        for k in spec["layout_map"]:
+            if not any(k == p or re.fullmatch(k, p) for p in paths):
+                unmatched.append(k)
+        result["unmatched_keys"] = unmatched
+    return result
+
+
+def fmt_layout(layout):
+    if isinstance(layout, str):
+        return layout
+    if all(a is None for a in layout):
+        return "replicated" if layout else "replicated (scalar)"
+    return "(" + ", ".join("None" if a is None else repr(a) for a in layout) + ")"
+
+
+def _outputs_line(r):
+    q = r.get("output_queries", {})
+    matched = {p: a for p, a in q.items() if a}
+    if matched:
+        return ", ".join(f"`{p}` -> {fmt_layout(a)}" for p, a in matched.items())
+    return "none"
+
+
+def write_readme(pairs, versions):
+    L = []
+    L.append("# Reference models for kdcc (written by real Keras)\n")
+    L.append(
+        "Generated by `python3 tests/keras_ref/make_models.py`; do not edit by "
+        "hand. Versions: " + versions + ".\n\n"
+        "The tables come from real runs: each `.dist.json` was turned into "
+        "`keras.distribution` objects on 8 host CPU devices "
+        "(`XLA_FLAGS=--xla_force_host_platform_device_count=8`) and "
+        "`set_distribution`; the model was then built twice, (1) by the Python "
+        "builder in `make_models.py` and (2) loaded from the written file "
+        "(`keras.saving.load_model` on the `.keras`, or "
+        "`deserialize_keras_object` on the `.json` where no archive is "
+        "written), trained one epoch on 16 random samples (batch 8), and every "
+        "variable's `variable.value.sharding` was read back. A layout has one "
+        "entry per dimension: a mesh axis or None.\n")
+    L.append(
+        "**Variable paths depend on how a Sequential was built.** Built in "
+        "Python, a Sequential's layers are built inside the model's name scope: "
+        "`sequential/d1/kernel`. Loaded from a `.keras`/JSON, every layer with a "
+        "`build_config` is built by the deserializer *before* it is added to "
+        "the model: `d1/kernel` (no model prefix). A layer's path (and its "
+        "`<path>/output` key) is fixed at its first build/call. Functional "
+        "models give `<layer>/<var>` either way. So the guide's `d1/kernel` "
+        "keys take effect for the *loaded* seed model and not for the "
+        "Python-built one, and `sequential/d1/kernel` the other way round.\n")
+    L.append(
+        "Output keys: after each layer call Keras looks up `<layer path>/output`; "
+        "*outputs* lists the lookups that got a layout (logged by wrapping "
+        "`distribution.get_tensor_layout`). Optimizer slots (momentum, "
+        "velocity, ...) take the layout of their variable; `iteration` and "
+        "`learning_rate` are replicated scalars; they are listed in "
+        "`keras_layouts.json`, not here.\n")
+    L.append("## Format notes (what Keras " + keras.__version__ + " wrote)\n")
+    L.extend([
+        "- `<name>.json` is the archive's `config.json` (the one written under "
+        "`ObjectSharingScope`), re-indented. It has `compile_config`, as does "
+        "`model.to_json()`; plain `serialize_keras_object(model)` lacks the "
+        "`shared_object_id` members.",
+        "- `dtype` of a layer is a `DTypePolicy` envelope "
+        "(`{\"module\": \"keras\", \"class_name\": \"DTypePolicy\", "
+        "\"config\": {\"name\": \"float32\"}, ...}`), often with "
+        "`shared_object_id` (Keras writes `id()` values; renumbered 1, 2, ... "
+        "here). `InputLayer` has a plain string `dtype` and `batch_shape`.",
+        "- Sequential: top-level `module` `keras`, layers without `name` / "
+        "`inbound_nodes`, `config.build_input_shape`. Functional: `module` "
+        "`keras.src.models.functional`, `class_name` `Functional`, every layer "
+        "with `name` and `inbound_nodes` (list of `{\"args\", \"kwargs\"}`; "
+        "`__keras_tensor__` with `keras_history` `[layer, node, tensor]`; "
+        "several inputs = nested list `args: [[kt, kt]]`); a single input or "
+        "output is a flat triple `[\"x\", 0, 0]`; top-level `build_config` "
+        "is `{\"input_shape\": null}`.",
+        "- Every layer except InputLayer (and Dropout, which has none) carries "
+        "`build_config.input_shape`; Add/Concatenate have a list of shapes.",
+        "- `compile_config`: `loss` is a string (`\"mse\"`) or a `keras.losses` "
+        "envelope (`CategoricalCrossentropy` with `from_logits`); `optimizer` "
+        "is always an envelope; learning rates are float32 values printed as "
+        "doubles (`0.0010000000474974513`, `0.009999999776482582`); "
+        "`metrics` is `[\"accuracy\"]` or null.",
+        "- `model.weights.h5` inside the archive names groups by the layer's "
+        "**class** in snake case with a counter in `model.layers` order, not "
+        "by layer name: `layers/dense/vars/0`, `layers/dense_1/vars/0`, ... "
+        "even for layers named `a`, `b`, `d1`; `vars/0` = kernel, `vars/1` = "
+        "bias. `optimizer/vars/0,1` (iteration, learning rate) are present; "
+        "the root group `vars` has attribute `name` = model name.",
+        "- wide_mlp.keras is only written with `--large` (about 59 MB).",
+        "",
+    ])
+    for py, fl in pairs:
+        L.append(f"## {py['model']} with `{py['dist']}.dist.json`\n")
+        L.append("Spec: `" + json.dumps(py["spec"]) + "`\n")
+        if "error" in py or "error" in fl:
+            L.append("**Real Keras/JAX rejects it**: `"
+                     + (py.get("error") or fl.get("error")) + "`\n")
+            continue
+        L.append(f"Input batch layout: {fmt_layout(py['data_layout'])}; "
+                 f"file: {fl['loaded_from']}.\n")
+        L.append("| path (built in Python) | path (loaded from file) | global "
+                 "shape | layout, built in Python | layout, loaded from file |")
+        L.append("|---|---|---|---|---|")
+        for v, w in zip(py["variables"], fl["variables"]):
+            L.append(f"| `{v['path']}` | `{w['path']}` | {tuple(v['shape'])} | "
+                     f"{fmt_layout(v['layout'])} | {fmt_layout(w['layout'])} |")
+        L.append("")
+        L.append("Outputs, built in Python: " + _outputs_line(py) +
+                 "; loaded from file: " + _outputs_line(fl) + ".\n")
+        for r, what in ((py, "built in Python"), (fl, "loaded from file")):
+            if r.get("unmatched_keys"):
+                L.append(f"**Keys that matched nothing** ({what}; Keras ignores "
+                         "them silently): "
+                         + ", ".join(f"`{k}`" for k in r["unmatched_keys"])
+                         + "\n")
+    with open(os.path.join(OUT, "README.md"), "w") as f:
+        f.write("\n".join(L))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--large", action="store_true",
+                    help="also write wide_mlp.keras (about 59 MB of weights)")
+    ap.add_argument("--no-verify", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(OUT, exist_ok=True)
+    versions = f"keras {keras.__version__}, jax {jax.__version__}"
+    print(versions, "devices:", len(jax.devices()))
+
+    configs = {}
+    for name, entry in MODELS.items():
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(SEED)
+        model = entry["build"]()
+        print(f"{name}: model {model.name!r}, weights",
+              [v.path for v in model.weights])
+        write_archive = args.large or not entry.get("large")
+        config = save_archive(model, os.path.join(OUT, name + ".keras"),
+                              write_archive)
+        configs[name] = config
+        dump(os.path.join(OUT, name + ".json"), config)
+        for dist_name, spec in entry["dists"].items():
+            dump(os.path.join(OUT, dist_name + ".dist.json"), spec)
+
+    # The seed model with its (correct-path) spec embedded.
+    embedded = dict(configs["seed_mlp"])
+    embedded["distribution"] = MODELS["seed_mlp"]["dists"]["seed_mlp_fixed"]
+    dump(os.path.join(OUT, "seed_mlp_embedded.json"), embedded)
+
+    if args.no_verify:
+        return
+    results, pairs = [], []
+    for name, entry in MODELS.items():
+        for dist_name, spec in entry["dists"].items():
+            pair = []
+            for mode in ("python", "file"):
+                r = verify(name, entry, dist_name, spec, configs[name],
+                           os.path.join(OUT, name + ".keras"), mode)
+                status = r.get("error") or "ok"
+                print(f"verify {dist_name} [{mode}]: {status}")
+                for v in r.get("variables", []):
+                    print(f"   {v['path']:32s} {str(tuple(v['shape'])):14s} "
+                          f"{fmt_layout(v['layout'])}")
+                for p, a in r.get("output_queries", {}).items():
+                    if a:
+                        print(f"   output {p} -> {fmt_layout(a)}")
+                if r.get("unmatched_keys"):
+                    print("   unmatched keys:", r["unmatched_keys"])
+                results.append(r)
+                pair.append(r)
+            pairs.append(pair)
+    dump(os.path.join(OUT, "keras_layouts.json"),
+         {"versions": versions, "results": results})
+    write_readme(pairs, versions)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+// rt_comm_check: every collective of runtime/comm.c on every mesh of the
+// world's size, checked against a serial reference.
+//
+// Run under mpirun (tests/sh/rt_comm.sh does, with several -np). For a world
+// of W ranks it walks every mesh shape with 1 to 4 axes whose product is W
+// (for W = 8: (8,), (2,4), (4,2), (1,8), (2,2,2), ...), every group mask of
+// that mesh, several tensor shapes of rank 1 to 3 and every dimension (and
+// every from/to pair for all-to-all). Each rank builds its input from a
+// formula of the *global* tensor and of its group, runs the collective, and
+// compares its output element by element with what the formula says its
+// block must hold. The reference never calls comm.c's block helpers: it maps
+// multi-indices one element at a time. All values are small integers, so
+// sums are exact and any difference is a bug.
+//
+// Exit status 0 when every rank saw every check pass; 1 otherwise, after
+// printing the first failures.
+#include "kdrt.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int world_rank, world_size;
+static long checks, failures;
+
+static void fail(const char *what, const int *mesh, int nd, unsigned mask, const char *detail) {
+  failures++;
+  if (failures > 5) return;
+  char m[64];
+  size_t k = 0;
+  for (int i = 0; i < nd; i++) k += (size_t)snprintf(m + k, sizeof m - k, "%s%d", i ? "," : "", mesh[i]);
+  fprintf(stderr, "rank %d: FAIL %s on mesh (%s) mask 0x%x: %s\n", world_rank, what, m, mask,
+          detail);
+}
+
+// ------------------------------------------------------------ the mesh
+
+typedef struct {
+  int nd;
+  int shape[KDRT_MAX_AXES];
+  const char *names[KDRT_MAX_AXES];
+} mesh;
+
+static void coords_of(const mesh *m, int rank, int *coord) {
+  for (int a = m->nd - 1; a >= 0; a--) coord[a] = rank % m->shape[a], rank /= m->shape[a];
+}
+
+// Row-major index of coord over the axes in mask (the group index) or,
+// with the complement, the group's id (its "color").
+static int index_over(const mesh *m, const int *coord, unsigned mask) {
+  int idx = 0;
+  for (int a = 0; a < m->nd; a++)
+    if (mask & (1u << a)) idx = idx * m->shape[a] + coord[a];
+  return idx;
+}
+
+static int size_over(const mesh *m, unsigned mask) {
+  int n = 1;
+  for (int a = 0; a < m->nd; a++)
+    if (mask & (1u << a)) n *= m->shape[a];
+  return n;
+}
+
+// ------------------------------------------------------------ tensors
+
+static int64_t numel(int r, const int64_t *s) {
+  int64_t n = 1;
+  for (int i = 0; i < r; i++) n *= s[i];
+  return n;
+}
+
+static int64_t flat(int r, const int64_t *shape, const int64_t *idx) {
+  int64_t f = 0;
+  for (int i = 0; i < r; i++) f = f * shape[i] + idx[i];
+  return f;
+}
+
+static int next_index(int r, const int64_t *shape, int64_t *idx) {
+  for (int d = r - 1; d >= 0; d--) {
+    if (++idx[d] < shape[d]) return 1;
+    idx[d] = 0;
+  }
+  return 0;
+}
+
+// The global tensor of a group: distinct per group and per element.
+static float gval(int color, int64_t f) { return (float)(color * 10000 + f); }
+
+static float *falloc(int64_t n) {
+  float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  if (!p) abort();
+  return p;
+}
+
+static void compare(const char *what, const mesh *m, unsigned mask, const float *got,
+                    const float *want, int64_t n, int r, const int64_t *shape, int d1, int d2) {
+  checks++;
+  for (int64_t i = 0; i < n; i++) {
+    if (got[i] != want[i]) {
+      char detail[256];
+      size_t k = (size_t)snprintf(detail, sizeof detail, "shape (");
+      for (int j = 0; j < r; j++)
+        k += (size_t)snprintf(detail + k, sizeof detail - k, "%s%lld", j ? "," : "",
+                              (long long)shape[j]);
+      snprintf(detail + k, sizeof detail - k, ") dims %d,%d: element %lld is %g, want %g", d1,
+               d2, (long long)i, got[i], want[i]);
+      fail(what, m->shape, m->nd, mask, detail);
+      return;
+    }
+  }
+}
+
+// ------------------------------------------------------------ one check each
+
+static void check_allreduce(kdrt_ctx *c, const mesh *m, unsigned mask) {
+  const int64_t n = 37;
+  float *in = falloc(n), *out = falloc(n), *want = falloc(n);
+  for (int64_t i = 0; i < n; i++) in[i] = (float)(world_rank * 100 + i), want[i] = 0;
+  int coord[KDRT_MAX_AXES], other[KDRT_MAX_AXES];
+  coords_of(m, world_rank, coord);
+  unsigned rest = ~mask & ((1u << m->nd) - 1);
+  for (int q = 0; q < world_size; q++) { // members: the ranks of my color
+    coords_of(m, q, other);
+    if (index_over(m, other, rest) != index_over(m, coord, rest)) continue;
+    for (int64_t i = 0; i < n; i++) want[i] += (float)(q * 100 + i);
+  }
+  if (kdrt_group_size(c, mask) != size_over(m, mask))
+    fail("group_size", m->shape, m->nd, mask, "wrong size");
+  kdrt_allreduce(c, mask, in, out, (size_t)n);
+  compare("allreduce", m, mask, out, want, n, 1, &n, 0, 0);
+  kdrt_allreduce(c, mask, in, in, (size_t)n); // in place
+  compare("allreduce in place", m, mask, in, want, n, 1, &n, 0, 0);
+  free(in), free(out), free(want);
+}
+
+// Input of every member: in_g[i] = (g + 1) * 1000 + flat(i); out = sum over
+// members of their block `me` along dim.
+static void check_reduce_scatter(kdrt_ctx *c, const mesh *m, unsigned mask, int r,
+                                 const int64_t *lshape, int dim) {
+  int n = size_over(m, mask), coord[KDRT_MAX_AXES];
+  coords_of(m, world_rank, coord);
+  int me = index_over(m, coord, mask);
+  int64_t total = numel(r, lshape), part = lshape[dim] / n;
+  float *in = falloc(total), *out = falloc(total / n), *want = falloc(total / n);
+  for (int64_t i = 0; i < total; i++) in[i] = (float)((me + 1) * 1000 + i);
+  int64_t oshape[KDRT_MAX_RANK], idx[KDRT_MAX_RANK] = {0}, src[KDRT_MAX_RANK];
+  memcpy(oshape, lshape, sizeof(int64_t) * (size_t)r);
+  oshape[dim] = part;
+  do {
+    memcpy(src, idx, sizeof src);
+    src[dim] = me * part + idx[dim];
+    float s = 0;
+    for (int g = 0; g < n; g++) s += (float)((g + 1) * 1000 + flat(r, lshape, src));
+    want[flat(r, oshape, idx)] = s;
+  } while (next_index(r, oshape, idx));
+  kdrt_reduce_scatter(c, mask, r, lshape, dim, in, out);
+  compare("reduce_scatter", m, mask, out, want, total / n, r, lshape, dim, -1);
+  free(in), free(out), free(want);
+}
+
+// Global G of shape gshape (dim = lshape[dim] * n); member g holds block g.
+static void check_allgather(kdrt_ctx *c, const mesh *m, unsigned mask, int r,
+                            const int64_t *lshape, int dim) {
+  int n = size_over(m, mask), coord[KDRT_MAX_AXES];
+  coords_of(m, world_rank, coord);
+  int me = index_over(m, coord, mask);
+  int color = index_over(m, coord, ~mask & ((1u << m->nd) - 1));
+  int64_t gshape[KDRT_MAX_RANK], idx[KDRT_MAX_RANK] = {0}, gi[KDRT_MAX_RANK];
+  memcpy(gshape, lshape, sizeof(int64_t) * (size_t)r);
+  gshape[dim] *= n;
+  int64_t total = numel(r, lshape);
+  float *in = falloc(total), *out = falloc(total * n), *want = falloc(total * n);
+  do {
+    memcpy(gi, idx, sizeof gi);
+    gi[dim] += me * lshape[dim];
+    in[flat(r, lshape, idx)] = gval(color, flat(r, gshape, gi));
+  } while (next_index(r, lshape, idx));
+  for (int64_t i = 0; i < total * n; i++) want[i] = gval(color, i);
+  kdrt_allgather(c, mask, r, lshape, dim, in, out);
+  compare("allgather", m, mask, out, want, total * n, r, lshape, dim, -1);
+  free(in), free(out), free(want);
+}
+
+// Global G: member g holds block g along `from`; afterwards block g along `to`.
+static void check_alltoall(kdrt_ctx *c, const mesh *m, unsigned mask, int r,
+                           const int64_t *lshape, int from, int to) {
+  int n = size_over(m, mask), coord[KDRT_MAX_AXES];
+  coords_of(m, world_rank, coord);
+  int me = index_over(m, coord, mask);
+  int color = index_over(m, coord, ~mask & ((1u << m->nd) - 1));
+  int64_t gshape[KDRT_MAX_RANK], oshape[KDRT_MAX_RANK], idx[KDRT_MAX_RANK] = {0},
+          gi[KDRT_MAX_RANK];
+  memcpy(gshape, lshape, sizeof(int64_t) * (size_t)r);
+  gshape[from] *= n;
+  memcpy(oshape, gshape, sizeof gshape);
+  oshape[to] /= n;
+  int64_t total = numel(r, lshape);
+  float *in = falloc(total), *out = falloc(total), *want = falloc(total);
+  do {
+    memcpy(gi, idx, sizeof gi);
+    gi[from] += me * lshape[from];
+    in[flat(r, lshape, idx)] = gval(color, flat(r, gshape, gi));
+  } while (next_index(r, lshape, idx));
+  memset(idx, 0, sizeof idx);
+  do {
+    memcpy(gi, idx, sizeof gi);
+    gi[to] += me * oshape[to];
+    want[flat(r, oshape, idx)] = gval(color, flat(r, gshape, gi));
+  } while (next_index(r, oshape, idx));
+  kdrt_alltoall(c, mask, r, lshape, from, to, in, out);
+  compare("alltoall", m, mask, out, want, total, r, lshape, from, to);
+  free(in), free(out), free(want);
+}
+
+static void check_slice(kdrt_ctx *c, const mesh *m, unsigned mask, int r, const int64_t *lshape,
+                        int dim) {
+  int n = size_over(m, mask), coord[KDRT_MAX_AXES];
+  coords_of(m, world_rank, coord);
+  int me = index_over(m, coord, mask);
+  int64_t oshape[KDRT_MAX_RANK], idx[KDRT_MAX_RANK] = {0}, gi[KDRT_MAX_RANK];
+  memcpy(oshape, lshape, sizeof(int64_t) * (size_t)r);
+  oshape[dim] /= n;
+  int64_t total = numel(r, lshape);
+  float *in = falloc(total), *out = falloc(total / n), *want = falloc(total / n);
+  for (int64_t i = 0; i < total; i++) in[i] = gval(0, i);
+  do {
+    memcpy(gi, idx, sizeof gi);
+    gi[dim] += me * oshape[dim];
+    want[flat(r, oshape, idx)] = gval(0, flat(r, lshape, gi));
+  } while (next_index(r, oshape, idx));
+  kdrt_slice(c, mask, r, lshape, dim, in, out);
+  compare("slice", m, mask, out, want, total / n, r, lshape, dim, -1);
+  free(in), free(out), free(want);
+}
+
+// ------------------------------------------------------------ driver
+
+static void check_mesh(const mesh *m) {
+  kdrt_program prog;
+  memset(&prog, 0, sizeof prog);
+  prog.model_name = "rt_comm_check";
+  prog.mesh_ndim = m->nd;
+  prog.mesh_shape = m->shape;
+  prog.mesh_axes = m->names;
+  kdrt_ctx c;
+  memset(&c, 0, sizeof c);
+  c.prog = &prog;
+  c.rank = world_rank, c.world = world_size;
+  coords_of(m, world_rank, c.coord);
+
+  static const int64_t base[3] = {2, 3, 2};
+  for (unsigned mask = 0; mask < (1u << m->nd); mask++) {
+    check_allreduce(&c, m, mask);
+    int n = size_over(m, mask);
+    for (int r = 1; r <= 3; r++) {
+      for (int k = 1; k <= 2; k++) {
+        int64_t shape[KDRT_MAX_RANK];
+        for (int d = 0; d < r; d++) {
+          memcpy(shape, base, sizeof base);
+          shape[d] = n * k;
+          check_reduce_scatter(&c, m, mask, r, shape, d);
+          check_slice(&c, m, mask, r, shape, d);
+          memcpy(shape, base, sizeof base);
+          shape[d] = k + 1;
+          check_allgather(&c, m, mask, r, shape, d);
+          for (int to = 0; to < r; to++) {
+            if (to == d) continue;
+            memcpy(shape, base, sizeof base);
+            shape[d] = k + 1; // from: any extent
+            shape[to] = n * k; // to: divides by the group
+            check_alltoall(&c, m, mask, r, shape, d, to);
+          }
+        }
+      }
+    }
+  }
+  kdrt_comm_free(&c);
+}
+
+// Every ordered factorisation of w into nd factors, each >= 1.
+static int for_each_mesh(int w, int nd, mesh *m, int axis) {
+  static const char *const names[KDRT_MAX_AXES] = {"a", "b", "c", "d"};
+  int count = 0;
+  if (axis == nd - 1) {
+    m->nd = nd;
+    m->shape[axis] = w;
+    for (int a = 0; a < nd; a++) m->names[a] = names[a];
+    check_mesh(m);
+    return 1;
+  }
+  for (int f = 1; f <= w; f++) {
+    if (w % f) continue;
+    m->shape[axis] = f;
+    count += for_each_mesh(w / f, nd, m, axis + 1);
+  }
+  return count;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  int max_axes = argc > 1 ? atoi(argv[1]) : 3;
+  if (max_axes < 1 || max_axes > KDRT_MAX_AXES) max_axes = 3;
+  int meshes = 0;
+  mesh m;
+  for (int nd = 1; nd <= max_axes; nd++) meshes += for_each_mesh(world_size, nd, &m, 0);
+  long all_fail = 0, all_checks = 0;
+  MPI_Allreduce(&failures, &all_fail, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&checks, &all_checks, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0)
+    printf("rt_comm_check: %d ranks, %d meshes, %ld checks, %ld failures\n", world_size, meshes,
+           all_checks, all_fail);
+  MPI_Finalize();
+  return all_fail ? 1 : 0;
+}

@@ -1,0 +1,655 @@
+// Tests for runtime/ops.c: the kernels a generated train_step calls.
+//
+// Gradients are checked against central finite differences of the forward
+// kernel (float32, step 1e-2) on small random inputs, through the scalar
+// L = sum(w * out) with random weights w, so dy = w. Convolution and
+// pooling are also checked against naive direct loops in double; losses,
+// accuracy and optimizers against values worked out by hand from Keras 3's
+// formulas (the arithmetic is written out beside each expected value).
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kdrt.h"
+
+// ---------------------------------------------------------------- helpers
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static float frand(float lo, float hi) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return lo + (hi - lo) * (float)((rng_state >> 40) * (1.0 / 16777216.0));
+}
+
+static float *rand_buf(size_t n, float lo, float hi) {
+  float *p = malloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++)
+    p[i] = frand(lo, hi);
+  return p;
+}
+
+static double dot(const float *a, const float *b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++)
+    s += (double)a[i] * b[i];
+  return s;
+}
+
+// Max over i of |analytic - numeric| / max(1, |numeric|), the numeric
+// derivative of f with respect to param[i] by central differences.
+typedef double (*scalar_fn)(void *ctx);
+#define FD_STEP 1e-2f
+#define FD_TOL 2e-2
+
+static double fd_error(float *param, size_t n, const float *analytic, scalar_fn f, void *ctx) {
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    float v = param[i];
+    param[i] = v + FD_STEP;
+    double fp = f(ctx);
+    param[i] = v - FD_STEP;
+    double fm = f(ctx);
+    param[i] = v;
+    double num = (fp - fm) / (2.0 * FD_STEP);
+    double err = fabs(analytic[i] - num) / fmax(1.0, fabs(num));
+    if (err > worst)
+      worst = err;
+  }
+  return worst;
+}
+
+static double max_abs_diff(const float *a, const double *b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++)
+    m = fmax(m, fabs(a[i] - b[i]));
+  return m;
+}
+
+// ---------------------------------------------------------------- activations
+
+typedef struct {
+  int act;
+  float *x, *y, *w;
+  size_t n;
+} act_ctx;
+
+static double act_scalar(void *p) {
+  act_ctx *c = p;
+  kdrt_act(c->act, c->y, c->x, c->n);
+  return dot(c->w, c->y, c->n);
+}
+
+Test(act, gradients_match_finite_differences) {
+  const size_t n = 64;
+  static const char *names[] = {"linear", "relu", "sigmoid", "tanh", "gelu", "silu"};
+  for (int act = KDRT_ACT_LINEAR; act <= KDRT_ACT_SILU; act++) {
+    act_ctx c = {act, rand_buf(n, -3, 3), calloc(n, sizeof(float)), rand_buf(n, -1, 1), n};
+    for (size_t i = 0; i < n; i++) // keep relu's kink out of the FD step
+      if (fabsf(c.x[i]) < 0.05f)
+        c.x[i] = 0.5f;
+    float *dx = calloc(n, sizeof *dx);
+    kdrt_act(act, c.y, c.x, n);
+    kdrt_act_grad(act, dx, c.w, c.x, c.y, n);
+    double err = fd_error(c.x, n, dx, act_scalar, &c);
+    cr_expect(err < FD_TOL, "%s: gradient error %g", names[act], err);
+    free(c.x), free(c.y), free(c.w), free(dx);
+  }
+}
+
+Test(act, known_values) {
+  // relu, sigmoid, tanh, gelu (exact erf form), silu at -1, 0, 1, and the
+  // stable sigmoid at +-100.
+  const float x[] = {-1, 0, 1, 100, -100};
+  float y[5];
+  kdrt_act(KDRT_ACT_RELU, y, x, 3);
+  cr_expect(y[0] == 0 && y[1] == 0 && y[2] == 1);
+  kdrt_act(KDRT_ACT_SIGMOID, y, x, 5);
+  cr_expect_float_eq(y[0], 0.26894142f, 1e-6);
+  cr_expect_float_eq(y[1], 0.5f, 1e-7);
+  cr_expect_float_eq(y[3], 1.0f, 1e-7);
+  cr_expect(y[4] >= 0 && y[4] < 1e-40f, "sigmoid(-100) = %g", y[4]);
+  kdrt_act(KDRT_ACT_TANH, y, x, 3);
+  cr_expect_float_eq(y[2], 0.76159416f, 1e-6);
+  kdrt_act(KDRT_ACT_GELU, y, x, 3);
+  // gelu(x) = x * Phi(x); Phi(1) = 0.84134475, Phi(-1) = 0.15865525
+  cr_expect_float_eq(y[0], -0.15865525f, 1e-6);
+  cr_expect_float_eq(y[2], 0.84134475f, 1e-6);
+  kdrt_act(KDRT_ACT_SILU, y, x, 5);
+  cr_expect_float_eq(y[2], 0.73105858f, 1e-6); // 1 * sigmoid(1)
+  cr_expect_float_eq(y[3], 100.0f, 1e-4);
+  cr_expect(fabsf(y[4]) < 1e-30f && !isnan(y[4]));
+}
+
+Test(act, in_place) {
+  float x[4] = {-2, -0.5f, 0.5f, 2}, dy[4] = {1, 1, 1, 1};
+  kdrt_act(KDRT_ACT_TANH, x, x, 4);
+  cr_expect_float_eq(x[3], 0.96402758f, 1e-6);
+  kdrt_act_grad(KDRT_ACT_TANH, dy, dy, NULL, x, 4);
+  cr_expect_float_eq(dy[3], 1.0f - 0.96402758f * 0.96402758f, 1e-6);
+}
+
+// ---------------------------------------------------------------- softmax
+
+typedef struct {
+  float *x, *y, *w;
+  int64_t rows, cols;
+} sm_ctx;
+
+static double sm_scalar(void *p) {
+  sm_ctx *c = p;
+  kdrt_softmax(c->y, c->x, c->rows, c->cols);
+  return dot(c->w, c->y, (size_t)(c->rows * c->cols));
+}
+
+Test(softmax, rows_sum_to_one_and_gradient) {
+  const int64_t rows = 5, cols = 7;
+  const size_t n = rows * cols;
+  sm_ctx c = {rand_buf(n, -3, 3), calloc(n, sizeof(float)), rand_buf(n, -1, 1), rows, cols};
+  kdrt_softmax(c.y, c.x, rows, cols);
+  for (int64_t r = 0; r < rows; r++) {
+    double s = 0;
+    for (int64_t j = 0; j < cols; j++) {
+      cr_expect(c.y[r * cols + j] > 0);
+      s += c.y[r * cols + j];
+    }
+    cr_expect(fabs(s - 1) < 1e-6, "row %ld sums to %.9f", (long)r, s);
+  }
+  float *dx = calloc(n, sizeof *dx);
+  kdrt_softmax_grad(dx, c.w, c.y, rows, cols);
+  double err = fd_error(c.x, n, dx, sm_scalar, &c);
+  cr_expect(err < FD_TOL, "softmax gradient error %g", err);
+  free(c.x), free(c.y), free(c.w), free(dx);
+}
+
+Test(softmax, stable_for_large_inputs) {
+  // softmax(1e4 + [0,-1,-2]) = softmax([0,-1,-2]) = [1, e^-1, e^-2] / (1 + e^-1 + e^-2)
+  const float x[] = {1e4f, 1e4f - 1, 1e4f - 2, -1e4f, -1e4f - 1, -1e4f - 2};
+  float y[6];
+  kdrt_softmax(y, x, 2, 3);
+  const double z = 1 + exp(-1) + exp(-2);
+  for (int r = 0; r < 2; r++) {
+    cr_expect(fabs(y[3 * r + 0] - 1 / z) < 1e-6, "row %d: %g", r, y[3 * r]);
+    cr_expect(fabs(y[3 * r + 1] - exp(-1) / z) < 1e-6);
+    cr_expect(fabs(y[3 * r + 2] - exp(-2) / z) < 1e-6);
+  }
+}
+
+// ---------------------------------------------------------------- losses
+
+typedef struct {
+  int kind, logits;
+  float *pred, *y;
+  int64_t rows, cols;
+  double scale;
+} loss_ctx;
+
+static double loss_scalar(void *p) {
+  loss_ctx *c = p;
+  return kdrt_loss(c->kind, c->logits, c->pred, c->y, c->rows, c->cols, c->scale);
+}
+
+static void check_loss_grad(int kind, int logits, float plo, float phi) {
+  const int64_t rows = 4, cols = 5;
+  const size_t n = rows * cols;
+  loss_ctx c = {kind, logits, rand_buf(n, plo, phi), calloc(n, sizeof(float)), rows, cols,
+                1.0 / 8};
+  for (int64_t r = 0; r < rows; r++) {
+    int t = (int)(r * 3 % cols);
+    switch (kind) {
+    case KDRT_LOSS_MSE:
+    case KDRT_LOSS_MAE:
+      for (int64_t j = 0; j < cols; j++) {
+        // keep |pred - y| > FD step for mae's kink
+        float d = frand(0.1f, 1.0f);
+        c.y[r * cols + j] = c.pred[r * cols + j] + (j % 2 ? d : -d);
+      }
+      break;
+    case KDRT_LOSS_CCE: // soft labels, not summing to 1, to test the general form
+      for (int64_t j = 0; j < cols; j++)
+        c.y[r * cols + j] = frand(0, 1);
+      break;
+    case KDRT_LOSS_SCCE:
+      c.y[r] = (float)t;
+      break;
+    case KDRT_LOSS_BCE:
+      for (int64_t j = 0; j < cols; j++)
+        c.y[r * cols + j] = (r + j) % 3 == 0 ? 1.0f : (j == 4 ? 0.3f : 0.0f);
+      break;
+    }
+  }
+  float *d = calloc(n, sizeof *d);
+  kdrt_loss_grad(kind, logits, d, c.pred, c.y, rows, cols, c.scale);
+  // Scale the FD up so the tolerance bites: compare grad*8 against d(8 L).
+  c.scale = 1.0;
+  for (size_t i = 0; i < n; i++)
+    d[i] *= 8;
+  double err = fd_error(c.pred, n, d, loss_scalar, &c);
+  cr_expect(err < FD_TOL, "loss %d from_logits=%d: gradient error %g", kind, logits, err);
+  free(c.pred), free(c.y), free(d);
+}
+
+Test(loss, gradients_match_finite_differences) {
+  check_loss_grad(KDRT_LOSS_MSE, 0, -2, 2);
+  check_loss_grad(KDRT_LOSS_MAE, 0, -2, 2);
+  check_loss_grad(KDRT_LOSS_CCE, 0, 0.2f, 1.0f);
+  check_loss_grad(KDRT_LOSS_CCE, 1, -3, 3);
+  check_loss_grad(KDRT_LOSS_SCCE, 0, 0.2f, 1.0f);
+  check_loss_grad(KDRT_LOSS_SCCE, 1, -3, 3);
+  check_loss_grad(KDRT_LOSS_BCE, 0, 0.1f, 0.9f);
+  check_loss_grad(KDRT_LOSS_BCE, 1, -3, 3);
+}
+
+Test(loss, mse_mae_values) {
+  // rows (1,2) vs (0,0): mse (1+4)/2 = 2.5, mae (1+2)/2 = 1.5
+  // rows (3,4) vs (3,2): mse (0+4)/2 = 2,   mae (0+2)/2 = 1
+  const float p[] = {1, 2, 3, 4}, y[] = {0, 0, 3, 2};
+  cr_expect(fabs(kdrt_loss(KDRT_LOSS_MSE, 0, p, y, 2, 2, 0.5) - 2.25) < 1e-9);
+  cr_expect(fabs(kdrt_loss(KDRT_LOSS_MAE, 0, p, y, 2, 2, 0.5) - 1.25) < 1e-9);
+  float d[4];
+  kdrt_loss_grad(KDRT_LOSS_MSE, 0, d, p, y, 2, 2, 0.5); // 2 (p - y) / cols * scale
+  cr_expect(d[0] == 0.5f && d[1] == 1.0f && d[2] == 0.0f && d[3] == 1.0f);
+  kdrt_loss_grad(KDRT_LOSS_MAE, 0, d, p, y, 2, 2, 0.5); // sign(p - y) / cols * scale
+  cr_expect(d[0] == 0.25f && d[1] == 0.25f && d[2] == 0.0f && d[3] == 0.25f);
+}
+
+Test(loss, categorical_values_and_clipping) {
+  // Probabilities are normalised by their sum: (1,1,2) -> (.25,.25,.5);
+  // label 2 -> -log .5. (0,1,1) with label 0: q0 = 0 clips to 1e-7,
+  // loss -log(1e-7) = 16.1181, and its gradient is zero everywhere.
+  const float p[] = {1, 1, 2, 0, 1, 1};
+  const float y[] = {0, 0, 1, 1, 0, 0};
+  const float ids[] = {2, 0};
+  double l = kdrt_loss(KDRT_LOSS_CCE, 0, p, y, 2, 3, 1.0);
+  cr_expect(fabs(l - (log(2.0) + -log(1e-7))) < 1e-4, "cce %f", l);
+  l = kdrt_loss(KDRT_LOSS_SCCE, 0, p, ids, 2, 3, 1.0);
+  cr_expect(fabs(l - (log(2.0) + -log(1e-7))) < 1e-4, "scce %f", l);
+  float d[6], ds[6];
+  kdrt_loss_grad(KDRT_LOSS_CCE, 0, d, p, y, 2, 3, 1.0);
+  kdrt_loss_grad(KDRT_LOSS_SCCE, 0, ds, p, ids, 2, 3, 1.0);
+  // Row 0, unclipped: dL/dp_k = (1/s) (-y_k/q_k + sum y) with s = 4:
+  // (.25, .25, (1 - 2)/4) = (.25, .25, -.25).
+  const float want[] = {0.25f, 0.25f, -0.25f, 0, 0, 0};
+  for (int i = 0; i < 6; i++) {
+    cr_expect(fabsf(d[i] - want[i]) < 1e-6, "cce grad[%d] = %g, want %g", i, d[i], want[i]);
+    cr_expect(fabsf(ds[i] - want[i]) < 1e-6, "scce grad[%d] = %g, want %g", i, ds[i], want[i]);
+  }
+}
+
+Test(loss, categorical_from_logits) {
+  // logits (0, 0, ln 2): softmax (.25,.25,.5), label 2 -> ln 2; grad softmax - y.
+  // logits (1000, 0), label 1: loss 1000, no overflow.
+  const float p[] = {0, 0, logf(2), 1000, 0, 0};
+  const float y[] = {0, 0, 1, 0, 1, 0};
+  const float ids[] = {2, 1};
+  double l = kdrt_loss(KDRT_LOSS_CCE, 1, p, y, 2, 3, 1.0);
+  cr_expect(fabs(l - (log(2.0) + 1000)) < 1e-3, "cce logits %f", l);
+  l = kdrt_loss(KDRT_LOSS_SCCE, 1, p, ids, 2, 3, 1.0);
+  cr_expect(fabs(l - (log(2.0) + 1000)) < 1e-3, "scce logits %f", l);
+  float d[6];
+  kdrt_loss_grad(KDRT_LOSS_SCCE, 1, d, p, ids, 2, 3, 0.5);
+  const float want[] = {0.125f, 0.125f, -0.25f, 0.5f, -0.5f, 0};
+  for (int i = 0; i < 6; i++)
+    cr_expect(fabsf(d[i] - want[i]) < 1e-6 && !isnan(d[i]), "grad[%d] = %g", i, d[i]);
+}
+
+Test(loss, binary_values_and_clipping) {
+  // p = .8: y = 1 -> -ln .8, y = 0 -> -ln .2; mean over 2 columns.
+  const float p[] = {0.8f, 0.8f}, y[] = {1, 0};
+  double l = kdrt_loss(KDRT_LOSS_BCE, 0, p, y, 1, 2, 1.0);
+  cr_expect(fabs(l - (-log(0.8) - log(0.2)) / 2) < 1e-6, "bce %f", l);
+  // p = 1, y = 0 clips to 1 - 1e-7 (0.99999988 in float32): -ln(1 - 0.99999988).
+  // p = 0, y = 1 clips to 1e-7: -ln(1e-7). Both gradients 0.
+  const float pc[] = {1.0f, 0.0f}, yc[] = {0, 1};
+  l = kdrt_loss(KDRT_LOSS_BCE, 0, pc, yc, 2, 1, 1.0);
+  cr_expect(fabs(l - (-log(1.0 - 0.99999988079071044921875) - log(1e-7))) < 1e-3, "bce %f", l);
+  float d[2];
+  kdrt_loss_grad(KDRT_LOSS_BCE, 0, d, pc, yc, 2, 1, 1.0);
+  cr_expect(d[0] == 0 && d[1] == 0, "clipped grads %g %g", d[0], d[1]);
+  // Unclipped: d/dp = -y/p + (1-y)/(1-p) = -1.25 and 5, over 2 columns.
+  kdrt_loss_grad(KDRT_LOSS_BCE, 0, d, p, y, 1, 2, 1.0);
+  cr_expect(fabsf(d[0] + 0.625f) < 1e-5 && fabsf(d[1] - 2.5f) < 1e-5, "%g %g", d[0], d[1]);
+  // Logits: x = 0 -> ln 2; x = 100, y = 0 -> 100; x = -100, y = 0 -> ~0.
+  const float xl[] = {0, 100, -100}, yl[] = {1, 0, 0};
+  l = kdrt_loss(KDRT_LOSS_BCE, 1, xl, yl, 3, 1, 1.0);
+  cr_expect(fabs(l - (log(2.0) + 100)) < 1e-4, "bce logits %f", l);
+  float dl[3];
+  kdrt_loss_grad(KDRT_LOSS_BCE, 1, dl, xl, yl, 3, 1, 1.0); // sigmoid(x) - y
+  cr_expect(fabsf(dl[0] + 0.5f) < 1e-6 && fabsf(dl[1] - 1) < 1e-6 && fabsf(dl[2]) < 1e-6);
+}
+
+Test(loss, accuracy) {
+  // Binary (one column): threshold 0.5.
+  const float pb[] = {0.7f, 0.2f, 0.5f, 0.9f}, yb[] = {1, 0, 1, 0};
+  cr_expect(kdrt_accuracy(KDRT_LOSS_BCE, 0, pb, yb, 4, 1, 0.25) == 0.5);
+  // Categorical: argmax match, first maximum on ties.
+  const float pc[] = {0.1f, 0.8f, 0.1f, 0.4f, 0.4f, 0.2f, 0.3f, 0.3f, 0.4f};
+  const float yc[] = {0, 1, 0, 0, 1, 0, 0, 0, 1};
+  cr_expect(kdrt_accuracy(KDRT_LOSS_CCE, 0, pc, yc, 3, 3, 1.0) == 2.0);
+  cr_expect(kdrt_accuracy(KDRT_LOSS_MSE, 0, pc, yc, 3, 3, 1.0) == 2.0);
+  const float ids[] = {1, 0, 1};
+  cr_expect(kdrt_accuracy(KDRT_LOSS_SCCE, 1, pc, ids, 3, 3, 1.0) == 2.0);
+}
+
+// ---------------------------------------------------------------- conv2d
+
+typedef struct {
+  int B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW;
+} conv_shape;
+
+static conv_shape conv_make(int B, int H, int W, int C, int KH, int KW, int K, int sh, int sw,
+                            int same) {
+  conv_shape s = {B, H, W, C, KH, KW, K, sh, sw, 0, 0, 0, 0};
+  if (same) {
+    s.OH = (H + sh - 1) / sh;
+    s.OW = (W + sw - 1) / sw;
+    int th = (s.OH - 1) * sh + KH - H, tw = (s.OW - 1) * sw + KW - W;
+    s.pt = th > 0 ? th / 2 : 0;
+    s.pl = tw > 0 ? tw / 2 : 0;
+  } else {
+    s.OH = (H - KH) / sh + 1;
+    s.OW = (W - KW) / sw + 1;
+  }
+  return s;
+}
+
+static size_t xs(const conv_shape *s) { return (size_t)s->B * s->H * s->W * s->C; }
+static size_t fs(const conv_shape *s) { return (size_t)s->KH * s->KW * s->C * s->K; }
+static size_t ys(const conv_shape *s) { return (size_t)s->B * s->OH * s->OW * s->K; }
+static size_t ss(const conv_shape *s) {
+  return (size_t)s->B * s->OH * s->OW * s->KH * s->KW * s->C;
+}
+
+// Direct convolution and its two gradients, in double.
+static void conv_naive(const conv_shape *s, const float *x, const float *f, const float *dy,
+                       double *y, double *dx, double *dw) {
+  memset(y, 0, ys(s) * sizeof *y);
+  memset(dx, 0, xs(s) * sizeof *dx);
+  memset(dw, 0, fs(s) * sizeof *dw);
+  for (int b = 0; b < s->B; b++)
+    for (int oh = 0; oh < s->OH; oh++)
+      for (int ow = 0; ow < s->OW; ow++)
+        for (int kh = 0; kh < s->KH; kh++)
+          for (int kw = 0; kw < s->KW; kw++) {
+            int ih = oh * s->sh - s->pt + kh, iw = ow * s->sw - s->pl + kw;
+            if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W)
+              continue;
+            for (int c = 0; c < s->C; c++)
+              for (int k = 0; k < s->K; k++) {
+                size_t xi = (((size_t)b * s->H + ih) * s->W + iw) * s->C + c;
+                size_t fi = (((size_t)kh * s->KW + kw) * s->C + c) * s->K + k;
+                size_t yi = (((size_t)b * s->OH + oh) * s->OW + ow) * s->K + k;
+                y[yi] += (double)x[xi] * f[fi];
+                dx[xi] += (double)dy[yi] * f[fi];
+                dw[fi] += (double)dy[yi] * x[xi];
+              }
+          }
+}
+
+Test(conv2d, matches_naive_valid_same_strides) {
+  // B H W C KH KW K sh sw same
+  static const int cases[][10] = {
+      {2, 7, 5, 3, 3, 2, 4, 1, 1, 0}, {2, 7, 5, 3, 3, 2, 4, 1, 1, 1},
+      {2, 7, 5, 3, 3, 3, 4, 2, 2, 0}, {2, 7, 5, 3, 3, 3, 4, 2, 2, 1},
+      {1, 9, 8, 2, 5, 5, 3, 2, 1, 1}, {3, 6, 6, 4, 1, 1, 5, 1, 1, 0}, // 1x1 pointwise
+      {1, 4, 4, 2, 1, 1, 3, 2, 2, 1}, {1, 3, 3, 1, 4, 4, 2, 1, 1, 1}, // kernel > input
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    const int *a = cases[t];
+    conv_shape s = conv_make(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9]);
+    float *x = rand_buf(xs(&s), -1, 1), *f = rand_buf(fs(&s), -1, 1);
+    float *dy = rand_buf(ys(&s), -1, 1), *scratch = malloc(ss(&s) * sizeof(float));
+    float *y = malloc(ys(&s) * sizeof(float)), *dx = malloc(xs(&s) * sizeof(float));
+    float *dw = malloc(fs(&s) * sizeof(float));
+    double *ry = malloc(ys(&s) * sizeof(double)), *rdx = malloc(xs(&s) * sizeof(double));
+    double *rdw = malloc(fs(&s) * sizeof(double));
+    conv_naive(&s, x, f, dy, ry, rdx, rdw);
+    kdrt_conv2d(y, x, f, s.B, s.H, s.W, s.C, s.KH, s.KW, s.K, s.sh, s.sw, s.pt, s.pl, s.OH, s.OW,
+                scratch);
+    for (size_t i = 0; i < xs(&s); i++) // dx must be overwritten, not accumulated
+      dx[i] = 1e3f;
+    kdrt_conv2d_dx(dx, dy, f, s.B, s.H, s.W, s.C, s.KH, s.KW, s.K, s.sh, s.sw, s.pt, s.pl, s.OH,
+                   s.OW, scratch);
+    kdrt_conv2d_dw(dw, x, dy, s.B, s.H, s.W, s.C, s.KH, s.KW, s.K, s.sh, s.sw, s.pt, s.pl, s.OH,
+                   s.OW, scratch);
+    cr_expect(max_abs_diff(y, ry, ys(&s)) < 1e-4, "case %zu: y off by %g", t,
+              max_abs_diff(y, ry, ys(&s)));
+    cr_expect(max_abs_diff(dx, rdx, xs(&s)) < 1e-4, "case %zu: dx off by %g", t,
+              max_abs_diff(dx, rdx, xs(&s)));
+    cr_expect(max_abs_diff(dw, rdw, fs(&s)) < 1e-4, "case %zu: dw off by %g", t,
+              max_abs_diff(dw, rdw, fs(&s)));
+    free(x), free(f), free(dy), free(scratch), free(y), free(dx), free(dw);
+    free(ry), free(rdx), free(rdw);
+  }
+}
+
+typedef struct {
+  conv_shape s;
+  float *x, *f, *y, *w, *scratch;
+} conv_ctx;
+
+static double conv_scalar(void *p) {
+  conv_ctx *c = p;
+  const conv_shape *s = &c->s;
+  kdrt_conv2d(c->y, c->x, c->f, s->B, s->H, s->W, s->C, s->KH, s->KW, s->K, s->sh, s->sw, s->pt,
+              s->pl, s->OH, s->OW, c->scratch);
+  return dot(c->w, c->y, ys(s));
+}
+
+Test(conv2d, gradients_match_finite_differences) {
+  for (int same = 0; same <= 1; same++)
+    for (int st = 1; st <= 2; st++) {
+      conv_ctx c;
+      c.s = conv_make(2, 5, 6, 2, 3, 3, 3, st, st, same);
+      const conv_shape *s = &c.s;
+      c.x = rand_buf(xs(s), -1, 1), c.f = rand_buf(fs(s), -1, 1);
+      c.y = malloc(ys(s) * sizeof(float)), c.w = rand_buf(ys(s), -1, 1);
+      c.scratch = malloc(ss(s) * sizeof(float));
+      float *dx = malloc(xs(s) * sizeof(float)), *dw = malloc(fs(s) * sizeof(float));
+      kdrt_conv2d_dx(dx, c.w, c.f, s->B, s->H, s->W, s->C, s->KH, s->KW, s->K, s->sh, s->sw,
+                     s->pt, s->pl, s->OH, s->OW, c.scratch);
+      kdrt_conv2d_dw(dw, c.x, c.w, s->B, s->H, s->W, s->C, s->KH, s->KW, s->K, s->sh, s->sw,
+                     s->pt, s->pl, s->OH, s->OW, c.scratch);
+      double ex = fd_error(c.x, xs(s), dx, conv_scalar, &c);
+      double ew = fd_error(c.f, fs(s), dw, conv_scalar, &c);
+      cr_expect(ex < FD_TOL && ew < FD_TOL, "same=%d stride=%d: dx err %g, dw err %g", same, st,
+                ex, ew);
+      free(c.x), free(c.f), free(c.y), free(c.w), free(c.scratch), free(dx), free(dw);
+    }
+}
+
+// ---------------------------------------------------------------- maxpool
+
+// Naive max pooling; arg receives the flat index in x of the first maximum.
+static void pool_naive(const conv_shape *s, const float *x, double *y, size_t *arg) {
+  for (int b = 0; b < s->B; b++)
+    for (int oh = 0; oh < s->OH; oh++)
+      for (int ow = 0; ow < s->OW; ow++)
+        for (int c = 0; c < s->C; c++) {
+          double m = -INFINITY;
+          size_t at = 0;
+          for (int ph = 0; ph < s->KH; ph++)
+            for (int pw = 0; pw < s->KW; pw++) {
+              int ih = oh * s->sh - s->pt + ph, iw = ow * s->sw - s->pl + pw;
+              if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W)
+                continue;
+              size_t xi = (((size_t)b * s->H + ih) * s->W + iw) * s->C + c;
+              if (x[xi] > m)
+                m = x[xi], at = xi;
+            }
+          size_t yi = (((size_t)b * s->OH + oh) * s->OW + ow) * s->C + c;
+          y[yi] = m;
+          arg[yi] = at;
+        }
+}
+
+typedef struct {
+  conv_shape s;
+  float *x, *y, *w;
+} pool_ctx;
+
+static double pool_scalar(void *p) {
+  pool_ctx *c = p;
+  const conv_shape *s = &c->s;
+  kdrt_maxpool(c->y, c->x, s->B, s->H, s->W, s->C, s->KH, s->KW, s->sh, s->sw, s->pt, s->pl,
+               s->OH, s->OW);
+  return dot(c->w, c->y, (size_t)s->B * s->OH * s->OW * s->C);
+}
+
+Test(maxpool, matches_naive_and_finite_differences) {
+  // B H W C PH PW sh sw same (K unused: the pooled tensor keeps C channels)
+  static const int cases[][9] = {
+      {2, 6, 6, 3, 2, 2, 2, 2, 0}, {2, 7, 5, 3, 2, 2, 2, 2, 1}, {1, 7, 7, 2, 3, 3, 2, 2, 1},
+      {1, 5, 6, 4, 3, 2, 1, 1, 0}, {2, 5, 5, 3, 3, 3, 1, 1, 1},
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    const int *a = cases[t];
+    pool_ctx c;
+    c.s = conv_make(a[0], a[1], a[2], a[3], a[4], a[5], a[3], a[6], a[7], a[8]);
+    const conv_shape *s = &c.s;
+    const size_t nx = xs(s), ny = (size_t)s->B * s->OH * s->OW * s->C;
+    // Distinct values at least 0.05 apart, so the FD step never changes a
+    // window's winner: a shuffled ramp, all negative to catch a zero pad winning.
+    c.x = malloc(nx * sizeof(float));
+    for (size_t i = 0; i < nx; i++)
+      c.x[i] = -1.0f - 0.05f * (float)i;
+    for (size_t i = nx - 1; i > 0; i--) {
+      size_t j = (size_t)frand(0, (float)(i + 1)) % (i + 1);
+      float tmp = c.x[i];
+      c.x[i] = c.x[j], c.x[j] = tmp;
+    }
+    c.y = malloc(ny * sizeof(float)), c.w = rand_buf(ny, -1, 1);
+    double *ry = malloc(ny * sizeof(double));
+    size_t *arg = malloc(ny * sizeof(size_t));
+    pool_naive(s, c.x, ry, arg);
+    pool_scalar(&c);
+    cr_expect(max_abs_diff(c.y, ry, ny) == 0, "case %zu: y off by %g", t,
+              max_abs_diff(c.y, ry, ny));
+    float *dx = malloc(nx * sizeof(float));
+    double *rdx = calloc(nx, sizeof(double));
+    for (size_t i = 0; i < ny; i++)
+      rdx[arg[i]] += c.w[i];
+    for (size_t i = 0; i < nx; i++)
+      dx[i] = 7.0f;
+    kdrt_maxpool_grad(dx, c.w, c.x, s->B, s->H, s->W, s->C, s->KH, s->KW, s->sh, s->sw, s->pt,
+                      s->pl, s->OH, s->OW);
+    cr_expect(max_abs_diff(dx, rdx, nx) < 1e-6, "case %zu: dx off by %g", t,
+              max_abs_diff(dx, rdx, nx));
+    double err = fd_error(c.x, nx, dx, pool_scalar, &c);
+    cr_expect(err < FD_TOL, "case %zu: gradient error %g", t, err);
+    free(c.x), free(c.y), free(c.w), free(ry), free(arg), free(dx), free(rdx);
+  }
+}
+
+Test(maxpool, ties_go_to_first_and_many_channels) {
+  // One 2x2 window of equal values: all the gradient goes to (0,0).
+  // C = 300 crosses the kernel's 256-channel chunking.
+  const int C = 300;
+  float *x = malloc(4 * C * sizeof(float)), *dx = malloc(4 * C * sizeof(float));
+  float *dy = malloc(C * sizeof(float)), y[300];
+  for (int i = 0; i < 4 * C; i++)
+    x[i] = 3.0f;
+  for (int c = 0; c < C; c++) {
+    dy[c] = (float)c;
+    x[3 * C + c] = c % 2 ? 3.0f : 4.0f; // even channels: the last pixel wins
+  }
+  kdrt_maxpool(y, x, 1, 2, 2, C, 2, 2, 2, 2, 0, 0, 1, 1);
+  kdrt_maxpool_grad(dx, dy, x, 1, 2, 2, C, 2, 2, 2, 2, 0, 0, 1, 1);
+  for (int c = 0; c < C; c++) {
+    int win = c % 2 ? 0 : 3;
+    cr_expect(y[c] == (c % 2 ? 3.0f : 4.0f));
+    for (int p = 0; p < 4; p++)
+      cr_expect(dx[p * C + c] == (p == win ? (float)c : 0.0f), "c %d pixel %d: %g", c, p,
+                dx[p * C + c]);
+  }
+  free(x), free(dx), free(dy);
+}
+
+// ---------------------------------------------------------------- blocks
+
+Test(block, copy_and_place) {
+  // in [2, 5, 2]; copy rows 1..3 of the middle dim -> out [2, 3, 2].
+  float in[20], out[12], back[20];
+  for (int i = 0; i < 20; i++)
+    in[i] = (float)i;
+  kdrt_copy_block(out, in, 2, 5, 1, 3, 2);
+  const float want[] = {2, 3, 4, 5, 6, 7, 12, 13, 14, 15, 16, 17};
+  for (int i = 0; i < 12; i++)
+    cr_expect(out[i] == want[i], "out[%d] = %g", i, out[i]);
+  for (int i = 0; i < 20; i++)
+    back[i] = -1;
+  kdrt_place_block(back, out, 2, 3, 1, 5, 2);
+  for (int i = 0; i < 20; i++) {
+    int mid = (i / 2) % 5;
+    float w = (mid >= 1 && mid <= 3) ? (float)i : -1.0f;
+    cr_expect(back[i] == w, "back[%d] = %g, want %g", i, back[i], w);
+  }
+}
+
+// ---------------------------------------------------------------- optimizers
+// One weight, w = 1, gradients 1 then 2, lr = 0.1.
+
+Test(optim, sgd) {
+  float w = 1, m = 0, g1 = 1, g2 = 2;
+  kdrt_sgd(&w, &g1, NULL, 1, 0.1f, 0, 0);
+  kdrt_sgd(&w, &g2, NULL, 1, 0.1f, 0, 0);
+  cr_expect_float_eq(w, 0.7f, 1e-6); // 1 - .1 - .2
+  // momentum .9: m1 = -.1, w1 = .9; m2 = -.09 - .2 = -.29, w2 = .61
+  w = 1;
+  kdrt_sgd(&w, &g1, &m, 1, 0.1f, 0.9f, 0);
+  cr_expect_float_eq(w, 0.9f, 1e-6);
+  kdrt_sgd(&w, &g2, &m, 1, 0.1f, 0.9f, 0);
+  cr_expect_float_eq(m, -0.29f, 1e-6);
+  cr_expect_float_eq(w, 0.61f, 1e-6);
+  // nesterov: w1 = 1 + (.9 * -.1 - .1) = .81; w2 = .81 + (.9 * -.29 - .2) = .349
+  w = 1, m = 0;
+  kdrt_sgd(&w, &g1, &m, 1, 0.1f, 0.9f, 1);
+  cr_expect_float_eq(w, 0.81f, 1e-6);
+  kdrt_sgd(&w, &g2, &m, 1, 0.1f, 0.9f, 1);
+  cr_expect_float_eq(w, 0.349f, 1e-6);
+}
+
+Test(optim, adam_and_adamw) {
+  // Adam, b1 .9, b2 .999, eps 1e-7.
+  // t=1: m = .1, v = .001, alpha = .1 sqrt(.001) / .1 = .0316228;
+  //      w -= .0316228 * .1 / (.0316228 + 1e-7) = .0999997 -> .9000003
+  // t=2: m = .1 + 1.9 * .1 = .29, v = .001 + 3.999 * .001 = .004999,
+  //      alpha = .1 sqrt(.001999) / .19 = .0235317, sqrt(v) = .0707036;
+  //      w -= .0235317 * .29 / .0707037 = .0965181 -> .8034822
+  float w = 1, m = 0, v = 0, g1 = 1, g2 = 2;
+  kdrt_adam(&w, &g1, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 1);
+  cr_expect_float_eq(w, 0.9000003f, 1e-6);
+  kdrt_adam(&w, &g2, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 2);
+  cr_expect_float_eq(m, 0.29f, 1e-6);
+  // (1 - b2 is 0.000999987 for b2 = 0.999f, so v is 0.004999 to 1.3e-5 relative)
+  cr_expect_float_eq(v, 0.004999f, 1e-7);
+  cr_expect_float_eq(w, 0.8034822f, 1e-6);
+  // AdamW, wd .5: decay first, w *= 1 - .5 * .1 = .95, then the same Adam
+  // steps: t=1: .95 - .0999997 = .8500003; t=2: .8500003 * .95 - .0965181 = .7109822
+  w = 1, m = 0, v = 0;
+  kdrt_adamw(&w, &g1, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 1);
+  cr_expect_float_eq(w, 0.8500003f, 1e-6);
+  kdrt_adamw(&w, &g2, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 2);
+  cr_expect_float_eq(w, 0.7109822f, 1e-6);
+}
+
+Test(optim, rmsprop) {
+  // rho .9, eps 1e-7 (inside the sqrt).
+  // t=1: v = .1, inc = .1 / sqrt(.1000001) = .3162276 -> w = .6837724
+  // t=2: v = .09 + .4 = .49, inc = .2 / sqrt(.4900001) = .2857143 -> w = .3980581
+  float w = 1, v = 0, m = 0, g1 = 1, g2 = 2;
+  kdrt_rmsprop(&w, &g1, &v, NULL, 1, 0.1f, 0.9f, 0, 1e-7f);
+  cr_expect_float_eq(w, 0.6837724f, 2e-6);
+  kdrt_rmsprop(&w, &g2, &v, NULL, 1, 0.1f, 0.9f, 0, 1e-7f);
+  cr_expect_float_eq(v, 0.49f, 1e-6);
+  cr_expect_float_eq(w, 0.3980581f, 2e-6);
+  // momentum .5: m1 = .3162276 -> w .6837724; m2 = .1581138 + .2857143 = .4438281
+  // -> w = .2399443
+  w = 1, v = 0;
+  kdrt_rmsprop(&w, &g1, &v, &m, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
+  kdrt_rmsprop(&w, &g2, &v, &m, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
+  cr_expect_float_eq(m, 0.4438281f, 2e-6);
+  cr_expect_float_eq(w, 0.2399443f, 2e-6);
+}
