@@ -130,6 +130,7 @@ typedef struct {
   Node **memo_dst;
   int nmemo;
   Node **redirect;      // by original node id: the value consumers read instead
+  bool *settle;         // by original node id: a partial sum here is summed at once
   int nredirect;
 } Part;
 
@@ -284,6 +285,8 @@ static void partition_op(Part *p, Node *n) {
   if (op_info[n->op].joint) {
     unsigned common = n->in[0]->place.partial;
     bool same = common && !(common & used);
+    for (int i = 0; i < n->nin; i++)
+      same &= n->in[i]->id < p->nredirect && !p->settle[n->in[i]->id];
     for (int i = 0; i < n->nin; i++) same &= n->in[i]->place.partial == common;
     if (same) {
       for (int i = 0; i < n->nin; i++) want[i].partial = common;
@@ -293,6 +296,7 @@ static void partition_op(Part *p, Node *n) {
     for (int i = 0; i < n->nin; i++) {
       unsigned pp = n->in[i]->place.partial;
       if (!((lin >> i) & 1) || !pp || (pp & used) || res.partial) continue;
+      if (n->in[i]->id >= p->nredirect || p->settle[n->in[i]->id]) continue;
       want[i].partial = pp;
       res.partial = pp;
     }
@@ -340,6 +344,18 @@ void propagate_shardings(Graph *g) {
   p.memo_dst = xcalloc(cap, sizeof *p.memo_dst);
   p.redirect = xcalloc(n0, sizeof *p.redirect);
   p.nredirect = n0;
+  // A partial sum may flow on only if every consumer is linear in it and
+  // no bigger than it (summing before a matmul that makes a weight-sized
+  // partial from an activation-sized one moves fewer bytes); otherwise it
+  // is summed once, right away, and every consumer reads the sum.
+  p.settle = xcalloc(n0, sizeof *p.settle);
+  for (int i = 0; i < n0; i++) {
+    Node *c = g->nodes[i];
+    for (int k = 0; k < c->nin; k++)
+      if (!((op_info[c->op].linear >> k) & 1) ||
+          shape_elems(&c->shape) > shape_elems(&c->in[k]->shape))
+        p.settle[c->in[k]->id] = true;
+  }
   for (int i = 0; i < n0; i++) {
     Node *n = g->nodes[i];
     if (n->op == OP_INPUT || n->op == OP_LABEL || n->op == OP_PARAM) {
