@@ -51,7 +51,8 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 
 test: setup all $(TEST_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t --jobs 1; done
-	@bash tests/run_all.sh
+	@set -e; for s in tests/sh/*.sh; do echo "== $$s"; bash $$s; done
+	@echo "all tests passed"
 
 # Everything the build and the tests need, installed once (safe to repeat).
 DEBS = build-essential pkg-config libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev \
@@ -62,8 +63,9 @@ setup:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
 run: setup all
-	./kdcc models/seed_mlp.json -o build/seed_mlp
-	mpirun -np 8 --oversubscribe ./build/seed_mlp --synthetic 128 --epochs 3 --batch-size 16
+	./kdcc models/seed_mlp.json --distribution models/seed_mlp_fixed.dist.json --batch-size 16 \
+	  --report -o build/seed_mlp
+	mpirun -np 8 ./build/seed_mlp --synthetic 128 --epochs 3 --batch-size 16
 
 clean:
 	rm -rf build kdcc

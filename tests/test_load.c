@@ -1,0 +1,584 @@
+// Tests for json.c and load.c: positions, good models of every form, and
+// every diagnostic by its exact text.
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "capture.h"
+#include "kdcc.h"
+
+static Model *load_text(const char *text) {
+  return load_model_json("inline.json", json_load_text_located("inline.json", text, strlen(text)));
+}
+
+// Loads `path` in a child process and checks the exit status and stderr.
+static void expect_load(const char *path, int status, const char *err) {
+  Captured c;
+  IN_CHILD(c, load_model(path));
+  cr_assert_str_eq(c.err, err, "%s", path);
+  cr_assert_eq(c.status, status, "%s: exit status %d", path, c.status);
+}
+
+#define EXPECT_ERROR(path, msg) expect_load(path, 1, path ":" msg "\n")
+
+// ---------------------------------------------------------------- json.c
+
+Test(json, positions_of_values_keys_and_singletons) {
+  const char *text = "{\"a\": [1, true, null],\n"
+                     "  \"s\\\"q\": \"x\\u00e9\",  \"\xc3\xa9\": false,\n"
+                     "\t\"o\": {\"k\": -2.5e3, \"e\": {}, \"l\": []}}";
+  json_t *root = json_load_text_located("t.json", text, strlen(text));
+  Loc l = jloc(root);
+  cr_assert_str_eq(l.file, "t.json");
+  cr_assert(l.line == 1 && l.col == 1);
+  json_t *a = json_object_get(root, "a");
+  l = jloc(a);
+  cr_assert(l.line == 1 && l.col == 7, "%d:%d", l.line, l.col);
+  l = jloc_idx(a, 0);
+  cr_assert(l.line == 1 && l.col == 8, "%d:%d", l.line, l.col);
+  l = jloc_idx(a, 1); // true: only through its parent
+  cr_assert(l.line == 1 && l.col == 11, "%d:%d", l.line, l.col);
+  l = jloc_idx(a, 2);
+  cr_assert(l.line == 1 && l.col == 17, "%d:%d", l.line, l.col);
+  l = jloc_key(root, "s\"q");
+  cr_assert(l.line == 2 && l.col == 11, "%d:%d", l.line, l.col);
+  l = jloc_keyname(root, "s\"q");
+  cr_assert(l.line == 2 && l.col == 3, "%d:%d", l.line, l.col);
+  // a key after a multi-byte character counts characters, not bytes
+  l = jloc_keyname(root, "\xc3\xa9");
+  cr_assert(l.line == 2 && l.col == 23, "%d:%d", l.line, l.col);
+  l = jloc_key(root, "\xc3\xa9");
+  cr_assert(l.line == 2 && l.col == 28, "%d:%d", l.line, l.col);
+  json_t *o = json_object_get(root, "o");
+  l = jloc_key(root, "o");
+  cr_assert(l.line == 3 && l.col == 7, "%d:%d", l.line, l.col);
+  l = jloc(json_object_get(o, "k"));
+  cr_assert(l.line == 3 && l.col == 13, "%d:%d", l.line, l.col);
+  l = jloc(json_object_get(o, "l"));
+  cr_assert(l.line == 3 && l.col == 35, "%d:%d", l.line, l.col);
+  // a missing key: the object's own position
+  l = jloc_key(o, "zz");
+  cr_assert(l.line == 3 && l.col == 7, "%d:%d", l.line, l.col);
+}
+
+Test(json, syntax_error_at_janssons_position) {
+  EXPECT_ERROR("tests/bad/syntax.json", "2:48: error: string or '}' expected near '}'");
+}
+
+Test(json, duplicate_keys_are_rejected) {
+  EXPECT_ERROR("tests/bad/dup_key.json", "2:31: error: duplicate object key near '\"name\"'");
+}
+
+Test(json, missing_file) {
+  expect_load("tests/bad/nope.json", 1,
+              "kdcc: error: cannot open 'tests/bad/nope.json': No such file or directory\n");
+}
+
+Test(json, keras_archive_without_config) {
+  EXPECT_ERROR("tests/bad/no_config.keras", " error: no config.json in the .keras archive");
+}
+
+Test(json, keras_archive_not_a_zip) {
+  EXPECT_ERROR("tests/bad/not_zip.keras", " error: not a .keras file (no zip directory found)");
+}
+
+// ---------------------------------------------------------------- good models
+
+static void check_seed_mlp(Model *m, const char *file) {
+  cr_assert_str_eq(m->file, file);
+  cr_assert_str_eq(m->name, "sequential");
+  cr_assert(m->sequential);
+  cr_assert_eq(m->nlayers, 5);
+  const char *cls[] = {"InputLayer", "Flatten", "Dense", "Dropout", "Dense"};
+  const char *names[] = {"input_layer", "flatten", "d1", "dropout", "d2"};
+  for (int i = 0; i < 5; i++) {
+    Layer *l = m->layers[i];
+    cr_assert_str_eq(l->cls, cls[i]);
+    cr_assert_str_eq(l->name, names[i]);
+    cr_assert_str_eq(l->path, format("sequential/%s", names[i]));
+    cr_assert_eq(l->index, i);
+    cr_assert_eq(l->nin, i == 0 ? 0 : 1);
+    if (i > 0)
+      cr_assert_eq(l->in[0].layer, m->layers[i - 1]);
+    cr_assert_eq(find_layer(m, names[i]), l);
+  }
+  Layer *in = m->layers[0];
+  cr_assert_eq(in->in_rank, 3);
+  cr_assert(in->in_shape[0] == 28 && in->in_shape[1] == 28 && in->in_shape[2] == 1);
+  cr_assert_eq(m->ninputs, 1);
+  cr_assert_eq(m->inputs[0], in);
+  cr_assert_eq(m->noutputs, 1);
+  cr_assert_eq(m->outputs[0].layer, m->layers[4]);
+  cr_assert_eq(m->loss, LOSS_MSE);
+  cr_assert_not(m->from_logits);
+  cr_assert_eq(m->opt.kind, OPT_ADAM);
+  cr_assert_str_eq(m->opt.name, "adam");
+  cr_assert_float_eq(m->opt.lr, 0.001f, 1e-9);
+  cr_assert_float_eq(m->opt.beta_1, 0.9f, 1e-9);
+  cr_assert_float_eq(m->opt.beta_2, 0.999f, 1e-9);
+  cr_assert_float_eq(m->opt.epsilon, 1e-7f, 1e-12);
+  cr_assert_float_eq(m->opt.weight_decay, 0.0f, 1e-12);
+  cr_assert(m->metric_accuracy);
+  cr_assert_null(m->dist_json);
+  Layer *d1 = find_layer(m, "d1");
+  cr_assert_eq(cfg_int(d1, "units", 0), 200);
+  cr_assert_str_eq(cfg_str(d1, "activation", "linear"), "relu");
+  cr_assert_not(cfg_bool(d1, "use_bias", true));
+  cr_assert_float_eq(cfg_num(find_layer(m, "dropout"), "rate", 0), 0.4, 1e-12);
+}
+
+Test(load, sequential_keras3) {
+  Model *m = load_model("tests/good/seq_mlp.json");
+  check_seed_mlp(m, "tests/good/seq_mlp.json");
+  Loc l = m->layers[2]->loc;
+  cr_assert(l.line == 59 && l.col == 7, "%d:%d", l.line, l.col);
+  l = m->loss_loc;
+  cr_assert(l.line == 212 && l.col == 13, "%d:%d", l.line, l.col);
+  l = m->opt.loc;
+  cr_assert(l.line == 190 && l.col == 18, "%d:%d", l.line, l.col);
+}
+
+Test(load, keras_archive_deflated) {
+  Model *m = load_model("tests/good/seq_mlp.keras");
+  check_seed_mlp(m, "tests/good/seq_mlp.keras");
+  Loc l = m->layers[2]->loc; // config.json is one line
+  cr_assert_str_eq(l.file, "tests/good/seq_mlp.keras");
+  cr_assert(l.line == 1 && l.col == 758, "%d:%d", l.line, l.col);
+}
+
+Test(load, keras_archive_stored) {
+  check_seed_mlp(load_model("tests/good/seq_mlp_stored.keras"), "tests/good/seq_mlp_stored.keras");
+}
+
+Test(load, sequential_input_from_build_input_shape) {
+  Captured c;
+  IN_CHILD(c, {
+    Model *m = load_model("tests/good/seq_build_shape.json");
+    cr_assert_eq(m->nlayers, 3);
+    Layer *in = m->layers[0];
+    cr_assert_str_eq(in->cls, "InputLayer");
+    cr_assert_str_eq(in->name, "input_layer");
+    cr_assert_str_eq(in->path, "seq_built/input_layer");
+    cr_assert(in->in_rank == 1 && in->in_shape[0] == 8);
+    cr_assert(in->loc.line == 105 && in->loc.col == 26);
+    cr_assert_str_eq(cfg_str(in, "dtype", NULL), "float32");
+    cr_assert_eq(m->layers[1]->in[0].layer, in);
+    cr_assert_str_eq(m->layers[2]->path, "seq_built/out");
+    cr_assert_eq(m->opt.kind, OPT_SGD);
+    cr_assert_float_eq(m->opt.lr, 0.01f, 1e-9);
+    cr_assert_float_eq(m->opt.momentum, 0.0f, 1e-9);
+    cr_assert_not(m->opt.nesterov);
+    cr_assert_eq(m->loss, LOSS_BCE);
+    cr_assert(m->from_logits);
+    cr_assert(m->metric_accuracy);
+  });
+  cr_assert_str_eq(c.err, "tests/good/seq_build_shape.json:126:7: warning: metric 'mae' is "
+                          "ignored (kdcc computes only 'accuracy')\n");
+  cr_assert_eq(c.status, 0);
+}
+
+Test(load, sequential_input_from_first_layer_keras2) {
+  Model *m = load_text("{\"class_name\": \"Sequential\", \"config\": {\"name\": \"seq\", \"layers\": ["
+                       "{\"class_name\": \"Dense\", \"config\": {\"name\": \"input_layer\", "
+                       "\"units\": 3, \"batch_input_shape\": [null, 5, 2]}}]}}");
+  cr_assert_eq(m->nlayers, 2);
+  cr_assert_str_eq(m->layers[0]->name, "input_layer_1"); // no clash with the Dense
+  cr_assert(m->layers[0]->in_rank == 2 && m->layers[0]->in_shape[1] == 2);
+  cr_assert_eq(m->layers[1]->in[0].layer, m->layers[0]);
+}
+
+Test(load, functional_keras3) {
+  Model *m = load_model("tests/good/functional.json");
+  cr_assert_not(m->sequential);
+  cr_assert_str_eq(m->name, "two_tower");
+  // 'head' is written before 'add' but comes after it.
+  const char *order[] = {"a", "img", "conv", "pool", "flat", "da", "add", "head"};
+  cr_assert_eq(m->nlayers, 8);
+  for (int i = 0; i < 8; i++) {
+    cr_assert_str_eq(m->layers[i]->name, order[i]);
+    cr_assert_str_eq(m->layers[i]->path, order[i]);
+    cr_assert_eq(m->layers[i]->index, i);
+  }
+  cr_assert_eq(m->ninputs, 2);
+  cr_assert_str_eq(m->inputs[0]->name, "a");
+  cr_assert_str_eq(m->inputs[1]->name, "img");
+  cr_assert(m->inputs[1]->in_rank == 3 && m->inputs[1]->in_shape[2] == 3);
+  cr_assert_eq(m->noutputs, 1);
+  cr_assert_str_eq(m->outputs[0].layer->name, "head");
+  Layer *add = find_layer(m, "add");
+  cr_assert_eq(add->nin, 2);
+  cr_assert_str_eq(add->in[0].layer->name, "da");
+  cr_assert_str_eq(add->in[1].layer->name, "flat");
+  cr_assert(add->in[1].loc.line == 327 && add->in[1].loc.col == 38);
+  Layer *conv = find_layer(m, "conv");
+  int64_t ks[2];
+  cr_assert_eq(cfg_ints(conv, "kernel_size", ks, 2), 2);
+  cr_assert(ks[0] == 3 && ks[1] == 3);
+  cr_assert_eq(cfg_int(conv, "filters", 0), 4);
+  cr_assert_str_eq(cfg_str(conv, "padding", "valid"), "same");
+  cr_assert_eq(cfg_ints(conv, "absent", ks, 2), 0);
+  cr_assert_eq(m->loss, LOSS_CCE);
+  cr_assert_eq(m->opt.kind, OPT_RMSPROP);
+  cr_assert_float_eq(m->opt.lr, 0.01f, 1e-9);
+  cr_assert_float_eq(m->opt.rho, 0.8f, 1e-7);
+  cr_assert_float_eq(m->opt.momentum, 0.0f, 1e-9);
+  cr_assert_float_eq(m->opt.epsilon, 1e-7f, 1e-12);
+  cr_assert_not(m->metric_accuracy);
+}
+
+Test(load, functional_keras2_nodes) {
+  Model *m = load_model("tests/good/keras2_functional.json");
+  cr_assert_not(m->sequential);
+  cr_assert_eq(m->nlayers, 5);
+  Layer *cat = find_layer(m, "concatenate");
+  cr_assert_str_eq(cat->cls, "Concatenate");
+  cr_assert_eq(cat->nin, 2);
+  cr_assert_str_eq(cat->in[0].layer->name, "dense");
+  cr_assert_str_eq(cat->in[1].layer->name, "dense_1");
+  cr_assert_eq(cat->in[0].node_index, 0);
+  cr_assert(cat->in[1].loc.line == 82 && cat->in[1].loc.col == 13);
+  cr_assert_eq(cfg_int(cat, "axis", 0), -1);
+  cr_assert(m->inputs[0]->in_rank == 1 && m->inputs[0]->in_shape[0] == 6);
+  cr_assert_str_eq(m->outputs[0].layer->name, "dense_2");
+  // no compile_config: mse and adam with Keras's defaults
+  cr_assert_eq(m->loss, LOSS_MSE);
+  cr_assert_eq(m->opt.kind, OPT_ADAM);
+  cr_assert_float_eq(m->opt.lr, 0.001f, 1e-9);
+  cr_assert_float_eq(m->opt.epsilon, 1e-7f, 1e-12);
+}
+
+Test(load, functional_single_flat_output_and_implicit_inputs) {
+  Model *m = load_text(
+    "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", \"layers\": ["
+    "{\"class_name\": \"InputLayer\", \"name\": \"x\", \"config\": {\"shape\": [4], \"name\": \"x\","
+    " \"dtype\": {\"class_name\": \"DTypePolicy\", \"config\": {\"name\": \"float32\"}}}, "
+    "\"inbound_nodes\": []},"
+    "{\"class_name\": \"Softmax\", \"name\": \"s\", \"config\": {\"name\": \"s\"}, \"inbound_nodes\":"
+    " [{\"args\": [{\"class_name\": \"__keras_tensor__\", \"config\": {\"keras_history\": "
+    "[\"x\", 0, 0]}}], \"kwargs\": {\"mask\": null}}]}], \"output_layers\": [\"s\", 0, 0]}}");
+  cr_assert_eq(m->ninputs, 1);
+  cr_assert(m->inputs[0]->in_rank == 1 && m->inputs[0]->in_shape[0] == 4);
+  cr_assert_eq(m->layers[1]->in[0].layer, m->inputs[0]);
+  cr_assert_str_eq(m->outputs[0].layer->name, "s");
+}
+
+Test(load, embedded_distribution) {
+  Model *m = load_model("tests/good/embedded_dist.json");
+  cr_assert_not_null(m->dist_json);
+  cr_assert_str_eq(json_string_value(json_object_get(m->dist_json, "distribution")),
+                   "ModelParallel");
+}
+
+// ---- compile_config
+
+static Model *compiled(const char *cc) {
+  return load_text(format("{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\":"
+                          " [{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": "
+                          "[null, 2], \"name\": \"i\"}}]}, \"compile_config\": %s}", cc));
+}
+
+Test(compile, optimizer_names_and_defaults) {
+  Model *m = compiled("{\"optimizer\": \"adam\"}");
+  cr_assert(m->opt.kind == OPT_ADAM && !strcmp(m->opt.name, "adam"));
+  cr_assert_float_eq(m->opt.lr, 0.001f, 1e-9);
+  m = compiled("{\"optimizer\": \"SGD\"}");
+  cr_assert(m->opt.kind == OPT_SGD && !strcmp(m->opt.name, "sgd"));
+  cr_assert_float_eq(m->opt.lr, 0.01f, 1e-9);
+  cr_assert_float_eq(m->opt.momentum, 0.0f, 1e-9);
+  cr_assert_not(m->opt.nesterov);
+  m = compiled("{\"optimizer\": \"adamw\"}");
+  cr_assert(m->opt.kind == OPT_ADAMW && !strcmp(m->opt.name, "adamw"));
+  cr_assert_float_eq(m->opt.lr, 0.001f, 1e-9);
+  cr_assert_float_eq(m->opt.beta_1, 0.9f, 1e-9);
+  cr_assert_float_eq(m->opt.beta_2, 0.999f, 1e-9);
+  cr_assert_float_eq(m->opt.epsilon, 1e-7f, 1e-12);
+  cr_assert_float_eq(m->opt.weight_decay, 0.004f, 1e-9);
+  m = compiled("{\"optimizer\": \"rmsprop\"}");
+  cr_assert(m->opt.kind == OPT_RMSPROP && !strcmp(m->opt.name, "rmsprop"));
+  cr_assert_float_eq(m->opt.lr, 0.001f, 1e-9);
+  cr_assert_float_eq(m->opt.rho, 0.9f, 1e-9);
+  cr_assert_float_eq(m->opt.momentum, 0.0f, 1e-9);
+  cr_assert_float_eq(m->opt.epsilon, 1e-7f, 1e-12);
+}
+
+Test(compile, optimizer_envelopes) {
+  Model *m = compiled("{\"optimizer\": {\"module\": \"keras.optimizers\", \"class_name\": \"SGD\","
+                      " \"config\": {\"name\": \"SGD\", \"learning_rate\": 0.5, \"momentum\": 0.9,"
+                      " \"nesterov\": true, \"clipnorm\": null, \"use_ema\": false}}}");
+  cr_assert_eq(m->opt.kind, OPT_SGD);
+  cr_assert_str_eq(m->opt.name, "SGD");
+  cr_assert_float_eq(m->opt.lr, 0.5f, 1e-9);
+  cr_assert_float_eq(m->opt.momentum, 0.9f, 1e-7);
+  cr_assert(m->opt.nesterov);
+  m = compiled("{\"optimizer\": {\"class_name\": \"AdamW\", \"config\": {\"beta_2\": 0.95}}}");
+  cr_assert_eq(m->opt.kind, OPT_ADAMW);
+  cr_assert_float_eq(m->opt.lr, 0.001f, 1e-9);
+  cr_assert_float_eq(m->opt.beta_2, 0.95f, 1e-7);
+  cr_assert_float_eq(m->opt.weight_decay, 0.004f, 1e-9);
+  m = compiled("{\"optimizer\": {\"class_name\": \"Adam\", \"config\": {\"learning_rate\": 1}}}");
+  cr_assert_float_eq(m->opt.lr, 1.0f, 1e-9);
+  cr_assert_float_eq(m->opt.weight_decay, 0.0f, 1e-9);
+}
+
+Test(compile, losses) {
+  struct {
+    const char *json;
+    LossKind kind;
+    bool logits;
+  } cases[] = {
+    {"\"mse\"", LOSS_MSE, false},
+    {"\"mean_squared_error\"", LOSS_MSE, false},
+    {"\"MeanSquaredError\"", LOSS_MSE, false},
+    {"\"mae\"", LOSS_MAE, false},
+    {"\"mean_absolute_error\"", LOSS_MAE, false},
+    {"\"categorical_crossentropy\"", LOSS_CCE, false},
+    {"\"sparse_categorical_crossentropy\"", LOSS_SCCE, false},
+    {"\"binary_crossentropy\"", LOSS_BCE, false},
+    {"{\"module\": \"keras.losses\", \"class_name\": \"MeanSquaredError\", \"config\": "
+     "{\"name\": \"mean_squared_error\", \"reduction\": \"sum_over_batch_size\"}}", LOSS_MSE, false},
+    {"{\"class_name\": \"MeanAbsoluteError\", \"config\": {}}", LOSS_MAE, false},
+    {"{\"class_name\": \"CategoricalCrossentropy\", \"config\": {\"from_logits\": true, "
+     "\"label_smoothing\": 0.0}}", LOSS_CCE, true},
+    {"{\"class_name\": \"SparseCategoricalCrossentropy\", \"config\": {\"from_logits\": true}}",
+     LOSS_SCCE, true},
+    {"{\"class_name\": \"BinaryCrossentropy\", \"config\": {\"from_logits\": false}}", LOSS_BCE,
+     false},
+    {"{\"module\": \"keras.losses\", \"class_name\": \"function\", \"config\": \"mae\", "
+     "\"registered_name\": \"function\"}", LOSS_MAE, false},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    Model *m = compiled(format("{\"loss\": %s}", cases[i].json));
+    cr_assert_eq(m->loss, cases[i].kind, "%s", cases[i].json);
+    cr_assert_eq(m->from_logits, cases[i].logits, "%s", cases[i].json);
+  }
+}
+
+Test(compile, null_fields_keep_defaults) {
+  Model *m = compiled("{\"optimizer\": null, \"loss\": null, \"metrics\": null}");
+  cr_assert_eq(m->loss, LOSS_MSE);
+  cr_assert_eq(m->opt.kind, OPT_ADAM);
+  cr_assert_not(m->metric_accuracy);
+}
+
+// ---------------------------------------------------------------- bad models
+
+Test(bad, not_a_model) {
+  EXPECT_ERROR("tests/bad/not_object.json",
+               "1:1: error: expected a Keras model: an object with 'class_name' and 'config'");
+}
+
+Test(bad, unknown_model_class) {
+  EXPECT_ERROR("tests/bad/model_class.json", "1:35: error: unknown model class 'MyModel' "
+               "(expected Sequential or Functional)");
+}
+
+Test(bad, no_layers) {
+  EXPECT_ERROR("tests/bad/no_layers.json", "2:40: error: model 'empty' has no layers");
+}
+
+Test(bad, unknown_layer_class) {
+  EXPECT_ERROR("tests/bad/unknown_layer.json",
+               "4:44: error: unknown layer class 'LSTM' (layer 'lstm')");
+}
+
+Test(bad, dtype_policy_mixed) {
+  EXPECT_ERROR("tests/bad/dtype_policy.json",
+               "5:82: error: layer 'd1': dtype 'mixed_float16' is not supported (only float32)");
+}
+
+Test(bad, dtype_string) {
+  EXPECT_ERROR("tests/bad/dtype_string.json", "3:104: error: layer 'input_layer': dtype "
+               "'float64' is not supported (only float32)");
+}
+
+Test(bad, duplicate_layer_name) {
+  EXPECT_ERROR("tests/bad/dup_layer.json",
+               "5:3: error: duplicate layer name 'd1' (first defined at line 4)");
+}
+
+Test(bad, sequential_without_input_shape) {
+  EXPECT_ERROR("tests/bad/no_input_shape.json", "2:12: error: cannot tell the input shape of "
+               "model 'sequential': add an InputLayer or build the model before saving it");
+}
+
+Test(bad, input_layer_not_first) {
+  EXPECT_ERROR("tests/bad/input_not_first.json",
+               "5:3: error: input layer 'in2' must come first in a Sequential model");
+}
+
+Test(bad, dynamic_input_dimension) {
+  EXPECT_ERROR("tests/bad/dynamic_dim.json", "3:65: error: layer 'input_layer': dimension 1 of "
+               "'batch_shape' must be a positive integer (dynamic shapes are not supported)");
+}
+
+Test(bad, dangling_reference_keras3) {
+  EXPECT_ERROR("tests/bad/dangling.json",
+               "5:136: error: layer 'd1' takes input from unknown layer 'nope'");
+}
+
+Test(bad, dangling_reference_keras2) {
+  EXPECT_ERROR("tests/bad/dangling_keras2.json",
+               "5:24: error: layer 'dense' takes input from unknown layer 'input_2'");
+}
+
+Test(bad, cycle) {
+  EXPECT_ERROR("tests/bad/cycle.json", "5:99: error: cycle in the model: layer 'b' takes input "
+               "from 'c', which takes input from 'b'");
+}
+
+Test(bad, shared_layer) {
+  EXPECT_ERROR("tests/bad/shared_layer.json",
+               "5:41: error: layer 'd' is called 2 times; shared layers are not supported");
+}
+
+Test(bad, node_index) {
+  EXPECT_ERROR("tests/bad/node_index.json", "4:102: error: layer 'd' uses call 1 of layer 'x'; "
+               "layers called more than once are not supported");
+}
+
+Test(bad, two_inputs_to_dense) {
+  EXPECT_ERROR("tests/bad/two_inputs_dense.json",
+               "4:3: error: layer 'd' (Dense) takes one input but is called with 2");
+}
+
+Test(bad, tensor_in_kwargs) {
+  EXPECT_ERROR("tests/bad/kwargs_tensor.json",
+               "6:25: error: layer 'd': tensor keyword argument 'mask' is not supported");
+}
+
+Test(bad, unknown_output_layer) {
+  EXPECT_ERROR("tests/bad/unknown_output.json",
+               "5:52: error: 'output_layers' names unknown layer 'dd'");
+}
+
+Test(bad, input_layers_names_a_dense) {
+  EXPECT_ERROR("tests/bad/input_not_input.json",
+               "5:20: error: 'input_layers' names layer 'd', which is not an InputLayer");
+}
+
+Test(bad, unused_layer_warns_and_is_dropped) {
+  Captured c;
+  IN_CHILD(c, {
+    Model *m = load_model("tests/bad/unused_layer.json");
+    cr_assert_eq(m->nlayers, 2);
+    cr_assert_null(find_layer(m, "side"));
+    cr_assert_eq(m->layers[1]->index, 1);
+  });
+  cr_assert_str_eq(c.err, "tests/bad/unused_layer.json:4:3: warning: layer 'side' does not "
+                          "contribute to the model's outputs; ignored\n");
+  cr_assert_eq(c.status, 0);
+  opt_quiet_warnings = true;
+  IN_CHILD(c, load_model("tests/bad/unused_layer.json"));
+  cr_assert_str_eq(c.err, "");
+}
+
+Test(bad, unknown_loss) {
+  EXPECT_ERROR("tests/bad/unknown_loss.json", "5:29: error: unknown loss 'hinge' (supported: "
+               "mse, mae, categorical_crossentropy, sparse_categorical_crossentropy, "
+               "binary_crossentropy)");
+}
+
+Test(bad, unknown_loss_class) {
+  EXPECT_ERROR("tests/bad/unknown_loss_class.json", "5:70: error: unknown loss 'Huber' "
+               "(supported: mse, mae, categorical_crossentropy, sparse_categorical_crossentropy, "
+               "binary_crossentropy)");
+}
+
+Test(bad, several_losses) {
+  EXPECT_ERROR("tests/bad/multi_loss.json", "5:29: error: 'loss' must be a loss name or a loss "
+               "object (one loss for one output)");
+}
+
+Test(bad, label_smoothing) {
+  EXPECT_ERROR("tests/bad/label_smoothing.json", "5:123: error: loss 'CategoricalCrossentropy': "
+               "label_smoothing is not supported");
+}
+
+Test(bad, unknown_optimizer) {
+  EXPECT_ERROR("tests/bad/unknown_optimizer.json", "5:34: error: unknown optimizer 'adagrad' "
+               "(supported: sgd, adam, adamw, rmsprop)");
+}
+
+Test(bad, learning_rate_schedule) {
+  EXPECT_ERROR("tests/bad/lr_schedule.json",
+               "5:84: error: optimizer 'sgd': learning-rate schedules are not supported");
+}
+
+Test(bad, unsupported_optimizer_option) {
+  EXPECT_ERROR("tests/bad/clipnorm.json",
+               "5:120: error: optimizer 'adam': 'clipnorm' is not supported");
+}
+
+// ---- typed config getters
+
+static void get_units(void) {
+  cfg_int(find_layer(load_model("tests/bad/bad_units.json"), "d1"), "units", 0);
+}
+static void get_use_bias(void) {
+  cfg_bool(find_layer(load_model("tests/bad/bad_units.json"), "d1"), "use_bias", true);
+}
+static void get_kernel_size(void) {
+  int64_t ks[2];
+  cfg_ints(find_layer(load_model("tests/bad/bad_units.json"), "d1"), "kernel_size", ks, 2);
+}
+static void get_name_as_number(void) {
+  cfg_num(find_layer(load_model("tests/bad/bad_units.json"), "d1"), "name", 0);
+}
+static void get_units_as_string(void) {
+  cfg_str(find_layer(load_model("tests/bad/bad_units.json"), "d1"), "use_bias", "");
+}
+
+Test(cfg, wrong_types_name_the_layer_and_key) {
+  Captured c;
+  IN_CHILD(c, get_units());
+  cr_assert_str_eq(c.err,
+                   "tests/bad/bad_units.json:4:61: error: layer 'd1': 'units' must be an integer\n");
+  cr_assert_eq(c.status, 1);
+  IN_CHILD(c, get_use_bias());
+  cr_assert_str_eq(c.err, "tests/bad/bad_units.json:4:79: error: layer 'd1': 'use_bias' must be "
+                          "true or false\n");
+  IN_CHILD(c, get_kernel_size());
+  cr_assert_str_eq(c.err, "tests/bad/bad_units.json:4:101: error: layer 'd1': 'kernel_size' "
+                          "must be an integer or a list of integers\n");
+  IN_CHILD(c, get_name_as_number());
+  cr_assert_str_eq(c.err,
+                   "tests/bad/bad_units.json:4:53: error: layer 'd1': 'name' must be a number\n");
+  IN_CHILD(c, get_units_as_string());
+  cr_assert_str_eq(c.err, "tests/bad/bad_units.json:4:79: error: layer 'd1': 'use_bias' must be "
+                          "a string\n");
+  cr_assert_eq(c.status, 1);
+}
+
+Test(cfg, defaults_and_scalar_lists) {
+  Model *m = load_text("{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+                       "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8, 8,"
+                       " 1], \"name\": \"i\"}}, {\"class_name\": \"MaxPooling2D\", \"config\": "
+                       "{\"name\": \"p\", \"pool_size\": 2, \"strides\": null}}]}}");
+  Layer *p = find_layer(m, "p");
+  int64_t v[2] = {0, 0};
+  cr_assert_eq(cfg_ints(p, "pool_size", v, 2), 2);
+  cr_assert(v[0] == 2 && v[1] == 2);
+  cr_assert_eq(cfg_ints(p, "strides", v, 2), 0); // null: absent
+  cr_assert_eq(cfg_int(p, "missing", 7), 7);
+  cr_assert_float_eq(cfg_num(p, "missing", 1.5), 1.5, 0);
+  cr_assert(cfg_bool(p, "missing", true));
+  cr_assert_str_eq(cfg_str(p, "missing", "valid"), "valid");
+}
+
+// ---------------------------------------------------------------- util.c
+
+Test(util, message_formats) {
+  Captured c;
+  IN_CHILD(c, warn_at((Loc){"f.json", 3, 4}, "x %d", 1));
+  cr_assert_str_eq(c.err, "f.json:3:4: warning: x 1\n");
+  cr_assert_eq(c.status, 0);
+  IN_CHILD(c, error_at((Loc){"f.json", 3, 4}, "bad '%s'", "y"));
+  cr_assert_str_eq(c.err, "f.json:3:4: error: bad 'y'\n");
+  cr_assert_eq(c.status, 1);
+  IN_CHILD(c, error_at((Loc){"f.json", 0, 0}, "whole file"));
+  cr_assert_str_eq(c.err, "f.json: error: whole file\n");
+  IN_CHILD(c, error("--mesh %s", "x"));
+  cr_assert_str_eq(c.err, "kdcc: error: --mesh x\n");
+  cr_assert_eq(c.status, 1);
+  cr_assert_str_eq(format("%s/%d", "a", 3), "a/3");
+}

@@ -1,0 +1,167 @@
+// Sharding propagation and collective insertion, checked against a hand
+// analysis of the seed programs (KERAS.md) and a Megatron pair.
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "kdcc.h"
+
+static Graph *compile(const char *model, const char *dist, const char *mesh, int batch) {
+  opt_quiet_warnings = true;
+  Model *m = load_model(model);
+  Dist *d = load_dist(m, dist, mesh);
+  Graph *g = build_graph(m, d, batch);
+  build_backward(g);
+  propagate_shardings(g);
+  plan_memory(g);
+  return g;
+}
+
+static int axis_of(Graph *g, const char *name) {
+  for (int a = 0; a < g->dist->mesh.ndim; a++)
+    if (!strcmp(g->dist->mesh.names[a], name)) return a;
+  cr_assert_fail("no mesh axis %s", name);
+  return -1;
+}
+
+// Collectives of one kind over exactly `axes`, in one phase (-1: any).
+static int count(Graph *g, OpKind op, unsigned axes, int phase) {
+  int n = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *x = g->nodes[i];
+    if (x->op == op && x->axes == axes && (phase < 0 || (int)x->phase == phase)) n++;
+  }
+  return n;
+}
+
+static int collectives(Graph *g) {
+  int n = 0;
+  for (int i = 0; i < g->nnodes; i++) n += is_collective(g->nodes[i]->op);
+  return n;
+}
+
+static Var *var(Graph *g, const char *path) {
+  for (int i = 0; i < g->nvars; i++)
+    if (!strcmp(g->vars[i]->path, path)) return g->vars[i];
+  cr_assert_fail("no variable %s", path);
+  return NULL;
+}
+
+// The collective chain that feeds a variable's update: its kinds and axes.
+static void grad_chain(Graph *g, Var *v, OpKind *ops, unsigned *axes, int *n) {
+  *n = 0;
+  for (Node *x = v->grad; is_collective(x->op); x = x->in[0]) {
+    ops[*n] = x->op;
+    axes[(*n)++] = x->axes;
+  }
+}
+
+Test(shard, data_parallel_reduces_each_gradient_once) {
+  Graph *g = compile("models/seed_mlp.json", "models/seed_mlp_dp.dist.json", NULL, 16);
+  unsigned batch = 1u << axis_of(g, "batch");
+  cr_assert_eq(g->dist->mesh.size, 8);
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    cr_assert_eq(v->grad->op, OP_ALLREDUCE, "%s: gradient not all-reduced", v->path);
+    cr_assert_eq(v->grad->axes, batch, "%s: reduced over the wrong axes", v->path);
+    cr_assert(!is_collective(v->grad->in[0]->op), "%s: reduced twice", v->path);
+    cr_assert_eq(v->place.axis[0], -1);
+  }
+  // nothing else moves but the logged loss and accuracy
+  cr_assert_eq(collectives(g), g->nvars + 2);
+  cr_assert_eq(count(g, OP_ALLREDUCE, batch, PH_UPDATE), g->nvars);
+  cr_assert_eq(count(g, OP_ALLREDUCE, batch, PH_LOSS), 2);
+}
+
+Test(shard, model_parallel_seed_matches_hand_analysis) {
+  Graph *g = compile("models/seed_mlp.json", "models/seed_mlp_fixed.dist.json", NULL, 16);
+  unsigned data = 1u << axis_of(g, "data"), model = 1u << axis_of(g, "model");
+  Var *k1 = var(g, "sequential/d1/kernel");
+  Shape ls = local_shape(g, k1->param);
+  cr_assert_eq(ls.rank, 2);
+  cr_assert_eq(ls.d[0], 784);
+  cr_assert_eq(ls.d[1], 50);
+  // every gradient is summed over the batch axis on its way to the update
+  for (int i = 0; i < g->nvars; i++) {
+    OpKind ops[8];
+    unsigned axes[8];
+    int n;
+    grad_chain(g, g->vars[i], ops, axes, &n);
+    bool over_data = false;
+    for (int k = 0; k < n; k++) over_data |= ops[k] == OP_ALLREDUCE && axes[k] == data;
+    cr_assert(over_data, "%s: no reduction over data", g->vars[i]->path);
+    cr_assert_eq(g->vars[i]->grad->place.partial, 0);
+  }
+  // d2 contracts the model-split dim of d1's output: one forward sum over model
+  cr_assert_eq(count(g, OP_ALLREDUCE, model, PH_FORWARD), 1);
+  Node *ar = NULL;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_ALLREDUCE && g->nodes[i]->axes == model) ar = g->nodes[i];
+  cr_assert_eq(ar->in[0]->op, OP_MATMUL);
+  cr_assert_str_eq(ar->layer, "d2");
+  // d2/output is constrained to (data, None)
+  cr_assert_eq(g->pred->place.axis[0], axis_of(g, "data"));
+  cr_assert_eq(g->pred->place.axis[1], -1);
+}
+
+Test(shard, megatron_pair_one_all_reduce_each_way) {
+  Graph *g = compile("models/megatron.json", "models/megatron.dist.json", NULL, 16);
+  unsigned model = 1u << axis_of(g, "model");
+  cr_assert_eq(count(g, OP_ALLREDUCE, model, PH_FORWARD), 1, "forward: one all-reduce");
+  cr_assert_eq(count(g, OP_ALLREDUCE, model, PH_BACKWARD), 1, "backward: its conjugate");
+  cr_assert_eq(count(g, OP_ALLGATHER, model, -1), 0);
+  cr_assert_eq(count(g, OP_ALLTOALL, model, -1), 0);
+  Var *up = var(g, "up/kernel"), *down = var(g, "down/kernel");
+  cr_assert_eq(local_shape(g, up->param).d[1], 256 / 4);
+  cr_assert_eq(local_shape(g, down->param).d[0], 256 / 4);
+}
+
+Test(shard, mesh_override_changes_only_the_shape) {
+  Graph *g = compile("models/seed_mlp.json", "models/seed_mlp_fixed.dist.json",
+                     "data=8,model=1", 16);
+  unsigned model = 1u << axis_of(g, "model");
+  cr_assert_eq(g->dist->mesh.size, 8);
+  cr_assert_eq(count(g, OP_ALLREDUCE, model, -1), 0, "a size-1 axis moves nothing");
+  cr_assert_eq(local_shape(g, var(g, "sequential/d1/kernel")->param).d[1], 200);
+}
+
+Test(shard, one_device_has_no_collectives) {
+  Graph *g = compile("models/func_branches.json", NULL, NULL, 16);
+  cr_assert_eq(collectives(g), 0);
+}
+
+Test(report, json_has_every_section) {
+  Graph *g = compile("models/seed_mlp.json", "models/seed_mlp_fixed.dist.json", NULL, 16);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  print_report(g, f, true);
+  fclose(f);
+  json_error_t err;
+  json_t *r = json_loads(text, 0, &err);
+  cr_assert_not_null(r, "report is not JSON: %s", err.text);
+  json_t *vars = json_object_get(r, "variables");
+  cr_assert_eq(json_array_size(vars), 3);
+  json_t *v0 = json_array_get(vars, 0);
+  cr_assert_str_eq(json_string_value(json_object_get(v0, "path")), "sequential/d1/kernel");
+  cr_assert_eq(json_integer_value(json_array_get(json_object_get(v0, "local_shape"), 1)), 50);
+  cr_assert_str_eq(json_string_value(json_array_get(json_object_get(v0, "layout"), 1)), "model");
+  cr_assert(json_is_null(json_array_get(json_object_get(v0, "layout"), 0)));
+  json_t *cs = json_object_get(r, "collectives");
+  cr_assert_gt(json_array_size(cs), 0);
+  int64_t sum = 0;
+  for (size_t i = 0; i < json_array_size(cs); i++) {
+    json_t *c = json_array_get(cs, i);
+    cr_assert(json_is_string(json_object_get(c, "kind")));
+    cr_assert(json_is_array(json_object_get(c, "axes")));
+    cr_assert_gt(json_integer_value(json_object_get(c, "bytes")), 0);
+    cr_assert(json_is_string(json_object_get(c, "reason")));
+    sum += json_integer_value(json_object_get(c, "sent"));
+  }
+  cr_assert_eq(json_integer_value(json_object_get(r, "comm_bytes_per_step")), sum);
+  json_t *mem = json_object_get(r, "memory");
+  // d1 [784,50] + d2 [200,10] + [10], float32
+  cr_assert_eq(json_integer_value(json_object_get(mem, "parameters")), (784 * 50 + 2000 + 10) * 4);
+  cr_assert_eq(json_integer_value(json_object_get(mem, "optimizer_state")),
+               2 * (784 * 50 + 2000 + 10) * 4);
+  free(text);
+}
