@@ -91,10 +91,11 @@ static void load_mesh(Mesh *mesh, json_t *v) {
   for (int i = 0; i < n; i++) {
     json_t *d = json_array_get(shape, (size_t)i), *a = json_array_get(names, (size_t)i);
     if (!json_is_integer(d) || json_integer_value(d) <= 0 || json_integer_value(d) > 65536)
-      error_at(jloc_idx(shape, (size_t)i), "device mesh: size %d must be a positive integer", i);
-    if (!json_is_string(a) || !*json_string_value(a))
-      error_at(jloc_idx(names, (size_t)i), "device mesh: axis name %d must be a non-empty string",
+      error_at(jloc_idx(shape, (size_t)i), "device mesh: 'shape' entry %d must be a positive integer",
                i);
+    if (!json_is_string(a) || !*json_string_value(a))
+      error_at(jloc_idx(names, (size_t)i), "device mesh: 'axis_names' entry %d must be a "
+               "non-empty string", i);
     mesh->shape[i] = (int)json_integer_value(d);
     mesh->names[i] = json_string_value(a);
     if (mesh_axis(mesh, mesh->names[i]) != i)
@@ -299,6 +300,7 @@ bool dist_lookup(Dist *d, const char *path, const char *layer, int rank, const i
   *out = place_replicated();
   if (d->kind != DIST_MODEL)
     return false;
+  const char *who = layer ? format("layer '%s': ", layer) : ""; // for messages
   LayoutRule *r = NULL;
   for (int i = 0; i < d->nrules && !r; i++)
     if (!strcmp(d->rules[i].key, path))
@@ -314,7 +316,7 @@ bool dist_lookup(Dist *d, const char *path, const char *layer, int rank, const i
         nmatch++;
       }
     if (nmatch > 1)
-      error_at(r->loc, "layer '%s': '%s' matches %d layout keys: %s", layer, path, nmatch, keys);
+      error_at(r->loc, "%s'%s' matches %d layout keys: %s", who, path, nmatch, keys);
   }
   if (!r)
     return false;
@@ -324,16 +326,16 @@ bool dist_lookup(Dist *d, const char *path, const char *layer, int rank, const i
   const char *what = ends_with(path, "/output") ? "output" : "variable";
   int n = (int)json_array_size(r->val);
   if (n != rank)
-    error_at(r->loc, "layer '%s': layout for '%s'%s has %d entries but the %s has rank %d", layer,
-             path, via, n, what, rank);
+    error_at(r->loc, "%slayout for '%s'%s has %d entries but the %s has rank %d", who, path, via,
+             n, what, rank);
   for (int i = 0; i < rank; i++) {
     json_t *e = json_array_get(r->val, (size_t)i);
     if (json_is_null(e))
       continue;
     int a = mesh_axis(&d->mesh, json_string_value(e)); // checked at load
     if (shape[i] % d->mesh.shape[a] != 0)
-      error_at(r->loc, "layer '%s': dimension %d of '%s' (size %lld) is not divisible by mesh "
-               "axis '%s' (size %d)%s", layer, i, path, (long long)shape[i], d->mesh.names[a],
+      error_at(r->loc, "%sdimension %d of '%s' (size %lld) is not divisible by mesh axis '%s' "
+               "(size %d)%s", who, i, path, (long long)shape[i], d->mesh.names[a],
                d->mesh.shape[a], via);
     out->axis[i] = (int8_t)a;
   }

@@ -315,7 +315,10 @@ static void emit_op(const Node *n, bool train) {
   unreachable();
 }
 
-static void emit_step(const char *name, bool train) {
+typedef enum { STEP_TRAIN, STEP_EVAL, STEP_GRAD } StepKind;
+
+static void emit_step(const char *name, StepKind kind) {
+  bool train = kind != STEP_EVAL;
   out("\nstatic void %s(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric) "
       "{\n",
       name);
@@ -326,7 +329,8 @@ static void emit_step(const char *name, bool train) {
   static const char *phase_title[] = {"forward", "loss", "backward", "update"};
   for (int i = 0; i < G->nnodes; i++) {
     const Node *n = G->nodes[i];
-    if (!train && n->phase > PH_LOSS) continue;
+    if (kind == STEP_EVAL && n->phase > PH_LOSS) continue;
+    if (kind == STEP_GRAD && n->op == OP_UPDATE) continue;
     if (n->phase != ph) {
       ph = n->phase;
       out("\n  // ======== %s\n", phase_title[ph]);
@@ -393,8 +397,19 @@ void emit_c(Graph *g, FILE *f) {
         flt(v->p0), flt(v->p1), (unsigned long long)hash_str(v->path), v->path);
   }
   out("}\n");
-  emit_step("train_step", true);
-  emit_step("eval_step", false);
+  emit_step("train_step", STEP_TRAIN);
+  emit_step("eval_step", STEP_EVAL);
+  out("\n// The training step without the update, for `./train gradcheck`.");
+  emit_step("grad_step", STEP_GRAD);
+
+  out("\nstatic const kdrt_var vars[] = {\n");
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    out("  {\"%s\", %s, %s, %lld},\n", v->path, off_name(v->param),
+        v->grad ? off_name(v->grad) : "SIZE_MAX", (long long)lelems(v->param));
+  }
+  if (!g->nvars) out("  {\"\", 0, 0, 0},\n");
+  out("};\n");
 
   const Node *x = g->x, *p = g->pred;
   int label = md->loss == LOSS_CCE ? 1 : md->loss == LOSS_SCCE ? 2 : md->loss == LOSS_BCE ? 3 : 0;
@@ -419,6 +434,10 @@ void emit_c(Graph *g, FILE *f) {
   out("  .learning_rate = %s,\n", flt(md->opt.lr));
   out("  .param_floats = PARAM_FLOATS,\n  .grad_floats = GRAD_FLOATS,\n"
       "  .arena_floats = ARENA_FLOATS,\n");
-  out("  .init = init,\n  .train_step = train_step,\n  .eval_step = eval_step,\n};\n\n");
-  out("int main(int argc, char **argv) { return kdrt_main(argc, argv, &program); }\n");
+  out("  .init = init,\n  .train_step = train_step,\n  .eval_step = eval_step,\n"
+      "  .grad_step = grad_step,\n  .nvars = %d,\n  .vars = vars,\n};\n\n", g->nvars);
+  out("int main(int argc, char **argv) {\n"
+      "  if (argc > 1 && !strcmp(argv[1], \"gradcheck\")) return kdrt_gradcheck(argc - 1, argv + 1, "
+      "&program);\n"
+      "  return kdrt_main(argc, argv, &program);\n}\n");
 }

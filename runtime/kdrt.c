@@ -729,6 +729,18 @@ static int write_history(const run *r, const char *path) {
 
 // ------------------------------------------------------------ main
 
+// Redraw the bar in place only on a terminal of our own: under mpirun the
+// ranks' stdout is a pty even when mpirun's output goes to a file, so there
+// the bar is printed once per epoch. KDRT_PROGRESS=live or =plain decides.
+// (Asked before MPI_Init, which sets the same variables for a singleton.)
+static int live_progress(void) {
+  const char *force = getenv("KDRT_PROGRESS");
+  if (force && !strcmp(force, "live")) return 1;
+  if (force && !strcmp(force, "plain")) return 0;
+  return isatty(STDOUT_FILENO) && !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") &&
+         !getenv("PMIX_RANK");
+}
+
 static float *alloc_floats(const kdrt_ctx *c, size_t n, const char *what) {
   size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
   if (bytes == 0) bytes = 64;
@@ -744,6 +756,7 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
     prog_name = slash ? slash + 1 : argv[0];
     prog_invoke = argv[0];
   }
+  int live = live_progress();
   KDRT_MPI(MPI_Init(&argc, &argv));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   static kdrt_ctx ctx;
@@ -840,7 +853,7 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   r.x = alloc_floats(c, (size_t)r.lb * (size_t)r.data.xn, "the input batch");
   r.y = alloc_floats(c, (size_t)r.lb * (size_t)r.data.yn, "the label batch");
   r.show = show;
-  r.live = show && isatty(STDOUT_FILENO);
+  r.live = show && live;
   int ne = o.epochs > 0 ? o.epochs : 1;
   r.loss = calloc((size_t)ne * 4, sizeof(double));
   if (!r.loss) kdrt_fatal(c, "out of memory");

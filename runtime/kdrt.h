@@ -69,7 +69,20 @@ typedef struct {
   void (*train_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
   // Same without dropout, gradients or updates.
   void (*eval_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
+  // Forward, loss and backward (dropout as in training): every variable's
+  // gradient, reduced to its layout, in c->grads; no update.
+  void (*grad_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
+  int nvars;
+  const struct kdrt_var *vars;       // [nvars]
 } kdrt_program;
+
+// One trainable variable: where its local shard and gradient live.
+typedef struct kdrt_var {
+  const char *path;                  // "d1/kernel"
+  size_t offset;                     // in params
+  size_t goffset;                    // in grads (SIZE_MAX: not trained)
+  size_t n;                          // local floats
+} kdrt_var;
 
 struct kdrt_ctx {
   const kdrt_program *prog;
@@ -89,6 +102,12 @@ struct kdrt_ctx {
 // the data, run fit then evaluate with Keras-style output on rank 0, write
 // --history. Returns the process exit status.
 int kdrt_main(int argc, char **argv, const kdrt_program *prog);
+
+// `./train gradcheck [--seed S] [--points K]`: on one device, compare every
+// variable's gradient from grad_step with central finite differences of
+// the loss at K elements per variable; print a line per variable, return 1
+// when any differs (gradcheck.c).
+int kdrt_gradcheck(int argc, char **argv, const kdrt_program *prog);
 
 // printf on rank 0 only.
 void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...);

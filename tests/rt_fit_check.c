@@ -1,0 +1,118 @@
+// rt_fit_check: a hand-written stand-in for a kdcc-generated program, to
+// test kdrt_main (options, data, fit loop, output, history) without the
+// compiler. tests/sh/rt_fit.sh runs it on several meshes.
+//
+// The model is a linear layer with mse loss and plain SGD:
+//   pred[b, n] = sum_k x[b, k] w[k, n]      x (B, 6), w (6, 8), y (B, 8) one-hot
+// placed as kdcc would place it on mesh (data[, model]): the batch split
+// over `data`, w's columns over `model` when the mesh has two axes. So the
+// loss is a partial sum over every axis (all-reduce over both), accuracy
+// needs whole rows (all-gather of pred along n over `model`), and dw is a
+// partial sum over `data` (all-reduce over data).
+//
+// The mesh comes from the environment, RT_FIT_MESH=2,4 (default 1), since a
+// generated program has its mesh compiled in.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kdrt.h"
+
+enum { B = 16, K = 6, N = 8 };
+
+static int mesh_shape[2] = {1, 1};
+static const char *const mesh_axes[2] = {"data", "model"};
+
+static int model_parts(const kdrt_ctx *c) {
+  return c->prog->mesh_ndim > 1 ? c->prog->mesh_shape[1] : 1;
+}
+
+static void init(kdrt_ctx *c) {
+  kdrt_layout w = {2, {K, N}, {-1, (int8_t)(c->prog->mesh_ndim > 1 ? 1 : -1)}};
+  kdrt_init_fill(c, c->params, &w, KDRT_INIT_GLOROT_UNIFORM, K, N, 0, 0, 0x77);
+}
+
+// Forward pass; returns the local rows' predictions of this rank's columns
+// in c->arena ([lb, ln]), and loss / accuracy, reduced.
+static void forward(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric) {
+  int lb = B / c->prog->mesh_shape[0], ln = N / model_parts(c), col0 = c->coord[1] * ln;
+  if (c->prog->mesh_ndim == 1) col0 = 0;
+  float *pred = c->arena, *full = c->arena + lb * ln;
+  double part = 0;
+  for (int b = 0; b < lb; b++) {
+    for (int n = 0; n < ln; n++) {
+      float s = 0;
+      for (int k = 0; k < K; k++) s += x[b * K + k] * c->params[k * ln + n];
+      pred[b * ln + n] = s;
+      float d = s - y[b * N + col0 + n];
+      part += (double)d * d;
+    }
+  }
+  unsigned all = (1u << c->prog->mesh_ndim) - 1;
+  float l = (float)(part / (B * N));
+  kdrt_allreduce(c, all, &l, loss, 1);
+  // accuracy: argmax over whole rows
+  int64_t shape[2] = {lb, ln};
+  if (c->prog->mesh_ndim > 1) kdrt_allgather(c, 2, 2, shape, 1, pred, full);
+  else memcpy(full, pred, sizeof(float) * (size_t)(lb * ln));
+  float correct = 0;
+  for (int b = 0; b < lb; b++) {
+    int pa = 0, ya = 0;
+    for (int n = 1; n < N; n++) {
+      if (full[b * N + n] > full[b * N + pa]) pa = n;
+      if (y[b * N + n] > y[b * N + ya]) ya = n;
+    }
+    correct += pa == ya;
+  }
+  correct /= B;
+  kdrt_allreduce(c, 1, &correct, metric, 1);
+}
+
+static void train_step(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric) {
+  forward(c, x, y, loss, metric);
+  int lb = B / c->prog->mesh_shape[0], ln = N / model_parts(c), col0 = c->coord[1] * ln;
+  if (c->prog->mesh_ndim == 1) col0 = 0;
+  const float *pred = c->arena;
+  memset(c->grads, 0, sizeof(float) * K * (size_t)ln);
+  for (int b = 0; b < lb; b++)
+    for (int n = 0; n < ln; n++) {
+      float d = 2.0f * (pred[b * ln + n] - y[b * N + col0 + n]) / (B * N);
+      for (int k = 0; k < K; k++) c->grads[k * ln + n] += x[b * K + k] * d;
+    }
+  kdrt_allreduce(c, 1, c->grads, c->grads, (size_t)(K * ln)); // dw: partial over data
+  for (int i = 0; i < K * ln; i++) c->params[i] -= c->lr * c->grads[i];
+}
+
+int main(int argc, char **argv) {
+  const char *m = getenv("RT_FIT_MESH");
+  int nd = 1;
+  if (m && *m) nd = sscanf(m, "%d,%d", &mesh_shape[0], &mesh_shape[1]);
+  if (nd < 1 || mesh_shape[0] < 1 || mesh_shape[1] < 1) {
+    fprintf(stderr, "rt_fit_check: bad RT_FIT_MESH '%s'\n", m);
+    return 2;
+  }
+  int parts = nd > 1 ? mesh_shape[1] : 1;
+  kdrt_program prog = {
+      .model_name = "rt_fit_check",
+      .mesh_ndim = nd,
+      .mesh_shape = mesh_shape,
+      .mesh_axes = mesh_axes,
+      .batch_axis = 0,
+      .batch = B,
+      .x_rank = 1, .x_shape = {K},
+      .y_rank = 1, .y_shape = {N},
+      .label_kind = KDRT_LABEL_ONEHOT,
+      .num_classes = N,
+      .loss_name = "mse",
+      .metric_name = "accuracy",
+      .learning_rate = 0.05f,
+      .param_floats = (size_t)(K * N / parts),
+      .grad_floats = (size_t)(K * N / parts),
+      .arena_floats = (size_t)(B * N * 2),
+      .init = init,
+      .train_step = train_step,
+      .eval_step = forward,
+  };
+  return kdrt_main(argc, argv, &prog);
+}

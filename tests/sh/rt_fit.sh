@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# rt_fit.sh: kdrt_main end to end with tests/rt_fit_check.c, a hand-written
+# stand-in for a generated program (a linear layer, mse, SGD, placed on a
+# (data, model) mesh). Checks: Keras-style output; the same history on every
+# mesh; .npy input; the errors (wrong -np, bad option, wrong batch size, a
+# diverging loss, a data file of the wrong shape). Exit status 0 when all pass.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+make -s build/libkdrt.a || exit 1
+mkdir -p build/tests
+mpicc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -Iruntime \
+  -o build/tests/rt_fit_check tests/rt_fit_check.c build/libkdrt.a -lopenblas -lm || exit 1
+
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+BIN=build/tests/rt_fit_check
+fails=0
+fail() { echo "rt_fit.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# run MESH NP ARGS...: runs the program, output in $T/out, status in $rc.
+run() {
+  local mesh=$1 np=$2
+  shift 2
+  if [ "$np" = 0 ]; then
+    RT_FIT_MESH=$mesh "$BIN" "$@" >"$T/out" 2>&1
+  else
+    RT_FIT_MESH=$mesh mpirun --oversubscribe -np "$np" -x RT_FIT_MESH "$BIN" "$@" >"$T/out" 2>&1
+  fi
+  rc=$?
+}
+expect() { # expect RC [TEXT]: status and a line of the output
+  local ok=1
+  [ "$rc" = "$1" ] || { fail "$name: exit status $rc, want $1"; ok=0; }
+  if [ -n "${2:-}" ] && ! grep -qF -- "$2" "$T/out"; then
+    fail "$name: output lacks: $2"
+    ok=0
+  fi
+  [ "$ok" = 1 ] || sed 's/^/    | /' "$T/out" >&2
+}
+# same_history A B: every number equal to 1e-5 relative.
+same_history() {
+  python3 - "$1" "$2" <<'PY' || fail "$name: histories $1 and $2 differ"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+def flat(h): return [(k, v) for k, vs in sorted(h.items()) for v in (vs if isinstance(vs, list) else [vs[x] for x in sorted(vs)])]
+fa, fb = flat(a), flat(b)
+assert [k for k, _ in fa] == [k for k, _ in fb], (fa, fb)
+for (k, x), (_, y) in zip(fa, fb):
+    assert abs(x - y) <= 1e-5 * max(1, abs(x)), (k, x, y)
+PY
+}
+
+BAR='━━━━━━━━━━━━━━━━━━━━'
+name="singleton"
+run 1 0 --epochs 3 --history "$T/h1.json"
+expect 0 "Epoch 3/3"
+grep -qE "^8/8 $BAR [0-9]+s [0-9]+(s|ms|us)/step - accuracy: [0-9.]+ - loss: [0-9.]+\$" "$T/out" \
+  || fail "$name: no Keras progress line"
+[ "$(grep -c "^8/8 " "$T/out")" = 4 ] || fail "$name: want 3 epoch lines and 1 evaluate line"
+grep -q $'\r' "$T/out" && fail "$name: carriage returns in non-terminal output"
+python3 -c "import json,sys; h=json.load(open(sys.argv[1])); assert len(h['loss'])==3 and len(h['accuracy'])==3 and 'evaluate' in h and h['loss'][2] < h['loss'][0]" "$T/h1.json" \
+  || fail "$name: bad history $(cat "$T/h1.json")"
+
+for mesh in "8" "2,4" "4,2" "1,8" "8,1"; do
+  name="mesh ($mesh)"
+  run "$mesh" 8 --epochs 3 --history "$T/h8.json"
+  expect 0 "Epoch 3/3"
+  same_history "$T/h1.json" "$T/h8.json"
+done
+name="mesh (2,2)"; run 2,2 4 --epochs 3 --history "$T/h4.json"; expect 0 "Epoch 3/3"
+same_history "$T/h1.json" "$T/h4.json"
+
+name="wrong world size"
+run 2,4 3
+expect 1 "rt_fit_check: this program was compiled for mesh (2, 4) ('data', 'model') = 8 devices, but runs on 3 ranks; run it as: mpirun -np 8 build/tests/rt_fit_check"
+name="1-D mesh message"; run 8 0; expect 1 "mesh (8,) ('data',) = 8 devices, but runs on 1 rank;"
+name="unknown option"; run 2,2 4 --epoch 3; expect 2 "unknown option '--epoch'"
+name="batch size"; run 1 0 --batch-size 32
+expect 2 "this program was compiled for batch 16; recompile with kdcc --batch-size 32"
+name="help"; run 2,4 0 --help; expect 0 "--validation-split F"
+name="diverging loss"; run 2,2 4 --lr 1e30 --epochs 5; expect 1 "rt_fit_check: loss is "
+grep -qE "loss is (nan|inf) at epoch [0-9]+, step [0-9]+" "$T/out" || fail "$name: message"
+name="quiet"; run 1 0 --quiet --synthetic 64; expect 0
+[ -s "$T/out" ] && fail "quiet: printed $(cat "$T/out")"
+name="validation split"; run 2,2 4 --validation-split 0.25 --epochs 2 --history "$T/hv.json"
+expect 0 "val_accuracy: "
+python3 -c "import json,sys; h=json.load(open(sys.argv[1])); assert len(h['val_loss'])==2 and len(h['val_accuracy'])==2" "$T/hv.json" \
+  || fail "$name: history lacks val_loss: $(cat "$T/hv.json")"
+name="remainder"; run 1 0 --synthetic 40; expect 0 "8 of 40 training samples do not fill a batch of 16"
+
+# .npy input: x float64 (40, 6), y float32 (40, 8) one-hot; then a bad shape.
+python3 - "$T" <<'PY'
+import struct, sys, random
+def save(path, descr, fmt, shape, values):
+    h = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, ", ".join(map(str, shape)) + ("," if len(shape) == 1 else ""))
+    h += " " * (63 - (10 + len(h)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode())
+        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
+random.seed(1)
+d = sys.argv[1]
+x = [random.gauss(0, 1) for _ in range(40 * 6)]
+cls = [random.randrange(8) for _ in range(40)]
+save(d + "/x.npy", "<f8", "d", (40, 6), x)
+save(d + "/y.npy", "<f4", "f", (40, 8), [1.0 if j == c else 0.0 for c in cls for j in range(8)])
+save(d + "/ybad.npy", "<i8", "q", (40,), cls)
+PY
+name="npy singleton"; run 1 0 --x "$T/x.npy" --y "$T/y.npy" --epochs 2 --history "$T/n1.json"
+expect 0 "2/2 $BAR"
+name="npy (2,4)"; run 2,4 8 --x "$T/x.npy" --y "$T/y.npy" --epochs 2 --history "$T/n8.json"
+expect 0 "2/2 $BAR"
+same_history "$T/n1.json" "$T/n8.json"
+name="npy wrong shape"; run 1 0 --x "$T/x.npy" --y "$T/ybad.npy"
+expect 1 "ybad.npy: shape (40,) does not fit the model's labels: expected (N, 8)"
+name="npy missing"; run 2,2 4 --x "$T/none.npy" --y "$T/y.npy"
+expect 1 "none.npy: cannot open input file"
+
+[ "$fails" = 0 ] && echo "rt_fit.sh: ok" && exit 0
+echo "rt_fit.sh: $fails failures" >&2
+exit 1
