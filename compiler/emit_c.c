@@ -132,7 +132,8 @@ static void emit_op(const Node *n, bool train) {
   Shape ls = lshape(n);
   const Node *a = n->nin > 0 ? n->in[0] : NULL, *b = n->nin > 1 ? n->in[1] : NULL;
   out("\n  // %%%d %s", n->id, op_info[n->op].name);
-  if (n->op == OP_ACT || n->op == OP_ACT_GRAD) out(" %s", act_name(n->act));
+  if (n->op == OP_ACT || n->op == OP_ACT_GRAD || n->op == OP_BIAS_ACT)
+    out(" %s", act_name(n->act));
   if (n->layer) out(" (%s)", n->layer);
   if (n->name) out(": %s", n->name);
   out("\n  //   %s\n", describe(n));
@@ -162,6 +163,19 @@ static void emit_op(const Node *n, bool train) {
     out("    for (int64_t r = 0; r < %lld; r++)\n      for (int64_t j = 0; j < %lld; j++) "
         "o[r * %lld + j] = i[r * %lld + j] + bias[j];\n  }\n",
         (long long)(N / cols), (long long)cols, (long long)cols, (long long)cols);
+    return;
+  }
+  case OP_BIAS_ACT: {
+    // v = x + bias, then the activation, in one loop
+    static const char *expr[] = {"v", "v > 0.0f ? v : 0.0f", "1.0f / (1.0f + expf(-v))",
+                                 "tanhf(v)", "0.5f * v * (1.0f + erff(v * 0.70710678f))",
+                                 "v / (1.0f + expf(-v))"};
+    int64_t cols = ls.d[ls.rank - 1];
+    out("  {\n    float *restrict o = %s;\n    const float *restrict i = %s, *restrict bias = %s;\n",
+        y, buf(a), buf(b));
+    out("    for (int64_t r = 0; r < %lld; r++)\n      for (int64_t j = 0; j < %lld; j++) {\n"
+        "        float v = i[r * %lld + j] + bias[j];\n        o[r * %lld + j] = %s;\n      }\n  }\n",
+        (long long)(N / cols), (long long)cols, (long long)cols, (long long)cols, expr[n->act]);
     return;
   }
   case OP_ACT:
@@ -363,7 +377,8 @@ void emit_c(Graph *g, FILE *f) {
   }
   out("// (kdrt_main fills c->coord). Buffers are per device; shapes below are global,\n"
       "// then the layout (one entry per dim: the mesh axis it is split over), then local.\n\n");
-  out("#include <cblas.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"kdrt.h\"\n");
+  out("#include <cblas.h>\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n"
+      "#include \"kdrt.h\"\n");
 
   out("\n// ---- parameter blob: each variable's shard, then its optimizer slots\n");
   for (int i = 0; i < g->nvars; i++) {

@@ -7,6 +7,7 @@
 //   graph.c    layers -> forward graph + loss, shapes inferred (op table: ops.c)
 //   autodiff.c reverse-mode gradients and optimizer updates
 //   shard.c    sharding propagation to a fixed point, then collectives
+//   fuse.c     adjacent elementwise ops into one loop
 //   memplan.c  static memory plan: parameter blob + activation arena
 //   report.c   --report, --report=json, --emit=graph
 //   emit_c.c   SPMD C program for the CPU runtime (runtime/kdrt.h)
@@ -346,6 +347,9 @@ bool place_eq(const Place *a, const Place *b, int rank);
 // Local shape of a node under its placement.
 Shape local_shape(const Graph *g, const Node *n);
 int64_t shape_elems(const Shape *s);
+
+// ---------------------------------------------------------------- fuse.c
+void fuse_elementwise(Graph *g);
 
 // ---------------------------------------------------------------- memplan.c
 enum { REGION_NONE, REGION_PARAM, REGION_GRAD, REGION_ARENA, REGION_INPUT };

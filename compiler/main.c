@@ -109,6 +109,7 @@ int main(int argc, char **argv) {
   Graph *g = build_graph(m, d, batch);
   build_backward(g);
   propagate_shardings(g);
+  fuse_elementwise(g);
   plan_memory(g);
 
   if (report) print_report(g, stdout, report_json);

@@ -12,6 +12,7 @@
 //   MATMUL  a, b     -> op(a) @ op(b)        op = transpose when ta / tb
 //   BIAS    x, b     -> x + b                b broadcast along the last dim
 //   ACT     x        -> act(x)               elementwise activation
+//   BIAS_ACT x, b    -> act(x + b)           BIAS then ACT in one loop (fuse.c)
 //   SOFTMAX x        -> softmax(x)           over the last dim
 //   ADD     x...     -> sum of operands      same shapes
 //   CONCAT  x...     -> concatenation        along `axis`
@@ -46,6 +47,7 @@ const OpInfo op_info[OP_COUNT] = {
   [OP_MATMUL] = {"matmul", 2, 3, false, PH_FORWARD},
   [OP_BIAS] = {"bias_add", 2, 0, false, PH_FORWARD},
   [OP_ACT] = {"act", 1, 0, false, PH_FORWARD},
+  [OP_BIAS_ACT] = {"bias_act", 2, 0, false, PH_FORWARD},
   [OP_SOFTMAX] = {"softmax", 1, 0, false, PH_FORWARD},
   [OP_ADD] = {"add", -1, 0xff, true, PH_FORWARD},
   [OP_CONCAT] = {"concat", -1, 0xff, true, PH_FORWARD},
@@ -136,7 +138,7 @@ void op_rule(const Node *n, Rule *r) {
   case OP_ACT: case OP_ADD: case OP_DROPOUT: case OP_ACT_GRAD: case OP_UPDATE:
     rule_elementwise(n, r);
     return;
-  case OP_BIAS:
+  case OP_BIAS: case OP_BIAS_ACT:
     rule_elementwise(n, r);
     r->in[1][0] = r->out[s->rank - 1];
     return;

@@ -6,9 +6,9 @@
 //   3. check the world size against the compiled mesh, else say how to run
 //      it (`mpirun -np 8 ./train`) and exit 1 on every rank;
 //   4. place this rank in the mesh (row-major coordinates), allocate the
-//      parameter blob, gradients and arena, and call prog->init;
+//      parameter blob, gradients and arena;
 //   5. open the data: --x/--y .npy files (mmap'd, converted row by row to
-//      float32) or --synthetic N samples made from the seed;
+//      float32) or --synthetic N samples made from the seed; prog->init;
 //   6. fit: per epoch a seeded shuffle of the training samples, then full
 //      global batches in that order; this rank hands train_step only its rows
 //      of each batch (rows [coord*lb, +lb) of the batch axis, lb = batch /
@@ -16,6 +16,9 @@
 //      on the last --validation-split fraction (taken before shuffling);
 //   7. evaluate (validation data if any, else the training data), then write
 //      --history atomically.
+//
+// Progress: rank 0 redraws the bar in place (\r, colours) on its own
+// terminal, else prints one line per epoch; KDRT_PROGRESS=live|plain forces.
 //
 // Invariant: the sequence of global batches depends only on the data, the
 // seed and the batch size, never on the mesh, so one program compiled for
@@ -342,8 +345,9 @@ static void fmt_shape(char *buf, size_t len, const char *first, int n, const int
   if (k < len) snprintf(buf + k, len - k, "%s)", n + (*first != 0) == 1 ? "," : "");
 }
 
-// Open and check one data file; shape must be (N, want...) or, when
-// allow_flat, (N,). Returns 0 or fails on every rank.
+// Open and check one data file; its shape must be (N, want...) or, when
+// allow_flat and a sample is one number, (N,) or (N, 1). Any problem ends
+// the run on every rank with a message naming the file.
 static void npy_open(const kdrt_ctx *c, npy_file *f, const char *path, const char *role,
                      int want_rank, const int64_t *want, int allow_flat) {
   memset(f, 0, sizeof *f);
@@ -784,10 +788,10 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
     fmt_tuple(m, sizeof m, prog->mesh_ndim, mesh, NULL);
     fmt_tuple(a, sizeof a, prog->mesh_ndim, NULL, prog->mesh_axes);
     fail_all(c, 1,
-             "this program was compiled for mesh %s %s = %lld devices, but runs on %d rank%s; "
+             "this program was compiled for mesh %s %s = %lld device%s, but runs on %d rank%s; "
              "run it as: mpirun -np %lld %s",
-             m, a, (long long)devices, c->world, c->world == 1 ? "" : "s", (long long)devices,
-             prog_invoke);
+             m, a, (long long)devices, devices == 1 ? "" : "s", c->world,
+             c->world == 1 ? "" : "s", (long long)devices, prog_invoke);
   }
   if (o.batch_size && o.batch_size != prog->batch)
     fail_all(c, 2, "this program was compiled for batch %d; recompile with kdcc --batch-size %d",

@@ -12,6 +12,7 @@ static Graph *compile(const char *model, const char *dist, const char *mesh, int
   Graph *g = build_graph(m, d, batch);
   build_backward(g);
   propagate_shardings(g);
+  fuse_elementwise(g);
   plan_memory(g);
   return g;
 }

@@ -1,0 +1,32 @@
+// Fusion of adjacent elementwise ops, after partitioning: the placements
+// are settled, so fusing never hides a collective.
+//
+// ACT(BIAS(x, b)) becomes BIAS_ACT(x, b) when the bias sum has no other
+// reader (relu, sigmoid and tanh differentiate from their output, so the
+// pre-activation is dead after the activation; gelu and silu read it in
+// backward and stay unfused). One loop instead of two, and one buffer the
+// memory plan no longer needs.
+#include "kdcc.h"
+
+void fuse_elementwise(Graph *g) {
+  int *uses = xcalloc(g->nnodes, sizeof *uses);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
+  int n = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *a = g->nodes[i];
+    if (a->op == OP_ACT && a->in[0]->op == OP_BIAS && uses[a->in[0]->id] == 1 &&
+        place_eq(&a->place, &a->in[0]->place, a->shape.rank)) {
+      Node *b = a->in[0];
+      a->op = OP_BIAS_ACT;
+      a->nin = 2;
+      a->in[0] = b->in[0];
+      a->in[1] = b->in[1];
+      b->dead = true;
+    }
+  }
+  for (int i = 0; i < g->nnodes; i++)
+    if (!g->nodes[i]->dead) g->nodes[n++] = g->nodes[i];
+  g->nnodes = n;
+  for (int i = 0; i < n; i++) g->nodes[i]->id = i;
+}
