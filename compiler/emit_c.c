@@ -91,18 +91,8 @@ static char *layout_c(const Node *n) {
 
 static char *describe(const Node *n) {
   Shape ls = lshape(n);
-  char *s = format("%s %s local %s", shape_str(&n->shape),
+  return format("%s %s local %s", shape_str(&n->shape),
                    place_str(&G->dist->mesh, n->shape.rank, &n->place), shape_str(&ls));
-  if (n->place.partial) {
-    char axes[64] = "";
-    for (int a = 0; a < G->dist->mesh.ndim; a++)
-      if ((n->place.partial >> a) & 1) {
-        if (axes[0]) strcat(axes, ",");
-        strncat(axes, G->dist->mesh.names[a], sizeof axes - strlen(axes) - 2);
-      }
-    s = format("%s, partial sum over %s", s, axes);
-  }
-  return s;
 }
 
 // product of local dims [from, to)

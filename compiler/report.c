@@ -189,7 +189,6 @@ void print_graph(Graph *g, FILE *out) {
     Shape ls = local_shape(g, n);
     fprintf(out, "%%%-3d = %s%s(%s)  %s %s", n->id, op_info[n->op].name, extra, args,
             shape_str(&n->shape), place_str(m, n->shape.rank, &n->place));
-    if (n->place.partial) fprintf(out, " partial(%s)", axes_text(g, n->place.partial));
     fprintf(out, " local %s", shape_str(&ls));
     if (n->name) fprintf(out, "  # %s", n->name);
     else if (n->layer) fprintf(out, "  # %s", n->layer);

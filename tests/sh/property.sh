@@ -40,13 +40,14 @@ for dir in "$out"/cases/case_*; do
   batch=$(cat "$dir/batch.txt")
   summary=$(cat "$dir/summary.txt")
   ref="" hists=() status="" detail=""
-  while read -r mesh; do
+  mapfile -t meshes <"$dir/meshes.txt"
+  for mesh in "${meshes[@]}"; do
     [ -n "$mesh" ] || continue
     tag=${mesh//[=,]/_}
     exe=$dir/train_$tag
     compile=(./kdcc "$dir/model.json" --distribution "$dir/dist.json" --mesh "$mesh"
              --batch-size "$batch" -w -o "$exe")
-    if ! "${compile[@]}" >"$exe.kdcc.log" 2>&1; then
+    if ! "${compile[@]}" >"$exe.kdcc.log" 2>&1 </dev/null; then
       status=REJECTED
       detail="kdcc rejected a valid case on mesh $mesh:
     ${compile[*]}
@@ -57,7 +58,7 @@ $(sed 's/^/    | /' "$exe.kdcc.log" | head -20)"
     for kv in ${mesh//,/ }; do np=$((np * ${kv#*=})); done
     run=(mpirun -np "$np" --oversubscribe "$exe" --synthetic 64 --epochs 2
          --batch-size "$batch" --quiet --history "$exe.history.json")
-    timeout 120 "${run[@]}" >"$exe.run.log" 2>&1
+    timeout 120 "${run[@]}" >"$exe.run.log" 2>&1 </dev/null
     rc=$?
     if [ $rc -ne 0 ] || [ ! -s "$exe.history.json" ]; then
       status=CRASH
@@ -69,7 +70,10 @@ $(sed 's/^/    | /' "$exe.run.log" | tail -20)"
       break
     fi
     if [ -z "$ref" ]; then ref=$exe.history.json; else hists+=("$exe.history.json"); fi
-  done <"$dir/meshes.txt"
+  done
+  if [ -z "$status" ] && [ ${#hists[@]} -lt 2 ]; then
+    status=ERROR detail="fewer than three meshes ran"
+  fi
   if [ -z "$status" ]; then
     if cmp=$(python3 tests/compare_history.py "$rtol" "$ref" "${hists[@]}" 2>&1); then
       worst=$(grep -o 'difference [0-9.e+-]*' <<<"$cmp" | awk '{print $2}' | sort -g | tail -1)
