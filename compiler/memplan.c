@@ -3,7 +3,8 @@
 // - The parameter blob: every variable's local shard, each followed by its
 //   optimizer slots (same local shape), in variable order.
 // - The gradient blob: every variable's final gradient (in the variable's
-//   placement, after its reduction), where the update reads it.
+//   placement, after its reduction), where the update reads it. A gradient
+//   that is an all-reduced partial sum is reduced in place there.
 // - The activation arena: every other value, placed by liveness. Values are
 //   visited in the (topological) order they are computed; a value's buffer
 //   is taken first-fit from the free space when it is computed and given
@@ -109,6 +110,25 @@ void plan_memory(Graph *g) {
   if (g->loss) base_of(g->loss)->last_use = g->nnodes;
   if (g->metric) base_of(g->metric)->last_use = g->nnodes;
 
+  // A gradient summed by an all-reduce is summed in place: the partial
+  // sums are computed straight into the gradient blob.
+  int *uses = xcalloc(g->nnodes, sizeof *uses);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
+  bool *in_grad = xcalloc(g->nnodes, sizeof *in_grad);
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    if (!v->grad || v->grad->op != OP_ALLREDUCE) continue;
+    Node *p = v->grad->in[0];
+    if (uses[p->id] != 1 || p->op == OP_PARAM || p->op == OP_INPUT || p->op == OP_LABEL ||
+        p->op == OP_RESHAPE || is_collective(p->op))
+      continue;
+    p->region = REGION_GRAD;
+    p->offset = v->goffset;
+    p->var = v;
+    in_grad[p->id] = true;
+  }
+
   Arena a = {.free = xcalloc(g->nnodes + 8, sizeof(Span))};
   int64_t scratch = 0;
   for (int i = 0; i < g->nnodes; i++) {
@@ -144,6 +164,7 @@ void plan_memory(Graph *g) {
         is_grad = true;
         break;
       }
+    if (in_grad[n->id]) is_grad = true;
     if (!is_grad) {
       n->region = REGION_ARENA;
       n->offset = arena_alloc(&a, align(local_elems(g, n)));

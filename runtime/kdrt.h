@@ -117,11 +117,11 @@ void kdrt_fatal(const kdrt_ctx *c, const char *fmt, ...);
 // ---------------------------------------------------------------- comm.c
 // Collectives over the group of mesh axes `axes` (bit mask). `l` is the
 // layout of the local input buffer `in`; dim is the tensor dimension
-// concerned. in and out never alias. Bytes move with MPI; groups are made
+// concerned. in and out never alias, but for kdrt_allreduce. Bytes move with MPI; groups are made
 // with MPI_Comm_split on first use and cached in c->comm.
 
 int kdrt_group_size(const kdrt_ctx *c, unsigned axes);
-// out = sum over the group of in; n floats.
+// out = sum over the group of in; n floats. in == out sums in place.
 void kdrt_allreduce(kdrt_ctx *c, unsigned axes, const float *in, float *out, size_t n);
 // in: local shape with dim `dim` replicated (or already split by other
 // axes); out: dim split further over `axes` and summed over the group.

@@ -47,9 +47,12 @@ for dir in "$out"/cases/case_*; do
     exe=$dir/train_$tag
     compile=(./kdcc "$dir/model.json" --distribution "$dir/dist.json" --mesh "$mesh"
              --batch-size "$batch" -w -o "$exe")
-    if ! "${compile[@]}" >"$exe.kdcc.log" 2>&1 </dev/null; then
+    "${compile[@]}" >"$exe.kdcc.log" 2>&1 </dev/null
+    rc=$?
+    if [ $rc -ne 0 ]; then
       status=REJECTED
-      detail="kdcc rejected a valid case on mesh $mesh:
+      [ $rc -ge 128 ] && status=KDCC-CRASH
+      detail="kdcc failed (exit $rc) on a valid case, mesh $mesh:
     ${compile[*]}
 $(sed 's/^/    | /' "$exe.kdcc.log" | head -20)"
       break
