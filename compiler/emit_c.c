@@ -77,9 +77,10 @@ static char *shape_c(const Shape *s) {
   return xstrdup(b);
 }
 
-static char *layout_c(const Node *n) {
+// "{rank, {global shape}, {axis per dim}}"
+static char *layout_init(const Node *n) {
   char b[256];
-  int k = snprintf(b, sizeof b, "&(const kdrt_layout){%d, {", n->shape.rank);
+  int k = snprintf(b, sizeof b, "{%d, {", n->shape.rank);
   for (int i = 0; i < n->shape.rank; i++)
     k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)n->shape.d[i]);
   k += snprintf(b + k, sizeof b - k, "}, {");
@@ -88,6 +89,8 @@ static char *layout_c(const Node *n) {
   snprintf(b + k, sizeof b - k, "}}");
   return xstrdup(b);
 }
+
+static char *layout_c(const Node *n) { return format("&(const kdrt_layout)%s", layout_init(n)); }
 
 static char *describe(const Node *n) {
   Shape ls = lshape(n);
@@ -410,10 +413,12 @@ void emit_c(Graph *g, FILE *f) {
   out("\nstatic const kdrt_var vars[] = {\n");
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
-    out("  {\"%s\", %s, %s, %lld},\n", v->path, off_name(v->param),
+    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld},\n", v->path,
+        v->layer, v->layer_class, v->index, layout_init(v->param), off_name(v->param),
+        (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots,
         v->grad ? off_name(v->grad) : "SIZE_MAX", (long long)lelems(v->param));
   }
-  if (!g->nvars) out("  {\"\", 0, 0, 0},\n");
+  if (!g->nvars) out("  {0},\n");
   out("};\n");
 
   const Node *x = g->x, *p = g->pred;

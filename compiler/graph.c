@@ -139,6 +139,8 @@ static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const c
   v->path = format("%s/%s", l->path, vname);
   v->vname = vname;
   v->layer = l->name;
+  v->layer_class = l->cls;
+  for (int i = 0; i < g->nvars; i++) v->index += !strcmp(g->vars[i]->layer, l->name);
   v->loc = l->loc;
   v->shape = shape;
   parse_init(l, init_key, init_def, v);

@@ -295,6 +295,8 @@ struct Var {
   const char *path;       // "d1/kernel"
   const char *vname;      // "kernel"
   const char *layer;
+  const char *layer_class;
+  int index;              // among its layer's variables (kernel 0, bias 1)
   Loc loc;                // the layer
   Shape shape;
   Place place;            // from the layout map, else replicated

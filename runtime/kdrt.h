@@ -76,10 +76,18 @@ typedef struct {
   const struct kdrt_var *vars;       // [nvars]
 } kdrt_program;
 
-// One trainable variable: where its local shard and gradient live.
+// One trainable variable: what it is and where its local shard, optimizer
+// slots and gradient live.
 typedef struct kdrt_var {
   const char *path;                  // "d1/kernel"
-  size_t offset;                     // in params
+  const char *layer;                 // Keras layer name, "d1"
+  const char *layer_class;           // "Dense", "Conv2D"
+  int index;                         // among its layer's variables (kernel 0, bias 1),
+                                     // as model.weights.h5's layers/<layer>/vars/<index>
+  kdrt_layout layout;                // global shape and how it is split
+  size_t offset;                     // in params; slot k at offset + (k+1)*stride
+  size_t stride;                     // floats between the shard and each slot
+  int nslots;                        // optimizer slots (Keras order: e.g. momentum, velocity)
   size_t goffset;                    // in grads (SIZE_MAX: not trained)
   size_t n;                          // local floats
 } kdrt_var;

@@ -22,14 +22,14 @@ Validity (what real Keras/JAX would accept, and so what kdcc must accept):
     are tried as regexes with full match and at most one may match a path;
   * a layout has one entry per dimension, names only mesh axes, never names an
     axis twice;
-  * every sharded dimension is divisible by the largest size its axis takes in
-    any of the case's meshes (so the same spec is valid for all of them);
+  * every sharded dimension is divisible by every size its axis takes in the
+    case's meshes (so the same spec is valid for all of them);
   * batch sizes are divisible by every size of the batch axis 'data'.
 The generator checks this itself by resolving every variable path and every
 '<layer>/output' lookup through the map, exactly as Keras does.
 """
 import argparse
-import copy
+import math
 import json
 import os
 import random
@@ -454,7 +454,12 @@ def gen_case(seed, index):
     three = rng.random() < 0.3
     axes, meshes = gen_meshes(rng, three)
     batch = rng.choice([16, 16, 16, 8])
-    maxsize = {a: max(m[i] for m in meshes) for i, a in enumerate(axes)}
+    # a dimension sharded by an axis must divide by every size the axis takes
+    # (with sizes 3 and 4 in two meshes, by 12): the lcm, not just the largest
+    maxsize = {a: 1 for a in axes}
+    for i, a in enumerate(axes):
+        for m in meshes:
+            maxsize[a] = maxsize[a] * m[i] // math.gcd(maxsize[a], m[i])
     lm = gen_layout(rng, info, axes, maxsize, batch)
     spec_mesh = meshes[1]
     dist = {"distribution": "ModelParallel",
