@@ -70,4 +70,16 @@ run: setup all
 clean:
 	rm -rf build kdcc
 
-.PHONY: all test setup run clean
+# ---- bench: kdcc vs PyTorch vs Keras-on-JAX steps/s on this CPU (bench/RESULTS.md)
+bench:
+	@bash bench/bench.sh $(BENCH_ARGS)
+
+.PHONY: all test setup run clean bench
+
+# kdcc built with AddressSanitizer and UBSan, for the bad-input corpus
+ASAN_OBJS = $(COMPILER_SRCS:compiler/%.c=build/asan/%.o)
+build/asan/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def
+	@mkdir -p $(dir $@)
+	$(CC) $(KCFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -c -o $@ $<
+build/asan/kdcc: $(ASAN_OBJS)
+	$(CC) -fsanitize=address,undefined -o $@ $^ $(KLIBS)

@@ -50,6 +50,17 @@ THREADS = [t for t in THREADS if t <= ncpu] or [1]
 T_START = time.time()
 
 
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+LOAD_START = loadavg()
+
+
 def log(msg):
     print("[bench %5.0fs] %s" % (time.time() - T_START, msg), file=sys.stderr, flush=True)
 
@@ -196,6 +207,7 @@ def cpu_flags():
 
 def main():
     os.makedirs(BUILD, exist_ok=True)
+    log("load average at start: %s (anything else running makes the figures noisy)" % LOAD_START)
     log("data: %d batches of %d per model in %s" % (NBATCH, BATCH, DATA))
     make_data()
     exes = {name: kdcc_compile(name, model) for name, model, _, _ in MODELS}
@@ -251,6 +263,9 @@ def main():
               "%s`)" % (os.path.relpath(sys.executable, ROOT), " ".join(sys.argv[1:])))
     md.append("- machine: %d cores (nproc), %s; flags: %s; %s" % (ncpu, cpu_model(), cpu_flags(),
                                                                  platform.platform()))
+    md.append("- load average (1/5/15 min) at start: %s, at end: %s%s" % (
+        LOAD_START, loadavg(), " -- other work was running, so the figures are noisy"
+        if float(LOAD_START.split()[0]) > 0.5 else ""))
     md.append("- kdcc programs: %s, `-O3 -march=native`, BLAS: %s" % (cc, blas or "?"))
     md.append("- %s; %s; python %s" % (versions.get("torch", "?"), versions.get("jax", "?"),
                                        platform.python_version()))

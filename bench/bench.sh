@@ -10,13 +10,13 @@ cd "$(dirname "$0")/.."
 VENV=build/bench-venv
 PY=$VENV/bin/python
 
-if ! { [ -x "$PY" ] && "$PY" -c 'import torch, jax, keras, numpy' 2>/dev/null; }; then
+if ! { [ -x "$PY" ] && KERAS_BACKEND=jax "$PY" -c 'import torch, jax, keras, numpy' 2>/dev/null; }; then
   echo "bench: setting up $VENV (torch, jax, keras; a few GB, the first time only)" >&2
   mkdir -p build
   [ -x "$PY" ] || python3 -m venv "$VENV"
   "$PY" -m pip install -q --upgrade pip
   "$PY" -m pip install -q torch jax keras numpy
-  "$PY" -c 'import torch, jax, keras, numpy' >/dev/null
+  KERAS_BACKEND=jax "$PY" -c 'import torch, jax, keras, numpy' >/dev/null
 fi
 
 make -s kdcc build/libkdrt.a

@@ -86,6 +86,12 @@ static void backward_op(Graph *g, Node *n, const bool *need) {
     accumulate(g, a, dx);
     return;
   }
+  case OP_SCALE: {
+    Node *dx = new_node1(g, OP_SCALE, dy, a->shape);
+    dx->scale = n->scale;
+    accumulate(g, a, dx);
+    return;
+  }
   case OP_CONV2D:
     if (need[a->id]) {
       Node *dx = new_node2(g, OP_CONV2D_DX, dy, b, a->shape);

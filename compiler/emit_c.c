@@ -218,6 +218,11 @@ static void emit_op(const Node *n, bool train) {
     else out("  memcpy(%s, %s, %lld * sizeof(float)); // no dropout outside training\n", y,
              buf(a), (long long)N);
     return;
+  case OP_SCALE:
+    out("  {\n    float *restrict o = %s;\n    const float *restrict i = %s;\n"
+        "    for (int64_t e = 0; e < %lld; e++) o[e] = i[e] * %s + %s;\n  }\n",
+        y, buf(a), (long long)N, flt(n->scale), flt(n->shift));
+    return;
   case OP_CONV2D:
     out("  kdrt_conv2d(%s, %s, %s, ", y, buf(a), buf(b));
     emit_conv_args(n, a, n);

@@ -28,6 +28,16 @@ char *shape_str(const Shape *s) {
   return xstrdup(buf);
 }
 
+// A layer output's shape as Keras prints it: the batch dim as None.
+static char *kshape(const Shape *s) {
+  char buf[256];
+  int n = snprintf(buf, sizeof buf, "(None");
+  for (int i = 1; i < s->rank; i++)
+    n += snprintf(buf + n, sizeof buf - n, ", %lld", (long long)s->d[i]);
+  snprintf(buf + n, sizeof buf - n, s->rank == 1 ? ",)" : ")");
+  return xstrdup(buf);
+}
+
 uint64_t hash_str(const char *s) {
   uint64_t h = 0xcbf29ce484222325ull; // FNV-1a
   for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
@@ -194,7 +204,7 @@ static Node *build_dense(Graph *g, Layer *l, Node *x) {
                            l->name);
   if (x->shape.rank < 2)
     error_at(l->loc, "layer '%s': Dense needs an input of rank 2 or more, got %s", l->name,
-             shape_str(&x->shape));
+             kshape(&x->shape));
   int64_t k = x->shape.d[x->shape.rank - 1];
   Shape out = x->shape;
   out.d[out.rank - 1] = units;
@@ -244,7 +254,7 @@ static Node *build_conv2d(Graph *g, Layer *l, Node *x) {
   check_channels_last(l);
   if (x->shape.rank != 4)
     error_at(l->loc, "layer '%s': Conv2D needs an input of rank 4 (batch, h, w, c), got %s",
-             l->name, shape_str(&x->shape));
+             l->name, kshape(&x->shape));
   int64_t filters = cfg_int(l, "filters", -1), ks[2] = {0, 0}, st[2] = {1, 1}, dil[2] = {1, 1};
   if (filters <= 0)
     error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
@@ -265,7 +275,7 @@ static Node *build_conv2d(Graph *g, Layer *l, Node *x) {
   window(x->shape.d[2], ks[1], st[1], same, &ow, &pl);
   if (oh <= 0 || ow <= 0)
     error_at(l->loc, "layer '%s': kernel %lldx%lld does not fit the input %s", l->name,
-             (long long)ks[0], (long long)ks[1], shape_str(&x->shape));
+             (long long)ks[0], (long long)ks[1], kshape(&x->shape));
   int64_t ci = x->shape.d[3];
   Node *f = new_var(g, l, "kernel", (Shape){4, {ks[0], ks[1], ci, filters}}, "kernel_initializer",
                     "glorot_uniform");
@@ -286,7 +296,7 @@ static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
   check_channels_last(l);
   if (x->shape.rank != 4)
     error_at(l->loc, "layer '%s': MaxPooling2D needs an input of rank 4, got %s", l->name,
-             shape_str(&x->shape));
+             kshape(&x->shape));
   int64_t ps[2] = {2, 2}, st[2];
   cfg_ints(l, "pool_size", ps, 2);
   st[0] = ps[0], st[1] = ps[1];
@@ -298,7 +308,7 @@ static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
   window(x->shape.d[2], ps[1], st[1], same, &ow, &pl);
   if (oh <= 0 || ow <= 0)
     error_at(l->loc, "layer '%s': pool %lldx%lld does not fit the input %s", l->name,
-             (long long)ps[0], (long long)ps[1], shape_str(&x->shape));
+             (long long)ps[0], (long long)ps[1], kshape(&x->shape));
   Node *y = new_node1(g, OP_MAXPOOL, x, (Shape){4, {x->shape.d[0], oh, ow, x->shape.d[3]}});
   y->kh = ps[0], y->kw = ps[1], y->sh = st[0], y->sw = st[1], y->pad_t = pt, y->pad_l = pl;
   return y;
@@ -323,7 +333,7 @@ static Node *build_reshape(Graph *g, Layer *l, Node *x) {
   if (unknown >= 0 && per % known == 0) s.d[unknown + 1] = per / known, known = per;
   if (known != per)
     error_at(jloc(ts), "layer '%s': cannot reshape %s to target_shape with %lld elements",
-             l->name, shape_str(&x->shape), (long long)known);
+             l->name, kshape(&x->shape), (long long)known);
   return new_node1(g, OP_RESHAPE, x, s);
 }
 
@@ -348,7 +358,7 @@ static Node *build_merge(Graph *g, Layer *l, bool concat) {
       ok = concat && d == axis ? true : si->d[d] == in[0]->shape.d[d];
     if (!ok)
       error_at(l->in[i].loc, "layer '%s': input %d has shape %s, which does not fit %s", l->name,
-               i, shape_str(si), shape_str(&in[0]->shape));
+               i, kshape(si), kshape(&in[0]->shape));
     if (concat) s.d[axis] += si->d[axis];
   }
   Node *n = new_node(g, concat ? OP_CONCAT : OP_ADD, l->nin, in);
@@ -396,6 +406,12 @@ static Node *build_layer(Graph *g, Layer *l) {
     Node *n = new_node1(g, OP_DROPOUT, x, x->shape);
     n->rate = (float)rate;
     n->stream = hash_str(l->path);
+    return n;
+  }
+  if (!strcmp(c, "Rescaling")) {
+    Node *n = new_node1(g, OP_SCALE, x, x->shape);
+    n->scale = (float)cfg_num(l, "scale", 1.0);
+    n->shift = (float)cfg_num(l, "offset", 0.0);
     return n;
   }
   if (!strcmp(c, "Add")) return build_merge(g, l, false);

@@ -244,6 +244,7 @@ struct Node {
   bool ta, tb;            // matmul transposes
   int kh, kw, sh, sw, pad_t, pad_l; // conv / pool window, strides, padding
   float rate;             // dropout
+  float scale, shift;     // OP_SCALE: x * scale + shift
   int loss;               // LossKind
   bool from_logits;
   unsigned axes;          // collectives: group of mesh axes (mask)

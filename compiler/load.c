@@ -34,7 +34,7 @@
 
 static const char *supported_layers[] = {
   "InputLayer", "Dense", "Activation", "Softmax", "Flatten", "Reshape", "Dropout",
-  "Conv2D", "MaxPooling2D", "Add", "Concatenate",
+  "Conv2D", "MaxPooling2D", "Add", "Concatenate", "Rescaling",
 };
 
 static bool is_merge(const Layer *l) {

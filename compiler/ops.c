@@ -19,6 +19,7 @@
 //   SLICE   x        -> x[.., start:start+n, ..] along `axis`
 //   RESHAPE x        -> x with a new shape   same element order
 //   DROPOUT x        -> x * mask / (1-rate)  mask from (seed, stream, step, index)
+//   SCALE   x        -> x * scale + offset   (Rescaling; offset 0 in gradients)
 //   CONV2D  x, f     -> conv(x, f)           channels last, no bias
 //   MAXPOOL x        -> max over windows
 //   LOSS    p, y     -> mean over the batch of the per-sample loss (scalar)
@@ -54,6 +55,7 @@ const OpInfo op_info[OP_COUNT] = {
   [OP_SLICE] = {"slice", 1, 1, false, PH_BACKWARD},
   [OP_RESHAPE] = {"reshape", 1, 1, false, PH_FORWARD},
   [OP_DROPOUT] = {"dropout", 1, 1, false, PH_FORWARD},
+  [OP_SCALE] = {"scale", 1, 0, false, PH_FORWARD},
   [OP_CONV2D] = {"conv2d", 2, 3, false, PH_FORWARD},
   [OP_MAXPOOL] = {"maxpool", 1, 0, false, PH_FORWARD},
   [OP_LOSS] = {"loss", 2, 0, false, PH_LOSS},
@@ -135,7 +137,7 @@ void op_rule(const Node *n, Rule *r) {
 
   switch (n->op) {
   case OP_INPUT: case OP_LABEL: case OP_PARAM:
-  case OP_ACT: case OP_ADD: case OP_DROPOUT: case OP_ACT_GRAD: case OP_UPDATE:
+  case OP_ACT: case OP_ADD: case OP_DROPOUT: case OP_ACT_GRAD: case OP_UPDATE: case OP_SCALE:
     rule_elementwise(n, r);
     return;
   case OP_BIAS: case OP_BIAS_ACT:

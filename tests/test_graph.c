@@ -1,0 +1,84 @@
+// Graph building: shapes that do not fit, unknown activations, bad layer
+// configs, each reported at the layer with its exact text.
+#include <criterion/criterion.h>
+
+#include "capture.h"
+#include "kdcc.h"
+
+static void build(const char *path, const char *dist) {
+  opt_quiet_warnings = true;
+  Model *m = load_model(path);
+  Dist *d = load_dist(m, dist, NULL);
+  Graph *g = build_graph(m, d, 32);
+  build_backward(g);
+  propagate_shardings(g);
+}
+
+static void expect_error(const char *path, const char *dist, const char *msg) {
+  Captured c;
+  IN_CHILD(c, build(path, dist));
+  cr_assert_eq(c.status, 1, "%s: exit status %d, stderr: %s", path, c.status, c.err);
+  cr_assert_str_eq(c.err, msg);
+}
+
+Test(graph, add_of_different_widths) {
+  expect_error("tests/bad/shape_add.json", NULL,
+               "tests/bad/shape_add.json:224:38: error: layer 'add': input 1 has shape "
+               "(None, 32), which does not fit (None, 64)\n");
+}
+
+Test(graph, conv_on_a_matrix) {
+  expect_error("tests/bad/shape_conv_rank.json", NULL,
+               "tests/bad/shape_conv_rank.json:237:7: error: layer 'c': Conv2D needs an input "
+               "of rank 4 (batch, h, w, c), got (None, 64)\n");
+}
+
+Test(graph, reshape_with_the_wrong_count) {
+  expect_error("tests/bad/shape_reshape.json", NULL,
+               "tests/bad/shape_reshape.json:395:27: error: layer 'cat': cannot reshape "
+               "(None, 16) to target_shape with 21 elements\n");
+}
+
+Test(graph, unknown_activation) {
+  expect_error("tests/bad/unknown_activation.json", NULL,
+               "tests/bad/unknown_activation.json:41:25: error: layer 'a': unknown activation "
+               "'swishy'\n");
+}
+
+Test(graph, zero_units) {
+  expect_error("tests/bad/units_zero.json", NULL,
+               "tests/bad/units_zero.json:40:20: error: layer 'a': 'units' must be positive\n");
+}
+
+Test(graph, layout_not_divisible_names_layer_and_variable) {
+  expect_error("models/cnn.json", "models/cnn_bad.dist.json",
+               "models/cnn_bad.dist.json:24:5: error: layer 'dense': dimension 1 of "
+               "'dense/kernel' (size 10) is not divisible by mesh axis 'model' (size 4) "
+               "(layout key 'dense.*kernel')\n");
+}
+
+Test(graph, batch_not_divisible_by_the_batch_axis) {
+  Captured c;
+  IN_CHILD(c, {
+    opt_quiet_warnings = true;
+    Model *m = load_model("models/seed_mlp.json");
+    build_graph(m, load_dist(m, "models/seed_mlp_dp.dist.json", NULL), 12);
+  });
+  cr_assert_eq(c.status, 1);
+  cr_assert_str_eq(c.err, "kdcc: error: batch size 12 is not divisible by mesh axis 'batch' "
+                          "(size 8)\n");
+}
+
+Test(graph, shapes_and_variables_of_the_seed) {
+  opt_quiet_warnings = true;
+  Model *m = load_model("models/cnn.json");
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 8);
+  // conv2d valid 3x3: 28 -> 26, pool 2 -> 13, conv2d_1 same -> 13, pool -> 6
+  cr_assert_eq(g->nvars, 6);
+  cr_assert_str_eq(g->vars[0]->path, "conv2d/kernel");
+  cr_assert_eq(g->vars[0]->shape.d[3], 8);
+  cr_assert_eq(g->vars[4]->shape.d[0], 6 * 6 * 16);
+  cr_assert_eq(g->pred->shape.d[0], 8);
+  cr_assert_eq(g->pred->shape.d[1], 10);
+  cr_assert_eq(g->y->shape.rank, 1, "sparse labels are class ids");
+}
