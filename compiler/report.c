@@ -7,6 +7,21 @@
 
 static const char *phase_name[] = {"forward", "loss", "backward", "update"};
 
+// An all-gather or all-to-all whose result is at least this big is a large
+// tensor made whole on every device: the report says so.
+#define LARGE_RESHARD (1 << 20)
+
+static char *large_reshard(const Graph *g, const Node *n) {
+  if (n->op != OP_ALLGATHER) return NULL;
+  Shape s = local_shape(g, n);
+  int64_t bytes = shape_elems(&s) * 4;
+  if (bytes < LARGE_RESHARD) return NULL;
+  return format("layer '%s': %s is gathered whole over '%s' (%lld bytes per device); a layout "
+                "that keeps it split would avoid this",
+                n->layer ? n->layer : "?", n->name ? n->name : "a value",
+                g->dist->mesh.names[__builtin_ctz(n->axes)], (long long)bytes);
+}
+
 static json_t *layout_json(const Graph *g, int rank, const Place *p) {
   json_t *a = json_array();
   for (int d = 0; d < rank; d++)
@@ -109,6 +124,12 @@ static void report_json(Graph *g, FILE *out) {
                                 (json_int_t)t.activations, "total",
                                 (json_int_t)(t.params + t.grads + t.slots + t.activations)));
   json_object_set_new(root, "comm_bytes_per_step", json_integer(t.sent));
+  json_t *warn = json_array();
+  for (int i = 0; i < g->nnodes; i++) {
+    char *w = large_reshard(g, g->nodes[i]);
+    if (w) json_array_append_new(warn, json_string(w));
+  }
+  json_object_set_new(root, "warnings", warn);
   json_dumpf(root, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   fputc('\n', out);
   json_decref(root);
@@ -163,6 +184,10 @@ void print_report(Graph *g, FILE *out, bool json) {
   fprintf(out, "  peak activations  %12s\n", human(t.activations));
   fprintf(out, "  total             %12s\n", human(t.params + t.grads + t.slots + t.activations));
   fprintf(out, "\nBytes sent per step, per device: %lld\n", (long long)t.sent);
+  for (int i = 0; i < g->nnodes; i++) {
+    char *w = large_reshard(g, g->nodes[i]);
+    if (w) fprintf(out, "warning: %s\n", w);
+  }
 }
 
 void print_graph(Graph *g, FILE *out) {

@@ -136,6 +136,10 @@ typedef struct {
 
 static void emit_node(Part *p, Node *n) { p->out[p->nout++] = n; }
 
+static const char *what(const Node *n) {
+  return n->name ? n->name : format("%s#%d", op_info[n->op].name, n->id);
+}
+
 static Node *collective(Part *p, OpKind op, Node *src, unsigned axes, int dim, int dim2,
                         const Node *consumer, const char *why) {
   Node *c = new_node(p->g, op, 1, &src);
@@ -146,7 +150,7 @@ static Node *collective(Part *p, OpKind op, Node *src, unsigned axes, int dim, i
   c->phase = consumer->phase;
   c->layer = consumer->layer;
   c->loc = consumer->loc;
-  c->name = src->name;
+  c->name = what(src);
   c->reason = why;
   c->place = src->place;
   emit_node(p, c);
@@ -163,9 +167,6 @@ static const char *axes_str(const Graph *g, unsigned axes) {
   return xstrdup(buf);
 }
 
-static const char *what(const Node *n) {
-  return n->name ? n->name : format("%s#%d", op_info[n->op].name, n->id);
-}
 
 // Bring src to placement want for consumer; returns the node holding it.
 // Each collective node's place is the placement it produces.

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Write the Fashion-MNIST example models as Keras 3 JSON, with their layouts.
+
+Usage (from the repository root, in a venv with keras and jax; see
+tests/keras_ref/requirements.txt for the versions used):
+
+    KERAS_BACKEND=jax python3 examples/fashion_mnist/make_models.py
+
+Writes, next to this script:
+
+  mlp.json, mlp.dist.json   Input(28,28,1) -> Flatten -> Dense(256, relu)
+                            -> Dense(128, relu) -> Dense(100, relu)
+                            -> Dense(10, softmax)
+  cnn.json, cnn.dist.json   Conv2D(32,3,same) -> MaxPool -> Conv2D(64,3,same)
+                            -> MaxPool -> Conv2D(128,3) -> Flatten -> Dropout
+                            -> Dense(128, relu) -> Dropout -> Dense(10, softmax)
+
+Both are Functional models (variable paths "<layer>/<var>" whether built in
+Python or loaded), compiled with sparse_categorical_crossentropy, Adam and
+accuracy. The JSON is model.to_json(), re-indented, with Keras's id()-based
+"shared_object_id" values renumbered 1, 2, ... so the output is reproducible.
+
+The layouts are ModelParallel on a (2, 4) ("data", "model") mesh, with the
+wide kernels split over "model" in Megatron pairs (a column-split kernel
+followed by a row-split one, so the activation between them stays split)
+and the conv kernels split over their output channels. Every split extent
+is divisible by 4. The script checks each spec against real Keras: it
+builds the model under keras.distribution on 8 host CPU devices and reads
+every variable's sharding back.
+"""
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in _flags:
+    os.environ["XLA_FLAGS"] = (
+        _flags + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import json  # noqa: E402
+import sys  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+from keras import layers  # noqa: E402
+
+SEED = 1234
+HERE = os.path.dirname(os.path.abspath(__file__))
+MESH = {"shape": [2, 4], "axis_names": ["data", "model"]}
+
+
+def mlp():
+    x = keras.Input((28, 28, 1), name="image")
+    y = layers.Flatten(name="flatten")(x)
+    y = layers.Dense(256, activation="relu", name="d1")(y)
+    y = layers.Dense(128, activation="relu", name="d2")(y)
+    y = layers.Dense(100, activation="relu", name="d3")(y)
+    out = layers.Dense(10, activation="softmax", name="d4")(y)
+    model = keras.Model(x, out, name="fashion_mlp")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(learning_rate=1e-3),
+                  metrics=["accuracy"])
+    return model
+
+
+MLP_LAYOUT = {
+    "d1/kernel": [None, "model"],   # (784, 256): columns split
+    "d1/bias": ["model"],
+    "d2/kernel": ["model", None],   # (256, 128): rows split, partial sums
+    "d3/kernel": [None, "model"],   # (128, 100): columns split
+    "d3/bias": ["model"],
+    "d4/kernel": ["model", None],   # (100, 10): rows split
+}
+
+
+def cnn():
+    x = keras.Input((28, 28, 1), name="image")
+    y = layers.Conv2D(32, 3, padding="same", activation="relu", name="conv1")(x)
+    y = layers.MaxPooling2D(2, name="pool1")(y)
+    y = layers.Conv2D(64, 3, padding="same", activation="relu", name="conv2")(y)
+    y = layers.MaxPooling2D(2, name="pool2")(y)
+    y = layers.Conv2D(128, 3, activation="relu", name="conv3")(y)
+    y = layers.Flatten(name="flatten")(y)
+    y = layers.Dropout(0.3, name="drop1")(y)
+    y = layers.Dense(128, activation="relu", name="fc1")(y)
+    y = layers.Dropout(0.3, name="drop2")(y)
+    out = layers.Dense(10, activation="softmax", name="fc2")(y)
+    model = keras.Model(x, out, name="fashion_cnn")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(learning_rate=1e-3),
+                  metrics=["accuracy"])
+    return model
+
+
+CNN_LAYOUT = {
+    "conv2/kernel": [None, None, None, "model"],  # (3, 3, 32, 64)
+    "conv2/bias": ["model"],
+    "conv3/kernel": [None, None, None, "model"],  # (3, 3, 64, 128)
+    "conv3/bias": ["model"],
+    "fc1/kernel": ["model", None],                # (3200, 128): rows split
+}
+
+
+def renumber_shared_ids(obj):
+    mapping = {}
+
+    def walk(o):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if k == "shared_object_id":
+                    o[k] = mapping.setdefault(v, len(mapping) + 1)
+                else:
+                    walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(obj)
+    return obj
+
+
+def dump(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+def spec_of(array):
+    sh = array.sharding
+    rank = len(array.shape)
+    if isinstance(sh, jax.sharding.NamedSharding):
+        return list(sh.spec) + [None] * (rank - len(sh.spec))
+    return [None] * rank
+
+
+def verify(build, layout):
+    """Build under the distribution; every variable's sharding must be the
+    one the spec names (None everywhere for keys it does not name), and
+    every split extent divisible by its mesh axis."""
+    dist = keras.distribution
+    devices = dist.list_devices()
+    mesh = dist.DeviceMesh(tuple(MESH["shape"]), MESH["axis_names"], devices[:8])
+    lm = dist.LayoutMap(mesh)
+    for k, v in layout.items():
+        lm[k] = tuple(v)
+    dist.set_distribution(dist.ModelParallel(layout_map=lm, batch_dim_name="data"))
+    try:
+        keras.utils.set_random_seed(SEED)
+        model = build()
+        x = np.zeros((16, 28, 28, 1), "float32")
+        y = np.zeros((16,), "int32")
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+        seen = set()
+        sizes = dict(zip(MESH["axis_names"], MESH["shape"]))
+        for v in model.weights:
+            want = layout.get(v.path, [None] * len(v.shape))
+            got = spec_of(v.value)
+            if got != want:
+                sys.exit("%s: Keras applied %s, the spec says %s" % (v.path, got, want))
+            for d, a in enumerate(want):
+                if a is not None and v.shape[d] % sizes[a]:
+                    sys.exit("%s: dim %d (%d) not divisible by %s" % (v.path, d, v.shape[d], a))
+            seen.add(v.path)
+        for k in layout:
+            if k not in seen:
+                sys.exit("layout key %s matches no variable" % k)
+    finally:
+        dist.set_distribution(None)
+
+
+def main():
+    for name, build, layout in (("mlp", mlp, MLP_LAYOUT), ("cnn", cnn, CNN_LAYOUT)):
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(SEED)
+        model = build()
+        config = renumber_shared_ids(json.loads(model.to_json()))
+        dump(os.path.join(HERE, name + ".json"), config)
+        spec = {"distribution": "ModelParallel", "device_mesh": MESH,
+                "batch_dim_name": "data", "layout_map": layout}
+        dump(os.path.join(HERE, name + ".dist.json"), spec)
+        verify(build, layout)
+        print("wrote %s.json and %s.dist.json (%d parameters; layouts checked "
+              "against keras %s)" % (name, name, model.count_params(), keras.__version__))
+
+
+if __name__ == "__main__":
+    main()
