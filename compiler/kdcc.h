@@ -11,7 +11,8 @@
 //   memplan.c  static memory plan: parameter blob + activation arena
 //   report.c   --report, --report=json, --emit=graph
 //   emit_c.c   SPMD C program for the CPU runtime (runtime/kdrt.h)
-//   main.c     command line, driving the passes, building the executable
+//   pipeline.c the passes in order
+//   main.c     command line, output, building the executable
 #ifndef KDCC_H
 #define KDCC_H
 
@@ -342,6 +343,8 @@ void build_backward(Graph *g);
 // ---------------------------------------------------------------- shard.c
 void propagate_shardings(Graph *g);
 int axis_size(const Graph *g, int axis);
+// "data,model": the names of the mesh axes in a mask.
+char *axes_str(const Graph *g, unsigned axes);
 // Bytes of a collective's local input buffer, and bytes each device sends
 // for it (ring algorithms, SHARDING.md's table).
 int64_t coll_bytes(const Graph *g, const Node *n);
@@ -357,6 +360,10 @@ void fuse_elementwise(Graph *g);
 // ---------------------------------------------------------------- memplan.c
 enum { REGION_NONE, REGION_PARAM, REGION_GRAD, REGION_ARENA, REGION_INPUT };
 void plan_memory(Graph *g);
+
+// ---------------------------------------------------------------- pipeline.c
+// Every pass from the model file to a planned graph (no output).
+Graph *compile_model(const char *model_path, const char *dist_path, const char *mesh, int batch);
 
 // ---------------------------------------------------------------- report.c
 void print_report(Graph *g, FILE *out, bool json);

@@ -104,13 +104,7 @@ int main(int argc, char **argv) {
     return 2;
   }
 
-  Model *m = load_model(model_path);
-  Dist *d = load_dist(m, dist_path, mesh);
-  Graph *g = build_graph(m, d, batch);
-  build_backward(g);
-  propagate_shardings(g);
-  fuse_elementwise(g);
-  plan_memory(g);
+  Graph *g = compile_model(model_path, dist_path, mesh, batch);
 
   if (report) print_report(g, stdout, report_json);
   if (emit_graph) print_graph(g, stdout);

@@ -43,16 +43,6 @@ static json_t *axes_json(const Graph *g, unsigned axes) {
   return a;
 }
 
-static char *axes_text(const Graph *g, unsigned axes) {
-  char buf[128] = "";
-  for (int i = 0; i < g->dist->mesh.ndim; i++)
-    if ((axes >> i) & 1) {
-      if (buf[0]) strcat(buf, ",");
-      strncat(buf, g->dist->mesh.names[i], sizeof buf - strlen(buf) - 2);
-    }
-  return xstrdup(buf);
-}
-
 typedef struct {
   int64_t params, grads, slots, activations, sent;
 } Totals;
@@ -172,7 +162,7 @@ void print_report(Graph *g, FILE *out, bool json) {
     Node *n = g->nodes[i];
     if (!is_collective(n->op)) continue;
     nc++;
-    fprintf(out, "  %-14s %-8s %10s %10s  [%s] %s\n", op_info[n->op].name, axes_text(g, n->axes),
+    fprintf(out, "  %-14s %-8s %10s %10s  [%s] %s\n", op_info[n->op].name, axes_str(g, n->axes),
             human(coll_bytes(g, n)), human(coll_sent(g, n)), phase_name[n->phase], n->reason);
   }
   if (!nc) fprintf(out, "  (none)\n");
@@ -208,7 +198,7 @@ void print_graph(Graph *g, FILE *out) {
     if (n->op == OP_MATMUL && (n->ta || n->tb))
       snprintf(extra, sizeof extra, " %s%s", n->ta ? "T" : "N", n->tb ? "T" : "N");
     if (is_collective(n->op))
-      snprintf(extra, sizeof extra, " over %s%s", axes_text(g, n->axes),
+      snprintf(extra, sizeof extra, " over %s%s", axes_str(g, n->axes),
                n->axis >= 0 ? format(" dim %d", n->axis)
                             : "");
     Shape ls = local_shape(g, n);

@@ -157,7 +157,7 @@ static Node *collective(Part *p, OpKind op, Node *src, unsigned axes, int dim, i
   return c;
 }
 
-static const char *axes_str(const Graph *g, unsigned axes) {
+char *axes_str(const Graph *g, unsigned axes) {
   char buf[128] = "";
   for (int a = 0; a < g->dist->mesh.ndim; a++)
     if ((axes >> a) & 1) {

@@ -7,14 +7,7 @@
 
 static Graph *compile(const char *model, const char *dist, const char *mesh, int batch) {
   opt_quiet_warnings = true;
-  Model *m = load_model(model);
-  Dist *d = load_dist(m, dist, mesh);
-  Graph *g = build_graph(m, d, batch);
-  build_backward(g);
-  propagate_shardings(g);
-  fuse_elementwise(g);
-  plan_memory(g);
-  return g;
+  return compile_model(model, dist, mesh, batch);
 }
 
 static int axis_of(Graph *g, const char *name) {
