@@ -14,7 +14,10 @@
 // per factor from its tensors (fixed ones first, then the result, then the
 // operands), never the same axis for two factors, and proposes it to every
 // open dimension of that factor. Factors that need their whole extent
-// (softmax's class dim, conv's spatial dims) never carry an axis.
+// (softmax's class dim, conv's spatial dims) never carry an axis. A first
+// stage spreads the batch axis alone, from the input and labels, so that a
+// weight split over the batch axis (FSDP-style) is gathered for use rather
+// than pulling the batch split off the activations.
 //
 // Phase B, partitioning. In topological order each op fixes its factor
 // assignment (pass-through factors from its result, contractions from its
@@ -87,7 +90,12 @@ static int rule_tensors(Node *n, Rule *r, Node **t, const int8_t **map) {
   return n->nin + 1;
 }
 
-static bool propagate_op(Graph *g, Node *n) {
+// The stages of Phase A: the batch axis alone, then one hop from fixed
+// placements only, then everything.
+enum { STAGE_BATCH, STAGE_FIXED, STAGE_ALL };
+
+static bool propagate_op(Graph *g, Node *n, int stage) {
+  int only_axis = stage == STAGE_BATCH ? g->dist->batch_axis : -1;
   Rule r;
   Node *t[MAX_IN + 1];
   const int8_t *map[MAX_IN + 1];
@@ -98,9 +106,12 @@ static bool propagate_op(Graph *g, Node *n) {
   for (int pass = 0; pass < 2; pass++) // fixed tensors first
     for (int i = 0; i < nt; i++) {
       if (t[i]->has_want != (pass == 0)) continue;
+      if (stage == STAGE_BATCH && t[i]->op == OP_PARAM) continue;
+      if (stage == STAGE_FIXED && !t[i]->has_want) continue;
       for (int d = 0; d < t[i]->shape.rank; d++) {
         int f = map[i][d], a = t[i]->place.axis[d];
         if (f < 0 || r.kind[f] == F_FULL || a < 0 || fa[f] >= 0 || ((used >> a) & 1)) continue;
+        if (only_axis >= 0 && a != only_axis) continue;
         fa[f] = a;
         used |= 1u << a;
       }
@@ -168,8 +179,77 @@ char *axes_str(const Graph *g, unsigned axes) {
 }
 
 
+// One step of a reshard: a collective over `axes` on dim (and dim2).
+typedef struct {
+  OpKind op;
+  unsigned axes;
+  int dim, dim2;
+  Place after;          // the placement once it is done
+} Step;
+
+// The cheapest sequence of collectives from placement `from` to `want`
+// (SHARDING.md's table): partial sums first (reduce-scatter where the
+// target splits a dim that is free, else all-reduce), then splits that must
+// go (all-to-all where the axis moves to a free dim, else all-gather), then
+// local slices. Returns the number of steps.
+static int plan_reshard(int rank, Place from, Place want, Step *st) {
+  int n = 0;
+  Place cur = from;
+  unsigned pend = cur.partial & ~want.partial;
+  for (int a = 0; a < MAX_AXES; a++) {
+    if (!((pend >> a) & 1)) continue;
+    for (int d = 0; d < rank; d++)
+      if (want.axis[d] == a && cur.axis[d] < 0) {
+        cur.axis[d] = a;
+        cur.partial &= ~(1u << a);
+        pend &= ~(1u << a);
+        st[n++] = (Step){OP_REDUCE_SCATTER, 1u << a, d, -1, cur};
+        break;
+      }
+  }
+  if (pend) {
+    cur.partial &= ~pend;
+    st[n++] = (Step){OP_ALLREDUCE, pend, -1, -1, cur};
+  }
+  for (int d = 0; d < rank; d++) {
+    int a = cur.axis[d];
+    if (a < 0 || want.axis[d] == a) continue;
+    int e = -1;
+    for (int k = 0; k < rank; k++)
+      if (k != d && want.axis[k] == a && cur.axis[k] < 0) e = k;
+    cur.axis[d] = -1;
+    if (e >= 0) cur.axis[e] = a;
+    st[n++] = (Step){e >= 0 ? OP_ALLTOALL : OP_ALLGATHER, 1u << a, d, e, cur};
+  }
+  for (int d = 0; d < rank; d++) {
+    int a = want.axis[d];
+    if (a < 0 || cur.axis[d] == a) continue;
+    cur.axis[d] = a;
+    st[n++] = (Step){OP_LOCAL_SLICE, 1u << a, d, -1, cur};
+  }
+  if (!place_eq(&cur, &want, rank)) unreachable();
+  return n;
+}
+
+// Bytes one device sends to bring a tensor of global shape s from `from`
+// to `want`.
+static int64_t reshard_cost(const Graph *g, const Shape *s, Place from, Place want) {
+  Step st[4 * MAX_RANK + 4];
+  int n = plan_reshard(s->rank, from, want, st);
+  int64_t bytes = 0;
+  Node tmp = {.shape = *s};
+  for (int i = 0; i < n; i++) {
+    Node in = tmp, c = {.op = st[i].op, .axes = st[i].axes, .nin = 1};
+    in.place = i ? st[i - 1].after : from;
+    c.in[0] = &in;
+    bytes += coll_sent(g, &c);
+  }
+  return bytes;
+}
+
 // Bring src to placement want for consumer; returns the node holding it.
-// Each collective node's place is the placement it produces.
+// Each collective node's place is the placement it produces. A reshard of
+// one value to one placement is made once.
 static Node *reshard(Part *p, Node *src, Place want, const Node *consumer) {
   Graph *g = p->g;
   int rank = src->shape.rank;
@@ -180,106 +260,68 @@ static Node *reshard(Part *p, Node *src, Place want, const Node *consumer) {
 
   const char *user = format("%s (%s)", op_info[consumer->op].name,
                             consumer->layer ? consumer->layer : "loss");
+  Step st[4 * MAX_RANK + 4];
+  int n = plan_reshard(rank, src->place, want, st);
   Node *x = src;
-  Place cur = src->place;
-  unsigned pend = cur.partial & ~want.partial;
-  for (int a = 0; a < MAX_AXES; a++) { // partial -> split: reduce-scatter
-    if (!((pend >> a) & 1)) continue;
-    for (int d = 0; d < rank; d++)
-      if (want.axis[d] == a && cur.axis[d] < 0) {
-        x = collective(p, OP_REDUCE_SCATTER, x, 1u << a, d, -1, consumer,
-                       format("%s is a partial sum over '%s'; %s wants it split on dim %d",
-                              what(src), axes_str(g, 1u << a), user, d));
-        cur.axis[d] = a;
-        cur.partial &= ~(1u << a);
-        pend &= ~(1u << a);
-        x->place = cur;
-        break;
-      }
-  }
-  if (pend) { // partial -> replicated: all-reduce
-    x = collective(p, OP_ALLREDUCE, x, pend, -1, -1, consumer,
-                   format("%s is a partial sum over '%s'; %s needs the sum", what(src),
-                          axes_str(g, pend), user));
-    cur.partial &= ~pend;
-    x->place = cur;
-  }
-  for (int d = 0; d < rank; d++) {
-    int a = cur.axis[d];
-    if (a < 0 || want.axis[d] == a) continue;
-    int e = -1;
-    for (int k = 0; k < rank; k++)
-      if (k != d && want.axis[k] == a && cur.axis[k] < 0) e = k;
-    if (e >= 0) { // split moves from dim d to dim e: all-to-all
-      x = collective(p, OP_ALLTOALL, x, 1u << a, d, e, consumer,
-                     format("%s is split over '%s' on dim %d; %s wants it on dim %d", what(src),
-                            axes_str(g, 1u << a), d, user, e));
-      cur.axis[e] = a;
-    } else { // split -> replicated: all-gather
-      x = collective(p, OP_ALLGATHER, x, 1u << a, d, -1, consumer,
-                     format("%s is split over '%s' on dim %d; %s needs it whole", what(src),
-                            axes_str(g, 1u << a), d, user));
+  for (int i = 0; i < n; i++) {
+    const char *ax = axes_str(g, st[i].axes), *why = NULL;
+    switch (st[i].op) {
+    case OP_REDUCE_SCATTER:
+      why = format("%s is a partial sum over '%s'; %s wants it split on dim %d", what(src), ax,
+                   user, st[i].dim);
+      break;
+    case OP_ALLREDUCE:
+      why = format("%s is a partial sum over '%s'; %s needs the sum", what(src), ax, user);
+      break;
+    case OP_ALLTOALL:
+      why = format("%s is split over '%s' on dim %d; %s wants it on dim %d", what(src), ax,
+                   st[i].dim, user, st[i].dim2);
+      break;
+    case OP_ALLGATHER:
+      why = format("%s is split over '%s' on dim %d; %s needs it whole", what(src), ax,
+                   st[i].dim, user);
+      break;
+    default:
+      why = format("%s is replicated over '%s'; %s takes this device's block of dim %d",
+                   what(src), ax, user, st[i].dim);
     }
-    cur.axis[d] = -1;
-    x->place = cur;
+    x = collective(p, st[i].op, x, st[i].axes, st[i].dim, st[i].dim2, consumer, why);
+    x->place = st[i].after;
   }
-  for (int d = 0; d < rank; d++) { // replicated -> split: a local slice
-    int a = want.axis[d];
-    if (a < 0 || cur.axis[d] == a) continue;
-    x = collective(p, OP_LOCAL_SLICE, x, 1u << a, d, -1, consumer,
-                   format("%s is replicated over '%s'; %s takes this device's block of dim %d",
-                          what(src), axes_str(g, 1u << a), user, d));
-    cur.axis[d] = a;
-    x->place = cur;
-  }
-  if (!place_eq(&cur, &want, rank)) unreachable();
   p->memo_src[p->nmemo] = src;
   p->memo_dst[p->nmemo++] = x;
   return x;
 }
 
-// Decide op n's factor assignment, bring its operands to what that needs
-// and set the placement its result comes out in.
-static void partition_op(Part *p, Node *n) {
-  Graph *g = p->g;
-  for (int i = 0; i < n->nin; i++)
-    if (n->in[i]->id < p->nredirect && p->redirect[n->in[i]->id])
-      n->in[i] = p->redirect[n->in[i]->id];
-  Rule r;
-  Node *t[MAX_IN + 1];
-  const int8_t *map[MAX_IN + 1];
-  int nt = rule_tensors(n, &r, t, map);
-  int fa[MAX_FACTORS];
-  unsigned used = 0;
-  for (int f = 0; f < r.nf; f++) fa[f] = -1;
-  // pass-through factors from the result's propagated placement, then
-  // contractions (and any factor the result lacks) from the operands
-  for (int i = 0; i < nt; i++)
-    for (int d = 0; d < t[i]->shape.rank; d++) {
-      int f = map[i][d], a = i == 0 ? n->place.axis[d] : t[i]->place.axis[d];
-      if (f < 0 || r.kind[f] == F_FULL || a < 0 || fa[f] >= 0 || ((used >> a) & 1)) continue;
-      if (i > 0 && r.kind[f] == F_PASS) {
-        bool in_result = false;
-        for (int k = 0; k < n->shape.rank; k++) in_result |= r.out[k] == f;
-        if (in_result) continue;
-      }
-      fa[f] = a;
-      used |= 1u << a;
-    }
-  for (int f = 0; f < r.nf; f++) // every tensor of the factor must divide
+// An op's factor assignment and what follows from it: the placement each
+// operand must arrive in and the one the result comes out in.
+typedef struct {
+  int fa[MAX_FACTORS];  // mesh axis per factor, -1: none
+  Place want[MAX_IN];
+  Place res;
+} Assign;
+
+// Every tensor of a factor must divide by its axis; drop those that don't.
+static void check_divisible(const Graph *g, const Rule *r, Node **t, const int8_t **map, int nt,
+                            int *fa) {
+  for (int f = 0; f < r->nf; f++)
     for (int i = 0; i < nt && fa[f] >= 0; i++)
       for (int d = 0; d < t[i]->shape.rank; d++)
         if (map[i][d] == f && t[i]->shape.d[d] % axis_size(g, fa[f])) {
-          used &= ~(1u << fa[f]);
           fa[f] = -1;
           break;
         }
+}
 
-  Place want[MAX_IN], res = place_replicated();
+static void derive(Part *p, Node *n, const Rule *r, const int8_t **map, Assign *as) {
+  unsigned used = 0;
+  for (int f = 0; f < r->nf; f++)
+    if (as->fa[f] >= 0) used |= 1u << as->fa[f];
+  as->res = place_replicated();
   for (int i = 0; i < n->nin; i++) {
-    want[i] = place_replicated();
+    as->want[i] = place_replicated();
     for (int d = 0; d < n->in[i]->shape.rank; d++)
-      want[i].axis[d] = map[i + 1][d] >= 0 ? fa[map[i + 1][d]] : -1;
+      as->want[i].axis[d] = map[i + 1][d] >= 0 ? as->fa[map[i + 1][d]] : -1;
   }
   // partial sums that may pass through
   uint8_t lin = op_info[n->op].linear;
@@ -290,24 +332,101 @@ static void partition_op(Part *p, Node *n) {
       same &= n->in[i]->id < p->nredirect && !p->settle[n->in[i]->id];
     for (int i = 0; i < n->nin; i++) same &= n->in[i]->place.partial == common;
     if (same) {
-      for (int i = 0; i < n->nin; i++) want[i].partial = common;
-      res.partial = common;
+      for (int i = 0; i < n->nin; i++) as->want[i].partial = common;
+      as->res.partial = common;
     }
   } else {
     for (int i = 0; i < n->nin; i++) {
       unsigned pp = n->in[i]->place.partial;
-      if (!((lin >> i) & 1) || !pp || (pp & used) || res.partial) continue;
+      if (!((lin >> i) & 1) || !pp || (pp & used) || as->res.partial) continue;
       if (n->in[i]->id >= p->nredirect || p->settle[n->in[i]->id]) continue;
-      want[i].partial = pp;
-      res.partial = pp;
+      as->want[i].partial = pp;
+      as->res.partial = pp;
     }
   }
-  for (int f = 0; f < r.nf; f++)
-    if (r.kind[f] == F_CONTRACT && fa[f] >= 0) res.partial |= 1u << fa[f];
-  for (int d = 0; d < n->shape.rank; d++) res.axis[d] = r.out[d] >= 0 ? fa[r.out[d]] : -1;
+  for (int f = 0; f < r->nf; f++)
+    if (r->kind[f] == F_CONTRACT && as->fa[f] >= 0) as->res.partial |= 1u << as->fa[f];
+  for (int d = 0; d < n->shape.rank; d++)
+    as->res.axis[d] = r->out[d] >= 0 ? as->fa[r->out[d]] : -1;
+}
 
-  for (int i = 0; i < n->nin; i++) n->in[i] = reshard(p, n->in[i], want[i], n);
-  n->place = res;
+// Bytes an assignment costs: its operands' reshards, and the result's to
+// what its consumers expect (the propagated placement, or the constraint).
+// A reshard made already for another consumer is free.
+static int64_t cost(Part *p, Node *n, const Assign *as, const Place *target) {
+  int64_t c = 0;
+  for (int i = 0; i < n->nin; i++) {
+    bool made = false;
+    for (int k = 0; k < p->nmemo && !made; k++)
+      made = p->memo_src[k] == n->in[i] &&
+             place_eq(&p->memo_dst[k]->place, &as->want[i], n->in[i]->shape.rank);
+    if (!made) c += reshard_cost(p->g, &n->in[i]->shape, n->in[i]->place, as->want[i]);
+  }
+  return c + reshard_cost(p->g, &n->shape, as->res, *target);
+}
+
+// Decide op n's factor assignment, bring its operands to what that needs
+// and set the placement its result comes out in.
+//
+// The first candidate takes pass-through factors from the result's
+// propagated placement and contractions from the operands. Where an
+// operand is split along a contracted factor over an axis the first
+// candidate gave to another factor (or to none), contracting over that
+// axis instead is a second candidate: the result then comes out as a
+// partial sum. The candidate that moves the fewest bytes wins; ties keep
+// the first.
+static void partition_op(Part *p, Node *n) {
+  Graph *g = p->g;
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i]->id < p->nredirect && p->redirect[n->in[i]->id])
+      n->in[i] = p->redirect[n->in[i]->id];
+  Rule r;
+  Node *t[MAX_IN + 1];
+  const int8_t *map[MAX_IN + 1];
+  int nt = rule_tensors(n, &r, t, map);
+  Place target = n->has_want ? n->want : n->place;
+  target.partial = 0;
+
+  Assign best;
+  unsigned used = 0;
+  for (int f = 0; f < r.nf; f++) best.fa[f] = -1;
+  for (int i = 0; i < nt; i++)
+    for (int d = 0; d < t[i]->shape.rank; d++) {
+      int f = map[i][d], a = t[i]->place.axis[d];
+      if (f < 0 || r.kind[f] == F_FULL || a < 0 || best.fa[f] >= 0 || ((used >> a) & 1))
+        continue;
+      if (i > 0 && r.kind[f] == F_PASS) {
+        bool in_result = false;
+        for (int k = 0; k < n->shape.rank; k++) in_result |= r.out[k] == f;
+        if (in_result) continue;
+      }
+      best.fa[f] = a;
+      used |= 1u << a;
+    }
+  check_divisible(g, &r, t, map, nt, best.fa);
+  derive(p, n, &r, map, &best);
+  int64_t best_cost = cost(p, n, &best, &target);
+
+  for (int f = 0; f < r.nf; f++) {
+    if (r.kind[f] != F_CONTRACT) continue;
+    for (int i = 1; i < nt; i++)
+      for (int d = 0; d < t[i]->shape.rank; d++) {
+        int a = t[i]->place.axis[d];
+        if (map[i][d] != f || a < 0 || best.fa[f] == a) continue;
+        Assign c = best;
+        for (int k = 0; k < r.nf; k++)
+          if (c.fa[k] == a) c.fa[k] = -1;
+        c.fa[f] = a;
+        check_divisible(g, &r, t, map, nt, c.fa);
+        if (c.fa[f] != a) continue;
+        derive(p, n, &r, map, &c);
+        int64_t cc = cost(p, n, &c, &target);
+        if (cc < best_cost) best = c, best_cost = cc;
+      }
+  }
+
+  for (int i = 0; i < n->nin; i++) n->in[i] = reshard(p, n->in[i], best.want[i], n);
+  n->place = best.res;
   emit_node(p, n);
   if (n->has_want && !place_eq(&n->place, &n->want, n->shape.rank))
     p->redirect[n->id] = reshard(p, n, n->want, n);
@@ -329,13 +448,19 @@ void propagate_shardings(Graph *g) {
     if (n->has_want) n->place = n->want = normalize(g, n->want, n->shape.rank);
   }
 
-  // Phase A: forward and backward sweeps to a fixed point
-  for (int round = 0; round < 64; round++) {
-    bool changed = false;
-    for (int i = 0; i < n0; i++) changed |= propagate_op(g, g->nodes[i]);
-    for (int i = n0 - 1; i >= 0; i--) changed |= propagate_op(g, g->nodes[i]);
-    if (!changed) break;
-  }
+  // Phase A: forward and backward sweeps to a fixed point, first
+  // for the batch axis alone (the batch split reaches every activation
+  // before any weight layout can claim that axis for another dim), then one
+  // hop from the fixed placements (a gradient takes its variable's layout
+  // before an activation's split can reach it), then for all
+  bool batch = g->dist->batch_axis >= 0 && axis_size(g, g->dist->batch_axis) > 1;
+  for (int stage = batch ? STAGE_BATCH : STAGE_FIXED; stage <= STAGE_ALL; stage++)
+    for (int round = 0; round < (stage == STAGE_FIXED ? 1 : 64); round++) {
+      bool changed = false;
+      for (int i = 0; i < n0; i++) changed |= propagate_op(g, g->nodes[i], stage);
+      for (int i = n0 - 1; i >= 0; i--) changed |= propagate_op(g, g->nodes[i], stage);
+      if (!changed) break;
+    }
 
   // Phase B: in topological order
   Part p = {.g = g};
