@@ -10,6 +10,7 @@
 #include "kdcc.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 static Graph *G;
@@ -443,6 +444,7 @@ void emit_c(Graph *g, FILE *f) {
   out("},\n  .y_rank = %d,\n  .y_shape = {", g->y->shape.rank - 1);
   for (int d = 1; d < g->y->shape.rank; d++)
     out("%s%lld", d > 1 ? ", " : "", (long long)g->y->shape.d[d]);
+  if (g->y->shape.rank == 1) out("0");
   out("},\n  .label_kind = %d,\n  .num_classes = %lld,\n", label,
       (long long)p->shape.d[p->shape.rank - 1]);
   out("  .loss_name = \"loss\",\n  .metric_name = %s,\n", g->metric ? "\"accuracy\"" : "NULL");
@@ -450,7 +452,23 @@ void emit_c(Graph *g, FILE *f) {
   out("  .param_floats = PARAM_FLOATS,\n  .grad_floats = GRAD_FLOATS,\n"
       "  .arena_floats = ARENA_FLOATS,\n");
   out("  .init = init,\n  .train_step = train_step,\n  .eval_step = eval_step,\n"
-      "  .grad_step = grad_step,\n  .nvars = %d,\n  .vars = vars,\n};\n\n", g->nvars);
+      "  .grad_step = grad_step,\n  .nvars = %d,\n  .vars = vars,\n", g->nvars);
+  // A .keras archive's own weights are the program's initial ones (runtime/weights.c).
+  size_t flen = strlen(md->file);
+  char *abs = flen > 6 && !strcmp(md->file + flen - 6, ".keras") ? realpath(md->file, NULL) : NULL;
+  if (abs) {
+    out("  .weights_file = \"");
+    for (const char *q = abs; *q; q++)
+      out(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "\\%03o" : "%c", *q);
+    out("\",\n");
+  }
+  // The model output, for `./train predict`; memplan.c keeps it live to the end of eval_step.
+  const Node *pb = base_of(p);
+  if (pb->region == REGION_ARENA && !p->place.partial)
+    out("  .pred_offset = %s,\n  .pred_layout = %s,\n", off_name(pb), layout_init(p));
+  else
+    out("  .pred_offset = SIZE_MAX, // the output is not one whole arena buffer\n");
+  out("};\n\n");
   out("int main(int argc, char **argv) {\n"
       "  if (argc > 1 && !strcmp(argv[1], \"gradcheck\")) return kdrt_gradcheck(argc - 1, argv + 1, "
       "&program);\n"
