@@ -9,7 +9,8 @@ CFLAGS  ?= -O2 -g
 PKGS    = jansson libpcre2-8
 KCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 KLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lz -lm
-RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -g -fPIC -I/usr/include/x86_64-linux-gnu/openblas-pthread
+RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -march=native -fno-math-errno -g -fPIC -I/usr/include/x86_64-linux-gnu/openblas-pthread \
+          -I/usr/include/hdf5/serial
 
 COMPILER_SRCS = $(wildcard compiler/*.c)
 COMPILER_OBJS = $(COMPILER_SRCS:compiler/%.c=build/compiler/%.o)
@@ -39,7 +40,7 @@ TEST_BINS = $(TEST_SRCS:tests/%.c=build/tests/%)
 
 build/tests/test_rt_%: tests/test_rt_%.c build/libkdrt.a
 	@mkdir -p $(dir $@)
-	$(MPICC) $(RCFLAGS) -Iruntime -o $@ $< build/libkdrt.a -lcriterion -lopenblas -lm
+	$(MPICC) $(RCFLAGS) -Iruntime -o $@ $< build/libkdrt.a -lcriterion -lopenblas -lzip -lhdf5_serial -lz -lm
 
 build/tests/%: tests/%.c $(LIB_OBJS)
 	@mkdir -p $(dir $@)
@@ -56,19 +57,29 @@ test: setup all $(TEST_BINS)
 
 # Everything the build and the tests need, installed once (safe to repeat).
 DEBS = build-essential pkg-config libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev \
-       openmpi-bin zlib1g-dev libcriterion-dev python3
+       openmpi-bin zlib1g-dev libcriterion-dev python3 libzip-dev libhdf5-dev \
+       dataset-fashion-mnist
 setup:
 	@missing=$$(for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then echo "setup: installing $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
+# The Fashion-MNIST MLP (examples/fashion_mnist), compiled for the (2,4) mesh,
+# trained on the 60,000 images of dataset-fashion-mnist, evaluated on the 10,000
+# test images (RUN_ARGS go to the training program, e.g. RUN_ARGS="--epochs 2").
 run: setup all
-	./kdcc models/seed_mlp.json --distribution models/seed_mlp_fixed.dist.json --batch-size 16 \
-	  --report -o build/seed_mlp
-	mpirun -np 8 ./build/seed_mlp --synthetic 128 --epochs 3 --batch-size 16
+	bash examples/fashion_mnist/train.sh mlp $(RUN_ARGS)
 
 clean:
 	rm -rf build kdcc
+
+# ---- test-keras: re-run real Keras (tests/keras_ref/run_ref.py; needs the packages in
+# tests/keras_ref/requirements.txt, KERAS_PYTHON=/path/to/venv/bin/python) into a temp
+# dir and compare with the committed tests/fixtures/keras_ref/. Not part of `make test`.
+test-keras:
+	@d=$$(mktemp -d); $${KERAS_PYTHON:-python3} tests/keras_ref/run_ref.py --out $$d \
+	  --check tests/fixtures/keras_ref; s=$$?; rm -rf $$d; exit $$s
+.PHONY: test-keras
 
 # ---- bench: kdcc vs PyTorch vs Keras-on-JAX steps/s on this CPU (bench/RESULTS.md)
 bench:
@@ -83,3 +94,47 @@ build/asan/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def
 	$(CC) $(KCFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -c -o $@ $<
 build/asan/kdcc: $(ASAN_OBJS)
 	$(CC) -fsanitize=address,undefined -o $@ $^ $(KLIBS)
+
+# ---- CUDA backend (kdcc --target cuda): runtime/cuda/*.cu as build/libkdrt_cuda.a.
+# Not part of `all`: `make cuda` builds it (tests/sh/cuda_build.sh does). NVCC: nvcc on
+# PATH, else /usr/local/cuda/bin/nvcc. CUDA_ARCH: the GPU nvidia-smi reports, else sm_90;
+# the library holds that SASS plus its PTX (newer GPUs JIT it). build/libkdrt_cuda.arch
+# records it for kdcc. -fmad=false: no contracted multiply-adds, as the CPU runtime
+# (ISO C, -ffp-contract=off), so elementwise results match it bit for bit or nearly.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_ARCH ?= $(or $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null \
+               | awk -F. 'NR==1 && $$2 != "" {print "sm_" $$1 $$2}'),sm_90)
+CUDA_SRCS  = $(wildcard runtime/cuda/*.cu)
+CUDA_OBJS  = $(CUDA_SRCS:runtime/cuda/%.cu=build/cuda/%.o)
+NVCCFLAGS  = -std=c++17 -O3 -lineinfo -fmad=false \
+             -gencode arch=compute_$(CUDA_ARCH:sm_%=%),code=[$(CUDA_ARCH),compute_$(CUDA_ARCH:sm_%=%)] \
+             -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter -DOMPI_SKIP_MPICXX=1 \
+             -DMPICH_SKIP_MPICXX=1 -Iruntime -Iruntime/cuda \
+             $(filter -I% -D%,$(shell $(MPICC) --showme:compile 2>/dev/null))
+
+cuda: all build/libkdrt_cuda.a
+	@echo "cuda: build/libkdrt_cuda.a for $$(cat build/libkdrt_cuda.arch) with $(NVCC)"
+
+# Rewritten only when CUDA_ARCH changes, so that a change rebuilds the objects.
+build/cuda/arch.stamp: FORCE
+	@mkdir -p build/cuda
+	@if [ -z "$(NVCC)" ]; then echo "cuda: nvcc not found (install the CUDA toolkit or set NVCC)"; exit 1; fi
+	@echo $(CUDA_ARCH) | cmp -s - $@ || echo $(CUDA_ARCH) > $@
+
+build/cuda/%.o: runtime/cuda/%.cu runtime/cuda/common.cuh runtime/cuda/kdrt_cuda.h runtime/kdrt.h \
+                build/cuda/arch.stamp
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+build/libkdrt_cuda.a: $(CUDA_OBJS)
+	ar rcs $@ $^
+	cp build/cuda/arch.stamp build/libkdrt_cuda.arch
+
+# On a machine with a GPU: every kernel against the CPU runtime, losses of the
+# CUDA programs against the CPU programs', a (2,2) mesh on one GPU. Skips
+# cleanly (exit 0) without a GPU or without nvcc.
+test-gpu: setup all
+	@set -e; for s in tests/sh/gpu_*.sh; do echo "== $$s"; bash $$s; done
+	@echo "all GPU tests passed (or skipped)"
+
+FORCE:
+.PHONY: cuda test-gpu FORCE

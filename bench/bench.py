@@ -161,7 +161,8 @@ def kdcc_profile(exe, name, k):
             continue
         parts = ln.split()
         if len(parts) >= 4 and parts[0].endswith("%"):
-            lines.append("%7s  %-26s %s" % (parts[0], parts[1][:26], " ".join(parts[3:])))
+            sym = [w for w in parts[3:] if w != "-"]
+            lines.append("%7s  %-26s %s" % (parts[0], parts[1][:26], " ".join(sym)))
     return lines[:14]
 
 
@@ -260,7 +261,7 @@ def main():
               "one. Re-running overwrites this file.\n")
     md.append("- date: %s" % now.strftime("%Y-%m-%d %H:%M %Z"))
     md.append("- command: `make bench` (= `bash bench/bench.sh`, which runs `%s bench/bench.py "
-              "%s`)" % (os.path.relpath(sys.executable, ROOT), " ".join(sys.argv[1:])))
+              "%s`)" % (os.path.relpath(sys.executable, ROOT), " ".join(sys.argv[1:])).replace(" `)", "`)"))
     md.append("- machine: %d cores (nproc), %s; flags: %s; %s" % (ncpu, cpu_model(), cpu_flags(),
                                                                  platform.platform()))
     md.append("- load average (1/5/15 min) at start: %s, at end: %s%s" % (

@@ -11,6 +11,7 @@
 //   memplan.c  static memory plan: parameter blob + activation arena
 //   report.c   --report, --report=json, --emit=graph
 //   emit_c.c   SPMD C program for the CPU runtime (runtime/kdrt.h)
+//   emit_cuda.c the same program for the CUDA runtime (runtime/cuda/kdrt_cuda.h)
 //   pipeline.c the passes in order
 //   main.c     command line, output, building the executable
 #ifndef KDCC_H
@@ -371,5 +372,11 @@ void print_graph(Graph *g, FILE *out);
 
 // ---------------------------------------------------------------- emit_c.c
 void emit_c(Graph *g, FILE *out);
+
+// ---------------------------------------------------------------- emit_cuda.c
+// The program as CUDA C++ (program.cu) for runtime/cuda: the same plan and
+// op order as emit_c, every op a kdrt_cuda_* call. arch ("sm_90") goes in
+// the header comment; precision is "fp32", "tf32" or "bf16" (matmuls).
+void emit_cuda(Graph *g, FILE *out, const char *arch, const char *precision);
 
 #endif

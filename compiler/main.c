@@ -18,7 +18,10 @@ static const char usage[] =
   "  --emit=graph          print the sharded training graph\n"
   "  --emit=c DIR, -S DIR  write the generated C program to DIR (no build)\n"
   "  -o FILE               build the training program FILE (default: ./train)\n"
-  "  --target cpu          code generation target (cpu)\n"
+  "  --target cpu|cuda     code generation target (default cpu); cuda writes\n"
+  "                        program.cu and builds it with nvcc against runtime/cuda\n"
+  "  --cuda-arch sm_NN     GPU architecture (default: the GPU nvidia-smi reports, else sm_90)\n"
+  "  --precision P         cuda: matrix products in fp32 (default), tf32 or bf16\n"
   "  -w                    no warnings\n";
 
 // The directory holding kdcc (and runtime/, build/libkdrt.a beside it).
@@ -34,16 +37,27 @@ static char *root_dir(void) {
   return xstrdup(buf);
 }
 
+// --target cuda (see build_cuda_program below).
+static bool target_cuda;
+static const char *cuda_arch, *precision = "fp32";
+
 static void write_c(Graph *g, const char *path) {
   char *tmp = format("%s.tmp.%d", path, (int)getpid());
   FILE *f = fopen(tmp, "w");
   if (!f) error("cannot write '%s': %s", tmp, strerror(errno));
-  emit_c(g, f);
+  if (target_cuda) emit_cuda(g, f, cuda_arch, precision);
+  else emit_c(g, f);
   if (fclose(f) != 0 || rename(tmp, path) != 0)
     error("cannot write '%s': %s", path, strerror(errno));
 }
 
+static void build_cuda_program(Graph *g, const char *out);
+
 static void build_program(Graph *g, const char *out) {
+  if (target_cuda) {
+    build_cuda_program(g, out);
+    return;
+  }
   char *root = root_dir();
   char *dir = format("%s.kdcc.d", out);
   mkdir(dir, 0755);
@@ -56,11 +70,111 @@ static void build_program(Graph *g, const char *out) {
   char *tmp = format("%s.tmp.%d", out, (int)getpid());
   char *cmd = format("%s -std=c11 -O3 -march=native -Wall -Wextra -Werror -I'%s/runtime' "
                      "-I/usr/include/x86_64-linux-gnu/openblas-pthread -o '%s' '%s' '%s' "
-                     "-lopenblas -lm",
+                     "-lopenblas -lzip -lhdf5_serial -lz -lm",
                      cc, root, tmp, src, lib);
   if (system(cmd) != 0) {
     unlink(tmp);
     error("building '%s' failed (the generated source is %s)", out, src);
+  }
+  if (rename(tmp, out) != 0) error("cannot write '%s': %s", out, strerror(errno));
+}
+
+// ---- --target cuda: program.cu built with nvcc against runtime/cuda
+
+// The first line of a command's output, or NULL.
+static char *first_line(const char *cmd) {
+  FILE *p = popen(cmd, "r");
+  if (!p) return NULL;
+  char line[4096];
+  char *r = fgets(line, sizeof line, p) ? xstrdup(line) : NULL;
+  int st = pclose(p);
+  if (!r || st != 0) return NULL;
+  r[strcspn(r, "\r\n")] = 0;
+  return *r ? r : NULL;
+}
+
+// The first GPU's architecture as nvidia-smi reports it ("9.0" -> sm_90), else sm_90.
+static const char *detect_cuda_arch(void) {
+  char *cap = first_line("nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null");
+  int major, minor;
+  if (cap && sscanf(cap, "%d.%d", &major, &minor) == 2 && major > 0 && minor >= 0)
+    return format("sm_%d%d", major, minor);
+  return "sm_90";
+}
+
+// mpicc's flags for nvcc: -Wl,a,b -> -Xlinker a -Xlinker b; -pthread and
+// other compiler flags through -Xcompiler; -I, -L, -l, -D as they are.
+static char *mpi_flags(const char *what) {
+  char *raw = first_line(format("mpicc --showme:%s 2>/dev/null", what));
+  if (!raw) error("cannot ask mpicc for its %s flags (is Open MPI's mpicc installed?)", what);
+  char *res = xstrdup("");
+  for (char *tok = strtok(raw, " \t"); tok; tok = strtok(NULL, " \t")) {
+    if (!strncmp(tok, "-Wl,", 4)) {
+      char *save = NULL;
+      for (char *q = strtok_r(tok + 4, ",", &save); q; q = strtok_r(NULL, ",", &save))
+        res = format("%s -Xlinker '%s'", res, q);
+    } else if (!strncmp(tok, "-I", 2) || !strncmp(tok, "-L", 2) || !strncmp(tok, "-l", 2) ||
+               !strncmp(tok, "-D", 2)) {
+      res = format("%s '%s'", res, tok);
+    } else {
+      res = format("%s -Xcompiler '%s'", res, tok);
+    }
+  }
+  return res;
+}
+
+static int arch_number(const char *arch) { return atoi(arch + 3); }
+
+static void build_cuda_program(Graph *g, const char *out) {
+  char *root = root_dir();
+  char *dir = format("%s.kdcc.d", out);
+  mkdir(dir, 0755);
+  char *src = format("%s/program.cu", dir);
+  write_c(g, src);
+  char *lib = format("%s/build/libkdrt.a", root), *culib = format("%s/build/libkdrt_cuda.a", root);
+  if (access(lib, R_OK) != 0)
+    error("runtime library '%s' not found; run 'make' in %s first", lib, root);
+  if (access(culib, R_OK) != 0)
+    error("CUDA runtime library '%s' not found; run 'make cuda' in %s first", culib, root);
+  // The kernels live in the library: it must hold code this GPU can run
+  // (its own SASS, or PTX of an older architecture that the driver compiles).
+  char *libarch = first_line(format("cat '%s/build/libkdrt_cuda.arch' 2>/dev/null", root));
+  if (libarch && !strncmp(libarch, "sm_", 3) && arch_number(libarch) != arch_number(cuda_arch)) {
+    if (arch_number(cuda_arch) < arch_number(libarch))
+      error("the CUDA runtime in %s was built for %s, which %s cannot run; rebuild it with "
+            "'make cuda CUDA_ARCH=%s'", culib, libarch, cuda_arch, cuda_arch);
+    warn_at((Loc){0}, "the CUDA runtime was built for %s; on %s its kernels are compiled from "
+            "PTX at start-up ('make cuda CUDA_ARCH=%s' avoids that)", libarch, cuda_arch,
+            cuda_arch);
+  }
+  // nvcc: $KDCC_NVCC, else the one on PATH, else CUDA's default place.
+  const char *nvcc = getenv("KDCC_NVCC");
+  if (!nvcc) nvcc = first_line("command -v nvcc 2>/dev/null") ? "nvcc" : "/usr/local/cuda/bin/nvcc";
+  // libnccl and cuBLAS beside nvcc's own libraries: found at run time too.
+  char *rpath = xstrdup("");
+  char *nvcc_path = first_line(format("readlink -f \"$(command -v '%s')\" 2>/dev/null", nvcc));
+  if (nvcc_path) {
+    char *slash = strrchr(nvcc_path, '/');
+    if (slash) *slash = 0; // .../bin
+    slash = strrchr(nvcc_path, '/');
+    if (slash) *slash = 0;
+    const char *sub[] = {"lib64", "lib", "targets/x86_64-linux/lib"};
+    for (int i = 0; i < 3; i++) {
+      char *d = format("%s/%s", nvcc_path, sub[i]);
+      if (access(d, R_OK) == 0) rpath = format("%s -Xlinker -rpath -Xlinker '%s'", rpath, d);
+    }
+  }
+  char *tmp = format("%s.tmp.%d", out, (int)getpid());
+  char *cmd = format("'%s' -std=c++17 -O2 -arch=%s -Xcompiler -Wall,-Wextra "
+                     "-DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -I'%s/runtime' "
+                     "-I'%s/runtime/cuda' %s -o '%s' '%s' '%s' '%s' -lcublasLt -lcublas -lnccl "
+                     "-lopenblas -lzip -lhdf5_serial -lz -lm %s%s",
+                     nvcc, cuda_arch, root, root, mpi_flags("compile"), tmp, src, culib, lib,
+                     mpi_flags("link"), rpath);
+  if (getenv("KDCC_VERBOSE")) fprintf(stderr, "%s\n", cmd);
+  if (system(cmd) != 0) {
+    unlink(tmp);
+    error("building '%s' with nvcc failed (the generated source is %s)", out, src);
   }
   if (rename(tmp, out) != 0) error("cannot write '%s': %s", out, strerror(errno));
 }
@@ -92,7 +206,20 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "-o")) out = NEXT();
     else if (!strcmp(a, "--target") || !strncmp(a, "--target=", 9)) {
       const char *t = a[8] == '=' ? a + 9 : NEXT();
-      if (strcmp(t, "cpu")) error("--target '%s' is not supported (cpu)", t);
+      if (strcmp(t, "cpu") && strcmp(t, "cuda"))
+        error("--target '%s' is not supported (cpu, cuda)", t);
+      target_cuda = !strcmp(t, "cuda");
+    } else if (!strcmp(a, "--cuda-arch") || !strncmp(a, "--cuda-arch=", 12)) {
+      const char *v = a[11] == '=' ? a + 12 : NEXT();
+      if (strncmp(v, "sm_", 3) || !v[3] || strspn(v + 3, "0123456789") < 2 ||
+          strspn(v + 3, "0123456789abf") != strlen(v + 3))
+        error("--cuda-arch: '%s' is not an architecture such as sm_90", v);
+      cuda_arch = v;
+    } else if (!strcmp(a, "--precision") || !strncmp(a, "--precision=", 12)) {
+      const char *v = a[11] == '=' ? a + 12 : NEXT();
+      if (strcmp(v, "fp32") && strcmp(v, "tf32") && strcmp(v, "bf16"))
+        error("--precision: '%s' is not one of fp32, tf32, bf16", v);
+      precision = v;
     } else if (!strcmp(a, "-w")) opt_quiet_warnings = true;
     else if (a[0] == '-') error("unknown option '%s' (see kdcc --help)", a);
     else if (model_path) error("more than one model given ('%s' and '%s')", model_path, a);
@@ -104,13 +231,17 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  if (!target_cuda && (cuda_arch || strcmp(precision, "fp32")))
+    error("%s applies to --target cuda only", cuda_arch ? "--cuda-arch" : "--precision");
+  if (target_cuda && !cuda_arch) cuda_arch = detect_cuda_arch();
+
   Graph *g = compile_model(model_path, dist_path, mesh, batch);
 
   if (report) print_report(g, stdout, report_json);
   if (emit_graph) print_graph(g, stdout);
   if (cdir) {
     mkdir(cdir, 0755);
-    write_c(g, format("%s/program.c", cdir));
+    write_c(g, format("%s/program.%s", cdir, target_cuda ? "cu" : "c"));
   }
   if (out || (!report && !emit_graph && !cdir)) build_program(g, out ? out : "train");
   return 0;

@@ -109,6 +109,7 @@ void plan_memory(Graph *g) {
   }
   if (g->loss) base_of(g->loss)->last_use = g->nnodes;
   if (g->metric) base_of(g->metric)->last_use = g->nnodes;
+  if (g->pred) base_of(g->pred)->last_use = g->nnodes; // read after eval_step by `train predict`
 
   // A gradient summed by an all-reduce is summed in place: the partial
   // sums are computed straight into the gradient blob.

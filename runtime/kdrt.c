@@ -7,15 +7,19 @@
 //      it (`mpirun -np 8 ./train`) and exit 1 on every rank;
 //   4. place this rank in the mesh (row-major coordinates), allocate the
 //      parameter blob, gradients and arena;
-//   5. open the data: --x/--y .npy files (mmap'd, converted row by row to
-//      float32) or --synthetic N samples made from the seed; prog->init;
+//   5. open the data (data.c): --x/--y files, .npy or IDX, plain (mmap'd)
+//      or gzip'd, converted row by row to float32 (times --scale), with
+//      --val-x/--val-y and --test-x/--test-y; or --synthetic N samples made
+//      from the seed; prog->init; with --resume, the newest complete
+//      checkpoint's tensors, step and data position (checkpoint.c);
 //   6. fit: per epoch a seeded shuffle of the training samples, then full
 //      global batches in that order; this rank hands train_step only its rows
 //      of each batch (rows [coord*lb, +lb) of the batch axis, lb = batch /
 //      mesh_shape[batch_axis]); Keras-style progress on rank 0; validation
-//      on the last --validation-split fraction (taken before shuffling);
-//   7. evaluate (validation data if any, else the training data), then write
-//      --history atomically.
+//      on --val-x/--val-y, or the last --validation-split fraction (taken
+//      before shuffling); after each step, a checkpoint when one is due;
+//   7. evaluate (the test set if given, else the validation data if any,
+//      else the training data), then write --history atomically.
 //
 // Progress: rank 0 redraws the bar in place (\r, colours) on its own
 // terminal, else prints one line per epoch; KDRT_PROGRESS=live|plain forces.
@@ -120,13 +124,27 @@ static void usage(FILE *f, const kdrt_program *p) {
           "  --steps-per-epoch S   at most S steps per epoch (default: every full batch)\n"
           "  --synthetic N         N random samples made from --seed (the default, 128,\n"
           "                        when no --x is given)\n"
-          "  --x FILE --y FILE     inputs and labels as .npy (float32, float64, uint8,\n"
-          "                        int32, int64)\n"
-          "  --validation-split F  hold out the last fraction F of the samples\n"
+          "  --x FILE --y FILE     inputs and labels: .npy (float32, float64, uint8,\n"
+          "                        int32, int64) or IDX (MNIST's format), either may be\n"
+          "                        gzip'd; class ids become what the loss wants\n"
+          "  --val-x F --val-y F   validation data, evaluated after every epoch\n"
+          "  --validation-split F  or hold out the last fraction F of the samples\n"
+          "  --test-x F --test-y F evaluate on these after fit (default: the validation\n"
+          "                        data, else the training data)\n"
+          "  --scale S             multiply the inputs by S, a number or a fraction (1/255)\n"
           "  --seed S              seed of weights, dropout, shuffling, synthetic data\n"
           "                        (default 1337)\n"
+          "  --no-shuffle          batches in file order every epoch (fit's shuffle=False)\n"
           "  --lr X                learning rate (default %g, the one compiled in)\n"
-          "  --history FILE        write per-epoch metrics as JSON\n"
+          "  --history FILE        write per-epoch metrics (and every step's loss,\n"
+          "                        step_loss) as JSON\n"
+          "  --checkpoint-dir D    save checkpoints in D/ckpt-<step> (the last 2 kept)\n"
+          "  --checkpoint-every N  every N optimizer steps (default: each epoch's end)\n"
+          "  --resume              continue from D's newest complete checkpoint\n"
+          "  --weights FILE        initial weights from a .keras or .weights.h5 (default:\n"
+          "                        the .keras the program was compiled from, if any)\n"
+          "  --init random         random initial weights from --seed, not from that file\n"
+          "  --save-weights FILE   after fit, write the weights (.weights.h5 or .keras)\n"
           "  --quiet               print errors only\n"
           "  --help                this text\n",
           prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
@@ -159,9 +177,27 @@ static int parse_f64(const char *s, double *out) {
   return 0;
 }
 
+// --scale: "0.5", "1/255" or "1.0/255.0"; finite, not 0.
+static int parse_scale(const char *s, double *out) {
+  const char *slash = strchr(s, '/');
+  double num, den = 1;
+  if (slash) {
+    char a[64];
+    if ((size_t)(slash - s) >= sizeof a) return -1;
+    memcpy(a, s, (size_t)(slash - s));
+    a[slash - s] = 0;
+    if (parse_f64(a, &num) || parse_f64(slash + 1, &den) || den == 0) return -1;
+  } else if (parse_f64(s, &num)) {
+    return -1;
+  }
+  *out = num / den;
+  return isfinite(*out) && *out != 0 ? 0 : -1;
+}
+
 int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t errlen) {
   memset(o, 0, sizeof *o);
   o->epochs = 1;
+  o->scale = 1.0;
   o->seed = 1337;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
@@ -171,6 +207,14 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     }
     if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
       o->quiet = 1;
+      continue;
+    }
+    if (!strcmp(arg, "--no-shuffle")) {
+      o->no_shuffle = 1;
+      continue;
+    }
+    if (!strcmp(arg, "--resume")) {
+      o->resume = 1;
       continue;
     }
     // Every other option takes a value: `--opt V` or `--opt=V`.
@@ -218,9 +262,30 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     } else if (!strcmp(name, "--y")) {
       ok = val && *val;
       if (ok) o->y_path = val;
+    } else if (!strcmp(name, "--val-x") || !strcmp(name, "--val-y") ||
+               !strcmp(name, "--test-x") || !strcmp(name, "--test-y")) {
+      ok = val && *val;
+      const char **slot = name[2] == 'v' ? (name[6] == 'x' ? &o->val_x_path : &o->val_y_path)
+                                         : (name[7] == 'x' ? &o->test_x_path : &o->test_y_path);
+      if (ok) *slot = val;
+    } else if (!strcmp(name, "--scale")) {
+      ok = val && !parse_scale(val, &dv);
+      if (ok) o->scale = dv;
+    } else if (!strcmp(name, "--weights") || !strcmp(name, "--save-weights")) {
+      ok = val && *val;
+      if (ok) *(name[2] == 'w' ? &o->weights : &o->save_weights) = val;
+    } else if (!strcmp(name, "--init")) {
+      ok = val && !strcmp(val, "random");
+      if (ok) o->init_random = 1;
     } else if (!strcmp(name, "--history")) {
       ok = val && *val;
       if (ok) o->history = val;
+    } else if (!strcmp(name, "--checkpoint-dir")) {
+      ok = val && *val;
+      if (ok) o->checkpoint_dir = val;
+    } else if (!strcmp(name, "--checkpoint-every")) {
+      ok = val && !parse_i64(val, 1, &iv);
+      if (ok) o->checkpoint_every = iv;
     } else {
       known = 0;
     }
@@ -231,8 +296,14 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
                          : !strcmp(name, "--lr")             ? "a number >= 0"
                          : !strcmp(name, "--epochs") || !strcmp(name, "--seed")
                              ? "an integer >= 0"
+                         : !strcmp(name, "--scale") ? "a number or a fraction such as 1/255"
+                         : !strcmp(name, "--init") ? "'random'"
+                         : !strcmp(name, "--weights") || !strcmp(name, "--save-weights")
+                             ? "a file name"
+                         : !strcmp(name, "--checkpoint-dir") ? "a directory name"
                          : !strcmp(name, "--x") || !strcmp(name, "--y") ||
-                                 !strcmp(name, "--history")
+                                 !strcmp(name, "--history") || !strncmp(name, "--val-", 6) ||
+                                 !strncmp(name, "--test-", 7)
                              ? "a file name"
                              : "an integer >= 1";
       return bad(err, errlen, "option '%s' wants %s, got '%s'", name, want, val);
@@ -243,164 +314,20 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
   if (o->y_path && !o->x_path) return bad(err, errlen, "--y needs --x (the inputs)");
   if (o->x_path && o->synthetic)
     return bad(err, errlen, "--synthetic and --x exclude each other");
+  if (!o->val_x_path != !o->val_y_path)
+    return bad(err, errlen, o->val_x_path ? "--val-x needs --val-y (the labels)"
+                                          : "--val-y needs --val-x (the inputs)");
+  if (!o->test_x_path != !o->test_y_path)
+    return bad(err, errlen, o->test_x_path ? "--test-x needs --test-y (the labels)"
+                                           : "--test-y needs --test-x (the inputs)");
+  if (o->val_x_path && o->validation_split > 0)
+    return bad(err, errlen, "--val-x and --validation-split exclude each other");
+  if (o->weights && o->init_random)
+    return bad(err, errlen, "--weights and --init random exclude each other");
+  if ((o->resume || o->checkpoint_every) && !o->checkpoint_dir)
+    return bad(err, errlen, "%s needs --checkpoint-dir",
+               o->resume ? "--resume" : "--checkpoint-every");
   return 0;
-}
-
-// ------------------------------------------------------------ .npy files
-
-// Find key ('key' or "key") in the header dict; returns the text after its colon.
-static const char *npy_key(const char *h, const char *end, const char *key) {
-  size_t kl = strlen(key);
-  for (const char *p = h; p + kl + 2 <= end; p++) {
-    if ((*p == '\'' || *p == '"') && !strncmp(p + 1, key, kl) && p[kl + 1] == *p) {
-      p += kl + 2;
-      while (p < end && (*p == ' ' || *p == ':')) p++;
-      return p;
-    }
-  }
-  return NULL;
-}
-
-int kdrt_npy_parse(const unsigned char *buf, size_t len, kdrt_npy *out, char *err,
-                   size_t errlen) {
-  memset(out, 0, sizeof *out);
-  if (len < 10 || memcmp(buf, "\x93NUMPY", 6))
-    return snprintf(err, errlen, "not a .npy file (no \\x93NUMPY magic)"), -1;
-  size_t hlen, hstart;
-  if (buf[6] == 1) {
-    hlen = buf[8] | (size_t)buf[9] << 8, hstart = 10;
-  } else if (buf[6] == 2 || buf[6] == 3) {
-    if (len < 12) return snprintf(err, errlen, "truncated .npy header"), -1;
-    hlen = buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
-    hstart = 12;
-  } else {
-    return snprintf(err, errlen, ".npy format version %d is not supported", buf[6]), -1;
-  }
-  if (hstart + hlen > len) return snprintf(err, errlen, "truncated .npy header"), -1;
-  const char *h = (const char *)buf + hstart, *end = h + hlen;
-  out->data_offset = hstart + hlen;
-
-  // 'descr': '<f4'
-  const char *p = npy_key(h, end, "descr");
-  if (!p || p >= end || (*p != '\'' && *p != '"'))
-    return snprintf(err, errlen, ".npy header has no 'descr' string"), -1;
-  char q = *p++, descr[16];
-  size_t n = 0;
-  while (p < end && *p != q && n + 1 < sizeof descr) descr[n++] = *p++;
-  descr[n] = 0;
-  if (n < 3 || strchr("<>|=", descr[0]) == NULL || descr[0] == '>')
-    return snprintf(err, errlen, "dtype '%s' is not supported (big-endian or structured)",
-                    descr), -1;
-  out->kind = descr[1];
-  out->size = atoi(descr + 2);
-  int ok = (out->kind == 'f' && (out->size == 4 || out->size == 8)) ||
-           (out->kind == 'u' && out->size == 1) ||
-           (out->kind == 'i' && (out->size == 4 || out->size == 8));
-  if (!ok)
-    return snprintf(err, errlen,
-                    "dtype '%s' is not supported (use float32, float64, uint8, int32 or "
-                    "int64)", descr), -1;
-
-  // 'fortran_order': False
-  p = npy_key(h, end, "fortran_order");
-  if (!p) return snprintf(err, errlen, ".npy header has no 'fortran_order'"), -1;
-  if (!strncmp(p, "True", 4))
-    return snprintf(err, errlen, "array is in Fortran order; save it with "
-                                 "np.save(f, np.ascontiguousarray(a))"), -1;
-  if (strncmp(p, "False", 5)) return snprintf(err, errlen, "bad 'fortran_order' value"), -1;
-
-  // 'shape': (128, 28, 28, 1)
-  p = npy_key(h, end, "shape");
-  if (!p || *p != '(') return snprintf(err, errlen, ".npy header has no 'shape' tuple"), -1;
-  p++;
-  for (;;) {
-    while (p < end && (*p == ' ' || *p == ',')) p++;
-    if (p >= end) return snprintf(err, errlen, "unterminated 'shape' tuple"), -1;
-    if (*p == ')') break;
-    char *e;
-    long long v = strtoll(p, &e, 10);
-    if (e == p || v < 0) return snprintf(err, errlen, "bad 'shape' tuple"), -1;
-    if (out->ndim == 8) return snprintf(err, errlen, "more than 8 dimensions"), -1;
-    out->shape[out->ndim++] = v;
-    p = e;
-    while (p < end && (*p == 'L' || *p == ' ')) p++; // Python 2 longs
-  }
-  return 0;
-}
-
-typedef struct {
-  const char *path;
-  kdrt_npy h;
-  void *map;
-  size_t map_len;
-  const unsigned char *data; // first element
-  int64_t row;               // elements per sample
-} npy_file;
-
-static void fmt_shape(char *buf, size_t len, const char *first, int n, const int64_t *v) {
-  size_t k = (size_t)snprintf(buf, len, "(%s", first);
-  for (int i = 0; i < n && k < len; i++)
-    k += (size_t)snprintf(buf + k, len - k, "%s%lld", (i || *first) ? ", " : "",
-                          (long long)v[i]);
-  if (k < len) snprintf(buf + k, len - k, "%s)", n + (*first != 0) == 1 ? "," : "");
-}
-
-// Open and check one data file; its shape must be (N, want...) or, when
-// allow_flat and a sample is one number, (N,) or (N, 1). Any problem ends
-// the run on every rank with a message naming the file.
-static void npy_open(const kdrt_ctx *c, npy_file *f, const char *path, const char *role,
-                     int want_rank, const int64_t *want, int allow_flat) {
-  memset(f, 0, sizeof *f);
-  f->path = path;
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) fail_all(c, 1, "%s: cannot open %s file: %s", path, role, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) || st.st_size < 10)
-    fail_all(c, 1, "%s: not a .npy file (too short)", path);
-  f->map_len = (size_t)st.st_size;
-  f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (f->map == MAP_FAILED) fail_all(c, 1, "%s: cannot map: %s", path, strerror(errno));
-  char err[256];
-  if (kdrt_npy_parse(f->map, f->map_len, &f->h, err, sizeof err))
-    fail_all(c, 1, "%s: %s", path, err);
-  const kdrt_npy *h = &f->h;
-  int fits = h->ndim == 1 + want_rank && h->ndim >= 1;
-  for (int i = 0; fits && i < want_rank; i++) fits = h->shape[1 + i] == want[i];
-  int64_t row = 1;
-  for (int i = 0; i < want_rank; i++) row *= want[i];
-  if (!fits && allow_flat && row == 1 && h->ndim == 1) fits = 1;
-  if (!fits && allow_flat && want_rank == 0 && h->ndim == 2 && h->shape[1] == 1) fits = 1;
-  if (!fits) {
-    char got[160], exp[160];
-    fmt_shape(got, sizeof got, "", h->ndim, h->shape);
-    fmt_shape(exp, sizeof exp, "N", want_rank, want);
-    fail_all(c, 1, "%s: shape %s does not fit the model's %s: expected %s%s", path, got, role,
-             exp, allow_flat && row == 1 ? " or (N,)" : "");
-  }
-  f->row = row;
-  size_t need = f->h.data_offset + (size_t)h->shape[0] * (size_t)row * (size_t)h->size;
-  if (f->map_len < need)
-    fail_all(c, 1, "%s: file is truncated: %zu bytes, the header promises %zu", path,
-             f->map_len, need);
-  f->data = (const unsigned char *)f->map + f->h.data_offset;
-}
-
-// Sample s of the file as floats.
-static void npy_row(const npy_file *f, int64_t s, float *out) {
-  size_t n = (size_t)f->row, base = (size_t)s * n;
-  for (size_t i = 0; i < n; i++) {
-    const unsigned char *p = f->data + (base + i) * (size_t)f->h.size;
-    double v;
-    switch (f->h.kind * 16 + f->h.size) {
-    case 'f' * 16 + 4: { float x; memcpy(&x, p, 4); v = x; break; }
-    case 'f' * 16 + 8: { double x; memcpy(&x, p, 8); v = x; break; }
-    case 'i' * 16 + 4: { int32_t x; memcpy(&x, p, 4); v = x; break; }
-    case 'i' * 16 + 8: { int64_t x; memcpy(&x, p, 8); v = (double)x; break; }
-    default: v = *p; break; // uint8
-    }
-    out[i] = (float)v;
-  }
 }
 
 // ------------------------------------------------------------ data
@@ -438,24 +365,6 @@ void kdrt_shuffle(uint64_t seed, int64_t epoch, int64_t *idx, int64_t n) {
     if (j > i) j = i;
     int64_t t = idx[i];
     idx[i] = idx[j], idx[j] = t;
-  }
-}
-
-typedef struct {
-  const kdrt_program *p;
-  uint64_t seed;
-  int synthetic;
-  npy_file x, y;
-  int64_t n;        // samples in all
-  int64_t xn, yn;   // floats per sample
-} dataset;
-
-static void sample_rows(const dataset *d, int64_t s, float *x, float *y) {
-  if (d->synthetic) {
-    kdrt_synthetic_sample(d->p, d->seed, s, x, y);
-  } else {
-    npy_row(&d->x, s, x);
-    npy_row(&d->y, s, y);
   }
 }
 
@@ -587,35 +496,37 @@ typedef struct {
   kdrt_ctx *c;
   const kdrt_program *p;
   const kdrt_options *o;
-  dataset data;
-  int64_t ntrain, nval;        // samples: train [0, ntrain), validation [ntrain, n)
+  kdrt_data data, val, test;   // training data; validation (n = 0: none); test (n = 0: none)
+  int64_t ntrain, nval;        // samples of data (after any split) and val
   int lb, row0;                // this rank's rows of each global batch
   float *x, *y;                // [lb, x_shape...], [lb, y_shape...]
   int show, live;              // rank 0 prints; on a terminal, live
   // history, one entry per epoch
   double *loss, *metric, *val_loss, *val_metric;
+  double *step_loss;           // every train step's own loss, in order (nsteps of them)
+  int64_t nsteps;
   double eval_loss, eval_metric;
+  const kdrt_ckpt_state *resume; // --resume: where the checkpoint left off, else NULL
 } run;
 
-// Fill this rank's rows of global batch `step` whose samples are order[]
-// (NULL: first + step*batch + i, unshuffled).
-static void load_batch(run *r, const int64_t *order, int64_t first, int64_t step) {
+// Fill this rank's rows of global batch `step` of d whose samples are
+// order[] (NULL: step*batch + i, unshuffled).
+static void load_batch(run *r, const kdrt_data *d, const int64_t *order, int64_t step) {
   for (int i = 0; i < r->lb; i++) {
     int64_t pos = step * r->p->batch + r->row0 + i;
-    int64_t s = order ? order[pos] : first + pos;
-    sample_rows(&r->data, s, r->x + (size_t)i * (size_t)r->data.xn,
-                r->y + (size_t)i * (size_t)r->data.yn);
+    kdrt_data_sample(d, order ? order[pos] : pos, r->x + (size_t)i * (size_t)d->xn,
+                     r->y + (size_t)i * (size_t)d->yn);
   }
 }
 
-// Mean loss and metric over `steps` batches from sample `first` on, no
-// shuffling (Keras's evaluate). Draws a bar when pb is given.
-static void evaluate(run *r, int64_t first, int64_t steps, double *loss, double *metric,
-                     progbar *pb) {
+// Mean loss and metric over the full batches of d, no shuffling (Keras's
+// evaluate). Draws a bar when pb is given.
+static void evaluate(run *r, const kdrt_data *d, double *loss, double *metric, progbar *pb) {
   const char *names[2] = {"loss", r->p->metric_name};
+  int64_t steps = d->n / r->p->batch;
   double sl = 0, sm = 0;
   for (int64_t s = 0; s < steps; s++) {
-    load_batch(r, NULL, first, s);
+    load_batch(r, d, NULL, s);
     float l = 0, m = 0;
     r->p->eval_step(r->c, r->x, r->y, &l, &m);
     sl += l, sm += m;
@@ -633,7 +544,6 @@ static void fit(run *r) {
   const kdrt_options *o = r->o;
   int64_t full = r->ntrain / p->batch, steps = full;
   if (o->steps_per_epoch && o->steps_per_epoch < full) steps = o->steps_per_epoch;
-  int64_t val_steps = r->nval / p->batch;
   char val_metric[96] = "";
   if (p->metric_name) snprintf(val_metric, sizeof val_metric, "val_%s", p->metric_name);
   // The columns: loss [metric] [val_loss [val_metric]].
@@ -648,15 +558,37 @@ static void fit(run *r) {
   }
 
   int64_t *order = malloc(sizeof(int64_t) * (size_t)(r->ntrain ? r->ntrain : 1));
-  if (!order) kdrt_fatal(r->c, "out of memory for %lld sample indices", (long long)r->ntrain);
-  for (int e = 0; e < o->epochs; e++) {
+  r->step_loss = malloc(sizeof(double) * (size_t)(o->epochs * steps + 1));
+  if (!order || !r->step_loss)
+    kdrt_fatal(r->c, "out of memory for %lld sample indices", (long long)r->ntrain);
+  const kdrt_ckpt_state *ck = r->resume;
+  int e0 = 0;
+  if (ck) { // carry on where the checkpoint left off: epoch, step, sums, history
+    if (ck->steps != steps || ck->ntrain != r->ntrain)
+      fail_all(r->c, 1, "%s: the checkpoint was taken with %lld steps per epoch over %lld "
+               "training samples, this run has %lld over %lld; resume with the same data and "
+               "--steps-per-epoch", o->checkpoint_dir, (long long)ck->steps,
+               (long long)ck->ntrain, (long long)steps, (long long)r->ntrain);
+    e0 = (int)(ck->epoch < o->epochs ? ck->epoch : o->epochs);
+    for (int i = 0; i < ck->nhist && i < o->epochs; i++)
+      r->loss[i] = ck->hist[0][i], r->metric[i] = ck->hist[1][i],
+      r->val_loss[i] = ck->hist[2][i], r->val_metric[i] = ck->hist[3][i];
+    for (; r->nsteps < ck->nsteps && r->nsteps < o->epochs * steps; r->nsteps++)
+      r->step_loss[r->nsteps] = ck->step_loss[r->nsteps];
+  }
+  for (int e = e0; e < o->epochs; e++) {
     if (r->show) printf("Epoch %d/%d\n", e + 1, o->epochs), fflush(stdout);
-    kdrt_shuffle(o->seed, e, order, r->ntrain);
+    if (o->no_shuffle)
+      for (int64_t i = 0; i < r->ntrain; i++) order[i] = i;
+    else
+      kdrt_shuffle(o->seed, e, order, r->ntrain);
     progbar pb;
     progbar_start(&pb, r->show, r->live, steps);
     double sl = 0, sm = 0;
-    for (int64_t s = 0; s < steps; s++) {
-      load_batch(r, order, 0, s);
+    int64_t s = 0;
+    if (ck && e == ck->epoch) s = ck->pos, sl = ck->sum_loss, sm = ck->sum_metric;
+    for (; s < steps; s++) {
+      load_batch(r, &r->data, order, s);
       float l = 0, m = 0;
       p->train_step(r->c, r->x, r->y, &l, &m);
       r->c->step++;
@@ -666,13 +598,20 @@ static void fit(run *r) {
                  (long long)s + 1);
       }
       sl += l, sm += m;
+      r->step_loss[r->nsteps++] = l;
       double v[2] = {sl / (double)(s + 1), sm / (double)(s + 1)};
       progbar_update(&pb, s + 1, 0, ntrain_cols, names, v);
+      if (o->checkpoint_dir) {
+        kdrt_ckpt_state st = {r->c->step, o->seed, e, s + 1, steps, r->ntrain, sl, sm, e,
+                              {r->loss, r->metric, r->val_loss, r->val_metric},
+                              r->nsteps, r->step_loss};
+        kdrt_ckpt_maybe_save(r->c, o->checkpoint_dir, o->checkpoint_every, &st);
+      }
     }
     r->loss[e] = sl / (double)steps, r->metric[e] = sm / (double)steps;
     double v[4] = {r->loss[e], r->metric[e]};
     if (r->nval > 0) {
-      evaluate(r, r->ntrain, val_steps, &r->val_loss[e], &r->val_metric[e], NULL);
+      evaluate(r, &r->val, &r->val_loss[e], &r->val_metric[e], NULL);
       v[ntrain_cols] = r->val_loss[e];
       if (p->metric_name) v[ntrain_cols + 1] = r->val_metric[e];
     }
@@ -708,6 +647,7 @@ static int write_history(const run *r, const char *path) {
   if (!f) return -1;
   fputc('{', f);
   json_list(f, "loss", r->loss, n);
+  if (r->step_loss) fputs(", ", f), json_list(f, "step_loss", r->step_loss, (int)r->nsteps);
   if (p->metric_name) fputs(", ", f), json_list(f, p->metric_name, r->metric, n);
   if (r->nval > 0) {
     fputs(", ", f), json_list(f, "val_loss", r->val_loss, n);
@@ -760,6 +700,7 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
     prog_name = slash ? slash + 1 : argv[0];
     prog_invoke = argv[0];
   }
+  if (argc > 1 && !strcmp(argv[1], "predict")) return kdrt_predict(argc, argv, prog);
   int live = live_progress();
   KDRT_MPI(MPI_Init(&argc, &argv));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -771,9 +712,11 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
 
   // 2. options
   kdrt_options o;
-  char err[256];
+  char err[1024];
   if (kdrt_parse_args(argc, argv, &o, err, sizeof err))
     fail_all(c, 2, "%s (see %s --help)", err, prog_invoke);
+  if (o.save_weights && kdrt_weights_check_path(prog, o.save_weights, err, sizeof err))
+    fail_all(c, 2, "--save-weights %s", err);
   if (o.help) {
     if (c->rank == 0) usage(stdout, prog);
     MPI_Finalize();
@@ -802,6 +745,15 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
     c->coord[a] = rest % prog->mesh_shape[a];
     rest /= prog->mesh_shape[a];
   }
+  // Checkpoints: D must take files; --resume takes its newest complete one
+  // (and its seed, which the data may depend on).
+  kdrt_ckpt_state ck;
+  char ck_name[64] = "";
+  if (o.checkpoint_dir) kdrt_ckpt_prepare(c, o.checkpoint_dir);
+  if (o.resume && kdrt_ckpt_find(c, o.checkpoint_dir, &ck, ck_name, sizeof ck_name) == 0)
+    o.seed = ck.seed;
+  else if (o.resume && c->rank == 0 && !o.quiet)
+    printf("%s: no checkpoint in %s; starting from scratch\n", prog_name, o.checkpoint_dir);
   c->seed = o.seed;
   c->step = 0;
   c->lr = o.has_lr ? o.lr : prog->learning_rate;
@@ -814,29 +766,39 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   run r;
   memset(&r, 0, sizeof r);
   r.c = c, r.p = prog, r.o = &o;
-  r.data.p = prog;
-  r.data.seed = o.seed;
-  r.data.xn = prod(prog->x_rank, prog->x_shape);
-  r.data.yn = prod(prog->y_rank, prog->y_shape);
+  // Every rank opens the same files and fails alike (data.c).
   if (o.x_path) {
-    npy_open(c, &r.data.x, o.x_path, "input", prog->x_rank, prog->x_shape, 0);
-    npy_open(c, &r.data.y, o.y_path, "labels", prog->y_rank, prog->y_shape, 1);
-    if (r.data.x.h.shape[0] != r.data.y.h.shape[0])
-      fail_all(c, 1, "%s has %lld samples but %s has %lld", o.x_path,
-               (long long)r.data.x.h.shape[0], o.y_path, (long long)r.data.y.h.shape[0]);
-    r.data.n = r.data.x.h.shape[0];
+    if (kdrt_data_open(&r.data, prog, o.x_path, o.y_path, o.scale, err, sizeof err))
+      fail_all(c, 1, "%s", err);
   } else {
     if (!o.synthetic) {
       o.synthetic = 128;
       if (show) printf("%s: no --x/--y given; training on --synthetic 128 random samples\n",
                        prog_name);
     }
-    r.data.synthetic = 1;
-    r.data.n = o.synthetic;
+    kdrt_data_synthetic(&r.data, prog, o.seed, o.synthetic);
+    r.data.scale = o.scale;
   }
+  if (o.val_x_path &&
+      kdrt_data_open(&r.val, prog, o.val_x_path, o.val_y_path, o.scale, err, sizeof err))
+    fail_all(c, 1, "%s", err);
+  if (o.test_x_path &&
+      kdrt_data_open(&r.test, prog, o.test_x_path, o.test_y_path, o.scale, err, sizeof err))
+    fail_all(c, 1, "%s", err);
   // Keras: the validation split is the last fraction, taken before shuffling.
-  r.ntrain = (int64_t)floor((double)r.data.n * (1.0 - o.validation_split));
-  r.nval = r.data.n - r.ntrain;
+  if (o.validation_split > 0) {
+    int64_t n = r.data.n, keep = (int64_t)floor((double)n * (1.0 - o.validation_split));
+    r.val = kdrt_data_slice(&r.data, keep, n - keep);
+    r.data.n = keep;
+  }
+  r.ntrain = r.data.n;
+  r.nval = r.val.n;
+  if (o.val_x_path && r.nval < prog->batch)
+    fail_all(c, 1, "%s: %lld validation samples do not make one batch of %d", o.val_x_path,
+             (long long)r.nval, prog->batch);
+  if (o.test_x_path && r.test.n < prog->batch)
+    fail_all(c, 1, "%s: %lld test samples do not make one batch of %d", o.test_x_path,
+             (long long)r.test.n, prog->batch);
   if (r.ntrain < prog->batch)
     fail_all(c, 1, "%lld training samples do not make one batch of %d", (long long)r.ntrain,
              prog->batch);
@@ -864,24 +826,45 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   r.metric = r.loss + ne, r.val_loss = r.loss + 2 * ne, r.val_metric = r.loss + 3 * ne;
 
   prog->init(c);
+  const char *wfile = o.weights ? o.weights : o.init_random ? NULL : prog->weights_file;
+  if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) fail_all(c, 1, "%s", err);
+  if (ck_name[0]) {
+    kdrt_ckpt_load(c, o.checkpoint_dir, ck_name);
+    c->step = ck.step;
+    r.resume = &ck;
+    if (show)
+      printf("%s: resuming from %s/%s: epoch %lld, %lld of %lld steps done\n", prog_name,
+             o.checkpoint_dir, ck_name, (long long)ck.epoch + 1, (long long)ck.pos,
+             (long long)ck.steps);
+  }
 
   // 6. fit, 7. evaluate
   fit(&r);
-  int64_t efirst = r.nval > 0 ? r.ntrain : 0, en = r.nval > 0 ? r.nval : r.ntrain;
+  const kdrt_data *ed = r.test.n ? &r.test : r.nval > 0 ? &r.val : &r.data;
+  if (show && ed->n % prog->batch)
+    printf("%s: %lld of %lld %s samples do not fill a batch of %d; evaluate drops them\n",
+           prog_name, (long long)(ed->n % prog->batch), (long long)ed->n,
+           ed == &r.test ? "test" : ed == &r.val ? "validation" : "training", prog->batch);
   progbar pb;
-  progbar_start(&pb, show, r.live, en / prog->batch);
-  evaluate(&r, efirst, en / prog->batch, &r.eval_loss, &r.eval_metric, &pb);
+  progbar_start(&pb, show, r.live, ed->n / prog->batch);
+  evaluate(&r, ed, &r.eval_loss, &r.eval_metric, &pb);
 
   int status = 0;
   if (o.history && c->rank == 0 && write_history(&r, o.history)) {
     fprintf(stderr, "%s: cannot write history %s: %s\n", prog_name, o.history, strerror(errno));
     status = 1;
   }
+  if (o.save_weights && kdrt_weights_save(c, o.save_weights, err, sizeof err)) {
+    if (c->rank == 0) fprintf(stderr, "%s: %s\n", prog_name, err);
+    status = 1;
+  }
   fflush(stdout);
   kdrt_comm_free(c);
   MPI_Finalize();
   free(r.loss);
+  free(r.step_loss);
   free(r.x), free(r.y);
+  kdrt_data_close(&r.test), kdrt_data_close(&r.val), kdrt_data_close(&r.data);
   free(c->params), free(c->grads), free(c->arena);
   return status;
 }

@@ -74,6 +74,10 @@ typedef struct {
   void (*grad_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
   int nvars;
   const struct kdrt_var *vars;       // [nvars]
+  const char *weights_file;          // initial weights (.keras or .weights.h5), or NULL
+  size_t pred_offset;                // arena offset of the model output (local shard);
+                                     // SIZE_MAX: not one arena buffer (see pred_layout)
+  kdrt_layout pred_layout;           // the model output [batch, outputs...]; rank 0: unknown
 } kdrt_program;
 
 // One trainable variable: what it is and where its local shard, optimizer
@@ -83,7 +87,8 @@ typedef struct kdrt_var {
   const char *layer;                 // Keras layer name, "d1"
   const char *layer_class;           // "Dense", "Conv2D"
   int index;                         // among its layer's variables (kernel 0, bias 1),
-                                     // as model.weights.h5's layers/<layer>/vars/<index>
+                                     // as model.weights.h5's layers/<group>/vars/<index>
+                                     // (<group>: kdrt_weights_group, not the layer name)
   kdrt_layout layout;                // global shape and how it is split
   size_t offset;                     // in params; slot k at offset + (k+1)*stride
   size_t stride;                     // floats between the shard and each slot
@@ -121,6 +126,64 @@ int kdrt_gradcheck(int argc, char **argv, const kdrt_program *prog);
 void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...);
 // Fatal error: message on stderr (prefixed by the rank), MPI_Abort, exit 1.
 void kdrt_fatal(const kdrt_ctx *c, const char *fmt, ...);
+
+// ---------------------------------------------------------------- weights.c
+// Keras weights files, and `./train predict`.
+//
+// A model.weights.h5 (alone, or the member of a .keras zip) holds layer L's
+// variables as layers/<group>/vars/<i>, i = the variable's index in L, where
+// <group> is L's class in snake case made unique by a counter over the
+// model's layers in order ("dense", "dense_1", "conv2d", ...), never L's
+// name; layers/<group>/vars has an attribute name = L's name. Keras's
+// saving_lib walks model.layers (a Sequential's without its InputLayer);
+// kdrt counts the layers that own variables, in kdrt_program.vars order,
+// which is the same for every layer class kdcc supports (no class there
+// has instances both with and without variables).
+
+// The h5 group of layer `layer` (a kdrt_var.layer) of p: "dense_1". Returns
+// buf, or NULL if no variable of p belongs to that layer.
+const char *kdrt_weights_group(const kdrt_program *p, const char *layer, char *buf, size_t len);
+// Keras's naming.to_snake_case: "MaxPooling2D" -> "max_pooling2d".
+void kdrt_snake_case(const char *cls, char *buf, size_t len);
+
+// Read this rank's block (mesh coordinates coord) of every variable of p
+// from path (.keras or .weights.h5, told apart by their first bytes) into
+// params (offsets as kdrt_var.offset); no MPI. All or nothing: any mismatch
+// (missing group or variable, wrong shape, not float) returns -1 with a
+// message naming the file, the variable and what did not fit, and leaves
+// params as it was.
+int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path, float *params,
+                      char *err, size_t errlen);
+// Write the variables' global tensors (global[v]: kdrt_var v, row-major)
+// to path in Keras's layout, atomically (temp file, fsync, rename); no MPI.
+// path ending in .keras: a zip with config.json (copied from
+// p->weights_file's archive, which must exist), metadata.json and
+// model.weights.h5; else a .weights.h5. step, lr: the optimizer's
+// iterations and learning_rate, saved as Keras saves an unbuilt optimizer.
+int kdrt_weights_write(const kdrt_program *p, const char *path, const float *const *global,
+                       int64_t step, float lr, char *err, size_t errlen);
+// Collective forms: every rank reads its own block (kdrt_weights_read), or
+// rank 0 gathers each variable and writes. Both return the same status on
+// every rank; err is filled on rank 0 at least.
+int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen);
+int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen);
+// Whether kdrt_weights_save can write path for p (a name ending in
+// .weights.h5 or .keras; a .keras needs p->weights_file): 0, or -1 with err.
+int kdrt_weights_check_path(const kdrt_program *p, const char *path, char *err, size_t errlen);
+
+// Copy the local block of a tensor of layout l, held by the rank at mesh
+// coordinates coord, into the global tensor g (row-major, gshape).
+void kdrt_block_place(const kdrt_layout *l, const int *mesh_shape, const int *coord,
+                      const float *block, float *g);
+// Collective over the world: rank 0 gets in out the global tensor of layout
+// l from every rank's local block `in` (out is ignored elsewhere).
+void kdrt_gather_global(kdrt_ctx *c, const kdrt_layout *l, const float *in, float *out);
+
+// `./train predict --x F.npy --out P.npy [--weights FILE | --init random]`
+// (argv[1] is "predict"): the forward pass of eval_step over F in compiled
+// batches (the last one padded, the padding dropped); rank 0 writes the
+// outputs [N, outputs...] as float32 .npy, atomically. Exit status.
+int kdrt_predict(int argc, char **argv, const kdrt_program *p);
 
 // ---------------------------------------------------------------- comm.c
 // Collectives over the group of mesh axes `axes` (bit mask). `l` is the
@@ -250,6 +313,184 @@ void kdrt_adamw(float *w, const float *g, float *m, float *v, size_t n, float lr
 void kdrt_rmsprop(float *w, const float *g, float *v, float *m, size_t n, float lr, float rho,
                   float momentum, float eps);
 
+// ---------------------------------------------------------------- data.c
+// Data files (.npy and IDX, plain or gzip'd, told apart by their magic
+// bytes) and how their samples become a step's float32 rows. Functions
+// returning int give 0, or -1 with a message naming the file in err.
+
+// The header of an array file: element kind ('f' float, 'u' unsigned, 'i'
+// signed), element size in bytes, byte order, shape, where the data starts.
+typedef struct {
+  char kind;
+  int size;
+  int big_endian;             // IDX stores multi-byte elements big-endian
+  int ndim;
+  int64_t shape[8];
+  size_t data_offset;
+} kdrt_array_header;
+typedef kdrt_array_header kdrt_npy;
+
+// Parse the first len bytes of a .npy file (magic, version, header dict).
+// Accepts little-endian f4 f8 u1 i4 i8, C order.
+int kdrt_npy_parse(const unsigned char *buf, size_t len, kdrt_npy *out, char *err, size_t errlen);
+// Parse an IDX header: 00 00, a type byte (0x08 u8, 0x09 i8, 0x0B i16,
+// 0x0C i32, 0x0D f32, 0x0E f64), the number of dims, then each dim as a
+// big-endian uint32.
+int kdrt_idx_parse(const unsigned char *buf, size_t len, kdrt_array_header *out, char *err,
+                   size_t errlen);
+
+// One open data file: n samples of row elements each.
+typedef struct {
+  const char *path;
+  const char *format;         // ".npy", "IDX", "gzip'd IDX", ... for messages
+  kdrt_array_header h;
+  const unsigned char *data;  // the first element
+  void *map;                  // a plain file: mmap'd, map_len bytes
+  size_t map_len;
+  unsigned char *buf;         // a gzip'd file: decompressed whole, malloc'd
+  int64_t n, row;
+} kdrt_array;
+// Open, recognise, parse, and check that every byte the shape promises is
+// there (an IDX file must also have no extra bytes).
+int kdrt_array_open(kdrt_array *a, const char *path, char *err, size_t errlen);
+void kdrt_array_close(kdrt_array *a);
+// Sample s as row floats, each times scale.
+void kdrt_array_row(const kdrt_array *a, int64_t s, double scale, float *out);
+
+// How a label file becomes the rows the loss wants.
+enum { KDRT_LABELS_COPY, KDRT_LABELS_IDS, KDRT_LABELS_ONEHOT };
+// Inputs fit when a sample has prod(x_shape) elements, whatever its shape.
+int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, char *err, size_t errlen);
+// Labels by p->label_kind: CLASSID wants ids (N,) or (N, 1); ONEHOT wants
+// (N, C) or ids, which it expands; DENSE / BINARY want prod(y_shape)
+// elements a sample. Ids are checked: integers in [0, num_classes).
+int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int *conv, char *err,
+                    size_t errlen);
+// Label s of a, converted (conv from kdrt_fit_labels): prod(y_shape) floats.
+void kdrt_label_row(const kdrt_array *a, int conv, int num_classes, int64_t s, float *out);
+
+// Inputs and labels together, or synthetic samples; a slice of samples
+// [first, first + n) of them (a validation split is a slice of the files).
+typedef struct {
+  const kdrt_program *p;
+  int synthetic;              // samples from kdrt_synthetic_sample(seed)
+  uint64_t seed;
+  kdrt_array x, y;
+  int yconv;                  // KDRT_LABELS_*
+  int owner;                  // closes x and y (0 for a slice)
+  double scale;               // inputs times scale
+  int64_t first, n;
+  int64_t xn, yn;             // floats a sample: prod(x_shape), prod(y_shape)
+} kdrt_data;
+int kdrt_data_open(kdrt_data *d, const kdrt_program *p, const char *xpath, const char *ypath,
+                   double scale, char *err, size_t errlen);
+void kdrt_data_synthetic(kdrt_data *d, const kdrt_program *p, uint64_t seed, int64_t n);
+kdrt_data kdrt_data_slice(const kdrt_data *d, int64_t first, int64_t n);
+// Sample i of the slice: xn floats into x, yn into y.
+void kdrt_data_sample(const kdrt_data *d, int64_t i, float *x, float *y);
+void kdrt_data_close(kdrt_data *d);
+
+// ---------------------------------------------------------------- checkpoint.c
+// Checkpoints (--checkpoint-dir D --checkpoint-every N, --resume):
+// D/ckpt-<step>/shard-<rank>.kdck per rank, then D/ckpt-<step>/MANIFEST
+// (the commit point), then D/latest. Format and protocol: checkpoint.c.
+// The collective calls agree on errors: on one, the rank that met it says
+// so, naming the file, and every rank exits 1.
+
+// Where training stands, besides the tensors.
+typedef struct {
+  int64_t step;               // c->step: optimizer steps done
+  uint64_t seed;              // --seed (shuffle, dropout, synthetic data)
+  int64_t epoch;              // epoch in progress, from 0
+  int64_t pos;                // its steps done (pos == steps: all, validation not yet)
+  int64_t steps;              // steps per epoch
+  int64_t ntrain;             // training samples
+  double sum_loss, sum_metric; // running sums over those pos steps
+  int nhist;                  // finished epochs
+  const double *hist[4];      // [nhist] each: loss, metric, val_loss, val_metric
+  int64_t nsteps;             // = step: every step's loss so far (--history's step_loss)
+  const double *step_loss;    // [nsteps]
+} kdrt_ckpt_state;
+
+// Collective: make D (and parents) and check it takes files.
+void kdrt_ckpt_prepare(kdrt_ctx *c, const char *dir);
+// Collective, after each optimizer step: save when st->step % every == 0
+// (every == 0: at the end of each epoch).
+void kdrt_ckpt_maybe_save(kdrt_ctx *c, const char *dir, int64_t every, const kdrt_ckpt_state *st);
+void kdrt_ckpt_save(kdrt_ctx *c, const char *dir, const kdrt_ckpt_state *st);
+// Collective: the newest checkpoint in dir with a MANIFEST whose files all
+// verify (others are skipped with a warning). Fills st (hist malloc'd) and
+// name ("ckpt-40"); returns 0, or -1 when dir holds no checkpoint at all.
+int kdrt_ckpt_find(kdrt_ctx *c, const char *dir, kdrt_ckpt_state *st, char *name, size_t len);
+// Collective: this rank's blocks of every variable and optimizer slot from
+// dir/name into c->params, cut from the saved shards whatever the saved mesh.
+void kdrt_ckpt_load(kdrt_ctx *c, const char *dir, const char *name);
+
+// The file format, for tests (no MPI).
+uint32_t kdrt_crc32(uint32_t crc, const void *buf, size_t n); // zlib's crc32
+// One file written atomically: open makes a dot-named temporary beside
+// path; commit fsyncs, renames and fsyncs the directory. Each returns 0,
+// or -1 with err set (naming path); write keeps size and crc of the bytes.
+typedef struct {
+  int fd;
+  char path[4096], tmp[4200];
+  uint64_t size;
+  uint32_t crc;
+  char err[4400];
+} kdrt_ckpt_file;
+int kdrt_ckpt_open(kdrt_ckpt_file *f, const char *path);
+int kdrt_ckpt_write(kdrt_ckpt_file *f, const void *buf, size_t n);
+int kdrt_ckpt_commit(kdrt_ckpt_file *f);
+// A shard file's header: one entry per variable, its block's global start
+// and local extent per dim, and its byte offset in the file.
+typedef struct {
+  char path[256];
+  int nslots;
+  kdrt_layout layout;
+  int64_t start[KDRT_MAX_RANK], local[KDRT_MAX_RANK];
+  uint64_t offset;            // bytes from the file's start; the var, then each slot
+} kdrt_ckpt_var;
+typedef struct {
+  char model[256];
+  int64_t step;
+  int mesh_ndim;
+  int mesh_shape[KDRT_MAX_AXES];
+  char axes[KDRT_MAX_AXES][64];
+  int rank, world;
+  int coord[KDRT_MAX_AXES];
+  int nvars;
+  kdrt_ckpt_var *vars;        // malloc'd
+  uint64_t data_offset;       // = the header's length, a multiple of 64
+  uint64_t data_bytes;
+} kdrt_ckpt_header;
+// The header of rank c->rank's file (offsets set by _format).
+void kdrt_ckpt_header_of(const kdrt_ctx *c, int64_t step, kdrt_ckpt_header *h);
+// Text, zero-padded to h->data_offset (set here); malloc'd, *len bytes.
+char *kdrt_ckpt_header_format(kdrt_ckpt_header *h, size_t *len);
+// Parse (text is modified); 0, or -1 with err.
+int kdrt_ckpt_header_parse(char *text, size_t len, kdrt_ckpt_header *h, char *err, size_t errlen);
+void kdrt_ckpt_header_free(kdrt_ckpt_header *h);
+typedef struct {
+  char model[256];
+  int mesh_ndim;
+  int mesh_shape[KDRT_MAX_AXES];
+  char axes[KDRT_MAX_AXES][64];
+  kdrt_ckpt_state st;
+  double *hist[4], *step_loss; // parse: st.hist's and st.step_loss's storage
+  int nfiles;
+  struct { char name[64]; uint64_t size; uint32_t crc; } *files;
+} kdrt_ckpt_manifest;
+char *kdrt_ckpt_manifest_format(const kdrt_ckpt_manifest *m, size_t *len);
+int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char *err,
+                             size_t errlen);
+void kdrt_ckpt_manifest_free(kdrt_ckpt_manifest *m);
+// Copy the overlap of a block src (global start src_start, extents src_ext)
+// into the block dst (dst_start, dst_ext) of the same tensor of rank `rank`;
+// returns the number of elements copied (0: they do not meet).
+int64_t kdrt_ckpt_copy_overlap(float *dst, const int64_t *dst_start, const int64_t *dst_ext,
+                               const float *src, const int64_t *src_start,
+                               const int64_t *src_ext, int rank);
+
 // ---------------------------------------------------------------- kdrt.c, comm.c, rng.c internals
 // Pieces of the runtime that generated code does not call, declared here so
 // the three runtime files and the unit tests (tests/test_rt_core.c,
@@ -261,34 +502,32 @@ typedef struct {
   int batch_size;             // --batch-size B, 0: not given
   int64_t steps_per_epoch;    // --steps-per-epoch S, 0: every full batch
   int64_t synthetic;          // --synthetic N, 0: not given
-  const char *x_path;         // --x FILE (.npy)
-  const char *y_path;         // --y FILE (.npy)
+  const char *x_path;         // --x FILE (.npy or IDX, maybe gzip'd; see data.c)
+  const char *y_path;         // --y FILE
+  const char *val_x_path;     // --val-x FILE: validation inputs
+  const char *val_y_path;     // --val-y FILE
+  const char *test_x_path;    // --test-x FILE: evaluated after fit
+  const char *test_y_path;    // --test-y FILE
+  double scale;               // --scale S (a number or a fraction 1/255): inputs times S, default 1
   double validation_split;    // --validation-split F, in [0, 1)
   uint64_t seed;              // --seed S, default 1337
   int has_lr;                 // --lr given
   float lr;                   // --lr X
   const char *history;        // --history FILE, NULL: none
+  const char *weights;        // --weights FILE: initial weights (.keras, .weights.h5)
+  int init_random;            // --init random: ignore prog->weights_file
+  const char *save_weights;   // --save-weights FILE (.weights.h5 or .keras)
   int quiet;                  // --quiet
+  int no_shuffle;             // --no-shuffle: batches in file order every epoch
+  const char *checkpoint_dir; // --checkpoint-dir D
+  int64_t checkpoint_every;   // --checkpoint-every N optimizer steps, 0: each epoch's end
+  int resume;                 // --resume: from D's newest complete checkpoint
   int help;                   // --help
 } kdrt_options;
 
 // Parse argv[1..argc) into o (defaults first). Returns 0, or 2 with a
 // one-line message in err (usage errors exit with status 2).
 int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t errlen);
-
-// The header of a .npy file: element kind ('f' float, 'u' unsigned, 'i'
-// signed), element size in bytes, shape, and where the data starts.
-typedef struct {
-  char kind;
-  int size;
-  int ndim;
-  int64_t shape[8];
-  size_t data_offset;
-} kdrt_npy;
-// Parse the first len bytes of a .npy file (magic, version, header dict).
-// Accepts little-endian f4 f8 u1 i4 i8, C order. Returns 0, or -1 with a
-// message in err.
-int kdrt_npy_parse(const unsigned char *buf, size_t len, kdrt_npy *out, char *err, size_t errlen);
 
 // idx[0..n) = a permutation of 0..n-1 for this epoch (Fisher-Yates driven by
 // kdrt_uniform with counter (epoch, i)); identical on every rank and mesh.

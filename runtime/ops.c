@@ -90,8 +90,10 @@ void kdrt_act_grad(int act, float *dx, const float *dy, const float *x, const fl
       memmove(dx, dy, n * sizeof *dx);
     return;
   case KDRT_ACT_RELU:
-    for (size_t i = 0; i < n; i++)
-      dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) { // both loads unconditional: vectorises, no branch
+      float g = dy[i], keep = y[i] > 0.0f ? 1.0f : 0.0f;
+      dx[i] = g * keep;
+    }
     return;
   case KDRT_ACT_SIGMOID:
     for (size_t i = 0; i < n; i++)

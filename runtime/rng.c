@@ -11,7 +11,8 @@
 //
 // Key:     (seed, stream) mixed with splitmix64 into the two 32-bit key words.
 // Counter: lo = global element index, hi = step (dropout), redraw number
-//          (truncated normals) or 0.
+//          (truncated normals) or 0; dropout uses all four words of a block,
+//          lo = global element index / 4.
 // Uniform: the top 24 bits of the first output word / 2^24, in [0, 1).
 // Normal:  Box-Muller over the first two output words of the same block.
 #include "kdrt.h"
@@ -211,12 +212,21 @@ typedef struct {
   float rate, keep_scale;
 } dropout_job;
 
+// Element e of the mask takes word e % 4 of the Philox block for counter
+// (step, e / 4): one block serves four elements, whatever the mesh.
 static void dropout_row(void *arg, int64_t local, int64_t global, int64_t len) {
   const dropout_job *j = arg;
-  uint64_t seed = j->c->seed, step = (uint64_t)j->c->step;
-  for (int64_t i = 0; i < len; i++) {
-    float u = kdrt_uniform(seed, j->stream, step, (uint64_t)(global + i));
-    j->y[local + i] = u >= j->rate ? j->x[local + i] * j->keep_scale : 0.0f;
+  uint64_t k = splitmix64(j->c->seed ^ splitmix64(j->stream)), step = (uint64_t)j->c->step;
+  uint32_t key[2] = {(uint32_t)k, (uint32_t)(k >> 32)}, w[4];
+  for (int64_t i = 0; i < len;) {
+    uint64_t e = (uint64_t)(global + i), blk = e >> 2;
+    uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), (uint32_t)step,
+                       (uint32_t)(step >> 32)};
+    kdrt_philox4x32(ctr, key, w);
+    for (unsigned word = (unsigned)(e & 3); word < 4 && i < len; word++, i++) {
+      float u = (float)(w[word] >> 8) * (1.0f / 16777216.0f);
+      j->y[local + i] = u >= j->rate ? j->x[local + i] * j->keep_scale : 0.0f;
+    }
   }
 }
 

@@ -12,7 +12,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 make -s build/libkdrt.a || exit 1
 mkdir -p build/tests
 mpicc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -Iruntime \
-  -o build/tests/rt_fit_check tests/rt_fit_check.c build/libkdrt.a -lopenblas -lm || exit 1
+  -o build/tests/rt_fit_check tests/rt_fit_check.c build/libkdrt.a -lopenblas -lzip -lhdf5_serial -lz -lm || exit 1
 
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -107,7 +107,7 @@ x = [random.gauss(0, 1) for _ in range(40 * 6)]
 cls = [random.randrange(8) for _ in range(40)]
 save(d + "/x.npy", "<f8", "d", (40, 6), x)
 save(d + "/y.npy", "<f4", "f", (40, 8), [1.0 if j == c else 0.0 for c in cls for j in range(8)])
-save(d + "/ybad.npy", "<i8", "q", (40,), cls)
+save(d + "/ybad.npy", "<f4", "f", (40, 3), [0.0] * 120)
 PY
 name="npy singleton"; run 1 0 --x "$T/x.npy" --y "$T/y.npy" --epochs 2 --history "$T/n1.json"
 expect 0 "2/2 $BAR"
@@ -115,9 +115,9 @@ name="npy (2,4)"; run 2,4 8 --x "$T/x.npy" --y "$T/y.npy" --epochs 2 --history "
 expect 0 "2/2 $BAR"
 same_history "$T/n1.json" "$T/n8.json"
 name="npy wrong shape"; run 1 0 --x "$T/x.npy" --y "$T/ybad.npy"
-expect 1 "ybad.npy: shape (40,) does not fit the model's labels: expected (N, 8)"
+expect 1 "ybad.npy: shape (40, 3) does not fit the model's labels: expected one-hot (N, 8) or class ids (N,)"
 name="npy missing"; run 2,2 4 --x "$T/none.npy" --y "$T/y.npy"
-expect 1 "none.npy: cannot open input file"
+expect 1 "none.npy: cannot open: No such file or directory"
 
 [ "$fails" = 0 ] && echo "rt_fit.sh: ok" && exit 0
 echo "rt_fit.sh: $fails failures" >&2

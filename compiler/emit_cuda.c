@@ -1,0 +1,517 @@
+// Emit the SPMD program for the CUDA runtime (runtime/cuda/kdrt_cuda.h).
+//
+// The same program as emit_c.c's, statement for statement: the same memory
+// plan as named constants (now offsets into device blobs), the same op
+// order with the same comments and collective reasons, the same init (on
+// the host, with the CPU runtime's kdrt_init_fill, so both backends start
+// from the same numbers) and the same kdrt_program for the CPU runtime's
+// kdrt_main. Only the calls change: every op is a kdrt_cuda_* call on the
+// device state d, and each step begins by copying this rank's rows of the
+// batch to the device (kdrt_cuda_begin) and ends by copying the loss and
+// metric back (kdrt_cuda_end).
+//
+// The output is compiled by nvcc, i.e. as C++: no compound literals and no
+// designated initializers; layouts and shapes are named static constants.
+// The generated file holds no kernels (they live in the runtime library),
+// so it compiles quickly for any architecture.
+#include "kdcc.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+static Graph *G;
+static FILE *F;
+
+// ---- small helpers, the same as emit_c.c's (copied; see the notes to the lead)
+
+__attribute__((format(printf, 1, 2))) static void out(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(F, fmt, ap);
+  va_end(ap);
+}
+
+static char *ident(const char *s) {
+  char *r = xstrdup(s ? s : "");
+  for (char *p = r; *p; p++)
+    if (!isalnum((unsigned char)*p)) *p = '_';
+  return r;
+}
+
+static char *off_name(const Node *n) {
+  switch (n->region) {
+  case REGION_PARAM: return format("P_%s", ident(n->var->path));
+  case REGION_GRAD: return format("G_%s", ident(n->var->path));
+  case REGION_ARENA: return format("A%d_%s", n->id, ident(n->layer ? n->layer : n->name));
+  default: return NULL;
+  }
+}
+
+static const Node *base_of(const Node *n) {
+  while (n->op == OP_RESHAPE) n = n->in[0];
+  return n;
+}
+
+// Expression for a node's local (device) buffer.
+static char *buf(const Node *n) {
+  n = base_of(n);
+  switch (n->region) {
+  case REGION_PARAM: return format("(P + %s)", off_name(n));
+  case REGION_GRAD: return format("(G + %s)", off_name(n));
+  case REGION_ARENA: return format("(A + %s)", off_name(n));
+  case REGION_INPUT: return xstrdup(n->op == OP_INPUT ? "x" : "y");
+  }
+  unreachable();
+}
+
+static char *flt(double v) {
+  char *s = format("%.9g", v);
+  return strpbrk(s, ".en") ? format("%sf", s) : format("%s.0f", s);
+}
+
+static Shape lshape(const Node *n) { return local_shape(G, n); }
+
+static int64_t lelems(const Node *n) {
+  Shape s = lshape(n);
+  return shape_elems(&s);
+}
+
+// "{8, 13, 13, 2}"
+static char *dims_init(const Shape *s) {
+  char b[256];
+  int k = snprintf(b, sizeof b, "{");
+  for (int i = 0; i < s->rank; i++)
+    k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)s->d[i]);
+  snprintf(b + k, sizeof b - k, "}");
+  return xstrdup(b);
+}
+
+// "{rank, {global shape}, {axis per dim}}"
+static char *layout_init(const Node *n) {
+  char b[256];
+  int k = snprintf(b, sizeof b, "{%d, {", n->shape.rank);
+  for (int i = 0; i < n->shape.rank; i++)
+    k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)n->shape.d[i]);
+  k += snprintf(b + k, sizeof b - k, "}, {");
+  for (int i = 0; i < n->shape.rank; i++)
+    k += snprintf(b + k, sizeof b - k, "%s%d", i ? ", " : "", n->place.axis[i]);
+  snprintf(b + k, sizeof b - k, "}}");
+  return xstrdup(b);
+}
+
+static char *describe(const Node *n) {
+  Shape ls = lshape(n);
+  return format("%s %s local %s", shape_str(&n->shape),
+                place_str(&G->dist->mesh, n->shape.rank, &n->place), shape_str(&ls));
+}
+
+static int64_t prod(const Shape *s, int from, int to) {
+  int64_t p = 1;
+  for (int i = from; i < to; i++) p *= s->d[i];
+  return p;
+}
+
+static const char *init_name[] = {
+  "KDRT_INIT_ZEROS", "KDRT_INIT_ONES", "KDRT_INIT_CONSTANT", "KDRT_INIT_GLOROT_UNIFORM",
+  "KDRT_INIT_GLOROT_NORMAL", "KDRT_INIT_HE_UNIFORM", "KDRT_INIT_HE_NORMAL",
+  "KDRT_INIT_LECUN_UNIFORM", "KDRT_INIT_LECUN_NORMAL", "KDRT_INIT_RANDOM_NORMAL",
+  "KDRT_INIT_RANDOM_UNIFORM", "KDRT_INIT_TRUNCATED_NORMAL",
+};
+static const char *act_c[] = {"KDRT_ACT_LINEAR", "KDRT_ACT_RELU", "KDRT_ACT_SIGMOID",
+                              "KDRT_ACT_TANH", "KDRT_ACT_GELU", "KDRT_ACT_SILU"};
+
+// ---- ops
+
+static void emit_conv_args(const Node *n, const Node *x, const Node *y) {
+  Shape xs = lshape(x), ys = lshape(y);
+  out("%lld, %lld, %lld, %lld, %d, %d, %lld, %d, %d, %d, %d, %lld, %lld, scratch",
+      (long long)xs.d[0], (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3], n->kh,
+      n->kw, (long long)ys.d[3], n->sh, n->sw, n->pad_t, n->pad_l, (long long)ys.d[1],
+      (long long)ys.d[2]);
+}
+
+static void emit_op(const Node *n, bool train) {
+  Shape ls = lshape(n);
+  const Node *a = n->nin > 0 ? n->in[0] : NULL, *b = n->nin > 1 ? n->in[1] : NULL;
+  out("\n  // %%%d %s", n->id, op_info[n->op].name);
+  if (n->op == OP_ACT || n->op == OP_ACT_GRAD || n->op == OP_BIAS_ACT)
+    out(" %s", act_name(n->act));
+  if (n->layer) out(" (%s)", n->layer);
+  if (n->name) out(": %s", n->name);
+  out("\n  //   %s\n", describe(n));
+  if (is_collective(n->op)) out("  //   why: %s\n", n->reason);
+  char *y = n->op == OP_UPDATE ? NULL : buf(n);
+  int64_t N = lelems(n);
+  switch (n->op) {
+  case OP_INPUT: case OP_LABEL: case OP_PARAM:
+    return;
+  case OP_RESHAPE:
+    out("  //   a view of %%%d: no code\n", a->id);
+    return;
+  case OP_MATMUL: {
+    Shape as = lshape(a), bs = lshape(b);
+    int64_t k = n->ta ? as.d[0] : as.d[1];
+    out("  kdrt_cuda_matmul(d, %d, %d, %lld, %lld, %lld, %s, %lld, %s, %lld, %s, %lld);\n", n->ta,
+        n->tb, (long long)ls.d[0], (long long)ls.d[1], (long long)k, buf(a), (long long)as.d[1],
+        buf(b), (long long)bs.d[1], y, (long long)ls.d[1]);
+    return;
+  }
+  case OP_BIAS: case OP_BIAS_ACT: {
+    int64_t cols = ls.d[ls.rank - 1];
+    out("  kdrt_cuda_bias_act(d, %s, %s, %s, %s, %lld, %lld);\n",
+        act_c[n->op == OP_BIAS ? ACT_LINEAR : n->act], y, buf(a), buf(b), (long long)(N / cols),
+        (long long)cols);
+    return;
+  }
+  case OP_ACT:
+    out("  kdrt_cuda_act(d, %s, %s, %s, %lld);\n", act_c[n->act], y, buf(a), (long long)N);
+    return;
+  case OP_ACT_GRAD:
+    out("  kdrt_cuda_act_grad(d, %s, %s, %s, %s, %s, %lld);\n", act_c[n->act], y, buf(a), buf(b),
+        buf(b), (long long)N);
+    return;
+  case OP_SOFTMAX:
+    out("  kdrt_cuda_softmax(d, %s, %s, %lld, %lld);\n", y, buf(a),
+        (long long)(N / ls.d[ls.rank - 1]), (long long)ls.d[ls.rank - 1]);
+    return;
+  case OP_SOFTMAX_GRAD:
+    out("  kdrt_cuda_softmax_grad(d, %s, %s, %s, %lld, %lld);\n", y, buf(a), buf(b),
+        (long long)(N / ls.d[ls.rank - 1]), (long long)ls.d[ls.rank - 1]);
+    return;
+  case OP_ADD:
+    out("  {\n    const float *in[] = {");
+    for (int i = 0; i < n->nin; i++) out("%s%s", i ? ", " : "", buf(n->in[i]));
+    out("};\n    kdrt_cuda_add(d, %s, in, %d, %lld);\n  }\n", y, n->nin, (long long)N);
+    return;
+  case OP_CONCAT: {
+    int64_t off = 0;
+    for (int i = 0; i < n->nin; i++) {
+      Shape is = lshape(n->in[i]);
+      out("  kdrt_cuda_place_block(d, %s, %s, %lld, %lld, %lld, %lld, %lld);\n", y,
+          buf(n->in[i]), (long long)prod(&ls, 0, n->axis), (long long)is.d[n->axis],
+          (long long)off, (long long)ls.d[n->axis], (long long)prod(&ls, n->axis + 1, ls.rank));
+      off += is.d[n->axis];
+    }
+    return;
+  }
+  case OP_SLICE: {
+    Shape is = lshape(a);
+    out("  kdrt_cuda_copy_block(d, %s, %s, %lld, %lld, %lld, %lld, %lld);\n", y, buf(a),
+        (long long)prod(&ls, 0, n->axis), (long long)is.d[n->axis], (long long)n->start,
+        (long long)ls.d[n->axis], (long long)prod(&ls, n->axis + 1, ls.rank));
+    return;
+  }
+  case OP_DROPOUT:
+    if (train)
+      out("  {\n    static const kdrt_layout l = %s;\n"
+          "    kdrt_cuda_dropout(d, %s, %s, &l, %s, 0x%016llxull);\n  }\n",
+          layout_init(n), y, buf(a), flt(n->rate), (unsigned long long)n->stream);
+    else
+      out("  kdrt_cuda_copy(d, %s, %s, %lld); // no dropout outside training\n", y, buf(a),
+          (long long)N);
+    return;
+  case OP_SCALE:
+    out("  kdrt_cuda_scale(d, %s, %s, %lld, %s, %s);\n", y, buf(a), (long long)N, flt(n->scale),
+        flt(n->shift));
+    return;
+  case OP_CONV2D:
+    out("  kdrt_cuda_conv2d(d, %s, %s, %s, ", y, buf(a), buf(b));
+    emit_conv_args(n, a, n);
+    out(");\n");
+    return;
+  case OP_CONV2D_DX:
+    out("  kdrt_cuda_conv2d_dx(d, %s, %s, %s, ", y, buf(a), buf(b));
+    emit_conv_args(n, n, a);
+    out(");\n");
+    return;
+  case OP_CONV2D_DW:
+    out("  kdrt_cuda_conv2d_dw(d, %s, %s, %s, ", y, buf(a), buf(b));
+    emit_conv_args(n, a, b);
+    out(");\n");
+    return;
+  case OP_MAXPOOL: {
+    Shape xs = lshape(a);
+    out("  kdrt_cuda_maxpool(d, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %d, %lld, "
+        "%lld);\n",
+        y, buf(a), (long long)xs.d[0], (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3],
+        n->kh, n->kw, n->sh, n->sw, n->pad_t, n->pad_l, (long long)ls.d[1], (long long)ls.d[2]);
+    return;
+  }
+  case OP_MAXPOOL_GRAD: {
+    Shape ys = lshape(a);
+    out("  kdrt_cuda_maxpool_grad(d, %s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %d, %d, %d, %d, "
+        "%lld, %lld);\n",
+        y, buf(a), buf(b), (long long)ls.d[0], (long long)ls.d[1], (long long)ls.d[2],
+        (long long)ls.d[3], n->kh, n->kw, n->sh, n->sw, n->pad_t, n->pad_l, (long long)ys.d[1],
+        (long long)ys.d[2]);
+    return;
+  }
+  case OP_LOSS: case OP_METRIC: case OP_LOSS_GRAD: {
+    Shape ps = lshape(a);
+    int64_t rows = ps.d[0], cols = ps.rank > 1 ? prod(&ps, 1, ps.rank) : 1;
+    const char *fn = n->op == OP_LOSS     ? "kdrt_cuda_loss"
+                     : n->op == OP_METRIC ? "kdrt_cuda_accuracy"
+                                          : "kdrt_cuda_loss_grad";
+    out("  %s(d, %d, %d, %s, %s, %s, %lld, %lld, 1.0 / %d);\n", fn, n->loss, n->from_logits, y,
+        buf(a), buf(b), (long long)rows, (long long)cols, G->batch);
+    return;
+  }
+  case OP_BIAS_GRAD: {
+    int64_t cols = ls.d[0], rows = lelems(a) / cols;
+    out("  kdrt_cuda_bias_grad(d, %s, %s, %lld, %lld);\n", y, buf(a), (long long)rows,
+        (long long)cols);
+    return;
+  }
+  case OP_UPDATE: {
+    const Var *v = n->var;
+    const Optimizer *o = &G->model->opt;
+    char *w = buf(n->in[0]), *gr = buf(n->in[1]);
+    int64_t stride = (lelems(n->in[0]) + 15) / 16 * 16;
+    char *s1 = format("(P + %s + %lld)", off_name(v->param), (long long)stride);
+    char *s2 = format("(P + %s + %lld)", off_name(v->param), (long long)(2 * stride));
+    switch (o->kind) {
+    case OPT_SGD:
+      out("  kdrt_cuda_sgd(d, %s, %s, %s, %lld, c->lr, %s, %d);\n", w, gr,
+          v->nslots ? s1 : "NULL", (long long)N, flt(o->momentum), o->nesterov);
+      break;
+    case OPT_ADAM:
+      out("  kdrt_cuda_adam(d, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, c->step + 1);\n", w, gr,
+          s1, s2, (long long)N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon));
+      break;
+    case OPT_ADAMW:
+      out("  kdrt_cuda_adamw(d, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, c->step + 1);\n", w,
+          gr, s1, s2, (long long)N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon),
+          flt(o->weight_decay));
+      break;
+    case OPT_RMSPROP:
+      out("  kdrt_cuda_rmsprop(d, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s);\n", w, gr, s1,
+          v->nslots > 1 ? s2 : "NULL", (long long)N, flt(o->rho), flt(o->momentum),
+          flt(o->epsilon));
+      break;
+    }
+    return;
+  }
+  case OP_ALLREDUCE:
+    out("  kdrt_cuda_allreduce(d, 0x%x, %s, %s, %lld);\n", n->axes, buf(a), y, (long long)N);
+    return;
+  case OP_REDUCE_SCATTER: case OP_ALLGATHER: case OP_LOCAL_SLICE: {
+    Shape is = lshape(a);
+    const char *fn = n->op == OP_REDUCE_SCATTER ? "kdrt_cuda_reduce_scatter"
+                     : n->op == OP_ALLGATHER    ? "kdrt_cuda_allgather"
+                                                : "kdrt_cuda_slice";
+    out("  {\n    static const int64_t s[] = %s;\n    %s(d, 0x%x, %d, s, %d, %s, %s);\n  }\n",
+        dims_init(&is), fn, n->axes, is.rank, n->axis, buf(a), y);
+    return;
+  }
+  case OP_ALLTOALL: {
+    Shape is = lshape(a);
+    out("  {\n    static const int64_t s[] = %s;\n"
+        "    kdrt_cuda_alltoall(d, 0x%x, %d, s, %d, %d, %s, %s);\n  }\n",
+        dims_init(&is), n->axes, is.rank, n->axis, n->axis2, buf(a), y);
+    return;
+  }
+  case OP_COUNT: break;
+  }
+  unreachable();
+}
+
+// Whether code (comments skipped) names the identifier id.
+static bool uses_ident(const char *code, const char *id) {
+  size_t len = strlen(id);
+  for (const char *p = code; *p; p++) {
+    if (p[0] == '/' && p[1] == '/') { // a comment, to the line's end
+      while (*p && *p != '\n') p++;
+      if (!*p) break;
+      continue;
+    }
+    if (p[0] == '"') { // a string literal
+      for (p++; *p && *p != '"'; p++)
+        if (*p == '\\' && p[1]) p++;
+      if (!*p) break;
+      continue;
+    }
+    if (!strncmp(p, id, len) && (p == code || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) &&
+        !(isalnum((unsigned char)p[len]) || p[len] == '_'))
+      return true;
+    if (isalnum((unsigned char)*p) || *p == '_') // skip the rest of this identifier
+      while (isalnum((unsigned char)p[1]) || p[1] == '_') p++;
+  }
+  return false;
+}
+
+typedef enum { STEP_TRAIN, STEP_EVAL, STEP_GRAD } StepKind;
+
+static void emit_step(const char *name, StepKind kind) {
+  static const char *mode[] = {"KDRT_CUDA_TRAIN", "KDRT_CUDA_EVAL", "KDRT_CUDA_GRAD"};
+  bool train = kind != STEP_EVAL;
+  out("\nstatic void %s(kdrt_ctx *c, const float *hx, const float *hy, float *loss, "
+      "float *metric) {\n", name);
+  out("  kdrt_cuda *d = kdrt_cuda_begin(c, %s, hx, hy); // this rank's rows to the device\n",
+      mode[kind]);
+  // The body first, so that only the buffers it uses are declared (nvcc
+  // warns about the others, (void) casts or not).
+  FILE *whole = F;
+  char *body = NULL;
+  size_t body_len = 0;
+  F = open_memstream(&body, &body_len);
+  if (!F) error("out of memory");
+  Phase ph = -1;
+  static const char *phase_title[] = {"forward", "loss", "backward", "update"};
+  for (int i = 0; i < G->nnodes; i++) {
+    const Node *n = G->nodes[i];
+    if (kind == STEP_EVAL && n->phase > PH_LOSS) continue;
+    if (kind == STEP_GRAD && n->op == OP_UPDATE) continue;
+    if (n->phase != ph) {
+      ph = n->phase;
+      out("\n  // ======== %s\n", phase_title[ph]);
+    }
+    emit_op(n, train);
+  }
+  out("\n  kdrt_cuda_end(d, %s, %s, %s, loss, metric);\n}\n", mode[kind], buf(G->loss),
+      G->metric ? buf(G->metric) : "NULL");
+  if (fclose(F) != 0) error("out of memory");
+  F = whole;
+  static const char *decl[][2] = {
+    {"P", "  float *P = d->params;\n"}, {"G", "  float *G = d->grads;\n"},
+    {"A", "  float *A = d->arena;\n"}, {"x", "  const float *x = d->x;\n"},
+    {"y", "  const float *y = d->y;\n"}, {"scratch", "  float *scratch = A + SCRATCH;\n"},
+  };
+  for (size_t i = 0; i < sizeof decl / sizeof decl[0]; i++)
+    if (uses_ident(body, decl[i][0]) || (!strcmp(decl[i][0], "A") && uses_ident(body, "scratch")))
+      out("%s", decl[i][1]);
+  fputs(body, F);
+  free(body);
+}
+
+static const char *precision_enum(const char *p) {
+  return !strcmp(p, "tf32") ? "KDRT_PREC_TF32" : !strcmp(p, "bf16") ? "KDRT_PREC_BF16"
+                                                                    : "KDRT_PREC_FP32";
+}
+
+void emit_cuda(Graph *g, FILE *f, const char *arch, const char *precision) {
+  G = g;
+  F = f;
+  const Mesh *m = &g->dist->mesh;
+  const Model *md = g->model;
+  out("// Generated by kdcc from %s for CUDA (%s, %s matrix products). Do not edit:\n"
+      "// recompile instead.\n//\n", md->file, arch, precision);
+  out("// Model '%s', one SPMD program for every device of the mesh\n//   (", md->name);
+  for (int a = 0; a < m->ndim; a++) out("%s%s=%d", a ? ", " : "", m->names[a], m->shape[a]);
+  out("), %d device%s, global batch %d", m->size, m->size == 1 ? "" : "s", g->batch);
+  if (g->dist->batch_axis >= 0)
+    out(" split over '%s' (%d per device)", m->names[g->dist->batch_axis],
+        g->batch / m->shape[g->dist->batch_axis]);
+  out(".\n// A device's MPI rank gives its mesh coordinates, row-major as Keras fills the mesh:\n");
+  for (int a = 0; a < m->ndim; a++) {
+    int inner = 1;
+    for (int b = a + 1; b < m->ndim; b++) inner *= m->shape[b];
+    out("//   coord[%s] = rank / %d %% %d\n", m->names[a], inner, m->shape[a]);
+  }
+  out("// (kdrt_main fills c->coord); each rank drives one GPU. Buffers are per device; shapes\n"
+      "// below are global, then the layout (one entry per dim: the mesh axis it is split\n"
+      "// over), then local. The same plan as the CPU program's, in device memory: P, G and A\n"
+      "// below are device pointers, x and y this rank's rows of the batch on the device.\n\n");
+  out("#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include \"kdrt_cuda.h\"\n");
+
+  out("\n// ---- parameter blob: each variable's shard, then its optimizer slots\n");
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    out("#define %-32s %8lld // %s, %d slot%s\n", off_name(v->param), (long long)v->offset,
+        describe(v->param), v->nslots, v->nslots == 1 ? "" : "s");
+  }
+  out("#define PARAM_FLOATS %lld\n", (long long)g->param_floats);
+  out("\n// ---- gradient blob: each variable's gradient, reduced to its layout\n");
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    if (v->grad)
+      out("#define %-32s %8lld // %s\n", off_name(v->grad), (long long)v->goffset,
+          describe(v->grad));
+  }
+  out("#define GRAD_FLOATS %lld\n", (long long)g->grad_floats);
+  out("\n// ---- activation arena: buffers reused by liveness\n");
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->region != REGION_ARENA || n->op == OP_RESHAPE) continue;
+    out("#define %-32s %8lld // %s\n", off_name(n), (long long)n->offset, describe(n));
+  }
+  out("#define SCRATCH %lld // conv im2col scratch, %lld floats\n",
+      (long long)(g->arena_floats - g->scratch_floats), (long long)g->scratch_floats);
+  out("#define ARENA_FLOATS %lld\n", (long long)g->arena_floats);
+
+  out("\n// Initial values on the host, exactly as the CPU program makes them; the first step\n"
+      "// uploads them.\nstatic void init(kdrt_ctx *c) {\n  float *P = c->params;\n  (void)P;\n");
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    out("  {\n    static const kdrt_layout l = %s; // %s\n", layout_init(v->param), v->path);
+    out("    kdrt_init_fill(c, P + %s, &l, %s, %.17g, %.17g, %s, %s, 0x%016llxull);\n  }\n",
+        off_name(v->param), init_name[v->init], v->fan_in, v->fan_out, flt(v->p0), flt(v->p1),
+        (unsigned long long)hash_str(v->path));
+  }
+  out("}\n");
+  emit_step("train_step", STEP_TRAIN);
+  emit_step("eval_step", STEP_EVAL);
+  out("\n// The training step without the update, for `./train gradcheck`.");
+  emit_step("grad_step", STEP_GRAD);
+
+  out("\nstatic const kdrt_var vars[] = {\n");
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld},\n", v->path, v->layer,
+        v->layer_class, v->index, layout_init(v->param), off_name(v->param),
+        (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots,
+        v->grad ? off_name(v->grad) : "SIZE_MAX", (long long)lelems(v->param));
+  }
+  if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0},\n");
+  out("};\n");
+
+  const Node *x = g->x, *p = g->pred;
+  int label = md->loss == LOSS_CCE ? 1 : md->loss == LOSS_SCCE ? 2 : md->loss == LOSS_BCE ? 3 : 0;
+  out("\nstatic const int mesh_shape[] = {");
+  for (int a = 0; a < m->ndim; a++) out("%s%d", a ? ", " : "", m->shape[a]);
+  if (!m->ndim) out("1");
+  out("};\nstatic const char *const mesh_axes[] = {");
+  for (int a = 0; a < m->ndim; a++) out("%s\"%s\"", a ? ", " : "", m->names[a]);
+  if (!m->ndim) out("\"batch\"");
+  out("};\n\n// The program for the CPU runtime's kdrt_main, field by field.\n");
+  out("static kdrt_program describe_program(void) {\n  kdrt_program p;\n"
+      "  memset(&p, 0, sizeof p);\n");
+  out("  p.model_name = \"%s\";\n  p.mesh_ndim = %d;\n  p.mesh_shape = mesh_shape;\n"
+      "  p.mesh_axes = mesh_axes;\n  p.batch_axis = %d;\n  p.batch = %d;\n",
+      md->name, m->ndim ? m->ndim : 1, g->dist->batch_axis, g->batch);
+  out("  p.x_rank = %d;\n", x->shape.rank - 1);
+  for (int d = 1; d < x->shape.rank; d++)
+    out("  p.x_shape[%d] = %lld;\n", d - 1, (long long)x->shape.d[d]);
+  out("  p.y_rank = %d;\n", g->y->shape.rank - 1);
+  for (int d = 1; d < g->y->shape.rank; d++)
+    out("  p.y_shape[%d] = %lld;\n", d - 1, (long long)g->y->shape.d[d]);
+  out("  p.label_kind = %d;\n  p.num_classes = %lld;\n", label,
+      (long long)p->shape.d[p->shape.rank - 1]);
+  out("  p.loss_name = \"loss\";\n  p.metric_name = %s;\n", g->metric ? "\"accuracy\"" : "NULL");
+  out("  p.learning_rate = %s;\n", flt(md->opt.lr));
+  out("  p.param_floats = PARAM_FLOATS;\n  p.grad_floats = GRAD_FLOATS;\n"
+      "  p.arena_floats = ARENA_FLOATS;\n");
+  out("  p.init = init;\n  p.train_step = train_step;\n  p.eval_step = eval_step;\n"
+      "  p.grad_step = grad_step;\n  p.nvars = %d;\n  p.vars = vars;\n", g->nvars);
+  size_t flen = strlen(md->file);
+  char *abs = flen > 6 && !strcmp(md->file + flen - 6, ".keras") ? realpath(md->file, NULL) : NULL;
+  if (abs) {
+    out("  p.weights_file = \"");
+    for (const char *q = abs; *q; q++)
+      out(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "\\%03o" : "%c", *q);
+    out("\";\n");
+  }
+  const Node *pb = base_of(p);
+  if (pb->region == REGION_ARENA && !p->place.partial) {
+    out("  static const kdrt_layout pred_layout = %s;\n", layout_init(p));
+    out("  p.pred_offset = %s;\n  p.pred_layout = pred_layout;\n", off_name(pb));
+  } else {
+    out("  p.pred_offset = SIZE_MAX; // the output is not one whole arena buffer\n");
+  }
+  out("  return p;\n}\n\n");
+  out("int main(int argc, char **argv) {\n"
+      "  static kdrt_program program;\n"
+      "  program = describe_program();\n"
+      "  return kdrt_cuda_main(argc, argv, &program, %s);\n}\n",
+      precision_enum(precision));
+}

@@ -1,0 +1,61 @@
+// bias.cu: the bias add with its activation epilogue (BIAS, BIAS_ACT) and
+// the bias gradient (a column sum).
+//
+// bias_act uses the expressions of emit_c.c's fused loop (sigmoid as
+// 1/(1+exp(-v)), silu as v/(1+exp(-v))), so both backends compute the same
+// thing. bias_grad sums each column in a fixed order: 32 columns a block,
+// each of the block's 32 row lanes sums rows lane, lane+32, ... in order,
+// then the 32 partial sums are added in lane order: deterministic from run
+// to run (not bit-identical to the CPU's one running sum).
+#include "common.cuh"
+
+__global__ static void bias_act_kernel(int act, float *out, const float *in, const float *bias,
+                                       int64_t rows, int64_t cols) {
+  size_t n = (size_t)rows * (size_t)cols;
+  KDRT_FOR(e, n) {
+    float v = in[e] + bias[e % (size_t)cols];
+    float r = v;
+    switch (act) {
+    case KDRT_ACT_RELU: r = v > 0.0f ? v : 0.0f; break;
+    case KDRT_ACT_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
+    case KDRT_ACT_TANH: r = tanhf(v); break;
+    case KDRT_ACT_GELU: r = 0.5f * v * (1.0f + erff(v * 0.70710678f)); break;
+    case KDRT_ACT_SILU: r = v / (1.0f + expf(-v)); break;
+    default: break;
+    }
+    out[e] = r;
+  }
+}
+
+extern "C" void kdrt_cuda_bias_act(kdrt_cuda *d, int act, float *out, const float *in,
+                                   const float *bias, int64_t rows, int64_t cols) {
+  size_t n = (size_t)rows * (size_t)cols;
+  if (!n) return;
+  bias_act_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, out, in, bias, rows,
+                                                                        cols);
+  KDRT_LAUNCHED(d, "bias_act_kernel");
+}
+
+// blockDim (32 columns, 32 row lanes)
+__global__ static void bias_grad_kernel(float *out, const float *in, int64_t rows, int64_t cols) {
+  __shared__ float part[32][33];
+  int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  float s = 0.0f;
+  if (j < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += 32) s += in[r * cols + j];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    float t = part[0][threadIdx.x];
+    for (int k = 1; k < 32; k++) t += part[k][threadIdx.x];
+    out[j] = t;
+  }
+}
+
+extern "C" void kdrt_cuda_bias_grad(kdrt_cuda *d, float *out, const float *in, int64_t rows,
+                                    int64_t cols) {
+  if (cols <= 0) return;
+  unsigned blocks = (unsigned)((cols + 31) / 32);
+  bias_grad_kernel<<<blocks, dim3(32, 32), 0, d->impl->stream>>>(out, in, rows, cols);
+  KDRT_LAUNCHED(d, "bias_grad_kernel");
+}

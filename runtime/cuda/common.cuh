@@ -1,0 +1,109 @@
+// common.cuh: what every runtime/cuda/*.cu shares: the error checks, the
+// device state behind kdrt_cuda.impl, launch helpers and block reductions.
+#ifndef KDRT_CUDA_COMMON_CUH
+#define KDRT_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdint.h>
+
+#include "kdrt_cuda.h"
+
+// ---------------------------------------------------------------- checks
+// One template: evaluate the call once, compare with its success value,
+// report the call's text, file, line and the library's message, abort.
+extern "C" void kdrt_cuda_fail(const char *call, const char *file, int line, const char *msg);
+#define KDRT_GPU_CHECK(call, type, ok, to_string)                                                \
+  do {                                                                                           \
+    type kdrt_rc_ = (call);                                                                      \
+    if (kdrt_rc_ != (ok)) kdrt_cuda_fail(#call, __FILE__, __LINE__, to_string(kdrt_rc_));        \
+  } while (0)
+#define CUDA_CHECK(call) KDRT_GPU_CHECK(call, cudaError_t, cudaSuccess, cudaGetErrorString)
+#define CUBLAS_CHECK(call)                                                                       \
+  KDRT_GPU_CHECK(call, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
+#define NCCL_CHECK(call) KDRT_GPU_CHECK(call, ncclResult_t, ncclSuccess, ncclGetErrorString)
+
+// After every kernel launch: the launch error, and with KDRT_CUDA_SYNC=1 in
+// the environment the kernel's own (the stream is synchronised), so that a
+// fault is reported at the op that caused it.
+extern "C" void kdrt_cuda_launched(kdrt_cuda *d, const char *what, const char *file, int line);
+#define KDRT_LAUNCHED(d, what) kdrt_cuda_launched((d), (what), __FILE__, __LINE__)
+
+// ---------------------------------------------------------------- state
+enum { KDRT_COMM_NONE, KDRT_COMM_NCCL, KDRT_COMM_HOST };
+
+struct kdrt_cuda_impl {
+  int device;
+  cudaStream_t stream;        // every kernel, in program order
+  cudaStream_t comm_stream;   // NCCL collectives
+  cudaEvent_t to_comm, to_compute;
+  cublasHandle_t blas;
+  int sync_each;              // KDRT_CUDA_SYNC=1
+  // communication (comm.cu)
+  int comm_mode;              // KDRT_COMM_*
+  ncclComm_t world;
+  ncclComm_t group[1 << KDRT_MAX_AXES]; // per group mask, made on first use
+  // scratch, grown on demand: device (two for packing, one for reductions),
+  // pinned host (two for host-staged collectives, one for step I/O)
+  void *dscratch[3];
+  size_t dscratch_cap[3];
+  void *hscratch[3];
+  size_t hscratch_cap[3];
+};
+
+// Device scratch `which` (0, 1: collectives' packing, 2: reductions) of at
+// least bytes; contents undefined. Growing waits for the device.
+void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes);
+// Pinned host scratch `which` (0, 1: host-staged collectives, 2: step I/O).
+void *kdrt_cuda_hscratch(kdrt_cuda *d, int which, size_t bytes);
+// The CPU runtime's context of the step in progress must be set.
+void kdrt_cuda_need_ctx(const kdrt_cuda *d, const char *what);
+
+// ---------------------------------------------------------------- launching
+#define KDRT_THREADS 256
+// Blocks for a grid-stride loop over n elements.
+static inline unsigned kdrt_blocks(size_t n) {
+  size_t b = (n + KDRT_THREADS - 1) / KDRT_THREADS;
+  if (b < 1) b = 1;
+  if (b > 65535u * 16u) b = 65535u * 16u;
+  return (unsigned)b;
+}
+#define KDRT_FOR(i, n)                                                                           \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);                \
+       i += (size_t)gridDim.x * blockDim.x)
+
+// Threads for one block per row of `cols`: a power of two in [32, 256].
+static inline unsigned kdrt_row_threads(int64_t cols) {
+  unsigned t = 32;
+  while (t < 256 && (int64_t)t < cols) t *= 2;
+  return t;
+}
+
+// ---------------------------------------------------------------- reductions
+// Over the whole block (blockDim.x a power of two <= 1024, a multiple of
+// 32); every thread gets the result. shm: blockDim.x / 32 slots.
+template <typename T> struct kdrt_sum_op {
+  __device__ static T apply(T a, T b) { return a + b; }
+};
+template <typename T> struct kdrt_max_op {
+  __device__ static T apply(T a, T b) { return b > a ? b : a; }
+};
+
+template <typename Op, typename T> __device__ inline T kdrt_block_reduce(T v, T *shm) {
+  for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  __syncthreads(); // shm may still be read from a previous reduction
+  if (lane == 0) shm[warp] = v;
+  __syncthreads();
+  v = shm[0];
+  for (int w = 1; w < nwarps; w++) v = Op::apply(v, shm[w]);
+  return v;
+}
+
+// The first maximum: the larger value, on a tie the smaller index.
+__device__ inline void kdrt_argmax_merge(float &v, int64_t &i, float v2, int64_t i2) {
+  if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
+}
+
+#endif

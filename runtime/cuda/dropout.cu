@@ -1,0 +1,88 @@
+// dropout.cu: y = x * mask / (1 - rate) with the mask of ../rng.c, bit for
+// bit: the key is splitmix64(seed ^ splitmix64(stream)), the counter
+// (global element index, step), the uniform the top 24 bits of Philox's
+// first word / 2^24, kept when u >= rate. Each thread turns its local
+// index into the global row-major index of this rank's block (walk_block
+// in ../rng.c), so every mesh draws the same mask for the same element.
+#include <string.h>
+
+#include "common.cuh"
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+__host__ __device__ static inline uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// First output word of Philox-4x32-10 (kdrt_philox4x32).
+__device__ static inline uint32_t philox_word0(uint32_t k0, uint32_t k1, uint64_t lo, uint64_t hi) {
+  uint32_t x0 = (uint32_t)lo, x1 = (uint32_t)(lo >> 32), x2 = (uint32_t)hi,
+           x3 = (uint32_t)(hi >> 32);
+  for (int round = 0; round < 10; round++) {
+    uint64_t p0 = (uint64_t)PHILOX_M0 * x0;
+    uint64_t p1 = (uint64_t)PHILOX_M1 * x2;
+    uint32_t y0 = (uint32_t)(p1 >> 32) ^ x1 ^ k0;
+    uint32_t y1 = (uint32_t)p1;
+    uint32_t y2 = (uint32_t)(p0 >> 32) ^ x3 ^ k1;
+    uint32_t y3 = (uint32_t)p0;
+    x0 = y0, x1 = y1, x2 = y2, x3 = y3;
+    k0 += PHILOX_W0;
+    k1 += PHILOX_W1;
+  }
+  return x0;
+}
+
+typedef struct {
+  int rank;
+  int64_t lext[KDRT_MAX_RANK];    // local extents
+  int64_t off[KDRT_MAX_RANK];     // this rank's block start per dim
+  int64_t gstride[KDRT_MAX_RANK]; // global row-major strides
+} block_map;
+
+__global__ static void dropout_kernel(float *y, const float *x, size_t n, block_map bm,
+                                      uint32_t k0, uint32_t k1, uint64_t step, float rate,
+                                      float keep_scale) {
+  KDRT_FOR(e, n) {
+    uint64_t rest = e, g = 0;
+    for (int d = bm.rank - 1; d >= 0; d--) {
+      uint64_t i = rest % (uint64_t)bm.lext[d];
+      rest /= (uint64_t)bm.lext[d];
+      g += (uint64_t)(bm.off[d] + (int64_t)i) * (uint64_t)bm.gstride[d];
+    }
+    float u = (float)(philox_word0(k0, k1, g, step) >> 8) * (1.0f / 16777216.0f);
+    y[e] = u >= rate ? x[e] * keep_scale : 0.0f;
+  }
+}
+
+extern "C" void kdrt_cuda_dropout(kdrt_cuda *d, float *y, const float *x, const kdrt_layout *l,
+                                  float rate, uint64_t stream) {
+  kdrt_cuda_need_ctx(d, "kdrt_cuda_dropout");
+  const kdrt_ctx *c = d->c;
+  block_map bm;
+  memset(&bm, 0, sizeof bm);
+  bm.rank = l->rank;
+  size_t n = 1;
+  int64_t stride = 1;
+  for (int k = l->rank - 1; k >= 0; k--) {
+    int ax = l->axis[k];
+    int64_t parts = ax >= 0 ? c->prog->mesh_shape[ax] : 1;
+    bm.lext[k] = l->gshape[k] / parts;
+    bm.off[k] = ax >= 0 ? c->coord[ax] * bm.lext[k] : 0;
+    bm.gstride[k] = stride;
+    stride *= l->gshape[k];
+    n *= (size_t)bm.lext[k];
+  }
+  if (!n) return;
+  float keep_scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
+  if (rate >= 1.0f) rate = 2.0f; // nothing is kept
+  uint64_t k = splitmix64(c->seed ^ splitmix64(stream));
+  dropout_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
+      y, x, n, bm, (uint32_t)k, (uint32_t)(k >> 32), (uint64_t)c->step, rate, keep_scale);
+  KDRT_LAUNCHED(d, "dropout_kernel");
+}

@@ -1,0 +1,105 @@
+// maxpool.cu: max pooling over [B,H,W,C] and its gradient, as ../ops.c:
+// padding never wins, the gradient goes to the first maximum of each
+// window in row-major window order.
+//
+// The gradient is a gather: one thread per input element walks the
+// windows that contain it, (oh, ow) ascending as the CPU does, recomputes
+// each window's first maximum and adds dy where that is this element. No
+// atomics, and the same sums in the same order as the CPU.
+#include "common.cuh"
+
+typedef struct {
+  int B, H, W, C, PH, PW, sh, sw, pad_t, pad_l, OH, OW;
+} pool_geom;
+
+// The window rows [*lo, *hi) of output row o inside [0, n) (win_range in ../ops.c).
+__device__ static inline void win_range(int o, int s, int pad, int P, int n, int *i0, int *lo,
+                                        int *hi) {
+  *i0 = o * s - pad;
+  *lo = *i0 < 0 ? -*i0 : 0;
+  *hi = n - *i0 < P ? n - *i0 : P;
+  if (*hi < *lo) *hi = *lo;
+}
+
+__global__ static void maxpool_kernel(float *y, const float *x, pool_geom g) {
+  size_t n = (size_t)g.B * g.OH * g.OW * g.C;
+  KDRT_FOR(e, n) {
+    int c = (int)(e % g.C), ow = (int)(e / g.C % g.OW), oh = (int)(e / ((size_t)g.C * g.OW) % g.OH);
+    int b = (int)(e / ((size_t)g.C * g.OW * g.OH));
+    int ih0, phl, phh, iw0, pwl, pwh;
+    win_range(oh, g.sh, g.pad_t, g.PH, g.H, &ih0, &phl, &phh);
+    win_range(ow, g.sw, g.pad_l, g.PW, g.W, &iw0, &pwl, &pwh);
+    if (phl == phh || pwl == pwh) {
+      y[e] = 0.0f;
+      continue;
+    }
+    const float *xb = x + (size_t)b * g.H * g.W * g.C + c;
+    float m = xb[((size_t)(ih0 + phl) * g.W + iw0 + pwl) * g.C];
+    for (int ph = phl; ph < phh; ph++)
+      for (int pw = pwl; pw < pwh; pw++) {
+        float v = xb[((size_t)(ih0 + ph) * g.W + iw0 + pw) * g.C];
+        m = v > m ? v : m;
+      }
+    y[e] = m;
+  }
+}
+
+__global__ static void maxpool_grad_kernel(float *dx, const float *dy, const float *x,
+                                           pool_geom g) {
+  size_t n = (size_t)g.B * g.H * g.W * g.C;
+  KDRT_FOR(e, n) {
+    int c = (int)(e % g.C), iw = (int)(e / g.C % g.W), ih = (int)(e / ((size_t)g.C * g.W) % g.H);
+    int b = (int)(e / ((size_t)g.C * g.W * g.H));
+    const float *xb = x + (size_t)b * g.H * g.W * g.C + c;
+    const int me = ih * g.W + iw;
+    // Windows containing ih: oh * sh - pad_t <= ih < oh * sh - pad_t + PH.
+    int oh_lo = ih + g.pad_t - g.PH + 1;
+    oh_lo = oh_lo <= 0 ? 0 : (oh_lo + g.sh - 1) / g.sh;
+    int oh_hi = (ih + g.pad_t) / g.sh; // inclusive
+    int ow_lo = iw + g.pad_l - g.PW + 1;
+    ow_lo = ow_lo <= 0 ? 0 : (ow_lo + g.sw - 1) / g.sw;
+    int ow_hi = (iw + g.pad_l) / g.sw;
+    if (oh_hi > g.OH - 1) oh_hi = g.OH - 1;
+    if (ow_hi > g.OW - 1) ow_hi = g.OW - 1;
+    float s = 0.0f;
+    for (int oh = oh_lo; oh <= oh_hi; oh++) {
+      int ih0, phl, phh;
+      win_range(oh, g.sh, g.pad_t, g.PH, g.H, &ih0, &phl, &phh);
+      for (int ow = ow_lo; ow <= ow_hi; ow++) {
+        int iw0, pwl, pwh;
+        win_range(ow, g.sw, g.pad_l, g.PW, g.W, &iw0, &pwl, &pwh);
+        if (phl == phh || pwl == pwh) continue;
+        int p0 = (ih0 + phl) * g.W + iw0 + pwl, pos = p0;
+        float best = xb[(size_t)p0 * g.C];
+        for (int ph = phl; ph < phh; ph++)
+          for (int pw = pwl; pw < pwh; pw++) {
+            int p = (ih0 + ph) * g.W + iw0 + pw;
+            float v = xb[(size_t)p * g.C];
+            if (v > best) best = v, pos = p; // strict: the first maximum wins
+          }
+        if (pos == me) s += dy[(((size_t)b * g.OH + oh) * g.OW + ow) * g.C + c];
+      }
+    }
+    dx[e] = s;
+  }
+}
+
+extern "C" void kdrt_cuda_maxpool(kdrt_cuda *d, float *y, const float *x, int B, int H, int W,
+                                  int C, int PH, int PW, int sh, int sw, int pad_t, int pad_l,
+                                  int OH, int OW) {
+  pool_geom g = {B, H, W, C, PH, PW, sh, sw, pad_t, pad_l, OH, OW};
+  size_t n = (size_t)B * OH * OW * C;
+  if (!n) return;
+  maxpool_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, x, g);
+  KDRT_LAUNCHED(d, "maxpool_kernel");
+}
+
+extern "C" void kdrt_cuda_maxpool_grad(kdrt_cuda *d, float *dx, const float *dy, const float *x,
+                                       int B, int H, int W, int C, int PH, int PW, int sh,
+                                       int sw, int pad_t, int pad_l, int OH, int OW) {
+  pool_geom g = {B, H, W, C, PH, PW, sh, sw, pad_t, pad_l, OH, OW};
+  size_t n = (size_t)B * H * W * C;
+  if (!n) return;
+  maxpool_grad_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(dx, dy, x, g);
+  KDRT_LAUNCHED(d, "maxpool_grad_kernel");
+}

@@ -1,0 +1,406 @@
+// opcheck.cu: `./train opcheck`: every CUDA kernel against the CPU
+// runtime's on the same random operands, by normalised error
+// ||gpu - cpu|| / ||cpu|| (ggml's test-backend-ops idea). Operands are
+// deliberately awkward: odd sizes, padding, overlapping pooling windows,
+// a sharded dropout block on a (2, 2) mesh. Dropout must match bit for
+// bit; elementwise kernels within 1e-6; anything with a matrix product
+// within 1e-5 in fp32 (more under --precision tf32 / bf16).
+//
+// One line per check, then "opcheck: ok" or "opcheck: FAILED"; exit status
+// 1 on any failure. Runs on one device, without MPI.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+
+static int failures, checks;
+static double tol_mm = 1e-5; // matrix products (precision-dependent)
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float frand(float lo, float hi) { // xorshift64*, uniform [lo, hi)
+  rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
+  uint64_t r = rng_state * 0x2545F4914F6CDD1Dull;
+  return lo + (hi - lo) * (float)(r >> 40) * (1.0f / 16777216.0f);
+}
+static float *hrand(size_t n, float lo, float hi) {
+  float *p = (float *)malloc((n ? n : 1) * sizeof(float));
+  if (!p) abort();
+  for (size_t i = 0; i < n; i++) p[i] = frand(lo, hi);
+  return p;
+}
+static float *hzero(size_t n) {
+  float *p = (float *)calloc(n ? n : 1, sizeof(float));
+  if (!p) abort();
+  return p;
+}
+
+static kdrt_cuda *D;
+static float *dev(const float *h, size_t n) {
+  float *p = kdrt_cuda_alloc(n);
+  kdrt_cuda_upload(D, p, h, n);
+  return p;
+}
+
+// Compare n floats of device buffer g with the reference r.
+static void check(const char *what, const float *g, const float *r, size_t n, double tol) {
+  float *h = hzero(n);
+  kdrt_cuda_download(D, h, g, n);
+  double num = 0, den = 0, maxd = 0;
+  int nonfinite = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = (double)h[i] - r[i];
+    if (isfinite(r[i]) != isfinite(h[i])) nonfinite = 1;
+    if (!isfinite(e)) continue;
+    num += e * e, den += (double)r[i] * r[i];
+    if (fabs(e) > maxd) maxd = fabs(e);
+  }
+  double nerr = sqrt(num / (den > 1e-30 ? den : 1e-30));
+  if (den <= 1e-30) nerr = sqrt(num); // an all-zero reference: absolute
+  int ok = !nonfinite && (tol == 0 ? maxd == 0 : nerr <= tol);
+  printf("  %-40s n=%-8zu nerr %.2e  max|diff| %.2e  %s\n", what, n, nerr, maxd,
+         ok ? "ok" : "FAILED");
+  checks++;
+  if (!ok) failures++;
+  free(h);
+}
+
+static const char *act_names[] = {"linear", "relu", "sigmoid", "tanh", "gelu", "silu"};
+
+static void check_elementwise(void) {
+  const size_t n = 10007;
+  float *hx = hrand(n, -4, 4), *hdy = hrand(n, -1, 1), *hy = hzero(n), *hdx = hzero(n);
+  float *x = dev(hx, n), *dy = dev(hdy, n), *y = kdrt_cuda_alloc(n), *dx = kdrt_cuda_alloc(n);
+  char name[64];
+  for (int a = KDRT_ACT_LINEAR; a <= KDRT_ACT_SILU; a++) {
+    kdrt_act(a, hy, hx, n);
+    kdrt_cuda_act(D, a, y, x, n);
+    snprintf(name, sizeof name, "act %s", act_names[a]);
+    check(name, y, hy, n, 1e-6);
+    kdrt_act_grad(a, hdx, hdy, hx, hy, n);
+    float *yd = dev(hy, n); // the CPU's y, so only the gradient is compared
+    kdrt_cuda_act_grad(D, a, dx, dy, x, yd, n);
+    snprintf(name, sizeof name, "act_grad %s", act_names[a]);
+    check(name, dx, hdx, n, 1e-6);
+    kdrt_cuda_free(yd);
+  }
+  // add of three, scale
+  float *hb = hrand(n, -1, 1), *hc = hrand(n, -1, 1), *ref = hzero(n);
+  float *b = dev(hb, n), *cc = dev(hc, n);
+  for (size_t i = 0; i < n; i++) ref[i] = hx[i] + hb[i] + hc[i];
+  const float *ins[3] = {x, b, cc};
+  kdrt_cuda_add(D, y, ins, 3, n);
+  check("add (3 operands)", y, ref, n, 0);
+  for (size_t i = 0; i < n; i++) ref[i] = hx[i] * 0.00392156886f + -1.0f;
+  kdrt_cuda_scale(D, y, x, n, 0.00392156886f, -1.0f);
+  check("scale", y, ref, n, 1e-7);
+  kdrt_cuda_free(b), kdrt_cuda_free(cc), free(hb), free(hc), free(ref);
+  kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx);
+  free(hx), free(hdy), free(hy), free(hdx);
+}
+
+static void check_bias(void) {
+  const int64_t rows = 333, cols = 37;
+  size_t n = (size_t)(rows * cols);
+  float *hx = hrand(n, -3, 3), *hb = hrand((size_t)cols, -1, 1), *ref = hzero(n);
+  float *x = dev(hx, n), *b = dev(hb, (size_t)cols), *y = kdrt_cuda_alloc(n);
+  char name[64];
+  for (int a = KDRT_ACT_LINEAR; a <= KDRT_ACT_SILU; a++) {
+    for (size_t e = 0; e < n; e++) { // emit_c.c's fused loop
+      float v = hx[e] + hb[e % (size_t)cols];
+      ref[e] = a == KDRT_ACT_RELU      ? (v > 0.0f ? v : 0.0f)
+               : a == KDRT_ACT_SIGMOID ? 1.0f / (1.0f + expf(-v))
+               : a == KDRT_ACT_TANH    ? tanhf(v)
+               : a == KDRT_ACT_GELU    ? 0.5f * v * (1.0f + erff(v * 0.70710678f))
+               : a == KDRT_ACT_SILU    ? v / (1.0f + expf(-v))
+                                       : v;
+    }
+    kdrt_cuda_bias_act(D, a, y, x, b, rows, cols);
+    snprintf(name, sizeof name, "bias_act %s", act_names[a]);
+    check(name, y, ref, n, 1e-6);
+  }
+  float *gref = hzero((size_t)cols);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < cols; j++) gref[j] += hx[r * cols + j];
+  kdrt_cuda_bias_grad(D, y, x, rows, cols);
+  check("bias_grad", y, gref, (size_t)cols, 1e-6);
+  kdrt_cuda_free(x), kdrt_cuda_free(b), kdrt_cuda_free(y);
+  free(hx), free(hb), free(ref), free(gref);
+}
+
+static void check_softmax(void) {
+  const int64_t rows = 77, cols = 301;
+  size_t n = (size_t)(rows * cols);
+  float *hx = hrand(n, -6, 6), *hdy = hrand(n, -1, 1), *hy = hzero(n), *hdx = hzero(n);
+  float *x = dev(hx, n), *dy = dev(hdy, n), *y = kdrt_cuda_alloc(n), *dx = kdrt_cuda_alloc(n);
+  kdrt_softmax(hy, hx, rows, cols);
+  kdrt_cuda_softmax(D, y, x, rows, cols);
+  check("softmax", y, hy, n, 1e-6);
+  kdrt_softmax_grad(hdx, hdy, hy, rows, cols);
+  float *yd = dev(hy, n);
+  kdrt_cuda_softmax_grad(D, dx, dy, yd, rows, cols);
+  check("softmax_grad", dx, hdx, n, 1e-5);
+  kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx), kdrt_cuda_free(yd);
+  free(hx), free(hdy), free(hy), free(hdx);
+}
+
+static void check_losses(void) {
+  static const char *names[] = {"mse", "mae", "cce", "scce", "bce"};
+  const int64_t rows = 53;
+  for (int kind = KDRT_LOSS_MSE; kind <= KDRT_LOSS_BCE; kind++)
+    for (int logits = 0; logits < 2; logits++) {
+      if (logits && kind < KDRT_LOSS_CCE) continue;
+      for (int64_t cols = 1; cols <= 129; cols += 128) {
+        if (cols == 1 && (kind == KDRT_LOSS_CCE || kind == KDRT_LOSS_SCCE)) continue;
+        size_t n = (size_t)(rows * cols);
+        float *hp = hrand(n, logits ? -5.0f : 0.0f, logits ? 5.0f : 1.0f);
+        if (!logits && (kind == KDRT_LOSS_CCE || kind == KDRT_LOSS_SCCE)) {
+          kdrt_softmax(hp, hp, rows, cols); // probabilities
+          hp[0] = 0.0f;                     // one clipped entry
+        }
+        float *hy = hzero(n);
+        for (int64_t r = 0; r < rows; r++) {
+          int cls = (int)(frand(0, 1) * (float)cols) % (int)cols;
+          if (kind == KDRT_LOSS_SCCE) hy[r] = r == 5 ? -1.0f : (float)cls; // one out of range
+          else if (kind == KDRT_LOSS_CCE) hy[r * cols + cls] = 1.0f;
+          else if (kind == KDRT_LOSS_BCE)
+            for (int64_t j = 0; j < cols; j++) hy[r * cols + j] = frand(0, 1) < 0.5f ? 0.0f : 1.0f;
+          else
+            for (int64_t j = 0; j < cols; j++) hy[r * cols + j] = frand(-1, 1);
+        }
+        float *p = dev(hp, n), *y = dev(hy, n), *out = kdrt_cuda_alloc(n);
+        char name[64];
+        double scale = 1.0 / 64;
+        float ref = (float)kdrt_loss(kind, logits, hp, hy, rows, cols, scale);
+        kdrt_cuda_loss(D, kind, logits, out, p, y, rows, cols, scale);
+        snprintf(name, sizeof name, "loss %s%s [%lld, %lld]", names[kind],
+                 logits ? " from_logits" : "", (long long)rows, (long long)cols);
+        check(name, out, &ref, 1, 1e-6);
+        ref = (float)kdrt_accuracy(kind, logits, hp, hy, rows, cols, scale);
+        kdrt_cuda_accuracy(D, kind, logits, out, p, y, rows, cols, scale);
+        snprintf(name, sizeof name, "accuracy %s%s [%lld, %lld]", names[kind],
+                 logits ? " from_logits" : "", (long long)rows, (long long)cols);
+        check(name, out, &ref, 1, 0);
+        float *hd = hzero(n);
+        kdrt_loss_grad(kind, logits, hd, hp, hy, rows, cols, scale);
+        kdrt_cuda_loss_grad(D, kind, logits, out, p, y, rows, cols, scale);
+        snprintf(name, sizeof name, "loss_grad %s%s [%lld, %lld]", names[kind],
+                 logits ? " from_logits" : "", (long long)rows, (long long)cols);
+        check(name, out, hd, n, 1e-6);
+        kdrt_cuda_free(p), kdrt_cuda_free(y), kdrt_cuda_free(out);
+        free(hp), free(hy), free(hd);
+      }
+    }
+}
+
+// Reference row-major GEMM in double.
+static void ref_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float *c, int64_t ldc) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++)
+        s += (double)(ta ? a[k * lda + i] : a[i * lda + k]) * (tb ? b[j * ldb + k] : b[k * ldb + j]);
+      c[i * ldc + j] = (float)s;
+    }
+}
+
+static void check_matmul(void) {
+  const int64_t M = 37, N = 29, K = 45;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      int64_t lda = ta ? M : K, ldb = tb ? K : N;
+      float *ha = hrand((size_t)(M * K), -1, 1), *hb = hrand((size_t)(K * N), -1, 1);
+      float *hc = hzero((size_t)(M * N));
+      ref_gemm(ta, tb, M, N, K, ha, lda, hb, ldb, hc, N);
+      float *a = dev(ha, (size_t)(M * K)), *b = dev(hb, (size_t)(K * N));
+      float *c = kdrt_cuda_alloc((size_t)(M * N));
+      kdrt_cuda_matmul(D, ta, tb, M, N, K, a, lda, b, ldb, c, N);
+      char name[64];
+      snprintf(name, sizeof name, "matmul ta=%d tb=%d [%lld,%lld,%lld]", ta, tb, (long long)M,
+               (long long)N, (long long)K);
+      check(name, c, hc, (size_t)(M * N), tol_mm);
+      kdrt_cuda_free(a), kdrt_cuda_free(b), kdrt_cuda_free(c);
+      free(ha), free(hb), free(hc);
+    }
+}
+
+static void check_conv(void) {
+  // B, H, W, C, KH, KW, K, sh, sw, pad_t, pad_l, OH, OW
+  static const int cfg[][13] = {
+    {2, 9, 7, 3, 3, 3, 5, 1, 1, 1, 1, 9, 7},  // same, stride 1
+    {3, 11, 10, 2, 3, 2, 4, 2, 2, 0, 0, 5, 5}, // valid, stride 2
+    {2, 6, 6, 4, 1, 1, 3, 1, 1, 0, 0, 6, 6},   // pointwise
+    {1, 8, 8, 2, 5, 5, 2, 2, 2, 1, 1, 4, 4},   // same, stride 2
+  };
+  for (size_t t = 0; t < sizeof cfg / sizeof cfg[0]; t++) {
+    const int *g = cfg[t];
+    int B = g[0], H = g[1], W = g[2], C = g[3], KH = g[4], KW = g[5], K = g[6], sh = g[7],
+        sw = g[8], pt = g[9], pl = g[10], OH = g[11], OW = g[12];
+    size_t nx = (size_t)B * H * W * C, nf = (size_t)KH * KW * C * K, ny = (size_t)B * OH * OW * K;
+    size_t ns = (size_t)B * OH * OW * KH * KW * C;
+    float *hx = hrand(nx, -1, 1), *hf = hrand(nf, -1, 1), *hdy = hrand(ny, -1, 1);
+    float *hy = hzero(ny), *hdx = hzero(nx), *hdw = hzero(nf), *hs = hzero(ns);
+    float *x = dev(hx, nx), *f = dev(hf, nf), *dy = dev(hdy, ny);
+    float *y = kdrt_cuda_alloc(ny), *dx = kdrt_cuda_alloc(nx), *dw = kdrt_cuda_alloc(nf),
+          *s = kdrt_cuda_alloc(ns);
+    char name[96];
+    snprintf(name, sizeof name, "[%d,%d,%d,%d] k%dx%d s%d p%d,%d", B, H, W, C, KH, KW, sh, pt, pl);
+    char full[128];
+    kdrt_conv2d(hy, hx, hf, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, hs);
+    kdrt_cuda_conv2d(D, y, x, f, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, s);
+    snprintf(full, sizeof full, "conv2d %s", name);
+    check(full, y, hy, ny, tol_mm);
+    kdrt_conv2d_dx(hdx, hdy, hf, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, hs);
+    kdrt_cuda_conv2d_dx(D, dx, dy, f, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, s);
+    snprintf(full, sizeof full, "conv2d_dx %s", name);
+    check(full, dx, hdx, nx, tol_mm);
+    kdrt_conv2d_dw(hdw, hx, hdy, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, hs);
+    kdrt_cuda_conv2d_dw(D, dw, x, dy, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, s);
+    snprintf(full, sizeof full, "conv2d_dw %s", name);
+    check(full, dw, hdw, nf, tol_mm);
+    kdrt_cuda_free(x), kdrt_cuda_free(f), kdrt_cuda_free(dy), kdrt_cuda_free(y);
+    kdrt_cuda_free(dx), kdrt_cuda_free(dw), kdrt_cuda_free(s);
+    free(hx), free(hf), free(hdy), free(hy), free(hdx), free(hdw), free(hs);
+  }
+}
+
+static void check_pool(void) {
+  // B, H, W, C, PH, PW, sh, sw, pad_t, pad_l, OH, OW
+  static const int cfg[][12] = {
+    {2, 26, 26, 3, 2, 2, 2, 2, 0, 0, 13, 13}, // the usual
+    {2, 13, 13, 5, 2, 2, 2, 2, 0, 0, 6, 6},   // odd extent, valid
+    {1, 7, 9, 4, 3, 3, 1, 1, 1, 1, 7, 9},     // overlapping, same
+    {2, 7, 7, 3, 3, 3, 2, 2, 1, 1, 4, 4},     // overlapping, strided, same
+  };
+  for (size_t t = 0; t < sizeof cfg / sizeof cfg[0]; t++) {
+    const int *g = cfg[t];
+    int B = g[0], H = g[1], W = g[2], C = g[3], PH = g[4], PW = g[5], sh = g[6], sw = g[7],
+        pt = g[8], pl = g[9], OH = g[10], OW = g[11];
+    size_t nx = (size_t)B * H * W * C, ny = (size_t)B * OH * OW * C;
+    float *hx = hrand(nx, -1, 1), *hdy = hrand(ny, -1, 1), *hy = hzero(ny), *hdx = hzero(nx);
+    for (size_t i = 0; i < nx; i += 7) hx[i] = 0.25f; // ties: the first maximum must win
+    float *x = dev(hx, nx), *dy = dev(hdy, ny), *y = kdrt_cuda_alloc(ny), *dx = kdrt_cuda_alloc(nx);
+    char name[96];
+    kdrt_maxpool(hy, hx, B, H, W, C, PH, PW, sh, sw, pt, pl, OH, OW);
+    kdrt_cuda_maxpool(D, y, x, B, H, W, C, PH, PW, sh, sw, pt, pl, OH, OW);
+    snprintf(name, sizeof name, "maxpool [%d,%d,%d,%d] %dx%d s%d p%d", B, H, W, C, PH, PW, sh, pt);
+    check(name, y, hy, ny, 0);
+    kdrt_maxpool_grad(hdx, hdy, hx, B, H, W, C, PH, PW, sh, sw, pt, pl, OH, OW);
+    kdrt_cuda_maxpool_grad(D, dx, dy, x, B, H, W, C, PH, PW, sh, sw, pt, pl, OH, OW);
+    snprintf(name, sizeof name, "maxpool_grad [%d,%d,%d,%d] %dx%d s%d p%d", B, H, W, C, PH, PW, sh,
+             pt);
+    check(name, dx, hdx, nx, 0);
+    kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx);
+    free(hx), free(hdy), free(hy), free(hdx);
+  }
+}
+
+static void check_blocks(void) {
+  const int64_t outer = 6, in_ext = 10, off = 3, ext = 4, inner = 5;
+  size_t nin = (size_t)(outer * in_ext * inner), nout = (size_t)(outer * ext * inner);
+  float *hin = hrand(nin, -1, 1), *hout = hzero(nout), *hbig = hrand(nin, -1, 1);
+  float *in = dev(hin, nin), *out = kdrt_cuda_alloc(nout);
+  kdrt_copy_block(hout, hin, outer, in_ext, off, ext, inner);
+  kdrt_cuda_copy_block(D, out, in, outer, in_ext, off, ext, inner);
+  check("copy_block", out, hout, nout, 0);
+  float *big = dev(hbig, nin);
+  kdrt_place_block(hbig, hout, outer, ext, off, in_ext, inner);
+  kdrt_cuda_place_block(D, big, out, outer, ext, off, in_ext, inner);
+  check("place_block", big, hbig, nin, 0);
+  kdrt_cuda_free(in), kdrt_cuda_free(out), kdrt_cuda_free(big);
+  free(hin), free(hout), free(hbig);
+}
+
+static void check_dropout(kdrt_ctx *c) {
+  // [6, 10, 8] split over axis 1 on dim 1 and axis 0 on dim 2, this rank at (1, 1).
+  kdrt_layout l = {3, {6, 10, 8}, {-1, 1, 0}};
+  size_t n = 6 * 5 * 4;
+  float *hx = hrand(n, -1, 1), *hy = hzero(n);
+  float *x = dev(hx, n), *y = kdrt_cuda_alloc(n);
+  for (int step = 0; step < 3; step++) {
+    c->step = 1000000007LL * step;
+    kdrt_dropout(c, hy, hx, &l, 0.375f, 0xa13b29c60c02b510ull);
+    kdrt_cuda_dropout(D, y, x, &l, 0.375f, 0xa13b29c60c02b510ull);
+    char name[64];
+    snprintf(name, sizeof name, "dropout (sharded block) step %lld", (long long)c->step);
+    check(name, y, hy, n, 0);
+  }
+  kdrt_cuda_free(x), kdrt_cuda_free(y), free(hx), free(hy);
+}
+
+static void check_optim(void) {
+  const size_t n = 4099;
+  for (int which = 0; which < 7; which++) {
+    float *hw = hrand(n, -1, 1), *hg = hrand(n, -1, 1), *hm = hrand(n, -0.1f, 0.1f),
+          *hv = hrand(n, 0, 0.1f);
+    float *w = dev(hw, n), *g = dev(hg, n), *m = dev(hm, n), *v = dev(hv, n);
+    const char *name = "";
+    for (int t = 1; t <= 3; t++) switch (which) {
+      case 0: name = "sgd"; kdrt_sgd(hw, hg, NULL, n, 0.01f, 0.0f, 0);
+        kdrt_cuda_sgd(D, w, g, NULL, n, 0.01f, 0.0f, 0); break;
+      case 1: name = "sgd momentum"; kdrt_sgd(hw, hg, hm, n, 0.01f, 0.9f, 0);
+        kdrt_cuda_sgd(D, w, g, m, n, 0.01f, 0.9f, 0); break;
+      case 2: name = "sgd nesterov"; kdrt_sgd(hw, hg, hm, n, 0.01f, 0.9f, 1);
+        kdrt_cuda_sgd(D, w, g, m, n, 0.01f, 0.9f, 1); break;
+      case 3: name = "adam"; kdrt_adam(hw, hg, hm, hv, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t);
+        kdrt_cuda_adam(D, w, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t); break;
+      case 4: name = "adamw"; kdrt_adamw(hw, hg, hm, hv, n, 1e-3f, 0.9f, 0.999f, 1e-7f, 4e-3f, t);
+        kdrt_cuda_adamw(D, w, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-7f, 4e-3f, t); break;
+      case 5: name = "rmsprop"; kdrt_rmsprop(hw, hg, hv, NULL, n, 1e-3f, 0.9f, 0.0f, 1e-7f);
+        kdrt_cuda_rmsprop(D, w, g, v, NULL, n, 1e-3f, 0.9f, 0.0f, 1e-7f); break;
+      case 6: name = "rmsprop momentum"; kdrt_rmsprop(hw, hg, hv, hm, n, 1e-3f, 0.9f, 0.5f, 1e-7f);
+        kdrt_cuda_rmsprop(D, w, g, v, m, n, 1e-3f, 0.9f, 0.5f, 1e-7f); break;
+      }
+    char full[64];
+    snprintf(full, sizeof full, "%s (3 steps): weights", name);
+    check(full, w, hw, n, 1e-6);
+    if (which == 1 || which == 2 || (which >= 3 && which != 5)) {
+      snprintf(full, sizeof full, "%s (3 steps): momentum", name);
+      check(full, m, hm, n, 1e-6);
+    }
+    if (which >= 3) {
+      snprintf(full, sizeof full, "%s (3 steps): second moment", name);
+      check(full, v, hv, n, 1e-6);
+    }
+    kdrt_cuda_free(w), kdrt_cuda_free(g), kdrt_cuda_free(m), kdrt_cuda_free(v);
+    free(hw), free(hg), free(hm), free(hv);
+  }
+}
+
+extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--matmul-tol") && i + 1 < argc) tol_mm = atof(argv[++i]);
+    else {
+      fprintf(stderr, "usage: train opcheck [--matmul-tol X]\n");
+      return 2;
+    }
+  }
+  if (precision == KDRT_PREC_TF32 && tol_mm < 5e-3) tol_mm = 5e-3;
+  if (precision == KDRT_PREC_BF16 && tol_mm < 3e-2) tol_mm = 3e-2;
+  static const int mesh_shape[2] = {2, 2};
+  static const char *const mesh_axes[2] = {"data", "model"};
+  static kdrt_program prog; // a (2, 2) mesh, so that dropout sees a sharded block
+  prog.model_name = "opcheck", prog.mesh_ndim = 2, prog.mesh_shape = mesh_shape;
+  prog.mesh_axes = mesh_axes, prog.batch_axis = -1, prog.batch = 1;
+  static kdrt_ctx c;
+  c.prog = &prog, c.rank = 0, c.world = 1, c.coord[0] = 1, c.coord[1] = 1, c.seed = 1337;
+  D = kdrt_cuda_open(&c, precision);
+  cudaDeviceProp p;
+  CUDA_CHECK(cudaGetDeviceProperties(&p, D->impl->device));
+  printf("opcheck: CUDA kernels against the CPU runtime on %s (sm_%d%d), matmul tolerance %.0e\n",
+         p.name, p.major, p.minor, tol_mm);
+  check_elementwise();
+  check_bias();
+  check_softmax();
+  check_losses();
+  check_matmul();
+  check_conv();
+  check_pool();
+  check_blocks();
+  check_dropout(&c);
+  check_optim();
+  printf("opcheck: %d checks, %s\n", checks, failures ? "FAILED" : "ok");
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,486 @@
+// data.c: the data files a training program reads, and what it hands a step.
+//
+// Formats, recognised by their first bytes, never by their names:
+//   - .npy (\x93NUMPY): little-endian f4 f8 u1 i4 i8, C order;
+//   - IDX, as MNIST and Fashion-MNIST ship (00 00 TYPE NDIM, then NDIM
+//     big-endian uint32 dims, then the elements, big-endian): TYPE 0x08 u8,
+//     0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64; images are
+//     0x00000803 [N, 28, 28], labels 0x00000801 [N];
+//   - either of them gzip'd (1f 8b): decompressed once, into memory.
+// A plain file is mmap'd, so a rank touches only the pages of the rows it
+// reads; every rank reads only its own rows of each global batch.
+//
+// Fitting a file to the model (kdrt_data_open):
+//   - inputs fit when each sample has as many elements as the model's input
+//     ([N, 28, 28] feeds [28, 28, 1] or [784]): the bytes are the same,
+//     row-major, so nothing is said;
+//   - labels follow the program's label_kind: CLASSID takes class ids [N]
+//     or [N, 1]; ONEHOT takes [N, C] as it is, or class ids that it expands
+//     to one-hot rows of C = num_classes; DENSE and BINARY take any shape with
+//     the label's element count per sample. Class ids are checked once, at
+//     open (every id an integer in [0, num_classes)), so a bad label is an
+//     error before the first step and not a silent NaN.
+// Every problem is a message naming the file and what did not fit, returned
+// to kdrt.c, which prints it once and ends every rank with status 1.
+#include "kdrt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+// "(60000, 28, 28)", or with first = "N": "(N, 28, 28, 1)"; one element: "(N,)".
+static void fmt_shape(char *buf, size_t len, const char *first, int n, const int64_t *v) {
+  size_t k = (size_t)snprintf(buf, len, "(%s", first);
+  for (int i = 0; i < n && k < len; i++)
+    k += (size_t)snprintf(buf + k, len - k, "%s%lld", (i || *first) ? ", " : "",
+                          (long long)v[i]);
+  if (k < len) snprintf(buf + k, len - k, "%s)", n + (*first != 0) == 1 ? "," : "");
+}
+
+static int64_t prod(int n, const int64_t *v) {
+  int64_t p = 1;
+  for (int i = 0; i < n; i++) p *= v[i];
+  return p;
+}
+
+// The dtype of a header as numpy names it: "uint8", "float32", ...
+static const char *dtype_name(const kdrt_array_header *h) {
+  switch (h->kind * 16 + h->size) {
+  case 'u' * 16 + 1: return "uint8";
+  case 'i' * 16 + 1: return "int8";
+  case 'i' * 16 + 2: return "int16";
+  case 'i' * 16 + 4: return "int32";
+  case 'i' * 16 + 8: return "int64";
+  case 'f' * 16 + 4: return "float32";
+  case 'f' * 16 + 8: return "float64";
+  default: return "?";
+  }
+}
+
+// ------------------------------------------------------------ .npy headers
+
+// Find key ('key' or "key") in the header dict; returns the text after its colon.
+static const char *npy_key(const char *h, const char *end, const char *key) {
+  size_t kl = strlen(key);
+  for (const char *p = h; p + kl + 2 <= end; p++) {
+    if ((*p == '\'' || *p == '"') && !strncmp(p + 1, key, kl) && p[kl + 1] == *p) {
+      p += kl + 2;
+      while (p < end && (*p == ' ' || *p == ':')) p++;
+      return p;
+    }
+  }
+  return NULL;
+}
+
+int kdrt_npy_parse(const unsigned char *buf, size_t len, kdrt_npy *out, char *err,
+                   size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (len < 10 || memcmp(buf, "\x93NUMPY", 6))
+    return fail(err, errlen, "not a .npy file (no \\x93NUMPY magic)");
+  size_t hlen, hstart;
+  if (buf[6] == 1) {
+    hlen = buf[8] | (size_t)buf[9] << 8, hstart = 10;
+  } else if (buf[6] == 2 || buf[6] == 3) {
+    if (len < 12) return fail(err, errlen, "truncated .npy header");
+    hlen = buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+    hstart = 12;
+  } else {
+    return fail(err, errlen, ".npy format version %d is not supported", buf[6]);
+  }
+  if (hstart + hlen > len) return fail(err, errlen, "truncated .npy header");
+  const char *h = (const char *)buf + hstart, *end = h + hlen;
+  out->data_offset = hstart + hlen;
+
+  // 'descr': '<f4'
+  const char *p = npy_key(h, end, "descr");
+  if (!p || p >= end || (*p != '\'' && *p != '"'))
+    return fail(err, errlen, ".npy header has no 'descr' string");
+  char q = *p++, descr[16];
+  size_t n = 0;
+  while (p < end && *p != q && n + 1 < sizeof descr) descr[n++] = *p++;
+  descr[n] = 0;
+  if (n < 3 || strchr("<>|=", descr[0]) == NULL || descr[0] == '>')
+    return fail(err, errlen, "dtype '%s' is not supported (big-endian or structured)", descr);
+  out->kind = descr[1];
+  out->size = atoi(descr + 2);
+  int ok = (out->kind == 'f' && (out->size == 4 || out->size == 8)) ||
+           (out->kind == 'u' && out->size == 1) ||
+           (out->kind == 'i' && (out->size == 4 || out->size == 8));
+  if (!ok)
+    return fail(err, errlen,
+                "dtype '%s' is not supported (use float32, float64, uint8, int32 or int64)",
+                descr);
+
+  // 'fortran_order': False
+  p = npy_key(h, end, "fortran_order");
+  if (!p) return fail(err, errlen, ".npy header has no 'fortran_order'");
+  if (!strncmp(p, "True", 4))
+    return fail(err, errlen, "array is in Fortran order; save it with "
+                             "np.save(f, np.ascontiguousarray(a))");
+  if (strncmp(p, "False", 5)) return fail(err, errlen, "bad 'fortran_order' value");
+
+  // 'shape': (128, 28, 28, 1)
+  p = npy_key(h, end, "shape");
+  if (!p || *p != '(') return fail(err, errlen, ".npy header has no 'shape' tuple");
+  p++;
+  for (;;) {
+    while (p < end && (*p == ' ' || *p == ',')) p++;
+    if (p >= end) return fail(err, errlen, "unterminated 'shape' tuple");
+    if (*p == ')') break;
+    char *e;
+    long long v = strtoll(p, &e, 10);
+    if (e == p || v < 0) return fail(err, errlen, "bad 'shape' tuple");
+    if (out->ndim == 8) return fail(err, errlen, "more than 8 dimensions");
+    out->shape[out->ndim++] = v;
+    p = e;
+    while (p < end && (*p == 'L' || *p == ' ')) p++; // Python 2 longs
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------ IDX headers
+
+int kdrt_idx_parse(const unsigned char *buf, size_t len, kdrt_array_header *out, char *err,
+                   size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (len < 4 || buf[0] || buf[1])
+    return fail(err, errlen, "not an IDX file (the magic number does not start with 00 00)");
+  switch (buf[2]) {
+  case 0x08: out->kind = 'u', out->size = 1; break;
+  case 0x09: out->kind = 'i', out->size = 1; break;
+  case 0x0B: out->kind = 'i', out->size = 2; break;
+  case 0x0C: out->kind = 'i', out->size = 4; break;
+  case 0x0D: out->kind = 'f', out->size = 4; break;
+  case 0x0E: out->kind = 'f', out->size = 8; break;
+  default:
+    return fail(err, errlen,
+                "IDX type byte 0x%02X is not one of 0x08 (uint8), 0x09 (int8), 0x0B (int16), "
+                "0x0C (int32), 0x0D (float32), 0x0E (float64)", buf[2]);
+  }
+  out->big_endian = out->size > 1;
+  int nd = buf[3];
+  if (nd < 1 || nd > 8)
+    return fail(err, errlen, "IDX header has %d dimensions (1 to 8 are supported)", nd);
+  size_t need = 4 + 4 * (size_t)nd;
+  if (len < need)
+    return fail(err, errlen, "truncated IDX header: %d dimensions need %zu bytes, the file has %zu",
+                nd, need, len);
+  out->ndim = nd;
+  for (int i = 0; i < nd; i++) {
+    const unsigned char *p = buf + 4 + 4 * i;
+    out->shape[i] = (int64_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+                              (uint32_t)p[2] << 8 | p[3]);
+  }
+  out->data_offset = need;
+  return 0;
+}
+
+// ------------------------------------------------------------ files
+
+// Read a whole gzip file into memory (grown by doubling). Truncated or
+// corrupt streams are errors: zlib checks the CRC and length trailer.
+static int gunzip(const char *path, unsigned char **out, size_t *outlen, char *err,
+                  size_t errlen) {
+  gzFile g = gzopen(path, "rb");
+  if (!g) return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno ? errno : ENOMEM));
+  gzbuffer(g, 1 << 17);
+  size_t cap = 1 << 20, n = 0;
+  unsigned char *buf = malloc(cap);
+  for (;;) {
+    if (!buf) {
+      gzclose(g);
+      return fail(err, errlen, "%s: out of memory decompressing", path);
+    }
+    if (n == cap) {
+      unsigned char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+      if (!nb) free(buf);
+      buf = nb, cap *= 2;
+      continue;
+    }
+    size_t want = cap - n > (1u << 30) ? (1u << 30) : cap - n;
+    int got = gzread(g, buf + n, (unsigned)want);
+    if (got < 0) break;
+    if (got == 0) break;
+    n += (size_t)got;
+  }
+  int zerr = Z_OK;
+  const char *msg = gzerror(g, &zerr);
+  gzclose(g);
+  if (zerr != Z_OK && zerr != Z_STREAM_END) {
+    free(buf);
+    if (zerr == Z_BUF_ERROR)
+      return fail(err, errlen, "%s: gzip data is truncated (%s)", path, msg);
+    return fail(err, errlen, "%s: corrupt gzip data (%s)", path, msg);
+  }
+  *out = buf, *outlen = n;
+  return 0;
+}
+
+// Parse the header of bytes[0..len) (npy or IDX) and check that the data
+// the shape promises is all there.
+static int parse_bytes(kdrt_array *a, const unsigned char *bytes, size_t len, const char *format,
+                       char *err, size_t errlen) {
+  char e[200];
+  const char *path = a->path;
+  if (len >= 6 && !memcmp(bytes, "\x93NUMPY", 6)) {
+    a->format = format ? "gzip'd .npy" : ".npy";
+    if (kdrt_npy_parse(bytes, len, &a->h, e, sizeof e)) return fail(err, errlen, "%s: %s", path, e);
+  } else if (len >= 2 && bytes[0] == 0 && bytes[1] == 0) {
+    a->format = format ? "gzip'd IDX" : "IDX";
+    if (kdrt_idx_parse(bytes, len, &a->h, e, sizeof e)) return fail(err, errlen, "%s: %s", path, e);
+  } else {
+    char got[40] = "";
+    for (size_t i = 0, k = 0; i < 4 && i < len; i++)
+      k += (size_t)snprintf(got + k, sizeof got - k, "%s%02x", i ? " " : "", bytes[i]);
+    return fail(err, errlen,
+                "%s: not a .npy or IDX file%s (it starts with %s; .npy starts with 93 4e 55 "
+                "4d, IDX with 00 00, gzip with 1f 8b)", path, format ? " inside the gzip" : "",
+                len ? got : "nothing, it is empty");
+  }
+  const kdrt_array_header *h = &a->h;
+  if (h->ndim < 1) return fail(err, errlen, "%s: a 0-dimensional array holds no samples", path);
+  // Bytes the shape promises, without overflow.
+  int64_t elems = 1;
+  for (int i = 0; i < h->ndim; i++) {
+    if (h->shape[i] && elems > INT64_MAX / 16 / h->shape[i])
+      return fail(err, errlen, "%s: shape is too large", path);
+    elems *= h->shape[i];
+  }
+  size_t need = (size_t)elems * (size_t)h->size, have = len - h->data_offset;
+  char shp[160];
+  fmt_shape(shp, sizeof shp, "", h->ndim, h->shape);
+  if (have < need)
+    return fail(err, errlen,
+                "%s: file is truncated: %zu bytes of data, but %s of %s shape %s needs %zu",
+                path, have, a->format, dtype_name(h), shp, need);
+  if (have > need && !strstr(a->format, "npy"))
+    return fail(err, errlen,
+                "%s: %zu bytes of data, but IDX %s shape %s needs exactly %zu: a corrupt "
+                "header or a wrong file", path, have, dtype_name(h), shp, need);
+  a->data = bytes + h->data_offset;
+  a->n = h->shape[0];
+  a->row = prod(h->ndim - 1, h->shape + 1);
+  return 0;
+}
+
+int kdrt_array_open(kdrt_array *a, const char *path, char *err, size_t errlen) {
+  memset(a, 0, sizeof *a);
+  a->path = path;
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st)) {
+    int e = errno;
+    close(fd);
+    return fail(err, errlen, "%s: cannot stat: %s", path, strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return fail(err, errlen, "%s: not a regular file", path);
+  }
+  unsigned char magic[2] = {0, 0};
+  ssize_t m = st.st_size >= 2 ? pread(fd, magic, 2, 0) : 0;
+  if (m == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    close(fd);
+    size_t len = 0;
+    if (gunzip(path, &a->buf, &len, err, errlen)) return -1;
+    return parse_bytes(a, a->buf, len, "gzip", err, errlen);
+  }
+  if (st.st_size == 0) {
+    close(fd);
+    return parse_bytes(a, (const unsigned char *)"", 0, NULL, err, errlen);
+  }
+  a->map_len = (size_t)st.st_size;
+  a->map = mmap(NULL, a->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (a->map == MAP_FAILED) {
+    a->map = NULL;
+    return fail(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+  }
+  return parse_bytes(a, a->map, a->map_len, NULL, err, errlen);
+}
+
+void kdrt_array_close(kdrt_array *a) {
+  if (a->map) munmap(a->map, a->map_len);
+  free(a->buf);
+  memset(a, 0, sizeof *a);
+}
+
+// Element i of the file (flat index) as a double.
+static double element(const kdrt_array *a, size_t i) {
+  const kdrt_array_header *h = &a->h;
+  const unsigned char *p = a->data + i * (size_t)h->size;
+  unsigned char b[8];
+  if (h->big_endian) {
+    for (int k = 0; k < h->size; k++) b[k] = p[h->size - 1 - k];
+    p = b;
+  }
+  switch (h->kind * 16 + h->size) {
+  case 'u' * 16 + 1: return *p;
+  case 'i' * 16 + 1: return (int8_t)*p;
+  case 'i' * 16 + 2: { int16_t x; memcpy(&x, p, 2); return x; }
+  case 'i' * 16 + 4: { int32_t x; memcpy(&x, p, 4); return x; }
+  case 'i' * 16 + 8: { int64_t x; memcpy(&x, p, 8); return (double)x; }
+  case 'f' * 16 + 4: { float x; memcpy(&x, p, 4); return x; }
+  default: { double x; memcpy(&x, p, 8); return x; }
+  }
+}
+
+void kdrt_array_row(const kdrt_array *a, int64_t s, double scale, float *out) {
+  size_t n = (size_t)a->row, base = (size_t)s * n;
+  if (a->h.kind == 'u' && a->h.size == 1) { // the common case: uint8 pixels
+    const unsigned char *p = a->data + base;
+    for (size_t i = 0; i < n; i++) out[i] = (float)(p[i] * scale);
+    return;
+  }
+  if (a->h.kind == 'f' && a->h.size == 4 && !a->h.big_endian && scale == 1.0) {
+    memcpy(out, a->data + base * 4, n * 4);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) out[i] = (float)(element(a, base + i) * scale);
+}
+
+// ------------------------------------------------------------ fitting files to the model
+
+int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, char *err, size_t errlen) {
+  int64_t want = prod(p->x_rank, p->x_shape);
+  if (a->row == want) return 0;
+  char got[160], exp[160];
+  fmt_shape(got, sizeof got, "", a->h.ndim, a->h.shape);
+  fmt_shape(exp, sizeof exp, "N", p->x_rank, p->x_shape);
+  return fail(err, errlen,
+              "%s: shape %s does not fit the model's input %s: a sample has %lld element%s, the "
+              "model's input %lld", a->path, got, exp, (long long)a->row, a->row == 1 ? "" : "s",
+              (long long)want);
+}
+
+int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int *conv, char *err,
+                    size_t errlen) {
+  int64_t want = prod(p->y_rank, p->y_shape);
+  int ids = a->h.ndim == 1 || (a->h.ndim == 2 && a->h.shape[1] == 1); // one number a sample
+  *conv = KDRT_LABELS_COPY;
+  char got[160], exp[160];
+  fmt_shape(got, sizeof got, "", a->h.ndim, a->h.shape);
+  fmt_shape(exp, sizeof exp, "N", p->y_rank, p->y_shape);
+  int k = p->num_classes;
+  switch (p->label_kind) {
+  case KDRT_LABEL_CLASSID:
+    if (!ids)
+      return fail(err, errlen,
+                  "%s: shape %s does not fit the model's labels: expected class ids (N,) or "
+                  "(N, 1), as the loss is a sparse one", a->path, got);
+    *conv = KDRT_LABELS_IDS;
+    break;
+  case KDRT_LABEL_ONEHOT:
+    if (a->row == want && !(ids && want == 1 && k > 1)) break;
+    if (!ids)
+      return fail(err, errlen,
+                  "%s: shape %s does not fit the model's labels: expected one-hot %s or class "
+                  "ids (N,)", a->path, got, exp);
+    *conv = KDRT_LABELS_ONEHOT;
+    break;
+  default:
+    if (a->row == want) break;
+    return fail(err, errlen, "%s: shape %s does not fit the model's labels: expected %s%s",
+                a->path, got, exp, want == 1 ? " or (N,)" : "");
+  }
+  if (*conv == KDRT_LABELS_COPY) return 0;
+  // Class ids: every one an integer in [0, k).
+  for (int64_t s = 0; s < a->n; s++) {
+    double v = element(a, (size_t)s);
+    if (!(v >= 0 && v < k && v == floor(v)))
+      return fail(err, errlen, "%s: label %g of sample %lld is not a class id in [0, %d)",
+                  a->path, v, (long long)s, k);
+  }
+  return 0;
+}
+
+void kdrt_label_row(const kdrt_array *a, int conv, int num_classes, int64_t s, float *out) {
+  switch (conv) {
+  case KDRT_LABELS_IDS: out[0] = (float)element(a, (size_t)s); break;
+  case KDRT_LABELS_ONEHOT: {
+    int cls = (int)element(a, (size_t)s);
+    for (int i = 0; i < num_classes; i++) out[i] = i == cls ? 1.0f : 0.0f;
+    break;
+  }
+  default: kdrt_array_row(a, s, 1.0, out); break;
+  }
+}
+
+// ------------------------------------------------------------ datasets
+
+int kdrt_data_open(kdrt_data *d, const kdrt_program *p, const char *xpath, const char *ypath,
+                   double scale, char *err, size_t errlen) {
+  memset(d, 0, sizeof *d);
+  d->p = p;
+  d->scale = scale;
+  d->xn = prod(p->x_rank, p->x_shape);
+  d->yn = prod(p->y_rank, p->y_shape);
+  d->owner = 1;
+  if (kdrt_array_open(&d->x, xpath, err, errlen) || kdrt_fit_inputs(&d->x, p, err, errlen) ||
+      kdrt_array_open(&d->y, ypath, err, errlen) ||
+      kdrt_fit_labels(&d->y, p, &d->yconv, err, errlen)) {
+    kdrt_data_close(d);
+    return -1;
+  }
+  if (d->x.n != d->y.n) {
+    fail(err, errlen, "%s has %lld samples but %s has %lld", xpath, (long long)d->x.n, ypath,
+         (long long)d->y.n);
+    kdrt_data_close(d);
+    return -1;
+  }
+  d->n = d->x.n;
+  return 0;
+}
+
+void kdrt_data_synthetic(kdrt_data *d, const kdrt_program *p, uint64_t seed, int64_t n) {
+  memset(d, 0, sizeof *d);
+  d->p = p;
+  d->synthetic = 1;
+  d->seed = seed;
+  d->scale = 1.0;
+  d->n = n;
+  d->xn = prod(p->x_rank, p->x_shape);
+  d->yn = prod(p->y_rank, p->y_shape);
+}
+
+kdrt_data kdrt_data_slice(const kdrt_data *d, int64_t first, int64_t n) {
+  kdrt_data v = *d;
+  v.owner = 0;
+  v.first = d->first + first;
+  v.n = n;
+  return v;
+}
+
+void kdrt_data_sample(const kdrt_data *d, int64_t i, float *x, float *y) {
+  int64_t s = d->first + i;
+  if (d->synthetic) {
+    kdrt_synthetic_sample(d->p, d->seed, s, x, y);
+    if (d->scale != 1.0)
+      for (int64_t k = 0; k < d->xn; k++) x[k] = (float)(x[k] * d->scale);
+    return;
+  }
+  kdrt_array_row(&d->x, s, d->scale, x);
+  kdrt_label_row(&d->y, d->yconv, d->p->num_classes, s, y);
+}
+
+void kdrt_data_close(kdrt_data *d) {
+  if (d->owner) kdrt_array_close(&d->x), kdrt_array_close(&d->y);
+  memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,906 @@
+// weights.c: Keras weights in (--weights, a .keras program's own weights),
+// out (--save-weights), and `./train predict`.
+//
+// The file format is Keras 3's model.weights.h5 (keras/src/saving/
+// saving_lib.py), alone or as a member of a .keras zip:
+//
+//   /vars                       attrs {name: <model name>}, empty
+//   /layers/<group>/vars        attrs {name: <layer name>}
+//   /layers/<group>/vars/<i>    float32 dataset, the layer's i-th variable
+//   /optimizer/vars/0, /1       iterations, learning_rate (an optimizer
+//                               before its first step has only these two)
+//
+// <group> is the layer's class name in snake case, made unique by a
+// counter over the model's layers in order: the second Dense is "dense_1"
+// whatever its name. Keras loads by that path and never looks at the name
+// attribute; so does kdrt, which checks in addition that the file holds no
+// weights the model lacks, so that another model's file is an error.
+//
+// Sharding: a variable's global tensor is split in blocks by its
+// kdrt_layout. Reading, every rank reads only its own block (an HDF5
+// hyperslab). Writing, rank 0 gathers one block from each distinct
+// position (MPI_Gatherv; ranks that only repeat a block send nothing),
+// places them, and writes. Files are written to a temporary name, fsync'd
+// and renamed, so a reader never sees half a file.
+#include "kdrt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zip.h>
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && !strcmp(s + n - k, suffix);
+}
+
+// "(3, 3, 1, 8)", "(10,)", "()" as Python prints shapes.
+static void fmt_shape(char *buf, size_t len, int n, const int64_t *v) {
+  size_t k = (size_t)snprintf(buf, len, "(");
+  for (int i = 0; i < n && k < len; i++)
+    k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)v[i]);
+  if (k < len) snprintf(buf + k, len - k, "%s)", n == 1 ? "," : "");
+}
+
+static int64_t elems(const kdrt_layout *l) {
+  int64_t n = 1;
+  for (int d = 0; d < l->rank; d++) n *= l->gshape[d];
+  return n;
+}
+
+// ------------------------------------------------------------ naming
+
+static int is_upper(char c) { return c >= 'A' && c <= 'Z'; }
+static int is_lower(char c) { return c >= 'a' && c <= 'z'; }
+
+// Keras's to_snake_case, regex by regex:
+//   re.sub(r"\W+", "", name)
+//   re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+//   re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+// (each sub scans left to right over non-overlapping matches).
+void kdrt_snake_case(const char *cls, char *buf, size_t len) {
+  size_t n = strlen(cls);
+  char *a = malloc(2 * n + 1), *b = malloc(4 * n + 1);
+  if (!a || !b) abort();
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = cls[i];
+    if (is_upper(ch) || is_lower(ch) || (ch >= '0' && ch <= '9') || ch == '_') a[k++] = ch;
+  }
+  a[k] = 0;
+  n = k, k = 0;
+  for (size_t i = 0; i < n;) {
+    if (i + 2 < n && is_upper(a[i + 1]) && is_lower(a[i + 2])) {
+      size_t e = i + 2;
+      while (e < n && is_lower(a[e])) e++;
+      b[k++] = a[i], b[k++] = '_';
+      for (size_t j = i + 1; j < e; j++) b[k++] = a[j];
+      i = e;
+    } else {
+      b[k++] = a[i++];
+    }
+  }
+  b[k] = 0;
+  n = k, k = 0;
+  for (size_t i = 0; i < n;) {
+    if (i + 1 < n && is_lower(b[i]) && is_upper(b[i + 1])) {
+      a[k++] = b[i], a[k++] = '_', a[k++] = b[i + 1];
+      i += 2;
+    } else {
+      a[k++] = b[i++];
+    }
+  }
+  a[k] = 0;
+  for (char *p = a; *p; p++)
+    if (is_upper(*p)) *p = (char)(*p - 'A' + 'a');
+  snprintf(buf, len, "%s", a);
+  free(a), free(b);
+}
+
+// Whether vars[v] is its layer's first variable in p (one layer, counted once).
+static int first_of_layer(const kdrt_program *p, int v) {
+  for (int u = 0; u < v; u++)
+    if (!strcmp(p->vars[u].layer, p->vars[v].layer)) return 0;
+  return 1;
+}
+
+const char *kdrt_weights_group(const kdrt_program *p, const char *layer, char *buf, size_t len) {
+  char snake[256], other[256];
+  for (int v = 0; v < p->nvars; v++) {
+    if (strcmp(p->vars[v].layer, layer) || !first_of_layer(p, v)) continue;
+    // Keras's _get_unique_name: the n-th layer of a snake name gets "_n".
+    kdrt_snake_case(p->vars[v].layer_class, snake, sizeof snake);
+    int count = 0;
+    for (int u = 0; u < v; u++) {
+      if (!first_of_layer(p, u)) continue;
+      kdrt_snake_case(p->vars[u].layer_class, other, sizeof other);
+      count += !strcmp(snake, other);
+    }
+    if (count) snprintf(buf, len, "%s_%d", snake, count);
+    else snprintf(buf, len, "%s", snake);
+    return buf;
+  }
+  return NULL;
+}
+
+// Variables of layer `layer` in p.
+static int layer_nvars(const kdrt_program *p, const char *layer) {
+  int n = 0;
+  for (int v = 0; v < p->nvars; v++) n += !strcmp(p->vars[v].layer, layer);
+  return n;
+}
+
+// ------------------------------------------------------------ blocks
+
+// This rank's block of l: start and extent per dim.
+static void block_of(const kdrt_layout *l, const int *mesh_shape, const int *coord,
+                     int64_t *start, int64_t *ext) {
+  for (int d = 0; d < l->rank; d++) {
+    int a = l->axis[d];
+    ext[d] = a >= 0 ? l->gshape[d] / mesh_shape[a] : l->gshape[d];
+    start[d] = a >= 0 ? coord[a] * ext[d] : 0;
+  }
+}
+
+void kdrt_block_place(const kdrt_layout *l, const int *mesh_shape, const int *coord,
+                      const float *block, float *g) {
+  int64_t start[KDRT_MAX_RANK], ext[KDRT_MAX_RANK], stride[KDRT_MAX_RANK];
+  if (l->rank == 0) {
+    g[0] = block[0];
+    return;
+  }
+  block_of(l, mesh_shape, coord, start, ext);
+  int r = l->rank;
+  stride[r - 1] = 1;
+  for (int d = r - 2; d >= 0; d--) stride[d] = stride[d + 1] * l->gshape[d + 1];
+  int64_t rows = 1;
+  for (int d = 0; d < r - 1; d++) rows *= ext[d];
+  for (int64_t row = 0; row < rows; row++) {
+    int64_t rest = row, off = start[r - 1];
+    for (int d = r - 2; d >= 0; d--) {
+      off += (start[d] + rest % ext[d]) * stride[d];
+      rest /= ext[d];
+    }
+    memcpy(g + off, block + row * ext[r - 1], sizeof(float) * (size_t)ext[r - 1]);
+  }
+}
+
+static void coords_of(const kdrt_program *p, int rank, int *coord) {
+  for (int a = p->mesh_ndim - 1; a >= 0; a--) {
+    coord[a] = rank % p->mesh_shape[a];
+    rank /= p->mesh_shape[a];
+  }
+}
+
+// Whether the rank at coord holds a block no lower rank holds: its
+// coordinate is 0 on every mesh axis the layout does not split over.
+static int block_owner(const kdrt_layout *l, int mesh_ndim, const int *coord) {
+  for (int a = 0; a < mesh_ndim; a++) {
+    int used = 0;
+    for (int d = 0; d < l->rank; d++) used |= l->axis[d] == a;
+    if (!used && coord[a] != 0) return 0;
+  }
+  return 1;
+}
+
+void kdrt_gather_global(kdrt_ctx *c, const kdrt_layout *l, const float *in, float *out) {
+  const kdrt_program *p = c->prog;
+  int64_t start[KDRT_MAX_RANK], ext[KDRT_MAX_RANK], nloc = 1;
+  block_of(l, p->mesh_shape, c->coord, start, ext);
+  for (int d = 0; d < l->rank; d++) nloc *= ext[d];
+  if (nloc > INT_MAX) kdrt_fatal(c, "a block of %lld floats is too large to gather", (long long)nloc);
+  int *counts = NULL, *displs = NULL, total = 0;
+  float *buf = NULL;
+  if (c->rank == 0) {
+    counts = calloc((size_t)c->world, sizeof *counts);
+    displs = calloc((size_t)c->world, sizeof *displs);
+    if (!counts || !displs) kdrt_fatal(c, "out of memory");
+    for (int r = 0; r < c->world; r++) {
+      int co[KDRT_MAX_AXES];
+      coords_of(p, r, co);
+      counts[r] = block_owner(l, p->mesh_ndim, co) ? (int)nloc : 0;
+      displs[r] = total;
+      if ((int64_t)total + counts[r] > INT_MAX) kdrt_fatal(c, "tensor too large to gather");
+      total += counts[r];
+    }
+    buf = malloc(sizeof(float) * (size_t)(total ? total : 1));
+    if (!buf) kdrt_fatal(c, "out of memory gathering %d floats", total);
+  }
+  int mine = block_owner(l, p->mesh_ndim, c->coord) ? (int)nloc : 0;
+  KDRT_MPI(MPI_Gatherv(in, mine, MPI_FLOAT, buf, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD));
+  if (c->rank == 0) {
+    for (int r = 0; r < c->world; r++) {
+      if (!counts[r]) continue;
+      int co[KDRT_MAX_AXES];
+      coords_of(p, r, co);
+      kdrt_block_place(l, p->mesh_shape, co, buf + displs[r], out);
+    }
+    free(buf), free(counts), free(displs);
+  }
+}
+
+// ------------------------------------------------------------ files
+
+// The whole of a zip member, malloc'd. 0, or -1 with err.
+static int zip_member(const char *path, const char *name, unsigned char **out, size_t *len,
+                      char *err, size_t errlen) {
+  int zerr = 0;
+  zip_t *z = zip_open(path, ZIP_RDONLY, &zerr);
+  if (!z) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, zerr);
+    fail(err, errlen, "%s: cannot read the archive: %s", path, zip_error_strerror(&e));
+    zip_error_fini(&e);
+    return -1;
+  }
+  zip_stat_t st;
+  zip_file_t *f = NULL;
+  int rc = -1;
+  if (zip_stat(z, name, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE)) {
+    fail(err, errlen, "%s: the archive has no %s", path, name);
+  } else if (!(f = zip_fopen(z, name, 0))) {
+    fail(err, errlen, "%s: cannot open %s in the archive: %s", path, name, zip_strerror(z));
+  } else {
+    *len = (size_t)st.size;
+    *out = malloc(*len ? *len : 1);
+    if (!*out) {
+      fail(err, errlen, "%s: out of memory for %s (%zu bytes)", path, name, *len);
+    } else if (zip_fread(f, *out, st.size) != (zip_int64_t)st.size) {
+      fail(err, errlen, "%s: cannot read %s from the archive: %s", path, name,
+           zip_file_strerror(f));
+      free(*out), *out = NULL;
+    } else {
+      rc = 0;
+    }
+  }
+  if (f) zip_fclose(f);
+  zip_discard(z);
+  return rc;
+}
+
+// Open a weights file for reading, by its first bytes: a zip (.keras) is
+// read into memory and opened as an HDF5 file image; HDF5 directly.
+static hid_t open_weights(const char *path, char *err, size_t errlen) {
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  FILE *f = fopen(path, "rb");
+  if (!f) return fail(err, errlen, "%s: cannot open weights file: %s", path, strerror(errno));
+  unsigned char magic[8] = {0};
+  size_t got = fread(magic, 1, sizeof magic, f);
+  fclose(f);
+  if (got >= 4 && !memcmp(magic, "PK\x03\x04", 4)) {
+    unsigned char *img;
+    size_t len;
+    if (zip_member(path, "model.weights.h5", &img, &len, err, errlen)) return -1;
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_core(fapl, 1 << 16, 0);
+    H5Pset_file_image(fapl, img, len); // HDF5 copies it
+    free(img);
+    hid_t h = H5Fopen("model.weights.h5", H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (h < 0) return fail(err, errlen, "%s: model.weights.h5 in the archive is not HDF5", path);
+    return h;
+  }
+  if (got == 8 && !memcmp(magic, "\x89HDF\r\n\x1a\n", 8)) {
+    hid_t h = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (h < 0) return fail(err, errlen, "%s: cannot open as HDF5", path);
+    return h;
+  }
+  return fail(err, errlen, "%s: not a .keras archive or a .weights.h5 file", path);
+}
+
+// A group's string attribute `name` into buf ("?" if none).
+static void name_attr(hid_t g, char *buf, size_t len) {
+  snprintf(buf, len, "?");
+  if (H5Aexists(g, "name") <= 0) return;
+  hid_t a = H5Aopen(g, "name", H5P_DEFAULT), t = H5Aget_type(a);
+  if (H5Tget_class(t) == H5T_STRING) {
+    hid_t mt = H5Tcopy(H5T_C_S1);
+    H5Tset_cset(mt, H5Tget_cset(t)); // h5py writes UTF-8; HDF5 does not convert
+    if (H5Tis_variable_str(t) > 0) {
+      char *s = NULL;
+      H5Tset_size(mt, H5T_VARIABLE);
+      if (H5Aread(a, mt, &s) >= 0 && s) {
+        snprintf(buf, len, "%s", s);
+        H5free_memory(s);
+      }
+    } else {
+      size_t n = H5Tget_size(t);
+      char *s = calloc(n + 1, 1);
+      H5Tset_size(mt, n + 1);
+      if (s && H5Aread(a, mt, s) >= 0) snprintf(buf, len, "%s", s);
+      free(s);
+    }
+    H5Tclose(mt);
+  }
+  H5Tclose(t);
+  H5Aclose(a);
+}
+
+static int has_link(hid_t loc, const char *path) {
+  return H5Lexists(loc, path, H5P_DEFAULT) > 0 && H5Oexists_by_name(loc, path, H5P_DEFAULT) > 0;
+}
+
+// Links in a group (its datasets and subgroups).
+static int64_t nlinks(hid_t g) {
+  H5G_info_t info;
+  return H5Gget_info(g, &info) < 0 ? -1 : (int64_t)info.nlinks;
+}
+
+// "layers/dense ('d1'), layers/dense_1 ('d2')": the groups of the file that
+// hold variables, for messages.
+static void list_groups(hid_t file, char *buf, size_t len) {
+  size_t k = 0;
+  buf[0] = 0;
+  if (!has_link(file, "layers")) {
+    snprintf(buf, len, "no layers group");
+    return;
+  }
+  hid_t layers = H5Gopen2(file, "layers", H5P_DEFAULT);
+  int64_t n = nlinks(layers);
+  for (int64_t i = 0; i < n && k < len; i++) {
+    char name[256], path[300], lname[256];
+    if (H5Lget_name_by_idx(layers, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, name, sizeof name,
+                           H5P_DEFAULT) < 0)
+      continue;
+    snprintf(path, sizeof path, "%s/vars", name);
+    if (!has_link(layers, path)) continue;
+    hid_t g = H5Gopen2(layers, path, H5P_DEFAULT);
+    if (nlinks(g) > 0) {
+      name_attr(g, lname, sizeof lname);
+      k += (size_t)snprintf(buf + k, len - k, "%slayers/%s ('%s')", k ? ", " : "", name, lname);
+    }
+    H5Gclose(g);
+  }
+  H5Gclose(layers);
+  if (!k) snprintf(buf, len, "no layer weights");
+}
+
+// Check one variable's dataset against the model, then read this rank's
+// block of it into out.
+static int read_var(hid_t file, const char *path, const kdrt_program *p, const kdrt_var *v,
+                    const char *group, const int *coord, float *out, char *err, size_t errlen) {
+  char ds_path[512], have[160], want[160];
+  snprintf(ds_path, sizeof ds_path, "layers/%s/vars/%d", group, v->index);
+  if (!has_link(file, ds_path))
+    return fail(err, errlen, "%s: no %s for variable '%s'", path, ds_path, v->path);
+  hid_t ds = H5Dopen2(file, ds_path, H5P_DEFAULT);
+  if (ds < 0) return fail(err, errlen, "%s: %s is not a dataset", path, ds_path);
+  hid_t t = H5Dget_type(ds), fs = H5Dget_space(ds);
+  int rc = 0;
+  int rank = H5Sget_simple_extent_ndims(fs);
+  hsize_t dims[32];
+  int64_t d64[32];
+  if (H5Tget_class(t) != H5T_FLOAT) {
+    rc = fail(err, errlen, "%s: %s (variable '%s') is not floating point", path, ds_path, v->path);
+  } else if (rank < 0 || rank > 32) {
+    rc = fail(err, errlen, "%s: %s has a dataspace kdrt cannot read", path, ds_path);
+  } else {
+    H5Sget_simple_extent_dims(fs, dims, NULL);
+    int same = rank == v->layout.rank;
+    for (int d = 0; d < rank; d++) {
+      d64[d] = (int64_t)dims[d];
+      if (same) same = d64[d] == v->layout.gshape[d];
+    }
+    if (!same) {
+      fmt_shape(have, sizeof have, rank, d64);
+      fmt_shape(want, sizeof want, v->layout.rank, v->layout.gshape);
+      rc = fail(err, errlen, "%s: variable '%s' (%s) has shape %s in the file, but the model's "
+                "is %s", path, v->path, ds_path, have, want);
+    }
+  }
+  if (!rc) {
+    hsize_t start[KDRT_MAX_RANK], count[KDRT_MAX_RANK];
+    int64_t s[KDRT_MAX_RANK], e[KDRT_MAX_RANK];
+    block_of(&v->layout, p->mesh_shape, coord, s, e);
+    for (int d = 0; d < rank; d++) start[d] = (hsize_t)s[d], count[d] = (hsize_t)e[d];
+    hid_t ms;
+    if (rank > 0) {
+      H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+      ms = H5Screate_simple(rank, count, NULL);
+    } else {
+      ms = H5Screate(H5S_SCALAR);
+    }
+    if (H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out) < 0)
+      rc = fail(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
+    H5Sclose(ms);
+  }
+  H5Sclose(fs);
+  H5Tclose(t);
+  H5Dclose(ds);
+  return rc;
+}
+
+int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path, float *params,
+                      char *err, size_t errlen) {
+  hid_t file = open_weights(path, err, errlen);
+  if (file < 0) return -1;
+  // Everything is read into a copy first: a file that does not fit leaves
+  // params as they were.
+  float *stage = malloc(sizeof(float) * (p->param_floats ? p->param_floats : 1));
+  if (!stage) {
+    H5Fclose(file);
+    return fail(err, errlen, "%s: out of memory", path);
+  }
+  if (p->param_floats) memcpy(stage, params, sizeof(float) * p->param_floats);
+  int rc = 0;
+  char group[256], gpath[300], have[4096];
+  for (int v = 0; v < p->nvars && !rc; v++) {
+    const kdrt_var *var = &p->vars[v];
+    kdrt_weights_group(p, var->layer, group, sizeof group);
+    snprintf(gpath, sizeof gpath, "layers/%s/vars", group);
+    if (!has_link(file, gpath)) {
+      list_groups(file, have, sizeof have);
+      rc = fail(err, errlen, "%s: no weights for layer '%s' (%s): the file has no group "
+                "layers/%s; it holds %s", path, var->layer, var->layer_class, group, have);
+      break;
+    }
+    if (var->index == 0) { // once per layer: the file must hold as many variables
+      hid_t g = H5Gopen2(file, gpath, H5P_DEFAULT);
+      int64_t n = nlinks(g);
+      H5Gclose(g);
+      int want = layer_nvars(p, var->layer);
+      if (n != want) {
+        rc = fail(err, errlen, "%s: layer '%s' (layers/%s) has %lld variable%s in the file, but "
+                  "%d in the model", path, var->layer, group, (long long)n, n == 1 ? "" : "s",
+                  want);
+        break;
+      }
+    }
+    rc = read_var(file, path, p, var, group, coord, stage + var->offset, err, errlen);
+  }
+  // Weights the model has no layer for: the file is another model's.
+  if (!rc && has_link(file, "layers")) {
+    hid_t layers = H5Gopen2(file, "layers", H5P_DEFAULT);
+    int64_t n = nlinks(layers);
+    for (int64_t i = 0; i < n && !rc; i++) {
+      char name[256], sub[300], lname[256];
+      if (H5Lget_name_by_idx(layers, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, name,
+                             sizeof name, H5P_DEFAULT) < 0)
+        continue;
+      snprintf(sub, sizeof sub, "%s/vars", name);
+      if (!has_link(layers, sub)) continue;
+      hid_t g = H5Gopen2(layers, sub, H5P_DEFAULT);
+      int64_t k = nlinks(g);
+      name_attr(g, lname, sizeof lname);
+      H5Gclose(g);
+      if (k <= 0) continue;
+      int known = 0;
+      for (int v = 0; v < p->nvars && !known; v++)
+        known = !strcmp(kdrt_weights_group(p, p->vars[v].layer, group, sizeof group), name);
+      if (!known)
+        rc = fail(err, errlen, "%s: layers/%s (layer '%s' in the file) holds %lld variable%s, "
+                  "but the model has no such layer: are these another model's weights?", path,
+                  name, lname, (long long)k, k == 1 ? "" : "s");
+    }
+    H5Gclose(layers);
+  }
+  H5Fclose(file);
+  if (!rc && p->param_floats) memcpy(params, stage, sizeof(float) * p->param_floats);
+  free(stage);
+  return rc;
+}
+
+// ------------------------------------------------------------ writing
+
+static void str_attr(hid_t loc, const char *key, const char *val) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(loc, key, t, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, t, &val);
+  H5Aclose(a);
+  H5Sclose(s);
+  H5Tclose(t);
+}
+
+static int write_dataset(hid_t g, const char *name, hid_t ftype, hid_t mtype, int rank,
+                         const int64_t *shape, const void *data) {
+  hsize_t dims[KDRT_MAX_RANK];
+  for (int d = 0; d < rank; d++) dims[d] = (hsize_t)shape[d];
+  hid_t s = rank ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
+  hid_t ds = H5Dcreate2(g, name, ftype, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  int rc = ds < 0 || H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0 ? -1 : 0;
+  if (ds >= 0) H5Dclose(ds);
+  H5Sclose(s);
+  return rc;
+}
+
+// model.weights.h5 as an in-memory image (malloc'd).
+static int h5_image(const kdrt_program *p, const float *const *global, int64_t step, float lr,
+                    unsigned char **out, size_t *len) {
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_core(fapl, 1 << 16, 0); // in memory, never on disk
+  hid_t f = H5Fcreate("model.weights.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  if (f < 0) return -1;
+  int rc = 0;
+  hid_t g = H5Gcreate2(f, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  str_attr(g, "name", p->model_name ? p->model_name : "model");
+  H5Gclose(g);
+  hid_t layers = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  for (int v = 0; v < p->nvars && !rc; v++) {
+    const kdrt_var *var = &p->vars[v];
+    char group[256], gpath[300], idx[16];
+    kdrt_weights_group(p, var->layer, group, sizeof group);
+    snprintf(gpath, sizeof gpath, "%s/vars", group);
+    if (!has_link(layers, group)) {
+      hid_t lg = H5Gcreate2(layers, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      hid_t vg = H5Gcreate2(lg, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      str_attr(vg, "name", var->layer);
+      H5Gclose(vg);
+      H5Gclose(lg);
+    }
+    hid_t vg = H5Gopen2(layers, gpath, H5P_DEFAULT);
+    snprintf(idx, sizeof idx, "%d", var->index);
+    rc = write_dataset(vg, idx, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, var->layout.rank,
+                       var->layout.gshape, global[v]);
+    H5Gclose(vg);
+  }
+  H5Gclose(layers);
+  // The optimizer as Keras saves one before its first step: iterations and
+  // the learning rate. Its slots are not saved (a checkpoint's business).
+  hid_t og = H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t ov = H5Gcreate2(og, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (!rc) rc = write_dataset(ov, "0", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, NULL, &step);
+  if (!rc) rc = write_dataset(ov, "1", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 0, NULL, &lr);
+  H5Gclose(ov);
+  H5Gclose(og);
+  if (!rc && H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) rc = -1;
+  ssize_t n = rc ? -1 : H5Fget_file_image(f, NULL, 0);
+  if (n > 0 && (*out = malloc((size_t)n)) && H5Fget_file_image(f, *out, (size_t)n) == n) {
+    *len = (size_t)n;
+  } else {
+    rc = -1;
+  }
+  H5Fclose(f);
+  return rc;
+}
+
+// fsync path's contents, then rename it to dst.
+static int commit(const char *tmp, const char *dst) {
+  int fd = open(tmp, O_RDONLY);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  if (rc || rename(tmp, dst)) return -1;
+  return 0;
+}
+
+static int write_all(const char *path, const void *data, size_t len) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return -1;
+  const unsigned char *p = data;
+  while (len) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      close(fd);
+      return -1;
+    }
+    p += w, len -= (size_t)w;
+  }
+  return close(fd);
+}
+
+int kdrt_weights_check_path(const kdrt_program *p, const char *path, char *err, size_t errlen) {
+  if (ends_with(path, ".keras")) {
+    if (!p->weights_file || !ends_with(p->weights_file, ".keras"))
+      return fail(err, errlen, "%s: a .keras file needs the model's config.json, but this "
+                  "program was not compiled from a .keras archive; save to a .weights.h5",
+                  path);
+    return 0;
+  }
+  if (!ends_with(path, ".weights.h5"))
+    return fail(err, errlen, "%s: the name must end in .weights.h5 or .keras, as Keras's "
+                "load_weights requires", path);
+  return 0;
+}
+
+// "3.15.1" from a metadata.json, else "3.0.0".
+static void keras_version(const unsigned char *meta, size_t len, char *buf, size_t blen) {
+  snprintf(buf, blen, "3.0.0");
+  if (!meta) return;
+  char *s = strndup((const char *)meta, len);
+  const char *k = s ? strstr(s, "\"keras_version\"") : NULL;
+  if (k && (k = strchr(k + 15, '"'))) {
+    size_t n = strcspn(k + 1, "\"\\");
+    if (n && n < blen) snprintf(buf, blen, "%.*s", (int)n, k + 1);
+  }
+  free(s);
+}
+
+int kdrt_weights_write(const kdrt_program *p, const char *path, const float *const *global,
+                       int64_t step, float lr, char *err, size_t errlen) {
+  if (kdrt_weights_check_path(p, path, err, errlen)) return -1;
+  int keras = ends_with(path, ".keras");
+  unsigned char *config = NULL, *meta = NULL, *img = NULL;
+  size_t config_len = 0, meta_len = 0, img_len = 0;
+  if (keras && zip_member(p->weights_file, "config.json", &config, &config_len, err, errlen))
+    return -1;
+  if (keras) {
+    char e2[64];
+    if (zip_member(p->weights_file, "metadata.json", &meta, &meta_len, e2, sizeof e2))
+      meta = NULL;
+  }
+  if (h5_image(p, global, step, lr, &img, &img_len)) {
+    free(config), free(meta);
+    return fail(err, errlen, "%s: HDF5 could not build the weights file", path);
+  }
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  int rc = 0;
+  if (!keras) {
+    if (write_all(tmp, img, img_len))
+      rc = fail(err, errlen, "%s: cannot write %s: %s", path, tmp, strerror(errno));
+  } else {
+    // Keras's own archive: config.json, metadata.json, model.weights.h5,
+    // stored uncompressed.
+    char version[64], metadata[256], date[64];
+    keras_version(meta, meta_len, version, sizeof version);
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%Y-%m-%d@%H:%M:%S", localtime_r(&now, &tm));
+    snprintf(metadata, sizeof metadata, "{\"keras_version\": \"%s\", \"date_saved\": \"%s\"}",
+             version, date);
+    int zerr = 0;
+    unlink(tmp);
+    zip_t *z = zip_open(tmp, ZIP_CREATE | ZIP_EXCL, &zerr);
+    const char *names[3] = {"metadata.json", "config.json", "model.weights.h5"};
+    const void *data[3] = {metadata, config, img};
+    size_t lens[3] = {strlen(metadata), config_len, img_len};
+    for (int i = 0; z && i < 3 && !rc; i++) {
+      zip_source_t *s = zip_source_buffer(z, data[i], lens[i], 0);
+      zip_int64_t at = s ? zip_file_add(z, names[i], s, ZIP_FL_ENC_UTF_8) : -1;
+      if (at < 0) {
+        if (s) zip_source_free(s);
+        rc = -1;
+      } else {
+        zip_set_file_compression(z, (zip_uint64_t)at, ZIP_CM_STORE, 0);
+      }
+    }
+    if (!z || rc || zip_close(z) != 0) {
+      rc = fail(err, errlen, "%s: cannot write the archive %s: %s", path, tmp,
+                z ? zip_strerror(z) : "zip_open failed");
+      if (z) zip_discard(z);
+    }
+  }
+  if (!rc && commit(tmp, path))
+    rc = fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+  if (rc) unlink(tmp);
+  free(config), free(meta), free(img);
+  return rc;
+}
+
+// ------------------------------------------------------------ collective forms
+
+int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
+  int rc = kdrt_weights_read(c->prog, c->coord, path, c->params, err, errlen), all = rc;
+  KDRT_MPI(MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (all && !rc) fail(err, errlen, "%s: another rank could not read its weights", path);
+  return all ? -1 : 0;
+}
+
+int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
+  const kdrt_program *p = c->prog;
+  float **global = calloc((size_t)(p->nvars ? p->nvars : 1), sizeof *global);
+  if (!global) kdrt_fatal(c, "out of memory");
+  for (int v = 0; v < p->nvars; v++) {
+    const kdrt_var *var = &p->vars[v];
+    if (c->rank == 0) {
+      global[v] = malloc(sizeof(float) * (size_t)elems(&var->layout));
+      if (!global[v]) kdrt_fatal(c, "out of memory for variable '%s'", var->path);
+    }
+    kdrt_gather_global(c, &var->layout, c->params + var->offset, global[v]);
+  }
+  int rc = 0;
+  if (c->rank == 0)
+    rc = kdrt_weights_write(p, path, (const float *const *)global, c->step, c->lr, err, errlen);
+  KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (rc && c->rank != 0) fail(err, errlen, "%s: rank 0 could not write it", path);
+  for (int v = 0; v < p->nvars; v++) free(global[v]);
+  free(global);
+  return rc;
+}
+
+// ------------------------------------------------------------ predict
+
+// Rank 0 says it, every rank leaves with status.
+static int leave(kdrt_ctx *c, int status, const char *fmt, ...) {
+  if (c->rank == 0 && fmt) {
+    fflush(stdout);
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("predict: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+  }
+  kdrt_comm_free(c);
+  MPI_Finalize();
+  return status;
+}
+
+static void predict_usage(FILE *f, const char *argv0, const kdrt_program *p) {
+  fprintf(f,
+          "usage: %s predict --x FILE.npy --out FILE.npy [--weights FILE | --init random]\n"
+          "                  [--scale S] [--seed S] [--quiet]\n"
+          "The model's outputs for every sample of --x (no dropout), in batches of %d,\n"
+          "written as float32 .npy [N, outputs...]. Weights: --weights (.keras or\n"
+          ".weights.h5), else %s%s.\n",
+          argv0, p->batch, p->weights_file ? "the ones compiled from " : "random from --seed",
+          p->weights_file ? p->weights_file : "");
+}
+
+// A .npy header for float32 [n, dims...], padded so the data is 64-byte aligned.
+static size_t npy_header(char *buf, size_t len, int64_t n, int rank, const int64_t *dims) {
+  char shape[256], dict[512];
+  int64_t all[KDRT_MAX_RANK + 1];
+  all[0] = n;
+  for (int d = 0; d < rank; d++) all[d + 1] = dims[d];
+  fmt_shape(shape, sizeof shape, rank + 1, all);
+  int k = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }",
+                   shape);
+  size_t total = (10 + (size_t)k + 1 + 63) / 64 * 64, hl = total - 10;
+  if (total > len) return 0;
+  memcpy(buf, "\x93NUMPY\x01\x00", 8);
+  buf[8] = (char)(hl & 0xff), buf[9] = (char)(hl >> 8);
+  memset(buf + 10, ' ', hl);
+  memcpy(buf + 10, dict, (size_t)k);
+  buf[total - 1] = '\n';
+  return total;
+}
+
+int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
+  KDRT_MPI(MPI_Init(&argc, &argv));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  static kdrt_ctx ctx;
+  kdrt_ctx *c = &ctx;
+  c->prog = p;
+  KDRT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+  KDRT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->world));
+  const char *x_path = NULL, *out_path = NULL, *weights = NULL;
+  int init_random = 0, quiet = 0;
+  double scale = 1.0;
+  c->seed = 1337;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      if (c->rank == 0) predict_usage(stdout, argv[0], p);
+      return leave(c, 0, NULL);
+    }
+    if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+      quiet = 1;
+      continue;
+    }
+    if (!v) return leave(c, 2, "option '%s' needs a value (see %s predict --help)", a, argv[0]);
+    i++;
+    if (!strcmp(a, "--x")) x_path = v;
+    else if (!strcmp(a, "--out")) out_path = v;
+    else if (!strcmp(a, "--weights")) weights = v;
+    else if (!strcmp(a, "--init") && !strcmp(v, "random")) init_random = 1;
+    else if (!strcmp(a, "--init")) return leave(c, 2, "--init takes 'random', got '%s'", v);
+    else if (!strcmp(a, "--seed")) c->seed = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--scale")) { // "0.5" or "1/255", as training's --scale
+      char *e;
+      scale = strtod(v, &e);
+      if (*e == '/') scale /= strtod(e + 1, &e);
+      if (*e || !isfinite(scale) || scale == 0)
+        return leave(c, 2, "--scale wants a number or a fraction such as 1/255, got '%s'", v);
+    }
+    else return leave(c, 2, "unknown option '%s %s' (see %s predict --help)", a, v, argv[0]);
+  }
+  if (!x_path || !out_path)
+    return leave(c, 2, "--x and --out are required (see %s predict --help)", argv[0]);
+  if (weights && init_random) return leave(c, 2, "--weights and --init random exclude each other");
+  if (p->pred_layout.rank < 1 || p->pred_offset == SIZE_MAX)
+    return leave(c, 1, "this program does not know where its model output lives; recompile it "
+                 "with this kdcc");
+  int devices = 1;
+  for (int a = 0; a < p->mesh_ndim; a++) devices *= p->mesh_shape[a];
+  if (devices != c->world)
+    return leave(c, 1, "this program was compiled for %d device%s but runs on %d rank%s; run "
+                 "it as: mpirun -np %d %s predict ...", devices, devices == 1 ? "" : "s", c->world,
+                 c->world == 1 ? "" : "s", devices, argv[0]);
+  coords_of(p, c->rank, c->coord);
+  c->lr = p->learning_rate;
+  size_t bytes[3] = {p->param_floats, p->grad_floats, p->arena_floats};
+  float **bufs[3] = {&c->params, &c->grads, &c->arena};
+  for (int i = 0; i < 3; i++) {
+    size_t n = (bytes[i] * sizeof(float) + 63) / 64 * 64;
+    if (!(*bufs[i] = aligned_alloc(64, n ? n : 64))) kdrt_fatal(c, "out of memory");
+    memset(*bufs[i], 0, n ? n : 64);
+  }
+  p->init(c);
+  const char *wfile = weights ? weights : init_random ? NULL : p->weights_file;
+  char err[4096];
+  if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) return leave(c, 1, "%s", err);
+  if (!wfile && !quiet && c->rank == 0)
+    fprintf(stderr, "predict: no weights file; predicting with random weights from --seed "
+            "%llu\n", (unsigned long long)c->seed);
+
+  // The inputs: any file data.c reads, as many elements a sample as the model's input.
+  kdrt_array xa;
+  if (kdrt_array_open(&xa, x_path, err, sizeof err) || kdrt_fit_inputs(&xa, p, err, sizeof err))
+    return leave(c, 1, "%s", err);
+  int64_t n = xa.n, xn = xa.row, yn = 1, on = 1;
+  for (int d = 0; d < p->y_rank; d++) yn *= p->y_shape[d];
+  for (int d = 1; d < p->pred_layout.rank; d++) on *= p->pred_layout.gshape[d];
+
+  int ba = p->batch_axis;
+  int lb = ba >= 0 ? p->batch / p->mesh_shape[ba] : p->batch;
+  int row0 = ba >= 0 ? c->coord[ba] * lb : 0;
+  float *x = calloc((size_t)(lb * xn), sizeof(float)), *y = calloc((size_t)(lb * yn), sizeof(float));
+  float *g = NULL, *result = NULL;
+  if (c->rank == 0) {
+    g = malloc(sizeof(float) * (size_t)elems(&p->pred_layout));
+    result = malloc(sizeof(float) * (size_t)(n * on > 0 ? n * on : 1));
+  }
+  if (!x || !y || (c->rank == 0 && (!g || !result))) kdrt_fatal(c, "out of memory");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int64_t steps = (n + p->batch - 1) / p->batch;
+  for (int64_t s = 0; s < steps; s++) {
+    for (int i = 0; i < lb; i++) {
+      int64_t pos = s * p->batch + row0 + i;
+      float *xr = x + (size_t)i * (size_t)xn;
+      if (pos >= n) { // padding
+        memset(xr, 0, sizeof(float) * (size_t)xn);
+        continue;
+      }
+      kdrt_array_row(&xa, pos, scale, xr);
+    }
+    float loss, metric;
+    p->eval_step(c, x, y, &loss, &metric);
+    kdrt_gather_global(c, &p->pred_layout, c->arena + p->pred_offset, g);
+    if (c->rank == 0) {
+      int64_t keep = n - s * p->batch < p->batch ? n - s * p->batch : p->batch;
+      memcpy(result + (size_t)(s * p->batch * on), g, sizeof(float) * (size_t)(keep * on));
+    }
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  kdrt_array_close(&xa);
+  int rc = 0;
+  if (c->rank == 0) {
+    char hdr[1024], tmp[4096];
+    size_t hl = npy_header(hdr, sizeof hdr, n, p->pred_layout.rank - 1, p->pred_layout.gshape + 1);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int bad = !f || !hl || fwrite(hdr, 1, hl, f) != hl ||
+              fwrite(result, sizeof(float), (size_t)(n * on), f) != (size_t)(n * on);
+    if (f && fclose(f)) bad = 1;
+    if (bad || commit(tmp, out_path)) {
+      fprintf(stderr, "predict: cannot write %s: %s\n", out_path, strerror(errno));
+      unlink(tmp);
+      rc = 1;
+    } else if (!quiet) {
+      double el = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+      char line[512];
+      kdrt_progress_line(line, sizeof line, steps, steps, 1, el, steps ? el / (double)steps : 0,
+                         0, NULL, NULL, 0);
+      printf("%s\n", line);
+    }
+  }
+  KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  free(x), free(y), free(g), free(result);
+  free(c->params), free(c->grads), free(c->arena);
+  return leave(c, rc, NULL);
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Check kdcc programs' weights files and predictions against real Keras 3
+(JAX backend, CPU). Driven by tests/sh/keras_weights.sh:
+
+    check_weights.py prepare DIR MODEL...   # DIR/<m>.x.npy: 37 fixed inputs;
+                                            # DIR/<m>.keras.weights.h5: Keras's own
+                                            # save_weights of models/<m>.keras
+    check_weights.py check DIR MODEL...     # compare what the programs wrote
+
+Files `check` reads for each model m (written by the programs):
+
+    DIR/<m>.read.npy      predict with the weights compiled in (the .keras's)
+    DIR/<m>.kw.npy        predict --weights DIR/<m>.keras.weights.h5
+    DIR/<m>.random.npy    predict --init random
+    DIR/<m>.trained.*     --save-weights after a few steps (.weights.h5 or .keras)
+    DIR/<m>.trained.npy   predict --weights DIR/<m>.trained.*
+
+and checks, within TOL (1e-4) absolute:
+  - Keras's predictions of models/<m>.keras equal read.npy and kw.npy (reading);
+  - load_model(models/<m>.keras) + load_weights(trained file) predicts
+    trained.npy (writing), the trained weights differ from the original ones,
+    and a saved .keras also loads whole with load_model;
+  - random.npy differs from read.npy (--init random ignores the file).
+Exit status 1 with a line per failure.
+"""
+import os
+import sys
+import warnings
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+TOL = 1e-4
+N = 37  # not a multiple of any compiled batch: the last batch is padded
+failures = []
+
+
+def model_path(m):
+    return os.path.join("models", m + ".keras")
+
+
+def load(path):
+    import keras
+
+    # Loading a compiled model warns that its optimizer (built on load) has
+    # more variables than the file's unbuilt one; Keras's own files do too.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return keras.saving.load_model(path)
+
+
+def load_weights(model, path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.load_weights(path)
+    for w in caught:
+        msg = str(w.message)
+        # Only the optimizer note above is expected.
+        if "optimizer" not in msg:
+            failures.append(f"{path}: Keras warned while loading: {msg}")
+
+
+def compare(what, got, want):
+    if got.shape != want.shape:
+        failures.append(f"{what}: shape {got.shape}, Keras {want.shape}")
+        return
+    err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+    status = "ok" if err <= TOL else "DIFFERS"
+    print(f"  {what}: max |kdcc - keras| = {err:.3g} {status}")
+    if err > TOL:
+        failures.append(f"{what}: max abs difference {err:.3g} > {TOL}")
+
+
+def prepare(d, models):
+    import keras  # noqa: F401
+
+    for m in models:
+        model = load(model_path(m))
+        shape = tuple(model.inputs[0].shape[1:])
+        rng = np.random.default_rng(20240611 + len(m))
+        x = rng.standard_normal((N,) + shape).astype(np.float32)
+        np.save(os.path.join(d, m + ".x.npy"), x)
+        model.save_weights(os.path.join(d, m + ".keras.weights.h5"))
+        print(f"  {m}: inputs {x.shape}, Keras's own weights file written")
+
+
+def check(d, models):
+    for m in models:
+        print(f"{m}:")
+        p = lambda suffix: os.path.join(d, m + suffix)  # noqa: E731
+        x = np.load(p(".x.npy"))
+        orig = load(model_path(m))
+        want = np.asarray(orig.predict(x, batch_size=N, verbose=0))
+        compare(f"{m}: predict from the compiled-in .keras weights", np.load(p(".read.npy")), want)
+        compare(f"{m}: predict --weights Keras's .weights.h5", np.load(p(".kw.npy")), want)
+
+        rnd = np.load(p(".random.npy"))
+        if rnd.shape == want.shape and np.max(np.abs(rnd - want)) < 1e-3:
+            failures.append(f"{m}: --init random predicts like the file's weights")
+
+        trained = [p(s) for s in (".trained.weights.h5", ".trained.keras") if os.path.exists(p(s))]
+        if not trained:
+            failures.append(f"{m}: no trained weights file was written")
+        for t in trained:
+            model = load(model_path(m))
+            load_weights(model, t)
+            got = np.load(p(".trained.npy"))
+            compare(f"{m}: load_weights({os.path.basename(t)}) then predict", got,
+                    np.asarray(model.predict(x, batch_size=N, verbose=0)))
+            moved = max(float(np.max(np.abs(a - b)))
+                        for a, b in zip(model.get_weights(), orig.get_weights()))
+            print(f"  {m}: training moved the weights by up to {moved:.3g}")
+            if moved < 1e-6:
+                failures.append(f"{m}: the saved weights equal the initial ones")
+            if t.endswith(".keras"):
+                whole = load(t)
+                compare(f"{m}: load_model({os.path.basename(t)}) then predict", got,
+                        np.asarray(whole.predict(x, batch_size=N, verbose=0)))
+
+
+def main():
+    if len(sys.argv) < 4 or sys.argv[1] not in ("prepare", "check"):
+        sys.exit(__doc__)
+    cmd, d, models = sys.argv[1], sys.argv[2], sys.argv[3:]
+    (prepare if cmd == "prepare" else check)(d, models)
+    for f in failures:
+        print("FAIL:", f)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

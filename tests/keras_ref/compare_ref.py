@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Compare one kdcc run with the Keras reference of its case (standard
+library only: runs in `make test` with no numpy or h5py).
+
+usage: compare_ref.py RTOL CASE.json HISTORY.json SAVED.weights.h5
+
+CASE.json comes from tests/keras_ref/run_ref.py (with final.npz beside it);
+HISTORY.json is the program's --history, SAVED the --save-weights output.
+Checked, all within RTOL:
+  - every train step's loss (history step_loss vs Keras's train_on_batch),
+    relative to Keras's value;
+  - each epoch's mean loss and the evaluate loss, likewise;
+  - every final weight: |kdcc - keras| <= RTOL * max|keras tensor|, per
+    tensor (the tensor's scale: an elementwise ratio means nothing for
+    weights that cross zero), matched by their model.weights.h5 path.
+Prints the worst relative difference of each kind; exit status 1 when any
+is over RTOL or anything is missing."""
+
+import ast
+import json
+import os
+import struct
+import sys
+import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import h5lite  # noqa: E402
+
+
+def npy(data):
+    """(shape, flat list) of a little-endian, C-order .npy held in data."""
+    if data[:6] != b"\x93NUMPY":
+        raise ValueError("not a .npy")
+    hl = struct.unpack_from("<H" if data[6] == 1 else "<I", data, 8)[0]
+    off = 10 if data[6] == 1 else 12
+    header = ast.literal_eval(data[off:off + hl].decode("latin1"))
+    if header["fortran_order"]:
+        raise ValueError("Fortran order")
+    code = {"<f4": "f", "<f8": "d", "<i4": "i", "<i8": "q", "|u1": "B"}[header["descr"]]
+    shape = tuple(header["shape"])
+    n = 1
+    for s in shape:
+        n *= s
+    return shape, list(struct.unpack_from("<%d%s" % (n, code), data, off + hl))
+
+
+def npz(path):
+    with zipfile.ZipFile(path) as z:
+        return {name[:-4]: npy(z.read(name)) for name in z.namelist() if name.endswith(".npy")}
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def main():
+    if len(sys.argv) != 5:
+        print(__doc__.split("\n\n")[1])
+        return 2
+    rtol = float(sys.argv[1])
+    ref = json.load(open(sys.argv[2]))
+    hist = json.load(open(sys.argv[3]))
+    name = ref["case"]
+    bad = []
+
+    # losses
+    got = hist.get("step_loss")
+    want = ref["step_loss"]
+    if got is None or len(got) != len(want):
+        bad.append(f"step_loss has {None if got is None else len(got)} entries, "
+                   f"Keras {len(want)}")
+        worst_step = float("inf")
+    else:
+        worst_step = max(rel(a, b) for a, b in zip(got, want))
+        i = max(range(len(want)), key=lambda k: rel(got[k], want[k]))
+        if worst_step > rtol:
+            bad.append(f"step {i + 1}: loss {got[i]!r}, Keras {want[i]!r}")
+    worst_epoch = max([rel(a, b) for a, b in zip(hist["loss"], ref["epoch_loss"])] +
+                      [rel(hist["evaluate"]["loss"], ref["evaluate"]["loss"])])
+    if len(hist["loss"]) != len(ref["epoch_loss"]) or worst_epoch > rtol:
+        bad.append(f"epoch losses {hist['loss']} / evaluate {hist['evaluate']['loss']}, "
+                   f"Keras {ref['epoch_loss']} / {ref['evaluate']['loss']}")
+
+    # final weights
+    final = npz(os.path.join(os.path.dirname(sys.argv[2]), ref["final_weights"]))
+    saved = h5lite.datasets(sys.argv[4])
+    worst_w, worst_path = 0.0, None
+    for path, (shape, want_w) in sorted(final.items()):
+        if path not in saved:
+            bad.append(f"{sys.argv[4]} has no {path} (it has {sorted(saved)})")
+            continue
+        gshape, got_w = saved[path]
+        if tuple(gshape) != tuple(shape):
+            bad.append(f"{path}: shape {tuple(gshape)}, Keras {tuple(shape)}")
+            continue
+        scale = max(max(abs(v) for v in want_w), 1e-12)
+        d = max(abs(a - b) for a, b in zip(got_w, want_w)) / scale
+        if d > worst_w:
+            worst_w, worst_path = d, path
+        if d > rtol:
+            bad.append(f"{path}: max |kdcc - keras| = {d:.2e} of max |keras|")
+
+    metric = ref.get("metric")
+    note = ""
+    if metric and metric in hist.get("evaluate", {}):
+        note = (f"; evaluate {metric} {hist['evaluate'][metric]:.4f} "
+                f"(Keras {ref['evaluate'][metric]:.4f})")
+    print(f"  {name}: worst relative difference: step losses {worst_step:.2e}, "
+          f"epoch/evaluate losses {worst_epoch:.2e}, final weights {worst_w:.2e}"
+          f"{f' ({worst_path})' if worst_path else ''}{note} "
+          f"({'ok' if not bad else 'DIFFERS'})")
+    for b in bad:
+        print(f"    {b}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""Train the reference models in real Keras 3 (JAX backend, 8 virtual CPU
+devices, keras.distribution) and write what kdcc must reproduce.
+
+Usage (from the repository root, with tests/keras_ref/requirements.txt):
+
+    python3 tests/keras_ref/run_ref.py                  # rewrite tests/fixtures/keras_ref/
+    python3 tests/keras_ref/run_ref.py --out DIR        # write elsewhere
+    python3 tests/keras_ref/run_ref.py --out DIR --check tests/fixtures/keras_ref
+                                                        # and compare with the committed ones
+    python3 tests/keras_ref/run_ref.py --out DIR --hlo  # also DIR/<case>.hlo.txt: the
+                                                        # optimized HLO of Keras's train step
+
+Cases (model, distribution spec from models/):
+
+    seed_mlp_dp     seed_mlp       seed_mlp_dp.dist.json     DataParallel (8,)
+    seed_mlp_mp     seed_mlp       seed_mlp_fixed.dist.json  ModelParallel (2,4)
+    func_branches   func_branches  func_branches.dist.json   ModelParallel (2,4)
+    cnn             cnn            cnn.dist.json             ModelParallel (2,4)
+    megatron        megatron       megatron.dist.json        ModelParallel (2,4)
+
+The models are the Python builders of make_models.py with every Dropout rate
+set to 0 before anything runs (Keras's and kdcc's dropout RNGs differ), so
+the saved config says rate 0.0. Per case the model is built under the
+distribution from keras.utils.set_random_seed(1234) and trained with
+train_on_batch on the batches of 16 in file order (no shuffling), 8 steps
+(DATA below: samples and epochs per model). train_on_batch resets the metrics
+first, so each returned loss is that step's own loss, not a running mean.
+
+Written under OUT/<model>/ (the cases of one model share model and data):
+
+    model.keras       the model with its initial weights (before any step)
+    x.npy, y.npy      the samples, in training order
+    final.npz         the trained weights, one array per model.weights.h5
+                      path (layers/dense/vars/0, ...; optimizer state left
+                      out), deflated
+    <case>.dist.json  the distribution spec
+    <case>.json       step_loss (every train step, in order), epoch_loss (the
+                      mean per epoch, what History records), evaluate
+                      (model.evaluate on x after training), the metric, the
+                      command line kdcc's program needs, and which final.npz
+                      holds the case's weights (the second seed_mlp case uses
+                      the first one's when they agree within 2e-5: the math
+                      is the same, only the layout differs)
+"""
+
+import os
+import sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _here)
+
+import make_models as mm  # noqa: E402  (sets KERAS_BACKEND, XLA_FLAGS: 8 devices)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import zipfile  # noqa: E402
+
+import h5py  # noqa: E402
+import jax  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = mm.ROOT
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "keras_ref")
+BATCH = 16
+
+# model -> (samples, epochs): 8 train steps of 16 each. The 28x28 models get
+# one batch (8 epochs over it) to keep the fixtures under 2 MB (seed_mlp's
+# weights alone are 627 KB, twice: initial and final); the others get four
+# batches, so the order of batches is checked too.
+DATA = {
+    "seed_mlp": (16, 8),
+    "func_branches": (64, 2),
+    "cnn": (16, 8),
+    "megatron": (64, 2),
+}
+
+# case -> (model, dist spec stem in models/)
+CASES = {
+    "seed_mlp_dp": ("seed_mlp", "seed_mlp_dp"),
+    "seed_mlp_mp": ("seed_mlp", "seed_mlp_fixed"),
+    "func_branches": ("func_branches", "func_branches"),
+    "cnn": ("cnn", "cnn"),
+    "megatron": ("megatron", "megatron"),
+}
+
+
+def make_data(model_name, n):
+    entry = mm.MODELS[model_name]
+    x, y = mm.fake_data(entry, n)  # rng seed 0, normal x, labels of the model's kind
+    return x, y
+
+
+def zero_dropout(model):
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Dropout):
+            layer.rate = 0.0
+
+
+def layer_weights(path):
+    """{h5 path: array} of every variable under layers/ in a .weights.h5."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset) and name.startswith("layers/"):
+                out[name] = np.array(obj)
+        f.visititems(visit)
+    return out
+
+
+def archive_weights(path):
+    with zipfile.ZipFile(path) as z, tempfile.TemporaryDirectory() as d:
+        z.extract("model.weights.h5", d)
+        return layer_weights(os.path.join(d, "model.weights.h5"))
+
+
+def max_rel(a, b):
+    """max |a-b| / max(|b|) over one tensor (the tensor's scale, so weights
+    near zero do not blow the ratio up)."""
+    scale = max(float(np.max(np.abs(b))), 1e-12)
+    return float(np.max(np.abs(a - b))) / scale
+
+
+def train_step_hlo(model, x, y):
+    """The optimized HLO of the train step Keras compiles for this model
+    under the current distribution: the same jit (train_step, donated state,
+    out_shardings from the variables) as JAXTrainer.make_train_function,
+    lowered on the state and batch train_on_batch would pass."""
+    from keras.src.backend.jax import trainer as jt
+
+    data = jt._distribute_data((x, y, None))
+    state = model._get_jax_state(trainable_variables=True,
+                                 non_trainable_variables=True,
+                                 optimizer_variables=True,
+                                 metrics_variables=True,
+                                 purge_model_variables=False)
+    out_shardings = (None, model._get_state_sharding_spec())
+    f = jax.jit(model.train_step, donate_argnums=0, out_shardings=out_shardings)
+    return f.lower(state, data).compile().as_text()
+
+
+def run_case(case, out, hlo):
+    model_name, dist_name = CASES[case]
+    n, epochs = DATA[model_name]
+    spec = mm.MODELS[model_name]["dists"][dist_name]
+    mdir = os.path.join(out, model_name)
+    os.makedirs(mdir, exist_ok=True)
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(mm.SEED)
+    distribution = mm.make_distribution(spec)
+    keras.distribution.set_distribution(distribution)
+    try:
+        model = mm.MODELS[model_name]["build"]()
+        zero_dropout(model)
+        x, y = make_data(model_name, n)
+        # The model is built (Input given); save its initial weights.
+        keras_path = os.path.join(mdir, "model.keras")
+        if not os.path.exists(keras_path):
+            mm.save_archive(model, keras_path, True)
+            np.save(os.path.join(mdir, "x.npy"), x)
+            np.save(os.path.join(mdir, "y.npy"), y)
+        else:  # a second case of the model: same initial weights, same data
+            with tempfile.TemporaryDirectory() as d:
+                mm.save_archive(model, os.path.join(d, "m.keras"), True)
+                mine = archive_weights(os.path.join(d, "m.keras"))
+            theirs = archive_weights(keras_path)
+            assert mine.keys() == theirs.keys(), (mine.keys(), theirs.keys())
+            for k in mine:
+                assert np.array_equal(mine[k], theirs[k]), f"{case}: initial {k} differs"
+            assert np.array_equal(np.load(os.path.join(mdir, "x.npy")), x)
+
+        metric = None
+        step_loss, step_metric = [], []
+        for _ in range(epochs):
+            for s in range(n // BATCH):
+                sl = slice(s * BATCH, (s + 1) * BATCH)
+                logs = model.train_on_batch(x[sl], y[sl], return_dict=True)
+                step_loss.append(float(logs["loss"]))
+                others = [k for k in logs if k != "loss"]
+                if others:
+                    metric = others[0]
+                    step_metric.append(float(logs[metric]))
+        if hlo:  # the optimizer is built now
+            text = train_step_hlo(model, x[:BATCH], y[:BATCH])
+            with open(os.path.join(out, case + ".hlo.txt"), "w") as f:
+                f.write(text)
+        spe = n // BATCH
+        epoch_loss = [float(np.mean(step_loss[e * spe:(e + 1) * spe]))
+                      for e in range(epochs)]
+        ev = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
+        ev = {k: float(v) for k, v in ev.items()}
+
+        with tempfile.TemporaryDirectory() as d:
+            wpath = os.path.join(d, "final.weights.h5")
+            model.save_weights(wpath)
+            final = layer_weights(wpath)
+    finally:
+        keras.distribution.set_distribution(None)
+
+    # Final weights: shared with an earlier case of the model when equal.
+    final_name = "final.npz"
+    note = None
+    fpath = os.path.join(mdir, final_name)
+    if os.path.exists(fpath):
+        prev = dict(np.load(fpath))
+        worst = max(max_rel(final[k], prev[k]) for k in prev)
+        if prev.keys() == final.keys() and worst <= 2e-5:
+            note = (f"same as the first case of {model_name} within "
+                    f"{worst:.1e} (relative to each tensor's max)")
+        else:
+            final_name = case + ".final.npz"
+            fpath = os.path.join(mdir, final_name)
+    if note is None:
+        np.savez_compressed(fpath, **final)
+
+    with open(os.path.join(mdir, case + ".dist.json"), "w") as f:
+        json.dump(spec, f, indent=2)
+        f.write("\n")
+    ref = {
+        "case": case,
+        "model": model_name,
+        "distribution": dist_name + ".dist.json",
+        "devices": int(np.prod(spec["device_mesh"]["shape"])),
+        "versions": f"keras {keras.__version__}, jax {jax.__version__}",
+        "samples": n,
+        "batch_size": BATCH,
+        "epochs": epochs,
+        "shuffle": False,
+        "dropout": "every Dropout rate set to 0",
+        "metric": metric,
+        "step_loss": step_loss,
+        "step_metric": step_metric,
+        "epoch_loss": epoch_loss,
+        "evaluate": ev,
+        "final_weights": final_name,
+    }
+    if note:
+        ref["final_weights_note"] = note
+    with open(os.path.join(mdir, case + ".json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    print(f"{case}: {len(step_loss)} steps, loss {step_loss[0]:.6f} -> "
+          f"{step_loss[-1]:.6f}, evaluate {ev}, weights {final_name}"
+          + (f" ({note})" if note else ""))
+    return ref
+
+
+def check(out, ref_dir, rtol):
+    """Compare a fresh run (out) with the committed fixtures (ref_dir)."""
+    bad = 0
+    for case, (model_name, _) in CASES.items():
+        a_dir, b_dir = os.path.join(out, model_name), os.path.join(ref_dir, model_name)
+        a = json.load(open(os.path.join(a_dir, case + ".json")))
+        b = json.load(open(os.path.join(b_dir, case + ".json")))
+        worst = 0.0
+        for key in ("step_loss", "epoch_loss"):
+            if len(a[key]) != len(b[key]):
+                print(f"{case}: {key} has {len(a[key])} entries, committed {len(b[key])}")
+                bad = 1
+                continue
+            for u, v in zip(a[key], b[key]):
+                worst = max(worst, abs(u - v) / max(abs(v), 1e-12))
+        for k, v in b["evaluate"].items():
+            worst = max(worst, abs(a["evaluate"][k] - v) / max(abs(v), 1e-12))
+        fa = dict(np.load(os.path.join(a_dir, a["final_weights"])))
+        fb = dict(np.load(os.path.join(b_dir, b["final_weights"])))
+        if fa.keys() != fb.keys():
+            print(f"{case}: final weights have other paths: {sorted(fa)} vs {sorted(fb)}")
+            bad = 1
+        else:
+            worst = max([worst] + [max_rel(fa[k], fb[k]) for k in fb])
+        ia = archive_weights(os.path.join(a_dir, "model.keras"))
+        ib = archive_weights(os.path.join(b_dir, "model.keras"))
+        same_init = ia.keys() == ib.keys() and all(np.array_equal(ia[k], ib[k]) for k in ib)
+        same_data = all(np.array_equal(np.load(os.path.join(a_dir, f)),
+                                       np.load(os.path.join(b_dir, f)))
+                        for f in ("x.npy", "y.npy"))
+        ok = worst <= rtol and same_init and same_data
+        print(f"{case}: worst relative difference {worst:.2e}, initial weights "
+              f"{'equal' if same_init else 'DIFFER'}, data {'equal' if same_data else 'DIFFERS'}"
+              f" ({'ok' if ok else 'DIFFERS'})")
+        bad |= not ok
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=FIXTURES, help="output folder (default: the fixtures)")
+    ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--hlo", action="store_true",
+                    help="also write OUT/<case>.hlo.txt, the compiled train step")
+    ap.add_argument("--check", metavar="DIR",
+                    help="then compare OUT with the fixtures in DIR")
+    ap.add_argument("--rtol", type=float, default=1e-5)
+    args = ap.parse_args()
+    print(f"keras {keras.__version__}, jax {jax.__version__}, devices: {len(jax.devices())}")
+    if len(jax.devices()) < 8:
+        sys.exit("run_ref.py needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    # Start from a clean slate for every model written (model.keras decides
+    # whether a case is the first of its model).
+    for m in {CASES[c][0] for c in args.cases}:
+        shutil.rmtree(os.path.join(args.out, m), ignore_errors=True)
+    for case in args.cases:
+        run_case(case, args.out, args.hlo)
+    if args.check:
+        return check(args.out, args.check, args.rtol)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# kdcc against real Keras: every case in tests/fixtures/keras_ref/ (written
+# by tests/keras_ref/run_ref.py: Keras 3 on JAX, 8 virtual devices,
+# keras.distribution, dropout 0, no shuffling) is compiled from its .keras
+# for its mesh, trained under mpirun from the same initial weights on the
+# same batches in the same order, and compared with what Keras did: every
+# step's loss, each epoch's and evaluate's loss, and every final weight,
+# within 1e-4 relative (tests/keras_ref/compare_ref.py, standard library
+# only: the final weights are read back from --save-weights).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+RTOL=1e-4
+fix=tests/fixtures/keras_ref
+out=build/tests/keras_ref
+mkdir -p $out
+fail=0
+probe=""
+
+for ref in $fix/*/*.json; do
+  case $ref in *.dist.json) continue ;; esac
+  dir=$(dirname "$ref")
+  name=$(basename "$ref" .json)
+  read -r devices epochs batch < <(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(r["devices"], r["epochs"], r["batch_size"])' "$ref")
+  exe=$out/$name
+  ./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" --batch-size "$batch" -w -o "$exe"
+  if [ -z "$probe" ]; then
+    # Initial weights must come from the fixture's .keras (kdcc's own
+    # initializers draw other numbers than Keras's): nothing to compare
+    # without --weights / --save-weights (runtime/weights.c).
+    probe=$("$exe" --help 2>&1 || true)
+    if ! grep -q -- '--save-weights' <<<"$probe" || ! grep -q -- '--weights' <<<"$probe"; then
+      echo "keras_ref: SKIPPED: the training program has no --weights/--save-weights yet" \
+           "(runtime/weights.c); nothing can start from Keras's initial weights"
+      exit 0
+    fi
+  fi
+  rm -f "$out/$name.history.json" "$out/$name.weights.h5"
+  timeout 300 mpirun -np "$devices" --oversubscribe "$exe" --x "$dir/x.npy" --y "$dir/y.npy" \
+    --epochs "$epochs" --batch-size "$batch" --no-shuffle --weights "$dir/model.keras" \
+    --save-weights "$out/$name.weights.h5" --history "$out/$name.history.json" --quiet
+  python3 tests/keras_ref/compare_ref.py $RTOL "$ref" "$out/$name.history.json" \
+    "$out/$name.weights.h5" || fail=1
+done
+exit $fail

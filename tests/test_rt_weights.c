@@ -1,0 +1,186 @@
+// runtime/weights.c without MPI: Keras's group names, block placement,
+// and .weights.h5 written then read back, whole and per block, with the
+// errors a file for another model gives (tests/sh/keras_weights.sh checks
+// the same files against real Keras).
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kdrt.h"
+
+// ---------------------------------------------------------------- naming
+
+Test(weights, snake_case_as_keras) {
+  // Pairs printed by keras.src.utils.naming.to_snake_case (Keras 3.15).
+  static const char *pairs[][2] = {
+    {"Dense", "dense"}, {"Conv2D", "conv2d"}, {"MaxPooling2D", "max_pooling2d"},
+    {"InputLayer", "input_layer"}, {"BatchNormalization", "batch_normalization"},
+    {"GlobalAveragePooling2D", "global_average_pooling2d"},
+    {"Conv2DTranspose", "conv2d_transpose"}, {"ReLU", "re_lu"}, {"PReLU", "p_re_lu"},
+    {"LSTM", "lstm"}, {"MultiHeadAttention", "multi_head_attention"},
+    {"UpSampling2D", "up_sampling2d"}, {"ABcDe", "a_bc_de"}, {"My-Layer.X", "my_layer_x"},
+    {"SimpleRNN", "simple_rnn"}, {"HTTPServer", "http_server"}, {"aBC", "a_bc"},
+  };
+  char buf[64];
+  for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+    kdrt_snake_case(pairs[i][0], buf, sizeof buf);
+    cr_expect_str_eq(buf, pairs[i][1], "%s", pairs[i][0]);
+  }
+}
+
+// A (2,2) mesh ("data", "model"): d1 Dense without bias split over model,
+// c Conv2D, d2 Dense with bias, d3 Dense; the Dense groups count 0, 1, 2
+// across the Conv2D between them.
+static const int mesh_shape[] = {2, 2};
+static const char *const mesh_axes[] = {"data", "model"};
+static const kdrt_var vars[] = {
+  {"d1/kernel", "d1", "Dense", 0, {2, {4, 6}, {-1, 1}}, 0, 16, 0, 0, 12},
+  {"c/kernel", "c", "Conv2D", 0, {4, {1, 1, 2, 2}, {-1, -1, -1, -1}}, 16, 16, 0, 16, 4},
+  {"c/bias", "c", "Conv2D", 1, {1, {2}, {-1}}, 32, 16, 0, 32, 2},
+  {"d2/kernel", "d2", "Dense", 0, {2, {6, 2}, {0, -1}}, 48, 16, 0, 48, 6},
+  {"d2/bias", "d2", "Dense", 1, {1, {2}, {-1}}, 64, 16, 0, 64, 2},
+  {"d3/kernel", "d3", "Dense", 0, {2, {2, 2}, {1, 0}}, 80, 16, 0, 80, 1},
+};
+static const kdrt_program prog = {
+  .model_name = "m", .mesh_ndim = 2, .mesh_shape = mesh_shape, .mesh_axes = mesh_axes,
+  .batch = 4, .param_floats = 96, .nvars = 6, .vars = vars,
+};
+
+Test(weights, group_names_count_by_class) {
+  char buf[64];
+  cr_expect_str_eq(kdrt_weights_group(&prog, "d1", buf, sizeof buf), "dense");
+  cr_expect_str_eq(kdrt_weights_group(&prog, "c", buf, sizeof buf), "conv2d");
+  cr_expect_str_eq(kdrt_weights_group(&prog, "d2", buf, sizeof buf), "dense_1");
+  cr_expect_str_eq(kdrt_weights_group(&prog, "d3", buf, sizeof buf), "dense_2");
+  cr_expect_null(kdrt_weights_group(&prog, "nope", buf, sizeof buf));
+}
+
+// ---------------------------------------------------------------- blocks
+
+Test(weights, block_place_puts_each_rank_block) {
+  kdrt_layout l = {2, {4, 6}, {0, 1}}; // [4,6] over (2,2): blocks [2,3]
+  float g[24] = {0};
+  for (int r = 0; r < 4; r++) {
+    int coord[2] = {r / 2, r % 2};
+    float block[6];
+    for (int i = 0; i < 6; i++) block[i] = (float)(100 * r + i);
+    kdrt_block_place(&l, mesh_shape, coord, block, g);
+  }
+  // row 1, col 4: rank (0,1), its block row 1, col 1 -> 100 + 4
+  cr_expect_eq(g[1 * 6 + 4], 104.0f);
+  // row 3, col 0: rank (1,0), block row 1, col 0 -> 200 + 3
+  cr_expect_eq(g[3 * 6 + 0], 203.0f);
+  cr_expect_eq(g[2 * 6 + 5], 302.0f);
+}
+
+// ---------------------------------------------------------------- files
+
+static float globals[6][24];
+
+static void fill_globals(void) {
+  for (int v = 0; v < 6; v++)
+    for (int i = 0; i < 24; i++) globals[v][i] = (float)(v * 1000 + i) / 7.0f;
+}
+
+static const char *tmpname(char *buf, size_t len, const char *suffix) {
+  snprintf(buf, len, "/tmp/kdrt_test_weights_%ld%s", (long)getpid(), suffix);
+  return buf;
+}
+
+Test(weights, write_then_read_blocks) {
+  fill_globals();
+  const float *g[6];
+  for (int v = 0; v < 6; v++) g[v] = globals[v];
+  char path[256], err[1024];
+  tmpname(path, sizeof path, ".weights.h5");
+  cr_assert_eq(kdrt_weights_write(&prog, path, g, 5, 0.01f, err, sizeof err), 0, "%s", err);
+  for (int r = 0; r < 4; r++) {
+    int coord[2] = {r / 2, r % 2};
+    float params[96];
+    memset(params, 0, sizeof params);
+    cr_assert_eq(kdrt_weights_read(&prog, coord, path, params, err, sizeof err), 0, "%s", err);
+    // Each variable's block, put back into a global tensor, matches there.
+    for (int v = 0; v < 6; v++) {
+      float back[24];
+      memcpy(back, globals[v], sizeof back);
+      kdrt_block_place(&vars[v].layout, mesh_shape, coord, params + vars[v].offset, back);
+      cr_expect_arr_eq(back, globals[v], sizeof back, "rank %d, %s", r, vars[v].path);
+    }
+    // d1/kernel [4,6] split over model on dim 1: rank (x,1) holds columns 3..5.
+    if (coord[1] == 1) cr_expect_eq(params[0], globals[0][3]);
+  }
+  unlink(path);
+}
+
+Test(weights, another_models_file_is_an_error_and_reads_nothing) {
+  fill_globals();
+  const float *g[6];
+  for (int v = 0; v < 6; v++) g[v] = globals[v];
+  char path[256], err[1024];
+  tmpname(path, sizeof path, "_b.weights.h5");
+  cr_assert_eq(kdrt_weights_write(&prog, path, g, 0, 0.01f, err, sizeof err), 0, "%s", err);
+
+  // Same layers, one shape changed: d2/kernel [6,2] -> [6,4].
+  kdrt_var other[6];
+  memcpy(other, vars, sizeof other);
+  other[3].layout.gshape[1] = 4;
+  kdrt_program p2 = prog;
+  p2.vars = other;
+  float params[96];
+  for (int i = 0; i < 96; i++) params[i] = -1.0f;
+  int coord[2] = {0, 0};
+  cr_assert_eq(kdrt_weights_read(&p2, coord, path, params, err, sizeof err), -1);
+  char want[512];
+  snprintf(want, sizeof want, "%s: variable 'd2/kernel' (layers/dense_1/vars/0) has shape (6, 2) "
+           "in the file, but the model's is (6, 4)", path);
+  cr_expect_str_eq(err, want);
+  for (int i = 0; i < 96; i++) cr_assert_eq(params[i], -1.0f, "params[%d] was overwritten", i);
+
+  // A model with one layer less: d3's weights have no home.
+  p2.vars = vars;
+  p2.nvars = 5;
+  cr_assert_eq(kdrt_weights_read(&p2, coord, path, params, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: layers/dense_2 (layer 'd3' in the file) holds 1 variable, but "
+           "the model has no such layer: are these another model's weights?", path);
+  cr_expect_str_eq(err, want);
+
+  // A layer the file lacks: Conv2D renamed to a class the file has not.
+  memcpy(other, vars, sizeof other);
+  other[1].layer_class = other[2].layer_class = "Conv1D";
+  p2.vars = other;
+  p2.nvars = 6;
+  cr_assert_eq(kdrt_weights_read(&p2, coord, path, params, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: no weights for layer 'c' (Conv1D): the file has no group "
+           "layers/conv1d; it holds layers/conv2d ('c'), layers/dense ('d1'), layers/dense_1 "
+           "('d2'), layers/dense_2 ('d3')", path);
+  cr_expect_str_eq(err, want);
+  for (int i = 0; i < 96; i++) cr_assert_eq(params[i], -1.0f, "params[%d] was overwritten", i);
+  unlink(path);
+}
+
+Test(weights, unreadable_files_and_names) {
+  char err[1024];
+  float params[96] = {0};
+  int coord[2] = {0, 0};
+  cr_expect_eq(kdrt_weights_read(&prog, coord, "/nonexistent.weights.h5", params, err, sizeof err),
+               -1);
+  cr_expect_str_eq(err, "/nonexistent.weights.h5: cannot open weights file: No such file or "
+                        "directory");
+  char path[256];
+  tmpname(path, sizeof path, ".txt");
+  FILE *f = fopen(path, "w");
+  fputs("hello, not weights\n", f);
+  fclose(f);
+  cr_expect_eq(kdrt_weights_read(&prog, coord, path, params, err, sizeof err), -1);
+  char want[512];
+  snprintf(want, sizeof want, "%s: not a .keras archive or a .weights.h5 file", path);
+  cr_expect_str_eq(err, want);
+  unlink(path);
+  cr_expect_eq(kdrt_weights_check_path(&prog, "out.h5", err, sizeof err), -1);
+  cr_expect_str_eq(err, "out.h5: the name must end in .weights.h5 or .keras, as Keras's "
+                        "load_weights requires");
+  cr_expect_eq(kdrt_weights_check_path(&prog, "out.keras", err, sizeof err), -1);
+  cr_expect_eq(kdrt_weights_check_path(&prog, "out.weights.h5", err, sizeof err), 0);
+}
