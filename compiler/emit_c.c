@@ -328,6 +328,41 @@ static void emit_op(const Node *n, bool train) {
   unreachable();
 }
 
+// Gradients all-reduced in place over the same axes whose buffers follow
+// each other in the gradient blob go as one bucket: one call, one message.
+static bool in_place_grad_sum(const Node *n) {
+  const Node *a = n->in[0];
+  return n->op == OP_ALLREDUCE && n->region == REGION_GRAD && a->region == REGION_GRAD &&
+         a->offset == n->offset;
+}
+
+// The last node of the bucket starting at node i (i itself: no bucket).
+static int bucket_end(int i) {
+  const Node *n = G->nodes[i];
+  if (!in_place_grad_sum(n)) return i;
+  int j = i;
+  while (j + 1 < G->nnodes) {
+    const Node *a = G->nodes[j], *b = G->nodes[j + 1];
+    if (!in_place_grad_sum(b) || b->axes != n->axes ||
+        b->offset != a->offset + (lelems(a) + 15) / 16 * 16)
+      break;
+    j++;
+  }
+  return j;
+}
+
+static void emit_bucket(int first, int last) {
+  const Node *a = G->nodes[first], *b = G->nodes[last];
+  int64_t n = b->offset + lelems(b) - a->offset;
+  out("\n  // %%%d..%%%d all_reduce over %s, one bucket of %d gradients:\n", a->id, b->id,
+      axes_str(G, a->axes), last - first + 1);
+  for (int i = first; i <= last; i++)
+    out("  //   %s: %s\n", G->nodes[i]->var->path, describe(G->nodes[i]));
+  out("  //   why: each is a partial sum over '%s'; its update needs the sum\n",
+      axes_str(G, a->axes));
+  out("  kdrt_allreduce(c, 0x%x, %s, %s, %lld);\n", a->axes, buf(a), buf(a), (long long)n);
+}
+
 typedef enum { STEP_TRAIN, STEP_EVAL, STEP_GRAD } StepKind;
 
 static void emit_step(const char *name, StepKind kind) {
@@ -347,6 +382,12 @@ static void emit_step(const char *name, StepKind kind) {
     if (n->phase != ph) {
       ph = n->phase;
       out("\n  // ======== %s\n", phase_title[ph]);
+    }
+    int last = bucket_end(i);
+    if (last > i) {
+      emit_bucket(i, last);
+      i = last;
+      continue;
     }
     emit_op(n, train);
   }

@@ -6,6 +6,9 @@
 // pre-activation is dead after the activation; gelu and silu read it in
 // backward and stay unfused). One loop instead of two, and one buffer the
 // memory plan no longer needs.
+//
+// Then the update phase is ordered so that gradient collectives come before
+// the updates, for bucketing (emit_c.c).
 #include "kdcc.h"
 
 void fuse_elementwise(Graph *g) {
@@ -28,5 +31,22 @@ void fuse_elementwise(Graph *g) {
   for (int i = 0; i < g->nnodes; i++)
     if (!g->nodes[i]->dead) g->nodes[n++] = g->nodes[i];
   g->nnodes = n;
+
+  // In the update phase the gradients' collectives go first, then the
+  // updates (which only read them): gradient all-reduces over the same axes
+  // become neighbours that the emitter sends as one bucket.
+  Node **upd = xcalloc(n, sizeof *upd);
+  int first = n, k = 0;
+  for (int i = 0; i < n; i++)
+    if (g->nodes[i]->phase == PH_UPDATE && first == n) first = i;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = first; i < n; i++) {
+      Node *x = g->nodes[i];
+      if (x->phase == PH_UPDATE && is_collective(x->op) == (pass == 0)) upd[k++] = x;
+    }
+  int j = first;
+  for (int i = first; i < n; i++) // nodes of later phases keep their place after
+    if (g->nodes[i]->phase != PH_UPDATE) upd[k++] = g->nodes[i];
+  for (int i = 0; i < k; i++) g->nodes[j++] = upd[i];
   for (int i = 0; i < n; i++) g->nodes[i]->id = i;
 }

@@ -360,8 +360,8 @@ def gen_layout(rng, info, axes, maxsize, batch):
         elif path.endswith("/bias") and rng.random() < 0.35:
             intended[path] = random_layout(shape, 0.8)
     out_intended = {}
-    if rng.random() < 0.35:
-        for path in rng.sample(sorted(outputs), rng.randint(1, min(2, len(outputs)))):
+    if rng.random() < 0.45:
+        for path in rng.sample(sorted(outputs), rng.randint(1, min(3, len(outputs)))):
             shape = outputs[path]
             # the batch dim: usually the batch axis or nothing; any axis is valid
             lay = random_layout(shape, 0.7)

@@ -7,6 +7,8 @@
 #   PROPERTY_SEED   generator seed (default fixed, so CI is reproducible)
 #   PROPERTY_FIRST  index of the first case (default 0); with PROPERTY_CASES=1,
 #                   regenerates one case of a seed alone
+#   PROPERTY_RTOL   relative tolerance (default 1e-5, see below)
+#   PROPERTY_KEEP=1 keep the run's directory even when every case passes
 #
 # A case fails when kdcc rejects it (the generator only draws specs that real
 # Keras/JAX accept on every mesh of the case), when a program crashes or hangs,
@@ -24,10 +26,12 @@ first=${PROPERTY_FIRST:-0}
 # expected; 1e-5 is the bound tests/sh/mesh_equiv.sh holds the hand-written
 # models to, and the property test holds random ones to the same.
 rtol=${PROPERTY_RTOL:-1e-5}
-out=build/tests/property
+# One directory per run, so that two runs in one tree (two `make test`s) do not
+# delete each other's files; removed when every case passes unless
+# PROPERTY_KEEP=1, kept (and named) when one fails.
+mkdir -p build/tests/property
+out=$(mktemp -d build/tests/property/run.XXXXXX) || exit 1
 [ -x ./kdcc ] && [ -f build/libkdrt.a ] || make kdcc build/libkdrt.a >/dev/null || exit 1
-rm -rf "$out"
-mkdir -p "$out"
 python3 tests/property_gen.py --seed "$seed" --count "$count" --first "$first" \
   --out "$out/cases" || exit 1
 
@@ -96,5 +100,6 @@ $(sed 's/^/  /' <<<"$cmp")"
     echo "$detail" | sed 's/^/  /'
   fi
 done
-echo "property: $((count - ${#failed[@]}))/$count cases passed in $((SECONDS - start))s${failed:+; failed: ${failed[*]}}"
+echo "property: $((count - ${#failed[@]}))/$count cases passed in $((SECONDS - start))s${failed:+; failed: ${failed[*]} (kept in $out)}"
+[ $fail -ne 0 ] || [ "${PROPERTY_KEEP:-0}" = 1 ] || rm -rf "$out"
 exit $fail
