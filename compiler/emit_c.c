@@ -9,118 +9,20 @@
 // it. Output depends only on the graph, so two compilations diff cleanly.
 #include "kdcc.h"
 
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
-static Graph *G;
-static FILE *F;
-
-__attribute__((format(printf, 1, 2))) static void out(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(F, fmt, ap);
-  va_end(ap);
-}
-
-static char *ident(const char *s) {
-  char *r = xstrdup(s ? s : "");
-  for (char *p = r; *p; p++)
-    if (!isalnum((unsigned char)*p)) *p = '_';
-  return r;
-}
-
-// The named constant for a node's buffer offset.
-static char *off_name(const Node *n) {
-  switch (n->region) {
-  case REGION_PARAM: return format("P_%s", ident(n->var->path));
-  case REGION_GRAD: return format("G_%s", ident(n->var->path));
-  case REGION_ARENA: return format("A%d_%s", n->id, ident(n->layer ? n->layer : n->name));
-  default: return NULL;
-  }
-}
-
-static const Node *base_of(const Node *n) {
-  while (n->op == OP_RESHAPE) n = n->in[0];
-  return n;
-}
-
-// Expression for a node's local buffer.
-static char *buf(const Node *n) {
-  n = base_of(n);
-  switch (n->region) {
-  case REGION_PARAM: return format("(P + %s)", off_name(n));
-  case REGION_GRAD: return format("(G + %s)", off_name(n));
-  case REGION_ARENA: return format("(A + %s)", off_name(n));
-  case REGION_INPUT: return xstrdup(n->op == OP_INPUT ? "x" : "y");
-  }
-  unreachable();
-}
-
-// A float literal that C reads back exactly.
-static char *flt(double v) {
-  char *s = format("%.9g", v);
-  return strpbrk(s, ".en") ? format("%sf", s) : format("%s.0f", s);
-}
-
-static Shape lshape(const Node *n) { return local_shape(G, n); }
-
-static int64_t lelems(const Node *n) {
-  Shape s = lshape(n);
-  return shape_elems(&s);
-}
-
+// C compound literals for a local shape and for a layout.
 static char *shape_c(const Shape *s) {
   char b[256];
   int k = snprintf(b, sizeof b, "(const int64_t[]){");
-  for (int i = 0; i < s->rank; i++) k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)s->d[i]);
+  for (int i = 0; i < s->rank; i++)
+    k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)s->d[i]);
   snprintf(b + k, sizeof b - k, "}");
   return xstrdup(b);
 }
 
-// "{rank, {global shape}, {axis per dim}}"
-static char *layout_init(const Node *n) {
-  char b[256];
-  int k = snprintf(b, sizeof b, "{%d, {", n->shape.rank);
-  for (int i = 0; i < n->shape.rank; i++)
-    k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)n->shape.d[i]);
-  k += snprintf(b + k, sizeof b - k, "}, {");
-  for (int i = 0; i < n->shape.rank; i++)
-    k += snprintf(b + k, sizeof b - k, "%s%d", i ? ", " : "", n->place.axis[i]);
-  snprintf(b + k, sizeof b - k, "}}");
-  return xstrdup(b);
-}
-
 static char *layout_c(const Node *n) { return format("&(const kdrt_layout)%s", layout_init(n)); }
-
-static char *describe(const Node *n) {
-  Shape ls = lshape(n);
-  return format("%s %s local %s", shape_str(&n->shape),
-                   place_str(&G->dist->mesh, n->shape.rank, &n->place), shape_str(&ls));
-}
-
-// product of local dims [from, to)
-static int64_t prod(const Shape *s, int from, int to) {
-  int64_t p = 1;
-  for (int i = from; i < to; i++) p *= s->d[i];
-  return p;
-}
-
-static const char *init_name[] = {
-  "KDRT_INIT_ZEROS", "KDRT_INIT_ONES", "KDRT_INIT_CONSTANT", "KDRT_INIT_GLOROT_UNIFORM",
-  "KDRT_INIT_GLOROT_NORMAL", "KDRT_INIT_HE_UNIFORM", "KDRT_INIT_HE_NORMAL",
-  "KDRT_INIT_LECUN_UNIFORM", "KDRT_INIT_LECUN_NORMAL", "KDRT_INIT_RANDOM_NORMAL",
-  "KDRT_INIT_RANDOM_UNIFORM", "KDRT_INIT_TRUNCATED_NORMAL",
-};
-static const char *act_c[] = {"KDRT_ACT_LINEAR", "KDRT_ACT_RELU", "KDRT_ACT_SIGMOID",
-                              "KDRT_ACT_TANH", "KDRT_ACT_GELU", "KDRT_ACT_SILU"};
-
-static void emit_conv_args(const Node *n, const Node *x, const Node *y) {
-  Shape xs = lshape(x), ys = lshape(y);
-  out("%lld, %lld, %lld, %lld, %d, %d, %lld, %d, %d, %d, %d, %lld, %lld, scratch", (long long)xs.d[0],
-      (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3], n->kh, n->kw, (long long)ys.d[3],
-      n->sh, n->sw, n->pad_t, n->pad_l, (long long)ys.d[1], (long long)ys.d[2]);
-}
 
 static void emit_op(const Node *n, bool train) {
   Shape ls = lshape(n);
@@ -261,10 +163,10 @@ static void emit_op(const Node *n, bool train) {
     const char *fn = n->op == OP_LOSS ? "kdrt_loss" : n->op == OP_METRIC ? "kdrt_accuracy" : NULL;
     if (fn)
       out("  %s[0] = (float)%s(%d, %d, %s, %s, %lld, %lld, 1.0 / %d);\n", y, fn, n->loss,
-          n->from_logits, buf(a), buf(b), (long long)rows, (long long)cols, G->batch);
+          n->from_logits, buf(a), buf(b), (long long)rows, (long long)cols, EG->batch);
     else
       out("  kdrt_loss_grad(%d, %d, %s, %s, %s, %lld, %lld, 1.0 / %d);\n", n->loss,
-          n->from_logits, y, buf(a), buf(b), (long long)rows, (long long)cols, G->batch);
+          n->from_logits, y, buf(a), buf(b), (long long)rows, (long long)cols, EG->batch);
     return;
   }
   case OP_BIAS_GRAD: {
@@ -278,7 +180,7 @@ static void emit_op(const Node *n, bool train) {
   }
   case OP_UPDATE: {
     const Var *v = n->var;
-    const Optimizer *o = &G->model->opt;
+    const Optimizer *o = &EG->model->opt;
     char *w = buf(n->in[0]), *gr = buf(n->in[1]);
     int64_t stride = (lelems(n->in[0]) + 15) / 16 * 16;
     char *s1 = format("(P + %s + %lld)", off_name(v->param), (long long)stride);
@@ -338,11 +240,11 @@ static bool in_place_grad_sum(const Node *n) {
 
 // The last node of the bucket starting at node i (i itself: no bucket).
 static int bucket_end(int i) {
-  const Node *n = G->nodes[i];
+  const Node *n = EG->nodes[i];
   if (!in_place_grad_sum(n)) return i;
   int j = i;
-  while (j + 1 < G->nnodes) {
-    const Node *a = G->nodes[j], *b = G->nodes[j + 1];
+  while (j + 1 < EG->nnodes) {
+    const Node *a = EG->nodes[j], *b = EG->nodes[j + 1];
     if (!in_place_grad_sum(b) || b->axes != n->axes ||
         b->offset != a->offset + (lelems(a) + 15) / 16 * 16)
       break;
@@ -352,14 +254,14 @@ static int bucket_end(int i) {
 }
 
 static void emit_bucket(int first, int last) {
-  const Node *a = G->nodes[first], *b = G->nodes[last];
+  const Node *a = EG->nodes[first], *b = EG->nodes[last];
   int64_t n = b->offset + lelems(b) - a->offset;
   out("\n  // %%%d..%%%d all_reduce over %s, one bucket of %d gradients:\n", a->id, b->id,
-      axes_str(G, a->axes), last - first + 1);
+      axes_str(EG, a->axes), last - first + 1);
   for (int i = first; i <= last; i++)
-    out("  //   %s: %s\n", G->nodes[i]->var->path, describe(G->nodes[i]));
+    out("  //   %s: %s\n", EG->nodes[i]->var->path, describe(EG->nodes[i]));
   out("  //   why: each is a partial sum over '%s'; its update needs the sum\n",
-      axes_str(G, a->axes));
+      axes_str(EG, a->axes));
   out("  kdrt_allreduce(c, 0x%x, %s, %s, %lld);\n", a->axes, buf(a), buf(a), (long long)n);
 }
 
@@ -375,8 +277,8 @@ static void emit_step(const char *name, StepKind kind) {
   out("  (void)P; (void)G; (void)x; (void)y; (void)scratch;\n");
   Phase ph = -1;
   static const char *phase_title[] = {"forward", "loss", "backward", "update"};
-  for (int i = 0; i < G->nnodes; i++) {
-    const Node *n = G->nodes[i];
+  for (int i = 0; i < EG->nnodes; i++) {
+    const Node *n = EG->nodes[i];
     if (kind == STEP_EVAL && n->phase > PH_LOSS) continue;
     if (kind == STEP_GRAD && n->op == OP_UPDATE) continue;
     if (n->phase != ph) {
@@ -391,15 +293,14 @@ static void emit_step(const char *name, StepKind kind) {
     }
     emit_op(n, train);
   }
-  out("\n  *loss = %s[0];\n", buf(G->loss));
-  if (G->metric) out("  *metric = %s[0];\n", buf(G->metric));
+  out("\n  *loss = %s[0];\n", buf(EG->loss));
+  if (EG->metric) out("  *metric = %s[0];\n", buf(EG->metric));
   else out("  *metric = 0;\n");
   out("}\n");
 }
 
 void emit_c(Graph *g, FILE *f) {
-  G = g;
-  F = f;
+  emit_begin(g, f);
   const Mesh *m = &g->dist->mesh;
   const Model *md = g->model;
   out("// Generated by kdcc from %s. Do not edit: recompile instead.\n//\n", md->file);
@@ -504,7 +405,7 @@ void emit_c(Graph *g, FILE *f) {
     out("\",\n");
   }
   // The model output, for `./train predict`; memplan.c keeps it live to the end of eval_step.
-  const Node *pb = base_of(p);
+  const Node *pb = view_base(p);
   if (pb->region == REGION_ARENA && !p->place.partial)
     out("  .pred_offset = %s,\n  .pred_layout = %s,\n", off_name(pb), layout_init(p));
   else

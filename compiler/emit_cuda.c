@@ -20,63 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static Graph *G;
-static FILE *F;
-
-// ---- small helpers, the same as emit_c.c's (copied; see the notes to the lead)
-
-__attribute__((format(printf, 1, 2))) static void out(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(F, fmt, ap);
-  va_end(ap);
-}
-
-static char *ident(const char *s) {
-  char *r = xstrdup(s ? s : "");
-  for (char *p = r; *p; p++)
-    if (!isalnum((unsigned char)*p)) *p = '_';
-  return r;
-}
-
-static char *off_name(const Node *n) {
-  switch (n->region) {
-  case REGION_PARAM: return format("P_%s", ident(n->var->path));
-  case REGION_GRAD: return format("G_%s", ident(n->var->path));
-  case REGION_ARENA: return format("A%d_%s", n->id, ident(n->layer ? n->layer : n->name));
-  default: return NULL;
-  }
-}
-
-static const Node *base_of(const Node *n) {
-  while (n->op == OP_RESHAPE) n = n->in[0];
-  return n;
-}
-
-// Expression for a node's local (device) buffer.
-static char *buf(const Node *n) {
-  n = base_of(n);
-  switch (n->region) {
-  case REGION_PARAM: return format("(P + %s)", off_name(n));
-  case REGION_GRAD: return format("(G + %s)", off_name(n));
-  case REGION_ARENA: return format("(A + %s)", off_name(n));
-  case REGION_INPUT: return xstrdup(n->op == OP_INPUT ? "x" : "y");
-  }
-  unreachable();
-}
-
-static char *flt(double v) {
-  char *s = format("%.9g", v);
-  return strpbrk(s, ".en") ? format("%sf", s) : format("%s.0f", s);
-}
-
-static Shape lshape(const Node *n) { return local_shape(G, n); }
-
-static int64_t lelems(const Node *n) {
-  Shape s = lshape(n);
-  return shape_elems(&s);
-}
-
 // "{8, 13, 13, 2}"
 static char *dims_init(const Shape *s) {
   char b[256];
@@ -87,49 +30,7 @@ static char *dims_init(const Shape *s) {
   return xstrdup(b);
 }
 
-// "{rank, {global shape}, {axis per dim}}"
-static char *layout_init(const Node *n) {
-  char b[256];
-  int k = snprintf(b, sizeof b, "{%d, {", n->shape.rank);
-  for (int i = 0; i < n->shape.rank; i++)
-    k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)n->shape.d[i]);
-  k += snprintf(b + k, sizeof b - k, "}, {");
-  for (int i = 0; i < n->shape.rank; i++)
-    k += snprintf(b + k, sizeof b - k, "%s%d", i ? ", " : "", n->place.axis[i]);
-  snprintf(b + k, sizeof b - k, "}}");
-  return xstrdup(b);
-}
-
-static char *describe(const Node *n) {
-  Shape ls = lshape(n);
-  return format("%s %s local %s", shape_str(&n->shape),
-                place_str(&G->dist->mesh, n->shape.rank, &n->place), shape_str(&ls));
-}
-
-static int64_t prod(const Shape *s, int from, int to) {
-  int64_t p = 1;
-  for (int i = from; i < to; i++) p *= s->d[i];
-  return p;
-}
-
-static const char *init_name[] = {
-  "KDRT_INIT_ZEROS", "KDRT_INIT_ONES", "KDRT_INIT_CONSTANT", "KDRT_INIT_GLOROT_UNIFORM",
-  "KDRT_INIT_GLOROT_NORMAL", "KDRT_INIT_HE_UNIFORM", "KDRT_INIT_HE_NORMAL",
-  "KDRT_INIT_LECUN_UNIFORM", "KDRT_INIT_LECUN_NORMAL", "KDRT_INIT_RANDOM_NORMAL",
-  "KDRT_INIT_RANDOM_UNIFORM", "KDRT_INIT_TRUNCATED_NORMAL",
-};
-static const char *act_c[] = {"KDRT_ACT_LINEAR", "KDRT_ACT_RELU", "KDRT_ACT_SIGMOID",
-                              "KDRT_ACT_TANH", "KDRT_ACT_GELU", "KDRT_ACT_SILU"};
-
 // ---- ops
-
-static void emit_conv_args(const Node *n, const Node *x, const Node *y) {
-  Shape xs = lshape(x), ys = lshape(y);
-  out("%lld, %lld, %lld, %lld, %d, %d, %lld, %d, %d, %d, %d, %lld, %lld, scratch",
-      (long long)xs.d[0], (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3], n->kh,
-      n->kw, (long long)ys.d[3], n->sh, n->sw, n->pad_t, n->pad_l, (long long)ys.d[1],
-      (long long)ys.d[2]);
-}
 
 static void emit_op(const Node *n, bool train) {
   Shape ls = lshape(n);
@@ -254,7 +155,7 @@ static void emit_op(const Node *n, bool train) {
                      : n->op == OP_METRIC ? "kdrt_cuda_accuracy"
                                           : "kdrt_cuda_loss_grad";
     out("  %s(d, %d, %d, %s, %s, %s, %lld, %lld, 1.0 / %d);\n", fn, n->loss, n->from_logits, y,
-        buf(a), buf(b), (long long)rows, (long long)cols, G->batch);
+        buf(a), buf(b), (long long)rows, (long long)cols, EG->batch);
     return;
   }
   case OP_BIAS_GRAD: {
@@ -265,7 +166,7 @@ static void emit_op(const Node *n, bool train) {
   }
   case OP_UPDATE: {
     const Var *v = n->var;
-    const Optimizer *o = &G->model->opt;
+    const Optimizer *o = &EG->model->opt;
     char *w = buf(n->in[0]), *gr = buf(n->in[1]);
     int64_t stride = (lelems(n->in[0]) + 15) / 16 * 16;
     char *s1 = format("(P + %s + %lld)", off_name(v->param), (long long)stride);
@@ -351,15 +252,15 @@ static void emit_step(const char *name, StepKind kind) {
       mode[kind]);
   // The body first, so that only the buffers it uses are declared (nvcc
   // warns about the others, (void) casts or not).
-  FILE *whole = F;
+  FILE *whole = EF;
   char *body = NULL;
   size_t body_len = 0;
-  F = open_memstream(&body, &body_len);
-  if (!F) error("out of memory");
+  EF = open_memstream(&body, &body_len);
+  if (!EF) error("out of memory");
   Phase ph = -1;
   static const char *phase_title[] = {"forward", "loss", "backward", "update"};
-  for (int i = 0; i < G->nnodes; i++) {
-    const Node *n = G->nodes[i];
+  for (int i = 0; i < EG->nnodes; i++) {
+    const Node *n = EG->nodes[i];
     if (kind == STEP_EVAL && n->phase > PH_LOSS) continue;
     if (kind == STEP_GRAD && n->op == OP_UPDATE) continue;
     if (n->phase != ph) {
@@ -368,10 +269,10 @@ static void emit_step(const char *name, StepKind kind) {
     }
     emit_op(n, train);
   }
-  out("\n  kdrt_cuda_end(d, %s, %s, %s, loss, metric);\n}\n", mode[kind], buf(G->loss),
-      G->metric ? buf(G->metric) : "NULL");
-  if (fclose(F) != 0) error("out of memory");
-  F = whole;
+  out("\n  kdrt_cuda_end(d, %s, %s, %s, loss, metric);\n}\n", mode[kind], buf(EG->loss),
+      EG->metric ? buf(EG->metric) : "NULL");
+  if (fclose(EF) != 0) error("out of memory");
+  EF = whole;
   static const char *decl[][2] = {
     {"P", "  float *P = d->params;\n"}, {"G", "  float *G = d->grads;\n"},
     {"A", "  float *A = d->arena;\n"}, {"x", "  const float *x = d->x;\n"},
@@ -380,7 +281,7 @@ static void emit_step(const char *name, StepKind kind) {
   for (size_t i = 0; i < sizeof decl / sizeof decl[0]; i++)
     if (uses_ident(body, decl[i][0]) || (!strcmp(decl[i][0], "A") && uses_ident(body, "scratch")))
       out("%s", decl[i][1]);
-  fputs(body, F);
+  fputs(body, EF);
   free(body);
 }
 
@@ -390,8 +291,7 @@ static const char *precision_enum(const char *p) {
 }
 
 void emit_cuda(Graph *g, FILE *f, const char *arch, const char *precision) {
-  G = g;
-  F = f;
+  emit_begin(g, f);
   const Mesh *m = &g->dist->mesh;
   const Model *md = g->model;
   out("// Generated by kdcc from %s for CUDA (%s, %s matrix products). Do not edit:\n"
@@ -501,7 +401,7 @@ void emit_cuda(Graph *g, FILE *f, const char *arch, const char *precision) {
       out(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "\\%03o" : "%c", *q);
     out("\";\n");
   }
-  const Node *pb = base_of(p);
+  const Node *pb = view_base(p);
   if (pb->region == REGION_ARENA && !p->place.partial) {
     out("  static const kdrt_layout pred_layout = %s;\n", layout_init(p));
     out("  p.pred_offset = %s;\n  p.pred_layout = pred_layout;\n", off_name(pb));

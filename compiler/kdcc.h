@@ -10,6 +10,7 @@
 //   fuse.c     adjacent elementwise ops into one loop
 //   memplan.c  static memory plan: parameter blob + activation arena
 //   report.c   --report, --report=json, --emit=graph
+//   emit.c     what the emitters share
 //   emit_c.c   SPMD C program for the CPU runtime (runtime/kdrt.h)
 //   emit_cuda.c the same program for the CUDA runtime (runtime/cuda/kdrt_cuda.h)
 //   pipeline.c the passes in order
@@ -369,6 +370,27 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
 // ---------------------------------------------------------------- report.c
 void print_report(Graph *g, FILE *out, bool json);
 void print_graph(Graph *g, FILE *out);
+
+// ---------------------------------------------------------------- emit.c
+// What both emitters share. emit_begin sets the graph and file the rest use.
+extern Graph *EG;
+extern FILE *EF;
+void emit_begin(Graph *g, FILE *f);
+void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *ident(const char *s);                 // a C identifier from a path
+char *off_name(const Node *n);              // the named constant of its offset
+const Node *view_base(const Node *n);       // the node whose buffer a view uses
+char *buf(const Node *n);                   // "(A + A12_d1)": its local buffer
+char *flt(double v);                        // a float literal that reads back exactly
+Shape lshape(const Node *n);                // local shape
+int64_t lelems(const Node *n);              // local elements
+char *layout_init(const Node *n);           // "{rank, {global shape}, {axis per dim}}"
+char *describe(const Node *n);              // "[16, 200] ('data', 'model') local [8, 50]"
+int64_t prod(const Shape *s, int from, int to);
+extern const char *const init_name[];       // KDRT_INIT_* by Var.init
+extern const char *const act_c[];           // KDRT_ACT_* by Act
+// Conv/pool argument list: local x and y dims, window, strides, padding.
+void emit_conv_args(const Node *n, const Node *x, const Node *y);
 
 // ---------------------------------------------------------------- emit_c.c
 void emit_c(Graph *g, FILE *out);

@@ -33,7 +33,7 @@ __global__ static void act_grad_kernel(int act, float *dx, const float *dy, cons
   KDRT_FOR(i, n) {
     float g = dy[i], r = g;
     switch (act) {
-    case KDRT_ACT_RELU: r = y[i] > 0.0f ? g : 0.0f; break;
+    case KDRT_ACT_RELU: r = g * (y[i] > 0.0f ? 1.0f : 0.0f); break; // as ../ops.c: -0, NaN kept
     case KDRT_ACT_SIGMOID: r = g * y[i] * (1.0f - y[i]); break;
     case KDRT_ACT_TANH: r = g * (1.0f - y[i] * y[i]); break;
     case KDRT_ACT_GELU: {

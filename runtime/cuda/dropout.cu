@@ -1,9 +1,10 @@
 // dropout.cu: y = x * mask / (1 - rate) with the mask of ../rng.c, bit for
-// bit: the key is splitmix64(seed ^ splitmix64(stream)), the counter
-// (global element index, step), the uniform the top 24 bits of Philox's
-// first word / 2^24, kept when u >= rate. Each thread turns its local
-// index into the global row-major index of this rank's block (walk_block
-// in ../rng.c), so every mesh draws the same mask for the same element.
+// bit: the key is splitmix64(seed ^ splitmix64(stream)); element e (its
+// global row-major index) takes word e % 4 of the Philox-4x32-10 block for
+// counter (e / 4, step); the uniform is the word's top 24 bits / 2^24, kept
+// when u >= rate. Each thread turns its local index into the global index
+// of this rank's block (walk_block in ../rng.c), so every mesh draws the
+// same mask for the same element.
 #include <string.h>
 
 #include "common.cuh"
@@ -20,8 +21,10 @@ __host__ __device__ static inline uint64_t splitmix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// First output word of Philox-4x32-10 (kdrt_philox4x32).
-__device__ static inline uint32_t philox_word0(uint32_t k0, uint32_t k1, uint64_t lo, uint64_t hi) {
+// Word `word` of the Philox-4x32-10 block (kdrt_philox4x32) for counter
+// (lo, hi), the two key words given.
+__device__ static inline uint32_t philox_word(uint32_t k0, uint32_t k1, uint64_t lo, uint64_t hi,
+                                              unsigned word) {
   uint32_t x0 = (uint32_t)lo, x1 = (uint32_t)(lo >> 32), x2 = (uint32_t)hi,
            x3 = (uint32_t)(hi >> 32);
   for (int round = 0; round < 10; round++) {
@@ -35,7 +38,7 @@ __device__ static inline uint32_t philox_word0(uint32_t k0, uint32_t k1, uint64_
     k0 += PHILOX_W0;
     k1 += PHILOX_W1;
   }
-  return x0;
+  return word == 0 ? x0 : word == 1 ? x1 : word == 2 ? x2 : x3;
 }
 
 typedef struct {
@@ -55,7 +58,8 @@ __global__ static void dropout_kernel(float *y, const float *x, size_t n, block_
       rest /= (uint64_t)bm.lext[d];
       g += (uint64_t)(bm.off[d] + (int64_t)i) * (uint64_t)bm.gstride[d];
     }
-    float u = (float)(philox_word0(k0, k1, g, step) >> 8) * (1.0f / 16777216.0f);
+    float u = (float)(philox_word(k0, k1, g >> 2, step, (unsigned)(g & 3)) >> 8) *
+              (1.0f / 16777216.0f);
     y[e] = u >= rate ? x[e] * keep_scale : 0.0f;
   }
 }

@@ -13,8 +13,13 @@ if [ -z "$NVCC" ]; then
   exit 0
 fi
 export PATH="$(dirname "$NVCC"):$PATH"
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "cuda_build: skipping GPU runs: no GPU (nvidia-smi not found or sees no device); building only"
+gpu=0
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "cuda_build: skipping GPU runs: no GPU (nvidia-smi not found); building only"
+elif ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+  echo "cuda_build: skipping GPU runs: no GPU (nvidia-smi lists none); building only"
+else
+  gpu=1
 fi
 start=$SECONDS
 make -s -j"$(nproc)" cuda NVCC="$NVCC"
@@ -53,6 +58,12 @@ elif ! grep -q "not an architecture such as sm_90" $out/err.txt; then
 fi
 if ./kdcc models/cnn.json --precision tf32 -S $out/a 2>$out/err.txt; then
   echo "FAIL: --precision without --target cuda accepted"; fail=1
+fi
+# With a GPU, one quick run: every kernel against the CPU runtime (the
+# full GPU checks are `make test-gpu`).
+if [ $gpu = 1 ] && [ $fail = 0 ]; then
+  $out/cnn_1 opcheck >$out/opcheck.txt 2>&1 || { cat $out/opcheck.txt; echo "FAIL: opcheck"; fail=1; }
+  tail -1 $out/opcheck.txt
 fi
 [ $fail = 0 ] || exit 1
 echo "cuda_build: all CUDA programs built in $((SECONDS - start))s"
