@@ -7,10 +7,15 @@ WARN    = -Wall -Wextra -Wshadow -Wpointer-arith -Wstrict-prototypes -Wmissing-p
           -Wno-unused-parameter -Wvla -Wformat=2
 CFLAGS  ?= -O2 -g
 PKGS    = jansson libpcre2-8
-KCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+KCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
+          -DKDRT_LIBS='"$(RT_LIBS)"'
 KLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lz -lm
 RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -march=native -fno-math-errno -g -fPIC -I/usr/include/x86_64-linux-gnu/openblas-pthread \
           -I/usr/include/hdf5/serial
+
+# What every program linked against the runtime needs, in one place: kdcc
+# gets it compiled in (KDRT_LIBS), scripts ask `make -s rt-libs`.
+RT_LIBS = -lopenblas -lzip -lhdf5_serial -lz -lm
 
 COMPILER_SRCS = $(wildcard compiler/*.c)
 COMPILER_OBJS = $(COMPILER_SRCS:compiler/%.c=build/compiler/%.o)
@@ -40,7 +45,7 @@ TEST_BINS = $(TEST_SRCS:tests/%.c=build/tests/%)
 
 build/tests/test_rt_%: tests/test_rt_%.c build/libkdrt.a
 	@mkdir -p $(dir $@)
-	$(MPICC) $(RCFLAGS) -Iruntime -o $@ $< build/libkdrt.a -lcriterion -lopenblas -lzip -lhdf5_serial -lz -lm
+	$(MPICC) $(RCFLAGS) -Iruntime -o $@ $< build/libkdrt.a -lcriterion $(RT_LIBS)
 
 build/tests/%: tests/%.c $(LIB_OBJS)
 	@mkdir -p $(dir $@)
@@ -85,7 +90,10 @@ test-keras:
 bench:
 	@bash bench/bench.sh $(BENCH_ARGS)
 
-.PHONY: all test setup run clean bench
+rt-libs:
+	@echo $(RT_LIBS)
+
+.PHONY: all test setup run clean rt-libs bench
 
 # kdcc built with AddressSanitizer and UBSan, for the bad-input corpus
 ASAN_OBJS = $(COMPILER_SRCS:compiler/%.c=build/asan/%.o)

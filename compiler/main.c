@@ -70,7 +70,7 @@ static void build_program(Graph *g, const char *out) {
   char *tmp = format("%s.tmp.%d", out, (int)getpid());
   char *cmd = format("%s -std=c11 -O3 -march=native -Wall -Wextra -Werror -I'%s/runtime' "
                      "-I/usr/include/x86_64-linux-gnu/openblas-pthread -o '%s' '%s' '%s' "
-                     "-lopenblas -lzip -lhdf5_serial -lz -lm",
+                     KDRT_LIBS,
                      cc, root, tmp, src, lib);
   if (system(cmd) != 0) {
     unlink(tmp);
@@ -168,7 +168,7 @@ static void build_cuda_program(Graph *g, const char *out) {
   char *cmd = format("'%s' -std=c++17 -O2 -arch=%s -Xcompiler -Wall,-Wextra "
                      "-DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -I'%s/runtime' "
                      "-I'%s/runtime/cuda' %s -o '%s' '%s' '%s' '%s' -lcublasLt -lcublas -lnccl "
-                     "-lopenblas -lzip -lhdf5_serial -lz -lm %s%s",
+                     KDRT_LIBS " %s%s",
                      nvcc, cuda_arch, root, root, mpi_flags("compile"), tmp, src, culib, lib,
                      mpi_flags("link"), rpath);
   if (getenv("KDCC_VERBOSE")) fprintf(stderr, "%s\n", cmd);

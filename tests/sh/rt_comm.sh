@@ -10,7 +10,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 make -s build/libkdrt.a
 mkdir -p build/tests
 mpicc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -Iruntime \
-  -o build/tests/rt_comm_check tests/rt_comm_check.c build/libkdrt.a -lopenblas -lzip -lhdf5_serial -lz -lm
+  -o build/tests/rt_comm_check tests/rt_comm_check.c build/libkdrt.a $(make -s rt-libs)
 
 status=0
 # Without mpirun: a singleton world of one rank.

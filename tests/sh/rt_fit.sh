@@ -12,7 +12,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 make -s build/libkdrt.a || exit 1
 mkdir -p build/tests
 mpicc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -Iruntime \
-  -o build/tests/rt_fit_check tests/rt_fit_check.c build/libkdrt.a -lopenblas -lzip -lhdf5_serial -lz -lm || exit 1
+  -o build/tests/rt_fit_check tests/rt_fit_check.c build/libkdrt.a $(make -s rt-libs) || exit 1
 
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
