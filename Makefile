@@ -6,10 +6,10 @@ MPICC   ?= mpicc
 WARN    = -Wall -Wextra -Wshadow -Wpointer-arith -Wstrict-prototypes -Wmissing-prototypes \
           -Wno-unused-parameter -Wvla -Wformat=2
 CFLAGS  ?= -O2 -g
-PKGS    = jansson libpcre2-8
+PKGS    = jansson libpcre2-8 libzip
 KCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
           -DKDRT_LIBS='"$(RT_LIBS)"'
-KLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lz -lm
+KLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -march=native -fno-math-errno -g -fPIC -I/usr/include/x86_64-linux-gnu/openblas-pthread \
           -I/usr/include/hdf5/serial
 

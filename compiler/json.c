@@ -13,14 +13,15 @@
 // identity of their own. Lines and columns are 1-based; a column counts
 // characters (UTF-8 sequences), as jansson's own error columns do.
 //
-// A `.keras` file is a zip archive; its `config.json` member is read with a
-// minimal zip reader (stored or deflated members, through zlib).
+// A `.keras` file is a zip archive; its `config.json` member is read with
+// libzip.
 #include "kdcc.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
+#include <unistd.h>
+#include <zip.h>
 
 typedef struct {
   const json_t *v;
@@ -195,78 +196,33 @@ json_t *json_load_text_located(const char *name, const char *text, size_t len) {
 
 // ---- .keras archives
 
-static uint32_t rd16(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8;
-}
-
-static uint32_t rd32(const unsigned char *p) {
-  return rd16(p) | rd16(p + 2) << 16;
-}
-
-// The `config.json` member of the zip archive `data`, as a malloc'd buffer.
-static char *zip_config_json(const char *path, const unsigned char *data, size_t size,
-                             size_t *out_len) {
+// The `config.json` member of the .keras (zip) archive at path, through
+// libzip, as a malloc'd buffer.
+static char *zip_config_json(const char *path, size_t *out_len) {
   Loc where = {path, 0, 0};
-  // End of central directory: 22 bytes plus a comment of up to 64 KiB.
-  const unsigned char *eocd = NULL;
-  for (size_t i = size >= 22 ? size - 22 : 0; size >= 22; i--) {
-    if (rd32(data + i) == 0x06054b50) {
-      eocd = data + i;
-      break;
-    }
-    if (i == 0 || size - i > 22 + 65535)
-      break;
+  int zerr = 0;
+  zip_t *z = zip_open(path, ZIP_RDONLY, &zerr);
+  if (!z) {
+    if (zerr == ZIP_ER_NOZIP || zerr == ZIP_ER_INCONS)
+      error_at(where, "not a .keras file (not a zip archive, or a truncated one)");
+    zip_error_t ze;
+    zip_error_init_with_code(&ze, zerr);
+    error_at(where, "cannot read the .keras archive: %s", zip_error_strerror(&ze));
   }
-  if (!eocd)
-    error_at(where, "not a .keras file (no zip directory found)");
-  uint32_t count = rd16(eocd + 10), cd_size = rd32(eocd + 12), cd_off = rd32(eocd + 16);
-  if (cd_off == 0xffffffffu || count == 0xffffu)
-    error_at(where, "zip64 archives are not supported");
-  if ((size_t)cd_off + cd_size > size)
-    error_at(where, "corrupt .keras archive (bad central directory)");
-  const unsigned char *p = data + cd_off, *cd_end = p + cd_size;
-  for (uint32_t i = 0; i < count; i++) {
-    if (p + 46 > cd_end || rd32(p) != 0x02014b50)
-      error_at(where, "corrupt .keras archive (bad central directory entry)");
-    uint32_t method = rd16(p + 10), csize = rd32(p + 20), usize = rd32(p + 24);
-    uint32_t nlen = rd16(p + 28), elen = rd16(p + 30), clen = rd16(p + 32);
-    uint32_t loff = rd32(p + 42);
-    const char *name = (const char *)p + 46;
-    if (p + 46 + nlen > cd_end)
-      error_at(where, "corrupt .keras archive (bad central directory entry)");
-    p += 46 + nlen + elen + clen;
-    if (nlen != strlen("config.json") || memcmp(name, "config.json", nlen) != 0)
-      continue;
-    if ((size_t)loff + 30 > size || rd32(data + loff) != 0x04034b50)
-      error_at(where, "corrupt .keras archive (bad local header for config.json)");
-    size_t start = (size_t)loff + 30 + rd16(data + loff + 26) + rd16(data + loff + 28);
-    if (start + csize > size)
-      error_at(where, "corrupt .keras archive (config.json is truncated)");
-    char *out = xcalloc((size_t)usize + 1, 1);
-    if (method == 0) {
-      if (csize != usize)
-        error_at(where, "corrupt .keras archive (config.json sizes differ)");
-      memcpy(out, data + start, usize);
-    } else if (method == 8) {
-      z_stream z = {0};
-      if (inflateInit2(&z, -MAX_WBITS) != Z_OK)
-        error_at(where, "cannot initialise zlib");
-      z.next_in = (unsigned char *)(data + start);
-      z.avail_in = csize;
-      z.next_out = (unsigned char *)out;
-      z.avail_out = usize;
-      int rc = inflate(&z, Z_FINISH);
-      inflateEnd(&z);
-      if (rc != Z_STREAM_END || z.total_out != usize)
-        error_at(where, "corrupt .keras archive (cannot inflate config.json)");
-    } else {
-      error_at(where, "config.json uses zip compression method %u; only stored and deflate "
-                      "are supported", method);
-    }
-    *out_len = usize;
-    return out;
-  }
-  error_at(where, "no config.json in the .keras archive");
+  zip_stat_t st;
+  if (zip_stat(z, "config.json", 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
+    error_at(where, "no config.json in the .keras archive");
+  zip_file_t *f = zip_fopen(z, "config.json", 0);
+  if (!f) error_at(where, "cannot open config.json in the .keras archive: %s", zip_strerror(z));
+  char *out = xcalloc((size_t)st.size + 1, 1);
+  zip_int64_t n = zip_fread(f, out, st.size);
+  if (n < 0 || (zip_uint64_t)n != st.size)
+    error_at(where, "corrupt .keras archive (cannot read config.json: %s)",
+             zip_file_strerror(f));
+  zip_fclose(f);
+  zip_close(z);
+  *out_len = (size_t)st.size;
+  return out;
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -298,14 +254,13 @@ static bool ends_with(const char *s, const char *suffix) {
 
 json_t *json_load_file_located(const char *path) {
   size_t len;
-  char *text = read_file(path, &len);
   if (ends_with(path, ".keras")) {
-    size_t clen;
-    char *conf = zip_config_json(path, (unsigned char *)text, len, &clen);
-    free(text);
+    if (access(path, R_OK) != 0) error("cannot open '%s': %s", path, strerror(errno));
+    char *conf = zip_config_json(path, &len);
     // Positions are those inside the config.json member.
-    return json_load_text_located(path, conf, clen);
+    return json_load_text_located(path, conf, len);
   }
+  char *text = read_file(path, &len);
   return json_load_text_located(path, text, len);
 }
 

@@ -79,7 +79,7 @@ Test(json, keras_archive_without_config) {
 }
 
 Test(json, keras_archive_not_a_zip) {
-  EXPECT_ERROR("tests/bad/not_zip.keras", " error: not a .keras file (no zip directory found)");
+  EXPECT_ERROR("tests/bad/not_zip.keras", " error: not a .keras file (not a zip archive, or a truncated one)");
 }
 
 // ---------------------------------------------------------------- good models
