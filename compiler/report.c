@@ -22,6 +22,22 @@ static char *large_reshard(const Graph *g, const Node *n) {
                 g->dist->mesh.names[__builtin_ctz(n->axes)], (long long)bytes);
 }
 
+// Keras's names for a variable's optimizer slots, in kdcc's slot order:
+// "<optimizer>/<path with / as _>_<slot>".
+static json_t *slots_json(const Graph *g, const Var *v) {
+  static const char *names[][2] = {
+    [OPT_SGD] = {"momentum", NULL}, [OPT_ADAM] = {"momentum", "velocity"},
+    [OPT_ADAMW] = {"momentum", "velocity"}, [OPT_RMSPROP] = {"velocity", "momentum"}};
+  json_t *a = json_array();
+  char *flat = xstrdup(v->path);
+  for (char *p = flat; *p; p++)
+    if (*p == '/') *p = '_';
+  for (int k = 0; k < v->nslots && k < 2; k++)
+    json_array_append_new(a, json_string(format("%s/%s_%s", g->model->opt.name, flat,
+                                                names[g->model->opt.kind][k])));
+  return a;
+}
+
 static json_t *layout_json(const Graph *g, int rank, const Place *p) {
   json_t *a = json_array();
   for (int d = 0; d < rank; d++)
@@ -85,10 +101,10 @@ static void report_json(Graph *g, FILE *out) {
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
     Shape ls = local_shape(g, v->param);
-    json_array_append_new(vars, json_pack("{s:s, s:o, s:o, s:o}", "path", v->path, "global_shape",
-                                          shape_json(&v->shape), "layout",
+    json_array_append_new(vars, json_pack("{s:s, s:o, s:o, s:o, s:o}", "path", v->path,
+                                          "global_shape", shape_json(&v->shape), "layout",
                                           layout_json(g, v->shape.rank, &v->place), "local_shape",
-                                          shape_json(&ls)));
+                                          shape_json(&ls), "optimizer_slots", slots_json(g, v)));
   }
   json_object_set_new(root, "variables", vars);
 
@@ -148,7 +164,8 @@ void print_report(Graph *g, FILE *out, bool json) {
   const Mesh *m = &g->dist->mesh;
   fprintf(out, "model '%s', %s on mesh %s, %d device%s, global batch %d\n\n", g->model->name,
           dist_name(g->dist), mesh_text(m), m->size, m->size == 1 ? "" : "s", g->batch);
-  fprintf(out, "Variables\n  %-32s %-14s %-22s %s\n", "path", "global", "layout", "local");
+  fprintf(out, "Variables (optimizer slots take their variable's layout)\n  %-32s %-14s %-22s %s\n",
+          "path", "global", "layout", "local");
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
     Shape ls = local_shape(g, v->param);

@@ -140,6 +140,10 @@ Test(report, json_has_every_section) {
   cr_assert_eq(json_integer_value(json_array_get(json_object_get(v0, "local_shape"), 1)), 50);
   cr_assert_str_eq(json_string_value(json_array_get(json_object_get(v0, "layout"), 1)), "model");
   cr_assert(json_is_null(json_array_get(json_object_get(v0, "layout"), 0)));
+  json_t *slots = json_object_get(v0, "optimizer_slots");
+  cr_assert_eq(json_array_size(slots), 2, "Adam keeps momentum and velocity");
+  cr_assert_str_eq(json_string_value(json_array_get(slots, 0)),
+                   "adam/sequential_d1_kernel_momentum");
   json_t *cs = json_object_get(r, "collectives");
   cr_assert_gt(json_array_size(cs), 0);
   int64_t sum = 0;
