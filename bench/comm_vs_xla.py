@@ -270,8 +270,10 @@ kdcc sends no more bytes than XLA on any case.
   over the batch axis once (and megatron's two Megatron all-reduces over
   `model`, forward `down` and backward `up`, are the same). XLA combines all
   of one step's data-axis all-reduces, loss and metric scalars included,
-  into one tuple all-reduce; kdcc issues one per tensor (5 calls against 1
-  on seed_mlp_dp, 11 against 3 on megatron): equal bytes, more messages.
+  into one tuple all-reduce. kdcc's report lists one all-reduce per tensor
+  (5 against 1 on seed_mlp_dp, 11 against 3 on megatron); the program sends
+  the gradients of one group of axes as one bucket (one call), and the loss
+  and metric scalars separately: equal bytes, two or three messages more.
 - **seed_mlp_mp (Adam), func_branches (SGD momentum): kdcc sends less.** The
   replicated kernel after the sharded layer (`d2`, `c`) gets a gradient
   split over `model`. kdcc all-gathers that gradient once and updates
