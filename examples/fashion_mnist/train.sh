@@ -21,7 +21,7 @@ model=${1:-mlp}
 [ $# -gt 0 ] && shift
 case "$model" in
   mlp) epochs=12 ;;
-  cnn) epochs=12 ;;
+  cnn) epochs=14 ;;
   *) echo "usage: $0 [mlp|cnn] [training options]" >&2; exit 2 ;;
 esac
 D=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
