@@ -260,8 +260,9 @@ def main():
               "below the figures is bench/analysis.md, written by hand from a run like this "
               "one. Re-running overwrites this file.\n")
     md.append("- date: %s" % now.strftime("%Y-%m-%d %H:%M %Z"))
-    md.append("- command: `make bench` (= `bash bench/bench.sh`, which runs `%s bench/bench.py "
-              "%s`)" % (os.path.relpath(sys.executable, ROOT), " ".join(sys.argv[1:])).replace(" `)", "`)"))
+    md.append(("- command: `make bench` (= `bash bench/bench.sh`, which runs `%s bench/bench.py "
+               "%s`)" % (os.path.relpath(sys.executable, ROOT), " ".join(sys.argv[1:])))
+              .replace(" `)", "`)"))
     md.append("- machine: %d cores (nproc), %s; flags: %s; %s" % (ncpu, cpu_model(), cpu_flags(),
                                                                  platform.platform()))
     md.append("- load average (1/5/15 min) at start: %s, at end: %s%s" % (

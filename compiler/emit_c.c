@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef enum { STEP_TRAIN, STEP_EVAL, STEP_GRAD } StepKind;
+static StepKind cur_step; // the step function being written
+
 // C compound literals for a local shape and for a layout.
 static char *shape_c(const Shape *s) {
   char b[256];
@@ -45,11 +48,15 @@ static void emit_op(const Node *n, bool train) {
   case OP_MATMUL: {
     Shape as = lshape(a), bs = lshape(b);
     int64_t k = n->ta ? as.d[0] : as.d[1];
-    out("  cblas_sgemm(CblasRowMajor, %s, %s, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, 0.0f, "
+    bool sgd = n->sgd_into && cur_step == STEP_TRAIN;
+    if (sgd) out("  //   the SGD update of %s in the same GEMM: w = w - lr * gradient\n",
+                 n->sgd_into->var->path);
+    out("  cblas_sgemm(CblasRowMajor, %s, %s, %lld, %lld, %lld, %s, %s, %lld, %s, %lld, %s, "
         "%s, %lld);\n",
         n->ta ? "CblasTrans" : "CblasNoTrans", n->tb ? "CblasTrans" : "CblasNoTrans",
-        (long long)ls.d[0], (long long)ls.d[1], (long long)k, buf(a), (long long)as.d[1], buf(b),
-        (long long)bs.d[1], y, (long long)ls.d[1]);
+        (long long)ls.d[0], (long long)ls.d[1], (long long)k, sgd ? "-c->lr" : "1.0f", buf(a),
+        (long long)as.d[1], buf(b), (long long)bs.d[1], sgd ? "1.0f" : "0.0f",
+        sgd ? buf(n->sgd_into) : y, (long long)ls.d[1]);
     return;
   }
   case OP_BIAS: {
@@ -180,6 +187,10 @@ static void emit_op(const Node *n, bool train) {
   }
   case OP_UPDATE: {
     const Var *v = n->var;
+    if (n->fused) {
+      out("  //   done by the GEMM that makes the gradient (%%%d)\n", n->in[1]->id);
+      return;
+    }
     const Optimizer *o = &EG->model->opt;
     char *w = buf(n->in[0]), *gr = buf(n->in[1]);
     int64_t stride = (lelems(n->in[0]) + 15) / 16 * 16;
@@ -265,10 +276,9 @@ static void emit_bucket(int first, int last) {
   out("  kdrt_allreduce(c, 0x%x, %s, %s, %lld);\n", a->axes, buf(a), buf(a), (long long)n);
 }
 
-typedef enum { STEP_TRAIN, STEP_EVAL, STEP_GRAD } StepKind;
-
 static void emit_step(const char *name, StepKind kind) {
   bool train = kind != STEP_EVAL;
+  cur_step = kind;
   out("\nstatic void %s(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric) "
       "{\n",
       name);

@@ -8,7 +8,8 @@
 // memory plan no longer needs.
 //
 // Then the update phase is ordered so that gradient collectives come before
-// the updates, for bucketing (emit_c.c).
+// the updates, for bucketing (emit_c.c); and a plain SGD update folds into
+// the GEMM that makes its gradient.
 #include "kdcc.h"
 
 void fuse_elementwise(Graph *g) {
@@ -49,4 +50,26 @@ void fuse_elementwise(Graph *g) {
     if (g->nodes[i]->phase != PH_UPDATE) upd[k++] = g->nodes[i];
   for (int i = 0; i < k; i++) g->nodes[j++] = upd[i];
   for (int i = 0; i < n; i++) g->nodes[i]->id = i;
+
+  // Plain SGD (no momentum): w -= lr * g folds into the GEMM that makes g,
+  // as C = -lr * A B + C, when g is read by nothing else and reaches its
+  // update with no collective between, and every other reader of w comes
+  // before that GEMM.
+  const Optimizer *o = &g->model->opt;
+  if (o->kind != OPT_SGD || o->momentum != 0) return;
+  int *nuse = xcalloc(n, sizeof *nuse), *last_read = xcalloc(n, sizeof *last_read);
+  for (int i = 0; i < n; i++)
+    for (int a = 0; a < g->nodes[i]->nin; a++) {
+      Node *x = g->nodes[i]->in[a];
+      nuse[x->id]++;
+      if (g->nodes[i]->op != OP_UPDATE && i > last_read[x->id]) last_read[x->id] = i;
+    }
+  for (int i = 0; i < n; i++) {
+    Node *u = g->nodes[i], *gr = u->op == OP_UPDATE ? u->in[1] : NULL, *w = u->in[0];
+    if (!gr || gr->op != OP_MATMUL || nuse[gr->id] != 1 || gr->place.partial ||
+        !place_eq(&gr->place, &w->place, w->shape.rank) || last_read[w->id] > gr->id)
+      continue;
+    u->fused = true;
+    gr->sgd_into = w;
+  }
 }

@@ -264,6 +264,8 @@ struct Node {
   int last_use;           // memplan.c
   int nuses;
   bool dead;              // removed by a pass
+  bool fused;             // OP_UPDATE done by the op that makes its gradient (fuse.c)
+  Node *sgd_into;         // OP_MATMUL: plain SGD, w -= lr * result, into this param
 };
 
 typedef struct {
