@@ -458,6 +458,16 @@ void kdrt_data_synthetic(kdrt_data *d, const kdrt_program *p, uint64_t seed, int
   d->n = n;
   d->xn = prod(p->x_rank, p->x_shape);
   d->yn = prod(p->y_rank, p->y_shape);
+  // Made once rather than at every step, when they fit in 256 MiB: the
+  // same numbers (a pure function of seed and sample), without Philox and
+  // Box-Muller in the training loop.
+  size_t per = (size_t)(d->xn + d->yn);
+  if ((double)n * (double)per * sizeof(float) <= 256.0 * 1024 * 1024 &&
+      (d->cache = malloc((size_t)n * per * sizeof(float)))) {
+    d->owner = 1;
+    for (int64_t s = 0; s < n; s++)
+      kdrt_synthetic_sample(p, seed, s, d->cache + s * per, d->cache + s * per + d->xn);
+  }
 }
 
 kdrt_data kdrt_data_slice(const kdrt_data *d, int64_t first, int64_t n) {
@@ -471,7 +481,13 @@ kdrt_data kdrt_data_slice(const kdrt_data *d, int64_t first, int64_t n) {
 void kdrt_data_sample(const kdrt_data *d, int64_t i, float *x, float *y) {
   int64_t s = d->first + i;
   if (d->synthetic) {
-    kdrt_synthetic_sample(d->p, d->seed, s, x, y);
+    if (d->cache) {
+      const float *c = d->cache + s * (d->xn + d->yn);
+      memcpy(x, c, (size_t)d->xn * sizeof *x);
+      memcpy(y, c + d->xn, (size_t)d->yn * sizeof *y);
+    } else {
+      kdrt_synthetic_sample(d->p, d->seed, s, x, y);
+    }
     if (d->scale != 1.0)
       for (int64_t k = 0; k < d->xn; k++) x[k] = (float)(x[k] * d->scale);
     return;
@@ -481,6 +497,6 @@ void kdrt_data_sample(const kdrt_data *d, int64_t i, float *x, float *y) {
 }
 
 void kdrt_data_close(kdrt_data *d) {
-  if (d->owner) kdrt_array_close(&d->x), kdrt_array_close(&d->y);
+  if (d->owner) kdrt_array_close(&d->x), kdrt_array_close(&d->y), free(d->cache);
   memset(d, 0, sizeof *d);
 }

@@ -381,6 +381,7 @@ typedef struct {
   double scale;               // inputs times scale
   int64_t first, n;
   int64_t xn, yn;             // floats a sample: prod(x_shape), prod(y_shape)
+  float *cache;               // synthetic samples made once (x then y per sample), or NULL
 } kdrt_data;
 int kdrt_data_open(kdrt_data *d, const kdrt_program *p, const char *xpath, const char *ypath,
                    double scale, char *err, size_t errlen);
