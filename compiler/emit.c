@@ -106,3 +106,13 @@ void emit_conv_args(const Node *n, const Node *x, const Node *y) {
       n->kw, (long long)ys.d[3], n->sh, n->sw, n->pad_t, n->pad_l, (long long)ys.d[1],
       (long long)ys.d[2]);
 }
+
+void emit_op_comment(const Node *n) {
+  out("\n  // %%%d %s", n->id, op_info[n->op].name);
+  if (n->op == OP_ACT || n->op == OP_ACT_GRAD || n->op == OP_BIAS_ACT)
+    out(" %s", act_name(n->act));
+  if (n->layer) out(" (%s)", n->layer);
+  if (n->name) out(": %s", n->name);
+  out("\n  //   %s\n", describe(n));
+  if (is_collective(n->op)) out("  //   why: %s\n", n->reason);
+}

@@ -30,13 +30,7 @@ static char *layout_c(const Node *n) { return format("&(const kdrt_layout)%s", l
 static void emit_op(const Node *n, bool train) {
   Shape ls = lshape(n);
   const Node *a = n->nin > 0 ? n->in[0] : NULL, *b = n->nin > 1 ? n->in[1] : NULL;
-  out("\n  // %%%d %s", n->id, op_info[n->op].name);
-  if (n->op == OP_ACT || n->op == OP_ACT_GRAD || n->op == OP_BIAS_ACT)
-    out(" %s", act_name(n->act));
-  if (n->layer) out(" (%s)", n->layer);
-  if (n->name) out(": %s", n->name);
-  out("\n  //   %s\n", describe(n));
-  if (is_collective(n->op)) out("  //   why: %s\n", n->reason);
+  emit_op_comment(n);
   char *y = n->op == OP_UPDATE ? NULL : buf(n);
   int64_t N = lelems(n);
   switch (n->op) {

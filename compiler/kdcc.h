@@ -391,6 +391,9 @@ char *describe(const Node *n);              // "[16, 200] ('data', 'model') loca
 int64_t prod(const Shape *s, int from, int to);
 extern const char *const init_name[];       // KDRT_INIT_* by Var.init
 extern const char *const act_c[];           // KDRT_ACT_* by Act
+// The comment above each op: id, op, layer, name, shapes and layout, and
+// for a collective why it is there.
+void emit_op_comment(const Node *n);
 // Conv/pool argument list: local x and y dims, window, strides, padding.
 void emit_conv_args(const Node *n, const Node *x, const Node *y);
 
