@@ -297,14 +297,6 @@ static int to_f64(const char *s, double *v) {
   return e == s || *e ? -1 : 0;
 }
 
-static int bad(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 // "mesh 2 data=2 model=4" from / into the mesh fields.
 static void fmt_mesh(sbuf *b, int nd, const int *shape, char (*axes)[64]) {
   sb_printf(b, "mesh %d", nd);
@@ -424,14 +416,14 @@ int kdrt_ckpt_header_parse(char *text, size_t len, kdrt_ckpt_header *h, char *er
   // KDCKPT-SHARD 1 header N
   n = next_line(text, len, &pos, t, 64);
   if (n != 4 || strcmp(t[0], "KDCKPT-SHARD") || strcmp(t[2], "header"))
-    return bad(err, errlen, "not a kdcc checkpoint shard (no KDCKPT-SHARD header)");
-  if (strcmp(t[1], "1")) return bad(err, errlen, "shard format version %s is not supported", t[1]);
-  if (to_i64(t[3], &v) || v < 1) return bad(err, errlen, "bad header length '%s'", t[3]);
+    return kdrt_errf(err, errlen, "not a kdcc checkpoint shard (no KDCKPT-SHARD header)");
+  if (strcmp(t[1], "1")) return kdrt_errf(err, errlen, "shard format version %s is not supported", t[1]);
+  if (to_i64(t[3], &v) || v < 1) return kdrt_errf(err, errlen, "bad header length '%s'", t[3]);
   h->data_offset = (uint64_t)v;
   int seen_end = 0, nv = 0;
   while (!seen_end && (n = next_line(text, len, &pos, t, 64)) >= 0) {
     if (n == 0) continue;
-    if (n > 64) return bad(err, errlen, "header line too long");
+    if (n > 64) return kdrt_errf(err, errlen, "header line too long");
     if (!strcmp(t[0], "model") && n == 2) {
       snprintf(h->model, sizeof h->model, "%s", t[1]);
       dec(h->model);
@@ -439,30 +431,30 @@ int kdrt_ckpt_header_parse(char *text, size_t len, kdrt_ckpt_header *h, char *er
       h->step = v;
     } else if (!strcmp(t[0], "mesh")) {
       if (parse_mesh(t, n, &h->mesh_ndim, h->mesh_shape, h->axes))
-        return bad(err, errlen, "bad 'mesh' line");
+        return kdrt_errf(err, errlen, "bad 'mesh' line");
     } else if (!strcmp(t[0], "rank")) {
       int64_t r, w;
       if (n != 5 + h->mesh_ndim || strcmp(t[2], "of") || strcmp(t[4], "coord") ||
           to_i64(t[1], &r) || to_i64(t[3], &w) || r < 0 || r >= w)
-        return bad(err, errlen, "bad 'rank' line");
+        return kdrt_errf(err, errlen, "bad 'rank' line");
       h->rank = (int)r, h->world = (int)w;
       for (int a = 0; a < h->mesh_ndim; a++) {
         if (to_i64(t[5 + a], &v) || v < 0 || v >= h->mesh_shape[a])
-          return bad(err, errlen, "bad 'rank' line");
+          return kdrt_errf(err, errlen, "bad 'rank' line");
         h->coord[a] = (int)v;
       }
     } else if (!strcmp(t[0], "vars") && n == 2 && !to_i64(t[1], &v) && v >= 0 && v < 1000000) {
       h->nvars = (int)v;
       h->vars = calloc((size_t)(v ? v : 1), sizeof h->vars[0]);
-      if (!h->vars) return bad(err, errlen, "out of memory");
+      if (!h->vars) return kdrt_errf(err, errlen, "out of memory");
     } else if (!strcmp(t[0], "var")) {
-      if (nv >= h->nvars) return bad(err, errlen, "more 'var' lines than 'vars' says");
+      if (nv >= h->nvars) return kdrt_errf(err, errlen, "more 'var' lines than 'vars' says");
       kdrt_ckpt_var *hv = &h->vars[nv];
       int64_t r = -1, s = -1;
       if (n < 8 || strcmp(t[2], "slots") || to_i64(t[3], &s) || s < 0 || s > 8 ||
           strcmp(t[4], "rank") || to_i64(t[5], &r) || r < 0 || r > KDRT_MAX_RANK ||
           n != 6 + 4 * (1 + (int)r) + 2)
-        return bad(err, errlen, "bad 'var' line %d", nv + 1);
+        return kdrt_errf(err, errlen, "bad 'var' line %d", nv + 1);
       snprintf(hv->path, sizeof hv->path, "%s", t[1]);
       dec(hv->path);
       hv->nslots = (int)s;
@@ -470,9 +462,9 @@ int kdrt_ckpt_header_parse(char *text, size_t len, kdrt_ckpt_header *h, char *er
       int k = 6;
       static const char *const key[4] = {"shape", "axes", "start", "local"};
       for (int part = 0; part < 4; part++) {
-        if (strcmp(t[k++], key[part])) return bad(err, errlen, "bad 'var' line %d", nv + 1);
+        if (strcmp(t[k++], key[part])) return kdrt_errf(err, errlen, "bad 'var' line %d", nv + 1);
         for (int d = 0; d < r; d++, k++) {
-          if (to_i64(t[k], &v)) return bad(err, errlen, "bad 'var' line %d", nv + 1);
+          if (to_i64(t[k], &v)) return kdrt_errf(err, errlen, "bad 'var' line %d", nv + 1);
           if (part == 0) hv->layout.gshape[d] = v;
           if (part == 1) hv->layout.axis[d] = (int8_t)v;
           if (part == 2) hv->start[d] = v;
@@ -480,22 +472,22 @@ int kdrt_ckpt_header_parse(char *text, size_t len, kdrt_ckpt_header *h, char *er
         }
       }
       if (strcmp(t[k], "at") || to_i64(t[k + 1], &v) || v < (int64_t)h->data_offset)
-        return bad(err, errlen, "bad 'var' line %d", nv + 1);
+        return kdrt_errf(err, errlen, "bad 'var' line %d", nv + 1);
       hv->offset = (uint64_t)v;
       for (int d = 0; d < r; d++)
         if (hv->local[d] < 1 || hv->start[d] < 0 ||
             hv->start[d] + hv->local[d] > hv->layout.gshape[d])
-          return bad(err, errlen, "variable %s: block out of its shape", hv->path);
+          return kdrt_errf(err, errlen, "variable %s: block out of its shape", hv->path);
       nv++;
     } else if (!strcmp(t[0], "end") && n == 1) {
       seen_end = 1;
     } else {
-      return bad(err, errlen, "bad header line '%s'", t[0]);
+      return kdrt_errf(err, errlen, "bad header line '%s'", t[0]);
     }
   }
-  if (!seen_end) return bad(err, errlen, "truncated header (no 'end' line)");
-  if (!h->mesh_ndim || !h->world) return bad(err, errlen, "header lacks the mesh or rank");
-  if (nv != h->nvars) return bad(err, errlen, "header lists %d of %d variables", nv, h->nvars);
+  if (!seen_end) return kdrt_errf(err, errlen, "truncated header (no 'end' line)");
+  if (!h->mesh_ndim || !h->world) return kdrt_errf(err, errlen, "header lacks the mesh or rank");
+  if (nv != h->nvars) return kdrt_errf(err, errlen, "header lists %d of %d variables", nv, h->nvars);
   return 0;
 }
 
@@ -542,16 +534,16 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
   while (body && text[body - 1] != '\n') body--;
   unsigned crc;
   if (len - body < 12 || sscanf(text + body, "crc %8x", &crc) != 1)
-    return bad(err, errlen, "does not end in its crc line (truncated or altered)");
-  if (kdrt_crc32(0, text, body) != crc) return bad(err, errlen, "checksum mismatch");
+    return kdrt_errf(err, errlen, "does not end in its crc line (truncated or altered)");
+  if (kdrt_crc32(0, text, body) != crc) return kdrt_errf(err, errlen, "checksum mismatch");
   size_t pos = 0;
   char *t[64];
   int n, nf = 0, nh = 0, files_seen = 0, hist_seen = 0;
   int64_t v;
   n = next_line(text, body, &pos, t, 64);
   if (n != 2 || strcmp(t[0], "KDCKPT-MANIFEST"))
-    return bad(err, errlen, "not a kdcc checkpoint manifest");
-  if (strcmp(t[1], "1")) return bad(err, errlen, "manifest version %s is not supported", t[1]);
+    return kdrt_errf(err, errlen, "not a kdcc checkpoint manifest");
+  if (strcmp(t[1], "1")) return kdrt_errf(err, errlen, "manifest version %s is not supported", t[1]);
   while ((n = next_line(text, body, &pos, t, 64)) >= 0) {
     if (n == 0) continue;
     if (!strcmp(t[0], "model") && n == 2) {
@@ -563,64 +555,64 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
       st->seed = (uint64_t)v;
     } else if (!strcmp(t[0], "mesh")) {
       if (parse_mesh(t, n, &m->mesh_ndim, m->mesh_shape, m->axes))
-        return bad(err, errlen, "bad 'mesh' line");
+        return kdrt_errf(err, errlen, "bad 'mesh' line");
     } else if (!strcmp(t[0], "epoch") && n == 8 && !strcmp(t[2], "pos") &&
                !strcmp(t[4], "steps") && !strcmp(t[6], "samples")) {
       if (to_i64(t[1], &st->epoch) || to_i64(t[3], &st->pos) || to_i64(t[5], &st->steps) ||
           to_i64(t[7], &st->ntrain) || st->epoch < 0 || st->pos < 0 || st->pos > st->steps)
-        return bad(err, errlen, "bad 'epoch' line");
+        return kdrt_errf(err, errlen, "bad 'epoch' line");
     } else if (!strcmp(t[0], "sums") && n == 3) {
       if (to_f64(t[1], &st->sum_loss) || to_f64(t[2], &st->sum_metric))
-        return bad(err, errlen, "bad 'sums' line");
+        return kdrt_errf(err, errlen, "bad 'sums' line");
     } else if (!strcmp(t[0], "history") && n == 2 && !to_i64(t[1], &v) && v >= 0 &&
                v < 100000000 && !hist_seen) {
       hist_seen = 1;
       st->nhist = (int)v;
       for (int k = 0; k < 4; k++) {
         m->hist[k] = calloc((size_t)(v ? v : 1), sizeof(double));
-        if (!m->hist[k]) return bad(err, errlen, "out of memory");
+        if (!m->hist[k]) return kdrt_errf(err, errlen, "out of memory");
         st->hist[k] = m->hist[k];
       }
     } else if (!strcmp(t[0], "h") && n == 5 && nh < st->nhist) {
       for (int k = 0; k < 4; k++)
-        if (to_f64(t[1 + k], &m->hist[k][nh])) return bad(err, errlen, "bad 'h' line");
+        if (to_f64(t[1 + k], &m->hist[k][nh])) return kdrt_errf(err, errlen, "bad 'h' line");
       nh++;
     } else if (!strcmp(t[0], "steploss") && n == 2 && !to_i64(t[1], &v) && v >= 0 &&
                v < ((int64_t)1 << 40) && !m->step_loss) {
       st->nsteps = v;
       m->step_loss = malloc(sizeof(double) * (size_t)(v ? v : 1));
-      if (!m->step_loss) return bad(err, errlen, "out of memory");
+      if (!m->step_loss) return kdrt_errf(err, errlen, "out of memory");
       st->step_loss = m->step_loss;
       // Then the values, 8 a line.
       for (int64_t i = 0; i < v; i += 8) {
         int want = v - i < 8 ? (int)(v - i) : 8;
         if (next_line(text, body, &pos, t, 64) != want)
-          return bad(err, errlen, "bad step loss line");
+          return kdrt_errf(err, errlen, "bad step loss line");
         for (int k = 0; k < want; k++)
-          if (to_f64(t[k], &m->step_loss[i + k])) return bad(err, errlen, "bad step loss");
+          if (to_f64(t[k], &m->step_loss[i + k])) return kdrt_errf(err, errlen, "bad step loss");
       }
     } else if (!strcmp(t[0], "files") && n == 2 && !to_i64(t[1], &v) && v >= 1 &&
                v < 10000000 && !files_seen) {
       files_seen = 1;
       m->nfiles = (int)v;
       m->files = calloc((size_t)v, sizeof m->files[0]);
-      if (!m->files) return bad(err, errlen, "out of memory");
+      if (!m->files) return kdrt_errf(err, errlen, "out of memory");
     } else if (!strcmp(t[0], "file") && n == 4 && nf < m->nfiles) {
       unsigned long long size;
       if (strlen(t[1]) >= sizeof m->files[nf].name || strchr(t[1], '/') || t[1][0] == '.' ||
           sscanf(t[2], "%llu", &size) != 1 || sscanf(t[3], "%8x", &crc) != 1)
-        return bad(err, errlen, "bad 'file' line");
+        return kdrt_errf(err, errlen, "bad 'file' line");
       snprintf(m->files[nf].name, sizeof m->files[nf].name, "%s", t[1]);
       m->files[nf].size = size, m->files[nf].crc = crc;
       nf++;
     } else {
-      return bad(err, errlen, "bad line '%s'", t[0]);
+      return kdrt_errf(err, errlen, "bad line '%s'", t[0]);
     }
   }
   if (!m->mesh_ndim || !files_seen || !hist_seen || !m->step_loss)
-    return bad(err, errlen, "lacks the mesh, history or file list");
+    return kdrt_errf(err, errlen, "lacks the mesh, history or file list");
   if (nf != m->nfiles || nh != st->nhist)
-    return bad(err, errlen, "lists %d of %d files, %d of %d epochs", nf, m->nfiles, nh, st->nhist);
+    return kdrt_errf(err, errlen, "lists %d of %d files, %d of %d epochs", nf, m->nfiles, nh, st->nhist);
   return 0;
 }
 
@@ -893,17 +885,17 @@ void kdrt_ckpt_maybe_save(kdrt_ctx *c, const char *dir, int64_t every,
 // Read a whole file (plus a terminating zero). NULL with err set.
 static char *read_all(const char *path, size_t *len, char *err, size_t errlen) {
   int fd = open(path, O_RDONLY);
-  if (fd < 0) return bad(err, errlen, "%s", strerror(errno)), NULL;
+  if (fd < 0) return kdrt_errf(err, errlen, "%s", strerror(errno)), NULL;
   struct stat sb;
-  if (fstat(fd, &sb)) return close(fd), bad(err, errlen, "%s", strerror(errno)), NULL;
+  if (fstat(fd, &sb)) return close(fd), kdrt_errf(err, errlen, "%s", strerror(errno)), NULL;
   char *buf = malloc((size_t)sb.st_size + 1);
-  if (!buf) return close(fd), bad(err, errlen, "out of memory"), NULL;
+  if (!buf) return close(fd), kdrt_errf(err, errlen, "out of memory"), NULL;
   size_t got = 0;
   while (got < (size_t)sb.st_size) {
     ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
-      bad(err, errlen, "%s", r < 0 ? strerror(errno) : "file shrank while reading");
+      kdrt_errf(err, errlen, "%s", r < 0 ? strerror(errno) : "file shrank while reading");
       free(buf), close(fd);
       return NULL;
     }
@@ -918,7 +910,7 @@ static char *read_all(const char *path, size_t *len, char *err, size_t errlen) {
 // Check one shard file's size and CRC against the manifest, streaming.
 static int verify_file(const char *path, uint64_t size, uint32_t crc, char *err, size_t errlen) {
   int fd = open(path, O_RDONLY);
-  if (fd < 0) return bad(err, errlen, "%s: %s", path, strerror(errno));
+  if (fd < 0) return kdrt_errf(err, errlen, "%s: %s", path, strerror(errno));
   static char buf[1 << 20];
   uint64_t n = 0;
   uint32_t c = 0;
@@ -927,7 +919,7 @@ static int verify_file(const char *path, uint64_t size, uint32_t crc, char *err,
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       close(fd);
-      return bad(err, errlen, "%s: %s", path, strerror(errno));
+      return kdrt_errf(err, errlen, "%s: %s", path, strerror(errno));
     }
     if (r == 0) break;
     c = kdrt_crc32(c, buf, (size_t)r);
@@ -935,10 +927,10 @@ static int verify_file(const char *path, uint64_t size, uint32_t crc, char *err,
   }
   close(fd);
   if (n != size)
-    return bad(err, errlen, "%s: %llu bytes, the MANIFEST says %llu", path,
+    return kdrt_errf(err, errlen, "%s: %llu bytes, the MANIFEST says %llu", path,
                (unsigned long long)n, (unsigned long long)size);
   if (c != crc)
-    return bad(err, errlen, "%s: checksum %08x, the MANIFEST says %08x", path, c, crc);
+    return kdrt_errf(err, errlen, "%s: checksum %08x, the MANIFEST says %08x", path, c, crc);
   return 0;
 }
 
@@ -947,10 +939,10 @@ static int read_manifest(const char *cdir, kdrt_ckpt_manifest *m, char *err, siz
   join(path, sizeof path, cdir, "MANIFEST");
   size_t len;
   char *text = read_all(path, &len, e, sizeof e);
-  if (!text) return bad(err, errlen, "%s: %s", path, e);
+  if (!text) return kdrt_errf(err, errlen, "%s: %s", path, e);
   int rc = kdrt_ckpt_manifest_parse(text, len, m, e, sizeof e);
   free(text);
-  if (rc) return bad(err, errlen, "%s: %s", path, e);
+  if (rc) return kdrt_errf(err, errlen, "%s: %s", path, e);
   return 0;
 }
 
@@ -1021,21 +1013,21 @@ static int open_shard(shard_in *s, const char *path, char *err, size_t errlen) {
   if (s->parsed) return 0;
   char e[512];
   s->fd = open(path, O_RDONLY);
-  if (s->fd < 0) return bad(err, errlen, "%s: %s", path, strerror(errno));
+  if (s->fd < 0) return kdrt_errf(err, errlen, "%s: %s", path, strerror(errno));
   char first[128];
   ssize_t r = pread(s->fd, first, sizeof first - 1, 0);
   unsigned long long hl = 0;
   if (r > 0) first[r] = 0;
   if (r <= 0 || sscanf(first, SHARD_MAGIC " header %llu", &hl) != 1 || hl > (1u << 30))
-    return bad(err, errlen, "%s: not a kdcc checkpoint shard", path);
+    return kdrt_errf(err, errlen, "%s: not a kdcc checkpoint shard", path);
   char *text = malloc(hl + 1);
-  if (!text) return bad(err, errlen, "out of memory");
+  if (!text) return kdrt_errf(err, errlen, "out of memory");
   r = pread(s->fd, text, hl, 0);
-  if (r != (ssize_t)hl) return free(text), bad(err, errlen, "%s: truncated header", path);
+  if (r != (ssize_t)hl) return free(text), kdrt_errf(err, errlen, "%s: truncated header", path);
   text[hl] = 0;
   int rc = kdrt_ckpt_header_parse(text, hl, &s->h, e, sizeof e);
   free(text);
-  if (rc) return bad(err, errlen, "%s: %s", path, e);
+  if (rc) return kdrt_errf(err, errlen, "%s: %s", path, e);
   s->parsed = 1;
   return 0;
 }

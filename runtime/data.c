@@ -36,14 +36,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 // "(60000, 28, 28)", or with first = "N": "(N, 28, 28, 1)"; one element: "(N,)".
 static void fmt_shape(char *buf, size_t len, const char *first, int n, const int64_t *v) {
   size_t k = (size_t)snprintf(buf, len, "(%s", first);
@@ -92,61 +84,61 @@ int kdrt_npy_parse(const unsigned char *buf, size_t len, kdrt_npy *out, char *er
                    size_t errlen) {
   memset(out, 0, sizeof *out);
   if (len < 10 || memcmp(buf, "\x93NUMPY", 6))
-    return fail(err, errlen, "not a .npy file (no \\x93NUMPY magic)");
+    return kdrt_errf(err, errlen, "not a .npy file (no \\x93NUMPY magic)");
   size_t hlen, hstart;
   if (buf[6] == 1) {
     hlen = buf[8] | (size_t)buf[9] << 8, hstart = 10;
   } else if (buf[6] == 2 || buf[6] == 3) {
-    if (len < 12) return fail(err, errlen, "truncated .npy header");
+    if (len < 12) return kdrt_errf(err, errlen, "truncated .npy header");
     hlen = buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
     hstart = 12;
   } else {
-    return fail(err, errlen, ".npy format version %d is not supported", buf[6]);
+    return kdrt_errf(err, errlen, ".npy format version %d is not supported", buf[6]);
   }
-  if (hstart + hlen > len) return fail(err, errlen, "truncated .npy header");
+  if (hstart + hlen > len) return kdrt_errf(err, errlen, "truncated .npy header");
   const char *h = (const char *)buf + hstart, *end = h + hlen;
   out->data_offset = hstart + hlen;
 
   // 'descr': '<f4'
   const char *p = npy_key(h, end, "descr");
   if (!p || p >= end || (*p != '\'' && *p != '"'))
-    return fail(err, errlen, ".npy header has no 'descr' string");
+    return kdrt_errf(err, errlen, ".npy header has no 'descr' string");
   char q = *p++, descr[16];
   size_t n = 0;
   while (p < end && *p != q && n + 1 < sizeof descr) descr[n++] = *p++;
   descr[n] = 0;
   if (n < 3 || strchr("<>|=", descr[0]) == NULL || descr[0] == '>')
-    return fail(err, errlen, "dtype '%s' is not supported (big-endian or structured)", descr);
+    return kdrt_errf(err, errlen, "dtype '%s' is not supported (big-endian or structured)", descr);
   out->kind = descr[1];
   out->size = atoi(descr + 2);
   int ok = (out->kind == 'f' && (out->size == 4 || out->size == 8)) ||
            (out->kind == 'u' && out->size == 1) ||
            (out->kind == 'i' && (out->size == 4 || out->size == 8));
   if (!ok)
-    return fail(err, errlen,
+    return kdrt_errf(err, errlen,
                 "dtype '%s' is not supported (use float32, float64, uint8, int32 or int64)",
                 descr);
 
   // 'fortran_order': False
   p = npy_key(h, end, "fortran_order");
-  if (!p) return fail(err, errlen, ".npy header has no 'fortran_order'");
+  if (!p) return kdrt_errf(err, errlen, ".npy header has no 'fortran_order'");
   if (!strncmp(p, "True", 4))
-    return fail(err, errlen, "array is in Fortran order; save it with "
+    return kdrt_errf(err, errlen, "array is in Fortran order; save it with "
                              "np.save(f, np.ascontiguousarray(a))");
-  if (strncmp(p, "False", 5)) return fail(err, errlen, "bad 'fortran_order' value");
+  if (strncmp(p, "False", 5)) return kdrt_errf(err, errlen, "bad 'fortran_order' value");
 
   // 'shape': (128, 28, 28, 1)
   p = npy_key(h, end, "shape");
-  if (!p || *p != '(') return fail(err, errlen, ".npy header has no 'shape' tuple");
+  if (!p || *p != '(') return kdrt_errf(err, errlen, ".npy header has no 'shape' tuple");
   p++;
   for (;;) {
     while (p < end && (*p == ' ' || *p == ',')) p++;
-    if (p >= end) return fail(err, errlen, "unterminated 'shape' tuple");
+    if (p >= end) return kdrt_errf(err, errlen, "unterminated 'shape' tuple");
     if (*p == ')') break;
     char *e;
     long long v = strtoll(p, &e, 10);
-    if (e == p || v < 0) return fail(err, errlen, "bad 'shape' tuple");
-    if (out->ndim == 8) return fail(err, errlen, "more than 8 dimensions");
+    if (e == p || v < 0) return kdrt_errf(err, errlen, "bad 'shape' tuple");
+    if (out->ndim == 8) return kdrt_errf(err, errlen, "more than 8 dimensions");
     out->shape[out->ndim++] = v;
     p = e;
     while (p < end && (*p == 'L' || *p == ' ')) p++; // Python 2 longs
@@ -160,7 +152,7 @@ int kdrt_idx_parse(const unsigned char *buf, size_t len, kdrt_array_header *out,
                    size_t errlen) {
   memset(out, 0, sizeof *out);
   if (len < 4 || buf[0] || buf[1])
-    return fail(err, errlen, "not an IDX file (the magic number does not start with 00 00)");
+    return kdrt_errf(err, errlen, "not an IDX file (the magic number does not start with 00 00)");
   switch (buf[2]) {
   case 0x08: out->kind = 'u', out->size = 1; break;
   case 0x09: out->kind = 'i', out->size = 1; break;
@@ -169,17 +161,17 @@ int kdrt_idx_parse(const unsigned char *buf, size_t len, kdrt_array_header *out,
   case 0x0D: out->kind = 'f', out->size = 4; break;
   case 0x0E: out->kind = 'f', out->size = 8; break;
   default:
-    return fail(err, errlen,
+    return kdrt_errf(err, errlen,
                 "IDX type byte 0x%02X is not one of 0x08 (uint8), 0x09 (int8), 0x0B (int16), "
                 "0x0C (int32), 0x0D (float32), 0x0E (float64)", buf[2]);
   }
   out->big_endian = out->size > 1;
   int nd = buf[3];
   if (nd < 1 || nd > 8)
-    return fail(err, errlen, "IDX header has %d dimensions (1 to 8 are supported)", nd);
+    return kdrt_errf(err, errlen, "IDX header has %d dimensions (1 to 8 are supported)", nd);
   size_t need = 4 + 4 * (size_t)nd;
   if (len < need)
-    return fail(err, errlen, "truncated IDX header: %d dimensions need %zu bytes, the file has %zu",
+    return kdrt_errf(err, errlen, "truncated IDX header: %d dimensions need %zu bytes, the file has %zu",
                 nd, need, len);
   out->ndim = nd;
   for (int i = 0; i < nd; i++) {
@@ -198,14 +190,14 @@ int kdrt_idx_parse(const unsigned char *buf, size_t len, kdrt_array_header *out,
 static int gunzip(const char *path, unsigned char **out, size_t *outlen, char *err,
                   size_t errlen) {
   gzFile g = gzopen(path, "rb");
-  if (!g) return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno ? errno : ENOMEM));
+  if (!g) return kdrt_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno ? errno : ENOMEM));
   gzbuffer(g, 1 << 17);
   size_t cap = 1 << 20, n = 0;
   unsigned char *buf = malloc(cap);
   for (;;) {
     if (!buf) {
       gzclose(g);
-      return fail(err, errlen, "%s: out of memory decompressing", path);
+      return kdrt_errf(err, errlen, "%s: out of memory decompressing", path);
     }
     if (n == cap) {
       unsigned char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
@@ -225,8 +217,8 @@ static int gunzip(const char *path, unsigned char **out, size_t *outlen, char *e
   if (zerr != Z_OK && zerr != Z_STREAM_END) {
     free(buf);
     if (zerr == Z_BUF_ERROR)
-      return fail(err, errlen, "%s: gzip data is truncated (%s)", path, msg);
-    return fail(err, errlen, "%s: corrupt gzip data (%s)", path, msg);
+      return kdrt_errf(err, errlen, "%s: gzip data is truncated (%s)", path, msg);
+    return kdrt_errf(err, errlen, "%s: corrupt gzip data (%s)", path, msg);
   }
   *out = buf, *outlen = n;
   return 0;
@@ -240,37 +232,37 @@ static int parse_bytes(kdrt_array *a, const unsigned char *bytes, size_t len, co
   const char *path = a->path;
   if (len >= 6 && !memcmp(bytes, "\x93NUMPY", 6)) {
     a->format = format ? "gzip'd .npy" : ".npy";
-    if (kdrt_npy_parse(bytes, len, &a->h, e, sizeof e)) return fail(err, errlen, "%s: %s", path, e);
+    if (kdrt_npy_parse(bytes, len, &a->h, e, sizeof e)) return kdrt_errf(err, errlen, "%s: %s", path, e);
   } else if (len >= 2 && bytes[0] == 0 && bytes[1] == 0) {
     a->format = format ? "gzip'd IDX" : "IDX";
-    if (kdrt_idx_parse(bytes, len, &a->h, e, sizeof e)) return fail(err, errlen, "%s: %s", path, e);
+    if (kdrt_idx_parse(bytes, len, &a->h, e, sizeof e)) return kdrt_errf(err, errlen, "%s: %s", path, e);
   } else {
     char got[40] = "";
     for (size_t i = 0, k = 0; i < 4 && i < len; i++)
       k += (size_t)snprintf(got + k, sizeof got - k, "%s%02x", i ? " " : "", bytes[i]);
-    return fail(err, errlen,
+    return kdrt_errf(err, errlen,
                 "%s: not a .npy or IDX file%s (it starts with %s; .npy starts with 93 4e 55 "
                 "4d, IDX with 00 00, gzip with 1f 8b)", path, format ? " inside the gzip" : "",
                 len ? got : "nothing, it is empty");
   }
   const kdrt_array_header *h = &a->h;
-  if (h->ndim < 1) return fail(err, errlen, "%s: a 0-dimensional array holds no samples", path);
+  if (h->ndim < 1) return kdrt_errf(err, errlen, "%s: a 0-dimensional array holds no samples", path);
   // Bytes the shape promises, without overflow.
   int64_t elems = 1;
   for (int i = 0; i < h->ndim; i++) {
     if (h->shape[i] && elems > INT64_MAX / 16 / h->shape[i])
-      return fail(err, errlen, "%s: shape is too large", path);
+      return kdrt_errf(err, errlen, "%s: shape is too large", path);
     elems *= h->shape[i];
   }
   size_t need = (size_t)elems * (size_t)h->size, have = len - h->data_offset;
   char shp[160];
   fmt_shape(shp, sizeof shp, "", h->ndim, h->shape);
   if (have < need)
-    return fail(err, errlen,
+    return kdrt_errf(err, errlen,
                 "%s: file is truncated: %zu bytes of data, but %s of %s shape %s needs %zu",
                 path, have, a->format, dtype_name(h), shp, need);
   if (have > need && !strstr(a->format, "npy"))
-    return fail(err, errlen,
+    return kdrt_errf(err, errlen,
                 "%s: %zu bytes of data, but IDX %s shape %s needs exactly %zu: a corrupt "
                 "header or a wrong file", path, have, dtype_name(h), shp, need);
   a->data = bytes + h->data_offset;
@@ -283,16 +275,16 @@ int kdrt_array_open(kdrt_array *a, const char *path, char *err, size_t errlen) {
   memset(a, 0, sizeof *a);
   a->path = path;
   int fd = open(path, O_RDONLY);
-  if (fd < 0) return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+  if (fd < 0) return kdrt_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fd, &st)) {
     int e = errno;
     close(fd);
-    return fail(err, errlen, "%s: cannot stat: %s", path, strerror(e));
+    return kdrt_errf(err, errlen, "%s: cannot stat: %s", path, strerror(e));
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    return fail(err, errlen, "%s: not a regular file", path);
+    return kdrt_errf(err, errlen, "%s: not a regular file", path);
   }
   unsigned char magic[2] = {0, 0};
   ssize_t m = st.st_size >= 2 ? pread(fd, magic, 2, 0) : 0;
@@ -311,7 +303,7 @@ int kdrt_array_open(kdrt_array *a, const char *path, char *err, size_t errlen) {
   close(fd);
   if (a->map == MAP_FAILED) {
     a->map = NULL;
-    return fail(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+    return kdrt_errf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
   }
   return parse_bytes(a, a->map, a->map_len, NULL, err, errlen);
 }
@@ -364,7 +356,7 @@ int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, char *err, size_
   char got[160], exp[160];
   fmt_shape(got, sizeof got, "", a->h.ndim, a->h.shape);
   fmt_shape(exp, sizeof exp, "N", p->x_rank, p->x_shape);
-  return fail(err, errlen,
+  return kdrt_errf(err, errlen,
               "%s: shape %s does not fit the model's input %s: a sample has %lld element%s, the "
               "model's input %lld", a->path, got, exp, (long long)a->row, a->row == 1 ? "" : "s",
               (long long)want);
@@ -382,7 +374,7 @@ int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int *conv, char 
   switch (p->label_kind) {
   case KDRT_LABEL_CLASSID:
     if (!ids)
-      return fail(err, errlen,
+      return kdrt_errf(err, errlen,
                   "%s: shape %s does not fit the model's labels: expected class ids (N,) or "
                   "(N, 1), as the loss is a sparse one", a->path, got);
     *conv = KDRT_LABELS_IDS;
@@ -390,14 +382,14 @@ int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int *conv, char 
   case KDRT_LABEL_ONEHOT:
     if (a->row == want && !(ids && want == 1 && k > 1)) break;
     if (!ids)
-      return fail(err, errlen,
+      return kdrt_errf(err, errlen,
                   "%s: shape %s does not fit the model's labels: expected one-hot %s or class "
                   "ids (N,)", a->path, got, exp);
     *conv = KDRT_LABELS_ONEHOT;
     break;
   default:
     if (a->row == want) break;
-    return fail(err, errlen, "%s: shape %s does not fit the model's labels: expected %s%s",
+    return kdrt_errf(err, errlen, "%s: shape %s does not fit the model's labels: expected %s%s",
                 a->path, got, exp, want == 1 ? " or (N,)" : "");
   }
   if (*conv == KDRT_LABELS_COPY) return 0;
@@ -405,7 +397,7 @@ int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int *conv, char 
   for (int64_t s = 0; s < a->n; s++) {
     double v = element(a, (size_t)s);
     if (!(v >= 0 && v < k && v == floor(v)))
-      return fail(err, errlen, "%s: label %g of sample %lld is not a class id in [0, %d)",
+      return kdrt_errf(err, errlen, "%s: label %g of sample %lld is not a class id in [0, %d)",
                   a->path, v, (long long)s, k);
   }
   return 0;
@@ -440,7 +432,7 @@ int kdrt_data_open(kdrt_data *d, const kdrt_program *p, const char *xpath, const
     return -1;
   }
   if (d->x.n != d->y.n) {
-    fail(err, errlen, "%s has %lld samples but %s has %lld", xpath, (long long)d->x.n, ypath,
+    kdrt_errf(err, errlen, "%s has %lld samples but %s has %lld", xpath, (long long)d->x.n, ypath,
          (long long)d->y.n);
     kdrt_data_close(d);
     return -1;

@@ -151,13 +151,16 @@ static void usage(FILE *f, const kdrt_program *p) {
           prog_invoke, p->batch, (double)p->learning_rate);
 }
 
-static int bad(char *err, size_t errlen, const char *fmt, ...) {
+int kdrt_errf(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
-  return 2;
+  return -1;
 }
+
+// A usage error: the message in err, exit status 2.
+#define bad(err, errlen, ...) (kdrt_errf(err, errlen, __VA_ARGS__), 2)
 
 static int parse_i64(const char *s, int64_t lo, int64_t *out) {
   char *end;

@@ -122,6 +122,11 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog);
 // when any differs (gradcheck.c).
 int kdrt_gradcheck(int argc, char **argv, const kdrt_program *prog);
 
+// Format a message into err[errlen]; returns -1 (the error convention of the
+// runtime's file readers and writers).
+int kdrt_errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 // printf on rank 0 only.
 void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...);
 // Fatal error: message on stderr (prefixed by the rank), MPI_Abort, exit 1.

@@ -38,14 +38,6 @@
 #include <unistd.h>
 #include <zip.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
   return n >= k && !strcmp(s + n - k, suffix);
@@ -246,7 +238,7 @@ static int zip_member(const char *path, const char *name, unsigned char **out, s
   if (!z) {
     zip_error_t e;
     zip_error_init_with_code(&e, zerr);
-    fail(err, errlen, "%s: cannot read the archive: %s", path, zip_error_strerror(&e));
+    kdrt_errf(err, errlen, "%s: cannot read the archive: %s", path, zip_error_strerror(&e));
     zip_error_fini(&e);
     return -1;
   }
@@ -254,16 +246,16 @@ static int zip_member(const char *path, const char *name, unsigned char **out, s
   zip_file_t *f = NULL;
   int rc = -1;
   if (zip_stat(z, name, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE)) {
-    fail(err, errlen, "%s: the archive has no %s", path, name);
+    kdrt_errf(err, errlen, "%s: the archive has no %s", path, name);
   } else if (!(f = zip_fopen(z, name, 0))) {
-    fail(err, errlen, "%s: cannot open %s in the archive: %s", path, name, zip_strerror(z));
+    kdrt_errf(err, errlen, "%s: cannot open %s in the archive: %s", path, name, zip_strerror(z));
   } else {
     *len = (size_t)st.size;
     *out = malloc(*len ? *len : 1);
     if (!*out) {
-      fail(err, errlen, "%s: out of memory for %s (%zu bytes)", path, name, *len);
+      kdrt_errf(err, errlen, "%s: out of memory for %s (%zu bytes)", path, name, *len);
     } else if (zip_fread(f, *out, st.size) != (zip_int64_t)st.size) {
-      fail(err, errlen, "%s: cannot read %s from the archive: %s", path, name,
+      kdrt_errf(err, errlen, "%s: cannot read %s from the archive: %s", path, name,
            zip_file_strerror(f));
       free(*out), *out = NULL;
     } else {
@@ -280,7 +272,7 @@ static int zip_member(const char *path, const char *name, unsigned char **out, s
 static hid_t open_weights(const char *path, char *err, size_t errlen) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, errlen, "%s: cannot open weights file: %s", path, strerror(errno));
+  if (!f) return kdrt_errf(err, errlen, "%s: cannot open weights file: %s", path, strerror(errno));
   unsigned char magic[8] = {0};
   size_t got = fread(magic, 1, sizeof magic, f);
   fclose(f);
@@ -294,15 +286,15 @@ static hid_t open_weights(const char *path, char *err, size_t errlen) {
     free(img);
     hid_t h = H5Fopen("model.weights.h5", H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
-    if (h < 0) return fail(err, errlen, "%s: model.weights.h5 in the archive is not HDF5", path);
+    if (h < 0) return kdrt_errf(err, errlen, "%s: model.weights.h5 in the archive is not HDF5", path);
     return h;
   }
   if (got == 8 && !memcmp(magic, "\x89HDF\r\n\x1a\n", 8)) {
     hid_t h = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (h < 0) return fail(err, errlen, "%s: cannot open as HDF5", path);
+    if (h < 0) return kdrt_errf(err, errlen, "%s: cannot open as HDF5", path);
     return h;
   }
-  return fail(err, errlen, "%s: not a .keras archive or a .weights.h5 file", path);
+  return kdrt_errf(err, errlen, "%s: not a .keras archive or a .weights.h5 file", path);
 }
 
 // A group's string attribute `name` into buf ("?" if none).
@@ -379,18 +371,18 @@ static int read_var(hid_t file, const char *path, const kdrt_program *p, const k
   char ds_path[512], have[160], want[160];
   snprintf(ds_path, sizeof ds_path, "layers/%s/vars/%d", group, v->index);
   if (!has_link(file, ds_path))
-    return fail(err, errlen, "%s: no %s for variable '%s'", path, ds_path, v->path);
+    return kdrt_errf(err, errlen, "%s: no %s for variable '%s'", path, ds_path, v->path);
   hid_t ds = H5Dopen2(file, ds_path, H5P_DEFAULT);
-  if (ds < 0) return fail(err, errlen, "%s: %s is not a dataset", path, ds_path);
+  if (ds < 0) return kdrt_errf(err, errlen, "%s: %s is not a dataset", path, ds_path);
   hid_t t = H5Dget_type(ds), fs = H5Dget_space(ds);
   int rc = 0;
   int rank = H5Sget_simple_extent_ndims(fs);
   hsize_t dims[32];
   int64_t d64[32];
   if (H5Tget_class(t) != H5T_FLOAT) {
-    rc = fail(err, errlen, "%s: %s (variable '%s') is not floating point", path, ds_path, v->path);
+    rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') is not floating point", path, ds_path, v->path);
   } else if (rank < 0 || rank > 32) {
-    rc = fail(err, errlen, "%s: %s has a dataspace kdrt cannot read", path, ds_path);
+    rc = kdrt_errf(err, errlen, "%s: %s has a dataspace kdrt cannot read", path, ds_path);
   } else {
     H5Sget_simple_extent_dims(fs, dims, NULL);
     int same = rank == v->layout.rank;
@@ -401,7 +393,7 @@ static int read_var(hid_t file, const char *path, const kdrt_program *p, const k
     if (!same) {
       fmt_shape(have, sizeof have, rank, d64);
       fmt_shape(want, sizeof want, v->layout.rank, v->layout.gshape);
-      rc = fail(err, errlen, "%s: variable '%s' (%s) has shape %s in the file, but the model's "
+      rc = kdrt_errf(err, errlen, "%s: variable '%s' (%s) has shape %s in the file, but the model's "
                 "is %s", path, v->path, ds_path, have, want);
     }
   }
@@ -418,7 +410,7 @@ static int read_var(hid_t file, const char *path, const kdrt_program *p, const k
       ms = H5Screate(H5S_SCALAR);
     }
     if (H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out) < 0)
-      rc = fail(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
+      rc = kdrt_errf(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
     H5Sclose(ms);
   }
   H5Sclose(fs);
@@ -436,7 +428,7 @@ int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path,
   float *stage = malloc(sizeof(float) * (p->param_floats ? p->param_floats : 1));
   if (!stage) {
     H5Fclose(file);
-    return fail(err, errlen, "%s: out of memory", path);
+    return kdrt_errf(err, errlen, "%s: out of memory", path);
   }
   if (p->param_floats) memcpy(stage, params, sizeof(float) * p->param_floats);
   int rc = 0;
@@ -447,7 +439,7 @@ int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path,
     snprintf(gpath, sizeof gpath, "layers/%s/vars", group);
     if (!has_link(file, gpath)) {
       list_groups(file, have, sizeof have);
-      rc = fail(err, errlen, "%s: no weights for layer '%s' (%s): the file has no group "
+      rc = kdrt_errf(err, errlen, "%s: no weights for layer '%s' (%s): the file has no group "
                 "layers/%s; it holds %s", path, var->layer, var->layer_class, group, have);
       break;
     }
@@ -457,7 +449,7 @@ int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path,
       H5Gclose(g);
       int want = layer_nvars(p, var->layer);
       if (n != want) {
-        rc = fail(err, errlen, "%s: layer '%s' (layers/%s) has %lld variable%s in the file, but "
+        rc = kdrt_errf(err, errlen, "%s: layer '%s' (layers/%s) has %lld variable%s in the file, but "
                   "%d in the model", path, var->layer, group, (long long)n, n == 1 ? "" : "s",
                   want);
         break;
@@ -485,7 +477,7 @@ int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path,
       for (int v = 0; v < p->nvars && !known; v++)
         known = !strcmp(kdrt_weights_group(p, p->vars[v].layer, group, sizeof group), name);
       if (!known)
-        rc = fail(err, errlen, "%s: layers/%s (layer '%s' in the file) holds %lld variable%s, "
+        rc = kdrt_errf(err, errlen, "%s: layers/%s (layer '%s' in the file) holds %lld variable%s, "
                   "but the model has no such layer: are these another model's weights?", path,
                   name, lname, (long long)k, k == 1 ? "" : "s");
     }
@@ -604,13 +596,13 @@ static int write_all(const char *path, const void *data, size_t len) {
 int kdrt_weights_check_path(const kdrt_program *p, const char *path, char *err, size_t errlen) {
   if (ends_with(path, ".keras")) {
     if (!p->weights_file || !ends_with(p->weights_file, ".keras"))
-      return fail(err, errlen, "%s: a .keras file needs the model's config.json, but this "
+      return kdrt_errf(err, errlen, "%s: a .keras file needs the model's config.json, but this "
                   "program was not compiled from a .keras archive; save to a .weights.h5",
                   path);
     return 0;
   }
   if (!ends_with(path, ".weights.h5"))
-    return fail(err, errlen, "%s: the name must end in .weights.h5 or .keras, as Keras's "
+    return kdrt_errf(err, errlen, "%s: the name must end in .weights.h5 or .keras, as Keras's "
                 "load_weights requires", path);
   return 0;
 }
@@ -643,14 +635,14 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
   }
   if (h5_image(p, global, step, lr, &img, &img_len)) {
     free(config), free(meta);
-    return fail(err, errlen, "%s: HDF5 could not build the weights file", path);
+    return kdrt_errf(err, errlen, "%s: HDF5 could not build the weights file", path);
   }
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   int rc = 0;
   if (!keras) {
     if (write_all(tmp, img, img_len))
-      rc = fail(err, errlen, "%s: cannot write %s: %s", path, tmp, strerror(errno));
+      rc = kdrt_errf(err, errlen, "%s: cannot write %s: %s", path, tmp, strerror(errno));
   } else {
     // Keras's own archive: config.json, metadata.json, model.weights.h5,
     // stored uncompressed.
@@ -678,13 +670,13 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
       }
     }
     if (!z || rc || zip_close(z) != 0) {
-      rc = fail(err, errlen, "%s: cannot write the archive %s: %s", path, tmp,
+      rc = kdrt_errf(err, errlen, "%s: cannot write the archive %s: %s", path, tmp,
                 z ? zip_strerror(z) : "zip_open failed");
       if (z) zip_discard(z);
     }
   }
   if (!rc && commit(tmp, path))
-    rc = fail(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    rc = kdrt_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
   if (rc) unlink(tmp);
   free(config), free(meta), free(img);
   return rc;
@@ -695,7 +687,7 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
 int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   int rc = kdrt_weights_read(c->prog, c->coord, path, c->params, err, errlen), all = rc;
   KDRT_MPI(MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (all && !rc) fail(err, errlen, "%s: another rank could not read its weights", path);
+  if (all && !rc) kdrt_errf(err, errlen, "%s: another rank could not read its weights", path);
   return all ? -1 : 0;
 }
 
@@ -715,7 +707,7 @@ int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   if (c->rank == 0)
     rc = kdrt_weights_write(p, path, (const float *const *)global, c->step, c->lr, err, errlen);
   KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
-  if (rc && c->rank != 0) fail(err, errlen, "%s: rank 0 could not write it", path);
+  if (rc && c->rank != 0) kdrt_errf(err, errlen, "%s: rank 0 could not write it", path);
   for (int v = 0; v < p->nvars; v++) free(global[v]);
   free(global);
   return rc;
