@@ -43,8 +43,7 @@ int kdrt_group_size(const kdrt_ctx *c, unsigned axes) {
   return n;
 }
 
-// This rank's index in its group: row-major over the group's axes.
-static int group_index(const kdrt_ctx *c, unsigned axes) {
+int kdrt_group_index(const kdrt_ctx *c, unsigned axes) {
   int idx = 0;
   for (int a = 0; a < c->prog->mesh_ndim; a++)
     if (axes & (1u << a)) idx = idx * c->prog->mesh_shape[a] + c->coord[a];
@@ -54,10 +53,10 @@ static int group_index(const kdrt_ctx *c, unsigned axes) {
 static MPI_Comm group_comm(kdrt_ctx *c, unsigned axes) {
   check_mask(c, axes);
   if (!c->comm[axes]) {
-    int color = group_index(c, ~axes & ((1u << c->prog->mesh_ndim) - 1));
+    int color = kdrt_group_index(c, ~axes & ((1u << c->prog->mesh_ndim) - 1));
     MPI_Comm *comm = malloc(sizeof *comm);
     if (!comm) kdrt_fatal(c, "out of memory");
-    KDRT_MPI(MPI_Comm_split(MPI_COMM_WORLD, color, group_index(c, axes), comm));
+    KDRT_MPI(MPI_Comm_split(MPI_COMM_WORLD, color, kdrt_group_index(c, axes), comm));
     c->comm[axes] = comm;
   }
   return *(MPI_Comm *)c->comm[axes];
@@ -235,5 +234,5 @@ void kdrt_slice(const kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshap
   check_dim(c, "slice", rank, lshape, dim, n);
   int64_t outer, inner, ext = lshape[dim], part = ext / n;
   split_shape(rank, lshape, dim, &outer, &inner);
-  take_block(out, in, outer, ext, group_index(c, axes) * part, part, inner);
+  take_block(out, in, outer, ext, kdrt_group_index(c, axes) * part, part, inner);
 }

@@ -197,6 +197,9 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p);
 // with MPI_Comm_split on first use and cached in c->comm.
 
 int kdrt_group_size(const kdrt_ctx *c, unsigned axes);
+// This rank's index in its group: row-major over the group's axes (the
+// coordinates of the other axes, as a mask's complement, name the group).
+int kdrt_group_index(const kdrt_ctx *c, unsigned axes);
 // out = sum over the group of in; n floats. in == out sums in place.
 void kdrt_allreduce(kdrt_ctx *c, unsigned axes, const float *in, float *out, size_t n);
 // in: local shape with dim `dim` replicated (or already split by other

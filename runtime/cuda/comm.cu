@@ -86,20 +86,13 @@ static int group_size(const kdrt_cuda *d, unsigned axes) {
   return kdrt_group_size(d->c, axes);
 }
 
-// This rank's index in the group: row-major over the group's axes.
-static int group_index(const kdrt_ctx *c, unsigned axes) {
-  int idx = 0;
-  for (int a = 0; a < c->prog->mesh_ndim; a++)
-    if (axes & (1u << a)) idx = idx * c->prog->mesh_shape[a] + c->coord[a];
-  return idx;
-}
 
 static ncclComm_t group_comm(kdrt_cuda *d, unsigned axes) {
   kdrt_cuda_impl *s = d->impl;
   const kdrt_ctx *c = d->c;
   if (!s->group[axes]) {
     unsigned all = (1u << c->prog->mesh_ndim) - 1;
-    int color = group_index(c, ~axes & all), key = group_index(c, axes);
+    int color = kdrt_group_index(c, ~axes & all), key = kdrt_group_index(c, axes);
     NCCL_CHECK(ncclCommSplit(s->world, color, key, &s->group[axes], NULL));
   }
   return s->group[axes];
@@ -289,5 +282,5 @@ extern "C" void kdrt_cuda_slice(kdrt_cuda *d, unsigned axes, int rank, const int
   check_dim(d, "slice", rank, lshape, dim, n);
   int64_t outer, inner, ext = lshape[dim], part = ext / n;
   split_shape(rank, lshape, dim, &outer, &inner);
-  kdrt_cuda_copy_block(d, out, in, outer, ext, group_index(d->c, axes) * part, part, inner);
+  kdrt_cuda_copy_block(d, out, in, outer, ext, kdrt_group_index(d->c, axes) * part, part, inner);
 }
