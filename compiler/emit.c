@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 Graph *EG;
@@ -115,4 +116,79 @@ void emit_op_comment(const Node *n) {
   if (n->name) out(": %s", n->name);
   out("\n  //   %s\n", describe(n));
   if (is_collective(n->op)) out("  //   why: %s\n", n->reason);
+}
+
+// The tables a kdrt_program points to: its variables and the mesh.
+void emit_program_tables(void) {
+  const Mesh *m = &EG->dist->mesh;
+  out("\nstatic const kdrt_var vars[] = {\n");
+  for (int i = 0; i < EG->nvars; i++) {
+    const Var *v = EG->vars[i];
+    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld},\n", v->path, v->layer,
+        v->layer_class, v->index, layout_init(v->param), off_name(v->param),
+        (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots,
+        v->grad ? off_name(v->grad) : "SIZE_MAX", (long long)lelems(v->param));
+  }
+  if (!EG->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0},\n");
+  out("};\n");
+  out("\nstatic const int mesh_shape[] = {");
+  for (int a = 0; a < m->ndim; a++) out("%s%d", a ? ", " : "", m->shape[a]);
+  if (!m->ndim) out("1");
+  out("};\nstatic const char *const mesh_axes[] = {");
+  for (int a = 0; a < m->ndim; a++) out("%s\"%s\"", a ? ", " : "", m->names[a]);
+  if (!m->ndim) out("\"batch\"");
+  out("};\n");
+}
+
+// Every field of the kdrt_program but pred_layout, one per line as
+// `<lhs><field> = <value><end>`: ("  .", ",\n") for a C initializer,
+// ("  p.", ";\n") for assignments.
+void emit_program_fields(const char *lhs, const char *end) {
+  const Graph *g = EG;
+  const Mesh *m = &g->dist->mesh;
+  const Model *md = g->model;
+  const Node *x = g->x, *p = g->pred, *pb = view_base(p);
+  int label = md->loss == LOSS_CCE ? 1 : md->loss == LOSS_SCCE ? 2 : md->loss == LOSS_BCE ? 3 : 0;
+#define FIELD(name, ...) (out("%s" name " = ", lhs), out(__VA_ARGS__), out("%s", end))
+  FIELD("model_name", "\"%s\"", md->name);
+  FIELD("mesh_ndim", "%d", m->ndim ? m->ndim : 1);
+  FIELD("mesh_shape", "mesh_shape");
+  FIELD("mesh_axes", "mesh_axes");
+  FIELD("batch_axis", "%d", g->dist->batch_axis);
+  FIELD("batch", "%d", g->batch);
+  FIELD("x_rank", "%d", x->shape.rank - 1);
+  for (int d = 1; d < x->shape.rank; d++)
+    out("%sx_shape[%d] = %lld%s", lhs, d - 1, (long long)x->shape.d[d], end);
+  FIELD("y_rank", "%d", g->y->shape.rank - 1);
+  for (int d = 1; d < g->y->shape.rank; d++)
+    out("%sy_shape[%d] = %lld%s", lhs, d - 1, (long long)g->y->shape.d[d], end);
+  FIELD("label_kind", "%d", label);
+  FIELD("num_classes", "%lld", (long long)p->shape.d[p->shape.rank - 1]);
+  FIELD("loss_name", "\"loss\"");
+  FIELD("metric_name", "%s", g->metric ? "\"accuracy\"" : "NULL");
+  FIELD("learning_rate", "%s", flt(md->opt.lr));
+  FIELD("param_floats", "PARAM_FLOATS");
+  FIELD("grad_floats", "GRAD_FLOATS");
+  FIELD("arena_floats", "ARENA_FLOATS");
+  FIELD("init", "init");
+  FIELD("train_step", "train_step");
+  FIELD("eval_step", "eval_step");
+  FIELD("grad_step", "grad_step");
+  FIELD("nvars", "%d", g->nvars);
+  FIELD("vars", "vars");
+  // A .keras archive's own weights are the program's initial ones (runtime/weights.c).
+  size_t flen = strlen(md->file);
+  char *abs = flen > 6 && !strcmp(md->file + flen - 6, ".keras") ? realpath(md->file, NULL) : NULL;
+  if (abs) {
+    out("%sweights_file = \"", lhs);
+    for (const char *q = abs; *q; q++)
+      out(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "\\%03o" : "%c", *q);
+    out("\"%s", end);
+  }
+  // The model output, for `./train predict`; memplan.c keeps it live to the end of eval_step.
+  if (pb->region == REGION_ARENA && !p->place.partial)
+    FIELD("pred_offset", "%s", off_name(pb));
+  else
+    FIELD("pred_offset", "SIZE_MAX /* the output is not one whole arena buffer */");
+#undef FIELD
 }

@@ -362,58 +362,12 @@ void emit_c(Graph *g, FILE *f) {
   out("\n// The training step without the update, for `./train gradcheck`.");
   emit_step("grad_step", STEP_GRAD);
 
-  out("\nstatic const kdrt_var vars[] = {\n");
-  for (int i = 0; i < g->nvars; i++) {
-    const Var *v = g->vars[i];
-    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld},\n", v->path,
-        v->layer, v->layer_class, v->index, layout_init(v->param), off_name(v->param),
-        (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots,
-        v->grad ? off_name(v->grad) : "SIZE_MAX", (long long)lelems(v->param));
-  }
-  if (!g->nvars) out("  {0},\n");
-  out("};\n");
-
-  const Node *x = g->x, *p = g->pred;
-  int label = md->loss == LOSS_CCE ? 1 : md->loss == LOSS_SCCE ? 2 : md->loss == LOSS_BCE ? 3 : 0;
-  out("\nstatic const int mesh_shape[] = {");
-  for (int a = 0; a < m->ndim; a++) out("%s%d", a ? ", " : "", m->shape[a]);
-  if (!m->ndim) out("1");
-  out("};\nstatic const char *const mesh_axes[] = {");
-  for (int a = 0; a < m->ndim; a++) out("%s\"%s\"", a ? ", " : "", m->names[a]);
-  if (!m->ndim) out("\"batch\"");
-  out("};\n\nstatic const kdrt_program program = {\n");
-  out("  .model_name = \"%s\",\n  .mesh_ndim = %d,\n  .mesh_shape = mesh_shape,\n"
-      "  .mesh_axes = mesh_axes,\n  .batch_axis = %d,\n  .batch = %d,\n",
-      md->name, m->ndim ? m->ndim : 1, g->dist->batch_axis, g->batch);
-  out("  .x_rank = %d,\n  .x_shape = {", x->shape.rank - 1);
-  for (int d = 1; d < x->shape.rank; d++) out("%s%lld", d > 1 ? ", " : "", (long long)x->shape.d[d]);
-  out("},\n  .y_rank = %d,\n  .y_shape = {", g->y->shape.rank - 1);
-  for (int d = 1; d < g->y->shape.rank; d++)
-    out("%s%lld", d > 1 ? ", " : "", (long long)g->y->shape.d[d]);
-  if (g->y->shape.rank == 1) out("0");
-  out("},\n  .label_kind = %d,\n  .num_classes = %lld,\n", label,
-      (long long)p->shape.d[p->shape.rank - 1]);
-  out("  .loss_name = \"loss\",\n  .metric_name = %s,\n", g->metric ? "\"accuracy\"" : "NULL");
-  out("  .learning_rate = %s,\n", flt(md->opt.lr));
-  out("  .param_floats = PARAM_FLOATS,\n  .grad_floats = GRAD_FLOATS,\n"
-      "  .arena_floats = ARENA_FLOATS,\n");
-  out("  .init = init,\n  .train_step = train_step,\n  .eval_step = eval_step,\n"
-      "  .grad_step = grad_step,\n  .nvars = %d,\n  .vars = vars,\n", g->nvars);
-  // A .keras archive's own weights are the program's initial ones (runtime/weights.c).
-  size_t flen = strlen(md->file);
-  char *abs = flen > 6 && !strcmp(md->file + flen - 6, ".keras") ? realpath(md->file, NULL) : NULL;
-  if (abs) {
-    out("  .weights_file = \"");
-    for (const char *q = abs; *q; q++)
-      out(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "\\%03o" : "%c", *q);
-    out("\",\n");
-  }
-  // The model output, for `./train predict`; memplan.c keeps it live to the end of eval_step.
-  const Node *pb = view_base(p);
-  if (pb->region == REGION_ARENA && !p->place.partial)
-    out("  .pred_offset = %s,\n  .pred_layout = %s,\n", off_name(pb), layout_init(p));
-  else
-    out("  .pred_offset = SIZE_MAX, // the output is not one whole arena buffer\n");
+  emit_program_tables();
+  out("\nstatic const kdrt_program program = {\n");
+  emit_program_fields("  .", ",\n");
+  const Node *pb = view_base(EG->pred);
+  if (pb->region == REGION_ARENA && !EG->pred->place.partial)
+    out("  .pred_layout = %s,\n", layout_init(EG->pred));
   out("};\n\n");
   out("int main(int argc, char **argv) {\n"
       "  if (argc > 1 && !strcmp(argv[1], \"gradcheck\")) return kdrt_gradcheck(argc - 1, argv + 1, "

@@ -348,59 +348,15 @@ void emit_cuda(Graph *g, FILE *f, const char *arch, const char *precision) {
   out("\n// The training step without the update, for `./train gradcheck`.");
   emit_step("grad_step", STEP_GRAD);
 
-  out("\nstatic const kdrt_var vars[] = {\n");
-  for (int i = 0; i < g->nvars; i++) {
-    const Var *v = g->vars[i];
-    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld},\n", v->path, v->layer,
-        v->layer_class, v->index, layout_init(v->param), off_name(v->param),
-        (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots,
-        v->grad ? off_name(v->grad) : "SIZE_MAX", (long long)lelems(v->param));
-  }
-  if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0},\n");
-  out("};\n");
-
-  const Node *x = g->x, *p = g->pred;
-  int label = md->loss == LOSS_CCE ? 1 : md->loss == LOSS_SCCE ? 2 : md->loss == LOSS_BCE ? 3 : 0;
-  out("\nstatic const int mesh_shape[] = {");
-  for (int a = 0; a < m->ndim; a++) out("%s%d", a ? ", " : "", m->shape[a]);
-  if (!m->ndim) out("1");
-  out("};\nstatic const char *const mesh_axes[] = {");
-  for (int a = 0; a < m->ndim; a++) out("%s\"%s\"", a ? ", " : "", m->names[a]);
-  if (!m->ndim) out("\"batch\"");
-  out("};\n\n// The program for the CPU runtime's kdrt_main, field by field.\n");
+  emit_program_tables();
+  out("\n// The program for the CPU runtime's kdrt_main, field by field.\n");
   out("static kdrt_program describe_program(void) {\n  kdrt_program p;\n"
       "  memset(&p, 0, sizeof p);\n");
-  out("  p.model_name = \"%s\";\n  p.mesh_ndim = %d;\n  p.mesh_shape = mesh_shape;\n"
-      "  p.mesh_axes = mesh_axes;\n  p.batch_axis = %d;\n  p.batch = %d;\n",
-      md->name, m->ndim ? m->ndim : 1, g->dist->batch_axis, g->batch);
-  out("  p.x_rank = %d;\n", x->shape.rank - 1);
-  for (int d = 1; d < x->shape.rank; d++)
-    out("  p.x_shape[%d] = %lld;\n", d - 1, (long long)x->shape.d[d]);
-  out("  p.y_rank = %d;\n", g->y->shape.rank - 1);
-  for (int d = 1; d < g->y->shape.rank; d++)
-    out("  p.y_shape[%d] = %lld;\n", d - 1, (long long)g->y->shape.d[d]);
-  out("  p.label_kind = %d;\n  p.num_classes = %lld;\n", label,
-      (long long)p->shape.d[p->shape.rank - 1]);
-  out("  p.loss_name = \"loss\";\n  p.metric_name = %s;\n", g->metric ? "\"accuracy\"" : "NULL");
-  out("  p.learning_rate = %s;\n", flt(md->opt.lr));
-  out("  p.param_floats = PARAM_FLOATS;\n  p.grad_floats = GRAD_FLOATS;\n"
-      "  p.arena_floats = ARENA_FLOATS;\n");
-  out("  p.init = init;\n  p.train_step = train_step;\n  p.eval_step = eval_step;\n"
-      "  p.grad_step = grad_step;\n  p.nvars = %d;\n  p.vars = vars;\n", g->nvars);
-  size_t flen = strlen(md->file);
-  char *abs = flen > 6 && !strcmp(md->file + flen - 6, ".keras") ? realpath(md->file, NULL) : NULL;
-  if (abs) {
-    out("  p.weights_file = \"");
-    for (const char *q = abs; *q; q++)
-      out(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "\\%03o" : "%c", *q);
-    out("\";\n");
-  }
-  const Node *pb = view_base(p);
-  if (pb->region == REGION_ARENA && !p->place.partial) {
-    out("  static const kdrt_layout pred_layout = %s;\n", layout_init(p));
-    out("  p.pred_offset = %s;\n  p.pred_layout = pred_layout;\n", off_name(pb));
-  } else {
-    out("  p.pred_offset = SIZE_MAX; // the output is not one whole arena buffer\n");
+  emit_program_fields("  p.", ";\n");
+  const Node *pb = view_base(EG->pred);
+  if (pb->region == REGION_ARENA && !EG->pred->place.partial) {
+    out("  static const kdrt_layout pred_layout = %s;\n", layout_init(EG->pred));
+    out("  p.pred_layout = pred_layout;\n");
   }
   out("  return p;\n}\n\n");
   out("int main(int argc, char **argv) {\n"

@@ -394,6 +394,10 @@ extern const char *const act_c[];           // KDRT_ACT_* by Act
 // The comment above each op: id, op, layer, name, shapes and layout, and
 // for a collective why it is there.
 void emit_op_comment(const Node *n);
+// The vars[] and mesh tables of a kdrt_program, then its fields (but
+// pred_layout) as `<lhs>field = value<end>` lines.
+void emit_program_tables(void);
+void emit_program_fields(const char *lhs, const char *end);
 // Conv/pool argument list: local x and y dims, window, strides, padding.
 void emit_conv_args(const Node *n, const Node *x, const Node *y);
 
