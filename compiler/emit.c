@@ -67,6 +67,16 @@ int64_t lelems(const Node *n) {
   return shape_elems(&s);
 }
 
+// "{8, 13, 13, 2}"
+char *dims_init(const Shape *s) {
+  char b[256];
+  int k = snprintf(b, sizeof b, "{");
+  for (int i = 0; i < s->rank; i++)
+    k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)s->d[i]);
+  snprintf(b + k, sizeof b - k, "}");
+  return xstrdup(b);
+}
+
 char *layout_init(const Node *n) {
   char b[256];
   int k = snprintf(b, sizeof b, "{%d, {", n->shape.rank);

@@ -16,15 +16,7 @@ typedef enum { STEP_TRAIN, STEP_EVAL, STEP_GRAD } StepKind;
 static StepKind cur_step; // the step function being written
 
 // C compound literals for a local shape and for a layout.
-static char *shape_c(const Shape *s) {
-  char b[256];
-  int k = snprintf(b, sizeof b, "(const int64_t[]){");
-  for (int i = 0; i < s->rank; i++)
-    k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)s->d[i]);
-  snprintf(b + k, sizeof b - k, "}");
-  return xstrdup(b);
-}
-
+static char *shape_c(const Shape *s) { return format("(const int64_t[])%s", dims_init(s)); }
 static char *layout_c(const Node *n) { return format("&(const kdrt_layout)%s", layout_init(n)); }
 
 static void emit_op(const Node *n, bool train) {

@@ -20,15 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-// "{8, 13, 13, 2}"
-static char *dims_init(const Shape *s) {
-  char b[256];
-  int k = snprintf(b, sizeof b, "{");
-  for (int i = 0; i < s->rank; i++)
-    k += snprintf(b + k, sizeof b - k, "%s%lld", i ? ", " : "", (long long)s->d[i]);
-  snprintf(b + k, sizeof b - k, "}");
-  return xstrdup(b);
-}
 
 // ---- ops
 

@@ -45,12 +45,7 @@ uint64_t hash_str(const char *s) {
 }
 
 Node *new_node(Graph *g, OpKind op, int nin, Node **in) {
-  if (g->nnodes == g->cap) {
-    g->cap = g->cap ? 2 * g->cap : 64;
-    Node **nodes = xcalloc(g->cap, sizeof *nodes);
-    if (g->nnodes) memcpy(nodes, g->nodes, g->nnodes * sizeof *nodes);
-    g->nodes = nodes;
-  }
+  g->nodes = xgrow(g->nodes, g->nnodes, &g->cap, sizeof *g->nodes);
   Node *n = xcalloc(1, sizeof *n);
   n->id = g->nnodes;
   n->op = op;
@@ -164,8 +159,7 @@ static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const c
   n->has_want = true;
   n->want = v->place;
   v->param = n;
-  g->vars = g->nvars ? g->vars : xcalloc(256, sizeof *g->vars);
-  if (g->nvars == 256) error_at(l->loc, "more than 256 variables are not supported yet");
+  g->vars = xgrow(g->vars, g->nvars, &g->cap_vars, sizeof *g->vars);
   g->vars[g->nvars++] = v;
   return n;
 }

@@ -48,6 +48,8 @@ noreturn void error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 noreturn void fatal_internal(const char *file, int line, const char *msg);
 void *xcalloc(size_t n, size_t size);
 char *xstrdup(const char *s);
+// p (n elements used of *cap, each size bytes) with room for one more.
+void *xgrow(void *p, int n, int *cap, size_t size);
 char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern bool opt_quiet_warnings;
 
@@ -323,7 +325,7 @@ typedef struct {
   Node **nodes;           // in topological order
   int nnodes, cap;
   Var **vars;
-  int nvars;
+  int nvars, cap_vars;
   Node *x, *y;            // input batch, labels
   Node *pred;             // model output
   Node *loss, *metric;    // scalars (after their reductions)
@@ -386,6 +388,7 @@ char *buf(const Node *n);                   // "(A + A12_d1)": its local buffer
 char *flt(double v);                        // a float literal that reads back exactly
 Shape lshape(const Node *n);                // local shape
 int64_t lelems(const Node *n);              // local elements
+char *dims_init(const Shape *s);            // "{8, 13, 13, 2}"
 char *layout_init(const Node *n);           // "{rank, {global shape}, {axis per dim}}"
 char *describe(const Node *n);              // "[16, 200] ('data', 'model') local [8, 50]"
 int64_t prod(const Shape *s, int from, int to);

@@ -136,16 +136,19 @@ static bool propagate_op(Graph *g, Node *n, int stage) {
 typedef struct {
   Graph *g;
   Node **out;           // the new node order
-  int nout;
+  int nout, cap_out;
   Node **memo_src;      // reshards made so far
   Node **memo_dst;
-  int nmemo;
+  int nmemo, cap_memo;  // memo_src and memo_dst grow together
   Node **redirect;      // by original node id: the value consumers read instead
   bool *settle;         // by original node id: a partial sum here is summed at once
   int nredirect;
 } Part;
 
-static void emit_node(Part *p, Node *n) { p->out[p->nout++] = n; }
+static void emit_node(Part *p, Node *n) {
+  p->out = xgrow(p->out, p->nout, &p->cap_out, sizeof *p->out);
+  p->out[p->nout++] = n;
+}
 
 static const char *what(const Node *n) {
   return n->name ? n->name : format("%s#%d", op_info[n->op].name, n->id);
@@ -288,6 +291,9 @@ static Node *reshard(Part *p, Node *src, Place want, const Node *consumer) {
     x = collective(p, st[i].op, x, st[i].axes, st[i].dim, st[i].dim2, consumer, why);
     x->place = st[i].after;
   }
+  int cap = p->cap_memo;
+  p->memo_src = xgrow(p->memo_src, p->nmemo, &cap, sizeof *p->memo_src);
+  p->memo_dst = xgrow(p->memo_dst, p->nmemo, &p->cap_memo, sizeof *p->memo_dst);
   p->memo_src[p->nmemo] = src;
   p->memo_dst[p->nmemo++] = x;
   return x;
@@ -464,10 +470,6 @@ void propagate_shardings(Graph *g) {
 
   // Phase B: in topological order
   Part p = {.g = g};
-  int cap = 8 * n0 + 64;
-  p.out = xcalloc(cap, sizeof *p.out);
-  p.memo_src = xcalloc(cap, sizeof *p.memo_src);
-  p.memo_dst = xcalloc(cap, sizeof *p.memo_dst);
   p.redirect = xcalloc(n0, sizeof *p.redirect);
   p.nredirect = n0;
   // A partial sum may flow on only if every consumer is linear in it and
@@ -505,7 +507,7 @@ void propagate_shardings(Graph *g) {
     if (p.out[i]->op == OP_UPDATE) p.out[i]->var->grad = p.out[i]->in[1];
   g->nodes = p.out;
   g->nnodes = p.nout;
-  g->cap = cap;
+  g->cap = p.cap_out;
   for (int i = 0; i < g->nnodes; i++) g->nodes[i]->id = i;
 }
 

@@ -88,3 +88,11 @@ char *format(const char *fmt, ...) {
     error("out of memory");
   return s;
 }
+
+void *xgrow(void *p, int n, int *cap, size_t size) {
+  if (n < *cap) return p;
+  *cap = *cap ? 2 * *cap : 16;
+  p = realloc(p, (size_t)*cap * size);
+  if (!p) error("out of memory");
+  return p;
+}

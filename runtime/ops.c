@@ -443,15 +443,20 @@ static void col2im(float *restrict dx, const float *restrict cols, int B, int H,
       }
 }
 
+// The im2col matrix [B*OH*OW, KH*KW*C] of x: x itself for a pointwise
+// convolution, else built in scratch.
+static const float *conv_cols(const float *x, int B, int H, int W, int C, int KH, int KW, int sh,
+                              int sw, int pad_t, int pad_l, int OH, int OW, float *scratch) {
+  if (conv_is_pointwise(H, W, KH, KW, sh, sw, pad_t, pad_l, OH, OW)) return x;
+  im2col(scratch, x, B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW);
+  return scratch;
+}
+
 void kdrt_conv2d(float *y, const float *x, const float *f, int B, int H, int W, int C, int KH,
                  int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
                  float *scratch) {
   const int M = B * OH * OW, KC = KH * KW * C;
-  const float *cols = x;
-  if (!conv_is_pointwise(H, W, KH, KW, sh, sw, pad_t, pad_l, OH, OW)) {
-    im2col(scratch, x, B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW);
-    cols = scratch;
-  }
+  const float *cols = conv_cols(x, B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW, scratch);
   // y[M, K] = cols[M, KC] @ f[KC, K]
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, KC, 1.0f, cols, KC, f, K, 0.0f, y,
               K);
@@ -477,11 +482,7 @@ void kdrt_conv2d_dw(float *dw, const float *x, const float *dy, int B, int H, in
                     int KH, int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
                     float *scratch) {
   const int M = B * OH * OW, KC = KH * KW * C;
-  const float *cols = x;
-  if (!conv_is_pointwise(H, W, KH, KW, sh, sw, pad_t, pad_l, OH, OW)) {
-    im2col(scratch, x, B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW);
-    cols = scratch;
-  }
+  const float *cols = conv_cols(x, B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW, scratch);
   // dw[KC, K] = cols[M, KC]^T @ dy[M, K]
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, KC, K, M, 1.0f, cols, KC, dy, K, 0.0f, dw,
               K);

@@ -21,6 +21,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fails=0
 fail() { echo "data_idx.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
+. tests/lib.sh # expect, same_history
 
 EX=examples/fashion_mnist
 ./kdcc $EX/mlp.json --distribution $EX/mlp.dist.json --batch-size 16 -o "$T/mlp24" -w || exit 1
@@ -85,27 +86,6 @@ run() {
   timeout 120 mpirun --oversubscribe -np 8 "$exe" "$@" >"$T/out" 2>&1
   rc=$?
   [ "$rc" = 124 ] && fail "$name: hung (killed after 120 s)"
-}
-expect() { # expect RC [TEXT]: status and a line of the output
-  local ok=1
-  [ "$rc" = "$1" ] || { fail "$name: exit status $rc, want $1"; ok=0; }
-  if [ -n "${2:-}" ] && ! grep -qF -- "$2" "$T/out"; then
-    fail "$name: output lacks: $2"
-    ok=0
-  fi
-  [ "$ok" = 1 ] || sed 's/^/    | /' "$T/out" >&2
-}
-# same_history A B: every number equal to 1e-5 relative.
-same_history() {
-  python3 - "$1" "$2" <<'PY' || fail "$name: histories $1 and $2 differ"
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:3])
-def flat(h): return [(k, v) for k, vs in sorted(h.items()) for v in (vs if isinstance(vs, list) else [vs[x] for x in sorted(vs)])]
-fa, fb = flat(a), flat(b)
-assert [k for k, _ in fa] == [k for k, _ in fb], (fa, fb)
-for (k, x), (_, y) in zip(fa, fb):
-    assert abs(x - y) <= 1e-5 * max(1, abs(x)), (k, x, y)
-PY
 }
 
 DATA=(--x "$T/train-images.idx.gz" --y "$T/train-labels.idx.gz"
