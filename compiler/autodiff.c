@@ -4,13 +4,19 @@
 // Differentiate first, partition once: gradients are built on global shapes
 // from the forward ops alone, so collectives never need gradient rules;
 // shard.c later propagates placements through forward and backward alike.
-// The walk goes over the forward and loss nodes in reverse topological
-// order; each op's rule below builds the gradients of its operands from
-// forward ops and adds them into the operand's running sum (n->grad).
-// Only nodes that depend on a variable get gradients (the input does not).
+// The walk goes over the forward nodes in reverse topological order; each
+// op's grad rule (ops.c, beside its definition) builds the gradients of its
+// operands from forward ops and adds them into the operand's running sum
+// (n->grad). Only nodes that depend on a variable get gradients (the inputs
+// do not). A value read twice (a layer called twice, a residual) gets the
+// sum of both gradients.
+//
+// The walk starts from the losses: each output's loss seeds its output's
+// gradient (LOSS_GRAD, or XENT_GRAD for a crossentropy from logits made of
+// row statistics), scaled by the loss's weight.
 #include "kdcc.h"
 
-static void accumulate(Graph *g, Node *x, Node *dx) {
+void accumulate(Graph *g, Node *x, Node *dx) {
   if (!x->grad) {
     x->grad = dx;
     return;
@@ -21,98 +27,22 @@ static void accumulate(Graph *g, Node *x, Node *dx) {
   x->grad = sum;
 }
 
-static Node *mm(Graph *g, Node *a, Node *b, bool ta, bool tb) {
-  int64_t m = ta ? a->shape.d[1] : a->shape.d[0], n = tb ? b->shape.d[0] : b->shape.d[1];
-  Node *c = new_node2(g, OP_MATMUL, a, b, (Shape){2, {m, n}});
-  c->ta = ta;
-  c->tb = tb;
-  return c;
-}
-
-static void copy_window(Node *to, const Node *from) {
-  to->kh = from->kh, to->kw = from->kw, to->sh = from->sh, to->sw = from->sw;
-  to->pad_t = from->pad_t, to->pad_l = from->pad_l;
-}
-
-// Gradients of n's operands from dy = n->grad.
-static void backward_op(Graph *g, Node *n, const bool *need) {
-  Node *dy = n->grad, *a = n->in[0], *b = n->nin > 1 ? n->in[1] : NULL;
-  switch (n->op) {
-  case OP_MATMUL:
-    if (need[a->id])
-      accumulate(g, a, n->ta ? mm(g, b, dy, n->tb, true) : mm(g, dy, b, false, !n->tb));
-    if (need[b->id])
-      accumulate(g, b, n->tb ? mm(g, dy, a, true, n->ta) : mm(g, a, dy, !n->ta, false));
-    return;
-  case OP_BIAS:
-    if (need[a->id]) accumulate(g, a, dy);
-    if (need[b->id]) accumulate(g, b, new_node1(g, OP_BIAS_GRAD, dy, b->shape));
-    return;
-  case OP_ACT: {
-    bool uses_x = n->act == ACT_GELU || n->act == ACT_SILU;
-    Node *dx = new_node2(g, OP_ACT_GRAD, dy, uses_x ? a : n, a->shape);
-    dx->act = n->act;
-    accumulate(g, a, dx);
-    return;
+// The gradient of loss node l with respect to its prediction.
+static void seed_loss(Graph *g, Node *l, const bool *need) {
+  Node *p = l->in[0];
+  if (!need[p->id]) return;
+  Node *dp;
+  if (l->op == OP_XENT) {
+    dp = new_node(g, OP_XENT_GRAD, 4, l->in);
+    dp->shape = p->shape;
+  } else {
+    dp = new_node2(g, OP_LOSS_GRAD, p, l->in[1], p->shape);
   }
-  case OP_SOFTMAX:
-    accumulate(g, a, new_node2(g, OP_SOFTMAX_GRAD, dy, n, a->shape));
-    return;
-  case OP_ADD:
-    for (int i = 0; i < n->nin; i++)
-      if (need[n->in[i]->id]) accumulate(g, n->in[i], dy);
-    return;
-  case OP_CONCAT: {
-    int64_t start = 0;
-    for (int i = 0; i < n->nin; i++) {
-      Node *x = n->in[i];
-      if (need[x->id]) {
-        Node *s = new_node1(g, OP_SLICE, dy, x->shape);
-        s->axis = n->axis;
-        s->start = start;
-        accumulate(g, x, s);
-      }
-      start += x->shape.d[n->axis];
-    }
-    return;
-  }
-  case OP_RESHAPE:
-    accumulate(g, a, new_node1(g, OP_RESHAPE, dy, a->shape));
-    return;
-  case OP_DROPOUT: {
-    Node *dx = new_node1(g, OP_DROPOUT, dy, a->shape); // the same mask
-    dx->rate = n->rate;
-    dx->stream = n->stream;
-    accumulate(g, a, dx);
-    return;
-  }
-  case OP_SCALE: {
-    Node *dx = new_node1(g, OP_SCALE, dy, a->shape);
-    dx->scale = n->scale;
-    accumulate(g, a, dx);
-    return;
-  }
-  case OP_CONV2D:
-    if (need[a->id]) {
-      Node *dx = new_node2(g, OP_CONV2D_DX, dy, b, a->shape);
-      copy_window(dx, n);
-      accumulate(g, a, dx);
-    }
-    if (need[b->id]) {
-      Node *dw = new_node2(g, OP_CONV2D_DW, a, dy, b->shape);
-      copy_window(dw, n);
-      accumulate(g, b, dw);
-    }
-    return;
-  case OP_MAXPOOL: {
-    Node *dx = new_node2(g, OP_MAXPOOL_GRAD, dy, a, a->shape);
-    copy_window(dx, n);
-    accumulate(g, a, dx);
-    return;
-  }
-  default:
-    unreachable();
-  }
+  dp->loss = l->loss;
+  dp->name = format("grad(%s)", l->name);
+  dp->layer = p->layer;
+  dp->loc = l->loc;
+  accumulate(g, p, dp);
 }
 
 void build_backward(Graph *g) {
@@ -125,21 +55,16 @@ void build_backward(Graph *g) {
   }
 
   g->phase = PH_BACKWARD;
-  Node *p = g->pred;
-  if (need[p->id]) {
-    Node *dp = new_node2(g, OP_LOSS_GRAD, p, g->y, p->shape);
-    dp->loss = g->model->loss;
-    dp->from_logits = g->model->from_logits;
-    dp->name = "grad(loss)";
-    dp->layer = p->layer;
-    dp->loc = g->model->loss_loc;
-    p->grad = dp;
-  }
+  for (int i = 0; i < nfwd; i++)
+    if (g->nodes[i]->op == OP_LOSS || g->nodes[i]->op == OP_XENT) seed_loss(g, g->nodes[i], need);
   for (int i = nfwd - 1; i >= 0; i--) {
     Node *n = g->nodes[i];
     if (!n->grad || n->op == OP_PARAM || n->op == OP_INPUT) continue;
+    if (!op_info(n->op).grad)
+      error_at(n->loc, "layer '%s': op '%s' cannot be differentiated", n->layer ? n->layer : "?",
+               op_info(n->op).name);
     int first = g->nnodes;
-    backward_op(g, n, need);
+    op_info(n->op).grad(g, n, need);
     for (int k = first; k < g->nnodes; k++) { // gradient ops belong to the op's layer
       g->nodes[k]->layer = n->layer;
       g->nodes[k]->loc = n->loc;

@@ -66,10 +66,41 @@ void fuse_elementwise(Graph *g) {
     }
   for (int i = 0; i < n; i++) {
     Node *u = g->nodes[i], *gr = u->op == OP_UPDATE ? u->in[1] : NULL, *w = u->in[0];
-    if (!gr || gr->op != OP_MATMUL || nuse[gr->id] != 1 || gr->place.partial ||
+    if (!gr || gr->op != OP_DOT || nuse[gr->id] != 1 || gr->place.partial ||
         !place_eq(&gr->place, &w->place, w->shape.rank) || last_read[w->id] > gr->id)
       continue;
     u->fused = true;
-    gr->sgd_into = w;
+    gr->dot.sgd_into = w;
+  }
+}
+
+// Gradients all-reduced in place over the same axes whose buffers follow
+// each other in the gradient blob go as one bucket: the first all-reduce
+// sums them all (coll.bucket floats), the others are marked fused. Both
+// emitters then send one message where they would have sent several.
+static bool in_place_grad_sum(const Node *n) {
+  const Node *a = n->in[0];
+  return n->op == OP_ALLREDUCE && n->region == REGION_GRAD && a->region == REGION_GRAD &&
+         a->offset == n->offset;
+}
+
+void bucket_gradients(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (!in_place_grad_sum(n)) continue;
+    int j = i;
+    while (j + 1 < g->nnodes) {
+      const Node *a = g->nodes[j], *b = g->nodes[j + 1];
+      Shape as = local_shape(g, a);
+      if (!in_place_grad_sum(b) || b->coll.axes != n->coll.axes ||
+          b->offset != a->offset + (shape_elems(&as) + 15) / 16 * 16)
+        break;
+      j++;
+    }
+    if (j == i) continue;
+    Shape ls = local_shape(g, g->nodes[j]);
+    n->coll.bucket = g->nodes[j]->offset + shape_elems(&ls) - n->offset;
+    for (int k = i + 1; k <= j; k++) g->nodes[k]->fused = true;
+    i = j;
   }
 }

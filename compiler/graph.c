@@ -52,6 +52,7 @@ Node *new_node(Graph *g, OpKind op, int nin, Node **in) {
   n->nin = nin;
   for (int i = 0; i < nin; i++) n->in[i] = in[i];
   n->phase = g->phase;
+  n->dtype = DT_F32;
   for (int d = 0; d < MAX_RANK; d++) n->place.axis[d] = n->want.axis[d] = -1;
   g->nodes[g->nnodes++] = n;
   return n;
@@ -89,6 +90,7 @@ static const InitName init_names[] = {
   {"LecunUniform", 7}, {"lecun_uniform", 7}, {"LecunNormal", 8}, {"lecun_normal", 8},
   {"RandomNormal", 9}, {"random_normal", 9}, {"RandomUniform", 10}, {"random_uniform", 10},
   {"TruncatedNormal", 11}, {"truncated_normal", 11},
+  {"uniform", 10}, {"normal", 9}, // Keras's aliases (Embedding's default is "uniform")
 };
 
 static void parse_init(Layer *l, const char *key, const char *def, Var *v) {
@@ -172,7 +174,7 @@ static int parse_act(Layer *l, const char *key) {
   if (!json_is_string(j))
     error_at(jloc_key(l->cfg, key), "layer '%s': only named activations are supported", l->name);
   const char *s = json_string_value(j);
-  for (int a = ACT_LINEAR; a <= ACT_SOFTMAX; a++)
+  for (int a = 0; a <= ACT_SOFTMAX; a++)
     if (!strcmp(s, act_name(a))) return a;
   if (!strcmp(s, "swish")) return ACT_SILU;
   error_at(jloc(j), "layer '%s': unknown activation '%s'", l->name, s);
@@ -181,7 +183,7 @@ static int parse_act(Layer *l, const char *key) {
 static Node *apply_act(Graph *g, Node *x, int act) {
   if (act == ACT_LINEAR) return x;
   Node *n = new_node1(g, act == ACT_SOFTMAX ? OP_SOFTMAX : OP_ACT, x, x->shape);
-  n->act = act;
+  n->act.kind = act;
   return n;
 }
 
@@ -189,6 +191,9 @@ static Node *layer_input(Layer *l, int i) {
   Node *n = l->in[i].layer->node;
   if (!n) error_at(l->in[i].loc, "layer '%s': input '%s' has no value", l->name,
                    l->in[i].layer->name);
+  if (n->dtype != DT_F32 && strcmp(l->cls, "Embedding"))
+    error_at(l->in[i].loc, "layer '%s': %s takes float input, but '%s' holds integer ids "
+             "(only Embedding takes integer input)", l->name, l->cls, l->in[i].layer->name);
   return n;
 }
 
@@ -204,13 +209,11 @@ static Node *build_dense(Graph *g, Layer *l, Node *x) {
   out.d[out.rank - 1] = units;
   Node *w = new_var(g, l, "kernel", (Shape){2, {k, units}}, "kernel_initializer",
                     "glorot_uniform");
-  Node *x2 = x;
-  if (x->shape.rank > 2) // Dense on [b, t, k]: flatten the leading dims
-    x2 = new_node1(g, OP_RESHAPE, x, (Shape){2, {shape_elems(&x->shape) / k, k}});
-  Node *y = new_node2(g, OP_MATMUL, x2, w, (Shape){2, {x2->shape.d[0], units}});
+  // x[.., k] . w[k, units]: every leading dim of x is a free dim
+  Node *y = new_node2(g, OP_DOT, x, w, out);
+  y->dot = (DotAttr){.nb = 0, .nk = 1};
   y->layer = l->name;
   y->loc = l->loc;
-  if (x->shape.rank > 2) y = new_node1(g, OP_RESHAPE, y, out);
   if (cfg_bool(l, "use_bias", true)) {
     Node *b = new_var(g, l, "bias", (Shape){1, {units}}, "bias_initializer", "zeros");
     y = new_node2(g, OP_BIAS, y, b, y->shape);
@@ -274,7 +277,7 @@ static Node *build_conv2d(Graph *g, Layer *l, Node *x) {
   Node *f = new_var(g, l, "kernel", (Shape){4, {ks[0], ks[1], ci, filters}}, "kernel_initializer",
                     "glorot_uniform");
   Node *y = new_node2(g, OP_CONV2D, x, f, (Shape){4, {x->shape.d[0], oh, ow, filters}});
-  y->kh = ks[0], y->kw = ks[1], y->sh = st[0], y->sw = st[1], y->pad_t = pt, y->pad_l = pl;
+  y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl};
   y->layer = l->name;
   y->loc = l->loc;
   int64_t scratch = shape_elems(&y->shape) / filters * ks[0] * ks[1] * ci;
@@ -304,7 +307,7 @@ static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': pool %lldx%lld does not fit the input %s", l->name,
              (long long)ps[0], (long long)ps[1], kshape(&x->shape));
   Node *y = new_node1(g, OP_MAXPOOL, x, (Shape){4, {x->shape.d[0], oh, ow, x->shape.d[3]}});
-  y->kh = ps[0], y->kw = ps[1], y->sh = st[0], y->sw = st[1], y->pad_t = pt, y->pad_l = pl;
+  y->win = (WinAttr){(int)ps[0], (int)ps[1], (int)st[0], (int)st[1], pt, pl};
   return y;
 }
 
@@ -357,27 +360,63 @@ static Node *build_merge(Graph *g, Layer *l, bool concat) {
   }
   Node *n = new_node(g, concat ? OP_CONCAT : OP_ADD, l->nin, in);
   n->shape = s;
-  n->axis = axis;
+  n->cat.axis = axis;
   return n;
+}
+
+// Embedding(input_dim, output_dim): ids[b, ..] -> table[ids] [b, .., output_dim].
+static Node *build_embedding(Graph *g, Layer *l, Node *ids) {
+  if (ids->dtype != DT_I32)
+    error_at(l->in[0].loc, "layer '%s': Embedding takes integer ids, but '%s' is float32 (give "
+             "the InputLayer dtype 'int32')", l->name, l->in[0].layer->name);
+  int64_t v = cfg_int(l, "input_dim", -1), dim = cfg_int(l, "output_dim", -1);
+  if (v <= 0) error_at(jloc_key(l->cfg, "input_dim"), "layer '%s': 'input_dim' must be positive",
+                       l->name);
+  if (dim <= 0) error_at(jloc_key(l->cfg, "output_dim"), "layer '%s': 'output_dim' must be "
+                         "positive", l->name);
+  if (cfg_bool(l, "mask_zero", false))
+    error_at(jloc_key(l->cfg, "mask_zero"), "layer '%s': mask_zero is not supported (kdcc has no "
+             "masks yet): the model would train without its padding mask", l->name);
+  static const char *const unsupported[] = {"embeddings_regularizer", "embeddings_constraint",
+                                            "activity_regularizer", "lora_rank"};
+  for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
+    json_t *u = json_object_get(l->cfg, unsupported[i]);
+    if (u && !json_is_null(u))
+      error_at(jloc_key(l->cfg, unsupported[i]), "layer '%s': '%s' is not supported", l->name,
+               unsupported[i]);
+  }
+  if (ids->shape.rank + 1 > MAX_RANK)
+    error_at(l->loc, "layer '%s': input rank too large", l->name);
+  Node *t = new_var(g, l, "embeddings", (Shape){2, {v, dim}}, "embeddings_initializer",
+                    "uniform");
+  Shape out = ids->shape;
+  out.d[out.rank++] = dim;
+  Node *y = new_node2(g, OP_GATHER, t, ids, out);
+  y->layer = l->name;
+  y->loc = l->loc;
+  // the ids' range, for synthetic data and file checks (the smallest table reading them)
+  if (ids->op == OP_INPUT && (!ids->id_range || v < ids->id_range)) ids->id_range = v;
+  return y;
 }
 
 static Node *build_layer(Graph *g, Layer *l) {
   const char *c = l->cls;
   if (!strcmp(c, "InputLayer")) {
-    if (g->x) error_at(l->loc, "layer '%s': models with several inputs are not supported yet",
-                       l->name);
     Shape s = {.rank = l->in_rank + 1};
     s.d[0] = g->batch;
     for (int i = 0; i < l->in_rank; i++) s.d[i + 1] = l->in_shape[i];
     Node *x = new_node(g, OP_INPUT, 0, NULL);
     x->shape = s;
-    return g->x = x;
+    x->dtype = l->in_int ? DT_I32 : DT_F32;
+    x->index = -1; // set from the model's input order below
+    return x;
   }
   if (l->nin == 0) error_at(l->loc, "layer '%s' has no input", l->name);
   if (strcmp(c, "Add") && strcmp(c, "Concatenate") && l->nin != 1)
     error_at(l->loc, "layer '%s': %s takes one input, got %d", l->name, c, l->nin);
   Node *x = layer_input(l, 0);
   if (!strcmp(c, "Dense")) return build_dense(g, l, x);
+  if (!strcmp(c, "Embedding")) return build_embedding(g, l, x);
   if (!strcmp(c, "Conv2D")) return build_conv2d(g, l, x);
   if (!strcmp(c, "MaxPooling2D")) return build_maxpool(g, l, x);
   if (!strcmp(c, "Activation")) return apply_act(g, x, parse_act(l, "activation"));
@@ -398,14 +437,12 @@ static Node *build_layer(Graph *g, Layer *l) {
       error_at(jloc_key(l->cfg, "rate"), "layer '%s': dropout rate must be in [0, 1)", l->name);
     if (rate == 0) return x;
     Node *n = new_node1(g, OP_DROPOUT, x, x->shape);
-    n->rate = (float)rate;
-    n->stream = hash_str(l->path);
+    n->drop = (DropAttr){(float)rate, hash_str(l->path)};
     return n;
   }
   if (!strcmp(c, "Rescaling")) {
     Node *n = new_node1(g, OP_SCALE, x, x->shape);
-    n->scale = (float)cfg_num(l, "scale", 1.0);
-    n->shift = (float)cfg_num(l, "offset", 0.0);
+    n->aff = (AffAttr){(float)cfg_num(l, "scale", 1.0), (float)cfg_num(l, "offset", 0.0)};
     return n;
   }
   if (!strcmp(c, "Add")) return build_merge(g, l, false);
@@ -413,10 +450,76 @@ static Node *build_layer(Graph *g, Layer *l) {
   error_at(l->loc, "layer '%s': unknown layer class '%s'", l->name, c);
 }
 
-// Which label shape a loss wants for a prediction p[b, ...].
-static Shape label_shape(Graph *g, const Shape *p) {
-  if (g->model->loss == LOSS_SCCE) return (Shape){1, {p->d[0]}};
-  return *p;
+// The loss, metric and label of output i (prediction p), and their logs.
+// Keras averages a loss over every row (each sample, or each token of a
+// [b, t, classes] prediction): each op's weight is the loss weight over
+// the global number of rows. A sparse crossentropy from logits is made of
+// row statistics (ops.c's XENT), so that a split class dim is never
+// gathered.
+static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
+  const OutLoss *ol = &g->model->losses[i];
+  const Layer *out = g->model->outputs[i].layer;
+  if (p->dtype != DT_F32)
+    error_at(ol->loc, "output '%s' holds integer ids: it cannot have a loss", out->name);
+  Shape ys = p->shape;
+  if (ol->kind == LOSS_SCCE) ys.rank--;
+  if (ys.rank == 0) error_at(ol->loc, "output '%s': a sparse loss needs a class dim", out->name);
+  Node *y = new_node(g, OP_LABEL, 0, NULL);
+  y->shape = ys;
+  y->index = g->nlabels;
+  y->name = g->model->noutputs == 1 ? "labels" : format("labels(%s)", out->name);
+  y->has_want = true;
+  y->want = place_replicated();
+  y->want.axis[0] = g->dist->batch_axis;
+  g->labels = xgrow(g->labels, g->nlabels, &(int){g->nlabels}, sizeof *g->labels);
+  g->labels[g->nlabels++] = y;
+
+  int64_t rows = p->shape.rank > 1 ? shape_elems(&p->shape) / p->shape.d[p->shape.rank - 1]
+                                   : p->shape.d[0];
+  LossAttr la = {ol->kind, ol->from_logits, ol->weight / (double)rows};
+  Node *loss, *metric = NULL;
+  bool xent = ol->kind == LOSS_SCCE && ol->from_logits;
+  Shape rs = ys;
+  if (xent) { // row statistics, then the loss from them
+    Node *m = new_node1(g, OP_ROW_MAX, p, rs);
+    Node *sx[2] = {p, m};
+    Node *s = new_node(g, OP_ROW_SUMEXP, 2, sx);
+    s->shape = rs;
+    Node *args[4] = {p, y, m, s};
+    loss = new_node(g, OP_XENT, 4, args);
+    if (ol->accuracy) {
+      metric = new_node(g, OP_XENT_ACC, 3, args);
+      metric->loss = (LossAttr){ol->kind, true, 1.0 / (double)rows};
+    }
+  } else {
+    loss = new_node2(g, OP_LOSS, p, y, (Shape){0});
+    if (ol->accuracy) {
+      metric = new_node2(g, OP_METRIC, p, y, (Shape){0});
+      // "accuracy" resolves as Keras does: binary for one output unit,
+      // sparse categorical for class-id labels, categorical otherwise
+      int64_t units = p->shape.d[p->shape.rank - 1];
+      metric->loss = (LossAttr){units == 1 ? LOSS_BCE : ol->kind == LOSS_SCCE ? LOSS_SCCE
+                                                                              : LOSS_CCE,
+                                ol->from_logits, 1.0 / (double)rows};
+    }
+  }
+  loss->shape = (Shape){0};
+  loss->loss = la;
+  loss->index = i;
+  loss->loc = ol->loc;
+  loss->layer = out->name;
+  loss->name = format("%sloss", prefix);
+  g->logs = xgrow(g->logs, g->nlogs, &(int){g->nlogs}, sizeof *g->logs);
+  g->logs[g->nlogs++] = (Log){loss->name, loss};
+  if (metric) {
+    metric->shape = (Shape){0};
+    metric->index = i;
+    metric->loc = ol->metric_loc;
+    metric->layer = out->name;
+    metric->name = format("%saccuracy", prefix);
+    g->logs = xgrow(g->logs, g->nlogs, &(int){g->nlogs}, sizeof *g->logs);
+    g->logs[g->nlogs++] = (Log){metric->name, metric};
+  }
 }
 
 Graph *build_graph(Model *m, Dist *d, int batch) {
@@ -450,36 +553,57 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
     }
     l->node = y;
   }
-  if (!g->x) error_at(m->layers[0]->loc, "model '%s' has no InputLayer", m->name);
-  if (m->noutputs != 1)
-    error_at(m->layers[0]->loc, "model '%s': only models with one output are supported yet",
-             m->name);
-  g->pred = m->outputs[0].layer->node;
 
-  // input and labels are split along the batch over the batch axis
-  g->y = new_node(g, OP_LABEL, 0, NULL);
-  g->y->shape = label_shape(g, &g->pred->shape);
-  g->x->name = "input";
-  g->y->name = "labels";
-  for (Node *n = g->x; n; n = n == g->x ? g->y : NULL) {
-    n->has_want = true;
-    n->want = place_replicated();
-    n->want.axis[0] = d->batch_axis;
+  // inputs and labels are split along the batch over the batch axis
+  g->inputs = xcalloc(m->ninputs, sizeof *g->inputs);
+  for (int i = 0; i < m->ninputs; i++) {
+    Node *x = m->inputs[i]->node;
+    x->index = i;
+    x->name = m->ninputs == 1 ? "input" : format("input(%s)", m->inputs[i]->name);
+    x->has_want = true;
+    x->want = place_replicated();
+    x->want.axis[0] = d->batch_axis;
+    g->inputs[g->ninputs++] = x;
   }
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_INPUT && g->nodes[i]->index < 0)
+      error_at(g->nodes[i]->loc, "InputLayer '%s' is not one of the model's inputs",
+               g->nodes[i]->layer);
+  g->outputs = xcalloc(m->noutputs, sizeof *g->outputs);
+  for (int i = 0; i < m->noutputs; i++) g->outputs[g->noutputs++] = m->outputs[i].layer->node;
+
+  // the losses: "loss" is their sum; each output's own log is "<output>_loss"
+  // when there are several outputs
   g->phase = PH_LOSS;
-  g->loss = new_node2(g, OP_LOSS, g->pred, g->y, (Shape){0});
-  g->loss->loss = m->loss;
-  g->loss->from_logits = m->from_logits;
-  g->loss->name = "loss";
-  g->loss->loc = m->loss_loc;
-  if (m->metric_accuracy) {
-    g->metric = new_node2(g, OP_METRIC, g->pred, g->y, (Shape){0});
-    // "accuracy" resolves as Keras does: binary for one output unit,
-    // sparse categorical for class-id labels, categorical otherwise
-    int64_t units = g->pred->shape.d[g->pred->shape.rank - 1];
-    g->metric->loss = units == 1 ? LOSS_BCE : m->loss == LOSS_SCCE ? LOSS_SCCE : LOSS_CCE;
-    g->metric->from_logits = m->from_logits;
-    g->metric->name = "accuracy";
+  Node *total[64];
+  int nl = 0;
+  for (int i = 0; i < m->noutputs; i++) {
+    if (!m->losses[i].has) continue;
+    if (nl == 64) error_at(m->losses[i].loc, "more than 64 losses");
+    if (nl == 0) { // "loss" goes first
+      g->logs = xgrow(g->logs, g->nlogs, &(int){g->nlogs}, sizeof *g->logs);
+      g->logs[g->nlogs++] = (Log){"loss", NULL};
+    }
+    build_loss(g, i, g->outputs[i],
+               m->noutputs == 1 ? "" : format("%s_", m->outputs[i].layer->name));
+    for (int k = g->nlogs - 1; k >= 0; k--)
+      if (g->logs[k].node && g->logs[k].node->index == i &&
+          (g->logs[k].node->op == OP_LOSS || g->logs[k].node->op == OP_XENT)) {
+        total[nl++] = g->logs[k].node;
+        break;
+      }
+  }
+  if (m->noutputs == 1) { // the loss log is the loss itself
+    g->logs[0].node = total[0];
+    g->logs[0].node->name = "loss";
+    memmove(g->logs + 1, g->logs + 2, (g->nlogs - 2) * sizeof *g->logs);
+    g->nlogs--;
+  } else {
+    if (nl > MAX_IN) error_at(m->losses[0].loc, "more than %d losses", MAX_IN);
+    Node *sum = nl == 1 ? total[0] : new_node(g, OP_ADD, nl, total);
+    sum->shape = (Shape){0};
+    if (nl > 1) sum->name = "loss";
+    g->logs[0].node = sum;
   }
 
   const char **paths = xcalloc(g->nvars + m->nlayers, sizeof *paths);

@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../runtime/kdrt_defs.h" // the enums kdcc and both runtimes share
+
 #define MAX_RANK 6
 #define MAX_AXES 4
 #define MAX_IN 8
@@ -77,9 +79,10 @@ Loc jloc_keyname(const json_t *obj, const char *key);
 // ---------------------------------------------------------------- load.c
 // The model as the user wrote it: layers with their resolved inbound edges.
 
-typedef enum {
-  LOSS_MSE, LOSS_MAE, LOSS_CCE, LOSS_SCCE, LOSS_BCE, // same order as KDRT_LOSS_*
-} LossKind;
+// Loss kinds are the runtime's (kdrt_defs.h): KDRT_LOSS_MSE, ...
+typedef int LossKind;
+enum { LOSS_MSE = KDRT_LOSS_MSE, LOSS_MAE = KDRT_LOSS_MAE, LOSS_CCE = KDRT_LOSS_CCE,
+       LOSS_SCCE = KDRT_LOSS_SCCE, LOSS_BCE = KDRT_LOSS_BCE };
 
 typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_RMSPROP } OptKind;
 
@@ -92,6 +95,17 @@ typedef struct {
 } Optimizer;
 
 typedef struct Layer Layer;
+
+// The loss and metrics of one model output (compile_config).
+typedef struct {
+  bool has;               // this output has a loss (else it is only predicted)
+  LossKind kind;
+  bool from_logits;
+  double weight;          // loss_weights, default 1
+  Loc loc;                // where its loss is written
+  bool accuracy;          // "accuracy" among its metrics
+  Loc metric_loc;
+} OutLoss;
 
 typedef struct {
   Layer *layer;   // producing layer
@@ -114,6 +128,7 @@ struct Layer {
   // batch_input_shape / shape.
   int in_rank;
   int64_t in_shape[MAX_RANK];
+  bool in_int;            // an integer dtype (token ids): int32 in the program
   void *node;             // graph.c: the Node holding this layer's output
 };
 
@@ -127,13 +142,9 @@ typedef struct {
   int ninputs;
   TensorRef *outputs;
   int noutputs;
-  // compile_config (defaults when absent: loss mse, adam)
-  LossKind loss;
-  bool from_logits;
-  Loc loss_loc;
+  // compile_config (defaults when absent: loss mse, adam), per output
+  OutLoss *losses;        // [noutputs]
   Optimizer opt;
-  bool metric_accuracy;
-  Loc metric_loc;
   json_t *root;           // the whole document
   json_t *dist_json;      // an embedded "distribution" object, or NULL
 } Model;
@@ -168,7 +179,8 @@ typedef struct {
 // sums. Invariant: every mesh axis appears at most once in axis[] and partial.
 typedef struct {
   int8_t axis[MAX_RANK];
-  uint8_t partial;        // bit mask of mesh axes
+  uint8_t partial;        // bit mask of mesh axes: pending sums
+  uint8_t pmax;           // bit mask of mesh axes: pending maxima (a split max reduction)
 } Place;
 
 typedef struct {
@@ -207,12 +219,15 @@ Place place_replicated(void);
 char *place_str(const Mesh *mesh, int rank, const Place *p);
 
 // ---------------------------------------------------------------- ops.c
-// The op table: the single source of truth for every op's name, arity,
-// sharding rule, gradient rule and emitter. See ops.c for the semantics
-// of each op.
+// The ops of the training graph. ops.def lists them; ops.c defines each
+// one in one place, as one OpDef: its operands, its typed attributes (the
+// member of Node's union it uses), its sharding rule (named factors), its
+// gradient (forward ops built from the op and its output's gradient) and
+// its emission (runtime calls, the same for the C and the CUDA program).
+// A name in ops.def without its op_<NAME> definition fails the link.
 
 typedef enum {
-#define X(name, ...) OP_##name,
+#define X(name) OP_##name,
 #include "ops.def"
 #undef X
   OP_COUNT
@@ -220,8 +235,14 @@ typedef enum {
 
 typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE } Phase;
 
-typedef enum { ACT_LINEAR, ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_GELU, ACT_SILU, ACT_SOFTMAX }
-  Act;
+// Activations are the runtime's (kdrt_defs.h's KDRT_ACT_LIST); softmax is
+// an op of its own but a Keras activation name.
+typedef int Act;
+enum { ACT_LINEAR = KDRT_ACT_LINEAR, ACT_RELU = KDRT_ACT_RELU, ACT_SIGMOID = KDRT_ACT_SIGMOID,
+       ACT_TANH = KDRT_ACT_TANH, ACT_GELU = KDRT_ACT_GELU, ACT_SILU = KDRT_ACT_SILU,
+       ACT_SOFTMAX = KDRT_ACT_COUNT };
+
+typedef enum { DT_F32, DT_I32 } DType;
 
 typedef struct Var Var;
 typedef struct Node Node;
@@ -231,30 +252,59 @@ typedef struct {
   int64_t d[MAX_RANK];
 } Shape;
 
+// Typed attributes, one struct per family of ops (Node's union).
+typedef struct { Act kind; } ActAttr;                       // ACT, ACT_GRAD, BIAS_ACT
+// DOT: a[batch.., (M.. K..) or, ta, (K.. M..)] b[batch.., (K.. N..) or, tb,
+// (N.. K..)] -> y[batch.., M.., N..]: nb batch dims, nk contracted dims.
+typedef struct {
+  int nb, nk;
+  bool ta, tb;
+  Node *sgd_into;         // plain SGD folded in: w -= lr * result, into this param (fuse.c)
+} DotAttr;
+typedef struct { int kh, kw, sh, sw, pad_t, pad_l; } WinAttr; // CONV2D*, MAXPOOL*
+typedef struct { int axis; int64_t start; } CatAttr;        // CONCAT, SLICE
+typedef struct { float rate; uint64_t stream; } DropAttr;   // DROPOUT
+typedef struct { float scale, shift; } AffAttr;              // SCALE: x * scale + shift
+typedef struct {                                             // LOSS, METRIC, LOSS_GRAD, XENT*
+  LossKind kind;
+  bool from_logits;
+  double weight;          // the loss weight (loss_weights) times 1 / elements averaged over
+} LossAttr;
+typedef struct {                                             // collectives
+  unsigned axes;          // the group of mesh axes (mask)
+  int dim, dim2;          // the tensor dim (all-to-all: from dim, to dim2); -1: none
+  int bucket;             // ALLREDUCE: gradients summed in one call with it (fuse.c), 0: none
+  Node *src;              // the value resharded, and the op that needs it: the "why"
+  Node *user;
+} CollAttr;
+typedef struct { int perm[MAX_RANK]; } PermAttr;            // TRANSPOSE: y dim i = x dim perm[i]
+typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROADCAST: the dim
+
 struct Node {
   int id;
   OpKind op;
-  Node *in[MAX_IN];
+  Node *in[MAX_IN];       // operands
   int nin;
   Shape shape;            // global shape
+  DType dtype;
   Phase phase;
   const char *name;       // "d1/kernel", "d1/output", "grad(d1/kernel)", ...
   const char *layer;      // the Keras layer it comes from (NULL for internals)
   Loc loc;                // where that layer is written
-  // op parameters
-  int act;                // OP_ACT, OP_ACT_GRAD: Act
-  int axis;               // concat/slice axis; collectives: the dim
-  int axis2;              // all-to-all: target dim
-  int64_t start;          // slice start
-  bool ta, tb;            // matmul transposes
-  int kh, kw, sh, sw, pad_t, pad_l; // conv / pool window, strides, padding
-  float rate;             // dropout
-  float scale, shift;     // OP_SCALE: x * scale + shift
-  int loss;               // LossKind
-  bool from_logits;
-  unsigned axes;          // collectives: group of mesh axes (mask)
-  uint64_t stream;        // dropout RNG stream
-  const char *reason;     // collectives: why it is there (the op it serves)
+  union {
+    ActAttr act;
+    DotAttr dot;
+    WinAttr win;
+    CatAttr cat;
+    DropAttr drop;
+    AffAttr aff;
+    LossAttr loss;
+    CollAttr coll;
+    PermAttr perm;
+    ReduceAttr red;
+  };
+  int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
+  int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
   Var *var;               // OP_PARAM, OP_UPDATE
   // passes' results
   Place place;            // placement this node produces (shard.c)
@@ -264,28 +314,17 @@ struct Node {
   int64_t offset;         // memplan.c: float offset in its region
   int region;             // memplan.c: REGION_*
   int last_use;           // memplan.c
-  int nuses;
   bool dead;              // removed by a pass
   bool fused;             // OP_UPDATE done by the op that makes its gradient (fuse.c)
-  Node *sgd_into;         // OP_MATMUL: plain SGD, w -= lr * result, into this param
 };
-
-typedef struct {
-  const char *name;       // "matmul"
-  int nin;                // operand count, -1: variadic
-  uint8_t linear;         // operands the op is linear in: partial sums may pass (shard.c)
-  bool joint;             // linear jointly (add): all partial operands must agree;
-                          // else separately (matmul): at most one may stay partial
-  Phase phase;            // unused for ops built in several phases
-} OpInfo;
-extern const OpInfo op_info[OP_COUNT];
 
 // The sharding rule of an op, einsum-style: every dimension of every
 // operand and of the result is mapped to a named factor; a factor passes
-// through to the result, is contracted (summed over), or needs its whole
-// extent on every device.
-#define MAX_FACTORS 16
-typedef enum { F_PASS, F_CONTRACT, F_FULL } FactorKind;
+// through to the result, is contracted (summed over: a split leaves a
+// partial sum), is reduced by max (a split leaves a pending max), or needs
+// its whole extent on every device.
+#define MAX_FACTORS 24
+typedef enum { F_PASS, F_CONTRACT, F_MAX, F_FULL } FactorKind;
 typedef struct {
   int nf;
   FactorKind kind[MAX_FACTORS];
@@ -293,9 +332,57 @@ typedef struct {
   int8_t in[MAX_IN][MAX_RANK]; // factor of each operand dim, -1: none
   int8_t out[MAX_RANK];        // factor of each result dim
 } Rule;
+
+// What an op emits: runtime calls, each the same entry of kdrt_ops.h's list
+// in both backends (kdrt_<fn>(...) on the CPU, kdrt_cuda_<fn>(d, ...) on the
+// GPU), with static descriptors declared before it.
+typedef enum { STEP_TRAIN, STEP_EVAL, STEP_GRAD } StepKind;
+typedef struct {
+  const char *fn;         // "matmul"
+  bool ctx;               // a KC entry: the CPU one takes the context c first
+  char *decl;             // "static const kdrt_gemm g = {...};" or NULL
+  char *args;
+} Call;
+typedef struct {
+  StepKind step;
+  Call *calls;
+  int ncalls, cap;
+  const char *note;       // a comment line instead of / before the calls
+} Lowering;
+
+typedef struct Graph Graph;
+typedef struct {
+  const char *name;       // "matmul"
+  int nin;                // operand count, -1: variadic
+  uint8_t linear;         // operands the op is linear in: partial sums may pass (shard.c)
+  bool joint;             // linear jointly (add): all partial operands must agree;
+                          // else separately (matmul): at most one may stay partial
+  void (*rule)(const Node *n, Rule *r);
+  // Gradients of n's operands from n->grad: accumulate(g, operand, grad)
+  // for each operand with need[operand->id]. NULL: not differentiable
+  // (backward and update ops, collectives).
+  void (*grad)(Graph *g, Node *n, const bool *need);
+  void (*emit)(const Node *n, Lowering *lw);
+} OpDef;
+
+#define X(name) extern const OpDef op_##name;
+#include "ops.def"
+#undef X
+extern const OpDef *const op_defs[OP_COUNT];
+#define op_info(op) (*op_defs[op])
+
 void op_rule(const Node *n, Rule *r);
 const char *act_name(int act);
 bool is_collective(OpKind op);
+// The output shape of a DOT with these attributes; false when they do not fit.
+bool dot_shape(const Shape *a, const Shape *b, int nb, int nk, bool ta, bool tb, Shape *out);
+// Add a call to a lowering: fn, whether it takes the context, the
+// descriptor declaration (or NULL), the arguments (printf-style).
+void lower_call(Lowering *lw, const char *fn, bool ctx, char *decl, const char *fmt, ...)
+  __attribute__((format(printf, 5, 6)));
+// Why collective n is there, naming ops by their ids ("%8 matmul (d2) is a
+// partial sum over 'model'; %9 bias_add (d2) needs the sum").
+char *coll_why(const Graph *g, const Node *n);
 
 // ---------------------------------------------------------------- graph.c
 
@@ -319,23 +406,36 @@ struct Var {
   int64_t goffset;        // memplan.c: in the gradient blob
 };
 
+// A value the steps report: "loss", "accuracy", "out_a_loss", ...
 typedef struct {
+  const char *name;
+  Node *node;             // a scalar (after its reduction, shard.c)
+} Log;
+
+struct Graph {
   Model *model;
   Dist *dist;
   Node **nodes;           // in topological order
   int nnodes, cap;
   Var **vars;
   int nvars, cap_vars;
-  Node *x, *y;            // input batch, labels
-  Node *pred;             // model output
-  Node *loss, *metric;    // scalars (after their reductions)
+  Node **inputs;          // INPUT nodes, the model's inputs in order
+  int ninputs;
+  Node **labels;          // LABEL nodes, one per output with a loss
+  int nlabels;
+  Node **outputs;         // the model's outputs
+  int noutputs;
+  Log *logs;              // logs[0]: "loss", the total
+  int nlogs;
   Phase phase;            // the phase new nodes belong to
   int batch;              // global batch size
   int64_t arena_floats, param_floats, grad_floats;
   int64_t scratch_floats; // conv im2col scratch
-} Graph;
+};
 
 Node *new_node(Graph *g, OpKind op, int nin, Node **in);
+// Gradient accumulation for the ops' grad rules: x->grad += dx.
+void accumulate(Graph *g, Node *x, Node *dx);
 Node *new_node1(Graph *g, OpKind op, Node *a, Shape shape);
 Node *new_node2(Graph *g, OpKind op, Node *a, Node *b, Shape shape);
 uint64_t hash_str(const char *s);
@@ -362,6 +462,9 @@ int64_t shape_elems(const Shape *s);
 
 // ---------------------------------------------------------------- fuse.c
 void fuse_elementwise(Graph *g);
+// After the memory plan: gradient all-reduces over the same axes whose
+// buffers follow each other in the gradient blob become one call.
+void bucket_gradients(Graph *g);
 
 // ---------------------------------------------------------------- memplan.c
 enum { REGION_NONE, REGION_PARAM, REGION_GRAD, REGION_ARENA, REGION_INPUT };
@@ -376,16 +479,22 @@ void print_report(Graph *g, FILE *out, bool json);
 void print_graph(Graph *g, FILE *out);
 
 // ---------------------------------------------------------------- emit.c
-// What both emitters share. emit_begin sets the graph and file the rest use.
+// What both emitters share: buffer names, shapes, literals, the file's
+// header and memory plan, the step bodies (every op's Lowering printed for
+// the backend) and the program description. emit_begin sets the graph,
+// file and backend the rest use.
+typedef enum { BACKEND_C, BACKEND_CUDA } Backend;
 extern Graph *EG;
 extern FILE *EF;
-void emit_begin(Graph *g, FILE *f);
+extern Backend EB;
+void emit_begin(Graph *g, FILE *f, Backend b);
 void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *ident(const char *s);                 // a C identifier from a path
 char *off_name(const Node *n);              // the named constant of its offset
 const Node *view_base(const Node *n);       // the node whose buffer a view uses
 char *buf(const Node *n);                   // "(A + A12_d1)": its local buffer
 char *flt(double v);                        // a float literal that reads back exactly
+char *axes_c(unsigned axes);                // "AX_data | AX_model": a group of mesh axes
 Shape lshape(const Node *n);                // local shape
 int64_t lelems(const Node *n);              // local elements
 char *dims_init(const Shape *s);            // "{8, 13, 13, 2}"
@@ -393,16 +502,15 @@ char *layout_init(const Node *n);           // "{rank, {global shape}, {axis per
 char *describe(const Node *n);              // "[16, 200] ('data', 'model') local [8, 50]"
 int64_t prod(const Shape *s, int from, int to);
 extern const char *const init_name[];       // KDRT_INIT_* by Var.init
-extern const char *const act_c[];           // KDRT_ACT_* by Act
-// The comment above each op: id, op, layer, name, shapes and layout, and
-// for a collective why it is there.
-void emit_op_comment(const Node *n);
-// The vars[] and mesh tables of a kdrt_program, then its fields (but
-// pred_layout) as `<lhs>field = value<end>` lines.
+// The header comment (mesh, coordinates) and the memory plan as named
+// constants; `what` names the target in the first line.
+void emit_preamble(const char *what);
+// The body of one step: every op's comment and its calls, for EB.
+void emit_step_body(StepKind kind);
+// The vars[], io and mesh tables of a kdrt_program, then its fields as
+// `<lhs>field = value<end>` lines.
 void emit_program_tables(void);
 void emit_program_fields(const char *lhs, const char *end);
-// Conv/pool argument list: local x and y dims, window, strides, padding.
-void emit_conv_args(const Node *n, const Node *x, const Node *y);
 
 // ---------------------------------------------------------------- emit_c.c
 void emit_c(Graph *g, FILE *out);

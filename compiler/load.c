@@ -34,7 +34,7 @@
 
 static const char *supported_layers[] = {
   "InputLayer", "Dense", "Activation", "Softmax", "Flatten", "Reshape", "Dropout",
-  "Conv2D", "MaxPooling2D", "Add", "Concatenate", "Rescaling",
+  "Conv2D", "MaxPooling2D", "Add", "Concatenate", "Rescaling", "Embedding",
 };
 
 static bool is_merge(const Layer *l) {
@@ -128,7 +128,9 @@ static const char *get_str(json_t *obj, const char *key) {
   return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-// Only float32 is computed. dtype is a string or a (DType)Policy envelope.
+// Only float32 is computed; an InputLayer may also hold integer ids (int32
+// in the program, whatever integer width Keras wrote). dtype is a string or
+// a (DType)Policy envelope.
 static void check_dtype(Layer *l) {
   json_t *d = cfg_get(l, "dtype");
   if (!d)
@@ -138,9 +140,18 @@ static void check_dtype(Layer *l) {
     name = json_object_get(json_object_get(d, "config"), "name");
   if (!json_is_string(name))
     error_at(jloc(d), "layer '%s': 'dtype' must be a string or a DTypePolicy", l->name);
-  if (strcmp(json_string_value(name), "float32") != 0)
-    error_at(jloc(name), "layer '%s': dtype '%s' is not supported (only float32)", l->name,
-             json_string_value(name));
+  const char *t = json_string_value(name);
+  static const char *const ints[] = {"int32", "int64", "int16", "int8", "uint8", "uint16",
+                                     "uint32"};
+  if (!strcmp(l->cls, "InputLayer"))
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
+      if (!strcmp(t, ints[i])) {
+        l->in_int = true;
+        return;
+      }
+  if (strcmp(t, "float32") != 0)
+    error_at(jloc(name), "layer '%s': dtype '%s' is not supported (only float32%s)", l->name, t,
+             strcmp(l->cls, "InputLayer") ? "" : ", or integer ids on an InputLayer");
 }
 
 static void add_layer(Model *m, Layer *l) {
@@ -554,30 +565,32 @@ static LossKind loss_by_name(json_t *at, const char *name) {
            "sparse_categorical_crossentropy, binary_crossentropy)", name);
 }
 
-static void load_loss(Model *m, json_t *v) {
-  m->loss_loc = jloc(v);
+// One output's loss: a name, or a loss object (class and config).
+static void load_loss1(OutLoss *o, json_t *v) {
+  o->has = true;
+  o->loc = jloc(v);
   if (json_is_string(v)) {
-    m->loss = loss_by_name(v, json_string_value(v));
+    o->kind = loss_by_name(v, json_string_value(v));
     return;
   }
   const char *cls = get_str(v, "class_name");
   if (!json_is_object(v) || !cls)
-    error_at(jloc(v), "'loss' must be a loss name or a loss object (one loss for one output)");
+    error_at(jloc(v), "a loss must be a loss name or a loss object");
   json_t *cfg = json_object_get(v, "config");
   if (!strcmp(cls, "function")) { // a serialised loss function: config is its name
     if (!json_is_string(cfg))
       error_at(jloc_key(v, "config"), "loss function without a name");
-    m->loss = loss_by_name(cfg, json_string_value(cfg));
+    o->kind = loss_by_name(cfg, json_string_value(cfg));
     return;
   }
-  m->loss = loss_by_name(json_object_get(v, "class_name"), cls);
+  o->kind = loss_by_name(json_object_get(v, "class_name"), cls);
   if (!json_is_object(cfg))
     return;
   json_t *fl = json_object_get(cfg, "from_logits");
   if (fl && !json_is_null(fl)) {
     if (!json_is_boolean(fl))
       error_at(jloc(fl), "loss '%s': 'from_logits' must be true or false", cls);
-    m->from_logits = json_is_true(fl);
+    o->from_logits = json_is_true(fl);
   }
   json_t *ls = json_object_get(cfg, "label_smoothing");
   if (json_is_number(ls) && json_number_value(ls) != 0)
@@ -586,6 +599,66 @@ static void load_loss(Model *m, json_t *v) {
   if (red && strcmp(red, "sum_over_batch_size") && strcmp(red, "auto"))
     error_at(jloc_key(cfg, "reduction"), "loss '%s': reduction '%s' is not supported (only "
              "sum_over_batch_size)", cls, red);
+}
+
+// The output a dict key names, or an error at the key.
+static int output_by_name(Model *m, json_t *obj, const char *key, const char *what) {
+  for (int i = 0; i < m->noutputs; i++)
+    if (!strcmp(m->outputs[i].layer->name, key))
+      return i;
+  char *names = xstrdup("");
+  for (int i = 0; i < m->noutputs; i++)
+    names = format("%s%s'%s'", names, i ? ", " : "", m->outputs[i].layer->name);
+  error_at(jloc_keyname(obj, key), "'%s' names '%s', which is not an output of model '%s' "
+           "(outputs: %s)", what, key, m->name, names);
+}
+
+// `loss`: one loss for every output, a list (one per output, in order) or
+// a dict keyed by output name (outputs without a key have no loss).
+static void load_loss(Model *m, json_t *v) {
+  if (json_is_array(v)) {
+    if ((int)json_array_size(v) != m->noutputs)
+      error_at(jloc(v), "'loss' lists %zu losses for %d outputs", json_array_size(v),
+               m->noutputs);
+    for (int i = 0; i < m->noutputs; i++) {
+      json_t *e = json_array_get(v, i);
+      if (!json_is_null(e)) load_loss1(&m->losses[i], e);
+    }
+  } else if (json_is_object(v) && !json_object_get(v, "class_name")) {
+    const char *key;
+    json_t *e;
+    json_object_foreach(v, key, e) {
+      int i = output_by_name(m, v, key, "loss");
+      if (!json_is_null(e)) load_loss1(&m->losses[i], e);
+    }
+  } else {
+    for (int i = 0; i < m->noutputs; i++) load_loss1(&m->losses[i], v);
+  }
+}
+
+static double weight_num(json_t *e) {
+  if (!json_is_number(e) || json_number_value(e) < 0)
+    error_at(jloc(e), "a loss weight must be a number >= 0");
+  return json_number_value(e);
+}
+
+// `loss_weights`: a list (per output) or a dict keyed by output name.
+static void load_loss_weights(Model *m, json_t *v) {
+  if (json_is_array(v)) {
+    if ((int)json_array_size(v) != m->noutputs)
+      error_at(jloc(v), "'loss_weights' lists %zu weights for %d outputs", json_array_size(v),
+               m->noutputs);
+    for (int i = 0; i < m->noutputs; i++) m->losses[i].weight = weight_num(json_array_get(v, i));
+  } else if (json_is_object(v)) {
+    const char *key;
+    json_t *e;
+    json_object_foreach(v, key, e) m->losses[output_by_name(m, v, key, "loss_weights")].weight =
+        weight_num(e);
+  } else if (json_is_number(v) && m->noutputs == 1) {
+    m->losses[0].weight = weight_num(v);
+  } else {
+    error_at(jloc(v), "'loss_weights' must be a list or a dict keyed by output name");
+  }
 }
 
 typedef struct {
@@ -658,18 +731,19 @@ static void load_optimizer(Model *m, json_t *v) {
   }
 }
 
-static void load_metrics(Model *m, json_t *v) {
+// One output's metrics: a name, a metric object or a list of them.
+static void load_metrics1(OutLoss *o, json_t *v) {
   if (json_is_string(v)) {
     const char *s = json_string_value(v);
     if (!strcmp(s, "accuracy") || !strcmp(s, "acc")) {
-      m->metric_accuracy = true;
-      m->metric_loc = jloc(v);
+      o->accuracy = true;
+      o->metric_loc = jloc(v);
     } else {
       warn_at(jloc(v), "metric '%s' is ignored (kdcc computes only 'accuracy')", s);
     }
   } else if (json_is_array(v)) {
     for (size_t i = 0; i < json_array_size(v); i++)
-      load_metrics(m, json_array_get(v, i));
+      load_metrics1(o, json_array_get(v, i));
   } else if (!json_is_null(v)) {
     const char *cls = get_str(v, "class_name");
     warn_at(jloc(v), "metric '%s' is ignored (kdcc computes only 'accuracy')",
@@ -677,21 +751,52 @@ static void load_metrics(Model *m, json_t *v) {
   }
 }
 
+// `metrics`: for one output, a list; for several, a list of lists (one per
+// output) or a dict keyed by output name.
+static void load_metrics(Model *m, json_t *v) {
+  if (json_is_object(v) && !json_object_get(v, "class_name")) {
+    const char *key;
+    json_t *e;
+    json_object_foreach(v, key, e) load_metrics1(&m->losses[output_by_name(m, v, key, "metrics")], e);
+  } else if (m->noutputs > 1 && json_is_array(v) && json_array_size(v) == (size_t)m->noutputs &&
+             (json_is_array(json_array_get(v, 0)) || json_is_null(json_array_get(v, 0)))) {
+    for (int i = 0; i < m->noutputs; i++) load_metrics1(&m->losses[i], json_array_get(v, i));
+  } else if (m->noutputs > 1 && !json_is_null(v) &&
+             !(json_is_array(v) && json_array_size(v) == 0)) {
+    error_at(jloc(v), "model '%s' has %d outputs: give 'metrics' as a dict keyed by output name "
+             "or a list of lists", m->name, m->noutputs);
+  } else {
+    load_metrics1(&m->losses[0], v);
+  }
+}
+
 static void load_compile(Model *m, json_t *cc) {
-  m->loss = LOSS_MSE;
+  m->losses = xcalloc(m->noutputs, sizeof *m->losses);
+  for (int i = 0; i < m->noutputs; i++) m->losses[i] = (OutLoss){.kind = LOSS_MSE, .weight = 1};
   load_optimizer(m, json_string("adam"));
-  if (!cc || json_is_null(cc))
+  if (!cc || json_is_null(cc)) {
+    for (int i = 0; i < m->noutputs; i++) m->losses[i].has = true;
     return;
+  }
   if (!json_is_object(cc))
     error_at(jloc(cc), "'compile_config' must be an object");
   json_t *loss = json_object_get(cc, "loss"), *opt = json_object_get(cc, "optimizer");
   if (loss && !json_is_null(loss))
     load_loss(m, loss);
+  else
+    for (int i = 0; i < m->noutputs; i++) m->losses[i].has = true;
+  json_t *lw = json_object_get(cc, "loss_weights");
+  if (lw && !json_is_null(lw))
+    load_loss_weights(m, lw);
   if (opt && !json_is_null(opt))
     load_optimizer(m, opt);
   json_t *metrics = json_object_get(cc, "metrics");
   if (metrics)
     load_metrics(m, metrics);
+  bool any = false;
+  for (int i = 0; i < m->noutputs; i++) any |= m->losses[i].has;
+  if (!any)
+    error_at(jloc(loss), "model '%s': no output has a loss", m->name);
 }
 
 // ---- the model

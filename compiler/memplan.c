@@ -107,9 +107,9 @@ void plan_memory(Graph *g) {
       if (b->last_use < i) b->last_use = i;
     }
   }
-  if (g->loss) base_of(g->loss)->last_use = g->nnodes;
-  if (g->metric) base_of(g->metric)->last_use = g->nnodes;
-  if (g->pred) base_of(g->pred)->last_use = g->nnodes; // read after eval_step by `train predict`
+  for (int i = 0; i < g->nlogs; i++) base_of(g->logs[i].node)->last_use = g->nnodes;
+  for (int i = 0; i < g->noutputs; i++) // read after eval_step by `train predict`
+    base_of(g->outputs[i])->last_use = g->nnodes;
 
   // A gradient summed by an all-reduce is summed in place: the partial
   // sums are computed straight into the gradient blob.
@@ -138,7 +138,7 @@ void plan_memory(Graph *g) {
       const Node *x = n->op == OP_CONV2D_DX ? n : n->in[0];
       const Node *y = n->op == OP_CONV2D ? n : n->op == OP_CONV2D_DX ? n->in[0] : n->in[1];
       Shape xs = local_shape(g, x), ys = local_shape(g, y);
-      int64_t s = ys.d[0] * ys.d[1] * ys.d[2] * n->kh * n->kw * xs.d[3];
+      int64_t s = ys.d[0] * ys.d[1] * ys.d[2] * n->win.kh * n->win.kw * xs.d[3];
       if (s > scratch) scratch = s;
     }
     if (n->op == OP_PARAM) continue;

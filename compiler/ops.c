@@ -1,92 +1,71 @@
-// The op table: what every op of the training graph means, which operands
-// it is linear in, and its sharding rule as named factors (SHARDING.md).
+// The ops of the training graph, each defined once (ops.def lists them).
 //
-// Ops work on global shapes; a pass never needs to know how a tensor is
-// split to build or differentiate the graph. Only shard.c reads the rules,
-// only emit_c.c turns ops into local computation.
-//
-// Semantics (operands in order; shapes global):
-//   INPUT            -> x[b, ...]            the input batch
-//   LABEL            -> y[b, ...]            the labels
-//   PARAM            -> w                    a trainable variable
-//   MATMUL  a, b     -> op(a) @ op(b)        op = transpose when ta / tb
-//   BIAS    x, b     -> x + b                b broadcast along the last dim
-//   ACT     x        -> act(x)               elementwise activation
-//   BIAS_ACT x, b    -> act(x + b)           BIAS then ACT in one loop (fuse.c)
-//   SOFTMAX x        -> softmax(x)           over the last dim
-//   ADD     x...     -> sum of operands      same shapes
-//   CONCAT  x...     -> concatenation        along `axis`
-//   SLICE   x        -> x[.., start:start+n, ..] along `axis`
-//   RESHAPE x        -> x with a new shape   same element order
-//   DROPOUT x        -> x * mask / (1-rate)  mask from (seed, stream, step, index)
-//   SCALE   x        -> x * scale + offset   (Rescaling; offset 0 in gradients)
-//   CONV2D  x, f     -> conv(x, f)           channels last, no bias
-//   MAXPOOL x        -> max over windows
-//   LOSS    p, y     -> mean over the batch of the per-sample loss (scalar)
-//   METRIC  p, y     -> mean over the batch of per-sample accuracy (scalar)
-//   LOSS_GRAD p, y   -> d LOSS / d p
-//   ACT_GRAD dy, t   -> dy * act'(.)         t = x for gelu/silu, else y
-//   SOFTMAX_GRAD dy, y -> y * (dy - sum(dy * y))
-//   BIAS_GRAD dy     -> dy summed over every dim but the last
-//   CONV2D_DX dy, f  -> d conv / d x
-//   CONV2D_DW x, dy  -> d conv / d f
-//   MAXPOOL_GRAD dy, x -> dy routed to each window's max
-//   UPDATE  w, g     -> w updated in place by the optimizer (and its slots)
-//   ALLREDUCE x      -> sum of x over the mesh axes `axes`
-//   REDUCE_SCATTER x -> sum over `axes`, then dim `axis` split over them
-//   ALLGATHER x      -> dim `axis`, split over `axes`, gathered
-//   ALLTOALL x       -> split moved from dim `axis` to dim `axis2` over `axes`
-//   LOCAL_SLICE x    -> this device's block of dim `axis` over `axes` (no traffic)
+// An op is one `const OpDef op_NAME` with, side by side:
+//   - its sharding rule: every dimension of every operand and of the result
+//     mapped to a named factor (SHARDING.md); only shard.c reads rules;
+//   - its gradient: the forward ops that make its operands' gradients from
+//     its output's (autodiff.c walks the graph and calls these);
+//   - its emission: the runtime calls that compute it on local blocks, one
+//     entry of runtime/kdrt_ops.h's list each, which the C and the CUDA
+//     emitters both print (kdrt_<fn> / kdrt_cuda_<fn>), so the backends
+//     cannot drift.
+// Ops work on global shapes; only emission sees local ones (lshape).
+// Adding an op: its line in ops.def, its OpDef here, its kernel in both
+// runtimes (kdrt_ops.h's list), its tests.
 #include "kdcc.h"
 
 #include <assert.h>
+#include <stdarg.h>
+#include <string.h>
 
-const OpInfo op_info[OP_COUNT] = {
-  [OP_INPUT] = {"input", 0, 0, false, PH_FORWARD},
-  [OP_LABEL] = {"label", 0, 0, false, PH_FORWARD},
-  [OP_PARAM] = {"param", 0, 0, false, PH_FORWARD},
-  [OP_MATMUL] = {"matmul", 2, 3, false, PH_FORWARD},
-  [OP_BIAS] = {"bias_add", 2, 0, false, PH_FORWARD},
-  [OP_ACT] = {"act", 1, 0, false, PH_FORWARD},
-  [OP_BIAS_ACT] = {"bias_act", 2, 0, false, PH_FORWARD},
-  [OP_SOFTMAX] = {"softmax", 1, 0, false, PH_FORWARD},
-  [OP_ADD] = {"add", -1, 0xff, true, PH_FORWARD},
-  [OP_CONCAT] = {"concat", -1, 0xff, true, PH_FORWARD},
-  [OP_SLICE] = {"slice", 1, 1, false, PH_BACKWARD},
-  [OP_RESHAPE] = {"reshape", 1, 1, false, PH_FORWARD},
-  [OP_DROPOUT] = {"dropout", 1, 1, false, PH_FORWARD},
-  [OP_SCALE] = {"scale", 1, 0, false, PH_FORWARD},
-  [OP_CONV2D] = {"conv2d", 2, 3, false, PH_FORWARD},
-  [OP_MAXPOOL] = {"maxpool", 1, 0, false, PH_FORWARD},
-  [OP_LOSS] = {"loss", 2, 0, false, PH_LOSS},
-  [OP_METRIC] = {"accuracy", 2, 0, false, PH_LOSS},
-  [OP_LOSS_GRAD] = {"loss_grad", 2, 0, false, PH_BACKWARD},
-  [OP_ACT_GRAD] = {"act_grad", 2, 1, false, PH_BACKWARD},
-  [OP_SOFTMAX_GRAD] = {"softmax_grad", 2, 1, false, PH_BACKWARD},
-  [OP_BIAS_GRAD] = {"bias_grad", 1, 1, false, PH_BACKWARD},
-  [OP_CONV2D_DX] = {"conv2d_dx", 2, 3, false, PH_BACKWARD},
-  [OP_CONV2D_DW] = {"conv2d_dw", 2, 3, false, PH_BACKWARD},
-  [OP_MAXPOOL_GRAD] = {"maxpool_grad", 2, 0, false, PH_BACKWARD},
-  [OP_UPDATE] = {"update", 2, 0, false, PH_UPDATE},
-  [OP_ALLREDUCE] = {"all_reduce", 1, 0, false, PH_BACKWARD},
-  [OP_REDUCE_SCATTER] = {"reduce_scatter", 1, 0, false, PH_BACKWARD},
-  [OP_ALLGATHER] = {"all_gather", 1, 0, false, PH_BACKWARD},
-  [OP_ALLTOALL] = {"all_to_all", 1, 0, false, PH_BACKWARD},
-  [OP_LOCAL_SLICE] = {"local_slice", 1, 0, false, PH_BACKWARD},
-};
-static_assert(sizeof(op_info) / sizeof(op_info[0]) == OP_COUNT, "op_info out of step with ops.def");
-
-bool is_collective(OpKind op) {
-  return op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER || op == OP_ALLGATHER ||
-         op == OP_ALLTOALL || op == OP_LOCAL_SLICE;
-}
+// ---------------------------------------------------------------- helpers
 
 const char *act_name(int act) {
-  static const char *names[] = {"linear", "relu", "sigmoid", "tanh", "gelu", "silu", "softmax"};
+  static const char *const names[] = {
+#define KDRT_X(name, kname, from_x, f, df) kname,
+    KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+    "softmax",
+  };
   return names[act];
 }
 
-// ---- rule construction helpers
+static const char *const act_c[] = {
+#define KDRT_X(name, kname, from_x, f, df) "KDRT_ACT_" #name,
+  KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+};
+
+// Whether an activation's derivative needs its input (else its output).
+static bool act_from_x(int act) {
+  static const bool from_x[] = {
+#define KDRT_X(name, kname, fx, f, df) fx,
+    KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+  };
+  return from_x[act];
+}
+
+static const char *const loss_c[] = {
+#define KDRT_X(name, kname) "KDRT_LOSS_" #name,
+  KDRT_LOSS_LIST(KDRT_X)
+#undef KDRT_X
+};
+
+bool is_collective(OpKind op) {
+  return op == OP_ALLREDUCE || op == OP_ALLREDUCE_MAX || op == OP_REDUCE_SCATTER ||
+         op == OP_ALLGATHER || op == OP_ALLTOALL || op == OP_LOCAL_SLICE;
+}
+
+void lower_call(Lowering *lw, const char *fn, bool ctx, char *decl, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *args = NULL;
+  if (vasprintf(&args, fmt, ap) < 0) error("out of memory");
+  va_end(ap);
+  lw->calls = xgrow(lw->calls, lw->ncalls, &lw->cap, sizeof *lw->calls);
+  lw->calls[lw->ncalls++] = (Call){fn, ctx, decl, args};
+}
 
 static int factor(Rule *r, FactorKind kind, int64_t size) {
   assert(r->nf < MAX_FACTORS);
@@ -96,20 +75,271 @@ static int factor(Rule *r, FactorKind kind, int64_t size) {
 }
 
 // Every dim of the result its own PASS factor, shared by every operand of
-// the same shape (elementwise ops).
+// the same rank (elementwise ops).
 static void rule_elementwise(const Node *n, Rule *r) {
-  for (int d = 0; d < n->shape.rank; d++)
-    r->out[d] = factor(r, F_PASS, n->shape.d[d]);
+  for (int d = 0; d < n->shape.rank; d++) r->out[d] = factor(r, F_PASS, n->shape.d[d]);
   for (int i = 0; i < n->nin; i++)
-    for (int d = 0; d < n->in[i]->shape.rank; d++)
+    for (int d = 0; d < n->in[i]->shape.rank && d < n->shape.rank; d++)
       r->in[i][d] = r->out[d];
 }
+
+static void rule_none(const Node *n, Rule *r) { rule_elementwise(n, r); }
+
+// Rows and columns of a tensor seen as [rows, last dim], local.
+static int64_t lcols(const Node *n) {
+  Shape s = lshape(n);
+  return s.rank ? s.d[s.rank - 1] : 1;
+}
+static int64_t lrows(const Node *n) { return lelems(n) / lcols(n); }
+
+// A static descriptor declaration, the same text in C and C++.
+static char *layout_decl(const Node *n) {
+  return format("static const kdrt_layout l = %s;", layout_init(n));
+}
+
+// The first column (or row) of this device's block of dim d of n: 0 when
+// the dim is whole, else its coordinate on the splitting axis times the
+// local extent, as a run-time expression.
+static char *block_start(const Node *n, int d) {
+  int a = n->place.axis[d];
+  if (a < 0) return xstrdup("0");
+  Shape s = lshape(n);
+  return format("c->coord[%d] * %lld", a, (long long)s.d[d]);
+}
+
+// ---------------------------------------------------------------- inputs and variables
+
+static void emit_view(const Node *n, Lowering *lw) { lw->note = "a value of the step: no code"; }
+
+const OpDef op_INPUT = {"input", 0, 0, false, rule_none, NULL, emit_view};
+const OpDef op_LABEL = {"label", 0, 0, false, rule_none, NULL, emit_view};
+const OpDef op_PARAM = {"param", 0, 0, false, rule_none, NULL, emit_view};
+
+// ---------------------------------------------------------------- DOT
+// dot_general with its dims grouped: a = [batch.., M.., K..] (ta: [batch..,
+// K.., M..]), b = [batch.., K.., N..] (tb: [batch.., N.., K..]), y =
+// [batch.., M.., N..]. Dense on [B, T, H] is a = x (M = B, T; K = H), b =
+// the kernel (K = H, N = units). Locally every group is a contiguous block,
+// so the op is one strided batched GEMM whatever the split.
+
+bool dot_shape(const Shape *a, const Shape *b, int nb, int nk, bool ta, bool tb, Shape *out) {
+  int nm = a->rank - nb - nk, nn = b->rank - nb - nk;
+  if (nm < 0 || nn < 0 || nb + nm + nn > MAX_RANK) return false;
+  const int64_t *ak = a->d + nb + (ta ? 0 : nm), *bk = b->d + nb + (tb ? nn : 0);
+  for (int i = 0; i < nb; i++)
+    if (a->d[i] != b->d[i]) return false;
+  for (int i = 0; i < nk; i++)
+    if (ak[i] != bk[i]) return false;
+  out->rank = nb + nm + nn;
+  for (int i = 0; i < nb; i++) out->d[i] = a->d[i];
+  for (int i = 0; i < nm; i++) out->d[nb + i] = a->d[nb + (ta ? nk : 0) + i];
+  for (int i = 0; i < nn; i++) out->d[nb + nm + i] = b->d[nb + (tb ? 0 : nk) + i];
+  return true;
+}
+
+static void dot_rule(const Node *n, Rule *r) {
+  const Shape *a = &n->in[0]->shape, *b = &n->in[1]->shape;
+  int nb = n->dot.nb, nk = n->dot.nk, nm = a->rank - nb - nk, nn = b->rank - nb - nk;
+  for (int i = 0; i < nb; i++)
+    r->in[0][i] = r->in[1][i] = r->out[i] = factor(r, F_PASS, a->d[i]);
+  for (int i = 0; i < nm; i++) {
+    int ad = nb + (n->dot.ta ? nk : 0) + i;
+    r->in[0][ad] = r->out[nb + i] = factor(r, F_PASS, a->d[ad]);
+  }
+  for (int i = 0; i < nn; i++) {
+    int bd = nb + (n->dot.tb ? 0 : nk) + i;
+    r->in[1][bd] = r->out[nb + nm + i] = factor(r, F_PASS, b->d[bd]);
+  }
+  for (int i = 0; i < nk; i++) {
+    int ad = nb + (n->dot.ta ? 0 : nm) + i, bd = nb + (n->dot.tb ? nn : 0) + i;
+    r->in[0][ad] = r->in[1][bd] = factor(r, F_CONTRACT, a->d[ad]);
+  }
+}
+
+static Node *dot(Graph *g, Node *a, Node *b, int nb, int nk, bool ta, bool tb) {
+  Shape s;
+  if (!dot_shape(&a->shape, &b->shape, nb, nk, ta, tb, &s)) unreachable();
+  Node *c = new_node2(g, OP_DOT, a, b, s);
+  c->dot = (DotAttr){nb, nk, ta, tb, NULL};
+  return c;
+}
+
+// y = a.b: da = dy.b^T (contracting b's free dims), db = a^T.dy (contracting
+// a's free dims), each with the transposes that put the result in the
+// operand's stored order.
+static void dot_grad(Graph *g, Node *n, const bool *need) {
+  Node *dy = n->grad, *a = n->in[0], *b = n->in[1];
+  int nb = n->dot.nb, nk = n->dot.nk;
+  int nm = a->shape.rank - nb - nk, nn = b->shape.rank - nb - nk;
+  bool ta = n->dot.ta, tb = n->dot.tb;
+  if (need[a->id])
+    accumulate(g, a, ta ? dot(g, b, dy, nb, nn, tb, true) : dot(g, dy, b, nb, nn, false, !tb));
+  if (need[b->id])
+    accumulate(g, b, tb ? dot(g, dy, a, nb, nm, true, ta) : dot(g, a, dy, nb, nm, !ta, false));
+}
+
+static void dot_emit(const Node *n, Lowering *lw) {
+  const Node *a = n->in[0], *b = n->in[1];
+  Shape as = lshape(a), bs = lshape(b);
+  int nb = n->dot.nb, nk = n->dot.nk, nm = as.rank - nb - nk, nn = bs.rank - nb - nk;
+  int64_t batch = prod(&as, 0, nb);
+  int64_t M = prod(&as, nb + (n->dot.ta ? nk : 0), nb + (n->dot.ta ? nk : 0) + nm);
+  int64_t K = prod(&as, nb + (n->dot.ta ? 0 : nm), nb + (n->dot.ta ? 0 : nm) + nk);
+  int64_t N = prod(&bs, nb + (n->dot.tb ? 0 : nk), nb + (n->dot.tb ? 0 : nk) + nn);
+  bool sgd = n->dot.sgd_into && lw->step == STEP_TRAIN;
+  if (sgd) lw->note = format("the SGD update of %s in the same GEMM: w = w - lr * gradient",
+                             n->dot.sgd_into->var->path);
+  char *decl = format("static const kdrt_gemm g = {.ta = %s, .tb = %s, .batch = %lld, .M = %lld, "
+                      ".N = %lld, .K = %lld,\n"
+                      "                                 .lda = %lld, .ldb = %lld, .ldc = %lld, "
+                      ".stride_a = %lld, .stride_b = %lld, .stride_c = %lld};",
+                      n->dot.ta ? "KDRT_TRANS" : "KDRT_NOTRANS",
+                      n->dot.tb ? "KDRT_TRANS" : "KDRT_NOTRANS", (long long)batch, (long long)M,
+                      (long long)N, (long long)K, (long long)(n->dot.ta ? M : K),
+                      (long long)(n->dot.tb ? K : N), (long long)N,
+                      (long long)(nb ? M * K : 0), (long long)(nb ? K * N : 0),
+                      (long long)(nb ? M * N : 0));
+  lower_call(lw, "matmul", false, decl, "&g, %s, %s, %s, %s, %s", sgd ? "-c->lr" : "1.0f", buf(a),
+             buf(b), sgd ? "1.0f" : "0.0f", sgd ? buf(n->dot.sgd_into) : buf(n));
+}
+
+const OpDef op_DOT = {"dot", 2, 3, false, dot_rule, dot_grad, dot_emit};
+
+// ---------------------------------------------------------------- BIAS, ACT, BIAS_ACT
+
+static void bias_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  r->in[1][0] = r->out[n->shape.rank - 1];
+}
+
+static void bias_grad(Graph *g, Node *n, const bool *need) {
+  Node *a = n->in[0], *b = n->in[1];
+  if (need[a->id]) accumulate(g, a, n->grad);
+  if (need[b->id]) accumulate(g, b, new_node1(g, OP_BIAS_GRAD, n->grad, b->shape));
+}
+
+static void bias_act_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "bias_act", false, NULL, "%s, %s, %s, %s, %lld, %lld",
+             act_c[n->op == OP_BIAS ? ACT_LINEAR : n->act.kind], buf(n), buf(n->in[0]),
+             buf(n->in[1]), (long long)lrows(n), (long long)lcols(n));
+}
+
+const OpDef op_BIAS = {"bias_add", 2, 0, false, bias_rule, bias_grad, bias_act_emit};
+// Made by fuse.c after differentiation: never differentiated itself.
+const OpDef op_BIAS_ACT = {"bias_act", 2, 0, false, bias_rule, NULL, bias_act_emit};
+
+static void act_grad(Graph *g, Node *n, const bool *need) {
+  Node *a = n->in[0];
+  Node *dx = new_node2(g, OP_ACT_GRAD, n->grad, act_from_x(n->act.kind) ? a : n, a->shape);
+  dx->act = n->act;
+  accumulate(g, a, dx);
+}
+
+static void act_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "act", false, NULL, "%s, %s, %s, %lld", act_c[n->act.kind], buf(n),
+             buf(n->in[0]), (long long)lelems(n));
+}
+
+const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit};
+
+// dx = dy * act'(t): t is the input or the output, whichever the
+// derivative needs; the runtime reads the one it needs.
+static void act_grad_emit(const Node *n, Lowering *lw) {
+  char *t = buf(n->in[1]);
+  lower_call(lw, "act_grad", false, NULL, "%s, %s, %s, %s, %s, %lld", act_c[n->act.kind], buf(n),
+             buf(n->in[0]), t, t, (long long)lelems(n));
+}
+
+const OpDef op_ACT_GRAD = {"act_grad", 2, 1, false, rule_elementwise, NULL, act_grad_emit};
+
+// ---------------------------------------------------------------- SOFTMAX
+
+static void softmax_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  r->kind[r->out[n->shape.rank - 1]] = F_FULL;
+}
+
+static void softmax_grad(Graph *g, Node *n, const bool *need) {
+  accumulate(g, n->in[0], new_node2(g, OP_SOFTMAX_GRAD, n->grad, n, n->shape));
+}
+
+static void softmax_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "softmax", false, NULL, "%s, %s, %lld, %lld", buf(n), buf(n->in[0]),
+             (long long)lrows(n), (long long)lcols(n));
+}
+
+static void softmax_grad_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "softmax_grad", false, NULL, "%s, %s, %s, %lld, %lld", buf(n), buf(n->in[0]),
+             buf(n->in[1]), (long long)lrows(n), (long long)lcols(n));
+}
+
+const OpDef op_SOFTMAX = {"softmax", 1, 0, false, softmax_rule, softmax_grad, softmax_emit};
+const OpDef op_SOFTMAX_GRAD = {"softmax_grad", 2, 1, false, softmax_rule, NULL,
+                               softmax_grad_emit};
+
+// ---------------------------------------------------------------- ADD, CONCAT, SLICE, RESHAPE
+
+static void add_grad(Graph *g, Node *n, const bool *need) {
+  for (int i = 0; i < n->nin; i++)
+    if (need[n->in[i]->id]) accumulate(g, n->in[i], n->grad);
+}
+
+static void add_emit(const Node *n, Lowering *lw) {
+  char *list = xstrdup("");
+  for (int i = 0; i < n->nin; i++) list = format("%s%s%s", list, i ? ", " : "", buf(n->in[i]));
+  lower_call(lw, "add", false, format("const float *const in[] = {%s};", list), "%s, in, %d, %lld",
+             buf(n), n->nin, (long long)lelems(n));
+}
+
+const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emit};
+
+static void cat_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  r->kind[r->out[n->cat.axis]] = F_FULL;
+}
+
+static void concat_grad(Graph *g, Node *n, const bool *need) {
+  int64_t start = 0;
+  for (int i = 0; i < n->nin; i++) {
+    Node *x = n->in[i];
+    if (need[x->id]) {
+      Node *s = new_node1(g, OP_SLICE, n->grad, x->shape);
+      s->cat = (CatAttr){n->cat.axis, start};
+      accumulate(g, x, s);
+    }
+    start += x->shape.d[n->cat.axis];
+  }
+}
+
+static void concat_emit(const Node *n, Lowering *lw) {
+  Shape ls = lshape(n);
+  int ax = n->cat.axis;
+  int64_t off = 0;
+  for (int i = 0; i < n->nin; i++) {
+    Shape is = lshape(n->in[i]);
+    lower_call(lw, "place_block", false, NULL, "%s, %s, %lld, %lld, %lld, %lld, %lld", buf(n),
+               buf(n->in[i]), (long long)prod(&ls, 0, ax), (long long)is.d[ax], (long long)off,
+               (long long)ls.d[ax], (long long)prod(&ls, ax + 1, ls.rank));
+    off += is.d[ax];
+  }
+}
+
+static void slice_emit(const Node *n, Lowering *lw) {
+  Shape ls = lshape(n), is = lshape(n->in[0]);
+  int ax = n->cat.axis;
+  lower_call(lw, "copy_block", false, NULL, "%s, %s, %lld, %lld, %lld, %lld, %lld", buf(n),
+             buf(n->in[0]), (long long)prod(&ls, 0, ax), (long long)is.d[ax],
+             (long long)n->cat.start, (long long)ls.d[ax], (long long)prod(&ls, ax + 1, ls.rank));
+}
+
+const OpDef op_CONCAT = {"concat", -1, 0xff, true, cat_rule, concat_grad, concat_emit};
+const OpDef op_SLICE = {"slice", 1, 1, false, cat_rule, NULL, slice_emit};
 
 // Reshape: split both shapes into groups of equal products. In each group
 // the major-most dims of input and output share one factor (a block split
 // of the major dim is a block split of the merged one); the rest need their
 // whole extent.
-static void rule_reshape(const Node *n, Rule *r) {
+static void reshape_rule(const Node *n, Rule *r) {
   const Shape *a = &n->in[0]->shape, *b = &n->shape;
   int i = 0, j = 0;
   while (i < a->rank || j < b->rank) {
@@ -120,7 +350,8 @@ static void rule_reshape(const Node *n, Rule *r) {
       else if (j < b->rank) pb *= b->d[j++];
       else break;
     }
-    int f = factor(r, F_PASS, a->d[i0] < b->d[j0] ? a->d[i0] : b->d[j0]);
+    int64_t sa = i0 < a->rank ? a->d[i0] : 1, sb = j0 < b->rank ? b->d[j0] : 1;
+    int f = factor(r, F_PASS, sa < sb ? sa : sb);
     if (i0 < a->rank) r->in[0][i0] = f;
     if (j0 < b->rank) r->out[j0] = f;
     for (int k = i0 + 1; k < i; k++) r->in[0][k] = factor(r, F_FULL, a->d[k]);
@@ -128,103 +359,380 @@ static void rule_reshape(const Node *n, Rule *r) {
   }
 }
 
+static void reshape_grad(Graph *g, Node *n, const bool *need) {
+  accumulate(g, n->in[0], new_node1(g, OP_RESHAPE, n->grad, n->in[0]->shape));
+}
+
+static void reshape_emit(const Node *n, Lowering *lw) {
+  lw->note = format("a view of %%%d: no code", n->in[0]->id);
+}
+
+const OpDef op_RESHAPE = {"reshape", 1, 1, false, reshape_rule, reshape_grad, reshape_emit};
+
+// ---------------------------------------------------------------- DROPOUT, SCALE
+
+static void dropout_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node1(g, OP_DROPOUT, n->grad, n->in[0]->shape); // the same mask
+  dx->drop = n->drop;
+  accumulate(g, n->in[0], dx);
+}
+
+static void dropout_emit(const Node *n, Lowering *lw) {
+  if (lw->step == STEP_EVAL) {
+    lw->note = "no dropout outside training";
+    lower_call(lw, "copy", false, NULL, "%s, %s, %lld", buf(n), buf(n->in[0]),
+               (long long)lelems(n));
+    return;
+  }
+  lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &l, %s, 0x%016llxull", buf(n),
+             buf(n->in[0]), flt(n->drop.rate), (unsigned long long)n->drop.stream);
+}
+
+const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, dropout_grad, dropout_emit};
+
+static void scale_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node1(g, OP_SCALE, n->grad, n->in[0]->shape);
+  dx->aff = (AffAttr){n->aff.scale, 0};
+  accumulate(g, n->in[0], dx);
+}
+
+static void scale_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "scale", false, NULL, "%s, %s, %lld, %s, %s", buf(n), buf(n->in[0]),
+             (long long)lelems(n), flt(n->aff.scale), flt(n->aff.shift));
+}
+
+const OpDef op_SCALE = {"scale", 1, 0, false, rule_elementwise, scale_grad, scale_emit};
+
+// ---------------------------------------------------------------- CONV2D, MAXPOOL
+// x[b,h,w,ci] f[kh,kw,ci,co] y[b,oh,ow,co]; the spatial dims need their
+// whole extent (no halo exchange).
+
+static void conv_rule(const Node *n, Rule *r) {
+  const Shape *s = &n->shape;
+  const Shape *x = n->op == OP_CONV2D_DX ? s : &n->in[0]->shape;
+  const Shape *y = n->op == OP_CONV2D ? s : n->op == OP_CONV2D_DX ? &n->in[0]->shape
+                                                                 : &n->in[1]->shape;
+  int b = factor(r, n->op == OP_CONV2D_DW ? F_CONTRACT : F_PASS, x->d[0]);
+  int h = factor(r, F_FULL, x->d[1]), w = factor(r, F_FULL, x->d[2]);
+  int oh = factor(r, F_FULL, y->d[1]), ow = factor(r, F_FULL, y->d[2]);
+  int kh = factor(r, F_FULL, n->win.kh), kw = factor(r, F_FULL, n->win.kw);
+  int ci = factor(r, n->op == OP_CONV2D ? F_CONTRACT : F_PASS, x->d[3]);
+  int co = factor(r, n->op == OP_CONV2D_DX ? F_CONTRACT : F_PASS, y->d[3]);
+  int8_t xf[4] = {b, h, w, ci}, ff[4] = {kh, kw, ci, co}, yf[4] = {b, oh, ow, co};
+  const int8_t *in0 = n->op == OP_CONV2D_DX ? yf : xf;
+  const int8_t *in1 = n->op == OP_CONV2D_DW ? yf : ff;
+  const int8_t *out = n->op == OP_CONV2D ? yf : n->op == OP_CONV2D_DX ? xf : ff;
+  for (int d = 0; d < 4; d++) {
+    r->in[0][d] = in0[d];
+    r->in[1][d] = in1[d];
+    r->out[d] = out[d];
+  }
+}
+
+static Node *windowed(Graph *g, OpKind op, Node *a, Node *b, Shape s, const Node *like) {
+  Node *n = new_node2(g, op, a, b, s);
+  n->win = like->win;
+  return n;
+}
+
+static void conv_grad(Graph *g, Node *n, const bool *need) {
+  Node *a = n->in[0], *b = n->in[1];
+  if (need[a->id]) accumulate(g, a, windowed(g, OP_CONV2D_DX, n->grad, b, a->shape, n));
+  if (need[b->id]) accumulate(g, b, windowed(g, OP_CONV2D_DW, a, n->grad, b->shape, n));
+}
+
+// The window descriptor of a conv or pool op, from its local x and y.
+static char *window_decl(const Node *n, const Node *x, const Node *y) {
+  Shape xs = lshape(x), ys = lshape(y);
+  return format("static const kdrt_window w = {.B = %lld, .H = %lld, .W = %lld, .C = %lld, "
+                ".KH = %d, .KW = %d, .K = %lld,\n"
+                "                                   .sh = %d, .sw = %d, .pad_t = %d, "
+                ".pad_l = %d, .OH = %lld, .OW = %lld};",
+                (long long)xs.d[0], (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3],
+                n->win.kh, n->win.kw, (long long)ys.d[3], n->win.sh, n->win.sw, n->win.pad_t,
+                n->win.pad_l, (long long)ys.d[1], (long long)ys.d[2]);
+}
+
+static void conv_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->op == OP_CONV2D_DX ? n : n->in[0];
+  const Node *y = n->op == OP_CONV2D ? n : n->op == OP_CONV2D_DX ? n->in[0] : n->in[1];
+  const char *fn = n->op == OP_CONV2D ? "conv2d" : n->op == OP_CONV2D_DX ? "conv2d_dx" : "conv2d_dw";
+  lower_call(lw, fn, false, window_decl(n, x, y), "&w, %s, %s, %s, scratch", buf(n),
+             buf(n->in[0]), buf(n->in[1]));
+}
+
+const OpDef op_CONV2D = {"conv2d", 2, 3, false, conv_rule, conv_grad, conv_emit};
+const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, NULL, conv_emit};
+const OpDef op_CONV2D_DW = {"conv2d_dw", 2, 3, false, conv_rule, NULL, conv_emit};
+
+static void pool_rule(const Node *n, Rule *r) {
+  bool fwd = n->op == OP_MAXPOOL;
+  const Shape *x = fwd ? &n->in[0]->shape : &n->shape, *y = fwd ? &n->shape : &n->in[0]->shape;
+  int b = factor(r, F_PASS, x->d[0]), c = factor(r, F_PASS, x->d[3]);
+  int8_t xf[4] = {b, factor(r, F_FULL, x->d[1]), factor(r, F_FULL, x->d[2]), c};
+  int8_t yf[4] = {b, factor(r, F_FULL, y->d[1]), factor(r, F_FULL, y->d[2]), c};
+  for (int d = 0; d < 4; d++) {
+    r->in[0][d] = fwd ? xf[d] : yf[d];
+    r->out[d] = fwd ? yf[d] : xf[d];
+    if (!fwd) r->in[1][d] = xf[d];
+  }
+}
+
+static void pool_grad(Graph *g, Node *n, const bool *need) {
+  accumulate(g, n->in[0], windowed(g, OP_MAXPOOL_GRAD, n->grad, n->in[0], n->in[0]->shape, n));
+}
+
+static void pool_emit(const Node *n, Lowering *lw) {
+  if (n->op == OP_MAXPOOL)
+    lower_call(lw, "maxpool", false, window_decl(n, n->in[0], n), "&w, %s, %s", buf(n),
+               buf(n->in[0]));
+  else
+    lower_call(lw, "maxpool_grad", false, window_decl(n, n, n->in[0]), "&w, %s, %s, %s", buf(n),
+               buf(n->in[0]), buf(n->in[1]));
+}
+
+const OpDef op_MAXPOOL = {"maxpool", 1, 0, false, pool_rule, pool_grad, pool_emit};
+const OpDef op_MAXPOOL_GRAD = {"maxpool_grad", 2, 0, false, pool_rule, NULL, pool_emit};
+
+// ---------------------------------------------------------------- GATHER, SCATTER_ADD
+// table[V, D], ids[b, t..] -> y[b, t.., D]. The vocabulary V contracts: a
+// table split on V looks up only the ids in its rows (zeros elsewhere), a
+// partial sum over that axis. The gradient is a scatter-add into the
+// table's rows, the ids' dims contracting (the batch: a sum over 'data').
+
+static void gather_rule(const Node *n, Rule *r) {
+  const Shape *t = &n->in[0]->shape, *ids = &n->in[1]->shape;
+  r->in[0][0] = factor(r, F_CONTRACT, t->d[0]);
+  r->in[0][1] = r->out[ids->rank] = factor(r, F_PASS, t->d[1]);
+  for (int d = 0; d < ids->rank; d++) r->in[1][d] = r->out[d] = factor(r, F_PASS, ids->d[d]);
+}
+
+static void scatter_rule(const Node *n, Rule *r) {
+  const Shape *dy = &n->in[0]->shape, *ids = &n->in[1]->shape;
+  r->out[0] = factor(r, F_PASS, n->shape.d[0]);
+  r->out[1] = r->in[0][ids->rank] = factor(r, F_PASS, n->shape.d[1]);
+  for (int d = 0; d < ids->rank; d++) r->in[0][d] = r->in[1][d] = factor(r, F_CONTRACT, dy->d[d]);
+}
+
+static void gather_grad(Graph *g, Node *n, const bool *need) {
+  Node *t = n->in[0];
+  if (need[t->id]) accumulate(g, t, new_node2(g, OP_SCATTER_ADD, n->grad, n->in[1], t->shape));
+}
+
+static void gather_emit(const Node *n, Lowering *lw) {
+  const Node *t = n->in[0];
+  Shape ts = lshape(t);
+  lower_call(lw, "gather", false, NULL, "%s, %s, %s, %lld, %lld, %lld, %s", buf(n), buf(t),
+             buf(n->in[1]), (long long)lelems(n->in[1]), (long long)ts.d[0], (long long)ts.d[1],
+             block_start(t, 0));
+}
+
+static void scatter_emit(const Node *n, Lowering *lw) {
+  Shape ts = lshape(n);
+  lower_call(lw, "scatter_add", false, NULL, "%s, %s, %s, %lld, %lld, %lld, %s", buf(n),
+             buf(n->in[0]), buf(n->in[1]), (long long)lelems(n->in[1]), (long long)ts.d[0],
+             (long long)ts.d[1], block_start(n, 0));
+}
+
+// Linear in the table (operand 0): a partial table gives a partial lookup.
+const OpDef op_GATHER = {"gather", 2, 1, false, gather_rule, gather_grad, gather_emit};
+const OpDef op_SCATTER_ADD = {"scatter_add", 2, 1, false, scatter_rule, NULL, scatter_emit};
+
+// ---------------------------------------------------------------- losses and metrics
+// p[b, t.., c] and y[b, t.., c] (or class ids y[b, t..]): every dim but the
+// class dim indexes a row; rows contract into the scalar (or pass, for the
+// gradient); a row's classes are needed whole.
+
+static void loss_rule(const Node *n, Rule *r) {
+  const Shape *p = &n->in[0]->shape, *y = &n->in[1]->shape;
+  bool grad = n->op == OP_LOSS_GRAD;
+  for (int d = 0; d + 1 < p->rank || (p->rank == 1 && d == 0); d++) {
+    int f = factor(r, grad ? F_PASS : F_CONTRACT, p->d[d]);
+    r->in[0][d] = f;
+    if (d < y->rank) r->in[1][d] = f;
+    if (grad) r->out[d] = f;
+  }
+  if (p->rank > 1) {
+    int c = factor(r, F_FULL, p->d[p->rank - 1]);
+    r->in[0][p->rank - 1] = c;
+    if (y->rank == p->rank) r->in[1][p->rank - 1] = c;
+    if (grad) r->out[p->rank - 1] = c;
+  }
+}
+
+static void loss_emit(const Node *n, Lowering *lw) {
+  const Node *p = n->in[0];
+  const char *fn = n->op == OP_LOSS ? "loss" : n->op == OP_METRIC ? "accuracy" : "loss_grad";
+  lower_call(lw, fn, false, NULL, "%s, %d, %s, %s, %s, %lld, %lld, %.17g", loss_c[n->loss.kind],
+             n->loss.from_logits, buf(n), buf(p), buf(n->in[1]),
+             (long long)(p->shape.rank > 1 ? lrows(p) : lelems(p)),
+             (long long)(p->shape.rank > 1 ? lcols(p) : 1), n->loss.weight);
+}
+
+const OpDef op_LOSS = {"loss", 2, 0, false, loss_rule, NULL, loss_emit};
+const OpDef op_METRIC = {"accuracy", 2, 0, false, loss_rule, NULL, loss_emit};
+const OpDef op_LOSS_GRAD = {"loss_grad", 2, 0, false, loss_rule, NULL, loss_emit};
+
+// Sparse crossentropy from logits x[rows.., V], by its row statistics, so
+// that V may stay split (vocab-parallel): m = max over V (a split leaves a
+// pending max: all-reduce max), s = sum of exp(x - m) (pending sum), then
+// each device's rows and classes contribute their share of the loss and of
+// the gradient. Bytes: two floats a row instead of the row.
+
+// x[r.., V] (and y[r..], m[r..], s[r..]) -> a scalar or, for the grad, x's shape.
+static void xent_rule(const Node *n, Rule *r) {
+  const Shape *x = &n->in[0]->shape;
+  bool grad = n->op == OP_XENT_GRAD;
+  bool stat = n->op == OP_ROW_MAX || n->op == OP_ROW_SUMEXP;
+  for (int d = 0; d + 1 < x->rank; d++) {
+    int f = factor(r, grad || stat ? F_PASS : F_CONTRACT, x->d[d]);
+    for (int i = 0; i < n->nin; i++) r->in[i][d] = f;
+    if (grad || stat) r->out[d] = f;
+  }
+  int v = factor(r, n->op == OP_ROW_MAX ? F_MAX : grad ? F_PASS : F_CONTRACT, x->d[x->rank - 1]);
+  r->in[0][x->rank - 1] = v;
+  if (grad) r->out[x->rank - 1] = v;
+}
+
+static void xent_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->in[0];
+  long long rows = lrows(x), cols = lcols(x);
+  char *col0 = block_start(x, x->shape.rank - 1);
+  switch (n->op) {
+  case OP_ROW_MAX:
+    lower_call(lw, "row_max", false, NULL, "%s, %s, %lld, %lld", buf(n), buf(x), rows, cols);
+    return;
+  case OP_ROW_SUMEXP:
+    lower_call(lw, "row_sumexp", false, NULL, "%s, %s, %s, %lld, %lld", buf(n), buf(x),
+               buf(n->in[1]), rows, cols);
+    return;
+  case OP_XENT: case OP_XENT_GRAD:
+    lower_call(lw, n->op == OP_XENT ? "sparse_xent" : "sparse_xent_grad", false, NULL,
+               "%s, %s, %s, %s, %s, %lld, %lld, %s, %.17g", buf(n), buf(x), buf(n->in[1]),
+               buf(n->in[2]), buf(n->in[3]), rows, cols, col0, n->loss.weight);
+    return;
+  case OP_XENT_ACC:
+    lower_call(lw, "sparse_xent_acc", false, NULL, "%s, %s, %s, %s, %lld, %lld, %s, %.17g",
+               buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), rows, cols, col0, n->loss.weight);
+    return;
+  default: unreachable();
+  }
+}
+
+const OpDef op_ROW_MAX = {"row_max", 1, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_ROW_SUMEXP = {"row_sumexp", 2, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_XENT = {"sparse_xent", 4, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_XENT_GRAD = {"sparse_xent_grad", 4, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_XENT_ACC = {"sparse_xent_acc", 3, 0, false, xent_rule, NULL, xent_emit};
+
+// ---------------------------------------------------------------- BIAS_GRAD
+
+static void bias_grad_rule(const Node *n, Rule *r) {
+  const Shape *dy = &n->in[0]->shape;
+  for (int d = 0; d + 1 < dy->rank; d++) r->in[0][d] = factor(r, F_CONTRACT, dy->d[d]);
+  r->in[0][dy->rank - 1] = r->out[0] = factor(r, F_PASS, n->shape.d[0]);
+}
+
+static void bias_grad_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "bias_grad", false, NULL, "%s, %s, %lld, %lld", buf(n), buf(n->in[0]),
+             (long long)lrows(n->in[0]), (long long)lcols(n->in[0]));
+}
+
+const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias_grad_emit};
+
+// ---------------------------------------------------------------- UPDATE
+
+static void update_emit(const Node *n, Lowering *lw) {
+  const Var *v = n->var;
+  if (n->fused) {
+    lw->note = format("done by the GEMM that makes the gradient (%%%d)", n->in[1]->id);
+    return;
+  }
+  const Optimizer *o = &EG->model->opt;
+  char *w = buf(n->in[0]), *gr = buf(n->in[1]);
+  long long N = lelems(n->in[0]), stride = (N + 15) / 16 * 16;
+  char *s1 = format("(P + %s + %lld)", off_name(v->param), stride);
+  char *s2 = format("(P + %s + %lld)", off_name(v->param), 2 * stride);
+  switch (o->kind) {
+  case OPT_SGD:
+    lower_call(lw, "sgd", false, NULL, "%s, %s, %s, %lld, c->lr, %s, %d", w, gr,
+               v->nslots ? s1 : "NULL", N, flt(o->momentum), o->nesterov);
+    return;
+  case OPT_ADAM:
+    lower_call(lw, "adam", false, NULL, "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, c->step + 1", w,
+               gr, s1, s2, N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon));
+    return;
+  case OPT_ADAMW:
+    lower_call(lw, "adamw", false, NULL,
+               "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, c->step + 1", w, gr, s1, s2, N,
+               flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), flt(o->weight_decay));
+    return;
+  case OPT_RMSPROP:
+    lower_call(lw, "rmsprop", false, NULL, "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s", w, gr, s1,
+               v->nslots > 1 ? s2 : "NULL", N, flt(o->rho), flt(o->momentum), flt(o->epsilon));
+    return;
+  }
+}
+
+const OpDef op_UPDATE = {"update", 2, 0, false, rule_elementwise, NULL, update_emit};
+
+// ---------------------------------------------------------------- collectives
+// shard.c makes them from placement transitions; they have no rule and
+// no gradient (differentiate first, partition once).
+
+static char *shape_decl(const Node *n) {
+  Shape is = lshape(n->in[0]);
+  return format("static const int64_t s[] = %s;", dims_init(&is));
+}
+
+static void coll_emit(const Node *n, Lowering *lw) {
+  const Node *a = n->in[0];
+  char *axes = axes_c(n->coll.axes);
+  int rank = a->shape.rank;
+  switch (n->op) {
+  case OP_ALLREDUCE: case OP_ALLREDUCE_MAX:
+    if (n->fused) {
+      lw->note = "summed by the bucket above";
+      return;
+    }
+    lower_call(lw, n->op == OP_ALLREDUCE ? "allreduce" : "allreduce_max", true, NULL,
+               "%s, %s, %s, %lld", axes, buf(a), buf(n),
+               (long long)(n->coll.bucket ? n->coll.bucket : lelems(n)));
+    return;
+  case OP_REDUCE_SCATTER: case OP_ALLGATHER: case OP_LOCAL_SLICE:
+    lower_call(lw, n->op == OP_REDUCE_SCATTER ? "reduce_scatter"
+                   : n->op == OP_ALLGATHER    ? "allgather"
+                                              : "slice",
+               true, shape_decl(n), "%s, %d, s, %d, %s, %s", axes, rank, n->coll.dim, buf(a),
+               buf(n));
+    return;
+  case OP_ALLTOALL:
+    lower_call(lw, "alltoall", true, shape_decl(n), "%s, %d, s, %d, %d, %s, %s", axes, rank,
+               n->coll.dim, n->coll.dim2, buf(a), buf(n));
+    return;
+  default: unreachable();
+  }
+}
+
+const OpDef op_ALLREDUCE = {"all_reduce", 1, 0, false, rule_elementwise, NULL, coll_emit};
+const OpDef op_ALLREDUCE_MAX = {"all_reduce_max", 1, 0, false, rule_elementwise, NULL, coll_emit};
+const OpDef op_REDUCE_SCATTER = {"reduce_scatter", 1, 0, false, rule_elementwise, NULL, coll_emit};
+const OpDef op_ALLGATHER = {"all_gather", 1, 0, false, rule_elementwise, NULL, coll_emit};
+const OpDef op_ALLTOALL = {"all_to_all", 1, 0, false, rule_elementwise, NULL, coll_emit};
+const OpDef op_LOCAL_SLICE = {"local_slice", 1, 0, false, rule_elementwise, NULL, coll_emit};
+
+// ---------------------------------------------------------------- the table
+
+const OpDef *const op_defs[OP_COUNT] = {
+#define X(name) [OP_##name] = &op_##name,
+#include "ops.def"
+#undef X
+};
+
 void op_rule(const Node *n, Rule *r) {
   *r = (Rule){0};
   for (int i = 0; i < MAX_IN; i++)
     for (int d = 0; d < MAX_RANK; d++) r->in[i][d] = -1;
   for (int d = 0; d < MAX_RANK; d++) r->out[d] = -1;
-  const Shape *s = &n->shape;
-
-  switch (n->op) {
-  case OP_INPUT: case OP_LABEL: case OP_PARAM:
-  case OP_ACT: case OP_ADD: case OP_DROPOUT: case OP_ACT_GRAD: case OP_UPDATE: case OP_SCALE:
-    rule_elementwise(n, r);
-    return;
-  case OP_BIAS: case OP_BIAS_ACT:
-    rule_elementwise(n, r);
-    r->in[1][0] = r->out[s->rank - 1];
-    return;
-  case OP_SOFTMAX: case OP_SOFTMAX_GRAD:
-    rule_elementwise(n, r);
-    r->kind[r->out[s->rank - 1]] = F_FULL;
-    return;
-  case OP_CONCAT: case OP_SLICE:
-    rule_elementwise(n, r);
-    r->kind[r->out[n->axis]] = F_FULL;
-    return;
-  case OP_RESHAPE:
-    rule_reshape(n, r);
-    return;
-  case OP_MATMUL: {
-    const Shape *a = &n->in[0]->shape;
-    int m = factor(r, F_PASS, s->d[0]), nn = factor(r, F_PASS, s->d[1]);
-    int k = factor(r, F_CONTRACT, n->ta ? a->d[0] : a->d[1]);
-    r->in[0][n->ta ? 1 : 0] = m; r->in[0][n->ta ? 0 : 1] = k;
-    r->in[1][n->tb ? 0 : 1] = nn; r->in[1][n->tb ? 1 : 0] = k;
-    r->out[0] = m; r->out[1] = nn;
-    return;
-  }
-  case OP_CONV2D: case OP_CONV2D_DX: case OP_CONV2D_DW: {
-    // x[b,h,w,ci] f[kh,kw,ci,co] y[b,oh,ow,co]
-    const Shape *x = n->op == OP_CONV2D_DX ? s : &n->in[0]->shape;
-    const Shape *y = n->op == OP_CONV2D ? s : n->op == OP_CONV2D_DX ? &n->in[0]->shape
-                                                                   : &n->in[1]->shape;
-    int b = factor(r, n->op == OP_CONV2D_DW ? F_CONTRACT : F_PASS, x->d[0]);
-    int h = factor(r, F_FULL, x->d[1]), w = factor(r, F_FULL, x->d[2]);
-    int oh = factor(r, F_FULL, y->d[1]), ow = factor(r, F_FULL, y->d[2]);
-    int kh = factor(r, F_FULL, n->kh), kw = factor(r, F_FULL, n->kw);
-    int ci = factor(r, n->op == OP_CONV2D ? F_CONTRACT : F_PASS, x->d[3]);
-    int co = factor(r, n->op == OP_CONV2D_DX ? F_CONTRACT : F_PASS, y->d[3]);
-    int8_t xf[4] = {b, h, w, ci}, ff[4] = {kh, kw, ci, co}, yf[4] = {b, oh, ow, co};
-    const int8_t *in0 = n->op == OP_CONV2D_DX ? yf : xf;
-    const int8_t *in1 = n->op == OP_CONV2D_DW ? yf : ff;
-    const int8_t *out = n->op == OP_CONV2D ? yf : n->op == OP_CONV2D_DX ? xf : ff;
-    for (int d = 0; d < 4; d++) {
-      r->in[0][d] = in0[d];
-      r->in[1][d] = in1[d];
-      r->out[d] = out[d];
-    }
-    return;
-  }
-  case OP_MAXPOOL: case OP_MAXPOOL_GRAD: {
-    const Shape *x = n->op == OP_MAXPOOL ? &n->in[0]->shape : s;
-    const Shape *y = n->op == OP_MAXPOOL ? s : &n->in[0]->shape;
-    int b = factor(r, F_PASS, x->d[0]), c = factor(r, F_PASS, x->d[3]);
-    int8_t xf[4] = {b, factor(r, F_FULL, x->d[1]), factor(r, F_FULL, x->d[2]), c};
-    int8_t yf[4] = {b, factor(r, F_FULL, y->d[1]), factor(r, F_FULL, y->d[2]), c};
-    for (int d = 0; d < 4; d++) {
-      if (n->op == OP_MAXPOOL) {
-        r->in[0][d] = xf[d];
-        r->out[d] = yf[d];
-      } else {
-        r->in[0][d] = yf[d];
-        r->in[1][d] = xf[d];
-        r->out[d] = xf[d];
-      }
-    }
-    return;
-  }
-  case OP_LOSS: case OP_METRIC: case OP_LOSS_GRAD: {
-    // p[b, c...], y[b, c...] or y[b] (class ids): the batch contracts (or
-    // passes, for the gradient), everything per sample is needed whole.
-    const Shape *p = &n->in[0]->shape, *y = &n->in[1]->shape;
-    int b = factor(r, n->op == OP_LOSS_GRAD ? F_PASS : F_CONTRACT, p->d[0]);
-    r->in[0][0] = r->in[1][0] = b;
-    for (int d = 1; d < p->rank; d++) r->in[0][d] = factor(r, F_FULL, p->d[d]);
-    for (int d = 1; d < y->rank; d++) r->in[1][d] = factor(r, F_FULL, y->d[d]);
-    if (n->op == OP_LOSS_GRAD)
-      for (int d = 0; d < s->rank; d++) r->out[d] = r->in[0][d];
-    return;
-  }
-  case OP_BIAS_GRAD: {
-    const Shape *dy = &n->in[0]->shape;
-    for (int d = 0; d + 1 < dy->rank; d++) r->in[0][d] = factor(r, F_CONTRACT, dy->d[d]);
-    r->in[0][dy->rank - 1] = r->out[0] = factor(r, F_PASS, s->d[0]);
-    return;
-  }
-  case OP_ALLREDUCE: case OP_REDUCE_SCATTER: case OP_ALLGATHER: case OP_ALLTOALL:
-  case OP_LOCAL_SLICE: case OP_COUNT:
-    break;
-  }
-  unreachable();
+  op_info(n->op).rule(n, r);
 }

@@ -10,5 +10,6 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
   propagate_shardings(g);
   fuse_elementwise(g);
   plan_memory(g);
+  bucket_gradients(g);
   return g;
 }

@@ -19,7 +19,7 @@ static char *large_reshard(const Graph *g, const Node *n) {
   return format("layer '%s': %s is gathered whole over '%s' (%lld bytes per device); a layout "
                 "that keeps it split would avoid this",
                 n->layer ? n->layer : "?", n->name ? n->name : "a value",
-                g->dist->mesh.names[__builtin_ctz(n->axes)], (long long)bytes);
+                g->dist->mesh.names[__builtin_ctz(n->coll.axes)], (long long)bytes);
 }
 
 // Keras's names for a variable's optimizer slots, in kdcc's slot order:
@@ -112,11 +112,11 @@ static void report_json(Graph *g, FILE *out) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (!is_collective(n->op)) continue;
-    json_t *c = json_pack("{s:s, s:o, s:I, s:I, s:s, s:s, s:s}", "kind", op_info[n->op].name,
-                          "axes", axes_json(g, n->axes), "bytes", (json_int_t)coll_bytes(g, n),
-                          "sent", (json_int_t)coll_sent(g, n), "reason", n->reason, "tensor",
+    json_t *c = json_pack("{s:s, s:o, s:I, s:I, s:s, s:s, s:s}", "kind", op_info(n->op).name,
+                          "axes", axes_json(g, n->coll.axes), "bytes", (json_int_t)coll_bytes(g, n),
+                          "sent", (json_int_t)coll_sent(g, n), "reason", coll_why(g, n), "tensor",
                           n->name ? n->name : "", "phase", phase_name[n->phase]);
-    if (n->axis >= 0) json_object_set_new(c, "dim", json_integer(n->axis));
+    if (n->coll.dim >= 0) json_object_set_new(c, "dim", json_integer(n->coll.dim));
     if (n->layer) json_object_set_new(c, "layer", json_string(n->layer));
     json_array_append_new(colls, c);
   }
@@ -179,8 +179,8 @@ void print_report(Graph *g, FILE *out, bool json) {
     Node *n = g->nodes[i];
     if (!is_collective(n->op)) continue;
     nc++;
-    fprintf(out, "  %-14s %-8s %10s %10s  [%s] %s\n", op_info[n->op].name, axes_str(g, n->axes),
-            human(coll_bytes(g, n)), human(coll_sent(g, n)), phase_name[n->phase], n->reason);
+    fprintf(out, "  %-14s %-8s %10s %10s  [%s] %s\n", op_info(n->op).name, axes_str(g, n->coll.axes),
+            human(coll_bytes(g, n)), human(coll_sent(g, n)), phase_name[n->phase], coll_why(g, n));
   }
   if (!nc) fprintf(out, "  (none)\n");
   Totals t = totals(g);
@@ -211,15 +211,16 @@ void print_graph(Graph *g, FILE *out) {
       snprintf(args + l, sizeof args - l, "%s%%%d", k ? ", " : "", n->in[k]->id);
     }
     char extra[128] = "";
-    if (n->op == OP_ACT || n->op == OP_ACT_GRAD) snprintf(extra, sizeof extra, " %s", act_name(n->act));
-    if (n->op == OP_MATMUL && (n->ta || n->tb))
-      snprintf(extra, sizeof extra, " %s%s", n->ta ? "T" : "N", n->tb ? "T" : "N");
+    if (n->op == OP_ACT || n->op == OP_ACT_GRAD || n->op == OP_BIAS_ACT)
+      snprintf(extra, sizeof extra, " %s", act_name(n->act.kind));
+    if (n->op == OP_DOT && (n->dot.ta || n->dot.tb || n->dot.nb || n->dot.nk != 1))
+      snprintf(extra, sizeof extra, " %s%s batch %d contract %d", n->dot.ta ? "T" : "N",
+               n->dot.tb ? "T" : "N", n->dot.nb, n->dot.nk);
     if (is_collective(n->op))
-      snprintf(extra, sizeof extra, " over %s%s", axes_str(g, n->axes),
-               n->axis >= 0 ? format(" dim %d", n->axis)
-                            : "");
+      snprintf(extra, sizeof extra, " over %s%s", axes_str(g, n->coll.axes),
+               n->coll.dim >= 0 ? format(" dim %d", n->coll.dim) : "");
     Shape ls = local_shape(g, n);
-    fprintf(out, "%%%-3d = %s%s(%s)  %s %s", n->id, op_info[n->op].name, extra, args,
+    fprintf(out, "%%%-3d = %s%s(%s)  %s %s", n->id, op_info(n->op).name, extra, args,
             shape_str(&n->shape), place_str(m, n->shape.rank, &n->place));
     fprintf(out, " local %s", shape_str(&ls));
     if (n->name) fprintf(out, "  # %s", n->name);

@@ -43,7 +43,7 @@
 int axis_size(const Graph *g, int axis) { return axis < 0 ? 1 : g->dist->mesh.shape[axis]; }
 
 bool place_eq(const Place *a, const Place *b, int rank) {
-  if (a->partial != b->partial) return false;
+  if (a->partial != b->partial || a->pmax != b->pmax) return false;
   for (int d = 0; d < rank; d++)
     if (a->axis[d] != b->axis[d]) return false;
   return true;
@@ -64,7 +64,7 @@ Shape local_shape(const Graph *g, const Node *n) {
 static bool uses_axis(const Place *p, int rank, int a) {
   for (int d = 0; d < rank; d++)
     if (p->axis[d] == a) return true;
-  return (p->partial >> a) & 1;
+  return ((p->partial | p->pmax) >> a) & 1;
 }
 
 // Axes of size 1 split nothing and sum nothing: drop them.
@@ -72,7 +72,7 @@ static Place normalize(const Graph *g, Place p, int rank) {
   for (int d = 0; d < rank; d++)
     if (axis_size(g, p.axis[d]) == 1) p.axis[d] = -1;
   for (int a = 0; a < MAX_AXES; a++)
-    if (((p.partial >> a) & 1) && axis_size(g, a) == 1) p.partial &= ~(1u << a);
+    if (axis_size(g, a) == 1) p.partial &= ~(1u << a), p.pmax &= ~(1u << a);
   return p;
 }
 
@@ -150,22 +150,20 @@ static void emit_node(Part *p, Node *n) {
   p->out[p->nout++] = n;
 }
 
-static const char *what(const Node *n) {
-  return n->name ? n->name : format("%s#%d", op_info[n->op].name, n->id);
-}
-
 static Node *collective(Part *p, OpKind op, Node *src, unsigned axes, int dim, int dim2,
-                        const Node *consumer, const char *why) {
+                        Node *consumer, Node *orig) {
+  if (src->dtype != DT_F32)
+    error_at(consumer->loc, "layer '%s': the integer tensor %s would need a %s over '%s', which "
+             "kdcc does not support; keep it split over the batch axis only",
+             consumer->layer ? consumer->layer : "?", src->name ? src->name : "(ids)",
+             op_info(op).name, axes_str(p->g, axes));
   Node *c = new_node(p->g, op, 1, &src);
   c->shape = src->shape;
-  c->axes = axes;
-  c->axis = dim;
-  c->axis2 = dim2;
+  c->coll = (CollAttr){axes, dim, dim2, 0, orig, consumer};
   c->phase = consumer->phase;
   c->layer = consumer->layer;
   c->loc = consumer->loc;
-  c->name = what(src);
-  c->reason = why;
+  c->name = orig->name;
   c->place = src->place;
   emit_node(p, c);
   return c;
@@ -198,6 +196,11 @@ typedef struct {
 static int plan_reshard(int rank, Place from, Place want, Step *st) {
   int n = 0;
   Place cur = from;
+  if (cur.pmax) { // a pending max is never wanted: settle it first
+    unsigned m = cur.pmax;
+    cur.pmax = 0;
+    st[n++] = (Step){OP_ALLREDUCE_MAX, m, -1, -1, cur};
+  }
   unsigned pend = cur.partial & ~want.partial;
   for (int a = 0; a < MAX_AXES; a++) {
     if (!((pend >> a) & 1)) continue;
@@ -242,7 +245,7 @@ static int64_t reshard_cost(const Graph *g, const Shape *s, Place from, Place wa
   int64_t bytes = 0;
   Node tmp = {.shape = *s};
   for (int i = 0; i < n; i++) {
-    Node in = tmp, c = {.op = st[i].op, .axes = st[i].axes, .nin = 1};
+    Node in = tmp, c = {.op = st[i].op, .coll.axes = st[i].axes, .nin = 1};
     in.place = i ? st[i - 1].after : from;
     c.in[0] = &in;
     bytes += coll_sent(g, &c);
@@ -253,42 +256,18 @@ static int64_t reshard_cost(const Graph *g, const Shape *s, Place from, Place wa
 // Bring src to placement want for consumer; returns the node holding it.
 // Each collective node's place is the placement it produces. A reshard of
 // one value to one placement is made once.
-static Node *reshard(Part *p, Node *src, Place want, const Node *consumer) {
-  Graph *g = p->g;
+static Node *reshard(Part *p, Node *src, Place want, Node *consumer) {
   int rank = src->shape.rank;
   if (place_eq(&src->place, &want, rank)) return src;
   for (int i = 0; i < p->nmemo; i++)
     if (p->memo_src[i] == src && place_eq(&p->memo_dst[i]->place, &want, rank))
       return p->memo_dst[i];
 
-  const char *user = format("%s (%s)", op_info[consumer->op].name,
-                            consumer->layer ? consumer->layer : "loss");
   Step st[4 * MAX_RANK + 4];
   int n = plan_reshard(rank, src->place, want, st);
   Node *x = src;
   for (int i = 0; i < n; i++) {
-    const char *ax = axes_str(g, st[i].axes), *why = NULL;
-    switch (st[i].op) {
-    case OP_REDUCE_SCATTER:
-      why = format("%s is a partial sum over '%s'; %s wants it split on dim %d", what(src), ax,
-                   user, st[i].dim);
-      break;
-    case OP_ALLREDUCE:
-      why = format("%s is a partial sum over '%s'; %s needs the sum", what(src), ax, user);
-      break;
-    case OP_ALLTOALL:
-      why = format("%s is split over '%s' on dim %d; %s wants it on dim %d", what(src), ax,
-                   st[i].dim, user, st[i].dim2);
-      break;
-    case OP_ALLGATHER:
-      why = format("%s is split over '%s' on dim %d; %s needs it whole", what(src), ax,
-                   st[i].dim, user);
-      break;
-    default:
-      why = format("%s is replicated over '%s'; %s takes this device's block of dim %d",
-                   what(src), ax, user, st[i].dim);
-    }
-    x = collective(p, st[i].op, x, st[i].axes, st[i].dim, st[i].dim2, consumer, why);
+    x = collective(p, st[i].op, x, st[i].axes, st[i].dim, st[i].dim2, consumer, src);
     x->place = st[i].after;
   }
   int cap = p->cap_memo;
@@ -330,8 +309,8 @@ static void derive(Part *p, Node *n, const Rule *r, const int8_t **map, Assign *
       as->want[i].axis[d] = map[i + 1][d] >= 0 ? as->fa[map[i + 1][d]] : -1;
   }
   // partial sums that may pass through
-  uint8_t lin = op_info[n->op].linear;
-  if (op_info[n->op].joint) {
+  uint8_t lin = op_info(n->op).linear;
+  if (op_info(n->op).joint) {
     unsigned common = n->in[0]->place.partial;
     bool same = common && !(common & used);
     for (int i = 0; i < n->nin; i++)
@@ -350,8 +329,10 @@ static void derive(Part *p, Node *n, const Rule *r, const int8_t **map, Assign *
       as->res.partial = pp;
     }
   }
-  for (int f = 0; f < r->nf; f++)
+  for (int f = 0; f < r->nf; f++) {
     if (r->kind[f] == F_CONTRACT && as->fa[f] >= 0) as->res.partial |= 1u << as->fa[f];
+    if (r->kind[f] == F_MAX && as->fa[f] >= 0) as->res.pmax |= 1u << as->fa[f];
+  }
   for (int d = 0; d < n->shape.rank; d++)
     as->res.axis[d] = r->out[d] >= 0 ? as->fa[r->out[d]] : -1;
 }
@@ -414,7 +395,7 @@ static void partition_op(Part *p, Node *n) {
   int64_t best_cost = cost(p, n, &best, &target);
 
   for (int f = 0; f < r.nf; f++) {
-    if (r.kind[f] != F_CONTRACT) continue;
+    if (r.kind[f] != F_CONTRACT && r.kind[f] != F_MAX) continue;
     for (int i = 1; i < nt; i++)
       for (int d = 0; d < t[i]->shape.rank; d++) {
         int a = t[i]->place.axis[d];
@@ -480,7 +461,7 @@ void propagate_shardings(Graph *g) {
   for (int i = 0; i < n0; i++) {
     Node *c = g->nodes[i];
     for (int k = 0; k < c->nin; k++)
-      if (!((op_info[c->op].linear >> k) & 1) ||
+      if (!((op_info(c->op).linear >> k) & 1) ||
           shape_elems(&c->shape) > shape_elems(&c->in[k]->shape))
         p.settle[c->in[k]->id] = true;
   }
@@ -496,12 +477,12 @@ void propagate_shardings(Graph *g) {
     if (n->op == OP_UPDATE) n->place = n->in[0]->place;
   }
   // the loss and the metric are reported: they need their sums
-  for (Node **s = (Node *[]){g->loss, g->metric}, **e = s + 2; s < e; s++) {
-    if (!*s) continue;
-    Node *v = reshard(&p, *s, place_replicated(), *s);
+  for (int i = 0; i < g->nlogs; i++) {
+    Node *s = g->logs[i].node;
+    if (s->id < n0 && p.redirect[s->id]) s = p.redirect[s->id];
+    Node *v = reshard(&p, s, place_replicated(), s);
     v->phase = PH_LOSS;
-    if (*s == g->loss) g->loss = v;
-    else g->metric = v;
+    g->logs[i].node = v;
   }
   for (int i = 0; i < p.nout; i++) // a gradient ends in its variable's placement
     if (p.out[i]->op == OP_UPDATE) p.out[i]->var->grad = p.out[i]->in[1];
@@ -521,12 +502,49 @@ int64_t coll_bytes(const Graph *g, const Node *n) {
 int64_t coll_sent(const Graph *g, const Node *n) {
   int64_t groupn = 1, b = coll_bytes(g, n);
   for (int a = 0; a < MAX_AXES; a++)
-    if ((n->axes >> a) & 1) groupn *= axis_size(g, a);
+    if ((n->coll.axes >> a) & 1) groupn *= axis_size(g, a);
   switch (n->op) {
-  case OP_ALLREDUCE: return 2 * (groupn - 1) * b / groupn;
+  case OP_ALLREDUCE: case OP_ALLREDUCE_MAX: return 2 * (groupn - 1) * b / groupn;
   case OP_REDUCE_SCATTER: return (groupn - 1) * b / groupn;
   case OP_ALLGATHER: return (groupn - 1) * b;
   case OP_ALLTOALL: return (groupn - 1) * b / groupn;
   default: return 0;
+  }
+}
+
+// ---- why a collective is there
+
+// "%23 dot (d1) grad(d1/kernel)": an op by its id in the emitted file.
+static char *op_ref(const Node *n) {
+  if (n->op == OP_PARAM || n->op == OP_INPUT || n->op == OP_LABEL) return xstrdup(n->name);
+  char *s = format("%%%d %s", n->id, op_info(n->op).name);
+  if (n->layer) s = format("%s (%s)", s, n->layer);
+  if (n->name && strcmp(n->name, op_info(n->op).name)) s = format("%s %s", s, n->name);
+  return s;
+}
+
+char *coll_why(const Graph *g, const Node *n) {
+  const Node *src = n->coll.src, *user = n->coll.user;
+  char *ax = axes_str(g, n->coll.axes), *s = op_ref(src), *u = op_ref(user);
+  if (src == user) u = xstrdup("the step's result"); // a reported value: its log needs the sum
+  switch (n->op) {
+  case OP_REDUCE_SCATTER:
+    return format("%s is a partial sum over '%s'; %s wants it split on dim %d", s, ax, u,
+                  n->coll.dim);
+  case OP_ALLREDUCE:
+    if (n->coll.bucket)
+      return format("each is a partial sum over '%s'; its update needs the sum", ax);
+    return format("%s is a partial sum over '%s'; %s needs the sum", s, ax, u);
+  case OP_ALLREDUCE_MAX:
+    return format("%s is a partial max over '%s'; %s needs the max", s, ax, u);
+  case OP_ALLTOALL:
+    return format("%s is split over '%s' on dim %d; %s wants it on dim %d", s, ax, n->coll.dim, u,
+                  n->coll.dim2);
+  case OP_ALLGATHER:
+    return format("%s is split over '%s' on dim %d; %s needs it whole", s, ax, n->coll.dim, u);
+  case OP_LOCAL_SLICE:
+    return format("%s is replicated over '%s'; %s takes this device's block of dim %d", s, ax, u,
+                  n->coll.dim);
+  default: unreachable();
   }
 }
