@@ -13,6 +13,7 @@
 //   emit.c     what the emitters share
 //   emit_c.c   SPMD C program for the CPU runtime (runtime/kdrt.h)
 //   emit_cuda.c the same program for the CUDA runtime (runtime/cuda/kdrt_cuda.h)
+//   verify.c   the IR verifier, run after every pass
 //   pipeline.c the passes in order
 //   main.c     command line, output, building the executable
 #ifndef KDCC_H
@@ -469,6 +470,11 @@ void bucket_gradients(Graph *g);
 // ---------------------------------------------------------------- memplan.c
 enum { REGION_NONE, REGION_PARAM, REGION_GRAD, REGION_ARENA, REGION_INPUT };
 void plan_memory(Graph *g);
+
+// ---------------------------------------------------------------- verify.c
+// The IR's invariants, after pass `pass` (placements too when placed);
+// a failure is an internal error naming the pass and the node (exit 70).
+void verify_graph(const Graph *g, const char *pass, bool placed);
 
 // ---------------------------------------------------------------- pipeline.c
 // Every pass from the model file to a planned graph (no output).

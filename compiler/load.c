@@ -618,8 +618,8 @@ static int output_by_name(Model *m, json_t *obj, const char *key, const char *wh
 static void load_loss(Model *m, json_t *v) {
   if (json_is_array(v)) {
     if ((int)json_array_size(v) != m->noutputs)
-      error_at(jloc(v), "'loss' lists %zu losses for %d outputs", json_array_size(v),
-               m->noutputs);
+      error_at(jloc(v), "'loss' lists %zu losses, but model '%s' has %d output%s",
+               json_array_size(v), m->name, m->noutputs, m->noutputs == 1 ? "" : "s");
     for (int i = 0; i < m->noutputs; i++) {
       json_t *e = json_array_get(v, i);
       if (!json_is_null(e)) load_loss1(&m->losses[i], e);
@@ -646,8 +646,8 @@ static double weight_num(json_t *e) {
 static void load_loss_weights(Model *m, json_t *v) {
   if (json_is_array(v)) {
     if ((int)json_array_size(v) != m->noutputs)
-      error_at(jloc(v), "'loss_weights' lists %zu weights for %d outputs", json_array_size(v),
-               m->noutputs);
+      error_at(jloc(v), "'loss_weights' lists %zu weights, but model '%s' has %d output%s",
+               json_array_size(v), m->name, m->noutputs, m->noutputs == 1 ? "" : "s");
     for (int i = 0; i < m->noutputs; i++) m->losses[i].weight = weight_num(json_array_get(v, i));
   } else if (json_is_object(v)) {
     const char *key;

@@ -293,9 +293,13 @@ static void add_emit(const Node *n, Lowering *lw) {
 
 const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emit};
 
+// Every dim but the axis passes; along the axis each tensor has its own
+// extent, needed whole.
 static void cat_rule(const Node *n, Rule *r) {
   rule_elementwise(n, r);
-  r->kind[r->out[n->cat.axis]] = F_FULL;
+  int ax = n->cat.axis;
+  r->kind[r->out[ax]] = F_FULL;
+  for (int i = 0; i < n->nin; i++) r->in[i][ax] = factor(r, F_FULL, n->in[i]->shape.d[ax]);
 }
 
 static void concat_grad(Graph *g, Node *n, const bool *need) {

@@ -1,15 +1,21 @@
 // The pipeline: every pass, in order, from a model file to a planned
 // graph. main.c drives it from the command line, the tests call it directly.
+// The IR verifier runs after every pass.
 #include "kdcc.h"
 
 Graph *compile_model(const char *model_path, const char *dist_path, const char *mesh, int batch) {
   Model *m = load_model(model_path);
   Dist *d = load_dist(m, dist_path, mesh);
   Graph *g = build_graph(m, d, batch);
+  verify_graph(g, "build_graph", false);
   build_backward(g);
+  verify_graph(g, "build_backward", false);
   propagate_shardings(g);
+  verify_graph(g, "propagate_shardings", true);
   fuse_elementwise(g);
+  verify_graph(g, "fuse_elementwise", true);
   plan_memory(g);
   bucket_gradients(g);
+  verify_graph(g, "plan_memory", true);
   return g;
 }

@@ -78,7 +78,7 @@ Test(graph, shapes_and_variables_of_the_seed) {
   cr_assert_str_eq(g->vars[0]->path, "conv2d/kernel");
   cr_assert_eq(g->vars[0]->shape.d[3], 8);
   cr_assert_eq(g->vars[4]->shape.d[0], 6 * 6 * 16);
-  cr_assert_eq(g->pred->shape.d[0], 8);
-  cr_assert_eq(g->pred->shape.d[1], 10);
-  cr_assert_eq(g->y->shape.rank, 1, "sparse labels are class ids");
+  cr_assert_eq(g->outputs[0]->shape.d[0], 8);
+  cr_assert_eq(g->outputs[0]->shape.d[1], 10);
+  cr_assert_eq(g->labels[0]->shape.rank, 1, "sparse labels are class ids");
 }

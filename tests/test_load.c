@@ -109,8 +109,8 @@ static void check_seed_mlp(Model *m, const char *file) {
   cr_assert_eq(m->inputs[0], in);
   cr_assert_eq(m->noutputs, 1);
   cr_assert_eq(m->outputs[0].layer, m->layers[4]);
-  cr_assert_eq(m->loss, LOSS_MSE);
-  cr_assert_not(m->from_logits);
+  cr_assert_eq(m->losses[0].kind, LOSS_MSE);
+  cr_assert_not(m->losses[0].from_logits);
   cr_assert_eq(m->opt.kind, OPT_ADAM);
   cr_assert_str_eq(m->opt.name, "adam");
   cr_assert_float_eq(m->opt.lr, 0.001f, 1e-9);
@@ -118,7 +118,7 @@ static void check_seed_mlp(Model *m, const char *file) {
   cr_assert_float_eq(m->opt.beta_2, 0.999f, 1e-9);
   cr_assert_float_eq(m->opt.epsilon, 1e-7f, 1e-12);
   cr_assert_float_eq(m->opt.weight_decay, 0.0f, 1e-12);
-  cr_assert(m->metric_accuracy);
+  cr_assert(m->losses[0].accuracy);
   cr_assert_null(m->dist_json);
   Layer *d1 = find_layer(m, "d1");
   cr_assert_eq(cfg_int(d1, "units", 0), 200);
@@ -132,7 +132,7 @@ Test(load, sequential_keras3) {
   check_seed_mlp(m, "tests/good/seq_mlp.json");
   Loc l = m->layers[2]->loc;
   cr_assert(l.line == 59 && l.col == 7, "%d:%d", l.line, l.col);
-  l = m->loss_loc;
+  l = m->losses[0].loc;
   cr_assert(l.line == 212 && l.col == 13, "%d:%d", l.line, l.col);
   l = m->opt.loc;
   cr_assert(l.line == 190 && l.col == 18, "%d:%d", l.line, l.col);
@@ -171,9 +171,9 @@ Test(load, sequential_input_from_build_input_shape) {
     cr_assert_float_eq(m->opt.lr, 0.01f, 1e-9);
     cr_assert_float_eq(m->opt.momentum, 0.0f, 1e-9);
     cr_assert_not(m->opt.nesterov);
-    cr_assert_eq(m->loss, LOSS_BCE);
-    cr_assert(m->from_logits);
-    cr_assert(m->metric_accuracy);
+    cr_assert_eq(m->losses[0].kind, LOSS_BCE);
+    cr_assert(m->losses[0].from_logits);
+    cr_assert(m->losses[0].accuracy);
   }
   cr_assert_str_eq(c.err, "tests/good/seq_build_shape.json:126:7: warning: metric 'mae' is "
                           "ignored (kdcc computes only 'accuracy')\n");
@@ -220,13 +220,13 @@ Test(load, functional_keras3) {
   cr_assert_eq(cfg_int(conv, "filters", 0), 4);
   cr_assert_str_eq(cfg_str(conv, "padding", "valid"), "same");
   cr_assert_eq(cfg_ints(conv, "absent", ks, 2), 0);
-  cr_assert_eq(m->loss, LOSS_CCE);
+  cr_assert_eq(m->losses[0].kind, LOSS_CCE);
   cr_assert_eq(m->opt.kind, OPT_RMSPROP);
   cr_assert_float_eq(m->opt.lr, 0.01f, 1e-9);
   cr_assert_float_eq(m->opt.rho, 0.8f, 1e-7);
   cr_assert_float_eq(m->opt.momentum, 0.0f, 1e-9);
   cr_assert_float_eq(m->opt.epsilon, 1e-7f, 1e-12);
-  cr_assert_not(m->metric_accuracy);
+  cr_assert_not(m->losses[0].accuracy);
 }
 
 Test(load, functional_keras2_nodes) {
@@ -244,7 +244,7 @@ Test(load, functional_keras2_nodes) {
   cr_assert(m->inputs[0]->in_rank == 1 && m->inputs[0]->in_shape[0] == 6);
   cr_assert_str_eq(m->outputs[0].layer->name, "dense_2");
   // no compile_config: mse and adam with Keras's defaults
-  cr_assert_eq(m->loss, LOSS_MSE);
+  cr_assert_eq(m->losses[0].kind, LOSS_MSE);
   cr_assert_eq(m->opt.kind, OPT_ADAM);
   cr_assert_float_eq(m->opt.lr, 0.001f, 1e-9);
   cr_assert_float_eq(m->opt.epsilon, 1e-7f, 1e-12);
@@ -351,16 +351,16 @@ Test(compile, losses) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     Model *m = compiled(format("{\"loss\": %s}", cases[i].json));
-    cr_assert_eq(m->loss, cases[i].kind, "%s", cases[i].json);
-    cr_assert_eq(m->from_logits, cases[i].logits, "%s", cases[i].json);
+    cr_assert_eq(m->losses[0].kind, cases[i].kind, "%s", cases[i].json);
+    cr_assert_eq(m->losses[0].from_logits, cases[i].logits, "%s", cases[i].json);
   }
 }
 
 Test(compile, null_fields_keep_defaults) {
   Model *m = compiled("{\"optimizer\": null, \"loss\": null, \"metrics\": null}");
-  cr_assert_eq(m->loss, LOSS_MSE);
+  cr_assert_eq(m->losses[0].kind, LOSS_MSE);
   cr_assert_eq(m->opt.kind, OPT_ADAM);
-  cr_assert_not(m->metric_accuracy);
+  cr_assert_not(m->losses[0].accuracy);
 }
 
 // ---------------------------------------------------------------- bad models
@@ -391,7 +391,7 @@ Test(bad, dtype_policy_mixed) {
 
 Test(bad, dtype_string) {
   EXPECT_ERROR("tests/bad/dtype_string.json", "3:104: error: layer 'input_layer': dtype "
-               "'float64' is not supported (only float32)");
+               "'float64' is not supported (only float32, or integer ids on an InputLayer)");
 }
 
 Test(bad, duplicate_layer_name) {
@@ -488,8 +488,8 @@ Test(bad, unknown_loss_class) {
 }
 
 Test(bad, several_losses) {
-  EXPECT_ERROR("tests/bad/multi_loss.json", "5:29: error: 'loss' must be a loss name or a loss "
-               "object (one loss for one output)");
+  EXPECT_ERROR("tests/bad/multi_loss.json", "5:29: error: 'loss' lists 2 losses, but model "
+               "'sequential' has 1 output");
 }
 
 Test(bad, label_smoothing) {

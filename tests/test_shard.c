@@ -22,7 +22,7 @@ static int count(Graph *g, OpKind op, unsigned axes, int phase) {
   int n = 0;
   for (int i = 0; i < g->nnodes; i++) {
     Node *x = g->nodes[i];
-    if (x->op == op && x->axes == axes && (phase < 0 || (int)x->phase == phase)) n++;
+    if (x->op == op && x->coll.axes == axes && (phase < 0 || (int)x->phase == phase)) n++;
   }
   return n;
 }
@@ -45,7 +45,7 @@ static void grad_chain(Graph *g, Var *v, OpKind *ops, unsigned *axes, int *n) {
   *n = 0;
   for (Node *x = v->grad; is_collective(x->op); x = x->in[0]) {
     ops[*n] = x->op;
-    axes[(*n)++] = x->axes;
+    axes[(*n)++] = x->coll.axes;
   }
 }
 
@@ -56,7 +56,7 @@ Test(shard, data_parallel_reduces_each_gradient_once) {
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
     cr_assert_eq(v->grad->op, OP_ALLREDUCE, "%s: gradient not all-reduced", v->path);
-    cr_assert_eq(v->grad->axes, batch, "%s: reduced over the wrong axes", v->path);
+    cr_assert_eq(v->grad->coll.axes, batch, "%s: reduced over the wrong axes", v->path);
     cr_assert(!is_collective(v->grad->in[0]->op), "%s: reduced twice", v->path);
     cr_assert_eq(v->place.axis[0], -1);
   }
@@ -89,12 +89,12 @@ Test(shard, model_parallel_seed_matches_hand_analysis) {
   cr_assert_eq(count(g, OP_ALLREDUCE, model, PH_FORWARD), 1);
   Node *ar = NULL;
   for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i]->op == OP_ALLREDUCE && g->nodes[i]->axes == model) ar = g->nodes[i];
-  cr_assert_eq(ar->in[0]->op, OP_MATMUL);
+    if (g->nodes[i]->op == OP_ALLREDUCE && g->nodes[i]->coll.axes == model) ar = g->nodes[i];
+  cr_assert_eq(ar->in[0]->op, OP_DOT);
   cr_assert_str_eq(ar->layer, "d2");
   // d2/output is constrained to (data, None)
-  cr_assert_eq(g->pred->place.axis[0], axis_of(g, "data"));
-  cr_assert_eq(g->pred->place.axis[1], -1);
+  cr_assert_eq(g->outputs[0]->place.axis[0], axis_of(g, "data"));
+  cr_assert_eq(g->outputs[0]->place.axis[1], -1);
 }
 
 Test(shard, megatron_pair_one_all_reduce_each_way) {

@@ -1,0 +1,86 @@
+// The IR verifier: the invariants every pass must keep, checked after each
+// pass (pipeline.c). A failure is a compiler bug, never the user's: it
+// names the pass, the node and what is wrong, and stops.
+//
+// Checked:
+//   - ids are positions, and every operand is defined before its use;
+//   - operand counts match the op's definition; ranks and extents are sane;
+//   - every op's sharding rule agrees with the shapes: all dims mapped to
+//     one factor have the same extent (this checks the shape rule of every
+//     op that has one, reshape aside, whose groups differ by design);
+//   - a collective keeps its operand's shape;
+//   - placements (once shard.c has run): each mesh axis used at most once
+//     per tensor (split dims, pending sums, pending maxima together), and
+//     every split dim divides by its axis;
+//   - integer tensors are only inputs and what reads them as ids.
+#include "kdcc.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+
+static noreturn void bad(const char *pass, const Node *n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "kdcc: internal error: after %s: %%%d %s (%s): ", pass, n->id,
+          op_info(n->op).name, n->layer ? n->layer : "-");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(70);
+}
+
+static void check_place(const Graph *g, const char *pass, const Node *n) {
+  unsigned used = n->place.partial;
+  if (n->place.partial & n->place.pmax) bad(pass, n, "an axis both summed and maxed");
+  used |= n->place.pmax;
+  for (int d = 0; d < n->shape.rank; d++) {
+    int a = n->place.axis[d];
+    if (a < 0) continue;
+    if (a >= g->dist->mesh.ndim) bad(pass, n, "dim %d split over axis %d of a %d-axis mesh", d,
+                                     a, g->dist->mesh.ndim);
+    if ((used >> a) & 1) bad(pass, n, "mesh axis '%s' used twice", g->dist->mesh.names[a]);
+    used |= 1u << a;
+    if (n->shape.d[d] % axis_size(g, a))
+      bad(pass, n, "dim %d (%lld) does not divide over '%s'", d, (long long)n->shape.d[d],
+          g->dist->mesh.names[a]);
+  }
+}
+
+void verify_graph(const Graph *g, const char *pass, bool placed) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->id != i) bad(pass, n, "id is not its position %d", i);
+    int want = op_info(n->op).nin;
+    if (want >= 0 && n->nin != want) bad(pass, n, "%d operands, the op takes %d", n->nin, want);
+    if (n->nin > MAX_IN) bad(pass, n, "%d operands", n->nin);
+    for (int k = 0; k < n->nin; k++) {
+      const Node *a = n->in[k];
+      if (!a || a->id >= i || g->nodes[a->id] != a)
+        bad(pass, n, "operand %d is not defined before its use", k);
+      if (a->dtype != DT_F32 && n->op != OP_GATHER && n->op != OP_SCATTER_ADD &&
+          !is_collective(n->op))
+        bad(pass, n, "operand %d holds integers", k);
+    }
+    if (n->shape.rank < 0 || n->shape.rank > MAX_RANK) bad(pass, n, "rank %d", n->shape.rank);
+    for (int d = 0; d < n->shape.rank; d++)
+      if (n->shape.d[d] <= 0) bad(pass, n, "dim %d is %lld", d, (long long)n->shape.d[d]);
+    if (is_collective(n->op)) {
+      if (!shape_eq(&n->shape, &n->in[0]->shape)) bad(pass, n, "changes its operand's shape");
+    } else if (n->op != OP_RESHAPE) {
+      Rule r;
+      op_rule(n, &r);
+      for (int t = 0; t <= n->nin; t++) {
+        const Shape *s = t ? &n->in[t - 1]->shape : &n->shape;
+        const int8_t *map = t ? r.in[t - 1] : r.out;
+        for (int d = 0; d < s->rank; d++)
+          if (map[d] >= 0 && s->d[d] != r.size[map[d]])
+            bad(pass, n, "%s dim %d is %lld where its factor is %lld",
+                t ? format("operand %d", t - 1) : "the result", d, (long long)s->d[d],
+                (long long)r.size[map[d]]);
+      }
+    } else if (shape_elems(&n->shape) != shape_elems(&n->in[0]->shape)) {
+      bad(pass, n, "reshape changes the element count");
+    }
+    if (placed) check_place(g, pass, n);
+  }
+}
