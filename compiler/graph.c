@@ -142,6 +142,18 @@ static void parse_init(Layer *l, const char *key, const char *def, Var *v) {
 
 static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *init_key,
                      const char *init_def) {
+  if (l->shared) { // a further call of a layer: its first call's variable
+    const char *path = format("%s/%s", l->path, vname);
+    for (int i = 0; i < g->nvars; i++)
+      if (!strcmp(g->vars[i]->path, path)) {
+        if (!shape_eq(&g->vars[i]->shape, &shape))
+          error_at(l->loc, "layer '%s': call %d needs '%s' of shape %s, but its first call made "
+                   "it %s", l->name, l->call, vname, shape_str(&shape),
+                   shape_str(&g->vars[i]->shape));
+        return g->vars[i]->param;
+      }
+    unreachable();
+  }
   Var *v = xcalloc(1, sizeof *v);
   v->path = format("%s/%s", l->path, vname);
   v->vname = vname;

@@ -131,6 +131,13 @@ struct Layer {
   int64_t in_shape[MAX_RANK];
   bool in_int;            // an integer dtype (token ids): int32 in the program
   void *node;             // graph.c: the Node holding this layer's output
+  // A layer called k times is k Layers: the first, and a clone per further
+  // call (shared = the first, call = k), each with that call's inputs; the
+  // clones own no variables: they use the first one's.
+  Layer *shared;
+  int call;
+  Layer **calls;          // the first: every call's Layer, [ncalls]
+  int ncalls;
 };
 
 typedef struct {

@@ -14,8 +14,10 @@
 // Functional: each layer lists its calls in inbound_nodes, in the Keras 3
 // form {"args": [tensor or [tensor, ...]], "kwargs": {}} where a tensor is a
 // __keras_tensor__ with keras_history [layer, node, tensor], or the Keras 2
-// form [[["layer", node, tensor, {kwargs}], ...]]. Each layer may be called
-// once (no shared layers). Paths are "<layer>".
+// form [[["layer", node, tensor, {kwargs}], ...]]. A layer called several
+// times (shared weights) becomes one Layer per call, the clones pointing
+// at the first, so that every call is ordered and built on its own inputs
+// while the variables stay one. Paths are "<layer>".
 //
 // Invariants on return: every TensorRef points at a layer of the model;
 // Model.layers is in topological order (a layer after all its inputs; file
@@ -328,9 +330,12 @@ static TensorRef resolve(Model *m, Layer *user, const char *what, json_t *h) {
     error_at(jloc_idx(h, 0), "'%s' names unknown layer '%s'", what, name);
   int node = (int)json_integer_value(json_array_get(h, 1));
   int tensor = (int)json_integer_value(json_array_get(h, 2));
-  if (node != 0)
-    error_at(jloc_idx(h, 1), "%s uses call %d of layer '%s'; layers called more than once are "
-             "not supported", who, node, name);
+  int ncalls = src->ncalls ? src->ncalls : 1;
+  if (node < 0 || node >= ncalls)
+    error_at(jloc_idx(h, 1), "%s uses call %d of layer '%s', which is called %d time%s", who,
+             node, name, ncalls, ncalls == 1 ? "" : "s");
+  if (node > 0)
+    src = src->calls[node];
   if (tensor != 0)
     error_at(jloc_idx(h, 2), "%s uses output %d of layer '%s', which has one output", who, tensor,
              name);
@@ -356,20 +361,44 @@ static void collect_args(Model *m, Layer *l, json_t *v) {
   }
 }
 
-static void load_inbound(Model *m, Layer *l) {
+static json_t *inbound_nodes(Layer *l) {
   json_t *nodes = json_object_get(l->json, "inbound_nodes");
   if (!nodes || json_is_null(nodes))
     nodes = json_object_get(l->cfg, "inbound_nodes");
+  return nodes;
+}
+
+// A layer with several calls: a clone per further call, after the layers.
+static void add_calls(Model *m, Layer *l) {
+  json_t *nodes = inbound_nodes(l);
+  if (!json_is_array(nodes) || json_array_size(nodes) < 2 || is_input(l))
+    return;
+  l->ncalls = (int)json_array_size(nodes);
+  l->calls = xcalloc(l->ncalls, sizeof *l->calls);
+  l->calls[0] = l;
+  for (int k = 1; k < l->ncalls; k++) {
+    Layer *c = xcalloc(1, sizeof *c);
+    *c = *l;
+    c->shared = l;
+    c->call = k;
+    c->calls = NULL;
+    c->ncalls = 0;
+    c->loc = jloc_idx(nodes, k);
+    c->index = m->nlayers;
+    m->layers[m->nlayers++] = c;
+    l->calls[k] = c;
+  }
+}
+
+static void load_inbound(Model *m, Layer *l) {
+  json_t *nodes = inbound_nodes(l);
   if (!nodes || json_is_null(nodes) || (json_is_array(nodes) && json_array_size(nodes) == 0))
     return;
   if (!json_is_array(nodes))
     error_at(jloc(nodes), "layer '%s': 'inbound_nodes' must be a list", l->name);
   if (is_input(l))
     error_at(jloc(nodes), "input layer '%s' cannot take inputs", l->name);
-  if (json_array_size(nodes) > 1)
-    error_at(jloc_idx(nodes, 1), "layer '%s' is called %zu times; shared layers are not "
-             "supported", l->name, json_array_size(nodes));
-  json_t *node = json_array_get(nodes, 0);
+  json_t *node = json_array_get(nodes, (size_t)l->call);
   if (json_is_object(node)) { // Keras 3
     json_t *args = json_object_get(node, "args"), *kwargs = json_object_get(node, "kwargs");
     collect_args(m, l, args);
@@ -449,6 +478,9 @@ static void load_functional(Model *m, json_t *cfg, json_t *layers) {
     add_layer(m, l);
   }
   for (int i = 0; i < n; i++)
+    add_calls(m, m->layers[i]);
+  n = m->nlayers;
+  for (int i = 0; i < n; i++)
     load_inbound(m, m->layers[i]);
   for (int i = 0; i < n; i++) {
     Layer *l = m->layers[i];
@@ -509,8 +541,10 @@ static void load_functional(Model *m, json_t *cfg, json_t *layers) {
     needed[m->inputs[i]->index] = true;
   for (int i = 0; i < n; i++)
     if (!needed[i])
-      warn_at(m->layers[i]->loc, "layer '%s' does not contribute to the model's outputs; "
-              "ignored", m->layers[i]->name);
+      warn_at(m->layers[i]->loc, "%s does not contribute to the model's outputs; ignored",
+              m->layers[i]->shared ? format("call %d of layer '%s'", m->layers[i]->call,
+                                            m->layers[i]->name)
+                                   : format("layer '%s'", m->layers[i]->name));
   Layer **order = xcalloc((size_t)n, sizeof(Layer *));
   bool *placed = xcalloc((size_t)n, sizeof(bool));
   int nordered = 0;
@@ -825,7 +859,13 @@ Model *load_model_json(const char *file, json_t *root) {
     error_at(jloc_key(cfg, "layers"), "model '%s' has no 'layers' list", m->name);
   if (json_array_size(layers) == 0)
     error_at(jloc(layers), "model '%s' has no layers", m->name);
-  m->layers = xcalloc(json_array_size(layers) + 1, sizeof(Layer *));
+  size_t cap = json_array_size(layers) + 1; // every call of every layer
+  for (size_t i = 0; i < json_array_size(layers); i++) {
+    json_t *env = json_array_get(layers, i), *nodes = json_object_get(env, "inbound_nodes");
+    if (!json_is_array(nodes)) nodes = json_object_get(json_object_get(env, "config"), "inbound_nodes");
+    if (json_is_array(nodes) && json_array_size(nodes) > 1) cap += json_array_size(nodes) - 1;
+  }
+  m->layers = xcalloc(cap, sizeof(Layer *));
   if (m->sequential)
     load_sequential(m, cfg, layers);
   else

@@ -82,3 +82,15 @@ Test(graph, shapes_and_variables_of_the_seed) {
   cr_assert_eq(g->outputs[0]->shape.d[1], 10);
   cr_assert_eq(g->labels[0]->shape.rank, 1, "sparse labels are class ids");
 }
+
+Test(graph, integer_ids_into_dense) {
+  expect_error("tests/bad/ids_into_dense.json", NULL,
+               "tests/bad/ids_into_dense.json:5:23: error: layer 'd': Dense takes float input, "
+               "but 'ids' holds integer ids (only Embedding takes integer input)\n");
+}
+
+Test(graph, embedding_mask_zero) {
+  expect_error("tests/bad/mask_zero.json", NULL,
+               "tests/bad/mask_zero.json:4:118: error: layer 'emb': mask_zero is not supported "
+               "(kdcc has no masks yet): the model would train without its padding mask\n");
+}

@@ -429,14 +429,17 @@ Test(bad, cycle) {
                "from 'c', which takes input from 'b'");
 }
 
-Test(bad, shared_layer) {
-  EXPECT_ERROR("tests/bad/shared_layer.json",
-               "5:41: error: layer 'd' is called 2 times; shared layers are not supported");
+Test(bad, shared_layer_call_unused) {
+  Captured c;
+  IN_CHILD(c, { load_model("tests/bad/shared_layer.json"); });
+  cr_assert_eq(c.status, 0);
+  cr_assert_str_eq(c.err, "tests/bad/shared_layer.json:5:41: warning: call 1 of layer 'd' does "
+                          "not contribute to the model's outputs; ignored\n");
 }
 
 Test(bad, node_index) {
-  EXPECT_ERROR("tests/bad/node_index.json", "4:102: error: layer 'd' uses call 1 of layer 'x'; "
-               "layers called more than once are not supported");
+  EXPECT_ERROR("tests/bad/node_index.json", "4:102: error: layer 'd' uses call 1 of layer 'x', "
+               "which is called 1 time");
 }
 
 Test(bad, two_inputs_to_dense) {

@@ -163,3 +163,73 @@ Test(report, json_has_every_section) {
                2 * (784 * 50 + 2000 + 10) * 4);
   free(text);
 }
+
+// Per-token crossentropy from logits [B, T, V] with V split over 'model'
+// (vocab-parallel): the logits are never gathered; the row statistics are
+// all-reduced (a max, then a sum), and the loss averages over B*T tokens.
+Test(shard, vocab_parallel_crossentropy_gathers_no_logits) {
+  Graph *g = compile("tests/good/per_token.json", "tests/good/per_token.dist.json", NULL, 16);
+  unsigned model = 1u << axis_of(g, "model");
+  Node *logits = g->outputs[0];
+  cr_assert_eq(logits->shape.rank, 3);
+  cr_assert_eq(logits->place.axis[2], axis_of(g, "model"), "the logits stay split on V");
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op == OP_ALLGATHER || n->op == OP_ALLTOALL)
+      cr_assert(n->shape.rank != 3 || n->shape.d[2] != 32, "%%%d gathers the logits", n->id);
+  }
+  cr_assert_eq(count(g, OP_ALLREDUCE_MAX, model, PH_LOSS), 1, "one max over 'model'");
+  Node *loss = g->logs[0].node;
+  cr_assert_eq(loss->op, OP_ALLREDUCE);
+  cr_assert_eq(loss->in[0]->op, OP_XENT);
+  cr_assert_float_eq(loss->in[0]->loss.weight, 1.0 / (16 * 8), 1e-15, "mean over every token");
+  cr_assert_str_eq(g->logs[1].name, "accuracy");
+}
+
+// Dense on [B, T, H] is one DOT with T a free dim: no reshape, and the
+// split of the batch passes through.
+Test(shard, dense_on_rank_3_is_one_dot) {
+  Graph *g = compile("tests/good/per_token.json", "tests/good/per_token.dist.json", NULL, 16);
+  int dots = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    cr_assert_neq(n->op, OP_RESHAPE, "%%%d: a reshape", n->id);
+    if (n->op == OP_DOT && n->phase == PH_FORWARD) {
+      dots++;
+      cr_assert_eq(n->shape.rank, 3);
+      cr_assert_eq(n->place.axis[0], axis_of(g, "data"));
+    }
+  }
+  cr_assert_eq(dots, 2);
+}
+
+// Two inputs (float and ids), two outputs with a loss dict and weights:
+// one label each, "loss" is the sum of the weighted losses, logs as Keras
+// names them.
+Test(shard, two_heads_losses_and_logs) {
+  Graph *g = compile("tests/good/two_heads.json", NULL, NULL, 8);
+  cr_assert_eq(g->ninputs, 2);
+  cr_assert_eq(g->inputs[1]->dtype, DT_I32);
+  cr_assert_eq(g->inputs[1]->id_range, 10, "ids index a table of 10 rows");
+  cr_assert_eq(g->nlabels, 2);
+  cr_assert_eq(g->labels[0]->shape.rank, 1, "sparse labels are class ids");
+  cr_assert_eq(g->nlogs, 4);
+  const char *names[] = {"loss", "head_a_loss", "head_a_accuracy", "head_b_loss"};
+  for (int k = 0; k < 4; k++) cr_assert_str_eq(g->logs[k].name, names[k]);
+  Node *total = g->logs[0].node;
+  cr_assert_eq(total->op, OP_ADD);
+  cr_assert_float_eq(total->in[1]->loss.weight, 0.5 / 8, 1e-15, "head_b weighs 0.5");
+}
+
+// A layer called twice: one variable, the gradient of both calls summed.
+Test(shard, shared_layer_sums_its_gradients) {
+  Graph *g = compile("tests/good/shared_dense.json", NULL, NULL, 8);
+  cr_assert_eq(g->nvars, 4);
+  Var *k = var(g, "d/kernel");
+  cr_assert_eq(k->grad->op, OP_ADD, "the two calls' gradients are summed");
+  int uses = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_DOT && g->nodes[i]->phase == PH_FORWARD)
+      uses += g->nodes[i]->in[1] == k->param;
+  cr_assert_eq(uses, 2);
+}
