@@ -13,7 +13,7 @@
 //
 // The walk starts from the losses: each output's loss seeds its output's
 // gradient (LOSS_GRAD, or XENT_GRAD for a crossentropy from logits made of
-// row statistics), scaled by the loss's weight.
+// row statistics), scaled by the loss's weight in the total.
 #include "kdcc.h"
 
 void accumulate(Graph *g, Node *x, Node *dx) {
@@ -39,6 +39,7 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
     dp = new_node2(g, OP_LOSS_GRAD, p, l->in[1], p->shape);
   }
   dp->loss = l->loss;
+  dp->loss.weight = l->loss.weight * l->loss.lw; // d(total)/d(this loss) = its loss weight
   dp->name = format("grad(%s)", l->name);
   dp->layer = p->layer;
   dp->loc = l->loc;

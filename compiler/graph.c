@@ -346,6 +346,42 @@ static Node *build_reshape(Graph *g, Layer *l, Node *x) {
   return new_node1(g, OP_RESHAPE, x, s);
 }
 
+// Permute(dims): dims are 1-based over the per-sample dims.
+static Node *build_permute(Graph *g, Layer *l, Node *x) {
+  int64_t dims[MAX_RANK];
+  json_t *dj = json_object_get(l->cfg, "dims");
+  int n = cfg_ints(l, "dims", dims, MAX_RANK);
+  if (n != x->shape.rank - 1)
+    error_at(dj ? jloc(dj) : l->loc, "layer '%s': 'dims' must list the %d per-sample dims",
+             l->name, x->shape.rank - 1);
+  Node *y = new_node1(g, OP_TRANSPOSE, x, x->shape);
+  bool seen[MAX_RANK] = {false};
+  y->perm.perm[0] = 0;
+  for (int i = 0; i < n; i++) {
+    if (dims[i] < 1 || dims[i] > n || seen[dims[i]])
+      error_at(jloc_idx(dj, i), "layer '%s': 'dims' must be a permutation of 1..%d", l->name, n);
+    seen[dims[i]] = true;
+    y->perm.perm[i + 1] = (int)dims[i];
+    y->shape.d[i + 1] = x->shape.d[dims[i]];
+  }
+  return y;
+}
+
+// GlobalAveragePooling1D: x[b, t, c] -> the mean over t.
+static Node *build_gap1d(Graph *g, Layer *l, Node *x) {
+  check_channels_last(l);
+  if (cfg_bool(l, "keepdims", false))
+    error_at(jloc_key(l->cfg, "keepdims"), "layer '%s': keepdims is not supported", l->name);
+  if (x->shape.rank != 3)
+    error_at(l->loc, "layer '%s': GlobalAveragePooling1D needs an input of rank 3 (batch, steps, "
+             "features), got %s", l->name, kshape(&x->shape));
+  Node *s = new_node1(g, OP_REDUCE_SUM, x, (Shape){2, {x->shape.d[0], x->shape.d[2]}});
+  s->red.dim = 1;
+  Node *y = new_node1(g, OP_SCALE, s, s->shape);
+  y->aff = (AffAttr){(float)(1.0 / (double)x->shape.d[1]), 0};
+  return y;
+}
+
 static Node *build_merge(Graph *g, Layer *l, bool concat) {
   if (l->nin < 2)
     error_at(l->loc, "layer '%s': %s needs at least 2 inputs", l->name, l->cls);
@@ -369,6 +405,11 @@ static Node *build_merge(Graph *g, Layer *l, bool concat) {
       error_at(l->in[i].loc, "layer '%s': input %d has shape %s, which does not fit %s", l->name,
                i, kshape(si), kshape(&in[0]->shape));
     if (concat) s.d[axis] += si->d[axis];
+  }
+  if (!strcmp(l->cls, "Multiply")) { // a product of two at a time, left to right
+    Node *p = in[0];
+    for (int i = 1; i < l->nin; i++) p = new_node2(g, OP_MUL, p, in[i], s);
+    return p;
   }
   Node *n = new_node(g, concat ? OP_CONCAT : OP_ADD, l->nin, in);
   n->shape = s;
@@ -424,7 +465,7 @@ static Node *build_layer(Graph *g, Layer *l) {
     return x;
   }
   if (l->nin == 0) error_at(l->loc, "layer '%s' has no input", l->name);
-  if (strcmp(c, "Add") && strcmp(c, "Concatenate") && l->nin != 1)
+  if (strcmp(c, "Add") && strcmp(c, "Concatenate") && strcmp(c, "Multiply") && l->nin != 1)
     error_at(l->loc, "layer '%s': %s takes one input, got %d", l->name, c, l->nin);
   Node *x = layer_input(l, 0);
   if (!strcmp(c, "Dense")) return build_dense(g, l, x);
@@ -457,15 +498,18 @@ static Node *build_layer(Graph *g, Layer *l) {
     n->aff = (AffAttr){(float)cfg_num(l, "scale", 1.0), (float)cfg_num(l, "offset", 0.0)};
     return n;
   }
-  if (!strcmp(c, "Add")) return build_merge(g, l, false);
+  if (!strcmp(c, "Add") || !strcmp(c, "Multiply")) return build_merge(g, l, false);
+  if (!strcmp(c, "Permute")) return build_permute(g, l, x);
+  if (!strcmp(c, "GlobalAveragePooling1D")) return build_gap1d(g, l, x);
   if (!strcmp(c, "Concatenate")) return build_merge(g, l, true);
   error_at(l->loc, "layer '%s': unknown layer class '%s'", l->name, c);
 }
 
 // The loss, metric and label of output i (prediction p), and their logs.
 // Keras averages a loss over every row (each sample, or each token of a
-// [b, t, classes] prediction): each op's weight is the loss weight over
-// the global number of rows. A sparse crossentropy from logits is made of
+// [b, t, classes] prediction): each op's weight is one over the global
+// number of rows. An output's own log is its unweighted loss, as Keras
+// logs it; the total ("loss") weighs each by its loss weight. A sparse crossentropy from logits is made of
 // row statistics (ops.c's XENT), so that a split class dim is never
 // gathered.
 static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
@@ -488,7 +532,7 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
 
   int64_t rows = p->shape.rank > 1 ? shape_elems(&p->shape) / p->shape.d[p->shape.rank - 1]
                                    : p->shape.d[0];
-  LossAttr la = {ol->kind, ol->from_logits, ol->weight / (double)rows};
+  LossAttr la = {ol->kind, ol->from_logits, 1.0 / (double)rows, ol->weight};
   Node *loss, *metric = NULL;
   bool xent = ol->kind == LOSS_SCCE && ol->from_logits;
   Shape rs = ys;
@@ -501,7 +545,7 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
     loss = new_node(g, OP_XENT, 4, args);
     if (ol->accuracy) {
       metric = new_node(g, OP_XENT_ACC, 3, args);
-      metric->loss = (LossAttr){ol->kind, true, 1.0 / (double)rows};
+      metric->loss = (LossAttr){ol->kind, true, 1.0 / (double)rows, 1};
     }
   } else {
     loss = new_node2(g, OP_LOSS, p, y, (Shape){0});
@@ -512,7 +556,7 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
       int64_t units = p->shape.d[p->shape.rank - 1];
       metric->loss = (LossAttr){units == 1 ? LOSS_BCE : ol->kind == LOSS_SCCE ? LOSS_SCCE
                                                                               : LOSS_CCE,
-                                ol->from_logits, 1.0 / (double)rows};
+                                ol->from_logits, 1.0 / (double)rows, 1};
     }
   }
   loss->shape = (Shape){0};
@@ -612,6 +656,13 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
     g->nlogs--;
   } else {
     if (nl > MAX_IN) error_at(m->losses[0].loc, "more than %d losses", MAX_IN);
+    for (int k = 0; k < nl; k++) // the loss weights, where not 1
+      if (total[k]->loss.lw != 1) {
+        Node *w = new_node1(g, OP_SCALE, total[k], (Shape){0});
+        w->aff = (AffAttr){(float)total[k]->loss.lw, 0};
+        w->name = format("%s * %g", total[k]->name, total[k]->loss.lw);
+        total[k] = w;
+      }
     Node *sum = nl == 1 ? total[0] : new_node(g, OP_ADD, nl, total);
     sum->shape = (Shape){0};
     if (nl > 1) sum->name = "loss";

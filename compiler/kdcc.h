@@ -276,7 +276,9 @@ typedef struct { float scale, shift; } AffAttr;              // SCALE: x * scale
 typedef struct {                                             // LOSS, METRIC, LOSS_GRAD, XENT*
   LossKind kind;
   bool from_logits;
-  double weight;          // the loss weight (loss_weights) times 1 / elements averaged over
+  double weight;          // 1 / the rows averaged over (every sample, or every token);
+                          // gradients: times the loss weight
+  double lw;              // LOSS, XENT: the loss weight (loss_weights) in the total loss
 } LossAttr;
 typedef struct {                                             // collectives
   unsigned axes;          // the group of mesh axes (mask)

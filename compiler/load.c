@@ -36,11 +36,12 @@
 
 static const char *supported_layers[] = {
   "InputLayer", "Dense", "Activation", "Softmax", "Flatten", "Reshape", "Dropout",
-  "Conv2D", "MaxPooling2D", "Add", "Concatenate", "Rescaling", "Embedding",
+  "Conv2D", "MaxPooling2D", "Add", "Concatenate", "Rescaling", "Embedding", "Multiply",
+  "Permute", "GlobalAveragePooling1D",
 };
 
 static bool is_merge(const Layer *l) {
-  return !strcmp(l->cls, "Add") || !strcmp(l->cls, "Concatenate");
+  return !strcmp(l->cls, "Add") || !strcmp(l->cls, "Concatenate") || !strcmp(l->cls, "Multiply");
 }
 
 static bool is_input(const Layer *l) {

@@ -135,7 +135,8 @@ static void build_cuda_program(Graph *g, const char *out) {
   if (access(lib, R_OK) != 0)
     error("runtime library '%s' not found; run 'make' in %s first", lib, root);
   if (access(culib, R_OK) != 0)
-    error("CUDA runtime library '%s' not found; run 'make cuda' in %s first", culib, root);
+    error("CUDA runtime library '%s' not found; run 'make' in %s first (it builds the CUDA "
+          "runtime where nvcc is installed)", culib, root);
   // The kernels live in the library: it must hold code this GPU can run
   // (its own SASS, or PTX of an older architecture that the driver compiles).
   char *libarch = first_line(format("cat '%s/build/libkdrt_cuda.arch' 2>/dev/null", root));
@@ -165,7 +166,7 @@ static void build_cuda_program(Graph *g, const char *out) {
     }
   }
   char *tmp = format("%s.tmp.%d", out, (int)getpid());
-  char *cmd = format("'%s' -std=c++17 -O2 -arch=%s -Xcompiler -Wall,-Wextra "
+  char *cmd = format("'%s' -std=c++20 -O2 -arch=%s -Xcompiler -Wall,-Wextra "
                      "-DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 -I'%s/runtime' "
                      "-I'%s/runtime/cuda' %s -o '%s' '%s' '%s' '%s' -lcublasLt -lcublas -lnccl "
                      KDRT_LIBS " %s%s",

@@ -542,6 +542,92 @@ static void scatter_emit(const Node *n, Lowering *lw) {
 const OpDef op_GATHER = {"gather", 2, 1, false, gather_rule, gather_grad, gather_emit};
 const OpDef op_SCATTER_ADD = {"scatter_add", 2, 1, false, scatter_rule, NULL, scatter_emit};
 
+// ---------------------------------------------------------------- MUL
+
+static void mul_grad(Graph *g, Node *n, const bool *need) {
+  Node *a = n->in[0], *b = n->in[1];
+  if (need[a->id]) accumulate(g, a, new_node2(g, OP_MUL, n->grad, b, a->shape));
+  if (need[b->id]) accumulate(g, b, new_node2(g, OP_MUL, n->grad, a, b->shape));
+}
+
+static void mul_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "mul", false, NULL, "%s, %s, %s, %lld", buf(n), buf(n->in[0]), buf(n->in[1]),
+             (long long)lelems(n));
+}
+
+// Linear in each operand separately: a partial sum times a whole value.
+const OpDef op_MUL = {"mul", 2, 3, false, rule_elementwise, mul_grad, mul_emit};
+
+// ---------------------------------------------------------------- TRANSPOSE
+// y dim i is x dim perm[i]: the factors follow their dims.
+
+static void transpose_rule(const Node *n, Rule *r) {
+  for (int d = 0; d < n->shape.rank; d++) {
+    int f = factor(r, F_PASS, n->shape.d[d]);
+    r->out[d] = f;
+    r->in[0][n->perm.perm[d]] = f;
+  }
+}
+
+static void transpose_grad(Graph *g, Node *n, const bool *need) {
+  Node *x = n->in[0];
+  Node *dx = new_node1(g, OP_TRANSPOSE, n->grad, x->shape);
+  for (int d = 0; d < n->shape.rank; d++) dx->perm.perm[n->perm.perm[d]] = d;
+  accumulate(g, x, dx);
+}
+
+static void transpose_emit(const Node *n, Lowering *lw) {
+  Shape is = lshape(n->in[0]);
+  char *perm = xstrdup("{");
+  for (int d = 0; d < n->shape.rank; d++)
+    perm = format("%s%s%d", perm, d ? ", " : "", n->perm.perm[d]);
+  lower_call(lw, "transpose", false,
+             format("static const int64_t s[] = %s;\n    static const int perm[] = %s};",
+                    dims_init(&is), perm),
+             "%s, %s, %d, s, perm", buf(n), buf(n->in[0]), n->shape.rank);
+}
+
+const OpDef op_TRANSPOSE = {"transpose", 1, 1, false, transpose_rule, transpose_grad,
+                            transpose_emit};
+
+// ---------------------------------------------------------------- REDUCE_SUM, BROADCAST
+// x[o.., m, i..] -> y[o.., i..] summed over m (which contracts: a split
+// leaves a partial sum); BROADCAST is its transpose, a new dim m whose
+// every block is the input.
+
+static void reduce_rule(const Node *n, Rule *r) {
+  bool red = n->op == OP_REDUCE_SUM;
+  const Shape *big = red ? &n->in[0]->shape : &n->shape;
+  int8_t *bmap = red ? r->in[0] : r->out, *smap = red ? r->out : r->in[0];
+  for (int d = 0, k = 0; d < big->rank; d++) {
+    if (d == n->red.dim) {
+      bmap[d] = factor(r, red ? F_CONTRACT : F_PASS, big->d[d]);
+      continue;
+    }
+    bmap[d] = smap[k++] = factor(r, F_PASS, big->d[d]);
+  }
+}
+
+static void reduce_grad(Graph *g, Node *n, const bool *need) {
+  Node *x = n->in[0];
+  Node *dx = new_node1(g, n->op == OP_REDUCE_SUM ? OP_BROADCAST : OP_REDUCE_SUM, n->grad,
+                       x->shape);
+  dx->red.dim = n->red.dim;
+  accumulate(g, x, dx);
+}
+
+static void reduce_emit(const Node *n, Lowering *lw) {
+  bool red = n->op == OP_REDUCE_SUM;
+  Shape big = lshape(red ? n->in[0] : n);
+  int d = n->red.dim;
+  lower_call(lw, red ? "reduce_sum" : "broadcast", false, NULL, "%s, %s, %lld, %lld, %lld",
+             buf(n), buf(n->in[0]), (long long)prod(&big, 0, d), (long long)big.d[d],
+             (long long)prod(&big, d + 1, big.rank));
+}
+
+const OpDef op_REDUCE_SUM = {"reduce_sum", 1, 1, false, reduce_rule, reduce_grad, reduce_emit};
+const OpDef op_BROADCAST = {"broadcast", 1, 1, false, reduce_rule, reduce_grad, reduce_emit};
+
 // ---------------------------------------------------------------- losses and metrics
 // p[b, t.., c] and y[b, t.., c] (or class ids y[b, t..]): every dim but the
 // class dim indexes a row; rows contract into the scalar (or pass, for the

@@ -218,7 +218,11 @@ Test(shard, two_heads_losses_and_logs) {
   for (int k = 0; k < 4; k++) cr_assert_str_eq(g->logs[k].name, names[k]);
   Node *total = g->logs[0].node;
   cr_assert_eq(total->op, OP_ADD);
-  cr_assert_float_eq(total->in[1]->loss.weight, 0.5 / 8, 1e-15, "head_b weighs 0.5");
+  cr_assert_eq(total->in[1]->op, OP_SCALE);
+  cr_assert_float_eq(total->in[1]->aff.scale, 0.5, 1e-7, "head_b weighs 0.5 in the total");
+  Node *b = g->logs[3].node; // one device: the loss itself
+  cr_assert_eq(b->op, OP_LOSS);
+  cr_assert_float_eq(b->loss.weight, 1.0 / 8, 1e-15, "its log is unweighted");
 }
 
 // A layer called twice: one variable, the gradient of both calls summed.
