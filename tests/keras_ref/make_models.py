@@ -9,6 +9,11 @@ Usage (from the repository root):
 
 Needs the packages pinned in tests/keras_ref/requirements.txt (CPU is enough).
 
+Models with several inputs (wide_deep, shared_dense), several outputs with a
+loss each (two_heads), int32 token inputs with an Embedding (int_tokens,
+per_token: one class per token) and a shared layer (shared_dense) describe
+their data as "inputs"/"outputs" (see fake_data) instead of "x"/"labels".
+
 Everything is written by real Keras 3 (JAX backend):
 
   models/<name>.json       the config.json a .keras archive holds (includes
@@ -735,6 +740,27 @@ def write_readme(pairs, versions):
         "even for layers named `a`, `b`, `d1`; `vars/0` = kernel, `vars/1` = "
         "bias. `optimizer/vars/0,1` (iteration, learning rate) are present; "
         "the root group `vars` has attribute `name` = model name.",
+        "- Several inputs (wide_deep, shared_dense): `config.input_layers` is "
+        "a list of triples in `model.inputs` order (`[[\"wide\", 0, 0], "
+        "[\"deep\", 0, 0]]`); a single output stays a flat triple. Several "
+        "outputs (two_heads): `output_layers` `[[\"head_a\", 0, 0], "
+        "[\"head_b\", 0, 0]]`, and `compile_config` has dicts keyed by "
+        "output layer name: `loss` `{\"head_a\": "
+        "\"sparse_categorical_crossentropy\", \"head_b\": \"mse\"}`, "
+        "`loss_weights` `{\"head_a\": 1.0, \"head_b\": 0.5}`, `metrics` "
+        "`{\"head_a\": [\"accuracy\"]}`. Keras's total loss is "
+        "`sum(loss_weight * output loss)`; History/`train_on_batch` log "
+        "`loss` (the total), `head_a_loss`, `head_b_loss` (unweighted) and "
+        "`head_a_accuracy`.",
+        "- int inputs (int_tokens, per_token): the InputLayer's `dtype` is "
+        "`\"int32\"`. `Embedding` has `input_dim`, `output_dim`, "
+        "`embeddings_initializer` (RandomUniform -0.05..0.05), `mask_zero` "
+        "false; its variable is `emb/embeddings` (input_dim, output_dim), "
+        "`layers/embedding/vars/0` in the weights file.",
+        "- A shared layer (shared_dense: one Dense called on two inputs) has "
+        "two `inbound_nodes`; its second call's output is "
+        "`keras_history` `[\"shared\", 1, 0]` (node index 1). Its "
+        "variables exist once.",
         "- wide_mlp.keras is only written with `--large` (about 59 MB).",
         "",
     ])

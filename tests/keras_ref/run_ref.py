@@ -18,6 +18,19 @@ Cases (model, distribution spec from models/):
     func_branches   func_branches  func_branches.dist.json   ModelParallel (2,4)
     cnn             cnn            cnn.dist.json             ModelParallel (2,4)
     megatron        megatron       megatron.dist.json        ModelParallel (2,4)
+    wide_deep       wide_deep      wide_deep.dist.json       ModelParallel (2,4)  2 float inputs
+    wide_deep_dp    wide_deep      wide_deep_dp.dist.json    DataParallel (8,)
+    two_heads       two_heads      two_heads.dist.json       ModelParallel (2,4)  2 outputs, 2 losses
+    two_heads_dp    two_heads      two_heads_dp.dist.json    DataParallel (8,)
+    int_tokens      int_tokens     int_tokens.dist.json      ModelParallel (2,4)  int32 ids, Embedding
+                                                             rows (vocabulary) split
+    int_tokens_dim  int_tokens     int_tokens_dim.dist.json  ModelParallel (2,4)  Embedding columns split
+    int_tokens_dp   int_tokens     int_tokens_dp.dist.json   DataParallel (8,)
+    per_token       per_token      per_token.dist.json       ModelParallel (2,4)  a class per token, the
+                                                             logits' class dim split
+    per_token_dp    per_token      per_token_dp.dist.json    DataParallel (8,)
+    shared_dense    shared_dense   shared_dense.dist.json    ModelParallel (2,4)  one Dense called twice
+    shared_dense_dp shared_dense   shared_dense_dp.dist.json DataParallel (8,)
 
 The models are the Python builders of make_models.py with every Dropout rate
 set to 0 before anything runs (Keras's and kdcc's dropout RNGs differ), so
@@ -30,7 +43,10 @@ first, so each returned loss is that step's own loss, not a running mean.
 Written under OUT/<model>/ (the cases of one model share model and data):
 
     model.keras       the model with its initial weights (before any step)
-    x.npy, y.npy      the samples, in training order
+    x.npy, y.npy      the samples, in training order; a model with several
+                      inputs has x0.npy, x1.npy, ... (model.inputs order), one
+                      with several outputs y0.npy, y1.npy, ... (model.outputs
+                      order); int inputs and class-id labels are int32
     final.npz         the trained weights, one array per model.weights.h5
                       path (layers/dense/vars/0, ...; optimizer state left
                       out), deflated
@@ -41,7 +57,24 @@ Written under OUT/<model>/ (the cases of one model share model and data):
                       command line kdcc's program needs, and which final.npz
                       holds the case's weights (the second seed_mlp case uses
                       the first one's when they agree within 2e-5: the math
-                      is the same, only the layout differs)
+                      is the same, only the layout differs), and:
+                        inputs   [{name (the InputLayer's), shape (per sample),
+                                 dtype, file}] in model.inputs order
+                        outputs  [{name (the output layer's), shape, loss,
+                                 loss_weight, labels_file, labels_shape,
+                                 labels_dtype}] in model.outputs order
+                        x_files, y_files   the data files, in that order
+                        step_logs {log: [every step]}: every log
+                                 train_on_batch returned ("loss", the
+                                 weighted total; "<output>_loss" per output
+                                 when there are several; "accuracy" or
+                                 "<output>_accuracy")
+                        epoch_logs {log: [mean per epoch]}, what History has
+                        kdcc_args, program_args   kdcc's and the training
+                                 program's arguments (files relative to the
+                                 case's folder): one --x per input, one --y per
+                                 output, in order; program_args_named: the same
+                                 as --x NAME=FILE / --y NAME=FILE
 """
 
 import os
