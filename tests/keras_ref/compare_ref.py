@@ -10,6 +10,12 @@ Checked, all within RTOL:
   - every train step's loss (history step_loss vs Keras's train_on_batch),
     relative to Keras's value;
   - each epoch's mean loss and the evaluate loss, likewise;
+  - every other log Keras recorded (per-output losses "<output>_loss",
+    metrics "accuracy", "<output>_accuracy", ...) that the history holds
+    too: per step (history "step_logs": {name: [...]}, or "step_<name>"),
+    per epoch (history "<name>": [...]) and in "evaluate"; losses relative
+    to Keras's value, metrics within RTOL * max(1, |Keras|). Logs the
+    history lacks are named, not failed;
   - every final weight: |kdcc - keras| <= RTOL * max|keras tensor|, per
     tensor (the tensor's scale: an elementwise ratio means nothing for
     weights that cross zero), matched by their model.weights.h5 path.
@@ -100,6 +106,56 @@ def main():
         if d > rtol:
             bad.append(f"{path}: max |kdcc - keras| = {d:.2e} of max |keras|")
 
+    # every other log (several outputs: "<output>_loss"; metrics), where the
+    # history has it
+    worst_log, unchecked = 0.0, []
+
+    def log_diff(key, a, b):
+        return rel(a, b) if key.endswith("loss") else abs(a - b) / max(abs(b), 1.0)
+
+    def compare_list(key, what, got_l, want_l):
+        nonlocal worst_log
+        if len(got_l) != len(want_l):
+            bad.append(f"{what} {key} has {len(got_l)} entries, Keras {len(want_l)}")
+            return
+        for i, (a, b) in enumerate(zip(got_l, want_l)):
+            if a is None:
+                bad.append(f"{what} {key}[{i}] is null, Keras {b!r}")
+                return
+            d = log_diff(key, a, b)
+            worst_log = max(worst_log, d)
+            if d > rtol:
+                bad.append(f"{what} {i + 1}: {key} {a!r}, Keras {b!r}")
+                return
+
+    hist_steps = hist.get("step_logs", {})
+    for key, want_l in ref.get("step_logs", {}).items():
+        if key == "loss":
+            continue
+        got_l = hist_steps.get(key, hist.get("step_" + key))
+        if got_l is None:
+            unchecked.append(f"step {key}")
+        else:
+            compare_list(key, "step", got_l, want_l)
+    for key, want_l in ref.get("epoch_logs", {}).items():
+        if key == "loss":
+            continue
+        if isinstance(hist.get(key), list):
+            compare_list(key, "epoch", hist[key], want_l)
+        else:
+            unchecked.append(f"epoch {key}")
+    for key, b in ref["evaluate"].items():
+        if key == "loss":
+            continue
+        a = hist.get("evaluate", {}).get(key)
+        if a is None:
+            unchecked.append(f"evaluate {key}")
+            continue
+        d = log_diff(key, a, b)
+        worst_log = max(worst_log, d)
+        if d > rtol:
+            bad.append(f"evaluate {key} {a!r}, Keras {b!r}")
+
     metric = ref.get("metric")
     note = ""
     if metric and metric in hist.get("evaluate", {}):
@@ -107,8 +163,11 @@ def main():
                 f"(Keras {ref['evaluate'][metric]:.4f})")
     print(f"  {name}: worst relative difference: step losses {worst_step:.2e}, "
           f"epoch/evaluate losses {worst_epoch:.2e}, final weights {worst_w:.2e}"
+          f"{f', other logs {worst_log:.2e}' if len(ref.get('step_logs', {})) > 1 else ''}"
           f"{f' ({worst_path})' if worst_path else ''}{note} "
           f"({'ok' if not bad else 'DIFFERS'})")
+    if unchecked:
+        print(f"    not in the history, not checked: {', '.join(unchecked)}")
     for b in bad:
         print(f"    {b}")
     return 1 if bad else 0

@@ -9,6 +9,11 @@ Usage (from the repository root):
 
 Needs the packages pinned in tests/keras_ref/requirements.txt (CPU is enough).
 
+Models with several inputs (wide_deep, shared_dense), several outputs with a
+loss each (two_heads), int32 token inputs with an Embedding (int_tokens,
+per_token: one class per token) and a shared layer (shared_dense) describe
+their data as "inputs"/"outputs" (see fake_data) instead of "x"/"labels".
+
 Everything is written by real Keras 3 (JAX backend):
 
   models/<name>.json       the config.json a .keras archive holds (includes
@@ -168,7 +173,75 @@ def wide_mlp():
     return model
 
 
+def wide_deep():
+    # Two float inputs; model.inputs order is [wide, deep].
+    wide = keras.Input((8,), name="wide")
+    deep = keras.Input((16,), name="deep")
+    d = layers.Dense(16, activation="relu", name="deep_1")(deep)
+    cat = layers.Concatenate(name="cat")([wide, d])
+    out = layers.Dense(4, activation="softmax", name="out")(cat)
+    model = keras.Model([wide, deep], out, name="wide_deep")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(1e-3), metrics=["accuracy"])
+    return model
+
+
+def two_heads():
+    # One input, two outputs with a loss each (total = 1.0*a + 0.5*b).
+    x = keras.Input((12,), name="x")
+    t = layers.Dense(16, activation="relu", name="trunk")(x)
+    a = layers.Dense(3, activation="softmax", name="head_a")(t)
+    b = layers.Dense(1, name="head_b")(t)
+    model = keras.Model(x, [a, b], name="two_heads")
+    model.compile(
+        loss={"head_a": "sparse_categorical_crossentropy", "head_b": "mse"},
+        loss_weights={"head_a": 1.0, "head_b": 0.5},
+        metrics={"head_a": ["accuracy"]},
+        optimizer=keras.optimizers.SGD(0.05),
+    )
+    return model
+
+
+def int_tokens():
+    # int32 token ids -> Embedding -> Flatten -> classifier.
+    x = keras.Input((6,), dtype="int32", name="tokens")
+    e = layers.Embedding(32, 8, name="emb")(x)
+    f = layers.Flatten(name="flatten")(e)
+    out = layers.Dense(4, activation="softmax", name="out")(f)
+    model = keras.Model(x, out, name="int_tokens")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
+def per_token():
+    # A tiny language-model head: one class id per token, logits [B, 8, 32].
+    x = keras.Input((8,), dtype="int32", name="tokens")
+    e = layers.Embedding(32, 16, name="emb")(x)
+    h = layers.Dense(16, activation="relu", name="hidden")(e)
+    out = layers.Dense(32, name="logits")(h)
+    model = keras.Model(x, out, name="per_token")
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
+def shared_dense():
+    # One Dense layer called on two inputs (its weights are used twice).
+    a = keras.Input((10,), name="a")
+    b = keras.Input((10,), name="b")
+    shared = layers.Dense(8, activation="relu", name="shared")
+    s = layers.Add(name="add")([shared(a), shared(b)])
+    out = layers.Dense(1, name="out")(s)
+    model = keras.Model([a, b], out, name="shared_dense")
+    model.compile(loss="mse", optimizer=keras.optimizers.SGD(0.05))
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
+DP_8 = {"distribution": "DataParallel",
+        "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
 
 # name -> (builder, json written?, label kind, {dist file stem: spec})
 MODELS = {
@@ -271,6 +344,108 @@ MODELS = {
                     "down/kernel": ["model", None],
                 },
             },
+        },
+    ),
+    # Models with several inputs, several outputs, int inputs. "inputs":
+    # (name, shape, "float" | vocabulary size for int32 ids), in model.inputs
+    # order; "outputs": one label kind per output with a loss, in
+    # model.outputs order (see fake_data).
+    "wide_deep": dict(
+        build=wide_deep, inputs=[("wide", (8,), "float"),
+                                 ("deep", (16,), "float")],
+        outputs=["sparse4"],
+        dists={
+            "wide_deep": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "deep_1/kernel": [None, "model"],
+                    "deep_1/bias": ["model"],
+                    # (24, 4): the concatenated [wide, deep_1] rows split
+                    "out/kernel": ["model", None],
+                },
+            },
+            "wide_deep_dp": DP_8,
+        },
+    ),
+    "two_heads": dict(
+        build=two_heads, inputs=[("x", (12,), "float")],
+        outputs=["sparse3", "dense1"],
+        dists={
+            "two_heads": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "trunk/kernel": [None, "model"],
+                    "trunk/bias": ["model"],
+                    "head_(a|b)/kernel": ["model", None],
+                },
+            },
+            "two_heads_dp": DP_8,
+        },
+    ),
+    "int_tokens": dict(
+        build=int_tokens, inputs=[("tokens", (6,), 32)],
+        outputs=["sparse4"],
+        dists={
+            # vocabulary rows split over 'model'
+            "int_tokens": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "emb/embeddings": ["model", None],
+                    "out/kernel": ["model", None],
+                },
+            },
+            # embedding columns split over 'model'
+            "int_tokens_dim": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "emb/embeddings": [None, "model"],
+                },
+            },
+            "int_tokens_dp": DP_8,
+        },
+    ),
+    "per_token": dict(
+        build=per_token, inputs=[("tokens", (8,), 32)],
+        outputs=["sparse32x8"],
+        dists={
+            # the logits' class dimension (32) split over 'model'
+            "per_token": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "hidden/kernel": [None, "model"],
+                    "hidden/bias": ["model"],
+                    "logits/kernel": [None, "model"],
+                    "logits/bias": ["model"],
+                },
+            },
+            "per_token_dp": DP_8,
+        },
+    ),
+    "shared_dense": dict(
+        build=shared_dense, inputs=[("a", (10,), "float"),
+                                    ("b", (10,), "float")],
+        outputs=["dense1"],
+        dists={
+            "shared_dense": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "shared/kernel": [None, "model"],
+                    "shared/bias": ["model"],
+                },
+            },
+            "shared_dense_dp": DP_8,
         },
     ),
     "wide_mlp": dict(
@@ -382,17 +557,43 @@ def spec_of(array):
 
 
 def fake_data(entry, n=16):
+    """(x, y) for a single-input, single-output entry ("x", "labels"): the
+    arrays; for an entry with "inputs"/"outputs": lists of arrays, one per
+    model input and one per output with a loss, in model order. One
+    default_rng(0) stream: the inputs first, then the labels."""
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(n,) + entry["x"]).astype("float32")
-    kind = entry["labels"]
-    if kind == "dense10":
-        y = rng.normal(size=(n, 10)).astype("float32")
-    elif kind.startswith("onehot"):
-        k = int(kind[len("onehot"):])
-        y = np.eye(k, dtype="float32")[rng.integers(0, k, n)]
-    else:
-        y = rng.integers(0, 10, n).astype("int32")
-    return x, y
+    if "inputs" not in entry:
+        x = rng.normal(size=(n,) + entry["x"]).astype("float32")
+        kind = entry["labels"]
+        if kind == "dense10":
+            y = rng.normal(size=(n, 10)).astype("float32")
+        elif kind.startswith("onehot"):
+            k = int(kind[len("onehot"):])
+            y = np.eye(k, dtype="float32")[rng.integers(0, k, n)]
+        else:
+            y = rng.integers(0, 10, n).astype("int32")
+        return x, y
+    xs, ys = [], []
+    for _name, shape, kind in entry["inputs"]:
+        if kind == "float":
+            xs.append(rng.normal(size=(n,) + shape).astype("float32"))
+        else:  # int32 ids in [0, vocabulary)
+            xs.append(rng.integers(0, kind, (n,) + shape).astype("int32"))
+    for kind in entry["outputs"]:
+        if kind.startswith("dense"):  # float targets (n, k)
+            ys.append(rng.normal(size=(n, int(kind[5:]))).astype("float32"))
+        else:  # "sparseK": class ids (n,); "sparseKxT": (n, T)
+            k, _, t = kind[len("sparse"):].partition("x")
+            shape = (n, int(t)) if t else (n,)
+            ys.append(rng.integers(0, int(k), shape).astype("int32"))
+    return xs, ys
+
+
+def input_shapes(entry):
+    """Per-sample shape of each model input."""
+    if "inputs" not in entry:
+        return [entry["x"]]
+    return [shape for _name, shape, _kind in entry["inputs"]]
 
 
 def verify(name, entry, dist_name, spec, config, archive_path, mode):
@@ -425,6 +626,10 @@ def verify(name, entry, dist_name, spec, config, archive_path, mode):
             model = keras.saving.deserialize_keras_object(config)
             result["loaded_from"] = "json (deserialize_keras_object)"
         x, y = fake_data(entry)
+        if isinstance(x, list) and len(x) == 1:
+            x = x[0]
+        if isinstance(y, list) and len(y) == 1:
+            y = y[0]
         model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
         result["fit"] = "ok (1 epoch, 16 samples, batch 8)"
         result["variables"] = [
@@ -435,8 +640,8 @@ def verify(name, entry, dist_name, spec, config, archive_path, mode):
             {"path": v.path, "shape": list(v.shape), "layout": spec_of(v.value)}
             for v in model.optimizer.variables
         ]
-        dl = distribution.get_data_layout((16,) + entry["x"])
-        result["data_layout"] = list(dl.axes)
+        result["data_layout"] = list(
+            distribution.get_data_layout((16,) + input_shapes(entry)[0]).axes)
         result["output_queries"] = queried
     except Exception as e:  # noqa: BLE001 - record the real Keras/JAX error
         result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
@@ -535,6 +740,27 @@ def write_readme(pairs, versions):
         "even for layers named `a`, `b`, `d1`; `vars/0` = kernel, `vars/1` = "
         "bias. `optimizer/vars/0,1` (iteration, learning rate) are present; "
         "the root group `vars` has attribute `name` = model name.",
+        "- Several inputs (wide_deep, shared_dense): `config.input_layers` is "
+        "a list of triples in `model.inputs` order (`[[\"wide\", 0, 0], "
+        "[\"deep\", 0, 0]]`); a single output stays a flat triple. Several "
+        "outputs (two_heads): `output_layers` `[[\"head_a\", 0, 0], "
+        "[\"head_b\", 0, 0]]`, and `compile_config` has dicts keyed by "
+        "output layer name: `loss` `{\"head_a\": "
+        "\"sparse_categorical_crossentropy\", \"head_b\": \"mse\"}`, "
+        "`loss_weights` `{\"head_a\": 1.0, \"head_b\": 0.5}`, `metrics` "
+        "`{\"head_a\": [\"accuracy\"]}`. Keras's total loss is "
+        "`sum(loss_weight * output loss)`; History/`train_on_batch` log "
+        "`loss` (the total), `head_a_loss`, `head_b_loss` (unweighted) and "
+        "`head_a_accuracy`.",
+        "- int inputs (int_tokens, per_token): the InputLayer's `dtype` is "
+        "`\"int32\"`. `Embedding` has `input_dim`, `output_dim`, "
+        "`embeddings_initializer` (RandomUniform -0.05..0.05), `mask_zero` "
+        "false; its variable is `emb/embeddings` (input_dim, output_dim), "
+        "`layers/embedding/vars/0` in the weights file.",
+        "- A shared layer (shared_dense: one Dense called on two inputs) has "
+        "two `inbound_nodes`; its second call's output is "
+        "`keras_history` `[\"shared\", 1, 0]` (node index 1). Its "
+        "variables exist once.",
         "- wide_mlp.keras is only written with `--large` (about 59 MB).",
         "",
     ])

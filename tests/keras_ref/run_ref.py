@@ -18,6 +18,19 @@ Cases (model, distribution spec from models/):
     func_branches   func_branches  func_branches.dist.json   ModelParallel (2,4)
     cnn             cnn            cnn.dist.json             ModelParallel (2,4)
     megatron        megatron       megatron.dist.json        ModelParallel (2,4)
+    wide_deep       wide_deep      wide_deep.dist.json       ModelParallel (2,4)  2 float inputs
+    wide_deep_dp    wide_deep      wide_deep_dp.dist.json    DataParallel (8,)
+    two_heads       two_heads      two_heads.dist.json       ModelParallel (2,4)  2 outputs, 2 losses
+    two_heads_dp    two_heads      two_heads_dp.dist.json    DataParallel (8,)
+    int_tokens      int_tokens     int_tokens.dist.json      ModelParallel (2,4)  int32 ids, Embedding
+                                                             rows (vocabulary) split
+    int_tokens_dim  int_tokens     int_tokens_dim.dist.json  ModelParallel (2,4)  Embedding columns split
+    int_tokens_dp   int_tokens     int_tokens_dp.dist.json   DataParallel (8,)
+    per_token       per_token      per_token.dist.json       ModelParallel (2,4)  a class per token, the
+                                                             logits' class dim split
+    per_token_dp    per_token      per_token_dp.dist.json    DataParallel (8,)
+    shared_dense    shared_dense   shared_dense.dist.json    ModelParallel (2,4)  one Dense called twice
+    shared_dense_dp shared_dense   shared_dense_dp.dist.json DataParallel (8,)
 
 The models are the Python builders of make_models.py with every Dropout rate
 set to 0 before anything runs (Keras's and kdcc's dropout RNGs differ), so
@@ -30,7 +43,10 @@ first, so each returned loss is that step's own loss, not a running mean.
 Written under OUT/<model>/ (the cases of one model share model and data):
 
     model.keras       the model with its initial weights (before any step)
-    x.npy, y.npy      the samples, in training order
+    x.npy, y.npy      the samples, in training order; a model with several
+                      inputs has x0.npy, x1.npy, ... (model.inputs order), one
+                      with several outputs y0.npy, y1.npy, ... (model.outputs
+                      order); int inputs and class-id labels are int32
     final.npz         the trained weights, one array per model.weights.h5
                       path (layers/dense/vars/0, ...; optimizer state left
                       out), deflated
@@ -41,7 +57,24 @@ Written under OUT/<model>/ (the cases of one model share model and data):
                       command line kdcc's program needs, and which final.npz
                       holds the case's weights (the second seed_mlp case uses
                       the first one's when they agree within 2e-5: the math
-                      is the same, only the layout differs)
+                      is the same, only the layout differs), and:
+                        inputs   [{name (the InputLayer's), shape (per sample),
+                                 dtype, file}] in model.inputs order
+                        outputs  [{name (the output layer's), shape, loss,
+                                 loss_weight, labels_file, labels_shape,
+                                 labels_dtype}] in model.outputs order
+                        x_files, y_files   the data files, in that order
+                        step_logs {log: [every step]}: every log
+                                 train_on_batch returned ("loss", the
+                                 weighted total; "<output>_loss" per output
+                                 when there are several; "accuracy" or
+                                 "<output>_accuracy")
+                        epoch_logs {log: [mean per epoch]}, what History has
+                        kdcc_args, program_args   kdcc's and the training
+                                 program's arguments (files relative to the
+                                 case's folder): one --x per input, one --y per
+                                 output, in order; program_args_named: the same
+                                 as --x NAME=FILE / --y NAME=FILE
 """
 
 import os
@@ -76,6 +109,11 @@ DATA = {
     "func_branches": (64, 2),
     "cnn": (16, 8),
     "megatron": (64, 2),
+    "wide_deep": (64, 2),
+    "two_heads": (64, 2),
+    "int_tokens": (64, 2),
+    "per_token": (64, 2),
+    "shared_dense": (64, 2),
 }
 
 # case -> (model, dist spec stem in models/)
@@ -85,13 +123,77 @@ CASES = {
     "func_branches": ("func_branches", "func_branches"),
     "cnn": ("cnn", "cnn"),
     "megatron": ("megatron", "megatron"),
+    "wide_deep": ("wide_deep", "wide_deep"),
+    "wide_deep_dp": ("wide_deep", "wide_deep_dp"),
+    "two_heads": ("two_heads", "two_heads"),
+    "two_heads_dp": ("two_heads", "two_heads_dp"),
+    "int_tokens": ("int_tokens", "int_tokens"),
+    "int_tokens_dim": ("int_tokens", "int_tokens_dim"),
+    "int_tokens_dp": ("int_tokens", "int_tokens_dp"),
+    "per_token": ("per_token", "per_token"),
+    "per_token_dp": ("per_token", "per_token_dp"),
+    "shared_dense": ("shared_dense", "shared_dense"),
+    "shared_dense_dp": ("shared_dense", "shared_dense_dp"),
 }
 
 
 def make_data(model_name, n):
-    entry = mm.MODELS[model_name]
-    x, y = mm.fake_data(entry, n)  # rng seed 0, normal x, labels of the model's kind
-    return x, y
+    """([x per model input], [y per output with a loss], x files, y files):
+    rng seed 0, float inputs normal, int inputs ids in [0, vocabulary),
+    labels of each output's kind. One input (output): x.npy (y.npy); several:
+    x0.npy, x1.npy, ... (y0.npy, ...) in model.inputs (model.outputs) order."""
+    x, y = mm.fake_data(mm.MODELS[model_name], n)
+    xs = x if isinstance(x, list) else [x]
+    ys = y if isinstance(y, list) else [y]
+    xf = ["x.npy"] if len(xs) == 1 else [f"x{i}.npy" for i in range(len(xs))]
+    yf = ["y.npy"] if len(ys) == 1 else [f"y{i}.npy" for i in range(len(ys))]
+    return xs, ys, xf, yf
+
+
+def one_or_list(arrays, sl=slice(None)):
+    """What Keras takes for one input (output): the array; for several: the
+    list, in model order."""
+    if len(arrays) == 1:
+        return arrays[0][sl]
+    return [a[sl] for a in arrays]
+
+
+def loss_name(loss):
+    """A compile_config loss (string or envelope) as one string."""
+    if isinstance(loss, str) or loss is None:
+        return loss
+    cfg = loss.get("config", {})
+    extra = ", from_logits=True" if cfg.get("from_logits") else ""
+    return f"{loss['class_name']}({cfg.get('name', '')}{extra})"
+
+
+def io_description(model, xs, ys, xf, yf):
+    """The case JSON's "inputs" and "outputs": names (InputLayer / output
+    layer), per-sample shapes, dtypes, files, and each output's loss and
+    loss weight as compiled."""
+    in_names = [t._keras_history[0].name for t in model.inputs]
+    out_names = [t._keras_history[0].name for t in model.outputs]
+    assert len(in_names) == len(xs) and len(out_names) == len(ys), (in_names, out_names)
+    cc = model.get_compile_config()  # serialized: strings or envelopes
+    loss, weights = cc["loss"], cc.get("loss_weights")
+    inputs = [{"name": nm, "shape": list(a.shape[1:]), "dtype": str(a.dtype), "file": f}
+              for nm, a, f in zip(in_names, xs, xf)]
+    outputs = []
+    for i, (nm, a, f) in enumerate(zip(out_names, ys, yf)):
+        lo = loss.get(nm) if isinstance(loss, dict) else (
+            loss[i] if isinstance(loss, list) else loss)
+        w = weights.get(nm) if isinstance(weights, dict) else (
+            weights[i] if isinstance(weights, list) else None)
+        outputs.append({
+            "name": nm,
+            "shape": list(model.outputs[i].shape[1:]),
+            "loss": loss_name(lo),
+            "loss_weight": 1.0 if w is None else float(w),
+            "labels_file": f,
+            "labels_shape": list(a.shape[1:]),
+            "labels_dtype": str(a.dtype),
+        })
+    return inputs, outputs
 
 
 def zero_dropout(model):
@@ -142,6 +244,19 @@ def train_step_hlo(model, x, y):
     return f.lower(state, data).compile().as_text()
 
 
+def program_args(xf, yf, in_names, out_names, epochs):
+    """The training program's arguments for a case (files relative to the
+    case's folder): one --x per model input and one --y per output with a
+    loss, in model order, or NAME=FILE with the InputLayer / output layer
+    names."""
+    args = []
+    for flag, files, names in (("--x", xf, in_names), ("--y", yf, out_names)):
+        for i, f in enumerate(files):
+            args += [flag, f if names is None else f"{names[i]}={f}"]
+    return args + ["--epochs", str(epochs), "--batch-size", str(BATCH), "--no-shuffle",
+                   "--weights", "model.keras"]
+
+
 def run_case(case, out, hlo):
     model_name, dist_name = CASES[case]
     n, epochs = DATA[model_name]
@@ -156,13 +271,14 @@ def run_case(case, out, hlo):
     try:
         model = mm.MODELS[model_name]["build"]()
         zero_dropout(model)
-        x, y = make_data(model_name, n)
+        xs, ys, xf, yf = make_data(model_name, n)
+        inputs, outputs = io_description(model, xs, ys, xf, yf)
         # The model is built (Input given); save its initial weights.
         keras_path = os.path.join(mdir, "model.keras")
         if not os.path.exists(keras_path):
             mm.save_archive(model, keras_path, True)
-            np.save(os.path.join(mdir, "x.npy"), x)
-            np.save(os.path.join(mdir, "y.npy"), y)
+            for a, f in zip(xs + ys, xf + yf):
+                np.save(os.path.join(mdir, f), a)
         else:  # a second case of the model: same initial weights, same data
             with tempfile.TemporaryDirectory() as d:
                 mm.save_archive(model, os.path.join(d, "m.keras"), True)
@@ -171,27 +287,38 @@ def run_case(case, out, hlo):
             assert mine.keys() == theirs.keys(), (mine.keys(), theirs.keys())
             for k in mine:
                 assert np.array_equal(mine[k], theirs[k]), f"{case}: initial {k} differs"
-            assert np.array_equal(np.load(os.path.join(mdir, "x.npy")), x)
+            for a, f in zip(xs + ys, xf + yf):
+                assert np.array_equal(np.load(os.path.join(mdir, f)), a), f"{case}: {f} differs"
 
         metric = None
         step_loss, step_metric = [], []
+        step_logs = {}
         for _ in range(epochs):
             for s in range(n // BATCH):
                 sl = slice(s * BATCH, (s + 1) * BATCH)
-                logs = model.train_on_batch(x[sl], y[sl], return_dict=True)
+                logs = model.train_on_batch(one_or_list(xs, sl), one_or_list(ys, sl),
+                                            return_dict=True)
                 step_loss.append(float(logs["loss"]))
-                others = [k for k in logs if k != "loss"]
+                for k, v in logs.items():
+                    step_logs.setdefault(k, []).append(float(v))
+                # The metric: the first log that is no loss (per-output
+                # losses are "<output>_loss").
+                others = [k for k in logs if k != "loss" and not k.endswith("_loss")]
                 if others:
                     metric = others[0]
                     step_metric.append(float(logs[metric]))
         if hlo:  # the optimizer is built now
-            text = train_step_hlo(model, x[:BATCH], y[:BATCH])
+            text = train_step_hlo(model, one_or_list(xs, slice(0, BATCH)),
+                                  one_or_list(ys, slice(0, BATCH)))
             with open(os.path.join(out, case + ".hlo.txt"), "w") as f:
                 f.write(text)
         spe = n // BATCH
         epoch_loss = [float(np.mean(step_loss[e * spe:(e + 1) * spe]))
                       for e in range(epochs)]
-        ev = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
+        epoch_logs = {k: [float(np.mean(v[e * spe:(e + 1) * spe])) for e in range(epochs)]
+                      for k, v in step_logs.items()}
+        ev = model.evaluate(one_or_list(xs), one_or_list(ys), batch_size=BATCH, verbose=0,
+                            return_dict=True)
         ev = {k: float(v) for k, v in ev.items()}
 
         with tempfile.TemporaryDirectory() as d:
@@ -237,6 +364,17 @@ def run_case(case, out, hlo):
         "epoch_loss": epoch_loss,
         "evaluate": ev,
         "final_weights": final_name,
+        "inputs": inputs,
+        "outputs": outputs,
+        "x_files": xf,
+        "y_files": yf,
+        "step_logs": step_logs,
+        "epoch_logs": epoch_logs,
+        "kdcc_args": ["model.keras", "--distribution", case + ".dist.json",
+                      "--batch-size", str(BATCH)],
+        "program_args": program_args(xf, yf, None, None, epochs),
+        "program_args_named": program_args(xf, yf, [i["name"] for i in inputs],
+                                           [o["name"] for o in outputs], epochs),
     }
     if note:
         ref["final_weights_note"] = note
@@ -249,10 +387,11 @@ def run_case(case, out, hlo):
     return ref
 
 
-def check(out, ref_dir, rtol):
+def check(out, ref_dir, rtol, cases):
     """Compare a fresh run (out) with the committed fixtures (ref_dir)."""
     bad = 0
-    for case, (model_name, _) in CASES.items():
+    for case in cases:
+        model_name = CASES[case][0]
         a_dir, b_dir = os.path.join(out, model_name), os.path.join(ref_dir, model_name)
         a = json.load(open(os.path.join(a_dir, case + ".json")))
         b = json.load(open(os.path.join(b_dir, case + ".json")))
@@ -266,6 +405,14 @@ def check(out, ref_dir, rtol):
                 worst = max(worst, abs(u - v) / max(abs(v), 1e-12))
         for k, v in b["evaluate"].items():
             worst = max(worst, abs(a["evaluate"][k] - v) / max(abs(v), 1e-12))
+        for k, vb in b.get("step_logs", {}).items():  # every log of every step
+            va = a.get("step_logs", {}).get(k)
+            if va is None or len(va) != len(vb):
+                print(f"{case}: step_logs[{k!r}] missing or of another length")
+                bad = 1
+                continue
+            for u, v in zip(va, vb):
+                worst = max(worst, abs(u - v) / max(abs(v), 1e-12))
         fa = dict(np.load(os.path.join(a_dir, a["final_weights"])))
         fb = dict(np.load(os.path.join(b_dir, b["final_weights"])))
         if fa.keys() != fb.keys():
@@ -278,7 +425,7 @@ def check(out, ref_dir, rtol):
         same_init = ia.keys() == ib.keys() and all(np.array_equal(ia[k], ib[k]) for k in ib)
         same_data = all(np.array_equal(np.load(os.path.join(a_dir, f)),
                                        np.load(os.path.join(b_dir, f)))
-                        for f in ("x.npy", "y.npy"))
+                        for f in b.get("x_files", ["x.npy"]) + b.get("y_files", ["y.npy"]))
         ok = worst <= rtol and same_init and same_data
         print(f"{case}: worst relative difference {worst:.2e}, initial weights "
               f"{'equal' if same_init else 'DIFFER'}, data {'equal' if same_data else 'DIFFERS'}"
@@ -307,7 +454,7 @@ def main():
     for case in args.cases:
         run_case(case, args.out, args.hlo)
     if args.check:
-        return check(args.out, args.check, args.rtol)
+        return check(args.out, args.check, args.rtol, args.cases)
     return 0
 
 

@@ -6,7 +6,10 @@
 # same batches in the same order, and compared with what Keras did: every
 # step's loss, each epoch's and evaluate's loss, and every final weight,
 # within 1e-4 relative (tests/keras_ref/compare_ref.py, standard library
-# only: the final weights are read back from --save-weights).
+# only: the final weights are read back from --save-weights). A case's
+# --x/--y files come from its JSON (x_files, y_files: one --x per model
+# input, one --y per output with a loss, in model order); cases written
+# before those fields existed have x.npy and y.npy.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -16,6 +19,11 @@ out=build/tests/keras_ref
 mkdir -p $out
 fail=0
 probe=""
+# Models whose features kdcc does not compile yet (several inputs or outputs,
+# int32 inputs, a shared layer): a compile error on their cases is reported
+# as SKIPPED, not a failure. Once kdcc compiles a case it is checked like any
+# other; take a model off this list when kdcc supports it.
+PENDING=" wide_deep two_heads int_tokens per_token shared_dense "
 
 for ref in $fix/*/*.json; do
   case $ref in *.dist.json) continue ;; esac
@@ -25,8 +33,24 @@ for ref in $fix/*/*.json; do
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(r["devices"], r["epochs"], r["batch_size"])' "$ref")
+  mapfile -t data_args < <(python3 -c '
+import json, os, sys
+r = json.load(open(sys.argv[1]))
+for flag, key, one in (("--x", "x_files", "x.npy"), ("--y", "y_files", "y.npy")):
+    for f in r.get(key, [one]):
+        print(flag)
+        print(os.path.join(sys.argv[2], f))' "$ref" "$dir")
   exe=$out/$name
-  ./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" --batch-size "$batch" -w -o "$exe"
+  model=$(basename "$dir")
+  if [[ $PENDING == *" $model "* ]]; then
+    if ! err=$(./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" --batch-size "$batch" \
+               -w -o "$exe" 2>&1); then
+      echo "  $name: SKIPPED: kdcc does not compile it yet: $(tail -n 1 <<<"$err")"
+      continue
+    fi
+  else
+    ./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" --batch-size "$batch" -w -o "$exe"
+  fi
   if [ -z "$probe" ]; then
     # Initial weights must come from the fixture's .keras (kdcc's own
     # initializers draw other numbers than Keras's): nothing to compare
@@ -39,7 +63,7 @@ print(r["devices"], r["epochs"], r["batch_size"])' "$ref")
     fi
   fi
   rm -f "$out/$name.history.json" "$out/$name.weights.h5"
-  timeout 300 mpirun -np "$devices" --oversubscribe "$exe" --x "$dir/x.npy" --y "$dir/y.npy" \
+  timeout 300 mpirun -np "$devices" --oversubscribe "$exe" "${data_args[@]}" \
     --epochs "$epochs" --batch-size "$batch" --no-shuffle --weights "$dir/model.keras" \
     --save-weights "$out/$name.weights.h5" --history "$out/$name.history.json" --quiet
   python3 tests/keras_ref/compare_ref.py $RTOL "$ref" "$out/$name.history.json" \
