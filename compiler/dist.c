@@ -27,7 +27,7 @@
 Place place_replicated(void) {
   Place p;
   memset(p.axis, -1, sizeof p.axis);
-  p.partial = 0;
+  p.partial = p.pmax = 0;
   return p;
 }
 

@@ -452,57 +452,101 @@ static Node *build_embedding(Graph *g, Layer *l, Node *ids) {
   return y;
 }
 
+static Node *build_input(Graph *g, Layer *l, Node *unused) {
+  Shape s = {.rank = l->in_rank + 1};
+  s.d[0] = g->batch;
+  for (int i = 0; i < l->in_rank; i++) s.d[i + 1] = l->in_shape[i];
+  Node *x = new_node(g, OP_INPUT, 0, NULL);
+  x->shape = s;
+  x->dtype = l->in_int ? DT_I32 : DT_F32;
+  x->index = -1; // set from the model's input order below
+  return x;
+}
+
+static Node *build_activation(Graph *g, Layer *l, Node *x) {
+  return apply_act(g, x, parse_act(l, "activation"));
+}
+
+static Node *build_softmax(Graph *g, Layer *l, Node *x) {
+  int64_t axis = cfg_int(l, "axis", -1);
+  if (axis != -1 && axis != x->shape.rank - 1)
+    error_at(jloc_key(l->cfg, "axis"), "layer '%s': softmax over a dim other than the last "
+             "is not supported yet", l->name);
+  return apply_act(g, x, ACT_SOFTMAX);
+}
+
+static Node *build_flatten(Graph *g, Layer *l, Node *x) {
+  return new_node1(g, OP_RESHAPE, x,
+                   (Shape){2, {x->shape.d[0], shape_elems(&x->shape) / x->shape.d[0]}});
+}
+
+static Node *build_dropout(Graph *g, Layer *l, Node *x) {
+  double rate = cfg_num(l, "rate", 0);
+  if (rate < 0 || rate >= 1)
+    error_at(jloc_key(l->cfg, "rate"), "layer '%s': dropout rate must be in [0, 1)", l->name);
+  if (rate == 0) return x;
+  Node *n = new_node1(g, OP_DROPOUT, x, x->shape);
+  n->drop = (DropAttr){(float)rate, hash_str(l->path)};
+  return n;
+}
+
+static Node *build_rescaling(Graph *g, Layer *l, Node *x) {
+  Node *n = new_node1(g, OP_SCALE, x, x->shape);
+  n->aff = (AffAttr){(float)cfg_num(l, "scale", 1.0), (float)cfg_num(l, "offset", 0.0)};
+  return n;
+}
+
+static Node *build_add(Graph *g, Layer *l, Node *x) { return build_merge(g, l, false); }
+static Node *build_concat(Graph *g, Layer *l, Node *x) { return build_merge(g, l, true); }
+
+// The Keras layers kdcc builds: class name, how many inputs a call takes
+// (-1: two or more), and the builder that makes its ops from its first
+// input (merges read all of theirs). load.c accepts exactly these classes.
+typedef struct {
+  const char *cls;
+  int nin;
+  Node *(*build)(Graph *g, Layer *l, Node *x);
+} LayerDef;
+
+static const LayerDef layer_defs[] = {
+  {"InputLayer", 0, build_input},
+  {"Dense", 1, build_dense},
+  {"Embedding", 1, build_embedding},
+  {"Conv2D", 1, build_conv2d},
+  {"MaxPooling2D", 1, build_maxpool},
+  {"Activation", 1, build_activation},
+  {"Softmax", 1, build_softmax},
+  {"Flatten", 1, build_flatten},
+  {"Reshape", 1, build_reshape},
+  {"Permute", 1, build_permute},
+  {"Dropout", 1, build_dropout},
+  {"Rescaling", 1, build_rescaling},
+  {"GlobalAveragePooling1D", 1, build_gap1d},
+  {"Add", -1, build_add},
+  {"Multiply", -1, build_add},
+  {"Concatenate", -1, build_concat},
+};
+
+static const LayerDef *layer_def(const char *cls) {
+  for (size_t i = 0; i < sizeof layer_defs / sizeof *layer_defs; i++)
+    if (!strcmp(layer_defs[i].cls, cls)) return &layer_defs[i];
+  return NULL;
+}
+
+bool layer_known(const char *cls) { return layer_def(cls) != NULL; }
+bool layer_is_merge(const char *cls) {
+  const LayerDef *d = layer_def(cls);
+  return d && d->nin < 0;
+}
+
 static Node *build_layer(Graph *g, Layer *l) {
-  const char *c = l->cls;
-  if (!strcmp(c, "InputLayer")) {
-    Shape s = {.rank = l->in_rank + 1};
-    s.d[0] = g->batch;
-    for (int i = 0; i < l->in_rank; i++) s.d[i + 1] = l->in_shape[i];
-    Node *x = new_node(g, OP_INPUT, 0, NULL);
-    x->shape = s;
-    x->dtype = l->in_int ? DT_I32 : DT_F32;
-    x->index = -1; // set from the model's input order below
-    return x;
-  }
+  const LayerDef *def = layer_def(l->cls);
+  if (!def) error_at(l->loc, "layer '%s': unknown layer class '%s'", l->name, l->cls);
+  if (def->nin == 0) return def->build(g, l, NULL);
   if (l->nin == 0) error_at(l->loc, "layer '%s' has no input", l->name);
-  if (strcmp(c, "Add") && strcmp(c, "Concatenate") && strcmp(c, "Multiply") && l->nin != 1)
-    error_at(l->loc, "layer '%s': %s takes one input, got %d", l->name, c, l->nin);
-  Node *x = layer_input(l, 0);
-  if (!strcmp(c, "Dense")) return build_dense(g, l, x);
-  if (!strcmp(c, "Embedding")) return build_embedding(g, l, x);
-  if (!strcmp(c, "Conv2D")) return build_conv2d(g, l, x);
-  if (!strcmp(c, "MaxPooling2D")) return build_maxpool(g, l, x);
-  if (!strcmp(c, "Activation")) return apply_act(g, x, parse_act(l, "activation"));
-  if (!strcmp(c, "Softmax")) {
-    int64_t axis = cfg_int(l, "axis", -1);
-    if (axis != -1 && axis != x->shape.rank - 1)
-      error_at(jloc_key(l->cfg, "axis"), "layer '%s': softmax over a dim other than the last "
-               "is not supported yet", l->name);
-    return apply_act(g, x, ACT_SOFTMAX);
-  }
-  if (!strcmp(c, "Flatten"))
-    return new_node1(g, OP_RESHAPE, x,
-                     (Shape){2, {x->shape.d[0], shape_elems(&x->shape) / x->shape.d[0]}});
-  if (!strcmp(c, "Reshape")) return build_reshape(g, l, x);
-  if (!strcmp(c, "Dropout")) {
-    double rate = cfg_num(l, "rate", 0);
-    if (rate < 0 || rate >= 1)
-      error_at(jloc_key(l->cfg, "rate"), "layer '%s': dropout rate must be in [0, 1)", l->name);
-    if (rate == 0) return x;
-    Node *n = new_node1(g, OP_DROPOUT, x, x->shape);
-    n->drop = (DropAttr){(float)rate, hash_str(l->path)};
-    return n;
-  }
-  if (!strcmp(c, "Rescaling")) {
-    Node *n = new_node1(g, OP_SCALE, x, x->shape);
-    n->aff = (AffAttr){(float)cfg_num(l, "scale", 1.0), (float)cfg_num(l, "offset", 0.0)};
-    return n;
-  }
-  if (!strcmp(c, "Add") || !strcmp(c, "Multiply")) return build_merge(g, l, false);
-  if (!strcmp(c, "Permute")) return build_permute(g, l, x);
-  if (!strcmp(c, "GlobalAveragePooling1D")) return build_gap1d(g, l, x);
-  if (!strcmp(c, "Concatenate")) return build_merge(g, l, true);
-  error_at(l->loc, "layer '%s': unknown layer class '%s'", l->name, c);
+  if (def->nin > 0 && l->nin != def->nin)
+    error_at(l->loc, "layer '%s': %s takes one input, got %d", l->name, l->cls, l->nin);
+  return def->build(g, l, layer_input(l, 0));
 }
 
 // The loss, metric and label of output i (prediction p), and their logs.

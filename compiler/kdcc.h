@@ -452,6 +452,10 @@ uint64_t hash_str(const char *s);
 bool shape_eq(const Shape *a, const Shape *b);
 char *shape_str(const Shape *s);
 Graph *build_graph(Model *m, Dist *d, int batch);
+// The Keras layer classes build_graph knows (its table), and which of them
+// merge several inputs (Add, Concatenate, ...): load.c accepts these.
+bool layer_known(const char *cls);
+bool layer_is_merge(const char *cls);
 
 // ---------------------------------------------------------------- autodiff.c
 void build_backward(Graph *g);

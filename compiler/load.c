@@ -34,14 +34,9 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *supported_layers[] = {
-  "InputLayer", "Dense", "Activation", "Softmax", "Flatten", "Reshape", "Dropout",
-  "Conv2D", "MaxPooling2D", "Add", "Concatenate", "Rescaling", "Embedding", "Multiply",
-  "Permute", "GlobalAveragePooling1D",
-};
 
 static bool is_merge(const Layer *l) {
-  return !strcmp(l->cls, "Add") || !strcmp(l->cls, "Concatenate") || !strcmp(l->cls, "Multiply");
+  return layer_is_merge(l->cls);
 }
 
 static bool is_input(const Layer *l) {
@@ -184,10 +179,7 @@ static Layer *new_layer(Model *m, json_t *env) {
     l->name = get_str(l->cfg, "name");
   if (!l->name)
     error_at(jloc_key(l->cfg, "name"), "%s layer has no 'name'", l->cls);
-  bool known = false;
-  for (size_t i = 0; i < sizeof supported_layers / sizeof *supported_layers; i++)
-    known |= !strcmp(l->cls, supported_layers[i]);
-  if (!known)
+  if (!layer_known(l->cls))
     error_at(jloc_key(env, "class_name"), "unknown layer class '%s' (layer '%s')", l->cls,
              l->name);
   check_dtype(l);
