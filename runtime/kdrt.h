@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kdrt_defs.h" // the enums kdcc and both runtimes share
+
 #define KDRT_MAX_RANK 6
 #define KDRT_MAX_AXES 4
 
@@ -38,9 +40,34 @@ typedef struct {
 // ---------------------------------------------------------------- kdrt.c
 // The program description a generated file hands to kdrt_main.
 
-enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINARY };
-
 typedef struct kdrt_ctx kdrt_ctx;
+
+// One input of the model, or one label (the target of an output that has
+// a loss). A step receives x[i] / y[i] as this rank's rows, each sample
+// prod(shape) elements of dtype, contiguous.
+typedef struct {
+  const char *name;                  // Keras's name: the InputLayer's, or the output layer's
+  int dtype;                         // KDRT_F32, or KDRT_I32 (token ids)
+  int rank;                          // per-sample rank (batch dim excluded; 0: a scalar a sample)
+  int64_t shape[KDRT_MAX_RANK];      // per-sample shape
+  int label_kind;                    // labels: KDRT_LABEL_*, what a label file becomes; inputs: 0
+  int64_t num_classes;               // labels: classes (ONEHOT, CLASSID: ids in [0, num_classes));
+                                     // I32 inputs: ids are in [0, num_classes) (synthetic data
+                                     // draws them there; files are checked)
+} kdrt_io;
+
+// One output of the model, for `./train predict`.
+typedef struct {
+  const char *name;                  // the output layer's name
+  size_t offset;                     // arena offset of its local block after eval_step;
+                                     // SIZE_MAX: not one arena buffer (predict refuses)
+  kdrt_layout layout;                // [batch, ...] global shape and split
+} kdrt_output;
+
+// A step: this rank's rows of one global batch, x[i] for input i, y[j] for
+// label j; writes logs[k] for every log_names[k], each the global mean over
+// the batch, already reduced (identical on every rank).
+typedef void kdrt_step_fn(kdrt_ctx *c, const void *const *x, const void *const *y, float *logs);
 
 typedef struct {
   const char *model_name;            // for messages
@@ -49,35 +76,30 @@ typedef struct {
   const char *const *mesh_axes;      // [mesh_ndim] axis names
   int batch_axis;                    // mesh axis the batch dim is split over, -1: none
   int batch;                         // global batch size the program was compiled for
-  int x_rank;                        // rank of one input sample (batch dim excluded)
-  int64_t x_shape[KDRT_MAX_RANK];    // one input sample's shape
-  int y_rank;                        // rank of one label (batch dim excluded; 0 for class ids)
-  int64_t y_shape[KDRT_MAX_RANK];
-  int label_kind;                    // KDRT_LABEL_*: what --synthetic generates
-  int num_classes;                   // for ONEHOT / CLASSID labels
-  const char *loss_name;             // "loss" column is always printed
-  const char *metric_name;           // e.g. "accuracy", or NULL for none
+  int ninputs;
+  const kdrt_io *inputs;             // [ninputs], the model's inputs in order
+  int nlabels;
+  const kdrt_io *labels;             // [nlabels], one per output with a loss, in output order
+  int nlogs;
+  const char *const *log_names;      // [nlogs]: "loss" first, then Keras's names for the rest
+                                     // ("accuracy"; with several outputs "out_a_loss",
+                                     // "out_a_accuracy", ...), in the order steps write them
+  int noutputs;
+  const kdrt_output *outputs;        // [noutputs]
   float learning_rate;               // compiled default; --lr overrides
   size_t param_floats;               // local floats in the parameter blob (params + optimizer slots)
   size_t grad_floats;                // local floats for gradients
   size_t arena_floats;               // local floats in the activation arena
   // Set up parameters and optimizer slots from ctx->seed (kdrt_init_* below).
   void (*init)(kdrt_ctx *c);
-  // One training step on this rank's shard of a global batch: x is
-  // [batch/B_ax, x_shape...] local, y likewise. Writes the global mean loss
-  // and metric (already reduced, identical on every rank).
-  void (*train_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
-  // Same without dropout, gradients or updates.
-  void (*eval_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
+  kdrt_step_fn *train_step;          // forward, loss, backward, update
+  kdrt_step_fn *eval_step;           // forward and loss, no dropout, no update
   // Forward, loss and backward (dropout as in training): every variable's
   // gradient, reduced to its layout, in c->grads; no update.
-  void (*grad_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
+  kdrt_step_fn *grad_step;
   int nvars;
   const struct kdrt_var *vars;       // [nvars]
   const char *weights_file;          // initial weights (.keras or .weights.h5), or NULL
-  size_t pred_offset;                // arena offset of the model output (local shard);
-                                     // SIZE_MAX: not one arena buffer (see pred_layout)
-  kdrt_layout pred_layout;           // the model output [batch, outputs...]; rank 0: unknown
 } kdrt_program;
 
 // One trainable variable: what it is and where its local shard, optimizer
@@ -225,14 +247,6 @@ void kdrt_slice(const kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshap
 // the counter = (step, global element index). A rank computes only its own
 // elements and gets exactly the values one device would.
 
-typedef enum {
-  KDRT_INIT_ZEROS, KDRT_INIT_ONES, KDRT_INIT_CONSTANT,
-  KDRT_INIT_GLOROT_UNIFORM, KDRT_INIT_GLOROT_NORMAL,
-  KDRT_INIT_HE_UNIFORM, KDRT_INIT_HE_NORMAL,
-  KDRT_INIT_LECUN_UNIFORM, KDRT_INIT_LECUN_NORMAL,
-  KDRT_INIT_RANDOM_NORMAL, KDRT_INIT_RANDOM_UNIFORM,
-  KDRT_INIT_TRUNCATED_NORMAL,
-} kdrt_init_kind;
 
 // Fill this rank's block of a tensor of layout l. fan_in/fan_out as Keras
 // computes them for the variable's global shape (kdcc passes them). p0, p1:
@@ -253,8 +267,6 @@ float kdrt_normal(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
 // Kernels on local buffers. Shapes are local. Matrices are row-major.
 
 // y[i] = act(x[i]) and its gradient. act: KDRT_ACT_*.
-enum { KDRT_ACT_LINEAR, KDRT_ACT_RELU, KDRT_ACT_SIGMOID, KDRT_ACT_TANH, KDRT_ACT_GELU,
-       KDRT_ACT_SILU };
 void kdrt_act(int act, float *y, const float *x, size_t n);
 // dx = dy * act'(.), given x (the input) and y (the output); gelu/silu use x,
 // the others y. Keras's gelu is the exact (erf) form unless approximate.
@@ -271,7 +283,6 @@ void kdrt_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows,
 // same. Conventions follow Keras 3 (losses reduce the last axis by mean for
 // mse/mae, by sum for crossentropies; probabilities clipped to [1e-7, 1-1e-7]
 // when not from logits). sparse: y holds class ids as floats, one per row.
-enum { KDRT_LOSS_MSE, KDRT_LOSS_MAE, KDRT_LOSS_CCE, KDRT_LOSS_SCCE, KDRT_LOSS_BCE };
 double kdrt_loss(int kind, int from_logits, const float *pred, const float *y, int64_t rows,
                  int64_t cols, double scale);
 void kdrt_loss_grad(int kind, int from_logits, float *dpred, const float *pred, const float *y,
