@@ -119,6 +119,19 @@ static void usage(FILE *f, const kdrt_program *p) {
   char m[128], a[256];
   fmt_tuple(m, sizeof m, p->mesh_ndim, mesh, NULL);
   fmt_tuple(a, sizeof a, p->mesh_ndim, NULL, p->mesh_axes);
+  // This model's inputs and labels, in the order --x and --y take them.
+  char io[2048] = "";
+  size_t k = 0;
+  for (int w = 0; w < 2; w++) {
+    const kdrt_io *v = w ? p->labels : p->inputs;
+    int n = w ? p->nlabels : p->ninputs;
+    k += (size_t)snprintf(io + k, k < sizeof io ? sizeof io - k : 0, "%s",
+                          w ? "; labels:" : "                        (inputs:");
+    for (int i = 0; i < n && k < sizeof io; i++)
+      k += (size_t)snprintf(io + k, sizeof io - k, " %s%s", v[i].name,
+                            !w && v[i].dtype == KDRT_I32 ? " (int ids)" : "");
+  }
+  if (k < sizeof io) snprintf(io + k, sizeof io - k, ")\n");
   fprintf(f,
           "usage: %s [options]\n"
           "Trains %s, compiled for mesh %s %s: run it as mpirun -np %lld %s\n"
@@ -132,6 +145,7 @@ static void usage(FILE *f, const kdrt_program *p) {
           "                        gzip'd; class ids become what the loss wants. One --x\n"
           "                        per model input and one --y per output with a loss,\n"
           "                        in order, or named: --x NAME=FILE --y NAME=FILE\n"
+          "%s"
           "  --val-x F --val-y F   validation data, evaluated after every epoch\n"
           "  --validation-split F  or hold out the last fraction F of the samples\n"
           "  --test-x F --test-y F evaluate on these after fit (default: the validation\n"
@@ -153,7 +167,7 @@ static void usage(FILE *f, const kdrt_program *p) {
           "  --quiet               print errors only\n"
           "  --help                this text\n",
           prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
-          prog_invoke, p->batch, (double)p->learning_rate);
+          prog_invoke, p->batch, io, (double)p->learning_rate);
 }
 
 int kdrt_errf(char *err, size_t errlen, const char *fmt, ...) {
