@@ -8,7 +8,8 @@
 // progress output and the history file, lives here.
 //
 // Conventions
-// - Every tensor is float32, row-major, C-contiguous in its *local* shape.
+// - Every tensor is float32 (but a model's int32 token-id inputs), row-major,
+//   C-contiguous in its *local* shape.
 // - A kdrt_layout describes one tensor's global shape and, per dimension,
 //   the mesh axis it is split over (-1: replicated). The local extent of
 //   dim d is gshape[d] / mesh_shape[axis[d]]; this rank's block starts at
