@@ -25,15 +25,16 @@
 // everything else a resumed run needs, doubles in C99 hex (%a) so they come
 // back bit for bit, and a CRC-32 (zlib's polynomial) and size per shard file:
 //
-//   KDCKPT-MANIFEST 1
+//   KDCKPT-MANIFEST 2
 //   model sequential
 //   step 40
 //   seed 1337
 //   mesh 2 data=2 model=4
 //   epoch 4 pos 8 steps 8 samples 128         (epoch in progress from 0, its steps done)
-//   sums 0x1.06p+3 0x1.2p-1                   (running loss and metric sums of that epoch)
-//   history 4                                  (finished epochs: loss metric val_loss val_metric)
-//   h 0x1.0ap+0 0x1.9p-4 nan nan
+//   logs 2 loss accuracy                      (the program's log names, in its order)
+//   sums 0x1.06p+3 0x1.2p-1                   (each log's running sum over that epoch)
+//   history 4                                  (finished epochs, one 'h' line each:
+//   h 0x1.0ap+0 0x1.9p-4 0x0p+0 0x0p+0          every log's mean, then every val_ log's)
 //   steploss 40                                (every step's loss so far, 8 a line)
 //   0x1.1p+0 0x1.08p+0 ...
 //   files 8
@@ -74,7 +75,7 @@
 #include <zlib.h>
 
 #define SHARD_MAGIC "KDCKPT-SHARD 1"
-#define MANIFEST_MAGIC "KDCKPT-MANIFEST 1"
+#define MANIFEST_MAGIC "KDCKPT-MANIFEST 2"
 
 // ------------------------------------------------------------ messages
 
@@ -508,10 +509,19 @@ char *kdrt_ckpt_manifest_format(const kdrt_ckpt_manifest *m, size_t *len) {
   fmt_mesh(&b, m->mesh_ndim, m->mesh_shape, (char (*)[64])m->axes);
   sb_printf(&b, "epoch %lld pos %lld steps %lld samples %lld\n", (long long)st->epoch,
             (long long)st->pos, (long long)st->steps, (long long)st->ntrain);
-  sb_printf(&b, "sums %a %a\nhistory %d\n", st->sum_loss, st->sum_metric, st->nhist);
-  for (int i = 0; i < st->nhist; i++)
-    sb_printf(&b, "h %a %a %a %a\n", st->hist[0][i], st->hist[1][i], st->hist[2][i],
-              st->hist[3][i]);
+  sb_printf(&b, "logs %d", st->nlogs);
+  for (int k = 0; k < st->nlogs; k++) {
+    enc(e, sizeof e, st->log_names[k]);
+    sb_printf(&b, " %s", e);
+  }
+  sb_printf(&b, "\nsums");
+  for (int k = 0; k < st->nlogs; k++) sb_printf(&b, " %a", st->sums[k]);
+  sb_printf(&b, "\nhistory %d\n", st->nhist);
+  for (int i = 0; i < st->nhist; i++) {
+    sb_printf(&b, "h");
+    for (int k = 0; k < 2 * st->nlogs; k++) sb_printf(&b, " %a", st->hist[k][i]);
+    sb_printf(&b, "\n");
+  }
   sb_printf(&b, "steploss %lld\n", (long long)st->nsteps);
   for (int64_t i = 0; i < st->nsteps; i++)
     sb_printf(&b, "%a%s", st->step_loss[i], i % 8 == 7 || i + 1 == st->nsteps ? "\n" : " ");
@@ -537,14 +547,16 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
     return kdrt_errf(err, errlen, "does not end in its crc line (truncated or altered)");
   if (kdrt_crc32(0, text, body) != crc) return kdrt_errf(err, errlen, "checksum mismatch");
   size_t pos = 0;
-  char *t[64];
+  char *t[2 * KDRT_MAX_LOGS + 2];
   int n, nf = 0, nh = 0, files_seen = 0, hist_seen = 0;
   int64_t v;
-  n = next_line(text, body, &pos, t, 64);
+  n = next_line(text, body, &pos, t, (int)(sizeof t / sizeof t[0]));
   if (n != 2 || strcmp(t[0], "KDCKPT-MANIFEST"))
     return kdrt_errf(err, errlen, "not a kdcc checkpoint manifest");
-  if (strcmp(t[1], "1")) return kdrt_errf(err, errlen, "manifest version %s is not supported", t[1]);
-  while ((n = next_line(text, body, &pos, t, 64)) >= 0) {
+  if (strcmp(t[1], "2"))
+    return kdrt_errf(err, errlen, "manifest version %s is not supported (this runtime writes 2)",
+                     t[1]);
+  while ((n = next_line(text, body, &pos, t, (int)(sizeof t / sizeof t[0]))) >= 0) {
     if (n == 0) continue;
     if (!strcmp(t[0], "model") && n == 2) {
       snprintf(m->model, sizeof m->model, "%s", t[1]);
@@ -561,20 +573,33 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
       if (to_i64(t[1], &st->epoch) || to_i64(t[3], &st->pos) || to_i64(t[5], &st->steps) ||
           to_i64(t[7], &st->ntrain) || st->epoch < 0 || st->pos < 0 || st->pos > st->steps)
         return kdrt_errf(err, errlen, "bad 'epoch' line");
-    } else if (!strcmp(t[0], "sums") && n == 3) {
-      if (to_f64(t[1], &st->sum_loss) || to_f64(t[2], &st->sum_metric))
-        return kdrt_errf(err, errlen, "bad 'sums' line");
+    } else if (!strcmp(t[0], "logs") && n >= 3 && !to_i64(t[1], &v) && v == n - 2 &&
+               !m->names) {
+      st->nlogs = (int)v;
+      m->names = calloc((size_t)v, sizeof *m->names);
+      m->sums = calloc((size_t)v, sizeof *m->sums);
+      if (!m->names || !m->sums) return kdrt_errf(err, errlen, "out of memory");
+      for (int k = 0; k < st->nlogs; k++) {
+        if (!(m->names[k] = strdup(t[2 + k]))) return kdrt_errf(err, errlen, "out of memory");
+        dec(m->names[k]);
+      }
+      st->log_names = (const char *const *)m->names;
+      st->sums = m->sums;
+    } else if (!strcmp(t[0], "sums") && m->names && n == st->nlogs + 1) {
+      for (int k = 0; k < st->nlogs; k++)
+        if (to_f64(t[1 + k], &m->sums[k])) return kdrt_errf(err, errlen, "bad 'sums' line");
     } else if (!strcmp(t[0], "history") && n == 2 && !to_i64(t[1], &v) && v >= 0 &&
-               v < 100000000 && !hist_seen) {
+               v < 100000000 && !hist_seen && m->names) {
       hist_seen = 1;
       st->nhist = (int)v;
-      for (int k = 0; k < 4; k++) {
-        m->hist[k] = calloc((size_t)(v ? v : 1), sizeof(double));
-        if (!m->hist[k]) return kdrt_errf(err, errlen, "out of memory");
-        st->hist[k] = m->hist[k];
-      }
-    } else if (!strcmp(t[0], "h") && n == 5 && nh < st->nhist) {
-      for (int k = 0; k < 4; k++)
+      if (!(m->hist = calloc(2 * (size_t)st->nlogs, sizeof *m->hist)))
+        return kdrt_errf(err, errlen, "out of memory");
+      for (int k = 0; k < 2 * st->nlogs; k++)
+        if (!(m->hist[k] = calloc((size_t)(v ? v : 1), sizeof(double))))
+          return kdrt_errf(err, errlen, "out of memory");
+      st->hist = (const double *const *)m->hist;
+    } else if (!strcmp(t[0], "h") && hist_seen && n == 2 * st->nlogs + 1 && nh < st->nhist) {
+      for (int k = 0; k < 2 * st->nlogs; k++)
         if (to_f64(t[1 + k], &m->hist[k][nh])) return kdrt_errf(err, errlen, "bad 'h' line");
       nh++;
     } else if (!strcmp(t[0], "steploss") && n == 2 && !to_i64(t[1], &v) && v >= 0 &&
@@ -586,7 +611,7 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
       // Then the values, 8 a line.
       for (int64_t i = 0; i < v; i += 8) {
         int want = v - i < 8 ? (int)(v - i) : 8;
-        if (next_line(text, body, &pos, t, 64) != want)
+        if (next_line(text, body, &pos, t, (int)(sizeof t / sizeof t[0])) != want)
           return kdrt_errf(err, errlen, "bad step loss line");
         for (int k = 0; k < want; k++)
           if (to_f64(t[k], &m->step_loss[i + k])) return kdrt_errf(err, errlen, "bad step loss");
@@ -610,14 +635,17 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
     }
   }
   if (!m->mesh_ndim || !files_seen || !hist_seen || !m->step_loss)
-    return kdrt_errf(err, errlen, "lacks the mesh, history or file list");
+    return kdrt_errf(err, errlen, "lacks the mesh, logs, history or file list");
   if (nf != m->nfiles || nh != st->nhist)
     return kdrt_errf(err, errlen, "lists %d of %d files, %d of %d epochs", nf, m->nfiles, nh, st->nhist);
   return 0;
 }
 
 void kdrt_ckpt_manifest_free(kdrt_ckpt_manifest *m) {
-  for (int k = 0; k < 4; k++) free(m->hist[k]), m->hist[k] = NULL;
+  for (int k = 0; m->hist && k < 2 * m->st.nlogs; k++) free(m->hist[k]);
+  for (int k = 0; m->names && k < m->st.nlogs; k++) free(m->names[k]);
+  free(m->hist), free(m->names), free(m->sums);
+  m->hist = NULL, m->names = NULL, m->sums = NULL;
   free(m->step_loss);
   m->step_loss = NULL;
   free(m->files);
@@ -987,6 +1015,18 @@ int kdrt_ckpt_find(kdrt_ctx *c, const char *dir, kdrt_ckpt_state *st, char *name
     if (bad_any) {
       kdrt_ckpt_manifest_free(&m);
       continue;
+    }
+    // The history is per log: the checkpoint's logs must be this program's.
+    int same = m.st.nlogs == c->prog->nlogs;
+    for (int k = 0; same && k < m.st.nlogs; k++)
+      same = !strcmp(m.st.log_names[k], c->prog->log_names[k]);
+    if (!same) {
+      set_err("%s: its logs (%d, the first '%s') are not this program's (%d, the first '%s'); "
+              "resume with the program that wrote it", cdir, m.st.nlogs,
+              m.st.nlogs ? m.st.log_names[0] : "", c->prog->nlogs,
+              c->prog->nlogs ? c->prog->log_names[0] : "");
+      kdrt_ckpt_manifest_free(&m);
+      break;
     }
     found = i;
     *st = m.st;

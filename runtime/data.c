@@ -11,10 +11,15 @@
 // reads; every rank reads only its own rows of each global batch.
 //
 // Fitting a file to the model (kdrt_data_open):
+//   - each input and each label has its own file, all of one set with the
+//     same number of samples;
 //   - inputs fit when each sample has as many elements as the model's input
 //     ([N, 28, 28] feeds [28, 28, 1] or [784]): the bytes are the same,
-//     row-major, so nothing is said;
-//   - labels follow the program's label_kind: CLASSID takes class ids [N]
+//     row-major, so nothing is said; float inputs become float32 (times
+//     --scale); int32 inputs (token ids) take integer files (uint8, int32,
+//     int64, IDX integers) or float files of integral values, every id
+//     checked at open against [0, num_classes);
+//   - labels follow each label's label_kind: CLASSID takes class ids [N]
 //     or [N, 1]; ONEHOT takes [N, C] as it is, or class ids that it expands
 //     to one-hot rows of C = num_classes; DENSE and BINARY take any shape with
 //     the label's element count per sample. Class ids are checked once, at
@@ -348,67 +353,107 @@ void kdrt_array_row(const kdrt_array *a, int64_t s, double scale, float *out) {
   for (size_t i = 0; i < n; i++) out[i] = (float)(element(a, base + i) * scale);
 }
 
-// ------------------------------------------------------------ fitting files to the model
-
-int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, char *err, size_t errlen) {
-  int64_t want = prod(p->x_rank, p->x_shape);
-  if (a->row == want) return 0;
-  char got[160], exp[160];
-  fmt_shape(got, sizeof got, "", a->h.ndim, a->h.shape);
-  fmt_shape(exp, sizeof exp, "N", p->x_rank, p->x_shape);
-  return kdrt_errf(err, errlen,
-              "%s: shape %s does not fit the model's input %s: a sample has %lld element%s, the "
-              "model's input %lld", a->path, got, exp, (long long)a->row, a->row == 1 ? "" : "s",
-              (long long)want);
+// Sample s as int32s: the caller checked (kdrt_fit_inputs) that every
+// element is an integer in int32's range.
+void kdrt_array_row_i32(const kdrt_array *a, int64_t s, int32_t *out) {
+  size_t n = (size_t)a->row, base = (size_t)s * n;
+  if (a->h.kind == 'i' && a->h.size == 4 && !a->h.big_endian) {
+    memcpy(out, a->data + base * 4, n * 4);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) out[i] = (int32_t)element(a, base + i);
 }
 
-int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int *conv, char *err,
+// ------------------------------------------------------------ fitting files to the model
+
+int64_t kdrt_io_elems(const kdrt_io *io) { return prod(io->rank, io->shape); }
+
+int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, int k, char *err,
                     size_t errlen) {
-  int64_t want = prod(p->y_rank, p->y_shape);
+  const kdrt_io *in = &p->inputs[k];
+  int64_t want = kdrt_io_elems(in);
+  if (a->row != want) {
+    char got[160], exp[160];
+    fmt_shape(got, sizeof got, "", a->h.ndim, a->h.shape);
+    fmt_shape(exp, sizeof exp, "N", in->rank, in->shape);
+    return kdrt_errf(err, errlen,
+                     "%s: shape %s does not fit the model's input%s%s %s: a sample has %lld "
+                     "element%s, the model's input %lld", a->path, got, p->ninputs > 1 ? " " : "",
+                     p->ninputs > 1 ? in->name : "", exp, (long long)a->row,
+                     a->row == 1 ? "" : "s", (long long)want);
+  }
+  if (in->dtype != KDRT_I32) return 0;
+  // Token ids: integers (a float file must hold integral values), within
+  // int32, and within [0, num_classes) when the model says how many.
+  int64_t hi = in->num_classes > 0 ? in->num_classes : (int64_t)INT32_MAX + 1;
+  int64_t lo = in->num_classes > 0 ? 0 : INT32_MIN;
+  for (int64_t s = 0; s < a->n; s++)
+    for (int64_t i = 0; i < a->row; i++) {
+      double v = element(a, (size_t)(s * a->row + i));
+      if (v != floor(v))
+        return kdrt_errf(err, errlen, "%s: input %s takes integer ids, but sample %lld holds %g",
+                         a->path, in->name, (long long)s, v);
+      if (!(v >= (double)lo && v < (double)hi)) {
+        if (in->num_classes > 0)
+          return kdrt_errf(err, errlen, "%s: id %.17g of sample %lld is not in [0, %lld) "
+                           "(input %s)", a->path, v, (long long)s, (long long)in->num_classes,
+                           in->name);
+        return kdrt_errf(err, errlen, "%s: id %.17g of sample %lld does not fit in int32 "
+                         "(input %s)", a->path, v, (long long)s, in->name);
+      }
+    }
+  return 0;
+}
+
+int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int j, int *conv, char *err,
+                    size_t errlen) {
+  const kdrt_io *l = &p->labels[j];
+  int64_t want = kdrt_io_elems(l);
   int ids = a->h.ndim == 1 || (a->h.ndim == 2 && a->h.shape[1] == 1); // one number a sample
   *conv = KDRT_LABELS_COPY;
-  char got[160], exp[160];
+  char got[160], exp[160], whose[300] = "";
   fmt_shape(got, sizeof got, "", a->h.ndim, a->h.shape);
-  fmt_shape(exp, sizeof exp, "N", p->y_rank, p->y_shape);
-  int k = p->num_classes;
-  switch (p->label_kind) {
+  fmt_shape(exp, sizeof exp, "N", l->rank, l->shape);
+  if (p->nlabels > 1) snprintf(whose, sizeof whose, " for %s", l->name);
+  int64_t k = l->num_classes;
+  switch (l->label_kind) {
   case KDRT_LABEL_CLASSID:
     if (!ids)
       return kdrt_errf(err, errlen,
-                  "%s: shape %s does not fit the model's labels: expected class ids (N,) or "
-                  "(N, 1), as the loss is a sparse one", a->path, got);
+                  "%s: shape %s does not fit the model's labels%s: expected class ids (N,) or "
+                  "(N, 1), as the loss is a sparse one", a->path, got, whose);
     *conv = KDRT_LABELS_IDS;
     break;
   case KDRT_LABEL_ONEHOT:
     if (a->row == want && !(ids && want == 1 && k > 1)) break;
     if (!ids)
       return kdrt_errf(err, errlen,
-                  "%s: shape %s does not fit the model's labels: expected one-hot %s or class "
-                  "ids (N,)", a->path, got, exp);
+                  "%s: shape %s does not fit the model's labels%s: expected one-hot %s or class "
+                  "ids (N,)", a->path, got, whose, exp);
     *conv = KDRT_LABELS_ONEHOT;
     break;
   default:
     if (a->row == want) break;
-    return kdrt_errf(err, errlen, "%s: shape %s does not fit the model's labels: expected %s%s",
-                a->path, got, exp, want == 1 ? " or (N,)" : "");
+    return kdrt_errf(err, errlen, "%s: shape %s does not fit the model's labels%s: expected %s%s",
+                a->path, got, whose, exp, want == 1 ? " or (N,)" : "");
   }
   if (*conv == KDRT_LABELS_COPY) return 0;
   // Class ids: every one an integer in [0, k).
   for (int64_t s = 0; s < a->n; s++) {
     double v = element(a, (size_t)s);
-    if (!(v >= 0 && v < k && v == floor(v)))
-      return kdrt_errf(err, errlen, "%s: label %g of sample %lld is not a class id in [0, %d)",
-                  a->path, v, (long long)s, k);
+    if (!(v >= 0 && v < (double)k && v == floor(v)))
+      return kdrt_errf(err, errlen, "%s: label %g of sample %lld is not a class id in [0, %lld)",
+                  a->path, v, (long long)s, (long long)k);
   }
   return 0;
 }
 
-void kdrt_label_row(const kdrt_array *a, int conv, int num_classes, int64_t s, float *out) {
+void kdrt_label_row(const kdrt_array *a, int conv, int64_t num_classes, int64_t s, float *out) {
   switch (conv) {
   case KDRT_LABELS_IDS: out[0] = (float)element(a, (size_t)s); break;
   case KDRT_LABELS_ONEHOT: {
-    int cls = (int)element(a, (size_t)s);
-    for (int i = 0; i < num_classes; i++) out[i] = i == cls ? 1.0f : 0.0f;
+    int64_t cls = (int64_t)element(a, (size_t)s);
+    for (int64_t i = 0; i < num_classes; i++) out[i] = i == cls ? 1.0f : 0.0f;
     break;
   }
   default: kdrt_array_row(a, s, 1.0, out); break;
@@ -417,27 +462,46 @@ void kdrt_label_row(const kdrt_array *a, int conv, int num_classes, int64_t s, f
 
 // ------------------------------------------------------------ datasets
 
-int kdrt_data_open(kdrt_data *d, const kdrt_program *p, const char *xpath, const char *ypath,
-                   double scale, char *err, size_t errlen) {
+static int alloc_sets(kdrt_data *d, const kdrt_program *p) {
+  d->x = calloc((size_t)(p->ninputs ? p->ninputs : 1), sizeof *d->x);
+  d->y = calloc((size_t)(p->nlabels ? p->nlabels : 1), sizeof *d->y);
+  d->yconv = calloc((size_t)(p->nlabels ? p->nlabels : 1), sizeof *d->yconv);
+  d->owner = 1;
+  return d->x && d->y && d->yconv ? 0 : -1;
+}
+
+int kdrt_data_open(kdrt_data *d, const kdrt_program *p, const char *const *xpaths,
+                   const char *const *ypaths, double scale, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
   d->p = p;
   d->scale = scale;
-  d->xn = prod(p->x_rank, p->x_shape);
-  d->yn = prod(p->y_rank, p->y_shape);
-  d->owner = 1;
-  if (kdrt_array_open(&d->x, xpath, err, errlen) || kdrt_fit_inputs(&d->x, p, err, errlen) ||
-      kdrt_array_open(&d->y, ypath, err, errlen) ||
-      kdrt_fit_labels(&d->y, p, &d->yconv, err, errlen)) {
+  if (alloc_sets(d, p)) {
     kdrt_data_close(d);
-    return -1;
+    return kdrt_errf(err, errlen, "out of memory");
   }
-  if (d->x.n != d->y.n) {
-    kdrt_errf(err, errlen, "%s has %lld samples but %s has %lld", xpath, (long long)d->x.n, ypath,
-         (long long)d->y.n);
-    kdrt_data_close(d);
-    return -1;
+  // Inputs, then labels; the first file's sample count is the one to match.
+  const char *first = NULL;
+  int64_t n = 0;
+  for (int f = 0; f < p->ninputs + p->nlabels; f++) {
+    int isx = f < p->ninputs, k = isx ? f : f - p->ninputs;
+    const char *path = isx ? xpaths[k] : ypaths[k];
+    kdrt_array *a = isx ? &d->x[k] : &d->y[k];
+    if (kdrt_array_open(a, path, err, errlen) ||
+        (isx ? kdrt_fit_inputs(a, p, k, err, errlen)
+             : kdrt_fit_labels(a, p, k, &d->yconv[k], err, errlen))) {
+      kdrt_data_close(d);
+      return -1;
+    }
+    if (!first) {
+      first = path, n = a->n;
+    } else if (a->n != n) {
+      kdrt_errf(err, errlen, "%s has %lld samples but %s has %lld", first, (long long)n, path,
+                (long long)a->n);
+      kdrt_data_close(d);
+      return -1;
+    }
   }
-  d->n = d->x.n;
+  d->n = n;
   return 0;
 }
 
@@ -448,17 +512,28 @@ void kdrt_data_synthetic(kdrt_data *d, const kdrt_program *p, uint64_t seed, int
   d->seed = seed;
   d->scale = 1.0;
   d->n = n;
-  d->xn = prod(p->x_rank, p->x_shape);
-  d->yn = prod(p->y_rank, p->y_shape);
   // Made once rather than at every step, when they fit in 256 MiB: the
   // same numbers (a pure function of seed and sample), without Philox and
-  // Box-Muller in the training loop.
-  size_t per = (size_t)(d->xn + d->yn);
-  if ((double)n * (double)per * sizeof(float) <= 256.0 * 1024 * 1024 &&
-      (d->cache = malloc((size_t)n * per * sizeof(float)))) {
+  // Box-Muller in the training loop. Every element is 4 bytes (float32 or
+  // int32).
+  size_t per = 0;
+  for (int k = 0; k < p->ninputs; k++) per += (size_t)kdrt_io_elems(&p->inputs[k]) * 4;
+  for (int j = 0; j < p->nlabels; j++) per += (size_t)kdrt_io_elems(&p->labels[j]) * 4;
+  d->per = per;
+  if ((double)n * (double)per <= 256.0 * 1024 * 1024 &&
+      (d->cache = malloc((size_t)n * per + 1))) {
     d->owner = 1;
-    for (int64_t s = 0; s < n; s++)
-      kdrt_synthetic_sample(p, seed, s, d->cache + s * per, d->cache + s * per + d->xn);
+    for (int64_t s = 0; s < n; s++) {
+      unsigned char *c = d->cache + (size_t)s * per;
+      for (int k = 0; k < p->ninputs; k++) {
+        kdrt_synthetic_input(p, seed, k, s, c);
+        c += (size_t)kdrt_io_elems(&p->inputs[k]) * 4;
+      }
+      for (int j = 0; j < p->nlabels; j++) {
+        kdrt_synthetic_label(p, seed, j, s, (float *)c);
+        c += (size_t)kdrt_io_elems(&p->labels[j]) * 4;
+      }
+    }
   }
 }
 
@@ -470,25 +545,39 @@ kdrt_data kdrt_data_slice(const kdrt_data *d, int64_t first, int64_t n) {
   return v;
 }
 
-void kdrt_data_sample(const kdrt_data *d, int64_t i, float *x, float *y) {
+void kdrt_data_sample(const kdrt_data *d, int64_t i, void *const *x, float *const *y) {
+  const kdrt_program *p = d->p;
   int64_t s = d->first + i;
   if (d->synthetic) {
-    if (d->cache) {
-      const float *c = d->cache + s * (d->xn + d->yn);
-      memcpy(x, c, (size_t)d->xn * sizeof *x);
-      memcpy(y, c + d->xn, (size_t)d->yn * sizeof *y);
-    } else {
-      kdrt_synthetic_sample(d->p, d->seed, s, x, y);
+    const unsigned char *c = d->cache ? d->cache + (size_t)s * d->per : NULL;
+    for (int k = 0; k < p->ninputs; k++) {
+      int64_t n = kdrt_io_elems(&p->inputs[k]);
+      if (c) memcpy(x[k], c, (size_t)n * 4), c += (size_t)n * 4;
+      else kdrt_synthetic_input(p, d->seed, k, s, x[k]);
+      if (d->scale != 1.0 && p->inputs[k].dtype == KDRT_F32)
+        for (int64_t e = 0; e < n; e++) ((float *)x[k])[e] = (float)(((float *)x[k])[e] * d->scale);
     }
-    if (d->scale != 1.0)
-      for (int64_t k = 0; k < d->xn; k++) x[k] = (float)(x[k] * d->scale);
+    for (int j = 0; j < p->nlabels; j++) {
+      int64_t n = kdrt_io_elems(&p->labels[j]);
+      if (c) memcpy(y[j], c, (size_t)n * 4), c += (size_t)n * 4;
+      else kdrt_synthetic_label(p, d->seed, j, s, y[j]);
+    }
     return;
   }
-  kdrt_array_row(&d->x, s, d->scale, x);
-  kdrt_label_row(&d->y, d->yconv, d->p->num_classes, s, y);
+  for (int k = 0; k < p->ninputs; k++) {
+    if (p->inputs[k].dtype == KDRT_I32) kdrt_array_row_i32(&d->x[k], s, x[k]);
+    else kdrt_array_row(&d->x[k], s, d->scale, x[k]);
+  }
+  for (int j = 0; j < p->nlabels; j++)
+    kdrt_label_row(&d->y[j], d->yconv[j], p->labels[j].num_classes, s, y[j]);
 }
 
 void kdrt_data_close(kdrt_data *d) {
-  if (d->owner) kdrt_array_close(&d->x), kdrt_array_close(&d->y), free(d->cache);
+  if (d->owner) {
+    const kdrt_program *p = d->p;
+    for (int k = 0; d->x && p && k < p->ninputs; k++) kdrt_array_close(&d->x[k]);
+    for (int j = 0; d->y && p && j < p->nlabels; j++) kdrt_array_close(&d->y[j]);
+    free(d->x), free(d->y), free(d->yconv), free(d->cache);
+  }
   memset(d, 0, sizeof *d);
 }

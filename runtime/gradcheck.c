@@ -8,7 +8,8 @@
 // loss is evaluated in float32, so the comparison allows |num - ana| <=
 // 2e-2 * max(|num|, |ana|) + 2e-4 * (1e-3 / h) (float32 round-off of the
 // loss divided by 2h is about 1e-4 at h = 1e-3). Dropout masks stay fixed: they key on c->step, which does
-// not move here.
+// not move here. Only variables move: the inputs (synthetic, as
+// --synthetic makes them; integer ids among them) and labels stay as they are.
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -17,10 +18,10 @@
 
 #include "kdrt.h"
 
-static float loss_at(kdrt_ctx *c, const float *x, const float *y) {
-  float loss, metric;
-  c->prog->grad_step(c, x, y, &loss, &metric);
-  return loss;
+// The "loss" log (always the first) of grad_step on the batch.
+static float loss_at(kdrt_ctx *c, void **x, float **y, float *logs) {
+  c->prog->grad_step(c, (const void *const *)x, (const void *const *)y, logs);
+  return logs[0];
 }
 
 static void *zalloc(size_t floats) {
@@ -48,6 +49,11 @@ int kdrt_gradcheck(int argc, char **argv, const kdrt_program *p) {
                     "(kdcc --mesh ...=1)\n");
     return 2;
   }
+  if (p->ninputs > KDRT_MAX_FILES || p->nlabels > KDRT_MAX_FILES || p->nlogs < 1) {
+    fprintf(stderr, "gradcheck: %d inputs, %d labels, %d logs: not a program this runtime "
+                    "takes\n", p->ninputs, p->nlabels, p->nlogs);
+    return 2;
+  }
   MPI_Init(NULL, NULL);
   kdrt_ctx c = {.prog = p, .rank = 0, .world = 1, .seed = seed, .lr = p->learning_rate};
   c.params = zalloc(p->param_floats);
@@ -55,13 +61,23 @@ int kdrt_gradcheck(int argc, char **argv, const kdrt_program *p) {
   c.arena = zalloc(p->arena_floats);
   p->init(&c);
 
-  int64_t xn = 1, yn = 1;
-  for (int i = 0; i < p->x_rank; i++) xn *= p->x_shape[i];
-  for (int i = 0; i < p->y_rank; i++) yn *= p->y_shape[i];
-  float *x = zalloc((size_t)(xn * p->batch)), *y = zalloc((size_t)(yn * p->batch));
-  for (int s = 0; s < p->batch; s++) kdrt_synthetic_sample(p, seed, s, x + s * xn, y + s * yn);
+  // One batch of synthetic samples: input k [batch, shape...] of its dtype,
+  // label j [batch, shape...] floats.
+  void *x[KDRT_MAX_FILES];
+  float *y[KDRT_MAX_FILES];
+  float *logs = zalloc((size_t)p->nlogs);
+  for (int k = 0; k < p->ninputs; k++) {
+    int64_t n = kdrt_io_elems(&p->inputs[k]);
+    x[k] = zalloc((size_t)(n * p->batch));
+    for (int s = 0; s < p->batch; s++) kdrt_synthetic_input(p, seed, k, s, (char *)x[k] + 4 * s * n);
+  }
+  for (int j = 0; j < p->nlabels; j++) {
+    int64_t n = kdrt_io_elems(&p->labels[j]);
+    y[j] = zalloc((size_t)(n * p->batch));
+    for (int s = 0; s < p->batch; s++) kdrt_synthetic_label(p, seed, j, s, y[j] + s * n);
+  }
 
-  float base = loss_at(&c, x, y);
+  float base = loss_at(&c, x, y, logs);
   float *ana = zalloc(p->grad_floats);
   memcpy(ana, c.grads, p->grad_floats * sizeof(float));
   printf("gradcheck: loss %.6g, %d point%s per variable\n", base, points, points == 1 ? "" : "s");
@@ -83,9 +99,9 @@ int kdrt_gradcheck(int argc, char **argv, const kdrt_program *p) {
       for (float rel = 1e-3f; rel >= 1e-4f; rel /= 10) {
         float h = rel * fmaxf(1.0f, fabsf(w0));
         *w = w0 + h;
-        float lp = loss_at(&c, x, y);
+        float lp = loss_at(&c, x, y, logs);
         *w = w0 - h;
-        float lm = loss_at(&c, x, y);
+        float lm = loss_at(&c, x, y, logs);
         *w = w0;
         num = ((double)lp - lm) / ((double)(w0 + h) - (double)(w0 - h));
         err = fabs(num - an);
@@ -101,6 +117,9 @@ int kdrt_gradcheck(int argc, char **argv, const kdrt_program *p) {
     printf("  %-28s worst error %3.0f%% of the tolerance\n", var->path, 100 * worst);
   }
   printf("gradcheck: %s\n", bad ? "FAILED" : "ok");
+  for (int k = 0; k < p->ninputs; k++) free(x[k]);
+  for (int j = 0; j < p->nlabels; j++) free(y[j]);
+  free(logs), free(ana), free(c.params), free(c.grads), free(c.arena);
   MPI_Finalize();
   return bad;
 }

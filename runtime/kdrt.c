@@ -7,17 +7,20 @@
 //      it (`mpirun -np 8 ./train`) and exit 1 on every rank;
 //   4. place this rank in the mesh (row-major coordinates), allocate the
 //      parameter blob, gradients and arena;
-//   5. open the data (data.c): --x/--y files, .npy or IDX, plain (mmap'd)
-//      or gzip'd, converted row by row to float32 (times --scale), with
-//      --val-x/--val-y and --test-x/--test-y; or --synthetic N samples made
-//      from the seed; prog->init; with --resume, the newest complete
+//   5. open the data (data.c): a --x file per model input and a --y file
+//      per label (in the program's order, or NAME=FILE), .npy or IDX, plain
+//      (mmap'd) or gzip'd, converted row by row to float32 (times --scale)
+//      or int32 ids, with --val-x/--val-y and --test-x/--test-y; or
+//      --synthetic N samples made from the seed; prog->init; with --resume, the newest complete
 //      checkpoint's tensors, step and data position (checkpoint.c);
 //   6. fit: per epoch a seeded shuffle of the training samples, then full
 //      global batches in that order; this rank hands train_step only its rows
 //      of each batch (rows [coord*lb, +lb) of the batch axis, lb = batch /
-//      mesh_shape[batch_axis]); Keras-style progress on rank 0; validation
-//      on --val-x/--val-y, or the last --validation-split fraction (taken
-//      before shuffling); after each step, a checkpoint when one is due;
+//      mesh_shape[batch_axis]) of every input and label; the running mean
+//      of every log (kdrt_program.log_names) in Keras-style progress on
+//      rank 0; validation on --val-x/--val-y, or the last
+//      --validation-split fraction (taken before shuffling); after each
+//      step, a checkpoint when one is due;
 //   7. evaluate (the test set if given, else the validation data if any,
 //      else the training data), then write --history atomically.
 //
@@ -116,6 +119,19 @@ static void usage(FILE *f, const kdrt_program *p) {
   char m[128], a[256];
   fmt_tuple(m, sizeof m, p->mesh_ndim, mesh, NULL);
   fmt_tuple(a, sizeof a, p->mesh_ndim, NULL, p->mesh_axes);
+  // This model's inputs and labels, in the order --x and --y take them.
+  char io[2048] = "";
+  size_t k = 0;
+  for (int w = 0; w < 2; w++) {
+    const kdrt_io *v = w ? p->labels : p->inputs;
+    int n = w ? p->nlabels : p->ninputs;
+    k += (size_t)snprintf(io + k, k < sizeof io ? sizeof io - k : 0, "%s",
+                          w ? "; labels:" : "                        (inputs:");
+    for (int i = 0; i < n && k < sizeof io; i++)
+      k += (size_t)snprintf(io + k, sizeof io - k, " %s%s", v[i].name,
+                            !w && v[i].dtype == KDRT_I32 ? " (int ids)" : "");
+  }
+  if (k < sizeof io) snprintf(io + k, sizeof io - k, ")\n");
   fprintf(f,
           "usage: %s [options]\n"
           "Trains %s, compiled for mesh %s %s: run it as mpirun -np %lld %s\n"
@@ -126,7 +142,10 @@ static void usage(FILE *f, const kdrt_program *p) {
           "                        when no --x is given)\n"
           "  --x FILE --y FILE     inputs and labels: .npy (float32, float64, uint8,\n"
           "                        int32, int64) or IDX (MNIST's format), either may be\n"
-          "                        gzip'd; class ids become what the loss wants\n"
+          "                        gzip'd; class ids become what the loss wants. One --x\n"
+          "                        per model input and one --y per output with a loss,\n"
+          "                        in order, or named: --x NAME=FILE --y NAME=FILE\n"
+          "%s"
           "  --val-x F --val-y F   validation data, evaluated after every epoch\n"
           "  --validation-split F  or hold out the last fraction F of the samples\n"
           "  --test-x F --test-y F evaluate on these after fit (default: the validation\n"
@@ -148,7 +167,7 @@ static void usage(FILE *f, const kdrt_program *p) {
           "  --quiet               print errors only\n"
           "  --help                this text\n",
           prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
-          prog_invoke, p->batch, (double)p->learning_rate);
+          prog_invoke, p->batch, io, (double)p->learning_rate);
 }
 
 int kdrt_errf(char *err, size_t errlen, const char *fmt, ...) {
@@ -259,18 +278,16 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     } else if (!strcmp(name, "--lr")) {
       ok = val && !parse_f64(val, &dv) && dv >= 0.0;
       if (ok) o->has_lr = 1, o->lr = (float)dv;
-    } else if (!strcmp(name, "--x")) {
+    } else if (!strcmp(name, "--x") || !strcmp(name, "--y") || !strcmp(name, "--val-x") ||
+               !strcmp(name, "--val-y") || !strcmp(name, "--test-x") ||
+               !strcmp(name, "--test-y")) {
       ok = val && *val;
-      if (ok) o->x_path = val;
-    } else if (!strcmp(name, "--y")) {
-      ok = val && *val;
-      if (ok) o->y_path = val;
-    } else if (!strcmp(name, "--val-x") || !strcmp(name, "--val-y") ||
-               !strcmp(name, "--test-x") || !strcmp(name, "--test-y")) {
-      ok = val && *val;
-      const char **slot = name[2] == 'v' ? (name[6] == 'x' ? &o->val_x_path : &o->val_y_path)
-                                         : (name[7] == 'x' ? &o->test_x_path : &o->test_y_path);
-      if (ok) *slot = val;
+      kdrt_files *f = name[2] == 'x' ? &o->x : name[2] == 'y' ? &o->y
+                    : name[2] == 'v' ? (name[6] == 'x' ? &o->val_x : &o->val_y)
+                                     : (name[7] == 'x' ? &o->test_x : &o->test_y);
+      if (ok && f->n == KDRT_MAX_FILES)
+        return bad(err, errlen, "more than %d '%s' options", KDRT_MAX_FILES, name);
+      if (ok) f->arg[f->n++] = val;
     } else if (!strcmp(name, "--scale")) {
       ok = val && !parse_scale(val, &dv);
       if (ok) o->scale = dv;
@@ -313,23 +330,75 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     }
     if (!eq) i++;
   }
-  if (o->x_path && !o->y_path) return bad(err, errlen, "--x needs --y (the labels)");
-  if (o->y_path && !o->x_path) return bad(err, errlen, "--y needs --x (the inputs)");
-  if (o->x_path && o->synthetic)
+  if (o->x.n && !o->y.n) return bad(err, errlen, "--x needs --y (the labels)");
+  if (o->y.n && !o->x.n) return bad(err, errlen, "--y needs --x (the inputs)");
+  if (o->x.n && o->synthetic)
     return bad(err, errlen, "--synthetic and --x exclude each other");
-  if (!o->val_x_path != !o->val_y_path)
-    return bad(err, errlen, o->val_x_path ? "--val-x needs --val-y (the labels)"
-                                          : "--val-y needs --val-x (the inputs)");
-  if (!o->test_x_path != !o->test_y_path)
-    return bad(err, errlen, o->test_x_path ? "--test-x needs --test-y (the labels)"
-                                           : "--test-y needs --test-x (the inputs)");
-  if (o->val_x_path && o->validation_split > 0)
+  if (!o->val_x.n != !o->val_y.n)
+    return bad(err, errlen, o->val_x.n ? "--val-x needs --val-y (the labels)"
+                                       : "--val-y needs --val-x (the inputs)");
+  if (!o->test_x.n != !o->test_y.n)
+    return bad(err, errlen, o->test_x.n ? "--test-x needs --test-y (the labels)"
+                                        : "--test-y needs --test-x (the inputs)");
+  if (o->val_x.n && o->validation_split > 0)
     return bad(err, errlen, "--val-x and --validation-split exclude each other");
   if (o->weights && o->init_random)
     return bad(err, errlen, "--weights and --init random exclude each other");
   if ((o->resume || o->checkpoint_every) && !o->checkpoint_dir)
     return bad(err, errlen, "%s needs --checkpoint-dir",
                o->resume ? "--resume" : "--checkpoint-every");
+  return 0;
+}
+
+// The io whose name is the part of v before its '=', or -1.
+static int named_io(const char *v, const kdrt_io *ios, int nio) {
+  const char *eq = strchr(v, '=');
+  if (!eq) return -1;
+  for (int i = 0; i < nio; i++)
+    if (ios[i].name && strlen(ios[i].name) == (size_t)(eq - v) && !strncmp(v, ios[i].name, (size_t)(eq - v)))
+      return i;
+  return -1;
+}
+
+// "'a', 'b'": the names of ios, for messages.
+static void io_names(char *buf, size_t len, const kdrt_io *ios, int nio) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (int i = 0; i < nio && k < len; i++)
+    k += (size_t)snprintf(buf + k, len - k, "%s'%s'", i ? ", " : "", ios[i].name ? ios[i].name : "?");
+}
+
+int kdrt_resolve_files(const kdrt_files *f, const char *opt, const kdrt_io *ios, int nio,
+                       const char *what, const char **out, char *err, size_t errlen) {
+  char names[1024];
+  io_names(names, sizeof names, ios, nio);
+  int named = 0;
+  for (int i = 0; i < f->n; i++) named += named_io(f->arg[i], ios, nio) >= 0;
+  for (int i = 0; i < nio; i++) out[i] = NULL;
+  if (named == 0) { // FILEs, in the program's order
+    if (f->n != nio)
+      return kdrt_errf(err, errlen, "%s given %d time%s, but the model has %d %s%s (%s): give "
+                       "one %s FILE per %s, in this order, or %s NAME=FILE", opt, f->n,
+                       f->n == 1 ? "" : "s", nio, what, nio == 1 ? "" : "s", names, opt, what,
+                       opt);
+    for (int i = 0; i < nio; i++) out[i] = f->arg[i];
+    return 0;
+  }
+  for (int i = 0; i < f->n; i++) {
+    int k = named_io(f->arg[i], ios, nio);
+    if (k < 0)
+      return kdrt_errf(err, errlen, "%s %s: with NAME=FILE, every %s needs a NAME, one of %s",
+                       opt, f->arg[i], opt, names);
+    if (out[k])
+      return kdrt_errf(err, errlen, "%s %s: %s '%s' has a file already (%s)", opt, f->arg[i],
+                       what, ios[k].name, out[k]);
+    out[k] = strchr(f->arg[i], '=') + 1;
+    if (!*out[k]) return kdrt_errf(err, errlen, "%s %s: no file name after '='", opt, f->arg[i]);
+  }
+  for (int k = 0; k < nio; k++)
+    if (!out[k])
+      return kdrt_errf(err, errlen, "%s: no file for %s '%s' (give %s %s=FILE)", opt, what,
+                       ios[k].name, opt, ios[k].name);
   return 0;
 }
 
@@ -341,21 +410,38 @@ static int64_t prod(int n, const int64_t *v) {
   return p;
 }
 
-void kdrt_synthetic_sample(const kdrt_program *p, uint64_t seed, int64_t sample, float *x,
-                           float *y) {
-  int64_t xn = prod(p->x_rank, p->x_shape), yn = prod(p->y_rank, p->y_shape);
-  for (int64_t i = 0; i < xn; i++)
-    x[i] = kdrt_normal(seed, STREAM_DATA_X, 0, (uint64_t)(sample * xn + i));
-  int classes = p->num_classes > 0 ? p->num_classes : (int)yn;
-  int cls = (int)(kdrt_uniform(seed, STREAM_DATA_Y, 0, (uint64_t)sample) * (float)classes);
+// Input k draws from stream STREAM_DATA_X + k, label j from STREAM_DATA_Y
+// + j: the first of each keeps the numbers of a one-input program.
+void kdrt_synthetic_input(const kdrt_program *p, uint64_t seed, int k, int64_t sample, void *x) {
+  const kdrt_io *in = &p->inputs[k];
+  int64_t xn = prod(in->rank, in->shape);
+  uint64_t stream = STREAM_DATA_X + (uint64_t)k;
+  for (int64_t i = 0; i < xn; i++) {
+    uint64_t g = (uint64_t)(sample * xn + i);
+    if (in->dtype == KDRT_I32) {
+      int64_t classes = in->num_classes > 0 ? in->num_classes : 1;
+      int64_t id = (int64_t)((double)kdrt_uniform(seed, stream, 0, g) * (double)classes);
+      ((int32_t *)x)[i] = (int32_t)(id < classes ? id : classes - 1);
+    } else {
+      ((float *)x)[i] = kdrt_normal(seed, stream, 0, g);
+    }
+  }
+}
+
+void kdrt_synthetic_label(const kdrt_program *p, uint64_t seed, int j, int64_t sample, float *y) {
+  const kdrt_io *l = &p->labels[j];
+  int64_t yn = prod(l->rank, l->shape);
+  uint64_t stream = STREAM_DATA_Y + (uint64_t)j;
+  int64_t classes = l->num_classes > 0 ? l->num_classes : yn;
+  int64_t cls = (int64_t)(kdrt_uniform(seed, stream, 0, (uint64_t)sample) * (float)classes);
   if (cls >= classes) cls = classes - 1;
   for (int64_t i = 0; i < yn; i++) {
     uint64_t g = (uint64_t)(sample * yn + i);
-    switch (p->label_kind) {
+    switch (l->label_kind) {
     case KDRT_LABEL_ONEHOT: y[i] = i == cls ? 1.0f : 0.0f; break;
     case KDRT_LABEL_CLASSID: y[i] = (float)cls; break;
-    case KDRT_LABEL_BINARY: y[i] = kdrt_uniform(seed, STREAM_DATA_Y, 1, g) < 0.5f ? 0.0f : 1.0f; break;
-    default: y[i] = kdrt_normal(seed, STREAM_DATA_Y, 0, g); break;
+    case KDRT_LABEL_BINARY: y[i] = kdrt_uniform(seed, stream, 1, g) < 0.5f ? 0.0f : 1.0f; break;
+    default: y[i] = kdrt_normal(seed, stream, 0, g); break;
     }
   }
 }
@@ -425,8 +511,8 @@ void kdrt_progress_line(char *buf, size_t len, int64_t cur, int64_t target, int 
   else if (per_step_s >= 1e-3) k = put(buf, len, k, " %.0fms/step", per_step_s * 1e3);
   else k = put(buf, len, k, " %.0fus/step", per_step_s * 1e6);
   // Keras 3 sorts its logs by name: accuracy, loss, val_accuracy, val_loss.
-  int order[16];
-  int n = nvals < 16 ? nvals : 16;
+  int order[2 * KDRT_MAX_LOGS];
+  int n = nvals < 2 * KDRT_MAX_LOGS ? nvals : 2 * KDRT_MAX_LOGS;
   for (int i = 0; i < n; i++) {
     int j = i;
     while (j > 0 && strcmp(names[order[j - 1]], names[i]) > 0) order[j] = order[j - 1], j--;
@@ -478,7 +564,7 @@ static void progbar_update(progbar *b, int64_t cur, int finalize, int n, const c
   if (!b->show || (!b->live && !finalize)) return;
   if (!finalize && t - b->last_draw < 0.05) return;
   b->last_draw = t;
-  char line[1024];
+  char line[8192];
   kdrt_progress_line(line, sizeof line, cur, b->target, finalize, t - b->start, per, n, names,
                      vals, b->live);
   size_t w = display_width(line);
@@ -502,63 +588,64 @@ typedef struct {
   kdrt_data data, val, test;   // training data; validation (n = 0: none); test (n = 0: none)
   int64_t ntrain, nval;        // samples of data (after any split) and val
   int lb, row0;                // this rank's rows of each global batch
-  float *x, *y;                // [lb, x_shape...], [lb, y_shape...]
+  void **x;                    // [ninputs] each [lb, shape...] of its dtype
+  float **y;                   // [nlabels] each [lb, shape...]
+  float *logs;                 // [nlogs]: what a step writes
+  const char **names;          // [2 * nlogs]: the log names, then "val_" + each
   int show, live;              // rank 0 prints; on a terminal, live
-  // history, one entry per epoch
-  double *loss, *metric, *val_loss, *val_metric;
+  // history, one entry per epoch: hist[k] for log k, hist[nlogs + k] its val_
+  double **hist;
+  double *sums;                // [nlogs] the running sums of the epoch in progress
   double *step_loss;           // every train step's own loss, in order (nsteps of them)
   int64_t nsteps;
-  double eval_loss, eval_metric;
+  double *eval;                // [nlogs] evaluate's means
   const kdrt_ckpt_state *resume; // --resume: where the checkpoint left off, else NULL
 } run;
 
 // Fill this rank's rows of global batch `step` of d whose samples are
 // order[] (NULL: step*batch + i, unshuffled).
 static void load_batch(run *r, const kdrt_data *d, const int64_t *order, int64_t step) {
+  const kdrt_program *p = r->p;
+  void *xs[KDRT_MAX_FILES];
+  float *ys[KDRT_MAX_FILES];
   for (int i = 0; i < r->lb; i++) {
-    int64_t pos = step * r->p->batch + r->row0 + i;
-    kdrt_data_sample(d, order ? order[pos] : pos, r->x + (size_t)i * (size_t)d->xn,
-                     r->y + (size_t)i * (size_t)d->yn);
+    int64_t pos = step * p->batch + r->row0 + i;
+    for (int k = 0; k < p->ninputs; k++)
+      xs[k] = (char *)r->x[k] + (size_t)i * (size_t)kdrt_io_elems(&p->inputs[k]) * 4;
+    for (int j = 0; j < p->nlabels; j++)
+      ys[j] = r->y[j] + (size_t)i * (size_t)kdrt_io_elems(&p->labels[j]);
+    kdrt_data_sample(d, order ? order[pos] : pos, xs, ys);
   }
 }
 
-// Mean loss and metric over the full batches of d, no shuffling (Keras's
-// evaluate). Draws a bar when pb is given.
-static void evaluate(run *r, const kdrt_data *d, double *loss, double *metric, progbar *pb) {
-  const char *names[2] = {"loss", r->p->metric_name};
-  int64_t steps = d->n / r->p->batch;
-  double sl = 0, sm = 0;
+// Mean of every log over the full batches of d, no shuffling (Keras's
+// evaluate), into out[nlogs]. Draws a bar when pb is given.
+static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
+  const kdrt_program *p = r->p;
+  int64_t steps = d->n / p->batch;
+  for (int k = 0; k < p->nlogs; k++) out[k] = 0;
   for (int64_t s = 0; s < steps; s++) {
     load_batch(r, d, NULL, s);
-    float l = 0, m = 0;
-    r->p->eval_step(r->c, r->x, r->y, &l, &m);
-    sl += l, sm += m;
+    for (int k = 0; k < p->nlogs; k++) r->logs[k] = 0;
+    p->eval_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
+    for (int k = 0; k < p->nlogs; k++) out[k] += r->logs[k];
     if (pb) {
-      double v[2] = {sl / (double)(s + 1), sm / (double)(s + 1)};
-      progbar_update(pb, s + 1, s + 1 == steps, r->p->metric_name ? 2 : 1, names, v);
+      double v[2 * KDRT_MAX_LOGS];
+      for (int k = 0; k < p->nlogs; k++) v[k] = out[k] / (double)(s + 1);
+      progbar_update(pb, s + 1, s + 1 == steps, p->nlogs, r->names, v);
     }
   }
-  *loss = steps ? sl / (double)steps : NAN;
-  *metric = steps ? sm / (double)steps : NAN;
+  for (int k = 0; k < p->nlogs; k++) out[k] = steps ? out[k] / (double)steps : NAN;
 }
 
 static void fit(run *r) {
   const kdrt_program *p = r->p;
   const kdrt_options *o = r->o;
+  int nl = p->nlogs;
   int64_t full = r->ntrain / p->batch, steps = full;
   if (o->steps_per_epoch && o->steps_per_epoch < full) steps = o->steps_per_epoch;
-  char val_metric[96] = "";
-  if (p->metric_name) snprintf(val_metric, sizeof val_metric, "val_%s", p->metric_name);
-  // The columns: loss [metric] [val_loss [val_metric]].
-  const char *names[4];
-  int nm = 0;
-  names[nm++] = "loss";
-  if (p->metric_name) names[nm++] = p->metric_name;
-  int ntrain_cols = nm;
-  if (r->nval > 0) {
-    names[nm++] = "val_loss";
-    if (p->metric_name) names[nm++] = val_metric;
-  }
+  // The columns: every log, then with validation every val_ log.
+  int ncols = r->nval > 0 ? 2 * nl : nl;
 
   int64_t *order = malloc(sizeof(int64_t) * (size_t)(r->ntrain ? r->ntrain : 1));
   r->step_loss = malloc(sizeof(double) * (size_t)(o->epochs * steps + 1));
@@ -574,8 +661,7 @@ static void fit(run *r) {
                (long long)ck->ntrain, (long long)steps, (long long)r->ntrain);
     e0 = (int)(ck->epoch < o->epochs ? ck->epoch : o->epochs);
     for (int i = 0; i < ck->nhist && i < o->epochs; i++)
-      r->loss[i] = ck->hist[0][i], r->metric[i] = ck->hist[1][i],
-      r->val_loss[i] = ck->hist[2][i], r->val_metric[i] = ck->hist[3][i];
+      for (int k = 0; k < 2 * nl; k++) r->hist[k][i] = ck->hist[k][i];
     for (; r->nsteps < ck->nsteps && r->nsteps < o->epochs * steps; r->nsteps++)
       r->step_loss[r->nsteps] = ck->step_loss[r->nsteps];
   }
@@ -587,38 +673,43 @@ static void fit(run *r) {
       kdrt_shuffle(o->seed, e, order, r->ntrain);
     progbar pb;
     progbar_start(&pb, r->show, r->live, steps);
-    double sl = 0, sm = 0;
+    double *sum = r->sums, v[2 * KDRT_MAX_LOGS];
+    for (int k = 0; k < nl; k++) sum[k] = 0;
     int64_t s = 0;
-    if (ck && e == ck->epoch) s = ck->pos, sl = ck->sum_loss, sm = ck->sum_metric;
+    if (ck && e == ck->epoch) {
+      s = ck->pos;
+      for (int k = 0; k < nl; k++) sum[k] = ck->sums[k];
+    }
     for (; s < steps; s++) {
       load_batch(r, &r->data, order, s);
-      float l = 0, m = 0;
-      p->train_step(r->c, r->x, r->y, &l, &m);
+      for (int k = 0; k < nl; k++) r->logs[k] = 0;
+      p->train_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
       r->c->step++;
+      float l = r->logs[0];
       if (!isfinite(l)) {
         if (pb.live && pb.prev_width) putchar('\n');
         fail_all(r->c, 1, "loss is %s at epoch %d, step %lld", isnan(l) ? "nan" : "inf", e + 1,
                  (long long)s + 1);
       }
-      sl += l, sm += m;
+      for (int k = 0; k < nl; k++) sum[k] += r->logs[k], v[k] = sum[k] / (double)(s + 1);
       r->step_loss[r->nsteps++] = l;
-      double v[2] = {sl / (double)(s + 1), sm / (double)(s + 1)};
-      progbar_update(&pb, s + 1, 0, ntrain_cols, names, v);
+      progbar_update(&pb, s + 1, 0, nl, r->names, v);
       if (o->checkpoint_dir) {
-        kdrt_ckpt_state st = {r->c->step, o->seed, e, s + 1, steps, r->ntrain, sl, sm, e,
-                              {r->loss, r->metric, r->val_loss, r->val_metric},
-                              r->nsteps, r->step_loss};
+        kdrt_ckpt_state st = {.step = r->c->step, .seed = o->seed, .epoch = e, .pos = s + 1,
+                              .steps = steps, .ntrain = r->ntrain, .nlogs = nl,
+                              .log_names = p->log_names, .sums = sum, .nhist = e,
+                              .hist = (const double *const *)r->hist, .nsteps = r->nsteps,
+                              .step_loss = r->step_loss};
         kdrt_ckpt_maybe_save(r->c, o->checkpoint_dir, o->checkpoint_every, &st);
       }
     }
-    r->loss[e] = sl / (double)steps, r->metric[e] = sm / (double)steps;
-    double v[4] = {r->loss[e], r->metric[e]};
+    for (int k = 0; k < nl; k++) r->hist[k][e] = v[k] = sum[k] / (double)steps;
     if (r->nval > 0) {
-      evaluate(r, &r->val, &r->val_loss[e], &r->val_metric[e], NULL);
-      v[ntrain_cols] = r->val_loss[e];
-      if (p->metric_name) v[ntrain_cols + 1] = r->val_metric[e];
+      double val[KDRT_MAX_LOGS];
+      evaluate(r, &r->val, val, NULL);
+      for (int k = 0; k < nl; k++) r->hist[nl + k][e] = v[nl + k] = val[k];
     }
-    progbar_update(&pb, steps, 1, nm, names, v);
+    progbar_update(&pb, steps, 1, ncols, r->names, v);
   }
   free(order);
 }
@@ -640,29 +731,27 @@ static void json_list(FILE *f, const char *key, const double *v, int n) {
 }
 
 // Write the history as JSON to path.tmp.<pid>, fsync, then rename: a reader
-// never sees half a file.
+// never sees half a file. Keys as Keras's History: "loss", then every
+// other log, then with validation every "val_" log; plus step_loss (every
+// step's loss) after "loss", and "evaluate" (the final evaluation's logs).
 static int write_history(const run *r, const char *path) {
   const kdrt_program *p = r->p;
-  int n = r->o->epochs;
+  int n = r->o->epochs, nl = p->nlogs;
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "w");
   if (!f) return -1;
   fputc('{', f);
-  json_list(f, "loss", r->loss, n);
+  json_list(f, r->names[0], r->hist[0], n);
   if (r->step_loss) fputs(", ", f), json_list(f, "step_loss", r->step_loss, (int)r->nsteps);
-  if (p->metric_name) fputs(", ", f), json_list(f, p->metric_name, r->metric, n);
-  if (r->nval > 0) {
-    fputs(", ", f), json_list(f, "val_loss", r->val_loss, n);
-    if (p->metric_name) {
-      char key[96];
-      snprintf(key, sizeof key, "val_%s", p->metric_name);
-      fputs(", ", f), json_list(f, key, r->val_metric, n);
-    }
+  for (int k = 1; k < nl; k++) fputs(", ", f), json_list(f, r->names[k], r->hist[k], n);
+  for (int k = 0; k < nl && r->nval > 0; k++)
+    fputs(", ", f), json_list(f, r->names[nl + k], r->hist[nl + k], n);
+  fputs(", \"evaluate\": {", f);
+  for (int k = 0; k < nl; k++) {
+    fprintf(f, "%s\"%s\": ", k ? ", " : "", r->names[k]);
+    json_num(f, r->eval[k]);
   }
-  fputs(", \"evaluate\": {\"loss\": ", f);
-  json_num(f, r->eval_loss);
-  if (p->metric_name) fprintf(f, ", \"%s\": ", p->metric_name), json_num(f, r->eval_metric);
   fputs("}}\n", f);
   int bad_write = fflush(f) != 0 || fsync(fileno(f)) != 0;
   if (fclose(f) != 0 || bad_write || rename(tmp, path) != 0) {
@@ -739,6 +828,14 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
              m, a, (long long)devices, devices == 1 ? "" : "s", c->world,
              c->world == 1 ? "" : "s", (long long)devices, prog_invoke);
   }
+  if (prog->nlogs < 1 || prog->nlogs > KDRT_MAX_LOGS || strcmp(prog->log_names[0], "loss") ||
+      prog->ninputs < 1 || prog->ninputs > KDRT_MAX_FILES || prog->nlabels > KDRT_MAX_FILES ||
+      prog->noutputs > KDRT_MAX_FILES)
+    fail_all(c, 1, "this program's description is not one this runtime takes (%d inputs, %d "
+             "labels, %d outputs, %d logs, the first '%s'; at most %d, %d, %d, %d, 'loss' "
+             "first); recompile it with this kdcc", prog->ninputs, prog->nlabels,
+             prog->noutputs, prog->nlogs, prog->nlogs > 0 ? prog->log_names[0] : "",
+             KDRT_MAX_FILES, KDRT_MAX_FILES, KDRT_MAX_FILES, KDRT_MAX_LOGS);
   if (o.batch_size && o.batch_size != prog->batch)
     fail_all(c, 2, "this program was compiled for batch %d; recompile with kdcc --batch-size %d",
              prog->batch, o.batch_size);
@@ -769,9 +866,23 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   run r;
   memset(&r, 0, sizeof r);
   r.c = c, r.p = prog, r.o = &o;
+  // The files in the program's order: --x per input, --y per label (usage
+  // errors, status 2).
+  const char *xs[3][KDRT_MAX_FILES], *ys[3][KDRT_MAX_FILES];
+  const kdrt_files *fx[3] = {&o.x, &o.val_x, &o.test_x}, *fy[3] = {&o.y, &o.val_y, &o.test_y};
+  static const char *const ox[3] = {"--x", "--val-x", "--test-x"};
+  static const char *const oy[3] = {"--y", "--val-y", "--test-y"};
+  for (int i = 0; i < 3; i++) {
+    if (!fx[i]->n) continue;
+    if (kdrt_resolve_files(fx[i], ox[i], prog->inputs, prog->ninputs, "input", xs[i], err,
+                           sizeof err) ||
+        kdrt_resolve_files(fy[i], oy[i], prog->labels, prog->nlabels, "label", ys[i], err,
+                           sizeof err))
+      fail_all(c, 2, "%s (see %s --help)", err, prog_invoke);
+  }
   // Every rank opens the same files and fails alike (data.c).
-  if (o.x_path) {
-    if (kdrt_data_open(&r.data, prog, o.x_path, o.y_path, o.scale, err, sizeof err))
+  if (o.x.n) {
+    if (kdrt_data_open(&r.data, prog, xs[0], ys[0], o.scale, err, sizeof err))
       fail_all(c, 1, "%s", err);
   } else {
     if (!o.synthetic) {
@@ -782,11 +893,9 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
     kdrt_data_synthetic(&r.data, prog, o.seed, o.synthetic);
     r.data.scale = o.scale;
   }
-  if (o.val_x_path &&
-      kdrt_data_open(&r.val, prog, o.val_x_path, o.val_y_path, o.scale, err, sizeof err))
+  if (o.val_x.n && kdrt_data_open(&r.val, prog, xs[1], ys[1], o.scale, err, sizeof err))
     fail_all(c, 1, "%s", err);
-  if (o.test_x_path &&
-      kdrt_data_open(&r.test, prog, o.test_x_path, o.test_y_path, o.scale, err, sizeof err))
+  if (o.test_x.n && kdrt_data_open(&r.test, prog, xs[2], ys[2], o.scale, err, sizeof err))
     fail_all(c, 1, "%s", err);
   // Keras: the validation split is the last fraction, taken before shuffling.
   if (o.validation_split > 0) {
@@ -796,11 +905,11 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   }
   r.ntrain = r.data.n;
   r.nval = r.val.n;
-  if (o.val_x_path && r.nval < prog->batch)
-    fail_all(c, 1, "%s: %lld validation samples do not make one batch of %d", o.val_x_path,
+  if (o.val_x.n && r.nval < prog->batch)
+    fail_all(c, 1, "%s: %lld validation samples do not make one batch of %d", xs[1][0],
              (long long)r.nval, prog->batch);
-  if (o.test_x_path && r.test.n < prog->batch)
-    fail_all(c, 1, "%s: %lld test samples do not make one batch of %d", o.test_x_path,
+  if (o.test_x.n && r.test.n < prog->batch)
+    fail_all(c, 1, "%s: %lld test samples do not make one batch of %d", xs[2][0],
              (long long)r.test.n, prog->batch);
   if (r.ntrain < prog->batch)
     fail_all(c, 1, "%lld training samples do not make one batch of %d", (long long)r.ntrain,
@@ -819,14 +928,31 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   int ba = prog->batch_axis;
   r.lb = ba >= 0 ? prog->batch / prog->mesh_shape[ba] : prog->batch;
   r.row0 = ba >= 0 ? c->coord[ba] * r.lb : 0;
-  r.x = alloc_floats(c, (size_t)r.lb * (size_t)r.data.xn, "the input batch");
-  r.y = alloc_floats(c, (size_t)r.lb * (size_t)r.data.yn, "the label batch");
+  r.x = calloc((size_t)prog->ninputs + 1, sizeof *r.x);
+  r.y = calloc((size_t)prog->nlabels + 1, sizeof *r.y);
+  if (!r.x || !r.y) kdrt_fatal(c, "out of memory");
+  for (int k = 0; k < prog->ninputs; k++)
+    r.x[k] = alloc_floats(c, (size_t)r.lb * (size_t)kdrt_io_elems(&prog->inputs[k]),
+                          "the input batch");
+  for (int j = 0; j < prog->nlabels; j++)
+    r.y[j] = alloc_floats(c, (size_t)r.lb * (size_t)kdrt_io_elems(&prog->labels[j]),
+                          "the label batch");
   r.show = show;
   r.live = show && live;
-  int ne = o.epochs > 0 ? o.epochs : 1;
-  r.loss = calloc((size_t)ne * 4, sizeof(double));
-  if (!r.loss) kdrt_fatal(c, "out of memory");
-  r.metric = r.loss + ne, r.val_loss = r.loss + 2 * ne, r.val_metric = r.loss + 3 * ne;
+  int ne = o.epochs > 0 ? o.epochs : 1, nl = prog->nlogs;
+  double *hist = calloc((size_t)ne * 2 * (size_t)nl + 2 * (size_t)nl, sizeof(double));
+  r.hist = calloc(2 * (size_t)nl, sizeof *r.hist);
+  r.names = calloc(2 * (size_t)nl, sizeof *r.names);
+  char *val_names = calloc(2 * (size_t)nl, 128);
+  r.logs = calloc((size_t)nl, sizeof *r.logs);
+  if (!hist || !r.hist || !r.names || !val_names || !r.logs) kdrt_fatal(c, "out of memory");
+  for (int k = 0; k < 2 * nl; k++) r.hist[k] = hist + (size_t)k * (size_t)ne;
+  r.sums = hist + 2 * (size_t)nl * (size_t)ne, r.eval = r.sums + nl;
+  for (int k = 0; k < nl; k++) {
+    r.names[k] = prog->log_names[k];
+    snprintf(val_names + 128 * k, 128, "val_%s", prog->log_names[k]);
+    r.names[nl + k] = val_names + 128 * k;
+  }
 
   prog->init(c);
   const char *wfile = o.weights ? o.weights : o.init_random ? NULL : prog->weights_file;
@@ -850,7 +976,7 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
            ed == &r.test ? "test" : ed == &r.val ? "validation" : "training", prog->batch);
   progbar pb;
   progbar_start(&pb, show, r.live, ed->n / prog->batch);
-  evaluate(&r, ed, &r.eval_loss, &r.eval_metric, &pb);
+  evaluate(&r, ed, r.eval, &pb);
 
   int status = 0;
   if (o.history && c->rank == 0 && write_history(&r, o.history)) {
@@ -864,8 +990,10 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   fflush(stdout);
   kdrt_comm_free(c);
   MPI_Finalize();
-  free(r.loss);
+  free(hist), free(r.hist), free(r.names), free(val_names), free(r.logs);
   free(r.step_loss);
+  for (int k = 0; k < prog->ninputs; k++) free(r.x[k]);
+  for (int j = 0; j < prog->nlabels; j++) free(r.y[j]);
   free(r.x), free(r.y);
   kdrt_data_close(&r.test), kdrt_data_close(&r.val), kdrt_data_close(&r.data);
   free(c->params), free(c->grads), free(c->arena);

@@ -8,7 +8,8 @@
 // progress output and the history file, lives here.
 //
 // Conventions
-// - Every tensor is float32, row-major, C-contiguous in its *local* shape.
+// - Every tensor is float32 (but a model's int32 token-id inputs), row-major,
+//   C-contiguous in its *local* shape.
 // - A kdrt_layout describes one tensor's global shape and, per dimension,
 //   the mesh axis it is split over (-1: replicated). The local extent of
 //   dim d is gshape[d] / mesh_shape[axis[d]]; this rank's block starts at
@@ -26,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kdrt_defs.h" // the enums kdcc and both runtimes share
+
 #define KDRT_MAX_RANK 6
 #define KDRT_MAX_AXES 4
 
@@ -38,9 +41,34 @@ typedef struct {
 // ---------------------------------------------------------------- kdrt.c
 // The program description a generated file hands to kdrt_main.
 
-enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINARY };
-
 typedef struct kdrt_ctx kdrt_ctx;
+
+// One input of the model, or one label (the target of an output that has
+// a loss). A step receives x[i] / y[i] as this rank's rows, each sample
+// prod(shape) elements of dtype, contiguous.
+typedef struct {
+  const char *name;                  // Keras's name: the InputLayer's, or the output layer's
+  int dtype;                         // KDRT_F32, or KDRT_I32 (token ids)
+  int rank;                          // per-sample rank (batch dim excluded; 0: a scalar a sample)
+  int64_t shape[KDRT_MAX_RANK];      // per-sample shape
+  int label_kind;                    // labels: KDRT_LABEL_*, what a label file becomes; inputs: 0
+  int64_t num_classes;               // labels: classes (ONEHOT, CLASSID: ids in [0, num_classes));
+                                     // I32 inputs: ids are in [0, num_classes) (synthetic data
+                                     // draws them there; files are checked)
+} kdrt_io;
+
+// One output of the model, for `./train predict`.
+typedef struct {
+  const char *name;                  // the output layer's name
+  size_t offset;                     // arena offset of its local block after eval_step;
+                                     // SIZE_MAX: not one arena buffer (predict refuses)
+  kdrt_layout layout;                // [batch, ...] global shape and split
+} kdrt_output;
+
+// A step: this rank's rows of one global batch, x[i] for input i, y[j] for
+// label j; writes logs[k] for every log_names[k], each the global mean over
+// the batch, already reduced (identical on every rank).
+typedef void kdrt_step_fn(kdrt_ctx *c, const void *const *x, const void *const *y, float *logs);
 
 typedef struct {
   const char *model_name;            // for messages
@@ -49,35 +77,30 @@ typedef struct {
   const char *const *mesh_axes;      // [mesh_ndim] axis names
   int batch_axis;                    // mesh axis the batch dim is split over, -1: none
   int batch;                         // global batch size the program was compiled for
-  int x_rank;                        // rank of one input sample (batch dim excluded)
-  int64_t x_shape[KDRT_MAX_RANK];    // one input sample's shape
-  int y_rank;                        // rank of one label (batch dim excluded; 0 for class ids)
-  int64_t y_shape[KDRT_MAX_RANK];
-  int label_kind;                    // KDRT_LABEL_*: what --synthetic generates
-  int num_classes;                   // for ONEHOT / CLASSID labels
-  const char *loss_name;             // "loss" column is always printed
-  const char *metric_name;           // e.g. "accuracy", or NULL for none
+  int ninputs;
+  const kdrt_io *inputs;             // [ninputs], the model's inputs in order
+  int nlabels;
+  const kdrt_io *labels;             // [nlabels], one per output with a loss, in output order
+  int nlogs;
+  const char *const *log_names;      // [nlogs]: "loss" first, then Keras's names for the rest
+                                     // ("accuracy"; with several outputs "out_a_loss",
+                                     // "out_a_accuracy", ...), in the order steps write them
+  int noutputs;
+  const kdrt_output *outputs;        // [noutputs]
   float learning_rate;               // compiled default; --lr overrides
   size_t param_floats;               // local floats in the parameter blob (params + optimizer slots)
   size_t grad_floats;                // local floats for gradients
   size_t arena_floats;               // local floats in the activation arena
   // Set up parameters and optimizer slots from ctx->seed (kdrt_init_* below).
   void (*init)(kdrt_ctx *c);
-  // One training step on this rank's shard of a global batch: x is
-  // [batch/B_ax, x_shape...] local, y likewise. Writes the global mean loss
-  // and metric (already reduced, identical on every rank).
-  void (*train_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
-  // Same without dropout, gradients or updates.
-  void (*eval_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
+  kdrt_step_fn *train_step;          // forward, loss, backward, update
+  kdrt_step_fn *eval_step;           // forward and loss, no dropout, no update
   // Forward, loss and backward (dropout as in training): every variable's
   // gradient, reduced to its layout, in c->grads; no update.
-  void (*grad_step)(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric);
+  kdrt_step_fn *grad_step;
   int nvars;
   const struct kdrt_var *vars;       // [nvars]
   const char *weights_file;          // initial weights (.keras or .weights.h5), or NULL
-  size_t pred_offset;                // arena offset of the model output (local shard);
-                                     // SIZE_MAX: not one arena buffer (see pred_layout)
-  kdrt_layout pred_layout;           // the model output [batch, outputs...]; rank 0: unknown
 } kdrt_program;
 
 // One trainable variable: what it is and where its local shard, optimizer
@@ -185,10 +208,18 @@ void kdrt_block_place(const kdrt_layout *l, const int *mesh_shape, const int *co
 void kdrt_gather_global(kdrt_ctx *c, const kdrt_layout *l, const float *in, float *out);
 
 // `./train predict --x F.npy --out P.npy [--weights FILE | --init random]`
-// (argv[1] is "predict"): the forward pass of eval_step over F in compiled
-// batches (the last one padded, the padding dropped); rank 0 writes the
-// outputs [N, outputs...] as float32 .npy, atomically. Exit status.
+// (argv[1] is "predict"): the forward pass of eval_step over the inputs
+// (--x FILE once per model input in order, or --x NAME=FILE) in compiled
+// batches (the last one padded, the padding dropped); rank 0 writes each
+// output [N, outputs...] as float32 .npy, atomically, to
+// kdrt_predict_path's file. An output at offset SIZE_MAX is an error
+// naming it. Exit status.
 int kdrt_predict(int argc, char **argv, const kdrt_program *p);
+// Where predict writes output o of p for --out `out`: with one output,
+// out itself; with several, DIR/<name>.npy when out ends in '/' or is a
+// directory, else out less a final ".npy", then ".<name>.npy"
+// (--out preds.npy: preds.a.npy, preds.b.npy).
+void kdrt_predict_path(const kdrt_program *p, const char *out, int o, char *buf, size_t len);
 
 // ---------------------------------------------------------------- comm.c
 // Collectives over the group of mesh axes `axes` (bit mask). `l` is the
@@ -225,14 +256,6 @@ void kdrt_slice(const kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshap
 // the counter = (step, global element index). A rank computes only its own
 // elements and gets exactly the values one device would.
 
-typedef enum {
-  KDRT_INIT_ZEROS, KDRT_INIT_ONES, KDRT_INIT_CONSTANT,
-  KDRT_INIT_GLOROT_UNIFORM, KDRT_INIT_GLOROT_NORMAL,
-  KDRT_INIT_HE_UNIFORM, KDRT_INIT_HE_NORMAL,
-  KDRT_INIT_LECUN_UNIFORM, KDRT_INIT_LECUN_NORMAL,
-  KDRT_INIT_RANDOM_NORMAL, KDRT_INIT_RANDOM_UNIFORM,
-  KDRT_INIT_TRUNCATED_NORMAL,
-} kdrt_init_kind;
 
 // Fill this rank's block of a tensor of layout l. fan_in/fan_out as Keras
 // computes them for the variable's global shape (kdcc passes them). p0, p1:
@@ -253,8 +276,6 @@ float kdrt_normal(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
 // Kernels on local buffers. Shapes are local. Matrices are row-major.
 
 // y[i] = act(x[i]) and its gradient. act: KDRT_ACT_*.
-enum { KDRT_ACT_LINEAR, KDRT_ACT_RELU, KDRT_ACT_SIGMOID, KDRT_ACT_TANH, KDRT_ACT_GELU,
-       KDRT_ACT_SILU };
 void kdrt_act(int act, float *y, const float *x, size_t n);
 // dx = dy * act'(.), given x (the input) and y (the output); gelu/silu use x,
 // the others y. Keras's gelu is the exact (erf) form unless approximate.
@@ -271,7 +292,6 @@ void kdrt_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows,
 // same. Conventions follow Keras 3 (losses reduce the last axis by mean for
 // mse/mae, by sum for crossentropies; probabilities clipped to [1e-7, 1-1e-7]
 // when not from logits). sparse: y holds class ids as floats, one per row.
-enum { KDRT_LOSS_MSE, KDRT_LOSS_MAE, KDRT_LOSS_CCE, KDRT_LOSS_SCCE, KDRT_LOSS_BCE };
 double kdrt_loss(int kind, int from_logits, const float *pred, const float *y, int64_t rows,
                  int64_t cols, double scale);
 void kdrt_loss_grad(int kind, int from_logits, float *dpred, const float *pred, const float *y,
@@ -365,38 +385,54 @@ void kdrt_array_close(kdrt_array *a);
 // Sample s as row floats, each times scale.
 void kdrt_array_row(const kdrt_array *a, int64_t s, double scale, float *out);
 
+// Integer samples of an array: sample s as row int32s. Callers check
+// first (kdrt_fit_inputs) that every element is an integer that fits.
+void kdrt_array_row_i32(const kdrt_array *a, int64_t s, int32_t *out);
+
+// Elements of one sample of an input or label: prod(shape).
+int64_t kdrt_io_elems(const kdrt_io *io);
+
 // How a label file becomes the rows the loss wants.
 enum { KDRT_LABELS_COPY, KDRT_LABELS_IDS, KDRT_LABELS_ONEHOT };
-// Inputs fit when a sample has prod(x_shape) elements, whatever its shape.
-int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, char *err, size_t errlen);
-// Labels by p->label_kind: CLASSID wants ids (N,) or (N, 1); ONEHOT wants
-// (N, C) or ids, which it expands; DENSE / BINARY want prod(y_shape)
-// elements a sample. Ids are checked: integers in [0, num_classes).
-int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int *conv, char *err,
+// Input file a for p->inputs[k]: fits when a sample has prod(shape)
+// elements, whatever its shape. A KDRT_I32 input wants integers: integer
+// files, or float files whose every value is integral; with num_classes > 0
+// every id must lie in [0, num_classes) (the message names the file, the
+// sample and the value).
+int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, int k, char *err, size_t errlen);
+// Label file a for p->labels[j], by its label_kind: CLASSID wants ids (N,)
+// or (N, 1); ONEHOT wants (N, C) or ids, which it expands; DENSE / BINARY
+// want prod(shape) elements a sample. Ids are checked: integers in
+// [0, num_classes).
+int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int j, int *conv, char *err,
                     size_t errlen);
-// Label s of a, converted (conv from kdrt_fit_labels): prod(y_shape) floats.
-void kdrt_label_row(const kdrt_array *a, int conv, int num_classes, int64_t s, float *out);
+// Label s of a, converted (conv from kdrt_fit_labels): prod(shape) floats.
+void kdrt_label_row(const kdrt_array *a, int conv, int64_t num_classes, int64_t s, float *out);
 
-// Inputs and labels together, or synthetic samples; a slice of samples
-// [first, first + n) of them (a validation split is a slice of the files).
+// The inputs and labels of one data set (one file each), or synthetic
+// samples; a slice of samples [first, first + n) of them (a validation
+// split is a slice of the files).
 typedef struct {
   const kdrt_program *p;
-  int synthetic;              // samples from kdrt_synthetic_sample(seed)
+  int synthetic;              // samples from kdrt_synthetic_input/_label(seed)
   uint64_t seed;
-  kdrt_array x, y;
-  int yconv;                  // KDRT_LABELS_*
-  int owner;                  // closes x and y (0 for a slice)
-  double scale;               // inputs times scale
+  kdrt_array *x, *y;          // [ninputs], [nlabels] open files (files only)
+  int *yconv;                 // [nlabels] KDRT_LABELS_*
+  int owner;                  // frees the arrays and closes the files (0 for a slice)
+  double scale;               // float inputs times scale
   int64_t first, n;
-  int64_t xn, yn;             // floats a sample: prod(x_shape), prod(y_shape)
-  float *cache;               // synthetic samples made once (x then y per sample), or NULL
+  unsigned char *cache;       // synthetic samples made once (bytes a sample: `per`), or NULL
+  size_t per;                 // the cache's bytes a sample: every input, then every label
 } kdrt_data;
-int kdrt_data_open(kdrt_data *d, const kdrt_program *p, const char *xpath, const char *ypath,
-                   double scale, char *err, size_t errlen);
+// xpaths[ninputs], ypaths[nlabels]: the files in the program's order. All
+// must hold the same number of samples (else an error naming two of them).
+int kdrt_data_open(kdrt_data *d, const kdrt_program *p, const char *const *xpaths,
+                   const char *const *ypaths, double scale, char *err, size_t errlen);
 void kdrt_data_synthetic(kdrt_data *d, const kdrt_program *p, uint64_t seed, int64_t n);
 kdrt_data kdrt_data_slice(const kdrt_data *d, int64_t first, int64_t n);
-// Sample i of the slice: xn floats into x, yn into y.
-void kdrt_data_sample(const kdrt_data *d, int64_t i, float *x, float *y);
+// Sample i of the slice: input k into x[k] (prod(shape) elements of its
+// dtype), label j into y[j] (prod(shape) floats).
+void kdrt_data_sample(const kdrt_data *d, int64_t i, void *const *x, float *const *y);
 void kdrt_data_close(kdrt_data *d);
 
 // ---------------------------------------------------------------- checkpoint.c
@@ -414,9 +450,12 @@ typedef struct {
   int64_t pos;                // its steps done (pos == steps: all, validation not yet)
   int64_t steps;              // steps per epoch
   int64_t ntrain;             // training samples
-  double sum_loss, sum_metric; // running sums over those pos steps
+  int nlogs;                  // the program's logs (kdrt_program.log_names)
+  const char *const *log_names; // [nlogs]
+  const double *sums;         // [nlogs] running sums over those pos steps
   int nhist;                  // finished epochs
-  const double *hist[4];      // [nhist] each: loss, metric, val_loss, val_metric
+  const double *const *hist;  // [2 * nlogs], each [nhist]: log k's epoch means at k,
+                              // its val_ means at nlogs + k (0: no validation)
   int64_t nsteps;             // = step: every step's loss so far (--history's step_loss)
   const double *step_loss;    // [nsteps]
 } kdrt_ckpt_state;
@@ -430,6 +469,7 @@ void kdrt_ckpt_save(kdrt_ctx *c, const char *dir, const kdrt_ckpt_state *st);
 // Collective: the newest checkpoint in dir with a MANIFEST whose files all
 // verify (others are skipped with a warning). Fills st (hist malloc'd) and
 // name ("ckpt-40"); returns 0, or -1 when dir holds no checkpoint at all.
+// A checkpoint whose log names differ from the program's is an error.
 int kdrt_ckpt_find(kdrt_ctx *c, const char *dir, kdrt_ckpt_state *st, char *name, size_t len);
 // Collective: this rank's blocks of every variable and optimizer slot from
 // dir/name into c->params, cut from the saved shards whatever the saved mesh.
@@ -485,7 +525,9 @@ typedef struct {
   int mesh_shape[KDRT_MAX_AXES];
   char axes[KDRT_MAX_AXES][64];
   kdrt_ckpt_state st;
-  double *hist[4], *step_loss; // parse: st.hist's and st.step_loss's storage
+  // parse: the storage of st's arrays
+  char **names;               // [st.nlogs]
+  double *sums, **hist, *step_loss; // [nlogs], [2 * nlogs][nhist], [nsteps]
   int nfiles;
   struct { char name[64]; uint64_t size; uint32_t crc; } *files;
 } kdrt_ckpt_manifest;
@@ -505,18 +547,34 @@ int64_t kdrt_ckpt_copy_overlap(float *dst, const int64_t *dst_start, const int64
 // the three runtime files and the unit tests (tests/test_rt_core.c,
 // tests/rt_comm_check.c) can reach them.
 
+// The values of one repeatable file option (--x, --y, ...), as typed.
+#define KDRT_MAX_FILES 32              // inputs, labels, outputs of a program: at most this many
+#define KDRT_MAX_LOGS 64               // logs of a program: at most this many
+typedef struct {
+  int n;
+  const char *arg[KDRT_MAX_FILES]; // "FILE" or "NAME=FILE"
+} kdrt_files;
+
+// Put the files f of option `opt` ("--x") in the order of ios[0..nio):
+// either every value is NAME=FILE with NAME one of the ios' names (each
+// once), or they are FILEs, one per io in order (a value whose part
+// before '=' names no io is a FILE). out[nio] gets the files; returns 0,
+// or -1 with a message naming the option and the expected names.
+int kdrt_resolve_files(const kdrt_files *f, const char *opt, const kdrt_io *ios, int nio,
+                       const char *what, const char **out, char *err, size_t errlen);
+
 // Command-line options of a generated program (see kdrt_parse_args).
 typedef struct {
   int epochs;                 // --epochs N, default 1
   int batch_size;             // --batch-size B, 0: not given
   int64_t steps_per_epoch;    // --steps-per-epoch S, 0: every full batch
   int64_t synthetic;          // --synthetic N, 0: not given
-  const char *x_path;         // --x FILE (.npy or IDX, maybe gzip'd; see data.c)
-  const char *y_path;         // --y FILE
-  const char *val_x_path;     // --val-x FILE: validation inputs
-  const char *val_y_path;     // --val-y FILE
-  const char *test_x_path;    // --test-x FILE: evaluated after fit
-  const char *test_y_path;    // --test-y FILE
+  // The data files, as given: --x FILE or --x NAME=FILE once per model
+  // input (.npy or IDX, maybe gzip'd; see data.c), --y once per label;
+  // kdrt_resolve_files puts them in the program's order.
+  kdrt_files x, y;            // --x, --y
+  kdrt_files val_x, val_y;    // --val-x, --val-y: validation data
+  kdrt_files test_x, test_y;  // --test-x, --test-y: evaluated after fit
   double scale;               // --scale S (a number or a fraction 1/255): inputs times S, default 1
   double validation_split;    // --validation-split F, in [0, 1)
   uint64_t seed;              // --seed S, default 1337
@@ -541,10 +599,12 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
 // idx[0..n) = a permutation of 0..n-1 for this epoch (Fisher-Yates driven by
 // kdrt_uniform with counter (epoch, i)); identical on every rank and mesh.
 void kdrt_shuffle(uint64_t seed, int64_t epoch, int64_t *idx, int64_t n);
-// One synthetic sample (x: prod(x_shape) floats, y: prod(y_shape) floats),
-// a function of (seed, sample index) only.
-void kdrt_synthetic_sample(const kdrt_program *p, uint64_t seed, int64_t sample, float *x,
-                           float *y);
+// Synthetic data, a function of (seed, sample index, input or label
+// index) only: input k of sample s (prod(shape) elements of its dtype:
+// floats ~ N(0, 1), int32 ids uniform in [0, num_classes), 0 when
+// num_classes < 1), and label j (prod(shape) floats by its label_kind).
+void kdrt_synthetic_input(const kdrt_program *p, uint64_t seed, int k, int64_t sample, void *x);
+void kdrt_synthetic_label(const kdrt_program *p, uint64_t seed, int j, int64_t sample, float *y);
 // One Keras progress line ("8/8 ━━━━ 0s 4ms/step - accuracy: 0.5000 - loss:
 // 0.9237") into buf, without a line end. Metrics come out sorted
 // by name, as Keras 3 sorts its logs. finalize: elapsed time, else the ETA.

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zip.h>
@@ -733,13 +734,42 @@ static int leave(kdrt_ctx *c, int status, const char *fmt, ...) {
 
 static void predict_usage(FILE *f, const char *argv0, const kdrt_program *p) {
   fprintf(f,
-          "usage: %s predict --x FILE.npy --out FILE.npy [--weights FILE | --init random]\n"
+          "usage: %s predict --x FILE --out OUT.npy [--weights FILE | --init random]\n"
           "                  [--scale S] [--seed S] [--quiet]\n"
-          "The model's outputs for every sample of --x (no dropout), in batches of %d,\n"
-          "written as float32 .npy [N, outputs...]. Weights: --weights (.keras or\n"
-          ".weights.h5), else %s%s.\n",
-          argv0, p->batch, p->weights_file ? "the ones compiled from " : "random from --seed",
+          "The model's outputs for every sample of the inputs (no dropout), in batches of\n"
+          "%d, written as float32 .npy [N, outputs...]. --x FILE once per model input, in\n"
+          "order, or --x NAME=FILE (inputs:",
+          argv0, p->batch);
+  for (int k = 0; k < p->ninputs; k++) fprintf(f, " %s", p->inputs[k].name);
+  fprintf(f, ").\n");
+  if (p->noutputs > 1) {
+    fprintf(f, "With several outputs, one file each: --out P.npy writes P.<output>.npy, and\n"
+               "--out DIR/ writes DIR/<output>.npy (outputs:");
+    for (int o = 0; o < p->noutputs; o++) fprintf(f, " %s", p->outputs[o].name);
+    fprintf(f, ").\n");
+  }
+  fprintf(f, "Weights: --weights (.keras or .weights.h5), else %s%s.\n",
+          p->weights_file ? "the ones compiled from " : "random from --seed",
           p->weights_file ? p->weights_file : "");
+}
+
+// Where output o goes: with one output, out itself; with several, DIR/<name>.npy
+// when out ends in '/' or is a directory, else out without its ".npy",
+// then ".<name>.npy".
+void kdrt_predict_path(const kdrt_program *p, const char *out, int o, char *buf, size_t len) {
+  if (p->noutputs == 1) {
+    snprintf(buf, len, "%s", out);
+    return;
+  }
+  size_t n = strlen(out);
+  struct stat st;
+  const char *name = p->outputs[o].name;
+  if ((n && out[n - 1] == '/') || (stat(out, &st) == 0 && S_ISDIR(st.st_mode))) {
+    snprintf(buf, len, "%s%s%s.npy", out, n && out[n - 1] == '/' ? "" : "/", name);
+    return;
+  }
+  if (n >= 4 && !strcmp(out + n - 4, ".npy")) n -= 4;
+  snprintf(buf, len, "%.*s.%s.npy", (int)n, out, name);
 }
 
 // A .npy header for float32 [n, dims...], padded so the data is 64-byte aligned.
@@ -769,7 +799,8 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
   c->prog = p;
   KDRT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
   KDRT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->world));
-  const char *x_path = NULL, *out_path = NULL, *weights = NULL;
+  const char *out_path = NULL, *weights = NULL;
+  kdrt_files xf = {0};
   int init_random = 0, quiet = 0;
   double scale = 1.0;
   c->seed = 1337;
@@ -785,7 +816,10 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
     }
     if (!v) return leave(c, 2, "option '%s' needs a value (see %s predict --help)", a, argv[0]);
     i++;
-    if (!strcmp(a, "--x")) x_path = v;
+    if (!strcmp(a, "--x")) {
+      if (xf.n == KDRT_MAX_FILES) return leave(c, 2, "more than %d '--x' options", KDRT_MAX_FILES);
+      xf.arg[xf.n++] = v;
+    }
     else if (!strcmp(a, "--out")) out_path = v;
     else if (!strcmp(a, "--weights")) weights = v;
     else if (!strcmp(a, "--init") && !strcmp(v, "random")) init_random = 1;
@@ -800,12 +834,24 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
     }
     else return leave(c, 2, "unknown option '%s %s' (see %s predict --help)", a, v, argv[0]);
   }
-  if (!x_path || !out_path)
+  if (!xf.n || !out_path)
     return leave(c, 2, "--x and --out are required (see %s predict --help)", argv[0]);
   if (weights && init_random) return leave(c, 2, "--weights and --init random exclude each other");
-  if (p->pred_layout.rank < 1 || p->pred_offset == SIZE_MAX)
+  char err[4096];
+  const char *xpaths[KDRT_MAX_FILES];
+  if (p->ninputs < 1 || p->ninputs > KDRT_MAX_FILES || p->nlabels > KDRT_MAX_FILES ||
+      p->noutputs > KDRT_MAX_FILES || p->nlogs < 1)
+    return leave(c, 1, "this program's description is not one this runtime takes; recompile "
+                 "it with this kdcc");
+  if (kdrt_resolve_files(&xf, "--x", p->inputs, p->ninputs, "input", xpaths, err, sizeof err))
+    return leave(c, 2, "%s (see %s predict --help)", err, argv[0]);
+  if (p->noutputs < 1)
     return leave(c, 1, "this program does not know where its model output lives; recompile it "
                  "with this kdcc");
+  for (int o = 0; o < p->noutputs; o++)
+    if (p->outputs[o].layout.rank < 1 || p->outputs[o].offset == SIZE_MAX)
+      return leave(c, 1, "output '%s' is not one buffer of the activation arena in this "
+                   "program, so predict cannot read it", p->outputs[o].name);
   int devices = 1;
   for (int a = 0; a < p->mesh_ndim; a++) devices *= p->mesh_shape[a];
   if (devices != c->world)
@@ -823,76 +869,107 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
   }
   p->init(c);
   const char *wfile = weights ? weights : init_random ? NULL : p->weights_file;
-  char err[4096];
   if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) return leave(c, 1, "%s", err);
   if (!wfile && !quiet && c->rank == 0)
     fprintf(stderr, "predict: no weights file; predicting with random weights from --seed "
             "%llu\n", (unsigned long long)c->seed);
 
-  // The inputs: any file data.c reads, as many elements a sample as the model's input.
-  kdrt_array xa;
-  if (kdrt_array_open(&xa, x_path, err, sizeof err) || kdrt_fit_inputs(&xa, p, err, sizeof err))
-    return leave(c, 1, "%s", err);
-  int64_t n = xa.n, xn = xa.row, yn = 1, on = 1;
-  for (int d = 0; d < p->y_rank; d++) yn *= p->y_shape[d];
-  for (int d = 1; d < p->pred_layout.rank; d++) on *= p->pred_layout.gshape[d];
-
+  // The inputs: any files data.c reads, one per model input, checked as
+  // training checks them; labels are not needed (zeros for eval_step).
+  kdrt_array xa[KDRT_MAX_FILES];
+  memset(xa, 0, sizeof xa);
+  int64_t n = 0;
+  for (int k = 0; k < p->ninputs; k++) {
+    if (kdrt_array_open(&xa[k], xpaths[k], err, sizeof err) ||
+        kdrt_fit_inputs(&xa[k], p, k, err, sizeof err)) {
+      for (int i = 0; i <= k; i++) kdrt_array_close(&xa[i]);
+      return leave(c, 1, "%s", err);
+    }
+    if (k == 0) n = xa[k].n;
+    else if (xa[k].n != n) {
+      kdrt_errf(err, sizeof err, "%s has %lld samples but %s has %lld", xpaths[0], (long long)n,
+                xpaths[k], (long long)xa[k].n);
+      for (int i = 0; i <= k; i++) kdrt_array_close(&xa[i]);
+      return leave(c, 1, "%s", err);
+    }
+  }
   int ba = p->batch_axis;
   int lb = ba >= 0 ? p->batch / p->mesh_shape[ba] : p->batch;
   int row0 = ba >= 0 ? c->coord[ba] * lb : 0;
-  float *x = calloc((size_t)(lb * xn), sizeof(float)), *y = calloc((size_t)(lb * yn), sizeof(float));
-  float *g = NULL, *result = NULL;
-  if (c->rank == 0) {
-    g = malloc(sizeof(float) * (size_t)elems(&p->pred_layout));
-    result = malloc(sizeof(float) * (size_t)(n * on > 0 ? n * on : 1));
+  void *x[KDRT_MAX_FILES];
+  float *y[KDRT_MAX_FILES], *g[KDRT_MAX_FILES] = {0}, *result[KDRT_MAX_FILES] = {0};
+  int64_t xn[KDRT_MAX_FILES], on[KDRT_MAX_FILES];
+  float *logs = calloc((size_t)p->nlogs, sizeof(float));
+  int oom = !logs;
+  for (int k = 0; k < p->ninputs; k++) {
+    xn[k] = kdrt_io_elems(&p->inputs[k]);
+    oom |= !(x[k] = calloc((size_t)(lb * xn[k] + 1), 4));
   }
-  if (!x || !y || (c->rank == 0 && (!g || !result))) kdrt_fatal(c, "out of memory");
+  for (int j = 0; j < p->nlabels; j++)
+    oom |= !(y[j] = calloc((size_t)(lb * kdrt_io_elems(&p->labels[j]) + 1), sizeof(float)));
+  for (int o = 0; o < p->noutputs; o++) {
+    const kdrt_layout *l = &p->outputs[o].layout;
+    on[o] = 1;
+    for (int d = 1; d < l->rank; d++) on[o] *= l->gshape[d];
+    if (c->rank == 0) {
+      oom |= !(g[o] = malloc(sizeof(float) * (size_t)elems(l)));
+      oom |= !(result[o] = malloc(sizeof(float) * (size_t)(n * on[o] > 0 ? n * on[o] : 1)));
+    }
+  }
+  if (oom) kdrt_fatal(c, "out of memory");
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   int64_t steps = (n + p->batch - 1) / p->batch;
   for (int64_t s = 0; s < steps; s++) {
     for (int i = 0; i < lb; i++) {
       int64_t pos = s * p->batch + row0 + i;
-      float *xr = x + (size_t)i * (size_t)xn;
-      if (pos >= n) { // padding
-        memset(xr, 0, sizeof(float) * (size_t)xn);
-        continue;
+      for (int k = 0; k < p->ninputs; k++) {
+        void *xr = (char *)x[k] + (size_t)i * (size_t)xn[k] * 4;
+        if (pos >= n) memset(xr, 0, 4 * (size_t)xn[k]); // padding (id 0 for int inputs)
+        else if (p->inputs[k].dtype == KDRT_I32) kdrt_array_row_i32(&xa[k], pos, xr);
+        else kdrt_array_row(&xa[k], pos, scale, xr);
       }
-      kdrt_array_row(&xa, pos, scale, xr);
     }
-    float loss, metric;
-    p->eval_step(c, x, y, &loss, &metric);
-    kdrt_gather_global(c, &p->pred_layout, c->arena + p->pred_offset, g);
-    if (c->rank == 0) {
-      int64_t keep = n - s * p->batch < p->batch ? n - s * p->batch : p->batch;
-      memcpy(result + (size_t)(s * p->batch * on), g, sizeof(float) * (size_t)(keep * on));
+    p->eval_step(c, (const void *const *)x, (const void *const *)y, logs);
+    int64_t keep = n - s * p->batch < p->batch ? n - s * p->batch : p->batch;
+    for (int o = 0; o < p->noutputs; o++) {
+      kdrt_gather_global(c, &p->outputs[o].layout, c->arena + p->outputs[o].offset, g[o]);
+      if (c->rank == 0)
+        memcpy(result[o] + (size_t)(s * p->batch * on[o]), g[o],
+               sizeof(float) * (size_t)(keep * on[o]));
     }
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  kdrt_array_close(&xa);
+  for (int k = 0; k < p->ninputs; k++) kdrt_array_close(&xa[k]);
   int rc = 0;
-  if (c->rank == 0) {
-    char hdr[1024], tmp[4096];
-    size_t hl = npy_header(hdr, sizeof hdr, n, p->pred_layout.rank - 1, p->pred_layout.gshape + 1);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid());
+  for (int o = 0; o < p->noutputs && c->rank == 0 && !rc; o++) {
+    const kdrt_layout *l = &p->outputs[o].layout;
+    char hdr[1024], tmp[4400], path[4096];
+    kdrt_predict_path(p, out_path, o, path, sizeof path);
+    size_t hl = npy_header(hdr, sizeof hdr, n, l->rank - 1, l->gshape + 1);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     int bad = !f || !hl || fwrite(hdr, 1, hl, f) != hl ||
-              fwrite(result, sizeof(float), (size_t)(n * on), f) != (size_t)(n * on);
+              fwrite(result[o], sizeof(float), (size_t)(n * on[o]), f) != (size_t)(n * on[o]);
     if (f && fclose(f)) bad = 1;
-    if (bad || commit(tmp, out_path)) {
-      fprintf(stderr, "predict: cannot write %s: %s\n", out_path, strerror(errno));
+    if (bad || commit(tmp, path)) {
+      fprintf(stderr, "predict: cannot write %s: %s\n", path, strerror(errno));
       unlink(tmp);
       rc = 1;
-    } else if (!quiet) {
-      double el = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-      char line[512];
-      kdrt_progress_line(line, sizeof line, steps, steps, 1, el, steps ? el / (double)steps : 0,
-                         0, NULL, NULL, 0);
-      printf("%s\n", line);
     }
   }
+  if (c->rank == 0 && !rc && !quiet) {
+    double el = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    char line[512];
+    kdrt_progress_line(line, sizeof line, steps, steps, 1, el, steps ? el / (double)steps : 0,
+                       0, NULL, NULL, 0);
+    printf("%s\n", line);
+  }
   KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
-  free(x), free(y), free(g), free(result);
+  for (int k = 0; k < p->ninputs; k++) free(x[k]);
+  for (int j = 0; j < p->nlabels; j++) free(y[j]);
+  for (int o = 0; o < p->noutputs; o++) free(g[o]), free(result[o]);
+  free(logs);
   free(c->params), free(c->grads), free(c->arena);
   return leave(c, rc, NULL);
 }

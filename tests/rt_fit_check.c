@@ -35,7 +35,9 @@ static void init(kdrt_ctx *c) {
 
 // Forward pass; returns the local rows' predictions of this rank's columns
 // in c->arena ([lb, ln]), and loss / accuracy, reduced.
-static void forward(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric) {
+static void forward(kdrt_ctx *c, const void *const *xs, const void *const *ys, float *logs) {
+  const float *x = xs[0], *y = ys[0];
+  float *loss = &logs[0], *metric = &logs[1];
   int lb = B / c->prog->mesh_shape[0], ln = N / model_parts(c), col0 = c->coord[1] * ln;
   if (c->prog->mesh_ndim == 1) col0 = 0;
   float *pred = c->arena, *full = c->arena + lb * ln;
@@ -69,8 +71,9 @@ static void forward(kdrt_ctx *c, const float *x, const float *y, float *loss, fl
   kdrt_allreduce(c, 1, &correct, metric, 1);
 }
 
-static void train_step(kdrt_ctx *c, const float *x, const float *y, float *loss, float *metric) {
-  forward(c, x, y, loss, metric);
+static void train_step(kdrt_ctx *c, const void *const *xs, const void *const *ys, float *logs) {
+  forward(c, xs, ys, logs);
+  const float *x = xs[0], *y = ys[0];
   int lb = B / c->prog->mesh_shape[0], ln = N / model_parts(c), col0 = c->coord[1] * ln;
   if (c->prog->mesh_ndim == 1) col0 = 0;
   const float *pred = c->arena;
@@ -93,6 +96,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   int parts = nd > 1 ? mesh_shape[1] : 1;
+  static const kdrt_io input = {.name = "x", .dtype = KDRT_F32, .rank = 1, .shape = {K}};
+  static const kdrt_io label = {.name = "d", .dtype = KDRT_F32, .rank = 1, .shape = {N},
+                                .label_kind = KDRT_LABEL_ONEHOT, .num_classes = N};
+  static const char *const log_names[] = {"loss", "accuracy"};
+  // pred [B, N]: the batch over data, the columns over model.
+  kdrt_output output = {"d", 0, {2, {B, N}, {0, (int8_t)(nd > 1 ? 1 : -1)}}};
   kdrt_program prog = {
       .model_name = "rt_fit_check",
       .mesh_ndim = nd,
@@ -100,12 +109,14 @@ int main(int argc, char **argv) {
       .mesh_axes = mesh_axes,
       .batch_axis = 0,
       .batch = B,
-      .x_rank = 1, .x_shape = {K},
-      .y_rank = 1, .y_shape = {N},
-      .label_kind = KDRT_LABEL_ONEHOT,
-      .num_classes = N,
-      .loss_name = "mse",
-      .metric_name = "accuracy",
+      .ninputs = 1,
+      .inputs = &input,
+      .nlabels = 1,
+      .labels = &label,
+      .nlogs = 2,
+      .log_names = log_names,
+      .noutputs = 1,
+      .outputs = &output,
       .learning_rate = 0.05f,
       .param_floats = (size_t)(K * N / parts),
       .grad_floats = (size_t)(K * N / parts),

@@ -245,8 +245,13 @@ Test(manifest, round_trip_bit_for_bit) {
   double loss[2] = {1.0 / 3.0, 0.1}, metric[2] = {0.0625, 1e-300}, nan2[2] = {NAN, -0.0};
   double steps[11];
   for (int i = 0; i < 11; i++) steps[i] = 1.0 / (i + 7);
-  m.st = (kdrt_ckpt_state){21, 1337, 2, 5, 8, 128, 3.0 / 7.0, 2.5, 2,
-                           {loss, metric, nan2, nan2}, 11, steps};
+  // Two logs with awkward names (a space and a '%' travel encoded).
+  static const char *const names[2] = {"loss", "out a%accuracy"};
+  double sums[2] = {3.0 / 7.0, 2.5};
+  const double *hist[4] = {loss, metric, nan2, nan2};
+  m.st = (kdrt_ckpt_state){.step = 21, .seed = 1337, .epoch = 2, .pos = 5, .steps = 8,
+                           .ntrain = 128, .nlogs = 2, .log_names = names, .sums = sums,
+                           .nhist = 2, .hist = hist, .nsteps = 11, .step_loss = steps};
   m.nfiles = 2;
   m.files = calloc(2, sizeof m.files[0]);
   snprintf(m.files[0].name, 64, "shard-00000.kdck");
@@ -265,7 +270,10 @@ Test(manifest, round_trip_bit_for_bit) {
   cr_assert_eq(g.st.pos, 5);
   cr_assert_eq(g.st.steps, 8);
   cr_assert_eq(g.st.ntrain, 128);
-  cr_assert(!memcmp(&g.st.sum_loss, &m.st.sum_loss, sizeof(double)));
+  cr_assert_eq(g.st.nlogs, 2);
+  cr_assert_str_eq(g.st.log_names[0], "loss");
+  cr_assert_str_eq(g.st.log_names[1], "out a%accuracy");
+  cr_assert(!memcmp(g.st.sums, sums, sizeof sums));
   cr_assert_eq(g.st.nhist, 2);
   for (int i = 0; i < 2; i++) {
     cr_assert(!memcmp(&g.st.hist[0][i], &loss[i], sizeof(double)));

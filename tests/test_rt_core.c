@@ -351,8 +351,9 @@ Test(args, every_option) {
   cr_assert_eq(o.epochs, 3);
   cr_assert_eq(o.batch_size, 16);
   cr_assert_eq(o.steps_per_epoch, 5);
-  cr_assert_str_eq(o.x_path, "x.npy");
-  cr_assert_str_eq(o.y_path, "y.npy");
+  cr_assert(o.x.n == 1 && o.y.n == 1);
+  cr_assert_str_eq(o.x.arg[0], "x.npy");
+  cr_assert_str_eq(o.y.arg[0], "y.npy");
   cr_assert_float_eq(o.validation_split, 0.25, 1e-12);
   cr_assert_eq(o.seed, 7);
   cr_assert(o.has_lr);
@@ -478,13 +479,14 @@ Test(data, shuffle_is_a_seeded_permutation) {
 Test(data, synthetic_labels_follow_the_label_kind) {
   static const int one[1] = {1};
   kdrt_program p = fake_prog(1, one);
-  p.x_rank = 2, p.x_shape[0] = 3, p.x_shape[1] = 2;
-  p.y_rank = 1, p.y_shape[0] = 10, p.num_classes = 10;
+  kdrt_io in = {.name = "x", .dtype = KDRT_F32, .rank = 2, .shape = {3, 2}};
+  kdrt_io lab = {.name = "d", .dtype = KDRT_F32, .rank = 1, .shape = {10}, .num_classes = 10};
+  p.ninputs = 1, p.inputs = &in, p.nlabels = 1, p.labels = &lab;
   float x[6], y[10], x2[6], y2[10];
   int hist[10] = {0};
-  p.label_kind = KDRT_LABEL_ONEHOT;
+  lab.label_kind = KDRT_LABEL_ONEHOT;
   for (int s = 0; s < 2000; s++) {
-    kdrt_synthetic_sample(&p, 1337, s, x, y);
+    kdrt_synthetic_label(&p, 1337, 0, s, y);
     int ones = 0, cls = -1;
     for (int i = 0; i < 10; i++) {
       cr_assert(y[i] == 0 || y[i] == 1);
@@ -494,26 +496,84 @@ Test(data, synthetic_labels_follow_the_label_kind) {
     hist[cls]++;
   }
   for (int i = 0; i < 10; i++) cr_assert(hist[i] > 120, "class %d only %d times", i, hist[i]);
-  kdrt_synthetic_sample(&p, 1337, 77, x, y);
-  kdrt_synthetic_sample(&p, 1337, 77, x2, y2);
+  kdrt_synthetic_input(&p, 1337, 0, 77, x), kdrt_synthetic_label(&p, 1337, 0, 77, y);
+  kdrt_synthetic_input(&p, 1337, 0, 77, x2), kdrt_synthetic_label(&p, 1337, 0, 77, y2);
   cr_assert_arr_eq(x, x2, sizeof x);
   cr_assert_arr_eq(y, y2, sizeof y);
-  kdrt_synthetic_sample(&p, 1337, 78, x2, y2);
+  kdrt_synthetic_input(&p, 1337, 0, 78, x2);
   cr_assert(memcmp(x, x2, sizeof x) != 0, "two samples share their inputs");
+  // The numbers of a one-input program, as before several inputs: pinned.
+  kdrt_synthetic_input(&p, 1337, 0, 0, x);
+  cr_assert_eq(x[0], kdrt_normal(1337, 0x6b647274782d3031ull, 0, 0));
+  cr_assert_eq(x[5], kdrt_normal(1337, 0x6b647274782d3031ull, 0, 5));
 
-  p.label_kind = KDRT_LABEL_CLASSID, p.y_rank = 0;
+  lab.label_kind = KDRT_LABEL_CLASSID, lab.rank = 0;
   for (int s = 0; s < 200; s++) {
-    kdrt_synthetic_sample(&p, 1337, s, x, y);
+    kdrt_synthetic_label(&p, 1337, 0, s, y);
     cr_assert(y[0] >= 0 && y[0] <= 9 && y[0] == floorf(y[0]), "class id %g", y[0]);
   }
-  p.label_kind = KDRT_LABEL_BINARY, p.y_rank = 1, p.y_shape[0] = 1;
+  lab.label_kind = KDRT_LABEL_BINARY, lab.rank = 1, lab.shape[0] = 1;
   int pos = 0;
   for (int s = 0; s < 1000; s++) {
-    kdrt_synthetic_sample(&p, 1337, s, x, y);
+    kdrt_synthetic_label(&p, 1337, 0, s, y);
     cr_assert(y[0] == 0 || y[0] == 1);
     pos += y[0] == 1;
   }
   cr_assert(pos > 400 && pos < 600, "%d positives of 1000", pos);
+}
+
+Test(data, synthetic_inputs_each_their_own_and_ids_in_range) {
+  static const int one[1] = {1};
+  kdrt_program p = fake_prog(1, one);
+  kdrt_io in[3] = {{.name = "a", .dtype = KDRT_F32, .rank = 1, .shape = {4}},
+                   {.name = "b", .dtype = KDRT_F32, .rank = 1, .shape = {4}},
+                   {.name = "ids", .dtype = KDRT_I32, .rank = 1, .shape = {50}, .num_classes = 7}};
+  p.ninputs = 3, p.inputs = in;
+  float a[4], b[4];
+  kdrt_synthetic_input(&p, 5, 0, 3, a);
+  kdrt_synthetic_input(&p, 5, 1, 3, b);
+  cr_assert(memcmp(a, b, sizeof a) != 0, "inputs 0 and 1 drew the same numbers");
+  int32_t ids[50];
+  int seen[7] = {0};
+  for (int s = 0; s < 20; s++) {
+    kdrt_synthetic_input(&p, 5, 2, s, ids);
+    for (int i = 0; i < 50; i++) {
+      cr_assert(ids[i] >= 0 && ids[i] < 7, "id %d", ids[i]);
+      seen[ids[i]]++;
+    }
+  }
+  for (int i = 0; i < 7; i++) cr_assert(seen[i] > 50, "id %d drawn %d times of 1000", i, seen[i]);
+}
+
+Test(data, resolve_files_by_position_and_by_name) {
+  kdrt_io ios[2] = {{.name = "img"}, {.name = "tok"}};
+  const char *out[2];
+  char err[512];
+  kdrt_files pos = {2, {"a.npy", "b.npy"}};
+  cr_assert_eq(kdrt_resolve_files(&pos, "--x", ios, 2, "input", out, err, sizeof err), 0, "%s", err);
+  cr_assert_str_eq(out[0], "a.npy");
+  cr_assert_str_eq(out[1], "b.npy");
+  kdrt_files named = {2, {"tok=t.npy", "img=i=1.npy"}};
+  cr_assert_eq(kdrt_resolve_files(&named, "--x", ios, 2, "input", out, err, sizeof err), 0, "%s", err);
+  cr_assert_str_eq(out[0], "i=1.npy");
+  cr_assert_str_eq(out[1], "t.npy");
+  // A name no input has: a file name (with '=' in it).
+  kdrt_files odd = {2, {"x=1.npy", "b.npy"}};
+  cr_assert_eq(kdrt_resolve_files(&odd, "--x", ios, 2, "input", out, err, sizeof err), 0, "%s", err);
+  cr_assert_str_eq(out[0], "x=1.npy");
+  kdrt_files one = {1, {"a.npy"}};
+  cr_assert_eq(kdrt_resolve_files(&one, "--x", ios, 2, "input", out, err, sizeof err), -1);
+  cr_assert_str_eq(err, "--x given 1 time, but the model has 2 inputs ('img', 'tok'): give one "
+                        "--x FILE per input, in this order, or --x NAME=FILE");
+  kdrt_files mixed = {2, {"img=a.npy", "b.npy"}};
+  cr_assert_eq(kdrt_resolve_files(&mixed, "--x", ios, 2, "input", out, err, sizeof err), -1);
+  cr_assert_str_eq(err, "--x b.npy: with NAME=FILE, every --x needs a NAME, one of 'img', 'tok'");
+  kdrt_files twice = {2, {"img=a.npy", "img=b.npy"}};
+  cr_assert_eq(kdrt_resolve_files(&twice, "--x", ios, 2, "input", out, err, sizeof err), -1);
+  cr_assert_str_eq(err, "--x img=b.npy: input 'img' has a file already (a.npy)");
+  kdrt_files missing = {1, {"tok=t.npy"}};
+  cr_assert_eq(kdrt_resolve_files(&missing, "--x", ios, 2, "input", out, err, sizeof err), -1);
+  cr_assert_str_eq(err, "--x: no file for input 'img' (give --x img=FILE)");
 }
 
 // ------------------------------------------------------------ progress line

@@ -12,6 +12,7 @@
 //   --val-x/--val-y, --test-x/--test-y).
 // No MPI: nothing here calls kdrt_main.
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,17 +99,26 @@ static void write_mnist(const char *xname, const char *yname, int gz) {
   (gz ? write_gz : write_file)(tmp(yname), buf, n);
 }
 
-// A program with only what data.c reads: the sample shapes and labels.
+// A program with only what data.c reads: one input and one label (their
+// descriptions in a ring of static slots, so programs outlive the call).
 static kdrt_program prog_of(int x_rank, const int64_t *x_shape, int label_kind, int classes) {
+  static kdrt_io ios[32][2];
+  static int next;
+  kdrt_io *io = ios[next++ % 32];
+  memset(io, 0, 2 * sizeof *io);
+  io[0].name = "x";
+  io[0].dtype = KDRT_F32;
+  io[0].rank = x_rank;
+  memcpy(io[0].shape, x_shape, sizeof(int64_t) * (size_t)x_rank);
+  io[1].name = "y";
+  io[1].label_kind = label_kind;
+  io[1].num_classes = classes;
+  if (label_kind == KDRT_LABEL_ONEHOT || label_kind == KDRT_LABEL_DENSE)
+    io[1].rank = 1, io[1].shape[0] = classes;
   kdrt_program p;
   memset(&p, 0, sizeof p);
-  p.x_rank = x_rank;
-  memcpy(p.x_shape, x_shape, sizeof(int64_t) * (size_t)x_rank);
-  p.label_kind = label_kind;
-  p.num_classes = classes;
-  p.loss_name = "sparse_categorical_crossentropy";
-  if (label_kind == KDRT_LABEL_ONEHOT || label_kind == KDRT_LABEL_DENSE)
-    p.y_rank = 1, p.y_shape[0] = classes;
+  p.ninputs = 1, p.inputs = &io[0];
+  p.nlabels = 1, p.labels = &io[1];
   return p;
 }
 
@@ -370,11 +380,11 @@ Test(fit, images_fit_any_input_of_784) {
   cr_assert_eq(kdrt_array_open(&a, tmp("x"), err, sizeof err), 0, "%s", err);
   kdrt_program img = prog_of(3, IMG, KDRT_LABEL_CLASSID, 10);
   kdrt_program flat = prog_of(1, FLAT, KDRT_LABEL_CLASSID, 10);
-  cr_assert_eq(kdrt_fit_inputs(&a, &img, err, sizeof err), 0, "%s", err);
-  cr_assert_eq(kdrt_fit_inputs(&a, &flat, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(kdrt_fit_inputs(&a, &img, 0, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(kdrt_fit_inputs(&a, &flat, 0, err, sizeof err), 0, "%s", err);
   static const int64_t big[3] = {32, 32, 1};
   kdrt_program cifar = prog_of(3, big, KDRT_LABEL_CLASSID, 10);
-  cr_assert_eq(kdrt_fit_inputs(&a, &cifar, err, sizeof err), -1);
+  cr_assert_eq(kdrt_fit_inputs(&a, &cifar, 0, err, sizeof err), -1);
   snprintf(want, sizeof want, "%s: shape (6, 28, 28) does not fit the model's input (N, 32, 32, "
                               "1): a sample has 784 elements, the model's input 1024", tmp("x"));
   cr_assert_str_eq(err, want);
@@ -391,20 +401,20 @@ Test(fit, labels_follow_the_label_kind) {
   float out[10];
   // sparse: ids stay ids
   kdrt_program sparse = prog_of(3, IMG, KDRT_LABEL_CLASSID, 10);
-  cr_assert_eq(kdrt_fit_labels(&y, &sparse, &conv, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(kdrt_fit_labels(&y, &sparse, 0, &conv, err, sizeof err), 0, "%s", err);
   cr_assert_eq(conv, KDRT_LABELS_IDS);
   for (int s = 0; s < N; s++) {
     kdrt_label_row(&y, conv, 10, s, out);
     cr_assert_eq(out[0], (float)labels[s]);
   }
-  cr_assert_eq(kdrt_fit_labels(&x, &sparse, &conv, err, sizeof err), -1);
+  cr_assert_eq(kdrt_fit_labels(&x, &sparse, 0, &conv, err, sizeof err), -1);
   snprintf(want, sizeof want, "%s: shape (6, 28, 28) does not fit the model's labels: expected "
                               "class ids (N,) or (N, 1), as the loss is a sparse one",
            tmp("x"));
   cr_assert_str_eq(err, want);
   // one-hot: ids expand to rows of num_classes
   kdrt_program onehot = prog_of(3, IMG, KDRT_LABEL_ONEHOT, 10);
-  cr_assert_eq(kdrt_fit_labels(&y, &onehot, &conv, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(kdrt_fit_labels(&y, &onehot, 0, &conv, err, sizeof err), 0, "%s", err);
   cr_assert_eq(conv, KDRT_LABELS_ONEHOT);
   for (int s = 0; s < N; s++) {
     kdrt_label_row(&y, conv, 10, s, out);
@@ -412,17 +422,17 @@ Test(fit, labels_follow_the_label_kind) {
   }
   // dense: 10 numbers a sample wanted, one given
   kdrt_program dense = prog_of(3, IMG, KDRT_LABEL_DENSE, 10);
-  cr_assert_eq(kdrt_fit_labels(&y, &dense, &conv, err, sizeof err), -1);
+  cr_assert_eq(kdrt_fit_labels(&y, &dense, 0, &conv, err, sizeof err), -1);
   snprintf(want, sizeof want,
            "%s: shape (6,) does not fit the model's labels: expected (N, 10)", tmp("y"));
   cr_assert_str_eq(err, want);
   // a class id out of range, for either kind
   kdrt_program five = prog_of(3, IMG, KDRT_LABEL_CLASSID, 5);
-  cr_assert_eq(kdrt_fit_labels(&y, &five, &conv, err, sizeof err), -1);
+  cr_assert_eq(kdrt_fit_labels(&y, &five, 0, &conv, err, sizeof err), -1);
   snprintf(want, sizeof want, "%s: label 9 of sample 2 is not a class id in [0, 5)", tmp("y"));
   cr_assert_str_eq(err, want);
   kdrt_program onehot5 = prog_of(3, IMG, KDRT_LABEL_ONEHOT, 5);
-  cr_assert_eq(kdrt_fit_labels(&y, &onehot5, &conv, err, sizeof err), -1);
+  cr_assert_eq(kdrt_fit_labels(&y, &onehot5, 0, &conv, err, sizeof err), -1);
   cr_assert_str_eq(err, want);
   kdrt_array_close(&y);
   kdrt_array_close(&x);
@@ -441,15 +451,15 @@ Test(fit, one_hot_files_and_dense_labels_are_copied) {
   int conv;
   float out[3];
   kdrt_program onehot = prog_of(3, IMG, KDRT_LABEL_ONEHOT, 3);
-  cr_assert_eq(kdrt_fit_labels(&y, &onehot, &conv, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(kdrt_fit_labels(&y, &onehot, 0, &conv, err, sizeof err), 0, "%s", err);
   cr_assert_eq(conv, KDRT_LABELS_COPY);
   kdrt_label_row(&y, conv, 3, 1, out);
   cr_assert(out[0] == 0.5f && out[1] == 0 && out[2] == 0.5f);
   kdrt_program dense = prog_of(3, IMG, KDRT_LABEL_DENSE, 3);
-  cr_assert_eq(kdrt_fit_labels(&y, &dense, &conv, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(kdrt_fit_labels(&y, &dense, 0, &conv, err, sizeof err), 0, "%s", err);
   cr_assert_eq(conv, KDRT_LABELS_COPY);
   kdrt_program four = prog_of(3, IMG, KDRT_LABEL_ONEHOT, 4);
-  cr_assert_eq(kdrt_fit_labels(&y, &four, &conv, err, sizeof err), -1);
+  cr_assert_eq(kdrt_fit_labels(&y, &four, 0, &conv, err, sizeof err), -1);
   cr_assert(strstr(err, "shape (2, 3) does not fit the model's labels: expected one-hot (N, 4) "
                         "or class ids (N,)"), "%s", err);
   kdrt_array_close(&y);
@@ -458,18 +468,24 @@ Test(fit, one_hot_files_and_dense_labels_are_copied) {
 // ------------------------------------------------------------ datasets
 
 Test(dataset, opens_pairs_and_slices_them) {
-  char err[512], want[512];
+  char err[512], want[1024];
   write_mnist("x.gz", "y.gz", 1);
   kdrt_program p = prog_of(1, FLAT, KDRT_LABEL_CLASSID, 10);
   kdrt_data d;
-  cr_assert_eq(kdrt_data_open(&d, &p, tmp("x.gz"), tmp("y.gz"), 2.0, err, sizeof err), 0, "%s",
-               err);
-  cr_assert(d.n == N && d.xn == 784 && d.yn == 1 && d.owner);
+  char xp[256], yp[256]; // tmp() returns one static buffer
+  const char *xs[1], *ys[1];
+  snprintf(xp, sizeof xp, "%s", tmp("x.gz"));
+  snprintf(yp, sizeof yp, "%s", tmp("y.gz"));
+  xs[0] = xp, ys[0] = yp;
+  cr_assert_eq(kdrt_data_open(&d, &p, xs, ys, 2.0, err, sizeof err), 0, "%s", err);
+  cr_assert(d.n == N && d.owner);
   static float x[784];
   float y;
+  void *xr[1] = {x};
+  float *yr[1] = {&y};
   kdrt_data v = kdrt_data_slice(&d, 4, 2);
   cr_assert(!v.owner && v.n == 2 && v.first == 4);
-  kdrt_data_sample(&v, 1, x, &y); // sample 5
+  kdrt_data_sample(&v, 1, xr, yr); // sample 5
   cr_assert_eq(y, (float)labels[5]);
   for (int i = 0; i < 784; i++) cr_assert_eq(x[i], 2.0f * images[5 * 784 + i]);
   kdrt_data_close(&v);
@@ -478,9 +494,143 @@ Test(dataset, opens_pairs_and_slices_them) {
   unsigned char buf[64];
   uint32_t d5[1] = {5};
   write_file(tmp("y5"), buf, idx_bytes(buf, 0x08, 1, d5, labels, 5));
-  cr_assert_eq(kdrt_data_open(&d, &p, tmp("x.gz"), tmp("y5"), 1.0, err, sizeof err), -1);
-  snprintf(want, sizeof want, "%s has 6 samples but %s has 5", tmp("x.gz"), tmp("y5"));
+  snprintf(yp, sizeof yp, "%s", tmp("y5"));
+  cr_assert_eq(kdrt_data_open(&d, &p, xs, ys, 1.0, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s has 6 samples but %s has 5", xp, yp);
   cr_assert_str_eq(err, want);
+}
+
+// A .npy file of raw little-endian elements (descr such as '<i8').
+static void write_npy(const char *path, const char *descr, int nd, const int64_t *shape,
+                      const void *data, size_t bytes) {
+  char h[256], dims[128] = "";
+  size_t k = 0;
+  for (int i = 0; i < nd; i++)
+    k += (size_t)snprintf(dims + k, sizeof dims - k, "%lld,%s", (long long)shape[i],
+                          i + 1 < nd ? " " : "");
+  int n = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
+                   descr, dims);
+  int total = (10 + n + 1 + 63) / 64 * 64;
+  unsigned char buf[4096];
+  memcpy(buf, "\x93NUMPY\x01\x00", 8);
+  buf[8] = (unsigned char)((total - 10) & 0xff), buf[9] = (unsigned char)((total - 10) >> 8);
+  memset(buf + 10, ' ', (size_t)(total - 10));
+  memcpy(buf + 10, h, (size_t)n);
+  buf[total - 1] = '\n';
+  memcpy(buf + total, data, bytes);
+  write_file(path, buf, (size_t)total + bytes);
+}
+
+// Two inputs (float [3] and int32 ids [4] < 10) and two labels (class ids,
+// dense [2]): one file each, read into rows of their dtypes.
+static const kdrt_io two_in[2] = {
+    {.name = "feat", .dtype = KDRT_F32, .rank = 1, .shape = {3}},
+    {.name = "tok", .dtype = KDRT_I32, .rank = 1, .shape = {4}, .num_classes = 10}};
+static const kdrt_io two_lab[2] = {
+    {.name = "cls", .dtype = KDRT_F32, .rank = 0, .label_kind = KDRT_LABEL_CLASSID,
+     .num_classes = 5},
+    {.name = "reg", .dtype = KDRT_F32, .rank = 1, .shape = {2}, .label_kind = KDRT_LABEL_DENSE}};
+
+static kdrt_program two_prog(void) {
+  kdrt_program p;
+  memset(&p, 0, sizeof p);
+  p.ninputs = 2, p.inputs = two_in, p.nlabels = 2, p.labels = two_lab;
+  return p;
+}
+
+Test(dataset, several_inputs_and_labels_int_ids) {
+  char err[512], want[1024];
+  float feat[4 * 3];
+  int64_t tok[4 * 4];
+  uint8_t cls[4] = {0, 4, 2, 1};
+  double reg[4 * 2];
+  for (int i = 0; i < 12; i++) feat[i] = 0.5f * (float)i;
+  for (int i = 0; i < 16; i++) tok[i] = (i * 7) % 10;
+  for (int i = 0; i < 8; i++) reg[i] = i - 3.25;
+  int64_t s43[2] = {4, 3}, s44[2] = {4, 4}, s4[1] = {4}, s42[2] = {4, 2};
+  char fp[4][256];
+  const char *names[4] = {"feat.npy", "tok.npy", "cls.npy", "reg.npy"};
+  for (int i = 0; i < 4; i++) snprintf(fp[i], sizeof fp[i], "%s", tmp(names[i]));
+  write_npy(fp[0], "<f4", 2, s43, feat, sizeof feat);
+  write_npy(fp[1], "<i8", 2, s44, tok, sizeof tok);
+  write_npy(fp[2], "|u1", 1, s4, cls, sizeof cls);
+  write_npy(fp[3], "<f8", 2, s42, reg, sizeof reg);
+  kdrt_program p = two_prog();
+  const char *xs[2] = {fp[0], fp[1]}, *ys[2] = {fp[2], fp[3]};
+  kdrt_data d;
+  cr_assert_eq(kdrt_data_open(&d, &p, xs, ys, 2.0, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(d.n, 4);
+  float xf[3], yc, yr[2];
+  int32_t xi[4];
+  void *xrow[2] = {xf, xi};
+  float *yrow[2] = {&yc, yr};
+  kdrt_data_sample(&d, 2, xrow, yrow);
+  for (int i = 0; i < 3; i++) cr_assert_eq(xf[i], 2.0f * feat[2 * 3 + i]); // --scale: floats only
+  for (int i = 0; i < 4; i++) cr_assert_eq(xi[i], (int32_t)tok[2 * 4 + i]);
+  cr_assert_eq(yc, 2.0f);
+  cr_assert(yr[0] == (float)reg[4] && yr[1] == (float)reg[5]);
+  kdrt_data_close(&d);
+
+  // An id out of range names the file, the sample and the value.
+  tok[9] = 10;
+  write_npy(fp[1], "<i8", 2, s44, tok, sizeof tok);
+  cr_assert_eq(kdrt_data_open(&d, &p, xs, ys, 1.0, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: id 10 of sample 2 is not in [0, 10) (input tok)", fp[1]);
+  cr_assert_str_eq(err, want);
+  tok[9] = -1;
+  write_npy(fp[1], "<i8", 2, s44, tok, sizeof tok);
+  cr_assert_eq(kdrt_data_open(&d, &p, xs, ys, 1.0, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: id -1 of sample 2 is not in [0, 10) (input tok)", fp[1]);
+  cr_assert_str_eq(err, want);
+  // Float ids: integral values are ids, others an error.
+  float ftok[16];
+  for (int i = 0; i < 16; i++) ftok[i] = (float)((i * 7) % 10);
+  write_npy(fp[1], "<f4", 2, s44, ftok, sizeof ftok);
+  cr_assert_eq(kdrt_data_open(&d, &p, xs, ys, 1.0, err, sizeof err), 0, "%s", err);
+  kdrt_data_sample(&d, 3, xrow, yrow);
+  for (int i = 0; i < 4; i++) cr_assert_eq(xi[i], (int32_t)ftok[12 + i]);
+  kdrt_data_close(&d);
+  ftok[5] = 2.5f;
+  write_npy(fp[1], "<f4", 2, s44, ftok, sizeof ftok);
+  cr_assert_eq(kdrt_data_open(&d, &p, xs, ys, 1.0, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: input tok takes integer ids, but sample 1 holds 2.5", fp[1]);
+  cr_assert_str_eq(err, want);
+  // A label file with fewer samples than the first input: both named.
+  write_npy(fp[1], "<i8", 2, s44, (int64_t[16]){0}, 16 * 8);
+  int64_t s3[1] = {3};
+  write_npy(fp[2], "|u1", 1, s3, cls, 3);
+  cr_assert_eq(kdrt_data_open(&d, &p, xs, ys, 1.0, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s has 4 samples but %s has 3", fp[0], fp[2]);
+  cr_assert_str_eq(err, want);
+  // A wrong shape names the input among several.
+  write_npy(fp[2], "|u1", 1, s4, cls, 4);
+  xs[0] = fp[1], xs[1] = fp[0]; // swapped: tok (4, 4) for feat
+  cr_assert_eq(kdrt_data_open(&d, &p, xs, ys, 1.0, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: shape (4, 4) does not fit the model's input feat (N, 3): a "
+                              "sample has 4 elements, the model's input 3", fp[1]);
+  cr_assert_str_eq(err, want);
+}
+
+Test(dataset, synthetic_several_inputs_cached_or_not) {
+  kdrt_program p = two_prog();
+  kdrt_data d;
+  kdrt_data_synthetic(&d, &p, 9, 10);
+  cr_assert_not_null(d.cache);
+  float xf[3], yc, yr[2], xf2[3], yc2, yr2[2];
+  int32_t xi[4], xi2[4];
+  void *xrow[2] = {xf, xi};
+  float *yrow[2] = {&yc, yr};
+  kdrt_data_sample(&d, 7, xrow, yrow);
+  kdrt_synthetic_input(&p, 9, 0, 7, xf2);
+  kdrt_synthetic_input(&p, 9, 1, 7, xi2);
+  kdrt_synthetic_label(&p, 9, 0, 7, &yc2);
+  kdrt_synthetic_label(&p, 9, 1, 7, yr2);
+  cr_assert_arr_eq(xf, xf2, sizeof xf);
+  cr_assert_arr_eq(xi, xi2, sizeof xi);
+  cr_assert(yc == yc2 && yr[0] == yr2[0] && yr[1] == yr2[1]);
+  for (int i = 0; i < 4; i++) cr_assert(xi[i] >= 0 && xi[i] < 10);
+  cr_assert(yc >= 0 && yc < 5 && yc == floorf(yc));
+  kdrt_data_close(&d);
 }
 
 static int parse(kdrt_options *o, char *err, const char *const *args) {
@@ -500,10 +650,10 @@ Test(options, data_options) {
   const char *all[] = {"--x", "tx", "--y", "ty", "--val-x", "vx", "--val-y=vy", "--test-x",
                        "sx", "--test-y", "sy", "--scale", "1/255", NULL};
   cr_assert_eq(parse(&o, err, all), 0, "%s", err);
-  cr_assert_str_eq(o.val_x_path, "vx");
-  cr_assert_str_eq(o.val_y_path, "vy");
-  cr_assert_str_eq(o.test_x_path, "sx");
-  cr_assert_str_eq(o.test_y_path, "sy");
+  cr_assert_str_eq(o.val_x.arg[0], "vx");
+  cr_assert_str_eq(o.val_y.arg[0], "vy");
+  cr_assert_str_eq(o.test_x.arg[0], "sx");
+  cr_assert_str_eq(o.test_y.arg[0], "sy");
   cr_assert_float_eq(o.scale, 1.0 / 255, 1e-15);
   const char *f[] = {"--scale=0.5", NULL};
   cr_assert_eq(parse(&o, err, f), 0, "%s", err);
@@ -523,4 +673,11 @@ Test(options, data_options) {
   const char *both[] = {"--val-x", "vx", "--val-y", "vy", "--validation-split", "0.1", NULL};
   cr_assert_eq(parse(&o, err, both), 2);
   cr_assert_str_eq(err, "--val-x and --validation-split exclude each other");
+  // Repeated --x/--y, kept as typed (kdrt_resolve_files orders them).
+  const char *many[] = {"--x", "a=1.npy", "--x=b=2.npy", "--y", "c.npy", "--y", "d.npy", NULL};
+  cr_assert_eq(parse(&o, err, many), 0, "%s", err);
+  cr_assert(o.x.n == 2 && o.y.n == 2);
+  cr_assert_str_eq(o.x.arg[0], "a=1.npy");
+  cr_assert_str_eq(o.x.arg[1], "b=2.npy");
+  cr_assert_str_eq(o.y.arg[1], "d.npy");
 }

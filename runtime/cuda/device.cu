@@ -24,7 +24,11 @@ static kdrt_cuda dev;             // the device state (one per process)
 static kdrt_cuda_impl dev_impl;
 static int opened;                // stream and handles exist
 static const kdrt_program *dev_prog; // the program the blobs were sized for
-static size_t x_floats, y_floats; // this rank's rows of a batch
+static int lb_rows;                // this rank's rows of a batch
+static size_t x_elems[KDRT_MAX_FILES], y_elems[KDRT_MAX_FILES]; // their elements, per input / label
+static size_t stage_bytes;         // every input, label and log, in the pinned stage
+static void *x_dev[KDRT_MAX_FILES];
+static float *y_dev[KDRT_MAX_FILES];
 static const kdrt_ctx *owner;     // the ctx whose host blobs the device mirrors
 static const float *owner_params;
 static int host_newer = 1;        // upload c->params before the next step
@@ -151,37 +155,51 @@ extern "C" kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision) {
   return &dev;
 }
 
-static size_t pred_floats(const kdrt_program *p, const kdrt_ctx *c) {
-  const kdrt_layout *l = &p->pred_layout;
-  if (l->rank < 1 || p->pred_offset == SIZE_MAX) return 0;
+// Local floats of output o's block (0: not one arena buffer).
+static size_t output_floats(const kdrt_program *p, int o) {
+  const kdrt_layout *l = &p->outputs[o].layout;
+  if (l->rank < 1 || p->outputs[o].offset == SIZE_MAX) return 0;
   size_t n = 1;
   for (int i = 0; i < l->rank; i++)
     n *= (size_t)(l->gshape[i] / (l->axis[i] >= 0 ? p->mesh_shape[l->axis[i]] : 1));
-  (void)c;
   return n;
 }
 
-// The blobs for c's program, once.
+// The blobs for c's program, once: parameters, gradients, arena, one
+// buffer per input and label, the logs.
 static void setup_program(kdrt_ctx *c) {
   const kdrt_program *p = c->prog;
   if (dev_prog == p) return;
   if (dev_prog) kdrt_fatal(c, "kdrt-cuda: one program per process");
-  int lb = p->batch_axis >= 0 ? p->batch / p->mesh_shape[p->batch_axis] : p->batch;
-  size_t xn = 1, yn = 1;
-  for (int i = 0; i < p->x_rank; i++) xn *= (size_t)p->x_shape[i];
-  for (int i = 0; i < p->y_rank; i++) yn *= (size_t)p->y_shape[i];
-  x_floats = (size_t)lb * xn, y_floats = (size_t)lb * yn;
+  if (p->ninputs > KDRT_MAX_FILES || p->nlabels > KDRT_MAX_FILES || p->nlogs > KDRT_MAX_LOGS)
+    kdrt_fatal(c, "kdrt-cuda: %d inputs, %d labels, %d logs: more than this runtime takes",
+               p->ninputs, p->nlabels, p->nlogs);
+  lb_rows = p->batch_axis >= 0 ? p->batch / p->mesh_shape[p->batch_axis] : p->batch;
+  stage_bytes = 0;
+  for (int i = 0; i < p->ninputs; i++) {
+    x_elems[i] = (size_t)lb_rows * (size_t)kdrt_io_elems(&p->inputs[i]);
+    x_dev[i] = kdrt_cuda_alloc(x_elems[i]); // 4-byte elements: float32 or int32
+    stage_bytes += x_elems[i] * 4;
+  }
+  for (int j = 0; j < p->nlabels; j++) {
+    y_elems[j] = (size_t)lb_rows * (size_t)kdrt_io_elems(&p->labels[j]);
+    y_dev[j] = kdrt_cuda_alloc(y_elems[j]);
+    stage_bytes += y_elems[j] * sizeof(float);
+  }
+  stage_bytes += (size_t)(p->nlogs + 1) * sizeof(float);
   dev.params = kdrt_cuda_alloc(p->param_floats);
   dev.grads = kdrt_cuda_alloc(p->grad_floats);
   dev.arena = kdrt_cuda_alloc(p->arena_floats);
-  dev.x = kdrt_cuda_alloc(x_floats);
-  dev.y = kdrt_cuda_alloc(y_floats);
+  dev.x = x_dev;
+  dev.y = y_dev;
+  dev.logs = kdrt_cuda_alloc((size_t)p->nlogs);
   dev_prog = p;
 }
 
 // ---------------------------------------------------------------- steps
 
-extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const float *hx, const float *hy) {
+extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *hx,
+                                      const void *const *hy) {
   kdrt_cuda *d = kdrt_cuda_open(c, dev.precision);
   setup_program(c);
   const kdrt_program *p = c->prog;
@@ -195,44 +213,56 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const float *hx, co
     kdrt_cuda_upload(d, d->params, c->params, p->param_floats);
     host_newer = 0;
   }
-  // This rank's rows, through pinned memory so the copies are asynchronous.
-  float *stage = (float *)kdrt_cuda_hscratch(d, 2, (x_floats + y_floats + 2) * sizeof(float));
+  // This rank's rows of every input and label, through pinned memory so the
+  // copies are asynchronous.
+  char *stage = (char *)kdrt_cuda_hscratch(d, 2, stage_bytes);
   CUDA_CHECK(cudaStreamSynchronize(d->impl->stream)); // the stage is free again
-  memcpy(stage, hx, x_floats * sizeof(float));
-  memcpy(stage + x_floats, hy, y_floats * sizeof(float));
-  kdrt_cuda_upload(d, d->x, stage, x_floats);
-  kdrt_cuda_upload(d, d->y, stage + x_floats, y_floats);
+  for (int i = 0; i < p->ninputs; i++) {
+    size_t n = x_elems[i] * 4;
+    if (!n) continue;
+    memcpy(stage, hx[i], n);
+    CUDA_CHECK(cudaMemcpyAsync(d->x[i], stage, n, cudaMemcpyHostToDevice, d->impl->stream));
+    stage += n;
+  }
+  for (int j = 0; j < p->nlabels; j++) {
+    size_t n = y_elems[j] * sizeof(float);
+    if (!n) continue;
+    memcpy(stage, hy[j], n);
+    CUDA_CHECK(cudaMemcpyAsync(d->y[j], stage, n, cudaMemcpyHostToDevice, d->impl->stream));
+    stage += n;
+  }
   return d;
 }
 
-extern "C" void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *loss_dev,
-                              const float *metric_dev, float *loss, float *metric) {
+extern "C" void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, float *logs) {
   kdrt_ctx *c = d->c;
   const kdrt_program *p = c->prog;
   cudaStream_t s = d->impl->stream;
-  float *stage = (float *)kdrt_cuda_hscratch(d, 2, (x_floats + y_floats + 2) * sizeof(float));
-  float *out = stage + x_floats + y_floats;
-  CUDA_CHECK(cudaMemcpyAsync(out, loss_dev, sizeof(float), cudaMemcpyDeviceToHost, s));
-  if (metric_dev)
-    CUDA_CHECK(cudaMemcpyAsync(out + 1, metric_dev, sizeof(float), cudaMemcpyDeviceToHost, s));
+  // The logs land after the inputs and labels in the stage, which the
+  // uploads of this step may still be reading.
+  float *out = (float *)((char *)kdrt_cuda_hscratch(d, 2, stage_bytes) + stage_bytes -
+                         (size_t)(p->nlogs + 1) * sizeof(float));
+  if (p->nlogs)
+    CUDA_CHECK(cudaMemcpyAsync(out, logs_dev, (size_t)p->nlogs * sizeof(float),
+                               cudaMemcpyDeviceToHost, s));
   if (mode == KDRT_CUDA_TRAIN) device_newer = 1;
   if (mode == KDRT_CUDA_GRAD && p->grad_floats)
     CUDA_CHECK(cudaMemcpyAsync(c->grads, d->grads, p->grad_floats * sizeof(float),
                                cudaMemcpyDeviceToHost, s));
-  if (mode == KDRT_CUDA_EVAL) {
-    size_t np = pred_floats(p, c); // `./train predict` reads the output from the host arena
-    if (np)
-      CUDA_CHECK(cudaMemcpyAsync(c->arena + p->pred_offset, d->arena + p->pred_offset,
-                                 np * sizeof(float), cudaMemcpyDeviceToHost, s));
-  }
+  if (mode == KDRT_CUDA_EVAL) // `./train predict` reads the outputs from the host arena
+    for (int o = 0; o < p->noutputs; o++) {
+      size_t n = output_floats(p, o), off = p->outputs[o].offset;
+      if (n)
+        CUDA_CHECK(cudaMemcpyAsync(c->arena + off, d->arena + off, n * sizeof(float),
+                                   cudaMemcpyDeviceToHost, s));
+    }
   if (device_newer && (mode == KDRT_CUDA_EVAL || mirror_each_step)) {
     CUDA_CHECK(cudaMemcpyAsync(c->params, d->params, p->param_floats * sizeof(float),
                                cudaMemcpyDeviceToHost, s));
     device_newer = 0;
   }
   CUDA_CHECK(cudaStreamSynchronize(s));
-  *loss = out[0];
-  *metric = metric_dev ? out[1] : 0.0f;
+  for (int k = 0; k < p->nlogs; k++) logs[k] = out[k];
 }
 
 extern "C" void kdrt_cuda_shutdown(void) {
@@ -248,8 +278,11 @@ extern "C" void kdrt_cuda_shutdown(void) {
     s->dscratch_cap[i] = s->hscratch_cap[i] = 0;
   }
   kdrt_cuda_free(dev.params), kdrt_cuda_free(dev.grads), kdrt_cuda_free(dev.arena);
-  kdrt_cuda_free(dev.x), kdrt_cuda_free(dev.y);
-  dev.params = dev.grads = dev.arena = dev.x = dev.y = NULL;
+  kdrt_cuda_free(dev.logs);
+  for (int i = 0; dev_prog && i < dev_prog->ninputs; i++) kdrt_cuda_free((float *)x_dev[i]), x_dev[i] = NULL;
+  for (int j = 0; dev_prog && j < dev_prog->nlabels; j++) kdrt_cuda_free(y_dev[j]), y_dev[j] = NULL;
+  dev.params = dev.grads = dev.arena = dev.logs = NULL;
+  dev.x = NULL, dev.y = NULL;
   CUBLAS_CHECK(cublasDestroy(s->blas));
   CUDA_CHECK(cudaEventDestroy(s->to_comm));
   CUDA_CHECK(cudaEventDestroy(s->to_compute));

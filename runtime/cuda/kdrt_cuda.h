@@ -6,8 +6,9 @@
 // the same kdrt_program handed to the CPU runtime's kdrt_main, which keeps
 // the fit loop, the data, the progress output, the history, checkpoints
 // and weights files. Only the step functions differ: each copies this
-// rank's rows of the batch to the device, runs the step there and copies
-// back the loss and the metric.
+// rank's rows of every input and label to the device (kdrt_cuda_begin),
+// runs the step there, writes its logs into a device array and copies
+// them back (kdrt_cuda_end).
 //
 // Where the numbers live
 // - The device blobs are authoritative while training. The host blobs
@@ -47,7 +48,11 @@ typedef struct {
   float *params;           // device: prog->param_floats, as c->params
   float *grads;            // device: prog->grad_floats
   float *arena;            // device: prog->arena_floats (conv scratch at its end)
-  float *x, *y;            // device: this rank's rows of the batch
+  void **x;                // [ninputs] device: this rank's rows of input i, of its dtype
+                           // (float32, or int32 ids): [lb, shape...]
+  float **y;               // [nlabels] device: this rank's rows of label j, [lb, shape...]
+  float *logs;             // device: [nlogs] floats, where a step may write its logs
+                           // (then kdrt_cuda_end(d, mode, d->logs, logs))
   int precision;           // KDRT_PREC_*
   kdrt_cuda_impl *impl;    // streams, handles, communicators (common.cuh)
 } kdrt_cuda;
@@ -58,13 +63,16 @@ typedef struct {
 // kdrt_main. Frees the device before returning.
 int kdrt_cuda_main(int argc, char **argv, const kdrt_program *prog, int precision);
 // Before a step: the device set up on first use, the parameters uploaded
-// when the host copy is newer (and always for GRAD), hx/hy (this rank's
-// rows) copied to d->x/d->y. Returns the device state.
-kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const float *hx, const float *hy);
-// After a step: loss and metric (device scalars; metric may be NULL) to
-// the host, then what the host needs back (see above). Waits for the device.
-void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *loss_dev, const float *metric_dev,
-                   float *loss, float *metric);
+// when the host copy is newer (and always for GRAD), hx[i] (this rank's
+// rows of input i, lb * prod(shape) elements of its dtype, 4 bytes each)
+// to d->x[i] and hy[j] (floats) to d->y[j], through pinned memory.
+// Returns the device state.
+kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *hx, const void *const *hy);
+// After a step: the program's nlogs floats at logs_dev (a device array,
+// e.g. d->logs, in log_names order) to logs on the host, then what the
+// host needs back (see above; after EVAL every output with an arena
+// offset, for predict). Waits for the device.
+void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, float *logs);
 // The device without a program, for opcheck: stream and handles only.
 kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision);
 void kdrt_cuda_shutdown(void);

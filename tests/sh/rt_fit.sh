@@ -94,6 +94,18 @@ expect 0 "2/2 $BAR"
 name="npy (2,4)"; run 2,4 8 --x "$T/x.npy" --y "$T/y.npy" --epochs 2 --history "$T/n8.json"
 expect 0 "2/2 $BAR"
 same_history "$T/n1.json" "$T/n8.json"
+name="predict, one output"
+run 1 0 predict --x "$T/x.npy" --out "$T/p1.npy" --quiet; expect 0
+run 2,4 8 predict --x "x=$T/x.npy" --out "$T/p8.npy" --quiet; expect 0
+python3 - "$T" <<'PY' || fail "$name: predictions differ or have the wrong shape"
+import struct, sys
+def load(p):
+    b = open(p, "rb").read(); hl = struct.unpack("<H", b[8:10])[0]
+    assert "'shape': (40, 8)" in b[10:10 + hl].decode(), b[10:10 + hl]
+    return struct.unpack("<320f", b[10 + hl:10 + hl + 1280])
+a, b = load(sys.argv[1] + "/p1.npy"), load(sys.argv[1] + "/p8.npy")
+assert all(abs(x - y) <= 1e-5 * max(1, abs(x)) for x, y in zip(a, b))
+PY
 name="npy wrong shape"; run 1 0 --x "$T/x.npy" --y "$T/ybad.npy"
 expect 1 "ybad.npy: shape (40, 3) does not fit the model's labels: expected one-hot (N, 8) or class ids (N,)"
 name="npy missing"; run 2,2 4 --x "$T/none.npy" --y "$T/y.npy"
