@@ -59,15 +59,18 @@ static void emit_step(const char *name, StepKind kind) {
   EF = open_memstream(&body, &body_len);
   if (!EF) error("out of memory");
   emit_step_body(kind);
-  out("\n  const float *const logs_dev[] = {");
-  for (int k = 0; k < EG->nlogs; k++) out("%s%s", k ? ", " : "", buf(EG->logs[k].node));
-  out("};\n  kdrt_cuda_end(d, %s, logs_dev, logs);\n}\n", mode[kind]);
+  out("\n  // the logs, gathered in d->logs and copied back together\n");
+  for (int k = 0; k < EG->nlogs; k++)
+    out("  kdrt_cuda_copy(d, d->logs + %d, %s, 1); // %s\n", k, buf(EG->logs[k].node),
+        EG->logs[k].name);
+  out("  kdrt_cuda_end(d, %s, d->logs, logs);\n}\n", mode[kind]);
   if (fclose(EF) != 0) error("out of memory");
   EF = whole;
   static const char *decl[][2] = {
     {"P", "  float *P = d->params;\n"}, {"G", "  float *G = d->grads;\n"},
     {"A", "  float *A = d->arena;\n"}, {"x", "  const void *const *x = d->x;\n"},
-    {"y", "  const void *const *y = d->y;\n"}, {"scratch", "  float *scratch = A + SCRATCH;\n"},
+    {"y", "  const void *const *y = (const void *const *)d->y;\n"},
+    {"scratch", "  float *scratch = A + SCRATCH;\n"},
   };
   for (size_t i = 0; i < sizeof decl / sizeof decl[0]; i++)
     if (uses_ident(body, decl[i][0]) || (!strcmp(decl[i][0], "A") && uses_ident(body, "scratch")))
