@@ -68,6 +68,20 @@ static double max_abs_diff(const float *a, const double *b, size_t n) {
   return m;
 }
 
+// kdrt_loss and kdrt_accuracy write their value to out[0]; these return it.
+static double loss_of(int kind, int logits, const float *pred, const float *y, int64_t rows,
+                      int64_t cols, double scale) {
+  float out = NAN;
+  kdrt_loss(kind, logits, &out, pred, y, rows, cols, scale);
+  return out;
+}
+static double accuracy_of(int kind, int logits, const float *pred, const float *y, int64_t rows,
+                          int64_t cols, double scale) {
+  float out = NAN;
+  kdrt_accuracy(kind, logits, &out, pred, y, rows, cols, scale);
+  return out;
+}
+
 // ---------------------------------------------------------------- activations
 
 typedef struct {
@@ -188,7 +202,7 @@ typedef struct {
 
 static double loss_scalar(void *p) {
   loss_ctx *c = p;
-  return kdrt_loss(c->kind, c->logits, c->pred, c->y, c->rows, c->cols, c->scale);
+  return loss_of(c->kind, c->logits, c->pred, c->y, c->rows, c->cols, c->scale);
 }
 
 static void check_loss_grad(int kind, int logits, float plo, float phi) {
@@ -246,8 +260,8 @@ Test(loss, mse_mae_values) {
   // rows (1,2) vs (0,0): mse (1+4)/2 = 2.5, mae (1+2)/2 = 1.5
   // rows (3,4) vs (3,2): mse (0+4)/2 = 2,   mae (0+2)/2 = 1
   const float p[] = {1, 2, 3, 4}, y[] = {0, 0, 3, 2};
-  cr_expect(fabs(kdrt_loss(KDRT_LOSS_MSE, 0, p, y, 2, 2, 0.5) - 2.25) < 1e-9);
-  cr_expect(fabs(kdrt_loss(KDRT_LOSS_MAE, 0, p, y, 2, 2, 0.5) - 1.25) < 1e-9);
+  cr_expect(fabs(loss_of(KDRT_LOSS_MSE, 0, p, y, 2, 2, 0.5) - 2.25) < 1e-9);
+  cr_expect(fabs(loss_of(KDRT_LOSS_MAE, 0, p, y, 2, 2, 0.5) - 1.25) < 1e-9);
   float d[4];
   kdrt_loss_grad(KDRT_LOSS_MSE, 0, d, p, y, 2, 2, 0.5); // 2 (p - y) / cols * scale
   cr_expect(d[0] == 0.5f && d[1] == 1.0f && d[2] == 0.0f && d[3] == 1.0f);
@@ -262,9 +276,9 @@ Test(loss, categorical_values_and_clipping) {
   const float p[] = {1, 1, 2, 0, 1, 1};
   const float y[] = {0, 0, 1, 1, 0, 0};
   const float ids[] = {2, 0};
-  double l = kdrt_loss(KDRT_LOSS_CCE, 0, p, y, 2, 3, 1.0);
+  double l = loss_of(KDRT_LOSS_CCE, 0, p, y, 2, 3, 1.0);
   cr_expect(fabs(l - (log(2.0) + -log(1e-7))) < 1e-4, "cce %f", l);
-  l = kdrt_loss(KDRT_LOSS_SCCE, 0, p, ids, 2, 3, 1.0);
+  l = loss_of(KDRT_LOSS_SCCE, 0, p, ids, 2, 3, 1.0);
   cr_expect(fabs(l - (log(2.0) + -log(1e-7))) < 1e-4, "scce %f", l);
   float d[6], ds[6];
   kdrt_loss_grad(KDRT_LOSS_CCE, 0, d, p, y, 2, 3, 1.0);
@@ -284,9 +298,9 @@ Test(loss, categorical_from_logits) {
   const float p[] = {0, 0, logf(2), 1000, 0, 0};
   const float y[] = {0, 0, 1, 0, 1, 0};
   const float ids[] = {2, 1};
-  double l = kdrt_loss(KDRT_LOSS_CCE, 1, p, y, 2, 3, 1.0);
+  double l = loss_of(KDRT_LOSS_CCE, 1, p, y, 2, 3, 1.0);
   cr_expect(fabs(l - (log(2.0) + 1000)) < 1e-3, "cce logits %f", l);
-  l = kdrt_loss(KDRT_LOSS_SCCE, 1, p, ids, 2, 3, 1.0);
+  l = loss_of(KDRT_LOSS_SCCE, 1, p, ids, 2, 3, 1.0);
   cr_expect(fabs(l - (log(2.0) + 1000)) < 1e-3, "scce logits %f", l);
   float d[6];
   kdrt_loss_grad(KDRT_LOSS_SCCE, 1, d, p, ids, 2, 3, 0.5);
@@ -298,12 +312,12 @@ Test(loss, categorical_from_logits) {
 Test(loss, binary_values_and_clipping) {
   // p = .8: y = 1 -> -ln .8, y = 0 -> -ln .2; mean over 2 columns.
   const float p[] = {0.8f, 0.8f}, y[] = {1, 0};
-  double l = kdrt_loss(KDRT_LOSS_BCE, 0, p, y, 1, 2, 1.0);
+  double l = loss_of(KDRT_LOSS_BCE, 0, p, y, 1, 2, 1.0);
   cr_expect(fabs(l - (-log(0.8) - log(0.2)) / 2) < 1e-6, "bce %f", l);
   // p = 1, y = 0 clips to 1 - 1e-7 (0.99999988 in float32): -ln(1 - 0.99999988).
   // p = 0, y = 1 clips to 1e-7: -ln(1e-7). Both gradients 0.
   const float pc[] = {1.0f, 0.0f}, yc[] = {0, 1};
-  l = kdrt_loss(KDRT_LOSS_BCE, 0, pc, yc, 2, 1, 1.0);
+  l = loss_of(KDRT_LOSS_BCE, 0, pc, yc, 2, 1, 1.0);
   cr_expect(fabs(l - (-log(1.0 - 0.99999988079071044921875) - log(1e-7))) < 1e-3, "bce %f", l);
   float d[2];
   kdrt_loss_grad(KDRT_LOSS_BCE, 0, d, pc, yc, 2, 1, 1.0);
@@ -313,7 +327,7 @@ Test(loss, binary_values_and_clipping) {
   cr_expect(fabsf(d[0] + 0.625f) < 1e-5 && fabsf(d[1] - 2.5f) < 1e-5, "%g %g", d[0], d[1]);
   // Logits: x = 0 -> ln 2; x = 100, y = 0 -> 100; x = -100, y = 0 -> ~0.
   const float xl[] = {0, 100, -100}, yl[] = {1, 0, 0};
-  l = kdrt_loss(KDRT_LOSS_BCE, 1, xl, yl, 3, 1, 1.0);
+  l = loss_of(KDRT_LOSS_BCE, 1, xl, yl, 3, 1, 1.0);
   cr_expect(fabs(l - (log(2.0) + 100)) < 1e-4, "bce logits %f", l);
   float dl[3];
   kdrt_loss_grad(KDRT_LOSS_BCE, 1, dl, xl, yl, 3, 1, 1.0); // sigmoid(x) - y
@@ -323,14 +337,14 @@ Test(loss, binary_values_and_clipping) {
 Test(loss, accuracy) {
   // Binary (one column): threshold 0.5.
   const float pb[] = {0.7f, 0.2f, 0.5f, 0.9f}, yb[] = {1, 0, 1, 0};
-  cr_expect(kdrt_accuracy(KDRT_LOSS_BCE, 0, pb, yb, 4, 1, 0.25) == 0.5);
+  cr_expect(accuracy_of(KDRT_LOSS_BCE, 0, pb, yb, 4, 1, 0.25) == 0.5);
   // Categorical: argmax match, first maximum on ties.
   const float pc[] = {0.1f, 0.8f, 0.1f, 0.4f, 0.4f, 0.2f, 0.3f, 0.3f, 0.4f};
   const float yc[] = {0, 1, 0, 0, 1, 0, 0, 0, 1};
-  cr_expect(kdrt_accuracy(KDRT_LOSS_CCE, 0, pc, yc, 3, 3, 1.0) == 2.0);
-  cr_expect(kdrt_accuracy(KDRT_LOSS_MSE, 0, pc, yc, 3, 3, 1.0) == 2.0);
+  cr_expect(accuracy_of(KDRT_LOSS_CCE, 0, pc, yc, 3, 3, 1.0) == 2.0);
+  cr_expect(accuracy_of(KDRT_LOSS_MSE, 0, pc, yc, 3, 3, 1.0) == 2.0);
   const float ids[] = {1, 0, 1};
-  cr_expect(kdrt_accuracy(KDRT_LOSS_SCCE, 1, pc, ids, 3, 3, 1.0) == 2.0);
+  cr_expect(accuracy_of(KDRT_LOSS_SCCE, 1, pc, ids, 3, 3, 1.0) == 2.0);
 }
 
 // ---------------------------------------------------------------- conv2d
@@ -353,6 +367,13 @@ static conv_shape conv_make(int B, int H, int W, int C, int KH, int KW, int K, i
     s.OW = (W - KW) / sw + 1;
   }
   return s;
+}
+
+// The runtime's description of the same window op.
+static kdrt_window window_of(const conv_shape *s) {
+  kdrt_window w = {s->B, s->H,  s->W,  s->C,  s->KH, s->KW, s->K,
+                   s->sh, s->sw, s->pt, s->pl, s->OH, s->OW};
+  return w;
 }
 
 static size_t xs(const conv_shape *s) { return (size_t)s->B * s->H * s->W * s->C; }
@@ -406,14 +427,12 @@ Test(conv2d, matches_naive_valid_same_strides) {
     double *ry = malloc(ys(&s) * sizeof(double)), *rdx = malloc(xs(&s) * sizeof(double));
     double *rdw = malloc(fs(&s) * sizeof(double));
     conv_naive(&s, x, f, dy, ry, rdx, rdw);
-    kdrt_conv2d(y, x, f, s.B, s.H, s.W, s.C, s.KH, s.KW, s.K, s.sh, s.sw, s.pt, s.pl, s.OH, s.OW,
-                scratch);
+    const kdrt_window cw = window_of(&s);
+    kdrt_conv2d(&cw, y, x, f, scratch);
     for (size_t i = 0; i < xs(&s); i++) // dx must be overwritten, not accumulated
       dx[i] = 1e3f;
-    kdrt_conv2d_dx(dx, dy, f, s.B, s.H, s.W, s.C, s.KH, s.KW, s.K, s.sh, s.sw, s.pt, s.pl, s.OH,
-                   s.OW, scratch);
-    kdrt_conv2d_dw(dw, x, dy, s.B, s.H, s.W, s.C, s.KH, s.KW, s.K, s.sh, s.sw, s.pt, s.pl, s.OH,
-                   s.OW, scratch);
+    kdrt_conv2d_dx(&cw, dx, dy, f, scratch);
+    kdrt_conv2d_dw(&cw, dw, x, dy, scratch);
     cr_expect(max_abs_diff(y, ry, ys(&s)) < 1e-4, "case %zu: y off by %g", t,
               max_abs_diff(y, ry, ys(&s)));
     cr_expect(max_abs_diff(dx, rdx, xs(&s)) < 1e-4, "case %zu: dx off by %g", t,
@@ -433,8 +452,8 @@ typedef struct {
 static double conv_scalar(void *p) {
   conv_ctx *c = p;
   const conv_shape *s = &c->s;
-  kdrt_conv2d(c->y, c->x, c->f, s->B, s->H, s->W, s->C, s->KH, s->KW, s->K, s->sh, s->sw, s->pt,
-              s->pl, s->OH, s->OW, c->scratch);
+  const kdrt_window cw = window_of(s);
+  kdrt_conv2d(&cw, c->y, c->x, c->f, c->scratch);
   return dot(c->w, c->y, ys(s));
 }
 
@@ -448,10 +467,9 @@ Test(conv2d, gradients_match_finite_differences) {
       c.y = malloc(ys(s) * sizeof(float)), c.w = rand_buf(ys(s), -1, 1);
       c.scratch = malloc(ss(s) * sizeof(float));
       float *dx = malloc(xs(s) * sizeof(float)), *dw = malloc(fs(s) * sizeof(float));
-      kdrt_conv2d_dx(dx, c.w, c.f, s->B, s->H, s->W, s->C, s->KH, s->KW, s->K, s->sh, s->sw,
-                     s->pt, s->pl, s->OH, s->OW, c.scratch);
-      kdrt_conv2d_dw(dw, c.x, c.w, s->B, s->H, s->W, s->C, s->KH, s->KW, s->K, s->sh, s->sw,
-                     s->pt, s->pl, s->OH, s->OW, c.scratch);
+      const kdrt_window cw = window_of(s);
+      kdrt_conv2d_dx(&cw, dx, c.w, c.f, c.scratch);
+      kdrt_conv2d_dw(&cw, dw, c.x, c.w, c.scratch);
       double ex = fd_error(c.x, xs(s), dx, conv_scalar, &c);
       double ew = fd_error(c.f, fs(s), dw, conv_scalar, &c);
       cr_expect(ex < FD_TOL && ew < FD_TOL, "same=%d stride=%d: dx err %g, dw err %g", same, st,
@@ -493,8 +511,8 @@ typedef struct {
 static double pool_scalar(void *p) {
   pool_ctx *c = p;
   const conv_shape *s = &c->s;
-  kdrt_maxpool(c->y, c->x, s->B, s->H, s->W, s->C, s->KH, s->KW, s->sh, s->sw, s->pt, s->pl,
-               s->OH, s->OW);
+  const kdrt_window pw = window_of(s);
+  kdrt_maxpool(&pw, c->y, c->x);
   return dot(c->w, c->y, (size_t)s->B * s->OH * s->OW * s->C);
 }
 
@@ -533,8 +551,8 @@ Test(maxpool, matches_naive_and_finite_differences) {
       rdx[arg[i]] += c.w[i];
     for (size_t i = 0; i < nx; i++)
       dx[i] = 7.0f;
-    kdrt_maxpool_grad(dx, c.w, c.x, s->B, s->H, s->W, s->C, s->KH, s->KW, s->sh, s->sw, s->pt,
-                      s->pl, s->OH, s->OW);
+    const kdrt_window pw = window_of(s);
+    kdrt_maxpool_grad(&pw, dx, c.w, c.x);
     cr_expect(max_abs_diff(dx, rdx, nx) < 1e-6, "case %zu: dx off by %g", t,
               max_abs_diff(dx, rdx, nx));
     double err = fd_error(c.x, nx, dx, pool_scalar, &c);
@@ -555,8 +573,9 @@ Test(maxpool, ties_go_to_first_and_many_channels) {
     dy[c] = (float)c;
     x[3 * C + c] = c % 2 ? 3.0f : 4.0f; // even channels: the last pixel wins
   }
-  kdrt_maxpool(y, x, 1, 2, 2, C, 2, 2, 2, 2, 0, 0, 1, 1);
-  kdrt_maxpool_grad(dx, dy, x, 1, 2, 2, C, 2, 2, 2, 2, 0, 0, 1, 1);
+  const kdrt_window pw = {1, 2, 2, C, 2, 2, C, 2, 2, 0, 0, 1, 1};
+  kdrt_maxpool(&pw, y, x);
+  kdrt_maxpool_grad(&pw, dx, dy, x);
   for (int c = 0; c < C; c++) {
     int win = c % 2 ? 0 : 3;
     cr_expect(y[c] == (c % 2 ? 3.0f : 4.0f));
