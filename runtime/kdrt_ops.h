@@ -89,7 +89,7 @@ typedef struct {
   /* row_sumexp: out[r] = sum_j exp(x[r, j] - m[r]) (m, s: after their all-reduce). */         \
   /* sparse_xent: out[0] = scale * sum over rows whose label y[r] is in this rank's */         \
   /* columns of (m[r] + log s[r] - x[r, y[r] - col0]); its grad: dx[r, j] =         */         \
-  /* scale * (exp(x[r, j] - m[r]) / s[r] - (j + col0 == y[r])).                     */         \
+  /* scale * (exp(x[r, j] - m[r]) / s[r] - (j + col0 == y[r])), 0 where y[r] < 0. */           \
   K(row_max, (float *out, const float *x, int64_t rows, int64_t cols))                         \
   K(row_sumexp, (float *out, const float *x, const float *m, int64_t rows, int64_t cols))      \
   K(sparse_xent, (float *out, const float *x, const float *y, const float *m, const float *s,  \

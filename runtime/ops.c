@@ -14,8 +14,8 @@
 //   -sum(y log p); binary crossentropy clips the same way and averages the
 //   last axis; from_logits forms use log-softmax and the stable softplus
 //   form. Where a value was clipped its gradient is 0, as in JAX. Every loss
-//   returns sum over rows * scale (kdcc passes 1/global batch), accumulated
-//   in double.
+//   writes sum over rows * scale (kdcc passes 1/global batch), accumulated
+//   in double, to out[0] as a float.
 // - "accuracy" resolves as keras/src/trainers/compile_utils.py does it, by
 //   shape: one prediction column -> binary accuracy (threshold 0.5, as
 //   Keras's BinaryAccuracy uses whatever the loss's from_logits), class ids
