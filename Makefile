@@ -32,7 +32,10 @@ build/compiler/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c -o $@ $<
 
-build/runtime/%.o: runtime/%.c runtime/kdrt.h
+# The runtime's headers: the API, the kernel list and the shared enums.
+RT_HDRS = runtime/kdrt.h runtime/kdrt_ops.h runtime/kdrt_defs.h
+
+build/runtime/%.o: runtime/%.c $(RT_HDRS)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(RCFLAGS) -c -o $@ $<
 
@@ -104,8 +107,9 @@ build/asan/kdcc: $(ASAN_OBJS)
 	$(CC) -fsanitize=address,undefined -o $@ $^ $(KLIBS)
 
 # ---- CUDA backend (kdcc --target cuda): runtime/cuda/*.cu as build/libkdrt_cuda.a.
-# Not part of `all`: `make cuda` builds it (tests/sh/cuda_build.sh does). NVCC: nvcc on
-# PATH, else /usr/local/cuda/bin/nvcc. CUDA_ARCH: the GPU nvidia-smi reports, else sm_90;
+# Part of `all` when nvcc is found (else `all` says it skipped it, in one line); `make
+# cuda` builds it or fails (tests/sh/cuda_build.sh uses it). NVCC: nvcc on PATH, else
+# /usr/local/cuda/bin/nvcc. CUDA_ARCH: the GPU nvidia-smi reports, else sm_90;
 # the library holds that SASS plus its PTX (newer GPUs JIT it). build/libkdrt_cuda.arch
 # records it for kdcc. -fmad=false: no contracted multiply-adds, as the CPU runtime
 # (ISO C, -ffp-contract=off), so elementwise results match it bit for bit or nearly.
@@ -129,13 +133,22 @@ build/cuda/arch.stamp: FORCE
 	@if [ -z "$(NVCC)" ]; then echo "cuda: nvcc not found (install the CUDA toolkit or set NVCC)"; exit 1; fi
 	@echo $(CUDA_ARCH) | cmp -s - $@ || echo $(CUDA_ARCH) > $@
 
-build/cuda/%.o: runtime/cuda/%.cu runtime/cuda/common.cuh runtime/cuda/kdrt_cuda.h runtime/kdrt.h \
+build/cuda/%.o: runtime/cuda/%.cu runtime/cuda/common.cuh runtime/cuda/kdrt_cuda.h $(RT_HDRS) \
                 build/cuda/arch.stamp
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 build/libkdrt_cuda.a: $(CUDA_OBJS)
 	ar rcs $@ $^
 	cp build/cuda/arch.stamp build/libkdrt_cuda.arch
+
+ifneq ($(NVCC),)
+all: build/libkdrt_cuda.a
+else
+all: cuda-skipped
+cuda-skipped:
+	@echo "all: skipped build/libkdrt_cuda.a (the CUDA runtime): nvcc not found (install the CUDA toolkit or set NVCC)"
+.PHONY: cuda-skipped
+endif
 
 # On a machine with a GPU: every kernel against the CPU runtime, losses of the
 # CUDA programs against the CPU programs', a (2,2) mesh on one GPU. Skips

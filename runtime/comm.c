@@ -138,6 +138,7 @@ static void check_dim(const kdrt_ctx *c, const char *what, int rank, const int64
 
 // ------------------------------------------------------------ collectives
 
+// out = the elementwise sum over the group of in; in == out sums in place.
 void kdrt_allreduce(kdrt_ctx *c, unsigned axes, const float *in, float *out, size_t n) {
   if (kdrt_group_size(c, axes) == 1) {
     if (in != out) memmove(out, in, n * sizeof(float));
@@ -150,6 +151,21 @@ void kdrt_allreduce(kdrt_ctx *c, unsigned axes, const float *in, float *out, siz
     int cnt = (int)(n - done < chunk ? n - done : chunk);
     const void *src = in == out ? MPI_IN_PLACE : (const void *)(in + done);
     KDRT_MPI(MPI_Allreduce(src, out + done, cnt, MPI_FLOAT, MPI_SUM, comm));
+  }
+}
+
+// out = the elementwise maximum over the group of in; in == out in place.
+void kdrt_allreduce_max(kdrt_ctx *c, unsigned axes, const float *in, float *out, size_t n) {
+  if (kdrt_group_size(c, axes) == 1) {
+    if (in != out) memmove(out, in, n * sizeof(float));
+    return;
+  }
+  MPI_Comm comm = group_comm(c, axes);
+  const size_t chunk = (size_t)1 << 30;
+  for (size_t done = 0; done < n; done += chunk) {
+    int cnt = (int)(n - done < chunk ? n - done : chunk);
+    const void *src = in == out ? MPI_IN_PLACE : (const void *)(in + done);
+    KDRT_MPI(MPI_Allreduce(src, out + done, cnt, MPI_FLOAT, MPI_MAX, comm));
   }
 }
 
@@ -228,7 +244,7 @@ void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, 
     put_block(out, recv + i * blk, from_outer, fext, i * fext, fext * n, from_inner);
 }
 
-void kdrt_slice(const kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
+void kdrt_slice(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
                 const float *in, float *out) {
   int n = kdrt_group_size(c, axes);
   check_dim(c, "slice", rank, lshape, dim, n);

@@ -27,16 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kdrt_defs.h" // the enums kdcc and both runtimes share
-
-#define KDRT_MAX_RANK 6
-#define KDRT_MAX_AXES 4
-
-typedef struct {
-  int rank;                      // number of dimensions
-  int64_t gshape[KDRT_MAX_RANK]; // global shape
-  int8_t axis[KDRT_MAX_RANK];    // mesh axis per dim, -1 = replicated
-} kdrt_layout;
+#include "kdrt_ops.h" // kdrt_layout, KDRT_MAX_*, the kernels; kdrt_defs.h: the shared enums
 
 // ---------------------------------------------------------------- kdrt.c
 // The program description a generated file hands to kdrt_main.
@@ -222,40 +213,30 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p);
 void kdrt_predict_path(const kdrt_program *p, const char *out, int o, char *buf, size_t len);
 
 // ---------------------------------------------------------------- comm.c
-// Collectives over the group of mesh axes `axes` (bit mask). `l` is the
-// layout of the local input buffer `in`; dim is the tensor dimension
-// concerned. in and out never alias, but for kdrt_allreduce. Bytes move with MPI; groups are made
-// with MPI_Comm_split on first use and cached in c->comm.
+// Collectives (declared in kdrt_ops.h's list) run over the group of mesh
+// axes `axes` (bit mask); dim is the tensor dimension concerned and lshape
+// the local shape of `in`. in and out never alias, but for kdrt_allreduce
+// (in == out sums in place). Bytes move with MPI; groups are made with
+// MPI_Comm_split on first use and cached in c->comm.
+// - allreduce: out = sum over the group of in, n floats; allreduce_max: max.
+// - reduce_scatter: in has dim replicated (or split by other axes); out has
+//   dim split further over `axes`, summed over the group.
+// - allgather: dim is the group's shard in `in`; out has it gathered
+//   (extent lshape[dim] * group size), blocks in group order.
+// - alltoall: in split over the group along `from`; out split along `to`
+//   instead (out's local shape: lshape[from] * n, lshape[to] / n).
+// - slice: no communication: in is replicated along dim over `axes`, out
+//   keeps this rank's block along dim.
 
 int kdrt_group_size(const kdrt_ctx *c, unsigned axes);
 // This rank's index in its group: row-major over the group's axes (the
 // coordinates of the other axes, as a mask's complement, name the group).
 int kdrt_group_index(const kdrt_ctx *c, unsigned axes);
-// out = sum over the group of in; n floats. in == out sums in place.
-void kdrt_allreduce(kdrt_ctx *c, unsigned axes, const float *in, float *out, size_t n);
-// in: local shape with dim `dim` replicated (or already split by other
-// axes); out: dim split further over `axes` and summed over the group.
-// lshape is in's local shape.
-void kdrt_reduce_scatter(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
-                         const float *in, float *out);
-// in: local shape lshape, dim `dim` is the group's shard; out: dim gathered
-// (extent lshape[dim] * group size), blocks in group order.
-void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
-                    const float *in, float *out);
-// in: local shape lshape, split over the group along `from`; out: split
-// along `to` instead (out local shape: lshape[from]*n, lshape[to]/n).
-void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int from, int to,
-                   const float *in, float *out);
-// Local slice, no communication: in is replicated along `dim` over `axes`
-// (local shape lshape), out keeps this rank's block along dim.
-void kdrt_slice(const kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
-                const float *in, float *out);
 
 // ---------------------------------------------------------------- rng.c
 // Counter-based randomness (Philox-4x32-10), keyed by (seed, stream) with
 // the counter = (step, global element index). A rank computes only its own
 // elements and gets exactly the values one device would.
-
 
 // Fill this rank's block of a tensor of layout l. fan_in/fan_out as Keras
 // computes them for the variable's global shape (kdcc passes them). p0, p1:
@@ -263,83 +244,20 @@ void kdrt_slice(const kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshap
 // variable (kdcc hashes its path).
 void kdrt_init_fill(const kdrt_ctx *c, float *buf, const kdrt_layout *l, kdrt_init_kind kind,
                     double fan_in, double fan_out, float p0, float p1, uint64_t stream);
-// y = x * mask / (1 - rate), the mask drawn for (seed, stream, step, global
-// element index); the same call on dy gives the gradient.
-void kdrt_dropout(const kdrt_ctx *c, float *y, const float *x, const kdrt_layout *l, float rate,
-                  uint64_t stream);
 // One uniform [0,1) float for (seed, stream, counter hi, counter lo).
 float kdrt_uniform(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
 // One standard normal float (Box-Muller over two uniforms of the same key).
 float kdrt_normal(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
 
-// ---------------------------------------------------------------- ops.c
-// Kernels on local buffers. Shapes are local. Matrices are row-major.
-
-// y[i] = act(x[i]) and its gradient. act: KDRT_ACT_*.
-void kdrt_act(int act, float *y, const float *x, size_t n);
-// dx = dy * act'(.), given x (the input) and y (the output); gelu/silu use x,
-// the others y. Keras's gelu is the exact (erf) form unless approximate.
-void kdrt_act_grad(int act, float *dx, const float *dy, const float *x, const float *y, size_t n);
-
-// Softmax over the last dim of [rows, cols]; gradient dx = y * (dy - sum(dy*y)).
-void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols);
-void kdrt_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows, int64_t cols);
-
-// Losses on [rows, cols] local blocks (rows: this rank's samples, cols: the
-// full per-sample width). Each returns sum over rows of the per-sample loss,
-// times scale (kdcc passes 1/global batch), so the partial sums of all ranks
-// add to the global mean. The _grad form writes d(loss)/d(pred), scaled the
-// same. Conventions follow Keras 3 (losses reduce the last axis by mean for
-// mse/mae, by sum for crossentropies; probabilities clipped to [1e-7, 1-1e-7]
-// when not from logits). sparse: y holds class ids as floats, one per row.
-double kdrt_loss(int kind, int from_logits, const float *pred, const float *y, int64_t rows,
-                 int64_t cols, double scale);
-void kdrt_loss_grad(int kind, int from_logits, float *dpred, const float *pred, const float *y,
-                    int64_t rows, int64_t cols, double scale);
-// Accuracy as Keras resolves "accuracy" for the loss: binary (threshold 0.5,
-// or 0 from logits), categorical (argmax match) or sparse categorical.
-// Returns the number of correct rows times scale.
-double kdrt_accuracy(int kind, int from_logits, const float *pred, const float *y, int64_t rows,
-                     int64_t cols, double scale);
-
-// Conv2D, channels last, x [B,H,W,C], f [KH,KW,C,K], y [B,OH,OW,K]; pad_t,
-// pad_l the top/left zero padding ("same": total = max((OH-1)*sh+KH-H, 0),
-// top = total/2). im2col + sgemm; scratch holds B*OH*OW*KH*KW*C floats.
-void kdrt_conv2d(float *y, const float *x, const float *f, int B, int H, int W, int C, int KH,
-                 int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
-                 float *scratch);
-// dx (overwritten) from dy and f; dw (overwritten) from x and dy.
-void kdrt_conv2d_dx(float *dx, const float *dy, const float *f, int B, int H, int W, int C,
-                    int KH, int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
-                    float *scratch);
-void kdrt_conv2d_dw(float *dw, const float *x, const float *dy, int B, int H, int W, int C,
-                    int KH, int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
-                    float *scratch);
-// Max pooling over [B,H,W,C]; padding positions never win.
-void kdrt_maxpool(float *y, const float *x, int B, int H, int W, int C, int PH, int PW, int sh,
-                  int sw, int pad_t, int pad_l, int OH, int OW);
-// dx (overwritten): dy routed to the first max of each window (recomputed from x).
-void kdrt_maxpool_grad(float *dx, const float *dy, const float *x, int B, int H, int W, int C,
-                       int PH, int PW, int sh, int sw, int pad_t, int pad_l, int OH, int OW);
-
-// Copy a block: out[.., i, ..] = in[.., off + i, ..] along dim, in's extent
-// in_ext, out's extent out_ext; outer = product of dims before, inner = after.
-void kdrt_copy_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,
-                     int64_t out_ext, int64_t inner);
-// The reverse: place `in` (extent in_ext) into out at offset off (extent out_ext).
-void kdrt_place_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,
-                      int64_t out_ext, int64_t inner);
-
-// Optimizer updates on local shards, Keras 3 semantics and defaults; t is
-// the 1-based step count (for bias correction).
-void kdrt_sgd(float *w, const float *g, float *m, size_t n, float lr, float momentum,
-              int nesterov);
-void kdrt_adam(float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,
-               float b2, float eps, int64_t t);
-void kdrt_adamw(float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,
-                float b2, float eps, float wd, int64_t t);
-void kdrt_rmsprop(float *w, const float *g, float *v, float *m, size_t n, float lr, float rho,
-                  float momentum, float eps);
+// ---------------------------------------------------------------- ops.c, comm.c, rng.c
+// The kernels and collectives generated steps call: declared once, for this
+// runtime and the CUDA one, by the list in kdrt_ops.h.
+#define KDRT_DECLARE(name, args) void kdrt_##name args;
+#define KDRT_DECLARE_CTX(name, args) void kdrt_##name(kdrt_ctx *c, KDRT_UNPAREN args);
+#define KDRT_UNPAREN(...) __VA_ARGS__
+KDRT_KERNELS(KDRT_DECLARE, KDRT_DECLARE_CTX)
+#undef KDRT_DECLARE
+#undef KDRT_DECLARE_CTX
 
 // ---------------------------------------------------------------- data.c
 // Data files (.npy and IDX, plain or gzip'd, told apart by their magic

@@ -25,7 +25,7 @@
   X(SIGMOID, "sigmoid", 0, KDRT_SIGMOID(v), ((y) * (1.0f - (y))))                              \
   X(TANH, "tanh", 0, tanhf(v), (1.0f - (y) * (y)))                                             \
   X(GELU, "gelu", 1, (0.5f * (v) * (1.0f + erff((v) * KDRT_SQRT1_2))),                        \
-    (0.5f * (1.0f + erff((v) * KDRT_SQRT1_2)) + (v) * KDRT_INV_SQRT_2PI * expf(-0.5f * (v) * (v)))) \
+    (0.5f * (1.0f + erff((v) * KDRT_SQRT1_2)) + (v) * (KDRT_INV_SQRT_2PI * expf(-0.5f * (v) * (v))))) \
   X(SILU, "silu", 1, ((v) * KDRT_SIGMOID(v)),                                                  \
     (KDRT_SIGMOID(v) * (1.0f + (v) * (1.0f - KDRT_SIGMOID(v)))))
 

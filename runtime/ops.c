@@ -14,8 +14,8 @@
 //   -sum(y log p); binary crossentropy clips the same way and averages the
 //   last axis; from_logits forms use log-softmax and the stable softplus
 //   form. Where a value was clipped its gradient is 0, as in JAX. Every loss
-//   returns sum over rows * scale (kdcc passes 1/global batch), accumulated
-//   in double.
+//   writes sum over rows * scale (kdcc passes 1/global batch), accumulated
+//   in double, to out[0] as a float.
 // - "accuracy" resolves as keras/src/trainers/compile_utils.py does it, by
 //   shape: one prediction column -> binary accuracy (threshold 0.5, as
 //   Keras's BinaryAccuracy uses whatever the loss's from_logits), class ids
@@ -31,10 +31,23 @@
 //   (AdamW: decoupled decay w -= w*wd*lr applied before the Adam step, as
 //   base_optimizer does; RMSprop: centered=False, eps inside the sqrt).
 //
+// - Activation formulas live only in kdrt_defs.h's KDRT_ACT_LIST: the
+//   kernels here expand it into one plain loop per activation (the formula
+//   inlined, so each loop vectorises), as the CUDA kernels do.
+// - Crossentropy with the classes split over ranks (row_max, row_sumexp,
+//   sparse_xent*): each rank holds columns [col0, col0 + cols) of the
+//   logits; the caller all-reduces the row maxima (max) and the sums of
+//   exp (sum) between the calls, and the per-rank losses add up to
+//   kdrt_loss's SCCE from logits on the whole row.
+//
 // Elementwise kernels allow the output to alias an input of the same shape
-// (dx == dy, y == x); the conv and pooling kernels do not.
+// (dx == dy, y == x); the conv, pooling, transpose and embedding kernels
+// do not.
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kdrt.h"
@@ -42,85 +55,132 @@
 // Keras's backend.epsilon() and the clip bounds it implies, in float32.
 #define KD_EPS 1e-7f
 #define KD_ONE_MINUS_EPS ((float)(1.0 - 1e-7))
-#define KD_SQRT1_2 0.70710678118654752f
+
+// A bad argument is a bug in the generated program: say which call, abort.
+static void bad_call(const char *what, const char *why) {
+  fprintf(stderr, "kdrt: %s: %s\n", what, why);
+  abort();
+}
 
 // ---------------------------------------------------------------- activations
 
-static inline float sigmoidf(float x) {
-  // Stable for large |x|: exp never overflows.
-  float e = expf(-fabsf(x));
-  float r = 1.0f / (1.0f + e);
-  return x >= 0.0f ? r : e * r;
-}
+static inline float sigmoidf(float x) { return KDRT_SIGMOID(x); }
 
+// y = f(x) elementwise: one loop per activation of KDRT_ACT_LIST, the
+// formula f(v) inlined. y may be x.
 void kdrt_act(int act, float *y, const float *x, size_t n) {
   switch (act) {
-  case KDRT_ACT_LINEAR:
-    if (y != x)
-      memmove(y, x, n * sizeof *y);
+#define KDRT_X(name, kname, from_x, f, df)                                                       \
+  case KDRT_ACT_##name:                                                                          \
+    for (size_t i = 0; i < n; i++) {                                                             \
+      float v = x[i];                                                                            \
+      y[i] = f;                                                                                  \
+    }                                                                                            \
     return;
-  case KDRT_ACT_RELU:
-    for (size_t i = 0; i < n; i++)
-      y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+  }
+  bad_call("kdrt_act", "unknown activation");
+}
+
+// dx = dy * f'(v, y). An activation whose derivative needs the input
+// (FROM_X) reads x only (and y is recomputed where the formula wants it,
+// which the compiler drops when it does not); the others read y only, so x
+// may be NULL for them and y for the FROM_X ones. dx may be dy.
+void kdrt_act_grad(int act, float *dx, const float *dy, const float *xs, const float *ys,
+                   size_t n) {
+  switch (act) {
+#define KDRT_X(name, kname, from_x, f, df)                                                       \
+  case KDRT_ACT_##name:                                                                          \
+    if (from_x) {                                                                                \
+      for (size_t i = 0; i < n; i++) {                                                           \
+        float v = xs[i], y = (f);                                                                \
+        (void)y;                                                                                 \
+        dx[i] = dy[i] * (df);                                                                    \
+      }                                                                                          \
+    } else {                                                                                     \
+      for (size_t i = 0; i < n; i++) {                                                           \
+        float y = ys[i], v = y;                                                                  \
+        (void)v;                                                                                 \
+        dx[i] = dy[i] * (df);                                                                    \
+      }                                                                                          \
+    }                                                                                            \
     return;
-  case KDRT_ACT_SIGMOID:
-    for (size_t i = 0; i < n; i++)
-      y[i] = sigmoidf(x[i]);
+    KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+  }
+  bad_call("kdrt_act_grad", "unknown activation");
+}
+
+// out[r, j] = f(in[r, j] + bias[j]): the bias add fused with its
+// activation, one loop per activation as kdrt_act. out may be in.
+void kdrt_bias_act(int act, float *out, const float *in, const float *bias, int64_t rows,
+                   int64_t cols) {
+  switch (act) {
+#define KDRT_X(name, kname, from_x, f, df)                                                       \
+  case KDRT_ACT_##name:                                                                          \
+    for (int64_t r = 0; r < rows; r++) {                                                         \
+      const float *ir = in + r * cols;                                                           \
+      float *orow = out + r * cols;                                                              \
+      for (int64_t j = 0; j < cols; j++) {                                                       \
+        float v = ir[j] + bias[j];                                                               \
+        orow[j] = f;                                                                             \
+      }                                                                                          \
+    }                                                                                            \
     return;
-  case KDRT_ACT_TANH:
-    for (size_t i = 0; i < n; i++)
-      y[i] = tanhf(x[i]);
-    return;
-  case KDRT_ACT_GELU:
-    for (size_t i = 0; i < n; i++)
-      y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * KD_SQRT1_2));
-    return;
-  case KDRT_ACT_SILU:
-    for (size_t i = 0; i < n; i++)
-      y[i] = x[i] * sigmoidf(x[i]);
-    return;
+    KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+  }
+  bad_call("kdrt_bias_act", "unknown activation");
+}
+
+// out[j] = sum over r of in[r, j]: rows added in order, in float.
+void kdrt_bias_grad(float *out, const float *in, int64_t rows, int64_t cols) {
+  memset(out, 0, (size_t)cols * sizeof *out);
+  for (int64_t r = 0; r < rows; r++) {
+    const float *ir = in + r * cols;
+    for (int64_t j = 0; j < cols; j++)
+      out[j] += ir[j];
   }
 }
 
-void kdrt_act_grad(int act, float *dx, const float *dy, const float *x, const float *y,
-                   size_t n) {
-  switch (act) {
-  case KDRT_ACT_LINEAR:
-    if (dx != dy)
-      memmove(dx, dy, n * sizeof *dx);
-    return;
-  case KDRT_ACT_RELU:
-    for (size_t i = 0; i < n; i++) { // both loads unconditional: vectorises, no branch
-      float g = dy[i], keep = y[i] > 0.0f ? 1.0f : 0.0f;
-      dx[i] = g * keep;
-    }
-    return;
-  case KDRT_ACT_SIGMOID:
+// ---------------------------------------------------------------- elementwise
+
+// out = in[0] + in[1] + ... + in[nin - 1], added left to right (the order
+// the CUDA kernel uses too). out may be any of the inputs.
+void kdrt_add(float *out, const float *const *in, int nin, size_t n) {
+  if (nin < 1 || nin > 8)
+    bad_call("kdrt_add", "between 1 and 8 operands");
+  if (nin == 2) { // the common case, as one loop that vectorises
+    const float *a = in[0], *b = in[1];
     for (size_t i = 0; i < n; i++)
-      dx[i] = dy[i] * y[i] * (1.0f - y[i]);
-    return;
-  case KDRT_ACT_TANH:
-    for (size_t i = 0; i < n; i++)
-      dx[i] = dy[i] * (1.0f - y[i] * y[i]);
-    return;
-  case KDRT_ACT_GELU: {
-    // d/dx [x Phi(x)] = Phi(x) + x phi(x)
-    const float inv_sqrt_2pi = 0.3989422804014327f;
-    for (size_t i = 0; i < n; i++) {
-      float xi = x[i];
-      float cdf = 0.5f * (1.0f + erff(xi * KD_SQRT1_2));
-      float pdf = inv_sqrt_2pi * expf(-0.5f * xi * xi);
-      dx[i] = dy[i] * (cdf + xi * pdf);
-    }
+      out[i] = a[i] + b[i];
     return;
   }
-  case KDRT_ACT_SILU:
-    for (size_t i = 0; i < n; i++) {
-      float s = sigmoidf(x[i]);
-      dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
-    }
-    return;
+  for (size_t i = 0; i < n; i++) {
+    float s = in[0][i];
+    for (int k = 1; k < nin; k++)
+      s = s + in[k][i];
+    out[i] = s;
   }
+}
+
+// out = a * b elementwise; out may be a or b.
+void kdrt_mul(float *out, const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    out[i] = a[i] * b[i];
+}
+
+// out = in * scale + shift; out may be in.
+void kdrt_scale(float *out, const float *in, size_t n, float scale, float shift) {
+  for (size_t i = 0; i < n; i++)
+    out[i] = in[i] * scale + shift;
+}
+
+// out = in (they may overlap).
+void kdrt_copy(float *out, const float *in, size_t n) {
+  if (out != in)
+    memmove(out, in, n * sizeof *out);
 }
 
 // ---------------------------------------------------------------- softmax
@@ -191,8 +251,9 @@ static inline int64_t class_id(const float *y, int64_t r, int64_t cols) {
   return (int64_t)v;
 }
 
-double kdrt_loss(int kind, int from_logits, const float *pred, const float *y, int64_t rows,
-                 int64_t cols, double scale) {
+// out[0] = scale * the sum over rows of each row's loss, accumulated in double.
+void kdrt_loss(int kind, int from_logits, float *out, const float *pred, const float *y,
+               int64_t rows, int64_t cols, double scale) {
   double total = 0.0;
   for (int64_t r = 0; r < rows; r++) {
     const float *p = pred + r * cols;
@@ -253,7 +314,7 @@ double kdrt_loss(int kind, int from_logits, const float *pred, const float *y, i
     }
     total += l;
   }
-  return total * scale;
+  out[0] = (float)(total * scale);
 }
 
 void kdrt_loss_grad(int kind, int from_logits, float *dpred, const float *pred, const float *y,
@@ -350,8 +411,9 @@ static int64_t argmax_first(const float *x, int64_t n) {
   return best;
 }
 
-double kdrt_accuracy(int kind, int from_logits, const float *pred, const float *y, int64_t rows,
-                     int64_t cols, double scale) {
+// out[0] = scale * the number of correct rows.
+void kdrt_accuracy(int kind, int from_logits, float *out, const float *pred, const float *y,
+                   int64_t rows, int64_t cols, double scale) {
   (void)from_logits;
   int64_t correct = 0;
   if (cols == 1) {
@@ -366,16 +428,150 @@ double kdrt_accuracy(int kind, int from_logits, const float *pred, const float *
     for (int64_t r = 0; r < rows; r++)
       correct += argmax_first(pred + r * cols, cols) == argmax_first(y + r * cols, cols);
   }
-  return (double)correct * scale;
+  out[0] = (float)((double)correct * scale);
+}
+
+// ---------------------------------------------------------------- split crossentropy
+// Sparse crossentropy from logits with the class dim split over ranks:
+// x [rows, cols] holds columns [col0, col0 + cols) of each row's V logits.
+// The caller all-reduces row_max's m (max) and row_sumexp's s (sum) over
+// the ranks that split the classes; then the label's logit is on exactly
+// one rank, which adds the row's loss m + log s - x[label]. Rows whose
+// label is negative (no class: loss and gradient 0, as kdrt_loss) are
+// skipped everywhere; a label >= V is the caller's to avoid (kdrt checks
+// label files).
+
+// out[r] = max over j of x[r, j].
+void kdrt_row_max(float *out, const float *x, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < cols; j++)
+      m = xr[j] > m ? xr[j] : m;
+    out[r] = m;
+  }
+}
+
+// out[r] = sum over j of exp(x[r, j] - m[r]), in float (as kdrt_loss).
+void kdrt_row_sumexp(float *out, const float *x, const float *m, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    float s = 0.0f;
+    for (int64_t j = 0; j < cols; j++)
+      s += expf(xr[j] - m[r]);
+    out[r] = s;
+  }
+}
+
+// Row r's label as a column of this rank's block, or -1 when another rank
+// holds it (or it names no class).
+static inline int64_t local_class(const float *y, int64_t r, int64_t cols, int64_t col0) {
+  float v = y[r];
+  if (!(v >= (float)col0) || v >= (float)(col0 + cols))
+    return -1;
+  return (int64_t)v - col0;
+}
+
+// out[0] = scale * sum over the rows whose label is in this rank's columns
+// of (m + log s - x[r, label - col0]), in double; as kdrt_loss forms it
+// (log-sum-exp rounded to float first).
+void kdrt_sparse_xent(float *out, const float *x, const float *y, const float *m, const float *s,
+                      int64_t rows, int64_t cols, int64_t col0, double scale) {
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t c = local_class(y, r, cols, col0);
+    if (c < 0)
+      continue;
+    float lse = m[r] + logf(s[r]);
+    total += (double)lse - x[r * cols + c];
+  }
+  out[0] = (float)(total * scale);
+}
+
+// dx[r, j] = scale * (exp(x[r, j] - m[r]) / s[r] - [j + col0 == label]);
+// a row with a negative label gets 0 (as kdrt_loss_grad). dx may be x.
+void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const float *m,
+                           const float *s, int64_t rows, int64_t cols, int64_t col0,
+                           double scale) {
+  const float sc = (float)scale;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    float *dr = dx + r * cols;
+    if (!(y[r] >= 0.0f)) {
+      memset(dr, 0, (size_t)cols * sizeof *dr);
+      continue;
+    }
+    const float mr = m[r], sr = s[r];
+    const int64_t c = local_class(y, r, cols, col0); // -1: matches no j
+    for (int64_t j = 0; j < cols; j++)
+      dr[j] = sc * (expf(xr[j] - mr) / sr - (j == c ? 1.0f : 0.0f));
+  }
+}
+
+// out[0] = scale * the rows whose label is in this rank's columns, whose
+// logit equals the global maximum m[r], and that no earlier column of this
+// block equals (the first maximum, as kdrt_accuracy's argmax). A tie with
+// a column of an earlier rank is not seen here: exact ties of float
+// logits across ranks are the one case where this differs from argmax.
+void kdrt_sparse_xent_acc(float *out, const float *x, const float *y, const float *m,
+                          int64_t rows, int64_t cols, int64_t col0, double scale) {
+  int64_t correct = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t c = local_class(y, r, cols, col0);
+    if (c < 0)
+      continue;
+    const float *xr = x + r * cols;
+    if (xr[c] != m[r])
+      continue;
+    int first = 1;
+    for (int64_t j = 0; j < c; j++)
+      if (xr[j] == m[r])
+        first = 0;
+    correct += first;
+  }
+  out[0] = (float)((double)correct * scale);
+}
+
+// ---------------------------------------------------------------- matmul
+
+// cblas takes int dimensions.
+static int blas_int(int64_t v, const char *what) {
+  if (v < 0 || v > INT_MAX)
+    bad_call("kdrt_matmul", what);
+  return (int)v;
+}
+
+// For i < g->batch: c_i = alpha * op(a_i) @ op(b_i) + beta * c_i, one
+// cblas_sgemm per product (one call when batch == 1); a stride of 0 reuses
+// the same operand for every i.
+void kdrt_matmul(const kdrt_gemm *g, float alpha, const float *a, const float *b, float beta,
+                 float *c) {
+  if (g->M <= 0 || g->N <= 0)
+    return;
+  const int M = blas_int(g->M, "M exceeds 2^31-1"), N = blas_int(g->N, "N exceeds 2^31-1");
+  const int K = blas_int(g->K, "K exceeds 2^31-1");
+  const int lda = blas_int(g->lda, "lda exceeds 2^31-1"), ldb = blas_int(g->ldb, "ldb exceeds 2^31-1");
+  const int ldc = blas_int(g->ldc, "ldc exceeds 2^31-1");
+  const enum CBLAS_TRANSPOSE ta = g->ta == KDRT_TRANS ? CblasTrans : CblasNoTrans;
+  const enum CBLAS_TRANSPOSE tb = g->tb == KDRT_TRANS ? CblasTrans : CblasNoTrans;
+  for (int64_t i = 0; i < g->batch; i++)
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + i * g->stride_a, lda,
+                b + i * g->stride_b, ldb, beta, c + i * g->stride_c, ldc);
+}
+
+// One plain row-major product c[M, N] = op(a) @ op(b) (alpha 1, beta 0).
+static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float *c, int64_t ldc) {
+  kdrt_gemm g = {ta, tb, 1, M, N, K, lda, ldb, ldc, 0, 0, 0};
+  kdrt_matmul(&g, 1.0f, a, b, 0.0f, c);
 }
 
 // ---------------------------------------------------------------- conv2d
 
 // Is this conv a plain matmul over [B*H*W, C] (1x1, stride 1, no padding)?
-static int conv_is_pointwise(int H, int W, int KH, int KW, int sh, int sw, int pad_t, int pad_l,
-                             int OH, int OW) {
-  return KH == 1 && KW == 1 && sh == 1 && sw == 1 && pad_t == 0 && pad_l == 0 && OH == H &&
-         OW == W;
+static int conv_is_pointwise(const kdrt_window *w) {
+  return w->KH == 1 && w->KW == 1 && w->sh == 1 && w->sw == 1 && w->pad_t == 0 &&
+         w->pad_l == 0 && w->OH == w->H && w->OW == w->W;
 }
 
 // For output column ow, the kernel columns [*lo, *hi) that land inside the
@@ -392,19 +588,19 @@ static inline void kw_range(int ow, int sw, int pad_l, int KW, int W, int *iw0, 
 // cols [B*OH*OW, KH*KW*C], row (b,oh,ow), column (kh,kw,c): the input under
 // the kernel, zero where it falls in the padding. For one (kh), the kernel
 // columns in range are adjacent in x (channels last), so each is one memcpy.
-static void im2col(float *restrict cols, const float *restrict x, int B, int H, int W, int C,
-                   int KH, int KW, int sh, int sw, int pad_t, int pad_l, int OH, int OW) {
+static void im2col(float *restrict cols, const float *restrict x, const kdrt_window *w) {
+  const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW;
   const size_t kwc = (size_t)KW * C;
   const size_t rowlen = (size_t)KH * kwc;
-  for (int b = 0; b < B; b++)
-    for (int oh = 0; oh < OH; oh++)
-      for (int ow = 0; ow < OW; ow++) {
-        float *dst = cols + (((size_t)b * OH + oh) * OW + ow) * rowlen;
+  for (int b = 0; b < w->B; b++)
+    for (int oh = 0; oh < w->OH; oh++)
+      for (int ow = 0; ow < w->OW; ow++) {
+        float *dst = cols + (((size_t)b * w->OH + oh) * w->OW + ow) * rowlen;
         int iw0, lo, hi;
-        kw_range(ow, sw, pad_l, KW, W, &iw0, &lo, &hi);
+        kw_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
         for (int kh = 0; kh < KH; kh++) {
           float *d = dst + kh * kwc;
-          int ih = oh * sh - pad_t + kh;
+          int ih = oh * w->sh - w->pad_t + kh;
           if (ih < 0 || ih >= H || hi == lo) {
             memset(d, 0, kwc * sizeof *d);
             continue;
@@ -419,19 +615,19 @@ static void im2col(float *restrict cols, const float *restrict x, int B, int H, 
 
 // The transpose of im2col: dx (zeroed first) += each column entry at the
 // input position it was copied from; padding entries are dropped.
-static void col2im(float *restrict dx, const float *restrict cols, int B, int H, int W, int C,
-                   int KH, int KW, int sh, int sw, int pad_t, int pad_l, int OH, int OW) {
+static void col2im(float *restrict dx, const float *restrict cols, const kdrt_window *w) {
+  const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW;
   const size_t kwc = (size_t)KW * C;
   const size_t rowlen = (size_t)KH * kwc;
-  memset(dx, 0, (size_t)B * H * W * C * sizeof *dx);
-  for (int b = 0; b < B; b++)
-    for (int oh = 0; oh < OH; oh++)
-      for (int ow = 0; ow < OW; ow++) {
-        const float *src = cols + (((size_t)b * OH + oh) * OW + ow) * rowlen;
+  memset(dx, 0, (size_t)w->B * H * W * C * sizeof *dx);
+  for (int b = 0; b < w->B; b++)
+    for (int oh = 0; oh < w->OH; oh++)
+      for (int ow = 0; ow < w->OW; ow++) {
+        const float *src = cols + (((size_t)b * w->OH + oh) * w->OW + ow) * rowlen;
         int iw0, lo, hi;
-        kw_range(ow, sw, pad_l, KW, W, &iw0, &lo, &hi);
+        kw_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
         for (int kh = 0; kh < KH; kh++) {
-          int ih = oh * sh - pad_t + kh;
+          int ih = oh * w->sh - w->pad_t + kh;
           if (ih < 0 || ih >= H || hi == lo)
             continue;
           const float *s = src + kh * kwc + (size_t)lo * C;
@@ -445,47 +641,40 @@ static void col2im(float *restrict dx, const float *restrict cols, int B, int H,
 
 // The im2col matrix [B*OH*OW, KH*KW*C] of x: x itself for a pointwise
 // convolution, else built in scratch.
-static const float *conv_cols(const float *x, int B, int H, int W, int C, int KH, int KW, int sh,
-                              int sw, int pad_t, int pad_l, int OH, int OW, float *scratch) {
-  if (conv_is_pointwise(H, W, KH, KW, sh, sw, pad_t, pad_l, OH, OW)) return x;
-  im2col(scratch, x, B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW);
+static const float *conv_cols(const float *x, const kdrt_window *w, float *scratch) {
+  if (conv_is_pointwise(w))
+    return x;
+  im2col(scratch, x, w);
   return scratch;
 }
 
-void kdrt_conv2d(float *y, const float *x, const float *f, int B, int H, int W, int C, int KH,
-                 int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
-                 float *scratch) {
-  const int M = B * OH * OW, KC = KH * KW * C;
-  const float *cols = conv_cols(x, B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW, scratch);
-  // y[M, K] = cols[M, KC] @ f[KC, K]
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, KC, 1.0f, cols, KC, f, K, 0.0f, y,
-              K);
+// y [B, OH, OW, K] = conv(x [B, H, W, C], f [KH, KW, C, K]); scratch holds
+// B*OH*OW*KH*KW*C floats (unused for a pointwise conv).
+void kdrt_conv2d(const kdrt_window *w, float *y, const float *x, const float *f, float *scratch) {
+  const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
+  const float *cols = conv_cols(x, w, scratch);
+  gemm(KDRT_NOTRANS, KDRT_NOTRANS, M, w->K, KC, cols, KC, f, w->K, y, w->K); // y = cols @ f
 }
 
-void kdrt_conv2d_dx(float *dx, const float *dy, const float *f, int B, int H, int W, int C,
-                    int KH, int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
+// dx (overwritten) from dy and f.
+void kdrt_conv2d_dx(const kdrt_window *w, float *dx, const float *dy, const float *f,
                     float *scratch) {
-  const int M = B * OH * OW, KC = KH * KW * C;
-  if (conv_is_pointwise(H, W, KH, KW, sh, sw, pad_t, pad_l, OH, OW)) {
-    // dx[M, C] = dy[M, K] @ f[C, K]^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, KC, K, 1.0f, dy, K, f, K, 0.0f, dx,
-                KC);
+  const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
+  if (conv_is_pointwise(w)) { // dx[M, C] = dy[M, K] @ f[C, K]^T
+    gemm(KDRT_NOTRANS, KDRT_TRANS, M, KC, w->K, dy, w->K, f, w->K, dx, KC);
     return;
   }
   // dcols[M, KC] = dy[M, K] @ f[KC, K]^T, then scatter back.
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, KC, K, 1.0f, dy, K, f, K, 0.0f,
-              scratch, KC);
-  col2im(dx, scratch, B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW);
+  gemm(KDRT_NOTRANS, KDRT_TRANS, M, KC, w->K, dy, w->K, f, w->K, scratch, KC);
+  col2im(dx, scratch, w);
 }
 
-void kdrt_conv2d_dw(float *dw, const float *x, const float *dy, int B, int H, int W, int C,
-                    int KH, int KW, int K, int sh, int sw, int pad_t, int pad_l, int OH, int OW,
+// dw (overwritten) from x and dy.
+void kdrt_conv2d_dw(const kdrt_window *w, float *dw, const float *x, const float *dy,
                     float *scratch) {
-  const int M = B * OH * OW, KC = KH * KW * C;
-  const float *cols = conv_cols(x, B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW, scratch);
-  // dw[KC, K] = cols[M, KC]^T @ dy[M, K]
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, KC, K, M, 1.0f, cols, KC, dy, K, 0.0f, dw,
-              K);
+  const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
+  const float *cols = conv_cols(x, w, scratch);
+  gemm(KDRT_TRANS, KDRT_NOTRANS, KC, w->K, M, cols, KC, dy, w->K, dw, w->K); // cols^T @ dy
 }
 
 // ---------------------------------------------------------------- max pooling
@@ -499,15 +688,16 @@ static inline void win_range(int o, int s, int pad, int P, int n, int *i0, int *
     *hi = *lo;
 }
 
-void kdrt_maxpool(float *y, const float *x, int B, int H, int W, int C, int PH, int PW, int sh,
-                  int sw, int pad_t, int pad_l, int OH, int OW) {
-  for (int b = 0; b < B; b++)
+// y [B, OH, OW, C] = the maximum of each KH x KW window of x [B, H, W, C].
+void kdrt_maxpool(const kdrt_window *w, float *y, const float *x) {
+  const int H = w->H, W = w->W, C = w->C, OH = w->OH, OW = w->OW;
+  for (int b = 0; b < w->B; b++)
     for (int oh = 0; oh < OH; oh++) {
       int ih0, phl, phh;
-      win_range(oh, sh, pad_t, PH, H, &ih0, &phl, &phh);
+      win_range(oh, w->sh, w->pad_t, w->KH, H, &ih0, &phl, &phh);
       for (int ow = 0; ow < OW; ow++) {
         int iw0, pwl, pwh;
-        win_range(ow, sw, pad_l, PW, W, &iw0, &pwl, &pwh);
+        win_range(ow, w->sw, w->pad_l, w->KW, W, &iw0, &pwl, &pwh);
         float *restrict yr = y + (((size_t)b * OH + oh) * OW + ow) * C;
         if (phl == phh || pwl == pwh) { // a window wholly in the padding
           memset(yr, 0, (size_t)C * sizeof *yr);
@@ -529,20 +719,22 @@ void kdrt_maxpool(float *y, const float *x, int B, int H, int W, int C, int PH, 
 // and its position fit in fixed arrays on the stack.
 #define KD_POOL_CHUNK 256
 
-void kdrt_maxpool_grad(float *dx, const float *dy, const float *x, int B, int H, int W, int C,
-                       int PH, int PW, int sh, int sw, int pad_t, int pad_l, int OH, int OW) {
+// dx (overwritten): dy routed to the first maximum of each window
+// (recomputed from x), in row-major window order.
+void kdrt_maxpool_grad(const kdrt_window *w, float *dx, const float *dy, const float *x) {
+  const int H = w->H, W = w->W, C = w->C, OH = w->OH, OW = w->OW;
   float best[KD_POOL_CHUNK];
   int pos[KD_POOL_CHUNK]; // input pixel (ih * W + iw) of the first maximum
-  memset(dx, 0, (size_t)B * H * W * C * sizeof *dx);
-  for (int b = 0; b < B; b++) {
+  memset(dx, 0, (size_t)w->B * H * W * C * sizeof *dx);
+  for (int b = 0; b < w->B; b++) {
     const float *xb = x + (size_t)b * H * W * C;
     float *dxb = dx + (size_t)b * H * W * C;
     for (int oh = 0; oh < OH; oh++) {
       int ih0, phl, phh;
-      win_range(oh, sh, pad_t, PH, H, &ih0, &phl, &phh);
+      win_range(oh, w->sh, w->pad_t, w->KH, H, &ih0, &phl, &phh);
       for (int ow = 0; ow < OW; ow++) {
         int iw0, pwl, pwh;
-        win_range(ow, sw, pad_l, PW, W, &iw0, &pwl, &pwh);
+        win_range(ow, w->sw, w->pad_l, w->KW, W, &iw0, &pwl, &pwh);
         if (phl == phh || pwl == pwh)
           continue;
         const float *dyr = dy + (((size_t)b * OH + oh) * OW + ow) * C;
@@ -574,6 +766,8 @@ void kdrt_maxpool_grad(float *dx, const float *dy, const float *x, int B, int H,
 
 // ---------------------------------------------------------------- blocks
 
+// out[o, i, r] = in[o, off + i, r] for i < out_ext: a block along one dim
+// (outer: the product of the dims before it, inner: after).
 void kdrt_copy_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,
                      int64_t out_ext, int64_t inner) {
   const size_t n = (size_t)(out_ext * inner);
@@ -581,11 +775,107 @@ void kdrt_copy_block(float *out, const float *in, int64_t outer, int64_t in_ext,
     memcpy(out + o * out_ext * inner, in + (o * in_ext + off) * inner, n * sizeof *out);
 }
 
+// out[o, off + i, r] = in[o, i, r] for i < in_ext: the reverse; the rest
+// of out is left as it was.
 void kdrt_place_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,
                       int64_t out_ext, int64_t inner) {
   const size_t n = (size_t)(in_ext * inner);
   for (int64_t o = 0; o < outer; o++)
     memcpy(out + (o * out_ext + off) * inner, in + o * in_ext * inner, n * sizeof *out);
+}
+
+// ---------------------------------------------------------------- layout changes
+
+// out = in with its dims permuted: out's dim i is in's dim perm[i], in has
+// shape[rank]. Walks out in row-major order with an odometer over its
+// index, the input offset following by the permuted strides; the last out
+// dim is the inner loop.
+void kdrt_transpose(float *out, const float *in, int rank, const int64_t *shape,
+                    const int *perm) {
+  if (rank < 1 || rank > KDRT_MAX_RANK)
+    bad_call("kdrt_transpose", "rank out of range");
+  int64_t istride[KDRT_MAX_RANK], oshape[KDRT_MAX_RANK], ostride[KDRT_MAX_RANK];
+  int64_t total = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    istride[d] = total;
+    total *= shape[d];
+  }
+  for (int i = 0; i < rank; i++) {
+    if (perm[i] < 0 || perm[i] >= rank)
+      bad_call("kdrt_transpose", "perm names a dim out of range");
+    oshape[i] = shape[perm[i]];
+    ostride[i] = istride[perm[i]]; // in's stride of out's dim i
+  }
+  if (total == 0)
+    return;
+  const int last = rank - 1;
+  const int64_t n = oshape[last], step = ostride[last];
+  int64_t idx[KDRT_MAX_RANK] = {0};
+  for (int64_t o = 0; o < total; o += n) {
+    int64_t src = 0;
+    for (int i = 0; i < last; i++)
+      src += idx[i] * ostride[i];
+    for (int64_t j = 0; j < n; j++)
+      out[o + j] = in[src + j * step];
+    for (int i = last - 1; i >= 0; i--) { // advance the odometer over dims 0..last-1
+      if (++idx[i] < oshape[i])
+        break;
+      idx[i] = 0;
+    }
+  }
+}
+
+// out[o, i] = sum over m of in[o, m, i], adding m in order, in float.
+void kdrt_reduce_sum(float *out, const float *in, int64_t outer, int64_t mid, int64_t inner) {
+  for (int64_t o = 0; o < outer; o++) {
+    float *orow = out + o * inner;
+    memset(orow, 0, (size_t)inner * sizeof *orow);
+    for (int64_t m = 0; m < mid; m++) {
+      const float *ir = in + (o * mid + m) * inner;
+      for (int64_t i = 0; i < inner; i++)
+        orow[i] += ir[i];
+    }
+  }
+}
+
+// out[o, m, i] = in[o, i]: the transpose of reduce_sum.
+void kdrt_broadcast(float *out, const float *in, int64_t outer, int64_t mid, int64_t inner) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t m = 0; m < mid; m++)
+      memcpy(out + (o * mid + m) * inner, in + o * inner, (size_t)inner * sizeof *out);
+}
+
+// ---------------------------------------------------------------- embeddings
+
+// out[i, :] = table[ids[i] - row0, :] for the n ids this block of the
+// table (rows [row0, row0 + rows), cols wide) holds, zeros for the others:
+// summed over the ranks that split the vocabulary, every row is found once.
+void kdrt_gather(float *out, const float *table, const int32_t *ids, int64_t n, int64_t rows,
+                 int64_t cols, int64_t row0) {
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = (int64_t)ids[i] - row0;
+    float *orow = out + i * cols;
+    if (r >= 0 && r < rows)
+      memcpy(orow, table + r * cols, (size_t)cols * sizeof *orow);
+    else
+      memset(orow, 0, (size_t)cols * sizeof *orow);
+  }
+}
+
+// dtable = 0, then dtable[ids[i] - row0, :] += dy[i, :] for i = 0, 1, ...
+// in order (deterministic), skipping ids this block does not hold.
+void kdrt_scatter_add(float *dtable, const float *dy, const int32_t *ids, int64_t n,
+                      int64_t rows, int64_t cols, int64_t row0) {
+  memset(dtable, 0, (size_t)(rows * cols) * sizeof *dtable);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = (int64_t)ids[i] - row0;
+    if (r < 0 || r >= rows)
+      continue;
+    float *trow = dtable + r * cols;
+    const float *g = dy + i * cols;
+    for (int64_t j = 0; j < cols; j++)
+      trow[j] += g[j];
+  }
 }
 
 // ---------------------------------------------------------------- optimizers

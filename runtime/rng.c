@@ -230,7 +230,9 @@ static void dropout_row(void *arg, int64_t local, int64_t global, int64_t len) {
   }
 }
 
-void kdrt_dropout(const kdrt_ctx *c, float *y, const float *x, const kdrt_layout *l, float rate,
+// y = x * mask / (1 - rate) on this rank's block of layout l, the mask
+// drawn for (seed, stream, step, global element index); y may be x.
+void kdrt_dropout(kdrt_ctx *c, float *y, const float *x, const kdrt_layout *l, float rate,
                   uint64_t stream) {
   dropout_job j = {c, y, x, stream, rate, rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f};
   if (rate >= 1.0f) j.rate = 2.0f; // nothing is kept

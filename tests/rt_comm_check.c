@@ -134,6 +134,30 @@ static void check_allreduce(kdrt_ctx *c, const mesh *m, unsigned mask) {
   free(in), free(out), free(want);
 }
 
+// Every member's values, chosen so the maximum is not always one rank's:
+// in_q[i] = (q * 7 + i * 3) % 11 - 5; out = the maximum over members.
+static float max_input(int q, int64_t i) { return (float)((q * 7 + i * 3) % 11 - 5); }
+
+static void check_allreduce_max(kdrt_ctx *c, const mesh *m, unsigned mask) {
+  const int64_t n = 29;
+  float *in = falloc(n), *out = falloc(n), *want = falloc(n);
+  for (int64_t i = 0; i < n; i++) in[i] = max_input(world_rank, i), want[i] = -1e30f;
+  int coord[KDRT_MAX_AXES], other[KDRT_MAX_AXES];
+  coords_of(m, world_rank, coord);
+  unsigned rest = ~mask & ((1u << m->nd) - 1);
+  for (int q = 0; q < world_size; q++) { // members: the ranks of my color
+    coords_of(m, q, other);
+    if (index_over(m, other, rest) != index_over(m, coord, rest)) continue;
+    for (int64_t i = 0; i < n; i++)
+      if (max_input(q, i) > want[i]) want[i] = max_input(q, i);
+  }
+  kdrt_allreduce_max(c, mask, in, out, (size_t)n);
+  compare("allreduce_max", m, mask, out, want, n, 1, &n, 0, 0);
+  kdrt_allreduce_max(c, mask, in, in, (size_t)n); // in place
+  compare("allreduce_max in place", m, mask, in, want, n, 1, &n, 0, 0);
+  free(in), free(out), free(want);
+}
+
 // Input of every member: in_g[i] = (g + 1) * 1000 + flat(i); out = sum over
 // members of their block `me` along dim.
 static void check_reduce_scatter(kdrt_ctx *c, const mesh *m, unsigned mask, int r,
@@ -252,6 +276,7 @@ static void check_mesh(const mesh *m) {
   static const int64_t base[3] = {2, 3, 2};
   for (unsigned mask = 0; mask < (1u << m->nd); mask++) {
     check_allreduce(&c, m, mask);
+    check_allreduce_max(&c, m, mask);
     int n = size_over(m, mask);
     for (int r = 1; r <= 3; r++) {
       for (int k = 1; k <= 2; k++) {

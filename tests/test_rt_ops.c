@@ -6,6 +6,9 @@
 // pooling are also checked against naive direct loops in double; losses,
 // accuracy and optimizers against values worked out by hand from Keras 3's
 // formulas (the arithmetic is written out beside each expected value).
+// matmul, transpose and the reductions are checked against naive loops;
+// the split crossentropy against the unsplit loss, gradient and accuracy,
+// with the classes cut into 1, 2 and 4 blocks as ranks would hold them.
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -66,6 +69,20 @@ static double max_abs_diff(const float *a, const double *b, size_t n) {
   for (size_t i = 0; i < n; i++)
     m = fmax(m, fabs(a[i] - b[i]));
   return m;
+}
+
+// kdrt_loss and kdrt_accuracy write their value to out[0]; these return it.
+static double loss_of(int kind, int logits, const float *pred, const float *y, int64_t rows,
+                      int64_t cols, double scale) {
+  float out = NAN;
+  kdrt_loss(kind, logits, &out, pred, y, rows, cols, scale);
+  return out;
+}
+static double accuracy_of(int kind, int logits, const float *pred, const float *y, int64_t rows,
+                          int64_t cols, double scale) {
+  float out = NAN;
+  kdrt_accuracy(kind, logits, &out, pred, y, rows, cols, scale);
+  return out;
 }
 
 // ---------------------------------------------------------------- activations
@@ -188,7 +205,7 @@ typedef struct {
 
 static double loss_scalar(void *p) {
   loss_ctx *c = p;
-  return kdrt_loss(c->kind, c->logits, c->pred, c->y, c->rows, c->cols, c->scale);
+  return loss_of(c->kind, c->logits, c->pred, c->y, c->rows, c->cols, c->scale);
 }
 
 static void check_loss_grad(int kind, int logits, float plo, float phi) {
@@ -246,8 +263,8 @@ Test(loss, mse_mae_values) {
   // rows (1,2) vs (0,0): mse (1+4)/2 = 2.5, mae (1+2)/2 = 1.5
   // rows (3,4) vs (3,2): mse (0+4)/2 = 2,   mae (0+2)/2 = 1
   const float p[] = {1, 2, 3, 4}, y[] = {0, 0, 3, 2};
-  cr_expect(fabs(kdrt_loss(KDRT_LOSS_MSE, 0, p, y, 2, 2, 0.5) - 2.25) < 1e-9);
-  cr_expect(fabs(kdrt_loss(KDRT_LOSS_MAE, 0, p, y, 2, 2, 0.5) - 1.25) < 1e-9);
+  cr_expect(fabs(loss_of(KDRT_LOSS_MSE, 0, p, y, 2, 2, 0.5) - 2.25) < 1e-9);
+  cr_expect(fabs(loss_of(KDRT_LOSS_MAE, 0, p, y, 2, 2, 0.5) - 1.25) < 1e-9);
   float d[4];
   kdrt_loss_grad(KDRT_LOSS_MSE, 0, d, p, y, 2, 2, 0.5); // 2 (p - y) / cols * scale
   cr_expect(d[0] == 0.5f && d[1] == 1.0f && d[2] == 0.0f && d[3] == 1.0f);
@@ -262,9 +279,9 @@ Test(loss, categorical_values_and_clipping) {
   const float p[] = {1, 1, 2, 0, 1, 1};
   const float y[] = {0, 0, 1, 1, 0, 0};
   const float ids[] = {2, 0};
-  double l = kdrt_loss(KDRT_LOSS_CCE, 0, p, y, 2, 3, 1.0);
+  double l = loss_of(KDRT_LOSS_CCE, 0, p, y, 2, 3, 1.0);
   cr_expect(fabs(l - (log(2.0) + -log(1e-7))) < 1e-4, "cce %f", l);
-  l = kdrt_loss(KDRT_LOSS_SCCE, 0, p, ids, 2, 3, 1.0);
+  l = loss_of(KDRT_LOSS_SCCE, 0, p, ids, 2, 3, 1.0);
   cr_expect(fabs(l - (log(2.0) + -log(1e-7))) < 1e-4, "scce %f", l);
   float d[6], ds[6];
   kdrt_loss_grad(KDRT_LOSS_CCE, 0, d, p, y, 2, 3, 1.0);
@@ -284,9 +301,9 @@ Test(loss, categorical_from_logits) {
   const float p[] = {0, 0, logf(2), 1000, 0, 0};
   const float y[] = {0, 0, 1, 0, 1, 0};
   const float ids[] = {2, 1};
-  double l = kdrt_loss(KDRT_LOSS_CCE, 1, p, y, 2, 3, 1.0);
+  double l = loss_of(KDRT_LOSS_CCE, 1, p, y, 2, 3, 1.0);
   cr_expect(fabs(l - (log(2.0) + 1000)) < 1e-3, "cce logits %f", l);
-  l = kdrt_loss(KDRT_LOSS_SCCE, 1, p, ids, 2, 3, 1.0);
+  l = loss_of(KDRT_LOSS_SCCE, 1, p, ids, 2, 3, 1.0);
   cr_expect(fabs(l - (log(2.0) + 1000)) < 1e-3, "scce logits %f", l);
   float d[6];
   kdrt_loss_grad(KDRT_LOSS_SCCE, 1, d, p, ids, 2, 3, 0.5);
@@ -298,12 +315,12 @@ Test(loss, categorical_from_logits) {
 Test(loss, binary_values_and_clipping) {
   // p = .8: y = 1 -> -ln .8, y = 0 -> -ln .2; mean over 2 columns.
   const float p[] = {0.8f, 0.8f}, y[] = {1, 0};
-  double l = kdrt_loss(KDRT_LOSS_BCE, 0, p, y, 1, 2, 1.0);
+  double l = loss_of(KDRT_LOSS_BCE, 0, p, y, 1, 2, 1.0);
   cr_expect(fabs(l - (-log(0.8) - log(0.2)) / 2) < 1e-6, "bce %f", l);
   // p = 1, y = 0 clips to 1 - 1e-7 (0.99999988 in float32): -ln(1 - 0.99999988).
   // p = 0, y = 1 clips to 1e-7: -ln(1e-7). Both gradients 0.
   const float pc[] = {1.0f, 0.0f}, yc[] = {0, 1};
-  l = kdrt_loss(KDRT_LOSS_BCE, 0, pc, yc, 2, 1, 1.0);
+  l = loss_of(KDRT_LOSS_BCE, 0, pc, yc, 2, 1, 1.0);
   cr_expect(fabs(l - (-log(1.0 - 0.99999988079071044921875) - log(1e-7))) < 1e-3, "bce %f", l);
   float d[2];
   kdrt_loss_grad(KDRT_LOSS_BCE, 0, d, pc, yc, 2, 1, 1.0);
@@ -313,7 +330,7 @@ Test(loss, binary_values_and_clipping) {
   cr_expect(fabsf(d[0] + 0.625f) < 1e-5 && fabsf(d[1] - 2.5f) < 1e-5, "%g %g", d[0], d[1]);
   // Logits: x = 0 -> ln 2; x = 100, y = 0 -> 100; x = -100, y = 0 -> ~0.
   const float xl[] = {0, 100, -100}, yl[] = {1, 0, 0};
-  l = kdrt_loss(KDRT_LOSS_BCE, 1, xl, yl, 3, 1, 1.0);
+  l = loss_of(KDRT_LOSS_BCE, 1, xl, yl, 3, 1, 1.0);
   cr_expect(fabs(l - (log(2.0) + 100)) < 1e-4, "bce logits %f", l);
   float dl[3];
   kdrt_loss_grad(KDRT_LOSS_BCE, 1, dl, xl, yl, 3, 1, 1.0); // sigmoid(x) - y
@@ -323,14 +340,14 @@ Test(loss, binary_values_and_clipping) {
 Test(loss, accuracy) {
   // Binary (one column): threshold 0.5.
   const float pb[] = {0.7f, 0.2f, 0.5f, 0.9f}, yb[] = {1, 0, 1, 0};
-  cr_expect(kdrt_accuracy(KDRT_LOSS_BCE, 0, pb, yb, 4, 1, 0.25) == 0.5);
+  cr_expect(accuracy_of(KDRT_LOSS_BCE, 0, pb, yb, 4, 1, 0.25) == 0.5);
   // Categorical: argmax match, first maximum on ties.
   const float pc[] = {0.1f, 0.8f, 0.1f, 0.4f, 0.4f, 0.2f, 0.3f, 0.3f, 0.4f};
   const float yc[] = {0, 1, 0, 0, 1, 0, 0, 0, 1};
-  cr_expect(kdrt_accuracy(KDRT_LOSS_CCE, 0, pc, yc, 3, 3, 1.0) == 2.0);
-  cr_expect(kdrt_accuracy(KDRT_LOSS_MSE, 0, pc, yc, 3, 3, 1.0) == 2.0);
+  cr_expect(accuracy_of(KDRT_LOSS_CCE, 0, pc, yc, 3, 3, 1.0) == 2.0);
+  cr_expect(accuracy_of(KDRT_LOSS_MSE, 0, pc, yc, 3, 3, 1.0) == 2.0);
   const float ids[] = {1, 0, 1};
-  cr_expect(kdrt_accuracy(KDRT_LOSS_SCCE, 1, pc, ids, 3, 3, 1.0) == 2.0);
+  cr_expect(accuracy_of(KDRT_LOSS_SCCE, 1, pc, ids, 3, 3, 1.0) == 2.0);
 }
 
 // ---------------------------------------------------------------- conv2d
@@ -353,6 +370,13 @@ static conv_shape conv_make(int B, int H, int W, int C, int KH, int KW, int K, i
     s.OW = (W - KW) / sw + 1;
   }
   return s;
+}
+
+// The runtime's description of the same window op.
+static kdrt_window window_of(const conv_shape *s) {
+  kdrt_window w = {s->B, s->H,  s->W,  s->C,  s->KH, s->KW, s->K,
+                   s->sh, s->sw, s->pt, s->pl, s->OH, s->OW};
+  return w;
 }
 
 static size_t xs(const conv_shape *s) { return (size_t)s->B * s->H * s->W * s->C; }
@@ -406,14 +430,12 @@ Test(conv2d, matches_naive_valid_same_strides) {
     double *ry = malloc(ys(&s) * sizeof(double)), *rdx = malloc(xs(&s) * sizeof(double));
     double *rdw = malloc(fs(&s) * sizeof(double));
     conv_naive(&s, x, f, dy, ry, rdx, rdw);
-    kdrt_conv2d(y, x, f, s.B, s.H, s.W, s.C, s.KH, s.KW, s.K, s.sh, s.sw, s.pt, s.pl, s.OH, s.OW,
-                scratch);
+    const kdrt_window cw = window_of(&s);
+    kdrt_conv2d(&cw, y, x, f, scratch);
     for (size_t i = 0; i < xs(&s); i++) // dx must be overwritten, not accumulated
       dx[i] = 1e3f;
-    kdrt_conv2d_dx(dx, dy, f, s.B, s.H, s.W, s.C, s.KH, s.KW, s.K, s.sh, s.sw, s.pt, s.pl, s.OH,
-                   s.OW, scratch);
-    kdrt_conv2d_dw(dw, x, dy, s.B, s.H, s.W, s.C, s.KH, s.KW, s.K, s.sh, s.sw, s.pt, s.pl, s.OH,
-                   s.OW, scratch);
+    kdrt_conv2d_dx(&cw, dx, dy, f, scratch);
+    kdrt_conv2d_dw(&cw, dw, x, dy, scratch);
     cr_expect(max_abs_diff(y, ry, ys(&s)) < 1e-4, "case %zu: y off by %g", t,
               max_abs_diff(y, ry, ys(&s)));
     cr_expect(max_abs_diff(dx, rdx, xs(&s)) < 1e-4, "case %zu: dx off by %g", t,
@@ -433,8 +455,8 @@ typedef struct {
 static double conv_scalar(void *p) {
   conv_ctx *c = p;
   const conv_shape *s = &c->s;
-  kdrt_conv2d(c->y, c->x, c->f, s->B, s->H, s->W, s->C, s->KH, s->KW, s->K, s->sh, s->sw, s->pt,
-              s->pl, s->OH, s->OW, c->scratch);
+  const kdrt_window cw = window_of(s);
+  kdrt_conv2d(&cw, c->y, c->x, c->f, c->scratch);
   return dot(c->w, c->y, ys(s));
 }
 
@@ -448,10 +470,9 @@ Test(conv2d, gradients_match_finite_differences) {
       c.y = malloc(ys(s) * sizeof(float)), c.w = rand_buf(ys(s), -1, 1);
       c.scratch = malloc(ss(s) * sizeof(float));
       float *dx = malloc(xs(s) * sizeof(float)), *dw = malloc(fs(s) * sizeof(float));
-      kdrt_conv2d_dx(dx, c.w, c.f, s->B, s->H, s->W, s->C, s->KH, s->KW, s->K, s->sh, s->sw,
-                     s->pt, s->pl, s->OH, s->OW, c.scratch);
-      kdrt_conv2d_dw(dw, c.x, c.w, s->B, s->H, s->W, s->C, s->KH, s->KW, s->K, s->sh, s->sw,
-                     s->pt, s->pl, s->OH, s->OW, c.scratch);
+      const kdrt_window cw = window_of(s);
+      kdrt_conv2d_dx(&cw, dx, c.w, c.f, c.scratch);
+      kdrt_conv2d_dw(&cw, dw, c.x, c.w, c.scratch);
       double ex = fd_error(c.x, xs(s), dx, conv_scalar, &c);
       double ew = fd_error(c.f, fs(s), dw, conv_scalar, &c);
       cr_expect(ex < FD_TOL && ew < FD_TOL, "same=%d stride=%d: dx err %g, dw err %g", same, st,
@@ -493,8 +514,8 @@ typedef struct {
 static double pool_scalar(void *p) {
   pool_ctx *c = p;
   const conv_shape *s = &c->s;
-  kdrt_maxpool(c->y, c->x, s->B, s->H, s->W, s->C, s->KH, s->KW, s->sh, s->sw, s->pt, s->pl,
-               s->OH, s->OW);
+  const kdrt_window pw = window_of(s);
+  kdrt_maxpool(&pw, c->y, c->x);
   return dot(c->w, c->y, (size_t)s->B * s->OH * s->OW * s->C);
 }
 
@@ -533,8 +554,8 @@ Test(maxpool, matches_naive_and_finite_differences) {
       rdx[arg[i]] += c.w[i];
     for (size_t i = 0; i < nx; i++)
       dx[i] = 7.0f;
-    kdrt_maxpool_grad(dx, c.w, c.x, s->B, s->H, s->W, s->C, s->KH, s->KW, s->sh, s->sw, s->pt,
-                      s->pl, s->OH, s->OW);
+    const kdrt_window pw = window_of(s);
+    kdrt_maxpool_grad(&pw, dx, c.w, c.x);
     cr_expect(max_abs_diff(dx, rdx, nx) < 1e-6, "case %zu: dx off by %g", t,
               max_abs_diff(dx, rdx, nx));
     double err = fd_error(c.x, nx, dx, pool_scalar, &c);
@@ -555,8 +576,9 @@ Test(maxpool, ties_go_to_first_and_many_channels) {
     dy[c] = (float)c;
     x[3 * C + c] = c % 2 ? 3.0f : 4.0f; // even channels: the last pixel wins
   }
-  kdrt_maxpool(y, x, 1, 2, 2, C, 2, 2, 2, 2, 0, 0, 1, 1);
-  kdrt_maxpool_grad(dx, dy, x, 1, 2, 2, C, 2, 2, 2, 2, 0, 0, 1, 1);
+  const kdrt_window pw = {1, 2, 2, C, 2, 2, C, 2, 2, 0, 0, 1, 1};
+  kdrt_maxpool(&pw, y, x);
+  kdrt_maxpool_grad(&pw, dx, dy, x);
   for (int c = 0; c < C; c++) {
     int win = c % 2 ? 0 : 3;
     cr_expect(y[c] == (c % 2 ? 3.0f : 4.0f));
@@ -652,4 +674,318 @@ Test(optim, rmsprop) {
   kdrt_rmsprop(&w, &g2, &v, &m, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
   cr_expect_float_eq(m, 0.4438281f, 2e-6);
   cr_expect_float_eq(w, 0.2399443f, 2e-6);
+}
+
+// ---------------------------------------------------------------- elementwise and bias
+
+Test(act, relu_keeps_nan_and_bias_act_is_act_of_bias_add) {
+  float x[3] = {NAN, -1.0f, 2.0f}, y[3];
+  kdrt_act(KDRT_ACT_RELU, y, x, 3);
+  cr_expect(isnan(y[0]) && y[1] == 0.0f && y[2] == 2.0f);
+  // bias_act(in, b) == act(in + b) for every activation, bit for bit.
+  const int64_t rows = 9, cols = 13;
+  const size_t n = (size_t)(rows * cols);
+  float *in = rand_buf(n, -4, 4), *b = rand_buf((size_t)cols, -1, 1);
+  float *sum = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+  float *got = malloc(n * sizeof(float));
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < cols; j++)
+      sum[r * cols + j] = in[r * cols + j] + b[j];
+  for (int act = 0; act < KDRT_ACT_COUNT; act++) {
+    kdrt_act(act, want, sum, n);
+    kdrt_bias_act(act, got, in, b, rows, cols);
+    cr_expect(memcmp(got, want, n * sizeof(float)) == 0, "bias_act %d differs from act", act);
+  }
+  // bias_grad: column sums.
+  kdrt_bias_grad(got, in, rows, cols);
+  for (int64_t j = 0; j < cols; j++) {
+    double s = 0;
+    for (int64_t r = 0; r < rows; r++)
+      s += in[r * cols + j];
+    cr_expect(fabs(got[j] - s) < 1e-5, "bias_grad[%lld] = %g, want %g", (long long)j, got[j], s);
+  }
+  free(in), free(b), free(sum), free(want), free(got);
+}
+
+Test(elementwise, add_mul_scale_copy) {
+  float a[5] = {1, -2, 3.5f, 0, 8}, b[5] = {2, 2, -1, 7, 0.5f}, c[5] = {0.25f, 1, 1, 1, -8};
+  float out[5];
+  const float *ins[3] = {a, b, c};
+  kdrt_add(out, ins, 3, 5);
+  for (int i = 0; i < 5; i++)
+    cr_expect(out[i] == (a[i] + b[i]) + c[i], "add[%d] = %g", i, out[i]);
+  kdrt_add(out, ins, 2, 5);
+  for (int i = 0; i < 5; i++)
+    cr_expect(out[i] == a[i] + b[i]);
+  kdrt_mul(out, a, b, 5);
+  const float prod[5] = {2, -4, -3.5f, 0, 4};
+  for (int i = 0; i < 5; i++)
+    cr_expect(out[i] == prod[i], "mul[%d] = %g", i, out[i]);
+  kdrt_scale(out, a, 5, 2.0f, -1.0f);
+  const float sc[5] = {1, -5, 6, -1, 15};
+  for (int i = 0; i < 5; i++)
+    cr_expect(out[i] == sc[i], "scale[%d] = %g", i, out[i]);
+  kdrt_copy(out, c, 5);
+  cr_expect(memcmp(out, c, sizeof c) == 0);
+  kdrt_mul(a, a, a, 5); // in place
+  cr_expect(a[1] == 4.0f && a[2] == 12.25f);
+}
+
+// ---------------------------------------------------------------- matmul
+
+// c = alpha * op(a) @ op(b) + beta * c0 for one matrix, in double.
+static void gemm_naive(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                       const float *c0, double *c, int64_t ldc) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++)
+        s += (double)(ta ? a[k * lda + i] : a[i * lda + k]) * (tb ? b[j * ldb + k] : b[k * ldb + j]);
+      c[i * ldc + j] = alpha * s + (double)beta * c0[i * ldc + j];
+    }
+}
+
+Test(matmul, batched_strided_transposed_alpha_beta) {
+  // ta tb batch M N K share_a share_b alpha beta
+  static const struct {
+    int ta, tb;
+    int64_t batch, M, N, K;
+    int share_a, share_b;
+    float alpha, beta;
+  } cases[] = {
+      {0, 0, 1, 7, 5, 3, 0, 0, 1, 0},     {1, 0, 1, 7, 5, 3, 0, 0, 1, 0},
+      {0, 1, 1, 7, 5, 3, 0, 0, 1, 0},     {1, 1, 1, 7, 5, 3, 0, 0, 1, 0},
+      {0, 0, 4, 6, 5, 7, 0, 0, 1, 0},     {0, 1, 3, 6, 5, 7, 0, 1, 0.5f, 1},  // shared b (weight)
+      {1, 0, 3, 4, 9, 2, 1, 0, -2, 0.25f}, {1, 1, 2, 5, 4, 6, 0, 0, 1, 1},
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    int ta = cases[t].ta, tb = cases[t].tb;
+    int64_t B = cases[t].batch, M = cases[t].M, N = cases[t].N, K = cases[t].K;
+    int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    kdrt_gemm g = {ta, tb, B, M, N, K, lda, ldb, N, cases[t].share_a ? 0 : M * K,
+                   cases[t].share_b ? 0 : K * N, M * N};
+    size_t na = (size_t)((cases[t].share_a ? 1 : B) * M * K);
+    size_t nb = (size_t)((cases[t].share_b ? 1 : B) * K * N), nc = (size_t)(B * M * N);
+    float *a = rand_buf(na, -1, 1), *b = rand_buf(nb, -1, 1), *c = rand_buf(nc, -1, 1);
+    float *c0 = malloc(nc * sizeof(float));
+    double *want = malloc(nc * sizeof(double));
+    memcpy(c0, c, nc * sizeof(float));
+    for (int64_t i = 0; i < B; i++)
+      gemm_naive(ta, tb, M, N, K, cases[t].alpha, a + i * g.stride_a, lda, b + i * g.stride_b,
+                 ldb, cases[t].beta, c0 + i * M * N, want + i * M * N, N);
+    kdrt_matmul(&g, cases[t].alpha, a, b, cases[t].beta, c);
+    cr_expect(max_abs_diff(c, want, nc) < 1e-5, "case %zu: off by %g", t,
+              max_abs_diff(c, want, nc));
+    free(a), free(b), free(c), free(c0), free(want);
+  }
+}
+
+// ---------------------------------------------------------------- layout changes
+
+// out index -> in index through perm, one element at a time.
+static void transpose_naive(float *out, const float *in, int rank, const int64_t *shape,
+                            const int *perm) {
+  int64_t oshape[KDRT_MAX_RANK], oidx[KDRT_MAX_RANK], iidx[KDRT_MAX_RANK], n = 1;
+  for (int i = 0; i < rank; i++)
+    oshape[i] = shape[perm[i]], n *= shape[i];
+  for (int64_t e = 0; e < n; e++) {
+    int64_t rest = e;
+    for (int i = rank - 1; i >= 0; i--)
+      oidx[i] = rest % oshape[i], rest /= oshape[i];
+    for (int i = 0; i < rank; i++)
+      iidx[perm[i]] = oidx[i];
+    int64_t src = 0;
+    for (int d = 0; d < rank; d++)
+      src = src * shape[d] + iidx[d];
+    out[e] = in[src];
+  }
+}
+
+Test(layout, transpose_rank_3_and_4) {
+  static const struct {
+    int rank;
+    int64_t shape[4];
+    int perm[4];
+  } cases[] = {
+      {2, {5, 7}, {1, 0}},          {3, {2, 3, 4}, {0, 2, 1}},    {3, {2, 3, 4}, {2, 0, 1}},
+      {3, {2, 3, 4}, {1, 2, 0}},    {3, {2, 3, 4}, {0, 1, 2}},    {4, {2, 3, 4, 5}, {0, 2, 1, 3}},
+      {4, {2, 3, 4, 5}, {3, 1, 0, 2}}, {4, {2, 3, 4, 5}, {1, 3, 2, 0}},
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    size_t n = 1;
+    for (int d = 0; d < cases[t].rank; d++)
+      n *= (size_t)cases[t].shape[d];
+    float *in = rand_buf(n, -1, 1), *got = malloc(n * sizeof(float));
+    float *want = malloc(n * sizeof(float));
+    transpose_naive(want, in, cases[t].rank, cases[t].shape, cases[t].perm);
+    kdrt_transpose(got, in, cases[t].rank, cases[t].shape, cases[t].perm);
+    cr_expect(memcmp(got, want, n * sizeof(float)) == 0, "case %zu differs", t);
+    free(in), free(got), free(want);
+  }
+  // A known one: [2, 3] -> [3, 2].
+  const float in[6] = {0, 1, 2, 3, 4, 5}, want[6] = {0, 3, 1, 4, 2, 5};
+  const int64_t shape[2] = {2, 3};
+  const int perm[2] = {1, 0};
+  float out[6];
+  kdrt_transpose(out, in, 2, shape, perm);
+  cr_expect(memcmp(out, want, sizeof out) == 0);
+}
+
+Test(layout, reduce_sum_and_broadcast) {
+  const int64_t outer = 3, mid = 4, inner = 5;
+  const size_t nbig = (size_t)(outer * mid * inner), nsmall = (size_t)(outer * inner);
+  float *big = rand_buf(nbig, -1, 1), *small = malloc(nsmall * sizeof(float));
+  float *back = malloc(nbig * sizeof(float));
+  kdrt_reduce_sum(small, big, outer, mid, inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      double s = 0;
+      for (int64_t m = 0; m < mid; m++)
+        s += big[(o * mid + m) * inner + i];
+      cr_expect(fabs(small[o * inner + i] - s) < 1e-6, "reduce_sum[%lld,%lld]", (long long)o,
+                (long long)i);
+    }
+  kdrt_broadcast(back, small, outer, mid, inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t m = 0; m < mid; m++)
+      for (int64_t i = 0; i < inner; i++)
+        cr_expect(back[(o * mid + m) * inner + i] == small[o * inner + i]);
+  // Reducing over the first (outer 1) and the last (inner 1) dim.
+  const float x[6] = {1, 2, 3, 4, 5, 6}; // [2, 3]
+  float r[3];
+  kdrt_reduce_sum(r, x, 1, 2, 3);
+  cr_expect(r[0] == 5 && r[1] == 7 && r[2] == 9);
+  kdrt_reduce_sum(r, x, 2, 3, 1);
+  cr_expect(r[0] == 6 && r[1] == 15);
+  free(big), free(small), free(back);
+}
+
+// ---------------------------------------------------------------- embeddings
+
+Test(embedding, gather_and_scatter_add_on_a_row_block) {
+  // A vocab of 10 rows split in blocks; this one holds rows [4, 8).
+  const int64_t rows = 4, cols = 3, row0 = 4;
+  float table[12];
+  for (int i = 0; i < 12; i++)
+    table[i] = (float)(100 + i);
+  const int32_t ids[7] = {5, 0, 7, 8, 4, 5, -1};
+  const int64_t n = 7;
+  float out[21];
+  for (int i = 0; i < 21; i++)
+    out[i] = 99; // must be overwritten
+  kdrt_gather(out, table, ids, n, rows, cols, row0);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < cols; j++) {
+      int64_t r = ids[i] - row0;
+      float want = r >= 0 && r < rows ? table[r * cols + j] : 0.0f;
+      cr_expect(out[i * cols + j] == want, "gather[%lld,%lld] = %g, want %g", (long long)i,
+                (long long)j, out[i * cols + j], want);
+    }
+  float dy[21], dt[12];
+  for (int i = 0; i < 21; i++)
+    dy[i] = (float)(i + 1);
+  for (int i = 0; i < 12; i++)
+    dt[i] = -7; // overwritten, not accumulated
+  kdrt_scatter_add(dt, dy, ids, n, rows, cols, row0);
+  // row 4 (local 0) <- dy[4]; row 5 (local 1) <- dy[0] + dy[5]; row 6: nothing;
+  // row 7 (local 3) <- dy[2]; ids 0, 8, -1 belong to no row here.
+  for (int64_t j = 0; j < cols; j++) {
+    cr_expect(dt[0 * cols + j] == dy[4 * cols + j]);
+    cr_expect(dt[1 * cols + j] == dy[0 * cols + j] + dy[5 * cols + j]);
+    cr_expect(dt[2 * cols + j] == 0.0f);
+    cr_expect(dt[3 * cols + j] == dy[2 * cols + j]);
+  }
+}
+
+// ---------------------------------------------------------------- split crossentropy
+
+Test(xent, row_max_and_sumexp) {
+  const int64_t rows = 4, cols = 9;
+  float *x = rand_buf((size_t)(rows * cols), -20, 20), m[4], s[4];
+  x[2 * cols + 8] = 50.0f;
+  kdrt_row_max(m, x, rows, cols);
+  kdrt_row_sumexp(s, x, m, rows, cols);
+  for (int64_t r = 0; r < rows; r++) {
+    double mm = -INFINITY, ss = 0;
+    for (int64_t j = 0; j < cols; j++)
+      mm = fmax(mm, x[r * cols + j]);
+    for (int64_t j = 0; j < cols; j++)
+      ss += exp(x[r * cols + j] - mm);
+    cr_expect(m[r] == (float)mm, "row_max[%lld]", (long long)r);
+    cr_expect(fabs(s[r] - ss) < 1e-5 * ss, "row_sumexp[%lld] = %g, want %g", (long long)r, s[r],
+              ss);
+  }
+  cr_expect(m[2] == 50.0f);
+  free(x);
+}
+
+// The class dim split in `parts` blocks as ranks would hold it: m and s
+// all-reduced by hand, the losses and accuracies summed over blocks, the
+// gradient blocks put side by side; all against the unsplit kernels.
+static void check_split_xent(int64_t rows, int64_t V, int parts) {
+  const double scale = 1.0 / 32;
+  float *x = rand_buf((size_t)(rows * V), -6, 6), *y = malloc((size_t)rows * sizeof(float));
+  for (int64_t r = 0; r < rows; r++)
+    y[r] = (float)((int64_t)frand(0, (float)V) % V);
+  y[1] = -1.0f;                                      // no class: 0 everywhere
+  x[3 * V + (int64_t)y[3]] = 20.0f;                  // a sure hit for the accuracy
+  x[5 * V + 0] = 20.0f, x[5 * V + 1] = 20.0f;        // a tie in one block, lost by the
+  y[5] = 1.0f;                                       // label (the first maximum wins)
+  x[6 * V + 0] = 20.0f, x[6 * V + 1] = 20.0f;        // the same tie, won
+  y[6] = 0.0f;
+  // (A tie between columns of different blocks is not seen by one block:
+  // kdrt_sparse_xent_acc's documented limit; exact float ties are rare.)
+  float full_loss, full_acc;
+  kdrt_loss(KDRT_LOSS_SCCE, 1, &full_loss, x, y, rows, V, scale);
+  kdrt_accuracy(KDRT_LOSS_SCCE, 1, &full_acc, x, y, rows, V, scale);
+  float *full_grad = malloc((size_t)(rows * V) * sizeof(float));
+  kdrt_loss_grad(KDRT_LOSS_SCCE, 1, full_grad, x, y, rows, V, scale);
+
+  const int64_t cols = V / parts;
+  float *blk = malloc((size_t)(rows * cols) * sizeof(float));
+  float *part = malloc((size_t)rows * sizeof(float));
+  float *m = malloc((size_t)rows * sizeof(float)), *s = malloc((size_t)rows * sizeof(float));
+  float *grad = malloc((size_t)(rows * V) * sizeof(float));
+  for (int64_t r = 0; r < rows; r++)
+    m[r] = -INFINITY, s[r] = 0;
+  for (int p = 0; p < parts; p++) { // all-reduce max
+    kdrt_copy_block(blk, x, rows, V, p * cols, cols, 1);
+    kdrt_row_max(part, blk, rows, cols);
+    for (int64_t r = 0; r < rows; r++)
+      m[r] = fmaxf(m[r], part[r]);
+  }
+  for (int p = 0; p < parts; p++) { // all-reduce sum
+    kdrt_copy_block(blk, x, rows, V, p * cols, cols, 1);
+    kdrt_row_sumexp(part, blk, m, rows, cols);
+    for (int64_t r = 0; r < rows; r++)
+      s[r] += part[r];
+  }
+  double loss = 0, acc = 0;
+  for (int p = 0; p < parts; p++) {
+    float l, a;
+    kdrt_copy_block(blk, x, rows, V, p * cols, cols, 1);
+    kdrt_sparse_xent(&l, blk, y, m, s, rows, cols, p * cols, scale);
+    kdrt_sparse_xent_acc(&a, blk, y, m, rows, cols, p * cols, scale);
+    loss += l, acc += a;
+    kdrt_sparse_xent_grad(blk, blk, y, m, s, rows, cols, p * cols, scale); // in place
+    kdrt_place_block(grad, blk, rows, cols, p * cols, V, 1);
+  }
+  cr_expect(fabs(loss - full_loss) < 1e-5 * fabs(full_loss) + 1e-6,
+            "%d parts: loss %.9g, unsplit %.9g", parts, loss, full_loss);
+  cr_expect(acc == full_acc, "%d parts: accuracy %g, unsplit %g", parts, acc, full_acc);
+  double worst = 0;
+  for (int64_t i = 0; i < rows * V; i++)
+    worst = fmax(worst, fabs(grad[i] - full_grad[i]));
+  cr_expect(worst < 1e-7, "%d parts: gradient off by %g", parts, worst);
+  for (int64_t j = 0; j < V; j++)
+    cr_expect(grad[1 * V + j] == 0.0f, "no-class row: gradient %g", grad[1 * V + j]);
+  free(x), free(y), free(full_grad), free(blk), free(part), free(m), free(s), free(grad);
+}
+
+Test(xent, split_over_column_blocks_equals_unsplit) {
+  check_split_xent(11, 24, 1);
+  check_split_xent(11, 24, 2);
+  check_split_xent(11, 24, 4);
+  check_split_xent(7, 1000, 4);
 }

@@ -1,60 +1,50 @@
 // act.cu: elementwise ops: activations and their gradients (kdrt_act,
-// kdrt_act_grad in ../ops.c, the same expressions), the n-ary add and the
-// affine scale. One thread per element; outputs may alias an input of the
-// same shape (each element is read before it is written, by one thread).
+// kdrt_act_grad in ../ops.c), the n-ary add, the product and the affine
+// scale. The activation formulas are kdrt_defs.h's KDRT_ACT_LIST, expanded
+// into one switch case per activation, as the CPU kernels expand it. One
+// thread per element; outputs may alias an input of the same shape (each
+// element is read before it is written, by one thread).
 #include "common.cuh"
 
-#define KD_SQRT1_2 0.70710678118654752f
-
-__device__ static inline float sigmoid_stable(float x) {
-  float e = expf(-fabsf(x));
-  float r = 1.0f / (1.0f + e);
-  return x >= 0.0f ? r : e * r;
-}
-
-__global__ static void act_kernel(int act, float *y, const float *x, size_t n) {
+__global__ static void act_kernel(int act, float *out, const float *in, size_t n) {
   KDRT_FOR(i, n) {
-    float v = x[i], r = v;
+    float v = in[i], r = v;
     switch (act) {
-    case KDRT_ACT_RELU: r = v > 0.0f ? v : 0.0f; break;
-    case KDRT_ACT_SIGMOID: r = sigmoid_stable(v); break;
-    case KDRT_ACT_TANH: r = tanhf(v); break;
-    case KDRT_ACT_GELU: r = 0.5f * v * (1.0f + erff(v * KD_SQRT1_2)); break;
-    case KDRT_ACT_SILU: r = v * sigmoid_stable(v); break;
-    default: break;
+#define KDRT_X(name, kname, from_x, f, df) case KDRT_ACT_##name: r = f; break;
+      KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
     }
-    y[i] = r;
+    out[i] = r;
   }
 }
 
-__global__ static void act_grad_kernel(int act, float *dx, const float *dy, const float *x,
-                                       const float *y, size_t n) {
-  const float inv_sqrt_2pi = 0.3989422804014327f;
+// As kdrt_act_grad: the FROM_X activations read x (y recomputed where the
+// derivative wants it), the others read y only.
+__global__ static void act_grad_kernel(int act, float *dx, const float *dy, const float *xs,
+                                       const float *ys, size_t n) {
   KDRT_FOR(i, n) {
     float g = dy[i], r = g;
     switch (act) {
-    case KDRT_ACT_RELU: r = g * (y[i] > 0.0f ? 1.0f : 0.0f); break; // as ../ops.c: -0, NaN kept
-    case KDRT_ACT_SIGMOID: r = g * y[i] * (1.0f - y[i]); break;
-    case KDRT_ACT_TANH: r = g * (1.0f - y[i] * y[i]); break;
-    case KDRT_ACT_GELU: {
-      float xi = x[i];
-      float cdf = 0.5f * (1.0f + erff(xi * KD_SQRT1_2));
-      float pdf = inv_sqrt_2pi * expf(-0.5f * xi * xi);
-      r = g * (cdf + xi * pdf);
-      break;
-    }
-    case KDRT_ACT_SILU: {
-      float s = sigmoid_stable(x[i]);
-      r = g * s * (1.0f + x[i] * (1.0f - s));
-      break;
-    }
-    default: break;
+#define KDRT_X(name, kname, from_x, f, df)                                                       \
+  case KDRT_ACT_##name: {                                                                        \
+    float v = from_x ? xs[i] : ys[i];                                                            \
+    [[maybe_unused]] float y = from_x ? (f) : v;                                                 \
+    r = g * (df);                                                                                \
+    break;                                                                                       \
+  }
+      KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
     }
     dx[i] = r;
   }
 }
 
+static void check_act(int act, const char *what) {
+  if (act < 0 || act >= KDRT_ACT_COUNT) kdrt_cuda_fail(what, __FILE__, __LINE__, "unknown activation");
+}
+
 extern "C" void kdrt_cuda_act(kdrt_cuda *d, int act, float *y, const float *x, size_t n) {
+  check_act(act, "kdrt_cuda_act");
   if (!n) return;
   if (act == KDRT_ACT_LINEAR) {
     kdrt_cuda_copy(d, y, x, n);
@@ -66,6 +56,7 @@ extern "C" void kdrt_cuda_act(kdrt_cuda *d, int act, float *y, const float *x, s
 
 extern "C" void kdrt_cuda_act_grad(kdrt_cuda *d, int act, float *dx, const float *dy,
                                    const float *x, const float *y, size_t n) {
+  check_act(act, "kdrt_cuda_act_grad");
   if (!n) return;
   if (act == KDRT_ACT_LINEAR) {
     kdrt_cuda_copy(d, dx, dy, n);
@@ -109,4 +100,14 @@ extern "C" void kdrt_cuda_scale(kdrt_cuda *d, float *out, const float *in, size_
   if (!n) return;
   scale_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, n, scale, shift);
   KDRT_LAUNCHED(d, "scale_kernel");
+}
+
+__global__ static void mul_kernel(float *out, const float *a, const float *b, size_t n) {
+  KDRT_FOR(i, n) out[i] = a[i] * b[i];
+}
+
+extern "C" void kdrt_cuda_mul(kdrt_cuda *d, float *out, const float *a, const float *b, size_t n) {
+  if (!n) return;
+  mul_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, a, b, n);
+  KDRT_LAUNCHED(d, "mul_kernel");
 }

@@ -1,12 +1,12 @@
-// bias.cu: the bias add with its activation epilogue (BIAS, BIAS_ACT) and
-// the bias gradient (a column sum).
+// bias.cu: the bias add with its activation epilogue (kdrt_bias_act) and
+// the bias gradient (a column sum, kdrt_bias_grad).
 //
-// bias_act uses the expressions of emit_c.c's fused loop (sigmoid as
-// 1/(1+exp(-v)), silu as v/(1+exp(-v))), so both backends compute the same
-// thing. bias_grad sums each column in a fixed order: 32 columns a block,
-// each of the block's 32 row lanes sums rows lane, lane+32, ... in order,
-// then the 32 partial sums are added in lane order: deterministic from run
-// to run (not bit-identical to the CPU's one running sum).
+// bias_act expands kdrt_defs.h's KDRT_ACT_LIST as ../ops.c does, so both
+// backends compute the same expressions. bias_grad sums each column in a
+// fixed order: 32 columns a block, each of the block's 32 row lanes sums
+// rows lane, lane+32, ... in order, then the 32 partial sums are added in
+// lane order: deterministic from run to run (not bit-identical to the
+// CPU's one running sum).
 #include "common.cuh"
 
 __global__ static void bias_act_kernel(int act, float *out, const float *in, const float *bias,
@@ -16,12 +16,9 @@ __global__ static void bias_act_kernel(int act, float *out, const float *in, con
     float v = in[e] + bias[e % (size_t)cols];
     float r = v;
     switch (act) {
-    case KDRT_ACT_RELU: r = v > 0.0f ? v : 0.0f; break;
-    case KDRT_ACT_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
-    case KDRT_ACT_TANH: r = tanhf(v); break;
-    case KDRT_ACT_GELU: r = 0.5f * v * (1.0f + erff(v * 0.70710678f)); break;
-    case KDRT_ACT_SILU: r = v / (1.0f + expf(-v)); break;
-    default: break;
+#define KDRT_X(name, kname, from_x, f, df) case KDRT_ACT_##name: r = f; break;
+      KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
     }
     out[e] = r;
   }
@@ -29,6 +26,8 @@ __global__ static void bias_act_kernel(int act, float *out, const float *in, con
 
 extern "C" void kdrt_cuda_bias_act(kdrt_cuda *d, int act, float *out, const float *in,
                                    const float *bias, int64_t rows, int64_t cols) {
+  if (act < 0 || act >= KDRT_ACT_COUNT)
+    kdrt_cuda_fail("kdrt_cuda_bias_act", __FILE__, __LINE__, "unknown activation");
   size_t n = (size_t)rows * (size_t)cols;
   if (!n) return;
   bias_act_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, out, in, bias, rows,

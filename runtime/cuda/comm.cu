@@ -170,6 +170,27 @@ extern "C" void kdrt_cuda_allreduce(kdrt_cuda *d, unsigned axes, const float *in
   to_compute(d, "ncclAllReduce");
 }
 
+// As kdrt_allreduce_max: the elementwise maximum over the group; in == out
+// is allowed (NCCL and the host path both take it in place).
+extern "C" void kdrt_cuda_allreduce_max(kdrt_cuda *d, unsigned axes, const float *in, float *out,
+                                        size_t n) {
+  kdrt_cuda_need_ctx(d, "kdrt_cuda_allreduce_max");
+  if (group_size(d, axes) == 1) {
+    kdrt_cuda_copy(d, out, in, n);
+    return;
+  }
+  if (d->impl->comm_mode == KDRT_COMM_HOST) {
+    float *hout, *h = stage_in(d, in, n, n, &hout);
+    kdrt_allreduce_max(d->c, axes, h, hout, n);
+    stage_back(d, out, hout, n);
+    return;
+  }
+  ncclComm_t comm = group_comm(d, axes);
+  cudaStream_t cs = to_comm(d);
+  NCCL_CHECK(ncclAllReduce(in, out, n, ncclFloat, ncclMax, comm, cs));
+  to_compute(d, "ncclAllReduce (max)");
+}
+
 extern "C" void kdrt_cuda_reduce_scatter(kdrt_cuda *d, unsigned axes, int rank,
                                          const int64_t *lshape, int dim, const float *in,
                                          float *out) {

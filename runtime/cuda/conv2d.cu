@@ -56,9 +56,8 @@ __global__ static void col2im_kernel(float *dx, const float *cols, conv_geom g) 
   }
 }
 
-static conv_geom geom(int B, int H, int W, int C, int KH, int KW, int sh, int sw, int pad_t,
-                      int pad_l, int OH, int OW) {
-  conv_geom g = {B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW};
+static conv_geom geom(const kdrt_window *w) {
+  conv_geom g = {w->B, w->H, w->W, w->C, w->KH, w->KW, w->sh, w->sw, w->pad_t, w->pad_l, w->OH, w->OW};
   return g;
 }
 
@@ -69,46 +68,48 @@ static void im2col(kdrt_cuda *d, float *cols, const float *x, const conv_geom &g
   KDRT_LAUNCHED(d, "im2col_kernel");
 }
 
-extern "C" void kdrt_cuda_conv2d(kdrt_cuda *d, float *y, const float *x, const float *f, int B,
-                                 int H, int W, int C, int KH, int KW, int K, int sh, int sw,
-                                 int pad_t, int pad_l, int OH, int OW, float *scratch) {
-  conv_geom g = geom(B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW);
-  int64_t M = (int64_t)B * OH * OW, KC = (int64_t)KH * KW * C;
+// One product c[M, N] = op(a) @ op(b), alpha 1, beta 0.
+static void gemm(kdrt_cuda *d, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *a,
+                 int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  kdrt_gemm g = {ta, tb, 1, M, N, K, lda, ldb, ldc, 0, 0, 0};
+  kdrt_cuda_matmul(d, &g, 1.0f, a, b, 0.0f, c);
+}
+
+extern "C" void kdrt_cuda_conv2d(kdrt_cuda *d, const kdrt_window *w, float *y, const float *x,
+                                 const float *f, float *scratch) {
+  conv_geom g = geom(w);
+  int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C, K = w->K;
   const float *cols = x;
   if (!pointwise(g)) {
     im2col(d, scratch, x, g);
     cols = scratch;
   }
-  kdrt_cuda_matmul(d, 0, 0, M, K, KC, cols, KC, f, K, y, K); // y[M,K] = cols @ f
+  gemm(d, KDRT_NOTRANS, KDRT_NOTRANS, M, K, KC, cols, KC, f, K, y, K); // y[M,K] = cols @ f
 }
 
-extern "C" void kdrt_cuda_conv2d_dx(kdrt_cuda *d, float *dx, const float *dy, const float *f,
-                                    int B, int H, int W, int C, int KH, int KW, int K, int sh,
-                                    int sw, int pad_t, int pad_l, int OH, int OW,
-                                    float *scratch) {
-  conv_geom g = geom(B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW);
-  int64_t M = (int64_t)B * OH * OW, KC = (int64_t)KH * KW * C;
+extern "C" void kdrt_cuda_conv2d_dx(kdrt_cuda *d, const kdrt_window *w, float *dx,
+                                    const float *dy, const float *f, float *scratch) {
+  conv_geom g = geom(w);
+  int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C, K = w->K;
   if (pointwise(g)) { // dx[M,C] = dy[M,K] @ f[C,K]^T
-    kdrt_cuda_matmul(d, 0, 1, M, KC, K, dy, K, f, K, dx, KC);
+    gemm(d, KDRT_NOTRANS, KDRT_TRANS, M, KC, K, dy, K, f, K, dx, KC);
     return;
   }
-  kdrt_cuda_matmul(d, 0, 1, M, KC, K, dy, K, f, K, scratch, KC); // dcols = dy @ f^T
-  size_t n = (size_t)B * H * W * C;
+  gemm(d, KDRT_NOTRANS, KDRT_TRANS, M, KC, K, dy, K, f, K, scratch, KC); // dcols = dy @ f^T
+  size_t n = (size_t)w->B * w->H * w->W * w->C;
   if (!n) return;
   col2im_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(dx, scratch, g);
   KDRT_LAUNCHED(d, "col2im_kernel");
 }
 
-extern "C" void kdrt_cuda_conv2d_dw(kdrt_cuda *d, float *dw, const float *x, const float *dy,
-                                    int B, int H, int W, int C, int KH, int KW, int K, int sh,
-                                    int sw, int pad_t, int pad_l, int OH, int OW,
-                                    float *scratch) {
-  conv_geom g = geom(B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW);
-  int64_t M = (int64_t)B * OH * OW, KC = (int64_t)KH * KW * C;
+extern "C" void kdrt_cuda_conv2d_dw(kdrt_cuda *d, const kdrt_window *w, float *dw,
+                                    const float *x, const float *dy, float *scratch) {
+  conv_geom g = geom(w);
+  int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C, K = w->K;
   const float *cols = x;
   if (!pointwise(g)) {
     im2col(d, scratch, x, g);
     cols = scratch;
   }
-  kdrt_cuda_matmul(d, 1, 0, KC, K, M, cols, KC, dy, K, dw, K); // dw[KC,K] = cols^T @ dy
+  gemm(d, KDRT_TRANS, KDRT_NOTRANS, KC, K, M, cols, KC, dy, K, dw, K); // dw[KC,K] = cols^T @ dy
 }

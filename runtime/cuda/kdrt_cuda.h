@@ -84,102 +84,22 @@ void kdrt_cuda_download(kdrt_cuda *d, float *dst, const float *src, size_t n); /
 void kdrt_cuda_copy(kdrt_cuda *d, float *dst, const float *src, size_t n);
 void kdrt_cuda_sync(kdrt_cuda *d);
 
-// ---------------------------------------------------------------- act.cu
-// y = act(x), dx = dy * act'(.) (x for gelu/silu, y for the others), as kdrt_act.
-void kdrt_cuda_act(kdrt_cuda *d, int act, float *y, const float *x, size_t n);
-void kdrt_cuda_act_grad(kdrt_cuda *d, int act, float *dx, const float *dy, const float *x,
-                        const float *y, size_t n);
-// out = in[0] + ... + in[nin-1] (nin <= 8), summed left to right.
-void kdrt_cuda_add(kdrt_cuda *d, float *out, const float *const *in, int nin, size_t n);
-// out = in * scale + shift.
-void kdrt_cuda_scale(kdrt_cuda *d, float *out, const float *in, size_t n, float scale,
-                     float shift);
-
-// ---------------------------------------------------------------- bias.cu
-// out[r, j] = act(in[r, j] + bias[j]) over [rows, cols] (KDRT_ACT_LINEAR: the bias add),
-// with the expressions of emit_c.c's fused loop.
-void kdrt_cuda_bias_act(kdrt_cuda *d, int act, float *out, const float *in, const float *bias,
-                        int64_t rows, int64_t cols);
-// out[j] = sum over r of in[r, j].
-void kdrt_cuda_bias_grad(kdrt_cuda *d, float *out, const float *in, int64_t rows, int64_t cols);
-
-// ---------------------------------------------------------------- softmax.cu
-void kdrt_cuda_softmax(kdrt_cuda *d, float *y, const float *x, int64_t rows, int64_t cols);
-void kdrt_cuda_softmax_grad(kdrt_cuda *d, float *dx, const float *dy, const float *y,
-                            int64_t rows, int64_t cols);
-
-// ---------------------------------------------------------------- loss.cu
-// As kdrt_loss / kdrt_accuracy (the value written to out[0], a device
-// float) and kdrt_loss_grad.
-void kdrt_cuda_loss(kdrt_cuda *d, int kind, int from_logits, float *out, const float *pred,
-                    const float *y, int64_t rows, int64_t cols, double scale);
-void kdrt_cuda_accuracy(kdrt_cuda *d, int kind, int from_logits, float *out, const float *pred,
-                        const float *y, int64_t rows, int64_t cols, double scale);
-void kdrt_cuda_loss_grad(kdrt_cuda *d, int kind, int from_logits, float *dpred,
-                         const float *pred, const float *y, int64_t rows, int64_t cols,
-                         double scale);
-
-// ---------------------------------------------------------------- matmul.cu
-// Row-major c[M, N] = op(a) @ op(b), op = transpose when ta / tb; lda, ldb,
-// ldc are the row lengths of a, b, c as stored (cblas_sgemm's meaning).
-void kdrt_cuda_matmul(kdrt_cuda *d, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                      const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-                      int64_t ldc);
-
-// ---------------------------------------------------------------- conv2d.cu
-// As kdrt_conv2d / _dx / _dw: im2col in scratch + one GEMM.
-void kdrt_cuda_conv2d(kdrt_cuda *d, float *y, const float *x, const float *f, int B, int H,
-                      int W, int C, int KH, int KW, int K, int sh, int sw, int pad_t, int pad_l,
-                      int OH, int OW, float *scratch);
-void kdrt_cuda_conv2d_dx(kdrt_cuda *d, float *dx, const float *dy, const float *f, int B, int H,
-                         int W, int C, int KH, int KW, int K, int sh, int sw, int pad_t,
-                         int pad_l, int OH, int OW, float *scratch);
-void kdrt_cuda_conv2d_dw(kdrt_cuda *d, float *dw, const float *x, const float *dy, int B, int H,
-                         int W, int C, int KH, int KW, int K, int sh, int sw, int pad_t,
-                         int pad_l, int OH, int OW, float *scratch);
-
-// ---------------------------------------------------------------- maxpool.cu
-void kdrt_cuda_maxpool(kdrt_cuda *d, float *y, const float *x, int B, int H, int W, int C, int PH,
-                       int PW, int sh, int sw, int pad_t, int pad_l, int OH, int OW);
-void kdrt_cuda_maxpool_grad(kdrt_cuda *d, float *dx, const float *dy, const float *x, int B,
-                            int H, int W, int C, int PH, int PW, int sh, int sw, int pad_t,
-                            int pad_l, int OH, int OW);
-
-// ---------------------------------------------------------------- block.cu
-// As kdrt_copy_block / kdrt_place_block.
-void kdrt_cuda_copy_block(kdrt_cuda *d, float *out, const float *in, int64_t outer,
-                          int64_t in_ext, int64_t off, int64_t out_ext, int64_t inner);
-void kdrt_cuda_place_block(kdrt_cuda *d, float *out, const float *in, int64_t outer,
-                           int64_t in_ext, int64_t off, int64_t out_ext, int64_t inner);
-
-// ---------------------------------------------------------------- dropout.cu
-// As kdrt_dropout: the same Philox-4x32-10 mask, bit for bit.
-void kdrt_cuda_dropout(kdrt_cuda *d, float *y, const float *x, const kdrt_layout *l, float rate,
-                       uint64_t stream);
-
-// ---------------------------------------------------------------- optim.cu
-// As kdrt_sgd / kdrt_adam / kdrt_adamw / kdrt_rmsprop.
-void kdrt_cuda_sgd(kdrt_cuda *d, float *w, const float *g, float *m, size_t n, float lr,
-                   float momentum, int nesterov);
-void kdrt_cuda_adam(kdrt_cuda *d, float *w, const float *g, float *m, float *v, size_t n,
-                    float lr, float b1, float b2, float eps, int64_t t);
-void kdrt_cuda_adamw(kdrt_cuda *d, float *w, const float *g, float *m, float *v, size_t n,
-                     float lr, float b1, float b2, float eps, float wd, int64_t t);
-void kdrt_cuda_rmsprop(kdrt_cuda *d, float *w, const float *g, float *v, float *m, size_t n,
-                       float lr, float rho, float momentum, float eps);
-
-// ---------------------------------------------------------------- comm.cu
-// The collectives of ../kdrt.h on device buffers: NCCL (one communicator
-// per group of mesh axes), or host-staged MPI when ranks share a GPU.
-void kdrt_cuda_allreduce(kdrt_cuda *d, unsigned axes, const float *in, float *out, size_t n);
-void kdrt_cuda_reduce_scatter(kdrt_cuda *d, unsigned axes, int rank, const int64_t *lshape,
-                              int dim, const float *in, float *out);
-void kdrt_cuda_allgather(kdrt_cuda *d, unsigned axes, int rank, const int64_t *lshape, int dim,
-                         const float *in, float *out);
-void kdrt_cuda_alltoall(kdrt_cuda *d, unsigned axes, int rank, const int64_t *lshape, int from,
-                        int to, const float *in, float *out);
-void kdrt_cuda_slice(kdrt_cuda *d, unsigned axes, int rank, const int64_t *lshape, int dim,
-                     const float *in, float *out);
+// ---------------------------------------------------------------- the kernels
+// Every kernel of kdrt_ops.h's list, with the CPU runtime's arguments after
+// the device state: kdrt_cuda_<name>(d, args) runs kdrt_<name>(args) (or
+// kdrt_<name>(c, args), the context being d->c) on device buffers, on d's
+// stream. Semantics are the CPU runtime's (../ops.c, ../comm.c, ../rng.c);
+// where the numbers may differ in the last bits, the .cu file says so.
+// One .cu per family: act.cu (act, act_grad, add, mul, scale; copy is in
+// device.cu), bias.cu, softmax.cu, loss.cu, xent.cu (the split
+// crossentropy), matmul.cu, conv2d.cu, maxpool.cu, block.cu, nd.cu
+// (transpose, reduce_sum, broadcast, gather, scatter_add), optim.cu,
+// dropout.cu and comm.cu (the collectives: NCCL, one communicator per
+// group of mesh axes, or host-staged MPI when ranks share a GPU).
+#define KDRT_CUDA_UNPAREN(...) __VA_ARGS__
+#define KDRT_CUDA_DECLARE(name, args) void kdrt_cuda_##name(kdrt_cuda *d, KDRT_CUDA_UNPAREN args);
+KDRT_KERNELS(KDRT_CUDA_DECLARE, KDRT_CUDA_DECLARE)
+#undef KDRT_CUDA_DECLARE
 
 // ---------------------------------------------------------------- opcheck.cu
 // `./train opcheck [--precision-tol X]`: every kernel above against the CPU

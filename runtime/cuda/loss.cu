@@ -17,11 +17,6 @@ __device__ static inline float clipf_(float p) {
 __device__ static inline float unclipped(float p) {
   return (p >= KD_EPS && p <= KD_ONE_MINUS_EPS) ? 1.0f : 0.0f;
 }
-__device__ static inline float sigmoid_stable(float x) {
-  float e = expf(-fabsf(x));
-  float r = 1.0f / (1.0f + e);
-  return x >= 0.0f ? r : e * r;
-}
 __device__ static inline float softplusf_(float x) {
   return (x > 0.0f ? x : 0.0f) + log1pf(expf(-fabsf(x)));
 }
@@ -240,7 +235,7 @@ __global__ static void loss_grad_rows(int kind, int from_logits, float *dpred, c
   case KDRT_LOSS_BCE:
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       if (from_logits) {
-        dd[j] = sc_cols * (sigmoid_stable(p[j]) - t[j]);
+        dd[j] = sc_cols * (KDRT_SIGMOID(p[j]) - t[j]);
       } else {
         float q = p[j];
         float g = -t[j] / q + (1.0f - t[j]) / (1.0f - q);

@@ -1,9 +1,11 @@
-// matmul.cu: row-major GEMM through cuBLAS (column-major), at the
-// precision kdcc --precision chose.
+// matmul.cu: batched row-major GEMM through cuBLAS (column-major), at the
+// precision kdcc --precision chose (kdrt_matmul in ../ops.c).
 //
 // Row-major C[M,N] = op(A) op(B) is column-major C^T[N,M] = op(B)^T op(A)^T:
-// the same buffers with the operands swapped, so no copy is made. Data is
-// float32 throughout; the compute type decides how products are formed:
+// the same buffers with the operands swapped, so no copy is made. A batch
+// is one cublasGemmStridedBatchedEx (the strides swap with the operands; a
+// stride of 0 reuses one operand), a single product one cublasGemmEx. Data
+// is float32 throughout; the compute type decides how products are formed:
 // fp32 (CUBLAS_COMPUTE_32F_PEDANTIC: IEEE float products and sums), tf32
 // (CUBLAS_COMPUTE_32F_FAST_TF32) or bf16 (CUBLAS_COMPUTE_32F_FAST_16BF),
 // both on tensor cores with float accumulation.
@@ -16,24 +18,46 @@ static int as_int(int64_t v, const char *what) {
   return (int)v;
 }
 
-extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                                 const float *a, int64_t lda, const float *b, int64_t ldb,
-                                 float *c, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) { // an empty sum: C = 0
-    for (int64_t r = 0; r < M; r++)
-      CUDA_CHECK(cudaMemsetAsync(c + r * ldc, 0, (size_t)N * sizeof(float), d->impl->stream));
+// An empty sum (K = 0): c_i = beta * c_i (0 when beta is 0, whatever c held).
+__global__ static void scale_c_kernel(float *c, int64_t batch, int64_t M, int64_t N, int64_t ldc,
+                                      int64_t stride_c, float beta) {
+  size_t n = (size_t)batch * (size_t)M * (size_t)N;
+  KDRT_FOR(e, n) {
+    int64_t j = (int64_t)(e % (size_t)N), r = (int64_t)(e / (size_t)N % (size_t)M);
+    int64_t i = (int64_t)(e / ((size_t)N * (size_t)M));
+    float *p = c + i * stride_c + r * ldc + j;
+    *p = beta == 0.0f ? 0.0f : beta * *p;
+  }
+}
+
+extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, const float *a,
+                                 const float *b, float beta, float *c) {
+  if (g->batch <= 0 || g->M <= 0 || g->N <= 0) return;
+  if (g->K <= 0) {
+    size_t n = (size_t)g->batch * (size_t)g->M * (size_t)g->N;
+    scale_c_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
+        c, g->batch, g->M, g->N, g->ldc, g->stride_c, beta);
+    KDRT_LAUNCHED(d, "scale_c_kernel");
     return;
   }
   cublasComputeType_t ct = d->precision == KDRT_PREC_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
                            : d->precision == KDRT_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                                                             : CUBLAS_COMPUTE_32F_PEDANTIC;
-  const float one = 1.0f, zero = 0.0f;
-  CUBLAS_CHECK(cublasGemmEx(d->impl->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            ta ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(N, "matmul N"),
-                            as_int(M, "matmul M"), as_int(K, "matmul K"), &one, b, CUDA_R_32F,
-                            as_int(ldb, "matmul ldb"), a, CUDA_R_32F, as_int(lda, "matmul lda"),
-                            &zero, c, CUDA_R_32F, as_int(ldc, "matmul ldc"), ct,
-                            CUBLAS_GEMM_DEFAULT));
-  if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmEx");
+  cublasOperation_t opb = g->tb == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opa = g->ta == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int N = as_int(g->N, "matmul N"), M = as_int(g->M, "matmul M"), K = as_int(g->K, "matmul K");
+  int ldb = as_int(g->ldb, "matmul ldb"), lda = as_int(g->lda, "matmul lda");
+  int ldc = as_int(g->ldc, "matmul ldc");
+  if (g->batch == 1) {
+    CUBLAS_CHECK(cublasGemmEx(d->impl->blas, opb, opa, N, M, K, &alpha, b, CUDA_R_32F, ldb, a,
+                              CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc, ct,
+                              CUBLAS_GEMM_DEFAULT));
+    if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmEx");
+    return;
+  }
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      d->impl->blas, opb, opa, N, M, K, &alpha, b, CUDA_R_32F, ldb, (long long)g->stride_b, a,
+      CUDA_R_32F, lda, (long long)g->stride_a, &beta, c, CUDA_R_32F, ldc, (long long)g->stride_c,
+      as_int(g->batch, "matmul batch"), ct, CUBLAS_GEMM_DEFAULT));
+  if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmStridedBatchedEx");
 }

@@ -84,21 +84,23 @@ __global__ static void maxpool_grad_kernel(float *dx, const float *dy, const flo
   }
 }
 
-extern "C" void kdrt_cuda_maxpool(kdrt_cuda *d, float *y, const float *x, int B, int H, int W,
-                                  int C, int PH, int PW, int sh, int sw, int pad_t, int pad_l,
-                                  int OH, int OW) {
-  pool_geom g = {B, H, W, C, PH, PW, sh, sw, pad_t, pad_l, OH, OW};
-  size_t n = (size_t)B * OH * OW * C;
+static pool_geom geom(const kdrt_window *w) {
+  pool_geom g = {w->B, w->H, w->W, w->C, w->KH, w->KW, w->sh, w->sw, w->pad_t, w->pad_l, w->OH, w->OW};
+  return g;
+}
+
+extern "C" void kdrt_cuda_maxpool(kdrt_cuda *d, const kdrt_window *w, float *y, const float *x) {
+  pool_geom g = geom(w);
+  size_t n = (size_t)w->B * w->OH * w->OW * w->C;
   if (!n) return;
   maxpool_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, x, g);
   KDRT_LAUNCHED(d, "maxpool_kernel");
 }
 
-extern "C" void kdrt_cuda_maxpool_grad(kdrt_cuda *d, float *dx, const float *dy, const float *x,
-                                       int B, int H, int W, int C, int PH, int PW, int sh,
-                                       int sw, int pad_t, int pad_l, int OH, int OW) {
-  pool_geom g = {B, H, W, C, PH, PW, sh, sw, pad_t, pad_l, OH, OW};
-  size_t n = (size_t)B * H * W * C;
+extern "C" void kdrt_cuda_maxpool_grad(kdrt_cuda *d, const kdrt_window *w, float *dx,
+                                       const float *dy, const float *x) {
+  pool_geom g = geom(w);
+  size_t n = (size_t)w->B * w->H * w->W * w->C;
   if (!n) return;
   maxpool_grad_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(dx, dy, x, g);
   KDRT_LAUNCHED(d, "maxpool_grad_kernel");

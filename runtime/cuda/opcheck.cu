@@ -1,5 +1,7 @@
-// opcheck.cu: `./train opcheck`: every CUDA kernel against the CPU
-// runtime's on the same random operands, by normalised error
+// opcheck.cu: `./train opcheck`: every CUDA kernel of kdrt_ops.h's list
+// against the CPU runtime's on the same random operands (the collectives
+// excepted: they need a mesh of processes, tests/sh/gpu_mesh.sh runs
+// them), by normalised error
 // ||gpu - cpu|| / ||cpu|| (ggml's test-backend-ops idea). Operands are
 // deliberately awkward: odd sizes, padding, overlapping pooling windows,
 // a sharded dropout block on a (2, 2) mesh. Dropout must match bit for
@@ -95,6 +97,11 @@ static void check_elementwise(void) {
   for (size_t i = 0; i < n; i++) ref[i] = hx[i] * 0.00392156886f + -1.0f;
   kdrt_cuda_scale(D, y, x, n, 0.00392156886f, -1.0f);
   check("scale", y, ref, n, 1e-7);
+  kdrt_mul(ref, hx, hb, n);
+  kdrt_cuda_mul(D, y, x, b, n);
+  check("mul", y, ref, n, 0);
+  kdrt_cuda_copy(D, y, b, n);
+  check("copy", y, hb, n, 0);
   kdrt_cuda_free(b), kdrt_cuda_free(cc), free(hb), free(hc), free(ref);
   kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx);
   free(hx), free(hdy), free(hy), free(hdx);
@@ -107,22 +114,13 @@ static void check_bias(void) {
   float *x = dev(hx, n), *b = dev(hb, (size_t)cols), *y = kdrt_cuda_alloc(n);
   char name[64];
   for (int a = KDRT_ACT_LINEAR; a <= KDRT_ACT_SILU; a++) {
-    for (size_t e = 0; e < n; e++) { // emit_c.c's fused loop
-      float v = hx[e] + hb[e % (size_t)cols];
-      ref[e] = a == KDRT_ACT_RELU      ? (v > 0.0f ? v : 0.0f)
-               : a == KDRT_ACT_SIGMOID ? 1.0f / (1.0f + expf(-v))
-               : a == KDRT_ACT_TANH    ? tanhf(v)
-               : a == KDRT_ACT_GELU    ? 0.5f * v * (1.0f + erff(v * 0.70710678f))
-               : a == KDRT_ACT_SILU    ? v / (1.0f + expf(-v))
-                                       : v;
-    }
+    kdrt_bias_act(a, ref, hx, hb, rows, cols);
     kdrt_cuda_bias_act(D, a, y, x, b, rows, cols);
     snprintf(name, sizeof name, "bias_act %s", act_names[a]);
     check(name, y, ref, n, 1e-6);
   }
   float *gref = hzero((size_t)cols);
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t j = 0; j < cols; j++) gref[j] += hx[r * cols + j];
+  kdrt_bias_grad(gref, hx, rows, cols);
   kdrt_cuda_bias_grad(D, y, x, rows, cols);
   check("bias_grad", y, gref, (size_t)cols, 1e-6);
   kdrt_cuda_free(x), kdrt_cuda_free(b), kdrt_cuda_free(y);
@@ -172,12 +170,13 @@ static void check_losses(void) {
         float *p = dev(hp, n), *y = dev(hy, n), *out = kdrt_cuda_alloc(n);
         char name[64];
         double scale = 1.0 / 64;
-        float ref = (float)kdrt_loss(kind, logits, hp, hy, rows, cols, scale);
+        float ref;
+        kdrt_loss(kind, logits, &ref, hp, hy, rows, cols, scale);
         kdrt_cuda_loss(D, kind, logits, out, p, y, rows, cols, scale);
         snprintf(name, sizeof name, "loss %s%s [%lld, %lld]", names[kind],
                  logits ? " from_logits" : "", (long long)rows, (long long)cols);
         check(name, out, &ref, 1, 1e-6);
-        ref = (float)kdrt_accuracy(kind, logits, hp, hy, rows, cols, scale);
+        kdrt_accuracy(kind, logits, &ref, hp, hy, rows, cols, scale);
         kdrt_cuda_accuracy(D, kind, logits, out, p, y, rows, cols, scale);
         snprintf(name, sizeof name, "accuracy %s%s [%lld, %lld]", names[kind],
                  logits ? " from_logits" : "", (long long)rows, (long long)cols);
@@ -194,36 +193,36 @@ static void check_losses(void) {
     }
 }
 
-// Reference row-major GEMM in double.
-static void ref_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
-                     const float *b, int64_t ldb, float *c, int64_t ldc) {
-  for (int64_t i = 0; i < M; i++)
-    for (int64_t j = 0; j < N; j++) {
-      double s = 0;
-      for (int64_t k = 0; k < K; k++)
-        s += (double)(ta ? a[k * lda + i] : a[i * lda + k]) * (tb ? b[j * ldb + k] : b[k * ldb + j]);
-      c[i * ldc + j] = (float)s;
-    }
+// One batched product on both backends: c starts as random (beta
+// matters), a or b may be shared by every batch entry (stride 0).
+static void check_one_matmul(int ta, int tb, int64_t batch, int64_t M, int64_t N, int64_t K,
+                             int share_a, int share_b, float alpha, float beta) {
+  int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  kdrt_gemm g = {ta, tb, batch, M, N, K, lda, ldb, N, share_a ? 0 : M * K, share_b ? 0 : K * N,
+                 M * N};
+  size_t na = (size_t)((share_a ? 1 : batch) * M * K), nb = (size_t)((share_b ? 1 : batch) * K * N);
+  size_t nc = (size_t)(batch * M * N);
+  float *ha = hrand(na, -1, 1), *hb = hrand(nb, -1, 1), *hc = hrand(nc, -1, 1);
+  float *a = dev(ha, na), *b = dev(hb, nb), *c = dev(hc, nc);
+  kdrt_matmul(&g, alpha, ha, hb, beta, hc);
+  kdrt_cuda_matmul(D, &g, alpha, a, b, beta, c);
+  char name[96];
+  snprintf(name, sizeof name, "matmul ta=%d tb=%d [%lld][%lld,%lld,%lld]%s%s a%g b%g", ta, tb,
+           (long long)batch, (long long)M, (long long)N, (long long)K, share_a ? " a*" : "",
+           share_b ? " b*" : "", alpha, beta);
+  check(name, c, hc, nc, tol_mm);
+  kdrt_cuda_free(a), kdrt_cuda_free(b), kdrt_cuda_free(c);
+  free(ha), free(hb), free(hc);
 }
 
 static void check_matmul(void) {
-  const int64_t M = 37, N = 29, K = 45;
   for (int ta = 0; ta < 2; ta++)
-    for (int tb = 0; tb < 2; tb++) {
-      int64_t lda = ta ? M : K, ldb = tb ? K : N;
-      float *ha = hrand((size_t)(M * K), -1, 1), *hb = hrand((size_t)(K * N), -1, 1);
-      float *hc = hzero((size_t)(M * N));
-      ref_gemm(ta, tb, M, N, K, ha, lda, hb, ldb, hc, N);
-      float *a = dev(ha, (size_t)(M * K)), *b = dev(hb, (size_t)(K * N));
-      float *c = kdrt_cuda_alloc((size_t)(M * N));
-      kdrt_cuda_matmul(D, ta, tb, M, N, K, a, lda, b, ldb, c, N);
-      char name[64];
-      snprintf(name, sizeof name, "matmul ta=%d tb=%d [%lld,%lld,%lld]", ta, tb, (long long)M,
-               (long long)N, (long long)K);
-      check(name, c, hc, (size_t)(M * N), tol_mm);
-      kdrt_cuda_free(a), kdrt_cuda_free(b), kdrt_cuda_free(c);
-      free(ha), free(hb), free(hc);
-    }
+    for (int tb = 0; tb < 2; tb++) check_one_matmul(ta, tb, 1, 37, 29, 45, 0, 0, 1.0f, 0.0f);
+  check_one_matmul(0, 0, 5, 17, 23, 19, 0, 0, 1.0f, 0.0f);
+  check_one_matmul(0, 1, 4, 17, 23, 19, 0, 1, 0.5f, 1.0f);  // a shared weight, accumulate
+  check_one_matmul(1, 0, 3, 13, 11, 29, 1, 0, -2.0f, 0.25f);
+  check_one_matmul(1, 1, 1, 8, 9, 10, 0, 0, 1.0f, 1.0f);
+  check_one_matmul(0, 0, 2, 5, 6, 0, 0, 0, 1.0f, 0.5f);     // K = 0: c = beta * c
 }
 
 static void check_conv(void) {
@@ -248,16 +247,17 @@ static void check_conv(void) {
     char name[96];
     snprintf(name, sizeof name, "[%d,%d,%d,%d] k%dx%d s%d p%d,%d", B, H, W, C, KH, KW, sh, pt, pl);
     char full[128];
-    kdrt_conv2d(hy, hx, hf, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, hs);
-    kdrt_cuda_conv2d(D, y, x, f, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, s);
+    const kdrt_window w = {B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW};
+    kdrt_conv2d(&w, hy, hx, hf, hs);
+    kdrt_cuda_conv2d(D, &w, y, x, f, s);
     snprintf(full, sizeof full, "conv2d %s", name);
     check(full, y, hy, ny, tol_mm);
-    kdrt_conv2d_dx(hdx, hdy, hf, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, hs);
-    kdrt_cuda_conv2d_dx(D, dx, dy, f, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, s);
+    kdrt_conv2d_dx(&w, hdx, hdy, hf, hs);
+    kdrt_cuda_conv2d_dx(D, &w, dx, dy, f, s);
     snprintf(full, sizeof full, "conv2d_dx %s", name);
     check(full, dx, hdx, nx, tol_mm);
-    kdrt_conv2d_dw(hdw, hx, hdy, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, hs);
-    kdrt_cuda_conv2d_dw(D, dw, x, dy, B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, s);
+    kdrt_conv2d_dw(&w, hdw, hx, hdy, hs);
+    kdrt_cuda_conv2d_dw(D, &w, dw, x, dy, s);
     snprintf(full, sizeof full, "conv2d_dw %s", name);
     check(full, dw, hdw, nf, tol_mm);
     kdrt_cuda_free(x), kdrt_cuda_free(f), kdrt_cuda_free(dy), kdrt_cuda_free(y);
@@ -283,12 +283,13 @@ static void check_pool(void) {
     for (size_t i = 0; i < nx; i += 7) hx[i] = 0.25f; // ties: the first maximum must win
     float *x = dev(hx, nx), *dy = dev(hdy, ny), *y = kdrt_cuda_alloc(ny), *dx = kdrt_cuda_alloc(nx);
     char name[96];
-    kdrt_maxpool(hy, hx, B, H, W, C, PH, PW, sh, sw, pt, pl, OH, OW);
-    kdrt_cuda_maxpool(D, y, x, B, H, W, C, PH, PW, sh, sw, pt, pl, OH, OW);
+    const kdrt_window w = {B, H, W, C, PH, PW, C, sh, sw, pt, pl, OH, OW};
+    kdrt_maxpool(&w, hy, hx);
+    kdrt_cuda_maxpool(D, &w, y, x);
     snprintf(name, sizeof name, "maxpool [%d,%d,%d,%d] %dx%d s%d p%d", B, H, W, C, PH, PW, sh, pt);
     check(name, y, hy, ny, 0);
-    kdrt_maxpool_grad(hdx, hdy, hx, B, H, W, C, PH, PW, sh, sw, pt, pl, OH, OW);
-    kdrt_cuda_maxpool_grad(D, dx, dy, x, B, H, W, C, PH, PW, sh, sw, pt, pl, OH, OW);
+    kdrt_maxpool_grad(&w, hdx, hdy, hx);
+    kdrt_cuda_maxpool_grad(D, &w, dx, dy, x);
     snprintf(name, sizeof name, "maxpool_grad [%d,%d,%d,%d] %dx%d s%d p%d", B, H, W, C, PH, PW, sh,
              pt);
     check(name, dx, hdx, nx, 0);
@@ -311,6 +312,107 @@ static void check_blocks(void) {
   check("place_block", big, hbig, nin, 0);
   kdrt_cuda_free(in), kdrt_cuda_free(out), kdrt_cuda_free(big);
   free(hin), free(hout), free(hbig);
+}
+
+// The split crossentropy on one block of columns [col0, col0 + cols) of
+// V = 3 * cols classes: labels anywhere in [0, V) (most on other ranks),
+// one negative; some rows with the label's logit tied at the maximum.
+static void check_xent(void) {
+  const int64_t rows = 67, cols = 211, col0 = 211;
+  size_t n = (size_t)(rows * cols);
+  float *hx = hrand(n, -5, 5), *hy = hzero((size_t)rows);
+  for (int64_t r = 0; r < rows; r++) {
+    hy[r] = (float)((int64_t)(frand(0, 1) * 3 * cols) % (3 * cols));
+    if (r % 3 == 0) hy[r] = (float)(col0 + r % cols); // in this block
+    if (r % 6 == 0) hx[r * cols + r % cols] = 9.0f;   // ... and the maximum
+  }
+  hy[1] = -1.0f;
+  hx[12 * cols + 3] = 9.0f; // row 12: an earlier column ties: not counted
+  float *hm = hzero((size_t)rows), *hs = hzero((size_t)rows), *hd = hzero(n), ref;
+  kdrt_row_max(hm, hx, rows, cols);
+  kdrt_row_sumexp(hs, hx, hm, rows, cols);
+  float *x = dev(hx, n), *y = dev(hy, (size_t)rows), *m = kdrt_cuda_alloc((size_t)rows);
+  float *s = kdrt_cuda_alloc((size_t)rows), *out = kdrt_cuda_alloc(n);
+  kdrt_cuda_row_max(D, m, x, rows, cols);
+  check("row_max", m, hm, (size_t)rows, 0);
+  float *md = dev(hm, (size_t)rows); // the CPU's m and s from here on
+  kdrt_cuda_row_sumexp(D, s, x, md, rows, cols);
+  check("row_sumexp", s, hs, (size_t)rows, 1e-6);
+  float *sd = dev(hs, (size_t)rows);
+  kdrt_sparse_xent(&ref, hx, hy, hm, hs, rows, cols, col0, 1.0 / 64);
+  kdrt_cuda_sparse_xent(D, out, x, y, md, sd, rows, cols, col0, 1.0 / 64);
+  check("sparse_xent", out, &ref, 1, 1e-6);
+  kdrt_sparse_xent_acc(&ref, hx, hy, hm, rows, cols, col0, 1.0 / 64);
+  kdrt_cuda_sparse_xent_acc(D, out, x, y, md, rows, cols, col0, 1.0 / 64);
+  check("sparse_xent_acc", out, &ref, 1, 0);
+  kdrt_sparse_xent_grad(hd, hx, hy, hm, hs, rows, cols, col0, 1.0 / 64);
+  kdrt_cuda_sparse_xent_grad(D, out, x, y, md, sd, rows, cols, col0, 1.0 / 64);
+  check("sparse_xent_grad", out, hd, n, 1e-6);
+  kdrt_cuda_free(x), kdrt_cuda_free(y), kdrt_cuda_free(m), kdrt_cuda_free(s);
+  kdrt_cuda_free(out), kdrt_cuda_free(md), kdrt_cuda_free(sd);
+  free(hx), free(hy), free(hm), free(hs), free(hd);
+}
+
+// Device int32 ids (4 bytes, as a float).
+static int32_t *dev_ids(const int32_t *h, size_t n) {
+  float *p = kdrt_cuda_alloc(n);
+  kdrt_cuda_upload(D, p, (const float *)h, n);
+  return (int32_t *)p;
+}
+
+static void check_nd(void) {
+  // transposes of rank 2, 3 and 4
+  static const struct { int rank; int64_t shape[4]; int perm[4]; } tc[] = {
+    {2, {37, 53}, {1, 0}},
+    {3, {5, 7, 9}, {2, 0, 1}},
+    {3, {5, 7, 9}, {0, 2, 1}},
+    {4, {3, 4, 5, 6}, {0, 2, 1, 3}},
+    {4, {3, 4, 5, 6}, {3, 1, 0, 2}},
+  };
+  for (size_t t = 0; t < sizeof tc / sizeof tc[0]; t++) {
+    size_t n = 1;
+    for (int k = 0; k < tc[t].rank; k++) n *= (size_t)tc[t].shape[k];
+    float *hin = hrand(n, -1, 1), *hout = hzero(n), *in = dev(hin, n), *out = kdrt_cuda_alloc(n);
+    kdrt_transpose(hout, hin, tc[t].rank, tc[t].shape, tc[t].perm);
+    kdrt_cuda_transpose(D, out, in, tc[t].rank, tc[t].shape, tc[t].perm);
+    char name[64];
+    snprintf(name, sizeof name, "transpose rank %d case %zu", tc[t].rank, t);
+    check(name, out, hout, n, 0);
+    kdrt_cuda_free(in), kdrt_cuda_free(out), free(hin), free(hout);
+  }
+  // reduce_sum and broadcast over [7, 13, 11]
+  const int64_t outer = 7, mid = 13, inner = 11;
+  size_t nbig = (size_t)(outer * mid * inner), nsmall = (size_t)(outer * inner);
+  float *hbig = hrand(nbig, -1, 1), *hsmall = hzero(nsmall), *hb2 = hzero(nbig);
+  float *big = dev(hbig, nbig), *small = kdrt_cuda_alloc(nsmall), *b2 = kdrt_cuda_alloc(nbig);
+  kdrt_reduce_sum(hsmall, hbig, outer, mid, inner);
+  kdrt_cuda_reduce_sum(D, small, big, outer, mid, inner);
+  check("reduce_sum", small, hsmall, nsmall, 0);
+  kdrt_broadcast(hb2, hsmall, outer, mid, inner);
+  float *sd = dev(hsmall, nsmall);
+  kdrt_cuda_broadcast(D, b2, sd, outer, mid, inner);
+  check("broadcast", b2, hb2, nbig, 0);
+  kdrt_cuda_free(big), kdrt_cuda_free(small), kdrt_cuda_free(b2), kdrt_cuda_free(sd);
+  free(hbig), free(hsmall), free(hb2);
+  // gather / scatter_add: a table block of rows [40, 90) of a 120-row vocab
+  const int64_t rows = 50, cols = 37, row0 = 40, nid = 301;
+  int32_t *hid = (int32_t *)malloc((size_t)nid * sizeof(int32_t));
+  for (int64_t i = 0; i < nid; i++) hid[i] = (int32_t)(frand(0, 1) * 130.0f) - 5; // some < 0, >= 120
+  hid[0] = 40, hid[1] = 89, hid[2] = 90, hid[3] = 39, hid[4] = 40; // edges, a repeat
+  size_t nt = (size_t)(rows * cols), no = (size_t)(nid * cols);
+  float *htab = hrand(nt, -1, 1), *hout = hzero(no), *hdy = hrand(no, -1, 1), *hdt = hzero(nt);
+  float *tab = dev(htab, nt), *out = kdrt_cuda_alloc(no), *dy = dev(hdy, no);
+  float *dt = dev(htab, nt); // garbage first: scatter_add must overwrite
+  int32_t *ids = dev_ids(hid, (size_t)nid);
+  kdrt_gather(hout, htab, hid, nid, rows, cols, row0);
+  kdrt_cuda_gather(D, out, tab, ids, nid, rows, cols, row0);
+  check("gather", out, hout, no, 0);
+  kdrt_scatter_add(hdt, hdy, hid, nid, rows, cols, row0);
+  kdrt_cuda_scatter_add(D, dt, dy, ids, nid, rows, cols, row0);
+  check("scatter_add", dt, hdt, nt, 0);
+  kdrt_cuda_free(tab), kdrt_cuda_free(out), kdrt_cuda_free(dy), kdrt_cuda_free(dt);
+  kdrt_cuda_free((float *)ids);
+  free(hid), free(htab), free(hout), free(hdy), free(hdt);
 }
 
 static void check_dropout(kdrt_ctx *c) {
@@ -395,10 +497,12 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
   check_bias();
   check_softmax();
   check_losses();
+  check_xent();
   check_matmul();
   check_conv();
   check_pool();
   check_blocks();
+  check_nd();
   check_dropout(&c);
   check_optim();
   printf("opcheck: %d checks, %s\n", checks, failures ? "FAILED" : "ok");

@@ -1,0 +1,137 @@
+// nd.cu: layout changes and embeddings (kdrt_transpose, kdrt_reduce_sum,
+// kdrt_broadcast, kdrt_gather, kdrt_scatter_add in ../ops.c).
+//
+// Every kernel here writes each output element from one thread, with no
+// atomics, so the results are deterministic and, for the sums, added in
+// the CPU's order (reduce_sum: m ascending; scatter_add: ids in order),
+// hence bit-identical to it (-fmad=false).
+//
+// scatter_add is one thread per column of the table block: thread j walks
+// the ids in order and adds dy[i, j] into row ids[i] - row0. Threads of a
+// warp read one row of dy together (coalesced); the parallelism is the
+// table's width, which is plenty for an embedding gradient, and no sort or
+// atomic is needed.
+#include "common.cuh"
+
+typedef struct {
+  int rank;
+  int64_t oshape[KDRT_MAX_RANK];  // out's shape
+  int64_t istride[KDRT_MAX_RANK]; // in's stride of out's dim i
+} perm_map;
+
+__global__ static void transpose_kernel(float *out, const float *in, size_t n, perm_map p) {
+  KDRT_FOR(e, n) {
+    size_t rest = e, src = 0;
+    for (int i = p.rank - 1; i >= 0; i--) {
+      size_t k = rest % (size_t)p.oshape[i];
+      rest /= (size_t)p.oshape[i];
+      src += k * (size_t)p.istride[i];
+    }
+    out[e] = in[src];
+  }
+}
+
+extern "C" void kdrt_cuda_transpose(kdrt_cuda *d, float *out, const float *in, int rank,
+                                    const int64_t *shape, const int *perm) {
+  if (rank < 1 || rank > KDRT_MAX_RANK)
+    kdrt_cuda_fail("kdrt_cuda_transpose", __FILE__, __LINE__, "rank out of range");
+  perm_map p;
+  p.rank = rank;
+  int64_t stride[KDRT_MAX_RANK], total = 1;
+  for (int k = rank - 1; k >= 0; k--) {
+    stride[k] = total;
+    total *= shape[k];
+  }
+  for (int i = 0; i < rank; i++) {
+    if (perm[i] < 0 || perm[i] >= rank)
+      kdrt_cuda_fail("kdrt_cuda_transpose", __FILE__, __LINE__, "perm names a dim out of range");
+    p.oshape[i] = shape[perm[i]];
+    p.istride[i] = stride[perm[i]];
+  }
+  if (total <= 0) return;
+  transpose_kernel<<<kdrt_blocks((size_t)total), KDRT_THREADS, 0, d->impl->stream>>>(
+      out, in, (size_t)total, p);
+  KDRT_LAUNCHED(d, "transpose_kernel");
+}
+
+__global__ static void reduce_sum_kernel(float *out, const float *in, int64_t outer, int64_t mid,
+                                         int64_t inner) {
+  size_t n = (size_t)outer * (size_t)inner;
+  KDRT_FOR(e, n) {
+    int64_t o = (int64_t)(e / (size_t)inner), i = (int64_t)(e % (size_t)inner);
+    const float *p = in + o * mid * inner + i;
+    float s = 0.0f;
+    for (int64_t m = 0; m < mid; m++) s += p[m * inner];
+    out[e] = s;
+  }
+}
+
+extern "C" void kdrt_cuda_reduce_sum(kdrt_cuda *d, float *out, const float *in, int64_t outer,
+                                     int64_t mid, int64_t inner) {
+  size_t n = (size_t)(outer > 0 ? outer : 0) * (size_t)(inner > 0 ? inner : 0);
+  if (!n) return;
+  reduce_sum_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, outer, mid,
+                                                                          inner);
+  KDRT_LAUNCHED(d, "reduce_sum_kernel");
+}
+
+__global__ static void broadcast_kernel(float *out, const float *in, int64_t outer, int64_t mid,
+                                        int64_t inner) {
+  size_t n = (size_t)outer * (size_t)mid * (size_t)inner;
+  KDRT_FOR(e, n) {
+    size_t i = e % (size_t)inner, o = e / ((size_t)inner * (size_t)mid);
+    out[e] = in[o * (size_t)inner + i];
+  }
+}
+
+extern "C" void kdrt_cuda_broadcast(kdrt_cuda *d, float *out, const float *in, int64_t outer,
+                                    int64_t mid, int64_t inner) {
+  if (outer <= 0 || mid <= 0 || inner <= 0) return;
+  size_t n = (size_t)outer * (size_t)mid * (size_t)inner;
+  broadcast_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, outer, mid,
+                                                                         inner);
+  KDRT_LAUNCHED(d, "broadcast_kernel");
+}
+
+__global__ static void gather_kernel(float *out, const float *table, const int32_t *ids,
+                                     int64_t n, int64_t rows, int64_t cols, int64_t row0) {
+  size_t total = (size_t)n * (size_t)cols;
+  KDRT_FOR(e, total) {
+    int64_t i = (int64_t)(e / (size_t)cols), j = (int64_t)(e % (size_t)cols);
+    int64_t r = (int64_t)ids[i] - row0;
+    out[e] = r >= 0 && r < rows ? table[r * cols + j] : 0.0f;
+  }
+}
+
+extern "C" void kdrt_cuda_gather(kdrt_cuda *d, float *out, const float *table, const int32_t *ids,
+                                 int64_t n, int64_t rows, int64_t cols, int64_t row0) {
+  if (n <= 0 || cols <= 0) return;
+  size_t total = (size_t)n * (size_t)cols;
+  gather_kernel<<<kdrt_blocks(total), KDRT_THREADS, 0, d->impl->stream>>>(out, table, ids, n, rows,
+                                                                          cols, row0);
+  KDRT_LAUNCHED(d, "gather_kernel");
+}
+
+// One thread per column j (dtable already zeroed): ids in order.
+__global__ static void scatter_add_kernel(float *dtable, const float *dy, const int32_t *ids,
+                                          int64_t n, int64_t rows, int64_t cols, int64_t row0) {
+  KDRT_FOR(j, (size_t)cols) {
+    for (int64_t i = 0; i < n; i++) {
+      int64_t r = (int64_t)ids[i] - row0;
+      if (r < 0 || r >= rows) continue;
+      dtable[r * cols + (int64_t)j] += dy[i * cols + (int64_t)j];
+    }
+  }
+}
+
+extern "C" void kdrt_cuda_scatter_add(kdrt_cuda *d, float *dtable, const float *dy,
+                                      const int32_t *ids, int64_t n, int64_t rows, int64_t cols,
+                                      int64_t row0) {
+  if (rows <= 0 || cols <= 0) return;
+  CUDA_CHECK(cudaMemsetAsync(dtable, 0, (size_t)rows * (size_t)cols * sizeof(float),
+                             d->impl->stream));
+  if (n <= 0) return;
+  scatter_add_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
+      dtable, dy, ids, n, rows, cols, row0);
+  KDRT_LAUNCHED(d, "scatter_add_kernel");
+}

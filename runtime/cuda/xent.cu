@@ -1,0 +1,150 @@
+// xent.cu: sparse crossentropy from logits with the class dim split over
+// ranks (kdrt_row_max, kdrt_row_sumexp, kdrt_sparse_xent and its gradient
+// and accuracy in ../ops.c). x [rows, cols] holds columns [col0, col0 +
+// cols) of each row; m and s are the row maxima and sums of exp after the
+// caller's all-reduces.
+//
+// Row reductions are one block per row (block reductions: the sums of exp
+// may differ from the CPU's running sums in the last bits). The loss adds
+// the rows in a fixed order in double (one block), the gradient is one
+// thread per element, the accuracy one block per row then a fixed-order
+// sum: deterministic from run to run.
+#include "common.cuh"
+
+static void check_rows(int64_t rows, const char *what) {
+  if (rows > 2147483647) kdrt_cuda_fail(what, __FILE__, __LINE__, "more than 2^31-1 rows");
+}
+
+// Row r's label as a column of this block, or -1 (local_class in ../ops.c).
+__device__ static inline int64_t local_class(const float *y, int64_t r, int64_t cols,
+                                             int64_t col0) {
+  float v = y[r];
+  if (!(v >= (float)col0) || v >= (float)(col0 + cols)) return -1;
+  return (int64_t)v - col0;
+}
+
+__global__ static void row_max_kernel(float *out, const float *x, int64_t cols) {
+  __shared__ float shm[32];
+  const float *xr = x + (int64_t)blockIdx.x * cols;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+  m = kdrt_block_reduce<kdrt_max_op<float> >(m, shm);
+  if (threadIdx.x == 0) out[blockIdx.x] = m;
+}
+
+__global__ static void row_sumexp_kernel(float *out, const float *x, const float *m,
+                                         int64_t cols) {
+  __shared__ float shm[32];
+  const float *xr = x + (int64_t)blockIdx.x * cols;
+  const float mr = m[blockIdx.x];
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += expf(xr[j] - mr);
+  s = kdrt_block_reduce<kdrt_sum_op<float> >(s, shm);
+  if (threadIdx.x == 0) out[blockIdx.x] = s;
+}
+
+extern "C" void kdrt_cuda_row_max(kdrt_cuda *d, float *out, const float *x, int64_t rows,
+                                  int64_t cols) {
+  if (rows <= 0) return;
+  check_rows(rows, "kdrt_cuda_row_max");
+  row_max_kernel<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(out, x, cols);
+  KDRT_LAUNCHED(d, "row_max_kernel");
+}
+
+extern "C" void kdrt_cuda_row_sumexp(kdrt_cuda *d, float *out, const float *x, const float *m,
+                                     int64_t rows, int64_t cols) {
+  if (rows <= 0) return;
+  check_rows(rows, "kdrt_cuda_row_sumexp");
+  row_sumexp_kernel<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(out, x, m,
+                                                                                    cols);
+  KDRT_LAUNCHED(d, "row_sumexp_kernel");
+}
+
+// One block of 256: thread t adds rows t, t + 256, ... in double, then the
+// block's partial sums are added in a fixed order.
+__global__ static void sparse_xent_kernel(float *out, const float *x, const float *y,
+                                          const float *m, const float *s, int64_t rows,
+                                          int64_t cols, int64_t col0, double scale) {
+  __shared__ double shd[32];
+  double total = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    int64_t c = local_class(y, r, cols, col0);
+    if (c < 0) continue;
+    float lse = m[r] + logf(s[r]);
+    total += (double)lse - x[r * cols + c];
+  }
+  total = kdrt_block_reduce<kdrt_sum_op<double> >(total, shd);
+  if (threadIdx.x == 0) out[0] = (float)(total * scale);
+}
+
+extern "C" void kdrt_cuda_sparse_xent(kdrt_cuda *d, float *out, const float *x, const float *y,
+                                      const float *m, const float *s, int64_t rows, int64_t cols,
+                                      int64_t col0, double scale) {
+  sparse_xent_kernel<<<1, 256, 0, d->impl->stream>>>(out, x, y, m, s, rows, cols, col0, scale);
+  KDRT_LAUNCHED(d, "sparse_xent_kernel");
+}
+
+__global__ static void sparse_xent_grad_kernel(float *dx, const float *x, const float *y,
+                                               const float *m, const float *s, int64_t rows,
+                                               int64_t cols, int64_t col0, float sc) {
+  size_t n = (size_t)rows * (size_t)cols;
+  KDRT_FOR(e, n) {
+    int64_t r = (int64_t)(e / (size_t)cols), j = (int64_t)(e % (size_t)cols);
+    if (!(y[r] >= 0.0f)) { // no class: 0, as kdrt_loss_grad
+      dx[e] = 0.0f;
+      continue;
+    }
+    int64_t c = local_class(y, r, cols, col0);
+    dx[e] = sc * (expf(x[e] - m[r]) / s[r] - (j == c ? 1.0f : 0.0f));
+  }
+}
+
+extern "C" void kdrt_cuda_sparse_xent_grad(kdrt_cuda *d, float *dx, const float *x,
+                                           const float *y, const float *m, const float *s,
+                                           int64_t rows, int64_t cols, int64_t col0,
+                                           double scale) {
+  size_t n = (size_t)(rows > 0 ? rows : 0) * (size_t)(cols > 0 ? cols : 0);
+  if (!n) return;
+  sparse_xent_grad_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
+      dx, x, y, m, s, rows, cols, col0, (float)scale);
+  KDRT_LAUNCHED(d, "sparse_xent_grad_kernel");
+}
+
+// ok[r] = 1 when row r's label is in this block, its logit equals m[r] and
+// no earlier column of the block does (the first maximum), else 0.
+__global__ static void sparse_xent_acc_rows(double *ok, const float *x, const float *y,
+                                            const float *m, int64_t cols, int64_t col0) {
+  __shared__ int shi[32];
+  int64_t r = blockIdx.x;
+  int64_t c = local_class(y, r, cols, col0);
+  const float *xr = x + r * cols;
+  int hit = c >= 0 && xr[c] == m[r];
+  int earlier = 0;
+  if (hit)
+    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) earlier |= xr[j] == m[r];
+  earlier = kdrt_block_reduce<kdrt_max_op<int> >(earlier, shi);
+  if (threadIdx.x == 0) ok[r] = hit && !earlier ? 1.0 : 0.0;
+}
+
+// out[0] = (float)(sum of v * scale), one block, fixed order.
+__global__ static void sum_rows_kernel(float *out, const double *v, int64_t rows, double scale) {
+  __shared__ double shd[32];
+  double s = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += v[r];
+  s = kdrt_block_reduce<kdrt_sum_op<double> >(s, shd);
+  if (threadIdx.x == 0) out[0] = (float)(s * scale);
+}
+
+extern "C" void kdrt_cuda_sparse_xent_acc(kdrt_cuda *d, float *out, const float *x,
+                                          const float *y, const float *m, int64_t rows,
+                                          int64_t cols, int64_t col0, double scale) {
+  check_rows(rows, "kdrt_cuda_sparse_xent_acc");
+  double *ok = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(rows > 0 ? rows : 1) * sizeof(double));
+  if (rows > 0) {
+    sparse_xent_acc_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(
+        ok, x, y, m, cols, col0);
+    KDRT_LAUNCHED(d, "sparse_xent_acc_rows");
+  }
+  sum_rows_kernel<<<1, 256, 0, d->impl->stream>>>(out, ok, rows, scale);
+  KDRT_LAUNCHED(d, "sum_rows_kernel");
+}

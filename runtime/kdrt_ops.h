@@ -1,0 +1,154 @@
+// kdrt_ops.h: every kernel a generated step calls, listed once for both
+// runtimes. The CPU runtime defines kdrt_<name>(args) (kdrt_<name>(c, args)
+// for the KC entries, which need the rank's context); the CUDA runtime
+// defines kdrt_cuda_<name>(d, args) with the very same args. Both headers
+// expand this one list, so the two backends cannot drift apart, and kdcc
+// writes one call per op that differs between them only in that prefix.
+//
+// Conventions: float32 row-major local blocks; integer ids are int32;
+// shapes are local (this rank's block); the output never aliases an input
+// unless said so. Semantics of each entry: runtime/ops.c (CPU, the
+// reference) and runtime/cuda/*.cu.
+#ifndef KDRT_OPS_H
+#define KDRT_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kdrt_defs.h"
+
+#define KDRT_MAX_RANK 6
+#define KDRT_MAX_AXES 4
+
+typedef struct {
+  int rank;                      // number of dimensions
+  int64_t gshape[KDRT_MAX_RANK]; // global shape
+  int8_t axis[KDRT_MAX_RANK];    // mesh axis per dim, -1 = replicated
+} kdrt_layout;
+
+// A batch of row-major matrix products: for i < batch,
+//   c_i = alpha * op(a_i) @ op(b_i) + beta * c_i,   c_i is [M, N]
+// with a_i = a + i * stride_a (likewise b, c); op = transpose when ta / tb
+// is KDRT_TRANS; lda, ldb, ldc the row lengths as stored (cblas's meaning).
+// stride 0 reuses one operand for every i (a weight).
+typedef struct {
+  int ta, tb;
+  int64_t batch, M, N, K;
+  int64_t lda, ldb, ldc;
+  int64_t stride_a, stride_b, stride_c;
+} kdrt_gemm;
+
+// A 2-D window op over channels-last [B, H, W, C] inputs: conv2d (filter
+// [KH, KW, C, K], output [B, OH, OW, K]) and max pooling (K = C). pad_t,
+// pad_l: the zero (or, pooling, never winning) padding before row 0 and
+// column 0.
+typedef struct {
+  int B, H, W, C;
+  int KH, KW, K;
+  int sh, sw, pad_t, pad_l;
+  int OH, OW;
+} kdrt_window;
+
+// K(name, (args)): a kernel on local buffers. KC(name, (args)): one that
+// needs the rank's context (randomness keyed by global indices, or
+// communication over a group of mesh axes `axes`, a bit mask).
+#define KDRT_KERNELS(K, KC)                                                                   \
+  /* elementwise; y may alias x, dx may alias dy */                                            \
+  K(act, (int act, float *y, const float *x, size_t n))                                        \
+  K(act_grad, (int act, float *dx, const float *dy, const float *x, const float *y, size_t n)) \
+  /* out[r, j] = act(in[r, j] + bias[j]) over [rows, cols] */                                  \
+  K(bias_act, (int act, float *out, const float *in, const float *bias, int64_t rows,          \
+               int64_t cols))                                                                  \
+  /* out[j] = sum over r of in[r, j] */                                                        \
+  K(bias_grad, (float *out, const float *in, int64_t rows, int64_t cols))                      \
+  /* out = in[0] + ... + in[nin - 1], left to right (nin <= 8) */                              \
+  K(add, (float *out, const float *const *in, int nin, size_t n))                              \
+  /* out = a * b elementwise */                                                                \
+  K(mul, (float *out, const float *a, const float *b, size_t n))                               \
+  /* out = in * scale + shift */                                                               \
+  K(scale, (float *out, const float *in, size_t n, float scale, float shift))                  \
+  K(copy, (float *out, const float *in, size_t n))                                             \
+  /* softmax over the last dim of [rows, cols]; dx = y * (dy - sum(dy * y)) */                 \
+  K(softmax, (float *y, const float *x, int64_t rows, int64_t cols))                           \
+  K(softmax_grad, (float *dx, const float *dy, const float *y, int64_t rows, int64_t cols))    \
+  K(matmul, (const kdrt_gemm *g, float alpha, const float *a, const float *b, float beta,      \
+             float *c))                                                                        \
+  /* Losses on [rows, cols] (rows: every sample or token of this rank, cols: the     */        \
+  /* per-row width). out[0] = scale * sum over rows of the per-row loss (Keras 3's */          \
+  /* reductions: mse/mae mean the last axis, crossentropies sum it); sparse: y holds */        \
+  /* class ids as floats, one per row. accuracy: scale * correct rows, as Keras     */         \
+  /* resolves "accuracy" for the loss. loss_grad: d(out)/d(pred).                   */         \
+  K(loss, (int kind, int from_logits, float *out, const float *pred, const float *y,           \
+           int64_t rows, int64_t cols, double scale))                                          \
+  K(accuracy, (int kind, int from_logits, float *out, const float *pred, const float *y,       \
+               int64_t rows, int64_t cols, double scale))                                      \
+  K(loss_grad, (int kind, int from_logits, float *dpred, const float *pred, const float *y,    \
+                int64_t rows, int64_t cols, double scale))                                     \
+  /* Crossentropy from logits with the class dim split over ranks: this rank holds */          \
+  /* columns [col0, col0 + cols) of V. row_max: out[r] = max_j x[r, j];            */          \
+  /* row_sumexp: out[r] = sum_j exp(x[r, j] - m[r]) (m, s: after their all-reduce). */         \
+  /* sparse_xent: out[0] = scale * sum over rows whose label y[r] is in this rank's */         \
+  /* columns of (m[r] + log s[r] - x[r, y[r] - col0]); its grad: dx[r, j] =         */         \
+  /* scale * (exp(x[r, j] - m[r]) / s[r] - (j + col0 == y[r])), 0 where y[r] < 0. */           \
+  K(row_max, (float *out, const float *x, int64_t rows, int64_t cols))                         \
+  K(row_sumexp, (float *out, const float *x, const float *m, int64_t rows, int64_t cols))      \
+  K(sparse_xent, (float *out, const float *x, const float *y, const float *m, const float *s,  \
+                  int64_t rows, int64_t cols, int64_t col0, double scale))                     \
+  K(sparse_xent_grad, (float *dx, const float *x, const float *y, const float *m,              \
+                       const float *s, int64_t rows, int64_t cols, int64_t col0, double scale)) \
+  /* sparse accuracy with split classes: out[r] = (max, argmax) pairs are reduced    */        \
+  /* by the caller; here: out[0] = scale * rows whose label's logit equals m[r] and */         \
+  /* is the first such column (ties: lowest index), for labels in this rank's range */         \
+  K(sparse_xent_acc, (float *out, const float *x, const float *y, const float *m,              \
+                      int64_t rows, int64_t cols, int64_t col0, double scale))                 \
+  K(conv2d, (const kdrt_window *w, float *y, const float *x, const float *f, float *scratch))  \
+  K(conv2d_dx, (const kdrt_window *w, float *dx, const float *dy, const float *f,              \
+                float *scratch))                                                               \
+  K(conv2d_dw, (const kdrt_window *w, float *dw, const float *x, const float *dy,              \
+                float *scratch))                                                               \
+  K(maxpool, (const kdrt_window *w, float *y, const float *x))                                 \
+  K(maxpool_grad, (const kdrt_window *w, float *dx, const float *dy, const float *x))          \
+  /* out[.., i, ..] = in[.., off + i, ..] along one dim (outer: product of the dims  */        \
+  /* before, inner: after); place_block is the reverse, into out at off             */         \
+  K(copy_block, (float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,      \
+                 int64_t out_ext, int64_t inner))                                              \
+  K(place_block, (float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,     \
+                  int64_t out_ext, int64_t inner))                                             \
+  /* out = in with its dims permuted: out dim i is in dim perm[i]; shape: in's */              \
+  K(transpose, (float *out, const float *in, int rank, const int64_t *shape, const int *perm)) \
+  /* out[o, i] = sum over m of in[o, m, i]; broadcast: out[o, m, i] = in[o, i] */              \
+  K(reduce_sum, (float *out, const float *in, int64_t outer, int64_t mid, int64_t inner))      \
+  K(broadcast, (float *out, const float *in, int64_t outer, int64_t mid, int64_t inner))       \
+  /* Embedding lookup on a table block of rows [row0, row0 + rows) of the vocab:    */         \
+  /* out[i, :] = table[ids[i] - row0, :] for ids in range, else zeros (a partial   */         \
+  /* sum over the ranks that split the vocab). scatter_add: dtable (overwritten)   */          \
+  /* = sum over i with ids in range of dy[i, :] into row ids[i] - row0.            */          \
+  K(gather, (float *out, const float *table, const int32_t *ids, int64_t n, int64_t rows,      \
+             int64_t cols, int64_t row0))                                                      \
+  K(scatter_add, (float *dtable, const float *dy, const int32_t *ids, int64_t n, int64_t rows, \
+                  int64_t cols, int64_t row0))                                                 \
+  /* optimizer updates on local shards, Keras 3 semantics; t is the 1-based step */            \
+  K(sgd, (float *w, const float *g, float *m, size_t n, float lr, float momentum,              \
+          int nesterov))                                                                       \
+  K(adam, (float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,         \
+           float b2, float eps, int64_t t))                                                    \
+  K(adamw, (float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,        \
+            float b2, float eps, float wd, int64_t t))                                         \
+  K(rmsprop, (float *w, const float *g, float *v, float *m, size_t n, float lr, float rho,     \
+              float momentum, float eps))                                                      \
+  /* y = x * mask / (1 - rate), the mask drawn for (seed, stream, step, global      */         \
+  /* element index); the same call on dy gives the gradient                        */         \
+  KC(dropout, (float *y, const float *x, const kdrt_layout *l, float rate, uint64_t stream))   \
+  /* collectives: see kdrt.h's comm.c section */                                               \
+  KC(allreduce, (unsigned axes, const float *in, float *out, size_t n))                        \
+  KC(allreduce_max, (unsigned axes, const float *in, float *out, size_t n))                    \
+  KC(reduce_scatter, (unsigned axes, int rank, const int64_t *lshape, int dim, const float *in, \
+                      float *out))                                                             \
+  KC(allgather, (unsigned axes, int rank, const int64_t *lshape, int dim, const float *in,     \
+                 float *out))                                                                  \
+  KC(alltoall, (unsigned axes, int rank, const int64_t *lshape, int from, int to,              \
+                const float *in, float *out))                                                  \
+  KC(slice, (unsigned axes, int rank, const int64_t *lshape, int dim, const float *in,         \
+             float *out))
+
+#endif
