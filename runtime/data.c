@@ -417,19 +417,23 @@ int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int j, int *conv
   if (p->nlabels > 1) snprintf(whose, sizeof whose, " for %s", l->name);
   int64_t k = l->num_classes;
   switch (l->label_kind) {
-  case KDRT_LABEL_CLASSID:
-    if (!ids)
+  case KDRT_LABEL_CLASSID: // `want` ids a sample: (N,) or (N, 1) for one, (N, T) per token
+    if (a->row != want)
       return kdrt_errf(err, errlen,
-                  "%s: shape %s does not fit the model's labels%s: expected class ids (N,) or "
-                  "(N, 1), as the loss is a sparse one", a->path, got, whose);
+                  "%s: shape %s does not fit the model's labels%s: expected class ids %s%s, as "
+                  "the loss is a sparse one", a->path, got, whose, exp,
+                  want == 1 ? " or (N, 1)" : "");
     *conv = KDRT_LABELS_IDS;
     break;
-  case KDRT_LABEL_ONEHOT:
+  case KDRT_LABEL_ONEHOT: // (N, .., C) as it is, or class ids (N, ..) to expand
     if (a->row == want && !(ids && want == 1 && k > 1)) break;
-    if (!ids)
+    if (k < 1 || a->row * k != want) {
+      char idexp[160];
+      fmt_shape(idexp, sizeof idexp, "N", l->rank > 0 ? l->rank - 1 : 0, l->shape);
       return kdrt_errf(err, errlen,
                   "%s: shape %s does not fit the model's labels%s: expected one-hot %s or class "
-                  "ids (N,)", a->path, got, whose, exp);
+                  "ids %s", a->path, got, whose, exp, idexp);
+    }
     *conv = KDRT_LABELS_ONEHOT;
     break;
   default:
@@ -439,23 +443,27 @@ int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int j, int *conv
   }
   if (*conv == KDRT_LABELS_COPY) return 0;
   // Class ids: every one an integer in [0, k).
-  for (int64_t s = 0; s < a->n; s++) {
-    double v = element(a, (size_t)s);
-    if (!(v >= 0 && v < (double)k && v == floor(v)))
-      return kdrt_errf(err, errlen, "%s: label %g of sample %lld is not a class id in [0, %lld)",
-                  a->path, v, (long long)s, (long long)k);
-  }
+  for (int64_t s = 0; s < a->n; s++)
+    for (int64_t i = 0; i < a->row; i++) {
+      double v = element(a, (size_t)(s * a->row + i));
+      if (!(v >= 0 && v < (double)k && v == floor(v)))
+        return kdrt_errf(err, errlen, "%s: label %g of sample %lld is not a class id in [0, %lld)",
+                    a->path, v, (long long)s, (long long)k);
+    }
   return 0;
 }
 
 void kdrt_label_row(const kdrt_array *a, int conv, int64_t num_classes, int64_t s, float *out) {
   switch (conv) {
-  case KDRT_LABELS_IDS: out[0] = (float)element(a, (size_t)s); break;
-  case KDRT_LABELS_ONEHOT: {
-    int64_t cls = (int64_t)element(a, (size_t)s);
-    for (int64_t i = 0; i < num_classes; i++) out[i] = i == cls ? 1.0f : 0.0f;
+  case KDRT_LABELS_IDS:
+    for (int64_t i = 0; i < a->row; i++) out[i] = (float)element(a, (size_t)(s * a->row + i));
     break;
-  }
+  case KDRT_LABELS_ONEHOT:
+    for (int64_t i = 0; i < a->row; i++) {
+      int64_t cls = (int64_t)element(a, (size_t)(s * a->row + i));
+      for (int64_t c = 0; c < num_classes; c++) out[i * num_classes + c] = c == cls ? 1.0f : 0.0f;
+    }
+    break;
   default: kdrt_array_row(a, s, 1.0, out); break;
   }
 }

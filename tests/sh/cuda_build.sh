@@ -49,6 +49,11 @@ for m in seed_mlp func_branches cnn megatron wide_mlp; do
   [ $m = wide_mlp ] && continue # its spec already is one device
   build ${m}_1 models/$m.json --distribution models/$m.dist.json --mesh data=1,model=1 --batch-size 16
 done
+# the op core's ops: gather/scatter-add, split crossentropy, several inputs and outputs,
+# Multiply, Permute, a sum over a dim
+build per_token_dist models/per_token.json --distribution models/per_token.dist.json --batch-size 16
+build two_heads_dist models/two_heads.json --distribution models/two_heads.dist.json --batch-size 16
+build gated_dist tests/gradcheck/gated.json --distribution tests/good/gated.dist.json --batch-size 16
 build cnn_tf32 models/cnn.json --distribution models/cnn.dist.json --batch-size 16 --precision tf32
 # The command line refuses what it cannot do, with a message.
 if ./kdcc models/cnn.json --target cuda --cuda-arch 90 -S $out/a 2>$out/err.txt; then

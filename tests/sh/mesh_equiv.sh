@@ -19,7 +19,7 @@ check() {
   echo "mesh equivalence: $model with $spec"
   for mesh in "$@"; do
     local tag=${mesh//[=,]/_}
-    local exe=$out/${model}_$tag
+    local exe=$out/$(basename $model)_$tag
     ./kdcc $src --distribution models/$spec --mesh "$mesh" --batch-size $batch -w -o $exe
     local np=1
     for kv in ${mesh//,/ }; do np=$((np * ${kv#*=})); done
@@ -38,4 +38,14 @@ check megatron megatron.dist.json 16 data=1,model=1 data=2,model=4 data=1,model=
 # plain SGD: on one device the update is folded into the gradient's GEMM
 # (fuse.c); on the meshes most gradients are reduced first and are not
 check func_branches_sgd func_branches.dist.json 16 data=1,model=1 data=2,model=4 data=1,model=8
+# the op core's models: vocab-parallel per-token crossentropy, integer ids
+# into an embedding split on the vocabulary, two inputs, two heads with a
+# loss dict and weights, a layer called twice
+check per_token per_token.dist.json 16 data=1,model=1 data=2,model=4 data=1,model=8 data=8,model=1
+check int_tokens int_tokens.dist.json 16 data=1,model=1 data=2,model=4 data=1,model=8
+check wide_deep wide_deep.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2
+check two_heads two_heads.dist.json 16 data=1,model=1 data=2,model=4 data=1,model=8
+check shared_dense shared_dense.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
+# Multiply, Permute (a transpose) and GlobalAveragePooling1D (a sum over a dim)
+check ../tests/gradcheck/gated ../tests/good/gated.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
 exit $fail
