@@ -71,6 +71,8 @@ setup:
 	@missing=$$(for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then echo "setup: installing $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+	@# a machine whose mpicc link went missing: Debian's alternatives restore it
+	@command -v mpicc >/dev/null 2>&1 || update-alternatives --auto mpi
 
 # The Fashion-MNIST MLP (examples/fashion_mnist), compiled for the (2,4) mesh,
 # trained on the 60,000 images of dataset-fashion-mnist, evaluated on the 10,000
