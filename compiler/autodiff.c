@@ -40,6 +40,7 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
   }
   dp->loss = l->loss;
   dp->loss.weight = l->loss.weight * l->loss.lw; // d(total)/d(this loss) = its loss weight
+  dp->loss.num = l->loss.num * l->loss.lw;
   dp->name = format("grad(%s)", l->name);
   dp->layer = p->layer;
   dp->loc = l->loc;

@@ -78,6 +78,50 @@ char *axes_c(unsigned axes) {
 
 Shape lshape(const Node *n) { return local_shape(EG, n); }
 
+Sym sym_dim(const Node *n, int d, bool local) {
+  if (!((n->bdims >> d) & 1)) {
+    if (!local) return (Sym){n->shape.d[d], NULL};
+    Shape s = lshape(n);
+    return (Sym){s.d[d], NULL};
+  }
+  int a = n->place.axis[d];
+  if (!local || a < 0) return (Sym){1, "B"};
+  if (a == EG->dist->batch_axis) return (Sym){1, "b"};
+  return (Sym){1, format("(B / %d)", axis_size(EG, a))};
+}
+
+Sym sym_mul(Sym a, Sym b) {
+  if (a.v && b.v) unreachable(); // one batch dim a tensor
+  return (Sym){a.k * b.k, a.v ? a.v : b.v};
+}
+
+Sym sym_prod(const Node *n, int from, int to, bool local) {
+  Sym p = {1, NULL};
+  for (int d = from; d < to; d++) p = sym_mul(p, sym_dim(n, d, local));
+  return p;
+}
+
+char *sym_c(Sym s) {
+  if (!s.v) return format("%lld", (long long)s.k);
+  return s.k == 1 ? xstrdup(s.v) : format("%s * %lld", s.v, (long long)s.k);
+}
+
+char *sym_dims(const Node *n) {
+  char *b = xstrdup("{");
+  for (int d = 0; d < n->shape.rank; d++)
+    b = format("%s%s%s", b, d ? ", " : "", sym_c(sym_dim(n, d, true)));
+  return format("%s}", b);
+}
+
+char *sym_layout(const Node *n) {
+  char *g = xstrdup("{"), *ax = xstrdup("{");
+  for (int d = 0; d < n->shape.rank; d++) {
+    g = format("%s%s%s", g, d ? ", " : "", sym_c(sym_dim(n, d, false)));
+    ax = format("%s%s%d", ax, d ? ", " : "", n->place.axis[d]);
+  }
+  return format("{%d, %s}, %s}}", n->shape.rank, g, ax);
+}
+
 int64_t lelems(const Node *n) {
   Shape s = lshape(n);
   return shape_elems(&s);
@@ -173,6 +217,8 @@ void emit_preamble(const char *what) {
   out("#define SCRATCH %lld // conv im2col scratch, %lld floats\n",
       (long long)(g->arena_floats - g->scratch_floats), (long long)g->scratch_floats);
   out("#define ARENA_FLOATS %lld\n", (long long)g->arena_floats);
+  out("#define BATCH %d // the global batch the memory plan holds: the most a step may have\n",
+      g->batch);
 }
 
 // ---- step bodies
@@ -210,6 +256,12 @@ static void emit_call(const Call *k) {
 }
 
 void emit_step_body(StepKind kind) {
+  const Graph *g = EG;
+  int ba = g->dist->batch_axis, parts = ba >= 0 ? g->dist->mesh.shape[ba] : 1;
+  out("  // the step's rows: B in all (at most the compiled BATCH), b on this device\n");
+  out("  const int64_t B = c->rows ? c->rows : BATCH, b = B%s;\n",
+      parts > 1 ? format(" / %d", parts) : "");
+  out("  (void)B; (void)b;\n");
   Phase ph = -1;
   static const char *phase_title[] = {"forward", "loss", "backward", "update"};
   for (int i = 0; i < EG->nnodes; i++) {

@@ -576,7 +576,8 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
 
   int64_t rows = p->shape.rank > 1 ? shape_elems(&p->shape) / p->shape.d[p->shape.rank - 1]
                                    : p->shape.d[0];
-  LossAttr la = {ol->kind, ol->from_logits, 1.0 / (double)rows, ol->weight};
+  LossAttr la = {ol->kind, ol->from_logits, .weight = 1.0 / (double)rows, .num = 1,
+                 .lw = ol->weight};
   Node *loss, *metric = NULL;
   bool xent = ol->kind == LOSS_SCCE && ol->from_logits;
   Shape rs = ys;
@@ -585,11 +586,13 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
     Node *sx[2] = {p, m};
     Node *s = new_node(g, OP_ROW_SUMEXP, 2, sx);
     s->shape = rs;
+    m->layer = s->layer = out->name;
+    m->loc = s->loc = ol->loc;
     Node *args[4] = {p, y, m, s};
     loss = new_node(g, OP_XENT, 4, args);
     if (ol->accuracy) {
       metric = new_node(g, OP_XENT_ACC, 3, args);
-      metric->loss = (LossAttr){ol->kind, true, 1.0 / (double)rows, 1};
+      metric->loss = (LossAttr){ol->kind, true, .weight = 1.0 / (double)rows, .num = 1, .lw = 1};
     }
   } else {
     loss = new_node2(g, OP_LOSS, p, y, (Shape){0});
@@ -600,7 +603,8 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
       int64_t units = p->shape.d[p->shape.rank - 1];
       metric->loss = (LossAttr){units == 1 ? LOSS_BCE : ol->kind == LOSS_SCCE ? LOSS_SCCE
                                                                               : LOSS_CCE,
-                                ol->from_logits, 1.0 / (double)rows, 1};
+                                ol->from_logits, .weight = 1.0 / (double)rows, .num = 1,
+                                .lw = 1};
     }
   }
   loss->shape = (Shape){0};
@@ -720,4 +724,44 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
     if (outs[i]) paths[np++] = outs[i];
   dist_warn_unused(d, paths, np);
   return g;
+}
+
+// The dims whose extent is the batch: dim 0 of the inputs and labels, and
+// every dim that shares a factor of an op's rule with one of them, to a
+// fixed point (the batch factor passes through activations and their
+// gradients and is contracted away in weight gradients and losses). Their
+// extents are the step's rows at run time (emit.c's Sym).
+void find_batch_dims(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if ((n->op == OP_INPUT || n->op == OP_LABEL) && n->shape.rank > 0) n->bdims = 1;
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int i = 0; i < g->nnodes; i++) {
+      Node *n = g->nodes[i];
+      Rule r;
+      op_rule(n, &r);
+      bool batch[MAX_FACTORS] = {false};
+      for (int t = 0; t <= n->nin; t++) {
+        const Node *x = t ? n->in[t - 1] : n;
+        const int8_t *map = t ? r.in[t - 1] : r.out;
+        for (int d = 0; d < x->shape.rank; d++)
+          if (map[d] >= 0 && ((x->bdims >> d) & 1)) batch[map[d]] = true;
+      }
+      for (int t = 0; t <= n->nin; t++) {
+        Node *x = t ? n->in[t - 1] : n;
+        const int8_t *map = t ? r.in[t - 1] : r.out;
+        for (int d = 0; d < x->shape.rank; d++)
+          if (map[d] >= 0 && batch[map[d]] && !((x->bdims >> d) & 1)) {
+            if (x->shape.d[d] != g->batch)
+              error_at(x->loc, "layer '%s': a dim of extent %lld holds the batch merged with "
+                       "other dims, which kdcc does not support", x->layer ? x->layer : "?",
+                       (long long)x->shape.d[d]);
+            x->bdims |= 1u << d;
+            changed = true;
+          }
+      }
+    }
+  }
 }

@@ -278,6 +278,8 @@ typedef struct {                                             // LOSS, METRIC, LO
   bool from_logits;
   double weight;          // 1 / the rows averaged over (every sample, or every token);
                           // gradients: times the loss weight
+  double num;             // weight's numerator: 1, or the loss weight (gradients); the
+                          // program divides it by the step's rows
   double lw;              // LOSS, XENT: the loss weight (loss_weights) in the total loss
 } LossAttr;
 typedef struct {                                             // collectives
@@ -315,6 +317,8 @@ struct Node {
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
+  uint8_t bdims;          // dims whose extent is the batch (find_batch_dims): the global
+                          // batch at compile time, the step's rows at run time
   Var *var;               // OP_PARAM, OP_UPDATE
   // passes' results
   Place place;            // placement this node produces (shard.c)
@@ -452,6 +456,9 @@ uint64_t hash_str(const char *s);
 bool shape_eq(const Shape *a, const Shape *b);
 char *shape_str(const Shape *s);
 Graph *build_graph(Model *m, Dist *d, int batch);
+// Mark the dims whose extent is the batch, from the inputs' and labels'
+// dim 0 through every op's rule (a factor shared with a batch dim is one).
+void find_batch_dims(Graph *g);
 // The Keras layer classes build_graph knows (its table), and which of them
 // merge several inputs (Add, Concatenate, ...): load.c accepts these.
 bool layer_known(const char *cls);
@@ -514,6 +521,20 @@ const Node *view_base(const Node *n);       // the node whose buffer a view uses
 char *buf(const Node *n);                   // "(A + A12_d1)": its local buffer
 char *flt(double v);                        // a float literal that reads back exactly
 char *axes_c(unsigned axes);                // "AX_data | AX_model": a group of mesh axes
+// Extents as C: a constant, or k times the step's rows for a batch dim
+// ("b": this rank's rows, "B": the global rows, "(B / 4)": split otherwise),
+// so that the batch is known only at run time (the compiled batch is the
+// most it may be: the memory plan's).
+typedef struct {
+  int64_t k;
+  const char *v;          // NULL: the constant k
+} Sym;
+Sym sym_dim(const Node *n, int d, bool local);
+Sym sym_prod(const Node *n, int from, int to, bool local);
+Sym sym_mul(Sym a, Sym b);
+char *sym_c(Sym s);                         // "b * 50", "b", "400"
+char *sym_dims(const Node *n);              // local dims: "{b, 10}"
+char *sym_layout(const Node *n);            // "{2, {B, 200}, {0, 1}}"
 Shape lshape(const Node *n);                // local shape
 int64_t lelems(const Node *n);              // local elements
 char *dims_init(const Shape *s);            // "{8, 13, 13, 2}"

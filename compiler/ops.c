@@ -85,16 +85,27 @@ static void rule_elementwise(const Node *n, Rule *r) {
 
 static void rule_none(const Node *n, Rule *r) { rule_elementwise(n, r); }
 
-// Rows and columns of a tensor seen as [rows, last dim], local.
-static int64_t lcols(const Node *n) {
-  Shape s = lshape(n);
-  return s.rank ? s.d[s.rank - 1] : 1;
+// Rows and columns of a tensor seen as [rows, last dim], and its elements,
+// local, as C (a batch dim is the step's rows: emit.c's Sym).
+static char *cols_c(const Node *n) {
+  return n->shape.rank ? sym_c(sym_dim(n, n->shape.rank - 1, true)) : xstrdup("1");
 }
-static int64_t lrows(const Node *n) { return lelems(n) / lcols(n); }
+static char *rows_c(const Node *n) {
+  return sym_c(sym_prod(n, 0, n->shape.rank ? n->shape.rank - 1 : 0, true));
+}
+static char *elems_c(const Node *n) { return sym_c(sym_prod(n, 0, n->shape.rank, true)); }
 
-// A static descriptor declaration, the same text in C and C++.
+// A descriptor declaration, the same text in C and C++.
 static char *layout_decl(const Node *n) {
-  return format("static const kdrt_layout l = %s;", layout_init(n));
+  return format("const kdrt_layout l = %s;", sym_layout(n));
+}
+
+// A loss's scale as C: its numerator over the global rows it averages over
+// (every sample, or every token), counted at run time.
+static char *scale_c(const Node *n, const Node *p) {
+  Sym rows = sym_prod(p, 0, p->shape.rank > 1 ? p->shape.rank - 1 : p->shape.rank, false);
+  if (!rows.v) return format("%.17g", n->loss.weight);
+  return format("%.17g / (double)(%s)", n->loss.num, sym_c(rows));
 }
 
 // The first column (or row) of this device's block of dim d of n: 0 when
@@ -180,25 +191,25 @@ static void dot_grad(Graph *g, Node *n, const bool *need) {
 
 static void dot_emit(const Node *n, Lowering *lw) {
   const Node *a = n->in[0], *b = n->in[1];
-  Shape as = lshape(a), bs = lshape(b);
-  int nb = n->dot.nb, nk = n->dot.nk, nm = as.rank - nb - nk, nn = bs.rank - nb - nk;
-  int64_t batch = prod(&as, 0, nb);
-  int64_t M = prod(&as, nb + (n->dot.ta ? nk : 0), nb + (n->dot.ta ? nk : 0) + nm);
-  int64_t K = prod(&as, nb + (n->dot.ta ? 0 : nm), nb + (n->dot.ta ? 0 : nm) + nk);
-  int64_t N = prod(&bs, nb + (n->dot.tb ? 0 : nk), nb + (n->dot.tb ? 0 : nk) + nn);
+  int nb = n->dot.nb, nk = n->dot.nk;
+  int nm = a->shape.rank - nb - nk, nn = b->shape.rank - nb - nk;
+  int m0 = nb + (n->dot.ta ? nk : 0), k0 = nb + (n->dot.ta ? 0 : nm);
+  int n0 = nb + (n->dot.tb ? 0 : nk);
+  Sym batch = sym_prod(a, 0, nb, true), M = sym_prod(a, m0, m0 + nm, true);
+  Sym K = sym_prod(a, k0, k0 + nk, true), N = sym_prod(b, n0, n0 + nn, true);
+  Sym zero = {0, NULL};
   bool sgd = n->dot.sgd_into && lw->step == STEP_TRAIN;
   if (sgd) lw->note = format("the SGD update of %s in the same GEMM: w = w - lr * gradient",
                              n->dot.sgd_into->var->path);
-  char *decl = format("static const kdrt_gemm g = {.ta = %s, .tb = %s, .batch = %lld, .M = %lld, "
-                      ".N = %lld, .K = %lld,\n"
-                      "                                 .lda = %lld, .ldb = %lld, .ldc = %lld, "
-                      ".stride_a = %lld, .stride_b = %lld, .stride_c = %lld};",
+  char *decl = format("const kdrt_gemm g = {.ta = %s, .tb = %s, .batch = %s, .M = %s, .N = %s, "
+                      ".K = %s,\n"
+                      "                          .lda = %s, .ldb = %s, .ldc = %s, .stride_a = %s, "
+                      ".stride_b = %s, .stride_c = %s};",
                       n->dot.ta ? "KDRT_TRANS" : "KDRT_NOTRANS",
-                      n->dot.tb ? "KDRT_TRANS" : "KDRT_NOTRANS", (long long)batch, (long long)M,
-                      (long long)N, (long long)K, (long long)(n->dot.ta ? M : K),
-                      (long long)(n->dot.tb ? K : N), (long long)N,
-                      (long long)(nb ? M * K : 0), (long long)(nb ? K * N : 0),
-                      (long long)(nb ? M * N : 0));
+                      n->dot.tb ? "KDRT_TRANS" : "KDRT_NOTRANS", sym_c(batch), sym_c(M), sym_c(N),
+                      sym_c(K), sym_c(n->dot.ta ? M : K), sym_c(n->dot.tb ? K : N), sym_c(N),
+                      sym_c(nb ? sym_mul(M, K) : zero), sym_c(nb ? sym_mul(K, N) : zero),
+                      sym_c(nb ? sym_mul(M, N) : zero));
   lower_call(lw, "matmul", false, decl, "&g, %s, %s, %s, %s, %s", sgd ? "-c->lr" : "1.0f", buf(a),
              buf(b), sgd ? "1.0f" : "0.0f", sgd ? buf(n->dot.sgd_into) : buf(n));
 }
@@ -219,9 +230,9 @@ static void bias_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void bias_act_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "bias_act", false, NULL, "%s, %s, %s, %s, %lld, %lld",
+  lower_call(lw, "bias_act", false, NULL, "%s, %s, %s, %s, %s, %s",
              act_c[n->op == OP_BIAS ? ACT_LINEAR : n->act.kind], buf(n), buf(n->in[0]),
-             buf(n->in[1]), (long long)lrows(n), (long long)lcols(n));
+             buf(n->in[1]), rows_c(n), cols_c(n));
 }
 
 const OpDef op_BIAS = {"bias_add", 2, 0, false, bias_rule, bias_grad, bias_act_emit};
@@ -236,8 +247,8 @@ static void act_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void act_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "act", false, NULL, "%s, %s, %s, %lld", act_c[n->act.kind], buf(n),
-             buf(n->in[0]), (long long)lelems(n));
+  lower_call(lw, "act", false, NULL, "%s, %s, %s, %s", act_c[n->act.kind], buf(n),
+             buf(n->in[0]), elems_c(n));
 }
 
 const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit};
@@ -246,8 +257,8 @@ const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit};
 // derivative needs; the runtime reads the one it needs.
 static void act_grad_emit(const Node *n, Lowering *lw) {
   char *t = buf(n->in[1]);
-  lower_call(lw, "act_grad", false, NULL, "%s, %s, %s, %s, %s, %lld", act_c[n->act.kind], buf(n),
-             buf(n->in[0]), t, t, (long long)lelems(n));
+  lower_call(lw, "act_grad", false, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind], buf(n),
+             buf(n->in[0]), t, t, elems_c(n));
 }
 
 const OpDef op_ACT_GRAD = {"act_grad", 2, 1, false, rule_elementwise, NULL, act_grad_emit};
@@ -264,13 +275,13 @@ static void softmax_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void softmax_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "softmax", false, NULL, "%s, %s, %lld, %lld", buf(n), buf(n->in[0]),
-             (long long)lrows(n), (long long)lcols(n));
+  lower_call(lw, "softmax", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), rows_c(n),
+             cols_c(n));
 }
 
 static void softmax_grad_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "softmax_grad", false, NULL, "%s, %s, %s, %lld, %lld", buf(n), buf(n->in[0]),
-             buf(n->in[1]), (long long)lrows(n), (long long)lcols(n));
+  lower_call(lw, "softmax_grad", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+             buf(n->in[1]), rows_c(n), cols_c(n));
 }
 
 const OpDef op_SOFTMAX = {"softmax", 1, 0, false, softmax_rule, softmax_grad, softmax_emit};
@@ -287,8 +298,8 @@ static void add_grad(Graph *g, Node *n, const bool *need) {
 static void add_emit(const Node *n, Lowering *lw) {
   char *list = xstrdup("");
   for (int i = 0; i < n->nin; i++) list = format("%s%s%s", list, i ? ", " : "", buf(n->in[i]));
-  lower_call(lw, "add", false, format("const float *const in[] = {%s};", list), "%s, in, %d, %lld",
-             buf(n), n->nin, (long long)lelems(n));
+  lower_call(lw, "add", false, format("const float *const in[] = {%s};", list), "%s, in, %d, %s",
+             buf(n), n->nin, elems_c(n));
 }
 
 const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emit};
@@ -316,24 +327,24 @@ static void concat_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void concat_emit(const Node *n, Lowering *lw) {
-  Shape ls = lshape(n);
   int ax = n->cat.axis;
   int64_t off = 0;
   for (int i = 0; i < n->nin; i++) {
     Shape is = lshape(n->in[i]);
-    lower_call(lw, "place_block", false, NULL, "%s, %s, %lld, %lld, %lld, %lld, %lld", buf(n),
-               buf(n->in[i]), (long long)prod(&ls, 0, ax), (long long)is.d[ax], (long long)off,
-               (long long)ls.d[ax], (long long)prod(&ls, ax + 1, ls.rank));
+    lower_call(lw, "place_block", false, NULL, "%s, %s, %s, %lld, %lld, %s, %s", buf(n),
+               buf(n->in[i]), sym_c(sym_prod(n, 0, ax, true)), (long long)is.d[ax],
+               (long long)off, sym_c(sym_dim(n, ax, true)),
+               sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
     off += is.d[ax];
   }
 }
 
 static void slice_emit(const Node *n, Lowering *lw) {
-  Shape ls = lshape(n), is = lshape(n->in[0]);
   int ax = n->cat.axis;
-  lower_call(lw, "copy_block", false, NULL, "%s, %s, %lld, %lld, %lld, %lld, %lld", buf(n),
-             buf(n->in[0]), (long long)prod(&ls, 0, ax), (long long)is.d[ax],
-             (long long)n->cat.start, (long long)ls.d[ax], (long long)prod(&ls, ax + 1, ls.rank));
+  lower_call(lw, "copy_block", false, NULL, "%s, %s, %s, %s, %lld, %s, %s", buf(n),
+             buf(n->in[0]), sym_c(sym_prod(n, 0, ax, true)), sym_c(sym_dim(n->in[0], ax, true)),
+             (long long)n->cat.start, sym_c(sym_dim(n, ax, true)),
+             sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
 }
 
 const OpDef op_CONCAT = {"concat", -1, 0xff, true, cat_rule, concat_grad, concat_emit};
@@ -384,8 +395,7 @@ static void dropout_grad(Graph *g, Node *n, const bool *need) {
 static void dropout_emit(const Node *n, Lowering *lw) {
   if (lw->step == STEP_EVAL) {
     lw->note = "no dropout outside training";
-    lower_call(lw, "copy", false, NULL, "%s, %s, %lld", buf(n), buf(n->in[0]),
-               (long long)lelems(n));
+    lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
     return;
   }
   lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &l, %s, 0x%016llxull", buf(n),
@@ -401,8 +411,8 @@ static void scale_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void scale_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "scale", false, NULL, "%s, %s, %lld, %s, %s", buf(n), buf(n->in[0]),
-             (long long)lelems(n), flt(n->aff.scale), flt(n->aff.shift));
+  lower_call(lw, "scale", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]), elems_c(n),
+             flt(n->aff.scale), flt(n->aff.shift));
 }
 
 const OpDef op_SCALE = {"scale", 1, 0, false, rule_elementwise, scale_grad, scale_emit};
@@ -448,11 +458,11 @@ static void conv_grad(Graph *g, Node *n, const bool *need) {
 // The window descriptor of a conv or pool op, from its local x and y.
 static char *window_decl(const Node *n, const Node *x, const Node *y) {
   Shape xs = lshape(x), ys = lshape(y);
-  return format("static const kdrt_window w = {.B = %lld, .H = %lld, .W = %lld, .C = %lld, "
+  return format("const kdrt_window w = {.B = (int)%s, .H = %lld, .W = %lld, .C = %lld, "
                 ".KH = %d, .KW = %d, .K = %lld,\n"
-                "                                   .sh = %d, .sw = %d, .pad_t = %d, "
+                "                            .sh = %d, .sw = %d, .pad_t = %d, "
                 ".pad_l = %d, .OH = %lld, .OW = %lld};",
-                (long long)xs.d[0], (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3],
+                sym_c(sym_dim(x, 0, true)), (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3],
                 n->win.kh, n->win.kw, (long long)ys.d[3], n->win.sh, n->win.sw, n->win.pad_t,
                 n->win.pad_l, (long long)ys.d[1], (long long)ys.d[2]);
 }
@@ -526,15 +536,15 @@ static void gather_grad(Graph *g, Node *n, const bool *need) {
 static void gather_emit(const Node *n, Lowering *lw) {
   const Node *t = n->in[0];
   Shape ts = lshape(t);
-  lower_call(lw, "gather", false, NULL, "%s, %s, %s, %lld, %lld, %lld, %s", buf(n), buf(t),
-             buf(n->in[1]), (long long)lelems(n->in[1]), (long long)ts.d[0], (long long)ts.d[1],
+  lower_call(lw, "gather", false, NULL, "%s, %s, %s, %s, %lld, %lld, %s", buf(n), buf(t),
+             buf(n->in[1]), elems_c(n->in[1]), (long long)ts.d[0], (long long)ts.d[1],
              block_start(t, 0));
 }
 
 static void scatter_emit(const Node *n, Lowering *lw) {
   Shape ts = lshape(n);
-  lower_call(lw, "scatter_add", false, NULL, "%s, %s, %s, %lld, %lld, %lld, %s", buf(n),
-             buf(n->in[0]), buf(n->in[1]), (long long)lelems(n->in[1]), (long long)ts.d[0],
+  lower_call(lw, "scatter_add", false, NULL, "%s, %s, %s, %s, %lld, %lld, %s", buf(n),
+             buf(n->in[0]), buf(n->in[1]), elems_c(n->in[1]), (long long)ts.d[0],
              (long long)ts.d[1], block_start(n, 0));
 }
 
@@ -551,8 +561,8 @@ static void mul_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void mul_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "mul", false, NULL, "%s, %s, %s, %lld", buf(n), buf(n->in[0]), buf(n->in[1]),
-             (long long)lelems(n));
+  lower_call(lw, "mul", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), buf(n->in[1]),
+             elems_c(n));
 }
 
 // Linear in each operand separately: a partial sum times a whole value.
@@ -577,13 +587,12 @@ static void transpose_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void transpose_emit(const Node *n, Lowering *lw) {
-  Shape is = lshape(n->in[0]);
   char *perm = xstrdup("{");
   for (int d = 0; d < n->shape.rank; d++)
     perm = format("%s%s%d", perm, d ? ", " : "", n->perm.perm[d]);
   lower_call(lw, "transpose", false,
-             format("static const int64_t s[] = %s;\n    static const int perm[] = %s};",
-                    dims_init(&is), perm),
+             format("const int64_t s[] = %s;\n    const int perm[] = %s};", sym_dims(n->in[0]),
+                    perm),
              "%s, %s, %d, s, perm", buf(n), buf(n->in[0]), n->shape.rank);
 }
 
@@ -618,11 +627,11 @@ static void reduce_grad(Graph *g, Node *n, const bool *need) {
 
 static void reduce_emit(const Node *n, Lowering *lw) {
   bool red = n->op == OP_REDUCE_SUM;
-  Shape big = lshape(red ? n->in[0] : n);
+  const Node *big = red ? n->in[0] : n;
   int d = n->red.dim;
-  lower_call(lw, red ? "reduce_sum" : "broadcast", false, NULL, "%s, %s, %lld, %lld, %lld",
-             buf(n), buf(n->in[0]), (long long)prod(&big, 0, d), (long long)big.d[d],
-             (long long)prod(&big, d + 1, big.rank));
+  lower_call(lw, red ? "reduce_sum" : "broadcast", false, NULL, "%s, %s, %s, %s, %s", buf(n),
+             buf(n->in[0]), sym_c(sym_prod(big, 0, d, true)), sym_c(sym_dim(big, d, true)),
+             sym_c(sym_prod(big, d + 1, big->shape.rank, true)));
 }
 
 const OpDef op_REDUCE_SUM = {"reduce_sum", 1, 1, false, reduce_rule, reduce_grad, reduce_emit};
@@ -653,10 +662,10 @@ static void loss_rule(const Node *n, Rule *r) {
 static void loss_emit(const Node *n, Lowering *lw) {
   const Node *p = n->in[0];
   const char *fn = n->op == OP_LOSS ? "loss" : n->op == OP_METRIC ? "accuracy" : "loss_grad";
-  lower_call(lw, fn, false, NULL, "%s, %d, %s, %s, %s, %lld, %lld, %.17g", loss_c[n->loss.kind],
+  lower_call(lw, fn, false, NULL, "%s, %d, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
              n->loss.from_logits, buf(n), buf(p), buf(n->in[1]),
-             (long long)(p->shape.rank > 1 ? lrows(p) : lelems(p)),
-             (long long)(p->shape.rank > 1 ? lcols(p) : 1), n->loss.weight);
+             p->shape.rank > 1 ? rows_c(p) : elems_c(p), p->shape.rank > 1 ? cols_c(p) : "1",
+             scale_c(n, p));
 }
 
 const OpDef op_LOSS = {"loss", 2, 0, false, loss_rule, NULL, loss_emit};
@@ -686,24 +695,24 @@ static void xent_rule(const Node *n, Rule *r) {
 
 static void xent_emit(const Node *n, Lowering *lw) {
   const Node *x = n->in[0];
-  long long rows = lrows(x), cols = lcols(x);
+  char *rows = rows_c(x), *cols = cols_c(x);
   char *col0 = block_start(x, x->shape.rank - 1);
   switch (n->op) {
   case OP_ROW_MAX:
-    lower_call(lw, "row_max", false, NULL, "%s, %s, %lld, %lld", buf(n), buf(x), rows, cols);
+    lower_call(lw, "row_max", false, NULL, "%s, %s, %s, %s", buf(n), buf(x), rows, cols);
     return;
   case OP_ROW_SUMEXP:
-    lower_call(lw, "row_sumexp", false, NULL, "%s, %s, %s, %lld, %lld", buf(n), buf(x),
+    lower_call(lw, "row_sumexp", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(x),
                buf(n->in[1]), rows, cols);
     return;
   case OP_XENT: case OP_XENT_GRAD:
     lower_call(lw, n->op == OP_XENT ? "sparse_xent" : "sparse_xent_grad", false, NULL,
-               "%s, %s, %s, %s, %s, %lld, %lld, %s, %.17g", buf(n), buf(x), buf(n->in[1]),
-               buf(n->in[2]), buf(n->in[3]), rows, cols, col0, n->loss.weight);
+               "%s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n), buf(x), buf(n->in[1]),
+               buf(n->in[2]), buf(n->in[3]), rows, cols, col0, scale_c(n, x));
     return;
   case OP_XENT_ACC:
-    lower_call(lw, "sparse_xent_acc", false, NULL, "%s, %s, %s, %s, %lld, %lld, %s, %.17g",
-               buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), rows, cols, col0, n->loss.weight);
+    lower_call(lw, "sparse_xent_acc", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s",
+               buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), rows, cols, col0, scale_c(n, x));
     return;
   default: unreachable();
   }
@@ -724,8 +733,8 @@ static void bias_grad_rule(const Node *n, Rule *r) {
 }
 
 static void bias_grad_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "bias_grad", false, NULL, "%s, %s, %lld, %lld", buf(n), buf(n->in[0]),
-             (long long)lrows(n->in[0]), (long long)lcols(n->in[0]));
+  lower_call(lw, "bias_grad", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
+             rows_c(n->in[0]), cols_c(n->in[0]));
 }
 
 const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias_grad_emit};
@@ -771,8 +780,7 @@ const OpDef op_UPDATE = {"update", 2, 0, false, rule_elementwise, NULL, update_e
 // no gradient (differentiate first, partition once).
 
 static char *shape_decl(const Node *n) {
-  Shape is = lshape(n->in[0]);
-  return format("static const int64_t s[] = %s;", dims_init(&is));
+  return format("const int64_t s[] = %s;", sym_dims(n->in[0]));
 }
 
 static void coll_emit(const Node *n, Lowering *lw) {
@@ -786,8 +794,8 @@ static void coll_emit(const Node *n, Lowering *lw) {
       return;
     }
     lower_call(lw, n->op == OP_ALLREDUCE ? "allreduce" : "allreduce_max", true, NULL,
-               "%s, %s, %s, %lld", axes, buf(a), buf(n),
-               (long long)(n->coll.bucket ? n->coll.bucket : lelems(n)));
+               "%s, %s, %s, %s", axes, buf(a), buf(n),
+               n->coll.bucket ? format("%lld", (long long)n->coll.bucket) : elems_c(n));
     return;
   case OP_REDUCE_SCATTER: case OP_ALLGATHER: case OP_LOCAL_SLICE:
     lower_call(lw, n->op == OP_REDUCE_SCATTER ? "reduce_scatter"

@@ -9,6 +9,7 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
   Graph *g = build_graph(m, d, batch);
   verify_graph(g, "build_graph", false);
   build_backward(g);
+  find_batch_dims(g);
   verify_graph(g, "build_backward", false);
   propagate_shardings(g);
   verify_graph(g, "propagate_shardings", true);

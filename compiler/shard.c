@@ -159,6 +159,7 @@ static Node *collective(Part *p, OpKind op, Node *src, unsigned axes, int dim, i
              op_info(op).name, axes_str(p->g, axes));
   Node *c = new_node(p->g, op, 1, &src);
   c->shape = src->shape;
+  c->bdims = src->bdims;
   c->coll = (CollAttr){axes, dim, dim2, 0, orig, consumer};
   c->phase = consumer->phase;
   c->layer = consumer->layer;

@@ -118,6 +118,8 @@ struct kdrt_ctx {
   uint64_t seed;                     // --seed (default 1337)
   int64_t step;                      // global optimizer step, from 0; dropout keys on it
   float lr;                          // learning rate in use
+  int64_t rows;                      // the global rows of the step in progress (at most the
+                                     // compiled batch); 0: the compiled batch
   float *params;                     // param_floats, 64-byte aligned
   float *grads;                      // grad_floats
   float *arena;                      // arena_floats
