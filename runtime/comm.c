@@ -138,8 +138,10 @@ static void check_dim(const kdrt_ctx *c, const char *what, int rank, const int64
 
 // ------------------------------------------------------------ collectives
 
-// out = the elementwise sum over the group of in; in == out sums in place.
-void kdrt_allreduce(kdrt_ctx *c, unsigned axes, const float *in, float *out, size_t n) {
+// out = the elementwise reduction by op over the group of in; in == out
+// reduces in place.
+static void allreduce_op(kdrt_ctx *c, unsigned axes, const float *in, float *out, size_t n,
+                         MPI_Op op) {
   if (kdrt_group_size(c, axes) == 1) {
     if (in != out) memmove(out, in, n * sizeof(float));
     return;
@@ -150,23 +152,18 @@ void kdrt_allreduce(kdrt_ctx *c, unsigned axes, const float *in, float *out, siz
   for (size_t done = 0; done < n; done += chunk) {
     int cnt = (int)(n - done < chunk ? n - done : chunk);
     const void *src = in == out ? MPI_IN_PLACE : (const void *)(in + done);
-    KDRT_MPI(MPI_Allreduce(src, out + done, cnt, MPI_FLOAT, MPI_SUM, comm));
+    KDRT_MPI(MPI_Allreduce(src, out + done, cnt, MPI_FLOAT, op, comm));
   }
+}
+
+// out = the elementwise sum over the group of in; in == out sums in place.
+void kdrt_allreduce(kdrt_ctx *c, unsigned axes, const float *in, float *out, size_t n) {
+  allreduce_op(c, axes, in, out, n, MPI_SUM);
 }
 
 // out = the elementwise maximum over the group of in; in == out in place.
 void kdrt_allreduce_max(kdrt_ctx *c, unsigned axes, const float *in, float *out, size_t n) {
-  if (kdrt_group_size(c, axes) == 1) {
-    if (in != out) memmove(out, in, n * sizeof(float));
-    return;
-  }
-  MPI_Comm comm = group_comm(c, axes);
-  const size_t chunk = (size_t)1 << 30;
-  for (size_t done = 0; done < n; done += chunk) {
-    int cnt = (int)(n - done < chunk ? n - done : chunk);
-    const void *src = in == out ? MPI_IN_PLACE : (const void *)(in + done);
-    KDRT_MPI(MPI_Allreduce(src, out + done, cnt, MPI_FLOAT, MPI_MAX, comm));
-  }
+  allreduce_op(c, axes, in, out, n, MPI_MAX);
 }
 
 void kdrt_reduce_scatter(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
