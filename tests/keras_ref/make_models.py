@@ -82,6 +82,7 @@ warnings.filterwarnings("ignore")
 
 import jax  # noqa: E402
 import keras  # noqa: E402
+import keras_hub  # noqa: E402  (PositionEmbedding: gpt, vit)
 from keras import layers  # noqa: E402
 
 SEED = 1234
@@ -236,6 +237,94 @@ def shared_dense():
     out = layers.Dense(1, name="out")(s)
     model = keras.Model([a, b], out, name="shared_dense")
     model.compile(loss="mse", optimizer=keras.optimizers.SGD(0.05))
+    return model
+
+
+# Transformers (text_cls, gpt, vit, llama): dropout 0 everywhere (MHA's
+# default), so Keras's attention goes through ops.dot_product_attention
+# (jax.nn.dot_product_attention, implementation "xla" on CPU).
+
+
+def text_cls():
+    x = keras.Input((16,), dtype="int32", name="tokens")
+    e = layers.Embedding(64, 32, name="emb")(x)
+    a = layers.MultiHeadAttention(num_heads=4, key_dim=8, name="mha")(e, e)
+    s = layers.Add(name="add")([e, a])
+    n = layers.LayerNormalization(name="ln")(s)
+    p = layers.GlobalAveragePooling1D(name="pool")(n)
+    out = layers.Dense(4, activation="softmax", name="out")(p)
+    model = keras.Model(x, out, name="text_cls")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
+def _encoder_block(h, prefix, causal, mlp):
+    """Pre-norm block: h + MHA(LN(h)); h + Dense(Dense_gelu(LN(h)))."""
+    n = layers.LayerNormalization(name=prefix + "ln1")(h)
+    attn = layers.MultiHeadAttention(num_heads=4, key_dim=8,
+                                     name=prefix + "attn")
+    a = attn(n, n, use_causal_mask=True) if causal else attn(n, n)
+    h = layers.Add(name=prefix + "add1")([h, a])
+    n = layers.LayerNormalization(name=prefix + "ln2")(h)
+    f = layers.Dense(mlp, activation="gelu", name=prefix + "up")(n)
+    f = layers.Dense(int(h.shape[-1]), name=prefix + "down")(f)
+    return layers.Add(name=prefix + "add2")([h, f])
+
+
+def gpt():
+    x = keras.Input((16,), dtype="int32", name="tokens")
+    tok = layers.Embedding(64, 32, name="tok")(x)
+    pos = keras_hub.layers.PositionEmbedding(sequence_length=16,
+                                             name="pos")(tok)
+    h = layers.Add(name="embed_add")([tok, pos])
+    for i in range(2):
+        h = _encoder_block(h, f"b{i}_", causal=True, mlp=128)
+    h = layers.LayerNormalization(name="ln_f")(h)
+    out = layers.Dense(64, name="logits")(h)
+    model = keras.Model(x, out, name="gpt")
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
+def vit():
+    x = keras.Input((28, 28, 1), name="image")
+    p = layers.Conv2D(32, 7, strides=7, name="patch")(x)  # (4, 4, 32)
+    p = layers.Reshape((16, 32), name="patches")(p)
+    pos = keras_hub.layers.PositionEmbedding(sequence_length=16,
+                                             name="pos")(p)
+    h = layers.Add(name="embed_add")([p, pos])
+    h = _encoder_block(h, "", causal=False, mlp=64)
+    h = layers.GlobalAveragePooling1D(name="pool")(h)
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    model = keras.Model(x, out, name="vit")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
+def llama():
+    x = keras.Input((16,), dtype="int32", name="tokens")
+    h = layers.Embedding(64, 32, name="emb")(x)
+    n = layers.RMSNormalization(name="rms1")(h)
+    a = layers.GroupQueryAttention(head_dim=8, num_query_heads=4,
+                                   num_key_value_heads=2,
+                                   name="attn")(n, n, use_causal_mask=True)
+    h = layers.Add(name="add1")([h, a])
+    n = layers.RMSNormalization(name="rms2")(h)
+    g = layers.Dense(64, activation="silu", use_bias=False, name="gate")(n)
+    u = layers.Dense(64, use_bias=False, name="up")(n)
+    m = layers.Multiply(name="mul")([g, u])
+    d = layers.Dense(32, use_bias=False, name="down")(m)
+    h = layers.Add(name="add2")([h, d])
+    h = layers.RMSNormalization(name="rms_f")(h)
+    out = layers.Dense(64, name="logits")(h)
+    model = keras.Model(x, out, name="llama")
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
     return model
 
 
@@ -448,6 +537,104 @@ MODELS = {
             "shared_dense_dp": DP_8,
         },
     ),
+    # Transformers. Megatron-style (2,4) specs: attention heads split over
+    # 'model' (Keras MHA kernels: query/key/value (hidden, heads, head_dim),
+    # their biases (heads, head_dim), attention_output (heads, head_dim,
+    # hidden)), MLP up/gate column-parallel, down row-parallel.
+    "text_cls": dict(
+        build=text_cls, inputs=[("tokens", (16,), 64)],
+        outputs=["sparse4"],
+        dists={
+            "text_cls": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "mha/(query|key|value)/kernel": [None, "model", None],
+                    "mha/(query|key|value)/bias": ["model", None],
+                    "mha/attention_output/kernel": ["model", None, None],
+                },
+            },
+            "text_cls_dp": DP_8,
+        },
+    ),
+    "gpt": dict(
+        build=gpt, inputs=[("tokens", (16,), 64)],
+        outputs=["next64x16"],
+        dists={
+            "gpt": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "b\\d_attn/(query|key|value)/kernel": [None, "model", None],
+                    "b\\d_attn/(query|key|value)/bias": ["model", None],
+                    "b\\d_attn/attention_output/kernel": ["model", None, None],
+                    "b\\d_up/kernel": [None, "model"],
+                    "b\\d_up/bias": ["model"],
+                    "b\\d_down/kernel": ["model", None],
+                },
+            },
+            # keras-hub (Gemma) style: every matrix sharded over both axes
+            # (FSDP over 'data' as well as tensor parallel over 'model');
+            # norms, biases and the position table replicated.
+            "gpt_fsdp": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "tok/embeddings": ["model", "data"],
+                    "b\\d_attn/(query|key|value)/kernel": ["data", "model", None],
+                    "b\\d_attn/attention_output/kernel": ["model", None, "data"],
+                    "b\\d_up/kernel": ["data", "model"],
+                    "b\\d_down/kernel": ["model", "data"],
+                },
+            },
+            "gpt_dp": DP_8,
+        },
+    ),
+    "vit": dict(
+        build=vit, inputs=[("image", (28, 28, 1), "float")],
+        outputs=["sparse10"],
+        dists={
+            "vit": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "attn/(query|key|value)/kernel": [None, "model", None],
+                    "attn/(query|key|value)/bias": ["model", None],
+                    "attn/attention_output/kernel": ["model", None, None],
+                    "up/kernel": [None, "model"],
+                    "up/bias": ["model"],
+                    "down/kernel": ["model", None],
+                },
+            },
+            "vit_dp": DP_8,
+        },
+    ),
+    "llama": dict(
+        build=llama, inputs=[("tokens", (16,), 64)],
+        outputs=["next64x16"],
+        dists={
+            # 4 query heads split over 'model' (4); the 2 key/value heads do
+            # not divide by 4, so key/value stay replicated (as Megatron does
+            # when kv heads < tensor-parallel size).
+            "llama": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "attn/query/kernel": [None, "model", None],
+                    "attn/query/bias": ["model", None],
+                    "attn/attention_output/kernel": ["model", None, None],
+                    "(gate|up)/kernel": [None, "model"],
+                    "down/kernel": ["model", None],
+                },
+            },
+            "llama_dp": DP_8,
+        },
+    ),
     "wide_mlp": dict(
         build=wide_mlp, labels="sparse10", x=(1024,), large=True,
         dists={
@@ -582,6 +769,12 @@ def fake_data(entry, n=16):
     for kind in entry["outputs"]:
         if kind.startswith("dense"):  # float targets (n, k)
             ys.append(rng.normal(size=(n, int(kind[5:]))).astype("float32"))
+        elif kind.startswith("next"):  # "nextKxT": next-token ids (n, T):
+            # the first input shifted left one, a fresh id in [0, K) last
+            k, _, t = kind[len("next"):].partition("x")
+            assert xs[0].shape[1:] == (int(t),), (kind, xs[0].shape)
+            last = rng.integers(0, int(k), (n, 1)).astype("int32")
+            ys.append(np.concatenate([xs[0][:, 1:], last], axis=1))
         else:  # "sparseK": class ids (n,); "sparseKxT": (n, T)
             k, _, t = kind[len("sparse"):].partition("x")
             shape = (n, int(t)) if t else (n,)
