@@ -208,6 +208,8 @@ def io_description(model, xs, ys, xf, yf):
     inputs = [{"name": nm, "shape": list(a.shape[1:]), "dtype": str(a.dtype), "file": f}
               for nm, a, f in zip(in_names, xs, xf)]
     outputs = []
+    if isinstance(loss, dict) and "class_name" in loss:  # one loss envelope
+        loss = [loss] * len(out_names)
     for i, (nm, a, f) in enumerate(zip(out_names, ys, yf)):
         lo = loss.get(nm) if isinstance(loss, dict) else (
             loss[i] if isinstance(loss, list) else loss)
