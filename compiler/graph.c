@@ -10,6 +10,7 @@
 // Invariants: g->nodes is in topological order; nothing computes here.
 #include "kdcc.h"
 
+#include <math.h>
 #include <string.h>
 
 bool shape_eq(const Shape *a, const Shape *b) {
@@ -140,6 +141,33 @@ static void parse_init(Layer *l, const char *key, const char *def, Var *v) {
   }
 }
 
+// Where Keras's weights file keeps a layer's variable "<sub>/<name>":
+// attention layers save their projections as sublayers, under attribute
+// names that differ from the variables' path names.
+static const char *weights_sublayer(const char *cls, const char *vname) {
+  static const char *const map[][3] = {
+    {"MultiHeadAttention", "query", "query_dense"},
+    {"MultiHeadAttention", "key", "key_dense"},
+    {"MultiHeadAttention", "value", "value_dense"},
+    {"MultiHeadAttention", "attention_output", "output_dense"},
+    {"GroupedQueryAttention", "query", "_query_dense"},
+    {"GroupedQueryAttention", "key", "_key_dense"},
+    {"GroupedQueryAttention", "value", "_value_dense"},
+    {"GroupedQueryAttention", "attention_output", "_output_dense"},
+    {"GroupQueryAttention", "query", "_query_dense"},
+    {"GroupQueryAttention", "key", "_key_dense"},
+    {"GroupQueryAttention", "value", "_value_dense"},
+    {"GroupQueryAttention", "attention_output", "_output_dense"},
+  };
+  const char *slash = strchr(vname, '/');
+  if (!slash) return NULL;
+  for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+    if (!strcmp(map[i][0], cls) && strlen(map[i][1]) == (size_t)(slash - vname) &&
+        !strncmp(map[i][1], vname, (size_t)(slash - vname)))
+      return map[i][2];
+  unreachable();
+}
+
 static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *init_key,
                      const char *init_def) {
   if (l->shared) { // a further call of a layer: its first call's variable
@@ -158,8 +186,13 @@ static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const c
   v->path = format("%s/%s", l->path, vname);
   v->vname = vname;
   v->layer = l->name;
-  v->layer_class = l->cls;
-  for (int i = 0; i < g->nvars; i++) v->index += !strcmp(g->vars[i]->layer, l->name);
+  // the class's own name, which Keras's weights file groups by (the JSON may
+  // hold its export alias)
+  v->layer_class = strcmp(l->cls, "GroupQueryAttention") ? l->cls : "GroupedQueryAttention";
+  v->sub = weights_sublayer(l->cls, vname);
+  for (int i = 0; i < g->nvars; i++)
+    v->index += !strcmp(g->vars[i]->layer, l->name) &&
+                (v->sub ? g->vars[i]->sub && !strcmp(g->vars[i]->sub, v->sub) : !g->vars[i]->sub);
   v->loc = l->loc;
   v->shape = shape;
   parse_init(l, init_key, init_def, v);
@@ -231,6 +264,279 @@ static Node *build_dense(Graph *g, Layer *l, Node *x) {
     y = new_node2(g, OP_BIAS, y, b, y->shape);
   }
   return apply_act(g, y, parse_act(l, "activation"));
+}
+
+// ---- normalization and attention
+
+// The one normalized axis a LayerNormalization / RMSNormalization allows: the last.
+static void check_last_axis(Layer *l, const Node *x) {
+  json_t *a = json_object_get(l->cfg, "axis");
+  int64_t axis = -1;
+  if (json_is_array(a) && json_array_size(a) == 1) axis = json_integer_value(json_array_get(a, 0));
+  else if (json_is_integer(a)) axis = json_integer_value(a);
+  else if (a && !json_is_null(a))
+    error_at(jloc(a), "layer '%s': only the last axis can be normalized", l->name);
+  if (axis != -1 && axis != x->shape.rank - 1)
+    error_at(jloc(a), "layer '%s': only the last axis can be normalized (got axis %lld)", l->name,
+             (long long)axis);
+}
+
+static void check_none(Layer *l, const char *const *keys, int n) {
+  for (int i = 0; i < n; i++) {
+    json_t *u = json_object_get(l->cfg, keys[i]);
+    if (u && !json_is_null(u) && !json_is_false(u))
+      error_at(jloc_key(l->cfg, keys[i]), "layer '%s': '%s' is not supported", l->name, keys[i]);
+  }
+}
+
+// LayerNormalization: (x - mean) / sqrt(var + epsilon) over the last axis,
+// then * gamma and + beta (scale, center); rms_scaling: x / rms * gamma.
+static Node *build_layernorm(Graph *g, Layer *l, Node *x) {
+  check_last_axis(l, x);
+  static const char *const no[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
+                                    "gamma_constraint"};
+  check_none(l, no, 4);
+  int64_t h = x->shape.d[x->shape.rank - 1];
+  bool rms = cfg_bool(l, "rms_scaling", false);
+  Node *y = new_node1(g, OP_NORM, x, x->shape);
+  y->norm = (NormAttr){rms, (float)cfg_num(l, "epsilon", 1e-3)};
+  if (cfg_bool(l, "scale", true) || rms) {
+    Node *gam = new_var(g, l, "gamma", (Shape){1, {h}}, "gamma_initializer", "ones");
+    y = new_node2(g, OP_COL_MUL, y, gam, x->shape);
+  }
+  if (cfg_bool(l, "center", true) && !rms) {
+    Node *beta = new_var(g, l, "beta", (Shape){1, {h}}, "beta_initializer", "zeros");
+    y = new_node2(g, OP_BIAS, y, beta, x->shape);
+  }
+  return y;
+}
+
+// RMSNormalization: x / sqrt(mean(x^2) + epsilon) * scale, the last axis.
+static Node *build_rmsnorm(Graph *g, Layer *l, Node *x) {
+  check_last_axis(l, x);
+  int64_t h = x->shape.d[x->shape.rank - 1];
+  Node *y = new_node1(g, OP_NORM, x, x->shape);
+  y->norm = (NormAttr){true, (float)cfg_num(l, "epsilon", 1e-6)};
+  Node *scale = new_var(g, l, "scale", (Shape){1, {h}}, "-", "ones");
+  return new_node2(g, OP_COL_MUL, y, scale, x->shape);
+}
+
+static Node *transpose_0213(Graph *g, Node *x) {
+  Shape s = {4, {x->shape.d[0], x->shape.d[2], x->shape.d[1], x->shape.d[3]}};
+  Node *t = new_node1(g, OP_TRANSPOSE, x, s);
+  t->perm = (PermAttr){{0, 2, 1, 3}};
+  return t;
+}
+
+static Node *dot_node(Graph *g, Node *a, Node *b, int nb, int nk, bool tb) {
+  Shape s;
+  if (!dot_shape(&a->shape, &b->shape, nb, nk, false, tb, &s)) unreachable();
+  Node *n = new_node2(g, OP_DOT, a, b, s);
+  n->dot = (DotAttr){.nb = nb, .nk = nk, .tb = tb};
+  return n;
+}
+
+// One projection of attention: x[b, t, h] . w[h, heads, dim] (+ bias[heads, dim]).
+static Node *project(Graph *g, Layer *l, Node *x, const char *name, int64_t heads, int64_t dim,
+                     bool bias) {
+  int64_t h = x->shape.d[2];
+  Node *w = new_var(g, l, format("%s/kernel", name), (Shape){3, {h, heads, dim}},
+                    "kernel_initializer", "glorot_uniform");
+  Node *y = dot_node(g, x, w, 0, 1, false);
+  if (bias) {
+    Node *b = new_var(g, l, format("%s/bias", name), (Shape){2, {heads, dim}}, "bias_initializer",
+                      "zeros");
+    y = new_node2(g, OP_BIAS, y, b, y->shape);
+  }
+  return y;
+}
+
+// A call keyword the layer reads: a boolean (false when absent).
+static bool call_flag(Layer *l, const char *key) {
+  json_t *v = l->kwargs ? json_object_get(l->kwargs, key) : NULL;
+  if (!v || json_is_null(v)) return false;
+  if (!json_is_boolean(v))
+    error_at(jloc(v), "layer '%s': call argument '%s' must be true or false", l->name, key);
+  return json_is_true(v);
+}
+
+// Every call keyword must be one the layer reads.
+static void check_kwargs(Layer *l, const char *const *known, int n) {
+  if (!l->kwargs) return;
+  const char *k;
+  json_t *v;
+  json_object_foreach(l->kwargs, k, v) {
+    bool ok = json_is_null(v);
+    for (int i = 0; i < n; i++) ok |= !strcmp(k, known[i]);
+    if (!strcmp(k, "return_attention_scores") && json_is_false(v)) ok = true;
+    if (!ok)
+      error_at(jloc_keyname(l->kwargs, k), "layer '%s': call argument '%s' is not supported",
+               l->name, k);
+  }
+}
+
+// The attention core of MultiHeadAttention and GroupQueryAttention, as
+// JAX's dot_product_attention computes it: q[b, t, n, d], k, v[b, s, n, d]
+// (kv heads already repeated) -> o[b, t, n, dv]. Scores q.k are scaled by
+// 1 / sqrt(d), causally masked, softmaxed over the keys.
+static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale, bool causal,
+                    double dropout) {
+  Node *qt = transpose_0213(g, q), *kt = transpose_0213(g, k), *vt = transpose_0213(g, v);
+  Node *s = dot_node(g, qt, kt, 2, 1, true); // [b, n, t, s]
+  Node *sc = new_node1(g, OP_SCALE, s, s->shape);
+  sc->aff = (AffAttr){(float)scale, 0};
+  s = sc;
+  if (causal) {
+    s = new_node1(g, OP_CAUSAL, s, s->shape);
+    s->mask.fill = -1; // forward: KDRT_MASKED
+  }
+  Node *p = apply_act(g, s, ACT_SOFTMAX);
+  if (dropout > 0) {
+    Node *dp = new_node1(g, OP_DROPOUT, p, p->shape);
+    dp->drop = (DropAttr){(float)dropout, hash_str(format("%s/attention_dropout", l->path))};
+    p = dp;
+  }
+  Node *o = dot_node(g, p, vt, 2, 1, false); // [b, n, t, dv]
+  return transpose_0213(g, o);
+}
+
+// MultiHeadAttention(num_heads, key_dim, value_dim, use_bias, output_shape,
+// dropout), called as (query, value[, key]) with use_causal_mask. Kernels
+// as Keras stores them: query/key/value [hidden, heads, dim], the output
+// [heads, dim, hidden].
+static Node *build_mha(Graph *g, Layer *l, Node *unused) {
+  if (l->nin < 2 || l->nin > 3)
+    error_at(l->loc, "layer '%s': MultiHeadAttention is called with query and value (and key), "
+             "got %d tensors", l->name, l->nin);
+  static const char *const kw[] = {"use_causal_mask"};
+  check_kwargs(l, kw, 1);
+  static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
+                                   "activity_regularizer", "kernel_constraint",
+                                   "bias_constraint"};
+  check_none(l, no, 5);
+  // attention over the steps only: attention_axes absent, or [1] as Keras writes it
+  json_t *ax = json_object_get(l->cfg, "attention_axes");
+  if (ax && !json_is_null(ax) &&
+      !(json_is_array(ax) && json_array_size(ax) == 1 &&
+        json_integer_value(json_array_get(ax, 0)) == 1) &&
+      !(json_is_integer(ax) && json_integer_value(ax) == 1))
+    error_at(jloc(ax), "layer '%s': attention_axes other than [1] (the steps) are not "
+             "supported", l->name);
+  Node *xq = layer_input(l, 0), *xv = layer_input(l, 1), *xk = l->nin > 2 ? layer_input(l, 2) : xv;
+  for (int i = 0; i < l->nin; i++)
+    if (layer_input(l, i)->shape.rank != 3)
+      error_at(l->in[i].loc, "layer '%s': attention inputs must be [batch, steps, features]",
+               l->name);
+  int64_t heads = cfg_int(l, "num_heads", -1), kd = cfg_int(l, "key_dim", -1);
+  int64_t vd = cfg_int(l, "value_dim", kd);
+  if (heads <= 0) error_at(jloc_key(l->cfg, "num_heads"), "layer '%s': 'num_heads' must be "
+                           "positive", l->name);
+  if (kd <= 0) error_at(jloc_key(l->cfg, "key_dim"), "layer '%s': 'key_dim' must be positive",
+                        l->name);
+  if (vd <= 0) error_at(jloc_key(l->cfg, "value_dim"), "layer '%s': 'value_dim' must be "
+                        "positive", l->name);
+  int64_t out = xq->shape.d[2];
+  json_t *os = json_object_get(l->cfg, "output_shape");
+  if (os && !json_is_null(os)) {
+    int64_t o[MAX_RANK];
+    if (cfg_ints(l, "output_shape", o, MAX_RANK) != 1 || o[0] <= 0)
+      error_at(jloc(os), "layer '%s': output_shape must be one positive size", l->name);
+    out = o[0];
+  }
+  if (xk->shape.d[1] != xv->shape.d[1])
+    error_at(l->loc, "layer '%s': key and value have different lengths", l->name);
+  bool bias = cfg_bool(l, "use_bias", true);
+  Node *q = project(g, l, xq, "query", heads, kd, bias);
+  Node *k = project(g, l, xk, "key", heads, kd, bias);
+  Node *v = project(g, l, xv, "value", heads, vd, bias);
+  Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)kd), call_flag(l, "use_causal_mask"),
+                   cfg_num(l, "dropout", 0));
+  Node *wo = new_var(g, l, "attention_output/kernel", (Shape){3, {heads, vd, out}},
+                     "kernel_initializer", "glorot_uniform");
+  Node *y = dot_node(g, o, wo, 0, 2, false);
+  if (bias) {
+    Node *bo = new_var(g, l, "attention_output/bias", (Shape){1, {out}}, "bias_initializer",
+                       "zeros");
+    y = new_node2(g, OP_BIAS, y, bo, y->shape);
+  }
+  return y;
+}
+
+// Each of kv's heads repeated r times, in place: [b, s, h, d] ->
+// [b, s, h * r, d] (ops.repeat on axis 2), as a broadcast and a view.
+static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
+  if (r == 1) return kv;
+  const Shape *s = &kv->shape;
+  Node *b = new_node1(g, OP_BROADCAST, kv, (Shape){5, {s->d[0], s->d[1], s->d[2], r, s->d[3]}});
+  b->red.dim = 3;
+  return new_node1(g, OP_RESHAPE, b, (Shape){4, {s->d[0], s->d[1], s->d[2] * r, s->d[3]}});
+}
+
+// GroupedQueryAttention(head_dim, num_query_heads, num_key_value_heads,
+// use_bias, dropout), called as (query, value[, key]) with use_causal_mask:
+// key and value heads repeated to the query heads, then as MultiHeadAttention.
+static Node *build_gqa(Graph *g, Layer *l, Node *unused) {
+  if (l->nin < 2 || l->nin > 3)
+    error_at(l->loc, "layer '%s': %s is called with query and value (and key), got %d tensors",
+             l->name, l->cls, l->nin);
+  static const char *const kw[] = {"use_causal_mask"};
+  check_kwargs(l, kw, 1);
+  static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
+                                   "activity_regularizer", "kernel_constraint",
+                                   "bias_constraint", "sliding_window", "use_gate"};
+  check_none(l, no, 7);
+  Node *xq = layer_input(l, 0), *xv = layer_input(l, 1), *xk = l->nin > 2 ? layer_input(l, 2) : xv;
+  for (int i = 0; i < l->nin; i++)
+    if (layer_input(l, i)->shape.rank != 3)
+      error_at(l->in[i].loc, "layer '%s': attention inputs must be [batch, steps, features]",
+               l->name);
+  int64_t hd = cfg_int(l, "head_dim", -1), nq = cfg_int(l, "num_query_heads", -1);
+  int64_t nkv = cfg_int(l, "num_key_value_heads", -1);
+  if (hd <= 0 || nq <= 0 || nkv <= 0 || nq % nkv)
+    error_at(l->loc, "layer '%s': head_dim, num_query_heads and num_key_value_heads must be "
+             "positive, the query heads a multiple of the key/value heads", l->name);
+  bool bias = cfg_bool(l, "use_bias", true);
+  Node *q = project(g, l, xq, "query", nq, hd, bias);
+  Node *k = repeat_heads(g, project(g, l, xk, "key", nkv, hd, bias), nq / nkv);
+  Node *v = repeat_heads(g, project(g, l, xv, "value", nkv, hd, bias), nq / nkv);
+  Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)hd), call_flag(l, "use_causal_mask"),
+                   cfg_num(l, "dropout", 0));
+  int64_t out = xq->shape.d[2];
+  Node *wo = new_var(g, l, "attention_output/kernel", (Shape){3, {nq, hd, out}},
+                     "kernel_initializer", "glorot_uniform");
+  Node *y = dot_node(g, o, wo, 0, 2, false);
+  if (bias) {
+    Node *bo = new_var(g, l, "attention_output/bias", (Shape){1, {out}}, "bias_initializer",
+                       "zeros");
+    y = new_node2(g, OP_BIAS, y, bo, y->shape);
+  }
+  return y;
+}
+
+// keras_hub's PositionEmbedding(sequence_length): its call returns the first
+// `steps` rows of its embeddings [sequence_length, features], broadcast
+// over the batch (the model adds them to the tokens').
+static Node *build_position_embedding(Graph *g, Layer *l, Node *x) {
+  if (x->shape.rank != 3)
+    error_at(l->loc, "layer '%s': PositionEmbedding needs [batch, steps, features], got %s",
+             l->name, kshape(&x->shape));
+  int64_t len = cfg_int(l, "sequence_length", -1), t = x->shape.d[1], f = x->shape.d[2];
+  if (len <= 0) error_at(jloc_key(l->cfg, "sequence_length"), "layer '%s': 'sequence_length' "
+                         "must be positive", l->name);
+  if (t > len)
+    error_at(l->loc, "layer '%s': %lld steps, but sequence_length is %lld", l->name, (long long)t,
+             (long long)len);
+  static const char *const kw[] = {"start_index"};
+  check_kwargs(l, kw, 0);
+  Node *e = new_var(g, l, "embeddings", (Shape){2, {len, f}}, "initializer", "glorot_uniform");
+  if (t < len) {
+    Node *s = new_node1(g, OP_SLICE, e, (Shape){2, {t, f}});
+    s->cat = (CatAttr){0, 0};
+    e = s;
+  }
+  Node *y = new_node1(g, OP_BROADCAST, e, x->shape);
+  y->red.dim = 0;
+  return y;
 }
 
 // Output extent and leading padding of a window op along one dim, Keras's way.
@@ -522,11 +828,18 @@ static const LayerDef layer_defs[] = {
   {"Dropout", 1, build_dropout},
   {"Rescaling", 1, build_rescaling},
   {"GlobalAveragePooling1D", 1, build_gap1d},
+  {"LayerNormalization", 1, build_layernorm},
+  {"RMSNormalization", 1, build_rmsnorm},
+  {"MultiHeadAttention", -2, build_mha},
+  {"GroupedQueryAttention", -2, build_gqa},
+  {"GroupQueryAttention", -2, build_gqa},
+  {"PositionEmbedding", 1, build_position_embedding},
   {"Add", -1, build_add},
   {"Multiply", -1, build_add},
   {"Concatenate", -1, build_concat},
 };
 
+// nin -2: several inputs, but not a merge (attention: query, value, key).
 static const LayerDef *layer_def(const char *cls) {
   for (size_t i = 0; i < sizeof layer_defs / sizeof *layer_defs; i++)
     if (!strcmp(layer_defs[i].cls, cls)) return &layer_defs[i];
@@ -534,7 +847,7 @@ static const LayerDef *layer_def(const char *cls) {
 }
 
 bool layer_known(const char *cls) { return layer_def(cls) != NULL; }
-bool layer_is_merge(const char *cls) {
+bool layer_takes_several(const char *cls) {
   const LayerDef *d = layer_def(cls);
   return d && d->nin < 0;
 }
@@ -544,6 +857,7 @@ static Node *build_layer(Graph *g, Layer *l) {
   if (!def) error_at(l->loc, "layer '%s': unknown layer class '%s'", l->name, l->cls);
   if (def->nin == 0) return def->build(g, l, NULL);
   if (l->nin == 0) error_at(l->loc, "layer '%s' has no input", l->name);
+  if (def->nin == -2) return def->build(g, l, NULL);
   if (def->nin > 0 && l->nin != def->nin)
     error_at(l->loc, "layer '%s': %s takes one input, got %d", l->name, l->cls, l->nin);
   return def->build(g, l, layer_input(l, 0));

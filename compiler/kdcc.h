@@ -123,6 +123,7 @@ struct Layer {
   json_t *cfg;            // its "config" object
   Loc loc;                // where the envelope starts
   TensorRef in[MAX_IN];   // inbound tensors, in call order (after flattening nested lists)
+  json_t *kwargs;         // the call's keyword arguments (Keras 3 files), or NULL
   int nin;
   int index;              // position in Model.layers
   // InputLayer only: per-sample shape (batch dim dropped), from batch_shape /
@@ -291,6 +292,8 @@ typedef struct {                                             // collectives
 } CollAttr;
 typedef struct { int perm[MAX_RANK]; } PermAttr;            // TRANSPOSE: y dim i = x dim perm[i]
 typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROADCAST: the dim
+typedef struct { bool rms; float eps; } NormAttr;           // NORM, NORM_GRAD
+typedef struct { float fill; } MaskAttr;                    // CAUSAL: what a masked score becomes
 
 struct Node {
   int id;
@@ -314,6 +317,8 @@ struct Node {
     CollAttr coll;
     PermAttr perm;
     ReduceAttr red;
+    NormAttr norm;
+    MaskAttr mask;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
@@ -405,7 +410,8 @@ struct Var {
   const char *vname;      // "kernel"
   const char *layer;
   const char *layer_class;
-  int index;              // among its layer's variables (kernel 0, bias 1)
+  int index;              // among its layer's (sublayer's) variables (kernel 0, bias 1)
+  const char *sub;        // the sublayer holding it in Keras's weights file, or NULL
   Loc loc;                // the layer
   Shape shape;
   Place place;            // from the layout map, else replicated
@@ -460,9 +466,9 @@ Graph *build_graph(Model *m, Dist *d, int batch);
 // dim 0 through every op's rule (a factor shared with a batch dim is one).
 void find_batch_dims(Graph *g);
 // The Keras layer classes build_graph knows (its table), and which of them
-// merge several inputs (Add, Concatenate, ...): load.c accepts these.
+// take several inputs (Add, Concatenate, attention...): load.c accepts these.
 bool layer_known(const char *cls);
-bool layer_is_merge(const char *cls);
+bool layer_takes_several(const char *cls); // merges, and attention (query, value, key)
 
 // ---------------------------------------------------------------- autodiff.c
 void build_backward(Graph *g);

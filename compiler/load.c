@@ -35,10 +35,6 @@
 #include <strings.h>
 
 
-static bool is_merge(const Layer *l) {
-  return layer_is_merge(l->cls);
-}
-
 static bool is_input(const Layer *l) {
   return !strcmp(l->cls, "InputLayer");
 }
@@ -395,6 +391,7 @@ static void load_inbound(Model *m, Layer *l) {
   if (json_is_object(node)) { // Keras 3
     json_t *args = json_object_get(node, "args"), *kwargs = json_object_get(node, "kwargs");
     collect_args(m, l, args);
+    l->kwargs = json_is_object(kwargs) ? kwargs : NULL;
     if (json_is_object(kwargs)) {
       const char *k;
       json_t *e;
@@ -483,7 +480,7 @@ static void load_functional(Model *m, json_t *cfg, json_t *layers) {
         error_at(l->in[j].loc, "layer '%s' takes input from layer '%s', which is never called",
                  l->name, s->name);
     }
-    if (!is_input(l) && !is_merge(l) && l->nin > 1)
+    if (!is_input(l) && !layer_takes_several(l->cls) && l->nin > 1)
       error_at(l->loc, "layer '%s' (%s) takes one input but is called with %d", l->name, l->cls,
                l->nin);
   }

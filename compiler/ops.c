@@ -218,9 +218,20 @@ const OpDef op_DOT = {"dot", 2, 3, false, dot_rule, dot_grad, dot_emit};
 
 // ---------------------------------------------------------------- BIAS, ACT, BIAS_ACT
 
+// b (or g) covers x's trailing dims: they share factors with the result's.
 static void bias_rule(const Node *n, Rule *r) {
   rule_elementwise(n, r);
-  r->in[1][0] = r->out[n->shape.rank - 1];
+  int rb = n->in[1]->shape.rank, off = n->shape.rank - rb;
+  for (int d = 0; d < MAX_RANK; d++) r->in[1][d] = -1;
+  for (int d = 0; d < rb; d++) r->in[1][d] = r->out[off + d];
+}
+
+// Rows and columns of n seen as [rows, trailing dims of rank rb], local.
+static char *lead_c(const Node *n, int rb) {
+  return sym_c(sym_prod(n, 0, n->shape.rank - rb, true));
+}
+static char *trail_c(const Node *n, int rb) {
+  return sym_c(sym_prod(n, n->shape.rank - rb, n->shape.rank, true));
 }
 
 static void bias_grad(Graph *g, Node *n, const bool *need) {
@@ -230,9 +241,10 @@ static void bias_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void bias_act_emit(const Node *n, Lowering *lw) {
+  int rb = n->in[1]->shape.rank;
   lower_call(lw, "bias_act", false, NULL, "%s, %s, %s, %s, %s, %s",
              act_c[n->op == OP_BIAS ? ACT_LINEAR : n->act.kind], buf(n), buf(n->in[0]),
-             buf(n->in[1]), rows_c(n), cols_c(n));
+             buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
 }
 
 const OpDef op_BIAS = {"bias_add", 2, 0, false, bias_rule, bias_grad, bias_act_emit};
@@ -347,8 +359,29 @@ static void slice_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
 }
 
+static void slice_grad(Graph *g, Node *n, const bool *need) {
+  Node *p = new_node1(g, OP_PAD, n->grad, n->in[0]->shape);
+  p->cat = n->cat;
+  accumulate(g, n->in[0], p);
+}
+
+static void pad_grad(Graph *g, Node *n, const bool *need) {
+  Node *s = new_node1(g, OP_SLICE, n->grad, n->in[0]->shape);
+  s->cat = n->cat;
+  accumulate(g, n->in[0], s);
+}
+
+static void pad_emit(const Node *n, Lowering *lw) {
+  int ax = n->cat.axis;
+  lower_call(lw, "pad_block", false, NULL, "%s, %s, %s, %s, %lld, %s, %s", buf(n), buf(n->in[0]),
+             sym_c(sym_prod(n, 0, ax, true)), sym_c(sym_dim(n->in[0], ax, true)),
+             (long long)n->cat.start, sym_c(sym_dim(n, ax, true)),
+             sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
+}
+
 const OpDef op_CONCAT = {"concat", -1, 0xff, true, cat_rule, concat_grad, concat_emit};
-const OpDef op_SLICE = {"slice", 1, 1, false, cat_rule, NULL, slice_emit};
+const OpDef op_SLICE = {"slice", 1, 1, false, cat_rule, slice_grad, slice_emit};
+const OpDef op_PAD = {"pad", 1, 1, false, cat_rule, pad_grad, pad_emit};
 
 // Reshape: split both shapes into groups of equal products. In each group
 // the major-most dims of input and output share one factor (a block split
@@ -568,6 +601,74 @@ static void mul_emit(const Node *n, Lowering *lw) {
 // Linear in each operand separately: a partial sum times a whole value.
 const OpDef op_MUL = {"mul", 2, 3, false, rule_elementwise, mul_grad, mul_emit};
 
+// ---------------------------------------------------------------- COL_MUL, NORM, CAUSAL
+// COL_MUL: x * g, g over x's trailing dims (a normalization's scale).
+// NORM: layer (or RMS) normalization over the last dim, no scale or
+// offset (those are COL_MUL and BIAS after it): the last dim is needed
+// whole. Its gradient recomputes the row statistics from x.
+
+static void col_mul_grad(Graph *g, Node *n, const bool *need) {
+  Node *x = n->in[0], *gam = n->in[1];
+  if (need[x->id]) accumulate(g, x, new_node2(g, OP_COL_MUL, n->grad, gam, x->shape));
+  if (need[gam->id]) {
+    Node *p = new_node2(g, OP_MUL, n->grad, x, x->shape);
+    accumulate(g, gam, new_node1(g, OP_BIAS_GRAD, p, gam->shape));
+  }
+}
+
+static void col_mul_emit(const Node *n, Lowering *lw) {
+  int rb = n->in[1]->shape.rank;
+  lower_call(lw, "col_mul", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+             buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
+}
+
+// Linear in x (operand 0) and in g separately.
+const OpDef op_COL_MUL = {"col_mul", 2, 3, false, bias_rule, col_mul_grad, col_mul_emit};
+
+static void norm_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  r->kind[r->out[n->shape.rank - 1]] = F_FULL;
+}
+
+static void norm_grad(Graph *g, Node *n, const bool *need) {
+  Node *x = n->in[0];
+  Node *dx = new_node2(g, OP_NORM_GRAD, n->grad, x, x->shape);
+  dx->norm = n->norm;
+  accumulate(g, x, dx);
+}
+
+static void norm_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->op == OP_NORM ? n->in[0] : n->in[1];
+  if (n->op == OP_NORM)
+    lower_call(lw, "norm", false, NULL, "%d, %s, %s, %s, %s, %s", n->norm.rms, buf(n), buf(x),
+               rows_c(n), cols_c(n), flt(n->norm.eps));
+  else
+    lower_call(lw, "norm_grad", false, NULL, "%d, %s, %s, %s, %s, %s, %s", n->norm.rms, buf(n),
+               buf(n->in[0]), buf(x), rows_c(n), cols_c(n), flt(n->norm.eps));
+}
+
+const OpDef op_NORM = {"norm", 1, 0, false, norm_rule, norm_grad, norm_emit};
+const OpDef op_NORM_GRAD = {"norm_grad", 2, 0, false, norm_rule, NULL, norm_emit};
+
+// Scores s[.., t, u]: a key position u after the query position t is
+// masked; the gradient is the same mask with 0 (a masked score has no
+// effect). Positions are global: a split t or u starts at its block.
+static void causal_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node1(g, OP_CAUSAL, n->grad, n->shape);
+  dx->mask.fill = 0;
+  accumulate(g, n->in[0], dx);
+}
+
+static void causal_emit(const Node *n, Lowering *lw) {
+  int r = n->shape.rank;
+  lower_call(lw, "causal_mask", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", buf(n),
+             buf(n->in[0]), sym_c(sym_prod(n, 0, r - 2, true)), sym_c(sym_dim(n, r - 2, true)),
+             sym_c(sym_dim(n, r - 1, true)), block_start(n, r - 2), block_start(n, r - 1),
+             n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
+}
+
+const OpDef op_CAUSAL = {"causal_mask", 1, 0, false, rule_elementwise, causal_grad, causal_emit};
+
 // ---------------------------------------------------------------- TRANSPOSE
 // y dim i is x dim perm[i]: the factors follow their dims.
 
@@ -726,15 +827,18 @@ const OpDef op_XENT_ACC = {"sparse_xent_acc", 3, 0, false, xent_rule, NULL, xent
 
 // ---------------------------------------------------------------- BIAS_GRAD
 
+// dy[lead.., trail..] -> the sum over the leading dims, shaped as the bias.
 static void bias_grad_rule(const Node *n, Rule *r) {
   const Shape *dy = &n->in[0]->shape;
-  for (int d = 0; d + 1 < dy->rank; d++) r->in[0][d] = factor(r, F_CONTRACT, dy->d[d]);
-  r->in[0][dy->rank - 1] = r->out[0] = factor(r, F_PASS, n->shape.d[0]);
+  int off = dy->rank - n->shape.rank;
+  for (int d = 0; d < off; d++) r->in[0][d] = factor(r, F_CONTRACT, dy->d[d]);
+  for (int d = 0; d < n->shape.rank; d++)
+    r->in[0][off + d] = r->out[d] = factor(r, F_PASS, n->shape.d[d]);
 }
 
 static void bias_grad_emit(const Node *n, Lowering *lw) {
   lower_call(lw, "bias_grad", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
-             rows_c(n->in[0]), cols_c(n->in[0]));
+             lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
 }
 
 const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias_grad_emit};

@@ -22,6 +22,63 @@ static char *large_reshard(const Graph *g, const Node *n) {
                 g->dist->mesh.names[__builtin_ctz(n->coll.axes)], (long long)bytes);
 }
 
+// A weight whose contracted dim is split over an axis its input is not
+// split over (keras-hub's Llama map splits query/key/value's hidden dim
+// over 'model'): the input is sliced for free, but every use then ends in
+// an all-reduce of the result over that axis, which splitting one of the
+// weight's output dims instead would not need. n: a forward all-reduce.
+static char *avoidable_all_reduce(const Graph *g, const Node *n) {
+  if ((n->op != OP_ALLREDUCE && n->op != OP_REDUCE_SCATTER) || n->phase != PH_FORWARD ||
+      !n->coll.src)
+    return NULL;
+  const Node *d = n->coll.src;
+  if (d->op != OP_DOT || d->dot.nb) return NULL;
+  const Node *x = d->in[0], *w = d->in[1];
+  while (is_collective(w->op)) w = w->in[0];
+  // the input's split came from a free slice of a replicated value, through
+  // elementwise ops (a Megatron row-parallel input comes from a projection)
+  for (int hops = 0; hops < 8 && x->op != OP_LOCAL_SLICE; hops++) {
+    OpKind k = x->op;
+    if (k != OP_COL_MUL && k != OP_BIAS && k != OP_BIAS_ACT && k != OP_ACT && k != OP_SCALE &&
+        k != OP_DROPOUT && k != OP_RESHAPE && k != OP_MUL)
+      return NULL;
+    x = x->in[0];
+  }
+  if (w->op != OP_PARAM || x->op != OP_LOCAL_SLICE || !(x->coll.axes & n->coll.axes))
+    return NULL;
+  int a = __builtin_ctz(x->coll.axes & n->coll.axes), nk = d->dot.nk;
+  const Var *v = w->var;
+  Place better = v->place;
+  int from = -1, to = -1;
+  // the hint: the axis on the first output dim, if it divides it, swapped with what
+  // was there (keras-hub's Gemma map: (batch, model, None) for Llama's
+  // (model, batch, None))
+  for (int k = 0; k < v->shape.rank; k++) {
+    bool contracted = d->dot.tb ? k >= v->shape.rank - nk : k < nk;
+    if (contracted && better.axis[k] == a) from = k;
+    if (!contracted && to == -1) to = v->shape.d[k] % axis_size(g, a) == 0 ? k : -2;
+  }
+  if (from < 0) return NULL;
+  char *hint = xstrdup("");
+  if (to >= 0 && (better.axis[to] < 0 || v->shape.d[from] % axis_size(g, better.axis[to]) == 0)) {
+    better.axis[from] = better.axis[to];
+    better.axis[to] = a;
+    hint = format("; %s would need none", place_str(&g->dist->mesh, v->shape.rank, &better));
+  }
+  Shape ls = local_shape(g, n);
+  return format("layer '%s': %s %s splits its contracted dim %d over '%s', so every use ends in "
+                "a reduction of its result over it (%lld bytes per device)%s",
+                n->layer ? n->layer : "?", v->path,
+                place_str(&g->dist->mesh, v->shape.rank, &v->place), from,
+                g->dist->mesh.names[a], (long long)(shape_elems(&ls) * 4), hint);
+}
+
+// Every warning the report gives about node n, or NULL.
+static char *warning(const Graph *g, const Node *n) {
+  char *w = large_reshard(g, n);
+  return w ? w : avoidable_all_reduce(g, n);
+}
+
 // Keras's names for a variable's optimizer slots, in kdcc's slot order:
 // "<optimizer>/<path with / as _>_<slot>".
 static json_t *slots_json(const Graph *g, const Var *v) {
@@ -132,7 +189,7 @@ static void report_json(Graph *g, FILE *out) {
   json_object_set_new(root, "comm_bytes_per_step", json_integer(t.sent));
   json_t *warn = json_array();
   for (int i = 0; i < g->nnodes; i++) {
-    char *w = large_reshard(g, g->nodes[i]);
+    char *w = warning(g, g->nodes[i]);
     if (w) json_array_append_new(warn, json_string(w));
   }
   json_object_set_new(root, "warnings", warn);
@@ -192,7 +249,7 @@ void print_report(Graph *g, FILE *out, bool json) {
   fprintf(out, "  total             %12s\n", human(t.params + t.grads + t.slots + t.activations));
   fprintf(out, "\nBytes sent per step, per device: %lld\n", (long long)t.sent);
   for (int i = 0; i < g->nnodes; i++) {
-    char *w = large_reshard(g, g->nodes[i]);
+    char *w = warning(g, g->nodes[i]);
     if (w) fprintf(out, "warning: %s\n", w);
   }
 }

@@ -109,6 +109,9 @@ typedef struct kdrt_var {
   int nslots;                        // optimizer slots (Keras order: e.g. momentum, velocity)
   size_t goffset;                    // in grads (SIZE_MAX: not trained)
   size_t n;                          // local floats
+  const char *sub;                   // the sublayer holding it in the file, or NULL:
+                                     // layers/<group>/<sub>/vars/<index>, index counted
+                                     // within the sublayer ("query_dense" of attention)
 } kdrt_var;
 
 struct kdrt_ctx {

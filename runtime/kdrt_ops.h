@@ -18,6 +18,9 @@
 #include "kdrt_defs.h"
 
 #define KDRT_MAX_RANK 6
+// A masked attention score: exp of it (less the row's max) is exactly 0, as
+// with JAX's dot_product_attention (-0.7 times the largest float).
+#define KDRT_MASKED (-0.7f * 3.40282347e+38f)
 #define KDRT_MAX_AXES 4
 
 typedef struct {
@@ -61,6 +64,19 @@ typedef struct {
                int64_t cols))                                                                  \
   /* out[j] = sum over r of in[r, j] */                                                        \
   K(bias_grad, (float *out, const float *in, int64_t rows, int64_t cols))                      \
+  /* out[r, j] = in[r, j] * g[j] over [rows, cols] (a scale over trailing dims) */            \
+  K(col_mul, (float *out, const float *in, const float *g, int64_t rows, int64_t cols))        \
+  /* Normalization over the last dim of [rows, cols], no scale or offset: layer norm  */      \
+  /* y = (x - mean) / sqrt(var + eps), or (rms) y = x / sqrt(mean(x^2) + eps), both  */       \
+  /* statistics in double; norm_grad: dx from dy, recomputing them from x.           */       \
+  K(norm, (int rms, float *y, const float *x, int64_t rows, int64_t cols, float eps))          \
+  K(norm_grad, (int rms, float *dx, const float *dy, const float *x, int64_t rows,             \
+                int64_t cols, float eps))                                                      \
+  /* Causal masking of attention scores [outer, t, u] (this device's block, whose   */       \
+  /* first query and key positions are t0, u0): y = x, but fill where the key       */       \
+  /* position is after the query's (KDRT_MASKED forward, 0 for the gradient).       */       \
+  K(causal_mask, (float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,   \
+                  int64_t u0, float fill))                                                     \
   /* out = in[0] + ... + in[nin - 1], left to right (nin <= 8) */                              \
   K(add, (float *out, const float *const *in, int nin, size_t n))                              \
   /* out = a * b elementwise */                                                                \
@@ -114,6 +130,9 @@ typedef struct {
                  int64_t out_ext, int64_t inner))                                              \
   K(place_block, (float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,     \
                   int64_t out_ext, int64_t inner))                                             \
+  /* pad_block: place_block into zeros (every element of out outside the block is 0) */      \
+  K(pad_block, (float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,       \
+                int64_t out_ext, int64_t inner))                                               \
   /* out = in with its dims permuted: out dim i is in dim perm[i]; shape: in's */              \
   K(transpose, (float *out, const float *in, int rank, const int64_t *shape, const int *perm)) \
   /* out[o, i] = sum over m of in[o, m, i]; broadcast: out[o, m, i] = in[o, i] */              \

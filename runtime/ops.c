@@ -953,3 +953,69 @@ void kdrt_rmsprop(float *w, const float *g, float *v, float *m, size_t n, float 
     }
   }
 }
+
+// ---------------------------------------------------------------- normalization, masks
+
+void kdrt_col_mul(float *out, const float *in, const float *g, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < cols; j++) out[r * cols + j] = in[r * cols + j] * g[j];
+}
+
+// The statistics of one row: its mean (0 for rms) and 1 / sqrt(var + eps),
+// var being the mean square about the mean (rms: about 0), in double.
+static void row_stats(int rms, const float *x, int64_t cols, float eps, double *mean,
+                      double *rstd) {
+  double m = 0;
+  if (!rms) {
+    for (int64_t j = 0; j < cols; j++) m += x[j];
+    m /= (double)cols;
+  }
+  double v = 0;
+  for (int64_t j = 0; j < cols; j++) v += (x[j] - m) * (x[j] - m);
+  v /= (double)cols;
+  *mean = m;
+  *rstd = 1.0 / sqrt(v + (double)eps);
+}
+
+void kdrt_norm(int rms, float *y, const float *x, int64_t rows, int64_t cols, float eps) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    double m, s;
+    row_stats(rms, xr, cols, eps, &m, &s);
+    for (int64_t j = 0; j < cols; j++) y[r * cols + j] = (float)((xr[j] - m) * s);
+  }
+}
+
+// With h = (x - mean) * rstd (rms: x * rstd), y = h: dx = rstd * (dy -
+// mean(dy) - h * mean(dy * h)), the mean(dy) term only for layer norm.
+void kdrt_norm_grad(int rms, float *dx, const float *dy, const float *x, int64_t rows,
+                    int64_t cols, float eps) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols, *gr = dy + r * cols;
+    double m, s, sum_g = 0, sum_gh = 0;
+    row_stats(rms, xr, cols, eps, &m, &s);
+    for (int64_t j = 0; j < cols; j++) {
+      sum_g += gr[j];
+      sum_gh += gr[j] * (xr[j] - m) * s;
+    }
+    double mg = rms ? 0 : sum_g / (double)cols, mgh = sum_gh / (double)cols;
+    for (int64_t j = 0; j < cols; j++)
+      dx[r * cols + j] = (float)(s * (gr[j] - mg - (xr[j] - m) * s * mgh));
+  }
+}
+
+void kdrt_causal_mask(float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,
+                      int64_t u0, float fill) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < t; i++)
+      for (int64_t j = 0; j < u; j++) {
+        int64_t k = (o * t + i) * u + j;
+        y[k] = u0 + j > t0 + i ? fill : x[k];
+      }
+}
+
+void kdrt_pad_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,
+                    int64_t out_ext, int64_t inner) {
+  memset(out, 0, (size_t)(outer * out_ext * inner) * sizeof *out);
+  kdrt_place_block(out, in, outer, in_ext, off, out_ext, inner);
+}

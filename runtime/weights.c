@@ -134,10 +134,19 @@ const char *kdrt_weights_group(const kdrt_program *p, const char *layer, char *b
 }
 
 // Variables of layer `layer` in p.
-static int layer_nvars(const kdrt_program *p, const char *layer) {
+// The variables of one layer's (sublayer's, sub non-NULL) vars group.
+static int layer_nvars(const kdrt_program *p, const char *layer, const char *sub) {
   int n = 0;
-  for (int v = 0; v < p->nvars; v++) n += !strcmp(p->vars[v].layer, layer);
+  for (int v = 0; v < p->nvars; v++)
+    n += !strcmp(p->vars[v].layer, layer) &&
+         (sub ? p->vars[v].sub && !strcmp(p->vars[v].sub, sub) : !p->vars[v].sub);
   return n;
+}
+
+// "layers/<group>[/<sub>]/vars": where variable v's dataset lives.
+static void vars_group(const kdrt_var *v, const char *group, char *buf, size_t len) {
+  if (v->sub) snprintf(buf, len, "layers/%s/%s/vars", group, v->sub);
+  else snprintf(buf, len, "layers/%s/vars", group);
 }
 
 // ------------------------------------------------------------ blocks
@@ -369,8 +378,9 @@ static void list_groups(hid_t file, char *buf, size_t len) {
 // block of it into out.
 static int read_var(hid_t file, const char *path, const kdrt_program *p, const kdrt_var *v,
                     const char *group, const int *coord, float *out, char *err, size_t errlen) {
-  char ds_path[512], have[160], want[160];
-  snprintf(ds_path, sizeof ds_path, "layers/%s/vars/%d", group, v->index);
+  char ds_path[512], vg[400], have[160], want[160];
+  vars_group(v, group, vg, sizeof vg);
+  snprintf(ds_path, sizeof ds_path, "%s/%d", vg, v->index);
   if (!has_link(file, ds_path))
     return kdrt_errf(err, errlen, "%s: no %s for variable '%s'", path, ds_path, v->path);
   hid_t ds = H5Dopen2(file, ds_path, H5P_DEFAULT);
@@ -433,11 +443,11 @@ int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path,
   }
   if (p->param_floats) memcpy(stage, params, sizeof(float) * p->param_floats);
   int rc = 0;
-  char group[256], gpath[300], have[4096];
+  char group[256], gpath[600], have[4096];
   for (int v = 0; v < p->nvars && !rc; v++) {
     const kdrt_var *var = &p->vars[v];
     kdrt_weights_group(p, var->layer, group, sizeof group);
-    snprintf(gpath, sizeof gpath, "layers/%s/vars", group);
+    vars_group(var, group, gpath, sizeof gpath);
     if (!has_link(file, gpath)) {
       list_groups(file, have, sizeof have);
       rc = kdrt_errf(err, errlen, "%s: no weights for layer '%s' (%s): the file has no group "
@@ -448,7 +458,7 @@ int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path,
       hid_t g = H5Gopen2(file, gpath, H5P_DEFAULT);
       int64_t n = nlinks(g);
       H5Gclose(g);
-      int want = layer_nvars(p, var->layer);
+      int want = layer_nvars(p, var->layer, var->sub);
       if (n != want) {
         rc = kdrt_errf(err, errlen, "%s: layer '%s' (layers/%s) has %lld variable%s in the file, but "
                   "%d in the model", path, var->layer, group, (long long)n, n == 1 ? "" : "s",
@@ -532,7 +542,7 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
   hid_t layers = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   for (int v = 0; v < p->nvars && !rc; v++) {
     const kdrt_var *var = &p->vars[v];
-    char group[256], gpath[300], idx[16];
+    char group[256], gpath[600], idx[16];
     kdrt_weights_group(p, var->layer, group, sizeof group);
     snprintf(gpath, sizeof gpath, "%s/vars", group);
     if (!has_link(layers, group)) {
@@ -541,6 +551,17 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
       str_attr(vg, "name", var->layer);
       H5Gclose(vg);
       H5Gclose(lg);
+    }
+    if (var->sub) { // a sublayer's variables: layers/<group>/<sub>/vars
+      snprintf(gpath, sizeof gpath, "%s/%s/vars", group, var->sub);
+      if (!has_link(layers, gpath)) {
+        hid_t lg = H5Gopen2(layers, group, H5P_DEFAULT);
+        hid_t sg = H5Gcreate2(lg, var->sub, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t svg = H5Gcreate2(sg, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Gclose(svg);
+        H5Gclose(sg);
+        H5Gclose(lg);
+      }
     }
     hid_t vg = H5Gopen2(layers, gpath, H5P_DEFAULT);
     snprintf(idx, sizeof idx, "%d", var->index);

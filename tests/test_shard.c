@@ -237,3 +237,44 @@ Test(shard, shared_layer_sums_its_gradients) {
       uses += g->nodes[i]->in[1] == k->param;
   cr_assert_eq(uses, 2);
 }
+
+// Megatron attention: q/k/v split on heads, the output projection on heads
+// (contracted), the MLP up on columns and down on rows: one all-reduce over
+// 'model' in forward per block (attention, MLP), nothing gathered.
+Test(shard, megatron_attention_one_all_reduce_per_block) {
+  Graph *g = compile("tests/gradcheck/attention.json", "tests/good/attention.dist.json", NULL, 16);
+  unsigned model = 1u << axis_of(g, "model");
+  cr_assert_eq(count(g, OP_ALLREDUCE, model, PH_FORWARD), 2);
+  cr_assert_eq(count(g, OP_ALLGATHER, model, PH_FORWARD), 0);
+  cr_assert_eq(count(g, OP_ALLTOALL, model, -1), 0);
+  cr_assert_eq(count(g, OP_ALLREDUCE_MAX, model, -1), 0);
+  // backward: the conjugates, where the replicated input fans out to the split branches
+  cr_assert_eq(count(g, OP_ALLREDUCE, model, PH_BACKWARD), 2);
+  // the scores [b, heads, t, s] stay split on heads
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op == OP_SOFTMAX) cr_assert_eq(n->place.axis[1], axis_of(g, "model"));
+  }
+}
+
+// keras-hub's Llama map splits query/key/value's contracted hidden dim over
+// 'model': it trains (mesh_equiv.sh), and the report says what it costs and,
+// where the heads divide, names the cheaper layout (Gemma's).
+Test(report, llama_map_warns_of_its_all_reduces) {
+  Graph *g = compile("models/llama.json", "tests/good/llama_hub.dist.json", NULL, 16);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  print_report(g, f, false);
+  fclose(f);
+  cr_assert(strstr(text, "warning: layer 'attn': attn/query/kernel ('model', 'batch', None) "
+                         "splits its contracted dim 0 over 'model', so every use ends in a "
+                         "reduction of its result over it (4096 bytes per device); ('batch', "
+                         "'model', None) would need none\n"), "%s", text);
+  cr_assert(strstr(text, "attn/key/kernel ('model', 'batch', None) splits its contracted dim 0"));
+  Graph *m = compile("models/gpt.json", "models/gpt.dist.json", NULL, 16);
+  f = open_memstream(&text, &len);
+  print_report(m, f, false);
+  fclose(f);
+  cr_assert(!strstr(text, "warning:"), "Megatron's map costs nothing avoidable: %s", text);
+}

@@ -26,3 +26,11 @@ extern "C" void kdrt_cuda_place_block(kdrt_cuda *d, float *out, const float *in,
                                d->impl->stream));
   if (d->impl->sync_each) KDRT_LAUNCHED(d, "place_block");
 }
+
+extern "C" void kdrt_cuda_pad_block(kdrt_cuda *d, float *out, const float *in, int64_t outer,
+                                    int64_t in_ext, int64_t off, int64_t out_ext, int64_t inner) {
+  size_t all = (size_t)(outer * out_ext * inner) * sizeof(float);
+  if (!all) return;
+  CUDA_CHECK(cudaMemsetAsync(out, 0, all, d->impl->stream));
+  kdrt_cuda_place_block(d, out, in, outer, in_ext, off, out_ext, inner);
+}

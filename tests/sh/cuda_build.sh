@@ -53,6 +53,7 @@ done
 # Multiply, Permute, a sum over a dim
 build per_token_dist models/per_token.json --distribution models/per_token.dist.json --batch-size 16
 build two_heads_dist models/two_heads.json --distribution models/two_heads.dist.json --batch-size 16
+build attention_dist tests/gradcheck/attention.json --distribution tests/good/attention.dist.json --batch-size 16
 build gated_dist tests/gradcheck/gated.json --distribution tests/good/gated.dist.json --batch-size 16
 build cnn_tf32 models/cnn.json --distribution models/cnn.dist.json --batch-size 16 --precision tf32
 # The command line refuses what it cannot do, with a message.

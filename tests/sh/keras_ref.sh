@@ -19,11 +19,6 @@ out=build/tests/keras_ref
 mkdir -p $out
 fail=0
 probe=""
-# Models whose features kdcc does not compile yet (attention, LayerNorm /
-# RMSNorm, keras_hub PositionEmbedding, ...): a compile error on their cases
-# is reported as SKIPPED, not a failure. Once kdcc compiles a case it is
-# checked like any other; take a model off this list when kdcc supports it.
-PENDING=" text_cls gpt vit llama "
 
 for ref in $fix/*/*.json; do
   case $ref in *.dist.json) continue ;; esac
@@ -41,16 +36,7 @@ for flag, key, one in (("--x", "x_files", "x.npy"), ("--y", "y_files", "y.npy"))
         print(flag)
         print(os.path.join(sys.argv[2], f))' "$ref" "$dir")
   exe=$out/$name
-  model=$(basename "$dir")
-  if [[ $PENDING == *" $model "* ]]; then
-    if ! err=$(./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" --batch-size "$batch" \
-               -w -o "$exe" 2>&1); then
-      echo "  $name: SKIPPED: kdcc does not compile it yet: $(tail -n 1 <<<"$err")"
-      continue
-    fi
-  else
-    ./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" --batch-size "$batch" -w -o "$exe"
-  fi
+  ./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" --batch-size "$batch" -w -o "$exe"
   if [ -z "$probe" ]; then
     # Initial weights must come from the fixture's .keras (kdcc's own
     # initializers draw other numbers than Keras's): nothing to compare

@@ -48,4 +48,15 @@ check two_heads two_heads.dist.json 16 data=1,model=1 data=2,model=4 data=1,mode
 check shared_dense shared_dense.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
 # Multiply, Permute (a transpose) and GlobalAveragePooling1D (a sum over a dim)
 check ../tests/gradcheck/gated ../tests/good/gated.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
+# a transformer block: token and position embeddings, layer norm, causal
+# multi-head attention (heads split over 'model', Megatron), RMS norm, gelu MLP
+check ../tests/gradcheck/attention ../tests/good/attention.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# grouped-query attention: 2 key/value heads repeated to 4 query heads, split over 'model'
+check ../tests/gradcheck/gqa ../tests/good/attention.dist.json 16 data=1,model=1 data=2,model=2 data=4,model=2
+# the keras_ref transformers: a GPT (Megatron, and FSDP with weights split over 'data')
+# and a Llama block (RMS norm, grouped-query attention, SwiGLU)
+check gpt gpt.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
+check gpt gpt_fsdp.dist.json 16 data=1,model=1 data=2,model=4
+check llama llama.dist.json 16 data=1,model=1 data=2,model=4
+check llama ../tests/good/llama_hub.dist.json 16 batch=1,model=1 batch=2,model=4
 exit $fail

@@ -9,7 +9,7 @@ out=build/tests/rows
 mkdir -p $out
 make -s build/libkdrt.a
 fail=0
-for m in models/seed_mlp models/cnn models/per_token models/two_heads models/shared_dense tests/gradcheck/gated; do
+for m in models/seed_mlp models/cnn models/per_token models/two_heads models/shared_dense tests/gradcheck/gated tests/gradcheck/attention; do
   name=$(basename $m)
   ./kdcc $m.json --batch-size 16 -w -S $out/$name
   mpicc -std=c11 -D_GNU_SOURCE -O2 -Iruntime -DPROGRAM="\"$PWD/$out/$name/program.c\"" \

@@ -1,0 +1,106 @@
+// norm.cu: layer and RMS normalization over the last dim (kdrt_norm,
+// kdrt_norm_grad), the scale over trailing dims (kdrt_col_mul) and the
+// causal mask of attention scores (kdrt_causal_mask), as ../ops.c computes
+// them. A normalization takes one warp a row: its statistics are summed in
+// double by the 32 lanes in a fixed pattern (lane, lane + 32, ...) and then
+// combined in a fixed butterfly order: deterministic from run to run, not
+// bit-identical to the CPU's one running sum.
+#include "common.cuh"
+
+__device__ static double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// mean (0 for rms) and 1 / sqrt(var + eps) of row xr, on every lane.
+__device__ static void row_stats(int rms, const float *xr, int64_t cols, float eps, double *mean,
+                                 double *rstd) {
+  int lane = threadIdx.x & 31;
+  double m = 0;
+  if (!rms) {
+    for (int64_t j = lane; j < cols; j += 32) m += xr[j];
+    m = warp_sum(m) / (double)cols;
+  }
+  double v = 0;
+  for (int64_t j = lane; j < cols; j += 32) v += (xr[j] - m) * (xr[j] - m);
+  v = warp_sum(v) / (double)cols;
+  *mean = m;
+  *rstd = 1.0 / sqrt(v + (double)eps);
+}
+
+// one warp a row, 8 rows a block
+__global__ static void norm_kernel(int rms, float *y, const float *x, int64_t rows, int64_t cols,
+                                   float eps) {
+  int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+  if (r >= rows) return;
+  const float *xr = x + r * cols;
+  double m, s;
+  row_stats(rms, xr, cols, eps, &m, &s);
+  for (int64_t j = threadIdx.x & 31; j < cols; j += 32) y[r * cols + j] = (float)((xr[j] - m) * s);
+}
+
+__global__ static void norm_grad_kernel(int rms, float *dx, const float *dy, const float *x,
+                                        int64_t rows, int64_t cols, float eps) {
+  int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+  if (r >= rows) return;
+  const float *xr = x + r * cols, *gr = dy + r * cols;
+  double m, s, sg = 0, sgh = 0;
+  row_stats(rms, xr, cols, eps, &m, &s);
+  for (int64_t j = threadIdx.x & 31; j < cols; j += 32) {
+    sg += gr[j];
+    sgh += gr[j] * (xr[j] - m) * s;
+  }
+  sg = warp_sum(sg);
+  sgh = warp_sum(sgh);
+  double mg = rms ? 0 : sg / (double)cols, mgh = sgh / (double)cols;
+  for (int64_t j = threadIdx.x & 31; j < cols; j += 32)
+    dx[r * cols + j] = (float)(s * (gr[j] - mg - (xr[j] - m) * s * mgh));
+}
+
+extern "C" void kdrt_cuda_norm(kdrt_cuda *d, int rms, float *y, const float *x, int64_t rows,
+                               int64_t cols, float eps) {
+  if (rows <= 0 || cols <= 0) return;
+  norm_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, d->impl->stream>>>(rms, y, x, rows, cols, eps);
+  KDRT_LAUNCHED(d, "norm_kernel");
+}
+
+extern "C" void kdrt_cuda_norm_grad(kdrt_cuda *d, int rms, float *dx, const float *dy,
+                                    const float *x, int64_t rows, int64_t cols, float eps) {
+  if (rows <= 0 || cols <= 0) return;
+  norm_grad_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, d->impl->stream>>>(rms, dx, dy, x, rows,
+                                                                             cols, eps);
+  KDRT_LAUNCHED(d, "norm_grad_kernel");
+}
+
+__global__ static void col_mul_kernel(float *out, const float *in, const float *g, int64_t rows,
+                                      int64_t cols) {
+  size_t n = (size_t)rows * (size_t)cols;
+  KDRT_FOR(e, n) out[e] = in[e] * g[e % (size_t)cols];
+}
+
+extern "C" void kdrt_cuda_col_mul(kdrt_cuda *d, float *out, const float *in, const float *g,
+                                  int64_t rows, int64_t cols) {
+  size_t n = (size_t)rows * (size_t)cols;
+  if (!n) return;
+  col_mul_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, g, rows, cols);
+  KDRT_LAUNCHED(d, "col_mul_kernel");
+}
+
+__global__ static void causal_mask_kernel(float *y, const float *x, int64_t outer, int64_t t,
+                                          int64_t u, int64_t t0, int64_t u0, float fill) {
+  size_t n = (size_t)outer * (size_t)t * (size_t)u;
+  KDRT_FOR(k, n) {
+    int64_t j = (int64_t)(k % (size_t)u), i = (int64_t)(k / (size_t)u % (size_t)t);
+    y[k] = u0 + j > t0 + i ? fill : x[k];
+  }
+}
+
+extern "C" void kdrt_cuda_causal_mask(kdrt_cuda *d, float *y, const float *x, int64_t outer,
+                                      int64_t t, int64_t u, int64_t t0, int64_t u0,
+                                      float fill) {
+  size_t n = (size_t)outer * (size_t)t * (size_t)u;
+  if (!n) return;
+  causal_mask_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, x, outer, t, u, t0,
+                                                                           u0, fill);
+  KDRT_LAUNCHED(d, "causal_mask_kernel");
+}

@@ -1,0 +1,123 @@
+// Tests for the normalization and attention kernels of runtime/ops.c:
+// kdrt_norm against a naive double-precision layer / RMS norm, kdrt_norm_grad
+// against central finite differences of kdrt_norm through L = sum(w * y),
+// kdrt_col_mul and kdrt_pad_block against loops, kdrt_causal_mask on a
+// block of a bigger score matrix (offsets t0, u0) against the whole one.
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kdrt.h"
+
+static uint64_t state = 0x2545F4914F6CDD1Dull;
+
+static float frand(void) {
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return (float)((state >> 40) * (1.0 / 16777216.0)) * 4.0f - 2.0f;
+}
+
+static float *rand_buf(size_t n) {
+  float *p = malloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) p[i] = frand();
+  return p;
+}
+
+enum { R = 5, C = 7 };
+
+static void check_norm(int rms) {
+  float eps = 1e-3f, *x = rand_buf(R * C), y[R * C];
+  kdrt_norm(rms, y, x, R, C, eps);
+  for (int r = 0; r < R; r++) {
+    double m = 0, v = 0;
+    for (int j = 0; j < C; j++) m += x[r * C + j];
+    m = rms ? 0 : m / C;
+    for (int j = 0; j < C; j++) v += (x[r * C + j] - m) * (x[r * C + j] - m);
+    v /= C;
+    for (int j = 0; j < C; j++)
+      cr_assert_float_eq(y[r * C + j], (x[r * C + j] - m) / sqrt(v + eps), 1e-5, "rms %d [%d, %d]",
+                         rms, r, j);
+  }
+  free(x);
+}
+
+Test(norm, layer_norm_and_rms_norm_against_naive) {
+  check_norm(0);
+  check_norm(1);
+}
+
+static void check_norm_grad(int rms) {
+  float eps = 1e-3f, *x = rand_buf(R * C), *w = rand_buf(R * C), dx[R * C], y[R * C];
+  kdrt_norm_grad(rms, dx, w, x, R, C, eps); // dy = w
+  for (int i = 0; i < R * C; i++) {
+    float x0 = x[i], h = 1e-2f;
+    double lp = 0, lm = 0;
+    x[i] = x0 + h;
+    kdrt_norm(rms, y, x, R, C, eps);
+    for (int k = 0; k < R * C; k++) lp += (double)w[k] * y[k];
+    x[i] = x0 - h;
+    kdrt_norm(rms, y, x, R, C, eps);
+    for (int k = 0; k < R * C; k++) lm += (double)w[k] * y[k];
+    x[i] = x0;
+    double num = (lp - lm) / (2.0 * h);
+    cr_assert(fabs(num - dx[i]) <= 2e-3 + 2e-2 * fabs(num), "rms %d [%d]: analytic %g numeric %g",
+              rms, i, dx[i], num);
+  }
+  free(x);
+  free(w);
+}
+
+Test(norm, gradients_against_finite_differences) {
+  check_norm_grad(0);
+  check_norm_grad(1);
+}
+
+Test(norm, col_mul_and_pad_block) {
+  float *x = rand_buf(R * C), *g = rand_buf(C), y[R * C];
+  kdrt_col_mul(y, x, g, R, C);
+  for (int i = 0; i < R * C; i++) cr_assert_eq(y[i], x[i] * g[i % C]);
+  // a [2, 3, 4] block placed at offset 2 of dim 1 (extent 6): zeros elsewhere
+  float in[2 * 3 * 4], out[2 * 6 * 4];
+  for (int i = 0; i < 24; i++) in[i] = (float)(i + 1);
+  for (int i = 0; i < 48; i++) out[i] = NAN;
+  kdrt_pad_block(out, in, 2, 3, 2, 6, 4);
+  for (int o = 0; o < 2; o++)
+    for (int i = 0; i < 6; i++)
+      for (int k = 0; k < 4; k++) {
+        float want = i >= 2 && i < 5 ? in[(o * 3 + i - 2) * 4 + k] : 0.0f;
+        cr_assert_eq(out[(o * 6 + i) * 4 + k], want, "[%d, %d, %d]", o, i, k);
+      }
+  free(x);
+  free(g);
+}
+
+// The whole [2, 6, 6] mask, and each (3 x 2) block of a 2 x 3 split of it.
+Test(norm, causal_mask_by_blocks) {
+  enum { O = 2, T = 6, U = 6 };
+  float *s = rand_buf(O * T * U), whole[O * T * U];
+  kdrt_causal_mask(whole, s, O, T, U, 0, 0, KDRT_MASKED);
+  for (int o = 0; o < O; o++)
+    for (int t = 0; t < T; t++)
+      for (int u = 0; u < U; u++) {
+        int k = (o * T + t) * U + u;
+        cr_assert_eq(whole[k], u > t ? KDRT_MASKED : s[k]);
+      }
+  for (int bt = 0; bt < 2; bt++)
+    for (int bu = 0; bu < 3; bu++) {
+      float in[O * 3 * 2], out[O * 3 * 2];
+      for (int o = 0; o < O; o++)
+        for (int t = 0; t < 3; t++)
+          for (int u = 0; u < 2; u++) in[(o * 3 + t) * 2 + u] = s[(o * T + bt * 3 + t) * U + bu * 2 + u];
+      kdrt_causal_mask(out, in, O, 3, 2, bt * 3, bu * 2, 0.0f);
+      for (int o = 0; o < O; o++)
+        for (int t = 0; t < 3; t++)
+          for (int u = 0; u < 2; u++) {
+            int gt = bt * 3 + t, gu = bu * 2 + u;
+            cr_assert_eq(out[(o * 3 + t) * 2 + u], gu > gt ? 0.0f : in[(o * 3 + t) * 2 + u],
+                         "block (%d, %d) [%d, %d, %d]", bt, bu, o, t, u);
+          }
+    }
+  free(s);
+}
