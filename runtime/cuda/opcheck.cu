@@ -68,14 +68,18 @@ static void check(const char *what, const float *g, const float *r, size_t n, do
   free(h);
 }
 
-static const char *act_names[] = {"linear", "relu", "sigmoid", "tanh", "gelu", "silu"};
+static const char *act_names[] = {
+#define KDRT_X(name, kname, from_x, f, df) kname,
+    KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+};
 
 static void check_elementwise(void) {
   const size_t n = 10007;
   float *hx = hrand(n, -4, 4), *hdy = hrand(n, -1, 1), *hy = hzero(n), *hdx = hzero(n);
   float *x = dev(hx, n), *dy = dev(hdy, n), *y = kdrt_cuda_alloc(n), *dx = kdrt_cuda_alloc(n);
   char name[64];
-  for (int a = KDRT_ACT_LINEAR; a <= KDRT_ACT_SILU; a++) {
+  for (int a = 0; a < KDRT_ACT_COUNT; a++) {
     kdrt_act(a, hy, hx, n);
     kdrt_cuda_act(D, a, y, x, n);
     snprintf(name, sizeof name, "act %s", act_names[a]);
@@ -113,7 +117,7 @@ static void check_bias(void) {
   float *hx = hrand(n, -3, 3), *hb = hrand((size_t)cols, -1, 1), *ref = hzero(n);
   float *x = dev(hx, n), *b = dev(hb, (size_t)cols), *y = kdrt_cuda_alloc(n);
   char name[64];
-  for (int a = KDRT_ACT_LINEAR; a <= KDRT_ACT_SILU; a++) {
+  for (int a = 0; a < KDRT_ACT_COUNT; a++) {
     kdrt_bias_act(a, ref, hx, hb, rows, cols);
     kdrt_cuda_bias_act(D, a, y, x, b, rows, cols);
     snprintf(name, sizeof name, "bias_act %s", act_names[a]);
@@ -125,6 +129,42 @@ static void check_bias(void) {
   check("bias_grad", y, gref, (size_t)cols, 1e-6);
   kdrt_cuda_free(x), kdrt_cuda_free(b), kdrt_cuda_free(y);
   free(hx), free(hb), free(ref), free(gref);
+}
+
+// layer and RMS norm and their gradients, the scale over trailing dims,
+// the causal mask (a block with offsets) and the zero-padded block.
+static void check_norm(void) {
+  const int64_t rows = 301, cols = 67;
+  size_t n = (size_t)(rows * cols);
+  float *hx = hrand(n, -3, 3), *hdy = hrand(n, -1, 1), *hg = hrand((size_t)cols, -1, 1);
+  float *ref = hzero(n), *x = dev(hx, n), *dy = dev(hdy, n), *g = dev(hg, (size_t)cols);
+  float *y = kdrt_cuda_alloc(n);
+  for (int rms = 0; rms < 2; rms++) {
+    kdrt_norm(rms, ref, hx, rows, cols, 1e-3f);
+    kdrt_cuda_norm(D, rms, y, x, rows, cols, 1e-3f);
+    check(rms ? "norm rms" : "norm", y, ref, n, 1e-6);
+    kdrt_norm_grad(rms, ref, hdy, hx, rows, cols, 1e-3f);
+    kdrt_cuda_norm_grad(D, rms, y, dy, x, rows, cols, 1e-3f);
+    check(rms ? "norm_grad rms" : "norm_grad", y, ref, n, 1e-5);
+  }
+  kdrt_col_mul(ref, hx, hg, rows, cols);
+  kdrt_cuda_col_mul(D, y, x, g, rows, cols);
+  check("col_mul", y, ref, n, 0);
+  // scores [7, 43, 67] as a block starting at query 5, key 11 of a bigger matrix
+  kdrt_causal_mask(ref, hx, 7, 43, 67, 5, 11, KDRT_MASKED);
+  kdrt_cuda_causal_mask(D, y, x, 7, 43, 67, 5, 11, KDRT_MASKED);
+  check("causal_mask", y, ref, n, 0);
+  kdrt_causal_mask(ref, hx, 7, 43, 67, 5, 11, 0.0f);
+  kdrt_cuda_causal_mask(D, y, x, 7, 43, 67, 5, 11, 0.0f);
+  check("causal_mask (gradient)", y, ref, n, 0);
+  // [rows, 20, cols/...]: a block of 20 rows placed at row 7 of 31, zeros elsewhere
+  size_t np = (size_t)(3 * 31 * 5);
+  float *pref = hzero(np), *py = kdrt_cuda_alloc(np);
+  kdrt_pad_block(pref, hx, 3, 20, 7, 31, 5);
+  kdrt_cuda_pad_block(D, py, x, 3, 20, 7, 31, 5);
+  check("pad_block", py, pref, np, 0);
+  kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(g), kdrt_cuda_free(y), kdrt_cuda_free(py);
+  free(hx), free(hdy), free(hg), free(ref), free(pref);
 }
 
 static void check_softmax(void) {
@@ -496,6 +536,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
   check_elementwise();
   check_bias();
   check_softmax();
+  check_norm();
   check_losses();
   check_xent();
   check_matmul();
