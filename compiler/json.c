@@ -65,7 +65,7 @@ static LocRec *insert(const json_t *v) {
     for (size_t i = 0; i < old_cap; i++)
       if (old[i].v)
         *insert(old[i].v) = old[i];
-    free(old);
+    xfree(old);
   }
   for (size_t i = hash_ptr(v) & (table_cap - 1);; i = (i + 1) & (table_cap - 1)) {
     if (table[i].v == v)
@@ -262,6 +262,12 @@ json_t *json_load_file_located(const char *path) {
   }
   char *text = read_file(path, &len);
   return json_load_text_located(path, text, len);
+}
+
+void json_forget_locations(void) {
+  table = NULL;
+  table_cap = table_len = 0;
+  memset(singleton_loc, 0, sizeof singleton_loc);
 }
 
 // ---- queries

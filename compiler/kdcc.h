@@ -49,7 +49,16 @@ void warn_at(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 // `kdcc: error: msg`, exit(1): errors with no place in a file (command line).
 noreturn void error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 noreturn void fatal_internal(const char *file, int line, const char *msg);
+// Diagnostics go to diag_out (stderr when NULL). An error calls error_exit,
+// which must not return (the fuzz target's longjmp), instead of exit(1).
+extern FILE *diag_out;
+extern void (*error_exit)(void);
+// Allocations live until exit, or until release_all() frees every one of
+// them (the fuzz target, between runs); "out of memory" is an error.
 void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t bytes);
+void xfree(void *p);
+void release_all(void);
 char *xstrdup(const char *s);
 // p (n elements used of *cap, each size bytes) with room for one more.
 void *xgrow(void *p, int n, int *cap, size_t size);
@@ -76,6 +85,8 @@ Loc jloc_key(const json_t *obj, const char *key);
 Loc jloc_idx(const json_t *arr, size_t i);
 // Where the key string of member `key` of obj starts, or obj's own position.
 Loc jloc_keyname(const json_t *obj, const char *key);
+// Forget every recorded position (the fuzz target, before release_all()).
+void json_forget_locations(void);
 
 // ---------------------------------------------------------------- load.c
 // The model as the user wrote it: layers with their resolved inbound edges.
@@ -207,6 +218,7 @@ typedef struct {
   int batch_axis;         // index into mesh, -1 when no distribution
   LayoutRule *rules;
   int nrules;
+  void *match_ctx;        // pcre2_match_context * (the match limit)
   const char *file;
   Loc loc;
 } Dist;

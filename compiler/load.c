@@ -562,11 +562,11 @@ static void load_functional(Model *m, json_t *cfg, json_t *layers) {
     order[i]->index = i;
   m->layers = order;
   m->nlayers = nordered;
-  free(color);
-  free(stack);
-  free(edge);
-  free(needed);
-  free(placed);
+  xfree(color);
+  xfree(stack);
+  xfree(edge);
+  xfree(needed);
+  xfree(placed);
 }
 
 // ---- compile_config

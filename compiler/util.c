@@ -1,9 +1,13 @@
-// util.c: diagnostics and small allocation helpers.
+// util.c: diagnostics and allocation.
 //
 // Every user-facing diagnostic goes through error_at / warn_at so that all
 // messages share one shape, `file:line:col: error: msg`, which editors and
 // the tests both parse. A location with no line prints as `file: error: msg`,
-// and one with no file as `kdcc: error: msg`. Errors flush stderr and exit(1).
+// and one with no file as `kdcc: error: msg`. Errors flush and exit(1).
+//
+// Memory: kdcc allocates and never frees (one compilation, then exit), but
+// every block is linked into one list, so that a process that compiles many
+// times (the fuzz target) can give everything back with release_all().
 #include "kdcc.h"
 
 #include <errno.h>
@@ -12,26 +16,35 @@
 #include <string.h>
 
 bool opt_quiet_warnings;
+FILE *diag_out;
+void (*error_exit)(void);
+
+static FILE *diag(void) { return diag_out ? diag_out : stderr; }
 
 static void print_loc(Loc loc) {
   if (!loc.file)
-    fprintf(stderr, "kdcc: ");
+    fprintf(diag(), "kdcc: ");
   else if (loc.line <= 0)
-    fprintf(stderr, "%s: ", loc.file);
+    fprintf(diag(), "%s: ", loc.file);
   else
-    fprintf(stderr, "%s:%d:%d: ", loc.file, loc.line, loc.col);
+    fprintf(diag(), "%s:%d:%d: ", loc.file, loc.line, loc.col);
+}
+
+static noreturn void stop(void) {
+  fflush(diag());
+  if (error_exit) error_exit(); // does not return
+  exit(1);
 }
 
 noreturn void error_at(Loc loc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   print_loc(loc);
-  fprintf(stderr, "error: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+  fprintf(diag(), "error: ");
+  vfprintf(diag(), fmt, ap);
+  fprintf(diag(), "\n");
   va_end(ap);
-  fflush(stderr);
-  exit(1);
+  stop();
 }
 
 void warn_at(Loc loc, const char *fmt, ...) {
@@ -40,22 +53,21 @@ void warn_at(Loc loc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   print_loc(loc);
-  fprintf(stderr, "warning: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+  fprintf(diag(), "warning: ");
+  vfprintf(diag(), fmt, ap);
+  fprintf(diag(), "\n");
   va_end(ap);
-  fflush(stderr);
+  fflush(diag());
 }
 
 noreturn void error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "kdcc: error: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+  fprintf(diag(), "kdcc: error: ");
+  vfprintf(diag(), fmt, ap);
+  fprintf(diag(), "\n");
   va_end(ap);
-  fflush(stderr);
-  exit(1);
+  stop();
 }
 
 noreturn void fatal_internal(const char *file, int line, const char *msg) {
@@ -64,18 +76,67 @@ noreturn void fatal_internal(const char *file, int line, const char *msg) {
   abort();
 }
 
+// ---- allocation
+
+typedef struct Block {
+  struct Block *prev, *next;
+  max_align_t align[]; // the caller's memory follows, aligned as malloc's
+} Block;
+
+static Block blocks = {&blocks, &blocks};
+
+static void *link_block(Block *b) {
+  b->prev = &blocks;
+  b->next = blocks.next;
+  blocks.next->prev = b;
+  blocks.next = b;
+  return b->align;
+}
+
+static Block *unlink_block(void *p) {
+  Block *b = (Block *)((char *)p - offsetof(Block, align));
+  b->prev->next = b->next;
+  b->next->prev = b->prev;
+  return b;
+}
+
 void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p)
+  size_t bytes;
+  if (__builtin_mul_overflow(n ? n : 1, size ? size : 1, &bytes) ||
+      bytes > SIZE_MAX - sizeof(Block))
     error("out of memory");
-  return p;
+  Block *b = calloc(1, sizeof(Block) + bytes);
+  if (!b)
+    error("out of memory");
+  return link_block(b);
+}
+
+void *xrealloc(void *p, size_t bytes) {
+  if (!p)
+    return xcalloc(1, bytes);
+  if (bytes > SIZE_MAX - sizeof(Block))
+    error("out of memory");
+  Block *b = unlink_block(p), *nb = realloc(b, sizeof(Block) + bytes);
+  if (!nb) {
+    link_block(b);
+    error("out of memory");
+  }
+  return link_block(nb);
+}
+
+void xfree(void *p) {
+  if (p)
+    free(unlink_block(p));
+}
+
+void release_all(void) {
+  while (blocks.next != &blocks)
+    free(unlink_block(blocks.next->align));
 }
 
 char *xstrdup(const char *s) {
-  char *p = strdup(s);
-  if (!p)
-    error("out of memory");
-  return p;
+  size_t n = strlen(s) + 1;
+  return memcpy(xcalloc(1, n), s, n);
 }
 
 char *format(const char *fmt, ...) {
@@ -86,13 +147,14 @@ char *format(const char *fmt, ...) {
   va_end(ap);
   if (n < 0)
     error("out of memory");
-  return s;
+  char *t = memcpy(xcalloc(1, (size_t)n + 1), s, (size_t)n + 1);
+  free(s);
+  return t;
 }
 
 void *xgrow(void *p, int n, int *cap, size_t size) {
   if (n < *cap) return p;
+  if (*cap > INT32_MAX / 2) error("out of memory");
   *cap = *cap ? 2 * *cap : 16;
-  p = realloc(p, (size_t)*cap * size);
-  if (!p) error("out of memory");
-  return p;
+  return xrealloc(p, (size_t)*cap * size);
 }

@@ -2,6 +2,8 @@
 // every diagnostic by its exact text.
 #include <criterion/criterion.h>
 #include <math.h>
+#include <setjmp.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "capture.h"
@@ -587,4 +589,42 @@ Test(util, message_formats) {
   cr_assert_str_eq(c.err, "kdcc: error: --mesh x\n");
   cr_assert_eq(c.status, 1);
   cr_assert_str_eq(format("%s/%d", "a", 3), "a/3");
+}
+
+// What the fuzz target needs: diagnostics into a stream, an error that jumps back
+// instead of exiting, and every allocation freed at once.
+static jmp_buf jump;
+static void jump_back(void) { longjmp(jump, 1); }
+
+Test(util, diag_out_error_exit_and_release_all) {
+  char *text;
+  size_t len;
+  diag_out = open_memstream(&text, &len);
+  error_exit = jump_back;
+  volatile bool returned = false;
+  if (!setjmp(jump)) {
+    warn_at((Loc){"f.json", 1, 1}, "w");
+    error_at((Loc){"f.json", 1, 2}, "e %d", 2);
+    returned = true;
+  }
+  error_exit = NULL;
+  fclose(diag_out);
+  diag_out = NULL;
+  cr_assert_not(returned);
+  cr_assert_str_eq(text, "f.json:1:1: warning: w\nf.json:1:2: error: e 2\n");
+  int *a = xcalloc(4, sizeof *a);
+  a[3] = 7;
+  a = xrealloc(a, 1000 * sizeof *a);
+  cr_assert_eq(a[3], 7);
+  cr_assert_eq((uintptr_t)a % _Alignof(max_align_t), 0);
+  xfree(xstrdup("x"));
+  int cap = 0;
+  int *g = xgrow(NULL, 0, &cap, sizeof *g);
+  cr_assert_eq(cap, 16);
+  g[15] = 1;
+  release_all(); // a, g and everything before them
+  Captured c;
+  IN_CHILD(c, xcalloc(SIZE_MAX / 2, 4));
+  cr_assert_str_eq(c.err, "kdcc: error: out of memory\n");
+  cr_assert_eq(c.status, 1);
 }
