@@ -97,13 +97,14 @@ static void load_mesh(Mesh *mesh, json_t *v) {
       error_at(jloc_idx(names, (size_t)i), "device mesh: 'axis_names' entry %d must be a "
                "non-empty string", i);
     mesh->shape[i] = (int)json_integer_value(d);
+    mesh->size_loc[i] = jloc_idx(shape, (size_t)i);
     mesh->names[i] = json_string_value(a);
     if (mesh_axis(mesh, mesh->names[i]) != i)
       error_at(jloc_idx(names, (size_t)i), "device mesh: axis name '%s' appears twice",
                mesh->names[i]);
-    mesh->size *= mesh->shape[i];
-    if (mesh->size > 65536)
+    if ((int64_t)mesh->size * mesh->shape[i] > 65536)
       error_at(mesh->loc, "device mesh has more than 65536 devices");
+    mesh->size *= mesh->shape[i];
   }
 }
 
@@ -191,6 +192,9 @@ static void override_mesh(Mesh *mesh, const char *text) {
   mesh->size = 1;
   for (int i = 0; i < n; i++) {
     mesh->shape[i] = shape[i];
+    mesh->size_loc[i] = (Loc){0};
+    if ((int64_t)mesh->size * shape[i] > 65536)
+      error("--mesh '%s': the device mesh has more than 65536 devices", text);
     mesh->size *= shape[i];
   }
   xfree(copy);
@@ -240,7 +244,7 @@ static Dist *parse_dist(const char *file, json_t *root) {
         error_at(jloc(devices), "'devices' must be a positive number of devices or a list of "
                  "devices");
       d->mesh = (Mesh){.ndim = 1, .shape = {(int)n}, .names = {"batch"}, .size = (int)n,
-                       .loc = jloc(devices)};
+                       .loc = jloc(devices), .size_loc = {jloc(devices)}};
     } else {
       error_at(d->loc, "DataParallel needs 'device_mesh' or 'devices'");
     }

@@ -65,6 +65,15 @@ void *xgrow(void *p, int n, int *cap, size_t size);
 char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern bool opt_quiet_warnings;
 
+// Sizes kdcc compiles: every dimension at most MAX_DIM (the runtime's window
+// ops and BLAS take int extents), every tensor at most MAX_ELEMS elements
+// (4 TiB of float32). Products and sums of sizes go through size_mul and
+// size_add, which saturate at INT64_MAX instead of overflowing.
+#define MAX_DIM INT32_MAX
+#define MAX_ELEMS (INT64_C(1) << 40)
+int64_t size_mul(int64_t a, int64_t b);
+int64_t size_add(int64_t a, int64_t b);
+
 // ---------------------------------------------------------------- json.c
 // jansson does not keep positions, so after it parses a document we walk
 // the text once more in step with the tree and record where each value
@@ -181,6 +190,11 @@ bool cfg_bool(const Layer *l, const char *key, bool def);
 const char *cfg_str(const Layer *l, const char *key, const char *def);
 // A list of ints (e.g. kernel_size, strides: an int n means [n, n]); returns count.
 int cfg_ints(const Layer *l, const char *key, int64_t *out, int max);
+// A size (units, filters): an integer in [1, MAX_DIM], else an error at the
+// value; `def` when absent. cfg_sizes: cfg_ints whose every entry is one
+// (kernel_size, strides, pool_size).
+int64_t cfg_size(const Layer *l, const char *key, int64_t def);
+int cfg_sizes(const Layer *l, const char *key, int64_t *out, int max);
 
 // ---------------------------------------------------------------- dist.c
 // Mesh, layouts and the LayoutMap.
@@ -191,6 +205,7 @@ typedef struct {
   const char *names[MAX_AXES];
   int size;               // product of shape
   Loc loc;
+  Loc size_loc[MAX_AXES]; // where each axis's size is written (no file: --mesh)
 } Mesh;
 
 // A placement: per tensor dim the mesh axis it is split over (-1:

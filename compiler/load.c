@@ -119,6 +119,31 @@ int cfg_ints(const Layer *l, const char *key, int64_t *out, int max) {
   return n;
 }
 
+// A size (units, filters, a window's extent): an error at the value unless
+// it is an integer in [1, MAX_DIM].
+static int64_t check_size(const Layer *l, const char *key, Loc at, int64_t v) {
+  if (v <= 0)
+    error_at(at, "layer '%s': '%s' must be positive", l->name, key);
+  if (v > MAX_DIM)
+    error_at(at, "layer '%s': '%s' is %lld; a dimension may be at most %d", l->name, key,
+             (long long)v, MAX_DIM);
+  return v;
+}
+
+int64_t cfg_size(const Layer *l, const char *key, int64_t def) {
+  if (!cfg_get(l, key))
+    return def;
+  return check_size(l, key, jloc_key(l->cfg, key), cfg_int(l, key, def));
+}
+
+int cfg_sizes(const Layer *l, const char *key, int64_t *out, int max) {
+  int n = cfg_ints(l, key, out, max);
+  json_t *v = cfg_get(l, key);
+  for (int i = 0; i < n; i++)
+    check_size(l, key, json_is_array(v) ? jloc_idx(v, (size_t)i) : jloc(v), out[i]);
+  return n;
+}
+
 // ---- layers
 
 static const char *get_str(json_t *obj, const char *key) {
@@ -205,13 +230,22 @@ static void set_input_shape(Layer *l, json_t *shape, const char *what, bool has_
                "integer", l->name, what);
   }
   l->in_rank = n - first;
+  int64_t elems = 1;
   for (int i = first; i < n; i++) {
     json_t *d = json_array_get(shape, (size_t)i);
     if (!json_is_integer(d) || json_integer_value(d) <= 0)
       error_at(jloc_idx(shape, (size_t)i), "layer '%s': dimension %d of '%s' must be a positive "
                "integer (dynamic shapes are not supported)", l->name, i, what);
+    if (json_integer_value(d) > MAX_DIM)
+      error_at(jloc_idx(shape, (size_t)i), "layer '%s': dimension %d of '%s' is %lld; a "
+               "dimension may be at most %d", l->name, i, what,
+               (long long)json_integer_value(d), MAX_DIM);
     l->in_shape[i - first] = json_integer_value(d);
+    elems = size_mul(elems, l->in_shape[i - first]);
   }
+  if (elems > MAX_ELEMS)
+    error_at(at, "layer '%s': '%s' makes samples of %lld elements; a tensor may hold at most "
+             "2^40 (%lld)", l->name, what, (long long)elems, (long long)MAX_ELEMS);
 }
 
 static void input_layer_shape(Layer *l) {
@@ -321,18 +355,18 @@ static TensorRef resolve(Model *m, Layer *user, const char *what, json_t *h) {
     error_at(jloc_idx(h, 0), "layer '%s' takes input from unknown layer '%s'", user->name, name);
   if (!src)
     error_at(jloc_idx(h, 0), "'%s' names unknown layer '%s'", what, name);
-  int node = (int)json_integer_value(json_array_get(h, 1));
-  int tensor = (int)json_integer_value(json_array_get(h, 2));
+  json_int_t node = json_integer_value(json_array_get(h, 1));
+  json_int_t tensor = json_integer_value(json_array_get(h, 2));
   int ncalls = src->ncalls ? src->ncalls : 1;
   if (node < 0 || node >= ncalls)
-    error_at(jloc_idx(h, 1), "%s uses call %d of layer '%s', which is called %d time%s", who,
-             node, name, ncalls, ncalls == 1 ? "" : "s");
+    error_at(jloc_idx(h, 1), "%s uses call %lld of layer '%s', which is called %d time%s", who,
+             (long long)node, name, ncalls, ncalls == 1 ? "" : "s");
   if (node > 0)
     src = src->calls[node];
   if (tensor != 0)
-    error_at(jloc_idx(h, 2), "%s uses output %d of layer '%s', which has one output", who, tensor,
-             name);
-  return (TensorRef){src, node, tensor, jloc(h)};
+    error_at(jloc_idx(h, 2), "%s uses output %lld of layer '%s', which has one output", who,
+             (long long)tensor, name);
+  return (TensorRef){src, (int)node, 0, jloc(h)};
 }
 
 static void add_input(Model *m, Layer *l, json_t *h) {

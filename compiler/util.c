@@ -1,4 +1,4 @@
-// util.c: diagnostics and allocation.
+// util.c: diagnostics, allocation and size arithmetic.
 //
 // Every user-facing diagnostic goes through error_at / warn_at so that all
 // messages share one shape, `file:line:col: error: msg`, which editors and
@@ -8,6 +8,12 @@
 // Memory: kdcc allocates and never frees (one compilation, then exit), but
 // every block is linked into one list, so that a process that compiles many
 // times (the fuzz target) can give everything back with release_all().
+//
+// Sizes: a dimension is at most MAX_DIM and a tensor holds at most
+// MAX_ELEMS elements; the loader and the graph builder reject larger ones
+// at the JSON value. Products and sums of sizes use size_mul / size_add,
+// which saturate at INT64_MAX instead of wrapping, so that a chain of them
+// is checked once, at its end.
 #include "kdcc.h"
 
 #include <errno.h>
@@ -157,4 +163,16 @@ void *xgrow(void *p, int n, int *cap, size_t size) {
   if (*cap > INT32_MAX / 2) error("out of memory");
   *cap = *cap ? 2 * *cap : 16;
   return xrealloc(p, (size_t)*cap * size);
+}
+
+// ---- sizes
+
+int64_t size_mul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+int64_t size_add(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
 }

@@ -416,6 +416,22 @@ Test(bad, dynamic_input_dimension) {
                "'batch_shape' must be a positive integer (dynamic shapes are not supported)");
 }
 
+Test(bad, input_dimension_of_2_31) {
+  EXPECT_ERROR("tests/bad/dim_2_31.json", "3:65: error: layer 'input_layer': dimension 1 of "
+               "'batch_shape' is 2147483648; a dimension may be at most 2147483647");
+}
+
+Test(bad, input_sample_over_2_40_elements) {
+  EXPECT_ERROR("tests/bad/sample_2_40.json", "3:58: error: layer 'input_layer': 'batch_shape' "
+               "makes samples of 2199023255552 elements; a tensor may hold at most 2^40 "
+               "(1099511627776)");
+}
+
+Test(bad, node_index_past_int) {
+  EXPECT_ERROR("tests/bad/node_index_2_32.json", "5:29: error: layer 'd' uses call 4294967296 of "
+               "layer 'x', which is called 1 time");
+}
+
 Test(bad, dangling_reference_keras3) {
   EXPECT_ERROR("tests/bad/dangling.json",
                "5:136: error: layer 'd1' takes input from unknown layer 'nope'");
