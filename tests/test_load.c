@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "capture.h"
 #include "kdcc.h"
@@ -82,6 +83,36 @@ Test(json, keras_archive_without_config) {
 
 Test(json, keras_archive_not_a_zip) {
   EXPECT_ERROR("tests/bad/not_zip.keras", " error: not a .keras file (not a zip archive, or a truncated one)");
+}
+
+Test(json, nul_character_without_janssons_flag_name) {
+  EXPECT_ERROR("tests/bad/nul_string.json", "1:58: error: \\u0000 (a NUL character) in a string "
+               "is not supported near '\"a\\u0000b\"'");
+}
+
+Test(json, keras_archive_crc_error) {
+  EXPECT_ERROR("tests/bad/keras_crc.keras",
+               " error: damaged .keras archive: cannot read config.json: CRC error");
+}
+
+Test(json, keras_archive_shorter_than_its_entry) {
+  EXPECT_ERROR("tests/bad/keras_short.keras", " error: damaged .keras archive: config.json ends "
+               "after 5230 of the 6230 bytes its entry gives");
+}
+
+Test(json, keras_archive_inflating_too_far_is_not_read) {
+  EXPECT_ERROR("tests/bad/keras_bomb.keras",
+               " error: config.json inflates to 536870912 bytes; kdcc reads at most 64 MiB");
+}
+
+Test(json, file_over_the_limit_is_not_read_whole) {
+  FILE *f = fopen("build/tests/big.json", "w");
+  cr_assert_not_null(f);
+  cr_assert_eq(ftruncate(fileno(f), (64 << 20) + 1), 0);
+  fclose(f);
+  expect_load("build/tests/big.json", 1, "build/tests/big.json: error: the file is larger than "
+              "64 MiB, the most kdcc reads\n");
+  remove("build/tests/big.json");
 }
 
 // ---------------------------------------------------------------- good models
