@@ -3,7 +3,8 @@
 // Every user-facing diagnostic goes through error_at / warn_at so that all
 // messages share one shape, `file:line:col: error: msg`, which editors and
 // the tests both parse. A location with no line prints as `file: error: msg`,
-// and one with no file as `kdcc: error: msg`. Errors flush and exit(1).
+// and one with no file as `kdcc: error: msg`; one line each, whatever the
+// user's names hold. Errors flush and exit(1).
 //
 // Memory: kdcc allocates and never frees (one compilation, then exit), but
 // every block is linked into one list, so that a process that compiles many
@@ -36,6 +37,24 @@ static void print_loc(Loc loc) {
     fprintf(diag(), "%s:%d:%d: ", loc.file, loc.line, loc.col);
 }
 
+// The message on one line: control characters that came from the user's
+// text (a layer named "a\nb") are written as escapes.
+static void print_msg(const char *kind, const char *fmt, va_list ap) {
+  char *s;
+  if (vasprintf(&s, fmt, ap) < 0)
+    s = NULL;
+  fprintf(diag(), "%s: ", kind);
+  for (const unsigned char *p = (const unsigned char *)(s ? s : "out of memory"); *p; p++) {
+    if (*p == '\n') fputs("\\n", diag());
+    else if (*p == '\t') fputs("\\t", diag());
+    else if (*p == '\r') fputs("\\r", diag());
+    else if (*p < 0x20 || *p == 0x7f) fprintf(diag(), "\\x%02x", *p);
+    else fputc(*p, diag());
+  }
+  fputc('\n', diag());
+  free(s);
+}
+
 static noreturn void stop(void) {
   fflush(diag());
   if (error_exit) error_exit(); // does not return
@@ -46,9 +65,7 @@ noreturn void error_at(Loc loc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   print_loc(loc);
-  fprintf(diag(), "error: ");
-  vfprintf(diag(), fmt, ap);
-  fprintf(diag(), "\n");
+  print_msg("error", fmt, ap);
   va_end(ap);
   stop();
 }
@@ -59,9 +76,7 @@ void warn_at(Loc loc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   print_loc(loc);
-  fprintf(diag(), "warning: ");
-  vfprintf(diag(), fmt, ap);
-  fprintf(diag(), "\n");
+  print_msg("warning", fmt, ap);
   va_end(ap);
   fflush(diag());
 }
@@ -69,9 +84,8 @@ void warn_at(Loc loc, const char *fmt, ...) {
 noreturn void error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(diag(), "kdcc: error: ");
-  vfprintf(diag(), fmt, ap);
-  fprintf(diag(), "\n");
+  print_loc((Loc){0});
+  print_msg("error", fmt, ap);
   va_end(ap);
   stop();
 }

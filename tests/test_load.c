@@ -90,6 +90,13 @@ Test(json, nul_character_without_janssons_flag_name) {
                "is not supported near '\"a\\u0000b\"'");
 }
 
+// A diagnostic is one line: control characters of the user's text are escaped.
+Test(json, control_characters_in_messages) {
+  EXPECT_ERROR("tests/bad/escape_newline.json", "3:1: error: invalid escape near '\"a\\u0\\n'");
+  EXPECT_ERROR("tests/bad/control_name.json",
+               "1:76: error: model 'a\\tb\\nc\\x01' has no layers");
+}
+
 Test(json, keras_archive_crc_error) {
   EXPECT_ERROR("tests/bad/keras_crc.keras",
                " error: damaged .keras archive: cannot read config.json: CRC error");
