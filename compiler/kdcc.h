@@ -71,6 +71,9 @@ extern bool opt_quiet_warnings;
 // size_add, which saturate at INT64_MAX instead of overflowing.
 #define MAX_DIM INT32_MAX
 #define MAX_ELEMS (INT64_C(1) << 40)
+// Layers a model may have (each call of a shared layer counts): passes
+// after the loader are not all linear in the model's size.
+#define MAX_LAYERS 10000
 int64_t size_mul(int64_t a, int64_t b);
 int64_t size_add(int64_t a, int64_t b);
 
@@ -166,6 +169,8 @@ typedef struct {
   bool sequential;
   Layer **layers;         // in file order; Sequential gets its chain of edges filled in
   int nlayers;
+  Layer **names;          // load.c: a hash of the layers by name (find_layer)
+  size_t names_cap;
   Layer **inputs;         // input layers
   int ninputs;
   TensorRef *outputs;

@@ -470,6 +470,25 @@ Test(bad, node_index_past_int) {
                "layer 'x', which is called 1 time");
 }
 
+// More than MAX_LAYERS (a chain of 100,000 layers took minutes in the passes after the loader).
+Test(bad, too_many_layers) {
+  char *text;
+  size_t len;
+  FILE *f = open_memstream(&text, &len);
+  fprintf(f, "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": [\n"
+             "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 2], "
+             "\"name\": \"i\"}}");
+  for (int i = 0; i < MAX_LAYERS; i++)
+    fprintf(f, ",\n{\"class_name\": \"Activation\", \"config\": {\"name\": \"a%d\"}}", i);
+  fprintf(f, "]}}");
+  fclose(f);
+  Captured c;
+  IN_CHILD(c, load_text(text));
+  cr_assert_str_eq(c.err, "inline.json:1:64: error: model 's' has 10001 layers (each call of a "
+                          "shared layer counted); kdcc compiles at most 10000\n");
+  cr_assert_eq(c.status, 1);
+}
+
 Test(bad, dangling_reference_keras3) {
   EXPECT_ERROR("tests/bad/dangling.json",
                "5:136: error: layer 'd1' takes input from unknown layer 'nope'");
@@ -511,6 +530,10 @@ Test(bad, tensor_in_kwargs) {
 Test(bad, unknown_output_layer) {
   EXPECT_ERROR("tests/bad/unknown_output.json",
                "5:52: error: 'output_layers' names unknown layer 'dd'");
+}
+
+Test(bad, input_listed_twice) { // three entries overflowed the list of two layers
+  EXPECT_ERROR("tests/bad/input_twice.json", "6:33: error: 'input_layers' lists layer 'x' twice");
 }
 
 Test(bad, input_layers_names_a_dense) {
