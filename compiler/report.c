@@ -151,7 +151,8 @@ static char *human(int64_t b) {
 
 static char *mesh_text(const Mesh *m) {
   char *s = "(";
-  for (int a = 0; a < m->ndim; a++) s = format("%s%s%s=%d", s, a ? ", " : "", m->names[a], m->shape[a]);
+  for (int a = 0; a < m->ndim; a++)
+    s = format("%s%s%s=%d", s, a ? ", " : "", m->names[a], m->shape[a]);
   return format("%s)", s);
 }
 
