@@ -66,7 +66,7 @@ test: setup all $(TEST_BINS)
 # Everything the build and the tests need, installed once (safe to repeat).
 DEBS = build-essential pkg-config libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev \
        openmpi-bin zlib1g-dev libcriterion-dev python3 libzip-dev libhdf5-dev \
-       dataset-fashion-mnist
+       dataset-fashion-mnist clang libclang-rt-dev
 setup:
 	@missing=$$(for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then echo "setup: installing $$missing"; \
@@ -107,6 +107,24 @@ build/asan/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def
 	$(CC) $(KCFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -c -o $@ $<
 build/asan/kdcc: $(ASAN_OBJS)
 	$(CC) -fsanitize=address,undefined -o $@ $^ $(KLIBS)
+
+# ---- fuzz: the front end under libFuzzer with ASan and UBSan (fuzz/fuzz_frontend.c). `make fuzz`
+# runs a campaign of FUZZ_SECONDS from the seeds (tests/good, tests/bad, models, fuzz/corpus) and
+# what earlier campaigns found (build/fuzz/corpus); tests/sh/fuzz.sh (part of `make test`) runs
+# one of about a minute and skips, saying so, without clang's fuzzer runtime.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+               -Wno-format-nonliteral
+FUZZ_OBJS     = $(LIB_OBJS:build/compiler/%.o=build/fuzz/%.o)
+build/fuzz/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(KCFLAGS) -O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN) -c -o $@ $<
+build/fuzz/fuzz_frontend: fuzz/fuzz_frontend.c $(FUZZ_OBJS)
+	$(FUZZ_CC) $(KCFLAGS) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(KLIBS)
+fuzz:
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/sh/fuzz.sh
+.PHONY: fuzz
 
 # ---- CUDA backend (kdcc --target cuda): runtime/cuda/*.cu as build/libkdrt_cuda.a.
 # Part of `all` when nvcc is found (else `all` says it skipped it, in one line); `make

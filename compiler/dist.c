@@ -97,20 +97,34 @@ static void load_mesh(Mesh *mesh, json_t *v) {
       error_at(jloc_idx(names, (size_t)i), "device mesh: 'axis_names' entry %d must be a "
                "non-empty string", i);
     mesh->shape[i] = (int)json_integer_value(d);
+    mesh->size_loc[i] = jloc_idx(shape, (size_t)i);
     mesh->names[i] = json_string_value(a);
     if (mesh_axis(mesh, mesh->names[i]) != i)
       error_at(jloc_idx(names, (size_t)i), "device mesh: axis name '%s' appears twice",
                mesh->names[i]);
-    mesh->size *= mesh->shape[i];
-    if (mesh->size > 65536)
+    if ((int64_t)mesh->size * mesh->shape[i] > 65536)
       error_at(mesh->loc, "device mesh has more than 65536 devices");
+    mesh->size *= mesh->shape[i];
   }
 }
+
+// PCRE2 allocates through util.c (release_all frees its patterns too).
+static void *re_alloc(PCRE2_SIZE n, void *unused) { return xcalloc(1, n); }
+static void re_free(void *p, void *unused) { xfree(p); }
+
+// A layout key's match gives up after this many steps (PCRE2's default is
+// 10 million): a key that backtracks that far is an error, not a hang.
+#define RE_MATCH_LIMIT 1000000
 
 static void load_layout_map(Dist *d, json_t *lm) {
   if (!json_is_object(lm))
     error_at(jloc(lm), "'layout_map' must be an object mapping paths to layouts");
   d->rules = xcalloc(json_object_size(lm), sizeof(LayoutRule));
+  pcre2_general_context *gc = pcre2_general_context_create(re_alloc, re_free, NULL);
+  pcre2_compile_context *cc = pcre2_compile_context_create(gc);
+  d->match_ctx = pcre2_match_context_create(gc);
+  if (!gc || !cc || !d->match_ctx) error("out of memory");
+  pcre2_set_match_limit(d->match_ctx, RE_MATCH_LIMIT);
   const char *key;
   json_t *val;
   json_object_foreach(lm, key, val) {
@@ -121,7 +135,7 @@ static void load_layout_map(Dist *d, json_t *lm) {
     int err;
     PCRE2_SIZE off;
     r->re = pcre2_compile((PCRE2_SPTR)key, PCRE2_ZERO_TERMINATED,
-                          PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_UTF, &err, &off, NULL);
+                          PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_UTF, &err, &off, cc);
     if (!r->re) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof msg);
@@ -178,9 +192,12 @@ static void override_mesh(Mesh *mesh, const char *text) {
   mesh->size = 1;
   for (int i = 0; i < n; i++) {
     mesh->shape[i] = shape[i];
+    mesh->size_loc[i] = (Loc){0};
+    if ((int64_t)mesh->size * shape[i] > 65536)
+      error("--mesh '%s': the device mesh has more than 65536 devices", text);
     mesh->size *= shape[i];
   }
-  free(copy);
+  xfree(copy);
 }
 
 static const char *spec_keys[] = {"distribution", "device_mesh", "devices", "batch_dim_name",
@@ -227,7 +244,7 @@ static Dist *parse_dist(const char *file, json_t *root) {
         error_at(jloc(devices), "'devices' must be a positive number of devices or a list of "
                  "devices");
       d->mesh = (Mesh){.ndim = 1, .shape = {(int)n}, .names = {"batch"}, .size = (int)n,
-                       .loc = jloc(devices)};
+                       .loc = jloc(devices), .size_loc = {jloc(devices)}};
     } else {
       error_at(d->loc, "DataParallel needs 'device_mesh' or 'devices'");
     }
@@ -277,9 +294,10 @@ Dist *load_dist(Model *m, const char *dist_path, const char *mesh_override) {
 
 // ---- lookup
 
-static bool re_match(LayoutRule *r, const char *path) {
+static bool re_match(const Dist *d, LayoutRule *r, const char *path) {
   pcre2_match_data *md = pcre2_match_data_create_from_pattern(r->re, NULL);
-  int rc = pcre2_match(r->re, (PCRE2_SPTR)path, PCRE2_ZERO_TERMINATED, 0, 0, md, NULL);
+  if (!md) error("out of memory");
+  int rc = pcre2_match(r->re, (PCRE2_SPTR)path, PCRE2_ZERO_TERMINATED, 0, 0, md, d->match_ctx);
   pcre2_match_data_free(md);
   if (rc < PCRE2_ERROR_NOMATCH) {
     PCRE2_UCHAR msg[256];
@@ -309,7 +327,7 @@ bool dist_lookup(Dist *d, const char *path, const char *layer, int rank, const i
     int nmatch = 0;
     char *keys = "";
     for (int i = 0; i < d->nrules; i++)
-      if (re_match(&d->rules[i], path)) {
+      if (re_match(d, &d->rules[i], path)) {
         if (!r)
           r = &d->rules[i];
         keys = format("%s%s'%s'", keys, nmatch ? ", " : "", d->rules[i].key);
@@ -364,16 +382,16 @@ static int levenshtein(const char *a, const char *b) {
     }
   }
   int dist = row[m];
-  free(row);
+  xfree(row);
   return dist;
 }
 
 // Does the key (exactly, or as a regex) match a trailing part of `path`
 // that starts after a '/'? That is the "d1/kernel" for "sequential/d1/kernel"
 // mistake.
-static bool matches_suffix(LayoutRule *r, const char *path) {
+static bool matches_suffix(const Dist *d, LayoutRule *r, const char *path) {
   for (const char *p = strchr(path, '/'); p; p = strchr(p + 1, '/'))
-    if (!strcmp(p + 1, r->key) || re_match(r, p + 1))
+    if (!strcmp(p + 1, r->key) || re_match(d, r, p + 1))
       return true;
   return false;
 }
@@ -386,7 +404,7 @@ void dist_warn_unused(Dist *d, const char **paths, int npaths) {
     const char *hint = NULL, *near = NULL;
     int best = (int)strlen(r->key) / 2 + 1; // this far or farther is no hint
     for (int j = 0; j < npaths && !hint; j++)
-      if (matches_suffix(r, paths[j]))
+      if (matches_suffix(d, r, paths[j]))
         hint = paths[j];
     // Else the nearest path by edit distance, the first one on ties.
     for (int j = 0; j < npaths && !hint; j++) {

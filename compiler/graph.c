@@ -21,22 +21,16 @@ bool shape_eq(const Shape *a, const Shape *b) {
 }
 
 char *shape_str(const Shape *s) {
-  char buf[256];
-  int n = snprintf(buf, sizeof buf, "[");
-  for (int i = 0; i < s->rank; i++)
-    n += snprintf(buf + n, sizeof buf - n, "%s%lld", i ? ", " : "", (long long)s->d[i]);
-  snprintf(buf + n, sizeof buf - n, "]");
-  return xstrdup(buf);
+  char *b = "[";
+  for (int i = 0; i < s->rank; i++) b = format("%s%s%lld", b, i ? ", " : "", (long long)s->d[i]);
+  return format("%s]", b);
 }
 
 // A layer output's shape as Keras prints it: the batch dim as None.
 static char *kshape(const Shape *s) {
-  char buf[256];
-  int n = snprintf(buf, sizeof buf, "(None");
-  for (int i = 1; i < s->rank; i++)
-    n += snprintf(buf + n, sizeof buf - n, ", %lld", (long long)s->d[i]);
-  snprintf(buf + n, sizeof buf - n, s->rank == 1 ? ",)" : ")");
-  return xstrdup(buf);
+  char *b = "(None";
+  for (int i = 1; i < s->rank; i++) b = format("%s, %lld", b, (long long)s->d[i]);
+  return format("%s%s", b, s->rank == 1 ? ",)" : ")");
 }
 
 uint64_t hash_str(const char *s) {
@@ -243,13 +237,17 @@ static Node *layer_input(Layer *l, int i) {
 }
 
 static Node *build_dense(Graph *g, Layer *l, Node *x) {
-  int64_t units = cfg_int(l, "units", -1);
+  int64_t units = cfg_size(l, "units", -1);
   if (units <= 0) error_at(jloc_key(l->cfg, "units"), "layer '%s': 'units' must be positive",
                            l->name);
   if (x->shape.rank < 2)
     error_at(l->loc, "layer '%s': Dense needs an input of rank 2 or more, got %s", l->name,
              kshape(&x->shape));
   int64_t k = x->shape.d[x->shape.rank - 1];
+  if (size_mul(k, units) > MAX_ELEMS)
+    error_at(jloc_key(l->cfg, "units"), "layer '%s': a kernel of [%lld, %lld] would hold more "
+             "than 2^40 elements, the most a tensor may hold", l->name, (long long)k,
+             (long long)units);
   Shape out = x->shape;
   out.d[out.rank - 1] = units;
   Node *w = new_var(g, l, "kernel", (Shape){2, {k, units}}, "kernel_initializer",
@@ -570,12 +568,12 @@ static Node *build_conv2d(Graph *g, Layer *l, Node *x) {
   if (x->shape.rank != 4)
     error_at(l->loc, "layer '%s': Conv2D needs an input of rank 4 (batch, h, w, c), got %s",
              l->name, kshape(&x->shape));
-  int64_t filters = cfg_int(l, "filters", -1), ks[2] = {0, 0}, st[2] = {1, 1}, dil[2] = {1, 1};
+  int64_t filters = cfg_size(l, "filters", -1), ks[2] = {0, 0}, st[2] = {1, 1}, dil[2] = {1, 1};
   if (filters <= 0)
     error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
-  if (cfg_ints(l, "kernel_size", ks, 2) != 2 || ks[0] <= 0 || ks[1] <= 0)
+  if (cfg_sizes(l, "kernel_size", ks, 2) != 2)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
-  cfg_ints(l, "strides", st, 2);
+  cfg_sizes(l, "strides", st, 2);
   cfg_ints(l, "dilation_rate", dil, 2);
   if (dil[0] != 1 || dil[1] != 1)
     error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': dilation is not supported yet",
@@ -592,13 +590,22 @@ static Node *build_conv2d(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': kernel %lldx%lld does not fit the input %s", l->name,
              (long long)ks[0], (long long)ks[1], kshape(&x->shape));
   int64_t ci = x->shape.d[3];
+  if (size_mul(size_mul(ks[0], ks[1]), size_mul(ci, filters)) > MAX_ELEMS)
+    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': a kernel of [%lld, %lld, %lld, %lld] "
+             "would hold more than 2^40 elements, the most a tensor may hold", l->name,
+             (long long)ks[0], (long long)ks[1], (long long)ci, (long long)filters);
+  // its im2col scratch: a row of kh * kw * ci per output pixel
+  int64_t scratch = size_mul(size_mul(x->shape.d[0], size_mul(oh, ow)),
+                             size_mul(size_mul(ks[0], ks[1]), ci));
+  if (scratch > MAX_ELEMS)
+    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its im2col buffer would hold more "
+             "than 2^40 elements, the most a tensor may hold", l->name);
   Node *f = new_var(g, l, "kernel", (Shape){4, {ks[0], ks[1], ci, filters}}, "kernel_initializer",
                     "glorot_uniform");
   Node *y = new_node2(g, OP_CONV2D, x, f, (Shape){4, {x->shape.d[0], oh, ow, filters}});
   y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl};
   y->layer = l->name;
   y->loc = l->loc;
-  int64_t scratch = shape_elems(&y->shape) / filters * ks[0] * ks[1] * ci;
   if (scratch > g->scratch_floats) g->scratch_floats = scratch;
   if (cfg_bool(l, "use_bias", true)) {
     Node *b = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
@@ -613,9 +620,9 @@ static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': MaxPooling2D needs an input of rank 4, got %s", l->name,
              kshape(&x->shape));
   int64_t ps[2] = {2, 2}, st[2];
-  cfg_ints(l, "pool_size", ps, 2);
+  cfg_sizes(l, "pool_size", ps, 2);
   st[0] = ps[0], st[1] = ps[1];
-  cfg_ints(l, "strides", st, 2);
+  cfg_sizes(l, "strides", st, 2);
   bool same = parse_padding(l);
   int64_t oh, ow;
   int pt, pl;
@@ -640,15 +647,16 @@ static Node *build_reshape(Graph *g, Layer *l, Node *x) {
   int unknown = -1;
   for (int i = 0; i < n; i++) {
     if (t[i] == -1 && unknown < 0) unknown = i;
-    else if (t[i] <= 0) error_at(jloc(ts), "layer '%s': bad target_shape entry %lld", l->name,
-                                 (long long)t[i]);
-    else known *= t[i];
+    else if (t[i] <= 0 || t[i] > MAX_DIM)
+      error_at(jloc(ts), "layer '%s': bad target_shape entry %lld", l->name, (long long)t[i]);
+    else known = size_mul(known, t[i]);
     s.d[i + 1] = t[i];
   }
   if (unknown >= 0 && per % known == 0) s.d[unknown + 1] = per / known, known = per;
   if (known != per)
-    error_at(jloc(ts), "layer '%s': cannot reshape %s to target_shape with %lld elements",
-             l->name, kshape(&x->shape), (long long)known);
+    error_at(jloc(ts), "layer '%s': cannot reshape %s to target_shape with %s elements",
+             l->name, kshape(&x->shape), known > MAX_ELEMS ? "more than 2^40"
+                                                           : format("%lld", (long long)known));
   return new_node1(g, OP_RESHAPE, x, s);
 }
 
@@ -728,7 +736,7 @@ static Node *build_embedding(Graph *g, Layer *l, Node *ids) {
   if (ids->dtype != DT_I32)
     error_at(l->in[0].loc, "layer '%s': Embedding takes integer ids, but '%s' is float32 (give "
              "the InputLayer dtype 'int32')", l->name, l->in[0].layer->name);
-  int64_t v = cfg_int(l, "input_dim", -1), dim = cfg_int(l, "output_dim", -1);
+  int64_t v = cfg_size(l, "input_dim", -1), dim = cfg_size(l, "output_dim", -1);
   if (v <= 0) error_at(jloc_key(l->cfg, "input_dim"), "layer '%s': 'input_dim' must be positive",
                        l->name);
   if (dim <= 0) error_at(jloc_key(l->cfg, "output_dim"), "layer '%s': 'output_dim' must be "
@@ -746,6 +754,10 @@ static Node *build_embedding(Graph *g, Layer *l, Node *ids) {
   }
   if (ids->shape.rank + 1 > MAX_RANK)
     error_at(l->loc, "layer '%s': input rank too large", l->name);
+  if (size_mul(v, dim) > MAX_ELEMS)
+    error_at(jloc_key(l->cfg, "output_dim"), "layer '%s': a table of [%lld, %lld] would hold "
+             "more than 2^40 elements, the most a tensor may hold", l->name, (long long)v,
+             (long long)dim);
   Node *t = new_var(g, l, "embeddings", (Shape){2, {v, dim}}, "embeddings_initializer",
                     "uniform");
   Shape out = ids->shape;
@@ -946,15 +958,28 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
   g->dist = d;
   g->batch = batch;
   g->phase = PH_FORWARD;
-  if (d->batch_axis >= 0 && batch % d->mesh.shape[d->batch_axis])
-    error("batch size %d is not divisible by mesh axis '%s' (size %d)", batch,
-          d->mesh.names[d->batch_axis], d->mesh.shape[d->batch_axis]);
+  int ba = d->batch_axis;
+  if (ba >= 0 && batch % d->mesh.shape[ba]) // at the axis's size (none: --mesh gave it)
+    error_at(d->mesh.size_loc[ba], "batch size %d is not divisible by mesh axis '%s' (size %d%s),"
+             " which splits the batch; use a --batch-size that is a multiple of %d", batch,
+             d->mesh.names[ba], d->mesh.shape[ba], d->mesh.size_loc[ba].file ? "" : ", from --mesh",
+             d->mesh.shape[ba]);
 
   const char **outs = xcalloc(m->nlayers, sizeof *outs);
   for (int i = 0; i < m->nlayers; i++) {
     Layer *l = m->layers[i];
     int first = g->nnodes;
     Node *y = build_layer(g, l);
+    for (int k = first; k < g->nnodes; k++) { // every tensor within the limits (kdcc.h)
+      const Shape *s = &g->nodes[k]->shape;
+      for (int j = 0; j < s->rank; j++)
+        if (s->d[j] > MAX_DIM)
+          error_at(l->loc, "layer '%s': a tensor of shape %s: dimension %d is over %d, the most "
+                   "kdcc supports", l->name, shape_str(s), j, MAX_DIM);
+      if (shape_elems(s) > MAX_ELEMS)
+        error_at(l->loc, "layer '%s': a tensor of shape %s (batch %d) holds more than 2^40 "
+                 "elements, the most a tensor may hold", l->name, shape_str(s), batch);
+    }
     for (int k = first; k < g->nnodes; k++) // name the layer's own nodes
       if (!g->nodes[k]->layer || g->nodes[k]->op != OP_PARAM) {
         g->nodes[k]->layer = l->name;

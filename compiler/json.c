@@ -14,7 +14,9 @@
 // characters (UTF-8 sequences), as jansson's own error columns do.
 //
 // A `.keras` file is a zip archive; its `config.json` member is read with
-// libzip.
+// libzip, every failure reported with libzip's own reason. No JSON text
+// (a file, or config.json as it inflates) may be over MAX_JSON_BYTES: that
+// is checked before anything is read whole.
 #include "kdcc.h"
 
 #include <errno.h>
@@ -22,6 +24,10 @@
 #include <string.h>
 #include <unistd.h>
 #include <zip.h>
+
+// A Keras config.json is at most a few MiB; this bounds what a damaged or
+// hostile archive can make kdcc inflate (README: Limits).
+#define MAX_JSON_BYTES (64 << 20)
 
 typedef struct {
   const json_t *v;
@@ -65,7 +71,7 @@ static LocRec *insert(const json_t *v) {
     for (size_t i = 0; i < old_cap; i++)
       if (old[i].v)
         *insert(old[i].v) = old[i];
-    free(old);
+    xfree(old);
   }
   for (size_t i = hash_ptr(v) & (table_cap - 1);; i = (i + 1) & (table_cap - 1)) {
     if (table[i].v == v)
@@ -184,9 +190,15 @@ static Loc walk(Scan *s, json_t *v) {
 json_t *json_load_text_located(const char *name, const char *text, size_t len) {
   json_error_t err;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-  if (!root)
+  if (!root) {
+    // jansson names its flag for NUL characters; the user wrote no flag
+    const char *flag = " is not allowed without JSON_ALLOW_NUL", *p = strstr(err.text, flag);
+    char *msg = p ? format("%.*s (a NUL character) in a string is not supported%s",
+                           (int)(p - err.text), err.text, p + strlen(flag))
+                  : err.text;
     error_at((Loc){name, err.line > 0 ? err.line : 1, err.column > 0 ? err.column : 1}, "%s",
-             err.text);
+             msg);
+  }
   // A UTF-8 byte order mark is not JSON; jansson rejects it, so the text
   // starts with the root value (after optional white space).
   Scan s = {xstrdup(name), text, text + len, 1, 1};
@@ -196,31 +208,61 @@ json_t *json_load_text_located(const char *name, const char *text, size_t len) {
 
 // ---- .keras archives
 
+// Every error about the archive: the archive is closed first.
+static noreturn void zip_fail(zip_t *z, zip_file_t *f, const char *path, char *msg) {
+  if (f) zip_fclose(f);
+  if (z) zip_discard(z);
+  error_at((Loc){path, 0, 0}, "%s", msg);
+}
+
 // The `config.json` member of the .keras (zip) archive at path, through
-// libzip, as a malloc'd buffer.
+// libzip, as a buffer of *out_len bytes (and a NUL).
 static char *zip_config_json(const char *path, size_t *out_len) {
-  Loc where = {path, 0, 0};
   int zerr = 0;
   zip_t *z = zip_open(path, ZIP_RDONLY, &zerr);
   if (!z) {
-    if (zerr == ZIP_ER_NOZIP || zerr == ZIP_ER_INCONS)
-      error_at(where, "not a .keras file (not a zip archive, or a truncated one)");
+    if (zerr == ZIP_ER_NOZIP)
+      zip_fail(NULL, NULL, path, "not a .keras file (not a zip archive, or a truncated one)");
     zip_error_t ze;
     zip_error_init_with_code(&ze, zerr);
-    error_at(where, "cannot read the .keras archive: %s", zip_error_strerror(&ze));
+    char *msg = format("damaged .keras archive: %s", zip_error_strerror(&ze));
+    zip_error_fini(&ze);
+    zip_fail(NULL, NULL, path, msg);
   }
+  zip_int64_t idx = zip_name_locate(z, "config.json", 0);
+  if (idx < 0) zip_fail(z, NULL, path, "no config.json in the .keras archive");
   zip_stat_t st;
-  if (zip_stat(z, "config.json", 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
-    error_at(where, "no config.json in the .keras archive");
-  zip_file_t *f = zip_fopen(z, "config.json", 0);
-  if (!f) error_at(where, "cannot open config.json in the .keras archive: %s", zip_strerror(z));
+  if (zip_stat_index(z, (zip_uint64_t)idx, 0, &st) != 0)
+    zip_fail(z, NULL, path, format("damaged .keras archive: config.json: %s", zip_strerror(z)));
+  if (!(st.valid & ZIP_STAT_SIZE))
+    zip_fail(z, NULL, path, "damaged .keras archive: config.json has no size");
+  if (st.size > MAX_JSON_BYTES)
+    zip_fail(z, NULL, path, format("config.json inflates to %llu bytes; kdcc reads at most %d "
+                                   "MiB", (unsigned long long)st.size, MAX_JSON_BYTES >> 20));
+  zip_file_t *f = zip_fopen_index(z, (zip_uint64_t)idx, 0);
+  if (!f)
+    zip_fail(z, NULL, path, format("cannot open config.json in the .keras archive: %s",
+                                   zip_strerror(z)));
   char *out = xcalloc((size_t)st.size + 1, 1);
-  zip_int64_t n = zip_fread(f, out, st.size);
-  if (n < 0 || (zip_uint64_t)n != st.size)
-    error_at(where, "corrupt .keras archive (cannot read config.json: %s)",
-             zip_file_strerror(f));
+  zip_int64_t n = st.size ? zip_fread(f, out, st.size) : 0;
+  if (n < 0)
+    zip_fail(z, f, path, format("damaged .keras archive: cannot read config.json: %s",
+                                zip_file_strerror(f)));
+  if ((zip_uint64_t)n != st.size)
+    zip_fail(z, f, path, format("damaged .keras archive: config.json ends after %lld of the "
+                                "%llu bytes its entry gives", (long long)n,
+                                (unsigned long long)st.size));
+  // Read on to the end: libzip checks the CRC there.
+  char more;
+  zip_int64_t m = zip_fread(f, &more, 1);
+  if (m < 0)
+    zip_fail(z, f, path, format("damaged .keras archive: cannot read config.json: %s",
+                                zip_file_strerror(f)));
+  if (m > 0)
+    zip_fail(z, f, path, format("damaged .keras archive: config.json holds more than the %llu "
+                                "bytes its entry gives", (unsigned long long)st.size));
   zip_fclose(f);
-  zip_close(z);
+  zip_discard(z);
   *out_len = (size_t)st.size;
   return out;
 }
@@ -230,19 +272,26 @@ static char *read_file(const char *path, size_t *len) {
   if (!f)
     error("cannot open '%s': %s", path, strerror(errno));
   size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
+  char *buf = xcalloc(cap + 1, 1);
   for (;;) {
-    if (!buf)
-      error("out of memory");
     n += fread(buf + n, 1, cap - n, f);
-    if (n < cap)
+    if (n > MAX_JSON_BYTES) {
+      fclose(f);
+      error_at((Loc){path, 0, 0}, "the file is larger than %d MiB, the most kdcc reads",
+               MAX_JSON_BYTES >> 20);
+    }
+    if (n < cap || ferror(f))
       break;
-    cap *= 2;
-    buf = realloc(buf, cap);
+    cap = cap * 2 > MAX_JSON_BYTES ? MAX_JSON_BYTES + 1 : cap * 2;
+    buf = xrealloc(buf, cap + 1);
   }
-  if (ferror(f))
-    error("cannot read '%s': %s", path, strerror(errno));
+  if (ferror(f)) {
+    int e = errno;
+    fclose(f);
+    error("cannot read '%s': %s", path, strerror(e));
+  }
   fclose(f);
+  buf[n] = 0;
   *len = n;
   return buf;
 }
@@ -262,6 +311,12 @@ json_t *json_load_file_located(const char *path) {
   }
   char *text = read_file(path, &len);
   return json_load_text_located(path, text, len);
+}
+
+void json_forget_locations(void) {
+  table = NULL;
+  table_cap = table_len = 0;
+  memset(singleton_loc, 0, sizeof singleton_loc);
 }
 
 // ---- queries

@@ -49,12 +49,33 @@ void warn_at(Loc loc, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 // `kdcc: error: msg`, exit(1): errors with no place in a file (command line).
 noreturn void error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 noreturn void fatal_internal(const char *file, int line, const char *msg);
+// Diagnostics go to diag_out (stderr when NULL). An error calls error_exit,
+// which must not return (the fuzz target's longjmp), instead of exit(1).
+extern FILE *diag_out;
+extern void (*error_exit)(void);
+// Allocations live until exit, or until release_all() frees every one of
+// them (the fuzz target, between runs); "out of memory" is an error.
 void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t bytes);
+void xfree(void *p);
+void release_all(void);
 char *xstrdup(const char *s);
 // p (n elements used of *cap, each size bytes) with room for one more.
 void *xgrow(void *p, int n, int *cap, size_t size);
 char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern bool opt_quiet_warnings;
+
+// Sizes kdcc compiles: every dimension at most MAX_DIM (the runtime's window
+// ops and BLAS take int extents), every tensor at most MAX_ELEMS elements
+// (4 TiB of float32). Products and sums of sizes go through size_mul and
+// size_add, which saturate at INT64_MAX instead of overflowing.
+#define MAX_DIM INT32_MAX
+#define MAX_ELEMS (INT64_C(1) << 40)
+// Layers a model may have (each call of a shared layer counts): passes
+// after the loader are not all linear in the model's size.
+#define MAX_LAYERS 10000
+int64_t size_mul(int64_t a, int64_t b);
+int64_t size_add(int64_t a, int64_t b);
 
 // ---------------------------------------------------------------- json.c
 // jansson does not keep positions, so after it parses a document we walk
@@ -76,6 +97,8 @@ Loc jloc_key(const json_t *obj, const char *key);
 Loc jloc_idx(const json_t *arr, size_t i);
 // Where the key string of member `key` of obj starts, or obj's own position.
 Loc jloc_keyname(const json_t *obj, const char *key);
+// Forget every recorded position (the fuzz target, before release_all()).
+void json_forget_locations(void);
 
 // ---------------------------------------------------------------- load.c
 // The model as the user wrote it: layers with their resolved inbound edges.
@@ -147,6 +170,8 @@ typedef struct {
   bool sequential;
   Layer **layers;         // in file order; Sequential gets its chain of edges filled in
   int nlayers;
+  Layer **names;          // load.c: a hash of the layers by name (find_layer)
+  size_t names_cap;
   Layer **inputs;         // input layers
   int ninputs;
   TensorRef *outputs;
@@ -171,6 +196,11 @@ bool cfg_bool(const Layer *l, const char *key, bool def);
 const char *cfg_str(const Layer *l, const char *key, const char *def);
 // A list of ints (e.g. kernel_size, strides: an int n means [n, n]); returns count.
 int cfg_ints(const Layer *l, const char *key, int64_t *out, int max);
+// A size (units, filters): an integer in [1, MAX_DIM], else an error at the
+// value; `def` when absent. cfg_sizes: cfg_ints whose every entry is one
+// (kernel_size, strides, pool_size).
+int64_t cfg_size(const Layer *l, const char *key, int64_t def);
+int cfg_sizes(const Layer *l, const char *key, int64_t *out, int max);
 
 // ---------------------------------------------------------------- dist.c
 // Mesh, layouts and the LayoutMap.
@@ -181,6 +211,7 @@ typedef struct {
   const char *names[MAX_AXES];
   int size;               // product of shape
   Loc loc;
+  Loc size_loc[MAX_AXES]; // where each axis's size is written (no file: --mesh)
 } Mesh;
 
 // A placement: per tensor dim the mesh axis it is split over (-1:
@@ -208,6 +239,7 @@ typedef struct {
   int batch_axis;         // index into mesh, -1 when no distribution
   LayoutRule *rules;
   int nrules;
+  void *match_ctx;        // pcre2_match_context * (the match limit)
   const char *file;
   Loc loc;
 } Dist;

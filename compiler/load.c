@@ -39,11 +39,26 @@ static bool is_input(const Layer *l) {
   return !strcmp(l->cls, "InputLayer");
 }
 
+// Layers by name: an open-addressing hash (Model.names) holding the first
+// Layer of each name in Model.layers, so that a model of many layers loads
+// in linear time.
+static Layer **name_slot(Model *m, const char *name) {
+  size_t mask = m->names_cap - 1;
+  for (size_t i = hash_str(name) & mask;; i = (i + 1) & mask)
+    if (!m->names[i] || !strcmp(m->names[i]->name, name))
+      return &m->names[i];
+}
+
+static void index_names(Model *m) {
+  for (int i = 0; i < m->nlayers; i++) {
+    Layer **slot = name_slot(m, m->layers[i]->name);
+    if (!*slot)
+      *slot = m->layers[i];
+  }
+}
+
 Layer *find_layer(Model *m, const char *name) {
-  for (int i = 0; i < m->nlayers; i++)
-    if (!strcmp(m->layers[i]->name, name))
-      return m->layers[i];
-  return NULL;
+  return m->names ? *name_slot(m, name) : NULL;
 }
 
 // ---- typed config getters
@@ -115,6 +130,31 @@ int cfg_ints(const Layer *l, const char *key, int64_t *out, int max) {
   return n;
 }
 
+// A size (units, filters, a window's extent): an error at the value unless
+// it is an integer in [1, MAX_DIM].
+static int64_t check_size(const Layer *l, const char *key, Loc at, int64_t v) {
+  if (v <= 0)
+    error_at(at, "layer '%s': '%s' must be positive", l->name, key);
+  if (v > MAX_DIM)
+    error_at(at, "layer '%s': '%s' is %lld; a dimension may be at most %d", l->name, key,
+             (long long)v, MAX_DIM);
+  return v;
+}
+
+int64_t cfg_size(const Layer *l, const char *key, int64_t def) {
+  if (!cfg_get(l, key))
+    return def;
+  return check_size(l, key, jloc_key(l->cfg, key), cfg_int(l, key, def));
+}
+
+int cfg_sizes(const Layer *l, const char *key, int64_t *out, int max) {
+  int n = cfg_ints(l, key, out, max);
+  json_t *v = cfg_get(l, key);
+  for (int i = 0; i < n; i++)
+    check_size(l, key, json_is_array(v) ? jloc_idx(v, (size_t)i) : jloc(v), out[i]);
+  return n;
+}
+
 // ---- layers
 
 static const char *get_str(json_t *obj, const char *key) {
@@ -155,6 +195,7 @@ static void add_layer(Model *m, Layer *l) {
              old->loc.line);
   l->index = m->nlayers;
   m->layers[m->nlayers++] = l;
+  *name_slot(m, l->name) = l;
 }
 
 // A layer envelope {"class_name", "config", ["name"], ...}.
@@ -201,13 +242,22 @@ static void set_input_shape(Layer *l, json_t *shape, const char *what, bool has_
                "integer", l->name, what);
   }
   l->in_rank = n - first;
+  int64_t elems = 1;
   for (int i = first; i < n; i++) {
     json_t *d = json_array_get(shape, (size_t)i);
     if (!json_is_integer(d) || json_integer_value(d) <= 0)
       error_at(jloc_idx(shape, (size_t)i), "layer '%s': dimension %d of '%s' must be a positive "
                "integer (dynamic shapes are not supported)", l->name, i, what);
+    if (json_integer_value(d) > MAX_DIM)
+      error_at(jloc_idx(shape, (size_t)i), "layer '%s': dimension %d of '%s' is %lld; a "
+               "dimension may be at most %d", l->name, i, what,
+               (long long)json_integer_value(d), MAX_DIM);
     l->in_shape[i - first] = json_integer_value(d);
+    elems = size_mul(elems, l->in_shape[i - first]);
   }
+  if (elems > MAX_ELEMS)
+    error_at(at, "layer '%s': '%s' makes samples of %lld elements; a tensor may hold at most "
+             "2^40 (%lld)", l->name, what, (long long)elems, (long long)MAX_ELEMS);
 }
 
 static void input_layer_shape(Layer *l) {
@@ -317,18 +367,18 @@ static TensorRef resolve(Model *m, Layer *user, const char *what, json_t *h) {
     error_at(jloc_idx(h, 0), "layer '%s' takes input from unknown layer '%s'", user->name, name);
   if (!src)
     error_at(jloc_idx(h, 0), "'%s' names unknown layer '%s'", what, name);
-  int node = (int)json_integer_value(json_array_get(h, 1));
-  int tensor = (int)json_integer_value(json_array_get(h, 2));
+  json_int_t node = json_integer_value(json_array_get(h, 1));
+  json_int_t tensor = json_integer_value(json_array_get(h, 2));
   int ncalls = src->ncalls ? src->ncalls : 1;
   if (node < 0 || node >= ncalls)
-    error_at(jloc_idx(h, 1), "%s uses call %d of layer '%s', which is called %d time%s", who,
-             node, name, ncalls, ncalls == 1 ? "" : "s");
+    error_at(jloc_idx(h, 1), "%s uses call %lld of layer '%s', which is called %d time%s", who,
+             (long long)node, name, ncalls, ncalls == 1 ? "" : "s");
   if (node > 0)
     src = src->calls[node];
   if (tensor != 0)
-    error_at(jloc_idx(h, 2), "%s uses output %d of layer '%s', which has one output", who, tensor,
-             name);
-  return (TensorRef){src, node, tensor, jloc(h)};
+    error_at(jloc_idx(h, 2), "%s uses output %lld of layer '%s', which has one output", who,
+             (long long)tensor, name);
+  return (TensorRef){src, (int)node, 0, jloc(h)};
 }
 
 static void add_input(Model *m, Layer *l, json_t *h) {
@@ -425,16 +475,26 @@ static json_t *triples(json_t *cfg, const char *key) {
   return v;
 }
 
-// Depth-first search along inbound edges; a grey layer reached again closes
+// Depth-first search along inbound edges from root, without recursion (a
+// chain of many layers is deep): stack[d] is the layer at depth d and
+// edge[d] the input of it being explored. A grey layer reached again closes
 // a cycle, which the message spells out from that layer around.
 enum { WHITE, GREY, BLACK };
 
-static void dfs_cycle(Layer *l, char *color, Layer **stack, int *edge, int depth) {
-  color[l->index] = GREY;
-  stack[depth] = l;
-  for (int i = 0; i < l->nin; i++) {
+static void dfs_cycle(Layer *root, char *color, Layer **stack, int *edge) {
+  int depth = 0;
+  stack[0] = root;
+  edge[0] = -1;
+  color[root->index] = GREY;
+  while (depth >= 0) {
+    Layer *l = stack[depth];
+    int i = ++edge[depth];
+    if (i >= l->nin) {
+      color[l->index] = BLACK;
+      depth--;
+      continue;
+    }
     Layer *s = l->in[i].layer;
-    edge[depth] = i;
     if (color[s->index] == GREY) {
       int k = depth;
       while (stack[k] != s)
@@ -445,18 +505,54 @@ static void dfs_cycle(Layer *l, char *color, Layer **stack, int *edge, int depth
       msg = format("%s takes input from '%s'", msg, s->name);
       error_at(s->in[edge[k]].loc, "cycle in the model: layer %s", msg);
     }
-    if (color[s->index] == WHITE)
-      dfs_cycle(s, color, stack, edge, depth + 1);
+    if (color[s->index] == WHITE) {
+      color[s->index] = GREY;
+      stack[++depth] = s;
+      edge[depth] = -1;
+    }
   }
-  color[l->index] = BLACK;
 }
 
-static void mark_needed(Layer *l, bool *needed) {
+// Marks l and everything it takes input from; work holds room for every layer.
+static void mark_needed(Layer *l, bool *needed, Layer **work) {
   if (needed[l->index])
     return;
+  int top = 0;
   needed[l->index] = true;
-  for (int i = 0; i < l->nin; i++)
-    mark_needed(l->in[i].layer, needed);
+  work[top++] = l;
+  while (top > 0) {
+    Layer *x = work[--top];
+    for (int i = 0; i < x->nin; i++)
+      if (!needed[x->in[i].layer->index]) {
+        needed[x->in[i].layer->index] = true;
+        work[top++] = x->in[i].layer;
+      }
+  }
+}
+
+// A min-heap of layer indices: the ready layer earliest in file order.
+static void heap_push(int *h, int *n, int v) {
+  int i = (*n)++;
+  for (; i > 0 && h[(i - 1) / 2] > v; i = (i - 1) / 2)
+    h[i] = h[(i - 1) / 2];
+  h[i] = v;
+}
+
+static int heap_pop(int *h, int *n) {
+  int top = h[0], v = h[--*n], i = 0;
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= *n)
+      break;
+    if (c + 1 < *n && h[c + 1] < h[c])
+      c++;
+    if (h[c] >= v)
+      break;
+    h[i] = h[c];
+    i = c;
+  }
+  h[i] = v;
+  return top;
 }
 
 static void load_functional(Model *m, json_t *cfg, json_t *layers) {
@@ -494,6 +590,9 @@ static void load_functional(Model *m, json_t *cfg, json_t *layers) {
       if (!is_input(r.layer))
         error_at(r.loc, "'input_layers' names layer '%s', which is not an InputLayer",
                  r.layer->name);
+      for (int k = 0; k < m->ninputs; k++)
+        if (m->inputs[k] == r.layer)
+          error_at(r.loc, "'input_layers' lists layer '%s' twice", r.layer->name);
       m->inputs[m->ninputs++] = r.layer;
     }
   } else {
@@ -520,13 +619,13 @@ static void load_functional(Model *m, json_t *cfg, json_t *layers) {
   int *edge = xcalloc((size_t)n, sizeof(int));
   for (int i = 0; i < n; i++)
     if (color[i] == WHITE)
-      dfs_cycle(m->layers[i], color, stack, edge, 0);
+      dfs_cycle(m->layers[i], color, stack, edge);
 
   // Keep the inputs and what the outputs need; order topologically,
-  // preferring file order.
+  // preferring file order (Kahn's algorithm, the earliest ready layer first).
   bool *needed = xcalloc((size_t)n, sizeof(bool));
   for (int i = 0; i < m->noutputs; i++)
-    mark_needed(m->outputs[i].layer, needed);
+    mark_needed(m->outputs[i].layer, needed, stack);
   for (int i = 0; i < m->ninputs; i++)
     needed[m->inputs[i]->index] = true;
   for (int i = 0; i < n; i++)
@@ -535,35 +634,51 @@ static void load_functional(Model *m, json_t *cfg, json_t *layers) {
               m->layers[i]->shared ? format("call %d of layer '%s'", m->layers[i]->call,
                                             m->layers[i]->name)
                                    : format("layer '%s'", m->layers[i]->name));
-  Layer **order = xcalloc((size_t)n, sizeof(Layer *));
-  bool *placed = xcalloc((size_t)n, sizeof(bool));
-  int nordered = 0;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int i = 0; i < n; i++) {
+  // users[first[i] .. first[i + 1]): the layers taking input from layer i, once per edge
+  int *first = xcalloc((size_t)n + 1, sizeof(int)), *users = NULL, *pending = NULL;
+  for (int i = 0; i < n; i++)
+    if (needed[i])
+      for (int j = 0; j < m->layers[i]->nin; j++)
+        first[m->layers[i]->in[j].layer->index + 1]++;
+  for (int i = 0; i < n; i++)
+    first[i + 1] += first[i];
+  users = xcalloc((size_t)first[n] + 1, sizeof(int));
+  pending = xcalloc((size_t)n, sizeof(int));
+  int *fill = xcalloc((size_t)n, sizeof(int)), *heap = edge, nheap = 0;
+  for (int i = 0; i < n; i++)
+    if (needed[i]) {
       Layer *l = m->layers[i];
-      if (!needed[i] || placed[i])
-        continue;
-      bool ready = true;
-      for (int j = 0; j < l->nin; j++)
-        ready &= placed[l->in[j].layer->index];
-      if (ready) {
-        placed[i] = true;
-        order[nordered++] = l;
-        progress = true;
-        break; // restart: the earliest ready layer in file order goes next
+      for (int j = 0; j < l->nin; j++) {
+        int src = l->in[j].layer->index;
+        users[first[src] + fill[src]++] = i;
       }
+      pending[i] = l->nin;
+      if (!pending[i])
+        heap_push(heap, &nheap, i);
     }
+  Layer **order = xcalloc((size_t)n, sizeof(Layer *));
+  int nordered = 0;
+  while (nheap > 0) {
+    int i = heap_pop(heap, &nheap);
+    order[nordered++] = m->layers[i];
+    for (int k = first[i]; k < first[i + 1]; k++)
+      if (--pending[users[k]] == 0)
+        heap_push(heap, &nheap, users[k]);
   }
   for (int i = 0; i < nordered; i++)
     order[i]->index = i;
   m->layers = order;
   m->nlayers = nordered;
-  free(color);
-  free(stack);
-  free(edge);
-  free(needed);
-  free(placed);
+  memset(m->names, 0, m->names_cap * sizeof *m->names); // only the layers kept
+  index_names(m);
+  xfree(color);
+  xfree(stack);
+  xfree(edge);
+  xfree(needed);
+  xfree(first);
+  xfree(users);
+  xfree(pending);
+  xfree(fill);
 }
 
 // ---- compile_config
@@ -855,7 +970,12 @@ Model *load_model_json(const char *file, json_t *root) {
     if (!json_is_array(nodes)) nodes = json_object_get(json_object_get(env, "config"), "inbound_nodes");
     if (json_is_array(nodes) && json_array_size(nodes) > 1) cap += json_array_size(nodes) - 1;
   }
+  if (cap - 1 > MAX_LAYERS)
+    error_at(jloc(layers), "model '%s' has %zu layers (each call of a shared layer counted); "
+             "kdcc compiles at most %d", m->name, cap - 1, MAX_LAYERS);
   m->layers = xcalloc(cap, sizeof(Layer *));
+  for (m->names_cap = 16; m->names_cap < 2 * cap; m->names_cap *= 2) {}
+  m->names = xcalloc(m->names_cap, sizeof *m->names);
   if (m->sequential)
     load_sequential(m, cfg, layers);
   else

@@ -21,7 +21,7 @@
 
 #define ALIGN 16
 
-static int64_t align(int64_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+static int64_t align(int64_t n) { return size_add(n, ALIGN - 1) / ALIGN * ALIGN; }
 
 static Node *base_of(Node *n) {
   while (n->op == OP_RESHAPE) n = n->in[0];
@@ -50,12 +50,12 @@ static int64_t arena_alloc(Arena *a, int64_t len) {
   for (int i = 0; i < a->nfree; i++)
     if (a->free[i].off + a->free[i].len == a->peak) {
       int64_t off = a->free[i].off;
-      a->peak = off + len;
+      a->peak = size_add(off, len);
       a->free[i].len = 0;
       return off;
     }
   int64_t off = a->peak;
-  a->peak += len;
+  a->peak = size_add(a->peak, len);
   return off;
 }
 
@@ -88,12 +88,12 @@ void plan_memory(Graph *g) {
     Var *v = g->vars[i];
     int64_t n = align(local_elems(g, v->param));
     v->offset = off;
-    off += n * (1 + v->nslots);
+    off = size_add(off, size_mul(n, 1 + v->nslots));
     v->param->region = REGION_PARAM;
     v->param->offset = v->offset;
     if (v->grad) {
       v->goffset = goff;
-      goff += n;
+      goff = size_add(goff, n);
     }
   }
   g->param_floats = off;
@@ -138,7 +138,8 @@ void plan_memory(Graph *g) {
       const Node *x = n->op == OP_CONV2D_DX ? n : n->in[0];
       const Node *y = n->op == OP_CONV2D ? n : n->op == OP_CONV2D_DX ? n->in[0] : n->in[1];
       Shape xs = local_shape(g, x), ys = local_shape(g, y);
-      int64_t s = ys.d[0] * ys.d[1] * ys.d[2] * n->win.kh * n->win.kw * xs.d[3];
+      int64_t s = size_mul(size_mul(size_mul(ys.d[0], ys.d[1]), size_mul(ys.d[2], n->win.kh)),
+                           size_mul(n->win.kw, xs.d[3]));
       if (s > scratch) scratch = s;
     }
     if (n->op == OP_PARAM) continue;
@@ -182,5 +183,10 @@ void plan_memory(Graph *g) {
       arena_free(&a, n->offset, align(local_elems(g, n)));
   }
   g->scratch_floats = align(scratch);
-  g->arena_floats = align(a.peak) + g->scratch_floats;
+  g->arena_floats = size_add(align(a.peak), g->scratch_floats);
+  // Each tensor is at most MAX_ELEMS (graph.c), so only a plan of millions of them could
+  // pass this: offsets in the program are 64-bit.
+  if (g->param_floats > INT64_MAX / 8 || g->grad_floats > INT64_MAX / 8 ||
+      g->arena_floats > INT64_MAX / 8)
+    error("the memory plan of one device is over 2^60 floats");
 }

@@ -14,7 +14,7 @@ static const char *phase_name[] = {"forward", "loss", "backward", "update"};
 static char *large_reshard(const Graph *g, const Node *n) {
   if (n->op != OP_ALLGATHER) return NULL;
   Shape s = local_shape(g, n);
-  int64_t bytes = shape_elems(&s) * 4;
+  int64_t bytes = size_mul(shape_elems(&s), 4);
   if (bytes < LARGE_RESHARD) return NULL;
   return format("layer '%s': %s is gathered whole over '%s' (%lld bytes per device); a layout "
                 "that keeps it split would avoid this",
@@ -117,7 +117,7 @@ static json_t *axes_json(const Graph *g, unsigned axes) {
 }
 
 typedef struct {
-  int64_t params, grads, slots, activations, sent;
+  int64_t params, grads, slots, activations, sent, total; // bytes
 } Totals;
 
 static Totals totals(const Graph *g) {
@@ -125,13 +125,15 @@ static Totals totals(const Graph *g) {
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
     Shape s = local_shape(g, v->param);
-    t.params += shape_elems(&s) * 4;
-    t.slots += shape_elems(&s) * 4 * v->nslots;
-    if (v->grad) t.grads += shape_elems(&s) * 4;
+    int64_t bytes = size_mul(shape_elems(&s), 4);
+    t.params = size_add(t.params, bytes);
+    t.slots = size_add(t.slots, size_mul(bytes, v->nslots));
+    if (v->grad) t.grads = size_add(t.grads, bytes);
   }
-  t.activations = g->arena_floats * 4;
+  t.activations = size_mul(g->arena_floats, 4);
   for (int i = 0; i < g->nnodes; i++)
-    if (is_collective(g->nodes[i]->op)) t.sent += coll_sent(g, g->nodes[i]);
+    if (is_collective(g->nodes[i]->op)) t.sent = size_add(t.sent, coll_sent(g, g->nodes[i]));
+  t.total = size_add(size_add(t.params, t.grads), size_add(t.slots, t.activations));
   return t;
 }
 
@@ -185,7 +187,7 @@ static void report_json(Graph *g, FILE *out) {
                                 "gradients", (json_int_t)t.grads, "optimizer_state",
                                 (json_int_t)t.slots, "activations_peak",
                                 (json_int_t)t.activations, "total",
-                                (json_int_t)(t.params + t.grads + t.slots + t.activations)));
+                                (json_int_t)t.total));
   json_object_set_new(root, "comm_bytes_per_step", json_integer(t.sent));
   json_t *warn = json_array();
   for (int i = 0; i < g->nnodes; i++) {
@@ -205,12 +207,10 @@ static char *human(int64_t b) {
 }
 
 static char *mesh_text(const Mesh *m) {
-  char buf[256];
-  int n = snprintf(buf, sizeof buf, "(");
+  char *s = "(";
   for (int a = 0; a < m->ndim; a++)
-    n += snprintf(buf + n, sizeof buf - n, "%s%s=%d", a ? ", " : "", m->names[a], m->shape[a]);
-  snprintf(buf + n, sizeof buf - n, ")");
-  return xstrdup(buf);
+    s = format("%s%s%s=%d", s, a ? ", " : "", m->names[a], m->shape[a]);
+  return format("%s)", s);
 }
 
 void print_report(Graph *g, FILE *out, bool json) {
@@ -246,7 +246,7 @@ void print_report(Graph *g, FILE *out, bool json) {
   fprintf(out, "  gradients         %12s\n", human(t.grads));
   fprintf(out, "  optimizer state   %12s\n", human(t.slots));
   fprintf(out, "  peak activations  %12s\n", human(t.activations));
-  fprintf(out, "  total             %12s\n", human(t.params + t.grads + t.slots + t.activations));
+  fprintf(out, "  total             %12s\n", human(t.total));
   fprintf(out, "\nBytes sent per step, per device: %lld\n", (long long)t.sent);
   for (int i = 0; i < g->nnodes; i++) {
     char *w = warning(g, g->nodes[i]);
@@ -262,20 +262,16 @@ void print_graph(Graph *g, FILE *out) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n->phase != ph) fprintf(out, "\n# %s\n", phase_name[ph = n->phase]);
-    char args[256] = "";
-    for (int k = 0; k < n->nin; k++) {
-      size_t l = strlen(args);
-      snprintf(args + l, sizeof args - l, "%s%%%d", k ? ", " : "", n->in[k]->id);
-    }
-    char extra[128] = "";
+    char *args = "", *extra = "";
+    for (int k = 0; k < n->nin; k++) args = format("%s%s%%%d", args, k ? ", " : "", n->in[k]->id);
     if (n->op == OP_ACT || n->op == OP_ACT_GRAD || n->op == OP_BIAS_ACT)
-      snprintf(extra, sizeof extra, " %s", act_name(n->act.kind));
+      extra = format(" %s", act_name(n->act.kind));
     if (n->op == OP_DOT && (n->dot.ta || n->dot.tb || n->dot.nb || n->dot.nk != 1))
-      snprintf(extra, sizeof extra, " %s%s batch %d contract %d", n->dot.ta ? "T" : "N",
-               n->dot.tb ? "T" : "N", n->dot.nb, n->dot.nk);
+      extra = format(" %s%s batch %d contract %d", n->dot.ta ? "T" : "N", n->dot.tb ? "T" : "N",
+                     n->dot.nb, n->dot.nk);
     if (is_collective(n->op))
-      snprintf(extra, sizeof extra, " over %s%s", axes_str(g, n->coll.axes),
-               n->coll.dim >= 0 ? format(" dim %d", n->coll.dim) : "");
+      extra = format(" over %s%s", axes_str(g, n->coll.axes),
+                     n->coll.dim >= 0 ? format(" dim %d", n->coll.dim) : "");
     Shape ls = local_shape(g, n);
     fprintf(out, "%%%-3d = %s%s(%s)  %s %s", n->id, op_info(n->op).name, extra, args,
             shape_str(&n->shape), place_str(m, n->shape.rank, &n->place));

@@ -49,9 +49,10 @@ bool place_eq(const Place *a, const Place *b, int rank) {
   return true;
 }
 
+// Saturated (INT64_MAX) rather than wrapped: graph.c rejects a tensor over MAX_ELEMS.
 int64_t shape_elems(const Shape *s) {
   int64_t n = 1;
-  for (int i = 0; i < s->rank; i++) n *= s->d[i];
+  for (int i = 0; i < s->rank; i++) n = size_mul(n, s->d[i]);
   return n;
 }
 
@@ -171,13 +172,10 @@ static Node *collective(Part *p, OpKind op, Node *src, unsigned axes, int dim, i
 }
 
 char *axes_str(const Graph *g, unsigned axes) {
-  char buf[128] = "";
+  char *s = "";
   for (int a = 0; a < g->dist->mesh.ndim; a++)
-    if ((axes >> a) & 1) {
-      if (buf[0]) strcat(buf, ",");
-      strncat(buf, g->dist->mesh.names[a], sizeof buf - strlen(buf) - 2);
-    }
-  return xstrdup(buf);
+    if ((axes >> a) & 1) s = format("%s%s%s", s, *s ? "," : "", g->dist->mesh.names[a]);
+  return xstrdup(s);
 }
 
 
@@ -497,7 +495,7 @@ void propagate_shardings(Graph *g) {
 
 int64_t coll_bytes(const Graph *g, const Node *n) {
   Shape s = local_shape(g, n->in[0]);
-  return shape_elems(&s) * 4;
+  return size_mul(shape_elems(&s), 4);
 }
 
 int64_t coll_sent(const Graph *g, const Node *n) {
@@ -505,10 +503,10 @@ int64_t coll_sent(const Graph *g, const Node *n) {
   for (int a = 0; a < MAX_AXES; a++)
     if ((n->coll.axes >> a) & 1) groupn *= axis_size(g, a);
   switch (n->op) {
-  case OP_ALLREDUCE: case OP_ALLREDUCE_MAX: return 2 * (groupn - 1) * b / groupn;
-  case OP_REDUCE_SCATTER: return (groupn - 1) * b / groupn;
-  case OP_ALLGATHER: return (groupn - 1) * b;
-  case OP_ALLTOALL: return (groupn - 1) * b / groupn;
+  case OP_ALLREDUCE: case OP_ALLREDUCE_MAX: return size_mul(2 * (groupn - 1), b) / groupn;
+  case OP_REDUCE_SCATTER: return size_mul(groupn - 1, b) / groupn;
+  case OP_ALLGATHER: return size_mul(groupn - 1, b);
+  case OP_ALLTOALL: return size_mul(groupn - 1, b) / groupn;
   default: return 0;
   }
 }

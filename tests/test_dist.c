@@ -141,6 +141,26 @@ Test(dist, mesh_override_resizes) {
   cr_assert(d->mesh.shape[0] == 4 && d->mesh.size == 4);
 }
 
+// Axis names of any length (a 300-character one overflowed a buffer of the report).
+Test(dist, long_axis_names_in_the_report) {
+  opt_quiet_warnings = true;
+  Graph *g = compile_model("tests/good/seq_mlp.json", "tests/bad/dist_long_axis.json", NULL, 32);
+  char *text;
+  size_t len;
+  FILE *f = open_memstream(&text, &len);
+  print_report(g, f, false);
+  print_graph(g, f);
+  fclose(f);
+  char a[301], b[301];
+  memset(a, 'a', 300), memset(b, 'b', 300);
+  a[300] = b[300] = 0;
+  char *first = format("model 'sequential', ModelParallel on mesh (%s=2, %s=2), 4 devices, "
+                       "global batch 32\n", a, b);
+  cr_assert(!strncmp(text, first, strlen(first)), "%.700s", text);
+  cr_assert_not_null(strstr(text, format("  all_reduce     %s ", b)));
+  cr_assert_str_eq(axes_str(g, 3), format("%s,%s", a, b));
+}
+
 Test(dist, place_str_forms) {
   Mesh mesh = {.ndim = 2, .shape = {2, 4}, .names = {"data", "model"}, .size = 8};
   Place p = place_replicated();
@@ -215,6 +235,11 @@ Test(bad, mesh_lengths_differ) {
 
 Test(bad, mesh_empty) {
   EXPECT_ERROR("tests/bad/dist_mesh_empty.json", "2:17: error: device mesh has no axes");
+}
+
+Test(bad, mesh_of_2_32_devices) {
+  EXPECT_ERROR("tests/bad/dist_mesh_devices.json",
+               "2:17: error: device mesh has more than 65536 devices");
 }
 
 Test(bad, mesh_size_not_positive) {
@@ -347,4 +372,10 @@ Test(mesh, bad_syntax) {
 Test(mesh, without_a_distribution) {
   expect_load_error(NULL, "data=2", "kdcc: error: --mesh 'data=2': there is no device mesh to "
                     "resize (give --distribution)\n");
+}
+
+Test(mesh, too_many_devices) {
+  expect_load_error("tests/good/dist_mp.json", "data=65536,model=65536",
+                    "kdcc: error: --mesh 'data=65536,model=65536': the device mesh has more than "
+                    "65536 devices\n");
 }

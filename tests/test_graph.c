@@ -65,8 +65,56 @@ Test(graph, batch_not_divisible_by_the_batch_axis) {
     build_graph(m, load_dist(m, "models/seed_mlp_dp.dist.json", NULL), 12);
   });
   cr_assert_eq(c.status, 1);
-  cr_assert_str_eq(c.err, "kdcc: error: batch size 12 is not divisible by mesh axis 'batch' "
-                          "(size 8)\n");
+  cr_assert_str_eq(c.err, "models/seed_mlp_dp.dist.json:5:7: error: batch size 12 is not "
+                          "divisible by mesh axis 'batch' (size 8), which splits the batch; use "
+                          "a --batch-size that is a multiple of 8\n");
+  // the batch axis named by batch_dim_name; 'devices'; a size --mesh gave
+  expect_error("tests/good/seq_mlp.json", "tests/bad/dist_batch_divisible.json",
+               "tests/bad/dist_batch_divisible.json:2:31: error: batch size 32 is not divisible "
+               "by mesh axis 'model' (size 3), which splits the batch; use a --batch-size that "
+               "is a multiple of 3\n");
+  expect_error("tests/good/seq_mlp.json", "tests/bad/dist_devices_batch.json",
+               "tests/bad/dist_devices_batch.json:1:45: error: batch size 32 is not divisible "
+               "by mesh axis 'batch' (size 5), which splits the batch; use a --batch-size that "
+               "is a multiple of 5\n");
+  IN_CHILD(c, {
+    opt_quiet_warnings = true;
+    Model *m = load_model("models/seed_mlp.json");
+    build_graph(m, load_dist(m, "models/seed_mlp_dp.dist.json", "batch=3"), 32);
+  });
+  cr_assert_str_eq(c.err, "kdcc: error: batch size 32 is not divisible by mesh axis 'batch' "
+                          "(size 3, from --mesh), which splits the batch; use a --batch-size that "
+                          "is a multiple of 3\n");
+}
+
+// Window parameters are checked at their JSON value: a zero would divide by zero.
+Test(graph, window_parameters_must_be_positive) {
+  expect_error("tests/bad/conv_strides_zero.json", NULL,
+               "tests/bad/conv_strides_zero.json:4:104: error: layer 'c': 'strides' must be "
+               "positive\n");
+  expect_error("tests/bad/pool_size_zero.json", NULL,
+               "tests/bad/pool_size_zero.json:4:72: error: layer 'p': 'pool_size' must be "
+               "positive\n");
+  expect_error("tests/bad/pool_strides_zero.json", NULL,
+               "tests/bad/pool_strides_zero.json:4:85: error: layer 'p': 'strides' must be "
+               "positive\n");
+}
+
+// Sizes past the limits (kdcc.h's MAX_DIM, MAX_ELEMS) are errors, never wrapped products.
+Test(graph, sizes_over_the_limits) {
+  expect_error("tests/bad/units_2_40.json", NULL,
+               "tests/bad/units_2_40.json:4:60: error: layer 'd': 'units' is 1099511627776; a "
+               "dimension may be at most 2147483647\n");
+  expect_error("tests/bad/kernel_2_40.json", NULL,
+               "tests/bad/kernel_2_40.json:4:60: error: layer 'd': a kernel of [2097152, "
+               "2097152] would hold more than 2^40 elements, the most a tensor may hold\n");
+  expect_error("tests/bad/concat_2_31.json", NULL,
+               "tests/bad/concat_2_31.json:4:3: error: layer 'cat': a tensor of shape [32, "
+               "4000000000]: dimension 1 is over 2147483647, the most kdcc supports\n");
+  expect_error("tests/bad/batch_2_40.json", NULL,
+               "tests/bad/batch_2_40.json:3:3: error: layer 'input_layer': a tensor of shape "
+               "[32, 1048576, 1048576] (batch 32) holds more than 2^40 elements, the most a "
+               "tensor may hold\n");
 }
 
 Test(graph, shapes_and_variables_of_the_seed) {

@@ -2,7 +2,10 @@
 // every diagnostic by its exact text.
 #include <criterion/criterion.h>
 #include <math.h>
+#include <setjmp.h>
+#include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "capture.h"
 #include "kdcc.h"
@@ -80,6 +83,43 @@ Test(json, keras_archive_without_config) {
 
 Test(json, keras_archive_not_a_zip) {
   EXPECT_ERROR("tests/bad/not_zip.keras", " error: not a .keras file (not a zip archive, or a truncated one)");
+}
+
+Test(json, nul_character_without_janssons_flag_name) {
+  EXPECT_ERROR("tests/bad/nul_string.json", "1:58: error: \\u0000 (a NUL character) in a string "
+               "is not supported near '\"a\\u0000b\"'");
+}
+
+// A diagnostic is one line: control characters of the user's text are escaped.
+Test(json, control_characters_in_messages) {
+  EXPECT_ERROR("tests/bad/escape_newline.json", "3:1: error: invalid escape near '\"a\\u0\\n'");
+  EXPECT_ERROR("tests/bad/control_name.json",
+               "1:76: error: model 'a\\tb\\nc\\x01' has no layers");
+}
+
+Test(json, keras_archive_crc_error) {
+  EXPECT_ERROR("tests/bad/keras_crc.keras",
+               " error: damaged .keras archive: cannot read config.json: CRC error");
+}
+
+Test(json, keras_archive_shorter_than_its_entry) {
+  EXPECT_ERROR("tests/bad/keras_short.keras", " error: damaged .keras archive: config.json ends "
+               "after 5230 of the 6230 bytes its entry gives");
+}
+
+Test(json, keras_archive_inflating_too_far_is_not_read) {
+  EXPECT_ERROR("tests/bad/keras_bomb.keras",
+               " error: config.json inflates to 536870912 bytes; kdcc reads at most 64 MiB");
+}
+
+Test(json, file_over_the_limit_is_not_read_whole) {
+  FILE *f = fopen("build/tests/big.json", "w");
+  cr_assert_not_null(f);
+  cr_assert_eq(ftruncate(fileno(f), (64 << 20) + 1), 0);
+  fclose(f);
+  expect_load("build/tests/big.json", 1, "build/tests/big.json: error: the file is larger than "
+              "64 MiB, the most kdcc reads\n");
+  remove("build/tests/big.json");
 }
 
 // ---------------------------------------------------------------- good models
@@ -414,6 +454,41 @@ Test(bad, dynamic_input_dimension) {
                "'batch_shape' must be a positive integer (dynamic shapes are not supported)");
 }
 
+Test(bad, input_dimension_of_2_31) {
+  EXPECT_ERROR("tests/bad/dim_2_31.json", "3:65: error: layer 'input_layer': dimension 1 of "
+               "'batch_shape' is 2147483648; a dimension may be at most 2147483647");
+}
+
+Test(bad, input_sample_over_2_40_elements) {
+  EXPECT_ERROR("tests/bad/sample_2_40.json", "3:58: error: layer 'input_layer': 'batch_shape' "
+               "makes samples of 2199023255552 elements; a tensor may hold at most 2^40 "
+               "(1099511627776)");
+}
+
+Test(bad, node_index_past_int) {
+  EXPECT_ERROR("tests/bad/node_index_2_32.json", "5:29: error: layer 'd' uses call 4294967296 of "
+               "layer 'x', which is called 1 time");
+}
+
+// More than MAX_LAYERS (a chain of 100,000 layers took minutes in the passes after the loader).
+Test(bad, too_many_layers) {
+  char *text;
+  size_t len;
+  FILE *f = open_memstream(&text, &len);
+  fprintf(f, "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": [\n"
+             "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 2], "
+             "\"name\": \"i\"}}");
+  for (int i = 0; i < MAX_LAYERS; i++)
+    fprintf(f, ",\n{\"class_name\": \"Activation\", \"config\": {\"name\": \"a%d\"}}", i);
+  fprintf(f, "]}}");
+  fclose(f);
+  Captured c;
+  IN_CHILD(c, load_text(text));
+  cr_assert_str_eq(c.err, "inline.json:1:64: error: model 's' has 10001 layers (each call of a "
+                          "shared layer counted); kdcc compiles at most 10000\n");
+  cr_assert_eq(c.status, 1);
+}
+
 Test(bad, dangling_reference_keras3) {
   EXPECT_ERROR("tests/bad/dangling.json",
                "5:136: error: layer 'd1' takes input from unknown layer 'nope'");
@@ -455,6 +530,10 @@ Test(bad, tensor_in_kwargs) {
 Test(bad, unknown_output_layer) {
   EXPECT_ERROR("tests/bad/unknown_output.json",
                "5:52: error: 'output_layers' names unknown layer 'dd'");
+}
+
+Test(bad, input_listed_twice) { // three entries overflowed the list of two layers
+  EXPECT_ERROR("tests/bad/input_twice.json", "6:33: error: 'input_layers' lists layer 'x' twice");
 }
 
 Test(bad, input_layers_names_a_dense) {
@@ -587,4 +666,42 @@ Test(util, message_formats) {
   cr_assert_str_eq(c.err, "kdcc: error: --mesh x\n");
   cr_assert_eq(c.status, 1);
   cr_assert_str_eq(format("%s/%d", "a", 3), "a/3");
+}
+
+// What the fuzz target needs: diagnostics into a stream, an error that jumps back
+// instead of exiting, and every allocation freed at once.
+static jmp_buf jump;
+static void jump_back(void) { longjmp(jump, 1); }
+
+Test(util, diag_out_error_exit_and_release_all) {
+  char *text;
+  size_t len;
+  diag_out = open_memstream(&text, &len);
+  error_exit = jump_back;
+  volatile bool returned = false;
+  if (!setjmp(jump)) {
+    warn_at((Loc){"f.json", 1, 1}, "w");
+    error_at((Loc){"f.json", 1, 2}, "e %d", 2);
+    returned = true;
+  }
+  error_exit = NULL;
+  fclose(diag_out);
+  diag_out = NULL;
+  cr_assert_not(returned);
+  cr_assert_str_eq(text, "f.json:1:1: warning: w\nf.json:1:2: error: e 2\n");
+  int *a = xcalloc(4, sizeof *a);
+  a[3] = 7;
+  a = xrealloc(a, 1000 * sizeof *a);
+  cr_assert_eq(a[3], 7);
+  cr_assert_eq((uintptr_t)a % _Alignof(max_align_t), 0);
+  xfree(xstrdup("x"));
+  int cap = 0;
+  int *g = xgrow(NULL, 0, &cap, sizeof *g);
+  cr_assert_eq(cap, 16);
+  g[15] = 1;
+  release_all(); // a, g and everything before them
+  Captured c;
+  IN_CHILD(c, xcalloc(SIZE_MAX / 2, 4));
+  cr_assert_str_eq(c.err, "kdcc: error: out of memory\n");
+  cr_assert_eq(c.status, 1);
 }
