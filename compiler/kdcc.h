@@ -535,6 +535,9 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
 // ---------------------------------------------------------------- report.c
 void print_report(Graph *g, FILE *out, bool json);
 void print_graph(Graph *g, FILE *out);
+// An error, naming the largest tensors, when one device needs more than
+// `limit` bytes (the report's total); limit_text says where it comes from.
+void check_memory(Graph *g, int64_t limit, const char *limit_text);
 
 // ---------------------------------------------------------------- emit.c
 // What both emitters share: buffer names, shapes, literals, the file's
