@@ -77,6 +77,14 @@ extern bool opt_quiet_warnings;
 int64_t size_mul(int64_t a, int64_t b);
 int64_t size_add(int64_t a, int64_t b);
 
+// Names (a model's, a layer's, a mesh axis's) are written into the
+// generated program's string literals and comments: what makes one unsafe
+// there ("holds '\"'"; also '\\', '/', "??", control characters, or empty),
+// or NULL.
+const char *name_flaw(const char *s);
+#define NAME_RULE "a name is written into the generated program: it may not hold '/', '\"', " \
+                  "'\\', '\?\?' or control characters"
+
 // ---------------------------------------------------------------- json.c
 // jansson does not keep positions, so after it parses a document we walk
 // the text once more in step with the tree and record where each value

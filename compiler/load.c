@@ -220,6 +220,10 @@ static Layer *new_layer(Model *m, json_t *env) {
     l->name = get_str(l->cfg, "name");
   if (!l->name)
     error_at(jloc_key(l->cfg, "name"), "%s layer has no 'name'", l->cls);
+  const char *flaw = name_flaw(l->name);
+  if (flaw)
+    error_at(get_str(env, "name") ? jloc_key(env, "name") : jloc_key(l->cfg, "name"),
+             "layer name '%s' %s; " NAME_RULE, l->name, flaw);
   if (!layer_known(l->cls))
     error_at(jloc_key(env, "class_name"), "unknown layer class '%s' (layer '%s')", l->cls,
              l->name);
@@ -962,6 +966,8 @@ Model *load_model_json(const char *file, json_t *root) {
   if (name && !json_is_string(name))
     error_at(jloc(name), "model 'name' must be a string");
   m->name = name ? json_string_value(name) : m->sequential ? "sequential" : "functional";
+  if (name_flaw(m->name))
+    error_at(jloc(name), "model name '%s' %s; " NAME_RULE, m->name, name_flaw(m->name));
   json_t *layers = json_object_get(cfg, "layers");
   if (!json_is_array(layers))
     error_at(jloc_key(cfg, "layers"), "model '%s' has no 'layers' list", m->name);
