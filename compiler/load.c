@@ -30,6 +30,8 @@
 // Optimizer fields left unset take Keras 3's defaults.
 #include "kdcc.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -87,6 +89,9 @@ double cfg_num(const Layer *l, const char *key, double def) {
     return def;
   if (!json_is_number(v))
     error_at(jloc_key(l->cfg, key), "layer '%s': '%s' must be a number", l->name, key);
+  if (fabs(json_number_value(v)) > FLT_MAX) // it becomes a float literal of the program
+    error_at(jloc_key(l->cfg, key), "layer '%s': '%s' is %g, beyond float32's range", l->name,
+             key, json_number_value(v));
   return json_number_value(v);
 }
 
@@ -783,8 +788,8 @@ static void load_loss(Model *m, json_t *v) {
 }
 
 static double weight_num(json_t *e) {
-  if (!json_is_number(e) || json_number_value(e) < 0)
-    error_at(jloc(e), "a loss weight must be a number >= 0");
+  if (!json_is_number(e) || json_number_value(e) < 0 || json_number_value(e) > FLT_MAX)
+    error_at(jloc(e), "a loss weight must be a number >= 0 (and within float32's range)");
   return json_number_value(e);
 }
 
@@ -825,6 +830,9 @@ static float opt_num(const Optimizer *o, json_t *cfg, const char *key, float def
     error_at(jloc(v), "optimizer '%s': learning-rate schedules are not supported", o->name);
   if (!json_is_number(v))
     error_at(jloc(v), "optimizer '%s': '%s' must be a number", o->name, key);
+  if (fabs(json_number_value(v)) > FLT_MAX)
+    error_at(jloc(v), "optimizer '%s': '%s' is %g, beyond float32's range", o->name, key,
+             json_number_value(v));
   return (float)json_number_value(v);
 }
 

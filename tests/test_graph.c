@@ -174,3 +174,13 @@ Test(graph, memory_over_the_limit) {
                    "optimizer state): 8192.0 GiB, %2 dot [32, 524288] (layer 'd'): 64.0 MiB, "
                    "%4 bias_add [32, 524288] (layer 'd'): 64.0 MiB\n");
 }
+
+// Numbers that become float literals of the program fit float32.
+Test(graph, numbers_beyond_float32) {
+  expect_error("tests/bad/scale_float_range.json", NULL,
+               "tests/bad/scale_float_range.json:4:64: error: layer 'r': 'scale' is 1e+300, "
+               "beyond float32's range\n");
+  expect_error("tests/bad/init_float_range.json", NULL,
+               "tests/bad/init_float_range.json:5:26: error: layer 'd': initializer 'Constant' of "
+               "'s/d/kernel' has a parameter beyond float32's range\n");
+}

@@ -598,6 +598,12 @@ Test(bad, learning_rate_schedule) {
                "5:84: error: optimizer 'sgd': learning-rate schedules are not supported");
 }
 
+// Numbers that become float literals of the program fit float32 (1e39 was written "inff").
+Test(bad, learning_rate_beyond_float32) {
+  EXPECT_ERROR("tests/bad/lr_float_range.json",
+               "5:84: error: optimizer 'sgd': 'learning_rate' is 1e+39, beyond float32's range");
+}
+
 Test(bad, unsupported_optimizer_option) {
   EXPECT_ERROR("tests/bad/clipnorm.json",
                "5:120: error: optimizer 'adam': 'clipnorm' is not supported");
