@@ -99,6 +99,9 @@ static void load_mesh(Mesh *mesh, json_t *v) {
     mesh->shape[i] = (int)json_integer_value(d);
     mesh->size_loc[i] = jloc_idx(shape, (size_t)i);
     mesh->names[i] = json_string_value(a);
+    if (name_flaw(mesh->names[i]))
+      error_at(jloc_idx(names, (size_t)i), "mesh axis name '%s' %s; " NAME_RULE, mesh->names[i],
+               name_flaw(mesh->names[i]));
     if (mesh_axis(mesh, mesh->names[i]) != i)
       error_at(jloc_idx(names, (size_t)i), "device mesh: axis name '%s' appears twice",
                mesh->names[i]);

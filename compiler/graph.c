@@ -10,6 +10,7 @@
 // Invariants: g->nodes is in topological order; nothing computes here.
 #include "kdcc.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -121,6 +122,9 @@ static void parse_init(Layer *l, const char *key, const char *def, Var *v) {
     b = (x = json_object_get(cfg, "maxval")) ? json_number_value(x) : 0.05;
     break;
   }
+  if (fabs(a) > FLT_MAX || fabs(b) > FLT_MAX) // float literals of the program
+    error_at(j ? jloc(j) : l->loc, "layer '%s': initializer '%s' of '%s' has a parameter beyond "
+             "float32's range", l->name, name, v->path);
   v->p0 = a;
   v->p1 = b;
   // Keras's compute_fans

@@ -77,6 +77,14 @@ extern bool opt_quiet_warnings;
 int64_t size_mul(int64_t a, int64_t b);
 int64_t size_add(int64_t a, int64_t b);
 
+// Names (a model's, a layer's, a mesh axis's) are written into the
+// generated program's string literals and comments: what makes one unsafe
+// there ("holds '\"'"; also '\\', '/', "??", control characters, or empty),
+// or NULL.
+const char *name_flaw(const char *s);
+#define NAME_RULE "a name is written into the generated program: it may not hold '/', '\"', " \
+                  "'\\', '\?\?' or control characters"
+
 // ---------------------------------------------------------------- json.c
 // jansson does not keep positions, so after it parses a document we walk
 // the text once more in step with the tree and record where each value
@@ -541,6 +549,9 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
 // ---------------------------------------------------------------- report.c
 void print_report(Graph *g, FILE *out, bool json);
 void print_graph(Graph *g, FILE *out);
+// An error, naming the largest tensors, when one device needs more than
+// `limit` bytes (the report's total); limit_text says where it comes from.
+void check_memory(Graph *g, int64_t limit, const char *limit_text);
 
 // ---------------------------------------------------------------- emit.c
 // What both emitters share: buffer names, shapes, literals, the file's

@@ -30,6 +30,8 @@
 // Optimizer fields left unset take Keras 3's defaults.
 #include "kdcc.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -83,6 +85,9 @@ double cfg_num(const Layer *l, const char *key, double def) {
     return def;
   if (!json_is_number(v))
     error_at(jloc_key(l->cfg, key), "layer '%s': '%s' must be a number", l->name, key);
+  if (fabs(json_number_value(v)) > FLT_MAX) // it becomes a float literal of the program
+    error_at(jloc_key(l->cfg, key), "layer '%s': '%s' is %g, beyond float32's range", l->name,
+             key, json_number_value(v));
   return json_number_value(v);
 }
 
@@ -216,6 +221,10 @@ static Layer *new_layer(Model *m, json_t *env) {
     l->name = get_str(l->cfg, "name");
   if (!l->name)
     error_at(jloc_key(l->cfg, "name"), "%s layer has no 'name'", l->cls);
+  const char *flaw = name_flaw(l->name);
+  if (flaw)
+    error_at(get_str(env, "name") ? jloc_key(env, "name") : jloc_key(l->cfg, "name"),
+             "layer name '%s' %s; " NAME_RULE, l->name, flaw);
   if (!layer_known(l->cls))
     error_at(jloc_key(env, "class_name"), "unknown layer class '%s' (layer '%s')", l->cls,
              l->name);
@@ -776,8 +785,8 @@ static void load_loss(Model *m, json_t *v) {
 }
 
 static double weight_num(json_t *e) {
-  if (!json_is_number(e) || json_number_value(e) < 0)
-    error_at(jloc(e), "a loss weight must be a number >= 0");
+  if (!json_is_number(e) || json_number_value(e) < 0 || json_number_value(e) > FLT_MAX)
+    error_at(jloc(e), "a loss weight must be a number >= 0 (and within float32's range)");
   return json_number_value(e);
 }
 
@@ -818,6 +827,9 @@ static float opt_num(const Optimizer *o, json_t *cfg, const char *key, float def
     error_at(jloc(v), "optimizer '%s': learning-rate schedules are not supported", o->name);
   if (!json_is_number(v))
     error_at(jloc(v), "optimizer '%s': '%s' must be a number", o->name, key);
+  if (fabs(json_number_value(v)) > FLT_MAX)
+    error_at(jloc(v), "optimizer '%s': '%s' is %g, beyond float32's range", o->name, key,
+             json_number_value(v));
   return (float)json_number_value(v);
 }
 
@@ -959,6 +971,8 @@ Model *load_model_json(const char *file, json_t *root) {
   if (name && !json_is_string(name))
     error_at(jloc(name), "model 'name' must be a string");
   m->name = name ? json_string_value(name) : m->sequential ? "sequential" : "functional";
+  if (name_flaw(m->name))
+    error_at(jloc(name), "model name '%s' %s; " NAME_RULE, m->name, name_flaw(m->name));
   json_t *layers = json_object_get(cfg, "layers");
   if (!json_is_array(layers))
     error_at(jloc_key(cfg, "layers"), "model '%s' has no 'layers' list", m->name);

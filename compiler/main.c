@@ -22,6 +22,8 @@ static const char usage[] =
   "                        program.cu and builds it with nvcc against runtime/cuda\n"
   "  --cuda-arch sm_NN     GPU architecture (default: the GPU nvidia-smi reports, else sm_90)\n"
   "  --precision P         cuda: matrix products in fp32 (default), tf32 or bf16\n"
+  "  --max-memory SIZE     most bytes one device may need (K, M, G, T suffixes;\n"
+  "                        default: this machine's memory)\n"
   "  -w                    no warnings\n";
 
 // The directory holding kdcc (and runtime/, build/libkdrt.a beside it).
@@ -180,9 +182,23 @@ static void build_cuda_program(Graph *g, const char *out) {
   if (rename(tmp, out) != 0) error("cannot write '%s': %s", out, strerror(errno));
 }
 
+// --max-memory: bytes, with an optional K, M, G or T (powers of 1024).
+static int64_t parse_bytes(const char *v) {
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  int shift = !*end ? 0 : !strcmp(end, "K") ? 10 : !strcmp(end, "M") ? 20 : !strcmp(end, "G") ? 30
+              : !strcmp(end, "T") ? 40 : -1;
+  if (end == v || errno || n <= 0 || shift < 0 || n > (INT64_MAX >> shift))
+    error("--max-memory: '%s' is not a size such as 16G", v);
+  return (int64_t)n << shift;
+}
+
 int main(int argc, char **argv) {
   const char *model_path = NULL, *dist_path = NULL, *mesh = NULL, *out = NULL, *cdir = NULL;
   int batch = 32;
+  int64_t max_memory = 0;
+  const char *max_memory_text = NULL;
   bool report = false, report_json = false, emit_graph = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -221,6 +237,9 @@ int main(int argc, char **argv) {
       if (strcmp(v, "fp32") && strcmp(v, "tf32") && strcmp(v, "bf16"))
         error("--precision: '%s' is not one of fp32, tf32, bf16", v);
       precision = v;
+    } else if (!strcmp(a, "--max-memory") || !strncmp(a, "--max-memory=", 13)) {
+      max_memory_text = a[12] == '=' ? a + 13 : NEXT();
+      max_memory = parse_bytes(max_memory_text);
     } else if (!strcmp(a, "-w")) opt_quiet_warnings = true;
     else if (a[0] == '-') error("unknown option '%s' (see kdcc --help)", a);
     else if (model_path) error("more than one model given ('%s' and '%s')", model_path, a);
@@ -237,6 +256,14 @@ int main(int argc, char **argv) {
   if (target_cuda && !cuda_arch) cuda_arch = detect_cuda_arch();
 
   Graph *g = compile_model(model_path, dist_path, mesh, batch);
+  if (max_memory_text) {
+    check_memory(g, max_memory, format("--max-memory %s", max_memory_text));
+  } else {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0)
+      check_memory(g, size_mul(pages, page), format("this machine's %.1f GiB (give --max-memory "
+                   "to compile for another)", (double)pages * page / 1073741824.0));
+  }
 
   if (report) print_report(g, stdout, report_json);
   if (emit_graph) print_graph(g, stdout);

@@ -254,6 +254,48 @@ void print_report(Graph *g, FILE *out, bool json) {
   }
 }
 
+// ---- --max-memory
+
+static char *bytes_text(int64_t b) {
+  if (b < (INT64_C(10) << 30)) return human(b);
+  return format("%.1f GiB", b / 1073741824.0);
+}
+
+void check_memory(Graph *g, int64_t limit, const char *limit_text) {
+  Totals t = totals(g);
+  if (t.total <= limit) return;
+  // The three largest tensors of a device: a variable with its gradient and
+  // optimizer slots, or an activation.
+  const Node *top[3] = {NULL};
+  int64_t top_bytes[3] = {0};
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_RESHAPE || (n->region != REGION_PARAM && n->region != REGION_ARENA)) continue;
+    Shape ls = local_shape(g, n);
+    int64_t b = size_mul(shape_elems(&ls), 4);
+    if (n->op == OP_PARAM) b = size_mul(b, 1 + n->var->nslots + (n->var->grad != NULL));
+    for (int k = 0; k < 3; k++)
+      if (b > top_bytes[k]) {
+        for (int j = 2; j > k; j--) top[j] = top[j - 1], top_bytes[j] = top_bytes[j - 1];
+        top[k] = n, top_bytes[k] = b;
+        break;
+      }
+  }
+  char *list = "";
+  for (int k = 0; k < 3 && top[k]; k++) {
+    const Node *n = top[k];
+    list = format("%s%s%s %s (layer '%s'%s): %s", list, k ? ", " : "",
+                  n->op == OP_PARAM ? n->name : format("%%%d %s", n->id, op_info(n->op).name),
+                  shape_str(&n->shape), n->layer ? n->layer : "?",
+                  n->op == OP_PARAM ? ", with its gradient and optimizer state" : "",
+                  bytes_text(top_bytes[k]));
+  }
+  error_at(top[0] ? top[0]->loc : (Loc){0}, "one device needs %s (parameters %s, gradients %s, "
+           "optimizer state %s, peak activations %s), more than %s; the largest tensors: %s",
+           bytes_text(t.total), bytes_text(t.params), bytes_text(t.grads), bytes_text(t.slots),
+           bytes_text(t.activations), limit_text, list);
+}
+
 void print_graph(Graph *g, FILE *out) {
   const Mesh *m = &g->dist->mesh;
   fprintf(out, "# sharded training graph of '%s' on mesh %s, global batch %d\n", g->model->name,

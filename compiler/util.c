@@ -190,3 +190,17 @@ int64_t size_add(int64_t a, int64_t b) {
   int64_t r;
   return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
 }
+
+// ---- names
+
+const char *name_flaw(const char *s) {
+  if (!*s) return "is empty";
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p < 0x20 || *p == 0x7f) return "holds a control character";
+    if (*p == '"') return "holds '\"'";
+    if (*p == '\\') return "holds '\\'";
+    if (*p == '/') return "holds '/'";
+    if (*p == '?' && p[1] == '?') return "holds '\?\?'"; // a trigraph in ISO C
+  }
+  return NULL;
+}

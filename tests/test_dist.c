@@ -242,6 +242,11 @@ Test(bad, mesh_of_2_32_devices) {
                "2:17: error: device mesh has more than 65536 devices");
 }
 
+Test(bad, axis_name_with_a_trigraph) { // "??/" is a backslash in ISO C
+  EXPECT_ERROR("tests/bad/dist_axis_trigraph.json",
+               "2:47: error: mesh axis name 'data\?\?/' holds '\?\?'; " NAME_RULE);
+}
+
 Test(bad, mesh_size_not_positive) {
   EXPECT_ERROR("tests/bad/dist_mesh_size.json",
                "2:31: error: device mesh: 'shape' entry 1 must be a positive integer");

@@ -142,3 +142,45 @@ Test(graph, embedding_mask_zero) {
                "tests/bad/mask_zero.json:4:118: error: layer 'emb': mask_zero is not supported "
                "(kdcc has no masks yet): the model would train without its padding mask\n");
 }
+
+// More memory per device than --max-memory (default: this machine's): an error at the
+// largest tensor's layer, naming the largest three.
+Test(graph, memory_over_the_limit) {
+  Captured c;
+  IN_CHILD(c, {
+    opt_quiet_warnings = true;
+    check_memory(compile_model("models/seed_mlp.json", NULL, NULL, 16), 100 << 10,
+                 "--max-memory 100K");
+  });
+  cr_assert_eq(c.status, 1);
+  cr_assert_str_eq(c.err, "models/seed_mlp.json:61:7: error: one device needs 2520.9 KiB "
+                   "(parameters 620.4 KiB, gradients 620.4 KiB, optimizer state 1240.7 KiB, peak "
+                   "activations 39.5 KiB), more than --max-memory 100K; the largest tensors: "
+                   "sequential/d1/kernel [784, 200] (layer 'd1', with its gradient and optimizer "
+                   "state): 2450.0 KiB, sequential/d2/kernel [200, 10] (layer 'd2', with its "
+                   "gradient and optimizer state): 31.2 KiB, %3 dot [16, 200] (layer 'd1'): 12.5 "
+                   "KiB\n");
+  IN_CHILD(c, {
+    opt_quiet_warnings = true;
+    check_memory(compile_model("models/seed_mlp.json", NULL, NULL, 16), 3 << 20, "x"); // within
+    check_memory(compile_model("tests/bad/memory_2_tib.json", NULL, NULL, 32), INT64_C(1) << 40,
+                 "1 TiB");
+  });
+  cr_assert_eq(c.status, 1);
+  cr_assert_str_eq(c.err, "tests/bad/memory_2_tib.json:4:3: error: one device needs 8192.2 GiB "
+                   "(parameters 2048.0 GiB, gradients 2048.0 GiB, optimizer state 4096.0 GiB, "
+                   "peak activations 192.0 MiB), more than 1 TiB; the largest tensors: "
+                   "sequential/d/kernel [1048576, 524288] (layer 'd', with its gradient and "
+                   "optimizer state): 8192.0 GiB, %2 dot [32, 524288] (layer 'd'): 64.0 MiB, "
+                   "%4 bias_add [32, 524288] (layer 'd'): 64.0 MiB\n");
+}
+
+// Numbers that become float literals of the program fit float32.
+Test(graph, numbers_beyond_float32) {
+  expect_error("tests/bad/scale_float_range.json", NULL,
+               "tests/bad/scale_float_range.json:4:64: error: layer 'r': 'scale' is 1e+300, "
+               "beyond float32's range\n");
+  expect_error("tests/bad/init_float_range.json", NULL,
+               "tests/bad/init_float_range.json:5:26: error: layer 'd': initializer 'Constant' of "
+               "'s/d/kernel' has a parameter beyond float32's range\n");
+}

@@ -93,8 +93,17 @@ Test(json, nul_character_without_janssons_flag_name) {
 // A diagnostic is one line: control characters of the user's text are escaped.
 Test(json, control_characters_in_messages) {
   EXPECT_ERROR("tests/bad/escape_newline.json", "3:1: error: invalid escape near '\"a\\u0\\n'");
-  EXPECT_ERROR("tests/bad/control_name.json",
-               "1:76: error: model 'a\\tb\\nc\\x01' has no layers");
+  EXPECT_ERROR("tests/bad/control_name.json", "1:49: error: model name 'a\\tb\\nc\\x01' holds a "
+               "control character; " NAME_RULE);
+}
+
+// A name goes into the generated program's string literals and comments: one that could
+// end them (the old kdcc wrote this layer's function into the program) is an error.
+Test(bad, layer_name_that_would_end_a_string_literal) {
+  EXPECT_ERROR("tests/bad/name_injection.json", "4:46: error: layer name 'd\", 0}}; int "
+               "evil(void) { return system(\"id\"); } //' holds '\"'; a name is written into "
+               "the generated program: it may not hold '/', '\"', '\\', '\?\?' or control "
+               "characters");
 }
 
 Test(json, keras_archive_crc_error) {
@@ -587,6 +596,12 @@ Test(bad, unknown_optimizer) {
 Test(bad, learning_rate_schedule) {
   EXPECT_ERROR("tests/bad/lr_schedule.json",
                "5:84: error: optimizer 'sgd': learning-rate schedules are not supported");
+}
+
+// Numbers that become float literals of the program fit float32 (1e39 was written "inff").
+Test(bad, learning_rate_beyond_float32) {
+  EXPECT_ERROR("tests/bad/lr_float_range.json",
+               "5:84: error: optimizer 'sgd': 'learning_rate' is 1e+39, beyond float32's range");
 }
 
 Test(bad, unsupported_optimizer_option) {
