@@ -259,9 +259,27 @@ void emit_step_body(StepKind kind) {
   const Graph *g = EG;
   int ba = g->dist->batch_axis, parts = ba >= 0 ? g->dist->mesh.shape[ba] : 1;
   out("  // the step's rows: B in all (at most the compiled BATCH), b on this device\n");
-  out("  const int64_t B = c->rows ? c->rows : BATCH, b = B%s;\n",
-      parts > 1 ? format(" / %d", parts) : "");
+  if (parts > 1) {
+    out("  // (rows that do not divide over '%s' are split unevenly: c->ragged)\n",
+        g->dist->mesh.names[ba]);
+    out("  const int64_t B = c->rows ? c->rows : BATCH, b = c->ragged ? c->local_rows : B / %d;\n",
+        parts);
+  } else {
+    out("  const int64_t B = c->rows ? c->rows : BATCH, b = B;\n");
+  }
   out("  (void)B; (void)b;\n");
+  // A batch dim split over another axis holds B / size rows: B must divide.
+  unsigned split = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int d = 0; d < g->nodes[i]->shape.rank; d++) {
+      int a = g->nodes[i]->place.axis[d];
+      if (((g->nodes[i]->bdims >> d) & 1) && a >= 0 && a != ba) split |= 1u << a;
+    }
+  for (int a = 0; a < g->dist->mesh.ndim; a++)
+    if ((split >> a) & 1)
+      out("  if (B %% %d) { kdrt_rows_refused(c, B, %d, \"%s\"); return; }\n",
+          axis_size(EG, a), axis_size(EG, a), g->dist->mesh.names[a]);
+  out("  if (c->probe) return; // kdrt_main asks whether B rows can run\n");
   Phase ph = -1;
   static const char *phase_title[] = {"forward", "loss", "backward", "update"};
   for (int i = 0; i < EG->nnodes; i++) {

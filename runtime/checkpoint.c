@@ -30,9 +30,11 @@
 //   step 40
 //   seed 1337
 //   mesh 2 data=2 model=4
-//   epoch 4 pos 8 steps 8 samples 128         (epoch in progress from 0, its steps done)
+//   epoch 4 pos 8 steps 8 samples 128 batch 16 (epoch in progress from 0, its steps done;
+//                                              older manifests lack the batch)
 //   logs 2 loss accuracy                      (the program's log names, in its order)
-//   sums 0x1.06p+3 0x1.2p-1                   (each log's running sum over that epoch)
+//   sums 0x1.06p+3 0x1.2p-1                   (each log's running sum over that epoch, each
+//                                              step's value times its rows / batch)
 //   history 4                                  (finished epochs, one 'h' line each:
 //   h 0x1.0ap+0 0x1.9p-4 0x0p+0 0x0p+0          every log's mean, then every val_ log's)
 //   steploss 40                                (every step's loss so far, 8 a line)
@@ -507,8 +509,10 @@ char *kdrt_ckpt_manifest_format(const kdrt_ckpt_manifest *m, size_t *len) {
   sb_printf(&b, "%s\nmodel %s\nstep %lld\nseed %llu\n", MANIFEST_MAGIC, e, (long long)st->step,
             (unsigned long long)st->seed);
   fmt_mesh(&b, m->mesh_ndim, m->mesh_shape, (char (*)[64])m->axes);
-  sb_printf(&b, "epoch %lld pos %lld steps %lld samples %lld\n", (long long)st->epoch,
+  sb_printf(&b, "epoch %lld pos %lld steps %lld samples %lld", (long long)st->epoch,
             (long long)st->pos, (long long)st->steps, (long long)st->ntrain);
+  if (st->batch) sb_printf(&b, " batch %lld", (long long)st->batch);
+  sb_printf(&b, "\n");
   sb_printf(&b, "logs %d", st->nlogs);
   for (int k = 0; k < st->nlogs; k++) {
     enc(e, sizeof e, st->log_names[k]);
@@ -568,10 +572,11 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
     } else if (!strcmp(t[0], "mesh")) {
       if (parse_mesh(t, n, &m->mesh_ndim, m->mesh_shape, m->axes))
         return kdrt_errf(err, errlen, "bad 'mesh' line");
-    } else if (!strcmp(t[0], "epoch") && n == 8 && !strcmp(t[2], "pos") &&
-               !strcmp(t[4], "steps") && !strcmp(t[6], "samples")) {
+    } else if (!strcmp(t[0], "epoch") && (n == 8 || (n == 10 && !strcmp(t[8], "batch"))) &&
+               !strcmp(t[2], "pos") && !strcmp(t[4], "steps") && !strcmp(t[6], "samples")) {
       if (to_i64(t[1], &st->epoch) || to_i64(t[3], &st->pos) || to_i64(t[5], &st->steps) ||
-          to_i64(t[7], &st->ntrain) || st->epoch < 0 || st->pos < 0 || st->pos > st->steps)
+          to_i64(t[7], &st->ntrain) || (n == 10 && (to_i64(t[9], &st->batch) || st->batch < 1)) ||
+          st->epoch < 0 || st->pos < 0 || st->pos > st->steps)
         return kdrt_errf(err, errlen, "bad 'epoch' line");
     } else if (!strcmp(t[0], "logs") && n >= 3 && !to_i64(t[1], &v) && v == n - 2 &&
                !m->names) {

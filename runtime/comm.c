@@ -18,6 +18,15 @@
 //
 // Every call is collective over its group and works with a group of one
 // (a copy) and with one process started without mpirun.
+//
+// Uneven rows (c->ragged: a step whose rows do not divide over the batch
+// axis, split as kdrt_rows_split does): a dimension-wise collective over a
+// group that holds the batch axis may then move blocks of unequal extent.
+// The extent of a dimension that is split (all-gather's dim, all-to-all's
+// `from`) is exchanged first; one that is about to be split and does not
+// divide by the group (reduce-scatter's and slice's dim, all-to-all's
+// `to`) can only be the batch, and is cut as the rows are. Every other
+// step takes the even path, with no extra message.
 #include "kdrt.h"
 
 #include <limits.h>
@@ -131,9 +140,20 @@ static int count_of(const kdrt_ctx *c, int64_t n) {
 static void check_dim(const kdrt_ctx *c, const char *what, int rank, const int64_t *lshape,
                       int dim, int n) {
   if (dim < 0 || dim >= rank) kdrt_fatal(c, "%s: dim %d out of range for rank %d", what, dim, rank);
-  if (lshape[dim] % n)
+  if (lshape[dim] % n && !c->ragged)
     kdrt_fatal(c, "%s: extent %lld of dim %d does not divide by the group size %d", what,
                (long long)lshape[dim], dim, n);
+}
+
+// Does this step split rows unevenly over a group of these axes?
+static int uneven(const kdrt_ctx *c, unsigned axes) {
+  int ba = c->prog->batch_axis;
+  return c->ragged && ba >= 0 && ((axes >> ba) & 1);
+}
+
+// ext[b] = the extent of a dim on group rank b (exchanged).
+static void group_extents(kdrt_ctx *c, unsigned axes, int64_t mine, int64_t *ext) {
+  KDRT_MPI(MPI_Allgather(&mine, 1, MPI_INT64_T, ext, 1, MPI_INT64_T, group_comm(c, axes)));
 }
 
 // ------------------------------------------------------------ collectives
@@ -177,6 +197,20 @@ void kdrt_reduce_scatter(kdrt_ctx *c, unsigned axes, int rank, const int64_t *ls
     memmove(out, in, (size_t)blk * sizeof(float));
     return;
   }
+  if (ext % n) { // uneven rows: block b is rows_split(ext, n, b)
+    int *counts = malloc(sizeof(int) * (size_t)n);
+    float *packed = scratch(0, (size_t)(outer * ext * inner));
+    if (!counts) kdrt_fatal(c, "out of memory");
+    for (int b = 0; b < n; b++) {
+      int64_t first, cnt;
+      kdrt_rows_split(ext, n, b, &first, &cnt);
+      take_block(packed + outer * first * inner, in, outer, ext, first, cnt, inner);
+      counts[b] = count_of(c, outer * cnt * inner);
+    }
+    KDRT_MPI(MPI_Reduce_scatter(packed, out, counts, MPI_FLOAT, MPI_SUM, group_comm(c, axes)));
+    free(counts);
+    return;
+  }
   const float *send = in;
   if (outer > 1) { // pack: block b (for group rank b) contiguous
     float *packed = scratch(0, (size_t)(blk * n));
@@ -201,6 +235,25 @@ void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape,
   }
   int cnt = count_of(c, blk);
   MPI_Comm comm = group_comm(c, axes);
+  if (uneven(c, axes)) { // blocks of unequal extent: gathered by their sizes
+    int64_t *exts = malloc(sizeof(int64_t) * (size_t)n);
+    int *counts = malloc(sizeof(int) * (size_t)n), *displs = malloc(sizeof(int) * (size_t)n);
+    if (!exts || !counts || !displs) kdrt_fatal(c, "out of memory");
+    group_extents(c, axes, ext, exts);
+    int64_t total = 0;
+    for (int b = 0; b < n; b++) {
+      displs[b] = count_of(c, outer * total * inner);
+      counts[b] = count_of(c, outer * exts[b] * inner);
+      total += exts[b];
+    }
+    float *recv = outer == 1 ? out : scratch(0, (size_t)(outer * total * inner));
+    KDRT_MPI(MPI_Allgatherv(in, cnt, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, comm));
+    if (outer > 1)
+      for (int64_t b = 0, at = 0; b < n; at += exts[b], b++)
+        put_block(out, recv + outer * at * inner, outer, exts[b], at, total, inner);
+    free(exts), free(counts), free(displs);
+    return;
+  }
   if (outer == 1) {
     KDRT_MPI(MPI_Allgather(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, comm));
     return;
@@ -208,6 +261,52 @@ void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape,
   float *recv = scratch(0, (size_t)(blk * n));
   KDRT_MPI(MPI_Allgather(in, cnt, MPI_FLOAT, recv, cnt, MPI_FLOAT, comm));
   for (int b = 0; b < n; b++) put_block(out, recv + b * blk, outer, ext, b * ext, ext * n, inner);
+}
+
+// All-to-all with uneven rows: the extent of `from` may differ between
+// group ranks (exchanged), `to` is cut as rows are (kdrt_rows_split).
+static void alltoall_uneven(kdrt_ctx *c, unsigned axes, int n, int rank, const int64_t *lshape,
+                            int from, int to, const float *in, float *out) {
+  int64_t *fext = malloc(sizeof(int64_t) * (size_t)n);
+  int *sc = malloc(sizeof(int) * 4 * (size_t)n);
+  if (!fext || !sc) kdrt_fatal(c, "out of memory");
+  int *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
+  group_extents(c, axes, lshape[from], fext);
+  int me = kdrt_group_index(c, axes);
+  int64_t total = 1, rest = 1; // rest: the elements of every dim but from and to
+  for (int d = 0; d < rank; d++) total *= lshape[d], rest *= d == from || d == to ? 1 : lshape[d];
+  int64_t my_first, my_part, fsum = 0;
+  kdrt_rows_split(lshape[to], n, me, &my_first, &my_part);
+  for (int j = 0; j < n; j++) fsum += fext[j];
+  int64_t to_outer, to_inner, from_outer, from_inner;
+  split_shape(rank, lshape, to, &to_outer, &to_inner);
+  float *send = scratch(0, (size_t)total), *recv = scratch(1, (size_t)(fsum * my_part * rest));
+  int64_t at = 0;
+  for (int j = 0; j < n; j++) { // chunk j: block j along `to`
+    int64_t first, part;
+    kdrt_rows_split(lshape[to], n, j, &first, &part);
+    take_block(send + at, in, to_outer, lshape[to], first, part, to_inner);
+    sd[j] = count_of(c, at), sc[j] = count_of(c, part * lshape[from] * rest);
+    at += part * lshape[from] * rest;
+  }
+  at = 0;
+  for (int i = 0; i < n; i++) {
+    rd[i] = count_of(c, at), rc[i] = count_of(c, fext[i] * my_part * rest);
+    at += fext[i] * my_part * rest;
+  }
+  KDRT_MPI(MPI_Alltoallv(send, sc, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, group_comm(c, axes)));
+  // The chunk from group rank i is block i along `from` of the output.
+  int64_t cshape[KDRT_MAX_RANK];
+  memcpy(cshape, lshape, (size_t)rank * sizeof(int64_t));
+  cshape[to] = my_part;
+  int64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    cshape[from] = fext[i];
+    split_shape(rank, cshape, from, &from_outer, &from_inner);
+    put_block(out, recv + rd[i], from_outer, fext[i], off, fsum, from_inner);
+    off += fext[i];
+  }
+  free(fext), free(sc);
 }
 
 void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int from, int to,
@@ -220,6 +319,10 @@ void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, 
   for (int d = 0; d < rank; d++) total *= lshape[d];
   if (n == 1) {
     memmove(out, in, (size_t)total * sizeof(float));
+    return;
+  }
+  if (uneven(c, axes)) {
+    alltoall_uneven(c, axes, n, rank, lshape, from, to, in, out);
     return;
   }
   // Chunk j of the input (its j-th block along `to`) goes to group rank j;
@@ -245,7 +348,8 @@ void kdrt_slice(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int
                 const float *in, float *out) {
   int n = kdrt_group_size(c, axes);
   check_dim(c, "slice", rank, lshape, dim, n);
-  int64_t outer, inner, ext = lshape[dim], part = ext / n;
+  int64_t outer, inner, ext = lshape[dim], first, part;
   split_shape(rank, lshape, dim, &outer, &inner);
-  take_block(out, in, outer, ext, kdrt_group_index(c, axes) * part, part, inner);
+  kdrt_rows_split(ext, n, kdrt_group_index(c, axes), &first, &part); // ext / n when it divides
+  take_block(out, in, outer, ext, first, part, inner);
 }

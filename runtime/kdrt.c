@@ -13,16 +13,25 @@
 //      or int32 ids, with --val-x/--val-y and --test-x/--test-y; or
 //      --synthetic N samples made from the seed; prog->init; with --resume, the newest complete
 //      checkpoint's tensors, step and data position (checkpoint.c);
-//   6. fit: per epoch a seeded shuffle of the training samples, then full
-//      global batches in that order; this rank hands train_step only its rows
-//      of each batch (rows [coord*lb, +lb) of the batch axis, lb = batch /
-//      mesh_shape[batch_axis]) of every input and label; the running mean
-//      of every log (kdrt_program.log_names) in Keras-style progress on
-//      rank 0; validation on --val-x/--val-y, or the last
-//      --validation-split fraction (taken before shuffling); after each
-//      step, a checkpoint when one is due;
+//   6. fit: per epoch a seeded shuffle of the training samples, then global
+//      batches of --batch-size B (at most the compiled batch) in that order,
+//      the last one partial as in Keras; each step's rows are set in the
+//      context (kdrt_set_rows) and this rank hands train_step only its share
+//      of them (rows [row0, row0 + local_rows): rows / parts of the batch
+//      axis, or, when they do not divide, numpy's array_split of them) of
+//      every input and label; the running mean of every log
+//      (kdrt_program.log_names), each step weighted by its rows as Keras's
+//      Mean weighs it, in Keras-style progress on rank 0; validation on
+//      --val-x/--val-y, or the last --validation-split fraction (taken
+//      before shuffling), every sample; after each step, a checkpoint when
+//      one is due;
 //   7. evaluate (the test set if given, else the validation data if any,
-//      else the training data), then write --history atomically.
+//      else the training data; every sample), then write --history
+//      atomically.
+// Before any of it, every row count the run will use (B and the partial
+// last batches) is put to the steps with c->probe set: a program that
+// splits a batch dimension over an axis those rows do not divide is an
+// error before training (kdrt_rows_refused).
 //
 // Progress: rank 0 redraws the bar in place (\r, colours) on its own
 // terminal, else prints one line per epoch; KDRT_PROGRESS=live|plain forces.
@@ -136,8 +145,12 @@ static void usage(FILE *f, const kdrt_program *p) {
           "usage: %s [options]\n"
           "Trains %s, compiled for mesh %s %s: run it as mpirun -np %lld %s\n"
           "  --epochs N            passes over the training data (default 1)\n"
-          "  --batch-size B        global batch size; must be %d, the one compiled in\n"
-          "  --steps-per-epoch S   at most S steps per epoch (default: every full batch)\n"
+          "  --batch-size B        global batch size, 1 to %d (the compiled one, the default;\n"
+          "                        a larger one needs kdcc --batch-size); the last batch of\n"
+          "                        an epoch, of validation and of evaluate may be partial\n"
+          "  --drop-remainder      leave out each epoch's last partial batch (evaluate still\n"
+          "                        takes every sample)\n"
+          "  --steps-per-epoch S   at most S steps per epoch (default: every batch)\n"
           "  --synthetic N         N random samples made from --seed (the default, 128,\n"
           "                        when no --x is given)\n"
           "  --x FILE --y FILE     inputs and labels: .npy (float32, float64, uint8,\n"
@@ -237,6 +250,10 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     }
     if (!strcmp(arg, "--resume")) {
       o->resume = 1;
+      continue;
+    }
+    if (!strcmp(arg, "--drop-remainder")) {
+      o->drop_remainder = 1;
       continue;
     }
     // Every other option takes a value: `--opt V` or `--opt=V`.
@@ -579,6 +596,37 @@ static void progbar_update(progbar *b, int64_t cur, int finalize, int n, const c
   fflush(stdout);
 }
 
+// ------------------------------------------------------------ a step's rows
+
+void kdrt_rows_split(int64_t rows, int parts, int i, int64_t *first, int64_t *n) {
+  int64_t base = rows / parts, extra = rows % parts;
+  *n = base + (i < extra);
+  *first = (int64_t)i * base + (i < extra ? i : extra);
+}
+
+void kdrt_set_rows(kdrt_ctx *c, int64_t rows) {
+  const kdrt_program *p = c->prog;
+  int ba = p->batch_axis, parts = ba >= 0 ? p->mesh_shape[ba] : 1;
+  int64_t all = rows ? rows : p->batch;
+  c->rows = rows;
+  c->ragged = all % parts != 0;
+  kdrt_rows_split(all, parts, ba >= 0 ? c->coord[ba] : 0, &c->row0, &c->local_rows);
+}
+
+// The first refusal a probe met (kdrt_rows_refused), for kdrt_main's message.
+static char rows_refusal[512];
+
+void kdrt_rows_refused(kdrt_ctx *c, int64_t rows, int size, const char *axis) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "this program splits a batch dimension over mesh axis '%s' (%d "
+           "devices), which %lld rows do not divide", axis, size, (long long)rows);
+  if (c->probe) {
+    if (!rows_refusal[0]) snprintf(rows_refusal, sizeof rows_refusal, "%s", msg);
+    return;
+  }
+  kdrt_fatal(c, "a step of %lld rows cannot run: %s", (long long)rows, msg);
+}
+
 // ------------------------------------------------------------ fit and evaluate
 
 typedef struct {
@@ -587,9 +635,9 @@ typedef struct {
   const kdrt_options *o;
   kdrt_data data, val, test;   // training data; validation (n = 0: none); test (n = 0: none)
   int64_t ntrain, nval;        // samples of data (after any split) and val
-  int lb, row0;                // this rank's rows of each global batch
-  void **x;                    // [ninputs] each [lb, shape...] of its dtype
-  float **y;                   // [nlabels] each [lb, shape...]
+  int64_t B;                   // the global batch in use (--batch-size, at most p->batch)
+  void **x;                    // [ninputs] each [lb, shape...] of its dtype, lb = this
+  float **y;                   // [nlabels] each [lb, shape...]   rank's most rows
   float *logs;                 // [nlogs]: what a step writes
   const char **names;          // [2 * nlogs]: the log names, then "val_" + each
   int show, live;              // rank 0 prints; on a terminal, live
@@ -602,48 +650,77 @@ typedef struct {
   const kdrt_ckpt_state *resume; // --resume: where the checkpoint left off, else NULL
 } run;
 
-// Fill this rank's rows of global batch `step` of d whose samples are
-// order[] (NULL: step*batch + i, unshuffled).
-static void load_batch(run *r, const kdrt_data *d, const int64_t *order, int64_t step) {
+// The global rows of batch `step` of n samples in batches of B: B, but
+// for a last partial batch.
+static int64_t batch_rows(int64_t n, int64_t B, int64_t step) {
+  return n - step * B < B ? n - step * B : B;
+}
+
+// Batch `step` of d (samples order[], NULL: in file order) in batches of
+// r->B: set the step's rows (kdrt_set_rows) and fill this rank's share of
+// every input and label. Returns the batch's global rows.
+static int64_t load_batch(run *r, const kdrt_data *d, const int64_t *order, int64_t step) {
   const kdrt_program *p = r->p;
+  kdrt_ctx *c = r->c;
+  int64_t rows = batch_rows(d->n, r->B, step);
+  kdrt_set_rows(c, rows);
   void *xs[KDRT_MAX_FILES];
   float *ys[KDRT_MAX_FILES];
-  for (int i = 0; i < r->lb; i++) {
-    int64_t pos = step * p->batch + r->row0 + i;
+  for (int64_t i = 0; i < c->local_rows; i++) {
+    int64_t pos = step * r->B + c->row0 + i;
     for (int k = 0; k < p->ninputs; k++)
       xs[k] = (char *)r->x[k] + (size_t)i * (size_t)kdrt_io_elems(&p->inputs[k]) * 4;
     for (int j = 0; j < p->nlabels; j++)
       ys[j] = r->y[j] + (size_t)i * (size_t)kdrt_io_elems(&p->labels[j]);
     kdrt_data_sample(d, order ? order[pos] : pos, xs, ys);
   }
+  return rows;
 }
 
-// Mean of every log over the full batches of d, no shuffling (Keras's
-// evaluate), into out[nlogs]. Draws a bar when pb is given.
+// Keras's Mean of a log over batches weighs each batch's value by its rows.
+// The sums are kept in units of whole batches (value * rows / B summed),
+// so with full batches they are the plain sums of the values, bit for bit,
+// and a checkpoint's sums mean the same either way; a mean is the sum over
+// the rows seen / B.
+static void add_logs(double *sum, const float *logs, int n, int64_t rows, int64_t B) {
+  double w = (double)rows / (double)B;
+  for (int k = 0; k < n; k++) sum[k] += (double)logs[k] * w;
+}
+
+// Mean of every log over every sample of d, the last batch partial, no
+// shuffling (Keras's evaluate), into out[nlogs]. Draws a bar when pb is given.
 static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
   const kdrt_program *p = r->p;
-  int64_t steps = d->n / p->batch;
+  int64_t steps = (d->n + r->B - 1) / r->B, seen = 0;
   for (int k = 0; k < p->nlogs; k++) out[k] = 0;
   for (int64_t s = 0; s < steps; s++) {
-    load_batch(r, d, NULL, s);
+    int64_t rows = load_batch(r, d, NULL, s);
     for (int k = 0; k < p->nlogs; k++) r->logs[k] = 0;
     p->eval_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
-    for (int k = 0; k < p->nlogs; k++) out[k] += r->logs[k];
+    add_logs(out, r->logs, p->nlogs, rows, r->B);
+    seen += rows;
     if (pb) {
-      double v[2 * KDRT_MAX_LOGS];
-      for (int k = 0; k < p->nlogs; k++) v[k] = out[k] / (double)(s + 1);
+      double v[2 * KDRT_MAX_LOGS], units = (double)seen / (double)r->B;
+      for (int k = 0; k < p->nlogs; k++) v[k] = out[k] / units;
       progbar_update(pb, s + 1, s + 1 == steps, p->nlogs, r->names, v);
     }
   }
-  for (int k = 0; k < p->nlogs; k++) out[k] = steps ? out[k] / (double)steps : NAN;
+  for (int k = 0; k < p->nlogs; k++) out[k] = seen ? out[k] / ((double)seen / (double)r->B) : NAN;
+  kdrt_set_rows(r->c, 0);
+}
+
+// Training steps per epoch: every batch, the last one partial (or only the
+// full ones with --drop-remainder), at most --steps-per-epoch.
+static int64_t train_steps(const run *r) {
+  int64_t n = r->o->drop_remainder ? r->ntrain / r->B : (r->ntrain + r->B - 1) / r->B;
+  return r->o->steps_per_epoch && r->o->steps_per_epoch < n ? r->o->steps_per_epoch : n;
 }
 
 static void fit(run *r) {
   const kdrt_program *p = r->p;
   const kdrt_options *o = r->o;
   int nl = p->nlogs;
-  int64_t full = r->ntrain / p->batch, steps = full;
-  if (o->steps_per_epoch && o->steps_per_epoch < full) steps = o->steps_per_epoch;
+  int64_t steps = train_steps(r);
   // The columns: every log, then with validation every val_ log.
   int ncols = r->nval > 0 ? 2 * nl : nl;
 
@@ -654,11 +731,13 @@ static void fit(run *r) {
   const kdrt_ckpt_state *ck = r->resume;
   int e0 = 0;
   if (ck) { // carry on where the checkpoint left off: epoch, step, sums, history
-    if (ck->steps != steps || ck->ntrain != r->ntrain)
+    if (ck->steps != steps || ck->ntrain != r->ntrain || (ck->batch && ck->batch != r->B))
       fail_all(r->c, 1, "%s: the checkpoint was taken with %lld steps per epoch over %lld "
-               "training samples, this run has %lld over %lld; resume with the same data and "
-               "--steps-per-epoch", o->checkpoint_dir, (long long)ck->steps,
-               (long long)ck->ntrain, (long long)steps, (long long)r->ntrain);
+               "training samples in batches of %lld, this run has %lld over %lld in batches of "
+               "%lld; resume with the same data, --batch-size and --steps-per-epoch",
+               o->checkpoint_dir, (long long)ck->steps, (long long)ck->ntrain,
+               (long long)(ck->batch ? ck->batch : r->B), (long long)steps,
+               (long long)r->ntrain, (long long)r->B);
     e0 = (int)(ck->epoch < o->epochs ? ck->epoch : o->epochs);
     for (int i = 0; i < ck->nhist && i < o->epochs; i++)
       for (int k = 0; k < 2 * nl; k++) r->hist[k][i] = ck->hist[k][i];
@@ -675,15 +754,17 @@ static void fit(run *r) {
     progbar_start(&pb, r->show, r->live, steps);
     double *sum = r->sums, v[2 * KDRT_MAX_LOGS];
     for (int k = 0; k < nl; k++) sum[k] = 0;
-    int64_t s = 0;
+    int64_t s = 0, seen = 0; // steps and samples done this epoch
     if (ck && e == ck->epoch) {
       s = ck->pos;
       for (int k = 0; k < nl; k++) sum[k] = ck->sums[k];
+      for (int64_t i = 0; i < s; i++) seen += batch_rows(r->ntrain, r->B, i);
     }
     for (; s < steps; s++) {
-      load_batch(r, &r->data, order, s);
+      int64_t rows = load_batch(r, &r->data, order, s);
       for (int k = 0; k < nl; k++) r->logs[k] = 0;
       p->train_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
+      kdrt_set_rows(r->c, 0);
       r->c->step++;
       float l = r->logs[0];
       if (!isfinite(l)) {
@@ -691,19 +772,23 @@ static void fit(run *r) {
         fail_all(r->c, 1, "loss is %s at epoch %d, step %lld", isnan(l) ? "nan" : "inf", e + 1,
                  (long long)s + 1);
       }
-      for (int k = 0; k < nl; k++) sum[k] += r->logs[k], v[k] = sum[k] / (double)(s + 1);
+      add_logs(sum, r->logs, nl, rows, r->B);
+      seen += rows;
+      double units = (double)seen / (double)r->B;
+      for (int k = 0; k < nl; k++) v[k] = sum[k] / units;
       r->step_loss[r->nsteps++] = l;
       progbar_update(&pb, s + 1, 0, nl, r->names, v);
       if (o->checkpoint_dir) {
         kdrt_ckpt_state st = {.step = r->c->step, .seed = o->seed, .epoch = e, .pos = s + 1,
-                              .steps = steps, .ntrain = r->ntrain, .nlogs = nl,
+                              .steps = steps, .ntrain = r->ntrain, .batch = r->B, .nlogs = nl,
                               .log_names = p->log_names, .sums = sum, .nhist = e,
                               .hist = (const double *const *)r->hist, .nsteps = r->nsteps,
                               .step_loss = r->step_loss};
         kdrt_ckpt_maybe_save(r->c, o->checkpoint_dir, o->checkpoint_every, &st);
       }
     }
-    for (int k = 0; k < nl; k++) r->hist[k][e] = v[k] = sum[k] / (double)steps;
+    double units = (double)seen / (double)r->B;
+    for (int k = 0; k < nl; k++) r->hist[k][e] = v[k] = seen ? sum[k] / units : NAN;
     if (r->nval > 0) {
       double val[KDRT_MAX_LOGS];
       evaluate(r, &r->val, val, NULL);
@@ -836,9 +921,12 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
              "first); recompile it with this kdcc", prog->ninputs, prog->nlabels,
              prog->noutputs, prog->nlogs, prog->nlogs > 0 ? prog->log_names[0] : "",
              KDRT_MAX_FILES, KDRT_MAX_FILES, KDRT_MAX_FILES, KDRT_MAX_LOGS);
-  if (o.batch_size && o.batch_size != prog->batch)
-    fail_all(c, 2, "this program was compiled for batch %d; recompile with kdcc --batch-size %d",
-             prog->batch, o.batch_size);
+  // The memory plan holds prog->batch rows (its offsets are compiled in):
+  // any batch up to it runs as it is; a larger one needs a new plan.
+  if (o.batch_size > prog->batch)
+    fail_all(c, 2, "--batch-size %d: this program holds at most %d rows a step (its memory plan "
+             "was compiled for kdcc --batch-size %d); recompile with kdcc --batch-size %d or "
+             "more", o.batch_size, prog->batch, prog->batch, o.batch_size);
 
   // 4. place, allocate, initialise
   for (int a = prog->mesh_ndim - 1, rest = c->rank; a >= 0; a--) {
@@ -905,37 +993,61 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   }
   r.ntrain = r.data.n;
   r.nval = r.val.n;
-  if (o.val_x.n && r.nval < prog->batch)
-    fail_all(c, 1, "%s: %lld validation samples do not make one batch of %d", xs[1][0],
-             (long long)r.nval, prog->batch);
-  if (o.test_x.n && r.test.n < prog->batch)
-    fail_all(c, 1, "%s: %lld test samples do not make one batch of %d", xs[2][0],
-             (long long)r.test.n, prog->batch);
-  if (r.ntrain < prog->batch)
-    fail_all(c, 1, "%lld training samples do not make one batch of %d", (long long)r.ntrain,
-             prog->batch);
-  if (o.validation_split > 0 && r.nval < prog->batch)
-    fail_all(c, 1, "--validation-split %g leaves %lld validation samples, fewer than one batch "
-                   "of %d", o.validation_split, (long long)r.nval, prog->batch);
-  if (show && r.ntrain % prog->batch)
-    printf("%s: %lld of %lld training samples do not fill a batch of %d; each epoch drops "
-           "them\n", prog_name, (long long)(r.ntrain % prog->batch), (long long)r.ntrain,
-           prog->batch);
-  if (show && o.steps_per_epoch > r.ntrain / prog->batch)
-    printf("%s: --steps-per-epoch %lld is more than the %lld full batches; using %lld\n",
-           prog_name, (long long)o.steps_per_epoch, (long long)(r.ntrain / prog->batch),
-           (long long)(r.ntrain / prog->batch));
+  r.B = o.batch_size ? o.batch_size : prog->batch;
+  if (r.ntrain == 0 && o.validation_split > 0)
+    fail_all(c, 1, "--validation-split %g leaves no training samples", o.validation_split);
+  if (r.ntrain == 0) fail_all(c, 1, "%s holds no samples", o.x.n ? xs[0][0] : "the data");
+  if (o.validation_split > 0 && r.nval == 0)
+    fail_all(c, 1, "--validation-split %g of %lld samples leaves no validation samples",
+             o.validation_split, (long long)(r.ntrain + r.nval));
+  if (o.val_x.n && r.nval == 0) fail_all(c, 1, "%s holds no samples", xs[1][0]);
+  if (o.test_x.n && r.test.n == 0) fail_all(c, 1, "%s holds no samples", xs[2][0]);
+  if (show && o.drop_remainder && r.ntrain % r.B)
+    printf("%s: --drop-remainder: %lld of %lld training samples do not fill a batch of %lld; "
+           "each epoch leaves them out\n", prog_name, (long long)(r.ntrain % r.B),
+           (long long)r.ntrain, (long long)r.B);
+  if (o.drop_remainder && r.ntrain < r.B)
+    fail_all(c, 1, "--drop-remainder: %lld training samples do not fill one batch of %lld",
+             (long long)r.ntrain, (long long)r.B);
+  {
+    int64_t all = o.drop_remainder ? r.ntrain / r.B : (r.ntrain + r.B - 1) / r.B;
+    if (show && o.steps_per_epoch > all)
+      printf("%s: --steps-per-epoch %lld is more than the %lld batches; using %lld\n", prog_name,
+             (long long)o.steps_per_epoch, (long long)all, (long long)all);
+  }
+  // Every row count a step will see must run on this program (a batch
+  // dimension split over an axis other than the batch axis needs rows
+  // that divide by its size): asked of the steps before any training.
+  {
+    const kdrt_data *ed = r.test.n ? &r.test : r.nval > 0 ? &r.val : &r.data; // evaluated
+    int64_t counts[4] = {r.B, o.drop_remainder ? 0 : r.ntrain % r.B, r.nval % r.B, ed->n % r.B};
+    static const char *const what[4] = {"a batch", "the last training batch",
+                                        "the last validation batch",
+                                        "the last batch that evaluate takes"};
+    for (int i = 0; i < 4; i++) {
+      if (!counts[i]) continue;
+      kdrt_set_rows(c, counts[i]);
+      c->probe = 1;
+      float probe_logs[KDRT_MAX_LOGS];
+      (i == 0 || i == 1 ? prog->train_step : prog->eval_step)(c, NULL, NULL, probe_logs);
+      c->probe = 0;
+      kdrt_set_rows(c, 0);
+      if (rows_refusal[0])
+        fail_all(c, 1, "%s of %lld rows cannot run: %s; choose a --batch-size (and a sample "
+                 "count) that it divides, or --drop-remainder", what[i], (long long)counts[i],
+                 rows_refusal);
+    }
+  }
   int ba = prog->batch_axis;
-  r.lb = ba >= 0 ? prog->batch / prog->mesh_shape[ba] : prog->batch;
-  r.row0 = ba >= 0 ? c->coord[ba] * r.lb : 0;
+  int64_t lb = ba >= 0 ? prog->batch / prog->mesh_shape[ba] : prog->batch; // the most rows a rank gets
   r.x = calloc((size_t)prog->ninputs + 1, sizeof *r.x);
   r.y = calloc((size_t)prog->nlabels + 1, sizeof *r.y);
   if (!r.x || !r.y) kdrt_fatal(c, "out of memory");
   for (int k = 0; k < prog->ninputs; k++)
-    r.x[k] = alloc_floats(c, (size_t)r.lb * (size_t)kdrt_io_elems(&prog->inputs[k]),
+    r.x[k] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->inputs[k]),
                           "the input batch");
   for (int j = 0; j < prog->nlabels; j++)
-    r.y[j] = alloc_floats(c, (size_t)r.lb * (size_t)kdrt_io_elems(&prog->labels[j]),
+    r.y[j] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->labels[j]),
                           "the label batch");
   r.show = show;
   r.live = show && live;
@@ -970,12 +1082,8 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   // 6. fit, 7. evaluate
   fit(&r);
   const kdrt_data *ed = r.test.n ? &r.test : r.nval > 0 ? &r.val : &r.data;
-  if (show && ed->n % prog->batch)
-    printf("%s: %lld of %lld %s samples do not fill a batch of %d; evaluate drops them\n",
-           prog_name, (long long)(ed->n % prog->batch), (long long)ed->n,
-           ed == &r.test ? "test" : ed == &r.val ? "validation" : "training", prog->batch);
   progbar pb;
-  progbar_start(&pb, show, r.live, ed->n / prog->batch);
+  progbar_start(&pb, show, r.live, (ed->n + r.B - 1) / r.B);
   evaluate(&r, ed, r.eval, &pb);
 
   int status = 0;

@@ -123,6 +123,15 @@ struct kdrt_ctx {
   float lr;                          // learning rate in use
   int64_t rows;                      // the global rows of the step in progress (at most the
                                      // compiled batch); 0: the compiled batch
+  // Rows that do not divide over the batch axis (a last partial batch, or a
+  // --batch-size that does not) are split as numpy's array_split splits
+  // them: the first rows % parts coordinates get one row more. Then ragged
+  // is set and this rank's rows are [row0, row0 + local_rows) of the step
+  // (local_rows may be 0); else every rank has rows / parts (kdrt_set_rows).
+  int ragged;
+  int64_t local_rows, row0;
+  int probe;                         // set: a step only checks that c->rows can run on this
+                                     // program (kdrt_rows_refused) and returns; x, y are NULL
   float *params;                     // param_floats, 64-byte aligned
   float *grads;                      // grad_floats
   float *arena;                      // arena_floats
@@ -140,6 +149,19 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog);
 // the loss at K elements per variable; print a line per variable, return 1
 // when any differs (gradcheck.c).
 int kdrt_gradcheck(int argc, char **argv, const kdrt_program *prog);
+
+// The rows [*first, *first + *n) of a step of `rows` global rows that batch
+// coordinate i of `parts` gets: numpy's array_split (the first rows % parts
+// coordinates one row more than the others).
+void kdrt_rows_split(int64_t rows, int parts, int i, int64_t *first, int64_t *n);
+// Set c->rows to `rows` (1 <= rows <= the compiled batch) and this rank's
+// share of them: c->ragged, c->local_rows, c->row0 (see kdrt_ctx).
+void kdrt_set_rows(kdrt_ctx *c, int64_t rows);
+// A generated step's refusal of c->rows: the program splits a batch
+// dimension over mesh axis `axis` of `size` devices, which `rows` do not
+// divide by. With c->probe it is noted (kdrt_main asks before training,
+// and says so); else it is fatal.
+void kdrt_rows_refused(kdrt_ctx *c, int64_t rows, int size, const char *axis);
 
 // Format a message into err[errlen]; returns -1 (the error convention of the
 // runtime's file readers and writers).
@@ -373,6 +395,7 @@ typedef struct {
   int64_t pos;                // its steps done (pos == steps: all, validation not yet)
   int64_t steps;              // steps per epoch
   int64_t ntrain;             // training samples
+  int64_t batch;              // the global batch size (0: not recorded, an older checkpoint)
   int nlogs;                  // the program's logs (kdrt_program.log_names)
   const char *const *log_names; // [nlogs]
   const double *sums;         // [nlogs] running sums over those pos steps
@@ -489,8 +512,9 @@ int kdrt_resolve_files(const kdrt_files *f, const char *opt, const kdrt_io *ios,
 // Command-line options of a generated program (see kdrt_parse_args).
 typedef struct {
   int epochs;                 // --epochs N, default 1
-  int batch_size;             // --batch-size B, 0: not given
-  int64_t steps_per_epoch;    // --steps-per-epoch S, 0: every full batch
+  int batch_size;             // --batch-size B (at most the compiled batch), 0: not given
+  int64_t steps_per_epoch;    // --steps-per-epoch S, 0: every batch
+  int drop_remainder;         // --drop-remainder: fit leaves out each epoch's last partial batch
   int64_t synthetic;          // --synthetic N, 0: not given
   // The data files, as given: --x FILE or --x NAME=FILE once per model
   // input (.npy or IDX, maybe gzip'd; see data.c), --y once per label;

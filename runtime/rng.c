@@ -105,6 +105,10 @@ static void walk_block(const kdrt_ctx *c, const kdrt_layout *l, row_fn *fn, void
     int64_t parts = ax >= 0 ? c->prog->mesh_shape[ax] : 1;
     lext[d] = l->gshape[d] / parts;
     off[d] = ax >= 0 ? c->coord[ax] * lext[d] : 0;
+    // Uneven rows (c->ragged): a dim that does not divide over its axis
+    // can only be the batch, cut as the rows are (kdrt_rows_split).
+    if (ax >= 0 && c->ragged && l->gshape[d] % parts)
+      kdrt_rows_split(l->gshape[d], (int)parts, c->coord[ax], &off[d], &lext[d]);
     gstride[d] = stride;
     stride *= l->gshape[d];
   }

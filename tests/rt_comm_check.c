@@ -12,6 +12,12 @@
 // multi-indices one element at a time. All values are small integers, so
 // sums are exact and any difference is a bug.
 //
+// Uneven rows (kdrt_ctx.ragged, a step whose rows do not divide over the
+// batch axis): with each axis in turn as the batch axis, every group that
+// holds it moves blocks of unequal extent, cut as kdrt_rows_split cuts
+// rows (some of them empty), by all-gather, reduce-scatter, slice and
+// all-to-all, against the same kind of reference.
+//
 // Exit status 0 when every rank saw every check pass; 1 otherwise, after
 // printing the first failures.
 #include "kdrt.h"
@@ -258,6 +264,103 @@ static void check_slice(kdrt_ctx *c, const mesh *m, unsigned mask, int r, const 
   free(in), free(out), free(want);
 }
 
+// ------------------------------------------------------------ uneven rows
+
+// A dim of global extent G (G % n != 0 for the group) cut over the group as
+// rows are: member g holds [first(g), first(g) + ext(g)).
+static int64_t ufirst(int64_t G, int n, int g) {
+  int64_t f, e;
+  kdrt_rows_split(G, n, g, &f, &e);
+  return f;
+}
+static int64_t uext(int64_t G, int n, int g) {
+  int64_t f, e;
+  kdrt_rows_split(G, n, g, &f, &e);
+  return e;
+}
+
+// The four dimension-wise collectives with a dim of global extent G cut
+// unevenly over the group of mask (c->ragged, mask holds the batch axis);
+// `other` is all-to-all's second dim (extent base[other]).
+static void check_uneven(kdrt_ctx *c, const mesh *m, unsigned mask, int r, int dim, int other,
+                         int64_t G) {
+  static const int64_t base[3] = {2, 3, 2};
+  int n = size_over(m, mask), coord[KDRT_MAX_AXES];
+  coords_of(m, world_rank, coord);
+  int me = index_over(m, coord, mask);
+  int color = index_over(m, coord, ~mask & ((1u << m->nd) - 1));
+  int64_t gshape[KDRT_MAX_RANK], lshape[KDRT_MAX_RANK], idx[KDRT_MAX_RANK] = {0},
+          gi[KDRT_MAX_RANK];
+  memcpy(gshape, base, sizeof base);
+  gshape[dim] = G;
+  memcpy(lshape, gshape, sizeof gshape);
+  lshape[dim] = uext(G, n, me);
+  int64_t gtotal = numel(r, gshape), ltotal = numel(r, lshape);
+  float *gin = falloc(gtotal), *lin = falloc(ltotal), *out = falloc(gtotal),
+        *want = falloc(gtotal);
+  for (int64_t i = 0; i < gtotal; i++) gin[i] = gval(color, i);
+  // my block of G along dim
+  if (ltotal) do {
+    memcpy(gi, idx, sizeof gi);
+    gi[dim] += ufirst(G, n, me);
+    lin[flat(r, lshape, idx)] = gval(color, flat(r, gshape, gi));
+    want[flat(r, lshape, idx)] = gval(color, flat(r, gshape, gi));
+  } while (next_index(r, lshape, idx));
+
+  // all-gather: every block back into G
+  kdrt_allgather(c, mask, r, lshape, dim, lin, out);
+  compare("allgather (uneven)", m, mask, out, gin, gtotal, r, gshape, dim, -1);
+  // slice: my block of G
+  kdrt_slice(c, mask, r, gshape, dim, gin, out);
+  compare("slice (uneven)", m, mask, out, want, ltotal, r, gshape, dim, -1);
+  // reduce-scatter: member g's input is (g + 1) times G; I get my block of
+  // the sum, n (n + 1) / 2 times mine
+  float *in = falloc(gtotal);
+  for (int64_t i = 0; i < gtotal; i++) in[i] = (float)(me + 1) * gin[i];
+  for (int64_t i = 0; i < ltotal; i++) want[i] *= (float)(n * (n + 1) / 2);
+  kdrt_reduce_scatter(c, mask, r, gshape, dim, in, out);
+  compare("reduce_scatter (uneven)", m, mask, out, want, ltotal, r, gshape, dim, -1);
+  // all-to-all from `dim` (my uneven block) to `other` (cut unevenly too
+  // when it does not divide): afterwards my block of G along other, whole
+  // along dim
+  if (other >= 0) {
+    int64_t G2 = gshape[other], oshape[KDRT_MAX_RANK];
+    memcpy(oshape, gshape, sizeof gshape);
+    oshape[other] = uext(G2, n, me);
+    int64_t ototal = numel(r, oshape);
+    memset(idx, 0, sizeof idx);
+    if (ototal) do {
+      memcpy(gi, idx, sizeof gi);
+      gi[other] += ufirst(G2, n, me);
+      want[flat(r, oshape, idx)] = gval(color, flat(r, gshape, gi));
+    } while (next_index(r, oshape, idx));
+    kdrt_alltoall(c, mask, r, lshape, dim, other, lin, out);
+    compare("alltoall (uneven)", m, mask, out, want, ototal, r, lshape, dim, other);
+  }
+  free(gin), free(lin), free(out), free(want), free(in);
+}
+
+static void check_uneven_mesh(kdrt_program *prog, kdrt_ctx *c, const mesh *m) {
+  for (int ba = 0; ba < m->nd; ba++) {
+    if (m->shape[ba] < 2) continue;
+    prog->batch_axis = ba;
+    c->ragged = 1;
+    for (unsigned mask = 1; mask < (1u << m->nd); mask++) {
+      if (!((mask >> ba) & 1)) continue;
+      int n = size_over(m, mask);
+      for (int r = 1; r <= 2; r++)
+        for (int dim = 0; dim < r; dim++)
+          for (int other = -1; other < r; other++) {
+            if (other == dim) continue;
+            check_uneven(c, m, mask, r, dim, other, n - 1);     // one member empty
+            check_uneven(c, m, mask, r, dim, other, 2 * n + 1); // one more row for one
+          }
+    }
+    c->ragged = 0;
+  }
+  prog->batch_axis = -1;
+}
+
 // ------------------------------------------------------------ driver
 
 static void check_mesh(const mesh *m) {
@@ -267,6 +370,7 @@ static void check_mesh(const mesh *m) {
   prog.mesh_ndim = m->nd;
   prog.mesh_shape = m->shape;
   prog.mesh_axes = m->names;
+  prog.batch_axis = -1;
   kdrt_ctx c;
   memset(&c, 0, sizeof c);
   c.prog = &prog;
@@ -300,6 +404,7 @@ static void check_mesh(const mesh *m) {
       }
     }
   }
+  check_uneven_mesh(&prog, &c, m);
   kdrt_comm_free(&c);
 }
 

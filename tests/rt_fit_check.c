@@ -11,7 +11,9 @@
 // partial sum over `data` (all-reduce over data).
 //
 // The mesh comes from the environment, RT_FIT_MESH=2,4 (default 1), since a
-// generated program has its mesh compiled in.
+// generated program has its mesh compiled in. Like a generated step it
+// takes the step's rows from the context: rows (global) and this rank's
+// local_rows (kdrt_set_rows), the losses averaged over the global rows.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,9 +38,12 @@ static void init(kdrt_ctx *c) {
 // Forward pass; returns the local rows' predictions of this rank's columns
 // in c->arena ([lb, ln]), and loss / accuracy, reduced.
 static void forward(kdrt_ctx *c, const void *const *xs, const void *const *ys, float *logs) {
+  if (c->probe) return;
   const float *x = xs[0], *y = ys[0];
   float *loss = &logs[0], *metric = &logs[1];
-  int lb = B / c->prog->mesh_shape[0], ln = N / model_parts(c), col0 = c->coord[1] * ln;
+  int64_t rows = c->rows ? c->rows : B;
+  int lb = (int)(c->ragged ? c->local_rows : rows / c->prog->mesh_shape[0]);
+  int ln = N / model_parts(c), col0 = c->coord[1] * ln;
   if (c->prog->mesh_ndim == 1) col0 = 0;
   float *pred = c->arena, *full = c->arena + lb * ln;
   double part = 0;
@@ -52,7 +57,7 @@ static void forward(kdrt_ctx *c, const void *const *xs, const void *const *ys, f
     }
   }
   unsigned all = (1u << c->prog->mesh_ndim) - 1;
-  float l = (float)(part / (B * N));
+  float l = (float)(part / (double)(rows * N));
   kdrt_allreduce(c, all, &l, loss, 1);
   // accuracy: argmax over whole rows
   int64_t shape[2] = {lb, ln};
@@ -67,20 +72,23 @@ static void forward(kdrt_ctx *c, const void *const *xs, const void *const *ys, f
     }
     correct += pa == ya;
   }
-  correct /= B;
+  correct /= (float)rows;
   kdrt_allreduce(c, 1, &correct, metric, 1);
 }
 
 static void train_step(kdrt_ctx *c, const void *const *xs, const void *const *ys, float *logs) {
   forward(c, xs, ys, logs);
+  if (c->probe) return;
   const float *x = xs[0], *y = ys[0];
-  int lb = B / c->prog->mesh_shape[0], ln = N / model_parts(c), col0 = c->coord[1] * ln;
+  int64_t rows = c->rows ? c->rows : B;
+  int lb = (int)(c->ragged ? c->local_rows : rows / c->prog->mesh_shape[0]);
+  int ln = N / model_parts(c), col0 = c->coord[1] * ln;
   if (c->prog->mesh_ndim == 1) col0 = 0;
   const float *pred = c->arena;
   memset(c->grads, 0, sizeof(float) * K * (size_t)ln);
   for (int b = 0; b < lb; b++)
     for (int n = 0; n < ln; n++) {
-      float d = 2.0f * (pred[b * ln + n] - y[b * N + col0 + n]) / (B * N);
+      float d = 2.0f * (pred[b * ln + n] - y[b * N + col0 + n]) / (float)(rows * N);
       for (int k = 0; k < K; k++) c->grads[k * ln + n] += x[b * K + k] * d;
     }
   kdrt_allreduce(c, 1, c->grads, c->grads, (size_t)(K * ln)); // dw: partial over data

@@ -15,7 +15,10 @@
 // Placement: the batch split over the one mesh axis `data` (RT_MULTI_MESH,
 // default 1), every variable replicated; logs and gradients are partial
 // sums over `data` (all-reduce). Predict reads a at arena offset 0 and b
-// after it; RT_MULTI_NOPRED=1 marks b as not one arena buffer.
+// after it; RT_MULTI_NOPRED=1 marks b as not one arena buffer. Like a
+// generated step it takes the step's rows from the context (c->rows, and
+// this rank's c->local_rows when they are split unevenly), and returns at
+// once when the runtime only asks (c->probe).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +43,9 @@ static void init(kdrt_ctx *c) {
 // With grad, the gradients of every variable (reduced) into c->grads.
 static void forward(kdrt_ctx *c, const void *const *x, const void *const *y, float *logs,
                     int grad) {
-  int lb = B / c->prog->mesh_shape[0];
+  if (c->probe) return;
+  int64_t rows = c->rows ? c->rows : B;
+  int lb = (int)(c->ragged ? c->local_rows : rows / c->prog->mesh_shape[0]);
   const float *feat = x[0], *ya = y[0], *yb = y[1];
   const int32_t *tok = x[1];
   float *a = c->arena, *b = c->arena + lb * C;
@@ -56,21 +61,21 @@ static void forward(kdrt_ctx *c, const void *const *x, const void *const *y, flo
       a[r * C + j] = s;
       if (s > a[r * C + best]) best = j;
       float d = s - (j == cls ? 1.0f : 0.0f);
-      part[0] += d * d / (B * C);
+      part[0] += d * d / (float)(rows * C);
       if (grad) {
-        float g = 2.0f * d / (B * C);
+        float g = 2.0f * d / (float)(rows * C);
         for (int k = 0; k < F; k++) c->grads[WA + k * C + j] += fr[k] * g;
         for (int t = 0; t < T; t++) c->grads[EMB + tok[r * T + t] * C + j] += g;
       }
     }
-    part[2] += (best == cls) / (float)B;
+    part[2] += (best == cls) / (float)rows;
     float s = 0;
     for (int k = 0; k < F; k++) s += fr[k] * c->params[WB + k];
     b[r] = s;
     float d = s - yb[r];
-    part[1] += d * d / B;
+    part[1] += d * d / (float)rows;
     if (grad)
-      for (int k = 0; k < F; k++) c->grads[WB + k] += fr[k] * 2.0f * d / B;
+      for (int k = 0; k < F; k++) c->grads[WB + k] += fr[k] * 2.0f * d / (float)rows;
   }
   float sum[3];
   kdrt_allreduce(c, 1, part, sum, 3);
@@ -88,6 +93,7 @@ static void grad_step(kdrt_ctx *c, const void *const *x, const void *const *y, f
 
 static void train_step(kdrt_ctx *c, const void *const *x, const void *const *y, float *logs) {
   forward(c, x, y, logs, 1);
+  if (c->probe) return;
   for (int i = 0; i < NPARAM; i++) c->params[i] -= c->lr * c->grads[i];
 }
 

@@ -203,6 +203,15 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
   kdrt_cuda *d = kdrt_cuda_open(c, dev.precision);
   setup_program(c);
   const kdrt_program *p = c->prog;
+  // Rows that do not divide over the batch axis: the CPU runtime splits
+  // them unevenly (kdrt_ctx.ragged); this one's dropout and collectives
+  // still assume even blocks, so it refuses them, before training when
+  // kdrt_main asks (c->probe: nothing is copied, the step returns).
+  if (c->ragged) {
+    int ba = p->batch_axis;
+    kdrt_rows_refused(c, c->rows, p->mesh_shape[ba], p->mesh_axes[ba]);
+  }
+  if (c->probe) return d;
   // A new ctx, or new host blobs (predict, gradcheck): the host copy rules.
   if (owner != c || owner_params != c->params) {
     owner = c, owner_params = c->params;

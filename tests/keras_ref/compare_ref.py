@@ -13,7 +13,8 @@ Checked, all within RTOL:
   - every other log Keras recorded (per-output losses "<output>_loss",
     metrics "accuracy", "<output>_accuracy", ...) that the history holds
     too: per step (history "step_logs": {name: [...]}, or "step_<name>"),
-    per epoch (history "<name>": [...]) and in "evaluate"; losses relative
+    per epoch (history "<name>": [...], and the val_ ones, which a case
+    trained with Keras's fit must have) and in "evaluate"; losses relative
     to Keras's value, metrics within RTOL * max(1, |Keras|). Logs the
     history lacks are named, not failed;
   - every final weight: |kdcc - keras| <= RTOL * max|keras tensor|, per
@@ -152,6 +153,8 @@ def main():
             continue
         if isinstance(hist.get(key), list):
             compare_list(key, "epoch", hist[key], want_l)
+        elif key.startswith("val_"):  # fit's validation logs: the history must have them
+            bad.append(f"the history has no {key} (Keras's History: {want_l})")
         else:
             unchecked.append(f"epoch {key}")
     for key, b in ref["evaluate"].items():

@@ -47,6 +47,39 @@ Cases (model, distribution spec from models/):
                                                              query heads split, key/value replicated
     llama_dp        llama          llama_dp.dist.json        DataParallel (8,)
 
+Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
+time. Each is trained twice from the same initial weights: once with
+train_on_batch on the batches fit would make (every step's own loss, the
+last batch of an epoch partial), once with model.fit(batch_size=...,
+shuffle=False) and validation (validation_data, or validation_split:
+Keras's last fraction), which gives the History (each epoch's logs, the
+mean over samples, and the val_ logs); the two must end with the same
+weights. Then model.evaluate on the validation data (what the training
+program evaluates after fit) and the final weights.
+
+    func_fit         func_branches  (2,4)  50 samples, batches of 16 (the last of 2),
+                                           22 validation samples (16 + 6)
+    func_fit_dp      func_branches  (8,)   the same, kdcc on 8 devices: the 2 rows over 8
+    func_fit_split   func_branches  (2,4)  validation_split 0.2: 40 (16 + 16 + 8) and 10
+    func_fit_b6      func_branches  (2,4)  compiled for 16, run with --batch-size 6 (8 steps,
+                                           the last of 2; validation 6 + 6 + 6 + 4)
+    func_fit_b6_dp   func_branches  (8,)   the same on 8 devices: every step's rows uneven
+    two_heads_fit    two_heads      (2,4)  two outputs, per-output logs, a partial batch
+    per_token_fit    per_token      (2,4)  a loss per token, averaged over every token
+    per_token_fit_dp per_token      (8,)   the same on 8 devices
+
+Keras itself cannot split 2 rows over 8 devices (IndivisibleError): for a
+case whose kdcc mesh is (8,), Keras ran under the case's keras_distribution
+(the (2,4) one); the numbers do not depend on the mesh. These cases live
+in OUT/<model>_fit/ (their own data: 72 samples, the first 50 to train,
+the last 22 to validate: x.npy, y.npy, val_x.npy, val_y.npy, or x0.npy,
+val_x0.npy, ... with several inputs), and their JSON says:
+    compile_batch_size   kdcc's --batch-size (batch_size: the run's)
+    validation           {"data": 22} or {"split": 0.2}
+    keras_distribution   the spec Keras ran under
+    epoch_logs           fit's History (val_ logs included)
+    program_args         the whole command line, files relative to the folder
+
 The models are the Python builders of make_models.py with every Dropout rate
 set to 0 before anything runs (Keras's and kdcc's dropout RNGs differ), so
 the saved config says rate 0.0. Per case the model is built under the
@@ -134,6 +167,29 @@ DATA = {
     "gpt": (64, 2),
     "vit": (64, 2),
     "llama": (64, 2),
+}
+
+# Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
+# Spec names are make_models.py's (a model's "dists"); "dp8" is DataParallel
+# over 8 devices.
+FIT_DATA = (50, 22)  # training samples, then validation samples, of one stream
+FIT_CASES = {
+    "func_fit": ("func_branches", "func_branches", "func_branches",
+                 dict(batch=16, epochs=2, val="data")),
+    "func_fit_dp": ("func_branches", "dp8", "func_branches",
+                    dict(batch=16, epochs=2, val="data")),
+    "func_fit_split": ("func_branches", "func_branches", "func_branches",
+                       dict(batch=16, epochs=2, val=0.2)),
+    "func_fit_b6": ("func_branches", "func_branches", "func_branches",
+                    dict(batch=6, compile_batch=16, epochs=2, val="data")),
+    "func_fit_b6_dp": ("func_branches", "dp8", "func_branches",
+                       dict(batch=6, compile_batch=16, epochs=2, val="data")),
+    "two_heads_fit": ("two_heads", "two_heads", "two_heads",
+                      dict(batch=16, epochs=2, val="data")),
+    "per_token_fit": ("per_token", "per_token", "per_token",
+                      dict(batch=16, epochs=2, val="data")),
+    "per_token_fit_dp": ("per_token", "per_token_dp", "per_token",
+                         dict(batch=16, epochs=2, val="data")),
 }
 
 # case -> (model, dist spec stem in models/)
@@ -452,15 +508,167 @@ def run_case(case, out, hlo):
     return ref
 
 
+def fit_spec(model_name, stem):
+    return mm.DP_8 if stem == "dp8" else mm.MODELS[model_name]["dists"][stem]
+
+
+def batches(n, bs):
+    """Keras's batches of n samples: [start, end) each, the last partial."""
+    return [(s, min(s + bs, n)) for s in range(0, n, bs)]
+
+
+def run_fit_case(case, out):
+    """One of FIT_CASES: train_on_batch for every step's own logs, model.fit
+    for the History, evaluate on the validation data (see the docstring)."""
+    model_name, kdcc_dist, keras_dist, cfg = FIT_CASES[case]
+    bs, epochs, val = cfg["batch"], cfg["epochs"], cfg["val"]
+    entry = mm.MODELS[model_name]
+    mdir = os.path.join(out, model_name + "_fit")
+    os.makedirs(mdir, exist_ok=True)
+    ntrain, nval = FIT_DATA
+    xs_all, ys_all, xf, yf = make_data(model_name, ntrain + nval)
+    train = slice(0, ntrain)
+    xs, ys = [a[train] for a in xs_all], [a[train] for a in ys_all]
+    vx, vy = [a[ntrain:] for a in xs_all], [a[ntrain:] for a in ys_all]
+    vxf, vyf = ["val_" + f for f in xf], ["val_" + f for f in yf]
+    if val == "data":
+        fit_x, fit_y, ev_x, ev_y = xs, ys, vx, vy
+    else:  # Keras's validation_split: the last fraction, before any shuffling
+        split_at = int(np.floor(ntrain * (1.0 - val)))
+        fit_x, fit_y = [a[:split_at] for a in xs], [a[:split_at] for a in ys]
+        ev_x, ev_y = [a[split_at:] for a in xs], [a[split_at:] for a in ys]
+
+    def build():
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(mm.SEED)
+        keras.distribution.set_distribution(
+            mm.make_distribution(fit_spec(model_name, keras_dist)))
+        model = entry["build"]()
+        zero_dropout(model)
+        return model
+
+    try:
+        # 1. every step's own logs: train_on_batch on fit's batches
+        model = build()
+        inputs, outputs = io_description(model, xs, ys, xf, yf)
+        keras_path = os.path.join(mdir, "model.keras")
+        if not os.path.exists(keras_path):
+            mm.save_archive(model, keras_path, True)
+            for a, f in zip(xs + ys, xf + yf):
+                np.save(os.path.join(mdir, f), a)
+            for a, f in zip(vx + vy, vxf + vyf):
+                np.save(os.path.join(mdir, f), a)
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                mm.save_archive(model, os.path.join(d, "m.keras"), True)
+                mine = archive_weights(os.path.join(d, "m.keras"))
+            theirs = archive_weights(keras_path)
+            for k in mine:
+                assert np.array_equal(mine[k], theirs[k]), f"{case}: initial {k} differs"
+        n_fit = len(fit_x[0])
+        step_loss, step_logs = [], {}
+        for _ in range(epochs):
+            for a, b in batches(n_fit, bs):
+                logs = model.train_on_batch(one_or_list(fit_x, slice(a, b)),
+                                            one_or_list(fit_y, slice(a, b)), return_dict=True)
+                step_loss.append(float(logs["loss"]))
+                for k, v in logs.items():
+                    step_logs.setdefault(k, []).append(float(v))
+        with tempfile.TemporaryDirectory() as d:
+            model.save_weights(os.path.join(d, "a.weights.h5"))
+            final_a = layer_weights(os.path.join(d, "a.weights.h5"))
+        keras.distribution.set_distribution(None)
+
+        # 2. the same training through fit: the History
+        model = build()
+        kw = (dict(validation_data=(one_or_list(vx), one_or_list(vy))) if val == "data"
+              else dict(validation_split=val))
+        hist = model.fit(one_or_list(xs), one_or_list(ys), batch_size=bs, epochs=epochs,
+                         shuffle=False, verbose=0, **kw).history
+        ev = model.evaluate(one_or_list(ev_x), one_or_list(ev_y), batch_size=bs, verbose=0,
+                            return_dict=True)
+        ev = {k: float(v) for k, v in ev.items()}
+        with tempfile.TemporaryDirectory() as d:
+            model.save_weights(os.path.join(d, "b.weights.h5"))
+            final = layer_weights(os.path.join(d, "b.weights.h5"))
+        worst = max(max_rel(final_a[k], final[k]) for k in final)
+        assert worst <= 1e-6, f"{case}: train_on_batch and fit end {worst:.1e} apart"
+    finally:
+        keras.distribution.set_distribution(None)
+
+    final_name = case + ".final.npz"
+    np.savez_compressed(os.path.join(mdir, final_name), **final)
+    spec = fit_spec(model_name, kdcc_dist)
+    with open(os.path.join(mdir, case + ".dist.json"), "w") as f:
+        json.dump(spec, f, indent=2)
+        f.write("\n")
+    epoch_logs = {k: [float(v) for v in vs] for k, vs in hist.items()}
+    data_args = []
+    for flag, files in (("--x", xf), ("--y", yf)):
+        for f in files:
+            data_args += [flag, f]
+    if val == "data":
+        for flag, files in (("--val-x", vxf), ("--val-y", vyf)):
+            for f in files:
+                data_args += [flag, f]
+    else:
+        data_args += ["--validation-split", str(val)]
+    compile_bs = cfg.get("compile_batch", bs)
+    ref = {
+        "case": case,
+        "model": model_name,
+        "distribution": case + ".dist.json",
+        "devices": int(np.prod(spec["device_mesh"]["shape"])),
+        "keras_distribution": keras_dist,
+        "versions": f"keras {keras.__version__}, jax {jax.__version__}",
+        "samples": ntrain,
+        "validation": {"data": nval} if val == "data" else {"split": val},
+        "batch_size": bs,
+        "compile_batch_size": compile_bs,
+        "epochs": epochs,
+        "shuffle": False,
+        "dropout": "every Dropout rate set to 0",
+        "step_loss": step_loss,
+        "epoch_loss": epoch_logs["loss"],
+        "evaluate": ev,
+        "final_weights": final_name,
+        "inputs": inputs,
+        "outputs": outputs,
+        "x_files": xf,
+        "y_files": yf,
+        "step_logs": step_logs,
+        "epoch_logs": epoch_logs,
+        "kdcc_args": ["model.keras", "--distribution", case + ".dist.json",
+                      "--batch-size", str(compile_bs)],
+        "program_args": data_args + ["--epochs", str(epochs), "--batch-size", str(bs),
+                                     "--no-shuffle", "--weights", "model.keras"],
+    }
+    with open(os.path.join(mdir, case + ".json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    print(f"{case}: {len(step_loss)} steps, loss {step_loss[0]:.6f} -> {step_loss[-1]:.6f}, "
+          f"History {({k: [round(x, 4) for x in v] for k, v in epoch_logs.items()})}, "
+          f"evaluate {ev}")
+    return ref
+
+
 def check(out, ref_dir, rtol, cases):
     """Compare a fresh run (out) with the committed fixtures (ref_dir)."""
     bad = 0
     for case in cases:
-        model_name = CASES[case][0]
+        model_name = (CASES[case][0] if case in CASES else FIT_CASES[case][0] + "_fit")
         a_dir, b_dir = os.path.join(out, model_name), os.path.join(ref_dir, model_name)
         a = json.load(open(os.path.join(a_dir, case + ".json")))
         b = json.load(open(os.path.join(b_dir, case + ".json")))
         worst = 0.0
+        for k, vb in b.get("epoch_logs", {}).items():  # fit's History (val_ logs too)
+            va = a.get("epoch_logs", {}).get(k)
+            if va is None or len(va) != len(vb):
+                print(f"{case}: epoch_logs[{k!r}] missing or of another length")
+                bad = 1
+                continue
+            for u, v in zip(va, vb):
+                worst = max(worst, abs(u - v) / max(abs(v), 1e-12))
         for key in ("step_loss", "epoch_loss"):
             if len(a[key]) != len(b[key]):
                 print(f"{case}: {key} has {len(a[key])} entries, committed {len(b[key])}")
@@ -494,7 +702,9 @@ def check(out, ref_dir, rtol, cases):
         same_init = ia.keys() == ib.keys() and all(np.array_equal(ia[k], ib[k]) for k in ib)
         same_data = all(np.array_equal(np.load(os.path.join(a_dir, f)),
                                        np.load(os.path.join(b_dir, f)))
-                        for f in b.get("x_files", ["x.npy"]) + b.get("y_files", ["y.npy"]))
+                        for f in b.get("x_files", ["x.npy"]) + b.get("y_files", ["y.npy"]) +
+                        (["val_" + f for f in b["x_files"] + b["y_files"]]
+                         if "data" in b.get("validation", {}) else []))
         ok = worst <= rtol and same_init and same_data
         print(f"{case}: worst relative difference {worst:.2e}, initial weights "
               f"{'equal' if same_init else 'DIFFER'}, data {'equal' if same_data else 'DIFFERS'}"
@@ -506,7 +716,8 @@ def check(out, ref_dir, rtol, cases):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=FIXTURES, help="output folder (default: the fixtures)")
-    ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--cases", nargs="*", default=list(CASES) + list(FIT_CASES),
+                    choices=list(CASES) + list(FIT_CASES))
     ap.add_argument("--hlo", action="store_true",
                     help="also write OUT/<case>.hlo.txt, the compiled train step")
     ap.add_argument("--check", metavar="DIR",
@@ -518,10 +729,13 @@ def main():
         sys.exit("run_ref.py needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
     # Start from a clean slate for every model written (model.keras decides
     # whether a case is the first of its model).
-    for m in {CASES[c][0] for c in args.cases}:
+    for m in {CASES[c][0] if c in CASES else FIT_CASES[c][0] + "_fit" for c in args.cases}:
         shutil.rmtree(os.path.join(args.out, m), ignore_errors=True)
     for case in args.cases:
-        run_case(case, args.out, args.hlo)
+        if case in FIT_CASES:
+            run_fit_case(case, args.out)
+        else:
+            run_case(case, args.out, args.hlo)
     if args.check:
         return check(args.out, args.check, args.rtol, args.cases)
     return 0

@@ -204,7 +204,28 @@ run 4 other "${ARGS[@]}" --checkpoint-dir "$T/ck5" --resume
 expect "another model" 1 \
   "shard-00000.kdck: checkpoint is of another model: variable 'sequential/d1/kernel' is [784, 200] with 2 optimizer slots there, [784, 100] with 2 here"
 run 4 t22 --synthetic 64 --epochs 3 --batch-size 16 --checkpoint-dir "$T/ck5" --resume
-expect "other data" 1 "the checkpoint was taken with 8 steps per epoch over 128 training samples, this run has 4 over 64"
+expect "other data" 1 "the checkpoint was taken with 8 steps per epoch over 128 training samples in batches of 16, this run has 4 over 64 in batches of 16"
+
+# ---- 6. partial batches: 61 samples in batches of 16 (the last of 13 rows,
+# split unevenly over 'data'), a checkpoint every 3 steps (one of them after
+# the partial batch), killed at step 7: the resumed history is bitwise the
+# uninterrupted one; resuming with another --batch-size is an error.
+P=(--synthetic 61 --epochs 3 --batch-size 16 --validation-split 0.1)
+run 4 t22 "${P[@]}" --history "$T/pstraight.json"
+[ "$rc" = 0 ] || fail "partial batches, straight: status $rc: $(cat "$T/out")"
+D=$T/ck7
+killed "partial batches: kill during training" 1:7:train 4 t22 "${P[@]}" --checkpoint-dir "$D" \
+  --checkpoint-every 3
+run 4 t22 "${P[@]}" --checkpoint-dir "$D" --checkpoint-every 3 --resume --history "$T/r7.json"
+if [ "$rc" != 0 ] || ! grep -q "resuming from $D/ckpt-6: epoch 2, 2 of 4 steps done" "$T/out"; then
+  fail "partial batches, resume: status $rc: $(cat "$T/out")"
+elif ! cmp -s "$T/pstraight.json" "$T/r7.json"; then
+  fail "partial batches, resume: history differs"; diff "$T/pstraight.json" "$T/r7.json"
+else ok "partial batches: resume from ckpt-6 bitwise equal"
+fi
+run 4 t22 --synthetic 61 --epochs 3 --batch-size 15 --validation-split 0.1 --checkpoint-dir "$D" \
+  --resume
+expect "other batch size" 1 "over 54 training samples in batches of 16, this run has 4 over 54 in batches of 15"
 
 [ "$fails" = 0 ] && echo "checkpoint.sh: all passed" || echo "checkpoint.sh: $fails failed"
 exit $((fails > 0))

@@ -9,12 +9,18 @@
 # only: the final weights are read back from --save-weights). A case's
 # --x/--y files come from its JSON (x_files, y_files: one --x per model
 # input, one --y per output with a loss, in model order); cases written
-# before those fields existed have x.npy and y.npy.
+# before those fields existed have x.npy and y.npy. A case with
+# compile_batch_size (Keras's own fit, run_ref.py's FIT_CASES: partial
+# batches, validation, a batch size chosen at run time) is compiled for that
+# batch and run with its program_args, the whole command line, from its
+# folder; its History's val_ logs are compared too.
+#
+# KERAS_REF_DIR=DIR checks the cases in DIR instead (a fresh run_ref.py --out).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 RTOL=1e-4
-fix=tests/fixtures/keras_ref
+fix=${KERAS_REF_DIR:-tests/fixtures/keras_ref}
 out=build/tests/keras_ref
 mkdir -p $out
 fail=0
@@ -24,10 +30,10 @@ for ref in $fix/*/*.json; do
   case $ref in *.dist.json) continue ;; esac
   dir=$(dirname "$ref")
   name=$(basename "$ref" .json)
-  read -r devices epochs batch < <(python3 -c '
+  read -r devices epochs batch cbatch < <(python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(r["devices"], r["epochs"], r["batch_size"])' "$ref")
+print(r["devices"], r["epochs"], r["batch_size"], r.get("compile_batch_size", 0))' "$ref")
   mapfile -t data_args < <(python3 -c '
 import json, os, sys
 r = json.load(open(sys.argv[1]))
@@ -35,8 +41,9 @@ for flag, key, one in (("--x", "x_files", "x.npy"), ("--y", "y_files", "y.npy"))
     for f in r.get(key, [one]):
         print(flag)
         print(os.path.join(sys.argv[2], f))' "$ref" "$dir")
-  exe=$out/$name
-  ./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" --batch-size "$batch" -w -o "$exe"
+  exe=$PWD/$out/$name
+  ./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" \
+    --batch-size "$([ "$cbatch" != 0 ] && echo "$cbatch" || echo "$batch")" -w -o "$exe"
   if [ -z "$probe" ]; then
     # Initial weights must come from the fixture's .keras (kdcc's own
     # initializers draw other numbers than Keras's): nothing to compare
@@ -49,9 +56,18 @@ for flag, key, one in (("--x", "x_files", "x.npy"), ("--y", "y_files", "y.npy"))
     fi
   fi
   rm -f "$out/$name.history.json" "$out/$name.weights.h5"
-  timeout 300 mpirun -np "$devices" --oversubscribe "$exe" "${data_args[@]}" \
-    --epochs "$epochs" --batch-size "$batch" --no-shuffle --weights "$dir/model.keras" \
-    --save-weights "$out/$name.weights.h5" --history "$out/$name.history.json" --quiet
+  if [ "$cbatch" != 0 ]; then
+    mapfile -t args < <(python3 -c '
+import json, sys
+print("\n".join(json.load(open(sys.argv[1]))["program_args"]))' "$ref")
+    (cd "$dir" && timeout 300 mpirun -np "$devices" --oversubscribe "$exe" "${args[@]}" \
+      --save-weights "$OLDPWD/$out/$name.weights.h5" --history "$OLDPWD/$out/$name.history.json" \
+      --quiet)
+  else
+    timeout 300 mpirun -np "$devices" --oversubscribe "$exe" "${data_args[@]}" \
+      --epochs "$epochs" --batch-size "$batch" --no-shuffle --weights "$dir/model.keras" \
+      --save-weights "$out/$name.weights.h5" --history "$out/$name.history.json" --quiet
+  fi
   python3 tests/keras_ref/compare_ref.py $RTOL "$ref" "$out/$name.history.json" \
     "$out/$name.weights.h5" || fail=1
 done

@@ -59,7 +59,7 @@ expect 1 "rt_fit_check: this program was compiled for mesh (2, 4) ('data', 'mode
 name="1-D mesh message"; run 8 0; expect 1 "mesh (8,) ('data',) = 8 devices, but runs on 1 rank;"
 name="unknown option"; run 2,2 4 --epoch 3; expect 2 "unknown option '--epoch'"
 name="batch size"; run 1 0 --batch-size 32
-expect 2 "this program was compiled for batch 16; recompile with kdcc --batch-size 32"
+expect 2 "--batch-size 32: this program holds at most 16 rows a step (its memory plan was compiled for kdcc --batch-size 16); recompile with kdcc --batch-size 32 or more"
 name="help"; run 2,4 0 --help; expect 0 "--validation-split F"
 name="diverging loss"; run 2,2 4 --lr 1e30 --epochs 5; expect 1 "rt_fit_check: loss is "
 grep -qE "loss is (nan|inf) at epoch [0-9]+, step [0-9]+" "$T/out" || fail "$name: message"
@@ -69,7 +69,41 @@ name="validation split"; run 2,2 4 --validation-split 0.25 --epochs 2 --history 
 expect 0 "val_accuracy: "
 python3 -c "import json,sys; h=json.load(open(sys.argv[1])); assert len(h['val_loss'])==2 and len(h['val_accuracy'])==2" "$T/hv.json" \
   || fail "$name: history lacks val_loss: $(cat "$T/hv.json")"
-name="remainder"; run 1 0 --synthetic 40; expect 0 "8 of 40 training samples do not fill a batch of 16"
+# Every sample counts, as in Keras's fit: 37 samples in batches of 16 are 3
+# steps, the last of 5 rows (over 2 or 8 ranks: unequal rows, some none),
+# averaged by rows; a batch size chosen at run time (12, and 5: every step
+# uneven); the same history on every mesh.
+for bs in 16 12 5; do
+  name="partial batch $bs singleton"
+  run 1 0 --synthetic 37 --batch-size $bs --epochs 2 --validation-split 0.3 --history "$T/p1.json"
+  steps=$(( (25 + bs - 1) / bs )); vsteps=$(( (12 + bs - 1) / bs ))
+  expect 0 "$steps/$steps $BAR"
+  python3 -c "import json,sys; h=json.load(open(sys.argv[1])); assert len(h['step_loss'])==2*int(sys.argv[2]), h" "$T/p1.json" "$steps" \
+    || fail "$name: want $steps steps an epoch: $(cat "$T/p1.json")"
+  grep -q "^$vsteps/$vsteps $BAR" "$T/out" || fail "$name: evaluate should take $vsteps steps"
+  for mesh in "8" "2,4" "4,2"; do
+    name="partial batch $bs ($mesh)"
+    run "$mesh" 8 --synthetic 37 --batch-size $bs --epochs 2 --validation-split 0.3 --history "$T/p8.json"
+    expect 0 "$steps/$steps $BAR"
+    same_history "$T/p1.json" "$T/p8.json"
+  done
+done
+# Keras's averaging: an epoch's loss is the mean over samples, the steps'
+# losses weighted by their rows (with one epoch and a fixed model state
+# per step that is checked exactly: --lr 0).
+name="weighted mean"; run 2,4 8 --synthetic 37 --lr 0 --history "$T/w.json"; expect 0
+python3 - "$T/w.json" <<'PY' || fail "$name: the epoch's loss is not the row-weighted mean"
+import json, sys
+h = json.load(open(sys.argv[1]))
+s = h["step_loss"]
+want = (16 * s[0] + 16 * s[1] + 5 * s[2]) / 37
+assert len(s) == 3 and abs(h["loss"][0] - want) <= 1e-6 * abs(want), (s, h["loss"], want)
+assert abs(h["evaluate"]["loss"] - want) <= 1e-5 * abs(want), (h["evaluate"], want)
+PY
+name="drop remainder"; run 1 0 --synthetic 37 --drop-remainder --history "$T/d.json"
+expect 0 "--drop-remainder: 5 of 37 training samples do not fill a batch of 16; each epoch leaves them out"
+grep -q "^2/2 $BAR" "$T/out" || fail "$name: want 2 steps"
+grep -q "^3/3 $BAR" "$T/out" || fail "$name: evaluate still sees every sample (3 steps)"
 
 # .npy input: x float64 (40, 6), y float32 (40, 8) one-hot; then a bad shape.
 python3 - "$T" <<'PY'
@@ -90,9 +124,9 @@ save(d + "/y.npy", "<f4", "f", (40, 8), [1.0 if j == c else 0.0 for c in cls for
 save(d + "/ybad.npy", "<f4", "f", (40, 3), [0.0] * 120)
 PY
 name="npy singleton"; run 1 0 --x "$T/x.npy" --y "$T/y.npy" --epochs 2 --history "$T/n1.json"
-expect 0 "2/2 $BAR"
+expect 0 "3/3 $BAR"
 name="npy (2,4)"; run 2,4 8 --x "$T/x.npy" --y "$T/y.npy" --epochs 2 --history "$T/n8.json"
-expect 0 "2/2 $BAR"
+expect 0 "3/3 $BAR"
 same_history "$T/n1.json" "$T/n8.json"
 name="predict, one output"
 run 1 0 predict --x "$T/x.npy" --out "$T/p1.npy" --quiet; expect 0

@@ -76,6 +76,18 @@ for np in 2 4; do
   expect 0 "Epoch 3/3"
   same_history "$T/s1.json" "$T/s$np.json"
 done
+# Partial batches: 37 samples, 27 to train (8 + 8 + 8 + 3) and 10 to
+# validate (8 + 2), unequal rows over 2 and 4 ranks; every log averaged
+# over samples as Keras averages it, the same on every mesh.
+name="partial batches singleton"
+run 0 --synthetic 37 --epochs 2 --validation-split 0.27 --history "$T/p1.json"
+expect 0 "4/4 $BAR"
+for np in 2 4; do
+  name="partial batches mesh ($np,)"
+  run "$np" --synthetic 37 --epochs 2 --validation-split 0.27 --history "$T/p$np.json"
+  expect 0 "4/4 $BAR"
+  same_history "$T/p1.json" "$T/p$np.json"
+done
 name="no validation"; run 0 --epochs 2 --history "$T/nv.json"; expect 0 "Epoch 2/2"
 keras_shaped "$T/nv.json" 2 0
 
