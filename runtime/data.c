@@ -217,7 +217,8 @@ static int gunzip(const char *path, unsigned char **out, size_t *outlen, char *e
     n += (size_t)got;
   }
   int zerr = Z_OK;
-  const char *msg = gzerror(g, &zerr);
+  char msg[256]; // gzerror's text lives in g: copied before gzclose frees it
+  snprintf(msg, sizeof msg, "%s", gzerror(g, &zerr));
   gzclose(g);
   if (zerr != Z_OK && zerr != Z_STREAM_END) {
     free(buf);
