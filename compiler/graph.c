@@ -168,17 +168,16 @@ static const char *weights_sublayer(const char *cls, const char *vname) {
 
 static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *init_key,
                      const char *init_def) {
-  if (l->shared) { // a further call of a layer: its first call's variable
+  if (l->shared || l->ncalls > 1) { // a layer called again: the variable its first built call made
     const char *path = format("%s/%s", l->path, vname);
     for (int i = 0; i < g->nvars; i++)
       if (!strcmp(g->vars[i]->path, path)) {
         if (!shape_eq(&g->vars[i]->shape, &shape))
-          error_at(l->loc, "layer '%s': call %d needs '%s' of shape %s, but its first call made "
+          error_at(l->loc, "layer '%s': call %d needs '%s' of shape %s, but another call made "
                    "it %s", l->name, l->call, vname, shape_str(&shape),
                    shape_str(&g->vars[i]->shape));
         return g->vars[i]->param;
       }
-    unreachable();
   }
   Var *v = xcalloc(1, sizeof *v);
   v->path = format("%s/%s", l->path, vname);

@@ -278,3 +278,13 @@ Test(report, llama_map_warns_of_its_all_reduces) {
   fclose(f);
   cr_assert(!strstr(text, "warning:"), "Megatron's map costs nothing avoidable: %s", text);
 }
+
+// Only the second call of a shared layer feeds the output (the first is
+// dropped): that call makes the variables (a fuzzing find: it was an
+// internal error).
+Test(shard, shared_layer_second_call_alone) {
+  Graph *g = compile("tests/good/shared_second_call.json", NULL, NULL, 8);
+  cr_assert_eq(g->nvars, 2);
+  cr_assert_str_eq(g->vars[0]->path, "d/kernel");
+  cr_assert_str_eq(g->vars[1]->path, "d/bias");
+}
