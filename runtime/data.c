@@ -368,6 +368,22 @@ void kdrt_array_row_i32(const kdrt_array *a, int64_t s, int32_t *out) {
 
 int64_t kdrt_io_elems(const kdrt_io *io) { return prod(io->rank, io->shape); }
 
+// A float file must hold finite numbers only: one NaN in the data makes
+// every loss after it NaN, which would stop training (TerminateOnNaN) at a
+// step that says nothing of the cause. Said at open instead, with the place.
+static int finite_file(const kdrt_array *a, const char *what, char *err, size_t errlen) {
+  if (a->h.kind != 'f') return 0;
+  for (int64_t s = 0; s < a->n; s++)
+    for (int64_t i = 0; i < a->row; i++) {
+      double v = element(a, (size_t)(s * a->row + i));
+      if (!isfinite(v))
+        return kdrt_errf(err, errlen, "%s: sample %lld holds %s (element %lld): %s must be "
+                         "finite numbers", a->path, (long long)s, isnan(v) ? "nan" : "inf",
+                         (long long)i, what);
+    }
+  return 0;
+}
+
 int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, int k, char *err,
                     size_t errlen) {
   const kdrt_io *in = &p->inputs[k];
@@ -382,7 +398,7 @@ int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, int k, char *err
                      p->ninputs > 1 ? in->name : "", exp, (long long)a->row,
                      a->row == 1 ? "" : "s", (long long)want);
   }
-  if (in->dtype != KDRT_I32) return 0;
+  if (in->dtype != KDRT_I32) return finite_file(a, "inputs", err, errlen);
   // Token ids: integers (a float file must hold integral values), within
   // int32, and within [0, num_classes) when the model says how many.
   int64_t hi = in->num_classes > 0 ? in->num_classes : (int64_t)INT32_MAX + 1;
@@ -441,7 +457,7 @@ int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int j, int *conv
     return kdrt_errf(err, errlen, "%s: shape %s does not fit the model's labels%s: expected %s%s",
                 a->path, got, whose, exp, want == 1 ? " or (N,)" : "");
   }
-  if (*conv == KDRT_LABELS_COPY) return 0;
+  if (*conv == KDRT_LABELS_COPY) return finite_file(a, "labels", err, errlen);
   // Class ids: every one an integer in [0, k).
   for (int64_t s = 0; s < a->n; s++)
     for (int64_t i = 0; i < a->row; i++) {

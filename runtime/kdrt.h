@@ -91,7 +91,8 @@ typedef struct {
   kdrt_step_fn *grad_step;
   int nvars;
   const struct kdrt_var *vars;       // [nvars]
-  const char *weights_file;          // initial weights (.keras or .weights.h5), or NULL
+  const char *weights_file;          // initial weights (.keras or .weights.h5) as compiled, or
+                                     // NULL; found by kdrt_program_archive
 } kdrt_program;
 
 // One trainable variable: what it is and where its local shard, optimizer
@@ -165,6 +166,12 @@ void kdrt_rows_refused(kdrt_ctx *c, int64_t rows, int size, const char *axis);
 int kdrt_errf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+// Whether a file can be written at path, as the runtime writes its outputs
+// (a temporary beside it, then a rename): path is not a directory and its
+// directory takes a new file (one is made and removed). 0, or -1 with a
+// message naming path and why. No MPI.
+int kdrt_check_output(const char *path, char *err, size_t errlen);
+
 // printf on rank 0 only.
 void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...);
 // Fatal error: message on stderr (prefixed by the rank), MPI_Abort, exit 1.
@@ -208,8 +215,23 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
 // Collective forms: every rank reads its own block (kdrt_weights_read), or
 // rank 0 gathers each variable and writes. Both return the same status on
 // every rank; err is filled on rank 0 at least.
+// kdrt_weights_write refuses variables that are not finite (NaN or inf: a
+// diverged run), naming the first.
 int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen);
 int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen);
+// Collective: -1 when every variable (not the optimizer slots) of every
+// rank is finite, else the index in p->vars of the first that is not.
+int kdrt_weights_finite(kdrt_ctx *c);
+// The archive a program compiled from a .keras starts from (its
+// weights_file): kdcc's copy beside the program, <program>.kdcc.d/
+// model.keras (the program found by /proc/self/exe), else the archive at
+// the path it was compiled from; NULL when p has none or neither exists.
+// So a program moved with its .kdcc.d directory needs no other file.
+const char *kdrt_program_archive(const kdrt_program *p);
+// Where that copy is for this program (buf), or NULL.
+const char *kdrt_program_copy(char *buf, size_t len);
+// The message when p has an archive but neither copy exists (buf).
+char *kdrt_archive_gone(const kdrt_program *p, char *buf, size_t len);
 // Whether kdrt_weights_save can write path for p (a name ending in
 // .weights.h5 or .keras; a .keras needs p->weights_file): 0, or -1 with err.
 int kdrt_weights_check_path(const kdrt_program *p, const char *path, char *err, size_t errlen);
@@ -406,8 +428,10 @@ typedef struct {
 // Collective: make D (and parents) and check it takes files.
 void kdrt_ckpt_prepare(kdrt_ctx *c, const char *dir);
 // Collective, after each optimizer step: save when st->step % every == 0
-// (every == 0: at the end of each epoch).
+// (every == 0: at the end of each epoch), as kdrt_ckpt_due says.
+int kdrt_ckpt_due(int64_t every, const kdrt_ckpt_state *st);
 void kdrt_ckpt_maybe_save(kdrt_ctx *c, const char *dir, int64_t every, const kdrt_ckpt_state *st);
+// Weights that are not finite are never saved (an error naming a variable).
 void kdrt_ckpt_save(kdrt_ctx *c, const char *dir, const kdrt_ckpt_state *st);
 // Collective: the newest checkpoint in dir with a MANIFEST whose files all
 // verify (others are skipped with a warning). Fills st (hist malloc'd) and

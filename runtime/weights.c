@@ -229,6 +229,34 @@ void kdrt_gather_global(kdrt_ctx *c, const kdrt_layout *l, const float *in, floa
   }
 }
 
+// ------------------------------------------------------------ the program's archive
+
+const char *kdrt_program_copy(char *buf, size_t len) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return NULL;
+  exe[n] = 0;
+  snprintf(buf, len, "%s.kdcc.d/model.keras", exe);
+  return buf;
+}
+
+const char *kdrt_program_archive(const kdrt_program *p) {
+  static char copy[4200];
+  if (!p->weights_file) return NULL;
+  if (kdrt_program_copy(copy, sizeof copy) && access(copy, R_OK) == 0) return copy;
+  if (access(p->weights_file, R_OK) == 0) return p->weights_file;
+  return NULL;
+}
+
+char *kdrt_archive_gone(const kdrt_program *p, char *buf, size_t len) {
+  char copy[4200];
+  snprintf(buf, len, "this program starts from the weights of %s, the archive it was compiled "
+           "from, which kdcc copied to %s; neither is there now: move the program together "
+           "with its .kdcc.d directory, or give --weights FILE or --init random",
+           p->weights_file, kdrt_program_copy(copy, sizeof copy) ? copy : "<program>.kdcc.d");
+  return buf;
+}
+
 // ------------------------------------------------------------ files
 
 // The whole of a zip member, malloc'd. 0, or -1 with err.
@@ -600,6 +628,10 @@ int kdrt_weights_check_path(const kdrt_program *p, const char *path, char *err, 
       return kdrt_errf(err, errlen, "%s: a .keras file needs the model's config.json, but this "
                   "program was not compiled from a .keras archive; save to a .weights.h5",
                   path);
+    if (!kdrt_program_archive(p))
+      return kdrt_errf(err, errlen, "%s: a .keras file needs the model's config.json, from the "
+                       "archive this program was compiled from, which is gone (%s, and the "
+                       "copy beside the program); save to a .weights.h5", path, p->weights_file);
     return 0;
   }
   if (!ends_with(path, ".weights.h5"))
@@ -624,14 +656,21 @@ static void keras_version(const unsigned char *meta, size_t len, char *buf, size
 int kdrt_weights_write(const kdrt_program *p, const char *path, const float *const *global,
                        int64_t step, float lr, char *err, size_t errlen) {
   if (kdrt_weights_check_path(p, path, err, errlen)) return -1;
+  for (int v = 0; v < p->nvars; v++) // never NaN weights without a word
+    for (int64_t i = 0, n = elems(&p->vars[v].layout); i < n; i++)
+      if (!isfinite(global[v][i]))
+        return kdrt_errf(err, errlen, "%s: not written: variable '%s' holds %g at element %lld "
+                         "(training diverged)", path, p->vars[v].path, (double)global[v][i],
+                         (long long)i);
   int keras = ends_with(path, ".keras");
   unsigned char *config = NULL, *meta = NULL, *img = NULL;
   size_t config_len = 0, meta_len = 0, img_len = 0;
-  if (keras && zip_member(p->weights_file, "config.json", &config, &config_len, err, errlen))
+  const char *archive = kdrt_program_archive(p);
+  if (keras && zip_member(archive, "config.json", &config, &config_len, err, errlen))
     return -1;
   if (keras) {
     char e2[64];
-    if (zip_member(p->weights_file, "metadata.json", &meta, &meta_len, e2, sizeof e2))
+    if (zip_member(archive, "metadata.json", &meta, &meta_len, e2, sizeof e2))
       meta = NULL;
   }
   if (h5_image(p, global, step, lr, &img, &img_len)) {
@@ -684,6 +723,21 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
 }
 
 // ------------------------------------------------------------ collective forms
+
+int kdrt_weights_finite(kdrt_ctx *c) {
+  const kdrt_program *p = c->prog;
+  int mine = p->nvars, first = p->nvars;
+  for (int v = 0; v < p->nvars && mine == p->nvars; v++) {
+    const float *w = c->params + p->vars[v].offset;
+    for (size_t i = 0; i < p->vars[v].n; i++)
+      if (!isfinite(w[i])) {
+        mine = v;
+        break;
+      }
+  }
+  KDRT_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return first < p->nvars ? first : -1;
+}
 
 int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   int rc = kdrt_weights_read(c->prog, c->coord, path, c->params, err, errlen), all = rc;
@@ -748,9 +802,13 @@ static void predict_usage(FILE *f, const char *argv0, const kdrt_program *p) {
     for (int o = 0; o < p->noutputs; o++) fprintf(f, " %s", p->outputs[o].name);
     fprintf(f, ").\n");
   }
-  fprintf(f, "Weights: --weights (.keras or .weights.h5), else %s%s.\n",
-          p->weights_file ? "the ones compiled from " : "random from --seed",
-          p->weights_file ? p->weights_file : "");
+  const char *archive = kdrt_program_archive(p);
+  fprintf(f, "Weights: --weights (.keras or .weights.h5), else %s%s%s.\n",
+          !p->weights_file ? "random from --seed"
+          : archive        ? "those of the archive it was compiled from: "
+                           : "those of the archive it was compiled from, gone: ",
+          archive ? archive : p->weights_file ? p->weights_file : "",
+          archive && archive != p->weights_file ? " (kdcc's copy)" : "");
 }
 
 // Where output o goes: with one output, out itself; with several, DIR/<name>.npy
@@ -837,6 +895,17 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
   if (!xf.n || !out_path)
     return leave(c, 2, "--x and --out are required (see %s predict --help)", argv[0]);
   if (weights && init_random) return leave(c, 2, "--weights and --init random exclude each other");
+  { // every output file can be written, before anything runs
+    int bad = 0;
+    char e[4400] = "";
+    for (int o = 0; o < p->noutputs && c->rank == 0 && !bad; o++) {
+      char path[4096];
+      kdrt_predict_path(p, out_path, o, path, sizeof path);
+      bad = kdrt_check_output(path, e, sizeof e) != 0;
+    }
+    KDRT_MPI(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (bad) return leave(c, 1, "--out %s", e);
+  }
   char err[4096];
   const char *xpaths[KDRT_MAX_FILES];
   if (p->ninputs < 1 || p->ninputs > KDRT_MAX_FILES || p->nlabels > KDRT_MAX_FILES ||
@@ -868,7 +937,9 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
     memset(*bufs[i], 0, n ? n : 64);
   }
   p->init(c);
-  const char *wfile = weights ? weights : init_random ? NULL : p->weights_file;
+  const char *wfile = weights ? weights : init_random ? NULL : kdrt_program_archive(p);
+  if (!weights && !init_random && p->weights_file && !wfile)
+    return leave(c, 1, "%s", kdrt_archive_gone(p, err, sizeof err));
   if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) return leave(c, 1, "%s", err);
   if (!wfile && !quiet && c->rank == 0)
     fprintf(stderr, "predict: no weights file; predicting with random weights from --seed "

@@ -1,8 +1,10 @@
 // runtime/weights.c without MPI: Keras's group names, block placement,
 // and .weights.h5 written then read back, whole and per block, with the
 // errors a file for another model gives (tests/sh/keras_weights.sh checks
-// the same files against real Keras).
+// the same files against real Keras); weights that are not finite are not
+// written.
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -183,4 +185,19 @@ Test(weights, unreadable_files_and_names) {
                         "load_weights requires");
   cr_expect_eq(kdrt_weights_check_path(&prog, "out.keras", err, sizeof err), -1);
   cr_expect_eq(kdrt_weights_check_path(&prog, "out.weights.h5", err, sizeof err), 0);
+}
+
+Test(weights, weights_that_are_not_finite_are_not_written) {
+  fill_globals();
+  const float *g[6];
+  for (int v = 0; v < 6; v++) g[v] = globals[v];
+  globals[3][5] = NAN;
+  char path[256], err[1024];
+  tmpname(path, sizeof path, ".weights.h5");
+  cr_assert_eq(kdrt_weights_write(&prog, path, g, 5, 0.01f, err, sizeof err), -1);
+  char want[512];
+  snprintf(want, sizeof want, "%s: not written: variable '%s' holds nan at element 5 (training "
+           "diverged)", path, vars[3].path);
+  cr_expect_str_eq(err, want);
+  cr_expect_neq(access(path, F_OK), 0, "a file was written");
 }
