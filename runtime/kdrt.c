@@ -32,6 +32,8 @@
 //      else the training data; every sample), then write --history
 //      atomically (after a divergence: the history so far, no evaluation,
 //      status 1).
+//   Fit and evaluate are watched (watchdog.c): a rank that makes no progress
+//   for --timeout ends the job, saying where it waits.
 // Output paths (--history, --save-weights) are checked before any of it,
 // and every row count the run will use (B and the partial last batches) is
 // put to the steps with c->probe set: a program that splits a batch
@@ -191,7 +193,10 @@ static void usage(FILE *f, const kdrt_program *p) {
           "  --checkpoint-dir D    save checkpoints in D/ckpt-<step> (the last 2 kept)\n"
           "  --checkpoint-every N  every N optimizer steps (default: each epoch's end)\n"
           "  --resume              continue from D's newest complete checkpoint\n"
-
+          "  --timeout S           end the job when a rank makes no progress for S seconds\n"
+          "                        (a stopped or hung rank leaves the others waiting); 0:\n"
+          "                        never; default: 300 s, then 100 times the median step,\n"
+          "                        at least 120 s\n"
           "  --weights FILE        initial weights from a .keras or .weights.h5 (default:\n"
           "                        %s)\n"
           "  --init random         random initial weights from --seed, not from that file\n"
@@ -365,7 +370,9 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     } else if (!strcmp(name, "--checkpoint-every")) {
       ok = val && !parse_i64(val, 1, &iv);
       if (ok) o->checkpoint_every = iv;
-
+    } else if (!strcmp(name, "--timeout")) {
+      ok = val && !parse_f64(val, &dv) && dv >= 0.0;
+      if (ok) o->timeout = dv > 0 ? dv : -1;
     } else {
       known = 0;
     }
@@ -373,6 +380,7 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     if (!val) return bad(err, errlen, "option '%s' needs a value", name);
     if (!ok) {
       const char *want = !strcmp(name, "--validation-split") ? "a number in [0, 1)"
+                         : !strcmp(name, "--timeout")        ? "seconds, a number >= 0"
                          : !strcmp(name, "--lr")             ? "a number >= 0"
                          : !strcmp(name, "--epochs") || !strcmp(name, "--seed")
                              ? "an integer >= 0"
@@ -742,6 +750,7 @@ static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
     int64_t rows = load_batch(r, d, NULL, s);
     for (int k = 0; k < p->nlogs; k++) r->logs[k] = 0;
     p->eval_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
+    kdrt_watch_phase(NULL, 0, 0); // progress within the phase
     add_logs(out, r->logs, p->nlogs, rows, r->B);
     seen += rows;
     if (pb) {
@@ -826,10 +835,13 @@ static void fit(run *r) {
       for (int64_t i = 0; i < s; i++) seen += batch_rows(r->ntrain, r->B, i);
     }
     for (; s < steps; s++) {
+      kdrt_watch_phase("training", e + 1, s + 1);
+      double t0 = now_s();
       int64_t rows = load_batch(r, &r->data, order, s);
       for (int k = 0; k < nl; k++) r->logs[k] = 0;
       p->train_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
       kdrt_set_rows(r->c, 0);
+      kdrt_watch_step_time(now_s() - t0);
       r->c->step++;
       float l = r->logs[0];
       add_logs(sum, r->logs, nl, rows, r->B);
@@ -861,6 +873,7 @@ static void fit(run *r) {
           s++;
           break;
         }
+        kdrt_watch_phase("saving a checkpoint", e + 1, s + 1);
         kdrt_ckpt_maybe_save(r->c, o->checkpoint_dir, o->checkpoint_every, &st);
       }
     }
@@ -875,6 +888,7 @@ static void fit(run *r) {
     }
     if (r->nval > 0) {
       double val[KDRT_MAX_LOGS];
+      kdrt_watch_phase("validation", e + 1, 0);
       evaluate(r, &r->val, val, NULL);
       for (int k = 0; k < nl; k++) r->hist[nl + k][e] = v[nl + k] = val[k];
     }
@@ -1175,13 +1189,15 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
              (long long)ck.steps);
   }
 
-  // 6. fit, 7. evaluate
+  // 6. fit, 7. evaluate, watched (watchdog.c)
+  kdrt_watchdog_start(c, o.timeout);
   fit(&r);
   int status = 0;
   if (!r.diverged[0]) {
     const kdrt_data *ed = r.test.n ? &r.test : r.nval > 0 ? &r.val : &r.data;
     progbar pb;
     progbar_start(&pb, show, r.live, (ed->n + r.B - 1) / r.B);
+    kdrt_watch_phase("evaluate", 0, 0);
     evaluate(&r, ed, r.eval, &pb);
   } else { // diverged: the history so far, no evaluation, no weights saved
     for (int k = 0; k < nl; k++) r.eval[k] = NAN;
@@ -1209,12 +1225,14 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
     fprintf(stderr, "%s: cannot write history %s: %s\n", prog_name, o.history, strerror(errno));
     status = 1;
   }
+  kdrt_watch_phase("saving the weights", 0, 0);
   if (o.save_weights && !r.diverged[0] &&
       kdrt_weights_save(c, o.save_weights, err, sizeof err)) {
     if (c->rank == 0) fprintf(stderr, "%s: %s\n", prog_name, err);
     status = 1;
   }
   fflush(stdout);
+  kdrt_watchdog_stop();
   kdrt_comm_free(c);
   MPI_Finalize();
   free(hist), free(r.hist), free(r.names), free(val_names), free(r.logs);

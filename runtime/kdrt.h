@@ -343,9 +343,16 @@ typedef struct {
   int64_t n, row;
 } kdrt_array;
 // Open, recognise, parse, and check that every byte the shape promises is
-// there (an IDX file must also have no extra bytes).
+// there (an IDX file must also have no extra bytes). A gzip'd file is
+// inflated whole, bounded: its header's size must be within
+// kdrt_max_inflate() before anything is allocated, and the stream may hold
+// no more than the header promises.
 int kdrt_array_open(kdrt_array *a, const char *path, char *err, size_t errlen);
 void kdrt_array_close(kdrt_array *a);
+// The most bytes one rank inflates a gzip'd data file to: KDRT_MAX_INFLATE
+// (bytes, or with a K, M or G suffix), else half the host's memory divided
+// by the ranks on it (OMPI_COMM_WORLD_LOCAL_SIZE).
+size_t kdrt_max_inflate(void);
 // Sample s as row floats, each times scale.
 void kdrt_array_row(const kdrt_array *a, int64_t s, double scale, float *out);
 
@@ -509,6 +516,27 @@ int64_t kdrt_ckpt_copy_overlap(float *dst, const int64_t *dst_start, const int64
                                const float *src, const int64_t *src_start,
                                const int64_t *src_ext, int rank);
 
+// ---------------------------------------------------------------- watchdog.c
+// No hung job: a thread per rank ends the process (status 1, so mpirun
+// ends the job) when the main thread makes no progress for the limit,
+// saying on stderr where this rank waits: rank, epoch and step, the
+// collective and its mesh axes. Format and limits: watchdog.c.
+
+// Start it: timeout > 0 seconds, fixed; 0: the default (300 s until steps
+// are timed, then 100 times the median step, at least 120 s); < 0: none.
+void kdrt_watchdog_start(const kdrt_ctx *c, double timeout);
+void kdrt_watchdog_stop(void);
+// The limit in force for a timeout as above and the last n step times.
+double kdrt_watchdog_limit(double timeout, const double *times, int n);
+// Progress marks: a phase ("training", "validation", ...) and, in
+// training, the epoch and step (from 1; 0: none), or NULL: progress within
+// the phase; a training step's time;
+// a collective over the mesh axes `axes` entered, and left.
+void kdrt_watch_phase(const char *phase, int64_t epoch, int64_t step);
+void kdrt_watch_step_time(double seconds);
+void kdrt_watch_enter(const char *coll, unsigned axes);
+void kdrt_watch_leave(void);
+
 // ---------------------------------------------------------------- kdrt.c, comm.c, rng.c internals
 // Pieces of the runtime that generated code does not call, declared here so
 // the three runtime files and the unit tests (tests/test_rt_core.c,
@@ -558,6 +586,8 @@ typedef struct {
   int64_t checkpoint_every;   // --checkpoint-every N optimizer steps, 0: each epoch's end
   int resume;                 // --resume: from D's newest complete checkpoint
   int help;                   // --help
+  double timeout;             // --timeout S: > 0 seconds, -1: none (--timeout 0), 0: the
+                              // watchdog's default (kdrt_watchdog_start)
 } kdrt_options;
 
 // Parse argv[1..argc) into o (defaults first). Returns 0, or 2 with a
