@@ -73,7 +73,9 @@ static struct {
   int ntimes;
   pthread_t thread;
   atomic_int running;
-} wd;
+  pthread_mutex_t lock;             // with wake: stop ends the watchdog's nap at once
+  pthread_cond_t wake;
+} wd = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 static double now_s(void) {
   struct timespec t;
@@ -169,8 +171,13 @@ static void *watch(void *arg) {
   while (atomic_load(&wd.running)) {
     double limit = (double)atomic_load(&wd.limit_ms) / 1000.0;
     double nap = limit / 20 < 1.0 ? limit / 20 : 1.0;
-    struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
-    nanosleep(&ts, NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)(nap * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000), ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_mutex_lock(&wd.lock);
+    if (atomic_load(&wd.running)) pthread_cond_timedwait(&wd.wake, &wd.lock, &ts);
+    pthread_mutex_unlock(&wd.lock);
     unsigned long long t = atomic_load(&wd.ticks);
     double now = now_s();
     if (t != seen) {
@@ -218,7 +225,11 @@ void kdrt_watchdog_start(const kdrt_ctx *c, double timeout) {
 }
 
 void kdrt_watchdog_stop(void) {
-  if (!atomic_exchange(&wd.running, 0)) return;
+  pthread_mutex_lock(&wd.lock);
+  int was = atomic_exchange(&wd.running, 0);
+  pthread_cond_signal(&wd.wake);
+  pthread_mutex_unlock(&wd.lock);
+  if (!was) return;
   pthread_join(wd.thread, NULL);
   if (wd.slots) munmap(wd.slots, sizeof(slot) * (size_t)wd.c->world);
   wd.slots = wd.me = NULL;
