@@ -55,6 +55,29 @@ static void write_c(Graph *g, const char *path) {
 
 static void build_cuda_program(Graph *g, const char *out);
 
+// A program compiled from a .keras archive starts from its weights: the
+// archive is copied beside the program, as DIR/model.keras, so that the
+// program and its .kdcc.d directory can move (runtime/weights.c looks
+// there first, then at the archive's path when compiled).
+static void copy_archive(const Graph *g, const char *dir) {
+  const char *src = g->model->file;
+  size_t n = strlen(src);
+  if (n <= 6 || strcmp(src + n - 6, ".keras")) return;
+  char *dst = format("%s/model.keras", dir), *tmp = format("%s.tmp.%d", dst, (int)getpid());
+  FILE *in = fopen(src, "rb"), *o = in ? fopen(tmp, "wb") : NULL;
+  if (!in || !o) error("cannot copy '%s' to '%s': %s", src, dst, strerror(errno));
+  char buf[1 << 16];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+    if (fwrite(buf, 1, k, o) != k) break;
+  int bad = ferror(in) || ferror(o);
+  fclose(in);
+  if (fclose(o) != 0 || bad || rename(tmp, dst) != 0) {
+    unlink(tmp);
+    error("cannot copy '%s' to '%s': %s", src, dst, strerror(errno));
+  }
+}
+
 static void build_program(Graph *g, const char *out) {
   if (target_cuda) {
     build_cuda_program(g, out);
@@ -65,6 +88,7 @@ static void build_program(Graph *g, const char *out) {
   mkdir(dir, 0755);
   char *src = format("%s/program.c", dir);
   write_c(g, src);
+  copy_archive(g, dir);
   char *lib = format("%s/build/libkdrt.a", root);
   if (access(lib, R_OK) != 0)
     error("runtime library '%s' not found; run 'make' in %s first", lib, root);
@@ -133,6 +157,7 @@ static void build_cuda_program(Graph *g, const char *out) {
   mkdir(dir, 0755);
   char *src = format("%s/program.cu", dir);
   write_c(g, src);
+  copy_archive(g, dir);
   char *lib = format("%s/build/libkdrt.a", root), *culib = format("%s/build/libkdrt_cuda.a", root);
   if (access(lib, R_OK) != 0)
     error("runtime library '%s' not found; run 'make' in %s first", lib, root);

@@ -882,6 +882,13 @@ void kdrt_ckpt_save(kdrt_ctx *c, const char *dir, const kdrt_ckpt_state *st) {
   ck_err[0] = 0;
   char cdir[4200];
   snprintf(cdir, sizeof cdir, "%s/ckpt-%lld", dir, (long long)st->step);
+  // 0. never a checkpoint of weights that are not finite: it would rotate
+  //    out the last good one (kdrt.c stops a diverging run before this).
+  int bad = kdrt_weights_finite(c);
+  if (bad >= 0 && c->rank == 0)
+    set_err("%s: not saved: the weights of '%s' are not finite (training diverged)", cdir,
+            c->prog->vars[bad].path);
+  agree(c);
   // 1. rank 0 makes a fresh directory (a run resumed from an older
   //    checkpoint may find the remains of an interrupted save here).
   if (c->rank == 0) {
@@ -906,11 +913,14 @@ void kdrt_ckpt_save(kdrt_ctx *c, const char *dir, const kdrt_ckpt_state *st) {
   agree(c);
 }
 
+int kdrt_ckpt_due(int64_t every, const kdrt_ckpt_state *st) {
+  return every ? st->step % every == 0 : st->pos == st->steps;
+}
+
 void kdrt_ckpt_maybe_save(kdrt_ctx *c, const char *dir, int64_t every,
                           const kdrt_ckpt_state *st) {
   test_pause(c, "train");
-  int due = every ? st->step % every == 0 : st->pos == st->steps;
-  if (due) kdrt_ckpt_save(c, dir, st);
+  if (kdrt_ckpt_due(every, st)) kdrt_ckpt_save(c, dir, st);
 }
 
 // ------------------------------------------------------------ resume

@@ -65,7 +65,9 @@ static MPI_Comm group_comm(kdrt_ctx *c, unsigned axes) {
     int color = kdrt_group_index(c, ~axes & ((1u << c->prog->mesh_ndim) - 1));
     MPI_Comm *comm = malloc(sizeof *comm);
     if (!comm) kdrt_fatal(c, "out of memory");
+    kdrt_watch_enter("making a communicator", axes);
     KDRT_MPI(MPI_Comm_split(MPI_COMM_WORLD, color, kdrt_group_index(c, axes), comm));
+    kdrt_watch_leave();
     c->comm[axes] = comm;
   }
   return *(MPI_Comm *)c->comm[axes];
@@ -153,7 +155,10 @@ static int uneven(const kdrt_ctx *c, unsigned axes) {
 
 // ext[b] = the extent of a dim on group rank b (exchanged).
 static void group_extents(kdrt_ctx *c, unsigned axes, int64_t mine, int64_t *ext) {
-  KDRT_MPI(MPI_Allgather(&mine, 1, MPI_INT64_T, ext, 1, MPI_INT64_T, group_comm(c, axes)));
+  MPI_Comm comm = group_comm(c, axes);
+  kdrt_watch_enter("an all-gather of block sizes", axes);
+  KDRT_MPI(MPI_Allgather(&mine, 1, MPI_INT64_T, ext, 1, MPI_INT64_T, comm));
+  kdrt_watch_leave();
 }
 
 // ------------------------------------------------------------ collectives
@@ -172,7 +177,9 @@ static void allreduce_op(kdrt_ctx *c, unsigned axes, const float *in, float *out
   for (size_t done = 0; done < n; done += chunk) {
     int cnt = (int)(n - done < chunk ? n - done : chunk);
     const void *src = in == out ? MPI_IN_PLACE : (const void *)(in + done);
+    kdrt_watch_enter(op == MPI_MAX ? "an all-reduce (max)" : "an all-reduce", axes);
     KDRT_MPI(MPI_Allreduce(src, out + done, cnt, MPI_FLOAT, op, comm));
+    kdrt_watch_leave();
   }
 }
 
@@ -207,7 +214,10 @@ void kdrt_reduce_scatter(kdrt_ctx *c, unsigned axes, int rank, const int64_t *ls
       take_block(packed + outer * first * inner, in, outer, ext, first, cnt, inner);
       counts[b] = count_of(c, outer * cnt * inner);
     }
-    KDRT_MPI(MPI_Reduce_scatter(packed, out, counts, MPI_FLOAT, MPI_SUM, group_comm(c, axes)));
+    MPI_Comm comm = group_comm(c, axes);
+    kdrt_watch_enter("a reduce-scatter", axes);
+    KDRT_MPI(MPI_Reduce_scatter(packed, out, counts, MPI_FLOAT, MPI_SUM, comm));
+    kdrt_watch_leave();
     free(counts);
     return;
   }
@@ -218,8 +228,10 @@ void kdrt_reduce_scatter(kdrt_ctx *c, unsigned axes, int rank, const int64_t *ls
       take_block(packed + b * blk, in, outer, ext, b * part, part, inner);
     send = packed;
   }
-  KDRT_MPI(MPI_Reduce_scatter_block(send, out, count_of(c, blk), MPI_FLOAT, MPI_SUM,
-                                    group_comm(c, axes)));
+  MPI_Comm comm = group_comm(c, axes);
+  kdrt_watch_enter("a reduce-scatter", axes);
+  KDRT_MPI(MPI_Reduce_scatter_block(send, out, count_of(c, blk), MPI_FLOAT, MPI_SUM, comm));
+  kdrt_watch_leave();
 }
 
 void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
@@ -247,19 +259,24 @@ void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape,
       total += exts[b];
     }
     float *recv = outer == 1 ? out : scratch(0, (size_t)(outer * total * inner));
+    kdrt_watch_enter("an all-gather", axes);
     KDRT_MPI(MPI_Allgatherv(in, cnt, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, comm));
+    kdrt_watch_leave();
     if (outer > 1)
       for (int64_t b = 0, at = 0; b < n; at += exts[b], b++)
         put_block(out, recv + outer * at * inner, outer, exts[b], at, total, inner);
     free(exts), free(counts), free(displs);
     return;
   }
+  kdrt_watch_enter("an all-gather", axes);
   if (outer == 1) {
     KDRT_MPI(MPI_Allgather(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, comm));
+    kdrt_watch_leave();
     return;
   }
   float *recv = scratch(0, (size_t)(blk * n));
   KDRT_MPI(MPI_Allgather(in, cnt, MPI_FLOAT, recv, cnt, MPI_FLOAT, comm));
+  kdrt_watch_leave();
   for (int b = 0; b < n; b++) put_block(out, recv + b * blk, outer, ext, b * ext, ext * n, inner);
 }
 
@@ -294,7 +311,10 @@ static void alltoall_uneven(kdrt_ctx *c, unsigned axes, int n, int rank, const i
     rd[i] = count_of(c, at), rc[i] = count_of(c, fext[i] * my_part * rest);
     at += fext[i] * my_part * rest;
   }
-  KDRT_MPI(MPI_Alltoallv(send, sc, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, group_comm(c, axes)));
+  MPI_Comm comm = group_comm(c, axes);
+  kdrt_watch_enter("an all-to-all", axes);
+  KDRT_MPI(MPI_Alltoallv(send, sc, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, comm));
+  kdrt_watch_leave();
   // The chunk from group rank i is block i along `from` of the output.
   int64_t cshape[KDRT_MAX_RANK];
   memcpy(cshape, lshape, (size_t)rank * sizeof(int64_t));
@@ -338,7 +358,10 @@ void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, 
   for (int j = 0; j < n; j++)
     take_block(send + j * blk, in, to_outer, lshape[to], j * part, part, to_inner);
   int cnt = count_of(c, blk);
-  KDRT_MPI(MPI_Alltoall(send, cnt, MPI_FLOAT, recv, cnt, MPI_FLOAT, group_comm(c, axes)));
+  MPI_Comm comm = group_comm(c, axes);
+  kdrt_watch_enter("an all-to-all", axes);
+  KDRT_MPI(MPI_Alltoall(send, cnt, MPI_FLOAT, recv, cnt, MPI_FLOAT, comm));
+  kdrt_watch_leave();
   int64_t fext = lshape[from];
   for (int i = 0; i < n; i++)
     put_block(out, recv + i * blk, from_outer, fext, i * fext, fext * n, from_inner);

@@ -112,10 +112,15 @@ int kdrt_npy_parse(const unsigned char *buf, size_t len, kdrt_npy *out, char *er
   size_t n = 0;
   while (p < end && *p != q && n + 1 < sizeof descr) descr[n++] = *p++;
   descr[n] = 0;
+  if (p >= end || *p != q)
+    return kdrt_errf(err, errlen, ".npy header's 'descr' is not a short quoted string");
   if (n < 3 || strchr("<>|=", descr[0]) == NULL || descr[0] == '>')
     return kdrt_errf(err, errlen, "dtype '%s' is not supported (big-endian or structured)", descr);
   out->kind = descr[1];
-  out->size = atoi(descr + 2);
+  // The size is every character after the kind, all digits: '<f4', never '<f4aaaa'.
+  int digits = descr[2] != 0;
+  for (const char *d = descr + 2; *d; d++) digits &= *d >= '0' && *d <= '9';
+  out->size = digits && n <= 4 ? atoi(descr + 2) : 0;
   int ok = (out->kind == 'f' && (out->size == 4 || out->size == 8)) ||
            (out->kind == 'u' && out->size == 1) ||
            (out->kind == 'i' && (out->size == 4 || out->size == 8));
@@ -190,43 +195,139 @@ int kdrt_idx_parse(const unsigned char *buf, size_t len, kdrt_array_header *out,
 
 // ------------------------------------------------------------ files
 
-// Read a whole gzip file into memory (grown by doubling). Truncated or
-// corrupt streams are errors: zlib checks the CRC and length trailer.
+// The most bytes a gzip'd data file may inflate to in one rank: every rank
+// inflates a gzip'd file whole (a plain file is mapped, and a rank touches
+// only its rows), so half the host's memory shared by the ranks on it
+// (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE), or KDRT_MAX_INFLATE (bytes, or
+// with a K, M or G suffix).
+size_t kdrt_max_inflate(void) {
+  const char *env = getenv("KDRT_MAX_INFLATE");
+  if (env && *env) {
+    char *end;
+    double v = strtod(env, &end);
+    double mult = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+    if (v > 0 && end != env) return v * mult >= 1.8e19 ? SIZE_MAX : (size_t)(v * mult);
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  long ranks = local ? atol(local) : 1;
+  if (pages <= 0 || page <= 0) return (size_t)1 << 32;
+  return (size_t)((double)pages * (double)page / 2.0 / (double)(ranks > 0 ? ranks : 1));
+}
+
+// "512.0 MiB"
+static void fmt_bytes(char *buf, size_t len, double b) {
+  const char *u[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (b >= 1024 && i < 4) b /= 1024, i++;
+  snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+// gzread in pieces of at most 1 GiB (its count is an unsigned int): bytes
+// read, or -1 on an error.
+static int64_t gz_read_all(gzFile g, unsigned char *buf, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    size_t want = n - done > (1u << 30) ? (1u << 30) : n - done;
+    int got = gzread(g, buf + done, (unsigned)want);
+    if (got < 0) return -1;
+    if (got == 0) break;
+    done += (size_t)got;
+  }
+  return (int64_t)done;
+}
+
+// zlib's error of g (code in *zerr) as text in buf: gzerror's text lives
+// in g, so it is copied before gzclose frees it, without the "path: " zlib
+// puts first.
+static void gz_error(gzFile g, const char *path, int *zerr, char *buf, size_t len) {
+  const char *msg = gzerror(g, zerr);
+  size_t plen = strlen(path);
+  if (msg && !strncmp(msg, path, plen) && !strncmp(msg + plen, ": ", 2)) msg += plen + 2;
+  snprintf(buf, len, "%s", msg ? msg : "");
+}
+
+// Read a gzip'd .npy or IDX file into memory, bounded: its header (in the
+// first 64 KiB) says how many bytes the data take, which must be within
+// kdrt_max_inflate() before anything is allocated; the stream may hold no
+// more than that. Corrupt or truncated streams are errors (zlib checks the
+// CRC and length trailer); a stream that is neither format is returned as
+// it is, for parse_bytes to say so.
 static int gunzip(const char *path, unsigned char **out, size_t *outlen, char *err,
                   size_t errlen) {
   gzFile g = gzopen(path, "rb");
   if (!g) return kdrt_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno ? errno : ENOMEM));
   gzbuffer(g, 1 << 17);
-  size_t cap = 1 << 20, n = 0;
-  unsigned char *buf = malloc(cap);
-  for (;;) {
-    if (!buf) {
+  enum { HEAD = 1 << 16 };
+  unsigned char *buf = malloc(HEAD);
+  if (!buf) {
+    gzclose(g);
+    return kdrt_errf(err, errlen, "%s: out of memory decompressing", path);
+  }
+  int64_t got = gz_read_all(g, buf, HEAD), total = -1;
+  char e[256];
+  if (got > 0) {
+    kdrt_array_header h;
+    int known = 0;
+    if (got >= 6 && !memcmp(buf, "\x93NUMPY", 6)) known = !kdrt_npy_parse(buf, (size_t)got, &h, e, sizeof e);
+    else if (got >= 2 && !buf[0] && !buf[1]) known = !kdrt_idx_parse(buf, (size_t)got, &h, e, sizeof e);
+    if (known) {
+      double elems = 1;
+      for (int i = 0; i < h.ndim; i++) elems *= (double)h.shape[i];
+      double bytes = (double)h.data_offset + elems * (double)h.size;
+      size_t limit = kdrt_max_inflate();
+      if (bytes > (double)limit || bytes > 9e18) {
+        char want[32], lim[32], shp[160];
+        fmt_bytes(want, sizeof want, bytes);
+        fmt_bytes(lim, sizeof lim, (double)limit);
+        fmt_shape(shp, sizeof shp, "", h.ndim, h.shape);
+        free(buf);
+        gzclose(g);
+        return kdrt_errf(err, errlen, "%s: inflates to %s (its header: %s shape %s); every "
+                         "rank inflates a gzip'd file whole, and may take %s (half the memory, "
+                         "shared by the ranks on this host; KDRT_MAX_INFLATE sets it): "
+                         "decompress it (gunzip), so that each rank maps only its rows", path,
+                         want, dtype_name(&h), shp, lim);
+      }
+      total = (int64_t)bytes;
+    }
+  }
+  int64_t n = got;
+  if (total > HEAD) { // the rest, into its exact size, and one byte to see if it ends there
+    unsigned char *nb = realloc(buf, (size_t)total + 1);
+    if (!nb) {
+      free(buf);
       gzclose(g);
       return kdrt_errf(err, errlen, "%s: out of memory decompressing", path);
     }
-    if (n == cap) {
-      unsigned char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-      if (!nb) free(buf);
-      buf = nb, cap *= 2;
-      continue;
-    }
-    size_t want = cap - n > (1u << 30) ? (1u << 30) : cap - n;
-    int got = gzread(g, buf + n, (unsigned)want);
-    if (got < 0) break;
-    if (got == 0) break;
-    n += (size_t)got;
+    buf = nb;
+    int64_t more = gz_read_all(g, buf + HEAD, (size_t)(total - HEAD) + 1);
+    n = more < 0 ? -1 : HEAD + more;
+  } else if (total < 0 && got == HEAD) { // not a format we know: no bound to read to
+    n = HEAD;
   }
   int zerr = Z_OK;
-  char msg[256]; // gzerror's text lives in g: copied before gzclose frees it
-  snprintf(msg, sizeof msg, "%s", gzerror(g, &zerr));
+  char zmsg[256];
+  gz_error(g, path, &zerr, zmsg, sizeof zmsg);
+  if (n >= 0 && zerr == Z_OK && total >= 0 && n == total) { // must end here
+    unsigned char one;
+    if (gz_read_all(g, &one, 1) > 0) n = total + 1;
+    gz_error(g, path, &zerr, zmsg, sizeof zmsg);
+  }
   gzclose(g);
-  if (zerr != Z_OK && zerr != Z_STREAM_END) {
+  if (n < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
     free(buf);
     if (zerr == Z_BUF_ERROR)
-      return kdrt_errf(err, errlen, "%s: gzip data is truncated (%s)", path, msg);
-    return kdrt_errf(err, errlen, "%s: corrupt gzip data (%s)", path, msg);
+      return kdrt_errf(err, errlen, "%s: gzip data is truncated (%s)", path, zmsg);
+    return kdrt_errf(err, errlen, "%s: corrupt gzip data (%s)", path, zmsg);
   }
-  *out = buf, *outlen = n;
+  if (total >= 0 && n > total) {
+    free(buf);
+    return kdrt_errf(err, errlen, "%s: the gzip stream holds more than the %lld bytes its "
+                     "header promises: a corrupt header or a wrong file", path, (long long)total);
+  }
+  *out = buf, *outlen = (size_t)n;
   return 0;
 }
 
@@ -243,13 +344,13 @@ static int parse_bytes(kdrt_array *a, const unsigned char *bytes, size_t len, co
     a->format = format ? "gzip'd IDX" : "IDX";
     if (kdrt_idx_parse(bytes, len, &a->h, e, sizeof e)) return kdrt_errf(err, errlen, "%s: %s", path, e);
   } else {
-    char got[40] = "";
-    for (size_t i = 0, k = 0; i < 4 && i < len; i++)
+    char got[40] = ""; // as many bytes as the longest magic, so never only what was expected
+    for (size_t i = 0, k = 0; i < 6 && i < len; i++)
       k += (size_t)snprintf(got + k, sizeof got - k, "%s%02x", i ? " " : "", bytes[i]);
     return kdrt_errf(err, errlen,
                 "%s: not a .npy or IDX file%s (it starts with %s; .npy starts with 93 4e 55 "
-                "4d, IDX with 00 00, gzip with 1f 8b)", path, format ? " inside the gzip" : "",
-                len ? got : "nothing, it is empty");
+                "4d 50 59 (\\x93NUMPY), IDX with 00 00, gzip with 1f 8b)", path,
+                format ? " inside the gzip" : "", len ? got : "nothing, it is empty");
   }
   const kdrt_array_header *h = &a->h;
   if (h->ndim < 1) return kdrt_errf(err, errlen, "%s: a 0-dimensional array holds no samples", path);
@@ -369,6 +470,22 @@ void kdrt_array_row_i32(const kdrt_array *a, int64_t s, int32_t *out) {
 
 int64_t kdrt_io_elems(const kdrt_io *io) { return prod(io->rank, io->shape); }
 
+// A float file must hold finite numbers only: one NaN in the data makes
+// every loss after it NaN, which would stop training (TerminateOnNaN) at a
+// step that says nothing of the cause. Said at open instead, with the place.
+static int finite_file(const kdrt_array *a, const char *what, char *err, size_t errlen) {
+  if (a->h.kind != 'f') return 0;
+  for (int64_t s = 0; s < a->n; s++)
+    for (int64_t i = 0; i < a->row; i++) {
+      double v = element(a, (size_t)(s * a->row + i));
+      if (!isfinite(v))
+        return kdrt_errf(err, errlen, "%s: sample %lld holds %s (element %lld): %s must be "
+                         "finite numbers", a->path, (long long)s, isnan(v) ? "nan" : "inf",
+                         (long long)i, what);
+    }
+  return 0;
+}
+
 int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, int k, char *err,
                     size_t errlen) {
   const kdrt_io *in = &p->inputs[k];
@@ -383,7 +500,7 @@ int kdrt_fit_inputs(const kdrt_array *a, const kdrt_program *p, int k, char *err
                      p->ninputs > 1 ? in->name : "", exp, (long long)a->row,
                      a->row == 1 ? "" : "s", (long long)want);
   }
-  if (in->dtype != KDRT_I32) return 0;
+  if (in->dtype != KDRT_I32) return finite_file(a, "inputs", err, errlen);
   // Token ids: integers (a float file must hold integral values), within
   // int32, and within [0, num_classes) when the model says how many.
   int64_t hi = in->num_classes > 0 ? in->num_classes : (int64_t)INT32_MAX + 1;
@@ -442,7 +559,7 @@ int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int j, int *conv
     return kdrt_errf(err, errlen, "%s: shape %s does not fit the model's labels%s: expected %s%s",
                 a->path, got, whose, exp, want == 1 ? " or (N,)" : "");
   }
-  if (*conv == KDRT_LABELS_COPY) return 0;
+  if (*conv == KDRT_LABELS_COPY) return finite_file(a, "labels", err, errlen);
   // Class ids: every one an integer in [0, k).
   for (int64_t s = 0; s < a->n; s++)
     for (int64_t i = 0; i < a->row; i++) {

@@ -24,14 +24,21 @@
 //      Mean weighs it, in Keras-style progress on rank 0; validation on
 //      --val-x/--val-y, or the last --validation-split fraction (taken
 //      before shuffling), every sample; after each step, a checkpoint when
-//      one is due;
+//      one is due. A loss that is NaN or inf ends training after its
+//      step, as Keras's TerminateOnNaN does; so do weights that are not
+//      finite (checked before each checkpoint and at each epoch's end),
+//      which are then never saved;
 //   7. evaluate (the test set if given, else the validation data if any,
 //      else the training data; every sample), then write --history
-//      atomically.
-// Before any of it, every row count the run will use (B and the partial
-// last batches) is put to the steps with c->probe set: a program that
-// splits a batch dimension over an axis those rows do not divide is an
-// error before training (kdrt_rows_refused).
+//      atomically (after a divergence: the history so far, no evaluation,
+//      status 1).
+//   Fit and evaluate are watched (watchdog.c): a rank that makes no progress
+//   for --timeout ends the job, saying where it waits.
+// Output paths (--history, --save-weights) are checked before any of it,
+// and every row count the run will use (B and the partial last batches) is
+// put to the steps with c->probe set: a program that splits a batch
+// dimension over an axis those rows do not divide is an error before
+// training (kdrt_rows_refused).
 //
 // Progress: rank 0 redraws the bar in place (\r, colours) on its own
 // terminal, else prints one line per epoch; KDRT_PROGRESS=live|plain forces.
@@ -122,6 +129,19 @@ static void fmt_tuple(char *buf, size_t len, int n, const int64_t *v, const char
 // ------------------------------------------------------------ options
 
 static void usage(FILE *f, const kdrt_program *p) {
+  // Where the default initial weights come from.
+  char archive_text[4600], copy[4200];
+  const char *archive = kdrt_program_archive(p);
+  if (!p->weights_file)
+    snprintf(archive_text, sizeof archive_text, "random, from --seed");
+  else if (archive)
+    snprintf(archive_text, sizeof archive_text, "the archive the program was compiled from,\n"
+             "                        %s%s", archive, archive == p->weights_file ? ""
+             : ",\n                        the copy kdcc put beside the program");
+  else
+    snprintf(archive_text, sizeof archive_text, "the archive the program was compiled from,\n"
+             "                        %s, or kdcc's copy %s; neither is there", p->weights_file,
+             kdrt_program_copy(copy, sizeof copy) ? copy : "<program>.kdcc.d/model.keras");
   int64_t mesh[KDRT_MAX_AXES];
   int64_t devices = 1;
   for (int i = 0; i < p->mesh_ndim; i++) mesh[i] = p->mesh_shape[i], devices *= mesh[i];
@@ -173,14 +193,18 @@ static void usage(FILE *f, const kdrt_program *p) {
           "  --checkpoint-dir D    save checkpoints in D/ckpt-<step> (the last 2 kept)\n"
           "  --checkpoint-every N  every N optimizer steps (default: each epoch's end)\n"
           "  --resume              continue from D's newest complete checkpoint\n"
+          "  --timeout S           end the job when a rank makes no progress for S seconds\n"
+          "                        (a stopped or hung rank leaves the others waiting); 0:\n"
+          "                        never; default: 300 s, then 100 times the median step,\n"
+          "                        at least 120 s\n"
           "  --weights FILE        initial weights from a .keras or .weights.h5 (default:\n"
-          "                        the .keras the program was compiled from, if any)\n"
+          "                        %s)\n"
           "  --init random         random initial weights from --seed, not from that file\n"
           "  --save-weights FILE   after fit, write the weights (.weights.h5 or .keras)\n"
           "  --quiet               print errors only\n"
           "  --help                this text\n",
           prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
-          prog_invoke, p->batch, io, (double)p->learning_rate);
+          prog_invoke, p->batch, io, (double)p->learning_rate, archive_text);
 }
 
 int kdrt_errf(char *err, size_t errlen, const char *fmt, ...) {
@@ -189,6 +213,29 @@ int kdrt_errf(char *err, size_t errlen, const char *fmt, ...) {
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
   return -1;
+}
+
+int kdrt_check_output(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    return kdrt_errf(err, errlen, "%s: is a directory", path);
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  if (stat(dir, &st) != 0)
+    return kdrt_errf(err, errlen, "%s: cannot write there: %s: %s", path, dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    return kdrt_errf(err, errlen, "%s: cannot write there: %s is not a directory", path, dir);
+  char probe[4200];
+  snprintf(probe, sizeof probe, "%s/.kdrt-check.%ld", dir, (long)getpid());
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0)
+    return kdrt_errf(err, errlen, "%s: cannot write there: %s: %s", path, dir, strerror(errno));
+  close(fd);
+  unlink(probe);
+  return 0;
 }
 
 // A usage error: the message in err, exit status 2.
@@ -323,6 +370,9 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     } else if (!strcmp(name, "--checkpoint-every")) {
       ok = val && !parse_i64(val, 1, &iv);
       if (ok) o->checkpoint_every = iv;
+    } else if (!strcmp(name, "--timeout")) {
+      ok = val && !parse_f64(val, &dv) && dv >= 0.0;
+      if (ok) o->timeout = dv > 0 ? dv : -1;
     } else {
       known = 0;
     }
@@ -330,6 +380,7 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     if (!val) return bad(err, errlen, "option '%s' needs a value", name);
     if (!ok) {
       const char *want = !strcmp(name, "--validation-split") ? "a number in [0, 1)"
+                         : !strcmp(name, "--timeout")        ? "seconds, a number >= 0"
                          : !strcmp(name, "--lr")             ? "a number >= 0"
                          : !strcmp(name, "--epochs") || !strcmp(name, "--seed")
                              ? "an integer >= 0"
@@ -648,6 +699,8 @@ typedef struct {
   int64_t nsteps;
   double *eval;                // [nlogs] evaluate's means
   const kdrt_ckpt_state *resume; // --resume: where the checkpoint left off, else NULL
+  int epochs_done;             // entries of the history (o->epochs, or fewer when it diverged)
+  char diverged[512];          // why training stopped early (loss or weights not finite), or ""
 } run;
 
 // The global rows of batch `step` of n samples in batches of B: B, but
@@ -697,6 +750,7 @@ static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
     int64_t rows = load_batch(r, d, NULL, s);
     for (int k = 0; k < p->nlogs; k++) r->logs[k] = 0;
     p->eval_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
+    kdrt_watch_phase(NULL, 0, 0); // progress within the phase
     add_logs(out, r->logs, p->nlogs, rows, r->B);
     seen += rows;
     if (pb) {
@@ -714,6 +768,25 @@ static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
 static int64_t train_steps(const run *r) {
   int64_t n = r->o->drop_remainder ? r->ntrain / r->B : (r->ntrain + r->B - 1) / r->B;
   return r->o->steps_per_epoch && r->o->steps_per_epoch < n ? r->o->steps_per_epoch : n;
+}
+
+// Training has diverged: stop as Keras's TerminateOnNaN stops (the epoch in
+// progress ends with what it has, nothing more runs), saying why.
+static void diverge(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void diverge(run *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->diverged, sizeof r->diverged, fmt, ap);
+  va_end(ap);
+}
+
+// Collective: "" when every variable is finite on every rank, else why not
+// (the first such variable) in r->diverged, with `when`.
+static int weights_diverged(run *r, const char *when) {
+  int v = kdrt_weights_finite(r->c);
+  if (v < 0) return 0;
+  diverge(r, "the weights of '%s' are not finite %s", r->p->vars[v].path, when);
+  return 1;
 }
 
 static void fit(run *r) {
@@ -744,6 +817,7 @@ static void fit(run *r) {
     for (; r->nsteps < ck->nsteps && r->nsteps < o->epochs * steps; r->nsteps++)
       r->step_loss[r->nsteps] = ck->step_loss[r->nsteps];
   }
+  r->epochs_done = e0;
   for (int e = e0; e < o->epochs; e++) {
     if (r->show) printf("Epoch %d/%d\n", e + 1, o->epochs), fflush(stdout);
     if (o->no_shuffle)
@@ -761,22 +835,30 @@ static void fit(run *r) {
       for (int64_t i = 0; i < s; i++) seen += batch_rows(r->ntrain, r->B, i);
     }
     for (; s < steps; s++) {
+      kdrt_watch_phase("training", e + 1, s + 1);
+      double t0 = now_s();
       int64_t rows = load_batch(r, &r->data, order, s);
       for (int k = 0; k < nl; k++) r->logs[k] = 0;
       p->train_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
       kdrt_set_rows(r->c, 0);
+      kdrt_watch_step_time(now_s() - t0);
       r->c->step++;
       float l = r->logs[0];
-      if (!isfinite(l)) {
-        if (pb.live && pb.prev_width) putchar('\n');
-        fail_all(r->c, 1, "loss is %s at epoch %d, step %lld", isnan(l) ? "nan" : "inf", e + 1,
-                 (long long)s + 1);
-      }
       add_logs(sum, r->logs, nl, rows, r->B);
       seen += rows;
       double units = (double)seen / (double)r->B;
       for (int k = 0; k < nl; k++) v[k] = sum[k] / units;
       r->step_loss[r->nsteps++] = l;
+      if (!isfinite(l)) { // the loss is the same on every rank: all stop here
+        diverge(r, "loss is %s at epoch %d, step %lld", isnan(l) ? "nan" : "inf", e + 1,
+                (long long)s + 1);
+        if (r->show) {
+          if (pb.live && pb.prev_width) putchar('\n'), pb.prev_width = 0;
+          printf("Batch %lld: Invalid loss, terminating training\n", (long long)s);
+        }
+        s++;
+        break;
+      }
       progbar_update(&pb, s + 1, 0, nl, r->names, v);
       if (o->checkpoint_dir) {
         kdrt_ckpt_state st = {.step = r->c->step, .seed = o->seed, .epoch = e, .pos = s + 1,
@@ -784,13 +866,29 @@ static void fit(run *r) {
                               .log_names = p->log_names, .sums = sum, .nhist = e,
                               .hist = (const double *const *)r->hist, .nsteps = r->nsteps,
                               .step_loss = r->step_loss};
+        // A checkpoint holds finite weights only: a run that diverges keeps
+        // its last finite one (and the one before), never rotated out.
+        if (kdrt_ckpt_due(o->checkpoint_every, &st) &&
+            weights_diverged(r, "after the step; no checkpoint written")) {
+          s++;
+          break;
+        }
+        kdrt_watch_phase("saving a checkpoint", e + 1, s + 1);
         kdrt_ckpt_maybe_save(r->c, o->checkpoint_dir, o->checkpoint_every, &st);
       }
     }
     double units = (double)seen / (double)r->B;
     for (int k = 0; k < nl; k++) r->hist[k][e] = v[k] = seen ? sum[k] / units : NAN;
+    r->epochs_done = e + 1;
+    if (!r->diverged[0]) weights_diverged(r, "at the end of the epoch");
+    if (r->diverged[0]) { // the epoch as far as it went; no validation
+      for (int k = 0; k < nl; k++) r->hist[nl + k][e] = v[nl + k] = NAN;
+      progbar_update(&pb, s, 1, ncols, r->names, v);
+      break;
+    }
     if (r->nval > 0) {
       double val[KDRT_MAX_LOGS];
+      kdrt_watch_phase("validation", e + 1, 0);
       evaluate(r, &r->val, val, NULL);
       for (int k = 0; k < nl; k++) r->hist[nl + k][e] = v[nl + k] = val[k];
     }
@@ -821,7 +919,7 @@ static void json_list(FILE *f, const char *key, const double *v, int n) {
 // step's loss) after "loss", and "evaluate" (the final evaluation's logs).
 static int write_history(const run *r, const char *path) {
   const kdrt_program *p = r->p;
-  int n = r->o->epochs, nl = p->nlogs;
+  int n = r->epochs_done, nl = p->nlogs;
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "w");
@@ -894,10 +992,22 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
     fail_all(c, 2, "%s (see %s --help)", err, prog_invoke);
   if (o.save_weights && kdrt_weights_check_path(prog, o.save_weights, err, sizeof err))
     fail_all(c, 2, "--save-weights %s", err);
+  if (!o.help && !o.weights && !o.init_random && prog->weights_file && !kdrt_program_archive(prog))
+    fail_all(c, 1, "%s", kdrt_archive_gone(prog, err, sizeof err));
   if (o.help) {
     if (c->rank == 0) usage(stdout, prog);
     MPI_Finalize();
     return 0;
+  }
+  // Outputs are written at the end (rank 0): a place that cannot take them
+  // is said now, not after the whole run.
+  {
+    int bad = 0; // 1: --history, 2: --save-weights
+    if (c->rank == 0)
+      bad = o.history && kdrt_check_output(o.history, err, sizeof err) ? 1
+            : o.save_weights && kdrt_check_output(o.save_weights, err, sizeof err) ? 2 : 0;
+    KDRT_MPI(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (bad) fail_all(c, 1, "%s %s", bad == 1 ? "--history" : "--save-weights", err);
   }
 
   // 3. the mesh
@@ -1067,7 +1177,7 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   }
 
   prog->init(c);
-  const char *wfile = o.weights ? o.weights : o.init_random ? NULL : prog->weights_file;
+  const char *wfile = o.weights ? o.weights : o.init_random ? NULL : kdrt_program_archive(prog);
   if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) fail_all(c, 1, "%s", err);
   if (ck_name[0]) {
     kdrt_ckpt_load(c, o.checkpoint_dir, ck_name);
@@ -1079,23 +1189,50 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
              (long long)ck.steps);
   }
 
-  // 6. fit, 7. evaluate
+  // 6. fit, 7. evaluate, watched (watchdog.c)
+  kdrt_watchdog_start(c, o.timeout);
   fit(&r);
-  const kdrt_data *ed = r.test.n ? &r.test : r.nval > 0 ? &r.val : &r.data;
-  progbar pb;
-  progbar_start(&pb, show, r.live, (ed->n + r.B - 1) / r.B);
-  evaluate(&r, ed, r.eval, &pb);
-
   int status = 0;
+  if (!r.diverged[0]) {
+    const kdrt_data *ed = r.test.n ? &r.test : r.nval > 0 ? &r.val : &r.data;
+    progbar pb;
+    progbar_start(&pb, show, r.live, (ed->n + r.B - 1) / r.B);
+    kdrt_watch_phase("evaluate", 0, 0);
+    evaluate(&r, ed, r.eval, &pb);
+  } else { // diverged: the history so far, no evaluation, no weights saved
+    for (int k = 0; k < nl; k++) r.eval[k] = NAN;
+    status = 1;
+    if (c->rank == 0) {
+      fflush(stdout);
+      fprintf(stderr, "%s: training diverged: %s; stopped as Keras's TerminateOnNaN stops%s%s%s",
+              prog_name, r.diverged, o.history ? "; the history so far is in " : "",
+              o.history ? o.history : "", o.save_weights ? "; " : "\n");
+      if (o.save_weights) fprintf(stderr, "%s is not written\n", o.save_weights);
+      char latest[4400], name[64] = "";
+      FILE *lf = NULL;
+      if (o.checkpoint_dir) {
+        snprintf(latest, sizeof latest, "%s/latest", o.checkpoint_dir);
+        lf = fopen(latest, "r");
+      }
+      if (lf && fscanf(lf, "%63s", name) == 1)
+        fprintf(stderr, "%s: the last checkpoint, %s/%s, holds finite weights: --resume it with "
+                "a smaller --lr\n", prog_name, o.checkpoint_dir, name);
+      if (lf) fclose(lf);
+    }
+  }
+
   if (o.history && c->rank == 0 && write_history(&r, o.history)) {
     fprintf(stderr, "%s: cannot write history %s: %s\n", prog_name, o.history, strerror(errno));
     status = 1;
   }
-  if (o.save_weights && kdrt_weights_save(c, o.save_weights, err, sizeof err)) {
+  kdrt_watch_phase("saving the weights", 0, 0);
+  if (o.save_weights && !r.diverged[0] &&
+      kdrt_weights_save(c, o.save_weights, err, sizeof err)) {
     if (c->rank == 0) fprintf(stderr, "%s: %s\n", prog_name, err);
     status = 1;
   }
   fflush(stdout);
+  kdrt_watchdog_stop();
   kdrt_comm_free(c);
   MPI_Finalize();
   free(hist), free(r.hist), free(r.names), free(val_names), free(r.logs);

@@ -91,7 +91,8 @@ typedef struct {
   kdrt_step_fn *grad_step;
   int nvars;
   const struct kdrt_var *vars;       // [nvars]
-  const char *weights_file;          // initial weights (.keras or .weights.h5), or NULL
+  const char *weights_file;          // initial weights (.keras or .weights.h5) as compiled, or
+                                     // NULL; found by kdrt_program_archive
 } kdrt_program;
 
 // One trainable variable: what it is and where its local shard, optimizer
@@ -168,6 +169,12 @@ void kdrt_rows_refused(kdrt_ctx *c, int64_t rows, int size, const char *axis);
 int kdrt_errf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+// Whether a file can be written at path, as the runtime writes its outputs
+// (a temporary beside it, then a rename): path is not a directory and its
+// directory takes a new file (one is made and removed). 0, or -1 with a
+// message naming path and why. No MPI.
+int kdrt_check_output(const char *path, char *err, size_t errlen);
+
 // printf on rank 0 only.
 void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...);
 // Fatal error: message on stderr (prefixed by the rank), MPI_Abort, exit 1.
@@ -211,8 +218,23 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
 // Collective forms: every rank reads its own block (kdrt_weights_read), or
 // rank 0 gathers each variable and writes. Both return the same status on
 // every rank; err is filled on rank 0 at least.
+// kdrt_weights_write refuses variables that are not finite (NaN or inf: a
+// diverged run), naming the first.
 int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen);
 int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen);
+// Collective: -1 when every variable (not the optimizer slots) of every
+// rank is finite, else the index in p->vars of the first that is not.
+int kdrt_weights_finite(kdrt_ctx *c);
+// The archive a program compiled from a .keras starts from (its
+// weights_file): kdcc's copy beside the program, <program>.kdcc.d/
+// model.keras (the program found by /proc/self/exe), else the archive at
+// the path it was compiled from; NULL when p has none or neither exists.
+// So a program moved with its .kdcc.d directory needs no other file.
+const char *kdrt_program_archive(const kdrt_program *p);
+// Where that copy is for this program (buf), or NULL.
+const char *kdrt_program_copy(char *buf, size_t len);
+// The message when p has an archive but neither copy exists (buf).
+char *kdrt_archive_gone(const kdrt_program *p, char *buf, size_t len);
 // Whether kdrt_weights_save can write path for p (a name ending in
 // .weights.h5 or .keras; a .keras needs p->weights_file): 0, or -1 with err.
 int kdrt_weights_check_path(const kdrt_program *p, const char *path, char *err, size_t errlen);
@@ -324,9 +346,16 @@ typedef struct {
   int64_t n, row;
 } kdrt_array;
 // Open, recognise, parse, and check that every byte the shape promises is
-// there (an IDX file must also have no extra bytes).
+// there (an IDX file must also have no extra bytes). A gzip'd file is
+// inflated whole, bounded: its header's size must be within
+// kdrt_max_inflate() before anything is allocated, and the stream may hold
+// no more than the header promises.
 int kdrt_array_open(kdrt_array *a, const char *path, char *err, size_t errlen);
 void kdrt_array_close(kdrt_array *a);
+// The most bytes one rank inflates a gzip'd data file to: KDRT_MAX_INFLATE
+// (bytes, or with a K, M or G suffix), else half the host's memory divided
+// by the ranks on it (OMPI_COMM_WORLD_LOCAL_SIZE).
+size_t kdrt_max_inflate(void);
 // Sample s as row floats, each times scale.
 void kdrt_array_row(const kdrt_array *a, int64_t s, double scale, float *out);
 
@@ -409,8 +438,10 @@ typedef struct {
 // Collective: make D (and parents) and check it takes files.
 void kdrt_ckpt_prepare(kdrt_ctx *c, const char *dir);
 // Collective, after each optimizer step: save when st->step % every == 0
-// (every == 0: at the end of each epoch).
+// (every == 0: at the end of each epoch), as kdrt_ckpt_due says.
+int kdrt_ckpt_due(int64_t every, const kdrt_ckpt_state *st);
 void kdrt_ckpt_maybe_save(kdrt_ctx *c, const char *dir, int64_t every, const kdrt_ckpt_state *st);
+// Weights that are not finite are never saved (an error naming a variable).
 void kdrt_ckpt_save(kdrt_ctx *c, const char *dir, const kdrt_ckpt_state *st);
 // Collective: the newest checkpoint in dir with a MANIFEST whose files all
 // verify (others are skipped with a warning). Fills st (hist malloc'd) and
@@ -488,6 +519,27 @@ int64_t kdrt_ckpt_copy_overlap(float *dst, const int64_t *dst_start, const int64
                                const float *src, const int64_t *src_start,
                                const int64_t *src_ext, int rank);
 
+// ---------------------------------------------------------------- watchdog.c
+// No hung job: a thread per rank ends the process (status 1, so mpirun
+// ends the job) when the main thread makes no progress for the limit,
+// saying on stderr where this rank waits: rank, epoch and step, the
+// collective and its mesh axes. Format and limits: watchdog.c.
+
+// Start it: timeout > 0 seconds, fixed; 0: the default (300 s until steps
+// are timed, then 100 times the median step, at least 120 s); < 0: none.
+void kdrt_watchdog_start(const kdrt_ctx *c, double timeout);
+void kdrt_watchdog_stop(void);
+// The limit in force for a timeout as above and the last n step times.
+double kdrt_watchdog_limit(double timeout, const double *times, int n);
+// Progress marks: a phase ("training", "validation", ...) and, in
+// training, the epoch and step (from 1; 0: none), or NULL: progress within
+// the phase; a training step's time;
+// a collective over the mesh axes `axes` entered, and left.
+void kdrt_watch_phase(const char *phase, int64_t epoch, int64_t step);
+void kdrt_watch_step_time(double seconds);
+void kdrt_watch_enter(const char *coll, unsigned axes);
+void kdrt_watch_leave(void);
+
 // ---------------------------------------------------------------- kdrt.c, comm.c, rng.c internals
 // Pieces of the runtime that generated code does not call, declared here so
 // the three runtime files and the unit tests (tests/test_rt_core.c,
@@ -537,6 +589,8 @@ typedef struct {
   int64_t checkpoint_every;   // --checkpoint-every N optimizer steps, 0: each epoch's end
   int resume;                 // --resume: from D's newest complete checkpoint
   int help;                   // --help
+  double timeout;             // --timeout S: > 0 seconds, -1: none (--timeout 0), 0: the
+                              // watchdog's default (kdrt_watchdog_start)
 } kdrt_options;
 
 // Parse argv[1..argc) into o (defaults first). Returns 0, or 2 with a

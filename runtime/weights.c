@@ -238,40 +238,102 @@ void kdrt_gather_global(kdrt_ctx *c, const kdrt_layout *l, const float *in, floa
   }
 }
 
+// ------------------------------------------------------------ the program's archive
+
+const char *kdrt_program_copy(char *buf, size_t len) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return NULL;
+  exe[n] = 0;
+  snprintf(buf, len, "%s.kdcc.d/model.keras", exe);
+  return buf;
+}
+
+const char *kdrt_program_archive(const kdrt_program *p) {
+  static char copy[4200];
+  if (!p->weights_file) return NULL;
+  if (kdrt_program_copy(copy, sizeof copy) && access(copy, R_OK) == 0) return copy;
+  if (access(p->weights_file, R_OK) == 0) return p->weights_file;
+  return NULL;
+}
+
+char *kdrt_archive_gone(const kdrt_program *p, char *buf, size_t len) {
+  char copy[4200];
+  snprintf(buf, len, "this program starts from the weights of %s, the archive it was compiled "
+           "from, which kdcc copied to %s; neither is there now: move the program together "
+           "with its .kdcc.d directory, or give --weights FILE or --init random",
+           p->weights_file, kdrt_program_copy(copy, sizeof copy) ? copy : "<program>.kdcc.d");
+  return buf;
+}
+
 // ------------------------------------------------------------ files
 
-// The whole of a zip member, malloc'd. 0, or -1 with err.
+// What libzip says of an error, in words for a damaged archive: never its
+// "No error" or a bare errno text.
+static const char *zip_words(int code, const char *lib) {
+  switch (code) {
+  case ZIP_ER_NOZIP: return "not a zip archive (a .keras file is one): truncated or not a .keras";
+  case ZIP_ER_INCONS: return "the archive is damaged: its directory does not match its contents";
+  case ZIP_ER_CRC: return "the archive is damaged: a CRC check failed";
+  case ZIP_ER_EOF: return "the archive is truncated";
+  case ZIP_ER_COMPNOTSUPP: return "it is compressed with a method libzip cannot read";
+  case ZIP_ER_ZLIB: return "the archive is damaged: its compressed data are corrupt";
+  default: return lib;
+  }
+}
+
+// The whole of a zip member, malloc'd. 0, or -1 with err. Its size (the
+// archive's word for it) must be within kdrt_max_inflate() before anything
+// is allocated; the member is read to its end, so that libzip checks its
+// CRC (stored members too), and may hold no more than that size.
 static int zip_member(const char *path, const char *name, unsigned char **out, size_t *len,
                       char *err, size_t errlen) {
   int zerr = 0;
-  zip_t *z = zip_open(path, ZIP_RDONLY, &zerr);
+  *out = NULL;
+  zip_t *z = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
   if (!z) {
     zip_error_t e;
     zip_error_init_with_code(&e, zerr);
-    kdrt_errf(err, errlen, "%s: cannot read the archive: %s", path, zip_error_strerror(&e));
+    kdrt_errf(err, errlen, "%s: cannot read the archive: %s", path,
+              zip_words(zerr, zip_error_strerror(&e)));
     zip_error_fini(&e);
     return -1;
   }
   zip_stat_t st;
   zip_file_t *f = NULL;
   int rc = -1;
+  size_t limit = kdrt_max_inflate();
   if (zip_stat(z, name, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE)) {
     kdrt_errf(err, errlen, "%s: the archive has no %s", path, name);
+  } else if (st.size > limit) {
+    kdrt_errf(err, errlen, "%s: %s in the archive inflates to %llu bytes, more than the %zu "
+              "one rank may take (half the memory, shared by the ranks on this host; "
+              "KDRT_MAX_INFLATE sets it)", path, name, (unsigned long long)st.size, limit);
   } else if (!(f = zip_fopen(z, name, 0))) {
-    kdrt_errf(err, errlen, "%s: cannot open %s in the archive: %s", path, name, zip_strerror(z));
+    kdrt_errf(err, errlen, "%s: cannot open %s in the archive: %s", path, name,
+              zip_words(zip_error_code_zip(zip_get_error(z)), zip_strerror(z)));
+  } else if (!(*out = malloc(st.size + 1))) {
+    kdrt_errf(err, errlen, "%s: out of memory for %s (%llu bytes)", path, name,
+              (unsigned long long)st.size);
   } else {
-    *len = (size_t)st.size;
-    *out = malloc(*len ? *len : 1);
-    if (!*out) {
-      kdrt_errf(err, errlen, "%s: out of memory for %s (%zu bytes)", path, name, *len);
-    } else if (zip_fread(f, *out, st.size) != (zip_int64_t)st.size) {
+    zip_int64_t got = zip_fread(f, *out, st.size);
+    unsigned char extra;
+    zip_int64_t more = got == (zip_int64_t)st.size ? zip_fread(f, &extra, 1) : 0;
+    int code = zip_error_code_zip(zip_file_get_error(f));
+    if (got < 0 || more < 0)
       kdrt_errf(err, errlen, "%s: cannot read %s from the archive: %s", path, name,
-           zip_file_strerror(f));
-      free(*out), *out = NULL;
-    } else {
-      rc = 0;
-    }
+                zip_words(code, zip_file_strerror(f)));
+    else if (got != (zip_int64_t)st.size)
+      kdrt_errf(err, errlen, "%s: %s in the archive holds %lld bytes, but the archive says "
+                "%llu: the archive is damaged", path, name, (long long)got,
+                (unsigned long long)st.size);
+    else if (more > 0)
+      kdrt_errf(err, errlen, "%s: %s in the archive holds more than the %llu bytes the archive "
+                "says: the archive is damaged", path, name, (unsigned long long)st.size);
+    else
+      *len = (size_t)st.size, rc = 0;
   }
+  if (rc) free(*out), *out = NULL;
   if (f) zip_fclose(f);
   zip_discard(z);
   return rc;
@@ -374,8 +436,40 @@ static void list_groups(hid_t file, char *buf, size_t len) {
   if (!k) snprintf(buf, len, "no layer weights");
 }
 
-// Check one variable's dataset against the model, then read this rank's
-// block of it into out.
+// Every dataset kdcc writes carries CRC_ATTR, a uint32: zlib's CRC-32 of its
+// data as stored, little-endian float32 in row-major order (HDF5 keeps no
+// checksum of its own). A reader checks it when it is there (files written
+// by Keras have none); Keras ignores it.
+#define CRC_ATTR "kdcc_crc32"
+
+static uint32_t floats_crc(const float *x, size_t n) {
+  return kdrt_crc32(0, x, n * sizeof(float)); // x86: the bytes as stored (<f4)
+}
+
+// The whole dataset against its CRC_ATTR.
+static int verify_crc(hid_t ds, const char *path, const char *ds_path, const kdrt_var *v,
+                      char *err, size_t errlen) {
+  uint32_t want = 0;
+  hid_t a = H5Aopen(ds, CRC_ATTR, H5P_DEFAULT);
+  int bad = a < 0 || H5Aread(a, H5T_NATIVE_UINT32, &want) < 0;
+  if (a >= 0) H5Aclose(a);
+  if (bad) return kdrt_errf(err, errlen, "%s: %s: cannot read its %s attribute", path, ds_path, CRC_ATTR);
+  int64_t n = elems(&v->layout);
+  float *all = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  if (!all) return kdrt_errf(err, errlen, "%s: out of memory checking %s", path, ds_path);
+  int rc = 0;
+  if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) < 0)
+    rc = kdrt_errf(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
+  else if (floats_crc(all, (size_t)n) != want)
+    rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') fails its checksum (written with CRC-32 "
+                   "%08x, the data now give %08x): the file is damaged", path, ds_path, v->path,
+                   want, floats_crc(all, (size_t)n));
+  free(all);
+  return rc;
+}
+
+// Check one variable's dataset against the model (and its checksum, when
+// kdcc wrote one), then read this rank's block of it into out.
 static int read_var(hid_t file, const char *path, const kdrt_program *p, const kdrt_var *v,
                     const char *group, const int *coord, float *out, char *err, size_t errlen) {
   char ds_path[512], vg[400], have[160], want[160];
@@ -408,6 +502,7 @@ static int read_var(hid_t file, const char *path, const kdrt_program *p, const k
                 "is %s", path, v->path, ds_path, have, want);
     }
   }
+  if (!rc && H5Aexists(ds, CRC_ATTR) > 0) rc = verify_crc(ds, path, ds_path, v, err, errlen);
   if (!rc) {
     hsize_t start[KDRT_MAX_RANK], count[KDRT_MAX_RANK];
     int64_t s[KDRT_MAX_RANK], e[KDRT_MAX_RANK];
@@ -567,6 +662,15 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
     snprintf(idx, sizeof idx, "%d", var->index);
     rc = write_dataset(vg, idx, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, var->layout.rank,
                        var->layout.gshape, global[v]);
+    if (!rc) { // the dataset's checksum (see CRC_ATTR)
+      uint32_t crc = floats_crc(global[v], (size_t)elems(&var->layout));
+      hid_t ds = H5Dopen2(vg, idx, H5P_DEFAULT), sp = H5Screate(H5S_SCALAR);
+      hid_t a = ds < 0 ? -1 : H5Acreate2(ds, CRC_ATTR, H5T_STD_U32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+      rc = a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &crc) < 0 ? -1 : 0;
+      if (a >= 0) H5Aclose(a);
+      if (ds >= 0) H5Dclose(ds);
+      H5Sclose(sp);
+    }
     H5Gclose(vg);
   }
   H5Gclose(layers);
@@ -621,6 +725,10 @@ int kdrt_weights_check_path(const kdrt_program *p, const char *path, char *err, 
       return kdrt_errf(err, errlen, "%s: a .keras file needs the model's config.json, but this "
                   "program was not compiled from a .keras archive; save to a .weights.h5",
                   path);
+    if (!kdrt_program_archive(p))
+      return kdrt_errf(err, errlen, "%s: a .keras file needs the model's config.json, from the "
+                       "archive this program was compiled from, which is gone (%s, and the "
+                       "copy beside the program); save to a .weights.h5", path, p->weights_file);
     return 0;
   }
   if (!ends_with(path, ".weights.h5"))
@@ -645,14 +753,21 @@ static void keras_version(const unsigned char *meta, size_t len, char *buf, size
 int kdrt_weights_write(const kdrt_program *p, const char *path, const float *const *global,
                        int64_t step, float lr, char *err, size_t errlen) {
   if (kdrt_weights_check_path(p, path, err, errlen)) return -1;
+  for (int v = 0; v < p->nvars; v++) // never NaN weights without a word
+    for (int64_t i = 0, n = elems(&p->vars[v].layout); i < n; i++)
+      if (!isfinite(global[v][i]))
+        return kdrt_errf(err, errlen, "%s: not written: variable '%s' holds %g at element %lld "
+                         "(training diverged)", path, p->vars[v].path, (double)global[v][i],
+                         (long long)i);
   int keras = ends_with(path, ".keras");
   unsigned char *config = NULL, *meta = NULL, *img = NULL;
   size_t config_len = 0, meta_len = 0, img_len = 0;
-  if (keras && zip_member(p->weights_file, "config.json", &config, &config_len, err, errlen))
+  const char *archive = kdrt_program_archive(p);
+  if (keras && zip_member(archive, "config.json", &config, &config_len, err, errlen))
     return -1;
   if (keras) {
     char e2[64];
-    if (zip_member(p->weights_file, "metadata.json", &meta, &meta_len, e2, sizeof e2))
+    if (zip_member(archive, "metadata.json", &meta, &meta_len, e2, sizeof e2))
       meta = NULL;
   }
   if (h5_image(p, global, step, lr, &img, &img_len)) {
@@ -705,6 +820,21 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
 }
 
 // ------------------------------------------------------------ collective forms
+
+int kdrt_weights_finite(kdrt_ctx *c) {
+  const kdrt_program *p = c->prog;
+  int mine = p->nvars, first = p->nvars;
+  for (int v = 0; v < p->nvars && mine == p->nvars; v++) {
+    const float *w = c->params + p->vars[v].offset;
+    for (size_t i = 0; i < p->vars[v].n; i++)
+      if (!isfinite(w[i])) {
+        mine = v;
+        break;
+      }
+  }
+  KDRT_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return first < p->nvars ? first : -1;
+}
 
 int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   int rc = kdrt_weights_read(c->prog, c->coord, path, c->params, err, errlen), all = rc;
@@ -769,9 +899,13 @@ static void predict_usage(FILE *f, const char *argv0, const kdrt_program *p) {
     for (int o = 0; o < p->noutputs; o++) fprintf(f, " %s", p->outputs[o].name);
     fprintf(f, ").\n");
   }
-  fprintf(f, "Weights: --weights (.keras or .weights.h5), else %s%s.\n",
-          p->weights_file ? "the ones compiled from " : "random from --seed",
-          p->weights_file ? p->weights_file : "");
+  const char *archive = kdrt_program_archive(p);
+  fprintf(f, "Weights: --weights (.keras or .weights.h5), else %s%s%s.\n",
+          !p->weights_file ? "random from --seed"
+          : archive        ? "those of the archive it was compiled from: "
+                           : "those of the archive it was compiled from, gone: ",
+          archive ? archive : p->weights_file ? p->weights_file : "",
+          archive && archive != p->weights_file ? " (kdcc's copy)" : "");
 }
 
 // Where output o goes: with one output, out itself; with several, DIR/<name>.npy
@@ -858,6 +992,17 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
   if (!xf.n || !out_path)
     return leave(c, 2, "--x and --out are required (see %s predict --help)", argv[0]);
   if (weights && init_random) return leave(c, 2, "--weights and --init random exclude each other");
+  { // every output file can be written, before anything runs
+    int bad = 0;
+    char e[4400] = "";
+    for (int o = 0; o < p->noutputs && c->rank == 0 && !bad; o++) {
+      char path[4096];
+      kdrt_predict_path(p, out_path, o, path, sizeof path);
+      bad = kdrt_check_output(path, e, sizeof e) != 0;
+    }
+    KDRT_MPI(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (bad) return leave(c, 1, "--out %s", e);
+  }
   char err[4096];
   const char *xpaths[KDRT_MAX_FILES];
   if (p->ninputs < 1 || p->ninputs > KDRT_MAX_FILES || p->nlabels > KDRT_MAX_FILES ||
@@ -889,7 +1034,9 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
     memset(*bufs[i], 0, n ? n : 64);
   }
   p->init(c);
-  const char *wfile = weights ? weights : init_random ? NULL : p->weights_file;
+  const char *wfile = weights ? weights : init_random ? NULL : kdrt_program_archive(p);
+  if (!weights && !init_random && p->weights_file && !wfile)
+    return leave(c, 1, "%s", kdrt_archive_gone(p, err, sizeof err));
   if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) return leave(c, 1, "%s", err);
   if (!wfile && !quiet && c->rank == 0)
     fprintf(stderr, "predict: no weights file; predicting with random weights from --seed "

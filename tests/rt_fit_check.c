@@ -93,6 +93,11 @@ static void train_step(kdrt_ctx *c, const void *const *xs, const void *const *ys
     }
   kdrt_allreduce(c, 1, c->grads, c->grads, (size_t)(K * ln)); // dw: partial over data
   for (int i = 0; i < K * ln; i++) c->params[i] -= c->lr * c->grads[i];
+  // RT_FIT_POISON=S: after optimizer step S (from 1) one weight of rank
+  // 0's block is NaN, while this step's loss is finite (a divergence that
+  // only the weights show).
+  const char *poison = getenv("RT_FIT_POISON");
+  if (poison && c->rank == 0 && c->step + 1 == atoll(poison)) c->params[0] = NAN;
 }
 
 int main(int argc, char **argv) {
@@ -110,6 +115,10 @@ int main(int argc, char **argv) {
   static const char *const log_names[] = {"loss", "accuracy"};
   // pred [B, N]: the batch over data, the columns over model.
   kdrt_output output = {"d", 0, {2, {B, N}, {0, (int8_t)(nd > 1 ? 1 : -1)}}};
+  kdrt_var var = {.path = "d/kernel", .layer = "d", .layer_class = "Dense", .index = 0,
+                  .layout = {2, {K, N}, {-1, (int8_t)(nd > 1 ? 1 : -1)}}, .offset = 0,
+                  .stride = (size_t)(K * N / parts), .nslots = 0, .goffset = 0,
+                  .n = (size_t)(K * N / parts)};
   kdrt_program prog = {
       .model_name = "rt_fit_check",
       .mesh_ndim = nd,
@@ -132,6 +141,8 @@ int main(int argc, char **argv) {
       .init = init,
       .train_step = train_step,
       .eval_step = forward,
+      .nvars = 1,
+      .vars = &var,
   };
   return kdrt_main(argc, argv, &prog);
 }

@@ -448,6 +448,15 @@ Test(npy, rejects_what_it_cannot_read) {
   cr_assert(strstr(err, "magic"), "%s", err);
   n = npy_header(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 1);
   cr_assert_eq(kdrt_npy_parse(buf, 20, &h, err, sizeof err), -1, "a truncated header parsed");
+  // A dtype's size is digits only: '<f4aaaa' is no float32.
+  n = npy_header(buf, "{'descr': '<f4aaaa', 'fortran_order': False, 'shape': (2, 3), }", 1);
+  cr_assert_eq(kdrt_npy_parse(buf, n, &h, err, sizeof err), -1, "'<f4aaaa' parsed");
+  cr_assert_str_eq(err, "dtype '<f4aaaa' is not supported (use float32, float64, uint8, int32 or int64)");
+  n = npy_header(buf, "{'descr': '<i40', 'fortran_order': False, 'shape': (2, 3), }", 1);
+  cr_assert_eq(kdrt_npy_parse(buf, n, &h, err, sizeof err), -1, "'<i40' parsed");
+  n = npy_header(buf, "{'descr': '<f4444444444444444444', 'fortran_order': False, 'shape': (2,), }", 1);
+  cr_assert_eq(kdrt_npy_parse(buf, n, &h, err, sizeof err), -1, "a long descr parsed");
+  cr_assert_str_eq(err, ".npy header's 'descr' is not a short quoted string");
 }
 
 // ------------------------------------------------------------ data order
@@ -597,4 +606,18 @@ Test(progress, keras_line_text) {
   // Live: the ETA instead of the elapsed time, the step count right-aligned.
   kdrt_progress_line(buf, sizeof buf, 3, 100, 0, 9.0, 1.5, 1, names, vals, 0);
   cr_assert_str_eq(buf, "  3/100 " BAR " 2:25 2s/step - loss: 0.9237");
+}
+
+// The watchdog's limit (watchdog.c): --timeout as given; else 300 s until
+// 5 steps are timed, then 100 times the median step, at least 120 s.
+Test(watchdog, limit_from_the_median_step) {
+  cr_expect_eq(kdrt_watchdog_limit(7.5, NULL, 0), 7.5);
+  cr_expect_eq(kdrt_watchdog_limit(0, NULL, 0), 300.0);
+  double t[70] = {0.01, 0.02, 5.0, 0.03, 0.02};
+  cr_expect_eq(kdrt_watchdog_limit(0, t, 4), 300.0);
+  cr_expect_eq(kdrt_watchdog_limit(0, t, 5), 120.0); // 100 x 0.02 s is under the floor
+  double slow[6] = {3, 2, 100, 2.5, 3, 2};           // median 2.75 s: one slow step does not count
+  cr_expect_float_eq(kdrt_watchdog_limit(0, slow, 6), 275.0, 1e-9);
+  for (int i = 0; i < 70; i++) t[i] = 4.0;
+  cr_expect_float_eq(kdrt_watchdog_limit(0, t, 70), 400.0, 1e-9);
 }

@@ -1,12 +1,19 @@
 // runtime/weights.c without MPI: Keras's group names, block placement,
 // and .weights.h5 written then read back, whole and per block, with the
 // errors a file for another model gives (tests/sh/keras_weights.sh checks
-// the same files against real Keras).
+// the same files against real Keras); weights that are not finite are not
+// written; damage is found: a flipped byte by the CRC-32 kdcc stores with
+// every dataset, a damaged .keras archive said in words, and a member too
+// large to inflate refused.
+// memmem: -D_GNU_SOURCE (RCFLAGS)
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zip.h>
 
 #include "kdrt.h"
 
@@ -183,4 +190,144 @@ Test(weights, unreadable_files_and_names) {
                         "load_weights requires");
   cr_expect_eq(kdrt_weights_check_path(&prog, "out.keras", err, sizeof err), -1);
   cr_expect_eq(kdrt_weights_check_path(&prog, "out.weights.h5", err, sizeof err), 0);
+}
+
+Test(weights, weights_that_are_not_finite_are_not_written) {
+  fill_globals();
+  const float *g[6];
+  for (int v = 0; v < 6; v++) g[v] = globals[v];
+  globals[3][5] = NAN;
+  char path[256], err[1024];
+  tmpname(path, sizeof path, ".weights.h5");
+  cr_assert_eq(kdrt_weights_write(&prog, path, g, 5, 0.01f, err, sizeof err), -1);
+  char want[512];
+  snprintf(want, sizeof want, "%s: not written: variable '%s' holds nan at element 5 (training "
+           "diverged)", path, vars[3].path);
+  cr_expect_str_eq(err, want);
+  cr_expect_neq(access(path, F_OK), 0, "a file was written");
+}
+
+// ---------------------------------------------------------------- damage
+
+static unsigned char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  cr_assert(f, "%s", path);
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc(*n + 1);
+  cr_assert_eq(fread(b, 1, *n, f), *n);
+  fclose(f);
+  return b;
+}
+
+static void spit(const char *path, const void *b, size_t n) {
+  FILE *f = fopen(path, "wb");
+  cr_assert(f, "%s", path);
+  cr_assert_eq(fwrite(b, 1, n, f), n);
+  fclose(f);
+}
+
+// A flipped byte in a variable's data: HDF5 reads it happily, the CRC-32
+// kdcc stored beside it does not.
+Test(weights, a_flipped_byte_fails_the_checksum) {
+  fill_globals();
+  const float *g[6];
+  for (int v = 0; v < 6; v++) g[v] = globals[v];
+  char path[256], err[1024];
+  tmpname(path, sizeof path, ".weights.h5");
+  cr_assert_eq(kdrt_weights_write(&prog, path, g, 5, 0.01f, err, sizeof err), 0, "%s", err);
+  size_t n;
+  unsigned char *b = slurp(path, &n);
+  // d2/kernel's 6 x 2 floats, as stored
+  unsigned char *at = memmem(b, n, globals[3], sizeof(float) * 12);
+  cr_assert(at, "d2/kernel's bytes not found in the file");
+  at[13] ^= 0x01;
+  spit(path, b, n);
+  float params[96] = {0};
+  int coord[2] = {0, 0};
+  cr_assert_eq(kdrt_weights_read(&prog, coord, path, params, err, sizeof err), -1);
+  uint32_t good = kdrt_crc32(0, globals[3], sizeof(float) * 12);
+  float bad[12];
+  memcpy(bad, globals[3], sizeof bad);
+  ((unsigned char *)bad)[13] ^= 0x01;
+  char want[1024];
+  snprintf(want, sizeof want, "%s: layers/dense_1/vars/0 (variable 'd2/kernel') fails its "
+           "checksum (written with CRC-32 %08x, the data now give %08x): the file is damaged",
+           path, good, kdrt_crc32(0, bad, sizeof bad));
+  cr_expect_str_eq(err, want);
+  free(b);
+  unlink(path);
+}
+
+// The model.weights.h5 member of a .keras, zipped as Keras does (stored):
+// a flipped byte, a truncated archive, a directory that lies about a size,
+// a member larger than KDRT_MAX_INFLATE. Each says what is wrong, in words.
+static void write_keras(const char *path, const unsigned char *h5, size_t n) {
+  int zerr = 0;
+  zip_t *z = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &zerr);
+  cr_assert(z);
+  zip_source_t *s = zip_source_buffer(z, h5, n, 0);
+  zip_int64_t at = zip_file_add(z, "model.weights.h5", s, 0);
+  cr_assert(at >= 0);
+  zip_set_file_compression(z, (zip_uint64_t)at, ZIP_CM_STORE, 0);
+  cr_assert_eq(zip_close(z), 0);
+}
+
+Test(weights, damaged_archives_say_what_is_wrong) {
+  fill_globals();
+  const float *g[6];
+  for (int v = 0; v < 6; v++) g[v] = globals[v];
+  char h5[256], ar[256], err[1024], want[1024];
+  tmpname(h5, sizeof h5, ".weights.h5");
+  tmpname(ar, sizeof ar, ".keras");
+  cr_assert_eq(kdrt_weights_write(&prog, h5, g, 5, 0.01f, err, sizeof err), 0, "%s", err);
+  size_t n, an;
+  unsigned char *img = slurp(h5, &n);
+  float params[96] = {0};
+  int coord[2] = {0, 0};
+  write_keras(ar, img, n);
+  cr_assert_eq(kdrt_weights_read(&prog, coord, ar, params, err, sizeof err), 0, "%s", err);
+  unsigned char *a = slurp(ar, &an);
+  // a flipped byte in the member's data: its CRC
+  unsigned char *at = memmem(a, an, globals[3], sizeof(float) * 12);
+  cr_assert(at);
+  at[2] ^= 0x40;
+  spit(ar, a, an);
+  cr_assert_eq(kdrt_weights_read(&prog, coord, ar, params, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: cannot read model.weights.h5 from the archive: the archive is "
+           "damaged: a CRC check failed", ar);
+  cr_expect_str_eq(err, want);
+  at[2] ^= 0x40;
+  // cut in half
+  spit(ar, a, an / 2);
+  cr_assert_eq(kdrt_weights_read(&prog, coord, ar, params, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: cannot read the archive: not a zip archive (a .keras file is "
+           "one): truncated or not a .keras", ar);
+  cr_expect_str_eq(err, want);
+  // the central directory's size of the member, doubled
+  unsigned char *cd = NULL;
+  for (size_t i = 0; i + 4 <= an; i++)
+    if (!memcmp(a + i, "PK\1\2", 4)) cd = a + i;
+  cr_assert(cd);
+  uint32_t size;
+  memcpy(&size, cd + 24, 4);
+  size *= 2;
+  memcpy(cd + 24, &size, 4);
+  spit(ar, a, an);
+  cr_assert_eq(kdrt_weights_read(&prog, coord, ar, params, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: cannot read the archive: the archive is damaged: its "
+           "directory does not match its contents", ar);
+  cr_expect_str_eq(err, want);
+  // too large to inflate here
+  write_keras(ar, img, n);
+  setenv("KDRT_MAX_INFLATE", "1K", 1);
+  cr_assert_eq(kdrt_weights_read(&prog, coord, ar, params, err, sizeof err), -1);
+  unsetenv("KDRT_MAX_INFLATE");
+  snprintf(want, sizeof want, "%s: model.weights.h5 in the archive inflates to %zu bytes, more "
+           "than the 1024 one rank may take (half the memory, shared by the ranks on this host; "
+           "KDRT_MAX_INFLATE sets it)", ar, n);
+  cr_expect_str_eq(err, want);
+  free(img), free(a);
+  unlink(h5), unlink(ar);
 }

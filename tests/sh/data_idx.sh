@@ -133,7 +133,7 @@ Y=(--y "$T/train-labels.idx.gz")
 bad "truncated gzip" "cut.idx.gz: gzip data is truncated" --x "$T/cut.idx.gz" "${Y[@]}"
 bad "truncated IDX" "short.idx: file is truncated: 75236 bytes of data, but IDX of uint8 shape (96, 28, 28) needs 75264" \
   --x "$T/short.idx" "${Y[@]}"
-bad "wrong magic" "magic.idx: not a .npy or IDX file (it starts with 00 01 08 03;" --x "$T/magic.idx" "${Y[@]}"
+bad "wrong magic" "magic.idx: not a .npy or IDX file (it starts with 00 01 08 03 00 00;" --x "$T/magic.idx" "${Y[@]}"
 bad "wrong image size" "small.idx: shape (96, 27, 27) does not fit the model's input (N, 28, 28, 1): a sample has 729 elements, the model's input 784" \
   --x "$T/small.idx" "${Y[@]}"
 bad "counts differ" "train-images.idx.gz has 96 samples but $T/labels95.idx has 95" \

@@ -17,6 +17,7 @@ mpicc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -Iruntime \
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 BIN=build/tests/rt_fit_check
+export RT_FIT_POISON= # RT_FIT_POISON=S: a NaN weight after step S (rt_fit_check.c)
 fails=0
 fail() { echo "rt_fit.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
 . tests/lib.sh # expect, same_history
@@ -28,7 +29,8 @@ run() {
   if [ "$np" = 0 ]; then
     RT_FIT_MESH=$mesh "$BIN" "$@" >"$T/out" 2>&1
   else
-    RT_FIT_MESH=$mesh mpirun --oversubscribe -np "$np" -x RT_FIT_MESH "$BIN" "$@" >"$T/out" 2>&1
+    RT_FIT_MESH=$mesh mpirun --oversubscribe -np "$np" -x RT_FIT_MESH -x RT_FIT_POISON "$BIN" "$@" \
+      >"$T/out" 2>&1
   fi
   rc=$?
 }
@@ -61,8 +63,41 @@ name="unknown option"; run 2,2 4 --epoch 3; expect 2 "unknown option '--epoch'"
 name="batch size"; run 1 0 --batch-size 32
 expect 2 "--batch-size 32: this program holds at most 16 rows a step (its memory plan was compiled for kdcc --batch-size 16); recompile with kdcc --batch-size 32 or more"
 name="help"; run 2,4 0 --help; expect 0 "--validation-split F"
-name="diverging loss"; run 2,2 4 --lr 1e30 --epochs 5; expect 1 "rt_fit_check: loss is "
-grep -qE "loss is (nan|inf) at epoch [0-9]+, step [0-9]+" "$T/out" || fail "$name: message"
+# Divergence stops training as Keras's TerminateOnNaN does: the history
+# so far is written (the last step's loss null), nothing is evaluated, no
+# NaN weights are saved, the last finite checkpoint stays; status 1.
+name="diverging loss"
+run 2,2 4 --lr 1e30 --epochs 5 --history "$T/hd.json" --save-weights "$T/wd.weights.h5"
+expect 1 "rt_fit_check: training diverged: loss is "
+grep -qE "loss is (nan|inf) at epoch 1, step [0-9]+; stopped as Keras's TerminateOnNaN stops; the history so far is in $T/hd.json; $T/wd.weights.h5 is not written" "$T/out" \
+  || fail "$name: message"
+grep -qE "^Batch [0-9]+: Invalid loss, terminating training" "$T/out" || fail "$name: no Keras line"
+[ -e "$T/wd.weights.h5" ] && fail "$name: NaN weights were saved"
+python3 -c "import json,sys; h=json.load(open(sys.argv[1])); assert len(h['loss'])==1 and h['loss'][0] is None and h['step_loss'][-1] is None and all(v is not None for v in h['step_loss'][:-1]) and h['evaluate']['loss'] is None, h" "$T/hd.json" \
+  || fail "$name: history: $(cat "$T/hd.json")"
+name="weights NaN, loss finite: the checkpoint is refused"
+RT_FIT_POISON=10 run 2,2 4 --epochs 3 --checkpoint-dir "$T/ckn" --checkpoint-every 5 --history "$T/hn.json"
+expect 1 "rt_fit_check: training diverged: the weights of 'd/kernel' are not finite after the step; no checkpoint written"
+grep -qF "the last checkpoint, $T/ckn/ckpt-5, holds finite weights" "$T/out" || fail "$name: names no checkpoint"
+[ "$(cat "$T/ckn/latest")" = ckpt-5 ] && [ ! -e "$T/ckn/ckpt-10" ] || fail "$name: $(ls "$T/ckn")"
+python3 -c "import json,sys; h=json.load(open(sys.argv[1])); assert len(h['step_loss'])==10 and None not in h['step_loss'] and len(h['loss'])==2, h" "$T/hn.json" \
+  || fail "$name: history: $(cat "$T/hn.json")"
+name="weights NaN at the end of an epoch"
+RT_FIT_POISON=8 run 2,2 4 --epochs 3 --save-weights "$T/wn.weights.h5"
+expect 1 "rt_fit_check: training diverged: the weights of 'd/kernel' are not finite at the end of the epoch"
+[ -e "$T/wn.weights.h5" ] && fail "$name: NaN weights were saved"
+# Output paths are checked before training, not after it.
+touch "$T/afile"
+name="history in a missing directory"; run 2,2 4 --history "$T/none/h.json"
+expect 1 "rt_fit_check: --history $T/none/h.json: cannot write there: $T/none: No such file or directory"
+grep -q "Epoch 1" "$T/out" && fail "$name: training started"
+name="history under a file"; run 1 0 --history "$T/afile/h.json"
+expect 1 "rt_fit_check: --history $T/afile/h.json: cannot write there: $T/afile is not a directory"
+name="history is a directory"; run 1 0 --history "$T"
+expect 1 "rt_fit_check: --history $T: is a directory"
+name="save-weights in a missing directory"; run 2,2 4 --save-weights "$T/none/w.weights.h5"
+expect 1 "rt_fit_check: --save-weights $T/none/w.weights.h5: cannot write there: $T/none: No such file or directory"
+grep -q "Epoch 1" "$T/out" && fail "$name: training started"
 name="quiet"; run 1 0 --quiet --synthetic 64; expect 0
 [ -s "$T/out" ] && fail "quiet: printed $(cat "$T/out")"
 name="validation split"; run 2,2 4 --validation-split 0.25 --epochs 2 --history "$T/hv.json"
@@ -122,6 +157,8 @@ cls = [random.randrange(8) for _ in range(40)]
 save(d + "/x.npy", "<f8", "d", (40, 6), x)
 save(d + "/y.npy", "<f4", "f", (40, 8), [1.0 if j == c else 0.0 for c in cls for j in range(8)])
 save(d + "/ybad.npy", "<f4", "f", (40, 3), [0.0] * 120)
+x[3 * 6 + 2] = float("nan")
+save(d + "/xnan.npy", "<f8", "d", (40, 6), x)
 PY
 name="npy singleton"; run 1 0 --x "$T/x.npy" --y "$T/y.npy" --epochs 2 --history "$T/n1.json"
 expect 0 "3/3 $BAR"
@@ -140,8 +177,12 @@ def load(p):
 a, b = load(sys.argv[1] + "/p1.npy"), load(sys.argv[1] + "/p8.npy")
 assert all(abs(x - y) <= 1e-5 * max(1, abs(x)) for x, y in zip(a, b))
 PY
+name="predict --out in a missing directory"; run 2,2 4 predict --x "$T/x.npy" --out "$T/none/p.npy"
+expect 1 "predict: --out $T/none/p.npy: cannot write there: $T/none: No such file or directory"
 name="npy wrong shape"; run 1 0 --x "$T/x.npy" --y "$T/ybad.npy"
 expect 1 "ybad.npy: shape (40, 3) does not fit the model's labels: expected one-hot (N, 8) or class ids (N,)"
+name="npy with a NaN"; run 2,2 4 --x "$T/xnan.npy" --y "$T/y.npy"
+expect 1 "xnan.npy: sample 3 holds nan (element 2): inputs must be finite numbers"
 name="npy missing"; run 2,2 4 --x "$T/none.npy" --y "$T/y.npy"
 expect 1 "none.npy: cannot open: No such file or directory"
 
