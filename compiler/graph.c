@@ -401,16 +401,45 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   return transpose_0213(g, o);
 }
 
+// An attention layer's call: query, value and (optionally) key tensors of
+// rank 3, keys as long as values, use_causal_mask its one keyword.
+static void attention_inputs(Layer *l, Node **xq, Node **xv, Node **xk) {
+  if (l->nin < 2 || l->nin > 3)
+    error_at(l->loc, "layer '%s': %s is called with query and value (and key), got %d tensors",
+             l->name, l->cls, l->nin);
+  static const char *const kw[] = {"use_causal_mask"};
+  check_kwargs(l, kw, 1);
+  for (int i = 0; i < l->nin; i++)
+    if (layer_input(l, i)->shape.rank != 3)
+      error_at(l->in[i].loc, "layer '%s': attention inputs must be [batch, steps, features]",
+               l->name);
+  *xq = layer_input(l, 0), *xv = layer_input(l, 1), *xk = l->nin > 2 ? layer_input(l, 2) : *xv;
+  if ((*xk)->shape.d[1] != (*xv)->shape.d[1])
+    error_at(l->loc, "layer '%s': key and value have different lengths", l->name);
+}
+
+// An attention layer's output projection: o[b, t, heads, dim] .
+// attention_output/kernel[heads, dim, out] (+ attention_output/bias[out]).
+static Node *attention_output(Graph *g, Layer *l, Node *o, int64_t out, bool bias) {
+  Node *wo = new_var(g, l, "attention_output/kernel",
+                     (Shape){3, {o->shape.d[2], o->shape.d[3], out}}, "kernel_initializer",
+                     "glorot_uniform");
+  Node *y = dot_node(g, o, wo, 0, 2, false);
+  if (bias) {
+    Node *bo = new_var(g, l, "attention_output/bias", (Shape){1, {out}}, "bias_initializer",
+                       "zeros");
+    y = new_node2(g, OP_BIAS, y, bo, y->shape);
+  }
+  return y;
+}
+
 // MultiHeadAttention(num_heads, key_dim, value_dim, use_bias, output_shape,
 // dropout), called as (query, value[, key]) with use_causal_mask. Kernels
 // as Keras stores them: query/key/value [hidden, heads, dim], the output
 // [heads, dim, hidden].
 static Node *build_mha(Graph *g, Layer *l, Node *unused) {
-  if (l->nin < 2 || l->nin > 3)
-    error_at(l->loc, "layer '%s': MultiHeadAttention is called with query and value (and key), "
-             "got %d tensors", l->name, l->nin);
-  static const char *const kw[] = {"use_causal_mask"};
-  check_kwargs(l, kw, 1);
+  Node *xq, *xv, *xk;
+  attention_inputs(l, &xq, &xv, &xk);
   static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
                                    "activity_regularizer", "kernel_constraint",
                                    "bias_constraint"};
@@ -423,11 +452,6 @@ static Node *build_mha(Graph *g, Layer *l, Node *unused) {
       !(json_is_integer(ax) && json_integer_value(ax) == 1))
     error_at(jloc(ax), "layer '%s': attention_axes other than [1] (the steps) are not "
              "supported", l->name);
-  Node *xq = layer_input(l, 0), *xv = layer_input(l, 1), *xk = l->nin > 2 ? layer_input(l, 2) : xv;
-  for (int i = 0; i < l->nin; i++)
-    if (layer_input(l, i)->shape.rank != 3)
-      error_at(l->in[i].loc, "layer '%s': attention inputs must be [batch, steps, features]",
-               l->name);
   int64_t heads = cfg_int(l, "num_heads", -1), kd = cfg_int(l, "key_dim", -1);
   int64_t vd = cfg_int(l, "value_dim", kd);
   if (heads <= 0) error_at(jloc_key(l->cfg, "num_heads"), "layer '%s': 'num_heads' must be "
@@ -444,23 +468,13 @@ static Node *build_mha(Graph *g, Layer *l, Node *unused) {
       error_at(jloc(os), "layer '%s': output_shape must be one positive size", l->name);
     out = o[0];
   }
-  if (xk->shape.d[1] != xv->shape.d[1])
-    error_at(l->loc, "layer '%s': key and value have different lengths", l->name);
   bool bias = cfg_bool(l, "use_bias", true);
   Node *q = project(g, l, xq, "query", heads, kd, bias);
   Node *k = project(g, l, xk, "key", heads, kd, bias);
   Node *v = project(g, l, xv, "value", heads, vd, bias);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)kd), call_flag(l, "use_causal_mask"),
                    cfg_num(l, "dropout", 0));
-  Node *wo = new_var(g, l, "attention_output/kernel", (Shape){3, {heads, vd, out}},
-                     "kernel_initializer", "glorot_uniform");
-  Node *y = dot_node(g, o, wo, 0, 2, false);
-  if (bias) {
-    Node *bo = new_var(g, l, "attention_output/bias", (Shape){1, {out}}, "bias_initializer",
-                       "zeros");
-    y = new_node2(g, OP_BIAS, y, bo, y->shape);
-  }
-  return y;
+  return attention_output(g, l, o, out, bias);
 }
 
 // Each of kv's heads repeated r times, in place: [b, s, h, d] ->
@@ -477,20 +491,12 @@ static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
 // use_bias, dropout), called as (query, value[, key]) with use_causal_mask:
 // key and value heads repeated to the query heads, then as MultiHeadAttention.
 static Node *build_gqa(Graph *g, Layer *l, Node *unused) {
-  if (l->nin < 2 || l->nin > 3)
-    error_at(l->loc, "layer '%s': %s is called with query and value (and key), got %d tensors",
-             l->name, l->cls, l->nin);
-  static const char *const kw[] = {"use_causal_mask"};
-  check_kwargs(l, kw, 1);
+  Node *xq, *xv, *xk;
+  attention_inputs(l, &xq, &xv, &xk);
   static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
                                    "activity_regularizer", "kernel_constraint",
                                    "bias_constraint", "sliding_window", "use_gate"};
   check_none(l, no, 7);
-  Node *xq = layer_input(l, 0), *xv = layer_input(l, 1), *xk = l->nin > 2 ? layer_input(l, 2) : xv;
-  for (int i = 0; i < l->nin; i++)
-    if (layer_input(l, i)->shape.rank != 3)
-      error_at(l->in[i].loc, "layer '%s': attention inputs must be [batch, steps, features]",
-               l->name);
   int64_t hd = cfg_int(l, "head_dim", -1), nq = cfg_int(l, "num_query_heads", -1);
   int64_t nkv = cfg_int(l, "num_key_value_heads", -1);
   if (hd <= 0 || nq <= 0 || nkv <= 0 || nq % nkv)
@@ -502,16 +508,7 @@ static Node *build_gqa(Graph *g, Layer *l, Node *unused) {
   Node *v = repeat_heads(g, project(g, l, xv, "value", nkv, hd, bias), nq / nkv);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)hd), call_flag(l, "use_causal_mask"),
                    cfg_num(l, "dropout", 0));
-  int64_t out = xq->shape.d[2];
-  Node *wo = new_var(g, l, "attention_output/kernel", (Shape){3, {nq, hd, out}},
-                     "kernel_initializer", "glorot_uniform");
-  Node *y = dot_node(g, o, wo, 0, 2, false);
-  if (bias) {
-    Node *bo = new_var(g, l, "attention_output/bias", (Shape){1, {out}}, "bias_initializer",
-                       "zeros");
-    y = new_node2(g, OP_BIAS, y, bo, y->shape);
-  }
-  return y;
+  return attention_output(g, l, o, xq->shape.d[2], bias);
 }
 
 // keras_hub's PositionEmbedding(sequence_length): its call returns the first
@@ -527,8 +524,7 @@ static Node *build_position_embedding(Graph *g, Layer *l, Node *x) {
   if (t > len)
     error_at(l->loc, "layer '%s': %lld steps, but sequence_length is %lld", l->name, (long long)t,
              (long long)len);
-  static const char *const kw[] = {"start_index"};
-  check_kwargs(l, kw, 0);
+  check_kwargs(l, NULL, 0); // start_index included: not supported
   Node *e = new_var(g, l, "embeddings", (Shape){2, {len, f}}, "initializer", "glorot_uniform");
   if (t < len) {
     Node *s = new_node1(g, OP_SLICE, e, (Shape){2, {t, f}});
