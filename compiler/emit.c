@@ -128,7 +128,7 @@ int64_t lelems(const Node *n) {
 }
 
 // "{8, 13, 13, 2}"
-char *dims_init(const Shape *s) {
+static char *dims_init(const Shape *s) {
   char *b = xstrdup("{");
   for (int i = 0; i < s->rank; i++) b = format("%s%s%lld", b, i ? ", " : "", (long long)s->d[i]);
   return format("%s}", b);
@@ -144,12 +144,6 @@ char *describe(const Node *n) {
   Shape ls = lshape(n);
   return format("%s %s local %s", shape_str(&n->shape),
                 place_str(&EG->dist->mesh, n->shape.rank, &n->place), shape_str(&ls));
-}
-
-int64_t prod(const Shape *s, int from, int to) {
-  int64_t p = 1;
-  for (int i = from; i < to; i++) p *= s->d[i];
-  return p;
 }
 
 const char *const init_name[] = {

@@ -586,10 +586,8 @@ char *sym_dims(const Node *n);              // local dims: "{b, 10}"
 char *sym_layout(const Node *n);            // "{2, {B, 200}, {0, 1}}"
 Shape lshape(const Node *n);                // local shape
 int64_t lelems(const Node *n);              // local elements
-char *dims_init(const Shape *s);            // "{8, 13, 13, 2}"
 char *layout_init(const Node *n);           // "{rank, {global shape}, {axis per dim}}"
 char *describe(const Node *n);              // "[16, 200] ('data', 'model') local [8, 50]"
-int64_t prod(const Shape *s, int from, int to);
 extern const char *const init_name[];       // KDRT_INIT_* by Var.init
 // The header comment (mesh, coordinates) and the memory plan as named
 // constants; `what` names the target in the first line.
