@@ -1055,6 +1055,90 @@ static Node *build_upsample(Graph *g, Layer *l, Node *x) {
   return view(g, b2, (Shape){4, {d[0], d[1] * sz[0], d[2] * sz[1], d[3]}});
 }
 
+// ---- issue 11: BatchNormalization
+// Over the last axis, Keras's formula: training uses the statistics of the
+// global batch (the mean and the variance are sums over every dim but the
+// last, which contract: a split batch leaves partial sums that the
+// lattice all-reduces, synchronized batch norm), evaluate and predict the
+// moving ones (TRAIN_SELECT); then inv = rsqrt(var + epsilon) * gamma,
+// y = x * inv + (beta - mean * inv). The moving statistics are variables
+// whose update is the moving average of the batch's.
+// x[b, .., c] summed over every dim but the last (one REDUCE_SUM a dim: the
+// batch dim is never merged with others), and back (BROADCASTs).
+static Node *sum_to_channels(Graph *g, Node *x) {
+  while (x->shape.rank > 1) {
+    Shape s = x->shape;
+    int d = s.rank > 2 ? 1 : 0;
+    for (int i = d; i < s.rank - 1; i++) s.d[i] = s.d[i + 1];
+    s.rank--;
+    Node *y = new_node1(g, OP_REDUCE_SUM, x, s);
+    y->red.dim = d;
+    x = y;
+  }
+  return x;
+}
+
+static Node *bcast_channels(Graph *g, Node *v, const Shape *to) {
+  for (int d = 0; d < to->rank - 1; d++) {
+    Shape s = {d + 2, {0}};
+    for (int i = 0; i <= d; i++) s.d[i] = to->d[i];
+    s.d[d + 1] = to->d[to->rank - 1];
+    Node *y = new_node1(g, OP_BROADCAST, v, s);
+    y->red.dim = d;
+    v = y;
+  }
+  return v;
+}
+
+static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
+  check_last_axis(l, x);
+  static const char *const no[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
+                                    "gamma_constraint", "renorm"};
+  check_none(l, no, 5);
+  if (x->shape.rank < 2)
+    error_at(l->loc, "layer '%s': BatchNormalization needs an input of rank 2 or more, got %s",
+             l->name, kshape(&x->shape));
+  int r = x->shape.rank;
+  int64_t c = x->shape.d[r - 1], rows = shape_elems(&x->shape) / c;
+  int64_t per = rows / x->shape.d[0]; // elements of a channel per sample
+  double eps = cfg_num(l, "epsilon", 1e-3), mom = cfg_num(l, "momentum", 0.99);
+  Shape cs = {1, {c}};
+  Node *gam = cfg_bool(l, "scale", true) ? new_var(g, l, "gamma", cs, "gamma_initializer", "ones")
+                                         : NULL;
+  Node *beta = cfg_bool(l, "center", true)
+                   ? new_var(g, l, "beta", cs, "beta_initializer", "zeros") : NULL;
+  Node *mm = new_var(g, l, "moving_mean", cs, "moving_mean_initializer", "zeros");
+  Node *mv = new_var(g, l, "moving_variance", cs, "moving_variance_initializer", "ones");
+  Node *s = sum_to_channels(g, x);
+  Node *mean = new_node1(g, OP_BATCH_MEAN, s, cs);
+  mean->aff = (AffAttr){(float)per, 0};
+  Node *nm = new_node1(g, OP_SCALE, mean, cs);
+  nm->aff = (AffAttr){-1, 0};
+  Node *xc = new_node2(g, OP_ADD, x, bcast_channels(g, nm, &x->shape), x->shape);
+  Node *sq = new_node2(g, OP_MUL, xc, xc, x->shape);
+  Node *vs = sum_to_channels(g, sq);
+  Node *var = new_node1(g, OP_BATCH_MEAN, vs, cs);
+  var->aff = (AffAttr){(float)per, 0};
+  if (l->shared)
+    error_at(l->loc, "layer '%s': a BatchNormalization layer called more than once is not "
+             "supported (call %d)", l->name, l->call);
+  mm->var->ema_stat = mean, mm->var->ema_momentum = (float)mom;
+  mv->var->ema_stat = var, mv->var->ema_momentum = (float)mom;
+  Node *mu = new_node2(g, OP_TRAIN_SELECT, mean, mm, cs);
+  Node *vu = new_node2(g, OP_TRAIN_SELECT, var, mv, cs);
+  Node *ve = new_node1(g, OP_SCALE, vu, cs);
+  ve->aff = (AffAttr){1, (float)eps};
+  Node *inv = new_node1(g, OP_ACT, ve, cs);
+  inv->act.kind = KDRT_ACT_RSQRT;
+  if (gam) inv = new_node2(g, OP_MUL, inv, gam, cs);
+  Node *nmu = new_node1(g, OP_SCALE, mu, cs);
+  nmu->aff = (AffAttr){-1, 0};
+  Node *res = new_node2(g, OP_MUL, nmu, inv, cs);
+  if (beta) res = new_node2(g, OP_ADD, res, beta, cs);
+  Node *y = new_node2(g, OP_COL_MUL, x, inv, x->shape);
+  return new_node2(g, OP_BIAS, y, res, x->shape);
+}
+
 // The Keras layers kdcc builds: class name, how many inputs a call takes
 // (-1: two or more), and the builder that makes its ops from its first
 // input (merges read all of theirs). load.c accepts exactly these classes.
@@ -1103,6 +1187,7 @@ static const LayerDef layer_defs[] = {
   {"AveragePooling2D", 1, build_avgpool},
   {"UpSampling1D", 1, build_upsample},
   {"UpSampling2D", 1, build_upsample},
+  {"BatchNormalization", 1, build_batchnorm},
 };
 
 // nin -2: several inputs, but not a merge (attention: query, value, key).

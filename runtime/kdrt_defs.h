@@ -51,7 +51,9 @@
   X(RELU6, "relu6", 0, KDRT_RELU6(v), ((y) > 0.0f && (y) < 6.0f ? 1.0f : 0.0f))                \
   X(MISH, "mish", 1, ((v) * tanhf(KDRT_SOFTPLUS(v))),                                          \
     (tanhf(KDRT_SOFTPLUS(v)) +                                                                 \
-     (v) * (1.0f - tanhf(KDRT_SOFTPLUS(v)) * tanhf(KDRT_SOFTPLUS(v))) * KDRT_SIGMOID(v)))
+     (v) * (1.0f - tanhf(KDRT_SOFTPLUS(v)) * tanhf(KDRT_SOFTPLUS(v))) * KDRT_SIGMOID(v)))         \
+  /* not a Keras activation: BatchNormalization's 1 / sqrt(var + epsilon) */                    \
+  X(RSQRT, "rsqrt", 0, (1.0f / sqrtf(v)), (-0.5f * (y) * (y) * (y)))
 
 enum {
 #define KDRT_X(name, kname, from_x, f, df) KDRT_ACT_##name,

@@ -80,6 +80,7 @@ Test(act, derivatives_match_finite_differences) {
     kdrt_act(act, y, pts, N);
     kdrt_act_grad(act, dx, ones, act_needs_x(act) ? pts : NULL, act_needs_x(act) ? NULL : y, N);
     for (int i = 0; i < N; i++) {
+      if (act == KDRT_ACT_RSQRT && pts[i] <= 0) continue; // defined for v > 0 only
       float h = 1e-3f, xp = pts[i] + h, xm = pts[i] - h, yp, ym;
       kdrt_act(act, &yp, &xp, 1);
       kdrt_act(act, &ym, &xm, 1);
@@ -96,4 +97,28 @@ Test(act, nan_stays_nan) {
     kdrt_act(act, &y, &x, 1);
     cr_expect(isnan(y), "act %d: NaN in, %g out", act, y);
   }
+}
+
+Test(act, rsqrt_is_batch_norms_inverse_deviation) {
+  float x[3] = {0.25f, 1.0f, 4.0f}, y[3], dx[3], ones[3] = {1, 1, 1};
+  kdrt_act(KDRT_ACT_RSQRT, y, x, 3);
+  kdrt_act_grad(KDRT_ACT_RSQRT, dx, ones, NULL, y, 3);
+  float ty[3] = {2.0f, 1.0f, 0.5f}, td[3] = {-4.0f, -0.5f, -0.0625f};
+  for (int i = 0; i < 3; i++) {
+    cr_expect_float_eq(y[i], ty[i], 1e-7f, "rsqrt(%g) = %g", x[i], y[i]);
+    cr_expect_float_eq(dx[i], td[i], 1e-6f, "rsqrt'(%g) = %g", x[i], dx[i]);
+  }
+}
+
+// ---------------------------------------------------------------- ema
+
+Test(ema, keras_moving_average) {
+  // Keras: moving * momentum + stat * (1 - momentum), each product in float32
+  float w[4] = {0, 1, -2, 3.5f}, x[4] = {1, 0.5f, 4, -1};
+  double m = 0.99;
+  float rest = (float)(1.0 - m), ref[4];
+  for (int i = 0; i < 4; i++) ref[i] = w[i] * (float)m + x[i] * rest;
+  kdrt_ema(w, x, 4, (float)m, rest);
+  for (int i = 0; i < 4; i++) cr_expect_eq(w[i], ref[i], "w[%d] = %.9g, want %.9g", i, w[i], ref[i]);
+  cr_expect_float_eq(w[0], 0.01f, 1e-8f);
 }

@@ -46,6 +46,11 @@ Cases (model, distribution spec from models/):
                                                              GroupQueryAttention (causal), SwiGLU;
                                                              query heads split, key/value replicated
     llama_dp        llama          llama_dp.dist.json        DataParallel (8,)
+    bn_cnn          bn_cnn         bn_cnn.dist.json          ModelParallel (2,4)  BatchNormalization
+                                                             (synchronized: global batch statistics,
+                                                             moving statistics), Add, ReLU,
+                                                             GlobalAveragePooling2D; channels split
+    bn_cnn_dp       bn_cnn         bn_cnn_dp.dist.json       DataParallel (8,)
 
 The models are the Python builders of make_models.py with every Dropout rate
 set to 0 before anything runs (Keras's and kdcc's dropout RNGs differ), so
@@ -134,6 +139,7 @@ DATA = {
     "gpt": (64, 2),
     "vit": (64, 2),
     "llama": (64, 2),
+    "bn_cnn": (64, 2),
 }
 
 # case -> (model, dist spec stem in models/)
@@ -163,6 +169,8 @@ CASES = {
     "vit_dp": ("vit", "vit_dp"),
     "llama": ("llama", "llama"),
     "llama_dp": ("llama", "llama_dp"),
+    "bn_cnn": ("bn_cnn", "bn_cnn"),
+    "bn_cnn_dp": ("bn_cnn", "bn_cnn_dp"),
 }
 
 
