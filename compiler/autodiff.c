@@ -76,6 +76,14 @@ void build_backward(Graph *g) {
   g->phase = PH_UPDATE;
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
+    if (v->ema_stat) { // issue 11: a moving average, not trained
+      Node *u = new_node2(g, OP_UPDATE, v->param, v->ema_stat, v->shape);
+      u->var = v;
+      u->name = v->path;
+      u->layer = v->layer;
+      u->loc = v->loc;
+      continue;
+    }
     if (!v->param->grad) {
       warn_at(v->loc, "variable '%s' does not affect the loss; it is not trained", v->path);
       continue;

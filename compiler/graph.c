@@ -219,6 +219,7 @@ static int parse_act(Layer *l, const char *key) {
   for (int a = 0; a <= ACT_SOFTMAX; a++)
     if (!strcmp(s, act_name(a))) return a;
   if (!strcmp(s, "swish")) return ACT_SILU;
+  if (!strcmp(s, "hard_swish")) return KDRT_ACT_HARD_SILU; // issue 11
   error_at(jloc(j), "layer '%s': unknown activation '%s'", l->name, s);
 }
 
@@ -816,6 +817,339 @@ static Node *build_rescaling(Graph *g, Layer *l, Node *x) {
 static Node *build_add(Graph *g, Layer *l, Node *x) { return build_merge(g, l, false); }
 static Node *build_concat(Graph *g, Layer *l, Node *x) { return build_merge(g, l, true); }
 
+// ---- issue 11: activation layers, global pooling, padding and cropping
+
+// ReLU(max_value, negative_slope, threshold): only where it is exactly one
+// of KDRT_ACT_LIST's activations; otherwise an error naming the option.
+static double cfg_opt_num(Layer *l, const char *key, double def, bool *isnull) {
+  json_t *j = json_object_get(l->cfg, key);
+  *isnull = !j || json_is_null(j);
+  if (*isnull) return def;
+  if (!json_is_number(j))
+    error_at(jloc(j), "layer '%s': '%s' must be a number", l->name, key);
+  return json_number_value(j);
+}
+
+static Node *build_relu_layer(Graph *g, Layer *l, Node *x) {
+  bool nomax, ns_null, th_null;
+  double mx = cfg_opt_num(l, "max_value", 0, &nomax);
+  double ns = cfg_opt_num(l, "negative_slope", 0, &ns_null);
+  double th = cfg_opt_num(l, "threshold", 0, &th_null);
+  if (th != 0)
+    error_at(jloc_key(l->cfg, "threshold"), "layer '%s': ReLU threshold=%g is not supported "
+             "(only 0)", l->name, th);
+  if (ns == 0 && nomax) return apply_act(g, x, ACT_RELU);
+  if (ns == 0 && mx == 6) return apply_act(g, x, KDRT_ACT_RELU6);
+  if ((float)ns == 0.2f && nomax) return apply_act(g, x, KDRT_ACT_LEAKY_RELU);
+  if (ns != 0)
+    error_at(jloc_key(l->cfg, "negative_slope"), "layer '%s': ReLU negative_slope=%g is not "
+             "supported%s (only 0, or 0.2 without max_value)", l->name, ns,
+             nomax ? "" : " with max_value");
+  error_at(jloc_key(l->cfg, "max_value"), "layer '%s': ReLU max_value=%g is not supported (only "
+           "none or 6)", l->name, mx);
+}
+
+static Node *build_leaky_relu(Graph *g, Layer *l, Node *x) {
+  double ns = cfg_num(l, "negative_slope", 0.3);
+  if ((float)ns != 0.2f)
+    error_at(jloc_key(l->cfg, "negative_slope"), "layer '%s': LeakyReLU negative_slope=%g is "
+             "not supported (only 0.2, the leaky_relu activation's)", l->name, ns);
+  return apply_act(g, x, KDRT_ACT_LEAKY_RELU);
+}
+
+static Node *build_elu_layer(Graph *g, Layer *l, Node *x) {
+  double a = cfg_num(l, "alpha", 1.0);
+  if (a != 1.0)
+    error_at(jloc_key(l->cfg, "alpha"), "layer '%s': ELU alpha=%g is not supported (only 1.0)",
+             l->name, a);
+  return apply_act(g, x, KDRT_ACT_ELU);
+}
+
+// GlobalAveragePooling2D: x[b, h, w, c] -> the mean over h and w.
+static Node *build_gap2d(Graph *g, Layer *l, Node *x) {
+  check_channels_last(l);
+  if (cfg_bool(l, "keepdims", false))
+    error_at(jloc_key(l->cfg, "keepdims"), "layer '%s': keepdims is not supported", l->name);
+  if (x->shape.rank != 4)
+    error_at(l->loc, "layer '%s': GlobalAveragePooling2D needs an input of rank 4 (batch, rows, "
+             "cols, channels), got %s", l->name, kshape(&x->shape));
+  const int64_t *d = x->shape.d;
+  Node *s = new_node1(g, OP_REDUCE_SUM, x, (Shape){3, {d[0], d[2], d[3]}});
+  s->red.dim = 1;
+  Node *t = new_node1(g, OP_REDUCE_SUM, s, (Shape){2, {d[0], d[3]}});
+  t->red.dim = 1;
+  Node *y = new_node1(g, OP_SCALE, t, t->shape);
+  y->aff = (AffAttr){(float)(1.0 / (double)(d[1] * d[2])), 0};
+  return y;
+}
+
+// Amounts before and after along n spatial dims: Keras stores [a, b] for 1-D
+// and [[t, b], [l, r]] for 2-D (an int for a 1-D symmetric amount).
+static void cfg_amounts(Layer *l, const char *key, int n, int64_t out[][2]) {
+  json_t *j = json_object_get(l->cfg, key);
+  if (!j) error_at(l->loc, "layer '%s': '%s' is missing", l->name, key);
+  for (int i = 0; i < n; i++) {
+    json_t *e = n == 1 ? j : json_array_get(j, (size_t)i);
+    if (e && json_is_integer(e)) {
+      out[i][0] = out[i][1] = json_integer_value(e);
+    } else if (e && json_is_array(e) && json_array_size(e) == 2 &&
+               json_is_integer(json_array_get(e, 0)) && json_is_integer(json_array_get(e, 1))) {
+      out[i][0] = json_integer_value(json_array_get(e, 0));
+      out[i][1] = json_integer_value(json_array_get(e, 1));
+    } else {
+      error_at(jloc(e ? e : j), "layer '%s': bad '%s'", l->name, key);
+    }
+    if (out[i][0] < 0 || out[i][1] < 0)
+      error_at(jloc(e), "layer '%s': '%s' must not be negative", l->name, key);
+  }
+}
+
+// ZeroPadding1D/2D (pad) and Cropping1D/2D: one PAD or SLICE per side pair
+// along each spatial dim (dims 1..n of [b, ..., c]).
+static Node *pad_or_crop(Graph *g, Layer *l, Node *x, int n, bool pad) {
+  if (n == 2) check_channels_last(l);
+  const char *key = pad ? "padding" : "cropping";
+  if (x->shape.rank != n + 2)
+    error_at(l->loc, "layer '%s': %s needs an input of rank %d, got %s", l->name, l->cls, n + 2,
+             kshape(&x->shape));
+  int64_t a[2][2];
+  cfg_amounts(l, key, n, a);
+  for (int i = 0; i < n; i++) {
+    if (!a[i][0] && !a[i][1]) continue;
+    Shape s = x->shape;
+    int ax = i + 1;
+    s.d[ax] += pad ? a[i][0] + a[i][1] : -(a[i][0] + a[i][1]);
+    if (s.d[ax] <= 0)
+      error_at(jloc_key(l->cfg, key), "layer '%s': cropping %lld+%lld leaves nothing of dim %d "
+               "(%lld)", l->name, (long long)a[i][0], (long long)a[i][1], ax,
+               (long long)x->shape.d[ax]);
+    Node *y = new_node1(g, pad ? OP_PAD : OP_SLICE, x, s);
+    y->cat = (CatAttr){ax, a[i][0]};
+    x = y;
+  }
+  return x;
+}
+
+static Node *build_zeropad1d(Graph *g, Layer *l, Node *x) { return pad_or_crop(g, l, x, 1, true); }
+static Node *build_zeropad2d(Graph *g, Layer *l, Node *x) { return pad_or_crop(g, l, x, 2, true); }
+static Node *build_crop1d(Graph *g, Layer *l, Node *x) { return pad_or_crop(g, l, x, 1, false); }
+static Node *build_crop2d(Graph *g, Layer *l, Node *x) { return pad_or_crop(g, l, x, 2, false); }
+
+// ---- issue 11: more pooling and upsampling, from existing ops
+
+// A view of x with a dim of size 1 inserted at `at` (or any new shape).
+static Node *view(Graph *g, Node *x, Shape s) { return new_node1(g, OP_RESHAPE, x, s); }
+
+static Node *maxpool_node(Graph *g, Node *x4, int64_t ph, int64_t pw, int64_t sh, int64_t sw,
+                          int pt, int pl, int64_t oh, int64_t ow) {
+  Node *y = new_node1(g, OP_MAXPOOL, x4, (Shape){4, {x4->shape.d[0], oh, ow, x4->shape.d[3]}});
+  y->win = (WinAttr){(int)ph, (int)pw, (int)sh, (int)sw, pt, pl};
+  return y;
+}
+
+// GlobalMaxPooling1D/2D: one MAXPOOL window over every step (the gradient
+// goes to the first maximum of each channel).
+static Node *build_global_maxpool(Graph *g, Layer *l, Node *x) {
+  check_channels_last(l);
+  if (cfg_bool(l, "keepdims", false))
+    error_at(jloc_key(l->cfg, "keepdims"), "layer '%s': keepdims is not supported", l->name);
+  int n = strstr(l->cls, "1D") ? 1 : 2;
+  if (x->shape.rank != n + 2)
+    error_at(l->loc, "layer '%s': %s needs an input of rank %d, got %s", l->name, l->cls, n + 2,
+             kshape(&x->shape));
+  const int64_t *d = x->shape.d;
+  int64_t b = d[0], h = d[1], w = n == 2 ? d[2] : 1, c = d[n + 1];
+  Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, h, 1, c}});
+  Node *y = maxpool_node(g, x4, h, w, h, w, 0, 0, 1, 1);
+  return view(g, y, (Shape){2, {b, c}});
+}
+
+// MaxPooling1D: MAXPOOL on a [b, steps, 1, c] view.
+static Node *build_maxpool1d(Graph *g, Layer *l, Node *x) {
+  check_channels_last(l);
+  if (x->shape.rank != 3)
+    error_at(l->loc, "layer '%s': MaxPooling1D needs an input of rank 3, got %s", l->name,
+             kshape(&x->shape));
+  int64_t ps = 2, st;
+  cfg_ints(l, "pool_size", &ps, 1);
+  st = ps;
+  cfg_ints(l, "strides", &st, 1);
+  bool same = parse_padding(l);
+  int64_t ot;
+  int pt;
+  window(x->shape.d[1], (int)ps, (int)st, same, &ot, &pt);
+  if (ot <= 0)
+    error_at(l->loc, "layer '%s': pool %lld does not fit the input %s", l->name, (long long)ps,
+             kshape(&x->shape));
+  const int64_t *d = x->shape.d;
+  Node *y = maxpool_node(g, view(g, x, (Shape){4, {d[0], d[1], 1, d[2]}}), ps, 1, st, 1, pt, 0,
+                         ot, 1);
+  return view(g, y, (Shape){3, {d[0], ot, d[2]}});
+}
+
+// AveragePooling1D/2D, padding 'valid' with strides equal to the pool:
+// the steps that fit, viewed as [b, o, p, ..., c] and summed over p.
+static Node *build_avgpool(Graph *g, Layer *l, Node *x) {
+  check_channels_last(l);
+  int n = strstr(l->cls, "1D") ? 1 : 2;
+  if (x->shape.rank != n + 2)
+    error_at(l->loc, "layer '%s': %s needs an input of rank %d, got %s", l->name, l->cls, n + 2,
+             kshape(&x->shape));
+  int64_t ps[2] = {2, 2}, st[2];
+  if (cfg_ints(l, "pool_size", ps, n) == 1 && n == 2) ps[1] = ps[0];
+  st[0] = ps[0], st[1] = ps[1];
+  json_t *sj = json_object_get(l->cfg, "strides");
+  if (sj && !json_is_null(sj) && cfg_ints(l, "strides", st, n) == 1 && n == 2) st[1] = st[0];
+  if (parse_padding(l))
+    error_at(jloc_key(l->cfg, "padding"), "layer '%s': %s padding 'same' is not supported (only "
+             "'valid')", l->name, l->cls);
+  for (int i = 0; i < n; i++)
+    if (st[i] != ps[i])
+      error_at(jloc_key(l->cfg, "strides"), "layer '%s': %s strides other than pool_size are not "
+               "supported", l->name, l->cls);
+  for (int i = 0; i < n; i++) {
+    int64_t o = x->shape.d[i + 1] / ps[i];
+    if (o <= 0)
+      error_at(l->loc, "layer '%s': pool %lld does not fit the input %s", l->name,
+               (long long)ps[i], kshape(&x->shape));
+    if (o * ps[i] != x->shape.d[i + 1]) { // Keras drops the steps that do not fill a window
+      Shape s = x->shape;
+      s.d[i + 1] = o * ps[i];
+      Node *c = new_node1(g, OP_SLICE, x, s);
+      c->cat = (CatAttr){i + 1, 0};
+      x = c;
+    }
+  }
+  const int64_t *d = x->shape.d;
+  int64_t b = d[0], c = d[n + 1];
+  int64_t o0 = d[1] / ps[0], o1 = n == 2 ? d[2] / ps[1] : 1;
+  Node *v = n == 2 ? view(g, x, (Shape){6, {b, o0, ps[0], o1, ps[1], c}})
+                   : view(g, x, (Shape){4, {b, o0, ps[0], c}});
+  Node *r = new_node1(g, OP_REDUCE_SUM, v, n == 2 ? (Shape){5, {b, o0, o1, ps[1], c}}
+                                                   : (Shape){3, {b, o0, c}});
+  r->red.dim = 2;
+  if (n == 2) {
+    Node *r2 = new_node1(g, OP_REDUCE_SUM, r, (Shape){4, {b, o0, o1, c}});
+    r2->red.dim = 3;
+    r = r2;
+  }
+  Node *y = new_node1(g, OP_SCALE, r, r->shape);
+  y->aff = (AffAttr){(float)(1.0 / (double)(ps[0] * (n == 2 ? ps[1] : 1))), 0};
+  return y;
+}
+
+// UpSampling1D/2D (nearest): each step repeated, a BROADCAST and a view.
+static Node *build_upsample(Graph *g, Layer *l, Node *x) {
+  int n = strstr(l->cls, "1D") ? 1 : 2;
+  if (n == 2) {
+    check_channels_last(l);
+    const char *ip = cfg_str(l, "interpolation", "nearest");
+    if (strcmp(ip, "nearest"))
+      error_at(jloc_key(l->cfg, "interpolation"), "layer '%s': UpSampling2D interpolation '%s' "
+               "is not supported (only 'nearest')", l->name, ip);
+  }
+  if (x->shape.rank != n + 2)
+    error_at(l->loc, "layer '%s': %s needs an input of rank %d, got %s", l->name, l->cls, n + 2,
+             kshape(&x->shape));
+  int64_t sz[2] = {2, 2};
+  if (cfg_ints(l, "size", sz, n) == 1 && n == 2) sz[1] = sz[0];
+  const int64_t *d = x->shape.d;
+  if (n == 1) {
+    Node *b = new_node1(g, OP_BROADCAST, x, (Shape){4, {d[0], d[1], sz[0], d[2]}});
+    b->red.dim = 2;
+    return view(g, b, (Shape){3, {d[0], d[1] * sz[0], d[2]}});
+  }
+  Node *b = new_node1(g, OP_BROADCAST, x, (Shape){5, {d[0], d[1], sz[0], d[2], d[3]}});
+  b->red.dim = 2;
+  Node *b2 = new_node1(g, OP_BROADCAST, b, (Shape){6, {d[0], d[1], sz[0], d[2], sz[1], d[3]}});
+  b2->red.dim = 4;
+  return view(g, b2, (Shape){4, {d[0], d[1] * sz[0], d[2] * sz[1], d[3]}});
+}
+
+// ---- issue 11: BatchNormalization
+// Over the last axis, Keras's formula: training uses the statistics of the
+// global batch (the mean and the variance are sums over every dim but the
+// last, which contract: a split batch leaves partial sums that the
+// lattice all-reduces, synchronized batch norm), evaluate and predict the
+// moving ones (TRAIN_SELECT); then inv = rsqrt(var + epsilon) * gamma,
+// y = x * inv + (beta - mean * inv). The moving statistics are variables
+// whose update is the moving average of the batch's.
+// x[b, .., c] summed over every dim but the last (one REDUCE_SUM a dim: the
+// batch dim is never merged with others), and back (BROADCASTs).
+static Node *sum_to_channels(Graph *g, Node *x) {
+  while (x->shape.rank > 1) {
+    Shape s = x->shape;
+    int d = s.rank > 2 ? 1 : 0;
+    for (int i = d; i < s.rank - 1; i++) s.d[i] = s.d[i + 1];
+    s.rank--;
+    Node *y = new_node1(g, OP_REDUCE_SUM, x, s);
+    y->red.dim = d;
+    x = y;
+  }
+  return x;
+}
+
+static Node *bcast_channels(Graph *g, Node *v, const Shape *to) {
+  for (int d = 0; d < to->rank - 1; d++) {
+    Shape s = {d + 2, {0}};
+    for (int i = 0; i <= d; i++) s.d[i] = to->d[i];
+    s.d[d + 1] = to->d[to->rank - 1];
+    Node *y = new_node1(g, OP_BROADCAST, v, s);
+    y->red.dim = d;
+    v = y;
+  }
+  return v;
+}
+
+static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
+  check_last_axis(l, x);
+  static const char *const no[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
+                                    "gamma_constraint", "renorm"};
+  check_none(l, no, 5);
+  if (x->shape.rank < 2)
+    error_at(l->loc, "layer '%s': BatchNormalization needs an input of rank 2 or more, got %s",
+             l->name, kshape(&x->shape));
+  int r = x->shape.rank;
+  int64_t c = x->shape.d[r - 1], rows = shape_elems(&x->shape) / c;
+  int64_t per = rows / x->shape.d[0]; // elements of a channel per sample
+  double eps = cfg_num(l, "epsilon", 1e-3), mom = cfg_num(l, "momentum", 0.99);
+  Shape cs = {1, {c}};
+  Node *gam = cfg_bool(l, "scale", true) ? new_var(g, l, "gamma", cs, "gamma_initializer", "ones")
+                                         : NULL;
+  Node *beta = cfg_bool(l, "center", true)
+                   ? new_var(g, l, "beta", cs, "beta_initializer", "zeros") : NULL;
+  Node *mm = new_var(g, l, "moving_mean", cs, "moving_mean_initializer", "zeros");
+  Node *mv = new_var(g, l, "moving_variance", cs, "moving_variance_initializer", "ones");
+  Node *s = sum_to_channels(g, x);
+  Node *mean = new_node1(g, OP_BATCH_MEAN, s, cs);
+  mean->aff = (AffAttr){(float)per, 0};
+  Node *nm = new_node1(g, OP_SCALE, mean, cs);
+  nm->aff = (AffAttr){-1, 0};
+  Node *xc = new_node2(g, OP_ADD, x, bcast_channels(g, nm, &x->shape), x->shape);
+  Node *sq = new_node2(g, OP_MUL, xc, xc, x->shape);
+  Node *vs = sum_to_channels(g, sq);
+  Node *var = new_node1(g, OP_BATCH_MEAN, vs, cs);
+  var->aff = (AffAttr){(float)per, 0};
+  if (l->shared)
+    error_at(l->loc, "layer '%s': a BatchNormalization layer called more than once is not "
+             "supported (call %d)", l->name, l->call);
+  mm->var->ema_stat = mean, mm->var->ema_momentum = (float)mom;
+  mv->var->ema_stat = var, mv->var->ema_momentum = (float)mom;
+  Node *mu = new_node2(g, OP_TRAIN_SELECT, mean, mm, cs);
+  Node *vu = new_node2(g, OP_TRAIN_SELECT, var, mv, cs);
+  Node *ve = new_node1(g, OP_SCALE, vu, cs);
+  ve->aff = (AffAttr){1, (float)eps};
+  Node *inv = new_node1(g, OP_ACT, ve, cs);
+  inv->act.kind = KDRT_ACT_RSQRT;
+  if (gam) inv = new_node2(g, OP_MUL, inv, gam, cs);
+  Node *nmu = new_node1(g, OP_SCALE, mu, cs);
+  nmu->aff = (AffAttr){-1, 0};
+  Node *res = new_node2(g, OP_MUL, nmu, inv, cs);
+  if (beta) res = new_node2(g, OP_ADD, res, beta, cs);
+  Node *y = new_node2(g, OP_COL_MUL, x, inv, x->shape);
+  return new_node2(g, OP_BIAS, y, res, x->shape);
+}
+
 // The Keras layers kdcc builds: class name, how many inputs a call takes
 // (-1: two or more), and the builder that makes its ops from its first
 // input (merges read all of theirs). load.c accepts exactly these classes.
@@ -848,6 +1182,23 @@ static const LayerDef layer_defs[] = {
   {"Add", -1, build_add},
   {"Multiply", -1, build_add},
   {"Concatenate", -1, build_concat},
+  // issue 11
+  {"ReLU", 1, build_relu_layer},
+  {"LeakyReLU", 1, build_leaky_relu},
+  {"ELU", 1, build_elu_layer},
+  {"GlobalAveragePooling2D", 1, build_gap2d},
+  {"ZeroPadding1D", 1, build_zeropad1d},
+  {"ZeroPadding2D", 1, build_zeropad2d},
+  {"Cropping1D", 1, build_crop1d},
+  {"Cropping2D", 1, build_crop2d},
+  {"GlobalMaxPooling1D", 1, build_global_maxpool},
+  {"GlobalMaxPooling2D", 1, build_global_maxpool},
+  {"MaxPooling1D", 1, build_maxpool1d},
+  {"AveragePooling1D", 1, build_avgpool},
+  {"AveragePooling2D", 1, build_avgpool},
+  {"UpSampling1D", 1, build_upsample},
+  {"UpSampling2D", 1, build_upsample},
+  {"BatchNormalization", 1, build_batchnorm},
 };
 
 // nin -2: several inputs, but not a merge (attention: query, value, key).

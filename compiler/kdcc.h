@@ -446,6 +446,11 @@ char *coll_why(const Graph *g, const Node *n);
 // ---------------------------------------------------------------- graph.c
 
 struct Var {
+  // issue 11: a non-trainable variable that is a moving average instead of a
+  // trained one (BatchNormalization's moving statistics): its UPDATE makes
+  // w = w * ema_momentum + stat * (1 - ema_momentum), stat = ema_stat.
+  Node *ema_stat;
+  float ema_momentum;
   const char *path;       // "d1/kernel"
   const char *vname;      // "kernel"
   const char *layer;

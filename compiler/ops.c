@@ -847,6 +847,11 @@ const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias
 
 static void update_emit(const Node *n, Lowering *lw) {
   const Var *v = n->var;
+  if (v->ema_stat) { // issue 11: moving statistics, Keras's momentum
+    lower_call(lw, "ema", false, NULL, "%s, %s, %s, %s, %s", buf(n->in[0]), buf(n->in[1]),
+               elems_c(n->in[0]), flt(v->ema_momentum), flt((float)(1.0 - v->ema_momentum)));
+    return;
+  }
   if (n->fused) {
     lw->note = format("done by the GEMM that makes the gradient (%%%d)", n->in[1]->id);
     return;
@@ -938,3 +943,37 @@ void op_rule(const Node *n, Rule *r) {
   for (int d = 0; d < MAX_RANK; d++) r->out[d] = -1;
   op_info(n->op).rule(n, r);
 }
+
+// ---------------------------------------------------------------- issue 11: BATCH_MEAN, TRAIN_SELECT
+// BATCH_MEAN: a sum over the batch rows (and aff.scale elements per row) to
+// its mean; the global row count is the step's B, so a short last batch is
+// averaged over its own rows. TRAIN_SELECT: a (the batch statistic) in the
+// train and gradient steps, b (the moving statistic) in evaluate and
+// predict; the gradient goes to a only (b is a moving average).
+
+static void batch_mean_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node1(g, OP_BATCH_MEAN, n->grad, n->in[0]->shape);
+  dx->aff = n->aff;
+  accumulate(g, n->in[0], dx);
+}
+
+static void batch_mean_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "scale", false, NULL, "%s, %s, %s, (float)(1.0 / ((double)B * %.17g)), 0.0f",
+             buf(n), buf(n->in[0]), elems_c(n), (double)n->aff.scale);
+}
+
+const OpDef op_BATCH_MEAN = {"batch_mean", 1, 1, false, rule_elementwise, batch_mean_grad,
+                             batch_mean_emit};
+
+static void train_select_grad(Graph *g, Node *n, const bool *need) {
+  if (need[n->in[0]->id]) accumulate(g, n->in[0], n->grad);
+}
+
+static void train_select_emit(const Node *n, Lowering *lw) {
+  bool eval = lw->step == STEP_EVAL;
+  if (eval) lw->note = "the moving statistic outside training";
+  lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[eval ? 1 : 0]), elems_c(n));
+}
+
+const OpDef op_TRAIN_SELECT = {"train_select", 2, 0, false, rule_elementwise, train_select_grad,
+                               train_select_emit};

@@ -484,7 +484,8 @@ void propagate_shardings(Graph *g) {
     g->logs[i].node = v;
   }
   for (int i = 0; i < p.nout; i++) // a gradient ends in its variable's placement
-    if (p.out[i]->op == OP_UPDATE) p.out[i]->var->grad = p.out[i]->in[1];
+    if (p.out[i]->op == OP_UPDATE && !p.out[i]->var->ema_stat)
+      p.out[i]->var->grad = p.out[i]->in[1];
   g->nodes = p.out;
   g->nnodes = p.nout;
   g->cap = p.cap_out;

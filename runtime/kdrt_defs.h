@@ -19,6 +19,12 @@
 #define KDRT_SQRT_2_OVER_PI 0.7978845608028654f
 // Stable for large |v|: exp never overflows.
 #define KDRT_SIGMOID(v) ((v) >= 0.0f ? 1.0f / (1.0f + expf(-(v))) : expf(v) * (1.0f / (1.0f + expf(v))))
+// issue 11: selu's constants (JAX's), softplus as logaddexp(v, 0), relu6
+// written so that NaN stays NaN; leaky_relu is Keras's default slope 0.2.
+#define KDRT_SELU_ALPHA 1.6732632423543772848170429916717f
+#define KDRT_SELU_SCALE 1.0507009873554804934193349852946f
+#define KDRT_SOFTPLUS(v) (fmaxf((v), 0.0f) + log1pf(expf(-fabsf(v))))
+#define KDRT_RELU6(v) ((v) < 0.0f ? 0.0f : ((v) > 6.0f ? 6.0f : (v)))
 #define KDRT_ACT_LIST(X)                                                                      \
   X(LINEAR, "linear", 0, (v), 1.0f)                                                            \
   X(RELU, "relu", 0, ((v) < 0.0f ? 0.0f : (v)), ((y) > 0.0f ? 1.0f : 0.0f))                    \
@@ -27,7 +33,27 @@
   X(GELU, "gelu", 1, (0.5f * (v) * (1.0f + erff((v) * KDRT_SQRT1_2))),                        \
     (0.5f * (1.0f + erff((v) * KDRT_SQRT1_2)) + (v) * (KDRT_INV_SQRT_2PI * expf(-0.5f * (v) * (v))))) \
   X(SILU, "silu", 1, ((v) * KDRT_SIGMOID(v)),                                                  \
-    (KDRT_SIGMOID(v) * (1.0f + (v) * (1.0f - KDRT_SIGMOID(v)))))
+    (KDRT_SIGMOID(v) * (1.0f + (v) * (1.0f - KDRT_SIGMOID(v)))))                              \
+  /* issue 11: the rest of Keras 3's elementwise activations (JAX's formulas) */                \
+  X(ELU, "elu", 1, ((v) > 0.0f ? (v) : expm1f(v)), ((v) > 0.0f ? 1.0f : expf(v)))              \
+  X(SELU, "selu", 1, (KDRT_SELU_SCALE * ((v) > 0.0f ? (v) : KDRT_SELU_ALPHA * expm1f(v))),     \
+    ((v) > 0.0f ? KDRT_SELU_SCALE : KDRT_SELU_SCALE * KDRT_SELU_ALPHA * expf(v)))              \
+  X(SOFTPLUS, "softplus", 1, KDRT_SOFTPLUS(v), KDRT_SIGMOID(v))                                \
+  X(SOFTSIGN, "softsign", 1, ((v) / (fabsf(v) + 1.0f)),                                        \
+    (1.0f / ((fabsf(v) + 1.0f) * (fabsf(v) + 1.0f))))                                          \
+  X(HARD_SIGMOID, "hard_sigmoid", 1, (KDRT_RELU6((v) + 3.0f) / 6.0f),                          \
+    ((v) > -3.0f && (v) < 3.0f ? 1.0f / 6.0f : 0.0f))                                          \
+  X(HARD_SILU, "hard_silu", 1, ((v) * (KDRT_RELU6((v) + 3.0f) / 6.0f)),                        \
+    ((v) <= -3.0f ? 0.0f : (v) >= 3.0f ? 1.0f : (2.0f * (v) + 3.0f) / 6.0f))                   \
+  X(EXPONENTIAL, "exponential", 0, expf(v), (y))                                               \
+  X(LEAKY_RELU, "leaky_relu", 0, ((v) >= 0.0f ? (v) : 0.2f * (v)),                             \
+    ((y) >= 0.0f ? 1.0f : 0.2f))                                                               \
+  X(RELU6, "relu6", 0, KDRT_RELU6(v), ((y) > 0.0f && (y) < 6.0f ? 1.0f : 0.0f))                \
+  X(MISH, "mish", 1, ((v) * tanhf(KDRT_SOFTPLUS(v))),                                          \
+    (tanhf(KDRT_SOFTPLUS(v)) +                                                                 \
+     (v) * (1.0f - tanhf(KDRT_SOFTPLUS(v)) * tanhf(KDRT_SOFTPLUS(v))) * KDRT_SIGMOID(v)))         \
+  /* not a Keras activation: BatchNormalization's 1 / sqrt(var + epsilon) */                    \
+  X(RSQRT, "rsqrt", 0, (1.0f / sqrtf(v)), (-0.5f * (y) * (y) * (y)))
 
 enum {
 #define KDRT_X(name, kname, from_x, f, df) KDRT_ACT_##name,

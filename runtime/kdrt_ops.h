@@ -146,6 +146,9 @@ typedef struct {
              int64_t cols, int64_t row0))                                                      \
   K(scatter_add, (float *dtable, const float *dy, const int32_t *ids, int64_t n, int64_t rows, \
                   int64_t cols, int64_t row0))                                                 \
+  /* issue 11 (runtime/layers.c): w = w * momentum + x * rest in place (rest = 1 - */          \
+  /* momentum, rounded once as Keras does): a moving statistic's update           */          \
+  K(ema, (float *w, const float *x, size_t n, float momentum, float rest))                     \
   /* optimizer updates on local shards, Keras 3 semantics; t is the 1-based step */            \
   K(sgd, (float *w, const float *g, float *m, size_t n, float lr, float momentum,              \
           int nesterov))                                                                       \

@@ -328,6 +328,30 @@ def llama():
     return model
 
 
+def bn_cnn():
+    # issue 11: a ResNet-style block with BatchNormalization (after a conv,
+    # with momentum 0.9 / epsilon 1e-5, and on a rank-2 tensor without
+    # center), Add and GlobalAveragePooling2D. The convs have no bias: batch
+    # norm cancels it, so its gradient is rounding noise that Adam amplifies.
+    x = keras.Input((8, 8, 3), name="image")
+    y = layers.Conv2D(8, 3, padding="same", use_bias=False, name="conv2d")(x)
+    y = layers.BatchNormalization(name="batch_normalization")(y)
+    y = layers.ReLU(name="re_lu")(y)
+    r = layers.Conv2D(8, 3, padding="same", use_bias=False, name="conv2d_1")(y)
+    r = layers.BatchNormalization(momentum=0.9, epsilon=1e-5,
+                                  name="batch_normalization_1")(r)
+    y = layers.Add(name="add")([y, r])
+    y = layers.Activation("relu", name="activation")(y)
+    y = layers.GlobalAveragePooling2D(name="global_average_pooling2d")(y)
+    y = layers.BatchNormalization(center=False, momentum=0.8,
+                                  name="batch_normalization_2")(y)
+    out = layers.Dense(10, activation="softmax", name="dense")(y)
+    model = keras.Model(x, out, name="bn_cnn")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -639,6 +663,24 @@ MODELS = {
         build=wide_mlp, labels="sparse10", x=(1024,), large=True,
         dists={
             "wide_mlp": {"distribution": "DataParallel", "devices": 1},
+        },
+    ),
+    "bn_cnn": dict(
+        build=bn_cnn, labels="sparse10", x=(8, 8, 3),
+        dists={
+            "bn_cnn": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "conv2d.*kernel": [None, None, None, "model"],
+                    "conv2d.*bias": ["model"],
+                },
+            },
+            "bn_cnn_dp": {
+                "distribution": "DataParallel",
+                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
+            },
         },
     ),
 }

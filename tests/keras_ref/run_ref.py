@@ -46,6 +46,11 @@ Cases (model, distribution spec from models/):
                                                              GroupQueryAttention (causal), SwiGLU;
                                                              query heads split, key/value replicated
     llama_dp        llama          llama_dp.dist.json        DataParallel (8,)
+    bn_cnn          bn_cnn         bn_cnn.dist.json          ModelParallel (2,4)  BatchNormalization
+                                                             (synchronized: global batch statistics,
+                                                             moving statistics), Add, ReLU,
+                                                             GlobalAveragePooling2D; channels split
+    bn_cnn_dp       bn_cnn         bn_cnn_dp.dist.json       DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
@@ -167,6 +172,7 @@ DATA = {
     "gpt": (64, 2),
     "vit": (64, 2),
     "llama": (64, 2),
+    "bn_cnn": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -219,6 +225,8 @@ CASES = {
     "vit_dp": ("vit", "vit_dp"),
     "llama": ("llama", "llama"),
     "llama_dp": ("llama", "llama_dp"),
+    "bn_cnn": ("bn_cnn", "bn_cnn"),
+    "bn_cnn_dp": ("bn_cnn", "bn_cnn_dp"),
 }
 
 
