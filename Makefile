@@ -10,12 +10,12 @@ PKGS    = jansson libpcre2-8 libzip
 KCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
           -DKDRT_LIBS='"$(RT_LIBS)"'
 KLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
-RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -march=native -fno-math-errno -g -fPIC -I/usr/include/x86_64-linux-gnu/openblas-pthread \
+RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -march=native -fno-math-errno -fopenmp -g -fPIC -I/usr/include/x86_64-linux-gnu/openblas-pthread \
           -I/usr/include/hdf5/serial
 
 # What every program linked against the runtime needs, in one place: kdcc
 # gets it compiled in (KDRT_LIBS), scripts ask `make -s rt-libs`.
-RT_LIBS = -lopenblas -lzip -lhdf5_serial -lz -lm
+RT_LIBS = -ldnnl -lopenblas -lgomp -lzip -lhdf5_serial -lz -lm
 
 COMPILER_SRCS = $(wildcard compiler/*.c)
 COMPILER_OBJS = $(COMPILER_SRCS:compiler/%.c=build/compiler/%.o)
@@ -64,7 +64,7 @@ test: setup all $(TEST_BINS)
 	@echo "all tests passed"
 
 # Everything the build and the tests need, installed once (safe to repeat).
-DEBS = build-essential pkg-config libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev \
+DEBS = build-essential pkg-config libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev libdnnl-dev \
        openmpi-bin zlib1g-dev libcriterion-dev python3 libzip-dev libhdf5-dev \
        dataset-fashion-mnist
 setup:

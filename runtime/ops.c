@@ -651,6 +651,8 @@ static const float *conv_cols(const float *x, const kdrt_window *w, float *scrat
 // y [B, OH, OW, K] = conv(x [B, H, W, C], f [KH, KW, C, K]); scratch holds
 // B*OH*OW*KH*KW*C floats (unused for a pointwise conv).
 void kdrt_conv2d(const kdrt_window *w, float *y, const float *x, const float *f, float *scratch) {
+  if (kdrt_dnnl_conv(KDRT_DNNL_CONV, w, y, x, f))
+    return;
   const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
   const float *cols = conv_cols(x, w, scratch);
   gemm(KDRT_NOTRANS, KDRT_NOTRANS, M, w->K, KC, cols, KC, f, w->K, y, w->K); // y = cols @ f
@@ -659,6 +661,8 @@ void kdrt_conv2d(const kdrt_window *w, float *y, const float *x, const float *f,
 // dx (overwritten) from dy and f.
 void kdrt_conv2d_dx(const kdrt_window *w, float *dx, const float *dy, const float *f,
                     float *scratch) {
+  if (kdrt_dnnl_conv(KDRT_DNNL_CONV_DX, w, dx, dy, f))
+    return;
   const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
   if (conv_is_pointwise(w)) { // dx[M, C] = dy[M, K] @ f[C, K]^T
     gemm(KDRT_NOTRANS, KDRT_TRANS, M, KC, w->K, dy, w->K, f, w->K, dx, KC);
@@ -672,6 +676,8 @@ void kdrt_conv2d_dx(const kdrt_window *w, float *dx, const float *dy, const floa
 // dw (overwritten) from x and dy.
 void kdrt_conv2d_dw(const kdrt_window *w, float *dw, const float *x, const float *dy,
                     float *scratch) {
+  if (kdrt_dnnl_conv(KDRT_DNNL_CONV_DW, w, dw, x, dy))
+    return;
   const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
   const float *cols = conv_cols(x, w, scratch);
   gemm(KDRT_TRANS, KDRT_NOTRANS, KC, w->K, M, cols, KC, dy, w->K, dw, w->K); // cols^T @ dy
