@@ -8,14 +8,24 @@ WARN    = -Wall -Wextra -Wshadow -Wpointer-arith -Wstrict-prototypes -Wmissing-p
 CFLAGS  ?= -O2 -g
 PKGS    = jansson libpcre2-8 libzip
 KCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
-          -DKDRT_LIBS='"$(RT_LIBS)"'
+          -DKDRT_LIBS='"$(RT_LIBS)"' -DKDRT_MARCH='"$(MARCH)"'
 KLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
-RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -march=native -fno-math-errno -g -fPIC -I/usr/include/x86_64-linux-gnu/openblas-pthread \
-          -I/usr/include/hdf5/serial
+
+# The CPU the runtime and the generated programs are built for: x86-64-v3
+# (AVX2, FMA: every x86 server since about 2015), so that a program built on
+# one machine runs on another of the same kind; `make MARCH=native` builds for
+# this machine alone. kdcc builds programs with the same flag.
+MARCH   ?= x86-64-v3
+# The runtime's threads are OpenMP's (libgomp, OMP_NUM_THREADS): its own
+# kernels, oneDNN's and the blocks of every matrix product, each block one
+# single-threaded OpenBLAS call (runtime/ops.c), so OpenBLAS's own pool
+# never runs beside them.
+RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -march=$(MARCH) -fno-math-errno -fopenmp -g -fPIC \
+          -I/usr/include/x86_64-linux-gnu/openblas-pthread -I/usr/include/hdf5/serial
 
 # What every program linked against the runtime needs, in one place: kdcc
 # gets it compiled in (KDRT_LIBS), scripts ask `make -s rt-libs`.
-RT_LIBS = -lopenblas -lzip -lhdf5_serial -lz -lm
+RT_LIBS = -ldnnl -lopenblas -lgomp -lzip -lhdf5_serial -lz -lm
 
 COMPILER_SRCS = $(wildcard compiler/*.c)
 COMPILER_OBJS = $(COMPILER_SRCS:compiler/%.c=build/compiler/%.o)
@@ -32,10 +42,17 @@ build/compiler/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c -o $@ $<
 
+# Rewritten only when the build's flags change (MARCH, RT_LIBS), so that a
+# change rebuilds the runtime and kdcc's compiled-in defaults.
+build/flags.stamp: FORCE
+	@mkdir -p build
+	@echo "$(MARCH) $(RT_LIBS)" | cmp -s - $@ || echo "$(MARCH) $(RT_LIBS)" > $@
+build/compiler/main.o: build/flags.stamp
+
 # The runtime's headers: the API, the kernel list and the shared enums.
 RT_HDRS = runtime/kdrt.h runtime/kdrt_ops.h runtime/kdrt_defs.h
 
-build/runtime/%.o: runtime/%.c $(RT_HDRS)
+build/runtime/%.o: runtime/%.c $(RT_HDRS) build/flags.stamp
 	@mkdir -p $(dir $@)
 	$(MPICC) $(RCFLAGS) -c -o $@ $<
 
@@ -64,7 +81,7 @@ test: setup all $(TEST_BINS)
 	@echo "all tests passed"
 
 # Everything the build and the tests need, installed once (safe to repeat).
-DEBS = build-essential pkg-config libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev \
+DEBS = build-essential pkg-config libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev libdnnl-dev \
        openmpi-bin zlib1g-dev libcriterion-dev python3 libzip-dev libhdf5-dev \
        dataset-fashion-mnist clang libclang-rt-dev
 setup:
@@ -98,7 +115,10 @@ bench:
 rt-libs:
 	@echo $(RT_LIBS)
 
-.PHONY: all test setup run clean rt-libs bench
+rt-march:
+	@echo $(MARCH)
+
+.PHONY: all test setup run clean rt-libs rt-march bench
 
 # kdcc built with AddressSanitizer and UBSan, for the bad-input corpus
 ASAN_OBJS = $(COMPILER_SRCS:compiler/%.c=build/asan/%.o)

@@ -1,8 +1,9 @@
 // What both emitters share (emit_c.c, emit_cuda.c): how a node's buffer,
 // shapes, layout and literals are written in generated code, the file's
-// header and memory plan, the step bodies and the program description, so
-// that the CPU and CUDA programs name, describe and compute everything the
-// same way. A step body is every op's Lowering (ops.c) printed as calls:
+// header and memory plan, the steps' parts (the code the three steps
+// share) and the program description, so that the CPU and CUDA programs
+// name, describe and compute everything the same way. A part's body is
+// every op's Lowering (ops.c) printed as calls:
 // kdrt_<fn>(...) for the C runtime, kdrt_cuda_<fn>(d, ...) for the CUDA one;
 // nothing here or in the emitters knows what an op computes.
 #include "kdcc.h"
@@ -187,6 +188,8 @@ void emit_preamble(const char *what) {
     out("%s AX_%s = 1 << %d", a ? "," : "", ident(m->names[a]), a);
   if (!m->ndim) out(" AX_none = 0");
   out(" };\n");
+  out("\n// ---- the steps: the functions of their parts below are told which one runs them\n");
+  out("enum { TRAIN_STEP, EVAL_STEP, GRAD_STEP };\n");
 
   out("\n// ---- parameter blob: each variable's shard, then its optimizer slots\n");
   for (int i = 0; i < g->nvars; i++) {
@@ -217,6 +220,102 @@ void emit_preamble(const char *what) {
 
 // ---- step bodies
 
+// The step's rows, at the top of every function of a step.
+static void emit_rows(void) {
+  const Graph *g = EG;
+  int ba = g->dist->batch_axis, parts = ba >= 0 ? g->dist->mesh.shape[ba] : 1;
+  out("  // the step's rows: B in all (at most the compiled BATCH), b on this device\n");
+  if (parts > 1) {
+    out("  // (rows that do not divide over '%s' are split unevenly: c->ragged)\n",
+        g->dist->mesh.names[ba]);
+    out("  const int64_t B = c->rows ? c->rows : BATCH, b = c->ragged ? c->local_rows : B / %d;\n",
+        parts);
+  } else {
+    out("  const int64_t B = c->rows ? c->rows : BATCH, b = B;\n");
+  }
+  out("  (void)B; (void)b;\n");
+}
+
+// A step's start: its rows, and whether it can run them. A batch dim split
+// over an axis other than the batch axis holds B / size rows, so B must
+// divide; kdrt_main probes the steps (c->probe) before it picks B.
+void emit_step_rows(void) {
+  const Graph *g = EG;
+  emit_rows();
+  unsigned split = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int d = 0; d < g->nodes[i]->shape.rank; d++) {
+      int a = g->nodes[i]->place.axis[d];
+      if (((g->nodes[i]->bdims >> d) & 1) && a >= 0 && a != g->dist->batch_axis) split |= 1u << a;
+    }
+  for (int a = 0; a < g->dist->mesh.ndim; a++)
+    if ((split >> a) & 1)
+      out("  if (B %% %d) { kdrt_rows_refused(c, B, %d, \"%s\"); return; }\n",
+          axis_size(EG, a), axis_size(EG, a), g->dist->mesh.names[a]);
+  out("  if (c->probe) return; // kdrt_main asks whether B rows can run\n");
+}
+
+// ---- the step's parts
+//
+// Training, evaluation and the gradient check share their code. The ops,
+// in order, are cut into parts where the phase changes between forward
+// (with the loss), backward and update, and again every PART_OPS ops so
+// that no function grows with the model; a part is one function that takes
+// the step it runs for, and each step calls the parts it needs in order.
+// An op that every step running its part lowers the same way is written
+// once; one that differs (dropout is a copy outside training, plain SGD
+// goes into its GEMM only when training) or that some of them skip (the
+// update, in the gradient check) is written under `if (step == ...)`.
+
+#define PART_OPS 200
+
+static const char *const phase_title[] = {"forward", "loss", "backward", "update"};
+static const char *const step_const[] = {"TRAIN_STEP", "EVAL_STEP", "GRAD_STEP"};
+
+static bool emits_code(const Node *n) {
+  return n->op != OP_INPUT && n->op != OP_LABEL && n->op != OP_PARAM;
+}
+
+// The steps (bit 1 << StepKind) that run node n.
+static unsigned steps_of(const Node *n) {
+  unsigned s = 1u << STEP_TRAIN;
+  if (n->phase <= PH_LOSS) s |= 1u << STEP_EVAL;
+  if (n->op != OP_UPDATE) s |= 1u << STEP_GRAD;
+  return s;
+}
+
+// The phases' groups: a part never mixes two.
+static int phase_group(Phase ph) { return ph <= PH_LOSS ? 0 : ph == PH_BACKWARD ? 1 : 2; }
+
+StepPart *step_parts(int *count) {
+  StepPart *p = NULL;
+  int np = 0, cap = 0;
+  for (int i = 0; i < EG->nnodes; i++) {
+    const Node *n = EG->nodes[i];
+    if (!emits_code(n)) continue;
+    StepPart *last = np ? &p[np - 1] : NULL;
+    if (!last || phase_group(EG->nodes[last->first]->phase) != phase_group(n->phase) ||
+        last->nops == PART_OPS) {
+      p = xgrow(p, np, &cap, sizeof *p);
+      p[np++] = (StepPart){.first = i, .end = i + 1};
+      last = &p[np - 1];
+    }
+    last->end = i + 1;
+    last->nops++;
+    last->steps |= steps_of(n);
+  }
+  // Names: the first op's phase, numbered when there is more than one.
+  for (int k = 0; k < np; k++) {
+    const char *t = phase_title[EG->nodes[p[k].first]->phase];
+    int same = 0, nth = 0;
+    for (int j = 0; j < np; j++)
+      if (!strcmp(phase_title[EG->nodes[p[j].first]->phase], t)) same++, nth += j <= k;
+    p[k].name = same > 1 ? format("%s_%d", t, nth) : xstrdup(t);
+  }
+  *count = np;
+  return p;
+}
+
 // The comment above each op: id, op, layer, name, shapes and layout, and
 // for a collective why it is there.
 static void emit_op_comment(const Node *n) {
@@ -238,58 +337,85 @@ static void emit_op_comment(const Node *n) {
 }
 
 // One call for the backend: kdrt_<fn>([c, ]args) or kdrt_cuda_<fn>(d, args),
-// in a block when it has a descriptor.
-static void emit_call(const Call *k) {
-  const char *ind = k->decl ? "    " : "  ";
-  if (k->decl) out("  {\n    %s\n", k->decl);
+// in a block when it has a descriptor (unless `bare`: the caller's block).
+static void emit_call(const Call *k, bool bare) {
+  const char *ind = k->decl && !bare ? "    " : "  ";
+  if (k->decl && bare) out("  %s\n", k->decl);
+  if (k->decl && !bare) out("  {\n    %s\n", k->decl);
   if (EB == BACKEND_C)
     out("%skdrt_%s(%s%s);\n", ind, k->fn, k->ctx ? "c, " : "", k->args);
   else
     out("%skdrt_cuda_%s(d, %s);\n", ind, k->fn, k->args);
-  if (k->decl) out("  }\n");
+  if (k->decl && !bare) out("  }\n");
 }
 
-void emit_step_body(StepKind kind) {
-  const Graph *g = EG;
-  int ba = g->dist->batch_axis, parts = ba >= 0 ? g->dist->mesh.shape[ba] : 1;
-  out("  // the step's rows: B in all (at most the compiled BATCH), b on this device\n");
-  if (parts > 1) {
-    out("  // (rows that do not divide over '%s' are split unevenly: c->ragged)\n",
-        g->dist->mesh.names[ba]);
-    out("  const int64_t B = c->rows ? c->rows : BATCH, b = c->ragged ? c->local_rows : B / %d;\n",
-        parts);
-  } else {
-    out("  const int64_t B = c->rows ? c->rows : BATCH, b = B;\n");
+// Node n's code for step kind: its note and calls, as text; `branch`: for
+// the body of an if, where a single call needs no block of its own.
+static char *lowered(const Node *n, StepKind kind, bool branch) {
+  FILE *whole = EF;
+  char *text = NULL;
+  size_t len = 0;
+  EF = open_memstream(&text, &len);
+  if (!EF) error("out of memory");
+  Lowering lw = {.step = kind};
+  op_info(n->op).emit(n, &lw);
+  if (lw.note) out("  //   %s\n", lw.note);
+  for (int k = 0; k < lw.ncalls; k++) emit_call(&lw.calls[k], branch && lw.ncalls == 1);
+  if (fclose(EF) != 0) error("out of memory");
+  EF = whole;
+  return text;
+}
+
+// text with every line indented two more spaces.
+static void out_indented(const char *text) {
+  for (const char *p = text; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p + 1) : strlen(p);
+    out("  %.*s", (int)len, p);
+    p += len;
   }
-  out("  (void)B; (void)b;\n");
-  // A batch dim split over another axis holds B / size rows: B must divide.
-  unsigned split = 0;
-  for (int i = 0; i < g->nnodes; i++)
-    for (int d = 0; d < g->nodes[i]->shape.rank; d++) {
-      int a = g->nodes[i]->place.axis[d];
-      if (((g->nodes[i]->bdims >> d) & 1) && a >= 0 && a != ba) split |= 1u << a;
-    }
-  for (int a = 0; a < g->dist->mesh.ndim; a++)
-    if ((split >> a) & 1)
-      out("  if (B %% %d) { kdrt_rows_refused(c, B, %d, \"%s\"); return; }\n",
-          axis_size(EG, a), axis_size(EG, a), g->dist->mesh.names[a]);
-  out("  if (c->probe) return; // kdrt_main asks whether B rows can run\n");
+}
+
+void emit_part_body(const StepPart *part) {
+  emit_rows();
   Phase ph = -1;
-  static const char *phase_title[] = {"forward", "loss", "backward", "update"};
-  for (int i = 0; i < EG->nnodes; i++) {
+  for (int i = part->first; i < part->end; i++) {
     const Node *n = EG->nodes[i];
-    if (kind == STEP_EVAL && n->phase > PH_LOSS) continue;
-    if (kind == STEP_GRAD && n->op == OP_UPDATE) continue;
-    if (n->op == OP_INPUT || n->op == OP_LABEL || n->op == OP_PARAM) continue;
+    if (!emits_code(n)) continue;
     if (n->phase != ph) {
       ph = n->phase;
       out("\n  // ======== %s\n", phase_title[ph]);
     }
     emit_op_comment(n);
-    Lowering lw = {.step = kind};
-    op_info(n->op).emit(n, &lw);
-    if (lw.note) out("  //   %s\n", lw.note);
-    for (int k = 0; k < lw.ncalls; k++) emit_call(&lw.calls[k]);
+    // The code of each step that runs n, and which steps share which text.
+    unsigned run = steps_of(n) & part->steps, done = 0;
+    char *text[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3; k++)
+      if ((run >> k) & 1) text[k] = lowered(n, (StepKind)k, false);
+    int first = -1;
+    for (int k = 0; k < 3 && first < 0; k++)
+      if (text[k]) first = k;
+    bool uniform = run == part->steps;
+    for (int k = 0; k < 3; k++)
+      if (text[k] && strcmp(text[k], text[first])) uniform = false;
+    if (uniform) {
+      out("%s", text[first]);
+      continue;
+    }
+    bool chained = false;
+    for (int k = 0; k < 3; k++) {
+      if (!text[k] || ((done >> k) & 1)) continue;
+      out("  %sif (", chained ? "} else " : "");
+      for (int j = k, sep = 0; j < 3; j++)
+        if (text[j] && !strcmp(text[j], text[k])) {
+          out("%sstep == %s", sep++ ? " || " : "", step_const[j]);
+          done |= 1u << j;
+        }
+      out(") {\n");
+      out_indented(lowered(n, (StepKind)k, true));
+      chained = true;
+    }
+    out("  }\n");
   }
 }
 

@@ -2,26 +2,40 @@
 //
 // One file per model and mesh, meant to be read: a header with the mesh
 // and how a rank finds its coordinates, the memory plan as named constants
-// with global shape, layout and local shape beside each, then init,
-// train_step (forward, loss, backward with its collectives, update, in
-// that order), eval_step and grad_step, each statement commented with the
-// op and the layer it comes from; every collective carries the reason
-// shard.c gave for it. The statements themselves come from the ops'
-// lowerings (ops.c), the same as the CUDA program's (emit.c). Output
-// depends only on the graph, so two compilations diff cleanly.
+// with global shape, layout and local shape beside each, then init, the
+// step's parts (forward with the loss, backward with its collectives,
+// update, in that order; a long one cut into numbered parts), each
+// statement commented with the op and the layer it comes from, every
+// collective with the reason shard.c gave for it, and last train_step,
+// eval_step and grad_step, each a list of calls to the parts it runs. The
+// statements themselves come from the ops' lowerings (ops.c), the same as
+// the CUDA program's (emit.c). Output depends only on the graph, so two
+// compilations diff cleanly.
 #include "kdcc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static void emit_step(const char *name, StepKind kind) {
-  out("\nstatic void %s(kdrt_ctx *c, const void *const *x, const void *const *y, float *logs) {\n",
-      name);
+static void emit_part(const StepPart *p) {
+  out("\nstatic void %s(kdrt_ctx *c, const void *const *x, const void *const *y, int step) {\n",
+      p->name);
   out("  float *P = c->params, *G = c->grads, *A = c->arena;\n");
   out("  float *scratch = A + SCRATCH;\n");
-  out("  (void)P; (void)G; (void)x; (void)y; (void)scratch;\n");
-  emit_step_body(kind);
-  out("\n");
+  out("  (void)P; (void)G; (void)x; (void)y; (void)scratch; (void)step;\n");
+  emit_part_body(p);
+  out("}\n");
+}
+
+// A step: its parts in order, then its logs.
+static void emit_step(const char *name, StepKind kind, const StepPart *parts, int nparts) {
+  static const char *const kind_const[] = {"TRAIN_STEP", "EVAL_STEP", "GRAD_STEP"};
+  out("\nstatic void %s(kdrt_ctx *c, const void *const *x, const void *const *y, float *logs) {\n",
+      name);
+  out("  const float *P = c->params, *G = c->grads, *A = c->arena;\n");
+  out("  (void)P; (void)G; (void)A;\n");
+  emit_step_rows();
+  for (int i = 0; i < nparts; i++)
+    if ((parts[i].steps >> kind) & 1) out("  %s(c, x, y, %s);\n", parts[i].name, kind_const[kind]);
   for (int k = 0; k < EG->nlogs; k++)
     out("  logs[%d] = %s[0]; // %s\n", k, buf(EG->logs[k].node), EG->logs[k].name);
   out("}\n");
@@ -39,10 +53,15 @@ void emit_c(Graph *g, FILE *f) {
         flt(v->p0), flt(v->p1), (unsigned long long)hash_str(v->path), v->path);
   }
   out("}\n");
-  emit_step("train_step", STEP_TRAIN);
-  emit_step("eval_step", STEP_EVAL);
+  int nparts;
+  StepPart *parts = step_parts(&nparts);
+  out("\n// ---- the steps' parts, in order: forward (and loss), backward, update\n");
+  for (int i = 0; i < nparts; i++) emit_part(&parts[i]);
+  out("\n// ---- the steps\n");
+  emit_step("train_step", STEP_TRAIN, parts, nparts);
+  emit_step("eval_step", STEP_EVAL, parts, nparts);
   out("\n// The training step without the update, for `./train gradcheck`.");
-  emit_step("grad_step", STEP_GRAD);
+  emit_step("grad_step", STEP_GRAD, parts, nparts);
 
   emit_program_tables();
   out("\nstatic const kdrt_program program = {\n");

@@ -5,9 +5,10 @@
 // order with the same comments and collective reasons, the same init (on
 // the host, with the CPU runtime's kdrt_init_fill, so both backends start
 // from the same numbers) and the same kdrt_program for the CPU runtime's
-// kdrt_main. Only the calls change: every op is a kdrt_cuda_* call on the
-// device state d, and each step begins by copying this rank's rows of the
-// batch to the device (kdrt_cuda_begin) and ends by copying the loss and
+// kdrt_main, the same parts shared by the three steps. Only the calls
+// change: every op is a kdrt_cuda_* call on the device state d, and each
+// step begins by copying this rank's rows of the batch to the device
+// (kdrt_cuda_begin), calls its parts, and ends by copying the loss and
 // metric back (kdrt_cuda_end).
 //
 // The output is compiled by nvcc, i.e. as C++: no compound literals and no
@@ -45,27 +46,9 @@ static bool uses_ident(const char *code, const char *id) {
   return false;
 }
 
-static void emit_step(const char *name, StepKind kind) {
-  static const char *mode[] = {"KDRT_CUDA_TRAIN", "KDRT_CUDA_EVAL", "KDRT_CUDA_GRAD"};
-  out("\nstatic void %s(kdrt_ctx *c, const void *const *hx, const void *const *hy, float *logs) "
-      "{\n", name);
-  out("  kdrt_cuda *d = kdrt_cuda_begin(c, %s, hx, hy); // this rank's rows to the device\n",
-      mode[kind]);
-  // The body first, so that only the buffers it uses are declared (nvcc
-  // warns about the others, (void) casts or not).
-  FILE *whole = EF;
-  char *body = NULL;
-  size_t body_len = 0;
-  EF = open_memstream(&body, &body_len);
-  if (!EF) error("out of memory");
-  emit_step_body(kind);
-  out("\n  // the logs, gathered in d->logs and copied back together\n");
-  for (int k = 0; k < EG->nlogs; k++)
-    out("  kdrt_cuda_copy(d, d->logs + %d, %s, 1); // %s\n", k, buf(EG->logs[k].node),
-        EG->logs[k].name);
-  out("  kdrt_cuda_end(d, %s, d->logs, logs);\n}\n", mode[kind]);
-  if (fclose(EF) != 0) error("out of memory");
-  EF = whole;
+// text's code declarations of the buffers it uses (nvcc warns about the
+// others, (void) casts or not), with `d`'s fields.
+static void emit_uses(const char *text) {
   static const char *decl[][2] = {
     {"P", "  float *P = d->params;\n"}, {"G", "  float *G = d->grads;\n"},
     {"A", "  float *A = d->arena;\n"}, {"x", "  const void *const *x = d->x;\n"},
@@ -73,10 +56,54 @@ static void emit_step(const char *name, StepKind kind) {
     {"scratch", "  float *scratch = A + SCRATCH;\n"},
   };
   for (size_t i = 0; i < sizeof decl / sizeof decl[0]; i++)
-    if (uses_ident(body, decl[i][0]) || (!strcmp(decl[i][0], "A") && uses_ident(body, "scratch")))
+    if (uses_ident(text, decl[i][0]) || (!strcmp(decl[i][0], "A") && uses_ident(text, "scratch")))
       out("%s", decl[i][1]);
+}
+
+// One part: its body first, so that only the buffers it uses are declared.
+static void emit_part(const StepPart *p) {
+  out("\nstatic void %s(kdrt_ctx *c, kdrt_cuda *d, int step) {\n", p->name);
+  FILE *whole = EF;
+  char *body = NULL;
+  size_t body_len = 0;
+  EF = open_memstream(&body, &body_len);
+  if (!EF) error("out of memory");
+  emit_part_body(p);
+  if (fclose(EF) != 0) error("out of memory");
+  EF = whole;
+  out("  (void)c; (void)step;\n");
+  emit_uses(body);
   fputs(body, EF);
   free(body);
+  out("}\n");
+}
+
+// A step: this rank's rows to the device, the parts in order, the logs back.
+static void emit_step(const char *name, StepKind kind, const StepPart *parts, int nparts) {
+  static const char *mode[] = {"KDRT_CUDA_TRAIN", "KDRT_CUDA_EVAL", "KDRT_CUDA_GRAD"};
+  static const char *const kind_const[] = {"TRAIN_STEP", "EVAL_STEP", "GRAD_STEP"};
+  out("\nstatic void %s(kdrt_ctx *c, const void *const *hx, const void *const *hy, float *logs) "
+      "{\n", name);
+  out("  kdrt_cuda *d = kdrt_cuda_begin(c, %s, hx, hy); // this rank's rows to the device\n",
+      mode[kind]);
+  FILE *whole = EF;
+  char *logs = NULL;
+  size_t logs_len = 0;
+  EF = open_memstream(&logs, &logs_len);
+  if (!EF) error("out of memory");
+  emit_step_rows();
+  for (int i = 0; i < nparts; i++)
+    if ((parts[i].steps >> kind) & 1) out("  %s(c, d, %s);\n", parts[i].name, kind_const[kind]);
+  out("  // the logs, gathered in d->logs and copied back together\n");
+  for (int k = 0; k < EG->nlogs; k++)
+    out("  kdrt_cuda_copy(d, d->logs + %d, %s, 1); // %s\n", k, buf(EG->logs[k].node),
+        EG->logs[k].name);
+  out("  kdrt_cuda_end(d, %s, d->logs, logs);\n}\n", mode[kind]);
+  if (fclose(EF) != 0) error("out of memory");
+  EF = whole;
+  emit_uses(logs);
+  fputs(logs, EF);
+  free(logs);
 }
 
 static const char *precision_enum(const char *p) {
@@ -97,10 +124,15 @@ void emit_cuda(Graph *g, FILE *f, const char *arch, const char *precision) {
         (unsigned long long)hash_str(v->path));
   }
   out("}\n");
-  emit_step("train_step", STEP_TRAIN);
-  emit_step("eval_step", STEP_EVAL);
+  int nparts;
+  StepPart *parts = step_parts(&nparts);
+  out("\n// ---- the steps' parts, in order: forward (and loss), backward, update\n");
+  for (int i = 0; i < nparts; i++) emit_part(&parts[i]);
+  out("\n// ---- the steps\n");
+  emit_step("train_step", STEP_TRAIN, parts, nparts);
+  emit_step("eval_step", STEP_EVAL, parts, nparts);
   out("\n// The training step without the update, for `./train gradcheck`.");
-  emit_step("grad_step", STEP_GRAD);
+  emit_step("grad_step", STEP_GRAD, parts, nparts);
 
   emit_program_tables();
   out("\n// The program for the CPU runtime's kdrt_main, field by field.\n");

@@ -597,8 +597,19 @@ extern const char *const init_name[];       // KDRT_INIT_* by Var.init
 // The header comment (mesh, coordinates) and the memory plan as named
 // constants; `what` names the target in the first line.
 void emit_preamble(const char *what);
-// The body of one step: every op's comment and its calls, for EB.
-void emit_step_body(StepKind kind);
+// The steps' shared code, in parts (emit.c explains the cut): nodes
+// [first, end) of the graph, run by the steps in `steps` (bit 1 << StepKind),
+// one function each called `name` ("forward", "backward_2").
+typedef struct {
+  const char *name;
+  int first, end, nops;
+  unsigned steps;
+} StepPart;
+StepPart *step_parts(int *count);
+// A part's body: the step's rows (B, b), then every op's comment and its
+// calls for EB, under `if (step == TRAIN_STEP ...)` where steps differ.
+void emit_part_body(const StepPart *part);
+void emit_step_rows(void);
 // The vars[], io and mesh tables of a kdrt_program, then its fields as
 // `<lhs>field = value<end>` lines.
 void emit_program_tables(void);

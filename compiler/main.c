@@ -94,9 +94,12 @@ static void build_program(Graph *g, const char *out) {
     error("runtime library '%s' not found; run 'make' in %s first", lib, root);
   const char *cc = getenv("KDCC_CC") ? getenv("KDCC_CC") : "mpicc";
   char *tmp = format("%s.tmp.%d", out, (int)getpid());
-  char *cmd = format("%s -std=c11 -O3 -march=native -Wall -Wextra -Werror -I'%s/runtime' "
-                     "-I/usr/include/x86_64-linux-gnu/openblas-pthread -o '%s' '%s' '%s' "
-                     KDRT_LIBS,
+  // The program is calls into the runtime, so -O1: a 1000-layer MLP builds
+  // about a third faster than with -O2, and steps no slower. KDRT_MARCH:
+  // the runtime's own -march (the Makefile's MARCH), so both run on the
+  // same machines.
+  char *cmd = format("%s -std=c11 -O1 -march=" KDRT_MARCH " -Wall -Wextra -Werror "
+                     "-I'%s/runtime' -o '%s' '%s' '%s' " KDRT_LIBS,
                      cc, root, tmp, src, lib);
   if (system(cmd) != 0) {
     unlink(tmp);

@@ -308,6 +308,15 @@ KDRT_KERNELS(KDRT_DECLARE, KDRT_DECLARE_CTX)
 #undef KDRT_DECLARE
 #undef KDRT_DECLARE_CTX
 
+// ---------------------------------------------------------------- onednn.c
+// Convolutions through oneDNN, for ops.c's kernels: 1 when done, 0 when
+// oneDNN is off (KDRT_ONEDNN=0) or cannot do this window (the caller runs
+// its own loops). Primitives are made once per distinct (kind, window) and
+// cached. Operands: CONV y = out from (x = a, f = b); CONV_DX dx = out from
+// (dy = a, f = b); CONV_DW dw = out from (x = a, dy = b).
+enum { KDRT_DNNL_CONV = 1, KDRT_DNNL_CONV_DX, KDRT_DNNL_CONV_DW };
+int kdrt_dnnl_conv(int kind, const kdrt_window *w, float *out, const float *a, const float *b);
+
 // ---------------------------------------------------------------- data.c
 // Data files (.npy and IDX, plain or gzip'd, told apart by their magic
 // bytes) and how their samples become a step's float32 rows. Functions

@@ -43,14 +43,45 @@
 // Elementwise kernels allow the output to alias an input of the same shape
 // (dx == dy, y == x); the conv, pooling, transpose and embedding kernels
 // do not.
+//
+// Threads: a kernel over enough elements runs on the rank's OpenMP threads
+// (OMP_NUM_THREADS; one rank per device, its cores), and its results never
+// depend on how many there are. Every output element is computed by one
+// thread in the order a single thread would use; a sum over rows is either
+// split by columns (each column summed in row order) or taken over fixed
+// blocks of rows whose partial sums are added in block order, the blocks a
+// function of the shape alone. Losses keep each row's value and add them in
+// row order, as before.
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kdrt.h"
+
+// The rank's threads: OMP_NUM_THREADS when it is set, else the cores this
+// process may run on shared out among the ranks of its node (one rank per
+// device, each with its share; 8 ranks on 2 cores run one thread each, not
+// two). Set before main, from what mpirun puts in the environment.
+__attribute__((constructor)) static void rank_threads(void) {
+  if (getenv("OMP_NUM_THREADS"))
+    return;
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); // Open MPI
+  if (!local)
+    local = getenv("MPI_LOCALNRANKS"); // MPICH's Hydra
+  int ranks = local ? atoi(local) : 1, threads = omp_get_num_procs() / (ranks > 0 ? ranks : 1);
+  omp_set_num_threads(threads > 0 ? threads : 1);
+}
+
+// Loops over fewer elements than this stay on one thread: a parallel region
+// costs a few microseconds.
+#define KD_PAR_MIN 32768
+#define KD_PRAGMA(x) _Pragma(#x)
+// `#pragma omp parallel for` over a loop of about `work` elements.
+#define KD_PAR_FOR(work) KD_PRAGMA(omp parallel for schedule(static) if ((work) >= KD_PAR_MIN))
 
 // Keras's backend.epsilon() and the clip bounds it implies, in float32.
 #define KD_EPS 1e-7f
@@ -72,6 +103,7 @@ void kdrt_act(int act, float *y, const float *x, size_t n) {
   switch (act) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name:                                                                          \
+    KD_PAR_FOR(n)                                                                                \
     for (size_t i = 0; i < n; i++) {                                                             \
       float v = x[i];                                                                            \
       y[i] = f;                                                                                  \
@@ -93,12 +125,14 @@ void kdrt_act_grad(int act, float *dx, const float *dy, const float *xs, const f
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name:                                                                          \
     if (from_x) {                                                                                \
+      KD_PAR_FOR(n)                                                                              \
       for (size_t i = 0; i < n; i++) {                                                           \
         float v = xs[i], y = (f);                                                                \
         (void)y;                                                                                 \
         dx[i] = dy[i] * (df);                                                                    \
       }                                                                                          \
     } else {                                                                                     \
+      KD_PAR_FOR(n)                                                                              \
       for (size_t i = 0; i < n; i++) {                                                           \
         float y = ys[i], v = y;                                                                  \
         (void)v;                                                                                 \
@@ -119,6 +153,7 @@ void kdrt_bias_act(int act, float *out, const float *in, const float *bias, int6
   switch (act) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name:                                                                          \
+    KD_PAR_FOR(rows * cols)                                                                      \
     for (int64_t r = 0; r < rows; r++) {                                                         \
       const float *ir = in + r * cols;                                                           \
       float *orow = out + r * cols;                                                              \
@@ -134,14 +169,55 @@ void kdrt_bias_act(int act, float *out, const float *in, const float *bias, int6
   bad_call("kdrt_bias_act", "unknown activation");
 }
 
-// out[j] = sum over r of in[r, j]: rows added in order, in float.
-void kdrt_bias_grad(float *out, const float *in, int64_t rows, int64_t cols) {
-  memset(out, 0, (size_t)cols * sizeof *out);
-  for (int64_t r = 0; r < rows; r++) {
+// Rows summed per block in kdrt_bias_grad: a few blocks a thread for a
+// [B*OH*OW, K] conv gradient, one block (the plain row order) for a Dense
+// layer's [B, units].
+#define KD_SUM_BLOCK 1024
+
+// out[j] += in[r, j] for rows [r0, r1), in row order.
+static void add_rows(float *restrict out, const float *restrict in, int64_t r0, int64_t r1,
+                     int64_t cols) {
+  for (int64_t r = r0; r < r1; r++) {
     const float *ir = in + r * cols;
     for (int64_t j = 0; j < cols; j++)
       out[j] += ir[j];
   }
+}
+
+// out[j] = sum over r of in[r, j], in float: rows added in order within each
+// block of KD_SUM_BLOCK rows, the blocks' sums then added in block order.
+// Wide rows are split over threads by columns instead (each column still
+// summed row by row).
+void kdrt_bias_grad(float *out, const float *in, int64_t rows, int64_t cols) {
+  const int64_t nblk = (rows + KD_SUM_BLOCK - 1) / KD_SUM_BLOCK;
+  if (nblk <= 1 || cols >= 256) {
+    const int64_t CB = 256; // columns a thread takes at a time
+    KD_PAR_FOR(rows * cols)
+    for (int64_t j0 = 0; j0 < cols; j0 += CB) {
+      const int64_t n = cols - j0 < CB ? cols - j0 : CB;
+      float acc[256] = {0};
+      for (int64_t r = 0; r < rows; r++) {
+        const float *ir = in + r * cols + j0;
+        for (int64_t j = 0; j < n; j++)
+          acc[j] += ir[j];
+      }
+      memcpy(out + j0, acc, (size_t)n * sizeof *out);
+    }
+    return;
+  }
+  float *part = calloc((size_t)(nblk * cols), sizeof *part);
+  if (!part)
+    bad_call("kdrt_bias_grad", "out of memory");
+  KD_PAR_FOR(rows * cols)
+  for (int64_t k = 0; k < nblk; k++) {
+    const int64_t r1 = (k + 1) * KD_SUM_BLOCK < rows ? (k + 1) * KD_SUM_BLOCK : rows;
+    add_rows(part + k * cols, in, k * KD_SUM_BLOCK, r1, cols);
+  }
+  memcpy(out, part, (size_t)cols * sizeof *out);
+  for (int64_t k = 1; k < nblk; k++)
+    for (int64_t j = 0; j < cols; j++)
+      out[j] += part[k * cols + j];
+  free(part);
 }
 
 // ---------------------------------------------------------------- elementwise
@@ -153,10 +229,12 @@ void kdrt_add(float *out, const float *const *in, int nin, size_t n) {
     bad_call("kdrt_add", "between 1 and 8 operands");
   if (nin == 2) { // the common case, as one loop that vectorises
     const float *a = in[0], *b = in[1];
+    KD_PAR_FOR(n)
     for (size_t i = 0; i < n; i++)
       out[i] = a[i] + b[i];
     return;
   }
+  KD_PAR_FOR(n * nin)
   for (size_t i = 0; i < n; i++) {
     float s = in[0][i];
     for (int k = 1; k < nin; k++)
@@ -167,12 +245,14 @@ void kdrt_add(float *out, const float *const *in, int nin, size_t n) {
 
 // out = a * b elementwise; out may be a or b.
 void kdrt_mul(float *out, const float *a, const float *b, size_t n) {
+  KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++)
     out[i] = a[i] * b[i];
 }
 
 // out = in * scale + shift; out may be in.
 void kdrt_scale(float *out, const float *in, size_t n, float scale, float shift) {
+  KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++)
     out[i] = in[i] * scale + shift;
 }
@@ -186,6 +266,7 @@ void kdrt_copy(float *out, const float *in, size_t n) {
 // ---------------------------------------------------------------- softmax
 
 void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
+  KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols;
     float *yr = y + r * cols;
@@ -204,6 +285,7 @@ void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
 }
 
 void kdrt_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows, int64_t cols) {
+  KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *dyr = dy + r * cols, *yr = y + r * cols;
     float *dxr = dx + r * cols;
@@ -251,68 +333,93 @@ static inline int64_t class_id(const float *y, int64_t r, int64_t cols) {
   return (int64_t)v;
 }
 
-// out[0] = scale * the sum over rows of each row's loss, accumulated in double.
+// Row r's loss, in double.
+static double row_loss(int kind, int from_logits, const float *pred, const float *y, int64_t r,
+                       int64_t cols) {
+  const float *p = pred + r * cols;
+  const float *t = y + r * cols; // dense labels; SCCE reads y[r]
+  double l = 0.0;
+  switch (kind) {
+  case KDRT_LOSS_MSE:
+    for (int64_t j = 0; j < cols; j++) {
+      double d = (double)p[j] - t[j];
+      l += d * d;
+    }
+    l /= (double)cols;
+    break;
+  case KDRT_LOSS_MAE:
+    for (int64_t j = 0; j < cols; j++)
+      l += fabs((double)p[j] - t[j]);
+    l /= (double)cols;
+    break;
+  case KDRT_LOSS_CCE:
+    if (from_logits) {
+      float lse = logsumexp(p, cols);
+      for (int64_t j = 0; j < cols; j++)
+        l -= (double)t[j] * (p[j] - lse);
+    } else {
+      float s = 0.0f;
+      for (int64_t j = 0; j < cols; j++)
+        s += p[j];
+      for (int64_t j = 0; j < cols; j++)
+        l -= (double)t[j] * logf(clipf(p[j] / s));
+    }
+    break;
+  case KDRT_LOSS_SCCE: {
+    int64_t c = class_id(y, r, cols);
+    if (c < 0)
+      break;
+    if (from_logits) {
+      l = (double)logsumexp(p, cols) - p[c];
+    } else {
+      float s = 0.0f;
+      for (int64_t j = 0; j < cols; j++)
+        s += p[j];
+      l = -logf(clipf(p[c] / s));
+    }
+    break;
+  }
+  case KDRT_LOSS_BCE:
+    if (from_logits) {
+      for (int64_t j = 0; j < cols; j++)
+        l += softplusf(p[j]) - p[j] * t[j];
+    } else {
+      for (int64_t j = 0; j < cols; j++) {
+        float q = clipf(p[j]);
+        l -= t[j] * logf(q) + (1.0f - t[j]) * logf(1.0f - q);
+      }
+    }
+    l /= (double)cols;
+    break;
+  }
+  return l;
+}
+
+// Row losses kept, then added in row order (the same sum on any thread count).
+static double sum_rows(double *l, int64_t rows) {
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; r++)
+    total += l[r];
+  return total;
+}
+
+// out[0] = scale * the sum over rows of each row's loss, accumulated in double
+// in row order.
 void kdrt_loss(int kind, int from_logits, float *out, const float *pred, const float *y,
                int64_t rows, int64_t cols, double scale) {
   double total = 0.0;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *p = pred + r * cols;
-    const float *t = y + r * cols; // dense labels; SCCE reads y[r]
-    double l = 0.0;
-    switch (kind) {
-    case KDRT_LOSS_MSE:
-      for (int64_t j = 0; j < cols; j++) {
-        double d = (double)p[j] - t[j];
-        l += d * d;
-      }
-      l /= (double)cols;
-      break;
-    case KDRT_LOSS_MAE:
-      for (int64_t j = 0; j < cols; j++)
-        l += fabs((double)p[j] - t[j]);
-      l /= (double)cols;
-      break;
-    case KDRT_LOSS_CCE:
-      if (from_logits) {
-        float lse = logsumexp(p, cols);
-        for (int64_t j = 0; j < cols; j++)
-          l -= (double)t[j] * (p[j] - lse);
-      } else {
-        float s = 0.0f;
-        for (int64_t j = 0; j < cols; j++)
-          s += p[j];
-        for (int64_t j = 0; j < cols; j++)
-          l -= (double)t[j] * logf(clipf(p[j] / s));
-      }
-      break;
-    case KDRT_LOSS_SCCE: {
-      int64_t c = class_id(y, r, cols);
-      if (c < 0)
-        break;
-      if (from_logits) {
-        l = (double)logsumexp(p, cols) - p[c];
-      } else {
-        float s = 0.0f;
-        for (int64_t j = 0; j < cols; j++)
-          s += p[j];
-        l = -logf(clipf(p[c] / s));
-      }
-      break;
-    }
-    case KDRT_LOSS_BCE:
-      if (from_logits) {
-        for (int64_t j = 0; j < cols; j++)
-          l += softplusf(p[j]) - p[j] * t[j];
-      } else {
-        for (int64_t j = 0; j < cols; j++) {
-          float q = clipf(p[j]);
-          l -= t[j] * logf(q) + (1.0f - t[j]) * logf(1.0f - q);
-        }
-      }
-      l /= (double)cols;
-      break;
-    }
-    total += l;
+  if (rows * cols < KD_PAR_MIN || rows < 2) {
+    for (int64_t r = 0; r < rows; r++)
+      total += row_loss(kind, from_logits, pred, y, r, cols);
+  } else {
+    double *l = malloc((size_t)rows * sizeof *l);
+    if (!l)
+      bad_call("kdrt_loss", "out of memory");
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+      l[r] = row_loss(kind, from_logits, pred, y, r, cols);
+    total = sum_rows(l, rows);
+    free(l);
   }
   out[0] = (float)(total * scale);
 }
@@ -321,6 +428,7 @@ void kdrt_loss_grad(int kind, int from_logits, float *dpred, const float *pred, 
                     int64_t rows, int64_t cols, double scale) {
   const float sc = (float)scale;
   const float sc_cols = (float)(scale / (double)cols);
+  KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *p = pred + r * cols;
     const float *t = y + r * cols;
@@ -415,16 +523,18 @@ static int64_t argmax_first(const float *x, int64_t n) {
 void kdrt_accuracy(int kind, int from_logits, float *out, const float *pred, const float *y,
                    int64_t rows, int64_t cols, double scale) {
   (void)from_logits;
-  int64_t correct = 0;
+  int64_t correct = 0; // a count: the same in any order
   if (cols == 1) {
     // BinaryAccuracy: y_true == float(y_pred > 0.5). Keras keeps 0.5 even
     // for a from_logits loss.
     for (int64_t r = 0; r < rows; r++)
       correct += y[r] == (pred[r] > 0.5f ? 1.0f : 0.0f);
   } else if (kind == KDRT_LOSS_SCCE) {
+#pragma omp parallel for reduction(+ : correct) if (rows * cols >= KD_PAR_MIN)
     for (int64_t r = 0; r < rows; r++)
       correct += (float)argmax_first(pred + r * cols, cols) == y[r];
   } else {
+#pragma omp parallel for reduction(+ : correct) if (rows * cols >= KD_PAR_MIN)
     for (int64_t r = 0; r < rows; r++)
       correct += argmax_first(pred + r * cols, cols) == argmax_first(y + r * cols, cols);
   }
@@ -443,6 +553,7 @@ void kdrt_accuracy(int kind, int from_logits, float *out, const float *pred, con
 
 // out[r] = max over j of x[r, j].
 void kdrt_row_max(float *out, const float *x, int64_t rows, int64_t cols) {
+  KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols;
     float m = -INFINITY;
@@ -454,6 +565,7 @@ void kdrt_row_max(float *out, const float *x, int64_t rows, int64_t cols) {
 
 // out[r] = sum over j of exp(x[r, j] - m[r]), in float (as kdrt_loss).
 void kdrt_row_sumexp(float *out, const float *x, const float *m, int64_t rows, int64_t cols) {
+  KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols;
     float s = 0.0f;
@@ -477,7 +589,7 @@ static inline int64_t local_class(const float *y, int64_t r, int64_t cols, int64
 // (log-sum-exp rounded to float first).
 void kdrt_sparse_xent(float *out, const float *x, const float *y, const float *m, const float *s,
                       int64_t rows, int64_t cols, int64_t col0, double scale) {
-  double total = 0.0;
+  double total = 0.0; // rows: few (one log each), so one thread
   for (int64_t r = 0; r < rows; r++) {
     int64_t c = local_class(y, r, cols, col0);
     if (c < 0)
@@ -494,6 +606,7 @@ void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const floa
                            const float *s, int64_t rows, int64_t cols, int64_t col0,
                            double scale) {
   const float sc = (float)scale;
+  KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols;
     float *dr = dx + r * cols;
@@ -516,6 +629,7 @@ void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const floa
 void kdrt_sparse_xent_acc(float *out, const float *x, const float *y, const float *m,
                           int64_t rows, int64_t cols, int64_t col0, double scale) {
   int64_t correct = 0;
+#pragma omp parallel for reduction(+ : correct) if (rows * cols >= KD_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
     int64_t c = local_class(y, r, cols, col0);
     if (c < 0)
@@ -541,9 +655,63 @@ static int blas_int(int64_t v, const char *what) {
   return (int)v;
 }
 
-// For i < g->batch: c_i = alpha * op(a_i) @ op(b_i) + beta * c_i, one
-// cblas_sgemm per product (one call when batch == 1); a stride of 0 reuses
-// the same operand for every i.
+// Matrix products run on the rank's OpenMP threads as fixed blocks: the
+// output is cut along its longer side (M or N) into a number of blocks that
+// depends on the product's size alone (a power of two up to KD_GEMM_BLOCKS,
+// about KD_GEMM_WORK multiply-adds each, edges at multiples of 16), and each
+// block is one single-threaded OpenBLAS call. OpenBLAS's own threads would
+// cut the work by the thread count, and its sums with it; these blocks give
+// every element the same bits on any number of threads. Cutting the longer
+// side repacks the smaller operand once per block.
+#define KD_GEMM_BLOCKS 8
+#define KD_GEMM_WORK ((int64_t)1 << 22)
+
+// OpenBLAS on one thread, once. An OpenMP build of OpenBLAS (Debian's
+// openblas-openmp, chosen by `update-alternatives`) follows the caller's
+// OpenMP thread count instead: kd_blas_omp marks it, for sgemm1.
+static int kd_blas_omp = -1;
+
+static void blas_single_threaded(void) {
+  if (kd_blas_omp >= 0)
+    return;
+  openblas_set_num_threads(1);
+  kd_blas_omp = openblas_get_parallel() == 2;
+}
+
+// One row-major cblas_sgemm on this thread.
+static void sgemm1(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
+                   float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                   float *c, int ldc) {
+  if (kd_blas_omp && !omp_in_parallel()) {
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+    omp_set_num_threads(threads);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// The blocks of a product: how many, and block k's [start, start + size) of
+// the side it cuts (D long): 16-wide units shared out as evenly as can be.
+static int gemm_blocks(int64_t M, int64_t N, int64_t K, int64_t D) {
+  int n = 1;
+  while (n < KD_GEMM_BLOCKS && M * N * K >= 2 * n * KD_GEMM_WORK && 2 * n * 16 <= D)
+    n *= 2;
+  return n;
+}
+
+static int64_t block_start(int64_t D, int n, int k, int64_t *size) {
+  const int64_t units = (D + 15) / 16, base = units / n, rem = units % n;
+  const int64_t u0 = k * base + (k < rem ? k : rem), u1 = u0 + base + (k < rem);
+  const int64_t s0 = 16 * u0, s1 = 16 * u1 < D ? 16 * u1 : D;
+  *size = s1 - s0;
+  return s0;
+}
+
+// For i < g->batch: c_i = alpha * op(a_i) @ op(b_i) + beta * c_i; a stride
+// of 0 reuses the same operand for every i. Every (product, block) pair is
+// one task for the threads.
 void kdrt_matmul(const kdrt_gemm *g, float alpha, const float *a, const float *b, float beta,
                  float *c) {
   if (g->M <= 0 || g->N <= 0)
@@ -554,9 +722,23 @@ void kdrt_matmul(const kdrt_gemm *g, float alpha, const float *a, const float *b
   const int ldc = blas_int(g->ldc, "ldc exceeds 2^31-1");
   const enum CBLAS_TRANSPOSE ta = g->ta == KDRT_TRANS ? CblasTrans : CblasNoTrans;
   const enum CBLAS_TRANSPOSE tb = g->tb == KDRT_TRANS ? CblasTrans : CblasNoTrans;
-  for (int64_t i = 0; i < g->batch; i++)
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + i * g->stride_a, lda,
-                b + i * g->stride_b, ldb, beta, c + i * g->stride_c, ldc);
+  blas_single_threaded();
+  const int along_m = M >= N; // cut the longer side of c
+  const int nblk = gemm_blocks(M, N, K, along_m ? M : N);
+  const int64_t tasks = g->batch * nblk;
+#pragma omp parallel for schedule(static) if (tasks > 1)
+  for (int64_t t = 0; t < tasks; t++) {
+    const int64_t i = t / nblk;
+    int64_t len, s0 = block_start(along_m ? M : N, nblk, (int)(t % nblk), &len);
+    const float *ai = a + i * g->stride_a, *bi = b + i * g->stride_b;
+    float *ci = c + i * g->stride_c;
+    if (along_m) // rows s0.. of op(a) and c
+      sgemm1(ta, tb, (int)len, N, K, alpha, ta == CblasTrans ? ai + s0 : ai + s0 * lda, lda, bi,
+             ldb, beta, ci + s0 * ldc, ldc);
+    else // columns s0.. of op(b) and c
+      sgemm1(ta, tb, M, (int)len, K, alpha, ai, lda, tb == CblasTrans ? bi + s0 * ldb : bi + s0,
+             ldb, beta, ci + s0, ldc);
+  }
 }
 
 // One plain row-major product c[M, N] = op(a) @ op(b) (alpha 1, beta 0).
@@ -592,6 +774,7 @@ static void im2col(float *restrict cols, const float *restrict x, const kdrt_win
   const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW;
   const size_t kwc = (size_t)KW * C;
   const size_t rowlen = (size_t)KH * kwc;
+#pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < w->B; b++)
     for (int oh = 0; oh < w->OH; oh++)
       for (int ow = 0; ow < w->OW; ow++) {
@@ -614,13 +797,15 @@ static void im2col(float *restrict cols, const float *restrict x, const kdrt_win
 }
 
 // The transpose of im2col: dx (zeroed first) += each column entry at the
-// input position it was copied from; padding entries are dropped.
+// input position it was copied from; padding entries are dropped. Images
+// run in parallel, each in the one thread's order (its windows overlap).
 static void col2im(float *restrict dx, const float *restrict cols, const kdrt_window *w) {
   const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW;
   const size_t kwc = (size_t)KW * C;
   const size_t rowlen = (size_t)KH * kwc;
-  memset(dx, 0, (size_t)w->B * H * W * C * sizeof *dx);
-  for (int b = 0; b < w->B; b++)
+#pragma omp parallel for schedule(static)
+  for (int b = 0; b < w->B; b++) {
+    memset(dx + (size_t)b * H * W * C, 0, (size_t)H * W * C * sizeof *dx);
     for (int oh = 0; oh < w->OH; oh++)
       for (int ow = 0; ow < w->OW; ow++) {
         const float *src = cols + (((size_t)b * w->OH + oh) * w->OW + ow) * rowlen;
@@ -637,6 +822,7 @@ static void col2im(float *restrict dx, const float *restrict cols, const kdrt_wi
             d[i] += s[i];
         }
       }
+  }
 }
 
 // The im2col matrix [B*OH*OW, KH*KW*C] of x: x itself for a pointwise
@@ -651,6 +837,8 @@ static const float *conv_cols(const float *x, const kdrt_window *w, float *scrat
 // y [B, OH, OW, K] = conv(x [B, H, W, C], f [KH, KW, C, K]); scratch holds
 // B*OH*OW*KH*KW*C floats (unused for a pointwise conv).
 void kdrt_conv2d(const kdrt_window *w, float *y, const float *x, const float *f, float *scratch) {
+  if (kdrt_dnnl_conv(KDRT_DNNL_CONV, w, y, x, f))
+    return;
   const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
   const float *cols = conv_cols(x, w, scratch);
   gemm(KDRT_NOTRANS, KDRT_NOTRANS, M, w->K, KC, cols, KC, f, w->K, y, w->K); // y = cols @ f
@@ -659,6 +847,8 @@ void kdrt_conv2d(const kdrt_window *w, float *y, const float *x, const float *f,
 // dx (overwritten) from dy and f.
 void kdrt_conv2d_dx(const kdrt_window *w, float *dx, const float *dy, const float *f,
                     float *scratch) {
+  if (kdrt_dnnl_conv(KDRT_DNNL_CONV_DX, w, dx, dy, f))
+    return;
   const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
   if (conv_is_pointwise(w)) { // dx[M, C] = dy[M, K] @ f[C, K]^T
     gemm(KDRT_NOTRANS, KDRT_TRANS, M, KC, w->K, dy, w->K, f, w->K, dx, KC);
@@ -672,6 +862,8 @@ void kdrt_conv2d_dx(const kdrt_window *w, float *dx, const float *dy, const floa
 // dw (overwritten) from x and dy.
 void kdrt_conv2d_dw(const kdrt_window *w, float *dw, const float *x, const float *dy,
                     float *scratch) {
+  if (kdrt_dnnl_conv(KDRT_DNNL_CONV_DW, w, dw, x, dy))
+    return;
   const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
   const float *cols = conv_cols(x, w, scratch);
   gemm(KDRT_TRANS, KDRT_NOTRANS, KC, w->K, M, cols, KC, dy, w->K, dw, w->K); // cols^T @ dy
@@ -691,6 +883,7 @@ static inline void win_range(int o, int s, int pad, int P, int n, int *i0, int *
 // y [B, OH, OW, C] = the maximum of each KH x KW window of x [B, H, W, C].
 void kdrt_maxpool(const kdrt_window *w, float *y, const float *x) {
   const int H = w->H, W = w->W, C = w->C, OH = w->OH, OW = w->OW;
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)w->B * H * W * C >= KD_PAR_MIN)
   for (int b = 0; b < w->B; b++)
     for (int oh = 0; oh < OH; oh++) {
       int ih0, phl, phh;
@@ -720,15 +913,17 @@ void kdrt_maxpool(const kdrt_window *w, float *y, const float *x) {
 #define KD_POOL_CHUNK 256
 
 // dx (overwritten): dy routed to the first maximum of each window
-// (recomputed from x), in row-major window order.
+// (recomputed from x), in row-major window order. Images run in parallel
+// (the windows of one image may overlap; two images never do).
 void kdrt_maxpool_grad(const kdrt_window *w, float *dx, const float *dy, const float *x) {
   const int H = w->H, W = w->W, C = w->C, OH = w->OH, OW = w->OW;
-  float best[KD_POOL_CHUNK];
-  int pos[KD_POOL_CHUNK]; // input pixel (ih * W + iw) of the first maximum
-  memset(dx, 0, (size_t)w->B * H * W * C * sizeof *dx);
+#pragma omp parallel for schedule(static) if ((int64_t)w->B * H * W * C >= KD_PAR_MIN)
   for (int b = 0; b < w->B; b++) {
+    float best[KD_POOL_CHUNK];
+    int pos[KD_POOL_CHUNK]; // input pixel (ih * W + iw) of the first maximum
     const float *xb = x + (size_t)b * H * W * C;
     float *dxb = dx + (size_t)b * H * W * C;
+    memset(dxb, 0, (size_t)H * W * C * sizeof *dxb);
     for (int oh = 0; oh < OH; oh++) {
       int ih0, phl, phh;
       win_range(oh, w->sh, w->pad_t, w->KH, H, &ih0, &phl, &phh);
@@ -771,6 +966,7 @@ void kdrt_maxpool_grad(const kdrt_window *w, float *dx, const float *dy, const f
 void kdrt_copy_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,
                      int64_t out_ext, int64_t inner) {
   const size_t n = (size_t)(out_ext * inner);
+  KD_PAR_FOR(outer * (int64_t)n)
   for (int64_t o = 0; o < outer; o++)
     memcpy(out + o * out_ext * inner, in + (o * in_ext + off) * inner, n * sizeof *out);
 }
@@ -780,6 +976,7 @@ void kdrt_copy_block(float *out, const float *in, int64_t outer, int64_t in_ext,
 void kdrt_place_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,
                       int64_t out_ext, int64_t inner) {
   const size_t n = (size_t)(in_ext * inner);
+  KD_PAR_FOR(outer * (int64_t)n)
   for (int64_t o = 0; o < outer; o++)
     memcpy(out + (o * out_ext + off) * inner, in + o * in_ext * inner, n * sizeof *out);
 }
@@ -809,30 +1006,45 @@ void kdrt_transpose(float *out, const float *in, int rank, const int64_t *shape,
   if (total == 0)
     return;
   const int last = rank - 1;
-  const int64_t n = oshape[last], step = ostride[last];
-  int64_t idx[KDRT_MAX_RANK] = {0};
-  for (int64_t o = 0; o < total; o += n) {
-    int64_t src = 0;
-    for (int i = 0; i < last; i++)
-      src += idx[i] * ostride[i];
-    for (int64_t j = 0; j < n; j++)
-      out[o + j] = in[src + j * step];
-    for (int i = last - 1; i >= 0; i--) { // advance the odometer over dims 0..last-1
-      if (++idx[i] < oshape[i])
-        break;
-      idx[i] = 0;
+  const int64_t n = oshape[last], step = ostride[last], nrows = total / n;
+  // Threads take contiguous ranges of out's rows, each starting its odometer
+  // at its first row.
+#pragma omp parallel if (total >= KD_PAR_MIN)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t r0 = nrows * t / nt, r1 = nrows * (t + 1) / nt;
+    int64_t idx[KDRT_MAX_RANK] = {0}, rest = r0;
+    for (int i = last - 1; i >= 0; i--) { // row r0's place over dims 0..last-1
+      idx[i] = rest % oshape[i];
+      rest /= oshape[i];
+    }
+    for (int64_t o = r0 * n; o < r1 * n; o += n) {
+      int64_t src = 0;
+      for (int i = 0; i < last; i++)
+        src += idx[i] * ostride[i];
+      for (int64_t j = 0; j < n; j++)
+        out[o + j] = in[src + j * step];
+      for (int i = last - 1; i >= 0; i--) { // advance the odometer over dims 0..last-1
+        if (++idx[i] < oshape[i])
+          break;
+        idx[i] = 0;
+      }
     }
   }
 }
 
 // out[o, i] = sum over m of in[o, m, i], adding m in order, in float.
+// Threads take (o, block of 1024 i) pairs, each summed over m in order.
 void kdrt_reduce_sum(float *out, const float *in, int64_t outer, int64_t mid, int64_t inner) {
-  for (int64_t o = 0; o < outer; o++) {
-    float *orow = out + o * inner;
-    memset(orow, 0, (size_t)inner * sizeof *orow);
+  const int64_t IB = 1024, nib = (inner + IB - 1) / IB;
+  KD_PAR_FOR(outer * mid * inner)
+  for (int64_t t = 0; t < outer * nib; t++) {
+    const int64_t o = t / nib, i0 = t % nib * IB, n = inner - i0 < IB ? inner - i0 : IB;
+    float *orow = out + o * inner + i0;
+    memset(orow, 0, (size_t)n * sizeof *orow);
     for (int64_t m = 0; m < mid; m++) {
-      const float *ir = in + (o * mid + m) * inner;
-      for (int64_t i = 0; i < inner; i++)
+      const float *ir = in + (o * mid + m) * inner + i0;
+      for (int64_t i = 0; i < n; i++)
         orow[i] += ir[i];
     }
   }
@@ -840,6 +1052,7 @@ void kdrt_reduce_sum(float *out, const float *in, int64_t outer, int64_t mid, in
 
 // out[o, m, i] = in[o, i]: the transpose of reduce_sum.
 void kdrt_broadcast(float *out, const float *in, int64_t outer, int64_t mid, int64_t inner) {
+  KD_PAR_FOR(outer * mid * inner)
   for (int64_t o = 0; o < outer; o++)
     for (int64_t m = 0; m < mid; m++)
       memcpy(out + (o * mid + m) * inner, in + o * inner, (size_t)inner * sizeof *out);
@@ -852,6 +1065,7 @@ void kdrt_broadcast(float *out, const float *in, int64_t outer, int64_t mid, int
 // summed over the ranks that split the vocabulary, every row is found once.
 void kdrt_gather(float *out, const float *table, const int32_t *ids, int64_t n, int64_t rows,
                  int64_t cols, int64_t row0) {
+  KD_PAR_FOR(n * cols)
   for (int64_t i = 0; i < n; i++) {
     int64_t r = (int64_t)ids[i] - row0;
     float *orow = out + i * cols;
@@ -863,18 +1077,26 @@ void kdrt_gather(float *out, const float *table, const int32_t *ids, int64_t n, 
 }
 
 // dtable = 0, then dtable[ids[i] - row0, :] += dy[i, :] for i = 0, 1, ...
-// in order (deterministic), skipping ids this block does not hold.
+// in order (deterministic), skipping ids this block does not hold. Threads
+// split the columns; each walks every i in order.
 void kdrt_scatter_add(float *dtable, const float *dy, const int32_t *ids, int64_t n,
                       int64_t rows, int64_t cols, int64_t row0) {
-  memset(dtable, 0, (size_t)(rows * cols) * sizeof *dtable);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t r = (int64_t)ids[i] - row0;
-    if (r < 0 || r >= rows)
-      continue;
-    float *trow = dtable + r * cols;
-    const float *g = dy + i * cols;
-    for (int64_t j = 0; j < cols; j++)
-      trow[j] += g[j];
+  const int64_t CB = 64, ncb = (cols + CB - 1) / CB;
+  KD_PAR_FOR(rows * cols)
+  for (int64_t r = 0; r < rows; r++)
+    memset(dtable + r * cols, 0, (size_t)cols * sizeof *dtable);
+  KD_PAR_FOR(n * cols)
+  for (int64_t jb = 0; jb < ncb; jb++) {
+    const int64_t j0 = jb * CB, j1 = j0 + CB < cols ? j0 + CB : cols;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t r = (int64_t)ids[i] - row0;
+      if (r < 0 || r >= rows)
+        continue;
+      float *trow = dtable + r * cols;
+      const float *g = dy + i * cols;
+      for (int64_t j = j0; j < j1; j++)
+        trow[j] += g[j];
+    }
   }
 }
 
@@ -883,18 +1105,21 @@ void kdrt_scatter_add(float *dtable, const float *dy, const int32_t *ids, int64_
 void kdrt_sgd(float *w, const float *g, float *m, size_t n, float lr, float momentum,
               int nesterov) {
   if (momentum == 0.0f) {
+    KD_PAR_FOR(n)
     for (size_t i = 0; i < n; i++)
       w[i] -= lr * g[i];
     return;
   }
   // m = m*momentum - g*lr; w += m (nesterov: w += m*momentum - g*lr)
   if (nesterov) {
+    KD_PAR_FOR(n)
     for (size_t i = 0; i < n; i++) {
       float mi = m[i] * momentum - g[i] * lr;
       m[i] = mi;
       w[i] += mi * momentum - g[i] * lr;
     }
   } else {
+    KD_PAR_FOR(n)
     for (size_t i = 0; i < n; i++) {
       float mi = m[i] * momentum - g[i] * lr;
       m[i] = mi;
@@ -910,6 +1135,7 @@ static void adam_step(float *restrict w, const float *restrict g, float *restric
   const float alpha =
       (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+  KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++) {
     float gi = g[i];
     float mi = m[i] + (gi - m[i]) * c1;
@@ -927,6 +1153,7 @@ void kdrt_adam(float *w, const float *g, float *m, float *v, size_t n, float lr,
 
 void kdrt_adamw(float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,
                 float b2, float eps, float wd, int64_t t) {
+  KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++)
     w[i] = w[i] - w[i] * wd * lr; // Keras's order of operations
   adam_step(w, g, m, v, n, lr, b1, b2, eps, t);
@@ -936,6 +1163,7 @@ void kdrt_rmsprop(float *w, const float *g, float *v, float *m, size_t n, float 
                   float momentum, float eps) {
   const float c = 1.0f - rho;
   if (momentum > 0.0f) {
+    KD_PAR_FOR(n)
     for (size_t i = 0; i < n; i++) {
       float gi = g[i];
       float vi = rho * v[i] + c * gi * gi;
@@ -945,6 +1173,7 @@ void kdrt_rmsprop(float *w, const float *g, float *v, float *m, size_t n, float 
       w[i] -= mi;
     }
   } else {
+    KD_PAR_FOR(n)
     for (size_t i = 0; i < n; i++) {
       float gi = g[i];
       float vi = rho * v[i] + c * gi * gi;

@@ -18,6 +18,7 @@
 #include "kdrt.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 // ------------------------------------------------------------ Philox-4x32-10
@@ -87,45 +88,56 @@ static float truncated_normal(uint64_t seed, uint64_t stream, uint64_t idx) {
 
 // ------------------------------------------------------------ this rank's block
 
+// Where this rank's block of a tensor of layout l lies in the global one,
+// row by row (a row: a run along the last dim), for random access to rows.
+typedef struct {
+  int rank;
+  int64_t lext[KDRT_MAX_RANK], off[KDRT_MAX_RANK], gstride[KDRT_MAX_RANK];
+  int64_t rows, len; // local rows and their length
+} block_rows;
+
+static void block_rows_of(const kdrt_ctx *c, const kdrt_layout *l, block_rows *b) {
+  int r = l->rank;
+  int64_t stride = 1;
+  b->rank = r;
+  for (int d = r - 1; d >= 0; d--) {
+    int ax = l->axis[d];
+    int64_t parts = ax >= 0 ? c->prog->mesh_shape[ax] : 1;
+    b->lext[d] = l->gshape[d] / parts;
+    b->off[d] = ax >= 0 ? c->coord[ax] * b->lext[d] : 0;
+    // Uneven rows (c->ragged): a dim that does not divide over its axis
+    // can only be the batch, cut as the rows are (kdrt_rows_split).
+    if (ax >= 0 && c->ragged && l->gshape[d] % parts)
+      kdrt_rows_split(l->gshape[d], (int)parts, c->coord[ax], &b->off[d], &b->lext[d]);
+    b->gstride[d] = stride;
+    stride *= l->gshape[d];
+  }
+  b->rows = 1;
+  for (int d = 0; d < r - 1; d++) b->rows *= b->lext[d];
+  b->len = r ? b->lext[r - 1] : 1;
+}
+
+// The global row-major index of local row `row`'s first element.
+static int64_t block_row_global(const block_rows *b, int64_t row) {
+  if (b->rank == 0) return 0;
+  int64_t g = b->off[b->rank - 1];
+  for (int d = b->rank - 2; d >= 0; d--) {
+    g += (b->off[d] + row % b->lext[d]) * b->gstride[d];
+    row /= b->lext[d];
+  }
+  return g;
+}
+
 // Visit this rank's block of a tensor of layout l one contiguous run (the
 // last dimension) at a time: fn gets the run's offset in the local buffer,
 // the global row-major index of its first element, and its length.
 typedef void row_fn(void *arg, int64_t local, int64_t global, int64_t len);
 
 static void walk_block(const kdrt_ctx *c, const kdrt_layout *l, row_fn *fn, void *arg) {
-  int r = l->rank;
-  if (r == 0) {
-    fn(arg, 0, 0, 1);
-    return;
-  }
-  int64_t lext[KDRT_MAX_RANK] = {0}, off[KDRT_MAX_RANK] = {0}, gstride[KDRT_MAX_RANK] = {0};
-  int64_t stride = 1;
-  for (int d = r - 1; d >= 0; d--) {
-    int ax = l->axis[d];
-    int64_t parts = ax >= 0 ? c->prog->mesh_shape[ax] : 1;
-    lext[d] = l->gshape[d] / parts;
-    off[d] = ax >= 0 ? c->coord[ax] * lext[d] : 0;
-    // Uneven rows (c->ragged): a dim that does not divide over its axis
-    // can only be the batch, cut as the rows are (kdrt_rows_split).
-    if (ax >= 0 && c->ragged && l->gshape[d] % parts)
-      kdrt_rows_split(l->gshape[d], (int)parts, c->coord[ax], &off[d], &lext[d]);
-    gstride[d] = stride;
-    stride *= l->gshape[d];
-  }
-  int64_t idx[KDRT_MAX_RANK] = {0};
-  int64_t rows = 1;
-  for (int d = 0; d < r - 1; d++) rows *= lext[d];
-  int64_t len = lext[r - 1];
-  if (len == 0) return;
-  for (int64_t row = 0; row < rows; row++) {
-    int64_t g = off[r - 1];
-    for (int d = 0; d < r - 1; d++) g += (off[d] + idx[d]) * gstride[d];
-    fn(arg, row * len, g, len);
-    for (int d = r - 2; d >= 0; d--) { // odometer over the leading dims
-      if (++idx[d] < lext[d]) break;
-      idx[d] = 0;
-    }
-  }
+  block_rows b;
+  block_rows_of(c, l, &b);
+  if (b.len == 0) return;
+  for (int64_t row = 0; row < b.rows; row++) fn(arg, row * b.len, block_row_global(&b, row), b.len);
 }
 
 // ------------------------------------------------------------ initializers
@@ -207,38 +219,143 @@ void kdrt_init_fill(const kdrt_ctx *c, float *buf, const kdrt_layout *l, kdrt_in
 }
 
 // ------------------------------------------------------------ dropout
+//
+// Element e of a mask takes word e % 4 of the Philox block for counter
+// (lo = e / 4, hi = step): one block serves four elements, whatever the
+// mesh. The blocks are made 8 at a time with AVX2 where the CPU has it
+// (chosen at run time), else one at a time; both give the same words.
 
-typedef struct {
-  const kdrt_ctx *c;
-  float *y;
-  const float *x;
-  uint64_t stream;
-  float rate, keep_scale;
-} dropout_job;
-
-// Element e of the mask takes word e % 4 of the Philox block for counter
-// (step, e / 4): one block serves four elements, whatever the mesh.
-static void dropout_row(void *arg, int64_t local, int64_t global, int64_t len) {
-  const dropout_job *j = arg;
-  uint64_t k = splitmix64(j->c->seed ^ splitmix64(j->stream)), step = (uint64_t)j->c->step;
-  uint32_t key[2] = {(uint32_t)k, (uint32_t)(k >> 32)}, w[4];
-  for (int64_t i = 0; i < len;) {
-    uint64_t e = (uint64_t)(global + i), blk = e >> 2;
-    uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), (uint32_t)step,
-                       (uint32_t)(step >> 32)};
-    kdrt_philox4x32(ctr, key, w);
-    for (unsigned word = (unsigned)(e & 3); word < 4 && i < len; word++, i++) {
-      float u = (float)(w[word] >> 8) * (1.0f / 16777216.0f);
-      j->y[local + i] = u >= j->rate ? j->x[local + i] * j->keep_scale : 0.0f;
-    }
+// Blocks [blk, blk + n) for counter hi, their words in element order:
+// out[4 * i + w] = word w of block blk + i.
+static void philox_blocks_scalar(const uint32_t key[2], uint64_t hi, uint64_t blk, size_t n,
+                                 uint32_t *out) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t lo = blk + i;
+    uint32_t ctr[4] = {(uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32)};
+    kdrt_philox4x32(ctr, key, out + 4 * i);
   }
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KD_HAVE_AVX2_PATH 1
+
+// The high and low 32 bits of the products a * b of 8 lanes.
+__attribute__((target("avx2"))) static inline void mulhilo8(__m256i a, __m256i b, __m256i *hi,
+                                                            __m256i *lo) {
+  __m256i pe = _mm256_mul_epu32(a, b);                        // lanes 0, 2, 4, 6 (64-bit)
+  __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b); // lanes 1, 3, 5, 7
+  *hi = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
+  *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
+}
+
+// philox_blocks_scalar, 8 blocks (lanes) at a time, then the rest one by one.
+__attribute__((target("avx2"))) static void philox_blocks_avx2(const uint32_t key[2],
+                                                               uint64_t hi, uint64_t blk,
+                                                               size_t n, uint32_t *out) {
+  const __m256i m0 = _mm256_set1_epi32((int)PHILOX_M0), m1 = _mm256_set1_epi32((int)PHILOX_M1);
+  const __m256i c2 = _mm256_set1_epi32((int)(uint32_t)hi);
+  const __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(hi >> 32));
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint32_t lo32[8], hi32[8];
+    for (int l = 0; l < 8; l++) {
+      uint64_t c = blk + i + (uint64_t)l;
+      lo32[l] = (uint32_t)c, hi32[l] = (uint32_t)(c >> 32);
+    }
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)lo32);
+    __m256i x1 = _mm256_loadu_si256((const __m256i *)hi32), x2 = c2, x3 = c3;
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; round++) {
+      __m256i h0, l0, h1, l1;
+      mulhilo8(x0, m0, &h0, &l0);
+      mulhilo8(x2, m1, &h1, &l1);
+      x0 = _mm256_xor_si256(_mm256_xor_si256(h1, x1), _mm256_set1_epi32((int)k0));
+      x1 = l1;
+      x2 = _mm256_xor_si256(_mm256_xor_si256(h0, x3), _mm256_set1_epi32((int)k1));
+      x3 = l0;
+      k0 += PHILOX_W0;
+      k1 += PHILOX_W1;
+    }
+    // Lanes (blocks) to element order: a 4x8 transpose.
+    __m256i t0 = _mm256_unpacklo_epi32(x0, x1), t1 = _mm256_unpackhi_epi32(x0, x1);
+    __m256i t2 = _mm256_unpacklo_epi32(x2, x3), t3 = _mm256_unpackhi_epi32(x2, x3);
+    __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    __m256i *o = (__m256i *)(out + 4 * i);
+    _mm256_storeu_si256(o + 0, _mm256_permute2x128_si256(u0, u1, 0x20)); // blocks 0, 1
+    _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(u2, u3, 0x20)); // blocks 2, 3
+    _mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(u0, u1, 0x31)); // blocks 4, 5
+    _mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(u2, u3, 0x31)); // blocks 6, 7
+  }
+  philox_blocks_scalar(key, hi, blk + i, n - i, out + 4 * i);
+}
+#endif
+
+typedef void philox_blocks_fn(const uint32_t key[2], uint64_t hi, uint64_t blk, size_t n,
+                              uint32_t *out);
+
+// The block maker for this CPU (KDRT_PHILOX=scalar forces the plain one).
+static philox_blocks_fn *philox_blocks_for_cpu(void) {
+#ifdef KD_HAVE_AVX2_PATH
+  const char *env = getenv("KDRT_PHILOX");
+  if (!(env && !strcmp(env, "scalar")) && __builtin_cpu_supports("avx2"))
+    return philox_blocks_avx2;
+#endif
+  return philox_blocks_scalar;
+}
+
+typedef struct {
+  philox_blocks_fn *blocks;
+  uint32_t key[2];
+  uint64_t step;
+  float rate, keep_scale;
+} dropout_job;
+
+// y[i] = x[i] * keep_scale where the uniform of element global + i is at
+// least rate, else 0, for i < len; blocks made KD_DROP_BLOCKS at a time.
+#define KD_DROP_BLOCKS 256
+static void dropout_run(const dropout_job *j, float *y, const float *x, int64_t global,
+                        int64_t len) {
+  uint32_t words[4 * KD_DROP_BLOCKS];
+  for (int64_t i = 0; i < len;) {
+    const uint64_t e = (uint64_t)(global + i), blk = e >> 2;
+    const int64_t skip = (int64_t)(e & 3); // words of the first block before element e
+    int64_t nb = (skip + len - i + 3) / 4;
+    nb = nb < KD_DROP_BLOCKS ? nb : KD_DROP_BLOCKS;
+    j->blocks(j->key, j->step, blk, (size_t)nb, words);
+    const int64_t m = 4 * nb - skip < len - i ? 4 * nb - skip : len - i;
+    const uint32_t *w = words + skip;
+    for (int64_t k = 0; k < m; k++) {
+      float u = (float)(w[k] >> 8) * (1.0f / 16777216.0f);
+      y[i + k] = u >= j->rate ? x[i + k] * j->keep_scale : 0.0f;
+    }
+    i += m;
+  }
+}
+
+// Elements a thread takes at a time: a row, or a piece of a long one.
+#define KD_DROP_PIECE 4096
+
 // y = x * mask / (1 - rate) on this rank's block of layout l, the mask
-// drawn for (seed, stream, step, global element index); y may be x.
+// drawn for (seed, stream, step, global element index); y may be x. Rows
+// (or pieces of long rows) run on the rank's OpenMP threads; each
+// element's value depends only on its global index.
 void kdrt_dropout(kdrt_ctx *c, float *y, const float *x, const kdrt_layout *l, float rate,
                   uint64_t stream) {
-  dropout_job j = {c, y, x, stream, rate, rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f};
+  uint64_t k = splitmix64(c->seed ^ splitmix64(stream));
+  dropout_job j = {philox_blocks_for_cpu(), {(uint32_t)k, (uint32_t)(k >> 32)},
+                   (uint64_t)c->step, rate, rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f};
   if (rate >= 1.0f) j.rate = 2.0f; // nothing is kept
-  walk_block(c, l, dropout_row, &j);
+  block_rows b;
+  block_rows_of(c, l, &b);
+  if (b.len == 0 || b.rows == 0) return;
+  const int64_t pieces = (b.len + KD_DROP_PIECE - 1) / KD_DROP_PIECE;
+#pragma omp parallel for schedule(static) if (b.rows * b.len >= 8192)
+  for (int64_t t = 0; t < b.rows * pieces; t++) {
+    const int64_t row = t / pieces, p0 = t % pieces * KD_DROP_PIECE;
+    const int64_t n = b.len - p0 < KD_DROP_PIECE ? b.len - p0 : KD_DROP_PIECE;
+    const int64_t local = row * b.len + p0;
+    dropout_run(&j, y + local, x + local, block_row_global(&b, row) + p0, n);
+  }
 }
