@@ -68,6 +68,38 @@ void kdrt_cuda_comm_setup(kdrt_cuda *d, kdrt_ctx *c) {
   NCCL_CHECK(ncclCommInitRank(&s->world, c->world, id, c->rank));
 }
 
+// Every communicator aborted (a failure is being reported): a kernel stuck
+// waiting for a peer that is gone ends, so the process can. No checks: this
+// runs on the way out of kdrt_cuda_fail.
+void kdrt_cuda_comm_abort(kdrt_cuda *d) {
+  kdrt_cuda_impl *s = d->impl;
+  if (!s || s->comm_mode != KDRT_COMM_NCCL) return;
+  for (int i = 0; i < (1 << KDRT_MAX_AXES); i++)
+    if (s->group[i]) ncclCommAbort(s->group[i]), s->group[i] = NULL;
+  if (s->world) ncclCommAbort(s->world), s->world = NULL;
+  s->comm_mode = KDRT_COMM_NONE;
+}
+
+// NCCL reports its own failures (a peer gone, a network error, a timeout
+// in a proxy) on the communicator, not on the stream, whose work then
+// never finishes. Whoever waits for a stream asks here between polls; an
+// error ends the job with NCCL's words, after aborting the communicators.
+void kdrt_cuda_comm_poll(kdrt_cuda *d, const char *what) {
+  kdrt_cuda_impl *s = d->impl;
+  if (s->comm_mode != KDRT_COMM_NCCL) return;
+  for (int i = -1; i < (1 << KDRT_MAX_AXES); i++) {
+    ncclComm_t comm = i < 0 ? s->world : s->group[i];
+    if (!comm) continue;
+    ncclResult_t err = ncclSuccess, rc = ncclCommGetAsyncError(comm, &err);
+    if (rc == ncclSuccess && (err == ncclSuccess || err == ncclInProgress)) continue;
+    char msg[768];
+    snprintf(msg, sizeof msg, "NCCL asynchronous error on the %s communicator: %s (%s); "
+             "communicators aborted", i < 0 ? "world" : "mesh group",
+             ncclGetErrorString(rc != ncclSuccess ? rc : err), ncclGetLastError(comm));
+    kdrt_cuda_fail(what, __FILE__, __LINE__, msg); // aborts them first
+  }
+}
+
 void kdrt_cuda_comm_free(kdrt_cuda *d) {
   kdrt_cuda_impl *s = d->impl;
   for (int i = 0; i < (1 << KDRT_MAX_AXES); i++)
@@ -109,10 +141,7 @@ static void to_compute(kdrt_cuda *d, const char *what) {
   kdrt_cuda_impl *s = d->impl;
   CUDA_CHECK(cudaEventRecord(s->to_compute, s->comm_stream));
   CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->to_compute, 0));
-  if (s->sync_each) {
-    cudaError_t e = cudaStreamSynchronize(s->stream);
-    if (e != cudaSuccess) kdrt_cuda_fail(what, __FILE__, __LINE__, cudaGetErrorString(e));
-  }
+  if (s->sync_each) kdrt_cuda_wait(d, s->stream, what);
 }
 
 static int64_t elems(int rank, const int64_t *lshape) {
@@ -146,7 +175,7 @@ static float *stage_in(kdrt_cuda *d, const float *in, size_t nin, size_t nout, f
 static void stage_back(kdrt_cuda *d, float *out, const float *h, size_t n) {
   kdrt_cuda_upload(d, out, h, n);
   // The pinned buffers are reused by the next collective: wait for the copy.
-  CUDA_CHECK(cudaStreamSynchronize(d->impl->stream));
+  kdrt_cuda_wait(d, d->impl->stream, "host-staged collective");
 }
 
 // ------------------------------------------------------------ collectives

@@ -52,6 +52,14 @@ struct kdrt_cuda_impl {
   size_t hscratch_cap[3];
 };
 
+// Wait until stream st has run its work. With NCCL the wait polls, asking
+// the communicators for asynchronous errors in between (comm.cu), so a
+// failed peer ends the job with a message instead of a hang; `what` names
+// the wait in that message.
+void kdrt_cuda_wait(kdrt_cuda *d, cudaStream_t st, const char *what);
+void kdrt_cuda_comm_poll(kdrt_cuda *d, const char *what);
+void kdrt_cuda_comm_abort(kdrt_cuda *d);
+
 // Device scratch `which` (0, 1: collectives' packing, 2: reductions) of at
 // least bytes; contents undefined. Growing waits for the device.
 void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes);

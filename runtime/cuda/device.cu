@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.cuh"
 
@@ -45,6 +46,7 @@ extern "C" void kdrt_cuda_fail(const char *call, const char *file, int line, con
   fflush(stdout);
   fprintf(stderr, "kdrt-cuda: rank %d: %s:%d: %s failed: %s\n", rank, file, line, call,
           msg ? msg : "(no message)");
+  if (dev.impl) kdrt_cuda_comm_abort(&dev); // no rank left inside a collective
   if (inited && !finalized) {
     int size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -53,10 +55,28 @@ extern "C" void kdrt_cuda_fail(const char *call, const char *file, int line, con
   exit(1);
 }
 
+void kdrt_cuda_wait(kdrt_cuda *d, cudaStream_t st, const char *what) {
+  if (d->impl->comm_mode != KDRT_COMM_NCCL) {
+    cudaError_t e = cudaStreamSynchronize(st);
+    if (e != cudaSuccess) kdrt_cuda_fail(what, __FILE__, __LINE__, cudaGetErrorString(e));
+    return;
+  }
+  for (unsigned spins = 0;; spins++) {
+    cudaError_t e = cudaStreamQuery(st);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) kdrt_cuda_fail(what, __FILE__, __LINE__, cudaGetErrorString(e));
+    kdrt_cuda_comm_poll(d, what);
+    if (spins > 1000) { // a long wait: stop spinning a core
+      struct timespec nap = {0, 50000};
+      nanosleep(&nap, NULL);
+    }
+  }
+}
+
 extern "C" void kdrt_cuda_launched(kdrt_cuda *d, const char *what, const char *file, int line) {
   cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess && d->impl->sync_each) e = cudaStreamSynchronize(d->impl->stream);
   if (e != cudaSuccess) kdrt_cuda_fail(what, file, line, cudaGetErrorString(e));
+  if (d->impl->sync_each) kdrt_cuda_wait(d, d->impl->stream, what);
 }
 
 void kdrt_cuda_need_ctx(const kdrt_cuda *d, const char *what) {
@@ -80,8 +100,8 @@ extern "C" void kdrt_cuda_free(float *p) {
 void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes) {
   kdrt_cuda_impl *s = d->impl;
   if (bytes > s->dscratch_cap[which]) {
-    CUDA_CHECK(cudaStreamSynchronize(s->stream));
-    CUDA_CHECK(cudaStreamSynchronize(s->comm_stream));
+    kdrt_cuda_wait(d, s->stream, "growing device scratch");
+    kdrt_cuda_wait(d, s->comm_stream, "growing device scratch");
     if (s->dscratch[which]) CUDA_CHECK(cudaFree(s->dscratch[which]));
     s->dscratch[which] = NULL;
     size_t cap = bytes < 4096 ? 4096 : bytes + bytes / 4;
@@ -94,7 +114,7 @@ void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes) {
 void *kdrt_cuda_hscratch(kdrt_cuda *d, int which, size_t bytes) {
   kdrt_cuda_impl *s = d->impl;
   if (bytes > s->hscratch_cap[which]) {
-    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    kdrt_cuda_wait(d, s->stream, "growing host scratch");
     if (s->hscratch[which]) CUDA_CHECK(cudaFreeHost(s->hscratch[which]));
     s->hscratch[which] = NULL;
     size_t cap = bytes < 4096 ? 4096 : bytes + bytes / 4;
@@ -112,7 +132,7 @@ extern "C" void kdrt_cuda_upload(kdrt_cuda *d, float *dst, const float *src, siz
 extern "C" void kdrt_cuda_download(kdrt_cuda *d, float *dst, const float *src, size_t n) {
   if (n) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost,
                                     d->impl->stream));
-  CUDA_CHECK(cudaStreamSynchronize(d->impl->stream));
+  kdrt_cuda_wait(d, d->impl->stream, "copy to the host");
 }
 
 extern "C" void kdrt_cuda_copy(kdrt_cuda *d, float *dst, const float *src, size_t n) {
@@ -121,7 +141,7 @@ extern "C" void kdrt_cuda_copy(kdrt_cuda *d, float *dst, const float *src, size_
                                d->impl->stream));
 }
 
-extern "C" void kdrt_cuda_sync(kdrt_cuda *d) { CUDA_CHECK(cudaStreamSynchronize(d->impl->stream)); }
+extern "C" void kdrt_cuda_sync(kdrt_cuda *d) { kdrt_cuda_wait(d, d->impl->stream, "kdrt_cuda_sync"); }
 
 // ---------------------------------------------------------------- setup
 
@@ -225,7 +245,7 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
   // This rank's rows of every input and label, through pinned memory so the
   // copies are asynchronous.
   char *stage = (char *)kdrt_cuda_hscratch(d, 2, stage_bytes);
-  CUDA_CHECK(cudaStreamSynchronize(d->impl->stream)); // the stage is free again
+  kdrt_cuda_wait(d, d->impl->stream, "the step's input copies"); // the stage is free again
   for (int i = 0; i < p->ninputs; i++) {
     size_t n = x_elems[i] * 4;
     if (!n) continue;
@@ -270,15 +290,15 @@ extern "C" void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, flo
                                cudaMemcpyDeviceToHost, s));
     device_newer = 0;
   }
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  kdrt_cuda_wait(d, s, "the end of the step");
   for (int k = 0; k < p->nlogs; k++) logs[k] = out[k];
 }
 
 extern "C" void kdrt_cuda_shutdown(void) {
   if (!opened) return;
   kdrt_cuda_impl *s = &dev_impl;
-  CUDA_CHECK(cudaStreamSynchronize(s->stream));
-  CUDA_CHECK(cudaStreamSynchronize(s->comm_stream));
+  kdrt_cuda_wait(&dev, s->stream, "shutdown");
+  kdrt_cuda_wait(&dev, s->comm_stream, "shutdown");
   kdrt_cuda_comm_free(&dev);
   for (int i = 0; i < 3; i++) {
     if (s->dscratch[i]) CUDA_CHECK(cudaFree(s->dscratch[i]));
