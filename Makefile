@@ -112,6 +112,10 @@ test-keras:
 bench:
 	@bash bench/bench.sh $(BENCH_ARGS)
 
+# How builds grow with the model (1000-layer MLP, 48-block GPT), a table.
+bench-build:
+	@bash bench/build_time.sh
+
 rt-libs:
 	@echo $(RT_LIBS)
 
