@@ -122,7 +122,7 @@ rt-libs:
 rt-march:
 	@echo $(MARCH)
 
-.PHONY: all test setup run clean rt-libs rt-march bench
+.PHONY: all test setup run clean rt-libs rt-march bench bench-build
 
 # kdcc built with AddressSanitizer and UBSan, for the bad-input corpus
 ASAN_OBJS = $(COMPILER_SRCS:compiler/%.c=build/asan/%.o)
