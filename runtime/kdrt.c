@@ -205,6 +205,9 @@ static void usage(FILE *f, const kdrt_program *p) {
           "  --help                this text\n",
           prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
           prog_invoke, p->batch, io, (double)p->learning_rate, archive_text);
+  fprintf(f, "Other commands: %s predict (the outputs for inputs), %s generate (a language\n"
+             "model's continuation of a prompt), %s gradcheck; each with --help.\n",
+          prog_invoke, prog_invoke, prog_invoke);
 }
 
 int kdrt_errf(char *err, size_t errlen, const char *fmt, ...) {
@@ -976,6 +979,7 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
     prog_invoke = argv[0];
   }
   if (argc > 1 && !strcmp(argv[1], "predict")) return kdrt_predict(argc, argv, prog);
+  if (argc > 1 && !strcmp(argv[1], "generate")) return kdrt_generate(argc, argv, prog);
   int live = live_progress();
   KDRT_MPI(MPI_Init(&argc, &argv));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

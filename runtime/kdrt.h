@@ -255,6 +255,21 @@ void kdrt_gather_global(kdrt_ctx *c, const kdrt_layout *l, const float *in, floa
 // kdrt_predict_path's file. An output at offset SIZE_MAX is an error
 // naming it. Exit status.
 int kdrt_predict(int argc, char **argv, const kdrt_program *p);
+// `./train generate ...` (argv[1] is "generate"): a language model's
+// continuation of a prompt, token by token (generate.c).
+int kdrt_generate(int argc, char **argv, const kdrt_program *p);
+
+// The start of a forward-only command (predict, generate): MPI_Init, this
+// rank's mesh coordinates, params/grads/arena, the initial values, then
+// the weights (weights, else the archive compiled in, else none with
+// init_random or none to find); who: the command, for messages. Nonzero:
+// err says why (call kdrt_leave).
+int kdrt_infer_open(kdrt_ctx *c, const char *who, const kdrt_program *p, int *argc,
+                    char ***argv, const char *weights, int init_random, char *err, size_t errlen);
+// The end of one: rank 0 prints "who: " and fmt's message when fmt is not
+// NULL; the buffers freed, MPI finalized; returns status.
+int kdrt_leave(kdrt_ctx *c, const char *who, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 // Where predict writes output o of p for --out `out`: with one output,
 // out itself; with several, DIR/<name>.npy when out ends in '/' or is a
 // directory, else out less a final ".npy", then ".<name>.npy"

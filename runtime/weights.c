@@ -867,20 +867,66 @@ int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
 
 // ------------------------------------------------------------ predict
 
-// Rank 0 says it, every rank leaves with status.
-static int leave(kdrt_ctx *c, int status, const char *fmt, ...) {
+// Rank 0 says it (after "who: "), every rank leaves with status.
+int kdrt_leave(kdrt_ctx *c, const char *who, int status, const char *fmt, ...) {
   if (c->rank == 0 && fmt) {
     fflush(stdout);
     va_list ap;
     va_start(ap, fmt);
-    fputs("predict: ", stderr);
+    fprintf(stderr, "%s: ", who);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
   }
+  free(c->params), free(c->grads), free(c->arena);
+  c->params = c->grads = c->arena = NULL;
   kdrt_comm_free(c);
   MPI_Finalize();
   return status;
+}
+#define leave(c, status, ...) kdrt_leave((c), "predict", (status), __VA_ARGS__)
+
+// The start of every forward-only command (predict, generate): MPI, this
+// rank's place on the mesh, the buffers, and the weights (--weights, else
+// the archive the program was compiled from, else random from the seed
+// when init_random or there is none). Nonzero: err says why.
+int kdrt_infer_open(kdrt_ctx *c, const char *who, const kdrt_program *p, int *argc, char ***argv,
+                    const char *weights, int init_random, char *err, size_t errlen) {
+  KDRT_MPI(MPI_Init(argc, argv));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  c->prog = p;
+  KDRT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+  KDRT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->world));
+  if (p->ninputs < 1 || p->ninputs > KDRT_MAX_FILES || p->nlabels > KDRT_MAX_FILES ||
+      p->noutputs < 1 || p->noutputs > KDRT_MAX_FILES || p->nlogs < 1)
+    return kdrt_errf(err, errlen, "this program's description is not one this runtime takes; "
+                     "recompile it with this kdcc");
+  for (int o = 0; o < p->noutputs; o++)
+    if (p->outputs[o].layout.rank < 1 || p->outputs[o].offset == SIZE_MAX)
+      return kdrt_errf(err, errlen, "output '%s' is not one buffer of the activation arena in "
+                       "this program, so %s cannot read it", p->outputs[o].name, who);
+  int devices = 1;
+  for (int a = 0; a < p->mesh_ndim; a++) devices *= p->mesh_shape[a];
+  if (devices != c->world)
+    return kdrt_errf(err, errlen, "this program was compiled for %d device%s but runs on %d "
+                     "rank%s; run it as: mpirun -np %d %s %s ...", devices, devices == 1 ? "" : "s",
+                     c->world, c->world == 1 ? "" : "s", devices, program_invocation_name, who);
+  coords_of(p, c->rank, c->coord);
+  c->lr = p->learning_rate;
+  size_t floats[3] = {p->param_floats, p->grad_floats, p->arena_floats};
+  float **bufs[3] = {&c->params, &c->grads, &c->arena};
+  for (int i = 0; i < 3; i++) {
+    size_t n = (floats[i] * sizeof(float) + 63) / 64 * 64;
+    if (!(*bufs[i] = aligned_alloc(64, n ? n : 64))) kdrt_fatal(c, "out of memory");
+    memset(*bufs[i], 0, n ? n : 64);
+  }
+  p->init(c);
+  const char *wfile = weights ? weights : init_random ? NULL : kdrt_program_archive(p);
+  if (!weights && !init_random && p->weights_file && !wfile) {
+    kdrt_archive_gone(p, err, errlen);
+    return 1;
+  }
+  return wfile ? kdrt_weights_load(c, wfile, err, errlen) : 0;
 }
 
 static void predict_usage(FILE *f, const char *argv0, const kdrt_program *p) {
@@ -947,98 +993,91 @@ static size_t npy_header(char *buf, size_t len, int64_t n, int rank, const int64
 }
 
 int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
-  KDRT_MPI(MPI_Init(&argc, &argv));
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  static kdrt_ctx ctx;
-  kdrt_ctx *c = &ctx;
-  c->prog = p;
-  KDRT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
-  KDRT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->world));
+  // The options first: --help and usage errors need no MPI.
   const char *out_path = NULL, *weights = NULL;
   kdrt_files xf = {0};
-  int init_random = 0, quiet = 0;
+  int init_random = 0, quiet = 0, usage_rc = -1;
   double scale = 1.0;
-  c->seed = 1337;
-  for (int i = 2; i < argc; i++) {
+  uint64_t seed = 1337;
+  char err[4096] = "";
+  for (int i = 2; i < argc && usage_rc < 0; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      if (c->rank == 0) predict_usage(stdout, argv[0], p);
-      return leave(c, 0, NULL);
+      usage_rc = 0;
+      break;
     }
     if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       quiet = 1;
       continue;
     }
-    if (!v) return leave(c, 2, "option '%s' needs a value (see %s predict --help)", a, argv[0]);
+    usage_rc = 2;
+    if (!v) {
+      kdrt_errf(err, sizeof err, "option '%s' needs a value (see %s predict --help)", a, argv[0]);
+      break;
+    }
     i++;
     if (!strcmp(a, "--x")) {
-      if (xf.n == KDRT_MAX_FILES) return leave(c, 2, "more than %d '--x' options", KDRT_MAX_FILES);
+      if (xf.n == KDRT_MAX_FILES) {
+        kdrt_errf(err, sizeof err, "more than %d '--x' options", KDRT_MAX_FILES);
+        break;
+      }
       xf.arg[xf.n++] = v;
     }
     else if (!strcmp(a, "--out")) out_path = v;
     else if (!strcmp(a, "--weights")) weights = v;
     else if (!strcmp(a, "--init") && !strcmp(v, "random")) init_random = 1;
-    else if (!strcmp(a, "--init")) return leave(c, 2, "--init takes 'random', got '%s'", v);
-    else if (!strcmp(a, "--seed")) c->seed = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--init")) {
+      kdrt_errf(err, sizeof err, "--init takes 'random', got '%s'", v);
+      break;
+    }
+    else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--scale")) { // "0.5" or "1/255", as training's --scale
       char *e;
       scale = strtod(v, &e);
       if (*e == '/') scale /= strtod(e + 1, &e);
-      if (*e || !isfinite(scale) || scale == 0)
-        return leave(c, 2, "--scale wants a number or a fraction such as 1/255, got '%s'", v);
+      if (*e || !isfinite(scale) || scale == 0) {
+        kdrt_errf(err, sizeof err, "--scale wants a number or a fraction such as 1/255, got '%s'", v);
+        break;
+      }
     }
-    else return leave(c, 2, "unknown option '%s %s' (see %s predict --help)", a, v, argv[0]);
+    else {
+      kdrt_errf(err, sizeof err, "unknown option '%s %s' (see %s predict --help)", a, v, argv[0]);
+      break;
+    }
+    usage_rc = -1;
   }
-  if (!xf.n || !out_path)
-    return leave(c, 2, "--x and --out are required (see %s predict --help)", argv[0]);
-  if (weights && init_random) return leave(c, 2, "--weights and --init random exclude each other");
-  { // every output file can be written, before anything runs
-    int bad = 0;
-    char e[4400] = "";
-    for (int o = 0; o < p->noutputs && c->rank == 0 && !bad; o++) {
-      char path[4096];
+  if (usage_rc < 0 && (!xf.n || !out_path)) {
+    usage_rc = 2;
+    kdrt_errf(err, sizeof err, "--x and --out are required (see %s predict --help)", argv[0]);
+  }
+  if (usage_rc < 0 && weights && init_random) {
+    usage_rc = 2;
+    kdrt_errf(err, sizeof err, "--weights and --init random exclude each other");
+  }
+  static kdrt_ctx ctx;
+  kdrt_ctx *c = &ctx;
+  c->seed = seed;
+  if (usage_rc >= 0) { // every rank parsed the same line: leave together
+    KDRT_MPI(MPI_Init(&argc, &argv));
+    KDRT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+    if (usage_rc == 0 && c->rank == 0) predict_usage(stdout, argv[0], p);
+    return leave(c, usage_rc, usage_rc ? "%s" : NULL, err);
+  }
+  int failed = kdrt_infer_open(c, "predict", p, &argc, &argv, weights, init_random, err, sizeof err);
+  if (!failed) { // every output file can be written, before anything runs
+    for (int o = 0; o < p->noutputs && c->rank == 0 && !failed; o++) {
+      char path[4096], e[4400] = "";
       kdrt_predict_path(p, out_path, o, path, sizeof path);
-      bad = kdrt_check_output(path, e, sizeof e) != 0;
+      if (kdrt_check_output(path, e, sizeof e)) failed = kdrt_errf(err, sizeof err, "--out %s", e);
     }
-    KDRT_MPI(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    if (bad) return leave(c, 1, "--out %s", e);
+    KDRT_MPI(MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (failed && c->rank) kdrt_errf(err, sizeof err, "--out cannot be written");
   }
-  char err[4096];
+  if (failed) return leave(c, 1, "%s", err);
   const char *xpaths[KDRT_MAX_FILES];
-  if (p->ninputs < 1 || p->ninputs > KDRT_MAX_FILES || p->nlabels > KDRT_MAX_FILES ||
-      p->noutputs > KDRT_MAX_FILES || p->nlogs < 1)
-    return leave(c, 1, "this program's description is not one this runtime takes; recompile "
-                 "it with this kdcc");
   if (kdrt_resolve_files(&xf, "--x", p->inputs, p->ninputs, "input", xpaths, err, sizeof err))
     return leave(c, 2, "%s (see %s predict --help)", err, argv[0]);
-  if (p->noutputs < 1)
-    return leave(c, 1, "this program does not know where its model output lives; recompile it "
-                 "with this kdcc");
-  for (int o = 0; o < p->noutputs; o++)
-    if (p->outputs[o].layout.rank < 1 || p->outputs[o].offset == SIZE_MAX)
-      return leave(c, 1, "output '%s' is not one buffer of the activation arena in this "
-                   "program, so predict cannot read it", p->outputs[o].name);
-  int devices = 1;
-  for (int a = 0; a < p->mesh_ndim; a++) devices *= p->mesh_shape[a];
-  if (devices != c->world)
-    return leave(c, 1, "this program was compiled for %d device%s but runs on %d rank%s; run "
-                 "it as: mpirun -np %d %s predict ...", devices, devices == 1 ? "" : "s", c->world,
-                 c->world == 1 ? "" : "s", devices, argv[0]);
-  coords_of(p, c->rank, c->coord);
-  c->lr = p->learning_rate;
-  size_t bytes[3] = {p->param_floats, p->grad_floats, p->arena_floats};
-  float **bufs[3] = {&c->params, &c->grads, &c->arena};
-  for (int i = 0; i < 3; i++) {
-    size_t n = (bytes[i] * sizeof(float) + 63) / 64 * 64;
-    if (!(*bufs[i] = aligned_alloc(64, n ? n : 64))) kdrt_fatal(c, "out of memory");
-    memset(*bufs[i], 0, n ? n : 64);
-  }
-  p->init(c);
-  const char *wfile = weights ? weights : init_random ? NULL : kdrt_program_archive(p);
-  if (!weights && !init_random && p->weights_file && !wfile)
-    return leave(c, 1, "%s", kdrt_archive_gone(p, err, sizeof err));
-  if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) return leave(c, 1, "%s", err);
-  if (!wfile && !quiet && c->rank == 0)
+  if (!weights && (init_random || !p->weights_file) && !quiet && c->rank == 0)
     fprintf(stderr, "predict: no weights file; predicting with random weights from --seed "
             "%llu\n", (unsigned long long)c->seed);
 
@@ -1138,6 +1177,5 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
   for (int j = 0; j < p->nlabels; j++) free(y[j]);
   for (int o = 0; o < p->noutputs; o++) free(g[o]), free(result[o]);
   free(logs);
-  free(c->params), free(c->grads), free(c->arena);
   return leave(c, rc, NULL);
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# generate.sh: `./train generate` on the bundled GPT (models/gpt.keras, its
+# weights from the archive). Greedy decoding (--temperature 0) gives, token
+# by token, the argmax of what `./train predict` gives for the sequence so
+# far (checked here with one predict per token); greedy and sampled text
+# (--temperature, --top-k, --seed, --samples) are the same on one device and
+# on the (2,4) Megatron mesh; text through --vocab; and bad requests end
+# with a message and status 1 or 2.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 KDRT_PROGRESS=plain
+
+make -s kdcc build/libkdrt.a || exit 1
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "generate.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
+. tests/lib.sh # expect
+run() { # run NP EXE ARGS...: stdout in $T/out (stderr too), status in $rc
+  local np=$1 exe=$2
+  shift 2
+  timeout 300 mpirun -np "$np" "$exe" "$@" >"$T/out" 2>"$T/err"
+  rc=$?
+  cat "$T/err" >>"$T/out"
+}
+
+./kdcc models/gpt.keras --batch-size 8 -w -o "$T/one" || exit 1
+./kdcc models/gpt.keras --distribution models/gpt.dist.json --batch-size 8 -w -o "$T/mesh" || exit 1
+
+# Greedy, on one device and on the mesh.
+GREEDY=(generate --prompt-ids 5,9,2 --tokens 6 --temperature 0 -q)
+name="greedy, one device"; run 1 "$T/one" "${GREEDY[@]}"; expect 0
+cp "$T/out" "$T/greedy1"
+name="greedy, mesh (2,4)"; run 8 "$T/mesh" "${GREEDY[@]}"; expect 0
+cmp -s "$T/out" "$T/greedy1" || fail "greedy: the mesh gives $(cat "$T/out"), one device $(cat "$T/greedy1")"
+
+# The same tokens from predict: the argmax at the last position, each time.
+python3 - "$T" "$(cat "$T/greedy1")" <<'PY' || fail "greedy decoding is not predict's argmax"
+import array, ast, struct, subprocess, sys
+tmp, got = sys.argv[1], [int(t) for t in sys.argv[2].split()]
+seq, T = got[:3], 16
+def write_ids(path, ids):
+    d = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, %d), }" % T
+    d += " " * (63 - (10 + len(d)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode())
+        f.write(array.array("i", ids + [0] * (T - len(ids))).tobytes())
+def read_floats(path):
+    b = open(path, "rb").read()
+    hl = struct.unpack("<H", b[8:10])[0]
+    header = ast.literal_eval(b[10:10 + hl].decode())
+    return header["shape"], array.array("f", b[10 + hl:])
+while len(seq) < len(got):
+    write_ids(tmp + "/x.npy", seq)
+    subprocess.run([tmp + "/one", "predict", "--x", tmp + "/x.npy", "--out", tmp + "/p.npy", "-q"], check=True)
+    shape, p = read_floats(tmp + "/p.npy")
+    V, pos = shape[2], len(seq) - 1
+    row = p[pos * V:(pos + 1) * V]
+    seq.append(max(range(V), key=lambda i: row[i]))
+assert seq == got, (seq, got)
+print("generate.sh: greedy =", got, "= predict's argmax, token by token")
+PY
+
+# Sampled: the same draws on any mesh, another seed other draws.
+SAMPLE=(generate --prompt-ids 1 --tokens 12 --temperature 0.8 --top-k 8 --samples 3 -q)
+name="sampled, one device"; run 1 "$T/one" "${SAMPLE[@]}" --seed 7; expect 0
+cp "$T/out" "$T/s1"
+[ "$(wc -l <"$T/s1")" = 3 ] || fail "--samples 3 gave $(wc -l <"$T/s1") lines"
+name="sampled, mesh (2,4)"; run 8 "$T/mesh" "${SAMPLE[@]}" --seed 7; expect 0
+cmp -s "$T/out" "$T/s1" || fail "sampled: the mesh draws other tokens"
+name="sampled, another seed"; run 1 "$T/one" "${SAMPLE[@]}" --seed 8; expect 0
+cmp -s "$T/out" "$T/s1" && fail "--seed 8 draws what --seed 7 drew"
+
+# Text: the vocabulary is the distinct bytes of a file.
+printf 'the quick brown fox jumps over the lazy dog.\n' >"$T/vocab.txt"
+name="text"; run 1 "$T/one" generate --vocab "$T/vocab.txt" --prompt "the fox" --tokens 20 -q
+expect 0
+python3 - "$T/out" "$T/vocab.txt" <<'PY' || fail "text output: $(cat "$T/out")"
+import sys
+out = open(sys.argv[1], "rb").read()[:-1]  # the final newline
+vocab = set(open(sys.argv[2], "rb").read())
+assert out.startswith(b"the fox") and len(out) == 7 + 20 and set(out) <= vocab, out
+PY
+
+# Bad requests.
+name="a character not in the vocabulary"
+run 1 "$T/one" generate --vocab "$T/vocab.txt" --prompt "the CAT"; expect 2 "character 5 (byte 0x43, 'C') is not in --vocab"
+name="text without a vocabulary"; run 1 "$T/one" generate --prompt "hi"; expect 2 "needs --vocab FILE"
+name="an id out of range"; run 1 "$T/one" generate --prompt-ids 3,64; expect 2 "id 2 is not an integer in [0, 64)"
+name="more samples than the batch"; run 1 "$T/one" generate --prompt-ids 3 --samples 9; expect 2 "more than the compiled batch (8)"
+name="a bad temperature"; run 1 "$T/one" generate --prompt-ids 3 --temperature -1; expect 2 "--temperature wants a number >= 0"
+./kdcc models/seed_mlp.json -w -o "$T/mlp" || exit 1
+name="not a language model"; run 1 "$T/mlp" generate --prompt-ids 3; expect 1 "not one sequence of token ids"
+
+[ "$fails" = 0 ] && echo "generate.sh: ok" || { echo "generate.sh: $fails failures"; exit 1; }
