@@ -83,7 +83,7 @@ test: setup all $(TEST_BINS)
 # Everything the build and the tests need, installed once (safe to repeat).
 DEBS = build-essential pkg-config libjansson-dev libpcre2-dev libopenblas-dev libopenmpi-dev libdnnl-dev \
        openmpi-bin zlib1g-dev libcriterion-dev python3 libzip-dev libhdf5-dev \
-       dataset-fashion-mnist clang libclang-rt-dev
+       dataset-fashion-mnist fortunes clang libclang-rt-dev
 setup:
 	@missing=$$(for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then echo "setup: installing $$missing"; \
