@@ -40,6 +40,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import json  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
 
@@ -49,6 +50,7 @@ warnings.filterwarnings("ignore")
 
 import jax  # noqa: E402
 import keras  # noqa: E402
+import keras_hub  # noqa: E402  (PositionEmbedding: vit)
 from keras import layers  # noqa: E402
 
 SEED = 1234
@@ -160,14 +162,17 @@ def verify(build, layout):
         seen = set()
         sizes = dict(zip(MESH["axis_names"], MESH["shape"]))
         for v in model.weights:
-            want = layout.get(v.path, [None] * len(v.shape))
+            # LayoutMap's rule (Keras 3.14+): the exact key, else a full regex match
+            keys = [k for k in layout if k == v.path] or \
+                [k for k in layout if re.fullmatch(k, v.path)]
+            want = layout[keys[0]] if keys else [None] * len(v.shape)
+            seen.update(keys)
             got = spec_of(v.value)
             if got != want:
                 sys.exit("%s: Keras applied %s, the spec says %s" % (v.path, got, want))
             for d, a in enumerate(want):
                 if a is not None and v.shape[d] % sizes[a]:
                     sys.exit("%s: dim %d (%d) not divisible by %s" % (v.path, d, v.shape[d], a))
-            seen.add(v.path)
         for k in layout:
             if k not in seen:
                 sys.exit("layout key %s matches no variable" % k)
@@ -175,8 +180,47 @@ def verify(build, layout):
         dist.set_distribution(None)
 
 
+def vit():
+    """A small vision transformer: 4x4 patches (a strided Conv2D), a learned
+    position embedding, 2 pre-norm encoder blocks, mean over the patches."""
+    x = keras.Input((28, 28, 1), name="image")
+    p = layers.Conv2D(64, 4, strides=4, name="patch")(x)  # (7, 7, 64)
+    h = layers.Reshape((49, 64), name="patches")(p)
+    pos = keras_hub.layers.PositionEmbedding(sequence_length=49, name="pos")(h)
+    h = layers.Add(name="embed_add")([h, pos])
+    for i in range(2):
+        n = layers.LayerNormalization(name=f"b{i}_ln1")(h)
+        a = layers.MultiHeadAttention(num_heads=4, key_dim=16, name=f"b{i}_attn")(n, n)
+        h = layers.Add(name=f"b{i}_add1")([h, a])
+        n = layers.LayerNormalization(name=f"b{i}_ln2")(h)
+        f = layers.Dense(128, activation="gelu", name=f"b{i}_up")(n)
+        f = layers.Dropout(0.1, name=f"b{i}_drop")(layers.Dense(64, name=f"b{i}_down")(f))
+        h = layers.Add(name=f"b{i}_add2")([h, f])
+    h = layers.LayerNormalization(name="ln_f")(h)
+    h = layers.GlobalAveragePooling1D(name="gap")(h)
+    out = layers.Dense(10, activation="softmax", name="head")(h)
+    model = keras.Model(x, out, name="fashion_vit")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(learning_rate=1e-3),
+                  metrics=["accuracy"])
+    return model
+
+
+# Megatron: heads split for query, key and value and the attention output's
+# input, the MLP's hidden units split; one all-reduce per block half.
+VIT_LAYOUT = {
+    r"b\d_attn/(query|key|value)/kernel": [None, "model", None],  # (64, 4, 16)
+    r"b\d_attn/(query|key|value)/bias": ["model", None],
+    r"b\d_attn/attention_output/kernel": ["model", None, None],  # (4, 16, 64)
+    r"b\d_up/kernel": [None, "model"],                           # (64, 128)
+    r"b\d_up/bias": ["model"],
+    r"b\d_down/kernel": ["model", None],                         # (128, 64)
+}
+
+
 def main():
-    for name, build, layout in (("mlp", mlp, MLP_LAYOUT), ("cnn", cnn, CNN_LAYOUT)):
+    for name, build, layout in (("mlp", mlp, MLP_LAYOUT), ("cnn", cnn, CNN_LAYOUT),
+                                ("vit", vit, VIT_LAYOUT)):
         keras.backend.clear_session()
         keras.utils.set_random_seed(SEED)
         model = build()

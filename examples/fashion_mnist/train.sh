@@ -2,7 +2,7 @@
 # Train a Fashion-MNIST example on the (2,4) mesh and evaluate it on the
 # 10,000 test images.
 #
-#   examples/fashion_mnist/train.sh [mlp|cnn] [options for the training program]
+#   examples/fashion_mnist/train.sh [mlp|cnn|vit] [options for the training program]
 #
 # Compiles examples/fashion_mnist/<model>.json with <model>.dist.json for a
 # global batch of 100 (it divides both 60,000 and 10,000, so no sample is
@@ -22,7 +22,8 @@ model=${1:-mlp}
 case "$model" in
   mlp) epochs=12 ;;
   cnn) epochs=14 ;;
-  *) echo "usage: $0 [mlp|cnn] [training options]" >&2; exit 2 ;;
+  vit) epochs=5 ;;
+  *) echo "usage: $0 [mlp|cnn|vit] [training options]" >&2; exit 2 ;;
 esac
 D=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz \
