@@ -56,7 +56,9 @@ char *buf(const Node *n) {
   switch (n->region) {
   case REGION_PARAM: return format("(P + %s)", off_name(n));
   case REGION_GRAD: return format("(G + %s)", off_name(n));
-  case REGION_ARENA: return format("(A + %s)", off_name(n));
+  case REGION_ARENA:
+    return n->dtype == DT_I32 ? format("((int32_t *)(A + %s))", off_name(n))
+                              : format("(A + %s)", off_name(n));
   case REGION_INPUT:
     return format("((const %s *)%s[%d])", n->dtype == DT_I32 ? "int32_t" : "float",
                   n->op == OP_INPUT ? "x" : "y", n->index);

@@ -906,13 +906,16 @@ static void coll_emit(const Node *n, Lowering *lw) {
                "%s, %s, %s, %s", axes, buf(a), buf(n),
                n->coll.bucket ? format("%lld", (long long)n->coll.bucket) : elems_c(n));
     return;
-  case OP_REDUCE_SCATTER: case OP_ALLGATHER: case OP_LOCAL_SLICE:
+  case OP_REDUCE_SCATTER: case OP_ALLGATHER: case OP_LOCAL_SLICE: {
+    // A slice of token ids moves their bits as the float kernel moves floats.
+    bool ids = a->dtype == DT_I32;
     lower_call(lw, n->op == OP_REDUCE_SCATTER ? "reduce_scatter"
                    : n->op == OP_ALLGATHER    ? "allgather"
                                               : "slice",
-               true, shape_decl(n), "%s, %d, s, %d, %s, %s", axes, rank, n->coll.dim, buf(a),
-               buf(n));
+               true, shape_decl(n), "%s, %d, s, %d, %s%s, %s%s", axes, rank, n->coll.dim,
+               ids ? "(const float *)" : "", buf(a), ids ? "(float *)" : "", buf(n));
     return;
+  }
   case OP_ALLTOALL:
     lower_call(lw, "alltoall", true, shape_decl(n), "%s, %d, s, %d, %d, %s, %s", axes, rank,
                n->coll.dim, n->coll.dim2, buf(a), buf(n));

@@ -153,13 +153,17 @@ static void emit_node(Part *p, Node *n) {
 
 static Node *collective(Part *p, OpKind op, Node *src, unsigned axes, int dim, int dim2,
                         Node *consumer, Node *orig) {
-  if (src->dtype != DT_F32)
+  // Token ids may be cut further (a local slice is a copy of this rank's
+  // block: sequence parallelism cuts them on the sequence); nothing sums,
+  // gathers or exchanges integers.
+  if (src->dtype != DT_F32 && op != OP_LOCAL_SLICE)
     error_at(consumer->loc, "layer '%s': the integer tensor %s would need a %s over '%s', which "
              "kdcc does not support; keep it split over the batch axis only",
              consumer->layer ? consumer->layer : "?", src->name ? src->name : "(ids)",
              op_info(op).name, axes_str(p->g, axes));
   Node *c = new_node(p->g, op, 1, &src);
   c->shape = src->shape;
+  c->dtype = src->dtype;
   c->bdims = src->bdims;
   c->coll = (CollAttr){axes, dim, dim2, 0, orig, consumer};
   c->phase = consumer->phase;

@@ -61,6 +61,10 @@ check ../tests/gradcheck/gqa ../tests/good/attention.dist.json 16 data=1,model=1
 # and a Llama block (RMS norm, grouped-query attention, SwiGLU)
 check gpt gpt.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
 check gpt gpt_fsdp.dist.json 16 data=1,model=1 data=2,model=4
+# sequence parallelism: the residual stream split on the sequence over 'model'
+# (layer norms on sequence shards, all-gathers before attention and the MLP,
+# reduce-scatters after; the token ids sliced on the sequence)
+check gpt ../tests/good/gpt_seqpar.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2
 check llama llama.dist.json 16 data=1,model=1 data=2,model=4
 check llama ../tests/good/llama_hub.dist.json 16 batch=1,model=1 batch=2,model=4
 # the batch gathered over 'data' and sliced again (d1's output replicated
