@@ -1,5 +1,25 @@
-# Helpers the whole-program test scripts share (sourced, not run). The
-# script defines fail() (report one failure) and sets $name, $rc and $T/out.
+# Helpers the whole-program test scripts share (sourced, not run, from the
+# repository root). The script sets $name, $rc and $T/out for expect.
+
+# begin SCRIPT: what a script does first: Open MPI as root and
+# oversubscribed, plain progress lines, kdcc and the runtime built, a
+# scratch directory $T removed at exit, failures counted by fail().
+begin() {
+  script=$1
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1 KDRT_PROGRESS=plain
+  make -s kdcc build/libkdrt.a || exit 1
+  T=$(mktemp -d)
+  trap 'rm -rf "$T"' EXIT
+  fails=0
+}
+fail() { echo "$script: FAIL: $*" >&2; fails=$((fails + 1)); }
+# finish: "SCRIPT: ok" and status 0, or the count of failures and 1.
+finish() {
+  [ "$fails" = 0 ] && echo "$script: ok" && exit 0
+  echo "$script: $fails failures" >&2
+  exit 1
+}
 
 expect() { # expect RC [TEXT]: status and a line of the output
   local ok=1

@@ -13,15 +13,8 @@
 # Exit status 0 when all pass.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-
-make -s kdcc build/libkdrt.a || exit 1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "data_idx.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
-. tests/lib.sh # expect, same_history
+. tests/lib.sh
+begin data_idx.sh
 
 EX=examples/fashion_mnist
 ./kdcc $EX/mlp.json --distribution $EX/mlp.dist.json --batch-size 16 -o "$T/mlp24" -w || exit 1
@@ -145,6 +138,4 @@ bad "broken test set" "short.idx: file is truncated" --x "$T/train-images.idx.gz
 bad "labels for images" "train-images.idx.gz: shape (96, 28, 28) does not fit the model's labels: expected class ids (N,) or (N, 1), as the loss is a sparse one" \
   --x "$T/train-images.idx.gz" --y "$T/train-images.idx.gz"
 
-[ "$fails" = 0 ] && echo "data_idx.sh: ok" && exit 0
-echo "data_idx.sh: $fails failures" >&2
-exit 1
+finish

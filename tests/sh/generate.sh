@@ -8,15 +8,8 @@
 # with a message and status 1 or 2.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 KDRT_PROGRESS=plain
-
-make -s kdcc build/libkdrt.a || exit 1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "generate.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
-. tests/lib.sh # expect
+. tests/lib.sh
+begin generate.sh
 run() { # run NP EXE ARGS...: stdout in $T/out (stderr too), status in $rc
   local np=$1 exe=$2
   shift 2
@@ -93,4 +86,4 @@ name="a bad temperature"; run 1 "$T/one" generate --prompt-ids 3 --temperature -
 ./kdcc models/seed_mlp.json -w -o "$T/mlp" || exit 1
 name="not a language model"; run 1 "$T/mlp" generate --prompt-ids 3; expect 1 "not one sequence of token ids"
 
-[ "$fails" = 0 ] && echo "generate.sh: ok" || { echo "generate.sh: $fails failures"; exit 1; }
+finish

@@ -11,15 +11,8 @@
 # stopped (rank 2, its pid, its last step).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 KDRT_PROGRESS=plain
-
-make -s kdcc build/libkdrt.a || exit 1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "hang.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
-. tests/lib.sh # expect
+. tests/lib.sh
+begin hang.sh
 
 ./kdcc models/seed_mlp.json --distribution models/seed_mlp_fixed.dist.json --mesh data=2,model=2 \
   --batch-size 16 -w -o "$T/t" || exit 1
@@ -65,6 +58,4 @@ rc=$?; expect 0
 name="--timeout -1"; "$T/t" --timeout -1 >"$T/out" 2>&1
 rc=$?; expect 2 "option '--timeout' wants seconds, a number >= 0, got '-1'"
 
-[ "$fails" = 0 ] && echo "hang.sh: ok" && exit 0
-echo "hang.sh: $fails failures" >&2
-exit 1
+finish

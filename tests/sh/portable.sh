@@ -8,15 +8,8 @@
 # neither the copy nor the archive left, it says so and what to do.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 KDRT_PROGRESS=plain
-
-make -s kdcc build/libkdrt.a || exit 1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "portable.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
-. tests/lib.sh # expect, same_history
+. tests/lib.sh
+begin portable.sh
 run() { # run NP EXE ARGS...: output in $T/out, status in $rc
   local np=$1 exe=$2
   shift 2
@@ -52,6 +45,4 @@ expect 0
 name="nothing left, predict"; run 8 "$T/b/train" predict --x "$F/x.npy" --out "$T/p.npy"
 expect 1 "predict: this program starts from the weights of $T/a/m.keras"
 
-[ "$fails" = 0 ] && echo "portable.sh: ok" && exit 0
-echo "portable.sh: $fails failures" >&2
-exit 1
+finish
