@@ -378,6 +378,20 @@ static void out_indented(const char *text) {
   }
 }
 
+// The steps' parts, then train_step, eval_step and grad_step, each printed
+// by the backend's own part and step functions.
+void emit_steps(PartEmitter *part, StepEmitter *step) {
+  int nparts;
+  StepPart *parts = step_parts(&nparts);
+  out("\n// ---- the steps' parts, in order: forward (and loss), backward, update\n");
+  for (int i = 0; i < nparts; i++) part(&parts[i]);
+  out("\n// ---- the steps\n");
+  step("train_step", STEP_TRAIN, parts, nparts);
+  step("eval_step", STEP_EVAL, parts, nparts);
+  out("\n// The training step without the update, for `./train gradcheck`.");
+  step("grad_step", STEP_GRAD, parts, nparts);
+}
+
 void emit_part_body(const StepPart *part) {
   emit_rows();
   Phase ph = -1;

@@ -124,15 +124,7 @@ void emit_cuda(Graph *g, FILE *f, const char *arch, const char *precision) {
         (unsigned long long)hash_str(v->path));
   }
   out("}\n");
-  int nparts;
-  StepPart *parts = step_parts(&nparts);
-  out("\n// ---- the steps' parts, in order: forward (and loss), backward, update\n");
-  for (int i = 0; i < nparts; i++) emit_part(&parts[i]);
-  out("\n// ---- the steps\n");
-  emit_step("train_step", STEP_TRAIN, parts, nparts);
-  emit_step("eval_step", STEP_EVAL, parts, nparts);
-  out("\n// The training step without the update, for `./train gradcheck`.");
-  emit_step("grad_step", STEP_GRAD, parts, nparts);
+  emit_steps(emit_part, emit_step);
 
   emit_program_tables();
   out("\n// The program for the CPU runtime's kdrt_main, field by field.\n");

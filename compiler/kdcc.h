@@ -610,6 +610,9 @@ StepPart *step_parts(int *count);
 // calls for EB, under `if (step == TRAIN_STEP ...)` where steps differ.
 void emit_part_body(const StepPart *part);
 void emit_step_rows(void);
+typedef void PartEmitter(const StepPart *part);
+typedef void StepEmitter(const char *name, StepKind kind, const StepPart *parts, int nparts);
+void emit_steps(PartEmitter *part, StepEmitter *step);
 // The vars[], io and mesh tables of a kdrt_program, then its fields as
 // `<lhs>field = value<end>` lines.
 void emit_program_tables(void);
