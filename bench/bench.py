@@ -31,11 +31,13 @@ MODELS = [  # name, model file, x shape of one sample, label kind
     ("seed_mlp", "models/seed_mlp.json", (28, 28, 1), "onehot"),
     ("wide_mlp", "models/wide_mlp.json", (1024,), "classid"),
     ("cnn", "models/cnn.json", (28, 28, 1), "classid"),
+    ("gpt", "models/gpt.json", (16,), "tokens"),
 ]
 DESCR = {
     "seed_mlp": "seed MLP (784-200-10, Adam, mse)",
     "wide_mlp": "wide MLP (1024-4x2048-10, SGD, scce logits)",
     "cnn": "CNN (2 conv3x3 + pool, Adam, scce)",
+    "gpt": "GPT (2 causal blocks of 32, 16 tokens of 64, Adam, scce logits per token)",
 }
 
 ap = argparse.ArgumentParser()
@@ -86,6 +88,10 @@ def make_data():
     rng = np.random.default_rng(1337)
     n = BATCH * NBATCH
     for name, _, xs, kind in MODELS:
+        if kind == "tokens":  # ids in, the next ids out: a class per token of 64
+            np.save(os.path.join(DATA, name + ".x.npy"), rng.integers(0, 64, (n,) + xs, np.int32))
+            np.save(os.path.join(DATA, name + ".y.npy"), rng.integers(0, 64, (n,) + xs, np.int32))
+            continue
         x = rng.standard_normal((n,) + xs).astype(np.float32)
         cls = rng.integers(0, 10, size=n)
         if kind == "onehot":
@@ -268,7 +274,10 @@ def main():
     md.append("- load average (1/5/15 min) at start: %s, at end: %s%s" % (
         LOAD_START, loadavg(), " -- other work was running, so the figures are noisy"
         if float(LOAD_START.split()[0]) > 0.5 else ""))
-    md.append("- kdcc programs: %s, `-O3 -march=native`, BLAS: %s" % (cc, blas or "?"))
+    march = subprocess.run(["make", "-s", "rt-march"], capture_output=True, text=True,
+                           cwd=ROOT).stdout.strip() or "?"
+    md.append("- kdcc: runtime `-O3 -march=%s`, programs `-O1` (calls into the runtime); %s; "
+              "BLAS: %s" % (march, cc, blas or "?"))
     md.append("- %s; %s; python %s" % (versions.get("torch", "?"), versions.get("jax", "?"),
                                        platform.python_version()))
     md.append("- threads: every process pinned with `taskset -c 0-(T-1)` and given "

@@ -18,6 +18,12 @@ if ! { [ -x "$PY" ] && KERAS_BACKEND=jax "$PY" -c 'import torch, jax, keras, num
   "$PY" -m pip install -q torch jax keras numpy
   KERAS_BACKEND=jax "$PY" -c 'import torch, jax, keras, numpy' >/dev/null
 fi
+# keras_hub for the GPT's PositionEmbedding, without its TensorFlow dependency
+# (tests/keras_ref/requirements-nodeps.txt), and what it needs to import.
+if ! KERAS_BACKEND=jax "$PY" -c 'import keras_hub' 2>/dev/null; then
+  "$PY" -m pip install -q --no-deps -r tests/keras_ref/requirements-nodeps.txt
+  "$PY" -m pip install -q regex tokenizers sentencepiece kagglehub
+fi
 
 make -s kdcc build/libkdrt.a
 exec "$PY" bench/bench.py "$@"

@@ -51,6 +51,7 @@ MODEL_FILES = {
     "seed_mlp": "models/seed_mlp.json",
     "wide_mlp": "models/wide_mlp.json",
     "cnn": "models/cnn.json",
+    "gpt": "models/gpt.json",
 }
 
 
@@ -88,6 +89,42 @@ def measure(step, nbatches):
 
 
 # ---------------------------------------------------------------- PyTorch
+def TorchGPT(nn):
+    """models/gpt.json in PyTorch: token and learned position embeddings,
+    2 pre-norm blocks (causal 4-head attention of 32, gelu MLP of 128),
+    a final LayerNorm and the logits; Keras's LayerNormalization epsilon."""
+    import torch
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(32, eps=1e-3), nn.LayerNorm(32, eps=1e-3)
+            self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+            self.up, self.down = nn.Linear(32, 128), nn.Linear(128, 32)
+
+        def forward(self, h, mask):
+            n = self.ln1(h)
+            h = h + self.attn(n, n, n, attn_mask=mask, need_weights=False)[0]
+            return h + self.down(nn.functional.gelu(self.up(self.ln2(h))))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(64, 32)
+            self.pos = nn.Parameter(torch.randn(16, 32) * 0.02)
+            self.blocks = nn.ModuleList([Block(), Block()])
+            self.ln_f, self.logits = nn.LayerNorm(32, eps=1e-3), nn.Linear(32, 64)
+            self.register_buffer("mask", torch.triu(torch.ones(16, 16, dtype=torch.bool), 1))
+
+        def forward(self, x):
+            h = self.tok(x) + self.pos
+            for b in self.blocks:
+                h = b(h, self.mask)
+            return self.logits(self.ln_f(h))
+
+    return GPT()
+
+
 def torch_bench(name, batches):
     import torch
     import torch.nn as nn
@@ -133,6 +170,17 @@ def torch_bench(name, batches):
             return (out.argmax(1) == y).float().mean()
         data = [(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))),
                  torch.from_numpy(y).long().reshape(-1)) for x, y in batches]
+    elif name == "gpt":
+        model = TorchGPT(nn)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
+        ce = nn.CrossEntropyLoss()  # sparse categorical crossentropy from logits, per token
+
+        def loss_fn(out, y):
+            return ce(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+        def correct(out, y):
+            return (out.argmax(-1) == y).float().mean()
+        data = [(torch.from_numpy(x).long(), torch.from_numpy(y).long()) for x, y in batches]
     else:
         raise SystemExit("unknown model " + name)
     model.train()
@@ -155,6 +203,8 @@ def torch_bench(name, batches):
 # ---------------------------------------------------------------- Keras 3 on JAX
 def jax_bench(name, batches):
     import keras
+    if name == "gpt":
+        import keras_hub  # noqa: F401  (PositionEmbedding)
 
     with open(os.path.join(ROOT, MODEL_FILES[name])) as f:
         text = f.read()
