@@ -17,6 +17,9 @@ Checked, all within RTOL:
     trained with Keras's fit must have) and in "evaluate"; losses relative
     to Keras's value, metrics within RTOL * max(1, |Keras|). Logs the
     history lacks are named, not failed;
+  - with Keras's callbacks (the case's "callbacks"): the epochs run
+    ("epochs_run": EarlyStopping) and ReduceLROnPlateau's learning_rate
+    per epoch (relative), which the history must have;
   - every final weight: |kdcc - keras| <= RTOL * max|keras tensor|, per
     tensor (the tensor's scale: an elementwise ratio means nothing for
     weights that cross zero), matched by their model.weights.h5 path;
@@ -85,6 +88,9 @@ def main():
         i = max(range(len(want)), key=lambda k: rel(got[k], want[k]))
         if worst_step > rtol:
             bad.append(f"step {i + 1}: loss {got[i]!r}, Keras {want[i]!r}")
+    if "epochs_run" in ref and len(hist["loss"]) != ref["epochs_run"]:  # EarlyStopping
+        bad.append(f"{len(hist['loss'])} epochs ran, Keras's callbacks ran {ref['epochs_run']} "
+                   f"of {ref['epochs']}")
     worst_epoch = max([rel(a, b) for a, b in zip(hist["loss"], ref["epoch_loss"])] +
                       [rel(hist["evaluate"]["loss"], ref["evaluate"]["loss"])])
     if len(hist["loss"]) != len(ref["epoch_loss"]) or worst_epoch > rtol:
@@ -122,7 +128,8 @@ def main():
     worst_log, unchecked = 0.0, []
 
     def log_diff(key, a, b):
-        return rel(a, b) if key.endswith("loss") else abs(a - b) / max(abs(b), 1.0)
+        relative = key.endswith("loss") or key == "learning_rate"
+        return rel(a, b) if relative else abs(a - b) / max(abs(b), 1.0)
 
     def compare_list(key, what, got_l, want_l):
         nonlocal worst_log
@@ -153,7 +160,8 @@ def main():
             continue
         if isinstance(hist.get(key), list):
             compare_list(key, "epoch", hist[key], want_l)
-        elif key.startswith("val_"):  # fit's validation logs: the history must have them
+        elif key.startswith("val_") or key == "learning_rate":
+            # fit's validation logs, ReduceLROnPlateau's: the history must have them
             bad.append(f"the history has no {key} (Keras's History: {want_l})")
         else:
             unchecked.append(f"epoch {key}")

@@ -196,7 +196,63 @@ FIT_CASES = {
                       dict(batch=16, epochs=2, val="data")),
     "per_token_fit_dp": ("per_token", "per_token_dp", "per_token",
                          dict(batch=16, epochs=2, val="data")),
+    # Keras's callbacks (kdcc's run-time flags), set to act within a few
+    # epochs with wide margins. The training loss falls by 0.148, 0.147,
+    # 0.147, 0.140, 0.122, then 0.101 < min_delta: EarlyStopping stops
+    # after epoch 7 and restores epoch 6's weights.
+    "func_fit_es": ("func_branches", "func_branches", "func_branches",
+                    dict(batch=16, epochs=10, val="data", lr=0.01,
+                         callbacks=dict(early_stopping=dict(
+                             monitor="loss", min_delta=0.11, patience=1,
+                             restore_best_weights=True)))),
+    # val_loss rises from the first epoch on (random labels): the learning
+    # rate halves after epochs 2, 3 and 4 (cooldown 1; the last reduction
+    # stops at min_lr 0.002), and EarlyStopping (patience 3, never
+    # improved) stops after epoch 4.
+    "func_fit_rlrop": ("func_branches", "func_branches", "func_branches",
+                       dict(batch=16, epochs=8, val="data", lr=0.01,
+                            callbacks=dict(
+                                reduce_lr=dict(factor=0.5, patience=1, cooldown=1,
+                                               min_lr=0.002),
+                                early_stopping=dict(patience=3)))),
 }
+
+
+def make_callbacks(cfg):
+    """The Keras callbacks of a fit case, in the order kdcc runs them."""
+    cb = cfg.get("callbacks", {})
+    out = []
+    if "reduce_lr" in cb:
+        out.append(keras.callbacks.ReduceLROnPlateau(**cb["reduce_lr"]))
+    if "early_stopping" in cb:
+        out.append(keras.callbacks.EarlyStopping(**cb["early_stopping"]))
+    return out
+
+
+def callback_args(cfg):
+    """kdcc's flags for the same callbacks."""
+    cb, args = cfg.get("callbacks", {}), []
+    if "lr" in cfg:
+        args += ["--lr", repr(cfg["lr"])]
+    rl = cb.get("reduce_lr")
+    if rl:
+        args += ["--reduce-lr-on-plateau", str(rl["patience"])]
+        for k in ("factor", "cooldown", "min_lr", "min_delta"):
+            if k in rl:
+                flag = "--min-lr" if k == "min_lr" else "--reduce-lr-" + k.replace("_", "-")
+                args += [flag, repr(rl[k])]
+    es = cb.get("early_stopping")
+    if es:
+        args += ["--early-stopping", str(es["patience"])]
+        if "min_delta" in es:
+            args += ["--min-delta", repr(es["min_delta"])]
+        if es.get("restore_best_weights"):
+            args += ["--restore-best-weights"]
+    monitors = {d.get("monitor", "val_loss") for d in cb.values()}
+    assert len(monitors) <= 1, "kdcc's callbacks share one --monitor"
+    if monitors and monitors != {"val_loss"}:
+        args += ["--monitor", monitors.pop()]
+    return args
 
 # case -> (model, dist spec stem in models/)
 CASES = {
@@ -525,6 +581,15 @@ def batches(n, bs):
     return [(s, min(s + bs, n)) for s in range(0, n, bs)]
 
 
+def fit_history(model, xs, ys, vx, vy, bs, epochs, val, cfg):
+    """(model.fit's History, the model) with the case's callbacks."""
+    kw = (dict(validation_data=(one_or_list(vx), one_or_list(vy))) if val == "data"
+          else dict(validation_split=val))
+    h = model.fit(one_or_list(xs), one_or_list(ys), batch_size=bs, epochs=epochs,
+                  shuffle=False, verbose=0, callbacks=make_callbacks(cfg), **kw)
+    return h.history, model
+
+
 def run_fit_case(case, out):
     """One of FIT_CASES: train_on_batch for every step's own logs, model.fit
     for the History, evaluate on the validation data (see the docstring)."""
@@ -553,6 +618,8 @@ def run_fit_case(case, out):
             mm.make_distribution(fit_spec(model_name, keras_dist)))
         model = entry["build"]()
         zero_dropout(model)
+        if "lr" in cfg:
+            model.optimizer.learning_rate = cfg["lr"]
         return model
 
     try:
@@ -575,24 +642,38 @@ def run_fit_case(case, out):
                 assert np.array_equal(mine[k], theirs[k]), f"{case}: initial {k} differs"
         n_fit = len(fit_x[0])
         step_loss, step_logs = [], {}
-        for _ in range(epochs):
+        # With callbacks, fit's History (below, run first) drives the same
+        # callbacks here at every epoch's end: they act on fit's logs.
+        cbs = make_callbacks(cfg)
+        if cbs:
+            hist = fit_history(build(), xs, ys, vx, vy, bs, epochs, val, cfg)[0]
+            model = build()
+        for cb in cbs:
+            cb.set_model(model)
+            cb.on_train_begin()
+        model.stop_training = False
+        for e in range(epochs):
             for a, b in batches(n_fit, bs):
                 logs = model.train_on_batch(one_or_list(fit_x, slice(a, b)),
                                             one_or_list(fit_y, slice(a, b)), return_dict=True)
                 step_loss.append(float(logs["loss"]))
                 for k, v in logs.items():
                     step_logs.setdefault(k, []).append(float(v))
+            if cbs:
+                logs = {k: v[e] for k, v in hist.items() if k != "learning_rate"}
+                for cb in cbs:
+                    cb.on_epoch_end(e, logs)
+                if model.stop_training:
+                    break
+        for cb in cbs:
+            cb.on_train_end()
         with tempfile.TemporaryDirectory() as d:
             model.save_weights(os.path.join(d, "a.weights.h5"))
             final_a = layer_weights(os.path.join(d, "a.weights.h5"))
         keras.distribution.set_distribution(None)
 
         # 2. the same training through fit: the History
-        model = build()
-        kw = (dict(validation_data=(one_or_list(vx), one_or_list(vy))) if val == "data"
-              else dict(validation_split=val))
-        hist = model.fit(one_or_list(xs), one_or_list(ys), batch_size=bs, epochs=epochs,
-                         shuffle=False, verbose=0, **kw).history
+        hist, model = fit_history(build(), xs, ys, vx, vy, bs, epochs, val, cfg)
         ev = model.evaluate(one_or_list(ev_x), one_or_list(ev_y), batch_size=bs, verbose=0,
                             return_dict=True)
         ev = {k: float(v) for k, v in ev.items()}
@@ -649,8 +730,12 @@ def run_fit_case(case, out):
         "kdcc_args": ["model.keras", "--distribution", case + ".dist.json",
                       "--batch-size", str(compile_bs)],
         "program_args": data_args + ["--epochs", str(epochs), "--batch-size", str(bs),
-                                     "--no-shuffle", "--weights", "model.keras"],
+                                     "--no-shuffle", "--weights", "model.keras"]
+                        + callback_args(cfg),
     }
+    if cfg.get("callbacks"):
+        ref["callbacks"] = cfg["callbacks"]
+        ref["epochs_run"] = len(epoch_logs["loss"])
     with open(os.path.join(mdir, case + ".json"), "w") as f:
         json.dump(ref, f, indent=1)
         f.write("\n")
