@@ -2,7 +2,7 @@
 """Compare one kdcc run with the Keras reference of its case (standard
 library only: runs in `make test` with no numpy or h5py).
 
-usage: compare_ref.py RTOL CASE.json HISTORY.json SAVED.weights.h5
+usage: compare_ref.py RTOL CASE.json HISTORY.json SAVED.weights.h5 [LOG.csv]
 
 CASE.json comes from tests/keras_ref/run_ref.py (with final.npz beside it);
 HISTORY.json is the program's --history, SAVED the --save-weights output.
@@ -26,6 +26,9 @@ Checked, all within RTOL:
     a tensor the case lists in "final_weights_atol" (attention key biases,
     whose gradient is zero in exact arithmetic: Keras's values are noise)
     is checked as |kdcc - keras| <= that absolute tolerance instead.
+  - LOG.csv, the program's --csv-log, against Keras's CSVLogger file
+    (the case's "csv_log"): the same bytes but for the digits of the
+    numbers (header, row ends, NA fields), every number within RTOL as above.
 Prints the worst relative difference of each kind; exit status 1 when any
 is over RTOL or anything is missing."""
 
@@ -66,8 +69,29 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
+def compare_csv(got_path, want_path, close, bad):
+    """A CSVLogger file against Keras's: the header and every non-number
+    field (epoch, NA) byte for byte, numbers by close(key, got, want)."""
+    got, want = open(got_path, "rb").read(), open(want_path, "rb").read()
+    gl, wl = got.split(b"\r\n"), want.split(b"\r\n")
+    if len(gl) != len(wl) or gl[0] != wl[0]:
+        bad.append(f"{got_path}: {len(gl) - 1} lines, header {gl[0]!r}; Keras's CSVLogger "
+                   f"{len(wl) - 1}, {wl[0]!r}")
+        return
+    keys = wl[0].decode().split(",")
+    for i, (g, w) in enumerate(zip(gl[1:], wl[1:])):
+        for k, a, b in zip(keys, g.decode().split(","), w.decode().split(",")):
+            try:
+                ok = k != "epoch" and close(k, float(a), float(b))
+            except ValueError:
+                ok = False
+            if a != b and not ok:
+                bad.append(f"{got_path} line {i + 2}: {k} {a}, Keras's CSVLogger {b}")
+                return
+
+
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 6):
         print(__doc__.split("\n\n")[1])
         return 2
     rtol = float(sys.argv[1])
@@ -176,6 +200,10 @@ def main():
         worst_log = max(worst_log, d)
         if d > rtol:
             bad.append(f"evaluate {key} {a!r}, Keras {b!r}")
+
+    if len(sys.argv) == 6:
+        compare_csv(sys.argv[5], os.path.join(os.path.dirname(sys.argv[2]), ref["csv_log"]),
+                    lambda key, a, b: log_diff(key, a, b) <= rtol, bad)
 
     metric = ref.get("metric")
     note = ""

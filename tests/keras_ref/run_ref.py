@@ -581,12 +581,14 @@ def batches(n, bs):
     return [(s, min(s + bs, n)) for s in range(0, n, bs)]
 
 
-def fit_history(model, xs, ys, vx, vy, bs, epochs, val, cfg):
-    """(model.fit's History, the model) with the case's callbacks."""
+def fit_history(model, xs, ys, vx, vy, bs, epochs, val, cfg, csv=None):
+    """(model.fit's History, the model) with the case's callbacks, and
+    CSVLogger writing csv (after them, as kdcc's --csv-log runs)."""
     kw = (dict(validation_data=(one_or_list(vx), one_or_list(vy))) if val == "data"
           else dict(validation_split=val))
+    cbs = make_callbacks(cfg) + ([keras.callbacks.CSVLogger(csv)] if csv else [])
     h = model.fit(one_or_list(xs), one_or_list(ys), batch_size=bs, epochs=epochs,
-                  shuffle=False, verbose=0, callbacks=make_callbacks(cfg), **kw)
+                  shuffle=False, verbose=0, callbacks=cbs, **kw)
     return h.history, model
 
 
@@ -673,7 +675,8 @@ def run_fit_case(case, out):
         keras.distribution.set_distribution(None)
 
         # 2. the same training through fit: the History
-        hist, model = fit_history(build(), xs, ys, vx, vy, bs, epochs, val, cfg)
+        csv = os.path.join(mdir, case + ".csv") if cbs else None
+        hist, model = fit_history(build(), xs, ys, vx, vy, bs, epochs, val, cfg, csv)
         ev = model.evaluate(one_or_list(ev_x), one_or_list(ev_y), batch_size=bs, verbose=0,
                             return_dict=True)
         ev = {k: float(v) for k, v in ev.items()}
@@ -736,6 +739,7 @@ def run_fit_case(case, out):
     if cfg.get("callbacks"):
         ref["callbacks"] = cfg["callbacks"]
         ref["epochs_run"] = len(epoch_logs["loss"])
+        ref["csv_log"] = case + ".csv"  # Keras's CSVLogger file
     with open(os.path.join(mdir, case + ".json"), "w") as f:
         json.dump(ref, f, indent=1)
         f.write("\n")
