@@ -282,6 +282,7 @@ void kdrt_cb_end(kdrt_callbacks *cb, kdrt_ctx *c) {
     if (cb->show)
       printf("Restoring model weights from the end of the best epoch: %d.\n", cb->best_epoch + 1);
     snapshot(cb, c, 1);
+    c->params_changed = 1;
   }
   fflush(stdout);
   if (cb->csv) fclose(cb->csv);

@@ -134,6 +134,9 @@ struct kdrt_ctx {
   int64_t local_rows, row0;
   int probe;                         // set: a step only checks that c->rows can run on this
                                      // program (kdrt_rows_refused) and returns; x, y are NULL
+  int params_changed;                // set when the host changed c->params after training
+                                     // began (restore_best_weights): a device copy
+                                     // (runtime/cuda) must take them
   float *params;                     // param_floats, 64-byte aligned
   float *grads;                      // grad_floats
   float *arena;                      // arena_floats
