@@ -940,7 +940,7 @@ static void fit(run *r) {
       kdrt_shuffle(o->seed, e, order, r->ntrain);
     progbar pb;
     progbar_start(&pb, r->show, r->live, steps);
-    double *sum = r->sums, v[2 * KDRT_MAX_LOGS];
+    double *sum = r->sums, v[2 * KDRT_MAX_LOGS + 1]; // + 1: learning_rate, for the bar
     for (int k = 0; k < nl; k++) sum[k] = 0;
     int64_t s = 0, seen = 0; // steps and samples done this epoch
     if (ck && e == ck->epoch) {
@@ -1006,8 +1006,15 @@ static void fit(run *r) {
       evaluate(r, &r->val, val, NULL);
       for (int k = 0; k < nl; k++) r->hist[nl + k][e] = v[nl + k] = val[k];
     }
-    progbar_update(&pb, steps, 1, ncols, r->names, v);
-    if (epoch_end(r, e, v)) break;
+    // The callbacks run before the bar's last update, as Keras's
+    // ProgbarLogger comes after them: ReduceLROnPlateau's learning_rate
+    // is one of the logs the bar shows.
+    int stop = epoch_end(r, e, v), nbar = ncols;
+    const char *bar_names[2 * KDRT_MAX_LOGS + 1];
+    memcpy(bar_names, r->names, sizeof(const char *) * (size_t)ncols);
+    if (o->reduce_lr) bar_names[nbar] = "learning_rate", v[nbar++] = r->lr_hist[e];
+    progbar_update(&pb, steps, 1, nbar, bar_names, v);
+    if (stop) break;
   }
   free(order);
 }
