@@ -2,7 +2,8 @@
 """Compare one kdcc run with the Keras reference of its case (standard
 library only: runs in `make test` with no numpy or h5py).
 
-usage: compare_ref.py RTOL CASE.json HISTORY.json SAVED.weights.h5 [LOG.csv]
+usage: compare_ref.py RTOL CASE.json HISTORY.json SAVED.weights.h5 [--csv LOG.csv]
+                      [--best BEST.weights.h5]
 
 CASE.json comes from tests/keras_ref/run_ref.py (with final.npz beside it);
 HISTORY.json is the program's --history, SAVED the --save-weights output.
@@ -26,6 +27,9 @@ Checked, all within RTOL:
     a tensor the case lists in "final_weights_atol" (attention key biases,
     whose gradient is zero in exact arithmetic: Keras's values are noise)
     is checked as |kdcc - keras| <= that absolute tolerance instead.
+  - BEST.weights.h5, the program's --checkpoint-best, against Keras's
+    ModelCheckpoint(save_best_only=True) file (the case's "checkpoint_best"),
+    as the final weights;
   - LOG.csv, the program's --csv-log, against Keras's CSVLogger file
     (the case's "csv_log"): the same bytes but for the digits of the
     numbers (header, row ends, NA fields), every number within RTOL as above.
@@ -69,6 +73,34 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
+def compare_weights(want, got_path, atol, rtol, bad):
+    """Every tensor of want ({path: (shape, values)}) against the .weights.h5
+    at got_path, per tensor (see the top); (worst difference, its path)."""
+    saved = h5lite.datasets(got_path)
+    worst_w, worst_path = 0.0, None
+    for path, (shape, want_w) in sorted(want.items()):
+        if path not in saved:
+            bad.append(f"{got_path} has no {path} (it has {sorted(saved)})")
+            continue
+        gshape, got_w = saved[path]
+        if tuple(gshape) != tuple(shape):
+            bad.append(f"{path}: shape {tuple(gshape)}, Keras {tuple(shape)}")
+            continue
+        if path in atol:
+            d = max(abs(a - b) for a, b in zip(got_w, want_w))
+            if d > atol[path]:
+                bad.append(f"{path}: max |kdcc - keras| = {d:.2e} > {atol[path]:.2e} "
+                           "(absolute: its gradient is zero in exact arithmetic)")
+            continue
+        scale = max(max(abs(v) for v in want_w), 1e-12)
+        d = max(abs(a - b) for a, b in zip(got_w, want_w)) / scale
+        if d > worst_w:
+            worst_w, worst_path = d, path
+        if d > rtol:
+            bad.append(f"{got_path}: {path}: max |kdcc - keras| = {d:.2e} of max |keras|")
+    return worst_w, worst_path
+
+
 def compare_csv(got_path, want_path, close, bad):
     """A CSVLogger file against Keras's: the header and every non-number
     field (epoch, NA) byte for byte, numbers by close(key, got, want)."""
@@ -91,7 +123,8 @@ def compare_csv(got_path, want_path, close, bad):
 
 
 def main():
-    if len(sys.argv) not in (5, 6):
+    opts = dict(zip(sys.argv[5::2], sys.argv[6::2]))
+    if len(sys.argv) < 5 or len(sys.argv) % 2 == 0 or set(opts) - {"--csv", "--best"}:
         print(__doc__.split("\n\n")[1])
         return 2
     rtol = float(sys.argv[1])
@@ -121,31 +154,14 @@ def main():
         bad.append(f"epoch losses {hist['loss']} / evaluate {hist['evaluate']['loss']}, "
                    f"Keras {ref['epoch_loss']} / {ref['evaluate']['loss']}")
 
-    # final weights
-    final = npz(os.path.join(os.path.dirname(sys.argv[2]), ref["final_weights"]))
-    saved = h5lite.datasets(sys.argv[4])
-    atol = ref.get("final_weights_atol", {})
-    worst_w, worst_path = 0.0, None
-    for path, (shape, want_w) in sorted(final.items()):
-        if path not in saved:
-            bad.append(f"{sys.argv[4]} has no {path} (it has {sorted(saved)})")
-            continue
-        gshape, got_w = saved[path]
-        if tuple(gshape) != tuple(shape):
-            bad.append(f"{path}: shape {tuple(gshape)}, Keras {tuple(shape)}")
-            continue
-        if path in atol:
-            d = max(abs(a - b) for a, b in zip(got_w, want_w))
-            if d > atol[path]:
-                bad.append(f"{path}: max |kdcc - keras| = {d:.2e} > {atol[path]:.2e} "
-                           "(absolute: its gradient is zero in exact arithmetic)")
-            continue
-        scale = max(max(abs(v) for v in want_w), 1e-12)
-        d = max(abs(a - b) for a, b in zip(got_w, want_w)) / scale
-        if d > worst_w:
-            worst_w, worst_path = d, path
-        if d > rtol:
-            bad.append(f"{path}: max |kdcc - keras| = {d:.2e} of max |keras|")
+    # final weights (and ModelCheckpoint's)
+    here = os.path.dirname(sys.argv[2])
+    worst_w, worst_path = compare_weights(npz(os.path.join(here, ref["final_weights"])),
+                                          sys.argv[4], ref.get("final_weights_atol", {}),
+                                          rtol, bad)
+    if "--best" in opts:
+        compare_weights(npz(os.path.join(here, ref["checkpoint_best"])), opts["--best"], {},
+                        rtol, bad)
 
     # every other log (several outputs: "<output>_loss"; metrics), where the
     # history has it
@@ -201,8 +217,8 @@ def main():
         if d > rtol:
             bad.append(f"evaluate {key} {a!r}, Keras {b!r}")
 
-    if len(sys.argv) == 6:
-        compare_csv(sys.argv[5], os.path.join(os.path.dirname(sys.argv[2]), ref["csv_log"]),
+    if "--csv" in opts:
+        compare_csv(opts["--csv"], os.path.join(here, ref["csv_log"]),
                     lambda key, a, b: log_diff(key, a, b) <= rtol, bad)
 
     metric = ref.get("metric")

@@ -215,6 +215,17 @@ FIT_CASES = {
                                 reduce_lr=dict(factor=0.5, patience=1, cooldown=1,
                                                min_lr=0.002),
                                 early_stopping=dict(patience=3)))),
+    # val_accuracy (max mode) from epoch 2 on, with a baseline: it is not
+    # beaten until epoch 4, so EarlyStopping's wait runs on through the
+    # first improvements; ModelCheckpoint(save_best_only) keeps the best
+    # epoch's weights, which kdcc's --checkpoint-best must equal.
+    "func_fit_best": ("func_branches", "func_branches", "func_branches",
+                      dict(batch=16, epochs=10, val="data", lr=0.01,
+                           callbacks=dict(
+                               early_stopping=dict(monitor="val_accuracy", patience=2,
+                                                   baseline=0.25, start_from_epoch=1,
+                                                   restore_best_weights=True),
+                               checkpoint_best=dict(monitor="val_accuracy")))),
 }
 
 
@@ -246,6 +257,9 @@ def callback_args(cfg):
         args += ["--early-stopping", str(es["patience"])]
         if "min_delta" in es:
             args += ["--min-delta", repr(es["min_delta"])]
+        for k in ("baseline", "start_from_epoch"):
+            if k in es:
+                args += ["--" + k.replace("_", "-"), repr(es[k])]
         if es.get("restore_best_weights"):
             args += ["--restore-best-weights"]
     monitors = {d.get("monitor", "val_loss") for d in cb.values()}
@@ -581,12 +595,18 @@ def batches(n, bs):
     return [(s, min(s + bs, n)) for s in range(0, n, bs)]
 
 
-def fit_history(model, xs, ys, vx, vy, bs, epochs, val, cfg, csv=None):
-    """(model.fit's History, the model) with the case's callbacks, and
-    CSVLogger writing csv (after them, as kdcc's --csv-log runs)."""
+def fit_history(model, xs, ys, vx, vy, bs, epochs, val, cfg, csv=None, best=None):
+    """(model.fit's History, the model) with the case's callbacks, then
+    (as kdcc runs them) ModelCheckpoint(save_best_only) writing best, when
+    the case has one, and CSVLogger writing csv."""
     kw = (dict(validation_data=(one_or_list(vx), one_or_list(vy))) if val == "data"
           else dict(validation_split=val))
-    cbs = make_callbacks(cfg) + ([keras.callbacks.CSVLogger(csv)] if csv else [])
+    ck = cfg.get("callbacks", {}).get("checkpoint_best")
+    cbs = make_callbacks(cfg)
+    if ck and best:
+        cbs.append(keras.callbacks.ModelCheckpoint(best, save_best_only=True,
+                                                   save_weights_only=True, **ck))
+    cbs += [keras.callbacks.CSVLogger(csv)] if csv else []
     h = model.fit(one_or_list(xs), one_or_list(ys), batch_size=bs, epochs=epochs,
                   shuffle=False, verbose=0, callbacks=cbs, **kw)
     return h.history, model
@@ -676,7 +696,12 @@ def run_fit_case(case, out):
 
         # 2. the same training through fit: the History
         csv = os.path.join(mdir, case + ".csv") if cbs else None
-        hist, model = fit_history(build(), xs, ys, vx, vy, bs, epochs, val, cfg, csv)
+        best_dir = tempfile.mkdtemp()
+        best = os.path.join(best_dir, "best.weights.h5")
+        hist, model = fit_history(build(), xs, ys, vx, vy, bs, epochs, val, cfg, csv, best)
+        if os.path.exists(best):  # ModelCheckpoint's file, as the case's .best.npz
+            np.savez_compressed(os.path.join(mdir, case + ".best.npz"), **layer_weights(best))
+        shutil.rmtree(best_dir)
         ev = model.evaluate(one_or_list(ev_x), one_or_list(ev_y), batch_size=bs, verbose=0,
                             return_dict=True)
         ev = {k: float(v) for k, v in ev.items()}
@@ -740,6 +765,8 @@ def run_fit_case(case, out):
         ref["callbacks"] = cfg["callbacks"]
         ref["epochs_run"] = len(epoch_logs["loss"])
         ref["csv_log"] = case + ".csv"  # Keras's CSVLogger file
+        if "checkpoint_best" in cfg["callbacks"]:  # ModelCheckpoint's weights
+            ref["checkpoint_best"] = case + ".best.npz"
     with open(os.path.join(mdir, case + ".json"), "w") as f:
         json.dump(ref, f, indent=1)
         f.write("\n")
