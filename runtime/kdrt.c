@@ -24,7 +24,9 @@
 //      Mean weighs it, in Keras-style progress on rank 0; validation on
 //      --val-x/--val-y, or the last --validation-split fraction (taken
 //      before shuffling), every sample; after each step, a checkpoint when
-//      one is due. A loss that is NaN or inf ends training after its
+//      one is due; at each epoch's end, Keras's callbacks (callbacks.c:
+//      --early-stopping, --reduce-lr-on-plateau, --checkpoint-best,
+//      --csv-log) on rank 0's epoch logs, broadcast. A loss that is NaN or inf ends training after its
 //      step, as Keras's TerminateOnNaN does; so do weights that are not
 //      finite (checked before each checkpoint and at each epoch's end),
 //      which are then never saved;
@@ -34,7 +36,8 @@
 //      status 1).
 //   Fit and evaluate are watched (watchdog.c): a rank that makes no progress
 //   for --timeout ends the job, saying where it waits.
-// Output paths (--history, --save-weights) are checked before any of it,
+// Output paths (--history, --save-weights, --checkpoint-best, --csv-log)
+// are checked before any of it,
 // and every row count the run will use (B and the partial last batches) is
 // put to the steps with c->probe set: a program that splits a batch
 // dimension over an axis those rows do not divide is an error before

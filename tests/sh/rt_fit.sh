@@ -232,6 +232,13 @@ for e, row in enumerate(lines[1:7]):
         assert "e" in x or "." in x, row
         assert abs(float(x) - h[k][e]) <= 1e-6 * max(1, abs(h[k][e])), (k, x, h[k][e])
 PY
+# Never improved on the first epoch: its weights come back (Keras's rule).
+name="early stopping, no improvement"
+run 2,2 4 --synthetic 64 --validation-split 0.25 --epochs 12 --lr 3 --early-stopping 1 \
+  --restore-best-weights --history "$T/es0.json"
+expect 0 "Restoring model weights from the end of the best epoch: 1."
+python3 -c "import json,sys; h=json.load(open(sys.argv[1])); v=h['val_loss']; assert len(v)==2 and v[1]>v[0] and abs(h['evaluate']['loss']-v[0])<=1e-6*v[0], h" "$T/es0.json" \
+  || fail "$name: history $(cat "$T/es0.json")"
 for mesh in "2,4" "8"; do
   name="early stopping ($mesh)"
   run "$mesh" 8 "${CB[@]}" --early-stopping 2 --restore-best-weights --history "$T/es8.json"
