@@ -32,6 +32,7 @@
 // first epoch's end).
 #include "kdrt.h"
 
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -100,6 +101,30 @@ static int auto_less(const char *monitor, int *less) {
   return -1;
 }
 
+// The monitored log's index among the run's logs (cb->monitor) and its
+// direction (cb->less); 0, or -1 with a message naming the logs there are.
+static int find_monitor(kdrt_callbacks *cb, char *err, size_t errlen) {
+  const char *mon = cb->o->monitor ? cb->o->monitor : "val_loss";
+  char list[2048] = "";
+  size_t k = 0;
+  for (int i = 0; i < cb->nnames; i++) {
+    if (!cb->has_val && !strncmp(cb->names[i], "val_", 4)) continue;
+    if (!strcmp(cb->names[i], mon)) cb->monitor = i;
+    k += (size_t)snprintf(list + k, k < sizeof list ? sizeof list - k : 0, "%s%s",
+                          k ? ", " : "", cb->names[i]);
+  }
+  if (cb->monitor < 0)
+    return kdrt_errf(err, errlen, "--monitor %s: no such log%s; the logs are %s", mon,
+                     !cb->has_val && !strncmp(mon, "val_", 4)
+                         ? " (val_ logs need --val-x/--val-y or --validation-split)" : "",
+                     list);
+  if (cb->o->mode) cb->less = cb->o->mode < 0;
+  else if (auto_less(mon, &cb->less))
+    return kdrt_errf(err, errlen, "--monitor %s: cannot tell whether to minimize or maximize "
+                     "it (as Keras cannot in auto mode); give --mode min or --mode max", mon);
+  return 0;
+}
+
 int kdrt_cb_begin(kdrt_callbacks *cb, kdrt_ctx *c, const kdrt_options *o, int nnames,
                   const char *const *names, int has_val, int show, char *err, size_t errlen) {
   memset(cb, 0, sizeof *cb);
@@ -110,27 +135,8 @@ int kdrt_cb_begin(kdrt_callbacks *cb, kdrt_ctx *c, const kdrt_options *o, int nn
   cb->nnames = nnames;
   cb->has_val = has_val;
   cb->lr = c->lr;
-  if (!o->early_stopping && !o->reduce_lr && !o->checkpoint_best && !o->csv_log) return 0;
-  const char *mon = o->monitor ? o->monitor : "val_loss";
-  if (o->early_stopping || o->reduce_lr || o->checkpoint_best) {
-    char list[2048] = "";
-    size_t k = 0;
-    for (int i = 0; i < nnames; i++) {
-      if (!has_val && !strncmp(names[i], "val_", 4)) continue;
-      if (!strcmp(names[i], mon)) cb->monitor = i;
-      k += (size_t)snprintf(list + k, k < sizeof list ? sizeof list - k : 0, "%s%s",
-                            k ? ", " : "", names[i]);
-    }
-    if (cb->monitor < 0)
-      return kdrt_errf(err, errlen, "--monitor %s: no such log%s; the logs are %s", mon,
-                       !has_val && !strncmp(mon, "val_", 4)
-                           ? " (val_ logs need --val-x/--val-y or --validation-split)" : "",
-                       list);
-    if (o->mode) cb->less = o->mode < 0;
-    else if (auto_less(mon, &cb->less))
-      return kdrt_errf(err, errlen, "--monitor %s: cannot tell whether to minimize or maximize "
-                       "it (as Keras cannot in auto mode); give --mode min or --mode max", mon);
-  }
+  if ((o->early_stopping || o->reduce_lr || o->checkpoint_best) && find_monitor(cb, err, errlen))
+    return -1;
   if (o->restore_best) {
     size_t n = 0;
     for (int v = 0; v < c->prog->nvars; v++) n += c->prog->vars[v].n;
@@ -144,7 +150,7 @@ int kdrt_cb_begin(kdrt_callbacks *cb, kdrt_ctx *c, const kdrt_options *o, int nn
     cb->csv_header = !old || fgetc(old) == EOF;
     if (old) fclose(old);
     cb->csv = fopen(o->csv_log, o->csv_append ? "a" : "w");
-    if (!cb->csv) return kdrt_errf(err, errlen, "--csv-log %s: cannot open it", o->csv_log);
+    if (!cb->csv) return kdrt_errf(err, errlen, "--csv-log %s: %s", o->csv_log, strerror(errno));
   }
   return 0;
 }
