@@ -66,7 +66,8 @@ void kdrt_py_float(char *buf, size_t len, double v) {
     if (*s != '.') d[nd++] = *s;
   while (nd > 1 && d[nd - 1] == '0') nd--; // "%.0e" of 0.5 cannot leave zeros; others may
   size_t k = (size_t)snprintf(buf, len, "%s", neg ? "-" : "");
-#define PUT(...) (k += (size_t)snprintf(buf + (k < len ? k : len), k < len ? len - k : 0, __VA_ARGS__))
+#define PUT(...) \
+  (k += (size_t)snprintf(buf + (k < len ? k : len), k < len ? len - k : 0, __VA_ARGS__))
   if (exp < -4 || exp >= 16) {
     PUT("%c", d[0]);
     if (nd > 1) PUT(".%.*s", nd - 1, d + 1);
@@ -283,7 +284,8 @@ int kdrt_cb_epoch_end(kdrt_callbacks *cb, kdrt_ctx *c, int epoch, const double *
 }
 
 void kdrt_cb_end(kdrt_callbacks *cb, kdrt_ctx *c) {
-  if (cb->stopped_epoch > 0 && cb->show) printf("Epoch %d: early stopping\n", cb->stopped_epoch + 1);
+  if (cb->stopped_epoch > 0 && cb->show)
+    printf("Epoch %d: early stopping\n", cb->stopped_epoch + 1);
   if (cb->has_best_weights) {
     if (cb->show)
       printf("Restoring model weights from the end of the best epoch: %d.\n", cb->best_epoch + 1);

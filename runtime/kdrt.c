@@ -26,10 +26,10 @@
 //      before shuffling), every sample; after each step, a checkpoint when
 //      one is due; at each epoch's end, Keras's callbacks (callbacks.c:
 //      --early-stopping, --reduce-lr-on-plateau, --checkpoint-best,
-//      --csv-log) on rank 0's epoch logs, broadcast. A loss that is NaN or inf ends training after its
-//      step, as Keras's TerminateOnNaN does; so do weights that are not
-//      finite (checked before each checkpoint and at each epoch's end),
-//      which are then never saved;
+//      --csv-log) on rank 0's epoch logs, broadcast. A loss that is NaN
+//      or inf ends training after its step, as Keras's TerminateOnNaN
+//      does; so do weights that are not finite (checked before each
+//      checkpoint and at each epoch's end), which are then never saved;
 //   7. evaluate (the test set if given, else the validation data if any,
 //      else the training data; every sample), then write --history
 //      atomically (after a divergence: the history so far, no evaluation,
@@ -438,7 +438,8 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     } else if (!strcmp(name, "--min-delta") || !strcmp(name, "--reduce-lr-min-delta") ||
                !strcmp(name, "--min-lr")) {
       ok = val && !parse_f64(val, &dv) && dv >= 0.0;
-      if (ok) *(name[2] == 'r' ? &o->rl_min_delta : name[6] == 'l' ? &o->min_lr : &o->min_delta) = dv;
+      if (ok)
+        *(name[2] == 'r' ? &o->rl_min_delta : name[6] == 'l' ? &o->min_lr : &o->min_delta) = dv;
     } else if (!strcmp(name, "--reduce-lr-factor")) {
       ok = val && !parse_f64(val, &dv) && dv >= 0.0 && dv < 1.0;
       if (ok) o->rl_factor = dv;
@@ -448,7 +449,8 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     } else if (!strcmp(name, "--monitor") || !strcmp(name, "--checkpoint-best") ||
                !strcmp(name, "--csv-log")) {
       ok = val && *val;
-      if (ok) *(name[3] == 'o' ? &o->monitor : name[3] == 'h' ? &o->checkpoint_best : &o->csv_log) = val;
+      if (ok)
+        *(name[3] == 'o' ? &o->monitor : name[3] == 'h' ? &o->checkpoint_best : &o->csv_log) = val;
     } else if (!strcmp(name, "--mode")) {
       ok = val && (!strcmp(val, "auto") || !strcmp(val, "min") || !strcmp(val, "max"));
       if (ok) o->mode = !strcmp(val, "min") ? -1 : !strcmp(val, "max") ? 1 : 0;
@@ -458,15 +460,17 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     if (!known) return bad(err, errlen, "unknown option '%s'", name);
     if (!val) return bad(err, errlen, "option '%s' needs a value", name);
     if (!ok) {
-      const char *want = !strcmp(name, "--validation-split") || !strcmp(name, "--reduce-lr-factor")
+      const char *want = !strcmp(name, "--validation-split") ||
+                                 !strcmp(name, "--reduce-lr-factor")
                              ? "a number in [0, 1)"
-                         : !strcmp(name, "--min-delta") || !strcmp(name, "--reduce-lr-min-delta") ||
-                                 !strcmp(name, "--min-lr")
+                         : !strcmp(name, "--min-delta") ||
+                                 !strcmp(name, "--reduce-lr-min-delta") || !strcmp(name, "--min-lr")
                              ? "a number >= 0"
                          : !strcmp(name, "--baseline") ? "a number"
                          : !strcmp(name, "--mode") ? "auto, min or max"
                          : !strcmp(name, "--monitor") ? "a log's name (val_loss, accuracy, ...)"
-                         : !strcmp(name, "--early-stopping") || !strcmp(name, "--reduce-lr-on-plateau") ||
+                         : !strcmp(name, "--early-stopping") ||
+                                 !strcmp(name, "--reduce-lr-on-plateau") ||
                                  !strcmp(name, "--start-from-epoch") ||
                                  !strcmp(name, "--reduce-lr-cooldown")
                              ? "an integer >= 0"
