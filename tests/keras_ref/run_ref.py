@@ -72,6 +72,17 @@ program evaluates after fit) and the final weights.
     two_heads_fit    two_heads      (2,4)  two outputs, per-output logs, a partial batch
     per_token_fit    per_token      (2,4)  a loss per token, averaged over every token
     per_token_fit_dp per_token      (8,)   the same on 8 devices
+    func_fit_es      func_branches  (2,4)  EarlyStopping on loss (min_delta, restore_best_weights):
+                                           7 of 10 epochs, epoch 6's weights restored
+    func_fit_rlrop   func_branches  (2,4)  ReduceLROnPlateau (factor, cooldown, min_lr) and
+                                           EarlyStopping on val_loss: the History's learning_rate
+    func_fit_best    func_branches  (2,4)  EarlyStopping on val_accuracy (baseline,
+                                           start_from_epoch) and ModelCheckpoint(save_best_only)
+
+Cases with callbacks run fit first; the train_on_batch run drives the same
+callback objects on fit's epoch logs (stop_training, learning_rate), and
+fit also runs ModelCheckpoint (<case>.best.npz: the weights it kept) and
+CSVLogger (<case>.csv), kdcc's --checkpoint-best and --csv-log.
 
 Keras itself cannot split 2 rows over 8 devices (IndivisibleError): for a
 case whose kdcc mesh is (8,), Keras ran under the case's keras_distribution
