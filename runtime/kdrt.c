@@ -897,7 +897,6 @@ static int epoch_end(run *r, int e, double *v) {
     for (int k = 0; k < nl; k++) v[nl + k] = NAN;
   KDRT_MPI(MPI_Bcast(v, 2 * nl, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   for (int k = 0; k < 2 * nl; k++) r->hist[k][e] = v[k];
-  r->lr_hist[e] = r->c->lr;
   kdrt_watch_phase("callbacks", e + 1, 0);
   return kdrt_cb_epoch_end(&r->cb, r->c, e, v, 0);
 }
@@ -941,6 +940,7 @@ static void fit(run *r) {
   r->epochs_done = e0;
   for (int e = e0; e < o->epochs; e++) {
     if (r->show) printf("Epoch %d/%d\n", e + 1, o->epochs), fflush(stdout);
+    r->lr_hist[e] = r->c->lr; // the rate this epoch trains with (ReduceLROnPlateau's log)
     if (o->no_shuffle)
       for (int64_t i = 0; i < r->ntrain; i++) order[i] = i;
     else
