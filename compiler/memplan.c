@@ -14,6 +14,18 @@
 //   sits past the arena's peak.
 // All offsets are multiples of 16 floats (64 bytes) and become named
 // compile-time constants in the generated program.
+//
+// The plan is made for the compiled batch (kdcc --batch-size), the most
+// rows a step may have: the steps take their rows at run time (B, b), so
+// any smaller batch runs in it, but `./train --batch-size` above it is
+// refused (kdrt_main), because first-fit offsets found for one set of
+// sizes do not stay disjoint when the sizes grow. Running a larger batch
+// needs this plan made at start-up: every arena value's size is
+// k * rows(B) (emit.c's Sym: one batch dim, B, b or B / p, or none), so
+// the program could carry this pass's alloc/free sequence with each k and
+// rows kind, kdrt could replay arena_alloc/arena_free for the run's B,
+// and the A* constants, SCRATCH, ARENA_FLOATS and the outputs' offsets
+// (kdrt_output) would become that plan's values.
 #include "kdcc.h"
 
 #include <stdlib.h>

@@ -24,17 +24,20 @@
 //      Mean weighs it, in Keras-style progress on rank 0; validation on
 //      --val-x/--val-y, or the last --validation-split fraction (taken
 //      before shuffling), every sample; after each step, a checkpoint when
-//      one is due. A loss that is NaN or inf ends training after its
-//      step, as Keras's TerminateOnNaN does; so do weights that are not
-//      finite (checked before each checkpoint and at each epoch's end),
-//      which are then never saved;
+//      one is due; at each epoch's end, Keras's callbacks (callbacks.c:
+//      --early-stopping, --reduce-lr-on-plateau, --checkpoint-best,
+//      --csv-log) on rank 0's epoch logs, broadcast. A loss that is NaN
+//      or inf ends training after its step, as Keras's TerminateOnNaN
+//      does; so do weights that are not finite (checked before each
+//      checkpoint and at each epoch's end), which are then never saved;
 //   7. evaluate (the test set if given, else the validation data if any,
 //      else the training data; every sample), then write --history
 //      atomically (after a divergence: the history so far, no evaluation,
 //      status 1).
 //   Fit and evaluate are watched (watchdog.c): a rank that makes no progress
 //   for --timeout ends the job, saying where it waits.
-// Output paths (--history, --save-weights) are checked before any of it,
+// Output paths (--history, --save-weights, --checkpoint-best, --csv-log)
+// are checked before any of it,
 // and every row count the run will use (B and the partial last batches) is
 // put to the steps with c->probe set: a program that splits a batch
 // dimension over an axis those rows do not divide is an error before
@@ -193,6 +196,27 @@ static void usage(FILE *f, const kdrt_program *p) {
           "  --checkpoint-dir D    save checkpoints in D/ckpt-<step> (the last 2 kept)\n"
           "  --checkpoint-every N  every N optimizer steps (default: each epoch's end)\n"
           "  --resume              continue from D's newest complete checkpoint\n"
+          "Keras's callbacks, run at every epoch's end as Keras runs them:\n"
+          "  --monitor NAME        the log they watch (default val_loss; see --history)\n"
+          "  --mode auto|min|max   whether it should fall or rise (auto: loss falls,\n"
+          "                        accuracy rises)\n"
+          "  --early-stopping P    EarlyStopping(patience=P): stop when the log has not\n"
+          "                        improved for P epochs\n"
+          "  --min-delta X         the least change that counts as improving (default 0)\n"
+          "  --baseline X          keep waiting until the log beats X\n"
+          "  --start-from-epoch N  watch from epoch N+1 on (default 0)\n"
+          "  --restore-best-weights  end with the best epoch's weights (the first epoch's\n"
+          "                        when none improved on it)\n"
+          "  --reduce-lr-on-plateau P  ReduceLROnPlateau(patience=P): multiply the learning\n"
+          "                        rate by --reduce-lr-factor F (default 0.1) when the log\n"
+          "                        has not improved by --reduce-lr-min-delta X (1e-4) for P\n"
+          "                        epochs, then wait --reduce-lr-cooldown N epochs (0); never\n"
+          "                        below --min-lr X (0); --history gets learning_rate\n"
+          "  --checkpoint-best FILE  ModelCheckpoint(save_best_only=True): write the weights\n"
+          "                        (.weights.h5 or .keras, atomically) whenever the log\n"
+          "                        improves\n"
+          "  --csv-log FILE        CSVLogger: a row of every log per epoch\n"
+          "  --csv-append          add to FILE instead of rewriting it\n"
           "  --timeout S           end the job when a rank makes no progress for S seconds\n"
           "                        (a stopped or hung rank leaves the others waiting); 0:\n"
           "                        never; default: 300 s, then 100 times the median step,\n"
@@ -279,11 +303,34 @@ static int parse_scale(const char *s, double *out) {
   return isfinite(*out) && *out != 0 ? 0 : -1;
 }
 
+// The callbacks' options that need another (EarlyStopping's need
+// --early-stopping, ...); 0, or 2 with err.
+static int callback_args(const kdrt_options *o, char *err, size_t errlen) {
+  const char *es = o->restore_best ? "--restore-best-weights" : o->min_delta > 0 ? "--min-delta"
+                   : o->has_baseline ? "--baseline" : o->start_from_epoch ? "--start-from-epoch"
+                                                                            : NULL;
+  if (es && !o->early_stopping) return bad(err, errlen, "%s needs --early-stopping", es);
+  const char *rl = o->rl_factor != 0.1 ? "--reduce-lr-factor" : o->rl_min_delta != 1e-4
+                   ? "--reduce-lr-min-delta" : o->rl_cooldown ? "--reduce-lr-cooldown"
+                   : o->min_lr > 0 ? "--min-lr" : NULL;
+  if (rl && !o->reduce_lr) return bad(err, errlen, "%s needs --reduce-lr-on-plateau", rl);
+  if (o->csv_append && !o->csv_log) return bad(err, errlen, "--csv-append needs --csv-log");
+  if ((o->monitor || o->mode) && !o->early_stopping && !o->reduce_lr && !o->checkpoint_best)
+    return bad(err, errlen, "%s needs --early-stopping, --reduce-lr-on-plateau or "
+               "--checkpoint-best", o->monitor ? "--monitor" : "--mode");
+  // A checkpoint holds no copy of the best epoch's weights.
+  if (o->restore_best && o->resume)
+    return bad(err, errlen, "--restore-best-weights and --resume exclude each other (a "
+               "checkpoint does not hold the best epoch's weights)");
+  return 0;
+}
+
 int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t errlen) {
   memset(o, 0, sizeof *o);
   o->epochs = 1;
   o->scale = 1.0;
   o->seed = 1337;
+  o->rl_factor = 0.1, o->rl_min_delta = 1e-4; // ReduceLROnPlateau's defaults
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -304,6 +351,14 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     }
     if (!strcmp(arg, "--drop-remainder")) {
       o->drop_remainder = 1;
+      continue;
+    }
+    if (!strcmp(arg, "--restore-best-weights")) {
+      o->restore_best = 1;
+      continue;
+    }
+    if (!strcmp(arg, "--csv-append")) {
+      o->csv_append = 1;
       continue;
     }
     // Every other option takes a value: `--opt V` or `--opt=V`.
@@ -376,13 +431,52 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
     } else if (!strcmp(name, "--timeout")) {
       ok = val && !parse_f64(val, &dv) && dv >= 0.0;
       if (ok) o->timeout = dv > 0 ? dv : -1;
+    } else if (!strcmp(name, "--early-stopping") || !strcmp(name, "--reduce-lr-on-plateau")) {
+      ok = val && !parse_i64(val, 0, &iv);
+      if (ok && name[2] == 'e') o->early_stopping = 1, o->es_patience = iv;
+      if (ok && name[2] == 'r') o->reduce_lr = 1, o->rl_patience = iv;
+    } else if (!strcmp(name, "--start-from-epoch") || !strcmp(name, "--reduce-lr-cooldown")) {
+      ok = val && !parse_i64(val, 0, &iv);
+      if (ok) *(name[2] == 's' ? &o->start_from_epoch : &o->rl_cooldown) = iv;
+    } else if (!strcmp(name, "--min-delta") || !strcmp(name, "--reduce-lr-min-delta") ||
+               !strcmp(name, "--min-lr")) {
+      ok = val && !parse_f64(val, &dv) && dv >= 0.0;
+      if (ok)
+        *(name[2] == 'r' ? &o->rl_min_delta : name[6] == 'l' ? &o->min_lr : &o->min_delta) = dv;
+    } else if (!strcmp(name, "--reduce-lr-factor")) {
+      ok = val && !parse_f64(val, &dv) && dv >= 0.0 && dv < 1.0;
+      if (ok) o->rl_factor = dv;
+    } else if (!strcmp(name, "--baseline")) {
+      ok = val && !parse_f64(val, &dv);
+      if (ok) o->has_baseline = 1, o->baseline = dv;
+    } else if (!strcmp(name, "--monitor") || !strcmp(name, "--checkpoint-best") ||
+               !strcmp(name, "--csv-log")) {
+      ok = val && *val;
+      if (ok)
+        *(name[3] == 'o' ? &o->monitor : name[3] == 'h' ? &o->checkpoint_best : &o->csv_log) = val;
+    } else if (!strcmp(name, "--mode")) {
+      ok = val && (!strcmp(val, "auto") || !strcmp(val, "min") || !strcmp(val, "max"));
+      if (ok) o->mode = !strcmp(val, "min") ? -1 : !strcmp(val, "max") ? 1 : 0;
     } else {
       known = 0;
     }
     if (!known) return bad(err, errlen, "unknown option '%s'", name);
     if (!val) return bad(err, errlen, "option '%s' needs a value", name);
     if (!ok) {
-      const char *want = !strcmp(name, "--validation-split") ? "a number in [0, 1)"
+      const char *want = !strcmp(name, "--validation-split") ||
+                                 !strcmp(name, "--reduce-lr-factor")
+                             ? "a number in [0, 1)"
+                         : !strcmp(name, "--min-delta") ||
+                                 !strcmp(name, "--reduce-lr-min-delta") || !strcmp(name, "--min-lr")
+                             ? "a number >= 0"
+                         : !strcmp(name, "--baseline") ? "a number"
+                         : !strcmp(name, "--mode") ? "auto, min or max"
+                         : !strcmp(name, "--monitor") ? "a log's name (val_loss, accuracy, ...)"
+                         : !strcmp(name, "--early-stopping") ||
+                                 !strcmp(name, "--reduce-lr-on-plateau") ||
+                                 !strcmp(name, "--start-from-epoch") ||
+                                 !strcmp(name, "--reduce-lr-cooldown")
+                             ? "an integer >= 0"
                          : !strcmp(name, "--timeout")        ? "seconds, a number >= 0"
                          : !strcmp(name, "--lr")             ? "a number >= 0"
                          : !strcmp(name, "--epochs") || !strcmp(name, "--seed")
@@ -394,6 +488,7 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
                          : !strcmp(name, "--checkpoint-dir") ? "a directory name"
                          : !strcmp(name, "--x") || !strcmp(name, "--y") ||
                                  !strcmp(name, "--history") || !strncmp(name, "--val-", 6) ||
+                                 !strcmp(name, "--checkpoint-best") || !strcmp(name, "--csv-log") ||
                                  !strncmp(name, "--test-", 7)
                              ? "a file name"
                              : "an integer >= 1";
@@ -418,7 +513,7 @@ int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t er
   if ((o->resume || o->checkpoint_every) && !o->checkpoint_dir)
     return bad(err, errlen, "%s needs --checkpoint-dir",
                o->resume ? "--resume" : "--checkpoint-every");
-  return 0;
+  return callback_args(o, err, errlen);
 }
 
 // The io whose name is the part of v before its '=', or -1.
@@ -702,7 +797,10 @@ typedef struct {
   int64_t nsteps;
   double *eval;                // [nlogs] evaluate's means
   const kdrt_ckpt_state *resume; // --resume: where the checkpoint left off, else NULL
-  int epochs_done;             // entries of the history (o->epochs, or fewer when it diverged)
+  int epochs_done;             // entries of the history (o->epochs, or fewer when it diverged
+                               // or stopped early)
+  kdrt_callbacks cb;           // --early-stopping, --reduce-lr-on-plateau, ... (callbacks.c)
+  double *lr_hist;             // [epochs] the learning rate each epoch trained with
   char diverged[512];          // why training stopped early (loss or weights not finite), or ""
 } run;
 
@@ -792,6 +890,20 @@ static int weights_diverged(run *r, const char *when) {
   return 1;
 }
 
+// The callbacks at epoch e's end, on its logs v[2 * nlogs] (the val_ ones
+// NaN without validation). The logs are identical on every rank already
+// (reduced by the steps); rank 0's are broadcast all the same, so no rank
+// can take another decision. Returns 1: training stops (EarlyStopping).
+static int epoch_end(run *r, int e, double *v) {
+  int nl = r->p->nlogs;
+  if (r->nval == 0)
+    for (int k = 0; k < nl; k++) v[nl + k] = NAN;
+  KDRT_MPI(MPI_Bcast(v, 2 * nl, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  for (int k = 0; k < 2 * nl; k++) r->hist[k][e] = v[k];
+  kdrt_watch_phase("callbacks", e + 1, 0);
+  return kdrt_cb_epoch_end(&r->cb, r->c, e, v, 0);
+}
+
 static void fit(run *r) {
   const kdrt_program *p = r->p;
   const kdrt_options *o = r->o;
@@ -819,17 +931,26 @@ static void fit(run *r) {
       for (int k = 0; k < 2 * nl; k++) r->hist[k][i] = ck->hist[k][i];
     for (; r->nsteps < ck->nsteps && r->nsteps < o->epochs * steps; r->nsteps++)
       r->step_loss[r->nsteps] = ck->step_loss[r->nsteps];
+    // The callbacks' state (and so the learning rate) is a function of the
+    // epochs' logs, which the checkpoint holds: replay them.
+    for (int i = 0; i < e0; i++) {
+      double v[2 * KDRT_MAX_LOGS];
+      for (int k = 0; k < 2 * nl; k++) v[k] = r->hist[k][i];
+      r->lr_hist[i] = r->c->lr;
+      kdrt_cb_epoch_end(&r->cb, r->c, i, v, 1);
+    }
   }
   r->epochs_done = e0;
   for (int e = e0; e < o->epochs; e++) {
     if (r->show) printf("Epoch %d/%d\n", e + 1, o->epochs), fflush(stdout);
+    r->lr_hist[e] = r->c->lr; // the rate this epoch trains with (ReduceLROnPlateau's log)
     if (o->no_shuffle)
       for (int64_t i = 0; i < r->ntrain; i++) order[i] = i;
     else
       kdrt_shuffle(o->seed, e, order, r->ntrain);
     progbar pb;
     progbar_start(&pb, r->show, r->live, steps);
-    double *sum = r->sums, v[2 * KDRT_MAX_LOGS];
+    double *sum = r->sums, v[2 * KDRT_MAX_LOGS + 1]; // + 1: learning_rate, for the bar
     for (int k = 0; k < nl; k++) sum[k] = 0;
     int64_t s = 0, seen = 0; // steps and samples done this epoch
     if (ck && e == ck->epoch) {
@@ -895,7 +1016,15 @@ static void fit(run *r) {
       evaluate(r, &r->val, val, NULL);
       for (int k = 0; k < nl; k++) r->hist[nl + k][e] = v[nl + k] = val[k];
     }
-    progbar_update(&pb, steps, 1, ncols, r->names, v);
+    // The callbacks run before the bar's last update, as Keras's
+    // ProgbarLogger comes after them: ReduceLROnPlateau's learning_rate
+    // is one of the logs the bar shows.
+    int stop = epoch_end(r, e, v), nbar = ncols;
+    const char *bar_names[2 * KDRT_MAX_LOGS + 1];
+    memcpy(bar_names, r->names, sizeof(const char *) * (size_t)ncols);
+    if (o->reduce_lr) bar_names[nbar] = "learning_rate", v[nbar++] = r->lr_hist[e];
+    progbar_update(&pb, steps, 1, nbar, bar_names, v);
+    if (stop) break;
   }
   free(order);
 }
@@ -933,6 +1062,7 @@ static int write_history(const run *r, const char *path) {
   for (int k = 1; k < nl; k++) fputs(", ", f), json_list(f, r->names[k], r->hist[k], n);
   for (int k = 0; k < nl && r->nval > 0; k++)
     fputs(", ", f), json_list(f, r->names[nl + k], r->hist[nl + k], n);
+  if (r->o->reduce_lr) fputs(", ", f), json_list(f, "learning_rate", r->lr_hist, n);
   fputs(", \"evaluate\": {", f);
   for (int k = 0; k < nl; k++) {
     fprintf(f, "%s\"%s\": ", k ? ", " : "", r->names[k]);
@@ -996,6 +1126,8 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
     fail_all(c, 2, "%s (see %s --help)", err, prog_invoke);
   if (o.save_weights && kdrt_weights_check_path(prog, o.save_weights, err, sizeof err))
     fail_all(c, 2, "--save-weights %s", err);
+  if (o.checkpoint_best && kdrt_weights_check_path(prog, o.checkpoint_best, err, sizeof err))
+    fail_all(c, 2, "--checkpoint-best %s", err);
   if (!o.help && !o.weights && !o.init_random && prog->weights_file && !kdrt_program_archive(prog))
     fail_all(c, 1, "%s", kdrt_archive_gone(prog, err, sizeof err));
   if (o.help) {
@@ -1006,12 +1138,13 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   // Outputs are written at the end (rank 0): a place that cannot take them
   // is said now, not after the whole run.
   {
-    int bad = 0; // 1: --history, 2: --save-weights
-    if (c->rank == 0)
-      bad = o.history && kdrt_check_output(o.history, err, sizeof err) ? 1
-            : o.save_weights && kdrt_check_output(o.save_weights, err, sizeof err) ? 2 : 0;
+    const char *const flag[4] = {"--history", "--save-weights", "--checkpoint-best", "--csv-log"};
+    const char *const path[4] = {o.history, o.save_weights, o.checkpoint_best, o.csv_log};
+    int bad = 0; // 1 + the index of the first that cannot be written
+    for (int i = 0; i < 4 && c->rank == 0 && !bad; i++)
+      if (path[i] && kdrt_check_output(path[i], err, sizeof err)) bad = i + 1;
     KDRT_MPI(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    if (bad) fail_all(c, 1, "%s %s", bad == 1 ? "--history" : "--save-weights", err);
+    if (bad) fail_all(c, 1, "%s %s", flag[bad - 1], err);
   }
 
   // 3. the mesh
@@ -1166,14 +1299,14 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   r.show = show;
   r.live = show && live;
   int ne = o.epochs > 0 ? o.epochs : 1, nl = prog->nlogs;
-  double *hist = calloc((size_t)ne * 2 * (size_t)nl + 2 * (size_t)nl, sizeof(double));
+  double *hist = calloc((size_t)ne * (2 * (size_t)nl + 1) + 2 * (size_t)nl, sizeof(double));
   r.hist = calloc(2 * (size_t)nl, sizeof *r.hist);
   r.names = calloc(2 * (size_t)nl, sizeof *r.names);
   char *val_names = calloc(2 * (size_t)nl, 128);
   r.logs = calloc((size_t)nl, sizeof *r.logs);
   if (!hist || !r.hist || !r.names || !val_names || !r.logs) kdrt_fatal(c, "out of memory");
   for (int k = 0; k < 2 * nl; k++) r.hist[k] = hist + (size_t)k * (size_t)ne;
-  r.sums = hist + 2 * (size_t)nl * (size_t)ne, r.eval = r.sums + nl;
+  r.sums = hist + 2 * (size_t)nl * (size_t)ne, r.eval = r.sums + nl, r.lr_hist = r.eval + nl;
   for (int k = 0; k < nl; k++) {
     r.names[k] = prog->log_names[k];
     snprintf(val_names + 128 * k, 128, "val_%s", prog->log_names[k]);
@@ -1193,9 +1326,17 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
              (long long)ck.steps);
   }
 
+  // The callbacks: their monitored log must be one of this run's.
+  {
+    int rc = kdrt_cb_begin(&r.cb, c, &o, 2 * nl, r.names, r.nval > 0, show, err, sizeof err);
+    KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (rc) fail_all(c, 1, "%s", err);
+  }
+
   // 6. fit, 7. evaluate, watched (watchdog.c)
   kdrt_watchdog_start(c, o.timeout);
   fit(&r);
+  kdrt_cb_end(&r.cb, c); // restore_best_weights: before evaluate, as Keras's fit ends
   int status = 0;
   if (!r.diverged[0]) {
     const kdrt_data *ed = r.test.n ? &r.test : r.nval > 0 ? &r.val : &r.data;

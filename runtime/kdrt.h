@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kdrt_ops.h" // kdrt_layout, KDRT_MAX_*, the kernels; kdrt_defs.h: the shared enums
 
@@ -133,6 +134,9 @@ struct kdrt_ctx {
   int64_t local_rows, row0;
   int probe;                         // set: a step only checks that c->rows can run on this
                                      // program (kdrt_rows_refused) and returns; x, y are NULL
+  int params_changed;                // set when the host changed c->params after training
+                                     // began (restore_best_weights): a device copy
+                                     // (runtime/cuda) must take them
   float *params;                     // param_floats, 64-byte aligned
   float *grads;                      // grad_floats
   float *arena;                      // arena_floats
@@ -615,11 +619,68 @@ typedef struct {
   int help;                   // --help
   double timeout;             // --timeout S: > 0 seconds, -1: none (--timeout 0), 0: the
                               // watchdog's default (kdrt_watchdog_start)
+  // Keras's callbacks (callbacks.c), their defaults Keras's
+  const char *monitor;        // --monitor NAME: a log, default "val_loss"
+  int mode;                   // --mode auto|min|max: 0, -1, 1
+  int early_stopping;         // --early-stopping PATIENCE given
+  int64_t es_patience;
+  double min_delta;           // --min-delta X (EarlyStopping's, default 0)
+  int has_baseline;           // --baseline X given
+  double baseline;
+  int64_t start_from_epoch;   // --start-from-epoch N
+  int restore_best;           // --restore-best-weights
+  int reduce_lr;              // --reduce-lr-on-plateau PATIENCE given
+  int64_t rl_patience;
+  double rl_factor;           // --reduce-lr-factor F in [0, 1), default 0.1
+  double rl_min_delta;        // --reduce-lr-min-delta X, default 1e-4
+  int64_t rl_cooldown;        // --reduce-lr-cooldown N, default 0
+  double min_lr;              // --min-lr X, default 0
+  const char *checkpoint_best; // --checkpoint-best FILE (.weights.h5 or .keras)
+  const char *csv_log;        // --csv-log FILE
+  int csv_append;             // --csv-append
 } kdrt_options;
 
 // Parse argv[1..argc) into o (defaults first). Returns 0, or 2 with a
 // one-line message in err (usage errors exit with status 2).
 int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t errlen);
+
+// ---------------------------------------------------------------- callbacks.c
+// Keras's EarlyStopping, ReduceLROnPlateau, ModelCheckpoint(save_best_only)
+// and CSVLogger, run by fit at every epoch's end (semantics: callbacks.c).
+typedef struct {
+  const kdrt_options *o;
+  int nnames;                 // the logs an epoch ends with: names[i], then
+  const char *const *names;   // (has_val) the val_ ones among them
+  int has_val, show;          // validation runs; rank 0 prints
+  int monitor, less;          // the monitored log's index in names (-1: none); min mode
+  float lr;                   // the learning rate in use
+  int es_wait, es_has_best, best_epoch, stopped_epoch; // EarlyStopping
+  double es_best;
+  float *best_weights;        // restore_best_weights: every variable's shard, in vars order
+  int has_best_weights;
+  int rl_wait, rl_cooldown, rl_has_best; // ReduceLROnPlateau
+  double rl_best;
+  int ck_has_best;            // ModelCheckpoint
+  double ck_best;
+  FILE *csv;                  // CSVLogger (rank 0)
+  int csv_header;             // the header is still to write
+} kdrt_callbacks;
+// on_train_begin: find the monitored log among names[nnames] (the val_
+// ones count when has_val), decide the mode, open --csv-log (rank 0).
+// 0, or -1 with a message (every rank alike, but the CSV file's).
+int kdrt_cb_begin(kdrt_callbacks *cb, kdrt_ctx *c, const kdrt_options *o, int nnames,
+                  const char *const *names, int has_val, int show, char *err, size_t errlen);
+// on_epoch_end of epoch `epoch` (from 0) with its logs[nnames], identical
+// on every rank: may set c->lr, save --checkpoint-best (collective),
+// write a CSV row. Returns 1 when EarlyStopping stops training. replay:
+// only the state (the epochs a resumed run restored), nothing said or written.
+int kdrt_cb_epoch_end(kdrt_callbacks *cb, kdrt_ctx *c, int epoch, const double *logs,
+                      int replay);
+// on_train_end: restore_best_weights' weights back into c->params; closes.
+void kdrt_cb_end(kdrt_callbacks *cb, kdrt_ctx *c);
+// v as Python's repr(float) writes it ("0.1", "3.0", "1e-05"): the csv
+// module's format for a log.
+void kdrt_py_float(char *buf, size_t len, double v);
 
 // idx[0..n) = a permutation of 0..n-1 for this epoch (Fisher-Yates driven by
 // kdrt_uniform with counter (epoch, i)); identical on every rank and mesh.

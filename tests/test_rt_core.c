@@ -392,6 +392,86 @@ Test(args, errors_name_the_option) {
   cr_assert_str_eq(err, "--synthetic and --x exclude each other");
 }
 
+Test(args, callback_options) {
+  kdrt_options o;
+  char err[256];
+  const char *none[] = {NULL};
+  cr_assert_eq(parse(&o, err, none), 0);
+  cr_assert(!o.early_stopping && !o.reduce_lr && !o.csv_log && !o.checkpoint_best);
+  cr_assert(o.rl_factor == 0.1 && o.rl_min_delta == 1e-4); // ReduceLROnPlateau's defaults
+  const char *a[] = {"--early-stopping", "3", "--restore-best-weights", "--min-delta=0.01",
+                     "--baseline", "-2", "--start-from-epoch", "1", "--monitor", "val_accuracy",
+                     "--mode", "max", "--reduce-lr-on-plateau", "2", "--reduce-lr-factor",
+                     "0.5", "--reduce-lr-min-delta", "0", "--reduce-lr-cooldown", "4",
+                     "--min-lr", "1e-3", "--checkpoint-best", "b.weights.h5", "--csv-log",
+                     "l.csv", "--csv-append", NULL};
+  cr_assert_eq(parse(&o, err, a), 0, "%s", err);
+  cr_assert(o.early_stopping && o.es_patience == 3 && o.restore_best && o.min_delta == 0.01);
+  cr_assert(o.has_baseline && o.baseline == -2 && o.start_from_epoch == 1);
+  cr_assert_str_eq(o.monitor, "val_accuracy");
+  cr_assert_eq(o.mode, 1);
+  cr_assert(o.reduce_lr && o.rl_patience == 2 && o.rl_factor == 0.5 && o.rl_min_delta == 0);
+  cr_assert(o.rl_cooldown == 4 && o.min_lr == 1e-3);
+  cr_assert_str_eq(o.checkpoint_best, "b.weights.h5");
+  cr_assert(!strcmp(o.csv_log, "l.csv") && o.csv_append);
+  const char *cooldown[] = {"--reduce-lr-cooldown", "2", NULL};
+  cr_assert_eq(parse(&o, err, cooldown), 2);
+  cr_assert_str_eq(err, "--reduce-lr-cooldown needs --reduce-lr-on-plateau");
+  const char *baseline[] = {"--baseline", "1", NULL};
+  cr_assert_eq(parse(&o, err, baseline), 2);
+  cr_assert_str_eq(err, "--baseline needs --early-stopping");
+  const char *patience[] = {"--reduce-lr-on-plateau", "x", NULL};
+  cr_assert_eq(parse(&o, err, patience), 2);
+  cr_assert_str_eq(err, "option '--reduce-lr-on-plateau' wants an integer >= 0, got 'x'");
+}
+
+// ------------------------------------------------------------ callbacks
+
+Test(callbacks, python_float_repr) {
+  static const struct { double v; const char *s; } cases[] = {
+      {0.1, "0.1"}, {3.0, "3.0"}, {1e-05, "1e-05"}, {0.0001, "0.0001"}, {1.5e-05, "1.5e-05"},
+      {1e16, "1e+16"}, {1.2345e16, "1.2345e+16"}, {123456789012345.6, "123456789012345.6"},
+      {9999999999999998.0, "9999999999999998.0"}, {-0.0, "-0.0"}, {0.0, "0.0"},
+      {100.0, "100.0"}, {2.5e-300, "2.5e-300"}, {-INFINITY, "-inf"}, {1e22, "1e+22"},
+      {0.5, "0.5"}, {(double)0.005f, "0.004999999888241291"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char buf[64];
+    kdrt_py_float(buf, sizeof buf, cases[i].v);
+    cr_assert_str_eq(buf, cases[i].s, "repr(%.17g)", cases[i].v);
+  }
+}
+
+// func_fit_rlrop's run in Keras (tests/fixtures/keras_ref): val_loss rises
+// every epoch; ReduceLROnPlateau(factor=0.5, patience=1, cooldown=1,
+// min_lr=0.002) halves the rate after epochs 2, 3, 4 (the last stopped at
+// min_lr), EarlyStopping(patience=3) stops after epoch 4.
+Test(callbacks, keras_plateau_and_stopping) {
+  kdrt_options o;
+  char err[256];
+  const char *a[] = {"--reduce-lr-on-plateau", "1", "--reduce-lr-factor", "0.5",
+                     "--reduce-lr-cooldown", "1", "--min-lr", "0.002", "--early-stopping", "3",
+                     NULL};
+  cr_assert_eq(parse(&o, err, a), 0, "%s", err);
+  kdrt_ctx c = {.lr = 0.01f};
+  const char *names[] = {"loss", "val_loss"};
+  kdrt_callbacks cb;
+  cr_assert_eq(kdrt_cb_begin(&cb, &c, &o, 2, names, 1, 0, err, sizeof err), 0, "%s", err);
+  const double val[] = {1.5420925617218018, 1.576389193534851, 1.618839144706726,
+                        1.6504124402999878};
+  const float lr[] = {0.01f, 0.005f, 0.0025f, 0.002f};
+  for (int e = 0; e < 4; e++) {
+    double logs[2] = {1, val[e]};
+    cr_assert_eq(kdrt_cb_epoch_end(&cb, &c, e, logs, 0), e == 3, "epoch %d", e + 1);
+    cr_assert_float_eq(c.lr, lr[e], 1e-9f, "after epoch %d: %g", e + 1, (double)c.lr);
+  }
+  kdrt_cb_end(&cb, &c);
+  // A monitor the run has not: an error naming the logs.
+  const char *nv[] = {"loss", "val_loss"};
+  cr_assert_eq(kdrt_cb_begin(&cb, &c, &o, 2, nv, 0, 0, err, sizeof err), -1);
+  cr_assert_str_eq(err, "--monitor val_loss: no such log (val_ logs need --val-x/--val-y or "
+                        "--validation-split); the logs are loss");
+}
+
 // ------------------------------------------------------------ .npy headers
 
 // A version-1 .npy header for dict text `d`, padded as numpy pads it.

@@ -238,6 +238,10 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
     host_newer = 1, device_newer = 0;
   }
   if (mode == KDRT_CUDA_GRAD) host_newer = 1; // gradcheck moves c->params between calls
+  if (c->params_changed) { // restore_best_weights put an earlier epoch's weights back
+    c->params_changed = 0;
+    host_newer = 1, device_newer = 0;
+  }
   if (host_newer) {
     kdrt_cuda_upload(d, d->params, c->params, p->param_floats);
     host_newer = 0;
@@ -335,10 +339,18 @@ extern "C" int kdrt_cuda_main(int argc, char **argv, const kdrt_program *prog, i
   if (argc > 1 && !strcmp(argv[1], "gradcheck")) {
     rc = kdrt_gradcheck(argc - 1, argv + 1, prog);
   } else {
-    // Checkpoints read c->params during fit: keep the host copy current.
+    // Checkpoints, --checkpoint-best and --restore-best-weights read
+    // c->params during fit (the last at an epoch's end, with no
+    // evaluation before it when it watches a training log): keep the
+    // host copy current.
+    static const char *const readers[] = {"--checkpoint-dir", "--checkpoint-best",
+                                          "--restore-best-weights"};
     for (int i = 1; i < argc; i++)
-      if (!strcmp(argv[i], "--checkpoint-dir") || !strncmp(argv[i], "--checkpoint-dir=", 17))
-        mirror_each_step = 1;
+      for (int k = 0; k < 3; k++) {
+        size_t n = strlen(readers[k]);
+        if (!strncmp(argv[i], readers[k], n) && (!argv[i][n] || argv[i][n] == '='))
+          mirror_each_step = 1;
+      }
     rc = kdrt_main(argc, argv, prog); // predict too (kdrt_main dispatches it)
   }
   kdrt_cuda_shutdown();

@@ -2,7 +2,8 @@
 """Compare one kdcc run with the Keras reference of its case (standard
 library only: runs in `make test` with no numpy or h5py).
 
-usage: compare_ref.py RTOL CASE.json HISTORY.json SAVED.weights.h5
+usage: compare_ref.py RTOL CASE.json HISTORY.json SAVED.weights.h5 [--csv LOG.csv]
+                      [--best BEST.weights.h5]
 
 CASE.json comes from tests/keras_ref/run_ref.py (with final.npz beside it);
 HISTORY.json is the program's --history, SAVED the --save-weights output.
@@ -17,12 +18,21 @@ Checked, all within RTOL:
     trained with Keras's fit must have) and in "evaluate"; losses relative
     to Keras's value, metrics within RTOL * max(1, |Keras|). Logs the
     history lacks are named, not failed;
+  - with Keras's callbacks (the case's "callbacks"): the epochs run
+    ("epochs_run": EarlyStopping) and ReduceLROnPlateau's learning_rate
+    per epoch (relative), which the history must have;
   - every final weight: |kdcc - keras| <= RTOL * max|keras tensor|, per
     tensor (the tensor's scale: an elementwise ratio means nothing for
     weights that cross zero), matched by their model.weights.h5 path;
     a tensor the case lists in "final_weights_atol" (attention key biases,
     whose gradient is zero in exact arithmetic: Keras's values are noise)
     is checked as |kdcc - keras| <= that absolute tolerance instead.
+  - BEST.weights.h5, the program's --checkpoint-best, against Keras's
+    ModelCheckpoint(save_best_only=True) file (the case's "checkpoint_best"),
+    as the final weights;
+  - LOG.csv, the program's --csv-log, against Keras's CSVLogger file
+    (the case's "csv_log"): the same bytes but for the digits of the
+    numbers (header, row ends, NA fields), every number within RTOL as above.
 Prints the worst relative difference of each kind; exit status 1 when any
 is over RTOL or anything is missing."""
 
@@ -63,8 +73,58 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
+def compare_weights(want, got_path, atol, rtol, bad):
+    """Every tensor of want ({path: (shape, values)}) against the .weights.h5
+    at got_path, per tensor (see the top); (worst difference, its path)."""
+    saved = h5lite.datasets(got_path)
+    worst_w, worst_path = 0.0, None
+    for path, (shape, want_w) in sorted(want.items()):
+        if path not in saved:
+            bad.append(f"{got_path} has no {path} (it has {sorted(saved)})")
+            continue
+        gshape, got_w = saved[path]
+        if tuple(gshape) != tuple(shape):
+            bad.append(f"{path}: shape {tuple(gshape)}, Keras {tuple(shape)}")
+            continue
+        if path in atol:
+            d = max(abs(a - b) for a, b in zip(got_w, want_w))
+            if d > atol[path]:
+                bad.append(f"{path}: max |kdcc - keras| = {d:.2e} > {atol[path]:.2e} "
+                           "(absolute: its gradient is zero in exact arithmetic)")
+            continue
+        scale = max(max(abs(v) for v in want_w), 1e-12)
+        d = max(abs(a - b) for a, b in zip(got_w, want_w)) / scale
+        if d > worst_w:
+            worst_w, worst_path = d, path
+        if d > rtol:
+            bad.append(f"{got_path}: {path}: max |kdcc - keras| = {d:.2e} of max |keras|")
+    return worst_w, worst_path
+
+
+def compare_csv(got_path, want_path, close, bad):
+    """A CSVLogger file against Keras's: the header and every non-number
+    field (epoch, NA) byte for byte, numbers by close(key, got, want)."""
+    got, want = open(got_path, "rb").read(), open(want_path, "rb").read()
+    gl, wl = got.split(b"\r\n"), want.split(b"\r\n")
+    if len(gl) != len(wl) or gl[0] != wl[0]:
+        bad.append(f"{got_path}: {len(gl) - 1} lines, header {gl[0]!r}; Keras's CSVLogger "
+                   f"{len(wl) - 1}, {wl[0]!r}")
+        return
+    keys = wl[0].decode().split(",")
+    for i, (g, w) in enumerate(zip(gl[1:], wl[1:])):
+        for k, a, b in zip(keys, g.decode().split(","), w.decode().split(",")):
+            try:
+                ok = k != "epoch" and close(k, float(a), float(b))
+            except ValueError:
+                ok = False
+            if a != b and not ok:
+                bad.append(f"{got_path} line {i + 2}: {k} {a}, Keras's CSVLogger {b}")
+                return
+
+
 def main():
-    if len(sys.argv) != 5:
+    opts = dict(zip(sys.argv[5::2], sys.argv[6::2]))
+    if len(sys.argv) < 5 or len(sys.argv) % 2 == 0 or set(opts) - {"--csv", "--best"}:
         print(__doc__.split("\n\n")[1])
         return 2
     rtol = float(sys.argv[1])
@@ -85,44 +145,31 @@ def main():
         i = max(range(len(want)), key=lambda k: rel(got[k], want[k]))
         if worst_step > rtol:
             bad.append(f"step {i + 1}: loss {got[i]!r}, Keras {want[i]!r}")
+    if "epochs_run" in ref and len(hist["loss"]) != ref["epochs_run"]:  # EarlyStopping
+        bad.append(f"{len(hist['loss'])} epochs ran, Keras's callbacks ran {ref['epochs_run']} "
+                   f"of {ref['epochs']}")
     worst_epoch = max([rel(a, b) for a, b in zip(hist["loss"], ref["epoch_loss"])] +
                       [rel(hist["evaluate"]["loss"], ref["evaluate"]["loss"])])
     if len(hist["loss"]) != len(ref["epoch_loss"]) or worst_epoch > rtol:
         bad.append(f"epoch losses {hist['loss']} / evaluate {hist['evaluate']['loss']}, "
                    f"Keras {ref['epoch_loss']} / {ref['evaluate']['loss']}")
 
-    # final weights
-    final = npz(os.path.join(os.path.dirname(sys.argv[2]), ref["final_weights"]))
-    saved = h5lite.datasets(sys.argv[4])
-    atol = ref.get("final_weights_atol", {})
-    worst_w, worst_path = 0.0, None
-    for path, (shape, want_w) in sorted(final.items()):
-        if path not in saved:
-            bad.append(f"{sys.argv[4]} has no {path} (it has {sorted(saved)})")
-            continue
-        gshape, got_w = saved[path]
-        if tuple(gshape) != tuple(shape):
-            bad.append(f"{path}: shape {tuple(gshape)}, Keras {tuple(shape)}")
-            continue
-        if path in atol:
-            d = max(abs(a - b) for a, b in zip(got_w, want_w))
-            if d > atol[path]:
-                bad.append(f"{path}: max |kdcc - keras| = {d:.2e} > {atol[path]:.2e} "
-                           "(absolute: its gradient is zero in exact arithmetic)")
-            continue
-        scale = max(max(abs(v) for v in want_w), 1e-12)
-        d = max(abs(a - b) for a, b in zip(got_w, want_w)) / scale
-        if d > worst_w:
-            worst_w, worst_path = d, path
-        if d > rtol:
-            bad.append(f"{path}: max |kdcc - keras| = {d:.2e} of max |keras|")
+    # final weights (and ModelCheckpoint's)
+    here = os.path.dirname(sys.argv[2])
+    worst_w, worst_path = compare_weights(npz(os.path.join(here, ref["final_weights"])),
+                                          sys.argv[4], ref.get("final_weights_atol", {}),
+                                          rtol, bad)
+    if "--best" in opts:
+        compare_weights(npz(os.path.join(here, ref["checkpoint_best"])), opts["--best"], {},
+                        rtol, bad)
 
     # every other log (several outputs: "<output>_loss"; metrics), where the
     # history has it
     worst_log, unchecked = 0.0, []
 
     def log_diff(key, a, b):
-        return rel(a, b) if key.endswith("loss") else abs(a - b) / max(abs(b), 1.0)
+        relative = key.endswith("loss") or key == "learning_rate"
+        return rel(a, b) if relative else abs(a - b) / max(abs(b), 1.0)
 
     def compare_list(key, what, got_l, want_l):
         nonlocal worst_log
@@ -153,7 +200,8 @@ def main():
             continue
         if isinstance(hist.get(key), list):
             compare_list(key, "epoch", hist[key], want_l)
-        elif key.startswith("val_"):  # fit's validation logs: the history must have them
+        elif key.startswith("val_") or key == "learning_rate":
+            # fit's validation logs, ReduceLROnPlateau's: the history must have them
             bad.append(f"the history has no {key} (Keras's History: {want_l})")
         else:
             unchecked.append(f"epoch {key}")
@@ -168,6 +216,10 @@ def main():
         worst_log = max(worst_log, d)
         if d > rtol:
             bad.append(f"evaluate {key} {a!r}, Keras {b!r}")
+
+    if "--csv" in opts:
+        compare_csv(opts["--csv"], os.path.join(here, ref["csv_log"]),
+                    lambda key, a, b: log_diff(key, a, b) <= rtol, bad)
 
     metric = ref.get("metric")
     note = ""

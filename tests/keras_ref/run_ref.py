@@ -72,6 +72,17 @@ program evaluates after fit) and the final weights.
     two_heads_fit    two_heads      (2,4)  two outputs, per-output logs, a partial batch
     per_token_fit    per_token      (2,4)  a loss per token, averaged over every token
     per_token_fit_dp per_token      (8,)   the same on 8 devices
+    func_fit_es      func_branches  (2,4)  EarlyStopping on loss (min_delta, restore_best_weights):
+                                           7 of 10 epochs, epoch 6's weights restored
+    func_fit_rlrop   func_branches  (2,4)  ReduceLROnPlateau (factor, cooldown, min_lr) and
+                                           EarlyStopping on val_loss: the History's learning_rate
+    func_fit_best    func_branches  (2,4)  EarlyStopping on val_accuracy (baseline,
+                                           start_from_epoch) and ModelCheckpoint(save_best_only)
+
+Cases with callbacks run fit first; the train_on_batch run drives the same
+callback objects on fit's epoch logs (stop_training, learning_rate), and
+fit also runs ModelCheckpoint (<case>.best.npz: the weights it kept) and
+CSVLogger (<case>.csv), kdcc's --checkpoint-best and --csv-log.
 
 Keras itself cannot split 2 rows over 8 devices (IndivisibleError): for a
 case whose kdcc mesh is (8,), Keras ran under the case's keras_distribution
@@ -196,7 +207,77 @@ FIT_CASES = {
                       dict(batch=16, epochs=2, val="data")),
     "per_token_fit_dp": ("per_token", "per_token_dp", "per_token",
                          dict(batch=16, epochs=2, val="data")),
+    # Keras's callbacks (kdcc's run-time flags), set to act within a few
+    # epochs with wide margins. The training loss falls by 0.148, 0.147,
+    # 0.147, 0.140, 0.122, then 0.101 < min_delta: EarlyStopping stops
+    # after epoch 7 and restores epoch 6's weights.
+    "func_fit_es": ("func_branches", "func_branches", "func_branches",
+                    dict(batch=16, epochs=10, val="data", lr=0.01,
+                         callbacks=dict(early_stopping=dict(
+                             monitor="loss", min_delta=0.11, patience=1,
+                             restore_best_weights=True)))),
+    # val_loss rises from the first epoch on (random labels): the learning
+    # rate halves after epochs 2, 3 and 4 (cooldown 1; the last reduction
+    # stops at min_lr 0.002), and EarlyStopping (patience 3, never
+    # improved) stops after epoch 4.
+    "func_fit_rlrop": ("func_branches", "func_branches", "func_branches",
+                       dict(batch=16, epochs=8, val="data", lr=0.01,
+                            callbacks=dict(
+                                reduce_lr=dict(factor=0.5, patience=1, cooldown=1,
+                                               min_lr=0.002),
+                                early_stopping=dict(patience=3)))),
+    # val_accuracy (max mode) from epoch 2 on, with a baseline: it is not
+    # beaten until epoch 4, so EarlyStopping's wait runs on through the
+    # first improvements; ModelCheckpoint(save_best_only) keeps the best
+    # epoch's weights, which kdcc's --checkpoint-best must equal.
+    "func_fit_best": ("func_branches", "func_branches", "func_branches",
+                      dict(batch=16, epochs=10, val="data", lr=0.01,
+                           callbacks=dict(
+                               early_stopping=dict(monitor="val_accuracy", patience=2,
+                                                   baseline=0.25, start_from_epoch=1,
+                                                   restore_best_weights=True),
+                               checkpoint_best=dict(monitor="val_accuracy")))),
 }
+
+
+def make_callbacks(cfg):
+    """The Keras callbacks of a fit case, in the order kdcc runs them."""
+    cb = cfg.get("callbacks", {})
+    out = []
+    if "reduce_lr" in cb:
+        out.append(keras.callbacks.ReduceLROnPlateau(**cb["reduce_lr"]))
+    if "early_stopping" in cb:
+        out.append(keras.callbacks.EarlyStopping(**cb["early_stopping"]))
+    return out
+
+
+def callback_args(cfg):
+    """kdcc's flags for the same callbacks."""
+    cb, args = cfg.get("callbacks", {}), []
+    if "lr" in cfg:
+        args += ["--lr", repr(cfg["lr"])]
+    rl = cb.get("reduce_lr")
+    if rl:
+        args += ["--reduce-lr-on-plateau", str(rl["patience"])]
+        for k in ("factor", "cooldown", "min_lr", "min_delta"):
+            if k in rl:
+                flag = "--min-lr" if k == "min_lr" else "--reduce-lr-" + k.replace("_", "-")
+                args += [flag, repr(rl[k])]
+    es = cb.get("early_stopping")
+    if es:
+        args += ["--early-stopping", str(es["patience"])]
+        if "min_delta" in es:
+            args += ["--min-delta", repr(es["min_delta"])]
+        for k in ("baseline", "start_from_epoch"):
+            if k in es:
+                args += ["--" + k.replace("_", "-"), repr(es[k])]
+        if es.get("restore_best_weights"):
+            args += ["--restore-best-weights"]
+    monitors = {d.get("monitor", "val_loss") for d in cb.values()}
+    assert len(monitors) <= 1, "kdcc's callbacks share one --monitor"
+    if monitors and monitors != {"val_loss"}:
+        args += ["--monitor", monitors.pop()]
+    return args
 
 # case -> (model, dist spec stem in models/)
 CASES = {
@@ -525,6 +606,23 @@ def batches(n, bs):
     return [(s, min(s + bs, n)) for s in range(0, n, bs)]
 
 
+def fit_history(model, xs, ys, vx, vy, bs, epochs, val, cfg, csv=None, best=None):
+    """(model.fit's History, the model) with the case's callbacks, then
+    (as kdcc runs them) ModelCheckpoint(save_best_only) writing best, when
+    the case has one, and CSVLogger writing csv."""
+    kw = (dict(validation_data=(one_or_list(vx), one_or_list(vy))) if val == "data"
+          else dict(validation_split=val))
+    ck = cfg.get("callbacks", {}).get("checkpoint_best")
+    cbs = make_callbacks(cfg)
+    if ck and best:
+        cbs.append(keras.callbacks.ModelCheckpoint(best, save_best_only=True,
+                                                   save_weights_only=True, **ck))
+    cbs += [keras.callbacks.CSVLogger(csv)] if csv else []
+    h = model.fit(one_or_list(xs), one_or_list(ys), batch_size=bs, epochs=epochs,
+                  shuffle=False, verbose=0, callbacks=cbs, **kw)
+    return h.history, model
+
+
 def run_fit_case(case, out):
     """One of FIT_CASES: train_on_batch for every step's own logs, model.fit
     for the History, evaluate on the validation data (see the docstring)."""
@@ -553,6 +651,8 @@ def run_fit_case(case, out):
             mm.make_distribution(fit_spec(model_name, keras_dist)))
         model = entry["build"]()
         zero_dropout(model)
+        if "lr" in cfg:
+            model.optimizer.learning_rate = cfg["lr"]
         return model
 
     try:
@@ -575,24 +675,44 @@ def run_fit_case(case, out):
                 assert np.array_equal(mine[k], theirs[k]), f"{case}: initial {k} differs"
         n_fit = len(fit_x[0])
         step_loss, step_logs = [], {}
-        for _ in range(epochs):
+        # With callbacks, fit's History (below, run first) drives the same
+        # callbacks here at every epoch's end: they act on fit's logs.
+        cbs = make_callbacks(cfg)
+        if cbs:
+            hist = fit_history(build(), xs, ys, vx, vy, bs, epochs, val, cfg)[0]
+            model = build()
+        for cb in cbs:
+            cb.set_model(model)
+            cb.on_train_begin()
+        model.stop_training = False
+        for e in range(epochs):
             for a, b in batches(n_fit, bs):
                 logs = model.train_on_batch(one_or_list(fit_x, slice(a, b)),
                                             one_or_list(fit_y, slice(a, b)), return_dict=True)
                 step_loss.append(float(logs["loss"]))
                 for k, v in logs.items():
                     step_logs.setdefault(k, []).append(float(v))
+            if cbs:
+                logs = {k: v[e] for k, v in hist.items() if k != "learning_rate"}
+                for cb in cbs:
+                    cb.on_epoch_end(e, logs)
+                if model.stop_training:
+                    break
+        for cb in cbs:
+            cb.on_train_end()
         with tempfile.TemporaryDirectory() as d:
             model.save_weights(os.path.join(d, "a.weights.h5"))
             final_a = layer_weights(os.path.join(d, "a.weights.h5"))
         keras.distribution.set_distribution(None)
 
         # 2. the same training through fit: the History
-        model = build()
-        kw = (dict(validation_data=(one_or_list(vx), one_or_list(vy))) if val == "data"
-              else dict(validation_split=val))
-        hist = model.fit(one_or_list(xs), one_or_list(ys), batch_size=bs, epochs=epochs,
-                         shuffle=False, verbose=0, **kw).history
+        csv = os.path.join(mdir, case + ".csv") if cbs else None
+        best_dir = tempfile.mkdtemp()
+        best = os.path.join(best_dir, "best.weights.h5")
+        hist, model = fit_history(build(), xs, ys, vx, vy, bs, epochs, val, cfg, csv, best)
+        if os.path.exists(best):  # ModelCheckpoint's file, as the case's .best.npz
+            np.savez_compressed(os.path.join(mdir, case + ".best.npz"), **layer_weights(best))
+        shutil.rmtree(best_dir)
         ev = model.evaluate(one_or_list(ev_x), one_or_list(ev_y), batch_size=bs, verbose=0,
                             return_dict=True)
         ev = {k: float(v) for k, v in ev.items()}
@@ -649,8 +769,15 @@ def run_fit_case(case, out):
         "kdcc_args": ["model.keras", "--distribution", case + ".dist.json",
                       "--batch-size", str(compile_bs)],
         "program_args": data_args + ["--epochs", str(epochs), "--batch-size", str(bs),
-                                     "--no-shuffle", "--weights", "model.keras"],
+                                     "--no-shuffle", "--weights", "model.keras"]
+                        + callback_args(cfg),
     }
+    if cfg.get("callbacks"):
+        ref["callbacks"] = cfg["callbacks"]
+        ref["epochs_run"] = len(epoch_logs["loss"])
+        ref["csv_log"] = case + ".csv"  # Keras's CSVLogger file
+        if "checkpoint_best" in cfg["callbacks"]:  # ModelCheckpoint's weights
+            ref["checkpoint_best"] = case + ".best.npz"
     with open(os.path.join(mdir, case + ".json"), "w") as f:
         json.dump(ref, f, indent=1)
         f.write("\n")

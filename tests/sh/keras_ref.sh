@@ -13,7 +13,11 @@
 # compile_batch_size (Keras's own fit, run_ref.py's FIT_CASES: partial
 # batches, validation, a batch size chosen at run time) is compiled for that
 # batch and run with its program_args, the whole command line, from its
-# folder; its History's val_ logs are compared too.
+# folder; its History's val_ logs are compared too. A case with Keras's
+# callbacks (func_fit_es, func_fit_rlrop: EarlyStopping, ReduceLROnPlateau
+# as flags) is checked for the epochs they ran and the learning_rate
+# column, its --csv-log against Keras's CSVLogger file and its
+# --checkpoint-best against ModelCheckpoint's (func_fit_best).
 #
 # KERAS_REF_DIR=DIR checks the cases in DIR instead (a fresh run_ref.py --out).
 set -euo pipefail
@@ -55,11 +59,20 @@ for flag, key, one in (("--x", "x_files", "x.npy"), ("--y", "y_files", "y.npy"))
       exit 0
     fi
   fi
-  rm -f "$out/$name.history.json" "$out/$name.weights.h5"
+  rm -f "$out/$name.history.json" "$out/$name.weights.h5" "$out/$name.csv"
+  extra=() # compare_ref.py's --csv, --best
   if [ "$cbatch" != 0 ]; then
     mapfile -t args < <(python3 -c '
 import json, sys
 print("\n".join(json.load(open(sys.argv[1]))["program_args"]))' "$ref")
+    # Keras's callbacks: their CSVLogger and ModelCheckpoint files are compared too.
+    if grep -q '"csv_log"' "$ref"; then
+      extra=(--csv "$out/$name.csv") && args+=(--csv-log "$PWD/$out/$name.csv")
+    fi
+    if grep -q '"checkpoint_best"' "$ref"; then
+      rm -f "$out/$name.best.weights.h5"
+      extra+=(--best "$out/$name.best.weights.h5") && args+=(--checkpoint-best "$PWD/$out/$name.best.weights.h5")
+    fi
     (cd "$dir" && timeout 300 mpirun -np "$devices" --oversubscribe "$exe" "${args[@]}" \
       --save-weights "$OLDPWD/$out/$name.weights.h5" --history "$OLDPWD/$out/$name.history.json" \
       --quiet)
@@ -69,6 +82,6 @@ print("\n".join(json.load(open(sys.argv[1]))["program_args"]))' "$ref")
       --save-weights "$out/$name.weights.h5" --history "$out/$name.history.json" --quiet
   fi
   python3 tests/keras_ref/compare_ref.py $RTOL "$ref" "$out/$name.history.json" \
-    "$out/$name.weights.h5" || fail=1
+    "$out/$name.weights.h5" "${extra[@]}" || fail=1
 done
 exit $fail

@@ -3,7 +3,8 @@
 # stand-in for a generated program (a linear layer, mse, SGD, placed on a
 # (data, model) mesh). Checks: Keras-style output; the same history on every
 # mesh; .npy input; the errors (wrong -np, bad option, wrong batch size, a
-# diverging loss, a data file of the wrong shape). Exit status 0 when all pass.
+# diverging loss, a data file of the wrong shape); Keras's callbacks as flags
+# (runtime/callbacks.c). Exit status 0 when all pass.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -185,6 +186,143 @@ name="npy with a NaN"; run 2,2 4 --x "$T/xnan.npy" --y "$T/y.npy"
 expect 1 "xnan.npy: sample 3 holds nan (element 2): inputs must be finite numbers"
 name="npy missing"; run 2,2 4 --x "$T/none.npy" --y "$T/y.npy"
 expect 1 "none.npy: cannot open: No such file or directory"
+
+# Keras's callbacks as flags (runtime/callbacks.c; tests/sh/keras_ref.sh
+# holds them to real Keras). val_loss at --lr 1.5 improves for 4 epochs,
+# then not: EarlyStopping(patience=2) stops after epoch 6, restoring
+# epoch 4's weights; ModelCheckpoint(save_best_only) wrote them last.
+CB=(--synthetic 64 --validation-split 0.25 --epochs 12 --lr 1.5)
+name="early stopping"
+run 1 0 "${CB[@]}" --early-stopping 2 --restore-best-weights --checkpoint-best "$T/best.weights.h5" \
+  --save-weights "$T/final.weights.h5" --history "$T/es1.json" --csv-log "$T/es.csv"
+expect 0 "Epoch 6: early stopping"
+grep -qF "Restoring model weights from the end of the best epoch: 4." "$T/out" || fail "$name: no restore line"
+[ "$(grep -c "saving model to $T/best.weights.h5" "$T/out")" = 4 ] \
+  || fail "$name: want 4 saves (epochs 1-4 improve): $(grep "val_loss" "$T/out")"
+grep -qF "Epoch 5: val_loss did not improve from 0.14" "$T/out" || fail "$name: no 'did not improve' line"
+ls -a "$T" | grep -q "^\.best" && fail "$name: a temporary was left: $(ls -a "$T")"
+python3 - "$T" <<'PY' || fail "$name: history, checkpoint or final weights"
+import json, sys
+sys.path.insert(0, "tests/keras_ref")
+import h5lite
+t = sys.argv[1]
+h = json.load(open(t + "/es1.json"))
+assert len(h["loss"]) == 6 and "learning_rate" not in h, h
+v = h["val_loss"]
+assert min(range(6), key=lambda i: v[i]) == 3, v
+# the evaluation after fit is the restored epoch's validation
+assert abs(h["evaluate"]["loss"] - v[3]) <= 1e-6 * v[3], (h["evaluate"], v)
+a, b = h5lite.datasets(t + "/best.weights.h5"), h5lite.datasets(t + "/final.weights.h5")
+layers = [k for k in a if k.startswith("layers/")]  # not the optimizer's step
+assert layers and a.keys() == b.keys() and all(a[k] == b[k] for k in layers), "checkpoint != restored"
+PY
+# The CSV file: CSVLogger's header (epoch, the logs sorted), a row an
+# epoch, Python's float repr, \r\n.
+python3 - "$T" <<'PY' || fail "$name: CSV log: $(cat -A "$T/es.csv")"
+import json, sys
+t = sys.argv[1]
+h = json.load(open(t + "/es1.json"))
+lines = open(t + "/es.csv", "rb").read().split(b"\r\n")
+assert lines[0] == b"epoch,accuracy,loss,val_accuracy,val_loss" and lines[-1] == b"", lines
+assert len(lines) == 8, lines
+for e, row in enumerate(lines[1:7]):
+    f = row.decode().split(",")
+    assert f[0] == str(e), row
+    for k, x in zip(("accuracy", "loss", "val_accuracy", "val_loss"), f[1:]):
+        assert "e" in x or "." in x, row
+        assert abs(float(x) - h[k][e]) <= 1e-6 * max(1, abs(h[k][e])), (k, x, h[k][e])
+PY
+# Never improved on the first epoch: its weights come back (Keras's rule).
+name="early stopping, no improvement"
+run 2,2 4 --synthetic 64 --validation-split 0.25 --epochs 12 --lr 3 --early-stopping 1 \
+  --restore-best-weights --history "$T/es0.json"
+expect 0 "Restoring model weights from the end of the best epoch: 1."
+python3 -c "import json,sys; h=json.load(open(sys.argv[1])); v=h['val_loss']; assert len(v)==2 and v[1]>v[0] and abs(h['evaluate']['loss']-v[0])<=1e-6*v[0], h" "$T/es0.json" \
+  || fail "$name: history $(cat "$T/es0.json")"
+for mesh in "2,4" "8"; do
+  name="early stopping ($mesh)"
+  run "$mesh" 8 "${CB[@]}" --early-stopping 2 --restore-best-weights --history "$T/es8.json"
+  expect 0 "Epoch 6: early stopping"
+  same_history "$T/es1.json" "$T/es8.json"
+done
+# ReduceLROnPlateau: the rate halves after each epoch that does not
+# improve; the history's learning_rate is the rate each epoch trained with;
+# every rank takes the same decisions.
+name="reduce lr on plateau"
+run 1 0 "${CB[@]}" --reduce-lr-on-plateau 1 --reduce-lr-factor 0.5 --min-lr 0.2 --history "$T/rl1.json" \
+  --csv-log "$T/rl.csv"
+expect 0 "ReduceLROnPlateau reducing learning rate to 0.75."
+python3 - "$T/rl1.json" "$T/rl.csv" <<'PY' || fail "$name: history $(cat "$T/rl1.json")"
+import json, sys
+h = json.load(open(sys.argv[1]))
+lr, v = h["learning_rate"], h["val_loss"]
+assert len(lr) == 12 and lr[0] == 1.5 and min(lr) >= 0.2 - 1e-7 and lr[-1] < 1.5, lr
+best, want = None, [1.5]
+for x in v[:-1]:  # patience 1, min_delta 1e-4, in float32 as Keras compares
+    if best is None or x + 1e-4 < best:
+        best, nxt = x, want[-1]
+    else:
+        nxt = max(want[-1] * 0.5, 0.2) if want[-1] > 0.2 + 1e-7 else want[-1]
+    want.append(nxt)
+assert all(abs(a - b) <= 1e-6 for a, b in zip(lr, want)), (lr, want, v)
+head = open(sys.argv[2], "rb").read().split(b"\r\n")[0]
+assert head == b"epoch,accuracy,learning_rate,loss,val_accuracy,val_loss", head
+PY
+name="reduce lr on plateau (2,4)"
+run 2,4 8 "${CB[@]}" --reduce-lr-on-plateau 1 --reduce-lr-factor 0.5 --min-lr 0.2 --history "$T/rl8.json"
+expect 0 "ReduceLROnPlateau reducing learning rate to 0.75."
+same_history "$T/rl1.json" "$T/rl8.json"
+# Resumed from a checkpoint, the callbacks' state is replayed from the
+# restored epochs' logs: the same rates as an uninterrupted run.
+name="reduce lr on plateau, resumed"
+run 2,2 4 "${CB[@]}" --epochs 5 --reduce-lr-on-plateau 1 --reduce-lr-factor 0.5 --min-lr 0.2 \
+  --checkpoint-dir "$T/rlck"
+expect 0
+run 2,2 4 "${CB[@]}" --reduce-lr-on-plateau 1 --reduce-lr-factor 0.5 --min-lr 0.2 \
+  --checkpoint-dir "$T/rlck" --resume --history "$T/rlr.json"
+expect 0 "resuming from"
+same_history "$T/rl1.json" "$T/rlr.json"
+# CSVLogger without validation: a val_ twin of every key, each NA; appending
+# writes no second header.
+name="csv log, no validation, append"
+run 1 0 --synthetic 32 --epochs 2 --csv-log "$T/nv.csv"; expect 0
+run 1 0 --synthetic 32 --epochs 1 --csv-log "$T/nv.csv" --csv-append; expect 0
+python3 - "$T/nv.csv" <<'PY' || fail "$name: $(cat -A "$T/nv.csv")"
+import sys
+lines = open(sys.argv[1], "rb").read().split(b"\r\n")
+assert lines[0] == b"epoch,accuracy,loss,val_accuracy,val_loss", lines
+assert [l.split(b",")[0] for l in lines[1:4]] == [b"0", b"1", b"0"] and lines[4:] == [b""], lines
+assert all(l.endswith(b",NA,NA") for l in lines[1:4]), lines
+PY
+name="checkpoint-best on accuracy (max mode)"
+run 2,2 4 "${CB[@]}" --epochs 3 --monitor val_accuracy --checkpoint-best "$T/acc.weights.h5"
+expect 0 "Epoch 1: val_accuracy improved from None to "
+# Bad values and combinations: usage errors (status 2) or, for what needs
+# the program's logs or the file system, status 1, all before training.
+name="callback flags"
+run 1 0 --early-stopping -1; expect 2 "option '--early-stopping' wants an integer >= 0, got '-1'"
+run 1 0 --reduce-lr-on-plateau 2 --reduce-lr-factor 1; expect 2 "option '--reduce-lr-factor' wants a number in [0, 1), got '1'"
+run 1 0 --early-stopping 2 --mode sideways; expect 2 "option '--mode' wants auto, min or max, got 'sideways'"
+run 1 0 --early-stopping 2 --min-delta -0.1; expect 2 "option '--min-delta' wants a number >= 0, got '-0.1'"
+run 1 0 --restore-best-weights; expect 2 "--restore-best-weights needs --early-stopping"
+run 1 0 --min-lr 0.1; expect 2 "--min-lr needs --reduce-lr-on-plateau"
+run 1 0 --monitor loss; expect 2 "--monitor needs --early-stopping, --reduce-lr-on-plateau or --checkpoint-best"
+run 1 0 --csv-append; expect 2 "--csv-append needs --csv-log"
+run 1 0 --early-stopping 1 --restore-best-weights --checkpoint-dir "$T/x" --resume
+expect 2 "--restore-best-weights and --resume exclude each other"
+run 2,2 4 --early-stopping 1; expect 1 "rt_fit_check: --monitor val_loss: no such log (val_ logs need --val-x/--val-y or --validation-split); the logs are loss, accuracy"
+grep -q "Epoch 1" "$T/out" && fail "$name: training started"
+run 1 0 --early-stopping 1 --monitor nope --validation-split 0.25
+expect 1 "--monitor nope: no such log; the logs are loss, accuracy, val_loss, val_accuracy"
+run 1 0 --checkpoint-best "$T/b.txt"; expect 2 "--checkpoint-best $T/b.txt"
+run 2,2 4 --csv-log "$T/none/l.csv"; expect 1 "rt_fit_check: --csv-log $T/none/l.csv: cannot write there: $T/none: No such file or directory"
+run 1 0 --checkpoint-best "$T/none/b.weights.h5"; expect 1 "--checkpoint-best $T/none/b.weights.h5: cannot write there"
+name="help"; run 1 0 --help
+for f in --early-stopping --monitor --mode --min-delta --baseline --start-from-epoch --restore-best-weights \
+         --reduce-lr-on-plateau --reduce-lr-factor --reduce-lr-min-delta --reduce-lr-cooldown --min-lr \
+         --checkpoint-best --csv-log --csv-append; do
+  grep -qF -- "$f" "$T/out" || fail "$name: --help lacks $f"
+done
 
 [ "$fails" = 0 ] && echo "rt_fit.sh: ok" && exit 0
 echo "rt_fit.sh: $fails failures" >&2
