@@ -10,6 +10,7 @@
 // Invariants: g->nodes is in topological order; nothing computes here.
 #include "kdcc.h"
 
+#include <ctype.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -210,12 +211,22 @@ static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const c
 
 // ---- layers
 
+// An activation by name ("gelu" is the exact erf form, as in Keras), or
+// keras_hub's registered function gelu_approximate (gelu(x, approximate=True)),
+// which a config holds as {"class_name": "function", "config":
+// "keras_hub>gelu_approximate"} (keras_nlp> in older files).
 static int parse_act(Layer *l, const char *key) {
   json_t *j = json_object_get(l->cfg, key);
   if (!j || json_is_null(j)) return ACT_LINEAR;
+  json_t *fn = json_is_object(j) ? json_object_get(j, "config") : NULL;
+  if (json_is_string(fn) && json_is_string(json_object_get(j, "class_name")) &&
+      !strcmp(json_string_value(json_object_get(j, "class_name")), "function"))
+    j = fn;
   if (!json_is_string(j))
     error_at(jloc_key(l->cfg, key), "layer '%s': only named activations are supported", l->name);
   const char *s = json_string_value(j);
+  if (!strcmp(s, "keras_hub>gelu_approximate") || !strcmp(s, "keras_nlp>gelu_approximate"))
+    return KDRT_ACT_GELU_TANH;
   for (int a = 0; a <= ACT_SOFTMAX; a++)
     if (!strcmp(s, act_name(a))) return a;
   if (!strcmp(s, "swish")) return ACT_SILU;
@@ -535,6 +546,227 @@ static Node *build_position_embedding(Graph *g, Layer *l, Node *x) {
   Node *y = new_node1(g, OP_BROADCAST, e, x->shape);
   y->red.dim = 0;
   return y;
+}
+
+// ---- EinsumDense
+
+// An EinsumDense equation with its ellipsis spelled out: one index per dim
+// of the input, the kernel and the output, the ellipsis's dims named '0',
+// '1', ... Keras's forms: "ab,bc->ac", "...ab,bc->...ac" (leading in the
+// input and the output) and "ab...,bc->ac..." (trailing, after two or more
+// input indices); never in the kernel.
+typedef struct {
+  char x[MAX_RANK + 1], w[MAX_RANK + 1], y[MAX_RANK + 1];
+  int elided;             // dims the ellipsis stands for
+  bool left;              // it leads
+} Einsum;
+
+static noreturn void einsum_error(Layer *l, json_t *eq, const char *why) {
+  error_at(jloc(eq), "layer '%s': equation '%s': %s", l->name, json_string_value(eq), why);
+}
+
+// Position of index c in s, or -1.
+static int index_of(const char *s, char c) {
+  const char *p = strchr(s, c);
+  return c && p ? (int)(p - s) : -1;
+}
+
+// One operand of an equation, s[0, n): its indices into `out`; returns
+// where "..." is: 0 nowhere, 1 leading, 2 trailing.
+static int einsum_operand(Layer *l, json_t *eq, const char *s, size_t n, char *out) {
+  int ell = 0;
+  if (n >= 3 && !strncmp(s, "...", 3)) ell = 1, s += 3, n -= 3;
+  else if (n >= 3 && !strncmp(s + n - 3, "...", 3)) ell = 2, n -= 3;
+  if (n == 0 || n > MAX_RANK)
+    einsum_error(l, eq, format("every operand needs 1 to %d indices", MAX_RANK));
+  for (size_t i = 0; i < n; i++) {
+    if (!isalpha((unsigned char)s[i]))
+      einsum_error(l, eq, "indices are letters, with at most one ellipsis ('...') leading or "
+                   "trailing the input and the output");
+    if (memchr(s, s[i], i))
+      einsum_error(l, eq, format("index '%c' repeats within one operand (a diagonal): not "
+                                 "supported", s[i]));
+    out[i] = s[i];
+  }
+  out[n] = 0;
+  return ell;
+}
+
+// spec with the ellipsis's dims ('0', '1', ...) before or after it.
+static void spell_ellipsis(char *spec, int elided, bool left) {
+  char e[MAX_RANK + 1] = {0}, t[2 * MAX_RANK + 2];
+  for (int i = 0; i < elided; i++) e[i] = (char)('0' + i);
+  snprintf(t, sizeof t, "%s%s", left ? e : spec, left ? spec : e);
+  strcpy(spec, t);
+}
+
+static void parse_einsum(Layer *l, json_t *eq, int rank, Einsum *e) {
+  if (!json_is_string(eq))
+    error_at(eq ? jloc(eq) : l->loc, "layer '%s': EinsumDense needs an 'equation' string",
+             l->name);
+  const char *s = json_string_value(eq), *comma = strchr(s, ','), *arrow = strstr(s, "->");
+  if (!comma || !arrow || arrow < comma || strchr(comma + 1, ','))
+    einsum_error(l, eq, "not of the form input,kernel->output");
+  int ex = einsum_operand(l, eq, s, (size_t)(comma - s), e->x);
+  int ew = einsum_operand(l, eq, comma + 1, (size_t)(arrow - comma - 1), e->w);
+  int ey = einsum_operand(l, eq, arrow + 2, strlen(arrow + 2), e->y);
+  if (ew || ex != ey || (ex == 2 && strlen(e->x) < 2))
+    einsum_error(l, eq, "an ellipsis must lead both the input and the output (...ab,bc->...ac) "
+                 "or trail both (ab...,bc->ac...), and never be in the kernel");
+  e->elided = rank - (int)strlen(e->x);
+  e->left = ex == 1;
+  if (e->elided < 0 || (!ex && e->elided) || (int)strlen(e->y) + e->elided > MAX_RANK)
+    einsum_error(l, eq, format("the input has rank %d, which its indices '%s' do not fit", rank,
+                               e->x));
+  spell_ellipsis(e->x, e->elided, e->left);
+  spell_ellipsis(e->y, e->elided, e->left);
+  for (const char *c = e->y; *c; c++)
+    if (index_of(e->x, *c) < 0 && index_of(e->w, *c) < 0)
+      einsum_error(l, eq, format("output index '%c' is in neither the input nor the kernel", *c));
+  for (const char *c = e->w; *c; c++)
+    if (index_of(e->x, *c) < 0 && index_of(e->y, *c) < 0)
+      einsum_error(l, eq, format("kernel index '%c' is in neither the input nor the output", *c));
+  if (e->x[0] != e->y[0] || index_of(e->w, e->x[0]) >= 0)
+    einsum_error(l, eq, format("the batch dim (index '%c') must be the output's first, and not "
+                               "in the kernel", e->x[0]));
+}
+
+// The output's extents: the input's where it has the index, else output_shape's
+// (Keras's partial shape: every output dim but the batch and the ellipsis's,
+// null where the input gives it).
+static Shape einsum_out_shape(Layer *l, const Einsum *e, const Shape *xs) {
+  json_t *os = json_object_get(l->cfg, "output_shape");
+  int ry = (int)strlen(e->y), lead = 1 + (e->left && e->elided ? e->elided - 1 : 0);
+  int n = json_is_array(os) ? (int)json_array_size(os) : json_is_integer(os) ? 1 : -1;
+  if (n != ry - lead - (e->left ? 0 : e->elided))
+    error_at(os ? jloc(os) : l->loc, "layer '%s': output_shape must give %d sizes (each output "
+             "dim but the batch and the ellipsis's), or null where the input gives one", l->name,
+             ry - lead - (e->left ? 0 : e->elided));
+  Shape s = {ry, {0}};
+  for (int j = 0; j < ry; j++) {
+    json_t *v = j < lead || j >= lead + n ? NULL
+              : json_is_array(os)          ? json_array_get(os, (size_t)(j - lead))
+                                           : os;
+    Loc at = v ? jloc(v) : l->loc;
+    int i = index_of(e->x, e->y[j]);
+    if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) <= 0 ||
+                                  json_integer_value(v) > MAX_DIM))
+      error_at(at, "layer '%s': output_shape entries must be positive sizes or null", l->name);
+    int64_t given = v && !json_is_null(v) ? json_integer_value(v) : -1;
+    if (i >= 0 && given >= 0 && given != xs->d[i])
+      error_at(at, "layer '%s': output_shape gives %lld for index '%c', whose input dim is %lld",
+               l->name, (long long)given, e->y[j], (long long)xs->d[i]);
+    if (i < 0 && given < 0)
+      error_at(at, "layer '%s': output_shape must give the size of index '%c' (the kernel's "
+               "alone)", l->name, e->y[j]);
+    s.d[j] = i >= 0 ? xs->d[i] : given;
+  }
+  return s;
+}
+
+// x, whose dims are named by the indices `from`, with its dims in the order of `to`.
+static Node *arrange(Graph *g, Node *x, const char *from, const char *to) {
+  if (!strcmp(from, to)) return x;
+  Node *t = new_node1(g, OP_TRANSPOSE, x, x->shape);
+  for (int i = 0; to[i]; i++) {
+    t->perm.perm[i] = index_of(from, to[i]);
+    t->shape.d[i] = x->shape.d[t->perm.perm[i]];
+  }
+  return t;
+}
+
+// The bias over bias_axes, as Keras stores it: the output's trailing dims
+// from the first bias index on, 1 where an index is not a bias axis; those
+// 1s are broadcast to the output's extents before the add.
+static Node *einsum_bias(Graph *g, Layer *l, const Einsum *e, Node *y) {
+  json_t *ba = json_object_get(l->cfg, "bias_axes");
+  if (!ba || json_is_null(ba)) return y;
+  const char *bs = json_is_string(ba) ? json_string_value(ba) : "";
+  int ry = y->shape.rank, first = ry;
+  for (const char *c = bs; *c; c++) {
+    int j = isalpha((unsigned char)*c) ? index_of(e->y, *c) : -1;
+    if (j <= 0)
+      error_at(jloc(ba), "layer '%s': bias axis '%c' is %s", l->name, *c,
+               j ? "not an index of the output" : "the batch dim");
+    if (j < first) first = j;
+  }
+  if (first == ry)
+    error_at(jloc(ba), "layer '%s': bias_axes must be a string of output indices", l->name);
+  Shape ks = {ry - first, {0}}, cs = {0, {0}};
+  for (int j = first; j < ry; j++) {
+    bool on = index_of(bs, e->y[j]) >= 0;
+    ks.d[j - first] = on ? y->shape.d[j] : 1;
+    if (on) cs.d[cs.rank++] = y->shape.d[j];
+  }
+  Node *b = new_var(g, l, "bias", ks, "bias_initializer", "zeros");
+  if (cs.rank < ks.rank) b = new_node1(g, OP_RESHAPE, b, cs);
+  for (int j = first; j < ry; j++) {
+    if (index_of(bs, e->y[j]) >= 0) continue;
+    Shape s = b->shape;
+    int d = j - first;
+    memmove(s.d + d + 1, s.d + d, (size_t)(s.rank++ - d) * sizeof *s.d);
+    s.d[d] = y->shape.d[j];
+    b = new_node1(g, OP_BROADCAST, b, s);
+    b->red.dim = d;
+  }
+  return new_node2(g, OP_BIAS, y, b, y->shape);
+}
+
+// EinsumDense(equation, output_shape, bias_axes, activation): one DOT
+// (dot_general) of the input and the kernel. Indices of the input alone are
+// summed first; those of the input, the kernel and the output are the DOT's
+// batch dims, of the input and the kernel its contracted ones, of the input
+// and the output (the batch among them) the input's free dims, of the
+// kernel and the output the kernel's. Transposes put the operands in that
+// order (the kernel's free dims may also lead: DOT's tb) and the result in
+// the output's, so that a layout of the kernel's dims propagates through
+// DOT's rule. The kernel's fans are Keras's for EinsumDense (input_axes,
+// output_axes): the kernel dims contracted, and the kernel dims in the output.
+static Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
+  static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
+                                   "activity_regularizer", "kernel_constraint",
+                                   "bias_constraint", "lora_rank", "quantization_config"};
+  check_none(l, no, 7);
+  json_t *eq = json_object_get(l->cfg, "equation");
+  Einsum e;
+  parse_einsum(l, eq, x->shape.rank, &e);
+  Shape ys = einsum_out_shape(l, &e, &x->shape);
+  Shape ks = {(int)strlen(e.w), {0}};
+  double fan_in = 1, fan_out = 1;
+  for (int i = 0; i < ks.rank; i++) {
+    int j = index_of(e.y, e.w[i]);
+    ks.d[i] = j >= 0 ? ys.d[j] : x->shape.d[index_of(e.x, e.w[i])];
+    if (j >= 0) fan_out *= (double)ks.d[i];
+    else fan_in *= (double)ks.d[i];
+  }
+  if (shape_elems(&ks) > MAX_ELEMS)
+    einsum_error(l, eq, format("a kernel of %s would hold more than 2^40 elements, the most a "
+                               "tensor may hold", shape_str(&ks)));
+  Node *w = new_var(g, l, "kernel", ks, "kernel_initializer", "glorot_uniform");
+  w->var->fan_in = fan_in, w->var->fan_out = fan_out;
+  for (int d = x->shape.rank - 1; d > 0; d--) // the input's indices summed over
+    if (index_of(e.w, e.x[d]) < 0 && index_of(e.y, e.x[d]) < 0) {
+      Shape s = x->shape;
+      memmove(s.d + d, s.d + d + 1, (size_t)(--s.rank - d) * sizeof *s.d);
+      x = new_node1(g, OP_REDUCE_SUM, x, s);
+      x->red.dim = d;
+      memmove(e.x + d, e.x + d + 1, strlen(e.x + d));
+    }
+  char B[MAX_RANK + 1] = {0}, M[MAX_RANK + 1] = {0}, K[MAX_RANK + 1] = {0}, N[MAX_RANK + 1] = {0};
+  for (const char *c = e.x; *c; c++) {
+    char *grp = index_of(e.w, *c) < 0 ? M : index_of(e.y, *c) < 0 ? K : B;
+    grp[strlen(grp)] = *c;
+  }
+  for (const char *c = e.w; *c; c++)
+    if (index_of(e.x, *c) < 0) N[strlen(N)] = *c;
+  char *a = format("%s%s%s", B, M, K), *b = format("%s%s%s", B, K, N);
+  bool tb = strcmp(e.w, b) && !strcmp(e.w, format("%s%s%s", B, N, K));
+  Node *y = dot_node(g, arrange(g, x, e.x, a), tb ? w : arrange(g, w, e.w, b), (int)strlen(B),
+                     (int)strlen(K), tb);
+  y->layer = l->name;
+  y->loc = l->loc;
+  y = arrange(g, y, format("%s%s%s", B, M, N), e.y);
+  return apply_act(g, einsum_bias(g, l, &e, y), parse_act(l, "activation"));
 }
 
 // Output extent and leading padding of a window op along one dim, Keras's way.
@@ -1162,6 +1394,7 @@ typedef struct {
 static const LayerDef layer_defs[] = {
   {"InputLayer", 0, build_input},
   {"Dense", 1, build_dense},
+  {"EinsumDense", 1, build_einsum_dense},
   {"Embedding", 1, build_embedding},
   {"Conv2D", 1, build_conv2d},
   {"MaxPooling2D", 1, build_maxpool},

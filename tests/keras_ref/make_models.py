@@ -352,6 +352,31 @@ def bn_cnn():
     return model
 
 
+def einsum():
+    # issue 10: EinsumDense in each form Keras accepts: a projection to
+    # heads and back (bias over two axes, over one), a trailing ellipsis with
+    # a bias broadcast over it, a kernel dim that is also the output's (a
+    # dot_general batch dim), a transposed kernel, a leading ellipsis, an
+    # input dim summed over; gelu exact and keras_hub's gelu_approximate.
+    from keras_hub.src.utils.keras_utils import gelu_approximate
+    x = keras.Input((6, 8), name="x")
+    h = layers.EinsumDense("abc,cde->abde", output_shape=(6, 4, 3),
+                           bias_axes="de", activation="gelu", name="e1")(x)
+    h = layers.EinsumDense("abcd,cde->abe", output_shape=(6, 8),
+                           bias_axes="e", name="e2")(h)
+    h = layers.EinsumDense("ab...,bc->ac...", output_shape=(4,),
+                           bias_axes="c", activation="tanh", name="e3")(h)
+    h = layers.EinsumDense("abc,bcd->abd", output_shape=(4, 8), bias_axes="d",
+                           activation=gelu_approximate, name="e4")(h)
+    h = layers.EinsumDense("abc,dc->abd", output_shape=(4, 8), name="e5")(h)
+    h = layers.EinsumDense("...b,bc->...c", output_shape=(8,), bias_axes="c",
+                           name="e6")(h)
+    out = layers.EinsumDense("abc,cd->ad", output_shape=(4,), name="e7")(h)
+    model = keras.Model(x, out, name="einsum")
+    model.compile(loss="mse", optimizer=keras.optimizers.Adam())
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -663,6 +688,31 @@ MODELS = {
         build=wide_mlp, labels="sparse10", x=(1024,), large=True,
         dists={
             "wide_mlp": {"distribution": "DataParallel", "devices": 1},
+        },
+    ),
+    "einsum": dict(
+        build=einsum, inputs=[("x", (6, 8), "float")], outputs=["dense4"],
+        dists={
+            # heads (e1), rows (e2, e7), a batch dim of the contraction
+            # (e4), kernel columns (e3, e6) and a transposed kernel's free
+            # dim (e5) split over 'model'
+            "einsum": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "e1/kernel": [None, "model", None],
+                    "e1/bias": ["model", None],
+                    "e2/kernel": ["model", None, None],
+                    "e3/kernel": [None, "model"],
+                    "e3/bias": ["model", None],
+                    "e4/kernel": ["model", None, None],
+                    "e5/kernel": ["model", None],
+                    "e6/kernel": [None, "model"],
+                    "e7/kernel": ["model", None],
+                },
+            },
+            "einsum_dp": DP_8,
         },
     ),
     "bn_cnn": dict(

@@ -51,6 +51,11 @@ Cases (model, distribution spec from models/):
                                                              moving statistics), Add, ReLU,
                                                              GlobalAveragePooling2D; channels split
     bn_cnn_dp       bn_cnn         bn_cnn_dp.dist.json       DataParallel (8,)
+    einsum          einsum         einsum.dist.json          ModelParallel (2,4)  EinsumDense in every
+                                                             form (ellipses, bias axes, a batch dim,
+                                                             a transposed kernel, a summed dim),
+                                                             gelu_approximate
+    einsum_dp       einsum         einsum_dp.dist.json       DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
@@ -173,6 +178,7 @@ DATA = {
     "vit": (64, 2),
     "llama": (64, 2),
     "bn_cnn": (64, 2),
+    "einsum": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -227,6 +233,8 @@ CASES = {
     "llama_dp": ("llama", "llama_dp"),
     "bn_cnn": ("bn_cnn", "bn_cnn"),
     "bn_cnn_dp": ("bn_cnn", "bn_cnn_dp"),
+    "einsum": ("einsum", "einsum"),
+    "einsum_dp": ("einsum", "einsum_dp"),
 }
 
 
