@@ -245,7 +245,7 @@ static Node *layer_input(Layer *l, int i) {
   Node *n = l->in[i].layer->node;
   if (!n) error_at(l->in[i].loc, "layer '%s': input '%s' has no value", l->name,
                    l->in[i].layer->name);
-  if (n->dtype != DT_F32 && strcmp(l->cls, "Embedding"))
+  if (n->dtype != DT_F32 && strcmp(l->cls, "Embedding") && strcmp(l->cls, "ReversibleEmbedding"))
     error_at(l->in[i].loc, "layer '%s': %s takes float input, but '%s' holds integer ids "
              "(only Embedding takes integer input)", l->name, l->cls, l->in[i].layer->name);
   return n;
@@ -1002,6 +1002,45 @@ static Node *build_embedding(Graph *g, Layer *l, Node *ids) {
   return y;
 }
 
+// ReversibleEmbedding(input_dim, output_dim, tie_weights, logit_soft_cap)
+// (keras.layers and keras_hub.layers): called on ids, an Embedding; called
+// with reverse=True on h[.., output_dim], the logits h . embeddings^T (a
+// DOT contracting the table's second dim), or h . reverse_embeddings
+// [output_dim, input_dim] when the weights are not tied; soft-capped as
+// tanh(logits / cap) * cap. The reverse call is a later call of the same
+// layer, so it finds the table its first call made.
+static Node *build_reversible_embedding(Graph *g, Layer *l, Node *x) {
+  static const char *const kw[] = {"reverse"};
+  check_kwargs(l, kw, 1);
+  if (!call_flag(l, "reverse")) return build_embedding(g, l, x);
+  const char *rd = cfg_str(l, "reverse_dtype", "float32");
+  if (strcmp(rd, "float32"))
+    error_at(jloc_key(l->cfg, "reverse_dtype"), "layer '%s': reverse_dtype '%s' is not "
+             "supported (float32 only)", l->name, rd);
+  int64_t v = cfg_size(l, "input_dim", -1), dim = cfg_size(l, "output_dim", -1);
+  if (v <= 0 || dim <= 0)
+    error_at(l->loc, "layer '%s': 'input_dim' and 'output_dim' must be positive", l->name);
+  if (x->shape.d[x->shape.rank - 1] != dim)
+    error_at(l->in[0].loc, "layer '%s': reverse=True takes [.., output_dim = %lld], got %s",
+             l->name, (long long)dim, kshape(&x->shape));
+  bool tie = cfg_bool(l, "tie_weights", true);
+  Node *w = tie ? new_var(g, l, "embeddings", (Shape){2, {v, dim}}, "embeddings_initializer",
+                          "uniform")
+                : new_var(g, l, "reverse_embeddings", (Shape){2, {dim, v}},
+                          "embeddings_initializer", "uniform");
+  Node *y = dot_node(g, x, w, 0, 1, tie);
+  y->layer = l->name;
+  y->loc = l->loc;
+  double cap = cfg_num(l, "logit_soft_cap", 0);
+  if (cap == 0) return y;
+  Node *s = new_node1(g, OP_SCALE, y, y->shape);
+  s->aff = (AffAttr){(float)(1.0 / cap), 0};
+  Node *t = apply_act(g, s, ACT_TANH);
+  Node *c = new_node1(g, OP_SCALE, t, t->shape);
+  c->aff = (AffAttr){(float)cap, 0};
+  return c;
+}
+
 static Node *build_input(Graph *g, Layer *l, Node *unused) {
   Shape s = {.rank = l->in_rank + 1};
   s.d[0] = g->batch;
@@ -1396,6 +1435,7 @@ static const LayerDef layer_defs[] = {
   {"Dense", 1, build_dense},
   {"EinsumDense", 1, build_einsum_dense},
   {"Embedding", 1, build_embedding},
+  {"ReversibleEmbedding", 1, build_reversible_embedding},
   {"Conv2D", 1, build_conv2d},
   {"MaxPooling2D", 1, build_maxpool},
   {"Activation", 1, build_activation},

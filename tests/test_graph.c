@@ -228,3 +228,19 @@ Test(graph, einsum_dense_errors) {
                "tests/bad/einsum_bias_axis.json:48:19: error: layer 'e1': bias axis 'z' is not "
                "an index of the output\n");
 }
+
+// issue 10: ReversibleEmbedding's reverse call reads the table its first
+// call made (tied), or its own reverse_embeddings [output_dim, input_dim].
+Test(graph, reversible_embedding) {
+  opt_quiet_warnings = true;
+  Model *m = load_model("tests/gradcheck/rev_emb.json");
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 8);
+  cr_assert_eq(g->nvars, 5);
+  cr_expect_str_eq(g->vars[4]->path, "tok2/reverse_embeddings");
+  cr_expect_str_eq(shape_str(&g->vars[4]->shape), "[32, 64]");
+  cr_expect_eq(g->vars[4]->index, 1, "Keras's vars/1 of tok2");
+  cr_expect_str_eq(shape_str(&g->outputs[0]->shape), "[8, 16, 64]");
+  expect_error("tests/bad/rev_emb_reverse_dtype.json", NULL,
+               "tests/bad/rev_emb_reverse_dtype.json:58:23: error: layer 'tok': reverse_dtype "
+               "'bfloat16' is not supported (float32 only)\n");
+}

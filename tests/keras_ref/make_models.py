@@ -377,6 +377,25 @@ def einsum():
     return model
 
 
+def rev_emb():
+    # issue 10: ReversibleEmbedding, tied (keras_hub's) and untied with a
+    # logit soft cap (keras.layers'), each called on the ids and again with
+    # reverse=True for next-token logits from its table.
+    x = keras.Input((16,), dtype="int32", name="tokens")
+    tok = keras_hub.layers.ReversibleEmbedding(64, 32, name="tok")
+    tok2 = layers.ReversibleEmbedding(64, 32, tie_weights=False,
+                                      logit_soft_cap=5.0, name="tok2")
+    h = layers.Add(name="emb")([tok(x), tok2(x)])
+    h = layers.Dense(32, activation="gelu", name="mlp")(h)
+    out = layers.Add(name="logits")([tok(h, reverse=True),
+                                     tok2(h, reverse=True)])
+    model = keras.Model(x, out, name="rev_emb")
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.Adam())
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -713,6 +732,26 @@ MODELS = {
                 },
             },
             "einsum_dp": DP_8,
+        },
+    ),
+    "rev_emb": dict(
+        build=rev_emb, inputs=[("tokens", (16,), 64)],
+        outputs=["next64x16"],
+        dists={
+            # the tables split on the vocabulary (the logits' class dim
+            # split), the untied reverse table on its columns
+            "rev_emb": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "tok/embeddings": ["model", None],
+                    "tok2/embeddings": ["model", None],
+                    "tok2/reverse_embeddings": [None, "model"],
+                    "mlp/kernel": [None, "model"],
+                },
+            },
+            "rev_emb_dp": DP_8,
         },
     ),
     "bn_cnn": dict(

@@ -56,6 +56,10 @@ Cases (model, distribution spec from models/):
                                                              a transposed kernel, a summed dim),
                                                              gelu_approximate
     einsum_dp       einsum         einsum_dp.dist.json       DataParallel (8,)
+    rev_emb         rev_emb        rev_emb.dist.json         ModelParallel (2,4)  ReversibleEmbedding tied
+                                                             and untied (soft cap), tables split on
+                                                             the vocabulary
+    rev_emb_dp      rev_emb        rev_emb_dp.dist.json      DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
@@ -179,6 +183,7 @@ DATA = {
     "llama": (64, 2),
     "bn_cnn": (64, 2),
     "einsum": (64, 2),
+    "rev_emb": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -235,6 +240,8 @@ CASES = {
     "bn_cnn_dp": ("bn_cnn", "bn_cnn_dp"),
     "einsum": ("einsum", "einsum"),
     "einsum_dp": ("einsum", "einsum_dp"),
+    "rev_emb": ("rev_emb", "rev_emb"),
+    "rev_emb_dp": ("rev_emb", "rev_emb_dp"),
 }
 
 
