@@ -245,7 +245,9 @@ static Node *layer_input(Layer *l, int i) {
   Node *n = l->in[i].layer->node;
   if (!n) error_at(l->in[i].loc, "layer '%s': input '%s' has no value", l->name,
                    l->in[i].layer->name);
-  if (n->dtype != DT_F32 && strcmp(l->cls, "Embedding") && strcmp(l->cls, "ReversibleEmbedding"))
+  bool ids = !strcmp(l->cls, "Embedding") || !strcmp(l->cls, "ReversibleEmbedding") ||
+             (l->mask && i == l->mask); // an attention_mask may be int32
+  if (n->dtype != DT_F32 && !ids)
     error_at(l->in[i].loc, "layer '%s': %s takes float input, but '%s' holds integer ids "
              "(only Embedding takes integer input)", l->name, l->cls, l->in[i].layer->name);
   return n;
@@ -393,7 +395,7 @@ static void check_kwargs(Layer *l, const char *const *known, int n) {
 // (kv heads already repeated) -> o[b, t, n, dv]. Scores q.k are scaled by
 // 1 / sqrt(d), causally masked, softmaxed over the keys.
 static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale, bool causal,
-                    double dropout) {
+                    Node *mask, double dropout) {
   Node *qt = transpose_0213(g, q), *kt = transpose_0213(g, k), *vt = transpose_0213(g, v);
   Node *s = dot_node(g, qt, kt, 2, 1, true); // [b, n, t, s]
   Node *sc = new_node1(g, OP_SCALE, s, s->shape);
@@ -402,6 +404,10 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   if (causal) {
     s = new_node1(g, OP_CAUSAL, s, s->shape);
     s->mask.fill = -1; // forward: KDRT_MASKED
+  }
+  if (mask) {
+    s = new_node2(g, OP_ATTN_MASK, s, mask, s->shape);
+    s->mask.fill = -1;
   }
   Node *p = apply_act(g, s, ACT_SOFTMAX);
   if (dropout > 0) {
@@ -413,21 +419,39 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   return transpose_0213(g, o);
 }
 
+// The call's attention_mask (issue 10), or NULL: [batch, query steps, key
+// steps], int32 or float32, nonzero where a query may attend to a key, as
+// Keras casts it to bool. Synthetic data fills an int32 mask with 0 and 1.
+static Node *attention_mask_input(Layer *l, const Node *q, const Node *v) {
+  if (!l->mask) return NULL;
+  Node *m = layer_input(l, l->mask);
+  Shape want = {3, {q->shape.d[0], q->shape.d[1], v->shape.d[1]}};
+  if (!shape_eq(&m->shape, &want))
+    error_at(l->in[l->mask].loc, "layer '%s': attention_mask must be (None, %lld, %lld) (query "
+             "steps, key steps), got %s", l->name, (long long)want.d[1], (long long)want.d[2],
+             kshape(&m->shape));
+  if (m->op == OP_INPUT && m->dtype == DT_I32 && !m->id_range) m->id_range = 2;
+  return m;
+}
+
 // An attention layer's call: query, value and (optionally) key tensors of
-// rank 3, keys as long as values, use_causal_mask its one keyword.
-static void attention_inputs(Layer *l, Node **xq, Node **xv, Node **xk) {
-  if (l->nin < 2 || l->nin > 3)
+// rank 3, keys as long as values; use_causal_mask and attention_mask its
+// keywords.
+static void attention_inputs(Layer *l, Node **xq, Node **xv, Node **xk, Node **mask) {
+  int nargs = l->mask ? l->mask : l->nin;
+  if (nargs < 2 || nargs > 3)
     error_at(l->loc, "layer '%s': %s is called with query and value (and key), got %d tensors",
-             l->name, l->cls, l->nin);
-  static const char *const kw[] = {"use_causal_mask"};
-  check_kwargs(l, kw, 1);
-  for (int i = 0; i < l->nin; i++)
+             l->name, l->cls, nargs);
+  static const char *const kw[] = {"use_causal_mask", "attention_mask"};
+  check_kwargs(l, kw, 2);
+  for (int i = 0; i < nargs; i++)
     if (layer_input(l, i)->shape.rank != 3)
       error_at(l->in[i].loc, "layer '%s': attention inputs must be [batch, steps, features]",
                l->name);
-  *xq = layer_input(l, 0), *xv = layer_input(l, 1), *xk = l->nin > 2 ? layer_input(l, 2) : *xv;
+  *xq = layer_input(l, 0), *xv = layer_input(l, 1), *xk = nargs > 2 ? layer_input(l, 2) : *xv;
   if ((*xk)->shape.d[1] != (*xv)->shape.d[1])
     error_at(l->loc, "layer '%s': key and value have different lengths", l->name);
+  *mask = attention_mask_input(l, *xq, *xv);
 }
 
 // An attention layer's output projection: o[b, t, heads, dim] .
@@ -450,8 +474,8 @@ static Node *attention_output(Graph *g, Layer *l, Node *o, int64_t out, bool bia
 // as Keras stores them: query/key/value [hidden, heads, dim], the output
 // [heads, dim, hidden].
 static Node *build_mha(Graph *g, Layer *l, Node *unused) {
-  Node *xq, *xv, *xk;
-  attention_inputs(l, &xq, &xv, &xk);
+  Node *xq, *xv, *xk, *mask;
+  attention_inputs(l, &xq, &xv, &xk, &mask);
   static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
                                    "activity_regularizer", "kernel_constraint",
                                    "bias_constraint"};
@@ -485,7 +509,7 @@ static Node *build_mha(Graph *g, Layer *l, Node *unused) {
   Node *k = project(g, l, xk, "key", heads, kd, bias);
   Node *v = project(g, l, xv, "value", heads, vd, bias);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)kd), call_flag(l, "use_causal_mask"),
-                   cfg_num(l, "dropout", 0));
+                   mask, cfg_num(l, "dropout", 0));
   return attention_output(g, l, o, out, bias);
 }
 
@@ -503,8 +527,8 @@ static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
 // use_bias, dropout), called as (query, value[, key]) with use_causal_mask:
 // key and value heads repeated to the query heads, then as MultiHeadAttention.
 static Node *build_gqa(Graph *g, Layer *l, Node *unused) {
-  Node *xq, *xv, *xk;
-  attention_inputs(l, &xq, &xv, &xk);
+  Node *xq, *xv, *xk, *mask;
+  attention_inputs(l, &xq, &xv, &xk, &mask);
   static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
                                    "activity_regularizer", "kernel_constraint",
                                    "bias_constraint", "sliding_window", "use_gate"};
@@ -519,7 +543,7 @@ static Node *build_gqa(Graph *g, Layer *l, Node *unused) {
   Node *k = repeat_heads(g, project(g, l, xk, "key", nkv, hd, bias), nq / nkv);
   Node *v = repeat_heads(g, project(g, l, xv, "value", nkv, hd, bias), nq / nkv);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)hd), call_flag(l, "use_causal_mask"),
-                   cfg_num(l, "dropout", 0));
+                   mask, cfg_num(l, "dropout", 0));
   return attention_output(g, l, o, xq->shape.d[2], bias);
 }
 

@@ -244,3 +244,30 @@ Test(graph, reversible_embedding) {
                "tests/bad/rev_emb_reverse_dtype.json:58:23: error: layer 'tok': reverse_dtype "
                "'bfloat16' is not supported (float32 only)\n");
 }
+
+// issue 10: a call's attention_mask tensor is an input of the layer after
+// its arguments; it masks the scores of every head ([b, t, u] under [b, n,
+// t, u]), after the causal mask where both are given.
+Test(graph, attention_mask_input) {
+  opt_quiet_warnings = true;
+  Model *m = load_model("tests/gradcheck/attn_mask.json");
+  Layer *mha = find_layer(m, "mha");
+  cr_assert_eq(mha->nin, 3, "query, value, then the mask");
+  cr_assert_eq(mha->mask, 2);
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 8);
+  int masks = 0, causal_first = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_ATTN_MASK) continue;
+    masks++;
+    causal_first += n->in[0]->op == OP_CAUSAL;
+    cr_expect_str_eq(shape_str(&n->in[1]->shape), "[8, 16, 16]");
+    cr_expect_eq(n->in[1], g->inputs[1]);
+  }
+  cr_expect_eq(masks, 2, "mha and gqa");
+  cr_expect_eq(causal_first, 1, "mha's use_causal_mask too");
+  cr_expect_eq(g->inputs[1]->id_range, 2, "synthetic masks are 0 or 1");
+  expect_error("tests/bad/attention_mask_shape.json", NULL,
+               "tests/bad/attention_mask_shape.json:219:27: error: layer 'mha': attention_mask "
+               "must be (None, 16, 16) (query steps, key steps), got (None, 16, 8)\n");
+}

@@ -124,3 +124,19 @@ Test(ema, keras_moving_average) {
   for (int i = 0; i < 4; i++) cr_expect_eq(w[i], ref[i], "w[%d] = %.9g, want %.9g", i, w[i], ref[i]);
   cr_expect_float_eq(w[0], 0.01f, 1e-8f);
 }
+
+// issue 10: an attention_mask [outer, inner] over scores [outer, heads,
+// inner]: a zero (int32 or float) masks that position in every head.
+Test(attention_mask, zeros_mask_every_head) {
+  const float x[2 * 3 * 2] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const int32_t mi[2 * 2] = {1, 0, 0, 5};
+  const float mf[2 * 2] = {0.5f, 0, 0, -1};
+  float yi[12], yf[12];
+  kdrt_attention_mask(yi, x, mi, 1, 2, 3, 2, -9);
+  kdrt_attention_mask(yf, x, mf, 0, 2, 3, 2, -9);
+  const float want[12] = {1, -9, 3, -9, 5, -9, -9, 8, -9, 10, -9, 12};
+  for (int i = 0; i < 12; i++) {
+    cr_expect_eq(yi[i], want[i], "int32 mask [%d]: %g", i, yi[i]);
+    cr_expect_eq(yf[i], want[i], "float mask [%d]: %g", i, yf[i]);
+  }
+}

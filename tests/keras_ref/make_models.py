@@ -396,6 +396,29 @@ def rev_emb():
     return model
 
 
+def attn_mask():
+    # issue 10: an attention_mask from a model input ([batch, query, key],
+    # int32 0/1): with use_causal_mask (MultiHeadAttention), and alone
+    # (GroupQueryAttention).
+    x = keras.Input((16,), dtype="int32", name="tokens")
+    mask = keras.Input((16, 16), dtype="int32", name="mask")
+    h = layers.Embedding(64, 32, name="emb")(x)
+    a = layers.MultiHeadAttention(num_heads=4, key_dim=8, name="mha")(
+        h, h, attention_mask=mask, use_causal_mask=True)
+    h = layers.Add(name="add1")([h, a])
+    n = layers.LayerNormalization(name="ln")(h)
+    a = layers.GroupQueryAttention(head_dim=8, num_query_heads=4,
+                                   num_key_value_heads=2,
+                                   name="gqa")(n, n, attention_mask=mask)
+    h = layers.Add(name="add2")([h, a])
+    out = layers.Dense(64, name="logits")(h)
+    model = keras.Model([x, mask], out, name="attn_mask")
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.Adam())
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -752,6 +775,27 @@ MODELS = {
                 },
             },
             "rev_emb_dp": DP_8,
+        },
+    ),
+    "attn_mask": dict(
+        build=attn_mask, inputs=[("tokens", (16,), 64), ("mask", (16, 16), 2)],
+        outputs=["next64x16"],
+        dists={
+            # heads split over 'model' (Megatron): the mask is the same for
+            # every head, so it stays whole on 'model'
+            "attn_mask": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "(mha|gqa)/query/kernel": [None, "model", None],
+                    "(mha|gqa)/query/bias": ["model", None],
+                    "mha/(key|value)/kernel": [None, "model", None],
+                    "mha/(key|value)/bias": ["model", None],
+                    "(mha|gqa)/attention_output/kernel": ["model", None, None],
+                },
+            },
+            "attn_mask_dp": DP_8,
         },
     ),
     "bn_cnn": dict(
