@@ -38,7 +38,7 @@ all: kdcc build/libkdrt.a
 kdcc: $(COMPILER_OBJS)
 	$(CC) -o $@ $^ $(KLIBS)
 
-build/compiler/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def
+build/compiler/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def runtime/kdrt_defs.h
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c -o $@ $<
 

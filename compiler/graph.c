@@ -10,6 +10,7 @@
 // Invariants: g->nodes is in topological order; nothing computes here.
 #include "kdcc.h"
 
+#include <ctype.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -210,12 +211,22 @@ static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const c
 
 // ---- layers
 
+// An activation by name ("gelu" is the exact erf form, as in Keras), or
+// keras_hub's registered function gelu_approximate (gelu(x, approximate=True)),
+// which a config holds as {"class_name": "function", "config":
+// "keras_hub>gelu_approximate"} (keras_nlp> in older files).
 static int parse_act(Layer *l, const char *key) {
   json_t *j = json_object_get(l->cfg, key);
   if (!j || json_is_null(j)) return ACT_LINEAR;
+  json_t *fn = json_is_object(j) ? json_object_get(j, "config") : NULL;
+  if (json_is_string(fn) && json_is_string(json_object_get(j, "class_name")) &&
+      !strcmp(json_string_value(json_object_get(j, "class_name")), "function"))
+    j = fn;
   if (!json_is_string(j))
     error_at(jloc_key(l->cfg, key), "layer '%s': only named activations are supported", l->name);
   const char *s = json_string_value(j);
+  if (!strcmp(s, "keras_hub>gelu_approximate") || !strcmp(s, "keras_nlp>gelu_approximate"))
+    return KDRT_ACT_GELU_TANH;
   for (int a = 0; a <= ACT_SOFTMAX; a++)
     if (!strcmp(s, act_name(a))) return a;
   if (!strcmp(s, "swish")) return ACT_SILU;
@@ -234,7 +245,9 @@ static Node *layer_input(Layer *l, int i) {
   Node *n = l->in[i].layer->node;
   if (!n) error_at(l->in[i].loc, "layer '%s': input '%s' has no value", l->name,
                    l->in[i].layer->name);
-  if (n->dtype != DT_F32 && strcmp(l->cls, "Embedding"))
+  bool ids = !strcmp(l->cls, "Embedding") || !strcmp(l->cls, "ReversibleEmbedding") ||
+             (l->mask && i == l->mask); // an attention_mask may be int32
+  if (n->dtype != DT_F32 && !ids)
     error_at(l->in[i].loc, "layer '%s': %s takes float input, but '%s' holds integer ids "
              "(only Embedding takes integer input)", l->name, l->cls, l->in[i].layer->name);
   return n;
@@ -382,7 +395,7 @@ static void check_kwargs(Layer *l, const char *const *known, int n) {
 // (kv heads already repeated) -> o[b, t, n, dv]. Scores q.k are scaled by
 // 1 / sqrt(d), causally masked, softmaxed over the keys.
 static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale, bool causal,
-                    double dropout) {
+                    Node *mask, double dropout) {
   Node *qt = transpose_0213(g, q), *kt = transpose_0213(g, k), *vt = transpose_0213(g, v);
   Node *s = dot_node(g, qt, kt, 2, 1, true); // [b, n, t, s]
   Node *sc = new_node1(g, OP_SCALE, s, s->shape);
@@ -391,6 +404,10 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   if (causal) {
     s = new_node1(g, OP_CAUSAL, s, s->shape);
     s->mask.fill = -1; // forward: KDRT_MASKED
+  }
+  if (mask) {
+    s = new_node2(g, OP_ATTN_MASK, s, mask, s->shape);
+    s->mask.fill = -1;
   }
   Node *p = apply_act(g, s, ACT_SOFTMAX);
   if (dropout > 0) {
@@ -402,21 +419,39 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   return transpose_0213(g, o);
 }
 
+// The call's attention_mask (issue 10), or NULL: [batch, query steps, key
+// steps], int32 or float32, nonzero where a query may attend to a key, as
+// Keras casts it to bool. Synthetic data fills an int32 mask with 0 and 1.
+static Node *attention_mask_input(Layer *l, const Node *q, const Node *v) {
+  if (!l->mask) return NULL;
+  Node *m = layer_input(l, l->mask);
+  Shape want = {3, {q->shape.d[0], q->shape.d[1], v->shape.d[1]}};
+  if (!shape_eq(&m->shape, &want))
+    error_at(l->in[l->mask].loc, "layer '%s': attention_mask must be (None, %lld, %lld) (query "
+             "steps, key steps), got %s", l->name, (long long)want.d[1], (long long)want.d[2],
+             kshape(&m->shape));
+  if (m->op == OP_INPUT && m->dtype == DT_I32 && !m->id_range) m->id_range = 2;
+  return m;
+}
+
 // An attention layer's call: query, value and (optionally) key tensors of
-// rank 3, keys as long as values, use_causal_mask its one keyword.
-static void attention_inputs(Layer *l, Node **xq, Node **xv, Node **xk) {
-  if (l->nin < 2 || l->nin > 3)
+// rank 3, keys as long as values; use_causal_mask and attention_mask its
+// keywords.
+static void attention_inputs(Layer *l, Node **xq, Node **xv, Node **xk, Node **mask) {
+  int nargs = l->mask ? l->mask : l->nin;
+  if (nargs < 2 || nargs > 3)
     error_at(l->loc, "layer '%s': %s is called with query and value (and key), got %d tensors",
-             l->name, l->cls, l->nin);
-  static const char *const kw[] = {"use_causal_mask"};
-  check_kwargs(l, kw, 1);
-  for (int i = 0; i < l->nin; i++)
+             l->name, l->cls, nargs);
+  static const char *const kw[] = {"use_causal_mask", "attention_mask"};
+  check_kwargs(l, kw, 2);
+  for (int i = 0; i < nargs; i++)
     if (layer_input(l, i)->shape.rank != 3)
       error_at(l->in[i].loc, "layer '%s': attention inputs must be [batch, steps, features]",
                l->name);
-  *xq = layer_input(l, 0), *xv = layer_input(l, 1), *xk = l->nin > 2 ? layer_input(l, 2) : *xv;
+  *xq = layer_input(l, 0), *xv = layer_input(l, 1), *xk = nargs > 2 ? layer_input(l, 2) : *xv;
   if ((*xk)->shape.d[1] != (*xv)->shape.d[1])
     error_at(l->loc, "layer '%s': key and value have different lengths", l->name);
+  *mask = attention_mask_input(l, *xq, *xv);
 }
 
 // An attention layer's output projection: o[b, t, heads, dim] .
@@ -439,8 +474,8 @@ static Node *attention_output(Graph *g, Layer *l, Node *o, int64_t out, bool bia
 // as Keras stores them: query/key/value [hidden, heads, dim], the output
 // [heads, dim, hidden].
 static Node *build_mha(Graph *g, Layer *l, Node *unused) {
-  Node *xq, *xv, *xk;
-  attention_inputs(l, &xq, &xv, &xk);
+  Node *xq, *xv, *xk, *mask;
+  attention_inputs(l, &xq, &xv, &xk, &mask);
   static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
                                    "activity_regularizer", "kernel_constraint",
                                    "bias_constraint"};
@@ -474,7 +509,7 @@ static Node *build_mha(Graph *g, Layer *l, Node *unused) {
   Node *k = project(g, l, xk, "key", heads, kd, bias);
   Node *v = project(g, l, xv, "value", heads, vd, bias);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)kd), call_flag(l, "use_causal_mask"),
-                   cfg_num(l, "dropout", 0));
+                   mask, cfg_num(l, "dropout", 0));
   return attention_output(g, l, o, out, bias);
 }
 
@@ -492,8 +527,8 @@ static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
 // use_bias, dropout), called as (query, value[, key]) with use_causal_mask:
 // key and value heads repeated to the query heads, then as MultiHeadAttention.
 static Node *build_gqa(Graph *g, Layer *l, Node *unused) {
-  Node *xq, *xv, *xk;
-  attention_inputs(l, &xq, &xv, &xk);
+  Node *xq, *xv, *xk, *mask;
+  attention_inputs(l, &xq, &xv, &xk, &mask);
   static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
                                    "activity_regularizer", "kernel_constraint",
                                    "bias_constraint", "sliding_window", "use_gate"};
@@ -508,7 +543,7 @@ static Node *build_gqa(Graph *g, Layer *l, Node *unused) {
   Node *k = repeat_heads(g, project(g, l, xk, "key", nkv, hd, bias), nq / nkv);
   Node *v = repeat_heads(g, project(g, l, xv, "value", nkv, hd, bias), nq / nkv);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)hd), call_flag(l, "use_causal_mask"),
-                   cfg_num(l, "dropout", 0));
+                   mask, cfg_num(l, "dropout", 0));
   return attention_output(g, l, o, xq->shape.d[2], bias);
 }
 
@@ -535,6 +570,227 @@ static Node *build_position_embedding(Graph *g, Layer *l, Node *x) {
   Node *y = new_node1(g, OP_BROADCAST, e, x->shape);
   y->red.dim = 0;
   return y;
+}
+
+// ---- EinsumDense
+
+// An EinsumDense equation with its ellipsis spelled out: one index per dim
+// of the input, the kernel and the output, the ellipsis's dims named '0',
+// '1', ... Keras's forms: "ab,bc->ac", "...ab,bc->...ac" (leading in the
+// input and the output) and "ab...,bc->ac..." (trailing, after two or more
+// input indices); never in the kernel.
+typedef struct {
+  char x[MAX_RANK + 1], w[MAX_RANK + 1], y[MAX_RANK + 1];
+  int elided;             // dims the ellipsis stands for
+  bool left;              // it leads
+} Einsum;
+
+static noreturn void einsum_error(Layer *l, json_t *eq, const char *why) {
+  error_at(jloc(eq), "layer '%s': equation '%s': %s", l->name, json_string_value(eq), why);
+}
+
+// Position of index c in s, or -1.
+static int index_of(const char *s, char c) {
+  const char *p = strchr(s, c);
+  return c && p ? (int)(p - s) : -1;
+}
+
+// One operand of an equation, s[0, n): its indices into `out`; returns
+// where "..." is: 0 nowhere, 1 leading, 2 trailing.
+static int einsum_operand(Layer *l, json_t *eq, const char *s, size_t n, char *out) {
+  int ell = 0;
+  if (n >= 3 && !strncmp(s, "...", 3)) ell = 1, s += 3, n -= 3;
+  else if (n >= 3 && !strncmp(s + n - 3, "...", 3)) ell = 2, n -= 3;
+  if (n == 0 || n > MAX_RANK)
+    einsum_error(l, eq, format("every operand needs 1 to %d indices", MAX_RANK));
+  for (size_t i = 0; i < n; i++) {
+    if (!isalpha((unsigned char)s[i]))
+      einsum_error(l, eq, "indices are letters, with at most one ellipsis ('...') leading or "
+                   "trailing the input and the output");
+    if (memchr(s, s[i], i))
+      einsum_error(l, eq, format("index '%c' repeats within one operand (a diagonal): not "
+                                 "supported", s[i]));
+    out[i] = s[i];
+  }
+  out[n] = 0;
+  return ell;
+}
+
+// spec with the ellipsis's dims ('0', '1', ...) before or after it.
+static void spell_ellipsis(char *spec, int elided, bool left) {
+  char e[MAX_RANK + 1] = {0}, t[2 * MAX_RANK + 2];
+  for (int i = 0; i < elided; i++) e[i] = (char)('0' + i);
+  snprintf(t, sizeof t, "%s%s", left ? e : spec, left ? spec : e);
+  strcpy(spec, t);
+}
+
+static void parse_einsum(Layer *l, json_t *eq, int rank, Einsum *e) {
+  if (!json_is_string(eq))
+    error_at(eq ? jloc(eq) : l->loc, "layer '%s': EinsumDense needs an 'equation' string",
+             l->name);
+  const char *s = json_string_value(eq), *comma = strchr(s, ','), *arrow = strstr(s, "->");
+  if (!comma || !arrow || arrow < comma || strchr(comma + 1, ','))
+    einsum_error(l, eq, "not of the form input,kernel->output");
+  int ex = einsum_operand(l, eq, s, (size_t)(comma - s), e->x);
+  int ew = einsum_operand(l, eq, comma + 1, (size_t)(arrow - comma - 1), e->w);
+  int ey = einsum_operand(l, eq, arrow + 2, strlen(arrow + 2), e->y);
+  if (ew || ex != ey || (ex == 2 && strlen(e->x) < 2))
+    einsum_error(l, eq, "an ellipsis must lead both the input and the output (...ab,bc->...ac) "
+                 "or trail both (ab...,bc->ac...), and never be in the kernel");
+  e->elided = rank - (int)strlen(e->x);
+  e->left = ex == 1;
+  if (e->elided < 0 || (!ex && e->elided) || (int)strlen(e->y) + e->elided > MAX_RANK)
+    einsum_error(l, eq, format("the input has rank %d, which its indices '%s' do not fit", rank,
+                               e->x));
+  spell_ellipsis(e->x, e->elided, e->left);
+  spell_ellipsis(e->y, e->elided, e->left);
+  for (const char *c = e->y; *c; c++)
+    if (index_of(e->x, *c) < 0 && index_of(e->w, *c) < 0)
+      einsum_error(l, eq, format("output index '%c' is in neither the input nor the kernel", *c));
+  for (const char *c = e->w; *c; c++)
+    if (index_of(e->x, *c) < 0 && index_of(e->y, *c) < 0)
+      einsum_error(l, eq, format("kernel index '%c' is in neither the input nor the output", *c));
+  if (e->x[0] != e->y[0] || index_of(e->w, e->x[0]) >= 0)
+    einsum_error(l, eq, format("the batch dim (index '%c') must be the output's first, and not "
+                               "in the kernel", e->x[0]));
+}
+
+// The output's extents: the input's where it has the index, else output_shape's
+// (Keras's partial shape: every output dim but the batch and the ellipsis's,
+// null where the input gives it).
+static Shape einsum_out_shape(Layer *l, const Einsum *e, const Shape *xs) {
+  json_t *os = json_object_get(l->cfg, "output_shape");
+  int ry = (int)strlen(e->y), lead = 1 + (e->left && e->elided ? e->elided - 1 : 0);
+  int n = json_is_array(os) ? (int)json_array_size(os) : json_is_integer(os) ? 1 : -1;
+  if (n != ry - lead - (e->left ? 0 : e->elided))
+    error_at(os ? jloc(os) : l->loc, "layer '%s': output_shape must give %d sizes (each output "
+             "dim but the batch and the ellipsis's), or null where the input gives one", l->name,
+             ry - lead - (e->left ? 0 : e->elided));
+  Shape s = {ry, {0}};
+  for (int j = 0; j < ry; j++) {
+    json_t *v = j < lead || j >= lead + n ? NULL
+              : json_is_array(os)          ? json_array_get(os, (size_t)(j - lead))
+                                           : os;
+    Loc at = v ? jloc(v) : l->loc;
+    int i = index_of(e->x, e->y[j]);
+    if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) <= 0 ||
+                                  json_integer_value(v) > MAX_DIM))
+      error_at(at, "layer '%s': output_shape entries must be positive sizes or null", l->name);
+    int64_t given = v && !json_is_null(v) ? json_integer_value(v) : -1;
+    if (i >= 0 && given >= 0 && given != xs->d[i])
+      error_at(at, "layer '%s': output_shape gives %lld for index '%c', whose input dim is %lld",
+               l->name, (long long)given, e->y[j], (long long)xs->d[i]);
+    if (i < 0 && given < 0)
+      error_at(at, "layer '%s': output_shape must give the size of index '%c' (the kernel's "
+               "alone)", l->name, e->y[j]);
+    s.d[j] = i >= 0 ? xs->d[i] : given;
+  }
+  return s;
+}
+
+// x, whose dims are named by the indices `from`, with its dims in the order of `to`.
+static Node *arrange(Graph *g, Node *x, const char *from, const char *to) {
+  if (!strcmp(from, to)) return x;
+  Node *t = new_node1(g, OP_TRANSPOSE, x, x->shape);
+  for (int i = 0; to[i]; i++) {
+    t->perm.perm[i] = index_of(from, to[i]);
+    t->shape.d[i] = x->shape.d[t->perm.perm[i]];
+  }
+  return t;
+}
+
+// The bias over bias_axes, as Keras stores it: the output's trailing dims
+// from the first bias index on, 1 where an index is not a bias axis; those
+// 1s are broadcast to the output's extents before the add.
+static Node *einsum_bias(Graph *g, Layer *l, const Einsum *e, Node *y) {
+  json_t *ba = json_object_get(l->cfg, "bias_axes");
+  if (!ba || json_is_null(ba)) return y;
+  const char *bs = json_is_string(ba) ? json_string_value(ba) : "";
+  int ry = y->shape.rank, first = ry;
+  for (const char *c = bs; *c; c++) {
+    int j = isalpha((unsigned char)*c) ? index_of(e->y, *c) : -1;
+    if (j <= 0)
+      error_at(jloc(ba), "layer '%s': bias axis '%c' is %s", l->name, *c,
+               j ? "not an index of the output" : "the batch dim");
+    if (j < first) first = j;
+  }
+  if (first == ry)
+    error_at(jloc(ba), "layer '%s': bias_axes must be a string of output indices", l->name);
+  Shape ks = {ry - first, {0}}, cs = {0, {0}};
+  for (int j = first; j < ry; j++) {
+    bool on = index_of(bs, e->y[j]) >= 0;
+    ks.d[j - first] = on ? y->shape.d[j] : 1;
+    if (on) cs.d[cs.rank++] = y->shape.d[j];
+  }
+  Node *b = new_var(g, l, "bias", ks, "bias_initializer", "zeros");
+  if (cs.rank < ks.rank) b = new_node1(g, OP_RESHAPE, b, cs);
+  for (int j = first; j < ry; j++) {
+    if (index_of(bs, e->y[j]) >= 0) continue;
+    Shape s = b->shape;
+    int d = j - first;
+    memmove(s.d + d + 1, s.d + d, (size_t)(s.rank++ - d) * sizeof *s.d);
+    s.d[d] = y->shape.d[j];
+    b = new_node1(g, OP_BROADCAST, b, s);
+    b->red.dim = d;
+  }
+  return new_node2(g, OP_BIAS, y, b, y->shape);
+}
+
+// EinsumDense(equation, output_shape, bias_axes, activation): one DOT
+// (dot_general) of the input and the kernel. Indices of the input alone are
+// summed first; those of the input, the kernel and the output are the DOT's
+// batch dims, of the input and the kernel its contracted ones, of the input
+// and the output (the batch among them) the input's free dims, of the
+// kernel and the output the kernel's. Transposes put the operands in that
+// order (the kernel's free dims may also lead: DOT's tb) and the result in
+// the output's, so that a layout of the kernel's dims propagates through
+// DOT's rule. The kernel's fans are Keras's for EinsumDense (input_axes,
+// output_axes): the kernel dims contracted, and the kernel dims in the output.
+static Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
+  static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
+                                   "activity_regularizer", "kernel_constraint",
+                                   "bias_constraint", "lora_rank", "quantization_config"};
+  check_none(l, no, 7);
+  json_t *eq = json_object_get(l->cfg, "equation");
+  Einsum e;
+  parse_einsum(l, eq, x->shape.rank, &e);
+  Shape ys = einsum_out_shape(l, &e, &x->shape);
+  Shape ks = {(int)strlen(e.w), {0}};
+  double fan_in = 1, fan_out = 1;
+  for (int i = 0; i < ks.rank; i++) {
+    int j = index_of(e.y, e.w[i]);
+    ks.d[i] = j >= 0 ? ys.d[j] : x->shape.d[index_of(e.x, e.w[i])];
+    if (j >= 0) fan_out *= (double)ks.d[i];
+    else fan_in *= (double)ks.d[i];
+  }
+  if (shape_elems(&ks) > MAX_ELEMS)
+    einsum_error(l, eq, format("a kernel of %s would hold more than 2^40 elements, the most a "
+                               "tensor may hold", shape_str(&ks)));
+  Node *w = new_var(g, l, "kernel", ks, "kernel_initializer", "glorot_uniform");
+  w->var->fan_in = fan_in, w->var->fan_out = fan_out;
+  for (int d = x->shape.rank - 1; d > 0; d--) // the input's indices summed over
+    if (index_of(e.w, e.x[d]) < 0 && index_of(e.y, e.x[d]) < 0) {
+      Shape s = x->shape;
+      memmove(s.d + d, s.d + d + 1, (size_t)(--s.rank - d) * sizeof *s.d);
+      x = new_node1(g, OP_REDUCE_SUM, x, s);
+      x->red.dim = d;
+      memmove(e.x + d, e.x + d + 1, strlen(e.x + d));
+    }
+  char B[MAX_RANK + 1] = {0}, M[MAX_RANK + 1] = {0}, K[MAX_RANK + 1] = {0}, N[MAX_RANK + 1] = {0};
+  for (const char *c = e.x; *c; c++) {
+    char *grp = index_of(e.w, *c) < 0 ? M : index_of(e.y, *c) < 0 ? K : B;
+    grp[strlen(grp)] = *c;
+  }
+  for (const char *c = e.w; *c; c++)
+    if (index_of(e.x, *c) < 0) N[strlen(N)] = *c;
+  char *a = format("%s%s%s", B, M, K), *b = format("%s%s%s", B, K, N);
+  bool tb = strcmp(e.w, b) && !strcmp(e.w, format("%s%s%s", B, N, K));
+  Node *y = dot_node(g, arrange(g, x, e.x, a), tb ? w : arrange(g, w, e.w, b), (int)strlen(B),
+                     (int)strlen(K), tb);
+  y->layer = l->name;
+  y->loc = l->loc;
+  y = arrange(g, y, format("%s%s%s", B, M, N), e.y);
+  return apply_act(g, einsum_bias(g, l, &e, y), parse_act(l, "activation"));
 }
 
 // Output extent and leading padding of a window op along one dim, Keras's way.
@@ -768,6 +1024,45 @@ static Node *build_embedding(Graph *g, Layer *l, Node *ids) {
   // the ids' range, for synthetic data and file checks (the smallest table reading them)
   if (ids->op == OP_INPUT && (!ids->id_range || v < ids->id_range)) ids->id_range = v;
   return y;
+}
+
+// ReversibleEmbedding(input_dim, output_dim, tie_weights, logit_soft_cap)
+// (keras.layers and keras_hub.layers): called on ids, an Embedding; called
+// with reverse=True on h[.., output_dim], the logits h . embeddings^T (a
+// DOT contracting the table's second dim), or h . reverse_embeddings
+// [output_dim, input_dim] when the weights are not tied; soft-capped as
+// tanh(logits / cap) * cap. The reverse call is a later call of the same
+// layer, so it finds the table its first call made.
+static Node *build_reversible_embedding(Graph *g, Layer *l, Node *x) {
+  static const char *const kw[] = {"reverse"};
+  check_kwargs(l, kw, 1);
+  if (!call_flag(l, "reverse")) return build_embedding(g, l, x);
+  const char *rd = cfg_str(l, "reverse_dtype", "float32");
+  if (strcmp(rd, "float32"))
+    error_at(jloc_key(l->cfg, "reverse_dtype"), "layer '%s': reverse_dtype '%s' is not "
+             "supported (float32 only)", l->name, rd);
+  int64_t v = cfg_size(l, "input_dim", -1), dim = cfg_size(l, "output_dim", -1);
+  if (v <= 0 || dim <= 0)
+    error_at(l->loc, "layer '%s': 'input_dim' and 'output_dim' must be positive", l->name);
+  if (x->shape.d[x->shape.rank - 1] != dim)
+    error_at(l->in[0].loc, "layer '%s': reverse=True takes [.., output_dim = %lld], got %s",
+             l->name, (long long)dim, kshape(&x->shape));
+  bool tie = cfg_bool(l, "tie_weights", true);
+  Node *w = tie ? new_var(g, l, "embeddings", (Shape){2, {v, dim}}, "embeddings_initializer",
+                          "uniform")
+                : new_var(g, l, "reverse_embeddings", (Shape){2, {dim, v}},
+                          "embeddings_initializer", "uniform");
+  Node *y = dot_node(g, x, w, 0, 1, tie);
+  y->layer = l->name;
+  y->loc = l->loc;
+  double cap = cfg_num(l, "logit_soft_cap", 0);
+  if (cap == 0) return y;
+  Node *s = new_node1(g, OP_SCALE, y, y->shape);
+  s->aff = (AffAttr){(float)(1.0 / cap), 0};
+  Node *t = apply_act(g, s, ACT_TANH);
+  Node *c = new_node1(g, OP_SCALE, t, t->shape);
+  c->aff = (AffAttr){(float)cap, 0};
+  return c;
 }
 
 static Node *build_input(Graph *g, Layer *l, Node *unused) {
@@ -1162,7 +1457,9 @@ typedef struct {
 static const LayerDef layer_defs[] = {
   {"InputLayer", 0, build_input},
   {"Dense", 1, build_dense},
+  {"EinsumDense", 1, build_einsum_dense},
   {"Embedding", 1, build_embedding},
+  {"ReversibleEmbedding", 1, build_reversible_embedding},
   {"Conv2D", 1, build_conv2d},
   {"MaxPooling2D", 1, build_maxpool},
   {"Activation", 1, build_activation},

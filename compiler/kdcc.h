@@ -156,6 +156,8 @@ struct Layer {
   TensorRef in[MAX_IN];   // inbound tensors, in call order (after flattening nested lists)
   json_t *kwargs;         // the call's keyword arguments (Keras 3 files), or NULL
   int nin;
+  int mask;               // issue 10: attention layers: the in[] index of the call's
+                          // attention_mask tensor (after the arguments), 0: none
   int index;              // position in Model.layers
   // InputLayer only: per-sample shape (batch dim dropped), from batch_shape /
   // batch_input_shape / shape.
@@ -333,7 +335,7 @@ typedef struct {                                             // collectives
 typedef struct { int perm[MAX_RANK]; } PermAttr;            // TRANSPOSE: y dim i = x dim perm[i]
 typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROADCAST: the dim
 typedef struct { bool rms; float eps; } NormAttr;           // NORM, NORM_GRAD
-typedef struct { float fill; } MaskAttr;                    // CAUSAL: what a masked score becomes
+typedef struct { float fill; } MaskAttr;                    // CAUSAL, ATTN_MASK: what a masked score becomes
 
 struct Node {
   int id;

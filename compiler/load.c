@@ -454,10 +454,16 @@ static void load_inbound(Model *m, Layer *l) {
     if (json_is_object(kwargs)) {
       const char *k;
       json_t *e;
-      json_object_foreach(kwargs, k, e)
-        if (contains_tensor(e))
+      json_object_foreach(kwargs, k, e) {
+        // issue 10: an attention layer's attention_mask, an input after the arguments
+        if (!strcmp(k, "attention_mask") && is_keras_tensor(e) && strstr(l->cls, "Attention") &&
+            l->nin > 0) {
+          collect_args(m, l, e);
+          l->mask = l->nin - 1;
+        } else if (contains_tensor(e))
           error_at(jloc_key(kwargs, k), "layer '%s': tensor keyword argument '%s' is not "
                    "supported", l->name, k);
+      }
     }
   } else if (json_is_array(node)) { // Keras 2: [["x", 0, 0, {}], ...]
     for (size_t i = 0; i < json_array_size(node); i++)

@@ -4,7 +4,8 @@
 //   optimizer slots (same local shape), in variable order.
 // - The gradient blob: every variable's final gradient (in the variable's
 //   placement, after its reduction), where the update reads it. A gradient
-//   that is an all-reduced partial sum is reduced in place there.
+//   that is an all-reduced partial sum is reduced in place there; one that
+//   is a reshape (a view) has its base computed there.
 // - The activation arena: every other value, placed by liveness. Values are
 //   visited in the (topological) order they are computed; a value's buffer
 //   is taken first-fit from the free space when it is computed and given
@@ -167,11 +168,12 @@ void plan_memory(Graph *g) {
       Node *b = base_of(n);
       n->region = b->region;
       n->offset = b->offset;
+      if (b->region == REGION_GRAD) n->var = b->var; // its name in the program
       continue;
     }
     bool is_grad = false;
-    for (int v = 0; v < g->nvars; v++)
-      if (g->vars[v]->grad == n) {
+    for (int v = 0; v < g->nvars; v++) // a gradient that is a view: its base
+      if (g->vars[v]->grad && base_of(g->vars[v]->grad) == n) {
         n->region = REGION_GRAD;
         n->offset = g->vars[v]->goffset;
         n->var = g->vars[v];

@@ -669,6 +669,35 @@ static void causal_emit(const Node *n, Lowering *lw) {
 
 const OpDef op_CAUSAL = {"causal_mask", 1, 0, false, rule_elementwise, causal_grad, causal_emit};
 
+// issue 10: scores s[b, n, t, u] where a call's attention_mask m[b, t, u]
+// is zero become mask.fill (Keras casts the mask to bool); m is the same
+// for every head, so it shares every factor of s but the heads'. The
+// gradient is the same mask with 0. Not linear: a masked partial sum would
+// be filled once per summand.
+static void attn_mask_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  for (int d = 0; d < MAX_RANK; d++) r->in[1][d] = -1;
+  for (int d = 0, k = 0; d < n->shape.rank; d++)
+    if (d != 1) r->in[1][k++] = r->out[d];
+}
+
+static void attn_mask_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node2(g, OP_ATTN_MASK, n->grad, n->in[1], n->shape);
+  dx->mask.fill = 0;
+  accumulate(g, n->in[0], dx);
+}
+
+static void attn_mask_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "attention_mask", false, NULL, "%s, %s, %s, %d, %s, %s, %s, %s", buf(n),
+             buf(n->in[0]), buf(n->in[1]), n->in[1]->dtype == DT_I32,
+             sym_c(sym_dim(n, 0, true)), sym_c(sym_dim(n, 1, true)),
+             sym_c(sym_prod(n, 2, n->shape.rank, true)),
+             n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
+}
+
+const OpDef op_ATTN_MASK = {"attention_mask", 2, 0, false, attn_mask_rule, attn_mask_grad,
+                            attn_mask_emit};
+
 // ---------------------------------------------------------------- TRANSPOSE
 // y dim i is x dim perm[i]: the factors follow their dims.
 

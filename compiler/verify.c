@@ -58,7 +58,7 @@ void verify_graph(const Graph *g, const char *pass, bool placed) {
       if (!a || a->id >= i || g->nodes[a->id] != a)
         bad(pass, n, "operand %d is not defined before its use", k);
       if (a->dtype != DT_F32 && n->op != OP_GATHER && n->op != OP_SCATTER_ADD &&
-          !is_collective(n->op))
+          !(n->op == OP_ATTN_MASK && k == 1) && !is_collective(n->op))
         bad(pass, n, "operand %d holds integers", k);
     }
     if (n->shape.rank < 0 || n->shape.rank > MAX_RANK) bad(pass, n, "rank %d", n->shape.rank);

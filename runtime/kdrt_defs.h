@@ -25,6 +25,11 @@
 #define KDRT_SELU_SCALE 1.0507009873554804934193349852946f
 #define KDRT_SOFTPLUS(v) (fmaxf((v), 0.0f) + log1pf(expf(-fabsf(v))))
 #define KDRT_RELU6(v) ((v) < 0.0f ? 0.0f : ((v) > 6.0f ? 6.0f : (v)))
+// issue 10: gelu's tanh form: 0.5 v (1 + tanh(u)), u = sqrt(2/pi) (v + 0.044715 v^3);
+// tanh' as 1 / cosh^2, which keeps its digits where tanh rounds to 1.
+#define KDRT_GELU_U(v) (KDRT_SQRT_2_OVER_PI * ((v) + 0.044715f * (v) * (v) * (v)))
+#define KDRT_GELU_T(v) tanhf(KDRT_GELU_U(v))
+#define KDRT_SECH2(u) (1.0f / (coshf(u) * coshf(u)))
 #define KDRT_ACT_LIST(X)                                                                      \
   X(LINEAR, "linear", 0, (v), 1.0f)                                                            \
   X(RELU, "relu", 0, ((v) < 0.0f ? 0.0f : (v)), ((y) > 0.0f ? 1.0f : 0.0f))                    \
@@ -52,6 +57,11 @@
   X(MISH, "mish", 1, ((v) * tanhf(KDRT_SOFTPLUS(v))),                                          \
     (tanhf(KDRT_SOFTPLUS(v)) +                                                                 \
      (v) * (1.0f - tanhf(KDRT_SOFTPLUS(v)) * tanhf(KDRT_SOFTPLUS(v))) * KDRT_SIGMOID(v)))         \
+  /* issue 10: gelu(x, approximate=True), keras_hub's gelu_approximate (JAX's tanh form) */     \
+  X(GELU_TANH, "gelu_approximate", 1, (0.5f * (v) * (1.0f + KDRT_GELU_T(v))),                  \
+    (0.5f * (1.0f + KDRT_GELU_T(v)) +                                                          \
+     0.5f * (v) * KDRT_SECH2(KDRT_GELU_U(v)) * KDRT_SQRT_2_OVER_PI *                           \
+       (1.0f + 3.0f * 0.044715f * (v) * (v))))                                                 \
   /* not a Keras activation: BatchNormalization's 1 / sqrt(var + epsilon) */                    \
   X(RSQRT, "rsqrt", 0, (1.0f / sqrtf(v)), (-0.5f * (y) * (y) * (y)))
 

@@ -77,6 +77,11 @@ typedef struct {
   /* position is after the query's (KDRT_MASKED forward, 0 for the gradient).       */       \
   K(causal_mask, (float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,   \
                   int64_t u0, float fill))                                                     \
+  /* issue 10: attention scores x[outer, heads, inner] where a call's attention_mask */       \
+  /* m[outer, inner] (int32 when m_int, else float; the same for every head) is zero */      \
+  /* become fill (KDRT_MASKED forward, 0 for the gradient); y may be x.               */      \
+  K(attention_mask, (float *y, const float *x, const void *m, int m_int, int64_t outer,        \
+                     int64_t heads, int64_t inner, float fill))                                \
   /* out = in[0] + ... + in[nin - 1], left to right (nin <= 8) */                              \
   K(add, (float *out, const float *const *in, int nin, size_t n))                              \
   /* out = a * b elementwise */                                                                \

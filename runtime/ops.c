@@ -1243,6 +1243,18 @@ void kdrt_causal_mask(float *y, const float *x, int64_t outer, int64_t t, int64_
       }
 }
 
+void kdrt_attention_mask(float *y, const float *x, const void *m, int m_int, int64_t outer,
+                         int64_t heads, int64_t inner, float fill) {
+  const int32_t *mi = m;
+  const float *mf = m;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t h = 0; h < heads; h++)
+      for (int64_t j = 0; j < inner; j++) {
+        int64_t k = (o * heads + h) * inner + j, q = o * inner + j;
+        y[k] = (m_int ? mi[q] != 0 : mf[q] != 0.0f) ? x[k] : fill;
+      }
+}
+
 void kdrt_pad_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,
                     int64_t out_ext, int64_t inner) {
   memset(out, 0, (size_t)(outer * out_ext * inner) * sizeof *out);

@@ -184,3 +184,90 @@ Test(graph, numbers_beyond_float32) {
                "tests/bad/init_float_range.json:5:26: error: layer 'd': initializer 'Constant' of "
                "'s/d/kernel' has a parameter beyond float32's range\n");
 }
+
+// issue 10: EinsumDense's kernels and biases as Keras stores them (the
+// bias's 1 where an output index is no bias axis), Keras's EinsumDense fans
+// (contracted kernel dims in, output kernel dims out), gelu_approximate.
+Test(graph, einsum_dense_variables) {
+  opt_quiet_warnings = true;
+  Model *m = load_model("tests/gradcheck/einsum.json");
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 8);
+  static const char *const paths[] = {"e1/kernel", "e1/bias", "e2/kernel", "e2/bias",
+                                      "e3/kernel", "e3/bias", "e4/kernel", "e4/bias",
+                                      "e5/kernel", "e6/kernel", "e6/bias", "e7/kernel"};
+  static const char *const shapes[] = {"[8, 4, 3]", "[4, 3]", "[4, 3, 8]", "[8]", "[6, 4]",
+                                       "[4, 1]", "[4, 8, 8]", "[8]", "[8, 8]", "[8, 8]", "[8]",
+                                       "[8, 4]"};
+  cr_assert_eq(g->nvars, 12);
+  for (int i = 0; i < 12; i++) {
+    cr_expect_str_eq(g->vars[i]->path, paths[i]);
+    cr_expect_str_eq(shape_str(&g->vars[i]->shape), shapes[i], "%s", paths[i]);
+  }
+  cr_expect(g->vars[0]->fan_in == 8 && g->vars[0]->fan_out == 12);
+  cr_expect(g->vars[6]->fan_in == 8 && g->vars[6]->fan_out == 32, "e4: 'b' is an output dim");
+  cr_expect_str_eq(shape_str(&g->outputs[0]->shape), "[8, 4]");
+  bool tanh_form = false;
+  for (int i = 0; i < g->nnodes; i++)
+    tanh_form |= g->nodes[i]->op == OP_ACT && g->nodes[i]->act.kind == KDRT_ACT_GELU_TANH;
+  cr_expect(tanh_form, "e4's keras_hub>gelu_approximate is gelu's tanh form");
+}
+
+Test(graph, einsum_dense_errors) {
+  expect_error("tests/bad/einsum_diagonal.json", NULL,
+               "tests/bad/einsum_diagonal.json:518:18: error: layer 'e7': equation 'abb,bd->ad': "
+               "index 'b' repeats within one operand (a diagonal): not supported\n");
+  expect_error("tests/bad/einsum_ellipsis_kernel.json", NULL,
+               "tests/bad/einsum_ellipsis_kernel.json:441:18: error: layer 'e6': equation "
+               "'...b,...bc->...c': an ellipsis must lead both the input and the output "
+               "(...ab,bc->...ac) or trail both (ab...,bc->ac...), and never be in the kernel\n");
+  expect_error("tests/bad/einsum_output_shape.json", NULL,
+               "tests/bad/einsum_output_shape.json:120:22: error: layer 'e2': output_shape must "
+               "give 2 sizes (each output dim but the batch and the ellipsis's), or null where "
+               "the input gives one\n");
+  expect_error("tests/bad/einsum_bias_axis.json", NULL,
+               "tests/bad/einsum_bias_axis.json:48:19: error: layer 'e1': bias axis 'z' is not "
+               "an index of the output\n");
+}
+
+// issue 10: ReversibleEmbedding's reverse call reads the table its first
+// call made (tied), or its own reverse_embeddings [output_dim, input_dim].
+Test(graph, reversible_embedding) {
+  opt_quiet_warnings = true;
+  Model *m = load_model("tests/gradcheck/rev_emb.json");
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 8);
+  cr_assert_eq(g->nvars, 5);
+  cr_expect_str_eq(g->vars[4]->path, "tok2/reverse_embeddings");
+  cr_expect_str_eq(shape_str(&g->vars[4]->shape), "[32, 64]");
+  cr_expect_eq(g->vars[4]->index, 1, "Keras's vars/1 of tok2");
+  cr_expect_str_eq(shape_str(&g->outputs[0]->shape), "[8, 16, 64]");
+  expect_error("tests/bad/rev_emb_reverse_dtype.json", NULL,
+               "tests/bad/rev_emb_reverse_dtype.json:58:23: error: layer 'tok': reverse_dtype "
+               "'bfloat16' is not supported (float32 only)\n");
+}
+
+// issue 10: a call's attention_mask tensor is an input of the layer after
+// its arguments; it masks the scores of every head ([b, t, u] under [b, n,
+// t, u]), after the causal mask where both are given.
+Test(graph, attention_mask_input) {
+  opt_quiet_warnings = true;
+  Model *m = load_model("tests/gradcheck/attn_mask.json");
+  Layer *mha = find_layer(m, "mha");
+  cr_assert_eq(mha->nin, 3, "query, value, then the mask");
+  cr_assert_eq(mha->mask, 2);
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 8);
+  int masks = 0, causal_first = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_ATTN_MASK) continue;
+    masks++;
+    causal_first += n->in[0]->op == OP_CAUSAL;
+    cr_expect_str_eq(shape_str(&n->in[1]->shape), "[8, 16, 16]");
+    cr_expect_eq(n->in[1], g->inputs[1]);
+  }
+  cr_expect_eq(masks, 2, "mha and gqa");
+  cr_expect_eq(causal_first, 1, "mha's use_causal_mask too");
+  cr_expect_eq(g->inputs[1]->id_range, 2, "synthetic masks are 0 or 1");
+  expect_error("tests/bad/attention_mask_shape.json", NULL,
+               "tests/bad/attention_mask_shape.json:219:27: error: layer 'mha': attention_mask "
+               "must be (None, 16, 16) (query steps, key steps), got (None, 16, 8)\n");
+}

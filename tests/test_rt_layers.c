@@ -32,6 +32,8 @@ static const act_ref refs[] = {
   {"leaky_relu", {-0.800000012f, -0.600000024f, -0.200000003f, -0.100000001f, 0.5f, 1.0f, 2.5f, 5.0f, 7.0f}, {0.200000003f, 0.200000003f, 0.200000003f, 0.200000003f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}},
   {"relu6", {0.0f, 0.0f, 0.0f, 0.0f, 0.5f, 1.0f, 2.5f, 5.0f, 6.0f}, {0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f, 1.0f, 1.0f, 0.0f}},
   {"mish", {-0.0725917369f, -0.145647451f, -0.30340144f, -0.220743775f, 0.375245243f, 0.865098476f, 2.47139239f, 4.99955225f, 6.99998903f}, {-0.0537732132f, -0.0933931321f, 0.0592167526f, 0.289510667f, 0.886424422f, 1.04903615f, 1.04112935f, 1.00079966f, 1.00002015f}},
+  // issue 10: keras.activations.gelu(x, approximate=True)
+  {"gelu_approximate", {-7.00950623e-05f, -0.00363734365f, -0.158807963f, -0.154285997f, 0.345714003f, 0.841192007f, 2.48491573f, 5.0f, 7.0f}, {-0.000334409531f, -0.0115839057f, -0.0829640701f, 0.13263011f, 0.86736995f, 1.08296394f, 1.03795171f, 1.0f, 1.0f}},
   {"linear", {-4.0f, -3.0f, -1.0f, -0.5f, 0.5f, 1.0f, 2.5f, 5.0f, 7.0f}, {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}},
 };
 
@@ -121,4 +123,20 @@ Test(ema, keras_moving_average) {
   kdrt_ema(w, x, 4, (float)m, rest);
   for (int i = 0; i < 4; i++) cr_expect_eq(w[i], ref[i], "w[%d] = %.9g, want %.9g", i, w[i], ref[i]);
   cr_expect_float_eq(w[0], 0.01f, 1e-8f);
+}
+
+// issue 10: an attention_mask [outer, inner] over scores [outer, heads,
+// inner]: a zero (int32 or float) masks that position in every head.
+Test(attention_mask, zeros_mask_every_head) {
+  const float x[2 * 3 * 2] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const int32_t mi[2 * 2] = {1, 0, 0, 5};
+  const float mf[2 * 2] = {0.5f, 0, 0, -1};
+  float yi[12], yf[12];
+  kdrt_attention_mask(yi, x, mi, 1, 2, 3, 2, -9);
+  kdrt_attention_mask(yf, x, mf, 0, 2, 3, 2, -9);
+  const float want[12] = {1, -9, 3, -9, 5, -9, -9, 8, -9, 10, -9, 12};
+  for (int i = 0; i < 12; i++) {
+    cr_expect_eq(yi[i], want[i], "int32 mask [%d]: %g", i, yi[i]);
+    cr_expect_eq(yf[i], want[i], "float mask [%d]: %g", i, yf[i]);
+  }
 }

@@ -104,3 +104,25 @@ extern "C" void kdrt_cuda_causal_mask(kdrt_cuda *d, float *y, const float *x, in
                                                                            u0, fill);
   KDRT_LAUNCHED(d, "causal_mask_kernel");
 }
+
+__global__ static void attention_mask_kernel(float *y, const float *x, const void *m, int m_int,
+                                             int64_t outer, int64_t heads, int64_t inner,
+                                             float fill) {
+  size_t n = (size_t)outer * (size_t)heads * (size_t)inner;
+  KDRT_FOR(k, n) {
+    size_t j = k % (size_t)inner, o = k / (size_t)inner / (size_t)heads;
+    size_t q = o * (size_t)inner + j;
+    bool keep = m_int ? ((const int32_t *)m)[q] != 0 : ((const float *)m)[q] != 0.0f;
+    y[k] = keep ? x[k] : fill;
+  }
+}
+
+extern "C" void kdrt_cuda_attention_mask(kdrt_cuda *d, float *y, const float *x, const void *m,
+                                         int m_int, int64_t outer, int64_t heads, int64_t inner,
+                                         float fill) {
+  size_t n = (size_t)outer * (size_t)heads * (size_t)inner;
+  if (!n) return;
+  attention_mask_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
+    y, x, m, m_int, outer, heads, inner, fill);
+  KDRT_LAUNCHED(d, "attention_mask_kernel");
+}

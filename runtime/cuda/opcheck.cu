@@ -157,6 +157,25 @@ static void check_norm(void) {
   kdrt_causal_mask(ref, hx, 7, 43, 67, 5, 11, 0.0f);
   kdrt_cuda_causal_mask(D, y, x, 7, 43, 67, 5, 11, 0.0f);
   check("causal_mask (gradient)", y, ref, n, 0);
+  // issue 10: scores [3, 7 heads, 500] under a mask [3, 500], float then int32, a third zero
+  {
+    const size_t nm = 3 * 500;
+    float *hmf = hrand(nm, -1, 1);
+    int32_t *hmi = (int32_t *)malloc(nm * sizeof(int32_t));
+    for (size_t i = 0; i < nm; i++) {
+      if (i % 3 == 0) hmf[i] = 0;
+      hmi[i] = hmf[i] != 0;
+    }
+    float *mf = dev(hmf, nm), *mi = dev((const float *)hmi, nm);
+    kdrt_attention_mask(ref, hx, hmf, 0, 3, 7, 500, KDRT_MASKED);
+    kdrt_cuda_attention_mask(D, y, x, mf, 0, 3, 7, 500, KDRT_MASKED);
+    check("attention_mask", y, ref, 3 * 7 * 500, 0);
+    kdrt_attention_mask(ref, hx, hmi, 1, 3, 7, 500, 0.0f);
+    kdrt_cuda_attention_mask(D, y, x, mi, 1, 3, 7, 500, 0.0f);
+    check("attention_mask (int32, gradient)", y, ref, 3 * 7 * 500, 0);
+    kdrt_cuda_free(mf), kdrt_cuda_free(mi);
+    free(hmf), free(hmi);
+  }
   // [rows, 20, cols/...]: a block of 20 rows placed at row 7 of 31, zeros elsewhere
   size_t np = (size_t)(3 * 31 * 5);
   float *pref = hzero(np), *py = kdrt_cuda_alloc(np);

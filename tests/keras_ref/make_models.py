@@ -352,6 +352,73 @@ def bn_cnn():
     return model
 
 
+def einsum():
+    # issue 10: EinsumDense in each form Keras accepts: a projection to
+    # heads and back (bias over two axes, over one), a trailing ellipsis with
+    # a bias broadcast over it, a kernel dim that is also the output's (a
+    # dot_general batch dim), a transposed kernel, a leading ellipsis, an
+    # input dim summed over; gelu exact and keras_hub's gelu_approximate.
+    from keras_hub.src.utils.keras_utils import gelu_approximate
+    x = keras.Input((6, 8), name="x")
+    h = layers.EinsumDense("abc,cde->abde", output_shape=(6, 4, 3),
+                           bias_axes="de", activation="gelu", name="e1")(x)
+    h = layers.EinsumDense("abcd,cde->abe", output_shape=(6, 8),
+                           bias_axes="e", name="e2")(h)
+    h = layers.EinsumDense("ab...,bc->ac...", output_shape=(4,),
+                           bias_axes="c", activation="tanh", name="e3")(h)
+    h = layers.EinsumDense("abc,bcd->abd", output_shape=(4, 8), bias_axes="d",
+                           activation=gelu_approximate, name="e4")(h)
+    h = layers.EinsumDense("abc,dc->abd", output_shape=(4, 8), name="e5")(h)
+    h = layers.EinsumDense("...b,bc->...c", output_shape=(8,), bias_axes="c",
+                           name="e6")(h)
+    out = layers.EinsumDense("abc,cd->ad", output_shape=(4,), name="e7")(h)
+    model = keras.Model(x, out, name="einsum")
+    model.compile(loss="mse", optimizer=keras.optimizers.Adam())
+    return model
+
+
+def rev_emb():
+    # issue 10: ReversibleEmbedding, tied (keras_hub's) and untied with a
+    # logit soft cap (keras.layers'), each called on the ids and again with
+    # reverse=True for next-token logits from its table.
+    x = keras.Input((16,), dtype="int32", name="tokens")
+    tok = keras_hub.layers.ReversibleEmbedding(64, 32, name="tok")
+    tok2 = layers.ReversibleEmbedding(64, 32, tie_weights=False,
+                                      logit_soft_cap=5.0, name="tok2")
+    h = layers.Add(name="emb")([tok(x), tok2(x)])
+    h = layers.Dense(32, activation="gelu", name="mlp")(h)
+    out = layers.Add(name="logits")([tok(h, reverse=True),
+                                     tok2(h, reverse=True)])
+    model = keras.Model(x, out, name="rev_emb")
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.Adam())
+    return model
+
+
+def attn_mask():
+    # issue 10: an attention_mask from a model input ([batch, query, key],
+    # int32 0/1): with use_causal_mask (MultiHeadAttention), and alone
+    # (GroupQueryAttention).
+    x = keras.Input((16,), dtype="int32", name="tokens")
+    mask = keras.Input((16, 16), dtype="int32", name="mask")
+    h = layers.Embedding(64, 32, name="emb")(x)
+    a = layers.MultiHeadAttention(num_heads=4, key_dim=8, name="mha")(
+        h, h, attention_mask=mask, use_causal_mask=True)
+    h = layers.Add(name="add1")([h, a])
+    n = layers.LayerNormalization(name="ln")(h)
+    a = layers.GroupQueryAttention(head_dim=8, num_query_heads=4,
+                                   num_key_value_heads=2,
+                                   name="gqa")(n, n, attention_mask=mask)
+    h = layers.Add(name="add2")([h, a])
+    out = layers.Dense(64, name="logits")(h)
+    model = keras.Model([x, mask], out, name="attn_mask")
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.Adam())
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -663,6 +730,72 @@ MODELS = {
         build=wide_mlp, labels="sparse10", x=(1024,), large=True,
         dists={
             "wide_mlp": {"distribution": "DataParallel", "devices": 1},
+        },
+    ),
+    "einsum": dict(
+        build=einsum, inputs=[("x", (6, 8), "float")], outputs=["dense4"],
+        dists={
+            # heads (e1), rows (e2, e7), a batch dim of the contraction
+            # (e4), kernel columns (e3, e6) and a transposed kernel's free
+            # dim (e5) split over 'model'
+            "einsum": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "e1/kernel": [None, "model", None],
+                    "e1/bias": ["model", None],
+                    "e2/kernel": ["model", None, None],
+                    "e3/kernel": [None, "model"],
+                    "e3/bias": ["model", None],
+                    "e4/kernel": ["model", None, None],
+                    "e5/kernel": ["model", None],
+                    "e6/kernel": [None, "model"],
+                    "e7/kernel": ["model", None],
+                },
+            },
+            "einsum_dp": DP_8,
+        },
+    ),
+    "rev_emb": dict(
+        build=rev_emb, inputs=[("tokens", (16,), 64)],
+        outputs=["next64x16"],
+        dists={
+            # the tables split on the vocabulary (the logits' class dim
+            # split), the untied reverse table on its columns
+            "rev_emb": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "tok/embeddings": ["model", None],
+                    "tok2/embeddings": ["model", None],
+                    "tok2/reverse_embeddings": [None, "model"],
+                    "mlp/kernel": [None, "model"],
+                },
+            },
+            "rev_emb_dp": DP_8,
+        },
+    ),
+    "attn_mask": dict(
+        build=attn_mask, inputs=[("tokens", (16,), 64), ("mask", (16, 16), 2)],
+        outputs=["next64x16"],
+        dists={
+            # heads split over 'model' (Megatron): the mask is the same for
+            # every head, so it stays whole on 'model'
+            "attn_mask": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "(mha|gqa)/query/kernel": [None, "model", None],
+                    "(mha|gqa)/query/bias": ["model", None],
+                    "mha/(key|value)/kernel": [None, "model", None],
+                    "mha/(key|value)/bias": ["model", None],
+                    "(mha|gqa)/attention_output/kernel": ["model", None, None],
+                },
+            },
+            "attn_mask_dp": DP_8,
         },
     ),
     "bn_cnn": dict(

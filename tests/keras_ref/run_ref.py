@@ -51,6 +51,19 @@ Cases (model, distribution spec from models/):
                                                              moving statistics), Add, ReLU,
                                                              GlobalAveragePooling2D; channels split
     bn_cnn_dp       bn_cnn         bn_cnn_dp.dist.json       DataParallel (8,)
+    einsum          einsum         einsum.dist.json          ModelParallel (2,4)  EinsumDense in every
+                                                             form (ellipses, bias axes, a batch dim,
+                                                             a transposed kernel, a summed dim),
+                                                             gelu_approximate
+    einsum_dp       einsum         einsum_dp.dist.json       DataParallel (8,)
+    rev_emb         rev_emb        rev_emb.dist.json         ModelParallel (2,4)  ReversibleEmbedding tied
+                                                             and untied (soft cap), tables split on
+                                                             the vocabulary
+    rev_emb_dp      rev_emb        rev_emb_dp.dist.json      DataParallel (8,)
+    attn_mask       attn_mask      attn_mask.dist.json       ModelParallel (2,4)  attention_mask from an
+                                                             int32 input (0/1), with and without
+                                                             use_causal_mask; heads split
+    attn_mask_dp    attn_mask      attn_mask_dp.dist.json    DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
@@ -184,6 +197,9 @@ DATA = {
     "vit": (64, 2),
     "llama": (64, 2),
     "bn_cnn": (64, 2),
+    "einsum": (64, 2),
+    "rev_emb": (64, 2),
+    "attn_mask": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -308,6 +324,12 @@ CASES = {
     "llama_dp": ("llama", "llama_dp"),
     "bn_cnn": ("bn_cnn", "bn_cnn"),
     "bn_cnn_dp": ("bn_cnn", "bn_cnn_dp"),
+    "einsum": ("einsum", "einsum"),
+    "einsum_dp": ("einsum", "einsum_dp"),
+    "rev_emb": ("rev_emb", "rev_emb"),
+    "rev_emb_dp": ("rev_emb", "rev_emb_dp"),
+    "attn_mask": ("attn_mask", "attn_mask"),
+    "attn_mask_dp": ("attn_mask", "attn_mask_dp"),
 }
 
 

@@ -70,6 +70,15 @@ check llama ../tests/good/llama_hub.dist.json 16 batch=1,model=1 batch=2,model=4
 # the batch gathered over 'data' and sliced again (d1's output replicated
 # on the batch): all-gather and slice of blocks of unequal rows
 check seed_mlp ../tests/good/seed_mlp_gather.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1 data=4,model=2
+# issue 10: EinsumDense in every form, kernels split over 'model' along heads, rows,
+# a contraction's batch dim and a transposed kernel's free dim; gelu_approximate
+check ../tests/gradcheck/einsum ../tests/good/einsum.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 10: ReversibleEmbedding tied and untied, tables split on the vocabulary: the
+# reverse call's logits split on the class dim
+check ../tests/gradcheck/rev_emb ../tests/good/rev_emb.dist.json 16 data=1,model=1 data=2,model=4 data=1,model=8 data=8,model=1
+# issue 10: an attention_mask input (int32 0/1) with and without the causal mask, heads
+# split over 'model' while the mask (the same for every head) is not
+check ../tests/gradcheck/attn_mask ../tests/good/attn_mask.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: the new activations, ZeroPadding/Cropping 1D/2D, GlobalAveragePooling2D, ReLU layers
 check ../tests/gradcheck/acts_pool ../tests/good/acts_pool.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
 check ../tests/gradcheck/pools ../tests/good/pools.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
