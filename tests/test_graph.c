@@ -184,3 +184,20 @@ Test(graph, numbers_beyond_float32) {
                "tests/bad/init_float_range.json:5:26: error: layer 'd': initializer 'Constant' of "
                "'s/d/kernel' has a parameter beyond float32's range\n");
 }
+
+// Fuzz finds: window sizes of the issue-11 layers go through cfg_sizes like
+// Conv2D's and MaxPooling2D's (a zero pool divided by zero), and padding
+// amounts are bounded like dimensions.
+Test(graph, windows_of_the_other_layers) {
+  expect_error("tests/bad/avgpool_pool_zero.json", NULL,
+               "tests/bad/avgpool_pool_zero.json:23:7: error: layer 'p': 'pool_size' must be "
+               "positive\n");
+  expect_error("tests/bad/maxpool1d_pool_zero.json", NULL,
+               "tests/bad/maxpool1d_pool_zero.json:21:19: error: layer 'p': 'pool_size' must be "
+               "positive\n");
+  expect_error("tests/bad/upsampling_size_negative.json", NULL,
+               "tests/bad/upsampling_size_negative.json:24:7: error: layer 'u': 'size' must be "
+               "positive\n");
+  expect_error("tests/bad/zeropad_huge.json", NULL,
+               "tests/bad/zeropad_huge.json:27:7: error: layer 'z': 'padding' is over 2147483647\n");
+}
