@@ -1196,6 +1196,8 @@ static void cfg_amounts(Layer *l, const char *key, int n, int64_t out[][2]) {
     }
     if (out[i][0] < 0 || out[i][1] < 0)
       error_at(jloc(e), "layer '%s': '%s' must not be negative", l->name, key);
+    if (out[i][0] > MAX_DIM || out[i][1] > MAX_DIM)
+      error_at(jloc(e), "layer '%s': '%s' is over %d", l->name, key, MAX_DIM);
   }
 }
 
@@ -1214,6 +1216,9 @@ static Node *pad_or_crop(Graph *g, Layer *l, Node *x, int n, bool pad) {
     Shape s = x->shape;
     int ax = i + 1;
     s.d[ax] += pad ? a[i][0] + a[i][1] : -(a[i][0] + a[i][1]);
+    if (s.d[ax] > MAX_DIM)
+      error_at(jloc_key(l->cfg, key), "layer '%s': padding makes dim %d %lld, over %d", l->name,
+               ax, (long long)s.d[ax], MAX_DIM);
     if (s.d[ax] <= 0)
       error_at(jloc_key(l->cfg, key), "layer '%s': cropping %lld+%lld leaves nothing of dim %d "
                "(%lld)", l->name, (long long)a[i][0], (long long)a[i][1], ax,
@@ -1266,9 +1271,9 @@ static Node *build_maxpool1d(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': MaxPooling1D needs an input of rank 3, got %s", l->name,
              kshape(&x->shape));
   int64_t ps = 2, st;
-  cfg_ints(l, "pool_size", &ps, 1);
+  cfg_sizes(l, "pool_size", &ps, 1);
   st = ps;
-  cfg_ints(l, "strides", &st, 1);
+  cfg_sizes(l, "strides", &st, 1);
   bool same = parse_padding(l);
   int64_t ot;
   int pt;
@@ -1291,10 +1296,10 @@ static Node *build_avgpool(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': %s needs an input of rank %d, got %s", l->name, l->cls, n + 2,
              kshape(&x->shape));
   int64_t ps[2] = {2, 2}, st[2];
-  if (cfg_ints(l, "pool_size", ps, n) == 1 && n == 2) ps[1] = ps[0];
+  if (cfg_sizes(l, "pool_size", ps, n) == 1 && n == 2) ps[1] = ps[0];
   st[0] = ps[0], st[1] = ps[1];
   json_t *sj = json_object_get(l->cfg, "strides");
-  if (sj && !json_is_null(sj) && cfg_ints(l, "strides", st, n) == 1 && n == 2) st[1] = st[0];
+  if (sj && !json_is_null(sj) && cfg_sizes(l, "strides", st, n) == 1 && n == 2) st[1] = st[0];
   if (parse_padding(l))
     error_at(jloc_key(l->cfg, "padding"), "layer '%s': %s padding 'same' is not supported (only "
              "'valid')", l->name, l->cls);
@@ -1347,7 +1352,11 @@ static Node *build_upsample(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': %s needs an input of rank %d, got %s", l->name, l->cls, n + 2,
              kshape(&x->shape));
   int64_t sz[2] = {2, 2};
-  if (cfg_ints(l, "size", sz, n) == 1 && n == 2) sz[1] = sz[0];
+  if (cfg_sizes(l, "size", sz, n) == 1 && n == 2) sz[1] = sz[0];
+  for (int i = 0; i < n; i++)
+    if (x->shape.d[i + 1] > MAX_DIM / sz[i])
+      error_at(jloc_key(l->cfg, "size"), "layer '%s': %s by %lld makes dim %d over %d", l->name,
+               l->cls, (long long)sz[i], i + 1, MAX_DIM);
   const int64_t *d = x->shape.d;
   if (n == 1) {
     Node *b = new_node1(g, OP_BROADCAST, x, (Shape){4, {d[0], d[1], sz[0], d[2]}});

@@ -271,3 +271,20 @@ Test(graph, attention_mask_input) {
                "tests/bad/attention_mask_shape.json:219:27: error: layer 'mha': attention_mask "
                "must be (None, 16, 16) (query steps, key steps), got (None, 16, 8)\n");
 }
+
+// Fuzz finds: window sizes of the issue-11 layers go through cfg_sizes like
+// Conv2D's and MaxPooling2D's (a zero pool divided by zero), and padding
+// amounts are bounded like dimensions.
+Test(graph, windows_of_the_other_layers) {
+  expect_error("tests/bad/avgpool_pool_zero.json", NULL,
+               "tests/bad/avgpool_pool_zero.json:23:7: error: layer 'p': 'pool_size' must be "
+               "positive\n");
+  expect_error("tests/bad/maxpool1d_pool_zero.json", NULL,
+               "tests/bad/maxpool1d_pool_zero.json:21:19: error: layer 'p': 'pool_size' must be "
+               "positive\n");
+  expect_error("tests/bad/upsampling_size_negative.json", NULL,
+               "tests/bad/upsampling_size_negative.json:24:7: error: layer 'u': 'size' must be "
+               "positive\n");
+  expect_error("tests/bad/zeropad_huge.json", NULL,
+               "tests/bad/zeropad_huge.json:27:7: error: layer 'z': 'padding' is over 2147483647\n");
+}
