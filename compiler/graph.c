@@ -351,12 +351,22 @@ static Node *dot_node(Graph *g, Node *a, Node *b, int nb, int nk, bool tb) {
   return n;
 }
 
+// Keras builds attention's projections as EinsumDense layers, whose
+// kernels take their fans from the equation (einsum's input_axes and
+// output_axes), not from the kernel's shape as a convolution's: the
+// contracted dims in, the rest out.
+static void einsum_fans(Node *w, double fan_in) {
+  w->var->fan_in = fan_in;
+  w->var->fan_out = (double)shape_elems(&w->shape) / fan_in;
+}
+
 // One projection of attention: x[b, t, h] . w[h, heads, dim] (+ bias[heads, dim]).
 static Node *project(Graph *g, Layer *l, Node *x, const char *name, int64_t heads, int64_t dim,
                      bool bias) {
   int64_t h = x->shape.d[2];
   Node *w = new_var(g, l, format("%s/kernel", name), (Shape){3, {h, heads, dim}},
                     "kernel_initializer", "glorot_uniform");
+  einsum_fans(w, (double)h);
   Node *y = dot_node(g, x, w, 0, 1, false);
   if (bias) {
     Node *b = new_var(g, l, format("%s/bias", name), (Shape){2, {heads, dim}}, "bias_initializer",
@@ -460,6 +470,7 @@ static Node *attention_output(Graph *g, Layer *l, Node *o, int64_t out, bool bia
   Node *wo = new_var(g, l, "attention_output/kernel",
                      (Shape){3, {o->shape.d[2], o->shape.d[3], out}}, "kernel_initializer",
                      "glorot_uniform");
+  einsum_fans(wo, (double)(o->shape.d[2] * o->shape.d[3]));
   Node *y = dot_node(g, o, wo, 0, 2, false);
   if (bias) {
     Node *bo = new_var(g, l, "attention_output/bias", (Shape){1, {out}}, "bias_initializer",
@@ -744,8 +755,7 @@ static Node *einsum_bias(Graph *g, Layer *l, const Einsum *e, Node *y) {
 // kernel and the output the kernel's. Transposes put the operands in that
 // order (the kernel's free dims may also lead: DOT's tb) and the result in
 // the output's, so that a layout of the kernel's dims propagates through
-// DOT's rule. The kernel's fans are Keras's for EinsumDense (input_axes,
-// output_axes): the kernel dims contracted, and the kernel dims in the output.
+// DOT's rule.
 static Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
   static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
                                    "activity_regularizer", "kernel_constraint",
@@ -756,18 +766,17 @@ static Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
   parse_einsum(l, eq, x->shape.rank, &e);
   Shape ys = einsum_out_shape(l, &e, &x->shape);
   Shape ks = {(int)strlen(e.w), {0}};
-  double fan_in = 1, fan_out = 1;
+  double fan_in = 1;
   for (int i = 0; i < ks.rank; i++) {
     int j = index_of(e.y, e.w[i]);
     ks.d[i] = j >= 0 ? ys.d[j] : x->shape.d[index_of(e.x, e.w[i])];
-    if (j >= 0) fan_out *= (double)ks.d[i];
-    else fan_in *= (double)ks.d[i];
+    if (j < 0) fan_in *= (double)ks.d[i];
   }
   if (shape_elems(&ks) > MAX_ELEMS)
     einsum_error(l, eq, format("a kernel of %s would hold more than 2^40 elements, the most a "
                                "tensor may hold", shape_str(&ks)));
   Node *w = new_var(g, l, "kernel", ks, "kernel_initializer", "glorot_uniform");
-  w->var->fan_in = fan_in, w->var->fan_out = fan_out;
+  einsum_fans(w, fan_in);
   for (int d = x->shape.rank - 1; d > 0; d--) // the input's indices summed over
     if (index_of(e.w, e.x[d]) < 0 && index_of(e.y, e.x[d]) < 0) {
       Shape s = x->shape;
