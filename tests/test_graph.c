@@ -230,6 +230,13 @@ Test(graph, einsum_dense_errors) {
   expect_error("tests/bad/einsum_bias_axis.json", NULL,
                "tests/bad/einsum_bias_axis.json:48:19: error: layer 'e1': bias axis 'z' is not "
                "an index of the output\n");
+  expect_error("tests/bad/einsum_batch_in_kernel.json", NULL,
+               "tests/bad/einsum_batch_in_kernel.json:518:18: error: layer 'e7': equation "
+               "'abc,acd->ad': the batch dim (index 'a') must be the output's first, and not in "
+               "the kernel\n");
+  expect_error("tests/bad/einsum_output_mismatch.json", NULL,
+               "tests/bad/einsum_output_mismatch.json:121:7: error: layer 'e2': output_shape "
+               "gives 7 for index 'b', whose input dim is 6\n");
 }
 
 // issue 10: ReversibleEmbedding's reverse call reads the table its first
