@@ -699,6 +699,27 @@ static Shape einsum_out_shape(Layer *l, const Einsum *e, const Shape *xs) {
   return s;
 }
 
+// The kernel initializer's own input_axes and output_axes, when it gives
+// both: Keras then keeps them instead of EinsumDense's, and the fans are
+// the products of those kernel dims.
+static void initializer_axes_fans(Layer *l, Node *w) {
+  json_t *c = json_object_get(json_object_get(l->cfg, "kernel_initializer"), "config");
+  json_t *axes[2] = {json_object_get(c, "input_axes"), json_object_get(c, "output_axes")};
+  if (!json_is_array(axes[0]) || !json_is_array(axes[1])) return;
+  double fan[2] = {1, 1};
+  int r = w->shape.rank;
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < json_array_size(axes[k]); i++) {
+      json_t *a = json_array_get(axes[k], i);
+      int64_t d = json_is_integer(a) ? json_integer_value(a) : r;
+      if (d < -r || d >= r)
+        error_at(jloc(a), "layer '%s': the kernel initializer's axes must be dims of the "
+                 "kernel %s", l->name, shape_str(&w->shape));
+      fan[k] *= (double)w->shape.d[d < 0 ? d + r : d];
+    }
+  w->var->fan_in = fan[0], w->var->fan_out = fan[1];
+}
+
 // x, whose dims are named by the indices `from`, with its dims in the order of `to`.
 static Node *arrange(Graph *g, Node *x, const char *from, const char *to) {
   if (!strcmp(from, to)) return x;
@@ -777,6 +798,7 @@ static Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
                                "tensor may hold", shape_str(&ks)));
   Node *w = new_var(g, l, "kernel", ks, "kernel_initializer", "glorot_uniform");
   einsum_fans(w, fan_in);
+  initializer_axes_fans(l, w);
   for (int d = x->shape.rank - 1; d > 0; d--) // the input's indices summed over
     if (index_of(e.w, e.x[d]) < 0 && index_of(e.y, e.x[d]) < 0) {
       Shape s = x->shape;

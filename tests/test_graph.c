@@ -209,6 +209,10 @@ Test(graph, einsum_dense_variables) {
   cr_expect(g->vars[0]->fan_in == 8 && g->vars[0]->fan_out == 12);
   cr_expect(g->vars[6]->fan_in == 8 && g->vars[6]->fan_out == 32, "e4: 'b' is an output dim");
   cr_expect_str_eq(shape_str(&g->outputs[0]->shape), "[8, 4]");
+  // an initializer that gives its own axes keeps them: e1's [8, 4, 3] with input_axes
+  // [0] and output_axes [-1]
+  const Var *e1 = graph_of("tests/good/einsum_init_axes.json")->vars[0];
+  cr_expect(e1->fan_in == 8 && e1->fan_out == 3, "%g %g", e1->fan_in, e1->fan_out);
   bool tanh_form = false;
   for (int i = 0; i < g->nnodes; i++)
     tanh_form |= g->nodes[i]->op == OP_ACT && g->nodes[i]->act.kind == KDRT_ACT_GELU_TANH;
@@ -234,6 +238,9 @@ Test(graph, einsum_dense_errors) {
                "tests/bad/einsum_batch_in_kernel.json:518:18: error: layer 'e7': equation "
                "'abc,acd->ad': the batch dim (index 'a') must be the output's first, and not in "
                "the kernel\n");
+  expect_error("tests/bad/einsum_init_axes.json", NULL,
+               "tests/bad/einsum_init_axes.json:58:9: error: layer 'e1': the kernel "
+               "initializer's axes must be dims of the kernel [8, 4, 3]\n");
   expect_error("tests/bad/einsum_output_mismatch.json", NULL,
                "tests/bad/einsum_output_mismatch.json:121:7: error: layer 'e2': output_shape "
                "gives 7 for index 'b', whose input dim is 6\n");
