@@ -351,12 +351,22 @@ static Node *dot_node(Graph *g, Node *a, Node *b, int nb, int nk, bool tb) {
   return n;
 }
 
+// Keras builds attention's projections as EinsumDense layers, whose
+// kernels take their fans from the equation (einsum's input_axes and
+// output_axes), not from the kernel's shape as a convolution's: the
+// contracted dims in, the rest out.
+static void einsum_fans(Node *w, double fan_in) {
+  w->var->fan_in = fan_in;
+  w->var->fan_out = (double)shape_elems(&w->shape) / fan_in;
+}
+
 // One projection of attention: x[b, t, h] . w[h, heads, dim] (+ bias[heads, dim]).
 static Node *project(Graph *g, Layer *l, Node *x, const char *name, int64_t heads, int64_t dim,
                      bool bias) {
   int64_t h = x->shape.d[2];
   Node *w = new_var(g, l, format("%s/kernel", name), (Shape){3, {h, heads, dim}},
                     "kernel_initializer", "glorot_uniform");
+  einsum_fans(w, (double)h);
   Node *y = dot_node(g, x, w, 0, 1, false);
   if (bias) {
     Node *b = new_var(g, l, format("%s/bias", name), (Shape){2, {heads, dim}}, "bias_initializer",
@@ -460,6 +470,7 @@ static Node *attention_output(Graph *g, Layer *l, Node *o, int64_t out, bool bia
   Node *wo = new_var(g, l, "attention_output/kernel",
                      (Shape){3, {o->shape.d[2], o->shape.d[3], out}}, "kernel_initializer",
                      "glorot_uniform");
+  einsum_fans(wo, (double)(o->shape.d[2] * o->shape.d[3]));
   Node *y = dot_node(g, o, wo, 0, 2, false);
   if (bias) {
     Node *bo = new_var(g, l, "attention_output/bias", (Shape){1, {out}}, "bias_initializer",
@@ -688,6 +699,27 @@ static Shape einsum_out_shape(Layer *l, const Einsum *e, const Shape *xs) {
   return s;
 }
 
+// The kernel initializer's own input_axes and output_axes, when it gives
+// both: Keras then keeps them instead of EinsumDense's, and the fans are
+// the products of those kernel dims.
+static void initializer_axes_fans(Layer *l, Node *w) {
+  json_t *c = json_object_get(json_object_get(l->cfg, "kernel_initializer"), "config");
+  json_t *axes[2] = {json_object_get(c, "input_axes"), json_object_get(c, "output_axes")};
+  if (!json_is_array(axes[0]) || !json_is_array(axes[1])) return;
+  double fan[2] = {1, 1};
+  int r = w->shape.rank;
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < json_array_size(axes[k]); i++) {
+      json_t *a = json_array_get(axes[k], i);
+      int64_t d = json_is_integer(a) ? json_integer_value(a) : r;
+      if (d < -r || d >= r)
+        error_at(jloc(a), "layer '%s': the kernel initializer's axes must be dims of the "
+                 "kernel %s", l->name, shape_str(&w->shape));
+      fan[k] *= (double)w->shape.d[d < 0 ? d + r : d];
+    }
+  w->var->fan_in = fan[0], w->var->fan_out = fan[1];
+}
+
 // x, whose dims are named by the indices `from`, with its dims in the order of `to`.
 static Node *arrange(Graph *g, Node *x, const char *from, const char *to) {
   if (!strcmp(from, to)) return x;
@@ -744,8 +776,7 @@ static Node *einsum_bias(Graph *g, Layer *l, const Einsum *e, Node *y) {
 // kernel and the output the kernel's. Transposes put the operands in that
 // order (the kernel's free dims may also lead: DOT's tb) and the result in
 // the output's, so that a layout of the kernel's dims propagates through
-// DOT's rule. The kernel's fans are Keras's for EinsumDense (input_axes,
-// output_axes): the kernel dims contracted, and the kernel dims in the output.
+// DOT's rule.
 static Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
   static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
                                    "activity_regularizer", "kernel_constraint",
@@ -756,18 +787,18 @@ static Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
   parse_einsum(l, eq, x->shape.rank, &e);
   Shape ys = einsum_out_shape(l, &e, &x->shape);
   Shape ks = {(int)strlen(e.w), {0}};
-  double fan_in = 1, fan_out = 1;
+  double fan_in = 1;
   for (int i = 0; i < ks.rank; i++) {
     int j = index_of(e.y, e.w[i]);
     ks.d[i] = j >= 0 ? ys.d[j] : x->shape.d[index_of(e.x, e.w[i])];
-    if (j >= 0) fan_out *= (double)ks.d[i];
-    else fan_in *= (double)ks.d[i];
+    if (j < 0) fan_in *= (double)ks.d[i];
   }
   if (shape_elems(&ks) > MAX_ELEMS)
     einsum_error(l, eq, format("a kernel of %s would hold more than 2^40 elements, the most a "
                                "tensor may hold", shape_str(&ks)));
   Node *w = new_var(g, l, "kernel", ks, "kernel_initializer", "glorot_uniform");
-  w->var->fan_in = fan_in, w->var->fan_out = fan_out;
+  einsum_fans(w, fan_in);
+  initializer_axes_fans(l, w);
   for (int d = x->shape.rank - 1; d > 0; d--) // the input's indices summed over
     if (index_of(e.w, e.x[d]) < 0 && index_of(e.y, e.x[d]) < 0) {
       Shape s = x->shape;

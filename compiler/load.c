@@ -168,8 +168,8 @@ static const char *get_str(json_t *obj, const char *key) {
 }
 
 // Only float32 is computed; an InputLayer may also hold integer ids (int32
-// in the program, whatever integer width Keras wrote). dtype is a string or
-// a (DType)Policy envelope.
+// in the program, whatever integer width Keras wrote), or a bool
+// attention_mask (int32 0 or 1). dtype is a string or a (DType)Policy envelope.
 static void check_dtype(Layer *l) {
   json_t *d = cfg_get(l, "dtype");
   if (!d)
@@ -181,7 +181,7 @@ static void check_dtype(Layer *l) {
     error_at(jloc(d), "layer '%s': 'dtype' must be a string or a DTypePolicy", l->name);
   const char *t = json_string_value(name);
   static const char *const ints[] = {"int32", "int64", "int16", "int8", "uint8", "uint16",
-                                     "uint32"};
+                                     "uint32", "bool"};
   if (!strcmp(l->cls, "InputLayer"))
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
       if (!strcmp(t, ints[i])) {

@@ -121,6 +121,8 @@ int kdrt_npy_parse(const unsigned char *buf, size_t len, kdrt_npy *out, char *er
   int digits = descr[2] != 0;
   for (const char *d = descr + 2; *d; d++) digits &= *d >= '0' && *d <= '9';
   out->size = digits && n <= 4 ? atoi(descr + 2) : 0;
+  // issue 10: numpy's bool ('|b1', an attention mask) is one byte, 0 or 1: read as uint8
+  if (out->kind == 'b' && out->size == 1) out->kind = 'u';
   int ok = (out->kind == 'f' && (out->size == 4 || out->size == 8)) ||
            (out->kind == 'u' && out->size == 1) ||
            (out->kind == 'i' && (out->size == 4 || out->size == 8));

@@ -21,6 +21,13 @@ static void expect_error(const char *path, const char *dist, const char *msg) {
   cr_assert_str_eq(c.err, msg);
 }
 
+// The forward graph of a model on one device, batch 8.
+static Graph *graph_of(const char *path) {
+  opt_quiet_warnings = true;
+  Model *m = load_model(path);
+  return build_graph(m, load_dist(m, NULL, NULL), 8);
+}
+
 Test(graph, add_of_different_widths) {
   expect_error("tests/bad/shape_add.json", NULL,
                "tests/bad/shape_add.json:224:38: error: layer 'add': input 1 has shape "
@@ -118,9 +125,7 @@ Test(graph, sizes_over_the_limits) {
 }
 
 Test(graph, shapes_and_variables_of_the_seed) {
-  opt_quiet_warnings = true;
-  Model *m = load_model("models/cnn.json");
-  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 8);
+  Graph *g = graph_of("models/cnn.json");
   // conv2d valid 3x3: 28 -> 26, pool 2 -> 13, conv2d_1 same -> 13, pool -> 6
   cr_assert_eq(g->nvars, 6);
   cr_assert_str_eq(g->vars[0]->path, "conv2d/kernel");
@@ -189,9 +194,7 @@ Test(graph, numbers_beyond_float32) {
 // bias's 1 where an output index is no bias axis), Keras's EinsumDense fans
 // (contracted kernel dims in, output kernel dims out), gelu_approximate.
 Test(graph, einsum_dense_variables) {
-  opt_quiet_warnings = true;
-  Model *m = load_model("tests/gradcheck/einsum.json");
-  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 8);
+  Graph *g = graph_of("tests/gradcheck/einsum.json");
   static const char *const paths[] = {"e1/kernel", "e1/bias", "e2/kernel", "e2/bias",
                                       "e3/kernel", "e3/bias", "e4/kernel", "e4/bias",
                                       "e5/kernel", "e6/kernel", "e6/bias", "e7/kernel"};
@@ -206,6 +209,10 @@ Test(graph, einsum_dense_variables) {
   cr_expect(g->vars[0]->fan_in == 8 && g->vars[0]->fan_out == 12);
   cr_expect(g->vars[6]->fan_in == 8 && g->vars[6]->fan_out == 32, "e4: 'b' is an output dim");
   cr_expect_str_eq(shape_str(&g->outputs[0]->shape), "[8, 4]");
+  // an initializer that gives its own axes keeps them: e1's [8, 4, 3] with input_axes
+  // [0] and output_axes [-1]
+  const Var *e1 = graph_of("tests/good/einsum_init_axes.json")->vars[0];
+  cr_expect(e1->fan_in == 8 && e1->fan_out == 3, "%g %g", e1->fan_in, e1->fan_out);
   bool tanh_form = false;
   for (int i = 0; i < g->nnodes; i++)
     tanh_form |= g->nodes[i]->op == OP_ACT && g->nodes[i]->act.kind == KDRT_ACT_GELU_TANH;
@@ -227,14 +234,22 @@ Test(graph, einsum_dense_errors) {
   expect_error("tests/bad/einsum_bias_axis.json", NULL,
                "tests/bad/einsum_bias_axis.json:48:19: error: layer 'e1': bias axis 'z' is not "
                "an index of the output\n");
+  expect_error("tests/bad/einsum_batch_in_kernel.json", NULL,
+               "tests/bad/einsum_batch_in_kernel.json:518:18: error: layer 'e7': equation "
+               "'abc,acd->ad': the batch dim (index 'a') must be the output's first, and not in "
+               "the kernel\n");
+  expect_error("tests/bad/einsum_init_axes.json", NULL,
+               "tests/bad/einsum_init_axes.json:58:9: error: layer 'e1': the kernel "
+               "initializer's axes must be dims of the kernel [8, 4, 3]\n");
+  expect_error("tests/bad/einsum_output_mismatch.json", NULL,
+               "tests/bad/einsum_output_mismatch.json:121:7: error: layer 'e2': output_shape "
+               "gives 7 for index 'b', whose input dim is 6\n");
 }
 
 // issue 10: ReversibleEmbedding's reverse call reads the table its first
 // call made (tied), or its own reverse_embeddings [output_dim, input_dim].
 Test(graph, reversible_embedding) {
-  opt_quiet_warnings = true;
-  Model *m = load_model("tests/gradcheck/rev_emb.json");
-  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 8);
+  Graph *g = graph_of("tests/gradcheck/rev_emb.json");
   cr_assert_eq(g->nvars, 5);
   cr_expect_str_eq(g->vars[4]->path, "tok2/reverse_embeddings");
   cr_expect_str_eq(shape_str(&g->vars[4]->shape), "[32, 64]");
@@ -249,12 +264,10 @@ Test(graph, reversible_embedding) {
 // its arguments; it masks the scores of every head ([b, t, u] under [b, n,
 // t, u]), after the causal mask where both are given.
 Test(graph, attention_mask_input) {
-  opt_quiet_warnings = true;
-  Model *m = load_model("tests/gradcheck/attn_mask.json");
-  Layer *mha = find_layer(m, "mha");
+  Graph *g = graph_of("tests/gradcheck/attn_mask.json");
+  Layer *mha = find_layer(g->model, "mha");
   cr_assert_eq(mha->nin, 3, "query, value, then the mask");
   cr_assert_eq(mha->mask, 2);
-  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 8);
   int masks = 0, causal_first = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
@@ -287,4 +300,17 @@ Test(graph, windows_of_the_other_layers) {
                "positive\n");
   expect_error("tests/bad/zeropad_huge.json", NULL,
                "tests/bad/zeropad_huge.json:27:7: error: layer 'z': 'padding' is over 2147483647\n");
+}
+
+// Keras builds attention's projections as EinsumDense layers: their fans
+// are the contracted dims in and the rest out, not a convolution's.
+Test(graph, attention_kernels_have_einsum_fans) {
+  Graph *g = graph_of("models/text_cls.json");
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    if (!strcmp(v->path, "mha/query/kernel")) // [32, 4, 8]
+      cr_expect(v->fan_in == 32 && v->fan_out == 32, "%g %g", v->fan_in, v->fan_out);
+    if (!strcmp(v->path, "mha/attention_output/kernel")) // [4, 8, 32]
+      cr_expect(v->fan_in == 32 && v->fan_out == 32, "%g %g", v->fan_in, v->fan_out);
+  }
 }

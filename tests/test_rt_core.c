@@ -503,6 +503,9 @@ Test(npy, parses_numpy_headers) {
   n = npy_header(buf, "{'descr': '|u1', 'fortran_order': False, 'shape': (60000,), }", 1);
   cr_assert_eq(kdrt_npy_parse(buf, n, &h, err, sizeof err), 0, "%s", err);
   cr_assert(h.kind == 'u' && h.size == 1 && h.ndim == 1 && h.shape[0] == 60000);
+  n = npy_header(buf, "{'descr': '|b1', 'fortran_order': False, 'shape': (4, 16, 16), }", 1);
+  cr_assert_eq(kdrt_npy_parse(buf, n, &h, err, sizeof err), 0, "%s", err);
+  cr_assert(h.kind == 'u' && h.size == 1, "bool reads as uint8");
   n = npy_header(buf, "{'descr': '<i8', 'fortran_order': False, 'shape': (5, 3), }", 2);
   cr_assert_eq(kdrt_npy_parse(buf, n, &h, err, sizeof err), 0, "%s", err);
   cr_assert(h.kind == 'i' && h.size == 8 && h.ndim == 2 && h.shape[1] == 3);
