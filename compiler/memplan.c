@@ -13,7 +13,8 @@
 //   takes no buffer and keeps its operand alive. Convolution scratch (im2col)
 //   sits past the arena's peak.
 // All offsets are multiples of 16 floats (64 bytes) and become named
-// compile-time constants in the generated program.
+// constants in the generated program (the arena's: named entries of its
+// AO[] array, see below).
 //
 // The plan is made for the compiled batch (kdcc --batch-size): the steps
 // take their rows at run time (B, b), so any smaller batch runs in it. A
