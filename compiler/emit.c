@@ -149,6 +149,8 @@ char *describe(const Node *n) {
                 place_str(&EG->dist->mesh, n->shape.rank, &n->place), shape_str(&ls));
 }
 
+static void emit_arena(void);
+
 const char *const init_name[] = {
 #define KDRT_X(name, kname) "KDRT_INIT_" #name,
   KDRT_INIT_LIST(KDRT_X)
@@ -207,17 +209,47 @@ void emit_preamble(const char *what) {
                      describe(v->grad));
   }
   out("#define GRAD_FLOATS %lld\n", (long long)g->grad_floats);
-  out("\n// ---- activation arena: buffers reused by liveness\n");
+  emit_arena();
+}
+
+// The arena: each buffer's offset for the compiled batch (BATCH rows) in
+// AO, which a run with a larger batch replaces by the plan replayed for
+// its rows (arena_plan, kdrt_arena_plan: memplan.c's first fit).
+static void emit_arena(void) {
+  const Graph *g = EG;
+  int *slot = xcalloc((size_t)g->nnodes, sizeof *slot), nslots = 0;
+  out("\n// ---- activation arena: buffers reused by liveness, at the offsets after '@' for\n"
+      "// BATCH rows; a run with more rows replays arena_plan into AO when it starts\n");
+  out("static int64_t AO[] = {");
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->region != REGION_ARENA || n->op == OP_RESHAPE) continue;
-    out("#define %-32s %8lld // %s\n", off_name(n), (long long)n->offset, describe(n));
+    slot[n->id] = nslots++;
+    out("%s%lld", nslots % 16 == 1 ? "\n  " : " ", (long long)n->offset);
+    out(",");
   }
-  out("#define SCRATCH %lld // conv im2col scratch, %lld floats\n",
+  out("\n  %lld};\n", (long long)(g->arena_floats - g->scratch_floats));
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->region != REGION_ARENA || n->op == OP_RESHAPE) continue;
+    out("#define %-32s AO[%d] // @%lld %s\n", off_name(n), slot[n->id], (long long)n->offset,
+        describe(n));
+  }
+  out("#define SCRATCH AO[%d] // @%lld conv im2col scratch, %lld floats\n", nslots,
       (long long)(g->arena_floats - g->scratch_floats), (long long)g->scratch_floats);
-  out("#define ARENA_FLOATS %lld\n", (long long)g->arena_floats);
-  out("#define BATCH %d // the global batch the memory plan holds: the most a step may have\n",
-      g->batch);
+  out("#define ARENA_FLOATS %lld // for BATCH rows\n", (long long)g->arena_floats);
+  out("#define BATCH %d // the global batch the constants above are for\n", g->batch);
+  out("static const kdrt_arena_op arena_plan[] = { // {step, buffer (AO index), k, parts}: k *\n"
+      "  // ceil(B / parts) floats (parts 0: k) for a batch of B (memplan.c's order)\n");
+  static const char *const what[] = {"KDRT_ARENA_ALLOC", "KDRT_ARENA_FREE",
+                                     "KDRT_ARENA_SCRATCH"};
+  for (int i = 0; i < g->nplan; i++) {
+    const PlanStep *p = &g->plan[i];
+    out("  {%s, %d, %lld, %d},\n", what[p->op], p->op == PLAN_SCRATCH ? nslots : slot[p->n->id],
+        (long long)p->k, p->parts);
+  }
+  out("  {KDRT_ARENA_SCRATCH, %d, 0, 0}, // none: the end\n};\n", nslots);
+  xfree(slot);
 }
 
 // ---- step bodies
@@ -226,7 +258,7 @@ void emit_preamble(const char *what) {
 static void emit_rows(void) {
   const Graph *g = EG;
   int ba = g->dist->batch_axis, parts = ba >= 0 ? g->dist->mesh.shape[ba] : 1;
-  out("  // the step's rows: B in all (at most the compiled BATCH), b on this device\n");
+  out("  // the step's rows: B in all (at most the arena's: BATCH, or the run's), b on this device\n");
   if (parts > 1) {
     out("  // (rows that do not divide over '%s' are split unevenly: c->ragged)\n",
         g->dist->mesh.names[ba]);
@@ -489,9 +521,12 @@ void emit_program_tables(void) {
   for (int i = 0; i < g->noutputs; i++) {
     const Node *p = g->outputs[i], *pb = view_base(p);
     bool whole = pb->region == REGION_ARENA && !p->place.partial && !p->place.pmax;
-    out("  {\"%s\", %s, %s},\n", g->model->outputs[i].layer->name,
-        whole ? off_name(pb) : "SIZE_MAX /* not one arena buffer */",
+    char *off = whole ? format("%lld /* %s for BATCH rows */", (long long)pb->offset,
+                               off_name(pb))
+                      : xstrdup("SIZE_MAX /* not one arena buffer */");
+    out("  {\"%s\", %s, %s},\n", g->model->outputs[i].layer->name, off,
         whole ? layout_init(p) : "{0, {0}, {0}}");
+    xfree(off);
   }
   out("};\n");
   out("\nstatic const int mesh_shape[] = {");
@@ -529,6 +564,11 @@ void emit_program_fields(const char *lhs, const char *end) {
   FIELD("param_floats", "PARAM_FLOATS");
   FIELD("grad_floats", "GRAD_FLOATS");
   FIELD("arena_floats", "ARENA_FLOATS");
+  // A larger batch replans the arena (CUDA: not yet; the device's buffers
+  // are sized for BATCH rows).
+  FIELD("arena_plan", "arena_plan");
+  FIELD("narena_plan", EB == BACKEND_C ? "(int)(sizeof arena_plan / sizeof *arena_plan)" : "0");
+  FIELD("arena_off", "AO");
   FIELD("init", "init");
   FIELD("train_step", "train_step");
   FIELD("eval_step", "eval_step");

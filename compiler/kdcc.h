@@ -479,6 +479,20 @@ typedef struct {
   Node *node;             // a scalar (after its reduction, shard.c)
 } Log;
 
+// One step of the arena plan (memplan.c), which a program replays when it
+// starts with a batch larger than the compiled one (runtime kdrt_arena_plan,
+// the same first fit): a value's buffer taken (PLAN_ALLOC) or given back
+// (PLAN_FREE), or a convolution's im2col scratch (PLAN_SCRATCH); each is
+// k * rows floats, rows = ceil(B / parts) of a global batch of B (parts 0:
+// no batch dim, rows 1).
+enum { PLAN_ALLOC, PLAN_FREE, PLAN_SCRATCH };
+typedef struct {
+  int op;
+  const struct Node *n;
+  int64_t k;
+  int parts;
+} PlanStep;
+
 struct Graph {
   Model *model;
   Dist *dist;
@@ -498,6 +512,8 @@ struct Graph {
   int batch;              // global batch size
   int64_t arena_floats, param_floats, grad_floats;
   int64_t scratch_floats; // conv im2col scratch
+  PlanStep *plan;         // the arena plan's steps, in order (memplan.c)
+  int nplan;
 };
 
 Node *new_node(Graph *g, OpKind op, int nin, Node **in);

@@ -14,19 +14,18 @@
 //   takes no buffer and keeps its operand alive. Convolution scratch (im2col)
 //   sits past the arena's peak.
 // All offsets are multiples of 16 floats (64 bytes) and become named
-// compile-time constants in the generated program.
+// constants in the generated program (the arena's: named entries of its
+// AO[] array, see below).
 //
-// The plan is made for the compiled batch (kdcc --batch-size), the most
-// rows a step may have: the steps take their rows at run time (B, b), so
-// any smaller batch runs in it, but `./train --batch-size` above it is
-// refused (kdrt_main), because first-fit offsets found for one set of
-// sizes do not stay disjoint when the sizes grow. Running a larger batch
-// needs this plan made at start-up: every arena value's size is
-// k * rows(B) (emit.c's Sym: one batch dim, B, b or B / p, or none), so
-// the program could carry this pass's alloc/free sequence with each k and
-// rows kind, kdrt could replay arena_alloc/arena_free for the run's B,
-// and the A* constants, SCRATCH, ARENA_FLOATS and the outputs' offsets
-// (kdrt_output) would become that plan's values.
+// The plan is made for the compiled batch (kdcc --batch-size): the steps
+// take their rows at run time (B, b), so any smaller batch runs in it. A
+// larger one does not (first-fit offsets found for one set of sizes do not
+// stay disjoint when the sizes grow), so the plan's steps are kept
+// (g->plan): every arena value's size is k * ceil(B / parts) floats (its
+// one batch dim, split over `parts` devices, or none), and the program
+// carries the steps (arena_plan) for kdrt_arena_plan to replay, with the
+// same first fit, for the run's batch when it starts. The offsets the
+// program reads (AO[]) are this plan's until then.
 #include "kdcc.h"
 
 #include <stdlib.h>
@@ -95,6 +94,22 @@ static int64_t local_elems(const Graph *g, const Node *n) {
   return shape_elems(&s);
 }
 
+// A plan step for n: its elems floats as k * rows (see PlanStep), rows
+// the local extent of n's batch dim `d` (-1: the first that is one).
+static PlanStep *plan_step(Graph *g, int op, const Node *n, int64_t elems, int d) {
+  if (g->nplan % 64 == 0) g->plan = xrealloc(g->plan, sizeof *g->plan * (size_t)(g->nplan + 64));
+  PlanStep *p = &g->plan[g->nplan++];
+  *p = (PlanStep){op, n, elems, 0};
+  if (op == PLAN_FREE) return p; // the size is the buffer's
+  for (int i = 0; d < 0 && i < n->shape.rank; i++)
+    if ((n->bdims >> i) & 1) d = i;
+  if (d < 0 || !((n->bdims >> d) & 1)) return p;
+  Shape s = local_shape(g, n);
+  p->k = s.d[d] ? elems / s.d[d] : 0;
+  p->parts = n->place.axis[d] < 0 ? 1 : axis_size(g, n->place.axis[d]);
+  return p;
+}
+
 void plan_memory(Graph *g) {
   int64_t off = 0, goff = 0;
   for (int i = 0; i < g->nvars; i++) {
@@ -154,6 +169,7 @@ void plan_memory(Graph *g) {
       int64_t s = size_mul(size_mul(size_mul(ys.d[0], ys.d[1]), size_mul(ys.d[2], n->win.kh)),
                            size_mul(n->win.kw, xs.d[3]));
       if (s > scratch) scratch = s;
+      plan_step(g, PLAN_SCRATCH, y, s, 0);
     }
     if (n->op == OP_PARAM) continue;
     if (n->op == OP_UPDATE) {
@@ -184,6 +200,7 @@ void plan_memory(Graph *g) {
     if (!is_grad) {
       n->region = REGION_ARENA;
       n->offset = arena_alloc(&a, align(local_elems(g, n)));
+      plan_step(g, PLAN_ALLOC, n, local_elems(g, n), -1);
     }
     // values whose last reader is this node are free from here on
     for (int k = 0; k < n->nin; k++) {
@@ -192,9 +209,12 @@ void plan_memory(Graph *g) {
       bool seen = false; // an operand may appear twice
       for (int j = 0; j < k; j++) seen |= base_of(n->in[j]) == b;
       if (!seen) arena_free(&a, b->offset, align(local_elems(g, b)));
+      if (!seen) plan_step(g, PLAN_FREE, b, 0, -1);
     }
-    if (n->region == REGION_ARENA && n->last_use < 0) // never read
+    if (n->region == REGION_ARENA && n->last_use < 0) { // never read
       arena_free(&a, n->offset, align(local_elems(g, n)));
+      plan_step(g, PLAN_FREE, n, 0, -1);
+    }
   }
   g->scratch_floats = align(scratch);
   g->arena_floats = size_add(align(a.peak), g->scratch_floats);

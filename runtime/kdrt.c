@@ -14,7 +14,8 @@
 //      --synthetic N samples made from the seed; prog->init; with --resume, the newest complete
 //      checkpoint's tensors, step and data position (checkpoint.c);
 //   6. fit: per epoch a seeded shuffle of the training samples, then global
-//      batches of --batch-size B (at most the compiled batch) in that order,
+//      batches of --batch-size B (above the compiled batch, the arena
+//      plan replayed for B: kdrt_arena_plan) in that order,
 //      the last one partial as in Keras; each step's rows are set in the
 //      context (kdrt_set_rows) and this rank hands train_step only its share
 //      of them (rows [row0, row0 + local_rows): rows / parts of the batch
@@ -168,9 +169,10 @@ static void usage(FILE *f, const kdrt_program *p) {
           "usage: %s [options]\n"
           "Trains %s, compiled for mesh %s %s: run it as mpirun -np %lld %s\n"
           "  --epochs N            passes over the training data (default 1)\n"
-          "  --batch-size B        global batch size, 1 to %d (the compiled one, the default;\n"
-          "                        a larger one needs kdcc --batch-size); the last batch of\n"
-          "                        an epoch, of validation and of evaluate may be partial\n"
+          "  --batch-size B        global batch size (default %d, the compiled one; a\n"
+          "                        larger one replans the activation memory at start-up);\n"
+          "                        the last batch of an epoch, of validation and of\n"
+          "                        evaluate may be partial\n"
           "  --drop-remainder      leave out each epoch's last partial batch (evaluate still\n"
           "                        takes every sample)\n"
           "  --steps-per-epoch S   at most S steps per epoch (default: every batch)\n"
@@ -784,7 +786,7 @@ typedef struct {
   const kdrt_options *o;
   kdrt_data data, val, test;   // training data; validation (n = 0: none); test (n = 0: none)
   int64_t ntrain, nval;        // samples of data (after any split) and val
-  int64_t B;                   // the global batch in use (--batch-size, at most p->batch)
+  int64_t B;                   // the global batch in use (--batch-size, or p->batch)
   void **x;                    // [ninputs] each [lb, shape...] of its dtype, lb = this
   float **y;                   // [nlabels] each [lb, shape...]   rank's most rows
   float *logs;                 // [nlogs]: what a step writes
@@ -1093,6 +1095,89 @@ static int live_progress(void) {
          !getenv("PMIX_RANK");
 }
 
+// ------------------------------------------------------------ the arena plan
+
+// kdcc's memplan.c first fit, step for step: the two must agree (kdrt_main
+// checks the replay for the compiled batch against the program's offsets).
+typedef struct {
+  int64_t off, len;
+} span;
+
+static int cmp_span(const void *x, const void *y) {
+  const span *a = x, *b = y;
+  return (a->off > b->off) - (a->off < b->off);
+}
+
+static int64_t first_fit(span *fr, int *nfree, int64_t *peak, int64_t len) {
+  for (int i = 0; i < *nfree; i++)
+    if (fr[i].len >= len) {
+      int64_t off = fr[i].off;
+      fr[i].off += len, fr[i].len -= len;
+      return off;
+    }
+  for (int i = 0; i < *nfree; i++) // grow at the end: extend a trailing free span
+    if (fr[i].off + fr[i].len == *peak) {
+      int64_t off = fr[i].off;
+      *peak = off + len, fr[i].len = 0;
+      return off;
+    }
+  int64_t off = *peak;
+  *peak += len;
+  return off;
+}
+
+static void give_back(span *fr, int *nfree, int64_t off, int64_t len) {
+  fr[(*nfree)++] = (span){off, len};
+  qsort(fr, (size_t)*nfree, sizeof *fr, cmp_span);
+  int k = 0; // merge neighbours, drop empties
+  for (int i = 0; i < *nfree; i++) {
+    if (!fr[i].len) continue;
+    if (k && fr[k - 1].off + fr[k - 1].len == fr[i].off) fr[k - 1].len += fr[i].len;
+    else fr[k++] = fr[i];
+  }
+  *nfree = k;
+}
+
+static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+
+size_t kdrt_arena_plan(const kdrt_program *p, int64_t B) {
+  if (!p->narena_plan) return p->arena_floats;
+  int nslots = p->arena_plan[p->narena_plan - 1].slot; // the last step is a scratch one
+  int64_t *len = calloc((size_t)nslots + 1, sizeof *len), peak = 0, scratch = 0;
+  span *fr = calloc((size_t)p->narena_plan + 8, sizeof *fr);
+  if (!len || !fr) kdrt_fatal(NULL, "out of memory for the arena plan");
+  int nfree = 0;
+  for (int i = 0; i < p->narena_plan; i++) {
+    const kdrt_arena_op *s = &p->arena_plan[i];
+    int64_t n = s->k * (s->parts ? (B + s->parts - 1) / s->parts : 1);
+    if (s->op == KDRT_ARENA_SCRATCH && n > scratch) scratch = n;
+    if (s->op == KDRT_ARENA_ALLOC)
+      len[s->slot] = align16(n), p->arena_off[s->slot] = first_fit(fr, &nfree, &peak, len[s->slot]);
+    if (s->op == KDRT_ARENA_FREE) give_back(fr, &nfree, p->arena_off[s->slot], len[s->slot]);
+  }
+  p->arena_off[nslots] = align16(peak);
+  free(len), free(fr);
+  return (size_t)(align16(peak) + align16(scratch));
+}
+
+// The arena for a batch of B rows: as compiled up to p->batch, else the
+// plan replayed for B (after checking that the replay for p->batch gives
+// the compiled offsets, which the program holds).
+static size_t arena_for(const kdrt_ctx *c, int64_t B) {
+  const kdrt_program *p = c->prog;
+  if (B <= p->batch) return p->arena_floats;
+  int nslots = p->arena_plan[p->narena_plan - 1].slot;
+  int64_t *compiled = malloc(sizeof(int64_t) * ((size_t)nslots + 1));
+  if (!compiled) kdrt_fatal(c, "out of memory for the arena plan");
+  memcpy(compiled, p->arena_off, sizeof(int64_t) * ((size_t)nslots + 1));
+  size_t n = kdrt_arena_plan(p, p->batch);
+  if (n != p->arena_floats || memcmp(compiled, p->arena_off, sizeof(int64_t) * ((size_t)nslots + 1)))
+    kdrt_fatal(c, "this program's arena plan does not replay as kdcc made it (a runtime of "
+               "another version?); recompile it with this kdcc");
+  free(compiled);
+  return kdrt_arena_plan(p, B);
+}
+
 static float *alloc_floats(const kdrt_ctx *c, size_t n, const char *what) {
   size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
   if (bytes == 0) bytes = 64;
@@ -1168,9 +1253,10 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
              "first); recompile it with this kdcc", prog->ninputs, prog->nlabels,
              prog->noutputs, prog->nlogs, prog->nlogs > 0 ? prog->log_names[0] : "",
              KDRT_MAX_FILES, KDRT_MAX_FILES, KDRT_MAX_FILES, KDRT_MAX_LOGS);
-  // The memory plan holds prog->batch rows (its offsets are compiled in):
-  // any batch up to it runs as it is; a larger one needs a new plan.
-  if (o.batch_size > prog->batch)
+  // The memory plan is compiled for prog->batch rows: any batch up to it
+  // runs in it; a larger one replays the plan for its rows (arena_for),
+  // which a program without one (CUDA's) cannot.
+  if (o.batch_size > prog->batch && !prog->narena_plan)
     fail_all(c, 2, "--batch-size %d: this program holds at most %d rows a step (its memory plan "
              "was compiled for kdcc --batch-size %d); recompile with kdcc --batch-size %d or "
              "more", o.batch_size, prog->batch, prog->batch, o.batch_size);
@@ -1194,7 +1280,7 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   c->lr = o.has_lr ? o.lr : prog->learning_rate;
   c->params = alloc_floats(c, prog->param_floats, "the parameters");
   c->grads = alloc_floats(c, prog->grad_floats, "the gradients");
-  c->arena = alloc_floats(c, prog->arena_floats, "the activation arena");
+  c->arena = alloc_floats(c, arena_for(c, o.batch_size), "the activation arena");
   int show = c->rank == 0 && !o.quiet;
 
   // 5. data
@@ -1286,7 +1372,8 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
     }
   }
   int ba = prog->batch_axis;
-  int64_t lb = ba >= 0 ? prog->batch / prog->mesh_shape[ba] : prog->batch; // the most rows a rank gets
+  int64_t most = r.B > prog->batch ? r.B : prog->batch; // the most rows a step has
+  int64_t lb = ba >= 0 ? (most + prog->mesh_shape[ba] - 1) / prog->mesh_shape[ba] : most;
   r.x = calloc((size_t)prog->ninputs + 1, sizeof *r.x);
   r.y = calloc((size_t)prog->nlabels + 1, sizeof *r.y);
   if (!r.x || !r.y) kdrt_fatal(c, "out of memory");

@@ -82,7 +82,15 @@ typedef struct {
   float learning_rate;               // compiled default; --lr overrides
   size_t param_floats;               // local floats in the parameter blob (params + optimizer slots)
   size_t grad_floats;                // local floats for gradients
-  size_t arena_floats;               // local floats in the activation arena
+  size_t arena_floats;               // local floats in the activation arena (for `batch` rows)
+  // The arena plan (kdcc's memplan.c), replayed by kdrt_arena_plan for a
+  // run with more rows than `batch`: narena_plan steps, the last a
+  // SCRATCH one; arena_off, the program's offset of each arena buffer
+  // (the generated code reads them there), then the conv scratch's.
+  // narena_plan 0: no plan (a batch above `batch` is refused).
+  const struct kdrt_arena_op *arena_plan;
+  int narena_plan;
+  int64_t *arena_off;
   // Set up parameters and optimizer slots from ctx->seed (kdrt_init_* below).
   void (*init)(kdrt_ctx *c);
   kdrt_step_fn *train_step;          // forward, loss, backward, update
@@ -95,6 +103,17 @@ typedef struct {
   const char *weights_file;          // initial weights (.keras or .weights.h5) as compiled, or
                                      // NULL; found by kdrt_program_archive
 } kdrt_program;
+
+// One step of an arena plan: buffer `slot` taken (ALLOC) or given back
+// (FREE), or a convolution's im2col scratch (SCRATCH, slot: the scratch's
+// own entry of arena_off); k * ceil(B / parts) floats for a global batch
+// of B (parts 0: k floats).
+enum { KDRT_ARENA_ALLOC, KDRT_ARENA_FREE, KDRT_ARENA_SCRATCH };
+typedef struct kdrt_arena_op {
+  int op, slot;
+  int64_t k;
+  int parts;
+} kdrt_arena_op;
 
 // One trainable variable: what it is and where its local shard, optimizer
 // slots and gradient live.
@@ -124,7 +143,7 @@ struct kdrt_ctx {
   int64_t step;                      // global optimizer step, from 0; dropout keys on it
   float lr;                          // learning rate in use
   int64_t rows;                      // the global rows of the step in progress (at most the
-                                     // compiled batch); 0: the compiled batch
+                                     // batch the arena is planned for); 0: the compiled batch
   // Rows that do not divide over the batch axis (a last partial batch, or a
   // --batch-size that does not) are split as numpy's array_split splits
   // them: the first rows % parts coordinates get one row more. Then ragged
@@ -159,7 +178,7 @@ int kdrt_gradcheck(int argc, char **argv, const kdrt_program *prog);
 // coordinate i of `parts` gets: numpy's array_split (the first rows % parts
 // coordinates one row more than the others).
 void kdrt_rows_split(int64_t rows, int parts, int i, int64_t *first, int64_t *n);
-// Set c->rows to `rows` (1 <= rows <= the compiled batch) and this rank's
+// Set c->rows to `rows` (1 <= rows <= the arena's batch) and this rank's
 // share of them: c->ragged, c->local_rows, c->row0 (see kdrt_ctx).
 void kdrt_set_rows(kdrt_ctx *c, int64_t rows);
 // A generated step's refusal of c->rows: the program splits a batch
@@ -167,6 +186,11 @@ void kdrt_set_rows(kdrt_ctx *c, int64_t rows);
 // divide by. With c->probe it is noted (kdrt_main asks before training,
 // and says so); else it is fatal.
 void kdrt_rows_refused(kdrt_ctx *c, int64_t rows, int size, const char *axis);
+
+// Replay p's arena plan for a global batch of B rows: first fit, as kdcc
+// planned it for p->batch, each buffer's new offset into p->arena_off;
+// returns the arena's floats. Without a plan: p->arena_floats, nothing set.
+size_t kdrt_arena_plan(const kdrt_program *p, int64_t B);
 
 // Format a message into err[errlen]; returns -1 (the error convention of the
 // runtime's file readers and writers).
@@ -592,7 +616,7 @@ int kdrt_resolve_files(const kdrt_files *f, const char *opt, const kdrt_io *ios,
 // Command-line options of a generated program (see kdrt_parse_args).
 typedef struct {
   int epochs;                 // --epochs N, default 1
-  int batch_size;             // --batch-size B (at most the compiled batch), 0: not given
+  int batch_size;             // --batch-size B, 0: not given (the compiled batch)
   int64_t steps_per_epoch;    // --steps-per-epoch S, 0: every batch
   int drop_remainder;         // --drop-remainder: fit leaves out each epoch's last partial batch
   int64_t synthetic;          // --synthetic N, 0: not given

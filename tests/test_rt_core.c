@@ -472,6 +472,34 @@ Test(callbacks, keras_plateau_and_stopping) {
                         "--validation-split); the logs are loss");
 }
 
+// ------------------------------------------------------------ the arena plan
+
+// kdcc's first fit replayed: a buffer given back is reused by the next
+// that fits; sizes are k * ceil(B / parts) rounded up to 16 floats; the
+// scratch sits past the peak.
+Test(arena, replays_first_fit_for_any_batch) {
+  static const kdrt_arena_op plan[] = {
+      {KDRT_ARENA_ALLOC, 0, 10, 2},   // 10 floats a local row (rows over 2 devices)
+      {KDRT_ARENA_ALLOC, 1, 20, 0},   // 20 floats, no batch dim
+      {KDRT_ARENA_FREE, 0, 0, 0},
+      {KDRT_ARENA_ALLOC, 2, 3, 1},    // 3 floats a row, every row
+      {KDRT_ARENA_SCRATCH, 3, 7, 2},
+      {KDRT_ARENA_SCRATCH, 3, 0, 0}};
+  int64_t off[4];
+  kdrt_program p = {.batch = 16, .arena_plan = plan, .narena_plan = 6, .arena_off = off};
+  // B = 16: buffer 0 80 floats at 0, buffer 1 32 at 80; buffer 2 (48) reuses 0
+  cr_assert_eq(kdrt_arena_plan(&p, 16), 112 + 64);
+  cr_assert(off[0] == 0 && off[1] == 80 && off[2] == 0 && off[3] == 112);
+  // B = 40: 200 floats (208), 32; buffer 2 (120 -> 128) still fits in 208
+  cr_assert_eq(kdrt_arena_plan(&p, 40), 240 + 144);
+  cr_assert(off[0] == 0 && off[1] == 208 && off[2] == 0 && off[3] == 240);
+  // B = 3 over 2 devices: 2 rows the most a device gets
+  cr_assert_eq(kdrt_arena_plan(&p, 3), 64 + 16);
+  cr_assert(off[1] == 32 && off[2] == 0);
+  kdrt_program none = {.batch = 16, .arena_floats = 99};
+  cr_assert_eq(kdrt_arena_plan(&none, 64), 99);
+}
+
 // ------------------------------------------------------------ .npy headers
 
 // A version-1 .npy header for dict text `d`, padded as numpy pads it.
