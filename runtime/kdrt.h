@@ -187,7 +187,7 @@ void kdrt_set_rows(kdrt_ctx *c, int64_t rows);
 // and says so); else it is fatal.
 void kdrt_rows_refused(kdrt_ctx *c, int64_t rows, int size, const char *axis);
 
-// Replay p's arena plan for a global batch of B rows: first fit, as kdcc
+// (arena.c) Replay p's arena plan for a global batch of B rows: first fit, as kdcc
 // planned it for p->batch, each buffer's new offset into p->arena_off;
 // returns the arena's floats. Without a plan: p->arena_floats, nothing set.
 size_t kdrt_arena_plan(const kdrt_program *p, int64_t B);

@@ -82,6 +82,8 @@ program evaluates after fit) and the final weights.
     func_fit_b6      func_branches  (2,4)  compiled for 16, run with --batch-size 6 (8 steps,
                                            the last of 2; validation 6 + 6 + 6 + 4)
     func_fit_b6_dp   func_branches  (8,)   the same on 8 devices: every step's rows uneven
+    func_fit_b24     func_branches  (2,4)  compiled for 16, run with --batch-size 24 (3 steps,
+                                           the last of 2; validation 22): the arena replanned
     two_heads_fit    two_heads      (2,4)  two outputs, per-output logs, a partial batch
     per_token_fit    per_token      (2,4)  a loss per token, averaged over every token
     per_token_fit_dp per_token      (8,)   the same on 8 devices
@@ -217,6 +219,9 @@ FIT_CASES = {
                     dict(batch=6, compile_batch=16, epochs=2, val="data")),
     "func_fit_b6_dp": ("func_branches", "dp8", "func_branches",
                        dict(batch=6, compile_batch=16, epochs=2, val="data")),
+    # more rows than compiled for: the program replays its memory plan
+    "func_fit_b24": ("func_branches", "func_branches", "func_branches",
+                     dict(batch=24, compile_batch=16, epochs=2, val="data")),
     "two_heads_fit": ("two_heads", "two_heads", "two_heads",
                       dict(batch=16, epochs=2, val="data")),
     "per_token_fit": ("per_token", "per_token", "per_token",
