@@ -183,10 +183,11 @@ static void report_json(Graph *g, FILE *out) {
 
   Totals t = totals(g);
   json_object_set_new(root, "memory",
-                      json_pack("{s:I, s:I, s:I, s:I, s:I}", "parameters", (json_int_t)t.params,
-                                "gradients", (json_int_t)t.grads, "optimizer_state",
-                                (json_int_t)t.slots, "activations_peak",
-                                (json_int_t)t.activations, "total",
+                      json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "parameters",
+                                (json_int_t)t.params, "gradients", (json_int_t)t.grads,
+                                "optimizer_state", (json_int_t)t.slots, "activations_peak",
+                                (json_int_t)t.activations, "activations_per_sample",
+                                (json_int_t)(t.activations / g->batch), "total",
                                 (json_int_t)t.total));
   json_object_set_new(root, "comm_bytes_per_step", json_integer(t.sent));
   json_t *warn = json_array();
@@ -247,6 +248,9 @@ void print_report(Graph *g, FILE *out, bool json) {
   fprintf(out, "  optimizer state   %12s\n", human(t.slots));
   fprintf(out, "  peak activations  %12s\n", human(t.activations));
   fprintf(out, "  total             %12s\n", human(t.total));
+  fprintf(out, "  activations grow about %s per sample of the global batch (./train\n"
+               "  --batch-size B: about B times that; the figures above are for %d)\n",
+          human(t.activations / g->batch), g->batch);
   fprintf(out, "\nBytes sent per step, per device: %lld\n", (long long)t.sent);
   for (int i = 0; i < g->nnodes; i++) {
     char *w = warning(g, g->nodes[i]);
