@@ -13,7 +13,8 @@
 //
 // The walk starts from the losses: each output's loss seeds its output's
 // gradient (LOSS_GRAD, or XENT_GRAD for a crossentropy from logits made of
-// row statistics), scaled by the loss's weight in the total.
+// row statistics), scaled by the loss's weight in the total; the
+// regularizers' penalty, added to the total as it is, seeds 1.
 #include "kdcc.h"
 
 void accumulate(Graph *g, Node *x, Node *dx) {
@@ -59,6 +60,13 @@ void build_backward(Graph *g) {
   g->phase = PH_BACKWARD;
   for (int i = 0; i < nfwd; i++)
     if (g->nodes[i]->op == OP_LOSS || g->nodes[i]->op == OP_XENT) seed_loss(g, g->nodes[i], need);
+  if (g->penalty && need[g->penalty->id]) { // d(total)/d(penalty) = 1
+    // the graph has no constants: 1 as penalty * 0 + 1, a scalar at hand
+    Node *one = new_node1(g, OP_SCALE, g->penalty, (Shape){0});
+    one->aff = (AffAttr){0, 1};
+    one->name = "grad(regularization)";
+    accumulate(g, g->penalty, one);
+  }
   for (int i = nfwd - 1; i >= 0; i--) {
     Node *n = g->nodes[i];
     if (!n->grad || n->op == OP_PARAM || n->op == OP_INPUT) continue;

@@ -139,6 +139,114 @@ static void parse_init(Layer *l, const char *key, const char *def, Var *v) {
   }
 }
 
+// ---- issue 11: regularizers
+// A variable's regularizer sits beside its initializer: "kernel_initializer"
+// -> "kernel_regularizer". Keras accepts a class envelope (L1, L2, L1L2 with
+// their config) or a name (its class's defaults: L1 and L2 0.01, L1L2 none).
+static double reg_factor(Layer *l, json_t *cfg, const char *key, double def) {
+  json_t *x = json_object_get(cfg, key);
+  if (!x || json_is_null(x)) return def;
+  if (!json_is_number(x) || !isfinite(json_number_value(x)) ||
+      fabs(json_number_value(x)) > FLT_MAX)
+    error_at(jloc(x), "layer '%s': regularizer factor '%s' must be a finite number", l->name, key);
+  return json_number_value(x);
+}
+
+// Layer option `key`'s factors into *l1 and *l2 (untouched when it is absent).
+static void parse_regularizer(Layer *l, const char *key, double *l1, double *l2) {
+  json_t *j = json_object_get(l->cfg, key);
+  if (!j || json_is_null(j)) return;
+  const char *cls = json_is_string(j) ? json_string_value(j) : NULL;
+  json_t *cfg = NULL;
+  if (json_is_object(j)) {
+    json_t *cn = json_object_get(j, "class_name");
+    if (!json_is_string(cn))
+      error_at(jloc(j), "layer '%s': '%s' has no class_name", l->name, key);
+    cls = json_string_value(cn);
+    cfg = json_object_get(j, "config");
+  } else if (!cls) {
+    error_at(jloc(j), "layer '%s': '%s' must be a string or a regularizer", l->name, key);
+  }
+  if (!strcmp(cls, "L1") || !strcmp(cls, "l1")) {
+    *l1 = reg_factor(l, cfg, "l1", 0.01);
+  } else if (!strcmp(cls, "L2") || !strcmp(cls, "l2")) {
+    *l2 = reg_factor(l, cfg, "l2", 0.01);
+  } else if (!strcmp(cls, "L1L2") || !strcmp(cls, "l1_l2") || !strcmp(cls, "l1l2")) {
+    *l1 = reg_factor(l, cfg, "l1", 0);
+    *l2 = reg_factor(l, cfg, "l2", 0);
+  } else {
+    error_at(jloc(j), "layer '%s': regularizer '%s' of '%s' is not supported (only L1, L2 and "
+             "L1L2)", l->name, cls, key);
+  }
+}
+
+// A variable's regularizer: the option beside its initializer.
+// Its constraint, the third option, is not supported yet: an error.
+static void parse_var_regularizer(Layer *l, const char *init_key, Var *v) {
+  const char *suffix = strstr(init_key, "_initializer");
+  if (!suffix || suffix[strlen("_initializer")]) return; // a variable with no such options
+  int stem = (int)(suffix - init_key);
+  parse_regularizer(l, format("%.*s_regularizer", stem, init_key), &v->l1, &v->l2);
+  const char *ck = format("%.*s_constraint", stem, init_key);
+  json_t *c = json_object_get(l->cfg, ck);
+  if (c && !json_is_null(c))
+    error_at(jloc_key(l->cfg, ck), "layer '%s': '%s' is not supported", l->name, ck);
+}
+
+// x summed over every dim, to a scalar (one REDUCE_SUM a dim).
+static Node *sum_all(Graph *g, Node *x) {
+  while (x->shape.rank > 0) {
+    Shape s = x->shape;
+    s.rank--;
+    for (int i = 0; i < s.rank; i++) s.d[i] = x->shape.d[i + 1];
+    Node *y = new_node1(g, OP_REDUCE_SUM, x, s);
+    y->red.dim = 0;
+    x = y;
+  }
+  return x;
+}
+
+static Node *scaled(Graph *g, Node *x, double k) {
+  Node *y = new_node1(g, OP_SCALE, x, x->shape);
+  y->aff = (AffAttr){(float)k, 0};
+  return y;
+}
+
+// Keras's penalty of a regularized tensor, in graph ops: l1 * sum(|x|) +
+// l2 * sum(x * x), or NULL. A split dim of x contracts in its sum, so a
+// sharded kernel's penalty is a partial sum that the lattice all-reduces,
+// and its gradient (l1 * sign(x) + 2 * l2 * x) comes from the ops' rules.
+static Node *penalty(Graph *g, Node *x, double l1, double l2) {
+  Node *p1 = NULL, *p2 = NULL;
+  if (l1 != 0) {
+    Node *a = new_node1(g, OP_ACT, x, x->shape);
+    a->act.kind = KDRT_ACT_ABS;
+    p1 = scaled(g, sum_all(g, a), l1);
+  }
+  if (l2 != 0) p2 = scaled(g, sum_all(g, new_node2(g, OP_MUL, x, x, x->shape)), l2);
+  return p1 && p2 ? new_node2(g, OP_ADD, p1, p2, (Shape){0}) : p1 ? p1 : p2;
+}
+
+// g->penalty += p: the regularizers' penalties, summed as Keras sums
+// model.losses into the loss.
+static void add_penalty(Graph *g, Node *p) {
+  if (!p) return;
+  g->penalty = g->penalty ? new_node2(g, OP_ADD, g->penalty, p, (Shape){0}) : p;
+  g->penalty->name = "regularization";
+}
+
+// A layer's activity_regularizer: the penalty of its output divided by
+// the step's global batch (BATCH_MEAN), added at each call, as Keras does.
+static void activity_penalty(Graph *g, Layer *l, Node *y) {
+  double l1 = 0, l2 = 0;
+  parse_regularizer(l, "activity_regularizer", &l1, &l2);
+  Node *p = penalty(g, y, l1, l2);
+  if (!p) return;
+  Node *m = new_node1(g, OP_BATCH_MEAN, p, p->shape);
+  m->aff = (AffAttr){1, 0};
+  add_penalty(g, m);
+}
+
 // Where Keras's weights file keeps a layer's variable "<sub>/<name>":
 // attention layers save their projections as sublayers, under attribute
 // names that differ from the variables' path names.
@@ -193,6 +301,7 @@ static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const c
   v->loc = l->loc;
   v->shape = shape;
   parse_init(l, init_key, init_def, v);
+  parse_var_regularizer(l, init_key, v);
   v->matched = dist_lookup(g->dist, v->path, l->name, shape.rank, shape.d, &v->place);
   Node *n = new_node(g, OP_PARAM, 0, NULL);
   n->shape = shape;
@@ -216,8 +325,8 @@ static int parse_act(Layer *l, const char *key) {
   if (!json_is_string(j))
     error_at(jloc_key(l->cfg, key), "layer '%s': only named activations are supported", l->name);
   const char *s = json_string_value(j);
-  for (int a = 0; a <= ACT_SOFTMAX; a++)
-    if (!strcmp(s, act_name(a))) return a;
+  for (int a = 0; a <= ACT_SOFTMAX; a++) // rsqrt and abs are kdcc's own, not Keras's
+    if (a != KDRT_ACT_RSQRT && a != KDRT_ACT_ABS && !strcmp(s, act_name(a))) return a;
   if (!strcmp(s, "swish")) return ACT_SILU;
   if (!strcmp(s, "hard_swish")) return KDRT_ACT_HARD_SILU; // issue 11
   error_at(jloc(j), "layer '%s': unknown activation '%s'", l->name, s);
@@ -295,9 +404,6 @@ static void check_none(Layer *l, const char *const *keys, int n) {
 // then * gamma and + beta (scale, center); rms_scaling: x / rms * gamma.
 static Node *build_layernorm(Graph *g, Layer *l, Node *x) {
   check_last_axis(l, x);
-  static const char *const no[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
-                                    "gamma_constraint"};
-  check_none(l, no, 4);
   int64_t h = x->shape.d[x->shape.rank - 1];
   bool rms = cfg_bool(l, "rms_scaling", false);
   Node *y = new_node1(g, OP_NORM, x, x->shape);
@@ -441,10 +547,6 @@ static Node *attention_output(Graph *g, Layer *l, Node *o, int64_t out, bool bia
 static Node *build_mha(Graph *g, Layer *l, Node *unused) {
   Node *xq, *xv, *xk;
   attention_inputs(l, &xq, &xv, &xk);
-  static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
-                                   "activity_regularizer", "kernel_constraint",
-                                   "bias_constraint"};
-  check_none(l, no, 5);
   // attention over the steps only: attention_axes absent, or [1] as Keras writes it
   json_t *ax = json_object_get(l->cfg, "attention_axes");
   if (ax && !json_is_null(ax) &&
@@ -494,10 +596,8 @@ static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
 static Node *build_gqa(Graph *g, Layer *l, Node *unused) {
   Node *xq, *xv, *xk;
   attention_inputs(l, &xq, &xv, &xk);
-  static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
-                                   "activity_regularizer", "kernel_constraint",
-                                   "bias_constraint", "sliding_window", "use_gate"};
-  check_none(l, no, 7);
+  static const char *const no[] = {"sliding_window", "use_gate"};
+  check_none(l, no, 2);
   int64_t hd = cfg_int(l, "head_dim", -1), nq = cfg_int(l, "num_query_heads", -1);
   int64_t nkv = cfg_int(l, "num_key_value_heads", -1);
   if (hd <= 0 || nq <= 0 || nkv <= 0 || nq % nkv)
@@ -744,14 +844,8 @@ static Node *build_embedding(Graph *g, Layer *l, Node *ids) {
   if (cfg_bool(l, "mask_zero", false))
     error_at(jloc_key(l->cfg, "mask_zero"), "layer '%s': mask_zero is not supported (kdcc has no "
              "masks yet): the model would train without its padding mask", l->name);
-  static const char *const unsupported[] = {"embeddings_regularizer", "embeddings_constraint",
-                                            "activity_regularizer", "lora_rank"};
-  for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
-    json_t *u = json_object_get(l->cfg, unsupported[i]);
-    if (u && !json_is_null(u))
-      error_at(jloc_key(l->cfg, unsupported[i]), "layer '%s': '%s' is not supported", l->name,
-               unsupported[i]);
-  }
+  static const char *const no[] = {"lora_rank"};
+  check_none(l, no, 1);
   if (ids->shape.rank + 1 > MAX_RANK)
     error_at(l->loc, "layer '%s': input rank too large", l->name);
   if (size_mul(v, dim) > MAX_ELEMS)
@@ -1103,9 +1197,8 @@ static Node *bcast_channels(Graph *g, Node *v, const Shape *to) {
 
 static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   check_last_axis(l, x);
-  static const char *const no[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
-                                    "gamma_constraint", "renorm"};
-  check_none(l, no, 5);
+  static const char *const no[] = {"renorm"};
+  check_none(l, no, 1);
   if (x->shape.rank < 2)
     error_at(l->loc, "layer '%s': BatchNormalization needs an input of rank 2 or more, got %s",
              l->name, kshape(&x->shape));
@@ -1320,6 +1413,7 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
     Layer *l = m->layers[i];
     int first = g->nnodes;
     Node *y = build_layer(g, l);
+    if (l->cls && strcmp(l->cls, "InputLayer")) activity_penalty(g, l, y);
     for (int k = first; k < g->nnodes; k++) { // every tensor within the limits (kdcc.h)
       const Shape *s = &g->nodes[k]->shape;
       for (int j = 0; j < s->rank; j++)
@@ -1368,7 +1462,7 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
   // the losses: "loss" is their sum; each output's own log is "<output>_loss"
   // when there are several outputs
   g->phase = PH_LOSS;
-  Node *total[64];
+  Node *total[65]; // the losses, and the penalty
   int nl = 0;
   for (int i = 0; i < m->noutputs; i++) {
     if (!m->losses[i].has) continue;
@@ -1386,12 +1480,24 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
         break;
       }
   }
-  if (m->noutputs == 1) { // the loss log is the loss itself
+  // Keras's loss includes the regularizers' penalties (model.losses): the
+  // activities' (made with their layers), then each variable's once
+  for (int i = 0; i < g->nvars; i++)
+    add_penalty(g, penalty(g, g->vars[i]->param, g->vars[i]->l1, g->vars[i]->l2));
+  if (!nl) g->penalty = NULL;
+  if (m->noutputs == 1 && !g->penalty) { // the loss log is the loss itself
     g->logs[0].node = total[0];
     g->logs[0].node->name = "loss";
     memmove(g->logs + 1, g->logs + 2, (g->nlogs - 2) * sizeof *g->logs);
     g->nlogs--;
+  } else if (m->noutputs == 1) { // the compiled loss plus the penalty, one log
+    total[0]->name = "compiled_loss";
+    g->logs[0].node = new_node2(g, OP_ADD, total[0], g->penalty, (Shape){0});
+    g->logs[0].node->name = "loss";
+    memmove(g->logs + 1, g->logs + 2, (g->nlogs - 2) * sizeof *g->logs);
+    g->nlogs--;
   } else {
+    if (g->penalty) total[nl++] = g->penalty;
     if (nl > MAX_IN) error_at(m->losses[0].loc, "more than %d losses", MAX_IN);
     for (int k = 0; k < nl; k++) // the loss weights, where not 1
       if (total[k]->loss.lw != 1) {

@@ -451,6 +451,9 @@ struct Var {
   // w = w * ema_momentum + stat * (1 - ema_momentum), stat = ema_stat.
   Node *ema_stat;
   float ema_momentum;
+  // issue 11: its regularizer (Keras's L1, L2, L1L2), whose penalty
+  // l1 * sum(|w|) + l2 * sum(w^2) the loss includes (both 0: none)
+  double l1, l2;
   const char *path;       // "d1/kernel"
   const char *vname;      // "kernel"
   const char *layer;
@@ -491,6 +494,7 @@ struct Graph {
   Node **outputs;         // the model's outputs
   int noutputs;
   Log *logs;              // logs[0]: "loss", the total
+  Node *penalty;          // the regularizers' penalty in the total (a scalar), or NULL
   int nlogs;
   Phase phase;            // the phase new nodes belong to
   int batch;              // global batch size

@@ -53,7 +53,9 @@
     (tanhf(KDRT_SOFTPLUS(v)) +                                                                 \
      (v) * (1.0f - tanhf(KDRT_SOFTPLUS(v)) * tanhf(KDRT_SOFTPLUS(v))) * KDRT_SIGMOID(v)))         \
   /* not a Keras activation: BatchNormalization's 1 / sqrt(var + epsilon) */                    \
-  X(RSQRT, "rsqrt", 0, (1.0f / sqrtf(v)), (-0.5f * (y) * (y) * (y)))
+  X(RSQRT, "rsqrt", 0, (1.0f / sqrtf(v)), (-0.5f * (y) * (y) * (y)))                          \
+  /* not a Keras activation: the L1 regularizer's |w| (JAX's derivative: 1 at 0) */            \
+  X(ABS, "abs", 1, fabsf(v), ((v) >= 0.0f ? 1.0f : -1.0f))
 
 enum {
 #define KDRT_X(name, kname, from_x, f, df) KDRT_ACT_##name,

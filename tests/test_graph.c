@@ -143,6 +143,34 @@ Test(graph, embedding_mask_zero) {
                "(kdcc has no masks yet): the model would train without its padding mask\n");
 }
 
+// issue 11: regularizers other than L1, L2 and L1L2 are named, at the option
+Test(graph, regularizer_unsupported) {
+  expect_error("tests/bad/regularizer_orthogonal.json", NULL,
+               "tests/bad/regularizer_orthogonal.json:4:98: error: layer 'd': regularizer "
+               "'OrthogonalRegularizer' of 'kernel_regularizer' is not supported (only L1, L2 "
+               "and L1L2)\n");
+  expect_error("tests/bad/regularizer_factor.json", NULL,
+               "tests/bad/regularizer_factor.json:4:136: error: layer 'd': regularizer factor "
+               "'l2' must be a finite number\n");
+}
+
+// A penalty per regularized variable, summed into the loss the steps report
+// and differentiate: "loss" is the compiled loss plus the regularization.
+Test(graph, regularizers_join_the_loss) {
+  opt_quiet_warnings = true;
+  Model *m = load_model("tests/gradcheck/regularizers.json");
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 4);
+  cr_assert_not_null(g->penalty);
+  cr_assert_str_eq(g->logs[0].name, "loss");
+  cr_assert_eq(g->logs[0].node->op, OP_ADD);
+  cr_assert_eq(g->logs[0].node->in[1], g->penalty);
+  cr_assert_str_eq(g->logs[0].node->in[0]->name, "compiled_loss");
+  Var *k = g->vars[0];
+  cr_assert_str_eq(k->path, "conv/kernel");
+  cr_assert_float_eq(k->l1, 0.01, 1e-12);
+  cr_assert_float_eq(k->l2, 0.0, 1e-12);
+}
+
 // More memory per device than --max-memory (default: this machine's): an error at the
 // largest tensor's layer, naming the largest three.
 Test(graph, memory_over_the_limit) {

@@ -110,6 +110,18 @@ Test(act, rsqrt_is_batch_norms_inverse_deviation) {
   }
 }
 
+// The L1 regularizer's |w|: JAX's derivative is select(w >= 0, 1, -1), so 1 at 0.
+Test(act, abs_is_jaxs_at_zero) {
+  float x[3] = {-2.0f, 0.0f, 3.0f}, y[3], dx[3], ones[3] = {1, 1, 1};
+  kdrt_act(KDRT_ACT_ABS, y, x, 3);
+  kdrt_act_grad(KDRT_ACT_ABS, dx, ones, x, NULL, 3);
+  float ty[3] = {2.0f, 0.0f, 3.0f}, td[3] = {-1.0f, 1.0f, 1.0f};
+  for (int i = 0; i < 3; i++) {
+    cr_expect_float_eq(y[i], ty[i], 0.0f, "abs(%g) = %g", x[i], y[i]);
+    cr_expect_float_eq(dx[i], td[i], 0.0f, "abs'(%g) = %g", x[i], dx[i]);
+  }
+}
+
 // ---------------------------------------------------------------- ema
 
 Test(ema, keras_moving_average) {

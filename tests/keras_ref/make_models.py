@@ -352,6 +352,32 @@ def bn_cnn():
     return model
 
 
+def regularized():
+    # issue 11: L1, L2 and L1L2 regularizers on every kind of variable
+    # (conv, dense, embedding, layer norm), strings and envelopes, and
+    # activity regularizers (divided by the batch): Keras's reported loss
+    # includes every penalty, and so must kdcc's.
+    reg = keras.regularizers
+    image = keras.Input((8, 8, 3), name="image")
+    tokens = keras.Input((6,), dtype="int32", name="tokens")
+    c = layers.Conv2D(8, 3, padding="same", activation="relu",
+                      kernel_regularizer=reg.L2(1e-2), bias_regularizer=reg.L2(1e-3),
+                      activity_regularizer=reg.L2(1e-4), name="conv2d")(image)
+    c = layers.GlobalAveragePooling2D(name="gap2d")(c)
+    e = layers.Embedding(20, 8, embeddings_regularizer=reg.L2(1e-2), name="emb")(tokens)
+    e = layers.GlobalAveragePooling1D(name="gap1d")(e)
+    h = layers.Concatenate(name="cat")([c, e])
+    h = layers.Dense(16, activation="relu", kernel_regularizer=reg.L1L2(l1=1e-3, l2=1e-2),
+                     bias_regularizer="l2", activity_regularizer=reg.L1(1e-3),
+                     name="hidden")(h)
+    h = layers.LayerNormalization(gamma_regularizer=reg.L2(1e-2), name="ln")(h)
+    out = layers.Dense(10, activation="softmax", kernel_regularizer="l1", name="out")(h)
+    model = keras.Model([image, tokens], out, name="regularized")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -678,6 +704,30 @@ MODELS = {
                 },
             },
             "bn_cnn_dp": {
+                "distribution": "DataParallel",
+                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
+            },
+        },
+    ),
+    "regularized": dict(
+        build=regularized, inputs=[("image", (8, 8, 3), "float"), ("tokens", (6,), 20)],
+        outputs=["sparse10"],
+        dists={
+            # the regularized variables split over 'model' (channels, columns)
+            "regularized": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "conv2d/kernel": [None, None, None, "model"],
+                    "conv2d/bias": ["model"],
+                    "emb/embeddings": [None, "model"],
+                    "hidden/kernel": [None, "model"],
+                    "hidden/bias": ["model"],
+                    "out/kernel": ["model", None],
+                },
+            },
+            "regularized_dp": {
                 "distribution": "DataParallel",
                 "device_mesh": {"shape": [8], "axis_names": ["batch"]},
             },

@@ -51,6 +51,11 @@ Cases (model, distribution spec from models/):
                                                              moving statistics), Add, ReLU,
                                                              GlobalAveragePooling2D; channels split
     bn_cnn_dp       bn_cnn         bn_cnn_dp.dist.json       DataParallel (8,)
+    regularized     regularized    regularized.dist.json     ModelParallel (2,4)  L1/L2/L1L2 regularizers
+                                                             on conv, dense, embedding and layer norm
+                                                             variables, activity regularizers; the
+                                                             regularized variables split
+    regularized_dp  regularized    regularized_dp.dist.json  DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
@@ -173,6 +178,7 @@ DATA = {
     "vit": (64, 2),
     "llama": (64, 2),
     "bn_cnn": (64, 2),
+    "regularized": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -227,6 +233,8 @@ CASES = {
     "llama_dp": ("llama", "llama_dp"),
     "bn_cnn": ("bn_cnn", "bn_cnn"),
     "bn_cnn_dp": ("bn_cnn", "bn_cnn_dp"),
+    "regularized": ("regularized", "regularized"),
+    "regularized_dp": ("regularized", "regularized_dp"),
 }
 
 
