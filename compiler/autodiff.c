@@ -48,6 +48,43 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
   accumulate(g, p, dp);
 }
 
+// issue 11: variable v's constraint after its update u (whose value is v,
+// updated in place), as Keras's optimizer applies it: NonNeg max(w, 0); a
+// norm constraint w * clip_norm(the sums of w^2 over its axes), each sum a
+// partial sum where an axis is split; then the result written over v.
+static void constrain(Graph *g, Var *v, Node *u) {
+  Node *c;
+  if (v->constraint == CONS_NON_NEG) {
+    c = new_node1(g, OP_ACT, u, v->shape);
+    c->act.kind = ACT_RELU;
+  } else {
+    Node *s = new_node2(g, OP_MUL, u, u, v->shape);
+    for (int d = v->shape.rank - 1; d >= 0; d--) {
+      if (!((v->c_axes >> d) & 1)) continue;
+      Shape r = s->shape;
+      r.rank--;
+      for (int i = d; i < r.rank; i++) r.d[i] = s->shape.d[i + 1];
+      s = new_node1(g, OP_REDUCE_SUM, s, r);
+      s->red.dim = d;
+    }
+    Node *f = new_node1(g, OP_CLIP_NORM, s, s->shape);
+    f->clip = v->clip;
+    for (int d = 0; d < v->shape.rank; d++) { // back over the summed dims, in order
+      if (!((v->c_axes >> d) & 1)) continue;
+      Shape b = f->shape;
+      b.rank++;
+      for (int i = b.rank - 1; i > d; i--) b.d[i] = b.d[i - 1];
+      b.d[d] = v->shape.d[d];
+      f = new_node1(g, OP_BROADCAST, f, b);
+      f->red.dim = d;
+    }
+    c = new_node2(g, OP_MUL, u, f, v->shape);
+  }
+  Node *a = new_node2(g, OP_ASSIGN, u, c, v->shape);
+  a->var = v;
+  a->name = format("constraint(%s)", v->path);
+}
+
 void build_backward(Graph *g) {
   int nfwd = g->nnodes;
   bool *need = xcalloc(nfwd, sizeof *need);
@@ -107,4 +144,8 @@ void build_backward(Graph *g) {
     u->layer = v->layer;
     u->loc = v->loc;
   }
+  g->phase = PH_CONSTRAIN; // once every variable is updated, as Keras's optimizer does
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_UPDATE && g->nodes[i]->var->constraint)
+      constrain(g, g->nodes[i]->var, g->nodes[i]);
 }

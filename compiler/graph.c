@@ -148,7 +148,7 @@ static double reg_factor(Layer *l, json_t *cfg, const char *key, double def) {
   if (!x || json_is_null(x)) return def;
   if (!json_is_number(x) || !isfinite(json_number_value(x)) ||
       fabs(json_number_value(x)) > FLT_MAX)
-    error_at(jloc(x), "layer '%s': regularizer factor '%s' must be a finite number", l->name, key);
+    error_at(jloc(x), "layer '%s': '%s' must be a finite number", l->name, key);
   return json_number_value(x);
 }
 
@@ -181,16 +181,66 @@ static void parse_regularizer(Layer *l, const char *key, double *l1, double *l2)
 }
 
 // A variable's regularizer: the option beside its initializer.
-// Its constraint, the third option, is not supported yet: an error.
-static void parse_var_regularizer(Layer *l, const char *init_key, Var *v) {
+// ---- issue 11: constraints
+// Keras's NonNeg, MaxNorm(max_value=2, axis=0), UnitNorm(axis=0) and
+// MinMaxNorm(min_value=0, max_value=1, rate=1, axis=0), as an envelope or
+// by name (the class's defaults). The axis: an int or a list, negative from
+// the end.
+static void parse_constraint_axes(Layer *l, json_t *cfg, const char *key, Var *v) {
+  json_t *a = json_object_get(cfg, "axis");
+  int r = v->shape.rank;
+  v->c_axes = a && !json_is_null(a) ? 0 : 1;
+  size_t n = json_is_array(a) ? json_array_size(a) : a && !json_is_null(a) ? 1 : 0;
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_is_array(a) ? json_array_get(a, i) : a;
+    int64_t d = json_is_integer(e) ? json_integer_value(e) : INT64_MAX;
+    if (d < 0 && d >= -r) d += r;
+    if (d < 0 || d >= r)
+      error_at(jloc(e), "layer '%s': '%s' axis must be integers in [-%d, %d) for '%s' of rank %d",
+               l->name, key, r, r, v->path, r);
+    v->c_axes |= 1u << d;
+  }
+}
+
+static void parse_constraint(Layer *l, const char *key, Var *v) {
+  json_t *j = json_object_get(l->cfg, key);
+  if (!j || json_is_null(j)) return;
+  const char *cls = json_is_string(j) ? json_string_value(j) : NULL;
+  json_t *cfg = NULL;
+  if (json_is_object(j)) {
+    json_t *cn = json_object_get(j, "class_name");
+    if (!json_is_string(cn)) error_at(jloc(j), "layer '%s': '%s' has no class_name", l->name, key);
+    cls = json_string_value(cn);
+    cfg = json_object_get(j, "config");
+  } else if (!cls) {
+    error_at(jloc(j), "layer '%s': '%s' must be a string or a constraint", l->name, key);
+  }
+  v->constraint = CONS_NORM;
+  if (!strcmp(cls, "NonNeg") || !strcmp(cls, "non_neg")) {
+    v->constraint = CONS_NON_NEG;
+    return;
+  } else if (!strcmp(cls, "MaxNorm") || !strcmp(cls, "max_norm")) {
+    v->clip = (ClipAttr){0, (float)reg_factor(l, cfg, "max_value", 2), 1};
+  } else if (!strcmp(cls, "UnitNorm") || !strcmp(cls, "unit_norm")) {
+    v->clip = (ClipAttr){1, 1, 1};
+  } else if (!strcmp(cls, "MinMaxNorm") || !strcmp(cls, "min_max_norm")) {
+    v->clip = (ClipAttr){(float)reg_factor(l, cfg, "min_value", 0),
+                         (float)reg_factor(l, cfg, "max_value", 1), reg_factor(l, cfg, "rate", 1)};
+  } else {
+    error_at(jloc(j), "layer '%s': constraint '%s' of '%s' is not supported (only NonNeg, "
+             "MaxNorm, UnitNorm and MinMaxNorm)", l->name, cls, key);
+  }
+  parse_constraint_axes(l, cfg, key, v);
+}
+
+// A variable's regularizer and constraint: the options beside its
+// initializer ("kernel_initializer": "kernel_regularizer", "kernel_constraint").
+static void parse_var_options(Layer *l, const char *init_key, Var *v) {
   const char *suffix = strstr(init_key, "_initializer");
   if (!suffix || suffix[strlen("_initializer")]) return; // a variable with no such options
   int stem = (int)(suffix - init_key);
   parse_regularizer(l, format("%.*s_regularizer", stem, init_key), &v->l1, &v->l2);
-  const char *ck = format("%.*s_constraint", stem, init_key);
-  json_t *c = json_object_get(l->cfg, ck);
-  if (c && !json_is_null(c))
-    error_at(jloc_key(l->cfg, ck), "layer '%s': '%s' is not supported", l->name, ck);
+  parse_constraint(l, format("%.*s_constraint", stem, init_key), v);
 }
 
 // x summed over every dim, to a scalar (one REDUCE_SUM a dim).
@@ -301,7 +351,7 @@ static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const c
   v->loc = l->loc;
   v->shape = shape;
   parse_init(l, init_key, init_def, v);
-  parse_var_regularizer(l, init_key, v);
+  parse_var_options(l, init_key, v);
   v->matched = dist_lookup(g->dist, v->path, l->name, shape.rank, shape.d, &v->place);
   Node *n = new_node(g, OP_PARAM, 0, NULL);
   n->shape = shape;

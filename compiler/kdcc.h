@@ -282,7 +282,9 @@ typedef enum {
   OP_COUNT
 } OpKind;
 
-typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE } Phase;
+// PH_CONSTRAIN: issue 11's weight constraints, after every update (and
+// after the update phase's gradient collectives, which fuse.c moves first)
+typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_CONSTRAIN } Phase;
 
 // Activations are the runtime's (kdrt_defs.h's KDRT_ACT_LIST); softmax is
 // an op of its own but a Keras activation name.
@@ -334,6 +336,7 @@ typedef struct { int perm[MAX_RANK]; } PermAttr;            // TRANSPOSE: y dim 
 typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROADCAST: the dim
 typedef struct { bool rms; float eps; } NormAttr;           // NORM, NORM_GRAD
 typedef struct { float fill; } MaskAttr;                    // CAUSAL: what a masked score becomes
+typedef struct { float lo, hi; double rate; } ClipAttr;    // CLIP_NORM: Keras's MinMaxNorm's
 
 struct Node {
   int id;
@@ -359,6 +362,7 @@ struct Node {
     ReduceAttr red;
     NormAttr norm;
     MaskAttr mask;
+    ClipAttr clip;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
@@ -454,6 +458,12 @@ struct Var {
   // issue 11: its regularizer (Keras's L1, L2, L1L2), whose penalty
   // l1 * sum(|w|) + l2 * sum(w^2) the loss includes (both 0: none)
   double l1, l2;
+  // issue 11: its constraint, applied after each update as Keras's optimizer
+  // applies it: NonNeg's max(w, 0), or a norm constraint (MaxNorm, UnitNorm,
+  // MinMaxNorm: lo, hi, rate) on the norms over the dims in c_axes
+  enum { CONS_NONE, CONS_NON_NEG, CONS_NORM } constraint;
+  ClipAttr clip;
+  uint8_t c_axes;
   const char *path;       // "d1/kernel"
   const char *vname;      // "kernel"
   const char *layer;

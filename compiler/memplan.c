@@ -143,7 +143,7 @@ void plan_memory(Graph *g) {
       if (s > scratch) scratch = s;
     }
     if (n->op == OP_PARAM) continue;
-    if (n->op == OP_UPDATE) {
+    if (n->op == OP_UPDATE || n->op == OP_ASSIGN) { // in place, into the variable
       n->region = REGION_NONE;
       continue;
     }

@@ -884,6 +884,15 @@ static void update_emit(const Node *n, Lowering *lw) {
 
 const OpDef op_UPDATE = {"update", 2, 0, false, rule_elementwise, NULL, update_emit};
 
+// issue 11: a constraint's result written over its variable, after the
+// update (u, whose buffer is the variable's); training steps only.
+static void assign_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n->in[0]), buf(n->in[1]),
+             elems_c(n->in[0]));
+}
+
+const OpDef op_ASSIGN = {"assign", 2, 0, false, rule_elementwise, NULL, assign_emit};
+
 // ---------------------------------------------------------------- collectives
 // shard.c makes them from placement transitions; they have no rule and
 // no gradient (differentiate first, partition once).
@@ -974,6 +983,16 @@ static void train_select_emit(const Node *n, Lowering *lw) {
   if (eval) lw->note = "the moving statistic outside training";
   lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[eval ? 1 : 0]), elems_c(n));
 }
+
+// issue 11: a weight constraint's scale per norm vector (kdrt_clip_norm);
+// after the update, so never differentiated.
+static void clip_norm_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "clip_norm", false, NULL, "%s, %s, %s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+             elems_c(n), flt(n->clip.lo), flt(n->clip.hi), flt(n->clip.rate),
+             flt((float)(1.0 - n->clip.rate)));
+}
+
+const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit};
 
 const OpDef op_TRAIN_SELECT = {"train_select", 2, 0, false, rule_elementwise, train_select_grad,
                                train_select_emit};

@@ -149,6 +149,10 @@ typedef struct {
   /* issue 11 (runtime/layers.c): w = w * momentum + x * rest in place (rest = 1 - */          \
   /* momentum, rounded once as Keras does): a moving statistic's update           */          \
   K(ema, (float *w, const float *x, size_t n, float momentum, float rest))                     \
+  /* issue 11: the factor a weight constraint scales a vector by, from the sum of */         \
+  /* its squares s: norm = sqrt(s), (rate * clip(norm, lo, hi) + rest * norm) /   */         \
+  /* (1e-7 + norm), rest = 1 - rate (MaxNorm, UnitNorm, MinMaxNorm)               */         \
+  K(clip_norm, (float *f, const float *s, size_t n, float lo, float hi, float rate, float rest)) \
   /* optimizer updates on local shards, Keras 3 semantics; t is the 1-based step */            \
   K(sgd, (float *w, const float *g, float *m, size_t n, float lr, float momentum,              \
           int nesterov))                                                                       \

@@ -150,8 +150,19 @@ Test(graph, regularizer_unsupported) {
                "'OrthogonalRegularizer' of 'kernel_regularizer' is not supported (only L1, L2 "
                "and L1L2)\n");
   expect_error("tests/bad/regularizer_factor.json", NULL,
-               "tests/bad/regularizer_factor.json:4:136: error: layer 'd': regularizer factor "
-               "'l2' must be a finite number\n");
+               "tests/bad/regularizer_factor.json:4:136: error: layer 'd': 'l2' must be a "
+               "finite number\n");
+}
+
+// issue 11: constraints other than Keras's four, and axes the variable lacks
+Test(graph, constraint_unsupported) {
+  expect_error("tests/bad/constraint_kernel.json", NULL,
+               "tests/bad/constraint_kernel.json:4:97: error: layer 'd': constraint 'Clip' of "
+               "'kernel_constraint' is not supported (only NonNeg, MaxNorm, UnitNorm and "
+               "MinMaxNorm)\n");
+  expect_error("tests/bad/constraint_axis.json", NULL,
+               "tests/bad/constraint_axis.json:4:162: error: layer 'd': 'kernel_constraint' axis "
+               "must be integers in [-2, 2) for 'd/kernel' of rank 2\n");
 }
 
 // A penalty per regularized variable, summed into the loss the steps report

@@ -134,3 +134,19 @@ Test(ema, keras_moving_average) {
   for (int i = 0; i < 4; i++) cr_expect_eq(w[i], ref[i], "w[%d] = %.9g, want %.9g", i, w[i], ref[i]);
   cr_expect_float_eq(w[0], 0.01f, 1e-8f);
 }
+
+// ---------------------------------------------------------------- clip_norm
+
+// A weight constraint's scale from a sum of squares: MaxNorm(2) leaves a
+// norm under 2 (almost) alone and brings 5 down to 2; UnitNorm makes it 1;
+// MinMaxNorm(1, 2, rate 0.5) moves a norm of 4 half way to 2.
+Test(clip_norm, keras_norm_constraints) {
+  float s[3] = {1.0f, 25.0f, 16.0f}, f[3];
+  kdrt_clip_norm(f, s, 2, 0.0f, 2.0f, 1.0f, 0.0f);
+  cr_expect_float_eq(f[0], 1.0f / (1e-7f + 1.0f), 1e-7f, "MaxNorm under the limit: %g", f[0]);
+  cr_expect_float_eq(f[1] * 5.0f, 2.0f, 1e-6f, "MaxNorm over the limit: %g", f[1]);
+  kdrt_clip_norm(f, s + 1, 1, 1.0f, 1.0f, 1.0f, 0.0f);
+  cr_expect_float_eq(f[0] * 5.0f, 1.0f, 1e-6f, "UnitNorm: %g", f[0]);
+  kdrt_clip_norm(f, s + 2, 1, 1.0f, 2.0f, 0.5f, 0.5f);
+  cr_expect_float_eq(f[0] * 4.0f, 3.0f, 1e-6f, "MinMaxNorm: %g", f[0]);
+}

@@ -378,6 +378,28 @@ def regularized():
     return model
 
 
+def constrained():
+    # issue 11: weight constraints after every update (NonNeg, MaxNorm over a
+    # conv's filters, UnitNorm and MinMaxNorm over a dense kernel's split rows,
+    # by name and as envelopes)
+    con = keras.constraints
+    x = keras.Input((8, 8, 3), name="image")
+    c = layers.Conv2D(8, 3, padding="same", activation="relu",
+                      kernel_constraint=con.MaxNorm(0.5, axis=[0, 1, 2]),
+                      bias_constraint="non_neg", name="conv2d")(x)
+    c = layers.GlobalAveragePooling2D(name="gap2d")(c)
+    h = layers.Dense(16, activation="relu", kernel_constraint=con.UnitNorm(axis=0),
+                     bias_constraint=con.MinMaxNorm(0.01, 0.05, rate=0.7, axis=0),
+                     bias_initializer="ones", name="hidden")(c)
+    h = layers.LayerNormalization(gamma_constraint=con.MaxNorm(3.0), name="ln")(h)
+    out = layers.Dense(10, activation="softmax", kernel_constraint=con.NonNeg(),
+                       name="out")(h)
+    model = keras.Model(x, out, name="constrained")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -728,6 +750,29 @@ MODELS = {
                 },
             },
             "regularized_dp": {
+                "distribution": "DataParallel",
+                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
+            },
+        },
+    ),
+    "constrained": dict(
+        build=constrained, labels="sparse10", x=(8, 8, 3),
+        dists={
+            # the filters split over 'model' (their norms local), the hidden
+            # kernel's rows (its norms' sums partial, all-reduced)
+            "constrained": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "conv2d/kernel": [None, None, None, "model"],
+                    "conv2d/bias": ["model"],
+                    "hidden/kernel": ["model", None],
+                    "hidden/bias": ["model"],
+                    "out/kernel": ["model", None],
+                },
+            },
+            "constrained_dp": {
                 "distribution": "DataParallel",
                 "device_mesh": {"shape": [8], "axis_names": ["batch"]},
             },

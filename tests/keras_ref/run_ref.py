@@ -56,6 +56,10 @@ Cases (model, distribution spec from models/):
                                                              variables, activity regularizers; the
                                                              regularized variables split
     regularized_dp  regularized    regularized_dp.dist.json  DataParallel (8,)
+    constrained     constrained    constrained.dist.json     ModelParallel (2,4)  NonNeg, MaxNorm, UnitNorm,
+                                                             MinMaxNorm after every update; the
+                                                             norms' sums over split dims
+    constrained_dp  constrained    constrained_dp.dist.json  DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
@@ -179,6 +183,7 @@ DATA = {
     "llama": (64, 2),
     "bn_cnn": (64, 2),
     "regularized": (64, 2),
+    "constrained": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -235,6 +240,8 @@ CASES = {
     "bn_cnn_dp": ("bn_cnn", "bn_cnn_dp"),
     "regularized": ("regularized", "regularized"),
     "regularized_dp": ("regularized", "regularized_dp"),
+    "constrained": ("constrained", "constrained"),
+    "constrained_dp": ("constrained", "constrained_dp"),
 }
 
 

@@ -74,4 +74,6 @@ check ../tests/gradcheck/batchnorm ../tests/good/batchnorm.dist.json 16 data=1,m
 # issue 11: L1/L2/L1L2 and activity regularizers, their penalties partial sums over the
 # split kernels' dims (conv channels, embedding columns, dense rows split over 'model')
 check ../tests/gradcheck/regularizers ../tests/good/regularizers.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: weight constraints after every update, the norms' sums over split rows all-reduced
+check ../tests/gradcheck/constrained ../tests/good/constrained.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail
