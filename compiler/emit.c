@@ -38,6 +38,7 @@ char *ident(const char *s) {
 }
 
 char *off_name(const Node *n) {
+  n = view_base(n); // a view's buffer is its base's (a Conv1D kernel's gradient)
   switch (n->region) {
   case REGION_PARAM: return format("P_%s", ident(n->var->path));
   case REGION_GRAD: return format("G_%s", ident(n->var->path));

@@ -713,56 +713,71 @@ static void check_channels_last(Layer *l) {
              "layer '%s': data_format '%s' is not supported (only channels_last)", l->name, f);
 }
 
-static Node *build_conv2d(Graph *g, Layer *l, Node *x) {
+// A view of x with a dim of size 1 inserted (or any new shape).
+static Node *view(Graph *g, Node *x, Shape s) { return new_node1(g, OP_RESHAPE, x, s); }
+
+// Conv1D and Conv2D: one CONV2D on channels-last [b, h, w, c] (Conv1D: a
+// [b, steps, 1, c] view, its [k, cin, cout] kernel viewed as [k, 1, cin,
+// cout]), then the bias and the activation. n: the spatial dims (1 or 2).
+static Node *build_conv(Graph *g, Layer *l, Node *x, int n) {
   check_channels_last(l);
-  if (x->shape.rank != 4)
-    error_at(l->loc, "layer '%s': Conv2D needs an input of rank 4 (batch, h, w, c), got %s",
-             l->name, kshape(&x->shape));
-  int64_t filters = cfg_size(l, "filters", -1), ks[2] = {0, 0}, st[2] = {1, 1}, dil[2] = {1, 1};
+  if (x->shape.rank != n + 2)
+    error_at(l->loc, "layer '%s': %s needs an input of rank %d (batch, %s, c), got %s",
+             l->name, l->cls, n + 2, n == 1 ? "steps" : "h, w", kshape(&x->shape));
+  int64_t filters = cfg_size(l, "filters", -1), ks[2] = {1, 1}, st[2] = {1, 1}, dil[2] = {1, 1};
   if (filters <= 0)
     error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
-  if (cfg_sizes(l, "kernel_size", ks, 2) != 2)
+  if (cfg_sizes(l, "kernel_size", ks, n) != n)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
-  cfg_sizes(l, "strides", st, 2);
-  cfg_ints(l, "dilation_rate", dil, 2);
+  cfg_sizes(l, "strides", st, n);
+  cfg_ints(l, "dilation_rate", dil, n);
   if (dil[0] != 1 || dil[1] != 1)
-    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': dilation is not supported yet",
-             l->name);
+    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': %s dilation_rate other than 1 is "
+             "not supported yet", l->name, l->cls);
   if (cfg_int(l, "groups", 1) != 1)
-    error_at(jloc_key(l->cfg, "groups"), "layer '%s': grouped convolution is not supported yet",
-             l->name);
-  bool same = parse_padding(l);
-  int64_t oh, ow;
+    error_at(jloc_key(l->cfg, "groups"), "layer '%s': %s groups other than 1 are not supported "
+             "yet", l->name, l->cls);
+  // Conv1D's 'causal': the k - 1 steps of padding all before, then 'valid'
+  bool causal = n == 1 && !strcmp(cfg_str(l, "padding", "valid"), "causal");
+  bool same = !causal && parse_padding(l);
+  const int64_t *d = x->shape.d;
+  int64_t b = d[0], h = d[1], w = n == 2 ? d[2] : 1, ci = d[n + 1], oh, ow;
   int pt, pl;
-  window(x->shape.d[1], ks[0], st[0], same, &oh, &pt);
-  window(x->shape.d[2], ks[1], st[1], same, &ow, &pl);
+  window(h + (causal ? ks[0] - 1 : 0), (int)ks[0], (int)st[0], same, &oh, &pt);
+  window(w, (int)ks[1], (int)st[1], same, &ow, &pl);
+  if (causal) pt = (int)ks[0] - 1;
   if (oh <= 0 || ow <= 0)
-    error_at(l->loc, "layer '%s': kernel %lldx%lld does not fit the input %s", l->name,
-             (long long)ks[0], (long long)ks[1], kshape(&x->shape));
-  int64_t ci = x->shape.d[3];
+    error_at(l->loc, "layer '%s': kernel %s does not fit the input %s", l->name,
+             n == 1 ? format("%lld", (long long)ks[0])
+                    : format("%lldx%lld", (long long)ks[0], (long long)ks[1]), kshape(&x->shape));
   if (size_mul(size_mul(ks[0], ks[1]), size_mul(ci, filters)) > MAX_ELEMS)
-    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': a kernel of [%lld, %lld, %lld, %lld] "
+    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': a kernel of %lld x %lld x %lld x %lld "
              "would hold more than 2^40 elements, the most a tensor may hold", l->name,
              (long long)ks[0], (long long)ks[1], (long long)ci, (long long)filters);
   // its im2col scratch: a row of kh * kw * ci per output pixel
-  int64_t scratch = size_mul(size_mul(x->shape.d[0], size_mul(oh, ow)),
-                             size_mul(size_mul(ks[0], ks[1]), ci));
+  int64_t scratch = size_mul(size_mul(b, size_mul(oh, ow)), size_mul(size_mul(ks[0], ks[1]), ci));
   if (scratch > MAX_ELEMS)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its im2col buffer would hold more "
              "than 2^40 elements, the most a tensor may hold", l->name);
-  Node *f = new_var(g, l, "kernel", (Shape){4, {ks[0], ks[1], ci, filters}}, "kernel_initializer",
-                    "glorot_uniform");
-  Node *y = new_node2(g, OP_CONV2D, x, f, (Shape){4, {x->shape.d[0], oh, ow, filters}});
+  Shape fs = n == 2 ? (Shape){4, {ks[0], ks[1], ci, filters}} : (Shape){3, {ks[0], ci, filters}};
+  Node *f = new_var(g, l, "kernel", fs, "kernel_initializer", "glorot_uniform");
+  Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, h, 1, ci}});
+  Node *f4 = n == 2 ? f : view(g, f, (Shape){4, {ks[0], 1, ci, filters}});
+  Node *y = new_node2(g, OP_CONV2D, x4, f4, (Shape){4, {b, oh, ow, filters}});
   y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl};
   y->layer = l->name;
   y->loc = l->loc;
   if (scratch > g->scratch_floats) g->scratch_floats = scratch;
+  if (n == 1) y = view(g, y, (Shape){3, {b, oh, filters}});
   if (cfg_bool(l, "use_bias", true)) {
-    Node *b = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, b, y->shape);
+    Node *bias = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
+    y = new_node2(g, OP_BIAS, y, bias, y->shape);
   }
   return apply_act(g, y, parse_act(l, "activation"));
 }
+
+static Node *build_conv1d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 1); }
+static Node *build_conv2d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2); }
 
 static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
   check_channels_last(l);
@@ -1081,8 +1096,6 @@ static Node *build_crop2d(Graph *g, Layer *l, Node *x) { return pad_or_crop(g, l
 
 // ---- issue 11: more pooling and upsampling, from existing ops
 
-// A view of x with a dim of size 1 inserted at `at` (or any new shape).
-static Node *view(Graph *g, Node *x, Shape s) { return new_node1(g, OP_RESHAPE, x, s); }
 
 static Node *maxpool_node(Graph *g, Node *x4, int64_t ph, int64_t pw, int64_t sh, int64_t sw,
                           int pt, int pl, int64_t oh, int64_t ow) {
@@ -1307,6 +1320,7 @@ static const LayerDef layer_defs[] = {
   {"Dense", 1, build_dense},
   {"Embedding", 1, build_embedding},
   {"Conv2D", 1, build_conv2d},
+  {"Conv1D", 1, build_conv1d}, // issue 11
   {"MaxPooling2D", 1, build_maxpool},
   {"Activation", 1, build_activation},
   {"Softmax", 1, build_softmax},

@@ -158,8 +158,8 @@ void plan_memory(Graph *g) {
       continue;
     }
     bool is_grad = false;
-    for (int v = 0; v < g->nvars; v++)
-      if (g->vars[v]->grad == n) {
+    for (int v = 0; v < g->nvars; v++) // the gradient, or the value it is a view of (Conv1D's)
+      if (g->vars[v]->grad && base_of(g->vars[v]->grad) == n) {
         n->region = REGION_GRAD;
         n->offset = g->vars[v]->goffset;
         n->var = g->vars[v];

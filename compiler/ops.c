@@ -391,6 +391,14 @@ static void reshape_rule(const Node *n, Rule *r) {
   const Shape *a = &n->in[0]->shape, *b = &n->shape;
   int i = 0, j = 0;
   while (i < a->rank || j < b->rank) {
+    // a unit dim on one side only is a group of its own, so that a split dim
+    // beside it passes ([b, t, 1, c] -> [b, t, c]: Conv1D's views)
+    bool ua = i < a->rank && a->d[i] == 1, ub = j < b->rank && b->d[j] == 1;
+    if (ua != ub) {
+      if (ua) r->in[0][i++] = factor(r, F_FULL, 1);
+      else r->out[j++] = factor(r, F_FULL, 1);
+      continue;
+    }
     int i0 = i, j0 = j;
     int64_t pa = i < a->rank ? a->d[i++] : 1, pb = j < b->rank ? b->d[j++] : 1;
     while (pa != pb) {

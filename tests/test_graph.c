@@ -154,6 +154,27 @@ Test(graph, regularizer_unsupported) {
                "finite number\n");
 }
 
+// issue 11: Conv1D keeps Keras's kernel [k, cin, cout]; 'causal' keeps the
+// steps, a stride 2 'same' halves them (rounding up), 'valid' drops k - 1
+Test(graph, conv1d_shapes) {
+  opt_quiet_warnings = true;
+  Model *m = load_model("tests/gradcheck/conv1d.json");
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 4);
+  cr_assert_str_eq(g->vars[0]->path, "causal/kernel");
+  cr_assert_eq(g->vars[0]->shape.rank, 3);
+  cr_assert_eq(g->vars[0]->shape.d[1], 3);
+  cr_assert_eq(g->vars[2]->shape.d[0], 2, "same/kernel [2, 4, 8]");
+  const int64_t steps[] = {9, 5, 3};
+  for (int i = 0; i < 3; i++) {
+    const Node *y = m->layers[i + 1]->node;
+    cr_assert_eq(y->shape.rank, 3);
+    cr_assert_eq(y->shape.d[1], steps[i], "layer %d: %lld steps", i, (long long)y->shape.d[1]);
+  }
+  expect_error("tests/bad/conv1d_dilation.json", NULL,
+               "tests/bad/conv1d_dilation.json:4:114: error: layer 'c': Conv1D dilation_rate "
+               "other than 1 is not supported yet\n");
+}
+
 // issue 11: constraints other than Keras's four, and axes the variable lacks
 Test(graph, constraint_unsupported) {
   expect_error("tests/bad/constraint_kernel.json", NULL,

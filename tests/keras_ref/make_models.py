@@ -400,6 +400,20 @@ def constrained():
     return model
 
 
+def conv1d():
+    # issue 11: Conv1D with 'causal', 'same' (strided) and 'valid' padding
+    x = keras.Input((12, 4), name="seq")
+    y = layers.Conv1D(8, 3, padding="causal", activation="relu", name="conv1d")(x)
+    y = layers.Conv1D(8, 2, strides=2, padding="same", activation="relu", name="conv1d_1")(y)
+    y = layers.Conv1D(8, 3, padding="valid", activation="tanh", name="conv1d_2")(y)
+    y = layers.GlobalAveragePooling1D(name="gap1d")(y)
+    out = layers.Dense(10, activation="softmax", name="out")(y)
+    model = keras.Model(x, out, name="conv1d_model")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -750,6 +764,27 @@ MODELS = {
                 },
             },
             "regularized_dp": {
+                "distribution": "DataParallel",
+                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
+            },
+        },
+    ),
+    "conv1d": dict(
+        build=conv1d, labels="sparse10", x=(12, 4),
+        dists={
+            # output channels split, then input channels (a partial sum)
+            "conv1d": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "conv1d/kernel": [None, None, "model"],
+                    "conv1d/bias": ["model"],
+                    "conv1d_1/kernel": [None, "model", None],
+                    "conv1d_2/kernel": [None, None, "model"],
+                },
+            },
+            "conv1d_dp": {
                 "distribution": "DataParallel",
                 "device_mesh": {"shape": [8], "axis_names": ["batch"]},
             },

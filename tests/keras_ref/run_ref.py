@@ -60,6 +60,10 @@ Cases (model, distribution spec from models/):
                                                              MinMaxNorm after every update; the
                                                              norms' sums over split dims
     constrained_dp  constrained    constrained_dp.dist.json  DataParallel (8,)
+    conv1d          conv1d         conv1d.dist.json          ModelParallel (2,4)  Conv1D causal, same
+                                                             (strided), valid; output channels split,
+                                                             then input channels
+    conv1d_dp       conv1d         conv1d_dp.dist.json       DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
@@ -184,6 +188,7 @@ DATA = {
     "bn_cnn": (64, 2),
     "regularized": (64, 2),
     "constrained": (64, 2),
+    "conv1d": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -242,6 +247,8 @@ CASES = {
     "regularized_dp": ("regularized", "regularized_dp"),
     "constrained": ("constrained", "constrained"),
     "constrained_dp": ("constrained", "constrained_dp"),
+    "conv1d": ("conv1d", "conv1d"),
+    "conv1d_dp": ("conv1d", "conv1d_dp"),
 }
 
 

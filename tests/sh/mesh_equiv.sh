@@ -76,4 +76,6 @@ check ../tests/gradcheck/batchnorm ../tests/good/batchnorm.dist.json 16 data=1,m
 check ../tests/gradcheck/regularizers ../tests/good/regularizers.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: weight constraints after every update, the norms' sums over split rows all-reduced
 check ../tests/gradcheck/constrained ../tests/good/constrained.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Conv1D (causal, strided same, valid) on [b, steps, 1, c] views, channels split
+check ../tests/gradcheck/conv1d ../tests/good/conv1d.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail
