@@ -730,10 +730,12 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n) {
   if (cfg_sizes(l, "kernel_size", ks, n) != n)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
   cfg_sizes(l, "strides", st, n);
-  cfg_ints(l, "dilation_rate", dil, n);
-  if (dil[0] != 1 || dil[1] != 1)
-    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': %s dilation_rate other than 1 is "
-             "not supported yet", l->name, l->cls);
+  cfg_sizes(l, "dilation_rate", dil, n);
+  if ((st[0] > 1 || st[1] > 1) && (dil[0] > 1 || dil[1] > 1)) // as Keras refuses it
+    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': %s cannot have both strides and "
+             "dilation_rate over 1", l->name, l->cls);
+  // a dilated kernel spans (k - 1) * d + 1 steps: its extent for the window's shape
+  int64_t ek[2] = {(ks[0] - 1) * dil[0] + 1, (ks[1] - 1) * dil[1] + 1};
   if (cfg_int(l, "groups", 1) != 1)
     error_at(jloc_key(l->cfg, "groups"), "layer '%s': %s groups other than 1 are not supported "
              "yet", l->name, l->cls);
@@ -743,9 +745,12 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n) {
   const int64_t *d = x->shape.d;
   int64_t b = d[0], h = d[1], w = n == 2 ? d[2] : 1, ci = d[n + 1], oh, ow;
   int pt, pl;
-  window(h + (causal ? ks[0] - 1 : 0), (int)ks[0], (int)st[0], same, &oh, &pt);
-  window(w, (int)ks[1], (int)st[1], same, &ow, &pl);
-  if (causal) pt = (int)ks[0] - 1;
+  if (ek[0] > MAX_DIM || ek[1] > MAX_DIM)
+    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': the dilated kernel spans more than "
+             "%d steps", l->name, MAX_DIM);
+  window(h + (causal ? ek[0] - 1 : 0), (int)ek[0], (int)st[0], same, &oh, &pt);
+  window(w, (int)ek[1], (int)st[1], same, &ow, &pl);
+  if (causal) pt = (int)ek[0] - 1;
   if (oh <= 0 || ow <= 0)
     error_at(l->loc, "layer '%s': kernel %s does not fit the input %s", l->name,
              n == 1 ? format("%lld", (long long)ks[0])
@@ -764,7 +769,8 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n) {
   Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, h, 1, ci}});
   Node *f4 = n == 2 ? f : view(g, f, (Shape){4, {ks[0], 1, ci, filters}});
   Node *y = new_node2(g, OP_CONV2D, x4, f4, (Shape){4, {b, oh, ow, filters}});
-  y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl};
+  y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl, (int)dil[0] - 1,
+                     (int)dil[1] - 1};
   y->layer = l->name;
   y->loc = l->loc;
   if (scratch > g->scratch_floats) g->scratch_floats = scratch;
@@ -797,7 +803,7 @@ static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': pool %lldx%lld does not fit the input %s", l->name,
              (long long)ps[0], (long long)ps[1], kshape(&x->shape));
   Node *y = new_node1(g, OP_MAXPOOL, x, (Shape){4, {x->shape.d[0], oh, ow, x->shape.d[3]}});
-  y->win = (WinAttr){(int)ps[0], (int)ps[1], (int)st[0], (int)st[1], pt, pl};
+  y->win = (WinAttr){(int)ps[0], (int)ps[1], (int)st[0], (int)st[1], pt, pl, 0, 0};
   return y;
 }
 
@@ -1100,7 +1106,7 @@ static Node *build_crop2d(Graph *g, Layer *l, Node *x) { return pad_or_crop(g, l
 static Node *maxpool_node(Graph *g, Node *x4, int64_t ph, int64_t pw, int64_t sh, int64_t sw,
                           int pt, int pl, int64_t oh, int64_t ow) {
   Node *y = new_node1(g, OP_MAXPOOL, x4, (Shape){4, {x4->shape.d[0], oh, ow, x4->shape.d[3]}});
-  y->win = (WinAttr){(int)ph, (int)pw, (int)sh, (int)sw, pt, pl};
+  y->win = (WinAttr){(int)ph, (int)pw, (int)sh, (int)sw, pt, pl, 0, 0};
   return y;
 }
 

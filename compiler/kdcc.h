@@ -312,7 +312,10 @@ typedef struct {
   bool ta, tb;
   Node *sgd_into;         // plain SGD folded in: w -= lr * result, into this param (fuse.c)
 } DotAttr;
-typedef struct { int kh, kw, sh, sw, pad_t, pad_l; } WinAttr; // CONV2D*, MAXPOOL*
+typedef struct {                                             // CONV2D*, MAXPOOL*
+  int kh, kw, sh, sw, pad_t, pad_l;
+  int dil_h, dil_w;       // CONV2D*: the dilation minus 1 (kdrt_window's convention)
+} WinAttr;
 typedef struct { int axis; int64_t start; } CatAttr;        // CONCAT, SLICE
 typedef struct { float rate; uint64_t stream; } DropAttr;   // DROPOUT
 typedef struct { float scale, shift; } AffAttr;              // SCALE: x * scale + shift

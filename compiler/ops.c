@@ -499,13 +499,16 @@ static void conv_grad(Graph *g, Node *n, const bool *need) {
 // The window descriptor of a conv or pool op, from its local x and y.
 static char *window_decl(const Node *n, const Node *x, const Node *y) {
   Shape xs = lshape(x), ys = lshape(y);
+  // a dilation only where there is one, so undilated windows read as before
+  char *dil = n->win.dil_h || n->win.dil_w
+                  ? format(", .dil_h = %d, .dil_w = %d", n->win.dil_h, n->win.dil_w) : "";
   return format("const kdrt_window w = {.B = (int)%s, .H = %lld, .W = %lld, .C = %lld, "
                 ".KH = %d, .KW = %d, .K = %lld,\n"
                 "                            .sh = %d, .sw = %d, .pad_t = %d, "
-                ".pad_l = %d, .OH = %lld, .OW = %lld};",
+                ".pad_l = %d, .OH = %lld, .OW = %lld%s};",
                 sym_c(sym_dim(x, 0, true)), (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3],
                 n->win.kh, n->win.kw, (long long)ys.d[3], n->win.sh, n->win.sw, n->win.pad_t,
-                n->win.pad_l, (long long)ys.d[1], (long long)ys.d[2]);
+                n->win.pad_l, (long long)ys.d[1], (long long)ys.d[2], dil);
 }
 
 static void conv_emit(const Node *n, Lowering *lw) {

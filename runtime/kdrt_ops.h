@@ -44,12 +44,15 @@ typedef struct {
 // A 2-D window op over channels-last [B, H, W, C] inputs: conv2d (filter
 // [KH, KW, C, K], output [B, OH, OW, K]) and max pooling (K = C). pad_t,
 // pad_l: the zero (or, pooling, never winning) padding before row 0 and
-// column 0.
+// column 0. dil_h, dil_w (issue 11, conv2d only): the kernel's dilation
+// minus 1, oneDNN's convention, so that a zeroed field is no dilation:
+// kernel row kh reads input row oh * sh - pad_t + kh * (dil_h + 1).
 typedef struct {
   int B, H, W, C;
   int KH, KW, K;
   int sh, sw, pad_t, pad_l;
   int OH, OW;
+  int dil_h, dil_w;
 } kdrt_window;
 
 // K(name, (args)): a kernel on local buffers. KC(name, (args)): one that

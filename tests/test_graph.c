@@ -171,8 +171,11 @@ Test(graph, conv1d_shapes) {
     cr_assert_eq(y->shape.d[1], steps[i], "layer %d: %lld steps", i, (long long)y->shape.d[1]);
   }
   expect_error("tests/bad/conv1d_dilation.json", NULL,
-               "tests/bad/conv1d_dilation.json:4:114: error: layer 'c': Conv1D dilation_rate "
-               "other than 1 is not supported yet\n");
+               "tests/bad/conv1d_dilation.json:4:114: error: layer 'c': Conv1D cannot have "
+               "both strides and dilation_rate over 1\n");
+  expect_error("tests/bad/conv2d_groups.json", NULL,
+               "tests/bad/conv2d_groups.json:4:107: error: layer 'c': Conv2D groups other than 1 "
+               "are not supported yet\n");
 }
 
 // issue 11: constraints other than Keras's four, and axes the variable lacks

@@ -414,6 +414,28 @@ def conv1d():
     return model
 
 
+def dilated():
+    # issue 11: dilation_rate on Conv2D ('same', and 'valid' with the width
+    # alone dilated) and on Conv1D ('causal', 'same')
+    img = keras.Input((9, 8, 3), name="image")
+    seq = keras.Input((10, 3), name="seq")
+    a = layers.Conv2D(8, 3, dilation_rate=2, padding="same", activation="relu",
+                      name="conv2d")(img)
+    a = layers.Conv2D(8, (2, 3), dilation_rate=(1, 2), activation="tanh", name="conv2d_1")(a)
+    a = layers.GlobalAveragePooling2D(name="gap2d")(a)
+    b = layers.Conv1D(8, 3, dilation_rate=2, padding="causal", activation="relu",
+                      name="conv1d")(seq)
+    b = layers.Conv1D(8, 2, dilation_rate=3, padding="same", activation="tanh",
+                      name="conv1d_1")(b)
+    b = layers.GlobalAveragePooling1D(name="gap1d")(b)
+    h = layers.Concatenate(name="cat")([a, b])
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    model = keras.Model([img, seq], out, name="dilated")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -785,6 +807,28 @@ MODELS = {
                 },
             },
             "conv1d_dp": {
+                "distribution": "DataParallel",
+                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
+            },
+        },
+    ),
+    "dilated": dict(
+        build=dilated, inputs=[("image", (9, 8, 3), "float"), ("seq", (10, 3), "float")],
+        outputs=["sparse10"],
+        dists={
+            # output channels split, then input channels (partial sums)
+            "dilated": {
+                "distribution": "ModelParallel",
+                "device_mesh": MESH_2x4,
+                "batch_dim_name": "data",
+                "layout_map": {
+                    "conv2d/kernel": [None, None, None, "model"],
+                    "conv2d_1/kernel": [None, None, "model", None],
+                    "conv1d/kernel": [None, None, "model"],
+                    "conv1d_1/kernel": [None, "model", None],
+                },
+            },
+            "dilated_dp": {
                 "distribution": "DataParallel",
                 "device_mesh": {"shape": [8], "axis_names": ["batch"]},
             },

@@ -64,6 +64,10 @@ Cases (model, distribution spec from models/):
                                                              (strided), valid; output channels split,
                                                              then input channels
     conv1d_dp       conv1d         conv1d_dp.dist.json       DataParallel (8,)
+    dilated         dilated        dilated.dist.json         ModelParallel (2,4)  dilation_rate on Conv2D
+                                                             (same; valid, width only) and Conv1D
+                                                             (causal, same); channels split
+    dilated_dp      dilated        dilated_dp.dist.json      DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
@@ -189,6 +193,7 @@ DATA = {
     "regularized": (64, 2),
     "constrained": (64, 2),
     "conv1d": (64, 2),
+    "dilated": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -249,6 +254,8 @@ CASES = {
     "constrained_dp": ("constrained", "constrained_dp"),
     "conv1d": ("conv1d", "conv1d"),
     "conv1d_dp": ("conv1d", "conv1d_dp"),
+    "dilated": ("dilated", "dilated"),
+    "dilated_dp": ("dilated", "dilated_dp"),
 }
 
 
