@@ -716,17 +716,72 @@ static void check_channels_last(Layer *l) {
 // A view of x with a dim of size 1 inserted (or any new shape).
 static Node *view(Graph *g, Node *x, Shape s) { return new_node1(g, OP_RESHAPE, x, s); }
 
-// Conv1D and Conv2D: one CONV2D on channels-last [b, h, w, c] (Conv1D: a
-// [b, steps, 1, c] view, its [k, cin, cout] kernel viewed as [k, 1, cin,
-// cout]), then the bias and the activation. n: the spatial dims (1 or 2).
-static Node *build_conv(Graph *g, Layer *l, Node *x, int n) {
+// Concatenation of parts along axis, in CONCATs of at most MAX_IN operands.
+static Node *concat_all(Graph *g, Node **parts, int k, int axis) {
+  while (k > 1) {
+    int m = 0;
+    for (int i = 0; i < k; i += MAX_IN) {
+      int c = k - i < MAX_IN ? k - i : MAX_IN;
+      Node *y = parts[i];
+      if (c > 1) {
+        y = new_node(g, OP_CONCAT, c, parts + i);
+        y->shape = parts[i]->shape;
+        for (int j = 1; j < c; j++) y->shape.d[axis] += parts[i + j]->shape.d[axis];
+        y->cat.axis = axis;
+      }
+      parts[m++] = y;
+    }
+    k = m;
+  }
+  return parts[0];
+}
+
+// A grouped convolution (Keras's groups; DepthwiseConv2D is one group per
+// input channel): group j convolves input channels [j * ci / G, ..) with
+// the filter's output channels [j * F / G, ..), f4 [kh, kw, ci / G, F];
+// the groups' outputs concatenated in order.
+static Node *grouped_conv(Graph *g, Node *x4, Node *f4, int64_t groups, WinAttr win, Shape ys) {
+  Node **parts = xcalloc(groups, sizeof *parts);
+  int64_t cg = x4->shape.d[3] / groups, fg = ys.d[3] / groups;
+  for (int64_t j = 0; j < groups; j++) {
+    Node *xj = x4, *fj = f4;
+    if (groups > 1) {
+      Shape xs = x4->shape, fs = f4->shape;
+      xs.d[3] = cg, fs.d[3] = fg;
+      xj = new_node1(g, OP_SLICE, x4, xs);
+      xj->cat = (CatAttr){3, j * cg};
+      fj = new_node1(g, OP_SLICE, f4, fs);
+      fj->cat = (CatAttr){3, j * fg};
+    }
+    Shape s = ys;
+    s.d[3] = fg;
+    parts[j] = new_node2(g, OP_CONV2D, xj, fj, s);
+    parts[j]->win = win;
+  }
+  return concat_all(g, parts, (int)groups, 3);
+}
+
+// Conv1D, Conv2D and DepthwiseConv2D: CONV2D on channels-last [b, h, w, c]
+// (Conv1D: a [b, steps, 1, c] view, its [k, cin, cout] kernel viewed as
+// [k, 1, cin, cout]; DepthwiseConv2D: its [kh, kw, cin, m] kernel viewed as
+// [kh, kw, 1, cin * m], cin groups), then the bias and the activation.
+// n: the spatial dims (1 or 2).
+static Node *build_conv(Graph *g, Layer *l, Node *x, int n, bool depthwise) {
   check_channels_last(l);
   if (x->shape.rank != n + 2)
     error_at(l->loc, "layer '%s': %s needs an input of rank %d (batch, %s, c), got %s",
              l->name, l->cls, n + 2, n == 1 ? "steps" : "h, w", kshape(&x->shape));
-  int64_t filters = cfg_size(l, "filters", -1), ks[2] = {1, 1}, st[2] = {1, 1}, dil[2] = {1, 1};
+  const int64_t *d = x->shape.d;
+  int64_t ci = d[n + 1], mult = depthwise ? cfg_size(l, "depth_multiplier", 1) : 1;
+  int64_t filters = depthwise ? size_mul(ci, mult) : cfg_size(l, "filters", -1);
+  int64_t ks[2] = {1, 1}, st[2] = {1, 1}, dil[2] = {1, 1};
   if (filters <= 0)
     error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
+  int64_t groups = depthwise ? ci : cfg_size(l, "groups", 1);
+  if (ci % groups || filters % groups)
+    error_at(jloc_key(l->cfg, "groups"), "layer '%s': groups=%lld must divide the input channels "
+             "(%lld) and filters (%lld)", l->name, (long long)groups, (long long)ci,
+             (long long)filters);
   if (cfg_sizes(l, "kernel_size", ks, n) != n)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
   cfg_sizes(l, "strides", st, n);
@@ -736,14 +791,10 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n) {
              "dilation_rate over 1", l->name, l->cls);
   // a dilated kernel spans (k - 1) * d + 1 steps: its extent for the window's shape
   int64_t ek[2] = {(ks[0] - 1) * dil[0] + 1, (ks[1] - 1) * dil[1] + 1};
-  if (cfg_int(l, "groups", 1) != 1)
-    error_at(jloc_key(l->cfg, "groups"), "layer '%s': %s groups other than 1 are not supported "
-             "yet", l->name, l->cls);
   // Conv1D's 'causal': the k - 1 steps of padding all before, then 'valid'
   bool causal = n == 1 && !strcmp(cfg_str(l, "padding", "valid"), "causal");
   bool same = !causal && parse_padding(l);
-  const int64_t *d = x->shape.d;
-  int64_t b = d[0], h = d[1], w = n == 2 ? d[2] : 1, ci = d[n + 1], oh, ow;
+  int64_t b = d[0], h = d[1], w = n == 2 ? d[2] : 1, cg = ci / groups, oh, ow;
   int pt, pl;
   if (ek[0] > MAX_DIM || ek[1] > MAX_DIM)
     error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': the dilated kernel spans more than "
@@ -755,24 +806,25 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n) {
     error_at(l->loc, "layer '%s': kernel %s does not fit the input %s", l->name,
              n == 1 ? format("%lld", (long long)ks[0])
                     : format("%lldx%lld", (long long)ks[0], (long long)ks[1]), kshape(&x->shape));
-  if (size_mul(size_mul(ks[0], ks[1]), size_mul(ci, filters)) > MAX_ELEMS)
+  if (size_mul(size_mul(ks[0], ks[1]), size_mul(cg, filters)) > MAX_ELEMS)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': a kernel of %lld x %lld x %lld x %lld "
              "would hold more than 2^40 elements, the most a tensor may hold", l->name,
-             (long long)ks[0], (long long)ks[1], (long long)ci, (long long)filters);
-  // its im2col scratch: a row of kh * kw * ci per output pixel
-  int64_t scratch = size_mul(size_mul(b, size_mul(oh, ow)), size_mul(size_mul(ks[0], ks[1]), ci));
+             (long long)ks[0], (long long)ks[1], (long long)cg, (long long)filters);
+  // its im2col scratch: a row of kh * kw * ci / groups per output pixel
+  int64_t scratch = size_mul(size_mul(b, size_mul(oh, ow)), size_mul(size_mul(ks[0], ks[1]), cg));
   if (scratch > MAX_ELEMS)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its im2col buffer would hold more "
              "than 2^40 elements, the most a tensor may hold", l->name);
-  Shape fs = n == 2 ? (Shape){4, {ks[0], ks[1], ci, filters}} : (Shape){3, {ks[0], ci, filters}};
-  Node *f = new_var(g, l, "kernel", fs, "kernel_initializer", "glorot_uniform");
+  Shape fs = depthwise ? (Shape){4, {ks[0], ks[1], ci, mult}}
+             : n == 2 ? (Shape){4, {ks[0], ks[1], cg, filters}}
+                      : (Shape){3, {ks[0], cg, filters}};
+  Node *f = new_var(g, l, "kernel", fs, depthwise ? "depthwise_initializer" : "kernel_initializer",
+                    "glorot_uniform");
   Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, h, 1, ci}});
-  Node *f4 = n == 2 ? f : view(g, f, (Shape){4, {ks[0], 1, ci, filters}});
-  Node *y = new_node2(g, OP_CONV2D, x4, f4, (Shape){4, {b, oh, ow, filters}});
-  y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl, (int)dil[0] - 1,
-                     (int)dil[1] - 1};
-  y->layer = l->name;
-  y->loc = l->loc;
+  Node *f4 = fs.rank == 4 && !depthwise ? f : view(g, f, (Shape){4, {ks[0], ks[1], cg, filters}});
+  WinAttr win = {(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl, (int)dil[0] - 1,
+                 (int)dil[1] - 1};
+  Node *y = grouped_conv(g, x4, f4, groups, win, (Shape){4, {b, oh, ow, filters}});
   if (scratch > g->scratch_floats) g->scratch_floats = scratch;
   if (n == 1) y = view(g, y, (Shape){3, {b, oh, filters}});
   if (cfg_bool(l, "use_bias", true)) {
@@ -782,8 +834,9 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n) {
   return apply_act(g, y, parse_act(l, "activation"));
 }
 
-static Node *build_conv1d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 1); }
-static Node *build_conv2d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2); }
+static Node *build_conv1d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 1, false); }
+static Node *build_conv2d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2, false); }
+static Node *build_depthwise(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2, true); }
 
 static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
   check_channels_last(l);
@@ -1327,6 +1380,7 @@ static const LayerDef layer_defs[] = {
   {"Embedding", 1, build_embedding},
   {"Conv2D", 1, build_conv2d},
   {"Conv1D", 1, build_conv1d}, // issue 11
+  {"DepthwiseConv2D", 1, build_depthwise},
   {"MaxPooling2D", 1, build_maxpool},
   {"Activation", 1, build_activation},
   {"Softmax", 1, build_softmax},

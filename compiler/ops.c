@@ -499,9 +499,9 @@ static void conv_grad(Graph *g, Node *n, const bool *need) {
 // The window descriptor of a conv or pool op, from its local x and y.
 static char *window_decl(const Node *n, const Node *x, const Node *y) {
   Shape xs = lshape(x), ys = lshape(y);
-  // a dilation only where there is one, so undilated windows read as before
-  char *dil = n->win.dil_h || n->win.dil_w
-                  ? format(", .dil_h = %d, .dil_w = %d", n->win.dil_h, n->win.dil_w) : "";
+  // every member named: C++ (CUDA) warns about a designated one left out
+  char *dil = format(",\n                            .dil_h = %d, .dil_w = %d", n->win.dil_h,
+                     n->win.dil_w);
   return format("const kdrt_window w = {.B = (int)%s, .H = %lld, .W = %lld, .C = %lld, "
                 ".KH = %d, .KW = %d, .K = %lld,\n"
                 "                            .sh = %d, .sw = %d, .pad_t = %d, "

@@ -174,8 +174,8 @@ Test(graph, conv1d_shapes) {
                "tests/bad/conv1d_dilation.json:4:114: error: layer 'c': Conv1D cannot have "
                "both strides and dilation_rate over 1\n");
   expect_error("tests/bad/conv2d_groups.json", NULL,
-               "tests/bad/conv2d_groups.json:4:107: error: layer 'c': Conv2D groups other than 1 "
-               "are not supported yet\n");
+               "tests/bad/conv2d_groups.json:4:107: error: layer 'c': groups=3 must divide the "
+               "input channels (4) and filters (4)\n");
 }
 
 // issue 11: constraints other than Keras's four, and axes the variable lacks

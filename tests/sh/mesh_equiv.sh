@@ -80,4 +80,6 @@ check ../tests/gradcheck/constrained ../tests/good/constrained.dist.json 16 data
 check ../tests/gradcheck/conv1d ../tests/good/conv1d.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: dilated Conv2D and Conv1D (dilation_rate), channels split
 check ../tests/gradcheck/dilated ../tests/good/dilated.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Conv2D groups and DepthwiseConv2D (slices of the channels, convolved, concatenated)
+check ../tests/gradcheck/grouped ../tests/good/grouped.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail
