@@ -761,12 +761,17 @@ static Node *grouped_conv(Graph *g, Node *x4, Node *f4, int64_t groups, WinAttr 
   return concat_all(g, parts, (int)groups, 3);
 }
 
-// Conv1D, Conv2D and DepthwiseConv2D: CONV2D on channels-last [b, h, w, c]
-// (Conv1D: a [b, steps, 1, c] view, its [k, cin, cout] kernel viewed as
-// [k, 1, cin, cout]; DepthwiseConv2D: its [kh, kw, cin, m] kernel viewed as
-// [kh, kw, 1, cin * m], cin groups), then the bias and the activation.
-// n: the spatial dims (1 or 2).
-static Node *build_conv(Graph *g, Layer *l, Node *x, int n, bool depthwise) {
+typedef enum { CONV, DEPTHWISE, SEPARABLE } ConvKind;
+
+// Conv1D, Conv2D, DepthwiseConv2D and SeparableConv2D: CONV2D on
+// channels-last [b, h, w, c] (Conv1D: a [b, steps, 1, c] view, its [k, cin,
+// cout] kernel viewed as [k, 1, cin, cout]; DepthwiseConv2D: its [kh, kw,
+// cin, m] kernel viewed as [kh, kw, 1, cin * m], cin groups;
+// SeparableConv2D: that, then a 1x1 CONV2D by its pointwise_kernel [1, 1,
+// cin * m, filters]), then the bias and the activation. n: the spatial dims
+// (1 or 2).
+static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
+  bool depthwise = kind != CONV;
   check_channels_last(l);
   if (x->shape.rank != n + 2)
     error_at(l->loc, "layer '%s': %s needs an input of rank %d (batch, %s, c), got %s",
@@ -774,8 +779,9 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, bool depthwise) {
   const int64_t *d = x->shape.d;
   int64_t ci = d[n + 1], mult = depthwise ? cfg_size(l, "depth_multiplier", 1) : 1;
   int64_t filters = depthwise ? size_mul(ci, mult) : cfg_size(l, "filters", -1);
+  int64_t out_ch = kind == SEPARABLE ? cfg_size(l, "filters", -1) : filters;
   int64_t ks[2] = {1, 1}, st[2] = {1, 1}, dil[2] = {1, 1};
-  if (filters <= 0)
+  if (filters <= 0 || out_ch <= 0)
     error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
   int64_t groups = depthwise ? ci : cfg_size(l, "groups", 1);
   if (ci % groups || filters % groups)
@@ -818,25 +824,36 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, bool depthwise) {
   Shape fs = depthwise ? (Shape){4, {ks[0], ks[1], ci, mult}}
              : n == 2 ? (Shape){4, {ks[0], ks[1], cg, filters}}
                       : (Shape){3, {ks[0], cg, filters}};
-  Node *f = new_var(g, l, "kernel", fs, depthwise ? "depthwise_initializer" : "kernel_initializer",
-                    "glorot_uniform");
+  Node *f = new_var(g, l, kind == SEPARABLE ? "depthwise_kernel" : "kernel", fs,
+                    depthwise ? "depthwise_initializer" : "kernel_initializer", "glorot_uniform");
   Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, h, 1, ci}});
   Node *f4 = fs.rank == 4 && !depthwise ? f : view(g, f, (Shape){4, {ks[0], ks[1], cg, filters}});
   WinAttr win = {(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl, (int)dil[0] - 1,
                  (int)dil[1] - 1};
   Node *y = grouped_conv(g, x4, f4, groups, win, (Shape){4, {b, oh, ow, filters}});
+  if (kind == SEPARABLE) {
+    Node *p = new_var(g, l, "pointwise_kernel", (Shape){4, {1, 1, filters, out_ch}},
+                      "pointwise_initializer", "glorot_uniform");
+    y = grouped_conv(g, y, p, 1, (WinAttr){1, 1, 1, 1, 0, 0, 0, 0},
+                     (Shape){4, {b, oh, ow, out_ch}});
+  }
   if (scratch > g->scratch_floats) g->scratch_floats = scratch;
   if (n == 1) y = view(g, y, (Shape){3, {b, oh, filters}});
   if (cfg_bool(l, "use_bias", true)) {
-    Node *bias = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
+    Node *bias = new_var(g, l, "bias", (Shape){1, {out_ch}}, "bias_initializer", "zeros");
     y = new_node2(g, OP_BIAS, y, bias, y->shape);
   }
   return apply_act(g, y, parse_act(l, "activation"));
 }
 
-static Node *build_conv1d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 1, false); }
-static Node *build_conv2d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2, false); }
-static Node *build_depthwise(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2, true); }
+static Node *build_conv1d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 1, CONV); }
+static Node *build_conv2d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2, CONV); }
+static Node *build_depthwise(Graph *g, Layer *l, Node *x) {
+  return build_conv(g, l, x, 2, DEPTHWISE);
+}
+static Node *build_separable(Graph *g, Layer *l, Node *x) {
+  return build_conv(g, l, x, 2, SEPARABLE);
+}
 
 static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
   check_channels_last(l);
@@ -1381,6 +1398,7 @@ static const LayerDef layer_defs[] = {
   {"Conv2D", 1, build_conv2d},
   {"Conv1D", 1, build_conv1d}, // issue 11
   {"DepthwiseConv2D", 1, build_depthwise},
+  {"SeparableConv2D", 1, build_separable},
   {"MaxPooling2D", 1, build_maxpool},
   {"Activation", 1, build_activation},
   {"Softmax", 1, build_softmax},

@@ -433,12 +433,15 @@ def dilated():
 
 
 def grouped():
-    # issue 11: Conv2D groups and DepthwiseConv2D (depth_multiplier, strides).
+    # issue 11: Conv2D groups, DepthwiseConv2D (depth_multiplier, strides) and
+    # SeparableConv2D.
     # (Keras 3.15 on JAX fails on Conv1D with groups: feature_group_count.)
     x = keras.Input((8, 8, 4), name="image")
     y = layers.Conv2D(8, 3, groups=2, padding="same", activation="relu", name="conv2d")(x)
     y = layers.DepthwiseConv2D(3, depth_multiplier=2, strides=2, padding="same",
                                activation="relu", name="depthwise_conv2d")(y)
+    y = layers.SeparableConv2D(8, 2, depth_multiplier=2, padding="same", activation="tanh",
+                               name="separable_conv2d")(y)
     y = layers.GlobalAveragePooling2D(name="gap2d")(y)
     out = layers.Dense(10, activation="softmax", name="out")(y)
     return sparse_classifier(x, out, "grouped")

@@ -72,7 +72,8 @@ Cases (model, distribution spec from models/):
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
                                                              DepthwiseConv2D (depth_multiplier 2,
-                                                             strides 2); no ModelParallel case:
+                                                             strides 2), SeparableConv2D; no
+                                                             ModelParallel case:
                                                              XLA aborts on a grouped conv under
                                                              the (2,4) mesh
 
@@ -567,6 +568,8 @@ DERIVED_CASES = {
             "conv2d/kernel": [None, None, None, "model"],
             "depthwise_conv2d/kernel": [None, None, "model", None],
             "depthwise_conv2d/bias": ["model"],
+            "separable_conv2d/depthwise_kernel": [None, None, "model", None],
+            "separable_conv2d/pointwise_kernel": [None, None, None, "model"],
         },
     }),
 }
