@@ -846,6 +846,56 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
   return apply_act(g, y, parse_act(l, "activation"));
 }
 
+// Conv2DTranspose(filters, kernel_size, strides, padding): the gradient of
+// a conv with respect to its input (CONV2D_DX), that conv mapping the
+// output [b, H, W, filters] back to x [b, h, w, cin] by the kernel [kh, kw,
+// filters, cin] as Keras stores it. H = h * s ('same'), or (h - 1) * s +
+// max(k, s) ('valid'), Keras's output shape.
+static Node *build_conv_transpose(Graph *g, Layer *l, Node *x) {
+  check_channels_last(l);
+  if (x->shape.rank != 4)
+    error_at(l->loc, "layer '%s': Conv2DTranspose needs an input of rank 4 (batch, h, w, c), got "
+             "%s", l->name, kshape(&x->shape));
+  static const char *const no[] = {"output_padding"};
+  check_none(l, no, 1);
+  int64_t filters = cfg_size(l, "filters", -1), ks[2], st[2] = {1, 1}, dil[2] = {1, 1};
+  if (cfg_sizes(l, "kernel_size", ks, 2) != 2)
+    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
+  cfg_sizes(l, "strides", st, 2);
+  cfg_sizes(l, "dilation_rate", dil, 2);
+  if (dil[0] != 1 || dil[1] != 1)
+    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': Conv2DTranspose dilation_rate other "
+             "than 1 is not supported yet", l->name);
+  if (filters <= 0)
+    error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
+  bool same = parse_padding(l);
+  const int64_t *d = x->shape.d;
+  int64_t out[2], chk[2];
+  int pad[2];
+  for (int i = 0; i < 2; i++) {
+    out[i] = same ? size_mul(d[i + 1], st[i])
+                  : size_add(size_mul(d[i + 1] - 1, st[i]), ks[i] > st[i] ? ks[i] : st[i]);
+    if (out[i] > MAX_DIM)
+      error_at(l->loc, "layer '%s': an output dimension over %d", l->name, MAX_DIM);
+    window(out[i], (int)ks[i], (int)st[i], same, &chk[i], &pad[i]);
+    if (chk[i] != d[i + 1]) unreachable();
+  }
+  if (size_mul(size_mul(ks[0], ks[1]), size_mul(filters, d[3])) > MAX_ELEMS ||
+      size_mul(size_mul(d[0], size_mul(d[1], d[2])), size_mul(size_mul(ks[0], ks[1]), filters)) >
+          MAX_ELEMS)
+    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its kernel or im2col buffer would "
+             "hold more than 2^40 elements, the most a tensor may hold", l->name);
+  Node *f = new_var(g, l, "kernel", (Shape){4, {ks[0], ks[1], filters, d[3]}},
+                    "kernel_initializer", "glorot_uniform");
+  Node *y = new_node2(g, OP_CONV2D_DX, x, f, (Shape){4, {d[0], out[0], out[1], filters}});
+  y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pad[0], pad[1], 0, 0};
+  if (cfg_bool(l, "use_bias", true)) {
+    Node *bias = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
+    y = new_node2(g, OP_BIAS, y, bias, y->shape);
+  }
+  return apply_act(g, y, parse_act(l, "activation"));
+}
+
 static Node *build_conv1d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 1, CONV); }
 static Node *build_conv2d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2, CONV); }
 static Node *build_depthwise(Graph *g, Layer *l, Node *x) {
@@ -1399,6 +1449,7 @@ static const LayerDef layer_defs[] = {
   {"Conv1D", 1, build_conv1d}, // issue 11
   {"DepthwiseConv2D", 1, build_depthwise},
   {"SeparableConv2D", 1, build_separable},
+  {"Conv2DTranspose", 1, build_conv_transpose},
   {"MaxPooling2D", 1, build_maxpool},
   {"Activation", 1, build_activation},
   {"Softmax", 1, build_softmax},

@@ -519,8 +519,16 @@ static void conv_emit(const Node *n, Lowering *lw) {
              buf(n->in[0]), buf(n->in[1]));
 }
 
+// issue 11: CONV2D_DX as a layer's own op (Conv2DTranspose): its transpose
+// is the forward conv, and its filter's gradient the conv's.
+static void conv_dx_grad(Graph *g, Node *n, const bool *need) {
+  Node *dy = n->in[0], *f = n->in[1];
+  if (need[dy->id]) accumulate(g, dy, windowed(g, OP_CONV2D, n->grad, f, dy->shape, n));
+  if (need[f->id]) accumulate(g, f, windowed(g, OP_CONV2D_DW, n->grad, dy, f->shape, n));
+}
+
 const OpDef op_CONV2D = {"conv2d", 2, 3, false, conv_rule, conv_grad, conv_emit};
-const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, NULL, conv_emit};
+const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, conv_dx_grad, conv_emit};
 const OpDef op_CONV2D_DW = {"conv2d_dw", 2, 3, false, conv_rule, NULL, conv_emit};
 
 static void pool_rule(const Node *n, Rule *r) {

@@ -178,6 +178,13 @@ Test(graph, conv1d_shapes) {
                "input channels (4) and filters (4)\n");
 }
 
+// issue 11: Conv2DTranspose's options kdcc lacks are named
+Test(graph, conv_transpose_output_padding) {
+  expect_error("tests/bad/conv_transpose_output_padding.json", NULL,
+               "tests/bad/conv_transpose_output_padding.json:4:138: error: layer 't': "
+               "'output_padding' is not supported\n");
+}
+
 // issue 11: constraints other than Keras's four, and axes the variable lacks
 Test(graph, constraint_unsupported) {
   expect_error("tests/bad/constraint_kernel.json", NULL,

@@ -447,9 +447,28 @@ def grouped():
     return sparse_classifier(x, out, "grouped")
 
 
+def transposed():
+    # issue 11: Conv2DTranspose, 'same' (strided) and 'valid' with a stride
+    # over the kernel (Keras's output is then (h - 1) * s + s)
+    x = keras.Input((6, 5, 3), name="image")
+    y = layers.Conv2DTranspose(8, 3, strides=2, padding="same", activation="relu",
+                               name="conv2d_transpose")(x)
+    y = layers.Conv2DTranspose(8, (2, 3), strides=(3, 1), activation="tanh",
+                               name="conv2d_transpose_1")(y)
+    y = layers.GlobalAveragePooling2D(name="gap2d")(y)
+    out = layers.Dense(10, activation="softmax", name="out")(y)
+    return sparse_classifier(x, out, "transposed")
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
+
+def model_parallel(layout_map):
+    """issue 11's ModelParallel specs: the (2,4) mesh, the batch over 'data'."""
+    return {"distribution": "ModelParallel", "device_mesh": MESH_2x4,
+            "batch_dim_name": "data", "layout_map": layout_map}
+
 
 # name -> (builder, json written?, label kind, {dist file stem: spec})
 MODELS = {
@@ -783,44 +802,28 @@ MODELS = {
         outputs=["sparse10"],
         dists={
             # the regularized variables split over 'model' (channels, columns)
-            "regularized": {
-                "distribution": "ModelParallel",
-                "device_mesh": MESH_2x4,
-                "batch_dim_name": "data",
-                "layout_map": {
-                    "conv2d/kernel": [None, None, None, "model"],
-                    "conv2d/bias": ["model"],
-                    "emb/embeddings": [None, "model"],
-                    "hidden/kernel": [None, "model"],
-                    "hidden/bias": ["model"],
-                    "out/kernel": ["model", None],
-                },
-            },
-            "regularized_dp": {
-                "distribution": "DataParallel",
-                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
-            },
+            "regularized": model_parallel({
+                "conv2d/kernel": [None, None, None, "model"],
+                "conv2d/bias": ["model"],
+                "emb/embeddings": [None, "model"],
+                "hidden/kernel": [None, "model"],
+                "hidden/bias": ["model"],
+                "out/kernel": ["model", None],
+            }),
+            "regularized_dp": DP_8,
         },
     ),
     "conv1d": dict(
         build=conv1d, labels="sparse10", x=(12, 4),
         dists={
             # output channels split, then input channels (a partial sum)
-            "conv1d": {
-                "distribution": "ModelParallel",
-                "device_mesh": MESH_2x4,
-                "batch_dim_name": "data",
-                "layout_map": {
-                    "conv1d/kernel": [None, None, "model"],
-                    "conv1d/bias": ["model"],
-                    "conv1d_1/kernel": [None, "model", None],
-                    "conv1d_2/kernel": [None, None, "model"],
-                },
-            },
-            "conv1d_dp": {
-                "distribution": "DataParallel",
-                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
-            },
+            "conv1d": model_parallel({
+                "conv1d/kernel": [None, None, "model"],
+                "conv1d/bias": ["model"],
+                "conv1d_1/kernel": [None, "model", None],
+                "conv1d_2/kernel": [None, None, "model"],
+            }),
+            "conv1d_dp": DP_8,
         },
     ),
     "dilated": dict(
@@ -828,21 +831,13 @@ MODELS = {
         outputs=["sparse10"],
         dists={
             # output channels split, then input channels (partial sums)
-            "dilated": {
-                "distribution": "ModelParallel",
-                "device_mesh": MESH_2x4,
-                "batch_dim_name": "data",
-                "layout_map": {
-                    "conv2d/kernel": [None, None, None, "model"],
-                    "conv2d_1/kernel": [None, None, "model", None],
-                    "conv1d/kernel": [None, None, "model"],
-                    "conv1d_1/kernel": [None, "model", None],
-                },
-            },
-            "dilated_dp": {
-                "distribution": "DataParallel",
-                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
-            },
+            "dilated": model_parallel({
+                "conv2d/kernel": [None, None, None, "model"],
+                "conv2d_1/kernel": [None, None, "model", None],
+                "conv1d/kernel": [None, None, "model"],
+                "conv1d_1/kernel": [None, "model", None],
+            }),
+            "dilated_dp": DP_8,
         },
     ),
     "grouped": dict(
@@ -853,10 +848,20 @@ MODELS = {
             # (convolution_handler.cc: new_input_batch_size %
             # new_output_batch_size); kdcc's split filters are checked by
             # mesh_equiv.sh
-            "grouped_dp": {
-                "distribution": "DataParallel",
-                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
-            },
+            "grouped_dp": DP_8,
+        },
+    ),
+    "transposed": dict(
+        build=transposed, labels="sparse10", x=(6, 5, 3),
+        dists={
+            # the first kernel's filters split, the second's input channels
+            # (a partial sum)
+            "transposed": model_parallel({
+                "conv2d_transpose/kernel": [None, None, "model", None],
+                "conv2d_transpose/bias": ["model"],
+                "conv2d_transpose_1/kernel": [None, None, None, "model"],
+            }),
+            "transposed_dp": DP_8,
         },
     ),
     "constrained": dict(
@@ -864,22 +869,14 @@ MODELS = {
         dists={
             # the filters split over 'model' (their norms local), the hidden
             # kernel's rows (its norms' sums partial, all-reduced)
-            "constrained": {
-                "distribution": "ModelParallel",
-                "device_mesh": MESH_2x4,
-                "batch_dim_name": "data",
-                "layout_map": {
-                    "conv2d/kernel": [None, None, None, "model"],
-                    "conv2d/bias": ["model"],
-                    "hidden/kernel": ["model", None],
-                    "hidden/bias": ["model"],
-                    "out/kernel": ["model", None],
-                },
-            },
-            "constrained_dp": {
-                "distribution": "DataParallel",
-                "device_mesh": {"shape": [8], "axis_names": ["batch"]},
-            },
+            "constrained": model_parallel({
+                "conv2d/kernel": [None, None, None, "model"],
+                "conv2d/bias": ["model"],
+                "hidden/kernel": ["model", None],
+                "hidden/bias": ["model"],
+                "out/kernel": ["model", None],
+            }),
+            "constrained_dp": DP_8,
         },
     ),
 }

@@ -68,6 +68,11 @@ Cases (model, distribution spec from models/):
                                                              (same; valid, width only) and Conv1D
                                                              (causal, same); channels split
     dilated_dp      dilated        dilated_dp.dist.json      DataParallel (8,)
+    transposed      transposed     transposed.dist.json      ModelParallel (2,4)  Conv2DTranspose same
+                                                             (strided) and valid (stride over the
+                                                             kernel); filters split, then input
+                                                             channels
+    transposed_dp   transposed     transposed_dp.dist.json   DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -203,6 +208,7 @@ DATA = {
     "conv1d": (64, 2),
     "dilated": (64, 2),
     "grouped": (64, 2),
+    "transposed": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -266,6 +272,8 @@ CASES = {
     "dilated": ("dilated", "dilated"),
     "dilated_dp": ("dilated", "dilated_dp"),
     "grouped_dp": ("grouped", "grouped_dp"),
+    "transposed": ("transposed", "transposed"),
+    "transposed_dp": ("transposed", "transposed_dp"),
 }
 
 
@@ -560,18 +568,13 @@ def run_case(case, out, hlo):
 # itself. case -> (Keras's case, spec).
 DERIVED_CASES = {
     # XLA aborts on a grouped convolution under a (2,4) mesh
-    "grouped_mp": ("grouped_dp", {
-        "distribution": "ModelParallel",
-        "device_mesh": mm.MESH_2x4,
-        "batch_dim_name": "data",
-        "layout_map": {
-            "conv2d/kernel": [None, None, None, "model"],
-            "depthwise_conv2d/kernel": [None, None, "model", None],
-            "depthwise_conv2d/bias": ["model"],
-            "separable_conv2d/depthwise_kernel": [None, None, "model", None],
-            "separable_conv2d/pointwise_kernel": [None, None, None, "model"],
-        },
-    }),
+    "grouped_mp": ("grouped_dp", mm.model_parallel({
+        "conv2d/kernel": [None, None, None, "model"],
+        "depthwise_conv2d/kernel": [None, None, "model", None],
+        "depthwise_conv2d/bias": ["model"],
+        "separable_conv2d/depthwise_kernel": [None, None, "model", None],
+        "separable_conv2d/pointwise_kernel": [None, None, None, "model"],
+    })),
 }
 
 

@@ -82,4 +82,6 @@ check ../tests/gradcheck/conv1d ../tests/good/conv1d.dist.json 16 data=1,model=1
 check ../tests/gradcheck/dilated ../tests/good/dilated.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: Conv2D groups and DepthwiseConv2D (slices of the channels, convolved, concatenated)
 check ../tests/gradcheck/grouped ../tests/good/grouped.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Conv2DTranspose (the conv's input gradient as a layer), filters and input channels split
+check ../tests/gradcheck/transpose ../tests/good/transpose.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail
