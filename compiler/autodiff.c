@@ -13,7 +13,8 @@
 //
 // The walk starts from the losses: each output's loss seeds its output's
 // gradient (LOSS_GRAD, or XENT_GRAD for a crossentropy from logits made of
-// row statistics), scaled by the loss's weight in the total.
+// row statistics), scaled by the loss's weight in the total; the
+// regularizers' penalty, added to the total as it is, seeds 1.
 #include "kdcc.h"
 
 void accumulate(Graph *g, Node *x, Node *dx) {
@@ -47,6 +48,43 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
   accumulate(g, p, dp);
 }
 
+// issue 11: variable v's constraint after its update u (whose value is v,
+// updated in place), as Keras's optimizer applies it: NonNeg max(w, 0); a
+// norm constraint w * clip_norm(the sums of w^2 over its axes), each sum a
+// partial sum where an axis is split; then the result written over v.
+static void constrain(Graph *g, Var *v, Node *u) {
+  Node *c;
+  if (v->constraint == CONS_NON_NEG) {
+    c = new_node1(g, OP_ACT, u, v->shape);
+    c->act.kind = ACT_RELU;
+  } else {
+    Node *s = new_node2(g, OP_MUL, u, u, v->shape);
+    for (int d = v->shape.rank - 1; d >= 0; d--) {
+      if (!((v->c_axes >> d) & 1)) continue;
+      Shape r = s->shape;
+      r.rank--;
+      for (int i = d; i < r.rank; i++) r.d[i] = s->shape.d[i + 1];
+      s = new_node1(g, OP_REDUCE_SUM, s, r);
+      s->red.dim = d;
+    }
+    Node *f = new_node1(g, OP_CLIP_NORM, s, s->shape);
+    f->clip = v->clip;
+    for (int d = 0; d < v->shape.rank; d++) { // back over the summed dims, in order
+      if (!((v->c_axes >> d) & 1)) continue;
+      Shape b = f->shape;
+      b.rank++;
+      for (int i = b.rank - 1; i > d; i--) b.d[i] = b.d[i - 1];
+      b.d[d] = v->shape.d[d];
+      f = new_node1(g, OP_BROADCAST, f, b);
+      f->red.dim = d;
+    }
+    c = new_node2(g, OP_MUL, u, f, v->shape);
+  }
+  Node *a = new_node2(g, OP_ASSIGN, u, c, v->shape);
+  a->var = v;
+  a->name = format("constraint(%s)", v->path);
+}
+
 void build_backward(Graph *g) {
   int nfwd = g->nnodes;
   bool *need = xcalloc(nfwd, sizeof *need);
@@ -59,6 +97,13 @@ void build_backward(Graph *g) {
   g->phase = PH_BACKWARD;
   for (int i = 0; i < nfwd; i++)
     if (g->nodes[i]->op == OP_LOSS || g->nodes[i]->op == OP_XENT) seed_loss(g, g->nodes[i], need);
+  if (g->penalty && need[g->penalty->id]) { // d(total)/d(penalty) = 1
+    // the graph has no constants: 1 as penalty * 0 + 1, a scalar at hand
+    Node *one = new_node1(g, OP_SCALE, g->penalty, (Shape){0});
+    one->aff = (AffAttr){0, 1};
+    one->name = "grad(regularization)";
+    accumulate(g, g->penalty, one);
+  }
   for (int i = nfwd - 1; i >= 0; i--) {
     Node *n = g->nodes[i];
     if (!n->grad || n->op == OP_PARAM || n->op == OP_INPUT) continue;
@@ -99,4 +144,8 @@ void build_backward(Graph *g) {
     u->layer = v->layer;
     u->loc = v->loc;
   }
+  g->phase = PH_CONSTRAIN; // once every variable is updated, as Keras's optimizer does
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_UPDATE && g->nodes[i]->var->constraint)
+      constrain(g, g->nodes[i]->var, g->nodes[i]);
 }

@@ -38,6 +38,7 @@ char *ident(const char *s) {
 }
 
 char *off_name(const Node *n) {
+  n = view_base(n); // a view's buffer is its base's (a Conv1D kernel's gradient)
   switch (n->region) {
   case REGION_PARAM: return format("P_%s", ident(n->var->path));
   case REGION_GRAD: return format("G_%s", ident(n->var->path));
@@ -47,7 +48,8 @@ char *off_name(const Node *n) {
 }
 
 const Node *view_base(const Node *n) {
-  while (n->op == OP_RESHAPE) n = n->in[0];
+  // an update's value is its variable, updated in place (a constraint reads it)
+  while (n->op == OP_RESHAPE || n->op == OP_UPDATE) n = n->in[0];
   return n;
 }
 
@@ -303,7 +305,8 @@ void emit_step_rows(void) {
 
 #define PART_OPS 200
 
-static const char *const phase_title[] = {"forward", "loss", "backward", "update"};
+static const char *const phase_title[] = {"forward", "loss", "backward", "update",
+                                             "constraints"};
 static const char *const step_const[] = {"TRAIN_STEP", "EVAL_STEP", "GRAD_STEP"};
 
 static bool emits_code(const Node *n) {
@@ -314,7 +317,7 @@ static bool emits_code(const Node *n) {
 static unsigned steps_of(const Node *n) {
   unsigned s = 1u << STEP_TRAIN;
   if (n->phase <= PH_LOSS) s |= 1u << STEP_EVAL;
-  if (n->op != OP_UPDATE) s |= 1u << STEP_GRAD;
+  if (n->op != OP_UPDATE && n->op != OP_ASSIGN) s |= 1u << STEP_GRAD; // variables unchanged
   return s;
 }
 

@@ -140,6 +140,164 @@ static void parse_init(Layer *l, const char *key, const char *def, Var *v) {
   }
 }
 
+// ---- issue 11: regularizers
+// A variable's regularizer sits beside its initializer: "kernel_initializer"
+// -> "kernel_regularizer". Keras accepts a class envelope (L1, L2, L1L2 with
+// their config) or a name (its class's defaults: L1 and L2 0.01, L1L2 none).
+static double reg_factor(Layer *l, json_t *cfg, const char *key, double def) {
+  json_t *x = json_object_get(cfg, key);
+  if (!x || json_is_null(x)) return def;
+  if (!json_is_number(x) || !isfinite(json_number_value(x)) ||
+      fabs(json_number_value(x)) > FLT_MAX)
+    error_at(jloc(x), "layer '%s': '%s' must be a finite number", l->name, key);
+  return json_number_value(x);
+}
+
+// Layer option `key`'s factors into *l1 and *l2 (untouched when it is absent).
+static void parse_regularizer(Layer *l, const char *key, double *l1, double *l2) {
+  json_t *j = json_object_get(l->cfg, key);
+  if (!j || json_is_null(j)) return;
+  const char *cls = json_is_string(j) ? json_string_value(j) : NULL;
+  json_t *cfg = NULL;
+  if (json_is_object(j)) {
+    json_t *cn = json_object_get(j, "class_name");
+    if (!json_is_string(cn))
+      error_at(jloc(j), "layer '%s': '%s' has no class_name", l->name, key);
+    cls = json_string_value(cn);
+    cfg = json_object_get(j, "config");
+  } else if (!cls) {
+    error_at(jloc(j), "layer '%s': '%s' must be a string or a regularizer", l->name, key);
+  }
+  if (!strcmp(cls, "L1") || !strcmp(cls, "l1")) {
+    *l1 = reg_factor(l, cfg, "l1", 0.01);
+  } else if (!strcmp(cls, "L2") || !strcmp(cls, "l2")) {
+    *l2 = reg_factor(l, cfg, "l2", 0.01);
+  } else if (!strcmp(cls, "L1L2") || !strcmp(cls, "l1_l2") || !strcmp(cls, "l1l2")) {
+    *l1 = reg_factor(l, cfg, "l1", 0);
+    *l2 = reg_factor(l, cfg, "l2", 0);
+  } else {
+    error_at(jloc(j), "layer '%s': regularizer '%s' of '%s' is not supported (only L1, L2 and "
+             "L1L2)", l->name, cls, key);
+  }
+}
+
+// A variable's regularizer: the option beside its initializer.
+// ---- issue 11: constraints
+// Keras's NonNeg, MaxNorm(max_value=2, axis=0), UnitNorm(axis=0) and
+// MinMaxNorm(min_value=0, max_value=1, rate=1, axis=0), as an envelope or
+// by name (the class's defaults). The axis: an int or a list, negative from
+// the end.
+static void parse_constraint_axes(Layer *l, json_t *cfg, const char *key, Var *v) {
+  json_t *a = json_object_get(cfg, "axis");
+  int r = v->shape.rank;
+  v->c_axes = a && !json_is_null(a) ? 0 : 1;
+  size_t n = json_is_array(a) ? json_array_size(a) : a && !json_is_null(a) ? 1 : 0;
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_is_array(a) ? json_array_get(a, i) : a;
+    int64_t d = json_is_integer(e) ? json_integer_value(e) : INT64_MAX;
+    if (d < 0 && d >= -r) d += r;
+    if (d < 0 || d >= r)
+      error_at(jloc(e), "layer '%s': '%s' axis must be integers in [-%d, %d) for '%s' of rank %d",
+               l->name, key, r, r, v->path, r);
+    v->c_axes |= 1u << d;
+  }
+}
+
+static void parse_constraint(Layer *l, const char *key, Var *v) {
+  json_t *j = json_object_get(l->cfg, key);
+  if (!j || json_is_null(j)) return;
+  const char *cls = json_is_string(j) ? json_string_value(j) : NULL;
+  json_t *cfg = NULL;
+  if (json_is_object(j)) {
+    json_t *cn = json_object_get(j, "class_name");
+    if (!json_is_string(cn)) error_at(jloc(j), "layer '%s': '%s' has no class_name", l->name, key);
+    cls = json_string_value(cn);
+    cfg = json_object_get(j, "config");
+  } else if (!cls) {
+    error_at(jloc(j), "layer '%s': '%s' must be a string or a constraint", l->name, key);
+  }
+  v->constraint = CONS_NORM;
+  if (!strcmp(cls, "NonNeg") || !strcmp(cls, "non_neg")) {
+    v->constraint = CONS_NON_NEG;
+    return;
+  } else if (!strcmp(cls, "MaxNorm") || !strcmp(cls, "max_norm")) {
+    v->clip = (ClipAttr){0, (float)reg_factor(l, cfg, "max_value", 2), 1};
+  } else if (!strcmp(cls, "UnitNorm") || !strcmp(cls, "unit_norm")) {
+    v->clip = (ClipAttr){1, 1, 1};
+  } else if (!strcmp(cls, "MinMaxNorm") || !strcmp(cls, "min_max_norm")) {
+    v->clip = (ClipAttr){(float)reg_factor(l, cfg, "min_value", 0),
+                         (float)reg_factor(l, cfg, "max_value", 1), reg_factor(l, cfg, "rate", 1)};
+  } else {
+    error_at(jloc(j), "layer '%s': constraint '%s' of '%s' is not supported (only NonNeg, "
+             "MaxNorm, UnitNorm and MinMaxNorm)", l->name, cls, key);
+  }
+  parse_constraint_axes(l, cfg, key, v);
+}
+
+// A variable's regularizer and constraint: the options beside its
+// initializer ("kernel_initializer": "kernel_regularizer", "kernel_constraint").
+static void parse_var_options(Layer *l, const char *init_key, Var *v) {
+  const char *suffix = strstr(init_key, "_initializer");
+  if (!suffix || suffix[strlen("_initializer")]) return; // a variable with no such options
+  int stem = (int)(suffix - init_key);
+  parse_regularizer(l, format("%.*s_regularizer", stem, init_key), &v->l1, &v->l2);
+  parse_constraint(l, format("%.*s_constraint", stem, init_key), v);
+}
+
+// x summed over every dim, to a scalar (one REDUCE_SUM a dim).
+static Node *sum_all(Graph *g, Node *x) {
+  while (x->shape.rank > 0) {
+    Shape s = x->shape;
+    s.rank--;
+    for (int i = 0; i < s.rank; i++) s.d[i] = x->shape.d[i + 1];
+    Node *y = new_node1(g, OP_REDUCE_SUM, x, s);
+    y->red.dim = 0;
+    x = y;
+  }
+  return x;
+}
+
+static Node *scaled(Graph *g, Node *x, double k) {
+  Node *y = new_node1(g, OP_SCALE, x, x->shape);
+  y->aff = (AffAttr){(float)k, 0};
+  return y;
+}
+
+// Keras's penalty of a regularized tensor, in graph ops: l1 * sum(|x|) +
+// l2 * sum(x * x), or NULL. A split dim of x contracts in its sum, so a
+// sharded kernel's penalty is a partial sum that the lattice all-reduces,
+// and its gradient (l1 * sign(x) + 2 * l2 * x) comes from the ops' rules.
+static Node *penalty(Graph *g, Node *x, double l1, double l2) {
+  Node *p1 = NULL, *p2 = NULL;
+  if (l1 != 0) {
+    Node *a = new_node1(g, OP_ACT, x, x->shape);
+    a->act.kind = KDRT_ACT_ABS;
+    p1 = scaled(g, sum_all(g, a), l1);
+  }
+  if (l2 != 0) p2 = scaled(g, sum_all(g, new_node2(g, OP_MUL, x, x, x->shape)), l2);
+  return p1 && p2 ? new_node2(g, OP_ADD, p1, p2, (Shape){0}) : p1 ? p1 : p2;
+}
+
+// g->penalty += p: the regularizers' penalties, summed as Keras sums
+// model.losses into the loss.
+static void add_penalty(Graph *g, Node *p) {
+  if (!p) return;
+  g->penalty = g->penalty ? new_node2(g, OP_ADD, g->penalty, p, (Shape){0}) : p;
+  g->penalty->name = "regularization";
+}
+
+// A layer's activity_regularizer: the penalty of its output divided by
+// the step's global batch (BATCH_MEAN), added at each call, as Keras does.
+static void activity_penalty(Graph *g, Layer *l, Node *y) {
+  double l1 = 0, l2 = 0;
+  parse_regularizer(l, "activity_regularizer", &l1, &l2);
+  Node *p = penalty(g, y, l1, l2);
+  if (!p) return;
+  Node *m = new_node1(g, OP_BATCH_MEAN, p, p->shape);
+  m->aff = (AffAttr){1, 0};
+  add_penalty(g, m);
+}
+
 // Where Keras's weights file keeps a layer's variable "<sub>/<name>":
 // attention layers save their projections as sublayers, under attribute
 // names that differ from the variables' path names.
@@ -194,6 +352,7 @@ static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const c
   v->loc = l->loc;
   v->shape = shape;
   parse_init(l, init_key, init_def, v);
+  parse_var_options(l, init_key, v);
   v->matched = dist_lookup(g->dist, v->path, l->name, shape.rank, shape.d, &v->place);
   Node *n = new_node(g, OP_PARAM, 0, NULL);
   n->shape = shape;
@@ -227,8 +386,8 @@ static int parse_act(Layer *l, const char *key) {
   const char *s = json_string_value(j);
   if (!strcmp(s, "keras_hub>gelu_approximate") || !strcmp(s, "keras_nlp>gelu_approximate"))
     return KDRT_ACT_GELU_TANH;
-  for (int a = 0; a <= ACT_SOFTMAX; a++)
-    if (!strcmp(s, act_name(a))) return a;
+  for (int a = 0; a <= ACT_SOFTMAX; a++) // rsqrt and abs are kdcc's own, not Keras's
+    if (a != KDRT_ACT_RSQRT && a != KDRT_ACT_ABS && !strcmp(s, act_name(a))) return a;
   if (!strcmp(s, "swish")) return ACT_SILU;
   if (!strcmp(s, "hard_swish")) return KDRT_ACT_HARD_SILU; // issue 11
   error_at(jloc(j), "layer '%s': unknown activation '%s'", l->name, s);
@@ -308,9 +467,6 @@ static void check_none(Layer *l, const char *const *keys, int n) {
 // then * gamma and + beta (scale, center); rms_scaling: x / rms * gamma.
 static Node *build_layernorm(Graph *g, Layer *l, Node *x) {
   check_last_axis(l, x);
-  static const char *const no[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
-                                    "gamma_constraint"};
-  check_none(l, no, 4);
   int64_t h = x->shape.d[x->shape.rank - 1];
   bool rms = cfg_bool(l, "rms_scaling", false);
   Node *y = new_node1(g, OP_NORM, x, x->shape);
@@ -487,10 +643,6 @@ static Node *attention_output(Graph *g, Layer *l, Node *o, int64_t out, bool bia
 static Node *build_mha(Graph *g, Layer *l, Node *unused) {
   Node *xq, *xv, *xk, *mask;
   attention_inputs(l, &xq, &xv, &xk, &mask);
-  static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
-                                   "activity_regularizer", "kernel_constraint",
-                                   "bias_constraint"};
-  check_none(l, no, 5);
   // attention over the steps only: attention_axes absent, or [1] as Keras writes it
   json_t *ax = json_object_get(l->cfg, "attention_axes");
   if (ax && !json_is_null(ax) &&
@@ -540,10 +692,8 @@ static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
 static Node *build_gqa(Graph *g, Layer *l, Node *unused) {
   Node *xq, *xv, *xk, *mask;
   attention_inputs(l, &xq, &xv, &xk, &mask);
-  static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
-                                   "activity_regularizer", "kernel_constraint",
-                                   "bias_constraint", "sliding_window", "use_gate"};
-  check_none(l, no, 7);
+  static const char *const no[] = {"sliding_window", "use_gate"};
+  check_none(l, no, 2);
   int64_t hd = cfg_int(l, "head_dim", -1), nq = cfg_int(l, "num_query_heads", -1);
   int64_t nkv = cfg_int(l, "num_key_value_heads", -1);
   if (hd <= 0 || nq <= 0 || nkv <= 0 || nq % nkv)
@@ -850,55 +1000,196 @@ static void check_channels_last(Layer *l) {
              "layer '%s': data_format '%s' is not supported (only channels_last)", l->name, f);
 }
 
-static Node *build_conv2d(Graph *g, Layer *l, Node *x) {
+// A view of x with a dim of size 1 inserted (or any new shape).
+static Node *view(Graph *g, Node *x, Shape s) { return new_node1(g, OP_RESHAPE, x, s); }
+
+// Concatenation of parts along axis, in CONCATs of at most MAX_IN operands.
+static Node *concat_all(Graph *g, Node **parts, int k, int axis) {
+  while (k > 1) {
+    int m = 0;
+    for (int i = 0; i < k; i += MAX_IN) {
+      int c = k - i < MAX_IN ? k - i : MAX_IN;
+      Node *y = parts[i];
+      if (c > 1) {
+        y = new_node(g, OP_CONCAT, c, parts + i);
+        y->shape = parts[i]->shape;
+        for (int j = 1; j < c; j++) y->shape.d[axis] += parts[i + j]->shape.d[axis];
+        y->cat.axis = axis;
+      }
+      parts[m++] = y;
+    }
+    k = m;
+  }
+  return parts[0];
+}
+
+// A grouped convolution (Keras's groups; DepthwiseConv2D is one group per
+// input channel): group j convolves input channels [j * ci / G, ..) with
+// the filter's output channels [j * F / G, ..), f4 [kh, kw, ci / G, F];
+// the groups' outputs concatenated in order.
+static Node *grouped_conv(Graph *g, Node *x4, Node *f4, int64_t groups, WinAttr win, Shape ys) {
+  Node **parts = xcalloc(groups, sizeof *parts);
+  int64_t cg = x4->shape.d[3] / groups, fg = ys.d[3] / groups;
+  for (int64_t j = 0; j < groups; j++) {
+    Node *xj = x4, *fj = f4;
+    if (groups > 1) {
+      Shape xs = x4->shape, fs = f4->shape;
+      xs.d[3] = cg, fs.d[3] = fg;
+      xj = new_node1(g, OP_SLICE, x4, xs);
+      xj->cat = (CatAttr){3, j * cg};
+      fj = new_node1(g, OP_SLICE, f4, fs);
+      fj->cat = (CatAttr){3, j * fg};
+    }
+    Shape s = ys;
+    s.d[3] = fg;
+    parts[j] = new_node2(g, OP_CONV2D, xj, fj, s);
+    parts[j]->win = win;
+  }
+  return concat_all(g, parts, (int)groups, 3);
+}
+
+typedef enum { CONV, DEPTHWISE, SEPARABLE } ConvKind;
+
+// Conv1D, Conv2D, DepthwiseConv2D and SeparableConv2D: CONV2D on
+// channels-last [b, h, w, c] (Conv1D: a [b, steps, 1, c] view, its [k, cin,
+// cout] kernel viewed as [k, 1, cin, cout]; DepthwiseConv2D: its [kh, kw,
+// cin, m] kernel viewed as [kh, kw, 1, cin * m], cin groups;
+// SeparableConv2D: that, then a 1x1 CONV2D by its pointwise_kernel [1, 1,
+// cin * m, filters]), then the bias and the activation. n: the spatial dims
+// (1 or 2).
+static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
+  bool depthwise = kind != CONV;
   check_channels_last(l);
-  if (x->shape.rank != 4)
-    error_at(l->loc, "layer '%s': Conv2D needs an input of rank 4 (batch, h, w, c), got %s",
-             l->name, kshape(&x->shape));
-  int64_t filters = cfg_size(l, "filters", -1), ks[2] = {0, 0}, st[2] = {1, 1}, dil[2] = {1, 1};
-  if (filters <= 0)
+  if (x->shape.rank != n + 2)
+    error_at(l->loc, "layer '%s': %s needs an input of rank %d (batch, %s, c), got %s",
+             l->name, l->cls, n + 2, n == 1 ? "steps" : "h, w", kshape(&x->shape));
+  const int64_t *d = x->shape.d;
+  int64_t ci = d[n + 1], mult = depthwise ? cfg_size(l, "depth_multiplier", 1) : 1;
+  int64_t filters = depthwise ? size_mul(ci, mult) : cfg_size(l, "filters", -1);
+  int64_t out_ch = kind == SEPARABLE ? cfg_size(l, "filters", -1) : filters;
+  int64_t ks[2] = {1, 1}, st[2] = {1, 1}, dil[2] = {1, 1};
+  if (filters <= 0 || out_ch <= 0)
     error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
-  if (cfg_sizes(l, "kernel_size", ks, 2) != 2)
+  int64_t groups = depthwise ? ci : cfg_size(l, "groups", 1);
+  if (ci % groups || filters % groups)
+    error_at(jloc_key(l->cfg, "groups"), "layer '%s': groups=%lld must divide the input channels "
+             "(%lld) and filters (%lld)", l->name, (long long)groups, (long long)ci,
+             (long long)filters);
+  if (cfg_sizes(l, "kernel_size", ks, n) != n)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
-  cfg_sizes(l, "strides", st, 2);
-  cfg_ints(l, "dilation_rate", dil, 2);
-  if (dil[0] != 1 || dil[1] != 1)
-    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': dilation is not supported yet",
-             l->name);
-  if (cfg_int(l, "groups", 1) != 1)
-    error_at(jloc_key(l->cfg, "groups"), "layer '%s': grouped convolution is not supported yet",
-             l->name);
-  bool same = parse_padding(l);
-  int64_t oh, ow;
+  cfg_sizes(l, "strides", st, n);
+  cfg_sizes(l, "dilation_rate", dil, n);
+  if ((st[0] > 1 || st[1] > 1) && (dil[0] > 1 || dil[1] > 1)) // as Keras refuses it
+    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': %s cannot have both strides and "
+             "dilation_rate over 1", l->name, l->cls);
+  // a dilated kernel spans (k - 1) * d + 1 steps: its extent for the window's shape
+  int64_t ek[2] = {(ks[0] - 1) * dil[0] + 1, (ks[1] - 1) * dil[1] + 1};
+  // Conv1D's 'causal': the k - 1 steps of padding all before, then 'valid'
+  bool causal = n == 1 && !strcmp(cfg_str(l, "padding", "valid"), "causal");
+  bool same = !causal && parse_padding(l);
+  int64_t b = d[0], h = d[1], w = n == 2 ? d[2] : 1, cg = ci / groups, oh, ow;
   int pt, pl;
-  window(x->shape.d[1], ks[0], st[0], same, &oh, &pt);
-  window(x->shape.d[2], ks[1], st[1], same, &ow, &pl);
+  if (ek[0] > MAX_DIM || ek[1] > MAX_DIM)
+    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': the dilated kernel spans more than "
+             "%d steps", l->name, MAX_DIM);
+  window(h + (causal ? ek[0] - 1 : 0), (int)ek[0], (int)st[0], same, &oh, &pt);
+  window(w, (int)ek[1], (int)st[1], same, &ow, &pl);
+  if (causal) pt = (int)ek[0] - 1;
   if (oh <= 0 || ow <= 0)
-    error_at(l->loc, "layer '%s': kernel %lldx%lld does not fit the input %s", l->name,
-             (long long)ks[0], (long long)ks[1], kshape(&x->shape));
-  int64_t ci = x->shape.d[3];
-  if (size_mul(size_mul(ks[0], ks[1]), size_mul(ci, filters)) > MAX_ELEMS)
-    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': a kernel of [%lld, %lld, %lld, %lld] "
+    error_at(l->loc, "layer '%s': kernel %s does not fit the input %s", l->name,
+             n == 1 ? format("%lld", (long long)ks[0])
+                    : format("%lldx%lld", (long long)ks[0], (long long)ks[1]), kshape(&x->shape));
+  if (size_mul(size_mul(ks[0], ks[1]), size_mul(cg, filters)) > MAX_ELEMS)
+    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': a kernel of %lld x %lld x %lld x %lld "
              "would hold more than 2^40 elements, the most a tensor may hold", l->name,
-             (long long)ks[0], (long long)ks[1], (long long)ci, (long long)filters);
-  // its im2col scratch: a row of kh * kw * ci per output pixel
-  int64_t scratch = size_mul(size_mul(x->shape.d[0], size_mul(oh, ow)),
-                             size_mul(size_mul(ks[0], ks[1]), ci));
+             (long long)ks[0], (long long)ks[1], (long long)cg, (long long)filters);
+  // its im2col scratch: a row of kh * kw * ci / groups per output pixel
+  int64_t scratch = size_mul(size_mul(b, size_mul(oh, ow)), size_mul(size_mul(ks[0], ks[1]), cg));
   if (scratch > MAX_ELEMS)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its im2col buffer would hold more "
              "than 2^40 elements, the most a tensor may hold", l->name);
-  Node *f = new_var(g, l, "kernel", (Shape){4, {ks[0], ks[1], ci, filters}}, "kernel_initializer",
-                    "glorot_uniform");
-  Node *y = new_node2(g, OP_CONV2D, x, f, (Shape){4, {x->shape.d[0], oh, ow, filters}});
-  y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl};
-  y->layer = l->name;
-  y->loc = l->loc;
+  Shape fs = depthwise ? (Shape){4, {ks[0], ks[1], ci, mult}}
+             : n == 2 ? (Shape){4, {ks[0], ks[1], cg, filters}}
+                      : (Shape){3, {ks[0], cg, filters}};
+  Node *f = new_var(g, l, kind == SEPARABLE ? "depthwise_kernel" : "kernel", fs,
+                    depthwise ? "depthwise_initializer" : "kernel_initializer", "glorot_uniform");
+  Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, h, 1, ci}});
+  Node *f4 = fs.rank == 4 && !depthwise ? f : view(g, f, (Shape){4, {ks[0], ks[1], cg, filters}});
+  WinAttr win = {(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl, (int)dil[0] - 1,
+                 (int)dil[1] - 1};
+  Node *y = grouped_conv(g, x4, f4, groups, win, (Shape){4, {b, oh, ow, filters}});
+  if (kind == SEPARABLE) {
+    Node *p = new_var(g, l, "pointwise_kernel", (Shape){4, {1, 1, filters, out_ch}},
+                      "pointwise_initializer", "glorot_uniform");
+    y = grouped_conv(g, y, p, 1, (WinAttr){1, 1, 1, 1, 0, 0, 0, 0},
+                     (Shape){4, {b, oh, ow, out_ch}});
+  }
   if (scratch > g->scratch_floats) g->scratch_floats = scratch;
+  if (n == 1) y = view(g, y, (Shape){3, {b, oh, filters}});
   if (cfg_bool(l, "use_bias", true)) {
-    Node *b = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, b, y->shape);
+    Node *bias = new_var(g, l, "bias", (Shape){1, {out_ch}}, "bias_initializer", "zeros");
+    y = new_node2(g, OP_BIAS, y, bias, y->shape);
   }
   return apply_act(g, y, parse_act(l, "activation"));
+}
+
+// Conv2DTranspose(filters, kernel_size, strides, padding): the gradient of
+// a conv with respect to its input (CONV2D_DX), that conv mapping the
+// output [b, H, W, filters] back to x [b, h, w, cin] by the kernel [kh, kw,
+// filters, cin] as Keras stores it. H = h * s ('same'), or (h - 1) * s +
+// max(k, s) ('valid'), Keras's output shape.
+static Node *build_conv_transpose(Graph *g, Layer *l, Node *x) {
+  check_channels_last(l);
+  if (x->shape.rank != 4)
+    error_at(l->loc, "layer '%s': Conv2DTranspose needs an input of rank 4 (batch, h, w, c), got "
+             "%s", l->name, kshape(&x->shape));
+  static const char *const no[] = {"output_padding"};
+  check_none(l, no, 1);
+  int64_t filters = cfg_size(l, "filters", -1), ks[2], st[2] = {1, 1}, dil[2] = {1, 1};
+  if (cfg_sizes(l, "kernel_size", ks, 2) != 2)
+    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
+  cfg_sizes(l, "strides", st, 2);
+  cfg_sizes(l, "dilation_rate", dil, 2);
+  if (dil[0] != 1 || dil[1] != 1)
+    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': Conv2DTranspose dilation_rate other "
+             "than 1 is not supported yet", l->name);
+  if (filters <= 0)
+    error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
+  bool same = parse_padding(l);
+  const int64_t *d = x->shape.d;
+  int64_t out[2], chk[2];
+  int pad[2];
+  for (int i = 0; i < 2; i++) {
+    out[i] = same ? size_mul(d[i + 1], st[i])
+                  : size_add(size_mul(d[i + 1] - 1, st[i]), ks[i] > st[i] ? ks[i] : st[i]);
+    if (out[i] > MAX_DIM)
+      error_at(l->loc, "layer '%s': an output dimension over %d", l->name, MAX_DIM);
+    window(out[i], (int)ks[i], (int)st[i], same, &chk[i], &pad[i]);
+    if (chk[i] != d[i + 1]) unreachable();
+  }
+  if (size_mul(size_mul(ks[0], ks[1]), size_mul(filters, d[3])) > MAX_ELEMS ||
+      size_mul(size_mul(d[0], size_mul(d[1], d[2])), size_mul(size_mul(ks[0], ks[1]), filters)) >
+          MAX_ELEMS)
+    error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its kernel or im2col buffer would "
+             "hold more than 2^40 elements, the most a tensor may hold", l->name);
+  Node *f = new_var(g, l, "kernel", (Shape){4, {ks[0], ks[1], filters, d[3]}},
+                    "kernel_initializer", "glorot_uniform");
+  Node *y = new_node2(g, OP_CONV2D_DX, x, f, (Shape){4, {d[0], out[0], out[1], filters}});
+  y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pad[0], pad[1], 0, 0};
+  if (cfg_bool(l, "use_bias", true)) {
+    Node *bias = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
+    y = new_node2(g, OP_BIAS, y, bias, y->shape);
+  }
+  return apply_act(g, y, parse_act(l, "activation"));
+}
+
+static Node *build_conv1d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 1, CONV); }
+static Node *build_conv2d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2, CONV); }
+static Node *build_depthwise(Graph *g, Layer *l, Node *x) {
+  return build_conv(g, l, x, 2, DEPTHWISE);
+}
+static Node *build_separable(Graph *g, Layer *l, Node *x) {
+  return build_conv(g, l, x, 2, SEPARABLE);
 }
 
 static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
@@ -919,7 +1210,7 @@ static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': pool %lldx%lld does not fit the input %s", l->name,
              (long long)ps[0], (long long)ps[1], kshape(&x->shape));
   Node *y = new_node1(g, OP_MAXPOOL, x, (Shape){4, {x->shape.d[0], oh, ow, x->shape.d[3]}});
-  y->win = (WinAttr){(int)ps[0], (int)ps[1], (int)st[0], (int)st[1], pt, pl};
+  y->win = (WinAttr){(int)ps[0], (int)ps[1], (int)st[0], (int)st[1], pt, pl, 0, 0};
   return y;
 }
 
@@ -1031,14 +1322,8 @@ static Node *build_embedding(Graph *g, Layer *l, Node *ids) {
   if (cfg_bool(l, "mask_zero", false))
     error_at(jloc_key(l->cfg, "mask_zero"), "layer '%s': mask_zero is not supported (kdcc has no "
              "masks yet): the model would train without its padding mask", l->name);
-  static const char *const unsupported[] = {"embeddings_regularizer", "embeddings_constraint",
-                                            "activity_regularizer", "lora_rank"};
-  for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
-    json_t *u = json_object_get(l->cfg, unsupported[i]);
-    if (u && !json_is_null(u))
-      error_at(jloc_key(l->cfg, unsupported[i]), "layer '%s': '%s' is not supported", l->name,
-               unsupported[i]);
-  }
+  static const char *const no[] = {"lora_rank"};
+  check_none(l, no, 1);
   if (ids->shape.rank + 1 > MAX_RANK)
     error_at(l->loc, "layer '%s': input rank too large", l->name);
   if (size_mul(v, dim) > MAX_ELEMS)
@@ -1268,13 +1553,11 @@ static Node *build_crop2d(Graph *g, Layer *l, Node *x) { return pad_or_crop(g, l
 
 // ---- issue 11: more pooling and upsampling, from existing ops
 
-// A view of x with a dim of size 1 inserted at `at` (or any new shape).
-static Node *view(Graph *g, Node *x, Shape s) { return new_node1(g, OP_RESHAPE, x, s); }
 
 static Node *maxpool_node(Graph *g, Node *x4, int64_t ph, int64_t pw, int64_t sh, int64_t sw,
                           int pt, int pl, int64_t oh, int64_t ow) {
   Node *y = new_node1(g, OP_MAXPOOL, x4, (Shape){4, {x4->shape.d[0], oh, ow, x4->shape.d[3]}});
-  y->win = (WinAttr){(int)ph, (int)pw, (int)sh, (int)sw, pt, pl};
+  y->win = (WinAttr){(int)ph, (int)pw, (int)sh, (int)sw, pt, pl, 0, 0};
   return y;
 }
 
@@ -1438,9 +1721,8 @@ static Node *bcast_channels(Graph *g, Node *v, const Shape *to) {
 
 static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   check_last_axis(l, x);
-  static const char *const no[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
-                                    "gamma_constraint", "renorm"};
-  check_none(l, no, 5);
+  static const char *const no[] = {"renorm"};
+  check_none(l, no, 1);
   if (x->shape.rank < 2)
     error_at(l->loc, "layer '%s': BatchNormalization needs an input of rank 2 or more, got %s",
              l->name, kshape(&x->shape));
@@ -1501,6 +1783,10 @@ static const LayerDef layer_defs[] = {
   {"Embedding", 1, build_embedding},
   {"ReversibleEmbedding", 1, build_reversible_embedding},
   {"Conv2D", 1, build_conv2d},
+  {"Conv1D", 1, build_conv1d}, // issue 11
+  {"DepthwiseConv2D", 1, build_depthwise},
+  {"SeparableConv2D", 1, build_separable},
+  {"Conv2DTranspose", 1, build_conv_transpose},
   {"MaxPooling2D", 1, build_maxpool},
   {"Activation", 1, build_activation},
   {"Softmax", 1, build_softmax},
@@ -1657,6 +1943,7 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
     Layer *l = m->layers[i];
     int first = g->nnodes;
     Node *y = build_layer(g, l);
+    if (l->cls && strcmp(l->cls, "InputLayer")) activity_penalty(g, l, y);
     for (int k = first; k < g->nnodes; k++) { // every tensor within the limits (kdcc.h)
       const Shape *s = &g->nodes[k]->shape;
       for (int j = 0; j < s->rank; j++)
@@ -1705,7 +1992,7 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
   // the losses: "loss" is their sum; each output's own log is "<output>_loss"
   // when there are several outputs
   g->phase = PH_LOSS;
-  Node *total[64];
+  Node *total[65]; // the losses, and the penalty
   int nl = 0;
   for (int i = 0; i < m->noutputs; i++) {
     if (!m->losses[i].has) continue;
@@ -1723,12 +2010,24 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
         break;
       }
   }
-  if (m->noutputs == 1) { // the loss log is the loss itself
+  // Keras's loss includes the regularizers' penalties (model.losses): the
+  // activities' (made with their layers), then each variable's once
+  for (int i = 0; i < g->nvars; i++)
+    add_penalty(g, penalty(g, g->vars[i]->param, g->vars[i]->l1, g->vars[i]->l2));
+  if (!nl) g->penalty = NULL;
+  if (m->noutputs == 1 && !g->penalty) { // the loss log is the loss itself
     g->logs[0].node = total[0];
     g->logs[0].node->name = "loss";
     memmove(g->logs + 1, g->logs + 2, (g->nlogs - 2) * sizeof *g->logs);
     g->nlogs--;
+  } else if (m->noutputs == 1) { // the compiled loss plus the penalty, one log
+    total[0]->name = "compiled_loss";
+    g->logs[0].node = new_node2(g, OP_ADD, total[0], g->penalty, (Shape){0});
+    g->logs[0].node->name = "loss";
+    memmove(g->logs + 1, g->logs + 2, (g->nlogs - 2) * sizeof *g->logs);
+    g->nlogs--;
   } else {
+    if (g->penalty) total[nl++] = g->penalty;
     if (nl > MAX_IN) error_at(m->losses[0].loc, "more than %d losses", MAX_IN);
     for (int k = 0; k < nl; k++) // the loss weights, where not 1
       if (total[k]->loss.lw != 1) {

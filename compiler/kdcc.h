@@ -284,7 +284,9 @@ typedef enum {
   OP_COUNT
 } OpKind;
 
-typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE } Phase;
+// PH_CONSTRAIN: issue 11's weight constraints, after every update (and
+// after the update phase's gradient collectives, which fuse.c moves first)
+typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_CONSTRAIN } Phase;
 
 // Activations are the runtime's (kdrt_defs.h's KDRT_ACT_LIST); softmax is
 // an op of its own but a Keras activation name.
@@ -312,7 +314,10 @@ typedef struct {
   bool ta, tb;
   Node *sgd_into;         // plain SGD folded in: w -= lr * result, into this param (fuse.c)
 } DotAttr;
-typedef struct { int kh, kw, sh, sw, pad_t, pad_l; } WinAttr; // CONV2D*, MAXPOOL*
+typedef struct {                                             // CONV2D*, MAXPOOL*
+  int kh, kw, sh, sw, pad_t, pad_l;
+  int dil_h, dil_w;       // CONV2D*: the dilation minus 1 (kdrt_window's convention)
+} WinAttr;
 typedef struct { int axis; int64_t start; } CatAttr;        // CONCAT, SLICE
 typedef struct { float rate; uint64_t stream; } DropAttr;   // DROPOUT
 typedef struct { float scale, shift; } AffAttr;              // SCALE: x * scale + shift
@@ -336,6 +341,7 @@ typedef struct { int perm[MAX_RANK]; } PermAttr;            // TRANSPOSE: y dim 
 typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROADCAST: the dim
 typedef struct { bool rms; float eps; } NormAttr;           // NORM, NORM_GRAD
 typedef struct { float fill; } MaskAttr;                    // CAUSAL, ATTN_MASK: what a masked score becomes
+typedef struct { float lo, hi; double rate; } ClipAttr;    // CLIP_NORM: Keras's MinMaxNorm's
 
 struct Node {
   int id;
@@ -361,6 +367,7 @@ struct Node {
     ReduceAttr red;
     NormAttr norm;
     MaskAttr mask;
+    ClipAttr clip;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
@@ -453,6 +460,15 @@ struct Var {
   // w = w * ema_momentum + stat * (1 - ema_momentum), stat = ema_stat.
   Node *ema_stat;
   float ema_momentum;
+  // issue 11: its regularizer (Keras's L1, L2, L1L2), whose penalty
+  // l1 * sum(|w|) + l2 * sum(w^2) the loss includes (both 0: none)
+  double l1, l2;
+  // issue 11: its constraint, applied after each update as Keras's optimizer
+  // applies it: NonNeg's max(w, 0), or a norm constraint (MaxNorm, UnitNorm,
+  // MinMaxNorm: lo, hi, rate) on the norms over the dims in c_axes
+  enum { CONS_NONE, CONS_NON_NEG, CONS_NORM } constraint;
+  ClipAttr clip;
+  uint8_t c_axes;
   const char *path;       // "d1/kernel"
   const char *vname;      // "kernel"
   const char *layer;
@@ -507,6 +523,7 @@ struct Graph {
   Node **outputs;         // the model's outputs
   int noutputs;
   Log *logs;              // logs[0]: "loss", the total
+  Node *penalty;          // the regularizers' penalty in the total (a scalar), or NULL
   int nlogs;
   Phase phase;            // the phase new nodes belong to
   int batch;              // global batch size

@@ -172,7 +172,7 @@ void plan_memory(Graph *g) {
       plan_step(g, PLAN_SCRATCH, y, s, 0);
     }
     if (n->op == OP_PARAM) continue;
-    if (n->op == OP_UPDATE) {
+    if (n->op == OP_UPDATE || n->op == OP_ASSIGN) { // in place, into the variable
       n->region = REGION_NONE;
       continue;
     }
@@ -188,7 +188,7 @@ void plan_memory(Graph *g) {
       continue;
     }
     bool is_grad = false;
-    for (int v = 0; v < g->nvars; v++) // a gradient that is a view: its base
+    for (int v = 0; v < g->nvars; v++) // the gradient, or the value it is a view of
       if (g->vars[v]->grad && base_of(g->vars[v]->grad) == n) {
         n->region = REGION_GRAD;
         n->offset = g->vars[v]->goffset;

@@ -391,6 +391,14 @@ static void reshape_rule(const Node *n, Rule *r) {
   const Shape *a = &n->in[0]->shape, *b = &n->shape;
   int i = 0, j = 0;
   while (i < a->rank || j < b->rank) {
+    // a unit dim on one side only is a group of its own, so that a split dim
+    // beside it passes ([b, t, 1, c] -> [b, t, c]: Conv1D's views)
+    bool ua = i < a->rank && a->d[i] == 1, ub = j < b->rank && b->d[j] == 1;
+    if (ua != ub) {
+      if (ua) r->in[0][i++] = factor(r, F_FULL, 1);
+      else r->out[j++] = factor(r, F_FULL, 1);
+      continue;
+    }
     int i0 = i, j0 = j;
     int64_t pa = i < a->rank ? a->d[i++] : 1, pb = j < b->rank ? b->d[j++] : 1;
     while (pa != pb) {
@@ -491,13 +499,16 @@ static void conv_grad(Graph *g, Node *n, const bool *need) {
 // The window descriptor of a conv or pool op, from its local x and y.
 static char *window_decl(const Node *n, const Node *x, const Node *y) {
   Shape xs = lshape(x), ys = lshape(y);
+  // every member named: C++ (CUDA) warns about a designated one left out
+  char *dil = format(",\n                            .dil_h = %d, .dil_w = %d", n->win.dil_h,
+                     n->win.dil_w);
   return format("const kdrt_window w = {.B = (int)%s, .H = %lld, .W = %lld, .C = %lld, "
                 ".KH = %d, .KW = %d, .K = %lld,\n"
                 "                            .sh = %d, .sw = %d, .pad_t = %d, "
-                ".pad_l = %d, .OH = %lld, .OW = %lld};",
+                ".pad_l = %d, .OH = %lld, .OW = %lld%s};",
                 sym_c(sym_dim(x, 0, true)), (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3],
                 n->win.kh, n->win.kw, (long long)ys.d[3], n->win.sh, n->win.sw, n->win.pad_t,
-                n->win.pad_l, (long long)ys.d[1], (long long)ys.d[2]);
+                n->win.pad_l, (long long)ys.d[1], (long long)ys.d[2], dil);
 }
 
 static void conv_emit(const Node *n, Lowering *lw) {
@@ -508,8 +519,16 @@ static void conv_emit(const Node *n, Lowering *lw) {
              buf(n->in[0]), buf(n->in[1]));
 }
 
+// issue 11: CONV2D_DX as a layer's own op (Conv2DTranspose): its transpose
+// is the forward conv, and its filter's gradient the conv's.
+static void conv_dx_grad(Graph *g, Node *n, const bool *need) {
+  Node *dy = n->in[0], *f = n->in[1];
+  if (need[dy->id]) accumulate(g, dy, windowed(g, OP_CONV2D, n->grad, f, dy->shape, n));
+  if (need[f->id]) accumulate(g, f, windowed(g, OP_CONV2D_DW, n->grad, dy, f->shape, n));
+}
+
 const OpDef op_CONV2D = {"conv2d", 2, 3, false, conv_rule, conv_grad, conv_emit};
-const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, NULL, conv_emit};
+const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, conv_dx_grad, conv_emit};
 const OpDef op_CONV2D_DW = {"conv2d_dw", 2, 3, false, conv_rule, NULL, conv_emit};
 
 static void pool_rule(const Node *n, Rule *r) {
@@ -913,6 +932,15 @@ static void update_emit(const Node *n, Lowering *lw) {
 
 const OpDef op_UPDATE = {"update", 2, 0, false, rule_elementwise, NULL, update_emit};
 
+// issue 11: a constraint's result written over its variable, after the
+// update (u, whose buffer is the variable's); training steps only.
+static void assign_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n->in[0]), buf(n->in[1]),
+             elems_c(n->in[0]));
+}
+
+const OpDef op_ASSIGN = {"assign", 2, 0, false, rule_elementwise, NULL, assign_emit};
+
 // ---------------------------------------------------------------- collectives
 // shard.c makes them from placement transitions; they have no rule and
 // no gradient (differentiate first, partition once).
@@ -1006,6 +1034,16 @@ static void train_select_emit(const Node *n, Lowering *lw) {
   if (eval) lw->note = "the moving statistic outside training";
   lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[eval ? 1 : 0]), elems_c(n));
 }
+
+// issue 11: a weight constraint's scale per norm vector (kdrt_clip_norm);
+// after the update, so never differentiated.
+static void clip_norm_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "clip_norm", false, NULL, "%s, %s, %s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+             elems_c(n), flt(n->clip.lo), flt(n->clip.hi), flt(n->clip.rate),
+             flt((float)(1.0 - n->clip.rate)));
+}
+
+const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit};
 
 const OpDef op_TRAIN_SELECT = {"train_select", 2, 0, false, rule_elementwise, train_select_grad,
                                train_select_emit};

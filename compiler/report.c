@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-static const char *phase_name[] = {"forward", "loss", "backward", "update"};
+static const char *phase_name[] = {"forward", "loss", "backward", "update", "constraints"};
 
 // An all-gather or all-to-all whose result is at least this big is a large
 // tensor made whole on every device: the report says so.

@@ -474,10 +474,11 @@ void propagate_shardings(Graph *g) {
       emit_node(&p, n);
       continue;
     }
-    if (n->op == OP_UPDATE) // the result is the variable itself
+    bool in_place = n->op == OP_UPDATE || n->op == OP_ASSIGN;
+    if (in_place) // the result is the variable itself
       n->place = n->in[0]->place;
     partition_op(&p, n);
-    if (n->op == OP_UPDATE) n->place = n->in[0]->place;
+    if (in_place) n->place = n->in[0]->place;
   }
   // the loss and the metric are reported: they need their sums
   for (int i = 0; i < g->nlogs; i++) {

@@ -63,7 +63,9 @@
      0.5f * (v) * KDRT_SECH2(KDRT_GELU_U(v)) * KDRT_SQRT_2_OVER_PI *                           \
        (1.0f + 3.0f * 0.044715f * (v) * (v))))                                                 \
   /* not a Keras activation: BatchNormalization's 1 / sqrt(var + epsilon) */                    \
-  X(RSQRT, "rsqrt", 0, (1.0f / sqrtf(v)), (-0.5f * (y) * (y) * (y)))
+  X(RSQRT, "rsqrt", 0, (1.0f / sqrtf(v)), (-0.5f * (y) * (y) * (y)))                          \
+  /* not a Keras activation: the L1 regularizer's |w| (JAX's derivative: 1 at 0) */            \
+  X(ABS, "abs", 1, fabsf(v), ((v) >= 0.0f ? 1.0f : -1.0f))
 
 enum {
 #define KDRT_X(name, kname, from_x, f, df) KDRT_ACT_##name,

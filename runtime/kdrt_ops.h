@@ -44,12 +44,15 @@ typedef struct {
 // A 2-D window op over channels-last [B, H, W, C] inputs: conv2d (filter
 // [KH, KW, C, K], output [B, OH, OW, K]) and max pooling (K = C). pad_t,
 // pad_l: the zero (or, pooling, never winning) padding before row 0 and
-// column 0.
+// column 0. dil_h, dil_w (issue 11, conv2d only): the kernel's dilation
+// minus 1, oneDNN's convention, so that a zeroed field is no dilation:
+// kernel row kh reads input row oh * sh - pad_t + kh * (dil_h + 1).
 typedef struct {
   int B, H, W, C;
   int KH, KW, K;
   int sh, sw, pad_t, pad_l;
   int OH, OW;
+  int dil_h, dil_w;
 } kdrt_window;
 
 // K(name, (args)): a kernel on local buffers. KC(name, (args)): one that
@@ -154,6 +157,10 @@ typedef struct {
   /* issue 11 (runtime/layers.c): w = w * momentum + x * rest in place (rest = 1 - */          \
   /* momentum, rounded once as Keras does): a moving statistic's update           */          \
   K(ema, (float *w, const float *x, size_t n, float momentum, float rest))                     \
+  /* issue 11: the factor a weight constraint scales a vector by, from the sum of */         \
+  /* its squares s: norm = sqrt(s), (rate * clip(norm, lo, hi) + rest * norm) /   */         \
+  /* (1e-7 + norm), rest = 1 - rate (MaxNorm, UnitNorm, MinMaxNorm)               */         \
+  K(clip_norm, (float *f, const float *s, size_t n, float lo, float hi, float rate, float rest)) \
   /* optimizer updates on local shards, Keras 3 semantics; t is the 1-based step */            \
   K(sgd, (float *w, const float *g, float *m, size_t n, float lr, float momentum,              \
           int nesterov))                                                                       \

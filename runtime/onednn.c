@@ -124,17 +124,20 @@ static int conv_desc(dnnl_convolution_desc_t *cd, int kind, const kdrt_window *w
   md_nhwc(&src, mb, w->C, w->H, w->W);
   md_nhwc(&dst, mb, w->K, w->OH, w->OW);
   md_filter(&wts, w, dnnl_format_tag_any);
-  dnnl_dims_t st = {w->sh, w->sw}, pl = {w->pad_t, w->pad_l};
-  dnnl_dims_t pr = {pad_end(w->OH, w->H, w->KH, w->sh, w->pad_t),
-                    pad_end(w->OW, w->W, w->KW, w->sw, w->pad_l)};
+  dnnl_dims_t st = {w->sh, w->sw}, pl = {w->pad_t, w->pad_l}, dl = {w->dil_h, w->dil_w};
+  // the padding at the end, from the dilated kernel's extent
+  int ekh = (w->KH - 1) * (w->dil_h + 1) + 1, ekw = (w->KW - 1) * (w->dil_w + 1) + 1;
+  dnnl_dims_t pr = {pad_end(w->OH, w->H, ekh, w->sh, w->pad_t),
+                    pad_end(w->OW, w->W, ekw, w->sw, w->pad_l)};
   const dnnl_alg_kind_t alg = dnnl_convolution_direct;
   if (kind == KDRT_DNNL_CONV)
-    return ok(dnnl_convolution_forward_desc_init(cd, dnnl_forward_training, alg, &src, &wts, NULL,
-                                                 &dst, st, pl, pr));
+    return ok(dnnl_dilated_convolution_forward_desc_init(cd, dnnl_forward_training, alg, &src,
+                                                         &wts, NULL, &dst, st, dl, pl, pr));
   if (kind == KDRT_DNNL_CONV_DX)
-    return ok(dnnl_convolution_backward_data_desc_init(cd, alg, &src, &wts, &dst, st, pl, pr));
-  return ok(dnnl_convolution_backward_weights_desc_init(cd, alg, &src, &wts, NULL, &dst, st, pl,
-                                                        pr));
+    return ok(dnnl_dilated_convolution_backward_data_desc_init(cd, alg, &src, &wts, &dst, st, dl,
+                                                               pl, pr));
+  return ok(dnnl_dilated_convolution_backward_weights_desc_init(cd, alg, &src, &wts, NULL, &dst,
+                                                                st, dl, pl, pr));
 }
 
 // The primitive descriptor of `kind` for a batch of mb (the backward ones

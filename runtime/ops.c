@@ -767,9 +767,17 @@ static inline void kw_range(int ow, int sw, int pad_l, int KW, int W, int *iw0, 
     *hi = *lo;
 }
 
+// Where kernel column kw of output column ow reads, for a dilated kernel:
+// the input column, or -1 in the padding.
+static inline int dilated_col(int ow, int kw, const kdrt_window *w) {
+  int iw = ow * w->sw - w->pad_l + kw * (w->dil_w + 1);
+  return iw >= 0 && iw < w->W ? iw : -1;
+}
+
 // cols [B*OH*OW, KH*KW*C], row (b,oh,ow), column (kh,kw,c): the input under
 // the kernel, zero where it falls in the padding. For one (kh), the kernel
-// columns in range are adjacent in x (channels last), so each is one memcpy.
+// columns in range are adjacent in x (channels last), so each is one memcpy;
+// with a dilated width, one memcpy per kernel column.
 static void im2col(float *restrict cols, const float *restrict x, const kdrt_window *w) {
   const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW;
   const size_t kwc = (size_t)KW * C;
@@ -783,12 +791,21 @@ static void im2col(float *restrict cols, const float *restrict x, const kdrt_win
         kw_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
         for (int kh = 0; kh < KH; kh++) {
           float *d = dst + kh * kwc;
-          int ih = oh * w->sh - w->pad_t + kh;
-          if (ih < 0 || ih >= H || hi == lo) {
+          int ih = oh * w->sh - w->pad_t + kh * (w->dil_h + 1);
+          if (ih < 0 || ih >= H || (!w->dil_w && hi == lo)) {
             memset(d, 0, kwc * sizeof *d);
             continue;
           }
-          const float *src = x + (((size_t)b * H + ih) * W + iw0 + lo) * C;
+          const float *row = x + ((size_t)b * H + ih) * W * C;
+          if (w->dil_w) {
+            for (int kw = 0; kw < KW; kw++) {
+              int iw = dilated_col(ow, kw, w);
+              if (iw < 0) memset(d + (size_t)kw * C, 0, (size_t)C * sizeof *d);
+              else memcpy(d + (size_t)kw * C, row + (size_t)iw * C, (size_t)C * sizeof *d);
+            }
+            continue;
+          }
+          const float *src = row + (size_t)(iw0 + lo) * C;
           memset(d, 0, (size_t)lo * C * sizeof *d);
           memcpy(d + (size_t)lo * C, src, (size_t)(hi - lo) * C * sizeof *d);
           memset(d + (size_t)hi * C, 0, (size_t)(KW - hi) * C * sizeof *d);
@@ -812,11 +829,23 @@ static void col2im(float *restrict dx, const float *restrict cols, const kdrt_wi
         int iw0, lo, hi;
         kw_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
         for (int kh = 0; kh < KH; kh++) {
-          int ih = oh * w->sh - w->pad_t + kh;
-          if (ih < 0 || ih >= H || hi == lo)
+          int ih = oh * w->sh - w->pad_t + kh * (w->dil_h + 1);
+          if (ih < 0 || ih >= H || (!w->dil_w && hi == lo))
             continue;
+          float *row = dx + ((size_t)b * H + ih) * W * C;
+          if (w->dil_w) {
+            for (int kw = 0; kw < KW; kw++) {
+              int iw = dilated_col(ow, kw, w);
+              if (iw < 0) continue;
+              const float *s = src + kh * kwc + (size_t)kw * C;
+              float *d = row + (size_t)iw * C;
+              for (int c = 0; c < C; c++)
+                d[c] += s[c];
+            }
+            continue;
+          }
           const float *s = src + kh * kwc + (size_t)lo * C;
-          float *d = dx + (((size_t)b * H + ih) * W + iw0 + lo) * C;
+          float *d = row + (size_t)(iw0 + lo) * C;
           const size_t n = (size_t)(hi - lo) * C;
           for (size_t i = 0; i < n; i++)
             d[i] += s[i];

@@ -148,6 +148,76 @@ Test(graph, embedding_mask_zero) {
                "(kdcc has no masks yet): the model would train without its padding mask\n");
 }
 
+// issue 11: regularizers other than L1, L2 and L1L2 are named, at the option
+Test(graph, regularizer_unsupported) {
+  expect_error("tests/bad/regularizer_orthogonal.json", NULL,
+               "tests/bad/regularizer_orthogonal.json:4:98: error: layer 'd': regularizer "
+               "'OrthogonalRegularizer' of 'kernel_regularizer' is not supported (only L1, L2 "
+               "and L1L2)\n");
+  expect_error("tests/bad/regularizer_factor.json", NULL,
+               "tests/bad/regularizer_factor.json:4:136: error: layer 'd': 'l2' must be a "
+               "finite number\n");
+}
+
+// issue 11: Conv1D keeps Keras's kernel [k, cin, cout]; 'causal' keeps the
+// steps, a stride 2 'same' halves them (rounding up), 'valid' drops k - 1
+Test(graph, conv1d_shapes) {
+  opt_quiet_warnings = true;
+  Model *m = load_model("tests/gradcheck/conv1d.json");
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 4);
+  cr_assert_str_eq(g->vars[0]->path, "causal/kernel");
+  cr_assert_eq(g->vars[0]->shape.rank, 3);
+  cr_assert_eq(g->vars[0]->shape.d[1], 3);
+  cr_assert_eq(g->vars[2]->shape.d[0], 2, "same/kernel [2, 4, 8]");
+  const int64_t steps[] = {9, 5, 3};
+  for (int i = 0; i < 3; i++) {
+    const Node *y = m->layers[i + 1]->node;
+    cr_assert_eq(y->shape.rank, 3);
+    cr_assert_eq(y->shape.d[1], steps[i], "layer %d: %lld steps", i, (long long)y->shape.d[1]);
+  }
+  expect_error("tests/bad/conv1d_dilation.json", NULL,
+               "tests/bad/conv1d_dilation.json:4:114: error: layer 'c': Conv1D cannot have "
+               "both strides and dilation_rate over 1\n");
+  expect_error("tests/bad/conv2d_groups.json", NULL,
+               "tests/bad/conv2d_groups.json:4:107: error: layer 'c': groups=3 must divide the "
+               "input channels (4) and filters (4)\n");
+}
+
+// issue 11: Conv2DTranspose's options kdcc lacks are named
+Test(graph, conv_transpose_output_padding) {
+  expect_error("tests/bad/conv_transpose_output_padding.json", NULL,
+               "tests/bad/conv_transpose_output_padding.json:4:138: error: layer 't': "
+               "'output_padding' is not supported\n");
+}
+
+// issue 11: constraints other than Keras's four, and axes the variable lacks
+Test(graph, constraint_unsupported) {
+  expect_error("tests/bad/constraint_kernel.json", NULL,
+               "tests/bad/constraint_kernel.json:4:97: error: layer 'd': constraint 'Clip' of "
+               "'kernel_constraint' is not supported (only NonNeg, MaxNorm, UnitNorm and "
+               "MinMaxNorm)\n");
+  expect_error("tests/bad/constraint_axis.json", NULL,
+               "tests/bad/constraint_axis.json:4:162: error: layer 'd': 'kernel_constraint' axis "
+               "must be integers in [-2, 2) for 'd/kernel' of rank 2\n");
+}
+
+// A penalty per regularized variable, summed into the loss the steps report
+// and differentiate: "loss" is the compiled loss plus the regularization.
+Test(graph, regularizers_join_the_loss) {
+  opt_quiet_warnings = true;
+  Model *m = load_model("tests/gradcheck/regularizers.json");
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 4);
+  cr_assert_not_null(g->penalty);
+  cr_assert_str_eq(g->logs[0].name, "loss");
+  cr_assert_eq(g->logs[0].node->op, OP_ADD);
+  cr_assert_eq(g->logs[0].node->in[1], g->penalty);
+  cr_assert_str_eq(g->logs[0].node->in[0]->name, "compiled_loss");
+  Var *k = g->vars[0];
+  cr_assert_str_eq(k->path, "conv/kernel");
+  cr_assert_float_eq(k->l1, 0.01, 1e-12);
+  cr_assert_float_eq(k->l2, 0.0, 1e-12);
+}
+
 // More memory per device than --max-memory (default: this machine's): an error at the
 // largest tensor's layer, naming the largest three.
 Test(graph, memory_over_the_limit) {

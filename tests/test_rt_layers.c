@@ -112,6 +112,18 @@ Test(act, rsqrt_is_batch_norms_inverse_deviation) {
   }
 }
 
+// The L1 regularizer's |w|: JAX's derivative is select(w >= 0, 1, -1), so 1 at 0.
+Test(act, abs_is_jaxs_at_zero) {
+  float x[3] = {-2.0f, 0.0f, 3.0f}, y[3], dx[3], ones[3] = {1, 1, 1};
+  kdrt_act(KDRT_ACT_ABS, y, x, 3);
+  kdrt_act_grad(KDRT_ACT_ABS, dx, ones, x, NULL, 3);
+  float ty[3] = {2.0f, 0.0f, 3.0f}, td[3] = {-1.0f, 1.0f, 1.0f};
+  for (int i = 0; i < 3; i++) {
+    cr_expect_float_eq(y[i], ty[i], 0.0f, "abs(%g) = %g", x[i], y[i]);
+    cr_expect_float_eq(dx[i], td[i], 0.0f, "abs'(%g) = %g", x[i], dx[i]);
+  }
+}
+
 // ---------------------------------------------------------------- ema
 
 Test(ema, keras_moving_average) {
@@ -139,4 +151,20 @@ Test(attention_mask, zeros_mask_every_head) {
     cr_expect_eq(yi[i], want[i], "int32 mask [%d]: %g", i, yi[i]);
     cr_expect_eq(yf[i], want[i], "float mask [%d]: %g", i, yf[i]);
   }
+}
+
+// ---------------------------------------------------------------- clip_norm
+
+// A weight constraint's scale from a sum of squares: MaxNorm(2) leaves a
+// norm under 2 (almost) alone and brings 5 down to 2; UnitNorm makes it 1;
+// MinMaxNorm(1, 2, rate 0.5) moves a norm of 4 half way to 2.
+Test(clip_norm, keras_norm_constraints) {
+  float s[3] = {1.0f, 25.0f, 16.0f}, f[3];
+  kdrt_clip_norm(f, s, 2, 0.0f, 2.0f, 1.0f, 0.0f);
+  cr_expect_float_eq(f[0], 1.0f / (1e-7f + 1.0f), 1e-7f, "MaxNorm under the limit: %g", f[0]);
+  cr_expect_float_eq(f[1] * 5.0f, 2.0f, 1e-6f, "MaxNorm over the limit: %g", f[1]);
+  kdrt_clip_norm(f, s + 1, 1, 1.0f, 1.0f, 1.0f, 0.0f);
+  cr_expect_float_eq(f[0] * 5.0f, 1.0f, 1e-6f, "UnitNorm: %g", f[0]);
+  kdrt_clip_norm(f, s + 2, 1, 1.0f, 2.0f, 0.5f, 0.5f);
+  cr_expect_float_eq(f[0] * 4.0f, 3.0f, 1e-6f, "MinMaxNorm: %g", f[0]);
 }

@@ -11,6 +11,7 @@
 // with the classes cut into 1, 2 and 4 blocks as ranks would hold them.
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -354,11 +355,12 @@ Test(loss, accuracy) {
 
 typedef struct {
   int B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW;
+  int dh, dw; // dilation minus 1 (kdrt_window's convention)
 } conv_shape;
 
 static conv_shape conv_make(int B, int H, int W, int C, int KH, int KW, int K, int sh, int sw,
                             int same) {
-  conv_shape s = {B, H, W, C, KH, KW, K, sh, sw, 0, 0, 0, 0};
+  conv_shape s = {B, H, W, C, KH, KW, K, sh, sw, 0, 0, 0, 0, 0, 0};
   if (same) {
     s.OH = (H + sh - 1) / sh;
     s.OW = (W + sw - 1) / sw;
@@ -375,7 +377,7 @@ static conv_shape conv_make(int B, int H, int W, int C, int KH, int KW, int K, i
 // The runtime's description of the same window op.
 static kdrt_window window_of(const conv_shape *s) {
   kdrt_window w = {s->B, s->H,  s->W,  s->C,  s->KH, s->KW, s->K,
-                   s->sh, s->sw, s->pt, s->pl, s->OH, s->OW};
+                   s->sh, s->sw, s->pt, s->pl, s->OH, s->OW, s->dh, s->dw};
   return w;
 }
 
@@ -397,7 +399,8 @@ static void conv_naive(const conv_shape *s, const float *x, const float *f, cons
       for (int ow = 0; ow < s->OW; ow++)
         for (int kh = 0; kh < s->KH; kh++)
           for (int kw = 0; kw < s->KW; kw++) {
-            int ih = oh * s->sh - s->pt + kh, iw = ow * s->sw - s->pl + kw;
+            int ih = oh * s->sh - s->pt + kh * (s->dh + 1);
+            int iw = ow * s->sw - s->pl + kw * (s->dw + 1);
             if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W)
               continue;
             for (int c = 0; c < s->C; c++)
@@ -412,6 +415,57 @@ static void conv_naive(const conv_shape *s, const float *x, const float *f, cons
           }
 }
 
+// issue 11: dilated kernels ('same' as Keras pads them: from the dilated
+// extent), the width dilated or not (ops.c's two im2col paths).
+static conv_shape conv_dilated(int B, int H, int W, int C, int KH, int KW, int K, int dh, int dw,
+                               int same) {
+  int eh = (KH - 1) * dh + 1, ew = (KW - 1) * dw + 1;
+  conv_shape s = {B, H, W, C, KH, KW, K, 1, 1, 0, 0, H - eh + 1, W - ew + 1, dh - 1, dw - 1};
+  if (same) s.OH = H, s.OW = W, s.pt = (eh - 1) / 2, s.pl = (ew - 1) / 2;
+  return s;
+}
+
+static void conv_check(const conv_shape *sp, const char *what) {
+  const conv_shape s = *sp;
+  float *x = rand_buf(xs(&s), -1, 1), *f = rand_buf(fs(&s), -1, 1);
+  float *dy = rand_buf(ys(&s), -1, 1), *scratch = malloc(ss(&s) * sizeof(float));
+  float *y = malloc(ys(&s) * sizeof(float)), *dx = malloc(xs(&s) * sizeof(float));
+  float *dw = malloc(fs(&s) * sizeof(float));
+  double *ry = malloc(ys(&s) * sizeof(double)), *rdx = malloc(xs(&s) * sizeof(double));
+  double *rdw = malloc(fs(&s) * sizeof(double));
+  conv_naive(&s, x, f, dy, ry, rdx, rdw);
+  const kdrt_window cw = window_of(&s);
+  kdrt_conv2d(&cw, y, x, f, scratch);
+  for (size_t i = 0; i < xs(&s); i++) // dx must be overwritten, not accumulated
+    dx[i] = 1e3f;
+  kdrt_conv2d_dx(&cw, dx, dy, f, scratch);
+  kdrt_conv2d_dw(&cw, dw, x, dy, scratch);
+  cr_expect(max_abs_diff(y, ry, ys(&s)) < 1e-4, "%s: y off by %g", what,
+            max_abs_diff(y, ry, ys(&s)));
+  cr_expect(max_abs_diff(dx, rdx, xs(&s)) < 1e-4, "%s: dx off by %g", what,
+            max_abs_diff(dx, rdx, xs(&s)));
+  cr_expect(max_abs_diff(dw, rdw, fs(&s)) < 1e-4, "%s: dw off by %g", what,
+            max_abs_diff(dw, rdw, fs(&s)));
+  free(x), free(f), free(dy), free(scratch), free(y), free(dx), free(dw);
+  free(ry), free(rdx), free(rdw);
+}
+
+Test(conv2d, dilated_matches_naive) {
+  // B H W C KH KW K dh dw same
+  static const int cases[][10] = {
+      {2, 9, 8, 3, 3, 3, 4, 2, 2, 0}, {2, 9, 8, 3, 3, 3, 4, 2, 2, 1},
+      {2, 9, 7, 3, 3, 2, 4, 3, 1, 1}, {1, 11, 1, 2, 3, 1, 3, 4, 1, 0}, // Conv1D's view
+      {1, 6, 9, 2, 2, 3, 3, 1, 3, 1},
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    const int *a = cases[t];
+    conv_shape s = conv_dilated(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9]);
+    char what[32];
+    snprintf(what, sizeof what, "dilated case %zu", t);
+    conv_check(&s, what);
+  }
+}
+
 Test(conv2d, matches_naive_valid_same_strides) {
   // B H W C KH KW K sh sw same
   static const int cases[][10] = {
@@ -423,27 +477,9 @@ Test(conv2d, matches_naive_valid_same_strides) {
   for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
     const int *a = cases[t];
     conv_shape s = conv_make(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9]);
-    float *x = rand_buf(xs(&s), -1, 1), *f = rand_buf(fs(&s), -1, 1);
-    float *dy = rand_buf(ys(&s), -1, 1), *scratch = malloc(ss(&s) * sizeof(float));
-    float *y = malloc(ys(&s) * sizeof(float)), *dx = malloc(xs(&s) * sizeof(float));
-    float *dw = malloc(fs(&s) * sizeof(float));
-    double *ry = malloc(ys(&s) * sizeof(double)), *rdx = malloc(xs(&s) * sizeof(double));
-    double *rdw = malloc(fs(&s) * sizeof(double));
-    conv_naive(&s, x, f, dy, ry, rdx, rdw);
-    const kdrt_window cw = window_of(&s);
-    kdrt_conv2d(&cw, y, x, f, scratch);
-    for (size_t i = 0; i < xs(&s); i++) // dx must be overwritten, not accumulated
-      dx[i] = 1e3f;
-    kdrt_conv2d_dx(&cw, dx, dy, f, scratch);
-    kdrt_conv2d_dw(&cw, dw, x, dy, scratch);
-    cr_expect(max_abs_diff(y, ry, ys(&s)) < 1e-4, "case %zu: y off by %g", t,
-              max_abs_diff(y, ry, ys(&s)));
-    cr_expect(max_abs_diff(dx, rdx, xs(&s)) < 1e-4, "case %zu: dx off by %g", t,
-              max_abs_diff(dx, rdx, xs(&s)));
-    cr_expect(max_abs_diff(dw, rdw, fs(&s)) < 1e-4, "case %zu: dw off by %g", t,
-              max_abs_diff(dw, rdw, fs(&s)));
-    free(x), free(f), free(dy), free(scratch), free(y), free(dx), free(dw);
-    free(ry), free(rdx), free(rdw);
+    char what[32];
+    snprintf(what, sizeof what, "case %zu", t);
+    conv_check(&s, what);
   }
 }
 
@@ -576,7 +612,7 @@ Test(maxpool, ties_go_to_first_and_many_channels) {
     dy[c] = (float)c;
     x[3 * C + c] = c % 2 ? 3.0f : 4.0f; // even channels: the last pixel wins
   }
-  const kdrt_window pw = {1, 2, 2, C, 2, 2, C, 2, 2, 0, 0, 1, 1};
+  const kdrt_window pw = {1, 2, 2, C, 2, 2, C, 2, 2, 0, 0, 1, 1, 0, 0};
   kdrt_maxpool(&pw, y, x);
   kdrt_maxpool_grad(&pw, dx, dy, x);
   for (int c = 0; c < C; c++) {

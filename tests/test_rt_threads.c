@@ -219,8 +219,8 @@ Test(threads, matmul_blocks) {
 
 Test(threads, conv_and_pool) {
   // the CNN's second conv and pool, on a batch of 32
-  const kdrt_window cw = {32, 13, 13, 8, 3, 3, 16, 1, 1, 1, 1, 13, 13};
-  const kdrt_window pw = {32, 26, 26, 8, 2, 2, 8, 2, 2, 0, 0, 13, 13};
+  const kdrt_window cw = {32, 13, 13, 8, 3, 3, 16, 1, 1, 1, 1, 13, 13, 0, 0};
+  const kdrt_window pw = {32, 26, 26, 8, 2, 2, 8, 2, 2, 0, 0, 13, 13, 0, 0};
   const size_t nx = 32 * 13 * 13 * 8, ny = 32 * 13 * 13 * 16, nf = 3 * 3 * 8 * 16;
   float *x = rand_buf(nx, -1, 1), *f = rand_buf(nf, -1, 1), *dy = rand_buf(ny, -1, 1);
   float *y = malloc(ny * sizeof(float)), *dx = malloc(nx * sizeof(float));

@@ -10,6 +10,7 @@
 
 typedef struct {
   int B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW;
+  int dh, dw; // the kernel's dilation (1: none)
 } conv_geom;
 
 static int pointwise(const conv_geom &g) {
@@ -24,7 +25,7 @@ __global__ static void im2col_kernel(float *cols, const float *x, conv_geom g) {
     size_t m = e / kc, k = e % kc;
     int c = (int)(k % g.C), kw = (int)(k / g.C % g.KW), kh = (int)(k / ((size_t)g.C * g.KW));
     int ow = (int)(m % g.OW), oh = (int)(m / g.OW % g.OH), b = (int)(m / ((size_t)g.OW * g.OH));
-    int ih = oh * g.sh - g.pad_t + kh, iw = ow * g.sw - g.pad_l + kw;
+    int ih = oh * g.sh - g.pad_t + kh * g.dh, iw = ow * g.sw - g.pad_l + kw * g.dw;
     cols[e] = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W
                   ? x[(((size_t)b * g.H + ih) * g.W + iw) * g.C + c]
                   : 0.0f;
@@ -39,12 +40,12 @@ __global__ static void col2im_kernel(float *dx, const float *cols, conv_geom g) 
     int b = (int)(e / ((size_t)g.C * g.W * g.H));
     float s = 0.0f;
     for (int kh = g.KH - 1; kh >= 0; kh--) {
-      int t = ih + g.pad_t - kh;
+      int t = ih + g.pad_t - kh * g.dh;
       if (t < 0 || t % g.sh) continue;
       int oh = t / g.sh;
       if (oh >= g.OH) continue;
       for (int kw = g.KW - 1; kw >= 0; kw--) {
-        int u = iw + g.pad_l - kw;
+        int u = iw + g.pad_l - kw * g.dw;
         if (u < 0 || u % g.sw) continue;
         int ow = u / g.sw;
         if (ow >= g.OW) continue;
@@ -57,7 +58,8 @@ __global__ static void col2im_kernel(float *dx, const float *cols, conv_geom g) 
 }
 
 static conv_geom geom(const kdrt_window *w) {
-  conv_geom g = {w->B, w->H, w->W, w->C, w->KH, w->KW, w->sh, w->sw, w->pad_t, w->pad_l, w->OH, w->OW};
+  conv_geom g = {w->B,  w->H,  w->W,     w->C,     w->KH, w->KW,          w->sh,
+                 w->sw, w->pad_t, w->pad_l, w->OH, w->OW, w->dil_h + 1, w->dil_w + 1};
   return g;
 }
 

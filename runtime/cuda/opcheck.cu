@@ -306,7 +306,7 @@ static void check_conv(void) {
     char name[96];
     snprintf(name, sizeof name, "[%d,%d,%d,%d] k%dx%d s%d p%d,%d", B, H, W, C, KH, KW, sh, pt, pl);
     char full[128];
-    const kdrt_window w = {B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW};
+    const kdrt_window w = {B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, 0, 0};
     kdrt_conv2d(&w, hy, hx, hf, hs);
     kdrt_cuda_conv2d(D, &w, y, x, f, s);
     snprintf(full, sizeof full, "conv2d %s", name);
@@ -342,7 +342,7 @@ static void check_pool(void) {
     for (size_t i = 0; i < nx; i += 7) hx[i] = 0.25f; // ties: the first maximum must win
     float *x = dev(hx, nx), *dy = dev(hdy, ny), *y = kdrt_cuda_alloc(ny), *dx = kdrt_cuda_alloc(nx);
     char name[96];
-    const kdrt_window w = {B, H, W, C, PH, PW, C, sh, sw, pt, pl, OH, OW};
+    const kdrt_window w = {B, H, W, C, PH, PW, C, sh, sw, pt, pl, OH, OW, 0, 0};
     kdrt_maxpool(&w, hy, hx);
     kdrt_cuda_maxpool(D, &w, y, x);
     snprintf(name, sizeof name, "maxpool [%d,%d,%d,%d] %dx%d s%d p%d", B, H, W, C, PH, PW, sh, pt);

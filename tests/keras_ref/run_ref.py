@@ -64,6 +64,36 @@ Cases (model, distribution spec from models/):
                                                              int32 input (0/1), with and without
                                                              use_causal_mask; heads split
     attn_mask_dp    attn_mask      attn_mask_dp.dist.json    DataParallel (8,)
+    regularized     regularized    regularized.dist.json     ModelParallel (2,4)  L1/L2/L1L2 regularizers
+                                                             on conv, dense, embedding and layer norm
+                                                             variables, activity regularizers; the
+                                                             regularized variables split
+    regularized_dp  regularized    regularized_dp.dist.json  DataParallel (8,)
+    constrained     constrained    constrained.dist.json     ModelParallel (2,4)  NonNeg, MaxNorm, UnitNorm,
+                                                             MinMaxNorm after every update; the
+                                                             norms' sums over split dims
+    constrained_dp  constrained    constrained_dp.dist.json  DataParallel (8,)
+    conv1d          conv1d         conv1d.dist.json          ModelParallel (2,4)  Conv1D causal, same
+                                                             (strided), valid; output channels split,
+                                                             then input channels
+    conv1d_dp       conv1d         conv1d_dp.dist.json       DataParallel (8,)
+    dilated         dilated        dilated.dist.json         ModelParallel (2,4)  dilation_rate on Conv2D
+                                                             (same; valid, width only) and Conv1D
+                                                             (causal, same); channels split
+    dilated_dp      dilated        dilated_dp.dist.json      DataParallel (8,)
+    transposed      transposed     transposed.dist.json      ModelParallel (2,4)  Conv2DTranspose same
+                                                             (strided) and valid (stride over the
+                                                             kernel); filters split, then input
+                                                             channels
+    transposed_dp   transposed     transposed_dp.dist.json   DataParallel (8,)
+    grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
+                                                             grouped_dp's numbers: filters split
+    grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
+                                                             DepthwiseConv2D (depth_multiplier 2,
+                                                             strides 2), SeparableConv2D; no
+                                                             ModelParallel case:
+                                                             XLA aborts on a grouped conv under
+                                                             the (2,4) mesh
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
@@ -202,6 +232,12 @@ DATA = {
     "einsum": (64, 2),
     "rev_emb": (64, 2),
     "attn_mask": (64, 2),
+    "regularized": (64, 2),
+    "constrained": (64, 2),
+    "conv1d": (64, 2),
+    "dilated": (64, 2),
+    "grouped": (64, 2),
+    "transposed": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -335,6 +371,17 @@ CASES = {
     "rev_emb_dp": ("rev_emb", "rev_emb_dp"),
     "attn_mask": ("attn_mask", "attn_mask"),
     "attn_mask_dp": ("attn_mask", "attn_mask_dp"),
+    "regularized": ("regularized", "regularized"),
+    "regularized_dp": ("regularized", "regularized_dp"),
+    "constrained": ("constrained", "constrained"),
+    "constrained_dp": ("constrained", "constrained_dp"),
+    "conv1d": ("conv1d", "conv1d"),
+    "conv1d_dp": ("conv1d", "conv1d_dp"),
+    "dilated": ("dilated", "dilated"),
+    "dilated_dp": ("dilated", "dilated_dp"),
+    "grouped_dp": ("grouped", "grouped_dp"),
+    "transposed": ("transposed", "transposed"),
+    "transposed_dp": ("transposed", "transposed_dp"),
 }
 
 
@@ -624,6 +671,37 @@ def run_case(case, out, hlo):
     return ref
 
 
+# kdcc-only cases: another layout checked against a Keras case's numbers
+# (which do not depend on the mesh), where Keras cannot run the layout
+# itself. case -> (Keras's case, spec).
+DERIVED_CASES = {
+    # XLA aborts on a grouped convolution under a (2,4) mesh
+    "grouped_mp": ("grouped_dp", mm.model_parallel({
+        "conv2d/kernel": [None, None, None, "model"],
+        "depthwise_conv2d/kernel": [None, None, "model", None],
+        "depthwise_conv2d/bias": ["model"],
+        "separable_conv2d/depthwise_kernel": [None, None, "model", None],
+        "separable_conv2d/pointwise_kernel": [None, None, None, "model"],
+    })),
+}
+
+
+def write_derived(case, out):
+    """DERIVED_CASES[case]: its Keras case's JSON under another spec."""
+    src, spec = DERIVED_CASES[case]
+    mdir = os.path.join(out, CASES[src][0])
+    ref = json.load(open(os.path.join(mdir, src + ".json")))
+    ref.update(case=case, distribution=case + ".dist.json",
+               devices=int(np.prod(spec["device_mesh"]["shape"])),
+               kdcc_args=["model.keras", "--distribution", case + ".dist.json",
+                          "--batch-size", str(BATCH)],
+               derived_from=f"{src}'s Keras run: Keras cannot run this layout")
+    for path, obj in ((case + ".dist.json", spec), (case + ".json", ref)):
+        with open(os.path.join(mdir, path), "w") as f:
+            json.dump(obj, f, indent=2 if path.endswith("dist.json") else 1)
+            f.write("\n")
+
+
 def fit_spec(model_name, stem):
     return mm.DP_8 if stem == "dp8" else mm.MODELS[model_name]["dists"][stem]
 
@@ -898,6 +976,9 @@ def main():
             run_fit_case(case, args.out)
         else:
             run_case(case, args.out, args.hlo)
+    for case, (src, _spec) in DERIVED_CASES.items():
+        if src in args.cases:
+            write_derived(case, args.out)
     if args.check:
         return check(args.out, args.check, args.rtol, args.cases)
     return 0

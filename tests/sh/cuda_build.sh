@@ -55,6 +55,13 @@ build per_token_dist models/per_token.json --distribution models/per_token.dist.
 build two_heads_dist models/two_heads.json --distribution models/two_heads.dist.json --batch-size 16
 build attention_dist tests/gradcheck/attention.json --distribution tests/good/attention.dist.json --batch-size 16
 build gated_dist tests/gradcheck/gated.json --distribution tests/good/gated.dist.json --batch-size 16
+# issue 11: regularizers (abs, penalties into the loss), constraints (clip_norm, assign)
+build regularizers_dist tests/gradcheck/regularizers.json --distribution tests/good/regularizers.dist.json --batch-size 16
+build constrained_dist tests/gradcheck/constrained.json --distribution tests/good/constrained.dist.json --batch-size 16
+build conv1d_dist tests/gradcheck/conv1d.json --distribution tests/good/conv1d.dist.json --batch-size 16
+build dilated_dist tests/gradcheck/dilated.json --distribution tests/good/dilated.dist.json --batch-size 16
+build grouped_dist tests/gradcheck/grouped.json --distribution tests/good/grouped.dist.json --batch-size 16
+build transpose_dist tests/gradcheck/transpose.json --distribution tests/good/transpose.dist.json --batch-size 16
 build cnn_tf32 models/cnn.json --distribution models/cnn.dist.json --batch-size 16 --precision tf32
 # The command line refuses what it cannot do, with a message.
 if ./kdcc models/cnn.json --target cuda --cuda-arch 90 -S $out/a 2>$out/err.txt; then

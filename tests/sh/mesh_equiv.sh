@@ -84,4 +84,17 @@ check ../tests/gradcheck/acts_pool ../tests/good/acts_pool.dist.json 16 data=1,m
 check ../tests/gradcheck/pools ../tests/good/pools.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
 # issue 11: BatchNormalization (global batch statistics; evaluate on the moving ones)
 check ../tests/gradcheck/batchnorm ../tests/good/batchnorm.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
+# issue 11: L1/L2/L1L2 and activity regularizers, their penalties partial sums over the
+# split kernels' dims (conv channels, embedding columns, dense rows split over 'model')
+check ../tests/gradcheck/regularizers ../tests/good/regularizers.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: weight constraints after every update, the norms' sums over split rows all-reduced
+check ../tests/gradcheck/constrained ../tests/good/constrained.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Conv1D (causal, strided same, valid) on [b, steps, 1, c] views, channels split
+check ../tests/gradcheck/conv1d ../tests/good/conv1d.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: dilated Conv2D and Conv1D (dilation_rate), channels split
+check ../tests/gradcheck/dilated ../tests/good/dilated.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Conv2D groups and DepthwiseConv2D (slices of the channels, convolved, concatenated)
+check ../tests/gradcheck/grouped ../tests/good/grouped.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Conv2DTranspose (the conv's input gradient as a layer), filters and input channels split
+check ../tests/gradcheck/transpose ../tests/good/transpose.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail
