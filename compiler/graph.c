@@ -154,20 +154,27 @@ static double reg_factor(Layer *l, json_t *cfg, const char *key, double def) {
 }
 
 // Layer option `key`'s factors into *l1 and *l2 (untouched when it is absent).
+// Layer option `key` given as Keras gives a regularizer or a constraint: a
+// name, or a class envelope whose config goes to *cfg (NULL for a name).
+// NULL when absent; `what` names the kind in the error for anything else.
+static const char *option_class(Layer *l, const char *key, const char *what, json_t **j,
+                                json_t **cfg) {
+  *j = json_object_get(l->cfg, key);
+  *cfg = NULL;
+  if (!*j || json_is_null(*j)) return NULL;
+  if (json_is_string(*j)) return json_string_value(*j);
+  if (!json_is_object(*j))
+    error_at(jloc(*j), "layer '%s': '%s' must be a string or a %s", l->name, key, what);
+  json_t *cn = json_object_get(*j, "class_name");
+  if (!json_is_string(cn)) error_at(jloc(*j), "layer '%s': '%s' has no class_name", l->name, key);
+  *cfg = json_object_get(*j, "config");
+  return json_string_value(cn);
+}
+
 static void parse_regularizer(Layer *l, const char *key, double *l1, double *l2) {
-  json_t *j = json_object_get(l->cfg, key);
-  if (!j || json_is_null(j)) return;
-  const char *cls = json_is_string(j) ? json_string_value(j) : NULL;
-  json_t *cfg = NULL;
-  if (json_is_object(j)) {
-    json_t *cn = json_object_get(j, "class_name");
-    if (!json_is_string(cn))
-      error_at(jloc(j), "layer '%s': '%s' has no class_name", l->name, key);
-    cls = json_string_value(cn);
-    cfg = json_object_get(j, "config");
-  } else if (!cls) {
-    error_at(jloc(j), "layer '%s': '%s' must be a string or a regularizer", l->name, key);
-  }
+  json_t *j, *cfg;
+  const char *cls = option_class(l, key, "regularizer", &j, &cfg);
+  if (!cls) return;
   if (!strcmp(cls, "L1") || !strcmp(cls, "l1")) {
     *l1 = reg_factor(l, cfg, "l1", 0.01);
   } else if (!strcmp(cls, "L2") || !strcmp(cls, "l2")) {
@@ -181,7 +188,6 @@ static void parse_regularizer(Layer *l, const char *key, double *l1, double *l2)
   }
 }
 
-// A variable's regularizer: the option beside its initializer.
 // ---- issue 11: constraints
 // Keras's NonNeg, MaxNorm(max_value=2, axis=0), UnitNorm(axis=0) and
 // MinMaxNorm(min_value=0, max_value=1, rate=1, axis=0), as an envelope or
@@ -204,18 +210,9 @@ static void parse_constraint_axes(Layer *l, json_t *cfg, const char *key, Var *v
 }
 
 static void parse_constraint(Layer *l, const char *key, Var *v) {
-  json_t *j = json_object_get(l->cfg, key);
-  if (!j || json_is_null(j)) return;
-  const char *cls = json_is_string(j) ? json_string_value(j) : NULL;
-  json_t *cfg = NULL;
-  if (json_is_object(j)) {
-    json_t *cn = json_object_get(j, "class_name");
-    if (!json_is_string(cn)) error_at(jloc(j), "layer '%s': '%s' has no class_name", l->name, key);
-    cls = json_string_value(cn);
-    cfg = json_object_get(j, "config");
-  } else if (!cls) {
-    error_at(jloc(j), "layer '%s': '%s' must be a string or a constraint", l->name, key);
-  }
+  json_t *j, *cfg;
+  const char *cls = option_class(l, key, "constraint", &j, &cfg);
+  if (!cls) return;
   v->constraint = CONS_NORM;
   if (!strcmp(cls, "NonNeg") || !strcmp(cls, "non_neg")) {
     v->constraint = CONS_NON_NEG;
