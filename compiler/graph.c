@@ -925,10 +925,8 @@ static Node *einsum_bias(Graph *g, Layer *l, const Einsum *e, Node *y) {
 // the output's, so that a layout of the kernel's dims propagates through
 // DOT's rule.
 static Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
-  static const char *const no[] = {"kernel_regularizer", "bias_regularizer",
-                                   "activity_regularizer", "kernel_constraint",
-                                   "bias_constraint", "lora_rank", "quantization_config"};
-  check_none(l, no, 7);
+  static const char *const no[] = {"lora_rank", "quantization_config"};
+  check_none(l, no, 2);
   json_t *eq = json_object_get(l->cfg, "equation");
   Einsum e;
   parse_einsum(l, eq, x->shape.rank, &e);

@@ -357,19 +357,28 @@ def einsum():
     # heads and back (bias over two axes, over one), a trailing ellipsis with
     # a bias broadcast over it, a kernel dim that is also the output's (a
     # dot_general batch dim), a transposed kernel, a leading ellipsis, an
-    # input dim summed over; gelu exact and keras_hub's gelu_approximate.
+    # input dim summed over; gelu exact and keras_hub's gelu_approximate;
+    # regularizers on a split kernel (a partial sum), a bias and an
+    # activity, and a constraint on a transposed kernel.
     from keras_hub.src.utils.keras_utils import gelu_approximate
     x = keras.Input((6, 8), name="x")
     h = layers.EinsumDense("abc,cde->abde", output_shape=(6, 4, 3),
-                           bias_axes="de", activation="gelu", name="e1")(x)
+                           bias_axes="de", activation="gelu",
+                           kernel_regularizer=keras.regularizers.L2(0.01),
+                           name="e1")(x)
     h = layers.EinsumDense("abcd,cde->abe", output_shape=(6, 8),
                            bias_axes="e", name="e2")(h)
     h = layers.EinsumDense("ab...,bc->ac...", output_shape=(4,),
-                           bias_axes="c", activation="tanh", name="e3")(h)
+                           bias_axes="c", activation="tanh",
+                           bias_regularizer=keras.regularizers.L1(0.02),
+                           name="e3")(h)
     h = layers.EinsumDense("abc,bcd->abd", output_shape=(4, 8), bias_axes="d",
                            activation=gelu_approximate, name="e4")(h)
-    h = layers.EinsumDense("abc,dc->abd", output_shape=(4, 8), name="e5")(h)
+    h = layers.EinsumDense("abc,dc->abd", output_shape=(4, 8),
+                           kernel_constraint=keras.constraints.MaxNorm(0.5),
+                           name="e5")(h)
     h = layers.EinsumDense("...b,bc->...c", output_shape=(8,), bias_axes="c",
+                           activity_regularizer=keras.regularizers.L1L2(1e-3, 1e-3),
                            name="e6")(h)
     out = layers.EinsumDense("abc,cd->ad", output_shape=(4,), name="e7")(h)
     model = keras.Model(x, out, name="einsum")

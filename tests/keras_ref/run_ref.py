@@ -54,7 +54,7 @@ Cases (model, distribution spec from models/):
     einsum          einsum         einsum.dist.json          ModelParallel (2,4)  EinsumDense in every
                                                              form (ellipses, bias axes, a batch dim,
                                                              a transposed kernel, a summed dim),
-                                                             gelu_approximate
+                                                             gelu_approximate, regularizers, MaxNorm
     einsum_dp       einsum         einsum_dp.dist.json       DataParallel (8,)
     rev_emb         rev_emb        rev_emb.dist.json         ModelParallel (2,4)  ReversibleEmbedding tied
                                                              and untied (soft cap), tables split on
