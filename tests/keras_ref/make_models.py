@@ -536,6 +536,45 @@ def transposed():
     return sparse_classifier(x, out, "transposed")
 
 
+def lenet():
+    # issue 11: LeNet-5 as first written: the 28x28 digits zero-padded to
+    # 32x32, tanh convolutions, average pooling.
+    x = keras.Input((28, 28, 1), name="image")
+    y = layers.ZeroPadding2D(2, name="pad")(x)
+    y = layers.Conv2D(6, 5, activation="tanh", name="c1")(y)
+    y = layers.AveragePooling2D(2, name="s2")(y)
+    y = layers.Conv2D(16, 5, activation="tanh", name="c3")(y)
+    y = layers.AveragePooling2D(2, name="s4")(y)
+    y = layers.Flatten(name="flatten")(y)
+    y = layers.Dense(120, activation="tanh", name="f5")(y)
+    y = layers.Dense(84, activation="tanh", name="f6")(y)
+    out = layers.Dense(10, activation="softmax", name="out")(y)
+    return sparse_classifier(x, out, "lenet")
+
+
+def mobilenet():
+    # issue 11: MobileNet's blocks: a strided stem, a depthwise-separable
+    # block, then an inverted residual (1x1 expansion, depthwise, linear 1x1
+    # projection, Add), each convolution followed by batch norm and ReLU6.
+    def bn_relu6(t, name, relu=True):
+        t = layers.BatchNormalization(momentum=0.9, name=name + "_bn")(t)
+        return layers.ReLU(6.0, name=name + "_relu")(t) if relu else t
+    x = keras.Input((16, 16, 3), name="image")
+    y = bn_relu6(layers.Conv2D(8, 3, strides=2, padding="same", use_bias=False,
+                               name="stem")(x), "stem")
+    y = bn_relu6(layers.DepthwiseConv2D(3, padding="same", use_bias=False,
+                                        name="dw1")(y), "dw1")
+    y = bn_relu6(layers.Conv2D(16, 1, use_bias=False, name="pw1")(y), "pw1")
+    r = bn_relu6(layers.Conv2D(32, 1, use_bias=False, name="expand")(y), "expand")
+    r = bn_relu6(layers.DepthwiseConv2D(3, padding="same", use_bias=False,
+                                        name="dw2")(r), "dw2")
+    r = bn_relu6(layers.Conv2D(16, 1, use_bias=False, name="project")(r), "project",
+                 relu=False)
+    y = layers.Add(name="residual")([y, r])
+    y = layers.GlobalAveragePooling2D(name="gap2d")(y)
+    out = layers.Dense(10, activation="softmax", name="out")(y)
+    return sparse_classifier(x, out, "mobilenet")
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -1004,6 +1043,30 @@ MODELS = {
                 "conv2d_transpose_1/kernel": [None, None, None, "model"],
             }),
             "transposed_dp": DP_8,
+        },
+    ),
+    "lenet": dict(
+        build=lenet, labels="sparse10", x=(28, 28, 1),
+        dists={
+            # c3's 16 filters split over 'model' (c1's 6 do not divide by
+            # 4), f5's columns and f6's rows (Megatron's pair)
+            "lenet": model_parallel({
+                "c3/kernel": [None, None, None, "model"],
+                "c3/bias": ["model"],
+                "f5/kernel": [None, "model"],
+                "f5/bias": ["model"],
+                "f6/kernel": ["model", None],
+            }),
+            "lenet_dp": DP_8,
+        },
+    ),
+    "mobilenet": dict(
+        build=mobilenet, labels="sparse10", x=(16, 16, 3),
+        dists={
+            # DataParallel in Keras: XLA aborts on a depthwise convolution
+            # under the (2,4) mesh (see grouped); kdcc's split channels are
+            # checked against these numbers (run_ref.py's DERIVED_CASES)
+            "mobilenet_dp": DP_8,
         },
     ),
     "constrained": dict(

@@ -86,6 +86,16 @@ Cases (model, distribution spec from models/):
                                                              kernel); filters split, then input
                                                              channels
     transposed_dp   transposed     transposed_dp.dist.json   DataParallel (8,)
+    lenet           lenet          lenet.dist.json           ModelParallel (2,4)  LeNet-5: ZeroPadding2D,
+                                                             AveragePooling2D, tanh; filters and a
+                                                             Megatron pair split
+    lenet_dp        lenet          lenet_dp.dist.json        DataParallel (8,)
+    mobilenet_mp    mobilenet      (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
+                                                             mobilenet_dp's numbers: every channel
+                                                             dim split
+    mobilenet_dp    mobilenet      mobilenet_dp.dist.json    DataParallel (8,)    MobileNet blocks:
+                                                             depthwise-separable, an inverted
+                                                             residual; batch norm, ReLU6
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -238,6 +248,8 @@ DATA = {
     "dilated": (64, 2),
     "grouped": (64, 2),
     "transposed": (64, 2),
+    "lenet": (64, 2),
+    "mobilenet": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -382,6 +394,9 @@ CASES = {
     "grouped_dp": ("grouped", "grouped_dp"),
     "transposed": ("transposed", "transposed"),
     "transposed_dp": ("transposed", "transposed_dp"),
+    "lenet": ("lenet", "lenet"),
+    "lenet_dp": ("lenet", "lenet_dp"),
+    "mobilenet_dp": ("mobilenet", "mobilenet_dp"),
 }
 
 
@@ -682,6 +697,18 @@ DERIVED_CASES = {
         "depthwise_conv2d/bias": ["model"],
         "separable_conv2d/depthwise_kernel": [None, None, "model", None],
         "separable_conv2d/pointwise_kernel": [None, None, None, "model"],
+    })),
+    # the same; every channel dim split over 'model' (the depthwise
+    # kernels' and the batch norms' too), the residual Add on shards
+    "mobilenet_mp": ("mobilenet_dp", mm.model_parallel({
+        "stem/kernel": [None, None, None, "model"],
+        "dw1/kernel": [None, None, "model", None],
+        "pw1/kernel": [None, None, None, "model"],
+        "expand/kernel": [None, None, None, "model"],
+        "dw2/kernel": [None, None, "model", None],
+        "project/kernel": [None, None, None, "model"],
+        ".*_bn/(gamma|beta|moving_mean|moving_variance)": ["model"],
+        "out/kernel": ["model", None],
     })),
 }
 
