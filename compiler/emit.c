@@ -359,6 +359,10 @@ static void emit_op_comment(const Node *n) {
   out("\n  // %%%d %s", n->id, op_info(n->op).name);
   if (n->op == OP_ACT || n->op == OP_ACT_GRAD || n->op == OP_BIAS_ACT)
     out(" %s", act_name(n->act.kind));
+  if (n->op == OP_PACT || n->op == OP_PACT_GRAD)
+    out(" %s(%g%s)", (const char *[]){"leaky_relu", "elu", "relu"}[n->pact.kind], n->pact.alpha,
+        n->pact.kind != KDRT_PACT_RELU ? ""
+        : format(", max %g, threshold %g", n->pact.max, n->pact.threshold));
   if (n->layer) out(" (%s)", n->layer);
   if (n->name) out(": %s", n->name);
   out("\n  //   %s\n", describe(n));

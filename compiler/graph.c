@@ -1425,8 +1425,6 @@ static Node *build_concat(Graph *g, Layer *l, Node *x) { return build_merge(g, l
 
 // ---- issue 11: activation layers, global pooling, padding and cropping
 
-// ReLU(max_value, negative_slope, threshold): only where it is exactly one
-// of KDRT_ACT_LIST's activations; otherwise an error naming the option.
 static double cfg_opt_num(Layer *l, const char *key, double def, bool *isnull) {
   json_t *j = json_object_get(l->cfg, key);
   *isnull = !j || json_is_null(j);
@@ -1436,39 +1434,46 @@ static double cfg_opt_num(Layer *l, const char *key, double def, bool *isnull) {
   return json_number_value(j);
 }
 
+// An activation layer's parameter, which Keras requires to be >= 0.
+static double cfg_nonneg(Layer *l, const char *key, double def, bool *isnull) {
+  double v = cfg_opt_num(l, key, def, isnull);
+  if (v < 0)
+    error_at(jloc_key(l->cfg, key), "layer '%s': %s '%s' is %g; it must be >= 0 (Keras refuses "
+             "it too)", l->name, l->cls, key, v);
+  return v;
+}
+
+// Parameters no KDRT_ACT_LIST activation has: PACT (kdrt_pact).
+static Node *pact(Graph *g, Node *x, int kind, double alpha, double max, double threshold) {
+  Node *y = new_node1(g, OP_PACT, x, x->shape);
+  y->pact = (PactAttr){kind, (float)alpha, (float)max, (float)threshold};
+  return y;
+}
+
+// ReLU(max_value, negative_slope, threshold), as Keras's relu: relu or
+// relu6 where it is one, leaky_relu without a max or a threshold, PACT
+// otherwise.
 static Node *build_relu_layer(Graph *g, Layer *l, Node *x) {
-  bool nomax, ns_null, th_null;
-  double mx = cfg_opt_num(l, "max_value", 0, &nomax);
-  double ns = cfg_opt_num(l, "negative_slope", 0, &ns_null);
-  double th = cfg_opt_num(l, "threshold", 0, &th_null);
-  if (th != 0)
-    error_at(jloc_key(l->cfg, "threshold"), "layer '%s': ReLU threshold=%g is not supported "
-             "(only 0)", l->name, th);
-  if (ns == 0 && nomax) return apply_act(g, x, ACT_RELU);
-  if (ns == 0 && mx == 6) return apply_act(g, x, KDRT_ACT_RELU6);
-  if ((float)ns == 0.2f && nomax) return apply_act(g, x, KDRT_ACT_LEAKY_RELU);
-  if (ns != 0)
-    error_at(jloc_key(l->cfg, "negative_slope"), "layer '%s': ReLU negative_slope=%g is not "
-             "supported%s (only 0, or 0.2 without max_value)", l->name, ns,
-             nomax ? "" : " with max_value");
-  error_at(jloc_key(l->cfg, "max_value"), "layer '%s': ReLU max_value=%g is not supported (only "
-           "none or 6)", l->name, mx);
+  bool nomax, isnull;
+  double mx = cfg_nonneg(l, "max_value", 0, &nomax);
+  double ns = cfg_nonneg(l, "negative_slope", 0, &isnull);
+  double th = cfg_nonneg(l, "threshold", 0, &isnull);
+  if (th == 0 && ns == 0 && nomax) return apply_act(g, x, ACT_RELU);
+  if (th == 0 && ns == 0 && mx == 6) return apply_act(g, x, KDRT_ACT_RELU6);
+  if (th == 0 && nomax) return pact(g, x, KDRT_PACT_LEAKY, ns, INFINITY, 0);
+  return pact(g, x, KDRT_PACT_RELU, ns, nomax ? INFINITY : mx, th);
 }
 
 static Node *build_leaky_relu(Graph *g, Layer *l, Node *x) {
-  double ns = cfg_num(l, "negative_slope", 0.3);
-  if ((float)ns != 0.2f)
-    error_at(jloc_key(l->cfg, "negative_slope"), "layer '%s': LeakyReLU negative_slope=%g is "
-             "not supported (only 0.2, the leaky_relu activation's)", l->name, ns);
-  return apply_act(g, x, KDRT_ACT_LEAKY_RELU);
+  bool isnull;
+  double ns = cfg_nonneg(l, "negative_slope", 0.3, &isnull);
+  if ((float)ns == 0.2f) return apply_act(g, x, KDRT_ACT_LEAKY_RELU);
+  return pact(g, x, KDRT_PACT_LEAKY, ns, INFINITY, 0);
 }
 
 static Node *build_elu_layer(Graph *g, Layer *l, Node *x) {
   double a = cfg_num(l, "alpha", 1.0);
-  if (a != 1.0)
-    error_at(jloc_key(l->cfg, "alpha"), "layer '%s': ELU alpha=%g is not supported (only 1.0)",
-             l->name, a);
-  return apply_act(g, x, KDRT_ACT_ELU);
+  return a == 1.0 ? apply_act(g, x, KDRT_ACT_ELU) : pact(g, x, KDRT_PACT_ELU, a, INFINITY, 0);
 }
 
 // GlobalAveragePooling2D: x[b, h, w, c] -> the mean over h and w.

@@ -342,6 +342,9 @@ typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROAD
 typedef struct { bool rms; float eps; } NormAttr;           // NORM, NORM_GRAD
 typedef struct { float fill; } MaskAttr;                    // CAUSAL, ATTN_MASK: what a masked score becomes
 typedef struct { float lo, hi; double rate; } ClipAttr;    // CLIP_NORM: Keras's MinMaxNorm's
+// PACT, PACT_GRAD: an activation layer's parameters (kdrt_pact: KDRT_PACT_*;
+// max INFINITY when there is none).
+typedef struct { int kind; float alpha, max, threshold; } PactAttr;
 
 struct Node {
   int id;
@@ -368,6 +371,7 @@ struct Node {
     NormAttr norm;
     MaskAttr mask;
     ClipAttr clip;
+    PactAttr pact;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows

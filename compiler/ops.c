@@ -15,6 +15,7 @@
 #include "kdcc.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -1044,6 +1045,35 @@ static void clip_norm_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit};
+
+// issue 11: LeakyReLU, ELU and ReLU layers whose parameters no KDRT_ACT_LIST
+// activation has (kdrt_pact); the gradient reads the input.
+static const char *const pact_kind_c[] = {"KDRT_PACT_LEAKY", "KDRT_PACT_ELU", "KDRT_PACT_RELU"};
+
+static char *pact_args(const Node *n) {
+  const PactAttr *p = &n->pact;
+  return format("%s, %s, %s", flt(p->alpha), isinf(p->max) ? "INFINITY" : flt(p->max),
+                flt(p->threshold));
+}
+
+static void pact_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node2(g, OP_PACT_GRAD, n->grad, n->in[0], n->shape);
+  dx->pact = n->pact;
+  accumulate(g, n->in[0], dx);
+}
+
+static void pact_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "pact", false, NULL, "%s, %s, %s, %s, %s", pact_kind_c[n->pact.kind], buf(n),
+             buf(n->in[0]), elems_c(n), pact_args(n));
+}
+
+static void pact_grad_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "pact_grad", false, NULL, "%s, %s, %s, %s, %s, %s", pact_kind_c[n->pact.kind],
+             buf(n), buf(n->in[0]), buf(n->in[1]), elems_c(n), pact_args(n));
+}
+
+const OpDef op_PACT = {"pact", 1, 0, false, rule_elementwise, pact_grad, pact_emit};
+const OpDef op_PACT_GRAD = {"pact_grad", 2, 1, false, rule_elementwise, NULL, pact_grad_emit};
 
 const OpDef op_TRAIN_SELECT = {"train_select", 2, 0, false, rule_elementwise, train_select_grad,
                                train_select_emit};

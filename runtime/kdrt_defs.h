@@ -112,4 +112,7 @@ enum { KDRT_F32, KDRT_I32 };
 // ---- matrix operands: as stored, or transposed
 enum { KDRT_NOTRANS, KDRT_TRANS };
 
+// ---- kdrt_pact's activations with Keras's parameters (issue 11)
+enum { KDRT_PACT_LEAKY, KDRT_PACT_ELU, KDRT_PACT_RELU };
+
 #endif

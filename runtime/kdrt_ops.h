@@ -12,6 +12,7 @@
 #ifndef KDRT_OPS_H
 #define KDRT_OPS_H
 
+#include <math.h> // INFINITY: kdrt_pact without a max
 #include <stddef.h>
 #include <stdint.h>
 
@@ -161,6 +162,13 @@ typedef struct {
   /* its squares s: norm = sqrt(s), (rate * clip(norm, lo, hi) + rest * norm) /   */         \
   /* (1e-7 + norm), rest = 1 - rate (MaxNorm, UnitNorm, MinMaxNorm)               */         \
   K(clip_norm, (float *f, const float *s, size_t n, float lo, float hi, float rate, float rest)) \
+  /* issue 11: activation layers with Keras's parameters (kind KDRT_PACT_*):   */             \
+  /* LeakyReLU(alpha), ELU(alpha), ReLU(negative_slope alpha, max_value max,   */             \
+  /* threshold); pact_grad: dx = dy * d pact / d x at x                        */             \
+  K(pact, (int kind, float *y, const float *x, size_t n, float alpha, float max,              \
+           float threshold))                                                                  \
+  K(pact_grad, (int kind, float *dx, const float *dy, const float *x, size_t n, float alpha,  \
+                float max, float threshold))                                                  \
   /* optimizer updates on local shards, Keras 3 semantics; t is the 1-based step */            \
   K(sgd, (float *w, const float *g, float *m, size_t n, float lr, float momentum,              \
           int nesterov))                                                                       \

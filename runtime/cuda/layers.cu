@@ -28,3 +28,50 @@ extern "C" void kdrt_cuda_clip_norm(kdrt_cuda *d, float *f, const float *s, size
                                                                          rest);
   KDRT_LAUNCHED(d, "clip_norm_kernel");
 }
+
+// As ../layers.c's kdrt_pact: Keras's LeakyReLU, ELU and ReLU parameters.
+__device__ static float pact1(int kind, float x, float a, float max, float t) {
+  if (kind == KDRT_PACT_LEAKY) return x >= 0.0f ? x : __fmul_rn(a, x);
+  if (kind == KDRT_PACT_ELU) return x > 0.0f ? x : __fmul_rn(a, expm1f(x));
+  float p = t != 0.0f ? (x > t ? x : 0.0f) : x > 0.0f ? x : 0.0f;
+  if (isfinite(max)) p = p < 0.0f ? 0.0f : p > max ? max : p;
+  if (a != 0.0f) {
+    float neg = __fadd_rn(-x, t);
+    p = __fsub_rn(p, __fmul_rn(a, neg > 0.0f ? neg : 0.0f));
+  }
+  return p;
+}
+
+__device__ static float pact_d(int kind, float x, float a, float max, float t) {
+  if (kind == KDRT_PACT_LEAKY) return x >= 0.0f ? 1.0f : a;
+  if (kind == KDRT_PACT_ELU) return x > 0.0f ? 1.0f : __fmul_rn(a, expf(x));
+  bool kept = x > t && (!isfinite(max) || (x > 0.0f && x < max));
+  return __fadd_rn(kept ? 1.0f : 0.0f, x < t ? a : 0.0f);
+}
+
+__global__ static void pact_kernel(int kind, float *y, const float *x, size_t n, float a,
+                                   float max, float t) {
+  KDRT_FOR(i, n) y[i] = pact1(kind, x[i], a, max, t);
+}
+
+__global__ static void pact_grad_kernel(int kind, float *dx, const float *dy, const float *x,
+                                        size_t n, float a, float max, float t) {
+  KDRT_FOR(i, n) dx[i] = __fmul_rn(dy[i], pact_d(kind, x[i], a, max, t));
+}
+
+extern "C" void kdrt_cuda_pact(kdrt_cuda *d, int kind, float *y, const float *x, size_t n,
+                               float alpha, float max, float threshold) {
+  if (!n) return;
+  pact_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(kind, y, x, n, alpha, max,
+                                                                    threshold);
+  KDRT_LAUNCHED(d, "pact_kernel");
+}
+
+extern "C" void kdrt_cuda_pact_grad(kdrt_cuda *d, int kind, float *dx, const float *dy,
+                                    const float *x, size_t n, float alpha, float max,
+                                    float threshold) {
+  if (!n) return;
+  pact_grad_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(kind, dx, dy, x, n,
+                                                                         alpha, max, threshold);
+  KDRT_LAUNCHED(d, "pact_grad_kernel");
+}

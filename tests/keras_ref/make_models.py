@@ -575,6 +575,22 @@ def mobilenet():
     out = layers.Dense(10, activation="softmax", name="out")(y)
     return sparse_classifier(x, out, "mobilenet")
 
+
+def activations():
+    # issue 11: activation layers with parameters no activation name has:
+    # LeakyReLU's default slope (0.3), ELU's alpha, ReLU's max_value,
+    # negative_slope and threshold together, and each alone.
+    x = keras.Input((12,), name="x")
+    h = layers.LeakyReLU(name="leaky")(layers.Dense(16, name="d1")(x))
+    h = layers.ELU(alpha=0.5, name="elu")(layers.Dense(16, name="d2")(h))
+    h = layers.Dense(16, name="d3")(h)
+    h = layers.ReLU(max_value=1.5, negative_slope=0.1, threshold=0.2, name="relu")(h)
+    h = layers.ReLU(negative_slope=0.05, name="relu_leaky")(layers.Dense(16, name="d4")(h))
+    h = layers.ReLU(max_value=2.0, name="relu_max")(layers.Dense(16, name="d5")(h))
+    h = layers.ReLU(threshold=0.1, name="relu_thr")(layers.Dense(16, name="d6")(h))
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier(x, out, "activations")
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -1067,6 +1083,18 @@ MODELS = {
             # under the (2,4) mesh (see grouped); kdcc's split channels are
             # checked against these numbers (run_ref.py's DERIVED_CASES)
             "mobilenet_dp": DP_8,
+        },
+    ),
+    "activations": dict(
+        build=activations, labels="sparse10", x=(12,),
+        dists={
+            # Megatron pairs: each activation on column shards, then rows
+            "activations": model_parallel({
+                "d(1|3|5)/kernel": [None, "model"],
+                "d(1|3|5)/bias": ["model"],
+                "d(2|4|6)/kernel": ["model", None],
+            }),
+            "activations_dp": DP_8,
         },
     ),
     "constrained": dict(

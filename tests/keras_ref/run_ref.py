@@ -96,6 +96,11 @@ Cases (model, distribution spec from models/):
     mobilenet_dp    mobilenet      mobilenet_dp.dist.json    DataParallel (8,)    MobileNet blocks:
                                                              depthwise-separable, an inverted
                                                              residual; batch norm, ReLU6
+    activations     activations    activations.dist.json     ModelParallel (2,4)  LeakyReLU (0.3), ELU
+                                                             (alpha 0.5), ReLU's max_value,
+                                                             negative_slope, threshold; Megatron
+                                                             pairs
+    activations_dp  activations    activations_dp.dist.json  DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -250,6 +255,7 @@ DATA = {
     "transposed": (64, 2),
     "lenet": (64, 2),
     "mobilenet": (64, 2),
+    "activations": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -397,6 +403,8 @@ CASES = {
     "lenet": ("lenet", "lenet"),
     "lenet_dp": ("lenet", "lenet_dp"),
     "mobilenet_dp": ("mobilenet", "mobilenet_dp"),
+    "activations": ("activations", "activations"),
+    "activations_dp": ("activations", "activations_dp"),
 }
 
 
