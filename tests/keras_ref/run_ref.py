@@ -86,6 +86,16 @@ Cases (model, distribution spec from models/):
                                                              kernel); filters split, then input
                                                              channels
     transposed_dp   transposed     transposed_dp.dist.json   DataParallel (8,)
+    loss_reg        loss_reg       loss_reg.dist.json        ModelParallel (2,4)  huber (delta 0.5),
+                                                             log_cosh, poisson, cosine_similarity,
+                                                             mape, msle, kl_divergence: a head
+                                                             each, split on inputs or classes
+    loss_reg_dp     loss_reg       loss_reg_dp.dist.json     DataParallel (8,)
+    loss_cls        loss_cls       loss_cls.dist.json        ModelParallel (2,4)  hinge (0/1 labels,
+                                                             then a -1 in a batch), squared_hinge,
+                                                             categorical_hinge, label_smoothing on
+                                                             the crossentropies (and from logits)
+    loss_cls_dp     loss_cls       loss_cls_dp.dist.json     DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -238,6 +248,8 @@ DATA = {
     "dilated": (64, 2),
     "grouped": (64, 2),
     "transposed": (64, 2),
+    "loss_reg": (64, 2),
+    "loss_cls": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -382,6 +394,10 @@ CASES = {
     "grouped_dp": ("grouped", "grouped_dp"),
     "transposed": ("transposed", "transposed"),
     "transposed_dp": ("transposed", "transposed_dp"),
+    "loss_reg": ("loss_reg", "loss_reg"),
+    "loss_reg_dp": ("loss_reg", "loss_reg_dp"),
+    "loss_cls": ("loss_cls", "loss_cls"),
+    "loss_cls_dp": ("loss_cls", "loss_cls_dp"),
 }
 
 
@@ -411,7 +427,12 @@ def loss_name(loss):
     if isinstance(loss, str) or loss is None:
         return loss
     cfg = loss.get("config", {})
+    if isinstance(cfg, str):  # a function: its name
+        return cfg
     extra = ", from_logits=True" if cfg.get("from_logits") else ""
+    for k in ("label_smoothing", "delta"):  # issue 11
+        if cfg.get(k):
+            extra += f", {k}={cfg[k]}"
     return f"{loss['class_name']}({cfg.get('name', '')}{extra})"
 
 
