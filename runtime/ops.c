@@ -333,19 +333,11 @@ static inline int64_t class_id(const float *y, int64_t r, int64_t cols) {
   return (int64_t)v;
 }
 
-// issue 11: one term of an elementwise loss (kdrt_defs.h's list) and its
-// derivative in p.
-static inline float elem_loss(int kind, float p, float t, float a) {
+// issue 11: one term of an elementwise loss (kdrt_defs.h's list), or (d)
+// its derivative in p.
+static inline float elem_loss(int kind, int d, float p, float t, float a) {
   switch (kind) {
-#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return f;
-    KDRT_ELEM_LOSS_LIST(KDRT_X)
-#undef KDRT_X
-  }
-  return NAN;
-}
-static inline float elem_loss_d(int kind, float p, float t, float a) {
-  switch (kind) {
-#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return df;
+#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return d ? (df) : (f);
     KDRT_ELEM_LOSS_LIST(KDRT_X)
 #undef KDRT_X
   }
@@ -453,7 +445,7 @@ static double row_loss(int kind, int from_logits, float a, const float *pred, co
   }
   default: // issue 11: the elementwise losses
     for (int64_t j = 0; j < cols; j++)
-      l += elem_loss(kind, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
+      l += elem_loss(kind, 0, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
     if (elem_mean(kind))
       l /= (double)cols;
     break;
@@ -603,7 +595,7 @@ void kdrt_loss_grad(int kind, int from_logits, float a, float *dpred, const floa
     }
     default:
       for (int64_t j = 0; j < cols; j++)
-        d[j] = sc_elem * elem_loss_d(kind, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
+        d[j] = sc_elem * elem_loss(kind, 1, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
       break;
     }
   }

@@ -26,18 +26,11 @@ __device__ static inline int64_t class_id(const float *y, int64_t r, int64_t col
   return (int64_t)v;
 }
 
-// issue 11: the elementwise losses (kdrt_defs.h's list), as ../ops.c.
-__device__ static inline float elem_loss(int kind, float p, float t, float a) {
+// issue 11: the elementwise losses (kdrt_defs.h's list), as ../ops.c: a
+// term, or (d) its derivative in p.
+__device__ static inline float elem_loss(int kind, int d, float p, float t, float a) {
   switch (kind) {
-#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return f;
-    KDRT_ELEM_LOSS_LIST(KDRT_X)
-#undef KDRT_X
-  }
-  return NAN;
-}
-__device__ static inline float elem_loss_d(int kind, float p, float t, float a) {
-  switch (kind) {
-#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return df;
+#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return d ? (df) : (f);
     KDRT_ELEM_LOSS_LIST(KDRT_X)
 #undef KDRT_X
   }
@@ -163,7 +156,7 @@ __global__ static void loss_rows(int kind, int from_logits, float a, const float
   default: {
     int pm1 = hinge_pm1(kind, flag);
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      l += elem_loss(kind, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
+      l += elem_loss(kind, 0, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
     l = kdrt_block_reduce<kdrt_sum_op<double> >(l, shd);
     if (elem_mean(kind)) l /= (double)cols;
     break;
@@ -353,7 +346,7 @@ __global__ static void loss_grad_rows(int kind, int from_logits, float a, float 
     int pm1 = hinge_pm1(kind, flag);
     float s = elem_mean(kind) ? sc_cols : sc;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      dd[j] = s * elem_loss_d(kind, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
+      dd[j] = s * elem_loss(kind, 1, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
     break;
   }
   }
