@@ -630,6 +630,8 @@ Test(bad, loss_options) {
                "'SparseCategoricalCrossentropy': ignore_class is not supported");
   EXPECT_ERROR("tests/bad/loss_delta.json", "5:84: error: loss 'MeanSquaredError': 'delta' is "
                "not supported");
+  EXPECT_ERROR("tests/bad/loss_from_logits.json", "5:79: error: loss 'Huber': 'from_logits' is "
+               "not supported");
 }
 
 Test(bad, unknown_optimizer) {
