@@ -36,8 +36,9 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
   if (l->op == OP_XENT) {
     dp = new_node(g, OP_XENT_GRAD, 4, l->in);
     dp->shape = p->shape;
-  } else {
-    dp = new_node2(g, OP_LOSS_GRAD, p, l->in[1], p->shape);
+  } else { // p, y and the hinge losses' flag
+    dp = new_node(g, OP_LOSS_GRAD, l->nin, l->in);
+    dp->shape = p->shape;
   }
   dp->loss = l->loss;
   dp->loss.weight = l->loss.weight * l->loss.lw; // d(total)/d(this loss) = its loss weight

@@ -476,9 +476,16 @@ void emit_part_body(const StepPart *part) {
 
 // ---- the program description
 
+// What the labels are: one-hot rows (a label file of class ids is expanded)
+// for the categorical losses and kl_divergence, class ids for the sparse
+// one, 0/1 for binary crossentropy and the hinge losses (synthetic data).
 static int label_kind(LossKind k) {
-  return k == LOSS_CCE ? KDRT_LABEL_ONEHOT : k == LOSS_SCCE ? KDRT_LABEL_CLASSID
-       : k == LOSS_BCE ? KDRT_LABEL_BINARY : KDRT_LABEL_DENSE;
+  switch (k) {
+  case LOSS_CCE: case LOSS_KLD: case LOSS_CAT_HINGE: return KDRT_LABEL_ONEHOT;
+  case LOSS_SCCE: return KDRT_LABEL_CLASSID;
+  case LOSS_BCE: case LOSS_HINGE: case LOSS_SQUARED_HINGE: return KDRT_LABEL_BINARY;
+  default: return KDRT_LABEL_DENSE;
+  }
 }
 
 static char *io_init(const char *name, const Node *n, int label, int64_t classes) {

@@ -1875,8 +1875,24 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
 
   int64_t rows = p->shape.rank > 1 ? shape_elems(&p->shape) / p->shape.d[p->shape.rank - 1]
                                    : p->shape.d[0];
-  LossAttr la = {ol->kind, ol->from_logits, .weight = 1.0 / (double)rows, .num = 1,
+  LossAttr la = {ol->kind, ol->from_logits, ol->param, .weight = 1.0 / (double)rows, .num = 1,
                  .lw = ol->weight};
+  // issue 11: a loss's axis is the last one (the only one kdcc reduces over)
+  if (ol->axis != -1 && ol->axis != p->shape.rank - 1)
+    error_at(ol->axis_loc, "loss '%s' of output '%s': axis %d is not supported (only the last "
+             "axis, -1)", loss_name(ol->kind), out->name, ol->axis);
+  // label_smoothing, as Keras smooths the labels before the loss:
+  // categorical y (1 - s) + s / classes, binary y (1 - s) + s / 2 (the
+  // metric sees the labels as they are)
+  Node *yl = y;
+  if (ol->label_smoothing != 0) {
+    float ls = (float)ol->label_smoothing;
+    yl = new_node1(g, OP_SCALE, y, y->shape);
+    yl->aff = (AffAttr){(float)(1.0 - ol->label_smoothing),
+                        ol->kind == LOSS_CCE ? ls / (float)ys.d[ys.rank - 1]
+                                             : (float)(0.5 * ol->label_smoothing)};
+    yl->name = format("%s, smoothed", y->name);
+  }
   Node *loss, *metric = NULL;
   bool xent = ol->kind == LOSS_SCCE && ol->from_logits;
   Shape rs = ys;
@@ -1894,7 +1910,16 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
       metric->loss = (LossAttr){ol->kind, true, .weight = 1.0 / (double)rows, .num = 1, .lw = 1};
     }
   } else {
-    loss = new_node2(g, OP_LOSS, p, y, (Shape){0});
+    Node *args[3] = {p, yl, NULL};
+    if (ol->kind == LOSS_HINGE || ol->kind == LOSS_SQUARED_HINGE) {
+      // Keras maps labels 0/1 to -1/1 when every label of the step is 0
+      // or 1: the test is over the global batch (a max over its rows)
+      Node *nb = args[2] = new_node1(g, OP_NOT_BINARY, y, (Shape){0});
+      nb->name = format("%s not 0/1", y->name);
+      nb->layer = out->name;
+      nb->loc = ol->loc;
+    }
+    loss = new_node(g, OP_LOSS, args[2] ? 3 : 2, args);
     if (ol->accuracy) {
       metric = new_node2(g, OP_METRIC, p, y, (Shape){0});
       // "accuracy" resolves as Keras does: binary for one output unit,

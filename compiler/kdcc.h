@@ -114,7 +114,10 @@ void json_forget_locations(void);
 // Loss kinds are the runtime's (kdrt_defs.h): KDRT_LOSS_MSE, ...
 typedef int LossKind;
 enum { LOSS_MSE = KDRT_LOSS_MSE, LOSS_MAE = KDRT_LOSS_MAE, LOSS_CCE = KDRT_LOSS_CCE,
-       LOSS_SCCE = KDRT_LOSS_SCCE, LOSS_BCE = KDRT_LOSS_BCE };
+       LOSS_SCCE = KDRT_LOSS_SCCE, LOSS_BCE = KDRT_LOSS_BCE, LOSS_HUBER = KDRT_LOSS_HUBER,
+       LOSS_HINGE = KDRT_LOSS_HINGE, LOSS_SQUARED_HINGE = KDRT_LOSS_SQUARED_HINGE,
+       LOSS_COSINE = KDRT_LOSS_COSINE, LOSS_KLD = KDRT_LOSS_KLD,
+       LOSS_CAT_HINGE = KDRT_LOSS_CAT_HINGE };
 
 typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_RMSPROP } OptKind;
 
@@ -133,6 +136,10 @@ typedef struct {
   bool has;               // this output has a loss (else it is only predicted)
   LossKind kind;
   bool from_logits;
+  float param;            // issue 11: huber's delta
+  double label_smoothing; // issue 11: the crossentropies' (0: none)
+  Loc axis_loc;           // issue 11: where a loss's `axis` is written (none: -1)
+  int axis;
   double weight;          // loss_weights, default 1
   Loc loc;                // where its loss is written
   bool accuracy;          // "accuracy" among its metrics
@@ -324,6 +331,7 @@ typedef struct { float scale, shift; } AffAttr;              // SCALE: x * scale
 typedef struct {                                             // LOSS, METRIC, LOSS_GRAD, XENT*
   LossKind kind;
   bool from_logits;
+  float param;            // LOSS, LOSS_GRAD: the loss's parameter (huber's delta)
   double weight;          // 1 / the rows averaged over (every sample, or every token);
                           // gradients: times the loss weight
   double num;             // weight's numerator: 1, or the loss weight (gradients); the
@@ -445,6 +453,7 @@ extern const OpDef *const op_defs[OP_COUNT];
 
 void op_rule(const Node *n, Rule *r);
 const char *act_name(int act);
+const char *loss_name(LossKind kind); // Keras's function name: "mean_squared_error", ...
 bool is_collective(OpKind op);
 // The output shape of a DOT with these attributes; false when they do not fit.
 bool dot_shape(const Shape *a, const Shape *b, int nb, int nk, bool ta, bool tb, Shape *out);

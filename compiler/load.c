@@ -703,12 +703,31 @@ typedef struct {
   LossKind kind;
 } LossName;
 
+// The names keras.losses.get resolves (keras/src/losses/__init__.py's
+// ALL_OBJECTS_DICT): each function's name, its class's, and the aliases.
 static const LossName loss_names[] = {
-  {"mse", LOSS_MSE}, {"mean_squared_error", LOSS_MSE}, {"MeanSquaredError", LOSS_MSE},
-  {"mae", LOSS_MAE}, {"mean_absolute_error", LOSS_MAE}, {"MeanAbsoluteError", LOSS_MAE},
+  {"mse", LOSS_MSE}, {"MSE", LOSS_MSE}, {"mean_squared_error", LOSS_MSE},
+  {"MeanSquaredError", LOSS_MSE},
+  {"mae", LOSS_MAE}, {"MAE", LOSS_MAE}, {"mean_absolute_error", LOSS_MAE},
+  {"MeanAbsoluteError", LOSS_MAE},
   {"categorical_crossentropy", LOSS_CCE}, {"CategoricalCrossentropy", LOSS_CCE},
   {"sparse_categorical_crossentropy", LOSS_SCCE}, {"SparseCategoricalCrossentropy", LOSS_SCCE},
-  {"binary_crossentropy", LOSS_BCE}, {"BinaryCrossentropy", LOSS_BCE},
+  {"binary_crossentropy", LOSS_BCE}, {"BinaryCrossentropy", LOSS_BCE}, {"bce", LOSS_BCE},
+  {"BCE", LOSS_BCE},
+  // issue 11
+  {"huber", LOSS_HUBER}, {"Huber", LOSS_HUBER},
+  {"log_cosh", KDRT_LOSS_LOG_COSH}, {"LogCosh", KDRT_LOSS_LOG_COSH},
+  {"kl_divergence", LOSS_KLD}, {"KLDivergence", LOSS_KLD}, {"kld", LOSS_KLD},
+  {"KLD", LOSS_KLD},
+  {"poisson", KDRT_LOSS_POISSON}, {"Poisson", KDRT_LOSS_POISSON},
+  {"cosine_similarity", LOSS_COSINE}, {"CosineSimilarity", LOSS_COSINE},
+  {"hinge", LOSS_HINGE}, {"Hinge", LOSS_HINGE},
+  {"squared_hinge", LOSS_SQUARED_HINGE}, {"SquaredHinge", LOSS_SQUARED_HINGE},
+  {"categorical_hinge", LOSS_CAT_HINGE}, {"CategoricalHinge", LOSS_CAT_HINGE},
+  {"mean_absolute_percentage_error", KDRT_LOSS_MAPE}, {"MeanAbsolutePercentageError",
+  KDRT_LOSS_MAPE}, {"mape", KDRT_LOSS_MAPE}, {"MAPE", KDRT_LOSS_MAPE},
+  {"mean_squared_logarithmic_error", KDRT_LOSS_MSLE}, {"MeanSquaredLogarithmicError",
+  KDRT_LOSS_MSLE}, {"msle", KDRT_LOSS_MSLE}, {"MSLE", KDRT_LOSS_MSLE},
 };
 
 static LossKind loss_by_name(json_t *at, const char *name) {
@@ -716,7 +735,21 @@ static LossKind loss_by_name(json_t *at, const char *name) {
     if (!strcmp(name, loss_names[i].name))
       return loss_names[i].kind;
   error_at(jloc(at), "unknown loss '%s' (supported: mse, mae, categorical_crossentropy, "
-           "sparse_categorical_crossentropy, binary_crossentropy)", name);
+           "sparse_categorical_crossentropy, binary_crossentropy, huber, log_cosh, "
+           "kl_divergence, poisson, cosine_similarity, hinge, squared_hinge, categorical_hinge, "
+           "mean_absolute_percentage_error, mean_squared_logarithmic_error)", name);
+}
+
+// A number option of loss `cls`'s config, or def where absent; lo and hi
+// bound it (inclusive), as `range` says.
+static double loss_num(json_t *cfg, const char *cls, const char *key, double def, double lo,
+                       double hi, const char *range) {
+  json_t *v = json_object_get(cfg, key);
+  if (!v || json_is_null(v))
+    return def;
+  if (!json_is_number(v) || !(json_number_value(v) >= lo && json_number_value(v) <= hi))
+    error_at(jloc(v), "loss '%s': '%s' must be a number %s", cls, key, range);
+  return json_number_value(v);
 }
 
 // One output's loss: a name, or a loss object (class and config).
@@ -725,6 +758,7 @@ static void load_loss1(OutLoss *o, json_t *v) {
   o->loc = jloc(v);
   if (json_is_string(v)) {
     o->kind = loss_by_name(v, json_string_value(v));
+    o->param = o->kind == LOSS_HUBER ? 1.0f : 0.0f; // Keras's default delta
     return;
   }
   const char *cls = get_str(v, "class_name");
@@ -735,9 +769,11 @@ static void load_loss1(OutLoss *o, json_t *v) {
     if (!json_is_string(cfg))
       error_at(jloc_key(v, "config"), "loss function without a name");
     o->kind = loss_by_name(cfg, json_string_value(cfg));
+    o->param = o->kind == LOSS_HUBER ? 1.0f : 0.0f;
     return;
   }
   o->kind = loss_by_name(json_object_get(v, "class_name"), cls);
+  o->param = o->kind == LOSS_HUBER ? 1.0f : 0.0f;
   if (!json_is_object(cfg))
     return;
   json_t *fl = json_object_get(cfg, "from_logits");
@@ -745,10 +781,31 @@ static void load_loss1(OutLoss *o, json_t *v) {
     if (!json_is_boolean(fl))
       error_at(jloc(fl), "loss '%s': 'from_logits' must be true or false", cls);
     o->from_logits = json_is_true(fl);
+    if (o->from_logits && o->kind != LOSS_CCE && o->kind != LOSS_SCCE && o->kind != LOSS_BCE)
+      error_at(jloc(fl), "loss '%s': 'from_logits' is not supported", cls);
   }
-  json_t *ls = json_object_get(cfg, "label_smoothing");
-  if (json_is_number(ls) && json_number_value(ls) != 0)
-    error_at(jloc(ls), "loss '%s': label_smoothing is not supported", cls);
+  // issue 11: the options Keras's loss classes take (their defaults when
+  // absent; Keras 3.15 writes none of Huber's delta and CosineSimilarity's
+  // axis, but its from_config reads them)
+  if (o->kind == LOSS_HUBER)
+    o->param = (float)loss_num(cfg, cls, "delta", 1.0, -FLT_MAX, FLT_MAX,
+                               "within float32's range");
+  else if (json_object_get(cfg, "delta"))
+    error_at(jloc_key(cfg, "delta"), "loss '%s': 'delta' is not supported", cls);
+  o->label_smoothing = loss_num(cfg, cls, "label_smoothing", 0, 0, 1, "in [0, 1]");
+  if (o->label_smoothing != 0 && o->kind != LOSS_CCE && o->kind != LOSS_BCE)
+    error_at(jloc_key(cfg, "label_smoothing"), "loss '%s': label_smoothing is not supported",
+             cls);
+  json_t *ax = json_object_get(cfg, "axis");
+  if (ax && !json_is_null(ax) && !json_is_integer(ax))
+    error_at(jloc(ax), "loss '%s': 'axis' must be an integer", cls);
+  if (json_is_integer(ax)) { // checked against the output's rank (graph.c); MAX_RANK 6
+    o->axis = (int)loss_num(cfg, cls, "axis", -1, -MAX_RANK, MAX_RANK - 1, "from -6 to 5");
+    o->axis_loc = jloc(ax);
+  }
+  json_t *ic = json_object_get(cfg, "ignore_class");
+  if (ic && !json_is_null(ic))
+    error_at(jloc(ic), "loss '%s': ignore_class is not supported", cls);
   const char *red = get_str(cfg, "reduction");
   if (red && strcmp(red, "sum_over_batch_size") && strcmp(red, "auto"))
     error_at(jloc_key(cfg, "reduction"), "loss '%s': reduction '%s' is not supported (only "
@@ -929,7 +986,8 @@ static void load_metrics(Model *m, json_t *v) {
 
 static void load_compile(Model *m, json_t *cc) {
   m->losses = xcalloc(m->noutputs, sizeof *m->losses);
-  for (int i = 0; i < m->noutputs; i++) m->losses[i] = (OutLoss){.kind = LOSS_MSE, .weight = 1};
+  for (int i = 0; i < m->noutputs; i++)
+    m->losses[i] = (OutLoss){.kind = LOSS_MSE, .weight = 1, .axis = -1};
   load_optimizer(m, json_string("adam"));
   if (!cc || json_is_null(cc)) {
     for (int i = 0; i < m->noutputs; i++) m->losses[i].has = true;

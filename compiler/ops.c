@@ -53,6 +53,15 @@ static const char *const loss_c[] = {
 #undef KDRT_X
 };
 
+const char *loss_name(LossKind kind) {
+  static const char *const names[] = {
+#define KDRT_X(name, kname) kname,
+    KDRT_LOSS_LIST(KDRT_X)
+#undef KDRT_X
+  };
+  return names[kind];
+}
+
 bool is_collective(OpKind op) {
   return op == OP_ALLREDUCE || op == OP_ALLREDUCE_MAX || op == OP_REDUCE_SCATTER ||
          op == OP_ALLGATHER || op == OP_ALLTOALL || op == OP_LOCAL_SLICE;
@@ -790,7 +799,8 @@ const OpDef op_BROADCAST = {"broadcast", 1, 1, false, reduce_rule, reduce_grad, 
 // ---------------------------------------------------------------- losses and metrics
 // p[b, t.., c] and y[b, t.., c] (or class ids y[b, t..]): every dim but the
 // class dim indexes a row; rows contract into the scalar (or pass, for the
-// gradient); a row's classes are needed whole.
+// gradient); a row's classes are needed whole. The hinge losses take a
+// third operand, the step's NOT_BINARY flag (a scalar, whole).
 
 static void loss_rule(const Node *n, Rule *r) {
   const Shape *p = &n->in[0]->shape, *y = &n->in[1]->shape;
@@ -811,16 +821,36 @@ static void loss_rule(const Node *n, Rule *r) {
 
 static void loss_emit(const Node *n, Lowering *lw) {
   const Node *p = n->in[0];
-  const char *fn = n->op == OP_LOSS ? "loss" : n->op == OP_METRIC ? "accuracy" : "loss_grad";
-  lower_call(lw, fn, false, NULL, "%s, %d, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
-             n->loss.from_logits, buf(n), buf(p), buf(n->in[1]),
-             p->shape.rank > 1 ? rows_c(p) : elems_c(p), p->shape.rank > 1 ? cols_c(p) : "1",
-             scale_c(n, p));
+  char *rows = p->shape.rank > 1 ? rows_c(p) : elems_c(p);
+  char *cols = p->shape.rank > 1 ? cols_c(p) : "1";
+  if (n->op == OP_METRIC) {
+    lower_call(lw, "accuracy", false, NULL, "%s, %d, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
+               n->loss.from_logits, buf(n), buf(p), buf(n->in[1]), rows, cols, scale_c(n, p));
+    return;
+  }
+  lower_call(lw, n->op == OP_LOSS ? "loss" : "loss_grad", false, NULL,
+             "%s, %d, %s, %s, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind], n->loss.from_logits,
+             flt(n->loss.param), buf(n), buf(p), buf(n->in[1]), n->nin > 2 ? buf(n->in[2]) : "NULL",
+             rows, cols, scale_c(n, p));
 }
 
-const OpDef op_LOSS = {"loss", 2, 0, false, loss_rule, NULL, loss_emit};
+const OpDef op_LOSS = {"loss", -1, 0, false, loss_rule, NULL, loss_emit};
 const OpDef op_METRIC = {"accuracy", 2, 0, false, loss_rule, NULL, loss_emit};
-const OpDef op_LOSS_GRAD = {"loss_grad", 2, 0, false, loss_rule, NULL, loss_emit};
+const OpDef op_LOSS_GRAD = {"loss_grad", -1, 0, false, loss_rule, NULL, loss_emit};
+
+// issue 11: y -> 1 when an element of y is neither 0 nor 1, else 0: a max
+// over every dim (ranks holding parts of y all-reduce it, max).
+static void not_binary_rule(const Node *n, Rule *r) {
+  const Shape *y = &n->in[0]->shape;
+  for (int d = 0; d < y->rank; d++) r->in[0][d] = factor(r, F_MAX, y->d[d]);
+}
+
+static void not_binary_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "not_binary", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]),
+             elems_c(n->in[0]));
+}
+
+const OpDef op_NOT_BINARY = {"not_binary", 1, 0, false, not_binary_rule, NULL, not_binary_emit};
 
 // Sparse crossentropy from logits x[rows.., V], by its row statistics, so
 // that V may stay split (vocab-parallel): m = max over V (a split leaves a

@@ -80,13 +80,65 @@ enum {
   X(MAE, "mean_absolute_error")                                                                \
   X(CCE, "categorical_crossentropy")                                                           \
   X(SCCE, "sparse_categorical_crossentropy")                                                   \
-  X(BCE, "binary_crossentropy")
+  X(BCE, "binary_crossentropy")                                                                \
+  /* issue 11 */                                                                               \
+  X(HUBER, "huber")                                                                            \
+  X(LOG_COSH, "log_cosh")                                                                      \
+  X(KLD, "kl_divergence")                                                                      \
+  X(POISSON, "poisson")                                                                        \
+  X(HINGE, "hinge")                                                                            \
+  X(SQUARED_HINGE, "squared_hinge")                                                            \
+  X(MAPE, "mean_absolute_percentage_error")                                                    \
+  X(MSLE, "mean_squared_logarithmic_error")                                                    \
+  X(COSINE, "cosine_similarity")                                                               \
+  X(CAT_HINGE, "categorical_hinge")
 enum {
 #define KDRT_X(name, kname) KDRT_LOSS_##name,
   KDRT_LOSS_LIST(KDRT_X)
 #undef KDRT_X
   KDRT_LOSS_COUNT
 };
+
+// issue 11: the losses made of one term per element, as keras/src/losses/
+// losses.py writes them on JAX, in float: X(NAME, MEAN, f, df) with f the
+// term of prediction p and label t and df its derivative in p (JAX's: at
+// a tie of maximum or clip each side gets half, abs' is 1 at 0); a is the
+// loss's parameter (huber's delta). A row's loss is the mean of its terms
+// over the last axis (MEAN 1) or their sum (kl_divergence). hinge and
+// squared_hinge get t after Keras's conversion of 0/1 labels to -1/1.
+#define KDRT_EPSILON 1e-7f /* keras.backend.epsilon() */
+#define KDRT_LOG2 0.693147182f /* ops.log(2.0) in float32 */
+// d max(v, lo) / dv, and d clip(v, lo, hi) / dv (jnp.clip: a maximum, then a minimum)
+#define KDRT_MAX_D(v, lo) ((v) > (lo) ? 1.0f : (v) == (lo) ? 0.5f : 0.0f)
+#define KDRT_CLIP_D(v, lo, hi) (KDRT_MAX_D(v, lo) * ((v) < (hi) ? 1.0f : (v) == (hi) ? 0.5f : 0.0f))
+#define KDRT_CLIP(v, lo, hi) fminf(fmaxf((v), (lo)), (hi))
+#define KDRT_MSLE_P(v) logf(fmaxf((v), KDRT_EPSILON) + 1.0f)
+#define KDRT_MAPE_U(p, t) (((t) - (p)) / fmaxf(fabsf(t), KDRT_EPSILON))
+#define KDRT_ELEM_LOSS_LIST(X)                                                                \
+  X(HUBER, 1,                                                                                  \
+    (fabsf((p) - (t)) <= (a) ? 0.5f * ((p) - (t)) * ((p) - (t))                                \
+                             : (a) * fabsf((p) - (t)) - 0.5f * ((a) * (a))),                   \
+    (fabsf((p) - (t)) <= (a) ? (p) - (t) : (p) > (t) ? (a) : -(a)))                            \
+  /* x + softplus(-2x) - log(2), x = p - t */                                                  \
+  X(LOG_COSH, 1, ((p) - (t) + KDRT_SOFTPLUS(-2.0f * ((p) - (t))) - KDRT_LOG2),                 \
+    (1.0f - 2.0f * KDRT_SIGMOID(-2.0f * ((p) - (t)))))                                         \
+  /* clip(t) log(clip(t) / clip(p)), both clipped to [epsilon, 1] */                           \
+  X(KLD, 0,                                                                                    \
+    (KDRT_CLIP(t, KDRT_EPSILON, 1.0f) *                                                        \
+     logf(KDRT_CLIP(t, KDRT_EPSILON, 1.0f) / KDRT_CLIP(p, KDRT_EPSILON, 1.0f))),               \
+    (-KDRT_CLIP(t, KDRT_EPSILON, 1.0f) / KDRT_CLIP(p, KDRT_EPSILON, 1.0f) *                    \
+     KDRT_CLIP_D(p, KDRT_EPSILON, 1.0f)))                                                      \
+  X(POISSON, 1, ((p) - (t) * logf((p) + KDRT_EPSILON)), (1.0f - (t) / ((p) + KDRT_EPSILON)))   \
+  X(HINGE, 1, fmaxf(1.0f - (t) * (p), 0.0f), (-(t) * KDRT_MAX_D(1.0f - (t) * (p), 0.0f)))      \
+  X(SQUARED_HINGE, 1, (fmaxf(1.0f - (t) * (p), 0.0f) * fmaxf(1.0f - (t) * (p), 0.0f)),         \
+    (-2.0f * (t) * fmaxf(1.0f - (t) * (p), 0.0f)))                                             \
+  /* 100 |t - p| / max(|t|, epsilon) */                                                        \
+  X(MAPE, 1, (100.0f * fabsf(KDRT_MAPE_U(p, t))),                                              \
+    ((KDRT_MAPE_U(p, t) >= 0.0f ? -100.0f : 100.0f) / fmaxf(fabsf(t), KDRT_EPSILON)))          \
+  /* (log(max(p, epsilon) + 1) - log(max(t, epsilon) + 1))^2 */                                \
+  X(MSLE, 1, ((KDRT_MSLE_P(p) - KDRT_MSLE_P(t)) * (KDRT_MSLE_P(p) - KDRT_MSLE_P(t))),          \
+    (2.0f * (KDRT_MSLE_P(p) - KDRT_MSLE_P(t)) / (fmaxf((p), KDRT_EPSILON) + 1.0f) *            \
+     KDRT_MAX_D(p, KDRT_EPSILON)))
 
 // ---- initializers
 #define KDRT_INIT_LIST(X)                                                                     \

@@ -102,13 +102,18 @@ typedef struct {
   /* per-row width). out[0] = scale * sum over rows of the per-row loss (Keras 3's */          \
   /* reductions: mse/mae mean the last axis, crossentropies sum it); sparse: y holds */        \
   /* class ids as floats, one per row. accuracy: scale * correct rows, as Keras     */         \
-  /* resolves "accuracy" for the loss. loss_grad: d(out)/d(pred).                   */         \
-  K(loss, (int kind, int from_logits, float *out, const float *pred, const float *y,           \
-           int64_t rows, int64_t cols, double scale))                                          \
+  /* resolves "accuracy" for the loss. loss_grad: d(out)/d(pred). a: the loss's    */         \
+  /* parameter (huber's delta); flag: hinge and squared_hinge, the step's           */         \
+  /* not_binary (0: labels 0/1 become -1/1, as Keras converts them), else NULL.     */         \
+  K(loss, (int kind, int from_logits, float a, float *out, const float *pred, const float *y,  \
+           const float *flag, int64_t rows, int64_t cols, double scale))                       \
   K(accuracy, (int kind, int from_logits, float *out, const float *pred, const float *y,       \
                int64_t rows, int64_t cols, double scale))                                      \
-  K(loss_grad, (int kind, int from_logits, float *dpred, const float *pred, const float *y,    \
-                int64_t rows, int64_t cols, double scale))                                     \
+  K(loss_grad, (int kind, int from_logits, float a, float *dpred, const float *pred,           \
+                const float *y, const float *flag, int64_t rows, int64_t cols, double scale))  \
+  /* issue 11: out[0] = 1 when an element of y[n] is neither 0 nor 1, else 0 (the */          \
+  /* labels' test in Keras's hinge losses; a max: ranks' flags all-reduced, max). */          \
+  K(not_binary, (float *out, const float *y, int64_t n))                                       \
   /* Crossentropy from logits with the class dim split over ranks: this rank holds */          \
   /* columns [col0, col0 + cols) of V. row_max: out[r] = max_j x[r, j];            */          \
   /* row_sumexp: out[r] = sum_j exp(x[r, j] - m[r]) (m, s: after their all-reduce). */         \

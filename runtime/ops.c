@@ -333,9 +333,45 @@ static inline int64_t class_id(const float *y, int64_t r, int64_t cols) {
   return (int64_t)v;
 }
 
+// issue 11: one term of an elementwise loss (kdrt_defs.h's list), or (d)
+// its derivative in p.
+static inline float elem_loss(int kind, int d, float p, float t, float a) {
+  switch (kind) {
+#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return d ? (df) : (f);
+    KDRT_ELEM_LOSS_LIST(KDRT_X)
+#undef KDRT_X
+  }
+  return NAN;
+}
+// Whether a row's loss is the mean of its terms (else their sum), and
+// whether the kind is in the list at all.
+static inline int elem_mean(int kind) {
+  switch (kind) {
+#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return mean;
+    KDRT_ELEM_LOSS_LIST(KDRT_X)
+#undef KDRT_X
+  }
+  return -1;
+}
+
+// Keras's hinge labels: 0/1 become -1/1 unless the step's labels hold
+// another value (flag, the step's not_binary).
+static inline int hinge_pm1(int kind, const float *flag) {
+  return (kind == KDRT_LOSS_HINGE || kind == KDRT_LOSS_SQUARED_HINGE) && flag[0] == 0.0f;
+}
+
+// CosineSimilarity's l2_normalize factor: min(rsqrt(sum of squares), 1 /
+// epsilon), as keras.ops.normalize; w: d factor / d rsqrt (half at the tie).
+static inline float cos_inv(float ss, float *w) {
+  float r = 1.0f / sqrtf(ss);
+  if (w)
+    *w = r < 1e7f ? 1.0f : r == 1e7f ? 0.5f : 0.0f;
+  return fminf(r, 1e7f);
+}
+
 // Row r's loss, in double.
-static double row_loss(int kind, int from_logits, const float *pred, const float *y, int64_t r,
-                       int64_t cols) {
+static double row_loss(int kind, int from_logits, float a, const float *pred, const float *y,
+                       int pm1, int64_t r, int64_t cols) {
   const float *p = pred + r * cols;
   const float *t = y + r * cols; // dense labels; SCCE reads y[r]
   double l = 0.0;
@@ -391,6 +427,28 @@ static double row_loss(int kind, int from_logits, const float *pred, const float
     }
     l /= (double)cols;
     break;
+  case KDRT_LOSS_COSINE: { // -sum(normalize(t) * normalize(p))
+    float sp = 0.0f, st = 0.0f;
+    for (int64_t j = 0; j < cols; j++)
+      sp += p[j] * p[j], st += t[j] * t[j];
+    float ip = cos_inv(sp, NULL), it = cos_inv(st, NULL);
+    for (int64_t j = 0; j < cols; j++)
+      l -= (double)((t[j] * it) * (p[j] * ip));
+    break;
+  }
+  case KDRT_LOSS_CAT_HINGE: { // max(max((1 - t) p) - sum(t p) + 1, 0)
+    float pos = 0.0f, neg = -INFINITY;
+    for (int64_t j = 0; j < cols; j++)
+      pos += t[j] * p[j], neg = fmaxf(neg, (1.0f - t[j]) * p[j]);
+    l = fmaxf(neg - pos + 1.0f, 0.0f);
+    break;
+  }
+  default: // issue 11: the elementwise losses
+    for (int64_t j = 0; j < cols; j++)
+      l += elem_loss(kind, 0, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
+    if (elem_mean(kind))
+      l /= (double)cols;
+    break;
   }
   return l;
 }
@@ -405,29 +463,32 @@ static double sum_rows(double *l, int64_t rows) {
 
 // out[0] = scale * the sum over rows of each row's loss, accumulated in double
 // in row order.
-void kdrt_loss(int kind, int from_logits, float *out, const float *pred, const float *y,
-               int64_t rows, int64_t cols, double scale) {
+void kdrt_loss(int kind, int from_logits, float a, float *out, const float *pred, const float *y,
+               const float *flag, int64_t rows, int64_t cols, double scale) {
   double total = 0.0;
+  int pm1 = hinge_pm1(kind, flag);
   if (rows * cols < KD_PAR_MIN || rows < 2) {
     for (int64_t r = 0; r < rows; r++)
-      total += row_loss(kind, from_logits, pred, y, r, cols);
+      total += row_loss(kind, from_logits, a, pred, y, pm1, r, cols);
   } else {
     double *l = malloc((size_t)rows * sizeof *l);
     if (!l)
       bad_call("kdrt_loss", "out of memory");
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++)
-      l[r] = row_loss(kind, from_logits, pred, y, r, cols);
+      l[r] = row_loss(kind, from_logits, a, pred, y, pm1, r, cols);
     total = sum_rows(l, rows);
     free(l);
   }
   out[0] = (float)(total * scale);
 }
 
-void kdrt_loss_grad(int kind, int from_logits, float *dpred, const float *pred, const float *y,
-                    int64_t rows, int64_t cols, double scale) {
+void kdrt_loss_grad(int kind, int from_logits, float a, float *dpred, const float *pred,
+                    const float *y, const float *flag, int64_t rows, int64_t cols, double scale) {
   const float sc = (float)scale;
   const float sc_cols = (float)(scale / (double)cols);
+  const int pm1 = hinge_pm1(kind, flag);
+  const float sc_elem = elem_mean(kind) ? sc_cols : sc;
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *p = pred + r * cols;
@@ -506,8 +567,45 @@ void kdrt_loss_grad(int kind, int from_logits, float *dpred, const float *pred, 
         }
       }
       break;
+    case KDRT_LOSS_COSINE: {
+      // l = -sum(t_j it p_j ip), ip = cos_inv(sum p^2) = rsqrt where it is
+      // below 1/epsilon: dl/dp_k = -ip t_k it + w r^3 p_k sum(p_j t_j it)
+      float sp = 0.0f, st = 0.0f, spt = 0.0f;
+      for (int64_t j = 0; j < cols; j++)
+        sp += p[j] * p[j], st += t[j] * t[j];
+      float w, ip = cos_inv(sp, &w), it = cos_inv(st, NULL);
+      for (int64_t j = 0; j < cols; j++)
+        spt += p[j] * (t[j] * it);
+      float rs = 1.0f / sqrtf(sp), r3 = w > 0.0f ? w * rs * rs * rs * spt : 0.0f;
+      for (int64_t j = 0; j < cols; j++)
+        d[j] = sc * (r3 * p[j] - ip * (t[j] * it));
+      break;
+    }
+    case KDRT_LOSS_CAT_HINGE: {
+      // the max's gradient shared among its ties, as JAX's reduce max
+      float pos = 0.0f, neg = -INFINITY, ties = 0.0f;
+      for (int64_t j = 0; j < cols; j++)
+        pos += t[j] * p[j], neg = fmaxf(neg, (1.0f - t[j]) * p[j]);
+      for (int64_t j = 0; j < cols; j++)
+        ties += (1.0f - t[j]) * p[j] == neg;
+      float g = sc * KDRT_MAX_D(neg - pos + 1.0f, 0.0f);
+      for (int64_t j = 0; j < cols; j++)
+        d[j] = g * (((1.0f - t[j]) * p[j] == neg ? (1.0f - t[j]) / ties : 0.0f) - t[j]);
+      break;
+    }
+    default:
+      for (int64_t j = 0; j < cols; j++)
+        d[j] = sc_elem * elem_loss(kind, 1, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
+      break;
     }
   }
+}
+
+void kdrt_not_binary(float *out, const float *y, int64_t n) {
+  int any = 0;
+  for (int64_t i = 0; i < n && !any; i++)
+    any = y[i] != 0.0f && y[i] != 1.0f;
+  out[0] = (float)any;
 }
 
 // Index of the first maximum of x[0..n).

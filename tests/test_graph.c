@@ -52,6 +52,13 @@ Test(graph, unknown_activation) {
                "'swishy'\n");
 }
 
+// issue 11: a loss over another axis than the last
+Test(graph, loss_axis) {
+  expect_error("tests/bad/loss_axis.json", NULL,
+               "tests/bad/loss_axis.json:5:83: error: loss 'cosine_similarity' of output 'd1': "
+               "axis 0 is not supported (only the last axis, -1)\n");
+}
+
 Test(graph, zero_units) {
   expect_error("tests/bad/units_zero.json", NULL,
                "tests/bad/units_zero.json:40:20: error: layer 'a': 'units' must be positive\n");

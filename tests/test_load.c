@@ -397,12 +397,40 @@ Test(compile, losses) {
      false},
     {"{\"module\": \"keras.losses\", \"class_name\": \"function\", \"config\": \"mae\", "
      "\"registered_name\": \"function\"}", LOSS_MAE, false},
+    // issue 11: the names keras.losses.get resolves
+    {"\"MSE\"", LOSS_MSE, false}, {"\"bce\"", LOSS_BCE, false},
+    {"\"huber\"", LOSS_HUBER, false}, {"\"log_cosh\"", KDRT_LOSS_LOG_COSH, false},
+    {"\"LogCosh\"", KDRT_LOSS_LOG_COSH, false}, {"\"kld\"", LOSS_KLD, false},
+    {"\"KLDivergence\"", LOSS_KLD, false}, {"\"poisson\"", KDRT_LOSS_POISSON, false},
+    {"\"cosine_similarity\"", LOSS_COSINE, false}, {"\"Hinge\"", LOSS_HINGE, false},
+    {"\"squared_hinge\"", LOSS_SQUARED_HINGE, false},
+    {"\"categorical_hinge\"", LOSS_CAT_HINGE, false}, {"\"MAPE\"", KDRT_LOSS_MAPE, false},
+    {"\"mean_squared_logarithmic_error\"", KDRT_LOSS_MSLE, false},
+    {"{\"module\": \"builtins\", \"class_name\": \"function\", \"config\": \"huber\", "
+     "\"registered_name\": \"function\"}", LOSS_HUBER, false},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     Model *m = compiled(format("{\"loss\": %s}", cases[i].json));
     cr_assert_eq(m->losses[0].kind, cases[i].kind, "%s", cases[i].json);
     cr_assert_eq(m->losses[0].from_logits, cases[i].logits, "%s", cases[i].json);
   }
+}
+
+// issue 11: huber's delta (Keras's default 1), label smoothing, the axis
+Test(compile, loss_options) {
+  Model *m = compiled("{\"loss\": \"huber\"}");
+  cr_assert_float_eq(m->losses[0].param, 1.0f, 0);
+  m = compiled("{\"loss\": {\"class_name\": \"Huber\", \"config\": {\"name\": \"huber_loss\", "
+               "\"reduction\": \"sum_over_batch_size\"}}}");
+  cr_assert_float_eq(m->losses[0].param, 1.0f, 0);
+  m = compiled("{\"loss\": {\"class_name\": \"Huber\", \"config\": {\"delta\": 0.25}}}");
+  cr_assert_float_eq(m->losses[0].param, 0.25f, 0);
+  m = compiled("{\"loss\": {\"class_name\": \"BinaryCrossentropy\", \"config\": "
+               "{\"from_logits\": true, \"label_smoothing\": 0.2, \"axis\": -1}}}");
+  cr_assert(m->losses[0].from_logits && m->losses[0].label_smoothing == 0.2);
+  cr_assert_eq(m->losses[0].axis, -1);
+  m = compiled("{\"loss\": {\"class_name\": \"CosineSimilarity\", \"config\": {\"axis\": 1}}}");
+  cr_assert_eq(m->losses[0].axis, 1);
 }
 
 Test(compile, null_fields_keep_defaults) {
@@ -567,15 +595,21 @@ Test(bad, unused_layer_warns_and_is_dropped) {
 }
 
 Test(bad, unknown_loss) {
-  EXPECT_ERROR("tests/bad/unknown_loss.json", "5:29: error: unknown loss 'hinge' (supported: "
+  EXPECT_ERROR("tests/bad/unknown_loss.json", "5:29: error: unknown loss "
+               "'binary_focal_crossentropy' (supported: "
                "mse, mae, categorical_crossentropy, sparse_categorical_crossentropy, "
-               "binary_crossentropy)");
+               "binary_crossentropy, huber, log_cosh, kl_divergence, poisson, cosine_similarity, "
+               "hinge, squared_hinge, categorical_hinge, mean_absolute_percentage_error, "
+               "mean_squared_logarithmic_error)");
 }
 
 Test(bad, unknown_loss_class) {
-  EXPECT_ERROR("tests/bad/unknown_loss_class.json", "5:70: error: unknown loss 'Huber' "
-               "(supported: mse, mae, categorical_crossentropy, sparse_categorical_crossentropy, "
-               "binary_crossentropy)");
+  EXPECT_ERROR("tests/bad/unknown_loss_class.json", "5:70: error: unknown loss 'Tversky' "
+               "(supported: "
+               "mse, mae, categorical_crossentropy, sparse_categorical_crossentropy, "
+               "binary_crossentropy, huber, log_cosh, kl_divergence, poisson, cosine_similarity, "
+               "hinge, squared_hinge, categorical_hinge, mean_absolute_percentage_error, "
+               "mean_squared_logarithmic_error)");
 }
 
 Test(bad, several_losses) {
@@ -584,8 +618,20 @@ Test(bad, several_losses) {
 }
 
 Test(bad, label_smoothing) {
-  EXPECT_ERROR("tests/bad/label_smoothing.json", "5:123: error: loss 'CategoricalCrossentropy': "
-               "label_smoothing is not supported");
+  EXPECT_ERROR("tests/bad/label_smoothing.json", "5:129: error: loss "
+               "'SparseCategoricalCrossentropy': label_smoothing is not supported");
+  EXPECT_ERROR("tests/bad/label_smoothing_range.json", "5:96: error: loss 'BinaryCrossentropy': "
+               "'label_smoothing' must be a number in [0, 1]");
+}
+
+// issue 11: options that would change the arithmetic
+Test(bad, loss_options) {
+  EXPECT_ERROR("tests/bad/loss_ignore_class.json", "5:104: error: loss "
+               "'SparseCategoricalCrossentropy': ignore_class is not supported");
+  EXPECT_ERROR("tests/bad/loss_delta.json", "5:84: error: loss 'MeanSquaredError': 'delta' is "
+               "not supported");
+  EXPECT_ERROR("tests/bad/loss_from_logits.json", "5:79: error: loss 'Huber': 'from_logits' is "
+               "not supported");
 }
 
 Test(bad, unknown_optimizer) {

@@ -72,12 +72,20 @@ static double max_abs_diff(const float *a, const double *b, size_t n) {
   return m;
 }
 
+// The losses' parameter (huber's delta, Keras's default) and the hinge
+// losses' flag (the labels are 0/1: Keras maps them to -1/1).
+static const float DELTA = 1.0f, ZERO_FLAG = 0.0f;
+
 // kdrt_loss and kdrt_accuracy write their value to out[0]; these return it.
 static double loss_of(int kind, int logits, const float *pred, const float *y, int64_t rows,
                       int64_t cols, double scale) {
   float out = NAN;
-  kdrt_loss(kind, logits, &out, pred, y, rows, cols, scale);
+  kdrt_loss(kind, logits, DELTA, &out, pred, y, &ZERO_FLAG, rows, cols, scale);
   return out;
+}
+static void grad_of(int kind, int logits, float *d, const float *pred, const float *y,
+                    int64_t rows, int64_t cols, double scale) {
+  kdrt_loss_grad(kind, logits, DELTA, d, pred, y, &ZERO_FLAG, rows, cols, scale);
 }
 static double accuracy_of(int kind, int logits, const float *pred, const float *y, int64_t rows,
                           int64_t cols, double scale) {
@@ -219,15 +227,33 @@ static void check_loss_grad(int kind, int logits, float plo, float phi) {
     switch (kind) {
     case KDRT_LOSS_MSE:
     case KDRT_LOSS_MAE:
+    case KDRT_LOSS_HUBER: // errors on both sides of delta 1
+    case KDRT_LOSS_LOG_COSH:
+    case KDRT_LOSS_MAPE:
       for (int64_t j = 0; j < cols; j++) {
         // keep |pred - y| > FD step for mae's kink
-        float d = frand(0.1f, 1.0f);
+        float d = frand(0.1f, 2.0f);
         c.y[r * cols + j] = c.pred[r * cols + j] + (j % 2 ? d : -d);
       }
       break;
     case KDRT_LOSS_CCE: // soft labels, not summing to 1, to test the general form
+    case KDRT_LOSS_KLD:
+    case KDRT_LOSS_POISSON:
+    case KDRT_LOSS_MSLE:
       for (int64_t j = 0; j < cols; j++)
         c.y[r * cols + j] = frand(0, 1);
+      break;
+    case KDRT_LOSS_COSINE:
+      for (int64_t j = 0; j < cols; j++)
+        c.y[r * cols + j] = frand(-1, 1);
+      break;
+    case KDRT_LOSS_HINGE: // 0/1, mapped to -1/1
+    case KDRT_LOSS_SQUARED_HINGE:
+      for (int64_t j = 0; j < cols; j++)
+        c.y[r * cols + j] = (float)((r + j) % 2);
+      break;
+    case KDRT_LOSS_CAT_HINGE:
+      c.y[r * cols + t] = 1.0f;
       break;
     case KDRT_LOSS_SCCE:
       c.y[r] = (float)t;
@@ -239,7 +265,7 @@ static void check_loss_grad(int kind, int logits, float plo, float phi) {
     }
   }
   float *d = calloc(n, sizeof *d);
-  kdrt_loss_grad(kind, logits, d, c.pred, c.y, rows, cols, c.scale);
+  grad_of(kind, logits, d, c.pred, c.y, rows, cols, c.scale);
   // Scale the FD up so the tolerance bites: compare grad*8 against d(8 L).
   c.scale = 1.0;
   for (size_t i = 0; i < n; i++)
@@ -258,6 +284,47 @@ Test(loss, gradients_match_finite_differences) {
   check_loss_grad(KDRT_LOSS_SCCE, 1, -3, 3);
   check_loss_grad(KDRT_LOSS_BCE, 0, 0.1f, 0.9f);
   check_loss_grad(KDRT_LOSS_BCE, 1, -3, 3);
+  // issue 11
+  check_loss_grad(KDRT_LOSS_HUBER, 0, -2, 2);
+  check_loss_grad(KDRT_LOSS_LOG_COSH, 0, -2, 2);
+  check_loss_grad(KDRT_LOSS_MAPE, 0, -2, 2);
+  check_loss_grad(KDRT_LOSS_KLD, 0, 0.05f, 0.9f);
+  check_loss_grad(KDRT_LOSS_POISSON, 0, 0.2f, 3);
+  check_loss_grad(KDRT_LOSS_MSLE, 0, 0.2f, 3);
+  check_loss_grad(KDRT_LOSS_COSINE, 0, -2, 2);
+  check_loss_grad(KDRT_LOSS_HINGE, 0, -3, 3);
+  check_loss_grad(KDRT_LOSS_SQUARED_HINGE, 0, -3, 3);
+  check_loss_grad(KDRT_LOSS_CAT_HINGE, 0, -3, 3);
+}
+
+// issue 11: values against keras.losses (Keras 3.15.1 on JAX, float32, the
+// mean of the rows' losses) for p = [[0.6, 0.4, -1.5], [2.0, 0.1, 0.3]], y =
+// [[0, 1, 0], [1, 0, 0.5]] (the hinge losses: labels not all 0/1, as they are)
+Test(loss, issue11_values) {
+  const float p[] = {0.6f, 0.4f, -1.5f, 2.0f, 0.1f, 0.3f}, y[] = {0, 1, 0, 1, 0, 0.5f};
+  struct { int kind; double want; } cases[] = {
+    {KDRT_LOSS_HUBER, 0.314166665}, {KDRT_LOSS_LOG_COSH, 0.275725245},
+    {KDRT_LOSS_KLD, 0.585850358}, {KDRT_LOSS_POISSON, NAN}, // log(-1.5 + epsilon)
+    {KDRT_LOSS_HINGE, 0.741666675}, {KDRT_LOSS_SQUARED_HINGE, 0.680416703},
+    {KDRT_LOSS_MAPE, 366666688}, {KDRT_LOSS_MSLE, 0.0903473794},
+    {KDRT_LOSS_COSINE, -0.59502387}, {KDRT_LOSS_CAT_HINGE, 0.600000024}};
+  float nb, out;
+  kdrt_not_binary(&nb, y, 6);
+  cr_expect(nb == 1.0f); // 0.5: the hinge losses take the labels as they are
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    kdrt_loss(cases[i].kind, 0, DELTA, &out, p, y, &nb, 2, 3, 0.5);
+    double w = cases[i].want;
+    cr_expect(isnan(w) ? isnan(out) : fabs(out - w) <= 1e-6 * fmax(1, fabs(w)),
+              "loss %d: %.9g, Keras %.9g", cases[i].kind, out, w);
+  }
+  // labels all 0/1: -1/1 for the hinge losses
+  const float y01[] = {0, 1, 0, 1, 0, 1};
+  kdrt_not_binary(&nb, y01, 6);
+  cr_expect(nb == 0.0f);
+  kdrt_loss(KDRT_LOSS_HINGE, 0, DELTA, &out, p, y01, &nb, 2, 3, 0.5);
+  cr_expect(fabs(out - 0.666666687) < 1e-6, "hinge, 0/1 labels: %.9g", out);
+  kdrt_loss(KDRT_LOSS_SQUARED_HINGE, 0, DELTA, &out, p, y01, &nb, 2, 3, 0.5);
+  cr_expect(fabs(out - 0.770000041) < 1e-6, "squared_hinge, 0/1 labels: %.9g", out);
 }
 
 Test(loss, mse_mae_values) {
@@ -267,9 +334,9 @@ Test(loss, mse_mae_values) {
   cr_expect(fabs(loss_of(KDRT_LOSS_MSE, 0, p, y, 2, 2, 0.5) - 2.25) < 1e-9);
   cr_expect(fabs(loss_of(KDRT_LOSS_MAE, 0, p, y, 2, 2, 0.5) - 1.25) < 1e-9);
   float d[4];
-  kdrt_loss_grad(KDRT_LOSS_MSE, 0, d, p, y, 2, 2, 0.5); // 2 (p - y) / cols * scale
+  grad_of(KDRT_LOSS_MSE, 0, d, p, y, 2, 2, 0.5); // 2 (p - y) / cols * scale
   cr_expect(d[0] == 0.5f && d[1] == 1.0f && d[2] == 0.0f && d[3] == 1.0f);
-  kdrt_loss_grad(KDRT_LOSS_MAE, 0, d, p, y, 2, 2, 0.5); // sign(p - y) / cols * scale
+  grad_of(KDRT_LOSS_MAE, 0, d, p, y, 2, 2, 0.5); // sign(p - y) / cols * scale
   cr_expect(d[0] == 0.25f && d[1] == 0.25f && d[2] == 0.0f && d[3] == 0.25f);
 }
 
@@ -285,8 +352,8 @@ Test(loss, categorical_values_and_clipping) {
   l = loss_of(KDRT_LOSS_SCCE, 0, p, ids, 2, 3, 1.0);
   cr_expect(fabs(l - (log(2.0) + -log(1e-7))) < 1e-4, "scce %f", l);
   float d[6], ds[6];
-  kdrt_loss_grad(KDRT_LOSS_CCE, 0, d, p, y, 2, 3, 1.0);
-  kdrt_loss_grad(KDRT_LOSS_SCCE, 0, ds, p, ids, 2, 3, 1.0);
+  grad_of(KDRT_LOSS_CCE, 0, d, p, y, 2, 3, 1.0);
+  grad_of(KDRT_LOSS_SCCE, 0, ds, p, ids, 2, 3, 1.0);
   // Row 0, unclipped: dL/dp_k = (1/s) (-y_k/q_k + sum y) with s = 4:
   // (.25, .25, (1 - 2)/4) = (.25, .25, -.25).
   const float want[] = {0.25f, 0.25f, -0.25f, 0, 0, 0};
@@ -307,7 +374,7 @@ Test(loss, categorical_from_logits) {
   l = loss_of(KDRT_LOSS_SCCE, 1, p, ids, 2, 3, 1.0);
   cr_expect(fabs(l - (log(2.0) + 1000)) < 1e-3, "scce logits %f", l);
   float d[6];
-  kdrt_loss_grad(KDRT_LOSS_SCCE, 1, d, p, ids, 2, 3, 0.5);
+  grad_of(KDRT_LOSS_SCCE, 1, d, p, ids, 2, 3, 0.5);
   const float want[] = {0.125f, 0.125f, -0.25f, 0.5f, -0.5f, 0};
   for (int i = 0; i < 6; i++)
     cr_expect(fabsf(d[i] - want[i]) < 1e-6 && !isnan(d[i]), "grad[%d] = %g", i, d[i]);
@@ -324,17 +391,17 @@ Test(loss, binary_values_and_clipping) {
   l = loss_of(KDRT_LOSS_BCE, 0, pc, yc, 2, 1, 1.0);
   cr_expect(fabs(l - (-log(1.0 - 0.99999988079071044921875) - log(1e-7))) < 1e-3, "bce %f", l);
   float d[2];
-  kdrt_loss_grad(KDRT_LOSS_BCE, 0, d, pc, yc, 2, 1, 1.0);
+  grad_of(KDRT_LOSS_BCE, 0, d, pc, yc, 2, 1, 1.0);
   cr_expect(d[0] == 0 && d[1] == 0, "clipped grads %g %g", d[0], d[1]);
   // Unclipped: d/dp = -y/p + (1-y)/(1-p) = -1.25 and 5, over 2 columns.
-  kdrt_loss_grad(KDRT_LOSS_BCE, 0, d, p, y, 1, 2, 1.0);
+  grad_of(KDRT_LOSS_BCE, 0, d, p, y, 1, 2, 1.0);
   cr_expect(fabsf(d[0] + 0.625f) < 1e-5 && fabsf(d[1] - 2.5f) < 1e-5, "%g %g", d[0], d[1]);
   // Logits: x = 0 -> ln 2; x = 100, y = 0 -> 100; x = -100, y = 0 -> ~0.
   const float xl[] = {0, 100, -100}, yl[] = {1, 0, 0};
   l = loss_of(KDRT_LOSS_BCE, 1, xl, yl, 3, 1, 1.0);
   cr_expect(fabs(l - (log(2.0) + 100)) < 1e-4, "bce logits %f", l);
   float dl[3];
-  kdrt_loss_grad(KDRT_LOSS_BCE, 1, dl, xl, yl, 3, 1, 1.0); // sigmoid(x) - y
+  grad_of(KDRT_LOSS_BCE, 1, dl, xl, yl, 3, 1, 1.0); // sigmoid(x) - y
   cr_expect(fabsf(dl[0] + 0.5f) < 1e-6 && fabsf(dl[1] - 1) < 1e-6 && fabsf(dl[2]) < 1e-6);
 }
 
@@ -973,10 +1040,10 @@ static void check_split_xent(int64_t rows, int64_t V, int parts) {
   // (A tie between columns of different blocks is not seen by one block:
   // kdrt_sparse_xent_acc's documented limit; exact float ties are rare.)
   float full_loss, full_acc;
-  kdrt_loss(KDRT_LOSS_SCCE, 1, &full_loss, x, y, rows, V, scale);
+  full_loss = (float)loss_of(KDRT_LOSS_SCCE, 1, x, y, rows, V, scale);
   kdrt_accuracy(KDRT_LOSS_SCCE, 1, &full_acc, x, y, rows, V, scale);
   float *full_grad = malloc((size_t)(rows * V) * sizeof(float));
-  kdrt_loss_grad(KDRT_LOSS_SCCE, 1, full_grad, x, y, rows, V, scale);
+  grad_of(KDRT_LOSS_SCCE, 1, full_grad, x, y, rows, V, scale);
 
   const int64_t cols = V / parts;
   float *blk = malloc((size_t)(rows * cols) * sizeof(float));

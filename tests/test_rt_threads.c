@@ -90,8 +90,11 @@ Test(threads, losses_and_metrics) {
     for (int fl = 0; fl <= 1; fl++) {
       const float *pred = fl ? logits : prob, *y = kind == KDRT_LOSS_SCCE ? ids : dense;
       if (kind == KDRT_LOSS_BCE && !fl) pred = prob; // probabilities in (0, 1)
-      SAME_ON_1_AND_3("loss", out, 1, kdrt_loss(kind, fl, out, pred, y, R, C, 1.0 / R));
-      SAME_ON_1_AND_3("loss_grad", out, N, kdrt_loss_grad(kind, fl, out, pred, y, R, C, 1.0 / R));
+      const float flag = 0.0f; // the hinge losses: labels 0/1 mapped to -1/1
+      SAME_ON_1_AND_3("loss", out, 1,
+                      kdrt_loss(kind, fl, 0.5f, out, pred, y, &flag, R, C, 1.0 / R));
+      SAME_ON_1_AND_3("loss_grad", out, N,
+                      kdrt_loss_grad(kind, fl, 0.5f, out, pred, y, &flag, R, C, 1.0 / R));
       SAME_ON_1_AND_3("accuracy", out, 1, kdrt_accuracy(kind, fl, out, pred, y, R, C, 1.0 / R));
     }
   float m[R], s[R];

@@ -26,6 +26,35 @@ __device__ static inline int64_t class_id(const float *y, int64_t r, int64_t col
   return (int64_t)v;
 }
 
+// issue 11: the elementwise losses (kdrt_defs.h's list), as ../ops.c: a
+// term, or (d) its derivative in p.
+__device__ static inline float elem_loss(int kind, int d, float p, float t, float a) {
+  switch (kind) {
+#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return d ? (df) : (f);
+    KDRT_ELEM_LOSS_LIST(KDRT_X)
+#undef KDRT_X
+  }
+  return NAN;
+}
+__host__ __device__ static inline int elem_mean(int kind) {
+  switch (kind) {
+#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return mean;
+    KDRT_ELEM_LOSS_LIST(KDRT_X)
+#undef KDRT_X
+  }
+  return -1;
+}
+// Keras's hinge labels: 0/1 become -1/1 unless the step's labels hold another value.
+__device__ static inline int hinge_pm1(int kind, const float *flag) {
+  return (kind == KDRT_LOSS_HINGE || kind == KDRT_LOSS_SQUARED_HINGE) && flag[0] == 0.0f;
+}
+// CosineSimilarity's min(rsqrt(sum of squares), 1 / epsilon); w: its d / d rsqrt.
+__device__ static inline float cos_inv(float ss, float *w) {
+  float r = 1.0f / sqrtf(ss);
+  if (w) *w = r < 1e7f ? 1.0f : r == 1e7f ? 0.5f : 0.0f;
+  return fminf(r, 1e7f);
+}
+
 // Block reductions of one row.
 __device__ static float row_max(const float *p, int64_t cols, float *shm) {
   float m = -INFINITY;
@@ -45,9 +74,29 @@ __device__ static float row_lse(const float *p, int64_t cols, float *shm) {
   return m + logf(s);
 }
 
+// Sums of x*x and y*y over the row (cosine similarity), every thread.
+__device__ static void row_sumsq2(const float *x, const float *y, int64_t cols, float *shm,
+                                  float *sx, float *sy) {
+  float a = 0.0f, b = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) a += x[j] * x[j], b += y[j] * y[j];
+  *sx = kdrt_block_reduce<kdrt_sum_op<float> >(a, shm);
+  __syncthreads();
+  *sy = kdrt_block_reduce<kdrt_sum_op<float> >(b, shm);
+}
+// categorical_hinge's sum(t p) and max((1 - t) p), every thread.
+__device__ static void row_cat_hinge(const float *p, const float *t, int64_t cols, float *shm,
+                                     float *pos, float *neg) {
+  float a = 0.0f, b = -INFINITY;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    a += t[j] * p[j], b = fmaxf(b, (1.0f - t[j]) * p[j]);
+  *pos = kdrt_block_reduce<kdrt_sum_op<float> >(a, shm);
+  __syncthreads();
+  *neg = kdrt_block_reduce<kdrt_max_op<float> >(b, shm);
+}
+
 // Every row's loss into rowv[r].
-__global__ static void loss_rows(int kind, int from_logits, const float *pred, const float *y,
-                                 int64_t cols, double *rowv) {
+__global__ static void loss_rows(int kind, int from_logits, float a, const float *pred,
+                                 const float *y, const float *flag, int64_t cols, double *rowv) {
   __shared__ float shm[32];
   __shared__ double shd[32];
   int64_t r = blockIdx.x;
@@ -90,6 +139,28 @@ __global__ static void loss_rows(int kind, int from_logits, const float *pred, c
     }
     l = kdrt_block_reduce<kdrt_sum_op<double> >(l, shd) / (double)cols;
     break;
+  case KDRT_LOSS_COSINE: {
+    float sp, st;
+    row_sumsq2(p, t, cols, shm, &sp, &st);
+    float ip = cos_inv(sp, NULL), it = cos_inv(st, NULL);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) l -= (double)((t[j] * it) * (p[j] * ip));
+    l = kdrt_block_reduce<kdrt_sum_op<double> >(l, shd);
+    break;
+  }
+  case KDRT_LOSS_CAT_HINGE: {
+    float pos, neg;
+    row_cat_hinge(p, t, cols, shm, &pos, &neg);
+    l = fmaxf(neg - pos + 1.0f, 0.0f);
+    break;
+  }
+  default: {
+    int pm1 = hinge_pm1(kind, flag);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      l += elem_loss(kind, 0, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
+    l = kdrt_block_reduce<kdrt_sum_op<double> >(l, shd);
+    if (elem_mean(kind)) l /= (double)cols;
+    break;
+  }
   }
   if (threadIdx.x == 0) rowv[r] = l;
 }
@@ -143,15 +214,15 @@ static void check_rows(int64_t rows) {
   if (rows > 2147483647) kdrt_cuda_fail("loss", __FILE__, __LINE__, "more than 2^31-1 rows");
 }
 
-extern "C" void kdrt_cuda_loss(kdrt_cuda *d, int kind, int from_logits, float *out,
-                               const float *pred, const float *y, int64_t rows, int64_t cols,
-                               double scale) {
+extern "C" void kdrt_cuda_loss(kdrt_cuda *d, int kind, int from_logits, float a, float *out,
+                               const float *pred, const float *y, const float *flag,
+                               int64_t rows, int64_t cols, double scale) {
   cudaStream_t s = d->impl->stream;
   check_rows(rows);
   double *rowv = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(rows > 0 ? rows : 1) * sizeof(double));
   if (rows > 0) {
-    loss_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, s>>>(kind, from_logits, pred, y, cols,
-                                                                rowv);
+    loss_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, s>>>(kind, from_logits, a, pred, y,
+                                                                flag, cols, rowv);
     KDRT_LAUNCHED(d, "loss_rows");
   }
   sum_rows<<<1, 256, 0, s>>>(out, rowv, rows, scale);
@@ -173,8 +244,9 @@ extern "C" void kdrt_cuda_accuracy(kdrt_cuda *d, int kind, int from_logits, floa
   KDRT_LAUNCHED(d, "sum_rows");
 }
 
-__global__ static void loss_grad_rows(int kind, int from_logits, float *dpred, const float *pred,
-                                      const float *y, int64_t cols, float sc, float sc_cols) {
+__global__ static void loss_grad_rows(int kind, int from_logits, float a, float *dpred,
+                                      const float *pred, const float *y, const float *flag,
+                                      int64_t cols, float sc, float sc_cols) {
   __shared__ float shm[32];
   int64_t r = blockIdx.x;
   const float *p = pred + r * cols, *t = y + r * cols;
@@ -243,16 +315,66 @@ __global__ static void loss_grad_rows(int kind, int from_logits, float *dpred, c
       }
     }
     break;
+  case KDRT_LOSS_COSINE: { // as ../ops.c
+    float sp, st;
+    row_sumsq2(p, t, cols, shm, &sp, &st);
+    float w, ip = cos_inv(sp, &w), it = cos_inv(st, NULL);
+    float spt = 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) spt += p[j] * (t[j] * it);
+    __syncthreads();
+    spt = kdrt_block_reduce<kdrt_sum_op<float> >(spt, shm);
+    __syncthreads();
+    float r = 1.0f / sqrtf(sp), r3 = w > 0.0f ? w * r * r * r * spt : 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      dd[j] = sc * (r3 * p[j] - ip * (t[j] * it));
+    break;
+  }
+  case KDRT_LOSS_CAT_HINGE: {
+    float pos, neg;
+    row_cat_hinge(p, t, cols, shm, &pos, &neg);
+    float ties = 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) ties += (1.0f - t[j]) * p[j] == neg;
+    __syncthreads();
+    ties = kdrt_block_reduce<kdrt_sum_op<float> >(ties, shm);
+    __syncthreads();
+    float g = sc * KDRT_MAX_D(neg - pos + 1.0f, 0.0f);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      dd[j] = g * (((1.0f - t[j]) * p[j] == neg ? (1.0f - t[j]) / ties : 0.0f) - t[j]);
+    break;
+  }
+  default: { // elementwise: each thread reads only its own elements
+    int pm1 = hinge_pm1(kind, flag);
+    float s = elem_mean(kind) ? sc_cols : sc;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      dd[j] = s * elem_loss(kind, 1, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
+    break;
+  }
   }
 }
 
-extern "C" void kdrt_cuda_loss_grad(kdrt_cuda *d, int kind, int from_logits, float *dpred,
-                                    const float *pred, const float *y, int64_t rows,
-                                    int64_t cols, double scale) {
+extern "C" void kdrt_cuda_loss_grad(kdrt_cuda *d, int kind, int from_logits, float a,
+                                    float *dpred, const float *pred, const float *y,
+                                    const float *flag, int64_t rows, int64_t cols,
+                                    double scale) {
   if (rows <= 0 || cols <= 0) return;
   check_rows(rows);
   const float sc = (float)scale, sc_cols = (float)(scale / (double)cols);
   loss_grad_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(
-      kind, from_logits, dpred, pred, y, cols, sc, sc_cols);
+      kind, from_logits, a, dpred, pred, y, flag, cols, sc, sc_cols);
   KDRT_LAUNCHED(d, "loss_grad_rows");
+}
+
+// issue 11: one block; the flag is 0 or 1, so the max of the threads' flags.
+__global__ static void not_binary_k(float *out, const float *y, int64_t n) {
+  __shared__ float shm[32];
+  float any = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    if (y[i] != 0.0f && y[i] != 1.0f) any = 1.0f;
+  any = kdrt_block_reduce<kdrt_max_op<float> >(any, shm);
+  if (threadIdx.x == 0) out[0] = any;
+}
+
+extern "C" void kdrt_cuda_not_binary(kdrt_cuda *d, float *out, const float *y, int64_t n) {
+  not_binary_k<<<1, 256, 0, d->impl->stream>>>(out, y, n);
+  KDRT_LAUNCHED(d, "not_binary");
 }

@@ -203,9 +203,15 @@ static void check_softmax(void) {
 }
 
 static void check_losses(void) {
-  static const char *names[] = {"mse", "mae", "cce", "scce", "bce"};
+  static const char *names[] = {
+#define KDRT_X(name, kname) kname,
+    KDRT_LOSS_LIST(KDRT_X)
+#undef KDRT_X
+  };
   const int64_t rows = 53;
-  for (int kind = KDRT_LOSS_MSE; kind <= KDRT_LOSS_BCE; kind++)
+  const float a = 0.5f, hflag = 0.0f; // huber's delta; hinge labels 0/1 mapped to -1/1
+  float *flag = dev(&hflag, 1);
+  for (int kind = KDRT_LOSS_MSE; kind < KDRT_LOSS_COUNT; kind++)
     for (int logits = 0; logits < 2; logits++) {
       if (logits && kind < KDRT_LOSS_CCE) continue;
       for (int64_t cols = 1; cols <= 129; cols += 128) {
@@ -220,8 +226,10 @@ static void check_losses(void) {
         for (int64_t r = 0; r < rows; r++) {
           int cls = (int)(frand(0, 1) * (float)cols) % (int)cols;
           if (kind == KDRT_LOSS_SCCE) hy[r] = r == 5 ? -1.0f : (float)cls; // one out of range
-          else if (kind == KDRT_LOSS_CCE) hy[r * cols + cls] = 1.0f;
-          else if (kind == KDRT_LOSS_BCE)
+          else if (kind == KDRT_LOSS_CCE || kind == KDRT_LOSS_KLD || kind == KDRT_LOSS_CAT_HINGE)
+            hy[r * cols + cls] = 1.0f;
+          else if (kind == KDRT_LOSS_BCE || kind == KDRT_LOSS_HINGE ||
+                   kind == KDRT_LOSS_SQUARED_HINGE)
             for (int64_t j = 0; j < cols; j++) hy[r * cols + j] = frand(0, 1) < 0.5f ? 0.0f : 1.0f;
           else
             for (int64_t j = 0; j < cols; j++) hy[r * cols + j] = frand(-1, 1);
@@ -230,8 +238,8 @@ static void check_losses(void) {
         char name[64];
         double scale = 1.0 / 64;
         float ref;
-        kdrt_loss(kind, logits, &ref, hp, hy, rows, cols, scale);
-        kdrt_cuda_loss(D, kind, logits, out, p, y, rows, cols, scale);
+        kdrt_loss(kind, logits, a, &ref, hp, hy, &hflag, rows, cols, scale);
+        kdrt_cuda_loss(D, kind, logits, a, out, p, y, flag, rows, cols, scale);
         snprintf(name, sizeof name, "loss %s%s [%lld, %lld]", names[kind],
                  logits ? " from_logits" : "", (long long)rows, (long long)cols);
         check(name, out, &ref, 1, 1e-6);
@@ -241,8 +249,8 @@ static void check_losses(void) {
                  logits ? " from_logits" : "", (long long)rows, (long long)cols);
         check(name, out, &ref, 1, 0);
         float *hd = hzero(n);
-        kdrt_loss_grad(kind, logits, hd, hp, hy, rows, cols, scale);
-        kdrt_cuda_loss_grad(D, kind, logits, out, p, y, rows, cols, scale);
+        kdrt_loss_grad(kind, logits, a, hd, hp, hy, &hflag, rows, cols, scale);
+        kdrt_cuda_loss_grad(D, kind, logits, a, out, p, y, flag, rows, cols, scale);
         snprintf(name, sizeof name, "loss_grad %s%s [%lld, %lld]", names[kind],
                  logits ? " from_logits" : "", (long long)rows, (long long)cols);
         check(name, out, hd, n, 1e-6);
@@ -250,6 +258,19 @@ static void check_losses(void) {
         free(hp), free(hy), free(hd);
       }
     }
+  // not_binary: 0/1 labels, then one other value
+  float hy[300], ref;
+  for (int i = 0; i < 300; i++) hy[i] = (float)(i % 2);
+  float *y = dev(hy, 300), *out = kdrt_cuda_alloc(1);
+  for (int k = 0; k < 2; k++) {
+    kdrt_not_binary(&ref, hy, 300);
+    kdrt_cuda_not_binary(D, out, y, 300);
+    check(k ? "not_binary (a 2)" : "not_binary (0/1)", out, &ref, 1, 0);
+    hy[217] = 2.0f;
+    kdrt_cuda_free(y);
+    y = dev(hy, 300);
+  }
+  kdrt_cuda_free(y), kdrt_cuda_free(out), kdrt_cuda_free(flag);
 }
 
 // One batched product on both backends: c starts as random (beta

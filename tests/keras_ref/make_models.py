@@ -590,6 +590,59 @@ def activations():
     h = layers.ReLU(threshold=0.1, name="relu_thr")(layers.Dense(16, name="d6")(h))
     out = layers.Dense(10, activation="softmax", name="out")(h)
     return sparse_classifier(x, out, "activations")
+def serialized_with(loss, **options):
+    """loss, writing into its config the options Keras 3.15 leaves out
+    (Huber's delta): Keras's from_config reads them, so a file that has
+    them means them, and kdcc must read them."""
+    config = loss.get_config
+    loss.get_config = lambda: {**config(), **options}
+    return loss
+
+
+def loss_heads(x, heads, name, **compile_args):
+    """issue 11: a trunk and one Dense head per loss: heads is a list of
+    (name, units, activation, loss); Adam."""
+    t = layers.Dense(16, activation="tanh", name="trunk")(x)
+    outs = [layers.Dense(u, activation=a, name=n)(t) for n, u, a, _ in heads]
+    model = keras.Model(x, outs, name=name)
+    model.compile(loss={n: lo for n, _, _, lo in heads}, optimizer=keras.optimizers.Adam(),
+                  **compile_args)
+    return model
+
+
+def loss_reg():
+    # issue 11: the regression losses, as names, functions and objects
+    L = keras.losses
+    return loss_heads(keras.Input((12,), name="x"), [
+        ("huber", 3, "linear", serialized_with(L.Huber(delta=0.5), delta=0.5)),
+        ("log_cosh", 3, "linear", L.log_cosh),
+        ("poisson", 3, "softplus", L.Poisson()),
+        ("cosine", 4, "softplus", L.CosineSimilarity()),  # positive: far from 0
+        ("mape", 2, "linear", "mape"),
+        ("msle", 2, "linear", L.MeanSquaredLogarithmicError()),
+        ("kld", 4, "softmax", "kl_divergence"),
+    ], "loss_reg", loss_weights={"huber": 1.0, "log_cosh": 1.0, "poisson": 1.0, "cosine": 1.0,
+                                 "mape": 0.01, "msle": 1.0, "kld": 0.5})
+
+
+def loss_cls():
+    # issue 11: the hinge losses (hinge's labels 0/1 in the first half, so
+    # that Keras maps them to -1/1, then with a -1 in one row of each batch,
+    # so that it does not, though most devices' rows are 0/1) and label
+    # smoothing on the crossentropies, with and without logits
+    L = keras.losses
+    return loss_heads(keras.Input((12,), name="x"), [
+        ("hinge", 3, "tanh", "hinge"),
+        ("sq_hinge", 3, "linear", L.SquaredHinge()),
+        ("cat_hinge", 4, "linear", "categorical_hinge"),
+        ("cce_ls", 4, "softmax", L.CategoricalCrossentropy(label_smoothing=0.1)),
+        ("cce_ls_logits", 4, "linear",
+         L.CategoricalCrossentropy(from_logits=True, label_smoothing=0.2)),
+        ("bce_ls", 2, "sigmoid", L.BinaryCrossentropy(label_smoothing=0.1)),
+        ("bce_ls_logits", 2, "linear",
+         L.BinaryCrossentropy(from_logits=True, label_smoothing=0.2)),
+    ], "loss_cls", metrics={"cce_ls": ["accuracy"], "bce_ls": ["accuracy"]})
+
 
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
@@ -1048,6 +1101,36 @@ MODELS = {
             "grouped_dp": DP_8,
         },
     ),
+    # issue 11: the losses; heads split on their inputs (a partial sum
+    # before the loss) or on their classes (gathered for the loss)
+    "loss_reg": dict(
+        build=loss_reg, inputs=[("x", (12,), "float")],
+        outputs=["dense3", "dense3", "counts3", "positive4", "positive2", "positive2", "prob4"],
+        dists={
+            "loss_reg": model_parallel({
+                "trunk/kernel": [None, "model"],
+                "trunk/bias": ["model"],
+                "(huber|log_cosh|poisson|mape|msle)/kernel": ["model", None],
+                "(cosine|kld)/kernel": [None, "model"],
+                "(cosine|kld)/bias": ["model"],
+            }),
+            "loss_reg_dp": DP_8,
+        },
+    ),
+    "loss_cls": dict(
+        build=loss_cls, inputs=[("x", (12,), "float")],
+        outputs=["hingemix3", "pmone3", "onehot4", "onehot4", "onehot4", "binary2", "binary2"],
+        dists={
+            "loss_cls": model_parallel({
+                "trunk/kernel": [None, "model"],
+                "trunk/bias": ["model"],
+                "(hinge|sq_hinge|bce_ls|bce_ls_logits)/kernel": ["model", None],
+                "(cat_hinge|cce_ls|cce_ls_logits)/kernel": [None, "model"],
+                "(cat_hinge|cce_ls|cce_ls_logits)/bias": ["model"],
+            }),
+            "loss_cls_dp": DP_8,
+        },
+    ),
     "transposed": dict(
         build=transposed, labels="sparse10", x=(6, 5, 3),
         dists={
@@ -1238,8 +1321,28 @@ def fake_data(entry, n=16):
         else:  # int32 ids in [0, vocabulary)
             xs.append(rng.integers(0, kind, (n,) + shape).astype("int32"))
     for kind in entry["outputs"]:
+        k = int(re.sub(r"^[a-z]+", "", kind)) if re.fullmatch(r"[a-z]+\d+", kind) else 0
         if kind.startswith("dense"):  # float targets (n, k)
-            ys.append(rng.normal(size=(n, int(kind[5:]))).astype("float32"))
+            ys.append(rng.normal(size=(n, k)).astype("float32"))
+        # issue 11's losses: counts (poisson), positive targets (mape, msle),
+        # distributions (kl_divergence), one-hot rows, 0/1, -1/1, and 0/1
+        # from the middle on with a -1 in each batch's first row (hinge)
+        elif kind.startswith("counts"):
+            ys.append(rng.poisson(1.5, size=(n, k)).astype("float32"))
+        elif kind.startswith("positive"):
+            ys.append(rng.uniform(0.5, 2.0, size=(n, k)).astype("float32"))
+        elif kind.startswith("prob"):
+            z = np.exp(rng.normal(size=(n, k)))
+            ys.append((z / z.sum(axis=1, keepdims=True)).astype("float32"))
+        elif kind.startswith("onehot"):
+            ys.append(np.eye(k, dtype="float32")[rng.integers(0, k, n)])
+        elif kind.startswith(("binary", "pmone", "hingemix")):
+            y = rng.integers(0, 2, (n, k)).astype("float32")
+            if kind.startswith("pmone"):
+                y = 2 * y - 1
+            if kind.startswith("hingemix"):
+                y[n // 2::16, 0] = -1
+            ys.append(y)
         elif kind.startswith("next"):  # "nextKxT": next-token ids (n, T):
             # the first input shifted left one, a fresh id in [0, K) last
             k, _, t = kind[len("next"):].partition("x")

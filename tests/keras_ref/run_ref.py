@@ -101,6 +101,16 @@ Cases (model, distribution spec from models/):
                                                              negative_slope, threshold; Megatron
                                                              pairs
     activations_dp  activations    activations_dp.dist.json  DataParallel (8,)
+    loss_reg        loss_reg       loss_reg.dist.json        ModelParallel (2,4)  huber (delta 0.5),
+                                                             log_cosh, poisson, cosine_similarity,
+                                                             mape, msle, kl_divergence: a head
+                                                             each, split on inputs or classes
+    loss_reg_dp     loss_reg       loss_reg_dp.dist.json     DataParallel (8,)
+    loss_cls        loss_cls       loss_cls.dist.json        ModelParallel (2,4)  hinge (0/1 labels,
+                                                             then a -1 in a batch), squared_hinge,
+                                                             categorical_hinge, label_smoothing on
+                                                             the crossentropies (and from logits)
+    loss_cls_dp     loss_cls       loss_cls_dp.dist.json     DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -256,6 +266,8 @@ DATA = {
     "lenet": (64, 2),
     "mobilenet": (64, 2),
     "activations": (64, 2),
+    "loss_reg": (64, 2),
+    "loss_cls": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -405,6 +417,10 @@ CASES = {
     "mobilenet_dp": ("mobilenet", "mobilenet_dp"),
     "activations": ("activations", "activations"),
     "activations_dp": ("activations", "activations_dp"),
+    "loss_reg": ("loss_reg", "loss_reg"),
+    "loss_reg_dp": ("loss_reg", "loss_reg_dp"),
+    "loss_cls": ("loss_cls", "loss_cls"),
+    "loss_cls_dp": ("loss_cls", "loss_cls_dp"),
 }
 
 
@@ -434,7 +450,12 @@ def loss_name(loss):
     if isinstance(loss, str) or loss is None:
         return loss
     cfg = loss.get("config", {})
+    if isinstance(cfg, str):  # a function: its name
+        return cfg
     extra = ", from_logits=True" if cfg.get("from_logits") else ""
+    for k in ("label_smoothing", "delta"):  # issue 11
+        if cfg.get(k):
+            extra += f", {k}={cfg[k]}"
     return f"{loss['class_name']}({cfg.get('name', '')}{extra})"
 
 

@@ -58,14 +58,23 @@ PY
 
 fail=0
 run_args="--synthetic 96 --epochs 2 --batch-size 16 --validation-split 0.25 --seed 7 --quiet"
-for m in seed_mlp func_branches cnn megatron; do
+# cpu_vs_cuda NAME MODEL SPEC
+cpu_vs_cuda() {
+  local m=$1
   echo "gpu_losses: $m, one device, CPU vs CUDA (fp32)"
-  spec="models/$m.json --distribution models/$m.dist.json --mesh data=1,model=1 --batch-size 16 -w"
+  spec="$2 --distribution $3 --mesh data=1,model=1 --batch-size 16 -w"
   ./kdcc $spec -o $out/${m}_cpu
   ./kdcc $spec --target cuda -o $out/${m}_cuda
   timeout 600 $out/${m}_cpu $run_args --history $out/${m}_cpu.json
   timeout 600 $out/${m}_cuda $run_args --history $out/${m}_cuda.json
   compare $out/${m}_cpu.json $out/${m}_cuda.json || fail=1
+}
+for m in seed_mlp func_branches cnn megatron; do
+  cpu_vs_cuda $m models/$m.json models/$m.dist.json
+done
+# issue 11: every loss kdcc knows
+for m in losses_reg losses_cls; do
+  cpu_vs_cuda $m tests/gradcheck/$m.json tests/good/losses.dist.json
 done
 
 # The host copy of the weights follows the device: a checkpoint taken by the

@@ -97,4 +97,9 @@ check ../tests/gradcheck/dilated ../tests/good/dilated.dist.json 16 data=1,model
 check ../tests/gradcheck/grouped ../tests/good/grouped.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: Conv2DTranspose (the conv's input gradient as a layer), filters and input channels split
 check ../tests/gradcheck/transpose ../tests/good/transpose.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: the losses (huber, log_cosh, kl_divergence, poisson, cosine_similarity, mape, msle;
+# hinge, squared_hinge with the labels' 0/1 test all-reduced over the batch, categorical_hinge,
+# label smoothing on the crossentropies), heads split on their inputs or on their classes
+check ../tests/gradcheck/losses_reg ../tests/good/losses.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
+check ../tests/gradcheck/losses_cls ../tests/good/losses.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
 exit $fail
