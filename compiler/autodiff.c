@@ -97,7 +97,8 @@ void build_backward(Graph *g) {
 
   g->phase = PH_BACKWARD;
   for (int i = 0; i < nfwd; i++)
-    if (g->nodes[i]->op == OP_LOSS || g->nodes[i]->op == OP_XENT) seed_loss(g, g->nodes[i], need);
+    if ((g->nodes[i]->op == OP_LOSS || g->nodes[i]->op == OP_XENT) && !g->nodes[i]->loss.metric)
+      seed_loss(g, g->nodes[i], need);
   if (g->penalty && need[g->penalty->id]) { // d(total)/d(penalty) = 1
     // the graph has no constants: 1 as penalty * 0 + 1, a scalar at hand
     Node *one = new_node1(g, OP_SCALE, g->penalty, (Shape){0});

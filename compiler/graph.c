@@ -1848,6 +1848,71 @@ static Node *build_layer(Graph *g, Layer *l) {
   return def->build(g, l, layer_input(l, 0));
 }
 
+// Keras maps hinge labels 0/1 to -1/1 when every label of the step is 0
+// or 1: the test is over the global batch (a max over its rows).
+static Node *not_binary(Graph *g, Node *y, const char *layer, Loc loc) {
+  Node *nb = new_node1(g, OP_NOT_BINARY, y, (Shape){0});
+  nb->name = format("%s not 0/1", y->name);
+  nb->layer = layer;
+  nb->loc = loc;
+  return nb;
+}
+
+// Metric mt of output i (prediction p, labels y), logged under its name:
+// an accuracy is a METRIC (XENT_ACC from the row maxima of a crossentropy
+// from logits); a loss function as a metric is a LOSS node marked metric,
+// never differentiated nor in the total. "accuracy" resolves as Keras
+// does: binary for one output unit, sparse categorical for class-id
+// labels, categorical otherwise. The labels are the loss's, so a metric
+// that needs the other kind is an error.
+static void build_metric(Graph *g, int i, const Metric *mt, Node *p, Node *y, Node *rowmax,
+                         int64_t rows, const char *prefix) {
+  const OutLoss *ol = &g->model->losses[i];
+  const char *out = g->model->outputs[i].layer->name;
+  bool sparse = ol->kind == LOSS_SCCE;
+  int64_t units = p->shape.d[p->shape.rank - 1];
+  MetricKind k = mt->kind;
+  if (k == MET_ACCURACY) k = units == 1 ? MET_BINARY_ACC : sparse ? MET_SPARSE_ACC : MET_CAT_ACC;
+  bool wants_sparse = k == MET_SPARSE_ACC || (k == MET_LOSS && mt->loss == LOSS_SCCE);
+  if (wants_sparse != sparse)
+    error_at(mt->loc, "metric '%s' of output '%s' needs %s, but its loss '%s' takes %s", mt->name,
+             out, wants_sparse ? "class-id labels" : "labels shaped like the output",
+             loss_name(ol->kind), sparse ? "class ids" : "labels shaped like the output");
+  if (k == MET_BINARY_ACC && units != 1)
+    error_at(mt->loc, "metric '%s' of output '%s': binary accuracy over %lld units is not "
+             "supported (only one)", mt->name, out, (long long)units);
+  LossAttr la = {.from_logits = ol->from_logits, .weight = 1.0 / (double)rows, .num = 1, .lw = 1};
+  Node *n;
+  if (k == MET_LOSS) {
+    Node *args[3] = {p, y, NULL};
+    if (mt->loss == LOSS_HINGE || mt->loss == LOSS_SQUARED_HINGE)
+      args[2] = not_binary(g, y, out, mt->loc);
+    n = new_node(g, OP_LOSS, args[2] ? 3 : 2, args);
+    la.kind = mt->loss;
+    la.from_logits = mt->from_logits;
+    la.metric = true;
+  } else if (k == MET_SPARSE_ACC && rowmax) {
+    Node *args[3] = {p, y, rowmax};
+    n = new_node(g, OP_XENT_ACC, 3, args);
+    la.kind = LOSS_SCCE;
+  } else {
+    n = new_node2(g, OP_METRIC, p, y, (Shape){0});
+    la.kind = k == MET_BINARY_ACC ? LOSS_BCE : k == MET_SPARSE_ACC ? LOSS_SCCE : LOSS_CCE;
+  }
+  n->loss = la;
+  n->shape = (Shape){0};
+  n->index = i;
+  n->loc = mt->loc;
+  n->layer = out;
+  n->name = format("%s%s", prefix, mt->name);
+  for (int j = 0; j < g->nlogs; j++)
+    if (!strcmp(g->logs[j].name, n->name))
+      error_at(mt->loc, "metric '%s' of output '%s' would be logged as '%s', a name another log "
+               "has", mt->name, out, n->name);
+  g->logs = xgrow(g->logs, g->nlogs, &(int){g->nlogs}, sizeof *g->logs);
+  g->logs[g->nlogs++] = (Log){n->name, n};
+}
+
 // The loss, metric and label of output i (prediction p), and their logs.
 // Keras averages a loss over every row (each sample, or each token of a
 // [b, t, classes] prediction): each op's weight is one over the global
@@ -1893,11 +1958,11 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
                                              : (float)(0.5 * ol->label_smoothing)};
     yl->name = format("%s, smoothed", y->name);
   }
-  Node *loss, *metric = NULL;
+  Node *loss, *rowmax = NULL;
   bool xent = ol->kind == LOSS_SCCE && ol->from_logits;
   Shape rs = ys;
   if (xent) { // row statistics, then the loss from them
-    Node *m = new_node1(g, OP_ROW_MAX, p, rs);
+    Node *m = rowmax = new_node1(g, OP_ROW_MAX, p, rs);
     Node *sx[2] = {p, m};
     Node *s = new_node(g, OP_ROW_SUMEXP, 2, sx);
     s->shape = rs;
@@ -1905,31 +1970,11 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
     m->loc = s->loc = ol->loc;
     Node *args[4] = {p, y, m, s};
     loss = new_node(g, OP_XENT, 4, args);
-    if (ol->accuracy) {
-      metric = new_node(g, OP_XENT_ACC, 3, args);
-      metric->loss = (LossAttr){ol->kind, true, .weight = 1.0 / (double)rows, .num = 1, .lw = 1};
-    }
   } else {
     Node *args[3] = {p, yl, NULL};
-    if (ol->kind == LOSS_HINGE || ol->kind == LOSS_SQUARED_HINGE) {
-      // Keras maps labels 0/1 to -1/1 when every label of the step is 0
-      // or 1: the test is over the global batch (a max over its rows)
-      Node *nb = args[2] = new_node1(g, OP_NOT_BINARY, y, (Shape){0});
-      nb->name = format("%s not 0/1", y->name);
-      nb->layer = out->name;
-      nb->loc = ol->loc;
-    }
+    if (ol->kind == LOSS_HINGE || ol->kind == LOSS_SQUARED_HINGE)
+      args[2] = not_binary(g, y, out->name, ol->loc);
     loss = new_node(g, OP_LOSS, args[2] ? 3 : 2, args);
-    if (ol->accuracy) {
-      metric = new_node2(g, OP_METRIC, p, y, (Shape){0});
-      // "accuracy" resolves as Keras does: binary for one output unit,
-      // sparse categorical for class-id labels, categorical otherwise
-      int64_t units = p->shape.d[p->shape.rank - 1];
-      metric->loss = (LossAttr){units == 1 ? LOSS_BCE : ol->kind == LOSS_SCCE ? LOSS_SCCE
-                                                                              : LOSS_CCE,
-                                ol->from_logits, .weight = 1.0 / (double)rows, .num = 1,
-                                .lw = 1};
-    }
   }
   loss->shape = (Shape){0};
   loss->loss = la;
@@ -1939,15 +1984,8 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
   loss->name = format("%sloss", prefix);
   g->logs = xgrow(g->logs, g->nlogs, &(int){g->nlogs}, sizeof *g->logs);
   g->logs[g->nlogs++] = (Log){loss->name, loss};
-  if (metric) {
-    metric->shape = (Shape){0};
-    metric->index = i;
-    metric->loc = ol->metric_loc;
-    metric->layer = out->name;
-    metric->name = format("%saccuracy", prefix);
-    g->logs = xgrow(g->logs, g->nlogs, &(int){g->nlogs}, sizeof *g->logs);
-    g->logs[g->nlogs++] = (Log){metric->name, metric};
-  }
+  for (int k = 0; k < ol->nmetrics; k++)
+    build_metric(g, i, &ol->metrics[k], p, y, rowmax, rows, prefix);
 }
 
 Graph *build_graph(Model *m, Dist *d, int batch) {
@@ -2030,7 +2068,8 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
                m->noutputs == 1 ? "" : format("%s_", m->outputs[i].layer->name));
     for (int k = g->nlogs - 1; k >= 0; k--)
       if (g->logs[k].node && g->logs[k].node->index == i &&
-          (g->logs[k].node->op == OP_LOSS || g->logs[k].node->op == OP_XENT)) {
+          (g->logs[k].node->op == OP_LOSS || g->logs[k].node->op == OP_XENT) &&
+          !g->logs[k].node->loss.metric) {
         total[nl++] = g->logs[k].node;
         break;
       }

@@ -131,6 +131,17 @@ typedef struct {
 
 typedef struct Layer Layer;
 
+// A metric of one output, as compile_config names it: an accuracy, or a
+// loss function computed as a metric (Keras's MeanMetricWrapper).
+typedef enum { MET_ACCURACY, MET_BINARY_ACC, MET_CAT_ACC, MET_SPARSE_ACC, MET_LOSS } MetricKind;
+typedef struct {
+  MetricKind kind;
+  LossKind loss;          // MET_LOSS: which loss
+  bool from_logits;       // MET_LOSS: the metric's own (false when named by a string)
+  const char *name;       // its log's name, as Keras names it ("acc", "mae", ...)
+  Loc loc;
+} Metric;
+
 // The loss and metrics of one model output (compile_config).
 typedef struct {
   bool has;               // this output has a loss (else it is only predicted)
@@ -142,8 +153,8 @@ typedef struct {
   int axis;
   double weight;          // loss_weights, default 1
   Loc loc;                // where its loss is written
-  bool accuracy;          // "accuracy" among its metrics
-  Loc metric_loc;
+  Metric *metrics;        // in compile_config's order
+  int nmetrics;
 } OutLoss;
 
 typedef struct {
@@ -337,6 +348,7 @@ typedef struct {                                             // LOSS, METRIC, LO
   double num;             // weight's numerator: 1, or the loss weight (gradients); the
                           // program divides it by the step's rows
   double lw;              // LOSS, XENT: the loss weight (loss_weights) in the total loss
+  bool metric;            // LOSS: a metric's, logged only (not in the total, not differentiated)
 } LossAttr;
 typedef struct {                                             // collectives
   unsigned axes;          // the group of mesh axes (mask)

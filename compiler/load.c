@@ -945,24 +945,98 @@ static void load_optimizer(Model *m, json_t *v) {
   }
 }
 
-// One output's metrics: a name, a metric object or a list of them.
+// Keras's metrics by the names keras.metrics.get resolves (class names,
+// their snake_case, the short aliases): the accuracies, and the losses
+// Keras computes as metrics (MeanMetricWrapper of the loss function).
+typedef struct {
+  const char *name;
+  MetricKind kind;
+  LossKind loss;
+} MetricName;
+
+static const MetricName metric_names[] = {
+  {"BinaryAccuracy", MET_BINARY_ACC, 0}, {"binary_accuracy", MET_BINARY_ACC, 0},
+  {"CategoricalAccuracy", MET_CAT_ACC, 0}, {"categorical_accuracy", MET_CAT_ACC, 0},
+  {"SparseCategoricalAccuracy", MET_SPARSE_ACC, 0}, {"sparse_categorical_accuracy", MET_SPARSE_ACC, 0},
+  {"MeanSquaredError", MET_LOSS, LOSS_MSE}, {"mean_squared_error", MET_LOSS, LOSS_MSE},
+  {"mse", MET_LOSS, LOSS_MSE}, {"MSE", MET_LOSS, LOSS_MSE},
+  {"MeanAbsoluteError", MET_LOSS, LOSS_MAE}, {"mean_absolute_error", MET_LOSS, LOSS_MAE},
+  {"mae", MET_LOSS, LOSS_MAE}, {"MAE", MET_LOSS, LOSS_MAE},
+  {"MeanAbsolutePercentageError", MET_LOSS, KDRT_LOSS_MAPE},
+  {"mean_absolute_percentage_error", MET_LOSS, KDRT_LOSS_MAPE},
+  {"mape", MET_LOSS, KDRT_LOSS_MAPE}, {"MAPE", MET_LOSS, KDRT_LOSS_MAPE},
+  {"MeanSquaredLogarithmicError", MET_LOSS, KDRT_LOSS_MSLE},
+  {"mean_squared_logarithmic_error", MET_LOSS, KDRT_LOSS_MSLE},
+  {"msle", MET_LOSS, KDRT_LOSS_MSLE}, {"MSLE", MET_LOSS, KDRT_LOSS_MSLE},
+  {"LogCoshError", MET_LOSS, KDRT_LOSS_LOG_COSH}, {"log_cosh_error", MET_LOSS, KDRT_LOSS_LOG_COSH},
+  {"KLDivergence", MET_LOSS, LOSS_KLD}, {"kl_divergence", MET_LOSS, LOSS_KLD},
+  {"Poisson", MET_LOSS, KDRT_LOSS_POISSON}, {"poisson", MET_LOSS, KDRT_LOSS_POISSON},
+  {"Hinge", MET_LOSS, LOSS_HINGE}, {"hinge", MET_LOSS, LOSS_HINGE},
+  {"SquaredHinge", MET_LOSS, LOSS_SQUARED_HINGE}, {"squared_hinge", MET_LOSS, LOSS_SQUARED_HINGE},
+  {"CategoricalHinge", MET_LOSS, LOSS_CAT_HINGE}, {"categorical_hinge", MET_LOSS, LOSS_CAT_HINGE},
+  {"BinaryCrossentropy", MET_LOSS, LOSS_BCE}, {"binary_crossentropy", MET_LOSS, LOSS_BCE},
+  {"bce", MET_LOSS, LOSS_BCE}, {"BCE", MET_LOSS, LOSS_BCE},
+  {"CategoricalCrossentropy", MET_LOSS, LOSS_CCE},
+  {"categorical_crossentropy", MET_LOSS, LOSS_CCE},
+  {"SparseCategoricalCrossentropy", MET_LOSS, LOSS_SCCE},
+  {"sparse_categorical_crossentropy", MET_LOSS, LOSS_SCCE},
+};
+
+// A metric object's option that kdcc computes only at Keras's default.
+static void metric_default(json_t *cfg, const char *cls, const char *key, double def) {
+  json_t *v = json_object_get(cfg, key);
+  if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == def))
+    error_at(jloc(v), "metric '%s': '%s' is not supported (only %g)", cls, key, def);
+}
+
+static void add_metric(OutLoss *o, Metric mt) {
+  for (int i = 0; i < o->nmetrics; i++)
+    if (!strcmp(o->metrics[i].name, mt.name))
+      error_at(mt.loc, "metric '%s' is given twice for one output", mt.name);
+  o->metrics = xgrow(o->metrics, o->nmetrics, &(int){o->nmetrics}, sizeof *o->metrics);
+  o->metrics[o->nmetrics++] = mt;
+}
+
+// One output's metrics: a name, a metric object or a list of them. A
+// string names its log (Keras's compile_utils); an object's log is its
+// config's name. Metrics kdcc does not compute are a warning: they change
+// no weight, only what is reported.
 static void load_metrics1(OutLoss *o, json_t *v) {
-  if (json_is_string(v)) {
-    const char *s = json_string_value(v);
-    if (!strcmp(s, "accuracy") || !strcmp(s, "acc")) {
-      o->accuracy = true;
-      o->metric_loc = jloc(v);
-    } else {
-      warn_at(jloc(v), "metric '%s' is ignored (kdcc computes only 'accuracy')", s);
-    }
-  } else if (json_is_array(v)) {
+  if (json_is_array(v)) {
     for (size_t i = 0; i < json_array_size(v); i++)
       load_metrics1(o, json_array_get(v, i));
-  } else if (!json_is_null(v)) {
-    const char *cls = get_str(v, "class_name");
-    warn_at(jloc(v), "metric '%s' is ignored (kdcc computes only 'accuracy')",
-            cls ? cls : "?");
+    return;
   }
+  if (json_is_null(v)) return;
+  const char *s = json_is_string(v) ? json_string_value(v) : get_str(v, "class_name");
+  json_t *cfg = json_is_object(v) ? json_object_get(v, "config") : NULL;
+  Metric mt = {.name = json_is_string(v) ? s : get_str(cfg, "name"), .loc = jloc(v)};
+  if (json_is_string(v) && (!strcasecmp(s, "accuracy") || !strcasecmp(s, "acc"))) {
+    mt.kind = MET_ACCURACY; // resolved by the output's shape and labels (graph.c)
+    add_metric(o, mt);
+    return;
+  }
+  const MetricName *mn = NULL;
+  for (size_t i = 0; s && i < sizeof metric_names / sizeof *metric_names; i++)
+    if (!strcmp(s, metric_names[i].name)) mn = &metric_names[i];
+  if (!mn) {
+    warn_at(jloc(v), "metric '%s' is ignored (kdcc computes the accuracies and the losses as "
+            "metrics)", s ? s : "?");
+    return;
+  }
+  mt.kind = mn->kind;
+  mt.loss = mn->loss;
+  if (!mt.name) mt.name = s;
+  if (json_is_object(cfg)) {
+    metric_default(cfg, s, "threshold", 0.5);
+    metric_default(cfg, s, "label_smoothing", 0);
+    metric_default(cfg, s, "axis", -1);
+    json_t *fl = json_object_get(cfg, "from_logits");
+    if (fl && !json_is_null(fl) && !json_is_boolean(fl))
+      error_at(jloc(fl), "metric '%s': 'from_logits' must be true or false", s);
+    mt.from_logits = json_is_true(fl);
+  }
+  add_metric(o, mt);
 }
 
 // `metrics`: for one output, a list; for several, a list of lists (one per

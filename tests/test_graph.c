@@ -296,6 +296,20 @@ Test(graph, einsum_dense_variables) {
   cr_expect(tanh_form, "e4's keras_hub>gelu_approximate is gelu's tanh form");
 }
 
+// Metrics use the loss's labels; options kdcc does not compute are named.
+Test(graph, metric_errors) {
+  expect_error("tests/bad/metric_label_kind.json", NULL,
+               "tests/bad/metric_label_kind.json:30:4: error: metric 'categorical_accuracy' of "
+               "output 'out' needs labels shaped like the output, but its loss "
+               "'sparse_categorical_crossentropy' takes class ids\n");
+  expect_error("tests/bad/metric_binary_units.json", NULL,
+               "tests/bad/metric_binary_units.json:30:4: error: metric 'binary_accuracy' of "
+               "output 'out': binary accuracy over 4 units is not supported (only one)\n");
+  expect_error("tests/bad/metric_threshold.json", NULL,
+               "tests/bad/metric_threshold.json:36:19: error: metric 'BinaryAccuracy': "
+               "'threshold' is not supported (only 0.5)\n");
+}
+
 Test(graph, einsum_dense_errors) {
   expect_error("tests/bad/einsum_diagonal.json", NULL,
                "tests/bad/einsum_diagonal.json:518:18: error: layer 'e7': equation 'abb,bd->ad': "

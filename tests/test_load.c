@@ -167,7 +167,8 @@ static void check_seed_mlp(Model *m, const char *file) {
   cr_assert_float_eq(m->opt.beta_2, 0.999f, 1e-9);
   cr_assert_float_eq(m->opt.epsilon, 1e-7f, 1e-12);
   cr_assert_float_eq(m->opt.weight_decay, 0.0f, 1e-12);
-  cr_assert(m->losses[0].accuracy);
+  cr_assert_eq(m->losses[0].nmetrics, 1);
+  cr_assert_eq(m->losses[0].metrics[0].kind, MET_ACCURACY);
   cr_assert_null(m->dist_json);
   Layer *d1 = find_layer(m, "d1");
   cr_assert_eq(cfg_int(d1, "units", 0), 200);
@@ -222,10 +223,15 @@ Test(load, sequential_input_from_build_input_shape) {
     cr_assert_not(m->opt.nesterov);
     cr_assert_eq(m->losses[0].kind, LOSS_BCE);
     cr_assert(m->losses[0].from_logits);
-    cr_assert(m->losses[0].accuracy);
+    // "accuracy" resolved later (graph.c), "mae" the loss as a metric
+    cr_assert_eq(m->losses[0].nmetrics, 2);
+    cr_assert_eq(m->losses[0].metrics[0].kind, MET_ACCURACY);
+    cr_assert_str_eq(m->losses[0].metrics[0].name, "acc"); // as given, as Keras logs it
+    cr_assert_eq(m->losses[0].metrics[1].kind, MET_LOSS);
+    cr_assert_eq(m->losses[0].metrics[1].loss, LOSS_MAE);
+    cr_assert_str_eq(m->losses[0].metrics[1].name, "mae");
   }
-  cr_assert_str_eq(c.err, "tests/good/seq_build_shape.json:126:7: warning: metric 'mae' is "
-                          "ignored (kdcc computes only 'accuracy')\n");
+  cr_assert_str_eq(c.err, "");
   cr_assert_eq(c.status, 0);
 }
 
@@ -275,7 +281,7 @@ Test(load, functional_keras3) {
   cr_assert_float_eq(m->opt.rho, 0.8f, 1e-7);
   cr_assert_float_eq(m->opt.momentum, 0.0f, 1e-9);
   cr_assert_float_eq(m->opt.epsilon, 1e-7f, 1e-12);
-  cr_assert_not(m->losses[0].accuracy);
+  cr_assert_eq(m->losses[0].nmetrics, 0);
 }
 
 Test(load, functional_keras2_nodes) {
@@ -437,7 +443,7 @@ Test(compile, null_fields_keep_defaults) {
   Model *m = compiled("{\"optimizer\": null, \"loss\": null, \"metrics\": null}");
   cr_assert_eq(m->losses[0].kind, LOSS_MSE);
   cr_assert_eq(m->opt.kind, OPT_ADAM);
-  cr_assert_not(m->losses[0].accuracy);
+  cr_assert_eq(m->losses[0].nmetrics, 0);
 }
 
 // ---------------------------------------------------------------- bad models

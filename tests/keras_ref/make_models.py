@@ -203,6 +203,29 @@ def two_heads():
     return model
 
 
+def metrics():
+    # Keras's metrics by string and by object, on three heads: "acc" (its
+    # log named so), SparseCategoricalAccuracy under another name and the
+    # crossentropy as a metric; mae, LogCoshError and mape beside mse;
+    # binary_accuracy and hinge on a sigmoid head. None changes training.
+    x = keras.Input((12,), name="x")
+    t = layers.Dense(16, activation="relu", name="trunk")(x)
+    c = layers.Dense(5, activation="softmax", name="cls")(t)
+    r = layers.Dense(3, name="reg")(t)
+    b = layers.Dense(1, activation="sigmoid", name="bin")(t)
+    model = keras.Model(x, [c, r, b], name="metrics")
+    model.compile(
+        loss={"cls": "sparse_categorical_crossentropy", "reg": "mse",
+              "bin": "binary_crossentropy"},
+        metrics={"cls": ["acc", keras.metrics.SparseCategoricalAccuracy(name="sca"),
+                         "sparse_categorical_crossentropy"],
+                 "reg": ["mae", keras.metrics.LogCoshError(), "mape"],
+                 "bin": ["binary_accuracy", "hinge"]},
+        optimizer=keras.optimizers.Adam(0.01),
+    )
+    return model
+
+
 def int_tokens():
     # int32 token ids -> Embedding -> Flatten -> classifier.
     x = keras.Input((6,), dtype="int32", name="tokens")
@@ -795,6 +818,18 @@ MODELS = {
                 },
             },
             "two_heads_dp": DP_8,
+        },
+    ),
+    "metrics": dict(
+        build=metrics, inputs=[("x", (12,), "float")],
+        outputs=["sparse5", "dense3", "binary1"],
+        dists={
+            "metrics": model_parallel({
+                "trunk/kernel": [None, "model"],
+                "trunk/bias": ["model"],
+                "(cls|reg|bin)/kernel": ["model", None],
+            }),
+            "metrics_dp": DP_8,
         },
     ),
     "int_tokens": dict(

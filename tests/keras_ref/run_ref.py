@@ -86,6 +86,9 @@ Cases (model, distribution spec from models/):
                                                              kernel); filters split, then input
                                                              channels
     transposed_dp   transposed     transposed_dp.dist.json   DataParallel (8,)
+    metrics         metrics        metrics.dist.json         ModelParallel (2,4)  Keras's metrics by
+                                                             string and object on three heads
+    metrics_dp      metrics        metrics_dp.dist.json      DataParallel (8,)
     lenet           lenet          lenet.dist.json           ModelParallel (2,4)  LeNet-5: ZeroPadding2D,
                                                              AveragePooling2D, tanh; filters and a
                                                              Megatron pair split
@@ -246,6 +249,7 @@ DATA = {
     "megatron": (64, 2),
     "wide_deep": (64, 2),
     "two_heads": (64, 2),
+    "metrics": (64, 2),
     "int_tokens": (64, 2),
     "per_token": (64, 2),
     "shared_dense": (64, 2),
@@ -415,6 +419,8 @@ CASES = {
     "lenet": ("lenet", "lenet"),
     "lenet_dp": ("lenet", "lenet_dp"),
     "mobilenet_dp": ("mobilenet", "mobilenet_dp"),
+    "metrics": ("metrics", "metrics"),
+    "metrics_dp": ("metrics", "metrics_dp"),
     "activations": ("activations", "activations"),
     "activations_dp": ("activations", "activations_dp"),
     "loss_reg": ("loss_reg", "loss_reg"),
