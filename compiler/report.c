@@ -82,16 +82,13 @@ static char *warning(const Graph *g, const Node *n) {
 // Keras's names for a variable's optimizer slots, in kdcc's slot order:
 // "<optimizer>/<path with / as _>_<slot>".
 static json_t *slots_json(const Graph *g, const Var *v) {
-  static const char *names[][2] = {
-    [OPT_SGD] = {"momentum", NULL}, [OPT_ADAM] = {"momentum", "velocity"},
-    [OPT_ADAMW] = {"momentum", "velocity"}, [OPT_RMSPROP] = {"velocity", "momentum"}};
   json_t *a = json_array();
   char *flat = xstrdup(v->path);
   for (char *p = flat; *p; p++)
     if (*p == '/') *p = '_';
-  for (int k = 0; k < v->nslots && k < 2; k++)
+  for (int k = 0; k < v->nslots; k++)
     json_array_append_new(a, json_string(format("%s/%s_%s", g->model->opt.name, flat,
-                                                names[g->model->opt.kind][k])));
+                                                opt_slot_name(&g->model->opt, k))));
   return a;
 }
 

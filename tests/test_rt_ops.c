@@ -677,9 +677,9 @@ Test(optim, adam_and_adamw) {
   //      alpha = .1 sqrt(.001999) / .19 = .0235317, sqrt(v) = .0707036;
   //      w -= .0235317 * .29 / .0707037 = .0965181 -> .8034822
   float w = 1, m = 0, v = 0, g1 = 1, g2 = 2;
-  kdrt_adam(&w, &g1, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 1);
+  kdrt_adam(&w, &g1, &m, &v, NULL, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 1);
   cr_expect_float_eq(w, 0.9000003f, 1e-6);
-  kdrt_adam(&w, &g2, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 2);
+  kdrt_adam(&w, &g2, &m, &v, NULL, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 2);
   cr_expect_float_eq(m, 0.29f, 1e-6);
   // (1 - b2 is 0.000999987 for b2 = 0.999f, so v is 0.004999 to 1.3e-5 relative)
   cr_expect_float_eq(v, 0.004999f, 1e-7);
@@ -687,9 +687,9 @@ Test(optim, adam_and_adamw) {
   // AdamW, wd .5: decay first, w *= 1 - .5 * .1 = .95, then the same Adam
   // steps: t=1: .95 - .0999997 = .8500003; t=2: .8500003 * .95 - .0965181 = .7109822
   w = 1, m = 0, v = 0;
-  kdrt_adamw(&w, &g1, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 1);
+  kdrt_adamw(&w, &g1, &m, &v, NULL, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 1);
   cr_expect_float_eq(w, 0.8500003f, 1e-6);
-  kdrt_adamw(&w, &g2, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 2);
+  kdrt_adamw(&w, &g2, &m, &v, NULL, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 2);
   cr_expect_float_eq(w, 0.7109822f, 1e-6);
 }
 
@@ -698,16 +698,16 @@ Test(optim, rmsprop) {
   // t=1: v = .1, inc = .1 / sqrt(.1000001) = .3162276 -> w = .6837724
   // t=2: v = .09 + .4 = .49, inc = .2 / sqrt(.4900001) = .2857143 -> w = .3980581
   float w = 1, v = 0, m = 0, g1 = 1, g2 = 2;
-  kdrt_rmsprop(&w, &g1, &v, NULL, 1, 0.1f, 0.9f, 0, 1e-7f);
+  kdrt_rmsprop(&w, &g1, &v, NULL, NULL, 1, 0.1f, 0.9f, 0, 1e-7f);
   cr_expect_float_eq(w, 0.6837724f, 2e-6);
-  kdrt_rmsprop(&w, &g2, &v, NULL, 1, 0.1f, 0.9f, 0, 1e-7f);
+  kdrt_rmsprop(&w, &g2, &v, NULL, NULL, 1, 0.1f, 0.9f, 0, 1e-7f);
   cr_expect_float_eq(v, 0.49f, 1e-6);
   cr_expect_float_eq(w, 0.3980581f, 2e-6);
   // momentum .5: m1 = .3162276 -> w .6837724; m2 = .1581138 + .2857143 = .4438281
   // -> w = .2399443
   w = 1, v = 0;
-  kdrt_rmsprop(&w, &g1, &v, &m, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
-  kdrt_rmsprop(&w, &g2, &v, &m, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
+  kdrt_rmsprop(&w, &g1, &v, &m, NULL, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
+  kdrt_rmsprop(&w, &g2, &v, &m, NULL, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
   cr_expect_float_eq(m, 0.4438281f, 2e-6);
   cr_expect_float_eq(w, 0.2399443f, 2e-6);
 }
