@@ -238,6 +238,7 @@ DATA = {
     "dilated": (64, 2),
     "grouped": (64, 2),
     "transposed": (64, 2),
+    **{"opt_" + case: (64, 2) for case in mm.OPT_CASES},
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -382,6 +383,9 @@ CASES = {
     "grouped_dp": ("grouped", "grouped_dp"),
     "transposed": ("transposed", "transposed"),
     "transposed_dp": ("transposed", "transposed_dp"),
+    # issue 11's optimizer options, optimizers and schedules (opt_mlp)
+    **{case: ("opt_" + case, case) for case in mm.OPT_CASES},
+    "global_clipnorm_dp": ("opt_global_clipnorm", "global_clipnorm_dp"),
 }
 
 
