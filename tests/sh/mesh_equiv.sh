@@ -97,4 +97,10 @@ check ../tests/gradcheck/dilated ../tests/good/dilated.dist.json 16 data=1,model
 check ../tests/gradcheck/grouped ../tests/good/grouped.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: Conv2DTranspose (the conv's input gradient as a layer), filters and input channels split
 check ../tests/gradcheck/transpose ../tests/good/transpose.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: optimizers, clipping and learning-rate schedules: the global norm's sums of
+# squares cross the split kernels (and the data-parallel gradients are summed first),
+# Nadam's running product, Adagrad's first accumulator, Lion's weight decay
+for m in opt_nadam_global opt_adagrad_clipnorm opt_lion_clipvalue opt_adam_amsgrad; do
+  check ../tests/good/$m ../tests/good/opt.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1 data=1,model=8
+done
 exit $fail
