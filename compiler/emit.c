@@ -541,15 +541,16 @@ void emit_program_tables(void) {
   out("};\n");
   const Schedule *sc = g->model->opt.schedule;
   if (sc) {
-    out("\n// the learning rate: a keras.optimizers.schedules object, evaluated each step\n");
+    out("\n// the learning rate: a keras.optimizers.schedules object, evaluated each step\n"
+        "// (kind, initial, decay_steps, decay_rate, alpha, end, power, staircase, cycle,\n"
+        "// warmup, warmup_target, warmup_steps, boundaries, values: kdrt_defs.h)\n");
     out("static const kdrt_schedule schedule = {%d, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g, %d, "
         "%d, %d, %.17g, %.17g, %d, {", sc->kind, sc->initial, sc->decay_steps, sc->decay_rate,
         sc->alpha, sc->end, sc->power, sc->staircase, sc->cycle, sc->warmup, sc->warmup_target,
         sc->warmup_steps, sc->nbounds);
     for (int k = 0; k < sc->nbounds; k++) out("%s%.17g", k ? ", " : "", sc->bounds[k]);
-    out("}, {");
-    for (int k = 0; k < sc->nbounds + (sc->nbounds > 0); k++)
-      out("%s%.17g", k ? ", " : "", sc->values[k]);
+    out("%s}, {", sc->nbounds ? "" : "0");
+    for (int k = 0; k <= sc->nbounds; k++) out("%s%.17g", k ? ", " : "", sc->values[k]);
     out("}};\n");
   }
 }
