@@ -94,6 +94,16 @@ Cases (model, distribution spec from models/):
                                                              ModelParallel case:
                                                              XLA aborts on a grouped conv under
                                                              the (2,4) mesh
+    <opt case>      opt_<case>     <case>.dist.json          ModelParallel (2,4)  issue 11's optimizer
+                                                             cases (make_models.OPT_CASES): one MLP,
+                                                             the hidden columns split, compiled with
+                                                             adam_amsgrad, rmsprop_centered, clipnorm,
+                                                             clipvalue, global_clipnorm, adagrad,
+                                                             adamax, nadam, lion (weight_decay),
+                                                             sched_exp, sched_piecewise,
+                                                             sched_cosine (warmup), sched_inverse,
+                                                             sched_poly (cycle)
+    global_clipnorm_dp opt_global_clipnorm global_clipnorm_dp.dist.json DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
