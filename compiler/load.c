@@ -959,6 +959,25 @@ static void load_optimizer(Model *m, json_t *v) {
   o->rho = (float)opt_num(what, cfg, "rho", o->rho);
   o->initial_accumulator_value =
       (float)opt_num(what, cfg, "initial_accumulator_value", o->initial_accumulator_value);
+  // The options of one optimizer only: Keras refuses them on another
+  // ("Argument(s) not recognized"), kdcc would ignore them.
+  static const struct {
+    const char *key;
+    unsigned kinds; // bit OPT_*
+  } own[] = {
+    {"amsgrad", 1u << OPT_ADAM | 1u << OPT_ADAMW}, {"centered", 1u << OPT_RMSPROP},
+    {"nesterov", 1u << OPT_SGD}, {"momentum", 1u << OPT_SGD | 1u << OPT_RMSPROP},
+    {"rho", 1u << OPT_RMSPROP}, {"initial_accumulator_value", 1u << OPT_ADAGRAD},
+    {"beta_1", ~(1u << OPT_SGD | 1u << OPT_RMSPROP | 1u << OPT_ADAGRAD)},
+    {"beta_2", ~(1u << OPT_SGD | 1u << OPT_RMSPROP | 1u << OPT_ADAGRAD)},
+    {"epsilon", ~(1u << OPT_SGD | 1u << OPT_LION)},
+  };
+  for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+    json_t *x = json_object_get(cfg, own[i].key);
+    if (x && !json_is_null(x) && !((own[i].kinds >> on->kind) & 1))
+      error_at(jloc_key(cfg, own[i].key), "optimizer '%s': Keras's %s takes no '%s'", o->name,
+               on->cls, own[i].key);
+  }
   o->nesterov = opt_flag(what, cfg, "nesterov");
   o->amsgrad = opt_flag(what, cfg, "amsgrad");
   o->centered = opt_flag(what, cfg, "centered");

@@ -643,6 +643,8 @@ Test(bad, unsupported_optimizer_option) {
                "takes only one of clipnorm, clipvalue and global_clipnorm)");
   EXPECT_ERROR("tests/bad/opt_use_ema.json",
                "5:80: error: optimizer 'nadam': 'use_ema' is not supported");
+  EXPECT_ERROR("tests/bad/opt_foreign_option.json",
+               "5:79: error: optimizer 'lion': Keras's Lion takes no 'epsilon'");
 }
 
 // ---- typed config getters
