@@ -147,12 +147,15 @@ static Node *clip_factor(Graph *g, Var *v) {
       if (!g->vars[j]->grad || key[j] != key[i]) continue;
       Node *s = sum_squares(g, g->vars[j]);
       sum = sum ? new_node2(g, OP_ADD, sum, s, (Shape){0}) : s;
+      if (sum != s) sum->layer = NULL, sum->name = "global_norm"; // no one layer's
     }
     total = total ? new_node2(g, OP_ADD, total, sum, (Shape){0}) : sum;
+    if (total != sum) total->layer = NULL, total->name = "global_norm";
   }
   xfree(key);
   Node *f = new_node1(g, OP_GRAD_CLIP, total, (Shape){0});
   f->name = "global_clipnorm";
+  f->layer = NULL;
   return f;
 }
 
