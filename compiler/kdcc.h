@@ -127,6 +127,7 @@ typedef struct kdrt_schedule Schedule;
 
 typedef struct {
   OptKind kind;
+  const char *cls;        // Keras's class: "Adam", "SGD", ...
   const char *name;       // Keras's lower-case name: "adam", "sgd", ...
   float lr, beta_1, beta_2, epsilon, weight_decay, momentum, rho;
   float initial_accumulator_value; // Adagrad: its slot's first value

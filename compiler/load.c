@@ -933,7 +933,7 @@ static void load_optimizer(Model *m, json_t *v) {
     error_at(jloc(at), "unknown optimizer '%s' (supported: sgd, adam, adamw, rmsprop, adagrad, "
              "adamax, nadam, lion)", cls);
   // Keras 3 defaults.
-  *o = (Optimizer){.kind = on->kind, .name = on->name, .loc = o->loc, .lr = on->lr,
+  *o = (Optimizer){.kind = on->kind, .cls = on->cls, .name = on->name, .loc = o->loc, .lr = on->lr,
                    .beta_1 = 0.9f, .beta_2 = on->kind == OPT_LION ? 0.99f : 0.999f,
                    .epsilon = 1e-7f, .rho = 0.9f, .initial_accumulator_value = 0.1f};
   if (on->kind == OPT_ADAMW)

@@ -92,6 +92,28 @@ static json_t *slots_json(const Graph *g, const Var *v) {
   return a;
 }
 
+// The optimizer as kdcc understood it: "Adam (adam), learning rate
+// CosineDecay, global_clipnorm 0.1, weight_decay 0.01".
+static char *optimizer_text(const Optimizer *o) {
+  static const char *const sched[] = {
+#define KDRT_X(name, kname) kname,
+    KDRT_SCHEDULE_LIST(KDRT_X)
+#undef KDRT_X
+  };
+  char *t = o->schedule ? format("%s (%s), learning rate %s", o->cls, o->name,
+                                 sched[o->schedule->kind])
+                        : format("%s (%s), learning rate %g", o->cls, o->name, o->lr);
+  const char *flags[] = {o->amsgrad ? "amsgrad" : NULL, o->centered ? "centered" : NULL,
+                         o->nesterov ? "nesterov" : NULL};
+  for (int i = 0; i < 3; i++)
+    if (flags[i]) t = format("%s, %s", t, flags[i]);
+  const char *keys[] = {"clipnorm", "global_clipnorm", "clipvalue", "weight_decay"};
+  const float vals[] = {o->clipnorm, o->global_clipnorm, o->clipvalue, o->weight_decay};
+  for (int i = 0; i < 4; i++)
+    if (vals[i] != 0) t = format("%s, %s %g", t, keys[i], vals[i]);
+  return t;
+}
+
 static json_t *layout_json(const Graph *g, int rank, const Place *p) {
   json_t *a = json_array();
   for (int d = 0; d < rank; d++)
@@ -152,6 +174,7 @@ static void report_json(Graph *g, FILE *out) {
   json_object_set_new(mesh, "axis_names", names);
   json_object_set_new(root, "mesh", mesh);
   json_object_set_new(root, "batch", json_integer(g->batch));
+  json_object_set_new(root, "optimizer", json_string(optimizer_text(&g->model->opt)));
 
   json_t *vars = json_array();
   for (int i = 0; i < g->nvars; i++) {
@@ -217,8 +240,9 @@ void print_report(Graph *g, FILE *out, bool json) {
     return;
   }
   const Mesh *m = &g->dist->mesh;
-  fprintf(out, "model '%s', %s on mesh %s, %d device%s, global batch %d\n\n", g->model->name,
-          dist_name(g->dist), mesh_text(m), m->size, m->size == 1 ? "" : "s", g->batch);
+  fprintf(out, "model '%s', %s on mesh %s, %d device%s, global batch %d\noptimizer %s\n\n",
+          g->model->name, dist_name(g->dist), mesh_text(m), m->size, m->size == 1 ? "" : "s",
+          g->batch, optimizer_text(&g->model->opt));
   fprintf(out, "Variables (optimizer slots take their variable's layout)\n  %-32s %-14s %-22s %s\n",
           "path", "global", "layout", "local");
   for (int i = 0; i < g->nvars; i++) {
