@@ -321,3 +321,16 @@ Test(shard, global_clipnorm_one_scalar_all_reduce) {
         cr_assert(!(g->nodes[j]->op == OP_ALLREDUCE && g->nodes[j]->coll.axes == data &&
                     g->nodes[j]->phase == PH_UPDATE));
 }
+
+Test(report, names_the_optimizer) {
+  Graph *g = compile("tests/good/opt_nadam_global.json", "tests/good/opt.dist.json", NULL, 16);
+  char *text;
+  size_t len;
+  FILE *f = open_memstream(&text, &len);
+  print_report(g, f, false);
+  fclose(f);
+  cr_assert_not_null(strstr(text, "\noptimizer Nadam (nadam), learning rate CosineDecay, "
+                                  "global_clipnorm 0.1, weight_decay 0.01\n"), "%s", text);
+  cr_assert_not_null(strstr(text, "[update] %35 add global_norm is a partial sum over 'model'"),
+                     "%s", text);
+}
