@@ -269,6 +269,12 @@ FIT_CASES = {
     # more rows than compiled for: the program replays its memory plan
     "func_fit_b24": ("func_branches", "func_branches", "func_branches",
                      dict(batch=24, compile_batch=16, epochs=2, val="data")),
+    # issue 11: a schedule and Nadam under fit: batches of 6 (the last of 2
+    # rows), so the step count, which the rate and Nadam's product follow,
+    # runs over partial batches
+    "sched_fit_b6": ("opt_sched_cosine", "sched_cosine", "sched_cosine",
+                     dict(batch=6, compile_batch=16, epochs=2, val="data")),
+    "nadam_fit": ("opt_nadam", "nadam", "nadam", dict(batch=16, epochs=3, val="data")),
     "two_heads_fit": ("two_heads", "two_heads", "two_heads",
                       dict(batch=16, epochs=2, val="data")),
     "per_token_fit": ("per_token", "per_token", "per_token",
