@@ -124,6 +124,9 @@ program evaluates after fit) and the final weights.
     func_fit_b6_dp   func_branches  (8,)   the same on 8 devices: every step's rows uneven
     func_fit_b24     func_branches  (2,4)  compiled for 16, run with --batch-size 24 (3 steps,
                                            the last of 2; validation 22): the arena replanned
+    sched_fit_b6     opt_sched_cosine (2,4) CosineDecay with warmup, compiled for 16, run with
+                                           --batch-size 6: the rate follows the steps
+    nadam_fit        opt_nadam      (2,4)  Nadam over 3 epochs of partial batches
     two_heads_fit    two_heads      (2,4)  two outputs, per-output logs, a partial batch
     per_token_fit    per_token      (2,4)  a loss per token, averaged over every token
     per_token_fit_dp per_token      (8,)   the same on 8 devices
