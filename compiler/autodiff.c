@@ -1,5 +1,7 @@
 // Reverse-mode differentiation of the global (unsharded) training graph,
-// then one optimizer update per variable.
+// then one optimizer update per variable, its gradient clipped first as
+// Keras's base_optimizer clips (clipnorm, global_clipnorm: graph ops for the
+// norms, so the lattice places them; clipvalue: in the update).
 //
 // Differentiate first, partition once: gradients are built on global shapes
 // from the forward ops alone, so collectives never need gradient rules;
@@ -111,13 +113,6 @@ bool opt_clips(const Optimizer *o) {
   return o->clipnorm > 0 || o->global_clipnorm > 0 || o->clipvalue > 0;
 }
 
-// The scalar factor base_optimizer's clipping scales gradients by, from
-// sums of squares of whole gradients: a gradient that is a data-parallel
-// partial sum is summed first (its square is not linear), a split one
-// leaves a partial sum of squares that the lattice all-reduces. clipnorm:
-// one factor per gradient (v set); global_clipnorm: one for all of them,
-// their sums added in groups of the same split axes (v NULL), so that each
-// group's partial sum crosses the mesh once.
 static Node *sum_squares(Graph *g, Var *v) {
   return sum_all(g, new_node2(g, OP_MUL, v->grad, v->grad, v->shape));
 }
@@ -129,6 +124,13 @@ static int split_axes(const Var *v) {
   return mask;
 }
 
+// The scalar factor base_optimizer's clipping scales gradients by, from
+// sums of squares of whole gradients: a gradient that is a data-parallel
+// partial sum is summed first (its square is not linear), a split one
+// leaves a partial sum of squares that the lattice all-reduces. clipnorm:
+// one factor per gradient (v set); global_clipnorm: one for all of them,
+// their sums added in groups of the same split axes (v NULL), so that each
+// group's partial sum crosses the mesh once.
 static Node *clip_factor(Graph *g, Var *v) {
   if (v) {
     Node *f = new_node1(g, OP_GRAD_CLIP, sum_squares(g, v), (Shape){0});
@@ -211,9 +213,9 @@ void build_backward(Graph *g) {
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
     if (!v->ema_stat && !v->grad) continue;
-    Node *in[3] = {v->param, v->ema_stat ? v->ema_stat : v->grad,
-                   v->ema_stat ? NULL : global ? global : o->clipnorm > 0 ? clip_factor(g, v) : NULL};
-    Node *u = new_node(g, OP_UPDATE, in[2] ? 3 : 2, in);
+    Node *in[3] = {v->param, v->ema_stat ? v->ema_stat : v->grad, global};
+    if (o->clipnorm > 0 && !v->ema_stat) in[2] = clip_factor(g, v);
+    Node *u = new_node(g, OP_UPDATE, in[2] && !v->ema_stat ? 3 : 2, in);
     u->shape = v->shape;
     u->var = v;
     u->name = v->path;
