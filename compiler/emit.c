@@ -590,6 +590,7 @@ void emit_program_fields(const char *lhs, const char *end) {
   FIELD("outputs", "outputs");
   FIELD("learning_rate", "%s", flt(md->opt.lr));
   FIELD("schedule", "%s", md->opt.schedule ? "&schedule" : "NULL");
+  FIELD("optimizer", "\"%s\"", md->opt.cls);
   FIELD("param_floats", "PARAM_FLOATS");
   FIELD("grad_floats", "GRAD_FLOATS");
   FIELD("arena_floats", "ARENA_FLOATS");

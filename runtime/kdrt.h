@@ -81,6 +81,7 @@ typedef struct {
   const kdrt_output *outputs;        // [noutputs]
   float learning_rate;               // compiled default; --lr overrides
   const kdrt_schedule *schedule;     // a learning-rate schedule, or NULL: learning_rate
+  const char *optimizer;             // Keras's optimizer class ("Adam"): what the slots are
   size_t param_floats;               // local floats in the parameter blob (params + optimizer slots)
   size_t grad_floats;                // local floats for gradients
   size_t arena_floats;               // local floats in the activation arena (for `batch` rows)
@@ -561,6 +562,7 @@ int kdrt_ckpt_header_parse(char *text, size_t len, kdrt_ckpt_header *h, char *er
 void kdrt_ckpt_header_free(kdrt_ckpt_header *h);
 typedef struct {
   char model[256];
+  char optimizer[64];         // its Keras class, whose slots the shards hold ("": not said)
   int mesh_ndim;
   int mesh_shape[KDRT_MAX_AXES];
   char axes[KDRT_MAX_AXES][64];

@@ -247,6 +247,11 @@ elif ! cmp -s "$T/ostraight.json" "$T/o7.json"; then
   fail "schedule, resume: history differs"; diff "$T/ostraight.json" "$T/o7.json"
 else ok "schedule and Nadam: resume from ckpt-6 bitwise equal"
 fi
+# Adamax's slots have Nadam's shapes: the MANIFEST's optimizer tells them apart.
+./kdcc tests/good/opt_adamax.json --distribution tests/good/opt.dist.json \
+  --mesh data=2,model=2 --batch-size 16 -w -o "$T/adamax" || exit 1
+run 4 adamax "${S[@]}" --checkpoint-dir "$D" --resume
+expect "another optimizer" 1 "it was trained with Nadam, this program trains with Adamax (another optimizer's state); resume with the program that wrote it"
 run 1 opt "${S[@]}" --lr 0.1
 expect "--lr with a schedule" 2 "--lr: this program's learning rate is a schedule (CosineDecay), which sets the rate at every step; Keras's optimizer takes no other rate"
 run 1 opt "${S[@]}" --reduce-lr-on-plateau 1
