@@ -124,6 +124,7 @@ typedef enum {
 // A learning-rate schedule (Keras's keras.optimizers.schedules), evaluated
 // by the runtime at every step: the runtime's kdrt_schedule (kdrt_defs.h).
 typedef struct kdrt_schedule Schedule;
+const char *schedule_class(int kind); // "ExponentialDecay", ... (load.c)
 
 typedef struct {
   OptKind kind;

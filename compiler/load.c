@@ -865,19 +865,23 @@ static int opt_list(const char *what, json_t *cfg, const char *key, double *out,
   return (int)json_array_size(v);
 }
 
-// A serialized keras.optimizers.schedules object as the learning rate.
-static Schedule *load_schedule(const Optimizer *o, json_t *v) {
+const char *schedule_class(int kind) {
   static const char *const names[] = {
 #define KDRT_X(name, kname) kname,
     KDRT_SCHEDULE_LIST(KDRT_X)
 #undef KDRT_X
   };
+  return names[kind];
+}
+
+// A serialized keras.optimizers.schedules object as the learning rate.
+static Schedule *load_schedule(const Optimizer *o, json_t *v) {
   const char *cls = get_str(v, "class_name");
   json_t *cfg = json_object_get(v, "config");
   Schedule *s = xcalloc(1, sizeof *s);
   s->kind = -1;
   for (int k = 0; k < KDRT_SCHEDULE_COUNT; k++)
-    if (cls && !strcmp(cls, names[k])) s->kind = k;
+    if (cls && !strcmp(cls, schedule_class(k))) s->kind = k;
   if (s->kind < 0)
     error_at(jloc(cls ? json_object_get(v, "class_name") : v),
              "optimizer '%s': learning-rate schedule '%s' is not supported (supported: "

@@ -95,13 +95,8 @@ static json_t *slots_json(const Graph *g, const Var *v) {
 // The optimizer as kdcc understood it: "Adam (adam), learning rate
 // CosineDecay, global_clipnorm 0.1, weight_decay 0.01".
 static char *optimizer_text(const Optimizer *o) {
-  static const char *const sched[] = {
-#define KDRT_X(name, kname) kname,
-    KDRT_SCHEDULE_LIST(KDRT_X)
-#undef KDRT_X
-  };
   char *t = o->schedule ? format("%s (%s), learning rate %s", o->cls, o->name,
-                                 sched[o->schedule->kind])
+                                 schedule_class(o->schedule->kind))
                         : format("%s (%s), learning rate %g", o->cls, o->name, o->lr);
   const char *flags[] = {o->amsgrad ? "amsgrad" : NULL, o->centered ? "centered" : NULL,
                          o->nesterov ? "nesterov" : NULL};
