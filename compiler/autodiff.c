@@ -1,5 +1,7 @@
 // Reverse-mode differentiation of the global (unsharded) training graph,
-// then one optimizer update per variable.
+// then one optimizer update per variable, its gradient clipped first as
+// Keras's base_optimizer clips (clipnorm, global_clipnorm: graph ops for the
+// norms, so the lattice places them; clipvalue: in the update).
 //
 // Differentiate first, partition once: gradients are built on global shapes
 // from the forward ops alone, so collectives never need gradient rules;
@@ -86,6 +88,80 @@ static void constrain(Graph *g, Var *v, Node *u) {
   a->name = format("constraint(%s)", v->path);
 }
 
+int opt_nslots(const Optimizer *o) {
+  switch (o->kind) {
+  case OPT_SGD: return o->momentum != 0;
+  case OPT_ADAM: case OPT_ADAMW: return 2 + o->amsgrad;
+  case OPT_RMSPROP: return 1 + (o->momentum > 0) + o->centered;
+  case OPT_ADAMAX: case OPT_NADAM: return 2;
+  case OPT_ADAGRAD: case OPT_LION: case OPT_COUNT: break;
+  }
+  return 1;
+}
+
+const char *opt_slot_name(const Optimizer *o, int k) {
+  static const char *const names[OPT_COUNT][3] = {
+    [OPT_SGD] = {"momentum"}, [OPT_ADAM] = {"momentum", "velocity", "velocity_hat"},
+    [OPT_ADAMW] = {"momentum", "velocity", "velocity_hat"},
+    [OPT_RMSPROP] = {"velocity", "momentum", "average_gradient"},
+    [OPT_ADAGRAD] = {"accumulator"}, [OPT_ADAMAX] = {"momentum", "norm"},
+    [OPT_NADAM] = {"momentum", "velocity"}, [OPT_LION] = {"momentum"}};
+  if (o->kind == OPT_RMSPROP && k > 0 && !(o->momentum > 0)) k++; // no momentum slot
+  return names[o->kind][k];
+}
+
+bool opt_clips(const Optimizer *o) {
+  return o->clipnorm > 0 || o->global_clipnorm > 0 || o->clipvalue > 0;
+}
+
+static Node *sum_squares(Graph *g, Var *v) {
+  return sum_all(g, new_node2(g, OP_MUL, v->grad, v->grad, v->shape));
+}
+
+static int split_axes(const Var *v) {
+  int mask = 0;
+  for (int d = 0; d < v->shape.rank; d++)
+    if (v->place.axis[d] >= 0) mask |= 1 << v->place.axis[d];
+  return mask;
+}
+
+// The scalar factor base_optimizer's clipping scales gradients by, from
+// sums of squares of whole gradients: a gradient that is a data-parallel
+// partial sum is summed first (its square is not linear), a split one
+// leaves a partial sum of squares that the lattice all-reduces. clipnorm:
+// one factor per gradient (v set); global_clipnorm: one for all of them,
+// their sums added in groups of the same split axes (v NULL), so that each
+// group's partial sum crosses the mesh once.
+static Node *clip_factor(Graph *g, Var *v) {
+  if (v) {
+    Node *f = new_node1(g, OP_GRAD_CLIP, sum_squares(g, v), (Shape){0});
+    f->name = format("clipnorm(%s)", v->path);
+    return f;
+  }
+  int *key = xcalloc(g->nvars, sizeof *key);
+  for (int i = 0; i < g->nvars; i++) key[i] = split_axes(g->vars[i]);
+  Node *total = NULL;
+  for (int i = 0; i < g->nvars; i++) {
+    bool first = g->vars[i]->grad != NULL; // the first variable of its group
+    for (int j = 0; j < i; j++) first &= !(g->vars[j]->grad && key[j] == key[i]);
+    if (!first) continue;
+    Node *sum = NULL;
+    for (int j = i; j < g->nvars; j++) {
+      if (!g->vars[j]->grad || key[j] != key[i]) continue;
+      Node *s = sum_squares(g, g->vars[j]);
+      sum = sum ? new_node2(g, OP_ADD, sum, s, (Shape){0}) : s;
+      if (sum != s) sum->layer = NULL, sum->name = "global_norm"; // no one layer's
+    }
+    total = total ? new_node2(g, OP_ADD, total, sum, (Shape){0}) : sum;
+    if (total != sum) total->layer = NULL, total->name = "global_norm";
+  }
+  xfree(key);
+  Node *f = new_node1(g, OP_GRAD_CLIP, total, (Shape){0});
+  f->name = "global_clipnorm";
+  f->layer = NULL;
+  return f;
+}
+
 void build_backward(Graph *g) {
   int nfwd = g->nnodes;
   bool *need = xcalloc(nfwd, sizeof *need);
@@ -120,27 +196,29 @@ void build_backward(Graph *g) {
     }
   }
 
+  // The update phase: every trained variable's gradient, the clipping
+  // factors, then the updates in variable order (moving statistics too).
+  const Optimizer *o = &g->model->opt;
   g->phase = PH_UPDATE;
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
-    if (v->ema_stat) { // issue 11: a moving average, not trained
-      Node *u = new_node2(g, OP_UPDATE, v->param, v->ema_stat, v->shape);
-      u->var = v;
-      u->name = v->path;
-      u->layer = v->layer;
-      u->loc = v->loc;
-      continue;
-    }
+    if (v->ema_stat) continue; // issue 11: a moving average, not trained
     if (!v->param->grad) {
       warn_at(v->loc, "variable '%s' does not affect the loss; it is not trained", v->path);
       continue;
     }
     v->grad = v->param->grad;
     v->grad->name = format("grad(%s)", v->path);
-    v->nslots = g->model->opt.kind == OPT_SGD ? (g->model->opt.momentum != 0)
-              : g->model->opt.kind == OPT_RMSPROP ? 1 + (g->model->opt.momentum != 0)
-                                                  : 2;
-    Node *u = new_node2(g, OP_UPDATE, v->param, v->grad, v->shape);
+    v->nslots = opt_nslots(o);
+  }
+  Node *global = o->global_clipnorm > 0 ? clip_factor(g, NULL) : NULL;
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    if (!v->ema_stat && !v->grad) continue;
+    Node *in[3] = {v->param, v->ema_stat ? v->ema_stat : v->grad, global};
+    if (o->clipnorm > 0 && !v->ema_stat) in[2] = clip_factor(g, v);
+    Node *u = new_node(g, OP_UPDATE, in[2] && !v->ema_stat ? 3 : 2, in);
+    u->shape = v->shape;
     u->var = v;
     u->name = v->path;
     u->layer = v->layer;

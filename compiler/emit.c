@@ -550,6 +550,31 @@ void emit_program_tables(void) {
   for (int a = 0; a < m->ndim; a++) out("%s\"%s\"", a ? ", " : "", m->names[a]);
   if (!m->ndim) out("\"batch\"");
   out("};\n");
+  const Schedule *sc = g->model->opt.schedule;
+  if (sc) {
+    out("\n// the learning rate: a keras.optimizers.schedules object, evaluated each step\n"
+        "// (kind, initial, decay_steps, decay_rate, alpha, end, power, staircase, cycle,\n"
+        "// warmup, warmup_target, warmup_steps, boundaries, values: kdrt_defs.h)\n");
+    out("static const kdrt_schedule schedule = {%d, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g, %d, "
+        "%d, %d, %.17g, %.17g, %d, {", sc->kind, sc->initial, sc->decay_steps, sc->decay_rate,
+        sc->alpha, sc->end, sc->power, sc->staircase, sc->cycle, sc->warmup, sc->warmup_target,
+        sc->warmup_steps, sc->nbounds);
+    for (int k = 0; k < sc->nbounds; k++) out("%s%.17g", k ? ", " : "", sc->bounds[k]);
+    out("%s}, {", sc->nbounds ? "" : "0");
+    for (int k = 0; k <= sc->nbounds; k++) out("%s%.17g", k ? ", " : "", sc->values[k]);
+    out("}};\n");
+  }
+}
+
+// The line of init() that gives variable v's optimizer slots a first value
+// other than 0 (Adagrad's accumulator), its layout l; or "".
+char *slot_init(const Var *v, const char *l) {
+  const Optimizer *o = &EG->model->opt;
+  if (o->kind != OPT_ADAGRAD || !v->nslots || o->initial_accumulator_value == 0) return "";
+  return format("  kdrt_init_fill(c, P + %s + %lld, %s, KDRT_INIT_CONSTANT, 0, 0, %s, 0, 0); "
+                "// %s's accumulator\n", off_name(v->param),
+                (long long)((lelems(v->param) + 15) / 16 * 16), l,
+                flt(o->initial_accumulator_value), v->path);
 }
 
 // Every field of the kdrt_program, one per line as `<lhs><field> =
@@ -575,6 +600,8 @@ void emit_program_fields(const char *lhs, const char *end) {
   FIELD("noutputs", "%d", g->noutputs);
   FIELD("outputs", "outputs");
   FIELD("learning_rate", "%s", flt(md->opt.lr));
+  FIELD("schedule", "%s", md->opt.schedule ? "&schedule" : "NULL");
+  FIELD("optimizer", "\"%s\"", md->opt.cls);
   FIELD("param_floats", "PARAM_FLOATS");
   FIELD("grad_floats", "GRAD_FLOATS");
   FIELD("arena_floats", "ARENA_FLOATS");

@@ -51,6 +51,7 @@ void emit_c(Graph *g, FILE *f) {
         "0x%016llxull); // %s\n",
         off_name(v->param), layout_init(v->param), init_name[v->init], v->fan_in, v->fan_out,
         flt(v->p0), flt(v->p1), (unsigned long long)hash_str(v->path), v->path);
+    out("%s", slot_init(v, format("&(const kdrt_layout)%s", layout_init(v->param))));
   }
   out("}\n");
   emit_steps(emit_part, emit_step);

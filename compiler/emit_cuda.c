@@ -119,9 +119,10 @@ void emit_cuda(Graph *g, FILE *f, const char *arch, const char *precision) {
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
     out("  {\n    static const kdrt_layout l = %s; // %s\n", layout_init(v->param), v->path);
-    out("    kdrt_init_fill(c, P + %s, &l, %s, %.17g, %.17g, %s, %s, 0x%016llxull);\n  }\n",
+    out("    kdrt_init_fill(c, P + %s, &l, %s, %.17g, %.17g, %s, %s, 0x%016llxull);\n",
         off_name(v->param), init_name[v->init], v->fan_in, v->fan_out, flt(v->p0), flt(v->p1),
         (unsigned long long)hash_str(v->path));
+    out("%s  }\n", slot_init(v, "&l"));
   }
   out("}\n");
   emit_steps(emit_part, emit_step);

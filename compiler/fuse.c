@@ -35,28 +35,38 @@ void fuse_elementwise(Graph *g) {
 
   // In the update phase the gradients' collectives go first, then the
   // updates (which only read them): gradient all-reduces over the same axes
-  // become neighbours that the emitter sends as one bucket.
+  // become neighbours that the emitter sends as one bucket. A collective of
+  // a value the update phase makes (a clipping norm's sum) keeps its place.
   Node **upd = xcalloc(n, sizeof *upd);
-  int first = n, k = 0;
-  for (int i = 0; i < n; i++)
+  int first = n, k = 0, ids = 0;
+  for (int i = 0; i < n; i++) {
     if (g->nodes[i]->phase == PH_UPDATE && first == n) first = i;
+    if (g->nodes[i]->id >= ids) ids = g->nodes[i]->id + 1;
+  }
+  bool *early = xcalloc(ids, sizeof *early); // by id (not yet renumbered)
+  for (int i = first; i < n; i++) {
+    Node *x = g->nodes[i];
+    early[x->id] = x->phase == PH_UPDATE && is_collective(x->op) &&
+                   (x->in[0]->phase != PH_UPDATE || early[x->in[0]->id]);
+  }
   for (int pass = 0; pass < 2; pass++)
     for (int i = first; i < n; i++) {
       Node *x = g->nodes[i];
-      if (x->phase == PH_UPDATE && is_collective(x->op) == (pass == 0)) upd[k++] = x;
+      if (x->phase == PH_UPDATE && early[x->id] == (pass == 0)) upd[k++] = x;
     }
+  xfree(early);
   int j = first;
   for (int i = first; i < n; i++) // nodes of later phases keep their place after
     if (g->nodes[i]->phase != PH_UPDATE) upd[k++] = g->nodes[i];
   for (int i = 0; i < k; i++) g->nodes[j++] = upd[i];
   for (int i = 0; i < n; i++) g->nodes[i]->id = i;
 
-  // Plain SGD (no momentum): w -= lr * g folds into the GEMM that makes g,
-  // as C = -lr * A B + C, when g is read by nothing else and reaches its
-  // update with no collective between, and every other reader of w comes
-  // before that GEMM.
+  // Plain SGD (no momentum, clipping or weight decay): w -= lr * g folds
+  // into the GEMM that makes g, as C = -lr * A B + C, when g is read by
+  // nothing else and reaches its update with no collective between, and
+  // every other reader of w comes before that GEMM.
   const Optimizer *o = &g->model->opt;
-  if (o->kind != OPT_SGD || o->momentum != 0) return;
+  if (o->kind != OPT_SGD || o->momentum != 0 || opt_clips(o) || o->weight_decay != 0) return;
   int *nuse = xcalloc(n, sizeof *nuse), *last_read = xcalloc(n, sizeof *last_read);
   for (int i = 0; i < n; i++)
     for (int a = 0; a < g->nodes[i]->nin; a++) {

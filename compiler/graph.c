@@ -242,7 +242,7 @@ static void parse_var_options(Layer *l, const char *init_key, Var *v) {
 }
 
 // x summed over every dim, to a scalar (one REDUCE_SUM a dim).
-static Node *sum_all(Graph *g, Node *x) {
+Node *sum_all(Graph *g, Node *x) {
   while (x->shape.rank > 0) {
     Shape s = x->shape;
     s.rank--;

@@ -119,13 +119,29 @@ enum { LOSS_MSE = KDRT_LOSS_MSE, LOSS_MAE = KDRT_LOSS_MAE, LOSS_CCE = KDRT_LOSS_
        LOSS_COSINE = KDRT_LOSS_COSINE, LOSS_KLD = KDRT_LOSS_KLD,
        LOSS_CAT_HINGE = KDRT_LOSS_CAT_HINGE };
 
-typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_RMSPROP } OptKind;
+typedef enum {
+  OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_RMSPROP, OPT_ADAGRAD, OPT_ADAMAX, OPT_NADAM, OPT_LION,
+  OPT_COUNT
+} OptKind;
+
+// A learning-rate schedule (Keras's keras.optimizers.schedules), evaluated
+// by the runtime at every step: the runtime's kdrt_schedule (kdrt_defs.h).
+typedef struct kdrt_schedule Schedule;
+const char *schedule_class(int kind); // "ExponentialDecay", ... (load.c)
 
 typedef struct {
   OptKind kind;
+  const char *cls;        // Keras's class: "Adam", "SGD", ...
   const char *name;       // Keras's lower-case name: "adam", "sgd", ...
   float lr, beta_1, beta_2, epsilon, weight_decay, momentum, rho;
-  bool nesterov;
+  float initial_accumulator_value; // Adagrad: its slot's first value
+  bool nesterov, amsgrad, centered;
+  // Gradient clipping as base_optimizer does it before the update (at most
+  // one is set; 0: unset): each gradient scaled to norm <= clipnorm, all of
+  // them scaled together to global norm <= global_clipnorm, or each element
+  // clipped to [-clipvalue, clipvalue].
+  float clipnorm, global_clipnorm, clipvalue;
+  Schedule *schedule;     // NULL: the constant rate lr
   Loc loc;
 } Optimizer;
 
@@ -563,6 +579,8 @@ Node *new_node(Graph *g, OpKind op, int nin, Node **in);
 void accumulate(Graph *g, Node *x, Node *dx);
 Node *new_node1(Graph *g, OpKind op, Node *a, Shape shape);
 Node *new_node2(Graph *g, OpKind op, Node *a, Node *b, Shape shape);
+// x summed over every dim, to a scalar (one REDUCE_SUM a dim).
+Node *sum_all(Graph *g, Node *x);
 uint64_t hash_str(const char *s);
 bool shape_eq(const Shape *a, const Shape *b);
 char *shape_str(const Shape *s);
@@ -577,6 +595,12 @@ bool layer_takes_several(const char *cls); // merges, and attention (query, valu
 
 // ---------------------------------------------------------------- autodiff.c
 void build_backward(Graph *g);
+// A variable's optimizer slots under o, and Keras's name of slot k
+// ("momentum", "velocity", ...), in the order the update kernels take them.
+int opt_nslots(const Optimizer *o);
+const char *opt_slot_name(const Optimizer *o, int k);
+// Whether o clips gradients (clipnorm, global_clipnorm or clipvalue).
+bool opt_clips(const Optimizer *o);
 
 // ---------------------------------------------------------------- shard.c
 void propagate_shardings(Graph *g);
@@ -677,6 +701,8 @@ void emit_steps(PartEmitter *part, StepEmitter *step);
 // `<lhs>field = value<end>` lines.
 void emit_program_tables(void);
 void emit_program_fields(const char *lhs, const char *end);
+// init()'s line for v's optimizer slots when they start other than 0, or "".
+char *slot_init(const Var *v, const char *layout);
 
 // ---------------------------------------------------------------- emit_c.c
 void emit_c(Graph *g, FILE *out);

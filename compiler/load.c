@@ -875,25 +875,108 @@ static void load_loss_weights(Model *m, json_t *v) {
 typedef struct {
   const char *cls, *name;
   OptKind kind;
+  float lr;               // Keras 3's default learning rate
 } OptName;
 
 static const OptName opt_names[] = {
-  {"SGD", "sgd", OPT_SGD}, {"Adam", "adam", OPT_ADAM}, {"AdamW", "adamw", OPT_ADAMW},
-  {"RMSprop", "rmsprop", OPT_RMSPROP},
+  {"SGD", "sgd", OPT_SGD, 0.01f}, {"Adam", "adam", OPT_ADAM, 0.001f},
+  {"AdamW", "adamw", OPT_ADAMW, 0.001f}, {"RMSprop", "rmsprop", OPT_RMSPROP, 0.001f},
+  {"Adagrad", "adagrad", OPT_ADAGRAD, 0.001f}, {"Adamax", "adamax", OPT_ADAMAX, 0.001f},
+  {"Nadam", "nadam", OPT_NADAM, 0.001f}, {"Lion", "lion", OPT_LION, 0.001f},
 };
 
-static float opt_num(const Optimizer *o, json_t *cfg, const char *key, float def) {
+// A number of an optimizer's (what = "optimizer 'adam'") or a schedule's
+// config; absent or null: def.
+static double opt_num(const char *what, json_t *cfg, const char *key, double def) {
   json_t *v = json_object_get(cfg, key);
   if (!v || json_is_null(v))
     return def;
-  if (json_is_object(v) && !strcmp(key, "learning_rate"))
-    error_at(jloc(v), "optimizer '%s': learning-rate schedules are not supported", o->name);
   if (!json_is_number(v))
-    error_at(jloc(v), "optimizer '%s': '%s' must be a number", o->name, key);
+    error_at(jloc(v), "%s: '%s' must be a number", what, key);
   if (fabs(json_number_value(v)) > FLT_MAX)
-    error_at(jloc(v), "optimizer '%s': '%s' is %g, beyond float32's range", o->name, key,
-             json_number_value(v));
-  return (float)json_number_value(v);
+    error_at(jloc(v), "%s: '%s' is %g, beyond float32's range", what, key, json_number_value(v));
+  return json_number_value(v);
+}
+
+static bool opt_flag(const char *what, json_t *cfg, const char *key) {
+  json_t *v = json_object_get(cfg, key);
+  if (v && !json_is_null(v) && !json_is_boolean(v))
+    error_at(jloc(v), "%s: '%s' must be true or false", what, key);
+  return json_is_true(v);
+}
+
+// The numbers of a PiecewiseConstantDecay list, into out[max].
+static int opt_list(const char *what, json_t *cfg, const char *key, double *out, int max) {
+  json_t *v = json_object_get(cfg, key);
+  if (!json_is_array(v))
+    error_at(v ? jloc(v) : jloc(cfg), "%s: '%s' must be a list of numbers", what, key);
+  if ((int)json_array_size(v) > max)
+    error_at(jloc(v), "%s: '%s' has %zu entries; kdcc takes at most %d", what, key,
+             json_array_size(v), max);
+  for (size_t i = 0; i < json_array_size(v); i++) {
+    json_t *e = json_array_get(v, i);
+    if (!json_is_number(e) || fabs(json_number_value(e)) > FLT_MAX)
+      error_at(jloc(e), "%s: '%s' must be a list of numbers (within float32's range)", what, key);
+    out[i] = json_number_value(e);
+  }
+  return (int)json_array_size(v);
+}
+
+const char *schedule_class(int kind) {
+  static const char *const names[] = {
+#define KDRT_X(name, kname) kname,
+    KDRT_SCHEDULE_LIST(KDRT_X)
+#undef KDRT_X
+  };
+  return names[kind];
+}
+
+// A serialized keras.optimizers.schedules object as the learning rate.
+static Schedule *load_schedule(const Optimizer *o, json_t *v) {
+  const char *cls = get_str(v, "class_name");
+  json_t *cfg = json_object_get(v, "config");
+  Schedule *s = xcalloc(1, sizeof *s);
+  s->kind = -1;
+  for (int k = 0; k < KDRT_SCHEDULE_COUNT; k++)
+    if (cls && !strcmp(cls, schedule_class(k))) s->kind = k;
+  if (s->kind < 0)
+    error_at(jloc(cls ? json_object_get(v, "class_name") : v),
+             "optimizer '%s': learning-rate schedule '%s' is not supported (supported: "
+             "ExponentialDecay, PiecewiseConstantDecay, CosineDecay, InverseTimeDecay, "
+             "PolynomialDecay)", o->name, cls ? cls : "?");
+  if (!json_is_object(cfg))
+    error_at(jloc(v), "optimizer '%s': learning-rate schedule '%s' has no config", o->name, cls);
+  char *what = format("optimizer '%s': schedule '%s'", o->name, cls);
+  if (s->kind == KDRT_SCHEDULE_PIECEWISE) {
+    double b[KDRT_SCHEDULE_MAX_BOUNDS + 1];
+    s->nbounds = opt_list(what, cfg, "boundaries", b, KDRT_SCHEDULE_MAX_BOUNDS);
+    int nv = opt_list(what, cfg, "values", s->values, KDRT_SCHEDULE_MAX_BOUNDS + 1);
+    if (nv != s->nbounds + 1 || !s->nbounds)
+      error_at(jloc(json_object_get(cfg, "values")), "%s: %d values for %d boundaries (Keras "
+               "wants one more value than boundaries, and at least one boundary)", what, nv,
+               s->nbounds);
+    // Keras casts the boundaries to the step's integer type
+    for (int i = 0; i < s->nbounds; i++) s->bounds[i] = trunc(b[i]);
+    return s;
+  }
+  json_t *init = json_object_get(cfg, "initial_learning_rate");
+  if (!init || json_is_null(init))
+    error_at(jloc(cfg), "%s: 'initial_learning_rate' is missing", what);
+  s->initial = opt_num(what, cfg, "initial_learning_rate", 0);
+  s->decay_steps = opt_num(what, cfg, "decay_steps", 0);
+  if (!(s->decay_steps > 0)) // Keras refuses it too
+    error_at(jloc_key(cfg, "decay_steps"), "%s: 'decay_steps' must be > 0", what);
+  s->decay_rate = opt_num(what, cfg, "decay_rate", 0);
+  s->staircase = opt_flag(what, cfg, "staircase");
+  s->cycle = opt_flag(what, cfg, "cycle");
+  s->alpha = opt_num(what, cfg, "alpha", 0);
+  s->end = opt_num(what, cfg, "end_learning_rate", 0.0001);
+  s->power = opt_num(what, cfg, "power", 1);
+  json_t *wt = json_object_get(cfg, "warmup_target");
+  s->warmup = wt && !json_is_null(wt);
+  s->warmup_target = opt_num(what, cfg, "warmup_target", 0);
+  s->warmup_steps = opt_num(what, cfg, "warmup_steps", 0);
+  return s;
 }
 
 static void load_optimizer(Model *m, json_t *v) {
@@ -908,12 +991,12 @@ static void load_optimizer(Model *m, json_t *v) {
     if (!strcasecmp(cls, opt_names[i].cls))
       on = &opt_names[i];
   if (!on)
-    error_at(jloc(at), "unknown optimizer '%s' (supported: sgd, adam, adamw, rmsprop)", cls);
+    error_at(jloc(at), "unknown optimizer '%s' (supported: sgd, adam, adamw, rmsprop, adagrad, "
+             "adamax, nadam, lion)", cls);
   // Keras 3 defaults.
-  *o = (Optimizer){.kind = on->kind, .name = on->name, .loc = o->loc, .lr = 0.001f,
-                   .beta_1 = 0.9f, .beta_2 = 0.999f, .epsilon = 1e-7f, .rho = 0.9f};
-  if (on->kind == OPT_SGD)
-    o->lr = 0.01f;
+  *o = (Optimizer){.kind = on->kind, .cls = on->cls, .name = on->name, .loc = o->loc, .lr = on->lr,
+                   .beta_1 = 0.9f, .beta_2 = on->kind == OPT_LION ? 0.99f : 0.999f,
+                   .epsilon = 1e-7f, .rho = 0.9f, .initial_accumulator_value = 0.1f};
   if (on->kind == OPT_ADAMW)
     o->weight_decay = 0.004f;
   json_t *cfg = json_is_object(v) ? json_object_get(v, "config") : NULL;
@@ -921,21 +1004,60 @@ static void load_optimizer(Model *m, json_t *v) {
     return;
   if (get_str(cfg, "name"))
     o->name = get_str(cfg, "name");
-  o->lr = opt_num(o, cfg, "learning_rate", o->lr);
-  o->beta_1 = opt_num(o, cfg, "beta_1", o->beta_1);
-  o->beta_2 = opt_num(o, cfg, "beta_2", o->beta_2);
-  o->epsilon = opt_num(o, cfg, "epsilon", o->epsilon);
-  o->weight_decay = opt_num(o, cfg, "weight_decay", o->weight_decay);
-  o->momentum = opt_num(o, cfg, "momentum", o->momentum);
-  o->rho = opt_num(o, cfg, "rho", o->rho);
-  json_t *nest = json_object_get(cfg, "nesterov");
-  if (nest && !json_is_null(nest) && !json_is_boolean(nest))
-    error_at(jloc(nest), "optimizer '%s': 'nesterov' must be true or false", o->name);
-  o->nesterov = json_is_true(nest);
+  char *what = format("optimizer '%s'", o->name);
+  json_t *lr = json_object_get(cfg, "learning_rate");
+  if (json_is_object(lr)) { // the banner's rate: the schedule's at step 0
+    o->schedule = load_schedule(o, lr);
+    o->lr = (float)(o->schedule->kind == KDRT_SCHEDULE_PIECEWISE ? o->schedule->values[0]
+                                                                 : o->schedule->initial);
+  } else
+    o->lr = (float)opt_num(what, cfg, "learning_rate", o->lr);
+  o->beta_1 = (float)opt_num(what, cfg, "beta_1", o->beta_1);
+  o->beta_2 = (float)opt_num(what, cfg, "beta_2", o->beta_2);
+  o->epsilon = (float)opt_num(what, cfg, "epsilon", o->epsilon);
+  o->weight_decay = (float)opt_num(what, cfg, "weight_decay", o->weight_decay);
+  o->momentum = (float)opt_num(what, cfg, "momentum", o->momentum);
+  o->rho = (float)opt_num(what, cfg, "rho", o->rho);
+  o->initial_accumulator_value =
+      (float)opt_num(what, cfg, "initial_accumulator_value", o->initial_accumulator_value);
+  // The options of one optimizer only: Keras refuses them on another
+  // ("Argument(s) not recognized"), kdcc would ignore them.
+  static const struct {
+    const char *key;
+    unsigned kinds; // bit OPT_*
+  } own[] = {
+    {"amsgrad", 1u << OPT_ADAM | 1u << OPT_ADAMW}, {"centered", 1u << OPT_RMSPROP},
+    {"nesterov", 1u << OPT_SGD}, {"momentum", 1u << OPT_SGD | 1u << OPT_RMSPROP},
+    {"rho", 1u << OPT_RMSPROP}, {"initial_accumulator_value", 1u << OPT_ADAGRAD},
+    {"beta_1", ~(1u << OPT_SGD | 1u << OPT_RMSPROP | 1u << OPT_ADAGRAD)},
+    {"beta_2", ~(1u << OPT_SGD | 1u << OPT_RMSPROP | 1u << OPT_ADAGRAD)},
+    {"epsilon", ~(1u << OPT_SGD | 1u << OPT_LION)},
+  };
+  for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+    json_t *x = json_object_get(cfg, own[i].key);
+    if (x && !json_is_null(x) && !((own[i].kinds >> on->kind) & 1))
+      error_at(jloc_key(cfg, own[i].key), "optimizer '%s': Keras's %s takes no '%s'", o->name,
+               on->cls, own[i].key);
+  }
+  o->nesterov = opt_flag(what, cfg, "nesterov");
+  o->amsgrad = opt_flag(what, cfg, "amsgrad");
+  o->centered = opt_flag(what, cfg, "centered");
+  // base_optimizer: at most one clipping option; one <= 0 clips nothing.
+  static const char *const clips[] = {"clipnorm", "global_clipnorm", "clipvalue"};
+  float *clip_of[] = {&o->clipnorm, &o->global_clipnorm, &o->clipvalue};
+  const char *first = NULL;
+  for (int i = 0; i < 3; i++) {
+    json_t *c = json_object_get(cfg, clips[i]);
+    if (!c || json_is_null(c)) continue;
+    if (first)
+      error_at(jloc_key(cfg, clips[i]), "optimizer '%s': '%s' and '%s' are both set (Keras takes "
+               "only one of clipnorm, clipvalue and global_clipnorm)", o->name, first, clips[i]);
+    first = clips[i];
+    *clip_of[i] = fmaxf((float)opt_num(what, cfg, clips[i], 0), 0);
+  }
   // Options that would change the arithmetic and that kdcc does not do.
-  static const char *unsupported[] = {"clipnorm", "clipvalue", "global_clipnorm",
-                                      "gradient_accumulation_steps", "loss_scale_factor",
-                                      "use_ema", "amsgrad", "centered", "decay"};
+  static const char *unsupported[] = {"gradient_accumulation_steps", "loss_scale_factor",
+                                      "use_ema", "decay"};
   for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
     json_t *u = json_object_get(cfg, unsupported[i]);
     if (u && !json_is_null(u) && !json_is_false(u) &&

@@ -922,8 +922,29 @@ static void bias_grad_emit(const Node *n, Lowering *lw) {
 
 const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias_grad_emit};
 
-// ---------------------------------------------------------------- UPDATE
+// ---------------------------------------------------------------- GRAD_CLIP, UPDATE
 
+// The optimizer's clipping factor from a sum of squares of gradients:
+// clipnorm's for one gradient, global_clipnorm's for all of them.
+static void grad_clip_emit(const Node *n, Lowering *lw) {
+  const Optimizer *o = &EG->model->opt;
+  bool global = o->global_clipnorm > 0;
+  lower_call(lw, "grad_clip_factor", false, NULL, "%s, %s, %s, %d", buf(n), buf(n->in[0]),
+             flt(global ? o->global_clipnorm : o->clipnorm), global);
+}
+
+const OpDef op_GRAD_CLIP = {"grad_clip", 1, 0, false, rule_elementwise, NULL, grad_clip_emit};
+
+// w, g and the gradient's clipping factor f (a scalar, whole on every
+// device), if any.
+static void update_rule(const Node *n, Rule *r) {
+  for (int d = 0; d < n->shape.rank; d++) r->out[d] = r->in[0][d] = r->in[1][d] =
+                                              factor(r, F_PASS, n->shape.d[d]);
+}
+
+// base_optimizer's order: the gradient clipped (in place: the update is its
+// last reader), the weight decayed, then the optimizer's step with slot k
+// at `offset + (k + 1) * stride` of the parameter blob.
 static void update_emit(const Node *n, Lowering *lw) {
   const Var *v = n->var;
   if (v->ema_stat) { // issue 11: moving statistics, Keras's momentum
@@ -938,30 +959,60 @@ static void update_emit(const Node *n, Lowering *lw) {
   const Optimizer *o = &EG->model->opt;
   char *w = buf(n->in[0]), *gr = buf(n->in[1]);
   long long N = lelems(n->in[0]), stride = (N + 15) / 16 * 16;
-  char *s1 = format("(P + %s + %lld)", off_name(v->param), stride);
-  char *s2 = format("(P + %s + %lld)", off_name(v->param), 2 * stride);
+  if (n->nin > 2 || o->clipvalue > 0)
+    lower_call(lw, "clip_grad", false, NULL, "%s, %lld, %s, %s", gr, N,
+               n->nin > 2 ? buf(n->in[2]) : "NULL", flt(o->clipvalue));
+  if (o->weight_decay != 0 && o->kind != OPT_ADAMW) // AdamW's kernel decays
+    lower_call(lw, "weight_decay", false, NULL, "%s, %lld, c->lr, %s", w, N,
+               flt(o->weight_decay));
+  char *s[3] = {"NULL", "NULL", "NULL"};
+  for (int k = 0; k < v->nslots; k++)
+    s[k] = format("(P + %s + %lld)", off_name(v->param), (k + 1) * stride);
   switch (o->kind) {
   case OPT_SGD:
-    lower_call(lw, "sgd", false, NULL, "%s, %s, %s, %lld, c->lr, %s, %d", w, gr,
-               v->nslots ? s1 : "NULL", N, flt(o->momentum), o->nesterov);
+    lower_call(lw, "sgd", false, NULL, "%s, %s, %s, %lld, c->lr, %s, %d", w, gr, s[0], N,
+               flt(o->momentum), o->nesterov);
     return;
   case OPT_ADAM:
-    lower_call(lw, "adam", false, NULL, "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, c->step + 1", w,
-               gr, s1, s2, N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon));
+    lower_call(lw, "adam", false, NULL, "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, c->step + 1",
+               w, gr, s[0], s[1], s[2], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon));
     return;
   case OPT_ADAMW:
     lower_call(lw, "adamw", false, NULL,
-               "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, c->step + 1", w, gr, s1, s2, N,
-               flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), flt(o->weight_decay));
+               "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, c->step + 1", w, gr, s[0], s[1],
+               s[2], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), flt(o->weight_decay));
     return;
-  case OPT_RMSPROP:
-    lower_call(lw, "rmsprop", false, NULL, "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s", w, gr, s1,
-               v->nslots > 1 ? s2 : "NULL", N, flt(o->rho), flt(o->momentum), flt(o->epsilon));
+  case OPT_RMSPROP: { // velocity, then momentum and average_gradient where they are on
+    bool mom = o->momentum > 0;
+    lower_call(lw, "rmsprop", false, NULL, "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s", w, gr,
+               s[0], mom ? s[1] : "NULL", o->centered ? s[1 + mom] : "NULL", N, flt(o->rho),
+               flt(o->momentum), flt(o->epsilon));
     return;
   }
+  case OPT_ADAGRAD:
+    lower_call(lw, "adagrad", false, NULL, "%s, %s, %s, %lld, c->lr, %s", w, gr, s[0], N,
+               flt(o->epsilon));
+    return;
+  case OPT_ADAMAX:
+    lower_call(lw, "adamax", false, NULL, "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, c->step + 1",
+               w, gr, s[0], s[1], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon));
+    return;
+  case OPT_NADAM:
+    lower_call(lw, "nadam", false, NULL,
+               "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, c->step + 1, "
+               "kdrt_nadam_product(c, %s, c->step + 1)", w, gr, s[0], s[1], N, flt(o->beta_1),
+               flt(o->beta_2), flt(o->epsilon), flt(o->beta_1));
+    return;
+  case OPT_LION:
+    lower_call(lw, "lion", false, NULL, "%s, %s, %s, %lld, c->lr, %s, %s", w, gr, s[0], N,
+               flt(o->beta_1), flt(o->beta_2));
+    return;
+  case OPT_COUNT: break;
+  }
+  unreachable();
 }
 
-const OpDef op_UPDATE = {"update", 2, 0, false, rule_elementwise, NULL, update_emit};
+const OpDef op_UPDATE = {"update", -1, 0, false, update_rule, NULL, update_emit};
 
 // issue 11: a constraint's result written over its variable, after the
 // update (u, whose buffer is the variable's); training steps only.

@@ -82,17 +82,31 @@ static char *warning(const Graph *g, const Node *n) {
 // Keras's names for a variable's optimizer slots, in kdcc's slot order:
 // "<optimizer>/<path with / as _>_<slot>".
 static json_t *slots_json(const Graph *g, const Var *v) {
-  static const char *names[][2] = {
-    [OPT_SGD] = {"momentum", NULL}, [OPT_ADAM] = {"momentum", "velocity"},
-    [OPT_ADAMW] = {"momentum", "velocity"}, [OPT_RMSPROP] = {"velocity", "momentum"}};
   json_t *a = json_array();
   char *flat = xstrdup(v->path);
   for (char *p = flat; *p; p++)
     if (*p == '/') *p = '_';
-  for (int k = 0; k < v->nslots && k < 2; k++)
+  for (int k = 0; k < v->nslots; k++)
     json_array_append_new(a, json_string(format("%s/%s_%s", g->model->opt.name, flat,
-                                                names[g->model->opt.kind][k])));
+                                                opt_slot_name(&g->model->opt, k))));
   return a;
+}
+
+// The optimizer as kdcc understood it: "Adam (adam), learning rate
+// CosineDecay, global_clipnorm 0.1, weight_decay 0.01".
+static char *optimizer_text(const Optimizer *o) {
+  char *t = o->schedule ? format("%s (%s), learning rate %s", o->cls, o->name,
+                                 schedule_class(o->schedule->kind))
+                        : format("%s (%s), learning rate %g", o->cls, o->name, o->lr);
+  const char *flags[] = {o->amsgrad ? "amsgrad" : NULL, o->centered ? "centered" : NULL,
+                         o->nesterov ? "nesterov" : NULL};
+  for (int i = 0; i < 3; i++)
+    if (flags[i]) t = format("%s, %s", t, flags[i]);
+  const char *keys[] = {"clipnorm", "global_clipnorm", "clipvalue", "weight_decay"};
+  const float vals[] = {o->clipnorm, o->global_clipnorm, o->clipvalue, o->weight_decay};
+  for (int i = 0; i < 4; i++)
+    if (vals[i] != 0) t = format("%s, %s %g", t, keys[i], vals[i]);
+  return t;
 }
 
 static json_t *layout_json(const Graph *g, int rank, const Place *p) {
@@ -155,6 +169,7 @@ static void report_json(Graph *g, FILE *out) {
   json_object_set_new(mesh, "axis_names", names);
   json_object_set_new(root, "mesh", mesh);
   json_object_set_new(root, "batch", json_integer(g->batch));
+  json_object_set_new(root, "optimizer", json_string(optimizer_text(&g->model->opt)));
 
   json_t *vars = json_array();
   for (int i = 0; i < g->nvars; i++) {
@@ -220,8 +235,9 @@ void print_report(Graph *g, FILE *out, bool json) {
     return;
   }
   const Mesh *m = &g->dist->mesh;
-  fprintf(out, "model '%s', %s on mesh %s, %d device%s, global batch %d\n\n", g->model->name,
-          dist_name(g->dist), mesh_text(m), m->size, m->size == 1 ? "" : "s", g->batch);
+  fprintf(out, "model '%s', %s on mesh %s, %d device%s, global batch %d\noptimizer %s\n\n",
+          g->model->name, dist_name(g->dist), mesh_text(m), m->size, m->size == 1 ? "" : "s",
+          g->batch, optimizer_text(&g->model->opt));
   fprintf(out, "Variables (optimizer slots take their variable's layout)\n  %-32s %-14s %-22s %s\n",
           "path", "global", "layout", "local");
   for (int i = 0; i < g->nvars; i++) {

@@ -27,6 +27,7 @@
 //
 //   KDCKPT-MANIFEST 2
 //   model sequential
+//   optimizer Adam                             (older manifests lack it)
 //   step 40
 //   seed 1337
 //   mesh 2 data=2 model=4
@@ -506,8 +507,9 @@ char *kdrt_ckpt_manifest_format(const kdrt_ckpt_manifest *m, size_t *len) {
   sbuf b = {0};
   char e[1024];
   enc(e, sizeof e, m->model);
-  sb_printf(&b, "%s\nmodel %s\nstep %lld\nseed %llu\n", MANIFEST_MAGIC, e, (long long)st->step,
-            (unsigned long long)st->seed);
+  sb_printf(&b, "%s\nmodel %s\n", MANIFEST_MAGIC, e);
+  if (m->optimizer[0]) sb_printf(&b, "optimizer %s\n", m->optimizer);
+  sb_printf(&b, "step %lld\nseed %llu\n", (long long)st->step, (unsigned long long)st->seed);
   fmt_mesh(&b, m->mesh_ndim, m->mesh_shape, (char (*)[64])m->axes);
   sb_printf(&b, "epoch %lld pos %lld steps %lld samples %lld", (long long)st->epoch,
             (long long)st->pos, (long long)st->steps, (long long)st->ntrain);
@@ -565,6 +567,8 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
     if (!strcmp(t[0], "model") && n == 2) {
       snprintf(m->model, sizeof m->model, "%s", t[1]);
       dec(m->model);
+    } else if (!strcmp(t[0], "optimizer") && n == 2) {
+      snprintf(m->optimizer, sizeof m->optimizer, "%s", t[1]);
     } else if (!strcmp(t[0], "step") && n == 2 && !to_i64(t[1], &v) && v >= 0) {
       st->step = v;
     } else if (!strcmp(t[0], "seed") && n == 2 && !to_i64(t[1], &v)) {
@@ -842,6 +846,7 @@ static void write_manifest(kdrt_ctx *c, const char *dir, const char *cdir,
   kdrt_ckpt_manifest m;
   memset(&m, 0, sizeof m);
   snprintf(m.model, sizeof m.model, "%s", p->model_name ? p->model_name : "model");
+  snprintf(m.optimizer, sizeof m.optimizer, "%s", p->optimizer ? p->optimizer : "");
   m.st = *st;
   m.mesh_ndim = p->mesh_ndim;
   for (int a = 0; a < p->mesh_ndim; a++) {
@@ -1040,6 +1045,15 @@ int kdrt_ckpt_find(kdrt_ctx *c, const char *dir, kdrt_ckpt_state *st, char *name
               "resume with the program that wrote it", cdir, m.st.nlogs,
               m.st.nlogs ? m.st.log_names[0] : "", c->prog->nlogs,
               c->prog->nlogs ? c->prog->log_names[0] : "");
+      kdrt_ckpt_manifest_free(&m);
+      break;
+    }
+    // Another optimizer's slots would be read as this one's (issue 11: Adam's
+    // and Adamax's are two of the same shape).
+    if (m.optimizer[0] && c->prog->optimizer && strcmp(m.optimizer, c->prog->optimizer)) {
+      set_err("%s: it was trained with %s, this program trains with %s (another optimizer's "
+              "state); resume with the program that wrote it", cdir, m.optimizer,
+              c->prog->optimizer);
       kdrt_ckpt_manifest_free(&m);
       break;
     }

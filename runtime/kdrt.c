@@ -965,6 +965,8 @@ static void fit(run *r) {
       double t0 = now_s();
       int64_t rows = load_batch(r, &r->data, order, s);
       for (int k = 0; k < nl; k++) r->logs[k] = 0;
+      if (p->schedule) // the rate at the optimizer's iterations, as Keras's optimizer reads it
+        r->c->lr = kdrt_schedule_lr(p->schedule, r->c->step);
       p->train_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
       kdrt_set_rows(r->c, 0);
       kdrt_watch_step_time(now_s() - t0);
@@ -1146,6 +1148,19 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   char err[1024];
   if (kdrt_parse_args(argc, argv, &o, err, sizeof err))
     fail_all(c, 2, "%s (see %s --help)", err, prog_invoke);
+  // Keras's optimizer refuses a new rate when its learning rate is a
+  // schedule (ReduceLROnPlateau fails at its first reduction): refused here,
+  // before training.
+  if (prog->schedule && (o.has_lr || o.reduce_lr)) {
+    static const char *const names[] = {
+#define KDRT_X(name, kname) kname,
+      KDRT_SCHEDULE_LIST(KDRT_X)
+#undef KDRT_X
+    };
+    fail_all(c, 2, "%s: this program's learning rate is a schedule (%s), which sets the rate "
+             "at every step; Keras's optimizer takes no other rate", o.has_lr ? "--lr" :
+             "--reduce-lr-on-plateau", names[prog->schedule->kind]);
+  }
   if (o.save_weights && kdrt_weights_check_path(prog, o.save_weights, err, sizeof err))
     fail_all(c, 2, "--save-weights %s", err);
   if (o.checkpoint_best && kdrt_weights_check_path(prog, o.checkpoint_best, err, sizeof err))

@@ -80,6 +80,8 @@ typedef struct {
   int noutputs;
   const kdrt_output *outputs;        // [noutputs]
   float learning_rate;               // compiled default; --lr overrides
+  const kdrt_schedule *schedule;     // a learning-rate schedule, or NULL: learning_rate
+  const char *optimizer;             // Keras's optimizer class ("Adam"): what the slots are
   size_t param_floats;               // local floats in the parameter blob (params + optimizer slots)
   size_t grad_floats;                // local floats for gradients
   size_t arena_floats;               // local floats in the activation arena (for `batch` rows)
@@ -141,7 +143,9 @@ struct kdrt_ctx {
   int coord[KDRT_MAX_AXES];          // this rank's mesh coordinates
   uint64_t seed;                     // --seed (default 1337)
   int64_t step;                      // global optimizer step, from 0; dropout keys on it
-  float lr;                          // learning rate in use
+  float lr;                          // learning rate in use (a schedule's: set each step)
+  int64_t nadam_step;                // Nadam's running product at this step (ops.c's
+  float nadam_u;                     // kdrt_nadam_product), 0: not yet computed
   int64_t rows;                      // the global rows of the step in progress (at most the
                                      // batch the arena is planned for); 0: the compiled batch
   // Rows that do not divide over the batch axis (a last partial batch, or a
@@ -324,6 +328,14 @@ int kdrt_group_size(const kdrt_ctx *c, unsigned axes);
 // This rank's index in its group: row-major over the group's axes (the
 // coordinates of the other axes, as a mask's complement, name the group).
 int kdrt_group_index(const kdrt_ctx *c, unsigned axes);
+
+// ---------------------------------------------------------------- ops.c: optimizer helpers
+// The rate a learning-rate schedule gives at optimizer step `step` (from
+// 0), in float32 as Keras computes it (ops.c).
+float kdrt_schedule_lr(const kdrt_schedule *s, int64_t step);
+// Nadam's product of its momentum schedule over steps 1..t, kept in c
+// from one step to the next (recomputed after a resume).
+float kdrt_nadam_product(kdrt_ctx *c, float b1, int64_t t);
 
 // ---------------------------------------------------------------- rng.c
 // Counter-based randomness (Philox-4x32-10), keyed by (seed, stream) with
@@ -550,6 +562,7 @@ int kdrt_ckpt_header_parse(char *text, size_t len, kdrt_ckpt_header *h, char *er
 void kdrt_ckpt_header_free(kdrt_ckpt_header *h);
 typedef struct {
   char model[256];
+  char optimizer[64];         // its Keras class, whose slots the shards hold ("": not said)
   int mesh_ndim;
   int mesh_shape[KDRT_MAX_AXES];
   char axes[KDRT_MAX_AXES][64];

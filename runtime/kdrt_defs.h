@@ -166,5 +166,31 @@ enum { KDRT_NOTRANS, KDRT_TRANS };
 
 // ---- kdrt_pact's activations with Keras's parameters (issue 11)
 enum { KDRT_PACT_LEAKY, KDRT_PACT_ELU, KDRT_PACT_RELU };
+// ---- learning-rate schedules (keras.optimizers.schedules), by class name
+#define KDRT_SCHEDULE_LIST(X)                                                                 \
+  X(EXPONENTIAL, "ExponentialDecay") X(PIECEWISE, "PiecewiseConstantDecay")                    \
+  X(COSINE, "CosineDecay") X(INVERSE_TIME, "InverseTimeDecay")                                 \
+  X(POLYNOMIAL, "PolynomialDecay")
+enum {
+#define KDRT_X(name, kname) KDRT_SCHEDULE_##name,
+  KDRT_SCHEDULE_LIST(KDRT_X)
+#undef KDRT_X
+  KDRT_SCHEDULE_COUNT
+};
+#define KDRT_SCHEDULE_MAX_BOUNDS 32
+
+// One schedule's config as Keras's get_config holds it (Python floats kept
+// in double, since Keras does some of its arithmetic on them before the
+// cast to float32); kdrt_schedule_lr evaluates it at a step.
+typedef struct kdrt_schedule {
+  int kind;
+  double initial;             // initial_learning_rate
+  double decay_steps, decay_rate, alpha, end, power;
+  int staircase, cycle;
+  int warmup;                 // CosineDecay: warmup_target is set
+  double warmup_target, warmup_steps;
+  int nbounds;                // PiecewiseConstantDecay: boundaries (steps) and values
+  double bounds[KDRT_SCHEDULE_MAX_BOUNDS], values[KDRT_SCHEDULE_MAX_BOUNDS + 1];
+} kdrt_schedule;
 
 #endif

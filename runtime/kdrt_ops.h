@@ -174,15 +174,34 @@ typedef struct {
            float threshold))                                                                  \
   K(pact_grad, (int kind, float *dx, const float *dy, const float *x, size_t n, float alpha,  \
                 float max, float threshold))                                                  \
-  /* optimizer updates on local shards, Keras 3 semantics; t is the 1-based step */            \
+  /* optimizer updates on local shards, Keras 3 semantics; t is the 1-based step; */          \
+  /* vhat (Adam's amsgrad), m (RMSprop's momentum), a (RMSprop's centered         */          \
+  /* average gradient): NULL when the option is off                               */          \
   K(sgd, (float *w, const float *g, float *m, size_t n, float lr, float momentum,              \
           int nesterov))                                                                       \
-  K(adam, (float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,         \
-           float b2, float eps, int64_t t))                                                    \
-  K(adamw, (float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,        \
-            float b2, float eps, float wd, int64_t t))                                         \
-  K(rmsprop, (float *w, const float *g, float *v, float *m, size_t n, float lr, float rho,     \
-              float momentum, float eps))                                                      \
+  K(adam, (float *w, const float *g, float *m, float *v, float *vhat, size_t n, float lr,      \
+           float b1, float b2, float eps, int64_t t))                                          \
+  K(adamw, (float *w, const float *g, float *m, float *v, float *vhat, size_t n, float lr,     \
+            float b1, float b2, float eps, float wd, int64_t t))                               \
+  K(rmsprop, (float *w, const float *g, float *v, float *m, float *a, size_t n, float lr,      \
+              float rho, float momentum, float eps))                                           \
+  K(adagrad, (float *w, const float *g, float *acc, size_t n, float lr, float eps))            \
+  K(adamax, (float *w, const float *g, float *m, float *u, size_t n, float lr, float b1,       \
+             float b2, float eps, int64_t t))                                                  \
+  /* Nadam: u_prod, the product of the momentum schedule up to step t           */             \
+  /* (kdrt_nadam_product)                                                        */            \
+  K(nadam, (float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,        \
+            float b2, float eps, int64_t t, float u_prod))                                     \
+  K(lion, (float *w, const float *g, float *m, size_t n, float lr, float b1, float b2))       \
+  /* base_optimizer's weight decay before an update: w -= w * wd * lr             */          \
+  K(weight_decay, (float *w, size_t n, float lr, float wd))                                    \
+  /* base_optimizer's gradient clipping, in place before the update: g *= f[0]     */          \
+  /* (f NULL: no factor), then clipvalue > 0 clips g to [-clipvalue, clipvalue]    */          \
+  K(clip_grad, (float *g, size_t n, const float *f, float clipvalue))                          \
+  /* f[0] = the factor gradients are scaled by from their sum of squares s[0]:     */          \
+  /* clipnorm c / max(sqrt(s), c); global (global_clipnorm) c * min(1 / sqrt(s),   */          \
+  /* 1 / c), NaN when the norm is not finite                                      */           \
+  K(grad_clip_factor, (float *f, const float *s, float c, int global))                         \
   /* y = x * mask / (1 - rate), the mask drawn for (seed, stream, step, global      */         \
   /* element index); the same call on dy gives the gradient                        */         \
   KC(dropout, (float *y, const float *x, const kdrt_layout *l, float rate, uint64_t stream))   \

@@ -675,11 +675,13 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
   }
   H5Gclose(layers);
   // The optimizer as Keras saves one before its first step: iterations and
-  // the learning rate. Its slots are not saved (a checkpoint's business).
+  // the learning rate (none with a schedule: it is no variable then). Its
+  // slots are not saved (a checkpoint's business).
   hid_t og = H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   hid_t ov = H5Gcreate2(og, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   if (!rc) rc = write_dataset(ov, "0", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, NULL, &step);
-  if (!rc) rc = write_dataset(ov, "1", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 0, NULL, &lr);
+  if (!rc && !p->schedule)
+    rc = write_dataset(ov, "1", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 0, NULL, &lr);
   H5Gclose(ov);
   H5Gclose(og);
   if (!rc && H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) rc = -1;

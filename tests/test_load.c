@@ -378,6 +378,32 @@ Test(compile, optimizer_envelopes) {
   cr_assert_float_eq(m->opt.weight_decay, 0.0f, 1e-9);
 }
 
+Test(compile, optimizer_options_and_schedules) {
+  Model *m = compiled("{\"optimizer\": \"lion\"}");
+  cr_assert(m->opt.kind == OPT_LION && m->opt.beta_2 == 0.99f && opt_nslots(&m->opt) == 1);
+  m = compiled("{\"optimizer\": {\"class_name\": \"Adagrad\", \"config\": {}}}");
+  cr_assert(m->opt.kind == OPT_ADAGRAD && m->opt.initial_accumulator_value == 0.1f);
+  cr_assert_str_eq(opt_slot_name(&m->opt, 0), "accumulator");
+  m = compiled("{\"optimizer\": {\"class_name\": \"Adam\", \"config\": {\"amsgrad\": true, "
+               "\"global_clipnorm\": 2, \"clipnorm\": null}}}");
+  cr_assert(m->opt.amsgrad && opt_nslots(&m->opt) == 3 && m->opt.global_clipnorm == 2);
+  cr_assert_str_eq(opt_slot_name(&m->opt, 2), "velocity_hat");
+  m = compiled("{\"optimizer\": {\"class_name\": \"RMSprop\", \"config\": {\"centered\": true}}}");
+  cr_assert(opt_nslots(&m->opt) == 2); // velocity, average_gradient (no momentum)
+  cr_assert_str_eq(opt_slot_name(&m->opt, 1), "average_gradient");
+  m = compiled("{\"optimizer\": {\"class_name\": \"SGD\", \"config\": {\"clipvalue\": -1}}}");
+  cr_assert_not(opt_clips(&m->opt)); // Keras clips only for a value > 0
+  m = compiled("{\"optimizer\": {\"class_name\": \"Nadam\", \"config\": {\"learning_rate\": "
+               "{\"class_name\": \"PiecewiseConstantDecay\", \"config\": {\"boundaries\": [2.7, 5],"
+               " \"values\": [0.1, 0.05, 0.01]}}}}}");
+  cr_assert(m->opt.schedule && m->opt.schedule->kind == KDRT_SCHEDULE_PIECEWISE);
+  cr_assert(m->opt.schedule->bounds[0] == 2 && m->opt.lr == 0.1f); // cast to the step's int
+  m = compiled("{\"optimizer\": {\"class_name\": \"Adam\", \"config\": {\"learning_rate\": "
+               "{\"class_name\": \"CosineDecay\", \"config\": {\"initial_learning_rate\": 0.01, "
+               "\"decay_steps\": 10, \"warmup_target\": 0.02, \"warmup_steps\": 3}}}}}");
+  cr_assert(m->opt.schedule->warmup && m->opt.schedule->warmup_steps == 3);
+}
+
 Test(compile, losses) {
   struct {
     const char *json;
@@ -641,13 +667,20 @@ Test(bad, loss_options) {
 }
 
 Test(bad, unknown_optimizer) {
-  EXPECT_ERROR("tests/bad/unknown_optimizer.json", "5:34: error: unknown optimizer 'adagrad' "
-               "(supported: sgd, adam, adamw, rmsprop)");
+  EXPECT_ERROR("tests/bad/unknown_optimizer.json", "5:34: error: unknown optimizer 'adadelta' "
+               "(supported: sgd, adam, adamw, rmsprop, adagrad, adamax, nadam, lion)");
 }
 
 Test(bad, learning_rate_schedule) {
   EXPECT_ERROR("tests/bad/lr_schedule.json",
-               "5:84: error: optimizer 'sgd': learning-rate schedules are not supported");
+               "5:139: error: optimizer 'sgd': learning-rate schedule 'CosineDecayRestarts' is not "
+               "supported (supported: ExponentialDecay, PiecewiseConstantDecay, CosineDecay, "
+               "InverseTimeDecay, PolynomialDecay)");
+  EXPECT_ERROR("tests/bad/lr_piecewise.json",
+               "5:171: error: optimizer 'adam': schedule 'PiecewiseConstantDecay': 2 values for 2 "
+               "boundaries (Keras wants one more value than boundaries, and at least one boundary)");
+  EXPECT_ERROR("tests/bad/lr_decay_steps.json", "5:176: error: optimizer 'lion': schedule "
+               "'ExponentialDecay': 'decay_steps' must be > 0");
 }
 
 // Numbers that become float literals of the program fit float32 (1e39 was written "inff").
@@ -658,7 +691,12 @@ Test(bad, learning_rate_beyond_float32) {
 
 Test(bad, unsupported_optimizer_option) {
   EXPECT_ERROR("tests/bad/clipnorm.json",
-               "5:120: error: optimizer 'adam': 'clipnorm' is not supported");
+               "5:138: error: optimizer 'adam': 'clipnorm' and 'clipvalue' are both set (Keras "
+               "takes only one of clipnorm, clipvalue and global_clipnorm)");
+  EXPECT_ERROR("tests/bad/opt_use_ema.json",
+               "5:80: error: optimizer 'nadam': 'use_ema' is not supported");
+  EXPECT_ERROR("tests/bad/opt_foreign_option.json",
+               "5:79: error: optimizer 'lion': Keras's Lion takes no 'epsilon'");
 }
 
 // ---- typed config getters

@@ -238,6 +238,7 @@ Test(manifest, round_trip_bit_for_bit) {
   kdrt_ckpt_manifest m, g;
   memset(&m, 0, sizeof m);
   snprintf(m.model, sizeof m.model, "sequential");
+  snprintf(m.optimizer, sizeof m.optimizer, "Adam");
   m.mesh_ndim = 2;
   m.mesh_shape[0] = 2, m.mesh_shape[1] = 4;
   snprintf(m.axes[0], 64, "data");
@@ -263,6 +264,7 @@ Test(manifest, round_trip_bit_for_bit) {
   char *copy = strdup(text), err[256] = "";
   cr_assert_eq(kdrt_ckpt_manifest_parse(copy, len, &g, err, sizeof err), 0, "%s\n%s", err, text);
   cr_assert_str_eq(g.model, "sequential");
+  cr_assert_str_eq(g.optimizer, "Adam");
   cr_assert_eq(g.mesh_shape[1], 4);
   cr_assert_eq(g.st.step, 21);
   cr_assert_eq(g.st.seed, 1337);

@@ -744,9 +744,9 @@ Test(optim, adam_and_adamw) {
   //      alpha = .1 sqrt(.001999) / .19 = .0235317, sqrt(v) = .0707036;
   //      w -= .0235317 * .29 / .0707037 = .0965181 -> .8034822
   float w = 1, m = 0, v = 0, g1 = 1, g2 = 2;
-  kdrt_adam(&w, &g1, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 1);
+  kdrt_adam(&w, &g1, &m, &v, NULL, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 1);
   cr_expect_float_eq(w, 0.9000003f, 1e-6);
-  kdrt_adam(&w, &g2, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 2);
+  kdrt_adam(&w, &g2, &m, &v, NULL, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 2);
   cr_expect_float_eq(m, 0.29f, 1e-6);
   // (1 - b2 is 0.000999987 for b2 = 0.999f, so v is 0.004999 to 1.3e-5 relative)
   cr_expect_float_eq(v, 0.004999f, 1e-7);
@@ -754,9 +754,9 @@ Test(optim, adam_and_adamw) {
   // AdamW, wd .5: decay first, w *= 1 - .5 * .1 = .95, then the same Adam
   // steps: t=1: .95 - .0999997 = .8500003; t=2: .8500003 * .95 - .0965181 = .7109822
   w = 1, m = 0, v = 0;
-  kdrt_adamw(&w, &g1, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 1);
+  kdrt_adamw(&w, &g1, &m, &v, NULL, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 1);
   cr_expect_float_eq(w, 0.8500003f, 1e-6);
-  kdrt_adamw(&w, &g2, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 2);
+  kdrt_adamw(&w, &g2, &m, &v, NULL, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 2);
   cr_expect_float_eq(w, 0.7109822f, 1e-6);
 }
 
@@ -765,16 +765,16 @@ Test(optim, rmsprop) {
   // t=1: v = .1, inc = .1 / sqrt(.1000001) = .3162276 -> w = .6837724
   // t=2: v = .09 + .4 = .49, inc = .2 / sqrt(.4900001) = .2857143 -> w = .3980581
   float w = 1, v = 0, m = 0, g1 = 1, g2 = 2;
-  kdrt_rmsprop(&w, &g1, &v, NULL, 1, 0.1f, 0.9f, 0, 1e-7f);
+  kdrt_rmsprop(&w, &g1, &v, NULL, NULL, 1, 0.1f, 0.9f, 0, 1e-7f);
   cr_expect_float_eq(w, 0.6837724f, 2e-6);
-  kdrt_rmsprop(&w, &g2, &v, NULL, 1, 0.1f, 0.9f, 0, 1e-7f);
+  kdrt_rmsprop(&w, &g2, &v, NULL, NULL, 1, 0.1f, 0.9f, 0, 1e-7f);
   cr_expect_float_eq(v, 0.49f, 1e-6);
   cr_expect_float_eq(w, 0.3980581f, 2e-6);
   // momentum .5: m1 = .3162276 -> w .6837724; m2 = .1581138 + .2857143 = .4438281
   // -> w = .2399443
   w = 1, v = 0;
-  kdrt_rmsprop(&w, &g1, &v, &m, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
-  kdrt_rmsprop(&w, &g2, &v, &m, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
+  kdrt_rmsprop(&w, &g1, &v, &m, NULL, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
+  kdrt_rmsprop(&w, &g2, &v, &m, NULL, 1, 0.1f, 0.9f, 0.5f, 1e-7f);
   cr_expect_float_eq(m, 0.4438281f, 2e-6);
   cr_expect_float_eq(w, 0.2399443f, 2e-6);
 }
@@ -1091,4 +1091,61 @@ Test(xent, split_over_column_blocks_equals_unsplit) {
   check_split_xent(11, 24, 2);
   check_split_xent(11, 24, 4);
   check_split_xent(7, 1000, 4);
+}
+
+// ---------------------------------------------------------------- learning-rate schedules
+// keras.optimizers.schedules at steps 0..13, the values Keras 3.15 (JAX,
+// float32) gives (printed with %.9g).
+Test(optim, schedules_as_keras) {
+  static const struct {
+    kdrt_schedule s;
+    float want[14];
+  } cases[] = {
+    {{.kind = KDRT_SCHEDULE_EXPONENTIAL, .initial = 0.5, .decay_steps = 3, .decay_rate = 0.7,
+      .staircase = 1},
+     {0.5, 0.5, 0.5, 0.349999994, 0.349999994, 0.349999994, 0.24499999, 0.24499999, 0.24499999,
+      0.171499997, 0.171499997, 0.171499997, 0.120049991, 0.120049991}},
+    {{.kind = KDRT_SCHEDULE_EXPONENTIAL, .initial = 0.1, .decay_steps = 4, .decay_rate = 0.5},
+     {0.100000001, 0.0840896443, 0.0707106814, 0.0594603531, 0.0500000007, 0.0420448221,
+      0.0353553407, 0.0297301766, 0.0250000004, 0.0210224111, 0.0176776703, 0.0148650883,
+      0.0125000002, 0.0105112055}},
+    {{.kind = KDRT_SCHEDULE_PIECEWISE, .nbounds = 2, .bounds = {2, 5}, .values = {0.02, 0.01, 0.002}},
+     {0.0199999996, 0.0199999996, 0.0199999996, 0.00999999978, 0.00999999978, 0.00999999978,
+      0.00200000009, 0.00200000009, 0.00200000009, 0.00200000009, 0.00200000009, 0.00200000009,
+      0.00200000009, 0.00200000009}},
+    {{.kind = KDRT_SCHEDULE_COSINE, .initial = 0.001, .decay_steps = 8, .alpha = 0.1,
+      .warmup = 1, .warmup_target = 0.02, .warmup_steps = 4},
+     {0.00100000005, 0.00575000001, 0.0104999999, 0.0152499992, 0.0199999996, 0.0193149149,
+      0.0173639599, 0.0144441491, 0.010999999, 0.00755584799, 0.00463603903, 0.00268508331,
+      0.00200000009, 0.00200000009}},
+    {{.kind = KDRT_SCHEDULE_COSINE, .initial = 0.01, .decay_steps = 5, .alpha = 0.2},
+     {0.00999999978, 0.00923606753, 0.00723606767, 0.0047639315, 0.00276393164, 0.00200000009,
+      0.00200000009, 0.00200000009, 0.00200000009, 0.00200000009, 0.00200000009, 0.00200000009,
+      0.00200000009, 0.00200000009}},
+    {{.kind = KDRT_SCHEDULE_INVERSE_TIME, .initial = 0.01, .decay_steps = 2, .decay_rate = 0.5},
+     {0.00999999978, 0.00799999945, 0.00666666636, 0.00571428565, 0.00499999989, 0.00444444455,
+      0.00399999972, 0.00363636366, 0.00333333318, 0.00307692308, 0.00285714283, 0.00266666664,
+      0.00249999994, 0.00235294108}},
+    {{.kind = KDRT_SCHEDULE_INVERSE_TIME, .initial = 0.01, .decay_steps = 3, .decay_rate = 0.5,
+      .staircase = 1},
+     {0.00999999978, 0.00999999978, 0.00999999978, 0.00666666636, 0.00666666636, 0.00666666636,
+      0.00499999989, 0.00499999989, 0.00499999989, 0.00399999972, 0.00399999972, 0.00399999972,
+      0.00333333318, 0.00333333318}},
+    {{.kind = KDRT_SCHEDULE_POLYNOMIAL, .initial = 0.5, .decay_steps = 5, .end = 0.01,
+      .power = 2, .cycle = 1},
+     {0.5, 0.323600024, 0.186400011, 0.0883999914, 0.0295999981, 0.00999999978, 0.0883999914,
+      0.0540999994, 0.0295999981, 0.0149000026, 0.00999999978, 0.0448444411, 0.0295999981,
+      0.0187111106}},
+    {{.kind = KDRT_SCHEDULE_POLYNOMIAL, .initial = 0.5, .decay_steps = 5, .end = 0.01,
+      .power = 0.5},
+     {0.5, 0.448269308, 0.389552385, 0.319903195, 0.229134664, 0.00999999978, 0.00999999978,
+      0.00999999978, 0.00999999978, 0.00999999978, 0.00999999978, 0.00999999978, 0.00999999978,
+      0.00999999978}},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+    for (int t = 0; t < 14; t++) {
+      float got = kdrt_schedule_lr(&cases[k].s, t), want = cases[k].want[t];
+      cr_expect(fabsf(got - want) <= 2.5e-7f * want, "case %zu, step %d: %.9g, Keras %.9g", k, t,
+                got, want);
+    }
 }

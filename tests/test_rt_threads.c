@@ -248,10 +248,10 @@ Test(threads, optimizers) {
 #define FRESH (memcpy(w, w0, N * sizeof(float)), memcpy(m, m0, N * sizeof(float)), \
                memcpy(v, v0, N * sizeof(float)))
   SAME_ON_1_AND_3("sgd", w, N, (FRESH, kdrt_sgd(w, g, m, N, 0.1f, 0.9f, 1)));
-  SAME_ON_1_AND_3("adam", w, N, (FRESH, kdrt_adam(w, g, m, v, N, 0.01f, 0.9f, 0.999f, 1e-7f, 3)));
+  SAME_ON_1_AND_3("adam", w, N, (FRESH, kdrt_adam(w, g, m, v, NULL, N, 0.01f, 0.9f, 0.999f, 1e-7f, 3)));
   SAME_ON_1_AND_3("adamw", w, N,
-                  (FRESH, kdrt_adamw(w, g, m, v, N, 0.01f, 0.9f, 0.999f, 1e-7f, 0.004f, 3)));
-  SAME_ON_1_AND_3("rmsprop", w, N, (FRESH, kdrt_rmsprop(w, g, v, m, N, 0.01f, 0.9f, 0.5f, 1e-7f)));
+                  (FRESH, kdrt_adamw(w, g, m, v, NULL, N, 0.01f, 0.9f, 0.999f, 1e-7f, 0.004f, 3)));
+  SAME_ON_1_AND_3("rmsprop", w, N, (FRESH, kdrt_rmsprop(w, g, v, m, NULL, N, 0.01f, 0.9f, 0.5f, 1e-7f)));
 #undef FRESH
   free(w0), free(g), free(m0), free(v0), free(w), free(m), free(v);
 }

@@ -288,3 +288,49 @@ Test(shard, shared_layer_second_call_alone) {
   cr_assert_str_eq(g->vars[0]->path, "d/kernel");
   cr_assert_str_eq(g->vars[1]->path, "d/bias");
 }
+
+// issue 11: global_clipnorm's norm is over every shard of every gradient:
+// the data-parallel gradients are summed first (one all-reduce each, as
+// without clipping), the split ones' sums of squares are one partial sum
+// over 'model', all-reduced once (a scalar), and every update reads the
+// one factor.
+Test(shard, global_clipnorm_one_scalar_all_reduce) {
+  Graph *g = compile("tests/good/opt_adam_amsgrad.json", "tests/good/opt.dist.json", NULL, 16);
+  unsigned data = 1u << axis_of(g, "data"), model = 1u << axis_of(g, "model");
+  cr_assert_eq(count(g, OP_ALLREDUCE, model, PH_UPDATE), 1);
+  cr_assert_eq(count(g, OP_ALLREDUCE, data, PH_UPDATE), g->nvars);
+  Node *f = NULL;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *u = g->nodes[i];
+    if (u->op == OP_GRAD_CLIP) {
+      cr_assert_null(f, "one clipping factor");
+      f = u;
+      cr_assert_eq(u->in[0]->op, OP_ADD); // replicated + partial, summed
+    }
+    if (u->op != OP_UPDATE) continue;
+    cr_assert_eq(u->nin, 3, "%s: no clipping factor", u->name);
+    cr_assert_eq(u->in[2], f);
+    cr_assert_eq(u->var->nslots, 3); // amsgrad's velocity_hat
+  }
+  cr_assert_not_null(f);
+  // the data all-reduces of the gradients come before the norm (bucketed)
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_ALLREDUCE && g->nodes[i]->coll.axes == model &&
+        g->nodes[i]->phase == PH_UPDATE)
+      for (int j = i; j < g->nnodes; j++)
+        cr_assert(!(g->nodes[j]->op == OP_ALLREDUCE && g->nodes[j]->coll.axes == data &&
+                    g->nodes[j]->phase == PH_UPDATE));
+}
+
+Test(report, names_the_optimizer) {
+  Graph *g = compile("tests/good/opt_nadam_global.json", "tests/good/opt.dist.json", NULL, 16);
+  char *text;
+  size_t len;
+  FILE *f = open_memstream(&text, &len);
+  print_report(g, f, false);
+  fclose(f);
+  cr_assert_not_null(strstr(text, "\noptimizer Nadam (nadam), learning rate CosineDecay, "
+                                  "global_clipnorm 0.1, weight_decay 0.01\n"), "%s", text);
+  cr_assert_not_null(strstr(text, "[update] %35 add global_norm is a partial sum over 'model'"),
+                     "%s", text);
+}

@@ -514,11 +514,13 @@ static void check_dropout(kdrt_ctx *c) {
 
 static void check_optim(void) {
   const size_t n = 4099;
-  for (int which = 0; which < 7; which++) {
+  for (int which = 0; which < 13; which++) {
     float *hw = hrand(n, -1, 1), *hg = hrand(n, -1, 1), *hm = hrand(n, -0.1f, 0.1f),
-          *hv = hrand(n, 0, 0.1f);
-    float *w = dev(hw, n), *g = dev(hg, n), *m = dev(hm, n), *v = dev(hv, n);
+          *hv = hrand(n, 0.01f, 0.1f), *ha = hrand(n, -0.05f, 0.05f);
+    float *w = dev(hw, n), *g = dev(hg, n), *m = dev(hm, n), *v = dev(hv, n), *a = dev(ha, n);
     const char *name = "";
+    kdrt_ctx c;
+    memset(&c, 0, sizeof c);
     for (int t = 1; t <= 3; t++) switch (which) {
       case 0: name = "sgd"; kdrt_sgd(hw, hg, NULL, n, 0.01f, 0.0f, 0);
         kdrt_cuda_sgd(D, w, g, NULL, n, 0.01f, 0.0f, 0); break;
@@ -526,28 +528,49 @@ static void check_optim(void) {
         kdrt_cuda_sgd(D, w, g, m, n, 0.01f, 0.9f, 0); break;
       case 2: name = "sgd nesterov"; kdrt_sgd(hw, hg, hm, n, 0.01f, 0.9f, 1);
         kdrt_cuda_sgd(D, w, g, m, n, 0.01f, 0.9f, 1); break;
-      case 3: name = "adam"; kdrt_adam(hw, hg, hm, hv, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t);
-        kdrt_cuda_adam(D, w, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t); break;
-      case 4: name = "adamw"; kdrt_adamw(hw, hg, hm, hv, n, 1e-3f, 0.9f, 0.999f, 1e-7f, 4e-3f, t);
-        kdrt_cuda_adamw(D, w, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-7f, 4e-3f, t); break;
-      case 5: name = "rmsprop"; kdrt_rmsprop(hw, hg, hv, NULL, n, 1e-3f, 0.9f, 0.0f, 1e-7f);
-        kdrt_cuda_rmsprop(D, w, g, v, NULL, n, 1e-3f, 0.9f, 0.0f, 1e-7f); break;
-      case 6: name = "rmsprop momentum"; kdrt_rmsprop(hw, hg, hv, hm, n, 1e-3f, 0.9f, 0.5f, 1e-7f);
-        kdrt_cuda_rmsprop(D, w, g, v, m, n, 1e-3f, 0.9f, 0.5f, 1e-7f); break;
+      case 3: name = "adam"; kdrt_adam(hw, hg, hm, hv, NULL, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t);
+        kdrt_cuda_adam(D, w, g, m, v, NULL, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t); break;
+      case 4: name = "adamw"; kdrt_adamw(hw, hg, hm, hv, NULL, n, 1e-3f, 0.9f, 0.999f, 1e-7f, 4e-3f, t);
+        kdrt_cuda_adamw(D, w, g, m, v, NULL, n, 1e-3f, 0.9f, 0.999f, 1e-7f, 4e-3f, t); break;
+      case 5: name = "rmsprop"; kdrt_rmsprop(hw, hg, hv, NULL, NULL, n, 1e-3f, 0.9f, 0.0f, 1e-7f);
+        kdrt_cuda_rmsprop(D, w, g, v, NULL, NULL, n, 1e-3f, 0.9f, 0.0f, 1e-7f); break;
+      case 6: name = "rmsprop momentum"; kdrt_rmsprop(hw, hg, hv, hm, NULL, n, 1e-3f, 0.9f, 0.5f, 1e-7f);
+        kdrt_cuda_rmsprop(D, w, g, v, m, NULL, n, 1e-3f, 0.9f, 0.5f, 1e-7f); break;
+      case 7: name = "adam amsgrad"; kdrt_adam(hw, hg, hm, hv, ha, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t);
+        kdrt_cuda_adam(D, w, g, m, v, a, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t); break;
+      case 8: name = "rmsprop centered"; kdrt_rmsprop(hw, hg, hv, hm, ha, n, 1e-3f, 0.9f, 0.5f, 1e-7f);
+        kdrt_cuda_rmsprop(D, w, g, v, m, a, n, 1e-3f, 0.9f, 0.5f, 1e-7f); break;
+      case 9: name = "adagrad"; kdrt_adagrad(hw, hg, hv, n, 1e-3f, 1e-7f);
+        kdrt_cuda_adagrad(D, w, g, v, n, 1e-3f, 1e-7f); break;
+      case 10: name = "adamax"; kdrt_adamax(hw, hg, hm, hv, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t);
+        kdrt_cuda_adamax(D, w, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t); break;
+      case 11: {
+        name = "nadam";
+        float u = kdrt_nadam_product(&c, 0.9f, t);
+        kdrt_nadam(hw, hg, hm, hv, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t, u);
+        kdrt_cuda_nadam(D, w, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-7f, t, u);
+        break;
+      }
+      case 12: name = "lion"; kdrt_lion(hw, hg, hm, n, 1e-3f, 0.9f, 0.99f);
+        kdrt_cuda_lion(D, w, g, m, n, 1e-3f, 0.9f, 0.99f); break;
       }
     char full[64];
     snprintf(full, sizeof full, "%s (3 steps): weights", name);
     check(full, w, hw, n, 1e-6);
-    if (which == 1 || which == 2 || (which >= 3 && which != 5)) {
+    if (which != 0 && which != 5 && which != 9) {
       snprintf(full, sizeof full, "%s (3 steps): momentum", name);
       check(full, m, hm, n, 1e-6);
     }
-    if (which >= 3) {
+    if (which >= 3 && which != 12) {
       snprintf(full, sizeof full, "%s (3 steps): second moment", name);
       check(full, v, hv, n, 1e-6);
     }
-    kdrt_cuda_free(w), kdrt_cuda_free(g), kdrt_cuda_free(m), kdrt_cuda_free(v);
-    free(hw), free(hg), free(hm), free(hv);
+    if (which == 7 || which == 8) {
+      snprintf(full, sizeof full, "%s (3 steps): third slot", name);
+      check(full, a, ha, n, 1e-6);
+    }
+    kdrt_cuda_free(w), kdrt_cuda_free(g), kdrt_cuda_free(m), kdrt_cuda_free(v), kdrt_cuda_free(a);
+    free(hw), free(hg), free(hm), free(hv), free(ha);
   }
 }
 

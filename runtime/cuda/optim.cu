@@ -1,9 +1,17 @@
 // optim.cu: the optimizer updates of ../ops.c (Keras 3's formulas) on a
-// variable's local shard, one thread per element. Adam's step size is
-// computed on the host in double exactly as the CPU does.
+// variable's local shard, one thread per element. Step-dependent scalars
+// (Adam's step size, the bias corrections, Nadam's momentum schedule) are
+// computed on the host exactly as the CPU does.
 #include <math.h>
 
 #include "common.cuh"
+
+#define LAUNCH(d, kernel, n, ...)                                                              \
+  do {                                                                                         \
+    if (!(n)) return;                                                                          \
+    kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, (d)->impl->stream>>>(__VA_ARGS__);               \
+    KDRT_LAUNCHED(d, #kernel);                                                                 \
+  } while (0)
 
 __global__ static void sgd_kernel(float *w, const float *g, float *m, size_t n, float lr,
                                   float momentum, int nesterov) {
@@ -18,9 +26,9 @@ __global__ static void sgd_kernel(float *w, const float *g, float *m, size_t n, 
   }
 }
 
-__global__ static void adam_kernel(float *w, const float *g, float *m, float *v, size_t n,
-                                   float alpha, float c1, float c2, float eps, float wd, float lr,
-                                   int decay) {
+__global__ static void adam_kernel(float *w, const float *g, float *m, float *v, float *vhat,
+                                   size_t n, float alpha, float c1, float c2, float eps, float wd,
+                                   float lr, int decay) {
   KDRT_FOR(i, n) {
     float wi = w[i];
     if (decay) wi = wi - wi * wd * lr; // AdamW: Keras's order, before the Adam step
@@ -29,63 +37,165 @@ __global__ static void adam_kernel(float *w, const float *g, float *m, float *v,
     float vi = v[i] + (gi * gi - v[i]) * c2;
     m[i] = mi;
     v[i] = vi;
+    if (vhat) vhat[i] = vi = fmaxf(vhat[i], vi); // amsgrad
     w[i] = wi - mi * alpha / (sqrtf(vi) + eps);
   }
 }
 
-__global__ static void rmsprop_kernel(float *w, const float *g, float *v, float *m, size_t n,
-                                      float lr, float rho, float momentum, float eps) {
+__global__ static void rmsprop_kernel(float *w, const float *g, float *v, float *m, float *a,
+                                      size_t n, float lr, float rho, float momentum, float eps) {
   const float c = 1.0f - rho;
   KDRT_FOR(i, n) {
     float gi = g[i];
     float vi = rho * v[i] + c * gi * gi;
     v[i] = vi;
-    if (momentum > 0.0f) {
-      float mi = momentum * m[i] + lr * gi / sqrtf(vi + eps);
-      m[i] = mi;
-      w[i] -= mi;
-    } else {
-      w[i] -= lr * gi / sqrtf(vi + eps);
+    float den = vi + eps;
+    if (a) { // centered
+      float ai = rho * a[i] + c * gi;
+      a[i] = ai;
+      den = vi - ai * ai + eps;
     }
+    float inc = lr * gi / sqrtf(den);
+    if (m) inc = m[i] = momentum * m[i] + inc;
+    w[i] -= inc;
   }
+}
+
+__global__ static void adagrad_kernel(float *w, const float *g, float *acc, size_t n, float lr,
+                                      float eps) {
+  KDRT_FOR(i, n) {
+    float gi = g[i], ai = acc[i] + gi * gi;
+    acc[i] = ai;
+    w[i] -= lr * gi / sqrtf(ai + eps);
+  }
+}
+
+__global__ static void adamax_kernel(float *w, const float *g, float *m, float *u, size_t n,
+                                     float lr, float c1, float b2, float eps, float bias) {
+  KDRT_FOR(i, n) {
+    float gi = g[i];
+    float mi = m[i] + (gi - m[i]) * c1;
+    float ui = fmaxf(b2 * u[i], fabsf(gi));
+    m[i] = mi;
+    u[i] = ui;
+    w[i] -= lr * mi / (bias * (ui + eps));
+  }
+}
+
+__global__ static void nadam_kernel(float *w, const float *g, float *m, float *v, size_t n,
+                                    float lr, float c1, float c2, float eps, float u_next,
+                                    float d1, float k2, float d2, float bias2) {
+  KDRT_FOR(i, n) {
+    float gi = g[i];
+    float mi = m[i] + (gi - m[i]) * c1;
+    float vi = v[i] + (gi * gi - v[i]) * c2;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = u_next * mi / d1 + k2 * gi / d2;
+    w[i] -= mhat * lr / (sqrtf(vi / bias2) + eps);
+  }
+}
+
+__global__ static void lion_kernel(float *w, const float *g, float *m, size_t n, float lr,
+                                   float b1, float b2) {
+  const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+  KDRT_FOR(i, n) {
+    float gi = g[i], d = m[i] * b1 + gi * c1;
+    w[i] -= lr * (float)((d > 0.0f) - (d < 0.0f));
+    m[i] = m[i] * b2 + gi * c2;
+  }
+}
+
+__global__ static void weight_decay_kernel(float *w, size_t n, float lr, float wd) {
+  KDRT_FOR(i, n) w[i] = w[i] - w[i] * wd * lr;
+}
+
+__global__ static void clip_grad_kernel(float *g, size_t n, const float *f, float clipvalue) {
+  KDRT_FOR(i, n) {
+    float gi = g[i];
+    if (f) gi *= f[0];
+    if (clipvalue > 0.0f) gi = fminf(fmaxf(gi, -clipvalue), clipvalue);
+    g[i] = gi;
+  }
+}
+
+__global__ static void grad_clip_factor_kernel(float *f, const float *s, float c, int global) {
+  float norm = sqrtf(s[0]);
+  if (global)
+    f[0] = c * fminf(1.0f / norm, 1.0f / c) + (norm - norm);
+  else
+    f[0] = isnan(norm) ? norm : c / fmaxf(norm, c);
 }
 
 extern "C" void kdrt_cuda_sgd(kdrt_cuda *d, float *w, const float *g, float *m, size_t n,
                               float lr, float momentum, int nesterov) {
-  if (!n) return;
   if (momentum != 0.0f && !m)
     kdrt_cuda_fail("kdrt_cuda_sgd", __FILE__, __LINE__, "momentum without a slot");
-  sgd_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(w, g, m, n, lr, momentum,
-                                                                   nesterov);
-  KDRT_LAUNCHED(d, "sgd_kernel");
+  LAUNCH(d, sgd_kernel, n, w, g, m, n, lr, momentum, nesterov);
 }
 
-static void adam(kdrt_cuda *d, float *w, const float *g, float *m, float *v, size_t n, float lr,
-                 float b1, float b2, float eps, float wd, int decay, int64_t t) {
-  if (!n) return;
+static void adam(kdrt_cuda *d, float *w, const float *g, float *m, float *v, float *vhat,
+                 size_t n, float lr, float b1, float b2, float eps, float wd, int decay,
+                 int64_t t) {
   const float alpha = (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
-  adam_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
-      w, g, m, v, n, alpha, 1.0f - b1, 1.0f - b2, eps, wd, lr, decay);
-  KDRT_LAUNCHED(d, "adam_kernel");
+  LAUNCH(d, adam_kernel, n, w, g, m, v, vhat, n, alpha, 1.0f - b1, 1.0f - b2, eps, wd, lr, decay);
 }
 
 extern "C" void kdrt_cuda_adam(kdrt_cuda *d, float *w, const float *g, float *m, float *v,
-                               size_t n, float lr, float b1, float b2, float eps, int64_t t) {
-  adam(d, w, g, m, v, n, lr, b1, b2, eps, 0.0f, 0, t);
+                               float *vhat, size_t n, float lr, float b1, float b2, float eps,
+                               int64_t t) {
+  adam(d, w, g, m, v, vhat, n, lr, b1, b2, eps, 0.0f, 0, t);
 }
 
 extern "C" void kdrt_cuda_adamw(kdrt_cuda *d, float *w, const float *g, float *m, float *v,
-                                size_t n, float lr, float b1, float b2, float eps, float wd,
-                                int64_t t) {
-  adam(d, w, g, m, v, n, lr, b1, b2, eps, wd, 1, t);
+                                float *vhat, size_t n, float lr, float b1, float b2, float eps,
+                                float wd, int64_t t) {
+  adam(d, w, g, m, v, vhat, n, lr, b1, b2, eps, wd, 1, t);
 }
 
 extern "C" void kdrt_cuda_rmsprop(kdrt_cuda *d, float *w, const float *g, float *v, float *m,
-                                  size_t n, float lr, float rho, float momentum, float eps) {
-  if (!n) return;
-  if (momentum > 0.0f && !m)
-    kdrt_cuda_fail("kdrt_cuda_rmsprop", __FILE__, __LINE__, "momentum without a slot");
-  rmsprop_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(w, g, v, m, n, lr, rho,
-                                                                       momentum, eps);
-  KDRT_LAUNCHED(d, "rmsprop_kernel");
+                                  float *a, size_t n, float lr, float rho, float momentum,
+                                  float eps) {
+  LAUNCH(d, rmsprop_kernel, n, w, g, v, m, a, n, lr, rho, momentum, eps);
+}
+
+extern "C" void kdrt_cuda_adagrad(kdrt_cuda *d, float *w, const float *g, float *acc, size_t n,
+                                  float lr, float eps) {
+  LAUNCH(d, adagrad_kernel, n, w, g, acc, n, lr, eps);
+}
+
+extern "C" void kdrt_cuda_adamax(kdrt_cuda *d, float *w, const float *g, float *m, float *u,
+                                 size_t n, float lr, float b1, float b2, float eps, int64_t t) {
+  LAUNCH(d, adamax_kernel, n, w, g, m, u, n, lr, 1.0f - b1, b2, eps,
+         1.0f - powf(b1, (float)t));
+}
+
+static float nadam_u(float b1, int64_t t) { return b1 * (1.0f - 0.5f * powf(0.96f, (float)t)); }
+
+extern "C" void kdrt_cuda_nadam(kdrt_cuda *d, float *w, const float *g, float *m, float *v,
+                                size_t n, float lr, float b1, float b2, float eps, int64_t t,
+                                float u_prod) {
+  const float u_t = nadam_u(b1, t), u_next = nadam_u(b1, t + 1);
+  LAUNCH(d, nadam_kernel, n, w, g, m, v, n, lr, 1.0f - b1, 1.0f - b2, eps, u_next,
+         1.0f - u_prod * u_next, 1.0f - u_t, 1.0f - u_prod, 1.0f - powf(b2, (float)t));
+}
+
+extern "C" void kdrt_cuda_lion(kdrt_cuda *d, float *w, const float *g, float *m, size_t n,
+                               float lr, float b1, float b2) {
+  LAUNCH(d, lion_kernel, n, w, g, m, n, lr, b1, b2);
+}
+
+extern "C" void kdrt_cuda_weight_decay(kdrt_cuda *d, float *w, size_t n, float lr, float wd) {
+  LAUNCH(d, weight_decay_kernel, n, w, n, lr, wd);
+}
+
+extern "C" void kdrt_cuda_clip_grad(kdrt_cuda *d, float *g, size_t n, const float *f,
+                                    float clipvalue) {
+  LAUNCH(d, clip_grad_kernel, n, g, n, f, clipvalue);
+}
+
+extern "C" void kdrt_cuda_grad_clip_factor(kdrt_cuda *d, float *f, const float *s, float c,
+                                           int global) {
+  grad_clip_factor_kernel<<<1, 1, 0, d->impl->stream>>>(f, s, c, global);
+  KDRT_LAUNCHED(d, "grad_clip_factor_kernel");
 }

@@ -665,6 +665,42 @@ def loss_cls():
         ("bce_ls_logits", 2, "linear",
          L.BinaryCrossentropy(from_logits=True, label_smoothing=0.2)),
     ], "loss_cls", metrics={"cce_ls": ["accuracy"], "bce_ls": ["accuracy"]})
+def opt_mlp(name, optimizer):
+    """issue 11's optimizer cases: one MLP, compiled with optimizer() (an
+    option, another optimizer, a learning-rate schedule)."""
+    def build():
+        x = keras.Input((12,), name="x")
+        h = layers.Dense(16, activation="tanh", name="hidden")(x)
+        out = layers.Dense(10, activation="softmax", name="out")(h)
+        model = keras.Model(x, out, name=name)
+        model.compile(loss="sparse_categorical_crossentropy", optimizer=optimizer(),
+                      metrics=["accuracy"])
+        return model
+    return build
+
+
+OPT = keras.optimizers
+SCHED = keras.optimizers.schedules
+# case -> the optimizer; each case trains opt_mlp under OPT_MP (the hidden
+# layer's columns split: a gradient's norm is a partial sum over 'model')
+OPT_CASES = {
+    "adam_amsgrad": lambda: OPT.Adam(0.01, amsgrad=True),
+    "rmsprop_centered": lambda: OPT.RMSprop(0.01, momentum=0.5, centered=True),
+    "clipnorm": lambda: OPT.SGD(0.1, momentum=0.9, clipnorm=0.05),
+    "clipvalue": lambda: OPT.Adam(0.01, clipvalue=0.002),
+    "global_clipnorm": lambda: OPT.Adam(0.01, global_clipnorm=0.1),
+    "adagrad": lambda: OPT.Adagrad(0.05),
+    "adamax": lambda: OPT.Adamax(0.01),
+    "nadam": lambda: OPT.Nadam(0.01),
+    "lion": lambda: OPT.Lion(0.001, weight_decay=0.1),
+    "sched_exp": lambda: OPT.SGD(SCHED.ExponentialDecay(0.5, 3, 0.7, staircase=True)),
+    "sched_piecewise": lambda: OPT.Adam(SCHED.PiecewiseConstantDecay([2, 5], [0.02, 0.01, 0.002])),
+    "sched_cosine": lambda: OPT.Adam(SCHED.CosineDecay(0.001, 8, alpha=0.1, warmup_target=0.02,
+                                                       warmup_steps=4)),
+    "sched_inverse": lambda: OPT.RMSprop(SCHED.InverseTimeDecay(0.01, 2, 0.5)),
+    "sched_poly": lambda: OPT.SGD(SCHED.PolynomialDecay(0.5, 5, 0.01, power=2.0, cycle=True)),
+}
+OPT_MP = {"hidden/kernel": [None, "model"], "hidden/bias": ["model"], "out/kernel": ["model", None]}
 
 
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
@@ -1231,6 +1267,13 @@ MODELS = {
         },
     ),
 }
+
+MODELS.update({
+    "opt_" + case: dict(build=opt_mlp("opt_" + case, opt), labels="sparse10", x=(12,),
+                        dists={case: model_parallel(OPT_MP),
+                               **({"global_clipnorm_dp": DP_8} if case == "global_clipnorm"
+                                  else {})})
+    for case, opt in OPT_CASES.items()})
 
 # ---------------------------------------------------------------------------
 # Writing

@@ -122,6 +122,16 @@ Cases (model, distribution spec from models/):
                                                              ModelParallel case:
                                                              XLA aborts on a grouped conv under
                                                              the (2,4) mesh
+    <opt case>      opt_<case>     <case>.dist.json          ModelParallel (2,4)  issue 11's optimizer
+                                                             cases (make_models.OPT_CASES): one MLP,
+                                                             the hidden columns split, compiled with
+                                                             adam_amsgrad, rmsprop_centered, clipnorm,
+                                                             clipvalue, global_clipnorm, adagrad,
+                                                             adamax, nadam, lion (weight_decay),
+                                                             sched_exp, sched_piecewise,
+                                                             sched_cosine (warmup), sched_inverse,
+                                                             sched_poly (cycle)
+    global_clipnorm_dp opt_global_clipnorm global_clipnorm_dp.dist.json DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
@@ -142,6 +152,9 @@ program evaluates after fit) and the final weights.
     func_fit_b6_dp   func_branches  (8,)   the same on 8 devices: every step's rows uneven
     func_fit_b24     func_branches  (2,4)  compiled for 16, run with --batch-size 24 (3 steps,
                                            the last of 2; validation 22): the arena replanned
+    sched_fit_b6     opt_sched_cosine (2,4) CosineDecay with warmup, compiled for 16, run with
+                                           --batch-size 6: the rate follows the steps
+    nadam_fit        opt_nadam      (2,4)  Nadam over 3 epochs of partial batches
     two_heads_fit    two_heads      (2,4)  two outputs, per-output logs, a partial batch
     per_token_fit    per_token      (2,4)  a loss per token, averaged over every token
     per_token_fit_dp per_token      (8,)   the same on 8 devices
@@ -272,6 +285,7 @@ DATA = {
     "activations": (64, 2),
     "loss_reg": (64, 2),
     "loss_cls": (64, 2),
+    **{"opt_" + case: (64, 2) for case in mm.OPT_CASES},
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -292,6 +306,12 @@ FIT_CASES = {
     # more rows than compiled for: the program replays its memory plan
     "func_fit_b24": ("func_branches", "func_branches", "func_branches",
                      dict(batch=24, compile_batch=16, epochs=2, val="data")),
+    # issue 11: a schedule and Nadam under fit: batches of 6 (the last of 2
+    # rows), so the step count, which the rate and Nadam's product follow,
+    # runs over partial batches
+    "sched_fit_b6": ("opt_sched_cosine", "sched_cosine", "sched_cosine",
+                     dict(batch=6, compile_batch=16, epochs=2, val="data")),
+    "nadam_fit": ("opt_nadam", "nadam", "nadam", dict(batch=16, epochs=3, val="data")),
     "two_heads_fit": ("two_heads", "two_heads", "two_heads",
                       dict(batch=16, epochs=2, val="data")),
     "per_token_fit": ("per_token", "per_token", "per_token",
@@ -427,6 +447,9 @@ CASES = {
     "loss_reg_dp": ("loss_reg", "loss_reg_dp"),
     "loss_cls": ("loss_cls", "loss_cls"),
     "loss_cls_dp": ("loss_cls", "loss_cls_dp"),
+    # issue 11's optimizer options, optimizers and schedules (opt_mlp)
+    **{case: ("opt_" + case, case) for case in mm.OPT_CASES},
+    "global_clipnorm_dp": ("opt_global_clipnorm", "global_clipnorm_dp"),
 }
 
 

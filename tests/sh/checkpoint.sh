@@ -227,5 +227,35 @@ run 4 t22 --synthetic 61 --epochs 3 --batch-size 15 --validation-split 0.1 --che
   --resume
 expect "other batch size" 1 "over 54 training samples in batches of 16, this run has 4 over 54 in batches of 15"
 
+# ---- 7. issue 11: a learning-rate schedule (CosineDecay with warmup) and
+# Nadam's running product continue at the checkpoint's step: killed at step
+# 7, resumed from ckpt-6, the history is bitwise the uninterrupted one; and
+# a schedule takes no --lr nor --reduce-lr-on-plateau (Keras's optimizer
+# refuses a new rate), before training.
+./kdcc tests/good/opt_nadam_global.json --distribution tests/good/opt.dist.json \
+  --mesh data=2,model=2 --batch-size 16 -w -o "$T/opt" || exit 1
+S=(--synthetic 61 --epochs 3 --batch-size 16)
+run 4 opt "${S[@]}" --history "$T/ostraight.json"
+[ "$rc" = 0 ] || fail "schedule, straight: status $rc: $(cat "$T/out")"
+D=$T/ck8
+killed "schedule: kill during training" 1:7:train 4 opt "${S[@]}" --checkpoint-dir "$D" \
+  --checkpoint-every 3
+run 4 opt "${S[@]}" --checkpoint-dir "$D" --checkpoint-every 3 --resume --history "$T/o7.json"
+if [ "$rc" != 0 ] || ! grep -q "resuming from $D/ckpt-6" "$T/out"; then
+  fail "schedule, resume: status $rc: $(cat "$T/out")"
+elif ! cmp -s "$T/ostraight.json" "$T/o7.json"; then
+  fail "schedule, resume: history differs"; diff "$T/ostraight.json" "$T/o7.json"
+else ok "schedule and Nadam: resume from ckpt-6 bitwise equal"
+fi
+# Adamax's slots have Nadam's shapes: the MANIFEST's optimizer tells them apart.
+./kdcc tests/good/opt_adamax.json --distribution tests/good/opt.dist.json \
+  --mesh data=2,model=2 --batch-size 16 -w -o "$T/adamax" || exit 1
+run 4 adamax "${S[@]}" --checkpoint-dir "$D" --resume
+expect "another optimizer" 1 "it was trained with Nadam, this program trains with Adamax (another optimizer's state); resume with the program that wrote it"
+run 1 opt "${S[@]}" --lr 0.1
+expect "--lr with a schedule" 2 "--lr: this program's learning rate is a schedule (CosineDecay), which sets the rate at every step; Keras's optimizer takes no other rate"
+run 1 opt "${S[@]}" --reduce-lr-on-plateau 1
+expect "--reduce-lr-on-plateau with a schedule" 2 "--reduce-lr-on-plateau: this program's learning rate is a schedule (CosineDecay)"
+
 [ "$fails" = 0 ] && echo "checkpoint.sh: all passed" || echo "checkpoint.sh: $fails failed"
 exit $((fails > 0))

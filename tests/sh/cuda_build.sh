@@ -67,6 +67,12 @@ build pact_1 tests/gradcheck/pact.json --batch-size 16
 # issue 11: the losses (the hinge losses' not_binary all-reduced, max)
 build losses_reg_dist tests/gradcheck/losses_reg.json --distribution tests/good/losses.dist.json --batch-size 16
 build losses_cls_dist tests/gradcheck/losses_cls.json --distribution tests/good/losses.dist.json --batch-size 16
+# issue 11: every optimizer (Nadam, Adagrad's accumulator, Lion, RMSprop centered, Adam
+# amsgrad, Adamax), clipping (global norm, per gradient, by value), weight decay, schedules
+for m in opt_nadam_global opt_adagrad_clipnorm opt_lion_clipvalue opt_rmsprop_centered \
+         opt_adam_amsgrad opt_adamax; do
+  build ${m}_dist tests/good/$m.json --distribution tests/good/opt.dist.json --batch-size 16
+done
 build cnn_tf32 models/cnn.json --distribution models/cnn.dist.json --batch-size 16 --precision tf32
 # The command line refuses what it cannot do, with a message.
 if ./kdcc models/cnn.json --target cuda --cuda-arch 90 -S $out/a 2>$out/err.txt; then

@@ -18,3 +18,12 @@ for m in seed_mlp func_branches cnn megatron wide_mlp; do
     echo "emit_c: $m ${mesh:-(spec mesh)}: deterministic, compiles with -Wall -Wextra -Werror -pedantic"
   done
 done
+# issue 11: a learning-rate schedule's table (CosineDecay, PiecewiseConstantDecay), Adagrad's
+# first accumulator in init(), the clipping calls
+for m in opt_nadam_global opt_rmsprop_centered opt_adagrad_clipnorm; do
+  ./kdcc tests/good/$m.json --distribution tests/good/opt.dist.json --batch-size 16 -w -S $out/a
+  ./kdcc tests/good/$m.json --distribution tests/good/opt.dist.json --batch-size 16 -w -S $out/b
+  cmp -s $out/a/program.c $out/b/program.c || { echo "FAIL $m: output differs between runs"; exit 1; }
+  mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/a/program.c
+  echo "emit_c: $m: deterministic, compiles with -Wall -Wextra -Werror -pedantic"
+done

@@ -102,4 +102,10 @@ check ../tests/gradcheck/transpose ../tests/good/transpose.dist.json 16 data=1,m
 # label smoothing on the crossentropies), heads split on their inputs or on their classes
 check ../tests/gradcheck/losses_reg ../tests/good/losses.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
 check ../tests/gradcheck/losses_cls ../tests/good/losses.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
+# issue 11: optimizers, clipping and learning-rate schedules: the global norm's sums of
+# squares cross the split kernels (and the data-parallel gradients are summed first),
+# Nadam's running product, Adagrad's first accumulator, Lion's weight decay
+for m in opt_nadam_global opt_adagrad_clipnorm opt_lion_clipvalue opt_adam_amsgrad; do
+  check ../tests/good/$m ../tests/good/opt.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1 data=1,model=8
+done
 exit $fail
