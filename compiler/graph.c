@@ -1295,15 +1295,27 @@ static Node *build_merge(Graph *g, Layer *l, bool concat) {
                i, kshape(si), kshape(&in[0]->shape));
     if (concat) s.d[axis] += si->d[axis];
   }
-  if (!strcmp(l->cls, "Multiply")) { // a product of two at a time, left to right
+  // issue 11: Maximum and Minimum (JAX's lax.max / lax.min, ties sharing the
+  // gradient), Subtract (a + -b, the same float as a - b), Average (the sum
+  // left to right, then times 1 / n where Keras divides by n: within an ulp)
+  bool max = !strcmp(l->cls, "Maximum"), min = !strcmp(l->cls, "Minimum");
+  if (!strcmp(l->cls, "Multiply") || max || min) { // two at a time, left to right
     Node *p = in[0];
-    for (int i = 1; i < l->nin; i++) p = new_node2(g, OP_MUL, p, in[i], s);
+    for (int i = 1; i < l->nin; i++) {
+      p = new_node2(g, max || min ? OP_MAXIMUM : OP_MUL, p, in[i], s);
+      p->mm = (MinMaxAttr){min, 0};
+    }
     return p;
+  }
+  if (!strcmp(l->cls, "Subtract")) {
+    if (l->nin != 2)
+      error_at(l->loc, "layer '%s': Subtract takes exactly 2 inputs, got %d", l->name, l->nin);
+    in[1] = scaled(g, in[1], -1);
   }
   Node *n = new_node(g, concat ? OP_CONCAT : OP_ADD, l->nin, in);
   n->shape = s;
   n->cat.axis = axis;
-  return n;
+  return strcmp(l->cls, "Average") ? n : scaled(g, n, 1.0 / l->nin);
 }
 
 // Embedding(input_dim, output_dim): ids[b, ..] -> table[ids] [b, .., output_dim].
@@ -1764,6 +1776,105 @@ static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   return new_node2(g, OP_BIAS, y, res, x->shape);
 }
 
+// ---- issue 11: Dot, normalizations, PReLU, RepeatVector
+
+// x with dim d removed (a reduction's result shape).
+static Shape drop_dim(const Shape *x, int d) {
+  Shape s = *x;
+  memmove(s.d + d, s.d + d + 1, (size_t)(--s.rank - d) * sizeof *s.d);
+  return s;
+}
+
+// v (x's shape without dim d) repeated along d back to x's shape.
+static Node *bcast_dim(Graph *g, Node *v, const Shape *to, int d) {
+  Node *b = new_node1(g, OP_BROADCAST, v, *to);
+  b->red.dim = d;
+  return b;
+}
+
+// Keras's ops.normalize(x, axis, order=2, epsilon): x * min(rsqrt(sum of
+// squares over the axes), 1 / epsilon), the sum one REDUCE_SUM per axis (a
+// split axis leaves a partial sum, all-reduced before the rsqrt).
+static Node *l2_normalize(Graph *g, Node *x, unsigned axes, double eps) {
+  Node *s = new_node2(g, OP_MUL, x, x, x->shape);
+  for (int d = x->shape.rank - 1; d >= 0; d--)
+    if ((axes >> d) & 1) {
+      Node *r = new_node1(g, OP_REDUCE_SUM, s, drop_dim(&s->shape, d));
+      r->red.dim = d;
+      s = r;
+    }
+  Node *inv = apply_act(g, s, KDRT_ACT_RSQRT);
+  inv = new_node1(g, OP_MAXIMUM, inv, inv->shape);
+  inv->mm = (MinMaxAttr){true, (float)(1.0 / eps)};
+  for (int d = 0; d < x->shape.rank; d++)
+    if ((axes >> d) & 1) {
+      Shape t = inv->shape;
+      memmove(t.d + d + 1, t.d + d, (size_t)(t.rank++ - d) * sizeof *t.d);
+      t.d[d] = x->shape.d[d];
+      inv = bcast_dim(g, inv, &t, d);
+    }
+  return new_node2(g, OP_MUL, x, inv, x->shape);
+}
+
+// x with its dim `from` moved to `to`, the others in order.
+static Node *move_dim(Graph *g, Node *x, int from, int to) {
+  if (from == to) return x;
+  Node *t = new_node1(g, OP_TRANSPOSE, x, x->shape);
+  for (int i = 0, k = 0; i < x->shape.rank; i++) {
+    if (k == from) k++;
+    t->perm.perm[i] = i == to ? from : k++;
+    t->shape.d[i] = x->shape.d[t->perm.perm[i]];
+  }
+  return t;
+}
+
+// One axis of a layer option (an int, negative from the end), in [lo, rank).
+static int axis_in(Layer *l, json_t *a, const char *key, int rank, int lo) {
+  int64_t d = json_is_integer(a) ? json_integer_value(a) : INT64_MAX;
+  if (d < 0 && d >= -rank) d += rank;
+  if (d < lo || d >= rank)
+    error_at(a ? jloc(a) : l->loc, "layer '%s': '%s' must name a dim of the rank-%d input "
+             "(-%d to %d)%s", l->name, key, rank, rank, rank - 1,
+             lo ? ", not the batch (0)" : "");
+  return (int)d;
+}
+
+// Dot(axes, normalize): Keras's batch_dot of two inputs [b, ..] contracting
+// x's axis a0 with y's a1: x's other dims, then y's (the batch once), as
+// one DOT (x with a0 last, y with a1 after the batch); two rank-2 inputs
+// give [b, 1]. normalize: each input L2-normalized along its axis first
+// (epsilon 1e-7, Keras's).
+static Node *build_dot(Graph *g, Layer *l, Node *unused) {
+  if (l->nin != 2)
+    error_at(l->loc, "layer '%s': Dot takes exactly 2 inputs, got %d", l->name, l->nin);
+  Node *x = layer_input(l, 0), *y = layer_input(l, 1);
+  json_t *aj = json_object_get(l->cfg, "axes");
+  json_t *a[2] = {aj, aj};
+  if (json_is_array(aj) && json_array_size(aj) == 2)
+    a[0] = json_array_get(aj, 0), a[1] = json_array_get(aj, 1);
+  else if (!json_is_integer(aj))
+    error_at(aj ? jloc(aj) : l->loc, "layer '%s': Dot's 'axes' must be an int or two", l->name);
+  if (x->shape.rank < 2 || y->shape.rank < 2)
+    error_at(l->loc, "layer '%s': Dot needs inputs of rank 2 or more, got %s and %s", l->name,
+             kshape(&x->shape), kshape(&y->shape));
+  int a0 = axis_in(l, a[0], "axes", x->shape.rank, 1), a1 = axis_in(l, a[1], "axes",
+                                                                     y->shape.rank, 1);
+  if (x->shape.d[a0] != y->shape.d[a1])
+    error_at(jloc(aj), "layer '%s': axis %d of %s and axis %d of %s differ", l->name, a0,
+             kshape(&x->shape), a1, kshape(&y->shape));
+  if (cfg_bool(l, "normalize", false)) {
+    x = l2_normalize(g, x, 1u << a0, 1e-7);
+    y = l2_normalize(g, y, 1u << a1, 1e-7);
+  }
+  Shape s;
+  Node *xt = move_dim(g, x, a0, x->shape.rank - 1), *yt = move_dim(g, y, a1, 1);
+  if (!dot_shape(&xt->shape, &yt->shape, 1, 1, false, false, &s))
+    error_at(l->loc, "layer '%s': the product of %s and %s has rank over %d", l->name,
+             kshape(&x->shape), kshape(&y->shape), MAX_RANK);
+  Node *d = dot_node(g, xt, yt, 1, 1, false);
+  return d->shape.rank > 1 ? d : view(g, d, (Shape){2, {d->shape.d[0], 1}});
+}
+
 // The Keras layers kdcc builds: class name, how many inputs a call takes
 // (-1: two or more), and the builder that makes its ops from its first
 // input (merges read all of theirs). load.c accepts exactly these classes.
@@ -1819,6 +1930,12 @@ static const LayerDef layer_defs[] = {
   {"UpSampling1D", 1, build_upsample},
   {"UpSampling2D", 1, build_upsample},
   {"BatchNormalization", 1, build_batchnorm},
+  // issue 11: the remaining non-recurrent layers
+  {"Subtract", -1, build_add},
+  {"Average", -1, build_add},
+  {"Maximum", -1, build_add},
+  {"Minimum", -1, build_add},
+  {"Dot", -1, build_dot},
 };
 
 // nin -2: several inputs, but not a merge (attention: query, value, key).

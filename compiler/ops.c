@@ -1047,3 +1047,33 @@ const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, cl
 
 const OpDef op_TRAIN_SELECT = {"train_select", 2, 0, false, rule_elementwise, train_select_grad,
                                train_select_emit};
+
+// ---------------------------------------------------------------- issue 11: MAXIMUM
+// The Maximum and Minimum merges (two operands), and a clamp of one operand
+// by the constant mm.c (a normalization's bound on its inverse norm).
+// Elementwise, not linear. Gradients as JAX's lax.max and lax.min: the
+// operand that is the result gets dy, a tie gives each half.
+
+static void maximum_grad(Graph *g, Node *n, const bool *need) {
+  for (int i = 0; i < n->nin; i++) {
+    Node *x = n->in[i];
+    if (!need[x->id]) continue;
+    Node *in[3] = {n->grad, x, n->nin == 2 ? n->in[1 - i] : NULL};
+    Node *dx = new_node(g, OP_MAXIMUM_GRAD, n->nin + 1, in);
+    dx->shape = x->shape;
+    dx->mm = n->mm;
+    accumulate(g, x, dx);
+  }
+}
+
+static void maximum_emit(const Node *n, Lowering *lw) {
+  bool grad = n->op == OP_MAXIMUM_GRAD;
+  int k = grad; // the operands after dy
+  lower_call(lw, grad ? "maximum_grad" : "maximum", false, NULL, "%s, %s%s%s, %s, %s, %d, %s",
+             buf(n), grad ? buf(n->in[0]) : "", grad ? ", " : "", buf(n->in[k]),
+             n->nin > k + 1 ? buf(n->in[k + 1]) : "NULL", flt(n->mm.c), n->mm.min, elems_c(n));
+}
+
+const OpDef op_MAXIMUM = {"maximum", -1, 0, false, rule_elementwise, maximum_grad, maximum_emit};
+const OpDef op_MAXIMUM_GRAD = {"maximum_grad", -1, 0, false, rule_elementwise, NULL,
+                               maximum_emit};

@@ -161,6 +161,12 @@ typedef struct {
   /* its squares s: norm = sqrt(s), (rate * clip(norm, lo, hi) + rest * norm) /   */         \
   /* (1e-7 + norm), rest = 1 - rate (MaxNorm, UnitNorm, MinMaxNorm)               */         \
   K(clip_norm, (float *f, const float *s, size_t n, float lo, float hi, float rate, float rest)) \
+  /* y = max(a, b) elementwise (min: the minimum), NaN if either is; b NULL: max(a, c).  */    \
+  /* maximum_grad: dx = dy where a is the result and b is not, dy / 2 where both are   */    \
+  /* (JAX's balanced gradient of a tie), else 0: d y / d a                               */    \
+  K(maximum, (float *y, const float *a, const float *b, float c, int min, size_t n))           \
+  K(maximum_grad, (float *dx, const float *dy, const float *a, const float *b, float c,        \
+                   int min, size_t n))                                                         \
   /* optimizer updates on local shards, Keras 3 semantics; t is the 1-based step */            \
   K(sgd, (float *w, const float *g, float *m, size_t n, float lr, float momentum,              \
           int nesterov))                                                                       \

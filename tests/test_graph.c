@@ -190,6 +190,16 @@ Test(graph, conv_transpose_output_padding) {
                "'output_padding' is not supported\n");
 }
 
+// issue 11: a Dot over the batch, a Subtract of three
+Test(graph, merging_refused) {
+  expect_error("tests/bad/dot_batch_axis.json", NULL,
+               "tests/bad/dot_batch_axis.json:5:71: error: layer 'd': 'axes' must name a dim of "
+               "the rank-2 input (-2 to 1), not the batch (0)\n");
+  expect_error("tests/bad/subtract_three.json", NULL,
+               "tests/bad/subtract_three.json:4:3: error: layer 's': Subtract takes exactly 2 "
+               "inputs, got 3\n");
+}
+
 // issue 11: constraints other than Keras's four, and axes the variable lacks
 Test(graph, constraint_unsupported) {
   expect_error("tests/bad/constraint_kernel.json", NULL,

@@ -106,6 +106,18 @@ static void check_elementwise(void) {
   check("mul", y, ref, n, 0);
   kdrt_cuda_copy(D, y, b, n);
   check("copy", y, hb, n, 0);
+  // issue 11: maximum and minimum, a tie in every operand pair (x with itself)
+  for (int min = 0; min < 2; min++) {
+    kdrt_maximum(ref, hx, hb, 0, min, n);
+    kdrt_cuda_maximum(D, y, x, b, 0, min, n);
+    check(min ? "minimum" : "maximum", y, ref, n, 0);
+    kdrt_maximum_grad(ref, hdy, hx, min ? hx : hb, 0.5f, min, n);
+    kdrt_cuda_maximum_grad(D, y, dy, x, min ? x : b, 0.5f, min, n);
+    check(min ? "minimum_grad (ties)" : "maximum_grad", y, ref, n, 0);
+    kdrt_maximum(ref, hx, NULL, 0.5f, min, n);
+    kdrt_cuda_maximum(D, y, x, NULL, 0.5f, min, n);
+    check("maximum by a constant", y, ref, n, 0);
+  }
   kdrt_cuda_free(b), kdrt_cuda_free(cc), free(hb), free(hc), free(ref);
   kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx);
   free(hx), free(hdy), free(hy), free(hdx);

@@ -527,6 +527,28 @@ def transposed():
     return sparse_classifier(x, out, "transposed")
 
 
+def merging():
+    # issue 11: Subtract, Maximum and Minimum (three inputs: two at a time),
+    # Average, Dot over the features (a [6, 6] product), over the steps
+    # (axes=1: both inputs' contracted dim moved) and normalized (cosine)
+    x = keras.Input((6, 4), name="seq")
+    a = layers.Dense(8, activation="tanh", name="dense_a")(x)
+    b = layers.Dense(8, activation="tanh", name="dense_b")(x)
+    s = layers.Subtract(name="subtract")([a, b])
+    m = layers.Maximum(name="maximum")([a, b, s])
+    n = layers.Minimum(name="minimum")([a, s])
+    av = layers.Average(name="average")([m, n, a])
+    d = layers.Dot(axes=(2, 2), name="dot")([av, b])
+    e = layers.Dot(axes=1, name="dot_steps")([a, m])
+    p = layers.GlobalAveragePooling1D(name="gap_p")(av)
+    q = layers.GlobalAveragePooling1D(name="gap_q")(b)
+    c = layers.Dot(axes=-1, normalize=True, name="cosine")([p, q])
+    h = layers.Concatenate(name="cat")([layers.Flatten(name="flat_d")(d),
+                                       layers.Flatten(name="flat_e")(e), c])
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier(x, out, "merging")
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -995,6 +1017,20 @@ MODELS = {
                 "conv2d_transpose_1/kernel": [None, None, None, "model"],
             }),
             "transposed_dp": DP_8,
+        },
+    ),
+    "merging": dict(
+        build=merging, labels="sparse10", x=(6, 4),
+        dists={
+            # the branches' units split: the merges elementwise on split
+            # features, the Dots contracting them (partial sums)
+            "merging": model_parallel({
+                "dense_a/kernel": [None, "model"],
+                "dense_a/bias": ["model"],
+                "dense_b/kernel": [None, "model"],
+                "dense_b/bias": ["model"],
+            }),
+            "merging_dp": DP_8,
         },
     ),
     "constrained": dict(

@@ -86,6 +86,10 @@ Cases (model, distribution spec from models/):
                                                              kernel); filters split, then input
                                                              channels
     transposed_dp   transposed     transposed_dp.dist.json   DataParallel (8,)
+    merging         merging        merging.dist.json         ModelParallel (2,4)  Subtract, Maximum,
+                                                             Minimum, Average, Dot (features, steps,
+                                                             normalized); units split
+    merging_dp      merging        merging_dp.dist.json      DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -238,6 +242,7 @@ DATA = {
     "dilated": (64, 2),
     "grouped": (64, 2),
     "transposed": (64, 2),
+    "merging": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -382,6 +387,8 @@ CASES = {
     "grouped_dp": ("grouped", "grouped_dp"),
     "transposed": ("transposed", "transposed"),
     "transposed_dp": ("transposed", "transposed_dp"),
+    "merging": ("merging", "merging"),
+    "merging_dp": ("merging", "merging_dp"),
 }
 
 
