@@ -13,6 +13,7 @@
 #include <ctype.h>
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool shape_eq(const Shape *a, const Shape *b) {
@@ -285,14 +286,18 @@ static void add_penalty(Graph *g, Node *p) {
 
 // A layer's activity_regularizer: the penalty of its output divided by
 // the step's global batch (BATCH_MEAN), added at each call, as Keras does.
-static void activity_penalty(Graph *g, Layer *l, Node *y) {
-  double l1 = 0, l2 = 0;
-  parse_regularizer(l, "activity_regularizer", &l1, &l2);
+static void batch_penalty(Graph *g, Node *y, double l1, double l2) {
   Node *p = penalty(g, y, l1, l2);
   if (!p) return;
   Node *m = new_node1(g, OP_BATCH_MEAN, p, p->shape);
   m->aff = (AffAttr){1, 0};
   add_penalty(g, m);
+}
+
+static void activity_penalty(Graph *g, Layer *l, Node *y) {
+  double l1 = 0, l2 = 0;
+  parse_regularizer(l, "activity_regularizer", &l1, &l2);
+  batch_penalty(g, y, l1, l2);
 }
 
 // Where Keras's weights file keeps a layer's variable "<sub>/<name>":
@@ -460,23 +465,35 @@ static void check_none(Layer *l, const char *const *keys, int n) {
   }
 }
 
-// LayerNormalization: (x - mean) / sqrt(var + epsilon) over the last axis,
-// then * gamma and + beta (scale, center); rms_scaling: x / rms * gamma.
+static Node *view(Graph *g, Node *x, Shape s);
+static Node *to_last(Graph *g, Node *x, unsigned axes, Shape *moved);
+static Node *from_last(Graph *g, Node *y, unsigned axes, const Shape *moved, const Shape *orig);
+static unsigned cfg_axes(Layer *l, const Node *x, const char *key, int lo);
+
+// LayerNormalization: (x - mean) / sqrt(var + epsilon) over its axes, then
+// * gamma and + beta (scale, center); rms_scaling: x / rms * gamma. Axes
+// other than the last alone (issue 11) are moved to the end and merged
+// into one, where NORM works, and moved back after gamma and beta.
 static Node *build_layernorm(Graph *g, Layer *l, Node *x) {
-  check_last_axis(l, x);
-  int64_t h = x->shape.d[x->shape.rank - 1];
+  unsigned axes = cfg_axes(l, x, "axis", 1);
+  Shape moved;
+  Node *xm = to_last(g, x, axes, &moved);
+  int k = __builtin_popcount(axes);
+  Shape gs = {k, {0}};
+  for (int i = 0; i < k; i++) gs.d[i] = moved.d[moved.rank - k + i];
   bool rms = cfg_bool(l, "rms_scaling", false);
-  Node *y = new_node1(g, OP_NORM, x, x->shape);
+  Node *y = new_node1(g, OP_NORM, xm, xm->shape);
   y->norm = (NormAttr){rms, (float)cfg_num(l, "epsilon", 1e-3)};
+  if (k > 1) y = view(g, y, moved);
   if (cfg_bool(l, "scale", true) || rms) {
-    Node *gam = new_var(g, l, "gamma", (Shape){1, {h}}, "gamma_initializer", "ones");
-    y = new_node2(g, OP_COL_MUL, y, gam, x->shape);
+    Node *gam = new_var(g, l, "gamma", gs, "gamma_initializer", "ones");
+    y = new_node2(g, OP_COL_MUL, y, gam, moved);
   }
   if (cfg_bool(l, "center", true) && !rms) {
-    Node *beta = new_var(g, l, "beta", (Shape){1, {h}}, "beta_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, beta, x->shape);
+    Node *beta = new_var(g, l, "beta", gs, "beta_initializer", "zeros");
+    y = new_node2(g, OP_BIAS, y, beta, moved);
   }
-  return y;
+  return from_last(g, y, axes, &moved, &x->shape);
 }
 
 // RMSNormalization: x / sqrt(mean(x^2) + epsilon) * scale, the last axis.
@@ -1405,12 +1422,15 @@ static Node *build_activation(Graph *g, Layer *l, Node *x) {
   return apply_act(g, x, parse_act(l, "activation"));
 }
 
+// Softmax(axis): over the last dim, or (issue 11) over any axes, moved to
+// the end and merged into one (Keras computes several axes' as exp(x -
+// logsumexp(x)): the same values within float rounding).
 static Node *build_softmax(Graph *g, Layer *l, Node *x) {
-  int64_t axis = cfg_int(l, "axis", -1);
-  if (axis != -1 && axis != x->shape.rank - 1)
-    error_at(jloc_key(l->cfg, "axis"), "layer '%s': softmax over a dim other than the last "
-             "is not supported yet", l->name);
-  return apply_act(g, x, ACT_SOFTMAX);
+  unsigned axes = cfg_axes(l, x, "axis", 1);
+  Shape moved;
+  Node *y = apply_act(g, to_last(g, x, axes, &moved), ACT_SOFTMAX);
+  if (__builtin_popcount(axes) > 1) y = view(g, y, moved);
+  return from_last(g, y, axes, &moved, &x->shape);
 }
 
 static Node *build_flatten(Graph *g, Layer *l, Node *x) {
@@ -1828,6 +1848,41 @@ static Node *move_dim(Graph *g, Node *x, int from, int to) {
   return t;
 }
 
+// x with the dims in `axes` (a mask) moved to the end, in order, and merged
+// into one; *moved: the shape before the merge (from_last undoes both).
+static Node *to_last(Graph *g, Node *x, unsigned axes, Shape *moved) {
+  int r = x->shape.rank, k = 0, perm[MAX_RANK];
+  for (int d = 0; d < r; d++)
+    if (!((axes >> d) & 1)) perm[k++] = d;
+  int keep = k;
+  for (int d = 0; d < r; d++)
+    if ((axes >> d) & 1) perm[k++] = d;
+  Node *t = x;
+  if (axes != (((1u << (r - keep)) - 1) << keep)) { // not already the trailing dims
+    t = new_node1(g, OP_TRANSPOSE, x, x->shape);
+    for (int i = 0; i < r; i++) t->shape.d[i] = x->shape.d[t->perm.perm[i] = perm[i]];
+  }
+  *moved = t->shape;
+  if (r - keep == 1) return t;
+  Shape m = {keep + 1, {0}};
+  for (int i = 0; i < keep; i++) m.d[i] = t->shape.d[i];
+  m.d[keep] = 1;
+  for (int i = keep; i < r; i++) m.d[keep] *= t->shape.d[i];
+  return view(g, t, m);
+}
+
+// y, of the shape *moved (to_last's), with its dims back where `axes` were.
+static Node *from_last(Graph *g, Node *y, unsigned axes, const Shape *moved, const Shape *orig) {
+  if (shape_eq(moved, orig)) return y;
+  int r = orig->rank, k = 0;
+  Node *t = new_node1(g, OP_TRANSPOSE, y, *orig);
+  for (int d = 0; d < r; d++)
+    if (!((axes >> d) & 1)) t->perm.perm[d] = k++;
+  for (int d = 0; d < r; d++)
+    if ((axes >> d) & 1) t->perm.perm[d] = k++;
+  return t;
+}
+
 // One axis of a layer option (an int, negative from the end), in [lo, rank).
 static int axis_in(Layer *l, json_t *a, const char *key, int rank, int lo) {
   int64_t d = json_is_integer(a) ? json_integer_value(a) : INT64_MAX;
@@ -1837,6 +1892,38 @@ static int axis_in(Layer *l, json_t *a, const char *key, int rank, int lo) {
              "(-%d to %d)%s", l->name, key, rank, rank, rank - 1,
              lo ? ", not the batch (0)" : "");
   return (int)d;
+}
+
+// A layer's axis option: an int or a list of them, as a mask of dims in
+// [lo, rank); the last when absent. Keras sorts a list as written, then
+// orders its weights' dims so: that must be their order from the front.
+static int cmp_json_int(const void *a, const void *b) {
+  int64_t x = json_integer_value(*(json_t *const *)a), y = json_integer_value(*(json_t *const *)b);
+  return (x > y) - (x < y);
+}
+
+static unsigned cfg_axes(Layer *l, const Node *x, const char *key, int lo) {
+  json_t *a = json_object_get(l->cfg, key);
+  int r = x->shape.rank;
+  if (!a || json_is_null(a)) return 1u << (r - 1);
+  size_t n = json_is_array(a) ? json_array_size(a) : 1;
+  if (n == 0 || n > MAX_RANK)
+    error_at(jloc(a), "layer '%s': '%s' must list 1 to %d dims", l->name, key, MAX_RANK);
+  json_t *v[MAX_RANK];
+  for (size_t i = 0; i < n; i++) {
+    v[i] = json_is_array(a) ? json_array_get(a, i) : a;
+    if (!json_is_integer(v[i])) axis_in(l, v[i], key, r, lo); // the error
+  }
+  qsort(v, n, sizeof *v, cmp_json_int);
+  unsigned m = 0;
+  for (size_t i = 0; i < n; i++) {
+    int d = axis_in(l, v[i], key, r, lo);
+    if (m >> d)
+      error_at(jloc(a), "layer '%s': '%s' must name each dim once, and not mix negative and "
+               "positive axes out of order", l->name, key);
+    m |= 1u << d;
+  }
+  return m;
 }
 
 // Dot(axes, normalize): Keras's batch_dot of two inputs [b, ..] contracting
@@ -1873,6 +1960,61 @@ static Node *build_dot(Graph *g, Layer *l, Node *unused) {
              kshape(&x->shape), kshape(&y->shape), MAX_RANK);
   Node *d = dot_node(g, xt, yt, 1, 1, false);
   return d->shape.rank > 1 ? d : view(g, d, (Shape){2, {d->shape.d[0], 1}});
+}
+
+// UnitNormalization(axis): x * min(rsqrt(sum of squares), 1e12) over the axes.
+static Node *build_unit_norm(Graph *g, Layer *l, Node *x) {
+  return l2_normalize(g, x, cfg_axes(l, x, "axis", 1), 1e-12);
+}
+
+// PReLU(alpha_initializer, shared_axes): relu(x) + -alpha * relu(-x), as
+// Keras computes it; alpha [x's sample dims, 1 on the shared axes] (its
+// regularizer and constraint are alpha_'s), broadcast over those axes and
+// the batch.
+static Node *build_prelu(Graph *g, Layer *l, Node *x) {
+  int r = x->shape.rank;
+  if (r < 2)
+    error_at(l->loc, "layer '%s': PReLU needs an input of rank 2 or more, got %s", l->name,
+             kshape(&x->shape));
+  json_t *sj = json_object_get(l->cfg, "shared_axes");
+  unsigned shared = sj && !json_is_null(sj) ? cfg_axes(l, x, "shared_axes", 1) : 0;
+  Shape as = {r - 1, {0}}, cs = {0, {0}};
+  for (int d = 1; d < r; d++) {
+    as.d[d - 1] = (shared >> d) & 1 ? 1 : x->shape.d[d];
+    if (!((shared >> d) & 1)) cs.d[cs.rank++] = x->shape.d[d];
+  }
+  Node *a = new_var(g, l, "alpha", as, "alpha_initializer", "zeros");
+  if (shared) a = view(g, a, cs);
+  for (int d = 1; d < r; d++)
+    if ((shared >> d) & 1) {
+      Shape t = a->shape;
+      memmove(t.d + d, t.d + d - 1, (size_t)(t.rank++ - (d - 1)) * sizeof *t.d);
+      t.d[d - 1] = x->shape.d[d];
+      a = bcast_dim(g, a, &t, d - 1);
+    }
+  Node *neg = apply_act(g, scaled(g, x, -1), ACT_RELU);
+  Node *an = new_node2(g, OP_COL_MUL, neg, scaled(g, a, -1), x->shape);
+  Node *sum[2] = {apply_act(g, x, ACT_RELU), an};
+  Node *y = new_node(g, OP_ADD, 2, sum);
+  y->shape = x->shape;
+  return y;
+}
+
+// RepeatVector(n): x[b, f] -> [b, n, f].
+static Node *build_repeat_vector(Graph *g, Layer *l, Node *x) {
+  if (x->shape.rank != 2)
+    error_at(l->loc, "layer '%s': RepeatVector needs an input of rank 2, got %s", l->name,
+             kshape(&x->shape));
+  Shape s = {3, {x->shape.d[0], cfg_size(l, "n", -1), x->shape.d[1]}};
+  if (s.d[1] <= 0) error_at(jloc_key(l->cfg, "n"), "layer '%s': 'n' must be positive", l->name);
+  return bcast_dim(g, x, &s, 1);
+}
+
+// ActivityRegularization(l1, l2): x, and its penalty in the loss as an
+// activity regularizer's (over the batch).
+static Node *build_activity_reg(Graph *g, Layer *l, Node *x) {
+  batch_penalty(g, x, cfg_num(l, "l1", 0), cfg_num(l, "l2", 0));
+  return x;
 }
 
 // The Keras layers kdcc builds: class name, how many inputs a call takes
@@ -1936,6 +2078,10 @@ static const LayerDef layer_defs[] = {
   {"Maximum", -1, build_add},
   {"Minimum", -1, build_add},
   {"Dot", -1, build_dot},
+  {"UnitNormalization", 1, build_unit_norm},
+  {"PReLU", 1, build_prelu},
+  {"RepeatVector", 1, build_repeat_vector},
+  {"ActivityRegularization", 1, build_activity_reg},
 };
 
 // nin -2: several inputs, but not a merge (attention: query, value, key).

@@ -200,6 +200,17 @@ Test(graph, merging_refused) {
                "inputs, got 3\n");
 }
 
+// issue 11: a softmax over the batch; axes whose sorted order Keras would
+// give the weights in another order than the dims'
+Test(graph, axes_refused) {
+  expect_error("tests/bad/softmax_batch_axis.json", NULL,
+               "tests/bad/softmax_batch_axis.json:4:74: error: layer 's': 'axis' must name a dim "
+               "of the rank-3 input (-3 to 2), not the batch (0)\n");
+  expect_error("tests/bad/layernorm_axes_order.json", NULL,
+               "tests/bad/layernorm_axes_order.json:4:85: error: layer 'n': 'axis' must name "
+               "each dim once, and not mix negative and positive axes out of order\n");
+}
+
 // issue 11: constraints other than Keras's four, and axes the variable lacks
 Test(graph, constraint_unsupported) {
   expect_error("tests/bad/constraint_kernel.json", NULL,

@@ -549,6 +549,31 @@ def merging():
     return sparse_classifier(x, out, "merging")
 
 
+def norms_acts():
+    # issue 11: Softmax and LayerNormalization over other axes than the last
+    # (the steps; steps and features together), UnitNormalization, PReLU
+    # (alpha shared over the steps, and not), ActivityRegularization and
+    # RepeatVector
+    init = keras.initializers
+    x = keras.Input((6, 8), name="seq")
+    h = layers.Dense(8, name="dense")(x)
+    a = layers.PReLU(alpha_initializer=init.Constant(0.25), shared_axes=[1],
+                     name="prelu_shared")(h)
+    b = layers.PReLU(alpha_initializer=init.RandomUniform(-0.5, 0.5), name="prelu")(x)
+    s1 = layers.Softmax(axis=1, name="softmax_steps")(a)
+    s2 = layers.Softmax(axis=[1, 2], name="softmax_both")(b)
+    n1 = layers.LayerNormalization(axis=1, name="ln_steps")(h)
+    n2 = layers.LayerNormalization(axis=[1, 2], name="ln_both")(a)
+    u = layers.UnitNormalization(axis=1, name="unit_norm")(b)
+    y = layers.Add(name="add")([s1, s2, n1, n2, u])
+    y = layers.ActivityRegularization(l1=1e-3, l2=1e-2, name="activity_reg")(y)
+    y = layers.GlobalAveragePooling1D(name="gap1d")(y)
+    y = layers.RepeatVector(2, name="repeat")(y)
+    y = layers.Flatten(name="flat")(y)
+    out = layers.Dense(10, activation="softmax", name="out")(y)
+    return sparse_classifier(x, out, "norms_acts")
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -1031,6 +1056,21 @@ MODELS = {
                 "dense_b/bias": ["model"],
             }),
             "merging_dp": DP_8,
+        },
+    ),
+    "norms_acts": dict(
+        build=norms_acts, labels="sparse10", x=(6, 8),
+        dists={
+            # the features split: the steps' softmax and norms local, the
+            # [steps, features] ones gathered; PReLU's alpha split with them
+            "norms_acts": model_parallel({
+                "dense/kernel": [None, "model"],
+                "dense/bias": ["model"],
+                "prelu_shared/alpha": [None, "model"],
+                "prelu/alpha": [None, "model"],
+                "out/kernel": ["model", None],
+            }),
+            "norms_acts_dp": DP_8,
         },
     ),
     "constrained": dict(

@@ -90,6 +90,11 @@ Cases (model, distribution spec from models/):
                                                              Minimum, Average, Dot (features, steps,
                                                              normalized); units split
     merging_dp      merging        merging_dp.dist.json      DataParallel (8,)
+    norms_acts      norms_acts     norms_acts.dist.json      ModelParallel (2,4)  Softmax and LayerNorm
+                                                             over other axes, UnitNormalization,
+                                                             PReLU (shared_axes), ActivityRegularization,
+                                                             RepeatVector; features split
+    norms_acts_dp   norms_acts     norms_acts_dp.dist.json   DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -243,6 +248,7 @@ DATA = {
     "grouped": (64, 2),
     "transposed": (64, 2),
     "merging": (64, 2),
+    "norms_acts": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -389,6 +395,8 @@ CASES = {
     "transposed_dp": ("transposed", "transposed_dp"),
     "merging": ("merging", "merging"),
     "merging_dp": ("merging", "merging_dp"),
+    "norms_acts": ("norms_acts", "norms_acts"),
+    "norms_acts_dp": ("norms_acts", "norms_acts_dp"),
 }
 
 

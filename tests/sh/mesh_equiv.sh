@@ -99,4 +99,6 @@ check ../tests/gradcheck/grouped ../tests/good/grouped.dist.json 16 data=1,model
 check ../tests/gradcheck/transpose ../tests/good/transpose.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: Subtract, Maximum, Minimum (a tie), Average, Dot (normalized), units split
 check ../tests/gradcheck/merging ../tests/good/merging.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Softmax and LayerNormalization over other axes, UnitNormalization, PReLU, features split
+check ../tests/gradcheck/norms_acts ../tests/good/norms_acts.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail
