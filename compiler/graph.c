@@ -592,7 +592,7 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   Node *p = apply_act(g, s, ACT_SOFTMAX);
   if (dropout > 0) {
     Node *dp = new_node1(g, OP_DROPOUT, p, p->shape);
-    dp->drop = (DropAttr){(float)dropout, hash_str(format("%s/attention_dropout", l->path))};
+    dp->drop = (DropAttr){(float)dropout, hash_str(format("%s/attention_dropout", l->path)), false};
     p = dp;
   }
   Node *o = dot_node(g, p, vt, 2, 1, false); // [b, n, t, dv]
@@ -1438,13 +1438,19 @@ static Node *build_flatten(Graph *g, Layer *l, Node *x) {
                    (Shape){2, {x->shape.d[0], shape_elems(&x->shape) / x->shape.d[0]}});
 }
 
-static Node *build_dropout(Graph *g, Layer *l, Node *x) {
+// A dropout layer's rate, in [0, 1).
+static double dropout_rate(Layer *l) {
   double rate = cfg_num(l, "rate", 0);
   if (rate < 0 || rate >= 1)
     error_at(jloc_key(l->cfg, "rate"), "layer '%s': dropout rate must be in [0, 1)", l->name);
+  return rate;
+}
+
+static Node *build_dropout(Graph *g, Layer *l, Node *x) {
+  double rate = dropout_rate(l);
   if (rate == 0) return x;
   Node *n = new_node1(g, OP_DROPOUT, x, x->shape);
-  n->drop = (DropAttr){(float)rate, hash_str(l->path)};
+  n->drop = (DropAttr){(float)rate, hash_str(l->path), false};
   return n;
 }
 
@@ -1967,6 +1973,43 @@ static Node *build_unit_norm(Graph *g, Layer *l, Node *x) {
   return l2_normalize(g, x, cfg_axes(l, x, "axis", 1), 1e-12);
 }
 
+// GroupNormalization(groups, axis=-1, epsilon, center, scale): x [b, s..,
+// c] viewed as [b, S, G, c / G] (S the spatial dims merged), each (sample,
+// group) normalized over its S * c / G values by NORM (on a [b, G, S * c /
+// G] transpose), back to x's shape, then * gamma[c] and + beta[c]. A split
+// channel dim splits the groups.
+static Node *build_group_norm(Graph *g, Layer *l, Node *x) {
+  int r = x->shape.rank;
+  if (r < 2)
+    error_at(l->loc, "layer '%s': GroupNormalization needs an input of rank 2 or more, got %s",
+             l->name, kshape(&x->shape));
+  if (cfg_axes(l, x, "axis", 1) != 1u << (r - 1))
+    error_at(jloc_key(l->cfg, "axis"), "layer '%s': GroupNormalization over another axis than "
+             "the last is not supported", l->name);
+  int64_t c = x->shape.d[r - 1], groups = cfg_size(l, "groups", 32), b = x->shape.d[0];
+  if (c % groups)
+    error_at(jloc_key(l->cfg, "groups"), "layer '%s': groups=%lld must divide the channels "
+             "(%lld)", l->name, (long long)groups, (long long)c);
+  int64_t sp = shape_elems(&x->shape) / (b * c), cg = c / groups;
+  Node *v = view(g, x, (Shape){4, {b, sp, groups, cg}});
+  Node *t = new_node1(g, OP_TRANSPOSE, v, (Shape){4, {b, groups, sp, cg}});
+  t->perm = (PermAttr){{0, 2, 1, 3}};
+  Node *y = new_node1(g, OP_NORM, view(g, t, (Shape){3, {b, groups, sp * cg}}),
+                      (Shape){3, {b, groups, sp * cg}});
+  y->norm = (NormAttr){false, (float)cfg_num(l, "epsilon", 1e-3)};
+  Node *u = new_node1(g, OP_TRANSPOSE, view(g, y, t->shape), v->shape);
+  u->perm = (PermAttr){{0, 2, 1, 3}};
+  Node *o = view(g, u, x->shape);
+  Shape cs = {1, {c}};
+  if (cfg_bool(l, "scale", true))
+    o = new_node2(g, OP_COL_MUL, o, new_var(g, l, "gamma", cs, "gamma_initializer", "ones"),
+                  x->shape);
+  if (cfg_bool(l, "center", true))
+    o = new_node2(g, OP_BIAS, o, new_var(g, l, "beta", cs, "beta_initializer", "zeros"),
+                  x->shape);
+  return o;
+}
+
 // PReLU(alpha_initializer, shared_axes): relu(x) + -alpha * relu(-x), as
 // Keras computes it; alpha [x's sample dims, 1 on the shared axes] (its
 // regularizer and constraint are alpha_'s), broadcast over those axes and
@@ -2015,6 +2058,54 @@ static Node *build_repeat_vector(Graph *g, Layer *l, Node *x) {
 static Node *build_activity_reg(Graph *g, Layer *l, Node *x) {
   batch_penalty(g, x, cfg_num(l, "l1", 0), cfg_num(l, "l2", 0));
   return x;
+}
+
+// SpatialDropout1D/2D(rate): one draw per sample and channel, kept or
+// dropped over every step: the mask is DROPOUT of a [b, c] FILL of ones,
+// broadcast over the spatial dims, times x.
+static Node *build_spatial_dropout(Graph *g, Layer *l, Node *x) {
+  int n = strstr(l->cls, "1D") ? 1 : 2;
+  if (n == 2) check_channels_last(l);
+  if (x->shape.rank != n + 2)
+    error_at(l->loc, "layer '%s': %s needs an input of rank %d, got %s", l->name, l->cls, n + 2,
+             kshape(&x->shape));
+  double rate = dropout_rate(l);
+  if (rate == 0) return x;
+  Node *m = new_node(g, OP_FILL, 0, NULL);
+  m->shape = (Shape){2, {x->shape.d[0], x->shape.d[n + 1]}};
+  m->aff = (AffAttr){0, 1};
+  m = new_node1(g, OP_DROPOUT, m, m->shape);
+  m->drop = (DropAttr){(float)rate, hash_str(l->path), false};
+  for (int d = 1; d <= n; d++) {
+    Shape t = m->shape;
+    memmove(t.d + d + 1, t.d + d, (size_t)(t.rank++ - d) * sizeof *t.d);
+    t.d[d] = x->shape.d[d];
+    m = bcast_dim(g, m, &t, d);
+  }
+  return new_node2(g, OP_MUL, x, m, x->shape);
+}
+
+// GaussianNoise(stddev): x + stddev * z; GaussianDropout(rate): x * (1 +
+// sqrt(rate / (1 - rate)) * z), Keras's normal of mean 1; z a standard
+// normal per element and step (NOISE), in training only.
+static Node *noise(Graph *g, Layer *l, Node *x, double stddev, bool mul) {
+  if (stddev == 0) return x;
+  Node *y = new_node1(g, OP_NOISE, x, x->shape);
+  y->drop = (DropAttr){(float)stddev, hash_str(l->path), mul};
+  return y;
+}
+
+static Node *build_gaussian_noise(Graph *g, Layer *l, Node *x) {
+  double s = cfg_num(l, "stddev", -1);
+  if (!(s >= 0) || s > FLT_MAX)
+    error_at(jloc_key(l->cfg, "stddev"), "layer '%s': 'stddev' must be a number of 0 or more",
+             l->name);
+  return noise(g, l, x, s, false);
+}
+
+static Node *build_gaussian_dropout(Graph *g, Layer *l, Node *x) {
+  double rate = dropout_rate(l);
+  return noise(g, l, x, sqrt(rate / (1 - rate)), true);
 }
 
 // The Keras layers kdcc builds: class name, how many inputs a call takes
@@ -2079,9 +2170,14 @@ static const LayerDef layer_defs[] = {
   {"Minimum", -1, build_add},
   {"Dot", -1, build_dot},
   {"UnitNormalization", 1, build_unit_norm},
+  {"GroupNormalization", 1, build_group_norm},
   {"PReLU", 1, build_prelu},
   {"RepeatVector", 1, build_repeat_vector},
   {"ActivityRegularization", 1, build_activity_reg},
+  {"SpatialDropout1D", 1, build_spatial_dropout},
+  {"SpatialDropout2D", 1, build_spatial_dropout},
+  {"GaussianNoise", 1, build_gaussian_noise},
+  {"GaussianDropout", 1, build_gaussian_dropout},
 };
 
 // nin -2: several inputs, but not a merge (attention: query, value, key).

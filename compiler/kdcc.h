@@ -319,7 +319,7 @@ typedef struct {                                             // CONV2D*, MAXPOOL
   int dil_h, dil_w;       // CONV2D*: the dilation minus 1 (kdrt_window's convention)
 } WinAttr;
 typedef struct { int axis; int64_t start; } CatAttr;        // CONCAT, SLICE
-typedef struct { float rate; uint64_t stream; } DropAttr;   // DROPOUT
+typedef struct { float rate; uint64_t stream; bool mul; } DropAttr; // DROPOUT, NOISE (rate: stddev)
 typedef struct { float scale, shift; } AffAttr;              // SCALE: x * scale + shift
 typedef struct {                                             // LOSS, METRIC, LOSS_GRAD, XENT*
   LossKind kind;

@@ -1077,3 +1077,40 @@ static void maximum_emit(const Node *n, Lowering *lw) {
 const OpDef op_MAXIMUM = {"maximum", -1, 0, false, rule_elementwise, maximum_grad, maximum_emit};
 const OpDef op_MAXIMUM_GRAD = {"maximum_grad", -1, 0, false, rule_elementwise, NULL,
                                maximum_emit};
+
+// ---------------------------------------------------------------- issue 11: NOISE, FILL
+// NOISE: GaussianNoise (x + s * z) and GaussianDropout (x * (1 + s * z)),
+// z drawn per global element index and step as DROPOUT's mask, so every
+// mesh draws the same; evaluate and predict pass x. Additive noise passes
+// the gradient; multiplicative noise multiplies it by the same factor.
+// FILL: a constant tensor (no operands), which SpatialDropout drops out to
+// make its mask.
+
+static void noise_grad(Graph *g, Node *n, const bool *need) {
+  if (!n->drop.mul) {
+    accumulate(g, n->in[0], n->grad);
+    return;
+  }
+  Node *dx = new_node1(g, OP_NOISE, n->grad, n->in[0]->shape);
+  dx->drop = n->drop;
+  accumulate(g, n->in[0], dx);
+}
+
+static void noise_emit(const Node *n, Lowering *lw) {
+  if (lw->step == STEP_EVAL) {
+    lw->note = "no noise outside training";
+    lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
+    return;
+  }
+  lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &l, %s, %d, 0x%016llxull",
+             buf(n), buf(n->in[0]), flt(n->drop.rate), n->drop.mul,
+             (unsigned long long)n->drop.stream);
+}
+
+const OpDef op_NOISE = {"noise", 1, 0, false, rule_elementwise, noise_grad, noise_emit};
+
+static void fill_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "fill", false, NULL, "%s, %s, %s", buf(n), flt(n->aff.shift), elems_c(n));
+}
+
+const OpDef op_FILL = {"fill", 0, 0, false, rule_none, NULL, fill_emit};

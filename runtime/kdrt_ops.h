@@ -164,6 +164,8 @@ typedef struct {
   /* y = max(a, b) elementwise (min: the minimum), NaN if either is; b NULL: max(a, c).  */    \
   /* maximum_grad: dx = dy where a is the result and b is not, dy / 2 where both are   */    \
   /* (JAX's balanced gradient of a tie), else 0: d y / d a                               */    \
+  /* y[i] = v (issue 11) */                                                                   \
+  K(fill, (float *y, float v, size_t n))                                                       \
   K(maximum, (float *y, const float *a, const float *b, float c, int min, size_t n))           \
   K(maximum_grad, (float *dx, const float *dy, const float *a, const float *b, float c,        \
                    int min, size_t n))                                                         \
@@ -179,6 +181,11 @@ typedef struct {
   /* y = x * mask / (1 - rate), the mask drawn for (seed, stream, step, global      */         \
   /* element index); the same call on dy gives the gradient                        */         \
   KC(dropout, (float *y, const float *x, const kdrt_layout *l, float rate, uint64_t stream))   \
+  /* issue 11: y = x + stddev * z, or (mul) x * (1 + stddev * z), z a standard normal */      \
+  /* drawn for (seed, stream, step, global element index): GaussianNoise, and        */      \
+  /* GaussianDropout and its gradient (the same call on dy); y may be x              */      \
+  KC(gaussian_noise, (float *y, const float *x, const kdrt_layout *l, float stddev, int mul,   \
+                      uint64_t stream))                                                        \
   /* collectives: see kdrt.h's comm.c section */                                               \
   KC(allreduce, (unsigned axes, const float *in, float *out, size_t n))                        \
   KC(allreduce_max, (unsigned axes, const float *in, float *out, size_t n))                    \

@@ -211,6 +211,16 @@ Test(graph, axes_refused) {
                "each dim once, and not mix negative and positive axes out of order\n");
 }
 
+// issue 11: GroupNormalization's groups must divide the channels, its axis be the last
+Test(graph, group_norm_refused) {
+  expect_error("tests/bad/group_norm_groups.json", NULL,
+               "tests/bad/group_norm_groups.json:4:87: error: layer 'n': groups=4 must divide "
+               "the channels (6)\n");
+  expect_error("tests/bad/group_norm_axis.json", NULL,
+               "tests/bad/group_norm_axis.json:6:98: error: layer 'm': GroupNormalization over "
+               "another axis than the last is not supported\n");
+}
+
 // issue 11: constraints other than Keras's four, and axes the variable lacks
 Test(graph, constraint_unsupported) {
   expect_error("tests/bad/constraint_kernel.json", NULL,

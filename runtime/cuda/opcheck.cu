@@ -499,7 +499,19 @@ static void check_dropout(kdrt_ctx *c) {
     char name[64];
     snprintf(name, sizeof name, "dropout (sharded block) step %lld", (long long)c->step);
     check(name, y, hy, n, 0);
+    // issue 11: Gaussian noise, added and multiplied (the same draws; the
+    // device's double log and cos may round the last bit otherwise)
+    for (int mul = 0; mul < 2; mul++) {
+      kdrt_gaussian_noise(c, hy, hx, &l, 0.3f, mul, 0x5bd1e9955bd1e995ull);
+      kdrt_cuda_gaussian_noise(D, y, x, &l, 0.3f, mul, 0x5bd1e9955bd1e995ull);
+      snprintf(name, sizeof name, "gaussian_noise%s step %lld", mul ? " (mul)" : "",
+               (long long)c->step);
+      check(name, y, hy, n, 1e-6);
+    }
   }
+  kdrt_fill(hy, 0.75f, n);
+  kdrt_cuda_fill(D, y, 0.75f, n);
+  check("fill", y, hy, n, 0);
   kdrt_cuda_free(x), kdrt_cuda_free(y), free(hx), free(hy);
 }
 

@@ -574,6 +574,24 @@ def norms_acts():
     return sparse_classifier(x, out, "norms_acts")
 
 
+def noise_norms():
+    # issue 11: GroupNormalization on [b, t, c] and [b, h, w, c], between
+    # the noise layers (which run_ref.py turns off: Keras's draws are not
+    # kdcc's)
+    x = keras.Input((6, 8), name="seq")
+    h = layers.Dense(8, name="dense")(x)
+    h = layers.GaussianNoise(0.3, name="gauss_noise")(h)
+    h = layers.SpatialDropout1D(0.3, name="spatial1d")(h)
+    h = layers.GroupNormalization(groups=4, name="group_norm")(h)
+    h = layers.GaussianDropout(0.2, name="gauss_dropout")(h)
+    h = layers.Reshape((6, 2, 4), name="reshape")(h)
+    h = layers.SpatialDropout2D(0.25, name="spatial2d")(h)
+    h = layers.GroupNormalization(groups=2, epsilon=1e-2, name="group_norm_2d")(h)
+    h = layers.Flatten(name="flat")(h)
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier(x, out, "noise_norms")
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -1071,6 +1089,19 @@ MODELS = {
                 "out/kernel": ["model", None],
             }),
             "norms_acts_dp": DP_8,
+        },
+    ),
+    "noise_norms": dict(
+        build=noise_norms, labels="sparse10", x=(6, 8),
+        dists={
+            # the channels split, and with them the groups
+            "noise_norms": model_parallel({
+                "dense/kernel": [None, "model"],
+                "dense/bias": ["model"],
+                "group_norm/gamma": ["model"],
+                "group_norm/beta": ["model"],
+            }),
+            "noise_norms_dp": DP_8,
         },
     ),
     "constrained": dict(

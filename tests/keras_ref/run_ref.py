@@ -95,6 +95,10 @@ Cases (model, distribution spec from models/):
                                                              PReLU (shared_axes), ActivityRegularization,
                                                              RepeatVector; features split
     norms_acts_dp   norms_acts     norms_acts_dp.dist.json   DataParallel (8,)
+    noise_norms     noise_norms    noise_norms.dist.json     ModelParallel (2,4)  GroupNormalization (rank
+                                                             3 and 4), the noise layers (rates 0 here);
+                                                             channels (groups) split
+    noise_norms_dp  noise_norms    noise_norms_dp.dist.json  DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -249,6 +253,7 @@ DATA = {
     "transposed": (64, 2),
     "merging": (64, 2),
     "norms_acts": (64, 2),
+    "noise_norms": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -397,6 +402,8 @@ CASES = {
     "merging_dp": ("merging", "merging_dp"),
     "norms_acts": ("norms_acts", "norms_acts"),
     "norms_acts_dp": ("norms_acts", "norms_acts_dp"),
+    "noise_norms": ("noise_norms", "noise_norms"),
+    "noise_norms_dp": ("noise_norms", "noise_norms_dp"),
 }
 
 
@@ -462,9 +469,13 @@ def io_description(model, xs, ys, xf, yf):
 
 
 def zero_dropout(model):
+    """Dropout (SpatialDropout's too) and the noise layers off: Keras's draws
+    are not kdcc's (those are checked by mesh_equiv.sh and noise_identity.sh)."""
     for layer in model.layers:
-        if isinstance(layer, keras.layers.Dropout):
+        if isinstance(layer, (keras.layers.Dropout, keras.layers.GaussianDropout)):
             layer.rate = 0.0
+        if isinstance(layer, keras.layers.GaussianNoise):
+            layer.stddev = 0.0
 
 
 def layer_weights(path):

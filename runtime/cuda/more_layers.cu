@@ -1,4 +1,4 @@
-// merge.cu: the CUDA kernels of Maximum and Minimum, as ../merge.c.
+// more_layers.cu: the CUDA kernels of ../more_layers.c.
 #include "common.cuh"
 
 __device__ static inline int wins(float a, float o, int min) {
@@ -34,4 +34,14 @@ extern "C" void kdrt_cuda_maximum_grad(kdrt_cuda *d, float *dx, const float *dy,
   maximum_grad_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(dx, dy, a, b, c, min,
                                                                             n);
   KDRT_LAUNCHED(d, "maximum_grad_kernel");
+}
+
+__global__ static void fill_kernel(float *y, float v, size_t n) {
+  KDRT_FOR(i, n) y[i] = v;
+}
+
+extern "C" void kdrt_cuda_fill(kdrt_cuda *d, float *y, float v, size_t n) {
+  if (!n) return;
+  fill_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, v, n);
+  KDRT_LAUNCHED(d, "fill_kernel");
 }

@@ -1,5 +1,6 @@
-// merge.c: the CPU kernels of the Maximum and Minimum merging layers and of
-// the normalizations' clamps (issue 11). The CUDA versions are cuda/merge.cu.
+// more_layers.c: the CPU kernels of issue 11's later layers: Maximum and
+// Minimum (and the normalizations' clamps), and SpatialDropout's constant.
+// The CUDA versions are cuda/more_layers.cu; GaussianNoise's is in rng.c.
 #include "kdrt.h"
 
 #include <math.h>
@@ -23,4 +24,8 @@ void kdrt_maximum_grad(float *dx, const float *dy, const float *a, const float *
     float o = b ? b[i] : c;
     dx[i] = a[i] == o ? dy[i] * 0.5f : (min ? a[i] < o : a[i] > o) ? dy[i] : 0.0f;
   }
+}
+
+void kdrt_fill(float *y, float v, size_t n) {
+  for (size_t i = 0; i < n; i++) y[i] = v;
 }
