@@ -1064,10 +1064,10 @@ static Node *grouped_conv(Graph *g, Node *x4, Node *f4, int64_t groups, WinAttr 
 
 typedef enum { CONV, DEPTHWISE, SEPARABLE } ConvKind;
 
-// Conv1D, Conv2D, DepthwiseConv2D and SeparableConv2D: CONV2D on
-// channels-last [b, h, w, c] (Conv1D: a [b, steps, 1, c] view, its [k, cin,
-// cout] kernel viewed as [k, 1, cin, cout]; DepthwiseConv2D: its [kh, kw,
-// cin, m] kernel viewed as [kh, kw, 1, cin * m], cin groups;
+// Conv1D, Conv2D, DepthwiseConv1D/2D and SeparableConv1D/2D: CONV2D on
+// channels-last [b, h, w, c] (the 1-D layers: a [b, steps, 1, c] view, a
+// [k, cin, cout] kernel viewed as [k, 1, cin, cout]; DepthwiseConv2D: its
+// [kh, kw, cin, m] kernel viewed as [kh, kw, 1, cin * m], cin groups;
 // SeparableConv2D: that, then a 1x1 CONV2D by its pointwise_kernel [1, 1,
 // cin * m, filters]), then the bias and the activation. n: the spatial dims
 // (1 or 2).
@@ -1122,9 +1122,10 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
   if (scratch > MAX_ELEMS)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its im2col buffer would hold more "
              "than 2^40 elements, the most a tensor may hold", l->name);
-  Shape fs = depthwise ? (Shape){4, {ks[0], ks[1], ci, mult}}
-             : n == 2 ? (Shape){4, {ks[0], ks[1], cg, filters}}
-                      : (Shape){3, {ks[0], cg, filters}};
+  // Keras's kernels: [k.., cin / groups, filters], depthwise [k.., cin, mult]
+  Shape fs = {n + 2, {ks[0], ks[1]}};
+  fs.d[n] = depthwise ? ci : cg;
+  fs.d[n + 1] = depthwise ? mult : filters;
   Node *f = new_var(g, l, kind == SEPARABLE ? "depthwise_kernel" : "kernel", fs,
                     depthwise ? "depthwise_initializer" : "kernel_initializer", "glorot_uniform");
   Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, h, 1, ci}});
@@ -1133,13 +1134,15 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
                  (int)dil[1] - 1};
   Node *y = grouped_conv(g, x4, f4, groups, win, (Shape){4, {b, oh, ow, filters}});
   if (kind == SEPARABLE) {
-    Node *p = new_var(g, l, "pointwise_kernel", (Shape){4, {1, 1, filters, out_ch}},
+    Node *p = new_var(g, l, "pointwise_kernel", n == 2 ? (Shape){4, {1, 1, filters, out_ch}}
+                                                       : (Shape){3, {1, filters, out_ch}},
                       "pointwise_initializer", "glorot_uniform");
+    if (n == 1) p = view(g, p, (Shape){4, {1, 1, filters, out_ch}});
     y = grouped_conv(g, y, p, 1, (WinAttr){1, 1, 1, 1, 0, 0, 0, 0},
                      (Shape){4, {b, oh, ow, out_ch}});
   }
   if (scratch > g->scratch_floats) g->scratch_floats = scratch;
-  if (n == 1) y = view(g, y, (Shape){3, {b, oh, filters}});
+  if (n == 1) y = view(g, y, (Shape){3, {b, oh, out_ch}});
   if (cfg_bool(l, "use_bias", true)) {
     Node *bias = new_var(g, l, "bias", (Shape){1, {out_ch}}, "bias_initializer", "zeros");
     y = new_node2(g, OP_BIAS, y, bias, y->shape);
@@ -1147,49 +1150,55 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
   return apply_act(g, y, parse_act(l, "activation"));
 }
 
-// Conv2DTranspose(filters, kernel_size, strides, padding): the gradient of
-// a conv with respect to its input (CONV2D_DX), that conv mapping the
-// output [b, H, W, filters] back to x [b, h, w, cin] by the kernel [kh, kw,
-// filters, cin] as Keras stores it. H = h * s ('same'), or (h - 1) * s +
-// max(k, s) ('valid'), Keras's output shape.
-static Node *build_conv_transpose(Graph *g, Layer *l, Node *x) {
+// Conv1DTranspose and Conv2DTranspose(filters, kernel_size, strides,
+// padding): the gradient of a conv with respect to its input (CONV2D_DX),
+// that conv mapping the output [b, H, W, filters] back to x [b, h, w, cin]
+// by the kernel [kh, kw, filters, cin] as Keras stores it. H = h * s
+// ('same'), or (h - 1) * s + max(k, s) ('valid'), Keras's output shape. The
+// 1-D layer: x [b, steps, 1, cin] and its [k, filters, cin] kernel viewed
+// with a unit dim, as Conv1D. n: the spatial dims.
+static Node *build_conv_transpose(Graph *g, Layer *l, Node *x, int n) {
   check_channels_last(l);
-  if (x->shape.rank != 4)
-    error_at(l->loc, "layer '%s': Conv2DTranspose needs an input of rank 4 (batch, h, w, c), got "
-             "%s", l->name, kshape(&x->shape));
+  if (x->shape.rank != n + 2)
+    error_at(l->loc, "layer '%s': %s needs an input of rank %d (batch, %s, c), got %s", l->name,
+             l->cls, n + 2, n == 1 ? "steps" : "h, w", kshape(&x->shape));
   static const char *const no[] = {"output_padding"};
   check_none(l, no, 1);
-  int64_t filters = cfg_size(l, "filters", -1), ks[2], st[2] = {1, 1}, dil[2] = {1, 1};
-  if (cfg_sizes(l, "kernel_size", ks, 2) != 2)
+  int64_t filters = cfg_size(l, "filters", -1), ks[2] = {1, 1}, st[2] = {1, 1}, dil[2] = {1, 1};
+  if (cfg_sizes(l, "kernel_size", ks, n) != n)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
-  cfg_sizes(l, "strides", st, 2);
-  cfg_sizes(l, "dilation_rate", dil, 2);
+  cfg_sizes(l, "strides", st, n);
+  cfg_sizes(l, "dilation_rate", dil, n);
   if (dil[0] != 1 || dil[1] != 1)
-    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': Conv2DTranspose dilation_rate other "
-             "than 1 is not supported yet", l->name);
+    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': %s dilation_rate other than 1 is "
+             "not supported yet", l->name, l->cls);
   if (filters <= 0)
     error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
   bool same = parse_padding(l);
   const int64_t *d = x->shape.d;
-  int64_t out[2], chk[2];
+  int64_t in[2] = {d[1], n == 2 ? d[2] : 1}, b = d[0], ci = d[n + 1], out[2], chk[2];
   int pad[2];
   for (int i = 0; i < 2; i++) {
-    out[i] = same ? size_mul(d[i + 1], st[i])
-                  : size_add(size_mul(d[i + 1] - 1, st[i]), ks[i] > st[i] ? ks[i] : st[i]);
+    out[i] = same ? size_mul(in[i], st[i])
+                  : size_add(size_mul(in[i] - 1, st[i]), ks[i] > st[i] ? ks[i] : st[i]);
     if (out[i] > MAX_DIM)
       error_at(l->loc, "layer '%s': an output dimension over %d", l->name, MAX_DIM);
     window(out[i], (int)ks[i], (int)st[i], same, &chk[i], &pad[i]);
-    if (chk[i] != d[i + 1]) unreachable();
+    if (chk[i] != in[i]) unreachable();
   }
-  if (size_mul(size_mul(ks[0], ks[1]), size_mul(filters, d[3])) > MAX_ELEMS ||
-      size_mul(size_mul(d[0], size_mul(d[1], d[2])), size_mul(size_mul(ks[0], ks[1]), filters)) >
+  if (size_mul(size_mul(ks[0], ks[1]), size_mul(filters, ci)) > MAX_ELEMS ||
+      size_mul(size_mul(b, size_mul(in[0], in[1])), size_mul(size_mul(ks[0], ks[1]), filters)) >
           MAX_ELEMS)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its kernel or im2col buffer would "
              "hold more than 2^40 elements, the most a tensor may hold", l->name);
-  Node *f = new_var(g, l, "kernel", (Shape){4, {ks[0], ks[1], filters, d[3]}},
-                    "kernel_initializer", "glorot_uniform");
-  Node *y = new_node2(g, OP_CONV2D_DX, x, f, (Shape){4, {d[0], out[0], out[1], filters}});
+  Shape fs = {n + 2, {ks[0], ks[1]}};
+  fs.d[n] = filters, fs.d[n + 1] = ci;
+  Node *f = new_var(g, l, "kernel", fs, "kernel_initializer", "glorot_uniform");
+  Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, in[0], 1, ci}});
+  Node *f4 = n == 2 ? f : view(g, f, (Shape){4, {ks[0], 1, filters, ci}});
+  Node *y = new_node2(g, OP_CONV2D_DX, x4, f4, (Shape){4, {b, out[0], out[1], filters}});
   y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pad[0], pad[1], 0, 0};
+  if (n == 1) y = view(g, y, (Shape){3, {b, out[0], filters}});
   if (cfg_bool(l, "use_bias", true)) {
     Node *bias = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
     y = new_node2(g, OP_BIAS, y, bias, y->shape);
@@ -1197,6 +1206,12 @@ static Node *build_conv_transpose(Graph *g, Layer *l, Node *x) {
   return apply_act(g, y, parse_act(l, "activation"));
 }
 
+static Node *build_conv1d_transpose(Graph *g, Layer *l, Node *x) {
+  return build_conv_transpose(g, l, x, 1);
+}
+static Node *build_conv2d_transpose(Graph *g, Layer *l, Node *x) {
+  return build_conv_transpose(g, l, x, 2);
+}
 static Node *build_conv1d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 1, CONV); }
 static Node *build_conv2d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2, CONV); }
 static Node *build_depthwise(Graph *g, Layer *l, Node *x) {
@@ -1204,6 +1219,12 @@ static Node *build_depthwise(Graph *g, Layer *l, Node *x) {
 }
 static Node *build_separable(Graph *g, Layer *l, Node *x) {
   return build_conv(g, l, x, 2, SEPARABLE);
+}
+static Node *build_depthwise1d(Graph *g, Layer *l, Node *x) {
+  return build_conv(g, l, x, 1, DEPTHWISE);
+}
+static Node *build_separable1d(Graph *g, Layer *l, Node *x) {
+  return build_conv(g, l, x, 1, SEPARABLE);
 }
 
 static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
@@ -2127,7 +2148,7 @@ static const LayerDef layer_defs[] = {
   {"Conv1D", 1, build_conv1d}, // issue 11
   {"DepthwiseConv2D", 1, build_depthwise},
   {"SeparableConv2D", 1, build_separable},
-  {"Conv2DTranspose", 1, build_conv_transpose},
+  {"Conv2DTranspose", 1, build_conv2d_transpose},
   {"MaxPooling2D", 1, build_maxpool},
   {"Activation", 1, build_activation},
   {"Softmax", 1, build_softmax},
@@ -2178,6 +2199,9 @@ static const LayerDef layer_defs[] = {
   {"SpatialDropout2D", 1, build_spatial_dropout},
   {"GaussianNoise", 1, build_gaussian_noise},
   {"GaussianDropout", 1, build_gaussian_dropout},
+  {"DepthwiseConv1D", 1, build_depthwise1d},
+  {"SeparableConv1D", 1, build_separable1d},
+  {"Conv1DTranspose", 1, build_conv1d_transpose},
 };
 
 // nin -2: several inputs, but not a merge (attention: query, value, key).

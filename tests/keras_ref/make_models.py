@@ -592,6 +592,22 @@ def noise_norms():
     return sparse_classifier(x, out, "noise_norms")
 
 
+def conv1d_family():
+    # issue 11: DepthwiseConv1D, SeparableConv1D (strided) and Conv1DTranspose
+    # ('same' strided, 'valid' with a stride over the kernel)
+    x = keras.Input((10, 4), name="seq")
+    y = layers.DepthwiseConv1D(3, depth_multiplier=2, padding="same", activation="relu",
+                               name="depthwise_conv1d")(x)
+    y = layers.SeparableConv1D(8, 3, depth_multiplier=2, strides=2, padding="same",
+                               activation="relu", name="separable_conv1d")(y)
+    y = layers.Conv1DTranspose(8, 3, strides=2, padding="same", activation="tanh",
+                               name="conv1d_transpose")(y)
+    y = layers.Conv1DTranspose(4, 2, strides=3, name="conv1d_transpose_1")(y)
+    y = layers.Flatten(name="flat")(y)
+    out = layers.Dense(10, activation="softmax", name="out")(y)
+    return sparse_classifier(x, out, "conv1d_family")
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -1102,6 +1118,21 @@ MODELS = {
                 "group_norm/beta": ["model"],
             }),
             "noise_norms_dp": DP_8,
+        },
+    ),
+    "conv1d_family": dict(
+        build=conv1d_family, labels="sparse10", x=(10, 4),
+        dists={
+            # the pointwise kernel's filters split, the first transpose's
+            # filters, then the second's input channels (a partial sum)
+            "conv1d_family": model_parallel({
+                "separable_conv1d/pointwise_kernel": [None, None, "model"],
+                "separable_conv1d/bias": ["model"],
+                "conv1d_transpose/kernel": [None, "model", None],
+                "conv1d_transpose/bias": ["model"],
+                "conv1d_transpose_1/kernel": [None, None, "model"],
+            }),
+            "conv1d_family_dp": DP_8,
         },
     ),
     "constrained": dict(

@@ -99,6 +99,11 @@ Cases (model, distribution spec from models/):
                                                              3 and 4), the noise layers (rates 0 here);
                                                              channels (groups) split
     noise_norms_dp  noise_norms    noise_norms_dp.dist.json  DataParallel (8,)
+    conv1d_family   conv1d_family  conv1d_family.dist.json   ModelParallel (2,4)  DepthwiseConv1D,
+                                                             SeparableConv1D (strided), Conv1DTranspose
+                                                             (same, valid); filters split, then input
+                                                             channels
+    conv1d_family_dp conv1d_family conv1d_family_dp.dist.json DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -254,6 +259,7 @@ DATA = {
     "merging": (64, 2),
     "norms_acts": (64, 2),
     "noise_norms": (64, 2),
+    "conv1d_family": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -404,6 +410,8 @@ CASES = {
     "norms_acts_dp": ("norms_acts", "norms_acts_dp"),
     "noise_norms": ("noise_norms", "noise_norms"),
     "noise_norms_dp": ("noise_norms", "noise_norms_dp"),
+    "conv1d_family": ("conv1d_family", "conv1d_family"),
+    "conv1d_family_dp": ("conv1d_family", "conv1d_family_dp"),
 }
 
 
