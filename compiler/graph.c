@@ -2129,6 +2129,93 @@ static Node *build_gaussian_dropout(Graph *g, Layer *l, Node *x) {
   return noise(g, l, x, sqrt(rate / (1 - rate)), true);
 }
 
+// A number or nested lists of numbers (a config's array): its shape into
+// *s and its elements, row-major, into out (NULL: count only); returns the
+// count, or -1 when it is ragged, too deep or not finite numbers.
+static int64_t json_array_floats(json_t *v, Shape *s, int depth, float *out) {
+  if (json_is_number(v)) {
+    if (depth == 0) s->rank = 0;
+    double x = json_number_value(v);
+    if (!isfinite(x) || fabs(x) > FLT_MAX) return -1;
+    if (out) *out = (float)x;
+    return 1;
+  }
+  if (!json_is_array(v) || depth >= MAX_RANK || json_array_size(v) == 0) return -1;
+  if (depth == 0) s->rank = 0;
+  int64_t n = (int64_t)json_array_size(v);
+  if (s->rank == depth) s->d[s->rank++] = n;
+  else if (s->rank < depth || s->d[depth] != n) return -1;
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t k = json_array_floats(json_array_get(v, (size_t)i), s, depth + 1,
+                                  out ? out + total : NULL);
+    if (k < 0 || (json_is_number(json_array_get(v, (size_t)i)) != (s->rank == depth + 1)))
+      return -1;
+    total += k;
+  }
+  return total;
+}
+
+// Normalization(axis, mean, variance, invert) with its statistics in the
+// config: (x - mean) / max(sqrt(variance), 1e-7), or (invert) mean + x *
+// that, Keras's formula, as a BIAS and a COL_MUL by constants over x's
+// sample dims (computed here in float32 as Keras does; a multiplication by
+// the reciprocal where Keras divides: within an ulp). mean and variance
+// align with the kept axes from the right, a 1 broadcast, as Keras's build.
+static Node *build_normalization(Graph *g, Layer *l, Node *x) {
+  json_t *mj = json_object_get(l->cfg, "mean"), *vj = json_object_get(l->cfg, "variance");
+  if (!mj || json_is_null(mj) || !vj || json_is_null(vj))
+    error_at(mj && !json_is_null(mj) ? jloc(mj) : l->loc, "layer '%s': Normalization without "
+             "its mean and variance in the config (adapted, kept as weights) is not supported",
+             l->name);
+  int r = x->shape.rank;
+  json_t *aj = json_object_get(l->cfg, "axis");
+  unsigned keep = aj && json_is_array(aj) && !json_array_size(aj) ? 0
+                : aj && json_is_null(aj) ? 0 : cfg_axes(l, x, "axis", 1);
+  int kept[MAX_RANK], nk = 0;
+  for (int d = 1; d < r; d++)
+    if ((keep >> d) & 1) kept[nk++] = d;
+  Shape ms = {0}, vs = {0};
+  int64_t nm = json_array_floats(mj, &ms, 0, NULL), nv = json_array_floats(vj, &vs, 0, NULL);
+  if (nm < 0 || nv < 0 || !shape_eq(&ms, &vs) || ms.rank > nk)
+    error_at(jloc(nm < 0 ? mj : vj), "layer '%s': mean and variance must be finite numbers or "
+             "lists of them, of one shape, of rank at most the %d kept axes", l->name, nk);
+  for (int i = 1; i <= ms.rank; i++)
+    if (ms.d[ms.rank - i] != 1 && ms.d[ms.rank - i] != x->shape.d[kept[nk - i]])
+      error_at(jloc(mj), "layer '%s': mean and variance of shape %s do not fit the kept axes "
+               "of %s", l->name, shape_str(&ms), kshape(&x->shape));
+  float *mean = xcalloc((size_t)nm, sizeof *mean), *var = xcalloc((size_t)nm, sizeof *var);
+  json_array_floats(mj, &ms, 0, mean);
+  json_array_floats(vj, &vs, 0, var);
+  Shape cs = drop_dim(&x->shape, 0);
+  int64_t n = shape_elems(&cs);
+  float *shift = xcalloc((size_t)n, sizeof *shift), *mul = xcalloc((size_t)n, sizeof *mul);
+  bool invert = cfg_bool(l, "invert", false);
+  for (int64_t e = 0; e < n; e++) {
+    int64_t idx[MAX_RANK], rest = e, at = 0, stride = 1;
+    for (int d = r - 1; d >= 1; d--) idx[d] = rest % x->shape.d[d], rest /= x->shape.d[d];
+    for (int i = 1; i <= ms.rank; i++) { // the statistic's element for this sample element
+      int64_t ext = ms.d[ms.rank - i];
+      at += (ext == 1 ? 0 : idx[kept[nk - i]]) * stride;
+      stride *= ext;
+    }
+    float den = fmaxf(sqrtf(var[at]), 1e-7f);
+    shift[e] = invert ? mean[at] : -mean[at];
+    mul[e] = invert ? den : 1.0f / den;
+  }
+  Node *k[2];
+  for (int i = 0; i < 2; i++) {
+    k[i] = new_node(g, OP_CONST, 0, NULL);
+    k[i]->shape = cs;
+    k[i]->cst.data = i ? mul : shift;
+    k[i]->has_want = true;
+    k[i]->want = place_replicated();
+  }
+  if (invert) return new_node2(g, OP_BIAS, new_node2(g, OP_COL_MUL, x, k[1], x->shape), k[0],
+                               x->shape);
+  return new_node2(g, OP_COL_MUL, new_node2(g, OP_BIAS, x, k[0], x->shape), k[1], x->shape);
+}
+
 // The Keras layers kdcc builds: class name, how many inputs a call takes
 // (-1: two or more), and the builder that makes its ops from its first
 // input (merges read all of theirs). load.c accepts exactly these classes.
@@ -2202,6 +2289,7 @@ static const LayerDef layer_defs[] = {
   {"DepthwiseConv1D", 1, build_depthwise1d},
   {"SeparableConv1D", 1, build_separable1d},
   {"Conv1DTranspose", 1, build_conv1d_transpose},
+  {"Normalization", 1, build_normalization},
 };
 
 // nin -2: several inputs, but not a merge (attention: query, value, key).

@@ -342,6 +342,7 @@ typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROAD
 typedef struct { bool rms; float eps; } NormAttr;           // NORM, NORM_GRAD
 typedef struct { float fill; } MaskAttr;                    // CAUSAL, ATTN_MASK: what a masked score becomes
 typedef struct { float lo, hi; double rate; } ClipAttr;    // CLIP_NORM: Keras's MinMaxNorm's
+typedef struct { const float *data; } ConstAttr;            // CONST: its global elements
 typedef struct { bool min; float c; } MinMaxAttr;           // MAXIMUM*: min instead; c: a lone operand's other
 
 struct Node {
@@ -370,6 +371,7 @@ struct Node {
     MaskAttr mask;
     ClipAttr clip;
     MinMaxAttr mm;
+    ConstAttr cst;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows

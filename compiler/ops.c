@@ -1114,3 +1114,17 @@ static void fill_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_FILL = {"fill", 0, 0, false, rule_none, NULL, fill_emit};
+
+// CONST: a replicated constant the program holds (Normalization's mean and
+// variance from its config), copied into its buffer when the step needs it.
+static void const_emit(const Node *n, Lowering *lw) {
+  int64_t k = shape_elems(&n->shape);
+  char *vals = xstrdup("");
+  for (int64_t i = 0; i < k; i++)
+    vals = format("%s%s%s,", vals, i % 8 ? " " : "\n      ", flt(n->cst.data[i]));
+  lower_call(lw, "load_const", false, format("static const float k[%lld] = {%s};",
+                                             (long long)k, vals),
+             "%s, k, %lld", buf(n), (long long)k);
+}
+
+const OpDef op_CONST = {"const", 0, 0, false, rule_none, NULL, const_emit};

@@ -164,8 +164,9 @@ typedef struct {
   /* y = max(a, b) elementwise (min: the minimum), NaN if either is; b NULL: max(a, c).  */    \
   /* maximum_grad: dx = dy where a is the result and b is not, dy / 2 where both are   */    \
   /* (JAX's balanced gradient of a tie), else 0: d y / d a                               */    \
-  /* y[i] = v (issue 11) */                                                                   \
+  /* y[i] = v; load_const: y = the program's constant k (host memory) (issue 11) */          \
   K(fill, (float *y, float v, size_t n))                                                       \
+  K(load_const, (float *y, const float *k, size_t n))                                          \
   K(maximum, (float *y, const float *a, const float *b, float c, int min, size_t n))           \
   K(maximum_grad, (float *dx, const float *dy, const float *a, const float *b, float c,        \
                    int min, size_t n))                                                         \

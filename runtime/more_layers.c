@@ -1,9 +1,11 @@
 // more_layers.c: the CPU kernels of issue 11's later layers: Maximum and
-// Minimum (and the normalizations' clamps), and SpatialDropout's constant.
+// Minimum (and the normalizations' clamps), and constants (SpatialDropout's
+// ones, Normalization's statistics).
 // The CUDA versions are cuda/more_layers.cu; GaussianNoise's is in rng.c.
 #include "kdrt.h"
 
 #include <math.h>
+#include <string.h>
 
 // Whether a beats o: the larger (the smaller with min), or a NaN, which
 // lax.max and lax.min propagate.
@@ -29,3 +31,5 @@ void kdrt_maximum_grad(float *dx, const float *dy, const float *a, const float *
 void kdrt_fill(float *y, float v, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = v;
 }
+
+void kdrt_load_const(float *y, const float *k, size_t n) { memcpy(y, k, n * sizeof *y); }

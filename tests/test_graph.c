@@ -221,6 +221,14 @@ Test(graph, group_norm_refused) {
                "another axis than the last is not supported\n");
 }
 
+// issue 11: a Normalization adapted to data keeps its statistics as weights
+Test(graph, normalization_adapted) {
+  expect_error("tests/bad/normalization_adapted.json", NULL,
+               "tests/bad/normalization_adapted.json:4:3: error: layer 'n': Normalization "
+               "without its mean and variance in the config (adapted, kept as weights) is not "
+               "supported\n");
+}
+
 // issue 11: constraints other than Keras's four, and axes the variable lacks
 Test(graph, constraint_unsupported) {
   expect_error("tests/bad/constraint_kernel.json", NULL,

@@ -45,3 +45,8 @@ extern "C" void kdrt_cuda_fill(kdrt_cuda *d, float *y, float v, size_t n) {
   fill_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, v, n);
   KDRT_LAUNCHED(d, "fill_kernel");
 }
+
+extern "C" void kdrt_cuda_load_const(kdrt_cuda *d, float *y, const float *k, size_t n) {
+  if (!n) return;
+  CUDA_CHECK(cudaMemcpyAsync(y, k, n * sizeof *y, cudaMemcpyHostToDevice, d->impl->stream));
+}

@@ -608,6 +608,25 @@ def conv1d_family():
     return sparse_classifier(x, out, "conv1d_family")
 
 
+def normalization():
+    # issue 11: Normalization with its statistics in the config: over the
+    # features, over the steps (invert), one scalar (axis None), and a [1, 8]
+    # pair over steps and features (broadcast over the steps)
+    x = keras.Input((5, 4), name="seq")
+    a = layers.Normalization(mean=[0.5, -1.0, 2.0, 0.0], variance=[1.0, 4.0, 0.25, 2.0],
+                             name="norm")(x)
+    h = layers.Dense(8, name="dense")(a)
+    b = layers.Normalization(axis=1, mean=[0.1, 0.2, 0.3, 0.4, 0.5],
+                             variance=[1.0, 2.0, 3.0, 4.0, 5.0], invert=True,
+                             name="norm_steps")(h)
+    c = layers.Normalization(axis=None, mean=0.5, variance=2.0, name="norm_all")(b)
+    d = layers.Normalization(axis=[1, 2], mean=[[0.1 * i for i in range(8)]],
+                             variance=[[0.5 + i for i in range(8)]], name="norm_both")(c)
+    y = layers.GlobalAveragePooling1D(name="gap1d")(d)
+    out = layers.Dense(10, activation="softmax", name="out")(y)
+    return sparse_classifier(x, out, "normalization")
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -1133,6 +1152,18 @@ MODELS = {
                 "conv1d_transpose_1/kernel": [None, None, "model"],
             }),
             "conv1d_family_dp": DP_8,
+        },
+    ),
+    "normalization": dict(
+        build=normalization, labels="sparse10", x=(5, 4),
+        dists={
+            # the features split: the constants sliced to each device's block
+            "normalization": model_parallel({
+                "dense/kernel": [None, "model"],
+                "dense/bias": ["model"],
+                "out/kernel": ["model", None],
+            }),
+            "normalization_dp": DP_8,
         },
     ),
     "constrained": dict(

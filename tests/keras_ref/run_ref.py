@@ -104,6 +104,10 @@ Cases (model, distribution spec from models/):
                                                              (same, valid); filters split, then input
                                                              channels
     conv1d_family_dp conv1d_family conv1d_family_dp.dist.json DataParallel (8,)
+    normalization   normalization  normalization.dist.json   ModelParallel (2,4)  Normalization (mean and
+                                                             variance in the config: features, steps,
+                                                             inverted, scalar); features split
+    normalization_dp normalization normalization_dp.dist.json DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -260,6 +264,7 @@ DATA = {
     "norms_acts": (64, 2),
     "noise_norms": (64, 2),
     "conv1d_family": (64, 2),
+    "normalization": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -412,6 +417,8 @@ CASES = {
     "noise_norms_dp": ("noise_norms", "noise_norms_dp"),
     "conv1d_family": ("conv1d_family", "conv1d_family"),
     "conv1d_family_dp": ("conv1d_family", "conv1d_family_dp"),
+    "normalization": ("normalization", "normalization"),
+    "normalization_dp": ("normalization", "normalization_dp"),
 }
 
 

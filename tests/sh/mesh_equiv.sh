@@ -106,4 +106,6 @@ check ../tests/gradcheck/norms_acts ../tests/good/norms_acts.dist.json 16 data=1
 check ../tests/gradcheck/noise_norms ../tests/good/noise_norms.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: DepthwiseConv1D (input channels split), SeparableConv1D, Conv1DTranspose
 check ../tests/gradcheck/conv1d_family ../tests/good/conv1d_family.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Normalization's constants, replicated, sliced to the split features
+check ../tests/gradcheck/normalization ../tests/good/normalization.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail
