@@ -1156,18 +1156,28 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
 // by the kernel [kh, kw, filters, cin] as Keras stores it. H = h * s
 // ('same'), or (h - 1) * s + max(k, s) ('valid'), Keras's output shape. The
 // 1-D layer: x [b, steps, 1, cin] and its [k, filters, cin] kernel viewed
-// with a unit dim, as Conv1D. n: the spatial dims.
+// with a unit dim, as Conv1D. output_padding: Keras's output length ((h -
+// 1) * s + k + p, 'same' (h - 1) * s + k % 2 + p) and JAX's left padding
+// of the transposed conv, which fixes the forward conv's. n: the spatial dims.
 static Node *build_conv_transpose(Graph *g, Layer *l, Node *x, int n) {
   check_channels_last(l);
   if (x->shape.rank != n + 2)
     error_at(l->loc, "layer '%s': %s needs an input of rank %d (batch, %s, c), got %s", l->name,
              l->cls, n + 2, n == 1 ? "steps" : "h, w", kshape(&x->shape));
-  static const char *const no[] = {"output_padding"};
-  check_none(l, no, 1);
   int64_t filters = cfg_size(l, "filters", -1), ks[2] = {1, 1}, st[2] = {1, 1}, dil[2] = {1, 1};
   if (cfg_sizes(l, "kernel_size", ks, n) != n)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
   cfg_sizes(l, "strides", st, n);
+  // output_padding (issue 11): extra output steps after the last, each under its stride
+  json_t *oj = json_object_get(l->cfg, "output_padding");
+  bool op_given = oj && !json_is_null(oj);
+  int64_t op[2] = {0, 0};
+  if (op_given && cfg_ints(l, "output_padding", op, n) != n)
+    error_at(jloc(oj), "layer '%s': 'output_padding' must give %d sizes", l->name, n);
+  for (int i = 0; i < n; i++)
+    if (op[i] < 0 || op[i] >= st[i])
+      error_at(jloc(oj), "layer '%s': output_padding %lld must be at least 0 and less than the "
+               "stride %lld", l->name, (long long)op[i], (long long)st[i]);
   cfg_sizes(l, "dilation_rate", dil, n);
   if (dil[0] != 1 || dil[1] != 1)
     error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': %s dilation_rate other than 1 is "
@@ -1179,10 +1189,19 @@ static Node *build_conv_transpose(Graph *g, Layer *l, Node *x, int n) {
   int64_t in[2] = {d[1], n == 2 ? d[2] : 1}, b = d[0], ci = d[n + 1], out[2], chk[2];
   int pad[2];
   for (int i = 0; i < 2; i++) {
-    out[i] = same ? size_mul(in[i], st[i])
-                  : size_add(size_mul(in[i] - 1, st[i]), ks[i] > st[i] ? ks[i] : st[i]);
+    if (op_given && i < n) { // Keras's output length, and JAX's padding of the transposed conv
+      int64_t k = ks[i], len = k + k % 2 - 2 + op[i], left = len / 2 + len % 2;
+      out[i] = size_add(size_mul(in[i] - 1, st[i]), same ? k % 2 + op[i] : k + op[i]);
+      pad[i] = same ? (int)(k - 1 - (left < k - 1 ? left : k - 1)) : 0;
+      if (out[i] <= 0)
+        error_at(l->loc, "layer '%s': an output dimension of %lld", l->name, (long long)out[i]);
+    } else {
+      out[i] = same ? size_mul(in[i], st[i])
+                    : size_add(size_mul(in[i] - 1, st[i]), ks[i] > st[i] ? ks[i] : st[i]);
+    }
     if (out[i] > MAX_DIM)
       error_at(l->loc, "layer '%s': an output dimension over %d", l->name, MAX_DIM);
+    if (op_given && i < n) continue;
     window(out[i], (int)ks[i], (int)st[i], same, &chk[i], &pad[i]);
     if (chk[i] != in[i]) unreachable();
   }

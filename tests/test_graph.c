@@ -183,11 +183,11 @@ Test(graph, conv1d_shapes) {
                "input channels (4) and filters (4)\n");
 }
 
-// issue 11: Conv2DTranspose's options kdcc lacks are named
+// issue 11: Conv2DTranspose's output_padding under its stride, as Keras requires
 Test(graph, conv_transpose_output_padding) {
   expect_error("tests/bad/conv_transpose_output_padding.json", NULL,
                "tests/bad/conv_transpose_output_padding.json:4:138: error: layer 't': "
-               "'output_padding' is not supported\n");
+               "output_padding 2 must be at least 0 and less than the stride 2\n");
 }
 
 // issue 11: a Dot over the batch, a Subtract of three

@@ -627,6 +627,25 @@ def normalization():
     return sparse_classifier(x, out, "normalization")
 
 
+def transposed_op():
+    # issue 11: output_padding: Conv2DTranspose 'same' (odd kernel) and
+    # 'valid' (a stride over the kernel, each dim its own), Conv1DTranspose
+    # 'same' with an even kernel
+    img = keras.Input((5, 4, 3), name="image")
+    seq = keras.Input((6, 3), name="seq")
+    a = layers.Conv2DTranspose(8, 3, strides=2, padding="same", output_padding=1,
+                               activation="relu", name="conv2d_transpose")(img)
+    a = layers.Conv2DTranspose(4, (2, 3), strides=(3, 2), output_padding=(2, 1),
+                               activation="tanh", name="conv2d_transpose_1")(a)
+    a = layers.GlobalAveragePooling2D(name="gap2d")(a)
+    b = layers.Conv1DTranspose(4, 4, strides=3, padding="same", output_padding=2,
+                               activation="tanh", name="conv1d_transpose")(seq)
+    b = layers.GlobalAveragePooling1D(name="gap1d")(b)
+    h = layers.Concatenate(name="cat")([a, b])
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier([img, seq], out, "transposed_op")
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -1164,6 +1183,23 @@ MODELS = {
                 "out/kernel": ["model", None],
             }),
             "normalization_dp": DP_8,
+        },
+    ),
+    "transposed_op": dict(
+        build=transposed_op,
+        inputs=[("image", (5, 4, 3), "float"), ("seq", (6, 3), "float")],
+        outputs=["sparse10"],
+        dists={
+            # the first kernel's filters split, the second's input channels
+            # (a partial sum), the 1-D one's filters
+            "transposed_op": model_parallel({
+                "conv2d_transpose/kernel": [None, None, "model", None],
+                "conv2d_transpose/bias": ["model"],
+                "conv2d_transpose_1/kernel": [None, None, None, "model"],
+                "conv1d_transpose/kernel": [None, "model", None],
+                "conv1d_transpose/bias": ["model"],
+            }),
+            "transposed_op_dp": DP_8,
         },
     ),
     "constrained": dict(

@@ -108,6 +108,11 @@ Cases (model, distribution spec from models/):
                                                              variance in the config: features, steps,
                                                              inverted, scalar); features split
     normalization_dp normalization normalization_dp.dist.json DataParallel (8,)
+    transposed_op   transposed_op  transposed_op.dist.json   ModelParallel (2,4)  output_padding of
+                                                             Conv2DTranspose (same, valid) and
+                                                             Conv1DTranspose (same, even kernel);
+                                                             filters split, then input channels
+    transposed_op_dp transposed_op transposed_op_dp.dist.json DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -265,6 +270,7 @@ DATA = {
     "noise_norms": (64, 2),
     "conv1d_family": (64, 2),
     "normalization": (64, 2),
+    "transposed_op": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -419,6 +425,8 @@ CASES = {
     "conv1d_family_dp": ("conv1d_family", "conv1d_family_dp"),
     "normalization": ("normalization", "normalization"),
     "normalization_dp": ("normalization", "normalization_dp"),
+    "transposed_op": ("transposed_op", "transposed_op"),
+    "transposed_op_dp": ("transposed_op", "transposed_op_dp"),
 }
 
 

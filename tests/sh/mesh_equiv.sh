@@ -108,4 +108,6 @@ check ../tests/gradcheck/noise_norms ../tests/good/noise_norms.dist.json 16 data
 check ../tests/gradcheck/conv1d_family ../tests/good/conv1d_family.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: Normalization's constants, replicated, sliced to the split features
 check ../tests/gradcheck/normalization ../tests/good/normalization.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: output_padding of Conv2DTranspose and Conv1DTranspose
+check ../tests/gradcheck/transpose_op ../tests/good/transpose_op.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail
