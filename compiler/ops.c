@@ -427,23 +427,35 @@ const OpDef op_RESHAPE = {"reshape", 1, 1, false, reshape_rule, reshape_grad, re
 
 // ---------------------------------------------------------------- DROPOUT, SCALE
 
-static void dropout_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_DROPOUT, n->grad, n->in[0]->shape); // the same mask
+// DROPOUT and NOISE (issue 11): the same draws on dy give the gradient
+// (the mask, or GaussianDropout's factor); GaussianNoise's passes it.
+static void random_grad(Graph *g, Node *n, const bool *need) {
+  if (n->op == OP_NOISE && !n->drop.mul) {
+    accumulate(g, n->in[0], n->grad);
+    return;
+  }
+  Node *dx = new_node1(g, n->op, n->grad, n->in[0]->shape); // the same draws
   dx->drop = n->drop;
   accumulate(g, n->in[0], dx);
 }
 
-static void dropout_emit(const Node *n, Lowering *lw) {
+static void random_emit(const Node *n, Lowering *lw) {
+  bool drop = n->op == OP_DROPOUT;
   if (lw->step == STEP_EVAL) {
-    lw->note = "no dropout outside training";
+    lw->note = drop ? "no dropout outside training" : "no noise outside training";
     lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
     return;
   }
-  lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &l, %s, 0x%016llxull", buf(n),
-             buf(n->in[0]), flt(n->drop.rate), (unsigned long long)n->drop.stream);
+  if (drop)
+    lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &l, %s, 0x%016llxull", buf(n),
+               buf(n->in[0]), flt(n->drop.rate), (unsigned long long)n->drop.stream);
+  else
+    lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &l, %s, %d, 0x%016llxull",
+               buf(n), buf(n->in[0]), flt(n->drop.rate), n->drop.mul,
+               (unsigned long long)n->drop.stream);
 }
 
-const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, dropout_grad, dropout_emit};
+const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad, random_emit};
 
 static void scale_grad(Graph *g, Node *n, const bool *need) {
   Node *dx = new_node1(g, OP_SCALE, n->grad, n->in[0]->shape);
@@ -1081,33 +1093,12 @@ const OpDef op_MAXIMUM_GRAD = {"maximum_grad", -1, 0, false, rule_elementwise, N
 // ---------------------------------------------------------------- issue 11: NOISE, FILL
 // NOISE: GaussianNoise (x + s * z) and GaussianDropout (x * (1 + s * z)),
 // z drawn per global element index and step as DROPOUT's mask, so every
-// mesh draws the same; evaluate and predict pass x. Additive noise passes
-// the gradient; multiplicative noise multiplies it by the same factor.
+// mesh draws the same; evaluate and predict pass x (its gradient and
+// emission are DROPOUT's: random_grad, random_emit).
 // FILL: a constant tensor (no operands), which SpatialDropout drops out to
 // make its mask.
 
-static void noise_grad(Graph *g, Node *n, const bool *need) {
-  if (!n->drop.mul) {
-    accumulate(g, n->in[0], n->grad);
-    return;
-  }
-  Node *dx = new_node1(g, OP_NOISE, n->grad, n->in[0]->shape);
-  dx->drop = n->drop;
-  accumulate(g, n->in[0], dx);
-}
-
-static void noise_emit(const Node *n, Lowering *lw) {
-  if (lw->step == STEP_EVAL) {
-    lw->note = "no noise outside training";
-    lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
-    return;
-  }
-  lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &l, %s, %d, 0x%016llxull",
-             buf(n), buf(n->in[0]), flt(n->drop.rate), n->drop.mul,
-             (unsigned long long)n->drop.stream);
-}
-
-const OpDef op_NOISE = {"noise", 1, 0, false, rule_elementwise, noise_grad, noise_emit};
+const OpDef op_NOISE = {"noise", 1, 0, false, rule_elementwise, random_grad, random_emit};
 
 static void fill_emit(const Node *n, Lowering *lw) {
   lower_call(lw, "fill", false, NULL, "%s, %s, %s", buf(n), flt(n->aff.shift), elems_c(n));
