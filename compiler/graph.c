@@ -13,6 +13,7 @@
 #include <ctype.h>
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool shape_eq(const Shape *a, const Shape *b) {
@@ -285,14 +286,18 @@ static void add_penalty(Graph *g, Node *p) {
 
 // A layer's activity_regularizer: the penalty of its output divided by
 // the step's global batch (BATCH_MEAN), added at each call, as Keras does.
-static void activity_penalty(Graph *g, Layer *l, Node *y) {
-  double l1 = 0, l2 = 0;
-  parse_regularizer(l, "activity_regularizer", &l1, &l2);
+static void batch_penalty(Graph *g, Node *y, double l1, double l2) {
   Node *p = penalty(g, y, l1, l2);
   if (!p) return;
   Node *m = new_node1(g, OP_BATCH_MEAN, p, p->shape);
   m->aff = (AffAttr){1, 0};
   add_penalty(g, m);
+}
+
+static void activity_penalty(Graph *g, Layer *l, Node *y) {
+  double l1 = 0, l2 = 0;
+  parse_regularizer(l, "activity_regularizer", &l1, &l2);
+  batch_penalty(g, y, l1, l2);
 }
 
 // Where Keras's weights file keeps a layer's variable "<sub>/<name>":
@@ -460,23 +465,35 @@ static void check_none(Layer *l, const char *const *keys, int n) {
   }
 }
 
-// LayerNormalization: (x - mean) / sqrt(var + epsilon) over the last axis,
-// then * gamma and + beta (scale, center); rms_scaling: x / rms * gamma.
+static Node *view(Graph *g, Node *x, Shape s);
+static Node *to_last(Graph *g, Node *x, unsigned axes, Shape *moved);
+static Node *from_last(Graph *g, Node *y, unsigned axes, const Shape *moved, const Shape *orig);
+static unsigned cfg_axes(Layer *l, const Node *x, const char *key, int lo);
+
+// LayerNormalization: (x - mean) / sqrt(var + epsilon) over its axes, then
+// * gamma and + beta (scale, center); rms_scaling: x / rms * gamma. Axes
+// other than the last alone (issue 11) are moved to the end and merged
+// into one, where NORM works, and moved back after gamma and beta.
 static Node *build_layernorm(Graph *g, Layer *l, Node *x) {
-  check_last_axis(l, x);
-  int64_t h = x->shape.d[x->shape.rank - 1];
+  unsigned axes = cfg_axes(l, x, "axis", 1);
+  Shape moved;
+  Node *xm = to_last(g, x, axes, &moved);
+  int k = __builtin_popcount(axes);
+  Shape gs = {k, {0}};
+  for (int i = 0; i < k; i++) gs.d[i] = moved.d[moved.rank - k + i];
   bool rms = cfg_bool(l, "rms_scaling", false);
-  Node *y = new_node1(g, OP_NORM, x, x->shape);
+  Node *y = new_node1(g, OP_NORM, xm, xm->shape);
   y->norm = (NormAttr){rms, (float)cfg_num(l, "epsilon", 1e-3)};
+  if (k > 1) y = view(g, y, moved);
   if (cfg_bool(l, "scale", true) || rms) {
-    Node *gam = new_var(g, l, "gamma", (Shape){1, {h}}, "gamma_initializer", "ones");
-    y = new_node2(g, OP_COL_MUL, y, gam, x->shape);
+    Node *gam = new_var(g, l, "gamma", gs, "gamma_initializer", "ones");
+    y = new_node2(g, OP_COL_MUL, y, gam, moved);
   }
   if (cfg_bool(l, "center", true) && !rms) {
-    Node *beta = new_var(g, l, "beta", (Shape){1, {h}}, "beta_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, beta, x->shape);
+    Node *beta = new_var(g, l, "beta", gs, "beta_initializer", "zeros");
+    y = new_node2(g, OP_BIAS, y, beta, moved);
   }
-  return y;
+  return from_last(g, y, axes, &moved, &x->shape);
 }
 
 // RMSNormalization: x / sqrt(mean(x^2) + epsilon) * scale, the last axis.
@@ -575,7 +592,7 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   Node *p = apply_act(g, s, ACT_SOFTMAX);
   if (dropout > 0) {
     Node *dp = new_node1(g, OP_DROPOUT, p, p->shape);
-    dp->drop = (DropAttr){(float)dropout, hash_str(format("%s/attention_dropout", l->path))};
+    dp->drop = (DropAttr){(float)dropout, hash_str(format("%s/attention_dropout", l->path)), false};
     p = dp;
   }
   Node *o = dot_node(g, p, vt, 2, 1, false); // [b, n, t, dv]
@@ -1045,10 +1062,10 @@ static Node *grouped_conv(Graph *g, Node *x4, Node *f4, int64_t groups, WinAttr 
 
 typedef enum { CONV, DEPTHWISE, SEPARABLE } ConvKind;
 
-// Conv1D, Conv2D, DepthwiseConv2D and SeparableConv2D: CONV2D on
-// channels-last [b, h, w, c] (Conv1D: a [b, steps, 1, c] view, its [k, cin,
-// cout] kernel viewed as [k, 1, cin, cout]; DepthwiseConv2D: its [kh, kw,
-// cin, m] kernel viewed as [kh, kw, 1, cin * m], cin groups;
+// Conv1D, Conv2D, DepthwiseConv1D/2D and SeparableConv1D/2D: CONV2D on
+// channels-last [b, h, w, c] (the 1-D layers: a [b, steps, 1, c] view, a
+// [k, cin, cout] kernel viewed as [k, 1, cin, cout]; DepthwiseConv2D: its
+// [kh, kw, cin, m] kernel viewed as [kh, kw, 1, cin * m], cin groups;
 // SeparableConv2D: that, then a 1x1 CONV2D by its pointwise_kernel [1, 1,
 // cin * m, filters]), then the bias and the activation. n: the spatial dims
 // (1 or 2).
@@ -1103,9 +1120,10 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
   if (scratch > MAX_ELEMS)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its im2col buffer would hold more "
              "than 2^40 elements, the most a tensor may hold", l->name);
-  Shape fs = depthwise ? (Shape){4, {ks[0], ks[1], ci, mult}}
-             : n == 2 ? (Shape){4, {ks[0], ks[1], cg, filters}}
-                      : (Shape){3, {ks[0], cg, filters}};
+  // Keras's kernels: [k.., cin / groups, filters], depthwise [k.., cin, mult]
+  Shape fs = {n + 2, {ks[0], ks[1]}};
+  fs.d[n] = depthwise ? ci : cg;
+  fs.d[n + 1] = depthwise ? mult : filters;
   Node *f = new_var(g, l, kind == SEPARABLE ? "depthwise_kernel" : "kernel", fs,
                     depthwise ? "depthwise_initializer" : "kernel_initializer", "glorot_uniform");
   Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, h, 1, ci}});
@@ -1114,13 +1132,15 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
                  (int)dil[1] - 1};
   Node *y = grouped_conv(g, x4, f4, groups, win, (Shape){4, {b, oh, ow, filters}});
   if (kind == SEPARABLE) {
-    Node *p = new_var(g, l, "pointwise_kernel", (Shape){4, {1, 1, filters, out_ch}},
+    Node *p = new_var(g, l, "pointwise_kernel", n == 2 ? (Shape){4, {1, 1, filters, out_ch}}
+                                                       : (Shape){3, {1, filters, out_ch}},
                       "pointwise_initializer", "glorot_uniform");
+    if (n == 1) p = view(g, p, (Shape){4, {1, 1, filters, out_ch}});
     y = grouped_conv(g, y, p, 1, (WinAttr){1, 1, 1, 1, 0, 0, 0, 0},
                      (Shape){4, {b, oh, ow, out_ch}});
   }
   if (scratch > g->scratch_floats) g->scratch_floats = scratch;
-  if (n == 1) y = view(g, y, (Shape){3, {b, oh, filters}});
+  if (n == 1) y = view(g, y, (Shape){3, {b, oh, out_ch}});
   if (cfg_bool(l, "use_bias", true)) {
     Node *bias = new_var(g, l, "bias", (Shape){1, {out_ch}}, "bias_initializer", "zeros");
     y = new_node2(g, OP_BIAS, y, bias, y->shape);
@@ -1128,49 +1148,74 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
   return apply_act(g, y, parse_act(l, "activation"));
 }
 
-// Conv2DTranspose(filters, kernel_size, strides, padding): the gradient of
-// a conv with respect to its input (CONV2D_DX), that conv mapping the
-// output [b, H, W, filters] back to x [b, h, w, cin] by the kernel [kh, kw,
-// filters, cin] as Keras stores it. H = h * s ('same'), or (h - 1) * s +
-// max(k, s) ('valid'), Keras's output shape.
-static Node *build_conv_transpose(Graph *g, Layer *l, Node *x) {
+// Conv1DTranspose and Conv2DTranspose(filters, kernel_size, strides,
+// padding): the gradient of a conv with respect to its input (CONV2D_DX),
+// that conv mapping the output [b, H, W, filters] back to x [b, h, w, cin]
+// by the kernel [kh, kw, filters, cin] as Keras stores it. H = h * s
+// ('same'), or (h - 1) * s + max(k, s) ('valid'), Keras's output shape. The
+// 1-D layer: x [b, steps, 1, cin] and its [k, filters, cin] kernel viewed
+// with a unit dim, as Conv1D. output_padding: Keras's output length ((h -
+// 1) * s + k + p, 'same' (h - 1) * s + k % 2 + p) and JAX's left padding
+// of the transposed conv, which fixes the forward conv's. n: the spatial dims.
+static Node *build_conv_transpose(Graph *g, Layer *l, Node *x, int n) {
   check_channels_last(l);
-  if (x->shape.rank != 4)
-    error_at(l->loc, "layer '%s': Conv2DTranspose needs an input of rank 4 (batch, h, w, c), got "
-             "%s", l->name, kshape(&x->shape));
-  static const char *const no[] = {"output_padding"};
-  check_none(l, no, 1);
-  int64_t filters = cfg_size(l, "filters", -1), ks[2], st[2] = {1, 1}, dil[2] = {1, 1};
-  if (cfg_sizes(l, "kernel_size", ks, 2) != 2)
+  if (x->shape.rank != n + 2)
+    error_at(l->loc, "layer '%s': %s needs an input of rank %d (batch, %s, c), got %s", l->name,
+             l->cls, n + 2, n == 1 ? "steps" : "h, w", kshape(&x->shape));
+  int64_t filters = cfg_size(l, "filters", -1), ks[2] = {1, 1}, st[2] = {1, 1}, dil[2] = {1, 1};
+  if (cfg_sizes(l, "kernel_size", ks, n) != n)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': bad kernel_size", l->name);
-  cfg_sizes(l, "strides", st, 2);
-  cfg_sizes(l, "dilation_rate", dil, 2);
+  cfg_sizes(l, "strides", st, n);
+  // output_padding (issue 11): extra output steps after the last, each under its stride
+  json_t *oj = json_object_get(l->cfg, "output_padding");
+  bool op_given = oj && !json_is_null(oj);
+  int64_t op[2] = {0, 0};
+  if (op_given && cfg_ints(l, "output_padding", op, n) != n)
+    error_at(jloc(oj), "layer '%s': 'output_padding' must give %d sizes", l->name, n);
+  for (int i = 0; i < n; i++)
+    if (op[i] < 0 || op[i] >= st[i])
+      error_at(jloc(oj), "layer '%s': output_padding %lld must be at least 0 and less than the "
+               "stride %lld", l->name, (long long)op[i], (long long)st[i]);
+  cfg_sizes(l, "dilation_rate", dil, n);
   if (dil[0] != 1 || dil[1] != 1)
-    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': Conv2DTranspose dilation_rate other "
-             "than 1 is not supported yet", l->name);
+    error_at(jloc_key(l->cfg, "dilation_rate"), "layer '%s': %s dilation_rate other than 1 is "
+             "not supported yet", l->name, l->cls);
   if (filters <= 0)
     error_at(jloc_key(l->cfg, "filters"), "layer '%s': 'filters' must be positive", l->name);
   bool same = parse_padding(l);
   const int64_t *d = x->shape.d;
-  int64_t out[2], chk[2];
+  int64_t in[2] = {d[1], n == 2 ? d[2] : 1}, b = d[0], ci = d[n + 1], out[2], chk[2];
   int pad[2];
   for (int i = 0; i < 2; i++) {
-    out[i] = same ? size_mul(d[i + 1], st[i])
-                  : size_add(size_mul(d[i + 1] - 1, st[i]), ks[i] > st[i] ? ks[i] : st[i]);
+    if (op_given && i < n) { // Keras's output length, and JAX's padding of the transposed conv
+      int64_t k = ks[i], len = k + k % 2 - 2 + op[i], left = len / 2 + len % 2;
+      out[i] = size_add(size_mul(in[i] - 1, st[i]), same ? k % 2 + op[i] : k + op[i]);
+      pad[i] = same ? (int)(k - 1 - (left < k - 1 ? left : k - 1)) : 0;
+      if (out[i] <= 0)
+        error_at(l->loc, "layer '%s': an output dimension of %lld", l->name, (long long)out[i]);
+    } else {
+      out[i] = same ? size_mul(in[i], st[i])
+                    : size_add(size_mul(in[i] - 1, st[i]), ks[i] > st[i] ? ks[i] : st[i]);
+    }
     if (out[i] > MAX_DIM)
       error_at(l->loc, "layer '%s': an output dimension over %d", l->name, MAX_DIM);
+    if (op_given && i < n) continue;
     window(out[i], (int)ks[i], (int)st[i], same, &chk[i], &pad[i]);
-    if (chk[i] != d[i + 1]) unreachable();
+    if (chk[i] != in[i]) unreachable();
   }
-  if (size_mul(size_mul(ks[0], ks[1]), size_mul(filters, d[3])) > MAX_ELEMS ||
-      size_mul(size_mul(d[0], size_mul(d[1], d[2])), size_mul(size_mul(ks[0], ks[1]), filters)) >
+  if (size_mul(size_mul(ks[0], ks[1]), size_mul(filters, ci)) > MAX_ELEMS ||
+      size_mul(size_mul(b, size_mul(in[0], in[1])), size_mul(size_mul(ks[0], ks[1]), filters)) >
           MAX_ELEMS)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its kernel or im2col buffer would "
              "hold more than 2^40 elements, the most a tensor may hold", l->name);
-  Node *f = new_var(g, l, "kernel", (Shape){4, {ks[0], ks[1], filters, d[3]}},
-                    "kernel_initializer", "glorot_uniform");
-  Node *y = new_node2(g, OP_CONV2D_DX, x, f, (Shape){4, {d[0], out[0], out[1], filters}});
+  Shape fs = {n + 2, {ks[0], ks[1]}};
+  fs.d[n] = filters, fs.d[n + 1] = ci;
+  Node *f = new_var(g, l, "kernel", fs, "kernel_initializer", "glorot_uniform");
+  Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, in[0], 1, ci}});
+  Node *f4 = n == 2 ? f : view(g, f, (Shape){4, {ks[0], 1, filters, ci}});
+  Node *y = new_node2(g, OP_CONV2D_DX, x4, f4, (Shape){4, {b, out[0], out[1], filters}});
   y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pad[0], pad[1], 0, 0};
+  if (n == 1) y = view(g, y, (Shape){3, {b, out[0], filters}});
   if (cfg_bool(l, "use_bias", true)) {
     Node *bias = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
     y = new_node2(g, OP_BIAS, y, bias, y->shape);
@@ -1178,6 +1223,12 @@ static Node *build_conv_transpose(Graph *g, Layer *l, Node *x) {
   return apply_act(g, y, parse_act(l, "activation"));
 }
 
+static Node *build_conv1d_transpose(Graph *g, Layer *l, Node *x) {
+  return build_conv_transpose(g, l, x, 1);
+}
+static Node *build_conv2d_transpose(Graph *g, Layer *l, Node *x) {
+  return build_conv_transpose(g, l, x, 2);
+}
 static Node *build_conv1d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 1, CONV); }
 static Node *build_conv2d(Graph *g, Layer *l, Node *x) { return build_conv(g, l, x, 2, CONV); }
 static Node *build_depthwise(Graph *g, Layer *l, Node *x) {
@@ -1185,6 +1236,12 @@ static Node *build_depthwise(Graph *g, Layer *l, Node *x) {
 }
 static Node *build_separable(Graph *g, Layer *l, Node *x) {
   return build_conv(g, l, x, 2, SEPARABLE);
+}
+static Node *build_depthwise1d(Graph *g, Layer *l, Node *x) {
+  return build_conv(g, l, x, 1, DEPTHWISE);
+}
+static Node *build_separable1d(Graph *g, Layer *l, Node *x) {
+  return build_conv(g, l, x, 1, SEPARABLE);
 }
 
 static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
@@ -1293,15 +1350,27 @@ static Node *build_merge(Graph *g, Layer *l, bool concat) {
                i, kshape(si), kshape(&in[0]->shape));
     if (concat) s.d[axis] += si->d[axis];
   }
-  if (!strcmp(l->cls, "Multiply")) { // a product of two at a time, left to right
+  // issue 11: Maximum and Minimum (JAX's lax.max / lax.min, ties sharing the
+  // gradient), Subtract (a + -b, the same float as a - b), Average (the sum
+  // left to right, then times 1 / n where Keras divides by n: within an ulp)
+  bool max = !strcmp(l->cls, "Maximum"), min = !strcmp(l->cls, "Minimum");
+  if (!strcmp(l->cls, "Multiply") || max || min) { // two at a time, left to right
     Node *p = in[0];
-    for (int i = 1; i < l->nin; i++) p = new_node2(g, OP_MUL, p, in[i], s);
+    for (int i = 1; i < l->nin; i++) {
+      p = new_node2(g, max || min ? OP_MAXIMUM : OP_MUL, p, in[i], s);
+      p->mm = (MinMaxAttr){min, 0};
+    }
     return p;
+  }
+  if (!strcmp(l->cls, "Subtract")) {
+    if (l->nin != 2)
+      error_at(l->loc, "layer '%s': Subtract takes exactly 2 inputs, got %d", l->name, l->nin);
+    in[1] = scaled(g, in[1], -1);
   }
   Node *n = new_node(g, concat ? OP_CONCAT : OP_ADD, l->nin, in);
   n->shape = s;
   n->cat.axis = axis;
-  return n;
+  return strcmp(l->cls, "Average") ? n : scaled(g, n, 1.0 / l->nin);
 }
 
 // Embedding(input_dim, output_dim): ids[b, ..] -> table[ids] [b, .., output_dim].
@@ -1391,12 +1460,15 @@ static Node *build_activation(Graph *g, Layer *l, Node *x) {
   return apply_act(g, x, parse_act(l, "activation"));
 }
 
+// Softmax(axis): over the last dim, or (issue 11) over any axes, moved to
+// the end and merged into one (Keras computes several axes' as exp(x -
+// logsumexp(x)): the same values within float rounding).
 static Node *build_softmax(Graph *g, Layer *l, Node *x) {
-  int64_t axis = cfg_int(l, "axis", -1);
-  if (axis != -1 && axis != x->shape.rank - 1)
-    error_at(jloc_key(l->cfg, "axis"), "layer '%s': softmax over a dim other than the last "
-             "is not supported yet", l->name);
-  return apply_act(g, x, ACT_SOFTMAX);
+  unsigned axes = cfg_axes(l, x, "axis", 1);
+  Shape moved;
+  Node *y = apply_act(g, to_last(g, x, axes, &moved), ACT_SOFTMAX);
+  if (__builtin_popcount(axes) > 1) y = view(g, y, moved);
+  return from_last(g, y, axes, &moved, &x->shape);
 }
 
 static Node *build_flatten(Graph *g, Layer *l, Node *x) {
@@ -1404,13 +1476,19 @@ static Node *build_flatten(Graph *g, Layer *l, Node *x) {
                    (Shape){2, {x->shape.d[0], shape_elems(&x->shape) / x->shape.d[0]}});
 }
 
-static Node *build_dropout(Graph *g, Layer *l, Node *x) {
+// A dropout layer's rate, in [0, 1).
+static double dropout_rate(Layer *l) {
   double rate = cfg_num(l, "rate", 0);
   if (rate < 0 || rate >= 1)
     error_at(jloc_key(l->cfg, "rate"), "layer '%s': dropout rate must be in [0, 1)", l->name);
+  return rate;
+}
+
+static Node *build_dropout(Graph *g, Layer *l, Node *x) {
+  double rate = dropout_rate(l);
   if (rate == 0) return x;
   Node *n = new_node1(g, OP_DROPOUT, x, x->shape);
-  n->drop = (DropAttr){(float)rate, hash_str(l->path)};
+  n->drop = (DropAttr){(float)rate, hash_str(l->path), false};
   return n;
 }
 
@@ -1767,6 +1845,399 @@ static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   return new_node2(g, OP_BIAS, y, res, x->shape);
 }
 
+// ---- issue 11: Dot, normalizations, PReLU, RepeatVector
+
+// x with dim d removed (a reduction's result shape).
+static Shape drop_dim(const Shape *x, int d) {
+  Shape s = *x;
+  memmove(s.d + d, s.d + d + 1, (size_t)(--s.rank - d) * sizeof *s.d);
+  return s;
+}
+
+// v (x's shape without dim d) repeated along d back to x's shape.
+static Node *bcast_dim(Graph *g, Node *v, const Shape *to, int d) {
+  Node *b = new_node1(g, OP_BROADCAST, v, *to);
+  b->red.dim = d;
+  return b;
+}
+
+// Keras's ops.normalize(x, axis, order=2, epsilon): x * min(rsqrt(sum of
+// squares over the axes), 1 / epsilon), the sum one REDUCE_SUM per axis (a
+// split axis leaves a partial sum, all-reduced before the rsqrt).
+static Node *l2_normalize(Graph *g, Node *x, unsigned axes, double eps) {
+  Node *s = new_node2(g, OP_MUL, x, x, x->shape);
+  for (int d = x->shape.rank - 1; d >= 0; d--)
+    if ((axes >> d) & 1) {
+      Node *r = new_node1(g, OP_REDUCE_SUM, s, drop_dim(&s->shape, d));
+      r->red.dim = d;
+      s = r;
+    }
+  Node *inv = apply_act(g, s, KDRT_ACT_RSQRT);
+  inv = new_node1(g, OP_MAXIMUM, inv, inv->shape);
+  inv->mm = (MinMaxAttr){true, (float)(1.0 / eps)};
+  for (int d = 0; d < x->shape.rank; d++)
+    if ((axes >> d) & 1) {
+      Shape t = inv->shape;
+      memmove(t.d + d + 1, t.d + d, (size_t)(t.rank++ - d) * sizeof *t.d);
+      t.d[d] = x->shape.d[d];
+      inv = bcast_dim(g, inv, &t, d);
+    }
+  return new_node2(g, OP_MUL, x, inv, x->shape);
+}
+
+// x with its dim `from` moved to `to`, the others in order.
+static Node *move_dim(Graph *g, Node *x, int from, int to) {
+  if (from == to) return x;
+  Node *t = new_node1(g, OP_TRANSPOSE, x, x->shape);
+  for (int i = 0, k = 0; i < x->shape.rank; i++) {
+    if (k == from) k++;
+    t->perm.perm[i] = i == to ? from : k++;
+    t->shape.d[i] = x->shape.d[t->perm.perm[i]];
+  }
+  return t;
+}
+
+// x with the dims in `axes` (a mask) moved to the end, in order, and merged
+// into one; *moved: the shape before the merge (from_last undoes both).
+static Node *to_last(Graph *g, Node *x, unsigned axes, Shape *moved) {
+  int r = x->shape.rank, k = 0, perm[MAX_RANK];
+  for (int d = 0; d < r; d++)
+    if (!((axes >> d) & 1)) perm[k++] = d;
+  int keep = k;
+  for (int d = 0; d < r; d++)
+    if ((axes >> d) & 1) perm[k++] = d;
+  Node *t = x;
+  if (axes != (((1u << (r - keep)) - 1) << keep)) { // not already the trailing dims
+    t = new_node1(g, OP_TRANSPOSE, x, x->shape);
+    for (int i = 0; i < r; i++) t->shape.d[i] = x->shape.d[t->perm.perm[i] = perm[i]];
+  }
+  *moved = t->shape;
+  if (r - keep == 1) return t;
+  Shape m = {keep + 1, {0}};
+  for (int i = 0; i < keep; i++) m.d[i] = t->shape.d[i];
+  m.d[keep] = 1;
+  for (int i = keep; i < r; i++) m.d[keep] *= t->shape.d[i];
+  return view(g, t, m);
+}
+
+// y, of the shape *moved (to_last's), with its dims back where `axes` were.
+static Node *from_last(Graph *g, Node *y, unsigned axes, const Shape *moved, const Shape *orig) {
+  if (shape_eq(moved, orig)) return y;
+  int r = orig->rank, k = 0;
+  Node *t = new_node1(g, OP_TRANSPOSE, y, *orig);
+  for (int d = 0; d < r; d++)
+    if (!((axes >> d) & 1)) t->perm.perm[d] = k++;
+  for (int d = 0; d < r; d++)
+    if ((axes >> d) & 1) t->perm.perm[d] = k++;
+  return t;
+}
+
+// One axis of a layer option (an int, negative from the end), in [lo, rank).
+static int axis_in(Layer *l, json_t *a, const char *key, int rank, int lo) {
+  int64_t d = json_is_integer(a) ? json_integer_value(a) : INT64_MAX;
+  if (d < 0 && d >= -rank) d += rank;
+  if (d < lo || d >= rank)
+    error_at(a ? jloc(a) : l->loc, "layer '%s': '%s' must name a dim of the rank-%d input "
+             "(-%d to %d)%s", l->name, key, rank, rank, rank - 1,
+             lo ? ", not the batch (0)" : "");
+  return (int)d;
+}
+
+// A layer's axis option: an int or a list of them, as a mask of dims in
+// [lo, rank); the last when absent. Keras sorts a list as written, then
+// orders its weights' dims so: that must be their order from the front.
+static int cmp_json_int(const void *a, const void *b) {
+  int64_t x = json_integer_value(*(json_t *const *)a), y = json_integer_value(*(json_t *const *)b);
+  return (x > y) - (x < y);
+}
+
+static unsigned cfg_axes(Layer *l, const Node *x, const char *key, int lo) {
+  json_t *a = json_object_get(l->cfg, key);
+  int r = x->shape.rank;
+  if (!a || json_is_null(a)) return 1u << (r - 1);
+  size_t n = json_is_array(a) ? json_array_size(a) : 1;
+  if (n == 0 || n > MAX_RANK)
+    error_at(jloc(a), "layer '%s': '%s' must list 1 to %d dims", l->name, key, MAX_RANK);
+  json_t *v[MAX_RANK];
+  for (size_t i = 0; i < n; i++) {
+    v[i] = json_is_array(a) ? json_array_get(a, i) : a;
+    if (!json_is_integer(v[i])) axis_in(l, v[i], key, r, lo); // the error
+  }
+  qsort(v, n, sizeof *v, cmp_json_int);
+  unsigned m = 0;
+  for (size_t i = 0; i < n; i++) {
+    int d = axis_in(l, v[i], key, r, lo);
+    if (m >> d)
+      error_at(jloc(a), "layer '%s': '%s' must name each dim once, and not mix negative and "
+               "positive axes out of order", l->name, key);
+    m |= 1u << d;
+  }
+  return m;
+}
+
+// Dot(axes, normalize): Keras's batch_dot of two inputs [b, ..] contracting
+// x's axis a0 with y's a1: x's other dims, then y's (the batch once), as
+// one DOT (x with a0 last, y with a1 after the batch); two rank-2 inputs
+// give [b, 1]. normalize: each input L2-normalized along its axis first
+// (epsilon 1e-7, Keras's).
+static Node *build_dot(Graph *g, Layer *l, Node *unused) {
+  if (l->nin != 2)
+    error_at(l->loc, "layer '%s': Dot takes exactly 2 inputs, got %d", l->name, l->nin);
+  Node *x = layer_input(l, 0), *y = layer_input(l, 1);
+  json_t *aj = json_object_get(l->cfg, "axes");
+  json_t *a[2] = {aj, aj};
+  if (json_is_array(aj) && json_array_size(aj) == 2)
+    a[0] = json_array_get(aj, 0), a[1] = json_array_get(aj, 1);
+  else if (!json_is_integer(aj))
+    error_at(aj ? jloc(aj) : l->loc, "layer '%s': Dot's 'axes' must be an int or two", l->name);
+  if (x->shape.rank < 2 || y->shape.rank < 2)
+    error_at(l->loc, "layer '%s': Dot needs inputs of rank 2 or more, got %s and %s", l->name,
+             kshape(&x->shape), kshape(&y->shape));
+  int a0 = axis_in(l, a[0], "axes", x->shape.rank, 1), a1 = axis_in(l, a[1], "axes",
+                                                                     y->shape.rank, 1);
+  if (x->shape.d[a0] != y->shape.d[a1])
+    error_at(jloc(aj), "layer '%s': axis %d of %s and axis %d of %s differ", l->name, a0,
+             kshape(&x->shape), a1, kshape(&y->shape));
+  if (cfg_bool(l, "normalize", false)) {
+    x = l2_normalize(g, x, 1u << a0, 1e-7);
+    y = l2_normalize(g, y, 1u << a1, 1e-7);
+  }
+  Shape s;
+  Node *xt = move_dim(g, x, a0, x->shape.rank - 1), *yt = move_dim(g, y, a1, 1);
+  if (!dot_shape(&xt->shape, &yt->shape, 1, 1, false, false, &s))
+    error_at(l->loc, "layer '%s': the product of %s and %s has rank over %d", l->name,
+             kshape(&x->shape), kshape(&y->shape), MAX_RANK);
+  Node *d = dot_node(g, xt, yt, 1, 1, false);
+  return d->shape.rank > 1 ? d : view(g, d, (Shape){2, {d->shape.d[0], 1}});
+}
+
+// UnitNormalization(axis): x * min(rsqrt(sum of squares), 1e12) over the axes.
+static Node *build_unit_norm(Graph *g, Layer *l, Node *x) {
+  return l2_normalize(g, x, cfg_axes(l, x, "axis", 1), 1e-12);
+}
+
+// GroupNormalization(groups, axis=-1, epsilon, center, scale): x [b, s..,
+// c] viewed as [b, S, G, c / G] (S the spatial dims merged), each (sample,
+// group) normalized over its S * c / G values by NORM (on a [b, G, S * c /
+// G] transpose), back to x's shape, then * gamma[c] and + beta[c]. A split
+// channel dim splits the groups.
+static Node *build_group_norm(Graph *g, Layer *l, Node *x) {
+  int r = x->shape.rank;
+  if (r < 2)
+    error_at(l->loc, "layer '%s': GroupNormalization needs an input of rank 2 or more, got %s",
+             l->name, kshape(&x->shape));
+  if (cfg_axes(l, x, "axis", 1) != 1u << (r - 1))
+    error_at(jloc_key(l->cfg, "axis"), "layer '%s': GroupNormalization over another axis than "
+             "the last is not supported", l->name);
+  int64_t c = x->shape.d[r - 1], groups = cfg_size(l, "groups", 32), b = x->shape.d[0];
+  if (c % groups)
+    error_at(jloc_key(l->cfg, "groups"), "layer '%s': groups=%lld must divide the channels "
+             "(%lld)", l->name, (long long)groups, (long long)c);
+  int64_t sp = shape_elems(&x->shape) / (b * c), cg = c / groups;
+  Node *v = view(g, x, (Shape){4, {b, sp, groups, cg}});
+  Node *t = new_node1(g, OP_TRANSPOSE, v, (Shape){4, {b, groups, sp, cg}});
+  t->perm = (PermAttr){{0, 2, 1, 3}};
+  Node *y = new_node1(g, OP_NORM, view(g, t, (Shape){3, {b, groups, sp * cg}}),
+                      (Shape){3, {b, groups, sp * cg}});
+  y->norm = (NormAttr){false, (float)cfg_num(l, "epsilon", 1e-3)};
+  Node *u = new_node1(g, OP_TRANSPOSE, view(g, y, t->shape), v->shape);
+  u->perm = (PermAttr){{0, 2, 1, 3}};
+  Node *o = view(g, u, x->shape);
+  Shape cs = {1, {c}};
+  if (cfg_bool(l, "scale", true))
+    o = new_node2(g, OP_COL_MUL, o, new_var(g, l, "gamma", cs, "gamma_initializer", "ones"),
+                  x->shape);
+  if (cfg_bool(l, "center", true))
+    o = new_node2(g, OP_BIAS, o, new_var(g, l, "beta", cs, "beta_initializer", "zeros"),
+                  x->shape);
+  return o;
+}
+
+// PReLU(alpha_initializer, shared_axes): relu(x) + -alpha * relu(-x), as
+// Keras computes it; alpha [x's sample dims, 1 on the shared axes] (its
+// regularizer and constraint are alpha_'s), broadcast over those axes and
+// the batch.
+static Node *build_prelu(Graph *g, Layer *l, Node *x) {
+  int r = x->shape.rank;
+  if (r < 2)
+    error_at(l->loc, "layer '%s': PReLU needs an input of rank 2 or more, got %s", l->name,
+             kshape(&x->shape));
+  json_t *sj = json_object_get(l->cfg, "shared_axes");
+  unsigned shared = sj && !json_is_null(sj) ? cfg_axes(l, x, "shared_axes", 1) : 0;
+  Shape as = {r - 1, {0}}, cs = {0, {0}};
+  for (int d = 1; d < r; d++) {
+    as.d[d - 1] = (shared >> d) & 1 ? 1 : x->shape.d[d];
+    if (!((shared >> d) & 1)) cs.d[cs.rank++] = x->shape.d[d];
+  }
+  Node *a = new_var(g, l, "alpha", as, "alpha_initializer", "zeros");
+  if (shared) a = view(g, a, cs);
+  for (int d = 1; d < r; d++)
+    if ((shared >> d) & 1) {
+      Shape t = a->shape;
+      memmove(t.d + d, t.d + d - 1, (size_t)(t.rank++ - (d - 1)) * sizeof *t.d);
+      t.d[d - 1] = x->shape.d[d];
+      a = bcast_dim(g, a, &t, d - 1);
+    }
+  Node *neg = apply_act(g, scaled(g, x, -1), ACT_RELU);
+  Node *an = new_node2(g, OP_COL_MUL, neg, scaled(g, a, -1), x->shape);
+  Node *sum[2] = {apply_act(g, x, ACT_RELU), an};
+  Node *y = new_node(g, OP_ADD, 2, sum);
+  y->shape = x->shape;
+  return y;
+}
+
+// RepeatVector(n): x[b, f] -> [b, n, f].
+static Node *build_repeat_vector(Graph *g, Layer *l, Node *x) {
+  if (x->shape.rank != 2)
+    error_at(l->loc, "layer '%s': RepeatVector needs an input of rank 2, got %s", l->name,
+             kshape(&x->shape));
+  Shape s = {3, {x->shape.d[0], cfg_size(l, "n", -1), x->shape.d[1]}};
+  if (s.d[1] <= 0) error_at(jloc_key(l->cfg, "n"), "layer '%s': 'n' must be positive", l->name);
+  return bcast_dim(g, x, &s, 1);
+}
+
+// ActivityRegularization(l1, l2): x, and its penalty in the loss as an
+// activity regularizer's (over the batch).
+static Node *build_activity_reg(Graph *g, Layer *l, Node *x) {
+  batch_penalty(g, x, cfg_num(l, "l1", 0), cfg_num(l, "l2", 0));
+  return x;
+}
+
+// SpatialDropout1D/2D(rate): one draw per sample and channel, kept or
+// dropped over every step: the mask is DROPOUT of a [b, c] FILL of ones,
+// broadcast over the spatial dims, times x.
+static Node *build_spatial_dropout(Graph *g, Layer *l, Node *x) {
+  int n = strstr(l->cls, "1D") ? 1 : 2;
+  if (n == 2) check_channels_last(l);
+  if (x->shape.rank != n + 2)
+    error_at(l->loc, "layer '%s': %s needs an input of rank %d, got %s", l->name, l->cls, n + 2,
+             kshape(&x->shape));
+  double rate = dropout_rate(l);
+  if (rate == 0) return x;
+  Node *m = new_node(g, OP_FILL, 0, NULL);
+  m->shape = (Shape){2, {x->shape.d[0], x->shape.d[n + 1]}};
+  m->aff = (AffAttr){0, 1};
+  m = new_node1(g, OP_DROPOUT, m, m->shape);
+  m->drop = (DropAttr){(float)rate, hash_str(l->path), false};
+  for (int d = 1; d <= n; d++) {
+    Shape t = m->shape;
+    memmove(t.d + d + 1, t.d + d, (size_t)(t.rank++ - d) * sizeof *t.d);
+    t.d[d] = x->shape.d[d];
+    m = bcast_dim(g, m, &t, d);
+  }
+  return new_node2(g, OP_MUL, x, m, x->shape);
+}
+
+// GaussianNoise(stddev): x + stddev * z; GaussianDropout(rate): x * (1 +
+// sqrt(rate / (1 - rate)) * z), Keras's normal of mean 1; z a standard
+// normal per element and step (NOISE), in training only.
+static Node *noise(Graph *g, Layer *l, Node *x, double stddev, bool mul) {
+  if (stddev == 0) return x;
+  Node *y = new_node1(g, OP_NOISE, x, x->shape);
+  y->drop = (DropAttr){(float)stddev, hash_str(l->path), mul};
+  return y;
+}
+
+static Node *build_gaussian_noise(Graph *g, Layer *l, Node *x) {
+  double s = cfg_num(l, "stddev", -1);
+  if (!(s >= 0) || s > FLT_MAX)
+    error_at(jloc_key(l->cfg, "stddev"), "layer '%s': 'stddev' must be a number of 0 or more",
+             l->name);
+  return noise(g, l, x, s, false);
+}
+
+static Node *build_gaussian_dropout(Graph *g, Layer *l, Node *x) {
+  double rate = dropout_rate(l);
+  return noise(g, l, x, sqrt(rate / (1 - rate)), true);
+}
+
+// A number or nested lists of numbers (a config's array): its shape into
+// *s and its elements, row-major, into out (NULL: count only); returns the
+// count, or -1 when it is ragged, too deep or not finite numbers.
+static int64_t json_array_floats(json_t *v, Shape *s, int depth, float *out) {
+  if (json_is_number(v)) {
+    if (depth == 0) s->rank = 0;
+    double x = json_number_value(v);
+    if (!isfinite(x) || fabs(x) > FLT_MAX) return -1;
+    if (out) *out = (float)x;
+    return 1;
+  }
+  if (!json_is_array(v) || depth >= MAX_RANK || json_array_size(v) == 0) return -1;
+  if (depth == 0) s->rank = 0;
+  int64_t n = (int64_t)json_array_size(v);
+  if (s->rank == depth) s->d[s->rank++] = n;
+  else if (s->rank < depth || s->d[depth] != n) return -1;
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t k = json_array_floats(json_array_get(v, (size_t)i), s, depth + 1,
+                                  out ? out + total : NULL);
+    if (k < 0 || (json_is_number(json_array_get(v, (size_t)i)) != (s->rank == depth + 1)))
+      return -1;
+    total += k;
+  }
+  return total;
+}
+
+// Normalization(axis, mean, variance, invert) with its statistics in the
+// config: (x - mean) / max(sqrt(variance), 1e-7), or (invert) mean + x *
+// that, Keras's formula, as a BIAS and a COL_MUL by constants over x's
+// sample dims (computed here in float32 as Keras does; a multiplication by
+// the reciprocal where Keras divides: within an ulp). mean and variance
+// align with the kept axes from the right, a 1 broadcast, as Keras's build.
+static Node *build_normalization(Graph *g, Layer *l, Node *x) {
+  json_t *mj = json_object_get(l->cfg, "mean"), *vj = json_object_get(l->cfg, "variance");
+  if (!mj || json_is_null(mj) || !vj || json_is_null(vj))
+    error_at(mj && !json_is_null(mj) ? jloc(mj) : l->loc, "layer '%s': Normalization without "
+             "its mean and variance in the config (adapted, kept as weights) is not supported",
+             l->name);
+  int r = x->shape.rank;
+  json_t *aj = json_object_get(l->cfg, "axis");
+  unsigned keep = aj && json_is_array(aj) && !json_array_size(aj) ? 0
+                : aj && json_is_null(aj) ? 0 : cfg_axes(l, x, "axis", 1);
+  int kept[MAX_RANK], nk = 0;
+  for (int d = 1; d < r; d++)
+    if ((keep >> d) & 1) kept[nk++] = d;
+  Shape ms = {0}, vs = {0};
+  int64_t nm = json_array_floats(mj, &ms, 0, NULL), nv = json_array_floats(vj, &vs, 0, NULL);
+  if (nm < 0 || nv < 0 || !shape_eq(&ms, &vs) || ms.rank > nk)
+    error_at(jloc(nm < 0 ? mj : vj), "layer '%s': mean and variance must be finite numbers or "
+             "lists of them, of one shape, of rank at most the %d kept axes", l->name, nk);
+  for (int i = 1; i <= ms.rank; i++)
+    if (ms.d[ms.rank - i] != 1 && ms.d[ms.rank - i] != x->shape.d[kept[nk - i]])
+      error_at(jloc(mj), "layer '%s': mean and variance of shape %s do not fit the kept axes "
+               "of %s", l->name, shape_str(&ms), kshape(&x->shape));
+  float *mean = xcalloc((size_t)nm, sizeof *mean), *var = xcalloc((size_t)nm, sizeof *var);
+  json_array_floats(mj, &ms, 0, mean);
+  json_array_floats(vj, &vs, 0, var);
+  Shape cs = drop_dim(&x->shape, 0);
+  int64_t n = shape_elems(&cs);
+  float *shift = xcalloc((size_t)n, sizeof *shift), *mul = xcalloc((size_t)n, sizeof *mul);
+  bool invert = cfg_bool(l, "invert", false);
+  for (int64_t e = 0; e < n; e++) {
+    int64_t idx[MAX_RANK], rest = e, at = 0, stride = 1;
+    for (int d = r - 1; d >= 1; d--) idx[d] = rest % x->shape.d[d], rest /= x->shape.d[d];
+    for (int i = 1; i <= ms.rank; i++) { // the statistic's element for this sample element
+      int64_t ext = ms.d[ms.rank - i];
+      at += (ext == 1 ? 0 : idx[kept[nk - i]]) * stride;
+      stride *= ext;
+    }
+    float den = fmaxf(sqrtf(var[at]), 1e-7f);
+    shift[e] = invert ? mean[at] : -mean[at];
+    mul[e] = invert ? den : 1.0f / den;
+  }
+  Node *k[2];
+  for (int i = 0; i < 2; i++) {
+    k[i] = new_node(g, OP_CONST, 0, NULL);
+    k[i]->shape = cs;
+    k[i]->cst.data = i ? mul : shift;
+    k[i]->has_want = true;
+    k[i]->want = place_replicated();
+  }
+  if (invert) return new_node2(g, OP_BIAS, new_node2(g, OP_COL_MUL, x, k[1], x->shape), k[0],
+                               x->shape);
+  return new_node2(g, OP_COL_MUL, new_node2(g, OP_BIAS, x, k[0], x->shape), k[1], x->shape);
+}
+
 // The Keras layers kdcc builds: class name, how many inputs a call takes
 // (-1: two or more), and the builder that makes its ops from its first
 // input (merges read all of theirs). load.c accepts exactly these classes.
@@ -1786,7 +2257,7 @@ static const LayerDef layer_defs[] = {
   {"Conv1D", 1, build_conv1d}, // issue 11
   {"DepthwiseConv2D", 1, build_depthwise},
   {"SeparableConv2D", 1, build_separable},
-  {"Conv2DTranspose", 1, build_conv_transpose},
+  {"Conv2DTranspose", 1, build_conv2d_transpose},
   {"MaxPooling2D", 1, build_maxpool},
   {"Activation", 1, build_activation},
   {"Softmax", 1, build_softmax},
@@ -1822,6 +2293,25 @@ static const LayerDef layer_defs[] = {
   {"UpSampling1D", 1, build_upsample},
   {"UpSampling2D", 1, build_upsample},
   {"BatchNormalization", 1, build_batchnorm},
+  // issue 11: the remaining non-recurrent layers
+  {"Subtract", -1, build_add},
+  {"Average", -1, build_add},
+  {"Maximum", -1, build_add},
+  {"Minimum", -1, build_add},
+  {"Dot", -1, build_dot},
+  {"UnitNormalization", 1, build_unit_norm},
+  {"GroupNormalization", 1, build_group_norm},
+  {"PReLU", 1, build_prelu},
+  {"RepeatVector", 1, build_repeat_vector},
+  {"ActivityRegularization", 1, build_activity_reg},
+  {"SpatialDropout1D", 1, build_spatial_dropout},
+  {"SpatialDropout2D", 1, build_spatial_dropout},
+  {"GaussianNoise", 1, build_gaussian_noise},
+  {"GaussianDropout", 1, build_gaussian_dropout},
+  {"DepthwiseConv1D", 1, build_depthwise1d},
+  {"SeparableConv1D", 1, build_separable1d},
+  {"Conv1DTranspose", 1, build_conv1d_transpose},
+  {"Normalization", 1, build_normalization},
 };
 
 // nin -2: several inputs, but not a merge (attention: query, value, key).

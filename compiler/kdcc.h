@@ -353,7 +353,7 @@ typedef struct {                                             // CONV2D*, MAXPOOL
   int dil_h, dil_w;       // CONV2D*: the dilation minus 1 (kdrt_window's convention)
 } WinAttr;
 typedef struct { int axis; int64_t start; } CatAttr;        // CONCAT, SLICE
-typedef struct { float rate; uint64_t stream; } DropAttr;   // DROPOUT
+typedef struct { float rate; uint64_t stream; bool mul; } DropAttr; // DROPOUT, NOISE (rate: stddev)
 typedef struct { float scale, shift; } AffAttr;              // SCALE: x * scale + shift
 typedef struct {                                             // LOSS, METRIC, LOSS_GRAD, XENT*
   LossKind kind;
@@ -381,6 +381,8 @@ typedef struct { float lo, hi; double rate; } ClipAttr;    // CLIP_NORM: Keras's
 // PACT, PACT_GRAD: an activation layer's parameters (kdrt_pact: KDRT_PACT_*;
 // max INFINITY when there is none).
 typedef struct { int kind; float alpha, max, threshold; } PactAttr;
+typedef struct { const float *data; } ConstAttr;            // CONST: its global elements
+typedef struct { bool min; float c; } MinMaxAttr;           // MAXIMUM*: min instead; c: a lone operand's other
 
 struct Node {
   int id;
@@ -408,6 +410,8 @@ struct Node {
     MaskAttr mask;
     ClipAttr clip;
     PactAttr pact;
+    MinMaxAttr mm;
+    ConstAttr cst;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows

@@ -437,23 +437,35 @@ const OpDef op_RESHAPE = {"reshape", 1, 1, false, reshape_rule, reshape_grad, re
 
 // ---------------------------------------------------------------- DROPOUT, SCALE
 
-static void dropout_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_DROPOUT, n->grad, n->in[0]->shape); // the same mask
+// DROPOUT and NOISE (issue 11): the same draws on dy give the gradient
+// (the mask, or GaussianDropout's factor); GaussianNoise's passes it.
+static void random_grad(Graph *g, Node *n, const bool *need) {
+  if (n->op == OP_NOISE && !n->drop.mul) {
+    accumulate(g, n->in[0], n->grad);
+    return;
+  }
+  Node *dx = new_node1(g, n->op, n->grad, n->in[0]->shape); // the same draws
   dx->drop = n->drop;
   accumulate(g, n->in[0], dx);
 }
 
-static void dropout_emit(const Node *n, Lowering *lw) {
+static void random_emit(const Node *n, Lowering *lw) {
+  bool drop = n->op == OP_DROPOUT;
   if (lw->step == STEP_EVAL) {
-    lw->note = "no dropout outside training";
+    lw->note = drop ? "no dropout outside training" : "no noise outside training";
     lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
     return;
   }
-  lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &l, %s, 0x%016llxull", buf(n),
-             buf(n->in[0]), flt(n->drop.rate), (unsigned long long)n->drop.stream);
+  if (drop)
+    lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &l, %s, 0x%016llxull", buf(n),
+               buf(n->in[0]), flt(n->drop.rate), (unsigned long long)n->drop.stream);
+  else
+    lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &l, %s, %d, 0x%016llxull",
+               buf(n), buf(n->in[0]), flt(n->drop.rate), n->drop.mul,
+               (unsigned long long)n->drop.stream);
 }
 
-const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, dropout_grad, dropout_emit};
+const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad, random_emit};
 
 static void scale_grad(Graph *g, Node *n, const bool *need) {
   Node *dx = new_node1(g, OP_SCALE, n->grad, n->in[0]->shape);
@@ -1158,3 +1170,63 @@ const OpDef op_PACT_GRAD = {"pact_grad", 2, 1, false, rule_elementwise, NULL, pa
 
 const OpDef op_TRAIN_SELECT = {"train_select", 2, 0, false, rule_elementwise, train_select_grad,
                                train_select_emit};
+
+// ---------------------------------------------------------------- issue 11: MAXIMUM
+// The Maximum and Minimum merges (two operands), and a clamp of one operand
+// by the constant mm.c (a normalization's bound on its inverse norm).
+// Elementwise, not linear. Gradients as JAX's lax.max and lax.min: the
+// operand that is the result gets dy, a tie gives each half.
+
+static void maximum_grad(Graph *g, Node *n, const bool *need) {
+  for (int i = 0; i < n->nin; i++) {
+    Node *x = n->in[i];
+    if (!need[x->id]) continue;
+    Node *in[3] = {n->grad, x, n->nin == 2 ? n->in[1 - i] : NULL};
+    Node *dx = new_node(g, OP_MAXIMUM_GRAD, n->nin + 1, in);
+    dx->shape = x->shape;
+    dx->mm = n->mm;
+    accumulate(g, x, dx);
+  }
+}
+
+static void maximum_emit(const Node *n, Lowering *lw) {
+  bool grad = n->op == OP_MAXIMUM_GRAD;
+  int k = grad; // the operands after dy
+  lower_call(lw, grad ? "maximum_grad" : "maximum", false, NULL, "%s, %s%s%s, %s, %s, %d, %s",
+             buf(n), grad ? buf(n->in[0]) : "", grad ? ", " : "", buf(n->in[k]),
+             n->nin > k + 1 ? buf(n->in[k + 1]) : "NULL", flt(n->mm.c), n->mm.min, elems_c(n));
+}
+
+const OpDef op_MAXIMUM = {"maximum", -1, 0, false, rule_elementwise, maximum_grad, maximum_emit};
+const OpDef op_MAXIMUM_GRAD = {"maximum_grad", -1, 0, false, rule_elementwise, NULL,
+                               maximum_emit};
+
+// ---------------------------------------------------------------- issue 11: NOISE, FILL
+// NOISE: GaussianNoise (x + s * z) and GaussianDropout (x * (1 + s * z)),
+// z drawn per global element index and step as DROPOUT's mask, so every
+// mesh draws the same; evaluate and predict pass x (its gradient and
+// emission are DROPOUT's: random_grad, random_emit).
+// FILL: a constant tensor (no operands), which SpatialDropout drops out to
+// make its mask.
+
+const OpDef op_NOISE = {"noise", 1, 0, false, rule_elementwise, random_grad, random_emit};
+
+static void fill_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "fill", false, NULL, "%s, %s, %s", buf(n), flt(n->aff.shift), elems_c(n));
+}
+
+const OpDef op_FILL = {"fill", 0, 0, false, rule_none, NULL, fill_emit};
+
+// CONST: a replicated constant the program holds (Normalization's mean and
+// variance from its config), copied into its buffer when the step needs it.
+static void const_emit(const Node *n, Lowering *lw) {
+  int64_t k = shape_elems(&n->shape);
+  char *vals = xstrdup("");
+  for (int64_t i = 0; i < k; i++)
+    vals = format("%s%s%s,", vals, i % 8 ? " " : "\n      ", flt(n->cst.data[i]));
+  lower_call(lw, "load_const", false, format("static const float k[%lld] = {%s};",
+                                             (long long)k, vals),
+             "%s, k, %lld", buf(n), (long long)k);
+}
+
+const OpDef op_CONST = {"const", 0, 0, false, rule_none, NULL, const_emit};

@@ -174,6 +174,15 @@ typedef struct {
            float threshold))                                                                  \
   K(pact_grad, (int kind, float *dx, const float *dy, const float *x, size_t n, float alpha,  \
                 float max, float threshold))                                                  \
+  /* y = max(a, b) elementwise (min: the minimum), NaN if either is; b NULL: max(a, c).  */    \
+  /* maximum_grad: dx = dy where a is the result and b is not, dy / 2 where both are   */    \
+  /* (JAX's balanced gradient of a tie), else 0: d y / d a                               */    \
+  /* y[i] = v; load_const: y = the program's constant k (host memory) (issue 11) */          \
+  K(fill, (float *y, float v, size_t n))                                                       \
+  K(load_const, (float *y, const float *k, size_t n))                                          \
+  K(maximum, (float *y, const float *a, const float *b, float c, int min, size_t n))           \
+  K(maximum_grad, (float *dx, const float *dy, const float *a, const float *b, float c,        \
+                   int min, size_t n))                                                         \
   /* optimizer updates on local shards, Keras 3 semantics; t is the 1-based step; */          \
   /* vhat (Adam's amsgrad), m (RMSprop's momentum), a (RMSprop's centered         */          \
   /* average gradient): NULL when the option is off                               */          \
@@ -205,6 +214,11 @@ typedef struct {
   /* y = x * mask / (1 - rate), the mask drawn for (seed, stream, step, global      */         \
   /* element index); the same call on dy gives the gradient                        */         \
   KC(dropout, (float *y, const float *x, const kdrt_layout *l, float rate, uint64_t stream))   \
+  /* issue 11: y = x + stddev * z, or (mul) x * (1 + stddev * z), z a standard normal */      \
+  /* drawn for (seed, stream, step, global element index): GaussianNoise, and        */      \
+  /* GaussianDropout and its gradient (the same call on dy); y may be x              */      \
+  KC(gaussian_noise, (float *y, const float *x, const kdrt_layout *l, float stddev, int mul,   \
+                      uint64_t stream))                                                        \
   /* collectives: see kdrt.h's comm.c section */                                               \
   KC(allreduce, (unsigned axes, const float *in, float *out, size_t n))                        \
   KC(allreduce_max, (unsigned axes, const float *in, float *out, size_t n))                    \

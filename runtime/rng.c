@@ -359,3 +359,32 @@ void kdrt_dropout(kdrt_ctx *c, float *y, const float *x, const kdrt_layout *l, f
     dropout_run(&j, y + local, x + local, block_row_global(&b, row) + p0, n);
   }
 }
+
+// ------------------------------------------------------------ issue 11: Gaussian noise
+//
+// z for element e is kdrt_normal(seed, stream, step, e): a pure function of
+// the element's global index, as dropout's mask.
+
+typedef struct {
+  const kdrt_ctx *c;
+  float *y;
+  const float *x;
+  float stddev;
+  int mul;
+  uint64_t stream;
+} noise_job;
+
+static void noise_row(void *arg, int64_t local, int64_t global, int64_t len) {
+  const noise_job *j = arg;
+  for (int64_t i = 0; i < len; i++) {
+    float z = j->stddev * kdrt_normal(j->c->seed, j->stream, (uint64_t)j->c->step,
+                                      (uint64_t)(global + i));
+    j->y[local + i] = j->mul ? j->x[local + i] * (1.0f + z) : j->x[local + i] + z;
+  }
+}
+
+void kdrt_gaussian_noise(kdrt_ctx *c, float *y, const float *x, const kdrt_layout *l,
+                         float stddev, int mul, uint64_t stream) {
+  noise_job j = {c, y, x, stddev, mul, stream};
+  walk_block(c, l, noise_row, &j);
+}

@@ -190,11 +190,50 @@ Test(graph, conv1d_shapes) {
                "input channels (4) and filters (4)\n");
 }
 
-// issue 11: Conv2DTranspose's options kdcc lacks are named
+// issue 11: Conv2DTranspose's output_padding under its stride, as Keras requires
 Test(graph, conv_transpose_output_padding) {
   expect_error("tests/bad/conv_transpose_output_padding.json", NULL,
                "tests/bad/conv_transpose_output_padding.json:4:138: error: layer 't': "
-               "'output_padding' is not supported\n");
+               "output_padding 2 must be at least 0 and less than the stride 2\n");
+}
+
+// issue 11: a Dot over the batch, a Subtract of three
+Test(graph, merging_refused) {
+  expect_error("tests/bad/dot_batch_axis.json", NULL,
+               "tests/bad/dot_batch_axis.json:5:71: error: layer 'd': 'axes' must name a dim of "
+               "the rank-2 input (-2 to 1), not the batch (0)\n");
+  expect_error("tests/bad/subtract_three.json", NULL,
+               "tests/bad/subtract_three.json:4:3: error: layer 's': Subtract takes exactly 2 "
+               "inputs, got 3\n");
+}
+
+// issue 11: a softmax over the batch; axes whose sorted order Keras would
+// give the weights in another order than the dims'
+Test(graph, axes_refused) {
+  expect_error("tests/bad/softmax_batch_axis.json", NULL,
+               "tests/bad/softmax_batch_axis.json:4:74: error: layer 's': 'axis' must name a dim "
+               "of the rank-3 input (-3 to 2), not the batch (0)\n");
+  expect_error("tests/bad/layernorm_axes_order.json", NULL,
+               "tests/bad/layernorm_axes_order.json:4:85: error: layer 'n': 'axis' must name "
+               "each dim once, and not mix negative and positive axes out of order\n");
+}
+
+// issue 11: GroupNormalization's groups must divide the channels, its axis be the last
+Test(graph, group_norm_refused) {
+  expect_error("tests/bad/group_norm_groups.json", NULL,
+               "tests/bad/group_norm_groups.json:4:87: error: layer 'n': groups=4 must divide "
+               "the channels (6)\n");
+  expect_error("tests/bad/group_norm_axis.json", NULL,
+               "tests/bad/group_norm_axis.json:6:98: error: layer 'm': GroupNormalization over "
+               "another axis than the last is not supported\n");
+}
+
+// issue 11: a Normalization adapted to data keeps its statistics as weights
+Test(graph, normalization_adapted) {
+  expect_error("tests/bad/normalization_adapted.json", NULL,
+               "tests/bad/normalization_adapted.json:4:3: error: layer 'n': Normalization "
+               "without its mean and variance in the config (adapted, kept as weights) is not "
+               "supported\n");
 }
 
 // issue 11: constraints other than Keras's four, and axes the variable lacks

@@ -316,6 +316,36 @@ Test(dropout, mask_does_not_depend_on_the_mesh) {
   }
 }
 
+// issue 11: GaussianNoise and GaussianDropout: standard normals times the
+// stddev, added or multiplied (1 + s z), drawn per step and global index.
+Test(gaussian_noise, moments_steps_and_mesh) {
+  enum { N = 40000 };
+  static float x[N], y[N], y2[N];
+  for (int i = 0; i < N; i++) x[i] = 2.0f;
+  kdrt_layout l = {1, {N}, {-1}};
+  static const int one[1] = {1}, two[1] = {2};
+  kdrt_program p = fake_prog(1, one);
+  kdrt_ctx c = fake_ctx(&p, 0, 1337);
+  kdrt_gaussian_noise(&c, y, x, &l, 0.5f, 0, 7);
+  double m = 0, v = 0;
+  for (int i = 0; i < N; i++) m += y[i] - 2.0, v += (y[i] - 2.0) * (y[i] - 2.0);
+  m /= N, v = v / N - m * m;
+  cr_assert(fabs(m) < 0.01 && fabs(sqrt(v) - 0.5) < 0.01, "mean %g, stddev %g", m, sqrt(v));
+  kdrt_gaussian_noise(&c, y2, x, &l, 0.5f, 1, 7); // x * (1 + z): the same z
+  for (int i = 0; i < N; i++) cr_assert_float_eq(y2[i] - 2.0f, 2.0f * (y[i] - 2.0f), 1e-5f);
+  c.step = 1;
+  kdrt_gaussian_noise(&c, y2, x, &l, 0.5f, 0, 7);
+  cr_assert(memcmp(y, y2, sizeof y) != 0, "step 1 reused step 0's draws");
+  kdrt_program p2 = fake_prog(1, two); // split in two: each half draws its own elements
+  kdrt_layout half = {1, {N}, {0}};
+  c.step = 0;
+  for (int r = 0; r < 2; r++) {
+    kdrt_ctx cr = fake_ctx(&p2, r, 1337);
+    kdrt_gaussian_noise(&cr, y2, x, &half, 0.5f, 0, 7);
+    cr_assert_arr_eq(y2, y + r * (N / 2), sizeof(float) * (N / 2), "rank %d", r);
+  }
+}
+
 // ------------------------------------------------------------ options
 
 static int parse(kdrt_options *o, char *err, const char *const *args) {

@@ -168,3 +168,22 @@ Test(clip_norm, keras_norm_constraints) {
   kdrt_clip_norm(f, s + 2, 1, 1.0f, 2.0f, 0.5f, 0.5f);
   cr_expect_float_eq(f[0] * 4.0f, 3.0f, 1e-6f, "MinMaxNorm: %g", f[0]);
 }
+
+// ---------------------------------------------------------------- maximum
+
+// Maximum and Minimum as jax.numpy's: NaN wins, and the gradient of a tie
+// is shared (jax.grad of jnp.maximum(a, b) at a == b is 0.5 for each).
+Test(maximum, values_and_jaxs_tie_gradient) {
+  float a[4] = {1, 2, 3, NAN}, b[4] = {1, 1, 4, 0}, dy[4] = {2, 2, 2, 2}, y[4], dx[4];
+  kdrt_maximum(y, a, b, 0, 0, 4);
+  cr_expect(y[0] == 1 && y[1] == 2 && y[2] == 4 && isnan(y[3]));
+  kdrt_maximum(y, a, b, 0, 1, 4);
+  cr_expect(y[0] == 1 && y[1] == 1 && y[2] == 3 && isnan(y[3]));
+  kdrt_maximum_grad(dx, dy, a, b, 0, 0, 4);
+  cr_expect(dx[0] == 1 && dx[1] == 2 && dx[2] == 0 && dx[3] == 0, "%g %g %g %g", dx[0], dx[1],
+            dx[2], dx[3]);
+  kdrt_maximum_grad(dx, dy, b, a, 0, 1, 4); // d min / d b
+  cr_expect(dx[0] == 1 && dx[1] == 2 && dx[2] == 0 && dx[3] == 0);
+  kdrt_maximum(y, a, NULL, 2.5f, 1, 3); // a clamp by a constant
+  cr_expect(y[0] == 1 && y[1] == 2 && y[2] == 2.5f);
+}

@@ -48,16 +48,40 @@ typedef struct {
   int64_t gstride[KDRT_MAX_RANK]; // global row-major strides
 } block_map;
 
+// The global row-major index of local element e.
+__device__ static inline uint64_t global_index(const block_map *bm, uint64_t e) {
+  uint64_t rest = e, g = 0;
+  for (int d = bm->rank - 1; d >= 0; d--) {
+    uint64_t i = rest % (uint64_t)bm->lext[d];
+    rest /= (uint64_t)bm->lext[d];
+    g += (uint64_t)(bm->off[d] + (int64_t)i) * (uint64_t)bm->gstride[d];
+  }
+  return g;
+}
+
+// This rank's block of layout l; returns its elements.
+static size_t block_map_of(const kdrt_ctx *c, const kdrt_layout *l, block_map *bm) {
+  memset(bm, 0, sizeof *bm);
+  bm->rank = l->rank;
+  size_t n = 1;
+  int64_t stride = 1;
+  for (int k = l->rank - 1; k >= 0; k--) {
+    int ax = l->axis[k];
+    int64_t parts = ax >= 0 ? c->prog->mesh_shape[ax] : 1;
+    bm->lext[k] = l->gshape[k] / parts;
+    bm->off[k] = ax >= 0 ? c->coord[ax] * bm->lext[k] : 0;
+    bm->gstride[k] = stride;
+    stride *= l->gshape[k];
+    n *= (size_t)bm->lext[k];
+  }
+  return n;
+}
+
 __global__ static void dropout_kernel(float *y, const float *x, size_t n, block_map bm,
                                       uint32_t k0, uint32_t k1, uint64_t step, float rate,
                                       float keep_scale) {
   KDRT_FOR(e, n) {
-    uint64_t rest = e, g = 0;
-    for (int d = bm.rank - 1; d >= 0; d--) {
-      uint64_t i = rest % (uint64_t)bm.lext[d];
-      rest /= (uint64_t)bm.lext[d];
-      g += (uint64_t)(bm.off[d] + (int64_t)i) * (uint64_t)bm.gstride[d];
-    }
+    uint64_t g = global_index(&bm, e);
     float u = (float)(philox_word(k0, k1, g >> 2, step, (unsigned)(g & 3)) >> 8) *
               (1.0f / 16777216.0f);
     y[e] = u >= rate ? x[e] * keep_scale : 0.0f;
@@ -69,19 +93,7 @@ extern "C" void kdrt_cuda_dropout(kdrt_cuda *d, float *y, const float *x, const 
   kdrt_cuda_need_ctx(d, "kdrt_cuda_dropout");
   const kdrt_ctx *c = d->c;
   block_map bm;
-  memset(&bm, 0, sizeof bm);
-  bm.rank = l->rank;
-  size_t n = 1;
-  int64_t stride = 1;
-  for (int k = l->rank - 1; k >= 0; k--) {
-    int ax = l->axis[k];
-    int64_t parts = ax >= 0 ? c->prog->mesh_shape[ax] : 1;
-    bm.lext[k] = l->gshape[k] / parts;
-    bm.off[k] = ax >= 0 ? c->coord[ax] * bm.lext[k] : 0;
-    bm.gstride[k] = stride;
-    stride *= l->gshape[k];
-    n *= (size_t)bm.lext[k];
-  }
+  size_t n = block_map_of(c, l, &bm);
   if (!n) return;
   float keep_scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
   if (rate >= 1.0f) rate = 2.0f; // nothing is kept
@@ -89,4 +101,32 @@ extern "C" void kdrt_cuda_dropout(kdrt_cuda *d, float *y, const float *x, const 
   dropout_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
       y, x, n, bm, (uint32_t)k, (uint32_t)(k >> 32), (uint64_t)c->step, rate, keep_scale);
   KDRT_LAUNCHED(d, "dropout_kernel");
+}
+
+// issue 11: Gaussian noise, z for global element g = kdrt_normal(seed,
+// stream, step, g) of ../rng.c: Box-Muller over words 0 and 1 of the block
+// for counter (g, step), in double.
+__global__ static void noise_kernel(float *y, const float *x, size_t n, block_map bm, uint32_t k0,
+                                    uint32_t k1, uint64_t step, float stddev, int mul) {
+  KDRT_FOR(e, n) {
+    uint64_t g = global_index(&bm, e);
+    double u1 = ((double)philox_word(k0, k1, g, step, 0) + 1.0) * (1.0 / 4294967296.0);
+    double u2 = (double)philox_word(k0, k1, g, step, 1) * (1.0 / 4294967296.0);
+    float z = stddev * (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    y[e] = mul ? x[e] * (1.0f + z) : x[e] + z;
+  }
+}
+
+extern "C" void kdrt_cuda_gaussian_noise(kdrt_cuda *d, float *y, const float *x,
+                                         const kdrt_layout *l, float stddev, int mul,
+                                         uint64_t stream) {
+  kdrt_cuda_need_ctx(d, "kdrt_cuda_gaussian_noise");
+  const kdrt_ctx *c = d->c;
+  block_map bm;
+  size_t n = block_map_of(c, l, &bm);
+  if (!n) return;
+  uint64_t k = splitmix64(c->seed ^ splitmix64(stream));
+  noise_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
+      y, x, n, bm, (uint32_t)k, (uint32_t)(k >> 32), (uint64_t)c->step, stddev, mul);
+  KDRT_LAUNCHED(d, "noise_kernel");
 }

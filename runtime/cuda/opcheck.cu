@@ -106,6 +106,18 @@ static void check_elementwise(void) {
   check("mul", y, ref, n, 0);
   kdrt_cuda_copy(D, y, b, n);
   check("copy", y, hb, n, 0);
+  // issue 11: maximum and minimum, a tie in every operand pair (x with itself)
+  for (int min = 0; min < 2; min++) {
+    kdrt_maximum(ref, hx, hb, 0, min, n);
+    kdrt_cuda_maximum(D, y, x, b, 0, min, n);
+    check(min ? "minimum" : "maximum", y, ref, n, 0);
+    kdrt_maximum_grad(ref, hdy, hx, min ? hx : hb, 0.5f, min, n);
+    kdrt_cuda_maximum_grad(D, y, dy, x, min ? x : b, 0.5f, min, n);
+    check(min ? "minimum_grad (ties)" : "maximum_grad", y, ref, n, 0);
+    kdrt_maximum(ref, hx, NULL, 0.5f, min, n);
+    kdrt_cuda_maximum(D, y, x, NULL, 0.5f, min, n);
+    check("maximum by a constant", y, ref, n, 0);
+  }
   kdrt_cuda_free(b), kdrt_cuda_free(cc), free(hb), free(hc), free(ref);
   kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx);
   free(hx), free(hdy), free(hy), free(hdx);
@@ -508,7 +520,19 @@ static void check_dropout(kdrt_ctx *c) {
     char name[64];
     snprintf(name, sizeof name, "dropout (sharded block) step %lld", (long long)c->step);
     check(name, y, hy, n, 0);
+    // issue 11: Gaussian noise, added and multiplied (the same draws; the
+    // device's double log and cos may round the last bit otherwise)
+    for (int mul = 0; mul < 2; mul++) {
+      kdrt_gaussian_noise(c, hy, hx, &l, 0.3f, mul, 0x5bd1e9955bd1e995ull);
+      kdrt_cuda_gaussian_noise(D, y, x, &l, 0.3f, mul, 0x5bd1e9955bd1e995ull);
+      snprintf(name, sizeof name, "gaussian_noise%s step %lld", mul ? " (mul)" : "",
+               (long long)c->step);
+      check(name, y, hy, n, 1e-6);
+    }
   }
+  kdrt_fill(hy, 0.75f, n);
+  kdrt_cuda_fill(D, y, 0.75f, n);
+  check("fill", y, hy, n, 0);
   kdrt_cuda_free(x), kdrt_cuda_free(y), free(hx), free(hy);
 }
 

@@ -701,6 +701,123 @@ OPT_CASES = {
     "sched_poly": lambda: OPT.SGD(SCHED.PolynomialDecay(0.5, 5, 0.01, power=2.0, cycle=True)),
 }
 OPT_MP = {"hidden/kernel": [None, "model"], "hidden/bias": ["model"], "out/kernel": ["model", None]}
+def merging():
+    # issue 11: Subtract, Maximum and Minimum (three inputs: two at a time),
+    # Average, Dot over the features (a [6, 6] product), over the steps
+    # (axes=1: both inputs' contracted dim moved) and normalized (cosine)
+    x = keras.Input((6, 4), name="seq")
+    a = layers.Dense(8, activation="tanh", name="dense_a")(x)
+    b = layers.Dense(8, activation="tanh", name="dense_b")(x)
+    s = layers.Subtract(name="subtract")([a, b])
+    m = layers.Maximum(name="maximum")([a, b, s])
+    n = layers.Minimum(name="minimum")([a, s])
+    av = layers.Average(name="average")([m, n, a])
+    d = layers.Dot(axes=(2, 2), name="dot")([av, b])
+    e = layers.Dot(axes=1, name="dot_steps")([a, m])
+    p = layers.GlobalAveragePooling1D(name="gap_p")(av)
+    q = layers.GlobalAveragePooling1D(name="gap_q")(b)
+    c = layers.Dot(axes=-1, normalize=True, name="cosine")([p, q])
+    h = layers.Concatenate(name="cat")([layers.Flatten(name="flat_d")(d),
+                                       layers.Flatten(name="flat_e")(e), c])
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier(x, out, "merging")
+
+
+def norms_acts():
+    # issue 11: Softmax and LayerNormalization over other axes than the last
+    # (the steps; steps and features together), UnitNormalization, PReLU
+    # (alpha shared over the steps, and not), ActivityRegularization and
+    # RepeatVector
+    init = keras.initializers
+    x = keras.Input((6, 8), name="seq")
+    h = layers.Dense(8, name="dense")(x)
+    a = layers.PReLU(alpha_initializer=init.Constant(0.25), shared_axes=[1],
+                     name="prelu_shared")(h)
+    b = layers.PReLU(alpha_initializer=init.RandomUniform(-0.5, 0.5), name="prelu")(x)
+    s1 = layers.Softmax(axis=1, name="softmax_steps")(a)
+    s2 = layers.Softmax(axis=[1, 2], name="softmax_both")(b)
+    n1 = layers.LayerNormalization(axis=1, name="ln_steps")(h)
+    n2 = layers.LayerNormalization(axis=[1, 2], name="ln_both")(a)
+    u = layers.UnitNormalization(axis=1, name="unit_norm")(b)
+    y = layers.Add(name="add")([s1, s2, n1, n2, u])
+    y = layers.ActivityRegularization(l1=1e-3, l2=1e-2, name="activity_reg")(y)
+    y = layers.GlobalAveragePooling1D(name="gap1d")(y)
+    y = layers.RepeatVector(2, name="repeat")(y)
+    y = layers.Flatten(name="flat")(y)
+    out = layers.Dense(10, activation="softmax", name="out")(y)
+    return sparse_classifier(x, out, "norms_acts")
+
+
+def noise_norms():
+    # issue 11: GroupNormalization on [b, t, c] and [b, h, w, c], between
+    # the noise layers (which run_ref.py turns off: Keras's draws are not
+    # kdcc's)
+    x = keras.Input((6, 8), name="seq")
+    h = layers.Dense(8, name="dense")(x)
+    h = layers.GaussianNoise(0.3, name="gauss_noise")(h)
+    h = layers.SpatialDropout1D(0.3, name="spatial1d")(h)
+    h = layers.GroupNormalization(groups=4, name="group_norm")(h)
+    h = layers.GaussianDropout(0.2, name="gauss_dropout")(h)
+    h = layers.Reshape((6, 2, 4), name="reshape")(h)
+    h = layers.SpatialDropout2D(0.25, name="spatial2d")(h)
+    h = layers.GroupNormalization(groups=2, epsilon=1e-2, name="group_norm_2d")(h)
+    h = layers.Flatten(name="flat")(h)
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier(x, out, "noise_norms")
+
+
+def conv1d_family():
+    # issue 11: DepthwiseConv1D, SeparableConv1D (strided) and Conv1DTranspose
+    # ('same' strided, 'valid' with a stride over the kernel)
+    x = keras.Input((10, 4), name="seq")
+    y = layers.DepthwiseConv1D(3, depth_multiplier=2, padding="same", activation="relu",
+                               name="depthwise_conv1d")(x)
+    y = layers.SeparableConv1D(8, 3, depth_multiplier=2, strides=2, padding="same",
+                               activation="relu", name="separable_conv1d")(y)
+    y = layers.Conv1DTranspose(8, 3, strides=2, padding="same", activation="tanh",
+                               name="conv1d_transpose")(y)
+    y = layers.Conv1DTranspose(4, 2, strides=3, name="conv1d_transpose_1")(y)
+    y = layers.Flatten(name="flat")(y)
+    out = layers.Dense(10, activation="softmax", name="out")(y)
+    return sparse_classifier(x, out, "conv1d_family")
+
+
+def normalization():
+    # issue 11: Normalization with its statistics in the config: over the
+    # features, over the steps (invert), one scalar (axis None), and a [1, 8]
+    # pair over steps and features (broadcast over the steps)
+    x = keras.Input((5, 4), name="seq")
+    a = layers.Normalization(mean=[0.5, -1.0, 2.0, 0.0], variance=[1.0, 4.0, 0.25, 2.0],
+                             name="norm")(x)
+    h = layers.Dense(8, name="dense")(a)
+    b = layers.Normalization(axis=1, mean=[0.1, 0.2, 0.3, 0.4, 0.5],
+                             variance=[1.0, 2.0, 3.0, 4.0, 5.0], invert=True,
+                             name="norm_steps")(h)
+    c = layers.Normalization(axis=None, mean=0.5, variance=2.0, name="norm_all")(b)
+    d = layers.Normalization(axis=[1, 2], mean=[[0.1 * i for i in range(8)]],
+                             variance=[[0.5 + i for i in range(8)]], name="norm_both")(c)
+    y = layers.GlobalAveragePooling1D(name="gap1d")(d)
+    out = layers.Dense(10, activation="softmax", name="out")(y)
+    return sparse_classifier(x, out, "normalization")
+
+
+def transposed_op():
+    # issue 11: output_padding: Conv2DTranspose 'same' (odd kernel) and
+    # 'valid' (a stride over the kernel, each dim its own), Conv1DTranspose
+    # 'same' with an even kernel
+    img = keras.Input((5, 4, 3), name="image")
+    seq = keras.Input((6, 3), name="seq")
+    a = layers.Conv2DTranspose(8, 3, strides=2, padding="same", output_padding=1,
+                               activation="relu", name="conv2d_transpose")(img)
+    a = layers.Conv2DTranspose(4, (2, 3), strides=(3, 2), output_padding=(2, 1),
+                               activation="tanh", name="conv2d_transpose_1")(a)
+    a = layers.GlobalAveragePooling2D(name="gap2d")(a)
+    b = layers.Conv1DTranspose(4, 4, strides=3, padding="same", output_padding=2,
+                               activation="tanh", name="conv1d_transpose")(seq)
+    b = layers.GlobalAveragePooling1D(name="gap1d")(b)
+    h = layers.Concatenate(name="cat")([a, b])
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier([img, seq], out, "transposed_op")
 
 
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
@@ -1249,6 +1366,90 @@ MODELS = {
                 "d(2|4|6)/kernel": ["model", None],
             }),
             "activations_dp": DP_8,
+    "merging": dict(
+        build=merging, labels="sparse10", x=(6, 4),
+        dists={
+            # the branches' units split: the merges elementwise on split
+            # features, the Dots contracting them (partial sums)
+            "merging": model_parallel({
+                "dense_a/kernel": [None, "model"],
+                "dense_a/bias": ["model"],
+                "dense_b/kernel": [None, "model"],
+                "dense_b/bias": ["model"],
+            }),
+            "merging_dp": DP_8,
+        },
+    ),
+    "norms_acts": dict(
+        build=norms_acts, labels="sparse10", x=(6, 8),
+        dists={
+            # the features split: the steps' softmax and norms local, the
+            # [steps, features] ones gathered; PReLU's alpha split with them
+            "norms_acts": model_parallel({
+                "dense/kernel": [None, "model"],
+                "dense/bias": ["model"],
+                "prelu_shared/alpha": [None, "model"],
+                "prelu/alpha": [None, "model"],
+                "out/kernel": ["model", None],
+            }),
+            "norms_acts_dp": DP_8,
+        },
+    ),
+    "noise_norms": dict(
+        build=noise_norms, labels="sparse10", x=(6, 8),
+        dists={
+            # the channels split, and with them the groups
+            "noise_norms": model_parallel({
+                "dense/kernel": [None, "model"],
+                "dense/bias": ["model"],
+                "group_norm/gamma": ["model"],
+                "group_norm/beta": ["model"],
+            }),
+            "noise_norms_dp": DP_8,
+        },
+    ),
+    "conv1d_family": dict(
+        build=conv1d_family, labels="sparse10", x=(10, 4),
+        dists={
+            # the pointwise kernel's filters split, the first transpose's
+            # filters, then the second's input channels (a partial sum)
+            "conv1d_family": model_parallel({
+                "separable_conv1d/pointwise_kernel": [None, None, "model"],
+                "separable_conv1d/bias": ["model"],
+                "conv1d_transpose/kernel": [None, "model", None],
+                "conv1d_transpose/bias": ["model"],
+                "conv1d_transpose_1/kernel": [None, None, "model"],
+            }),
+            "conv1d_family_dp": DP_8,
+        },
+    ),
+    "normalization": dict(
+        build=normalization, labels="sparse10", x=(5, 4),
+        dists={
+            # the features split: the constants sliced to each device's block
+            "normalization": model_parallel({
+                "dense/kernel": [None, "model"],
+                "dense/bias": ["model"],
+                "out/kernel": ["model", None],
+            }),
+            "normalization_dp": DP_8,
+        },
+    ),
+    "transposed_op": dict(
+        build=transposed_op,
+        inputs=[("image", (5, 4, 3), "float"), ("seq", (6, 3), "float")],
+        outputs=["sparse10"],
+        dists={
+            # the first kernel's filters split, the second's input channels
+            # (a partial sum), the 1-D one's filters
+            "transposed_op": model_parallel({
+                "conv2d_transpose/kernel": [None, None, "model", None],
+                "conv2d_transpose/bias": ["model"],
+                "conv2d_transpose_1/kernel": [None, None, None, "model"],
+                "conv1d_transpose/kernel": [None, "model", None],
+                "conv1d_transpose/bias": ["model"],
+            }),
+            "transposed_op_dp": DP_8,
         },
     ),
     "constrained": dict(

@@ -114,6 +114,33 @@ Cases (model, distribution spec from models/):
                                                              categorical_hinge, label_smoothing on
                                                              the crossentropies (and from logits)
     loss_cls_dp     loss_cls       loss_cls_dp.dist.json     DataParallel (8,)
+    merging         merging        merging.dist.json         ModelParallel (2,4)  Subtract, Maximum,
+                                                             Minimum, Average, Dot (features, steps,
+                                                             normalized); units split
+    merging_dp      merging        merging_dp.dist.json      DataParallel (8,)
+    norms_acts      norms_acts     norms_acts.dist.json      ModelParallel (2,4)  Softmax and LayerNorm
+                                                             over other axes, UnitNormalization,
+                                                             PReLU (shared_axes), ActivityRegularization,
+                                                             RepeatVector; features split
+    norms_acts_dp   norms_acts     norms_acts_dp.dist.json   DataParallel (8,)
+    noise_norms     noise_norms    noise_norms.dist.json     ModelParallel (2,4)  GroupNormalization (rank
+                                                             3 and 4), the noise layers (rates 0 here);
+                                                             channels (groups) split
+    noise_norms_dp  noise_norms    noise_norms_dp.dist.json  DataParallel (8,)
+    conv1d_family   conv1d_family  conv1d_family.dist.json   ModelParallel (2,4)  DepthwiseConv1D,
+                                                             SeparableConv1D (strided), Conv1DTranspose
+                                                             (same, valid); filters split, then input
+                                                             channels
+    conv1d_family_dp conv1d_family conv1d_family_dp.dist.json DataParallel (8,)
+    normalization   normalization  normalization.dist.json   ModelParallel (2,4)  Normalization (mean and
+                                                             variance in the config: features, steps,
+                                                             inverted, scalar); features split
+    normalization_dp normalization normalization_dp.dist.json DataParallel (8,)
+    transposed_op   transposed_op  transposed_op.dist.json   ModelParallel (2,4)  output_padding of
+                                                             Conv2DTranspose (same, valid) and
+                                                             Conv1DTranspose (same, even kernel);
+                                                             filters split, then input channels
+    transposed_op_dp transposed_op transposed_op_dp.dist.json DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -286,6 +313,12 @@ DATA = {
     "loss_reg": (64, 2),
     "loss_cls": (64, 2),
     **{"opt_" + case: (64, 2) for case in mm.OPT_CASES},
+    "merging": (64, 2),
+    "norms_acts": (64, 2),
+    "noise_norms": (64, 2),
+    "conv1d_family": (64, 2),
+    "normalization": (64, 2),
+    "transposed_op": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -450,6 +483,18 @@ CASES = {
     # issue 11's optimizer options, optimizers and schedules (opt_mlp)
     **{case: ("opt_" + case, case) for case in mm.OPT_CASES},
     "global_clipnorm_dp": ("opt_global_clipnorm", "global_clipnorm_dp"),
+    "merging": ("merging", "merging"),
+    "merging_dp": ("merging", "merging_dp"),
+    "norms_acts": ("norms_acts", "norms_acts"),
+    "norms_acts_dp": ("norms_acts", "norms_acts_dp"),
+    "noise_norms": ("noise_norms", "noise_norms"),
+    "noise_norms_dp": ("noise_norms", "noise_norms_dp"),
+    "conv1d_family": ("conv1d_family", "conv1d_family"),
+    "conv1d_family_dp": ("conv1d_family", "conv1d_family_dp"),
+    "normalization": ("normalization", "normalization"),
+    "normalization_dp": ("normalization", "normalization_dp"),
+    "transposed_op": ("transposed_op", "transposed_op"),
+    "transposed_op_dp": ("transposed_op", "transposed_op_dp"),
 }
 
 
@@ -520,9 +565,13 @@ def io_description(model, xs, ys, xf, yf):
 
 
 def zero_dropout(model):
+    """Dropout (SpatialDropout's too) and the noise layers off: Keras's draws
+    are not kdcc's (those are checked by mesh_equiv.sh and noise_identity.sh)."""
     for layer in model.layers:
-        if isinstance(layer, keras.layers.Dropout):
+        if isinstance(layer, (keras.layers.Dropout, keras.layers.GaussianDropout)):
             layer.rate = 0.0
+        if isinstance(layer, keras.layers.GaussianNoise):
+            layer.stddev = 0.0
 
 
 def layer_weights(path):

@@ -73,6 +73,12 @@ for m in opt_nadam_global opt_adagrad_clipnorm opt_lion_clipvalue opt_rmsprop_ce
          opt_adam_amsgrad opt_adamax; do
   build ${m}_dist tests/good/$m.json --distribution tests/good/opt.dist.json --batch-size 16
 done
+build merging_dist tests/gradcheck/merging.json --distribution tests/good/merging.dist.json --batch-size 16
+build norms_acts_dist tests/gradcheck/norms_acts.json --distribution tests/good/norms_acts.dist.json --batch-size 16
+build noise_norms_dist tests/gradcheck/noise_norms.json --distribution tests/good/noise_norms.dist.json --batch-size 16
+build conv1d_family_dist tests/gradcheck/conv1d_family.json --distribution tests/good/conv1d_family.dist.json --batch-size 16
+build normalization_dist tests/gradcheck/normalization.json --distribution tests/good/normalization.dist.json --batch-size 16
+build transpose_op_dist tests/gradcheck/transpose_op.json --distribution tests/good/transpose_op.dist.json --batch-size 16
 build cnn_tf32 models/cnn.json --distribution models/cnn.dist.json --batch-size 16 --precision tf32
 # The command line refuses what it cannot do, with a message.
 if ./kdcc models/cnn.json --target cuda --cuda-arch 90 -S $out/a 2>$out/err.txt; then

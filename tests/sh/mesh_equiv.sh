@@ -108,4 +108,17 @@ check ../tests/gradcheck/losses_cls ../tests/good/losses.dist.json 16 data=1,mod
 for m in opt_nadam_global opt_adagrad_clipnorm opt_lion_clipvalue opt_adam_amsgrad; do
   check ../tests/good/$m ../tests/good/opt.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1 data=1,model=8
 done
+# issue 11: Subtract, Maximum, Minimum (a tie), Average, Dot (normalized), units split
+check ../tests/gradcheck/merging ../tests/good/merging.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Softmax and LayerNormalization over other axes, UnitNormalization, PReLU, features split
+check ../tests/gradcheck/norms_acts ../tests/good/norms_acts.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: GroupNormalization (groups split), GaussianNoise, GaussianDropout, SpatialDropout1D/2D
+# (their draws keyed by global indices)
+check ../tests/gradcheck/noise_norms ../tests/good/noise_norms.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: DepthwiseConv1D (input channels split), SeparableConv1D, Conv1DTranspose
+check ../tests/gradcheck/conv1d_family ../tests/good/conv1d_family.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Normalization's constants, replicated, sliced to the split features
+check ../tests/gradcheck/normalization ../tests/good/normalization.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: output_padding of Conv2DTranspose and Conv1DTranspose
+check ../tests/gradcheck/transpose_op ../tests/good/transpose_op.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail

@@ -1,0 +1,52 @@
+// more_layers.cu: the CUDA kernels of ../more_layers.c.
+#include "common.cuh"
+
+__device__ static inline int wins(float a, float o, int min) {
+  return (min ? a < o : a > o) || a != a;
+}
+
+__global__ static void maximum_kernel(float *y, const float *a, const float *b, float c, int min,
+                                      size_t n) {
+  KDRT_FOR(i, n) {
+    float o = b ? b[i] : c;
+    y[i] = wins(a[i], o, min) ? a[i] : o;
+  }
+}
+
+extern "C" void kdrt_cuda_maximum(kdrt_cuda *d, float *y, const float *a, const float *b, float c,
+                                  int min, size_t n) {
+  if (!n) return;
+  maximum_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, a, b, c, min, n);
+  KDRT_LAUNCHED(d, "maximum_kernel");
+}
+
+__global__ static void maximum_grad_kernel(float *dx, const float *dy, const float *a,
+                                           const float *b, float c, int min, size_t n) {
+  KDRT_FOR(i, n) {
+    float o = b ? b[i] : c;
+    dx[i] = a[i] == o ? dy[i] * 0.5f : (min ? a[i] < o : a[i] > o) ? dy[i] : 0.0f;
+  }
+}
+
+extern "C" void kdrt_cuda_maximum_grad(kdrt_cuda *d, float *dx, const float *dy, const float *a,
+                                       const float *b, float c, int min, size_t n) {
+  if (!n) return;
+  maximum_grad_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(dx, dy, a, b, c, min,
+                                                                            n);
+  KDRT_LAUNCHED(d, "maximum_grad_kernel");
+}
+
+__global__ static void fill_kernel(float *y, float v, size_t n) {
+  KDRT_FOR(i, n) y[i] = v;
+}
+
+extern "C" void kdrt_cuda_fill(kdrt_cuda *d, float *y, float v, size_t n) {
+  if (!n) return;
+  fill_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, v, n);
+  KDRT_LAUNCHED(d, "fill_kernel");
+}
+
+extern "C" void kdrt_cuda_load_const(kdrt_cuda *d, float *y, const float *k, size_t n) {
+  if (!n) return;
+  CUDA_CHECK(cudaMemcpyAsync(y, k, n * sizeof *y, cudaMemcpyHostToDevice, d->impl->stream));
+}

@@ -1,0 +1,35 @@
+// more_layers.c: the CPU kernels of issue 11's later layers: Maximum and
+// Minimum (and the normalizations' clamps), and constants (SpatialDropout's
+// ones, Normalization's statistics).
+// The CUDA versions are cuda/more_layers.cu; GaussianNoise's is in rng.c.
+#include "kdrt.h"
+
+#include <math.h>
+#include <string.h>
+
+// Whether a beats o: the larger (the smaller with min), or a NaN, which
+// lax.max and lax.min propagate.
+static inline int wins(float a, float o, int min) { return (min ? a < o : a > o) || a != a; }
+
+void kdrt_maximum(float *y, const float *a, const float *b, float c, int min, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float o = b ? b[i] : c;
+    y[i] = wins(a[i], o, min) ? a[i] : o;
+  }
+}
+
+// JAX's gradient of max(a, o) with respect to a: 1 where a alone is the
+// result, 1/2 where a equals o (a tie shares it), else 0.
+void kdrt_maximum_grad(float *dx, const float *dy, const float *a, const float *b, float c,
+                       int min, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float o = b ? b[i] : c;
+    dx[i] = a[i] == o ? dy[i] * 0.5f : (min ? a[i] < o : a[i] > o) ? dy[i] : 0.0f;
+  }
+}
+
+void kdrt_fill(float *y, float v, size_t n) {
+  for (size_t i = 0; i < n; i++) y[i] = v;
+}
+
+void kdrt_load_const(float *y, const float *k, size_t n) { memcpy(y, k, n * sizeof *y); }
