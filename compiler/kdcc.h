@@ -342,6 +342,9 @@ typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROAD
 typedef struct { bool rms; float eps; } NormAttr;           // NORM, NORM_GRAD
 typedef struct { float fill; } MaskAttr;                    // CAUSAL, ATTN_MASK: what a masked score becomes
 typedef struct { float lo, hi; double rate; } ClipAttr;    // CLIP_NORM: Keras's MinMaxNorm's
+// issue 11: RECUR, RECUR_GRAD: the cell (KDRT_RNN_*), its activation and
+// recurrent activation, its units
+typedef struct { int cell; Act act, ract; int64_t units; } RecurAttr;
 
 struct Node {
   int id;
@@ -368,6 +371,7 @@ struct Node {
     NormAttr norm;
     MaskAttr mask;
     ClipAttr clip;
+    RecurAttr rec;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
