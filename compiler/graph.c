@@ -318,10 +318,8 @@ static const char *weights_sublayer(const char *cls, const char *vname) {
   };
   const char *slash = strchr(vname, '/');
   if (!slash) return NULL;
-  // issue 11: a recurrent layer's cell, a Bidirectional's layers' cells
+  // issue 11: a recurrent layer's cell (a Bidirectional's layers say theirs)
   if (!strcmp(cls, "SimpleRNN") || !strcmp(cls, "LSTM") || !strcmp(cls, "GRU")) return "cell";
-  if (!strcmp(cls, "Bidirectional"))
-    return strncmp(vname, "backward_", 9) ? "forward_layer/cell" : "backward_layer/cell";
   for (size_t i = 0; i < sizeof map / sizeof *map; i++)
     if (!strcmp(map[i][0], cls) && strlen(map[i][1]) == (size_t)(slash - vname) &&
         !strncmp(map[i][1], vname, (size_t)(slash - vname)))
@@ -349,7 +347,7 @@ static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const c
   // the class's own name, which Keras's weights file groups by (the JSON may
   // hold its export alias)
   v->layer_class = strcmp(l->cls, "GroupQueryAttention") ? l->cls : "GroupedQueryAttention";
-  v->sub = weights_sublayer(l->cls, vname);
+  v->sub = l->sub ? l->sub : weights_sublayer(l->cls, vname);
   for (int i = 0; i < g->nvars; i++)
     v->index += !strcmp(g->vars[i]->layer, l->name) &&
                 (v->sub ? g->vars[i]->sub && !strcmp(g->vars[i]->sub, v->sub) : !g->vars[i]->sub);
@@ -1913,6 +1911,7 @@ static Node *build_bidirectional(Graph *g, Layer *l, Node *x) {
     in[i] = *l;
     in[i].cfg = cfg;
     in[i].loc = jloc(e);
+    in[i].sub = i ? "backward_layer/cell" : "forward_layer/cell";
     static const char *const no[] = {"activity_regularizer"};
     check_none(&in[i], no, 1);
     const char *name = cfg_str(&in[i], "name", "");

@@ -172,6 +172,8 @@ struct Layer {
   int call;
   Layer **calls;          // the first: every call's Layer, [ncalls]
   int ncalls;
+  const char *sub;        // issue 11: where a Bidirectional's forward (backward) layer keeps
+                          // its variables in the weights file: "forward_layer/cell"
 };
 
 typedef struct {

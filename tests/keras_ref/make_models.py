@@ -527,6 +527,46 @@ def transposed():
     return sparse_classifier(x, out, "transposed")
 
 
+def lstm_text():
+    # issue 11: a text classifier, Embedding -> LSTM -> Dense
+    x = keras.Input((10,), dtype="int32", name="tokens")
+    e = layers.Embedding(32, 8, name="emb")(x)
+    h = layers.LSTM(12, name="lstm")(e)
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier(x, out, "lstm_text")
+
+
+def gru_text():
+    # issue 11: Embedding -> GRU (reset_after, its [2, 3U] bias) -> Dense
+    x = keras.Input((10,), dtype="int32", name="tokens")
+    e = layers.Embedding(32, 8, name="emb")(x)
+    h = layers.GRU(12, name="gru")(e)
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier(x, out, "gru_text")
+
+
+def bilstm_text():
+    # issue 11: a stacked Bidirectional LSTM returning sequences (concat),
+    # then a Bidirectional GRU (mul) and one with its own backward_layer (ave)
+    x = keras.Input((10,), dtype="int32", name="tokens")
+    e = layers.Embedding(32, 8, name="emb")(x)
+    h = layers.Bidirectional(layers.LSTM(8, return_sequences=True), name="bilstm")(e)
+    a = layers.Bidirectional(layers.GRU(6), merge_mode="mul", name="bigru")(h)
+    b = layers.Bidirectional(layers.LSTM(6, name="fwd"), merge_mode="ave", name="bilstm_1",
+                             backward_layer=layers.LSTM(6, go_backwards=True, name="bwd"))(h)
+    out = layers.Dense(10, activation="softmax", name="out")(layers.Concatenate(name="cat")([a, b]))
+    return sparse_classifier(x, out, "bilstm_text")
+
+
+def simple_rnn_seq():
+    # issue 11: SimpleRNN returning sequences, then one going backwards
+    x = keras.Input((8, 4), name="seq")
+    h = layers.SimpleRNN(8, return_sequences=True, name="simple_rnn")(x)
+    h = layers.SimpleRNN(8, go_backwards=True, activation="relu", name="simple_rnn_1")(h)
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier(x, out, "simple_rnn_seq")
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -996,6 +1036,31 @@ MODELS = {
             }),
             "transposed_dp": DP_8,
         },
+    ),
+    # issue 11: recurrent layers; the LSTM's kernels split on their units
+    # (the recurrence gathers them: kdcc's RECUR needs them whole)
+    "lstm_text": dict(
+        build=lstm_text, inputs=[("tokens", (10,), 32)], outputs=["sparse10"],
+        dists={
+            "lstm_text": model_parallel({
+                "lstm/lstm_cell/kernel": [None, "model"],
+                "lstm/lstm_cell/recurrent_kernel": [None, "model"],
+                "lstm/lstm_cell/bias": ["model"],
+            }),
+            "lstm_text_dp": DP_8,
+        },
+    ),
+    "gru_text": dict(
+        build=gru_text, inputs=[("tokens", (10,), 32)], outputs=["sparse10"],
+        dists={"gru_text_dp": DP_8},
+    ),
+    "bilstm_text": dict(
+        build=bilstm_text, inputs=[("tokens", (10,), 32)], outputs=["sparse10"],
+        dists={"bilstm_text_dp": DP_8},
+    ),
+    "simple_rnn_seq": dict(
+        build=simple_rnn_seq, labels="sparse10", x=(8, 4),
+        dists={"simple_rnn_seq_dp": DP_8},
     ),
     "constrained": dict(
         build=constrained, labels="sparse10", x=(8, 8, 3),
