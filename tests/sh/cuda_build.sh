@@ -62,6 +62,8 @@ build conv1d_dist tests/gradcheck/conv1d.json --distribution tests/good/conv1d.d
 build dilated_dist tests/gradcheck/dilated.json --distribution tests/good/dilated.dist.json --batch-size 16
 build grouped_dist tests/gradcheck/grouped.json --distribution tests/good/grouped.dist.json --batch-size 16
 build transpose_dist tests/gradcheck/transpose.json --distribution tests/good/transpose.dist.json --batch-size 16
+# issue 11: recurrent layers (recur, recur_grad, reverse), the LSTMs' kernels split
+build rnn_dist tests/gradcheck/rnn.json --distribution tests/good/rnn.dist.json --batch-size 16
 build cnn_tf32 models/cnn.json --distribution models/cnn.dist.json --batch-size 16 --precision tf32
 # The command line refuses what it cannot do, with a message.
 if ./kdcc models/cnn.json --target cuda --cuda-arch 90 -S $out/a 2>$out/err.txt; then

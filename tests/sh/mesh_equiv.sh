@@ -97,4 +97,7 @@ check ../tests/gradcheck/dilated ../tests/good/dilated.dist.json 16 data=1,model
 check ../tests/gradcheck/grouped ../tests/good/grouped.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: Conv2DTranspose (the conv's input gradient as a layer), filters and input channels split
 check ../tests/gradcheck/transpose ../tests/good/transpose.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: SimpleRNN, LSTM (going backwards), GRU, Bidirectional LSTM and GRU; the LSTMs'
+# kernels split on their units over 'model' (the recurrence gathers them)
+check ../tests/gradcheck/rnn ../tests/good/rnn.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail
