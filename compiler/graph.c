@@ -1807,8 +1807,12 @@ static Act rnn_act(Layer *c, const char *key, Act def) {
 
 // What kdcc does not do of a recurrent layer's options: an error naming it.
 static void rnn_refuse(Layer *c, const char *cls) {
-  static const char *const no[] = {"return_state", "stateful"};
-  check_none(c, no, 2);
+  if (cfg_bool(c, "return_state", false))
+    error_at(jloc_key(c->cfg, "return_state"), "layer '%s': %s return_state=True is not "
+             "supported (a layer gives one output)", c->name, cls);
+  if (cfg_bool(c, "stateful", false))
+    error_at(jloc_key(c->cfg, "stateful"), "layer '%s': %s stateful=True is not supported "
+             "(every batch starts from a zero state)", c->name, cls);
   static const char *const rates[] = {"dropout", "recurrent_dropout"};
   for (int i = 0; i < 2; i++)
     if (cfg_num(c, rates[i], 0) != 0)
