@@ -1777,8 +1777,8 @@ static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
 // holds h); go_backwards reverses the steps first, and the output is in
 // the order processed, as Keras's. The variables as Keras names them:
 // <layer>/<cell>/kernel [F, G*U], recurrent_kernel [U, G*U], bias [G*U]
-// (GRU: [2, 3U], the input bias and the recurrent one), which its weights
-// file keeps under layers/<layer>/cell/vars (weights_sublayer).
+// (GRU reset_after: [2, 3U], the input bias and the recurrent one), which
+// its weights file keeps under layers/<layer>/cell/vars (weights_sublayer).
 
 static const struct {
   const char *cls, *cell;
@@ -1818,9 +1818,6 @@ static void rnn_refuse(Layer *c, const char *cls) {
     if (cfg_num(c, rates[i], 0) != 0)
       error_at(jloc_key(c->cfg, rates[i]), "layer '%s': %s %s > 0 is not supported yet", c->name,
                cls, rates[i]);
-  if (!strcmp(cls, "GRU") && !cfg_bool(c, "reset_after", true))
-    error_at(jloc_key(c->cfg, "reset_after"), "layer '%s': GRU reset_after=False is not "
-             "supported (only Keras 3's default, True)", c->name);
 }
 
 // One recurrent layer on x[B, T, F] from the config of c, a copy of the
@@ -1833,6 +1830,7 @@ static Node *recurrent(Graph *g, Layer *c, const char *cls, const char *prefix, 
   int k = rnn_class(cls);
   rnn_refuse(c, cls);
   int cell = rnn_classes[k].kind;
+  if (cell == KDRT_RNN_GRU && !cfg_bool(c, "reset_after", true)) cell = KDRT_RNN_GRU_V1;
   if (x->shape.rank != 3)
     error_at(c->loc, "layer '%s': %s needs an input of rank 3 (batch, steps, features), got %s",
              c->name, cls, kshape(&x->shape));
@@ -1856,7 +1854,7 @@ static Node *recurrent(Graph *g, Layer *c, const char *cls, const char *prefix, 
                     "recurrent_initializer", "orthogonal");
   Node *xw = dot_node(g, x, w, 0, 1, false), *in[3] = {xw, r, NULL};
   if (cfg_bool(c, "use_bias", true)) {
-    bool gru = cell == KDRT_RNN_GRU;
+    bool gru = cell == KDRT_RNN_GRU; // reset_after: a recurrent bias too
     Node *b = new_var(g, c, format("%s/bias", cn), gru ? (Shape){2, {2, GU}} : (Shape){1, {GU}},
                       "bias_initializer", "zeros");
     if (cell == KDRT_RNN_LSTM && cfg_bool(c, "unit_forget_bias", true)) {

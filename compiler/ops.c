@@ -1095,9 +1095,23 @@ static void recur_grad(Graph *g, Node *n, const bool *need) {
   d->layer = n->layer;
   d->loc = n->loc;
   Node *dxw = record_slice(g, d, 0, GU);
-  Node *drec = cell == KDRT_RNN_GRU ? record_slice(g, d, kdrt_rnn_drec_at(cell, U), GU) : dxw;
+  int64_t at = kdrt_rnn_drec_at(cell, U), hc = kdrt_rnn_hcols(cell, U);
+  Node *drec = kdrt_rnn_is_gru(cell) ? record_slice(g, d, at, GU) : dxw;
   if (need[xw->id]) accumulate(g, xw, dxw);
-  if (need[r->id]) accumulate(g, r, dot(g, record_slice(g, n, U, U), drec, 0, 2, true, false));
+  if (need[r->id]) {
+    Node *hp = record_slice(g, n, U, U);
+    if (hc == GU) {
+      accumulate(g, r, dot(g, hp, drec, 0, 2, true, false));
+    } else { // GRU_V1: the columns of R_h multiply r * h_prev, not h_prev
+      Node *p[2] = {dot(g, hp, record_slice(g, d, at, hc), 0, 2, true, false),
+                    dot(g, record_slice(g, n, 8 * U, U), record_slice(g, d, at + hc, U), 0, 2,
+                        true, false)};
+      Node *dr = new_node(g, OP_CONCAT, 2, p);
+      dr->shape = r->shape;
+      dr->cat.axis = 1;
+      accumulate(g, r, dr);
+    }
+  }
   if (n->nin > 2 && need[n->in[2]->id])
     accumulate(g, n->in[2], new_node1(g, OP_BIAS_GRAD, drec, n->in[2]->shape));
 }
@@ -1105,7 +1119,8 @@ static void recur_grad(Graph *g, Node *n, const bool *need) {
 static char *act_arg(Act a) { return xstrdup(act_c[a]); }
 
 static void recur_emit(const Node *n, Lowering *lw) {
-  static const char *const cells[] = {"KDRT_RNN_SIMPLE", "KDRT_RNN_LSTM", "KDRT_RNN_GRU"};
+  static const char *const cells[] = {"KDRT_RNN_SIMPLE", "KDRT_RNN_LSTM", "KDRT_RNN_GRU",
+                                      "KDRT_RNN_GRU_V1"};
   const char *cell = cells[n->rec.cell];
   char *B = sym_c(sym_dim(n, 0, true));
   long long T = n->shape.d[1], U = n->rec.units;

@@ -107,7 +107,8 @@ typedef enum {
 } kdrt_init_kind;
 
 // ---- issue 11: the cells of recurrent layers (kdrt_rnn.h)
-enum { KDRT_RNN_SIMPLE, KDRT_RNN_LSTM, KDRT_RNN_GRU };
+// GRU: reset_after=True (Keras 3's default); GRU_V1: reset_after=False
+enum { KDRT_RNN_SIMPLE, KDRT_RNN_LSTM, KDRT_RNN_GRU, KDRT_RNN_GRU_V1 };
 
 // ---- what a label file becomes for the loss (synthetic data, conversions)
 enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINARY };

@@ -8,6 +8,8 @@
 // on every (row, unit). The gradient walks the steps backwards: the
 // gradient of h at step t is the output's, plus d rec of step t + 1 times
 // R^T (one GEMM), plus what the cell of step t + 1 passes on directly.
+// GRU_V1 (reset_after=False) has a second product in each step, (r * h) .
+// R_h, and so a second one in its gradient, d (r * h) = dph . R_h^T.
 #include "kdrt.h"
 #include "kdrt_rnn.h"
 
@@ -27,21 +29,29 @@ void kdrt_reverse(float *out, const float *in, int64_t outer, int64_t mid, int64
 void kdrt_recur(int cell, int act, int ract, float *y, const float *xw, const float *r,
                 const float *brec, int64_t B, int64_t T, int64_t U) {
   const int64_t S = kdrt_rnn_width(cell, U), GU = kdrt_rnn_gates(cell) * U;
-  const int64_t at = kdrt_rnn_rec_at(cell, U);
+  const int64_t at = kdrt_rnn_rec_at(cell, U), HC = kdrt_rnn_hcols(cell, U);
   // h_prev . R into the slot at `at` of every row of a step: beta 1 adds it
-  // to what the slot holds (xw, or the recurrent bias)
-  const kdrt_gemm g = {KDRT_NOTRANS, KDRT_NOTRANS, 1, B, GU, U, T * S, GU, T * S, 0, 0, 0};
+  // to what the slot holds (xw, or the recurrent bias); GRU_V1's second,
+  // (r * h_prev) . R_h, into the slot's last U
+  const kdrt_gemm g = {KDRT_NOTRANS, KDRT_NOTRANS, 1, B, HC, U, T * S, GU, T * S, 0, 0, 0};
+  const kdrt_gemm g2 = {KDRT_NOTRANS, KDRT_NOTRANS, 1, B, U, U, T * S, GU, T * S, 0, 0, 0};
   for (int64_t t = 0; t < T; t++) {
     for (int64_t b = 0; b < B; b++) {
       float *rec = y + (b * T + t) * S;
       const float *x = xw + (b * T + t) * GU;
       if (t) memcpy(rec + U, rec - S, sizeof(float) * (size_t)U);
       else memset(rec + U, 0, sizeof(float) * (size_t)U);
-      if (cell == KDRT_RNN_GRU && brec) memcpy(rec + at, brec, sizeof(float) * (size_t)GU);
-      else if (cell == KDRT_RNN_GRU) memset(rec + at, 0, sizeof(float) * (size_t)GU);
+      if (kdrt_rnn_is_gru(cell) && brec) memcpy(rec + at, brec, sizeof(float) * (size_t)GU);
+      else if (kdrt_rnn_is_gru(cell)) memset(rec + at, 0, sizeof(float) * (size_t)GU);
       else memcpy(rec + at, x, sizeof(float) * (size_t)GU);
     }
     if (t) kdrt_matmul(&g, 1.0f, y + t * S + U, r, 1.0f, y + t * S + at);
+    if (cell == KDRT_RNN_GRU_V1) { // r * h_prev (0 first), then its product
+      for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < U; j++)
+          kdrt_rnn_reset(ract, y + (b * T + t) * S, xw + (b * T + t) * GU, U, j);
+      if (t) kdrt_matmul(&g2, 1.0f, y + t * S + 8 * U, r + 2 * U, 0.0f, y + t * S + at + 2 * U);
+    }
     for (int64_t b = 0; b < B; b++) {
       float *rec = y + (b * T + t) * S;
       const float *x = xw + (b * T + t) * GU;
@@ -57,9 +67,11 @@ void kdrt_recur_grad(int cell, int act, int ract, float *d, const float *dy, con
                      const float *r, int64_t B, int64_t T, int64_t U) {
   const int64_t S = kdrt_rnn_width(cell, U), W = kdrt_rnn_grad_width(cell, U);
   const int64_t GU = kdrt_rnn_gates(cell) * U, dh = kdrt_rnn_dh_at(cell, U);
-  const int64_t drec = kdrt_rnn_drec_at(cell, U);
-  // dh of step t += d rec of step t + 1 . R^T
-  const kdrt_gemm g = {KDRT_NOTRANS, KDRT_TRANS, 1, B, U, GU, T * W, GU, T * W, 0, 0, 0};
+  const int64_t drec = kdrt_rnn_drec_at(cell, U), HC = kdrt_rnn_hcols(cell, U);
+  // dh of step t += d rec of step t + 1 . R^T (of the columns that multiply
+  // h); GRU_V1: d (r * h_prev) = dph . R_h^T
+  const kdrt_gemm g = {KDRT_NOTRANS, KDRT_TRANS, 1, B, U, HC, T * W, GU, T * W, 0, 0, 0};
+  const kdrt_gemm g2 = {KDRT_NOTRANS, KDRT_TRANS, 1, B, U, U, T * W, GU, T * W, 0, 0, 0};
   for (int64_t t = T - 1; t >= 0; t--) {
     for (int64_t b = 0; b < B; b++)
       memcpy(d + (b * T + t) * W + dh, dy + (b * T + t) * S, sizeof(float) * (size_t)U);
@@ -72,5 +84,10 @@ void kdrt_recur_grad(int cell, int act, int ract, float *d, const float *dy, con
       for (int64_t j = 0; j < U; j++)
         kdrt_rnn_cell_grad(cell, act, ract, db, rec, next, next ? db + W : NULL, cprev, U, j);
     }
+    if (cell != KDRT_RNN_GRU_V1) continue;
+    kdrt_matmul(&g2, 1.0f, d + t * W + 2 * U, r + 2 * U, 0.0f, d + t * W + 7 * U);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t j = 0; j < U; j++)
+        kdrt_rnn_reset_grad(ract, d + (b * T + t) * W, y + (b * T + t) * S, U, j);
   }
 }

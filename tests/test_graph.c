@@ -396,9 +396,6 @@ Test(graph, recurrent_refusals) {
   expect_error("tests/bad/rnn_recurrent_dropout.json", NULL,
                "tests/bad/rnn_recurrent_dropout.json:4:101: error: layer 'r': SimpleRNN "
                "recurrent_dropout > 0 is not supported yet\n");
-  expect_error("tests/bad/gru_reset_after.json", NULL,
-               "tests/bad/gru_reset_after.json:4:89: error: layer 'r': GRU reset_after=False is "
-               "not supported (only Keras 3's default, True)\n");
   expect_error("tests/bad/rnn_softmax.json", NULL,
                "tests/bad/rnn_softmax.json:4:98: error: layer 'r': recurrent_activation "
                "'softmax' is not supported in a recurrent cell (only elementwise activations)\n");

@@ -535,8 +535,8 @@ static void check_optim(void) {
 // every step), and the step reversal
 static void check_rnn(void) {
   const int64_t B = 5, T = 7, U = 6;
-  static const char *const cells[] = {"simple", "lstm", "gru"};
-  for (int cell = 0; cell < 3; cell++) {
+  static const char *const cells[] = {"simple", "lstm", "gru", "gru reset_after=False"};
+  for (int cell = 0; cell < 4; cell++) {
     int64_t GU = kdrt_rnn_gates(cell) * U, S = kdrt_rnn_width(cell, U);
     int64_t W = kdrt_rnn_grad_width(cell, U);
     size_t nx = (size_t)(B * T * GU), ny = (size_t)(B * T * S), nd = (size_t)(B * T * W);

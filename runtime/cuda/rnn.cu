@@ -15,7 +15,7 @@ __global__ static void recur_prep_kernel(int cell, float *y, const float *xw, co
     int64_t b = (int64_t)e / GU, k = (int64_t)e % GU;
     float *rec = y + (b * T + t) * S;
     if (k < U) rec[U + k] = t ? rec[k - S] : 0.0f;
-    rec[at + k] = cell != KDRT_RNN_GRU ? xw[(b * T + t) * GU + k] : brec ? brec[k] : 0.0f;
+    rec[at + k] = !kdrt_rnn_is_gru(cell) ? xw[(b * T + t) * GU + k] : brec ? brec[k] : 0.0f;
   }
 }
 
@@ -30,17 +30,35 @@ __global__ static void recur_cell_kernel(int cell, int act, int ract, float *y, 
   }
 }
 
+// GRU_V1: r * h_prev, before the step's second product.
+__global__ static void recur_reset_kernel(int ract, float *y, const float *xw, int64_t B,
+                                          int64_t T, int64_t U, int64_t t) {
+  const int64_t S = kdrt_rnn_width(KDRT_RNN_GRU_V1, U), GU = 3 * U;
+  KDRT_FOR(e, (size_t)(B * U)) {
+    int64_t b = (int64_t)e / U, j = (int64_t)e % U;
+    kdrt_rnn_reset(ract, y + (b * T + t) * S, xw + (b * T + t) * GU, U, j);
+  }
+}
+
 extern "C" void kdrt_cuda_recur(kdrt_cuda *d, int cell, int act, int ract, float *y,
                                 const float *xw, const float *r, const float *brec, int64_t B,
                                 int64_t T, int64_t U) {
   if (!B || !T) return;
   const int64_t S = kdrt_rnn_width(cell, U), GU = kdrt_rnn_gates(cell) * U;
-  const kdrt_gemm g = {KDRT_NOTRANS, KDRT_NOTRANS, 1, B, GU, U, T * S, GU, T * S, 0, 0, 0};
+  const int64_t at = kdrt_rnn_rec_at(cell, U), HC = kdrt_rnn_hcols(cell, U);
+  const kdrt_gemm g = {KDRT_NOTRANS, KDRT_NOTRANS, 1, B, HC, U, T * S, GU, T * S, 0, 0, 0};
+  const kdrt_gemm g2 = {KDRT_NOTRANS, KDRT_NOTRANS, 1, B, U, U, T * S, GU, T * S, 0, 0, 0};
   for (int64_t t = 0; t < T; t++) {
     recur_prep_kernel<<<kdrt_blocks((size_t)(B * GU)), KDRT_THREADS, 0, d->impl->stream>>>(
         cell, y, xw, brec, B, T, U, t);
     KDRT_LAUNCHED(d, "recur_prep_kernel");
-    if (t) kdrt_cuda_matmul(d, &g, 1.0f, y + t * S + U, r, 1.0f, y + t * S + kdrt_rnn_rec_at(cell, U));
+    if (t) kdrt_cuda_matmul(d, &g, 1.0f, y + t * S + U, r, 1.0f, y + t * S + at);
+    if (cell == KDRT_RNN_GRU_V1) {
+      recur_reset_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
+          ract, y, xw, B, T, U, t);
+      KDRT_LAUNCHED(d, "recur_reset_kernel");
+      if (t) kdrt_cuda_matmul(d, &g2, 1.0f, y + t * S + 8 * U, r + 2 * U, 0.0f, y + t * S + at + 2 * U);
+    }
     recur_cell_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
         cell, act, ract, y, xw, B, T, U, t);
     KDRT_LAUNCHED(d, "recur_cell_kernel");
@@ -71,13 +89,25 @@ __global__ static void recur_cell_grad_kernel(int cell, int act, int ract, float
   }
 }
 
+// GRU_V1: r's gradient, after d (r * h_prev).
+__global__ static void recur_reset_grad_kernel(int ract, float *dx, const float *y, int64_t B,
+                                               int64_t T, int64_t U, int64_t t) {
+  const int64_t S = kdrt_rnn_width(KDRT_RNN_GRU_V1, U), W = kdrt_rnn_grad_width(KDRT_RNN_GRU_V1, U);
+  KDRT_FOR(e, (size_t)(B * U)) {
+    int64_t b = (int64_t)e / U, j = (int64_t)e % U;
+    kdrt_rnn_reset_grad(ract, dx + (b * T + t) * W, y + (b * T + t) * S, U, j);
+  }
+}
+
 extern "C" void kdrt_cuda_recur_grad(kdrt_cuda *d, int cell, int act, int ract, float *dx,
                                      const float *dy, const float *y, const float *r, int64_t B,
                                      int64_t T, int64_t U) {
   if (!B || !T) return;
   const int64_t W = kdrt_rnn_grad_width(cell, U), GU = kdrt_rnn_gates(cell) * U;
   const int64_t dh = kdrt_rnn_dh_at(cell, U), drec = kdrt_rnn_drec_at(cell, U);
-  const kdrt_gemm g = {KDRT_NOTRANS, KDRT_TRANS, 1, B, U, GU, T * W, GU, T * W, 0, 0, 0};
+  const int64_t HC = kdrt_rnn_hcols(cell, U);
+  const kdrt_gemm g = {KDRT_NOTRANS, KDRT_TRANS, 1, B, U, HC, T * W, GU, T * W, 0, 0, 0};
+  const kdrt_gemm g2 = {KDRT_NOTRANS, KDRT_TRANS, 1, B, U, U, T * W, GU, T * W, 0, 0, 0};
   for (int64_t t = T - 1; t >= 0; t--) {
     recur_dh_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
         cell, dx, dy, B, T, U, t);
@@ -86,6 +116,11 @@ extern "C" void kdrt_cuda_recur_grad(kdrt_cuda *d, int cell, int act, int ract, 
     recur_cell_grad_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
         cell, act, ract, dx, y, B, T, U, t);
     KDRT_LAUNCHED(d, "recur_cell_grad_kernel");
+    if (cell != KDRT_RNN_GRU_V1) continue;
+    kdrt_cuda_matmul(d, &g2, 1.0f, dx + t * W + 2 * U, r + 2 * U, 0.0f, dx + t * W + 7 * U);
+    recur_reset_grad_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
+        ract, dx, y, B, T, U, t);
+    KDRT_LAUNCHED(d, "recur_reset_grad_kernel");
   }
 }
 

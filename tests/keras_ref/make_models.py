@@ -527,22 +527,26 @@ def transposed():
     return sparse_classifier(x, out, "transposed")
 
 
-def lstm_text():
-    # issue 11: a text classifier, Embedding -> LSTM -> Dense
+def _rnn_text(name, rnn):
+    """issue 11: a text classifier, Embedding -> rnn -> Dense."""
     x = keras.Input((10,), dtype="int32", name="tokens")
     e = layers.Embedding(32, 8, name="emb")(x)
-    h = layers.LSTM(12, name="lstm")(e)
-    out = layers.Dense(10, activation="softmax", name="out")(h)
-    return sparse_classifier(x, out, "lstm_text")
+    out = layers.Dense(10, activation="softmax", name="out")(rnn(e))
+    return sparse_classifier(x, out, name)
+
+
+def lstm_text():
+    return _rnn_text("lstm_text", layers.LSTM(12, name="lstm"))
 
 
 def gru_text():
-    # issue 11: Embedding -> GRU (reset_after, its [2, 3U] bias) -> Dense
-    x = keras.Input((10,), dtype="int32", name="tokens")
-    e = layers.Embedding(32, 8, name="emb")(x)
-    h = layers.GRU(12, name="gru")(e)
-    out = layers.Dense(10, activation="softmax", name="out")(h)
-    return sparse_classifier(x, out, "gru_text")
+    # reset_after, its [2, 3U] bias
+    return _rnn_text("gru_text", layers.GRU(12, name="gru"))
+
+
+def gru_v1_text():
+    # reset_after=False: the reset gate before the recurrent kernel, a [3U] bias
+    return _rnn_text("gru_v1_text", layers.GRU(12, reset_after=False, name="gru"))
 
 
 def bilstm_text():
@@ -1053,6 +1057,10 @@ MODELS = {
     "gru_text": dict(
         build=gru_text, inputs=[("tokens", (10,), 32)], outputs=["sparse10"],
         dists={"gru_text_dp": DP_8},
+    ),
+    "gru_v1_text": dict(
+        build=gru_v1_text, inputs=[("tokens", (10,), 32)], outputs=["sparse10"],
+        dists={"gru_v1_text_dp": DP_8},
     ),
     "bilstm_text": dict(
         build=bilstm_text, inputs=[("tokens", (10,), 32)], outputs=["sparse10"],

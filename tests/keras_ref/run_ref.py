@@ -90,6 +90,7 @@ Cases (model, distribution spec from models/):
                                                              the LSTM's kernels split on their units
     lstm_text_dp    lstm_text      lstm_text_dp.dist.json    DataParallel (8,)
     gru_text_dp     gru_text       gru_text_dp.dist.json     DataParallel (8,)    GRU (reset_after)
+    gru_v1_text_dp  gru_v1_text    gru_v1_text_dp.dist.json  DataParallel (8,)    GRU reset_after=False
     bilstm_text_dp  bilstm_text    bilstm_text_dp.dist.json  DataParallel (8,)    stacked Bidirectional
                                                              LSTM (sequences, concat), GRU (mul),
                                                              its own backward_layer (ave)
@@ -249,6 +250,7 @@ DATA = {
     "transposed": (64, 2),
     "lstm_text": (64, 2),
     "gru_text": (64, 2),
+    "gru_v1_text": (64, 2),
     "bilstm_text": (64, 2),
     "simple_rnn_seq": (64, 2),
 }
@@ -398,6 +400,7 @@ CASES = {
     "lstm_text": ("lstm_text", "lstm_text"),
     "lstm_text_dp": ("lstm_text", "lstm_text_dp"),
     "gru_text_dp": ("gru_text", "gru_text_dp"),
+    "gru_v1_text_dp": ("gru_v1_text", "gru_v1_text_dp"),
     "bilstm_text_dp": ("bilstm_text", "bilstm_text_dp"),
     "simple_rnn_seq_dp": ("simple_rnn_seq", "simple_rnn_seq_dp"),
 }
