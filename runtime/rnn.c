@@ -15,6 +15,11 @@
 
 #include <string.h>
 
+// The cells of a step's rows run on the rank's OpenMP threads when there
+// is enough of them (each (row, unit) is independent, so the numbers do not
+// depend on the thread count).
+#define RNN_PAR_FOR(B, U) _Pragma("omp parallel for schedule(static) if ((B) * (U) >= 4096)")
+
 // out[.., i, ..] = in[.., mid - 1 - i, ..]: dim `mid` reversed (go_backwards).
 void kdrt_reverse(float *out, const float *in, int64_t outer, int64_t mid, int64_t inner) {
   for (int64_t o = 0; o < outer; o++)
@@ -36,6 +41,7 @@ void kdrt_recur(int cell, int act, int ract, float *y, const float *xw, const fl
   const kdrt_gemm g = {KDRT_NOTRANS, KDRT_NOTRANS, 1, B, HC, U, T * S, GU, T * S, 0, 0, 0};
   const kdrt_gemm g2 = {KDRT_NOTRANS, KDRT_NOTRANS, 1, B, U, U, T * S, GU, T * S, 0, 0, 0};
   for (int64_t t = 0; t < T; t++) {
+    RNN_PAR_FOR(B, U)
     for (int64_t b = 0; b < B; b++) {
       float *rec = y + (b * T + t) * S;
       const float *x = xw + (b * T + t) * GU;
@@ -47,11 +53,13 @@ void kdrt_recur(int cell, int act, int ract, float *y, const float *xw, const fl
     }
     if (t) kdrt_matmul(&g, 1.0f, y + t * S + U, r, 1.0f, y + t * S + at);
     if (cell == KDRT_RNN_GRU_V1) { // r * h_prev (0 first), then its product
+      RNN_PAR_FOR(B, U)
       for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < U; j++)
           kdrt_rnn_reset(ract, y + (b * T + t) * S, xw + (b * T + t) * GU, U, j);
       if (t) kdrt_matmul(&g2, 1.0f, y + t * S + 8 * U, r + 2 * U, 0.0f, y + t * S + at + 2 * U);
     }
+    RNN_PAR_FOR(B, U)
     for (int64_t b = 0; b < B; b++) {
       float *rec = y + (b * T + t) * S;
       const float *x = xw + (b * T + t) * GU;
@@ -76,6 +84,7 @@ void kdrt_recur_grad(int cell, int act, int ract, float *d, const float *dy, con
     for (int64_t b = 0; b < B; b++)
       memcpy(d + (b * T + t) * W + dh, dy + (b * T + t) * S, sizeof(float) * (size_t)U);
     if (t + 1 < T) kdrt_matmul(&g, 1.0f, d + (t + 1) * W + drec, r, 1.0f, d + t * W + dh);
+    RNN_PAR_FOR(B, U)
     for (int64_t b = 0; b < B; b++) {
       const float *rec = y + (b * T + t) * S;
       const float *next = t + 1 < T ? rec + S : NULL;
@@ -86,6 +95,7 @@ void kdrt_recur_grad(int cell, int act, int ract, float *d, const float *dy, con
     }
     if (cell != KDRT_RNN_GRU_V1) continue;
     kdrt_matmul(&g2, 1.0f, d + t * W + 2 * U, r + 2 * U, 0.0f, d + t * W + 7 * U);
+    RNN_PAR_FOR(B, U)
     for (int64_t b = 0; b < B; b++)
       for (int64_t j = 0; j < U; j++)
         kdrt_rnn_reset_grad(ract, d + (b * T + t) * W, y + (b * T + t) * S, U, j);
