@@ -1773,8 +1773,8 @@ static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
 // SimpleRNN, LSTM and GRU as Keras 3 computes them (gates i, f, c, o and z,
 // r, h; GRU's reset_after): the input projection of every step at once,
 // xw = x . kernel + bias (a DOT and a BIAS, sharded as a Dense is), then
-// the recurrence as one RECUR op (ops.c; its record, runtime/kdrt_rnn.h,
-// holds h); go_backwards reverses the steps first, and the output is in
+// the recurrence as one RECUR op (ops.c: a loop over the steps in the
+// program; its record, runtime/kdrt_rnn.h, holds h); go_backwards reverses the steps first, and the output is in
 // the order processed, as Keras's. The variables as Keras names them:
 // <layer>/<cell>/kernel [F, G*U], recurrent_kernel [U, G*U], bias [G*U]
 // (GRU reset_after: [2, 3U], the input bias and the recurrent one), which

@@ -422,6 +422,8 @@ typedef struct {
   Call *calls;
   int ncalls, cap;
   const char *note;       // a comment line instead of / before the calls
+  const char *loop;       // a loop statement the calls run in ("for (...)", issue 11's
+                          // time loop), or NULL
 } Lowering;
 
 typedef struct Graph Graph;

@@ -1049,9 +1049,11 @@ const OpDef op_TRAIN_SELECT = {"train_select", 2, 0, false, rule_elementwise, tr
                                train_select_emit};
 
 // ---------------------------------------------------------------- issue 11: RECUR, RECUR_GRAD, REVERSE
-// A recurrent layer's time loop as one op (runtime/kdrt_rnn.h's records):
+// A recurrent layer's recurrence as one op (runtime/kdrt_rnn.h's records):
 // RECUR(xw[B, T, G*U], r[U, G*U][, brec[G*U]]) -> y[B, T, width], and
-// RECUR_GRAD(dy, y, r) -> d[B, T, grad width]. The batch passes through (a
+// RECUR_GRAD(dy, y, r) -> d[B, T, grad width], each emitted as a loop over
+// the steps in the program, one runtime call a step (its GEMM and its
+// cells; the gradient's from the last step down). The batch passes through (a
 // batch split runs each device's rows); every other dim is needed whole:
 // the steps are a sequence, and a unit of h feeds every unit of the next
 // step, so a kernel split on its units is gathered first (the numbers stay
@@ -1124,14 +1126,13 @@ static void recur_emit(const Node *n, Lowering *lw) {
   const char *cell = cells[n->rec.cell];
   char *B = sym_c(sym_dim(n, 0, true));
   long long T = n->shape.d[1], U = n->rec.units;
-  if (n->op == OP_RECUR)
-    lower_call(lw, "recur", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld", cell,
-               act_arg(n->rec.act), act_arg(n->rec.ract), buf(n), buf(n->in[0]), buf(n->in[1]),
-               n->nin > 2 ? buf(n->in[2]) : "NULL", B, T, U);
-  else
-    lower_call(lw, "recur_grad", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld", cell,
-               act_arg(n->rec.act), act_arg(n->rec.ract), buf(n), buf(n->in[0]), buf(n->in[1]),
-               buf(n->in[2]), B, T, U);
+  bool fwd = n->op == OP_RECUR;
+  lw->loop = fwd ? format("for (int64_t t = 0; t < %lld; t++)", T)
+                 : format("for (int64_t t = %lld; t >= 0; t--)", T - 1);
+  lower_call(lw, fwd ? "recur" : "recur_grad", false, NULL,
+             "%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, t", cell, act_arg(n->rec.act),
+             act_arg(n->rec.ract), buf(n), buf(n->in[0]), buf(n->in[1]),
+             fwd ? n->nin > 2 ? buf(n->in[2]) : "NULL" : buf(n->in[2]), B, T, U);
 }
 
 const OpDef op_RECUR = {"recur", -1, 0, false, recur_rule, recur_grad, recur_emit};

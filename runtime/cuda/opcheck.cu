@@ -546,14 +546,18 @@ static void check_rnn(void) {
     float *xw = dev(hxw, nx), *r = dev(hr, (size_t)(U * GU)), *b = dev(hb, (size_t)GU);
     float *dy = dev(hdy, ny), *y = kdrt_cuda_alloc(ny), *d = kdrt_cuda_alloc(nd);
     const float *brec = cell == KDRT_RNN_GRU ? b : NULL;
-    kdrt_recur(cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, hy, hxw, hr, brec ? hb : NULL, B, T, U);
-    kdrt_cuda_recur(D, cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, y, xw, r, brec, B, T, U);
+    for (int64_t t = 0; t < T; t++) {
+      kdrt_recur(cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, hy, hxw, hr, brec ? hb : NULL, B, T, U, t);
+      kdrt_cuda_recur(D, cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, y, xw, r, brec, B, T, U, t);
+    }
     char name[64];
     snprintf(name, sizeof name, "recur %s", cells[cell]);
     check(name, y, hy, ny, tol_mm);
     float *yd = dev(hy, ny); // the CPU's record, so only the gradient is compared
-    kdrt_recur_grad(cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, hd, hdy, hy, hr, B, T, U);
-    kdrt_cuda_recur_grad(D, cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, d, dy, yd, r, B, T, U);
+    for (int64_t t = T - 1; t >= 0; t--) {
+      kdrt_recur_grad(cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, hd, hdy, hy, hr, B, T, U, t);
+      kdrt_cuda_recur_grad(D, cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, d, dy, yd, r, B, T, U, t);
+    }
     snprintf(name, sizeof name, "recur_grad %s", cells[cell]);
     check(name, d, hd, nd, tol_mm);
     kdrt_reverse(hd, hxw, B, T, GU);

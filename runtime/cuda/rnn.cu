@@ -1,7 +1,7 @@
-// rnn.cu: issue 11's recurrent layers on the GPU, as ../rnn.c: the time
-// loop on the host, each step a kernel that prepares the records' rows, one
-// cuBLAS product for the recurrent term (kdrt_cuda_matmul, strided rows)
-// and a kernel running kdrt_rnn.h's cell on every (row, unit).
+// rnn.cu: issue 11's recurrent layers on the GPU, as ../rnn.c: one call a
+// step (the generated program loops), a kernel that prepares the records'
+// rows, one cuBLAS product for the recurrent term (kdrt_cuda_matmul,
+// strided rows) and a kernel running kdrt_rnn.h's cell on every (row, unit).
 #include "common.cuh"
 #include "kdrt_rnn.h"
 
@@ -42,27 +42,25 @@ __global__ static void recur_reset_kernel(int ract, float *y, const float *xw, i
 
 extern "C" void kdrt_cuda_recur(kdrt_cuda *d, int cell, int act, int ract, float *y,
                                 const float *xw, const float *r, const float *brec, int64_t B,
-                                int64_t T, int64_t U) {
+                                int64_t T, int64_t U, int64_t t) {
   if (!B || !T) return;
   const int64_t S = kdrt_rnn_width(cell, U), GU = kdrt_rnn_gates(cell) * U;
   const int64_t at = kdrt_rnn_rec_at(cell, U), HC = kdrt_rnn_hcols(cell, U);
   const kdrt_gemm g = {KDRT_NOTRANS, KDRT_NOTRANS, 1, B, HC, U, T * S, GU, T * S, 0, 0, 0};
   const kdrt_gemm g2 = {KDRT_NOTRANS, KDRT_NOTRANS, 1, B, U, U, T * S, GU, T * S, 0, 0, 0};
-  for (int64_t t = 0; t < T; t++) {
-    recur_prep_kernel<<<kdrt_blocks((size_t)(B * GU)), KDRT_THREADS, 0, d->impl->stream>>>(
-        cell, y, xw, brec, B, T, U, t);
-    KDRT_LAUNCHED(d, "recur_prep_kernel");
-    if (t) kdrt_cuda_matmul(d, &g, 1.0f, y + t * S + U, r, 1.0f, y + t * S + at);
-    if (cell == KDRT_RNN_GRU_V1) {
-      recur_reset_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
-          ract, y, xw, B, T, U, t);
-      KDRT_LAUNCHED(d, "recur_reset_kernel");
-      if (t) kdrt_cuda_matmul(d, &g2, 1.0f, y + t * S + 8 * U, r + 2 * U, 0.0f, y + t * S + at + 2 * U);
-    }
-    recur_cell_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
-        cell, act, ract, y, xw, B, T, U, t);
-    KDRT_LAUNCHED(d, "recur_cell_kernel");
+  recur_prep_kernel<<<kdrt_blocks((size_t)(B * GU)), KDRT_THREADS, 0, d->impl->stream>>>(
+      cell, y, xw, brec, B, T, U, t);
+  KDRT_LAUNCHED(d, "recur_prep_kernel");
+  if (t) kdrt_cuda_matmul(d, &g, 1.0f, y + t * S + U, r, 1.0f, y + t * S + at);
+  if (cell == KDRT_RNN_GRU_V1) {
+    recur_reset_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
+        ract, y, xw, B, T, U, t);
+    KDRT_LAUNCHED(d, "recur_reset_kernel");
+    if (t) kdrt_cuda_matmul(d, &g2, 1.0f, y + t * S + 8 * U, r + 2 * U, 0.0f, y + t * S + at + 2 * U);
   }
+  recur_cell_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
+      cell, act, ract, y, xw, B, T, U, t);
+  KDRT_LAUNCHED(d, "recur_cell_kernel");
 }
 
 // Step t's gradient of h from the output's (the h slot of dy).
@@ -101,27 +99,25 @@ __global__ static void recur_reset_grad_kernel(int ract, float *dx, const float 
 
 extern "C" void kdrt_cuda_recur_grad(kdrt_cuda *d, int cell, int act, int ract, float *dx,
                                      const float *dy, const float *y, const float *r, int64_t B,
-                                     int64_t T, int64_t U) {
+                                     int64_t T, int64_t U, int64_t t) {
   if (!B || !T) return;
   const int64_t W = kdrt_rnn_grad_width(cell, U), GU = kdrt_rnn_gates(cell) * U;
   const int64_t dh = kdrt_rnn_dh_at(cell, U), drec = kdrt_rnn_drec_at(cell, U);
   const int64_t HC = kdrt_rnn_hcols(cell, U);
   const kdrt_gemm g = {KDRT_NOTRANS, KDRT_TRANS, 1, B, U, HC, T * W, GU, T * W, 0, 0, 0};
   const kdrt_gemm g2 = {KDRT_NOTRANS, KDRT_TRANS, 1, B, U, U, T * W, GU, T * W, 0, 0, 0};
-  for (int64_t t = T - 1; t >= 0; t--) {
-    recur_dh_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
-        cell, dx, dy, B, T, U, t);
-    KDRT_LAUNCHED(d, "recur_dh_kernel");
-    if (t + 1 < T) kdrt_cuda_matmul(d, &g, 1.0f, dx + (t + 1) * W + drec, r, 1.0f, dx + t * W + dh);
-    recur_cell_grad_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
-        cell, act, ract, dx, y, B, T, U, t);
-    KDRT_LAUNCHED(d, "recur_cell_grad_kernel");
-    if (cell != KDRT_RNN_GRU_V1) continue;
-    kdrt_cuda_matmul(d, &g2, 1.0f, dx + t * W + 2 * U, r + 2 * U, 0.0f, dx + t * W + 7 * U);
-    recur_reset_grad_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
-        ract, dx, y, B, T, U, t);
-    KDRT_LAUNCHED(d, "recur_reset_grad_kernel");
-  }
+  recur_dh_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
+      cell, dx, dy, B, T, U, t);
+  KDRT_LAUNCHED(d, "recur_dh_kernel");
+  if (t + 1 < T) kdrt_cuda_matmul(d, &g, 1.0f, dx + (t + 1) * W + drec, r, 1.0f, dx + t * W + dh);
+  recur_cell_grad_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
+      cell, act, ract, dx, y, B, T, U, t);
+  KDRT_LAUNCHED(d, "recur_cell_grad_kernel");
+  if (cell != KDRT_RNN_GRU_V1) return;
+  kdrt_cuda_matmul(d, &g2, 1.0f, dx + t * W + 2 * U, r + 2 * U, 0.0f, dx + t * W + 7 * U);
+  recur_reset_grad_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
+      ract, dx, y, B, T, U, t);
+  KDRT_LAUNCHED(d, "recur_reset_grad_kernel");
 }
 
 __global__ static void reverse_kernel(float *out, const float *in, int64_t outer, int64_t mid,
