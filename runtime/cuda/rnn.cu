@@ -30,13 +30,16 @@ __global__ static void recur_cell_kernel(int cell, int act, int ract, float *y, 
   }
 }
 
-// GRU_V1: r * h_prev, before the step's second product.
-__global__ static void recur_reset_kernel(int ract, float *y, const float *xw, int64_t B,
-                                          int64_t T, int64_t U, int64_t t) {
+// GRU_V1: r * h_prev in y, before the step's second product; or (dx
+// non-NULL) r's gradient in dx, after d (r * h_prev).
+__global__ static void recur_reset_kernel(int ract, float *y, float *dx, const float *xw,
+                                          int64_t B, int64_t T, int64_t U, int64_t t) {
   const int64_t S = kdrt_rnn_width(KDRT_RNN_GRU_V1, U), GU = 3 * U;
+  const int64_t W = kdrt_rnn_grad_width(KDRT_RNN_GRU_V1, U);
   KDRT_FOR(e, (size_t)(B * U)) {
     int64_t b = (int64_t)e / U, j = (int64_t)e % U;
-    kdrt_rnn_reset(ract, y + (b * T + t) * S, xw + (b * T + t) * GU, U, j);
+    if (dx) kdrt_rnn_reset_grad(ract, dx + (b * T + t) * W, y + (b * T + t) * S, U, j);
+    else kdrt_rnn_reset(ract, y + (b * T + t) * S, xw + (b * T + t) * GU, U, j);
   }
 }
 
@@ -54,7 +57,7 @@ extern "C" void kdrt_cuda_recur(kdrt_cuda *d, int cell, int act, int ract, float
   if (t) kdrt_cuda_matmul(d, &g, 1.0f, y + t * S + U, r, 1.0f, y + t * S + at);
   if (cell == KDRT_RNN_GRU_V1) {
     recur_reset_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
-        ract, y, xw, B, T, U, t);
+        ract, y, NULL, xw, B, T, U, t);
     KDRT_LAUNCHED(d, "recur_reset_kernel");
     if (t) kdrt_cuda_matmul(d, &g2, 1.0f, y + t * S + 8 * U, r + 2 * U, 0.0f, y + t * S + at + 2 * U);
   }
@@ -87,16 +90,6 @@ __global__ static void recur_cell_grad_kernel(int cell, int act, int ract, float
   }
 }
 
-// GRU_V1: r's gradient, after d (r * h_prev).
-__global__ static void recur_reset_grad_kernel(int ract, float *dx, const float *y, int64_t B,
-                                               int64_t T, int64_t U, int64_t t) {
-  const int64_t S = kdrt_rnn_width(KDRT_RNN_GRU_V1, U), W = kdrt_rnn_grad_width(KDRT_RNN_GRU_V1, U);
-  KDRT_FOR(e, (size_t)(B * U)) {
-    int64_t b = (int64_t)e / U, j = (int64_t)e % U;
-    kdrt_rnn_reset_grad(ract, dx + (b * T + t) * W, y + (b * T + t) * S, U, j);
-  }
-}
-
 extern "C" void kdrt_cuda_recur_grad(kdrt_cuda *d, int cell, int act, int ract, float *dx,
                                      const float *dy, const float *y, const float *r, int64_t B,
                                      int64_t T, int64_t U, int64_t t) {
@@ -115,9 +108,9 @@ extern "C" void kdrt_cuda_recur_grad(kdrt_cuda *d, int cell, int act, int ract, 
   KDRT_LAUNCHED(d, "recur_cell_grad_kernel");
   if (cell != KDRT_RNN_GRU_V1) return;
   kdrt_cuda_matmul(d, &g2, 1.0f, dx + t * W + 2 * U, r + 2 * U, 0.0f, dx + t * W + 7 * U);
-  recur_reset_grad_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
-      ract, dx, y, B, T, U, t);
-  KDRT_LAUNCHED(d, "recur_reset_grad_kernel");
+  recur_reset_kernel<<<kdrt_blocks((size_t)(B * U)), KDRT_THREADS, 0, d->impl->stream>>>(
+      ract, (float *)y, dx, NULL, B, T, U, t); // y only read here
+  KDRT_LAUNCHED(d, "recur_reset_kernel");
 }
 
 __global__ static void reverse_kernel(float *out, const float *in, int64_t outer, int64_t mid,
