@@ -38,7 +38,8 @@ all: kdcc build/libkdrt.a
 kdcc: $(COMPILER_OBJS)
 	$(CC) -o $@ $^ $(KLIBS)
 
-build/compiler/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def runtime/kdrt_defs.h
+build/compiler/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def runtime/kdrt_defs.h \
+                    runtime/kdrt_rnn.h
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c -o $@ $<
 
@@ -50,7 +51,7 @@ build/flags.stamp: FORCE
 build/compiler/main.o: build/flags.stamp
 
 # The runtime's headers: the API, the kernel list and the shared enums.
-RT_HDRS = runtime/kdrt.h runtime/kdrt_ops.h runtime/kdrt_defs.h
+RT_HDRS = runtime/kdrt.h runtime/kdrt_ops.h runtime/kdrt_defs.h runtime/kdrt_rnn.h
 
 build/runtime/%.o: runtime/%.c $(RT_HDRS) build/flags.stamp
 	@mkdir -p $(dir $@)

@@ -377,6 +377,16 @@ static void emit_op_comment(const Node *n) {
   if (is_collective(n->op) && !n->fused) out("  //   why: %s\n", coll_why(EG, n));
 }
 
+// text with every line indented two more spaces.
+static void out_indented(const char *text) {
+  for (const char *p = text; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p + 1) : strlen(p);
+    out("  %.*s", (int)len, p);
+    p += len;
+  }
+}
+
 // One call for the backend: kdrt_<fn>([c, ]args) or kdrt_cuda_<fn>(d, args),
 // in a block when it has a descriptor (unless `bare`: the caller's block).
 static void emit_call(const Call *k, bool bare) {
@@ -401,20 +411,24 @@ static char *lowered(const Node *n, StepKind kind, bool branch) {
   Lowering lw = {.step = kind};
   op_info(n->op).emit(n, &lw);
   if (lw.note) out("  //   %s\n", lw.note);
-  for (int k = 0; k < lw.ncalls; k++) emit_call(&lw.calls[k], branch && lw.ncalls == 1);
+  if (lw.loop) { // the calls are the loop's body, a block of its own
+    FILE *f = EF;
+    char *body = NULL;
+    size_t blen = 0;
+    EF = open_memstream(&body, &blen);
+    if (!EF) error("out of memory");
+    for (int k = 0; k < lw.ncalls; k++) emit_call(&lw.calls[k], lw.ncalls == 1);
+    if (fclose(EF) != 0) error("out of memory");
+    EF = f;
+    out("  %s {\n", lw.loop);
+    out_indented(body);
+    out("  }\n");
+  } else {
+    for (int k = 0; k < lw.ncalls; k++) emit_call(&lw.calls[k], branch && lw.ncalls == 1);
+  }
   if (fclose(EF) != 0) error("out of memory");
   EF = whole;
   return text;
-}
-
-// text with every line indented two more spaces.
-static void out_indented(const char *text) {
-  for (const char *p = text; *p;) {
-    const char *nl = strchr(p, '\n');
-    size_t len = nl ? (size_t)(nl - p + 1) : strlen(p);
-    out("  %.*s", (int)len, p);
-    p += len;
-  }
 }
 
 // The steps' parts, then train_step, eval_step and grad_step, each printed

@@ -206,6 +206,8 @@ struct Layer {
   int call;
   Layer **calls;          // the first: every call's Layer, [ncalls]
   int ncalls;
+  const char *sub;        // issue 11: where a Bidirectional's forward (backward) layer keeps
+                          // its variables in the weights file: "forward_layer/cell"
 };
 
 typedef struct {
@@ -383,6 +385,9 @@ typedef struct { float lo, hi; double rate; } ClipAttr;    // CLIP_NORM: Keras's
 typedef struct { int kind; float alpha, max, threshold; } PactAttr;
 typedef struct { const float *data; } ConstAttr;            // CONST: its global elements
 typedef struct { bool min; float c; } MinMaxAttr;           // MAXIMUM*: min instead; c: a lone operand's other
+// issue 11: RECUR, RECUR_GRAD: the cell (KDRT_RNN_*), its activation and
+// recurrent activation, its units
+typedef struct { int cell; Act act, ract; int64_t units; } RecurAttr;
 
 struct Node {
   int id;
@@ -412,6 +417,7 @@ struct Node {
     PactAttr pact;
     MinMaxAttr mm;
     ConstAttr cst;
+    RecurAttr rec;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
@@ -460,6 +466,8 @@ typedef struct {
   Call *calls;
   int ncalls, cap;
   const char *note;       // a comment line instead of / before the calls
+  const char *loop;       // a loop statement the calls run in ("for (...)", issue 11's
+                          // time loop), or NULL
 } Lowering;
 
 typedef struct Graph Graph;

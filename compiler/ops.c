@@ -1230,3 +1230,113 @@ static void const_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_CONST = {"const", 0, 0, false, rule_none, NULL, const_emit};
+// ---------------------------------------------------------------- issue 11: RECUR, RECUR_GRAD, REVERSE
+// A recurrent layer's recurrence as one op (runtime/kdrt_rnn.h's records):
+// RECUR(xw[B, T, G*U], r[U, G*U][, brec[G*U]]) -> y[B, T, width], and
+// RECUR_GRAD(dy, y, r) -> d[B, T, grad width], each emitted as a loop over
+// the steps in the program, one runtime call a step (its GEMM and its
+// cells; the gradient's from the last step down). The batch passes through (a
+// batch split runs each device's rows); every other dim is needed whole:
+// the steps are a sequence, and a unit of h feeds every unit of the next
+// step, so a kernel split on its units is gathered first (the numbers stay
+// the mesh's). The kernels' gradients are ordinary ops made here from the
+// records: d xw and d brec are slices and sums of d, dR = h_prev^T . d rec
+// over every row and step (a DOT, whose batch contraction the lattice
+// all-reduces).
+
+#include "../runtime/kdrt_rnn.h"
+
+static void recur_rule(const Node *n, Rule *r) {
+  int b = factor(r, F_PASS, n->shape.d[0]);
+  r->out[0] = b;
+  for (int d = 1; d < n->shape.rank; d++) r->out[d] = factor(r, F_FULL, n->shape.d[d]);
+  for (int i = 0; i < n->nin; i++) {
+    const Shape *s = &n->in[i]->shape;
+    bool batched = s->rank == 3; // xw, dy, y; not r and brec
+    for (int d = 0; d < s->rank; d++)
+      r->in[i][d] = batched && d == 0 ? b : factor(r, F_FULL, s->d[d]);
+  }
+}
+
+// n's record sliced along its last dim: [off, off + len).
+static Node *record_slice(Graph *g, Node *n, int64_t off, int64_t len) {
+  Shape s = n->shape;
+  s.d[2] = len;
+  Node *y = new_node1(g, OP_SLICE, n, s);
+  y->cat = (CatAttr){2, off};
+  return y;
+}
+
+static void recur_grad(Graph *g, Node *n, const bool *need) {
+  Node *xw = n->in[0], *r = n->in[1];
+  int cell = n->rec.cell;
+  int64_t U = n->rec.units, GU = kdrt_rnn_gates(cell) * U;
+  Node *in[3] = {n->grad, n, r};
+  Node *d = new_node(g, OP_RECUR_GRAD, 3, in);
+  d->shape = n->shape;
+  d->shape.d[2] = kdrt_rnn_grad_width(cell, U);
+  d->rec = n->rec;
+  d->layer = n->layer;
+  d->loc = n->loc;
+  Node *dxw = record_slice(g, d, 0, GU);
+  int64_t at = kdrt_rnn_drec_at(cell, U), hc = kdrt_rnn_hcols(cell, U);
+  Node *drec = kdrt_rnn_is_gru(cell) ? record_slice(g, d, at, GU) : dxw;
+  if (need[xw->id]) accumulate(g, xw, dxw);
+  if (need[r->id]) {
+    Node *hp = record_slice(g, n, U, U);
+    if (hc == GU) {
+      accumulate(g, r, dot(g, hp, drec, 0, 2, true, false));
+    } else { // GRU_V1: the columns of R_h multiply r * h_prev, not h_prev
+      Node *p[2] = {dot(g, hp, record_slice(g, d, at, hc), 0, 2, true, false),
+                    dot(g, record_slice(g, n, 8 * U, U), record_slice(g, d, at + hc, U), 0, 2,
+                        true, false)};
+      Node *dr = new_node(g, OP_CONCAT, 2, p);
+      dr->shape = r->shape;
+      dr->cat.axis = 1;
+      accumulate(g, r, dr);
+    }
+  }
+  if (n->nin > 2 && need[n->in[2]->id])
+    accumulate(g, n->in[2], new_node1(g, OP_BIAS_GRAD, drec, n->in[2]->shape));
+}
+
+static char *act_arg(Act a) { return xstrdup(act_c[a]); }
+
+static void recur_emit(const Node *n, Lowering *lw) {
+  static const char *const cells[] = {"KDRT_RNN_SIMPLE", "KDRT_RNN_LSTM", "KDRT_RNN_GRU",
+                                      "KDRT_RNN_GRU_V1"};
+  const char *cell = cells[n->rec.cell];
+  char *B = sym_c(sym_dim(n, 0, true));
+  long long T = n->shape.d[1], U = n->rec.units;
+  bool fwd = n->op == OP_RECUR;
+  lw->loop = fwd ? format("for (int64_t t = 0; t < %lld; t++)", T)
+                 : format("for (int64_t t = %lld; t >= 0; t--)", T - 1);
+  lower_call(lw, fwd ? "recur" : "recur_grad", false, NULL,
+             "%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, t", cell, act_arg(n->rec.act),
+             act_arg(n->rec.ract), buf(n), buf(n->in[0]), buf(n->in[1]),
+             fwd ? n->nin > 2 ? buf(n->in[2]) : "NULL" : buf(n->in[2]), B, T, U);
+}
+
+const OpDef op_RECUR = {"recur", -1, 0, false, recur_rule, recur_grad, recur_emit};
+const OpDef op_RECUR_GRAD = {"recur_grad", 3, 0, false, recur_rule, NULL, recur_emit};
+
+// x with dim red.dim reversed: that dim is needed whole; its own transpose.
+static void reverse_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  r->kind[r->out[n->red.dim]] = F_FULL;
+}
+
+static void reverse_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node1(g, OP_REVERSE, n->grad, n->shape);
+  dx->red = n->red;
+  accumulate(g, n->in[0], dx);
+}
+
+static void reverse_emit(const Node *n, Lowering *lw) {
+  int d = n->red.dim;
+  lower_call(lw, "reverse", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+             sym_c(sym_prod(n, 0, d, true)), sym_c(sym_dim(n, d, true)),
+             sym_c(sym_prod(n, d + 1, n->shape.rank, true)));
+}
+
+const OpDef op_REVERSE = {"reverse", 1, 1, false, reverse_rule, reverse_grad, reverse_emit};

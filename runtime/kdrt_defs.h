@@ -147,13 +147,20 @@ enum {
   X(HE_UNIFORM, "he_uniform") X(HE_NORMAL, "he_normal")                                        \
   X(LECUN_UNIFORM, "lecun_uniform") X(LECUN_NORMAL, "lecun_normal")                            \
   X(RANDOM_NORMAL, "random_normal") X(RANDOM_UNIFORM, "random_uniform")                        \
-  X(TRUNCATED_NORMAL, "truncated_normal")
+  X(TRUNCATED_NORMAL, "truncated_normal")                                                      \
+  /* issue 11: a recurrent kernel's (gain p0), LSTM's unit_forget_bias (zeros, */             \
+  /* ones in [p0, 2 p0) of the last dim) */                                                   \
+  X(ORTHOGONAL, "orthogonal") X(UNIT_FORGET, "unit_forget")
 typedef enum {
 #define KDRT_X(name, kname) KDRT_INIT_##name,
   KDRT_INIT_LIST(KDRT_X)
 #undef KDRT_X
   KDRT_INIT_COUNT
 } kdrt_init_kind;
+
+// ---- issue 11: the cells of recurrent layers (kdrt_rnn.h)
+// GRU: reset_after=True (Keras 3's default); GRU_V1: reset_after=False
+enum { KDRT_RNN_SIMPLE, KDRT_RNN_LSTM, KDRT_RNN_GRU, KDRT_RNN_GRU_V1 };
 
 // ---- what a label file becomes for the loss (synthetic data, conversions)
 enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINARY };

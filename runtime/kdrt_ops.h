@@ -183,6 +183,17 @@ typedef struct {
   K(maximum, (float *y, const float *a, const float *b, float c, int min, size_t n))           \
   K(maximum_grad, (float *dx, const float *dy, const float *a, const float *b, float c,        \
                    int min, size_t n))                                                         \
+  /* issue 11 (runtime/rnn.c): recurrent layers, the records of kdrt_rnn.h, one */           \
+  /* step t a call (the program loops). recur: step t of y[B, T, width] from     */           \
+  /* xw[B, T, G * U], r[U, G * U] (and GRU's recurrent bias brec[3U], or NULL)   */           \
+  /* and step t - 1 (t = 0: a zero state); recur_grad, t from T - 1 down: step t */           \
+  /* of the gradient record dx from dy (the gradient of y), y and step t + 1;    */           \
+  /* reverse: out = in with dim mid reversed                                     */           \
+  K(recur, (int cell, int act, int ract, float *y, const float *xw, const float *r,            \
+            const float *brec, int64_t B, int64_t T, int64_t U, int64_t t))                    \
+  K(recur_grad, (int cell, int act, int ract, float *dx, const float *dy, const float *y,      \
+                 const float *r, int64_t B, int64_t T, int64_t U, int64_t t))                  \
+  K(reverse, (float *out, const float *in, int64_t outer, int64_t mid, int64_t inner))         \
   /* optimizer updates on local shards, Keras 3 semantics; t is the 1-based step; */          \
   /* vhat (Adam's amsgrad), m (RMSprop's momentum), a (RMSprop's centered         */          \
   /* average gradient): NULL when the option is off                               */          \

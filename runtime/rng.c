@@ -18,6 +18,7 @@
 #include "kdrt.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,7 +148,8 @@ typedef struct {
   float *buf;
   kdrt_init_kind kind;
   uint64_t stream;
-  double a, b; // uniform: [a, b); normal: mean a, stddev b
+  double a, b; // uniform: [a, b); normal: mean a, stddev b; unit_forget: [a, 2a) of b columns
+  const double *q; // orthogonal: the whole variable, row-major
 } init_job;
 
 static void init_row(void *arg, int64_t local, int64_t global, int64_t len) {
@@ -164,11 +166,53 @@ static void init_row(void *arg, int64_t local, int64_t global, int64_t len) {
     case KDRT_INIT_RANDOM_NORMAL:
       out[i] = (float)(j->a + j->b * kdrt_normal(seed, j->stream, 0, g));
       break;
+    case KDRT_INIT_UNIT_FORGET: {
+      double col = (double)(g % (uint64_t)j->b);
+      out[i] = col >= j->a && col < 2 * j->a ? 1.0f : 0.0f;
+      break;
+    }
+    case KDRT_INIT_ORTHOGONAL:
+      out[i] = (float)j->q[g];
+      break;
     default: // the truncated normals
       out[i] = (float)(j->a + j->b * truncated_normal(seed, j->stream, g));
       break;
     }
   }
+}
+
+// Keras's Orthogonal(gain): the variable seen as [rows, cols] (cols its
+// last dim) is gain times the Q of the QR decomposition of a normal matrix
+// [max, min] of them (transposed when rows < cols), signed so that R's
+// diagonal is positive: what Gram-Schmidt on that matrix's columns gives.
+// The whole matrix on every rank (from the global indices, as every
+// initializer), in double; each rank keeps its block.
+static double *orthogonal(uint64_t seed, uint64_t stream, const kdrt_layout *l, double gain) {
+  int64_t cols = l->gshape[l->rank - 1], rows = 1;
+  for (int d = 0; d + 1 < l->rank; d++) rows *= l->gshape[d];
+  int64_t n = rows > cols ? rows : cols, m = rows > cols ? cols : rows;
+  double *a = malloc(sizeof(double) * (size_t)(n * m)), *q = malloc(sizeof(double) * (size_t)(n * m));
+  if (!a || !q) {
+    fprintf(stderr, "kdrt: out of memory for an orthogonal initializer\n");
+    exit(1);
+  }
+  for (int64_t e = 0; e < n * m; e++) a[e] = kdrt_normal(seed, stream, 0, (uint64_t)e);
+  for (int64_t k = 0; k < m; k++) { // column k of a [n, m], made orthogonal to the ones before
+    for (int64_t p = 0; p < k; p++) {
+      double dot = 0;
+      for (int64_t i = 0; i < n; i++) dot += a[i * m + p] * a[i * m + k];
+      for (int64_t i = 0; i < n; i++) a[i * m + k] -= dot * a[i * m + p];
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < n; i++) norm += a[i * m + k] * a[i * m + k];
+    norm = sqrt(norm);
+    for (int64_t i = 0; i < n; i++) a[i * m + k] = norm > 0 ? a[i * m + k] / norm : 0;
+  }
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++)
+      q[i * cols + j] = gain * (rows >= cols ? a[i * m + j] : a[j * m + i]);
+  free(a);
+  return q;
 }
 
 void kdrt_init_fill(const kdrt_ctx *c, float *buf, const kdrt_layout *l, kdrt_init_kind kind,
@@ -181,6 +225,18 @@ void kdrt_init_fill(const kdrt_ctx *c, float *buf, const kdrt_layout *l, kdrt_in
   if (kind == KDRT_INIT_ZEROS || kind == KDRT_INIT_ONES || kind == KDRT_INIT_CONSTANT) {
     float v = kind == KDRT_INIT_ZEROS ? 0.0f : kind == KDRT_INIT_ONES ? 1.0f : p0;
     for (size_t i = 0; i < n; i++) buf[i] = v;
+    return;
+  }
+  if (kind == KDRT_INIT_UNIT_FORGET) {
+    init_job j = {c, buf, kind, stream, p0, (double)l->gshape[l->rank - 1], NULL};
+    walk_block(c, l, init_row, &j);
+    return;
+  }
+  if (kind == KDRT_INIT_ORTHOGONAL) {
+    double *q = orthogonal(c->seed, stream, l, p0);
+    init_job j = {c, buf, kind, stream, 0.0, 0.0, q};
+    walk_block(c, l, init_row, &j);
+    free(q);
     return;
   }
   // Keras's VarianceScaling: variance scale / fan, uniform limit
@@ -201,7 +257,7 @@ void kdrt_init_fill(const kdrt_ctx *c, float *buf, const kdrt_layout *l, kdrt_in
     break;
   }
   if (fan < 1.0) fan = 1.0; // Keras: max(1, fan)
-  init_job j = {c, buf, kind, stream, 0.0, 0.0};
+  init_job j = {c, buf, kind, stream, 0.0, 0.0, NULL};
   switch (kind) {
   case KDRT_INIT_GLOROT_UNIFORM: case KDRT_INIT_HE_UNIFORM: case KDRT_INIT_LECUN_UNIFORM: {
     double limit = sqrt(3.0 * scale / fan);

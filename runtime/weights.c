@@ -647,15 +647,15 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
       H5Gclose(vg);
       H5Gclose(lg);
     }
-    if (var->sub) { // a sublayer's variables: layers/<group>/<sub>/vars
+    if (var->sub) { // a sublayer's variables: layers/<group>/<sub>/vars (sub may nest:
+                    // a Bidirectional's "forward_layer/cell")
       snprintf(gpath, sizeof gpath, "%s/%s/vars", group, var->sub);
       if (!has_link(layers, gpath)) {
-        hid_t lg = H5Gopen2(layers, group, H5P_DEFAULT);
-        hid_t sg = H5Gcreate2(lg, var->sub, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        hid_t svg = H5Gcreate2(sg, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+        H5Pset_create_intermediate_group(lcpl, 1);
+        hid_t svg = H5Gcreate2(layers, gpath, lcpl, H5P_DEFAULT, H5P_DEFAULT);
         H5Gclose(svg);
-        H5Gclose(sg);
-        H5Gclose(lg);
+        H5Pclose(lcpl);
       }
     }
     hid_t vg = H5Gopen2(layers, gpath, H5P_DEFAULT);

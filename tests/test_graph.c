@@ -444,3 +444,28 @@ Test(graph, attention_kernels_have_einsum_fans) {
       cr_expect(v->fan_in == 32 && v->fan_out == 32, "%g %g", v->fan_in, v->fan_out);
   }
 }
+
+// issue 11: what kdcc does not do of the recurrent layers, by name
+Test(graph, recurrent_refusals) {
+  expect_error("tests/bad/rnn_return_state.json", NULL,
+               "tests/bad/rnn_return_state.json:4:91: error: layer 'r': LSTM return_state=True "
+               "is not supported (a layer gives one output)\n");
+  expect_error("tests/bad/rnn_stateful.json", NULL,
+               "tests/bad/rnn_stateful.json:4:87: error: layer 'r': LSTM stateful=True is not "
+               "supported (every batch starts from a zero state)\n");
+  expect_error("tests/bad/rnn_recurrent_dropout.json", NULL,
+               "tests/bad/rnn_recurrent_dropout.json:4:101: error: layer 'r': SimpleRNN "
+               "recurrent_dropout > 0 is not supported yet\n");
+  expect_error("tests/bad/rnn_softmax.json", NULL,
+               "tests/bad/rnn_softmax.json:4:98: error: layer 'r': recurrent_activation "
+               "'softmax' is not supported in a recurrent cell (only elementwise activations)\n");
+  expect_error("tests/bad/lstm_forget_bias_init.json", NULL,
+               "tests/bad/lstm_forget_bias_init.json:4:95: error: layer 'r': unit_forget_bias "
+               "with a bias_initializer other than zeros is not supported\n");
+  expect_error("tests/bad/bidirectional_merge_none.json", NULL,
+               "tests/bad/bidirectional_merge_none.json:4:86: error: layer 'r': Bidirectional "
+               "merge_mode None (two outputs) is not supported\n");
+  expect_error("tests/bad/bidirectional_dense.json", NULL,
+               "tests/bad/bidirectional_dense.json:4:81: error: layer 'r': Bidirectional wraps a"
+               " SimpleRNN, LSTM or GRU only\n");
+}

@@ -490,7 +490,7 @@ Test(bad, no_layers) {
 
 Test(bad, unknown_layer_class) {
   EXPECT_ERROR("tests/bad/unknown_layer.json",
-               "4:44: error: unknown layer class 'LSTM' (layer 'lstm')");
+               "4:44: error: unknown layer class 'ConvLSTM1D' (layer 'conv_lstm1d')");
 }
 
 Test(bad, dtype_policy_mixed) {

@@ -237,8 +237,8 @@ Test(init, blocks_on_any_mesh_equal_the_global_tensor) {
   static const int m24[2] = {2, 4}, m42[2] = {4, 2}, m222[3] = {2, 2, 2}, m8[1] = {8};
   static float g[4096];
   const kdrt_init_kind kinds[] = {KDRT_INIT_GLOROT_UNIFORM, KDRT_INIT_HE_NORMAL,
-                                  KDRT_INIT_RANDOM_NORMAL};
-  for (size_t k = 0; k < 3; k++) {
+                                  KDRT_INIT_RANDOM_NORMAL, KDRT_INIT_ORTHOGONAL};
+  for (size_t k = 0; k < 4; k++) {
     kdrt_layout l2 = {2, {16, 24}, {-1, -1}};
     fill_global(g, &l2, kinds[k], 17);
     kdrt_layout cols = {2, {16, 24}, {-1, 1}}, both = {2, {16, 24}, {0, 1}},
@@ -254,6 +254,34 @@ Test(init, blocks_on_any_mesh_equal_the_global_tensor) {
     check_blocks(m222, 3, &conv, g, kinds[k], 18);
     check_blocks(m24, 2, &conv2, g, kinds[k], 18);
   }
+}
+
+// issue 11: Orthogonal(gain): orthonormal columns (rows when there are fewer
+// rows than columns) times the gain; unit_forget_bias: ones in [U, 2U)
+Test(init, orthogonal_and_unit_forget) {
+  static const int one[1] = {1};
+  kdrt_program p = fake_prog(1, one);
+  kdrt_ctx c = fake_ctx(&p, 0, 7);
+  static float w[64 * 16];
+  const int64_t shapes[2][2] = {{64, 16}, {16, 64}};
+  for (int s = 0; s < 2; s++) {
+    int64_t R = shapes[s][0], C = shapes[s][1];
+    kdrt_layout l = {2, {R, C}, {-1, -1}};
+    kdrt_init_fill(&c, w, &l, KDRT_INIT_ORTHOGONAL, 0, 0, 2.0f, 0, 3);
+    int64_t n = R > C ? C : R; // the orthonormal vectors: columns, or rows
+    for (int64_t a = 0; a < n; a++)
+      for (int64_t b = 0; b < n; b++) {
+        double dot = 0;
+        for (int64_t k = 0; k < (R > C ? R : C); k++)
+          dot += R > C ? (double)w[k * C + a] * w[k * C + b] : (double)w[a * C + k] * w[b * C + k];
+        cr_assert(fabs(dot - (a == b ? 4.0 : 0.0)) < 1e-5, "[%lld, %lld]: %lld . %lld = %g",
+                  (long long)R, (long long)C, (long long)a, (long long)b, dot);
+      }
+  }
+  float bias[12];
+  kdrt_layout b = {1, {12}, {-1}};
+  kdrt_init_fill(&c, bias, &b, KDRT_INIT_UNIT_FORGET, 0, 0, 3.0f, 0, 4);
+  for (int i = 0; i < 12; i++) cr_assert_eq(bias[i], i >= 3 && i < 6 ? 1.0f : 0.0f, "%d", i);
 }
 
 // ------------------------------------------------------------ dropout

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "kdrt_rnn.h"
 
 static int failures, checks;
 static double tol_mm = 1e-5; // matrix products (precision-dependent)
@@ -598,6 +599,46 @@ static void check_optim(void) {
   }
 }
 
+// issue 11: the recurrence of each cell and its gradient (matrix products
+// every step), and the step reversal
+static void check_rnn(void) {
+  const int64_t B = 5, T = 7, U = 6;
+  static const char *const cells[] = {"simple", "lstm", "gru", "gru reset_after=False"};
+  for (int cell = 0; cell < 4; cell++) {
+    int64_t GU = kdrt_rnn_gates(cell) * U, S = kdrt_rnn_width(cell, U);
+    int64_t W = kdrt_rnn_grad_width(cell, U);
+    size_t nx = (size_t)(B * T * GU), ny = (size_t)(B * T * S), nd = (size_t)(B * T * W);
+    float *hxw = hrand(nx, -1, 1), *hr = hrand((size_t)(U * GU), -0.5f, 0.5f);
+    float *hb = hrand((size_t)GU, -0.3f, 0.3f), *hdy = hrand(ny, -1, 1);
+    float *hy = hzero(ny), *hd = hzero(nd);
+    float *xw = dev(hxw, nx), *r = dev(hr, (size_t)(U * GU)), *b = dev(hb, (size_t)GU);
+    float *dy = dev(hdy, ny), *y = kdrt_cuda_alloc(ny), *d = kdrt_cuda_alloc(nd);
+    const float *brec = cell == KDRT_RNN_GRU ? b : NULL;
+    for (int64_t t = 0; t < T; t++) {
+      kdrt_recur(cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, hy, hxw, hr, brec ? hb : NULL, B, T, U, t);
+      kdrt_cuda_recur(D, cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, y, xw, r, brec, B, T, U, t);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "recur %s", cells[cell]);
+    check(name, y, hy, ny, tol_mm);
+    float *yd = dev(hy, ny); // the CPU's record, so only the gradient is compared
+    for (int64_t t = T - 1; t >= 0; t--) {
+      kdrt_recur_grad(cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, hd, hdy, hy, hr, B, T, U, t);
+      kdrt_cuda_recur_grad(D, cell, KDRT_ACT_TANH, KDRT_ACT_SIGMOID, d, dy, yd, r, B, T, U, t);
+    }
+    snprintf(name, sizeof name, "recur_grad %s", cells[cell]);
+    check(name, d, hd, nd, tol_mm);
+    kdrt_reverse(hd, hxw, B, T, GU);
+    kdrt_cuda_reverse(D, d, xw, B, T, GU);
+    snprintf(name, sizeof name, "reverse [%lld, %lld, %lld]", (long long)B, (long long)T,
+             (long long)GU);
+    check(name, d, hd, nx, 0);
+    kdrt_cuda_free(xw), kdrt_cuda_free(r), kdrt_cuda_free(b), kdrt_cuda_free(dy);
+    kdrt_cuda_free(y), kdrt_cuda_free(d), kdrt_cuda_free(yd);
+    free(hxw), free(hr), free(hb), free(hdy), free(hy), free(hd);
+  }
+}
+
 extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--matmul-tol") && i + 1 < argc) tol_mm = atof(argv[++i]);
@@ -633,6 +674,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
   check_nd();
   check_dropout(&c);
   check_optim();
+  check_rnn();
   printf("opcheck: %d checks, %s\n", checks, failures ? "FAILED" : "ok");
   return failures ? 1 : 0;
 }

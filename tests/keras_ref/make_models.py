@@ -818,6 +818,48 @@ def transposed_op():
     h = layers.Concatenate(name="cat")([a, b])
     out = layers.Dense(10, activation="softmax", name="out")(h)
     return sparse_classifier([img, seq], out, "transposed_op")
+def _rnn_text(name, rnn):
+    """issue 11: a text classifier, Embedding -> rnn -> Dense."""
+    x = keras.Input((10,), dtype="int32", name="tokens")
+    e = layers.Embedding(32, 8, name="emb")(x)
+    out = layers.Dense(10, activation="softmax", name="out")(rnn(e))
+    return sparse_classifier(x, out, name)
+
+
+def lstm_text():
+    return _rnn_text("lstm_text", layers.LSTM(12, name="lstm"))
+
+
+def gru_text():
+    # reset_after, its [2, 3U] bias
+    return _rnn_text("gru_text", layers.GRU(12, name="gru"))
+
+
+def gru_v1_text():
+    # reset_after=False: the reset gate before the recurrent kernel, a [3U] bias
+    return _rnn_text("gru_v1_text", layers.GRU(12, reset_after=False, name="gru"))
+
+
+def bilstm_text():
+    # issue 11: a stacked Bidirectional LSTM returning sequences (concat),
+    # then a Bidirectional GRU (mul) and one with its own backward_layer (ave)
+    x = keras.Input((10,), dtype="int32", name="tokens")
+    e = layers.Embedding(32, 8, name="emb")(x)
+    h = layers.Bidirectional(layers.LSTM(8, return_sequences=True), name="bilstm")(e)
+    a = layers.Bidirectional(layers.GRU(6), merge_mode="mul", name="bigru")(h)
+    b = layers.Bidirectional(layers.LSTM(6, name="fwd"), merge_mode="ave", name="bilstm_1",
+                             backward_layer=layers.LSTM(6, go_backwards=True, name="bwd"))(h)
+    out = layers.Dense(10, activation="softmax", name="out")(layers.Concatenate(name="cat")([a, b]))
+    return sparse_classifier(x, out, "bilstm_text")
+
+
+def simple_rnn_seq():
+    # issue 11: SimpleRNN returning sequences, then one going backwards
+    x = keras.Input((8, 4), name="seq")
+    h = layers.SimpleRNN(8, return_sequences=True, name="simple_rnn")(x)
+    h = layers.SimpleRNN(8, go_backwards=True, activation="relu", name="simple_rnn_1")(h)
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier(x, out, "simple_rnn_seq")
 
 
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
@@ -1451,6 +1493,34 @@ MODELS = {
             }),
             "transposed_op_dp": DP_8,
         },
+    # issue 11: recurrent layers; the LSTM's kernels split on their units
+    # (the recurrence gathers them: kdcc's RECUR needs them whole)
+    "lstm_text": dict(
+        build=lstm_text, inputs=[("tokens", (10,), 32)], outputs=["sparse10"],
+        dists={
+            "lstm_text": model_parallel({
+                "lstm/lstm_cell/kernel": [None, "model"],
+                "lstm/lstm_cell/recurrent_kernel": [None, "model"],
+                "lstm/lstm_cell/bias": ["model"],
+            }),
+            "lstm_text_dp": DP_8,
+        },
+    ),
+    "gru_text": dict(
+        build=gru_text, inputs=[("tokens", (10,), 32)], outputs=["sparse10"],
+        dists={"gru_text_dp": DP_8},
+    ),
+    "gru_v1_text": dict(
+        build=gru_v1_text, inputs=[("tokens", (10,), 32)], outputs=["sparse10"],
+        dists={"gru_v1_text_dp": DP_8},
+    ),
+    "bilstm_text": dict(
+        build=bilstm_text, inputs=[("tokens", (10,), 32)], outputs=["sparse10"],
+        dists={"bilstm_text_dp": DP_8},
+    ),
+    "simple_rnn_seq": dict(
+        build=simple_rnn_seq, labels="sparse10", x=(8, 4),
+        dists={"simple_rnn_seq_dp": DP_8},
     ),
     "constrained": dict(
         build=constrained, labels="sparse10", x=(8, 8, 3),

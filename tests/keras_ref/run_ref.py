@@ -141,6 +141,16 @@ Cases (model, distribution spec from models/):
                                                              Conv1DTranspose (same, even kernel);
                                                              filters split, then input channels
     transposed_op_dp transposed_op transposed_op_dp.dist.json DataParallel (8,)
+    lstm_text       lstm_text      lstm_text.dist.json       ModelParallel (2,4)  Embedding, LSTM, Dense;
+                                                             the LSTM's kernels split on their units
+    lstm_text_dp    lstm_text      lstm_text_dp.dist.json    DataParallel (8,)
+    gru_text_dp     gru_text       gru_text_dp.dist.json     DataParallel (8,)    GRU (reset_after)
+    gru_v1_text_dp  gru_v1_text    gru_v1_text_dp.dist.json  DataParallel (8,)    GRU reset_after=False
+    bilstm_text_dp  bilstm_text    bilstm_text_dp.dist.json  DataParallel (8,)    stacked Bidirectional
+                                                             LSTM (sequences, concat), GRU (mul),
+                                                             its own backward_layer (ave)
+    simple_rnn_seq_dp simple_rnn_seq simple_rnn_seq_dp.dist.json DataParallel (8,) SimpleRNN
+                                                             sequences, then go_backwards
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -319,6 +329,11 @@ DATA = {
     "conv1d_family": (64, 2),
     "normalization": (64, 2),
     "transposed_op": (64, 2),
+    "lstm_text": (64, 2),
+    "gru_text": (64, 2),
+    "gru_v1_text": (64, 2),
+    "bilstm_text": (64, 2),
+    "simple_rnn_seq": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -495,6 +510,12 @@ CASES = {
     "normalization_dp": ("normalization", "normalization_dp"),
     "transposed_op": ("transposed_op", "transposed_op"),
     "transposed_op_dp": ("transposed_op", "transposed_op_dp"),
+    "lstm_text": ("lstm_text", "lstm_text"),
+    "lstm_text_dp": ("lstm_text", "lstm_text_dp"),
+    "gru_text_dp": ("gru_text", "gru_text_dp"),
+    "gru_v1_text_dp": ("gru_v1_text", "gru_v1_text_dp"),
+    "bilstm_text_dp": ("bilstm_text", "bilstm_text_dp"),
+    "simple_rnn_seq_dp": ("simple_rnn_seq", "simple_rnn_seq_dp"),
 }
 
 

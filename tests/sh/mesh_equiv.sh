@@ -121,4 +121,7 @@ check ../tests/gradcheck/conv1d_family ../tests/good/conv1d_family.dist.json 16 
 check ../tests/gradcheck/normalization ../tests/good/normalization.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: output_padding of Conv2DTranspose and Conv1DTranspose
 check ../tests/gradcheck/transpose_op ../tests/good/transpose_op.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: SimpleRNN, LSTM (going backwards), GRU, Bidirectional LSTM and GRU; the LSTMs'
+# kernels split on their units over 'model' (the recurrence gathers them)
+check ../tests/gradcheck/rnn ../tests/good/rnn.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 exit $fail
