@@ -1408,6 +1408,8 @@ MODELS = {
                 "d(2|4|6)/kernel": ["model", None],
             }),
             "activations_dp": DP_8,
+        },
+    ),
     "merging": dict(
         build=merging, labels="sparse10", x=(6, 4),
         dists={
@@ -1493,6 +1495,7 @@ MODELS = {
             }),
             "transposed_op_dp": DP_8,
         },
+    ),
     # issue 11: recurrent layers; the LSTM's kernels split on their units
     # (the recurrence gathers them: kdcc's RECUR needs them whole)
     "lstm_text": dict(
