@@ -33,7 +33,10 @@
 //
 // - Activation formulas live only in kdrt_defs.h's KDRT_ACT_LIST: the
 //   kernels here expand it into one plain loop per activation (the formula
-//   inlined, so each loop vectorises), as the CUDA kernels do.
+//   inlined, so each loop vectorises), as the CUDA kernels do. Their exp,
+//   erf, tanh... are vmath.h's (glibc's libmvec), vectorised like the rest
+//   of the loop and giving an element the same bits wherever it falls; so are the exps of softmax and of the split
+//   crossentropy. (The loss section still calls libm.)
 // - Crossentropy with the classes split over ranks (row_max, row_sumexp,
 //   sparse_xent*): each rank holds columns [col0, col0 + cols) of the
 //   logits; the caller all-reduces the row maxima (max) and the sums of
@@ -61,6 +64,7 @@
 #include <string.h>
 
 #include "kdrt.h"
+#include "vmath.h"
 
 // The rank's threads: OMP_NUM_THREADS when it is set, else the cores this
 // process may run on shared out among the ranks of its node (one rank per
@@ -265,6 +269,18 @@ void kdrt_copy(float *out, const float *in, size_t n) {
 
 // ---------------------------------------------------------------- softmax
 
+// exp(x), but 0 where that is below 2^-125 (about 2.4e-38, twice the
+// smallest normal float): for the exps of x less its row's maximum, whose
+// sum holds exp(0) = 1 and so cannot change by what is flushed. libmvec
+// takes a slow scalar path for a lane whose result is not a normal float,
+// and masked attention scores are half of every causal row: the input is
+// clamped at -87 (exp(-87) < 2^-125, flushed after). The flush tests the
+// result, not x, so that GCC keeps the call out of a branch and vectorises.
+static inline float exp_flush(float x) {
+  const float e = kdrt_expf(x < -87.0f ? -87.0f : x);
+  return e < 0x1p-125f ? 0.0f : e;
+}
+
 void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
@@ -273,11 +289,11 @@ void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
     float m = -INFINITY;
     for (int64_t j = 0; j < cols; j++)
       m = xr[j] > m ? xr[j] : m;
+    for (int64_t j = 0; j < cols; j++) // vectorises; the sum below cannot
+      yr[j] = exp_flush(xr[j] - m);
     float s = 0.0f;
-    for (int64_t j = 0; j < cols; j++) {
-      yr[j] = expf(xr[j] - m);
+    for (int64_t j = 0; j < cols; j++)
       s += yr[j];
-    }
     float inv = 1.0f / s;
     for (int64_t j = 0; j < cols; j++)
       yr[j] *= inv;
@@ -563,14 +579,20 @@ void kdrt_row_max(float *out, const float *x, int64_t rows, int64_t cols) {
   }
 }
 
-// out[r] = sum over j of exp(x[r, j] - m[r]), in float (as kdrt_loss).
+// out[r] = sum over j of exp(x[r, j] - m[r]) (exp_flush), in float, in
+// column order (as kdrt_loss); the exps made a vector loop at a time.
 void kdrt_row_sumexp(float *out, const float *x, const float *m, int64_t rows, int64_t cols) {
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols;
-    float s = 0.0f;
-    for (int64_t j = 0; j < cols; j++)
-      s += expf(xr[j] - m[r]);
+    float e[256], s = 0.0f;
+    for (int64_t j0 = 0; j0 < cols; j0 += 256) {
+      const int64_t n = cols - j0 < 256 ? cols - j0 : 256;
+      for (int64_t j = 0; j < n; j++)
+        e[j] = exp_flush(xr[j0 + j] - m[r]);
+      for (int64_t j = 0; j < n; j++)
+        s += e[j];
+    }
     out[r] = s;
   }
 }
@@ -617,7 +639,7 @@ void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const floa
     const float mr = m[r], sr = s[r];
     const int64_t c = local_class(y, r, cols, col0); // -1: matches no j
     for (int64_t j = 0; j < cols; j++)
-      dr[j] = sc * (expf(xr[j] - mr) / sr - (j == c ? 1.0f : 0.0f));
+      dr[j] = sc * (exp_flush(xr[j] - mr) / sr - (j == c ? 1.0f : 0.0f));
   }
 }
 
