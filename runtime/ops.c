@@ -59,25 +59,60 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kdrt.h"
 #include "vmath.h"
 
-// The rank's threads: OMP_NUM_THREADS when it is set, else the cores this
-// process may run on shared out among the ranks of its node (one rank per
-// device, each with its share; 8 ranks on 2 cores run one thread each, not
-// two). Set before main, from what mpirun puts in the environment.
+// The rank's threads, set before main (and so before MPI_Init):
+// - OMP_NUM_THREADS when it is set; else the cores this process may run
+//   on, shared out among the ranks of its node (OMPI_COMM_WORLD_LOCAL_SIZE,
+//   or MPICH's MPI_LOCALNRANKS) when the launcher did not bind it (its mask
+//   is the whole node): one rank per device, each with its share, so 8
+//   ranks on 2 cores run one thread each, not two.
+// - When the node is oversubscribed (more threads than cores: ranks times
+//   threads per rank, or threads beyond a bound rank's cores; or a 1-minute
+//   load average already at the cores, from other work): one thread, unless
+//   OMP_NUM_THREADS says otherwise, and Open MPI's mpi_yield_when_idle
+//   unless set, so that a rank waiting in a collective yields its core.
+//   Threads that spin after each parallel region and ranks that busy-poll
+//   take the cores from the ones with work: a GPT epoch on 2 ranks of 2
+//   threads ran 10 times slower on a loaded 2-core machine. (libgomp has
+//   read OMP_WAIT_POLICY before this runs: set it passive yourself with
+//   OMP_NUM_THREADS > 1 on a busy machine.)
 __attribute__((constructor)) static void rank_threads(void) {
-  if (getenv("OMP_NUM_THREADS"))
-    return;
+  cpu_set_t set;
+  const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const int bound = online > 0 && mine < online;
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); // Open MPI
   if (!local)
     local = getenv("MPI_LOCALNRANKS"); // MPICH's Hydra
-  int ranks = local ? atoi(local) : 1, threads = omp_get_num_procs() / (ranks > 0 ? ranks : 1);
-  omp_set_num_threads(threads > 0 ? threads : 1);
+  const int ranks = local && atoi(local) > 0 ? atoi(local) : 1;
+  const char *given = getenv("OMP_NUM_THREADS");
+  int threads = given ? omp_get_max_threads() : bound ? mine : mine / ranks;
+  if (threads < 1)
+    threads = 1;
+  double load = 0;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &load) != 1)
+      load = 0;
+    fclose(f);
+  }
+  const int over = (bound ? threads > mine : (long)threads * ranks > online) ||
+                   (online > 0 && load >= (double)online);
+  if (over) {
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    if (!given)
+      threads = 1;
+  }
+  if (!given)
+    omp_set_num_threads(threads);
 }
 
 // Loops over fewer elements than this stay on one thread: a parallel region
