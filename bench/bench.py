@@ -32,12 +32,14 @@ MODELS = [  # name, model file, x shape of one sample, label kind
     ("wide_mlp", "models/wide_mlp.json", (1024,), "classid"),
     ("cnn", "models/cnn.json", (28, 28, 1), "classid"),
     ("gpt", "models/gpt.json", (16,), "tokens"),
+    ("resnet", "examples/fashion_mnist/resnet.json", (28, 28, 1), "classid"),
 ]
 DESCR = {
     "seed_mlp": "seed MLP (784-200-10, Adam, mse)",
     "wide_mlp": "wide MLP (1024-4x2048-10, SGD, scce logits)",
     "cnn": "CNN (2 conv3x3 + pool, Adam, scce)",
     "gpt": "GPT (2 causal blocks of 32, 16 tokens of 64, Adam, scce logits per token)",
+    "resnet": "ResNet (3x3 stem 32 + pool, 2 residual blocks of 32 and 64, batch norm, Adam, scce)",
 }
 
 ap = argparse.ArgumentParser()
