@@ -141,8 +141,10 @@ def kdcc_bench(exe, name, threads, synthetic=False):
     best = lambda e: min(kdcc_time(exe, name, e, threads, synthetic) for _ in range(3))
     t1 = best(1)
     t3 = kdcc_time(exe, name, 3, threads, synthetic)
-    per_epoch = max((t3 - t1) / 2, 1e-4)
-    k = max(2, int(round(args.seconds / per_epoch)))
+    # On a loaded machine t3 - t1 can come out near 0 (or below): bound the
+    # estimate below by a tenth of the 1-epoch run, and k by 100 epochs.
+    per_epoch = max((t3 - t1) / 2, t1 / 10, 1e-4)
+    k = min(100, max(2, int(round(args.seconds / per_epoch))))
     t2 = best(1 + k)
     sps = NBATCH * k / (t2 - t1)
     log("kdcc%s %-9s threads=%d  %8.2f steps/s  (%d vs 1 epochs of %d steps: %.3fs vs %.3fs)" %
