@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -124,12 +125,19 @@ def kdcc_cmd(exe, name, epochs, synthetic=False):
                   "--history", hist], hist
 
 
+def cpu_seconds():
+    """CPU time (user + system) of this process's finished children."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def kdcc_time(exe, name, epochs, threads, synthetic=False):
+    """Seconds of one run: CPU time with 1 thread (see CLOCK), else wall time."""
     cmd, hist = kdcc_cmd(exe, name, epochs, synthetic)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     subprocess.run(pin(threads) + cmd, check=True, env=thread_env(threads),
                    stdout=subprocess.DEVNULL)
-    dt = time.perf_counter() - t0
+    dt = cpu_seconds() - c0 if threads == 1 else time.perf_counter() - t0
     with open(hist) as f:
         h = json.load(f)
     if not all(np.isfinite(v) for v in h["loss"]):
@@ -289,6 +297,10 @@ def main():
               "`torch.set_num_threads(T)`; JAX with T=1 also "
               "`XLA_FLAGS=--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1` "
               "(with T=2 XLA sizes its pool to the 2 cores it may use).")
+    md.append("- clock: with 1 thread, the CPU time (user + system) of each process, which "
+              "other work on the machine inflates far less than wall time (the kdcc program's "
+              "from `getrusage`, PyTorch's and JAX's from `time.process_time()`); with more "
+              "threads, wall time.")
     md.append("- step: forward + loss (+ accuracy where the model has that metric) + backward + "
               "optimizer update, on the next of 10 fixed batches (normal x, random classes). "
               "torch: same layers, loss and optimizer (hand-written, NCHW for the CNN). "
