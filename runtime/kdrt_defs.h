@@ -17,32 +17,47 @@
 #define KDRT_SQRT1_2 0.70710678118654752f
 #define KDRT_INV_SQRT_2PI 0.3989422804014327f
 #define KDRT_SQRT_2_OVER_PI 0.7978845608028654f
-// Stable for large |v|: exp never overflows.
-#define KDRT_SIGMOID(v) ((v) >= 0.0f ? 1.0f / (1.0f + expf(-(v))) : expf(v) * (1.0f / (1.0f + expf(v))))
+// The transcendental functions the formulas call: libm's here, for CUDA
+// and the tests; the CPU runtime's kernels (runtime/vmath.h) redefine them
+// as vectorised ones.
+#define KDRT_EXPF expf
+#define KDRT_EXPM1F expm1f
+#define KDRT_LOG1PF log1pf
+#define KDRT_ERFF erff
+#define KDRT_TANHF tanhf
+#define KDRT_COSHF coshf
+// Stable for large |v|: exp never overflows. 1 / (1 + exp(-v)) for v >= 0,
+// else exp(v) / (1 + exp(v)) (as exp(v) * (1 / (1 + exp(v)))), written with
+// one exp(-|v|) and a select of plain values, so that a loop of it vectorises.
+#define KDRT_SIGMOID(v)                                                                       \
+  ((1.0f / (1.0f + KDRT_EXPF(-fabsf(v)))) * ((v) >= 0.0f ? 1.0f : KDRT_EXPF(-fabsf(v))))
 // issue 11: selu's constants (JAX's), softplus as logaddexp(v, 0), relu6
 // written so that NaN stays NaN; leaky_relu is Keras's default slope 0.2.
 #define KDRT_SELU_ALPHA 1.6732632423543772848170429916717f
 #define KDRT_SELU_SCALE 1.0507009873554804934193349852946f
-#define KDRT_SOFTPLUS(v) (fmaxf((v), 0.0f) + log1pf(expf(-fabsf(v))))
+#define KDRT_SOFTPLUS(v) (fmaxf((v), 0.0f) + KDRT_LOG1PF(KDRT_EXPF(-fabsf(v))))
 #define KDRT_RELU6(v) ((v) < 0.0f ? 0.0f : ((v) > 6.0f ? 6.0f : (v)))
 // issue 10: gelu's tanh form: 0.5 v (1 + tanh(u)), u = sqrt(2/pi) (v + 0.044715 v^3);
 // tanh' as 1 / cosh^2, which keeps its digits where tanh rounds to 1.
 #define KDRT_GELU_U(v) (KDRT_SQRT_2_OVER_PI * ((v) + 0.044715f * (v) * (v) * (v)))
-#define KDRT_GELU_T(v) tanhf(KDRT_GELU_U(v))
-#define KDRT_SECH2(u) (1.0f / (coshf(u) * coshf(u)))
+#define KDRT_GELU_T(v) KDRT_TANHF(KDRT_GELU_U(v))
+#define KDRT_SECH2(u) (1.0f / (KDRT_COSHF(u) * KDRT_COSHF(u)))
 #define KDRT_ACT_LIST(X)                                                                      \
   X(LINEAR, "linear", 0, (v), 1.0f)                                                            \
   X(RELU, "relu", 0, ((v) < 0.0f ? 0.0f : (v)), ((y) > 0.0f ? 1.0f : 0.0f))                    \
   X(SIGMOID, "sigmoid", 0, KDRT_SIGMOID(v), ((y) * (1.0f - (y))))                              \
-  X(TANH, "tanh", 0, tanhf(v), (1.0f - (y) * (y)))                                             \
-  X(GELU, "gelu", 1, (0.5f * (v) * (1.0f + erff((v) * KDRT_SQRT1_2))),                        \
-    (0.5f * (1.0f + erff((v) * KDRT_SQRT1_2)) + (v) * (KDRT_INV_SQRT_2PI * expf(-0.5f * (v) * (v))))) \
+  X(TANH, "tanh", 0, KDRT_TANHF(v), (1.0f - (y) * (y)))                                        \
+  X(GELU, "gelu", 1, (0.5f * (v) * (1.0f + KDRT_ERFF((v) * KDRT_SQRT1_2))),                    \
+    (0.5f * (1.0f + KDRT_ERFF((v) * KDRT_SQRT1_2)) +                                           \
+     (v) * (KDRT_INV_SQRT_2PI * KDRT_EXPF(-0.5f * (v) * (v)))))                                \
   X(SILU, "silu", 1, ((v) * KDRT_SIGMOID(v)),                                                  \
     (KDRT_SIGMOID(v) * (1.0f + (v) * (1.0f - KDRT_SIGMOID(v)))))                              \
   /* issue 11: the rest of Keras 3's elementwise activations (JAX's formulas) */                \
-  X(ELU, "elu", 1, ((v) > 0.0f ? (v) : expm1f(v)), ((v) > 0.0f ? 1.0f : expf(v)))              \
-  X(SELU, "selu", 1, (KDRT_SELU_SCALE * ((v) > 0.0f ? (v) : KDRT_SELU_ALPHA * expm1f(v))),     \
-    ((v) > 0.0f ? KDRT_SELU_SCALE : KDRT_SELU_SCALE * KDRT_SELU_ALPHA * expf(v)))              \
+  X(ELU, "elu", 1, ((v) > 0.0f ? (v) : KDRT_EXPM1F(v)),                                        \
+    ((v) > 0.0f ? 1.0f : KDRT_EXPF(v)))                                                        \
+  X(SELU, "selu", 1,                                                                           \
+    (KDRT_SELU_SCALE * ((v) > 0.0f ? (v) : KDRT_SELU_ALPHA * KDRT_EXPM1F(v))),                 \
+    ((v) > 0.0f ? KDRT_SELU_SCALE : KDRT_SELU_SCALE * KDRT_SELU_ALPHA * KDRT_EXPF(v)))         \
   X(SOFTPLUS, "softplus", 1, KDRT_SOFTPLUS(v), KDRT_SIGMOID(v))                                \
   X(SOFTSIGN, "softsign", 1, ((v) / (fabsf(v) + 1.0f)),                                        \
     (1.0f / ((fabsf(v) + 1.0f) * (fabsf(v) + 1.0f))))                                          \
@@ -50,13 +65,14 @@
     ((v) > -3.0f && (v) < 3.0f ? 1.0f / 6.0f : 0.0f))                                          \
   X(HARD_SILU, "hard_silu", 1, ((v) * (KDRT_RELU6((v) + 3.0f) / 6.0f)),                        \
     ((v) <= -3.0f ? 0.0f : (v) >= 3.0f ? 1.0f : (2.0f * (v) + 3.0f) / 6.0f))                   \
-  X(EXPONENTIAL, "exponential", 0, expf(v), (y))                                               \
+  X(EXPONENTIAL, "exponential", 0, KDRT_EXPF(v), (y))                                          \
   X(LEAKY_RELU, "leaky_relu", 0, ((v) >= 0.0f ? (v) : 0.2f * (v)),                             \
     ((y) >= 0.0f ? 1.0f : 0.2f))                                                               \
   X(RELU6, "relu6", 0, KDRT_RELU6(v), ((y) > 0.0f && (y) < 6.0f ? 1.0f : 0.0f))                \
-  X(MISH, "mish", 1, ((v) * tanhf(KDRT_SOFTPLUS(v))),                                          \
-    (tanhf(KDRT_SOFTPLUS(v)) +                                                                 \
-     (v) * (1.0f - tanhf(KDRT_SOFTPLUS(v)) * tanhf(KDRT_SOFTPLUS(v))) * KDRT_SIGMOID(v)))         \
+  X(MISH, "mish", 1, ((v) * KDRT_TANHF(KDRT_SOFTPLUS(v))),                                     \
+    (KDRT_TANHF(KDRT_SOFTPLUS(v)) +                                                            \
+     (v) * (1.0f - KDRT_TANHF(KDRT_SOFTPLUS(v)) * KDRT_TANHF(KDRT_SOFTPLUS(v))) *              \
+       KDRT_SIGMOID(v)))                                                                       \
   /* issue 10: gelu(x, approximate=True), keras_hub's gelu_approximate (JAX's tanh form) */     \
   X(GELU_TANH, "gelu_approximate", 1, (0.5f * (v) * (1.0f + KDRT_GELU_T(v))),                  \
     (0.5f * (1.0f + KDRT_GELU_T(v)) +                                                          \

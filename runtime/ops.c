@@ -34,7 +34,10 @@
 //
 // - Activation formulas live only in kdrt_defs.h's KDRT_ACT_LIST: the
 //   kernels here expand it into one plain loop per activation (the formula
-//   inlined, so each loop vectorises), as the CUDA kernels do.
+//   inlined, so each loop vectorises), as the CUDA kernels do. Their exp,
+//   erf, tanh... are vmath.h's (glibc's libmvec), vectorised like the rest
+//   of the loop and giving an element the same bits wherever it falls; so are the exps of softmax and of the split
+//   crossentropy. (The loss section still calls libm.)
 // - Crossentropy with the classes split over ranks (row_max, row_sumexp,
 //   sparse_xent*): each rank holds columns [col0, col0 + cols) of the
 //   logits; the caller all-reduces the row maxima (max) and the sums of
@@ -57,24 +60,60 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kdrt.h"
+#include "vmath.h"
 
-// The rank's threads: OMP_NUM_THREADS when it is set, else the cores this
-// process may run on shared out among the ranks of its node (one rank per
-// device, each with its share; 8 ranks on 2 cores run one thread each, not
-// two). Set before main, from what mpirun puts in the environment.
+// The rank's threads, set before main (and so before MPI_Init):
+// - OMP_NUM_THREADS when it is set; else the cores this process may run
+//   on, shared out among the ranks of its node (OMPI_COMM_WORLD_LOCAL_SIZE,
+//   or MPICH's MPI_LOCALNRANKS) when the launcher did not bind it (its mask
+//   is the whole node): one rank per device, each with its share, so 8
+//   ranks on 2 cores run one thread each, not two.
+// - When the node is oversubscribed (more threads than cores: ranks times
+//   threads per rank, or threads beyond a bound rank's cores; or a 1-minute
+//   load average already at the cores, from other work): one thread, unless
+//   OMP_NUM_THREADS says otherwise, and Open MPI's mpi_yield_when_idle
+//   unless set, so that a rank waiting in a collective yields its core.
+//   Threads that spin after each parallel region and ranks that busy-poll
+//   take the cores from the ones with work: a GPT epoch on 2 ranks of 2
+//   threads ran 10 times slower on a loaded 2-core machine. (libgomp has
+//   read OMP_WAIT_POLICY before this runs: set it passive yourself with
+//   OMP_NUM_THREADS > 1 on a busy machine.)
 __attribute__((constructor)) static void rank_threads(void) {
-  if (getenv("OMP_NUM_THREADS"))
-    return;
+  cpu_set_t set;
+  const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const int bound = online > 0 && mine < online;
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); // Open MPI
   if (!local)
     local = getenv("MPI_LOCALNRANKS"); // MPICH's Hydra
-  int ranks = local ? atoi(local) : 1, threads = omp_get_num_procs() / (ranks > 0 ? ranks : 1);
-  omp_set_num_threads(threads > 0 ? threads : 1);
+  const int ranks = local && atoi(local) > 0 ? atoi(local) : 1;
+  const char *given = getenv("OMP_NUM_THREADS");
+  int threads = given ? omp_get_max_threads() : bound ? mine : mine / ranks;
+  if (threads < 1)
+    threads = 1;
+  double load = 0;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &load) != 1)
+      load = 0;
+    fclose(f);
+  }
+  const int over = (bound ? threads > mine : (long)threads * ranks > online) ||
+                   (online > 0 && load >= (double)online);
+  if (over) {
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    if (!given)
+      threads = 1;
+  }
+  if (!given)
+    omp_set_num_threads(threads);
 }
 
 // Loops over fewer elements than this stay on one thread: a parallel region
@@ -266,6 +305,18 @@ void kdrt_copy(float *out, const float *in, size_t n) {
 
 // ---------------------------------------------------------------- softmax
 
+// exp(x), but 0 where that is below 2^-125 (about 2.4e-38, twice the
+// smallest normal float): for the exps of x less its row's maximum, whose
+// sum holds exp(0) = 1 and so cannot change by what is flushed. libmvec
+// takes a slow scalar path for a lane whose result is not a normal float,
+// and masked attention scores are half of every causal row: the input is
+// clamped at -87 (exp(-87) < 2^-125, flushed after). The flush tests the
+// result, not x, so that GCC keeps the call out of a branch and vectorises.
+static inline float exp_flush(float x) {
+  const float e = kdrt_expf(x < -87.0f ? -87.0f : x);
+  return e < 0x1p-125f ? 0.0f : e;
+}
+
 void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
@@ -274,11 +325,11 @@ void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
     float m = -INFINITY;
     for (int64_t j = 0; j < cols; j++)
       m = xr[j] > m ? xr[j] : m;
+    for (int64_t j = 0; j < cols; j++) // vectorises; the sum below cannot
+      yr[j] = exp_flush(xr[j] - m);
     float s = 0.0f;
-    for (int64_t j = 0; j < cols; j++) {
-      yr[j] = expf(xr[j] - m);
+    for (int64_t j = 0; j < cols; j++)
       s += yr[j];
-    }
     float inv = 1.0f / s;
     for (int64_t j = 0; j < cols; j++)
       yr[j] *= inv;
@@ -662,14 +713,20 @@ void kdrt_row_max(float *out, const float *x, int64_t rows, int64_t cols) {
   }
 }
 
-// out[r] = sum over j of exp(x[r, j] - m[r]), in float (as kdrt_loss).
+// out[r] = sum over j of exp(x[r, j] - m[r]) (exp_flush), in float, in
+// column order (as kdrt_loss); the exps made a vector loop at a time.
 void kdrt_row_sumexp(float *out, const float *x, const float *m, int64_t rows, int64_t cols) {
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols;
-    float s = 0.0f;
-    for (int64_t j = 0; j < cols; j++)
-      s += expf(xr[j] - m[r]);
+    float e[256], s = 0.0f;
+    for (int64_t j0 = 0; j0 < cols; j0 += 256) {
+      const int64_t n = cols - j0 < 256 ? cols - j0 : 256;
+      for (int64_t j = 0; j < n; j++)
+        e[j] = exp_flush(xr[j0 + j] - m[r]);
+      for (int64_t j = 0; j < n; j++)
+        s += e[j];
+    }
     out[r] = s;
   }
 }
@@ -716,7 +773,7 @@ void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const floa
     const float mr = m[r], sr = s[r];
     const int64_t c = local_class(y, r, cols, col0); // -1: matches no j
     for (int64_t j = 0; j < cols; j++)
-      dr[j] = sc * (expf(xr[j] - mr) / sr - (j == c ? 1.0f : 0.0f));
+      dr[j] = sc * (exp_flush(xr[j] - mr) / sr - (j == c ? 1.0f : 0.0f));
   }
 }
 

@@ -78,6 +78,57 @@ Test(threads, elementwise_and_row_kernels) {
   free(x), free(x2), free(dy), free(bias), free(out), free(sm), free(m);
 }
 
+// The vectorised math (runtime/vmath.h): an element's result is the same
+// whether it falls in an 8-lane group, a 4-lane remainder or the scalar
+// tail, so whatever the length and start of the piece a thread (or a
+// rank) holds. Every activation and its gradient, on a whole array, on
+// each element alone, and on the array shifted by 1 to 7; with values
+// where the functions change regime (exp's underflow and overflow, erf and
+// tanh near +-1) and the special ones. A NaN is any NaN: its sign depends
+// on operand order, which the vectoriser may change (x86 keeps the first).
+static int same_bits(const float *a, const float *b, int n) {
+  for (int i = 0; i < n; i++)
+    if (memcmp(a + i, b + i, sizeof *a) && !(isnan(a[i]) && isnan(b[i])))
+      return 0;
+  return 1;
+}
+
+Test(threads, vector_math_same_bits_anywhere) {
+  enum { N = 203 };
+  float x[N + 8], y[N + 8], dy[N + 8], a[N + 8], b[N + 8];
+  const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, -88.0f, 87.3f, -104.0f, 9.0f,
+                           -9.0f, 4.0f, -4.0f, 1e30f, -1e30f, INFINITY, -INFINITY, NAN};
+  const int ns = (int)(sizeof special / sizeof *special);
+  for (int i = 0; i < N + 8; i++)
+    x[i] = i < ns ? special[i] : frand(-12, 12), dy[i] = frand(-1, 1);
+  for (int act = 0; act < KDRT_ACT_COUNT; act++) {
+    kdrt_act(act, y, x, N + 8);
+    kdrt_act_grad(act, a, dy, x, y, N + 8);
+    for (int s = 0; s < 8; s++) { // the array from element s on, then one by one
+      kdrt_act(act, b, x + s, N);
+      cr_expect(same_bits(b, y + s, N), "act %d: shifted by %d differs", act, s);
+      kdrt_act_grad(act, b, dy + s, x + s, y + s, N);
+      cr_expect(same_bits(b, a + s, N), "act_grad %d: shifted by %d differs", act,
+                s);
+    }
+    for (int i = 0; i < N + 8; i++) {
+      float one;
+      kdrt_act(act, &one, x + i, 1);
+      cr_expect(same_bits(&one, y + i, 1), "act %d of %g alone: %a, in the array: %a", act,
+                x[i], one, y[i]);
+    }
+  }
+  // softmax rows of every length up to 19, in place at every address mod 8
+  for (int cols = 1; cols < 20; cols++) {
+    kdrt_softmax(y, x, 1, cols);
+    for (int s = 0; s < 8; s++) {
+      memcpy(a + s, x, cols * sizeof(float));
+      kdrt_softmax(a + s, a + s, 1, cols);
+      cr_expect(same_bits(a + s, y, cols), "softmax of %d columns at +%d differs", cols, s);
+    }
+  }
+}
+
 Test(threads, losses_and_metrics) {
   enum { R = 600, C = 101, N = R * C };
   float *logits = rand_buf(N, -4, 4), *prob = malloc(N * sizeof(float));

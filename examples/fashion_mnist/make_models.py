@@ -14,6 +14,10 @@ Writes, next to this script:
   cnn.json, cnn.dist.json   Conv2D(32,3,same) -> MaxPool -> Conv2D(64,3,same)
                             -> MaxPool -> Conv2D(128,3) -> Flatten -> Dropout
                             -> Dense(128, relu) -> Dropout -> Dense(10, softmax)
+  vit.json, vit.dist.json   a 2-block vision transformer (see vit())
+  resnet.json, resnet.dist.json
+                            a small ResNet with batch norm (see resnet()),
+                            data parallel on 4 devices; make bench times it too
 
 Both are Functional models (variable paths "<layer>/<var>" whether built in
 Python or loaded), compiled with sparse_categorical_crossentropy, Adam and
@@ -148,11 +152,15 @@ def verify(build, layout):
     every split extent divisible by its mesh axis."""
     dist = keras.distribution
     devices = dist.list_devices()
-    mesh = dist.DeviceMesh(tuple(MESH["shape"]), MESH["axis_names"], devices[:8])
-    lm = dist.LayoutMap(mesh)
-    for k, v in layout.items():
-        lm[k] = tuple(v)
-    dist.set_distribution(dist.ModelParallel(layout_map=lm, batch_dim_name="data"))
+    if layout is None:  # DataParallel: every variable replicated
+        layout = {}
+        dist.set_distribution(dist.DataParallel(devices=devices[:DP_MESH["shape"][0]]))
+    else:
+        mesh = dist.DeviceMesh(tuple(MESH["shape"]), MESH["axis_names"], devices[:8])
+        lm = dist.LayoutMap(mesh)
+        for k, v in layout.items():
+            lm[k] = tuple(v)
+        dist.set_distribution(dist.ModelParallel(layout_map=lm, batch_dim_name="data"))
     try:
         keras.utils.set_random_seed(SEED)
         model = build()
@@ -218,16 +226,55 @@ VIT_LAYOUT = {
 }
 
 
+def resnet():
+    """A small ResNet with batch norm: a 3x3 stem and 2x2 max pooling, then
+    two residual blocks of two 3x3 convs, each conv followed by batch norm
+    (the convs have no bias: batch norm cancels it). The second block halves
+    the size with stride 2 and doubles the channels, its shortcut a strided
+    1x1 conv with batch norm. Global average pooling, Dense 10."""
+    def conv_bn(y, filters, size, strides, name, relu=True):
+        y = layers.Conv2D(filters, size, strides=strides, padding="same", use_bias=False,
+                          name=name)(y)
+        y = layers.BatchNormalization(name=name + "_bn")(y)
+        return layers.ReLU(name=name + "_relu")(y) if relu else y
+
+    x = keras.Input((28, 28, 1), name="image")
+    y = conv_bn(x, 32, 3, 1, "stem")
+    y = layers.MaxPooling2D(2, name="pool")(y)                         # (14, 14, 32)
+    r = conv_bn(conv_bn(y, 32, 3, 1, "b1_c1"), 32, 3, 1, "b1_c2", relu=False)
+    y = layers.ReLU(name="b1_relu")(layers.Add(name="b1_add")([y, r]))
+    r = conv_bn(conv_bn(y, 64, 3, 2, "b2_c1"), 64, 3, 1, "b2_c2", relu=False)  # (7, 7, 64)
+    s = conv_bn(y, 64, 1, 2, "b2_short", relu=False)
+    y = layers.ReLU(name="b2_relu")(layers.Add(name="b2_add")([s, r]))
+    y = layers.GlobalAveragePooling2D(name="gap")(y)
+    out = layers.Dense(10, activation="softmax", name="head")(y)
+    model = keras.Model(x, out, name="fashion_resnet")
+    model.compile(loss="sparse_categorical_crossentropy",
+                  optimizer=keras.optimizers.Adam(learning_rate=1e-3),
+                  metrics=["accuracy"])
+    return model
+
+
+# Data parallel on 4 devices (a global batch of 100 is 25 a device): a small
+# model's weights are better replicated than split; batch norm's statistics
+# are the global batch's, as Keras computes them.
+RESNET_LAYOUT = None
+DP_MESH = {"shape": [4], "axis_names": ["batch"]}
+
+
 def main():
     for name, build, layout in (("mlp", mlp, MLP_LAYOUT), ("cnn", cnn, CNN_LAYOUT),
-                                ("vit", vit, VIT_LAYOUT)):
+                                ("vit", vit, VIT_LAYOUT), ("resnet", resnet, RESNET_LAYOUT)):
         keras.backend.clear_session()
         keras.utils.set_random_seed(SEED)
         model = build()
         config = renumber_shared_ids(json.loads(model.to_json()))
         dump(os.path.join(HERE, name + ".json"), config)
-        spec = {"distribution": "ModelParallel", "device_mesh": MESH,
-                "batch_dim_name": "data", "layout_map": layout}
+        if layout is None:
+            spec = {"distribution": "DataParallel", "device_mesh": DP_MESH}
+        else:
+            spec = {"distribution": "ModelParallel", "device_mesh": MESH,
+                    "batch_dim_name": "data", "layout_map": layout}
         dump(os.path.join(HERE, name + ".dist.json"), spec)
         verify(build, layout)
         print("wrote %s.json and %s.dist.json (%d parameters; layouts checked "

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A rank's threads change nothing: the seed MLP (dropout), the CNN
-# (oneDNN convolutions, pooling, dropout) and Megatron (AdamW, logits) train
+# (oneDNN convolutions, pooling, dropout), Megatron (AdamW, logits) and the
+# GPT (attention's softmax, gelu, vocab crossentropy: runtime/vmath.h) train
 # with OMP_NUM_THREADS=1, 2 and 3 to the same history, bit for bit (every
 # loss and metric printed with 9 significant digits, every step's loss),
 # and so does a (2,1) mesh of the MLP with 1 and 2 threads per rank.
+# THREADS_MODELS="gpt cnn" runs only those models (and the mesh case).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=build/tests/threads
@@ -15,7 +17,7 @@ run() { # run NAME THREADS NP: train, write $out/NAME.tTHREADS.json
   OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t mpirun -np $np $out/$name --synthetic 512 \
     --epochs 2 --batch-size 128 --quiet --history $out/$name.t$t.json >/dev/null
 }
-for m in seed_mlp cnn megatron; do
+for m in ${THREADS_MODELS:-seed_mlp cnn megatron gpt}; do
   ./kdcc models/$m.json --batch-size 128 -w -o $out/$m
   for t in 1 2 3; do run $m $t 1; done
   for t in 2 3; do
