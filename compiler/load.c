@@ -1111,10 +1111,9 @@ static void metric_default(json_t *cfg, const char *cls, const char *key, double
     error_at(jloc(v), "metric '%s': '%s' is not supported (only %g)", cls, key, def);
 }
 
+// A name given twice, or one another log has, is an error where the logs
+// are made (graph.c's build_metric), for all outputs at once.
 static void add_metric(OutLoss *o, Metric mt) {
-  for (int i = 0; i < o->nmetrics; i++)
-    if (!strcmp(o->metrics[i].name, mt.name))
-      error_at(mt.loc, "metric '%s' is given twice for one output", mt.name);
   o->metrics = xgrow(o->metrics, o->nmetrics, &(int){o->nmetrics}, sizeof *o->metrics);
   o->metrics[o->nmetrics++] = mt;
 }

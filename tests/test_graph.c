@@ -347,6 +347,9 @@ Test(graph, metric_errors) {
   expect_error("tests/bad/metric_threshold.json", NULL,
                "tests/bad/metric_threshold.json:36:19: error: metric 'BinaryAccuracy': "
                "'threshold' is not supported (only 0.5)\n");
+  expect_error("tests/bad/metric_log_name.json", NULL,
+               "tests/bad/metric_log_name.json:31:4: error: metric 'mae' of output 'out' would "
+               "be logged as 'mae', a name another log has\n");
 }
 
 Test(graph, einsum_dense_errors) {
