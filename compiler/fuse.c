@@ -5,7 +5,9 @@
 // reader (relu, sigmoid and tanh differentiate from their output, so the
 // pre-activation is dead after the activation; gelu and silu read it in
 // backward and stay unfused). One loop instead of two, and one buffer the
-// memory plan no longer needs.
+// memory plan no longer needs. Likewise ACT(BATCH_NORM(...)) becomes a
+// BATCH_NORM with its activation (issue 15; its gradient reads x, never
+// its output).
 //
 // Then the update phase is ordered so that gradient collectives come before
 // the updates, for bucketing (emit_c.c); and a plain SGD update folds into
@@ -26,6 +28,17 @@ void fuse_elementwise(Graph *g) {
       a->nin = 2;
       a->in[0] = b->in[0];
       a->in[1] = b->in[1];
+      b->dead = true;
+    } else if (a->op == OP_ACT && a->in[0]->op == OP_BATCH_NORM &&
+               a->in[0]->bn.act == ACT_LINEAR && uses[a->in[0]->id] == 1 &&
+               place_eq(&a->place, &a->in[0]->place, a->shape.rank)) {
+      Node *b = a->in[0];
+      Act kind = a->act.kind; // (act and bn share Node's union)
+      a->op = OP_BATCH_NORM;
+      a->nin = b->nin;
+      for (int k = 0; k < b->nin; k++) a->in[k] = b->in[k];
+      a->bn = b->bn;
+      a->bn.act = kind;
       b->dead = true;
     }
   }

@@ -1769,37 +1769,18 @@ static Node *build_upsample(Graph *g, Layer *l, Node *x) {
 
 // ---- issue 11: BatchNormalization
 // Over the last axis, Keras's formula: training uses the statistics of the
-// global batch (the mean and the variance are sums over every dim but the
-// last, which contract: a split batch leaves partial sums that the
-// lattice all-reduces, synchronized batch norm), evaluate and predict the
-// moving ones (TRAIN_SELECT); then inv = rsqrt(var + epsilon) * gamma,
-// y = x * inv + (beta - mean * inv). The moving statistics are variables
-// whose update is the moving average of the batch's.
-// x[b, .., c] summed over every dim but the last (one REDUCE_SUM a dim: the
-// batch dim is never merged with others), and back (BROADCASTs).
-static Node *sum_to_channels(Graph *g, Node *x) {
-  while (x->shape.rank > 1) {
-    Shape s = x->shape;
-    int d = s.rank > 2 ? 1 : 0;
-    for (int i = d; i < s.rank - 1; i++) s.d[i] = s.d[i + 1];
-    s.rank--;
-    Node *y = new_node1(g, OP_REDUCE_SUM, x, s);
-    y->red.dim = d;
-    x = y;
-  }
-  return x;
-}
-
-static Node *bcast_channels(Graph *g, Node *v, const Shape *to) {
-  for (int d = 0; d < to->rank - 1; d++) {
-    Shape s = {d + 2, {0}};
-    for (int i = 0; i <= d; i++) s.d[i] = to->d[i];
-    s.d[d + 1] = to->d[to->rank - 1];
-    Node *y = new_node1(g, OP_BROADCAST, v, s);
-    y->red.dim = d;
-    v = y;
-  }
-  return v;
+// global batch (sums over every dim but the last, BN_STATS: a split batch
+// leaves partial sums that the lattice all-reduces, synchronized batch
+// norm), evaluate and predict the moving ones (TRAIN_SELECT); then y = x *
+// inv + (beta - mean * inv), inv = rsqrt(var + epsilon) * gamma, one
+// BATCH_NORM (issue 15; its gradient is batch norm's whole). The moving
+// statistics are variables whose update is the moving average of the
+// batch's.
+static Node *fill_channels(Graph *g, Shape cs, float v) {
+  Node *f = new_node(g, OP_FILL, 0, NULL);
+  f->shape = cs;
+  f->aff = (AffAttr){0, v};
+  return f;
 }
 
 static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
@@ -1809,6 +1790,9 @@ static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   if (x->shape.rank < 2)
     error_at(l->loc, "layer '%s': BatchNormalization needs an input of rank 2 or more, got %s",
              l->name, kshape(&x->shape));
+  if (l->shared)
+    error_at(l->loc, "layer '%s': a BatchNormalization layer called more than once is not "
+             "supported (call %d)", l->name, l->call);
   int r = x->shape.rank;
   int64_t c = x->shape.d[r - 1], rows = shape_elems(&x->shape) / c;
   int64_t per = rows / x->shape.d[0]; // elements of a channel per sample
@@ -1820,34 +1804,19 @@ static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
                    ? new_var(g, l, "beta", cs, "beta_initializer", "zeros") : NULL;
   Node *mm = new_var(g, l, "moving_mean", cs, "moving_mean_initializer", "zeros");
   Node *mv = new_var(g, l, "moving_variance", cs, "moving_variance_initializer", "ones");
-  Node *s = sum_to_channels(g, x);
-  Node *mean = new_node1(g, OP_BATCH_MEAN, s, cs);
+  Node *mean = new_node1(g, OP_BATCH_MEAN, new_node1(g, OP_BN_STATS, x, cs), cs);
   mean->aff = (AffAttr){(float)per, 0};
-  Node *nm = new_node1(g, OP_SCALE, mean, cs);
-  nm->aff = (AffAttr){-1, 0};
-  Node *xc = new_node2(g, OP_ADD, x, bcast_channels(g, nm, &x->shape), x->shape);
-  Node *sq = new_node2(g, OP_MUL, xc, xc, x->shape);
-  Node *vs = sum_to_channels(g, sq);
-  Node *var = new_node1(g, OP_BATCH_MEAN, vs, cs);
+  Node *var = new_node1(g, OP_BATCH_MEAN, new_node2(g, OP_BN_STATS, x, mean, cs), cs);
   var->aff = (AffAttr){(float)per, 0};
-  if (l->shared)
-    error_at(l->loc, "layer '%s': a BatchNormalization layer called more than once is not "
-             "supported (call %d)", l->name, l->call);
   mm->var->ema_stat = mean, mm->var->ema_momentum = (float)mom;
   mv->var->ema_stat = var, mv->var->ema_momentum = (float)mom;
-  Node *mu = new_node2(g, OP_TRAIN_SELECT, mean, mm, cs);
-  Node *vu = new_node2(g, OP_TRAIN_SELECT, var, mv, cs);
-  Node *ve = new_node1(g, OP_SCALE, vu, cs);
-  ve->aff = (AffAttr){1, (float)eps};
-  Node *inv = new_node1(g, OP_ACT, ve, cs);
-  inv->act.kind = KDRT_ACT_RSQRT;
-  if (gam) inv = new_node2(g, OP_MUL, inv, gam, cs);
-  Node *nmu = new_node1(g, OP_SCALE, mu, cs);
-  nmu->aff = (AffAttr){-1, 0};
-  Node *res = new_node2(g, OP_MUL, nmu, inv, cs);
-  if (beta) res = new_node2(g, OP_ADD, res, beta, cs);
-  Node *y = new_node2(g, OP_COL_MUL, x, inv, x->shape);
-  return new_node2(g, OP_BIAS, y, res, x->shape);
+  Node *in[5] = {x, new_node2(g, OP_TRAIN_SELECT, mean, mm, cs),
+                 new_node2(g, OP_TRAIN_SELECT, var, mv, cs),
+                 gam ? gam : fill_channels(g, cs, 1), beta ? beta : fill_channels(g, cs, 0)};
+  Node *y = new_node(g, OP_BATCH_NORM, 5, in);
+  y->shape = x->shape;
+  y->bn = (BnAttr){(float)eps, ACT_LINEAR, (double)per};
+  return y;
 }
 
 // ---- issue 11: Dot, normalizations, PReLU, RepeatVector

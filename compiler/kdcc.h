@@ -388,6 +388,10 @@ typedef struct { bool min; float c; } MinMaxAttr;           // MAXIMUM*: min ins
 // issue 11: RECUR, RECUR_GRAD: the cell (KDRT_RNN_*), its activation and
 // recurrent activation, its units
 typedef struct { int cell; Act act, ract; int64_t units; } RecurAttr;
+// issue 15: BATCH_NORM, BN_GRAD: epsilon, the activation fused after it
+// (fuse.c; ACT_LINEAR: none) and the elements a sample has per channel
+// (the global rows averaged over are the step's B times it)
+typedef struct { float eps; Act act; double per; } BnAttr;
 
 struct Node {
   int id;
@@ -418,6 +422,7 @@ struct Node {
     MinMaxAttr mm;
     ConstAttr cst;
     RecurAttr rec;
+    BnAttr bn;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows

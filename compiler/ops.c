@@ -1171,6 +1171,110 @@ const OpDef op_PACT_GRAD = {"pact_grad", 2, 1, false, rule_elementwise, NULL, pa
 const OpDef op_TRAIN_SELECT = {"train_select", 2, 0, false, rule_elementwise, train_select_grad,
                                train_select_emit};
 
+// ---------------------------------------------------------------- issue 15: BN_STATS, BATCH_NORM, BN_GRAD
+// Batch normalization in three passes over the activations: the sums of
+// its statistics (BN_STATS: a split batch leaves partial sums, which the
+// lattice all-reduces: synchronized batch norm), the normalization
+// (BATCH_NORM, per channel of the last dim) and, backward, one BN_STATS of
+// dy and dy * (x - m) then BN_GRAD. BATCH_NORM's gradient in x is the whole
+// of batch norm's, through the batch statistics too (the classic formula),
+// so none flows into its m and v operands: in training they are x's own
+// statistics, outside it the moving ones, which are not trained.
+
+// x (and dy) [lead.., c]: the lead dims contract, c passes; m [c].
+static void bn_stats_rule(const Node *n, Rule *r) {
+  const Node *x = n->in[0];
+  int rx = x->shape.rank, c = factor(r, F_PASS, x->shape.d[rx - 1]);
+  for (int d = 0; d < rx - 1; d++) r->in[0][d] = factor(r, F_CONTRACT, x->shape.d[d]);
+  r->in[0][rx - 1] = c;
+  if (n->nin > 1) r->in[1][0] = c;
+  if (n->nin > 2)
+    for (int d = 0; d < rx; d++) r->in[2][d] = r->in[0][d];
+  if (n->nin > 2) {
+    r->out[0] = factor(r, F_FULL, 2);
+    r->out[1] = c;
+  } else {
+    r->out[0] = c;
+  }
+}
+
+static void bn_stats_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->in[0];
+  lower_call(lw, "bn_stats", false, NULL, "%s, %s, %s, %s, %s, %s", buf(n), buf(x),
+             n->nin > 1 ? buf(n->in[1]) : "NULL", n->nin > 2 ? buf(n->in[2]) : "NULL",
+             lead_c(x, 1), trail_c(x, 1));
+}
+
+const OpDef op_BN_STATS = {"bn_stats", -1, 0, false, bn_stats_rule, NULL, bn_stats_emit};
+
+// The operands before `chan` are x's shape, elementwise with the result;
+// the rest are per channel (x's last dim), [c] or (BN_GRAD's s) [2, c].
+static void bn_rule(const Node *n, Rule *r, int chan) {
+  int rx = n->shape.rank;
+  for (int d = 0; d < rx; d++) r->out[d] = factor(r, F_PASS, n->shape.d[d]);
+  for (int i = 0; i < chan; i++)
+    for (int d = 0; d < rx; d++) r->in[i][d] = r->out[d];
+  for (int i = chan; i < n->nin; i++) {
+    if (n->in[i]->shape.rank == 2) r->in[i][0] = factor(r, F_FULL, 2);
+    r->in[i][n->in[i]->shape.rank - 1] = r->out[rx - 1];
+  }
+}
+
+static void batch_norm_rule(const Node *n, Rule *r) { bn_rule(n, r, 1); }
+static void bn_grad_rule(const Node *n, Rule *r) { bn_rule(n, r, 2); }
+
+// dx = BN_GRAD(dy, x, m, v, g, s); dg = rsqrt(v + eps) * sum dy * (x - m),
+// db = sum dy: both rows of s = BN_STATS(x, m, dy).
+static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
+  Node *x = n->in[0], *m = n->in[1], *v = n->in[2], *gam = n->in[3], *beta = n->in[4];
+  int64_t c = m->shape.d[0];
+  Node *in[6] = {x, m, n->grad};
+  Node *s = new_node(g, OP_BN_STATS, 3, in);
+  s->shape = (Shape){2, {2, c}};
+  if (need[x->id]) {
+    Node *gin[6] = {n->grad, x, m, v, gam, s};
+    Node *dx = new_node(g, OP_BN_GRAD, 6, gin);
+    dx->shape = x->shape;
+    dx->bn = n->bn;
+    dx->bn.act = ACT_LINEAR;
+    accumulate(g, x, dx);
+  }
+  for (int k = 0; k < 2; k++) {
+    Node *w = k ? gam : beta;
+    if (!need[w->id]) continue;
+    Node *row = new_node1(g, OP_SLICE, s, (Shape){2, {1, c}});
+    row->cat = (CatAttr){0, k};
+    Node *sum = new_node1(g, OP_RESHAPE, row, m->shape);
+    if (k) {
+      Node *ve = new_node1(g, OP_SCALE, v, v->shape);
+      ve->aff = (AffAttr){1, n->bn.eps};
+      Node *r = new_node1(g, OP_ACT, ve, v->shape);
+      r->act.kind = KDRT_ACT_RSQRT;
+      sum = new_node2(g, OP_MUL, sum, r, m->shape);
+    }
+    accumulate(g, w, sum);
+  }
+}
+
+static void batch_norm_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->in[0];
+  lower_call(lw, "batch_norm", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s",
+             act_c[n->bn.act], buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), buf(n->in[3]),
+             buf(n->in[4]), lead_c(x, 1), trail_c(x, 1), flt(n->bn.eps));
+}
+
+static void bn_grad_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->in[1];
+  lower_call(lw, "bn_grad", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+             "(double)B * %.17g", buf(n), buf(n->in[0]), buf(x), buf(n->in[2]), buf(n->in[3]),
+             buf(n->in[4]), buf(n->in[5]), lead_c(x, 1), trail_c(x, 1), flt(n->bn.eps),
+             n->bn.per);
+}
+
+const OpDef op_BATCH_NORM = {"batch_norm", 5, 0, false, batch_norm_rule, batch_norm_grad,
+                             batch_norm_emit};
+const OpDef op_BN_GRAD = {"bn_grad", 6, 0, false, bn_grad_rule, NULL, bn_grad_emit};
+
 // ---------------------------------------------------------------- issue 11: MAXIMUM
 // The Maximum and Minimum merges (two operands), and a clamp of one operand
 // by the constant mm.c (a normalization's bound on its inverse norm).

@@ -76,6 +76,24 @@ typedef struct {
   K(norm, (int rms, float *y, const float *x, int64_t rows, int64_t cols, float eps))          \
   K(norm_grad, (int rms, float *dx, const float *dy, const float *x, int64_t rows,             \
                 int64_t cols, float eps))                                                      \
+  /* issue 15: batch normalization over the last dim of [rows, cols], with     */             \
+  /* the statistics of the global batch (x's rows on every device).           */             \
+  /* bn_stats: out[j] = the sum over r of x[r, j] (m and dy NULL), or of       */             \
+  /* (x[r, j] - m[j])^2 (dy NULL), or with dy: out[j] = the sum of dy[r, j]    */             \
+  /* and out[cols + j] the sum of dy[r, j] * (x[r, j] - m[j]); in double,      */             \
+  /* blocks of rows added in block order (the same for any thread count).     */             \
+  K(bn_stats, (float *out, const float *x, const float *m, const float *dy, int64_t rows,     \
+               int64_t cols))                                                                  \
+  /* batch_norm: y = act(x * inv + res), inv = rsqrt(v + eps) * g and res =   */             \
+  /* b - m * inv (Keras's order); y may alias x.                              */             \
+  K(batch_norm, (int act, float *y, const float *x, const float *m, const float *v,           \
+                 const float *g, const float *b, int64_t rows, int64_t cols, float eps))       \
+  /* bn_grad: dx = g * r * (dy - s[j] / n - (x - m) * r^2 * s[cols + j] / n),  */             \
+  /* r = rsqrt(v + eps), s bn_stats' sums with dy, n the global rows: batch     */            \
+  /* norm's whole gradient in x, through the statistics too.                  */             \
+  K(bn_grad, (float *dx, const float *dy, const float *x, const float *m, const float *v,     \
+              const float *g, const float *s, int64_t rows, int64_t cols, float eps,           \
+              double n))                                                                       \
   /* Causal masking of attention scores [outer, t, u] (this device's block, whose   */       \
   /* first query and key positions are t0, u0): y = x, but fill where the key       */       \
   /* position is after the query's (KDRT_MASKED forward, 0 for the gradient).       */       \

@@ -1556,6 +1556,105 @@ void kdrt_norm_grad(int rms, float *dx, const float *dy, const float *x, int64_t
   }
 }
 
+// issue 15: batch normalization, each of its passes one loop over the
+// activations (before, a dozen REDUCE_SUM, BROADCAST, ADD and MUL passes).
+// The sums are taken per block of KD_SUM_BLOCK rows and per 256 columns,
+// in double, and the blocks added in block order: the same bits for any
+// thread count.
+void kdrt_bn_stats(float *out, const float *x, const float *m, const float *dy, int64_t rows,
+                   int64_t cols) {
+  const int64_t CB = 256, nblk = (rows + KD_SUM_BLOCK - 1) / KD_SUM_BLOCK;
+  const int64_t ncb = (cols + CB - 1) / CB, w = dy ? 2 * cols : cols;
+  if (rows <= 0 || cols <= 0) {
+    for (int64_t j = 0; j < w; j++) out[j] = 0.0f;
+    return;
+  }
+  double *part = calloc((size_t)(nblk * w), sizeof *part);
+  if (!part)
+    bad_call("kdrt_bn_stats", "out of memory");
+  KD_PRAGMA(omp parallel for collapse(2) schedule(static) if (rows * cols >= KD_PAR_MIN))
+  for (int64_t k = 0; k < nblk; k++)
+    for (int64_t c0 = 0; c0 < ncb; c0++) {
+      const int64_t r1 = (k + 1) * KD_SUM_BLOCK < rows ? (k + 1) * KD_SUM_BLOCK : rows;
+      const int64_t j0 = c0 * CB, j1 = j0 + CB < cols ? j0 + CB : cols;
+      double *restrict p = part + k * w;
+      for (int64_t r = k * KD_SUM_BLOCK; r < r1; r++) {
+        const float *restrict xr = x + r * cols;
+        if (!m) {
+          for (int64_t j = j0; j < j1; j++) p[j] += xr[j];
+        } else if (!dy) {
+          for (int64_t j = j0; j < j1; j++) {
+            float d = xr[j] - m[j];
+            p[j] += (double)d * d;
+          }
+        } else {
+          const float *restrict gr = dy + r * cols;
+          for (int64_t j = j0; j < j1; j++) {
+            p[j] += gr[j];
+            p[cols + j] += (double)gr[j] * (xr[j] - m[j]);
+          }
+        }
+      }
+    }
+  for (int64_t j = 0; j < w; j++) {
+    double t = 0;
+    for (int64_t k = 0; k < nblk; k++) t += part[k * w + j];
+    out[j] = (float)t;
+  }
+  free(part);
+}
+
+void kdrt_batch_norm(int act, float *y, const float *x, const float *m, const float *var,
+                     const float *g, const float *b, int64_t rows, int64_t cols, float eps) {
+  float *inv = malloc((size_t)(2 * cols) * sizeof *inv), *res = inv + cols;
+  if (!inv)
+    bad_call("kdrt_batch_norm", "out of memory");
+  for (int64_t j = 0; j < cols; j++) {
+    inv[j] = 1.0f / sqrtf(var[j] + eps) * g[j];
+    res[j] = -m[j] * inv[j] + b[j];
+  }
+  switch (act) {
+#define KDRT_X(name, kname, from_x, f, df)                                                       \
+  case KDRT_ACT_##name:                                                                          \
+    KD_PAR_FOR(rows * cols)                                                                      \
+    for (int64_t r = 0; r < rows; r++) {                                                         \
+      const float *xr = x + r * cols;                                                            \
+      float *yr = y + r * cols;                                                                  \
+      for (int64_t j = 0; j < cols; j++) {                                                       \
+        float v = xr[j] * inv[j] + res[j];                                                       \
+        yr[j] = f;                                                                               \
+      }                                                                                          \
+    }                                                                                            \
+    free(inv);                                                                                   \
+    return;
+    KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+  }
+  bad_call("kdrt_batch_norm", "unknown activation");
+}
+
+void kdrt_bn_grad(float *dx, const float *dy, const float *x, const float *m, const float *v,
+                  const float *g, const float *s, int64_t rows, int64_t cols, float eps,
+                  double n) {
+  float *k = malloc((size_t)(3 * cols) * sizeof *k), *a = k + cols, *c = a + cols;
+  if (!k)
+    bad_call("kdrt_bn_grad", "out of memory");
+  for (int64_t j = 0; j < cols; j++) {
+    double r = 1.0 / sqrt((double)v[j] + (double)eps);
+    k[j] = (float)(g[j] * r);
+    a[j] = (float)(s[j] / n);
+    c[j] = (float)(r * r * s[cols + j] / n);
+  }
+  KD_PAR_FOR(rows * cols)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols, *gr = dy + r * cols;
+    float *dr = dx + r * cols;
+    for (int64_t j = 0; j < cols; j++)
+      dr[j] = k[j] * (gr[j] - a[j] - (xr[j] - m[j]) * c[j]);
+  }
+  free(k);
+}
+
 void kdrt_causal_mask(float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,
                       int64_t u0, float fill) {
   for (int64_t o = 0; o < outer; o++)

@@ -186,6 +186,48 @@ Test(threads, bias_grad_blocks_and_columns) {
   }
 }
 
+// issue 15: batch norm's statistics (sums in double per block of rows and
+// 256 columns), its normalization and gradient: the same bits on 1 and 3
+// threads, and the sums against naive ones.
+Test(threads, batch_norm_kernels) {
+  static const int64_t shapes[][2] = {{100352, 8}, {3000, 300}, {1025, 3}, {128, 10}};
+  for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+    const int64_t R = shapes[t][0], C = shapes[t][1];
+    size_t n = (size_t)(R * C);
+    float *x = rand_buf(n, -3, 3), *dy = rand_buf(n, -1, 1), *m = rand_buf((size_t)C, -1, 1);
+    float *v = rand_buf((size_t)C, 0.1f, 2), *g = rand_buf((size_t)C, -1, 1);
+    float *b = rand_buf((size_t)C, -1, 1), *s = malloc((size_t)(2 * C) * sizeof(float));
+    float *y = malloc(n * sizeof(float));
+    for (int kind = 0; kind < 3; kind++) {
+      const float *mk = kind ? m : NULL, *dk = kind == 2 ? dy : NULL;
+      size_t w = (size_t)(kind == 2 ? 2 * C : C);
+      SAME_ON_1_AND_3("bn_stats", s, w, kdrt_bn_stats(s, x, mk, dk, R, C));
+      for (int64_t j = 0; j < C; j++) {
+        double r0 = 0, r1 = 0;
+        for (int64_t r = 0; r < R; r++) {
+          double d = kind ? (double)(x[r * C + j] - m[j]) : x[r * C + j];
+          r0 += kind == 0 ? d : kind == 1 ? d * d : dy[r * C + j];
+          r1 += kind == 2 ? dy[r * C + j] * d : 0;
+        }
+        cr_expect(fabs(s[j] - r0) <= 1e-6 * fabs(r0) + 1e-6, "bn_stats %d [%lld, %lld] %lld: %g vs %g",
+                  kind, (long long)R, (long long)C, (long long)j, s[j], r0);
+        if (kind == 2)
+          cr_expect(fabs(s[C + j] - r1) <= 1e-6 * fabs(r1) + 1e-6, "bn_stats dy*(x-m) %lld: %g vs %g",
+                    (long long)j, s[C + j], r1);
+      }
+    }
+    SAME_ON_1_AND_3("batch_norm", y, n, kdrt_batch_norm(KDRT_ACT_RELU, y, x, m, v, g, b, R, C, 1e-3f));
+    for (size_t e = 0; e < n; e += 97) {
+      size_t j = e % (size_t)C;
+      float inv = 1.0f / sqrtf(v[j] + 1e-3f) * g[j], ref = x[e] * inv + (b[j] - m[j] * inv);
+      ref = ref > 0 ? ref : 0;
+      cr_expect(fabsf(y[e] - ref) <= 1e-5f * (fabsf(ref) + 1), "batch_norm %zu: %g vs %g", e, y[e], ref);
+    }
+    SAME_ON_1_AND_3("bn_grad", y, n, kdrt_bn_grad(y, dy, x, m, v, g, s, R, C, 1e-3f, (double)R));
+    free(x), free(dy), free(m), free(v), free(g), free(b), free(s), free(y);
+  }
+}
+
 Test(threads, transpose_reduce_broadcast_blocks) {
   const int64_t shape[4] = {7, 33, 5, 61};
   const int perm[4] = {2, 0, 3, 1};

@@ -1,10 +1,11 @@
 // norm.cu: layer and RMS normalization over the last dim (kdrt_norm,
-// kdrt_norm_grad), the scale over trailing dims (kdrt_col_mul) and the
-// causal mask of attention scores (kdrt_causal_mask), as ../ops.c computes
-// them. A normalization takes one warp a row: its statistics are summed in
-// double by the 32 lanes in a fixed pattern (lane, lane + 32, ...) and then
-// combined in a fixed butterfly order: deterministic from run to run, not
-// bit-identical to the CPU's one running sum.
+// kdrt_norm_grad), batch normalization (issue 15), the scale over trailing
+// dims (kdrt_col_mul) and the causal mask of attention scores
+// (kdrt_causal_mask), as ../ops.c computes them. A layer normalization
+// takes one warp a row: its statistics are summed in double by the 32 lanes
+// in a fixed pattern (lane, lane + 32, ...) and then combined in a fixed
+// butterfly order: deterministic from run to run, not bit-identical to the
+// CPU's one running sum.
 #include "common.cuh"
 
 __device__ static double warp_sum(double v) {
@@ -84,6 +85,103 @@ extern "C" void kdrt_cuda_col_mul(kdrt_cuda *d, float *out, const float *in, con
   if (!n) return;
   col_mul_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, g, rows, cols);
   KDRT_LAUNCHED(d, "col_mul_kernel");
+}
+
+// issue 15: batch normalization (kdrt_bn_stats, kdrt_batch_norm,
+// kdrt_bn_grad). The statistics: 32 columns a block, its 32 row lanes each
+// summing rows lane, lane + 32, ... in double, then the lanes added in lane
+// order: deterministic, not bit-identical to the CPU's blocks.
+__global__ static void bn_stats_kernel(float *out, const float *x, const float *m,
+                                       const float *dy, int64_t rows, int64_t cols) {
+  __shared__ double part[2][32][33];
+  int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  double s = 0, t = 0;
+  if (j < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += 32) {
+      float xv = x[r * cols + j];
+      if (!m) {
+        s += xv;
+      } else if (!dy) {
+        float d = xv - m[j];
+        s += (double)d * d;
+      } else {
+        float gv = dy[r * cols + j];
+        s += gv;
+        t += (double)gv * (xv - m[j]);
+      }
+    }
+  part[0][threadIdx.y][threadIdx.x] = s;
+  part[1][threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    for (int k = 1; k < 32; k++) {
+      s += part[0][k][threadIdx.x];
+      t += part[1][k][threadIdx.x];
+    }
+    out[j] = (float)s;
+    if (dy) out[cols + j] = (float)t;
+  }
+}
+
+extern "C" void kdrt_cuda_bn_stats(kdrt_cuda *d, float *out, const float *x, const float *m,
+                                   const float *dy, int64_t rows, int64_t cols) {
+  if (cols <= 0) return;
+  unsigned blocks = (unsigned)((cols + 31) / 32);
+  bn_stats_kernel<<<blocks, dim3(32, 32), 0, d->impl->stream>>>(out, x, m, dy, rows, cols);
+  KDRT_LAUNCHED(d, "bn_stats_kernel");
+}
+
+__global__ static void batch_norm_kernel(int act, float *y, const float *x, const float *m,
+                                         const float *var, const float *g, const float *b,
+                                         int64_t rows, int64_t cols, float eps) {
+  size_t n = (size_t)rows * (size_t)cols;
+  KDRT_FOR(e, n) {
+    size_t j = e % (size_t)cols;
+    float inv = 1.0f / sqrtf(var[j] + eps) * g[j];
+    float v = x[e] * inv + (-m[j] * inv + b[j]);
+    float r = v;
+    switch (act) {
+#define KDRT_X(name, kname, from_x, f, df) case KDRT_ACT_##name: r = f; break;
+      KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+    }
+    y[e] = r;
+  }
+}
+
+extern "C" void kdrt_cuda_batch_norm(kdrt_cuda *d, int act, float *y, const float *x,
+                                     const float *m, const float *var, const float *g,
+                                     const float *b, int64_t rows, int64_t cols, float eps) {
+  if (act < 0 || act >= KDRT_ACT_COUNT)
+    kdrt_cuda_fail("kdrt_cuda_batch_norm", __FILE__, __LINE__, "unknown activation");
+  size_t n = (size_t)rows * (size_t)cols;
+  if (!n) return;
+  batch_norm_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, y, x, m, var, g, b,
+                                                                          rows, cols, eps);
+  KDRT_LAUNCHED(d, "batch_norm_kernel");
+}
+
+__global__ static void bn_grad_kernel(float *dx, const float *dy, const float *x, const float *m,
+                                      const float *var, const float *g, const float *s,
+                                      int64_t rows, int64_t cols, float eps, double n) {
+  size_t total = (size_t)rows * (size_t)cols;
+  KDRT_FOR(e, total) {
+    size_t j = e % (size_t)cols;
+    double r = 1.0 / sqrt((double)var[j] + (double)eps);
+    float k = (float)(g[j] * r), a = (float)(s[j] / n), c = (float)(r * r * s[cols + j] / n);
+    dx[e] = k * (dy[e] - a - (x[e] - m[j]) * c);
+  }
+}
+
+extern "C" void kdrt_cuda_bn_grad(kdrt_cuda *d, float *dx, const float *dy, const float *x,
+                                  const float *m, const float *var, const float *g,
+                                  const float *s, int64_t rows, int64_t cols, float eps,
+                                  double n) {
+  size_t total = (size_t)rows * (size_t)cols;
+  if (!total) return;
+  bn_grad_kernel<<<kdrt_blocks(total), KDRT_THREADS, 0, d->impl->stream>>>(dx, dy, x, m, var, g,
+                                                                           s, rows, cols, eps, n);
+  KDRT_LAUNCHED(d, "bn_grad_kernel");
 }
 
 __global__ static void causal_mask_kernel(float *y, const float *x, int64_t outer, int64_t t,

@@ -163,6 +163,36 @@ static void check_norm(void) {
   kdrt_col_mul(ref, hx, hg, rows, cols);
   kdrt_cuda_col_mul(D, y, x, g, rows, cols);
   check("col_mul", y, ref, n, 0);
+  // issue 15: batch norm: the statistics (3 kinds), the normalization with
+  // an activation, the gradient from the CPU's own statistics
+  {
+    float *hm = hrand((size_t)cols, -1, 1), *hv = hrand((size_t)cols, 0.1f, 2);
+    float *hb = hrand((size_t)cols, -1, 1), *hs = hzero((size_t)(2 * cols));
+    float *m = dev(hm, (size_t)cols), *v = dev(hv, (size_t)cols), *b = dev(hb, (size_t)cols);
+    float *s = kdrt_cuda_alloc((size_t)(2 * cols)), *sref = hzero((size_t)(2 * cols));
+    kdrt_bn_stats(sref, hx, NULL, NULL, rows, cols);
+    kdrt_cuda_bn_stats(D, s, x, NULL, NULL, rows, cols);
+    check("bn_stats sum", s, sref, (size_t)cols, 1e-6);
+    kdrt_bn_stats(sref, hx, hm, NULL, rows, cols);
+    kdrt_cuda_bn_stats(D, s, x, m, NULL, rows, cols);
+    check("bn_stats squares", s, sref, (size_t)cols, 1e-6);
+    kdrt_bn_stats(sref, hx, hm, hdy, rows, cols);
+    kdrt_cuda_bn_stats(D, s, x, m, dy, rows, cols);
+    check("bn_stats with dy", s, sref, (size_t)(2 * cols), 1e-6);
+    for (int a = 0; a < 2; a++) {
+      int act = a ? KDRT_ACT_RELU : KDRT_ACT_LINEAR;
+      kdrt_batch_norm(act, ref, hx, hm, hv, hg, hb, rows, cols, 1e-3f);
+      kdrt_cuda_batch_norm(D, act, y, x, m, v, g, b, rows, cols, 1e-3f);
+      check(a ? "batch_norm relu" : "batch_norm", y, ref, n, 1e-6);
+    }
+    for (int64_t j = 0; j < 2 * cols; j++) hs[j] = sref[j];
+    float *sd = dev(hs, (size_t)(2 * cols));
+    kdrt_bn_grad(ref, hdy, hx, hm, hv, hg, hs, rows, cols, 1e-3f, 2.0 * rows);
+    kdrt_cuda_bn_grad(D, y, dy, x, m, v, g, sd, rows, cols, 1e-3f, 2.0 * rows);
+    check("bn_grad", y, ref, n, 1e-6);
+    kdrt_cuda_free(m), kdrt_cuda_free(v), kdrt_cuda_free(b), kdrt_cuda_free(s), kdrt_cuda_free(sd);
+    free(hm), free(hv), free(hb), free(hs), free(sref);
+  }
   // scores [7, 43, 67] as a block starting at query 5, key 11 of a bigger matrix
   kdrt_causal_mask(ref, hx, 7, 43, 67, 5, 11, KDRT_MASKED);
   kdrt_cuda_causal_mask(D, y, x, 7, 43, 67, 5, 11, KDRT_MASKED);
