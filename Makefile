@@ -76,6 +76,10 @@ build/tests/%: tests/%.c $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -Icompiler -o $@ $< $(LIB_OBJS) $(KLIBS) -lcriterion
 
+# bench/bench.py's GEMM-bound figure: a step's matrix products timed alone
+build/gemm_time: bench/gemm_time.c build/libkdrt.a
+	$(MPICC) $(RCFLAGS) -Iruntime -o $@ $< build/libkdrt.a $(RT_LIBS)
+
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1

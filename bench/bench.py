@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -184,6 +185,45 @@ def kdcc_profile(exe, name, k):
     return lines[:14]
 
 
+# ---------------------------------------------------------------- GEMM-bound
+GEMM_FIELDS = ("ta", "tb", "batch", "M", "N", "K", "lda", "ldb", "ldc", "stride_a", "stride_b",
+               "stride_c")
+
+
+def step_gemms(name):
+    """The matrix products of one training step (forward, backward, update) as
+    the generated program declares them, the step's rows filled in."""
+    with open(os.path.join(BUILD, name + ".kdcc.d", "program.c")) as f:
+        src = f.read()
+    src = src[src.index("static void forward("):src.index("static void train_step(")]
+    # the gradient check's and evaluation's branches are not the training step's
+    src = re.sub(r"\} else if \(step == (GRAD|EVAL)_STEP\) \{.*?\n  \}\n", "}\n", src,
+                 flags=re.S)
+    out = []
+    for decl, call in re.findall(r"const kdrt_gemm g = \{(.*?)\};\s*kdrt_matmul\(([^;]*)\);",
+                                 src, re.S):
+        kv = dict(re.findall(r"\.(\w+) = ([^,]+?)\s*(?:,|$)", decl.replace("\n", " ")))
+        env = {"B": BATCH, "b": BATCH, "KDRT_TRANS": 1, "KDRT_NOTRANS": 0}
+        beta = float(call.split(",")[4].strip().rstrip("f")) # an SGD update folded in: 1
+        out.append(" ".join([str(int(eval(kv[k], {}, env))) for k in GEMM_FIELDS] + [str(beta)]))
+    return out
+
+
+def gemm_bound(name, threads):
+    """Seconds a step's products take alone: (kdcc's kdrt_matmul blocks, plain
+    OpenBLAS on its own threads), or None without products."""
+    gemms = step_gemms(name)
+    if not gemms:
+        return None
+    exe = os.path.join(ROOT, "build", "gemm_time")
+    res = []
+    for mode in ("kdcc", "blas"):
+        r = subprocess.run(pin(threads) + [exe, mode], input="\n".join(gemms) + "\n",
+                           capture_output=True, text=True, env=thread_env(threads), check=True)
+        res.append(float(r.stdout))
+    return res
+
+
 # ---------------------------------------------------------------- frameworks
 def framework_bench(fw, threads):
     out = os.path.join(BUILD, "%s.t%d.json" % (fw, threads))
@@ -238,6 +278,7 @@ def main():
             sps, k = kdcc_bench(exes[name], name, t)
             syn, _ = kdcc_bench(exes[name], name, t, synthetic=True)
             res[(t, name)] = {"kdcc": sps, "kdcc_syn": syn}
+            res[(t, name)]["gemm"] = gemm_bound(name, t)
             if t == 1:
                 profiles[name] = kdcc_profile(exes[name], name, k)
         for fw in ("torch", "jax"):
@@ -259,6 +300,18 @@ def main():
                 name, BATCH, t, r["kdcc"], r["torch"], r["jax"], r["kdcc"] / r["torch"],
                 r["kdcc"] / r["jax"], r["kdcc_syn"]))
     table = "\n".join(rows)
+    grows = ["| model | threads | products a step | their time alone: kdcc's blocks "
+             "| OpenBLAS's own threads | kdcc step time | GEMM-bound / kdcc step |",
+             "|" + "---|" * 7]
+    for t in THREADS:
+        for name, _, _, _ in MODELS:
+            r = res[(t, name)]
+            if r["gemm"]:
+                step = 1.0 / r["kdcc"]
+                grows.append("| %s | %d | %d | %.2f ms | %.2f ms | %.2f ms | %.0f%% |" % (
+                    name, t, len(step_gemms(name)), 1e3 * r["gemm"][0], 1e3 * r["gemm"][1],
+                    1e3 * step, 100 * r["gemm"][1] / step))
+    gtable = "\n".join(grows)
     print()
     print(table)
     print()
@@ -314,6 +367,16 @@ def main():
               "the examples run it).\n")
     md.append("## Figures (higher is better; ratio > 1: kdcc faster)\n")
     md.append(table + "\n")
+    md.append("## GEMM-bound: a step's matrix products timed alone\n")
+    md.append("Every product of the training step (as `program.c` declares it, batch %d) run "
+              "alone on random operands by `build/gemm_time` (bench/gemm_time.c), best of 15 "
+              "runs each, summed: through kdcc's `kdrt_matmul` (fixed blocks, one "
+              "single-threaded OpenBLAS call each, for results that do not depend on the "
+              "thread count) and as one plain `cblas_sgemm` on OpenBLAS's own threads. The last "
+              "column is the plain products' time over kdcc's whole step (wall time here, at "
+              "any thread count): 100%% would be a step that is nothing but OpenBLAS at full "
+              "speed. Convolutions (oneDNN) are not products here.\n" % BATCH)
+    md.append(gtable + "\n")
     if any(profiles.values()):
         md.append("## Where a kdcc program spends its time (1 thread, perf cpu-clock, self "
                   "time, symbols over 1.5%)\n")

@@ -25,5 +25,5 @@ if ! KERAS_BACKEND=jax "$PY" -c 'import keras_hub' 2>/dev/null; then
   "$PY" -m pip install -q regex tokenizers sentencepiece kagglehub
 fi
 
-make -s kdcc build/libkdrt.a
+make -s kdcc build/libkdrt.a build/gemm_time
 exec "$PY" bench/bench.py "$@"

@@ -1066,8 +1066,34 @@ static inline void win_range(int o, int s, int pad, int P, int n, int *i0, int *
 }
 
 // y [B, OH, OW, C] = the maximum of each KH x KW window of x [B, H, W, C].
+// One 2x2 window's maximum over C channels, as the general loop takes it
+// (a later pixel wins only when greater). Issue 15.
+static void pool2x2(float *restrict y, const float *restrict x0, const float *restrict x1,
+                    const float *restrict x2, const float *restrict x3, int C) {
+  for (int c = 0; c < C; c++) {
+    float a = x0[c], b = x1[c], e = x2[c], f = x3[c];
+    float m1 = b > a ? b : a;
+    float m2 = e > m1 ? e : m1;
+    y[c] = f > m2 ? f : m2;
+  }
+}
+
 void kdrt_maxpool(const kdrt_window *w, float *y, const float *x) {
   const int H = w->H, W = w->W, C = w->C, OH = w->OH, OW = w->OW;
+  if (w->KH == 2 && w->KW == 2 && w->sh == 2 && w->sw == 2 && !w->pad_t && !w->pad_l &&
+      OH * 2 <= H && OW * 2 <= W) { // windows that tile the input (Keras's default)
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)w->B * H * W * C >= KD_PAR_MIN)
+    for (int b = 0; b < w->B; b++)
+      for (int oh = 0; oh < OH; oh++) {
+        const size_t r0 = ((size_t)b * H + 2 * oh) * W * C, r1 = r0 + (size_t)W * C;
+        float *yr = y + ((size_t)b * OH + oh) * OW * C;
+        for (int ow = 0; ow < OW; ow++) {
+          const size_t o = (size_t)ow * 2 * C;
+          pool2x2(yr + (size_t)ow * C, x + r0 + o, x + r0 + o + C, x + r1 + o, x + r1 + o + C, C);
+        }
+      }
+    return;
+  }
 #pragma omp parallel for collapse(2) schedule(static) if ((int64_t)w->B * H * W * C >= KD_PAR_MIN)
   for (int b = 0; b < w->B; b++)
     for (int oh = 0; oh < OH; oh++) {
@@ -1100,8 +1126,60 @@ void kdrt_maxpool(const kdrt_window *w, float *y, const float *x) {
 // dx (overwritten): dy routed to the first maximum of each window
 // (recomputed from x), in row-major window order. Images run in parallel
 // (the windows of one image may overlap; two images never do).
+// 2x2 windows that tile the input (stride 2, no padding, every window
+// within it: Keras's default pooling): each input pixel is in one window at
+// most, so dx is written once, without a scatter. Per channel, the first
+// maximum's position in row-major order is kept in registers (the general
+// path's rule: a later pixel wins only when strictly greater) and each of
+// the four pixels takes dy or 0; the rows and columns no window covers are
+// zeroed. Issue 15.
+// One 2x2 window's gradient over C channels (restrict parameters and every
+// load first, pos a float: GCC vectorises this form).
+static void pool2x2_grad(float *restrict d0, float *restrict d1, float *restrict d2,
+                         float *restrict d3, const float *restrict x0,
+                         const float *restrict x1, const float *restrict x2,
+                         const float *restrict x3, const float *restrict g, int C) {
+  for (int c = 0; c < C; c++) {
+    float a = x0[c], b = x1[c], e = x2[c], f = x3[c], gc = g[c];
+    float m1 = b > a ? b : a, pos = b > a ? 1.0f : 0.0f;
+    float m2 = e > m1 ? e : m1;
+    pos = e > m1 ? 2.0f : pos;
+    pos = f > m2 ? 3.0f : pos;
+    d0[c] = pos == 0.0f ? gc : 0.0f;
+    d1[c] = pos == 1.0f ? gc : 0.0f;
+    d2[c] = pos == 2.0f ? gc : 0.0f;
+    d3[c] = pos == 3.0f ? gc : 0.0f;
+  }
+}
+
+static void maxpool_grad_2x2(const kdrt_window *w, float *dx, const float *dy, const float *x) {
+  const int H = w->H, W = w->W, C = w->C, OH = w->OH, OW = w->OW;
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)w->B * H * W * C >= KD_PAR_MIN)
+  for (int b = 0; b < w->B; b++)
+    for (int oh = 0; oh < OH; oh++) {
+      const size_t r0 = ((size_t)b * H + 2 * oh) * W * C, r1 = r0 + (size_t)W * C;
+      const float *dyr = dy + ((size_t)b * OH + oh) * OW * C;
+      for (int ow = 0; ow < OW; ow++) {
+        const size_t o = (size_t)ow * 2 * C;
+        pool2x2_grad(dx + r0 + o, dx + r0 + o + C, dx + r1 + o, dx + r1 + o + C, x + r0 + o,
+                     x + r0 + o + C, x + r1 + o, x + r1 + o + C, dyr + (size_t)ow * C, C);
+      }
+      if (OW * 2 < W) { // the column no window covers
+        memset(dx + r0 + (size_t)OW * 2 * C, 0, (size_t)C * sizeof *dx);
+        memset(dx + r1 + (size_t)OW * 2 * C, 0, (size_t)C * sizeof *dx);
+      }
+      if (oh == OH - 1 && OH * 2 < H) // the row no window covers
+        memset(dx + r1 + (size_t)W * C, 0, (size_t)W * C * sizeof *dx);
+    }
+}
+
 void kdrt_maxpool_grad(const kdrt_window *w, float *dx, const float *dy, const float *x) {
   const int H = w->H, W = w->W, C = w->C, OH = w->OH, OW = w->OW;
+  if (w->KH == 2 && w->KW == 2 && w->sh == 2 && w->sw == 2 && !w->pad_t && !w->pad_l &&
+      w->OH * 2 <= w->H && w->OW * 2 <= w->W) {
+    maxpool_grad_2x2(w, dx, dy, x);
+    return;
+  }
 #pragma omp parallel for schedule(static) if ((int64_t)w->B * H * W * C >= KD_PAR_MIN)
   for (int b = 0; b < w->B; b++) {
     float best[KD_POOL_CHUNK];
@@ -1530,6 +1608,7 @@ static void row_stats(int rms, const float *x, int64_t cols, float eps, double *
 }
 
 void kdrt_norm(int rms, float *y, const float *x, int64_t rows, int64_t cols, float eps) {
+  KD_PAR_FOR(rows * cols) // rows are independent: the same bits on any thread count
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols;
     double m, s;
@@ -1542,6 +1621,7 @@ void kdrt_norm(int rms, float *y, const float *x, int64_t rows, int64_t cols, fl
 // mean(dy) - h * mean(dy * h)), the mean(dy) term only for layer norm.
 void kdrt_norm_grad(int rms, float *dx, const float *dy, const float *x, int64_t rows,
                     int64_t cols, float eps) {
+  KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols, *gr = dy + r * cols;
     double m, s, sum_g = 0, sum_gh = 0;

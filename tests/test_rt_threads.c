@@ -75,6 +75,10 @@ Test(threads, elementwise_and_row_kernels) {
   SAME_ON_1_AND_3("row_max", out, R, kdrt_row_max(out, x, R, C));
   float *m = copy_of(out, R);
   SAME_ON_1_AND_3("row_sumexp", out, R, kdrt_row_sumexp(out, x, m, R, C));
+  for (int rms = 0; rms < 2; rms++) {
+    SAME_ON_1_AND_3("norm", out, N, kdrt_norm(rms, out, x, R, C, 1e-5f));
+    SAME_ON_1_AND_3("norm_grad", out, N, kdrt_norm_grad(rms, out, dy, x, R, C, 1e-5f));
+  }
   free(x), free(x2), free(dy), free(bias), free(out), free(sm), free(m);
 }
 
