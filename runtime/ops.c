@@ -1391,6 +1391,10 @@ void kdrt_sgd(float *w, const float *g, float *m, size_t n, float lr, float mome
   }
 }
 
+// Keras's moment update, s += (x - s) * (1 - beta): Adam's, Adamax's and
+// Nadam's first moment (x = g) and second (x = g^2).
+static inline float moment(float s, float x, float c) { return s + (x - s) * c; }
+
 // The Adam step shared by kdrt_adam and kdrt_adamw; amsgrad (vhat set)
 // divides by the running maximum of v instead of v.
 static void adam_step(float *restrict w, const float *restrict g, float *restrict m,
@@ -1401,9 +1405,7 @@ static void adam_step(float *restrict w, const float *restrict g, float *restric
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++) {
-    float gi = g[i];
-    float mi = m[i] + (gi - m[i]) * c1;
-    float vi = v[i] + (gi * gi - v[i]) * c2;
+    float gi = g[i], mi = moment(m[i], gi, c1), vi = moment(v[i], gi * gi, c2);
     m[i] = mi;
     v[i] = vi;
     if (vhat) vhat[i] = vi = fmaxf(vhat[i], vi);
@@ -1458,9 +1460,7 @@ void kdrt_adamax(float *w, const float *g, float *m, float *u, size_t n, float l
   const float c1 = 1.0f - b1, bias = 1.0f - powf(b1, (float)t);
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++) {
-    float gi = g[i];
-    float mi = m[i] + (gi - m[i]) * c1;
-    float ui = fmaxf(b2 * u[i], fabsf(gi));
+    float gi = g[i], mi = moment(m[i], gi, c1), ui = fmaxf(b2 * u[i], fabsf(gi));
     m[i] = mi;
     u[i] = ui;
     w[i] -= lr * mi / (bias * (ui + eps));
@@ -1487,9 +1487,7 @@ void kdrt_nadam(float *w, const float *g, float *m, float *v, size_t n, float lr
   const float c1 = 1.0f - b1, c2 = 1.0f - b2, bias2 = 1.0f - powf(b2, (float)t);
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++) {
-    float gi = g[i];
-    float mi = m[i] + (gi - m[i]) * c1;
-    float vi = v[i] + (gi * gi - v[i]) * c2;
+    float gi = g[i], mi = moment(m[i], gi, c1), vi = moment(v[i], gi * gi, c2);
     m[i] = mi;
     v[i] = vi;
     float mhat = u_next * mi / d1 + k2 * gi / d2;

@@ -12,6 +12,8 @@
 // here touches MPI.
 #include <criterion/criterion.h>
 #include <math.h>
+#include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kdrt.h"
@@ -216,6 +218,30 @@ Test(init, user_parameters_and_constants) {
   cr_assert(w[0] == 0.25f && w[N - 1] == 0.25f);
   kdrt_init_fill(&c, w, &l, KDRT_INIT_ZEROS, 0, 0, 0, 0, 6);
   cr_assert(w[0] == 0 && w[N - 1] == 0);
+}
+
+// The uniform initializers draw their Philox blocks in bulk (AVX2 where
+// the CPU has it, rows on threads): element g is still a + (b - a) *
+// kdrt_uniform(seed, stream, 0, g), bit for bit, on 1 and on 3 threads, and
+// with the scalar block maker (KDRT_PHILOX=scalar).
+Test(init, uniform_is_its_definition_element_by_element) {
+  enum { R = 37, C = 301, N = R * C };
+  static float w[N];
+  kdrt_layout l = {2, {R, C}, {-1, -1}};
+  static const int one[1] = {1};
+  for (int pass = 0; pass < 3; pass++) {
+    if (pass == 2) setenv("KDRT_PHILOX", "scalar", 1); // read when each fill starts
+    omp_set_num_threads(pass == 1 ? 3 : 1);
+    kdrt_program p = fake_prog(1, one);
+    kdrt_ctx c = fake_ctx(&p, 0, 7);
+    kdrt_init_fill(&c, w, &l, KDRT_INIT_RANDOM_UNIFORM, 0, 0, -0.5f, 1.5f, 9);
+    for (int g = 0; g < N; g++) {
+      float want = (float)(-0.5 + 2.0 * kdrt_uniform(7, 9, 0, (uint64_t)g));
+      cr_assert_eq(w[g], want, "pass %d element %d: %a != %a", pass, g, w[g], want);
+    }
+  }
+  unsetenv("KDRT_PHILOX");
+  omp_set_num_threads(1);
 }
 
 Test(init, same_seed_same_weights_other_seed_other_weights) {
