@@ -17,10 +17,43 @@ Graph *EG;
 FILE *EF;
 Backend EB;
 
+// issue 15: forward values that only training reads (batch norm's batch
+// statistics and what makes them: read by a TRAIN_SELECT's training operand,
+// by gradients or by a moving statistic's update), by node id. Evaluation
+// and predict skip them (every rank alike, their collectives too).
+static bool *train_only;
+
+static void mark_train_only(const Graph *g) {
+  int ids = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->id >= ids) ids = n->id + 1;
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k]->id >= ids) ids = n->in[k]->id + 1;
+  }
+  xfree(train_only);
+  train_only = xcalloc(ids + 1, sizeof *train_only);
+  int *users = xcalloc(ids + 1, sizeof *users);
+  bool *needed = xcalloc(ids + 1, sizeof *needed); // read outside training
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) users[g->nodes[i]->in[k]->id]++;
+  for (int i = g->nnodes - 1; i >= 0; i--) { // users before what they read
+    const Node *n = g->nodes[i];
+    if (n->phase > PH_LOSS) continue;
+    bool need = needed[n->id] || !users[n->id]; // a result nothing reads: an output
+    train_only[n->id] = !need;
+    if (need)
+      for (int k = 0; k < n->nin; k++)
+        if (!(n->op == OP_TRAIN_SELECT && k == 0)) needed[n->in[k]->id] = true;
+  }
+  xfree(users), xfree(needed);
+}
+
 void emit_begin(Graph *g, FILE *f, Backend b) {
   EG = g;
   EF = f;
   EB = b;
+  mark_train_only(g);
 }
 
 void out(const char *fmt, ...) {
@@ -316,7 +349,7 @@ static bool emits_code(const Node *n) {
 // The steps (bit 1 << StepKind) that run node n.
 static unsigned steps_of(const Node *n) {
   unsigned s = 1u << STEP_TRAIN;
-  if (n->phase <= PH_LOSS) s |= 1u << STEP_EVAL;
+  if (n->phase <= PH_LOSS && !train_only[n->id]) s |= 1u << STEP_EVAL;
   if (n->op != OP_UPDATE && n->op != OP_ASSIGN) s |= 1u << STEP_GRAD; // variables unchanged
   return s;
 }

@@ -27,3 +27,15 @@ for m in opt_nadam_global opt_rmsprop_centered opt_adagrad_clipnorm; do
   mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/a/program.c
   echo "emit_c: $m: deterministic, compiles with -Wall -Wextra -Werror -pedantic"
 done
+# issue 15: batch norm (three passes, a ReLU fused after it); its batch
+# statistics are training's alone, so evaluate and predict skip them: every
+# forward kdrt_bn_stats call is under `if (step == TRAIN_STEP || step == GRAD_STEP)`
+./kdcc tests/gradcheck/batchnorm.json --distribution tests/good/batchnorm.dist.json \
+  --mesh data=2,model=4 --batch-size 16 -w -S $out/a
+mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/a/program.c
+fwd=$(awk '/^static void forward/ {f = 1} /^static void backward/ {f = 0} f' $out/a/program.c)
+n=$(grep -c "kdrt_bn_stats(" <<<"$fwd")
+guarded=$(grep -B1 "kdrt_bn_stats(" <<<"$fwd" | grep -c "if (step == TRAIN_STEP || step == GRAD_STEP)")
+[ "$n" = 4 ] && [ "$guarded" = 4 ] ||
+  { echo "FAIL batchnorm: $guarded of $n forward bn_stats calls are training-only (want 4 of 4)"; exit 1; }
+echo "emit_c: batchnorm: compiles with -Wall -Wextra -Werror -pedantic; its 4 statistics passes run in training only"
