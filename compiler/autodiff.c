@@ -167,7 +167,7 @@ void build_backward(Graph *g) {
   bool *need = xcalloc(nfwd, sizeof *need);
   for (int i = 0; i < nfwd; i++) {
     Node *n = g->nodes[i];
-    need[i] = n->op == OP_PARAM;
+    need[i] = n->op == OP_PARAM && !n->var->frozen; // a frozen layer's: constants here
     for (int k = 0; k < n->nin; k++) need[i] |= need[n->in[k]->id];
   }
 
@@ -197,12 +197,14 @@ void build_backward(Graph *g) {
   }
 
   // The update phase: every trained variable's gradient, the clipping
-  // factors, then the updates in variable order (moving statistics too).
+  // factors, then the updates in variable order (moving statistics too; a
+  // frozen layer's variables have none, as they are not in Keras's
+  // model.trainable_variables, and no optimizer slots).
   const Optimizer *o = &g->model->opt;
   g->phase = PH_UPDATE;
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
-    if (v->ema_stat) continue; // issue 11: a moving average, not trained
+    if (v->ema_stat || v->frozen) continue; // a moving average (issue 11), or frozen
     if (!v->param->grad) {
       warn_at(v->loc, "variable '%s' does not affect the loss; it is not trained", v->path);
       continue;

@@ -1253,6 +1253,14 @@ Model *load_model_json(const char *file, json_t *root) {
     load_sequential(m, cfg, layers);
   else
     load_functional(m, cfg, layers);
+  // A Functional model's `trainable: false` freezes every layer in it, as
+  // its from_config sets model.trainable; Sequential.from_config ignores
+  // its own (the layers' flags, which model.trainable = False also set, say)
+  json_t *tr = json_object_get(cfg, "trainable");
+  if (tr && !json_is_null(tr) && !json_is_boolean(tr))
+    error_at(jloc(tr), "model '%s': 'trainable' must be true or false", m->name);
+  for (int i = 0; i < m->nlayers && !m->sequential && json_is_false(tr); i++)
+    m->layers[i]->frozen = true;
   load_compile(m, json_object_get(root, "compile_config"));
   json_t *dist = json_object_get(root, "distribution");
   if (dist && !json_is_null(dist)) {
