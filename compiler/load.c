@@ -225,6 +225,9 @@ static Layer *new_layer(Model *m, json_t *env) {
   if (flaw)
     error_at(get_str(env, "name") ? jloc_key(env, "name") : jloc_key(l->cfg, "name"),
              "layer name '%s' %s; " NAME_RULE, l->name, flaw);
+  if (!strcmp(l->cls, "Sequential") || !strcmp(l->cls, "Functional") || !strcmp(l->cls, "Model"))
+    error_at(jloc_key(env, "class_name"), "layer '%s': a model used as a layer (a nested %s) "
+             "is not supported; build its layers into the outer model", l->name, l->cls);
   if (!layer_known(l->cls))
     error_at(jloc_key(env, "class_name"), "unknown layer class '%s' (layer '%s')", l->cls,
              l->name);
