@@ -13,7 +13,8 @@
 #     before is used, the result is again bitwise equal;
 #  4. a rank killed from outside at a moment the test does not choose;
 #  5. errors: an unwritable directory, a corrupt checkpoint (skipped, then
-#     none left), a checkpoint of another model, other data, bad options.
+#     none left), a checkpoint of another model, other data, bad options;
+#  6., 7., 8.: partial batches, schedules, frozen layers (see each).
 # KDRT_TEST_PAUSE=rank:step:where:pidfile (checkpoint.c) stops a rank at a
 # chosen point and writes its pid; the test then kills it with SIGKILL.
 set -uo pipefail
@@ -256,6 +257,37 @@ run 1 opt "${S[@]}" --lr 0.1
 expect "--lr with a schedule" 2 "--lr: this program's learning rate is a schedule (CosineDecay), which sets the rate at every step; Keras's optimizer takes no other rate"
 run 1 opt "${S[@]}" --reduce-lr-on-plateau 1
 expect "--reduce-lr-on-plateau with a schedule" 2 "--reduce-lr-on-plateau: this program's learning rate is a schedule (CosineDecay)"
+
+# ---- 8. frozen layers (trainable false: no optimizer slots): killed at step
+# 7, resumed from ckpt-6, the history is bitwise the uninterrupted one; the
+# same model with the frozen Dense trained (Adam's two slots) refuses that
+# checkpoint instead of reading other variables' state as its slots.
+./kdcc tests/gradcheck/frozen.json --distribution tests/good/frozen.dist.json \
+  --mesh data=2,model=2 --batch-size 16 -w -o "$T/frozen" || exit 1
+python3 - "$T/thawed.json" <<'EOF'
+import json, sys
+m = json.load(open("tests/gradcheck/frozen.json"))
+for l in m["config"]["layers"]:
+    if l["config"]["name"] == "hidden":
+        del l["config"]["trainable"]
+json.dump(m, open(sys.argv[1], "w"))
+EOF
+./kdcc "$T/thawed.json" --distribution tests/good/frozen.dist.json \
+  --mesh data=2,model=2 --batch-size 16 -w -o "$T/thawed" || exit 1
+run 4 frozen "${S[@]}" --history "$T/fstraight.json"
+[ "$rc" = 0 ] || fail "frozen, straight: status $rc: $(cat "$T/out")"
+D=$T/ck9
+killed "frozen: kill during training" 1:7:train 4 frozen "${S[@]}" --checkpoint-dir "$D" \
+  --checkpoint-every 3
+run 4 frozen "${S[@]}" --checkpoint-dir "$D" --checkpoint-every 3 --resume --history "$T/f7.json"
+if [ "$rc" != 0 ] || ! grep -q "resuming from $D/ckpt-6" "$T/out"; then
+  fail "frozen, resume: status $rc: $(cat "$T/out")"
+elif ! cmp -s "$T/fstraight.json" "$T/f7.json"; then
+  fail "frozen, resume: history differs"; diff "$T/fstraight.json" "$T/f7.json"
+else ok "frozen layers: resume from ckpt-6 bitwise equal"
+fi
+run 4 thawed "${S[@]}" --checkpoint-dir "$D" --resume
+expect "a frozen layer trained" 1 "checkpoint is of another model: variable 'hidden/kernel' is [4, 8] with 0 optimizer slots there, [4, 8] with 2 here (is its layer frozen, trainable false, in one program and trained in the other?)"
 
 [ "$fails" = 0 ] && echo "checkpoint.sh: all passed" || echo "checkpoint.sh: $fails failed"
 exit $((fails > 0))
