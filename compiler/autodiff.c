@@ -10,8 +10,9 @@
 // op's grad rule (ops.c, beside its definition) builds the gradients of its
 // operands from forward ops and adds them into the operand's running sum
 // (n->grad). Only nodes that depend on a trained variable get gradients (the
-// inputs and a frozen layer's variables, trainable false, do not). A value read twice (a layer called twice, a residual) gets the
-// sum of both gradients.
+// inputs and a frozen layer's variables, trainable false, do not). A value
+// read twice (a layer called twice, a residual) gets the sum of both
+// gradients.
 //
 // The walk starts from the losses: each output's loss seeds its output's
 // gradient (LOSS_GRAD, or XENT_GRAD for a crossentropy from logits made of
