@@ -332,8 +332,8 @@ static const char *weights_sublayer(const char *cls, const char *vname) {
   unreachable();
 }
 
-// Keras's `trainable: false` (the flag Layer.get_config writes, a
-// Bidirectional's own or its wrapped layer's): a frozen layer's variables
+// Keras's `trainable: false` (the flag Layer.get_config writes; for a
+// Bidirectional, its wrapped layers'): a frozen layer's variables
 // are not trained (Var.frozen) and its BatchNormalization runs as in
 // inference (`training and self.trainable`).
 static bool layer_frozen(Layer *l) { return l->frozen || !cfg_bool(l, "trainable", true); }
@@ -2379,8 +2379,8 @@ static Node *build_bidirectional(Graph *g, Layer *l, Node *x) {
     if (!json_is_string(cn) || !json_is_object(cfg) || rnn_class(json_string_value(cn)) < 0)
       error_at(e ? jloc(e) : l->loc, "layer '%s': Bidirectional wraps a SimpleRNN, LSTM or GRU "
                "only", l->name);
-    in[i] = *l;
-    in[i].frozen = layer_frozen(l);
+    in[i] = *l; // frozen as its model is, else by its own flag: Keras's from_config
+                // leaves the wrapped layers' flags in charge, not the Bidirectional's
     in[i].cfg = cfg;
     in[i].loc = jloc(e);
     in[i].sub = i ? "backward_layer/cell" : "forward_layer/cell";

@@ -208,8 +208,8 @@ struct Layer {
   int ncalls;
   const char *sub;        // issue 11: where a Bidirectional's forward (backward) layer keeps
                           // its variables in the weights file: "forward_layer/cell"
-  bool frozen;            // what holds it (its Functional model, a Bidirectional) has
-                          // trainable false: it is frozen whatever its own flag says
+  bool frozen;            // its Functional model has trainable false: it is frozen
+                          // whatever its own flag says
 };
 
 typedef struct {
