@@ -9,9 +9,10 @@
 // The walk goes over the forward nodes in reverse topological order; each
 // op's grad rule (ops.c, beside its definition) builds the gradients of its
 // operands from forward ops and adds them into the operand's running sum
-// (n->grad). Only nodes that depend on a variable get gradients (the inputs
-// do not). A value read twice (a layer called twice, a residual) gets the
-// sum of both gradients.
+// (n->grad). Only nodes that depend on a trained variable get gradients (the
+// inputs and a frozen layer's variables, trainable false, do not). A value
+// read twice (a layer called twice, a residual) gets the sum of both
+// gradients.
 //
 // The walk starts from the losses: each output's loss seeds its output's
 // gradient (LOSS_GRAD, or XENT_GRAD for a crossentropy from logits made of
@@ -167,7 +168,7 @@ void build_backward(Graph *g) {
   bool *need = xcalloc(nfwd, sizeof *need);
   for (int i = 0; i < nfwd; i++) {
     Node *n = g->nodes[i];
-    need[i] = n->op == OP_PARAM;
+    need[i] = n->op == OP_PARAM && !n->var->frozen; // a frozen layer's: constants here
     for (int k = 0; k < n->nin; k++) need[i] |= need[n->in[k]->id];
   }
 
@@ -197,12 +198,14 @@ void build_backward(Graph *g) {
   }
 
   // The update phase: every trained variable's gradient, the clipping
-  // factors, then the updates in variable order (moving statistics too).
+  // factors, then the updates in variable order (moving statistics too; a
+  // frozen layer's variables have none, as they are not in Keras's
+  // model.trainable_variables, and no optimizer slots).
   const Optimizer *o = &g->model->opt;
   g->phase = PH_UPDATE;
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
-    if (v->ema_stat) continue; // issue 11: a moving average, not trained
+    if (v->ema_stat || v->frozen) continue; // a moving average (issue 11), or frozen
     if (!v->param->grad) {
       warn_at(v->loc, "variable '%s' does not affect the loss; it is not trained", v->path);
       continue;

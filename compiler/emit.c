@@ -233,8 +233,9 @@ void emit_preamble(const char *what) {
   out("\n// ---- parameter blob: each variable's shard, then its optimizer slots\n");
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
-    out("#define %-32s %8lld // %s, %d slot%s\n", off_name(v->param), (long long)v->offset,
-        describe(v->param), v->nslots, v->nslots == 1 ? "" : "s");
+    out("#define %-32s %8lld // %s, %d slot%s%s\n", off_name(v->param), (long long)v->offset,
+        describe(v->param), v->nslots, v->nslots == 1 ? "" : "s",
+        v->frozen ? ", frozen (trainable false)" : "");
   }
   out("#define PARAM_FLOATS %lld\n", (long long)g->param_floats);
   out("\n// ---- gradient blob: each variable's gradient, reduced to its layout\n");

@@ -332,6 +332,12 @@ static const char *weights_sublayer(const char *cls, const char *vname) {
   unreachable();
 }
 
+// Keras's `trainable: false` (the flag Layer.get_config writes; for a
+// Bidirectional, its wrapped layers'): a frozen layer's variables
+// are not trained (Var.frozen) and its BatchNormalization runs as in
+// inference (`training and self.trainable`).
+static bool layer_frozen(Layer *l) { return l->frozen || !cfg_bool(l, "trainable", true); }
+
 static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *init_key,
                      const char *init_def) {
   if (l->shared || l->ncalls > 1) { // a layer called again: the variable its first built call made
@@ -358,6 +364,7 @@ static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const c
                 (v->sub ? g->vars[i]->sub && !strcmp(g->vars[i]->sub, v->sub) : !g->vars[i]->sub);
   v->loc = l->loc;
   v->shape = shape;
+  v->frozen = layer_frozen(l);
   parse_init(l, init_key, init_def, v);
   parse_var_options(l, init_key, v);
   v->matched = dist_lookup(g->dist, v->path, l->name, shape.rank, shape.d, &v->place);
@@ -1783,6 +1790,24 @@ static Node *fill_channels(Graph *g, Shape cs, float v) {
   return f;
 }
 
+// A frozen BatchNormalization (trainable false) normalises with its moving
+// statistics in training too and leaves them be (Keras: `if training and
+// self.trainable`). Its mean and variance are constants then, so its
+// gradient in x is dy * inv, not BATCH_NORM's (which differentiates through
+// batch statistics): it is built from COL_MUL and BIAS, with per channel
+// Keras's inv = rsqrt(var + eps) * gamma and res = -mean * inv + beta.
+static Node *frozen_batchnorm(Graph *g, Node *x, Node *mm, Node *mv, Node *gam, Node *beta,
+                              double eps) {
+  Shape cs = mm->shape;
+  Node *ve = new_node1(g, OP_SCALE, mv, cs);
+  ve->aff = (AffAttr){1, (float)eps};
+  Node *inv = apply_act(g, ve, KDRT_ACT_RSQRT);
+  if (gam) inv = new_node2(g, OP_MUL, inv, gam, cs);
+  Node *res = new_node2(g, OP_MUL, scaled(g, mm, -1), inv, cs);
+  if (beta) res = new_node2(g, OP_ADD, res, beta, cs);
+  return new_node2(g, OP_BIAS, new_node2(g, OP_COL_MUL, x, inv, x->shape), res, x->shape);
+}
+
 static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   check_last_axis(l, x);
   static const char *const no[] = {"renorm"};
@@ -1804,6 +1829,7 @@ static Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
                    ? new_var(g, l, "beta", cs, "beta_initializer", "zeros") : NULL;
   Node *mm = new_var(g, l, "moving_mean", cs, "moving_mean_initializer", "zeros");
   Node *mv = new_var(g, l, "moving_variance", cs, "moving_variance_initializer", "ones");
+  if (layer_frozen(l)) return frozen_batchnorm(g, x, mm, mv, gam, beta, eps);
   Node *mean = new_node1(g, OP_BATCH_MEAN, new_node1(g, OP_BN_STATS, x, cs), cs);
   mean->aff = (AffAttr){(float)per, 0};
   Node *var = new_node1(g, OP_BATCH_MEAN, new_node2(g, OP_BN_STATS, x, mean, cs), cs);
@@ -2353,7 +2379,8 @@ static Node *build_bidirectional(Graph *g, Layer *l, Node *x) {
     if (!json_is_string(cn) || !json_is_object(cfg) || rnn_class(json_string_value(cn)) < 0)
       error_at(e ? jloc(e) : l->loc, "layer '%s': Bidirectional wraps a SimpleRNN, LSTM or GRU "
                "only", l->name);
-    in[i] = *l;
+    in[i] = *l; // frozen as its model is, else by its own flag: Keras's from_config
+                // leaves the wrapped layers' flags in charge, not the Bidirectional's
     in[i].cfg = cfg;
     in[i].loc = jloc(e);
     in[i].sub = i ? "backward_layer/cell" : "forward_layer/cell";
@@ -2734,9 +2761,11 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
       }
   }
   // Keras's loss includes the regularizers' penalties (model.losses): the
-  // activities' (made with their layers), then each variable's once
+  // activities' (made with their layers, frozen or not), then each trainable
+  // variable's once
   for (int i = 0; i < g->nvars; i++)
-    add_penalty(g, penalty(g, g->vars[i]->param, g->vars[i]->l1, g->vars[i]->l2));
+    if (!g->vars[i]->frozen)
+      add_penalty(g, penalty(g, g->vars[i]->param, g->vars[i]->l1, g->vars[i]->l2));
   if (!nl) g->penalty = NULL;
   if (m->noutputs == 1 && !g->penalty) { // the loss log is the loss itself
     g->logs[0].node = total[0];

@@ -208,6 +208,8 @@ struct Layer {
   int ncalls;
   const char *sub;        // issue 11: where a Bidirectional's forward (backward) layer keeps
                           // its variables in the weights file: "forward_layer/cell"
+  bool frozen;            // its Functional model has trainable false: it is frozen
+                          // whatever its own flag says
 };
 
 typedef struct {
@@ -518,6 +520,11 @@ struct Var {
   // w = w * ema_momentum + stat * (1 - ema_momentum), stat = ema_stat.
   Node *ema_stat;
   float ema_momentum;
+  // Keras's `trainable: false` on its layer: not in model.trainable_variables,
+  // so it gets no gradient, no update, no optimizer slots, no constraint, and
+  // its regularizer's penalty is not in the loss (Layer._get_regularization_losses
+  // sums trainable weights only); its value stays what --weights or init gave it
+  bool frozen;
   // issue 11: its regularizer (Keras's L1, L2, L1L2), whose penalty
   // l1 * sum(|w|) + l2 * sum(w^2) the loss includes (both 0: none)
   double l1, l2;

@@ -225,6 +225,9 @@ static Layer *new_layer(Model *m, json_t *env) {
   if (flaw)
     error_at(get_str(env, "name") ? jloc_key(env, "name") : jloc_key(l->cfg, "name"),
              "layer name '%s' %s; " NAME_RULE, l->name, flaw);
+  if (!strcmp(l->cls, "Sequential") || !strcmp(l->cls, "Functional") || !strcmp(l->cls, "Model"))
+    error_at(jloc_key(env, "class_name"), "layer '%s': a model used as a layer (a nested %s) "
+             "is not supported; build its layers into the outer model", l->name, l->cls);
   if (!layer_known(l->cls))
     error_at(jloc_key(env, "class_name"), "unknown layer class '%s' (layer '%s')", l->cls,
              l->name);
@@ -1253,6 +1256,14 @@ Model *load_model_json(const char *file, json_t *root) {
     load_sequential(m, cfg, layers);
   else
     load_functional(m, cfg, layers);
+  // A Functional model's `trainable: false` freezes every layer in it, as
+  // its from_config sets model.trainable; Sequential.from_config ignores
+  // its own (the layers' flags, which model.trainable = False also set, say)
+  json_t *tr = json_object_get(cfg, "trainable");
+  if (tr && !json_is_null(tr) && !json_is_boolean(tr))
+    error_at(jloc(tr), "model '%s': 'trainable' must be true or false", m->name);
+  for (int i = 0; i < m->nlayers && !m->sequential && json_is_false(tr); i++)
+    m->layers[i]->frozen = true;
   load_compile(m, json_object_get(root, "compile_config"));
   json_t *dist = json_object_get(root, "distribution");
   if (dist && !json_is_null(dist)) {

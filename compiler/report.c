@@ -175,10 +175,11 @@ static void report_json(Graph *g, FILE *out) {
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
     Shape ls = local_shape(g, v->param);
-    json_array_append_new(vars, json_pack("{s:s, s:o, s:o, s:o, s:o}", "path", v->path,
+    json_array_append_new(vars, json_pack("{s:s, s:o, s:o, s:o, s:o, s:b}", "path", v->path,
                                           "global_shape", shape_json(&v->shape), "layout",
                                           layout_json(g, v->shape.rank, &v->place), "local_shape",
-                                          shape_json(&ls), "optimizer_slots", slots_json(g, v)));
+                                          shape_json(&ls), "optimizer_slots", slots_json(g, v),
+                                          "trainable", !v->frozen && !v->ema_stat));
   }
   json_object_set_new(root, "variables", vars);
 
@@ -243,8 +244,9 @@ void print_report(Graph *g, FILE *out, bool json) {
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
     Shape ls = local_shape(g, v->param);
-    fprintf(out, "  %-32s %-14s %-22s %s\n", v->path, shape_str(&v->shape),
-            place_str(m, v->shape.rank, &v->place), shape_str(&ls));
+    fprintf(out, "  %-32s %-14s %-22s %s%s\n", v->path, shape_str(&v->shape),
+            place_str(m, v->shape.rank, &v->place), shape_str(&ls),
+            v->frozen ? "  frozen (trainable false)" : "");
   }
   fprintf(out, "\nCollectives per step, per device\n  %-14s %-8s %10s %10s  %s\n", "kind",
           "axes", "buffer", "sent", "why");

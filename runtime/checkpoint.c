@@ -1122,9 +1122,14 @@ static int same_var(const kdrt_var *v, const kdrt_ckpt_var *sv, char *err, size_
   char a[128], b[128];
   fmt_dims(a, sizeof a, sv->layout.rank, sv->layout.gshape);
   fmt_dims(b, sizeof b, v->layout.rank, v->layout.gshape);
+  // The same shape with other slots: most likely a layer frozen (trainable
+  // false: no slots) in one program and trained in the other.
+  int frozen = !strcmp(a, b) && (!sv->nslots || !v->nslots);
   snprintf(err, errlen,
            "checkpoint is of another model: variable '%s' is %s with %d optimizer slot%s there, "
-           "%s with %d here", v->path, a, sv->nslots, sv->nslots == 1 ? "" : "s", b, v->nslots);
+           "%s with %d here%s", v->path, a, sv->nslots, sv->nslots == 1 ? "" : "s", b, v->nslots,
+           frozen ? " (is its layer frozen, trainable false, in one program and trained in the "
+                    "other?)" : "");
   return 0;
 }
 

@@ -472,3 +472,58 @@ Test(graph, recurrent_refusals) {
                "tests/bad/bidirectional_dense.json:4:81: error: layer 'r': Bidirectional wraps a"
                " SimpleRNN, LSTM or GRU only\n");
 }
+
+// Keras's trainable false (tests/gradcheck/frozen.json: a frozen batch norm
+// and a frozen regularized, constrained Dense between trained layers): the
+// frozen layers' variables get no gradient, no UPDATE (nor a constraint's
+// ASSIGN), no optimizer slots and no "does not affect the loss" warning;
+// the frozen kernel's penalty is not in the loss (only the activity's is);
+// the frozen batch norm is COL_MUL + BIAS on its moving statistics, with no
+// batch statistics. Gradients still flow through them to the trained conv.
+Test(graph, frozen_layers_are_not_trained) {
+  Captured c;
+  IN_CHILD(c, {
+    opt_quiet_warnings = false;
+    Model *m = load_model("tests/gradcheck/frozen.json");
+    Graph *g = build_graph(m, load_dist(m, NULL, NULL), 4);
+    build_backward(g);
+  });
+  cr_assert_eq(c.status, 0, "stderr: %s", c.err);
+  cr_assert_str_eq(c.err, "");
+  opt_quiet_warnings = true;
+  Model *m = load_model("tests/gradcheck/frozen.json");
+  Graph *g = build_graph(m, load_dist(m, NULL, NULL), 4);
+  cr_assert_eq(g->penalty->op, OP_BATCH_MEAN, "only the activity regularizer's penalty");
+  build_backward(g);
+  int frozen = 0, updates = 0;
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    bool want = !strncmp(v->path, "bn/", 3) || !strncmp(v->path, "hidden/", 7);
+    cr_assert_eq(v->frozen, want, "%s", v->path);
+    if (!v->frozen) continue;
+    frozen++;
+    cr_assert_null(v->grad, "%s", v->path);
+    cr_assert_null(v->param->grad, "%s", v->path);
+    cr_assert_eq(v->nslots, 0, "%s", v->path);
+  }
+  cr_assert_eq(frozen, 6);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op == OP_UPDATE || n->op == OP_ASSIGN) {
+      updates += n->op == OP_UPDATE;
+      cr_assert_not(n->var->frozen, "%s %s", op_info(n->op).name, n->var->path);
+    }
+    bool bn = n->layer && !strcmp(n->layer, "bn");
+    cr_assert_not(bn && (n->op == OP_BN_STATS || n->op == OP_BATCH_NORM || n->op == OP_BN_GRAD ||
+                         n->op == OP_TRAIN_SELECT), "%%%d %s in the frozen batch norm", n->id,
+                  op_info(n->op).name);
+  }
+  cr_assert_eq(updates, g->nvars - frozen);
+  cr_assert_not_null(g->vars[0]->grad, "conv/kernel: trained through the frozen layers");
+}
+
+Test(graph, trainable_must_be_a_bool) {
+  expect_error("tests/bad/trainable_type.json", NULL,
+               "tests/bad/trainable_type.json:3:77: error: layer 'd1': 'trainable' must be true "
+               "or false\n");
+}

@@ -810,3 +810,37 @@ Test(util, diag_out_error_exit_and_release_all) {
   cr_assert_str_eq(c.err, "kdcc: error: out of memory\n");
   cr_assert_eq(c.status, 1);
 }
+
+// A nested model (a Sequential or Functional as a layer): not loaded yet, so
+// refused rather than its layers (and their trainable flags) left out.
+Test(bad, nested_model) {
+  EXPECT_ERROR("tests/bad/nested_model.json",
+               "3:18: error: layer 'backbone': a model used as a layer (a nested Sequential) is "
+               "not supported; build its layers into the outer model");
+}
+
+Test(bad, model_trainable_type) {
+  EXPECT_ERROR("tests/bad/model_trainable_type.json",
+               "1:67: error: model 'f': 'trainable' must be true or false");
+}
+
+// A Functional model's trainable false freezes every layer in it (its
+// from_config sets model.trainable); a Sequential's own flag is ignored, as
+// Sequential.from_config ignores it (its layers' flags say).
+Test(load, model_trainable_false) {
+  static const char *const text[] = {
+    "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", \"trainable\": false, "
+    "\"layers\": [{\"class_name\": \"InputLayer\", \"name\": \"x\", \"config\": {\"batch_shape\": "
+    "[null, 4], \"name\": \"x\"}, \"inbound_nodes\": []}, {\"class_name\": \"Dense\", \"name\": "
+    "\"d1\", \"config\": {\"name\": \"d1\", \"units\": 1}, \"inbound_nodes\": [[[\"x\", 0, 0, {}]]]}], "
+    "\"input_layers\": [[\"x\", 0, 0]], \"output_layers\": [[\"d1\", 0, 0]]}}",
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"trainable\": false, "
+    "\"layers\": [{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4], "
+    "\"name\": \"x\"}}, {\"class_name\": \"Dense\", \"config\": {\"name\": \"d1\", \"units\": 1}}]}}",
+  };
+  for (int k = 0; k < 2; k++) {
+    Model *m = load_text(text[k]);
+    cr_assert_eq(m->nlayers, 2);
+    cr_assert_eq(m->layers[1]->frozen, k == 0, "%s", m->name);
+  }
+}

@@ -26,7 +26,9 @@ Checked, all within RTOL:
     weights that cross zero), matched by their model.weights.h5 path;
     a tensor the case lists in "final_weights_atol" (attention key biases,
     whose gradient is zero in exact arithmetic: Keras's values are noise)
-    is checked as |kdcc - keras| <= that absolute tolerance instead.
+    is checked as |kdcc - keras| <= that absolute tolerance instead; one it
+    lists in "frozen_weights" (a frozen layer's, which Keras left as they
+    were) must be Keras's bit for bit.
   - BEST.weights.h5, the program's --checkpoint-best, against Keras's
     ModelCheckpoint(save_best_only=True) file (the case's "checkpoint_best"),
     as the final weights;
@@ -73,7 +75,7 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def compare_weights(want, got_path, atol, rtol, bad):
+def compare_weights(want, got_path, atol, rtol, bad, frozen=()):
     """Every tensor of want ({path: (shape, values)}) against the .weights.h5
     at got_path, per tensor (see the top); (worst difference, its path)."""
     saved = h5lite.datasets(got_path)
@@ -86,6 +88,8 @@ def compare_weights(want, got_path, atol, rtol, bad):
         if tuple(gshape) != tuple(shape):
             bad.append(f"{path}: shape {tuple(gshape)}, Keras {tuple(shape)}")
             continue
+        if path in frozen and got_w != want_w:
+            bad.append(f"{got_path}: {path} is frozen (trainable false) but changed")
         if path in atol:
             d = max(abs(a - b) for a, b in zip(got_w, want_w))
             if d > atol[path]:
@@ -158,7 +162,7 @@ def main():
     here = os.path.dirname(sys.argv[2])
     worst_w, worst_path = compare_weights(npz(os.path.join(here, ref["final_weights"])),
                                           sys.argv[4], ref.get("final_weights_atol", {}),
-                                          rtol, bad)
+                                          rtol, bad, ref.get("frozen_weights", []))
     if "--best" in opts:
         compare_weights(npz(os.path.join(here, ref["checkpoint_best"])), opts["--best"], {},
                         rtol, bad)

@@ -501,6 +501,35 @@ def constrained():
     return sparse_classifier(x, out, "constrained")
 
 
+def frozen():
+    # Fine-tuning: a frozen backbone (trainable=False before compile) under a
+    # trained head. A frozen Conv2D and BatchNormalization (which normalises
+    # with its moving statistics in training too and leaves them be), a
+    # trained conv and batch norm on top, a frozen Dense whose kernel
+    # regularizer is not in the loss (Keras sums trainable weights' penalties
+    # only) but whose activity regularizer is; the frozen weights must come
+    # out as they went in.
+    reg = keras.regularizers
+    x = keras.Input((8, 8, 3), name="image")
+    y = layers.Conv2D(8, 3, padding="same", name="conv2d", trainable=False)(x)
+    init = keras.initializers
+    bn = layers.BatchNormalization(  # moving statistics far from 0 and 1
+        momentum=0.9, gamma_initializer=init.RandomUniform(0.5, 1.5),
+        beta_initializer=init.RandomNormal(stddev=0.5),
+        moving_mean_initializer=init.RandomNormal(stddev=0.5),
+        moving_variance_initializer=init.RandomUniform(0.5, 2.0), name="batch_normalization")
+    y = layers.ReLU(name="re_lu")(bn(y))
+    y = layers.Conv2D(8, 3, padding="same", use_bias=False, name="conv2d_1")(y)
+    y = layers.BatchNormalization(name="batch_normalization_1")(y)
+    y = layers.GlobalAveragePooling2D(name="gap2d")(layers.ReLU(name="re_lu_1")(y))
+    hidden = layers.Dense(16, activation="relu", kernel_regularizer=reg.L2(1e-1),
+                          activity_regularizer=reg.L2(1e-3), name="hidden")
+    out = layers.Dense(10, activation="softmax", name="out")(hidden(y))
+    bn.trainable = False
+    hidden.trainable = False
+    return sparse_classifier(x, out, "frozen")
+
+
 def conv1d():
     # issue 11: Conv1D with 'causal', 'same' (strided) and 'valid' padding
     x = keras.Input((12, 4), name="seq")
@@ -1291,6 +1320,18 @@ MODELS = {
                 "out/kernel": ["model", None],
             }),
             "regularized_dp": DP_8,
+        },
+    ),
+    "frozen": dict(
+        build=frozen, labels="sparse10", x=(8, 8, 3),
+        dists={
+            "frozen": model_parallel({
+                "conv2d.*/kernel": [None, None, None, "model"],
+                "conv2d/bias": ["model"],
+                "batch_normalization.*/(gamma|beta|moving_mean|moving_variance)": ["model"],
+                "hidden/kernel": [None, "model"],
+            }),
+            "frozen_dp": DP_8,
         },
     ),
     "conv1d": dict(

@@ -73,6 +73,11 @@ Cases (model, distribution spec from models/):
                                                              MinMaxNorm after every update; the
                                                              norms' sums over split dims
     constrained_dp  constrained    constrained_dp.dist.json  DataParallel (8,)
+    frozen          frozen         frozen.dist.json          ModelParallel (2,4)  trainable=False on a conv,
+                                                             a batch norm (moving statistics in
+                                                             training) and a regularized Dense: not
+                                                             trained, their penalty not in the loss
+    frozen_dp       frozen         frozen_dp.dist.json       DataParallel (8,)
     conv1d          conv1d         conv1d.dist.json          ModelParallel (2,4)  Conv1D causal, same
                                                              (strided), valid; output channels split,
                                                              then input channels
@@ -313,6 +318,7 @@ DATA = {
     "attn_mask": (64, 2),
     "regularized": (64, 2),
     "constrained": (64, 2),
+    "frozen": (64, 2),
     "conv1d": (64, 2),
     "dilated": (64, 2),
     "grouped": (64, 2),
@@ -477,6 +483,8 @@ CASES = {
     "regularized_dp": ("regularized", "regularized_dp"),
     "constrained": ("constrained", "constrained"),
     "constrained_dp": ("constrained", "constrained_dp"),
+    "frozen": ("frozen", "frozen"),
+    "frozen_dp": ("frozen", "frozen_dp"),
     "conv1d": ("conv1d", "conv1d"),
     "conv1d_dp": ("conv1d", "conv1d_dp"),
     "dilated": ("dilated", "dilated"),
@@ -742,6 +750,12 @@ def run_case(case, out, hlo):
             wpath = os.path.join(d, "final.weights.h5")
             model.save_weights(wpath)
             final = layer_weights(wpath)
+        # Frozen layers (trainable=False): the weights Keras left bit for bit
+        # as they were, which kdcc must leave so too.
+        frozen = []
+        if any(not layer.trainable for layer in model.layers):
+            initial = archive_weights(keras_path)
+            frozen = [k for k in sorted(final) if np.array_equal(final[k], initial[k])]
     finally:
         keras.distribution.set_distribution(None)
 
@@ -798,6 +812,8 @@ def run_case(case, out, hlo):
     }
     if note:
         ref["final_weights_note"] = note
+    if frozen:
+        ref["frozen_weights"] = frozen
     if atol:
         ref["final_weights_atol"] = atol
         ref["final_weights_atol_note"] = (

@@ -13,7 +13,8 @@
 #     before is used, the result is again bitwise equal;
 #  4. a rank killed from outside at a moment the test does not choose;
 #  5. errors: an unwritable directory, a corrupt checkpoint (skipped, then
-#     none left), a checkpoint of another model, other data, bad options.
+#     none left), a checkpoint of another model, other data, bad options;
+#  6., 7., 8.: partial batches, schedules, frozen layers (see each).
 # KDRT_TEST_PAUSE=rank:step:where:pidfile (checkpoint.c) stops a rank at a
 # chosen point and writes its pid; the test then kills it with SIGKILL.
 set -uo pipefail
@@ -206,23 +207,35 @@ expect "another model" 1 \
 run 4 t22 --synthetic 64 --epochs 3 --batch-size 16 --checkpoint-dir "$T/ck5" --resume
 expect "other data" 1 "the checkpoint was taken with 8 steps per epoch over 128 training samples in batches of 16, this run has 4 over 64 in batches of 16"
 
+# resumed WHAT EXE D SAYS ARGS...: EXE run straight, then rank 1 killed after
+# step 7 (a checkpoint every 3 steps into D), then resumed: it must say it
+# resumes from D/ckpt-6 (then SAYS) and end with the straight run's history,
+# bitwise.
+resumed() {
+  local what=$1 exe=$2 D=$3 says=$4
+  shift 4
+  run 4 "$exe" "$@" --history "$T/$exe.straight.json"
+  [ "$rc" = 0 ] || fail "$what, straight: status $rc: $(cat "$T/out")"
+  killed "$what: kill during training" 1:7:train 4 "$exe" "$@" --checkpoint-dir "$D" \
+    --checkpoint-every 3
+  run 4 "$exe" "$@" --checkpoint-dir "$D" --checkpoint-every 3 --resume \
+    --history "$T/$exe.resumed.json"
+  if [ "$rc" != 0 ] || ! grep -q "resuming from $D/ckpt-6$says" "$T/out"; then
+    fail "$what, resume: status $rc: $(cat "$T/out")"
+  elif ! cmp -s "$T/$exe.straight.json" "$T/$exe.resumed.json"; then
+    fail "$what, resume: history differs"
+    diff "$T/$exe.straight.json" "$T/$exe.resumed.json"
+  else ok "$what: resume from ckpt-6 bitwise equal"
+  fi
+}
+
 # ---- 6. partial batches: 61 samples in batches of 16 (the last of 13 rows,
 # split unevenly over 'data'), a checkpoint every 3 steps (one of them after
 # the partial batch), killed at step 7: the resumed history is bitwise the
 # uninterrupted one; resuming with another --batch-size is an error.
 P=(--synthetic 61 --epochs 3 --batch-size 16 --validation-split 0.1)
-run 4 t22 "${P[@]}" --history "$T/pstraight.json"
-[ "$rc" = 0 ] || fail "partial batches, straight: status $rc: $(cat "$T/out")"
 D=$T/ck7
-killed "partial batches: kill during training" 1:7:train 4 t22 "${P[@]}" --checkpoint-dir "$D" \
-  --checkpoint-every 3
-run 4 t22 "${P[@]}" --checkpoint-dir "$D" --checkpoint-every 3 --resume --history "$T/r7.json"
-if [ "$rc" != 0 ] || ! grep -q "resuming from $D/ckpt-6: epoch 2, 2 of 4 steps done" "$T/out"; then
-  fail "partial batches, resume: status $rc: $(cat "$T/out")"
-elif ! cmp -s "$T/pstraight.json" "$T/r7.json"; then
-  fail "partial batches, resume: history differs"; diff "$T/pstraight.json" "$T/r7.json"
-else ok "partial batches: resume from ckpt-6 bitwise equal"
-fi
+resumed "partial batches" t22 "$D" ": epoch 2, 2 of 4 steps done" "${P[@]}"
 run 4 t22 --synthetic 61 --epochs 3 --batch-size 15 --validation-split 0.1 --checkpoint-dir "$D" \
   --resume
 expect "other batch size" 1 "over 54 training samples in batches of 16, this run has 4 over 54 in batches of 15"
@@ -235,18 +248,8 @@ expect "other batch size" 1 "over 54 training samples in batches of 16, this run
 ./kdcc tests/good/opt_nadam_global.json --distribution tests/good/opt.dist.json \
   --mesh data=2,model=2 --batch-size 16 -w -o "$T/opt" || exit 1
 S=(--synthetic 61 --epochs 3 --batch-size 16)
-run 4 opt "${S[@]}" --history "$T/ostraight.json"
-[ "$rc" = 0 ] || fail "schedule, straight: status $rc: $(cat "$T/out")"
 D=$T/ck8
-killed "schedule: kill during training" 1:7:train 4 opt "${S[@]}" --checkpoint-dir "$D" \
-  --checkpoint-every 3
-run 4 opt "${S[@]}" --checkpoint-dir "$D" --checkpoint-every 3 --resume --history "$T/o7.json"
-if [ "$rc" != 0 ] || ! grep -q "resuming from $D/ckpt-6" "$T/out"; then
-  fail "schedule, resume: status $rc: $(cat "$T/out")"
-elif ! cmp -s "$T/ostraight.json" "$T/o7.json"; then
-  fail "schedule, resume: history differs"; diff "$T/ostraight.json" "$T/o7.json"
-else ok "schedule and Nadam: resume from ckpt-6 bitwise equal"
-fi
+resumed "schedule and Nadam" opt "$D" "" "${S[@]}"
 # Adamax's slots have Nadam's shapes: the MANIFEST's optimizer tells them apart.
 ./kdcc tests/good/opt_adamax.json --distribution tests/good/opt.dist.json \
   --mesh data=2,model=2 --batch-size 16 -w -o "$T/adamax" || exit 1
@@ -256,6 +259,27 @@ run 1 opt "${S[@]}" --lr 0.1
 expect "--lr with a schedule" 2 "--lr: this program's learning rate is a schedule (CosineDecay), which sets the rate at every step; Keras's optimizer takes no other rate"
 run 1 opt "${S[@]}" --reduce-lr-on-plateau 1
 expect "--reduce-lr-on-plateau with a schedule" 2 "--reduce-lr-on-plateau: this program's learning rate is a schedule (CosineDecay)"
+
+# ---- 8. frozen layers (trainable false: no optimizer slots): killed at step
+# 7, resumed from ckpt-6, the history is bitwise the uninterrupted one; the
+# same model with the frozen Dense trained (Adam's two slots) refuses that
+# checkpoint instead of reading other variables' state as its slots.
+./kdcc tests/gradcheck/frozen.json --distribution tests/good/frozen.dist.json \
+  --mesh data=2,model=2 --batch-size 16 -w -o "$T/frozen" || exit 1
+python3 - "$T/thawed.json" <<'EOF'
+import json, sys
+m = json.load(open("tests/gradcheck/frozen.json"))
+for l in m["config"]["layers"]:
+    if l["config"]["name"] == "hidden":
+        del l["config"]["trainable"]
+json.dump(m, open(sys.argv[1], "w"))
+EOF
+./kdcc "$T/thawed.json" --distribution tests/good/frozen.dist.json \
+  --mesh data=2,model=2 --batch-size 16 -w -o "$T/thawed" || exit 1
+D=$T/ck9
+resumed "frozen layers" frozen "$D" "" "${S[@]}"
+run 4 thawed "${S[@]}" --checkpoint-dir "$D" --resume
+expect "a frozen layer trained" 1 "checkpoint is of another model: variable 'hidden/kernel' is [4, 8] with 0 optimizer slots there, [4, 8] with 2 here (is its layer frozen, trainable false, in one program and trained in the other?)"
 
 [ "$fails" = 0 ] && echo "checkpoint.sh: all passed" || echo "checkpoint.sh: $fails failed"
 exit $((fails > 0))

@@ -84,6 +84,9 @@ check ../tests/gradcheck/acts_pool ../tests/good/acts_pool.dist.json 16 data=1,m
 check ../tests/gradcheck/pools ../tests/good/pools.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
 # issue 11: BatchNormalization (global batch statistics; evaluate on the moving ones)
 check ../tests/gradcheck/batchnorm ../tests/good/batchnorm.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
+# frozen layers (trainable false): a batch norm on its moving statistics, split channels,
+# and a split Dense kernel, neither updated; the trained conv below them gets their gradient
+check ../tests/gradcheck/frozen ../tests/good/frozen.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
 # issue 11: L1/L2/L1L2 and activity regularizers, their penalties partial sums over the
 # split kernels' dims (conv channels, embedding columns, dense rows split over 'model')
 check ../tests/gradcheck/regularizers ../tests/good/regularizers.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
