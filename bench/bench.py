@@ -218,7 +218,8 @@ def gemm_bound(name, threads):
     exe = os.path.join(ROOT, "build", "gemm_time")
     res = []
     for mode in ("kdcc", "blas"):
-        r = subprocess.run(pin(threads) + [exe, mode], input="\n".join(gemms) + "\n",
+        clock = ["cpu"] if threads == 1 else []  # the kdcc figures' clock (CLOCK)
+        r = subprocess.run(pin(threads) + [exe, mode] + clock, input="\n".join(gemms) + "\n",
                            capture_output=True, text=True, env=thread_env(threads), check=True)
         res.append(float(r.stdout))
     return res
@@ -373,9 +374,9 @@ def main():
               "runs each, summed: through kdcc's `kdrt_matmul` (fixed blocks, one "
               "single-threaded OpenBLAS call each, for results that do not depend on the "
               "thread count) and as one plain `cblas_sgemm` on OpenBLAS's own threads. The last "
-              "column is the plain products' time over kdcc's whole step (wall time here, at "
-              "any thread count): 100%% would be a step that is nothing but OpenBLAS at full "
-              "speed. Convolutions (oneDNN) are not products here.\n" % BATCH)
+              "column is the plain products' time over kdcc's whole step, on the same clock as the "
+              "figures above (CPU time at 1 thread, wall time above): 100%% would be a step that "
+              "is nothing but OpenBLAS at full speed. Convolutions (oneDNN) are not products here.\n" % BATCH)
     md.append(gtable + "\n")
     if any(profiles.values()):
         md.append("## Where a kdcc program spends its time (1 thread, perf cpu-clock, self "

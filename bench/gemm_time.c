@@ -9,6 +9,8 @@
 //   gemm_time kdcc   < gemms.txt   # kdrt_matmul: the runtime's fixed blocks
 //   gemm_time blas   < gemms.txt   # one cblas_sgemm per product on OpenBLAS's
 //                                   # own threads (OPENBLAS_NUM_THREADS)
+//   gemm_time kdcc cpu < gemms.txt # the process's CPU time instead of wall
+//                                   # time (bench.py's clock at 1 thread)
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +19,11 @@
 
 #include "kdrt.h"
 
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now(void) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(clock_id, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -47,10 +51,12 @@ static void run(int blas, const kdrt_gemm *g, const float *a, const float *b, fl
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2 || (strcmp(argv[1], "kdcc") && strcmp(argv[1], "blas"))) {
-    fprintf(stderr, "usage: gemm_time kdcc|blas < gemms.txt\n");
+  if (argc < 2 || argc > 3 || (strcmp(argv[1], "kdcc") && strcmp(argv[1], "blas")) ||
+      (argc == 3 && strcmp(argv[2], "cpu"))) {
+    fprintf(stderr, "usage: gemm_time kdcc|blas [cpu] < gemms.txt\n");
     return 2;
   }
+  if (argc == 3) clock_id = CLOCK_PROCESS_CPUTIME_ID;
   int blas = !strcmp(argv[1], "blas");
   double total = 0;
   kdrt_gemm g;
