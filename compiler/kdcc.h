@@ -232,6 +232,8 @@ typedef struct {
   int ninputs;
   TensorRef *outputs;
   int noutputs;
+  Layer **bound;          // the nested models' InputLayers (Layer.bound), whose shapes
+  int nbound;             // the tensors their calls pass must have
   // compile_config (defaults when absent: loss mse, adam), per output
   OutLoss *losses;        // [noutputs]
   Optimizer opt;

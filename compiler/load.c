@@ -736,9 +736,13 @@ static void inline_nested(Model *m) {
   }
   if (!any)
     return;
-  for (int i = 0; i < m->nlayers; i++)
+  m->bound = xcalloc((size_t)m->nlayers, sizeof *m->bound);
+  for (int i = 0; i < m->nlayers; i++) {
+    if (m->layers[i]->bound)
+      m->bound[m->nbound++] = m->layers[i];
     for (int j = 0; j < m->layers[i]->nin; j++)
       m->layers[i]->in[j] = follow(m, m->layers[i]->in[j]);
+  }
   for (int i = 0; i < m->noutputs; i++)
     m->outputs[i] = follow(m, m->outputs[i]);
   int n = 0;
