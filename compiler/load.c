@@ -391,6 +391,9 @@ static void load_sequential(Model *m, Nest *b, json_t *cfg, json_t *layers) {
     Layer *l = own[i];
     if (is_input(l))
       error_at(l->loc, "input layer '%s' must come first in a Sequential model", l->name);
+    if (l->nest && l->nest->noutputs != 1) // as Keras's Sequential requires of every layer
+      error_at(l->loc, "layer '%s': a nested model in a Sequential model must have one output, "
+               "not %d", l->name, l->nest->noutputs);
     l->in[0] = (TensorRef){own[i - 1], 0, 0, l->loc};
     l->nin = 1;
   }

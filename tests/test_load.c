@@ -847,6 +847,12 @@ Test(bad, nested_called_twice) {
                "weights) is not supported; call it once");
 }
 
+Test(bad, nested_seq_outputs) {
+  EXPECT_ERROR("tests/bad/nested_seq_outputs.json",
+               "3:3: error: layer 'two': a nested model in a Sequential model must have one "
+               "output, not 2");
+}
+
 Test(bad, nested_inputs) {
   EXPECT_ERROR("tests/bad/nested_inputs.json",
                "3:3: error: layer 'pair': the nested model takes 2 inputs but is called with 1");
