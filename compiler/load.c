@@ -247,8 +247,8 @@ static void load_nested(Model *m, Nest *b, Layer *l) {
   in->name = l->name;
   in->sequential = !strcmp(l->cls, "Sequential");
   in->qual = format("%s/", l->name);
-  in->vpre = in->sequential ? format("%s/", get_str(l->cfg, "name") ? get_str(l->cfg, "name")
-                                                                     : l->name) : "";
+  const char *slash = strrchr(l->name, '/'); // its own name, after its models' (no '/' in it)
+  in->vpre = in->sequential ? format("%s/", slash ? slash + 1 : l->name) : "";
   // Keras's weights file names it by class, counted among its siblings
   const char *snake = in->sequential ? "sequential" : "functional";
   int k = in->sequential ? b->nseq++ : b->nfun++;
