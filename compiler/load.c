@@ -217,7 +217,11 @@ struct Nest {
   int noutputs;
 };
 
+// Layer `name` of model b (a name with '/' is no layer's: it would reach
+// into a nested model).
 static Layer *qual_layer(Model *m, const Nest *b, const char *name) {
+  if (strchr(name, '/'))
+    return NULL;
   return find_layer(m, *b->qual ? format("%s%s", b->qual, name) : name);
 }
 

@@ -853,6 +853,12 @@ Test(bad, nested_seq_outputs) {
                "output, not 2");
 }
 
+// A reference into a nested model names no layer of the outer one.
+Test(bad, nested_reach_in) {
+  EXPECT_ERROR("tests/bad/nested_reach_in.json",
+               "17:105: error: layer 'dense' takes input from unknown layer 'pair/pd'");
+}
+
 Test(bad, nested_inputs) {
   EXPECT_ERROR("tests/bad/nested_inputs.json",
                "3:3: error: layer 'pair': the nested model takes 2 inputs but is called with 1");
