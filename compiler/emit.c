@@ -552,13 +552,14 @@ void emit_program_tables(void) {
   out("\nstatic const kdrt_var vars[] = {\n");
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
-    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld, %s},\n", v->path,
+    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld, %s, %s},\n", v->path,
         v->layer, v->layer_class, v->index, layout_init(v->param), off_name(v->param),
         (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots,
         v->grad ? off_name(v->grad) : "SIZE_MAX", (long long)lelems(v->param),
-        v->sub ? format("\"%s\"", v->sub) : "NULL");
+        v->sub ? format("\"%s\"", v->sub) : "NULL",
+        v->scope ? format("\"%s\"", v->scope) : "NULL");
   }
-  if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0, NULL},\n");
+  if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0, NULL, NULL},\n");
   out("};\n");
 
   out("\n// inputs and labels: name, dtype, per-sample rank and shape, label kind, classes\n");

@@ -340,25 +340,31 @@ static bool layer_frozen(Layer *l) { return l->frozen || !cfg_bool(l, "trainable
 
 static Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *init_key,
                      const char *init_def) {
-  if (l->shared || l->ncalls > 1) { // a layer called again: the variable its first built call made
-    const char *path = format("%s/%s", l->path, vname);
-    for (int i = 0; i < g->nvars; i++)
-      if (!strcmp(g->vars[i]->path, path)) {
-        if (!shape_eq(&g->vars[i]->shape, &shape))
-          error_at(l->loc, "layer '%s': call %d needs '%s' of shape %s, but another call made "
-                   "it %s", l->name, l->call, vname, shape_str(&shape),
-                   shape_str(&g->vars[i]->shape));
-        return g->vars[i]->param;
-      }
-  }
+  const char *path = format("%s/%s", l->path, vname);
+  for (int i = 0; i < g->nvars; i++)
+    if (!strcmp(g->vars[i]->path, path)) {
+      // Keras names a nested Functional model's variables by their layers
+      // alone, so two layers may give one path, which nothing could tell apart
+      if (strcmp(g->vars[i]->layer, l->name) || !(l->shared || l->ncalls > 1))
+        error_at(l->loc, "layer '%s': variable path '%s' is also layer '%s''s (a nested "
+                 "Functional model's variables are named by their layers alone); rename one of "
+                 "the layers", l->name, path, g->vars[i]->layer);
+      // a layer called again: the variable its first built call made
+      if (!shape_eq(&g->vars[i]->shape, &shape))
+        error_at(l->loc, "layer '%s': call %d needs '%s' of shape %s, but another call made "
+                 "it %s", l->name, l->call, vname, shape_str(&shape),
+                 shape_str(&g->vars[i]->shape));
+      return g->vars[i]->param;
+    }
   Var *v = xcalloc(1, sizeof *v);
-  v->path = format("%s/%s", l->path, vname);
+  v->path = path;
   v->vname = vname;
   v->layer = l->name;
   // the class's own name, which Keras's weights file groups by (the JSON may
   // hold its export alias)
   v->layer_class = strcmp(l->cls, "GroupQueryAttention") ? l->cls : "GroupedQueryAttention";
   v->sub = l->sub ? l->sub : weights_sublayer(l->cls, vname);
+  v->scope = l->scope;
   for (int i = 0; i < g->nvars; i++)
     v->index += !strcmp(g->vars[i]->layer, l->name) &&
                 (v->sub ? g->vars[i]->sub && !strcmp(g->vars[i]->sub, v->sub) : !g->vars[i]->sub);
@@ -2718,6 +2724,18 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
       }
     }
     l->node = y;
+  }
+  for (int i = 0; i < m->nbound; i++) { // what a nested model is called on: its inputs' shapes
+    Layer *in = m->bound[i];
+    const Shape *s = &((Node *)in->bound->layer->node)->shape;
+    bool fits = s->rank == in->in_rank + 1;
+    for (int j = 0; fits && j < in->in_rank; j++) fits = s->d[j + 1] == in->in_shape[j];
+    if (!fits) {
+      Shape want = {.rank = in->in_rank + 1, .d = {s->d[0]}};
+      memcpy(want.d + 1, in->in_shape, sizeof(int64_t) * (size_t)in->in_rank);
+      error_at(in->bound->loc, "nested model input '%s' has shape %s, but is given %s", in->name,
+               kshape(&want), kshape(s));
+    }
   }
 
   // inputs and labels are split along the batch over the batch axis

@@ -210,6 +210,14 @@ struct Layer {
                           // its variables in the weights file: "forward_layer/cell"
   bool frozen;            // its Functional model has trainable false: it is frozen
                           // whatever its own flag says
+  // Nested models (a Sequential or Functional used as a layer): load.c
+  // inlines their layers, named "<model>/<layer>" (Keras refuses '/' in a
+  // name, so these never clash), and drops the model's own Layer.
+  struct Nest *nest;      // load.c: this Layer is a nested model's call
+  const TensorRef *bound; // load.c: a nested model's InputLayer: the call's tensor
+  const char *scope;      // the weights file's group of the nested model(s) holding
+                          // it, "sequential" or "functional/layers/sequential_1";
+                          // NULL: the model's own layer
 };
 
 typedef struct {
@@ -224,6 +232,8 @@ typedef struct {
   int ninputs;
   TensorRef *outputs;
   int noutputs;
+  Layer **bound;          // the nested models' InputLayers (Layer.bound), whose shapes
+  int nbound;             // the tensors their calls pass must have
   // compile_config (defaults when absent: loss mse, adam), per output
   OutLoss *losses;        // [noutputs]
   Optimizer opt;
@@ -540,6 +550,7 @@ struct Var {
   const char *layer_class;
   int index;              // among its layer's (sublayer's) variables (kernel 0, bias 1)
   const char *sub;        // the sublayer holding it in Keras's weights file, or NULL
+  const char *scope;      // its layer's Layer.scope
   Loc loc;                // the layer
   Shape shape;
   Place place;            // from the layout map, else replicated

@@ -19,6 +19,15 @@
 // at the first, so that every call is ordered and built on its own inputs
 // while the variables stay one. Paths are "<layer>".
 //
+// Nested models: a Sequential or Functional in the layers list is a model
+// used as a layer. Its layers are loaded into the same Model, named
+// "<model>/<layer>", its InputLayers bound to the tensors its call passes,
+// its outputs standing for the call's; the model's own Layer and its
+// InputLayers are then dropped. Variable paths are those Keras gives a
+// nested model built on its own before it is used: "<model>/<layer>" in a
+// Sequential, "<layer>" in a Functional. Its variables live in the weights
+// file under layers/<its group>/layers/<inner group> (Layer.scope).
+//
 // Invariants on return: every TensorRef points at a layer of the model;
 // Model.layers is in topological order (a layer after all its inputs; file
 // order where that leaves a choice), holds every InputLayer and every layer
@@ -193,6 +202,31 @@ static void check_dtype(Layer *l) {
              strcmp(l->cls, "InputLayer") ? "" : ", or integer ids on an InputLayer");
 }
 
+// A model being loaded: the top one, or a nested one (a Layer's nest).
+typedef struct Nest Nest;
+struct Nest {
+  const char *name;
+  bool sequential;
+  const char *qual;       // prefix of its layers' names: "" or "<outer qual><name>/"
+  const char *vpre;       // prefix of their variable paths
+  const char *scope;      // its weights-file group (NULL: the top model)
+  int nseq, nfun;         // nested Sequentials and Functionals loaded in it so far
+  Layer **inputs;         // its InputLayers, in input order
+  int ninputs;
+  TensorRef *outputs;
+  int noutputs;
+};
+
+// Layer `name` of model b (a name with '/' is no layer's: it would reach
+// into a nested model).
+static Layer *qual_layer(Model *m, const Nest *b, const char *name) {
+  if (strchr(name, '/'))
+    return NULL;
+  return find_layer(m, *b->qual ? format("%s%s", b->qual, name) : name);
+}
+
+static void load_box(Model *m, Nest *b, json_t *cfg);
+
 static void add_layer(Model *m, Layer *l) {
   Layer *old = find_layer(m, l->name);
   if (old)
@@ -203,8 +237,33 @@ static void add_layer(Model *m, Layer *l) {
   *name_slot(m, l->name) = l;
 }
 
+static bool is_model_class(const char *cls) {
+  return !strcmp(cls, "Sequential") || !strcmp(cls, "Functional") || !strcmp(cls, "Model");
+}
+
+// A nested model's layers, loaded into m under l's name; l becomes its call.
+static void load_nested(Model *m, Nest *b, Layer *l) {
+  json_t *nodes = json_object_get(l->json, "inbound_nodes");
+  if (json_is_array(nodes) && json_array_size(nodes) > 1)
+    error_at(jloc_idx(nodes, 1), "layer '%s': a nested model called more than once (shared "
+             "weights) is not supported; call it once", l->name);
+  Nest *in = xcalloc(1, sizeof *in);
+  in->name = l->name;
+  in->sequential = !strcmp(l->cls, "Sequential");
+  in->qual = format("%s/", l->name);
+  const char *slash = strrchr(l->name, '/'); // its own name, after its models' (no '/' in it)
+  in->vpre = in->sequential ? format("%s/", slash ? slash + 1 : l->name) : "";
+  // Keras's weights file names it by class, counted among its siblings
+  const char *snake = in->sequential ? "sequential" : "functional";
+  int k = in->sequential ? b->nseq++ : b->nfun++;
+  const char *group = k ? format("%s_%d", snake, k) : snake;
+  in->scope = b->scope ? format("%s/layers/%s", b->scope, group) : group;
+  l->nest = in;
+  load_box(m, in, l->cfg);
+}
+
 // A layer envelope {"class_name", "config", ["name"], ...}.
-static Layer *new_layer(Model *m, json_t *env) {
+static Layer *new_layer(Model *m, Nest *b, json_t *env) {
   if (!json_is_object(env))
     error_at(jloc(env), "a layer must be an object with 'class_name' and 'config'");
   Layer *l = xcalloc(1, sizeof *l);
@@ -225,14 +284,17 @@ static Layer *new_layer(Model *m, json_t *env) {
   if (flaw)
     error_at(get_str(env, "name") ? jloc_key(env, "name") : jloc_key(l->cfg, "name"),
              "layer name '%s' %s; " NAME_RULE, l->name, flaw);
-  if (!strcmp(l->cls, "Sequential") || !strcmp(l->cls, "Functional") || !strcmp(l->cls, "Model"))
-    error_at(jloc_key(env, "class_name"), "layer '%s': a model used as a layer (a nested %s) "
-             "is not supported; build its layers into the outer model", l->name, l->cls);
+  l->path = format("%s%s", b->vpre, l->name);
+  l->name = format("%s%s", b->qual, l->name);
+  l->scope = b->scope;
+  if (is_model_class(l->cls)) {
+    load_nested(m, b, l);
+    return l;
+  }
   if (!layer_known(l->cls))
     error_at(jloc_key(env, "class_name"), "unknown layer class '%s' (layer '%s')", l->cls,
              l->name);
   check_dtype(l);
-  l->path = m->sequential ? format("%s/%s", m->name, l->name) : l->name;
   return l;
 }
 
@@ -286,12 +348,13 @@ static void input_layer_shape(Layer *l) {
 
 // ---- Sequential
 
-static void load_sequential(Model *m, json_t *cfg, json_t *layers) {
-  int n = (int)json_array_size(layers);
-  Layer *first = new_layer(m, json_array_get(layers, 0));
+static void load_sequential(Model *m, Nest *b, json_t *cfg, json_t *layers) {
+  int n = (int)json_array_size(layers), nown = 0;
+  Layer **own = xcalloc((size_t)n + 1, sizeof *own); // its layers, in order
+  Layer *first = new_layer(m, b, json_array_get(layers, 0));
   if (is_input(first)) {
     input_layer_shape(first);
-    add_layer(m, first);
+    add_layer(m, own[nown++] = first);
   } else {
     // No InputLayer: take the shape from the model or the first layer and
     // synthesise one, as Keras does when it builds the model.
@@ -308,37 +371,43 @@ static void load_sequential(Model *m, json_t *cfg, json_t *layers) {
       what = "input_shape";
     if (!shape || json_is_null(shape))
       error_at(jloc(cfg), "cannot tell the input shape of model '%s': add an InputLayer or "
-               "build the model before saving it", m->name);
+               "build the model before saving it", b->name);
     const char *name = "input_layer";
-    for (int k = 1; !strcmp(name, first->name) || find_layer(m, name); k++)
+    for (int k = 1; !strcmp(format("%s%s", b->qual, name), first->name) ||
+                    qual_layer(m, b, name); k++)
       name = format("input_layer_%d", k);
     Layer *in = xcalloc(1, sizeof *in);
     in->cls = "InputLayer";
-    in->name = name;
-    in->path = format("%s/%s", m->name, name);
+    in->name = format("%s%s", b->qual, name);
+    in->path = format("%s%s", b->vpre, name);
+    in->scope = b->scope;
     in->json = json_pack("{s:s, s:{s:O, s:s, s:s}}", "class_name", "InputLayer", "config",
                          "batch_shape", shape, "dtype", "float32", "name", name);
     in->cfg = json_object_get(in->json, "config");
     in->loc = jloc(shape);
     set_input_shape(in, shape, what, true);
-    add_layer(m, in);
-    add_layer(m, first);
+    add_layer(m, own[nown++] = in);
+    add_layer(m, own[nown++] = first);
   }
   for (int i = 1; i < n; i++)
-    add_layer(m, new_layer(m, json_array_get(layers, (size_t)i)));
-  for (int i = 1; i < m->nlayers; i++) {
-    Layer *l = m->layers[i];
+    add_layer(m, own[nown++] = new_layer(m, b, json_array_get(layers, (size_t)i)));
+  for (int i = 1; i < nown; i++) {
+    Layer *l = own[i];
     if (is_input(l))
       error_at(l->loc, "input layer '%s' must come first in a Sequential model", l->name);
-    l->in[0] = (TensorRef){m->layers[i - 1], 0, 0, l->loc};
+    if (l->nest && l->nest->noutputs != 1) // as Keras's Sequential requires of every layer
+      error_at(l->loc, "layer '%s': a nested model in a Sequential model must have one output, "
+               "not %d", l->name, l->nest->noutputs);
+    l->in[0] = (TensorRef){own[i - 1], 0, 0, l->loc};
     l->nin = 1;
   }
-  m->inputs = xcalloc(1, sizeof(Layer *));
-  m->inputs[0] = m->layers[0];
-  m->ninputs = 1;
-  m->outputs = xcalloc(1, sizeof(TensorRef));
-  m->outputs[0] = (TensorRef){m->layers[m->nlayers - 1], 0, 0, m->layers[m->nlayers - 1]->loc};
-  m->noutputs = 1;
+  b->inputs = xcalloc(1, sizeof(Layer *));
+  b->inputs[0] = own[0];
+  b->ninputs = 1;
+  b->outputs = xcalloc(1, sizeof(TensorRef));
+  b->outputs[0] = (TensorRef){own[nown - 1], 0, 0, own[nown - 1]->loc};
+  b->noutputs = 1;
+  xfree(own);
 }
 
 // ---- Functional
@@ -367,14 +436,14 @@ static bool contains_tensor(json_t *v) {
 
 // A reference [layer, node, tensor(, kwargs)] from `user`'s inputs (or, with
 // user NULL, from the model's input/output lists, named by `what`).
-static TensorRef resolve(Model *m, Layer *user, const char *what, json_t *h) {
+static TensorRef resolve(Model *m, Nest *b, Layer *user, const char *what, json_t *h) {
   // Messages name the referring layer, or the model's list.
   const char *who = user ? format("layer '%s'", user->name) : format("'%s'", what);
   if (!json_is_array(h) || json_array_size(h) < 3 || !json_is_string(json_array_get(h, 0)) ||
       !json_is_integer(json_array_get(h, 1)) || !json_is_integer(json_array_get(h, 2)))
     error_at(jloc(h), "%s: malformed tensor reference (expected [layer, node, tensor])", who);
   const char *name = json_string_value(json_array_get(h, 0));
-  Layer *src = find_layer(m, name);
+  Layer *src = qual_layer(m, b, name);
   if (!src && user)
     error_at(jloc_idx(h, 0), "layer '%s' takes input from unknown layer '%s'", user->name, name);
   if (!src)
@@ -387,28 +456,29 @@ static TensorRef resolve(Model *m, Layer *user, const char *what, json_t *h) {
              (long long)node, name, ncalls, ncalls == 1 ? "" : "s");
   if (node > 0)
     src = src->calls[node];
-  if (tensor != 0)
-    error_at(jloc_idx(h, 2), "%s uses output %lld of layer '%s', which has one output", who,
-             (long long)tensor, name);
-  return (TensorRef){src, (int)node, 0, jloc(h)};
+  int nout = src->nest ? src->nest->noutputs : 1;
+  if (tensor < 0 || tensor >= nout)
+    error_at(jloc_idx(h, 2), "%s uses output %lld of layer '%s', which has %d output%s", who,
+             (long long)tensor, name, nout, nout == 1 ? "" : "s");
+  return (TensorRef){src, (int)node, (int)tensor, jloc(h)};
 }
 
-static void add_input(Model *m, Layer *l, json_t *h) {
+static void add_input(Model *m, Nest *b, Layer *l, json_t *h) {
   if (l->nin == MAX_IN)
     error_at(jloc(h), "layer '%s' has more than %d inputs", l->name, MAX_IN);
-  l->in[l->nin++] = resolve(m, l, NULL, h);
+  l->in[l->nin++] = resolve(m, b, l, NULL, h);
 }
 
 // Keras 3 args: tensors, possibly in (nested) lists, among other values.
-static void collect_args(Model *m, Layer *l, json_t *v) {
+static void collect_args(Model *m, Nest *b, Layer *l, json_t *v) {
   if (is_keras_tensor(v)) {
     json_t *h = json_object_get(json_object_get(v, "config"), "keras_history");
     if (!h)
       error_at(jloc(v), "layer '%s': input tensor has no 'keras_history'", l->name);
-    add_input(m, l, h);
+    add_input(m, b, l, h);
   } else if (json_is_array(v)) {
     for (size_t i = 0; i < json_array_size(v); i++)
-      collect_args(m, l, json_array_get(v, i));
+      collect_args(m, b, l, json_array_get(v, i));
   }
 }
 
@@ -441,7 +511,7 @@ static void add_calls(Model *m, Layer *l) {
   }
 }
 
-static void load_inbound(Model *m, Layer *l) {
+static void load_inbound(Model *m, Nest *b, Layer *l) {
   json_t *nodes = inbound_nodes(l);
   if (!nodes || json_is_null(nodes) || (json_is_array(nodes) && json_array_size(nodes) == 0))
     return;
@@ -452,7 +522,7 @@ static void load_inbound(Model *m, Layer *l) {
   json_t *node = json_array_get(nodes, (size_t)l->call);
   if (json_is_object(node)) { // Keras 3
     json_t *args = json_object_get(node, "args"), *kwargs = json_object_get(node, "kwargs");
-    collect_args(m, l, args);
+    collect_args(m, b, l, args);
     l->kwargs = json_is_object(kwargs) ? kwargs : NULL;
     if (json_is_object(kwargs)) {
       const char *k;
@@ -461,7 +531,7 @@ static void load_inbound(Model *m, Layer *l) {
         // issue 10: an attention layer's attention_mask, an input after the arguments
         if (!strcmp(k, "attention_mask") && is_keras_tensor(e) && strstr(l->cls, "Attention") &&
             l->nin > 0) {
-          collect_args(m, l, e);
+          collect_args(m, b, l, e);
           l->mask = l->nin - 1;
         } else if (contains_tensor(e))
           error_at(jloc_key(kwargs, k), "layer '%s': tensor keyword argument '%s' is not "
@@ -470,7 +540,7 @@ static void load_inbound(Model *m, Layer *l) {
     }
   } else if (json_is_array(node)) { // Keras 2: [["x", 0, 0, {}], ...]
     for (size_t i = 0; i < json_array_size(node); i++)
-      add_input(m, l, json_array_get(node, i));
+      add_input(m, b, l, json_array_get(node, i));
   } else {
     error_at(jloc(node), "layer '%s': malformed inbound node", l->name);
   }
@@ -573,65 +643,127 @@ static int heap_pop(int *h, int *n) {
   return top;
 }
 
-static void load_functional(Model *m, json_t *cfg, json_t *layers) {
-  int n = (int)json_array_size(layers);
+static void load_functional(Model *m, Nest *b, json_t *cfg, json_t *layers) {
+  int n = (int)json_array_size(layers), first = m->nlayers;
+  Layer **own = xcalloc((size_t)n, sizeof *own); // its layers (a nested model's come before it)
   for (int i = 0; i < n; i++) {
-    Layer *l = new_layer(m, json_array_get(layers, (size_t)i));
+    Layer *l = own[i] = new_layer(m, b, json_array_get(layers, (size_t)i));
     if (is_input(l))
       input_layer_shape(l);
     add_layer(m, l);
   }
   for (int i = 0; i < n; i++)
-    add_calls(m, m->layers[i]);
-  n = m->nlayers;
+    add_calls(m, own[i]);
   for (int i = 0; i < n; i++)
-    load_inbound(m, m->layers[i]);
-  for (int i = 0; i < n; i++) {
+    for (int k = 0; k < (own[i]->ncalls ? own[i]->ncalls : 1); k++)
+      load_inbound(m, b, own[i]->ncalls ? own[i]->calls[k] : own[i]);
+  for (int i = first; i < m->nlayers; i++) {
     Layer *l = m->layers[i];
+    if (l->scope != b->scope)
+      continue;
     for (int j = 0; j < l->nin; j++) {
       Layer *s = l->in[j].layer;
       if (!is_input(s) && s->nin == 0)
         error_at(l->in[j].loc, "layer '%s' takes input from layer '%s', which is never called",
                  l->name, s->name);
     }
-    if (!is_input(l) && !layer_takes_several(l->cls) && l->nin > 1)
+    if (!is_input(l) && !l->nest && !layer_takes_several(l->cls) && l->nin > 1)
       error_at(l->loc, "layer '%s' (%s) takes one input but is called with %d", l->name, l->cls,
                l->nin);
   }
 
   // Inputs: the listed ones, else every InputLayer.
-  m->inputs = xcalloc((size_t)n, sizeof(Layer *));
+  b->inputs = xcalloc((size_t)n, sizeof(Layer *));
   json_t *ins = triples(cfg, "input_layers");
   if (ins) {
     for (size_t i = 0; i < json_array_size(ins); i++) {
-      TensorRef r = resolve(m, NULL, "input_layers", json_array_get(ins, i));
+      TensorRef r = resolve(m, b, NULL, "input_layers", json_array_get(ins, i));
       if (!is_input(r.layer))
         error_at(r.loc, "'input_layers' names layer '%s', which is not an InputLayer",
                  r.layer->name);
-      for (int k = 0; k < m->ninputs; k++)
-        if (m->inputs[k] == r.layer)
+      for (int k = 0; k < b->ninputs; k++)
+        if (b->inputs[k] == r.layer)
           error_at(r.loc, "'input_layers' lists layer '%s' twice", r.layer->name);
-      m->inputs[m->ninputs++] = r.layer;
+      b->inputs[b->ninputs++] = r.layer;
     }
   } else {
     for (int i = 0; i < n; i++)
-      if (is_input(m->layers[i]))
-        m->inputs[m->ninputs++] = m->layers[i];
+      if (is_input(own[i]))
+        b->inputs[b->ninputs++] = own[i];
   }
-  if (m->ninputs == 0)
-    error_at(jloc(cfg), "model '%s' has no input layer", m->name);
+  if (b->ninputs == 0)
+    error_at(jloc(cfg), "model '%s' has no input layer", b->name);
 
   json_t *outs = triples(cfg, "output_layers");
   if (!outs || json_array_size(outs) == 0)
-    error_at(jloc_key(cfg, "output_layers"), "model '%s' has no 'output_layers'", m->name);
-  m->outputs = xcalloc(json_array_size(outs), sizeof(TensorRef));
+    error_at(jloc_key(cfg, "output_layers"), "model '%s' has no 'output_layers'", b->name);
+  b->outputs = xcalloc(json_array_size(outs), sizeof(TensorRef));
   for (size_t i = 0; i < json_array_size(outs); i++) {
-    TensorRef r = resolve(m, NULL, "output_layers", json_array_get(outs, i));
+    TensorRef r = resolve(m, b, NULL, "output_layers", json_array_get(outs, i));
     if (!is_input(r.layer) && r.layer->nin == 0)
       error_at(r.loc, "output layer '%s' is never called", r.layer->name);
-    m->outputs[m->noutputs++] = r;
+    b->outputs[b->noutputs++] = r;
   }
+  xfree(own);
+}
 
+// What a reference stands for once nested models are inlined: a nested
+// model's call is its output, a nested model's InputLayer the tensor its
+// call passes (either may lead to another; a cycle of them is the outer
+// model's, which nothing else reports).
+static TensorRef follow(Model *m, TensorRef r) {
+  for (int hops = 0;; hops++) {
+    Loc at = r.loc;
+    if (hops > m->nlayers)
+      error_at(at, "cycle in the model through nested model '%s'", r.layer->name);
+    if (r.layer->nest)
+      r = r.layer->nest->outputs[r.tensor_index];
+    else if (r.layer->bound)
+      r = *r.layer->bound;
+    else
+      return r;
+    r.loc = at;
+  }
+}
+
+// Inlines the nested models: binds their inputs, points every reference at
+// what it stands for, and drops their Layers and InputLayers.
+static void inline_nested(Model *m) {
+  bool any = false;
+  for (int i = 0; i < m->nlayers; i++) {
+    Layer *l = m->layers[i];
+    if (!l->nest)
+      continue;
+    any = true;
+    if (l->nin != l->nest->ninputs)
+      error_at(l->loc, "layer '%s': the nested model takes %d input%s but is called with %d",
+               l->name, l->nest->ninputs, l->nest->ninputs == 1 ? "" : "s", l->nin);
+    for (int k = 0; k < l->nin; k++)
+      l->nest->inputs[k]->bound = &l->in[k];
+  }
+  if (!any)
+    return;
+  m->bound = xcalloc((size_t)m->nlayers, sizeof *m->bound);
+  for (int i = 0; i < m->nlayers; i++) {
+    if (m->layers[i]->bound)
+      m->bound[m->nbound++] = m->layers[i];
+    for (int j = 0; j < m->layers[i]->nin; j++)
+      m->layers[i]->in[j] = follow(m, m->layers[i]->in[j]);
+  }
+  for (int i = 0; i < m->noutputs; i++)
+    m->outputs[i] = follow(m, m->outputs[i]);
+  int n = 0;
+  for (int i = 0; i < m->nlayers; i++)
+    if (!m->layers[i]->nest && !m->layers[i]->bound) {
+      m->layers[i]->index = n;
+      m->layers[n++] = m->layers[i];
+    }
+  m->nlayers = n;
+}
+
+// Keeps the inputs and what the outputs need, in topological order.
+static void order_layers(Model *m) {
+  int n = m->nlayers;
   char *color = xcalloc((size_t)n, 1);
   Layer **stack = xcalloc((size_t)n, sizeof(Layer *));
   int *edge = xcalloc((size_t)n, sizeof(int));
@@ -1214,6 +1346,46 @@ static void load_compile(Model *m, json_t *cc) {
 
 // ---- the model
 
+// Layers to make room for: every call of every layer, a nested model's
+// layers and a Sequential's InputLayer it may synthesise.
+static size_t count_layers(json_t *layers) {
+  size_t n = 0;
+  for (size_t i = 0; i < json_array_size(layers); i++) {
+    json_t *env = json_array_get(layers, i), *nodes = json_object_get(env, "inbound_nodes");
+    json_t *cfg = json_object_get(env, "config");
+    if (!json_is_array(nodes)) nodes = json_object_get(cfg, "inbound_nodes");
+    n += json_is_array(nodes) && json_array_size(nodes) > 1 ? json_array_size(nodes) : 1;
+    if (get_str(env, "class_name") && is_model_class(get_str(env, "class_name")) &&
+        json_is_array(json_object_get(cfg, "layers")))
+      n += 1 + count_layers(json_object_get(cfg, "layers"));
+  }
+  return n;
+}
+
+// One model's layers into m (the top one, or a nested one recursively).
+static void load_box(Model *m, Nest *b, json_t *cfg) {
+  if (!json_is_object(cfg))
+    error_at(jloc(cfg), "model '%s' has no 'config' object", b->name);
+  json_t *layers = json_object_get(cfg, "layers");
+  if (!json_is_array(layers))
+    error_at(jloc_key(cfg, "layers"), "model '%s' has no 'layers' list", b->name);
+  if (json_array_size(layers) == 0)
+    error_at(jloc(layers), "model '%s' has no layers", b->name);
+  int first = m->nlayers;
+  if (b->sequential)
+    load_sequential(m, b, cfg, layers);
+  else
+    load_functional(m, b, cfg, layers);
+  // A Functional model's `trainable: false` freezes every layer in it, as
+  // its from_config sets model.trainable; Sequential.from_config ignores
+  // its own (the layers' flags, which model.trainable = False also set, say)
+  json_t *tr = json_object_get(cfg, "trainable");
+  if (tr && !json_is_null(tr) && !json_is_boolean(tr))
+    error_at(jloc(tr), "model '%s': 'trainable' must be true or false", b->name);
+  for (int i = first; i < m->nlayers && !b->sequential && json_is_false(tr); i++)
+    m->layers[i]->frozen = true;
+}
+
 Model *load_model_json(const char *file, json_t *root) {
   if (!json_is_object(root) || !get_str(root, "class_name"))
     error_at(jloc(root), "expected a Keras model: an object with 'class_name' and 'config'");
@@ -1236,34 +1408,22 @@ Model *load_model_json(const char *file, json_t *root) {
   if (name_flaw(m->name))
     error_at(jloc(name), "model name '%s' %s; " NAME_RULE, m->name, name_flaw(m->name));
   json_t *layers = json_object_get(cfg, "layers");
-  if (!json_is_array(layers))
-    error_at(jloc_key(cfg, "layers"), "model '%s' has no 'layers' list", m->name);
-  if (json_array_size(layers) == 0)
-    error_at(jloc(layers), "model '%s' has no layers", m->name);
-  size_t cap = json_array_size(layers) + 1; // every call of every layer
-  for (size_t i = 0; i < json_array_size(layers); i++) {
-    json_t *env = json_array_get(layers, i), *nodes = json_object_get(env, "inbound_nodes");
-    if (!json_is_array(nodes)) nodes = json_object_get(json_object_get(env, "config"), "inbound_nodes");
-    if (json_is_array(nodes) && json_array_size(nodes) > 1) cap += json_array_size(nodes) - 1;
-  }
+  size_t cap = count_layers(layers) + 1;
   if (cap - 1 > MAX_LAYERS)
     error_at(jloc(layers), "model '%s' has %zu layers (each call of a shared layer counted); "
              "kdcc compiles at most %d", m->name, cap - 1, MAX_LAYERS);
   m->layers = xcalloc(cap, sizeof(Layer *));
   for (m->names_cap = 16; m->names_cap < 2 * cap; m->names_cap *= 2) {}
   m->names = xcalloc(m->names_cap, sizeof *m->names);
-  if (m->sequential)
-    load_sequential(m, cfg, layers);
-  else
-    load_functional(m, cfg, layers);
-  // A Functional model's `trainable: false` freezes every layer in it, as
-  // its from_config sets model.trainable; Sequential.from_config ignores
-  // its own (the layers' flags, which model.trainable = False also set, say)
-  json_t *tr = json_object_get(cfg, "trainable");
-  if (tr && !json_is_null(tr) && !json_is_boolean(tr))
-    error_at(jloc(tr), "model '%s': 'trainable' must be true or false", m->name);
-  for (int i = 0; i < m->nlayers && !m->sequential && json_is_false(tr); i++)
-    m->layers[i]->frozen = true;
+  Nest top = {.name = m->name, .sequential = m->sequential, .qual = "",
+              .vpre = m->sequential ? format("%s/", m->name) : ""};
+  load_box(m, &top, cfg);
+  m->inputs = top.inputs;
+  m->ninputs = top.ninputs;
+  m->outputs = top.outputs;
+  m->noutputs = top.noutputs;
+  inline_nested(m);
+  order_layers(m);
   load_compile(m, json_object_get(root, "compile_config"));
   json_t *dist = json_object_get(root, "distribution");
   if (dist && !json_is_null(dist)) {

@@ -135,6 +135,8 @@ typedef struct kdrt_var {
   const char *sub;                   // the sublayer holding it in the file, or NULL:
                                      // layers/<group>/<sub>/vars/<index>, index counted
                                      // within the sublayer ("query_dense" of attention)
+  const char *scope;                 // the nested model(s) holding its layer in the file,
+                                     // or NULL: layers/<scope>/layers/<group>/vars
 } kdrt_var;
 
 struct kdrt_ctx {
@@ -225,7 +227,8 @@ void kdrt_fatal(const kdrt_ctx *c, const char *fmt, ...);
 // which is the same for every layer class kdcc supports (no class there
 // has instances both with and without variables).
 
-// The h5 group of layer `layer` (a kdrt_var.layer) of p: "dense_1". Returns
+// The h5 group of layer `layer` (a kdrt_var.layer) of p under layers/:
+// "dense_1", or in a nested model "sequential/layers/dense_1". Returns
 // buf, or NULL if no variable of p belongs to that layer.
 const char *kdrt_weights_group(const kdrt_program *p, const char *layer, char *buf, size_t len);
 // Keras's naming.to_snake_case: "MaxPooling2D" -> "max_pooling2d".

@@ -12,7 +12,9 @@
 //
 // <group> is the layer's class name in snake case, made unique by a
 // counter over the model's layers in order: the second Dense is "dense_1"
-// whatever its name. Keras loads by that path and never looks at the name
+// whatever its name. A nested model is a group too ("sequential"), its
+// layers under it as layers/<group>/layers/<inner group>, counted within it
+// (kdrt_var.scope names the nested model's group). Keras loads by that path and never looks at the name
 // attribute; so does kdrt, which checks in addition that the file holds no
 // weights the model lacks, so that another model's file is an error.
 //
@@ -114,20 +116,27 @@ static int first_of_layer(const kdrt_program *p, int v) {
   return 1;
 }
 
+static int same_scope(const kdrt_var *a, const kdrt_var *b) {
+  return a->scope ? b->scope && !strcmp(a->scope, b->scope) : !b->scope;
+}
+
 const char *kdrt_weights_group(const kdrt_program *p, const char *layer, char *buf, size_t len) {
   char snake[256], other[256];
   for (int v = 0; v < p->nvars; v++) {
     if (strcmp(p->vars[v].layer, layer) || !first_of_layer(p, v)) continue;
-    // Keras's _get_unique_name: the n-th layer of a snake name gets "_n".
+    // Keras's _get_unique_name: the n-th layer of a snake name (in its
+    // model) gets "_n".
     kdrt_snake_case(p->vars[v].layer_class, snake, sizeof snake);
     int count = 0;
     for (int u = 0; u < v; u++) {
-      if (!first_of_layer(p, u)) continue;
+      if (!first_of_layer(p, u) || !same_scope(&p->vars[u], &p->vars[v])) continue;
       kdrt_snake_case(p->vars[u].layer_class, other, sizeof other);
       count += !strcmp(snake, other);
     }
-    if (count) snprintf(buf, len, "%s_%d", snake, count);
-    else snprintf(buf, len, "%s", snake);
+    const char *scope = p->vars[v].scope;
+    if (count) snprintf(buf, len, "%s%s%s_%d", scope ? scope : "", scope ? "/layers/" : "", snake,
+                        count);
+    else snprintf(buf, len, "%s%s%s", scope ? scope : "", scope ? "/layers/" : "", snake);
     return buf;
   }
   return NULL;
@@ -407,33 +416,63 @@ static int64_t nlinks(hid_t g) {
   return H5Gget_info(g, &info) < 0 ? -1 : (int64_t)info.nlinks;
 }
 
+// Calls fn(group, its variable count, its name attribute, ctx) for every
+// group under `layers` (the file's /layers) holding variables, a nested
+// model's layers (<group>/layers/...) included, until fn returns non-zero.
+typedef int (*group_fn)(const char *group, int64_t nvars, const char *lname, void *ctx);
+
+static int walk_groups(hid_t layers, const char *prefix, group_fn fn, void *ctx) {
+  hid_t dir = H5Gopen2(layers, *prefix ? prefix : ".", H5P_DEFAULT);
+  int64_t n = nlinks(dir);
+  int rc = 0;
+  for (int64_t i = 0; i < n && !rc; i++) {
+    char name[256], group[600], path[700], lname[256];
+    if (H5Lget_name_by_idx(dir, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, name, sizeof name,
+                           H5P_DEFAULT) < 0)
+      continue;
+    snprintf(group, sizeof group, "%s%s%s", prefix, *prefix ? "/" : "", name);
+    snprintf(path, sizeof path, "%s/vars", group);
+    if (has_link(layers, path)) {
+      hid_t g = H5Gopen2(layers, path, H5P_DEFAULT);
+      int64_t k = nlinks(g);
+      name_attr(g, lname, sizeof lname);
+      H5Gclose(g);
+      if (k > 0) rc = fn(group, k, lname, ctx);
+    }
+    snprintf(path, sizeof path, "%s/layers", group);
+    if (!rc && has_link(layers, path)) rc = walk_groups(layers, path, fn, ctx);
+  }
+  H5Gclose(dir);
+  return rc;
+}
+
+typedef struct {
+  char *buf;
+  size_t len, k;
+} group_list;
+
+static int list_one(const char *group, int64_t nvars, const char *lname, void *ctx) {
+  group_list *l = ctx;
+  (void)nvars;
+  if (l->k < l->len)
+    l->k += (size_t)snprintf(l->buf + l->k, l->len - l->k, "%slayers/%s ('%s')", l->k ? ", " : "",
+                             group, lname);
+  return 0;
+}
+
 // "layers/dense ('d1'), layers/dense_1 ('d2')": the groups of the file that
 // hold variables, for messages.
 static void list_groups(hid_t file, char *buf, size_t len) {
-  size_t k = 0;
   buf[0] = 0;
   if (!has_link(file, "layers")) {
     snprintf(buf, len, "no layers group");
     return;
   }
+  group_list l = {buf, len, 0};
   hid_t layers = H5Gopen2(file, "layers", H5P_DEFAULT);
-  int64_t n = nlinks(layers);
-  for (int64_t i = 0; i < n && k < len; i++) {
-    char name[256], path[300], lname[256];
-    if (H5Lget_name_by_idx(layers, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, name, sizeof name,
-                           H5P_DEFAULT) < 0)
-      continue;
-    snprintf(path, sizeof path, "%s/vars", name);
-    if (!has_link(layers, path)) continue;
-    hid_t g = H5Gopen2(layers, path, H5P_DEFAULT);
-    if (nlinks(g) > 0) {
-      name_attr(g, lname, sizeof lname);
-      k += (size_t)snprintf(buf + k, len - k, "%slayers/%s ('%s')", k ? ", " : "", name, lname);
-    }
-    H5Gclose(g);
-  }
+  walk_groups(layers, "", list_one, &l);
   H5Gclose(layers);
-  if (!k) snprintf(buf, len, "no layer weights");
+  if (!l.k) snprintf(buf, len, "no layer weights");
 }
 
 // Every dataset kdcc writes carries CRC_ATTR, a uint32: zlib's CRC-32 of its
@@ -525,6 +564,24 @@ static int read_var(hid_t file, const char *path, const kdrt_program *p, const k
   return rc;
 }
 
+typedef struct {
+  const kdrt_program *p;
+  const char *path;
+  char *err;
+  size_t errlen;
+} unknown_ctx;
+
+// A group of the file that no variable of the model maps to: an error.
+static int unknown_group(const char *group, int64_t nvars, const char *lname, void *ctx) {
+  unknown_ctx *u = ctx;
+  char mine[256];
+  for (int v = 0; v < u->p->nvars; v++)
+    if (!strcmp(kdrt_weights_group(u->p, u->p->vars[v].layer, mine, sizeof mine), group)) return 0;
+  return kdrt_errf(u->err, u->errlen, "%s: layers/%s (layer '%s' in the file) holds %lld "
+                   "variable%s, but the model has no such layer: are these another model's "
+                   "weights?", u->path, group, lname, (long long)nvars, nvars == 1 ? "" : "s");
+}
+
 int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path, float *params,
                       char *err, size_t errlen) {
   hid_t file = open_weights(path, err, errlen);
@@ -566,27 +623,8 @@ int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path,
   // Weights the model has no layer for: the file is another model's.
   if (!rc && has_link(file, "layers")) {
     hid_t layers = H5Gopen2(file, "layers", H5P_DEFAULT);
-    int64_t n = nlinks(layers);
-    for (int64_t i = 0; i < n && !rc; i++) {
-      char name[256], sub[300], lname[256];
-      if (H5Lget_name_by_idx(layers, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, name,
-                             sizeof name, H5P_DEFAULT) < 0)
-        continue;
-      snprintf(sub, sizeof sub, "%s/vars", name);
-      if (!has_link(layers, sub)) continue;
-      hid_t g = H5Gopen2(layers, sub, H5P_DEFAULT);
-      int64_t k = nlinks(g);
-      name_attr(g, lname, sizeof lname);
-      H5Gclose(g);
-      if (k <= 0) continue;
-      int known = 0;
-      for (int v = 0; v < p->nvars && !known; v++)
-        known = !strcmp(kdrt_weights_group(p, p->vars[v].layer, group, sizeof group), name);
-      if (!known)
-        rc = kdrt_errf(err, errlen, "%s: layers/%s (layer '%s' in the file) holds %lld variable%s, "
-                  "but the model has no such layer: are these another model's weights?", path,
-                  name, lname, (long long)k, k == 1 ? "" : "s");
-    }
+    unknown_ctx u = {p, path, err, errlen};
+    rc = walk_groups(layers, "", unknown_group, &u);
     H5Gclose(layers);
   }
   H5Fclose(file);
@@ -640,8 +678,11 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
     char group[256], gpath[600], idx[16];
     kdrt_weights_group(p, var->layer, group, sizeof group);
     snprintf(gpath, sizeof gpath, "%s/vars", group);
-    if (!has_link(layers, group)) {
-      hid_t lg = H5Gcreate2(layers, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (!has_link(layers, group)) { // a nested model's group made on the way
+      hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+      H5Pset_create_intermediate_group(lcpl, 1);
+      hid_t lg = H5Gcreate2(layers, group, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+      H5Pclose(lcpl);
       hid_t vg = H5Gcreate2(lg, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
       str_attr(vg, "name", var->layer);
       H5Gclose(vg);

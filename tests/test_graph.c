@@ -28,6 +28,19 @@ static Graph *graph_of(const char *path) {
   return build_graph(m, load_dist(m, NULL, NULL), 8);
 }
 
+// A nested model's InputLayer fixes the shape of what its call passes; a
+// nested Functional's variables are named by their layers alone, so that
+// two layers may give one path: both are errors.
+Test(graph, nested_model_errors) {
+  expect_error("tests/bad/nested_input_shape.json", NULL,
+               "tests/bad/nested_input_shape.json:16:23: error: nested model input 'pair/a' has "
+               "shape (None, 5), but is given (None, 3)\n");
+  expect_error("tests/bad/nested_same_path.json", NULL,
+               "tests/bad/nested_same_path.json:17:3: error: layer 'dense': variable path "
+               "'dense/kernel' is also layer 'pair/dense''s (a nested Functional model's "
+               "variables are named by their layers alone); rename one of the layers\n");
+}
+
 Test(graph, add_of_different_widths) {
   expect_error("tests/bad/shape_add.json", NULL,
                "tests/bad/shape_add.json:224:38: error: layer 'add': input 1 has shape "

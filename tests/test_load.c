@@ -811,12 +811,57 @@ Test(util, diag_out_error_exit_and_release_all) {
   cr_assert_eq(c.status, 1);
 }
 
-// A nested model (a Sequential or Functional as a layer): not loaded yet, so
-// refused rather than its layers (and their trainable flags) left out.
-Test(bad, nested_model) {
-  EXPECT_ERROR("tests/bad/nested_model.json",
-               "3:18: error: layer 'backbone': a model used as a layer (a nested Sequential) is "
-               "not supported; build its layers into the outer model");
+// Nested models (tests/good/nested_models.json: a Sequential holding a
+// Sequential, and a Functional of two inputs and two outputs, the first its
+// second input passed on, frozen by its trainable false): their layers are
+// inlined, named "<model>/<layer>", with Keras's variable paths and the
+// weights file's groups; their InputLayers and their own Layers are gone.
+Test(load, nested_models) {
+  Model *m = load_model("tests/good/nested_models.json");
+  static const char *const names[] = {"x", "backbone/dense", "backbone/inner/dense", "pair/pd",
+                                      "pair/add", "dense", "side"};
+  static const char *const paths[] = {"x", "backbone/dense", "inner/dense", "pd", "add", "dense",
+                                      "side"};
+  static const char *const scopes[] = {NULL, "sequential", "sequential/layers/sequential",
+                                       "functional", "functional", NULL, NULL};
+  cr_assert_eq(m->nlayers, 7);
+  for (int i = 0; i < 7; i++) {
+    Layer *l = m->layers[i];
+    cr_assert_str_eq(l->name, names[i]);
+    cr_assert_str_eq(l->path, paths[i]);
+    cr_assert(scopes[i] ? l->scope && !strcmp(l->scope, scopes[i]) : !l->scope, "%s", l->name);
+    cr_assert_eq(l->frozen, !strncmp(l->name, "pair/", 5), "%s", l->name);
+  }
+  Layer **L = m->layers;
+  cr_assert(L[1]->in[0].layer == L[0] && L[2]->in[0].layer == L[1]);
+  cr_assert(L[3]->nin == 1 && L[3]->in[0].layer == L[0]);             // pair's b: x
+  cr_assert(L[4]->in[0].layer == L[2] && L[4]->in[1].layer == L[3]);  // a: the backbone's output
+  cr_assert(L[5]->in[0].layer == L[4] && L[6]->in[0].layer == L[0]);  // pair's outputs 1, 0
+  cr_assert(m->noutputs == 2 && m->outputs[0].layer == L[5] && m->outputs[1].layer == L[6]);
+  cr_assert_eq(m->nbound, 4); // the backbone's (synthesised), inner's, a and b
+}
+
+Test(bad, nested_called_twice) {
+  EXPECT_ERROR("tests/bad/nested_called_twice.json",
+               "6:41: error: layer 'backbone': a nested model called more than once (shared "
+               "weights) is not supported; call it once");
+}
+
+Test(bad, nested_seq_outputs) {
+  EXPECT_ERROR("tests/bad/nested_seq_outputs.json",
+               "3:3: error: layer 'two': a nested model in a Sequential model must have one "
+               "output, not 2");
+}
+
+// A reference into a nested model names no layer of the outer one.
+Test(bad, nested_reach_in) {
+  EXPECT_ERROR("tests/bad/nested_reach_in.json",
+               "17:105: error: layer 'dense' takes input from unknown layer 'pair/pd'");
+}
+
+Test(bad, nested_inputs) {
+  EXPECT_ERROR("tests/bad/nested_inputs.json",
+               "3:3: error: layer 'pair': the nested model takes 2 inputs but is called with 1");
 }
 
 Test(bad, model_trainable_type) {

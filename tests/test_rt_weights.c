@@ -64,6 +64,28 @@ Test(weights, group_names_count_by_class) {
   cr_expect_null(kdrt_weights_group(&prog, "nope", buf, sizeof buf));
 }
 
+// Nested models: a layer's group counts within its model (kdrt_var.scope),
+// a nested Dense "dense" beside the outer model's "dense".
+Test(weights, group_names_in_nested_models) {
+  static const kdrt_var nv[] = {
+    {"bb/a/kernel", "bb/a", "Dense", 0, {2, {2, 2}, {-1, -1}}, 0, 16, 0, 0, 4, NULL, "sequential"},
+    {"h/kernel", "h", "Dense", 0, {2, {2, 2}, {-1, -1}}, 16, 16, 0, 16, 4, NULL, NULL},
+    {"bb/b/kernel", "bb/b", "Dense", 0, {2, {2, 2}, {-1, -1}}, 32, 16, 0, 32, 4, NULL,
+     "sequential"},
+    {"c/kernel", "f/c", "Dense", 0, {2, {2, 2}, {-1, -1}}, 48, 16, 0, 48, 4, NULL,
+     "sequential/layers/functional"},
+  };
+  kdrt_program p = prog;
+  p.vars = nv;
+  p.nvars = 4;
+  char buf[64];
+  cr_expect_str_eq(kdrt_weights_group(&p, "bb/a", buf, sizeof buf), "sequential/layers/dense");
+  cr_expect_str_eq(kdrt_weights_group(&p, "h", buf, sizeof buf), "dense");
+  cr_expect_str_eq(kdrt_weights_group(&p, "bb/b", buf, sizeof buf), "sequential/layers/dense_1");
+  cr_expect_str_eq(kdrt_weights_group(&p, "f/c", buf, sizeof buf),
+                   "sequential/layers/functional/layers/dense");
+}
+
 // ---------------------------------------------------------------- blocks
 
 Test(weights, block_place_puts_each_rank_block) {

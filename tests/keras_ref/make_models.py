@@ -530,6 +530,48 @@ def frozen():
     return sparse_classifier(x, out, "frozen")
 
 
+def nested():
+    # Models used as layers: a Sequential backbone (conv, pooling, dense) and
+    # a Functional block inside a Functional model. The Sequential's
+    # variables are "backbone/<layer>/...", the Functional's "<layer>/..."
+    # (as Keras names a model built before it is nested); in the weights file
+    # layers/sequential/layers/<group>, layers/functional/layers/<group>.
+    backbone = keras.Sequential([
+        keras.Input((8, 8, 3)),
+        layers.Conv2D(8, 3, padding="same", activation="relu", name="conv2d"),
+        layers.GlobalAveragePooling2D(name="gap2d"),
+        layers.Dense(16, activation="relu", name="dense")], name="backbone")
+    bi = keras.Input((16,), name="block_in")
+    bo = layers.Dense(16, activation="relu", name="proj")(bi)
+    block = keras.Model(bi, layers.Add(name="skip")([bi, bo]), name="block")
+    x = keras.Input((8, 8, 3), name="image")
+    out = layers.Dense(10, activation="softmax", name="dense")(block(backbone(x)))
+    return sparse_classifier(x, out, "nested")
+
+
+def nested_frozen():
+    # Fine-tuning: a Sequential backbone (with a batch norm) frozen as a whole
+    # (backbone.trainable = False before compile) under a trained head, Adam:
+    # its weights come out bit-identical.
+    init = keras.initializers
+    backbone = keras.Sequential([
+        keras.Input((8, 8, 3)),
+        layers.Conv2D(8, 3, padding="same", name="conv2d"),
+        layers.BatchNormalization(moving_mean_initializer=init.RandomNormal(stddev=0.5),
+                                  moving_variance_initializer=init.RandomUniform(0.5, 2.0),
+                                  name="batch_normalization"),
+        layers.ReLU(name="re_lu"),
+        layers.GlobalAveragePooling2D(name="gap2d"),
+        layers.Dense(16, activation="relu", name="dense")], name="backbone")
+    backbone.trainable = False
+    model = keras.Sequential([backbone, layers.Dense(10, activation="softmax", name="out")],
+                             name="finetune")
+    model.build((None, 8, 8, 3))
+    model.compile(loss="sparse_categorical_crossentropy", optimizer=keras.optimizers.Adam(),
+                  metrics=["accuracy"])
+    return model
+
+
 def conv1d():
     # issue 11: Conv1D with 'causal', 'same' (strided) and 'valid' padding
     x = keras.Input((12, 4), name="seq")
@@ -1332,6 +1374,31 @@ MODELS = {
                 "hidden/kernel": [None, "model"],
             }),
             "frozen_dp": DP_8,
+        },
+    ),
+    "nested": dict(
+        build=nested, labels="sparse10", x=(8, 8, 3),
+        dists={
+            # the LayoutMap reaches into the nested models' variables
+            "nested": model_parallel({
+                "backbone/conv2d/kernel": [None, None, None, "model"],
+                "backbone/conv2d/bias": ["model"],
+                "backbone/dense/kernel": ["model", None],
+                "proj/kernel": [None, "model"],
+                "proj/bias": ["model"],
+            }),
+            "nested_dp": DP_8,
+        },
+    ),
+    "nested_frozen": dict(
+        build=nested_frozen, labels="sparse10", x=(8, 8, 3),
+        dists={
+            "nested_frozen": model_parallel({
+                "backbone/conv2d/kernel": [None, None, None, "model"],
+                "backbone/batch_normalization/(gamma|beta|moving_mean|moving_variance)": [
+                    "model"],
+                "finetune/out/kernel": ["model", None],
+            }),
         },
     ),
     "conv1d": dict(

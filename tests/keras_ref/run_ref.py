@@ -78,6 +78,12 @@ Cases (model, distribution spec from models/):
                                                              training) and a regularized Dense: not
                                                              trained, their penalty not in the loss
     frozen_dp       frozen         frozen_dp.dist.json       DataParallel (8,)
+    nested          nested         nested.dist.json          ModelParallel (2,4)  a Sequential backbone and
+                                                             a Functional block as layers; the
+                                                             layout map reaches inside them
+    nested_dp       nested         nested_dp.dist.json       DataParallel (8,)
+    nested_frozen   nested_frozen  nested_frozen.dist.json   ModelParallel (2,4)  fine-tuning: a frozen
+                                                             Sequential backbone in a Sequential
     conv1d          conv1d         conv1d.dist.json          ModelParallel (2,4)  Conv1D causal, same
                                                              (strided), valid; output channels split,
                                                              then input channels
@@ -319,6 +325,8 @@ DATA = {
     "regularized": (64, 2),
     "constrained": (64, 2),
     "frozen": (64, 2),
+    "nested": (64, 2),
+    "nested_frozen": (64, 2),
     "conv1d": (64, 2),
     "dilated": (64, 2),
     "grouped": (64, 2),
@@ -485,6 +493,9 @@ CASES = {
     "constrained_dp": ("constrained", "constrained_dp"),
     "frozen": ("frozen", "frozen"),
     "frozen_dp": ("frozen", "frozen_dp"),
+    "nested": ("nested", "nested"),
+    "nested_dp": ("nested", "nested_dp"),
+    "nested_frozen": ("nested_frozen", "nested_frozen"),
     "conv1d": ("conv1d", "conv1d"),
     "conv1d_dp": ("conv1d", "conv1d_dp"),
     "dilated": ("dilated", "dilated"),

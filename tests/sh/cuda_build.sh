@@ -82,6 +82,7 @@ build transpose_op_dist tests/gradcheck/transpose_op.json --distribution tests/g
 # issue 11: recurrent layers (recur, recur_grad, reverse), the LSTMs' kernels split
 build rnn_dist tests/gradcheck/rnn.json --distribution tests/good/rnn.dist.json --batch-size 16
 build frozen_dist tests/gradcheck/frozen.json --distribution tests/good/frozen.dist.json --batch-size 16
+build nested_dist models/nested.json --distribution models/nested.dist.json --batch-size 16
 build cnn_tf32 models/cnn.json --distribution models/cnn.dist.json --batch-size 16 --precision tf32
 # The command line refuses what it cannot do, with a message.
 if ./kdcc models/cnn.json --target cuda --cuda-arch 90 -S $out/a 2>$out/err.txt; then

@@ -8,7 +8,7 @@ out=build/tests/gradcheck
 mkdir -p $out
 fail=0
 for m in seed_mlp func_branches cnn megatron per_token int_tokens wide_deep two_heads shared_dense \
-         text_cls gpt vit llama; do
+         text_cls gpt vit llama nested nested_frozen; do
   echo "gradcheck: $m"
   ./kdcc models/$m.json --batch-size 4 -w -o $out/$m
   $out/$m gradcheck --points 6 || fail=1

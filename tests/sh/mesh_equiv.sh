@@ -87,6 +87,10 @@ check ../tests/gradcheck/batchnorm ../tests/good/batchnorm.dist.json 16 data=1,m
 # frozen layers (trainable false): a batch norm on its moving statistics, split channels,
 # and a split Dense kernel, neither updated; the trained conv below them gets their gradient
 check ../tests/gradcheck/frozen ../tests/good/frozen.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
+# models used as layers: a Sequential backbone and a Functional block, their layers split;
+# fine-tuning under a frozen nested backbone (its batch norm on the moving statistics)
+check nested nested.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
+check nested_frozen nested_frozen.dist.json 16 data=1,model=1 data=2,model=4 data=8,model=1
 # issue 11: L1/L2/L1L2 and activity regularizers, their penalties partial sums over the
 # split kernels' dims (conv channels, embedding columns, dense rows split over 'model')
 check ../tests/gradcheck/regularizers ../tests/good/regularizers.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
