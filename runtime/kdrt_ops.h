@@ -48,13 +48,20 @@ typedef struct {
 // column 0. dil_h, dil_w (issue 11, conv2d only): the kernel's dilation
 // minus 1, oneDNN's convention, so that a zeroed field is no dilation:
 // kernel row kh reads input row oh * sh - pad_t + kh * (dil_h + 1).
+// groups (issue 15, conv2d only; 0 or 1: none): G groups, C = G * cg,
+// K = G * kg, the filter [KH, KW, cg, K] (Keras's grouped kernel), group j
+// convolving input channels [j * cg, (j + 1) * cg) into output channels
+// [j * kg, (j + 1) * kg).
 typedef struct {
   int B, H, W, C;
   int KH, KW, K;
   int sh, sw, pad_t, pad_l;
   int OH, OW;
   int dil_h, dil_w;
+  int groups;
 } kdrt_window;
+
+static inline int kdrt_groups(const kdrt_window *w) { return w->groups > 1 ? w->groups : 1; }
 
 // K(name, (args)): a kernel on local buffers. KC(name, (args)): one that
 // needs the rank's context (randomness keyed by global indices, or

@@ -897,13 +897,6 @@ void kdrt_matmul(const kdrt_gemm *g, float alpha, const float *a, const float *b
   }
 }
 
-// One plain row-major product c[M, N] = op(a) @ op(b) (alpha 1, beta 0).
-static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *a, int64_t lda,
-                 const float *b, int64_t ldb, float *c, int64_t ldc) {
-  kdrt_gemm g = {ta, tb, 1, M, N, K, lda, ldb, ldc, 0, 0, 0};
-  kdrt_matmul(&g, 1.0f, a, b, 0.0f, c);
-}
-
 // ---------------------------------------------------------------- conv2d
 
 // Is this conv a plain matmul over [B*H*W, C] (1x1, stride 1, no padding)?
@@ -930,42 +923,45 @@ static inline int dilated_col(int ow, int kw, const kdrt_window *w) {
   return iw >= 0 && iw < w->W ? iw : -1;
 }
 
-// cols [B*OH*OW, KH*KW*C], row (b,oh,ow), column (kh,kw,c): the input under
-// the kernel, zero where it falls in the padding. For one (kh), the kernel
-// columns in range are adjacent in x (channels last), so each is one memcpy;
-// with a dilated width, one memcpy per kernel column.
+// cols [G][B*OH*OW, KH*KW*cg] (G groups of cg = C / G channels): for group
+// j, row (b,oh,ow), column (kh,kw,c) holds x's channel j * cg + c under the
+// kernel, zero where it falls in the padding. Ungrouped, for one (kh), the
+// kernel columns in range are adjacent in x (channels last), so each is one
+// memcpy; with a dilated width or groups, one memcpy per kernel column.
 static void im2col(float *restrict cols, const float *restrict x, const kdrt_window *w) {
-  const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW;
-  const size_t kwc = (size_t)KW * C;
-  const size_t rowlen = (size_t)KH * kwc;
+  const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW, G = kdrt_groups(w);
+  const int cg = C / G;
+  const size_t kwc = (size_t)KW * cg, rowlen = (size_t)KH * kwc;
+  const size_t M = (size_t)w->B * w->OH * w->OW;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < w->B; b++)
     for (int oh = 0; oh < w->OH; oh++)
       for (int ow = 0; ow < w->OW; ow++) {
-        float *dst = cols + (((size_t)b * w->OH + oh) * w->OW + ow) * rowlen;
+        const size_t m = ((size_t)b * w->OH + oh) * w->OW + ow;
         int iw0, lo, hi;
         kw_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
-        for (int kh = 0; kh < KH; kh++) {
-          float *d = dst + kh * kwc;
-          int ih = oh * w->sh - w->pad_t + kh * (w->dil_h + 1);
-          if (ih < 0 || ih >= H || (!w->dil_w && hi == lo)) {
-            memset(d, 0, kwc * sizeof *d);
-            continue;
-          }
-          const float *row = x + ((size_t)b * H + ih) * W * C;
-          if (w->dil_w) {
-            for (int kw = 0; kw < KW; kw++) {
-              int iw = dilated_col(ow, kw, w);
-              if (iw < 0) memset(d + (size_t)kw * C, 0, (size_t)C * sizeof *d);
-              else memcpy(d + (size_t)kw * C, row + (size_t)iw * C, (size_t)C * sizeof *d);
+        for (int j = 0; j < G; j++)
+          for (int kh = 0; kh < KH; kh++) {
+            float *d = cols + (j * M + m) * rowlen + kh * kwc;
+            int ih = oh * w->sh - w->pad_t + kh * (w->dil_h + 1);
+            if (ih < 0 || ih >= H || (!w->dil_w && hi == lo)) {
+              memset(d, 0, kwc * sizeof *d);
+              continue;
             }
-            continue;
+            const float *row = x + ((size_t)b * H + ih) * W * C + (size_t)j * cg;
+            if (w->dil_w || G > 1) {
+              for (int kw = 0; kw < KW; kw++) {
+                int iw = dilated_col(ow, kw, w);
+                if (iw < 0) memset(d + (size_t)kw * cg, 0, (size_t)cg * sizeof *d);
+                else memcpy(d + (size_t)kw * cg, row + (size_t)iw * C, (size_t)cg * sizeof *d);
+              }
+              continue;
+            }
+            const float *src = row + (size_t)(iw0 + lo) * C;
+            memset(d, 0, (size_t)lo * C * sizeof *d);
+            memcpy(d + (size_t)lo * C, src, (size_t)(hi - lo) * C * sizeof *d);
+            memset(d + (size_t)hi * C, 0, (size_t)(KW - hi) * C * sizeof *d);
           }
-          const float *src = row + (size_t)(iw0 + lo) * C;
-          memset(d, 0, (size_t)lo * C * sizeof *d);
-          memcpy(d + (size_t)lo * C, src, (size_t)(hi - lo) * C * sizeof *d);
-          memset(d + (size_t)hi * C, 0, (size_t)(KW - hi) * C * sizeof *d);
-        }
       }
 }
 
@@ -973,45 +969,66 @@ static void im2col(float *restrict cols, const float *restrict x, const kdrt_win
 // input position it was copied from; padding entries are dropped. Images
 // run in parallel, each in the one thread's order (its windows overlap).
 static void col2im(float *restrict dx, const float *restrict cols, const kdrt_window *w) {
-  const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW;
-  const size_t kwc = (size_t)KW * C;
-  const size_t rowlen = (size_t)KH * kwc;
+  const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW, G = kdrt_groups(w);
+  const int cg = C / G;
+  const size_t kwc = (size_t)KW * cg, rowlen = (size_t)KH * kwc;
+  const size_t M = (size_t)w->B * w->OH * w->OW;
 #pragma omp parallel for schedule(static)
   for (int b = 0; b < w->B; b++) {
     memset(dx + (size_t)b * H * W * C, 0, (size_t)H * W * C * sizeof *dx);
     for (int oh = 0; oh < w->OH; oh++)
       for (int ow = 0; ow < w->OW; ow++) {
-        const float *src = cols + (((size_t)b * w->OH + oh) * w->OW + ow) * rowlen;
+        const size_t m = ((size_t)b * w->OH + oh) * w->OW + ow;
         int iw0, lo, hi;
         kw_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
-        for (int kh = 0; kh < KH; kh++) {
-          int ih = oh * w->sh - w->pad_t + kh * (w->dil_h + 1);
-          if (ih < 0 || ih >= H || (!w->dil_w && hi == lo))
-            continue;
-          float *row = dx + ((size_t)b * H + ih) * W * C;
-          if (w->dil_w) {
-            for (int kw = 0; kw < KW; kw++) {
-              int iw = dilated_col(ow, kw, w);
-              if (iw < 0) continue;
-              const float *s = src + kh * kwc + (size_t)kw * C;
-              float *d = row + (size_t)iw * C;
-              for (int c = 0; c < C; c++)
-                d[c] += s[c];
+        for (int j = 0; j < G; j++)
+          for (int kh = 0; kh < KH; kh++) {
+            int ih = oh * w->sh - w->pad_t + kh * (w->dil_h + 1);
+            if (ih < 0 || ih >= H || (!w->dil_w && hi == lo))
+              continue;
+            const float *src = cols + (j * M + m) * rowlen + kh * kwc;
+            float *row = dx + ((size_t)b * H + ih) * W * C + (size_t)j * cg;
+            if (w->dil_w || G > 1) {
+              for (int kw = 0; kw < KW; kw++) {
+                int iw = dilated_col(ow, kw, w);
+                if (iw < 0) continue;
+                const float *s = src + (size_t)kw * cg;
+                float *d = row + (size_t)iw * C;
+                for (int c = 0; c < cg; c++)
+                  d[c] += s[c];
+              }
+              continue;
             }
-            continue;
+            const float *s = src + (size_t)lo * C;
+            float *d = row + (size_t)(iw0 + lo) * C;
+            const size_t n = (size_t)(hi - lo) * C;
+            for (size_t i = 0; i < n; i++)
+              d[i] += s[i];
           }
-          const float *s = src + kh * kwc + (size_t)lo * C;
-          float *d = row + (size_t)(iw0 + lo) * C;
-          const size_t n = (size_t)(hi - lo) * C;
-          for (size_t i = 0; i < n; i++)
-            d[i] += s[i];
-        }
       }
   }
 }
 
-// The im2col matrix [B*OH*OW, KH*KW*C] of x: x itself for a pointwise
-// convolution, else built in scratch.
+// The operands of a conv's G products, one per group (kdrt_matmul's batch):
+// the im2col matrix of x, [G][M, KC] with KC = KH*KW*cg (for a pointwise
+// convolution x itself, group j its columns j*cg..), and dy or y [M, K],
+// group j its columns j*kg.. The filter [KC, K] is split like dy.
+typedef struct {
+  int64_t M, KC, kg, G;
+  int64_t ldcols, gcols;  // cols: its row length, the step from one group to the next
+} conv_mats;
+
+static conv_mats conv_dims(const kdrt_window *w) {
+  conv_mats m = {(int64_t)w->B * w->OH * w->OW, 0, w->K / kdrt_groups(w), kdrt_groups(w), 0, 0};
+  int64_t cg = w->C / m.G;
+  m.KC = (int64_t)w->KH * w->KW * cg;
+  m.ldcols = conv_is_pointwise(w) ? w->C : m.KC;
+  m.gcols = conv_is_pointwise(w) ? cg : m.M * m.KC;
+  return m;
+}
+
+// The im2col matrix of x: x itself for a pointwise convolution, else built
+// in scratch.
 static const float *conv_cols(const float *x, const kdrt_window *w, float *scratch) {
   if (conv_is_pointwise(w))
     return x;
@@ -1019,14 +1036,17 @@ static const float *conv_cols(const float *x, const kdrt_window *w, float *scrat
   return scratch;
 }
 
-// y [B, OH, OW, K] = conv(x [B, H, W, C], f [KH, KW, C, K]); scratch holds
-// B*OH*OW*KH*KW*C floats (unused for a pointwise conv).
+// y [B, OH, OW, K] = conv(x [B, H, W, C], f [KH, KW, cg, K]), group by
+// group; scratch holds B*OH*OW*KH*KW*C floats (unused for a pointwise conv).
 void kdrt_conv2d(const kdrt_window *w, float *y, const float *x, const float *f, float *scratch) {
   if (kdrt_dnnl_conv(KDRT_DNNL_CONV, w, y, x, f))
     return;
-  const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
+  const conv_mats m = conv_dims(w);
   const float *cols = conv_cols(x, w, scratch);
-  gemm(KDRT_NOTRANS, KDRT_NOTRANS, M, w->K, KC, cols, KC, f, w->K, y, w->K); // y = cols @ f
+  // y_j = cols_j @ f_j
+  kdrt_gemm g = {KDRT_NOTRANS, KDRT_NOTRANS, m.G, m.M, m.kg, m.KC, m.ldcols, w->K, w->K,
+                 m.gcols, m.kg, m.kg};
+  kdrt_matmul(&g, 1.0f, cols, f, 0.0f, y);
 }
 
 // dx (overwritten) from dy and f.
@@ -1034,14 +1054,14 @@ void kdrt_conv2d_dx(const kdrt_window *w, float *dx, const float *dy, const floa
                     float *scratch) {
   if (kdrt_dnnl_conv(KDRT_DNNL_CONV_DX, w, dx, dy, f))
     return;
-  const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
-  if (conv_is_pointwise(w)) { // dx[M, C] = dy[M, K] @ f[C, K]^T
-    gemm(KDRT_NOTRANS, KDRT_TRANS, M, KC, w->K, dy, w->K, f, w->K, dx, KC);
-    return;
-  }
-  // dcols[M, KC] = dy[M, K] @ f[KC, K]^T, then scatter back.
-  gemm(KDRT_NOTRANS, KDRT_TRANS, M, KC, w->K, dy, w->K, f, w->K, scratch, KC);
-  col2im(dx, scratch, w);
+  const conv_mats m = conv_dims(w);
+  // dcols_j = dy_j @ f_j^T: dx itself for a pointwise conv, else scratch scattered back
+  float *dcols = conv_is_pointwise(w) ? dx : scratch;
+  kdrt_gemm g = {KDRT_NOTRANS, KDRT_TRANS, m.G, m.M, m.KC, m.kg, w->K, w->K, m.ldcols,
+                 m.kg, m.kg, m.gcols};
+  kdrt_matmul(&g, 1.0f, dy, f, 0.0f, dcols);
+  if (!conv_is_pointwise(w))
+    col2im(dx, scratch, w);
 }
 
 // dw (overwritten) from x and dy.
@@ -1049,9 +1069,12 @@ void kdrt_conv2d_dw(const kdrt_window *w, float *dw, const float *x, const float
                     float *scratch) {
   if (kdrt_dnnl_conv(KDRT_DNNL_CONV_DW, w, dw, x, dy))
     return;
-  const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C;
+  const conv_mats m = conv_dims(w);
   const float *cols = conv_cols(x, w, scratch);
-  gemm(KDRT_TRANS, KDRT_NOTRANS, KC, w->K, M, cols, KC, dy, w->K, dw, w->K); // cols^T @ dy
+  // dw_j = cols_j^T @ dy_j
+  kdrt_gemm g = {KDRT_TRANS, KDRT_NOTRANS, m.G, m.KC, m.kg, m.M, m.ldcols, w->K, w->K,
+                 m.gcols, m.kg, m.kg};
+  kdrt_matmul(&g, 1.0f, cols, dy, 0.0f, dw);
 }
 
 // ---------------------------------------------------------------- max pooling
