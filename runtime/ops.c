@@ -899,12 +899,6 @@ void kdrt_matmul(const kdrt_gemm *g, float alpha, const float *a, const float *b
 
 // ---------------------------------------------------------------- conv2d
 
-// Is this conv a plain matmul over [B*H*W, C] (1x1, stride 1, no padding)?
-static int conv_is_pointwise(const kdrt_window *w) {
-  return w->KH == 1 && w->KW == 1 && w->sh == 1 && w->sw == 1 && w->pad_t == 0 &&
-         w->pad_l == 0 && w->OH == w->H && w->OW == w->W;
-}
-
 // For output column ow, the kernel columns [*lo, *hi) that land inside the
 // input; iw0 is the input column of kernel column 0.
 static inline void kw_range(int ow, int sw, int pad_l, int KW, int W, int *iw0, int *lo,
@@ -1009,28 +1003,10 @@ static void col2im(float *restrict dx, const float *restrict cols, const kdrt_wi
   }
 }
 
-// The operands of a conv's G products, one per group (kdrt_matmul's batch):
-// the im2col matrix of x, [G][M, KC] with KC = KH*KW*cg (for a pointwise
-// convolution x itself, group j its columns j*cg..), and dy or y [M, K],
-// group j its columns j*kg.. The filter [KC, K] is split like dy.
-typedef struct {
-  int64_t M, KC, kg, G;
-  int64_t ldcols, gcols;  // cols: its row length, the step from one group to the next
-} conv_mats;
-
-static conv_mats conv_dims(const kdrt_window *w) {
-  conv_mats m = {(int64_t)w->B * w->OH * w->OW, 0, w->K / kdrt_groups(w), kdrt_groups(w), 0, 0};
-  int64_t cg = w->C / m.G;
-  m.KC = (int64_t)w->KH * w->KW * cg;
-  m.ldcols = conv_is_pointwise(w) ? w->C : m.KC;
-  m.gcols = conv_is_pointwise(w) ? cg : m.M * m.KC;
-  return m;
-}
-
 // The im2col matrix of x: x itself for a pointwise convolution, else built
 // in scratch.
 static const float *conv_cols(const float *x, const kdrt_window *w, float *scratch) {
-  if (conv_is_pointwise(w))
+  if (kdrt_conv_pointwise(w))
     return x;
   im2col(scratch, x, w);
   return scratch;
@@ -1041,7 +1017,7 @@ static const float *conv_cols(const float *x, const kdrt_window *w, float *scrat
 void kdrt_conv2d(const kdrt_window *w, float *y, const float *x, const float *f, float *scratch) {
   if (kdrt_dnnl_conv(KDRT_DNNL_CONV, w, y, x, f))
     return;
-  const conv_mats m = conv_dims(w);
+  const kdrt_conv_mats m = kdrt_conv_dims(w);
   const float *cols = conv_cols(x, w, scratch);
   // y_j = cols_j @ f_j
   kdrt_gemm g = {KDRT_NOTRANS, KDRT_NOTRANS, m.G, m.M, m.kg, m.KC, m.ldcols, w->K, w->K,
@@ -1054,13 +1030,13 @@ void kdrt_conv2d_dx(const kdrt_window *w, float *dx, const float *dy, const floa
                     float *scratch) {
   if (kdrt_dnnl_conv(KDRT_DNNL_CONV_DX, w, dx, dy, f))
     return;
-  const conv_mats m = conv_dims(w);
+  const kdrt_conv_mats m = kdrt_conv_dims(w);
   // dcols_j = dy_j @ f_j^T: dx itself for a pointwise conv, else scratch scattered back
-  float *dcols = conv_is_pointwise(w) ? dx : scratch;
+  float *dcols = kdrt_conv_pointwise(w) ? dx : scratch;
   kdrt_gemm g = {KDRT_NOTRANS, KDRT_TRANS, m.G, m.M, m.KC, m.kg, w->K, w->K, m.ldcols,
                  m.kg, m.kg, m.gcols};
   kdrt_matmul(&g, 1.0f, dy, f, 0.0f, dcols);
-  if (!conv_is_pointwise(w))
+  if (!kdrt_conv_pointwise(w))
     col2im(dx, scratch, w);
 }
 
@@ -1069,7 +1045,7 @@ void kdrt_conv2d_dw(const kdrt_window *w, float *dw, const float *x, const float
                     float *scratch) {
   if (kdrt_dnnl_conv(KDRT_DNNL_CONV_DW, w, dw, x, dy))
     return;
-  const conv_mats m = conv_dims(w);
+  const kdrt_conv_mats m = kdrt_conv_dims(w);
   const float *cols = conv_cols(x, w, scratch);
   // dw_j = cols_j^T @ dy_j
   kdrt_gemm g = {KDRT_TRANS, KDRT_NOTRANS, m.G, m.KC, m.kg, m.M, m.ldcols, w->K, w->K,
