@@ -1038,9 +1038,13 @@ static void depthwise(const kdrt_window *w, float *y, const float *x, const floa
             if ((ih = dilated_row(oh, kh, w)) < 0 || (iw = dilated_col(ow, kw, w)) < 0) continue;
             const float *xr = x + (((size_t)b * w->H + ih) * w->W + iw) * C;
             const float *fr = f + ((size_t)kh * w->KW + kw) * K;
-            for (int c = 0; c < C; c++)
-              for (int m = 0; m < kg; m++)
-                yr[c * kg + m] += xr[c] * fr[c * kg + m];
+            if (kg == 1) // the usual: a vector loop
+              for (int c = 0; c < C; c++)
+                yr[c] += xr[c] * fr[c];
+            else
+              for (int c = 0; c < C; c++)
+                for (int m = 0; m < kg; m++)
+                  yr[c * kg + m] += xr[c] * fr[c * kg + m];
           }
       }
 }
@@ -1059,9 +1063,13 @@ static void depthwise_dx(const kdrt_window *w, float *dx, const float *dy, const
             if ((ih = dilated_row(oh, kh, w)) < 0 || (iw = dilated_col(ow, kw, w)) < 0) continue;
             float *dxr = dx + (((size_t)b * w->H + ih) * w->W + iw) * C;
             const float *fr = f + ((size_t)kh * w->KW + kw) * K;
-            for (int c = 0; c < C; c++)
-              for (int m = 0; m < kg; m++)
-                dxr[c] += dyr[c * kg + m] * fr[c * kg + m];
+            if (kg == 1)
+              for (int c = 0; c < C; c++)
+                dxr[c] += dyr[c] * fr[c];
+            else
+              for (int c = 0; c < C; c++)
+                for (int m = 0; m < kg; m++)
+                  dxr[c] += dyr[c * kg + m] * fr[c * kg + m];
           }
       }
   }
@@ -1087,8 +1095,12 @@ static void depthwise_dw(const kdrt_window *w, float *dw, const float *x, const 
               if ((ih = dilated_row(oh, kh, w)) < 0 || (iw = dilated_col(ow, kw, w)) < 0) continue;
               const float *xr = x + (((size_t)b * w->H + ih) * w->W + iw) * C;
               double *a = acc + ((size_t)kh * w->KW + kw) * KB;
-              for (int k = 0; k < nk; k++)
-                a[k] += (double)xr[(k0 + k) / kg] * dyr[k];
+              if (kg == 1)
+                for (int k = 0; k < nk; k++)
+                  a[k] += (double)xr[k0 + k] * dyr[k];
+              else
+                for (int k = 0; k < nk; k++)
+                  a[k] += (double)xr[(k0 + k) / kg] * dyr[k];
             }
         }
     for (int i = 0; i < nkw; i++)
