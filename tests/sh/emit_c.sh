@@ -27,3 +27,13 @@ for m in opt_nadam_global opt_rmsprop_centered opt_adagrad_clipnorm; do
   mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/a/program.c
   echo "emit_c: $m: deterministic, compiles with -Wall -Wextra -Werror -pedantic"
 done
+# issue 15: grouped and depthwise convs, one window each with its local share of the groups
+for mesh in data=4,model=2 data=2,model=4; do
+  ./kdcc tests/gradcheck/grouped.json --distribution tests/good/grouped.dist.json --mesh $mesh \
+    --batch-size 16 -w -S $out/a
+  ./kdcc tests/gradcheck/grouped.json --distribution tests/good/grouped.dist.json --mesh $mesh \
+    --batch-size 16 -w -S $out/b
+  cmp -s $out/a/program.c $out/b/program.c || { echo "FAIL grouped $mesh: output differs"; exit 1; }
+  mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/a/program.c
+  echo "emit_c: grouped $mesh: deterministic, compiles with -Wall -Wextra -Werror -pedantic"
+done
