@@ -1033,49 +1033,11 @@ static void check_channels_last(Layer *l) {
 // A view of x with a dim of size 1 inserted (or any new shape).
 static Node *view(Graph *g, Node *x, Shape s) { return new_node1(g, OP_RESHAPE, x, s); }
 
-// Concatenation of parts along axis, in CONCATs of at most MAX_IN operands.
-static Node *concat_all(Graph *g, Node **parts, int k, int axis) {
-  while (k > 1) {
-    int m = 0;
-    for (int i = 0; i < k; i += MAX_IN) {
-      int c = k - i < MAX_IN ? k - i : MAX_IN;
-      Node *y = parts[i];
-      if (c > 1) {
-        y = new_node(g, OP_CONCAT, c, parts + i);
-        y->shape = parts[i]->shape;
-        for (int j = 1; j < c; j++) y->shape.d[axis] += parts[i + j]->shape.d[axis];
-        y->cat.axis = axis;
-      }
-      parts[m++] = y;
-    }
-    k = m;
-  }
-  return parts[0];
-}
-
-// A grouped convolution (Keras's groups; DepthwiseConv2D is one group per
-// input channel): group j convolves input channels [j * ci / G, ..) with
-// the filter's output channels [j * F / G, ..), f4 [kh, kw, ci / G, F];
-// the groups' outputs concatenated in order.
-static Node *grouped_conv(Graph *g, Node *x4, Node *f4, int64_t groups, WinAttr win, Shape ys) {
-  Node **parts = xcalloc(groups, sizeof *parts);
-  int64_t cg = x4->shape.d[3] / groups, fg = ys.d[3] / groups;
-  for (int64_t j = 0; j < groups; j++) {
-    Node *xj = x4, *fj = f4;
-    if (groups > 1) {
-      Shape xs = x4->shape, fs = f4->shape;
-      xs.d[3] = cg, fs.d[3] = fg;
-      xj = new_node1(g, OP_SLICE, x4, xs);
-      xj->cat = (CatAttr){3, j * cg};
-      fj = new_node1(g, OP_SLICE, f4, fs);
-      fj->cat = (CatAttr){3, j * fg};
-    }
-    Shape s = ys;
-    s.d[3] = fg;
-    parts[j] = new_node2(g, OP_CONV2D, xj, fj, s);
-    parts[j]->win = win;
-  }
-  return concat_all(g, parts, (int)groups, 3);
+// A CONV2D of x4 by f4 with the window win.
+static Node *conv_node(Graph *g, Node *x4, Node *f4, WinAttr win, Shape ys) {
+  Node *y = new_node2(g, OP_CONV2D, x4, f4, ys);
+  y->win = win;
+  return y;
 }
 
 typedef enum { CONV, DEPTHWISE, SEPARABLE } ConvKind;
@@ -1133,8 +1095,8 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': a kernel of %lld x %lld x %lld x %lld "
              "would hold more than 2^40 elements, the most a tensor may hold", l->name,
              (long long)ks[0], (long long)ks[1], (long long)cg, (long long)filters);
-  // its im2col scratch: a row of kh * kw * ci / groups per output pixel
-  int64_t scratch = size_mul(size_mul(b, size_mul(oh, ow)), size_mul(size_mul(ks[0], ks[1]), cg));
+  // its im2col scratch: a row of kh * kw * ci / groups per output pixel and group
+  int64_t scratch = size_mul(size_mul(b, size_mul(oh, ow)), size_mul(size_mul(ks[0], ks[1]), ci));
   if (scratch > MAX_ELEMS)
     error_at(jloc_key(l->cfg, "kernel_size"), "layer '%s': its im2col buffer would hold more "
              "than 2^40 elements, the most a tensor may hold", l->name);
@@ -1146,16 +1108,17 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
                     depthwise ? "depthwise_initializer" : "kernel_initializer", "glorot_uniform");
   Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, h, 1, ci}});
   Node *f4 = fs.rank == 4 && !depthwise ? f : view(g, f, (Shape){4, {ks[0], ks[1], cg, filters}});
+  // one CONV2D for all the groups (issue 15; before, a SLICE, a CONV2D and a
+  // CONCAT per group)
   WinAttr win = {(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl, (int)dil[0] - 1,
-                 (int)dil[1] - 1};
-  Node *y = grouped_conv(g, x4, f4, groups, win, (Shape){4, {b, oh, ow, filters}});
+                 (int)dil[1] - 1, groups > 1 ? (int)groups : 0};
+  Node *y = conv_node(g, x4, f4, win, (Shape){4, {b, oh, ow, filters}});
   if (kind == SEPARABLE) {
     Node *p = new_var(g, l, "pointwise_kernel", n == 2 ? (Shape){4, {1, 1, filters, out_ch}}
                                                        : (Shape){3, {1, filters, out_ch}},
                       "pointwise_initializer", "glorot_uniform");
     if (n == 1) p = view(g, p, (Shape){4, {1, 1, filters, out_ch}});
-    y = grouped_conv(g, y, p, 1, (WinAttr){1, 1, 1, 1, 0, 0, 0, 0},
-                     (Shape){4, {b, oh, ow, out_ch}});
+    y = conv_node(g, y, p, (WinAttr){1, 1, 1, 1, 0, 0, 0, 0, 0}, (Shape){4, {b, oh, ow, out_ch}});
   }
   if (scratch > g->scratch_floats) g->scratch_floats = scratch;
   if (n == 1) y = view(g, y, (Shape){3, {b, oh, out_ch}});
@@ -1232,7 +1195,7 @@ static Node *build_conv_transpose(Graph *g, Layer *l, Node *x, int n) {
   Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, in[0], 1, ci}});
   Node *f4 = n == 2 ? f : view(g, f, (Shape){4, {ks[0], 1, filters, ci}});
   Node *y = new_node2(g, OP_CONV2D_DX, x4, f4, (Shape){4, {b, out[0], out[1], filters}});
-  y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pad[0], pad[1], 0, 0};
+  y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pad[0], pad[1], 0, 0, 0};
   if (n == 1) y = view(g, y, (Shape){3, {b, out[0], filters}});
   if (cfg_bool(l, "use_bias", true)) {
     Node *bias = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
@@ -1280,7 +1243,7 @@ static Node *build_maxpool(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': pool %lldx%lld does not fit the input %s", l->name,
              (long long)ps[0], (long long)ps[1], kshape(&x->shape));
   Node *y = new_node1(g, OP_MAXPOOL, x, (Shape){4, {x->shape.d[0], oh, ow, x->shape.d[3]}});
-  y->win = (WinAttr){(int)ps[0], (int)ps[1], (int)st[0], (int)st[1], pt, pl, 0, 0};
+  y->win = (WinAttr){(int)ps[0], (int)ps[1], (int)st[0], (int)st[1], pt, pl, 0, 0, 0};
   return y;
 }
 
@@ -1653,7 +1616,7 @@ static Node *build_crop2d(Graph *g, Layer *l, Node *x) { return pad_or_crop(g, l
 static Node *maxpool_node(Graph *g, Node *x4, int64_t ph, int64_t pw, int64_t sh, int64_t sw,
                           int pt, int pl, int64_t oh, int64_t ow) {
   Node *y = new_node1(g, OP_MAXPOOL, x4, (Shape){4, {x4->shape.d[0], oh, ow, x4->shape.d[3]}});
-  y->win = (WinAttr){(int)ph, (int)pw, (int)sh, (int)sw, pt, pl, 0, 0};
+  y->win = (WinAttr){(int)ph, (int)pw, (int)sh, (int)sw, pt, pl, 0, 0, 0};
   return y;
 }
 

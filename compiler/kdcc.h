@@ -365,6 +365,7 @@ typedef struct {
 typedef struct {                                             // CONV2D*, MAXPOOL*
   int kh, kw, sh, sw, pad_t, pad_l;
   int dil_h, dil_w;       // CONV2D*: the dilation minus 1 (kdrt_window's convention)
+  int groups;             // CONV2D*: the channel groups (0 or 1: a plain conv), global
 } WinAttr;
 typedef struct { int axis; int64_t start; } CatAttr;        // CONCAT, SLICE
 typedef struct { float rate; uint64_t stream; bool mul; } DropAttr; // DROPOUT, NOISE (rate: stddev)
@@ -464,6 +465,10 @@ typedef struct {
   int nf;
   FactorKind kind[MAX_FACTORS];
   int64_t size[MAX_FACTORS];
+  // A blocked factor's dims may be a multiple of its size: the factor is
+  // their major part, an inner block riding along unsplit (a grouped conv's
+  // channels, G groups of cg inputs or kg outputs); a split divides the size.
+  bool blocked[MAX_FACTORS];
   int8_t in[MAX_IN][MAX_RANK]; // factor of each operand dim, -1: none
   int8_t out[MAX_RANK];        // factor of each result dim
 } Rule;

@@ -81,6 +81,7 @@ static int factor(Rule *r, FactorKind kind, int64_t size) {
   assert(r->nf < MAX_FACTORS);
   r->kind[r->nf] = kind;
   r->size[r->nf] = size;
+  r->blocked[r->nf] = false;
   return r->nf++;
 }
 
@@ -482,20 +483,34 @@ const OpDef op_SCALE = {"scale", 1, 0, false, rule_elementwise, scale_grad, scal
 
 // ---------------------------------------------------------------- CONV2D, MAXPOOL
 // x[b,h,w,ci] f[kh,kw,ci,co] y[b,oh,ow,co]; the spatial dims need their
-// whole extent (no halo exchange).
+// whole extent (no halo exchange). With G groups (issue 15) x[b,h,w,(g,ci)]
+// f[kh,kw,ci,(g,co)] y[b,oh,ow,(g,co)]: the groups factor g (size G) passes
+// through all three ops, each device convolving its own groups; it is
+// blocked (the channel dims are G * cg and G * kg), so it splits only over
+// an axis dividing G, and where none does the operands are gathered. ci
+// within a group is not a dim of x of its own: it needs its whole extent.
 
 static void conv_rule(const Node *n, Rule *r) {
   const Shape *s = &n->shape;
   const Shape *x = n->op == OP_CONV2D_DX ? s : &n->in[0]->shape;
   const Shape *y = n->op == OP_CONV2D ? s : n->op == OP_CONV2D_DX ? &n->in[0]->shape
                                                                  : &n->in[1]->shape;
+  const Shape *f = n->op == OP_CONV2D_DW ? s : &n->in[1]->shape;
   int b = factor(r, n->op == OP_CONV2D_DW ? F_CONTRACT : F_PASS, x->d[0]);
   int h = factor(r, F_FULL, x->d[1]), w = factor(r, F_FULL, x->d[2]);
   int oh = factor(r, F_FULL, y->d[1]), ow = factor(r, F_FULL, y->d[2]);
   int kh = factor(r, F_FULL, n->win.kh), kw = factor(r, F_FULL, n->win.kw);
-  int ci = factor(r, n->op == OP_CONV2D ? F_CONTRACT : F_PASS, x->d[3]);
-  int co = factor(r, n->op == OP_CONV2D_DX ? F_CONTRACT : F_PASS, y->d[3]);
-  int8_t xf[4] = {b, h, w, ci}, ff[4] = {kh, kw, ci, co}, yf[4] = {b, oh, ow, co};
+  int ci, co;
+  if (n->win.groups > 1) {
+    ci = factor(r, F_FULL, f->d[2]);
+    co = factor(r, F_PASS, n->win.groups);
+    r->blocked[co] = true;
+  } else {
+    ci = factor(r, n->op == OP_CONV2D ? F_CONTRACT : F_PASS, x->d[3]);
+    co = factor(r, n->op == OP_CONV2D_DX ? F_CONTRACT : F_PASS, y->d[3]);
+  }
+  int8_t xf[4] = {b, h, w, n->win.groups > 1 ? co : ci}, ff[4] = {kh, kw, ci, co};
+  int8_t yf[4] = {b, oh, ow, co};
   const int8_t *in0 = n->op == OP_CONV2D_DX ? yf : xf;
   const int8_t *in1 = n->op == OP_CONV2D_DW ? yf : ff;
   const int8_t *out = n->op == OP_CONV2D ? yf : n->op == OP_CONV2D_DX ? xf : ff;
@@ -518,12 +533,14 @@ static void conv_grad(Graph *g, Node *n, const bool *need) {
   if (need[b->id]) accumulate(g, b, windowed(g, OP_CONV2D_DW, a, n->grad, b->shape, n));
 }
 
-// The window descriptor of a conv or pool op, from its local x and y.
+// The window descriptor of a conv or pool op, from its local x and y: a
+// split of the channels over an axis holds that share of the groups.
 static char *window_decl(const Node *n, const Node *x, const Node *y) {
   Shape xs = lshape(x), ys = lshape(y);
+  int64_t groups = n->win.groups > 1 ? n->win.groups * xs.d[3] / x->shape.d[3] : 0;
   // every member named: C++ (CUDA) warns about a designated one left out
-  char *dil = format(",\n                            .dil_h = %d, .dil_w = %d", n->win.dil_h,
-                     n->win.dil_w);
+  char *dil = format(",\n                            .dil_h = %d, .dil_w = %d, .groups = %lld",
+                     n->win.dil_h, n->win.dil_w, (long long)groups);
   return format("const kdrt_window w = {.B = (int)%s, .H = %lld, .W = %lld, .C = %lld, "
                 ".KH = %d, .KW = %d, .K = %lld,\n"
                 "                            .sh = %d, .sw = %d, .pad_t = %d, "

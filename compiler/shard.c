@@ -124,7 +124,7 @@ static bool propagate_op(Graph *g, Node *n, int stage) {
       int f = map[i][d];
       if (f < 0 || fa[f] < 0 || t[i]->place.axis[d] >= 0) continue;
       if (uses_axis(&t[i]->place, t[i]->shape.rank, fa[f])) continue;
-      if (t[i]->shape.d[d] % axis_size(g, fa[f])) continue;
+      if (t[i]->shape.d[d] % axis_size(g, fa[f]) || r.size[f] % axis_size(g, fa[f])) continue;
       t[i]->place.axis[d] = fa[f];
       changed = true;
     }
@@ -289,16 +289,19 @@ typedef struct {
   Place res;
 } Assign;
 
-// Every tensor of a factor must divide by its axis; drop those that don't.
+// Every tensor of a factor, and the factor itself (a blocked one's dims are
+// a multiple of it), must divide by its axis; drop those that don't.
 static void check_divisible(const Graph *g, const Rule *r, Node **t, const int8_t **map, int nt,
                             int *fa) {
-  for (int f = 0; f < r->nf; f++)
+  for (int f = 0; f < r->nf; f++) {
+    if (fa[f] >= 0 && r->size[f] % axis_size(g, fa[f])) fa[f] = -1;
     for (int i = 0; i < nt && fa[f] >= 0; i++)
       for (int d = 0; d < t[i]->shape.rank; d++)
         if (map[i][d] == f && t[i]->shape.d[d] % axis_size(g, fa[f])) {
           fa[f] = -1;
           break;
         }
+  }
 }
 
 static void derive(Part *p, Node *n, const Rule *r, const int8_t **map, Assign *as) {

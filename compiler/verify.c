@@ -73,7 +73,8 @@ void verify_graph(const Graph *g, const char *pass, bool placed) {
         const Shape *s = t ? &n->in[t - 1]->shape : &n->shape;
         const int8_t *map = t ? r.in[t - 1] : r.out;
         for (int d = 0; d < s->rank; d++)
-          if (map[d] >= 0 && s->d[d] != r.size[map[d]])
+          if (map[d] >= 0 && (r.blocked[map[d]] ? s->d[d] % r.size[map[d]]
+                                                : s->d[d] != r.size[map[d]]))
             bad(pass, n, "%s dim %d is %lld where its factor is %lld",
                 t ? format("operand %d", t - 1) : "the result", d, (long long)s->d[d],
                 (long long)r.size[map[d]]);

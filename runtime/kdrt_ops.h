@@ -48,13 +48,42 @@ typedef struct {
 // column 0. dil_h, dil_w (issue 11, conv2d only): the kernel's dilation
 // minus 1, oneDNN's convention, so that a zeroed field is no dilation:
 // kernel row kh reads input row oh * sh - pad_t + kh * (dil_h + 1).
+// groups (issue 15, conv2d only; 0 or 1: none): G groups, C = G * cg,
+// K = G * kg, the filter [KH, KW, cg, K] (Keras's grouped kernel), group j
+// convolving input channels [j * cg, (j + 1) * cg) into output channels
+// [j * kg, (j + 1) * kg).
 typedef struct {
   int B, H, W, C;
   int KH, KW, K;
   int sh, sw, pad_t, pad_l;
   int OH, OW;
   int dil_h, dil_w;
+  int groups;
 } kdrt_window;
+
+static inline int kdrt_groups(const kdrt_window *w) { return w->groups > 1 ? w->groups : 1; }
+
+// Is this conv a plain matmul over [B*H*W, C] (1x1, stride 1, no padding)?
+static inline int kdrt_conv_pointwise(const kdrt_window *w) {
+  return w->KH == 1 && w->KW == 1 && w->sh == 1 && w->sw == 1 && w->pad_t == 0 &&
+         w->pad_l == 0 && w->OH == w->H && w->OW == w->W;
+}
+
+// A conv as G products, one per group (a strided batch, both runtimes): the
+// im2col matrices [G][M, KC], M = B*OH*OW, KC = KH*KW*cg (for a pointwise
+// conv x itself, group j its columns j*cg..), and dy, y and the filter
+// [KC, K], group j their columns j*kg..
+typedef struct {
+  int64_t M, KC, kg, G;
+  int64_t ldcols, gcols; // cols: its row length, the step from one group to the next
+} kdrt_conv_mats;
+
+static inline kdrt_conv_mats kdrt_conv_dims(const kdrt_window *w) {
+  const int G = kdrt_groups(w), cg = w->C / G, pw = kdrt_conv_pointwise(w);
+  const int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * cg;
+  kdrt_conv_mats m = {M, KC, w->K / G, G, pw ? w->C : KC, pw ? cg : M * KC};
+  return m;
+}
 
 // K(name, (args)): a kernel on local buffers. KC(name, (args)): one that
 // needs the rank's context (randomness keyed by global indices, or

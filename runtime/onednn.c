@@ -10,10 +10,12 @@
 //
 // Memory formats are chosen once, when an entry is made: activations stay
 // in kdcc's channels-last layout (oneDNN's nhwc, so no reorder), and the
-// filter [KH, KW, C, K] (oneDNN's hwio) is handed over in whatever layout
-// the primitive prefers (format_tag_any): forward and backward-data reorder
-// the filter into the entry's own buffer before running (a few kilobytes),
-// backward-weights writes that layout and is reordered back into hwio.
+// filter [KH, KW, C, K] (oneDNN's hwio; with groups [KH, KW, cg, G * kg],
+// the 5-D hwigo: oneDNN convolves the groups itself, issue 15) is handed
+// over in whatever layout the primitive prefers (format_tag_any): forward
+// and backward-data reorder the filter into the entry's own buffer before
+// running (a few kilobytes), backward-weights writes that layout and is
+// reordered back into hwio (hwigo).
 //
 // Results never depend on the number of threads. Forward and backward-data
 // reduce over the filter window and channels only, inside one thread.
@@ -106,9 +108,17 @@ static void md_nhwc(dnnl_memory_desc_t *md, int n, int c, int h, int w) {
   dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, dnnl_nhwc);
 }
 
-static void md_filter(dnnl_memory_desc_t *md, const kdrt_window *w, dnnl_format_tag_t tag) {
-  dnnl_dims_t d = {w->K, w->C, w->KH, w->KW}; // oneDNN's logical order: OIHW
-  dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, tag);
+// The filter, oneDNN's logical order OIHW, or with G groups GOIHW; kdcc's
+// [KH, KW, cg, G * kg] is hwio, grouped hwigo. any: the primitive's choice.
+static void md_filter(dnnl_memory_desc_t *md, const kdrt_window *w, int any) {
+  int G = kdrt_groups(w);
+  if (G == 1) {
+    dnnl_dims_t d = {w->K, w->C, w->KH, w->KW};
+    dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, any ? dnnl_format_tag_any : dnnl_hwio);
+  } else {
+    dnnl_dims_t d = {G, w->K / G, w->C / G, w->KH, w->KW};
+    dnnl_memory_desc_init_by_tag(md, 5, d, dnnl_f32, any ? dnnl_format_tag_any : dnnl_hwigo);
+  }
 }
 
 // The end padding oneDNN wants so that OH = (H - KH + pad_t + pad_b) / sh + 1
@@ -123,7 +133,7 @@ static int conv_desc(dnnl_convolution_desc_t *cd, int kind, const kdrt_window *w
   dnnl_memory_desc_t src, dst, wts;
   md_nhwc(&src, mb, w->C, w->H, w->W);
   md_nhwc(&dst, mb, w->K, w->OH, w->OW);
-  md_filter(&wts, w, dnnl_format_tag_any);
+  md_filter(&wts, w, 1);
   dnnl_dims_t st = {w->sh, w->sw}, pl = {w->pad_t, w->pad_l}, dl = {w->dil_h, w->dil_w};
   // the padding at the end, from the dilated kernel's extent
   int ekh = (w->KH - 1) * (w->dil_h + 1) + 1, ekw = (w->KW - 1) * (w->dil_w + 1) + 1;
@@ -221,7 +231,7 @@ static int dw_chunks(const kdrt_window *w) {
 static int make_entry(entry *e) {
   const kdrt_window *w = &e->w;
   dnnl_memory_desc_t user;
-  md_filter(&user, w, dnnl_hwio);
+  md_filter(&user, w, 0);
   int dw = e->kind == KDRT_DNNL_CONV_DW;
   e->nch = dw ? dw_chunks(w) : 1;
   if (e->nch < 1) return 0;

@@ -459,11 +459,12 @@ Test(loss, accuracy) {
 typedef struct {
   int B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW;
   int dh, dw; // dilation minus 1 (kdrt_window's convention)
+  int G;      // groups (issue 15; 0: none)
 } conv_shape;
 
 static conv_shape conv_make(int B, int H, int W, int C, int KH, int KW, int K, int sh, int sw,
                             int same) {
-  conv_shape s = {B, H, W, C, KH, KW, K, sh, sw, 0, 0, 0, 0, 0, 0};
+  conv_shape s = {B, H, W, C, KH, KW, K, sh, sw, 0, 0, 0, 0, 0, 0, 0};
   if (same) {
     s.OH = (H + sh - 1) / sh;
     s.OW = (W + sw - 1) / sw;
@@ -479,19 +480,21 @@ static conv_shape conv_make(int B, int H, int W, int C, int KH, int KW, int K, i
 
 // The runtime's description of the same window op.
 static kdrt_window window_of(const conv_shape *s) {
-  kdrt_window w = {s->B, s->H,  s->W,  s->C,  s->KH, s->KW, s->K,
-                   s->sh, s->sw, s->pt, s->pl, s->OH, s->OW, s->dh, s->dw};
+  kdrt_window w = {s->B,  s->H,  s->W,  s->C,  s->KH, s->KW, s->K,  s->sh,
+                   s->sw, s->pt, s->pl, s->OH, s->OW, s->dh, s->dw, s->G};
   return w;
 }
 
 static size_t xs(const conv_shape *s) { return (size_t)s->B * s->H * s->W * s->C; }
-static size_t fs(const conv_shape *s) { return (size_t)s->KH * s->KW * s->C * s->K; }
+static int gs(const conv_shape *s) { return s->G > 1 ? s->G : 1; }
+static size_t fs(const conv_shape *s) { return (size_t)s->KH * s->KW * s->C / gs(s) * s->K; }
 static size_t ys(const conv_shape *s) { return (size_t)s->B * s->OH * s->OW * s->K; }
 static size_t ss(const conv_shape *s) {
   return (size_t)s->B * s->OH * s->OW * s->KH * s->KW * s->C;
 }
 
-// Direct convolution and its two gradients, in double.
+// Direct convolution and its two gradients, in double; group j maps input
+// channels [j * cg, ..) to output channels [j * kg, ..) by f [KH, KW, cg, K].
 static void conv_naive(const conv_shape *s, const float *x, const float *f, const float *dy,
                        double *y, double *dx, double *dw) {
   memset(y, 0, ys(s) * sizeof *y);
@@ -506,10 +509,10 @@ static void conv_naive(const conv_shape *s, const float *x, const float *f, cons
             int iw = ow * s->sw - s->pl + kw * (s->dw + 1);
             if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W)
               continue;
-            for (int c = 0; c < s->C; c++)
-              for (int k = 0; k < s->K; k++) {
+            for (int c = 0, cg = s->C / gs(s), kg = s->K / gs(s); c < s->C; c++)
+              for (int k = c / cg * kg; k < (c / cg + 1) * kg; k++) {
                 size_t xi = (((size_t)b * s->H + ih) * s->W + iw) * s->C + c;
-                size_t fi = (((size_t)kh * s->KW + kw) * s->C + c) * s->K + k;
+                size_t fi = (((size_t)kh * s->KW + kw) * cg + c % cg) * s->K + k;
                 size_t yi = (((size_t)b * s->OH + oh) * s->OW + ow) * s->K + k;
                 y[yi] += (double)x[xi] * f[fi];
                 dx[xi] += (double)dy[yi] * f[fi];
@@ -523,7 +526,7 @@ static void conv_naive(const conv_shape *s, const float *x, const float *f, cons
 static conv_shape conv_dilated(int B, int H, int W, int C, int KH, int KW, int K, int dh, int dw,
                                int same) {
   int eh = (KH - 1) * dh + 1, ew = (KW - 1) * dw + 1;
-  conv_shape s = {B, H, W, C, KH, KW, K, 1, 1, 0, 0, H - eh + 1, W - ew + 1, dh - 1, dw - 1};
+  conv_shape s = {B, H, W, C, KH, KW, K, 1, 1, 0, 0, H - eh + 1, W - ew + 1, dh - 1, dw - 1, 0};
   if (same) s.OH = H, s.OW = W, s.pt = (eh - 1) / 2, s.pl = (ew - 1) / 2;
   return s;
 }
@@ -586,6 +589,28 @@ Test(conv2d, matches_naive_valid_same_strides) {
   }
 }
 
+// issue 15: grouped and depthwise convolutions, one window for all groups.
+Test(conv2d, grouped_matches_naive) {
+  // B H W C KH KW K sh sw same G
+  static const int cases[][11] = {
+      {2, 7, 5, 4, 3, 3, 6, 1, 1, 1, 2},  {2, 7, 6, 6, 3, 2, 9, 2, 2, 0, 3},
+      {2, 8, 8, 5, 3, 3, 5, 1, 1, 1, 5},  {2, 8, 7, 4, 3, 3, 8, 2, 2, 1, 4}, // depthwise, x2
+      {3, 6, 6, 6, 1, 1, 4, 1, 1, 0, 2},  {1, 5, 5, 3, 1, 1, 6, 1, 1, 0, 3}, // pointwise
+      {2, 9, 9, 16, 5, 5, 16, 2, 1, 1, 16},
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    const int *a = cases[t];
+    conv_shape s = conv_make(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9]);
+    s.G = a[10];
+    char what[32];
+    snprintf(what, sizeof what, "grouped case %zu", t);
+    conv_check(&s, what);
+  }
+  conv_shape s = conv_dilated(2, 9, 8, 4, 3, 3, 4, 2, 2, 1); // dilated depthwise
+  s.G = 4;
+  conv_check(&s, "dilated depthwise");
+}
+
 typedef struct {
   conv_shape s;
   float *x, *f, *y, *w, *scratch;
@@ -600,24 +625,26 @@ static double conv_scalar(void *p) {
 }
 
 Test(conv2d, gradients_match_finite_differences) {
-  for (int same = 0; same <= 1; same++)
-    for (int st = 1; st <= 2; st++) {
-      conv_ctx c;
-      c.s = conv_make(2, 5, 6, 2, 3, 3, 3, st, st, same);
-      const conv_shape *s = &c.s;
-      c.x = rand_buf(xs(s), -1, 1), c.f = rand_buf(fs(s), -1, 1);
-      c.y = malloc(ys(s) * sizeof(float)), c.w = rand_buf(ys(s), -1, 1);
-      c.scratch = malloc(ss(s) * sizeof(float));
-      float *dx = malloc(xs(s) * sizeof(float)), *dw = malloc(fs(s) * sizeof(float));
-      const kdrt_window cw = window_of(s);
-      kdrt_conv2d_dx(&cw, dx, c.w, c.f, c.scratch);
-      kdrt_conv2d_dw(&cw, dw, c.x, c.w, c.scratch);
-      double ex = fd_error(c.x, xs(s), dx, conv_scalar, &c);
-      double ew = fd_error(c.f, fs(s), dw, conv_scalar, &c);
-      cr_expect(ex < FD_TOL && ew < FD_TOL, "same=%d stride=%d: dx err %g, dw err %g", same, st,
-                ex, ew);
-      free(c.x), free(c.f), free(c.y), free(c.w), free(c.scratch), free(dx), free(dw);
-    }
+  for (int G = 1; G <= 2; G++) // issue 15: and two groups
+    for (int same = 0; same <= 1; same++)
+      for (int st = 1; st <= 2; st++) {
+        conv_ctx c;
+        c.s = conv_make(2, 5, 6, 2, 3, 3, 2 * G, st, st, same);
+        c.s.G = G;
+        const conv_shape *s = &c.s;
+        c.x = rand_buf(xs(s), -1, 1), c.f = rand_buf(fs(s), -1, 1);
+        c.y = malloc(ys(s) * sizeof(float)), c.w = rand_buf(ys(s), -1, 1);
+        c.scratch = malloc(ss(s) * sizeof(float));
+        float *dx = malloc(xs(s) * sizeof(float)), *dw = malloc(fs(s) * sizeof(float));
+        const kdrt_window cw = window_of(s);
+        kdrt_conv2d_dx(&cw, dx, c.w, c.f, c.scratch);
+        kdrt_conv2d_dw(&cw, dw, c.x, c.w, c.scratch);
+        double ex = fd_error(c.x, xs(s), dx, conv_scalar, &c);
+        double ew = fd_error(c.f, fs(s), dw, conv_scalar, &c);
+        cr_expect(ex < FD_TOL && ew < FD_TOL, "G=%d same=%d stride=%d: dx err %g, dw err %g", G,
+                  same, st, ex, ew);
+        free(c.x), free(c.f), free(c.y), free(c.w), free(c.scratch), free(dx), free(dw);
+      }
 }
 
 // ---------------------------------------------------------------- maxpool
@@ -718,7 +745,7 @@ Test(maxpool, ties_go_to_first_and_many_channels) {
     dy[c] = (float)c;
     x[3 * C + c] = c % 2 ? 3.0f : 4.0f; // even channels: the last pixel wins
   }
-  const kdrt_window pw = {1, 2, 2, C, 2, 2, C, 2, 2, 0, 0, 1, 1, 0, 0};
+  const kdrt_window pw = {1, 2, 2, C, 2, 2, C, 2, 2, 0, 0, 1, 1, 0, 0, 0};
   kdrt_maxpool(&pw, y, x);
   kdrt_maxpool_grad(&pw, dx, dy, x);
   for (int c = 0; c < C; c++) {

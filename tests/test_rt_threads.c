@@ -320,8 +320,8 @@ Test(threads, matmul_blocks) {
 
 Test(threads, conv_and_pool) {
   // the CNN's second conv and pool, on a batch of 32
-  const kdrt_window cw = {32, 13, 13, 8, 3, 3, 16, 1, 1, 1, 1, 13, 13, 0, 0};
-  const kdrt_window pw = {32, 26, 26, 8, 2, 2, 8, 2, 2, 0, 0, 13, 13, 0, 0};
+  const kdrt_window cw = {32, 13, 13, 8, 3, 3, 16, 1, 1, 1, 1, 13, 13, 0, 0, 0};
+  const kdrt_window pw = {32, 26, 26, 8, 2, 2, 8, 2, 2, 0, 0, 13, 13, 0, 0, 0};
   const size_t nx = 32 * 13 * 13 * 8, ny = 32 * 13 * 13 * 16, nf = 3 * 3 * 8 * 16;
   float *x = rand_buf(nx, -1, 1), *f = rand_buf(nf, -1, 1), *dy = rand_buf(ny, -1, 1);
   float *y = malloc(ny * sizeof(float)), *dx = malloc(nx * sizeof(float));
@@ -336,6 +336,27 @@ Test(threads, conv_and_pool) {
   SAME_ON_1_AND_3("maxpool_grad", pdx, px, kdrt_maxpool_grad(&pw, pdx, pdy, pin));
   free(x), free(f), free(dy), free(y), free(dx), free(dw), free(scratch);
   free(pin), free(pout), free(pdy), free(pdx);
+}
+
+// issue 15: a depthwise conv (MobileNet's, depth multiplier 2) and one of
+// 4 groups, strided, as one window each
+Test(threads, grouped_conv) {
+  const kdrt_window ws[] = {{32, 14, 14, 24, 3, 3, 48, 1, 1, 1, 1, 14, 14, 0, 0, 24},
+                            {32, 14, 14, 24, 3, 3, 16, 2, 2, 1, 1, 7, 7, 0, 0, 4}};
+  for (int i = 0; i < 2; i++) {
+    const kdrt_window *cw = &ws[i];
+    const size_t nx = (size_t)cw->B * cw->H * cw->W * cw->C;
+    const size_t ny = (size_t)cw->B * cw->OH * cw->OW * cw->K;
+    const size_t nf = (size_t)cw->KH * cw->KW * cw->C / cw->groups * cw->K;
+    float *x = rand_buf(nx, -1, 1), *f = rand_buf(nf, -1, 1), *dy = rand_buf(ny, -1, 1);
+    float *y = malloc(ny * sizeof(float)), *dx = malloc(nx * sizeof(float));
+    float *dw = malloc(nf * sizeof(float));
+    float *scratch = malloc((size_t)cw->B * cw->OH * cw->OW * 9 * cw->C * sizeof(float));
+    SAME_ON_1_AND_3("grouped conv2d", y, ny, kdrt_conv2d(cw, y, x, f, scratch));
+    SAME_ON_1_AND_3("grouped conv2d_dx", dx, nx, kdrt_conv2d_dx(cw, dx, dy, f, scratch));
+    SAME_ON_1_AND_3("grouped conv2d_dw", dw, nf, kdrt_conv2d_dw(cw, dw, x, dy, scratch));
+    free(x), free(f), free(dy), free(y), free(dx), free(dw), free(scratch);
+  }
 }
 
 Test(threads, optimizers) {

@@ -334,3 +334,29 @@ Test(report, names_the_optimizer) {
   cr_assert_not_null(strstr(text, "[update] %35 add global_norm is a partial sum over 'model'"),
                      "%s", text);
 }
+
+// issue 15: a grouped conv is one op whose groups split over an axis that
+// divides their count, each device convolving its own with no collective
+// (the depthwise convs' 8 and 16 over model=2 or 4, the grouped conv's 2 over
+// model=2), and whose channels are gathered where the axis does not (the
+// grouped conv's 2 over model=4).
+Test(shard, grouped_conv_splits_on_group_boundaries) {
+  const char *meshes[] = {"data=4,model=2", "data=2,model=4"};
+  for (int t = 0; t < 2; t++) {
+    Graph *g = compile("tests/gradcheck/grouped.json", "tests/good/grouped.dist.json", meshes[t], 16);
+    int model = axis_of(g, "model"), convs = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+      Node *n = g->nodes[i];
+      if (n->op != OP_CONV2D || n->win.groups < 2) continue;
+      convs++;
+      bool split = n->win.groups % g->dist->mesh.shape[model] == 0;
+      cr_expect_eq(n->place.axis[3], split ? model : -1, "%s: groups=%d: y's channels", meshes[t],
+                   n->win.groups);
+      cr_expect_eq(n->in[1]->place.axis[3], split ? model : -1, "%s: groups=%d: the filter's",
+                   meshes[t], n->win.groups);
+      cr_expect(!split || n->in[1]->op != OP_ALLGATHER, "%s: groups=%d: filter gathered",
+                meshes[t], n->win.groups);
+    }
+    cr_expect_eq(convs, 3, "%s: one conv per grouped layer", meshes[t]);
+  }
+}

@@ -2,6 +2,9 @@
 // [B*OH*OW, KH*KW*C] matrix in the caller's scratch (im2col), then one GEMM
 // with the [KH*KW*C, K] filter; the input gradient is one GEMM into the
 // scratch, then col2im. A 1x1, stride 1, unpadded conv uses x directly.
+// With G groups (issue 15) the scratch holds one [B*OH*OW, KH*KW*cg] matrix
+// per group, one after the other, and each product is one strided batch of
+// G GEMMs, group j's columns of the filter, dy and y starting at j * kg.
 //
 // col2im is a gather (one thread per input element adds the entries that
 // came from it) rather than a scatter, so it needs no atomics and adds in
@@ -11,33 +14,32 @@
 typedef struct {
   int B, H, W, C, KH, KW, sh, sw, pad_t, pad_l, OH, OW;
   int dh, dw; // the kernel's dilation (1: none)
+  int G, cg;  // groups (1: none), the input channels of one
 } conv_geom;
 
-static int pointwise(const conv_geom &g) {
-  return g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.pad_t == 0 && g.pad_l == 0 &&
-         g.OH == g.H && g.OW == g.W;
-}
-
+// cols [G][B*OH*OW, KH*KW*cg]: entry e is group j's row m, column (kh, kw, c).
 __global__ static void im2col_kernel(float *cols, const float *x, conv_geom g) {
-  size_t kc = (size_t)g.KH * g.KW * g.C;
-  size_t n = (size_t)g.B * g.OH * g.OW * kc;
+  size_t kc = (size_t)g.KH * g.KW * g.cg, M = (size_t)g.B * g.OH * g.OW;
+  size_t n = (size_t)g.G * M * kc;
   KDRT_FOR(e, n) {
-    size_t m = e / kc, k = e % kc;
-    int c = (int)(k % g.C), kw = (int)(k / g.C % g.KW), kh = (int)(k / ((size_t)g.C * g.KW));
+    size_t j = e / (M * kc), m = e / kc % M, k = e % kc;
+    int c = (int)(k % g.cg), kw = (int)(k / g.cg % g.KW), kh = (int)(k / ((size_t)g.cg * g.KW));
     int ow = (int)(m % g.OW), oh = (int)(m / g.OW % g.OH), b = (int)(m / ((size_t)g.OW * g.OH));
     int ih = oh * g.sh - g.pad_t + kh * g.dh, iw = ow * g.sw - g.pad_l + kw * g.dw;
     cols[e] = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W
-                  ? x[(((size_t)b * g.H + ih) * g.W + iw) * g.C + c]
+                  ? x[(((size_t)b * g.H + ih) * g.W + iw) * g.C + j * g.cg + c]
                   : 0.0f;
   }
 }
 
 __global__ static void col2im_kernel(float *dx, const float *cols, conv_geom g) {
-  size_t kc = (size_t)g.KH * g.KW * g.C;
+  size_t kc = (size_t)g.KH * g.KW * g.cg, M = (size_t)g.B * g.OH * g.OW;
   size_t n = (size_t)g.B * g.H * g.W * g.C;
   KDRT_FOR(e, n) {
     int c = (int)(e % g.C), iw = (int)(e / g.C % g.W), ih = (int)(e / ((size_t)g.C * g.W) % g.H);
     int b = (int)(e / ((size_t)g.C * g.W * g.H));
+    const float *gc = cols + (size_t)(c / g.cg) * M * kc; // its group's matrix
+    c %= g.cg;
     float s = 0.0f;
     for (int kh = g.KH - 1; kh >= 0; kh--) {
       int t = ih + g.pad_t - kh * g.dh;
@@ -50,7 +52,7 @@ __global__ static void col2im_kernel(float *dx, const float *cols, conv_geom g) 
         int ow = u / g.sw;
         if (ow >= g.OW) continue;
         size_t m = ((size_t)b * g.OH + oh) * g.OW + ow;
-        s += cols[m * kc + ((size_t)kh * g.KW + kw) * g.C + c];
+        s += gc[m * kc + ((size_t)kh * g.KW + kw) * g.cg + c];
       }
     }
     dx[e] = s;
@@ -58,8 +60,9 @@ __global__ static void col2im_kernel(float *dx, const float *cols, conv_geom g) 
 }
 
 static conv_geom geom(const kdrt_window *w) {
-  conv_geom g = {w->B,  w->H,  w->W,     w->C,     w->KH, w->KW,          w->sh,
-                 w->sw, w->pad_t, w->pad_l, w->OH, w->OW, w->dil_h + 1, w->dil_w + 1};
+  int G = kdrt_groups(w);
+  conv_geom g = {w->B,     w->H,     w->W,  w->C,  w->KH,         w->KW,         w->sh, w->sw,
+                 w->pad_t, w->pad_l, w->OH, w->OW, w->dil_h + 1, w->dil_w + 1, G,     w->C / G};
   return g;
 }
 
@@ -70,36 +73,31 @@ static void im2col(kdrt_cuda *d, float *cols, const float *x, const conv_geom &g
   KDRT_LAUNCHED(d, "im2col_kernel");
 }
 
-// One product c[M, N] = op(a) @ op(b), alpha 1, beta 0.
-static void gemm(kdrt_cuda *d, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *a,
-                 int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
-  kdrt_gemm g = {ta, tb, 1, M, N, K, lda, ldb, ldc, 0, 0, 0};
-  kdrt_cuda_matmul(d, &g, 1.0f, a, b, 0.0f, c);
-}
-
 extern "C" void kdrt_cuda_conv2d(kdrt_cuda *d, const kdrt_window *w, float *y, const float *x,
                                  const float *f, float *scratch) {
   conv_geom g = geom(w);
-  int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C, K = w->K;
+  kdrt_conv_mats m = kdrt_conv_dims(w);
   const float *cols = x;
-  if (!pointwise(g)) {
+  if (!kdrt_conv_pointwise(w)) {
     im2col(d, scratch, x, g);
     cols = scratch;
   }
-  gemm(d, KDRT_NOTRANS, KDRT_NOTRANS, M, K, KC, cols, KC, f, K, y, K); // y[M,K] = cols @ f
+  // y_j = cols_j @ f_j
+  kdrt_gemm p = {KDRT_NOTRANS, KDRT_NOTRANS, m.G, m.M, m.kg, m.KC, m.ldcols, w->K, w->K,
+                 m.gcols, m.kg, m.kg};
+  kdrt_cuda_matmul(d, &p, 1.0f, cols, f, 0.0f, y);
 }
 
 extern "C" void kdrt_cuda_conv2d_dx(kdrt_cuda *d, const kdrt_window *w, float *dx,
                                     const float *dy, const float *f, float *scratch) {
   conv_geom g = geom(w);
-  int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C, K = w->K;
-  if (pointwise(g)) { // dx[M,C] = dy[M,K] @ f[C,K]^T
-    gemm(d, KDRT_NOTRANS, KDRT_TRANS, M, KC, K, dy, K, f, K, dx, KC);
-    return;
-  }
-  gemm(d, KDRT_NOTRANS, KDRT_TRANS, M, KC, K, dy, K, f, K, scratch, KC); // dcols = dy @ f^T
+  kdrt_conv_mats m = kdrt_conv_dims(w);
+  // dcols_j = dy_j @ f_j^T: dx itself for a pointwise conv, else scratch gathered back
+  kdrt_gemm p = {KDRT_NOTRANS, KDRT_TRANS, m.G, m.M, m.KC, m.kg, w->K, w->K, m.ldcols,
+                 m.kg, m.kg, m.gcols};
+  kdrt_cuda_matmul(d, &p, 1.0f, dy, f, 0.0f, kdrt_conv_pointwise(w) ? dx : scratch);
   size_t n = (size_t)w->B * w->H * w->W * w->C;
-  if (!n) return;
+  if (kdrt_conv_pointwise(w) || !n) return;
   col2im_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(dx, scratch, g);
   KDRT_LAUNCHED(d, "col2im_kernel");
 }
@@ -107,11 +105,14 @@ extern "C" void kdrt_cuda_conv2d_dx(kdrt_cuda *d, const kdrt_window *w, float *d
 extern "C" void kdrt_cuda_conv2d_dw(kdrt_cuda *d, const kdrt_window *w, float *dw,
                                     const float *x, const float *dy, float *scratch) {
   conv_geom g = geom(w);
-  int64_t M = (int64_t)w->B * w->OH * w->OW, KC = (int64_t)w->KH * w->KW * w->C, K = w->K;
+  kdrt_conv_mats m = kdrt_conv_dims(w);
   const float *cols = x;
-  if (!pointwise(g)) {
+  if (!kdrt_conv_pointwise(w)) {
     im2col(d, scratch, x, g);
     cols = scratch;
   }
-  gemm(d, KDRT_TRANS, KDRT_NOTRANS, KC, K, M, cols, KC, dy, K, dw, K); // dw[KC,K] = cols^T @ dy
+  // dw_j = cols_j^T @ dy_j
+  kdrt_gemm p = {KDRT_TRANS, KDRT_NOTRANS, m.G, m.KC, m.kg, m.M, m.ldcols, w->K, w->K,
+                 m.gcols, m.kg, m.kg};
+  kdrt_cuda_matmul(d, &p, 1.0f, cols, dy, 0.0f, dw);
 }

@@ -349,18 +349,22 @@ static void check_matmul(void) {
 }
 
 static void check_conv(void) {
-  // B, H, W, C, KH, KW, K, sh, sw, pad_t, pad_l, OH, OW
-  static const int cfg[][13] = {
-    {2, 9, 7, 3, 3, 3, 5, 1, 1, 1, 1, 9, 7},  // same, stride 1
-    {3, 11, 10, 2, 3, 2, 4, 2, 2, 0, 0, 5, 5}, // valid, stride 2
-    {2, 6, 6, 4, 1, 1, 3, 1, 1, 0, 0, 6, 6},   // pointwise
-    {1, 8, 8, 2, 5, 5, 2, 2, 2, 1, 1, 4, 4},   // same, stride 2
+  // B, H, W, C, KH, KW, K, sh, sw, pad_t, pad_l, OH, OW, groups
+  static const int cfg[][14] = {
+    {2, 9, 7, 3, 3, 3, 5, 1, 1, 1, 1, 9, 7, 0},   // same, stride 1
+    {3, 11, 10, 2, 3, 2, 4, 2, 2, 0, 0, 5, 5, 0}, // valid, stride 2
+    {2, 6, 6, 4, 1, 1, 3, 1, 1, 0, 0, 6, 6, 0},   // pointwise
+    {1, 8, 8, 2, 5, 5, 2, 2, 2, 1, 1, 4, 4, 0},   // same, stride 2
+    {2, 9, 7, 6, 3, 3, 9, 1, 1, 1, 1, 9, 7, 3},   // issue 15: 3 groups
+    {2, 8, 8, 8, 3, 3, 16, 2, 2, 1, 1, 4, 4, 8},  // depthwise, multiplier 2, stride 2
+    {2, 6, 6, 6, 1, 1, 4, 1, 1, 0, 0, 6, 6, 2},   // grouped pointwise
   };
   for (size_t t = 0; t < sizeof cfg / sizeof cfg[0]; t++) {
     const int *g = cfg[t];
     int B = g[0], H = g[1], W = g[2], C = g[3], KH = g[4], KW = g[5], K = g[6], sh = g[7],
-        sw = g[8], pt = g[9], pl = g[10], OH = g[11], OW = g[12];
-    size_t nx = (size_t)B * H * W * C, nf = (size_t)KH * KW * C * K, ny = (size_t)B * OH * OW * K;
+        sw = g[8], pt = g[9], pl = g[10], OH = g[11], OW = g[12], G = g[13] ? g[13] : 1;
+    size_t nx = (size_t)B * H * W * C, nf = (size_t)KH * KW * C / G * K;
+    size_t ny = (size_t)B * OH * OW * K;
     size_t ns = (size_t)B * OH * OW * KH * KW * C;
     float *hx = hrand(nx, -1, 1), *hf = hrand(nf, -1, 1), *hdy = hrand(ny, -1, 1);
     float *hy = hzero(ny), *hdx = hzero(nx), *hdw = hzero(nf), *hs = hzero(ns);
@@ -368,9 +372,10 @@ static void check_conv(void) {
     float *y = kdrt_cuda_alloc(ny), *dx = kdrt_cuda_alloc(nx), *dw = kdrt_cuda_alloc(nf),
           *s = kdrt_cuda_alloc(ns);
     char name[96];
-    snprintf(name, sizeof name, "[%d,%d,%d,%d] k%dx%d s%d p%d,%d", B, H, W, C, KH, KW, sh, pt, pl);
+    snprintf(name, sizeof name, "[%d,%d,%d,%d] k%dx%d s%d p%d,%d g%d", B, H, W, C, KH, KW, sh, pt,
+             pl, G);
     char full[128];
-    const kdrt_window w = {B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, 0, 0};
+    const kdrt_window w = {B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, 0, 0, g[13]};
     kdrt_conv2d(&w, hy, hx, hf, hs);
     kdrt_cuda_conv2d(D, &w, y, x, f, s);
     snprintf(full, sizeof full, "conv2d %s", name);
@@ -406,7 +411,7 @@ static void check_pool(void) {
     for (size_t i = 0; i < nx; i += 7) hx[i] = 0.25f; // ties: the first maximum must win
     float *x = dev(hx, nx), *dy = dev(hdy, ny), *y = kdrt_cuda_alloc(ny), *dx = kdrt_cuda_alloc(nx);
     char name[96];
-    const kdrt_window w = {B, H, W, C, PH, PW, C, sh, sw, pt, pl, OH, OW, 0, 0};
+    const kdrt_window w = {B, H, W, C, PH, PW, C, sh, sw, pt, pl, OH, OW, 0, 0, 0};
     kdrt_maxpool(&w, hy, hx);
     kdrt_cuda_maxpool(D, &w, y, x);
     snprintf(name, sizeof name, "maxpool [%d,%d,%d,%d] %dx%d s%d p%d", B, H, W, C, PH, PW, sh, pt);

@@ -39,3 +39,13 @@ guarded=$(grep -B1 "kdrt_bn_stats(" <<<"$fwd" | grep -c "if (step == TRAIN_STEP 
 [ "$n" = 4 ] && [ "$guarded" = 4 ] ||
   { echo "FAIL batchnorm: $guarded of $n forward bn_stats calls are training-only (want 4 of 4)"; exit 1; }
 echo "emit_c: batchnorm: compiles with -Wall -Wextra -Werror -pedantic; its 4 statistics passes run in training only"
+# issue 15: grouped and depthwise convs, one window each with its local share of the groups
+for mesh in data=4,model=2 data=2,model=4; do
+  ./kdcc tests/gradcheck/grouped.json --distribution tests/good/grouped.dist.json --mesh $mesh \
+    --batch-size 16 -w -S $out/a
+  ./kdcc tests/gradcheck/grouped.json --distribution tests/good/grouped.dist.json --mesh $mesh \
+    --batch-size 16 -w -S $out/b
+  cmp -s $out/a/program.c $out/b/program.c || { echo "FAIL grouped $mesh: output differs"; exit 1; }
+  mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/a/program.c
+  echo "emit_c: grouped $mesh: deterministic, compiles with -Wall -Wextra -Werror -pedantic"
+done

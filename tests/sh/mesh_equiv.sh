@@ -100,8 +100,10 @@ check ../tests/gradcheck/constrained ../tests/good/constrained.dist.json 16 data
 check ../tests/gradcheck/conv1d ../tests/good/conv1d.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: dilated Conv2D and Conv1D (dilation_rate), channels split
 check ../tests/gradcheck/dilated ../tests/good/dilated.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
-# issue 11: Conv2D groups and DepthwiseConv2D (slices of the channels, convolved, concatenated)
-check ../tests/gradcheck/grouped ../tests/good/grouped.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 11: Conv2D groups and DepthwiseConv2D; issue 15: each one conv over its groups, the
+# channels split over 'model' where the axis divides the groups (the depthwise convs' 8, the
+# grouped conv's 2 over model=2), gathered where it does not (the grouped conv over model=4, 8)
+check ../tests/gradcheck/grouped ../tests/good/grouped.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1 data=1,model=8
 # issue 11: Conv2DTranspose (the conv's input gradient as a layer), filters and input channels split
 check ../tests/gradcheck/transpose ../tests/good/transpose.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
 # issue 11: the losses (huber, log_cosh, kl_divergence, poisson, cosine_similarity, mape, msle;
