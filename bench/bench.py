@@ -153,7 +153,7 @@ def kdcc_bench(exe, name, threads, synthetic=False):
     # On a loaded machine t3 - t1 can come out near 0 (or below): bound the
     # estimate below by a tenth of the 1-epoch run, and k by 100 epochs.
     per_epoch = max((t3 - t1) / 2, t1 / 10, 1e-4)
-    k = min(100, max(2, int(round(args.seconds / per_epoch))))
+    k = min(100, max(4, int(round(args.seconds / per_epoch))))  # at least 40 steps timed
     t2 = best(1 + k)
     sps = NBATCH * k / (t2 - t1)
     log("kdcc%s %-9s threads=%d  %8.2f steps/s  (%d vs 1 epochs of %d steps: %.3fs vs %.3fs)" %
