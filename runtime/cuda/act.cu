@@ -8,13 +8,7 @@
 
 __global__ static void act_kernel(int act, float *out, const float *in, size_t n) {
   KDRT_FOR(i, n) {
-    float v = in[i], r = v;
-    switch (act) {
-#define KDRT_X(name, kname, from_x, f, df) case KDRT_ACT_##name: r = f; break;
-      KDRT_ACT_LIST(KDRT_X)
-#undef KDRT_X
-    }
-    out[i] = r;
+    out[i] = kdrt_act1(act, in[i]);
   }
 }
 

@@ -1,26 +1,19 @@
 // bias.cu: the bias add with its activation epilogue (kdrt_bias_act) and
 // the bias gradient (a column sum, kdrt_bias_grad).
 //
-// bias_act expands kdrt_defs.h's KDRT_ACT_LIST as ../ops.c does, so both
-// backends compute the same expressions. bias_grad sums each column in a
-// fixed order: 32 columns a block, each of the block's 32 row lanes sums
-// rows lane, lane+32, ... in order, then the 32 partial sums are added in
-// lane order: deterministic from run to run (not bit-identical to the
-// CPU's one running sum).
+// bias_act applies kdrt_act1 (common.cuh: KDRT_ACT_LIST, expanded as
+// ../ops.c expands it), so both backends compute the same expressions.
+// bias_grad sums each column in a fixed order: 32 columns a block, each of
+// the block's 32 row lanes sums rows lane, lane+32, ... in order, then the
+// 32 partial sums are added in lane order: deterministic from run to run
+// (not bit-identical to the CPU's one running sum).
 #include "common.cuh"
 
 __global__ static void bias_act_kernel(int act, float *out, const float *in, const float *bias,
                                        int64_t rows, int64_t cols) {
   size_t n = (size_t)rows * (size_t)cols;
   KDRT_FOR(e, n) {
-    float v = in[e] + bias[e % (size_t)cols];
-    float r = v;
-    switch (act) {
-#define KDRT_X(name, kname, from_x, f, df) case KDRT_ACT_##name: r = f; break;
-      KDRT_ACT_LIST(KDRT_X)
-#undef KDRT_X
-    }
-    out[e] = r;
+    out[e] = kdrt_act1(act, in[e] + bias[e % (size_t)cols]);
   }
 }
 

@@ -88,6 +88,19 @@ static inline unsigned kdrt_row_threads(int64_t cols) {
   return t;
 }
 
+// ---------------------------------------------------------------- activations
+// act(v), kdrt_defs.h's KDRT_ACT_LIST expanded as the CPU kernels expand it
+// (an unknown act leaves v: the launchers check it first).
+__device__ inline float kdrt_act1(int act, float v) {
+  float r = v;
+  switch (act) {
+#define KDRT_X(name, kname, from_x, f, df) case KDRT_ACT_##name: r = f; break;
+    KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+  }
+  return r;
+}
+
 // ---------------------------------------------------------------- reductions
 // Over the whole block (blockDim.x a power of two <= 1024, a multiple of
 // 32); every thread gets the result. shm: blockDim.x / 32 slots.

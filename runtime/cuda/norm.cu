@@ -138,14 +138,7 @@ __global__ static void batch_norm_kernel(int act, float *y, const float *x, cons
   KDRT_FOR(e, n) {
     size_t j = e % (size_t)cols;
     float inv = 1.0f / sqrtf(var[j] + eps) * g[j];
-    float v = x[e] * inv + (-m[j] * inv + b[j]);
-    float r = v;
-    switch (act) {
-#define KDRT_X(name, kname, from_x, f, df) case KDRT_ACT_##name: r = f; break;
-      KDRT_ACT_LIST(KDRT_X)
-#undef KDRT_X
-    }
-    y[e] = r;
+    y[e] = kdrt_act1(act, x[e] * inv + (-m[j] * inv + b[j]));
   }
 }
 
