@@ -30,9 +30,10 @@ static const char *const axes24[2] = {"data", "model"};
 // kernel [784, 200] split over 'model' on dim 1, 2 slots; bias [10]
 // replicated, 2 slots; a scalar with no slots.
 static const kdrt_var vars3[3] = {
-    {"seq/d1/kernel", "d1", "Dense", 0, {2, {784, 200}, {-1, 1}}, 0, 39200, 2, 0, 39200},
-    {"seq/d1/bias", "d1", "Dense", 1, {1, {10}, {-1}}, 117600, 16, 2, 39200, 10},
-    {"seq/s/scale", "s", "Scale", 0, {0, {0}, {0}}, 117648, 16, 0, 39210, 1},
+    {"seq/d1/kernel", "d1", "Dense", 0, {2, {784, 200}, {-1, 1}}, 0, 39200, 2, 0, 39200, NULL,
+     NULL},
+    {"seq/d1/bias", "d1", "Dense", 1, {1, {10}, {-1}}, 117600, 16, 2, 39200, 10, NULL, NULL},
+    {"seq/s/scale", "s", "Scale", 0, {0, {0}, {0}}, 117648, 16, 0, 39210, 1, NULL, NULL},
 };
 
 static kdrt_program prog3(void) {
@@ -188,7 +189,7 @@ Test(header, round_trip) {
 
 Test(header, names_with_spaces) {
   static const kdrt_var v[1] = {
-      {"my model/d 1/kernel%", "d 1", "Dense", 0, {1, {8}, {-1}}, 0, 8, 0, 0, 8}};
+      {"my model/d 1/kernel%", "d 1", "Dense", 0, {1, {8}, {-1}}, 0, 8, 0, 0, 8, NULL, NULL}};
   kdrt_program p = prog3();
   p.model_name = "my model";
   p.vars = v;

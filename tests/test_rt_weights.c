@@ -43,12 +43,12 @@ Test(weights, snake_case_as_keras) {
 static const int mesh_shape[] = {2, 2};
 static const char *const mesh_axes[] = {"data", "model"};
 static const kdrt_var vars[] = {
-  {"d1/kernel", "d1", "Dense", 0, {2, {4, 6}, {-1, 1}}, 0, 16, 0, 0, 12},
-  {"c/kernel", "c", "Conv2D", 0, {4, {1, 1, 2, 2}, {-1, -1, -1, -1}}, 16, 16, 0, 16, 4},
-  {"c/bias", "c", "Conv2D", 1, {1, {2}, {-1}}, 32, 16, 0, 32, 2},
-  {"d2/kernel", "d2", "Dense", 0, {2, {6, 2}, {0, -1}}, 48, 16, 0, 48, 6},
-  {"d2/bias", "d2", "Dense", 1, {1, {2}, {-1}}, 64, 16, 0, 64, 2},
-  {"d3/kernel", "d3", "Dense", 0, {2, {2, 2}, {1, 0}}, 80, 16, 0, 80, 1},
+  {"d1/kernel", "d1", "Dense", 0, {2, {4, 6}, {-1, 1}}, 0, 16, 0, 0, 12, NULL, NULL},
+  {"c/kernel", "c", "Conv2D", 0, {4, {1, 1, 2, 2}, {-1, -1, -1, -1}}, 16, 16, 0, 16, 4, NULL, NULL},
+  {"c/bias", "c", "Conv2D", 1, {1, {2}, {-1}}, 32, 16, 0, 32, 2, NULL, NULL},
+  {"d2/kernel", "d2", "Dense", 0, {2, {6, 2}, {0, -1}}, 48, 16, 0, 48, 6, NULL, NULL},
+  {"d2/bias", "d2", "Dense", 1, {1, {2}, {-1}}, 64, 16, 0, 64, 2, NULL, NULL},
+  {"d3/kernel", "d3", "Dense", 0, {2, {2, 2}, {1, 0}}, 80, 16, 0, 80, 1, NULL, NULL},
 };
 static const kdrt_program prog = {
   .model_name = "m", .mesh_ndim = 2, .mesh_shape = mesh_shape, .mesh_axes = mesh_axes,
