@@ -2690,7 +2690,9 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
   }
   for (int i = 0; i < m->nbound; i++) { // what a nested model is called on: its inputs' shapes
     Layer *in = m->bound[i];
-    const Shape *s = &((Node *)in->bound->layer->node)->shape;
+    const Node *given = in->bound->layer->node;
+    if (!given) continue; // what feeds it was never built: no output reads this input
+    const Shape *s = &given->shape;
     bool fits = s->rank == in->in_rank + 1;
     for (int j = 0; fits && j < in->in_rank; j++) fits = s->d[j + 1] == in->in_shape[j];
     if (!fits) {
