@@ -1175,6 +1175,12 @@ static inline void win_range(int o, int s, int pad, int P, int n, int *i0, int *
 }
 
 // y [B, OH, OW, C] = the maximum of each KH x KW window of x [B, H, W, C].
+// 2x2 windows of stride 2, unpadded, each within the input: they tile it.
+static int tiles_2x2(const kdrt_window *w) {
+  return w->KH == 2 && w->KW == 2 && w->sh == 2 && w->sw == 2 && !w->pad_t && !w->pad_l &&
+         w->OH * 2 <= w->H && w->OW * 2 <= w->W;
+}
+
 // One 2x2 window's maximum over C channels, as the general loop takes it
 // (a later pixel wins only when greater). Issue 15.
 static void pool2x2(float *restrict y, const float *restrict x0, const float *restrict x1,
@@ -1189,8 +1195,7 @@ static void pool2x2(float *restrict y, const float *restrict x0, const float *re
 
 void kdrt_maxpool(const kdrt_window *w, float *y, const float *x) {
   const int H = w->H, W = w->W, C = w->C, OH = w->OH, OW = w->OW;
-  if (w->KH == 2 && w->KW == 2 && w->sh == 2 && w->sw == 2 && !w->pad_t && !w->pad_l &&
-      OH * 2 <= H && OW * 2 <= W) { // windows that tile the input (Keras's default)
+  if (tiles_2x2(w)) { // windows that tile the input (Keras's default)
 #pragma omp parallel for collapse(2) schedule(static) if ((int64_t)w->B * H * W * C >= KD_PAR_MIN)
     for (int b = 0; b < w->B; b++)
       for (int oh = 0; oh < OH; oh++) {
@@ -1284,8 +1289,7 @@ static void maxpool_grad_2x2(const kdrt_window *w, float *dx, const float *dy, c
 
 void kdrt_maxpool_grad(const kdrt_window *w, float *dx, const float *dy, const float *x) {
   const int H = w->H, W = w->W, C = w->C, OH = w->OH, OW = w->OW;
-  if (w->KH == 2 && w->KW == 2 && w->sh == 2 && w->sw == 2 && !w->pad_t && !w->pad_l &&
-      w->OH * 2 <= w->H && w->OW * 2 <= w->W) {
+  if (tiles_2x2(w)) {
     maxpool_grad_2x2(w, dx, dy, x);
     return;
   }
