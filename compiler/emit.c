@@ -654,10 +654,10 @@ void emit_program_fields(const char *lhs, const char *end) {
   FIELD("param_floats", "PARAM_FLOATS");
   FIELD("grad_floats", "GRAD_FLOATS");
   FIELD("arena_floats", "ARENA_FLOATS");
-  // A larger batch replans the arena (CUDA: not yet; the device's buffers
-  // are sized for BATCH rows).
+  // A larger batch replans the arena (the CUDA runtime sizes its device
+  // arena and input buffers by the run's batch too).
   FIELD("arena_plan", "arena_plan");
-  FIELD("narena_plan", EB == BACKEND_C ? "(int)(sizeof arena_plan / sizeof *arena_plan)" : "0");
+  FIELD("narena_plan", "(int)(sizeof arena_plan / sizeof *arena_plan)");
   FIELD("arena_off", "AO");
   FIELD("init", "init");
   FIELD("train_step", "train_step");

@@ -106,6 +106,33 @@ static void emit_step(const char *name, StepKind kind, const StepPart *parts, in
   free(logs);
 }
 
+// Every runtime call of the steps, `kdrt_cuda_<fn>(d, ...)`, as a macro that
+// first tells the runtime its line in this file (kdrt_cuda_at), so that a
+// GPU fault names the op; the calls below read as plain calls.
+static void emit_call_sites(const char *code) {
+  char **seen = NULL;
+  int nseen = 0, cap = 0;
+  for (const char *p = code; (p = strstr(p, "kdrt_cuda_"));) {
+    const char *q = p + strlen("kdrt_cuda_");
+    while (isalnum((unsigned char)*q) || *q == '_') q++;
+    bool call = !strncmp(q, "(d, ", 4) && (p == code || !(isalnum((unsigned char)p[-1]) ||
+                                                           p[-1] == '_'));
+    char *name = call ? format("%.*s", (int)(q - p), p) : NULL;
+    for (int i = 0; name && i < nseen; i++)
+      if (!strcmp(seen[i], name)) name = NULL;
+    if (name) {
+      seen = xgrow(seen, nseen, &cap, sizeof *seen);
+      seen[nseen++] = name;
+    }
+    p = q;
+  }
+  out("\n// Each call below first records its line (kdrt_cuda_at): a GPU fault then names\n"
+      "// the op that launched it (with KDRT_CUDA_SYNC=1, exactly).\n");
+  for (int i = 0; i < nseen; i++)
+    out("#define %s(d, ...) (kdrt_cuda_at((d), __FILE__, __LINE__), %s((d), __VA_ARGS__))\n",
+        seen[i], seen[i]);
+}
+
 static const char *precision_enum(const char *p) {
   return !strcmp(p, "tf32") ? "KDRT_PREC_TF32" : !strcmp(p, "bf16") ? "KDRT_PREC_BF16"
                                                                     : "KDRT_PREC_FP32";
@@ -125,7 +152,17 @@ void emit_cuda(Graph *g, FILE *f, const char *arch, const char *precision) {
     out("%s  }\n", slot_init(v, "&l"));
   }
   out("}\n");
+  FILE *whole = EF;
+  char *steps = NULL;
+  size_t steps_len = 0;
+  EF = open_memstream(&steps, &steps_len);
+  if (!EF) error("out of memory");
   emit_steps(emit_part, emit_step);
+  if (fclose(EF) != 0) error("out of memory");
+  EF = whole;
+  emit_call_sites(steps);
+  fputs(steps, EF);
+  free(steps);
 
   emit_program_tables();
   out("\n// The program for the CPU runtime's kdrt_main, field by field.\n");

@@ -21,7 +21,8 @@ static const char usage[] =
   "  --target cpu|cuda     code generation target (default cpu); cuda writes\n"
   "                        program.cu and builds it with nvcc against runtime/cuda\n"
   "  --cuda-arch sm_NN     GPU architecture (default: the GPU nvidia-smi reports, else sm_90)\n"
-  "  --precision P         cuda: matrix products in fp32 (default), tf32 or bf16\n"
+  "  --precision P         cuda: matrix products in fp32 (default), tf32, or bf16\n"
+  "                        (operands rounded to bfloat16, float32 sums; data stays float32)\n"
   "  --max-memory SIZE     most bytes one device may need (K, M, G, T suffixes;\n"
   "                        default: this machine's memory)\n"
   "  -w                    no warnings\n";

@@ -1232,7 +1232,9 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   c->lr = o.has_lr ? o.lr : prog->learning_rate;
   c->params = alloc_floats(c, prog->param_floats, "the parameters");
   c->grads = alloc_floats(c, prog->grad_floats, "the gradients");
-  c->arena = alloc_floats(c, arena_for(c, o.batch_size), "the activation arena");
+  c->arena_floats = arena_for(c, o.batch_size);
+  c->max_rows = o.batch_size > prog->batch ? o.batch_size : prog->batch;
+  c->arena = alloc_floats(c, c->arena_floats, "the activation arena");
   int show = c->rank == 0 && !o.quiet;
 
   // 5. data

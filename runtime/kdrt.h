@@ -165,6 +165,10 @@ struct kdrt_ctx {
   float *params;                     // param_floats, 64-byte aligned
   float *grads;                      // grad_floats
   float *arena;                      // arena_floats
+  size_t arena_floats;               // the arena's floats: prog->arena_floats, or the plan
+                                     // replayed for a larger run batch (0: prog->arena_floats)
+  int64_t max_rows;                  // the most global rows a step of this run has
+                                     // (0: prog->batch); a device copy sizes its buffers by it
   void *comm[1 << KDRT_MAX_AXES];    // MPI_Comm* per group mask, created lazily
 };
 

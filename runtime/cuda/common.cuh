@@ -40,14 +40,21 @@ struct kdrt_cuda_impl {
   cudaEvent_t to_comm, to_compute;
   cublasHandle_t blas;
   int sync_each;              // KDRT_CUDA_SYNC=1
+  // The op in progress: the line of program.cu whose call is running
+  // (kdrt_cuda_at), for a fault's message; the calls so far, and the one
+  // that launches a faulting kernel instead (KDRT_CUDA_INJECT_FAULT=N, a
+  // test of that message; 0: none).
+  const char *at_file;
+  int at_line;
+  long calls, fault_at;
   // communication (comm.cu)
   int comm_mode;              // KDRT_COMM_*
   ncclComm_t world;
   ncclComm_t group[1 << KDRT_MAX_AXES]; // per group mask, made on first use
   // scratch, grown on demand: device (two for packing, one for reductions),
   // pinned host (two for host-staged collectives, one for step I/O)
-  void *dscratch[3];
-  size_t dscratch_cap[3];
+  void *dscratch[4];
+  size_t dscratch_cap[4];
   void *hscratch[3];
   size_t hscratch_cap[3];
 };
@@ -60,8 +67,9 @@ void kdrt_cuda_wait(kdrt_cuda *d, cudaStream_t st, const char *what);
 void kdrt_cuda_comm_poll(kdrt_cuda *d, const char *what);
 void kdrt_cuda_comm_abort(kdrt_cuda *d);
 
-// Device scratch `which` (0, 1: collectives' packing, 2: reductions) of at
-// least bytes; contents undefined. Growing waits for the device.
+// Device scratch `which` (0, 1: collectives' packing, 2: reductions, 3: a
+// product's bf16 operands) of at least bytes; contents undefined. Growing
+// waits for the device.
 void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes);
 // Pinned host scratch `which` (0, 1: host-staged collectives, 2: step I/O).
 void *kdrt_cuda_hscratch(kdrt_cuda *d, int which, size_t bytes);

@@ -25,7 +25,8 @@ static kdrt_cuda dev;             // the device state (one per process)
 static kdrt_cuda_impl dev_impl;
 static int opened;                // stream and handles exist
 static const kdrt_program *dev_prog; // the program the blobs were sized for
-static int lb_rows;                // this rank's rows of a batch
+static int lb_rows;                // this rank's most rows of a step
+static size_t arena_floats;        // the device arena's floats (the run's batch)
 static size_t x_elems[KDRT_MAX_FILES], y_elems[KDRT_MAX_FILES]; // their elements, per input / label
 static size_t stage_bytes;         // every input, label and log, in the pinned stage
 static void *x_dev[KDRT_MAX_FILES];
@@ -38,6 +39,19 @@ static int mirror_each_step;      // checkpoints on: the host copy follows every
 
 // ---------------------------------------------------------------- errors
 
+// Whether msg is the message of an error a kernel leaves behind (the
+// context is unusable after it, and the call that reports it is only the
+// first to look).
+static int kernel_fault(const char *msg) {
+  static const cudaError_t faults[] = {
+      cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorMisalignedAddress,
+      cudaErrorIllegalInstruction, cudaErrorHardwareStackError, cudaErrorInvalidPc,
+      cudaErrorAssert, cudaErrorInvalidAddressSpace, cudaErrorLaunchTimeout};
+  for (size_t i = 0; msg && i < sizeof faults / sizeof faults[0]; i++)
+    if (!strcmp(msg, cudaGetErrorString(faults[i]))) return 1;
+  return 0;
+}
+
 extern "C" void kdrt_cuda_fail(const char *call, const char *file, int line, const char *msg) {
   int inited = 0, finalized = 0, rank = -1;
   MPI_Initialized(&inited);
@@ -46,6 +60,17 @@ extern "C" void kdrt_cuda_fail(const char *call, const char *file, int line, con
   fflush(stdout);
   fprintf(stderr, "kdrt-cuda: rank %d: %s:%d: %s failed: %s\n", rank, file, line, call,
           msg ? msg : "(no message)");
+  const kdrt_cuda_impl *s = dev.impl;
+  if (s && s->sync_each && s->at_file)
+    fprintf(stderr, "kdrt-cuda: rank %d: in the op called at %s:%d (KDRT_CUDA_SYNC=1: each "
+            "launch was waited for, so this op is the one that failed)\n",
+            rank, s->at_file, s->at_line);
+  else if (kernel_fault(msg)) {
+    fprintf(stderr, "kdrt-cuda: rank %d: a kernel faulted", rank);
+    if (s && s->at_file) fprintf(stderr, " at or before the op called at %s:%d", s->at_file, s->at_line);
+    fprintf(stderr, "; rerun with KDRT_CUDA_SYNC=1 in the environment to name its op and line in "
+            "program.cu (slower: every launch is waited for)\n");
+  }
   if (dev.impl) kdrt_cuda_comm_abort(&dev); // no rank left inside a collective
   if (inited && !finalized) {
     int size = 1;
@@ -79,17 +104,38 @@ extern "C" void kdrt_cuda_launched(kdrt_cuda *d, const char *what, const char *f
   if (d->impl->sync_each) kdrt_cuda_wait(d, d->impl->stream, what);
 }
 
+// Before each op of the generated program (its macros): where it is, and
+// the test hook KDRT_CUDA_INJECT_FAULT=N, which makes the N-th call launch a
+// kernel that writes to an address no allocation holds.
+__global__ static void fault_kernel(float *p) { p[threadIdx.x] = 1.0f; }
+
+extern "C" void kdrt_cuda_at(kdrt_cuda *d, const char *file, int line) {
+  kdrt_cuda_impl *s = d->impl;
+  s->at_file = file, s->at_line = line;
+  if (++s->calls == s->fault_at) {
+    fault_kernel<<<1, 32, 0, s->stream>>>((float *)(uintptr_t)0x10);
+    KDRT_LAUNCHED(d, "fault_kernel (KDRT_CUDA_INJECT_FAULT)");
+  }
+}
+
 void kdrt_cuda_need_ctx(const kdrt_cuda *d, const char *what) {
   if (!d->c) kdrt_cuda_fail(what, __FILE__, __LINE__, "no kdrt_ctx: call kdrt_cuda_begin first");
 }
 
 // ---------------------------------------------------------------- memory
 
+// cudaMemset runs on the legacy default stream, asynchronously to the host,
+// and our streams are non-blocking: nothing orders it before their work. An
+// upload or a kernel on d's stream could land first and be zeroed after it
+// (the first GPU run: whole gradients read as 0 by gradcheck, a model's
+// parameters zeroed behind their upload, opcheck's inputs wiped at random).
+// So the zeroing is waited for here; allocation is rare.
 extern "C" float *kdrt_cuda_alloc(size_t floats) {
   void *p = NULL;
   size_t bytes = (floats ? floats : 1) * sizeof(float);
   CUDA_CHECK(cudaMalloc(&p, bytes));
   CUDA_CHECK(cudaMemset(p, 0, bytes));
+  CUDA_CHECK(cudaDeviceSynchronize());
   return (float *)p;
 }
 
@@ -156,6 +202,8 @@ extern "C" kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision) {
   kdrt_cuda_impl *s = &dev_impl;
   const char *sync = getenv("KDRT_CUDA_SYNC");
   s->sync_each = sync && *sync && strcmp(sync, "0");
+  const char *inject = getenv("KDRT_CUDA_INJECT_FAULT");
+  s->fault_at = inject ? atol(inject) : 0;
   int ndev = 0;
   CUDA_CHECK(cudaGetDeviceCount(&ndev));
   if (c && c->world > 1) kdrt_cuda_comm_setup(&dev, c); // picks and sets the device
@@ -185,8 +233,84 @@ static size_t output_floats(const kdrt_program *p, int o) {
   return n;
 }
 
-// The blobs for c's program, once: parameters, gradients, arena, one
-// buffer per input and label, the logs.
+// Bytes as a person reads them.
+static const char *human(double bytes, char *buf, size_t len) {
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+  snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
+  return buf;
+}
+
+// KDRT_CUDA_MEMORY=SIZE (K, M, G, T: powers of 1024): the most device
+// memory this process may take (a GPU shared with others); 0: no cap.
+static size_t memory_cap(const kdrt_ctx *c) {
+  const char *v = getenv("KDRT_CUDA_MEMORY");
+  if (!v || !*v) return 0;
+  char *end;
+  double n = strtod(v, &end);
+  double scale = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+               : *end == 'G' || *end == 'g' ? 1073741824.0 : *end == 'T' || *end == 't' ? 1099511627776.0
+               : 1.0;
+  if (scale != 1.0) end++;
+  if (*end == 'B' || *end == 'b') end++;
+  if (end == v || *end || !(n > 0))
+    kdrt_fatal(c, "KDRT_CUDA_MEMORY='%s': expected a size such as 20G or 512M", v);
+  return (size_t)(n * scale);
+}
+
+// Before any allocation: the run's plan against what the device has free
+// (and KDRT_CUDA_MEMORY), so that a run that cannot fit says why and what
+// to change instead of failing in cudaMalloc.
+static void check_memory(const kdrt_ctx *c, size_t params, size_t grads, size_t arena, size_t io) {
+  const kdrt_program *p = c->prog;
+  size_t freeb = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&freeb, &total));
+  size_t cap = memory_cap(c), avail = cap && cap < freeb ? cap : freeb;
+  // cuBLAS's workspace, the scratch buffers and the pinned stage's mapping:
+  // a margin of 64 MiB and 1% of the plan.
+  size_t plan = params + grads + arena + io, need = plan + plan / 100 + (64u << 20);
+  if (need <= avail) return;
+  char b[6][32];
+  cudaDeviceProp dp;
+  CUDA_CHECK(cudaGetDeviceProperties(&dp, dev_impl.device));
+  fflush(stdout);
+  fprintf(stderr, "kdrt-cuda: rank %d: out of GPU memory: this run needs %s on GPU %d (%s), "
+          "which has %s for it (%s free of %s%s%s):\n", c->rank, human((double)need, b[0], 32),
+          dev_impl.device, dp.name, human((double)avail, b[1], 32), human((double)freeb, b[2], 32),
+          human((double)total, b[3], 32), cap ? "; KDRT_CUDA_MEMORY=" : "",
+          cap ? getenv("KDRT_CUDA_MEMORY") : "");
+  int64_t rows = c->max_rows ? c->max_rows : p->batch;
+  fprintf(stderr, "  parameters and optimizer state  %10s\n", human((double)params, b[0], 32));
+  fprintf(stderr, "  gradients                       %10s\n", human((double)grads, b[0], 32));
+  fprintf(stderr, "  activations for %6lld rows     %10s (this rank's share of a batch)\n",
+          (long long)rows, human((double)arena, b[0], 32));
+  fprintf(stderr, "  inputs, labels and logs         %10s\n", human((double)io, b[0], 32));
+  // The five largest variables, with their optimizer slots.
+  size_t prev = SIZE_MAX;
+  int prev_v = -1;
+  for (int k = 0; k < 5; k++) {
+    int best = -1;
+    size_t most = 0;
+    for (int v = 0; v < p->nvars; v++) { // the largest after (prev, prev_v) in (size, index) order
+      size_t sz = p->vars[v].n * (1 + (size_t)p->vars[v].nslots) * sizeof(float);
+      bool after = sz < prev || (sz == prev && v > prev_v);
+      if (after && (best < 0 || sz > most)) best = v, most = sz;
+    }
+    if (best < 0) break;
+    if (k == 0) fprintf(stderr, "  the largest variables (this rank's share, with optimizer slots):\n");
+    fprintf(stderr, "    %-40s %10s\n", p->vars[best].path, human((double)most, b[0], 32));
+    prev = most, prev_v = best;
+  }
+  kdrt_fatal(c, "out of GPU memory: run with a smaller --batch-size (the activations scale with "
+             "it), or compile for a mesh that splits the largest variables over more GPUs "
+             "(kdcc --mesh, a layout map), or free the GPU");
+}
+
+// The blobs for c's program, once: parameters, gradients, arena (for the
+// run's batch: c->arena_floats, the plan replayed when it is larger than
+// the compiled one), one buffer per input and label (this rank's most
+// rows), the logs.
 static void setup_program(kdrt_ctx *c) {
   const kdrt_program *p = c->prog;
   if (dev_prog == p) return;
@@ -194,22 +318,27 @@ static void setup_program(kdrt_ctx *c) {
   if (p->ninputs > KDRT_MAX_FILES || p->nlabels > KDRT_MAX_FILES || p->nlogs > KDRT_MAX_LOGS)
     kdrt_fatal(c, "kdrt-cuda: %d inputs, %d labels, %d logs: more than this runtime takes",
                p->ninputs, p->nlabels, p->nlogs);
-  lb_rows = p->batch_axis >= 0 ? p->batch / p->mesh_shape[p->batch_axis] : p->batch;
+  int parts = p->batch_axis >= 0 ? p->mesh_shape[p->batch_axis] : 1;
+  int64_t rows = c->max_rows > p->batch ? c->max_rows : p->batch;
+  lb_rows = (int)((rows + parts - 1) / parts);
+  arena_floats = c->arena_floats > p->arena_floats ? c->arena_floats : p->arena_floats;
   stage_bytes = 0;
   for (int i = 0; i < p->ninputs; i++) {
     x_elems[i] = (size_t)lb_rows * (size_t)kdrt_io_elems(&p->inputs[i]);
-    x_dev[i] = kdrt_cuda_alloc(x_elems[i]); // 4-byte elements: float32 or int32
     stage_bytes += x_elems[i] * 4;
   }
   for (int j = 0; j < p->nlabels; j++) {
     y_elems[j] = (size_t)lb_rows * (size_t)kdrt_io_elems(&p->labels[j]);
-    y_dev[j] = kdrt_cuda_alloc(y_elems[j]);
     stage_bytes += y_elems[j] * sizeof(float);
   }
   stage_bytes += (size_t)(p->nlogs + 1) * sizeof(float);
+  check_memory(c, p->param_floats * sizeof(float), p->grad_floats * sizeof(float),
+               arena_floats * sizeof(float), stage_bytes);
+  for (int i = 0; i < p->ninputs; i++) x_dev[i] = kdrt_cuda_alloc(x_elems[i]); // 4-byte elements
+  for (int j = 0; j < p->nlabels; j++) y_dev[j] = kdrt_cuda_alloc(y_elems[j]);
   dev.params = kdrt_cuda_alloc(p->param_floats);
   dev.grads = kdrt_cuda_alloc(p->grad_floats);
-  dev.arena = kdrt_cuda_alloc(p->arena_floats);
+  dev.arena = kdrt_cuda_alloc(arena_floats);
   dev.x = x_dev;
   dev.y = y_dev;
   dev.logs = kdrt_cuda_alloc((size_t)p->nlogs);
@@ -248,17 +377,22 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
   }
   // This rank's rows of every input and label, through pinned memory so the
   // copies are asynchronous.
+  int parts = p->batch_axis >= 0 ? p->mesh_shape[p->batch_axis] : 1;
+  int64_t local = c->rows ? c->local_rows : p->batch / parts; // this step's rows here
+  if (local > lb_rows)
+    kdrt_fatal(c, "kdrt-cuda: a step of %lld rows on this rank, more than the %d its buffers "
+               "were made for", (long long)local, lb_rows);
   char *stage = (char *)kdrt_cuda_hscratch(d, 2, stage_bytes);
   kdrt_cuda_wait(d, d->impl->stream, "the step's input copies"); // the stage is free again
   for (int i = 0; i < p->ninputs; i++) {
-    size_t n = x_elems[i] * 4;
+    size_t n = (size_t)local * (size_t)kdrt_io_elems(&p->inputs[i]) * 4;
     if (!n) continue;
     memcpy(stage, hx[i], n);
     CUDA_CHECK(cudaMemcpyAsync(d->x[i], stage, n, cudaMemcpyHostToDevice, d->impl->stream));
     stage += n;
   }
   for (int j = 0; j < p->nlabels; j++) {
-    size_t n = y_elems[j] * sizeof(float);
+    size_t n = (size_t)local * (size_t)kdrt_io_elems(&p->labels[j]) * sizeof(float);
     if (!n) continue;
     memcpy(stage, hy[j], n);
     CUDA_CHECK(cudaMemcpyAsync(d->y[j], stage, n, cudaMemcpyHostToDevice, d->impl->stream));
@@ -304,11 +438,13 @@ extern "C" void kdrt_cuda_shutdown(void) {
   kdrt_cuda_wait(&dev, s->stream, "shutdown");
   kdrt_cuda_wait(&dev, s->comm_stream, "shutdown");
   kdrt_cuda_comm_free(&dev);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     if (s->dscratch[i]) CUDA_CHECK(cudaFree(s->dscratch[i]));
+    s->dscratch[i] = NULL, s->dscratch_cap[i] = 0;
+  }
+  for (int i = 0; i < 3; i++) {
     if (s->hscratch[i]) CUDA_CHECK(cudaFreeHost(s->hscratch[i]));
-    s->dscratch[i] = s->hscratch[i] = NULL;
-    s->dscratch_cap[i] = s->hscratch_cap[i] = 0;
+    s->hscratch[i] = NULL, s->hscratch_cap[i] = 0;
   }
   kdrt_cuda_free(dev.params), kdrt_cuda_free(dev.grads), kdrt_cuda_free(dev.arena);
   kdrt_cuda_free(dev.logs);

@@ -35,7 +35,9 @@ extern "C" {
 
 #include "kdrt.h"
 
-// How matrix products are computed (kdcc --precision); data stays float32.
+// How matrix products are computed (kdcc --precision); data stays float32:
+// fp32 products, TF32 tensor-core products, or bf16 ones (both operands
+// rounded to bfloat16, float32 accumulation and result).
 enum { KDRT_PREC_FP32, KDRT_PREC_TF32, KDRT_PREC_BF16 };
 
 // What a step does, for kdrt_cuda_begin / kdrt_cuda_end.
@@ -83,6 +85,12 @@ void kdrt_cuda_upload(kdrt_cuda *d, float *dst, const float *src, size_t n);
 void kdrt_cuda_download(kdrt_cuda *d, float *dst, const float *src, size_t n); // waits
 void kdrt_cuda_copy(kdrt_cuda *d, float *dst, const float *src, size_t n);
 void kdrt_cuda_sync(kdrt_cuda *d);
+// The generated program calls this before each op's call (its macros do,
+// with the call's file and line), so that a fault names the op: with
+// KDRT_CUDA_SYNC=1 every launch is waited for and a failure says
+// "program.cu:LINE"; without it, a fault surfaces at the step's end and the
+// message says to rerun so.
+void kdrt_cuda_at(kdrt_cuda *d, const char *file, int line);
 
 // ---------------------------------------------------------------- the kernels
 // Every kernel of kdrt_ops.h's list, with the CPU runtime's arguments after

@@ -6,12 +6,34 @@
 // is one cublasGemmStridedBatchedEx (the strides swap with the operands; a
 // stride of 0 reuses one operand), a single product one cublasGemmEx. Data
 // is float32 throughout; the compute type decides how products are formed:
-// fp32 (CUBLAS_COMPUTE_32F_PEDANTIC: IEEE float products and sums), tf32
-// (CUBLAS_COMPUTE_32F_FAST_TF32) or bf16 (CUBLAS_COMPUTE_32F_FAST_16BF),
-// both on tensor cores with float accumulation.
+// fp32 (CUBLAS_COMPUTE_32F_PEDANTIC: IEEE float products and sums) or
+// tf32 (CUBLAS_COMPUTE_32F_FAST_TF32, tensor cores, float accumulation).
+// bf16 rounds both operands to bfloat16 (nearest even) in scratch and
+// multiplies those on the tensor cores with float accumulation into the
+// float result: real bf16 products, as torch's autocast forms them. (The
+// first GPU run found that CUBLAS_COMPUTE_32F_FAST_16BF on float operands
+// ran the same TF32 kernels as tf32.) Storage stays float32 until Keras's
+// mixed-precision policies are read (the mixed-precision issue).
+#include <cuda_bf16.h>
 #include <limits.h>
 
 #include "common.cuh"
+
+// The elements an operand's products read: `batch` matrices `stride`
+// apart, each `rows` rows of `cols` elements `ld` apart (row-major).
+static size_t extent(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld) {
+  return (size_t)((batch - 1) * stride + (rows - 1) * ld + cols);
+}
+
+__global__ static void to_bf16_kernel(__nv_bfloat16 *out, const float *in, size_t n) {
+  KDRT_FOR(e, n) out[e] = __float2bfloat16_rn(in[e]);
+}
+
+// in[0, n) rounded to bfloat16 at out (same positions: the same ld and strides).
+static void to_bf16(kdrt_cuda *d, __nv_bfloat16 *out, const float *in, size_t n) {
+  to_bf16_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, n);
+  KDRT_LAUNCHED(d, "to_bf16_kernel");
+}
 
 static int as_int(int64_t v, const char *what) {
   if (v < 0 || v > INT_MAX) kdrt_cuda_fail(what, __FILE__, __LINE__, "dimension exceeds 2^31-1");
@@ -41,23 +63,37 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
     return;
   }
   cublasComputeType_t ct = d->precision == KDRT_PREC_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
-                           : d->precision == KDRT_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                           : d->precision == KDRT_PREC_BF16 ? CUBLAS_COMPUTE_32F
                                                             : CUBLAS_COMPUTE_32F_PEDANTIC;
+  cudaDataType_t in_type = CUDA_R_32F;
+  const void *av = a, *bv = b;
+  if (d->precision == KDRT_PREC_BF16) { // both operands rounded, into scratch 3
+    int64_t bb = g->stride_b ? g->batch : 1, ba = g->stride_a ? g->batch : 1;
+    size_t nb = extent(bb, g->stride_b, g->tb == KDRT_TRANS ? g->N : g->K,
+                       g->tb == KDRT_TRANS ? g->K : g->N, g->ldb);
+    size_t na = extent(ba, g->stride_a, g->ta == KDRT_TRANS ? g->K : g->M,
+                       g->ta == KDRT_TRANS ? g->M : g->K, g->lda);
+    size_t nb16 = (nb + 127) / 128 * 128; // a's part 256-byte aligned
+    __nv_bfloat16 *s16 =
+        (__nv_bfloat16 *)kdrt_cuda_dscratch(d, 3, (nb16 + na) * sizeof(__nv_bfloat16));
+    to_bf16(d, s16, b, nb);
+    to_bf16(d, s16 + nb16, a, na);
+    bv = s16, av = s16 + nb16, in_type = CUDA_R_16BF;
+  }
   cublasOperation_t opb = g->tb == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opa = g->ta == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   int N = as_int(g->N, "matmul N"), M = as_int(g->M, "matmul M"), K = as_int(g->K, "matmul K");
   int ldb = as_int(g->ldb, "matmul ldb"), lda = as_int(g->lda, "matmul lda");
   int ldc = as_int(g->ldc, "matmul ldc");
   if (g->batch == 1) {
-    CUBLAS_CHECK(cublasGemmEx(d->impl->blas, opb, opa, N, M, K, &alpha, b, CUDA_R_32F, ldb, a,
-                              CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc, ct,
-                              CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmEx(d->impl->blas, opb, opa, N, M, K, &alpha, bv, in_type, ldb, av,
+                              in_type, lda, &beta, c, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
     if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmEx");
     return;
   }
   CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      d->impl->blas, opb, opa, N, M, K, &alpha, b, CUDA_R_32F, ldb, (long long)g->stride_b, a,
-      CUDA_R_32F, lda, (long long)g->stride_a, &beta, c, CUDA_R_32F, ldc, (long long)g->stride_c,
+      d->impl->blas, opb, opa, N, M, K, &alpha, bv, in_type, ldb, (long long)g->stride_b, av,
+      in_type, lda, (long long)g->stride_a, &beta, c, CUDA_R_32F, ldc, (long long)g->stride_c,
       as_int(g->batch, "matmul batch"), ct, CUBLAS_GEMM_DEFAULT));
   if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmStridedBatchedEx");
 }

@@ -93,6 +93,20 @@ fi
 if ./kdcc models/cnn.json --precision tf32 -S $out/a 2>$out/err.txt; then
   echo "FAIL: --precision without --target cuda accepted"; fail=1
 fi
+# The program a run with a larger --batch-size can replan (the device arena and
+# input buffers follow the run's batch), and whose every runtime call records
+# its line first (kdrt_cuda_at: a GPU fault names the op).
+src=build/tests/cuda_build/cnn_1.kdcc.d/program.cu
+if ! grep -q "narena_plan = (int)(sizeof arena_plan / sizeof \*arena_plan)" $src; then
+  echo "FAIL: $src: no arena plan for a larger run batch"; fail=1
+fi
+if ! grep -q "^#define kdrt_cuda_matmul(d, ...) (kdrt_cuda_at((d), __FILE__, __LINE__), kdrt_cuda_matmul((d), __VA_ARGS__))" $src; then
+  echo "FAIL: $src: the calls do not record their lines"; fail=1
+fi
+calls=$(sed -n '/^static void forward/,$p' $src | grep -o "kdrt_cuda_[a-z0-9_]*(d," | sort -u | sed 's/(d,//')
+for f in $calls; do
+  grep -q "^#define $f(d, " $src || { echo "FAIL: $src: $f called without recording its line"; fail=1; }
+done
 # With a GPU, one quick run: every kernel against the CPU runtime (the
 # full GPU checks are `make test-gpu`).
 if [ $gpu = 1 ] && [ $fail = 0 ]; then
