@@ -110,8 +110,10 @@ KDRT_KERNELS(KDRT_CUDA_DECLARE, KDRT_CUDA_DECLARE)
 #undef KDRT_CUDA_DECLARE
 
 // ---------------------------------------------------------------- opcheck.cu
-// `./train opcheck [--precision-tol X]`: every kernel above against the CPU
-// runtime's on random data, by normalised error; exit status 1 on a failure.
+// `./train opcheck [--repeat N] [--seed S] [--matmul-tol X]`: every kernel
+// above against the CPU runtime's on random data (round r's from seed S + r),
+// outputs poisoned with NaN before each call, by normalised error; exit
+// status 1 on a failure.
 int kdrt_cuda_opcheck(int argc, char **argv, int precision);
 
 #ifdef __cplusplus

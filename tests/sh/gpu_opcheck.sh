@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU: every CUDA kernel against the CPU runtime's by normalised error
-# (`./train opcheck`, runtime/cuda/opcheck.cu), at each --precision; then
+# (`./train opcheck --repeat 10`: ten rounds of fresh inputs, outputs poisoned;
+# runtime/cuda/opcheck.cu), at each --precision; then
 # every bundled model's one-device CUDA program through `./train gradcheck`
 # (its gradients against finite differences, as tests/sh/gradcheck.sh does
 # for the CPU programs). Skips (exit 0) without nvcc or without a GPU.
@@ -19,7 +20,7 @@ for prec in fp32 tf32 bf16; do
   ./kdcc models/cnn.json --distribution models/cnn.dist.json --mesh data=1,model=1 --batch-size 16 \
     --target cuda --precision $prec -w -o $out/cnn_$prec
   echo "gpu_opcheck: --precision $prec"
-  if ! timeout 300 $out/cnn_$prec opcheck >$out/opcheck_$prec.txt 2>&1; then
+  if ! timeout 300 $out/cnn_$prec opcheck --repeat 10 >$out/opcheck_$prec.txt 2>&1; then
     grep -v " ok$" $out/opcheck_$prec.txt || true
     echo "FAIL: opcheck at --precision $prec (all of it: $out/opcheck_$prec.txt)"
     fail=1
