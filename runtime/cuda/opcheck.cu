@@ -600,6 +600,9 @@ static void check_nd(void) {
     {3, {5, 7, 9}, {0, 2, 1}},
     {4, {3, 4, 5, 6}, {0, 2, 1, 3}},
     {4, {3, 4, 5, 6}, {3, 1, 0, 2}},
+    // the last dim kept, a multiple of 4 (16-byte accesses): attention's heads
+    {4, {2, 8, 3, 16}, {0, 2, 1, 3}},
+    {3, {4, 6, 8}, {1, 0, 2}},
   };
   for (size_t t = 0; t < sizeof tc / sizeof tc[0]; t++) {
     size_t n = 1;
