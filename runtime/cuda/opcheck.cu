@@ -200,6 +200,19 @@ static void check_bias(void) {
   check("bias_grad", y, gref, (size_t)cols, 1e-6);
   kdrt_cuda_free(x), kdrt_cuda_free(b), kdrt_cuda_free(y);
   free(hx), free(hb), free(ref), free(gref);
+  // one chunk of rows; many (the rows cut over blocks, the sums added in order)
+  static const int64_t shapes[][2] = {{40, 700}, {5000, 300}};
+  for (int k = 0; k < 2; k++) {
+    int64_t r = shapes[k][0], cn = shapes[k][1];
+    float *hg = hrand((size_t)(r * cn), -1, 1), *g = dev(hg, (size_t)(r * cn));
+    float *sref = hzero((size_t)cn), *sy = kdrt_cuda_alloc((size_t)cn);
+    kdrt_bias_grad(sref, hg, r, cn);
+    poison(sy, (size_t)cn);
+    kdrt_cuda_bias_grad(D, sy, g, r, cn);
+    snprintf(name, sizeof name, "bias_grad [%lld, %lld]", (long long)r, (long long)cn);
+    check(name, sy, sref, (size_t)cn, 1e-6);
+    kdrt_cuda_free(g), kdrt_cuda_free(sy), free(hg), free(sref);
+  }
 }
 
 // layer and RMS norm and their gradients, the scale over trailing dims,
