@@ -89,15 +89,20 @@ extern "C" void kdrt_cuda_col_mul(kdrt_cuda *d, float *out, const float *in, con
 
 // issue 15: batch normalization (kdrt_bn_stats, kdrt_batch_norm,
 // kdrt_bn_grad). The statistics: 32 columns a block, its 32 row lanes each
-// summing rows lane, lane + 32, ... in double, then the lanes added in lane
-// order: deterministic, not bit-identical to the CPU's blocks.
-__global__ static void bn_stats_kernel(float *out, const float *x, const float *m,
-                                       const float *dy, int64_t rows, int64_t cols) {
+// summing rows lane, lane + 32, ... of the block's chunk of rows in double,
+// the lanes added in lane order, then the chunks' sums in chunk order:
+// deterministic, not bit-identical to the CPU's blocks. The rows are cut
+// into chunks because a layer's channels alone give a block or two (the
+// first GPU run: 155 us a call, 60% of the ResNet's step).
+__global__ static void bn_stats_kernel(double *out, const float *x, const float *m,
+                                       const float *dy, int64_t rows, int64_t cols,
+                                       int64_t chunk) {
   __shared__ double part[2][32][33];
   int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
   double s = 0, t = 0;
   if (j < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += 32) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 32) {
       float xv = x[r * cols + j];
       if (!m) {
         s += xv;
@@ -118,17 +123,43 @@ __global__ static void bn_stats_kernel(float *out, const float *x, const float *
       s += part[0][k][threadIdx.x];
       t += part[1][k][threadIdx.x];
     }
+    double *o = out + (int64_t)blockIdx.y * 2 * cols; // this chunk's [2, cols]
+    o[j] = s;
+    o[cols + j] = t;
+  }
+}
+
+// out[j] (and out[cols + j] with dy) = the chunks' sums, in chunk order.
+__global__ static void bn_stats_sum_kernel(float *out, const double *part, int nchunks,
+                                           int64_t cols, int two) {
+  KDRT_FOR(j, (size_t)cols) {
+    double s = 0, t = 0;
+    for (int k = 0; k < nchunks; k++) {
+      s += part[(int64_t)k * 2 * cols + (int64_t)j];
+      t += part[(int64_t)k * 2 * cols + cols + (int64_t)j];
+    }
     out[j] = (float)s;
-    if (dy) out[cols + j] = (float)t;
+    if (two) out[cols + j] = (float)t;
   }
 }
 
 extern "C" void kdrt_cuda_bn_stats(kdrt_cuda *d, float *out, const float *x, const float *m,
                                    const float *dy, int64_t rows, int64_t cols) {
   if (cols <= 0) return;
-  unsigned blocks = (unsigned)((cols + 31) / 32);
-  bn_stats_kernel<<<blocks, dim3(32, 32), 0, d->impl->stream>>>(out, x, m, dy, rows, cols);
+  unsigned cblocks = (unsigned)((cols + 31) / 32);
+  int64_t nchunks = (264 + cblocks - 1) / cblocks, most = (rows + 255) / 256;
+  if (nchunks > most) nchunks = most;
+  if (nchunks > 256) nchunks = 256;
+  if (nchunks < 1) nchunks = 1;
+  int64_t chunk = (rows + nchunks - 1) / nchunks;
+  if (chunk < 1) chunk = 1;
+  double *part = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(nchunks * 2 * cols) * sizeof(double));
+  bn_stats_kernel<<<dim3(cblocks, (unsigned)nchunks), dim3(32, 32), 0, d->impl->stream>>>(
+      part, x, m, dy, rows, cols, chunk);
   KDRT_LAUNCHED(d, "bn_stats_kernel");
+  bn_stats_sum_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
+      out, part, (int)nchunks, cols, dy != NULL);
+  KDRT_LAUNCHED(d, "bn_stats_sum_kernel");
 }
 
 __global__ static void batch_norm_kernel(int act, float *y, const float *x, const float *m,
@@ -154,14 +185,25 @@ extern "C" void kdrt_cuda_batch_norm(kdrt_cuda *d, int act, float *y, const floa
   KDRT_LAUNCHED(d, "batch_norm_kernel");
 }
 
+// The gradient's three per-column factors (k, a, c) first, in double as
+// the CPU forms them, then one pass over the rows: the same floats as
+// forming them per element, without a double square root per element.
+__global__ static void bn_grad_coef_kernel(float *coef, const float *var, const float *g,
+                                           const float *s, int64_t cols, float eps, double n) {
+  KDRT_FOR(j, (size_t)cols) {
+    double r = 1.0 / sqrt((double)var[j] + (double)eps);
+    coef[j] = (float)(g[j] * r);
+    coef[cols + j] = (float)(s[j] / n);
+    coef[2 * cols + j] = (float)(r * r * s[cols + j] / n);
+  }
+}
+
 __global__ static void bn_grad_kernel(float *dx, const float *dy, const float *x, const float *m,
-                                      const float *var, const float *g, const float *s,
-                                      int64_t rows, int64_t cols, float eps, double n) {
+                                      const float *coef, int64_t rows, int64_t cols) {
   size_t total = (size_t)rows * (size_t)cols;
   KDRT_FOR(e, total) {
     size_t j = e % (size_t)cols;
-    double r = 1.0 / sqrt((double)var[j] + (double)eps);
-    float k = (float)(g[j] * r), a = (float)(s[j] / n), c = (float)(r * r * s[cols + j] / n);
+    float k = coef[j], a = coef[cols + j], c = coef[2 * cols + j];
     dx[e] = k * (dy[e] - a - (x[e] - m[j]) * c);
   }
 }
@@ -172,8 +214,12 @@ extern "C" void kdrt_cuda_bn_grad(kdrt_cuda *d, float *dx, const float *dy, cons
                                   double n) {
   size_t total = (size_t)rows * (size_t)cols;
   if (!total) return;
-  bn_grad_kernel<<<kdrt_blocks(total), KDRT_THREADS, 0, d->impl->stream>>>(dx, dy, x, m, var, g,
-                                                                           s, rows, cols, eps, n);
+  float *coef = (float *)kdrt_cuda_dscratch(d, 2, (size_t)(3 * cols) * sizeof(float));
+  bn_grad_coef_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
+      coef, var, g, s, cols, eps, n);
+  KDRT_LAUNCHED(d, "bn_grad_coef_kernel");
+  bn_grad_kernel<<<kdrt_blocks(total), KDRT_THREADS, 0, d->impl->stream>>>(dx, dy, x, m, coef,
+                                                                           rows, cols);
   KDRT_LAUNCHED(d, "bn_grad_kernel");
 }
 

@@ -272,6 +272,24 @@ static void check_norm(void) {
     kdrt_cuda_free(m), kdrt_cuda_free(v), kdrt_cuda_free(b), kdrt_cuda_free(s), kdrt_cuda_free(sd);
     free(hm), free(hv), free(hb), free(hs), free(sref);
   }
+  // a convolution's statistics: many rows, few channels (the rows cut into chunks)
+  {
+    const int64_t br = 20000, bc = 24;
+    size_t bn = (size_t)(br * bc);
+    float *hbx = hrand(bn, -2, 2), *hbd = hrand(bn, -1, 1), *hbm = hrand((size_t)bc, -1, 1);
+    float *bx = dev(hbx, bn), *bd = dev(hbd, bn), *bm = dev(hbm, (size_t)bc);
+    float *bs = kdrt_cuda_alloc((size_t)(2 * bc)), *bref = hzero((size_t)(2 * bc));
+    kdrt_bn_stats(bref, hbx, hbm, hbd, br, bc);
+    poison(bs, (size_t)(2 * bc));
+    kdrt_cuda_bn_stats(D, bs, bx, bm, bd, br, bc);
+    check("bn_stats with dy [20000, 24]", bs, bref, (size_t)(2 * bc), 1e-6);
+    kdrt_bn_stats(bref, hbx, NULL, NULL, br, bc);
+    poison(bs, (size_t)(2 * bc));
+    kdrt_cuda_bn_stats(D, bs, bx, NULL, NULL, br, bc);
+    check("bn_stats sum [20000, 24]", bs, bref, (size_t)bc, 1e-6);
+    kdrt_cuda_free(bx), kdrt_cuda_free(bd), kdrt_cuda_free(bm), kdrt_cuda_free(bs);
+    free(hbx), free(hbd), free(hbm), free(bref);
+  }
   // scores [7, 43, 67] as a block starting at query 5, key 11 of a bigger matrix
   kdrt_causal_mask(ref, hx, 7, 43, 67, 5, 11, KDRT_MASKED);
   poison(y, n);
