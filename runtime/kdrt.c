@@ -906,6 +906,55 @@ static int epoch_end(run *r, int e, double *v) {
   return kdrt_cb_epoch_end(&r->cb, r->c, e, v, 0);
 }
 
+// An epoch in progress, for after_step.
+typedef struct {
+  int e;
+  int64_t steps;
+  double *sum, *v;             // the logs' running sums; their means (the bar's values)
+  int64_t seen;                // samples done this epoch
+  progbar *pb;
+} epoch_run;
+
+// What follows training step s of `rows` samples, on its logs (r->logs):
+// the sums, the step's loss, the bar and a checkpoint. Returns 1 when
+// training stops there (a loss or weights not finite).
+static int after_step(run *r, epoch_run *er, int64_t s, int64_t rows) {
+  const kdrt_program *p = r->p;
+  const kdrt_options *o = r->o;
+  int nl = p->nlogs, e = er->e;
+  float l = r->logs[0];
+  add_logs(er->sum, r->logs, nl, rows, r->B);
+  er->seen += rows;
+  double units = (double)er->seen / (double)r->B;
+  for (int k = 0; k < nl; k++) er->v[k] = er->sum[k] / units;
+  r->step_loss[r->nsteps++] = l;
+  if (!isfinite(l)) { // the loss is the same on every rank: all stop here
+    diverge(r, "loss is %s at epoch %d, step %lld", isnan(l) ? "nan" : "inf", e + 1,
+            (long long)s + 1);
+    if (r->show) {
+      if (er->pb->live && er->pb->prev_width) putchar('\n'), er->pb->prev_width = 0;
+      printf("Batch %lld: Invalid loss, terminating training\n", (long long)s);
+    }
+    return 1;
+  }
+  progbar_update(er->pb, s + 1, 0, nl, r->names, er->v);
+  if (o->checkpoint_dir) {
+    kdrt_ckpt_state st = {.step = r->c->step, .seed = o->seed, .epoch = e, .pos = s + 1,
+                          .steps = er->steps, .ntrain = r->ntrain, .batch = r->B, .nlogs = nl,
+                          .log_names = p->log_names, .sums = er->sum, .nhist = e,
+                          .hist = (const double *const *)r->hist, .nsteps = r->nsteps,
+                          .step_loss = r->step_loss};
+    // A checkpoint holds finite weights only: a run that diverges keeps
+    // its last finite one (and the one before), never rotated out.
+    if (kdrt_ckpt_due(o->checkpoint_every, &st) &&
+        weights_diverged(r, "after the step; no checkpoint written"))
+      return 1;
+    kdrt_watch_phase("saving a checkpoint", e + 1, s + 1);
+    kdrt_ckpt_maybe_save(r->c, o->checkpoint_dir, o->checkpoint_every, &st);
+  }
+  return 0;
+}
+
 static void fit(run *r) {
   const kdrt_program *p = r->p;
   const kdrt_options *o = r->o;
@@ -960,6 +1009,11 @@ static void fit(run *r) {
       for (int k = 0; k < nl; k++) sum[k] = ck->sums[k];
       for (int64_t i = 0; i < s; i++) seen += batch_rows(r->ntrain, r->B, i);
     }
+    epoch_run er = {.e = e, .steps = steps, .sum = sum, .v = v, .seen = seen, .pb = &pb};
+    // held: a step whose logs its device still holds (c->logs_pending): they
+    // are taken (c->collect) once the next step is on its way, so the
+    // device computes while the host loads the next batch.
+    int64_t held = -1, held_rows = 0;
     for (; s < steps; s++) {
       kdrt_watch_phase("training", e + 1, s + 1);
       double t0 = now_s();
@@ -971,40 +1025,33 @@ static void fit(run *r) {
       kdrt_set_rows(r->c, 0);
       kdrt_watch_step_time(now_s() - t0);
       r->c->step++;
-      float l = r->logs[0];
-      add_logs(sum, r->logs, nl, rows, r->B);
-      seen += rows;
-      double units = (double)seen / (double)r->B;
-      for (int k = 0; k < nl; k++) v[k] = sum[k] / units;
-      r->step_loss[r->nsteps++] = l;
-      if (!isfinite(l)) { // the loss is the same on every rank: all stop here
-        diverge(r, "loss is %s at epoch %d, step %lld", isnan(l) ? "nan" : "inf", e + 1,
-                (long long)s + 1);
-        if (r->show) {
-          if (pb.live && pb.prev_width) putchar('\n'), pb.prev_width = 0;
-          printf("Batch %lld: Invalid loss, terminating training\n", (long long)s);
+      if (r->c->logs_pending) {
+        r->c->logs_pending = 0;
+        int stop = 0;
+        if (held >= 0) {
+          r->c->collect(r->c, r->logs);
+          stop = after_step(r, &er, held, held_rows);
         }
+        if (stop) { // this step's logs are not wanted; the device is done with it
+          r->c->collect(r->c, r->logs);
+          s = held + 1;
+          held = -1;
+          break;
+        }
+        held = s, held_rows = rows;
+        continue;
+      }
+      if (after_step(r, &er, s, rows)) {
         s++;
         break;
       }
-      progbar_update(&pb, s + 1, 0, nl, r->names, v);
-      if (o->checkpoint_dir) {
-        kdrt_ckpt_state st = {.step = r->c->step, .seed = o->seed, .epoch = e, .pos = s + 1,
-                              .steps = steps, .ntrain = r->ntrain, .batch = r->B, .nlogs = nl,
-                              .log_names = p->log_names, .sums = sum, .nhist = e,
-                              .hist = (const double *const *)r->hist, .nsteps = r->nsteps,
-                              .step_loss = r->step_loss};
-        // A checkpoint holds finite weights only: a run that diverges keeps
-        // its last finite one (and the one before), never rotated out.
-        if (kdrt_ckpt_due(o->checkpoint_every, &st) &&
-            weights_diverged(r, "after the step; no checkpoint written")) {
-          s++;
-          break;
-        }
-        kdrt_watch_phase("saving a checkpoint", e + 1, s + 1);
-        kdrt_ckpt_maybe_save(r->c, o->checkpoint_dir, o->checkpoint_every, &st);
-      }
     }
+    if (held >= 0) { // the last step's logs
+      r->c->collect(r->c, r->logs);
+      after_step(r, &er, held, held_rows);
+      s = held + 1;
+    }
+    seen = er.seen;
     double units = (double)seen / (double)r->B;
     for (int k = 0; k < nl; k++) r->hist[k][e] = v[k] = seen ? sum[k] / units : NAN;
     r->epochs_done = e + 1;

@@ -159,6 +159,12 @@ struct kdrt_ctx {
   int64_t local_rows, row0;
   int probe;                         // set: a step only checks that c->rows can run on this
                                      // program (kdrt_rows_refused) and returns; x, y are NULL
+  // A device runtime may return from train_step before the step has run
+  // (runtime/cuda: the host loads the next batch meanwhile): it then sets
+  // logs_pending, and the fit loop takes that step's logs with collect(c,
+  // logs) after the next train_step (or at the epoch's end), oldest first.
+  int logs_pending;
+  void (*collect)(kdrt_ctx *c, float *logs);
   int params_changed;                // set when the host changed c->params after training
                                      // began (restore_best_weights): a device copy
                                      // (runtime/cuda) must take them

@@ -76,9 +76,30 @@ static void forward(kdrt_ctx *c, const void *const *xs, const void *const *ys, f
   kdrt_allreduce(c, 1, &correct, metric, 1);
 }
 
+// RT_FIT_LATE=1: the steps hand their logs over one step late, as a device
+// runtime does (kdrt_ctx.logs_pending, collect): the fit loop must give the
+// same history and stop at the same step.
+static float late[2][2];
+static int nlate;
+
+static void collect(kdrt_ctx *c, float *logs) {
+  if (!nlate) kdrt_fatal(c, "rt_fit_check: logs collected with none held");
+  logs[0] = late[0][0], logs[1] = late[0][1];
+  late[0][0] = late[1][0], late[0][1] = late[1][1];
+  nlate--;
+}
+
 static void train_step(kdrt_ctx *c, const void *const *xs, const void *const *ys, float *logs) {
   forward(c, xs, ys, logs);
   if (c->probe) return;
+  const char *l8 = getenv("RT_FIT_LATE");
+  if (l8 && *l8 == '1') {
+    if (nlate == 2) kdrt_fatal(c, "rt_fit_check: a third step before the first's logs");
+    late[nlate][0] = logs[0], late[nlate][1] = logs[1], nlate++;
+    logs[0] = logs[1] = NAN; // not to be read before collect
+    c->logs_pending = 1;
+    c->collect = collect;
+  }
   const float *x = xs[0], *y = ys[0];
   int64_t rows = c->rows ? c->rows : B;
   int lb = (int)(c->ragged ? c->local_rows : rows / c->prog->mesh_shape[0]);

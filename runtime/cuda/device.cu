@@ -28,7 +28,16 @@ static const kdrt_program *dev_prog; // the program the blobs were sized for
 static int lb_rows;                // this rank's most rows of a step
 static size_t arena_floats;        // the device arena's floats (the run's batch)
 static size_t x_elems[KDRT_MAX_FILES], y_elems[KDRT_MAX_FILES]; // their elements, per input / label
-static size_t stage_bytes;         // every input, label and log, in the pinned stage
+static size_t stage_bytes;         // every input, label and log of a step: one of the two
+                                   // halves of the pinned stage (steps alternate)
+// The stage's halves: the next one a step takes; for each, an event after
+// its uploads (the half is free again) and one after its logs' copy; the
+// halves of training steps whose logs the host has yet to take, oldest first.
+static int stage_next;
+static cudaEvent_t stage_free[2], logs_done[2];
+static int held[2], nheld;
+static int cur_half;               // the half of the step in progress
+static int logs_late;              // training steps return before they have run
 static void *x_dev[KDRT_MAX_FILES];
 static float *y_dev[KDRT_MAX_FILES];
 static const kdrt_ctx *owner;     // the ctx whose host blobs the device mirrors
@@ -342,7 +351,47 @@ static void setup_program(kdrt_ctx *c) {
   dev.x = x_dev;
   dev.y = y_dev;
   dev.logs = kdrt_cuda_alloc((size_t)p->nlogs);
+  for (int k = 0; k < 2; k++) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&stage_free[k], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&logs_done[k], cudaEventDisableTiming));
+  }
+  stage_next = nheld = 0;
+  // A training step's logs are taken one step later (kdrt_ctx.collect), so
+  // that the host loads the next batch while the device runs this one;
+  // not when the host must see every step's weights (checkpoints) or
+  // every launch is waited for (KDRT_CUDA_SYNC).
+  const char *late = getenv("KDRT_CUDA_LATE_LOGS");
+  logs_late = !mirror_each_step && !dev_impl.sync_each && !(late && !strcmp(late, "0"));
   dev_prog = p;
+}
+
+// Wait for event ev, asking NCCL for asynchronous errors meanwhile.
+static void wait_event(kdrt_cuda *d, cudaEvent_t ev, const char *what) {
+  for (unsigned spins = 0;; spins++) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) kdrt_cuda_fail(what, __FILE__, __LINE__, cudaGetErrorString(e));
+    kdrt_cuda_comm_poll(d, what);
+    if (spins > 1000) {
+      struct timespec nap = {0, 50000};
+      nanosleep(&nap, NULL);
+    }
+  }
+}
+
+// The logs of the oldest training step not yet taken (kdrt_ctx.collect).
+static float *logs_of(int half) {
+  return (float *)((char *)dev_impl.hscratch[2] + (size_t)(half + 1) * stage_bytes -
+                   (size_t)(dev_prog->nlogs + 1) * sizeof(float));
+}
+
+static void collect_logs(kdrt_ctx *c, float *logs) {
+  if (!nheld) kdrt_fatal(c, "kdrt-cuda: the logs of a step were asked for twice");
+  int half = held[0];
+  held[0] = held[1], nheld--;
+  wait_event(&dev, logs_done[half], "a training step");
+  const float *out = logs_of(half);
+  for (int k = 0; k < dev_prog->nlogs; k++) logs[k] = out[k];
 }
 
 // ---------------------------------------------------------------- steps
@@ -382,8 +431,11 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
   if (local > lb_rows)
     kdrt_fatal(c, "kdrt-cuda: a step of %lld rows on this rank, more than the %d its buffers "
                "were made for", (long long)local, lb_rows);
-  char *stage = (char *)kdrt_cuda_hscratch(d, 2, stage_bytes);
-  kdrt_cuda_wait(d, d->impl->stream, "the step's input copies"); // the stage is free again
+  // This step's half of the stage, free once the uploads of the step that
+  // used it last are done (they come first in that step).
+  cur_half = stage_next, stage_next ^= 1;
+  char *stage = (char *)kdrt_cuda_hscratch(d, 2, 2 * stage_bytes) + cur_half * stage_bytes;
+  wait_event(d, stage_free[cur_half], "the step's input copies");
   for (int i = 0; i < p->ninputs; i++) {
     size_t n = (size_t)local * (size_t)kdrt_io_elems(&p->inputs[i]) * 4;
     if (!n) continue;
@@ -398,6 +450,7 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
     CUDA_CHECK(cudaMemcpyAsync(d->y[j], stage, n, cudaMemcpyHostToDevice, d->impl->stream));
     stage += n;
   }
+  CUDA_CHECK(cudaEventRecord(stage_free[cur_half], d->impl->stream));
   return d;
 }
 
@@ -405,10 +458,9 @@ extern "C" void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, flo
   kdrt_ctx *c = d->c;
   const kdrt_program *p = c->prog;
   cudaStream_t s = d->impl->stream;
-  // The logs land after the inputs and labels in the stage, which the
-  // uploads of this step may still be reading.
-  float *out = (float *)((char *)kdrt_cuda_hscratch(d, 2, stage_bytes) + stage_bytes -
-                         (size_t)(p->nlogs + 1) * sizeof(float));
+  // The logs land after the inputs and labels in the step's half of the
+  // stage, which the uploads of this step may still be reading.
+  float *out = logs_of(cur_half);
   if (p->nlogs)
     CUDA_CHECK(cudaMemcpyAsync(out, logs_dev, (size_t)p->nlogs * sizeof(float),
                                cudaMemcpyDeviceToHost, s));
@@ -427,6 +479,14 @@ extern "C" void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, flo
     CUDA_CHECK(cudaMemcpyAsync(c->params, d->params, p->param_floats * sizeof(float),
                                cudaMemcpyDeviceToHost, s));
     device_newer = 0;
+  }
+  if (mode == KDRT_CUDA_TRAIN && logs_late) { // the fit loop takes them after the next step
+    if (nheld == 2) kdrt_fatal(c, "kdrt-cuda: a third training step before the first's logs");
+    CUDA_CHECK(cudaEventRecord(logs_done[cur_half], s));
+    held[nheld++] = cur_half;
+    c->logs_pending = 1;
+    c->collect = collect_logs;
+    return;
   }
   kdrt_cuda_wait(d, s, "the end of the step");
   for (int k = 0; k < p->nlogs; k++) logs[k] = out[k];
@@ -448,6 +508,11 @@ extern "C" void kdrt_cuda_shutdown(void) {
   }
   kdrt_cuda_free(dev.params), kdrt_cuda_free(dev.grads), kdrt_cuda_free(dev.arena);
   kdrt_cuda_free(dev.logs);
+  if (dev_prog)
+    for (int k = 0; k < 2; k++) {
+      CUDA_CHECK(cudaEventDestroy(stage_free[k]));
+      CUDA_CHECK(cudaEventDestroy(logs_done[k]));
+    }
   for (int i = 0; dev_prog && i < dev_prog->ninputs; i++) kdrt_cuda_free((float *)x_dev[i]), x_dev[i] = NULL;
   for (int j = 0; dev_prog && j < dev_prog->nlabels; j++) kdrt_cuda_free(y_dev[j]), y_dev[j] = NULL;
   dev.params = dev.grads = dev.arena = dev.logs = NULL;

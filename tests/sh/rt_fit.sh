@@ -21,7 +21,8 @@ BIN=build/tests/rt_fit_check
 export RT_FIT_POISON= # RT_FIT_POISON=S: a NaN weight after step S (rt_fit_check.c)
 fails=0
 fail() { echo "rt_fit.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
-. tests/lib.sh # expect, same_history
+script=rt_fit.sh
+. tests/lib.sh # expect, same_history (its fail() names $script)
 
 # run MESH NP ARGS...: runs the program, output in $T/out, status in $rc.
 run() {
@@ -55,6 +56,19 @@ for mesh in "8" "2,4" "4,2" "1,8" "8,1"; do
 done
 name="mesh (2,2)"; run 2,2 4 --epochs 3 --history "$T/h4.json"; expect 0 "Epoch 3/3"
 same_history "$T/h1.json" "$T/h4.json"
+# Logs handed over a step late (as the CUDA runtime does, so that the host
+# loads the next batch while the GPU computes): the same history, and a
+# divergence stops at the same step with the same history.
+name="late logs"
+RT_FIT_LATE=1 run 1 0 --epochs 3 --validation-split 0.25 --history "$T/hl.json"; expect 0 "Epoch 3/3"
+run 1 0 --epochs 3 --validation-split 0.25 --history "$T/hs.json"; expect 0 "Epoch 3/3"
+cmp -s "$T/hs.json" "$T/hl.json" || fail "$name: the history differs: $(diff "$T/hs.json" "$T/hl.json")"
+name="late logs, diverging"
+RT_FIT_LATE=1 run 1 0 --lr 1e30 --epochs 5 --history "$T/hdl.json"
+expect 1 "rt_fit_check: training diverged: loss is "
+run 1 0 --lr 1e30 --epochs 5 --history "$T/hds.json"
+expect 1 "rt_fit_check: training diverged: loss is "
+cmp -s "$T/hds.json" "$T/hdl.json" || fail "$name: the history differs: $(diff "$T/hds.json" "$T/hdl.json")"
 
 name="wrong world size"
 run 2,4 3
