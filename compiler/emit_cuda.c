@@ -127,10 +127,11 @@ static void emit_call_sites(const char *code) {
     p = q;
   }
   out("\n// Each call below first records its line (kdrt_cuda_at): a GPU fault then names\n"
-      "// the op that launched it (with KDRT_CUDA_SYNC=1, exactly).\n");
+      "// the op that launched it (with KDRT_CUDA_SYNC=1, exactly), and KDRT_CUDA_PROFILE=1\n"
+      "// times each line on the GPU.\n");
   for (int i = 0; i < nseen; i++)
-    out("#define %s(d, ...) (kdrt_cuda_at((d), __FILE__, __LINE__), %s((d), __VA_ARGS__))\n",
-        seen[i], seen[i]);
+    out("#define %s(d, ...) (kdrt_cuda_at((d), \"%s\", __FILE__, __LINE__), %s((d), __VA_ARGS__))\n",
+        seen[i], seen[i] + strlen("kdrt_cuda_"), seen[i]);
 }
 
 static const char *precision_enum(const char *p) {

@@ -44,9 +44,22 @@ struct kdrt_cuda_impl {
   // (kdrt_cuda_at), for a fault's message; the calls so far, and the one
   // that launches a faulting kernel instead (KDRT_CUDA_INJECT_FAULT=N, a
   // test of that message; 0: none).
-  const char *at_file;
+  const char *at_fn, *at_file;
   int at_line;
   long calls, fault_at;
+  // KDRT_CUDA_PROFILE=1: an event before each call of the step in progress
+  // (prof_line[k]: its line, prof_fn[k]: its name), and per line of
+  // program.cu the time and calls summed over the training steps after
+  // the first.
+  int profile, profile_steps;
+  cudaEvent_t *prof_ev;
+  int *prof_line;
+  const char **prof_fn;
+  int prof_n, prof_cap;
+  double *line_ms;
+  long *line_calls;
+  const char **line_fn;
+  int nlines;
   // communication (comm.cu)
   int comm_mode;              // KDRT_COMM_*
   ncclComm_t world;

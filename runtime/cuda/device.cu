@@ -71,9 +71,9 @@ extern "C" void kdrt_cuda_fail(const char *call, const char *file, int line, con
           msg ? msg : "(no message)");
   const kdrt_cuda_impl *s = dev.impl;
   if (s && s->sync_each && s->at_file)
-    fprintf(stderr, "kdrt-cuda: rank %d: in the op called at %s:%d (KDRT_CUDA_SYNC=1: each "
-            "launch was waited for, so this op is the one that failed)\n",
-            rank, s->at_file, s->at_line);
+    fprintf(stderr, "kdrt-cuda: rank %d: in kdrt_cuda_%s called at %s:%d (KDRT_CUDA_SYNC=1: "
+            "each launch was waited for, so this op is the one that failed)\n",
+            rank, s->at_fn ? s->at_fn : "?", s->at_file, s->at_line);
   else if (kernel_fault(msg)) {
     fprintf(stderr, "kdrt-cuda: rank %d: a kernel faulted", rank);
     if (s && s->at_file) fprintf(stderr, " at or before the op called at %s:%d", s->at_file, s->at_line);
@@ -118,9 +118,102 @@ extern "C" void kdrt_cuda_launched(kdrt_cuda *d, const char *what, const char *f
 // kernel that writes to an address no allocation holds.
 __global__ static void fault_kernel(float *p) { p[threadIdx.x] = 1.0f; }
 
-extern "C" void kdrt_cuda_at(kdrt_cuda *d, const char *file, int line) {
+// KDRT_CUDA_PROFILE=1: an event before this call, its line and name kept.
+static void profile_mark(kdrt_cuda_impl *s, const char *fn, int line) {
+  if (s->prof_n == s->prof_cap) {
+    int cap = s->prof_cap ? 2 * s->prof_cap : 1024;
+    s->prof_ev = (cudaEvent_t *)realloc(s->prof_ev, (size_t)cap * sizeof *s->prof_ev);
+    s->prof_line = (int *)realloc(s->prof_line, (size_t)cap * sizeof *s->prof_line);
+    s->prof_fn = (const char **)realloc(s->prof_fn, (size_t)cap * sizeof *s->prof_fn);
+    if (!s->prof_ev || !s->prof_line || !s->prof_fn) kdrt_fatal(NULL, "out of memory (profile)");
+    for (int k = s->prof_cap; k < cap; k++) CUDA_CHECK(cudaEventCreate(&s->prof_ev[k]));
+    s->prof_cap = cap;
+  }
+  CUDA_CHECK(cudaEventRecord(s->prof_ev[s->prof_n], s->stream));
+  s->prof_line[s->prof_n] = line, s->prof_fn[s->prof_n] = fn;
+  s->prof_n++;
+}
+
+// After a step has run: the time from each call's event to the next one's
+// added to the call's line (training steps after the first only).
+static void profile_step(kdrt_cuda *d, int mode) {
   kdrt_cuda_impl *s = d->impl;
-  s->at_file = file, s->at_line = line;
+  if (!s->profile || !s->prof_n) return;
+  profile_mark(s, NULL, 0); // the step's end
+  CUDA_CHECK(cudaEventSynchronize(s->prof_ev[s->prof_n - 1]));
+  if (mode == KDRT_CUDA_TRAIN && s->profile_steps++ > 0)
+    for (int k = 0; k + 1 < s->prof_n; k++) {
+      int l = s->prof_line[k];
+      if (l >= s->nlines) {
+        int n = l + 1024;
+        s->line_ms = (double *)realloc(s->line_ms, (size_t)n * sizeof *s->line_ms);
+        s->line_calls = (long *)realloc(s->line_calls, (size_t)n * sizeof *s->line_calls);
+        s->line_fn = (const char **)realloc(s->line_fn, (size_t)n * sizeof *s->line_fn);
+        if (!s->line_ms || !s->line_calls || !s->line_fn) kdrt_fatal(NULL, "out of memory (profile)");
+        for (int i = s->nlines; i < n; i++) s->line_ms[i] = 0, s->line_calls[i] = 0, s->line_fn[i] = NULL;
+        s->nlines = n;
+      }
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, s->prof_ev[k], s->prof_ev[k + 1]));
+      s->line_ms[l] += ms, s->line_calls[l]++, s->line_fn[l] = s->prof_fn[k];
+    }
+  s->prof_n = 0;
+}
+
+// At exit: the lines of program.cu that took the most GPU time.
+static void profile_report(kdrt_cuda_impl *s) {
+  if (!s->profile || s->profile_steps < 2) return;
+  double total = 0;
+  for (int l = 0; l < s->nlines; l++) total += s->line_ms[l];
+  int steps = s->profile_steps - 1;
+  fprintf(stderr, "kdrt-cuda profile: %d training steps (the first left out), %.3f ms of GPU "
+          "time a step between the calls of %s; the lines that took the most:\n",
+          steps, total / steps, s->at_file ? s->at_file : "program.cu");
+  fprintf(stderr, "  %6s %9s %7s %9s  %s\n", "line", "ms/step", "share", "us/call", "call");
+  for (int k = 0; k < 25; k++) {
+    int best = -1;
+    for (int l = 0; l < s->nlines; l++)
+      if (s->line_calls[l] && (best < 0 || s->line_ms[l] > s->line_ms[best])) best = l;
+    if (best < 0 || s->line_ms[best] <= 0) break;
+    fprintf(stderr, "  %6d %9.4f %6.1f%% %9.1f  %s\n", best, s->line_ms[best] / steps,
+            100 * s->line_ms[best] / (total > 0 ? total : 1),
+            1000 * s->line_ms[best] / (double)s->line_calls[best], s->line_fn[best]);
+    s->line_ms[best] = -s->line_ms[best]; // printed
+  }
+  // by kind of call
+  for (int l = 0; l < s->nlines; l++) s->line_ms[l] = fabs(s->line_ms[l]);
+  enum { KINDS = 96 };
+  const char *kind[KINDS];
+  double kms[KINDS];
+  long kcalls[KINDS];
+  int nk = 0;
+  for (int l = 0; l < s->nlines; l++) {
+    if (!s->line_calls[l] || !s->line_fn[l]) continue;
+    int k = 0;
+    while (k < nk && strcmp(kind[k], s->line_fn[l])) k++;
+    if (k == nk) {
+      if (nk == KINDS) continue;
+      kind[nk] = s->line_fn[l], kms[nk] = 0, kcalls[nk] = 0, nk++;
+    }
+    kms[k] += s->line_ms[l], kcalls[k] += s->line_calls[l];
+  }
+  fprintf(stderr, "  by call:\n");
+  for (int i = 0; i < nk && i < 15; i++) {
+    int best = i;
+    for (int k = i + 1; k < nk; k++)
+      if (kms[k] > kms[best]) best = k;
+    const char *tn = kind[i]; double tm = kms[i]; long tc = kcalls[i];
+    kind[i] = kind[best], kms[i] = kms[best], kcalls[i] = kcalls[best];
+    kind[best] = tn, kms[best] = tm, kcalls[best] = tc;
+    fprintf(stderr, "    %-22s %9.4f ms/step %6.1f%% %6ld calls/step\n", kind[i], kms[i] / steps,
+            100 * kms[i] / (total > 0 ? total : 1), kcalls[i] / steps);
+  }
+}
+
+extern "C" void kdrt_cuda_at(kdrt_cuda *d, const char *fn, const char *file, int line) {
+  kdrt_cuda_impl *s = d->impl;
+  s->at_fn = fn, s->at_file = file, s->at_line = line;
+  if (s->profile) profile_mark(s, fn, line);
   if (++s->calls == s->fault_at) {
     fault_kernel<<<1, 32, 0, s->stream>>>((float *)(uintptr_t)0x10);
     KDRT_LAUNCHED(d, "fault_kernel (KDRT_CUDA_INJECT_FAULT)");
@@ -211,6 +304,8 @@ extern "C" kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision) {
   kdrt_cuda_impl *s = &dev_impl;
   const char *sync = getenv("KDRT_CUDA_SYNC");
   s->sync_each = sync && *sync && strcmp(sync, "0");
+  const char *prof = getenv("KDRT_CUDA_PROFILE");
+  s->profile = prof && *prof && strcmp(prof, "0");
   const char *inject = getenv("KDRT_CUDA_INJECT_FAULT");
   s->fault_at = inject ? atol(inject) : 0;
   int ndev = 0;
@@ -361,7 +456,8 @@ static void setup_program(kdrt_ctx *c) {
   // not when the host must see every step's weights (checkpoints) or
   // every launch is waited for (KDRT_CUDA_SYNC).
   const char *late = getenv("KDRT_CUDA_LATE_LOGS");
-  logs_late = !mirror_each_step && !dev_impl.sync_each && !(late && !strcmp(late, "0"));
+  logs_late = !mirror_each_step && !dev_impl.sync_each && !dev_impl.profile &&
+              !(late && !strcmp(late, "0"));
   dev_prog = p;
 }
 
@@ -489,12 +585,14 @@ extern "C" void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, flo
     return;
   }
   kdrt_cuda_wait(d, s, "the end of the step");
+  profile_step(d, mode);
   for (int k = 0; k < p->nlogs; k++) logs[k] = out[k];
 }
 
 extern "C" void kdrt_cuda_shutdown(void) {
   if (!opened) return;
   kdrt_cuda_impl *s = &dev_impl;
+  profile_report(s);
   kdrt_cuda_wait(&dev, s->stream, "shutdown");
   kdrt_cuda_wait(&dev, s->comm_stream, "shutdown");
   kdrt_cuda_comm_free(&dev);

@@ -86,11 +86,13 @@ void kdrt_cuda_download(kdrt_cuda *d, float *dst, const float *src, size_t n); /
 void kdrt_cuda_copy(kdrt_cuda *d, float *dst, const float *src, size_t n);
 void kdrt_cuda_sync(kdrt_cuda *d);
 // The generated program calls this before each op's call (its macros do,
-// with the call's file and line), so that a fault names the op: with
+// with the call's name, file and line), so that a fault names the op: with
 // KDRT_CUDA_SYNC=1 every launch is waited for and a failure says
 // "program.cu:LINE"; without it, a fault surfaces at the step's end and the
-// message says to rerun so.
-void kdrt_cuda_at(kdrt_cuda *d, const char *file, int line);
+// message says to rerun so. With KDRT_CUDA_PROFILE=1 each call's GPU time
+// is measured (an event between calls) and the lines that took the most
+// are printed at exit.
+void kdrt_cuda_at(kdrt_cuda *d, const char *fn, const char *file, int line);
 
 // ---------------------------------------------------------------- the kernels
 // Every kernel of kdrt_ops.h's list, with the CPU runtime's arguments after

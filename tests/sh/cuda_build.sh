@@ -100,7 +100,7 @@ src=build/tests/cuda_build/cnn_1.kdcc.d/program.cu
 if ! grep -q "narena_plan = (int)(sizeof arena_plan / sizeof \*arena_plan)" $src; then
   echo "FAIL: $src: no arena plan for a larger run batch"; fail=1
 fi
-if ! grep -q "^#define kdrt_cuda_matmul(d, ...) (kdrt_cuda_at((d), __FILE__, __LINE__), kdrt_cuda_matmul((d), __VA_ARGS__))" $src; then
+if ! grep -q "^#define kdrt_cuda_matmul(d, ...) (kdrt_cuda_at((d), \"matmul\", __FILE__, __LINE__), kdrt_cuda_matmul((d), __VA_ARGS__))" $src; then
   echo "FAIL: $src: the calls do not record their lines"; fail=1
 fi
 calls=$(sed -n '/^static void forward/,$p' $src | grep -o "kdrt_cuda_[a-z0-9_]*(d," | sort -u | sed 's/(d,//')
