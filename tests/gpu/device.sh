@@ -1,0 +1,430 @@
+#!/usr/bin/env bash
+# device.sh: check kdcc on a GPU machine in one go, with the bundle that
+# `make gpu-bundle` built (tests/gpu/build_bundle.sh) on a machine without one.
+#
+#   bash tests/gpu/device.sh [DIR]     DIR holds bundle.tar.xz (default .gpu)
+#
+# Phases, in this order (PHASES=env,corr,... picks some; the default is all
+# but prof):
+#   env     the GPU, the bundle's commit, every library found
+#   corr    (in one pool of JOBS=8 processes sharing the GPU)
+#           opcheck: every kernel against the CPU runtime, 10 rounds, at
+#             fp32, tf32 and bf16 (`opcheck --repeat 10`; a program that
+#             takes no --repeat runs 10 times);
+#           every model's training against the CPU program's history (each
+#             loss within 1e-5) and `gradcheck --points 3`;
+#           the GPT at tf32 and bf16 (finite, near the CPU's fp32);
+#           a program compiled for batch 16 trained at --batch-size 24 and 40
+#             against the CPU program at the same batch;
+#           a checkpoint taken on the GPU resumed by the CPU program;
+#           a loss that diverges in epoch 2 (--lr 1000): the run says so,
+#             keeps epoch 1's checkpoint, which the CPU program resumes
+#   faults  each must end the program with a message: out of GPU memory
+#           (KDRT_CUDA_MEMORY=1M), a kernel reading an illegal address
+#           (KDRT_CUDA_INJECT_FAULT=5) with KDRT_CUDA_SYNC=1 (names
+#           program.cu:LINE) and without (says to rerun with KDRT_CUDA_SYNC=1)
+#   mesh    a (2,2) mesh of four ranks on one GPU (host-staged collectives)
+#           against the one-device CPU program
+#   perf, torch, keras   the speed table: kdcc's CUDA programs, PyTorch eager
+#           and torch.compile, Keras on JAX (keras, namex and optree wheels in
+#           DIR/whl/), on the same data; cut short at the deadline
+#   prof    (not by default) per-kernel GPU time from ncu
+# Every phase after corr stops where the run would pass DL seconds (default
+# 330), so that the whole takes at most about 6 minutes.
+#
+# Prints one line per check as it goes, then the speed table and the table
+# of checks; writes OUT/summary.txt (the same lines) and OUT/res.tar.gz (every
+# log and history; OUT: default ./gpu-results). Exit status 0 when every
+# check passed, 1 when one failed, 3 when the bundle or its libraries are
+# unusable. WORK (default /tmp/kdcc-gpu) is where the bundle is unpacked;
+# KEEP=1 leaves it there.
+set -u
+T0=$(date +%s)
+el() { echo $(($(date +%s) - T0)); }
+S=$(cd "$(dirname "$0")" && pwd)
+G=$(cd "${1:-.gpu}" 2>/dev/null && pwd) ||
+  { echo "device.sh: no folder ${1:-.gpu}: copy the one make gpu-bundle wrote (.gpu/) into the checkout" >&2; exit 3; }
+OUT=${OUT:-$PWD/gpu-results}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+BUNDLE=$(realpath "${BUNDLE:-$G/bundle.tar.xz}")
+PHASES=${PHASES:-env,corr,faults,mesh,perf,torch,keras}
+DL=${DL:-330}
+JOBS=${JOBS:-8}
+W=${WORK:-/tmp/kdcc-gpu}
+mkdir -p "$W" && W=$(cd "$W" && pwd)
+R=$W/res
+has() { [[ ",$PHASES," == *",$1,"* ]]; }
+left() { echo $((DL - $(el))); }
+# tmo N: N seconds, or what is left before the deadline less 30 (at least 10)
+tmo() { local l=$(($(left) - 30)); [ $l -lt 10 ] && l=10; [ $l -lt $1 ] && echo $l || echo $1; }
+
+SUM=$OUT/summary.txt
+: >"$SUM"
+say() { echo "$*" | tee -a "$SUM"; }
+# check NAME STATUS DETAIL: a row of the final table (PASS, FAIL, WARN, SKIP)
+check() {
+  printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$R/checks.tsv"
+  say "$(printf '%-26s %-4s %s' "$1" "$2" "$3") [$(el)s]"
+}
+finish() { # STATUS: print the tables, pack the results, exit (1 when a check failed)
+  local st=$1 n f w
+  [ -s "$R/perf.table" ] && { echo; cat "$R/perf.table"; } | tee -a "$SUM"
+  n=$(wc -l <"$R/checks.tsv")
+  f=$(grep -c $'\tFAIL\t' "$R/checks.tsv")
+  w=$(grep -c $'\tWARN\t' "$R/checks.tsv")
+  [ "$st" = 0 ] && [ "$f" != 0 ] && st=1
+  {
+    echo
+    echo "== kdcc on ${GPU:-no GPU}, bundle ${COMMIT:-?}"
+    printf '%-26s %-4s %s\n' check res detail
+    awk -F'\t' '{printf "%-26s %-4s %s\n", $1, $2, substr($3, 1, 160)}' "$R/checks.tsv"
+    echo "$n checks: $((n - f - w)) passed, $w warned, $f failed [$(el)s]; every log: $OUT/res.tar.gz"
+  } | tee -a "$SUM"
+  cp "$SUM" "$R/"
+  (cd "$W" && tar czf "$OUT/res.tar.gz" res)
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$W"
+  exit "$st"
+}
+
+# ---- unpack: two xz streams (programs, then libraries), one tar each
+rm -rf "$W"
+mkdir -p "$W" "$R"/j "$R"/h
+: >"$R/checks.tsv"
+cd "$W"
+if ! xz -dc "$BUNDLE" | tar -xif - || [ "$(cat format 2>/dev/null)" != 2 ]; then
+  check bundle FAIL "$BUNDLE: unreadable or of another layout: rebuild it with make gpu-bundle"
+  finish 3
+fi
+COMMIT=$(awk '/^commit/ {$1 = ""; print substr($0, 2)}' info.txt)
+. ref/args.sh
+CUBLAS=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda-1*/lib64 2>/dev/null | head -1)
+TV=$(env -u LD_LIBRARY_PATH python3 -c 'import os,torch;print(os.path.dirname(torch.__file__))' 2>/dev/null)/..
+NV=$(ls -d $TV/nvidia/cu13/lib $TV/nvidia/nccl/lib $TV/nvidia/cublas/lib 2>/dev/null | tr '\n' ':')
+export LD_LIBRARY_PATH=$W/lib:${CUBLAS}:${NV}${LD_LIBRARY_PATH:-}
+# any library still missing (cuBLAS, NCCL elsewhere in the image): look for it
+for l in $(ldd progs/c_cnn 2>/dev/null | awk '/not found/ {print $1}'); do
+  f=$(find /usr /opt /lib -name "$l" 2>/dev/null | head -1)
+  [ -n "$f" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$f")
+done
+PY="env -u LD_LIBRARY_PATH python3"
+export OPAL_PREFIX=$W/ompi/usr PMIX_INSTALL_PREFIX=$W/ompi/usr/lib/x86_64-linux-gnu/pmix2
+export PATH=$W/ompi/usr/bin:$PATH
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_ess_singleton_isolated=1 KDRT_PROGRESS=plain
+GPU=$(nvidia-smi -L 2>/dev/null | head -1 | sed 's/ (UUID.*//')
+
+if has env; then
+  {
+    nvidia-smi
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    ldd progs/c_cnn | grep -E "not found|cublas|nccl|mpi"
+    cat info.txt
+    $PY -c 'import torch, jax; print(torch.__version__, jax.__version__, jax.devices())'
+  } >"$R/env.txt" 2>&1
+  miss=$(ldd progs/c_cnn progs/cpu_cnn "$W/ompi/usr/bin/orterun" | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
+  if [ -z "$GPU" ] || [ -n "$miss" ]; then
+    check env FAIL "${GPU:-no GPU (nvidia-smi lists none)}; libraries not found: ${miss:-none}"
+    finish 3
+  fi
+  check env PASS "$GPU; every library found; bundle $COMMIT"
+  bf=$(tr '\n' ' ' <ref/build_failed.txt)
+  rf=$(cat ref/ref_failed.txt)
+  [ -z "$bf$rf" ] || check bundle FAIL "not built: ${bf:-none}; CPU references failed: ${rf:-none}"
+fi
+
+# ---- the correctness jobs: each writes j/NAME.txt and j/NAME.rc, histories in h/
+run_to() { # NAME SECONDS CMD...
+  local n=$1 t=$2
+  shift 2
+  timeout -k 5 "$t" "$@" >"$R/j/$n.txt" 2>&1
+  echo $? >"$R/j/$n.rc"
+}
+job() { # KIND ARGS...
+  case $1 in
+  opcheck) # PREC
+    local exe=progs/c_cnn_$2 n=opcheck_$2
+    [ "$2" = fp32 ] && exe=progs/c_cnn
+    run_to "$n" 200 "$exe" opcheck --repeat 10
+    if [ "$(cat "$R/j/$n.rc")" = 2 ] && grep -q "usage: .*opcheck" "$R/j/$n.txt" &&
+      ! grep -q "^opcheck:" "$R/j/$n.txt"; then # a program before --repeat: 10 runs
+      local i nf=0
+      echo "opcheck --repeat: not known to this program; 10 runs" >"$R/j/$n.txt"
+      for i in 1 2 3 4 5 6 7 8 9 10; do
+        timeout -k 5 60 "$exe" opcheck >>"$R/j/$n.txt" 2>&1 || nf=$((nf + 1))
+      done
+      echo "10 runs (it takes no --repeat), $nf failed; " >"$R/j/$n.runs"
+      [ $nf = 0 ]
+      echo $? >"$R/j/$n.rc"
+    fi ;;
+  train) run_to "train_$2" 90 progs/c_$2 $ARGS --history "$R/h/$2.cuda.json" ;;
+  gc) run_to "gc_$2" 120 progs/c_$2 gradcheck --points 3 ;;
+  prec) run_to "prec_$2" 90 progs/c_$2 $ARGS --history "$R/h/$2.cuda.json" ;;
+  bs) # MODEL BATCH
+    run_to "bs$3_$2" 90 progs/c_$2 $BS_ARGS --batch-size "$3" --history "$R/h/bs$3_$2.cuda.json" ;;
+  ck) # epoch 1 on the GPU, epoch 2 on the CPU from its checkpoint
+    rm -rf "$R/ck"
+    run_to ck_gpu 90 progs/c_cnn $CK_ARGS --epochs 1 --checkpoint-dir "$R/ck"
+    run_to ck_cpu 90 progs/cpu_cnn $CK_ARGS --epochs 2 --checkpoint-dir "$R/ck" --resume \
+      --history "$R/h/ck_straight.cuda.json" ;;
+  nan) # diverges in epoch 2; the CPU program resumes epoch 1's checkpoint at the compiled rate
+    rm -rf "$R/nan_ck"
+    run_to nan_gpu 90 progs/c_megatron $NAN_ARGS --lr $NAN_LR --checkpoint-dir "$R/nan_ck" \
+      --history "$R/h/nan.cuda.json"
+    ls "$R/nan_ck" >"$R/j/nan.ckpts" 2>/dev/null
+    run_to nan_cpu 90 progs/cpu_megatron $NAN_ARGS --checkpoint-dir "$R/nan_ck" --resume \
+      --history "$R/h/nan_resumed.cuda.json" ;;
+  fault) # oom | sync | nosync
+    case $2 in
+    oom) KDRT_CUDA_MEMORY=1M run_to fault_oom 60 progs/c_cnn $ARGS ;;
+    sync) KDRT_CUDA_SYNC=1 KDRT_CUDA_INJECT_FAULT=5 run_to fault_sync 60 progs/c_cnn $ARGS ;;
+    nosync) KDRT_CUDA_INJECT_FAULT=5 run_to fault_nosync 60 progs/c_cnn $ARGS ;;
+    esac ;;
+  mesh) # four ranks on one GPU
+    CUDA_VISIBLE_DEVICES=$MESH_GPU run_to "mesh_$2" 150 mpirun -np 4 -x CUDA_VISIBLE_DEVICES \
+      progs/m22_$2 $M22_ARGS --history "$R/h/m22_$2.cuda.json" ;;
+  esac
+}
+MESH_GPU=${CUDA_VISIBLE_DEVICES:-0}
+MESH_GPU=${MESH_GPU%%,*}
+export -f job run_to
+export R ARGS BS_ARGS CK_ARGS NAN_ARGS NAN_LR M22_ARGS MESH_GPU
+jobs_list() { # the longest first
+  if has corr; then
+    for p in fp32 tf32 bf16; do echo "opcheck $p"; done
+  fi
+  if has mesh; then
+    for m in $m22_models; do echo "mesh $m"; done
+  fi
+  if has corr; then
+    for m in $(cat ref/corr.list); do echo "gc $m"; done
+    for m in $(cat ref/corr.list); do echo "train $m"; done
+    echo "prec gpt_tf32"
+    echo "prec gpt_bf16"
+    for m in $bs_models; do for b in $BS_SIZES; do echo "bs $m $b"; done; done
+    echo ck
+    echo nan
+  fi
+  if has faults; then
+    for f in oom sync nosync; do echo "fault $f"; done
+  fi
+}
+jobs_list >"$R/jobs.txt"
+if [ -s "$R/jobs.txt" ]; then
+  say "running $(wc -l <"$R/jobs.txt") correctness jobs, $JOBS at a time [$(el)s]"
+  timeout -k 10 "$(tmo $((DL - 90)))" xargs -P "$JOBS" -L 1 bash -c 'job "$@"' _ <"$R/jobs.txt"
+  [ $? = 124 ] && say "the correctness jobs ran out of time: those not done count as failed"
+fi
+rc_of() { cat "$R/j/$1.rc" 2>/dev/null || echo "none (timed out?)"; }
+# a line of a job's output: the first with TEXT, else the first from the
+# runtime, else the last; at most 110 characters
+line_of() {
+  { grep -m1 -F -- "$2" "$R/j/$1.txt" || grep -m1 -E 'kdrt|rror|diverged' "$R/j/$1.txt" ||
+    tail -1 "$R/j/$1.txt"; } 2>/dev/null | cut -c1-110
+}
+cmp_hist() { # NAMES TOL LABEL: compare.py's first line; its status
+  $PY "$S/compare.py" hist ref "$R/h" "$1" --tol "$2" --label "$3" >"$R/cmp.txt" 2>&1
+  local st=$?
+  cat "$R/cmp.txt" >>"$R/compare.txt"
+  head -1 "$R/cmp.txt"
+  return $st
+}
+
+if has corr; then
+  for p in fp32 tf32 bf16; do
+    n=opcheck_$p
+    rc=$(rc_of $n)
+    nf=$(grep -c '^  .*FAILED$' "$R/j/$n.txt" 2>/dev/null)
+    names=$(grep '^  .*FAILED$' "$R/j/$n.txt" 2>/dev/null | cut -c3-42 | sed 's/ *$//' | sort | uniq -c |
+      sort -rn | awk '{c = $1; $1 = ""; printf "%s(x%d) ", substr($0, 2), c}')
+    st=FAIL
+    [ "$rc" = 0 ] && [ "${nf:-0}" = 0 ] && grep -q "^opcheck:" "$R/j/$n.txt" && st=PASS
+    line=$(grep -c ' ok$' "$R/j/$n.txt" 2>/dev/null)
+    [ "$line" = 0 ] && line="nothing ran: $(line_of $n opcheck)" || line="$line checks ok, $nf failed${names:+: $names}"
+    check "opcheck $p x10" $st "rc=$rc; $(cat "$R/j/$n.runs" 2>/dev/null)${line}"
+  done
+  total=$(wc -l <ref/corr.list)
+  bad=""
+  for m in $(cat ref/corr.list); do
+    [ "$(rc_of train_$m)" = 0 ] || bad="$bad $m(rc $(rc_of train_$m): $(line_of train_$m rror | cut -c1-60))"
+  done
+  line=$(cmp_hist @ref/corr.list 1e-5 "losses")
+  st=$?
+  [ -z "$bad" ] && [ $st = 0 ] && st=PASS || st=FAIL
+  check "train vs CPU" $st "$line${bad:+; exit status not 0:$bad}"
+  bad=""
+  nbad=0
+  for m in $(cat ref/corr.list); do
+    [ "$(rc_of gc_$m)" = 0 ] && continue
+    bad="$bad $m(rc $(rc_of gc_$m): $(tail -1 "$R/j/gc_$m.txt" 2>/dev/null | cut -c1-60))"
+    nbad=$((nbad + 1))
+  done
+  check "gradcheck --points 3" "$([ $nbad = 0 ] && echo PASS || echo FAIL)" \
+    "$((total - nbad))/$total passed${bad:+; failed:$bad}"
+  # bf16 and tf32 round the products' inputs: a loose bound, not a check of equality
+  for p in tf32:1e-2 bf16:5e-2; do
+    n=gpt_${p%%:*}
+    cp ref/gpt.cpu.json "ref/$n.cpu.json"
+    line=$(cmp_hist $n "${p#*:}" "losses vs CPU fp32")
+    st=$?
+    if [ "$(rc_of prec_$n)" != 0 ] || grep -q 'not a number\|=None' "$R/cmp.txt"; then st=FAIL
+    elif [ $st = 0 ]; then st=PASS; else st=WARN; fi
+    check "gpt ${p%%:*}" $st "rc=$(rc_of prec_$n); $line"
+  done
+  names=""
+  for m in $bs_models; do for b in $BS_SIZES; do names="$names,bs${b}_$m"; done; done
+  line=$(cmp_hist "${names#,}" 1e-5 "losses vs CPU at the same batch")
+  st=$?
+  bad=""
+  for n in ${names//,/ }; do [ "$(rc_of $n)" = 0 ] || bad="$bad $n: $(line_of $n batch)"; done
+  check "batch $BS_SIZES (compiled 16)" "$([ $st = 0 ] && [ -z "$bad" ] && echo PASS || echo FAIL)" "$line${bad:+;$bad}"
+  line=$(cmp_hist ck_straight 1e-5 "resumed = straight")
+  st=$?
+  check "checkpoint GPU->CPU" "$([ $st = 0 ] && [ "$(rc_of ck_gpu)$(rc_of ck_cpu)" = 00 ] && echo PASS || echo FAIL)" \
+    "GPU epoch 1 rc=$(rc_of ck_gpu), CPU epoch 2 rc=$(rc_of ck_cpu); $line"
+  # divergence: what the GPU program did, beside what the CPU program did
+  why=$(grep -o 'diverged: [^;]*' "$R/j/nan_gpu.txt" 2>/dev/null | head -1 | cut -c11-)
+  cwhy=$(grep -o 'diverged: [^;]*' ref/nan.cpu.txt | head -1 | cut -c11-)
+  ck=$(grep '^ckpt-' "$R/j/nan.ckpts" 2>/dev/null | tr '\n' ' ')
+  cck=$(grep '^ckpt-' ref/nan.ckpts | tr '\n' ' ')
+  line=$(cmp_hist nan_resumed 1e-3 "its losses vs the CPU's own resumed")
+  st=FAIL
+  if [ "$(rc_of nan_gpu)" = "$(cat ref/nan.cpu.rc)" ] && [ -n "$why" ] &&
+    { [ -z "$cck" ] || [ -n "$ck" ]; } && [ "$(rc_of nan_cpu)" = 0 ]; then
+    st=PASS
+    [ "$why" = "$cwhy" ] && [ "$ck" = "$cck" ] || st=WARN
+  fi
+  [ "$why" = "$cwhy" ] && cmpw="= CPU" || cmpw="CPU: ${cwhy:-none}"
+  [ "$ck" = "$cck" ] && cmpk="= CPU" || cmpk="CPU: ${cck:-none}"
+  check "diverged (--lr $NAN_LR)" $st "rc=$(rc_of nan_gpu), ${why:-no divergence message} ($cmpw); kept ${ck:-no checkpoint}($cmpk); CPU resumed it: rc=$(rc_of nan_cpu), $line"
+fi
+
+if has faults; then
+  for f in "oom|out of GPU memory|KDRT_CUDA_MEMORY=1M" "sync|program.cu:|KDRT_CUDA_SYNC=1 KDRT_CUDA_INJECT_FAULT=5" \
+    "nosync|KDRT_CUDA_SYNC=1|KDRT_CUDA_INJECT_FAULT=5"; do
+    IFS='|' read -r n want how <<<"$f"
+    rc=$(rc_of fault_$n)
+    st=FAIL
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ] && grep -qF -- "$want" "$R/j/fault_$n.txt" 2>/dev/null && st=PASS
+    if [ $st = PASS ]; then line="rc=$rc: $(line_of fault_$n "$want")"
+    else line="rc=$rc, no \"$want\" in: $(line_of fault_$n "$want")"; fi
+    check "fault $n" $st "$how: $line"
+  done
+fi
+
+if has mesh; then
+  names=$(echo $m22_models | sed 's/\([^ ]*\)/m22_\1/g; s/ /,/g')
+  line=$(cmp_hist "$names" 1e-5 "losses vs one-device CPU")
+  st=$?
+  bad=""
+  for m in $m22_models; do
+    [ "$(rc_of mesh_$m)" = 0 ] || bad="$bad $m(rc $(rc_of mesh_$m): $(line_of mesh_$m rror | cut -c1-60))"
+    [ "$(rc_of mesh_$m)" != 0 ] || grep -q "staged through host" "$R/j/mesh_$m.txt" ||
+      bad="$bad $m(no line about host-staged collectives)"
+  done
+  check "mesh (2,2) on one GPU" "$([ $st = 0 ] && [ -z "$bad" ] && echo PASS || echo FAIL)" "$line${bad:+;$bad}"
+fi
+
+# ---- speed: the same data files for every framework, 10 batches each
+late() { # SECONDS WHAT: true (and says so) when fewer than SECONDS are left
+  [ "$(left)" -ge "$1" ] && return 1
+  say "skipped $2: $(el)s gone, the deadline is ${DL}s"
+  return 0
+}
+SPEED=0
+has perf || has torch || has keras || has prof && SPEED=1
+if [ $SPEED = 1 ] && ! $PY -c 'import numpy' 2>/dev/null; then
+  say "skipped the speed phases: no numpy to make their data"
+  SPEED=0
+fi
+if [ $SPEED = 1 ]; then
+  mkdir -p "$R/perf"
+  $PY - <<'PY' || { say "skipped the speed phases: their data could not be made"; SPEED=0; }
+import numpy as np, os
+os.makedirs("data", exist_ok=True); r = np.random.default_rng(0)
+def save(n, x, y): np.save(f"data/{n}.x.npy", x); np.save(f"data/{n}.y.npy", y)
+save("seed_mlp", r.random((1280, 28, 28, 1), dtype=np.float32), np.eye(10, dtype=np.float32)[r.integers(0, 10, 1280)])
+save("resnet", r.random((1280, 28, 28, 1), dtype=np.float32), r.integers(0, 10, 1280).astype(np.int32))
+save("wide_mlp", r.standard_normal((10240, 1024), dtype=np.float32), r.integers(0, 10, 10240).astype(np.int32))
+save("gpt", r.integers(0, 64, (1280, 16)).astype(np.int32), r.integers(0, 64, (1280, 16)).astype(np.int32))
+save("gpt_med", r.integers(0, 8192, (160, 256)).astype(np.int32), r.integers(0, 8192, (160, 256)).astype(np.int32))
+save("gpt2", r.integers(0, 50257, (80, 1024)).astype(np.int32), r.integers(0, 50257, (80, 1024)).astype(np.int32))
+PY
+fi
+KW=0
+has keras && [ -d "$G/whl" ] && KW=50 # seconds kept for Keras
+if has perf && [ $SPEED = 1 ]; then
+  # steps/s = 10*k / (t(1+k epochs) - t(1 epoch)): start-up, init and the final evaluate cancel
+  tm() {
+    local s=$(date +%s.%N)
+    if timeout 60 "$@" >/dev/null 2>>"$R/perf/err.txt"; then
+      awk "BEGIN{printf \"%.4f\", $(date +%s.%N) - $s}"
+    else
+      echo "FAILED: $*" >>"$R/perf/err.txt"
+      echo FAILED
+    fi
+  }
+  for c in ${PERF:-seed_mlp:fp32:128 gpt:fp32:128 resnet:fp32:128 wide_mlp:fp32:1024 wide_mlp:tf32:1024 \
+    wide_mlp:bf16:1024 gpt_med:fp32:16 gpt_med:tf32:16 gpt_med:bf16:16}; do
+    late $((90 + KW)) "kdcc perf from $c on" && break
+    IFS=: read -r m p b <<<"$c"
+    exe=progs/p_${m}_$p
+    [ -x "$exe" ] || { say "kdcc $m $p: no program $exe in the bundle"; continue; }
+    a="--x data/$m.x.npy --y data/$m.y.npy --batch-size $b --seed 1 --no-shuffle"
+    t1=$(tm $exe $a --epochs 1)
+    t3=$(tm $exe $a --epochs 3)
+    case $t1$t3 in *FAILED*) say "kdcc $m $p b$b: FAILED (perf/err.txt)"; continue ;; esac
+    k=$(python3 -c "print(max(2, min(100, round(3.0 / max(($t3 - $t1) / 2, 1e-3)))))")
+    tk=$(tm $exe $a --epochs $((1 + k)))
+    [ "$tk" = FAILED ] && { say "kdcc $m $p b$b: FAILED (perf/err.txt)"; continue; }
+    sps=$(python3 -c "print('%.2f' % (10*$k/max($tk-$t1,1e-6)))")
+    say "kdcc $m $p b$b: $sps steps/s (1 vs $((1 + k)) epochs of 10 steps: ${t1}s vs ${tk}s) [$(el)s]"
+    echo "$m $p $b $sps" >>"$R/perf/kdcc.txt"
+  done
+fi
+if has prof && [ $SPEED = 1 ]; then
+  mkdir -p "$R/prof"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  say "ncu: ${NCU:-none}"
+  # kernel time per step (GPU time of every launch in a window of steady-state steps)
+  for c in wide_mlp:fp32:1024:400:120 gpt_med:bf16:16:4000:2000 gpt_med:tf32:16:4000:2000 resnet:fp32:128:2000:600; do
+    [ -n "$NCU" ] || break
+    IFS=: read -r m p b skip cnt <<<"$c"
+    a="--x data/$m.x.npy --y data/$m.y.npy --batch-size $b --seed 1 --no-shuffle --epochs 3"
+    timeout 150 $NCU --metrics gpu__time_duration.sum --csv --launch-skip $skip --launch-count $cnt \
+      progs/p_${m}_$p $a >"$R/prof/$m.$p.csv" 2>"$R/prof/$m.$p.err"
+    $PY - "$R/prof/$m.$p.csv" $m $p <<'PY' | tee -a "$SUM"
+import csv, sys, collections, io
+path, m, p = sys.argv[1:4]
+txt = open(path).read(); i = txt.find('"ID"')
+rows = list(csv.DictReader(io.StringIO(txt[i:]))) if i >= 0 else []
+by = collections.defaultdict(lambda: [0, 0.0])
+for r in rows:
+    if r.get("Metric Name") != "gpu__time_duration.sum": continue
+    v = float(r["Metric Value"].replace(",", "")); u = r.get("Metric Unit", "")
+    v = v / 1e3 if u in ("ns", "nsecond") else v if u in ("us", "usecond") else v * 1e3 if u in ("ms", "msecond") else v
+    k = r["Kernel Name"][:60]; by[k][0] += 1; by[k][1] += v
+tot = sum(t for _, t in by.values()) or 1
+print(f"prof {m} {p}: {len(rows)} launches, {tot/1e3:.2f} ms GPU time in the window")
+for k, (n, t) in sorted(by.items(), key=lambda kv: -kv[1][1])[:12]:
+    print(f"  {t/tot*100:5.1f}%  {n:5d} x {t/n:8.1f} us  {k}")
+PY
+  done
+fi
+if has torch && [ $SPEED = 1 ] && ! $PY -c 'import torch' 2>/dev/null; then
+  say "skipped torch: no PyTorch"
+elif has torch && [ $SPEED = 1 ] && ! late $((60 + KW)) torch; then
+  tb=$(($(left) - 45 - KW))
+  [ $tb -lt 15 ] && tb=15
+  timeout -k 5 $(($(left) - 10 - KW)) $PY "$S/torch_bench.py" ${TORCH_ONLY:+--only $TORCH_ONLY} --budget $tb \
+    --data data --out "$R/perf/torch.json" 2>&1 | tee "$R/perf/torch.txt" | grep -E "^torch" | tee -a "$SUM"
+fi
+if has keras && [ $SPEED = 1 ] && [ $KW = 0 ]; then
+  say "skipped keras: no $G/whl/ (the keras, namex and optree wheels)"
+elif has keras && [ $SPEED = 1 ] && ! late 40 keras; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$W/site" "$G"/whl/*.whl \
+    >"$R/perf/pip.txt" 2>&1
+  PYTHONPATH=$W/site KERAS_BACKEND=jax timeout -k 5 $(($(left) - 5)) $PY "$S/keras_bench.py" --budget $(($(left) - 25)) \
+    --data data --models models --out "$R/perf/keras.json" 2>&1 | tee "$R/perf/keras.txt" | grep -E "^keras" | tee -a "$SUM"
+fi
+[ $SPEED = 1 ] && $PY "$S/compare.py" speed "$R" >"$R/perf.table" 2>&1
+finish 0
