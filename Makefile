@@ -204,11 +204,32 @@ cuda-skipped:
 endif
 
 # On a machine with a GPU: every kernel against the CPU runtime, losses of the
-# CUDA programs against the CPU programs', a (2,2) mesh on one GPU. Skips
-# cleanly (exit 0) without a GPU or without nvcc.
+# CUDA programs against the CPU programs', a (2,2) mesh on one GPU; then the
+# correctness phases of tests/gpu/device.sh (GPU_PHASES) on a bundle built for
+# this GPU in build/tests/gpu_device/. Skips cleanly (exit 0) without a GPU or
+# without nvcc.
+GPU_PHASES ?= env,corr,faults,mesh
 test-gpu: setup all
 	@set -e; for s in tests/sh/gpu_*.sh; do echo "== $$s"; bash $$s; done
+	@if [ -z "$(NVCC)" ]; then echo "test-gpu: device.sh skipped: nvcc not found"; \
+	elif ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then \
+	  echo "test-gpu: device.sh skipped: no GPU (nvidia-smi lists none)"; \
+	else echo "== tests/gpu/device.sh (PHASES=$(GPU_PHASES))"; \
+	  $(MAKE) -s gpu-bundle GPU_BUNDLE_ARCH=$(CUDA_ARCH) GPU_BUNDLE=build/tests/gpu_device/bundle.tar.xz && \
+	  PHASES=$(GPU_PHASES) DL=$${DL:-900} OUT=build/tests/gpu_device/out WORK=build/tests/gpu_device/work \
+	    bash tests/gpu/device.sh build/tests/gpu_device; fi
 	@echo "all GPU tests passed (or skipped)"
 
+# ---- gpu-bundle: everything a GPU machine needs to check kdcc, built here
+# without a GPU (tests/gpu/build_bundle.sh: every program for GPU_BUNDLE_ARCH,
+# the CPU references, the shared libraries, a relocatable Open MPI) into
+# GPU_BUNDLE; about 2 minutes on 2 cores, about 32 MB. On the GPU machine,
+# with the checkout and .gpu/ copied there: bash tests/gpu/device.sh .gpu
+GPU_BUNDLE_ARCH ?= sm_90
+GPU_BUNDLE      ?= .gpu/bundle.tar.xz
+gpu-bundle:
+	@$(MAKE) -s cuda CUDA_ARCH=$(GPU_BUNDLE_ARCH)
+	CUDA_ARCH=$(GPU_BUNDLE_ARCH) bash tests/gpu/build_bundle.sh . $(GPU_BUNDLE)
+
 FORCE:
-.PHONY: cuda test-gpu FORCE
+.PHONY: cuda test-gpu gpu-bundle FORCE
