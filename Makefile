@@ -223,7 +223,7 @@ test-gpu: setup all
 # ---- gpu-bundle: everything a GPU machine needs to check kdcc, built here
 # without a GPU (tests/gpu/build_bundle.sh: every program for GPU_BUNDLE_ARCH,
 # the CPU references, the shared libraries, a relocatable Open MPI) into
-# GPU_BUNDLE; about 2 minutes on 2 cores, about 32 MB. On the GPU machine,
+# GPU_BUNDLE; about 90 s on 2 cores, about 32 MB. On the GPU machine,
 # with the checkout and .gpu/ copied there: bash tests/gpu/device.sh .gpu
 GPU_BUNDLE_ARCH ?= sm_90
 GPU_BUNDLE      ?= .gpu/bundle.tar.xz

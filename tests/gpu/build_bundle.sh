@@ -26,8 +26,9 @@
 #   ompi/   Open MPI and PMIx, relocated (OPAL_PREFIX, PMIX_INSTALL_PREFIX)
 #   models/ the JSONs that Keras itself trains in the speed comparison
 #   info.txt, format   the commit it was built from; the layout's version
-# Builds and reference runs go $(nproc) (JOBS) at a time. About 2 minutes on
-# 2 cores; about 32 MB.
+# W (default /tmp/kdcc-gpubundle) is where it is put together; KEEP=1 keeps it.
+# Builds and reference runs go $(nproc) (JOBS) at a time: about 90 s on 2
+# cores, about 32 MB.
 set -euo pipefail
 FORMAT=2 # device.sh refuses a bundle of another layout
 S=$(cd "$(dirname "$0")" && pwd)
@@ -193,5 +194,6 @@ log "packing $(du -sh "$W" | cut -f1)"
 (cd "$W" && tar cf - --sort=name format info.txt progs | xz -T1 --lzma2=preset=3,dict=16MiB) >"$OUTF.tmp"
 (cd "$W" && tar cf - --sort=name ref models lib ompi | xz -T"$JOBS" -6) >>"$OUTF.tmp"
 mv "$OUTF.tmp" "$OUTF"
+[ "${KEEP:-0}" = 1 ] || rm -rf "$W"
 log "wrote $OUTF: $(du -h "$OUTF" | cut -f1) ($(stat -c %s "$OUTF") bytes)"
 [ -z "$(echo $bad)" ] || { echo "build_bundle: CPU references failed: $bad" >&2; exit 1; }

@@ -4,11 +4,11 @@
 #
 #   bash tests/gpu/device.sh [DIR]     DIR holds bundle.tar.xz (default .gpu)
 #
-# Phases, in this order (PHASES=env,corr,... picks some; the default is all
-# but prof):
+# Phases (PHASES=env,corr,... picks some; the default is all but prof). The
+# checks of corr, faults and mesh run first, as one pool of jobs, JOBS (8) at
+# a time on the one GPU; then the speed phases, in this order:
 #   env     the GPU, the bundle's commit, every library found
-#   corr    (in one pool of JOBS=8 processes sharing the GPU)
-#           opcheck: every kernel against the CPU runtime, 10 rounds, at
+#   corr    opcheck: every kernel against the CPU runtime, 10 rounds, at
 #             fp32, tf32 and bf16 (`opcheck --repeat 10`; a program that
 #             takes no --repeat runs 10 times);
 #           every model's training against the CPU program's history (each
@@ -27,17 +27,18 @@
 #           against the one-device CPU program
 #   perf, torch, keras   the speed table: kdcc's CUDA programs, PyTorch eager
 #           and torch.compile, Keras on JAX (keras, namex and optree wheels in
-#           DIR/whl/), on the same data; cut short at the deadline
+#           DIR/whl/), on the same data; PERF="model:prec:batch ..." and
+#           TORCH_ONLY="model:prec:batch:mode,..." pick fewer
 #   prof    (not by default) per-kernel GPU time from ncu
-# Every phase after corr stops where the run would pass DL seconds (default
-# 330), so that the whole takes at most about 6 minutes.
+# The pool ends at DL - 90 seconds at the latest and every speed phase stops
+# before DL (default 330), so that the whole takes at most about 6 minutes.
 #
 # Prints one line per check as it goes, then the speed table and the table
 # of checks; writes OUT/summary.txt (the same lines) and OUT/res.tar.gz (every
-# log and history; OUT: default ./gpu-results). Exit status 0 when every
-# check passed, 1 when one failed, 3 when the bundle or its libraries are
-# unusable. WORK (default /tmp/kdcc-gpu) is where the bundle is unpacked;
-# KEEP=1 leaves it there.
+# log and history; OUT: default ./gpu-results). Exit status 0 when no check
+# failed (a WARN is a difference from the CPU worth a look), 1 when one did,
+# 3 when the bundle or its libraries are unusable. WORK (default
+# /tmp/kdcc-gpu) is where the bundle is unpacked; KEEP=1 leaves it there.
 set -u
 T0=$(date +%s)
 el() { echo $(($(date +%s) - T0)); }
@@ -164,6 +165,7 @@ job() { # KIND ARGS...
   ck) # epoch 1 on the GPU, epoch 2 on the CPU from its checkpoint
     rm -rf "$R/ck"
     run_to ck_gpu 90 progs/c_cnn $CK_ARGS --epochs 1 --checkpoint-dir "$R/ck"
+    ls "$R/ck" >"$R/j/ck.ckpts" 2>/dev/null
     run_to ck_cpu 90 progs/cpu_cnn $CK_ARGS --epochs 2 --checkpoint-dir "$R/ck" --resume \
       --history "$R/h/ck_straight.cuda.json" ;;
   nan) # diverges in epoch 2; the CPU program resumes epoch 1's checkpoint at the compiled rate
@@ -179,21 +181,23 @@ job() { # KIND ARGS...
     sync) KDRT_CUDA_SYNC=1 KDRT_CUDA_INJECT_FAULT=5 run_to fault_sync 60 progs/c_cnn $ARGS ;;
     nosync) KDRT_CUDA_INJECT_FAULT=5 run_to fault_nosync 60 progs/c_cnn $ARGS ;;
     esac ;;
-  mesh) # four ranks on one GPU
-    CUDA_VISIBLE_DEVICES=$MESH_GPU run_to "mesh_$2" 150 mpirun -np 4 -x CUDA_VISIBLE_DEVICES \
-      progs/m22_$2 $M22_ARGS --history "$R/h/m22_$2.cuda.json" ;;
+  mesh) # four ranks on one GPU, one model after another (the ranks wait
+    # yielding their cores, which the other jobs need)
+    local m
+    for m in $m22_models; do
+      CUDA_VISIBLE_DEVICES=$MESH_GPU OMPI_MCA_mpi_yield_when_idle=1 run_to "mesh_$m" 120 \
+        mpirun -np 4 -x CUDA_VISIBLE_DEVICES progs/m22_$m $M22_ARGS --history "$R/h/m22_$m.cuda.json"
+    done ;;
   esac
 }
 MESH_GPU=${CUDA_VISIBLE_DEVICES:-0}
 MESH_GPU=${MESH_GPU%%,*}
 export -f job run_to
-export R ARGS BS_ARGS CK_ARGS NAN_ARGS NAN_LR M22_ARGS MESH_GPU
+export R ARGS BS_ARGS CK_ARGS NAN_ARGS NAN_LR M22_ARGS MESH_GPU m22_models
 jobs_list() { # the longest first
+  has mesh && echo mesh
   if has corr; then
     for p in fp32 tf32 bf16; do echo "opcheck $p"; done
-  fi
-  if has mesh; then
-    for m in $m22_models; do echo "mesh $m"; done
   fi
   if has corr; then
     for m in $(cat ref/corr.list); do echo "gc $m"; done
@@ -279,13 +283,14 @@ if has corr; then
   check "batch $BS_SIZES (compiled 16)" "$([ $st = 0 ] && [ -z "$bad" ] && echo PASS || echo FAIL)" "$line${bad:+;$bad}"
   line=$(cmp_hist ck_straight 1e-5 "resumed = straight")
   st=$?
-  check "checkpoint GPU->CPU" "$([ $st = 0 ] && [ "$(rc_of ck_gpu)$(rc_of ck_cpu)" = 00 ] && echo PASS || echo FAIL)" \
-    "GPU epoch 1 rc=$(rc_of ck_gpu), CPU epoch 2 rc=$(rc_of ck_cpu); $line"
+  ck=$(grep '^ckpt-' "$R/j/ck.ckpts" 2>/dev/null | paste -sd' ')
+  check "checkpoint GPU->CPU" "$([ $st = 0 ] && [ -n "$ck" ] && [ "$(rc_of ck_gpu)$(rc_of ck_cpu)" = 00 ] &&
+    echo PASS || echo FAIL)" "GPU epoch 1 rc=$(rc_of ck_gpu) wrote ${ck:-no checkpoint}, CPU epoch 2 rc=$(rc_of ck_cpu); $line"
   # divergence: what the GPU program did, beside what the CPU program did
   why=$(grep -o 'diverged: [^;]*' "$R/j/nan_gpu.txt" 2>/dev/null | head -1 | cut -c11-)
   cwhy=$(grep -o 'diverged: [^;]*' ref/nan.cpu.txt | head -1 | cut -c11-)
-  ck=$(grep '^ckpt-' "$R/j/nan.ckpts" 2>/dev/null | tr '\n' ' ')
-  cck=$(grep '^ckpt-' ref/nan.ckpts | tr '\n' ' ')
+  ck=$(grep '^ckpt-' "$R/j/nan.ckpts" 2>/dev/null | paste -sd' ')
+  cck=$(grep '^ckpt-' ref/nan.ckpts | paste -sd' ')
   line=$(cmp_hist nan_resumed 1e-3 "its losses vs the CPU's own resumed")
   st=FAIL
   if [ "$(rc_of nan_gpu)" = "$(cat ref/nan.cpu.rc)" ] && [ -n "$why" ] &&
@@ -295,7 +300,7 @@ if has corr; then
   fi
   [ "$why" = "$cwhy" ] && cmpw="= CPU" || cmpw="CPU: ${cwhy:-none}"
   [ "$ck" = "$cck" ] && cmpk="= CPU" || cmpk="CPU: ${cck:-none}"
-  check "diverged (--lr $NAN_LR)" $st "rc=$(rc_of nan_gpu), ${why:-no divergence message} ($cmpw); kept ${ck:-no checkpoint}($cmpk); CPU resumed it: rc=$(rc_of nan_cpu), $line"
+  check "diverged (--lr $NAN_LR)" $st "rc=$(rc_of nan_gpu), ${why:-no divergence message} ($cmpw); kept ${ck:-no checkpoint} ($cmpk); CPU resumed it: rc=$(rc_of nan_cpu), $line"
 fi
 
 if has faults; then
@@ -356,7 +361,7 @@ if has perf && [ $SPEED = 1 ]; then
   # steps/s = 10*k / (t(1+k epochs) - t(1 epoch)): start-up, init and the final evaluate cancel
   tm() {
     local s=$(date +%s.%N)
-    if timeout 60 "$@" >/dev/null 2>>"$R/perf/err.txt"; then
+    if timeout -k 5 "$(tmo 60)" "$@" >/dev/null 2>>"$R/perf/err.txt"; then
       awk "BEGIN{printf \"%.4f\", $(date +%s.%N) - $s}"
     else
       echo "FAILED: $*" >>"$R/perf/err.txt"
