@@ -146,8 +146,8 @@ job() { # KIND ARGS...
     local exe=progs/c_cnn_$2 n=opcheck_$2
     [ "$2" = fp32 ] && exe=progs/c_cnn
     run_to "$n" 200 "$exe" opcheck --repeat 10
-    if [ "$(cat "$R/j/$n.rc")" = 2 ] && grep -q "usage: .*opcheck" "$R/j/$n.txt" &&
-      ! grep -q "^opcheck:" "$R/j/$n.txt"; then # a program before --repeat: 10 runs
+    if [ "$(cat "$R/j/$n.rc")" = 2 ] && grep "usage: .*opcheck" "$R/j/$n.txt" | grep -qv -- --repeat
+    then # a program from before --repeat: 10 runs
       local i nf=0
       echo "opcheck --repeat: not known to this program; 10 runs" >"$R/j/$n.txt"
       for i in 1 2 3 4 5 6 7 8 9 10; do
@@ -239,7 +239,7 @@ if has corr; then
     rc=$(rc_of $n)
     nf=$(grep -c '^  .*FAILED$' "$R/j/$n.txt" 2>/dev/null)
     names=$(grep '^  .*FAILED$' "$R/j/$n.txt" 2>/dev/null | cut -c3-42 | sed 's/ *$//' | sort | uniq -c |
-      sort -rn | awk '{c = $1; $1 = ""; printf "%s(x%d) ", substr($0, 2), c}')
+      sort -rn | awk '{c = $1; $1 = ""; printf "%s%s(x%d)", NR > 1 ? " " : "", substr($0, 2), c}')
     st=FAIL
     [ "$rc" = 0 ] && [ "${nf:-0}" = 0 ] && grep -q "^opcheck:" "$R/j/$n.txt" && st=PASS
     line=$(grep -c ' ok$' "$R/j/$n.txt" 2>/dev/null)
