@@ -239,7 +239,7 @@ if has corr; then
     rc=$(rc_of $n)
     nf=$(grep -c '^  .*FAILED$' "$R/j/$n.txt" 2>/dev/null)
     names=$(grep '^  .*FAILED$' "$R/j/$n.txt" 2>/dev/null | cut -c3-42 | sed 's/ *$//' | sort | uniq -c |
-      sort -rn | awk '{c = $1; $1 = ""; printf "%s%s(x%d)", NR > 1 ? " " : "", substr($0, 2), c}')
+      sort -rn | awk '{c = $1; $1 = ""; printf "%s%s(x%d)", (NR > 1 ? " " : ""), substr($0, 2), c}')
     st=FAIL
     [ "$rc" = 0 ] && [ "${nf:-0}" = 0 ] && grep -q "^opcheck:" "$R/j/$n.txt" && st=PASS
     line=$(grep -c ' ok$' "$R/j/$n.txt" 2>/dev/null)
