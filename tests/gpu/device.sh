@@ -29,6 +29,8 @@
 #           and torch.compile, Keras on JAX (keras, namex and optree wheels in
 #           DIR/whl/), on the same data; PERF="model:prec:batch ..." and
 #           TORCH_ONLY="model:prec:batch:mode,..." pick fewer
+#   kprof   kdcc's own per-line GPU profile (KDRT_CUDA_PROFILE=1) of the
+#           speed programs (KPROF="model:prec:batch ..." picks them)
 #   prof    (not by default) per-kernel GPU time from ncu
 # The pool ends at DL - 90 seconds at the latest and every speed phase stops
 # before DL (default 330), so that the whole takes at most about 6 minutes.
@@ -48,7 +50,7 @@ G=$(cd "${1:-.gpu}" 2>/dev/null && pwd) ||
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 BUNDLE=$(realpath "${BUNDLE:-$G/bundle.tar.xz}")
-PHASES=${PHASES:-env,corr,faults,mesh,perf,torch,keras}
+PHASES=${PHASES:-env,corr,faults,mesh,perf,kprof,torch,keras}
 DL=${DL:-330}
 JOBS=${JOBS:-8}
 W=${WORK:-/tmp/kdcc-gpu}
@@ -336,7 +338,7 @@ late() { # SECONDS WHAT: true (and says so) when fewer than SECONDS are left
   return 0
 }
 SPEED=0
-has perf || has torch || has keras || has prof && SPEED=1
+has perf || has torch || has keras || has prof || has kprof && SPEED=1
 if [ $SPEED = 1 ] && ! $PY -c 'import numpy' 2>/dev/null; then
   say "skipped the speed phases: no numpy to make their data"
   SPEED=0
@@ -413,6 +415,19 @@ print(f"prof {m} {p}: {len(rows)} launches, {tot/1e3:.2f} ms GPU time in the win
 for k, (n, t) in sorted(by.items(), key=lambda kv: -kv[1][1])[:12]:
     print(f"  {t/tot*100:5.1f}%  {n:5d} x {t/n:8.1f} us  {k}")
 PY
+  done
+fi
+# kprof: kdcc's own profile (KDRT_CUDA_PROFILE=1): each call of program.cu
+# timed on the GPU between events, 20 training steps, the first left out
+if has kprof && [ $SPEED = 1 ]; then
+  mkdir -p "$R/prof"
+  for c in ${KPROF:-gpt_med:bf16:16 wide_mlp:bf16:1024 resnet:fp32:128}; do
+    late $((40 + KW)) "kprof from $c on" && break
+    IFS=: read -r m p b <<<"$c"
+    [ -x progs/p_${m}_$p ] || continue
+    KDRT_CUDA_PROFILE=1 timeout -k 5 "$(tmo 60)" progs/p_${m}_$p --x data/$m.x.npy --y data/$m.y.npy \
+      --batch-size $b --seed 1 --no-shuffle --epochs 2 >/dev/null 2>"$R/prof/$m.$p.kprof.txt"
+    { echo "kprof $m $p b$b:"; grep -A40 "kdrt-cuda profile" "$R/prof/$m.$p.kprof.txt" | head -32; } | tee -a "$SUM"
   done
 fi
 if has torch && [ $SPEED = 1 ] && ! $PY -c 'import torch' 2>/dev/null; then
