@@ -165,6 +165,10 @@ struct kdrt_ctx {
   // logs) after the next train_step (or at the epoch's end), oldest first.
   int logs_pending;
   void (*collect)(kdrt_ctx *c, float *logs);
+  // A device runtime that holds the weights answers kdrt_weights_finite's
+  // question there (this rank's first variable not finite, or nvars);
+  // NULL: c->params is read.
+  int (*nonfinite)(kdrt_ctx *c);
   int params_changed;                // set when the host changed c->params after training
                                      // began (restore_best_weights): a device copy
                                      // (runtime/cuda) must take them
@@ -270,6 +274,9 @@ int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen);
 // Collective: -1 when every variable (not the optimizer slots) of every
 // rank is finite, else the index in p->vars of the first that is not.
 int kdrt_weights_finite(kdrt_ctx *c);
+// This rank's first variable with a value that is not finite, or nvars,
+// from c->params (kdrt_weights_finite's default for c->nonfinite).
+int kdrt_weights_nonfinite_host(kdrt_ctx *c);
 // The archive a program compiled from a .keras starts from (its
 // weights_file): kdcc's copy beside the program, <program>.kdcc.d/
 // model.keras (the program found by /proc/self/exe), else the archive at

@@ -864,17 +864,19 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
 
 // ------------------------------------------------------------ collective forms
 
-int kdrt_weights_finite(kdrt_ctx *c) {
+int kdrt_weights_nonfinite_host(kdrt_ctx *c) {
   const kdrt_program *p = c->prog;
-  int mine = p->nvars, first = p->nvars;
-  for (int v = 0; v < p->nvars && mine == p->nvars; v++) {
+  for (int v = 0; v < p->nvars; v++) {
     const float *w = c->params + p->vars[v].offset;
     for (size_t i = 0; i < p->vars[v].n; i++)
-      if (!isfinite(w[i])) {
-        mine = v;
-        break;
-      }
+      if (!isfinite(w[i])) return v;
   }
+  return p->nvars;
+}
+
+int kdrt_weights_finite(kdrt_ctx *c) {
+  const kdrt_program *p = c->prog;
+  int mine = c->nonfinite ? c->nonfinite(c) : kdrt_weights_nonfinite_host(c), first = p->nvars;
   KDRT_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   return first < p->nvars ? first : -1;
 }

@@ -38,6 +38,8 @@ static cudaEvent_t stage_free[2], logs_done[2];
 static int held[2], nheld;
 static int cur_half;               // the half of the step in progress
 static int logs_late;              // training steps return before they have run
+static size_t *vars_off;           // device: each variable's offset, then its size, then
+                                   // an int (device_nonfinite)
 static void *x_dev[KDRT_MAX_FILES];
 static float *y_dev[KDRT_MAX_FILES];
 static const kdrt_ctx *owner;     // the ctx whose host blobs the device mirrors
@@ -293,6 +295,8 @@ extern "C" void kdrt_cuda_sync(kdrt_cuda *d) { kdrt_cuda_wait(d, d->impl->stream
 
 // ---------------------------------------------------------------- setup
 
+static int device_nonfinite(kdrt_ctx *c);
+
 // Device, streams, events and the cuBLAS handle. With several ranks the
 // device and the communicators come from comm.cu (which uses MPI); one
 // process uses the current device and never touches MPI here.
@@ -458,6 +462,7 @@ static void setup_program(kdrt_ctx *c) {
   const char *late = getenv("KDRT_CUDA_LATE_LOGS");
   logs_late = !mirror_each_step && !dev_impl.sync_each && !dev_impl.profile &&
               !(late && !strcmp(late, "0"));
+  c->nonfinite = device_nonfinite;
   dev_prog = p;
 }
 
@@ -488,6 +493,48 @@ static void collect_logs(kdrt_ctx *c, float *logs) {
   wait_event(&dev, logs_done[half], "a training step");
   const float *out = logs_of(half);
   for (int k = 0; k < dev_prog->nlogs; k++) logs[k] = out[k];
+}
+
+// ---------------------------------------------------------------- weights
+
+// The first variable (blockIdx.y) with an element that is not finite:
+// atomicMin into *first.
+__global__ static void nonfinite_kernel(int *first, const float *params, const size_t *off,
+                                        const size_t *n) {
+  int v = blockIdx.y;
+  const float *w = params + off[v];
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n[v];
+       i += (size_t)gridDim.x * blockDim.x)
+    if (!isfinite(w[i])) {
+      atomicMin(first, v);
+      return;
+    }
+}
+
+// kdrt_ctx.nonfinite: asked of the device's weights when they are ahead of
+// the host's (the host's copy is not kept current while training).
+static int device_nonfinite(kdrt_ctx *c) {
+  const kdrt_program *p = c->prog;
+  if (!dev_prog || host_newer || !device_newer || !p->nvars || p->nvars > 65535)
+    return kdrt_weights_nonfinite_host(c);
+  if (!vars_off) { // the variables' offsets and sizes, once
+    size_t *h = (size_t *)malloc(2 * (size_t)p->nvars * sizeof(size_t));
+    if (!h) kdrt_fatal(c, "out of memory");
+    for (int v = 0; v < p->nvars; v++) h[v] = p->vars[v].offset, h[p->nvars + v] = p->vars[v].n;
+    CUDA_CHECK(cudaMalloc(&vars_off, 2 * (size_t)p->nvars * sizeof(size_t) + sizeof(int)));
+    CUDA_CHECK(cudaMemcpy(vars_off, h, 2 * (size_t)p->nvars * sizeof(size_t),
+                          cudaMemcpyHostToDevice));
+    free(h);
+  }
+  kdrt_cuda *d = &dev;
+  int *first = (int *)(vars_off + 2 * (size_t)p->nvars), nv = p->nvars, got = nv;
+  CUDA_CHECK(cudaMemcpyAsync(first, &nv, sizeof nv, cudaMemcpyHostToDevice, d->impl->stream));
+  nonfinite_kernel<<<dim3(64, (unsigned)nv), KDRT_THREADS, 0, d->impl->stream>>>(
+      first, d->params, vars_off, vars_off + nv);
+  KDRT_LAUNCHED(d, "nonfinite_kernel");
+  CUDA_CHECK(cudaMemcpyAsync(&got, first, sizeof got, cudaMemcpyDeviceToHost, d->impl->stream));
+  kdrt_cuda_wait(d, d->impl->stream, "the weights' check");
+  return got;
 }
 
 // ---------------------------------------------------------------- steps
@@ -606,6 +653,10 @@ extern "C" void kdrt_cuda_shutdown(void) {
   }
   kdrt_cuda_free(dev.params), kdrt_cuda_free(dev.grads), kdrt_cuda_free(dev.arena);
   kdrt_cuda_free(dev.logs);
+  if (vars_off) {
+    CUDA_CHECK(cudaFree(vars_off));
+    vars_off = NULL;
+  }
   if (dev_prog)
     for (int k = 0; k < 2; k++) {
       CUDA_CHECK(cudaEventDestroy(stage_free[k]));

@@ -210,7 +210,10 @@ static void check_bias(void) {
     poison(sy, (size_t)cn);
     kdrt_cuda_bias_grad(D, sy, g, r, cn);
     snprintf(name, sizeof name, "bias_grad [%lld, %lld]", (long long)r, (long long)cn);
-    check(name, sy, sref, (size_t)cn, 1e-6);
+    // 5000 rows summed in another order than the CPU's one running float
+    // sum: both are off the exact sums by about sqrt(rows) * 2^-24 of the
+    // partial sums (the first GPU run: 1.5e-6), so the bound grows with rows.
+    check(name, sy, sref, (size_t)cn, 1e-6 * sqrt((double)r / 256));
     kdrt_cuda_free(g), kdrt_cuda_free(sy), free(hg), free(sref);
   }
 }
