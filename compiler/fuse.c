@@ -9,18 +9,79 @@
 // BATCH_NORM with its activation (issue 15; its gradient reads x, never
 // its output).
 //
+// Attention's scores: SOFTMAX(CAUSAL(SCALE(s))) becomes one SOFTMAX with
+// the scale and the mask folded in, and SCALE(CAUSAL(SOFTMAX_GRAD(dy, y)))
+// one SOFTMAX_GRAD: one pass over the [.., T, T] scores instead of three,
+// each way, with the same arithmetic element for element (the kernels
+// attn_softmax and attn_softmax_grad), and the masked keys skipped where
+// the mask makes their result known.
+//
 // Then the update phase is ordered so that gradient collectives come before
 // the updates, for bucketing (emit_c.c); and a plain SGD update folds into
 // the GEMM that makes its gradient.
 #include "kdcc.h"
 
+// x's single reader is n, which places its value as x does: x may fold into n.
+static bool folds(const Node *x, const Node *n, const int *uses) {
+  return uses[x->id] == 1 && place_eq(&x->place, &n->place, n->shape.rank) &&
+         shape_eq(&x->shape, &n->shape);
+}
+
+// The softmax's own input, past a causal mask (fill: what it writes) and a
+// scale without shift that fold into it, which are marked dead; n->sm says
+// what was folded.
+static Node *fold_scores(Node *n, Node *x, const int *uses) {
+  if (x->op == OP_CAUSAL && x->mask.fill != 0 && folds(x, n, uses)) { // forward: KDRT_MASKED
+    n->sm.causal = true, n->sm.fused = true;
+    x->dead = true;
+    x = x->in[0];
+  }
+  if (x->op == OP_SCALE && x->aff.shift == 0 && folds(x, n, uses)) {
+    n->sm.scale = x->aff.scale, n->sm.fused = true;
+    x->dead = true;
+    x = x->in[0];
+  }
+  return x;
+}
+
 void fuse_elementwise(Graph *g) {
   int *uses = xcalloc(g->nnodes, sizeof *uses);
+  Node **reader = xcalloc(g->nnodes, sizeof *reader); // the last (with one use: the only)
   for (int i = 0; i < g->nnodes; i++)
-    for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
+    for (int k = 0; k < g->nodes[i]->nin; k++) {
+      uses[g->nodes[i]->in[k]->id]++;
+      reader[g->nodes[i]->in[k]->id] = g->nodes[i];
+    }
   int n = 0;
   for (int i = 0; i < g->nnodes; i++) {
     Node *a = g->nodes[i];
+    if (a->op == OP_SOFTMAX && !a->sm.fused && a->shape.rank >= 2) {
+      a->sm = (SoftmaxAttr){.scale = 1};
+      a->in[0] = fold_scores(a, a->in[0], uses);
+      continue;
+    }
+    // SCALE(CAUSAL(SOFTMAX_GRAD)), or either of the two around it: the
+    // last node of the chain becomes the gradient, so the value's later
+    // readers see the same node.
+    if ((a->op == OP_SCALE && a->aff.shift == 0) || (a->op == OP_CAUSAL && a->mask.fill == 0)) {
+      Node *r = uses[a->id] == 1 ? reader[a->id] : NULL;
+      if (a->op == OP_CAUSAL && r && r->op == OP_SCALE && r->aff.shift == 0 && folds(a, r, uses))
+        continue; // the scale after it takes the chain
+      Node *sc = a->op == OP_SCALE ? a : NULL, *mk = a->op == OP_CAUSAL ? a : NULL;
+      Node *x = a->in[0];
+      if (sc && x->op == OP_CAUSAL && x->mask.fill == 0 && folds(x, a, uses)) mk = x, x = x->in[0];
+      if (x->op != OP_SOFTMAX_GRAD || x->sm.fused || !folds(x, a, uses) || a->shape.rank < 2)
+        continue;
+      float scale = sc ? sc->aff.scale : 1;
+      Node *dy = x->in[0], *y = x->in[1];
+      if (mk && mk != a) mk->dead = true;
+      x->dead = true;
+      a->op = OP_SOFTMAX_GRAD;
+      a->nin = 2;
+      a->in[0] = dy, a->in[1] = y;
+      a->sm = (SoftmaxAttr){.fused = true, .causal = mk != NULL, .scale = scale};
+      continue;
+    }
     if (a->op == OP_ACT && a->in[0]->op == OP_BIAS && uses[a->in[0]->id] == 1 &&
         place_eq(&a->place, &a->in[0]->place, a->shape.rank)) {
       Node *b = a->in[0];
@@ -42,6 +103,7 @@ void fuse_elementwise(Graph *g) {
       b->dead = true;
     }
   }
+  xfree(reader);
   for (int i = 0; i < g->nnodes; i++)
     if (!g->nodes[i]->dead) g->nodes[n++] = g->nodes[i];
   g->nnodes = n;

@@ -415,7 +415,8 @@ static int parse_act(Layer *l, const char *key) {
 
 static Node *apply_act(Graph *g, Node *x, int act) {
   if (act == ACT_LINEAR) return x;
-  Node *n = new_node1(g, act == ACT_SOFTMAX ? OP_SOFTMAX : OP_ACT, x, x->shape);
+  if (act == ACT_SOFTMAX) return new_node1(g, OP_SOFTMAX, x, x->shape);
+  Node *n = new_node1(g, OP_ACT, x, x->shape);
   n->act.kind = act;
   return n;
 }

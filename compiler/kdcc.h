@@ -392,6 +392,9 @@ typedef struct { int perm[MAX_RANK]; } PermAttr;            // TRANSPOSE: y dim 
 typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROADCAST: the dim
 typedef struct { bool rms; float eps; } NormAttr;           // NORM, NORM_GRAD
 typedef struct { float fill; } MaskAttr;                    // CAUSAL, ATTN_MASK: what a masked score becomes
+// SOFTMAX, SOFTMAX_GRAD with attention's scale and causal mask folded in
+// (fuse.c): softmax(mask(x * scale)), and its gradient scale * mask(dx).
+typedef struct { bool fused, causal; float scale; } SoftmaxAttr;
 typedef struct { float lo, hi; double rate; } ClipAttr;    // CLIP_NORM: Keras's MinMaxNorm's
 // PACT, PACT_GRAD: an activation layer's parameters (kdrt_pact: KDRT_PACT_*;
 // max INFINITY when there is none).
@@ -430,6 +433,7 @@ struct Node {
     ReduceAttr red;
     NormAttr norm;
     MaskAttr mask;
+    SoftmaxAttr sm;
     ClipAttr clip;
     PactAttr pact;
     MinMaxAttr mm;

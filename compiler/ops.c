@@ -297,14 +297,32 @@ static void softmax_grad(Graph *g, Node *n, const bool *need) {
   accumulate(g, n->in[0], new_node2(g, OP_SOFTMAX_GRAD, n->grad, n, n->shape));
 }
 
+// Attention's scores [.., t, u] with a scale and a causal mask folded in
+// (fuse.c): the outer rows, the query rows t of this block and its first
+// query position, the keys (whole: softmax's last dim is never split).
+static char *scores_args(const Node *n) {
+  int r = n->shape.rank;
+  return format("%s, %s, %s, %s, %s, %d", sym_c(sym_prod(n, 0, r - 2, true)),
+                sym_c(sym_dim(n, r - 2, true)), sym_c(sym_dim(n, r - 1, true)),
+                block_start(n, r - 2), flt(n->sm.scale), n->sm.causal);
+}
+
 static void softmax_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "softmax", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), rows_c(n),
-             cols_c(n));
+  if (n->sm.fused)
+    lower_call(lw, "attn_softmax", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]),
+               scores_args(n));
+  else
+    lower_call(lw, "softmax", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), rows_c(n),
+               cols_c(n));
 }
 
 static void softmax_grad_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "softmax_grad", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
-             buf(n->in[1]), rows_c(n), cols_c(n));
+  if (n->sm.fused)
+    lower_call(lw, "attn_softmax_grad", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
+               buf(n->in[1]), scores_args(n));
+  else
+    lower_call(lw, "softmax_grad", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+               buf(n->in[1]), rows_c(n), cols_c(n));
 }
 
 const OpDef op_SOFTMAX = {"softmax", 1, 0, false, softmax_rule, softmax_grad, softmax_emit};

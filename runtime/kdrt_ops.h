@@ -143,6 +143,16 @@ static inline kdrt_conv_mats kdrt_conv_dims(const kdrt_window *w) {
   /* softmax over the last dim of [rows, cols]; dx = y * (dy - sum(dy * y)) */                 \
   K(softmax, (float *y, const float *x, int64_t rows, int64_t cols))                           \
   K(softmax_grad, (float *dx, const float *dy, const float *y, int64_t rows, int64_t cols))    \
+  /* Attention's scores x[outer, t, u] (this device's block of queries, the first  */         \
+  /* at position t0; every key): y = softmax(mask(x * scale)) over u, the mask     */         \
+  /* (when causal) making a key after its query KDRT_MASKED; then its gradient    */          \
+  /* dx = scale * mask(y * (dy - sum(dy * y))) with 0 where masked. The same     */           \
+  /* arithmetic, element for element, as scale, causal_mask and softmax (and     */           \
+  /* back) one after the other; the masked keys' exps are not taken.             */           \
+  K(attn_softmax, (float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,  \
+                   float scale, int causal))                                                   \
+  K(attn_softmax_grad, (float *dx, const float *dy, const float *y, int64_t outer, int64_t t,   \
+                        int64_t u, int64_t t0, float scale, int causal))                       \
   K(matmul, (const kdrt_gemm *g, float alpha, const float *a, const float *b, float beta,      \
              float *c))                                                                        \
   /* Losses on [rows, cols] (rows: every sample or token of this rank, cols: the     */        \

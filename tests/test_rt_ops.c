@@ -226,6 +226,36 @@ Test(softmax, rows_sum_to_one_and_gradient) {
   free(c.x), free(c.y), free(c.w), free(dx);
 }
 
+// attn_softmax and its gradient are scale, causal_mask and softmax (and
+// back) folded into one pass: the same bits as the three kernels in turn,
+// for a block of queries from position 0 and from 3, causal or not.
+Test(softmax, attention_fused_equals_the_chain) {
+  const int64_t outer = 3, t = 5, u = 9;
+  const size_t n = outer * t * u;
+  float *x = rand_buf(n, -4, 4), *dy = rand_buf(n, -1, 1), *s = calloc(n, sizeof(float));
+  float *y0 = calloc(n, sizeof(float)), *y1 = calloc(n, sizeof(float));
+  float *d0 = calloc(n, sizeof(float)), *d1 = calloc(n, sizeof(float));
+  for (int k = 0; k < 4; k++) {
+    int causal = k & 1;
+    int64_t t0 = k >> 1 ? 3 : 0;
+    kdrt_scale(s, x, n, 0.25f, 0.0f);
+    if (causal) kdrt_causal_mask(s, s, outer, t, u, t0, 0, KDRT_MASKED);
+    kdrt_softmax(y0, s, outer * t, u);
+    kdrt_attn_softmax(y1, x, outer, t, u, t0, 0.25f, causal);
+    cr_expect(!memcmp(y0, y1, n * sizeof(float)), "attn_softmax t0 %ld causal %d differs",
+              (long)t0, causal);
+    kdrt_softmax_grad(s, dy, y0, outer * t, u);
+    if (causal) kdrt_causal_mask(s, s, outer, t, u, t0, 0, 0.0f);
+    kdrt_scale(d0, s, n, 0.25f, 0.0f);
+    kdrt_attn_softmax_grad(d1, dy, y0, outer, t, u, t0, 0.25f, causal);
+    cr_expect(!memcmp(d0, d1, n * sizeof(float)), "attn_softmax_grad t0 %ld causal %d differs",
+              (long)t0, causal);
+    if (causal) // the first query of a block from 0 sees one key
+      cr_expect(t0 > 0 || (y1[0] == 1.0f && y1[1] == 0.0f), "causal row 0: %g %g", y1[0], y1[1]);
+  }
+  free(x), free(dy), free(s), free(y0), free(y1), free(d0), free(d1);
+}
+
 Test(softmax, stable_for_large_inputs) {
   // softmax(1e4 + [0,-1,-2]) = softmax([0,-1,-2]) = [1, e^-1, e^-2] / (1 + e^-1 + e^-2)
   const float x[] = {1e4f, 1e4f - 1, 1e4f - 2, -1e4f, -1e4f - 1, -1e4f - 2};

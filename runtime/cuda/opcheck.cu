@@ -348,6 +348,28 @@ static void check_softmax(void) {
   poison(dx, n);
   kdrt_cuda_softmax_grad(D, dx, dy, yd, rows, cols);
   check("softmax_grad", dx, hdx, n, 1e-5);
+  // attention's scores [7, 11, 301] with a scale folded in, causal or not,
+  // as the block of queries from position 40 (keys past a query: masked)
+  // and from 0 (most keys masked, the first query one key)
+  char name[96];
+  static const int64_t starts[] = {40, 0};
+  for (int k = 0; k < 4; k++) {
+    int causal = k & 1;
+    int64_t t0 = starts[k >> 1], outer = 7, t = 11;
+    kdrt_attn_softmax(hy, hx, outer, t, cols, t0, 0.125f, causal);
+    poison(y, n);
+    kdrt_cuda_attn_softmax(D, y, x, outer, t, cols, t0, 0.125f, causal);
+    snprintf(name, sizeof name, "attn_softmax t0 %lld%s", (long long)t0, causal ? " causal" : "");
+    check(name, y, hy, n, 1e-6);
+    kdrt_attn_softmax_grad(hdx, hdy, hy, outer, t, cols, t0, 0.125f, causal);
+    float *ya = dev(hy, n);
+    poison(dx, n);
+    kdrt_cuda_attn_softmax_grad(D, dx, dy, ya, outer, t, cols, t0, 0.125f, causal);
+    snprintf(name, sizeof name, "attn_softmax_grad t0 %lld%s", (long long)t0,
+             causal ? " causal" : "");
+    check(name, dx, hdx, n, 1e-5);
+    kdrt_cuda_free(ya);
+  }
   kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx), kdrt_cuda_free(yd);
   free(hx), free(hdy), free(hy), free(hdx);
 }
