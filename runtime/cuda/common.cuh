@@ -39,6 +39,8 @@ struct kdrt_cuda_impl {
   cudaStream_t comm_stream;   // NCCL collectives
   cudaEvent_t to_comm, to_compute;
   cublasHandle_t blas;
+  void *blas_ws;              // cuBLAS's workspace (cublasSetWorkspace)
+  size_t blas_ws_bytes;
   int sync_each;              // KDRT_CUDA_SYNC=1
   // The op in progress: the line of program.cu whose call is running
   // (kdrt_cuda_at), for a fault's message; the calls so far, and the one

@@ -322,6 +322,11 @@ extern "C" kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision) {
   CUDA_CHECK(cudaEventCreateWithFlags(&s->to_compute, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasCreate(&s->blas));
   CUBLAS_CHECK(cublasSetStream(s->blas, s->stream));
+  // A workspace of its own for cuBLAS: 32 MiB, what its Hopper kernels can
+  // use (its default is smaller), and no allocation inside a step.
+  s->blas_ws_bytes = (size_t)32 << 20;
+  CUDA_CHECK(cudaMalloc(&s->blas_ws, s->blas_ws_bytes));
+  CUBLAS_CHECK(cublasSetWorkspace(s->blas, s->blas_ws, s->blas_ws_bytes));
   // FP32 means FP32: no TF32 unless --precision asks (matmul.cu picks the
   // compute type per call; this keeps cuBLAS's own choices in line).
   CUBLAS_CHECK(cublasSetMathMode(s->blas, precision == KDRT_PREC_FP32
@@ -667,6 +672,8 @@ extern "C" void kdrt_cuda_shutdown(void) {
   dev.params = dev.grads = dev.arena = dev.logs = NULL;
   dev.x = NULL, dev.y = NULL;
   CUBLAS_CHECK(cublasDestroy(s->blas));
+  CUDA_CHECK(cudaFree(s->blas_ws));
+  s->blas_ws = NULL;
   CUDA_CHECK(cudaEventDestroy(s->to_comm));
   CUDA_CHECK(cudaEventDestroy(s->to_compute));
   CUDA_CHECK(cudaStreamDestroy(s->stream));
