@@ -92,12 +92,20 @@ static void emit_step(const char *name, StepKind kind, const StepPart *parts, in
   EF = open_memstream(&logs, &logs_len);
   if (!EF) error("out of memory");
   emit_step_rows();
+  // A training step's parts and log copies are what a CUDA graph captures
+  // and replays (kdrt_cuda_replay).
+  const char *ind = kind == STEP_TRAIN ? "    " : "  ";
+  if (kind == STEP_TRAIN)
+    out("  if (!kdrt_cuda_replay(d, %s)) { // else this step's graph, captured before, is queued\n",
+        mode[kind]);
   for (int i = 0; i < nparts; i++)
-    if ((parts[i].steps >> kind) & 1) out("  %s(c, d, %s);\n", parts[i].name, kind_const[kind]);
-  out("  // the logs, gathered in d->logs and copied back together\n");
+    if ((parts[i].steps >> kind) & 1)
+      out("%s%s(c, d, %s);\n", ind, parts[i].name, kind_const[kind]);
+  out("%s// the logs, gathered in d->logs and copied back together\n", ind);
   for (int k = 0; k < EG->nlogs; k++)
-    out("  kdrt_cuda_copy(d, d->logs + %d, %s, 1); // %s\n", k, buf(EG->logs[k].node),
+    out("%skdrt_cuda_copy(d, d->logs + %d, %s, 1); // %s\n", ind, k, buf(EG->logs[k].node),
         EG->logs[k].name);
+  if (kind == STEP_TRAIN) out("  }\n");
   out("  kdrt_cuda_end(d, %s, d->logs, logs);\n}\n", mode[kind]);
   if (fclose(EF) != 0) error("out of memory");
   EF = whole;

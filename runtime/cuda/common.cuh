@@ -33,6 +33,24 @@ extern "C" void kdrt_cuda_launched(kdrt_cuda *d, const char *what, const char *f
 // ---------------------------------------------------------------- state
 enum { KDRT_COMM_NONE, KDRT_COMM_NCCL, KDRT_COMM_HOST };
 
+// What changes from one training step to the next besides the data: the
+// learning rate and the step count, on the device (uploaded with the
+// step's inputs), so that a step captured as a CUDA graph reads them there
+// when it is replayed (the kernels that use them take this pointer, NULL
+// outside a capture: then their host arguments hold).
+typedef struct {
+  float lr;     // c->lr
+  int64_t step; // c->step
+} kdrt_step_scalars;
+
+// A training step captured as a CUDA graph, for one count of rows.
+typedef struct {
+  int64_t rows;
+  int seen;                   // steps of these rows run without a graph so far
+  cudaGraphExec_t exec;       // NULL until captured
+} kdrt_cuda_graph;
+enum { KDRT_GRAPHS = 4 };
+
 struct kdrt_cuda_impl {
   int device;
   cudaStream_t stream;        // every kernel, in program order
@@ -42,6 +60,12 @@ struct kdrt_cuda_impl {
   void *blas_ws;              // cuBLAS's workspace (cublasSetWorkspace)
   size_t blas_ws_bytes;
   int sync_each;              // KDRT_CUDA_SYNC=1
+  kdrt_step_scalars *scal;    // device: this step's (see kdrt_step_scalars)
+  // Training steps as CUDA graphs (device.cu): off with KDRT_CUDA_GRAPH=0,
+  // KDRT_CUDA_SYNC, KDRT_CUDA_PROFILE or host-staged collectives, and for
+  // good once a step needs what a graph cannot replay (graph_unsafe).
+  int graphs_on, capturing, graph_unsafe, ngraphs;
+  kdrt_cuda_graph graph[KDRT_GRAPHS];
   // The op in progress: the line of program.cu whose call is running
   // (kdrt_cuda_at), for a fault's message; the calls so far, and the one
   // that launches a faulting kernel instead (KDRT_CUDA_INJECT_FAULT=N, a
@@ -90,6 +114,16 @@ void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes);
 void *kdrt_cuda_hscratch(kdrt_cuda *d, int which, size_t bytes);
 // The CPU runtime's context of the step in progress must be set.
 void kdrt_cuda_need_ctx(const kdrt_cuda *d, const char *what);
+
+// The step scalars for a kernel being captured into a graph, else NULL.
+static inline const kdrt_step_scalars *kdrt_step_sc(const kdrt_cuda *d) {
+  return d->impl->capturing ? d->impl->scal : NULL;
+}
+// What only this step's host values can give (Nadam's running product):
+// the graph being captured runs once and is not kept.
+static inline void kdrt_cuda_graph_unsafe(kdrt_cuda *d) {
+  if (d->impl->capturing) d->impl->graph_unsafe = 1;
+}
 
 // ---------------------------------------------------------------- launching
 #define KDRT_THREADS 256

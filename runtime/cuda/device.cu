@@ -315,11 +315,19 @@ extern "C" kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision) {
   int ndev = 0;
   CUDA_CHECK(cudaGetDeviceCount(&ndev));
   if (c && c->world > 1) kdrt_cuda_comm_setup(&dev, c); // picks and sets the device
+  // Training steps as CUDA graphs: one process per GPU with no
+  // collectives (NCCL's inside a graph: not yet tried), no waiting for
+  // each launch, no profile.
+  const char *graph = getenv("KDRT_CUDA_GRAPH");
+  s->graphs_on = !(graph && !strcmp(graph, "0")) && !s->sync_each && !s->profile &&
+                 s->comm_mode == KDRT_COMM_NONE;
   CUDA_CHECK(cudaGetDevice(&s->device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&s->to_comm, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&s->to_compute, cudaEventDisableTiming));
+  CUDA_CHECK(cudaMalloc(&s->scal, sizeof *s->scal));
+  CUDA_CHECK(cudaMemset(s->scal, 0, sizeof *s->scal));
   CUBLAS_CHECK(cublasCreate(&s->blas));
   CUBLAS_CHECK(cublasSetStream(s->blas, s->stream));
   // A workspace of its own for cuBLAS: 32 MiB, what its Hopper kernels can
@@ -444,6 +452,7 @@ static void setup_program(kdrt_ctx *c) {
     y_elems[j] = (size_t)lb_rows * (size_t)kdrt_io_elems(&p->labels[j]);
     stage_bytes += y_elems[j] * sizeof(float);
   }
+  stage_bytes = (stage_bytes + 15) / 16 * 16 + sizeof(kdrt_step_scalars); // the step's scalars
   stage_bytes += (size_t)(p->nlogs + 1) * sizeof(float);
   check_memory(c, p->param_floats * sizeof(float), p->grad_floats * sizeof(float),
                arena_floats * sizeof(float), stage_bytes);
@@ -598,14 +607,78 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
     CUDA_CHECK(cudaMemcpyAsync(d->y[j], stage, n, cudaMemcpyHostToDevice, d->impl->stream));
     stage += n;
   }
+  // The step's learning rate and count, for the kernels of a graph.
+  kdrt_step_scalars *sc = (kdrt_step_scalars *)((char *)logs_of(cur_half) - sizeof *sc);
+  sc->lr = c->lr, sc->step = c->step;
+  CUDA_CHECK(cudaMemcpyAsync(d->impl->scal, sc, sizeof *sc, cudaMemcpyHostToDevice,
+                             d->impl->stream));
   CUDA_CHECK(cudaEventRecord(stage_free[cur_half], d->impl->stream));
   return d;
+}
+
+// ---------------------------------------------------------------- graphs
+//
+// A training step of a row count seen before is captured as a CUDA graph
+// (every launch of its parts, in order, with the addresses of the memory
+// plan, which never move) and replayed after: one launch instead of a
+// thousand. The first step of each row count runs without one, so that
+// the scratch buffers reach their sizes outside the capture. What changes
+// between steps besides the inputs, the learning rate and the step count,
+// the kernels read from the device (kdrt_step_scalars), uploaded with the
+// inputs.
+
+static kdrt_cuda_graph *capture_for; // the entry being captured
+
+extern "C" int kdrt_cuda_replay(kdrt_cuda *d, int mode) {
+  kdrt_cuda_impl *s = d->impl;
+  const kdrt_ctx *c = d->c;
+  if (mode != KDRT_CUDA_TRAIN || !s->graphs_on || s->graph_unsafe) return 0;
+  int64_t rows = c->rows ? c->rows : c->prog->batch;
+  kdrt_cuda_graph *g = NULL;
+  for (int k = 0; k < s->ngraphs && !g; k++)
+    if (s->graph[k].rows == rows) g = &s->graph[k];
+  if (!g) {
+    if (s->ngraphs == KDRT_GRAPHS) return 0;
+    g = &s->graph[s->ngraphs++];
+    g->rows = rows, g->seen = 0, g->exec = NULL;
+  }
+  if (g->exec) {
+    CUDA_CHECK(cudaGraphLaunch(g->exec, s->stream));
+    return 1;
+  }
+  if (g->seen++ < 1) return 0;
+  CUDA_CHECK(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+  s->capturing = 1;
+  capture_for = g;
+  return 0;
+}
+
+// The end of a captured step: the graph made, kept, and run (capturing ran
+// nothing).
+static void end_capture(kdrt_cuda *d) {
+  kdrt_cuda_impl *s = d->impl;
+  cudaGraph_t graph = NULL;
+  cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
+  s->capturing = 0;
+  if (e != cudaSuccess)
+    kdrt_cuda_fail("cudaStreamEndCapture (a training step as a CUDA graph; KDRT_CUDA_GRAPH=0 "
+                   "runs without)", __FILE__, __LINE__, cudaGetErrorString(e));
+  cudaGraphExec_t exec = NULL;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaGraphLaunch(exec, s->stream));
+  if (s->graph_unsafe) // this step's own host values are in it: not for another step
+    CUDA_CHECK(cudaGraphExecDestroy(exec)); // (freed once it has run)
+  else
+    capture_for->exec = exec;
+  capture_for = NULL;
 }
 
 extern "C" void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, float *logs) {
   kdrt_ctx *c = d->c;
   const kdrt_program *p = c->prog;
   cudaStream_t s = d->impl->stream;
+  if (d->impl->capturing) end_capture(d);
   // The logs land after the inputs and labels in the step's half of the
   // stage, which the uploads of this step may still be reading.
   float *out = logs_of(cur_half);
@@ -671,6 +744,11 @@ extern "C" void kdrt_cuda_shutdown(void) {
   for (int j = 0; dev_prog && j < dev_prog->nlabels; j++) kdrt_cuda_free(y_dev[j]), y_dev[j] = NULL;
   dev.params = dev.grads = dev.arena = dev.logs = NULL;
   dev.x = NULL, dev.y = NULL;
+  for (int k = 0; k < s->ngraphs; k++)
+    if (s->graph[k].exec) CUDA_CHECK(cudaGraphExecDestroy(s->graph[k].exec));
+  s->ngraphs = 0;
+  CUDA_CHECK(cudaFree(s->scal));
+  s->scal = NULL;
   CUBLAS_CHECK(cublasDestroy(s->blas));
   CUDA_CHECK(cudaFree(s->blas_ws));
   s->blas_ws = NULL;

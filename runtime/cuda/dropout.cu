@@ -79,7 +79,8 @@ static size_t block_map_of(const kdrt_ctx *c, const kdrt_layout *l, block_map *b
 
 __global__ static void dropout_kernel(float *y, const float *x, size_t n, block_map bm,
                                       uint32_t k0, uint32_t k1, uint64_t step, float rate,
-                                      float keep_scale) {
+                                      float keep_scale, const kdrt_step_scalars *sc) {
+  if (sc) step = (uint64_t)sc->step; // a step replayed from a graph
   KDRT_FOR(e, n) {
     uint64_t g = global_index(&bm, e);
     float u = (float)(philox_word(k0, k1, g >> 2, step, (unsigned)(g & 3)) >> 8) *
@@ -99,7 +100,8 @@ extern "C" void kdrt_cuda_dropout(kdrt_cuda *d, float *y, const float *x, const 
   if (rate >= 1.0f) rate = 2.0f; // nothing is kept
   uint64_t k = splitmix64(c->seed ^ splitmix64(stream));
   dropout_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
-      y, x, n, bm, (uint32_t)k, (uint32_t)(k >> 32), (uint64_t)c->step, rate, keep_scale);
+      y, x, n, bm, (uint32_t)k, (uint32_t)(k >> 32), (uint64_t)c->step, rate, keep_scale,
+      kdrt_step_sc(d));
   KDRT_LAUNCHED(d, "dropout_kernel");
 }
 
@@ -107,7 +109,9 @@ extern "C" void kdrt_cuda_dropout(kdrt_cuda *d, float *y, const float *x, const 
 // stream, step, g) of ../rng.c: Box-Muller over words 0 and 1 of the block
 // for counter (g, step), in double.
 __global__ static void noise_kernel(float *y, const float *x, size_t n, block_map bm, uint32_t k0,
-                                    uint32_t k1, uint64_t step, float stddev, int mul) {
+                                    uint32_t k1, uint64_t step, float stddev, int mul,
+                                    const kdrt_step_scalars *sc) {
+  if (sc) step = (uint64_t)sc->step;
   KDRT_FOR(e, n) {
     uint64_t g = global_index(&bm, e);
     double u1 = ((double)philox_word(k0, k1, g, step, 0) + 1.0) * (1.0 / 4294967296.0);
@@ -127,6 +131,7 @@ extern "C" void kdrt_cuda_gaussian_noise(kdrt_cuda *d, float *y, const float *x,
   if (!n) return;
   uint64_t k = splitmix64(c->seed ^ splitmix64(stream));
   noise_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
-      y, x, n, bm, (uint32_t)k, (uint32_t)(k >> 32), (uint64_t)c->step, stddev, mul);
+      y, x, n, bm, (uint32_t)k, (uint32_t)(k >> 32), (uint64_t)c->step, stddev, mul,
+      kdrt_step_sc(d));
   KDRT_LAUNCHED(d, "noise_kernel");
 }

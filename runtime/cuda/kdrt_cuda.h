@@ -75,6 +75,11 @@ kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *hx, const v
 // host needs back (see above; after EVAL every output with an arena
 // offset, for predict). Waits for the device.
 void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, float *logs);
+// In a training step after its inputs are on their way: 1 when the step
+// was captured as a CUDA graph before and that graph is now queued (the
+// step's parts must not run), else 0, the parts then run (and may be
+// captured, kdrt_cuda_end closing the capture). KDRT_CUDA_GRAPH=0: never.
+int kdrt_cuda_replay(kdrt_cuda *d, int mode);
 // The device without a program, for opcheck: stream and handles only.
 kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision);
 void kdrt_cuda_shutdown(void);

@@ -1,7 +1,10 @@
 // optim.cu: the optimizer updates of ../ops.c (Keras 3's formulas) on a
 // variable's local shard, one thread per element. Step-dependent scalars
 // (Adam's step size, the bias corrections, Nadam's momentum schedule) are
-// computed on the host exactly as the CPU does.
+// computed on the host exactly as the CPU does; in a step captured as a
+// CUDA graph (sc, kdrt_step_scalars) the learning rate and the step are
+// read on the device when it runs, and the step size formed there by the
+// same formula, by a block's first thread.
 #include <math.h>
 
 #include "common.cuh"
@@ -13,8 +16,14 @@
     KDRT_LAUNCHED(d, #kernel);                                                                 \
   } while (0)
 
+// The learning rate: the argument, or the device's in a graph.
+__device__ static inline float step_lr(const kdrt_step_scalars *sc, float lr) {
+  return sc ? sc->lr : lr;
+}
+
 __global__ static void sgd_kernel(float *w, const float *g, float *m, size_t n, float lr,
-                                  float momentum, int nesterov) {
+                                  float momentum, int nesterov, const kdrt_step_scalars *sc) {
+  lr = step_lr(sc, lr);
   KDRT_FOR(i, n) {
     if (momentum == 0.0f) {
       w[i] -= lr * g[i];
@@ -28,7 +37,17 @@ __global__ static void sgd_kernel(float *w, const float *g, float *m, size_t n, 
 
 __global__ static void adam_kernel(float *w, const float *g, float *m, float *v, float *vhat,
                                    size_t n, float alpha, float c1, float c2, float eps, float wd,
-                                   float lr, int decay) {
+                                   float lr, int decay, const kdrt_step_scalars *sc, int64_t dt,
+                                   float b1, float b2) {
+  if (sc) { // alpha for step sc->step + dt, as the host forms it (adam below)
+    __shared__ float a;
+    if (threadIdx.x == 0) {
+      double t = (double)(sc->step + dt);
+      a = (float)(sc->lr * sqrt(1.0 - pow((double)b2, t)) / (1.0 - pow((double)b1, t)));
+    }
+    __syncthreads();
+    alpha = a, lr = sc->lr;
+  }
   KDRT_FOR(i, n) {
     float wi = w[i];
     if (decay) wi = wi - wi * wd * lr; // AdamW: Keras's order, before the Adam step
@@ -43,8 +62,10 @@ __global__ static void adam_kernel(float *w, const float *g, float *m, float *v,
 }
 
 __global__ static void rmsprop_kernel(float *w, const float *g, float *v, float *m, float *a,
-                                      size_t n, float lr, float rho, float momentum, float eps) {
+                                      size_t n, float lr, float rho, float momentum, float eps,
+                                      const kdrt_step_scalars *sc) {
   const float c = 1.0f - rho;
+  lr = step_lr(sc, lr);
   KDRT_FOR(i, n) {
     float gi = g[i];
     float vi = rho * v[i] + c * gi * gi;
@@ -62,7 +83,8 @@ __global__ static void rmsprop_kernel(float *w, const float *g, float *v, float 
 }
 
 __global__ static void adagrad_kernel(float *w, const float *g, float *acc, size_t n, float lr,
-                                      float eps) {
+                                      float eps, const kdrt_step_scalars *sc) {
+  lr = step_lr(sc, lr);
   KDRT_FOR(i, n) {
     float gi = g[i], ai = acc[i] + gi * gi;
     acc[i] = ai;
@@ -71,7 +93,9 @@ __global__ static void adagrad_kernel(float *w, const float *g, float *acc, size
 }
 
 __global__ static void adamax_kernel(float *w, const float *g, float *m, float *u, size_t n,
-                                     float lr, float c1, float b2, float eps, float bias) {
+                                     float lr, float c1, float b2, float eps, float bias,
+                                     const kdrt_step_scalars *sc, int64_t dt, float b1) {
+  if (sc) lr = sc->lr, bias = 1.0f - powf(b1, (float)(sc->step + dt));
   KDRT_FOR(i, n) {
     float gi = g[i];
     float mi = m[i] + (gi - m[i]) * c1;
@@ -97,8 +121,9 @@ __global__ static void nadam_kernel(float *w, const float *g, float *m, float *v
 }
 
 __global__ static void lion_kernel(float *w, const float *g, float *m, size_t n, float lr,
-                                   float b1, float b2) {
+                                   float b1, float b2, const kdrt_step_scalars *sc) {
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+  lr = step_lr(sc, lr);
   KDRT_FOR(i, n) {
     float gi = g[i], d = m[i] * b1 + gi * c1;
     w[i] -= lr * (float)((d > 0.0f) - (d < 0.0f));
@@ -106,7 +131,9 @@ __global__ static void lion_kernel(float *w, const float *g, float *m, size_t n,
   }
 }
 
-__global__ static void weight_decay_kernel(float *w, size_t n, float lr, float wd) {
+__global__ static void weight_decay_kernel(float *w, size_t n, float lr, float wd,
+                                           const kdrt_step_scalars *sc) {
+  lr = step_lr(sc, lr);
   KDRT_FOR(i, n) w[i] = w[i] - w[i] * wd * lr;
 }
 
@@ -131,14 +158,15 @@ extern "C" void kdrt_cuda_sgd(kdrt_cuda *d, float *w, const float *g, float *m, 
                               float lr, float momentum, int nesterov) {
   if (momentum != 0.0f && !m)
     kdrt_cuda_fail("kdrt_cuda_sgd", __FILE__, __LINE__, "momentum without a slot");
-  LAUNCH(d, sgd_kernel, n, w, g, m, n, lr, momentum, nesterov);
+  LAUNCH(d, sgd_kernel, n, w, g, m, n, lr, momentum, nesterov, kdrt_step_sc(d));
 }
 
 static void adam(kdrt_cuda *d, float *w, const float *g, float *m, float *v, float *vhat,
                  size_t n, float lr, float b1, float b2, float eps, float wd, int decay,
                  int64_t t) {
   const float alpha = (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
-  LAUNCH(d, adam_kernel, n, w, g, m, v, vhat, n, alpha, 1.0f - b1, 1.0f - b2, eps, wd, lr, decay);
+  LAUNCH(d, adam_kernel, n, w, g, m, v, vhat, n, alpha, 1.0f - b1, 1.0f - b2, eps, wd, lr, decay,
+         kdrt_step_sc(d), t - (d->c ? d->c->step : 0), b1, b2);
 }
 
 extern "C" void kdrt_cuda_adam(kdrt_cuda *d, float *w, const float *g, float *m, float *v,
@@ -156,18 +184,18 @@ extern "C" void kdrt_cuda_adamw(kdrt_cuda *d, float *w, const float *g, float *m
 extern "C" void kdrt_cuda_rmsprop(kdrt_cuda *d, float *w, const float *g, float *v, float *m,
                                   float *a, size_t n, float lr, float rho, float momentum,
                                   float eps) {
-  LAUNCH(d, rmsprop_kernel, n, w, g, v, m, a, n, lr, rho, momentum, eps);
+  LAUNCH(d, rmsprop_kernel, n, w, g, v, m, a, n, lr, rho, momentum, eps, kdrt_step_sc(d));
 }
 
 extern "C" void kdrt_cuda_adagrad(kdrt_cuda *d, float *w, const float *g, float *acc, size_t n,
                                   float lr, float eps) {
-  LAUNCH(d, adagrad_kernel, n, w, g, acc, n, lr, eps);
+  LAUNCH(d, adagrad_kernel, n, w, g, acc, n, lr, eps, kdrt_step_sc(d));
 }
 
 extern "C" void kdrt_cuda_adamax(kdrt_cuda *d, float *w, const float *g, float *m, float *u,
                                  size_t n, float lr, float b1, float b2, float eps, int64_t t) {
-  LAUNCH(d, adamax_kernel, n, w, g, m, u, n, lr, 1.0f - b1, b2, eps,
-         1.0f - powf(b1, (float)t));
+  LAUNCH(d, adamax_kernel, n, w, g, m, u, n, lr, 1.0f - b1, b2, eps, 1.0f - powf(b1, (float)t),
+         kdrt_step_sc(d), t - (d->c ? d->c->step : 0), b1);
 }
 
 static float nadam_u(float b1, int64_t t) { return b1 * (1.0f - 0.5f * powf(0.96f, (float)t)); }
@@ -175,6 +203,7 @@ static float nadam_u(float b1, int64_t t) { return b1 * (1.0f - 0.5f * powf(0.96
 extern "C" void kdrt_cuda_nadam(kdrt_cuda *d, float *w, const float *g, float *m, float *v,
                                 size_t n, float lr, float b1, float b2, float eps, int64_t t,
                                 float u_prod) {
+  kdrt_cuda_graph_unsafe(d); // u_prod: the host's running product
   const float u_t = nadam_u(b1, t), u_next = nadam_u(b1, t + 1);
   LAUNCH(d, nadam_kernel, n, w, g, m, v, n, lr, 1.0f - b1, 1.0f - b2, eps, u_next,
          1.0f - u_prod * u_next, 1.0f - u_t, 1.0f - u_prod, 1.0f - powf(b2, (float)t));
@@ -182,11 +211,11 @@ extern "C" void kdrt_cuda_nadam(kdrt_cuda *d, float *w, const float *g, float *m
 
 extern "C" void kdrt_cuda_lion(kdrt_cuda *d, float *w, const float *g, float *m, size_t n,
                                float lr, float b1, float b2) {
-  LAUNCH(d, lion_kernel, n, w, g, m, n, lr, b1, b2);
+  LAUNCH(d, lion_kernel, n, w, g, m, n, lr, b1, b2, kdrt_step_sc(d));
 }
 
 extern "C" void kdrt_cuda_weight_decay(kdrt_cuda *d, float *w, size_t n, float lr, float wd) {
-  LAUNCH(d, weight_decay_kernel, n, w, n, lr, wd);
+  LAUNCH(d, weight_decay_kernel, n, w, n, lr, wd, kdrt_step_sc(d));
 }
 
 extern "C" void kdrt_cuda_clip_grad(kdrt_cuda *d, float *g, size_t n, const float *f,
