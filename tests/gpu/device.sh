@@ -373,9 +373,11 @@ if has perf && [ $SPEED = 1 ]; then
   for c in ${PERF:-seed_mlp:fp32:128 gpt:fp32:128 resnet:fp32:128 wide_mlp:fp32:1024 wide_mlp:tf32:1024 \
     wide_mlp:bf16:1024 gpt_med:fp32:16 gpt_med:tf32:16 gpt_med:bf16:16}; do
     late $((90 + KW)) "kdcc perf from $c on" && break
-    IFS=: read -r m p b <<<"$c"
+    IFS=: read -r m p b v <<<"$c"
     exe=progs/p_${m}_$p
     [ -x "$exe" ] || { say "kdcc $m $p: no program $exe in the bundle"; continue; }
+    # model:prec:batch:nograph: the same without CUDA graphs (KDRT_CUDA_GRAPH=0)
+    [ "${v:-}" = nograph ] && exe="env KDRT_CUDA_GRAPH=0 $exe" && p=$p-nograph
     a="--x data/$m.x.npy --y data/$m.y.npy --batch-size $b --seed 1 --no-shuffle"
     t1=$(tm $exe $a --epochs 1)
     t3=$(tm $exe $a --epochs 3)
