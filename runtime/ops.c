@@ -317,6 +317,16 @@ static inline float exp_flush(float x) {
   return e < 0x1p-125f ? 0.0f : e;
 }
 
+// y[0, n) /= their sum, added in order.
+static inline void normalize_row(float *y, int64_t n) {
+  float s = 0.0f;
+  for (int64_t j = 0; j < n; j++)
+    s += y[j];
+  float inv = 1.0f / s;
+  for (int64_t j = 0; j < n; j++)
+    y[j] *= inv;
+}
+
 void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
@@ -325,14 +335,9 @@ void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
     float m = -INFINITY;
     for (int64_t j = 0; j < cols; j++)
       m = xr[j] > m ? xr[j] : m;
-    for (int64_t j = 0; j < cols; j++) // vectorises; the sum below cannot
+    for (int64_t j = 0; j < cols; j++) // vectorises; the sum in normalize_row cannot
       yr[j] = exp_flush(xr[j] - m);
-    float s = 0.0f;
-    for (int64_t j = 0; j < cols; j++)
-      s += yr[j];
-    float inv = 1.0f / s;
-    for (int64_t j = 0; j < cols; j++)
-      yr[j] *= inv;
+    normalize_row(yr, cols);
   }
 }
 
@@ -370,12 +375,7 @@ void kdrt_attn_softmax(float *y, const float *x, int64_t outer, int64_t t, int64
       yr[j] = exp_flush(xr[j] * scale + 0.0f - m);
     for (int64_t j = keys; j < u; j++)
       yr[j] = 0.0f;
-    float s = 0.0f;
-    for (int64_t j = 0; j < keys; j++)
-      s += yr[j];
-    float inv = 1.0f / s;
-    for (int64_t j = 0; j < keys; j++)
-      yr[j] *= inv;
+    normalize_row(yr, keys);
   }
 }
 
