@@ -231,5 +231,11 @@ gpu-bundle:
 	@$(MAKE) -s cuda CUDA_ARCH=$(GPU_BUNDLE_ARCH)
 	CUDA_ARCH=$(GPU_BUNDLE_ARCH) bash tests/gpu/build_bundle.sh . $(GPU_BUNDLE)
 
+# ---- bench-gpu: kdcc against PyTorch and Keras-JAX on this machine's GPU, GPT-2's
+# 124M shape included, into bench/GPU_RESULTS.md (tests/gpu/bench_gpu.sh; skips
+# without a GPU). bench/GPU.md is the analysis of such runs.
+bench-gpu: setup all
+	@bash tests/gpu/bench_gpu.sh
+
 FORCE:
-.PHONY: cuda test-gpu gpu-bundle FORCE
+.PHONY: cuda test-gpu gpu-bundle bench-gpu FORCE
