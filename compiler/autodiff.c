@@ -20,17 +20,6 @@
 // regularizers' penalty, added to the total as it is, seeds 1.
 #include "kdcc.h"
 
-void accumulate(Graph *g, Node *x, Node *dx) {
-  if (!x->grad) {
-    x->grad = dx;
-    return;
-  }
-  Node *sum = new_node2(g, OP_ADD, x->grad, dx, x->shape);
-  sum->layer = dx->layer;
-  sum->loc = dx->loc;
-  x->grad = sum;
-}
-
 // The gradient of loss node l with respect to its prediction.
 static void seed_loss(Graph *g, Node *l, const bool *need) {
   Node *p = l->in[0];

@@ -4,7 +4,11 @@
 //   json.c     JSON text -> jansson tree, with a line:column for every value
 //   load.c     Keras 3 model JSON -> Model (layers, edges, compile config)
 //   dist.c     distribution spec -> Mesh + LayoutMap (PCRE2 full match)
-//   graph.c    layers -> forward graph + loss, shapes inferred (op table: ops.c)
+//   ir.c       nodes, shapes and the constructors every pass uses
+//   vars.c     variables: initializers, regularizers, constraints, penalties
+//   layers*.c  Keras layers -> ops, shapes inferred (op table: ops.c);
+//              layers.c holds the table, layers_attn/conv/rnn.c the families
+//   loss.c     the forward graph, losses and metrics (build_graph)
 //   autodiff.c reverse-mode gradients and optimizer updates
 //   shard.c    sharding propagation to a fixed point, then collectives
 //   fuse.c     adjacent elementwise ops into one loop
@@ -198,7 +202,7 @@ struct Layer {
   int in_rank;
   int64_t in_shape[MAX_RANK];
   bool in_int;            // an integer dtype (token ids): int32 in the program
-  void *node;             // graph.c: the Node holding this layer's output
+  void *node;             // loss.c: the Node holding this layer's output
   // A layer called k times is k Layers: the first, and a clone per further
   // call (shared = the first, call = k), each with that call's inputs; the
   // clones own no variables: they use the first one's.
@@ -531,7 +535,7 @@ void lower_call(Lowering *lw, const char *fn, bool ctx, char *decl, const char *
 // partial sum over 'model'; %9 bias_add (d2) needs the sum").
 char *coll_why(const Graph *g, const Node *n);
 
-// ---------------------------------------------------------------- graph.c
+// ---------------------------------------------------------------- ir.c
 
 struct Var {
   // issue 11: a non-trainable variable that is a moving average instead of a
@@ -625,17 +629,23 @@ Node *new_node1(Graph *g, OpKind op, Node *a, Shape shape);
 Node *new_node2(Graph *g, OpKind op, Node *a, Node *b, Shape shape);
 // x summed over every dim, to a scalar (one REDUCE_SUM a dim).
 Node *sum_all(Graph *g, Node *x);
+Node *scaled(Graph *g, Node *x, double k);  // x * k (a SCALE)
+Node *view(Graph *g, Node *x, Shape s);     // x as shape s (a RESHAPE, no code)
 uint64_t hash_str(const char *s);
 bool shape_eq(const Shape *a, const Shape *b);
-char *shape_str(const Shape *s);
-Graph *build_graph(Model *m, Dist *d, int batch);
-// Mark the dims whose extent is the batch, from the inputs' and labels'
-// dim 0 through every op's rule (a factor shared with a batch dim is one).
-void find_batch_dims(Graph *g);
+char *shape_str(const Shape *s);            // "[16, 200]"
+char *kshape(const Shape *s);               // "(None, 200)": as Keras prints a layer's output
+
+// ---------------------------------------------------------------- layers.c
 // The Keras layer classes build_graph knows (its table), and which of them
 // take several inputs (Add, Concatenate, attention...): load.c accepts these.
 bool layer_known(const char *cls);
 bool layer_takes_several(const char *cls); // merges, and attention (query, value, key)
+
+// ---------------------------------------------------------------- loss.c
+// The forward graph of model m (layers, losses, metrics, the penalty) on
+// global shapes, for a global batch of `batch`.
+Graph *build_graph(Model *m, Dist *d, int batch);
 
 // ---------------------------------------------------------------- autodiff.c
 void build_backward(Graph *g);
@@ -647,6 +657,9 @@ const char *opt_slot_name(const Optimizer *o, int k);
 bool opt_clips(const Optimizer *o);
 
 // ---------------------------------------------------------------- shard.c
+// Mark the dims whose extent is the batch, from the inputs' and labels'
+// dim 0 through every op's rule (a factor shared with a batch dim is one).
+void find_batch_dims(Graph *g);
 void propagate_shardings(Graph *g);
 int axis_size(const Graph *g, int axis);
 // "data,model": the names of the mesh axes in a mask.

@@ -934,7 +934,7 @@ static void load_loss1(OutLoss *o, json_t *v) {
   json_t *ax = json_object_get(cfg, "axis");
   if (ax && !json_is_null(ax) && !json_is_integer(ax))
     error_at(jloc(ax), "loss '%s': 'axis' must be an integer", cls);
-  if (json_is_integer(ax)) { // checked against the output's rank (graph.c); MAX_RANK 6
+  if (json_is_integer(ax)) { // checked against the output's rank (loss.c); MAX_RANK 6
     o->axis = (int)loss_num(cfg, cls, "axis", -1, -MAX_RANK, MAX_RANK - 1, "from -6 to 5");
     o->axis_loc = jloc(ax);
   }
@@ -1247,7 +1247,7 @@ static void metric_default(json_t *cfg, const char *cls, const char *key, double
 }
 
 // A name given twice, or one another log has, is an error where the logs
-// are made (graph.c's build_metric), for all outputs at once.
+// are made (loss.c's build_metric), for all outputs at once.
 static void add_metric(OutLoss *o, Metric mt) {
   o->metrics = xgrow(o->metrics, o->nmetrics, &(int){o->nmetrics}, sizeof *o->metrics);
   o->metrics[o->nmetrics++] = mt;
@@ -1268,7 +1268,7 @@ static void load_metrics1(OutLoss *o, json_t *v) {
   json_t *cfg = json_is_object(v) ? json_object_get(v, "config") : NULL;
   Metric mt = {.name = json_is_string(v) ? s : get_str(cfg, "name"), .loc = jloc(v)};
   if (json_is_string(v) && (!strcasecmp(s, "accuracy") || !strcasecmp(s, "acc"))) {
-    mt.kind = MET_ACCURACY; // resolved by the output's shape and labels (graph.c)
+    mt.kind = MET_ACCURACY; // resolved by the output's shape and labels (loss.c)
     add_metric(o, mt);
     return;
   }

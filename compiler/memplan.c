@@ -218,7 +218,7 @@ void plan_memory(Graph *g) {
   }
   g->scratch_floats = align(scratch);
   g->arena_floats = size_add(align(a.peak), g->scratch_floats);
-  // Each tensor is at most MAX_ELEMS (graph.c), so only a plan of millions of them could
+  // Each tensor is at most MAX_ELEMS (loss.c), so only a plan of millions of them could
   // pass this: offsets in the program are 64-bit.
   if (g->param_floats > INT64_MAX / 8 || g->grad_floats > INT64_MAX / 8 ||
       g->arena_floats > INT64_MAX / 8)

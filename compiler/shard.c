@@ -49,7 +49,7 @@ bool place_eq(const Place *a, const Place *b, int rank) {
   return true;
 }
 
-// Saturated (INT64_MAX) rather than wrapped: graph.c rejects a tensor over MAX_ELEMS.
+// Saturated (INT64_MAX) rather than wrapped: loss.c rejects a tensor over MAX_ELEMS.
 int64_t shape_elems(const Shape *s) {
   int64_t n = 1;
   for (int i = 0; i < s->rank; i++) n = size_mul(n, s->d[i]);
@@ -498,6 +498,46 @@ void propagate_shardings(Graph *g) {
   g->nnodes = p.nout;
   g->cap = p.cap_out;
   for (int i = 0; i < g->nnodes; i++) g->nodes[i]->id = i;
+}
+
+// The dims whose extent is the batch: dim 0 of the inputs and labels, and
+// every dim that shares a factor of an op's rule with one of them, to a
+// fixed point (the batch factor passes through activations and their
+// gradients and is contracted away in weight gradients and losses). Their
+// extents are the step's rows at run time (emit.c's Sym).
+void find_batch_dims(Graph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if ((n->op == OP_INPUT || n->op == OP_LABEL) && n->shape.rank > 0) n->bdims = 1;
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int i = 0; i < g->nnodes; i++) {
+      Node *n = g->nodes[i];
+      Rule r;
+      op_rule(n, &r);
+      bool batch[MAX_FACTORS] = {false};
+      for (int t = 0; t <= n->nin; t++) {
+        const Node *x = t ? n->in[t - 1] : n;
+        const int8_t *map = t ? r.in[t - 1] : r.out;
+        for (int d = 0; d < x->shape.rank; d++)
+          if (map[d] >= 0 && ((x->bdims >> d) & 1)) batch[map[d]] = true;
+      }
+      for (int t = 0; t <= n->nin; t++) {
+        Node *x = t ? n->in[t - 1] : n;
+        const int8_t *map = t ? r.in[t - 1] : r.out;
+        for (int d = 0; d < x->shape.rank; d++)
+          if (map[d] >= 0 && batch[map[d]] && !((x->bdims >> d) & 1)) {
+            if (x->shape.d[d] != g->batch)
+              error_at(x->loc, "layer '%s': a dim of extent %lld holds the batch merged with "
+                       "other dims, which kdcc does not support", x->layer ? x->layer : "?",
+                       (long long)x->shape.d[d]);
+            x->bdims |= 1u << d;
+            changed = true;
+          }
+      }
+    }
+  }
 }
 
 // ---- costs

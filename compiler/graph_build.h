@@ -1,0 +1,74 @@
+// Graph building's own header: what the builder files share and no other
+// pass needs, in sections by the file that defines it. The files call
+// down this list and never up it: vars.c at the bottom, then the layer
+// families (layers_attn.c, layers_conv.c, layers_rnn.c), then layers.c
+// with the table of layers, then loss.c with build_graph.
+#ifndef GRAPH_BUILD_H
+#define GRAPH_BUILD_H
+
+#include "kdcc.h"
+
+// ---------------------------------------------------------------- vars.c
+// Variable `vname` of layer l (a PARAM node, made once per path: a second
+// call of the layer shares it), its initializer from option init_key
+// (init_def when absent), its regularizer and constraint beside it.
+Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *init_key,
+              const char *init_def);
+bool layer_frozen(Layer *l);   // trainable: false (its variables are not trained)
+// Where Keras's weights file keeps variable "<sub>/<name>" of a class, or NULL.
+const char *weights_sublayer(const char *cls, const char *vname);
+// l1 * sum(|x|) + l2 * sum(x * x) in graph ops, or NULL; g->penalty += p.
+Node *penalty(Graph *g, Node *x, double l1, double l2);
+void add_penalty(Graph *g, Node *p);
+// The penalty of y over the step's global batch, added to g->penalty; and
+// a layer's activity_regularizer's on its output y.
+void batch_penalty(Graph *g, Node *y, double l1, double l2);
+void activity_penalty(Graph *g, Layer *l, Node *y);
+// What every builder reads of its layer.
+int parse_act(Layer *l, const char *key);            // option `key` as an activation
+Node *apply_act(Graph *g, Node *x, int act);          // x, or act(x)
+Node *layer_input(Layer *l, int i);                   // the node of the call's input i
+void check_last_axis(Layer *l, const Node *x);        // "axis": the last only
+void check_none(Layer *l, const char *const *keys, int n); // options that must be unset
+// a . b as a DOT: nb batch dims, nk contracted, b's free dims first when tb.
+Node *dot_node(Graph *g, Node *a, Node *b, int nb, int nk, bool tb);
+
+// ---------------------------------------------------------------- layers_attn.c
+bool call_flag(Layer *l, const char *key);            // a boolean call keyword
+void check_kwargs(Layer *l, const char *const *known, int n); // only these call keywords
+Node *build_mha(Graph *g, Layer *l, Node *unused);
+Node *build_gqa(Graph *g, Layer *l, Node *unused);
+Node *build_einsum_dense(Graph *g, Layer *l, Node *x);
+
+// ---------------------------------------------------------------- layers_conv.c
+void check_channels_last(Layer *l);                   // data_format: channels_last only
+Node *build_conv1d(Graph *g, Layer *l, Node *x);
+Node *build_conv2d(Graph *g, Layer *l, Node *x);
+Node *build_depthwise(Graph *g, Layer *l, Node *x);
+Node *build_separable(Graph *g, Layer *l, Node *x);
+Node *build_depthwise1d(Graph *g, Layer *l, Node *x);
+Node *build_separable1d(Graph *g, Layer *l, Node *x);
+Node *build_conv1d_transpose(Graph *g, Layer *l, Node *x);
+Node *build_conv2d_transpose(Graph *g, Layer *l, Node *x);
+Node *build_maxpool(Graph *g, Layer *l, Node *x);
+Node *build_maxpool1d(Graph *g, Layer *l, Node *x);
+Node *build_global_maxpool(Graph *g, Layer *l, Node *x);
+Node *build_avgpool(Graph *g, Layer *l, Node *x);
+Node *build_gap1d(Graph *g, Layer *l, Node *x);
+Node *build_gap2d(Graph *g, Layer *l, Node *x);
+Node *build_zeropad1d(Graph *g, Layer *l, Node *x);
+Node *build_zeropad2d(Graph *g, Layer *l, Node *x);
+Node *build_crop1d(Graph *g, Layer *l, Node *x);
+Node *build_crop2d(Graph *g, Layer *l, Node *x);
+Node *build_upsample(Graph *g, Layer *l, Node *x);
+Node *build_batchnorm(Graph *g, Layer *l, Node *x);
+
+// ---------------------------------------------------------------- layers_rnn.c
+Node *build_rnn(Graph *g, Layer *l, Node *x);
+Node *build_bidirectional(Graph *g, Layer *l, Node *x);
+
+// ---------------------------------------------------------------- layers.c
+// Layer l's ops by its class's builder, on its inputs' nodes; its output.
+Node *build_layer(Graph *g, Layer *l);
+
+#endif

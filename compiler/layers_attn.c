@@ -1,0 +1,462 @@
+// Layer builders: attention and EinsumDense.
+//
+// MultiHeadAttention and GroupedQueryAttention as JAX's dot_product_attention
+// computes them: projections of the query, key and value (Keras's EinsumDense
+// kernels, whose fans come from the equation), scores scaled, masked and
+// softmaxed, then the output projection. EinsumDense is one DOT
+// (dot_general) between transposes that put the operands' and the result's
+// dims in its order, so that a kernel's layout propagates through DOT's rule.
+#include "graph_build.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <string.h>
+
+// ---- attention
+
+static Node *transpose_0213(Graph *g, Node *x) {
+  Shape s = {4, {x->shape.d[0], x->shape.d[2], x->shape.d[1], x->shape.d[3]}};
+  Node *t = new_node1(g, OP_TRANSPOSE, x, s);
+  t->perm = (PermAttr){{0, 2, 1, 3}};
+  return t;
+}
+
+// Keras builds attention's projections as EinsumDense layers, whose
+// kernels take their fans from the equation (einsum's input_axes and
+// output_axes), not from the kernel's shape as a convolution's: the
+// contracted dims in, the rest out.
+static void einsum_fans(Node *w, double fan_in) {
+  w->var->fan_in = fan_in;
+  w->var->fan_out = (double)shape_elems(&w->shape) / fan_in;
+}
+
+// One projection of attention: x[b, t, h] . w[h, heads, dim] (+ bias[heads, dim]).
+static Node *project(Graph *g, Layer *l, Node *x, const char *name, int64_t heads, int64_t dim,
+                     bool bias) {
+  int64_t h = x->shape.d[2];
+  Node *w = new_var(g, l, format("%s/kernel", name), (Shape){3, {h, heads, dim}},
+                    "kernel_initializer", "glorot_uniform");
+  einsum_fans(w, (double)h);
+  Node *y = dot_node(g, x, w, 0, 1, false);
+  if (bias) {
+    Node *b = new_var(g, l, format("%s/bias", name), (Shape){2, {heads, dim}}, "bias_initializer",
+                      "zeros");
+    y = new_node2(g, OP_BIAS, y, b, y->shape);
+  }
+  return y;
+}
+
+// A call keyword the layer reads: a boolean (false when absent).
+bool call_flag(Layer *l, const char *key) {
+  json_t *v = l->kwargs ? json_object_get(l->kwargs, key) : NULL;
+  if (!v || json_is_null(v)) return false;
+  if (!json_is_boolean(v))
+    error_at(jloc(v), "layer '%s': call argument '%s' must be true or false", l->name, key);
+  return json_is_true(v);
+}
+
+// Every call keyword must be one the layer reads.
+void check_kwargs(Layer *l, const char *const *known, int n) {
+  if (!l->kwargs) return;
+  const char *k;
+  json_t *v;
+  json_object_foreach(l->kwargs, k, v) {
+    bool ok = json_is_null(v);
+    for (int i = 0; i < n; i++) ok |= !strcmp(k, known[i]);
+    if (!strcmp(k, "return_attention_scores") && json_is_false(v)) ok = true;
+    if (!ok)
+      error_at(jloc_keyname(l->kwargs, k), "layer '%s': call argument '%s' is not supported",
+               l->name, k);
+  }
+}
+
+// The attention core of MultiHeadAttention and GroupQueryAttention, as
+// JAX's dot_product_attention computes it: q[b, t, n, d], k, v[b, s, n, d]
+// (kv heads already repeated) -> o[b, t, n, dv]. Scores q.k are scaled by
+// 1 / sqrt(d), causally masked, softmaxed over the keys.
+static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale, bool causal,
+                    Node *mask, double dropout) {
+  Node *qt = transpose_0213(g, q), *kt = transpose_0213(g, k), *vt = transpose_0213(g, v);
+  Node *s = dot_node(g, qt, kt, 2, 1, true); // [b, n, t, s]
+  Node *sc = new_node1(g, OP_SCALE, s, s->shape);
+  sc->aff = (AffAttr){(float)scale, 0};
+  s = sc;
+  if (causal) {
+    s = new_node1(g, OP_CAUSAL, s, s->shape);
+    s->mask.fill = -1; // forward: KDRT_MASKED
+  }
+  if (mask) {
+    s = new_node2(g, OP_ATTN_MASK, s, mask, s->shape);
+    s->mask.fill = -1;
+  }
+  Node *p = apply_act(g, s, ACT_SOFTMAX);
+  if (dropout > 0) {
+    Node *dp = new_node1(g, OP_DROPOUT, p, p->shape);
+    dp->drop = (DropAttr){(float)dropout, hash_str(format("%s/attention_dropout", l->path)), false};
+    p = dp;
+  }
+  Node *o = dot_node(g, p, vt, 2, 1, false); // [b, n, t, dv]
+  return transpose_0213(g, o);
+}
+
+// The call's attention_mask (issue 10), or NULL: [batch, query steps, key
+// steps], int32 or float32, nonzero where a query may attend to a key, as
+// Keras casts it to bool. Synthetic data fills an int32 mask with 0 and 1.
+static Node *attention_mask_input(Layer *l, const Node *q, const Node *v) {
+  if (!l->mask) return NULL;
+  Node *m = layer_input(l, l->mask);
+  Shape want = {3, {q->shape.d[0], q->shape.d[1], v->shape.d[1]}};
+  if (!shape_eq(&m->shape, &want))
+    error_at(l->in[l->mask].loc, "layer '%s': attention_mask must be (None, %lld, %lld) (query "
+             "steps, key steps), got %s", l->name, (long long)want.d[1], (long long)want.d[2],
+             kshape(&m->shape));
+  if (m->op == OP_INPUT && m->dtype == DT_I32 && !m->id_range) m->id_range = 2;
+  return m;
+}
+
+// An attention layer's call: query, value and (optionally) key tensors of
+// rank 3, keys as long as values; use_causal_mask and attention_mask its
+// keywords.
+static void attention_inputs(Layer *l, Node **xq, Node **xv, Node **xk, Node **mask) {
+  int nargs = l->mask ? l->mask : l->nin;
+  if (nargs < 2 || nargs > 3)
+    error_at(l->loc, "layer '%s': %s is called with query and value (and key), got %d tensors",
+             l->name, l->cls, nargs);
+  static const char *const kw[] = {"use_causal_mask", "attention_mask"};
+  check_kwargs(l, kw, 2);
+  for (int i = 0; i < nargs; i++)
+    if (layer_input(l, i)->shape.rank != 3)
+      error_at(l->in[i].loc, "layer '%s': attention inputs must be [batch, steps, features]",
+               l->name);
+  *xq = layer_input(l, 0), *xv = layer_input(l, 1), *xk = nargs > 2 ? layer_input(l, 2) : *xv;
+  if ((*xk)->shape.d[1] != (*xv)->shape.d[1])
+    error_at(l->loc, "layer '%s': key and value have different lengths", l->name);
+  *mask = attention_mask_input(l, *xq, *xv);
+}
+
+// An attention layer's output projection: o[b, t, heads, dim] .
+// attention_output/kernel[heads, dim, out] (+ attention_output/bias[out]).
+static Node *attention_output(Graph *g, Layer *l, Node *o, int64_t out, bool bias) {
+  Node *wo = new_var(g, l, "attention_output/kernel",
+                     (Shape){3, {o->shape.d[2], o->shape.d[3], out}}, "kernel_initializer",
+                     "glorot_uniform");
+  einsum_fans(wo, (double)(o->shape.d[2] * o->shape.d[3]));
+  Node *y = dot_node(g, o, wo, 0, 2, false);
+  if (bias) {
+    Node *bo = new_var(g, l, "attention_output/bias", (Shape){1, {out}}, "bias_initializer",
+                       "zeros");
+    y = new_node2(g, OP_BIAS, y, bo, y->shape);
+  }
+  return y;
+}
+
+// MultiHeadAttention(num_heads, key_dim, value_dim, use_bias, output_shape,
+// dropout), called as (query, value[, key]) with use_causal_mask. Kernels
+// as Keras stores them: query/key/value [hidden, heads, dim], the output
+// [heads, dim, hidden].
+Node *build_mha(Graph *g, Layer *l, Node *unused) {
+  Node *xq, *xv, *xk, *mask;
+  attention_inputs(l, &xq, &xv, &xk, &mask);
+  // attention over the steps only: attention_axes absent, or [1] as Keras writes it
+  json_t *ax = json_object_get(l->cfg, "attention_axes");
+  if (ax && !json_is_null(ax) &&
+      !(json_is_array(ax) && json_array_size(ax) == 1 &&
+        json_integer_value(json_array_get(ax, 0)) == 1) &&
+      !(json_is_integer(ax) && json_integer_value(ax) == 1))
+    error_at(jloc(ax), "layer '%s': attention_axes other than [1] (the steps) are not "
+             "supported", l->name);
+  int64_t heads = cfg_int(l, "num_heads", -1), kd = cfg_int(l, "key_dim", -1);
+  int64_t vd = cfg_int(l, "value_dim", kd);
+  if (heads <= 0) error_at(jloc_key(l->cfg, "num_heads"), "layer '%s': 'num_heads' must be "
+                           "positive", l->name);
+  if (kd <= 0) error_at(jloc_key(l->cfg, "key_dim"), "layer '%s': 'key_dim' must be positive",
+                        l->name);
+  if (vd <= 0) error_at(jloc_key(l->cfg, "value_dim"), "layer '%s': 'value_dim' must be "
+                        "positive", l->name);
+  int64_t out = xq->shape.d[2];
+  json_t *os = json_object_get(l->cfg, "output_shape");
+  if (os && !json_is_null(os)) {
+    int64_t o[MAX_RANK];
+    if (cfg_ints(l, "output_shape", o, MAX_RANK) != 1 || o[0] <= 0)
+      error_at(jloc(os), "layer '%s': output_shape must be one positive size", l->name);
+    out = o[0];
+  }
+  bool bias = cfg_bool(l, "use_bias", true);
+  Node *q = project(g, l, xq, "query", heads, kd, bias);
+  Node *k = project(g, l, xk, "key", heads, kd, bias);
+  Node *v = project(g, l, xv, "value", heads, vd, bias);
+  Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)kd), call_flag(l, "use_causal_mask"),
+                   mask, cfg_num(l, "dropout", 0));
+  return attention_output(g, l, o, out, bias);
+}
+
+// Each of kv's heads repeated r times, in place: [b, s, h, d] ->
+// [b, s, h * r, d] (ops.repeat on axis 2), as a broadcast and a view.
+static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
+  if (r == 1) return kv;
+  const Shape *s = &kv->shape;
+  Node *b = new_node1(g, OP_BROADCAST, kv, (Shape){5, {s->d[0], s->d[1], s->d[2], r, s->d[3]}});
+  b->red.dim = 3;
+  return new_node1(g, OP_RESHAPE, b, (Shape){4, {s->d[0], s->d[1], s->d[2] * r, s->d[3]}});
+}
+
+// GroupedQueryAttention(head_dim, num_query_heads, num_key_value_heads,
+// use_bias, dropout), called as (query, value[, key]) with use_causal_mask:
+// key and value heads repeated to the query heads, then as MultiHeadAttention.
+Node *build_gqa(Graph *g, Layer *l, Node *unused) {
+  Node *xq, *xv, *xk, *mask;
+  attention_inputs(l, &xq, &xv, &xk, &mask);
+  static const char *const no[] = {"sliding_window", "use_gate"};
+  check_none(l, no, 2);
+  int64_t hd = cfg_int(l, "head_dim", -1), nq = cfg_int(l, "num_query_heads", -1);
+  int64_t nkv = cfg_int(l, "num_key_value_heads", -1);
+  if (hd <= 0 || nq <= 0 || nkv <= 0 || nq % nkv)
+    error_at(l->loc, "layer '%s': head_dim, num_query_heads and num_key_value_heads must be "
+             "positive, the query heads a multiple of the key/value heads", l->name);
+  bool bias = cfg_bool(l, "use_bias", true);
+  Node *q = project(g, l, xq, "query", nq, hd, bias);
+  Node *k = repeat_heads(g, project(g, l, xk, "key", nkv, hd, bias), nq / nkv);
+  Node *v = repeat_heads(g, project(g, l, xv, "value", nkv, hd, bias), nq / nkv);
+  Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)hd), call_flag(l, "use_causal_mask"),
+                   mask, cfg_num(l, "dropout", 0));
+  return attention_output(g, l, o, xq->shape.d[2], bias);
+}
+
+// ---- EinsumDense
+
+// An EinsumDense equation with its ellipsis spelled out: one index per dim
+// of the input, the kernel and the output, the ellipsis's dims named '0',
+// '1', ... Keras's forms: "ab,bc->ac", "...ab,bc->...ac" (leading in the
+// input and the output) and "ab...,bc->ac..." (trailing, after two or more
+// input indices); never in the kernel.
+typedef struct {
+  char x[MAX_RANK + 1], w[MAX_RANK + 1], y[MAX_RANK + 1];
+  int elided;             // dims the ellipsis stands for
+  bool left;              // it leads
+} Einsum;
+
+static noreturn void einsum_error(Layer *l, json_t *eq, const char *why) {
+  error_at(jloc(eq), "layer '%s': equation '%s': %s", l->name, json_string_value(eq), why);
+}
+
+// Position of index c in s, or -1.
+static int index_of(const char *s, char c) {
+  const char *p = strchr(s, c);
+  return c && p ? (int)(p - s) : -1;
+}
+
+// One operand of an equation, s[0, n): its indices into `out`; returns
+// where "..." is: 0 nowhere, 1 leading, 2 trailing.
+static int einsum_operand(Layer *l, json_t *eq, const char *s, size_t n, char *out) {
+  int ell = 0;
+  if (n >= 3 && !strncmp(s, "...", 3)) ell = 1, s += 3, n -= 3;
+  else if (n >= 3 && !strncmp(s + n - 3, "...", 3)) ell = 2, n -= 3;
+  if (n == 0 || n > MAX_RANK)
+    einsum_error(l, eq, format("every operand needs 1 to %d indices", MAX_RANK));
+  for (size_t i = 0; i < n; i++) {
+    if (!isalpha((unsigned char)s[i]))
+      einsum_error(l, eq, "indices are letters, with at most one ellipsis ('...') leading or "
+                   "trailing the input and the output");
+    if (memchr(s, s[i], i))
+      einsum_error(l, eq, format("index '%c' repeats within one operand (a diagonal): not "
+                                 "supported", s[i]));
+    out[i] = s[i];
+  }
+  out[n] = 0;
+  return ell;
+}
+
+// spec with the ellipsis's dims ('0', '1', ...) before or after it.
+static void spell_ellipsis(char *spec, int elided, bool left) {
+  char e[MAX_RANK + 1] = {0}, t[2 * MAX_RANK + 2];
+  for (int i = 0; i < elided; i++) e[i] = (char)('0' + i);
+  snprintf(t, sizeof t, "%s%s", left ? e : spec, left ? spec : e);
+  strcpy(spec, t);
+}
+
+static void parse_einsum(Layer *l, json_t *eq, int rank, Einsum *e) {
+  if (!json_is_string(eq))
+    error_at(eq ? jloc(eq) : l->loc, "layer '%s': EinsumDense needs an 'equation' string",
+             l->name);
+  const char *s = json_string_value(eq), *comma = strchr(s, ','), *arrow = strstr(s, "->");
+  if (!comma || !arrow || arrow < comma || strchr(comma + 1, ','))
+    einsum_error(l, eq, "not of the form input,kernel->output");
+  int ex = einsum_operand(l, eq, s, (size_t)(comma - s), e->x);
+  int ew = einsum_operand(l, eq, comma + 1, (size_t)(arrow - comma - 1), e->w);
+  int ey = einsum_operand(l, eq, arrow + 2, strlen(arrow + 2), e->y);
+  if (ew || ex != ey || (ex == 2 && strlen(e->x) < 2))
+    einsum_error(l, eq, "an ellipsis must lead both the input and the output (...ab,bc->...ac) "
+                 "or trail both (ab...,bc->ac...), and never be in the kernel");
+  e->elided = rank - (int)strlen(e->x);
+  e->left = ex == 1;
+  if (e->elided < 0 || (!ex && e->elided) || (int)strlen(e->y) + e->elided > MAX_RANK)
+    einsum_error(l, eq, format("the input has rank %d, which its indices '%s' do not fit", rank,
+                               e->x));
+  spell_ellipsis(e->x, e->elided, e->left);
+  spell_ellipsis(e->y, e->elided, e->left);
+  for (const char *c = e->y; *c; c++)
+    if (index_of(e->x, *c) < 0 && index_of(e->w, *c) < 0)
+      einsum_error(l, eq, format("output index '%c' is in neither the input nor the kernel", *c));
+  for (const char *c = e->w; *c; c++)
+    if (index_of(e->x, *c) < 0 && index_of(e->y, *c) < 0)
+      einsum_error(l, eq, format("kernel index '%c' is in neither the input nor the output", *c));
+  if (e->x[0] != e->y[0] || index_of(e->w, e->x[0]) >= 0)
+    einsum_error(l, eq, format("the batch dim (index '%c') must be the output's first, and not "
+                               "in the kernel", e->x[0]));
+}
+
+// The output's extents: the input's where it has the index, else output_shape's
+// (Keras's partial shape: every output dim but the batch and the ellipsis's,
+// null where the input gives it).
+static Shape einsum_out_shape(Layer *l, const Einsum *e, const Shape *xs) {
+  json_t *os = json_object_get(l->cfg, "output_shape");
+  int ry = (int)strlen(e->y), lead = 1 + (e->left && e->elided ? e->elided - 1 : 0);
+  int n = json_is_array(os) ? (int)json_array_size(os) : json_is_integer(os) ? 1 : -1;
+  if (n != ry - lead - (e->left ? 0 : e->elided))
+    error_at(os ? jloc(os) : l->loc, "layer '%s': output_shape must give %d sizes (each output "
+             "dim but the batch and the ellipsis's), or null where the input gives one", l->name,
+             ry - lead - (e->left ? 0 : e->elided));
+  Shape s = {ry, {0}};
+  for (int j = 0; j < ry; j++) {
+    json_t *v = j < lead || j >= lead + n ? NULL
+              : json_is_array(os)          ? json_array_get(os, (size_t)(j - lead))
+                                           : os;
+    Loc at = v ? jloc(v) : l->loc;
+    int i = index_of(e->x, e->y[j]);
+    if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) <= 0 ||
+                                  json_integer_value(v) > MAX_DIM))
+      error_at(at, "layer '%s': output_shape entries must be positive sizes or null", l->name);
+    int64_t given = v && !json_is_null(v) ? json_integer_value(v) : -1;
+    if (i >= 0 && given >= 0 && given != xs->d[i])
+      error_at(at, "layer '%s': output_shape gives %lld for index '%c', whose input dim is %lld",
+               l->name, (long long)given, e->y[j], (long long)xs->d[i]);
+    if (i < 0 && given < 0)
+      error_at(at, "layer '%s': output_shape must give the size of index '%c' (the kernel's "
+               "alone)", l->name, e->y[j]);
+    s.d[j] = i >= 0 ? xs->d[i] : given;
+  }
+  return s;
+}
+
+// The kernel initializer's own input_axes and output_axes, when it gives
+// both: Keras then keeps them instead of EinsumDense's, and the fans are
+// the products of those kernel dims.
+static void initializer_axes_fans(Layer *l, Node *w) {
+  json_t *c = json_object_get(json_object_get(l->cfg, "kernel_initializer"), "config");
+  json_t *axes[2] = {json_object_get(c, "input_axes"), json_object_get(c, "output_axes")};
+  if (!json_is_array(axes[0]) || !json_is_array(axes[1])) return;
+  double fan[2] = {1, 1};
+  int r = w->shape.rank;
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < json_array_size(axes[k]); i++) {
+      json_t *a = json_array_get(axes[k], i);
+      int64_t d = json_is_integer(a) ? json_integer_value(a) : r;
+      if (d < -r || d >= r)
+        error_at(jloc(a), "layer '%s': the kernel initializer's axes must be dims of the "
+                 "kernel %s", l->name, shape_str(&w->shape));
+      fan[k] *= (double)w->shape.d[d < 0 ? d + r : d];
+    }
+  w->var->fan_in = fan[0], w->var->fan_out = fan[1];
+}
+
+// x, whose dims are named by the indices `from`, with its dims in the order of `to`.
+static Node *arrange(Graph *g, Node *x, const char *from, const char *to) {
+  if (!strcmp(from, to)) return x;
+  Node *t = new_node1(g, OP_TRANSPOSE, x, x->shape);
+  for (int i = 0; to[i]; i++) {
+    t->perm.perm[i] = index_of(from, to[i]);
+    t->shape.d[i] = x->shape.d[t->perm.perm[i]];
+  }
+  return t;
+}
+
+// The bias over bias_axes, as Keras stores it: the output's trailing dims
+// from the first bias index on, 1 where an index is not a bias axis; those
+// 1s are broadcast to the output's extents before the add.
+static Node *einsum_bias(Graph *g, Layer *l, const Einsum *e, Node *y) {
+  json_t *ba = json_object_get(l->cfg, "bias_axes");
+  if (!ba || json_is_null(ba)) return y;
+  const char *bs = json_is_string(ba) ? json_string_value(ba) : "";
+  int ry = y->shape.rank, first = ry;
+  for (const char *c = bs; *c; c++) {
+    int j = isalpha((unsigned char)*c) ? index_of(e->y, *c) : -1;
+    if (j <= 0)
+      error_at(jloc(ba), "layer '%s': bias axis '%c' is %s", l->name, *c,
+               j ? "not an index of the output" : "the batch dim");
+    if (j < first) first = j;
+  }
+  if (first == ry)
+    error_at(jloc(ba), "layer '%s': bias_axes must be a string of output indices", l->name);
+  Shape ks = {ry - first, {0}}, cs = {0, {0}};
+  for (int j = first; j < ry; j++) {
+    bool on = index_of(bs, e->y[j]) >= 0;
+    ks.d[j - first] = on ? y->shape.d[j] : 1;
+    if (on) cs.d[cs.rank++] = y->shape.d[j];
+  }
+  Node *b = new_var(g, l, "bias", ks, "bias_initializer", "zeros");
+  if (cs.rank < ks.rank) b = new_node1(g, OP_RESHAPE, b, cs);
+  for (int j = first; j < ry; j++) {
+    if (index_of(bs, e->y[j]) >= 0) continue;
+    Shape s = b->shape;
+    int d = j - first;
+    memmove(s.d + d + 1, s.d + d, (size_t)(s.rank++ - d) * sizeof *s.d);
+    s.d[d] = y->shape.d[j];
+    b = new_node1(g, OP_BROADCAST, b, s);
+    b->red.dim = d;
+  }
+  return new_node2(g, OP_BIAS, y, b, y->shape);
+}
+
+// EinsumDense(equation, output_shape, bias_axes, activation): one DOT
+// (dot_general) of the input and the kernel. Indices of the input alone are
+// summed first; those of the input, the kernel and the output are the DOT's
+// batch dims, of the input and the kernel its contracted ones, of the input
+// and the output (the batch among them) the input's free dims, of the
+// kernel and the output the kernel's. Transposes put the operands in that
+// order (the kernel's free dims may also lead: DOT's tb) and the result in
+// the output's, so that a layout of the kernel's dims propagates through
+// DOT's rule.
+Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
+  static const char *const no[] = {"lora_rank", "quantization_config"};
+  check_none(l, no, 2);
+  json_t *eq = json_object_get(l->cfg, "equation");
+  Einsum e;
+  parse_einsum(l, eq, x->shape.rank, &e);
+  Shape ys = einsum_out_shape(l, &e, &x->shape);
+  Shape ks = {(int)strlen(e.w), {0}};
+  double fan_in = 1;
+  for (int i = 0; i < ks.rank; i++) {
+    int j = index_of(e.y, e.w[i]);
+    ks.d[i] = j >= 0 ? ys.d[j] : x->shape.d[index_of(e.x, e.w[i])];
+    if (j < 0) fan_in *= (double)ks.d[i];
+  }
+  if (shape_elems(&ks) > MAX_ELEMS)
+    einsum_error(l, eq, format("a kernel of %s would hold more than 2^40 elements, the most a "
+                               "tensor may hold", shape_str(&ks)));
+  Node *w = new_var(g, l, "kernel", ks, "kernel_initializer", "glorot_uniform");
+  einsum_fans(w, fan_in);
+  initializer_axes_fans(l, w);
+  for (int d = x->shape.rank - 1; d > 0; d--) // the input's indices summed over
+    if (index_of(e.w, e.x[d]) < 0 && index_of(e.y, e.x[d]) < 0) {
+      Shape s = x->shape;
+      memmove(s.d + d, s.d + d + 1, (size_t)(--s.rank - d) * sizeof *s.d);
+      x = new_node1(g, OP_REDUCE_SUM, x, s);
+      x->red.dim = d;
+      memmove(e.x + d, e.x + d + 1, strlen(e.x + d));
+    }
+  char B[MAX_RANK + 1] = {0}, M[MAX_RANK + 1] = {0}, K[MAX_RANK + 1] = {0}, N[MAX_RANK + 1] = {0};
+  for (const char *c = e.x; *c; c++) {
+    char *grp = index_of(e.w, *c) < 0 ? M : index_of(e.y, *c) < 0 ? K : B;
+    grp[strlen(grp)] = *c;
+  }
+  for (const char *c = e.w; *c; c++)
+    if (index_of(e.x, *c) < 0) N[strlen(N)] = *c;
+  char *a = format("%s%s%s", B, M, K), *b = format("%s%s%s", B, K, N);
+  bool tb = strcmp(e.w, b) && !strcmp(e.w, format("%s%s%s", B, N, K));
+  Node *y = dot_node(g, arrange(g, x, e.x, a), tb ? w : arrange(g, w, e.w, b), (int)strlen(B),
+                     (int)strlen(K), tb);
+  y->layer = l->name;
+  y->loc = l->loc;
+  y = arrange(g, y, format("%s%s%s", B, M, N), e.y);
+  return apply_act(g, einsum_bias(g, l, &e, y), parse_act(l, "activation"));
+}
