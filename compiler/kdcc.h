@@ -7,7 +7,8 @@
 //   ir.c       nodes, shapes and the constructors every pass uses
 //   vars.c     variables: initializers, regularizers, constraints, penalties
 //   layers*.c  Keras layers -> ops, shapes inferred (op table: ops.c);
-//              layers.c holds the table, layers_attn/conv/rnn.c the families
+//              layers.def lists the classes, layers.c holds the table,
+//              layers_attn/conv/rnn.c the families
 //   loss.c     the forward graph, losses and metrics (build_graph)
 //   autodiff.c reverse-mode gradients and optimizer updates
 //   shard.c    sharding propagation to a fixed point, then collectives
@@ -635,12 +636,6 @@ uint64_t hash_str(const char *s);
 bool shape_eq(const Shape *a, const Shape *b);
 char *shape_str(const Shape *s);            // "[16, 200]"
 char *kshape(const Shape *s);               // "(None, 200)": as Keras prints a layer's output
-
-// ---------------------------------------------------------------- layers.c
-// The Keras layer classes build_graph knows (its table), and which of them
-// take several inputs (Add, Concatenate, attention...): load.c accepts these.
-bool layer_known(const char *cls);
-bool layer_takes_several(const char *cls); // merges, and attention (query, value, key)
 
 // ---------------------------------------------------------------- loss.c
 // The forward graph of model m (layers, losses, metrics, the penalty) on

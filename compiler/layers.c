@@ -779,9 +779,8 @@ static Node *build_normalization(Graph *g, Layer *l, Node *x) {
   return new_node2(g, OP_COL_MUL, new_node2(g, OP_BIAS, x, k[0], x->shape), k[1], x->shape);
 }
 
-// The Keras layers kdcc builds: class name, how many inputs a call takes
-// (-1: two or more), and the builder that makes its ops from its first
-// input (merges read all of theirs). load.c accepts exactly these classes.
+// The Keras layers kdcc builds (layers.def): class name, how many inputs a
+// call takes, and the builder that makes its ops.
 typedef struct {
   const char *cls;
   int nin;
@@ -789,75 +788,9 @@ typedef struct {
 } LayerDef;
 
 static const LayerDef layer_defs[] = {
-  {"InputLayer", 0, build_input},
-  {"Dense", 1, build_dense},
-  {"EinsumDense", 1, build_einsum_dense},
-  {"Embedding", 1, build_embedding},
-  {"ReversibleEmbedding", 1, build_reversible_embedding},
-  {"Conv2D", 1, build_conv2d},
-  {"Conv1D", 1, build_conv1d}, // issue 11
-  {"DepthwiseConv2D", 1, build_depthwise},
-  {"SeparableConv2D", 1, build_separable},
-  {"Conv2DTranspose", 1, build_conv2d_transpose},
-  {"MaxPooling2D", 1, build_maxpool},
-  {"Activation", 1, build_activation},
-  {"Softmax", 1, build_softmax},
-  {"Flatten", 1, build_flatten},
-  {"Reshape", 1, build_reshape},
-  {"Permute", 1, build_permute},
-  {"Dropout", 1, build_dropout},
-  {"Rescaling", 1, build_rescaling},
-  {"GlobalAveragePooling1D", 1, build_gap1d},
-  {"LayerNormalization", 1, build_layernorm},
-  {"RMSNormalization", 1, build_rmsnorm},
-  {"MultiHeadAttention", -2, build_mha},
-  {"GroupedQueryAttention", -2, build_gqa},
-  {"GroupQueryAttention", -2, build_gqa},
-  {"PositionEmbedding", 1, build_position_embedding},
-  {"Add", -1, build_add},
-  {"Multiply", -1, build_add},
-  {"Concatenate", -1, build_concat},
-  // issue 11
-  {"ReLU", 1, build_relu_layer},
-  {"LeakyReLU", 1, build_leaky_relu},
-  {"ELU", 1, build_elu_layer},
-  {"GlobalAveragePooling2D", 1, build_gap2d},
-  {"ZeroPadding1D", 1, build_zeropad1d},
-  {"ZeroPadding2D", 1, build_zeropad2d},
-  {"Cropping1D", 1, build_crop1d},
-  {"Cropping2D", 1, build_crop2d},
-  {"GlobalMaxPooling1D", 1, build_global_maxpool},
-  {"GlobalMaxPooling2D", 1, build_global_maxpool},
-  {"MaxPooling1D", 1, build_maxpool1d},
-  {"AveragePooling1D", 1, build_avgpool},
-  {"AveragePooling2D", 1, build_avgpool},
-  {"UpSampling1D", 1, build_upsample},
-  {"UpSampling2D", 1, build_upsample},
-  {"BatchNormalization", 1, build_batchnorm},
-  // issue 11: the remaining non-recurrent layers
-  {"Subtract", -1, build_add},
-  {"Average", -1, build_add},
-  {"Maximum", -1, build_add},
-  {"Minimum", -1, build_add},
-  {"Dot", -1, build_dot},
-  {"UnitNormalization", 1, build_unit_norm},
-  {"GroupNormalization", 1, build_group_norm},
-  {"PReLU", 1, build_prelu},
-  {"RepeatVector", 1, build_repeat_vector},
-  {"ActivityRegularization", 1, build_activity_reg},
-  {"SpatialDropout1D", 1, build_spatial_dropout},
-  {"SpatialDropout2D", 1, build_spatial_dropout},
-  {"GaussianNoise", 1, build_gaussian_noise},
-  {"GaussianDropout", 1, build_gaussian_dropout},
-  {"DepthwiseConv1D", 1, build_depthwise1d},
-  {"SeparableConv1D", 1, build_separable1d},
-  {"Conv1DTranspose", 1, build_conv1d_transpose},
-  {"Normalization", 1, build_normalization},
-  // issue 11: recurrent layers
-  {"SimpleRNN", 1, build_rnn},
-  {"LSTM", 1, build_rnn},
-  {"GRU", 1, build_rnn},
-  {"Bidirectional", 1, build_bidirectional},
+#define LAYER(cls, nin, build) {cls, nin, build},
+#include "layers.def"
+#undef LAYER
 };
 
 // nin -2: several inputs, but not a merge (attention: query, value, key).
@@ -865,12 +798,6 @@ static const LayerDef *layer_def(const char *cls) {
   for (size_t i = 0; i < sizeof layer_defs / sizeof *layer_defs; i++)
     if (!strcmp(layer_defs[i].cls, cls)) return &layer_defs[i];
   return NULL;
-}
-
-bool layer_known(const char *cls) { return layer_def(cls) != NULL; }
-bool layer_takes_several(const char *cls) {
-  const LayerDef *d = layer_def(cls);
-  return d && d->nin < 0;
 }
 
 Node *build_layer(Graph *g, Layer *l) {

@@ -241,6 +241,31 @@ static bool is_model_class(const char *cls) {
   return !strcmp(cls, "Sequential") || !strcmp(cls, "Functional") || !strcmp(cls, "Model");
 }
 
+// The Keras layer classes build_graph knows (layers.def, the list layers.c
+// makes its table from) and how many inputs a call of each takes: the
+// loader accepts exactly these, and reads the list rather than the builders.
+static const struct {
+  const char *cls;
+  int nin;
+} layer_classes[] = {
+#define LAYER(cls, nin, build) {cls, nin},
+#include "layers.def"
+#undef LAYER
+};
+
+static int layer_class(const char *cls) {
+  for (int i = 0; i < (int)(sizeof layer_classes / sizeof *layer_classes); i++)
+    if (!strcmp(layer_classes[i].cls, cls)) return i;
+  return -1;
+}
+
+static bool layer_known(const char *cls) { return layer_class(cls) >= 0; }
+// Merges, and attention (query, value, key).
+static bool layer_takes_several(const char *cls) {
+  int i = layer_class(cls);
+  return i >= 0 && layer_classes[i].nin < 0;
+}
+
 // A nested model's layers, loaded into m under l's name; l becomes its call.
 static void load_nested(Model *m, Nest *b, Layer *l) {
   json_t *nodes = json_object_get(l->json, "inbound_nodes");
