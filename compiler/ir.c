@@ -30,6 +30,21 @@ char *kshape(const Shape *s) {
   return format("%s%s", b, s->rank == 1 ? ",)" : ")");
 }
 
+int axis_size(const Graph *g, int axis) { return axis < 0 ? 1 : g->dist->mesh.shape[axis]; }
+
+// Saturated (INT64_MAX) rather than wrapped: loss.c rejects a tensor over MAX_ELEMS.
+int64_t shape_elems(const Shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n = size_mul(n, s->d[i]);
+  return n;
+}
+
+Shape local_shape(const Graph *g, const Node *n) {
+  Shape s = n->shape;
+  for (int d = 0; d < s.rank; d++) s.d[d] /= axis_size(g, n->place.axis[d]);
+  return s;
+}
+
 uint64_t hash_str(const char *s) {
   uint64_t h = 0xcbf29ce484222325ull; // FNV-1a
   for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;

@@ -15,6 +15,7 @@
 //   fuse.c     adjacent elementwise ops into one loop
 //   memplan.c  static memory plan: parameter blob + activation arena
 //   report.c   --report, --report=json, --emit=graph
+//   lower.c    how a node's buffer, shapes and literals are spelled (ops.c, emit.c)
 //   emit.c     what the emitters share
 //   emit_c.c   SPMD C program for the CPU runtime (runtime/kdrt.h)
 //   emit_cuda.c the same program for the CUDA runtime (runtime/cuda/kdrt_cuda.h)
@@ -636,6 +637,10 @@ uint64_t hash_str(const char *s);
 bool shape_eq(const Shape *a, const Shape *b);
 char *shape_str(const Shape *s);            // "[16, 200]"
 char *kshape(const Shape *s);               // "(None, 200)": as Keras prints a layer's output
+int64_t shape_elems(const Shape *s);        // saturated at INT64_MAX
+int axis_size(const Graph *g, int axis);    // devices along mesh axis `axis` (-1: 1)
+// Local shape of a node under its placement.
+Shape local_shape(const Graph *g, const Node *n);
 
 // ---------------------------------------------------------------- loss.c
 // The forward graph of model m (layers, losses, metrics, the penalty) on
@@ -656,7 +661,6 @@ bool opt_clips(const Optimizer *o);
 // dim 0 through every op's rule (a factor shared with a batch dim is one).
 void find_batch_dims(Graph *g);
 void propagate_shardings(Graph *g);
-int axis_size(const Graph *g, int axis);
 // "data,model": the names of the mesh axes in a mask.
 char *axes_str(const Graph *g, unsigned axes);
 // Bytes of a collective's local input buffer, and bytes each device sends
@@ -664,9 +668,6 @@ char *axes_str(const Graph *g, unsigned axes);
 int64_t coll_bytes(const Graph *g, const Node *n);
 int64_t coll_sent(const Graph *g, const Node *n);
 bool place_eq(const Place *a, const Place *b, int rank);
-// Local shape of a node under its placement.
-Shape local_shape(const Graph *g, const Node *n);
-int64_t shape_elems(const Shape *s);
 
 // ---------------------------------------------------------------- fuse.c
 void fuse_elementwise(Graph *g);
@@ -694,17 +695,11 @@ void print_graph(Graph *g, FILE *out);
 // `limit` bytes (the report's total); limit_text says where it comes from.
 void check_memory(Graph *g, int64_t limit, const char *limit_text);
 
-// ---------------------------------------------------------------- emit.c
-// What both emitters share: buffer names, shapes, literals, the file's
-// header and memory plan, the step bodies (every op's Lowering printed for
-// the backend) and the program description. emit_begin sets the graph,
-// file and backend the rest use.
-typedef enum { BACKEND_C, BACKEND_CUDA } Backend;
+// ---------------------------------------------------------------- lower.c
+// How a node's buffer, shapes, layout and literals are spelled in generated
+// code, for the ops' lowerings (ops.c) and the emitters; EG is the graph
+// being emitted (emit_begin sets it).
 extern Graph *EG;
-extern FILE *EF;
-extern Backend EB;
-void emit_begin(Graph *g, FILE *f, Backend b);
-void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *ident(const char *s);                 // a C identifier from a path
 char *off_name(const Node *n);              // the named constant of its offset
 const Node *view_base(const Node *n);       // the node whose buffer a view uses
@@ -729,6 +724,16 @@ Shape lshape(const Node *n);                // local shape
 int64_t lelems(const Node *n);              // local elements
 char *layout_init(const Node *n);           // "{rank, {global shape}, {axis per dim}}"
 char *describe(const Node *n);              // "[16, 200] ('data', 'model') local [8, 50]"
+
+// ---------------------------------------------------------------- emit.c
+// What both emitters share: the file's header and memory plan, the step
+// bodies (every op's Lowering printed for the backend) and the program
+// description. emit_begin sets the graph, file and backend the rest use.
+typedef enum { BACKEND_C, BACKEND_CUDA } Backend;
+extern FILE *EF;
+extern Backend EB;
+void emit_begin(Graph *g, FILE *f, Backend b);
+void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern const char *const init_name[];       // KDRT_INIT_* by Var.init
 // The header comment (mesh, coordinates) and the memory plan as named
 // constants; `what` names the target in the first line.

@@ -40,26 +40,11 @@
 
 #include <string.h>
 
-int axis_size(const Graph *g, int axis) { return axis < 0 ? 1 : g->dist->mesh.shape[axis]; }
-
 bool place_eq(const Place *a, const Place *b, int rank) {
   if (a->partial != b->partial || a->pmax != b->pmax) return false;
   for (int d = 0; d < rank; d++)
     if (a->axis[d] != b->axis[d]) return false;
   return true;
-}
-
-// Saturated (INT64_MAX) rather than wrapped: loss.c rejects a tensor over MAX_ELEMS.
-int64_t shape_elems(const Shape *s) {
-  int64_t n = 1;
-  for (int i = 0; i < s->rank; i++) n = size_mul(n, s->d[i]);
-  return n;
-}
-
-Shape local_shape(const Graph *g, const Node *n) {
-  Shape s = n->shape;
-  for (int d = 0; d < s.rank; d++) s.d[d] /= axis_size(g, n->place.axis[d]);
-  return s;
 }
 
 static bool uses_axis(const Place *p, int rank, int a) {
