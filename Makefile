@@ -31,6 +31,7 @@ RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -march=$(MARCH) -fno-math-errno -fn
 RT_LIBS = -ldnnl -lopenblas -lmvec -lgomp -lzip -lhdf5_serial -lz -lm
 
 COMPILER_SRCS = $(wildcard compiler/*.c)
+COMPILER_HDRS = $(wildcard compiler/*.h compiler/*.def)
 COMPILER_OBJS = $(COMPILER_SRCS:compiler/%.c=build/compiler/%.o)
 RUNTIME_SRCS  = $(wildcard runtime/*.c)
 RUNTIME_OBJS  = $(RUNTIME_SRCS:runtime/%.c=build/runtime/%.o)
@@ -41,7 +42,7 @@ all: kdcc build/libkdrt.a
 kdcc: $(COMPILER_OBJS)
 	$(CC) -o $@ $^ $(KLIBS)
 
-build/compiler/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def runtime/kdrt_defs.h \
+build/compiler/%.o: compiler/%.c $(COMPILER_HDRS) runtime/kdrt_defs.h \
                     runtime/kdrt_rnn.h
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c -o $@ $<
@@ -135,7 +136,7 @@ rt-march:
 
 # kdcc built with AddressSanitizer and UBSan, for the bad-input corpus
 ASAN_OBJS = $(COMPILER_SRCS:compiler/%.c=build/asan/%.o)
-build/asan/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def
+build/asan/%.o: compiler/%.c $(COMPILER_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -c -o $@ $<
 build/asan/kdcc: $(ASAN_OBJS)
@@ -150,7 +151,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
                -Wno-format-nonliteral
 FUZZ_OBJS     = $(LIB_OBJS:build/compiler/%.o=build/fuzz/%.o)
-build/fuzz/%.o: compiler/%.c compiler/kdcc.h compiler/ops.def
+build/fuzz/%.o: compiler/%.c $(COMPILER_HDRS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(KCFLAGS) -O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN) -c -o $@ $<
 build/fuzz/fuzz_frontend: fuzz/fuzz_frontend.c $(FUZZ_OBJS)
