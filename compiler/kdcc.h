@@ -323,8 +323,9 @@ Place place_replicated(void);
 // "(None, 'model')" style text of a placement for messages and the report.
 char *place_str(const Mesh *mesh, int rank, const Place *p);
 
-// ---------------------------------------------------------------- ops.c
-// The ops of the training graph. ops.def lists them; ops.c defines each
+// ---------------------------------------------------------------- ops.c, ops_nn.c
+// The ops of the training graph. ops.def lists them; ops.c (the core ops)
+// or ops_nn.c (the network families, then the table op_defs) defines each
 // one in one place, as one OpDef: its operands, its typed attributes (the
 // member of Node's union it uses), its sharding rule (named factors), its
 // gradient (forward ops built from the op and its output's gradient) and

@@ -1,0 +1,33 @@
+// The op files' own header: what ops.c defines and ops_nn.c uses besides
+// kdcc.h, the pieces an op's rule, gradient and lowering are made of. No
+// other pass needs them. ops_nn.c calls down into ops.c, never the other
+// way: the table of every op (op_defs), which names both files' OpDefs,
+// is at the end of ops_nn.c.
+#ifndef OPS_IMPL_H
+#define OPS_IMPL_H
+
+#include "kdcc.h"
+
+// ---------------------------------------------------------------- ops.c
+// Sharding rules: a new factor of r (its kind and size, unblocked); every
+// dim of the result its own PASS factor shared by the operands of the same
+// rank; x's factors shared with b (or g) over x's trailing dims.
+int factor(Rule *r, FactorKind kind, int64_t size);
+void rule_elementwise(const Node *n, Rule *r);
+void bias_rule(const Node *n, Rule *r);
+
+// Gradients: a DOT of a and b with these attributes (dot_shape's).
+Node *dot(Graph *g, Node *a, Node *b, int nb, int nk, bool ta, bool tb);
+
+// Lowerings, as C over local blocks: "KDRT_ACT_<NAME>" by activation; n
+// as [rows, last dim] and its elements; as [lead, trailing dims of rank
+// rb]; the first index of this device's block of dim d.
+extern const char *const act_c[];
+char *rows_c(const Node *n);
+char *cols_c(const Node *n);
+char *elems_c(const Node *n);
+char *lead_c(const Node *n, int rb);
+char *trail_c(const Node *n, int rb);
+char *block_start(const Node *n, int d);
+
+#endif

@@ -1,0 +1,625 @@
+// The neural-network ops, each defined as ops.c defines the core ones: one
+// `const OpDef op_NAME` with its sharding rule, gradient and emission side
+// by side. Softmax, and attention's fused softmax; convolution and max
+// pooling with their window descriptors; layer (RMS) normalization and
+// attention's causal and call masks; the losses and metrics, sparse
+// crossentropy by row statistics included; batch normalization; the
+// recurrent layers' recurrence and REVERSE. They are made of ops.c's
+// pieces (ops_impl.h: factors, elementwise rules, DOT, the local rows and
+// columns as C). Last, the table of every op in ops.def (op_defs, op_rule),
+// which names ops.c's OpDefs and these: here, so that ops.c needs nothing
+// of this file.
+#include "ops_impl.h"
+
+#include "../runtime/kdrt_rnn.h"
+
+// ---------------------------------------------------------------- SOFTMAX
+
+static void softmax_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  r->kind[r->out[n->shape.rank - 1]] = F_FULL;
+}
+
+static void softmax_grad(Graph *g, Node *n, const bool *need) {
+  accumulate(g, n->in[0], new_node2(g, OP_SOFTMAX_GRAD, n->grad, n, n->shape));
+}
+
+// Attention's scores [.., t, u] with a scale and a causal mask folded in
+// (fuse.c): the outer rows, the query rows t of this block and its first
+// query position, the keys (whole: softmax's last dim is never split).
+static char *scores_args(const Node *n) {
+  int r = n->shape.rank;
+  return format("%s, %s, %s, %s, %s, %d", sym_c(sym_prod(n, 0, r - 2, true)),
+                sym_c(sym_dim(n, r - 2, true)), sym_c(sym_dim(n, r - 1, true)),
+                block_start(n, r - 2), flt(n->sm.scale), n->sm.causal);
+}
+
+static void softmax_emit(const Node *n, Lowering *lw) {
+  if (n->sm.fused)
+    lower_call(lw, "attn_softmax", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]),
+               scores_args(n));
+  else
+    lower_call(lw, "softmax", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), rows_c(n),
+               cols_c(n));
+}
+
+static void softmax_grad_emit(const Node *n, Lowering *lw) {
+  if (n->sm.fused)
+    lower_call(lw, "attn_softmax_grad", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
+               buf(n->in[1]), scores_args(n));
+  else
+    lower_call(lw, "softmax_grad", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+               buf(n->in[1]), rows_c(n), cols_c(n));
+}
+
+const OpDef op_SOFTMAX = {"softmax", 1, 0, false, softmax_rule, softmax_grad, softmax_emit};
+const OpDef op_SOFTMAX_GRAD = {"softmax_grad", 2, 1, false, softmax_rule, NULL,
+                               softmax_grad_emit};
+
+// ---------------------------------------------------------------- CONV2D, MAXPOOL
+// x[b,h,w,ci] f[kh,kw,ci,co] y[b,oh,ow,co]; the spatial dims need their
+// whole extent (no halo exchange). With G groups (issue 15) x[b,h,w,(g,ci)]
+// f[kh,kw,ci,(g,co)] y[b,oh,ow,(g,co)]: the groups factor g (size G) passes
+// through all three ops, each device convolving its own groups; it is
+// blocked (the channel dims are G * cg and G * kg), so it splits only over
+// an axis dividing G, and where none does the operands are gathered. ci
+// within a group is not a dim of x of its own: it needs its whole extent.
+
+static void conv_rule(const Node *n, Rule *r) {
+  const Shape *s = &n->shape;
+  const Shape *x = n->op == OP_CONV2D_DX ? s : &n->in[0]->shape;
+  const Shape *y = n->op == OP_CONV2D ? s : n->op == OP_CONV2D_DX ? &n->in[0]->shape
+                                                                 : &n->in[1]->shape;
+  const Shape *f = n->op == OP_CONV2D_DW ? s : &n->in[1]->shape;
+  int b = factor(r, n->op == OP_CONV2D_DW ? F_CONTRACT : F_PASS, x->d[0]);
+  int h = factor(r, F_FULL, x->d[1]), w = factor(r, F_FULL, x->d[2]);
+  int oh = factor(r, F_FULL, y->d[1]), ow = factor(r, F_FULL, y->d[2]);
+  int kh = factor(r, F_FULL, n->win.kh), kw = factor(r, F_FULL, n->win.kw);
+  int ci, co;
+  if (n->win.groups > 1) {
+    ci = factor(r, F_FULL, f->d[2]);
+    co = factor(r, F_PASS, n->win.groups);
+    r->blocked[co] = true;
+  } else {
+    ci = factor(r, n->op == OP_CONV2D ? F_CONTRACT : F_PASS, x->d[3]);
+    co = factor(r, n->op == OP_CONV2D_DX ? F_CONTRACT : F_PASS, y->d[3]);
+  }
+  int8_t xf[4] = {b, h, w, n->win.groups > 1 ? co : ci}, ff[4] = {kh, kw, ci, co};
+  int8_t yf[4] = {b, oh, ow, co};
+  const int8_t *in0 = n->op == OP_CONV2D_DX ? yf : xf;
+  const int8_t *in1 = n->op == OP_CONV2D_DW ? yf : ff;
+  const int8_t *out = n->op == OP_CONV2D ? yf : n->op == OP_CONV2D_DX ? xf : ff;
+  for (int d = 0; d < 4; d++) {
+    r->in[0][d] = in0[d];
+    r->in[1][d] = in1[d];
+    r->out[d] = out[d];
+  }
+}
+
+static Node *windowed(Graph *g, OpKind op, Node *a, Node *b, Shape s, const Node *like) {
+  Node *n = new_node2(g, op, a, b, s);
+  n->win = like->win;
+  return n;
+}
+
+static void conv_grad(Graph *g, Node *n, const bool *need) {
+  Node *a = n->in[0], *b = n->in[1];
+  if (need[a->id]) accumulate(g, a, windowed(g, OP_CONV2D_DX, n->grad, b, a->shape, n));
+  if (need[b->id]) accumulate(g, b, windowed(g, OP_CONV2D_DW, a, n->grad, b->shape, n));
+}
+
+// The window descriptor of a conv or pool op, from its local x and y: a
+// split of the channels over an axis holds that share of the groups.
+static char *window_decl(const Node *n, const Node *x, const Node *y) {
+  Shape xs = lshape(x), ys = lshape(y);
+  int64_t groups = n->win.groups > 1 ? n->win.groups * xs.d[3] / x->shape.d[3] : 0;
+  // every member named: C++ (CUDA) warns about a designated one left out
+  char *dil = format(",\n                            .dil_h = %d, .dil_w = %d, .groups = %lld",
+                     n->win.dil_h, n->win.dil_w, (long long)groups);
+  return format("const kdrt_window w = {.B = (int)%s, .H = %lld, .W = %lld, .C = %lld, "
+                ".KH = %d, .KW = %d, .K = %lld,\n"
+                "                            .sh = %d, .sw = %d, .pad_t = %d, "
+                ".pad_l = %d, .OH = %lld, .OW = %lld%s};",
+                sym_c(sym_dim(x, 0, true)), (long long)xs.d[1], (long long)xs.d[2], (long long)xs.d[3],
+                n->win.kh, n->win.kw, (long long)ys.d[3], n->win.sh, n->win.sw, n->win.pad_t,
+                n->win.pad_l, (long long)ys.d[1], (long long)ys.d[2], dil);
+}
+
+static void conv_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->op == OP_CONV2D_DX ? n : n->in[0];
+  const Node *y = n->op == OP_CONV2D ? n : n->op == OP_CONV2D_DX ? n->in[0] : n->in[1];
+  const char *fn = n->op == OP_CONV2D ? "conv2d" : n->op == OP_CONV2D_DX ? "conv2d_dx" : "conv2d_dw";
+  lower_call(lw, fn, false, window_decl(n, x, y), "&w, %s, %s, %s, scratch", buf(n),
+             buf(n->in[0]), buf(n->in[1]));
+}
+
+// issue 11: CONV2D_DX as a layer's own op (Conv2DTranspose): its transpose
+// is the forward conv, and its filter's gradient the conv's.
+static void conv_dx_grad(Graph *g, Node *n, const bool *need) {
+  Node *dy = n->in[0], *f = n->in[1];
+  if (need[dy->id]) accumulate(g, dy, windowed(g, OP_CONV2D, n->grad, f, dy->shape, n));
+  if (need[f->id]) accumulate(g, f, windowed(g, OP_CONV2D_DW, n->grad, dy, f->shape, n));
+}
+
+const OpDef op_CONV2D = {"conv2d", 2, 3, false, conv_rule, conv_grad, conv_emit};
+const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, conv_dx_grad, conv_emit};
+const OpDef op_CONV2D_DW = {"conv2d_dw", 2, 3, false, conv_rule, NULL, conv_emit};
+
+static void pool_rule(const Node *n, Rule *r) {
+  bool fwd = n->op == OP_MAXPOOL;
+  const Shape *x = fwd ? &n->in[0]->shape : &n->shape, *y = fwd ? &n->shape : &n->in[0]->shape;
+  int b = factor(r, F_PASS, x->d[0]), c = factor(r, F_PASS, x->d[3]);
+  int8_t xf[4] = {b, factor(r, F_FULL, x->d[1]), factor(r, F_FULL, x->d[2]), c};
+  int8_t yf[4] = {b, factor(r, F_FULL, y->d[1]), factor(r, F_FULL, y->d[2]), c};
+  for (int d = 0; d < 4; d++) {
+    r->in[0][d] = fwd ? xf[d] : yf[d];
+    r->out[d] = fwd ? yf[d] : xf[d];
+    if (!fwd) r->in[1][d] = xf[d];
+  }
+}
+
+static void pool_grad(Graph *g, Node *n, const bool *need) {
+  accumulate(g, n->in[0], windowed(g, OP_MAXPOOL_GRAD, n->grad, n->in[0], n->in[0]->shape, n));
+}
+
+static void pool_emit(const Node *n, Lowering *lw) {
+  if (n->op == OP_MAXPOOL)
+    lower_call(lw, "maxpool", false, window_decl(n, n->in[0], n), "&w, %s, %s", buf(n),
+               buf(n->in[0]));
+  else
+    lower_call(lw, "maxpool_grad", false, window_decl(n, n, n->in[0]), "&w, %s, %s, %s", buf(n),
+               buf(n->in[0]), buf(n->in[1]));
+}
+
+const OpDef op_MAXPOOL = {"maxpool", 1, 0, false, pool_rule, pool_grad, pool_emit};
+const OpDef op_MAXPOOL_GRAD = {"maxpool_grad", 2, 0, false, pool_rule, NULL, pool_emit};
+
+// ---------------------------------------------------------------- COL_MUL, NORM, CAUSAL, ATTN_MASK
+// COL_MUL: x * g, g over x's trailing dims (a normalization's scale).
+// NORM: layer (or RMS) normalization over the last dim, no scale or
+// offset (those are COL_MUL and BIAS after it): the last dim is needed
+// whole. Its gradient recomputes the row statistics from x.
+
+static void col_mul_grad(Graph *g, Node *n, const bool *need) {
+  Node *x = n->in[0], *gam = n->in[1];
+  if (need[x->id]) accumulate(g, x, new_node2(g, OP_COL_MUL, n->grad, gam, x->shape));
+  if (need[gam->id]) {
+    Node *p = new_node2(g, OP_MUL, n->grad, x, x->shape);
+    accumulate(g, gam, new_node1(g, OP_BIAS_GRAD, p, gam->shape));
+  }
+}
+
+static void col_mul_emit(const Node *n, Lowering *lw) {
+  int rb = n->in[1]->shape.rank;
+  lower_call(lw, "col_mul", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+             buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
+}
+
+// Linear in x (operand 0) and in g separately.
+const OpDef op_COL_MUL = {"col_mul", 2, 3, false, bias_rule, col_mul_grad, col_mul_emit};
+
+static void norm_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  r->kind[r->out[n->shape.rank - 1]] = F_FULL;
+}
+
+static void norm_grad(Graph *g, Node *n, const bool *need) {
+  Node *x = n->in[0];
+  Node *dx = new_node2(g, OP_NORM_GRAD, n->grad, x, x->shape);
+  dx->norm = n->norm;
+  accumulate(g, x, dx);
+}
+
+static void norm_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->op == OP_NORM ? n->in[0] : n->in[1];
+  if (n->op == OP_NORM)
+    lower_call(lw, "norm", false, NULL, "%d, %s, %s, %s, %s, %s", n->norm.rms, buf(n), buf(x),
+               rows_c(n), cols_c(n), flt(n->norm.eps));
+  else
+    lower_call(lw, "norm_grad", false, NULL, "%d, %s, %s, %s, %s, %s, %s", n->norm.rms, buf(n),
+               buf(n->in[0]), buf(x), rows_c(n), cols_c(n), flt(n->norm.eps));
+}
+
+const OpDef op_NORM = {"norm", 1, 0, false, norm_rule, norm_grad, norm_emit};
+const OpDef op_NORM_GRAD = {"norm_grad", 2, 0, false, norm_rule, NULL, norm_emit};
+
+// Scores s[.., t, u]: a key position u after the query position t is
+// masked; the gradient is the same mask with 0 (a masked score has no
+// effect). Positions are global: a split t or u starts at its block.
+static void causal_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node1(g, OP_CAUSAL, n->grad, n->shape);
+  dx->mask.fill = 0;
+  accumulate(g, n->in[0], dx);
+}
+
+static void causal_emit(const Node *n, Lowering *lw) {
+  int r = n->shape.rank;
+  lower_call(lw, "causal_mask", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", buf(n),
+             buf(n->in[0]), sym_c(sym_prod(n, 0, r - 2, true)), sym_c(sym_dim(n, r - 2, true)),
+             sym_c(sym_dim(n, r - 1, true)), block_start(n, r - 2), block_start(n, r - 1),
+             n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
+}
+
+const OpDef op_CAUSAL = {"causal_mask", 1, 0, false, rule_elementwise, causal_grad, causal_emit};
+
+// issue 10: scores s[b, n, t, u] where a call's attention_mask m[b, t, u]
+// is zero become mask.fill (Keras casts the mask to bool); m is the same
+// for every head, so it shares every factor of s but the heads'. The
+// gradient is the same mask with 0. Not linear: a masked partial sum would
+// be filled once per summand.
+static void attn_mask_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  for (int d = 0; d < MAX_RANK; d++) r->in[1][d] = -1;
+  for (int d = 0, k = 0; d < n->shape.rank; d++)
+    if (d != 1) r->in[1][k++] = r->out[d];
+}
+
+static void attn_mask_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node2(g, OP_ATTN_MASK, n->grad, n->in[1], n->shape);
+  dx->mask.fill = 0;
+  accumulate(g, n->in[0], dx);
+}
+
+static void attn_mask_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "attention_mask", false, NULL, "%s, %s, %s, %d, %s, %s, %s, %s", buf(n),
+             buf(n->in[0]), buf(n->in[1]), n->in[1]->dtype == DT_I32,
+             sym_c(sym_dim(n, 0, true)), sym_c(sym_dim(n, 1, true)),
+             sym_c(sym_prod(n, 2, n->shape.rank, true)),
+             n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
+}
+
+const OpDef op_ATTN_MASK = {"attention_mask", 2, 0, false, attn_mask_rule, attn_mask_grad,
+                            attn_mask_emit};
+
+// ---------------------------------------------------------------- losses and metrics
+// p[b, t.., c] and y[b, t.., c] (or class ids y[b, t..]): every dim but the
+// class dim indexes a row; rows contract into the scalar (or pass, for the
+// gradient); a row's classes are needed whole. The hinge losses take a
+// third operand, the step's NOT_BINARY flag (a scalar, whole).
+
+static const char *const loss_c[] = {
+#define KDRT_X(name, kname) "KDRT_LOSS_" #name,
+  KDRT_LOSS_LIST(KDRT_X)
+#undef KDRT_X
+};
+
+// A loss's scale as C: its numerator over the global rows it averages over
+// (every sample, or every token), counted at run time.
+static char *scale_c(const Node *n, const Node *p) {
+  Sym rows = sym_prod(p, 0, p->shape.rank > 1 ? p->shape.rank - 1 : p->shape.rank, false);
+  if (!rows.v) return format("%.17g", n->loss.weight);
+  return format("%.17g / (double)(%s)", n->loss.num, sym_c(rows));
+}
+
+static void loss_rule(const Node *n, Rule *r) {
+  const Shape *p = &n->in[0]->shape, *y = &n->in[1]->shape;
+  bool grad = n->op == OP_LOSS_GRAD;
+  for (int d = 0; d + 1 < p->rank || (p->rank == 1 && d == 0); d++) {
+    int f = factor(r, grad ? F_PASS : F_CONTRACT, p->d[d]);
+    r->in[0][d] = f;
+    if (d < y->rank) r->in[1][d] = f;
+    if (grad) r->out[d] = f;
+  }
+  if (p->rank > 1) {
+    int c = factor(r, F_FULL, p->d[p->rank - 1]);
+    r->in[0][p->rank - 1] = c;
+    if (y->rank == p->rank) r->in[1][p->rank - 1] = c;
+    if (grad) r->out[p->rank - 1] = c;
+  }
+}
+
+static void loss_emit(const Node *n, Lowering *lw) {
+  const Node *p = n->in[0];
+  char *rows = p->shape.rank > 1 ? rows_c(p) : elems_c(p);
+  char *cols = p->shape.rank > 1 ? cols_c(p) : "1";
+  if (n->op == OP_METRIC) {
+    lower_call(lw, "accuracy", false, NULL, "%s, %d, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
+               n->loss.from_logits, buf(n), buf(p), buf(n->in[1]), rows, cols, scale_c(n, p));
+    return;
+  }
+  lower_call(lw, n->op == OP_LOSS ? "loss" : "loss_grad", false, NULL,
+             "%s, %d, %s, %s, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind], n->loss.from_logits,
+             flt(n->loss.param), buf(n), buf(p), buf(n->in[1]), n->nin > 2 ? buf(n->in[2]) : "NULL",
+             rows, cols, scale_c(n, p));
+}
+
+const OpDef op_LOSS = {"loss", -1, 0, false, loss_rule, NULL, loss_emit};
+const OpDef op_METRIC = {"accuracy", 2, 0, false, loss_rule, NULL, loss_emit};
+const OpDef op_LOSS_GRAD = {"loss_grad", -1, 0, false, loss_rule, NULL, loss_emit};
+
+// issue 11: y -> 1 when an element of y is neither 0 nor 1, else 0: a max
+// over every dim (ranks holding parts of y all-reduce it, max).
+static void not_binary_rule(const Node *n, Rule *r) {
+  const Shape *y = &n->in[0]->shape;
+  for (int d = 0; d < y->rank; d++) r->in[0][d] = factor(r, F_MAX, y->d[d]);
+}
+
+static void not_binary_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "not_binary", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]),
+             elems_c(n->in[0]));
+}
+
+const OpDef op_NOT_BINARY = {"not_binary", 1, 0, false, not_binary_rule, NULL, not_binary_emit};
+
+// Sparse crossentropy from logits x[rows.., V], by its row statistics, so
+// that V may stay split (vocab-parallel): m = max over V (a split leaves a
+// pending max: all-reduce max), s = sum of exp(x - m) (pending sum), then
+// each device's rows and classes contribute their share of the loss and of
+// the gradient. Bytes: two floats a row instead of the row.
+
+// x[r.., V] (and y[r..], m[r..], s[r..]) -> a scalar or, for the grad, x's shape.
+static void xent_rule(const Node *n, Rule *r) {
+  const Shape *x = &n->in[0]->shape;
+  bool grad = n->op == OP_XENT_GRAD;
+  bool stat = n->op == OP_ROW_MAX || n->op == OP_ROW_SUMEXP;
+  for (int d = 0; d + 1 < x->rank; d++) {
+    int f = factor(r, grad || stat ? F_PASS : F_CONTRACT, x->d[d]);
+    for (int i = 0; i < n->nin; i++) r->in[i][d] = f;
+    if (grad || stat) r->out[d] = f;
+  }
+  int v = factor(r, n->op == OP_ROW_MAX ? F_MAX : grad ? F_PASS : F_CONTRACT, x->d[x->rank - 1]);
+  r->in[0][x->rank - 1] = v;
+  if (grad) r->out[x->rank - 1] = v;
+}
+
+static void xent_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->in[0];
+  char *rows = rows_c(x), *cols = cols_c(x);
+  char *col0 = block_start(x, x->shape.rank - 1);
+  switch (n->op) {
+  case OP_ROW_MAX:
+    lower_call(lw, "row_max", false, NULL, "%s, %s, %s, %s", buf(n), buf(x), rows, cols);
+    return;
+  case OP_ROW_SUMEXP:
+    lower_call(lw, "row_sumexp", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(x),
+               buf(n->in[1]), rows, cols);
+    return;
+  case OP_XENT: case OP_XENT_GRAD:
+    lower_call(lw, n->op == OP_XENT ? "sparse_xent" : "sparse_xent_grad", false, NULL,
+               "%s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n), buf(x), buf(n->in[1]),
+               buf(n->in[2]), buf(n->in[3]), rows, cols, col0, scale_c(n, x));
+    return;
+  case OP_XENT_ACC:
+    lower_call(lw, "sparse_xent_acc", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s",
+               buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), rows, cols, col0, scale_c(n, x));
+    return;
+  default: unreachable();
+  }
+}
+
+const OpDef op_ROW_MAX = {"row_max", 1, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_ROW_SUMEXP = {"row_sumexp", 2, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_XENT = {"sparse_xent", 4, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_XENT_GRAD = {"sparse_xent_grad", 4, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_XENT_ACC = {"sparse_xent_acc", 3, 0, false, xent_rule, NULL, xent_emit};
+
+// ---------------------------------------------------------------- issue 15: BN_STATS, BATCH_NORM, BN_GRAD
+// Batch normalization in three passes over the activations: the sums of
+// its statistics (BN_STATS: a split batch leaves partial sums, which the
+// lattice all-reduces: synchronized batch norm), the normalization
+// (BATCH_NORM, per channel of the last dim) and, backward, one BN_STATS of
+// dy and dy * (x - m) then BN_GRAD. BATCH_NORM's gradient in x is the whole
+// of batch norm's, through the batch statistics too (the classic formula),
+// so none flows into its m and v operands: in training they are x's own
+// statistics, outside it the moving ones, which are not trained.
+
+// x (and dy) [lead.., c]: the lead dims contract, c passes; m [c].
+static void bn_stats_rule(const Node *n, Rule *r) {
+  const Node *x = n->in[0];
+  int rx = x->shape.rank, c = factor(r, F_PASS, x->shape.d[rx - 1]);
+  for (int d = 0; d < rx - 1; d++) r->in[0][d] = factor(r, F_CONTRACT, x->shape.d[d]);
+  r->in[0][rx - 1] = c;
+  if (n->nin > 1) r->in[1][0] = c;
+  if (n->nin > 2)
+    for (int d = 0; d < rx; d++) r->in[2][d] = r->in[0][d];
+  if (n->nin > 2) {
+    r->out[0] = factor(r, F_FULL, 2);
+    r->out[1] = c;
+  } else {
+    r->out[0] = c;
+  }
+}
+
+static void bn_stats_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->in[0];
+  lower_call(lw, "bn_stats", false, NULL, "%s, %s, %s, %s, %s, %s", buf(n), buf(x),
+             n->nin > 1 ? buf(n->in[1]) : "NULL", n->nin > 2 ? buf(n->in[2]) : "NULL",
+             lead_c(x, 1), trail_c(x, 1));
+}
+
+const OpDef op_BN_STATS = {"bn_stats", -1, 0, false, bn_stats_rule, NULL, bn_stats_emit};
+
+// The operands before `chan` are x's shape, elementwise with the result;
+// the rest are per channel (x's last dim), [c] or (BN_GRAD's s) [2, c].
+static void bn_rule(const Node *n, Rule *r, int chan) {
+  int rx = n->shape.rank;
+  for (int d = 0; d < rx; d++) r->out[d] = factor(r, F_PASS, n->shape.d[d]);
+  for (int i = 0; i < chan; i++)
+    for (int d = 0; d < rx; d++) r->in[i][d] = r->out[d];
+  for (int i = chan; i < n->nin; i++) {
+    if (n->in[i]->shape.rank == 2) r->in[i][0] = factor(r, F_FULL, 2);
+    r->in[i][n->in[i]->shape.rank - 1] = r->out[rx - 1];
+  }
+}
+
+static void batch_norm_rule(const Node *n, Rule *r) { bn_rule(n, r, 1); }
+static void bn_grad_rule(const Node *n, Rule *r) { bn_rule(n, r, 2); }
+
+// dx = BN_GRAD(dy, x, m, v, g, s); dg = rsqrt(v + eps) * sum dy * (x - m),
+// db = sum dy: both rows of s = BN_STATS(x, m, dy).
+static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
+  Node *x = n->in[0], *m = n->in[1], *v = n->in[2], *gam = n->in[3], *beta = n->in[4];
+  int64_t c = m->shape.d[0];
+  Node *in[6] = {x, m, n->grad};
+  Node *s = new_node(g, OP_BN_STATS, 3, in);
+  s->shape = (Shape){2, {2, c}};
+  if (need[x->id]) {
+    Node *gin[6] = {n->grad, x, m, v, gam, s};
+    Node *dx = new_node(g, OP_BN_GRAD, 6, gin);
+    dx->shape = x->shape;
+    dx->bn = n->bn;
+    dx->bn.act = ACT_LINEAR;
+    accumulate(g, x, dx);
+  }
+  for (int k = 0; k < 2; k++) {
+    Node *w = k ? gam : beta;
+    if (!need[w->id]) continue;
+    Node *row = new_node1(g, OP_SLICE, s, (Shape){2, {1, c}});
+    row->cat = (CatAttr){0, k};
+    Node *sum = new_node1(g, OP_RESHAPE, row, m->shape);
+    if (k) {
+      Node *ve = new_node1(g, OP_SCALE, v, v->shape);
+      ve->aff = (AffAttr){1, n->bn.eps};
+      Node *r = new_node1(g, OP_ACT, ve, v->shape);
+      r->act.kind = KDRT_ACT_RSQRT;
+      sum = new_node2(g, OP_MUL, sum, r, m->shape);
+    }
+    accumulate(g, w, sum);
+  }
+}
+
+static void batch_norm_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->in[0];
+  lower_call(lw, "batch_norm", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s",
+             act_c[n->bn.act], buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), buf(n->in[3]),
+             buf(n->in[4]), lead_c(x, 1), trail_c(x, 1), flt(n->bn.eps));
+}
+
+static void bn_grad_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->in[1];
+  lower_call(lw, "bn_grad", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+             "(double)B * %.17g", buf(n), buf(n->in[0]), buf(x), buf(n->in[2]), buf(n->in[3]),
+             buf(n->in[4]), buf(n->in[5]), lead_c(x, 1), trail_c(x, 1), flt(n->bn.eps),
+             n->bn.per);
+}
+
+const OpDef op_BATCH_NORM = {"batch_norm", 5, 0, false, batch_norm_rule, batch_norm_grad,
+                             batch_norm_emit};
+const OpDef op_BN_GRAD = {"bn_grad", 6, 0, false, bn_grad_rule, NULL, bn_grad_emit};
+
+// ---------------------------------------------------------------- issue 11: RECUR, RECUR_GRAD, REVERSE
+// A recurrent layer's recurrence as one op (runtime/kdrt_rnn.h's records):
+// RECUR(xw[B, T, G*U], r[U, G*U][, brec[G*U]]) -> y[B, T, width], and
+// RECUR_GRAD(dy, y, r) -> d[B, T, grad width], each emitted as a loop over
+// the steps in the program, one runtime call a step (its GEMM and its
+// cells; the gradient's from the last step down). The batch passes through (a
+// batch split runs each device's rows); every other dim is needed whole:
+// the steps are a sequence, and a unit of h feeds every unit of the next
+// step, so a kernel split on its units is gathered first (the numbers stay
+// the mesh's). The kernels' gradients are ordinary ops made here from the
+// records: d xw and d brec are slices and sums of d, dR = h_prev^T . d rec
+// over every row and step (a DOT, whose batch contraction the lattice
+// all-reduces).
+
+static void recur_rule(const Node *n, Rule *r) {
+  int b = factor(r, F_PASS, n->shape.d[0]);
+  r->out[0] = b;
+  for (int d = 1; d < n->shape.rank; d++) r->out[d] = factor(r, F_FULL, n->shape.d[d]);
+  for (int i = 0; i < n->nin; i++) {
+    const Shape *s = &n->in[i]->shape;
+    bool batched = s->rank == 3; // xw, dy, y; not r and brec
+    for (int d = 0; d < s->rank; d++)
+      r->in[i][d] = batched && d == 0 ? b : factor(r, F_FULL, s->d[d]);
+  }
+}
+
+// n's record sliced along its last dim: [off, off + len).
+static Node *record_slice(Graph *g, Node *n, int64_t off, int64_t len) {
+  Shape s = n->shape;
+  s.d[2] = len;
+  Node *y = new_node1(g, OP_SLICE, n, s);
+  y->cat = (CatAttr){2, off};
+  return y;
+}
+
+static void recur_grad(Graph *g, Node *n, const bool *need) {
+  Node *xw = n->in[0], *r = n->in[1];
+  int cell = n->rec.cell;
+  int64_t U = n->rec.units, GU = kdrt_rnn_gates(cell) * U;
+  Node *in[3] = {n->grad, n, r};
+  Node *d = new_node(g, OP_RECUR_GRAD, 3, in);
+  d->shape = n->shape;
+  d->shape.d[2] = kdrt_rnn_grad_width(cell, U);
+  d->rec = n->rec;
+  d->layer = n->layer;
+  d->loc = n->loc;
+  Node *dxw = record_slice(g, d, 0, GU);
+  int64_t at = kdrt_rnn_drec_at(cell, U), hc = kdrt_rnn_hcols(cell, U);
+  Node *drec = kdrt_rnn_is_gru(cell) ? record_slice(g, d, at, GU) : dxw;
+  if (need[xw->id]) accumulate(g, xw, dxw);
+  if (need[r->id]) {
+    Node *hp = record_slice(g, n, U, U);
+    if (hc == GU) {
+      accumulate(g, r, dot(g, hp, drec, 0, 2, true, false));
+    } else { // GRU_V1: the columns of R_h multiply r * h_prev, not h_prev
+      Node *p[2] = {dot(g, hp, record_slice(g, d, at, hc), 0, 2, true, false),
+                    dot(g, record_slice(g, n, 8 * U, U), record_slice(g, d, at + hc, U), 0, 2,
+                        true, false)};
+      Node *dr = new_node(g, OP_CONCAT, 2, p);
+      dr->shape = r->shape;
+      dr->cat.axis = 1;
+      accumulate(g, r, dr);
+    }
+  }
+  if (n->nin > 2 && need[n->in[2]->id])
+    accumulate(g, n->in[2], new_node1(g, OP_BIAS_GRAD, drec, n->in[2]->shape));
+}
+
+static char *act_arg(Act a) { return xstrdup(act_c[a]); }
+
+static void recur_emit(const Node *n, Lowering *lw) {
+  static const char *const cells[] = {"KDRT_RNN_SIMPLE", "KDRT_RNN_LSTM", "KDRT_RNN_GRU",
+                                      "KDRT_RNN_GRU_V1"};
+  const char *cell = cells[n->rec.cell];
+  char *B = sym_c(sym_dim(n, 0, true));
+  long long T = n->shape.d[1], U = n->rec.units;
+  bool fwd = n->op == OP_RECUR;
+  lw->loop = fwd ? format("for (int64_t t = 0; t < %lld; t++)", T)
+                 : format("for (int64_t t = %lld; t >= 0; t--)", T - 1);
+  lower_call(lw, fwd ? "recur" : "recur_grad", false, NULL,
+             "%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, t", cell, act_arg(n->rec.act),
+             act_arg(n->rec.ract), buf(n), buf(n->in[0]), buf(n->in[1]),
+             fwd ? n->nin > 2 ? buf(n->in[2]) : "NULL" : buf(n->in[2]), B, T, U);
+}
+
+const OpDef op_RECUR = {"recur", -1, 0, false, recur_rule, recur_grad, recur_emit};
+const OpDef op_RECUR_GRAD = {"recur_grad", 3, 0, false, recur_rule, NULL, recur_emit};
+
+// x with dim red.dim reversed: that dim is needed whole; its own transpose.
+static void reverse_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  r->kind[r->out[n->red.dim]] = F_FULL;
+}
+
+static void reverse_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node1(g, OP_REVERSE, n->grad, n->shape);
+  dx->red = n->red;
+  accumulate(g, n->in[0], dx);
+}
+
+static void reverse_emit(const Node *n, Lowering *lw) {
+  int d = n->red.dim;
+  lower_call(lw, "reverse", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+             sym_c(sym_prod(n, 0, d, true)), sym_c(sym_dim(n, d, true)),
+             sym_c(sym_prod(n, d + 1, n->shape.rank, true)));
+}
+
+const OpDef op_REVERSE = {"reverse", 1, 1, false, reverse_rule, reverse_grad, reverse_emit};
+
+// ---------------------------------------------------------------- the table
+// Every op of ops.def, ops.c's and this file's: here, above both files'
+// definitions, so that ops.c needs nothing of this file.
+
+const OpDef *const op_defs[OP_COUNT] = {
+#define X(name) [OP_##name] = &op_##name,
+#include "ops.def"
+#undef X
+};
+
+void op_rule(const Node *n, Rule *r) {
+  *r = (Rule){0};
+  for (int i = 0; i < MAX_IN; i++)
+    for (int d = 0; d < MAX_RANK; d++) r->in[i][d] = -1;
+  for (int d = 0; d < MAX_RANK; d++) r->out[d] = -1;
+  op_info(n->op).rule(n, r);
+}
