@@ -2,7 +2,8 @@
 //
 // Pipeline (one file per pass, in this order):
 //   json.c     JSON text -> jansson tree, with a line:column for every value
-//   load.c     Keras 3 model JSON -> Model (layers, edges, compile config)
+//   load.c     Keras 3 model JSON -> Model (layers, edges)
+//   load_compile.c its compile config (losses, metrics, optimizer)
 //   dist.c     distribution spec -> Mesh + LayoutMap (PCRE2 full match)
 //   ir.c       nodes, shapes and the constructors every pass uses
 //   vars.c     variables: initializers, regularizers, constraints, penalties
@@ -133,7 +134,7 @@ typedef enum {
 // A learning-rate schedule (Keras's keras.optimizers.schedules), evaluated
 // by the runtime at every step: the runtime's kdrt_schedule (kdrt_defs.h).
 typedef struct kdrt_schedule Schedule;
-const char *schedule_class(int kind); // "ExponentialDecay", ... (load.c)
+const char *schedule_class(int kind); // "ExponentialDecay", ... (load_compile.c)
 
 typedef struct {
   OptKind kind;
@@ -265,6 +266,11 @@ int cfg_ints(const Layer *l, const char *key, int64_t *out, int max);
 // (kernel_size, strides, pool_size).
 int64_t cfg_size(const Layer *l, const char *key, int64_t def);
 int cfg_sizes(const Layer *l, const char *key, int64_t *out, int max);
+
+// ---------------------------------------------------------------- load_compile.c
+// compile_config (absent or null: loss "mse", optimizer "adam") into m's
+// losses, loss weights, metrics and optimizer; m's outputs already known.
+void load_compile(Model *m, json_t *cc);
 
 // ---------------------------------------------------------------- dist.c
 // Mesh, layouts and the LayoutMap.
