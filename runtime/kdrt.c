@@ -1,17 +1,19 @@
 // kdrt.c: the part of every kdcc-generated program that is not the model.
 //
 // kdrt_main runs in this order:
-//   1. MPI_Init (a lone `./train` is a singleton world of one rank);
-//   2. parse the options (usage errors exit 2, --help exits 0);
-//   3. check the world size against the compiled mesh, else say how to run
-//      it (`mpirun -np 8 ./train`) and exit 1 on every rank;
-//   4. place this rank in the mesh (row-major coordinates), allocate the
-//      parameter blob, gradients and arena;
-//   5. open the data (data.c): a --x file per model input and a --y file
+//   1. MPI_Init (a lone `./train` is a singleton world of one rank): start_mpi;
+//   2. parse the options (options.c; usage errors exit 2, --help exits 0):
+//      parse_options, check_outputs;
+//   3. check_program: the world size against the compiled mesh, else say
+//      how to run it (`mpirun -np 8 ./train`) and exit 1 on every rank;
+//   4. place_and_allocate: place this rank in the mesh (row-major
+//      coordinates), allocate the parameter blob, gradients and arena;
+//   5. open_data (data.c): a --x file per model input and a --y file
 //      per label (in the program's order, or NAME=FILE), .npy or IDX, plain
 //      (mmap'd) or gzip'd, converted row by row to float32 (times --scale)
 //      or int32 ids, with --val-x/--val-y and --test-x/--test-y; or
-//      --synthetic N samples made from the seed; prog->init; with --resume, the newest complete
+//      --synthetic N samples made from the seed; probe_rows; alloc_run;
+//      init_weights: prog->init, --weights, with --resume the newest complete
 //      checkpoint's tensors, step and data position (checkpoint.c);
 //   6. fit: per epoch a seeded shuffle of the training samples, then global
 //      batches of --batch-size B (above the compiled batch, the arena
@@ -32,9 +34,9 @@
 //      does; so do weights that are not finite (checked before each
 //      checkpoint and at each epoch's end), which are then never saved;
 //   7. evaluate (the test set if given, else the validation data if any,
-//      else the training data; every sample), then write --history
-//      atomically (after a divergence: the history so far, no evaluation,
-//      status 1).
+//      else the training data; every sample), then write_outputs: --history
+//      atomically, --save-weights (after a divergence, report_divergence:
+//      the history so far, no evaluation, status 1); finish.
 //   Fit and evaluate are watched (watchdog.c): a rank that makes no progress
 //   for --timeout ends the job, saying where it waits.
 // Output paths (--history, --save-weights, --checkpoint-best, --csv-log)
@@ -51,19 +53,17 @@
 // seed and the batch size, never on the mesh, so one program compiled for
 // different meshes trains on the same numbers. Errors every rank detects
 // alike (options, data files) are printed once by rank 0 and every rank
-// exits cleanly; errors of one rank go through kdrt_fatal (MPI_Abort).
+// exits cleanly (kdrt_fail_all); errors of one rank go through kdrt_fatal
+// (MPI_Abort); both in fatal.c.
 #include "kdrt.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,52 +72,6 @@
 #define STREAM_DATA_X 0x6b647274782d3031ull  // synthetic inputs
 #define STREAM_DATA_Y 0x6b647274792d3031ull  // synthetic labels
 #define STREAM_SHUFFLE 0x6b64727473687566ull // per-epoch permutation
-
-static const char *prog_name = "train";   // basename of argv[0], prefixes messages
-static const char *prog_invoke = "./train"; // argv[0] as typed, for the mpirun hint
-
-// ------------------------------------------------------------ messages
-
-void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...) {
-  if (c && c->rank != 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vprintf(fmt, ap);
-  va_end(ap);
-  fflush(stdout);
-}
-
-void kdrt_fatal(const kdrt_ctx *c, const char *fmt, ...) {
-  int rank = c ? c->rank : -1, inited = 0, finalized = 0;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&finalized);
-  if (!c && inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  fflush(stdout);
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "%s: rank %d: ", prog_name, rank);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
-  exit(1);
-}
-
-// An error every rank sees alike: rank 0 says it, every rank leaves.
-static int fail_all(const kdrt_ctx *c, int status, const char *fmt, ...) {
-  if (c->rank == 0) {
-    fflush(stdout);
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", prog_name);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-  }
-  kdrt_comm_free((kdrt_ctx *)c);
-  MPI_Finalize();
-  exit(status);
-}
 
 // "(2, 4)" for int tuples and "('data', 'model')" for names, as Python prints them.
 static void fmt_tuple(char *buf, size_t len, int n, const int64_t *v, const char *const *s) {
@@ -130,7 +84,7 @@ static void fmt_tuple(char *buf, size_t len, int n, const int64_t *v, const char
   if (k < len) snprintf(buf + k, len - k, "%s)", n == 1 ? "," : "");
 }
 
-// ------------------------------------------------------------ options
+// ------------------------------------------------------------ --help
 
 static void usage(FILE *f, const kdrt_program *p) {
   // Where the default initial weights come from.
@@ -229,345 +183,11 @@ static void usage(FILE *f, const kdrt_program *p) {
           "  --save-weights FILE   after fit, write the weights (.weights.h5 or .keras)\n"
           "  --quiet               print errors only\n"
           "  --help                this text\n",
-          prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
-          prog_invoke, p->batch, io, (double)p->learning_rate, archive_text);
+          kdrt_prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
+          kdrt_prog_invoke, p->batch, io, (double)p->learning_rate, archive_text);
   fprintf(f, "Other commands: %s predict (the outputs for inputs), %s generate (a language\n"
              "model's continuation of a prompt), %s gradcheck; each with --help.\n",
-          prog_invoke, prog_invoke, prog_invoke);
-}
-
-int kdrt_errf(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
-int kdrt_check_output(const char *path, char *err, size_t errlen) {
-  struct stat st;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-    return kdrt_errf(err, errlen, "%s: is a directory", path);
-  char dir[4096];
-  const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  if (stat(dir, &st) != 0)
-    return kdrt_errf(err, errlen, "%s: cannot write there: %s: %s", path, dir, strerror(errno));
-  if (!S_ISDIR(st.st_mode))
-    return kdrt_errf(err, errlen, "%s: cannot write there: %s is not a directory", path, dir);
-  char probe[4200];
-  snprintf(probe, sizeof probe, "%s/.kdrt-check.%ld", dir, (long)getpid());
-  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0)
-    return kdrt_errf(err, errlen, "%s: cannot write there: %s: %s", path, dir, strerror(errno));
-  close(fd);
-  unlink(probe);
-  return 0;
-}
-
-// A usage error: the message in err, exit status 2.
-#define bad(err, errlen, ...) (kdrt_errf(err, errlen, __VA_ARGS__), 2)
-
-static int parse_i64(const char *s, int64_t lo, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo) return -1;
-  *out = v;
-  return 0;
-}
-
-static int parse_f64(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !isfinite(v)) return -1;
-  *out = v;
-  return 0;
-}
-
-// --scale: "0.5", "1/255" or "1.0/255.0"; finite, not 0.
-static int parse_scale(const char *s, double *out) {
-  const char *slash = strchr(s, '/');
-  double num, den = 1;
-  if (slash) {
-    char a[64];
-    if ((size_t)(slash - s) >= sizeof a) return -1;
-    memcpy(a, s, (size_t)(slash - s));
-    a[slash - s] = 0;
-    if (parse_f64(a, &num) || parse_f64(slash + 1, &den) || den == 0) return -1;
-  } else if (parse_f64(s, &num)) {
-    return -1;
-  }
-  *out = num / den;
-  return isfinite(*out) && *out != 0 ? 0 : -1;
-}
-
-// The callbacks' options that need another (EarlyStopping's need
-// --early-stopping, ...); 0, or 2 with err.
-static int callback_args(const kdrt_options *o, char *err, size_t errlen) {
-  const char *es = o->restore_best ? "--restore-best-weights" : o->min_delta > 0 ? "--min-delta"
-                   : o->has_baseline ? "--baseline" : o->start_from_epoch ? "--start-from-epoch"
-                                                                            : NULL;
-  if (es && !o->early_stopping) return bad(err, errlen, "%s needs --early-stopping", es);
-  const char *rl = o->rl_factor != 0.1 ? "--reduce-lr-factor" : o->rl_min_delta != 1e-4
-                   ? "--reduce-lr-min-delta" : o->rl_cooldown ? "--reduce-lr-cooldown"
-                   : o->min_lr > 0 ? "--min-lr" : NULL;
-  if (rl && !o->reduce_lr) return bad(err, errlen, "%s needs --reduce-lr-on-plateau", rl);
-  if (o->csv_append && !o->csv_log) return bad(err, errlen, "--csv-append needs --csv-log");
-  if ((o->monitor || o->mode) && !o->early_stopping && !o->reduce_lr && !o->checkpoint_best)
-    return bad(err, errlen, "%s needs --early-stopping, --reduce-lr-on-plateau or "
-               "--checkpoint-best", o->monitor ? "--monitor" : "--mode");
-  // A checkpoint holds no copy of the best epoch's weights.
-  if (o->restore_best && o->resume)
-    return bad(err, errlen, "--restore-best-weights and --resume exclude each other (a "
-               "checkpoint does not hold the best epoch's weights)");
-  return 0;
-}
-
-int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t errlen) {
-  memset(o, 0, sizeof *o);
-  o->epochs = 1;
-  o->scale = 1.0;
-  o->seed = 1337;
-  o->rl_factor = 0.1, o->rl_min_delta = 1e-4; // ReduceLROnPlateau's defaults
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-      o->help = 1;
-      continue;
-    }
-    if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
-      o->quiet = 1;
-      continue;
-    }
-    if (!strcmp(arg, "--no-shuffle")) {
-      o->no_shuffle = 1;
-      continue;
-    }
-    if (!strcmp(arg, "--resume")) {
-      o->resume = 1;
-      continue;
-    }
-    if (!strcmp(arg, "--drop-remainder")) {
-      o->drop_remainder = 1;
-      continue;
-    }
-    if (!strcmp(arg, "--restore-best-weights")) {
-      o->restore_best = 1;
-      continue;
-    }
-    if (!strcmp(arg, "--csv-append")) {
-      o->csv_append = 1;
-      continue;
-    }
-    // Every other option takes a value: `--opt V` or `--opt=V`.
-    char name[32];
-    const char *val;
-    const char *eq = strchr(arg, '=');
-    if (strncmp(arg, "--", 2) || (eq && (size_t)(eq - arg) >= sizeof name))
-      return bad(err, errlen, "unknown option '%s'", arg);
-    if (eq) {
-      memcpy(name, arg, (size_t)(eq - arg));
-      name[eq - arg] = 0;
-      val = eq + 1;
-    } else {
-      snprintf(name, sizeof name, "%s", arg);
-      if (strlen(arg) >= sizeof name) return bad(err, errlen, "unknown option '%s'", arg);
-      val = i + 1 < argc ? argv[i + 1] : NULL;
-    }
-    int64_t iv;
-    double dv;
-    int known = 1, ok = 1;
-    if (!strcmp(name, "--epochs")) {
-      ok = val && !parse_i64(val, 0, &iv) && iv <= 1000000000;
-      if (ok) o->epochs = (int)iv;
-    } else if (!strcmp(name, "--batch-size")) {
-      ok = val && !parse_i64(val, 1, &iv) && iv <= 1000000000;
-      if (ok) o->batch_size = (int)iv;
-    } else if (!strcmp(name, "--steps-per-epoch")) {
-      ok = val && !parse_i64(val, 1, &iv);
-      if (ok) o->steps_per_epoch = iv;
-    } else if (!strcmp(name, "--synthetic")) {
-      ok = val && !parse_i64(val, 1, &iv);
-      if (ok) o->synthetic = iv;
-    } else if (!strcmp(name, "--seed")) {
-      ok = val && !parse_i64(val, 0, &iv);
-      if (ok) o->seed = (uint64_t)iv;
-    } else if (!strcmp(name, "--validation-split")) {
-      ok = val && !parse_f64(val, &dv) && dv >= 0.0 && dv < 1.0;
-      if (ok) o->validation_split = dv;
-    } else if (!strcmp(name, "--lr")) {
-      ok = val && !parse_f64(val, &dv) && dv >= 0.0;
-      if (ok) o->has_lr = 1, o->lr = (float)dv;
-    } else if (!strcmp(name, "--x") || !strcmp(name, "--y") || !strcmp(name, "--val-x") ||
-               !strcmp(name, "--val-y") || !strcmp(name, "--test-x") ||
-               !strcmp(name, "--test-y")) {
-      ok = val && *val;
-      kdrt_files *f = name[2] == 'x' ? &o->x : name[2] == 'y' ? &o->y
-                    : name[2] == 'v' ? (name[6] == 'x' ? &o->val_x : &o->val_y)
-                                     : (name[7] == 'x' ? &o->test_x : &o->test_y);
-      if (ok && f->n == KDRT_MAX_FILES)
-        return bad(err, errlen, "more than %d '%s' options", KDRT_MAX_FILES, name);
-      if (ok) f->arg[f->n++] = val;
-    } else if (!strcmp(name, "--scale")) {
-      ok = val && !parse_scale(val, &dv);
-      if (ok) o->scale = dv;
-    } else if (!strcmp(name, "--weights") || !strcmp(name, "--save-weights")) {
-      ok = val && *val;
-      if (ok) *(name[2] == 'w' ? &o->weights : &o->save_weights) = val;
-    } else if (!strcmp(name, "--init")) {
-      ok = val && !strcmp(val, "random");
-      if (ok) o->init_random = 1;
-    } else if (!strcmp(name, "--history")) {
-      ok = val && *val;
-      if (ok) o->history = val;
-    } else if (!strcmp(name, "--checkpoint-dir")) {
-      ok = val && *val;
-      if (ok) o->checkpoint_dir = val;
-    } else if (!strcmp(name, "--checkpoint-every")) {
-      ok = val && !parse_i64(val, 1, &iv);
-      if (ok) o->checkpoint_every = iv;
-    } else if (!strcmp(name, "--timeout")) {
-      ok = val && !parse_f64(val, &dv) && dv >= 0.0;
-      if (ok) o->timeout = dv > 0 ? dv : -1;
-    } else if (!strcmp(name, "--early-stopping") || !strcmp(name, "--reduce-lr-on-plateau")) {
-      ok = val && !parse_i64(val, 0, &iv);
-      if (ok && name[2] == 'e') o->early_stopping = 1, o->es_patience = iv;
-      if (ok && name[2] == 'r') o->reduce_lr = 1, o->rl_patience = iv;
-    } else if (!strcmp(name, "--start-from-epoch") || !strcmp(name, "--reduce-lr-cooldown")) {
-      ok = val && !parse_i64(val, 0, &iv);
-      if (ok) *(name[2] == 's' ? &o->start_from_epoch : &o->rl_cooldown) = iv;
-    } else if (!strcmp(name, "--min-delta") || !strcmp(name, "--reduce-lr-min-delta") ||
-               !strcmp(name, "--min-lr")) {
-      ok = val && !parse_f64(val, &dv) && dv >= 0.0;
-      if (ok)
-        *(name[2] == 'r' ? &o->rl_min_delta : name[6] == 'l' ? &o->min_lr : &o->min_delta) = dv;
-    } else if (!strcmp(name, "--reduce-lr-factor")) {
-      ok = val && !parse_f64(val, &dv) && dv >= 0.0 && dv < 1.0;
-      if (ok) o->rl_factor = dv;
-    } else if (!strcmp(name, "--baseline")) {
-      ok = val && !parse_f64(val, &dv);
-      if (ok) o->has_baseline = 1, o->baseline = dv;
-    } else if (!strcmp(name, "--monitor") || !strcmp(name, "--checkpoint-best") ||
-               !strcmp(name, "--csv-log")) {
-      ok = val && *val;
-      if (ok)
-        *(name[3] == 'o' ? &o->monitor : name[3] == 'h' ? &o->checkpoint_best : &o->csv_log) = val;
-    } else if (!strcmp(name, "--mode")) {
-      ok = val && (!strcmp(val, "auto") || !strcmp(val, "min") || !strcmp(val, "max"));
-      if (ok) o->mode = !strcmp(val, "min") ? -1 : !strcmp(val, "max") ? 1 : 0;
-    } else {
-      known = 0;
-    }
-    if (!known) return bad(err, errlen, "unknown option '%s'", name);
-    if (!val) return bad(err, errlen, "option '%s' needs a value", name);
-    if (!ok) {
-      const char *want = !strcmp(name, "--validation-split") ||
-                                 !strcmp(name, "--reduce-lr-factor")
-                             ? "a number in [0, 1)"
-                         : !strcmp(name, "--min-delta") ||
-                                 !strcmp(name, "--reduce-lr-min-delta") || !strcmp(name, "--min-lr")
-                             ? "a number >= 0"
-                         : !strcmp(name, "--baseline") ? "a number"
-                         : !strcmp(name, "--mode") ? "auto, min or max"
-                         : !strcmp(name, "--monitor") ? "a log's name (val_loss, accuracy, ...)"
-                         : !strcmp(name, "--early-stopping") ||
-                                 !strcmp(name, "--reduce-lr-on-plateau") ||
-                                 !strcmp(name, "--start-from-epoch") ||
-                                 !strcmp(name, "--reduce-lr-cooldown")
-                             ? "an integer >= 0"
-                         : !strcmp(name, "--timeout")        ? "seconds, a number >= 0"
-                         : !strcmp(name, "--lr")             ? "a number >= 0"
-                         : !strcmp(name, "--epochs") || !strcmp(name, "--seed")
-                             ? "an integer >= 0"
-                         : !strcmp(name, "--scale") ? "a number or a fraction such as 1/255"
-                         : !strcmp(name, "--init") ? "'random'"
-                         : !strcmp(name, "--weights") || !strcmp(name, "--save-weights")
-                             ? "a file name"
-                         : !strcmp(name, "--checkpoint-dir") ? "a directory name"
-                         : !strcmp(name, "--x") || !strcmp(name, "--y") ||
-                                 !strcmp(name, "--history") || !strncmp(name, "--val-", 6) ||
-                                 !strcmp(name, "--checkpoint-best") || !strcmp(name, "--csv-log") ||
-                                 !strncmp(name, "--test-", 7)
-                             ? "a file name"
-                             : "an integer >= 1";
-      return bad(err, errlen, "option '%s' wants %s, got '%s'", name, want, val);
-    }
-    if (!eq) i++;
-  }
-  if (o->x.n && !o->y.n) return bad(err, errlen, "--x needs --y (the labels)");
-  if (o->y.n && !o->x.n) return bad(err, errlen, "--y needs --x (the inputs)");
-  if (o->x.n && o->synthetic)
-    return bad(err, errlen, "--synthetic and --x exclude each other");
-  if (!o->val_x.n != !o->val_y.n)
-    return bad(err, errlen, o->val_x.n ? "--val-x needs --val-y (the labels)"
-                                       : "--val-y needs --val-x (the inputs)");
-  if (!o->test_x.n != !o->test_y.n)
-    return bad(err, errlen, o->test_x.n ? "--test-x needs --test-y (the labels)"
-                                        : "--test-y needs --test-x (the inputs)");
-  if (o->val_x.n && o->validation_split > 0)
-    return bad(err, errlen, "--val-x and --validation-split exclude each other");
-  if (o->weights && o->init_random)
-    return bad(err, errlen, "--weights and --init random exclude each other");
-  if ((o->resume || o->checkpoint_every) && !o->checkpoint_dir)
-    return bad(err, errlen, "%s needs --checkpoint-dir",
-               o->resume ? "--resume" : "--checkpoint-every");
-  return callback_args(o, err, errlen);
-}
-
-// The io whose name is the part of v before its '=', or -1.
-static int named_io(const char *v, const kdrt_io *ios, int nio) {
-  const char *eq = strchr(v, '=');
-  if (!eq) return -1;
-  for (int i = 0; i < nio; i++)
-    if (ios[i].name && strlen(ios[i].name) == (size_t)(eq - v) && !strncmp(v, ios[i].name, (size_t)(eq - v)))
-      return i;
-  return -1;
-}
-
-// "'a', 'b'": the names of ios, for messages.
-static void io_names(char *buf, size_t len, const kdrt_io *ios, int nio) {
-  size_t k = 0;
-  buf[0] = 0;
-  for (int i = 0; i < nio && k < len; i++)
-    k += (size_t)snprintf(buf + k, len - k, "%s'%s'", i ? ", " : "", ios[i].name ? ios[i].name : "?");
-}
-
-int kdrt_resolve_files(const kdrt_files *f, const char *opt, const kdrt_io *ios, int nio,
-                       const char *what, const char **out, char *err, size_t errlen) {
-  char names[1024];
-  io_names(names, sizeof names, ios, nio);
-  int named = 0;
-  for (int i = 0; i < f->n; i++) named += named_io(f->arg[i], ios, nio) >= 0;
-  for (int i = 0; i < nio; i++) out[i] = NULL;
-  if (named == 0) { // FILEs, in the program's order
-    if (f->n != nio)
-      return kdrt_errf(err, errlen, "%s given %d time%s, but the model has %d %s%s (%s): give "
-                       "one %s FILE per %s, in this order, or %s NAME=FILE", opt, f->n,
-                       f->n == 1 ? "" : "s", nio, what, nio == 1 ? "" : "s", names, opt, what,
-                       opt);
-    for (int i = 0; i < nio; i++) out[i] = f->arg[i];
-    return 0;
-  }
-  for (int i = 0; i < f->n; i++) {
-    int k = named_io(f->arg[i], ios, nio);
-    if (k < 0)
-      return kdrt_errf(err, errlen, "%s %s: with NAME=FILE, every %s needs a NAME, one of %s",
-                       opt, f->arg[i], opt, names);
-    if (out[k])
-      return kdrt_errf(err, errlen, "%s %s: %s '%s' has a file already (%s)", opt, f->arg[i],
-                       what, ios[k].name, out[k]);
-    out[k] = strchr(f->arg[i], '=') + 1;
-    if (!*out[k]) return kdrt_errf(err, errlen, "%s %s: no file name after '='", opt, f->arg[i]);
-  }
-  for (int k = 0; k < nio; k++)
-    if (!out[k])
-      return kdrt_errf(err, errlen, "%s: no file for %s '%s' (give %s %s=FILE)", opt, what,
-                       ios[k].name, opt, ios[k].name);
-  return 0;
+          kdrt_prog_invoke, kdrt_prog_invoke, kdrt_prog_invoke);
 }
 
 // ------------------------------------------------------------ data
@@ -804,6 +424,8 @@ typedef struct {
   kdrt_callbacks cb;           // --early-stopping, --reduce-lr-on-plateau, ... (callbacks.c)
   double *lr_hist;             // [epochs] the learning rate each epoch trained with
   char diverged[512];          // why training stopped early (loss or weights not finite), or ""
+  double *hist_mem;            // the one allocation behind hist, sums, eval and lr_hist
+  char *val_names;             // the one allocation behind the "val_" names
 } run;
 
 // The global rows of batch `step` of n samples in batches of B: B, but
@@ -971,7 +593,7 @@ static void fit(run *r) {
   int e0 = 0;
   if (ck) { // carry on where the checkpoint left off: epoch, step, sums, history
     if (ck->steps != steps || ck->ntrain != r->ntrain || (ck->batch && ck->batch != r->B))
-      fail_all(r->c, 1, "%s: the checkpoint was taken with %lld steps per epoch over %lld "
+      kdrt_fail_all(r->c, 1, "%s: the checkpoint was taken with %lld steps per epoch over %lld "
                "training samples in batches of %lld, this run has %lld over %lld in batches of "
                "%lld; resume with the same data, --batch-size and --steps-per-epoch",
                o->checkpoint_dir, (long long)ck->steps, (long long)ck->ntrain,
@@ -1130,7 +752,7 @@ static int write_history(const run *r, const char *path) {
   return 0;
 }
 
-// ------------------------------------------------------------ main
+// ------------------------------------------------------------ progress on a terminal
 
 // Redraw the bar in place only on a terminal of our own: under mpirun the
 // ranks' stdout is a pty even when mpirun's output goes to a file, so there
@@ -1172,126 +794,139 @@ static float *alloc_floats(const kdrt_ctx *c, size_t n, const char *what) {
   memset(p, 0, bytes);
   return p;
 }
+// ------------------------------------------------------------ kdrt_main's steps
 
-int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
-  if (argc > 0 && argv[0]) {
-    const char *slash = strrchr(argv[0], '/');
-    prog_name = slash ? slash + 1 : argv[0];
-    prog_invoke = argv[0];
-  }
-  if (argc > 1 && !strcmp(argv[1], "predict")) return kdrt_predict(argc, argv, prog);
-  if (argc > 1 && !strcmp(argv[1], "generate")) return kdrt_generate(argc, argv, prog);
-  int live = live_progress();
-  KDRT_MPI(MPI_Init(&argc, &argv));
+// MPI up (a lone `./train` is a singleton world of one rank), errors
+// returned rather than fatal, this rank's place in the world.
+static kdrt_ctx *start_mpi(int *argc, char ***argv, const kdrt_program *prog) {
+  KDRT_MPI(MPI_Init(argc, argv));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   static kdrt_ctx ctx;
   kdrt_ctx *c = &ctx;
   c->prog = prog;
   KDRT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
   KDRT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->world));
+  return c;
+}
 
-  // 2. options
-  kdrt_options o;
+// Parse the options into o and refuse what this program cannot take: a
+// new rate for a scheduled one, weights files of the wrong kind, a
+// compiled-in archive that is gone (usage errors exit 2 on every rank).
+static void parse_options(kdrt_ctx *c, int argc, char **argv, kdrt_options *o) {
+  const kdrt_program *prog = c->prog;
   char err[1024];
-  if (kdrt_parse_args(argc, argv, &o, err, sizeof err))
-    fail_all(c, 2, "%s (see %s --help)", err, prog_invoke);
+  if (kdrt_parse_args(argc, argv, o, err, sizeof err))
+    kdrt_fail_all(c, 2, "%s (see %s --help)", err, kdrt_prog_invoke);
   // Keras's optimizer refuses a new rate when its learning rate is a
   // schedule (ReduceLROnPlateau fails at its first reduction): refused here,
   // before training.
-  if (prog->schedule && (o.has_lr || o.reduce_lr)) {
+  if (prog->schedule && (o->has_lr || o->reduce_lr)) {
     static const char *const names[] = {
 #define KDRT_X(name, kname) kname,
       KDRT_SCHEDULE_LIST(KDRT_X)
 #undef KDRT_X
     };
-    fail_all(c, 2, "%s: this program's learning rate is a schedule (%s), which sets the rate "
-             "at every step; Keras's optimizer takes no other rate", o.has_lr ? "--lr" :
-             "--reduce-lr-on-plateau", names[prog->schedule->kind]);
+    kdrt_fail_all(c, 2, "%s: this program's learning rate is a schedule (%s), which sets the "
+                  "rate at every step; Keras's optimizer takes no other rate", o->has_lr ?
+                  "--lr" : "--reduce-lr-on-plateau", names[prog->schedule->kind]);
   }
-  if (o.save_weights && kdrt_weights_check_path(prog, o.save_weights, err, sizeof err))
-    fail_all(c, 2, "--save-weights %s", err);
-  if (o.checkpoint_best && kdrt_weights_check_path(prog, o.checkpoint_best, err, sizeof err))
-    fail_all(c, 2, "--checkpoint-best %s", err);
-  if (!o.help && !o.weights && !o.init_random && prog->weights_file && !kdrt_program_archive(prog))
-    fail_all(c, 1, "%s", kdrt_archive_gone(prog, err, sizeof err));
-  if (o.help) {
-    if (c->rank == 0) usage(stdout, prog);
-    MPI_Finalize();
-    return 0;
-  }
-  // Outputs are written at the end (rank 0): a place that cannot take them
-  // is said now, not after the whole run.
-  {
-    const char *const flag[4] = {"--history", "--save-weights", "--checkpoint-best", "--csv-log"};
-    const char *const path[4] = {o.history, o.save_weights, o.checkpoint_best, o.csv_log};
-    int bad = 0; // 1 + the index of the first that cannot be written
-    for (int i = 0; i < 4 && c->rank == 0 && !bad; i++)
-      if (path[i] && kdrt_check_output(path[i], err, sizeof err)) bad = i + 1;
-    KDRT_MPI(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    if (bad) fail_all(c, 1, "%s %s", flag[bad - 1], err);
-  }
+  if (o->save_weights && kdrt_weights_check_path(prog, o->save_weights, err, sizeof err))
+    kdrt_fail_all(c, 2, "--save-weights %s", err);
+  if (o->checkpoint_best && kdrt_weights_check_path(prog, o->checkpoint_best, err, sizeof err))
+    kdrt_fail_all(c, 2, "--checkpoint-best %s", err);
+  if (!o->help && !o->weights && !o->init_random && prog->weights_file &&
+      !kdrt_program_archive(prog))
+    kdrt_fail_all(c, 1, "%s", kdrt_archive_gone(prog, err, sizeof err));
+}
 
-  // 3. the mesh
+// Outputs are written at the end (rank 0): a place that cannot take them
+// is said now, not after the whole run.
+static void check_outputs(kdrt_ctx *c, const kdrt_options *o) {
+  const char *const flag[4] = {"--history", "--save-weights", "--checkpoint-best", "--csv-log"};
+  const char *const path[4] = {o->history, o->save_weights, o->checkpoint_best, o->csv_log};
+  char err[1024];
+  int bad = 0; // 1 + the index of the first that cannot be written
+  for (int i = 0; i < 4 && c->rank == 0 && !bad; i++)
+    if (path[i] && kdrt_check_output(path[i], err, sizeof err)) bad = i + 1;
+  KDRT_MPI(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (bad) kdrt_fail_all(c, 1, "%s %s", flag[bad - 1], err);
+}
+
+// The world must be the compiled mesh (else how to run it: `mpirun -np 8
+// ./train`), the description one this runtime takes, --batch-size one the
+// memory plan can hold.
+static void check_program(kdrt_ctx *c, const kdrt_options *o) {
+  const kdrt_program *prog = c->prog;
   int64_t devices = 1, mesh[KDRT_MAX_AXES];
   for (int i = 0; i < prog->mesh_ndim; i++) mesh[i] = prog->mesh_shape[i], devices *= mesh[i];
   if (devices != c->world) {
     char m[128], a[256];
     fmt_tuple(m, sizeof m, prog->mesh_ndim, mesh, NULL);
     fmt_tuple(a, sizeof a, prog->mesh_ndim, NULL, prog->mesh_axes);
-    fail_all(c, 1,
-             "this program was compiled for mesh %s %s = %lld device%s, but runs on %d rank%s; "
-             "run it as: mpirun -np %lld %s",
-             m, a, (long long)devices, devices == 1 ? "" : "s", c->world,
-             c->world == 1 ? "" : "s", (long long)devices, prog_invoke);
+    kdrt_fail_all(c, 1,
+                  "this program was compiled for mesh %s %s = %lld device%s, but runs on %d "
+                  "rank%s; run it as: mpirun -np %lld %s",
+                  m, a, (long long)devices, devices == 1 ? "" : "s", c->world,
+                  c->world == 1 ? "" : "s", (long long)devices, kdrt_prog_invoke);
   }
   if (prog->nlogs < 1 || prog->nlogs > KDRT_MAX_LOGS || strcmp(prog->log_names[0], "loss") ||
       prog->ninputs < 1 || prog->ninputs > KDRT_MAX_FILES || prog->nlabels > KDRT_MAX_FILES ||
       prog->noutputs > KDRT_MAX_FILES)
-    fail_all(c, 1, "this program's description is not one this runtime takes (%d inputs, %d "
-             "labels, %d outputs, %d logs, the first '%s'; at most %d, %d, %d, %d, 'loss' "
-             "first); recompile it with this kdcc", prog->ninputs, prog->nlabels,
-             prog->noutputs, prog->nlogs, prog->nlogs > 0 ? prog->log_names[0] : "",
-             KDRT_MAX_FILES, KDRT_MAX_FILES, KDRT_MAX_FILES, KDRT_MAX_LOGS);
+    kdrt_fail_all(c, 1, "this program's description is not one this runtime takes (%d inputs, "
+                  "%d labels, %d outputs, %d logs, the first '%s'; at most %d, %d, %d, %d, "
+                  "'loss' first); recompile it with this kdcc", prog->ninputs, prog->nlabels,
+                  prog->noutputs, prog->nlogs, prog->nlogs > 0 ? prog->log_names[0] : "",
+                  KDRT_MAX_FILES, KDRT_MAX_FILES, KDRT_MAX_FILES, KDRT_MAX_LOGS);
   // The memory plan is compiled for prog->batch rows: any batch up to it
   // runs in it; a larger one replays the plan for its rows (arena_for),
   // which a program without one (CUDA's) cannot.
-  if (o.batch_size > prog->batch && !prog->narena_plan)
-    fail_all(c, 2, "--batch-size %d: this program holds at most %d rows a step (its memory plan "
-             "was compiled for kdcc --batch-size %d); recompile with kdcc --batch-size %d or "
-             "more", o.batch_size, prog->batch, prog->batch, o.batch_size);
+  if (o->batch_size > prog->batch && !prog->narena_plan)
+    kdrt_fail_all(c, 2, "--batch-size %d: this program holds at most %d rows a step (its "
+                  "memory plan was compiled for kdcc --batch-size %d); recompile with kdcc "
+                  "--batch-size %d or more", o->batch_size, prog->batch, prog->batch,
+                  o->batch_size);
+}
 
-  // 4. place, allocate, initialise
+// Place this rank in the mesh (row-major coordinates), find the checkpoint
+// --resume continues (ck, named in ck_name; "" when none) and take its
+// seed, which the data may depend on; allocate the parameters, gradients
+// and arena.
+static void place_and_allocate(kdrt_ctx *c, kdrt_options *o, kdrt_ckpt_state *ck,
+                               char *ck_name, size_t ck_len) {
+  const kdrt_program *prog = c->prog;
   for (int a = prog->mesh_ndim - 1, rest = c->rank; a >= 0; a--) {
     c->coord[a] = rest % prog->mesh_shape[a];
     rest /= prog->mesh_shape[a];
   }
-  // Checkpoints: D must take files; --resume takes its newest complete one
-  // (and its seed, which the data may depend on).
-  kdrt_ckpt_state ck;
-  char ck_name[64] = "";
-  if (o.checkpoint_dir) kdrt_ckpt_prepare(c, o.checkpoint_dir);
-  if (o.resume && kdrt_ckpt_find(c, o.checkpoint_dir, &ck, ck_name, sizeof ck_name) == 0)
-    o.seed = ck.seed;
-  else if (o.resume && c->rank == 0 && !o.quiet)
-    printf("%s: no checkpoint in %s; starting from scratch\n", prog_name, o.checkpoint_dir);
-  c->seed = o.seed;
+  // Checkpoints: D must take files; --resume takes its newest complete one.
+  if (o->checkpoint_dir) kdrt_ckpt_prepare(c, o->checkpoint_dir);
+  if (o->resume && kdrt_ckpt_find(c, o->checkpoint_dir, ck, ck_name, ck_len) == 0)
+    o->seed = ck->seed;
+  else if (o->resume && c->rank == 0 && !o->quiet)
+    printf("%s: no checkpoint in %s; starting from scratch\n", kdrt_prog_name, o->checkpoint_dir);
+  c->seed = o->seed;
   c->step = 0;
-  c->lr = o.has_lr ? o.lr : prog->learning_rate;
+  c->lr = o->has_lr ? o->lr : prog->learning_rate;
   c->params = alloc_floats(c, prog->param_floats, "the parameters");
   c->grads = alloc_floats(c, prog->grad_floats, "the gradients");
-  c->arena_floats = arena_for(c, o.batch_size);
-  c->max_rows = o.batch_size > prog->batch ? o.batch_size : prog->batch;
+  c->arena_floats = arena_for(c, o->batch_size);
+  c->max_rows = o->batch_size > prog->batch ? o->batch_size : prog->batch;
   c->arena = alloc_floats(c, c->arena_floats, "the activation arena");
-  int show = c->rank == 0 && !o.quiet;
+}
 
-  // 5. data
-  run r;
-  memset(&r, 0, sizeof r);
-  r.c = c, r.p = prog, r.o = &o;
+// Open the data (data.c): --x/--y (or --synthetic samples, 128 when
+// nothing is given), --val-x/--val-y or the --validation-split, --test-x/
+// --test-y; then the batch B and the checks of the sample counts against
+// it. Every rank opens the same files and fails alike.
+static void open_data(run *r, kdrt_options *o) {
+  kdrt_ctx *c = r->c;
+  const kdrt_program *prog = r->p;
+  char err[1024];
   // The files in the program's order: --x per input, --y per label (usage
   // errors, status 2).
   const char *xs[3][KDRT_MAX_FILES], *ys[3][KDRT_MAX_FILES];
-  const kdrt_files *fx[3] = {&o.x, &o.val_x, &o.test_x}, *fy[3] = {&o.y, &o.val_y, &o.test_y};
+  const kdrt_files *fx[3] = {&o->x, &o->val_x, &o->test_x};
+  const kdrt_files *fy[3] = {&o->y, &o->val_y, &o->test_y};
   static const char *const ox[3] = {"--x", "--val-x", "--test-x"};
   static const char *const oy[3] = {"--y", "--val-y", "--test-y"};
   for (int i = 0; i < 3; i++) {
@@ -1300,180 +935,264 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
                            sizeof err) ||
         kdrt_resolve_files(fy[i], oy[i], prog->labels, prog->nlabels, "label", ys[i], err,
                            sizeof err))
-      fail_all(c, 2, "%s (see %s --help)", err, prog_invoke);
+      kdrt_fail_all(c, 2, "%s (see %s --help)", err, kdrt_prog_invoke);
   }
-  // Every rank opens the same files and fails alike (data.c).
-  if (o.x.n) {
-    if (kdrt_data_open(&r.data, prog, xs[0], ys[0], o.scale, err, sizeof err))
-      fail_all(c, 1, "%s", err);
+  if (o->x.n) {
+    if (kdrt_data_open(&r->data, prog, xs[0], ys[0], o->scale, err, sizeof err))
+      kdrt_fail_all(c, 1, "%s", err);
   } else {
-    if (!o.synthetic) {
-      o.synthetic = 128;
-      if (show) printf("%s: no --x/--y given; training on --synthetic 128 random samples\n",
-                       prog_name);
+    if (!o->synthetic) {
+      o->synthetic = 128;
+      if (r->show) printf("%s: no --x/--y given; training on --synthetic 128 random samples\n",
+                          kdrt_prog_name);
     }
-    kdrt_data_synthetic(&r.data, prog, o.seed, o.synthetic);
-    r.data.scale = o.scale;
+    kdrt_data_synthetic(&r->data, prog, o->seed, o->synthetic);
+    r->data.scale = o->scale;
   }
-  if (o.val_x.n && kdrt_data_open(&r.val, prog, xs[1], ys[1], o.scale, err, sizeof err))
-    fail_all(c, 1, "%s", err);
-  if (o.test_x.n && kdrt_data_open(&r.test, prog, xs[2], ys[2], o.scale, err, sizeof err))
-    fail_all(c, 1, "%s", err);
+  if (o->val_x.n && kdrt_data_open(&r->val, prog, xs[1], ys[1], o->scale, err, sizeof err))
+    kdrt_fail_all(c, 1, "%s", err);
+  if (o->test_x.n && kdrt_data_open(&r->test, prog, xs[2], ys[2], o->scale, err, sizeof err))
+    kdrt_fail_all(c, 1, "%s", err);
   // Keras: the validation split is the last fraction, taken before shuffling.
-  if (o.validation_split > 0) {
-    int64_t n = r.data.n, keep = (int64_t)floor((double)n * (1.0 - o.validation_split));
-    r.val = kdrt_data_slice(&r.data, keep, n - keep);
-    r.data.n = keep;
+  if (o->validation_split > 0) {
+    int64_t n = r->data.n, keep = (int64_t)floor((double)n * (1.0 - o->validation_split));
+    r->val = kdrt_data_slice(&r->data, keep, n - keep);
+    r->data.n = keep;
   }
-  r.ntrain = r.data.n;
-  r.nval = r.val.n;
-  r.B = o.batch_size ? o.batch_size : prog->batch;
-  if (r.ntrain == 0 && o.validation_split > 0)
-    fail_all(c, 1, "--validation-split %g leaves no training samples", o.validation_split);
-  if (r.ntrain == 0) fail_all(c, 1, "%s holds no samples", o.x.n ? xs[0][0] : "the data");
-  if (o.validation_split > 0 && r.nval == 0)
-    fail_all(c, 1, "--validation-split %g of %lld samples leaves no validation samples",
-             o.validation_split, (long long)(r.ntrain + r.nval));
-  if (o.val_x.n && r.nval == 0) fail_all(c, 1, "%s holds no samples", xs[1][0]);
-  if (o.test_x.n && r.test.n == 0) fail_all(c, 1, "%s holds no samples", xs[2][0]);
-  if (show && o.drop_remainder && r.ntrain % r.B)
+  r->ntrain = r->data.n;
+  r->nval = r->val.n;
+  r->B = o->batch_size ? o->batch_size : prog->batch;
+  if (r->ntrain == 0 && o->validation_split > 0)
+    kdrt_fail_all(c, 1, "--validation-split %g leaves no training samples", o->validation_split);
+  if (r->ntrain == 0) kdrt_fail_all(c, 1, "%s holds no samples", o->x.n ? xs[0][0] : "the data");
+  if (o->validation_split > 0 && r->nval == 0)
+    kdrt_fail_all(c, 1, "--validation-split %g of %lld samples leaves no validation samples",
+                  o->validation_split, (long long)(r->ntrain + r->nval));
+  if (o->val_x.n && r->nval == 0) kdrt_fail_all(c, 1, "%s holds no samples", xs[1][0]);
+  if (o->test_x.n && r->test.n == 0) kdrt_fail_all(c, 1, "%s holds no samples", xs[2][0]);
+  if (r->show && o->drop_remainder && r->ntrain % r->B)
     printf("%s: --drop-remainder: %lld of %lld training samples do not fill a batch of %lld; "
-           "each epoch leaves them out\n", prog_name, (long long)(r.ntrain % r.B),
-           (long long)r.ntrain, (long long)r.B);
-  if (o.drop_remainder && r.ntrain < r.B)
-    fail_all(c, 1, "--drop-remainder: %lld training samples do not fill one batch of %lld",
-             (long long)r.ntrain, (long long)r.B);
-  {
-    int64_t all = o.drop_remainder ? r.ntrain / r.B : (r.ntrain + r.B - 1) / r.B;
-    if (show && o.steps_per_epoch > all)
-      printf("%s: --steps-per-epoch %lld is more than the %lld batches; using %lld\n", prog_name,
-             (long long)o.steps_per_epoch, (long long)all, (long long)all);
+           "each epoch leaves them out\n", kdrt_prog_name, (long long)(r->ntrain % r->B),
+           (long long)r->ntrain, (long long)r->B);
+  if (o->drop_remainder && r->ntrain < r->B)
+    kdrt_fail_all(c, 1, "--drop-remainder: %lld training samples do not fill one batch of %lld",
+                  (long long)r->ntrain, (long long)r->B);
+  int64_t all = o->drop_remainder ? r->ntrain / r->B : (r->ntrain + r->B - 1) / r->B;
+  if (r->show && o->steps_per_epoch > all)
+    printf("%s: --steps-per-epoch %lld is more than the %lld batches; using %lld\n",
+           kdrt_prog_name, (long long)o->steps_per_epoch, (long long)all, (long long)all);
+}
+
+// The data evaluate takes: the test set if given, else the validation data
+// if any, else the training data.
+static const kdrt_data *evaluated(const run *r) {
+  return r->test.n ? &r->test : r->nval > 0 ? &r->val : &r->data;
+}
+
+// Every row count a step will see must run on this program (a batch
+// dimension split over an axis other than the batch axis needs rows that
+// divide by its size): asked of the steps (c->probe) before any training.
+static void probe_rows(const run *r) {
+  kdrt_ctx *c = r->c;
+  const kdrt_program *prog = r->p;
+  const kdrt_options *o = r->o;
+  int64_t counts[4] = {r->B, o->drop_remainder ? 0 : r->ntrain % r->B, r->nval % r->B,
+                       evaluated(r)->n % r->B};
+  static const char *const what[4] = {"a batch", "the last training batch",
+                                      "the last validation batch",
+                                      "the last batch that evaluate takes"};
+  for (int i = 0; i < 4; i++) {
+    if (!counts[i]) continue;
+    kdrt_set_rows(c, counts[i]);
+    c->probe = 1;
+    float probe_logs[KDRT_MAX_LOGS];
+    (i == 0 || i == 1 ? prog->train_step : prog->eval_step)(c, NULL, NULL, probe_logs);
+    c->probe = 0;
+    kdrt_set_rows(c, 0);
+    if (rows_refusal[0])
+      kdrt_fail_all(c, 1, "%s of %lld rows cannot run: %s; choose a --batch-size (and a sample "
+                    "count) that it divides, or --drop-remainder", what[i],
+                    (long long)counts[i], rows_refusal);
   }
-  // Every row count a step will see must run on this program (a batch
-  // dimension split over an axis other than the batch axis needs rows
-  // that divide by its size): asked of the steps before any training.
-  {
-    const kdrt_data *ed = r.test.n ? &r.test : r.nval > 0 ? &r.val : &r.data; // evaluated
-    int64_t counts[4] = {r.B, o.drop_remainder ? 0 : r.ntrain % r.B, r.nval % r.B, ed->n % r.B};
-    static const char *const what[4] = {"a batch", "the last training batch",
-                                        "the last validation batch",
-                                        "the last batch that evaluate takes"};
-    for (int i = 0; i < 4; i++) {
-      if (!counts[i]) continue;
-      kdrt_set_rows(c, counts[i]);
-      c->probe = 1;
-      float probe_logs[KDRT_MAX_LOGS];
-      (i == 0 || i == 1 ? prog->train_step : prog->eval_step)(c, NULL, NULL, probe_logs);
-      c->probe = 0;
-      kdrt_set_rows(c, 0);
-      if (rows_refusal[0])
-        fail_all(c, 1, "%s of %lld rows cannot run: %s; choose a --batch-size (and a sample "
-                 "count) that it divides, or --drop-remainder", what[i], (long long)counts[i],
-                 rows_refusal);
-    }
-  }
+}
+
+// This rank's batch buffers (its share of the most rows a step has), the
+// logs, their names (then "val_" + each) and the history.
+static void alloc_run(run *r) {
+  kdrt_ctx *c = r->c;
+  const kdrt_program *prog = r->p;
   int ba = prog->batch_axis;
-  int64_t most = r.B > prog->batch ? r.B : prog->batch; // the most rows a step has
+  int64_t most = r->B > prog->batch ? r->B : prog->batch; // the most rows a step has
   int64_t lb = ba >= 0 ? (most + prog->mesh_shape[ba] - 1) / prog->mesh_shape[ba] : most;
-  r.x = calloc((size_t)prog->ninputs + 1, sizeof *r.x);
-  r.y = calloc((size_t)prog->nlabels + 1, sizeof *r.y);
-  if (!r.x || !r.y) kdrt_fatal(c, "out of memory");
+  r->x = calloc((size_t)prog->ninputs + 1, sizeof *r->x);
+  r->y = calloc((size_t)prog->nlabels + 1, sizeof *r->y);
+  if (!r->x || !r->y) kdrt_fatal(c, "out of memory");
   for (int k = 0; k < prog->ninputs; k++)
-    r.x[k] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->inputs[k]),
-                          "the input batch");
+    r->x[k] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->inputs[k]),
+                           "the input batch");
   for (int j = 0; j < prog->nlabels; j++)
-    r.y[j] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->labels[j]),
-                          "the label batch");
-  r.show = show;
-  r.live = show && live;
-  int ne = o.epochs > 0 ? o.epochs : 1, nl = prog->nlogs;
+    r->y[j] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->labels[j]),
+                           "the label batch");
+  int ne = r->o->epochs > 0 ? r->o->epochs : 1, nl = prog->nlogs;
   double *hist = calloc((size_t)ne * (2 * (size_t)nl + 1) + 2 * (size_t)nl, sizeof(double));
-  r.hist = calloc(2 * (size_t)nl, sizeof *r.hist);
-  r.names = calloc(2 * (size_t)nl, sizeof *r.names);
+  r->hist = calloc(2 * (size_t)nl, sizeof *r->hist);
+  r->names = calloc(2 * (size_t)nl, sizeof *r->names);
   char *val_names = calloc(2 * (size_t)nl, 128);
-  r.logs = calloc((size_t)nl, sizeof *r.logs);
-  if (!hist || !r.hist || !r.names || !val_names || !r.logs) kdrt_fatal(c, "out of memory");
-  for (int k = 0; k < 2 * nl; k++) r.hist[k] = hist + (size_t)k * (size_t)ne;
-  r.sums = hist + 2 * (size_t)nl * (size_t)ne, r.eval = r.sums + nl, r.lr_hist = r.eval + nl;
+  r->logs = calloc((size_t)nl, sizeof *r->logs);
+  if (!hist || !r->hist || !r->names || !val_names || !r->logs) kdrt_fatal(c, "out of memory");
+  for (int k = 0; k < 2 * nl; k++) r->hist[k] = hist + (size_t)k * (size_t)ne;
+  r->sums = hist + 2 * (size_t)nl * (size_t)ne, r->eval = r->sums + nl;
+  r->lr_hist = r->eval + nl;
   for (int k = 0; k < nl; k++) {
-    r.names[k] = prog->log_names[k];
+    r->names[k] = prog->log_names[k];
     snprintf(val_names + 128 * k, 128, "val_%s", prog->log_names[k]);
-    r.names[nl + k] = val_names + 128 * k;
+    r->names[nl + k] = val_names + 128 * k;
   }
+  r->hist_mem = hist, r->val_names = val_names;
+}
 
-  prog->init(c);
-  const char *wfile = o.weights ? o.weights : o.init_random ? NULL : kdrt_program_archive(prog);
-  if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) fail_all(c, 1, "%s", err);
+// The initial weights: the program's own, then --weights or the archive
+// it was compiled from, then the checkpoint ck (named ck_name) that
+// --resume continues.
+static void init_weights(run *r, const kdrt_ckpt_state *ck, const char *ck_name) {
+  kdrt_ctx *c = r->c;
+  const kdrt_options *o = r->o;
+  char err[1024];
+  r->p->init(c);
+  const char *wfile = o->weights ? o->weights : o->init_random ? NULL
+                                                               : kdrt_program_archive(r->p);
+  if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) kdrt_fail_all(c, 1, "%s", err);
   if (ck_name[0]) {
-    kdrt_ckpt_load(c, o.checkpoint_dir, ck_name);
-    c->step = ck.step;
-    r.resume = &ck;
-    if (show)
-      printf("%s: resuming from %s/%s: epoch %lld, %lld of %lld steps done\n", prog_name,
-             o.checkpoint_dir, ck_name, (long long)ck.epoch + 1, (long long)ck.pos,
-             (long long)ck.steps);
+    kdrt_ckpt_load(c, o->checkpoint_dir, ck_name);
+    c->step = ck->step;
+    r->resume = ck;
+    if (r->show)
+      printf("%s: resuming from %s/%s: epoch %lld, %lld of %lld steps done\n", kdrt_prog_name,
+             o->checkpoint_dir, ck_name, (long long)ck->epoch + 1, (long long)ck->pos,
+             (long long)ck->steps);
   }
+}
 
-  // The callbacks: their monitored log must be one of this run's.
-  {
-    int rc = kdrt_cb_begin(&r.cb, c, &o, 2 * nl, r.names, r.nval > 0, show, err, sizeof err);
-    KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    if (rc) fail_all(c, 1, "%s", err);
+// The callbacks: their monitored log must be one of this run's.
+static void begin_callbacks(run *r) {
+  char err[1024];
+  int rc = kdrt_cb_begin(&r->cb, r->c, r->o, 2 * r->p->nlogs, r->names, r->nval > 0, r->show,
+                         err, sizeof err);
+  KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (rc) kdrt_fail_all(r->c, 1, "%s", err);
+}
+
+// Training diverged: the history so far, no evaluation, no weights saved;
+// rank 0 says why and which checkpoint to --resume. Returns the status, 1.
+static int report_divergence(run *r) {
+  const kdrt_options *o = r->o;
+  for (int k = 0; k < r->p->nlogs; k++) r->eval[k] = NAN;
+  if (r->c->rank == 0) {
+    fflush(stdout);
+    fprintf(stderr, "%s: training diverged: %s; stopped as Keras's TerminateOnNaN stops%s%s%s",
+            kdrt_prog_name, r->diverged, o->history ? "; the history so far is in " : "",
+            o->history ? o->history : "", o->save_weights ? "; " : "\n");
+    if (o->save_weights) fprintf(stderr, "%s is not written\n", o->save_weights);
+    char latest[4400], name[64] = "";
+    FILE *lf = NULL;
+    if (o->checkpoint_dir) {
+      snprintf(latest, sizeof latest, "%s/latest", o->checkpoint_dir);
+      lf = fopen(latest, "r");
+    }
+    if (lf && fscanf(lf, "%63s", name) == 1)
+      fprintf(stderr, "%s: the last checkpoint, %s/%s, holds finite weights: --resume it with "
+              "a smaller --lr\n", kdrt_prog_name, o->checkpoint_dir, name);
+    if (lf) fclose(lf);
   }
+  return 1;
+}
 
-  // 6. fit, 7. evaluate, watched (watchdog.c)
+// --history (rank 0) and --save-weights (not after a divergence). Returns
+// the status: 0, or 1 when one could not be written.
+static int write_outputs(run *r) {
+  const kdrt_options *o = r->o;
+  kdrt_ctx *c = r->c;
+  char err[1024];
+  int status = 0;
+  if (o->history && c->rank == 0 && write_history(r, o->history)) {
+    fprintf(stderr, "%s: cannot write history %s: %s\n", kdrt_prog_name, o->history,
+            strerror(errno));
+    status = 1;
+  }
+  kdrt_watch_phase("saving the weights", 0, 0);
+  if (o->save_weights && !r->diverged[0] &&
+      kdrt_weights_save(c, o->save_weights, err, sizeof err)) {
+    if (c->rank == 0) fprintf(stderr, "%s: %s\n", kdrt_prog_name, err);
+    status = 1;
+  }
+  return status;
+}
+
+// MPI down, everything freed.
+static void finish(run *r) {
+  kdrt_ctx *c = r->c;
+  const kdrt_program *prog = r->p;
+  fflush(stdout);
+  kdrt_watchdog_stop();
+  kdrt_comm_free(c);
+  MPI_Finalize();
+  free(r->hist_mem), free(r->hist), free(r->names), free(r->val_names), free(r->logs);
+  free(r->step_loss);
+  for (int k = 0; k < prog->ninputs; k++) free(r->x[k]);
+  for (int j = 0; j < prog->nlabels; j++) free(r->y[j]);
+  free(r->x), free(r->y);
+  kdrt_data_close(&r->test), kdrt_data_close(&r->val), kdrt_data_close(&r->data);
+  free(c->params), free(c->grads), free(c->arena);
+}
+
+// ------------------------------------------------------------ main
+
+int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
+  kdrt_set_program(argc, argv);
+  if (argc > 1 && !strcmp(argv[1], "predict")) return kdrt_predict(argc, argv, prog);
+  if (argc > 1 && !strcmp(argv[1], "generate")) return kdrt_generate(argc, argv, prog);
+  int live = live_progress();
+  kdrt_ctx *c = start_mpi(&argc, &argv, prog);
+
+  kdrt_options o;
+  parse_options(c, argc, argv, &o);
+  if (o.help) {
+    if (c->rank == 0) usage(stdout, prog);
+    MPI_Finalize();
+    return 0;
+  }
+  check_outputs(c, &o);
+  check_program(c, &o);
+
+  kdrt_ckpt_state ck; // the checkpoint --resume continues, when ck_name is not ""
+  char ck_name[64] = "";
+  place_and_allocate(c, &o, &ck, ck_name, sizeof ck_name);
+
+  run r;
+  memset(&r, 0, sizeof r);
+  r.c = c, r.p = prog, r.o = &o;
+  r.show = c->rank == 0 && !o.quiet; // rank 0 prints; on a terminal, live
+  r.live = r.show && live;
+  open_data(&r, &o);
+  probe_rows(&r);
+  alloc_run(&r);
+  init_weights(&r, &ck, ck_name);
+  begin_callbacks(&r);
+
+  // Fit and evaluate, watched (watchdog.c).
   kdrt_watchdog_start(c, o.timeout);
   fit(&r);
   kdrt_cb_end(&r.cb, c); // restore_best_weights: before evaluate, as Keras's fit ends
   int status = 0;
   if (!r.diverged[0]) {
-    const kdrt_data *ed = r.test.n ? &r.test : r.nval > 0 ? &r.val : &r.data;
     progbar pb;
-    progbar_start(&pb, show, r.live, (ed->n + r.B - 1) / r.B);
+    progbar_start(&pb, r.show, r.live, (evaluated(&r)->n + r.B - 1) / r.B);
     kdrt_watch_phase("evaluate", 0, 0);
-    evaluate(&r, ed, r.eval, &pb);
-  } else { // diverged: the history so far, no evaluation, no weights saved
-    for (int k = 0; k < nl; k++) r.eval[k] = NAN;
-    status = 1;
-    if (c->rank == 0) {
-      fflush(stdout);
-      fprintf(stderr, "%s: training diverged: %s; stopped as Keras's TerminateOnNaN stops%s%s%s",
-              prog_name, r.diverged, o.history ? "; the history so far is in " : "",
-              o.history ? o.history : "", o.save_weights ? "; " : "\n");
-      if (o.save_weights) fprintf(stderr, "%s is not written\n", o.save_weights);
-      char latest[4400], name[64] = "";
-      FILE *lf = NULL;
-      if (o.checkpoint_dir) {
-        snprintf(latest, sizeof latest, "%s/latest", o.checkpoint_dir);
-        lf = fopen(latest, "r");
-      }
-      if (lf && fscanf(lf, "%63s", name) == 1)
-        fprintf(stderr, "%s: the last checkpoint, %s/%s, holds finite weights: --resume it with "
-                "a smaller --lr\n", prog_name, o.checkpoint_dir, name);
-      if (lf) fclose(lf);
-    }
+    evaluate(&r, evaluated(&r), r.eval, &pb);
+  } else {
+    status = report_divergence(&r);
   }
-
-  if (o.history && c->rank == 0 && write_history(&r, o.history)) {
-    fprintf(stderr, "%s: cannot write history %s: %s\n", prog_name, o.history, strerror(errno));
-    status = 1;
-  }
-  kdrt_watch_phase("saving the weights", 0, 0);
-  if (o.save_weights && !r.diverged[0] &&
-      kdrt_weights_save(c, o.save_weights, err, sizeof err)) {
-    if (c->rank == 0) fprintf(stderr, "%s: %s\n", prog_name, err);
-    status = 1;
-  }
-  fflush(stdout);
-  kdrt_watchdog_stop();
-  kdrt_comm_free(c);
-  MPI_Finalize();
-  free(hist), free(r.hist), free(r.names), free(val_names), free(r.logs);
-  free(r.step_loss);
-  for (int k = 0; k < prog->ninputs; k++) free(r.x[k]);
-  for (int j = 0; j < prog->nlabels; j++) free(r.y[j]);
-  free(r.x), free(r.y);
-  kdrt_data_close(&r.test), kdrt_data_close(&r.val), kdrt_data_close(&r.data);
-  free(c->params), free(c->grads), free(c->arena);
+  status |= write_outputs(&r);
+  finish(&r);
   return status;
 }

@@ -212,21 +212,27 @@ void kdrt_rows_refused(kdrt_ctx *c, int64_t rows, int size, const char *axis);
 // returns the arena's floats. Without a plan: p->arena_floats, nothing set.
 size_t kdrt_arena_plan(const kdrt_program *p, int64_t B);
 
+// ---------------------------------------------------------------- fatal.c
+// The program's name, its messages and its ways out on an error.
+
+extern const char *kdrt_prog_name;   // basename of argv[0] ("train"), prefixes messages
+extern const char *kdrt_prog_invoke; // argv[0] as typed ("./train"), for the mpirun hint
+// Take both from argv[0] (kdrt_main's first act).
+void kdrt_set_program(int argc, char **argv);
+
 // Format a message into err[errlen]; returns -1 (the error convention of the
 // runtime's file readers and writers).
 int kdrt_errf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-// Whether a file can be written at path, as the runtime writes its outputs
-// (a temporary beside it, then a rename): path is not a directory and its
-// directory takes a new file (one is made and removed). 0, or -1 with a
-// message naming path and why. No MPI.
-int kdrt_check_output(const char *path, char *err, size_t errlen);
-
 // printf on rank 0 only.
 void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...);
 // Fatal error: message on stderr (prefixed by the rank), MPI_Abort, exit 1.
 void kdrt_fatal(const kdrt_ctx *c, const char *fmt, ...);
+// An error every rank sees alike: rank 0 says it ("<program>: ..."), every
+// rank frees its communicators, finalizes MPI and exits with status.
+void kdrt_fail_all(const kdrt_ctx *c, int status, const char *fmt, ...)
+    __attribute__((noreturn));
 
 // ---------------------------------------------------------------- weights.c
 // Keras weights files, and `./train predict`.
@@ -625,10 +631,11 @@ void kdrt_watch_step_time(double seconds);
 void kdrt_watch_enter(const char *coll, unsigned axes);
 void kdrt_watch_leave(void);
 
-// ---------------------------------------------------------------- kdrt.c, comm.c, rng.c internals
-// Pieces of the runtime that generated code does not call, declared here so
-// the three runtime files and the unit tests (tests/test_rt_core.c,
-// tests/rt_comm_check.c) can reach them.
+// ---------------------------------------------------------------- options.c
+// The command line of a generated program; pieces of the runtime that
+// generated code does not call, declared here so kdrt.c, the other runtime
+// files and the unit tests (tests/test_rt_core.c, tests/rt_comm_check.c)
+// can reach them.
 
 // The values of one repeatable file option (--x, --y, ...), as typed.
 #define KDRT_MAX_FILES 32              // inputs, labels, outputs of a program: at most this many
@@ -700,6 +707,12 @@ typedef struct {
 // Parse argv[1..argc) into o (defaults first). Returns 0, or 2 with a
 // one-line message in err (usage errors exit with status 2).
 int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t errlen);
+
+// Whether a file can be written at path, as the runtime writes its outputs
+// (a temporary beside it, then a rename): path is not a directory and its
+// directory takes a new file (one is made and removed). 0, or -1 with a
+// message naming path and why. No MPI.
+int kdrt_check_output(const char *path, char *err, size_t errlen);
 
 // ---------------------------------------------------------------- callbacks.c
 // Keras's EarlyStopping, ReduceLROnPlateau, ModelCheckpoint(save_best_only)
