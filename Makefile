@@ -85,7 +85,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
-test: setup all $(TEST_BINS)
+# setup first, then the build (under make -j the two would race: the build
+# needs the headers setup installs).
+test: setup
+	@$(MAKE) --no-print-directory test-run
+
+test-run: all $(TEST_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; $$t --jobs 1; done
 	@set -e; for s in tests/sh/*.sh; do echo "== $$s"; bash $$s; done
 	@echo "all tests passed"
@@ -104,7 +109,8 @@ setup:
 # The Fashion-MNIST MLP (examples/fashion_mnist), compiled for the (2,4) mesh,
 # trained on the 60,000 images of dataset-fashion-mnist, evaluated on the 10,000
 # test images (RUN_ARGS go to the training program, e.g. RUN_ARGS="--epochs 2").
-run: setup all
+run: setup
+	@$(MAKE) --no-print-directory all
 	bash examples/fashion_mnist/train.sh mlp $(RUN_ARGS)
 
 clean:
@@ -132,7 +138,7 @@ rt-libs:
 rt-march:
 	@echo $(MARCH)
 
-.PHONY: all test setup run clean rt-libs rt-march bench bench-build
+.PHONY: all test test-run setup run clean rt-libs rt-march bench bench-build
 
 # kdcc built with AddressSanitizer and UBSan, for the bad-input corpus
 ASAN_OBJS = $(COMPILER_SRCS:compiler/%.c=build/asan/%.o)
@@ -210,7 +216,8 @@ endif
 # this GPU in build/tests/gpu_device/. Skips cleanly (exit 0) without a GPU or
 # without nvcc.
 GPU_PHASES ?= env,corr,faults,mesh
-test-gpu: setup all
+test-gpu: setup
+	@$(MAKE) --no-print-directory all
 	@set -e; for s in tests/sh/gpu_*.sh; do echo "== $$s"; bash $$s; done
 	@if [ -z "$(NVCC)" ]; then echo "test-gpu: device.sh skipped: nvcc not found"; \
 	elif ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then \
@@ -235,7 +242,8 @@ gpu-bundle:
 # ---- bench-gpu: kdcc against PyTorch and Keras-JAX on this machine's GPU, GPT-2's
 # 124M shape included, into bench/GPU_RESULTS.md (tests/gpu/bench_gpu.sh; skips
 # without a GPU). bench/GPU.md is the analysis of such runs.
-bench-gpu: setup all
+bench-gpu: setup
+	@$(MAKE) --no-print-directory all
 	@bash tests/gpu/bench_gpu.sh
 
 FORCE:
