@@ -7,8 +7,10 @@
 // the fit loop, the data, the progress output, the history, checkpoints
 // and weights files. Only the step functions differ: each copies this
 // rank's rows of every input and label to the device (kdrt_cuda_begin),
-// runs the step there, writes its logs into a device array and copies
-// them back (kdrt_cuda_end).
+// runs the step there (or replays it as a CUDA graph: kdrt_cuda_replay),
+// writes its logs into a device array and copies them back (kdrt_cuda_end);
+// a training step's logs reach the host one step later (kdrt_ctx.collect),
+// so the host loads the next batch while the device runs this one.
 //
 // Where the numbers live
 // - The device blobs are authoritative while training. The host blobs
@@ -73,7 +75,10 @@ kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *hx, const v
 // After a step: the program's nlogs floats at logs_dev (a device array,
 // e.g. d->logs, in log_names order) to logs on the host, then what the
 // host needs back (see above; after EVAL every output with an arena
-// offset, for predict). Waits for the device.
+// offset, for predict). Waits for the device, except after a training
+// step without checkpoints, KDRT_CUDA_SYNC or KDRT_CUDA_PROFILE: then it
+// returns at once, sets c->logs_pending, and the fit loop takes the logs
+// with c->collect after the next step.
 void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, float *logs);
 // In a training step after its inputs are on their way: 1 when the step
 // was captured as a CUDA graph before and that graph is now queued (the
