@@ -56,7 +56,8 @@ build/compiler/main.o: build/flags.stamp
 
 # The runtime's headers: the API, the kernel list, the shared enums, the
 # recurrent cells, and the kernels' vectorised math.
-RT_HDRS = runtime/kdrt.h runtime/kdrt_ops.h runtime/kdrt_defs.h runtime/kdrt_rnn.h runtime/vmath.h
+RT_HDRS = runtime/kdrt.h runtime/kdrt_ops.h runtime/kdrt_defs.h runtime/kdrt_rnn.h runtime/kdrt_philox.h \
+          runtime/vmath.h
 
 build/runtime/%.o: runtime/%.c $(RT_HDRS) build/flags.stamp
 	@mkdir -p $(dir $@)

@@ -16,6 +16,7 @@
 // Uniform: the top 24 bits of the first output word / 2^24, in [0, 1).
 // Normal:  Box-Muller over the first two output words of the same block.
 #include "kdrt.h"
+#include "kdrt_philox.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,39 +25,16 @@
 
 // ------------------------------------------------------------ Philox-4x32-10
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u // golden ratio
-#define PHILOX_W1 0xBB67AE85u // sqrt(3) - 1
-
 void kdrt_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
-  uint32_t x0 = ctr[0], x1 = ctr[1], x2 = ctr[2], x3 = ctr[3];
-  uint32_t k0 = key[0], k1 = key[1];
-  for (int round = 0; round < 10; round++) {
-    uint64_t p0 = (uint64_t)PHILOX_M0 * x0;
-    uint64_t p1 = (uint64_t)PHILOX_M1 * x2;
-    uint32_t y0 = (uint32_t)(p1 >> 32) ^ x1 ^ k0;
-    uint32_t y1 = (uint32_t)p1;
-    uint32_t y2 = (uint32_t)(p0 >> 32) ^ x3 ^ k1;
-    uint32_t y3 = (uint32_t)p0;
-    x0 = y0, x1 = y1, x2 = y2, x3 = y3;
-    k0 += PHILOX_W0;
-    k1 += PHILOX_W1;
-  }
-  out[0] = x0, out[1] = x1, out[2] = x2, out[3] = x3;
-}
-
-static uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  uint32_t x[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
+  kdrt_philox_block(x, key[0], key[1]);
+  out[0] = x[0], out[1] = x[1], out[2] = x[2], out[3] = x[3];
 }
 
 // The four output words for (seed, stream, hi, lo).
 static void philox_block(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo,
                          uint32_t out[4]) {
-  uint64_t k = splitmix64(seed ^ splitmix64(stream));
+  uint64_t k = kdrt_splitmix64(seed ^ kdrt_splitmix64(stream));
   uint32_t key[2] = {(uint32_t)k, (uint32_t)(k >> 32)};
   uint32_t ctr[4] = {(uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32)};
   kdrt_philox4x32(ctr, key, out);
@@ -168,7 +146,7 @@ static void init_row(void *arg, int64_t local, int64_t global, int64_t len) {
       j->kind == KDRT_INIT_LECUN_UNIFORM || j->kind == KDRT_INIT_RANDOM_UNIFORM) {
     // kdrt_uniform(seed, stream, 0, g) for each g, its blocks made in bulk
     // (AVX2 where there is): the same words, an order of magnitude faster
-    uint64_t k = splitmix64(seed ^ splitmix64(j->stream));
+    uint64_t k = kdrt_splitmix64(seed ^ kdrt_splitmix64(j->stream));
     const uint32_t key[2] = {(uint32_t)k, (uint32_t)(k >> 32)};
     uint32_t words[4 * 256];
     for (int64_t i0 = 0; i0 < len; i0 += 256) {
@@ -420,7 +398,7 @@ static void dropout_run(const dropout_job *j, float *y, const float *x, int64_t 
 // element's value depends only on its global index.
 void kdrt_dropout(kdrt_ctx *c, float *y, const float *x, const kdrt_layout *l, float rate,
                   uint64_t stream) {
-  uint64_t k = splitmix64(c->seed ^ splitmix64(stream));
+  uint64_t k = kdrt_splitmix64(c->seed ^ kdrt_splitmix64(stream));
   dropout_job j = {philox_blocks_for_cpu(), {(uint32_t)k, (uint32_t)(k >> 32)},
                    (uint64_t)c->step, rate, rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f};
   if (rate >= 1.0f) j.rate = 2.0f; // nothing is kept

@@ -8,38 +8,7 @@
 #include <string.h>
 
 #include "common.cuh"
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-__host__ __device__ static inline uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Word `word` of the Philox-4x32-10 block (kdrt_philox4x32) for counter
-// (lo, hi), the two key words given.
-__device__ static inline uint32_t philox_word(uint32_t k0, uint32_t k1, uint64_t lo, uint64_t hi,
-                                              unsigned word) {
-  uint32_t x0 = (uint32_t)lo, x1 = (uint32_t)(lo >> 32), x2 = (uint32_t)hi,
-           x3 = (uint32_t)(hi >> 32);
-  for (int round = 0; round < 10; round++) {
-    uint64_t p0 = (uint64_t)PHILOX_M0 * x0;
-    uint64_t p1 = (uint64_t)PHILOX_M1 * x2;
-    uint32_t y0 = (uint32_t)(p1 >> 32) ^ x1 ^ k0;
-    uint32_t y1 = (uint32_t)p1;
-    uint32_t y2 = (uint32_t)(p0 >> 32) ^ x3 ^ k1;
-    uint32_t y3 = (uint32_t)p0;
-    x0 = y0, x1 = y1, x2 = y2, x3 = y3;
-    k0 += PHILOX_W0;
-    k1 += PHILOX_W1;
-  }
-  return word == 0 ? x0 : word == 1 ? x1 : word == 2 ? x2 : x3;
-}
+#include "kdrt_philox.h" // Philox-4x32-10 and the key's splitmix64: the CPU's own source
 
 typedef struct {
   int rank;
@@ -83,7 +52,7 @@ __global__ static void dropout_kernel(float *y, const float *x, size_t n, block_
   if (sc) step = (uint64_t)sc->step; // a step replayed from a graph
   KDRT_FOR(e, n) {
     uint64_t g = global_index(&bm, e);
-    float u = (float)(philox_word(k0, k1, g >> 2, step, (unsigned)(g & 3)) >> 8) *
+    float u = (float)(kdrt_philox_word(k0, k1, g >> 2, step, (unsigned)(g & 3)) >> 8) *
               (1.0f / 16777216.0f);
     y[e] = u >= rate ? x[e] * keep_scale : 0.0f;
   }
@@ -98,7 +67,7 @@ extern "C" void kdrt_cuda_dropout(kdrt_cuda *d, float *y, const float *x, const 
   if (!n) return;
   float keep_scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
   if (rate >= 1.0f) rate = 2.0f; // nothing is kept
-  uint64_t k = splitmix64(c->seed ^ splitmix64(stream));
+  uint64_t k = kdrt_splitmix64(c->seed ^ kdrt_splitmix64(stream));
   dropout_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
       y, x, n, bm, (uint32_t)k, (uint32_t)(k >> 32), (uint64_t)c->step, rate, keep_scale,
       kdrt_step_sc(d));
@@ -114,8 +83,8 @@ __global__ static void noise_kernel(float *y, const float *x, size_t n, block_ma
   if (sc) step = (uint64_t)sc->step;
   KDRT_FOR(e, n) {
     uint64_t g = global_index(&bm, e);
-    double u1 = ((double)philox_word(k0, k1, g, step, 0) + 1.0) * (1.0 / 4294967296.0);
-    double u2 = (double)philox_word(k0, k1, g, step, 1) * (1.0 / 4294967296.0);
+    double u1 = ((double)kdrt_philox_word(k0, k1, g, step, 0) + 1.0) * (1.0 / 4294967296.0);
+    double u2 = (double)kdrt_philox_word(k0, k1, g, step, 1) * (1.0 / 4294967296.0);
     float z = stddev * (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
     y[e] = mul ? x[e] * (1.0f + z) : x[e] + z;
   }
@@ -129,7 +98,7 @@ extern "C" void kdrt_cuda_gaussian_noise(kdrt_cuda *d, float *y, const float *x,
   block_map bm;
   size_t n = block_map_of(c, l, &bm);
   if (!n) return;
-  uint64_t k = splitmix64(c->seed ^ splitmix64(stream));
+  uint64_t k = kdrt_splitmix64(c->seed ^ kdrt_splitmix64(stream));
   noise_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
       y, x, n, bm, (uint32_t)k, (uint32_t)(k >> 32), (uint64_t)c->step, stddev, mul,
       kdrt_step_sc(d));
