@@ -354,6 +354,11 @@ Loc jloc_keyname(const json_t *obj, const char *key) {
   return i >= 0 ? r->keylocs[i] : jloc(obj);
 }
 
+const char *json_get_str(const json_t *obj, const char *key) {
+  json_t *v = json_object_get(obj, key);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
 Loc jloc_idx(const json_t *arr, size_t i) {
   LocRec *r = arr ? lookup(arr) : NULL;
   if (r && r->kids && i < (size_t)r->n)

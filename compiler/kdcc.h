@@ -114,6 +114,8 @@ Loc jloc_idx(const json_t *arr, size_t i);
 Loc jloc_keyname(const json_t *obj, const char *key);
 // Forget every recorded position (the fuzz target, before release_all()).
 void json_forget_locations(void);
+// Member `key` of obj if it is a string, else NULL.
+const char *json_get_str(const json_t *obj, const char *key);
 
 // ---------------------------------------------------------------- load.c
 // The model as the user wrote it: layers with their resolved inbound edges.

@@ -169,11 +169,6 @@ int cfg_sizes(const Layer *l, const char *key, int64_t *out, int max) {
 
 // ---- layers
 
-static const char *get_str(json_t *obj, const char *key) {
-  json_t *v = json_object_get(obj, key);
-  return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
 // Only float32 is computed; an InputLayer may also hold integer ids (int32
 // in the program, whatever integer width Keras wrote), or a bool
 // attention_mask (int32 0 or 1). dtype is a string or a (DType)Policy envelope.
@@ -292,20 +287,20 @@ static Layer *new_layer(Model *m, Nest *b, json_t *env) {
   Layer *l = xcalloc(1, sizeof *l);
   l->json = env;
   l->loc = jloc(env);
-  l->cls = get_str(env, "class_name");
+  l->cls = json_get_str(env, "class_name");
   if (!l->cls)
     error_at(jloc_key(env, "class_name"), "layer has no 'class_name'");
   l->cfg = json_object_get(env, "config");
   if (!json_is_object(l->cfg))
     error_at(jloc_key(env, "config"), "%s layer has no 'config' object", l->cls);
-  l->name = get_str(env, "name");
+  l->name = json_get_str(env, "name");
   if (!l->name)
-    l->name = get_str(l->cfg, "name");
+    l->name = json_get_str(l->cfg, "name");
   if (!l->name)
     error_at(jloc_key(l->cfg, "name"), "%s layer has no 'name'", l->cls);
   const char *flaw = name_flaw(l->name);
   if (flaw)
-    error_at(get_str(env, "name") ? jloc_key(env, "name") : jloc_key(l->cfg, "name"),
+    error_at(json_get_str(env, "name") ? jloc_key(env, "name") : jloc_key(l->cfg, "name"),
              "layer name '%s' %s; " NAME_RULE, l->name, flaw);
   l->path = format("%s%s", b->vpre, l->name);
   l->name = format("%s%s", b->qual, l->name);
@@ -436,7 +431,7 @@ static void load_sequential(Model *m, Nest *b, json_t *cfg, json_t *layers) {
 // ---- Functional
 
 static bool is_keras_tensor(json_t *v) {
-  const char *c = get_str(v, "class_name");
+  const char *c = json_get_str(v, "class_name");
   return c && !strcmp(c, "__keras_tensor__");
 }
 
@@ -865,7 +860,7 @@ static size_t count_layers(json_t *layers) {
     json_t *cfg = json_object_get(env, "config");
     if (!json_is_array(nodes)) nodes = json_object_get(cfg, "inbound_nodes");
     n += json_is_array(nodes) && json_array_size(nodes) > 1 ? json_array_size(nodes) : 1;
-    if (get_str(env, "class_name") && is_model_class(get_str(env, "class_name")) &&
+    if (json_get_str(env, "class_name") && is_model_class(json_get_str(env, "class_name")) &&
         json_is_array(json_object_get(cfg, "layers")))
       n += 1 + count_layers(json_object_get(cfg, "layers"));
   }
@@ -897,12 +892,12 @@ static void load_box(Model *m, Nest *b, json_t *cfg) {
 }
 
 Model *load_model_json(const char *file, json_t *root) {
-  if (!json_is_object(root) || !get_str(root, "class_name"))
+  if (!json_is_object(root) || !json_get_str(root, "class_name"))
     error_at(jloc(root), "expected a Keras model: an object with 'class_name' and 'config'");
   Model *m = xcalloc(1, sizeof *m);
   m->file = file;
   m->root = root;
-  const char *cls = get_str(root, "class_name");
+  const char *cls = json_get_str(root, "class_name");
   if (!strcmp(cls, "Sequential"))
     m->sequential = true;
   else if (strcmp(cls, "Functional") && strcmp(cls, "Model"))

@@ -15,12 +15,6 @@
 #include <string.h>
 #include <strings.h>
 
-// Member `key` of obj if it is a string, else NULL (load.c has its twin).
-static const char *get_str(json_t *obj, const char *key) {
-  json_t *v = json_object_get(obj, key);
-  return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
 typedef struct {
   const char *name;
   LossKind kind;
@@ -84,7 +78,7 @@ static void load_loss1(OutLoss *o, json_t *v) {
     o->param = o->kind == LOSS_HUBER ? 1.0f : 0.0f; // Keras's default delta
     return;
   }
-  const char *cls = get_str(v, "class_name");
+  const char *cls = json_get_str(v, "class_name");
   if (!json_is_object(v) || !cls)
     error_at(jloc(v), "a loss must be a loss name or a loss object");
   json_t *cfg = json_object_get(v, "config");
@@ -129,7 +123,7 @@ static void load_loss1(OutLoss *o, json_t *v) {
   json_t *ic = json_object_get(cfg, "ignore_class");
   if (ic && !json_is_null(ic))
     error_at(jloc(ic), "loss '%s': ignore_class is not supported", cls);
-  const char *red = get_str(cfg, "reduction");
+  const char *red = json_get_str(cfg, "reduction");
   if (red && strcmp(red, "sum_over_batch_size") && strcmp(red, "auto"))
     error_at(jloc_key(cfg, "reduction"), "loss '%s': reduction '%s' is not supported (only "
              "sum_over_batch_size)", cls, red);
@@ -256,7 +250,7 @@ const char *schedule_class(int kind) {
 
 // A serialized keras.optimizers.schedules object as the learning rate.
 static Schedule *load_schedule(const Optimizer *o, json_t *v) {
-  const char *cls = get_str(v, "class_name");
+  const char *cls = json_get_str(v, "class_name");
   json_t *cfg = json_object_get(v, "config");
   Schedule *s = xcalloc(1, sizeof *s);
   s->kind = -1;
@@ -305,7 +299,7 @@ static Schedule *load_schedule(const Optimizer *o, json_t *v) {
 static void load_optimizer(Model *m, json_t *v) {
   Optimizer *o = &m->opt;
   o->loc = jloc(v);
-  const char *cls = json_is_string(v) ? json_string_value(v) : get_str(v, "class_name");
+  const char *cls = json_is_string(v) ? json_string_value(v) : json_get_str(v, "class_name");
   json_t *at = json_is_string(v) ? v : json_object_get(v, "class_name");
   if (!cls)
     error_at(jloc(v), "'optimizer' must be an optimizer name or an optimizer object");
@@ -325,8 +319,8 @@ static void load_optimizer(Model *m, json_t *v) {
   json_t *cfg = json_is_object(v) ? json_object_get(v, "config") : NULL;
   if (!json_is_object(cfg))
     return;
-  if (get_str(cfg, "name"))
-    o->name = get_str(cfg, "name");
+  if (json_get_str(cfg, "name"))
+    o->name = json_get_str(cfg, "name");
   char *what = format("optimizer '%s'", o->name);
   json_t *lr = json_object_get(cfg, "learning_rate");
   if (json_is_object(lr)) { // the banner's rate: the schedule's at step 0
@@ -452,9 +446,9 @@ static void load_metrics1(OutLoss *o, json_t *v) {
     return;
   }
   if (json_is_null(v)) return;
-  const char *s = json_is_string(v) ? json_string_value(v) : get_str(v, "class_name");
+  const char *s = json_is_string(v) ? json_string_value(v) : json_get_str(v, "class_name");
   json_t *cfg = json_is_object(v) ? json_object_get(v, "config") : NULL;
-  Metric mt = {.name = json_is_string(v) ? s : get_str(cfg, "name"), .loc = jloc(v)};
+  Metric mt = {.name = json_is_string(v) ? s : json_get_str(cfg, "name"), .loc = jloc(v)};
   if (json_is_string(v) && (!strcasecmp(s, "accuracy") || !strcasecmp(s, "acc"))) {
     mt.kind = MET_ACCURACY; // resolved by the output's shape and labels (loss.c)
     add_metric(o, mt);
