@@ -58,18 +58,13 @@ __global__ static void sum_chunks_kernel(float *out, const float *part, int nchu
   }
 }
 
-// Enough blocks to fill the GPU: the rows cut into chunks (at least 256
-// rows each) when the columns alone give too few; the chunks' sums then
-// added in order by a second kernel. Deterministic for given rows and cols.
+// Enough blocks to fill the GPU (kdrt_row_chunks): deterministic for given
+// rows and cols.
 extern "C" void kdrt_cuda_bias_grad(kdrt_cuda *d, float *out, const float *in, int64_t rows,
                                     int64_t cols) {
   if (cols <= 0) return;
   unsigned cblocks = (unsigned)((cols + 31) / 32);
-  int64_t nchunks = (264 + cblocks - 1) / cblocks, most = (rows + 255) / 256;
-  if (nchunks > most) nchunks = most;
-  if (nchunks > 64) nchunks = 64;
-  if (nchunks < 1) nchunks = 1;
-  int64_t chunk = nchunks > 1 ? (rows + nchunks - 1) / nchunks : (rows > 0 ? rows : 1);
+  int64_t chunk, nchunks = kdrt_row_chunks(rows, cols, 64, &chunk);
   float *part = nchunks > 1 ? (float *)kdrt_cuda_dscratch(d, 2, (size_t)(nchunks * cols) *
                                                                     sizeof(float))
                             : out;

@@ -138,6 +138,23 @@ static inline unsigned kdrt_blocks(size_t n) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);                \
        i += (size_t)gridDim.x * blockDim.x)
 
+// Column sums over many rows (bias_grad, bn_stats) take blocks of 32
+// columns; when those are too few to fill the GPU (264: two blocks for each
+// of an H100's 132 multiprocessors), the rows are cut into at most `most`
+// chunks of at least 256 rows, whose sums a second kernel adds in chunk
+// order. Returns the chunks; *chunk: the rows of each (at least 1).
+static inline int64_t kdrt_row_chunks(int64_t rows, int64_t cols, int64_t most,
+                                      int64_t *chunk) {
+  int64_t cblocks = (cols + 31) / 32, n = (264 + cblocks - 1) / cblocks;
+  int64_t fit = (rows + 255) / 256;
+  if (n > fit) n = fit;
+  if (n > most) n = most;
+  if (n < 1) n = 1;
+  *chunk = (rows + n - 1) / n;
+  if (*chunk < 1) *chunk = 1;
+  return n;
+}
+
 // Threads for one block per row of `cols`: a power of two in [32, 256].
 static inline unsigned kdrt_row_threads(int64_t cols) {
   unsigned t = 32;

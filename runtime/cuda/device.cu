@@ -91,14 +91,16 @@ extern "C" void kdrt_cuda_fail(const char *call, const char *file, int line, con
   exit(1);
 }
 
-void kdrt_cuda_wait(kdrt_cuda *d, cudaStream_t st, const char *what) {
+// Wait until stream st has run its work (ev NULL), or event ev has
+// happened; with NCCL by polling, asking its communicators for errors.
+static void wait_for(kdrt_cuda *d, cudaStream_t st, cudaEvent_t ev, const char *what) {
   if (d->impl->comm_mode != KDRT_COMM_NCCL) {
-    cudaError_t e = cudaStreamSynchronize(st);
+    cudaError_t e = ev ? cudaEventSynchronize(ev) : cudaStreamSynchronize(st);
     if (e != cudaSuccess) kdrt_cuda_fail(what, __FILE__, __LINE__, cudaGetErrorString(e));
     return;
   }
   for (unsigned spins = 0;; spins++) {
-    cudaError_t e = cudaStreamQuery(st);
+    cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(st);
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) kdrt_cuda_fail(what, __FILE__, __LINE__, cudaGetErrorString(e));
     kdrt_cuda_comm_poll(d, what);
@@ -108,6 +110,8 @@ void kdrt_cuda_wait(kdrt_cuda *d, cudaStream_t st, const char *what) {
     }
   }
 }
+
+void kdrt_cuda_wait(kdrt_cuda *d, cudaStream_t st, const char *what) { wait_for(d, st, NULL, what); }
 
 extern "C" void kdrt_cuda_launched(kdrt_cuda *d, const char *what, const char *file, int line) {
   cudaError_t e = cudaGetLastError();
@@ -480,20 +484,6 @@ static void setup_program(kdrt_ctx *c) {
   dev_prog = p;
 }
 
-// Wait for event ev, asking NCCL for asynchronous errors meanwhile.
-static void wait_event(kdrt_cuda *d, cudaEvent_t ev, const char *what) {
-  for (unsigned spins = 0;; spins++) {
-    cudaError_t e = cudaEventQuery(ev);
-    if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) kdrt_cuda_fail(what, __FILE__, __LINE__, cudaGetErrorString(e));
-    kdrt_cuda_comm_poll(d, what);
-    if (spins > 1000) {
-      struct timespec nap = {0, 50000};
-      nanosleep(&nap, NULL);
-    }
-  }
-}
-
 // The logs of the oldest training step not yet taken (kdrt_ctx.collect).
 static float *logs_of(int half) {
   return (float *)((char *)dev_impl.hscratch[2] + (size_t)(half + 1) * stage_bytes -
@@ -504,7 +494,7 @@ static void collect_logs(kdrt_ctx *c, float *logs) {
   if (!nheld) kdrt_fatal(c, "kdrt-cuda: the logs of a step were asked for twice");
   int half = held[0];
   held[0] = held[1], nheld--;
-  wait_event(&dev, logs_done[half], "a training step");
+  wait_for(&dev, NULL, logs_done[half], "a training step");
   const float *out = logs_of(half);
   for (int k = 0; k < dev_prog->nlogs; k++) logs[k] = out[k];
 }
@@ -592,7 +582,7 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
   // used it last are done (they come first in that step).
   cur_half = stage_next, stage_next ^= 1;
   char *stage = (char *)kdrt_cuda_hscratch(d, 2, 2 * stage_bytes) + cur_half * stage_bytes;
-  wait_event(d, stage_free[cur_half], "the step's input copies");
+  wait_for(d, NULL, stage_free[cur_half], "the step's input copies");
   for (int i = 0; i < p->ninputs; i++) {
     size_t n = (size_t)local * (size_t)kdrt_io_elems(&p->inputs[i]) * 4;
     if (!n) continue;

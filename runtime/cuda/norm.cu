@@ -147,12 +147,7 @@ extern "C" void kdrt_cuda_bn_stats(kdrt_cuda *d, float *out, const float *x, con
                                    const float *dy, int64_t rows, int64_t cols) {
   if (cols <= 0) return;
   unsigned cblocks = (unsigned)((cols + 31) / 32);
-  int64_t nchunks = (264 + cblocks - 1) / cblocks, most = (rows + 255) / 256;
-  if (nchunks > most) nchunks = most;
-  if (nchunks > 256) nchunks = 256;
-  if (nchunks < 1) nchunks = 1;
-  int64_t chunk = (rows + nchunks - 1) / nchunks;
-  if (chunk < 1) chunk = 1;
+  int64_t chunk, nchunks = kdrt_row_chunks(rows, cols, 256, &chunk);
   double *part = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(nchunks * 2 * cols) * sizeof(double));
   bn_stats_kernel<<<dim3(cblocks, (unsigned)nchunks), dim3(32, 32), 0, d->impl->stream>>>(
       part, x, m, dy, rows, cols, chunk);
