@@ -24,6 +24,21 @@
 #define KDRT_MASKED (-0.7f * 3.40282347e+38f)
 #define KDRT_MAX_AXES 4
 
+#ifndef KDRT_HD
+#ifdef __CUDACC__
+#define KDRT_HD __host__ __device__
+#else
+#define KDRT_HD
+#endif
+#endif
+
+// Adam's step size at step t (from 1), in double as Keras forms it:
+// lr * sqrt(1 - b2^t) / (1 - b1^t). The CPU's adam and the CUDA one (on
+// the host for a launch, on the device inside a CUDA graph) share it.
+static inline KDRT_HD float kdrt_adam_alpha(float lr, float b1, float b2, double t) {
+  return (float)(lr * sqrt(1.0 - pow((double)b2, t)) / (1.0 - pow((double)b1, t)));
+}
+
 typedef struct {
   int rank;                      // number of dimensions
   int64_t gshape[KDRT_MAX_RANK]; // global shape

@@ -1560,8 +1560,7 @@ static inline float moment(float s, float x, float c) { return s + (x - s) * c; 
 static void adam_step(float *restrict w, const float *restrict g, float *restrict m,
                       float *restrict v, float *restrict vhat, size_t n, float lr, float b1,
                       float b2, float eps, int64_t t) {
-  const float alpha =
-      (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
+  const float alpha = kdrt_adam_alpha(lr, b1, b2, (double)t);
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++) {

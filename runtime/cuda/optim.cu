@@ -39,12 +39,9 @@ __global__ static void adam_kernel(float *w, const float *g, float *m, float *v,
                                    size_t n, float alpha, float c1, float c2, float eps, float wd,
                                    float lr, int decay, const kdrt_step_scalars *sc, int64_t dt,
                                    float b1, float b2) {
-  if (sc) { // alpha for step sc->step + dt, as the host forms it (adam below)
+  if (sc) { // alpha for step sc->step + dt
     __shared__ float a;
-    if (threadIdx.x == 0) {
-      double t = (double)(sc->step + dt);
-      a = (float)(sc->lr * sqrt(1.0 - pow((double)b2, t)) / (1.0 - pow((double)b1, t)));
-    }
+    if (threadIdx.x == 0) a = kdrt_adam_alpha(sc->lr, b1, b2, (double)(sc->step + dt));
     __syncthreads();
     alpha = a, lr = sc->lr;
   }
@@ -164,7 +161,7 @@ extern "C" void kdrt_cuda_sgd(kdrt_cuda *d, float *w, const float *g, float *m, 
 static void adam(kdrt_cuda *d, float *w, const float *g, float *m, float *v, float *vhat,
                  size_t n, float lr, float b1, float b2, float eps, float wd, int decay,
                  int64_t t) {
-  const float alpha = (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
+  const float alpha = kdrt_adam_alpha(lr, b1, b2, (double)t);
   LAUNCH(d, adam_kernel, n, w, g, m, v, vhat, n, alpha, 1.0f - b1, 1.0f - b2, eps, wd, lr, decay,
          kdrt_step_sc(d), t - (d->c ? d->c->step : 0), b1, b2);
 }
