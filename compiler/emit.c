@@ -429,14 +429,15 @@ void emit_program_tables(void) {
   out("\nstatic const kdrt_var vars[] = {\n");
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
-    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld, %s, %s},\n", v->path,
+    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld, %s, %s%s},\n", v->path,
         v->layer, v->layer_class, v->index, layout_init(v->param), off_name(v->param),
         (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots,
         v->grad ? off_name(v->grad) : "SIZE_MAX", (long long)lelems(v->param),
         v->sub ? format("\"%s\"", v->sub) : "NULL",
-        v->scope ? format("\"%s\"", v->scope) : "NULL");
+        v->scope ? format("\"%s\"", v->scope) : "NULL",
+        v->group ? format(", \"%s\"", v->group) : ", NULL");
   }
-  if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0, NULL, NULL},\n");
+  if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0, NULL, NULL, NULL},\n");
   out("};\n");
 
   out("\n// inputs and labels: name, dtype, per-sample rank and shape, label kind, classes\n");
@@ -543,8 +544,7 @@ void emit_program_fields(const char *lhs, const char *end) {
   FIELD("nvars", "%d", g->nvars);
   FIELD("vars", "vars");
   // A .keras archive's own weights are the program's initial ones (runtime/weights.c).
-  size_t flen = strlen(md->file);
-  char *abs = flen > 6 && !strcmp(md->file + flen - 6, ".keras") ? realpath(md->file, NULL) : NULL;
+  char *abs = md->weights_file ? realpath(md->weights_file, NULL) : NULL;
   if (abs) {
     out("%sweights_file = \"", lhs);
     for (const char *q = abs; *q; q++)

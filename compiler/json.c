@@ -365,3 +365,8 @@ Loc jloc_idx(const json_t *arr, size_t i) {
     return r->kids[i];
   return jloc(arr);
 }
+
+void jloc_alias(const json_t *v, Loc at) {
+  LocRec *r = insert(v);
+  if (!r->loc.line) r->loc = at;
+}

@@ -116,6 +116,9 @@ Loc jloc_keyname(const json_t *obj, const char *key);
 void json_forget_locations(void);
 // Member `key` of obj if it is a string, else NULL.
 const char *json_get_str(const json_t *obj, const char *key);
+// A value kdcc made itself (hub.c's layers) takes `at` as its position, so
+// that errors about it point at what it was made from.
+void jloc_alias(const json_t *v, Loc at);
 
 // ---------------------------------------------------------------- load.c
 // The model as the user wrote it: layers with their resolved inbound edges.
@@ -227,6 +230,9 @@ struct Layer {
   const char *scope;      // the weights file's group of the nested model(s) holding
                           // it, "sequential" or "functional/layers/sequential_1";
                           // NULL: the model's own layer
+  const char *group;      // its weights-file group under scope when not the one Keras
+                          // counts from its class (hub.c: "transformer_decoder_1/
+                          // _self_attention_layer"), else NULL
 };
 
 typedef struct {
@@ -248,8 +254,11 @@ typedef struct {
   Optimizer opt;
   json_t *root;           // the whole document
   json_t *dist_json;      // an embedded "distribution" object, or NULL
+  const char *weights_file; // the program's initial weights: a .keras archive, a keras-hub
+                          // preset's model.weights.h5, or NULL
 } Model;
 
+// A model file (.json, .keras) or a keras-hub preset directory.
 Model *load_model(const char *path);
 // Same, from a parsed document; `file` for messages.
 Model *load_model_json(const char *file, json_t *root);
@@ -268,6 +277,24 @@ int cfg_ints(const Layer *l, const char *key, int64_t *out, int max);
 // (kernel_size, strides, pool_size).
 int64_t cfg_size(const Layer *l, const char *key, int64_t def);
 int cfg_sizes(const Layer *l, const char *key, int64_t *out, int max);
+
+// ---------------------------------------------------------------- hub.c
+// keras-hub's models, which keras-hub saves as hyper-parameters: a task
+// (GPT2CausalLM, ...) or its backbone, as the Functional model of Keras
+// layers keras-hub's Python builds from them.
+
+// Whether root is a keras-hub model ("registered_name": "keras_hub>...").
+bool hub_model(json_t *root);
+// root as a Functional envelope with the task's compile_config; *scope: the
+// weights-file group the backbone's layers sit in (a task's archive keeps
+// them under its backbone's group; a preset's file is the backbone's own).
+json_t *hub_expand(json_t *root, bool preset, const char **scope);
+// A preset directory (config.json, task.json, metadata.json,
+// model.weights.h5): its task's envelope, *weights its weights file.
+json_t *hub_load_preset(const char *dir, const char **weights);
+// --sequence-length: the steps of a keras-hub model's token_ids (0: the
+// backbone's max_sequence_length, where it has one).
+extern int64_t opt_sequence_length;
 
 // ---------------------------------------------------------------- load_compile.c
 // compile_config (absent or null: loss "mse", optimizer "adam") into m's
@@ -423,6 +450,27 @@ typedef struct { int cell; Act act, ract; int64_t units; } RecurAttr;
 // (fuse.c; ACT_LINEAR: none) and the elements a sample has per channel
 // (the global rows averaged over are the step's B times it)
 typedef struct { float eps; Act act; double per; } BnAttr;
+// issue 24: ROPE: rotary position embedding as keras-hub computes it; its
+// inverse frequencies come from these (rope_inv_freq), once per program.
+// ROPE_LINEAR, ROPE_DYNAMIC and ROPE_YARN are RotaryEmbedding's rope_type
+// ("linear": the frequencies over scaling_factor); ROPE_LLAMA is
+// LlamaRotaryEmbedding's own (which ignores scaling_factor), ROPE_LLAMA31
+// with Llama 3.1's smoothing (freq_adjust, low_freq, high_freq,
+// pretrain_len: keras-hub's frequency_adjustment_factor, low_freq_factor,
+// high_freq_factor, pretraining_sequence_length).
+typedef enum { ROPE_LINEAR, ROPE_DYNAMIC, ROPE_YARN, ROPE_LLAMA, ROPE_LLAMA31 } RopeKind;
+typedef struct {
+  RopeKind kind;
+  double max_wavelength, scaling_factor;
+  int64_t denominator_dim;          // LINEAR, DYNAMIC: the exponents' denominator; 0: the features
+  double beta_fast, beta_slow;      // YARN
+  int64_t original_max;             // YARN: original_max_position_embeddings
+  bool truncate;                    // YARN
+  double freq_adjust, low_freq, high_freq, pretrain_len; // LLAMA31
+} RopeParams;
+// ROPE: x[b, t, .., 2h] turned (the sequence dim 1, the features last);
+// offset: the position of step 0 (a cache's); inverse: the transpose.
+typedef struct { const RopeParams *p; int64_t offset; bool inverse; } RopeAttr;
 
 struct Node {
   int id;
@@ -455,6 +503,7 @@ struct Node {
     ConstAttr cst;
     RecurAttr rec;
     BnAttr bn;
+    RopeAttr rope;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
@@ -542,6 +591,11 @@ bool dot_shape(const Shape *a, const Shape *b, int nb, int nk, bool ta, bool tb,
 // descriptor declaration (or NULL), the arguments (printf-style).
 void lower_call(Lowering *lw, const char *fn, bool ctx, char *decl, const char *fmt, ...)
   __attribute__((format(printf, 5, 6)));
+// issue 24: the h = dim / 2 inverse frequencies keras-hub's RotaryEmbedding
+// (or LlamaRotaryEmbedding) computes for a feature dim `dim`, in float32 as
+// it computes them, into out[h]; the factor its cos and sin are multiplied
+// by (YaRN's, else 1).
+float rope_inv_freq(const RopeParams *p, int64_t dim, float *out);
 // Why collective n is there, naming ops by their ids ("%8 matmul (d2) is a
 // partial sum over 'model'; %9 bias_add (d2) needs the sum").
 char *coll_why(const Graph *g, const Node *n);
@@ -575,6 +629,7 @@ struct Var {
   int index;              // among its layer's (sublayer's) variables (kernel 0, bias 1)
   const char *sub;        // the sublayer holding it in Keras's weights file, or NULL
   const char *scope;      // its layer's Layer.scope
+  const char *group;      // its layer's Layer.group
   Loc loc;                // the layer
   Shape shape;
   Place place;            // from the layout map, else replicated

@@ -102,14 +102,20 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
 // The call's attention_mask (issue 10), or NULL: [batch, query steps, key
 // steps], int32 or float32, nonzero where a query may attend to a key, as
 // Keras casts it to bool. Synthetic data fills an int32 mask with 0 and 1.
+// hub.c's attention layers take keras-hub's padding_mask [batch, key steps]
+// instead (kdcc_padding_mask in their config), the same for every query.
 static Node *attention_mask_input(Layer *l, const Node *q, const Node *v) {
   if (!l->mask) return NULL;
   Node *m = layer_input(l, l->mask);
   Shape want = {3, {q->shape.d[0], q->shape.d[1], v->shape.d[1]}};
+  if (json_is_true(json_object_get(l->cfg, "kdcc_padding_mask")))
+    want = (Shape){2, {q->shape.d[0], v->shape.d[1]}};
   if (!shape_eq(&m->shape, &want))
-    error_at(l->in[l->mask].loc, "layer '%s': attention_mask must be (None, %lld, %lld) (query "
-             "steps, key steps), got %s", l->name, (long long)want.d[1], (long long)want.d[2],
-             kshape(&m->shape));
+    error_at(l->in[l->mask].loc, "layer '%s': %s must be %s, got %s", l->name,
+             want.rank == 2 ? "padding_mask" : "attention_mask", want.rank == 2
+             ? format("(None, %lld) (key steps)", (long long)want.d[1])
+             : format("(None, %lld, %lld) (query steps, key steps)", (long long)want.d[1],
+                      (long long)want.d[2]), kshape(&m->shape));
   if (m->op == OP_INPUT && m->dtype == DT_I32 && !m->id_range) m->id_range = 2;
   return m;
 }

@@ -42,6 +42,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 
 static bool is_input(const Layer *l) {
@@ -203,6 +204,8 @@ struct Nest {
   const char *qual;       // prefix of its layers' names: "" or "<outer qual><name>/"
   const char *vpre;       // prefix of their variable paths
   const char *scope;      // its weights-file group (NULL: the top model)
+  bool hub;               // hub.c's expansion of a keras-hub model: its layer names are
+                          // keras-hub's paths, with '/'
   int nseq, nfun;         // nested Sequentials and Functionals loaded in it so far
   Layer **inputs;         // its InputLayers, in input order
   int ninputs;
@@ -213,7 +216,7 @@ struct Nest {
 // Layer `name` of model b (a name with '/' is no layer's: it would reach
 // into a nested model).
 static Layer *qual_layer(Model *m, const Nest *b, const char *name) {
-  if (strchr(name, '/'))
+  if (strchr(name, '/') && !b->hub)
     return NULL;
   return find_layer(m, *b->qual ? format("%s%s", b->qual, name) : name);
 }
@@ -298,7 +301,8 @@ static Layer *new_layer(Model *m, Nest *b, json_t *env) {
     l->name = json_get_str(l->cfg, "name");
   if (!l->name)
     error_at(jloc_key(l->cfg, "name"), "%s layer has no 'name'", l->cls);
-  const char *flaw = name_flaw(l->name);
+  l->group = json_get_str(env, "kdcc_group"); // hub.c's, with keras-hub's names
+  const char *flaw = b->hub ? NULL : name_flaw(l->name);
   if (flaw)
     error_at(json_get_str(env, "name") ? jloc_key(env, "name") : jloc_key(l->cfg, "name"),
              "layer name '%s' %s; " NAME_RULE, l->name, flaw);
@@ -891,9 +895,14 @@ static void load_box(Model *m, Nest *b, json_t *cfg) {
     m->layers[i]->frozen = true;
 }
 
-Model *load_model_json(const char *file, json_t *root) {
+// The document as a Keras model: a keras-hub model becomes the Functional
+// model keras-hub builds (hub.c), its layers in the backbone's weights group.
+static Model *load_document(const char *file, json_t *root, bool preset) {
   if (!json_is_object(root) || !json_get_str(root, "class_name"))
     error_at(jloc(root), "expected a Keras model: an object with 'class_name' and 'config'");
+  const char *scope = NULL;
+  bool hub = hub_model(root);
+  if (hub) root = hub_expand(root, preset, &scope);
   Model *m = xcalloc(1, sizeof *m);
   m->file = file;
   m->root = root;
@@ -921,7 +930,7 @@ Model *load_model_json(const char *file, json_t *root) {
   for (m->names_cap = 16; m->names_cap < 2 * cap; m->names_cap *= 2) {}
   m->names = xcalloc(m->names_cap, sizeof *m->names);
   Nest top = {.name = m->name, .sequential = m->sequential, .qual = "",
-              .vpre = m->sequential ? format("%s/", m->name) : ""};
+              .vpre = m->sequential ? format("%s/", m->name) : "", .scope = scope, .hub = hub};
   load_box(m, &top, cfg);
   m->inputs = top.inputs;
   m->ninputs = top.ninputs;
@@ -939,6 +948,20 @@ Model *load_model_json(const char *file, json_t *root) {
   return m;
 }
 
+Model *load_model_json(const char *file, json_t *root) {
+  return load_document(file, root, false);
+}
+
 Model *load_model(const char *path) {
-  return load_model_json(path, json_load_file_located(path));
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { // a keras-hub preset
+    const char *weights;
+    Model *m = load_document(path, hub_load_preset(path, &weights), true);
+    m->weights_file = weights;
+    return m;
+  }
+  Model *m = load_model_json(path, json_load_file_located(path));
+  size_t n = strlen(path);
+  if (n > 6 && !strcmp(path + n - 6, ".keras")) m->weights_file = path;
+  return m;
 }

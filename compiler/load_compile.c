@@ -520,6 +520,11 @@ void load_compile(Model *m, json_t *cc) {
   json_t *metrics = json_object_get(cc, "metrics");
   if (metrics)
     load_metrics(m, metrics);
+  // kdcc has no sample weights, so a weighted metric is its plain one
+  // (keras-hub's tasks compile theirs as weighted_metrics)
+  json_t *weighted = json_object_get(cc, "weighted_metrics");
+  if (weighted && !json_is_null(weighted))
+    load_metrics(m, weighted);
   bool any = false;
   for (int i = 0; i < m->noutputs; i++) any |= m->losses[i].has;
   if (!any)

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 static const char usage[] =
-  "usage: kdcc MODEL.json|MODEL.keras [options]\n"
+  "usage: kdcc MODEL.json|MODEL.keras|PRESET_DIR [options]\n"
   "  --distribution FILE   distribution spec (DataParallel / ModelParallel, JSON)\n"
   "  --mesh a=N,b=M        change the mesh's shape, nothing else\n"
   "  --batch-size N        global batch size (default 32)\n"
@@ -23,6 +23,8 @@ static const char usage[] =
   "  --cuda-arch sm_NN     GPU architecture (default: the GPU nvidia-smi reports, else sm_90)\n"
   "  --precision P         cuda: matrix products in fp32 (default), tf32, or bf16\n"
   "                        (operands rounded to bfloat16, float32 sums; data stays float32)\n"
+  "  --sequence-length T   a keras-hub model's token steps (default: its\n"
+  "                        max_sequence_length, where the backbone has one)\n"
   "  --max-memory SIZE     most bytes one device may need (K, M, G, T suffixes;\n"
   "                        default: this machine's memory)\n"
   "  -w                    no warnings\n";
@@ -60,11 +62,14 @@ static void build_cuda_program(Graph *g, const char *out);
 // archive is copied beside the program, as DIR/model.keras, so that the
 // program and its .kdcc.d directory can move (runtime/weights.c looks
 // there first, then at the archive's path when compiled).
+// A keras-hub preset's weights file is copied as DIR/model.weights.h5.
 static void copy_archive(const Graph *g, const char *dir) {
-  const char *src = g->model->file;
+  const char *src = g->model->weights_file;
+  if (!src) return;
   size_t n = strlen(src);
-  if (n <= 6 || strcmp(src + n - 6, ".keras")) return;
-  char *dst = format("%s/model.keras", dir), *tmp = format("%s.tmp.%d", dst, (int)getpid());
+  bool h5 = n > 3 && !strcmp(src + n - 3, ".h5");
+  char *dst = format("%s/%s", dir, h5 ? "model.weights.h5" : "model.keras");
+  char *tmp = format("%s.tmp.%d", dst, (int)getpid());
   FILE *in = fopen(src, "rb"), *o = in ? fopen(tmp, "wb") : NULL;
   if (!in || !o) error("cannot copy '%s' to '%s': %s", src, dst, strerror(errno));
   char buf[1 << 16];
@@ -269,6 +274,13 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--max-memory") || !strncmp(a, "--max-memory=", 13)) {
       max_memory_text = a[12] == '=' ? a + 13 : NEXT();
       max_memory = parse_bytes(max_memory_text);
+    } else if (!strcmp(a, "--sequence-length") || !strncmp(a, "--sequence-length=", 18)) {
+      const char *v = a[17] == '=' ? a + 18 : NEXT();
+      char *end;
+      long long t = strtoll(v, &end, 10);
+      if (*end || t <= 0 || t > MAX_DIM)
+        error("--sequence-length: '%s' is not a positive integer of at most %d", v, MAX_DIM);
+      opt_sequence_length = t;
     } else if (!strcmp(a, "-w")) opt_quiet_warnings = true;
     else if (a[0] == '-') error("unknown option '%s' (see kdcc --help)", a);
     else if (model_path) error("more than one model given ('%s' and '%s')", model_path, a);

@@ -2,7 +2,7 @@
 // `const OpDef op_NAME` with its sharding rule, gradient and emission side
 // by side. Softmax, and attention's fused softmax; convolution and max
 // pooling with their window descriptors; layer (RMS) normalization and
-// attention's causal and call masks; the losses and metrics, sparse
+// attention's causal and call masks; rotary position embedding; the losses and metrics, sparse
 // crossentropy by row statistics included; batch normalization; the
 // recurrent layers' recurrence and REVERSE. They are made of ops.c's
 // pieces (ops_impl.h: factors, elementwise rules, DOT, the local rows and
@@ -12,6 +12,7 @@
 #include "ops_impl.h"
 
 #include "../runtime/kdrt_rnn.h"
+#include "../runtime/kdrt_rope.h"
 
 // ---------------------------------------------------------------- SOFTMAX
 
@@ -244,14 +245,16 @@ const OpDef op_CAUSAL = {"causal_mask", 1, 0, false, rule_elementwise, causal_gr
 
 // issue 10: scores s[b, n, t, u] where a call's attention_mask m[b, t, u]
 // is zero become mask.fill (Keras casts the mask to bool); m is the same
-// for every head, so it shares every factor of s but the heads'. The
-// gradient is the same mask with 0. Not linear: a masked partial sum would
-// be filled once per summand.
+// for every head, so it shares every factor of s but the heads'. A
+// padding mask m[b, u] (keras-hub's, over the keys) is the same for every
+// query too. The gradient is the same mask with 0. Not linear: a masked
+// partial sum would be filled once per summand.
 static void attn_mask_rule(const Node *n, Rule *r) {
   rule_elementwise(n, r);
   for (int d = 0; d < MAX_RANK; d++) r->in[1][d] = -1;
+  bool keys = n->in[1]->shape.rank == 2;
   for (int d = 0, k = 0; d < n->shape.rank; d++)
-    if (d != 1) r->in[1][k++] = r->out[d];
+    if (d != 1 && !(keys && d == 2)) r->in[1][k++] = r->out[d];
 }
 
 static void attn_mask_grad(Graph *g, Node *n, const bool *need) {
@@ -261,15 +264,114 @@ static void attn_mask_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void attn_mask_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "attention_mask", false, NULL, "%s, %s, %s, %d, %s, %s, %s, %s", buf(n),
+  bool keys = n->in[1]->shape.rank == 2;
+  lower_call(lw, "attention_mask", false, NULL, "%s, %s, %s, %d, %s, %s, %s, %s, %s", buf(n),
              buf(n->in[0]), buf(n->in[1]), n->in[1]->dtype == DT_I32,
              sym_c(sym_dim(n, 0, true)), sym_c(sym_dim(n, 1, true)),
              sym_c(sym_prod(n, 2, n->shape.rank, true)),
+             sym_c(keys ? sym_dim(n, 3, true) : sym_prod(n, 2, n->shape.rank, true)),
              n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
 }
 
 const OpDef op_ATTN_MASK = {"attention_mask", 2, 0, false, attn_mask_rule, attn_mask_grad,
                             attn_mask_emit};
+
+// ---------------------------------------------------------------- issue 24: ROPE
+// Rotary position embedding (kdrt_rope.h) of x[b, t, .., 2h]: feature pair
+// (j, j + h) of step t turned by the angle pos * f[j], pos the step's
+// global position plus the op's offset, f the inverse frequencies below.
+// Linear in x; its transpose, the gradient, turns the other way. The
+// features are needed whole (a pair spans both halves); every other dim
+// passes: a split sequence's block starts at its first step's position.
+
+// XLA's float32 pow and log are within an ulp of these (its inverse
+// frequencies were these bits for every feature dim tried).
+static float pow32(float a, float b) { return (float)pow((double)a, (double)b); }
+static float log32(float a) { return (float)log((double)a); }
+
+// keras-hub's RotaryEmbedding._get_inverse_freq and
+// LlamaRotaryEmbedding._get_inverse_freq, operation for operation in
+// float32 (a Python number meeting a float32 tensor is rounded to float32
+// first, as JAX's weak types are).
+float rope_inv_freq(const RopeParams *p, int64_t dim, float *out) {
+  const int64_t h = dim / 2;
+  const float base = (float)p->max_wavelength, sf = (float)p->scaling_factor;
+  if (p->kind == ROPE_LLAMA || p->kind == ROPE_LLAMA31) {
+    const float pi2 = (float)(2 * M_PI), fa = (float)p->freq_adjust;
+    const float low_wl = (float)(p->pretrain_len / p->low_freq);
+    const float high_wl = (float)(p->pretrain_len / p->high_freq);
+    for (int64_t j = 0; j < h; j++) {
+      float inv = 1.0f / pow32(base, (float)(2 * j) / (float)dim);
+      if (p->kind == ROPE_LLAMA31) {
+        float wavelen = pi2 / inv;
+        if (wavelen > low_wl) inv = inv / fa;
+        float smooth = ((float)p->pretrain_len / wavelen - (float)p->low_freq) /
+                       (float)(p->high_freq - p->low_freq);
+        float smoothed = (1.0f - smooth) * (inv / fa) + smooth * inv;
+        if (wavelen >= high_wl && wavelen <= low_wl) inv = smoothed;
+      }
+      out[j] = inv;
+    }
+    return 1.0f;
+  }
+  if (p->kind == ROPE_YARN) {
+    // the ramp between interpolation (low frequencies) and extrapolation
+    const float d = (float)dim, maxpos = (float)p->original_max, pi = (float)M_PI;
+    float low = d * log32(maxpos / ((float)p->beta_fast * 2.0f * pi)) / (2.0f * log32(base));
+    float high = d * log32(maxpos / ((float)p->beta_slow * 2.0f * pi)) / (2.0f * log32(base));
+    if (p->truncate) low = floorf(low), high = ceilf(high);
+    low = fmaxf(low, 0.0f);
+    high = fminf(high, (float)(dim - 1));
+    const float diff = fmaxf(high - low, 0.001f);
+    for (int64_t j = 0; j < h; j++) {
+      float pos_freq = pow32(base, (float)(2 * j) / d);
+      float extra = 1.0f / pos_freq, inter = 1.0f / (sf * pos_freq);
+      float ramp = fminf(fmaxf(((float)j - low) / diff, 0.0f), 1.0f), ef = 1.0f - ramp;
+      out[j] = inter * (1.0f - ef) + extra * ef;
+    }
+    return 0.1f * log32(sf) + 1.0f;
+  }
+  const float denom = (float)(p->denominator_dim ? p->denominator_dim : dim);
+  const float dyn = pow32(sf, (float)dim / (float)(dim - 2 > 1 ? dim - 2 : 1));
+  for (int64_t j = 0; j < h; j++) {
+    float inv = pow32(base, -((float)(2 * j) / denom));
+    out[j] = p->kind == ROPE_DYNAMIC ? inv / dyn : inv / sf;
+  }
+  return 1.0f;
+}
+
+static void rope_rule(const Node *n, Rule *r) {
+  rule_elementwise(n, r);
+  r->kind[r->out[n->shape.rank - 1]] = F_FULL;
+}
+
+static void rope_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = new_node1(g, OP_ROPE, n->grad, n->shape);
+  dx->rope = n->rope;
+  dx->rope.inverse = !n->rope.inverse;
+  accumulate(g, n->in[0], dx);
+}
+
+// The descriptor holds the frequencies (six a line); the call, x as
+// [b, t, heads.., 2h] and its block's first position.
+static void rope_emit(const Node *n, Lowering *lw) {
+  int r = n->shape.rank;
+  int64_t dim = n->shape.d[r - 1];
+  float f[KDRT_ROPE_MAX_HALF];
+  float scale = rope_inv_freq(n->rope.p, dim, f);
+  char *vals = xstrdup("");
+  for (int64_t j = 0; j < dim / 2; j++)
+    vals = format("%s%s%s", vals, !j ? "" : j % 6 ? ", " : ",\n        ", flt(f[j]));
+  char *decl = format("static const kdrt_rotary r = {.half = %lld, .scale = %s, .inv_freq = {\n"
+                      "        %s}};", (long long)(dim / 2), flt(scale), vals);
+  char *t0 = block_start(n, 1);
+  if (n->rope.offset) t0 = format("%lld + %s", (long long)n->rope.offset, t0);
+  lower_call(lw, "rope", false, decl, "%s, %s, &r, %s, %s, %s, %s, %d", buf(n), buf(n->in[0]),
+             sym_c(sym_dim(n, 0, true)), sym_c(sym_dim(n, 1, true)),
+             sym_c(sym_prod(n, 2, r - 1, true)), t0, n->rope.inverse);
+}
+
+const OpDef op_ROPE = {"rope", 1, 1, false, rope_rule, rope_grad, rope_emit};
 
 // ---------------------------------------------------------------- losses and metrics
 // p[b, t.., c] and y[b, t.., c] (or class ids y[b, t..]): every dim but the

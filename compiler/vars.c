@@ -287,6 +287,7 @@ Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *in
   v->layer_class = strcmp(l->cls, "GroupQueryAttention") ? l->cls : "GroupedQueryAttention";
   v->sub = l->sub ? l->sub : weights_sublayer(l->cls, vname);
   v->scope = l->scope;
+  v->group = l->group;
   for (int i = 0; i < g->nvars; i++)
     v->index += !strcmp(g->vars[i]->layer, l->name) &&
                 (v->sub ? g->vars[i]->sub && !strcmp(g->vars[i]->sub, v->sub) : !g->vars[i]->sub);

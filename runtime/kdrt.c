@@ -99,7 +99,7 @@ static void usage(FILE *f, const kdrt_program *p) {
   else
     snprintf(archive_text, sizeof archive_text, "the archive the program was compiled from,\n"
              "                        %s, or kdcc's copy %s; neither is there", p->weights_file,
-             kdrt_program_copy(copy, sizeof copy) ? copy : "<program>.kdcc.d/model.keras");
+             kdrt_program_copy(p, copy, sizeof copy) ? copy : "<program>.kdcc.d/model.keras");
   int64_t mesh[KDRT_MAX_AXES];
   int64_t devices = 1;
   for (int i = 0; i < p->mesh_ndim; i++) mesh[i] = p->mesh_shape[i], devices *= mesh[i];

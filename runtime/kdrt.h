@@ -137,6 +137,9 @@ typedef struct kdrt_var {
                                      // within the sublayer ("query_dense" of attention)
   const char *scope;                 // the nested model(s) holding its layer in the file,
                                      // or NULL: layers/<scope>/layers/<group>/vars
+  const char *group;                 // its layer's group when kdcc names it (a keras-hub
+                                     // model's "transformer_decoder_1/_self_attention_layer"),
+                                     // else NULL: Keras's count over the classes
 } kdrt_var;
 
 struct kdrt_ctx {
@@ -289,8 +292,9 @@ int kdrt_weights_nonfinite_host(kdrt_ctx *c);
 // the path it was compiled from; NULL when p has none or neither exists.
 // So a program moved with its .kdcc.d directory needs no other file.
 const char *kdrt_program_archive(const kdrt_program *p);
-// Where that copy is for this program (buf), or NULL.
-const char *kdrt_program_copy(char *buf, size_t len);
+// Where that copy is for this program (buf), or NULL: model.keras, or a
+// keras-hub preset's model.weights.h5.
+const char *kdrt_program_copy(const kdrt_program *p, char *buf, size_t len);
 // The message when p has an archive but neither copy exists (buf).
 char *kdrt_archive_gone(const kdrt_program *p, char *buf, size_t len);
 // Whether kdrt_weights_save can write path for p (a name ending in

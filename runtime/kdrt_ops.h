@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "kdrt_defs.h"
+#include "kdrt_rope.h"
 
 #define KDRT_MAX_RANK 6
 // A masked attention score: exp of it (less the row's max) is exactly 0, as
@@ -143,11 +144,17 @@ static inline kdrt_conv_mats kdrt_conv_dims(const kdrt_window *w) {
   /* position is after the query's (KDRT_MASKED forward, 0 for the gradient).       */       \
   K(causal_mask, (float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,   \
                   int64_t u0, float fill))                                                     \
+  /* issue 24: rotary position embedding (kdrt_rope.h) of x[outer, t, inner, 2h],    */       \
+  /* this device's block, whose steps' global positions are t0, t0 + 1, ...;        */       \
+  /* inverse: the transpose (the gradient); y may be x.                             */       \
+  K(rope, (float *y, const float *x, const kdrt_rotary *r, int64_t outer, int64_t t,           \
+           int64_t inner, int64_t t0, int inverse))                                            \
   /* issue 10: attention scores x[outer, heads, inner] where a call's attention_mask */       \
-  /* m[outer, inner] (int32 when m_int, else float; the same for every head) is zero */      \
-  /* become fill (KDRT_MASKED forward, 0 for the gradient); y may be x.               */      \
+  /* m[outer, m_inner] (int32 when m_int, else float; the same for every head) is    */      \
+  /* zero become fill (KDRT_MASKED forward, 0 for the gradient); y may be x. m_inner */      \
+  /* is inner, or the keys' count of a padding mask (element j reads j % m_inner).   */      \
   K(attention_mask, (float *y, const float *x, const void *m, int m_int, int64_t outer,        \
-                     int64_t heads, int64_t inner, float fill))                                \
+                     int64_t heads, int64_t inner, int64_t m_inner, float fill))               \
   /* out = in[0] + ... + in[nin - 1], left to right (nin <= 8) */                              \
   K(add, (float *out, const float *const *in, int nin, size_t n))                              \
   /* out = a * b elementwise */                                                                \

@@ -1903,15 +1903,43 @@ void kdrt_causal_mask(float *y, const float *x, int64_t outer, int64_t t, int64_
 }
 
 void kdrt_attention_mask(float *y, const float *x, const void *m, int m_int, int64_t outer,
-                         int64_t heads, int64_t inner, float fill) {
+                         int64_t heads, int64_t inner, int64_t m_inner, float fill) {
   const int32_t *mi = m;
   const float *mf = m;
   for (int64_t o = 0; o < outer; o++)
     for (int64_t h = 0; h < heads; h++)
       for (int64_t j = 0; j < inner; j++) {
-        int64_t k = (o * heads + h) * inner + j, q = o * inner + j;
+        int64_t k = (o * heads + h) * inner + j, q = o * m_inner + j % m_inner;
         y[k] = (m_int ? mi[q] != 0 : mf[q] != 0.0f) ? x[k] : fill;
       }
+}
+
+// issue 24: rotary position embedding (kdrt_rope.h). The cosines and sines
+// of the block's t steps are taken once ([t, h] each), then every row of
+// every batch row and head turns by them.
+void kdrt_rope(float *y, const float *x, const kdrt_rotary *r, int64_t outer, int64_t t,
+               int64_t inner, int64_t t0, int inverse) {
+  const int64_t h = r->half, w = 2 * h;
+  if (outer <= 0 || t <= 0 || inner <= 0 || h <= 0)
+    return;
+  float *cs = malloc((size_t)(2 * t * h) * sizeof *cs), *sn = cs + t * h;
+  if (!cs)
+    bad_call("kdrt_rope", "out of memory");
+  KD_PAR_FOR(t * h * 16)
+  for (int64_t i = 0; i < t; i++)
+    for (int64_t j = 0; j < h; j++)
+      kdrt_rope_cs(r, t0 + i, j, &cs[i * h + j], &sn[i * h + j]);
+  KD_PAR_FOR(outer * t * inner * w)
+  for (int64_t bt = 0; bt < outer * t; bt++) {
+    const float *c = cs + bt % t * h, *s = sn + bt % t * h;
+    for (int64_t k = 0; k < inner; k++) {
+      const float *xr = x + (bt * inner + k) * w;
+      float *yr = y + (bt * inner + k) * w;
+      for (int64_t j = 0; j < h; j++)
+        kdrt_rope_pair(xr[j], xr[j + h], c[j], s[j], inverse, &yr[j], &yr[j + h]);
+    }
+  }
+  free(cs);
 }
 
 void kdrt_pad_block(float *out, const float *in, int64_t outer, int64_t in_ext, int64_t off,

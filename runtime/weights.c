@@ -124,6 +124,11 @@ const char *kdrt_weights_group(const kdrt_program *p, const char *layer, char *b
   char snake[256], other[256];
   for (int v = 0; v < p->nvars; v++) {
     if (strcmp(p->vars[v].layer, layer) || !first_of_layer(p, v)) continue;
+    const char *scope = p->vars[v].scope;
+    if (p->vars[v].group) {
+      snprintf(buf, len, "%s%s%s", scope ? scope : "", scope ? "/layers/" : "", p->vars[v].group);
+      return buf;
+    }
     // Keras's _get_unique_name: the n-th layer of a snake name (in its
     // model) gets "_n".
     kdrt_snake_case(p->vars[v].layer_class, snake, sizeof snake);
@@ -133,7 +138,6 @@ const char *kdrt_weights_group(const kdrt_program *p, const char *layer, char *b
       kdrt_snake_case(p->vars[u].layer_class, other, sizeof other);
       count += !strcmp(snake, other);
     }
-    const char *scope = p->vars[v].scope;
     if (count) snprintf(buf, len, "%s%s%s_%d", scope ? scope : "", scope ? "/layers/" : "", snake,
                         count);
     else snprintf(buf, len, "%s%s%s", scope ? scope : "", scope ? "/layers/" : "", snake);
@@ -249,19 +253,22 @@ void kdrt_gather_global(kdrt_ctx *c, const kdrt_layout *l, const float *in, floa
 
 // ------------------------------------------------------------ the program's archive
 
-const char *kdrt_program_copy(char *buf, size_t len) {
+const char *kdrt_program_copy(const kdrt_program *p, char *buf, size_t len) {
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return NULL;
   exe[n] = 0;
-  snprintf(buf, len, "%s.kdcc.d/model.keras", exe);
+  // a keras-hub preset's weights file is copied as it is, not as an archive
+  size_t w = p->weights_file ? strlen(p->weights_file) : 0;
+  int archive = w < 3 || strcmp(p->weights_file + w - 3, ".h5");
+  snprintf(buf, len, "%s.kdcc.d/%s", exe, archive ? "model.keras" : "model.weights.h5");
   return buf;
 }
 
 const char *kdrt_program_archive(const kdrt_program *p) {
   static char copy[4200];
   if (!p->weights_file) return NULL;
-  if (kdrt_program_copy(copy, sizeof copy) && access(copy, R_OK) == 0) return copy;
+  if (kdrt_program_copy(p, copy, sizeof copy) && access(copy, R_OK) == 0) return copy;
   if (access(p->weights_file, R_OK) == 0) return p->weights_file;
   return NULL;
 }
@@ -271,7 +278,7 @@ char *kdrt_archive_gone(const kdrt_program *p, char *buf, size_t len) {
   snprintf(buf, len, "this program starts from the weights of %s, the archive it was compiled "
            "from, which kdcc copied to %s; neither is there now: move the program together "
            "with its .kdcc.d directory, or give --weights FILE or --init random",
-           p->weights_file, kdrt_program_copy(copy, sizeof copy) ? copy : "<program>.kdcc.d");
+           p->weights_file, kdrt_program_copy(p, copy, sizeof copy) ? copy : "<program>.kdcc.d");
   return buf;
 }
 

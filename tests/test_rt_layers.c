@@ -144,13 +144,25 @@ Test(attention_mask, zeros_mask_every_head) {
   const int32_t mi[2 * 2] = {1, 0, 0, 5};
   const float mf[2 * 2] = {0.5f, 0, 0, -1};
   float yi[12], yf[12];
-  kdrt_attention_mask(yi, x, mi, 1, 2, 3, 2, -9);
-  kdrt_attention_mask(yf, x, mf, 0, 2, 3, 2, -9);
+  kdrt_attention_mask(yi, x, mi, 1, 2, 3, 2, 2, -9);
+  kdrt_attention_mask(yf, x, mf, 0, 2, 3, 2, 2, -9);
   const float want[12] = {1, -9, 3, -9, 5, -9, -9, 8, -9, 10, -9, 12};
   for (int i = 0; i < 12; i++) {
     cr_expect_eq(yi[i], want[i], "int32 mask [%d]: %g", i, yi[i]);
     cr_expect_eq(yf[i], want[i], "float mask [%d]: %g", i, yf[i]);
   }
+}
+
+// A padding mask over the keys (keras-hub's padding_mask): scores [outer 2,
+// heads 1, 2 queries x 3 keys], the mask [2, 3]: every query of a sample
+// loses the same keys.
+Test(attention_mask, padding_mask_over_keys) {
+  const float x[2 * 6] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const int32_t m[2 * 3] = {1, 1, 0, 1, 0, 0};
+  float y[12];
+  kdrt_attention_mask(y, x, m, 1, 2, 1, 6, 3, -9);
+  const float want[12] = {1, 2, -9, 4, 5, -9, 7, -9, -9, 10, -9, -9};
+  for (int i = 0; i < 12; i++) cr_expect_eq(y[i], want[i], "[%d]: %g", i, y[i]);
 }
 
 // ---------------------------------------------------------------- clip_norm

@@ -239,11 +239,11 @@ extern "C" void kdrt_cuda_causal_mask(kdrt_cuda *d, float *y, const float *x, in
 
 __global__ static void attention_mask_kernel(float *y, const float *x, const void *m, int m_int,
                                              int64_t outer, int64_t heads, int64_t inner,
-                                             float fill) {
+                                             int64_t m_inner, float fill) {
   size_t n = (size_t)outer * (size_t)heads * (size_t)inner;
   KDRT_FOR(k, n) {
     size_t j = k % (size_t)inner, o = k / (size_t)inner / (size_t)heads;
-    size_t q = o * (size_t)inner + j;
+    size_t q = o * (size_t)m_inner + j % (size_t)m_inner;
     bool keep = m_int ? ((const int32_t *)m)[q] != 0 : ((const float *)m)[q] != 0.0f;
     y[k] = keep ? x[k] : fill;
   }
@@ -251,10 +251,10 @@ __global__ static void attention_mask_kernel(float *y, const float *x, const voi
 
 extern "C" void kdrt_cuda_attention_mask(kdrt_cuda *d, float *y, const float *x, const void *m,
                                          int m_int, int64_t outer, int64_t heads, int64_t inner,
-                                         float fill) {
+                                         int64_t m_inner, float fill) {
   size_t n = (size_t)outer * (size_t)heads * (size_t)inner;
   if (!n) return;
   attention_mask_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
-    y, x, m, m_int, outer, heads, inner, fill);
+    y, x, m, m_int, outer, heads, inner, m_inner, fill);
   KDRT_LAUNCHED(d, "attention_mask_kernel");
 }

@@ -219,13 +219,15 @@ static void check_bias(void) {
 }
 
 // layer and RMS norm and their gradients, the scale over trailing dims,
-// the causal mask (a block with offsets) and the zero-padded block.
+// the causal mask (a block with offsets), the zero-padded block and the
+// rotary embedding (issue 24).
 static void check_norm(void) {
   const int64_t rows = 301, cols = 67;
   size_t n = (size_t)(rows * cols);
   float *hx = hrand(n, -3, 3), *hdy = hrand(n, -1, 1), *hg = hrand((size_t)cols, -1, 1);
   float *ref = hzero(n), *x = dev(hx, n), *dy = dev(hdy, n), *g = dev(hg, (size_t)cols);
   float *y = kdrt_cuda_alloc(n);
+  char pname[64];
   for (int rms = 0; rms < 2; rms++) {
     kdrt_norm(rms, ref, hx, rows, cols, 1e-3f);
     poison(y, n);
@@ -312,14 +314,19 @@ static void check_norm(void) {
       hmi[i] = hmf[i] != 0;
     }
     float *mf = dev(hmf, nm), *mi = dev((const float *)hmi, nm);
-    kdrt_attention_mask(ref, hx, hmf, 0, 3, 7, 500, KDRT_MASKED);
+    kdrt_attention_mask(ref, hx, hmf, 0, 3, 7, 500, 500, KDRT_MASKED);
     poison(y, n);
-    kdrt_cuda_attention_mask(D, y, x, mf, 0, 3, 7, 500, KDRT_MASKED);
+    kdrt_cuda_attention_mask(D, y, x, mf, 0, 3, 7, 500, 500, KDRT_MASKED);
     check("attention_mask", y, ref, 3 * 7 * 500, 0);
-    kdrt_attention_mask(ref, hx, hmi, 1, 3, 7, 500, 0.0f);
+    kdrt_attention_mask(ref, hx, hmi, 1, 3, 7, 500, 500, 0.0f);
     poison(y, n);
-    kdrt_cuda_attention_mask(D, y, x, mi, 1, 3, 7, 500, 0.0f);
+    kdrt_cuda_attention_mask(D, y, x, mi, 1, 3, 7, 500, 500, 0.0f);
     check("attention_mask (int32, gradient)", y, ref, 3 * 7 * 500, 0);
+    // a padding mask over 20 keys: scores [3, 7, 25 x 20], the mask [3, 20]
+    kdrt_attention_mask(ref, hx, hmi, 1, 3, 7, 500, 20, KDRT_MASKED);
+    poison(y, n);
+    kdrt_cuda_attention_mask(D, y, x, mi, 1, 3, 7, 500, 20, KDRT_MASKED);
+    check("attention_mask (keys' padding)", y, ref, 3 * 7 * 500, 0);
     kdrt_cuda_free(mf), kdrt_cuda_free(mi);
     free(hmf), free(hmi);
   }
@@ -330,6 +337,27 @@ static void check_norm(void) {
   poison(py, np);
   kdrt_cuda_pad_block(D, py, x, 3, 20, 7, 31, 5);
   check("pad_block", py, pref, np, 0);
+  // issue 24: rotary embedding of [3, 41, 5, 2h] at positions from 4000 (angles in the
+  // thousands), h = 16 and 64 (Llama's head), forward and its transpose, and in place
+  for (int64_t h = 16; h <= 64; h *= 4) {
+    kdrt_rotary r = {};
+    r.half = h, r.scale = h == 16 ? 1.0f : 1.1f;
+    for (int64_t j = 0; j < h; j++) r.inv_freq[j] = (float)pow(10000.0, -(double)j / (double)h);
+    const int64_t inner = h == 16 ? 5 : 1, t = 41;
+    size_t nr = (size_t)(3 * t * inner * 2 * h);
+    for (int inv = 0; inv < 2; inv++) {
+      kdrt_rope(ref, hx, &r, 3, t, inner, 4000, inv);
+      poison(y, nr);
+      kdrt_cuda_rope(D, y, x, &r, 3, t, inner, 4000, inv);
+      snprintf(pname, sizeof pname, "rope h=%lld%s", (long long)h, inv ? " (gradient)" : "");
+      check(pname, y, ref, nr, 1e-6);
+    }
+    kdrt_cuda_upload(D, y, hx, nr);
+    kdrt_cuda_rope(D, y, y, &r, 3, t, inner, 4000, 0);
+    kdrt_rope(ref, hx, &r, 3, t, inner, 4000, 0);
+    snprintf(pname, sizeof pname, "rope h=%lld (in place)", (long long)h);
+    check(pname, y, ref, nr, 1e-6);
+  }
   kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(g), kdrt_cuda_free(y), kdrt_cuda_free(py);
   free(hx), free(hdy), free(hg), free(ref), free(pref);
 }

@@ -1,0 +1,301 @@
+// hub.c: keras-hub's models, which keras-hub saves as hyper-parameters, as
+// the Functional model of Keras layers its Python builds from them.
+//
+// A task (`GPT2CausalLM`, registered_name "keras_hub>GPT2CausalLM") holds
+// its backbone's envelope under config.backbone; the backbone's config is
+// hyper-parameters (vocabulary_size, num_layers, ...), not layers. This file
+// writes the layers keras-hub's backbone and task build from them, as a
+// Functional config that load.c reads like any other: layers named by
+// keras-hub's variable paths ("transformer_layer_0/self_attention", so that
+// a layout map's regexes and the report see keras-hub's names), each with
+// the weights-file group keras-hub's objects save it under (kdcc_group:
+// "transformer_decoder/_self_attention_layer"), its values taken from the
+// backbone's JSON so that errors point there. What keras-hub's layers do
+// that Keras's do not is said in kdcc-only config keys their builders read
+// (kdcc_padding_mask: attention masked by the padding_mask over the keys).
+//
+// The sequence length is not in the config (token_ids is (None, None)):
+// --sequence-length, else the backbone's max_sequence_length where it has
+// one. The inputs are keras-hub's dict, in Keras's order for a dict (its
+// keys sorted): padding_mask, token_ids.
+#include "kdcc.h"
+
+#include <string.h>
+#include <unistd.h>
+
+int64_t opt_sequence_length;
+
+typedef struct {
+  json_t *env;            // the backbone's envelope
+  json_t *cfg;            // its config: the hyper-parameters
+  const char *cls;        // "GPT2Backbone"
+  Loc at;                 // where the backbone's config starts
+  json_t *layers;         // the Functional config's layer list being written
+  int64_t steps;          // token steps
+} Hub;
+
+// Every value hub.c makes points at the backbone's config in messages.
+static json_t *located(Hub *h, json_t *v) {
+  jloc_alias(v, h->at);
+  return v;
+}
+
+// Hyper-parameter `key` of the backbone: an integer of at least lo.
+static json_t *hp_int(Hub *h, const char *key, int64_t lo) {
+  json_t *v = json_object_get(h->cfg, key);
+  if (!v || json_is_null(v))
+    error_at(h->at, "%s: the config has no '%s'", h->cls, key);
+  if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > MAX_DIM)
+    error_at(jloc(v), "%s: '%s' must be an integer in [%lld, %d]", h->cls, key, (long long)lo,
+             MAX_DIM);
+  return v;
+}
+
+static int64_t hp_val(Hub *h, const char *key, int64_t lo) {
+  return json_integer_value(hp_int(h, key, lo));
+}
+
+// Hyper-parameter `key`: a number (def when absent).
+static json_t *hp_num(Hub *h, const char *key, double def) {
+  json_t *v = json_object_get(h->cfg, key);
+  if (!v || json_is_null(v)) return located(h, json_real(def));
+  if (!json_is_number(v)) error_at(jloc(v), "%s: '%s' must be a number", h->cls, key);
+  return v;
+}
+
+// A reference to call `node` of layer `name`'s output, as Keras 3 writes one.
+static json_t *tensor(Hub *h, const char *name, int node) {
+  return located(h, json_pack("{s:s, s:{s:[s, i, i]}}", "class_name", "__keras_tensor__",
+                              "config", "keras_history", name, node, 0));
+}
+
+// Layer `name` of class cls, called once on args (a list: its tensors)
+// with kwargs (NULL: none); group: its weights-file group, or NULL when it
+// has no variables. Takes the references to cfg, args and kwargs.
+static json_t *layer(Hub *h, const char *cls, const char *name, const char *group, json_t *cfg,
+                     json_t *args, json_t *kwargs) {
+  json_object_set_new(cfg, "name", json_string(name));
+  json_t *env = json_pack("{s:s, s:o, s:s}", "class_name", cls, "config", located(h, cfg),
+                          "name", name);
+  if (group) json_object_set_new(env, "kdcc_group", json_string(group));
+  json_t *nodes = located(h, json_array());
+  if (args) {
+    json_t *call = json_pack("{s:o, s:o}", "args", located(h, args), "kwargs",
+                             located(h, kwargs ? kwargs : json_object()));
+    json_array_append_new(nodes, located(h, call));
+  }
+  json_object_set_new(env, "inbound_nodes", nodes);
+  json_array_append_new(h->layers, located(h, env));
+  return env;
+}
+
+// Another call of a layer (a tied embedding's reverse call).
+static void call_again(Hub *h, json_t *env, json_t *args, json_t *kwargs) {
+  json_t *call = json_pack("{s:o, s:o}", "args", located(h, args), "kwargs", located(h, kwargs));
+  json_array_append_new(json_object_get(env, "inbound_nodes"), located(h, call));
+}
+
+static json_t *input(Hub *h, const char *name) {
+  json_t *cfg = json_pack("{s:[n, I], s:s}", "batch_shape", (json_int_t)h->steps, "dtype",
+                          "int32");
+  layer(h, "InputLayer", name, NULL, cfg, NULL, NULL);
+  return tensor(h, name, 0);
+}
+
+static json_t *normal(Hub *h, double stddev) {
+  return located(h, json_pack("{s:s, s:{s:f, s:f, s:n}}", "class_name", "RandomNormal", "config",
+                              "mean", 0.0, "stddev", stddev, "seed"));
+}
+
+static json_t *one(Hub *h, const char *name) { return located(h, json_pack("[o]", tensor(h, name, 0))); }
+
+static json_t *two(Hub *h, const char *a, const char *b) {
+  return located(h, json_pack("[[o, o]]", tensor(h, a, 0), tensor(h, b, 0)));
+}
+
+// keras-hub's layer groups: the i-th of a class in a list is "<snake>_<i>".
+static const char *nth(const char *snake, int i) {
+  return i ? format("%s_%d", snake, i) : snake;
+}
+
+// ---- GPT-2 (keras_hub/src/models/gpt2/gpt2_backbone.py): token and
+// position embeddings, pre-norm TransformerDecoders (causal self-attention
+// masked by the padding, a gelu_approximate MLP), a last LayerNormalization;
+// GPT2CausalLM's logits are the token embedding's reverse call (tied).
+
+static const char *gpt2_block(Hub *h, int i, const char *x, json_t *dropout) {
+  const char *p = format("transformer_layer_%d", i), *g = nth("transformer_decoder", i);
+  json_t *eps = located(h, json_real(1e-5));
+  const char *ln1 = format("%s/self_attention_layer_norm", p);
+  layer(h, "LayerNormalization", ln1, format("%s/_self_attention_layer_norm", g),
+        json_pack("{s:O}", "epsilon", eps), one(h, x), NULL);
+  int64_t heads = hp_val(h, "num_heads", 1), hidden = hp_val(h, "hidden_dim", 1);
+  if (hidden / heads == 0)
+    error_at(jloc(json_object_get(h->cfg, "num_heads")), "%s: num_heads %lld is more than "
+             "hidden_dim %lld", h->cls, (long long)heads, (long long)hidden);
+  const char *att = format("%s/self_attention", p);
+  layer(h, "MultiHeadAttention", att, format("%s/_self_attention_layer", g),
+        json_pack("{s:O, s:I, s:O, s:b, s:o, s:b}", "num_heads", hp_int(h, "num_heads", 1),
+                  "key_dim", (json_int_t)(hidden / heads), "dropout", dropout, "use_bias", 1,
+                  "kernel_initializer", normal(h, 0.02), "kdcc_padding_mask", 1),
+        located(h, json_pack("[o, o]", tensor(h, ln1, 0), tensor(h, ln1, 0))),
+        json_pack("{s:b, s:o}", "use_causal_mask", 1, "attention_mask",
+                  tensor(h, "padding_mask", 0)));
+  const char *d1 = format("%s/self_attention_dropout", p), *r1 = format("%s/add_attention", p);
+  layer(h, "Dropout", d1, NULL, json_pack("{s:O}", "rate", dropout), one(h, att), NULL);
+  layer(h, "Add", r1, NULL, json_object(), two(h, d1, x), NULL);
+  const char *ln2 = format("%s/feedforward_layer_norm", p);
+  layer(h, "LayerNormalization", ln2, format("%s/_feedforward_layer_norm", g),
+        json_pack("{s:O}", "epsilon", eps), one(h, r1), NULL);
+  const char *f1 = format("%s/feedforward_intermediate_dense", p);
+  layer(h, "Dense", f1, format("%s/_feedforward_intermediate_dense", g),
+        json_pack("{s:O, s:{s:s, s:s}, s:o}", "units", hp_int(h, "intermediate_dim", 1),
+                  "activation", "class_name", "function", "config", "keras_hub>gelu_approximate",
+                  "kernel_initializer", normal(h, 0.02)),
+        one(h, ln2), NULL);
+  const char *f2 = format("%s/feedforward_output_dense", p);
+  layer(h, "Dense", f2, format("%s/_feedforward_output_dense", g),
+        json_pack("{s:I, s:o}", "units", (json_int_t)hidden, "kernel_initializer",
+                  normal(h, 0.02)), one(h, f1), NULL);
+  const char *d2 = format("%s/feedforward_dropout", p), *r2 = format("%s/add_feedforward", p);
+  layer(h, "Dropout", d2, NULL, json_pack("{s:O}", "rate", dropout), one(h, f2), NULL);
+  layer(h, "Add", r2, NULL, json_object(), two(h, d2, r1), NULL);
+  return r2;
+}
+
+static const char *gpt2(Hub *h) {
+  json_t *dropout = hp_num(h, "dropout", 0.1);
+  json_t *len = hp_int(h, "max_sequence_length", 1);
+  if (!opt_sequence_length) h->steps = json_integer_value(len);
+  else if (h->steps > json_integer_value(len))
+    error_at(jloc(len), "%s: --sequence-length %lld is more than max_sequence_length %lld",
+             h->cls, (long long)h->steps, (long long)json_integer_value(len));
+  input(h, "padding_mask");
+  json_t *ids = input(h, "token_ids");
+  json_t *tok = layer(h, "ReversibleEmbedding", "token_embedding", "reversible_embedding",
+                      json_pack("{s:O, s:O, s:b, s:o}", "input_dim",
+                                hp_int(h, "vocabulary_size", 1), "output_dim",
+                                hp_int(h, "hidden_dim", 1), "tie_weights", 1,
+                                "embeddings_initializer", normal(h, 0.01)),
+                      located(h, json_pack("[o]", ids)), NULL);
+  layer(h, "PositionEmbedding", "position_embedding", "position_embedding",
+        json_pack("{s:O, s:o}", "sequence_length", len, "initializer", normal(h, 0.02)),
+        one(h, "token_embedding"), NULL);
+  layer(h, "Add", "embeddings_add", NULL, json_object(),
+        two(h, "token_embedding", "position_embedding"), NULL);
+  layer(h, "Dropout", "embeddings_dropout", NULL, json_pack("{s:O}", "rate", dropout),
+        one(h, "embeddings_add"), NULL);
+  const char *x = "embeddings_dropout";
+  for (int i = 0; i < hp_val(h, "num_layers", 1); i++) x = gpt2_block(h, i, x, dropout);
+  layer(h, "LayerNormalization", "layer_norm", "layer_normalization",
+        json_pack("{s:f}", "epsilon", 1e-5), one(h, x), NULL);
+  call_again(h, tok, one(h, "layer_norm"), json_pack("{s:b}", "reverse", 1));
+  return "token_embedding";
+}
+
+// ---- the table of backbones and tasks
+
+static const struct {
+  const char *backbone, *task;
+  const char *group;            // the backbone's weights-file group in a task's archive
+  const char *(*build)(Hub *h); // writes the layers; returns the logits' layer (its last call)
+} models[] = {
+  {"GPT2Backbone", "GPT2CausalLM", "gpt2_backbone", gpt2},
+};
+
+static const char *registered(json_t *env) {
+  const char *r = json_get_str(env, "registered_name");
+  return r && !strncmp(r, "keras_hub>", 10) ? r + 10 : NULL;
+}
+
+bool hub_model(json_t *root) { return registered(root) != NULL; }
+
+// keras-hub's CausalLM.compile() defaults, for a preset (which holds no
+// compile settings): Adam(2e-5), SparseCategoricalCrossentropy(from_logits),
+// SparseCategoricalAccuracy as a weighted metric.
+static json_t *default_compile(void) {
+  return json_pack("{s:{s:s, s:{s:f}}, s:{s:s, s:{s:b}}, s:[s]}", "optimizer", "class_name",
+                   "Adam", "config", "learning_rate", 2e-5, "loss", "class_name",
+                   "SparseCategoricalCrossentropy", "config", "from_logits", 1,
+                   "weighted_metrics", "sparse_categorical_accuracy");
+}
+
+json_t *hub_expand(json_t *root, bool preset, const char **scope) {
+  const char *cls = registered(root);
+  json_t *cfg = json_object_get(root, "config"), *bb = NULL;
+  int k = -1;
+  for (int i = 0; i < (int)(sizeof models / sizeof *models); i++) {
+    if (!strcmp(cls, models[i].task)) {
+      k = i;
+      bb = json_object_get(cfg, "backbone");
+      if (!json_is_object(bb) || !registered(bb) || strcmp(registered(bb), models[i].backbone))
+        error_at(jloc_key(cfg, "backbone"), "%s: 'backbone' must be a %s envelope", cls,
+                 models[i].backbone);
+    } else if (!strcmp(cls, models[i].backbone)) {
+      error_at(jloc_key(root, "registered_name"), "%s is a backbone alone: its output is "
+               "hidden states, with no loss to train; compile its task (%s: a preset "
+               "directory's task.json, or the task's .keras)", cls, models[i].task);
+    }
+  }
+  if (k < 0) {
+    const char *known = "";
+    for (int i = 0; i < (int)(sizeof models / sizeof *models); i++)
+      known = format("%s%s%s", known, i ? ", " : "", models[i].task);
+    error_at(jloc_key(root, "registered_name"), "keras-hub model '%s' is not supported (kdcc "
+             "compiles %s)", cls, known);
+  }
+  Hub h = {.env = bb, .cfg = json_object_get(bb, "config"), .cls = models[k].backbone,
+           .steps = opt_sequence_length};
+  if (!json_is_object(h.cfg))
+    error_at(jloc(bb), "%s: the backbone has no 'config' object", h.cls);
+  h.at = jloc(h.cfg);
+  h.layers = located(&h, json_array());
+  json_t *p = json_object_get(cfg, "preprocessor");
+  if (p && !json_is_null(p))
+    warn_at(jloc(p), "%s: its preprocessor is not compiled: the program takes token ids "
+            "(token_ids, padding_mask), not text", cls);
+  const char *out = models[k].build(&h);
+  if (!h.steps)
+    error_at(h.at, "%s: give the token steps with --sequence-length (the config has no "
+             "max_sequence_length)", h.cls);
+  json_t *ncfg = json_pack("{s:s, s:o, s:[[s, i, i], [s, i, i]], s:[[s, i, i]]}", "name",
+                           json_get_str(cfg, "name") ? json_get_str(cfg, "name") : "causal_lm",
+                           "layers", h.layers, "input_layers", "padding_mask", 0, 0,
+                           "token_ids", 0, 0, "output_layers", out, 1, 0);
+  json_t *cc = json_object_get(root, "compile_config");
+  if (!cc || json_is_null(cc)) {
+    cc = located(&h, default_compile());
+    warn_at(jloc(root), "%s has no compile_config (a preset holds none): compiled as "
+            "keras-hub's %s.compile() defaults, Adam(learning_rate=2e-5), "
+            "SparseCategoricalCrossentropy(from_logits=True), weighted metric "
+            "sparse_categorical_accuracy", cls, cls);
+  }
+  json_t *out_root = json_pack("{s:s, s:o, s:O}", "class_name", "Functional", "config",
+                               located(&h, ncfg), "compile_config", cc);
+  json_t *dist = json_object_get(root, "distribution");
+  if (dist) json_object_set(out_root, "distribution", dist);
+  // A task's archive keeps the backbone's layers under the backbone's
+  // group (its class in snake case); a preset's weights file is the
+  // backbone's own.
+  *scope = preset ? NULL : models[k].group;
+  return located(&h, out_root);
+}
+
+// ---- preset directories
+
+json_t *hub_load_preset(const char *dir, const char **weights) {
+  const char *task = format("%s/task.json", dir), *config = format("%s/config.json", dir);
+  if (access(config, R_OK) != 0)
+    error("%s: a directory is read as a keras-hub preset, but it has no config.json", dir);
+  if (access(task, R_OK) != 0)
+    error("%s: the preset has no task.json: its backbone alone (config.json) has no loss to "
+          "train; save the task with task.save_to_preset(...)", dir);
+  json_t *root = json_load_file_located(task);
+  *weights = format("%s/model.weights.h5", dir);
+  if (access(*weights, R_OK) != 0) {
+    warn_at(jloc(root), "%s: the preset has no model.weights.h5: the program starts from "
+            "kdcc's random initial weights", dir);
+    *weights = NULL;
+  }
+  return root;
+}
