@@ -181,6 +181,28 @@ Cases (model, distribution spec from models/):
                                                              sched_poly (cycle)
     global_clipnorm_dp opt_global_clipnorm global_clipnorm_dp.dist.json DataParallel (8,)
 
+keras-hub's CausalLM tasks (hub_models.py, issue 24): tiny random models from
+their hyper-parameters, inputs {token_ids, padding_mask} (padding_mask.npy,
+token_ids.npy: Keras's input order), next-token labels, Adam(1e-3) with
+keras-hub's default loss and weighted_metrics, and each model's preset/
+(task.save_to_preset, the initial weights). Run only when named; written to
+tests/fixtures/keras_hub/ (not keras_ref/) unless --out:
+
+    hub_gpt2        hub_gpt2       hub_gpt2.dist.json        ModelParallel (2,4)  GPT2CausalLM, Megatron:
+                                                             q/k/v heads, ffw, the tied
+                                                             embedding's vocabulary split
+    hub_gpt2_dp     hub_gpt2       hub_gpt2_dp.dist.json     DataParallel (8,)
+    hub_llama       hub_llama      hub_llama.dist.json       ModelParallel (2,4)  LlamaCausalLM (8 query,
+                                                             4 key/value heads) under
+                                                             LlamaBackbone.get_layout_map, mesh
+                                                             ('batch', 'model')
+    hub_llama_dp    hub_llama      hub_llama_dp.dist.json    DataParallel (8,)
+    hub_gemma       hub_gemma      hub_gemma.dist.json       ModelParallel (2,4)  GemmaCausalLM (4 query,
+                                                             4 key/value heads) under
+                                                             GemmaBackbone.get_layout_map, mesh
+                                                             ('batch', 'model')
+    hub_gemma_dp    hub_gemma      hub_gemma_dp.dist.json    DataParallel (8,)
+
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
 train_on_batch on the batches fit would make (every step's own loss, the
@@ -282,6 +304,7 @@ _here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _here)
 
 import make_models as mm  # noqa: E402  (sets KERAS_BACKEND, XLA_FLAGS: 8 devices)
+import hub_models as hub  # noqa: E402  (issue 24's keras-hub cases)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -1078,7 +1101,7 @@ def check(out, ref_dir, rtol, cases):
     """Compare a fresh run (out) with the committed fixtures (ref_dir)."""
     bad = 0
     for case in cases:
-        model_name = (CASES[case][0] if case in CASES else FIT_CASES[case][0] + "_fit")
+        model_name = model_dir(case)
         a_dir, b_dir = os.path.join(out, model_name), os.path.join(ref_dir, model_name)
         a = json.load(open(os.path.join(a_dir, case + ".json")))
         b = json.load(open(os.path.join(b_dir, case + ".json")))
@@ -1135,11 +1158,19 @@ def check(out, ref_dir, rtol, cases):
     return bad
 
 
+def model_dir(case):
+    """The folder (under OUT) a case writes."""
+    if case in hub.CASES:
+        return hub.CASES[case][0]
+    return CASES[case][0] if case in CASES else FIT_CASES[case][0] + "_fit"
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=FIXTURES, help="output folder (default: the fixtures)")
+    ap.add_argument("--out", help="output folder (default: the fixtures: "
+                    "tests/fixtures/keras_ref/, tests/fixtures/keras_hub/ for the hub_ cases)")
     ap.add_argument("--cases", nargs="*", default=list(CASES) + list(FIT_CASES),
-                    choices=list(CASES) + list(FIT_CASES))
+                    choices=list(CASES) + list(FIT_CASES) + list(hub.CASES))
     ap.add_argument("--hlo", action="store_true",
                     help="also write OUT/<case>.hlo.txt, the compiled train step")
     ap.add_argument("--check", metavar="DIR",
@@ -1151,18 +1182,23 @@ def main():
         sys.exit("run_ref.py needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
     # Start from a clean slate for every model written (model.keras decides
     # whether a case is the first of its model).
-    for m in {CASES[c][0] if c in CASES else FIT_CASES[c][0] + "_fit" for c in args.cases}:
-        shutil.rmtree(os.path.join(args.out, m), ignore_errors=True)
+    def out(case):
+        return args.out or (hub.FIXTURES if case in hub.CASES else FIXTURES)
+
+    for m in {(out(c), model_dir(c)) for c in args.cases}:
+        shutil.rmtree(os.path.join(*m), ignore_errors=True)
     for case in args.cases:
-        if case in FIT_CASES:
-            run_fit_case(case, args.out)
+        if case in hub.CASES:
+            hub.run_case(case, out(case), sys.modules[__name__])
+        elif case in FIT_CASES:
+            run_fit_case(case, out(case))
         else:
-            run_case(case, args.out, args.hlo)
+            run_case(case, out(case), args.hlo)
     for case, (src, _spec) in DERIVED_CASES.items():
         if src in args.cases:
-            write_derived(case, args.out)
+            write_derived(case, out(src))
     if args.check:
-        return check(args.out, args.check, args.rtol, args.cases)
+        return max([check(out(c), args.check, args.rtol, [c]) for c in args.cases], default=0)
     return 0
 
 

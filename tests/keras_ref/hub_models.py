@@ -1,0 +1,315 @@
+"""keras-hub CausalLM reference cases (issue 24), for run_ref.py.
+
+Tiny random GPT2CausalLM, LlamaCausalLM and GemmaCausalLM built from their
+hyper-parameters (no downloads, preprocessor=None), trained in real Keras on
+JAX with 8 virtual CPU devices under DataParallel and under a layout map on
+a (2,4) mesh: GPT-2 under a Megatron map written here (keras-hub has none
+for it), Llama and Gemma under the backbone's own get_layout_map(mesh), whose
+mesh axes are keras-hub's defaults ('batch', 'model'). Run by name only:
+
+    python3 tests/keras_ref/run_ref.py --cases hub_gpt2 hub_gpt2_dp hub_llama \\
+        hub_llama_dp hub_gemma hub_gemma_dp    # rewrites tests/fixtures/keras_hub/
+
+(--out DIR writes DIR/hub_gpt2/ ... instead; --check tests/fixtures/keras_hub
+compares.) They are not in run_ref.py's default case list and live apart from
+tests/fixtures/keras_ref/ until kdcc compiles keras-hub models; then
+KERAS_REF_DIR=tests/fixtures/keras_hub tests/sh/keras_ref.sh checks them.
+
+Per model (OUT/hub_<model>/), in the format keras_ref.sh reads:
+
+    model.keras          the task (GPT2CausalLM, ...) with its initial weights
+                         and its compile config: Adam(1e-3) (keras-hub's
+                         default rate is 2e-5), keras-hub's default loss
+                         SparseCategoricalCrossentropy(from_logits=True) and
+                         weighted_metrics [SparseCategoricalAccuracy]
+    preset/              task.save_to_preset(): config.json (the backbone),
+                         task.json, metadata.json (date fixed), and
+                         model.weights.h5 (the backbone's INITIAL weights); no
+                         compile settings
+    padding_mask.npy, token_ids.npy
+                         the inputs (int32, N x 16), in task.inputs order:
+                         Keras flattens the inputs dict by sorted key, so
+                         padding_mask comes first (x_files says so). Half the
+                         rows are padded: ones then trailing zeros, the pad
+                         positions' token id 0
+    y.npy                the labels (int32, N x 16): the next token (token_ids
+                         shifted left one, a fresh id last). No sample weights
+                         (kdcc has none): padded positions count in the loss
+                         as they do in Keras's fit(x, y) without
+                         sample_weight; the padding mask masks attention only
+    final.npz, <case>.json, <case>.dist.json
+                         as run_ref.py's other cases, plus "hub" in the JSON:
+                         the task and backbone classes, sequence_length, the
+                         preset folder and what compiling it means
+"""
+
+import json
+import os
+import re
+import tempfile
+
+import make_models as mm  # first: sets KERAS_BACKEND, XLA_FLAGS (8 devices)
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+import keras_hub  # noqa: E402
+import numpy as np  # noqa: E402
+
+FIXTURES = os.path.join(mm.ROOT, "tests", "fixtures", "keras_hub")
+SEQ = 16
+VOCAB = 96
+SAMPLES = 64  # 4 steps of 16 per epoch
+EPOCHS = 2
+LR = 1e-3
+
+M = keras_hub.models
+
+# model -> (task class, backbone class, backbone hyper-parameters)
+MODELS = {
+    "hub_gpt2": (M.GPT2CausalLM, M.GPT2Backbone, dict(
+        vocabulary_size=VOCAB, num_layers=2, num_heads=4, hidden_dim=32,
+        intermediate_dim=64, dropout=0.0, max_sequence_length=SEQ)),
+    # head_dim 32 / 8 = 4; rope defaults (max wavelength 10000, scaling 1)
+    "hub_llama": (M.LlamaCausalLM, M.LlamaBackbone, dict(
+        vocabulary_size=VOCAB, num_layers=2, num_query_heads=8, num_key_value_heads=4,
+        hidden_dim=32, intermediate_dim=64, dropout=0)),
+    # 4 key/value heads: get_layout_map splits the key and value kernels'
+    # heads over 'model' (4) too, so 1 (MQA) would not divide
+    "hub_gemma": (M.GemmaCausalLM, M.GemmaBackbone, dict(
+        vocabulary_size=VOCAB, num_layers=2, num_query_heads=4, num_key_value_heads=4,
+        head_dim=8, hidden_dim=32, intermediate_dim=64, dropout=0)),
+}
+
+# GPT-2: Megatron over 'model' (keras-hub writes no layout map for it): q/k/v
+# split on their heads, attention_output and feedforward_output on their
+# input, feedforward_intermediate on its output, the (tied) token embedding on
+# the vocabulary; norms and the position table replicated.
+GPT2_MEGATRON = {
+    r"transformer_layer_\d+/self_attention/(query|key|value)/kernel": [None, "model", None],
+    r"transformer_layer_\d+/self_attention/(query|key|value)/bias": ["model", None],
+    r"transformer_layer_\d+/self_attention/attention_output/kernel": ["model", None, None],
+    r"transformer_layer_\d+/feedforward_intermediate_dense/kernel": [None, "model"],
+    r"transformer_layer_\d+/feedforward_intermediate_dense/bias": ["model"],
+    r"transformer_layer_\d+/feedforward_output_dense/kernel": ["model", None],
+    "token_embedding/embeddings": ["model", None],
+}
+
+# case -> (model, distribution: "dp8", "megatron" or "layout_map", the
+# backbone's get_layout_map on a (2,4) ('batch', 'model') mesh)
+CASES = {
+    "hub_gpt2": ("hub_gpt2", "megatron"),
+    "hub_gpt2_dp": ("hub_gpt2", "dp8"),
+    "hub_llama": ("hub_llama", "layout_map"),
+    "hub_llama_dp": ("hub_llama", "dp8"),
+    "hub_gemma": ("hub_gemma", "layout_map"),
+    "hub_gemma_dp": ("hub_gemma", "dp8"),
+}
+
+# Attention key biases (GPT-2's): zero gradient in exact arithmetic, as
+# run_ref.NOISE_WEIGHTS.
+NOISE = r"layers/gpt2_backbone/layers/transformer_decoder(_\d+)?/_self_attention_layer/key_dense/vars/1"
+
+
+def layout_map_spec(backbone_cls):
+    """kdcc's distribution spec for backbone_cls.get_layout_map(mesh) on the
+    (2,4) mesh with keras-hub's default axis names, read back from the
+    LayoutMap keras-hub returns (regex -> axes, in its order)."""
+    mesh = {"shape": [2, 4], "axis_names": ["batch", "model"]}
+    dist = keras.distribution
+    lm = backbone_cls.get_layout_map(
+        dist.DeviceMesh(tuple(mesh["shape"]), mesh["axis_names"], dist.list_devices()[:8]))
+    return {"distribution": "ModelParallel", "device_mesh": mesh, "batch_dim_name": "batch",
+            "layout_map": {k: list(lm[k].axes) for k in lm}}
+
+
+def spec_of(case):
+    model, how = CASES[case]
+    if how == "dp8":
+        return mm.DP_8
+    if how == "megatron":
+        return mm.model_parallel(GPT2_MEGATRON)
+    return layout_map_spec(MODELS[model][1])
+
+
+def build(model):
+    """The task, compiled: Adam(LR), keras-hub's default loss and
+    weighted_metrics (CausalLM.compile's "auto")."""
+    task_cls, backbone_cls, hp = MODELS[model]
+    task = task_cls(backbone=backbone_cls(**hp), preprocessor=None)
+    task.compile(optimizer=keras.optimizers.Adam(LR))
+    return task
+
+
+def make_data(n=SAMPLES):
+    """{input name: array}, labels. rng seed 0: every other row (at random)
+    padded to a length in [4, SEQ); pad ids 0, other ids in [1, VOCAB)."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, VOCAB, (n, SEQ)).astype("int32")
+    lengths = np.where(rng.random(n) < 0.5, SEQ, rng.integers(4, SEQ, n))
+    mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype("int32")
+    ids = ids * mask
+    last = rng.integers(1, VOCAB, (n, 1)).astype("int32")
+    y = np.concatenate([ids[:, 1:], last], axis=1)
+    return {"token_ids": ids, "padding_mask": mask}, y
+
+
+def save_preset(task, path):
+    """task.save_to_preset(path), metadata.json's date fixed."""
+    task.save_to_preset(path)
+    meta_path = os.path.join(path, "metadata.json")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    meta["date_saved"] = mm.FIXED_DATE
+    with open(meta_path, "w") as f:
+        json.dump(meta, f, indent=4)
+
+
+def run_case(case, out, R):
+    """One of CASES, written under out/<model>/; R is run_ref (its helpers
+    and writers), so the JSON is run_case's."""
+    model_name, _how = CASES[case]
+    task_cls, backbone_cls, hp = MODELS[model_name]
+    spec = spec_of(case)
+    mdir = os.path.join(out, model_name)
+    os.makedirs(mdir, exist_ok=True)
+    x, y = make_data()
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(mm.SEED)
+    keras.distribution.set_distribution(mm.make_distribution(spec))
+    try:
+        task = build(model_name)
+        bb_name = task.backbone.name
+        in_names = [t._keras_history[0].name for t in task.inputs]  # Keras's order
+        xs = [x[nm] for nm in in_names]
+        xf, yf = [nm + ".npy" for nm in in_names], ["y.npy"]
+        inputs, outputs = R.io_description(task, xs, [y], xf, yf)
+        keras_path = os.path.join(mdir, "model.keras")
+        if not os.path.exists(keras_path):
+            mm.save_archive(task, keras_path, True)
+            save_preset(task, os.path.join(mdir, "preset"))
+            for a, f in zip(xs + [y], xf + yf):
+                np.save(os.path.join(mdir, f), a)
+        else:  # a second case of the model: same initial weights, same data
+            with tempfile.TemporaryDirectory() as d:
+                mm.save_archive(task, os.path.join(d, "m.keras"), True)
+                mine = R.archive_weights(os.path.join(d, "m.keras"))
+            theirs = R.archive_weights(keras_path)
+            assert mine.keys() == theirs.keys(), (mine.keys(), theirs.keys())
+            for k in mine:
+                assert np.array_equal(mine[k], theirs[k]), f"{case}: initial {k} differs"
+            for a, f in zip(xs + [y], xf + yf):
+                assert np.array_equal(np.load(os.path.join(mdir, f)), a), f"{case}: {f} differs"
+
+        step_loss, step_logs = [], {}
+        steps = SAMPLES // R.BATCH
+        for _ in range(EPOCHS):
+            for s in range(steps):
+                sl = slice(s * R.BATCH, (s + 1) * R.BATCH)
+                logs = task.train_on_batch({k: v[sl] for k, v in x.items()}, y[sl],
+                                           return_dict=True)
+                step_loss.append(float(logs["loss"]))
+                for k, v in logs.items():
+                    step_logs.setdefault(k, []).append(float(v))
+        metrics = [k for k in step_logs if k != "loss"]
+        metric = metrics[0] if metrics else None
+        epoch_logs = {k: [float(np.mean(v[e * steps:(e + 1) * steps])) for e in range(EPOCHS)]
+                      for k, v in step_logs.items()}
+        # keras.Model's evaluate: keras-hub's (PipelineModel) wants grain or
+        # tf.data for arrays even with no preprocessor; this is what it
+        # hands them to.
+        ev = keras.Model.evaluate(task, x, y, batch_size=R.BATCH, verbose=0, return_dict=True)
+        ev = {k: float(v) for k, v in ev.items()}
+        with tempfile.TemporaryDirectory() as d:
+            wpath = os.path.join(d, "final.weights.h5")
+            task.save_weights(wpath)
+            final = R.layer_weights(wpath)
+    finally:
+        keras.distribution.set_distribution(None)
+
+    atol = {k: LR * len(step_loss) for k in sorted(final) if re.fullmatch(NOISE, k)}
+    final_name, note = "final.npz", None
+    fpath = os.path.join(mdir, final_name)
+    if os.path.exists(fpath):  # shared with the model's first case when equal
+        prev = dict(np.load(fpath))
+        worst, noise_ok = R.weights_diff(final, prev, atol) if prev.keys() == final.keys() \
+            else (float("inf"), False)
+        if prev.keys() == final.keys() and worst <= 2e-5 and noise_ok:
+            note = (f"same as the first case of {model_name} within "
+                    f"{worst:.1e} (relative to each tensor's max)")
+        else:
+            final_name = case + ".final.npz"
+            fpath = os.path.join(mdir, final_name)
+    if note is None:
+        np.savez_compressed(fpath, **final)
+
+    with open(os.path.join(mdir, case + ".dist.json"), "w") as f:
+        json.dump(spec, f, indent=2)
+        f.write("\n")
+    ref = {
+        "case": case,
+        "model": model_name,
+        "distribution": case + ".dist.json",
+        "devices": int(np.prod(spec["device_mesh"]["shape"])),
+        "versions": f"keras {keras.__version__}, keras-hub {keras_hub.__version__}, "
+                    f"jax {jax.__version__}",
+        "samples": SAMPLES,
+        "batch_size": R.BATCH,
+        "epochs": EPOCHS,
+        "shuffle": False,
+        "dropout": "dropout 0 in the backbone's config",
+        "metric": metric,
+        "step_loss": step_loss,
+        "step_metric": step_logs[metric] if metric else [],
+        "epoch_loss": epoch_logs["loss"],
+        "evaluate": ev,
+        "final_weights": final_name,
+        "inputs": inputs,
+        "outputs": outputs,
+        "x_files": xf,
+        "y_files": yf,
+        "step_logs": step_logs,
+        "epoch_logs": epoch_logs,
+        "kdcc_args": ["model.keras", "--distribution", case + ".dist.json",
+                      "--batch-size", str(R.BATCH)],
+        "program_args": R.program_args(xf, yf, None, None, EPOCHS),
+        "program_args_named": R.program_args(xf, yf, [i["name"] for i in inputs],
+                                             [o["name"] for o in outputs], EPOCHS),
+        "hub": {
+            "task": task_cls.__name__,
+            "backbone": backbone_cls.__name__,
+            "backbone_config": hp,
+            "sequence_length": SEQ,
+            "inputs_dict": "the task takes {token_ids, padding_mask}; model.inputs "
+                           "(and x_files) flatten it by sorted key",
+            "padding": "padding_mask: 1 then trailing 0s on padded rows (token id 0 "
+                       "there); it masks attention (with the causal mask), not the "
+                       "loss: no sample_weight",
+            "labels": "the next token: token_ids shifted left one, a fresh id last",
+            "compile": f"Adam({LR}) given; loss and weighted_metrics keras-hub's "
+                       "CausalLM.compile defaults (SparseCategoricalCrossentropy("
+                       "from_logits=True), [SparseCategoricalAccuracy])",
+            "preset": "preset",
+            "preset_note": "task.save_to_preset() of the initial weights: config.json "
+                           "(backbone), task.json, metadata.json, model.weights.h5 "
+                           "(backbone weights: layers/... without the task's "
+                           f"layers/{bb_name}/ prefix); no compile settings: keras-hub's "
+                           "defaults are Adam(2e-5), so these numbers need --lr "
+                           f"{LR} from it",
+        },
+    }
+    if note:
+        ref["final_weights_note"] = note
+    if atol:
+        ref["final_weights_atol"] = atol
+        ref["final_weights_atol_note"] = (
+            "attention key biases: zero gradient in exact arithmetic (softmax "
+            "is shift invariant), Keras's values are Adam-amplified rounding "
+            "noise; checked as |kdcc - keras| <= this absolute tolerance "
+            "(learning rate * steps) instead of relative to the tensor")
+    with open(os.path.join(mdir, case + ".json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    print(f"{case}: {len(step_loss)} steps, loss {step_loss[0]:.6f} -> "
+          f"{step_loss[-1]:.6f}, evaluate {ev}, weights {final_name}"
+          + (f" ({note})" if note else ""))
+    return ref
