@@ -43,7 +43,7 @@ kdcc: $(COMPILER_OBJS)
 	$(CC) -o $@ $^ $(KLIBS)
 
 build/compiler/%.o: compiler/%.c $(COMPILER_HDRS) runtime/kdrt_defs.h \
-                    runtime/kdrt_rnn.h
+                    runtime/kdrt_rnn.h runtime/kdrt_rope.h
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c -o $@ $<
 
@@ -55,9 +55,9 @@ build/flags.stamp: FORCE
 build/compiler/main.o: build/flags.stamp
 
 # The runtime's headers: the API, the kernel list, the shared enums, the
-# recurrent cells, and the kernels' vectorised math.
+# recurrent cells, rotary embedding, and the kernels' vectorised math.
 RT_HDRS = runtime/kdrt.h runtime/kdrt_ops.h runtime/kdrt_defs.h runtime/kdrt_rnn.h runtime/kdrt_philox.h \
-          runtime/vmath.h
+          runtime/kdrt_rope.h runtime/vmath.h
 
 build/runtime/%.o: runtime/%.c $(RT_HDRS) build/flags.stamp
 	@mkdir -p $(dir $@)

@@ -2,7 +2,8 @@
 // `const OpDef op_NAME` with its sharding rule, gradient and emission side
 // by side. Softmax, and attention's fused softmax; convolution and max
 // pooling with their window descriptors; layer (RMS) normalization and
-// attention's causal and call masks; rotary position embedding; the losses and metrics, sparse
+// attention's causal and call masks; rotary position embedding; the
+// losses and metrics, sparse
 // crossentropy by row statistics included; batch normalization; the
 // recurrent layers' recurrence and REVERSE. They are made of ops.c's
 // pieces (ops_impl.h: factors, elementwise rules, DOT, the local rows and

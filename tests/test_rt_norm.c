@@ -2,7 +2,9 @@
 // kdrt_norm against a naive double-precision layer / RMS norm, kdrt_norm_grad
 // against central finite differences of kdrt_norm through L = sum(w * y),
 // kdrt_col_mul and kdrt_pad_block against loops, kdrt_causal_mask on a
-// block of a bigger score matrix (offsets t0, u0) against the whole one.
+// block of a bigger score matrix (offsets t0, u0) against the whole one;
+// issue 24's kdrt_rope against the rotation in double, its inverse as its
+// transpose, and by blocks of steps.
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -120,4 +122,48 @@ Test(norm, causal_mask_by_blocks) {
           }
     }
   free(s);
+}
+
+// issue 24: x[B, T, H, 2h] turned pair by pair: (x[j], x[j + h]) by the
+// angle pos * f[j] at global position pos = t0 + t, cos and sin times the
+// scale; the inverse is the transpose (<R x, g> = <x, R^T g>) and undoes
+// it; a block of steps at its offset gives the whole's rows bit for bit,
+// in place too.
+Test(norm, rope_against_the_rotation) {
+  enum { B = 2, T = 6, H = 3, W = 8, N = B * T * H * W };
+  kdrt_rotary r = {.half = W / 2, .scale = 1.25f};
+  for (int j = 0; j < W / 2; j++) r.inv_freq[j] = powf(10000.0f, -2.0f * j / W);
+  float *x = rand_buf(N), *g = rand_buf(N), y[N], back[N], rg[N];
+  const int64_t t0 = 37;
+  kdrt_rope(y, x, &r, B, T, H, t0, 0);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int k = 0; k < H; k++)
+        for (int j = 0; j < W / 2; j++) {
+          int e = ((b * T + t) * H + k) * W + j;
+          float a = (float)(t0 + t) * r.inv_freq[j];
+          double c = cos((double)a) * 1.25, s = sin((double)a) * 1.25;
+          double y0 = x[e] * c - x[e + W / 2] * s, y1 = x[e + W / 2] * c + x[e] * s;
+          cr_assert_float_eq(y[e], y0, 1e-5, "[%d, %d, %d, %d]", b, t, k, j);
+          cr_assert_float_eq(y[e + W / 2], y1, 1e-5, "[%d, %d, %d, %d + h]", b, t, k, j);
+        }
+  kdrt_rope(back, y, &r, B, T, H, t0, 1);
+  kdrt_rope(rg, g, &r, B, T, H, t0, 1);
+  double lhs = 0, rhs = 0;
+  for (int i = 0; i < N; i++) {
+    cr_assert_float_eq(back[i], x[i] * 1.5625f, 1e-5, "inverse after forward [%d]", i);
+    lhs += (double)y[i] * g[i];
+    rhs += (double)x[i] * rg[i];
+  }
+  cr_assert_float_eq(lhs, rhs, 1e-4, "the transpose: %g vs %g", lhs, rhs);
+  // steps [2, 5) alone, at position t0 + 2, in place
+  float blk[B * 3 * H * W];
+  for (int b = 0; b < B; b++)
+    memcpy(blk + b * 3 * H * W, x + (b * T + 2) * H * W, sizeof(float) * 3 * H * W);
+  kdrt_rope(blk, blk, &r, B, 3, H, t0 + 2, 0);
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < 3 * H * W; i++)
+      cr_assert_eq(blk[b * 3 * H * W + i], y[(b * T + 2) * H * W + i], "block [%d, %d]", b, i);
+  free(x);
+  free(g);
 }

@@ -1,0 +1,65 @@
+// kdrt_rope.h: rotary position embedding (keras-hub's RotaryEmbedding),
+// written once for the CPU runtime (ops.c's kdrt_rope) and the CUDA one
+// (cuda/rope.cu), and read by kdcc, which fills the descriptor: plain C99
+// that also compiles as CUDA C++ (KDRT_HD marks host and device), as
+// kdrt_rnn.h.
+//
+// x[.., t, .., 2h] (the sequence axis 1, the features last): feature pair
+// (j, j + h) of step t turns by the angle a = pos * inv_freq[j], pos = t's
+// global position. keras-hub computes, in float32:
+//   freq = pos * inv_freq (einsum "bi,j->bij"), emb = concat(freq, freq),
+//   y = (x * cos(emb)) + (rotate_half(x) * sin(emb)), rotate_half(x) =
+//   concat(-x2, x1),
+// so y[j] = x[j] * c + (-x[j + h]) * s and y[j + h] = x[j + h] * c + x[j] * s.
+// Its transpose (the gradient) turns by -a. The inverse frequencies, which
+// hold every scaling keras-hub applies (linear, dynamic, YaRN, Llama 3.1's),
+// are kdcc's (ops_nn.c's rope_inv_freq), so both backends read the same
+// bits; cos and sin are taken in double and rounded (XLA's float32 ones are
+// within an ulp of that).
+#ifndef KDRT_ROPE_H
+#define KDRT_ROPE_H
+
+#include <math.h>
+#include <stdint.h>
+
+#ifndef KDRT_HD
+#ifdef __CUDACC__
+#define KDRT_HD __host__ __device__
+#else
+#define KDRT_HD
+#endif
+#endif
+
+// The most pairs a row may have (a head dim of 1024); the descriptor goes
+// to a CUDA kernel by value, under its 4 KB of parameters.
+#define KDRT_ROPE_MAX_HALF 512
+
+typedef struct {
+  int64_t half;                       // h: the feature dim is 2h
+  float scale;                        // cos and sin times it (YaRN's temperature; 1: none)
+  float inv_freq[KDRT_ROPE_MAX_HALF]; // pair j's inverse frequency, [h]
+} kdrt_rotary;
+
+// The cosine and sine of pair j at global position pos.
+static inline KDRT_HD void kdrt_rope_cs(const kdrt_rotary *r, int64_t pos, int64_t j,
+                                        float *c, float *s) {
+  float a = (float)pos * r->inv_freq[j];
+  *c = (float)cos((double)a) * r->scale;
+  *s = (float)sin((double)a) * r->scale;
+}
+
+// One pair (x0, x1) = (x[j], x[j + h]) turned: forward by the angle of
+// (c, s), in keras-hub's order of operations; inverse (the gradient) by
+// its negative.
+static inline KDRT_HD void kdrt_rope_pair(float x0, float x1, float c, float s, int inverse,
+                                          float *y0, float *y1) {
+  if (inverse) {
+    *y0 = x0 * c + x1 * s;
+    *y1 = x1 * c + -x0 * s;
+  } else {
+    *y0 = x0 * c + -x1 * s;
+    *y1 = x1 * c + x0 * s;
+  }
+}
+
+#endif
