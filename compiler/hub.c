@@ -193,6 +193,99 @@ static const char *gpt2(Hub *h) {
   return "token_embedding";
 }
 
+// ---- Llama (keras_hub/src/models/llama/): an untied token embedding,
+// pre-norm decoders of RMS norms (LlamaLayerNorm: x * rsqrt(mean(x^2) +
+// eps) * scale, Keras's RMSNormalization), grouped-query attention without
+// biases whose query and key are turned by rotary embedding
+// (LlamaRotaryEmbedding, Llama 3.1's frequency adjustment where the config
+// has one), masked causally and by the padding; a SwiGLU MLP
+// (output(intermediate(x) * silu(gate(x)))).
+
+// The rotary embedding's settings, for the attention builder (kdcc_rope).
+static json_t *llama_rope(Hub *h) {
+  json_t *r = located(h, json_object());
+  static const char *const keys[][2] = {
+    {"rope_max_wavelength", "max_wavelength"},
+    {"rope_position_scaling_factor", "position_scaling_factor"},
+    {"rope_frequency_adjustment_factor", "frequency_adjustment_factor"},
+    {"rope_low_freq_factor", "low_freq_factor"},
+    {"rope_high_freq_factor", "high_freq_factor"},
+    {"rope_pretraining_sequence_length", "pretraining_sequence_length"},
+  };
+  json_object_set_new(r, "kind", json_string("llama"));
+  for (int i = 0; i < (int)(sizeof keys / sizeof *keys); i++) {
+    json_t *v = json_object_get(h->cfg, keys[i][0]);
+    if (v && !json_is_null(v)) json_object_set(r, keys[i][1], v);
+  }
+  return r;
+}
+
+static const char *llama_block(Hub *h, int i, const char *x, json_t *dropout, json_t *rope) {
+  const char *p = format("transformer_layer_%d", i), *g = nth("llama_transformer_decoder", i);
+  json_t *eps = hp_num(h, "layer_norm_epsilon", 1e-6);
+  int64_t nq = hp_val(h, "num_query_heads", 1), hidden = hp_val(h, "hidden_dim", 1);
+  if (hidden / nq == 0)
+    error_at(jloc(json_object_get(h->cfg, "num_query_heads")), "%s: num_query_heads %lld is "
+             "more than hidden_dim %lld", h->cls, (long long)nq, (long long)hidden);
+  const char *ln1 = format("%s/self_attention_layernorm", p);
+  layer(h, "RMSNormalization", ln1, format("%s/_self_attention_layernorm", g),
+        json_pack("{s:O}", "epsilon", eps), one(h, x), NULL);
+  const char *att = format("%s/self_attention", p);
+  layer(h, "GroupedQueryAttention", att, format("%s/_self_attention_layer", g),
+        json_pack("{s:I, s:O, s:O, s:O, s:b, s:o, s:b, s:O}", "head_dim",
+                  (json_int_t)(hidden / nq), "num_query_heads", hp_int(h, "num_query_heads", 1),
+                  "num_key_value_heads", hp_int(h, "num_key_value_heads", 1), "dropout", dropout,
+                  "use_bias", 0, "kernel_initializer", normal(h, 0.02), "kdcc_padding_mask", 1,
+                  "kdcc_rope", rope),
+        located(h, json_pack("[o, o]", tensor(h, ln1, 0), tensor(h, ln1, 0))),
+        json_pack("{s:b, s:o}", "use_causal_mask", 1, "attention_mask",
+                  tensor(h, "padding_mask", 0)));
+  const char *d1 = format("%s/self_attention_dropout", p), *r1 = format("%s/add_attention", p);
+  layer(h, "Dropout", d1, NULL, json_pack("{s:O}", "rate", dropout), one(h, att), NULL);
+  layer(h, "Add", r1, NULL, json_object(), two(h, d1, x), NULL);
+  const char *ln2 = format("%s/feedforward_layernorm", p);
+  layer(h, "RMSNormalization", ln2, format("%s/_feedforward_layernorm", g),
+        json_pack("{s:O}", "epsilon", eps), one(h, r1), NULL);
+  const char *gate = format("%s/feedforward_gate_dense", p);
+  const char *up = format("%s/feedforward_intermediate_dense", p);
+  layer(h, "Dense", gate, format("%s/_feedforward_gate_dense", g),
+        json_pack("{s:O, s:s, s:b, s:o}", "units", hp_int(h, "intermediate_dim", 1),
+                  "activation", "silu", "use_bias", 0, "kernel_initializer", normal(h, 0.02)),
+        one(h, ln2), NULL);
+  layer(h, "Dense", up, format("%s/_feedforward_intermediate_dense", g),
+        json_pack("{s:O, s:b, s:o}", "units", hp_int(h, "intermediate_dim", 1), "use_bias", 0,
+                  "kernel_initializer", normal(h, 0.02)), one(h, ln2), NULL);
+  const char *mul = format("%s/feedforward_gated", p);
+  layer(h, "Multiply", mul, NULL, json_object(), two(h, up, gate), NULL);
+  const char *down = format("%s/feedforward_output_dense", p);
+  layer(h, "Dense", down, format("%s/_feedforward_output_dense", g),
+        json_pack("{s:I, s:b, s:o}", "units", (json_int_t)hidden, "use_bias", 0,
+                  "kernel_initializer", normal(h, 0.02)), one(h, mul), NULL);
+  const char *r2 = format("%s/add_feedforward", p);
+  layer(h, "Add", r2, NULL, json_object(), two(h, down, r1), NULL);
+  return r2;
+}
+
+static const char *llama(Hub *h) {
+  json_t *dropout = hp_num(h, "dropout", 0);
+  json_t *tie = json_object_get(h->cfg, "tie_word_embeddings");
+  input(h, "padding_mask");
+  json_t *ids = input(h, "token_ids");
+  json_t *tok = layer(h, "ReversibleEmbedding", "token_embedding", "reversible_embedding",
+                      json_pack("{s:O, s:O, s:b, s:o}", "input_dim",
+                                hp_int(h, "vocabulary_size", 1), "output_dim",
+                                hp_int(h, "hidden_dim", 1), "tie_weights", json_is_true(tie),
+                                "embeddings_initializer", normal(h, 0.01)),
+                      located(h, json_pack("[o]", ids)), NULL);
+  json_t *rope = llama_rope(h);
+  const char *x = "token_embedding";
+  for (int i = 0; i < hp_val(h, "num_layers", 1); i++) x = llama_block(h, i, x, dropout, rope);
+  layer(h, "RMSNormalization", "sequence_output_layernorm", "llama_layer_norm",
+        json_pack("{s:O}", "epsilon", hp_num(h, "layer_norm_epsilon", 1e-6)), one(h, x), NULL);
+  call_again(h, tok, one(h, "sequence_output_layernorm"), json_pack("{s:b}", "reverse", 1));
+  return "token_embedding";
+}
+
 // ---- the table of backbones and tasks
 
 static const struct {
@@ -201,6 +294,7 @@ static const struct {
   const char *(*build)(Hub *h); // writes the layers; returns the logits' layer (its last call)
 } models[] = {
   {"GPT2Backbone", "GPT2CausalLM", "gpt2_backbone", gpt2},
+  {"LlamaBackbone", "LlamaCausalLM", "llama_backbone", llama},
 };
 
 static const char *registered(json_t *env) {

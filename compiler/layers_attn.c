@@ -206,6 +206,36 @@ static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
   return new_node1(g, OP_RESHAPE, b, (Shape){4, {s->d[0], s->d[1], s->d[2] * r, s->d[3]}});
 }
 
+// hub.c's attention layers (Llama's): query and key turned by rotary
+// embedding as keras-hub's LlamaRotaryEmbedding turns them, its settings in
+// kdcc_rope (keras-hub's argument names; Llama 3.1's frequency adjustment
+// where frequency_adjustment_factor is set); x as it is without it.
+static Node *hub_rope(Graph *g, Layer *l, Node *x) {
+  json_t *r = json_object_get(l->cfg, "kdcc_rope");
+  if (!json_is_object(r)) return x;
+  RopeParams *p = xcalloc(1, sizeof *p);
+  double adjust = json_number_value(json_object_get(r, "frequency_adjustment_factor"));
+  *p = (RopeParams){.kind = adjust ? ROPE_LLAMA31 : ROPE_LLAMA, .max_wavelength = 10000,
+                    .scaling_factor = 1, .freq_adjust = adjust};
+  json_t *v;
+  if ((v = json_object_get(r, "max_wavelength"))) p->max_wavelength = json_number_value(v);
+  if ((v = json_object_get(r, "position_scaling_factor"))) p->scaling_factor = json_number_value(v);
+  if (adjust) {
+    static const char *const need[] = {"low_freq_factor", "high_freq_factor",
+                                       "pretraining_sequence_length"};
+    for (int i = 0; i < 3; i++)
+      if (!json_is_number(json_object_get(r, need[i])))
+        error_at(l->loc, "layer '%s': rope_frequency_adjustment_factor needs rope_%s too",
+                 l->name, need[i]);
+    p->low_freq = json_number_value(json_object_get(r, "low_freq_factor"));
+    p->high_freq = json_number_value(json_object_get(r, "high_freq_factor"));
+    p->pretrain_len = json_number_value(json_object_get(r, "pretraining_sequence_length"));
+  }
+  Node *n = new_node1(g, OP_ROPE, x, x->shape);
+  n->rope = (RopeAttr){p, 0, false};
+  return n;
+}
+
 // GroupedQueryAttention(head_dim, num_query_heads, num_key_value_heads,
 // use_bias, dropout), called as (query, value[, key]) with use_causal_mask:
 // key and value heads repeated to the query heads, then as MultiHeadAttention.
@@ -220,8 +250,8 @@ Node *build_gqa(Graph *g, Layer *l, Node *unused) {
     error_at(l->loc, "layer '%s': head_dim, num_query_heads and num_key_value_heads must be "
              "positive, the query heads a multiple of the key/value heads", l->name);
   bool bias = cfg_bool(l, "use_bias", true);
-  Node *q = project(g, l, xq, "query", nq, hd, bias);
-  Node *k = repeat_heads(g, project(g, l, xk, "key", nkv, hd, bias), nq / nkv);
+  Node *q = hub_rope(g, l, project(g, l, xq, "query", nq, hd, bias));
+  Node *k = repeat_heads(g, hub_rope(g, l, project(g, l, xk, "key", nkv, hd, bias)), nq / nkv);
   Node *v = repeat_heads(g, project(g, l, xv, "value", nkv, hd, bias), nq / nkv);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)hd), call_flag(l, "use_causal_mask"),
                    mask, cfg_num(l, "dropout", 0));

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fix=tests/fixtures/keras_hub
 out=build/tests/keras_hub
-CASES=${KERAS_HUB_CASES:-hub_gpt2}
+CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama}
 rm -rf "$out" && mkdir -p "$out/ref"
 for c in $CASES; do cp -r "$fix/$c" "$out/ref/"; done
 KERAS_REF_DIR=$out/ref bash tests/sh/keras_ref.sh
@@ -21,7 +21,7 @@ KERAS_REF_DIR=$out/ref bash tests/sh/keras_ref.sh
 # model.weights.h5 (keras-hub's own layout, without the task's group).
 for c in $CASES; do
   d=$fix/$c
-  ./kdcc "$d/preset" --distribution "$d/$c.dist.json" --batch-size 16 -o "$out/$c.preset" \
+  ./kdcc "$d/preset" --distribution "$d/$c.dist.json" --batch-size 16 --sequence-length 16 -o "$out/$c.preset" \
     2>"$out/$c.preset.log"
   grep -q "compiled as keras-hub's" "$out/$c.preset.log" ||
     { echo "keras_hub: $c: the preset's default compile settings were not announced"; exit 1; }

@@ -34,10 +34,13 @@ for ref in $fix/*/*.json; do
   case $ref in *.dist.json) continue ;; esac
   dir=$(dirname "$ref")
   name=$(basename "$ref" .json)
-  read -r devices epochs batch cbatch < <(python3 -c '
+  read -r devices epochs batch cbatch steps < <(python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(r["devices"], r["epochs"], r["batch_size"], r.get("compile_batch_size", 0))' "$ref")
+print(r["devices"], r["epochs"], r["batch_size"], r.get("compile_batch_size", 0),
+      r.get("hub", {}).get("sequence_length", 0))' "$ref")
+  # a keras-hub model's token steps (its config leaves them open)
+  seq=() && [ "$steps" != 0 ] && seq=(--sequence-length "$steps")
   mapfile -t data_args < <(python3 -c '
 import json, os, sys
 r = json.load(open(sys.argv[1]))
@@ -46,7 +49,7 @@ for flag, key, one in (("--x", "x_files", "x.npy"), ("--y", "y_files", "y.npy"))
         print(flag)
         print(os.path.join(sys.argv[2], f))' "$ref" "$dir")
   exe=$PWD/$out/$name
-  ./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" \
+  ./kdcc "$dir/model.keras" --distribution "$dir/$name.dist.json" "${seq[@]}" \
     --batch-size "$([ "$cbatch" != 0 ] && echo "$cbatch" || echo "$batch")" -w -o "$exe"
   if [ -z "$probe" ]; then
     # Initial weights must come from the fixture's .keras (kdcc's own
