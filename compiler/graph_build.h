@@ -38,7 +38,16 @@ bool call_flag(Layer *l, const char *key);            // a boolean call keyword
 void check_kwargs(Layer *l, const char *const *known, int n); // only these call keywords
 Node *build_mha(Graph *g, Layer *l, Node *unused);
 Node *build_gqa(Graph *g, Layer *l, Node *unused);
+Node *build_attention_core(Graph *g, Layer *l, Node *unused);
 Node *build_einsum_dense(Graph *g, Layer *l, Node *x);
+// issue 24: rotary position embedding of x[b, t, .., 2h] (the sequence dim
+// 1, the features last), as keras-hub's RotaryEmbedding (or, by p->kind,
+// LlamaRotaryEmbedding) turns it, step 0 at position `offset` (a cache's
+// start; 0 for training); its errors at l (NULL: x's layer). rope_params:
+// RotaryEmbedding's defaults ("linear") with these two set.
+RopeParams rope_params(double max_wavelength, double scaling_factor);
+Node *rope_node(Graph *g, Layer *l, Node *x, const RopeParams *p, int64_t offset);
+Node *build_rotary_embedding(Graph *g, Layer *l, Node *x);
 
 // ---------------------------------------------------------------- layers_conv.c
 void check_channels_last(Layer *l);                   // data_format: channels_last only

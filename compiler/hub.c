@@ -20,6 +20,7 @@
 // keys sorted): padding_mask, token_ids.
 #include "kdcc.h"
 
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -286,6 +287,120 @@ static const char *llama(Hub *h) {
   return "token_embedding";
 }
 
+// ---- Gemma (keras_hub/src/models/gemma/): a tied token embedding scaled by
+// sqrt(hidden_dim), pre-norm decoder blocks of RMS norms scaling by
+// (1 + scale), attention whose projections are EinsumDense layers with
+// [heads, hidden, head_dim] kernels around kdcc's attention core (rotary
+// embedding on query and key, scores by 1/sqrt(head_dim), Gemma 2's
+// soft cap), a GeGLU MLP (ffw_linear(gelu_approximate(ffw_gating(x)) *
+// ffw_gating_2(x))); the logits soft-capped where final_logit_soft_cap says.
+
+// keras-hub's VarianceScaling(1, "fan_in", "untruncated_normal"): a normal
+// of variance 1 / fan_in, fan_in as Keras counts it for the kernel's shape.
+static json_t *variance_scaling(Hub *h, int64_t fan_in) {
+  return normal(h, 1 / sqrt((double)fan_in));
+}
+
+static const char *rms1(Hub *h, const char *name, const char *group, const char *x) {
+  layer(h, "RMSNormalization", name, group,
+        json_pack("{s:O, s:b}", "epsilon", hp_num(h, "layer_norm_epsilon", 1e-6),
+                  "kdcc_scale_plus_one", 1), one(h, x), NULL);
+  return name;
+}
+
+static const char *einsum(Hub *h, const char *name, const char *group, const char *eq,
+                          json_t *shape, const char *x, json_t *init) {
+  json_t *cfg = json_pack("{s:s, s:o, s:n}", "equation", eq, "output_shape", located(h, shape),
+                          "bias_axes");
+  if (init) json_object_set_new(cfg, "kernel_initializer", init);
+  layer(h, "EinsumDense", name, group, cfg, one(h, x), NULL);
+  return name;
+}
+
+static const char *gemma_block(Hub *h, int i, const char *x) {
+  const char *p = format("decoder_block_%d", i), *g = nth("gemma_decoder_block", i);
+  json_t *sw = json_object_get(h->cfg, "use_sliding_window_attention");
+  if (json_is_true(sw))
+    error_at(jloc(sw), "%s: use_sliding_window_attention is not supported yet (Gemma 2's "
+             "alternating sliding-window attention)", h->cls);
+  json_t *qn = json_object_get(h->cfg, "query_head_dim_normalize");
+  int64_t nq = hp_val(h, "num_query_heads", 1), nkv = hp_val(h, "num_key_value_heads", 1);
+  int64_t hd = hp_val(h, "head_dim", 1), hidden = hp_val(h, "hidden_dim", 1);
+  if (nq % nkv)
+    error_at(jloc(json_object_get(h->cfg, "num_key_value_heads")), "%s: num_query_heads %lld is "
+             "not a multiple of num_key_value_heads %lld", h->cls, (long long)nq, (long long)nkv);
+  const char *n1 = rms1(h, format("%s/pre_attention_norm", p), format("%s/pre_attention_norm", g),
+                        x);
+  const char *a = format("%s/attention", p), *ag = format("%s/attention", g);
+  const char *q = einsum(h, format("%s/query", a), format("%s/query_dense", ag), "btd,ndh->btnh",
+                         json_pack("[n, I, I]", (json_int_t)nq, (json_int_t)hd), n1,
+                         variance_scaling(h, hidden * nq));
+  const char *k = einsum(h, format("%s/key", a), format("%s/key_dense", ag), "bsd,kdh->bskh",
+                         json_pack("[n, I, I]", (json_int_t)nkv, (json_int_t)hd), n1,
+                         variance_scaling(h, hidden * nkv));
+  const char *v = einsum(h, format("%s/value", a), format("%s/value_dense", ag), "bsd,kdh->bskh",
+                         json_pack("[n, I, I]", (json_int_t)nkv, (json_int_t)hd), n1,
+                         variance_scaling(h, hidden * nkv));
+  // query_head_dim_normalize false: 1/sqrt(hidden_dim / num_query_heads)
+  double scale = 1 / sqrt((double)(qn && json_is_false(qn) ? hidden / nq : hd));
+  json_t *cap = json_object_get(h->cfg, "attention_logit_soft_cap");
+  json_t *core = json_pack("{s:f, s:O, s:{s:s, s:f}, s:b}", "scale", scale, "dropout",
+                           hp_num(h, "dropout", 0), "kdcc_rope", "kind", "linear",
+                           "max_wavelength", 10000.0, "kdcc_padding_mask", 1);
+  if (cap && !json_is_null(cap)) json_object_set(core, "logit_soft_cap", cap);
+  const char *c = format("%s/core", a);
+  layer(h, "kdcc>Attention", c, NULL, core,
+        located(h, json_pack("[o, o, o]", tensor(h, q, 0), tensor(h, k, 0), tensor(h, v, 0))),
+        json_pack("{s:o}", "attention_mask", tensor(h, "padding_mask", 0)));
+  const char *o = einsum(h, format("%s/attention_output", a), format("%s/output_dense", ag),
+                         "btnh,nhd->btd", json_pack("[n, I]", (json_int_t)hidden), c,
+                         variance_scaling(h, hd * nq));
+  if (json_is_true(json_object_get(h->cfg, "use_post_attention_norm")))
+    o = rms1(h, format("%s/post_attention_norm", p), format("%s/post_attention_norm", g), o);
+  const char *r1 = format("%s/add_attention", p);
+  layer(h, "Add", r1, NULL, json_object(), two(h, x, o), NULL);
+  const char *n2 = rms1(h, format("%s/pre_ffw_norm", p), format("%s/pre_ffw_norm", g), r1);
+  json_t *half = json_pack("[n, I]", (json_int_t)(hp_val(h, "intermediate_dim", 2) / 2));
+  const char *x1 = einsum(h, format("%s/ffw_gating", p), format("%s/gating_ffw", g),
+                          "btd,df->btf", json_deep_copy(half), n2, NULL);
+  const char *x2 = einsum(h, format("%s/ffw_gating_2", p), format("%s/gating_ffw_2", g),
+                          "btd,df->btf", half, n2, NULL);
+  const char *act = format("%s/ffw_gelu", p);
+  layer(h, "Activation", act, NULL, json_pack("{s:{s:s, s:s}}", "activation", "class_name",
+                                               "function", "config", "keras_hub>gelu_approximate"),
+        one(h, x1), NULL);
+  const char *m = format("%s/ffw_gated", p);
+  layer(h, "Multiply", m, NULL, json_object(), two(h, act, x2), NULL);
+  const char *f = einsum(h, format("%s/ffw_linear", p), format("%s/ffw_linear", g), "btf,fd->btd",
+                         json_pack("[n, I]", (json_int_t)hidden), m, NULL);
+  if (json_is_true(json_object_get(h->cfg, "use_post_ffw_norm")))
+    f = rms1(h, format("%s/post_ffw_norm", p), format("%s/post_ffw_norm", g), f);
+  const char *r2 = format("%s/add_feedforward", p);
+  layer(h, "Add", r2, NULL, json_object(), two(h, f, r1), NULL);
+  return r2;
+}
+
+static const char *gemma(Hub *h) {
+  input(h, "padding_mask");
+  json_t *ids = input(h, "token_ids");
+  json_t *cap = json_object_get(h->cfg, "final_logit_soft_cap");
+  json_t *emb = json_pack("{s:O, s:O, s:b, s:o}", "input_dim", hp_int(h, "vocabulary_size", 1),
+                          "output_dim", hp_int(h, "hidden_dim", 1), "tie_weights", 1,
+                          "embeddings_initializer",
+                          variance_scaling(h, hp_val(h, "vocabulary_size", 1)));
+  if (cap && !json_is_null(cap)) json_object_set(emb, "logit_soft_cap", cap);
+  json_t *tok = layer(h, "ReversibleEmbedding", "token_embedding", "reversible_embedding", emb,
+                      located(h, json_pack("[o]", ids)), NULL);
+  layer(h, "Rescaling", "token_embedding_scaled", NULL,
+        json_pack("{s:f, s:f}", "scale", sqrt((double)hp_val(h, "hidden_dim", 1)), "offset", 0.0),
+        one(h, "token_embedding"), NULL);
+  const char *x = "token_embedding_scaled";
+  for (int i = 0; i < hp_val(h, "num_layers", 1); i++) x = gemma_block(h, i, x);
+  rms1(h, "final_normalization", "rms_normalization", x);
+  call_again(h, tok, one(h, "final_normalization"), json_pack("{s:b}", "reverse", 1));
+  return "token_embedding";
+}
+
 // ---- the table of backbones and tasks
 
 static const struct {
@@ -295,6 +410,7 @@ static const struct {
 } models[] = {
   {"GPT2Backbone", "GPT2CausalLM", "gpt2_backbone", gpt2},
   {"LlamaBackbone", "LlamaCausalLM", "llama_backbone", llama},
+  {"GemmaBackbone", "GemmaCausalLM", "gemma_backbone", gemma},
 };
 
 static const char *registered(json_t *env) {

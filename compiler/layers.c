@@ -84,7 +84,15 @@ static Node *build_rmsnorm(Graph *g, Layer *l, Node *x) {
   int64_t h = x->shape.d[x->shape.rank - 1];
   Node *y = new_node1(g, OP_NORM, x, x->shape);
   y->norm = (NormAttr){true, (float)cfg_num(l, "epsilon", 1e-6)};
-  Node *scale = new_var(g, l, "scale", (Shape){1, {h}}, "-", "ones");
+  // keras-hub's Gemma RMSNormalization (hub.c: kdcc_scale_plus_one) scales
+  // by 1 + scale, its scale starting at zeros
+  bool plus_one = json_is_true(json_object_get(l->cfg, "kdcc_scale_plus_one"));
+  Node *scale = new_var(g, l, "scale", (Shape){1, {h}}, "-", plus_one ? "zeros" : "ones");
+  if (plus_one) {
+    Node *s1 = new_node1(g, OP_SCALE, scale, scale->shape);
+    s1->aff = (AffAttr){1, 1};
+    scale = s1;
+  }
   return new_node2(g, OP_COL_MUL, y, scale, x->shape);
 }
 

@@ -8,6 +8,8 @@
 // dims in its order, so that a kernel's layout propagates through DOT's rule.
 #include "graph_build.h"
 
+#include "../runtime/kdrt_rope.h"
+
 #include <ctype.h>
 #include <math.h>
 #include <string.h>
@@ -74,13 +76,20 @@ void check_kwargs(Layer *l, const char *const *known, int n) {
 // JAX's dot_product_attention computes it: q[b, t, n, d], k, v[b, s, n, d]
 // (kv heads already repeated) -> o[b, t, n, dv]. Scores q.k are scaled by
 // 1 / sqrt(d), causally masked, softmaxed over the keys.
+static Node *scaled_by(Graph *g, Node *x, double scale) {
+  Node *y = new_node1(g, OP_SCALE, x, x->shape);
+  y->aff = (AffAttr){(float)scale, 0};
+  return y;
+}
+
+// cap > 0 (Gemma's logit_soft_cap): the scaled scores soft-capped first,
+// tanh(s / cap) * cap.
 static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale, bool causal,
-                    Node *mask, double dropout) {
+                    Node *mask, double dropout, double cap) {
   Node *qt = transpose_0213(g, q), *kt = transpose_0213(g, k), *vt = transpose_0213(g, v);
   Node *s = dot_node(g, qt, kt, 2, 1, true); // [b, n, t, s]
-  Node *sc = new_node1(g, OP_SCALE, s, s->shape);
-  sc->aff = (AffAttr){(float)scale, 0};
-  s = sc;
+  s = scaled_by(g, s, scale);
+  if (cap > 0) s = scaled_by(g, apply_act(g, scaled_by(g, s, 1 / cap), ACT_TANH), cap);
   if (causal) {
     s = new_node1(g, OP_CAUSAL, s, s->shape);
     s->mask.fill = -1; // forward: KDRT_MASKED
@@ -192,7 +201,7 @@ Node *build_mha(Graph *g, Layer *l, Node *unused) {
   Node *k = project(g, l, xk, "key", heads, kd, bias);
   Node *v = project(g, l, xv, "value", heads, vd, bias);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)kd), call_flag(l, "use_causal_mask"),
-                   mask, cfg_num(l, "dropout", 0));
+                   mask, cfg_num(l, "dropout", 0), 0);
   return attention_output(g, l, o, out, bias);
 }
 
@@ -215,11 +224,13 @@ static Node *hub_rope(Graph *g, Layer *l, Node *x) {
   if (!json_is_object(r)) return x;
   RopeParams *p = xcalloc(1, sizeof *p);
   double adjust = json_number_value(json_object_get(r, "frequency_adjustment_factor"));
-  *p = (RopeParams){.kind = adjust ? ROPE_LLAMA31 : ROPE_LLAMA, .max_wavelength = 10000,
-                    .scaling_factor = 1, .freq_adjust = adjust};
+  bool llama = !strcmp(json_string_value(json_object_get(r, "kind")), "llama");
+  *p = (RopeParams){.kind = !llama ? ROPE_LINEAR : adjust ? ROPE_LLAMA31 : ROPE_LLAMA,
+                    .max_wavelength = 10000, .scaling_factor = 1, .freq_adjust = adjust};
   json_t *v;
   if ((v = json_object_get(r, "max_wavelength"))) p->max_wavelength = json_number_value(v);
   if ((v = json_object_get(r, "position_scaling_factor"))) p->scaling_factor = json_number_value(v);
+  if ((v = json_object_get(r, "scaling_factor"))) p->scaling_factor = json_number_value(v);
   if (adjust) {
     static const char *const need[] = {"low_freq_factor", "high_freq_factor",
                                        "pretraining_sequence_length"};
@@ -234,6 +245,37 @@ static Node *hub_rope(Graph *g, Layer *l, Node *x) {
   Node *n = new_node1(g, OP_ROPE, x, x->shape);
   n->rope = (RopeAttr){p, 0, false};
   return n;
+}
+
+// kdcc's own attention core, for hub.c's keras-hub attention layers whose
+// projections it writes as EinsumDense layers (Gemma's, whose kernels are
+// [heads, hidden, head_dim]): called on q[b, t, n, h], k and v[b, s, kv, h]
+// with keras-hub's padding_mask; the query and key turned by rotary
+// embedding (kdcc_rope), key and value heads repeated to the query heads,
+// the scores scaled by `scale`, soft-capped by logit_soft_cap, masked
+// causally and by the padding. Gemma's interleaving of the turned halves
+// (stack(split(x, 2), -1)) permutes q's and k's features alike, which
+// leaves q.k as it is: it is not done.
+Node *build_attention_core(Graph *g, Layer *l, Node *unused) {
+  int nargs = l->mask ? l->mask : l->nin;
+  if (nargs != 3)
+    error_at(l->loc, "layer '%s': the attention core takes query, key and value", l->name);
+  static const char *const kw[] = {"attention_mask"};
+  check_kwargs(l, kw, 1);
+  Node *q = layer_input(l, 0), *k = layer_input(l, 1), *v = layer_input(l, 2);
+  if (q->shape.rank != 4 || k->shape.rank != 4 || !shape_eq(&k->shape, &v->shape) ||
+      q->shape.d[3] != k->shape.d[3] || q->shape.d[2] % k->shape.d[2])
+    error_at(l->loc, "layer '%s': query [b, t, n, h], key and value [b, s, kv, h] with kv "
+             "dividing n, got %s, %s, %s", l->name, kshape(&q->shape), kshape(&k->shape),
+             kshape(&v->shape));
+  Node *mask = attention_mask_input(l, q, v);
+  int64_t r = q->shape.d[2] / k->shape.d[2];
+  q = hub_rope(g, l, q);
+  k = repeat_heads(g, hub_rope(g, l, k), r);
+  v = repeat_heads(g, v, r);
+  double scale = cfg_num(l, "scale", 1.0 / sqrt((double)q->shape.d[3]));
+  return attend(g, l, q, k, v, scale, true, mask, cfg_num(l, "dropout", 0),
+                cfg_num(l, "logit_soft_cap", 0));
 }
 
 // GroupedQueryAttention(head_dim, num_query_heads, num_key_value_heads,
@@ -254,7 +296,7 @@ Node *build_gqa(Graph *g, Layer *l, Node *unused) {
   Node *k = repeat_heads(g, hub_rope(g, l, project(g, l, xk, "key", nkv, hd, bias)), nq / nkv);
   Node *v = repeat_heads(g, project(g, l, xv, "value", nkv, hd, bias), nq / nkv);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)hd), call_flag(l, "use_causal_mask"),
-                   mask, cfg_num(l, "dropout", 0));
+                   mask, cfg_num(l, "dropout", 0), 0);
   return attention_output(g, l, o, xq->shape.d[2], bias);
 }
 
@@ -495,4 +537,93 @@ Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
   y->loc = l->loc;
   y = arrange(g, y, format("%s%s%s", B, M, N), e.y);
   return apply_act(g, einsum_bias(g, l, &e, y), parse_act(l, "activation"));
+}
+
+// ---- rotary position embedding (issue 24)
+
+RopeParams rope_params(double max_wavelength, double scaling_factor) {
+  return (RopeParams){.kind = ROPE_LINEAR, .max_wavelength = max_wavelength,
+                      .scaling_factor = scaling_factor, .beta_fast = 32, .beta_slow = 1,
+                      .original_max = 4096, .truncate = true};
+}
+
+// x[b, t, .., 2h] turned by ROPE, its step 0 at position `offset`. What
+// keras-hub would turn into NaN or infinities (or cannot hold) is an error
+// at l (x's layer when l is NULL).
+Node *rope_node(Graph *g, Layer *l, Node *x, const RopeParams *p, int64_t offset) {
+  const char *who = l ? l->name : x->layer ? x->layer : "?";
+  Loc at = l ? l->loc : x->loc;
+  const Shape *s = &x->shape;
+  if (s->rank < 3)
+    error_at(at, "layer '%s': rotary embedding needs (batch, steps, .., features), got %s", who,
+             kshape(s));
+  int64_t dim = s->d[s->rank - 1];
+  if (dim % 2 || dim / 2 > KDRT_ROPE_MAX_HALF)
+    error_at(at, "layer '%s': rotary embedding needs an even number of features, at most %d, "
+             "got %lld", who, 2 * KDRT_ROPE_MAX_HALF, (long long)dim);
+  bool llama = p->kind == ROPE_LLAMA || p->kind == ROPE_LLAMA31;
+  bool ok = p->max_wavelength > 0 && isfinite(p->max_wavelength) && offset >= 0 &&
+            (llama || (p->scaling_factor > 0 && isfinite(p->scaling_factor)));
+  if (p->kind == ROPE_YARN) ok &= p->beta_fast > 0 && p->beta_slow > 0 && p->original_max > 0;
+  if (p->kind == ROPE_LLAMA31)
+    ok &= p->freq_adjust > 0 && p->low_freq > 0 && p->high_freq > 0 &&
+          p->high_freq != p->low_freq && p->pretrain_len > 0;
+  if (!ok)
+    error_at(at, "layer '%s': rotary embedding's settings must be positive (max_wavelength "
+             "%g, scaling_factor %g, start %lld)", who, p->max_wavelength, p->scaling_factor,
+             (long long)offset);
+  RopeParams *kept = xcalloc(1, sizeof *kept);
+  *kept = *p;
+  Node *y = new_node1(g, OP_ROPE, x, x->shape);
+  y->rope = (RopeAttr){kept, offset, false};
+  if (l) y->layer = l->name, y->loc = l->loc;
+  return y;
+}
+
+// keras_hub's RotaryEmbedding(max_wavelength, scaling_factor, rope_type,
+// beta_fast, beta_slow, original_max_position_embeddings, truncate,
+// sequence_axis, feature_axis, denominator_dim), called on x with the
+// sequence axis 1 and the features last, and an integer start_index.
+Node *build_rotary_embedding(Graph *g, Layer *l, Node *x) {
+  static const char *const types[] = {"linear", "dynamic", "yarn"};
+  static const char *const keys[] = {"max_wavelength", "scaling_factor", "beta_fast",
+                                     "beta_slow", "original_max_position_embeddings",
+                                     "denominator_dim"};
+  RopeParams p = rope_params(cfg_num(l, "max_wavelength", 10000),
+                             cfg_num(l, "scaling_factor", 1.0));
+  const char *type = cfg_str(l, "rope_type", "linear");
+  int kind = 0;
+  while (kind < 3 && strcmp(type, types[kind])) kind++;
+  if (kind == 3)
+    error_at(jloc_key(l->cfg, "rope_type"), "layer '%s': rope_type '%s' is not supported "
+             "(linear, dynamic or yarn)", l->name, type);
+  p.kind = kind == 0 ? ROPE_LINEAR : kind == 1 ? ROPE_DYNAMIC : ROPE_YARN;
+  p.beta_fast = cfg_num(l, "beta_fast", 32);
+  p.beta_slow = cfg_num(l, "beta_slow", 1);
+  p.original_max = cfg_int(l, "original_max_position_embeddings", 4096);
+  p.truncate = cfg_bool(l, "truncate", true);
+  p.denominator_dim = cfg_int(l, "denominator_dim", 0);
+  json_t *dd = json_object_get(l->cfg, "denominator_dim");
+  double v[] = {p.max_wavelength, p.scaling_factor, p.beta_fast, p.beta_slow,
+                (double)p.original_max, dd && !json_is_null(dd) ? (double)p.denominator_dim : 1};
+  for (int i = 0; i < 6; i++)
+    if (!(v[i] > 0))
+      error_at(jloc_key(l->cfg, keys[i]), "layer '%s': '%s' must be positive", l->name, keys[i]);
+  int r = x->shape.rank;
+  int64_t sa = cfg_int(l, "sequence_axis", 1), fa = cfg_int(l, "feature_axis", -1);
+  if (r < 3)
+    error_at(l->loc, "layer '%s': RotaryEmbedding needs (batch, steps, .., features), got %s",
+             l->name, kshape(&x->shape));
+  if ((sa < 0 ? sa + r : sa) != 1)
+    error_at(jloc_key(l->cfg, "sequence_axis"), "layer '%s': sequence_axis %lld is not supported "
+             "(1 only)", l->name, (long long)sa);
+  if ((fa < 0 ? fa + r : fa) != r - 1)
+    error_at(jloc_key(l->cfg, "feature_axis"), "layer '%s': feature_axis %lld is not supported "
+             "(the last only)", l->name, (long long)fa);
+  static const char *const kw[] = {"start_index"};
+  check_kwargs(l, kw, 1);
+  json_t *si = l->kwargs ? json_object_get(l->kwargs, "start_index") : NULL;
+  if (si && !json_is_null(si) && (!json_is_integer(si) || json_integer_value(si) < 0))
+    error_at(jloc(si), "layer '%s': start_index must be a non-negative integer", l->name);
+  return rope_node(g, l, x, &p, si && json_is_integer(si) ? json_integer_value(si) : 0);
 }

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fix=tests/fixtures/keras_hub
 out=build/tests/keras_hub
-CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama}
+CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma}
 rm -rf "$out" && mkdir -p "$out/ref"
 for c in $CASES; do cp -r "$fix/$c" "$out/ref/"; done
 KERAS_REF_DIR=$out/ref bash tests/sh/keras_ref.sh
