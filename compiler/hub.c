@@ -323,7 +323,6 @@ static const char *gemma_block(Hub *h, int i, const char *x) {
   if (json_is_true(sw))
     error_at(jloc(sw), "%s: use_sliding_window_attention is not supported yet (Gemma 2's "
              "alternating sliding-window attention)", h->cls);
-  json_t *qn = json_object_get(h->cfg, "query_head_dim_normalize");
   int64_t nq = hp_val(h, "num_query_heads", 1), nkv = hp_val(h, "num_key_value_heads", 1);
   int64_t hd = hp_val(h, "head_dim", 1), hidden = hp_val(h, "hidden_dim", 1);
   if (nq % nkv)
@@ -341,8 +340,9 @@ static const char *gemma_block(Hub *h, int i, const char *x) {
   const char *v = einsum(h, format("%s/value", a), format("%s/value_dense", ag), "bsd,kdh->bskh",
                          json_pack("[n, I, I]", (json_int_t)nkv, (json_int_t)hd), n1,
                          variance_scaling(h, hidden * nkv));
-  // query_head_dim_normalize false: 1/sqrt(hidden_dim / num_query_heads)
-  double scale = 1 / sqrt((double)(qn && json_is_false(qn) ? hidden / nq : hd));
+  // keras-hub 0.32's GemmaDecoderBlock gives its attention
+  // query_head_dim_normalize=True whatever the backbone's says: 1/sqrt(head_dim)
+  double scale = 1 / sqrt((double)hd);
   json_t *cap = json_object_get(h->cfg, "attention_logit_soft_cap");
   json_t *core = json_pack("{s:f, s:O, s:{s:s, s:f}, s:b}", "scale", scale, "dropout",
                            hp_num(h, "dropout", 0), "kdcc_rope", "kind", "linear",
