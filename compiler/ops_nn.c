@@ -285,30 +285,35 @@ const OpDef op_ATTN_MASK = {"attention_mask", 2, 0, false, attn_mask_rule, attn_
 // features are needed whole (a pair spans both halves); every other dim
 // passes: a split sequence's block starts at its first step's position.
 
-// XLA's float32 pow and log are within an ulp of these (its inverse
-// frequencies were these bits for every feature dim tried).
+// XLA's float32 pow and log (the inverse frequencies had these bits in
+// every case tried).
 static float pow32(float a, float b) { return (float)pow((double)a, (double)b); }
 static float log32(float a) { return (float)log((double)a); }
 
 // keras-hub's RotaryEmbedding._get_inverse_freq and
-// LlamaRotaryEmbedding._get_inverse_freq, operation for operation in
-// float32 (a Python number meeting a float32 tensor is rounded to float32
-// first, as JAX's weak types are).
+// LlamaRotaryEmbedding._get_inverse_freq in float32, as XLA computes them
+// (a Python number meeting a float32 tensor is rounded to float32 first, as
+// JAX's weak types are): XLA rewrites a / pow(b, c) as a * pow(b, -c),
+// a / (b / c) as a * c / b and some divisions by a scalar as products by
+// its reciprocal, and fuses a multiply-add; every form was checked bit for
+// bit against keras-hub 0.32 on JAX's CPU backend (linear, dynamic and
+// YaRN with feature dims 8 to 128, powers of two or not; Llama and Llama
+// 3.1 with frequency adjustments 3, 4 and 8).
 float rope_inv_freq(const RopeParams *p, int64_t dim, float *out) {
   const int64_t h = dim / 2;
-  const float base = (float)p->max_wavelength, sf = (float)p->scaling_factor;
+  const float base = (float)p->max_wavelength, sf = (float)p->scaling_factor, d = (float)dim;
   if (p->kind == ROPE_LLAMA || p->kind == ROPE_LLAMA31) {
-    const float pi2 = (float)(2 * M_PI), fa = (float)p->freq_adjust;
+    const float pi2 = (float)(2 * M_PI), fa = (float)p->freq_adjust, len = (float)p->pretrain_len;
     const float low_wl = (float)(p->pretrain_len / p->low_freq);
     const float high_wl = (float)(p->pretrain_len / p->high_freq);
     for (int64_t j = 0; j < h; j++) {
-      float inv = 1.0f / pow32(base, (float)(2 * j) / (float)dim);
-      if (p->kind == ROPE_LLAMA31) {
-        float wavelen = pi2 / inv;
-        if (wavelen > low_wl) inv = inv / fa;
-        float smooth = ((float)p->pretrain_len / wavelen - (float)p->low_freq) /
+      float inv = pow32(base, -((float)(2 * j) * (1.0f / d)));
+      if (p->kind == ROPE_LLAMA31) { // Llama 3.1's smoothing between two wavelengths
+        float wavelen = pi2 / inv, raw = inv;
+        if (wavelen > low_wl) inv = inv * (1.0f / fa);
+        float smooth = (len * raw / pi2 - (float)p->low_freq) /
                        (float)(p->high_freq - p->low_freq);
-        float smoothed = (1.0f - smooth) * (inv / fa) + smooth * inv;
+        float smoothed = fmaf(smooth, inv, (1.0f - smooth) * (inv * (1.0f / fa)));
         if (wavelen >= high_wl && wavelen <= low_wl) inv = smoothed;
       }
       out[j] = inv;
@@ -317,7 +322,7 @@ float rope_inv_freq(const RopeParams *p, int64_t dim, float *out) {
   }
   if (p->kind == ROPE_YARN) {
     // the ramp between interpolation (low frequencies) and extrapolation
-    const float d = (float)dim, maxpos = (float)p->original_max, pi = (float)M_PI;
+    const float maxpos = (float)p->original_max, pi = (float)M_PI;
     float low = d * log32(maxpos / ((float)p->beta_fast * 2.0f * pi)) / (2.0f * log32(base));
     float high = d * log32(maxpos / ((float)p->beta_slow * 2.0f * pi)) / (2.0f * log32(base));
     if (p->truncate) low = floorf(low), high = ceilf(high);
@@ -325,18 +330,18 @@ float rope_inv_freq(const RopeParams *p, int64_t dim, float *out) {
     high = fminf(high, (float)(dim - 1));
     const float diff = fmaxf(high - low, 0.001f);
     for (int64_t j = 0; j < h; j++) {
-      float pos_freq = pow32(base, (float)(2 * j) / d);
-      float extra = 1.0f / pos_freq, inter = 1.0f / (sf * pos_freq);
-      float ramp = fminf(fmaxf(((float)j - low) / diff, 0.0f), 1.0f), ef = 1.0f - ramp;
+      float x = (float)(2 * j) * (1.0f / d);
+      float extra = pow32(base, -x), inter = 1.0f / (sf * pow32(base, x));
+      float ramp = fminf(fmaxf(((float)j - low) * (1.0f / diff), 0.0f), 1.0f), ef = 1.0f - ramp;
       out[j] = inter * (1.0f - ef) + extra * ef;
     }
     return 0.1f * log32(sf) + 1.0f;
   }
   const float denom = (float)(p->denominator_dim ? p->denominator_dim : dim);
-  const float dyn = pow32(sf, (float)dim / (float)(dim - 2 > 1 ? dim - 2 : 1));
+  const float dyn = pow32(sf, -(d / (float)(dim - 2 > 1 ? dim - 2 : 1)));
   for (int64_t j = 0; j < h; j++) {
-    float inv = pow32(base, -((float)(2 * j) / denom));
-    out[j] = p->kind == ROPE_DYNAMIC ? inv / dyn : inv / sf;
+    float inv = pow32(base, -((float)(2 * j) * (1.0f / denom)));
+    out[j] = p->kind == ROPE_DYNAMIC ? inv * dyn : inv * (1.0f / sf);
   }
   return 1.0f;
 }
@@ -366,7 +371,9 @@ static void rope_emit(const Node *n, Lowering *lw) {
   char *decl = format("static const kdrt_rotary r = {.half = %lld, .scale = %s, .inv_freq = {\n"
                       "        %s}};", (long long)(dim / 2), flt(scale), vals);
   char *t0 = block_start(n, 1);
-  if (n->rope.offset) t0 = format("%lld + %s", (long long)n->rope.offset, t0);
+  if (n->rope.offset)
+    t0 = n->place.axis[1] >= 0 ? format("%lld + %s", (long long)n->rope.offset, t0)
+                               : format("%lld", (long long)n->rope.offset);
   lower_call(lw, "rope", false, decl, "%s, %s, &r, %s, %s, %s, %s, %d", buf(n), buf(n->in[0]),
              sym_c(sym_dim(n, 0, true)), sym_c(sym_dim(n, 1, true)),
              sym_c(sym_prod(n, 2, r - 1, true)), t0, n->rope.inverse);

@@ -10,12 +10,15 @@
 //   freq = pos * inv_freq (einsum "bi,j->bij"), emb = concat(freq, freq),
 //   y = (x * cos(emb)) + (rotate_half(x) * sin(emb)), rotate_half(x) =
 //   concat(-x2, x1),
-// so y[j] = x[j] * c + (-x[j + h]) * s and y[j + h] = x[j + h] * c + x[j] * s.
-// Its transpose (the gradient) turns by -a. The inverse frequencies, which
-// hold every scaling keras-hub applies (linear, dynamic, YaRN, Llama 3.1's),
-// are kdcc's (ops_nn.c's rope_inv_freq), so both backends read the same
-// bits; cos and sin are taken in double and rounded (XLA's float32 ones are
-// within an ulp of that).
+// so y[j] = x[j] * c - x[j + h] * s and y[j + h] = x[j + h] * c + x[j] * s,
+// which XLA's CPU backend contracts into fused multiply-adds (and its
+// gradient, the turn by -a, into others): here the same ones, so that the
+// results are Keras's bits. The inverse frequencies, which hold every
+// scaling keras-hub applies (linear, dynamic, YaRN, Llama 3.1's), are
+// kdcc's (ops_nn.c's rope_inv_freq), so both backends read the same. cos
+// and sin: on the CPU glibc's cosf and sinf, which XLA's CPU backend calls
+// (the same bits, but where XLA fuses YaRN's factor into them: within an
+// ulp there); on the GPU the double ones rounded, within an ulp.
 #ifndef KDRT_ROPE_H
 #define KDRT_ROPE_H
 
@@ -44,21 +47,26 @@ typedef struct {
 static inline KDRT_HD void kdrt_rope_cs(const kdrt_rotary *r, int64_t pos, int64_t j,
                                         float *c, float *s) {
   float a = (float)pos * r->inv_freq[j];
+#ifdef __CUDA_ARCH__
   *c = (float)cos((double)a) * r->scale;
   *s = (float)sin((double)a) * r->scale;
+#else
+  *c = cosf(a) * r->scale;
+  *s = sinf(a) * r->scale;
+#endif
 }
 
 // One pair (x0, x1) = (x[j], x[j + h]) turned: forward by the angle of
-// (c, s), in keras-hub's order of operations; inverse (the gradient) by
-// its negative.
+// (c, s), inverse (the gradient) by its negative, each product rounded or
+// fused as XLA computes keras-hub's forward and JAX's gradient of it.
 static inline KDRT_HD void kdrt_rope_pair(float x0, float x1, float c, float s, int inverse,
                                           float *y0, float *y1) {
   if (inverse) {
-    *y0 = x0 * c + x1 * s;
-    *y1 = x1 * c + -x0 * s;
+    *y0 = fmaf(x1, s, x0 * c);
+    *y1 = fmaf(x1, c, -(x0 * s));
   } else {
-    *y0 = x0 * c + -x1 * s;
-    *y1 = x1 * c + x0 * s;
+    *y0 = fmaf(x0, c, -x1 * s);
+    *y1 = fmaf(x1, c, x0 * s);
   }
 }
 

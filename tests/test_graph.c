@@ -540,3 +540,67 @@ Test(graph, trainable_must_be_a_bool) {
                "tests/bad/trainable_type.json:3:77: error: layer 'd1': 'trainable' must be true "
                "or false\n");
 }
+
+// issue 24: RotaryEmbedding is ROPE on its input, its start_index the
+// offset, its gradient the inverse turn; the inverse frequencies are
+// keras-hub 0.32's on JAX bit for bit (_get_inverse_freq's values, as hex;
+// Llama 3.1's smoothed band is within an ulp of XLA's for some feature
+// dims, whose fusions differ), and what the layer cannot take is refused
+// at its key.
+Test(graph, rotary_embedding) {
+  Graph *g = graph_of("tests/gradcheck/rope.json");
+  build_backward(g);
+  int fwd = 0, back = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_ROPE) continue;
+    n->rope.inverse ? back++ : fwd++;
+    cr_expect(shape_eq(&n->shape, &n->in[0]->shape));
+    if (!strcmp(n->layer, "rope_a")) cr_expect_eq(n->rope.offset, 3, "start_index");
+  }
+  cr_expect_eq(fwd, 3);
+  cr_expect_eq(back, 3);
+  static const struct {
+    RopeParams p;
+    int64_t dim;
+    float want[16];
+  } cases[] = {
+    {{.kind = ROPE_LINEAR, .max_wavelength = 10000, .scaling_factor = 3}, 12,
+     {0x1.555556p-2f, 0x1.2626f4p-4f, 0x1.fafc38p-7f, 0x1.b4e81cp-9f, 0x1.7883c4p-11f,
+      0x1.447870p-13f}},
+    {{.kind = ROPE_DYNAMIC, .max_wavelength = 7000, .scaling_factor = 1.7}, 12,
+     {0x1.0ed9fcp-1f, 0x1.ef6af0p-4f, 0x1.c51656p-6f, 0x1.9e5faap-8f, 0x1.7af7cap-10f,
+      0x1.5a965cp-12f}},
+    {{.kind = ROPE_YARN, .max_wavelength = 10000, .scaling_factor = 3, .beta_fast = 32,
+      .beta_slow = 1, .original_max = 100}, 12,
+     {0x1p+0f, 0x1.160ed0p-3f, 0x1.fafc36p-7f, 0x1.b4e81cp-9f, 0x1.7883c2p-11f, 0x1.447870p-13f}},
+    {{.kind = ROPE_LLAMA31, .max_wavelength = 10000, .freq_adjust = 4, .low_freq = 1,
+      .high_freq = 2, .pretrain_len = 64}, 32,
+     {0x1p+0f, 0x1.1feb34p-1f, 0x1.43d136p-2f, 0x1.38a914p-3f, 0x1.b07206p-6f, 0x1.ccab86p-7f,
+      0x1.030dc4p-7f, 0x1.235a72p-8f, 0x1.47ae14p-9f, 0x1.708938p-10f, 0x1.9e7c6ep-11f,
+      0x1.d22a50p-12f, 0x1.0624dep-12f, 0x1.26d42cp-13f, 0x1.4b96bep-14f, 0x1.74eea6p-15f}},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    float f[16];
+    float scale = rope_inv_freq(&cases[k].p, cases[k].dim, f);
+    cr_expect_eq(scale, cases[k].p.kind == ROPE_YARN ? 0x1.1c1fdep+0f : 1.0f, "%a", scale);
+    for (int j = 0; j < cases[k].dim / 2; j++)
+      cr_expect_eq(f[j], cases[k].want[j], "case %zu [%d]: %a, keras-hub %a", k, j, f[j],
+                   cases[k].want[j]);
+  }
+  expect_error("tests/bad/rope_type.json", NULL,
+               "tests/bad/rope_type.json:5:69: error: layer 'rope': rope_type 'longrope' is not "
+               "supported (linear, dynamic or yarn)\n");
+  expect_error("tests/bad/rope_axis.json", NULL,
+               "tests/bad/rope_axis.json:5:48: error: layer 'rope': sequence_axis 2 is not "
+               "supported (1 only)\n");
+  expect_error("tests/bad/rope_odd.json", NULL,
+               "tests/bad/rope_odd.json:4:3: error: layer 'rope': rotary embedding needs an even "
+               "number of features, at most 1024, got 7\n");
+  expect_error("tests/bad/rope_scaling.json", NULL,
+               "tests/bad/rope_scaling.json:5:49: error: layer 'rope': 'scaling_factor' must be "
+               "positive\n");
+  expect_error("tests/bad/rope_start.json", NULL,
+               "tests/bad/rope_start.json:7:49: error: layer 'rope': start_index must be a "
+               "non-negative integer\n");
+}

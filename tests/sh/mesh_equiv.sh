@@ -133,4 +133,8 @@ check ../tests/gradcheck/transpose_op ../tests/good/transpose_op.dist.json 16 da
 # issue 11: SimpleRNN, LSTM (going backwards), GRU, Bidirectional LSTM and GRU; the LSTMs'
 # kernels split on their units over 'model' (the recurrence gathers them)
 check ../tests/gradcheck/rnn ../tests/good/rnn.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1
+# issue 24: keras-hub's RotaryEmbedding on heads split over 'model' (from a start_index), on
+# features split (moved to the sequence), on a sequence split by a layout (its blocks' global
+# positions); linear, dynamic and YaRN frequencies
+check ../tests/gradcheck/rope ../tests/good/rope.dist.json 16 data=1,model=1 data=2,model=4 data=4,model=2 data=8,model=1 data=1,model=8
 exit $fail
