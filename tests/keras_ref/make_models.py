@@ -933,6 +933,21 @@ def simple_rnn_seq():
     return sparse_classifier(x, out, "simple_rnn_seq")
 
 
+def rope():
+    # issue 24: keras_hub's RotaryEmbedding on heads [b, t, 4, 8] after a
+    # projection, as Llama and Gemma turn query and key
+    x = keras.Input((16, 32), name="x")
+    h = layers.Dense(32, name="proj")(x)
+    h = layers.Reshape((16, 4, 8), name="heads")(h)
+    h = keras_hub.layers.RotaryEmbedding(max_wavelength=10000, name="rope")(h)
+    h = layers.Reshape((16, 32), name="merge")(h)
+    h = layers.Flatten(name="flat")(h)
+    out = layers.Dense(8, name="out")(h)
+    model = keras.Model(x, out, name="rope")
+    model.compile(loss="mse", optimizer=keras.optimizers.Adam())
+    return model
+
+
 MESH_2x4 = {"shape": [2, 4], "axis_names": ["data", "model"]}
 DP_8 = {"distribution": "DataParallel",
         "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
@@ -1646,6 +1661,18 @@ MODELS = {
                 "out/kernel": ["model", None],
             }),
             "constrained_dp": DP_8,
+        },
+    ),
+    "rope": dict(
+        build=rope, inputs=[("x", (16, 32), "float")], outputs=["dense8"],
+        dists={
+            # the projection's columns split over 'model' (a head a device,
+            # turned where it is), the output's rows (a partial sum)
+            "rope": model_parallel({
+                "proj/kernel": [None, "model"],
+                "out/kernel": ["model", None],
+            }),
+            "rope_dp": DP_8,
         },
     ),
 }

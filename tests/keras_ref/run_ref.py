@@ -162,6 +162,10 @@ Cases (model, distribution spec from models/):
                                                              its own backward_layer (ave)
     simple_rnn_seq_dp simple_rnn_seq simple_rnn_seq_dp.dist.json DataParallel (8,) SimpleRNN
                                                              sequences, then go_backwards
+    rope            rope           rope.dist.json            ModelParallel (2,4)  keras_hub's
+                                                             RotaryEmbedding on [b, t, 4, 8] heads;
+                                                             a head a device
+    rope_dp         rope           rope_dp.dist.json         DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -371,6 +375,7 @@ DATA = {
     "gru_v1_text": (64, 2),
     "bilstm_text": (64, 2),
     "simple_rnn_seq": (64, 2),
+    "rope": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -558,6 +563,8 @@ CASES = {
     "gru_v1_text_dp": ("gru_v1_text", "gru_v1_text_dp"),
     "bilstm_text_dp": ("bilstm_text", "bilstm_text_dp"),
     "simple_rnn_seq_dp": ("simple_rnn_seq", "simple_rnn_seq_dp"),
+    "rope": ("rope", "rope"),
+    "rope_dp": ("rope", "rope_dp"),
 }
 
 
