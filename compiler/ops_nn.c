@@ -363,6 +363,7 @@ static void rope_grad(Graph *g, Node *n, const bool *need) {
 static void rope_emit(const Node *n, Lowering *lw) {
   int r = n->shape.rank;
   int64_t dim = n->shape.d[r - 1];
+  if (dim % 2 || dim / 2 > KDRT_ROPE_MAX_HALF) unreachable(); // rope_node refuses them
   float f[KDRT_ROPE_MAX_HALF];
   float scale = rope_inv_freq(n->rope.p, dim, f);
   char *vals = xstrdup("");
