@@ -81,6 +81,9 @@ build normalization_dist tests/gradcheck/normalization.json --distribution tests
 build transpose_op_dist tests/gradcheck/transpose_op.json --distribution tests/good/transpose_op.dist.json --batch-size 16
 # issue 11: recurrent layers (recur, recur_grad, reverse), the LSTMs' kernels split
 build rnn_dist tests/gradcheck/rnn.json --distribution tests/good/rnn.dist.json --batch-size 16
+# issue 24: rotary embedding (its frequencies a descriptor passed by value) on heads,
+# features and a sequence split
+build rope_dist tests/gradcheck/rope.json --distribution tests/good/rope.dist.json --batch-size 16
 build frozen_dist tests/gradcheck/frozen.json --distribution tests/good/frozen.dist.json --batch-size 16
 build nested_dist models/nested.json --distribution models/nested.dist.json --batch-size 16
 build cnn_tf32 models/cnn.json --distribution models/cnn.dist.json --batch-size 16 --precision tf32
