@@ -41,6 +41,32 @@ Per model (OUT/hub_<model>/), in the format keras_ref.sh reads:
                          as run_ref.py's other cases, plus "hub" in the JSON:
                          the task and backbone classes, sequence_length, the
                          preset folder and what compiling it means
+
+LoRA cases (OUT/hub_llama_lora/: hub_llama_lora under Llama's layout map,
+hub_llama_lora_dp; OUT/hub_gpt2_lora/: hub_gpt2_lora_dp), written apart so
+keras_hub.sh's folders stay LoRA-free:
+
+    python3 tests/keras_ref/run_ref.py --cases hub_llama_lora hub_llama_lora_dp \
+        hub_gpt2_lora_dp
+
+The same model, seed and data as hub_llama / hub_gpt2 (model.keras is the
+task saved BEFORE backbone.enable_lora(4): LoRA is not in a config, so kdcc
+is told --lora-rank 4; no preset/), then enable_lora(4), compiled again with
+Adam(1e-3), and:
+
+    initial.lora.h5      backbone.save_lora_weights() before training: the
+                         starting A (he_uniform) and B (zeros), for the
+                         program's --lora-weights
+    final.npz            the trained task's save_weights: merged kernels
+                         W + A.B, no LoRA variables (as any case's)
+    final.lora.h5        save_lora_weights() after training
+    "lora" in the JSON   rank, alpha, scale, the target layers by
+                         save_lora_weights index (their kernel, A and B shapes
+                         and the weights file's kernel dataset), the trainable
+                         variables (GPT-2's query/value biases too), and the
+                         checks made: every frozen variable bit for bit
+                         unchanged, every A and B changed, the saved kernels
+                         merged
 """
 
 import json
@@ -50,6 +76,7 @@ import tempfile
 
 import make_models as mm  # first: sets KERAS_BACKEND, XLA_FLAGS (8 devices)
 
+import h5py  # noqa: E402
 import jax  # noqa: E402
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
@@ -103,7 +130,16 @@ CASES = {
     "hub_llama_dp": ("hub_llama", "dp8"),
     "hub_gemma": ("hub_gemma", "layout_map"),
     "hub_gemma_dp": ("hub_gemma", "dp8"),
+    # LoRA (issue 24): backbone.enable_lora(LORA_RANK) after model.keras is
+    # saved; folders of their own (keras_hub.sh's cases stay LoRA-free)
+    "hub_llama_lora": ("hub_llama_lora", "layout_map"),
+    "hub_llama_lora_dp": ("hub_llama_lora", "dp8"),
+    "hub_gpt2_lora_dp": ("hub_gpt2_lora", "dp8"),
 }
+
+# LoRA folder -> the model it fine-tunes (same hyper-parameters, seed, data)
+LORA = {"hub_llama_lora": "hub_llama", "hub_gpt2_lora": "hub_gpt2"}
+LORA_RANK = 4
 
 # Attention key biases (GPT-2's): zero gradient in exact arithmetic, as
 # run_ref.NOISE_WEIGHTS.
@@ -128,7 +164,7 @@ def spec_of(case):
         return mm.DP_8
     if how == "megatron":
         return mm.model_parallel(GPT2_MEGATRON)
-    return layout_map_spec(MODELS[model][1])
+    return layout_map_spec(MODELS[LORA.get(model, model)][1])
 
 
 def build(model):
@@ -164,11 +200,135 @@ def save_preset(task, path):
         json.dump(meta, f, indent=4)
 
 
+def weighted_layers(backbone):
+    """The list save_lora_weights and load_lora_weights index: the backbone's
+    sublayers that have weights, in _flatten_layers order."""
+    return [lyr for lyr in backbone._flatten_layers(include_self=False) if lyr.weights]
+
+
+def lora_h5(path):
+    """{h5 dataset path: array} of a .lora.h5 (lora/vars/rank,
+    lora/<index>/vars/lora_kernel_a, .../lora_kernel_b)."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: out.__setitem__(n, np.array(o))
+                     if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+def lora_enable(task, case, mdir):
+    """backbone.enable_lora(LORA_RANK), compiled again (the optimizer for the
+    LoRA variables), its initial A and B written to mdir/initial.lora.h5 by
+    save_lora_weights (checked equal when a case of the folder wrote it)."""
+    bb = task.backbone
+    bb.enable_lora(LORA_RANK)
+    task.compile(optimizer=keras.optimizers.Adam(LR))
+    path = os.path.join(mdir, "initial.lora.h5")
+    if not os.path.exists(path):
+        bb.save_lora_weights(path)
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            bb.save_lora_weights(os.path.join(d, "i.lora.h5"))
+            mine = lora_h5(os.path.join(d, "i.lora.h5"))
+        theirs = lora_h5(path)
+        assert mine.keys() == theirs.keys(), (mine.keys(), theirs.keys())
+        for k in mine:
+            assert np.array_equal(mine[k], theirs[k]), f"{case}: initial LoRA {k} differs"
+    return {v.path: np.array(v) for v in task.weights}
+
+
+def lora_report(task, before, final, case, mdir, R):
+    """After training: final.lora.h5 (or <case>.final.lora.h5 when it differs
+    from the folder's first case), the checks (base kernels unchanged, every
+    LoRA variable changed, the weights file's kernels merged W + scale A.B)
+    and the case JSON's "lora"."""
+    bb = task.backbone
+    layers = weighted_layers(bb)
+    after = {v.path: np.array(v) for v in task.weights}
+    assert after.keys() == before.keys() and len(after) == len(task.weights)
+    trainable = [v.path for v in task.trainable_weights]
+    lora_vars = [p for p in after if p.rsplit("/", 1)[1] in ("lora_kernel_a", "lora_kernel_b")]
+    frozen = [p for p in after if p not in trainable]
+    base_same = all(np.array_equal(before[p], after[p]) for p in frozen)
+    lora_changed = all(not np.array_equal(before[p], after[p]) for p in lora_vars)
+    other_trained = [p for p in trainable if p not in lora_vars]
+    assert base_same, f"{case}: a frozen variable changed"
+    assert lora_changed, f"{case}: a LoRA variable did not change"
+    assert set(lora_vars) <= set(trainable)
+    layer_info, merged_worst = {}, 0.0
+    for i in bb._lora_enabled_layers:
+        lyr = layers[i]
+        w = np.array(lyr._kernel)
+        merged = w + (lyr.lora_alpha / lyr.lora_rank) * np.matmul(
+            np.array(lyr.lora_kernel_a), np.array(lyr.lora_kernel_b))
+        hits = [k for k, a in final.items() if a.shape == merged.shape
+                and R.max_rel(a, merged) <= 1e-6]
+        assert len(hits) == 1, (case, lyr.path, hits)
+        merged_worst = max(merged_worst, R.max_rel(final[hits[0]], merged))
+        layer_info[str(i)] = {
+            "layer": lyr.path, "class": type(lyr).__name__, "equation": lyr.equation,
+            "kernel": [int(d) for d in w.shape],
+            "lora_kernel_a": [int(d) for d in lyr.lora_kernel_a.shape],
+            "lora_kernel_b": [int(d) for d in lyr.lora_kernel_b.shape],
+            "weights_file_kernel": hits[0],
+        }
+
+    name, shared = "final.lora.h5", None
+    path = os.path.join(mdir, name)
+    with tempfile.TemporaryDirectory() as d:
+        bb.save_lora_weights(os.path.join(d, "f.lora.h5"))
+        mine = lora_h5(os.path.join(d, "f.lora.h5"))
+        if os.path.exists(path):  # the folder's first case wrote one
+            theirs = lora_h5(path)
+            worst = max(R.max_rel(mine[k], theirs[k]) for k in theirs) \
+                if mine.keys() == theirs.keys() else float("inf")
+            if worst > 2e-5:
+                name = case + ".final.lora.h5"
+                path = os.path.join(mdir, name)
+            else:
+                shared = (f"the folder's first case's, {case}'s within {worst:.1e} "
+                          "(relative to each tensor's max)")
+        if not os.path.exists(path):
+            bb.save_lora_weights(path)
+    return {k: v for k, v in {
+        "rank": LORA_RANK,
+        "alpha": LORA_RANK,
+        "scale": 1.0,
+        "target_layer_names": bb.default_lora_layer_names(),
+        "targets": [layers[i].path for i in bb._lora_enabled_layers],
+        "layers": layer_info,
+        "initial": "initial.lora.h5",
+        "final": name,
+        "final_note": shared,
+        "trainable": trainable,
+        "trainable_besides_lora": other_trained,
+        "checks": {
+            "frozen_unchanged": f"all {len(frozen)} frozen variables bit for bit equal "
+                                "before and after training (the unmerged kernels too)",
+            "lora_changed": f"all {len(lora_vars)} lora_kernel_a / lora_kernel_b changed",
+            "merged_kernels": "the weights file's query/value kernels are W + scale * "
+                              f"A.B (matmul over the rank) within {merged_worst:.1e}",
+        },
+        "note": "backbone.enable_lora(4) (keras-hub 0.32): every backbone sublayer "
+                "frozen, then each layer named in target_layer_names re-enabled "
+                "(trainable) with EinsumDense.enable_lora(4): its kernel frozen, "
+                "lora_kernel_a [kernel dims but the last..., rank] (he_uniform) and "
+                "lora_kernel_b [rank, kernel's last dim] (zeros), float32; kernel used = "
+                "W + (alpha / rank) * matmul(A, B), alpha = rank. A bias of a target layer "
+                "(GPT-2's) stays trainable. model.keras is the task before enable_lora "
+                "(LoRA is not in its config): kdcc model.keras --lora-rank 4, the program "
+                "--lora-weights initial.lora.h5. final weights: the task's save_weights "
+                "(merged kernels, no LoRA variables); the .lora.h5 files hold A and B by "
+                "index in the backbone's weighted sublayers (save_lora_weights)",
+    }.items() if v is not None}
+
+
 def run_case(case, out, R):
     """One of CASES, written under out/<model>/; R is run_ref (its helpers
     and writers), so the JSON is run_case's."""
     model_name, _how = CASES[case]
-    task_cls, backbone_cls, hp = MODELS[model_name]
+    base = LORA.get(model_name, model_name)
+    task_cls, backbone_cls, hp = MODELS[base]
     spec = spec_of(case)
     mdir = os.path.join(out, model_name)
     os.makedirs(mdir, exist_ok=True)
@@ -177,7 +337,7 @@ def run_case(case, out, R):
     keras.utils.set_random_seed(mm.SEED)
     keras.distribution.set_distribution(mm.make_distribution(spec))
     try:
-        task = build(model_name)
+        task = build(base)
         bb_name = task.backbone.name
         in_names = [t._keras_history[0].name for t in task.inputs]  # Keras's order
         xs = [x[nm] for nm in in_names]
@@ -186,7 +346,8 @@ def run_case(case, out, R):
         keras_path = os.path.join(mdir, "model.keras")
         if not os.path.exists(keras_path):
             mm.save_archive(task, keras_path, True)
-            save_preset(task, os.path.join(mdir, "preset"))
+            if base == model_name:  # (a LoRA folder's model is base's)
+                save_preset(task, os.path.join(mdir, "preset"))
             for a, f in zip(xs + [y], xf + yf):
                 np.save(os.path.join(mdir, f), a)
         else:  # a second case of the model: same initial weights, same data
@@ -199,6 +360,12 @@ def run_case(case, out, R):
                 assert np.array_equal(mine[k], theirs[k]), f"{case}: initial {k} differs"
             for a, f in zip(xs + [y], xf + yf):
                 assert np.array_equal(np.load(os.path.join(mdir, f)), a), f"{case}: {f} differs"
+        base_keras = os.path.join(out, base, "model.keras")
+        if base != model_name and os.path.exists(base_keras):  # LoRA: the same start
+            mine, theirs = R.archive_weights(keras_path), R.archive_weights(base_keras)
+            assert mine.keys() == theirs.keys() and all(
+                np.array_equal(mine[k], theirs[k]) for k in mine), f"{case}: not {base}'s"
+        before = lora_enable(task, case, mdir) if base != model_name else None
 
         step_loss, step_logs = [], {}
         steps = SAMPLES // R.BATCH
@@ -223,10 +390,13 @@ def run_case(case, out, R):
             wpath = os.path.join(d, "final.weights.h5")
             task.save_weights(wpath)
             final = R.layer_weights(wpath)
+        lora = lora_report(task, before, final, case, mdir, R) if before else None
     finally:
         keras.distribution.set_distribution(None)
 
-    atol = {k: LR * len(step_loss) for k in sorted(final) if re.fullmatch(NOISE, k)}
+    # (LoRA freezes the key biases)
+    atol = {} if lora else \
+        {k: LR * len(step_loss) for k in sorted(final) if re.fullmatch(NOISE, k)}
     final_name, note = "final.npz", None
     fpath = os.path.join(mdir, final_name)
     if os.path.exists(fpath):  # shared with the model's first case when equal
@@ -297,6 +467,14 @@ def run_case(case, out, R):
                            f"{LR} from it",
         },
     }
+    if lora:
+        ref["lora"] = lora
+        ref["kdcc_args"] += ["--lora-rank", str(LORA_RANK)]
+        for k in ("program_args", "program_args_named"):
+            ref[k] += ["--lora-weights", "initial.lora.h5"]
+        ref["hub"]["preset"] = None
+        ref["hub"]["preset_note"] = (f"none here: {base}/preset is the same model "
+                                     "(model.keras's initial weights are checked equal)")
     if note:
         ref["final_weights_note"] = note
     if atol:
