@@ -206,6 +206,13 @@ tests/fixtures/keras_hub/ (not keras_ref/) unless --out:
                                                              GemmaBackbone.get_layout_map, mesh
                                                              ('batch', 'model')
     hub_gemma_dp    hub_gemma      hub_gemma_dp.dist.json    DataParallel (8,)
+    hub_llama_lora  hub_llama_lora hub_llama_lora.dist.json  ModelParallel (2,4)  hub_llama with
+                                                             backbone.enable_lora(4) (not in
+                                                             model.keras: --lora-rank 4), its
+                                                             initial/final.lora.h5
+    hub_llama_lora_dp hub_llama_lora hub_llama_lora_dp.dist.json DataParallel (8,)
+    hub_gpt2_lora_dp hub_gpt2_lora hub_gpt2_lora_dp.dist.json DataParallel (8,)   hub_gpt2 with LoRA
+                                                             (query/value biases train too)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
