@@ -439,6 +439,23 @@ void emit_program_tables(void) {
   }
   if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0, NULL, NULL, NULL},\n");
   out("};\n");
+  int nlora = 0;
+  for (int i = 0; i < g->nvars; i++) nlora += g->vars[i]->lora_a != NULL;
+  if (nlora) {
+    out("\n// LoRA: kernel, a, b (vars), scale: the kernel used as kernel + scale * a . b\n");
+    out("static const struct kdrt_lora lora[] = {\n");
+    for (int i = 0; i < g->nvars; i++) {
+      const Var *v = g->vars[i];
+      if (!v->lora_a) continue;
+      int a = 0, b = 0;
+      for (int k = 0; k < g->nvars; k++) {
+        if (g->vars[k] == v->lora_a) a = k;
+        if (g->vars[k] == v->lora_b) b = k;
+      }
+      out("  {%d, %d, %d, %s},\n", i, a, b, flt(v->lora_scale));
+    }
+    out("};\n");
+  }
 
   out("\n// inputs and labels: name, dtype, per-sample rank and shape, label kind, classes\n");
   out("static const kdrt_io inputs[] = {\n");
@@ -543,6 +560,12 @@ void emit_program_fields(const char *lhs, const char *end) {
   FIELD("grad_step", "grad_step");
   FIELD("nvars", "%d", g->nvars);
   FIELD("vars", "vars");
+  int nlora = 0;
+  for (int i = 0; i < g->nvars; i++) nlora += g->vars[i]->lora_a != NULL;
+  if (nlora) {
+    FIELD("nlora", "%d", nlora);
+    FIELD("lora", "lora");
+  }
   // A .keras archive's own weights are the program's initial ones (runtime/weights.c).
   char *abs = md->weights_file ? realpath(md->weights_file, NULL) : NULL;
   if (abs) {

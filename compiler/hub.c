@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 int64_t opt_sequence_length;
+int64_t opt_lora_rank;
+const char *opt_lora_targets = "query,value";
 
 typedef struct {
   json_t *env;            // the backbone's envelope
@@ -70,12 +72,50 @@ static json_t *tensor(Hub *h, const char *name, int node) {
                               "config", "keras_history", name, node, 0));
 }
 
+// --lora-targets as a list, and whether `name` (a layer's, or its last
+// part: keras-hub's sublayer names) is one of them.
+static json_t *lora_targets(void) {
+  json_t *t = json_array();
+  char *list = xstrdup(opt_lora_targets), *save = NULL;
+  for (char *n = strtok_r(list, ",", &save); n; n = strtok_r(NULL, ",", &save))
+    json_array_append_new(t, json_string(n));
+  return t;
+}
+
+static bool lora_target(const char *name) {
+  const char *last = strrchr(name, '/');
+  last = last ? last + 1 : name;
+  json_t *t = lora_targets();
+  bool hit = false;
+  for (size_t i = 0; i < json_array_size(t); i++)
+    hit |= !strcmp(json_string_value(json_array_get(t, i)), last);
+  json_decref(t);
+  return hit;
+}
+
+// keras-hub's backbone.enable_lora(rank): every layer frozen, then the
+// target projections trained again, their kernels through LoRA (alpha =
+// rank). The attention layers whose projections kdcc builds inside them
+// (MultiHeadAttention, GroupedQueryAttention) get the targets' names.
+static void enable_lora(const char *cls, const char *name, json_t *cfg) {
+  bool attention = !strcmp(cls, "MultiHeadAttention") || !strcmp(cls, "GroupedQueryAttention");
+  bool target = !strcmp(cls, "EinsumDense") && lora_target(name);
+  json_object_set_new(cfg, "trainable", json_boolean(target));
+  if (attention)
+    json_object_set_new(cfg, "kdcc_lora", json_pack("{s:I, s:o}", "rank",
+                                                    (json_int_t)opt_lora_rank, "targets",
+                                                    lora_targets()));
+  else if (target)
+    json_object_set_new(cfg, "kdcc_lora", json_pack("{s:I}", "rank", (json_int_t)opt_lora_rank));
+}
+
 // Layer `name` of class cls, called once on args (a list: its tensors)
 // with kwargs (NULL: none); group: its weights-file group, or NULL when it
 // has no variables. Takes the references to cfg, args and kwargs.
 static json_t *layer(Hub *h, const char *cls, const char *name, const char *group, json_t *cfg,
                      json_t *args, json_t *kwargs) {
   json_object_set_new(cfg, "name", json_string(name));
+  if (opt_lora_rank) enable_lora(cls, name, cfg);
   json_t *env = json_pack("{s:s, s:o, s:s}", "class_name", cls, "config", located(h, cfg),
                           "name", name);
   if (group) json_object_set_new(env, "kdcc_group", json_string(group));

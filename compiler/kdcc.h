@@ -295,6 +295,10 @@ json_t *hub_load_preset(const char *dir, const char **weights);
 // --sequence-length: the steps of a keras-hub model's token_ids (0: the
 // backbone's max_sequence_length, where it has one).
 extern int64_t opt_sequence_length;
+// --lora-rank, --lora-targets: keras-hub's backbone.enable_lora(rank) on the
+// attention projections named in targets (default "query,value"); 0: none.
+extern int64_t opt_lora_rank;
+extern const char *opt_lora_targets;
 
 // ---------------------------------------------------------------- load_compile.c
 // compile_config (absent or null: loss "mse", optimizer "adam") into m's
@@ -613,6 +617,12 @@ struct Var {
   // its regularizer's penalty is not in the loss (Layer._get_regularization_losses
   // sums trainable weights only); its value stays what --weights or init gave it
   bool frozen;
+  // issue 24: LoRA (keras-hub's enable_lora): this kernel is used as
+  // w + lora_scale * lora_a . lora_b, w frozen, A and B trained. A and B
+  // (lora_part) are not in Keras's weights file, which holds w merged.
+  Var *lora_a, *lora_b;
+  float lora_scale;
+  bool lora_part;
   // issue 11: its regularizer (Keras's L1, L2, L1L2), whose penalty
   // l1 * sum(|w|) + l2 * sum(w^2) the loss includes (both 0: none)
   double l1, l2;

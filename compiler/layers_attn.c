@@ -39,10 +39,16 @@ static Node *project(Graph *g, Layer *l, Node *x, const char *name, int64_t head
   Node *w = new_var(g, l, format("%s/kernel", name), (Shape){3, {h, heads, dim}},
                     "kernel_initializer", "glorot_uniform");
   einsum_fans(w, (double)h);
-  Node *y = dot_node(g, x, w, 0, 1, false);
+  // hub.c's keras-hub enable_lora: the projection's sublayer trains again,
+  // its kernel through LoRA, its bias as it is
+  double alpha;
+  int64_t rank = lora_rank_of(l, name, &alpha);
+  Node *y = dot_node(g, x, rank ? lora_kernel(g, l, w, format("%s/", name), rank, alpha) : w, 0,
+                     1, false);
   if (bias) {
     Node *b = new_var(g, l, format("%s/bias", name), (Shape){2, {heads, dim}}, "bias_initializer",
                       "zeros");
+    if (rank) b->var->frozen = false;
     y = new_node2(g, OP_BIAS, y, b, y->shape);
   }
   return y;
@@ -514,6 +520,9 @@ Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
   Node *w = new_var(g, l, "kernel", ks, "kernel_initializer", "glorot_uniform");
   einsum_fans(w, fan_in);
   initializer_axes_fans(l, w);
+  double alpha;
+  int64_t rank = lora_rank_of(l, NULL, &alpha); // hub.c's keras-hub enable_lora
+  if (rank) w = lora_kernel(g, l, w, "", rank, alpha);
   for (int d = x->shape.rank - 1; d > 0; d--) // the input's indices summed over
     if (index_of(e.w, e.x[d]) < 0 && index_of(e.y, e.x[d]) < 0) {
       Shape s = x->shape;

@@ -903,6 +903,10 @@ static Model *load_document(const char *file, json_t *root, bool preset) {
   const char *scope = NULL;
   bool hub = hub_model(root);
   if (hub) root = hub_expand(root, preset, &scope);
+  else if (opt_lora_rank || opt_sequence_length)
+    error_at(jloc(root), "%s applies to keras-hub models (a task's .keras or a preset "
+             "directory); this is a Keras %s", opt_lora_rank ? "--lora-rank" : "--sequence-length",
+             json_get_str(root, "class_name"));
   Model *m = xcalloc(1, sizeof *m);
   m->file = file;
   m->root = root;

@@ -25,6 +25,10 @@ static const char usage[] =
   "                        (operands rounded to bfloat16, float32 sums; data stays float32)\n"
   "  --sequence-length T   a keras-hub model's token steps (default: its\n"
   "                        max_sequence_length, where the backbone has one)\n"
+  "  --lora-rank R         keras-hub models: LoRA as backbone.enable_lora(R) (every\n"
+  "                        weight frozen, the attention's query and value kernels\n"
+  "                        adapted by trained A . B)\n"
+  "  --lora-targets a,b    the projections LoRA adapts (default query,value)\n"
   "  --max-memory SIZE     most bytes one device may need (K, M, G, T suffixes;\n"
   "                        default: this machine's memory)\n"
   "  -w                    no warnings\n";
@@ -281,6 +285,19 @@ int main(int argc, char **argv) {
       if (*end || t <= 0 || t > MAX_DIM)
         error("--sequence-length: '%s' is not a positive integer of at most %d", v, MAX_DIM);
       opt_sequence_length = t;
+    } else if (!strcmp(a, "--lora-rank") || !strncmp(a, "--lora-rank=", 12)) {
+      const char *v = a[11] == '=' ? a + 12 : NEXT();
+      char *end;
+      long long r = strtoll(v, &end, 10);
+      if (*end || r <= 0 || r > MAX_DIM)
+        error("--lora-rank: '%s' is not a positive integer", v);
+      opt_lora_rank = r;
+    } else if (!strcmp(a, "--lora-targets") || !strncmp(a, "--lora-targets=", 15)) {
+      opt_lora_targets = a[14] == '=' ? a + 15 : NEXT();
+      if (!*opt_lora_targets || strspn(opt_lora_targets, "abcdefghijklmnopqrstuvwxyz_0123456789,")
+                                    != strlen(opt_lora_targets))
+        error("--lora-targets: '%s' is not a comma-separated list of layer names such as "
+              "query,value", opt_lora_targets);
     } else if (!strcmp(a, "-w")) opt_quiet_warnings = true;
     else if (a[0] == '-') error("unknown option '%s' (see kdcc --help)", a);
     else if (model_path) error("more than one model given ('%s' and '%s')", model_path, a);

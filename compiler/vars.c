@@ -288,8 +288,8 @@ Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *in
   v->sub = l->sub ? l->sub : weights_sublayer(l->cls, vname);
   v->scope = l->scope;
   v->group = l->group;
-  for (int i = 0; i < g->nvars; i++)
-    v->index += !strcmp(g->vars[i]->layer, l->name) &&
+  for (int i = 0; i < g->nvars; i++) // LoRA's A and B are not in the weights file
+    v->index += !g->vars[i]->lora_part && !strcmp(g->vars[i]->layer, l->name) &&
                 (v->sub ? g->vars[i]->sub && !strcmp(g->vars[i]->sub, v->sub) : !g->vars[i]->sub);
   v->loc = l->loc;
   v->shape = shape;
@@ -309,6 +309,43 @@ Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *in
   g->vars = xgrow(g->vars, g->nvars, &g->cap_vars, sizeof *g->vars);
   g->vars[g->nvars++] = v;
   return n;
+}
+
+Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank, double alpha) {
+  Shape sa = w->shape, sb = {2, {rank, w->shape.d[w->shape.rank - 1]}};
+  sa.d[sa.rank - 1] = rank;
+  Node *a = new_var(g, l, format("%slora_kernel_a", prefix), sa, "-", "he_uniform");
+  a->var->lora_part = true;
+  Node *b = new_var(g, l, format("%slora_kernel_b", prefix), sb, "-", "zeros");
+  b->var->lora_part = true;
+  a->var->frozen = b->var->frozen = false;
+  w->var->frozen = true;
+  w->var->lora_a = a->var, w->var->lora_b = b->var;
+  w->var->lora_scale = (float)(alpha / (double)rank);
+  // Keras: kernel + (alpha / rank) * matmul(a, b), then the layer's product
+  Node *ab = dot_node(g, a, b, 0, 1, false);
+  Node *s = new_node1(g, OP_SCALE, ab, ab->shape);
+  s->aff = (AffAttr){w->var->lora_scale, 0};
+  Node *in[2] = {w, s};
+  Node *sum = new_node(g, OP_ADD, 2, in);
+  sum->shape = w->shape;
+  return sum;
+}
+
+int64_t lora_rank_of(Layer *l, const char *name, double *alpha) {
+  json_t *lo = json_object_get(l->cfg, "kdcc_lora");
+  if (!json_is_object(lo)) return 0;
+  json_t *targets = json_object_get(lo, "targets");
+  if (name) {
+    bool hit = false;
+    for (size_t i = 0; i < json_array_size(targets); i++)
+      hit |= !strcmp(json_string_value(json_array_get(targets, i)), name);
+    if (!hit) return 0;
+  }
+  int64_t r = json_integer_value(json_object_get(lo, "rank"));
+  *alpha = json_is_number(json_object_get(lo, "alpha"))
+           ? json_number_value(json_object_get(lo, "alpha")) : (double)r;
+  return r;
 }
 
 // ---- what every layer builder reads of its layer

@@ -104,6 +104,11 @@ typedef struct {
   const struct kdrt_var *vars;       // [nvars]
   const char *weights_file;          // initial weights (.keras or .weights.h5) as compiled, or
                                      // NULL; found by kdrt_program_archive
+  // issue 24: LoRA's kernels, each used as vars[kernel] + scale * vars[a] . vars[b]
+  // (a [kernel's dims but the last, rank], b [rank, its last]); Keras's weights
+  // file holds the kernel merged and no a or b (kdrt_weights_*).
+  int nlora;
+  const struct kdrt_lora { int kernel, a, b; float scale; } *lora;  // [nlora]
 } kdrt_program;
 
 // One step of an arena plan: buffer `slot` taken (ALLOC) or given back

@@ -146,12 +146,18 @@ const char *kdrt_weights_group(const kdrt_program *p, const char *layer, char *b
   return NULL;
 }
 
-// Variables of layer `layer` in p.
+// Whether vars[v] is a LoRA kernel's a or b, which Keras's file does not hold.
+static int lora_part(const kdrt_program *p, int v) {
+  for (int i = 0; i < p->nlora; i++)
+    if (p->lora[i].a == v || p->lora[i].b == v) return 1;
+  return 0;
+}
+
 // The variables of one layer's (sublayer's, sub non-NULL) vars group.
 static int layer_nvars(const kdrt_program *p, const char *layer, const char *sub) {
   int n = 0;
   for (int v = 0; v < p->nvars; v++)
-    n += !strcmp(p->vars[v].layer, layer) &&
+    n += !lora_part(p, v) && !strcmp(p->vars[v].layer, layer) &&
          (sub ? p->vars[v].sub && !strcmp(p->vars[v].sub, sub) : !p->vars[v].sub);
   return n;
 }
@@ -605,6 +611,7 @@ int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path,
   char group[256], gpath[600], have[4096];
   for (int v = 0; v < p->nvars && !rc; v++) {
     const kdrt_var *var = &p->vars[v];
+    if (lora_part(p, v)) continue; // LoRA's a and b keep their values (--lora-weights)
     kdrt_weights_group(p, var->layer, group, sizeof group);
     vars_group(var, group, gpath, sizeof gpath);
     if (!has_link(file, gpath)) {
@@ -682,6 +689,7 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
   hid_t layers = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   for (int v = 0; v < p->nvars && !rc; v++) {
     const kdrt_var *var = &p->vars[v];
+    if (lora_part(p, v)) continue; // merged into its kernel (kdrt_weights_save)
     char group[256], gpath[600], idx[16];
     kdrt_weights_group(p, var->layer, group, sizeof group);
     snprintf(gpath, sizeof gpath, "%s/vars", group);
@@ -906,6 +914,20 @@ int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
       if (!global[v]) kdrt_fatal(c, "out of memory for variable '%s'", var->path);
     }
     kdrt_gather_global(c, &var->layout, c->params + var->offset, global[v]);
+  }
+  // A LoRA kernel is saved merged, as Keras saves it: w + scale * a . b
+  for (int i = 0; i < p->nlora && c->rank == 0; i++) {
+    const struct kdrt_lora *l = &p->lora[i];
+    const kdrt_layout *lb = &p->vars[l->b].layout;
+    int64_t r = lb->gshape[0], n = lb->gshape[1], m = elems(&p->vars[l->kernel].layout) / n;
+    const float *a = global[l->a], *b = global[l->b];
+    float *w = global[l->kernel];
+    for (int64_t k = 0; k < m; k++)
+      for (int64_t j = 0; j < n; j++) {
+        float ab = 0;
+        for (int64_t q = 0; q < r; q++) ab += a[k * r + q] * b[q * n + j];
+        w[k * n + j] += l->scale * ab;
+      }
   }
   int rc = 0;
   if (c->rank == 0)
