@@ -1,8 +1,10 @@
 // generate.c: `./train generate`, text from a trained language model.
 //
-// For a model whose one input is a sequence of token ids [T] and whose one
-// output is a distribution over the vocabulary per position [T, V] (a
-// GPT: logits, or probabilities after a softmax), each new token is drawn
+// For a model whose one input is a sequence of token ids [T] (or a
+// keras-hub CausalLM's token_ids and padding_mask, the mask 1 over the
+// tokens so far) and whose one output is a distribution over the
+// vocabulary per position [T, V] (a GPT: logits, or probabilities after a
+// softmax), each new token is drawn
 // from the output at the last position of the sequence so far, then
 // appended; past T tokens the window slides (the last T are fed). Every
 // step is the program's eval_step (no dropout) over one global batch,
@@ -214,12 +216,16 @@ static void put_token(FILE *f, const vocab *v, int32_t id, int first) {
   else fprintf(f, "%s%d", first ? "" : " ", id);
 }
 
-// What generate needs of the program: one int input [T], one output
+// What generate needs of the program: one int input [T] (or keras-hub's
+// token_ids and padding_mask, *ids the index of token_ids), one output
 // [batch, T, V]; T and V come back.
-static int gen_shape(const kdrt_program *p, int64_t *T, int64_t *V, char *err, size_t len) {
-  const kdrt_io *in = &p->inputs[0];
+static int gen_shape(const kdrt_program *p, int64_t *T, int64_t *V, int *ids, char *err,
+                     size_t len) {
+  *ids = p->ninputs == 2 && !strcmp(p->inputs[0].name, "padding_mask") &&
+         !strcmp(p->inputs[1].name, "token_ids");
+  const kdrt_io *in = &p->inputs[*ids];
   const kdrt_layout *l = &p->outputs[0].layout;
-  if (p->ninputs != 1 || in->dtype != KDRT_I32 || in->rank != 1)
+  if ((p->ninputs != 1 && !*ids) || in->dtype != KDRT_I32 || in->rank != 1)
     return kdrt_errf(err, len, "this model's input is not one sequence of token ids [T] "
                      "(generate needs a language model)");
   if (p->noutputs != 1 || l->rank != 3 || l->gshape[1] != in->shape[0])
@@ -243,12 +249,13 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
     return leave(c, rc, rc ? "%s" : NULL, err);
   }
   int64_t T = 0, V = 0, n = 0;
+  int ids = 0; // the input holding the token ids (1: keras-hub's, after padding_mask)
   vocab voc = {0};
   if (kdrt_infer_open(c, "generate", p, &argc, &argv, o.weights, o.init_random, err, sizeof err) ||
-      gen_shape(p, &T, &V, err, sizeof err) ||
+      gen_shape(p, &T, &V, &ids, err, sizeof err) ||
       (o.vocab_path && vocab_read(o.vocab_path, &voc, err, sizeof err)))
     return leave(c, 1, "%s", err);
-  int64_t ids_max = p->inputs[0].num_classes > 0 ? p->inputs[0].num_classes : V;
+  int64_t ids_max = p->inputs[ids].num_classes > 0 ? p->inputs[ids].num_classes : V;
   if (voc.n > V || voc.n > ids_max)
     return leave(c, 1, "--vocab %s has %d tokens but the model takes %lld ids and gives %lld",
                  o.vocab_path, voc.n, (long long)ids_max, (long long)V);
@@ -270,11 +277,12 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
   int64_t out_elems = l->gshape[0] * T * V;
   int32_t *seq = malloc(sizeof(int32_t) * (size_t)(cap * o.samples));
   int32_t *x = calloc((size_t)(lb * T), sizeof(int32_t));
+  int32_t *mask = calloc((size_t)(lb * T), sizeof(int32_t)); // keras-hub's padding_mask
   int32_t *next = malloc(sizeof(int32_t) * (size_t)o.samples);
   float *y[KDRT_MAX_FILES] = {0}, *out = c->rank == 0 ? malloc(sizeof(float) * (size_t)out_elems) : NULL;
   float *logs = calloc((size_t)p->nlogs, sizeof(float));
   double *work = malloc(sizeof(double) * (size_t)(2 * V));
-  int oom = !seq || !x || !next || !logs || !work || (c->rank == 0 && !out);
+  int oom = !seq || !x || !mask || !next || !logs || !work || (c->rank == 0 && !out);
   for (int j = 0; j < p->nlabels; j++)
     oom |= !(y[j] = calloc((size_t)(lb * kdrt_io_elems(&p->labels[j]) + 1), sizeof(float)));
   if (oom) kdrt_fatal(c, "out of memory");
@@ -290,9 +298,13 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
     // (a causal model's output at pos does not see what follows it).
     int64_t w = n < T ? n : T, pos = w - 1;
     memset(x, 0, sizeof(int32_t) * (size_t)(lb * T));
+    memset(mask, 0, sizeof(int32_t) * (size_t)(lb * T));
     for (int r = 0; r < lb; r++)
-      if (row0 + r < o.samples) memcpy(x + r * T, seq + (row0 + r) * cap + n - w, sizeof(int32_t) * (size_t)w);
-    void *xs[1] = {x};
+      if (row0 + r < o.samples) {
+        memcpy(x + r * T, seq + (row0 + r) * cap + n - w, sizeof(int32_t) * (size_t)w);
+        for (int64_t i = 0; i < w; i++) mask[r * T + i] = 1; // the tokens so far
+      }
+    void *xs[2] = {ids ? (void *)mask : x, x};
     p->eval_step(c, (const void *const *)xs, (const void *const *)y, logs);
     kdrt_gather_global(c, l, c->arena + p->outputs[0].offset, out);
     if (c->rank == 0)
@@ -315,7 +327,7 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
     fputc('\n', stdout);
     fflush(stdout);
   }
-  free(seq), free(x), free(next), free(out), free(logs), free(work);
+  free(seq), free(x), free(mask), free(next), free(out), free(logs), free(work);
   for (int j = 0; j < p->nlabels; j++) free(y[j]);
   return leave(c, 0, NULL);
 }
