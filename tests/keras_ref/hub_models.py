@@ -67,6 +67,14 @@ Adam(1e-3), and:
                          checks made: every frozen variable bit for bit
                          unchanged, every A and B changed, the saved kernels
                          merged
+
+Greedy generation (python3 tests/keras_ref/hub_models.py --generate [--out
+DIR]): each model's task from its model.keras (initial weights),
+compile(sampler="greedy"), generate() on 4 right-padded prompts (lengths 3,
+8, 5, 6) in a 16-token window, no stop token; OUT/hub_<model>/generate/:
+token_ids.npy, padding_mask.npy (int32 inputs), out_token_ids.npy (int32),
+out_padding_mask.npy (bool, as generate returns it) and generate.json (the
+semantics, the smallest logit gap between a chosen id and the runner-up).
 """
 
 import json
@@ -491,3 +499,117 @@ def run_case(case, out, R):
           f"{step_loss[-1]:.6f}, evaluate {ev}, weights {final_name}"
           + (f" ({note})" if note else ""))
     return ref
+
+
+# ---------------------------------------------------------------------------
+# Greedy generation (issue 24): keras-hub's generate() of each tiny model
+# with its initial weights (model.keras), for kdcc's generate to match token
+# for token. Written by
+#
+#     python3 tests/keras_ref/hub_models.py --generate [--out DIR]
+#
+# into OUT/hub_<model>/generate/ (default OUT: tests/fixtures/keras_hub).
+
+GEN_LENGTHS = (3, 8, 5, 6)  # the prompts' lengths, right-padded to SEQ
+
+
+def generate_inputs():
+    """token_ids and padding_mask (int32, 4 x SEQ): rng seed 1, ids in
+    [1, VOCAB), the prompts of GEN_LENGTHS left-aligned, pads 0."""
+    rng = np.random.default_rng(1)
+    ids = rng.integers(1, VOCAB, (len(GEN_LENGTHS), SEQ)).astype("int32")
+    mask = (np.arange(SEQ)[None, :] < np.array(GEN_LENGTHS)[:, None]).astype("int32")
+    return ids * mask, mask
+
+
+def greedy_by_forward(task, ids, mask):
+    """Greedy continuation of each row by whole forward passes (no cache):
+    position t's token = argmax of the logits at t - 1, for t from the row's
+    length to SEQ - 1. Returns the tokens and, per generated token, the logit
+    gap between the chosen id and the runner-up."""
+    ids = ids.copy()
+    gaps = []
+    for t in range(int(mask.sum(1).min()), SEQ):
+        logits = np.asarray(task.predict_on_batch(
+            {"token_ids": ids, "padding_mask": np.ones_like(ids)}))[:, t - 1, :]
+        for r in range(len(ids)):
+            if not mask[r, t]:
+                top = np.sort(logits[r])[::-1]
+                gaps.append(float(top[0] - top[1]))
+                ids[r, t] = int(np.argmax(logits[r]))
+    return ids, gaps
+
+
+def write_generate(model_name, out):
+    d = os.path.join(out, model_name, "generate")
+    os.makedirs(d, exist_ok=True)
+    keras.backend.clear_session()
+    task = keras.saving.load_model(os.path.join(FIXTURES, model_name, "model.keras"))
+    task.compile(sampler="greedy")
+    ids, mask = generate_inputs()
+    got = task.generate({"token_ids": ids, "padding_mask": mask}, max_length=SEQ,
+                         stop_token_ids=None)
+    out_ids, out_mask = np.asarray(got["token_ids"]), np.asarray(got["padding_mask"])
+    again = task.generate({"token_ids": ids, "padding_mask": mask}, max_length=SEQ,
+                         stop_token_ids=None)
+    assert np.array_equal(again["token_ids"], out_ids), f"{model_name}: generate not deterministic"
+    fwd, gaps = greedy_by_forward(task, ids, mask)
+    assert np.array_equal(fwd, out_ids), f"{model_name}: cached generate != whole forward passes"
+    assert np.array_equal(out_ids[mask == 1], ids[mask == 1]), "the prompt was overwritten"
+    files = {"token_ids": "token_ids.npy", "padding_mask": "padding_mask.npy",
+             "out_token_ids": "out_token_ids.npy", "out_padding_mask": "out_padding_mask.npy"}
+    for k, a in (("token_ids", ids), ("padding_mask", mask), ("out_token_ids", out_ids),
+                 ("out_padding_mask", out_mask)):
+        np.save(os.path.join(d, files[k]), a)
+    ref = {
+        "model": model_name,
+        "weights": f"../model.keras (the initial weights, as {model_name}'s training cases start)",
+        "versions": f"keras {keras.__version__}, keras-hub {keras_hub.__version__}, "
+                    f"jax {jax.__version__}",
+        "call": "task.compile(sampler='greedy'); task.generate({'token_ids': token_ids, "
+                "'padding_mask': padding_mask}, max_length=16, stop_token_ids=None)  # "
+                "preprocessor=None: "
+                "max_length is ignored, the window is token_ids' width",
+        "files": files,
+        "dtypes": {"token_ids": "int32", "padding_mask": "int32 (1 then 0s)",
+                   "out_token_ids": str(out_ids.dtype),
+                   "out_padding_mask": f"{out_mask.dtype} (as generate returns it)"},
+        "prompt_lengths": list(GEN_LENGTHS),
+        "window": SEQ,
+        "steps": SEQ - min(GEN_LENGTHS),
+        "semantics": "the prompts right-padded (pad id 0). The cache is seeded by one "
+                     "forward pass over the whole window (causal mask only, pads included); "
+                     f"then for index from min(prompt lengths) = {min(GEN_LENGTHS)} to "
+                     f"{SEQ - 1}: the token at index - 1 is run at position index - 1 "
+                     "against the cache (its key/value written there), the next id is "
+                     "argmax(softmax(logits)) (GreedySampler), and it is written at index "
+                     "only where the input padding_mask is 0: a longer row keeps its "
+                     "prompt (its cache entries come from its own prompt ids). So each "
+                     "row is its prompt then its own greedy continuation to the window's "
+                     "end, the same as whole causal forward passes (checked). No stop "
+                     "token: it runs to the end; out_padding_mask is all True "
+                     "(ones_like(token_ids, bool)); the prompt positions are unchanged",
+        "logit_gap_min": min(gaps),
+        "logit_gap_note": "the smallest difference between the chosen id's logit and the "
+                          "runner-up's over the generated tokens (of whole forward passes): "
+                          "how close a token-for-token comparison is to a tie",
+    }
+    with open(os.path.join(d, "generate.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    print(f"{model_name}: generated {ref['steps']} steps, smallest logit gap "
+          f"{min(gaps):.2e}\n{out_ids}")
+    return ref
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--generate", action="store_true", required=True,
+                    help="write the greedy generation references")
+    ap.add_argument("--out", default=FIXTURES)
+    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    a = ap.parse_args()
+    for m in a.models:
+        write_generate(m, a.out)
