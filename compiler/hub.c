@@ -234,18 +234,33 @@ static const char *gpt2(Hub *h) {
   return "token_embedding";
 }
 
-// ---- Llama (keras_hub/src/models/llama/): an untied token embedding,
-// pre-norm decoders of RMS norms (LlamaLayerNorm: x * rsqrt(mean(x^2) +
-// eps) * scale, Keras's RMSNormalization), grouped-query attention without
-// biases whose query and key are turned by rotary embedding
-// (LlamaRotaryEmbedding, Llama 3.1's frequency adjustment where the config
-// has one), masked causally and by the padding; a SwiGLU MLP
-// (output(intermediate(x) * silu(gate(x)))).
+// ---- Llama (keras_hub/src/models/llama/), and Mistral and Qwen, which are
+// the same pieces under other names: a token embedding (untied, or tied
+// with tie_word_embeddings), pre-norm decoders of RMS norms (x * rsqrt(
+// mean(x^2) + eps) * scale, Keras's RMSNormalization), grouped-query
+// attention whose query and key are turned by rotary embedding, masked
+// causally and by the padding; a SwiGLU MLP (output(intermediate(x) *
+// silu(gate(x)))). Llama's rotary embedding is LlamaRotaryEmbedding (Llama
+// 3.1's frequency adjustment where the config has one), Mistral's and
+// Qwen's keras-hub's RotaryEmbedding with rope_scaling_factor; Qwen's
+// query, key and value have biases and its head is tied by default.
+
+typedef struct {
+  const char *decoder, *norm;   // the weights-file groups of a decoder and the last norm
+  bool llama_rope, qkv_bias, tied;
+} Family;
+
+static const Family llama_family = {"llama_transformer_decoder", "llama_layer_norm", true, false,
+                                    false};
+static const Family mistral_family = {"mistral_transformer_decoder",
+                                      "mistral_layer_normalization", false, false, false};
+static const Family qwen_family = {"qwen_transformer_decoder", "qwen_layer_norm", false, true,
+                                   true};
 
 // The rotary embedding's settings, for the attention builder (kdcc_rope).
-static json_t *llama_rope(Hub *h) {
+static json_t *family_rope(Hub *h, const Family *f) {
   json_t *r = located(h, json_object());
-  static const char *const keys[][2] = {
+  static const char *const llama_keys[][2] = {
     {"rope_max_wavelength", "max_wavelength"},
     {"rope_position_scaling_factor", "position_scaling_factor"},
     {"rope_frequency_adjustment_factor", "frequency_adjustment_factor"},
@@ -253,19 +268,41 @@ static json_t *llama_rope(Hub *h) {
     {"rope_high_freq_factor", "high_freq_factor"},
     {"rope_pretraining_sequence_length", "pretraining_sequence_length"},
   };
-  json_object_set_new(r, "kind", json_string("llama"));
-  for (int i = 0; i < (int)(sizeof keys / sizeof *keys); i++) {
-    json_t *v = json_object_get(h->cfg, keys[i][0]);
-    if (v && !json_is_null(v)) json_object_set(r, keys[i][1], v);
+  static const char *const linear_keys[][2] = {
+    {"rope_max_wavelength", "max_wavelength"},
+    {"rope_scaling_factor", "scaling_factor"},
+  };
+  json_object_set_new(r, "kind", json_string(f->llama_rope ? "llama" : "linear"));
+  int n = f->llama_rope ? 6 : 2;
+  for (int i = 0; i < n; i++) {
+    const char *const *k = f->llama_rope ? llama_keys[i] : linear_keys[i];
+    json_t *v = json_object_get(h->cfg, k[0]);
+    if (v && !json_is_null(v)) json_object_set(r, k[1], v);
   }
   return r;
 }
 
-static const char *llama_block(Hub *h, int i, const char *x, json_t *dropout, json_t *rope) {
-  const char *p = format("transformer_layer_%d", i), *g = nth("llama_transformer_decoder", i);
+// Mistral's sliding_window, Qwen's use_sliding_window_attention: a window
+// that covers the sequence changes nothing; a shorter one is refused.
+static void check_window(Hub *h) {
+  json_t *use = json_object_get(h->cfg, "use_sliding_window_attention");
+  json_t *w = json_object_get(h->cfg, json_is_true(use) ? "sliding_window_size"
+                                                         : "sliding_window");
+  if (use && !json_is_true(use)) return;
+  if (!json_is_integer(w) || !h->steps || json_integer_value(w) >= h->steps) return;
+  error_at(jloc(w), "%s: a sliding window of %lld steps, shorter than the %lld of the "
+           "sequence, is not supported yet", h->cls, (long long)json_integer_value(w),
+           (long long)h->steps);
+}
+
+static const char *decoder_block(Hub *h, const Family *f, int i, const char *x, json_t *dropout,
+                                 json_t *rope) {
+  const char *p = format("transformer_layer_%d", i), *g = nth(f->decoder, i);
   json_t *eps = hp_num(h, "layer_norm_epsilon", 1e-6);
   int64_t nq = hp_val(h, "num_query_heads", 1), hidden = hp_val(h, "hidden_dim", 1);
-  if (hidden / nq == 0)
+  json_t *hdj = json_object_get(h->cfg, "head_dim"); // Mistral's, else hidden / heads
+  int64_t hd = json_is_integer(hdj) ? hp_val(h, "head_dim", 1) : hidden / nq;
+  if (hd == 0)
     error_at(jloc(json_object_get(h->cfg, "num_query_heads")), "%s: num_query_heads %lld is "
              "more than hidden_dim %lld", h->cls, (long long)nq, (long long)hidden);
   const char *ln1 = format("%s/self_attention_layernorm", p);
@@ -273,11 +310,11 @@ static const char *llama_block(Hub *h, int i, const char *x, json_t *dropout, js
         json_pack("{s:O}", "epsilon", eps), one(h, x), NULL);
   const char *att = format("%s/self_attention", p);
   layer(h, "GroupedQueryAttention", att, format("%s/_self_attention_layer", g),
-        json_pack("{s:I, s:O, s:O, s:O, s:b, s:o, s:b, s:O}", "head_dim",
-                  (json_int_t)(hidden / nq), "num_query_heads", hp_int(h, "num_query_heads", 1),
-                  "num_key_value_heads", hp_int(h, "num_key_value_heads", 1), "dropout", dropout,
-                  "use_bias", 0, "kernel_initializer", normal(h, 0.02), "kdcc_padding_mask", 1,
-                  "kdcc_rope", rope),
+        json_pack("{s:I, s:O, s:O, s:O, s:b, s:b, s:o, s:b, s:O}", "head_dim", (json_int_t)hd,
+                  "num_query_heads", hp_int(h, "num_query_heads", 1), "num_key_value_heads",
+                  hp_int(h, "num_key_value_heads", 1), "dropout", dropout, "use_bias",
+                  f->qkv_bias, "kdcc_output_bias", 0, "kernel_initializer", normal(h, 0.02),
+                  "kdcc_padding_mask", 1, "kdcc_rope", rope),
         located(h, json_pack("[o, o]", tensor(h, ln1, 0), tensor(h, ln1, 0))),
         json_pack("{s:b, s:o}", "use_causal_mask", 1, "attention_mask",
                   tensor(h, "padding_mask", 0)));
@@ -307,25 +344,32 @@ static const char *llama_block(Hub *h, int i, const char *x, json_t *dropout, js
   return r2;
 }
 
-static const char *llama(Hub *h) {
+static const char *decoder_lm(Hub *h, const Family *f) {
   json_t *dropout = hp_num(h, "dropout", 0);
   json_t *tie = json_object_get(h->cfg, "tie_word_embeddings");
+  check_window(h);
   input(h, "padding_mask");
   json_t *ids = input(h, "token_ids");
   json_t *tok = layer(h, "ReversibleEmbedding", "token_embedding", "reversible_embedding",
                       json_pack("{s:O, s:O, s:b, s:o}", "input_dim",
                                 hp_int(h, "vocabulary_size", 1), "output_dim",
-                                hp_int(h, "hidden_dim", 1), "tie_weights", json_is_true(tie),
+                                hp_int(h, "hidden_dim", 1), "tie_weights",
+                                tie && !json_is_null(tie) ? json_is_true(tie) : f->tied,
                                 "embeddings_initializer", normal(h, 0.01)),
                       located(h, json_pack("[o]", ids)), NULL);
-  json_t *rope = llama_rope(h);
+  json_t *rope = family_rope(h, f);
   const char *x = "token_embedding";
-  for (int i = 0; i < hp_val(h, "num_layers", 1); i++) x = llama_block(h, i, x, dropout, rope);
-  layer(h, "RMSNormalization", "sequence_output_layernorm", "llama_layer_norm",
+  for (int i = 0; i < hp_val(h, "num_layers", 1); i++)
+    x = decoder_block(h, f, i, x, dropout, rope);
+  layer(h, "RMSNormalization", "sequence_output_layernorm", f->norm,
         json_pack("{s:O}", "epsilon", hp_num(h, "layer_norm_epsilon", 1e-6)), one(h, x), NULL);
   call_again(h, tok, one(h, "sequence_output_layernorm"), json_pack("{s:b}", "reverse", 1));
   return "token_embedding";
 }
+
+static const char *llama(Hub *h) { return decoder_lm(h, &llama_family); }
+static const char *mistral(Hub *h) { return decoder_lm(h, &mistral_family); }
+static const char *qwen(Hub *h) { return decoder_lm(h, &qwen_family); }
 
 // ---- Gemma (keras_hub/src/models/gemma/): a tied token embedding scaled by
 // sqrt(hidden_dim), pre-norm decoder blocks of RMS norms scaling by
@@ -451,6 +495,8 @@ static const struct {
   {"GPT2Backbone", "GPT2CausalLM", "gpt2_backbone", gpt2},
   {"LlamaBackbone", "LlamaCausalLM", "llama_backbone", llama},
   {"GemmaBackbone", "GemmaCausalLM", "gemma_backbone", gemma},
+  {"MistralBackbone", "MistralCausalLM", "mistral_backbone", mistral},
+  {"QwenBackbone", "QwenCausalLM", "qwen_backbone", qwen},
 };
 
 static const char *registered(json_t *env) {

@@ -303,7 +303,9 @@ Node *build_gqa(Graph *g, Layer *l, Node *unused) {
   Node *v = repeat_heads(g, project(g, l, xv, "value", nkv, hd, bias), nq / nkv);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)hd), call_flag(l, "use_causal_mask"),
                    mask, cfg_num(l, "dropout", 0), 0);
-  return attention_output(g, l, o, xq->shape.d[2], bias);
+  // hub.c's Qwen: biases on the query, key and value but not the output
+  json_t *ob = json_object_get(l->cfg, "kdcc_output_bias");
+  return attention_output(g, l, o, xq->shape.d[2], ob ? json_is_true(ob) : bias);
 }
 
 // ---- EinsumDense
