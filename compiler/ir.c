@@ -6,6 +6,28 @@
 // to a scalar, a scale, a view) and add a gradient into a node's running sum
 // for the ops' grad rules (accumulate). They read no layer and no config;
 // every pass may call them, and they call nothing above util.c.
+//
+// Issue 23, mixed precision: while build_layer builds a layer whose policy
+// computes in 16 bits (g->cdt), new_node rounds (ROUND) where Keras casts
+// and the value a 16-bit tensor would hold differs from float32's, at the
+// ops' operands, so that the builders make the same ops as in float32:
+//   - the result of an op made in 16 bits is that op's float32 result
+//     rounded to the compute dtype (JAX computes each op in float32 and
+//     rounds it: XLA's upcasts on the CPU, float32 accumulation in a
+//     product); it is rounded once, at its first use (pend, rounded), and
+//     not at all when the op only moves or picks 16-bit values (exact_op);
+//   - an op made in 16 bits reads every float32 value cast: the layer's
+//     inputs (Layer.__call__'s autocast), its variables (kernels, biases and
+//     embeddings are cast when read under the layer's autocast scope), and
+//     float32 values of its own (attention's probabilities);
+//   - ops the builder makes in float32 (g->cdt_f32: LayerNormalization,
+//     BatchNormalization, attention's scores and softmax, a mean) read
+//     16-bit values as they are and float32 ones uncast (LayerNorm's gamma
+//     and beta, BatchNorm's statistics), but a layer that autocasts still
+//     casts its inputs (BatchNormalization's).
+// build_layer rounds the layer's output (Keras's outputs are in the compute
+// dtype). With no mixed layer nothing of this runs: a float32 model's graph
+// is what it always was.
 #include "kdcc.h"
 
 #include <stdint.h>
@@ -51,7 +73,11 @@ uint64_t hash_str(const char *s) {
   return h;
 }
 
+static Node **mixed_operands(Graph *g, int nin, Node **in, Node **cast);
+
 Node *new_node(Graph *g, OpKind op, int nin, Node **in) {
+  Node *cast[MAX_IN];
+  if (g->cdt && nin) in = mixed_operands(g, nin, in, cast); // issue 23
   g->nodes = xgrow(g->nodes, g->nnodes, &g->cap, sizeof *g->nodes);
   Node *n = xcalloc(1, sizeof *n);
   n->id = g->nnodes;
@@ -61,6 +87,7 @@ Node *new_node(Graph *g, OpKind op, int nin, Node **in) {
   n->phase = g->phase;
   n->dtype = DT_F32;
   for (int d = 0; d < MAX_RANK; d++) n->place.axis[d] = n->want.axis[d] = -1;
+  if (g->cdt && nin && !g->cdt_f32) n->pend = (uint8_t)g->cdt; // a 16-bit op's result
   g->nodes[g->nnodes++] = n;
   return n;
 }
@@ -115,3 +142,62 @@ Node *scaled(Graph *g, Node *x, double k) {
 
 // A view of x with a dim of size 1 inserted (or any new shape).
 Node *view(Graph *g, Node *x, Shape s) { return new_node1(g, OP_RESHAPE, x, s); }
+
+// ---------------------------------------------------------------- issue 23: mixed precision
+
+// Ops whose result is exactly a 16-bit value when their float operands
+// are: they move, pick or (relu) clip values, never make new ones.
+static bool exact_op(const Node *n) {
+  switch (n->op) {
+  case OP_RESHAPE: case OP_TRANSPOSE: case OP_SLICE: case OP_PAD: case OP_CONCAT:
+  case OP_MAXPOOL: case OP_GATHER: case OP_BROADCAST: case OP_REVERSE:
+    return true;
+  case OP_ACT:
+    return n->act.kind == ACT_LINEAR || n->act.kind == ACT_RELU;
+  case OP_MAXIMUM:
+    return n->nin == 2;
+  default:
+    return false;
+  }
+}
+
+Node *round_to(Graph *g, Node *x, int kind) {
+  if (x->half == kind) return x;
+  if (x->rounded && x->rounded->rnd.kind == kind) return x->rounded;
+  int cdt = g->cdt;
+  g->cdt = 0; // the ROUND itself is no 16-bit op
+  Node *r = new_node1(g, OP_ROUND, x, x->shape);
+  g->cdt = cdt;
+  r->rnd.kind = kind;
+  r->half = (uint8_t)kind;
+  if (!x->rounded) x->rounded = r;
+  return r;
+}
+
+Node *mixed_value(Graph *g, Node *x) {
+  if (!x->pend) return x;
+  bool exact = exact_op(x);
+  for (int i = 0; exact && i < x->nin; i++)
+    exact = x->in[i]->dtype != DT_F32 || x->in[i]->half == x->pend;
+  if (exact) { // already a 16-bit value: nothing to round
+    x->half = x->pend;
+    x->pend = 0;
+    return x;
+  }
+  return round_to(g, x, x->pend);
+}
+
+// The operands a new op of a mixed layer reads (new_node's comment above):
+// in[] as they are, or cast[] with some of them rounded.
+static Node **mixed_operands(Graph *g, int nin, Node **in, Node **cast) {
+  for (int i = 0; i < nin; i++) {
+    Node *a = in[i];
+    if (a->dtype == DT_F32) {
+      a = mixed_value(g, a);
+      bool input = a->id < g->cdt_first && a->op != OP_PARAM; // from another layer
+      if (!g->cdt_f32 || (input && g->cdt_autocast)) a = round_to(g, a, g->cdt);
+    }
+    cast[i] = a;
+  }
+  return cast;
+}

@@ -222,6 +222,8 @@ struct Layer {
                           // its variables in the weights file: "forward_layer/cell"
   bool frozen;            // its Functional model has trainable false: it is frozen
                           // whatever its own flag says
+  int cdt;                // issue 23: its dtype policy's compute dtype when that is 16-bit
+                          // (mixed_bfloat16: KDRT_ROUND_BF16), else 0 (float32)
   // Nested models (a Sequential or Functional used as a layer): load.c
   // inlines their layers, named "<model>/<layer>" (Keras refuses '/' in a
   // name, so these never clash), and drops the model's own Layer.
@@ -263,6 +265,8 @@ Model *load_model(const char *path);
 // Same, from a parsed document; `file` for messages.
 Model *load_model_json(const char *file, json_t *root);
 Layer *find_layer(Model *m, const char *name);
+// issue 23: --dtype-policy's policy for every layer but the inputs, or NULL.
+extern const char *opt_dtype_policy;
 
 // Typed config getters: error_at the value (naming the layer) when it has
 // the wrong type. `def` is returned when the key is absent or null.
@@ -447,6 +451,7 @@ typedef struct { float lo, hi; double rate; } ClipAttr;    // CLIP_NORM: Keras's
 typedef struct { int kind; float alpha, max, threshold; } PactAttr;
 typedef struct { const float *data; } ConstAttr;            // CONST: its global elements
 typedef struct { bool min; float c; } MinMaxAttr;           // MAXIMUM*: min instead; c: a lone operand's other
+typedef struct { int kind; } RoundAttr;                     // ROUND: KDRT_ROUND_BF16 or _F16 (issue 23)
 // issue 11: RECUR, RECUR_GRAD: the cell (KDRT_RNN_*), its activation and
 // recurrent activation, its units
 typedef struct { int cell; Act act, ract; int64_t units; } RecurAttr;
@@ -508,6 +513,7 @@ struct Node {
     RecurAttr rec;
     BnAttr bn;
     RopeAttr rope;
+    RoundAttr rnd;
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
@@ -524,6 +530,13 @@ struct Node {
   int last_use;           // memplan.c
   bool dead;              // removed by a pass
   bool fused;             // OP_UPDATE done by the op that makes its gradient (fuse.c)
+  // issue 23: mixed precision (ir.c's new_node, while a layer of a 16-bit
+  // policy is built): half, the 16-bit type (KDRT_ROUND_*) its value is
+  // exactly one of (a ROUND, or an exact op of such values); pend, the
+  // type a 16-bit op's result is to be rounded to before any use (its
+  // users read `rounded`, the ROUND made at the first use).
+  uint8_t half, pend;
+  Node *rounded;
 };
 
 // The sharding rule of an op, einsum-style: every dimension of every
@@ -696,6 +709,13 @@ struct Graph {
   int64_t scratch_floats; // conv im2col scratch
   PlanStep *plan;         // the arena plan's steps, in order (memplan.c)
   int nplan;
+  // issue 23: while a layer of a mixed policy is built (build_layer), its
+  // compute dtype (KDRT_ROUND_*; 0: float32, new_node changes nothing), its
+  // call's first node, whether it casts float inputs (Keras's autocast),
+  // and whether the ops made now compute in float32 (LayerNormalization,
+  // attention's softmax: Keras's exceptions)
+  int cdt, cdt_first;
+  bool cdt_autocast, cdt_f32;
 };
 
 Node *new_node(Graph *g, OpKind op, int nin, Node **in);
@@ -707,6 +727,11 @@ Node *new_node2(Graph *g, OpKind op, Node *a, Node *b, Shape shape);
 Node *sum_all(Graph *g, Node *x);
 Node *scaled(Graph *g, Node *x, double k);  // x * k (a SCALE)
 Node *view(Graph *g, Node *x, Shape s);     // x as shape s (a RESHAPE, no code)
+// issue 23: x rounded to the 16-bit type kind (a ROUND; x itself when its
+// value already is one); and, while a mixed layer is built, x as its
+// readers are to see it (a 16-bit op's result rounded first).
+Node *round_to(Graph *g, Node *x, int kind);
+Node *mixed_value(Graph *g, Node *x);
 uint64_t hash_str(const char *s);
 bool shape_eq(const Shape *a, const Shape *b);
 char *shape_str(const Shape *s);            // "[16, 200]"

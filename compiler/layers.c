@@ -808,7 +808,7 @@ static const LayerDef *layer_def(const char *cls) {
   return NULL;
 }
 
-Node *build_layer(Graph *g, Layer *l) {
+static Node *build_call(Graph *g, Layer *l) {
   const LayerDef *def = layer_def(l->cls);
   if (!def) error_at(l->loc, "layer '%s': unknown layer class '%s'", l->name, l->cls);
   if (def->nin == 0) return def->build(g, l, NULL);
@@ -817,6 +817,38 @@ Node *build_layer(Graph *g, Layer *l) {
   if (def->nin > 0 && l->nin != def->nin)
     error_at(l->loc, "layer '%s': %s takes one input, got %d", l->name, l->cls, l->nin);
   return def->build(g, l, layer_input(l, 0));
+}
+
+// Issue 23: a layer of a mixed policy (Layer.cdt) is built as in float32,
+// new_node rounding where Keras casts (ir.c). Keras 3.15's layers, read in
+// keras/src/layers: every layer casts its float inputs to the compute dtype
+// when called (Layer.__call__, autocast) but LayerNormalization and
+// Embedding (autocast = False); LayerNormalization (ops.layer_normalization)
+// and BatchNormalization compute in float32 with float32 gamma, beta and
+// statistics, and cast their outputs; the global average poolings' mean
+// sums in float32 (jnp.mean); attention's scores and softmax are float32
+// (attend, layers_attn.c). load.c accepts a mixed policy on the classes
+// whose casts these are.
+static bool casts_inputs(const char *cls) {
+  return strcmp(cls, "LayerNormalization") && strcmp(cls, "Embedding");
+}
+
+static bool computes_f32(const char *cls) {
+  return !strcmp(cls, "LayerNormalization") || !strcmp(cls, "BatchNormalization") ||
+         !strcmp(cls, "GlobalAveragePooling1D") || !strcmp(cls, "GlobalAveragePooling2D");
+}
+
+Node *build_layer(Graph *g, Layer *l) {
+  if (!l->cdt) return build_call(g, l);
+  g->cdt = l->cdt;
+  g->cdt_first = g->nnodes;
+  g->cdt_autocast = casts_inputs(l->cls);
+  g->cdt_f32 = computes_f32(l->cls);
+  Node *y = mixed_value(g, build_call(g, l));
+  if (y->dtype == DT_F32) y = round_to(g, y, l->cdt); // its output in the compute dtype
+  g->cdt = 0;
+  g->cdt_f32 = false;
+  return y;
 }
 
 // Keras maps hinge labels 0/1 to -1/1 when every label of the step is 0

@@ -92,7 +92,16 @@ static Node *scaled_by(Graph *g, Node *x, double scale) {
 // tanh(s / cap) * cap.
 static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale, bool causal,
                     Node *mask, double dropout, double cap) {
+  if (g->cdt && dropout > 0) // Keras's MHA then scales q, and softmaxes in 16 bits
+    error_at(jloc_key(l->cfg, "dropout"), "layer '%s': attention dropout under a mixed dtype "
+             "policy is not supported yet", l->name);
   Node *qt = transpose_0213(g, q), *kt = transpose_0213(g, k), *vt = transpose_0213(g, v);
+  // issue 23: under a mixed policy the scores are float32 products of the
+  // 16-bit q and k, scaled, masked and softmaxed in float32; the
+  // probabilities are cast back for the product with v (JAX's
+  // _dot_product_attention_core)
+  bool f32 = g->cdt_f32;
+  g->cdt_f32 = true;
   Node *s = dot_node(g, qt, kt, 2, 1, true); // [b, n, t, s]
   s = scaled_by(g, s, scale);
   if (cap > 0) s = scaled_by(g, apply_act(g, scaled_by(g, s, 1 / cap), ACT_TANH), cap);
@@ -105,6 +114,7 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
     s->mask.fill = -1;
   }
   Node *p = apply_act(g, s, ACT_SOFTMAX);
+  g->cdt_f32 = f32;
   if (dropout > 0) {
     Node *dp = new_node1(g, OP_DROPOUT, p, p->shape);
     dp->drop = (DropAttr){(float)dropout, hash_str(format("%s/attention_dropout", l->path)), false};

@@ -33,7 +33,8 @@
 // order where that leaves a choice), holds every InputLayer and every layer
 // the outputs depend on, and Layer.index is the position in it. Layers that
 // no output depends on get a warning and are dropped. Every layer's dtype is
-// float32. Every user error names the layer, at the JSON value at fault.
+// float32, or (issue 23) a mixed policy: Layer.cdt. Every user error names
+// the layer, at the JSON value at fault.
 //
 // compile_config is read by load_compile.c, once the outputs are known.
 #include "kdcc.h"
@@ -170,10 +171,64 @@ int cfg_sizes(const Layer *l, const char *key, int64_t *out, int max) {
 
 // ---- layers
 
-// Only float32 is computed; an InputLayer may also hold integer ids (int32
-// in the program, whatever integer width Keras wrote), or a bool
-// attention_mask (int32 0 or 1). dtype is a string or a (DType)Policy envelope.
+// issue 23: Keras's dtype policies (keras/src/dtype_policies). A mixed one
+// keeps float32 variables and computes in its 16-bit type: kdcc rounds to
+// it where Keras casts (ir.c, build_layer), its buffers still float32.
+static const struct {
+  const char *name;
+  int cdt;            // the compute dtype: KDRT_ROUND_*, 0 float32
+  const char *not_yet; // why kdcc refuses it, or NULL
+} policies[] = {
+  {"float32", 0, NULL},
+  {"mixed_bfloat16", KDRT_ROUND_BF16, NULL},
+  {"mixed_float16", KDRT_ROUND_F16, "needs Keras's LossScaleOptimizer (dynamic loss scaling), "
+                                    "which kdcc does not implement yet"},
+  {"bfloat16", KDRT_ROUND_BF16, "keeps its variables in bfloat16, which kdcc does not do yet "
+                                "(use mixed_bfloat16)"},
+  {"float16", KDRT_ROUND_F16, "keeps its variables in float16, which kdcc does not do yet"},
+};
+
+// The layers whose rounding points under a mixed policy kdcc follows
+// (layers.c's build_layer and its builders; KERAS.md).
+static const char *const mixed_classes[] = {
+  "Dense", "EinsumDense", "Embedding", "PositionEmbedding", "LayerNormalization",
+  "MultiHeadAttention", "Conv2D", "BatchNormalization", "Activation", "ReLU", "Softmax",
+  "Add", "Subtract", "Multiply", "Concatenate", "Dropout", "Flatten", "Reshape", "Permute",
+  "MaxPooling2D", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
+};
+
+const char *opt_dtype_policy;
+
+// Layer l's policy `t` (at `at`; no file: --dtype-policy's) into l->cdt.
+static void set_policy(Layer *l, const char *t, Loc at) {
+  size_t i = 0, n = sizeof policies / sizeof *policies;
+  while (i < n && strcmp(policies[i].name, t)) i++;
+  const char *from = at.file ? "" : " (--dtype-policy)";
+  if (i == n)
+    error_at(at, "layer '%s': dtype '%s'%s is not supported (float32, mixed_bfloat16%s)", l->name,
+             t, from, strcmp(l->cls, "InputLayer") ? "" : ", or integer ids on an InputLayer");
+  if (policies[i].not_yet)
+    error_at(at, "layer '%s': dtype policy '%s'%s %s", l->name, t, from, policies[i].not_yet);
+  if (!policies[i].cdt) return;
+  bool known = false;
+  for (size_t k = 0; k < sizeof mixed_classes / sizeof *mixed_classes; k++)
+    known |= !strcmp(mixed_classes[k], l->cls);
+  if (!known)
+    error_at(at, "layer '%s': dtype policy '%s'%s is not supported for %s yet", l->name, t,
+             from, l->cls);
+  l->cdt = policies[i].cdt;
+}
+
+// An InputLayer holds float32, integer ids (int32 in the program, whatever
+// integer width Keras wrote), or a bool attention_mask (int32 0 or 1);
+// other layers a policy (set_policy). dtype is a string or a (DType)Policy
+// envelope; --dtype-policy replaces every layer's but the inputs'.
 static void check_dtype(Layer *l) {
+  bool input = !strcmp(l->cls, "InputLayer");
+  if (opt_dtype_policy && !input) {
+    set_policy(l, opt_dtype_policy, l->loc);
+    return;
+  }
   json_t *d = cfg_get(l, "dtype");
   if (!d)
     return;
@@ -185,15 +240,18 @@ static void check_dtype(Layer *l) {
   const char *t = json_string_value(name);
   static const char *const ints[] = {"int32", "int64", "int16", "int8", "uint8", "uint16",
                                      "uint32", "bool"};
-  if (!strcmp(l->cls, "InputLayer"))
+  if (input) {
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
       if (!strcmp(t, ints[i])) {
         l->in_int = true;
         return;
       }
-  if (strcmp(t, "float32") != 0)
-    error_at(jloc(name), "layer '%s': dtype '%s' is not supported (only float32%s)", l->name, t,
-             strcmp(l->cls, "InputLayer") ? "" : ", or integer ids on an InputLayer");
+    if (strcmp(t, "float32") != 0)
+      error_at(jloc(name), "layer '%s': dtype '%s' is not supported (only float32, or integer "
+               "ids on an InputLayer)", l->name, t);
+    return;
+  }
+  set_policy(l, t, jloc(name));
 }
 
 // A model being loaded: the top one, or a nested one (a Layer's nest).

@@ -29,6 +29,9 @@ static const char usage[] =
   "                        weight frozen, the attention's query and value kernels\n"
   "                        adapted by trained A . B)\n"
   "  --lora-targets a,b    the projections LoRA adapts (default query,value)\n"
+  "  --dtype-policy P      Keras's dtype policy for every layer but the inputs, as\n"
+  "                        mixed_precision.set_global_policy(P) would give them:\n"
+  "                        float32 or mixed_bfloat16 (storage stays float32)\n"
   "  --max-memory SIZE     most bytes one device may need (K, M, G, T suffixes;\n"
   "                        default: this machine's memory)\n"
   "  -w                    no warnings\n";
@@ -275,6 +278,8 @@ int main(int argc, char **argv) {
       if (strcmp(v, "fp32") && strcmp(v, "tf32") && strcmp(v, "bf16"))
         error("--precision: '%s' is not one of fp32, tf32, bf16", v);
       precision = v;
+    } else if (!strcmp(a, "--dtype-policy") || !strncmp(a, "--dtype-policy=", 15)) {
+      opt_dtype_policy = a[14] == '=' ? a + 15 : NEXT(); // issue 23: load.c checks it
     } else if (!strcmp(a, "--max-memory") || !strncmp(a, "--max-memory=", 13)) {
       max_memory_text = a[12] == '=' ? a + 13 : NEXT();
       max_memory = parse_bytes(max_memory_text);

@@ -877,3 +877,32 @@ static void const_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_CONST = {"const", 0, 0, false, rule_none, NULL, const_emit};
+
+// ---------------------------------------------------------------- issue 23: ROUND
+// A mixed policy's cast to its compute dtype, the value kept in float32
+// (kdrt_round.h). Elementwise, but not linear: a partial sum is summed
+// before it is rounded. Its gradient is the incoming one rounded to the
+// same type, as JAX transposes a cast (a 16-bit value's cotangent is
+// 16-bit too): gradients flow in the compute dtype, and become float32 at
+// the variables, past their reads' ROUNDs.
+
+static const char *round_c(int kind) {
+  return kind == KDRT_ROUND_F16 ? "KDRT_ROUND_F16" : "KDRT_ROUND_BF16";
+}
+
+static void round_grad(Graph *g, Node *n, const bool *need) {
+  Node *dx = n->grad;
+  if (dx->half != n->rnd.kind) { // not already rounded by the ROUND after this one
+    dx = new_node1(g, OP_ROUND, n->grad, n->in[0]->shape);
+    dx->rnd = n->rnd;
+    dx->half = (uint8_t)n->rnd.kind;
+  }
+  accumulate(g, n->in[0], dx);
+}
+
+static void round_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "round", false, NULL, "%s, %s, %s, %s", round_c(n->rnd.kind), buf(n),
+             buf(n->in[0]), elems_c(n));
+}
+
+const OpDef op_ROUND = {"round", 1, 0, false, rule_elementwise, round_grad, round_emit};

@@ -187,6 +187,10 @@ enum { KDRT_F32, KDRT_I32 };
 // ---- matrix operands: as stored, or transposed
 enum { KDRT_NOTRANS, KDRT_TRANS };
 
+// ---- issue 23: the 16-bit types a mixed policy computes in, whose values
+// kdrt_round (kdrt_round.h) rounds float32 buffers to (0: float32, none)
+enum { KDRT_ROUND_NONE, KDRT_ROUND_BF16, KDRT_ROUND_F16 };
+
 // ---- kdrt_pact's activations with Keras's parameters (issue 11)
 enum { KDRT_PACT_LEAKY, KDRT_PACT_ELU, KDRT_PACT_RELU };
 // ---- learning-rate schedules (keras.optimizers.schedules), by class name

@@ -162,6 +162,9 @@ static inline kdrt_conv_mats kdrt_conv_dims(const kdrt_window *w) {
   /* out = in * scale + shift */                                                               \
   K(scale, (float *out, const float *in, size_t n, float scale, float shift))                  \
   K(copy, (float *out, const float *in, size_t n))                                             \
+  /* issue 23: y = x rounded to bfloat16 or float16 (kind KDRT_ROUND_*; kdrt_round.h) */     \
+  /* and kept in float32: a mixed policy's cast to its compute dtype; y may be x      */     \
+  K(round, (int kind, float *y, const float *x, size_t n))                                     \
   /* softmax over the last dim of [rows, cols]; dx = y * (dy - sum(dy * y)) */                 \
   K(softmax, (float *y, const float *x, int64_t rows, int64_t cols))                           \
   K(softmax_grad, (float *dx, const float *dy, const float *y, int64_t rows, int64_t cols))    \

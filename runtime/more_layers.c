@@ -1,8 +1,9 @@
 // more_layers.c: the CPU kernels of issue 11's later layers: Maximum and
 // Minimum (and the normalizations' clamps), and constants (SpatialDropout's
-// ones, Normalization's statistics).
+// ones, Normalization's statistics); issue 23's rounding to a 16-bit type.
 // The CUDA versions are cuda/more_layers.cu; GaussianNoise's is in rng.c.
 #include "kdrt.h"
+#include "kdrt_round.h"
 
 #include <math.h>
 #include <string.h>
@@ -33,3 +34,8 @@ void kdrt_fill(float *y, float v, size_t n) {
 }
 
 void kdrt_load_const(float *y, const float *k, size_t n) { memcpy(y, k, n * sizeof *y); }
+
+// issue 23: a mixed policy's cast to its compute dtype, kept in float32
+void kdrt_round(int kind, float *y, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) y[i] = kdrt_round_to(kind, x[i]);
+}

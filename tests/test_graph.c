@@ -156,6 +156,54 @@ Test(graph, shapes_and_variables_of_the_seed) {
   cr_assert_eq(g->labels[0]->shape.rank, 1, "sparse labels are class ids");
 }
 
+// issue 23: a policy applied to a float32 model (--dtype-policy), every
+// layer but the input: the values Keras casts are ROUNDs, nothing else
+// changes; a float32 model has none.
+static int count_rounds(const Graph *g, int *kernel_reads) {
+  int n = 0;
+  *kernel_reads = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_ROUND) {
+      n++;
+      cr_assert_eq(g->nodes[i]->rnd.kind, KDRT_ROUND_BF16);
+      *kernel_reads += g->nodes[i]->in[0]->op == OP_PARAM;
+    }
+  return n;
+}
+
+Test(graph, mixed_bfloat16_rounds_where_keras_casts) {
+  int reads;
+  Graph *g = graph_of("models/seed_mlp.json");
+  cr_assert_eq(count_rounds(g, &reads), 0, "float32: no ROUND");
+  opt_dtype_policy = "mixed_bfloat16";
+  g = graph_of("models/seed_mlp.json");
+  opt_dtype_policy = NULL;
+  // Flatten's autocast input; d1: its kernel, its product (relu keeps it a
+  // bfloat16 value); Dropout's output; d2: kernel, product, bias, the sum,
+  // the softmax; none for the output itself (already a bfloat16 value)
+  cr_assert_eq(count_rounds(g, &reads), 9);
+  cr_assert_eq(reads, 3, "kernels and the bias are cast when read");
+  cr_assert_eq(g->nodes[1]->op, OP_ROUND, "the input is cast when Flatten is called");
+  cr_assert_eq(g->outputs[0]->op, OP_ROUND, "the output (logits) in bfloat16");
+  cr_assert_eq(g->outputs[0]->in[0]->op, OP_SOFTMAX);
+  // LayerNormalization computes in float32 from its float32 gamma and beta
+  g = graph_of("models/text_cls.json");
+  cr_assert_eq(count_rounds(g, &reads), 0);
+  opt_dtype_policy = "mixed_bfloat16";
+  g = graph_of("models/text_cls.json");
+  opt_dtype_policy = NULL;
+  count_rounds(g, &reads);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op == OP_COL_MUL || (n->op == OP_BIAS && n->in[0]->op == OP_COL_MUL)) {
+      cr_assert_eq(n->in[1]->op, OP_PARAM, "gamma and beta are read as float32");
+      cr_assert_neq(n->in[0]->op, OP_ROUND, "the norm is not rounded within the layer");
+    }
+    if (n->op == OP_SOFTMAX && n->shape.rank == 4) // attention's: scores, softmax in float32
+      cr_assert(n->in[0]->op != OP_ROUND && n->in[0]->in[0]->op != OP_ROUND);
+  }
+}
+
 Test(graph, integer_ids_into_dense) {
   expect_error("tests/bad/ids_into_dense.json", NULL,
                "tests/bad/ids_into_dense.json:5:23: error: layer 'd': Dense takes float input, "

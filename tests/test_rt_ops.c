@@ -1245,3 +1245,50 @@ Test(optim, schedules_as_keras) {
                 got, want);
     }
 }
+
+// ---------------------------------------------------------------- issue 23: kdrt_round
+// Each value's rounding as ml_dtypes (bfloat16) and numpy (float16) round
+// it, to nearest, ties to even: ties both ways, the carry into the
+// exponent, overflow to infinity, float16's subnormals and what underflows
+// them, signs, infinities and NaN. kdrt_round.h was also checked against
+// ml_dtypes on 2^24 random floats, bit for bit.
+Test(round, bf16_and_f16_as_ml_dtypes) {
+  static const struct { float x, bf16, f16; } v[] = {
+    {1.0f, 1.0f, 1.0f},
+    {1.00390625f, 1.0f, 1.00390625f},          // 1 + 2^-8: a bf16 tie, to even (down)
+    {1.01171875f, 1.015625f, 1.01171875f},     // 1 + 3 * 2^-8: a tie, to even (up)
+    {1.0009765625f, 1.0f, 1.0009765625f},      // 1 + 2^-10: f16 exact
+    {1.00048828125f, 1.0f, 1.0f},              // 1 + 2^-11: an f16 tie, to even (down)
+    {1.00146484375f, 1.0f, 1.001953125f},      // 1 + 3 * 2^-11: a tie, to even (up)
+    {-3.14159274f, -3.140625f, -3.140625f},
+    {255.9f, 256.0f, 255.875f},                // carry into the exponent (bf16)
+    {65504.0f, 65536.0f, 65504.0f},            // float16's largest
+    {65519.99f, 65536.0f, 65504.0f},
+    {65520.0f, 65536.0f, INFINITY},            // overflows float16
+    {3.3961776e38f, INFINITY, INFINITY},       // overflows bfloat16 too
+    {5.9604645e-08f, 5.9604645e-08f, 5.9604645e-08f},  // 2^-24: float16's least
+    {2.9802322e-08f, 2.9802322e-08f, 0.0f},            // 2^-25: a tie, to even (0)
+    {4.4703484e-08f, 4.4703484e-08f, 5.9604645e-08f},  // 1.5 * 2^-25
+    {-1.0e-8f, -0x1.58p-27f, -0.0f},
+    {6.1035156e-05f, 6.1035156e-05f, 6.1035156e-05f},  // 2^-14: float16's least normal
+    {1.0e-40f, 0x1p-133f, 0.0f},                       // a float32 subnormal
+    {-0.0f, -0.0f, -0.0f},
+    {-INFINITY, -INFINITY, -INFINITY},
+  };
+  int n = (int)(sizeof v / sizeof *v);
+  float x[32], y[32];
+  for (int i = 0; i < n; i++) x[i] = v[i].x;
+  kdrt_round(KDRT_ROUND_BF16, y, x, (size_t)n);
+  for (int i = 0; i < n; i++)
+    cr_expect(memcmp(&y[i], &v[i].bf16, 4) == 0, "bf16(%.9g) = %.9g, want %.9g", x[i], y[i],
+              v[i].bf16);
+  kdrt_round(KDRT_ROUND_F16, y, x, (size_t)n);
+  for (int i = 0; i < n; i++)
+    cr_expect(memcmp(&y[i], &v[i].f16, 4) == 0, "f16(%.9g) = %.9g, want %.9g", x[i], y[i],
+              v[i].f16);
+  x[0] = NAN;
+  kdrt_round(KDRT_ROUND_BF16, y, x, 1);
+  cr_expect(isnan(y[0]));
+  kdrt_round(KDRT_ROUND_F16, x, x, 1); // in place
+  cr_expect(isnan(x[0]));
+}

@@ -1,5 +1,6 @@
 // more_layers.cu: the CUDA kernels of ../more_layers.c.
 #include "common.cuh"
+#include "kdrt_round.h"
 
 __device__ static inline int wins(float a, float o, int min) {
   return (min ? a < o : a > o) || a != a;
@@ -49,4 +50,15 @@ extern "C" void kdrt_cuda_fill(kdrt_cuda *d, float *y, float v, size_t n) {
 extern "C" void kdrt_cuda_load_const(kdrt_cuda *d, float *y, const float *k, size_t n) {
   if (!n) return;
   CUDA_CHECK(cudaMemcpyAsync(y, k, n * sizeof *y, cudaMemcpyHostToDevice, d->impl->stream));
+}
+
+// issue 23: the same rounding as the CPU's (kdrt_round.h)
+__global__ static void round_kernel(int kind, float *y, const float *x, size_t n) {
+  KDRT_FOR(i, n) y[i] = kdrt_round_to(kind, x[i]);
+}
+
+extern "C" void kdrt_cuda_round(kdrt_cuda *d, int kind, float *y, const float *x, size_t n) {
+  if (!n) return;
+  round_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(kind, y, x, n);
+  KDRT_LAUNCHED(d, "round_kernel");
 }

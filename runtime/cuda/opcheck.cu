@@ -175,6 +175,17 @@ static void check_elementwise(void) {
     kdrt_cuda_maximum(D, y, x, NULL, 0.5f, min, n);
     check("maximum by a constant", y, ref, n, 0);
   }
+  // issue 23: rounding to bfloat16 and float16 (kdrt_round.h on both sides),
+  // bit for bit, on values spread over float16's range, its subnormals and
+  // past its largest (x scaled by powers of 2 from 2^-30 to 2^17)
+  for (size_t i = 0; i < n; i++) hb[i] = ldexpf(hx[i], (int)(i % 48) - 30);
+  kdrt_cuda_upload(D, b, hb, n);
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {
+    kdrt_round(kind, ref, hb, n);
+    poison(y, n);
+    kdrt_cuda_round(D, kind, y, b, n);
+    check(kind == KDRT_ROUND_F16 ? "round float16" : "round bfloat16", y, ref, n, 0);
+  }
   kdrt_cuda_free(b), kdrt_cuda_free(cc), free(hb), free(hc), free(ref);
   kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx);
   free(hx), free(hdy), free(hy), free(hdx);
