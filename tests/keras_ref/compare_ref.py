@@ -35,6 +35,14 @@ Checked, all within RTOL:
   - LOG.csv, the program's --csv-log, against Keras's CSVLogger file
     (the case's "csv_log"): the same bytes but for the digits of the
     numbers (header, row ends, NA fields), every number within RTOL as above.
+A case's own "rtol" replaces RTOL (issue 23's mixed-precision cases, whose
+rounding points are not unique); with "update_rtol" the final weights are
+checked as the training update instead: per tensor, ||(kdcc - initial) -
+(keras - initial)|| <= update_rtol * ||keras - initial|| (the case's
+"initial_weights"); with "float32_step_loss" (Keras's float32 run from the
+same weights) the step losses must be at least "float32_min_distance"
+times Keras's own largest distance from it away from it (the largest
+difference over the steps), so that a run that skipped the rounding fails.
 Prints the worst relative difference of each kind; exit status 1 when any
 is over RTOL or anything is missing."""
 
@@ -105,6 +113,32 @@ def compare_weights(want, got_path, atol, rtol, bad, frozen=()):
     return worst_w, worst_path
 
 
+def compare_updates(want, initial, got_path, atol, rtol, bad):
+    """issue 23: every tensor's training update (final minus initial) against
+    Keras's, relative in norm (see the top); (worst difference, its path)."""
+    saved = h5lite.datasets(got_path)
+    worst_w, worst_path = 0.0, None
+    for path, (shape, want_w) in sorted(want.items()):
+        if path not in saved or tuple(saved[path][0]) != tuple(shape):
+            bad.append(f"{got_path} has no {path} of shape {tuple(shape)}")
+            continue
+        got_w, init = saved[path][1], initial[path][1]
+        if path in atol:
+            d = max(abs(a - b) for a, b in zip(got_w, want_w))
+            if d > atol[path]:
+                bad.append(f"{path}: max |kdcc - keras| = {d:.2e} > {atol[path]:.2e} "
+                           "(absolute: its gradient is zero in exact arithmetic)")
+            continue
+        num = sum((a - b) ** 2 for a, b in zip(got_w, want_w)) ** 0.5
+        den = sum((b - i) ** 2 for b, i in zip(want_w, init)) ** 0.5
+        d = num / max(den, 1e-12)
+        if d > worst_w:
+            worst_w, worst_path = d, path
+        if d > rtol:
+            bad.append(f"{got_path}: {path}: ||update - keras's|| = {d:.2e} of ||keras's||")
+    return worst_w, worst_path
+
+
 def compare_csv(got_path, want_path, close, bad):
     """A CSVLogger file against Keras's: the header and every non-number
     field (epoch, NA) byte for byte, numbers by close(key, got, want)."""
@@ -131,8 +165,8 @@ def main():
     if len(sys.argv) < 5 or len(sys.argv) % 2 == 0 or set(opts) - {"--csv", "--best"}:
         print(__doc__.split("\n\n")[1])
         return 2
-    rtol = float(sys.argv[1])
     ref = json.load(open(sys.argv[2]))
+    rtol = float(ref.get("rtol", sys.argv[1]))
     hist = json.load(open(sys.argv[3]))
     name = ref["case"]
     bad = []
@@ -160,9 +194,25 @@ def main():
 
     # final weights (and ModelCheckpoint's)
     here = os.path.dirname(sys.argv[2])
-    worst_w, worst_path = compare_weights(npz(os.path.join(here, ref["final_weights"])),
-                                          sys.argv[4], ref.get("final_weights_atol", {}),
-                                          rtol, bad, ref.get("frozen_weights", []))
+    if "update_rtol" in ref:
+        worst_w, worst_path = compare_updates(npz(os.path.join(here, ref["final_weights"])),
+                                              npz(os.path.join(here, ref["initial_weights"])),
+                                              sys.argv[4], ref.get("final_weights_atol", {}),
+                                              ref["update_rtol"], bad)
+    else:
+        worst_w, worst_path = compare_weights(npz(os.path.join(here, ref["final_weights"])),
+                                              sys.argv[4], ref.get("final_weights_atol", {}),
+                                              rtol, bad, ref.get("frozen_weights", []))
+    # issue 23: a mixed run must be away from the float32 one
+    f32_note = ""
+    f32 = ref.get("float32_step_loss")
+    if f32 and got and len(got) == len(f32):
+        d32 = max(abs(a - b) for a, b in zip(want, f32))
+        dk = max(abs(a - b) for a, b in zip(got, f32))
+        f32_note = f", from float32 {dk:.2e} (Keras {d32:.2e})"
+        if dk < ref["float32_min_distance"] * d32:
+            bad.append(f"the step losses are {dk:.2e} from Keras's float32 run, less than "
+                       f"{ref['float32_min_distance']} x Keras's own {d32:.2e}: rounding skipped?")
     if "--best" in opts:
         compare_weights(npz(os.path.join(here, ref["checkpoint_best"])), opts["--best"], {},
                         rtol, bad)
@@ -231,7 +281,8 @@ def main():
         note = (f"; evaluate {metric} {hist['evaluate'][metric]:.4f} "
                 f"(Keras {ref['evaluate'][metric]:.4f})")
     print(f"  {name}: worst relative difference: step losses {worst_step:.2e}, "
-          f"epoch/evaluate losses {worst_epoch:.2e}, final weights {worst_w:.2e}"
+          f"epoch/evaluate losses {worst_epoch:.2e}{f32_note}, "
+          f"{'updates' if 'update_rtol' in ref else 'final weights'} {worst_w:.2e}"
           f"{f', other logs {worst_log:.2e}' if len(ref.get('step_logs', {})) > 1 else ''}"
           f"{f' ({worst_path})' if worst_path else ''}{note} "
           f"({'ok' if not bad else 'DIFFERS'})")

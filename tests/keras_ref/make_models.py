@@ -1684,6 +1684,58 @@ MODELS.update({
                                   else {})})
     for case, opt in OPT_CASES.items()})
 
+# issue 23: mixed precision. Models built under a Keras dtype policy
+# (keras.mixed_precision.set_global_policy), so that every layer's config
+# carries it (the InputLayers keep float32 / int32), compiled again without
+# metrics (a 16-bit rounding may flip an argmax, which no loss tolerance
+# absorbs). "float32_twin" builds the same model under float32: run_ref.py
+# trains it from the mixed model's initial weights, to show how far the
+# rounding moves the losses.
+
+
+def mixed_mlp():
+    x = keras.Input((12,), name="features")
+    h = layers.Dense(64, activation="relu", name="d1")(x)
+    h = layers.Dropout(0.1, name="drop")(h)
+    h = layers.Dense(64, activation="gelu", name="d2")(h)
+    out = layers.Dense(10, name="logits")(h)
+    model = keras.Model(x, out, name="mixed_mlp")
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.Adam())
+    return model
+
+
+def under_policy(build, policy):
+    """build, under the global dtype policy `policy`, compiled with its loss
+    and a fresh Adam, no metrics (an empty list: None would keep build's)."""
+    def built():
+        keras.mixed_precision.set_global_policy(policy)
+        try:
+            model = build()
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        model.compile(loss=model.loss, optimizer=keras.optimizers.Adam(), metrics=[])
+        return model
+    return built
+
+
+MODELS.update({
+    "mixed_mlp": dict(
+        build=under_policy(mixed_mlp, "mixed_bfloat16"),
+        float32_twin=under_policy(mixed_mlp, "float32"), labels="sparse10", x=(12,),
+        dists={"mixed_mlp": model_parallel({"d1/kernel": [None, "model"], "d1/bias": ["model"],
+                                            "d2/kernel": ["model", None]}),
+               "mixed_mlp_dp": DP_8}),
+    "mixed_gpt": dict(
+        build=under_policy(gpt, "mixed_bfloat16"), float32_twin=under_policy(gpt, "float32"),
+        inputs=[("tokens", (16,), 64)], outputs=["next64x16"],
+        dists={"mixed_gpt": MODELS["gpt"]["dists"]["gpt"], "mixed_gpt_dp": DP_8}),
+    "mixed_bn_cnn": dict(
+        build=under_policy(bn_cnn, "mixed_bfloat16"),
+        float32_twin=under_policy(bn_cnn, "float32"), labels="sparse10", x=(8, 8, 3),
+        dists={"mixed_bn_cnn": MODELS["bn_cnn"]["dists"]["bn_cnn"], "mixed_bn_cnn_dp": DP_8}),
+})
+
 # ---------------------------------------------------------------------------
 # Writing
 # ---------------------------------------------------------------------------

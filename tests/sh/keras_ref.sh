@@ -19,6 +19,10 @@
 # column, its --csv-log against Keras's CSVLogger file and its
 # --checkpoint-best against ModelCheckpoint's (func_fit_best).
 #
+# A case's own tolerances replace 1e-4 where its JSON has them (issue 23's
+# mixed-precision cases: rtol, update_rtol, float32_min_distance; see
+# compare_ref.py).
+#
 # KERAS_REF_DIR=DIR checks the cases in DIR instead (a fresh run_ref.py --out).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
