@@ -442,7 +442,8 @@ void emit_program_tables(void) {
   int nlora = 0;
   for (int i = 0; i < g->nvars; i++) nlora += g->vars[i]->lora_a != NULL;
   if (nlora) {
-    out("\n// LoRA: kernel, a, b (vars), scale: the kernel used as kernel + scale * a . b\n");
+    out("\n// LoRA: kernel, a, b (vars), scale: the kernel used as kernel + scale * a . b;\n"
+        "// keras-hub's .lora.h5 group lora/<index>\n");
     out("static const struct kdrt_lora lora[] = {\n");
     for (int i = 0; i < g->nvars; i++) {
       const Var *v = g->vars[i];
@@ -452,7 +453,7 @@ void emit_program_tables(void) {
         if (g->vars[k] == v->lora_a) a = k;
         if (g->vars[k] == v->lora_b) b = k;
       }
-      out("  {%d, %d, %d, %s},\n", i, a, b, flt(v->lora_scale));
+      out("  {%d, %d, %d, %s, %d},\n", i, a, b, flt(v->lora_scale), v->lora_index);
     }
     out("};\n");
   }

@@ -18,10 +18,13 @@ bool layer_frozen(Layer *l);   // trainable: false (its variables are not traine
 // Keras's enable_lora on kernel w of layer l (variables "<prefix>lora_kernel_a"
 // [w's dims but the last, rank] and "<prefix>lora_kernel_b" [rank, w's last]):
 // w frozen, the node w + alpha / rank * a . b used in its place.
-Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank, double alpha);
+// index: where keras-hub's save_lora_weights files the pair (lora/<index>).
+Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank, double alpha,
+                  int index);
 // The LoRA rank a layer's config asks for (hub.c's kdcc_lora) on its
-// projection `name` (NULL: the layer's own kernel), or 0; *alpha its alpha.
-int64_t lora_rank_of(Layer *l, const char *name, double *alpha);
+// projection `name` (NULL: the layer's own kernel), or 0; *alpha its alpha,
+// *index its number in keras-hub's .lora.h5.
+int64_t lora_rank_of(Layer *l, const char *name, double *alpha, int *index);
 // Where Keras's weights file keeps variable "<sub>/<name>" of a class, or NULL.
 const char *weights_sublayer(const char *cls, const char *vname);
 // l1 * sum(|x|) + l2 * sum(x * x) in graph ops, or NULL; g->penalty += p.

@@ -35,6 +35,12 @@ typedef struct {
   Loc at;                 // where the backbone's config starts
   json_t *layers;         // the Functional config's layer list being written
   int64_t steps;          // token steps
+  // Where keras-hub's save_lora_weights numbers a block's projections: the
+  // weighted layers of backbone._flatten_layers(), the backbone's own in
+  // order, each one's sublayers after it in reverse order of creation. Block
+  // i's decoder is number top + i * per_block, its attention's output
+  // projection attention_output later, then value, key, query.
+  int block, top, per_block, attention_output;
 } Hub;
 
 // Every value hub.c makes points at the backbone's config in messages.
@@ -82,6 +88,18 @@ static json_t *lora_targets(void) {
   return t;
 }
 
+// keras-hub's target names that kdcc adapts: the attention's projections.
+static void check_lora_targets(Hub *h) {
+  json_t *t = lora_targets();
+  for (size_t i = 0; i < json_array_size(t); i++) {
+    const char *n = json_string_value(json_array_get(t, i));
+    if (strcmp(n, "query") && strcmp(n, "key") && strcmp(n, "value"))
+      error_at(h->at, "%s: --lora-targets '%s': kdcc adapts the attention's query, key and "
+               "value projections (keras-hub's default is query,value)", h->cls, n);
+  }
+  json_decref(t);
+}
+
 static bool lora_target(const char *name) {
   const char *last = strrchr(name, '/');
   last = last ? last + 1 : name;
@@ -97,16 +115,31 @@ static bool lora_target(const char *name) {
 // target projections trained again, their kernels through LoRA (alpha =
 // rank). The attention layers whose projections kdcc builds inside them
 // (MultiHeadAttention, GroupedQueryAttention) get the targets' names.
-static void enable_lora(const char *cls, const char *name, json_t *cfg) {
+static int lora_index(Hub *h, const char *proj) {
+  static const char *const order[] = {"value", "key", "query"};
+  int k = 0;
+  while (k < 3 && strcmp(order[k], proj)) k++;
+  return h->top + h->block * h->per_block + h->attention_output + 1 + k;
+}
+
+static void enable_lora(Hub *h, const char *cls, const char *name, json_t *cfg) {
   bool attention = !strcmp(cls, "MultiHeadAttention") || !strcmp(cls, "GroupedQueryAttention");
   bool target = !strcmp(cls, "EinsumDense") && lora_target(name);
   json_object_set_new(cfg, "trainable", json_boolean(target));
-  if (attention)
-    json_object_set_new(cfg, "kdcc_lora", json_pack("{s:I, s:o}", "rank",
-                                                    (json_int_t)opt_lora_rank, "targets",
-                                                    lora_targets()));
-  else if (target)
-    json_object_set_new(cfg, "kdcc_lora", json_pack("{s:I}", "rank", (json_int_t)opt_lora_rank));
+  if (attention) {
+    json_t *t = lora_targets(), *index = json_object();
+    for (size_t i = 0; i < json_array_size(t); i++) {
+      const char *proj = json_string_value(json_array_get(t, i));
+      json_object_set_new(index, proj, json_integer(lora_index(h, proj)));
+    }
+    json_object_set_new(cfg, "kdcc_lora", json_pack("{s:I, s:o, s:o}", "rank",
+                                                    (json_int_t)opt_lora_rank, "targets", t,
+                                                    "index", index));
+  } else if (target) {
+    json_object_set_new(cfg, "kdcc_lora", json_pack("{s:I, s:i}", "rank",
+                                                    (json_int_t)opt_lora_rank, "index",
+                                                    lora_index(h, strrchr(name, '/') + 1)));
+  }
 }
 
 // Layer `name` of class cls, called once on args (a list: its tensors)
@@ -115,7 +148,7 @@ static void enable_lora(const char *cls, const char *name, json_t *cfg) {
 static json_t *layer(Hub *h, const char *cls, const char *name, const char *group, json_t *cfg,
                      json_t *args, json_t *kwargs) {
   json_object_set_new(cfg, "name", json_string(name));
-  if (opt_lora_rank) enable_lora(cls, name, cfg);
+  if (opt_lora_rank) enable_lora(h, cls, name, cfg);
   json_t *env = json_pack("{s:s, s:o, s:s}", "class_name", cls, "config", located(h, cfg),
                           "name", name);
   if (group) json_object_set_new(env, "kdcc_group", json_string(group));
@@ -166,6 +199,10 @@ static const char *nth(const char *snake, int i) {
 
 static const char *gpt2_block(Hub *h, int i, const char *x, json_t *dropout) {
   const char *p = format("transformer_layer_%d", i), *g = nth("transformer_decoder", i);
+  // save_lora_weights's numbers: the embeddings 0 and 1, each decoder then
+  // its feedforward norm, output and intermediate dense, attention norm,
+  // attention, attention_output, value, key, query
+  h->top = 2, h->per_block = 10, h->attention_output = 6, h->block = i;
   json_t *eps = located(h, json_real(1e-5));
   const char *ln1 = format("%s/self_attention_layer_norm", p);
   layer(h, "LayerNormalization", ln1, format("%s/_self_attention_layer_norm", g),
@@ -299,6 +336,10 @@ static const char *decoder_block(Hub *h, const Family *f, int i, const char *x, 
                                  json_t *rope) {
   const char *p = format("transformer_layer_%d", i), *g = nth(f->decoder, i);
   json_t *eps = hp_num(h, "layer_norm_epsilon", 1e-6);
+  // save_lora_weights's numbers: the embedding 0, each decoder then its
+  // feedforward norm, output, gate and intermediate dense, attention norm,
+  // attention, attention_output, value, key, query
+  h->top = 1, h->per_block = 11, h->attention_output = 7, h->block = i;
   int64_t nq = hp_val(h, "num_query_heads", 1), hidden = hp_val(h, "hidden_dim", 1);
   json_t *hdj = json_object_get(h->cfg, "head_dim"); // Mistral's, else hidden / heads
   int64_t hd = json_is_integer(hdj) ? hp_val(h, "head_dim", 1) : hidden / nq;
@@ -403,6 +444,14 @@ static const char *einsum(Hub *h, const char *name, const char *group, const cha
 
 static const char *gemma_block(Hub *h, int i, const char *x) {
   const char *p = format("decoder_block_%d", i), *g = nth("gemma_decoder_block", i);
+  // save_lora_weights's numbers: the embedding 0, each block then its
+  // ffw_linear, ffw_gating_2, ffw_gating, (post_ffw_norm,) pre_ffw_norm,
+  // attention, attention_output, value, key, query, (post_attention_norm,)
+  // pre_attention_norm
+  int post_ffw = json_is_true(json_object_get(h->cfg, "use_post_ffw_norm"));
+  int post_att = json_is_true(json_object_get(h->cfg, "use_post_attention_norm"));
+  h->top = 1, h->per_block = 11 + post_ffw + post_att, h->attention_output = 6 + post_ffw;
+  h->block = i;
   json_t *sw = json_object_get(h->cfg, "use_sliding_window_attention");
   if (json_is_true(sw))
     error_at(jloc(sw), "%s: use_sliding_window_attention is not supported yet (Gemma 2's "
@@ -550,6 +599,7 @@ json_t *hub_expand(json_t *root, bool preset, const char **scope) {
   if (p && !json_is_null(p))
     warn_at(jloc(p), "%s: its preprocessor is not compiled: the program takes token ids "
             "(token_ids, padding_mask), not text", cls);
+  if (opt_lora_rank) check_lora_targets(&h);
   const char *out = models[k].build(&h);
   if (!h.steps)
     error_at(h.at, "%s: give the token steps with --sequence-length (the config has no "

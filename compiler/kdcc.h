@@ -635,6 +635,7 @@ struct Var {
   // (lora_part) are not in Keras's weights file, which holds w merged.
   Var *lora_a, *lora_b;
   float lora_scale;
+  int lora_index;         // its group in keras-hub's .lora.h5: lora/<lora_index>
   bool lora_part;
   // issue 11: its regularizer (Keras's L1, L2, L1L2), whose penalty
   // l1 * sum(|w|) + l2 * sum(w^2) the loss includes (both 0: none)

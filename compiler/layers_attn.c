@@ -42,9 +42,10 @@ static Node *project(Graph *g, Layer *l, Node *x, const char *name, int64_t head
   // hub.c's keras-hub enable_lora: the projection's sublayer trains again,
   // its kernel through LoRA, its bias as it is
   double alpha;
-  int64_t rank = lora_rank_of(l, name, &alpha);
-  Node *y = dot_node(g, x, rank ? lora_kernel(g, l, w, format("%s/", name), rank, alpha) : w, 0,
-                     1, false);
+  int index;
+  int64_t rank = lora_rank_of(l, name, &alpha, &index);
+  Node *y = dot_node(g, x, rank ? lora_kernel(g, l, w, format("%s/", name), rank, alpha, index)
+                                : w, 0, 1, false);
   if (bias) {
     Node *b = new_var(g, l, format("%s/bias", name), (Shape){2, {heads, dim}}, "bias_initializer",
                       "zeros");
@@ -241,8 +242,9 @@ static Node *hub_rope(Graph *g, Layer *l, Node *x) {
   RopeParams *p = xcalloc(1, sizeof *p);
   double adjust = json_number_value(json_object_get(r, "frequency_adjustment_factor"));
   bool llama = !strcmp(json_string_value(json_object_get(r, "kind")), "llama");
-  *p = (RopeParams){.kind = !llama ? ROPE_LINEAR : adjust ? ROPE_LLAMA31 : ROPE_LLAMA,
-                    .max_wavelength = 10000, .scaling_factor = 1, .freq_adjust = adjust};
+  *p = rope_params(10000, 1);
+  p->kind = !llama ? ROPE_LINEAR : adjust ? ROPE_LLAMA31 : ROPE_LLAMA;
+  p->freq_adjust = adjust;
   json_t *v;
   if ((v = json_object_get(r, "max_wavelength"))) p->max_wavelength = json_number_value(v);
   if ((v = json_object_get(r, "position_scaling_factor"))) p->scaling_factor = json_number_value(v);
@@ -258,9 +260,7 @@ static Node *hub_rope(Graph *g, Layer *l, Node *x) {
     p->high_freq = json_number_value(json_object_get(r, "high_freq_factor"));
     p->pretrain_len = json_number_value(json_object_get(r, "pretraining_sequence_length"));
   }
-  Node *n = new_node1(g, OP_ROPE, x, x->shape);
-  n->rope = (RopeAttr){p, 0, false};
-  return n;
+  return rope_node(g, l, x, p, 0);
 }
 
 // kdcc's own attention core, for hub.c's keras-hub attention layers whose
@@ -533,8 +533,9 @@ Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
   einsum_fans(w, fan_in);
   initializer_axes_fans(l, w);
   double alpha;
-  int64_t rank = lora_rank_of(l, NULL, &alpha); // hub.c's keras-hub enable_lora
-  if (rank) w = lora_kernel(g, l, w, "", rank, alpha);
+  int index;
+  int64_t rank = lora_rank_of(l, NULL, &alpha, &index); // hub.c's keras-hub enable_lora
+  if (rank) w = lora_kernel(g, l, w, "", rank, alpha, index);
   for (int d = x->shape.rank - 1; d > 0; d--) // the input's indices summed over
     if (index_of(e.w, e.x[d]) < 0 && index_of(e.y, e.x[d]) < 0) {
       Shape s = x->shape;

@@ -311,7 +311,8 @@ Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *in
   return n;
 }
 
-Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank, double alpha) {
+Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank, double alpha,
+                  int index) {
   Shape sa = w->shape, sb = {2, {rank, w->shape.d[w->shape.rank - 1]}};
   sa.d[sa.rank - 1] = rank;
   Node *a = new_var(g, l, format("%slora_kernel_a", prefix), sa, "-", "he_uniform");
@@ -322,6 +323,7 @@ Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank,
   w->var->frozen = true;
   w->var->lora_a = a->var, w->var->lora_b = b->var;
   w->var->lora_scale = (float)(alpha / (double)rank);
+  w->var->lora_index = index;
   // Keras: kernel + (alpha / rank) * matmul(a, b), then the layer's product
   Node *ab = dot_node(g, a, b, 0, 1, false);
   Node *s = new_node1(g, OP_SCALE, ab, ab->shape);
@@ -332,7 +334,7 @@ Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank,
   return sum;
 }
 
-int64_t lora_rank_of(Layer *l, const char *name, double *alpha) {
+int64_t lora_rank_of(Layer *l, const char *name, double *alpha, int *index) {
   json_t *lo = json_object_get(l->cfg, "kdcc_lora");
   if (!json_is_object(lo)) return 0;
   json_t *targets = json_object_get(lo, "targets");
@@ -343,6 +345,8 @@ int64_t lora_rank_of(Layer *l, const char *name, double *alpha) {
     if (!hit) return 0;
   }
   int64_t r = json_integer_value(json_object_get(lo, "rank"));
+  json_t *ix = json_object_get(lo, "index");
+  *index = (int)json_integer_value(name ? json_object_get(ix, name) : ix);
   *alpha = json_is_number(json_object_get(lo, "alpha"))
            ? json_number_value(json_object_get(lo, "alpha")) : (double)r;
   return r;

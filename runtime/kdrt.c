@@ -181,10 +181,15 @@ static void usage(FILE *f, const kdrt_program *p) {
           "                        %s)\n"
           "  --init random         random initial weights from --seed, not from that file\n"
           "  --save-weights FILE   after fit, write the weights (.weights.h5 or .keras)\n"
+          "%s"
           "  --quiet               print errors only\n"
           "  --help                this text\n",
           kdrt_prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
-          kdrt_prog_invoke, p->batch, io, (double)p->learning_rate, archive_text);
+          kdrt_prog_invoke, p->batch, io, (double)p->learning_rate, archive_text,
+          p->nlora ? "  --lora-weights F.lora.h5       LoRA's starting A and B, from keras-hub's\n"
+                     "                        save_lora_weights (default: A he_uniform, B zeros)\n"
+                     "  --save-lora-weights F.lora.h5  after fit, write them in that format\n"
+                   : "");
   fprintf(f, "Other commands: %s predict (the outputs for inputs), %s generate (a language\n"
              "model's continuation of a prompt), %s gradcheck; each with --help.\n",
           kdrt_prog_invoke, kdrt_prog_invoke, kdrt_prog_invoke);
@@ -834,6 +839,9 @@ static void parse_options(kdrt_ctx *c, int argc, char **argv, kdrt_options *o) {
     kdrt_fail_all(c, 2, "--save-weights %s", err);
   if (o->checkpoint_best && kdrt_weights_check_path(prog, o->checkpoint_best, err, sizeof err))
     kdrt_fail_all(c, 2, "--checkpoint-best %s", err);
+  if ((o->lora_weights || o->save_lora) && !prog->nlora)
+    kdrt_fail_all(c, 2, "%s: this program has no LoRA (compile the model with kdcc "
+                  "--lora-rank R)", o->lora_weights ? "--lora-weights" : "--save-lora-weights");
   if (!o->help && !o->weights && !o->init_random && prog->weights_file &&
       !kdrt_program_archive(prog))
     kdrt_fail_all(c, 1, "%s", kdrt_archive_gone(prog, err, sizeof err));
@@ -842,11 +850,13 @@ static void parse_options(kdrt_ctx *c, int argc, char **argv, kdrt_options *o) {
 // Outputs are written at the end (rank 0): a place that cannot take them
 // is said now, not after the whole run.
 static void check_outputs(kdrt_ctx *c, const kdrt_options *o) {
-  const char *const flag[4] = {"--history", "--save-weights", "--checkpoint-best", "--csv-log"};
-  const char *const path[4] = {o->history, o->save_weights, o->checkpoint_best, o->csv_log};
+  const char *const flag[5] = {"--history", "--save-weights", "--checkpoint-best", "--csv-log",
+                               "--save-lora-weights"};
+  const char *const path[5] = {o->history, o->save_weights, o->checkpoint_best, o->csv_log,
+                               o->save_lora};
   char err[1024];
   int bad = 0; // 1 + the index of the first that cannot be written
-  for (int i = 0; i < 4 && c->rank == 0 && !bad; i++)
+  for (int i = 0; i < 5 && c->rank == 0 && !bad; i++)
     if (path[i] && kdrt_check_output(path[i], err, sizeof err)) bad = i + 1;
   KDRT_MPI(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
   if (bad) kdrt_fail_all(c, 1, "%s %s", flag[bad - 1], err);
@@ -1062,6 +1072,8 @@ static void init_weights(run *r, const kdrt_ckpt_state *ck, const char *ck_name)
   const char *wfile = o->weights ? o->weights : o->init_random ? NULL
                                                                : kdrt_program_archive(r->p);
   if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) kdrt_fail_all(c, 1, "%s", err);
+  if (o->lora_weights && kdrt_lora_load(c, o->lora_weights, err, sizeof err))
+    kdrt_fail_all(c, 1, "--lora-weights %s", err);
   if (ck_name[0]) {
     kdrt_ckpt_load(c, o->checkpoint_dir, ck_name);
     c->step = ck->step;
@@ -1123,6 +1135,10 @@ static int write_outputs(run *r) {
   if (o->save_weights && !r->diverged[0] &&
       kdrt_weights_save(c, o->save_weights, err, sizeof err)) {
     if (c->rank == 0) fprintf(stderr, "%s: %s\n", kdrt_prog_name, err);
+    status = 1;
+  }
+  if (o->save_lora && !r->diverged[0] && kdrt_lora_save(c, o->save_lora, err, sizeof err)) {
+    if (c->rank == 0) fprintf(stderr, "%s: --save-lora-weights %s\n", kdrt_prog_name, err);
     status = 1;
   }
   return status;

@@ -106,9 +106,10 @@ typedef struct {
                                      // NULL; found by kdrt_program_archive
   // issue 24: LoRA's kernels, each used as vars[kernel] + scale * vars[a] . vars[b]
   // (a [kernel's dims but the last, rank], b [rank, its last]); Keras's weights
-  // file holds the kernel merged and no a or b (kdrt_weights_*).
+  // file holds the kernel merged and no a or b (kdrt_weights_*); keras-hub's
+  // .lora.h5 holds a and b under lora/<index>/vars (kdrt_lora_*).
   int nlora;
-  const struct kdrt_lora { int kernel, a, b; float scale; } *lora;  // [nlora]
+  const struct kdrt_lora { int kernel, a, b; float scale; int index; } *lora;  // [nlora]
 } kdrt_program;
 
 // One step of an arena plan: buffer `slot` taken (ALLOC) or given back
@@ -297,6 +298,14 @@ int kdrt_weights_nonfinite_host(kdrt_ctx *c);
 // the path it was compiled from; NULL when p has none or neither exists.
 // So a program moved with its .kdcc.d directory needs no other file.
 const char *kdrt_program_archive(const kdrt_program *p);
+// issue 24: keras-hub's .lora.h5 (save_lora_weights): a LoRA program's A and
+// B read into params (this rank's blocks), or gathered and written by rank 0
+// (a temporary, then a rename); 0, or -1 with err. The _load and _save forms
+// are collective.
+int kdrt_lora_read(const kdrt_program *p, const int *coord, const char *path, float *params,
+                   char *err, size_t errlen);
+int kdrt_lora_load(kdrt_ctx *c, const char *path, char *err, size_t errlen);
+int kdrt_lora_save(kdrt_ctx *c, const char *path, char *err, size_t errlen);
 // Where that copy is for this program (buf), or NULL: model.keras, or a
 // keras-hub preset's model.weights.h5.
 const char *kdrt_program_copy(const kdrt_program *p, char *buf, size_t len);
@@ -684,6 +693,8 @@ typedef struct {
   const char *weights;        // --weights FILE: initial weights (.keras, .weights.h5)
   int init_random;            // --init random: ignore prog->weights_file
   const char *save_weights;   // --save-weights FILE (.weights.h5 or .keras)
+  const char *lora_weights;   // --lora-weights FILE.lora.h5: LoRA's starting A and B
+  const char *save_lora;      // --save-lora-weights FILE.lora.h5: LoRA's A and B after fit
   int quiet;                  // --quiet
   int no_shuffle;             // --no-shuffle: batches in file order every epoch
   const char *checkpoint_dir; // --checkpoint-dir D

@@ -179,6 +179,9 @@ static int file_option(kdrt_options *o, const char *name, const char *val) {
   } else if (!strcmp(name, "--weights") || !strcmp(name, "--save-weights")) {
     ok = val && *val;
     if (ok) *(name[2] == 'w' ? &o->weights : &o->save_weights) = val;
+  } else if (!strcmp(name, "--lora-weights") || !strcmp(name, "--save-lora-weights")) {
+    ok = val && *val;
+    if (ok) *(name[2] == 'l' ? &o->lora_weights : &o->save_lora) = val;
   } else if (!strcmp(name, "--init")) {
     ok = val && !strcmp(val, "random");
     if (ok) o->init_random = 1;
@@ -260,6 +263,8 @@ static const char *wanted(const char *name) {
       {"--init", "'random'"},
       {"--weights", "a file name"},
       {"--save-weights", "a file name"},
+      {"--lora-weights", "a file name"},
+      {"--save-lora-weights", "a file name"},
       {"--checkpoint-dir", "a directory name"},
       {"--x", "a file name"},
       {"--y", "a file name"},

@@ -522,11 +522,23 @@ static int verify_crc(hid_t ds, const char *path, const char *ds_path, const kdr
 
 // Check one variable's dataset against the model (and its checksum, when
 // kdcc wrote one), then read this rank's block of it into out.
+static int read_dataset(hid_t file, const char *path, const char *ds_path, const kdrt_program *p,
+                        const kdrt_var *v, const int *coord, float *out, char *err,
+                        size_t errlen);
+
 static int read_var(hid_t file, const char *path, const kdrt_program *p, const kdrt_var *v,
                     const char *group, const int *coord, float *out, char *err, size_t errlen) {
-  char ds_path[512], vg[400], have[160], want[160];
+  char ds_path[512], vg[400];
   vars_group(v, group, vg, sizeof vg);
   snprintf(ds_path, sizeof ds_path, "%s/%d", vg, v->index);
+  return read_dataset(file, path, ds_path, p, v, coord, out, err, errlen);
+}
+
+// Dataset ds_path of the file into this rank's block of variable v.
+static int read_dataset(hid_t file, const char *path, const char *ds_path, const kdrt_program *p,
+                        const kdrt_var *v, const int *coord, float *out, char *err,
+                        size_t errlen) {
+  char have[160], want[160];
   if (!has_link(file, ds_path))
     return kdrt_errf(err, errlen, "%s: no %s for variable '%s'", path, ds_path, v->path);
   hid_t ds = H5Dopen2(file, ds_path, H5P_DEFAULT);
@@ -935,6 +947,118 @@ int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
   if (rc && c->rank != 0) kdrt_errf(err, errlen, "%s: rank 0 could not write it", path);
   for (int v = 0; v < p->nvars; v++) free(global[v]);
+  free(global);
+  return rc;
+}
+
+// ------------------------------------------------------------ LoRA (issue 24)
+//
+// keras-hub's backbone.save_lora_weights / load_lora_weights format, a
+// .lora.h5: lora/vars/rank (int64), then per adapted layer lora/<index>/
+// vars/lora_kernel_a and lora_kernel_b (float32), <index> the layer's
+// number in keras-hub's walk of the backbone (kdrt_lora.index).
+
+static int lora_path(const kdrt_program *p, const char *path, char *err, size_t errlen) {
+  if (!p->nlora)
+    return kdrt_errf(err, errlen, "%s: this program has no LoRA (compile the model with kdcc "
+                     "--lora-rank R)", path);
+  if (!ends_with(path, ".lora.h5"))
+    return kdrt_errf(err, errlen, "%s: a LoRA weights file's name ends in .lora.h5, as "
+                     "keras-hub's save_lora_weights requires", path);
+  return 0;
+}
+
+static int64_t lora_rank(const kdrt_program *p) {
+  return p->vars[p->lora[0].b].layout.gshape[0];
+}
+
+int kdrt_lora_read(const kdrt_program *p, const int *coord, const char *path, float *params,
+                   char *err, size_t errlen) {
+  if (lora_path(p, path, err, errlen)) return -1;
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return kdrt_errf(err, errlen, "%s: cannot open it as HDF5 (a .lora.h5)", path);
+  int rc = 0;
+  int64_t rank = -1;
+  if (!has_link(file, "lora/vars/rank")) {
+    rc = kdrt_errf(err, errlen, "%s: no lora/vars/rank: not keras-hub's save_lora_weights "
+                   "file", path);
+  } else {
+    hid_t ds = H5Dopen2(file, "lora/vars/rank", H5P_DEFAULT);
+    if (ds < 0 || H5Dread(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &rank) < 0)
+      rc = kdrt_errf(err, errlen, "%s: cannot read lora/vars/rank", path);
+    if (ds >= 0) H5Dclose(ds);
+    if (!rc && rank != lora_rank(p))
+      rc = kdrt_errf(err, errlen, "%s: LoRA rank %lld, but this program was compiled with "
+                     "--lora-rank %lld", path, (long long)rank, (long long)lora_rank(p));
+  }
+  for (int i = 0; i < p->nlora && !rc; i++)
+    for (int k = 0; k < 2 && !rc; k++) {
+      int v = k ? p->lora[i].b : p->lora[i].a;
+      char ds[128];
+      snprintf(ds, sizeof ds, "lora/%d/vars/lora_kernel_%c", p->lora[i].index, k ? 'b' : 'a');
+      rc = read_dataset(file, path, ds, p, &p->vars[v], coord, params + p->vars[v].offset, err,
+                        errlen);
+    }
+  H5Fclose(file);
+  return rc;
+}
+
+int kdrt_lora_load(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
+  int rc = kdrt_lora_read(c->prog, c->coord, path, c->params, err, errlen), all = rc;
+  KDRT_MPI(MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (all && !rc) kdrt_errf(err, errlen, "%s: another rank could not read its LoRA weights", path);
+  return all ? -1 : 0;
+}
+
+int kdrt_lora_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
+  const kdrt_program *p = c->prog;
+  if (lora_path(p, path, err, errlen)) return -1;
+  float **global = calloc((size_t)(2 * p->nlora), sizeof *global);
+  if (!global) kdrt_fatal(c, "out of memory");
+  for (int i = 0; i < 2 * p->nlora; i++) {
+    const kdrt_var *var = &p->vars[i % 2 ? p->lora[i / 2].b : p->lora[i / 2].a];
+    if (c->rank == 0 && !(global[i] = malloc(sizeof(float) * (size_t)elems(&var->layout))))
+      kdrt_fatal(c, "out of memory for variable '%s'", var->path);
+    kdrt_gather_global(c, &var->layout, c->params + var->offset, global[i]);
+  }
+  int rc = 0;
+  if (c->rank == 0) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    rc = f < 0 ? -1 : 0;
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    int64_t rank = lora_rank(p);
+    hid_t g = rc ? -1 : H5Gcreate2(f, "lora/vars", lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0 || write_dataset(g, "rank", H5T_STD_I64LE, H5T_NATIVE_INT64, 0, NULL, &rank))
+      rc = -1;
+    if (g >= 0) H5Gclose(g);
+    for (int i = 0; i < p->nlora && !rc; i++) {
+      char name[64];
+      snprintf(name, sizeof name, "lora/%d/vars", p->lora[i].index);
+      hid_t lg = H5Gcreate2(f, name, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+      for (int k = 0; k < 2 && lg >= 0 && !rc; k++) {
+        const kdrt_var *var = &p->vars[k ? p->lora[i].b : p->lora[i].a];
+        rc = write_dataset(lg, k ? "lora_kernel_b" : "lora_kernel_a", H5T_IEEE_F32LE,
+                           H5T_NATIVE_FLOAT, var->layout.rank, var->layout.gshape,
+                           global[2 * i + k]);
+      }
+      if (lg < 0) rc = -1;
+      else H5Gclose(lg);
+    }
+    H5Pclose(lcpl);
+    if (f >= 0 && H5Fclose(f) < 0) rc = -1;
+    if (rc) kdrt_errf(err, errlen, "%s: HDF5 could not write %s", path, tmp);
+    else if (commit(tmp, path)) rc = kdrt_errf(err, errlen, "%s: cannot write: %s", path,
+                                               strerror(errno));
+    if (rc) unlink(tmp);
+  }
+  KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (rc && c->rank != 0) kdrt_errf(err, errlen, "%s: rank 0 could not write it", path);
+  for (int i = 0; i < 2 * p->nlora; i++) free(global[i]);
   free(global);
   return rc;
 }

@@ -13,9 +13,35 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fix=tests/fixtures/keras_hub
 out=build/tests/keras_hub
 CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma}
+LORA=${KERAS_HUB_LORA:-hub_gpt2_lora hub_llama_lora} # kdcc --lora-rank, keras-hub's enable_lora
 rm -rf "$out" && mkdir -p "$out/ref"
-for c in $CASES; do cp -r "$fix/$c" "$out/ref/"; done
+for c in $CASES $LORA; do cp -r "$fix/$c" "$out/ref/"; done
 KERAS_REF_DIR=$out/ref bash tests/sh/keras_ref.sh
+
+# LoRA's A and B after training (--save-lora-weights) against keras-hub's
+# save_lora_weights: the same groups (keras-hub's layer numbers), each
+# tensor within 1e-4 of its largest value (B starts at zero).
+for c in $LORA; do
+  for ref in "$fix/$c"/*.json; do
+    case $ref in *.dist.json) continue ;; esac
+    python3 - "$fix/$c/final.lora.h5" "build/tests/keras_ref/$(basename "$ref" .json).lora.h5" <<'EOF'
+import os, sys
+sys.path.insert(0, "tests/keras_ref")
+import h5lite
+want, have = h5lite.datasets(sys.argv[1]), h5lite.datasets(sys.argv[2])
+if sorted(want) != sorted(have):
+    sys.exit(f"  {sys.argv[2]}: datasets {sorted(have)}, keras-hub's {sorted(want)}")
+worst = 0
+for k, (shape, w) in want.items():
+    if have[k][0] != shape:
+        sys.exit(f"  {sys.argv[2]}: {k} has shape {have[k][0]}, keras-hub's {shape}")
+    m = max(abs(x) for x in w) or 1
+    worst = max(worst, max(abs(a - b) for a, b in zip(have[k][1], w)) / m)
+print(f"  {os.path.basename(sys.argv[2])}: A and B within {worst:.2e} of keras-hub's")
+sys.exit(0 if worst <= 1e-4 else 1)
+EOF
+  done
+done
 
 # The preset directory: the same numbers from config.json, task.json and
 # model.weights.h5 (keras-hub's own layout, without the task's group).
@@ -39,6 +65,32 @@ sys.exit(0 if worst <= 1e-4 else 1)
 EOF
 done
 
+# Greedy generation (tests/fixtures/keras_hub/<model>/generate/): keras-hub's
+# generate() on 4 right-padded prompts in a 16-token window, token for token.
+for c in $CASES; do
+  d=$fix/$c
+  ./kdcc "$d/model.keras" --sequence-length 16 --batch-size 8 -w -o "$out/$c.gen"
+  python3 - "$d/generate" "$out/$c.gen" <<'EOF'
+import os, subprocess, sys
+sys.path.insert(0, "tests/keras_ref")
+from compare_ref import npy  # the standard library's reading of a .npy
+g, exe = sys.argv[1], sys.argv[2]
+def rows(name):
+    (n, t), flat = npy(open(os.path.join(g, name), "rb").read())
+    return [flat[i * t:(i + 1) * t] for i in range(n)]
+ids, mask, want = rows("token_ids.npy"), rows("padding_mask.npy"), rows("out_token_ids.npy")
+for row in range(len(ids)):
+    n = sum(mask[row])
+    prompt = ",".join(str(t) for t in ids[row][:n])
+    out = subprocess.run([exe, "generate", "--prompt-ids", prompt, "--tokens",
+                          str(len(ids[row]) - n), "--temperature", "0", "--quiet"], check=True,
+                         capture_output=True, text=True).stdout.split()
+    if [int(t) for t in out] != want[row]:
+        sys.exit(f"  {g}: prompt {row}: kdcc {out}, keras-hub {want[row]}")
+print(f"  {os.path.dirname(g)}: greedy generation equals keras-hub's on {len(ids)} prompts")
+EOF
+done
+
 # What kdcc refuses, with the place and the reason.
 d=$fix/hub_gpt2
 expect_error() { # file, message part
@@ -57,4 +109,25 @@ EOF
 expect_error "$out/no_layers.json" "GPT2Backbone: the config has no 'num_layers'"
 mkdir -p "$out/empty_preset"
 expect_error "$out/empty_preset" "it has no config.json"
+if ./kdcc tests/fixtures/keras_ref/gpt/model.keras --lora-rank 4 -o "$out/never" 2>"$out/err.txt" ||
+   ! grep -q "lora-rank applies to keras-hub models" "$out/err.txt"; then
+  echo "keras_hub: --lora-rank on a plain Keras model:"; cat "$out/err.txt"; exit 1
+fi
+if ./kdcc "$d/model.keras" --lora-rank 4 --lora-targets query,ffw -o "$out/never" 2>"$out/err.txt" ||
+   ! grep -q "lora-targets 'ffw': kdcc adapts the attention's query, key and value" "$out/err.txt"; then
+  echo "keras_hub: an unknown LoRA target:"; cat "$out/err.txt"; exit 1
+fi
+# LoRA files: a program without LoRA, another rank, another name
+run_error() { # message part, program and arguments
+  local want=$1; shift
+  if "$@" >"$out/err.txt" 2>&1; then echo "keras_hub: $* ran"; exit 1; fi
+  grep -qF "$want" "$out/err.txt" || { echo "keras_hub: $*: expected '$want', got:"; cat "$out/err.txt"; exit 1; }
+}
+l=$fix/hub_llama_lora
+run_error "this program has no LoRA" "$out/hub_llama.gen" --synthetic 16 --lora-weights "$l/initial.lora.h5"
+./kdcc "$l/model.keras" --sequence-length 16 --lora-rank 2 --batch-size 8 -w -o "$out/rank2"
+run_error "LoRA rank 4, but this program was compiled with --lora-rank 2" \
+  "$out/rank2" --synthetic 16 --lora-weights "$l/initial.lora.h5"
+cp "$l/initial.lora.h5" "$out/initial.h5"
+run_error "ends in .lora.h5" "$out/rank2" --synthetic 16 --lora-weights "$out/initial.h5"
 echo "keras_hub: ok"

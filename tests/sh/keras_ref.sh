@@ -38,13 +38,16 @@ for ref in $fix/*/*.json; do
   case $ref in *.dist.json) continue ;; esac
   dir=$(dirname "$ref")
   name=$(basename "$ref" .json)
-  read -r devices epochs batch cbatch steps < <(python3 -c '
+  read -r devices epochs batch cbatch steps lrank < <(python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(r["devices"], r["epochs"], r["batch_size"], r.get("compile_batch_size", 0),
-      r.get("hub", {}).get("sequence_length", 0))' "$ref")
-  # a keras-hub model's token steps (its config leaves them open)
+      r.get("hub", {}).get("sequence_length", 0), r.get("lora", {}).get("rank", 0))' "$ref")
+  # a keras-hub model's token steps (its config leaves them open), and its
+  # LoRA (keras-hub saves none of it): A and B from keras-hub's initial file
   seq=() && [ "$steps" != 0 ] && seq=(--sequence-length "$steps")
+  lora=() && [ "$lrank" != 0 ] && seq+=(--lora-rank "$lrank") &&
+    lora=(--lora-weights "$dir/initial.lora.h5" --save-lora-weights "$out/$name.lora.h5")
   mapfile -t data_args < <(python3 -c '
 import json, os, sys
 r = json.load(open(sys.argv[1]))
@@ -86,7 +89,8 @@ print("\n".join(json.load(open(sys.argv[1]))["program_args"]))' "$ref")
   else
     timeout 300 mpirun -np "$devices" --oversubscribe "$exe" "${data_args[@]}" \
       --epochs "$epochs" --batch-size "$batch" --no-shuffle --weights "$dir/model.keras" \
-      --save-weights "$out/$name.weights.h5" --history "$out/$name.history.json" --quiet
+      --save-weights "$out/$name.weights.h5" --history "$out/$name.history.json" --quiet \
+      "${lora[@]}"
   fi
   python3 tests/keras_ref/compare_ref.py $RTOL "$ref" "$out/$name.history.json" \
     "$out/$name.weights.h5" "${extra[@]}" || fail=1
