@@ -1,14 +1,19 @@
 """keras-hub CausalLM reference cases (issue 24), for run_ref.py.
 
-Tiny random GPT2CausalLM, LlamaCausalLM and GemmaCausalLM built from their
-hyper-parameters (no downloads, preprocessor=None), trained in real Keras on
-JAX with 8 virtual CPU devices under DataParallel and under a layout map on
-a (2,4) mesh: GPT-2 under a Megatron map written here (keras-hub has none
-for it), Llama and Gemma under the backbone's own get_layout_map(mesh), whose
-mesh axes are keras-hub's defaults ('batch', 'model'). Run by name only:
+Tiny random GPT2CausalLM, LlamaCausalLM, GemmaCausalLM, MistralCausalLM,
+QwenCausalLM and a Gemma 2 (GemmaCausalLM with Gemma 2's settings) built
+from their hyper-parameters (no downloads, preprocessor=None), trained in
+real Keras on JAX with 8 virtual CPU devices under DataParallel and under a
+layout map on a (2,4) mesh: GPT-2 under a Megatron map written here
+(keras-hub has none for it), Llama, Gemma and Qwen under the backbone's own
+get_layout_map(mesh), whose mesh axes are keras-hub's defaults ('batch',
+'model'), Mistral under Llama's (MistralBackbone has none), Gemma 2 under
+Gemma's with the key/value kernels' head axis not split (its 2 key/value
+heads do not divide over 'model'). Run by name only:
 
     python3 tests/keras_ref/run_ref.py --cases hub_gpt2 hub_gpt2_dp hub_llama \\
-        hub_llama_dp hub_gemma hub_gemma_dp    # rewrites tests/fixtures/keras_hub/
+        hub_llama_dp hub_gemma hub_gemma_dp hub_mistral hub_mistral_dp hub_qwen \\
+        hub_qwen_dp hub_gemma2 hub_gemma2_dp    # rewrites tests/fixtures/keras_hub/
 
 (--out DIR writes DIR/hub_gpt2/ ... instead; --check tests/fixtures/keras_hub
 compares.) They are not in run_ref.py's default case list and live apart from
@@ -113,7 +118,36 @@ MODELS = {
     "hub_gemma": (M.GemmaCausalLM, M.GemmaBackbone, dict(
         vocabulary_size=VOCAB, num_layers=2, num_query_heads=4, num_key_value_heads=4,
         head_dim=8, hidden_dim=32, intermediate_dim=64, dropout=0)),
+    # Llama's sizes but Mistral's head_dim 6 (not 32 / 8 = 4: query kernel
+    # [32, 8, 6]; 6, not 8, keeps the folder under 600 KB) and keras-hub's
+    # RotaryEmbedding with rope_scaling_factor 2 (with head_dim None and the
+    # rope defaults it is hub_llama to the bit: same seed, same draws); a
+    # sliding window of 32 covers the 16 steps (a shorter one kdcc refuses)
+    "hub_mistral": (M.MistralCausalLM, M.MistralBackbone, dict(
+        vocabulary_size=VOCAB, num_layers=2, num_query_heads=8, num_key_value_heads=4,
+        hidden_dim=32, intermediate_dim=64, head_dim=6, rope_scaling_factor=2.0,
+        sliding_window=32, dropout=0)),
+    # query/key/value biases (random at the start: QWEN_BIAS_STD), the head
+    # tied (tie_word_embeddings's default)
+    "hub_qwen": (M.QwenCausalLM, M.QwenBackbone, dict(
+        vocabulary_size=VOCAB, num_layers=2, num_query_heads=8, num_key_value_heads=4,
+        hidden_dim=32, intermediate_dim=64, dropout=0)),
+    # Gemma 2's settings on GemmaBackbone: grouped query (2 key/value heads for
+    # 4 query heads), post-attention and post-ffw norms, both soft caps small
+    # enough to bite on a tiny random model (at the start 11-13% of the
+    # attention scores and 9% of the final logits are beyond their cap; the
+    # logits' largest value 2.5 becomes 0.99), no sliding window
+    "hub_gemma2": (M.GemmaCausalLM, M.GemmaBackbone, dict(
+        vocabulary_size=VOCAB, num_layers=2, num_query_heads=4, num_key_value_heads=2,
+        head_dim=8, hidden_dim=32, intermediate_dim=64, attention_logit_soft_cap=2.0,
+        final_logit_soft_cap=1.0, use_post_attention_norm=True, use_post_ffw_norm=True,
+        use_sliding_window_attention=False, dropout=0)),
 }
+
+# Qwen's query/key/value biases start at zero (bias_initializer "zeros");
+# build() sets them to normal(0, QWEN_BIAS_STD) draws (rng seed 2, the
+# variables in task.weights order) so they matter from the first step.
+QWEN_BIAS_STD = 0.1
 
 # GPT-2: Megatron over 'model' (keras-hub writes no layout map for it): q/k/v
 # split on their heads, attention_output and feedforward_output on their
@@ -138,6 +172,12 @@ CASES = {
     "hub_llama_dp": ("hub_llama", "dp8"),
     "hub_gemma": ("hub_gemma", "layout_map"),
     "hub_gemma_dp": ("hub_gemma", "dp8"),
+    "hub_mistral": ("hub_mistral", "layout_map"),  # Llama's (Mistral has none)
+    "hub_mistral_dp": ("hub_mistral", "dp8"),
+    "hub_qwen": ("hub_qwen", "layout_map"),
+    "hub_qwen_dp": ("hub_qwen", "dp8"),
+    "hub_gemma2": ("hub_gemma2", "layout_map"),  # Gemma's, key/value heads whole
+    "hub_gemma2_dp": ("hub_gemma2", "dp8"),
     # LoRA (issue 24): backbone.enable_lora(LORA_RANK) after model.keras is
     # saved; folders of their own (keras_hub.sh's cases stay LoRA-free)
     "hub_llama_lora": ("hub_llama_lora", "layout_map"),
@@ -154,6 +194,26 @@ LORA_RANK = 4
 NOISE = r"layers/gpt2_backbone/layers/transformer_decoder(_\d+)?/_self_attention_layer/key_dense/vars/1"
 
 
+# Per model, added to a case JSON's "hub" (what differs from keras-hub's
+# defaults in how the case is made).
+NOTES = {
+    "hub_mistral": {"layout_map_note": "MistralBackbone has no get_layout_map: "
+                    "LlamaBackbone.get_layout_map's (the same variable paths)"},
+    "hub_qwen": {"start_note": "the query/key/value biases (zeros by keras-hub's "
+                 f"initializer) set to normal(0, {QWEN_BIAS_STD}) draws before saving "
+                 "(numpy default_rng(2), in task.weights order): model.keras and preset/ "
+                 "hold them"},
+    "hub_gemma2": {"layout_map_note": "GemmaBackbone.get_layout_map's, its "
+                   "'(query|key|value).kernel' entry split: query ('model', 'batch', None) "
+                   "as Gemma's, key and value (None, 'batch', None): 2 key/value heads do "
+                   "not split over 'model' (4); JAX refuses Gemma's own map "
+                   "(IndivisibleError)",
+                   "soft_cap_note": "attention_logit_soft_cap 2.0, final_logit_soft_cap 1.0: "
+                   "at the start 11-13% of the attention scores and 9% of the final logits "
+                   "(pre-cap largest 2.55) are beyond their cap"},
+}
+
+
 def layout_map_spec(backbone_cls):
     """kdcc's distribution spec for backbone_cls.get_layout_map(mesh) on the
     (2,4) mesh with keras-hub's default axis names, read back from the
@@ -166,13 +226,40 @@ def layout_map_spec(backbone_cls):
             "layout_map": {k: list(lm[k].axes) for k in lm}}
 
 
+# MistralBackbone has no get_layout_map: Llama's, whose paths are Mistral's
+# too (transformer_layer_<i>/self_attention/query/kernel, ...).
+LAYOUT_MAP_OF = {"hub_mistral": M.LlamaBackbone}
+
+
+def gemma_gqa_map():
+    """GemmaBackbone.get_layout_map's spec with its query/key/value entry in
+    two: the query kernel as Gemma's ('model', 'batch', None), the key and
+    value kernels (None, 'batch', None): hub_gemma2's 2 key/value heads do not
+    split over 'model' (4), which JAX refuses (IndivisibleError)."""
+    spec = layout_map_spec(M.GemmaBackbone)
+    qkv = "decoder_block.*attention.*(query|key|value).kernel"
+    lm = {}
+    for k, v in spec["layout_map"].items():
+        if k == qkv:
+            lm["decoder_block.*attention.*query.kernel"] = v
+            lm["decoder_block.*attention.*(key|value).kernel"] = [None] + v[1:]
+        else:
+            lm[k] = v
+    assert len(lm) == len(spec["layout_map"]) + 1, spec
+    spec["layout_map"] = lm
+    return spec
+
+
 def spec_of(case):
     model, how = CASES[case]
     if how == "dp8":
         return mm.DP_8
     if how == "megatron":
         return mm.model_parallel(GPT2_MEGATRON)
-    return layout_map_spec(MODELS[LORA.get(model, model)][1])
+    base = LORA.get(model, model)
+    if base == "hub_gemma2":
+        return gemma_gqa_map()
+    return layout_map_spec(LAYOUT_MAP_OF.get(base, MODELS[base][1]))
 
 
 def build(model):
@@ -180,6 +267,12 @@ def build(model):
     weighted_metrics (CausalLM.compile's "auto")."""
     task_cls, backbone_cls, hp = MODELS[model]
     task = task_cls(backbone=backbone_cls(**hp), preprocessor=None)
+    if model == "hub_qwen":
+        rng = np.random.default_rng(2)
+        biases = [v for v in task.weights if v.path.endswith("/bias")]
+        assert len(biases) == 3 * hp["num_layers"], [v.path for v in biases]
+        for v in biases:
+            v.assign(rng.normal(0, QWEN_BIAS_STD, v.shape).astype("float32"))
     task.compile(optimizer=keras.optimizers.Adam(LR))
     return task
 
@@ -475,6 +568,8 @@ def run_case(case, out, R):
                            f"{LR} from it",
         },
     }
+    if base in NOTES:
+        ref["hub"].update(NOTES[base])
     if lora:
         ref["lora"] = lora
         ref["kdcc_args"] += ["--lora-rank", str(LORA_RANK)]

@@ -206,6 +206,21 @@ tests/fixtures/keras_hub/ (not keras_ref/) unless --out:
                                                              GemmaBackbone.get_layout_map, mesh
                                                              ('batch', 'model')
     hub_gemma_dp    hub_gemma      hub_gemma_dp.dist.json    DataParallel (8,)
+    hub_mistral     hub_mistral    hub_mistral.dist.json     ModelParallel (2,4)  MistralCausalLM (8 query,
+                                                             4 key/value heads, head_dim 6,
+                                                             rope_scaling_factor 2, window 32)
+                                                             under LlamaBackbone.get_layout_map
+                                                             (Mistral has none)
+    hub_mistral_dp  hub_mistral    hub_mistral_dp.dist.json  DataParallel (8,)
+    hub_qwen        hub_qwen       hub_qwen.dist.json        ModelParallel (2,4)  QwenCausalLM (q/k/v biases
+                                                             random at the start, tied head)
+                                                             under QwenBackbone.get_layout_map
+    hub_qwen_dp     hub_qwen       hub_qwen_dp.dist.json     DataParallel (8,)
+    hub_gemma2      hub_gemma2     hub_gemma2.dist.json      ModelParallel (2,4)  GemmaCausalLM as Gemma 2
+                                                             (4 query, 2 key/value heads, soft
+                                                             caps 2.0 and 1.0, post norms) under
+                                                             Gemma's map, key/value heads unsplit
+    hub_gemma2_dp   hub_gemma2     hub_gemma2_dp.dist.json   DataParallel (8,)
     hub_llama_lora  hub_llama_lora hub_llama_lora.dist.json  ModelParallel (2,4)  hub_llama with
                                                              backbone.enable_lora(4) (not in
                                                              model.keras: --lora-rank 4), its
