@@ -27,11 +27,14 @@ static bool folds(const Node *x, const Node *n, const int *uses) {
          shape_eq(&x->shape, &n->shape);
 }
 
+// A causal mask the fused softmax can apply: no sliding window.
+static bool plain_causal(const Node *x) { return x->op == OP_CAUSAL && !x->mask.window; }
+
 // The softmax's own input, past a causal mask (fill: what it writes) and a
 // scale without shift that fold into it, which are marked dead; n->sm says
 // what was folded.
 static Node *fold_scores(Node *n, Node *x, const int *uses) {
-  if (x->op == OP_CAUSAL && x->mask.fill != 0 && folds(x, n, uses)) { // forward: KDRT_MASKED
+  if (plain_causal(x) && x->mask.fill != 0 && folds(x, n, uses)) { // forward: KDRT_MASKED
     n->sm.causal = true, n->sm.fused = true;
     x->dead = true;
     x = x->in[0];
@@ -63,13 +66,13 @@ void fuse_elementwise(Graph *g) {
     // SCALE(CAUSAL(SOFTMAX_GRAD)), or either of the two around it: the
     // last node of the chain becomes the gradient, so the value's later
     // readers see the same node.
-    if ((a->op == OP_SCALE && a->aff.shift == 0) || (a->op == OP_CAUSAL && a->mask.fill == 0)) {
+    if ((a->op == OP_SCALE && a->aff.shift == 0) || (plain_causal(a) && a->mask.fill == 0)) {
       Node *r = uses[a->id] == 1 ? reader[a->id] : NULL;
-      if (a->op == OP_CAUSAL && r && r->op == OP_SCALE && r->aff.shift == 0 && folds(a, r, uses))
+      if (plain_causal(a) && r && r->op == OP_SCALE && r->aff.shift == 0 && folds(a, r, uses))
         continue; // the scale after it takes the chain
       Node *sc = a->op == OP_SCALE ? a : NULL, *mk = a->op == OP_CAUSAL ? a : NULL;
       Node *x = a->in[0];
-      if (sc && x->op == OP_CAUSAL && x->mask.fill == 0 && folds(x, a, uses)) mk = x, x = x->in[0];
+      if (sc && plain_causal(x) && x->mask.fill == 0 && folds(x, a, uses)) mk = x, x = x->in[0];
       if (x->op != OP_SOFTMAX_GRAD || x->sm.fused || !folds(x, a, uses) || a->shape.rank < 2)
         continue;
       float scale = sc ? sc->aff.scale : 1;

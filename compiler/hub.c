@@ -285,14 +285,15 @@ static const char *gpt2(Hub *h) {
 typedef struct {
   const char *decoder, *norm;   // the weights-file groups of a decoder and the last norm
   bool llama_rope, qkv_bias, tied;
+  bool window;                  // Mistral's sliding_window masks attention in training
 } Family;
 
 static const Family llama_family = {"llama_transformer_decoder", "llama_layer_norm", true, false,
-                                    false};
+                                    false, false};
 static const Family mistral_family = {"mistral_transformer_decoder",
-                                      "mistral_layer_normalization", false, false, false};
+                                      "mistral_layer_normalization", false, false, false, true};
 static const Family qwen_family = {"qwen_transformer_decoder", "qwen_layer_norm", false, true,
-                                   true};
+                                   true, false};
 
 // The rotary embedding's settings, for the attention builder (kdcc_rope).
 static json_t *family_rope(Hub *h, const Family *f) {
@@ -319,17 +320,26 @@ static json_t *family_rope(Hub *h, const Family *f) {
   return r;
 }
 
-// Mistral's sliding_window, Qwen's use_sliding_window_attention: a window
-// that covers the sequence changes nothing; a shorter one is refused.
-static void check_window(Hub *h) {
-  json_t *use = json_object_get(h->cfg, "use_sliding_window_attention");
-  json_t *w = json_object_get(h->cfg, json_is_true(use) ? "sliding_window_size"
-                                                         : "sliding_window");
-  if (use && !json_is_true(use)) return;
-  if (!json_is_integer(w) || !h->steps || json_integer_value(w) >= h->steps) return;
-  error_at(jloc(w), "%s: a sliding window of %lld steps, shorter than the %lld of the "
-           "sequence, is not supported yet", h->cls, (long long)json_integer_value(w),
-           (long long)h->steps);
+// A sliding window (`key` of the config, when `use` is absent or true):
+// the steps a query sees, itself included, or 0 when the window covers the
+// whole sequence (it changes nothing then).
+static int64_t window_of(Hub *h, const char *use, const char *key) {
+  json_t *u = use ? json_object_get(h->cfg, use) : NULL, *w = json_object_get(h->cfg, key);
+  if ((use && !json_is_true(u)) || !w || json_is_null(w)) return 0;
+  int64_t n = hp_val(h, key, 1);
+  return h->steps && n < h->steps ? n : 0;
+}
+
+// Qwen's use_sliding_window_attention: keras-hub applies it only outside
+// its fused attention, so what it does in training depends on the backend;
+// a window shorter than the sequence is refused.
+static void check_window(Hub *h, const Family *f) {
+  int64_t n = f->window ? 0 : window_of(h, "use_sliding_window_attention",
+                                        "sliding_window_size");
+  if (n)
+    error_at(jloc(json_object_get(h->cfg, "sliding_window_size")), "%s: a sliding window of "
+             "%lld steps, shorter than the %lld of the sequence, is not supported", h->cls,
+             (long long)n, (long long)h->steps);
 }
 
 static const char *decoder_block(Hub *h, const Family *f, int i, const char *x, json_t *dropout,
@@ -359,6 +369,12 @@ static const char *decoder_block(Hub *h, const Family *f, int i, const char *x, 
         located(h, json_pack("[o, o]", tensor(h, ln1, 0), tensor(h, ln1, 0))),
         json_pack("{s:b, s:o}", "use_causal_mask", 1, "attention_mask",
                   tensor(h, "padding_mask", 0)));
+  int64_t window = f->window ? window_of(h, NULL, "sliding_window") : 0;
+  if (window) { // the attention layer's config, just written
+    json_t *env = json_array_get(h->layers, json_array_size(h->layers) - 1);
+    json_object_set_new(json_object_get(env, "config"), "kdcc_sliding_window",
+                        json_integer(window));
+  }
   const char *d1 = format("%s/self_attention_dropout", p), *r1 = format("%s/add_attention", p);
   layer(h, "Dropout", d1, NULL, json_pack("{s:O}", "rate", dropout), one(h, att), NULL);
   layer(h, "Add", r1, NULL, json_object(), two(h, d1, x), NULL);
@@ -388,7 +404,7 @@ static const char *decoder_block(Hub *h, const Family *f, int i, const char *x, 
 static const char *decoder_lm(Hub *h, const Family *f) {
   json_t *dropout = hp_num(h, "dropout", 0);
   json_t *tie = json_object_get(h->cfg, "tie_word_embeddings");
-  check_window(h);
+  check_window(h, f);
   input(h, "padding_mask");
   json_t *ids = input(h, "token_ids");
   json_t *tok = layer(h, "ReversibleEmbedding", "token_embedding", "reversible_embedding",
@@ -452,10 +468,9 @@ static const char *gemma_block(Hub *h, int i, const char *x) {
   int post_att = json_is_true(json_object_get(h->cfg, "use_post_attention_norm"));
   h->top = 1, h->per_block = 11 + post_ffw + post_att, h->attention_output = 6 + post_ffw;
   h->block = i;
-  json_t *sw = json_object_get(h->cfg, "use_sliding_window_attention");
-  if (json_is_true(sw))
-    error_at(jloc(sw), "%s: use_sliding_window_attention is not supported yet (Gemma 2's "
-             "alternating sliding-window attention)", h->cls);
+  // Gemma 2: every other block (the even ones) attends within a sliding window
+  int64_t window = i % 2 ? 0 : window_of(h, "use_sliding_window_attention",
+                                         "sliding_window_size");
   int64_t nq = hp_val(h, "num_query_heads", 1), nkv = hp_val(h, "num_key_value_heads", 1);
   int64_t hd = hp_val(h, "head_dim", 1), hidden = hp_val(h, "hidden_dim", 1);
   if (nq % nkv)
@@ -481,6 +496,7 @@ static const char *gemma_block(Hub *h, int i, const char *x) {
                            hp_num(h, "dropout", 0), "kdcc_rope", "kind", "linear",
                            "max_wavelength", 10000.0, "kdcc_padding_mask", 1);
   if (cap && !json_is_null(cap)) json_object_set(core, "logit_soft_cap", cap);
+  if (window) json_object_set_new(core, "sliding_window", json_integer(window));
   const char *c = format("%s/core", a);
   layer(h, "kdcc>Attention", c, NULL, core,
         located(h, json_pack("[o, o, o]", tensor(h, q, 0), tensor(h, k, 0), tensor(h, v, 0))),

@@ -155,6 +155,15 @@ typedef struct {
   float clipnorm, global_clipnorm, clipvalue;
   Schedule *schedule;     // NULL: the constant rate lr
   Loc loc;
+  // issue 23: Keras's LossScaleOptimizer around it (compile wraps the
+  // optimizer of a mixed_float16 model; or the compile_config names one):
+  // the loss times a dynamic scale before the backward pass, the gradients
+  // divided by it, a step whose gradients are not all finite skipped and
+  // the scale halved, doubled after growth_steps finite steps in a row.
+  // loss_scale: its initial_scale (0: no loss scaling).
+  double loss_scale;
+  int64_t growth_steps;   // dynamic_growth_steps
+  const char *loss_scale_why; // what wrapped it, for --report and the program's header
 } Optimizer;
 
 typedef struct Layer Layer;
@@ -441,7 +450,10 @@ typedef struct {                                             // collectives
 typedef struct { int perm[MAX_RANK]; } PermAttr;            // TRANSPOSE: y dim i = x dim perm[i]
 typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROADCAST: the dim
 typedef struct { bool rms; float eps; } NormAttr;           // NORM, NORM_GRAD
-typedef struct { float fill; } MaskAttr;                    // CAUSAL, ATTN_MASK: what a masked score becomes
+// CAUSAL, ATTN_MASK: what a masked score becomes; CAUSAL's window > 0: a
+// key `window` or more steps before its query is masked too (sliding-window
+// attention: Mistral's, Gemma 2's)
+typedef struct { float fill; int64_t window; } MaskAttr;
 // SOFTMAX, SOFTMAX_GRAD with attention's scale and causal mask folded in
 // (fuse.c): softmax(mask(x * scale)), and its gradient scale * mask(dx).
 typedef struct { bool fused, causal; float scale; } SoftmaxAttr;

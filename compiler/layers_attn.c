@@ -90,9 +90,13 @@ static Node *scaled_by(Graph *g, Node *x, double scale) {
 }
 
 // cap > 0 (Gemma's logit_soft_cap): the scaled scores soft-capped first,
-// tanh(s / cap) * cap.
+// tanh(s / cap) * cap. window > 0 (causal only: Mistral's and Gemma 2's
+// sliding window): a key window or more steps before its query is masked.
+// zero_masked (keras-hub Gemma's Softmax layer, which zeroes the masked
+// probabilities): a query whose every key is masked gets zeros, not the
+// average of all values (the only case where the two differ).
 static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale, bool causal,
-                    Node *mask, double dropout, double cap) {
+                    Node *mask, double dropout, double cap, int64_t window, bool zero_masked) {
   if (g->cdt && dropout > 0) // Keras's MHA then scales q, and softmaxes in 16 bits
     error_at(jloc_key(l->cfg, "dropout"), "layer '%s': attention dropout under a mixed dtype "
              "policy is not supported yet", l->name);
@@ -108,13 +112,18 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   if (cap > 0) s = scaled_by(g, apply_act(g, scaled_by(g, s, 1 / cap), ACT_TANH), cap);
   if (causal) {
     s = new_node1(g, OP_CAUSAL, s, s->shape);
-    s->mask.fill = -1; // forward: KDRT_MASKED
+    s->mask = (MaskAttr){-1, window}; // forward: KDRT_MASKED
   }
   if (mask) {
     s = new_node2(g, OP_ATTN_MASK, s, mask, s->shape);
     s->mask.fill = -1;
   }
   Node *p = apply_act(g, s, ACT_SOFTMAX);
+  if (zero_masked && causal) {
+    p = new_node1(g, OP_CAUSAL, p, p->shape);
+    p->mask = (MaskAttr){0, window};
+  }
+  if (zero_masked && mask) p = new_node2(g, OP_ATTN_MASK, p, mask, p->shape);
   g->cdt_f32 = f32;
   if (dropout > 0) {
     Node *dp = new_node1(g, OP_DROPOUT, p, p->shape);
@@ -218,7 +227,7 @@ Node *build_mha(Graph *g, Layer *l, Node *unused) {
   Node *k = project(g, l, xk, "key", heads, kd, bias);
   Node *v = project(g, l, xv, "value", heads, vd, bias);
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)kd), call_flag(l, "use_causal_mask"),
-                   mask, cfg_num(l, "dropout", 0), 0);
+                   mask, cfg_num(l, "dropout", 0), 0, 0, false);
   return attention_output(g, l, o, out, bias);
 }
 
@@ -291,7 +300,7 @@ Node *build_attention_core(Graph *g, Layer *l, Node *unused) {
   v = repeat_heads(g, v, r);
   double scale = cfg_num(l, "scale", 1.0 / sqrt((double)q->shape.d[3]));
   return attend(g, l, q, k, v, scale, true, mask, cfg_num(l, "dropout", 0),
-                cfg_num(l, "logit_soft_cap", 0));
+                cfg_num(l, "logit_soft_cap", 0), cfg_int(l, "sliding_window", 0), true);
 }
 
 // GroupedQueryAttention(head_dim, num_query_heads, num_key_value_heads,
@@ -311,8 +320,10 @@ Node *build_gqa(Graph *g, Layer *l, Node *unused) {
   Node *q = hub_rope(g, l, project(g, l, xq, "query", nq, hd, bias));
   Node *k = repeat_heads(g, hub_rope(g, l, project(g, l, xk, "key", nkv, hd, bias)), nq / nkv);
   Node *v = repeat_heads(g, project(g, l, xv, "value", nkv, hd, bias), nq / nkv);
+  // hub.c's Mistral: its sliding window (kdcc_sliding_window)
   Node *o = attend(g, l, q, k, v, 1.0 / sqrt((double)hd), call_flag(l, "use_causal_mask"),
-                   mask, cfg_num(l, "dropout", 0), 0);
+                   mask, cfg_num(l, "dropout", 0), 0, cfg_int(l, "kdcc_sliding_window", 0),
+                   false);
   // hub.c's Qwen: biases on the query, key and value but not the output
   json_t *ob = json_object_get(l->cfg, "kdcc_output_bias");
   return attention_output(g, l, o, xq->shape.d[2], ob ? json_is_true(ob) : bias);

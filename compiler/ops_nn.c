@@ -226,20 +226,22 @@ const OpDef op_NORM = {"norm", 1, 0, false, norm_rule, norm_grad, norm_emit};
 const OpDef op_NORM_GRAD = {"norm_grad", 2, 0, false, norm_rule, NULL, norm_emit};
 
 // Scores s[.., t, u]: a key position u after the query position t is
-// masked; the gradient is the same mask with 0 (a masked score has no
-// effect). Positions are global: a split t or u starts at its block.
+// masked, and with a window w one at u <= t - w; the gradient is the same
+// mask with 0 (a masked score has no effect). Positions are global: a split
+// t or u starts at its block.
 static void causal_grad(Graph *g, Node *n, const bool *need) {
   Node *dx = new_node1(g, OP_CAUSAL, n->grad, n->shape);
+  dx->mask = n->mask;
   dx->mask.fill = 0;
   accumulate(g, n->in[0], dx);
 }
 
 static void causal_emit(const Node *n, Lowering *lw) {
   int r = n->shape.rank;
-  lower_call(lw, "causal_mask", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", buf(n),
+  lower_call(lw, "causal_mask", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %lld, %s", buf(n),
              buf(n->in[0]), sym_c(sym_prod(n, 0, r - 2, true)), sym_c(sym_dim(n, r - 2, true)),
              sym_c(sym_dim(n, r - 1, true)), block_start(n, r - 2), block_start(n, r - 1),
-             n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
+             (long long)n->mask.window, n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
 }
 
 const OpDef op_CAUSAL = {"causal_mask", 1, 0, false, rule_elementwise, causal_grad, causal_emit};

@@ -40,6 +40,13 @@ static inline KDRT_HD float kdrt_adam_alpha(float lr, float b1, float b2, double
   return (float)(lr * sqrt(1.0 - pow((double)b2, t)) / (1.0 - pow((double)b1, t)));
 }
 
+// Whether causal attention masks key position k for query position q: a
+// key after its query, or (window > 0: sliding-window attention) one
+// window or more steps before it. The causal mask's CPU and CUDA kernels.
+static inline KDRT_HD int kdrt_key_masked(int64_t q, int64_t k, int64_t window) {
+  return k > q || (window > 0 && q - k >= window);
+}
+
 typedef struct {
   int rank;                      // number of dimensions
   int64_t gshape[KDRT_MAX_RANK]; // global shape
@@ -141,9 +148,10 @@ static inline kdrt_conv_mats kdrt_conv_dims(const kdrt_window *w) {
               double n))                                                                       \
   /* Causal masking of attention scores [outer, t, u] (this device's block, whose   */       \
   /* first query and key positions are t0, u0): y = x, but fill where the key       */       \
-  /* position is after the query's (KDRT_MASKED forward, 0 for the gradient).       */       \
+  /* position is after the query's, or window > 0 and it is window or more before   */       \
+  /* it (kdrt_key_masked; KDRT_MASKED forward, 0 for the gradient).                 */       \
   K(causal_mask, (float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,   \
-                  int64_t u0, float fill))                                                     \
+                  int64_t u0, int64_t window, float fill))                                     \
   /* issue 24: rotary position embedding (kdrt_rope.h) of x[outer, t, inner, 2h],    */       \
   /* this device's block, whose steps' global positions are t0, t0 + 1, ...;        */       \
   /* inverse: the transpose (the gradient); y may be x.                             */       \

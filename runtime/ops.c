@@ -1893,12 +1893,12 @@ void kdrt_bn_grad(float *dx, const float *dy, const float *x, const float *m, co
 }
 
 void kdrt_causal_mask(float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,
-                      int64_t u0, float fill) {
+                      int64_t u0, int64_t window, float fill) {
   for (int64_t o = 0; o < outer; o++)
     for (int64_t i = 0; i < t; i++)
       for (int64_t j = 0; j < u; j++) {
         int64_t k = (o * t + i) * u + j;
-        y[k] = u0 + j > t0 + i ? fill : x[k];
+        y[k] = kdrt_key_masked(t0 + i, u0 + j, window) ? fill : x[k];
       }
 }
 

@@ -95,11 +95,31 @@ Test(norm, col_mul_and_pad_block) {
   free(g);
 }
 
+// A sliding window of 3 (Mistral's, Gemma 2's): a query sees itself and the
+// 2 keys before it, whole and as the blocks of a split.
+Test(norm, causal_mask_sliding_window) {
+  enum { T = 6, U = 6 };
+  float *s = rand_buf(T * U), whole[T * U], out[3 * 2];
+  kdrt_causal_mask(whole, s, 1, T, U, 0, 0, 3, KDRT_MASKED);
+  for (int t = 0; t < T; t++)
+    for (int u = 0; u < U; u++)
+      cr_assert_eq(whole[t * U + u], u > t || t - u >= 3 ? KDRT_MASKED : s[t * U + u],
+                   "[%d, %d]", t, u);
+  float in[3 * 2];
+  for (int t = 0; t < 3; t++)
+    for (int u = 0; u < 2; u++) in[t * 2 + u] = s[(3 + t) * U + u];
+  kdrt_causal_mask(out, in, 1, 3, 2, 3, 0, 3, KDRT_MASKED); // queries 3..5, keys 0..1
+  for (int t = 0; t < 3; t++)
+    for (int u = 0; u < 2; u++)
+      cr_assert_eq(out[t * 2 + u], 3 + t - u >= 3 ? KDRT_MASKED : in[t * 2 + u], "[%d, %d]", t, u);
+  free(s);
+}
+
 // The whole [2, 6, 6] mask, and each (3 x 2) block of a 2 x 3 split of it.
 Test(norm, causal_mask_by_blocks) {
   enum { O = 2, T = 6, U = 6 };
   float *s = rand_buf(O * T * U), whole[O * T * U];
-  kdrt_causal_mask(whole, s, O, T, U, 0, 0, KDRT_MASKED);
+  kdrt_causal_mask(whole, s, O, T, U, 0, 0, 0, KDRT_MASKED);
   for (int o = 0; o < O; o++)
     for (int t = 0; t < T; t++)
       for (int u = 0; u < U; u++) {
@@ -112,7 +132,7 @@ Test(norm, causal_mask_by_blocks) {
       for (int o = 0; o < O; o++)
         for (int t = 0; t < 3; t++)
           for (int u = 0; u < 2; u++) in[(o * 3 + t) * 2 + u] = s[(o * T + bt * 3 + t) * U + bu * 2 + u];
-      kdrt_causal_mask(out, in, O, 3, 2, bt * 3, bu * 2, 0.0f);
+      kdrt_causal_mask(out, in, O, 3, 2, bt * 3, bu * 2, 0, 0.0f);
       for (int o = 0; o < O; o++)
         for (int t = 0; t < 3; t++)
           for (int u = 0; u < 2; u++) {

@@ -239,13 +239,13 @@ Test(softmax, attention_fused_equals_the_chain) {
     int causal = k & 1;
     int64_t t0 = k >> 1 ? 3 : 0;
     kdrt_scale(s, x, n, 0.25f, 0.0f);
-    if (causal) kdrt_causal_mask(s, s, outer, t, u, t0, 0, KDRT_MASKED);
+    if (causal) kdrt_causal_mask(s, s, outer, t, u, t0, 0, 0, KDRT_MASKED);
     kdrt_softmax(y0, s, outer * t, u);
     kdrt_attn_softmax(y1, x, outer, t, u, t0, 0.25f, causal);
     cr_expect(!memcmp(y0, y1, n * sizeof(float)), "attn_softmax t0 %ld causal %d differs",
               (long)t0, causal);
     kdrt_softmax_grad(s, dy, y0, outer * t, u);
-    if (causal) kdrt_causal_mask(s, s, outer, t, u, t0, 0, 0.0f);
+    if (causal) kdrt_causal_mask(s, s, outer, t, u, t0, 0, 0, 0.0f);
     kdrt_scale(d0, s, n, 0.25f, 0.0f);
     kdrt_attn_softmax_grad(d1, dy, y0, outer, t, u, t0, 0.25f, causal);
     cr_expect(!memcmp(d0, d1, n * sizeof(float)), "attn_softmax_grad t0 %ld causal %d differs",

@@ -219,21 +219,22 @@ extern "C" void kdrt_cuda_bn_grad(kdrt_cuda *d, float *dx, const float *dy, cons
 }
 
 __global__ static void causal_mask_kernel(float *y, const float *x, int64_t outer, int64_t t,
-                                          int64_t u, int64_t t0, int64_t u0, float fill) {
+                                          int64_t u, int64_t t0, int64_t u0, int64_t window,
+                                          float fill) {
   size_t n = (size_t)outer * (size_t)t * (size_t)u;
   KDRT_FOR(k, n) {
     int64_t j = (int64_t)(k % (size_t)u), i = (int64_t)(k / (size_t)u % (size_t)t);
-    y[k] = u0 + j > t0 + i ? fill : x[k];
+    y[k] = kdrt_key_masked(t0 + i, u0 + j, window) ? fill : x[k];
   }
 }
 
 extern "C" void kdrt_cuda_causal_mask(kdrt_cuda *d, float *y, const float *x, int64_t outer,
                                       int64_t t, int64_t u, int64_t t0, int64_t u0,
-                                      float fill) {
+                                      int64_t window, float fill) {
   size_t n = (size_t)outer * (size_t)t * (size_t)u;
   if (!n) return;
   causal_mask_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, x, outer, t, u, t0,
-                                                                           u0, fill);
+                                                                           u0, window, fill);
   KDRT_LAUNCHED(d, "causal_mask_kernel");
 }
 

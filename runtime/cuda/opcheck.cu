@@ -307,14 +307,18 @@ static void check_norm(void) {
     free(hbx), free(hbd), free(hbm), free(bref);
   }
   // scores [7, 43, 67] as a block starting at query 5, key 11 of a bigger matrix
-  kdrt_causal_mask(ref, hx, 7, 43, 67, 5, 11, KDRT_MASKED);
+  kdrt_causal_mask(ref, hx, 7, 43, 67, 5, 11, 0, KDRT_MASKED);
   poison(y, n);
-  kdrt_cuda_causal_mask(D, y, x, 7, 43, 67, 5, 11, KDRT_MASKED);
+  kdrt_cuda_causal_mask(D, y, x, 7, 43, 67, 5, 11, 0, KDRT_MASKED);
   check("causal_mask", y, ref, n, 0);
-  kdrt_causal_mask(ref, hx, 7, 43, 67, 5, 11, 0.0f);
+  kdrt_causal_mask(ref, hx, 7, 43, 67, 5, 11, 0, 0.0f);
   poison(y, n);
-  kdrt_cuda_causal_mask(D, y, x, 7, 43, 67, 5, 11, 0.0f);
+  kdrt_cuda_causal_mask(D, y, x, 7, 43, 67, 5, 11, 0, 0.0f);
   check("causal_mask (gradient)", y, ref, n, 0);
+  kdrt_causal_mask(ref, hx, 7, 43, 67, 5, 11, 9, KDRT_MASKED); // a sliding window of 9
+  poison(y, n);
+  kdrt_cuda_causal_mask(D, y, x, 7, 43, 67, 5, 11, 9, KDRT_MASKED);
+  check("causal_mask (sliding window)", y, ref, n, 0);
   // issue 10: scores [3, 7 heads, 500] under a mask [3, 500], float then int32, a third zero
   {
     const size_t nm = 3 * 500;
