@@ -503,6 +503,8 @@ struct Node {
   Phase phase;
   const char *name;       // "d1/kernel", "d1/output", "grad(d1/kernel)", ...
   const char *layer;      // the Keras layer it comes from (NULL for internals)
+  const char *role;       // what it is in its layer ("q", "scores", "probs"), which its
+                          // buffer's name says (lower.c's off_name), or NULL
   Loc loc;                // where that layer is written
   union {
     ActAttr act;
@@ -586,7 +588,7 @@ typedef struct {
   int ncalls, cap;
   const char *note;       // a comment line instead of / before the calls
   const char *loop;       // a loop statement the calls run in ("for (...)", issue 11's
-                          // time loop), or NULL
+                          // time loop; issue 23's "if (c->apply_update)"), or NULL
 } Lowering;
 
 typedef struct Graph Graph;

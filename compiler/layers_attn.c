@@ -16,6 +16,12 @@
 
 // ---- attention
 
+// n, whose buffer the program names by its role in the layer ("scores").
+static Node *named(Node *n, const char *role) {
+  n->role = role;
+  return n;
+}
+
 static Node *transpose_0213(Graph *g, Node *x) {
   Shape s = {4, {x->shape.d[0], x->shape.d[2], x->shape.d[1], x->shape.d[3]}};
   Node *t = new_node1(g, OP_TRANSPOSE, x, s);
@@ -52,7 +58,7 @@ static Node *project(Graph *g, Layer *l, Node *x, const char *name, int64_t head
     if (rank) b->var->frozen = false;
     y = new_node2(g, OP_BIAS, y, b, y->shape);
   }
-  return y;
+  return named(y, name);
 }
 
 // A call keyword the layer reads: a boolean (false when absent).
@@ -79,15 +85,17 @@ void check_kwargs(Layer *l, const char *const *known, int n) {
   }
 }
 
-// The attention core of MultiHeadAttention and GroupQueryAttention, as
-// JAX's dot_product_attention computes it: q[b, t, n, d], k, v[b, s, n, d]
-// (kv heads already repeated) -> o[b, t, n, dv]. Scores q.k are scaled by
-// 1 / sqrt(d), causally masked, softmaxed over the keys.
 static Node *scaled_by(Graph *g, Node *x, double scale) {
   Node *y = new_node1(g, OP_SCALE, x, x->shape);
   y->aff = (AffAttr){(float)scale, 0};
   return y;
 }
+
+// The attention core of MultiHeadAttention and GroupQueryAttention, as
+// JAX's dot_product_attention computes it: q[b, t, n, d], k, v[b, s, n, d]
+// (kv heads already repeated) -> o[b, t, n, dv]. Scores q.k are scaled by
+// 1 / sqrt(d), causally masked, softmaxed over the keys. Its buffers are
+// named by their role: q, k, v, scores, probs, context.
 
 // cap > 0 (Gemma's logit_soft_cap): the scaled scores soft-capped first,
 // tanh(s / cap) * cap. window > 0 (causal only: Mistral's and Gemma 2's
@@ -100,14 +108,15 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   if (g->cdt && dropout > 0) // Keras's MHA then scales q, and softmaxes in 16 bits
     error_at(jloc_key(l->cfg, "dropout"), "layer '%s': attention dropout under a mixed dtype "
              "policy is not supported yet", l->name);
-  Node *qt = transpose_0213(g, q), *kt = transpose_0213(g, k), *vt = transpose_0213(g, v);
+  Node *qt = named(transpose_0213(g, q), "q"), *kt = named(transpose_0213(g, k), "k");
+  Node *vt = named(transpose_0213(g, v), "v");
   // issue 23: under a mixed policy the scores are float32 products of the
   // 16-bit q and k, scaled, masked and softmaxed in float32; the
   // probabilities are cast back for the product with v (JAX's
   // _dot_product_attention_core)
   bool f32 = g->cdt_f32;
   g->cdt_f32 = true;
-  Node *s = dot_node(g, qt, kt, 2, 1, true); // [b, n, t, s]
+  Node *s = named(dot_node(g, qt, kt, 2, 1, true), "scores"); // [b, n, t, s]
   s = scaled_by(g, s, scale);
   if (cap > 0) s = scaled_by(g, apply_act(g, scaled_by(g, s, 1 / cap), ACT_TANH), cap);
   if (causal) {
@@ -118,7 +127,7 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
     s = new_node2(g, OP_ATTN_MASK, s, mask, s->shape);
     s->mask.fill = -1;
   }
-  Node *p = apply_act(g, s, ACT_SOFTMAX);
+  Node *p = named(apply_act(g, s, ACT_SOFTMAX), "probs");
   if (zero_masked && causal) {
     p = new_node1(g, OP_CAUSAL, p, p->shape);
     p->mask = (MaskAttr){0, window};
@@ -130,7 +139,7 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
     dp->drop = (DropAttr){(float)dropout, hash_str(format("%s/attention_dropout", l->path)), false};
     p = dp;
   }
-  Node *o = dot_node(g, p, vt, 2, 1, false); // [b, n, t, dv]
+  Node *o = named(dot_node(g, p, vt, 2, 1, false), "context"); // [b, n, t, dv]
   return transpose_0213(g, o);
 }
 

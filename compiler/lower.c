@@ -26,7 +26,9 @@ char *off_name(const Node *n) {
   switch (n->region) {
   case REGION_PARAM: return format("P_%s", ident(n->var->path));
   case REGION_GRAD: return format("G_%s", ident(n->var->path));
-  case REGION_ARENA: return format("A%d_%s", n->id, ident(n->layer ? n->layer : n->name));
+  case REGION_ARENA:
+    return format("A%d_%s%s%s", n->id, ident(n->layer ? n->layer : n->name), n->role ? "_" : "",
+                  n->role ? n->role : "");
   default: return NULL;
   }
 }
