@@ -146,6 +146,10 @@ typedef struct kdrt_var {
   const char *group;                 // its layer's group when kdcc names it (a keras-hub
                                      // model's "transformer_decoder_1/_self_attention_layer"),
                                      // else NULL: Keras's count over the classes
+  int dtype;                         // its dataset's type in the weights file: KDRT_F32 (0),
+                                     // or KDRT_I32, an integer Keras keeps (an adapted
+                                     // Normalization's count), a float in params here,
+                                     // exact to 2^24 (kdrt_weights_*)
 } kdrt_var;
 
 struct kdrt_ctx {

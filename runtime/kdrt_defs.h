@@ -181,7 +181,8 @@ enum { KDRT_RNN_SIMPLE, KDRT_RNN_LSTM, KDRT_RNN_GRU, KDRT_RNN_GRU_V1 };
 // ---- what a label file becomes for the loss (synthetic data, conversions)
 enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINARY };
 
-// ---- element types of a program's inputs and labels
+// ---- element types of a program's inputs and labels, and of a variable's
+// dataset in the weights file (kdrt_var.dtype)
 enum { KDRT_F32, KDRT_I32 };
 
 // ---- matrix operands: as stored, or transposed

@@ -7,6 +7,9 @@
 //   /vars                       attrs {name: <model name>}, empty
 //   /layers/<group>/vars        attrs {name: <layer name>}
 //   /layers/<group>/vars/<i>    float32 dataset, the layer's i-th variable
+//                               (an integer one, kdrt_var.dtype KDRT_I32: an int32
+//                               dataset as Keras writes it on JAX, int64 on
+//                               TensorFlow, which is read too)
 //   /optimizer/vars/0, /1       iterations, learning_rate (an optimizer
 //                               before its first step has only these two)
 //
@@ -489,14 +492,18 @@ static void list_groups(hid_t file, char *buf, size_t len) {
 }
 
 // Every dataset kdcc writes carries CRC_ATTR, a uint32: zlib's CRC-32 of its
-// data as stored, little-endian float32 in row-major order (HDF5 keeps no
-// checksum of its own). A reader checks it when it is there (files written
-// by Keras have none); Keras ignores it.
+// data as stored, little-endian float32 (int32 for an integer variable) in
+// row-major order (HDF5 keeps no checksum of its own). A reader checks it
+// when it is there (files written by Keras have none); Keras ignores it.
 #define CRC_ATTR "kdcc_crc32"
 
-static uint32_t floats_crc(const float *x, size_t n) {
-  return kdrt_crc32(0, x, n * sizeof(float)); // x86: the bytes as stored (<f4)
+// n elements of 4 bytes (float32 or int32)
+static uint32_t floats_crc(const void *x, size_t n) {
+  return kdrt_crc32(0, x, n * sizeof(float)); // x86: the bytes as stored (<f4, <i4)
 }
+
+// An integer variable's largest magnitude: what a float holds exactly.
+#define INT_EXACT (1 << 24)
 
 // The whole dataset against its CRC_ATTR.
 static int verify_crc(hid_t ds, const char *path, const char *ds_path, const kdrt_var *v,
@@ -510,7 +517,8 @@ static int verify_crc(hid_t ds, const char *path, const char *ds_path, const kdr
   float *all = malloc(sizeof(float) * (size_t)(n ? n : 1));
   if (!all) return kdrt_errf(err, errlen, "%s: out of memory checking %s", path, ds_path);
   int rc = 0;
-  if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) < 0)
+  hid_t mt = v->dtype == KDRT_I32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT; // as written
+  if (H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) < 0)
     rc = kdrt_errf(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
   else if (floats_crc(all, (size_t)n) != want)
     rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') fails its checksum (written with CRC-32 "
@@ -548,8 +556,10 @@ static int read_dataset(hid_t file, const char *path, const char *ds_path, const
   int rank = H5Sget_simple_extent_ndims(fs);
   hsize_t dims[32];
   int64_t d64[32];
-  if (H5Tget_class(t) != H5T_FLOAT) {
-    rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') is not floating point", path, ds_path, v->path);
+  int ints = v->dtype == KDRT_I32; // an integer variable (kdrt_var.dtype)
+  if (H5Tget_class(t) != (ints ? H5T_INTEGER : H5T_FLOAT)) {
+    rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') is not %s", path, ds_path, v->path,
+                   ints ? "an integer dataset" : "floating point");
   } else if (rank < 0 || rank > 32) {
     rc = kdrt_errf(err, errlen, "%s: %s has a dataspace kdrt cannot read", path, ds_path);
   } else {
@@ -573,14 +583,31 @@ static int read_dataset(hid_t file, const char *path, const char *ds_path, const
     block_of(&v->layout, p->mesh_shape, coord, s, e);
     for (int d = 0; d < rank; d++) start[d] = (hsize_t)s[d], count[d] = (hsize_t)e[d];
     hid_t ms;
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) n *= e[d];
     if (rank > 0) {
       H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
       ms = H5Screate_simple(rank, count, NULL);
     } else {
       ms = H5Screate(H5S_SCALAR);
     }
-    if (H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out) < 0)
+    // an integer variable: its values (int32 or int64) as int64 first, each
+    // one a float holds exactly
+    int64_t *iv = ints ? malloc(sizeof *iv * (size_t)n) : NULL;
+    if (ints && !iv)
+      rc = kdrt_errf(err, errlen, "%s: out of memory reading %s", path, ds_path);
+    else if (H5Dread(ds, ints ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT,
+                     ints ? (void *)iv : (void *)out) < 0)
       rc = kdrt_errf(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
+    for (int64_t i = 0; ints && !rc && i < n; i++) {
+      if (iv[i] > INT_EXACT || iv[i] < -INT_EXACT)
+        rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') holds %lld, beyond the %d a float32 "
+                       "holds exactly, which kdrt keeps it as", path, ds_path, v->path,
+                       (long long)iv[i], INT_EXACT);
+      else
+        out[i] = (float)iv[i];
+    }
+    free(iv);
     H5Sclose(ms);
   }
   H5Sclose(fs);
@@ -728,10 +755,17 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
     }
     hid_t vg = H5Gopen2(layers, gpath, H5P_DEFAULT);
     snprintf(idx, sizeof idx, "%d", var->index);
-    rc = write_dataset(vg, idx, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, var->layout.rank,
-                       var->layout.gshape, global[v]);
+    // an integer variable: int32, as Keras writes it (kdrt_var.dtype)
+    int64_t n = elems(&var->layout);
+    int32_t *iv = var->dtype == KDRT_I32 ? malloc(sizeof *iv * (size_t)(n ? n : 1)) : NULL;
+    for (int64_t i = 0; iv && i < n; i++) iv[i] = (int32_t)global[v][i];
+    const void *data = iv ? (const void *)iv : (const void *)global[v];
+    if (var->dtype == KDRT_I32 && !iv) rc = -1;
+    else rc = write_dataset(vg, idx, iv ? H5T_STD_I32LE : H5T_IEEE_F32LE,
+                            iv ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT, var->layout.rank,
+                            var->layout.gshape, data);
     if (!rc) { // the dataset's checksum (see CRC_ATTR)
-      uint32_t crc = floats_crc(global[v], (size_t)elems(&var->layout));
+      uint32_t crc = floats_crc(data, (size_t)n);
       hid_t ds = H5Dopen2(vg, idx, H5P_DEFAULT), sp = H5Screate(H5S_SCALAR);
       hid_t a = ds < 0 ? -1 : H5Acreate2(ds, CRC_ATTR, H5T_STD_U32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
       rc = a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &crc) < 0 ? -1 : 0;
@@ -739,6 +773,7 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
       if (ds >= 0) H5Dclose(ds);
       H5Sclose(sp);
     }
+    free(iv);
     H5Gclose(vg);
   }
   H5Gclose(layers);

@@ -7,6 +7,7 @@
 // large to inflate refused.
 // memmem: -D_GNU_SOURCE (RCFLAGS)
 #include <criterion/criterion.h>
+#include <hdf5.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -352,4 +353,98 @@ Test(weights, damaged_archives_say_what_is_wrong) {
   cr_expect_str_eq(err, want);
   free(img), free(a);
   unlink(h5), unlink(ar);
+}
+
+// ---------------------------------------------------------------- integer variables
+
+// An adapted Normalization's variables: mean and variance (float32, split
+// over model), and count, a scalar Keras keeps as an integer (int32 on
+// JAX, int64 on TensorFlow; kdrt_var.dtype). Written as int32 and read
+// back into its float; an int64 dataset reads too; a count a float does
+// not hold exactly, or a float where an integer belongs, is an error that
+// reads nothing.
+static const kdrt_var nvars[] = {
+  {"n/mean", "n", "Normalization", 0, {1, {4}, {1}}, 0, 16, 0, SIZE_MAX, 2, NULL, NULL, NULL,
+   KDRT_F32},
+  {"n/variance", "n", "Normalization", 1, {1, {4}, {1}}, 16, 16, 0, SIZE_MAX, 2, NULL, NULL, NULL,
+   KDRT_F32},
+  {"n/count", "n", "Normalization", 2, {0, {0}, {0}}, 32, 16, 0, SIZE_MAX, 1, NULL, NULL, NULL,
+   KDRT_I32},
+};
+
+static hid_t open_dataset(const char *path, const char *ds, hid_t *file) {
+  *file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  cr_assert(*file >= 0, "%s", path);
+  hid_t d = H5Dopen2(*file, ds, H5P_DEFAULT);
+  cr_assert(d >= 0, "%s", ds);
+  return d;
+}
+
+// Replace dataset `ds` of the file with a scalar of type t holding *val.
+static void rewrite_scalar(const char *path, const char *ds, hid_t t, hid_t mt, const void *val) {
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  cr_assert(f >= 0);
+  cr_assert(H5Ldelete(f, ds, H5P_DEFAULT) >= 0);
+  hid_t sp = H5Screate(H5S_SCALAR);
+  hid_t d = H5Dcreate2(f, ds, t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  cr_assert(d >= 0 && H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, val) >= 0);
+  H5Dclose(d), H5Sclose(sp), H5Fclose(f);
+}
+
+Test(weights, integer_variables_as_keras_writes_them) {
+  kdrt_program p = prog;
+  p.vars = nvars;
+  p.nvars = 3;
+  p.param_floats = 48;
+  float mean[4] = {0.5f, -1, 2, 3}, var[4] = {1, 4, 0.25f, 9}, count = 1234;
+  const float *g[3] = {mean, var, &count};
+  char path[256], err[1024], want[1024];
+  tmpname(path, sizeof path, "_int.weights.h5");
+  cr_assert_eq(kdrt_weights_write(&p, path, g, 5, 0.01f, err, sizeof err), 0, "%s", err);
+  // the file: count an int32 scalar, its CRC over the int32's bytes
+  hid_t f, d = open_dataset(path, "layers/normalization/vars/2", &f);
+  hid_t t = H5Dget_type(d);
+  cr_expect_eq(H5Tget_class(t), H5T_INTEGER);
+  cr_expect_eq(H5Tget_size(t), 4);
+  cr_expect_eq(H5Tget_sign(t), H5T_SGN_2);
+  int32_t c32 = 0;
+  uint32_t crc = 0;
+  cr_assert(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, &c32) >= 0);
+  cr_expect_eq(c32, 1234);
+  hid_t a = H5Aopen(d, "kdcc_crc32", H5P_DEFAULT);
+  cr_assert(a >= 0 && H5Aread(a, H5T_NATIVE_UINT32, &crc) >= 0);
+  cr_expect_eq(crc, kdrt_crc32(0, &c32, sizeof c32));
+  H5Aclose(a), H5Tclose(t), H5Dclose(d), H5Fclose(f);
+  d = open_dataset(path, "layers/normalization/vars/0", &f);
+  t = H5Dget_type(d);
+  cr_expect_eq(H5Tget_class(t), H5T_FLOAT);
+  H5Tclose(t), H5Dclose(d), H5Fclose(f);
+  // read back, on the rank holding the second half of mean and variance
+  int coord[2] = {0, 1};
+  float params[48];
+  memset(params, 0, sizeof params);
+  cr_assert_eq(kdrt_weights_read(&p, coord, path, params, err, sizeof err), 0, "%s", err);
+  cr_expect(params[0] == 2 && params[1] == 3 && params[16] == 0.25f && params[17] == 9);
+  cr_expect_eq(params[32], 1234.0f);
+  // TensorFlow's int64 (no CRC: Keras's own file)
+  int64_t c64 = -77;
+  rewrite_scalar(path, "layers/normalization/vars/2", H5T_STD_I64LE, H5T_NATIVE_INT64, &c64);
+  cr_assert_eq(kdrt_weights_read(&p, coord, path, params, err, sizeof err), 0, "%s", err);
+  cr_expect_eq(params[32], -77.0f);
+  // beyond 2^24: a float would round it
+  c64 = (1 << 24) + 1;
+  rewrite_scalar(path, "layers/normalization/vars/2", H5T_STD_I64LE, H5T_NATIVE_INT64, &c64);
+  for (int i = 0; i < 48; i++) params[i] = -1;
+  cr_assert_eq(kdrt_weights_read(&p, coord, path, params, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: layers/normalization/vars/2 (variable 'n/count') holds "
+           "16777217, beyond the 16777216 a float32 holds exactly, which kdrt keeps it as", path);
+  cr_expect_str_eq(err, want);
+  for (int i = 0; i < 48; i++) cr_assert_eq(params[i], -1.0f, "params[%d] was overwritten", i);
+  // a float32 count: not what Keras writes
+  rewrite_scalar(path, "layers/normalization/vars/2", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &count);
+  cr_assert_eq(kdrt_weights_read(&p, coord, path, params, err, sizeof err), -1);
+  snprintf(want, sizeof want, "%s: layers/normalization/vars/2 (variable 'n/count') is not an "
+           "integer dataset", path);
+  cr_expect_str_eq(err, want);
+  unlink(path);
 }
