@@ -119,10 +119,11 @@ int main(int argc, char **argv) {
       {"b", nopred && *nopred == '1' ? SIZE_MAX : (size_t)(lb * C), {2, {B, 1}, {0, -1}}}};
   static kdrt_var vars[3] = {
       {"m/da/kernel", "da", "Dense", 0, {2, {F, C}, {-1, -1}}, WA, 0, 0, WA, F * C, NULL, NULL,
-       NULL},
+       NULL, KDRT_F32},
       {"m/emb/embeddings", "emb", "Embedding", 0, {2, {V, C}, {-1, -1}}, EMB, 0, 0, EMB, V * C, NULL,
-       NULL, NULL},
-      {"m/db/kernel", "db", "Dense", 0, {2, {F, 1}, {-1, -1}}, WB, 0, 0, WB, F, NULL, NULL, NULL},
+       NULL, NULL, KDRT_F32},
+      {"m/db/kernel", "db", "Dense", 0, {2, {F, 1}, {-1, -1}}, WB, 0, 0, WB, F, NULL, NULL, NULL,
+       KDRT_F32},
   };
   kdrt_program prog = {
       .model_name = "rt_multi_check",
