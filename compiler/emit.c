@@ -427,15 +427,18 @@ void emit_program_tables(void) {
   const Graph *g = EG;
   const Mesh *m = &g->dist->mesh;
   out("\nstatic const kdrt_var vars[] = {\n");
+  bool ints = false; // an integer variable: every entry says its file's type (issue 25)
+  for (int i = 0; i < g->nvars; i++) ints |= g->vars[i]->file_dtype == KDRT_I32;
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
-    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld, %s, %s%s},\n", v->path,
+    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld, %s, %s%s%s},\n", v->path,
         v->layer, v->layer_class, v->index, layout_init(v->param), off_name(v->param),
         (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots,
         v->grad ? off_name(v->grad) : "SIZE_MAX", (long long)lelems(v->param),
         v->sub ? format("\"%s\"", v->sub) : "NULL",
         v->scope ? format("\"%s\"", v->scope) : "NULL",
-        v->group ? format(", \"%s\"", v->group) : ", NULL");
+        v->group ? format(", \"%s\"", v->group) : ", NULL",
+        !ints ? "" : v->file_dtype == KDRT_I32 ? ", KDRT_I32" : ", KDRT_F32");
   }
   if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0, NULL, NULL, NULL},\n");
   out("};\n");

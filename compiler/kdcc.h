@@ -651,6 +651,9 @@ struct Var {
   float lora_scale;
   int lora_index;         // its group in keras-hub's .lora.h5: lora/<lora_index>
   bool lora_part;
+  // issue 25: its dataset's type in the weights file, KDRT_F32, or KDRT_I32 for
+  // an integer Keras keeps (an adapted Normalization's count; kdrt_var.dtype)
+  int file_dtype;
   // issue 11: its regularizer (Keras's L1, L2, L1L2), whose penalty
   // l1 * sum(|w|) + l2 * sum(w^2) the loss includes (both 0: none)
   double l1, l2;

@@ -727,18 +727,65 @@ static int64_t json_array_floats(json_t *v, Shape *s, int depth, float *out) {
   return total;
 }
 
+// Issue 25: a Normalization whose statistics were adapted (layer.adapt) has
+// mean and variance null in its config; its build added them as variables
+// (Keras's add_weight: "mean", "variance" of the kept axes' shape, zeros
+// and ones, trainable false) and then "count", an integer scalar Keras 3
+// keeps for older files and never changes (vars/0, 1, 2 in the weights
+// file; count int32 there, kdrt_var.dtype). They are never trained: frozen,
+// no gradient, no optimizer slots; a layout map may split mean and variance.
+// Keras's call, finalize_state's reshape to the kept axes, in graph ops on
+// them: (x + -mean) * min(rsqrt(variance), 1 / 1e-7), which is 1 / max(
+// sqrt(variance), 1e-7) to the bit (rounding is monotonic), as the config
+// form's constants; invert: x * max(sqrt(variance), 1e-7) + mean. The
+// statistics are broadcast over the reduced dims after the first kept one;
+// BIAS and COL_MUL take them over x's trailing dims.
+static Node *adapted_normalization(Graph *g, Layer *l, Node *x, const int *kept, int nk,
+                                   bool invert) {
+  Shape ms = {nk, {0}};
+  for (int i = 0; i < nk; i++) ms.d[i] = x->shape.d[kept[i]];
+  Node *mean = new_var(g, l, "mean", ms, "-", "zeros");
+  Node *var = new_var(g, l, "variance", ms, "-", "ones");
+  Node *count = new_var(g, l, "count", (Shape){0, {0}}, "-", "zeros");
+  mean->var->frozen = var->var->frozen = count->var->frozen = true;
+  count->var->file_dtype = KDRT_I32;
+  Node *mul = apply_act(g, var, invert ? KDRT_ACT_SQRT : KDRT_ACT_RSQRT);
+  mul = new_node1(g, OP_MAXIMUM, mul, ms);
+  mul->mm = invert ? (MinMaxAttr){false, 1e-7f} : (MinMaxAttr){true, (float)(1.0 / 1e-7f)};
+  Node *shift = invert ? mean : scaled(g, mean, -1);
+  // over x's dims from the first kept one (axis None: the last), the
+  // reduced ones among them repeated
+  int first = nk ? kept[0] : x->shape.rank - 1;
+  for (int d = first, k = 0; d < x->shape.rank; d++) {
+    if (k < nk && kept[k] == d) {
+      k++;
+      continue;
+    }
+    Shape t = mul->shape;
+    int at = d - first;
+    memmove(t.d + at + 1, t.d + at, (size_t)(t.rank++ - at) * sizeof *t.d);
+    t.d[at] = x->shape.d[d];
+    mul = bcast_dim(g, mul, &t, at);
+    shift = bcast_dim(g, shift, &t, at);
+  }
+  if (invert) return new_node2(g, OP_BIAS, new_node2(g, OP_COL_MUL, x, mul, x->shape), shift,
+                               x->shape);
+  return new_node2(g, OP_COL_MUL, new_node2(g, OP_BIAS, x, shift, x->shape), mul, x->shape);
+}
+
 // Normalization(axis, mean, variance, invert) with its statistics in the
 // config: (x - mean) / max(sqrt(variance), 1e-7), or (invert) mean + x *
 // that, Keras's formula, as a BIAS and a COL_MUL by constants over x's
 // sample dims (computed here in float32 as Keras does; a multiplication by
 // the reciprocal where Keras divides: within an ulp). mean and variance
 // align with the kept axes from the right, a 1 broadcast, as Keras's build.
+// Both null: adapted, the statistics weights (adapted_normalization).
 static Node *build_normalization(Graph *g, Layer *l, Node *x) {
   json_t *mj = json_object_get(l->cfg, "mean"), *vj = json_object_get(l->cfg, "variance");
-  if (!mj || json_is_null(mj) || !vj || json_is_null(vj))
-    error_at(mj && !json_is_null(mj) ? jloc(mj) : l->loc, "layer '%s': Normalization without "
-             "its mean and variance in the config (adapted, kept as weights) is not supported",
-             l->name);
+  bool no_mean = !mj || json_is_null(mj), no_var = !vj || json_is_null(vj);
+  if (no_mean != no_var)
+    error_at(no_mean ? jloc(vj) : jloc(mj), "layer '%s': Normalization needs both mean and "
+             "variance in its config, or neither (adapted: kept as weights)", l->name);
   int r = x->shape.rank;
   json_t *aj = json_object_get(l->cfg, "axis");
   unsigned keep = aj && json_is_array(aj) && !json_array_size(aj) ? 0
@@ -746,6 +793,7 @@ static Node *build_normalization(Graph *g, Layer *l, Node *x) {
   int kept[MAX_RANK], nk = 0;
   for (int d = 1; d < r; d++)
     if ((keep >> d) & 1) kept[nk++] = d;
+  if (no_mean) return adapted_normalization(g, l, x, kept, nk, cfg_bool(l, "invert", false));
   Shape ms = {0}, vs = {0};
   int64_t nm = json_array_floats(mj, &ms, 0, NULL), nv = json_array_floats(vj, &vs, 0, NULL);
   if (nm < 0 || nv < 0 || !shape_eq(&ms, &vs) || ms.rank > nk)

@@ -75,7 +75,8 @@ static void parse_init(Layer *l, const char *key, const char *def, Var *v) {
   v->p1 = b;
   // Keras's compute_fans
   const Shape *s = &v->shape;
-  if (s->rank == 1) v->fan_in = v->fan_out = s->d[0];
+  if (s->rank == 0) v->fan_in = v->fan_out = 1; // a scalar (Normalization's count)
+  else if (s->rank == 1) v->fan_in = v->fan_out = s->d[0];
   else if (s->rank == 2) v->fan_in = s->d[0], v->fan_out = s->d[1];
   else {
     double rf = 1;
@@ -370,8 +371,9 @@ int parse_act(Layer *l, const char *key) {
   const char *s = json_string_value(j);
   if (!strcmp(s, "keras_hub>gelu_approximate") || !strcmp(s, "keras_nlp>gelu_approximate"))
     return KDRT_ACT_GELU_TANH;
-  for (int a = 0; a <= ACT_SOFTMAX; a++) // rsqrt and abs are kdcc's own, not Keras's
-    if (a != KDRT_ACT_RSQRT && a != KDRT_ACT_ABS && !strcmp(s, act_name(a))) return a;
+  for (int a = 0; a <= ACT_SOFTMAX; a++) // rsqrt, abs and sqrt are kdcc's own, not Keras's
+    if (a != KDRT_ACT_RSQRT && a != KDRT_ACT_ABS && a != KDRT_ACT_SQRT && !strcmp(s, act_name(a)))
+      return a;
   if (!strcmp(s, "swish")) return ACT_SILU;
   if (!strcmp(s, "hard_swish")) return KDRT_ACT_HARD_SILU; // issue 11
   error_at(jloc(j), "layer '%s': unknown activation '%s'", l->name, s);

@@ -81,7 +81,9 @@
   /* not a Keras activation: BatchNormalization's 1 / sqrt(var + epsilon) */                    \
   X(RSQRT, "rsqrt", 0, (1.0f / sqrtf(v)), (-0.5f * (y) * (y) * (y)))                          \
   /* not a Keras activation: the L1 regularizer's |w| (JAX's derivative: 1 at 0) */            \
-  X(ABS, "abs", 1, fabsf(v), ((v) >= 0.0f ? 1.0f : -1.0f))
+  X(ABS, "abs", 1, fabsf(v), ((v) >= 0.0f ? 1.0f : -1.0f))                                    \
+  /* not a Keras activation: an adapted Normalization's sqrt(variance) (invert) */             \
+  X(SQRT, "sqrt", 0, sqrtf(v), (0.5f / (y)))
 
 enum {
 #define KDRT_X(name, kname, from_x, f, df) KDRT_ACT_##name,

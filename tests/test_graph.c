@@ -289,12 +289,39 @@ Test(graph, group_norm_refused) {
                "another axis than the last is not supported\n");
 }
 
-// issue 11: a Normalization adapted to data keeps its statistics as weights
+// issue 25: a Normalization adapted to data (mean and variance null in its
+// config) keeps its statistics as variables, vars/0, 1, 2 as Keras's build
+// adds them: mean and variance of the kept axes' shape, and count, an
+// integer scalar in the weights file; none of them is trained. One of mean
+// and variance without the other is an error.
 Test(graph, normalization_adapted) {
+  Graph *g = graph_of("tests/gradcheck/normalization_adapted.json");
+  static const struct { const char *path; Shape shape; } stats[] = {
+    {"norm/mean", {1, {4}}}, {"norm_steps/variance", {1, {5}}}, {"norm_all/mean", {0, {0}}},
+    {"norm_both/mean", {2, {5, 8}}}, {"norm_both/count", {0, {0}}},
+  };
+  int n = 0, found = 0;
+  for (int v = 0; v < g->nvars; v++) {
+    const Var *var = g->vars[v];
+    if (strcmp(var->layer_class, "Normalization")) continue;
+    n++;
+    bool count = !strcmp(var->vname, "count");
+    cr_expect(var->frozen && !var->grad && !var->nslots, "%s: not trained", var->path);
+    cr_expect_eq(var->index, count ? 2 : !strcmp(var->vname, "variance"), "%s", var->path);
+    cr_expect_eq(var->file_dtype, count ? KDRT_I32 : KDRT_F32, "%s", var->path);
+    for (size_t i = 0; i < sizeof stats / sizeof *stats; i++)
+      if (!strcmp(stats[i].path, var->path)) {
+        found++;
+        cr_expect(shape_eq(&var->shape, &stats[i].shape), "%s: %s", var->path,
+                  shape_str(&var->shape));
+      }
+  }
+  cr_expect_eq(n, 12, "4 layers, 3 variables each");
+  cr_expect_eq(found, 5);
   expect_error("tests/bad/normalization_adapted.json", NULL,
-               "tests/bad/normalization_adapted.json:4:3: error: layer 'n': Normalization "
-               "without its mean and variance in the config (adapted, kept as weights) is not "
-               "supported\n");
+               "tests/bad/normalization_adapted.json:4:129: error: layer 'n': Normalization "
+               "needs both mean and variance in its config, or neither (adapted: kept as "
+               "weights)\n");
 }
 
 // issue 11: constraints other than Keras's four, and axes the variable lacks

@@ -82,7 +82,7 @@ Test(act, derivatives_match_finite_differences) {
     kdrt_act(act, y, pts, N);
     kdrt_act_grad(act, dx, ones, act_needs_x(act) ? pts : NULL, act_needs_x(act) ? NULL : y, N);
     for (int i = 0; i < N; i++) {
-      if (act == KDRT_ACT_RSQRT && pts[i] <= 0) continue; // defined for v > 0 only
+      if ((act == KDRT_ACT_RSQRT || act == KDRT_ACT_SQRT) && pts[i] <= 0) continue; // v > 0 only
       float h = 1e-3f, xp = pts[i] + h, xm = pts[i] - h, yp, ym;
       kdrt_act(act, &yp, &xp, 1);
       kdrt_act(act, &ym, &xm, 1);

@@ -78,6 +78,9 @@ build norms_acts_dist tests/gradcheck/norms_acts.json --distribution tests/good/
 build noise_norms_dist tests/gradcheck/noise_norms.json --distribution tests/good/noise_norms.dist.json --batch-size 16
 build conv1d_family_dist tests/gradcheck/conv1d_family.json --distribution tests/good/conv1d_family.dist.json --batch-size 16
 build normalization_dist tests/gradcheck/normalization.json --distribution tests/good/normalization.dist.json --batch-size 16
+# issue 25: adapted Normalizations (their statistics variables, count an int32 in the file; sqrt)
+build normalization_adapted_dist tests/gradcheck/normalization_adapted.json \
+  --distribution tests/good/normalization.dist.json --batch-size 16
 build transpose_op_dist tests/gradcheck/transpose_op.json --distribution tests/good/transpose_op.dist.json --batch-size 16
 # issue 11: recurrent layers (recur, recur_grad, reverse), the LSTMs' kernels split
 build rnn_dist tests/gradcheck/rnn.json --distribution tests/good/rnn.dist.json --batch-size 16
