@@ -427,8 +427,6 @@ void emit_program_tables(void) {
   const Graph *g = EG;
   const Mesh *m = &g->dist->mesh;
   out("\nstatic const kdrt_var vars[] = {\n");
-  bool ints = false; // an integer variable: every entry says its file's type (issue 25)
-  for (int i = 0; i < g->nvars; i++) ints |= g->vars[i]->file_dtype == KDRT_I32;
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
     out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld, %s, %s%s%s},\n", v->path,
@@ -438,9 +436,9 @@ void emit_program_tables(void) {
         v->sub ? format("\"%s\"", v->sub) : "NULL",
         v->scope ? format("\"%s\"", v->scope) : "NULL",
         v->group ? format(", \"%s\"", v->group) : ", NULL",
-        !ints ? "" : v->file_dtype == KDRT_I32 ? ", KDRT_I32" : ", KDRT_F32");
+        v->file_dtype == KDRT_I32 ? ", KDRT_I32" : ", KDRT_F32"); // issue 25: its file's type
   }
-  if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0, NULL, NULL, NULL},\n");
+  if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0, NULL, NULL, NULL, 0},\n");
   out("};\n");
   int nlora = 0;
   for (int i = 0; i < g->nvars; i++) nlora += g->vars[i]->lora_a != NULL;
