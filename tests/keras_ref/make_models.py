@@ -872,6 +872,34 @@ def normalization():
     return sparse_classifier(x, out, "normalization")
 
 
+# issue 25: adapted_norm's input features, far from mean 0 and variance 1
+ADAPT_LOC, ADAPT_SCALE = (2.0, -1.0, 0.5, 4.0), (0.5, 2.0, 1.5, 1.0)
+
+
+def adapted_norm():
+    # issue 25: Normalization adapted to the training data (layer.adapt): its
+    # mean, variance and count are weights, its config's mean and variance
+    # null. On the input: over the features, over steps and features, over
+    # the steps inverted, over everything (axis None); and one after a
+    # Dense, adapted to that Dense's outputs at the start, so that the
+    # gradient runs through it.
+    data = fake_data(MODELS["adapted_norm"], 64)[0][0]  # run_ref.py's training data
+    x = keras.Input((6, 4), name="seq")
+    outs = []
+    for name, axis, invert in (("norm", -1, False), ("norm_both", (1, 2), False),
+                               ("norm_steps", 1, True), ("norm_all", None, False)):
+        n = layers.Normalization(axis=axis, invert=invert, name=name)
+        n.adapt(data)
+        outs.append(n(x))
+    h = layers.Concatenate(name="cat")(outs)
+    h = layers.Dense(8, activation="tanh", name="dense")(h)
+    n = layers.Normalization(name="norm_units")
+    n.adapt(np.asarray(keras.Model(x, h)(data)))
+    h = layers.Flatten(name="flatten")(n(h))
+    out = layers.Dense(10, activation="softmax", name="out")(h)
+    return sparse_classifier(x, out, "adapted_norm")
+
+
 def transposed_op():
     # issue 11: output_padding: Conv2DTranspose 'same' (odd kernel) and
     # 'valid' (a stride over the kernel, each dim its own), Conv1DTranspose
@@ -1602,6 +1630,24 @@ MODELS = {
             "normalization_dp": DP_8,
         },
     ),
+    "adapted_norm": dict(
+        build=adapted_norm, inputs=[("seq", (6, 4), ("float", ADAPT_LOC, ADAPT_SCALE))],
+        outputs=["sparse10"],
+        dists={
+            # the statistics split as the dims they scale (norm_steps's steps
+            # over 'data'); count, a scalar, replicated
+            "adapted_norm": model_parallel({
+                "norm/(mean|variance)": ["model"],
+                "norm_both/(mean|variance)": [None, "model"],
+                "norm_steps/(mean|variance)": ["data"],
+                "dense/kernel": [None, "model"],
+                "dense/bias": ["model"],
+                "norm_units/(mean|variance)": ["model"],
+                "out/kernel": ["model", None],
+            }),
+            "adapted_norm_dp": DP_8,
+        },
+    ),
     "transposed_op": dict(
         build=transposed_op,
         inputs=[("image", (5, 4, 3), "float"), ("seq", (6, 3), "float")],
@@ -1857,6 +1903,8 @@ def fake_data(entry, n=16):
     for _name, shape, kind in entry["inputs"]:
         if kind == "float":
             xs.append(rng.normal(size=(n,) + shape).astype("float32"))
+        elif isinstance(kind, tuple):  # issue 25: ("float", loc, scale) per feature
+            xs.append((rng.normal(size=(n,) + shape) * kind[2] + kind[1]).astype("float32"))
         else:  # int32 ids in [0, vocabulary)
             xs.append(rng.integers(0, kind, (n,) + shape).astype("int32"))
     for kind in entry["outputs"]:

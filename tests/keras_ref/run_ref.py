@@ -147,6 +147,12 @@ Cases (model, distribution spec from models/):
                                                              variance in the config: features, steps,
                                                              inverted, scalar); features split
     normalization_dp normalization normalization_dp.dist.json DataParallel (8,)
+    adapted_norm    adapted_norm   adapted_norm.dist.json    ModelParallel (2,4)  Normalization adapted to
+                                                             the training data (mean, variance,
+                                                             count as weights: features, steps and
+                                                             features, steps inverted, axis None,
+                                                             after a Dense); statistics split
+    adapted_norm_dp adapted_norm   adapted_norm_dp.dist.json DataParallel (8,)
     transposed_op   transposed_op  transposed_op.dist.json   ModelParallel (2,4)  output_padding of
                                                              Conv2DTranspose (same, valid) and
                                                              Conv1DTranspose (same, even kernel);
@@ -391,6 +397,7 @@ DATA = {
     "noise_norms": (64, 2),
     "conv1d_family": (64, 2),
     "normalization": (64, 2),
+    "adapted_norm": (64, 2),  # make_models.adapted_norm adapts to these 64 samples
     "transposed_op": (64, 2),
     "lstm_text": (64, 2),
     "gru_text": (64, 2),
@@ -580,6 +587,8 @@ CASES = {
     "conv1d_family_dp": ("conv1d_family", "conv1d_family_dp"),
     "normalization": ("normalization", "normalization"),
     "normalization_dp": ("normalization", "normalization_dp"),
+    "adapted_norm": ("adapted_norm", "adapted_norm"),
+    "adapted_norm_dp": ("adapted_norm", "adapted_norm_dp"),
     "transposed_op": ("transposed_op", "transposed_op"),
     "transposed_op_dp": ("transposed_op", "transposed_op_dp"),
     "lstm_text": ("lstm_text", "lstm_text"),
@@ -855,7 +864,8 @@ def run_case(case, out, hlo):
         # Frozen layers (trainable=False): the weights Keras left bit for bit
         # as they were, which kdcc must leave so too.
         frozen = []
-        if any(not layer.trainable for layer in model.layers):
+        if any(not layer.trainable or isinstance(layer, keras.layers.Normalization)
+               for layer in model.layers):  # issue 25: adapted statistics too
             initial = archive_weights(keras_path)
             frozen = [k for k in sorted(final) if np.array_equal(final[k], initial[k])]
     finally:

@@ -3,7 +3,9 @@
 #
 # For models/seed_mlp.keras, models/cnn.keras, models/nested.keras and
 # models/nested_frozen.keras (models used as layers: their weights under
-# layers/sequential/layers/..., layers/functional/layers/...) compiled for a (2,4) mesh,
+# layers/sequential/layers/..., layers/functional/layers/...), and
+# tests/fixtures/keras_ref/adapted_norm/model.keras (adapted Normalizations: their
+# statistics and int32 count in the file, split over the mesh) compiled for a (2,4) mesh,
 # 8 ranks: predict from the archive's own weights and from a .weights.h5
 # Keras wrote (reading, sharded), train a few steps and --save-weights
 # (gathering, writing), predict from that file; then Keras loads each file
@@ -45,16 +47,19 @@ rm -rf "$D" && mkdir -p "$D"
 fail=0
 bad() { echo "keras_weights: FAIL: $*"; fail=1; }
 
-"$PY" tests/keras_ref/check_weights.py prepare "$D" seed_mlp cnn nested nested_frozen || exit 1
+"$PY" tests/keras_ref/check_weights.py prepare "$D" seed_mlp cnn nested nested_frozen adapted_norm ||
+  exit 1
 
 run8() { mpirun -np 8 "$@" >"$D/out.txt" 2>&1 || { cat "$D/out.txt"; return 1; }; }
 
 # model  distribution                    batch  trained weights saved as
 for spec in "seed_mlp seed_mlp_fixed.dist.json 16 weights.h5" "cnn cnn.dist.json 8 keras" \
-            "nested nested.dist.json 8 weights.h5" "nested_frozen nested_frozen.dist.json 8 keras"; do
+            "nested nested.dist.json 8 weights.h5" "nested_frozen nested_frozen.dist.json 8 keras" \
+            "adapted_norm adapted_norm.dist.json 16 keras"; do
   set -- $spec
   m=$1 dist=$2 batch=$3 ext=$4
-  ./kdcc "models/$m.keras" --distribution "models/$2" --batch-size "$batch" -w -o "$D/$m" ||
+  src=models/$m.keras && [ -f "$src" ] || src=tests/fixtures/keras_ref/$m/model.keras
+  ./kdcc "$src" --distribution "$(dirname "$src")/$dist" --batch-size "$batch" -w -o "$D/$m" ||
     { bad "$m: kdcc failed"; continue; }
   p="$D/$m"
   run8 "$p" predict --x "$p.x.npy" --out "$p.read.npy" || bad "$m: predict"
@@ -87,6 +92,7 @@ rc=$?
 grep -q "must end in .weights.h5 or .keras" "$D/err.txt" || { cat "$D/err.txt"; bad "--save-weights never.h5: message"; }
 ls "$D" | grep -q never && bad "a failed run wrote a file: $(ls "$D" | grep never)"
 
-"$PY" tests/keras_ref/check_weights.py check "$D" seed_mlp cnn nested nested_frozen || fail=1
+"$PY" tests/keras_ref/check_weights.py check "$D" seed_mlp cnn nested nested_frozen adapted_norm ||
+  fail=1
 [ $fail = 0 ] && echo "keras_weights: ok"
 exit $fail
