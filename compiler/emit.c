@@ -445,7 +445,7 @@ void emit_program_tables(void) {
   if (nlora) {
     out("\n// LoRA: kernel, a, b (vars), scale: the kernel used as kernel + scale * a . b;\n"
         "// keras-hub's .lora.h5 group lora/<index>\n");
-    out("static const struct kdrt_lora lora[] = {\n");
+    out("static const kdrt_lora lora[] = {\n");
     for (int i = 0; i < g->nvars; i++) {
       const Var *v = g->vars[i];
       if (!v->lora_a) continue;

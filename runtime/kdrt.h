@@ -62,6 +62,14 @@ typedef struct {
 // the batch, already reduced (identical on every rank).
 typedef void kdrt_step_fn(kdrt_ctx *c, const void *const *x, const void *const *y, float *logs);
 
+// issue 24: a LoRA kernel, used as vars[kernel] + scale * vars[a] . vars[b];
+// index: its group in keras-hub's .lora.h5 (lora/<index>/vars).
+typedef struct kdrt_lora {
+  int kernel, a, b;
+  float scale;
+  int index;
+} kdrt_lora;
+
 typedef struct {
   const char *model_name;            // for messages
   int mesh_ndim;
@@ -109,7 +117,7 @@ typedef struct {
   // file holds the kernel merged and no a or b (kdrt_weights_*); keras-hub's
   // .lora.h5 holds a and b under lora/<index>/vars (kdrt_lora_*).
   int nlora;
-  const struct kdrt_lora { int kernel, a, b; float scale; int index; } *lora;  // [nlora]
+  const kdrt_lora *lora;             // [nlora]
 } kdrt_program;
 
 // One step of an arena plan: buffer `slot` taken (ALLOC) or given back

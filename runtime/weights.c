@@ -964,7 +964,7 @@ int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   }
   // A LoRA kernel is saved merged, as Keras saves it: w + scale * a . b
   for (int i = 0; i < p->nlora && c->rank == 0; i++) {
-    const struct kdrt_lora *l = &p->lora[i];
+    const kdrt_lora *l = &p->lora[i];
     const kdrt_layout *lb = &p->vars[l->b].layout;
     int64_t r = lb->gshape[0], n = lb->gshape[1], m = elems(&p->vars[l->kernel].layout) / n;
     const float *a = global[l->a], *b = global[l->b];

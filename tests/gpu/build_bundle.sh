@@ -15,6 +15,8 @@
 #                         beside models/NAME.json) and each tests/gradcheck
 #                         model, one device, batch 16, fp32
 #             c_{cnn,gpt}_{tf32,bf16}   the same at the other precisions
+#             c_hub_NAME  keras-hub's GPT-2, Llama, Gemma 2, Mistral, Qwen (and
+#                         Llama with LoRA) from tests/fixtures/keras_hub
 #             m22_NAME    five models on the (2,2) mesh (one GPU, four ranks)
 #             p_NAME_PREC the speed programs (GPT2=1 adds GPT-2's shape)
 #             cpu_{cnn,megatron}        CPU programs that resume the GPU's
@@ -58,6 +60,13 @@ plan() {
   for n in cnn gpt; do
     for p in tf32 bf16; do echo "c_${n}_$p models/$n.json --batch-size 16 $CU --precision $p"; done
   done
+  # keras-hub's families (rotary embedding, padding and sliding-window masks,
+  # soft caps) from their fixtures' archives, and LoRA
+  for n in gpt2 llama gemma2 mistral qwen; do
+    echo "c_hub_$n tests/fixtures/keras_hub/hub_$n/model.keras --sequence-length 16 --batch-size 16 $CU"
+  done
+  echo "c_hub_llama_lora tests/fixtures/keras_hub/hub_llama_lora/model.keras --sequence-length 16" \
+       "--lora-rank 4 --batch-size 16 $CU"
   for n in $m22_models; do
     echo "m22_$n models/$n.json --distribution models/$n.dist.json --mesh data=2,model=2 --batch-size 16 $CU"
   done
