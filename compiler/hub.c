@@ -111,10 +111,7 @@ static bool lora_target(const char *name) {
   return hit;
 }
 
-// keras-hub's backbone.enable_lora(rank): every layer frozen, then the
-// target projections trained again, their kernels through LoRA (alpha =
-// rank). The attention layers whose projections kdcc builds inside them
-// (MultiHeadAttention, GroupedQueryAttention) get the targets' names.
+// Projection proj's number in keras-hub's .lora.h5 (see Hub) in block h->block.
 static int lora_index(Hub *h, const char *proj) {
   static const char *const order[] = {"value", "key", "query"};
   int k = 0;
@@ -122,6 +119,10 @@ static int lora_index(Hub *h, const char *proj) {
   return h->top + h->block * h->per_block + h->attention_output + 1 + k;
 }
 
+// keras-hub's backbone.enable_lora(rank): every layer frozen, then the
+// target projections trained again, their kernels through LoRA (alpha =
+// rank). The attention layers whose projections kdcc builds inside them
+// (MultiHeadAttention, GroupedQueryAttention) get the targets' names.
 static void enable_lora(Hub *h, const char *cls, const char *name, json_t *cfg) {
   bool attention = !strcmp(cls, "MultiHeadAttention") || !strcmp(cls, "GroupedQueryAttention");
   bool target = !strcmp(cls, "EinsumDense") && lora_target(name);
@@ -181,7 +182,10 @@ static json_t *normal(Hub *h, double stddev) {
                               "mean", 0.0, "stddev", stddev, "seed"));
 }
 
-static json_t *one(Hub *h, const char *name) { return located(h, json_pack("[o]", tensor(h, name, 0))); }
+// A call's arguments: one tensor, or a list of two (a merge's).
+static json_t *one(Hub *h, const char *name) {
+  return located(h, json_pack("[o]", tensor(h, name, 0)));
+}
 
 static json_t *two(Hub *h, const char *a, const char *b) {
   return located(h, json_pack("[[o, o]]", tensor(h, a, 0), tensor(h, b, 0)));
