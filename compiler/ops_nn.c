@@ -28,17 +28,25 @@ static void softmax_grad(Graph *g, Node *n, const bool *need) {
 
 // Attention's scores [.., t, u] with a scale and a causal mask folded in
 // (fuse.c): the outer rows, the query rows t of this block and its first
-// query position, the keys (whole: softmax's last dim is never split).
+// query position, the keys (whole: softmax's last dim is never split), the
+// scale by name (scale_decl: 1 / sqrt(head_dim) as such where it is one).
 static char *scores_args(const Node *n) {
   int r = n->shape.rank;
-  return format("%s, %s, %s, %s, %s, %d", sym_c(sym_prod(n, 0, r - 2, true)),
+  return format("%s, %s, %s, %s, scale, %d", sym_c(sym_prod(n, 0, r - 2, true)),
                 sym_c(sym_dim(n, r - 2, true)), sym_c(sym_dim(n, r - 1, true)),
-                block_start(n, r - 2), flt(n->sm.scale), n->sm.causal);
+                block_start(n, r - 2), n->sm.causal);
+}
+
+static char *scale_decl(const Node *n) {
+  double d = 1.0 / ((double)n->sm.scale * (double)n->sm.scale); // the head dim, if it is one
+  bool head = d >= 0.999 && fabs(d - nearbyint(d)) < 1e-3 * d;
+  return format("const float scale = %s;%s", flt(n->sm.scale),
+                head ? format(" // 1 / sqrt(%.0f)", nearbyint(d)) : "");
 }
 
 static void softmax_emit(const Node *n, Lowering *lw) {
   if (n->sm.fused)
-    lower_call(lw, "attn_softmax", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]),
+    lower_call(lw, "attn_softmax", false, scale_decl(n), "%s, %s, %s", buf(n), buf(n->in[0]),
                scores_args(n));
   else
     lower_call(lw, "softmax", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), rows_c(n),
@@ -47,8 +55,8 @@ static void softmax_emit(const Node *n, Lowering *lw) {
 
 static void softmax_grad_emit(const Node *n, Lowering *lw) {
   if (n->sm.fused)
-    lower_call(lw, "attn_softmax_grad", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
-               buf(n->in[1]), scores_args(n));
+    lower_call(lw, "attn_softmax_grad", false, scale_decl(n), "%s, %s, %s, %s", buf(n),
+               buf(n->in[0]), buf(n->in[1]), scores_args(n));
   else
     lower_call(lw, "softmax_grad", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
                buf(n->in[1]), rows_c(n), cols_c(n));
