@@ -17,8 +17,22 @@
 // The walk starts from the losses: each output's loss seeds its output's
 // gradient (LOSS_GRAD, or XENT_GRAD for a crossentropy from logits made of
 // row statistics), scaled by the loss's weight in the total; the
-// regularizers' penalty, added to the total as it is, seeds 1.
+// regularizers' penalty, added to the total as it is, seeds 1. Under a loss
+// scale (issue 23) each seed is multiplied by it (LOSS_SCALE), and the
+// update phase begins with UNSCALE, the step's decision (ops.c).
 #include "kdcc.h"
+
+// issue 23: a seed of the backward pass times the dynamic loss scale, in a
+// loss-scaled program (Keras's LossScaleOptimizer scales the total loss,
+// whose gradient each seed is; ops.c).
+static Node *loss_scaled(Graph *g, Node *dy) {
+  if (!g->model->opt.loss_scale) return dy;
+  Node *s = new_node1(g, OP_LOSS_SCALE, dy, dy->shape);
+  s->name = format("%s * loss scale", dy->name);
+  s->layer = dy->layer;
+  s->loc = dy->loc;
+  return s;
+}
 
 // The gradient of loss node l with respect to its prediction.
 static void seed_loss(Graph *g, Node *l, const bool *need) {
@@ -38,7 +52,7 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
   dp->name = format("grad(%s)", l->name);
   dp->layer = p->layer;
   dp->loc = l->loc;
-  accumulate(g, p, dp);
+  accumulate(g, p, loss_scaled(g, dp));
 }
 
 // issue 11: variable v's constraint after its update u (whose value is v,
@@ -170,7 +184,7 @@ void build_backward(Graph *g) {
     Node *one = new_node1(g, OP_SCALE, g->penalty, (Shape){0});
     one->aff = (AffAttr){0, 1};
     one->name = "grad(regularization)";
-    accumulate(g, g->penalty, one);
+    accumulate(g, g->penalty, loss_scaled(g, one));
   }
   for (int i = nfwd - 1; i >= 0; i--) {
     Node *n = g->nodes[i];
@@ -202,6 +216,10 @@ void build_backward(Graph *g) {
     v->grad = v->param->grad;
     v->grad->name = format("grad(%s)", v->path);
     v->nslots = opt_nslots(o);
+  }
+  if (o->loss_scale) { // issue 23: the loss scale's decision, before any reader of a gradient
+    Node *u = new_node(g, OP_UNSCALE, 0, NULL);
+    u->name = "loss scale";
   }
   Node *global = o->global_clipnorm > 0 ? clip_factor(g, NULL) : NULL;
   for (int i = 0; i < g->nvars; i++) {

@@ -92,7 +92,13 @@ void emit_preamble(const char *what) {
       "// then the layout (one entry per dim: the mesh axis it is split over), then local.\n",
       EB == BACKEND_CUDA ? "; each rank drives one GPU, and P, G and A are device pointers"
                          : "");
-  out("// Each call is one kernel of runtime/kdrt_ops.h's list.\n\n");
+  out("// Each call is one kernel of runtime/kdrt_ops.h's list.\n");
+  if (md->opt.loss_scale) // issue 23
+    out("// Keras's LossScaleOptimizer wraps %s (%s): the loss is\n"
+        "// scaled by c->loss_scale (initial %.17g), doubled after %lld finite steps in a row,\n"
+        "// halved and the step skipped when a gradient is not finite on some rank.\n",
+        md->opt.cls, md->opt.loss_scale_why, md->opt.loss_scale, (long long)md->opt.growth_steps);
+  out("\n");
   if (EB == BACKEND_C)
     out("#include <stdint.h>\n#include <string.h>\n\n#include \"kdrt.h\"\n");
   else
@@ -228,7 +234,8 @@ static bool emits_code(const Node *n) {
 static unsigned steps_of(const Node *n) {
   unsigned s = 1u << STEP_TRAIN;
   if (n->phase <= PH_LOSS && !train_only[n->id]) s |= 1u << STEP_EVAL;
-  if (n->op != OP_UPDATE && n->op != OP_ASSIGN) s |= 1u << STEP_GRAD; // variables unchanged
+  if (n->op != OP_UPDATE && n->op != OP_ASSIGN && n->op != OP_UNSCALE) // variables unchanged
+    s |= 1u << STEP_GRAD;
   return s;
 }
 
@@ -548,6 +555,10 @@ void emit_program_fields(const char *lhs, const char *end) {
   FIELD("learning_rate", "%s", flt(md->opt.lr));
   FIELD("schedule", "%s", md->opt.schedule ? "&schedule" : "NULL");
   FIELD("optimizer", "\"%s\"", md->opt.cls);
+  if (md->opt.loss_scale) { // issue 23: its LossScaleOptimizer
+    FIELD("loss_scale", "%.17g", md->opt.loss_scale);
+    FIELD("loss_scale_growth_steps", "%lld", (long long)md->opt.growth_steps);
+  }
   FIELD("param_floats", "PARAM_FLOATS");
   FIELD("grad_floats", "GRAD_FLOATS");
   FIELD("arena_floats", "ARENA_FLOATS");

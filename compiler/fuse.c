@@ -144,7 +144,9 @@ void fuse_elementwise(Graph *g) {
   // nothing else and reaches its update with no collective between, and
   // every other reader of w comes before that GEMM.
   const Optimizer *o = &g->model->opt;
-  if (o->kind != OPT_SGD || o->momentum != 0 || opt_clips(o) || o->weight_decay != 0) return;
+  if (o->kind != OPT_SGD || o->momentum != 0 || opt_clips(o) || o->weight_decay != 0 ||
+      o->loss_scale) // issue 23: the gradient is needed whole, for the loss scale's decision
+    return;
   int *nuse = xcalloc(n, sizeof *nuse), *last_read = xcalloc(n, sizeof *last_read);
   for (int i = 0; i < n; i++)
     for (int a = 0; a < g->nodes[i]->nin; a++) {

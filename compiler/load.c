@@ -181,8 +181,7 @@ static const struct {
 } policies[] = {
   {"float32", 0, NULL},
   {"mixed_bfloat16", KDRT_ROUND_BF16, NULL},
-  {"mixed_float16", KDRT_ROUND_F16, "needs Keras's LossScaleOptimizer (dynamic loss scaling), "
-                                    "which kdcc does not implement yet"},
+  {"mixed_float16", KDRT_ROUND_F16, NULL}, // with compile's LossScaleOptimizer (load_compile.c)
   {"bfloat16", KDRT_ROUND_BF16, "keeps its variables in bfloat16, which kdcc does not do yet "
                                 "(use mixed_bfloat16)"},
   {"float16", KDRT_ROUND_F16, "keeps its variables in float16, which kdcc does not do yet"},
@@ -205,7 +204,8 @@ static void set_policy(Layer *l, const char *t, Loc at) {
   while (i < n && strcmp(policies[i].name, t)) i++;
   const char *from = at.file ? "" : " (--dtype-policy)";
   if (i == n)
-    error_at(at, "layer '%s': dtype '%s'%s is not supported (float32, mixed_bfloat16%s)", l->name,
+    error_at(at, "layer '%s': dtype '%s'%s is not supported (float32, mixed_bfloat16, "
+             "mixed_float16%s)", l->name,
              t, from, strcmp(l->cls, "InputLayer") ? "" : ", or integer ids on an InputLayer");
   if (policies[i].not_yet)
     error_at(at, "layer '%s': dtype policy '%s'%s %s", l->name, t, from, policies[i].not_yet);

@@ -296,6 +296,43 @@ static Schedule *load_schedule(const Optimizer *o, json_t *v) {
   return s;
 }
 
+static void load_optimizer(Model *m, json_t *v);
+
+// issue 23: keras.mixed_precision.LossScaleOptimizer as the compile_config
+// names it (a model compiled with one): its inner optimizer, initial_scale
+// and dynamic_growth_steps (Keras's defaults 2^15 and 2000 where absent;
+// keras/src/optimizers/loss_scale_optimizer.py).
+static void load_loss_scale_optimizer(Model *m, json_t *v) {
+  json_t *cfg = json_object_get(v, "config");
+  json_t *inner = json_is_object(cfg) ? json_object_get(cfg, "inner_optimizer") : NULL;
+  if (!inner || json_is_null(inner))
+    error_at(jloc(json_is_object(cfg) ? cfg : v), "optimizer 'LossScaleOptimizer': no "
+             "'inner_optimizer'");
+  const char *icls = json_is_string(inner) ? json_string_value(inner)
+                                           : json_get_str(inner, "class_name");
+  if (icls && !strcmp(icls, "LossScaleOptimizer"))
+    error_at(jloc(inner), "optimizer 'LossScaleOptimizer': its inner optimizer is a "
+             "LossScaleOptimizer too");
+  json_t *dyn = json_object_get(cfg, "dynamic");
+  if (dyn && json_is_false(dyn)) // Keras refuses it too
+    error_at(jloc(dyn), "optimizer 'LossScaleOptimizer': 'dynamic' false is not supported (Keras "
+             "3 only scales dynamically)");
+  load_optimizer(m, inner);
+  Optimizer *o = &m->opt;
+  const char *what = "optimizer 'LossScaleOptimizer'";
+  o->loss_scale = opt_num(what, cfg, "initial_scale", 32768.0);
+  if (!(o->loss_scale > 0))
+    error_at(jloc_key(cfg, "initial_scale"), "%s: 'initial_scale' must be > 0", what);
+  json_t *gs = json_object_get(cfg, "dynamic_growth_steps");
+  o->growth_steps = 2000;
+  if (gs && !json_is_null(gs)) {
+    if (!json_is_integer(gs) || json_integer_value(gs) < 1)
+      error_at(jloc(gs), "%s: 'dynamic_growth_steps' must be an integer >= 1", what);
+    o->growth_steps = json_integer_value(gs);
+  }
+  o->loss_scale_why = "the compile_config's";
+}
+
 static void load_optimizer(Model *m, json_t *v) {
   Optimizer *o = &m->opt;
   o->loc = jloc(v);
@@ -303,6 +340,10 @@ static void load_optimizer(Model *m, json_t *v) {
   json_t *at = json_is_string(v) ? v : json_object_get(v, "class_name");
   if (!cls)
     error_at(jloc(v), "'optimizer' must be an optimizer name or an optimizer object");
+  if (json_is_object(v) && !strcmp(cls, "LossScaleOptimizer")) {
+    load_loss_scale_optimizer(m, v);
+    return;
+  }
   const OptName *on = NULL;
   for (size_t i = 0; i < sizeof opt_names / sizeof *opt_names; i++)
     if (!strcasecmp(cls, opt_names[i].cls))
@@ -496,6 +537,31 @@ static void load_metrics(Model *m, json_t *v) {
   }
 }
 
+// issue 23: Keras's compile wraps the optimizer in a LossScaleOptimizer
+// (initial_scale 2^15, dynamic_growth_steps 2000) when the model's own
+// dtype policy is mixed_float16 (trainers/trainer.py: auto_scale_loss and
+// self.dtype_policy.name == "mixed_float16"), and the saved compile_config
+// keeps the optimizer it was given. The model's policy is the global one
+// when it was built, which the saved config does not hold (a Functional's
+// has no dtype; Keras's load_model gives it the global policy at load
+// time); its layers took that same policy unless given their own. So the
+// model is taken to be mixed_float16 when a layer is: the global policy
+// set, a layer or two (a float32 output, as Keras's guide has it) set
+// otherwise. (A float32 model with only some layers given mixed_float16
+// one by one trains without loss scaling in Keras; kdcc scales it.)
+static void infer_loss_scale(Model *m) {
+  Optimizer *o = &m->opt;
+  if (o->loss_scale) return; // the compile_config's own
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i]->cdt == KDRT_ROUND_F16) {
+      o->loss_scale = 32768.0;
+      o->growth_steps = 2000;
+      o->loss_scale_why = format("as compile does for a mixed_float16 model: layer '%s'",
+                                 m->layers[i]->name);
+      return;
+    }
+}
+
 void load_compile(Model *m, json_t *cc) {
   m->losses = xcalloc(m->noutputs, sizeof *m->losses);
   for (int i = 0; i < m->noutputs; i++)
@@ -503,6 +569,7 @@ void load_compile(Model *m, json_t *cc) {
   load_optimizer(m, json_string("adam"));
   if (!cc || json_is_null(cc)) {
     for (int i = 0; i < m->noutputs; i++) m->losses[i].has = true;
+    infer_loss_scale(m);
     return;
   }
   if (!json_is_object(cc))
@@ -529,4 +596,5 @@ void load_compile(Model *m, json_t *cc) {
   for (int i = 0; i < m->noutputs; i++) any |= m->losses[i].has;
   if (!any)
     error_at(jloc(loss), "model '%s': no output has a loss", m->name);
+  infer_loss_scale(m);
 }

@@ -31,7 +31,8 @@ static const char usage[] =
   "  --lora-targets a,b    the projections LoRA adapts (default query,value)\n"
   "  --dtype-policy P      Keras's dtype policy for every layer but the inputs, as\n"
   "                        mixed_precision.set_global_policy(P) would give them:\n"
-  "                        float32 or mixed_bfloat16 (storage stays float32)\n"
+  "                        float32, mixed_bfloat16 or mixed_float16 (with Keras's\n"
+  "                        LossScaleOptimizer; storage stays float32)\n"
   "  --max-memory SIZE     most bytes one device may need (K, M, G, T suffixes;\n"
   "                        default: this machine's memory)\n"
   "  -w                    no warnings\n";

@@ -172,7 +172,8 @@ void plan_memory(Graph *g) {
       plan_step(g, PLAN_SCRATCH, y, s, 0);
     }
     if (n->op == OP_PARAM) continue;
-    if (n->op == OP_UPDATE || n->op == OP_ASSIGN) { // in place, into the variable
+    if (n->op == OP_UPDATE || n->op == OP_ASSIGN || n->op == OP_UNSCALE) { // in place, into
+                                             // the variable (UNSCALE: into every gradient)
       n->region = REGION_NONE;
       continue;
     }

@@ -610,6 +610,55 @@ static void grad_clip_emit(const Node *n, Lowering *lw) {
 
 const OpDef op_GRAD_CLIP = {"grad_clip", 1, 0, false, rule_elementwise, NULL, grad_clip_emit};
 
+// ---------------------------------------------------------------- issue 23: loss scaling
+// Keras's LossScaleOptimizer (Optimizer.loss_scale): the backward pass
+// starts from the total loss times the dynamic scale (LOSS_SCALE on each
+// seed: the scale is a power of two, so where the float32 chain multiplies
+// by it changes no bit), so that small float16 gradients do not flush to
+// zero (and large ones overflow to infinity). Once every gradient is whole
+// in the gradient blob (the update phase's collectives go first, fuse.c),
+// UNSCALE is the optimizer's decision for the step (the runtime's
+// kdrt_loss_scale_step): every gradient divided by the scale, and the
+// updates and constraints run only when all of them are finite on every
+// rank (c->apply_update; moving statistics update either way, as Keras's
+// come from the forward pass); the optimizer's iterations count the steps
+// that update (c->iterations). The gradient check takes the loss's own
+// gradients: neither scaled nor unscaled.
+
+static void loss_scale_emit(const Node *n, Lowering *lw) {
+  if (lw->step == STEP_GRAD)
+    lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
+  else
+    lower_call(lw, "scale", false, NULL, "%s, %s, %s, c->loss_scale, 0.0f", buf(n),
+               buf(n->in[0]), elems_c(n));
+}
+
+const OpDef op_LOSS_SCALE = {"loss_scale", 1, 1, false, rule_elementwise, NULL, loss_scale_emit};
+
+static void unscale_emit(const Node *n, Lowering *lw) {
+  for (int i = 0; i < EG->nvars; i++) { // every gradient is made before
+    const Node *b = EG->vars[i]->grad;
+    while (b && b->op == OP_RESHAPE) b = b->in[0];
+    if (b && b->id > n->id) unreachable();
+  }
+  lw->note = "every gradient / the scale; whether the updates below run (c->apply_update)";
+  lower_call(lw, "loss_scale_step", true, NULL, "G");
+}
+
+const OpDef op_UNSCALE = {"unscale", 0, 0, false, rule_none, NULL, unscale_emit};
+
+// The optimizer's step t (from 1) in an update's call: its iterations,
+// which a loss scale's skipped steps do not count.
+static const char *opt_step(void) {
+  return EG->model->opt.loss_scale ? "c->iterations + 1" : "c->step + 1";
+}
+
+// A loss-scaled program's update or constraint runs only on a step whose
+// gradients are finite (UNSCALE).
+static void guard_update(Lowering *lw) {
+  if (EG->model->opt.loss_scale) lw->loop = "if (c->apply_update)";
+}
+
 // w, g and the gradient's clipping factor f (a scalar, whole on every
 // device), if any.
 static void update_rule(const Node *n, Rule *r) {
@@ -631,6 +680,7 @@ static void update_emit(const Node *n, Lowering *lw) {
     lw->note = format("done by the GEMM that makes the gradient (%%%d)", n->in[1]->id);
     return;
   }
+  guard_update(lw);
   const Optimizer *o = &EG->model->opt;
   char *w = buf(n->in[0]), *gr = buf(n->in[1]);
   long long N = lelems(n->in[0]), stride = (N + 15) / 16 * 16;
@@ -649,13 +699,13 @@ static void update_emit(const Node *n, Lowering *lw) {
                flt(o->momentum), o->nesterov);
     return;
   case OPT_ADAM:
-    lower_call(lw, "adam", false, NULL, "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, c->step + 1",
-               w, gr, s[0], s[1], s[2], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon));
+    lower_call(lw, "adam", false, NULL, "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s", w, gr,
+               s[0], s[1], s[2], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), opt_step());
     return;
   case OPT_ADAMW:
     lower_call(lw, "adamw", false, NULL,
-               "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, c->step + 1", w, gr, s[0], s[1],
-               s[2], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), flt(o->weight_decay));
+               "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, %s", w, gr, s[0], s[1], s[2], N,
+               flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), flt(o->weight_decay), opt_step());
     return;
   case OPT_RMSPROP: { // velocity, then momentum and average_gradient where they are on
     bool mom = o->momentum > 0;
@@ -669,14 +719,14 @@ static void update_emit(const Node *n, Lowering *lw) {
                flt(o->epsilon));
     return;
   case OPT_ADAMAX:
-    lower_call(lw, "adamax", false, NULL, "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, c->step + 1",
-               w, gr, s[0], s[1], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon));
+    lower_call(lw, "adamax", false, NULL, "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s", w, gr,
+               s[0], s[1], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), opt_step());
     return;
   case OPT_NADAM:
     lower_call(lw, "nadam", false, NULL,
-               "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, c->step + 1, "
-               "kdrt_nadam_product(c, %s, c->step + 1)", w, gr, s[0], s[1], N, flt(o->beta_1),
-               flt(o->beta_2), flt(o->epsilon), flt(o->beta_1));
+               "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, kdrt_nadam_product(c, %s, %s)", w,
+               gr, s[0], s[1], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), opt_step(),
+               flt(o->beta_1), opt_step());
     return;
   case OPT_LION:
     lower_call(lw, "lion", false, NULL, "%s, %s, %s, %lld, c->lr, %s, %s", w, gr, s[0], N,
@@ -692,6 +742,7 @@ const OpDef op_UPDATE = {"update", -1, 0, false, update_rule, NULL, update_emit}
 // issue 11: a constraint's result written over its variable, after the
 // update (u, whose buffer is the variable's); training steps only.
 static void assign_emit(const Node *n, Lowering *lw) {
+  guard_update(lw);
   lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n->in[0]), buf(n->in[1]),
              elems_c(n->in[0]));
 }

@@ -40,6 +40,9 @@
 //   h 0x1.0ap+0 0x1.9p-4 0x0p+0 0x0p+0          every log's mean, then every val_ log's)
 //   steploss 40                                (every step's loss so far, 8 a line)
 //   0x1.1p+0 0x1.08p+0 ...
+//   lossscale 0x1p+14 count 3 iterations 38    (issue 23, a loss-scaled program's only:
+//   stepscale 40                               its scale, finite steps since it moved and
+//   0x1p+15 0x1p+15 ...                        the optimizer's iterations; every step's scale)
 //   files 8
 //   file shard-00000.kdck 493312 9f1e22c0
 //   crc 1c291d57                               (of every byte before this line)
@@ -531,6 +534,12 @@ char *kdrt_ckpt_manifest_format(const kdrt_ckpt_manifest *m, size_t *len) {
   sb_printf(&b, "steploss %lld\n", (long long)st->nsteps);
   for (int64_t i = 0; i < st->nsteps; i++)
     sb_printf(&b, "%a%s", st->step_loss[i], i % 8 == 7 || i + 1 == st->nsteps ? "\n" : " ");
+  if (st->has_loss_scale) { // issue 23
+    sb_printf(&b, "lossscale %a count %lld iterations %lld\nstepscale %lld\n", st->loss_scale,
+              (long long)st->loss_scale_count, (long long)st->iterations, (long long)st->nsteps);
+    for (int64_t i = 0; i < st->nsteps; i++)
+      sb_printf(&b, "%a%s", st->step_scale[i], i % 8 == 7 || i + 1 == st->nsteps ? "\n" : " ");
+  }
   sb_printf(&b, "files %d\n", m->nfiles);
   for (int i = 0; i < m->nfiles; i++)
     sb_printf(&b, "file %s %llu %08x\n", m->files[i].name, (unsigned long long)m->files[i].size,
@@ -625,6 +634,26 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
         for (int k = 0; k < want; k++)
           if (to_f64(t[k], &m->step_loss[i + k])) return kdrt_errf(err, errlen, "bad step loss");
       }
+    } else if (!strcmp(t[0], "lossscale") && n == 6 && !strcmp(t[2], "count") &&
+               !strcmp(t[4], "iterations")) { // issue 23
+      if (to_f64(t[1], &st->loss_scale) || !(st->loss_scale > 0) ||
+          to_i64(t[3], &st->loss_scale_count) || to_i64(t[5], &st->iterations) ||
+          st->loss_scale_count < 0 || st->iterations < 0)
+        return kdrt_errf(err, errlen, "bad 'lossscale' line");
+      st->has_loss_scale = 1;
+    } else if (!strcmp(t[0], "stepscale") && n == 2 && !to_i64(t[1], &v) && m->step_loss &&
+               v == st->nsteps && !m->step_scale) {
+      m->step_scale = malloc(sizeof(double) * (size_t)(v ? v : 1));
+      if (!m->step_scale) return kdrt_errf(err, errlen, "out of memory");
+      st->step_scale = m->step_scale;
+      for (int64_t i = 0; i < v; i += 8) {
+        int want = v - i < 8 ? (int)(v - i) : 8;
+        if (next_line(text, body, &pos, t, (int)(sizeof t / sizeof t[0])) != want)
+          return kdrt_errf(err, errlen, "bad step scale line");
+        for (int k = 0; k < want; k++)
+          if (to_f64(t[k], &m->step_scale[i + k]))
+            return kdrt_errf(err, errlen, "bad step scale");
+      }
     } else if (!strcmp(t[0], "files") && n == 2 && !to_i64(t[1], &v) && v >= 1 &&
                v < 10000000 && !files_seen) {
       files_seen = 1;
@@ -645,6 +674,8 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
   }
   if (!m->mesh_ndim || !files_seen || !hist_seen || !m->step_loss)
     return kdrt_errf(err, errlen, "lacks the mesh, logs, history or file list");
+  if (st->has_loss_scale != (m->step_scale != NULL))
+    return kdrt_errf(err, errlen, "has a loss scale without its steps' or the other way round");
   if (nf != m->nfiles || nh != st->nhist)
     return kdrt_errf(err, errlen, "lists %d of %d files, %d of %d epochs", nf, m->nfiles, nh, st->nhist);
   return 0;
@@ -655,8 +686,8 @@ void kdrt_ckpt_manifest_free(kdrt_ckpt_manifest *m) {
   for (int k = 0; m->names && k < m->st.nlogs; k++) free(m->names[k]);
   free(m->hist), free(m->names), free(m->sums);
   m->hist = NULL, m->names = NULL, m->sums = NULL;
-  free(m->step_loss);
-  m->step_loss = NULL;
+  free(m->step_loss), free(m->step_scale);
+  m->step_loss = NULL, m->step_scale = NULL;
   free(m->files);
   m->files = NULL;
 }
@@ -1054,6 +1085,14 @@ int kdrt_ckpt_find(kdrt_ctx *c, const char *dir, kdrt_ckpt_state *st, char *name
       set_err("%s: it was trained with %s, this program trains with %s (another optimizer's "
               "state); resume with the program that wrote it", cdir, m.optimizer,
               c->prog->optimizer);
+      kdrt_ckpt_manifest_free(&m);
+      break;
+    }
+    // issue 23: a loss scale's state is resumed by a program with one only
+    if (m.st.has_loss_scale != (c->prog->loss_scale != 0)) {
+      set_err("%s: it was trained %s a loss scale (Keras's LossScaleOptimizer), this program "
+              "trains %s one; resume with the program that wrote it", cdir,
+              m.st.has_loss_scale ? "with" : "without", m.st.has_loss_scale ? "without" : "with");
       kdrt_ckpt_manifest_free(&m);
       break;
     }

@@ -422,6 +422,10 @@ typedef struct {
   double *sums;                // [nlogs] the running sums of the epoch in progress
   double *step_loss;           // every train step's own loss, in order (nsteps of them)
   int64_t nsteps;
+  // issue 23, a loss-scaled program: each train step's loss scale after it (Keras's
+  // dynamic_scale) and whether it was skipped (its gradients not finite), by step
+  double *step_scale;
+  unsigned char *step_skipped;
   double *eval;                // [nlogs] evaluate's means
   const kdrt_ckpt_state *resume; // --resume: where the checkpoint left off, else NULL
   int epochs_done;             // entries of the history (o->epochs, or fewer when it diverged
@@ -555,7 +559,9 @@ static int after_step(run *r, epoch_run *er, int64_t s, int64_t rows) {
   double units = (double)er->seen / (double)r->B;
   for (int k = 0; k < nl; k++) er->v[k] = er->sum[k] / units;
   r->step_loss[r->nsteps++] = l;
-  if (!isfinite(l)) { // the loss is the same on every rank: all stop here
+  // the loss is the same on every rank: all stop here; but a loss scale's
+  // skipped step changed nothing (Keras's LossScaleOptimizer goes on)
+  if (!isfinite(l) && !(r->step_skipped && r->step_skipped[r->nsteps - 1])) {
     diverge(r, "loss is %s at epoch %d, step %lld", isnan(l) ? "nan" : "inf", e + 1,
             (long long)s + 1);
     if (r->show) {
@@ -570,7 +576,10 @@ static int after_step(run *r, epoch_run *er, int64_t s, int64_t rows) {
                           .steps = er->steps, .ntrain = r->ntrain, .batch = r->B, .nlogs = nl,
                           .log_names = p->log_names, .sums = er->sum, .nhist = e,
                           .hist = (const double *const *)r->hist, .nsteps = r->nsteps,
-                          .step_loss = r->step_loss};
+                          .step_loss = r->step_loss, .has_loss_scale = p->loss_scale != 0,
+                          .loss_scale = r->c->loss_scale,
+                          .loss_scale_count = r->c->loss_scale_count,
+                          .iterations = r->c->iterations, .step_scale = r->step_scale};
     // A checkpoint holds finite weights only: a run that diverges keeps
     // its last finite one (and the one before), never rotated out.
     if (kdrt_ckpt_due(o->checkpoint_every, &st) &&
@@ -592,7 +601,11 @@ static void fit(run *r) {
 
   int64_t *order = malloc(sizeof(int64_t) * (size_t)(r->ntrain ? r->ntrain : 1));
   r->step_loss = malloc(sizeof(double) * (size_t)(o->epochs * steps + 1));
-  if (!order || !r->step_loss)
+  if (p->loss_scale) { // issue 23
+    r->step_scale = malloc(sizeof(double) * (size_t)(o->epochs * steps + 1));
+    r->step_skipped = calloc((size_t)(o->epochs * steps + 1), 1);
+  }
+  if (!order || !r->step_loss || (p->loss_scale && (!r->step_scale || !r->step_skipped)))
     kdrt_fatal(r->c, "out of memory for %lld sample indices", (long long)r->ntrain);
   const kdrt_ckpt_state *ck = r->resume;
   int e0 = 0;
@@ -607,8 +620,10 @@ static void fit(run *r) {
     e0 = (int)(ck->epoch < o->epochs ? ck->epoch : o->epochs);
     for (int i = 0; i < ck->nhist && i < o->epochs; i++)
       for (int k = 0; k < 2 * nl; k++) r->hist[k][i] = ck->hist[k][i];
-    for (; r->nsteps < ck->nsteps && r->nsteps < o->epochs * steps; r->nsteps++)
+    for (; r->nsteps < ck->nsteps && r->nsteps < o->epochs * steps; r->nsteps++) {
       r->step_loss[r->nsteps] = ck->step_loss[r->nsteps];
+      if (r->step_scale) r->step_scale[r->nsteps] = ck->step_scale[r->nsteps];
+    }
     // The callbacks' state (and so the learning rate) is a function of the
     // epochs' logs, which the checkpoint holds: replay them.
     for (int i = 0; i < e0; i++) {
@@ -647,10 +662,15 @@ static void fit(run *r) {
       int64_t rows = load_batch(r, &r->data, order, s);
       for (int k = 0; k < nl; k++) r->logs[k] = 0;
       if (p->schedule) // the rate at the optimizer's iterations, as Keras's optimizer reads it
-        r->c->lr = kdrt_schedule_lr(p->schedule, r->c->step);
+        r->c->lr = kdrt_schedule_lr(p->schedule, r->c->iterations);
       p->train_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
       kdrt_set_rows(r->c, 0);
       kdrt_watch_step_time(now_s() - t0);
+      if (r->step_scale) { // issue 23: known once the step returns (its decision waits)
+        r->step_scale[r->c->step] = r->c->loss_scale;
+        r->step_skipped[r->c->step] = !r->c->apply_update;
+      }
+      r->c->iterations += r->c->apply_update; // a loss scale's skipped step is no iteration
       r->c->step++;
       if (r->c->logs_pending) {
         r->c->logs_pending = 0;
@@ -737,6 +757,10 @@ static int write_history(const run *r, const char *path) {
   fputc('{', f);
   json_list(f, r->names[0], r->hist[0], n);
   if (r->step_loss) fputs(", ", f), json_list(f, "step_loss", r->step_loss, (int)r->nsteps);
+  if (r->step_scale) { // issue 23: not Keras's History (it logs none of it): its optimizer's
+    fputs(", ", f), json_list(f, "step_loss_scale", r->step_scale, (int)r->nsteps);
+    fprintf(f, ", \"iterations\": %lld", (long long)r->c->iterations);
+  }
   for (int k = 1; k < nl; k++) fputs(", ", f), json_list(f, r->names[k], r->hist[k], n);
   for (int k = 0; k < nl && r->nval > 0; k++)
     fputs(", ", f), json_list(f, r->names[nl + k], r->hist[nl + k], n);
@@ -916,6 +940,10 @@ static void place_and_allocate(kdrt_ctx *c, kdrt_options *o, kdrt_ckpt_state *ck
     printf("%s: no checkpoint in %s; starting from scratch\n", kdrt_prog_name, o->checkpoint_dir);
   c->seed = o->seed;
   c->step = 0;
+  c->iterations = 0; // issue 23
+  c->loss_scale = prog->loss_scale ? (float)prog->loss_scale : 1.0f;
+  c->loss_scale_count = 0;
+  c->apply_update = 1;
   c->lr = o->has_lr ? o->lr : prog->learning_rate;
   c->params = alloc_floats(c, prog->param_floats, "the parameters");
   c->grads = alloc_floats(c, prog->grad_floats, "the gradients");
@@ -1077,6 +1105,9 @@ static void init_weights(run *r, const kdrt_ckpt_state *ck, const char *ck_name)
   if (ck_name[0]) {
     kdrt_ckpt_load(c, o->checkpoint_dir, ck_name);
     c->step = ck->step;
+    c->iterations = ck->has_loss_scale ? ck->iterations : ck->step; // issue 23
+    if (ck->has_loss_scale)
+      c->loss_scale = (float)ck->loss_scale, c->loss_scale_count = ck->loss_scale_count;
     r->resume = ck;
     if (r->show)
       printf("%s: resuming from %s/%s: epoch %lld, %lld of %lld steps done\n", kdrt_prog_name,
@@ -1154,6 +1185,7 @@ static void finish(run *r) {
   MPI_Finalize();
   free(r->hist_mem), free(r->hist), free(r->names), free(r->val_names), free(r->logs);
   free(r->step_loss);
+  free(r->step_scale), free(r->step_skipped);
   for (int k = 0; k < prog->ninputs; k++) free(r->x[k]);
   for (int j = 0; j < prog->nlabels; j++) free(r->y[j]);
   free(r->x), free(r->y);

@@ -118,6 +118,10 @@ typedef struct {
   // .lora.h5 holds a and b under lora/<index>/vars (kdrt_lora_*).
   int nlora;
   const kdrt_lora *lora;             // [nlora]
+  // issue 23: Keras's LossScaleOptimizer around the optimizer: its initial_scale
+  // (0: no loss scaling) and dynamic_growth_steps (kdrt_loss_scale_decide)
+  double loss_scale;
+  int64_t loss_scale_growth_steps;
 } kdrt_program;
 
 // One step of an arena plan: buffer `slot` taken (ALLOC) or given back
@@ -166,6 +170,16 @@ struct kdrt_ctx {
   int coord[KDRT_MAX_AXES];          // this rank's mesh coordinates
   uint64_t seed;                     // --seed (default 1337)
   int64_t step;                      // global optimizer step, from 0; dropout keys on it
+  // issue 23: the optimizer's iterations (Keras's optimizer.iterations: the
+  // updates' step t - 1 and a schedule's step): step, less the steps a loss
+  // scale skipped. With prog->loss_scale: the loss scale in use (Keras's
+  // dynamic_scale; 1 without), the finite steps since it last moved (its
+  // step_counter), and whether this step's updates run (kdrt_loss_scale_decide;
+  // 1 without).
+  int64_t iterations;
+  float loss_scale;
+  int64_t loss_scale_count;
+  int apply_update;
   float lr;                          // learning rate in use (a schedule's: set each step)
   int64_t nadam_step;                // Nadam's running product at this step (ops.c's
   float nadam_u;                     // kdrt_nadam_product), 0: not yet computed
@@ -392,6 +406,14 @@ float kdrt_schedule_lr(const kdrt_schedule *s, int64_t step);
 // Nadam's product of its momentum schedule over steps 1..t, kept in c
 // from one step to the next (recomputed after a resume).
 float kdrt_nadam_product(kdrt_ctx *c, float b1, int64_t t);
+// issue 23: Keras's LossScaleOptimizer's decision on a step whose gradients
+// held `bad` non-finite values on this rank (collective: any rank's make
+// the step a skipped one everywhere). Finite: c->apply_update set, the
+// finite steps counted and the scale doubled at dynamic_growth_steps of
+// them; else c->apply_update 0, the scale halved and the count restarted.
+// Returns c->apply_update. kdrt_loss_scale_step (the kernel list) calls it,
+// and the CUDA runtime's.
+int kdrt_loss_scale_decide(kdrt_ctx *c, int64_t bad);
 
 // ---------------------------------------------------------------- rng.c
 // Counter-based randomness (Philox-4x32-10), keyed by (seed, stream) with
@@ -553,6 +575,13 @@ typedef struct {
                               // its val_ means at nlogs + k (0: no validation)
   int64_t nsteps;             // = step: every step's loss so far (--history's step_loss)
   const double *step_loss;    // [nsteps]
+  // issue 23: a loss-scaled program's (has_loss_scale): c->loss_scale,
+  // c->loss_scale_count, c->iterations, and the scale after every step so
+  // far (--history's step_loss_scale)
+  int has_loss_scale;
+  double loss_scale;
+  int64_t loss_scale_count, iterations;
+  const double *step_scale;   // [nsteps]
 } kdrt_ckpt_state;
 
 // Collective: make D (and parents) and check it takes files.
@@ -626,6 +655,7 @@ typedef struct {
   // parse: the storage of st's arrays
   char **names;               // [st.nlogs]
   double *sums, **hist, *step_loss; // [nlogs], [2 * nlogs][nhist], [nsteps]
+  double *step_scale;         // [nsteps] (issue 23)
   int nfiles;
   struct { char name[64]; uint64_t size; uint32_t crc; } *files;
 } kdrt_ckpt_manifest;

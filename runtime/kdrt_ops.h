@@ -312,6 +312,10 @@ static inline kdrt_conv_mats kdrt_conv_dims(const kdrt_window *w) {
   /* clipnorm c / max(sqrt(s), c); global (global_clipnorm) c * min(1 / sqrt(s),   */          \
   /* 1 / c), NaN when the norm is not finite                                      */           \
   K(grad_clip_factor, (float *f, const float *s, float c, int global))                         \
+  /* issue 23: Keras's LossScaleOptimizer's step on the gradient blob g (each     */          \
+  /* variable's local gradient where c->prog->vars puts it): kdrt_loss_scale_decide */        \
+  /* on its non-finite values, then (updates to run) each divided by the scale    */          \
+  KC(loss_scale_step, (float *g))                                                              \
   /* y = x * mask / (1 - rate), the mask drawn for (seed, stream, step, global      */         \
   /* element index); the same call on dy gives the gradient                        */         \
   KC(dropout, (float *y, const float *x, const kdrt_layout *l, float rate, uint64_t stream))   \

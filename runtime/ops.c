@@ -1654,6 +1654,51 @@ void kdrt_nadam(float *w, const float *g, float *m, float *v, size_t n, float lr
   }
 }
 
+// issue 23: Keras's LossScaleOptimizer (keras/src/optimizers/
+// loss_scale_optimizer.py, stateless_apply): a step is finite when every
+// gradient is; then the gradients are divided by the scale the loss was
+// multiplied by, the inner optimizer updates (its iterations counted by
+// the fit loop from c->apply_update), and step_counter moves on: at
+// dynamic_growth_steps - 1 the scale doubles and it restarts. A step that
+// is not finite updates nothing, halves the scale and restarts the count.
+// The scale is a float32 variable in Keras; its products are exact.
+int kdrt_loss_scale_decide(kdrt_ctx *c, int64_t bad) {
+  const kdrt_program *p = c->prog;
+  float mine = bad ? 1.0f : 0.0f, any = mine;
+  kdrt_allreduce_max(c, (1u << p->mesh_ndim) - 1, &mine, &any, 1); // one decision on every rank
+  c->apply_update = any == 0.0f;
+  if (!c->apply_update) {
+    c->loss_scale_count = 0;
+    c->loss_scale *= 0.5f;
+  } else if (c->loss_scale_count == p->loss_scale_growth_steps - 1) {
+    c->loss_scale_count = 0;
+    c->loss_scale *= 2.0f;
+  } else {
+    c->loss_scale_count++;
+  }
+  return c->apply_update;
+}
+
+void kdrt_loss_scale_step(kdrt_ctx *c, float *g) {
+  const kdrt_program *p = c->prog;
+  const float s = c->loss_scale; // the one the loss was multiplied by
+  int64_t bad = 0;
+  for (int v = 0; v < p->nvars; v++) {
+    const kdrt_var *var = &p->vars[v];
+    if (var->goffset == SIZE_MAX) continue;
+    const float *gv = g + var->goffset;
+    for (size_t i = 0; i < var->n; i++) bad += !isfinite(gv[i]);
+  }
+  if (!kdrt_loss_scale_decide(c, bad)) return;
+  for (int v = 0; v < p->nvars; v++) {
+    const kdrt_var *var = &p->vars[v];
+    if (var->goffset == SIZE_MAX) continue;
+    float *gv = g + var->goffset;
+    KD_PAR_FOR(var->n)
+    for (size_t i = 0; i < var->n; i++) gv[i] = gv[i] / s;
+  }
+}
+
 void kdrt_lion(float *w, const float *g, float *m, size_t n, float lr, float b1, float b2) {
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
   KD_PAR_FOR(n)

@@ -978,7 +978,8 @@ int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   }
   int rc = 0;
   if (c->rank == 0)
-    rc = kdrt_weights_write(p, path, (const float *const *)global, c->step, c->lr, err, errlen);
+    rc = kdrt_weights_write(p, path, (const float *const *)global, c->iterations, c->lr, err,
+                            errlen);
   KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
   if (rc && c->rank != 0) kdrt_errf(err, errlen, "%s: rank 0 could not write it", path);
   for (int v = 0; v < p->nvars; v++) free(global[v]);

@@ -18,10 +18,14 @@
 // rows (some of them empty), by all-gather, reduce-scatter, slice and
 // all-to-all, against the same kind of reference.
 //
+// And (issue 23) the loss scale's decision on every mesh: every rank the
+// same, whichever rank's gradients are not finite.
+//
 // Exit status 0 when every rank saw every check pass; 1 otherwise, after
 // printing the first failures.
 #include "kdrt.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,6 +367,41 @@ static void check_uneven_mesh(kdrt_program *prog, kdrt_ctx *c, const mesh *m) {
 
 // ------------------------------------------------------------ driver
 
+// issue 23: kdrt_loss_scale_step's decision is the whole mesh's: with no
+// rank's gradient holding a non-finite value every rank divides its
+// gradients by the scale and counts the step (the scale doubled at the
+// growth steps, 2 here); with one rank's holding an infinity (each rank in
+// turn) every rank skips the step, leaves its gradients and halves the scale.
+static void check_loss_scale(kdrt_program *prog, kdrt_ctx *c, const mesh *m) {
+  kdrt_var vars[2];
+  memset(vars, 0, sizeof vars);
+  vars[0].path = "w", vars[0].goffset = 0, vars[0].n = 5;
+  vars[1].path = "untrained", vars[1].goffset = SIZE_MAX, vars[1].n = 3;
+  prog->nvars = 2, prog->vars = vars;
+  prog->loss_scale = 8, prog->loss_scale_growth_steps = 2;
+  c->loss_scale = 8, c->loss_scale_count = 0;
+  float scale = 8;
+  for (int round = -2; round < world_size; round++) { // < 0: finite; else rank round's infinity
+    float g[5];
+    for (int i = 0; i < 5; i++) g[i] = (float)(world_rank + i) * scale;
+    if (round == world_rank) g[2] = INFINITY;
+    kdrt_loss_scale_step(c, g);
+    int finite = round < 0, ok = c->apply_update == finite;
+    for (int i = 0; finite && i < 5; i++) ok &= g[i] == (float)(world_rank + i);
+    scale = round == -1 ? scale * 2 : finite ? scale : scale / 2;
+    ok &= c->loss_scale == scale && c->loss_scale_count == (round == -2);
+    checks++;
+    if (!ok) {
+      char d[160];
+      snprintf(d, sizeof d, "round %d: apply_update %d, scale %g (want %g), count %lld", round,
+               c->apply_update, (double)c->loss_scale, (double)scale,
+               (long long)c->loss_scale_count);
+      fail("loss_scale_step", m->shape, m->nd, (1u << m->nd) - 1, d);
+    }
+  }
+  prog->nvars = 0, prog->vars = NULL, prog->loss_scale = 0;
+}
+
 static void check_mesh(const mesh *m) {
   kdrt_program prog;
   memset(&prog, 0, sizeof prog);
@@ -405,6 +444,7 @@ static void check_mesh(const mesh *m) {
     }
   }
   check_uneven_mesh(&prog, &c, m);
+  check_loss_scale(&prog, &c, m);
   kdrt_comm_free(&c);
 }
 

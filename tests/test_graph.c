@@ -204,6 +204,61 @@ Test(graph, mixed_bfloat16_rounds_where_keras_casts) {
   }
 }
 
+// issue 23: a loss-scaled program's backward pass starts from the seeds
+// times the scale (the loss's and the regularizers'), and its update phase
+// from UNSCALE, once every gradient is whole in the gradient blob (after
+// the gradients' collectives) and before anything reads one; a program
+// without a loss scale has neither. The whole pipeline, on a mesh.
+static void loss_scale_ops(const Graph *g, int *seeds, int *unscale_at) {
+  *seeds = 0, *unscale_at = -1;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_LOSS_SCALE) {
+      (*seeds)++;
+      cr_assert_eq(n->phase, PH_BACKWARD);
+      cr_assert(n->in[0]->op == OP_LOSS_GRAD || n->in[0]->op == OP_XENT_GRAD ||
+                n->in[0]->op == OP_SCALE, "a seed");
+    }
+    if (n->op == OP_UNSCALE) {
+      cr_assert_eq(*unscale_at, -1, "one UNSCALE");
+      *unscale_at = i;
+    }
+  }
+  for (int i = 0; *unscale_at >= 0 && i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->region == REGION_GRAD && n->op != OP_RESHAPE)
+      cr_assert_lt(i, *unscale_at, "%%%d %s makes a gradient after the decision", n->id,
+                   op_info(n->op).name);
+    if (n->op == OP_UPDATE || n->op == OP_GRAD_CLIP)
+      cr_assert_gt(i, *unscale_at, "%%%d reads a gradient before the decision", n->id);
+  }
+}
+
+Test(graph, loss_scale_seeds_and_unscale) {
+  int seeds, at;
+  opt_quiet_warnings = true;
+  Graph *g = compile_model("models/seed_mlp.json", "models/seed_mlp_fixed.dist.json", NULL, 16);
+  loss_scale_ops(g, &seeds, &at);
+  cr_assert(seeds == 0 && at == -1, "float32: no loss scale");
+  opt_dtype_policy = "mixed_float16";
+  g = compile_model("models/seed_mlp.json", "models/seed_mlp_fixed.dist.json", NULL, 16);
+  opt_dtype_policy = NULL;
+  cr_assert_float_eq(g->model->opt.loss_scale, 32768.0, 0);
+  loss_scale_ops(g, &seeds, &at);
+  cr_assert_eq(seeds, 1);
+  cr_assert_eq(g->nodes[at]->phase, PH_UPDATE);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_ROUND) cr_assert_eq(g->nodes[i]->rnd.kind, KDRT_ROUND_F16);
+  // the compile_config's own, on a float32 model with an L2 penalty; the
+  // gradients all-reduced over 'data' (plain SGD, not folded into its GEMM)
+  g = compile_model("tests/good/loss_scale_f32.json", "models/seed_mlp_dp.dist.json", NULL, 16);
+  loss_scale_ops(g, &seeds, &at);
+  cr_assert_eq(seeds, 2, "the loss's seed and the penalty's");
+  cr_assert_gt(at, 0);
+  for (int i = 0; i < g->nnodes; i++)
+    cr_assert(g->nodes[i]->op != OP_UPDATE || !g->nodes[i]->fused);
+}
+
 Test(graph, integer_ids_into_dense) {
   expect_error("tests/bad/ids_into_dense.json", NULL,
                "tests/bad/ids_into_dense.json:5:23: error: layer 'd': Dense takes float input, "

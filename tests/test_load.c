@@ -493,12 +493,9 @@ Test(bad, unknown_layer_class) {
                "4:44: error: unknown layer class 'ConvLSTM1D' (layer 'conv_lstm1d')");
 }
 
-// issue 23: mixed_bfloat16 is read (tests/test_graph.c), what is not done
-// yet is refused at the policy's name
+// issue 23: mixed_bfloat16 and mixed_float16 are read (tests/test_graph.c),
+// what is not done yet is refused at the policy's name
 Test(bad, dtype_policy_mixed) {
-  EXPECT_ERROR("tests/bad/dtype_policy.json",
-               "5:82: error: layer 'd1': dtype policy 'mixed_float16' needs Keras's "
-               "LossScaleOptimizer (dynamic loss scaling), which kdcc does not implement yet");
   EXPECT_ERROR("tests/bad/dtype_policy_bf16.json",
                "5:82: error: layer 'd1': dtype policy 'bfloat16' keeps its variables in "
                "bfloat16, which kdcc does not do yet (use mixed_bfloat16)");
@@ -507,7 +504,37 @@ Test(bad, dtype_policy_mixed) {
                "LSTM yet");
   EXPECT_ERROR("tests/bad/dtype_policy_float64.json",
                "4:99: error: layer 'd1': dtype 'float64' is not supported (float32, "
-               "mixed_bfloat16)");
+               "mixed_bfloat16, mixed_float16)");
+}
+
+// issue 23: a mixed_float16 model's optimizer is wrapped in Keras's
+// LossScaleOptimizer with its defaults, as compile wraps it (the saved
+// compile_config does not say so); a compile_config's own
+// LossScaleOptimizer is read, under any policy; a float32 model has none.
+Test(load, loss_scale_optimizer) {
+  Model *m = load_model("tests/good/mixed_float16.json");
+  cr_assert_eq(m->layers[1]->cdt, KDRT_ROUND_F16);
+  cr_assert_eq(m->opt.kind, OPT_ADAM);
+  cr_assert_float_eq(m->opt.loss_scale, 32768.0, 0);
+  cr_assert_eq(m->opt.growth_steps, 2000);
+  m = load_model("tests/good/loss_scale_f32.json");
+  cr_assert_eq(m->layers[1]->cdt, 0);
+  cr_assert_eq(m->opt.kind, OPT_SGD, "the inner optimizer");
+  cr_assert_float_eq(m->opt.lr, 0.05f, 0);
+  cr_assert_float_eq(m->opt.loss_scale, 1024.0, 0);
+  cr_assert_eq(m->opt.growth_steps, 3);
+  m = load_model("tests/good/seq_mlp.json");
+  cr_assert_float_eq(m->opt.loss_scale, 0.0, 0);
+}
+
+Test(bad, loss_scale_optimizer) {
+  EXPECT_ERROR("tests/bad/loss_scale_dynamic.json", "6:72: error: optimizer "
+               "'LossScaleOptimizer': 'dynamic' false is not supported (Keras 3 only scales "
+               "dynamically)");
+  EXPECT_ERROR("tests/bad/loss_scale_growth.json", "6:80: error: optimizer "
+               "'LossScaleOptimizer': 'dynamic_growth_steps' must be an integer >= 1");
+  EXPECT_ERROR("tests/bad/loss_scale_inner.json", "5:96: error: optimizer "
+               "'LossScaleOptimizer': no 'inner_optimizer'");
 }
 
 Test(bad, dtype_string) {

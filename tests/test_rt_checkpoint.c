@@ -302,6 +302,25 @@ Test(manifest, round_trip_bit_for_bit) {
   cr_assert_eq(kdrt_ckpt_manifest_parse(copy, len / 2, &g, err, sizeof err), -1);
   cr_assert_str_eq(err, "does not end in its crc line (truncated or altered)");
   kdrt_ckpt_manifest_free(&g);
+  cr_assert(!strstr(text, "lossscale"), "no loss scale: no line of it");
+  free(copy), free(text);
+
+  // issue 23: a loss-scaled program's scale, its count, the optimizer's
+  // iterations and every step's scale come back as they were.
+  double scales[11];
+  for (int i = 0; i < 11; i++) scales[i] = ldexp(1, 15 - i / 4);
+  m.st.has_loss_scale = 1, m.st.loss_scale = 4096, m.st.loss_scale_count = 3;
+  m.st.iterations = 19, m.st.step_scale = scales;
+  text = kdrt_ckpt_manifest_format(&m, &len);
+  copy = strdup(text);
+  cr_assert(strstr(text, "\nlossscale 0x1p+12 count 3 iterations 19\nstepscale 11\n0x1p+15 "));
+  cr_assert_eq(kdrt_ckpt_manifest_parse(copy, len, &g, err, sizeof err), 0, "%s\n%s", err, text);
+  cr_assert(g.st.has_loss_scale);
+  cr_assert_eq(g.st.loss_scale, 4096);
+  cr_assert_eq(g.st.loss_scale_count, 3);
+  cr_assert_eq(g.st.iterations, 19);
+  for (int i = 0; i < 11; i++) cr_assert_eq(g.st.step_scale[i], scales[i]);
+  kdrt_ckpt_manifest_free(&g);
   free(copy), free(text), free(m.files);
 }
 

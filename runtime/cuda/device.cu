@@ -623,6 +623,9 @@ extern "C" int kdrt_cuda_replay(kdrt_cuda *d, int mode) {
   kdrt_cuda_impl *s = d->impl;
   const kdrt_ctx *c = d->c;
   if (mode != KDRT_CUDA_TRAIN || !s->graphs_on || s->graph_unsafe) return 0;
+  // issue 23: a loss-scaled step waits on the host for its decision (optim.cu's
+  // kdrt_cuda_loss_scale_step), which a graph cannot replay
+  if (c->prog->loss_scale) return 0;
   int64_t rows = c->rows ? c->rows : c->prog->batch;
   kdrt_cuda_graph *g = NULL;
   for (int k = 0; k < s->ngraphs && !g; k++)

@@ -225,3 +225,48 @@ extern "C" void kdrt_cuda_grad_clip_factor(kdrt_cuda *d, float *f, const float *
   grad_clip_factor_kernel<<<1, 1, 0, d->impl->stream>>>(f, s, c, global);
   KDRT_LAUNCHED(d, "grad_clip_factor_kernel");
 }
+
+// ---------------------------------------------------------------- issue 23: loss scaling
+// Keras's LossScaleOptimizer's step, as ../ops.c's kdrt_loss_scale_step:
+// the gradients' non-finite values counted on the device, the decision on
+// the host (kdrt_loss_scale_decide: every rank agrees, through MPI), then
+// each gradient divided by the scale there. The host waits for the count,
+// so a loss-scaled program's training steps run without CUDA graphs
+// (device.cu's kdrt_cuda_replay). Compiled and linked here; not yet run on
+// a GPU.
+
+__global__ static void count_nonfinite_kernel(const float *g, size_t n, unsigned long long *bad) {
+  unsigned long long mine = 0;
+  KDRT_FOR(i, n) mine += !isfinite(g[i]);
+  if (mine) atomicAdd(bad, mine);
+}
+
+__global__ static void unscale_kernel(float *g, size_t n, float s) {
+  KDRT_FOR(i, n) g[i] = g[i] / s;
+}
+
+extern "C" void kdrt_cuda_loss_scale_step(kdrt_cuda *d, float *g) {
+  kdrt_cuda_need_ctx(d, "kdrt_cuda_loss_scale_step");
+  kdrt_ctx *c = d->c;
+  const kdrt_program *p = c->prog;
+  cudaStream_t st = d->impl->stream;
+  const float s = c->loss_scale; // the one the loss was multiplied by
+  unsigned long long *bad = (unsigned long long *)kdrt_cuda_dscratch(d, 2, sizeof *bad), nbad = 0;
+  CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof *bad, st));
+  for (int v = 0; v < p->nvars; v++) {
+    const kdrt_var *var = &p->vars[v];
+    if (var->goffset == SIZE_MAX || !var->n) continue;
+    count_nonfinite_kernel<<<kdrt_blocks(var->n), KDRT_THREADS, 0, st>>>(g + var->goffset,
+                                                                          var->n, bad);
+    KDRT_LAUNCHED(d, "count_nonfinite_kernel");
+  }
+  CUDA_CHECK(cudaMemcpyAsync(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost, st));
+  kdrt_cuda_wait(d, st, "the loss scale's check of the gradients");
+  if (!kdrt_loss_scale_decide(c, (int64_t)nbad)) return;
+  for (int v = 0; v < p->nvars; v++) {
+    const kdrt_var *var = &p->vars[v];
+    if (var->goffset == SIZE_MAX || !var->n) continue;
+    unscale_kernel<<<kdrt_blocks(var->n), KDRT_THREADS, 0, st>>>(g + var->goffset, var->n, s);
+    KDRT_LAUNCHED(d, "unscale_kernel");
+  }
+}
