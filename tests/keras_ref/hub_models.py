@@ -9,11 +9,15 @@ layout map on a (2,4) mesh: GPT-2 under a Megatron map written here
 get_layout_map(mesh), whose mesh axes are keras-hub's defaults ('batch',
 'model'), Mistral under Llama's (MistralBackbone has none), Gemma 2 under
 Gemma's with the key/value kernels' head axis not split (its 2 key/value
-heads do not divide over 'model'). Run by name only:
+heads do not divide over 'model'). hub_mistral_sw and hub_gemma2_sw are
+hub_mistral and hub_gemma2 with a sliding window of 4 (Gemma 2's on blocks 0
+and 2 of 3), short enough that some padded queries have no key left (see
+window_masked). Run by name only:
 
     python3 tests/keras_ref/run_ref.py --cases hub_gpt2 hub_gpt2_dp hub_llama \\
         hub_llama_dp hub_gemma hub_gemma_dp hub_mistral hub_mistral_dp hub_qwen \\
-        hub_qwen_dp hub_gemma2 hub_gemma2_dp    # rewrites tests/fixtures/keras_hub/
+        hub_qwen_dp hub_gemma2 hub_gemma2_dp hub_mistral_sw hub_mistral_sw_dp \\
+        hub_gemma2_sw hub_gemma2_sw_dp          # rewrites tests/fixtures/keras_hub/
 
 (--out DIR writes DIR/hub_gpt2/ ... instead; --check tests/fixtures/keras_hub
 compares.) They are not in run_ref.py's default case list and live apart from
@@ -122,11 +126,18 @@ MODELS = {
     # [32, 8, 6]; 6, not 8, keeps the folder under 600 KB) and keras-hub's
     # RotaryEmbedding with rope_scaling_factor 2 (with head_dim None and the
     # rope defaults it is hub_llama to the bit: same seed, same draws); a
-    # sliding window of 32 covers the 16 steps (a shorter one kdcc refuses)
+    # sliding window of 32 covers the 16 steps (hub_mistral_sw's does not)
     "hub_mistral": (M.MistralCausalLM, M.MistralBackbone, dict(
         vocabulary_size=VOCAB, num_layers=2, num_query_heads=8, num_key_value_heads=4,
         hidden_dim=32, intermediate_dim=64, head_dim=6, rope_scaling_factor=2.0,
         sliding_window=32, dropout=0)),
+    # hub_mistral with a sliding window of 4: a query sees itself and the 3
+    # steps before it (keras-hub's banded mask i < j + 4, with the causal and
+    # padding masks)
+    "hub_mistral_sw": (M.MistralCausalLM, M.MistralBackbone, dict(
+        vocabulary_size=VOCAB, num_layers=2, num_query_heads=8, num_key_value_heads=4,
+        hidden_dim=32, intermediate_dim=64, head_dim=6, rope_scaling_factor=2.0,
+        sliding_window=4, dropout=0)),
     # query/key/value biases (random at the start: QWEN_BIAS_STD), the head
     # tied (tie_word_embeddings's default)
     "hub_qwen": (M.QwenCausalLM, M.QwenBackbone, dict(
@@ -142,6 +153,14 @@ MODELS = {
         head_dim=8, hidden_dim=32, intermediate_dim=64, attention_logit_soft_cap=2.0,
         final_logit_soft_cap=1.0, use_post_attention_norm=True, use_post_ffw_norm=True,
         use_sliding_window_attention=False, dropout=0)),
+    # hub_gemma2 with 3 blocks and Gemma 2's sliding window: the even blocks
+    # (0 and 2) attend within 4 steps (a query and the 3 before it), block 1
+    # to the whole causal prefix
+    "hub_gemma2_sw": (M.GemmaCausalLM, M.GemmaBackbone, dict(
+        vocabulary_size=VOCAB, num_layers=3, num_query_heads=4, num_key_value_heads=2,
+        head_dim=8, hidden_dim=32, intermediate_dim=64, attention_logit_soft_cap=2.0,
+        final_logit_soft_cap=1.0, use_post_attention_norm=True, use_post_ffw_norm=True,
+        use_sliding_window_attention=True, sliding_window_size=4, dropout=0)),
 }
 
 # Qwen's query/key/value biases start at zero (bias_initializer "zeros");
@@ -178,6 +197,11 @@ CASES = {
     "hub_qwen_dp": ("hub_qwen", "dp8"),
     "hub_gemma2": ("hub_gemma2", "layout_map"),  # Gemma's, key/value heads whole
     "hub_gemma2_dp": ("hub_gemma2", "dp8"),
+    # sliding windows of 4 (hub_mistral's and hub_gemma2's layout maps)
+    "hub_mistral_sw": ("hub_mistral_sw", "layout_map"),
+    "hub_mistral_sw_dp": ("hub_mistral_sw", "dp8"),
+    "hub_gemma2_sw": ("hub_gemma2_sw", "layout_map"),
+    "hub_gemma2_sw_dp": ("hub_gemma2_sw", "dp8"),
     # LoRA (issue 24): backbone.enable_lora(LORA_RANK) after model.keras is
     # saved; folders of their own (keras_hub.sh's cases stay LoRA-free)
     "hub_llama_lora": ("hub_llama_lora", "layout_map"),
@@ -203,6 +227,18 @@ NOTES = {
                  f"initializer) set to normal(0, {QWEN_BIAS_STD}) draws before saving "
                  "(numpy default_rng(2), in task.weights order): model.keras and preset/ "
                  "hold them"},
+    "hub_mistral_sw": {"layout_map_note": "MistralBackbone has no get_layout_map: "
+                       "LlamaBackbone.get_layout_map's (the same variable paths)",
+                       "fully_masked_effect": "measured once by hand: the initial weights "
+                       "are hub_mistral's (window 32, first step loss 4.573551); zeroing "
+                       "the queries with no key (keras's Softmax layer, keras-hub's path "
+                       "without the fused op) instead of averaging changes the 4 batches' "
+                       "initial losses by up to 1.9e-4 relative"},
+    "hub_gemma2_sw": {"soft_cap_note": "attention_logit_soft_cap 2.0, "
+                      "final_logit_soft_cap 1.0, as hub_gemma2",
+                      "fully_masked_effect": "measured once by hand: averaging the values "
+                      "for the queries with no key (the fused op's way) instead of zeroing "
+                      "them changes the 4 batches' initial losses by up to 3.3e-3 relative"},
     "hub_gemma2": {"layout_map_note": "GemmaBackbone.get_layout_map's, its "
                    "'(query|key|value).kernel' entry split: query ('model', 'batch', None) "
                    "as Gemma's, key and value (None, 'batch', None): 2 key/value heads do "
@@ -212,6 +248,7 @@ NOTES = {
                    "at the start 11-13% of the attention scores and 9% of the final logits "
                    "(pre-cap largest 2.55) are beyond their cap"},
 }
+NOTES["hub_gemma2_sw"]["layout_map_note"] = NOTES["hub_gemma2"]["layout_map_note"]
 
 
 def layout_map_spec(backbone_cls):
@@ -228,7 +265,7 @@ def layout_map_spec(backbone_cls):
 
 # MistralBackbone has no get_layout_map: Llama's, whose paths are Mistral's
 # too (transformer_layer_<i>/self_attention/query/kernel, ...).
-LAYOUT_MAP_OF = {"hub_mistral": M.LlamaBackbone}
+LAYOUT_MAP_OF = {"hub_mistral": M.LlamaBackbone, "hub_mistral_sw": M.LlamaBackbone}
 
 
 def gemma_gqa_map():
@@ -257,7 +294,7 @@ def spec_of(case):
     if how == "megatron":
         return mm.model_parallel(GPT2_MEGATRON)
     base = LORA.get(model, model)
-    if base == "hub_gemma2":
+    if base in ("hub_gemma2", "hub_gemma2_sw"):
         return gemma_gqa_map()
     return layout_map_spec(LAYOUT_MAP_OF.get(base, MODELS[base][1]))
 
@@ -288,6 +325,57 @@ def make_data(n=SAMPLES):
     last = rng.integers(1, VOCAB, (n, 1)).astype("int32")
     y = np.concatenate([ids[:, 1:], last], axis=1)
     return {"token_ids": ids, "padding_mask": mask}, y
+
+
+def window_masked(task, x):
+    """The "window" note of a case JSON's "hub" (None without a sliding window
+    shorter than SEQ): per windowed block, the queries of the data (all rows)
+    that keras-hub's own attention mask (its layers' mask code on x's
+    padding_mask: padding, causal and window) leaves with no key, and what
+    keras-hub computes for such a query."""
+    bb = task.backbone
+    pad = x["padding_mask"]
+    h = np.zeros(pad.shape + (bb.hidden_dim,), "float32")
+    blocks, window, gemma = {}, None, None
+    for i, lyr in enumerate(bb.transformer_layers):
+        kind = type(lyr).__name__
+        if kind == "GemmaDecoderBlock" and lyr.use_sliding_window_attention \
+                and lyr.sliding_window_size < SEQ:
+            window, gemma = lyr.sliding_window_size, True
+            m = lyr.attention._mask_sliding_window(lyr._compute_attention_mask(h, pad, None, 0))
+        elif kind == "MistralTransformerDecoder" and lyr.sliding_window is not None \
+                and lyr.sliding_window < SEQ:
+            window, gemma = lyr.sliding_window, False
+            m = lyr._compute_self_attention_mask(h, pad, None, None, None)
+        else:
+            continue
+        m = np.asarray(m).astype(bool)  # [row, query, key]
+        empty = ~m.any(-1)
+        blocks[str(i)] = {"queries_with_no_key": int(empty.sum()),
+                          "rows": int(empty.any(-1).sum())}
+    if not blocks:
+        return None
+    lengths = pad.sum(1)
+    want = int(np.maximum(0, SEQ - (lengths + window - 1)).sum())
+    assert all(b["queries_with_no_key"] == want for b in blocks.values()), (blocks, want)
+    return {
+        "window": window,
+        "windowed_blocks": [int(i) for i in blocks],
+        "window_note": f"a query at step i attends keys j with i - {window} < j <= i and "
+                       f"padding_mask 1: a padded row of length L has no key left for "
+                       f"its queries i >= L + {window - 1}; in these data "
+                       f"{want} queries in {blocks[next(iter(blocks))]['rows']} of the "
+                       f"{len(pad)} rows, in each windowed block (rows of length "
+                       f"<= {SEQ - window}; they count in the loss as every padded step)",
+        "fully_masked": "GemmaAttention on the CPU (no fused op) applies keras's Softmax "
+                        "layer with the mask, which sets the masked probabilities to 0 "
+                        "after the softmax (where(mask, p, 0)): such a query's attention "
+                        "output is 0" if gemma else
+                        "MistralAttention uses ops.dot_product_attention (JAX's fused "
+                        "path, chosen on the CPU too), which sets masked scores to "
+                        "-0.7 * float32 max: such a query's scores are all equal, its "
+                        "output the average of the value vectors of all 16 steps",
+    }
 
 
 def save_preset(task, path):
@@ -492,6 +580,7 @@ def run_case(case, out, R):
             task.save_weights(wpath)
             final = R.layer_weights(wpath)
         lora = lora_report(task, before, final, case, mdir, R) if before else None
+        window = window_masked(task, x)
     finally:
         keras.distribution.set_distribution(None)
 
@@ -570,6 +659,8 @@ def run_case(case, out, R):
     }
     if base in NOTES:
         ref["hub"].update(NOTES[base])
+    if window:
+        ref["hub"].update(window)
     if lora:
         ref["lora"] = lora
         ref["kdcc_args"] += ["--lora-rank", str(LORA_RANK)]
