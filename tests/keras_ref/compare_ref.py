@@ -42,7 +42,11 @@ checked as the training update instead: per tensor, ||(kdcc - initial) -
 "initial_weights"); with "float32_step_loss" (Keras's float32 run from the
 same weights) the step losses must be at least "float32_min_distance"
 times Keras's own largest distance from it away from it (the largest
-difference over the steps), so that a run that skipped the rounding fails.
+difference over the steps), so that a run that skipped the rounding fails
+(a null float32 loss: a step the mixed run's loss scale skipped, left out).
+With "step_loss_scale" (issue 23: Keras's LossScaleOptimizer's scale after
+each step) the history's step_loss_scale must be equal, step for step, and
+its "iterations" Keras's optimizer_iterations (the skipped steps are none).
 Prints the worst relative difference of each kind; exit status 1 when any
 is over RTOL or anything is missing."""
 
@@ -207,12 +211,23 @@ def main():
     f32_note = ""
     f32 = ref.get("float32_step_loss")
     if f32 and got and len(got) == len(f32):
-        d32 = max(abs(a - b) for a, b in zip(want, f32))
-        dk = max(abs(a - b) for a, b in zip(got, f32))
+        d32 = max(abs(a - b) for a, b in zip(want, f32) if b is not None)
+        dk = max(abs(a - b) for a, b in zip(got, f32) if b is not None)
         f32_note = f", from float32 {dk:.2e} (Keras {d32:.2e})"
         if dk < ref["float32_min_distance"] * d32:
             bad.append(f"the step losses are {dk:.2e} from Keras's float32 run, less than "
                        f"{ref['float32_min_distance']} x Keras's own {d32:.2e}: rounding skipped?")
+    # issue 23: the loss scale, exactly (powers of two), and the steps it skipped
+    scale_note = ""
+    if "step_loss_scale" in ref:
+        gs, ws = hist.get("step_loss_scale"), ref["step_loss_scale"]
+        if gs != ws:
+            bad.append(f"step_loss_scale {gs}, Keras {ws}")
+        if hist.get("iterations") != ref["optimizer_iterations"]:
+            bad.append(f"the optimizer's iterations {hist.get('iterations')}, Keras "
+                       f"{ref['optimizer_iterations']}")
+        scale_note = (f", loss scale {'equal' if gs == ws else 'DIFFERS'} "
+                      f"({len(ref['skipped_steps'])} skipped)")
     if "--best" in opts:
         compare_weights(npz(os.path.join(here, ref["checkpoint_best"])), opts["--best"], {},
                         rtol, bad)
@@ -281,7 +296,7 @@ def main():
         note = (f"; evaluate {metric} {hist['evaluate'][metric]:.4f} "
                 f"(Keras {ref['evaluate'][metric]:.4f})")
     print(f"  {name}: worst relative difference: step losses {worst_step:.2e}, "
-          f"epoch/evaluate losses {worst_epoch:.2e}{f32_note}, "
+          f"epoch/evaluate losses {worst_epoch:.2e}{f32_note}{scale_note}, "
           f"{'updates' if 'update_rtol' in ref else 'final weights'} {worst_w:.2e}"
           f"{f', other logs {worst_log:.2e}' if len(ref.get('step_logs', {})) > 1 else ''}"
           f"{f' ({worst_path})' if worst_path else ''}{note} "

@@ -1765,6 +1765,36 @@ def under_policy(build, policy):
     return built
 
 
+# issue 23: mixed_float16. compile wraps the optimizer in a LossScaleOptimizer
+# (initial_scale 2^15, dynamic_growth_steps 2000) because the model's own
+# policy is mixed_float16 (built under the global policy); the saved
+# compile_config holds plain Adam. MSE on dense labels, the third batch's
+# labels 1000 times the others (label_scale: rows 32..47): its float16
+# gradients at the logits overflow, so Keras skips that step and halves
+# the scale, each epoch. mixed_f16_growth is compiled with a
+# LossScaleOptimizer of its own (in the compile_config), growing the scale
+# after 3 finite steps: halved, doubled and halved again in 8 steps.
+
+
+def mixed_f16_mlp():
+    x = keras.Input((12,), name="features")
+    h = layers.Dense(64, activation="relu", name="d1")(x)
+    h = layers.Dense(64, activation="gelu", name="d2")(h)
+    out = layers.Dense(10, name="out")(h)
+    model = keras.Model(x, out, name="mixed_f16_mlp")
+    model.compile(loss="mse", optimizer=keras.optimizers.Adam())
+    return model
+
+
+def mixed_f16_growth():
+    model = under_policy(mixed_f16_mlp, "mixed_float16")()
+    model.compile(loss="mse", metrics=[], optimizer=keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.Adam(), initial_scale=2.0 ** 15, dynamic_growth_steps=3))
+    return model
+
+
+F16_MP = {"d1/kernel": [None, "model"], "d1/bias": ["model"], "d2/kernel": ["model", None]}
+
 MODELS.update({
     "mixed_mlp": dict(
         build=under_policy(mixed_mlp, "mixed_bfloat16"),
@@ -1780,6 +1810,15 @@ MODELS.update({
         build=under_policy(bn_cnn, "mixed_bfloat16"),
         float32_twin=under_policy(bn_cnn, "float32"), labels="sparse10", x=(8, 8, 3),
         dists={"mixed_bn_cnn": MODELS["bn_cnn"]["dists"]["bn_cnn"], "mixed_bn_cnn_dp": DP_8}),
+    "mixed_f16_mlp": dict(
+        build=under_policy(mixed_f16_mlp, "mixed_float16"),
+        float32_twin=under_policy(mixed_f16_mlp, "float32"), labels="dense10", x=(12,),
+        label_scale=(slice(32, 48), 1000.0),
+        dists={"mixed_f16_mlp": model_parallel(F16_MP), "mixed_f16_mlp_dp": DP_8}),
+    "mixed_f16_growth": dict(
+        build=mixed_f16_growth, float32_twin=under_policy(mixed_f16_mlp, "float32"),
+        labels="dense10", x=(12,), label_scale=(slice(32, 48), 1000.0),
+        dists={"mixed_f16_growth_dp": DP_8}),
 })
 
 # ---------------------------------------------------------------------------
@@ -1898,6 +1937,9 @@ def fake_data(entry, n=16):
             y = np.eye(k, dtype="float32")[rng.integers(0, k, n)]
         else:
             y = rng.integers(0, 10, n).astype("int32")
+        if "label_scale" in entry:  # issue 23: some rows' labels scaled
+            rows, k = entry["label_scale"]
+            y[rows] *= k
         return x, y
     xs, ys = [], []
     for _name, shape, kind in entry["inputs"]:

@@ -172,6 +172,18 @@ Cases (model, distribution spec from models/):
                                                              RotaryEmbedding on [b, t, 4, 8] heads;
                                                              a head a device
     rope_dp         rope           rope_dp.dist.json         DataParallel (8,)
+    mixed_mlp, mixed_gpt, mixed_bn_cnn (and _dp)                  issue 23: mixed_bfloat16
+    mixed_f16_mlp   mixed_f16_mlp  mixed_f16_mlp.dist.json   ModelParallel (2,4)  issue 23:
+                                                             mixed_float16, compile's
+                                                             LossScaleOptimizer; the third
+                                                             batch's labels x1000 overflow its
+                                                             float16 gradients: a skipped step
+                                                             and a halved scale each epoch
+    mixed_f16_mlp_dp mixed_f16_mlp mixed_f16_mlp_dp.dist.json DataParallel (8,)
+    mixed_f16_growth_dp mixed_f16_growth (8,)                DataParallel (8,)    the same, compiled
+                                                             with LossScaleOptimizer(Adam,
+                                                             dynamic_growth_steps=3): the scale
+                                                             halved, doubled, halved
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -408,6 +420,8 @@ DATA = {
     "mixed_mlp": (64, 2),
     "mixed_gpt": (64, 2),
     "mixed_bn_cnn": (64, 2),
+    "mixed_f16_mlp": (64, 2),
+    "mixed_f16_growth": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -606,6 +620,10 @@ CASES = {
     "mixed_gpt_dp": ("mixed_gpt", "mixed_gpt_dp"),
     "mixed_bn_cnn": ("mixed_bn_cnn", "mixed_bn_cnn"),
     "mixed_bn_cnn_dp": ("mixed_bn_cnn", "mixed_bn_cnn_dp"),
+    # mixed_float16, with Keras's LossScaleOptimizer
+    "mixed_f16_mlp": ("mixed_f16_mlp", "mixed_f16_mlp"),
+    "mixed_f16_mlp_dp": ("mixed_f16_mlp", "mixed_f16_mlp_dp"),
+    "mixed_f16_growth_dp": ("mixed_f16_growth", "mixed_f16_growth_dp"),
 }
 
 # issue 23: how close a mixed-precision case must be. XLA keeps some fused
@@ -619,9 +637,12 @@ CASES = {
 MIXED_RTOL, MIXED_UPDATE_RTOL, MIXED_FROM_F32 = 1e-2, 0.1, 0.2
 
 
-def float32_losses(model_name, keras_path, xs, ys, n, epochs):
+def float32_losses(model_name, keras_path, xs, ys, n, epochs, skipped=()):
     """issue 23: every step's loss of the model's float32 twin trained from
-    the mixed model's initial weights (keras_path), as the case trains."""
+    the mixed model's initial weights (keras_path), as the case trains; a
+    step the mixed run's loss scale skipped (`skipped`, by index) is not
+    trained on either, and its loss is None (no float32 counterpart to
+    compare: the forward pass alone, here of labels 1000 times larger)."""
     twin = mm.MODELS[model_name]["float32_twin"]()
     zero_dropout(twin)
     twin.load_weights(keras_path)
@@ -629,6 +650,9 @@ def float32_losses(model_name, keras_path, xs, ys, n, epochs):
     for _ in range(epochs):
         for s in range(n // BATCH):
             sl = slice(s * BATCH, (s + 1) * BATCH)
+            if len(losses) in skipped:
+                losses.append(None)
+                continue
             logs = twin.train_on_batch(one_or_list(xs, sl), one_or_list(ys, sl),
                                        return_dict=True)
             losses.append(float(logs["loss"]))
@@ -826,11 +850,20 @@ def run_case(case, out, hlo):
         metric = None
         step_loss, step_metric = [], []
         step_logs = {}
+        # issue 23: a LossScaleOptimizer's scale after each step, and the
+        # steps it skipped (the optimizer's iterations did not move)
+        scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        step_scale, skipped = [], []
         for _ in range(epochs):
             for s in range(n // BATCH):
                 sl = slice(s * BATCH, (s + 1) * BATCH)
+                before = int(model.optimizer.iterations.numpy()) if model.optimizer.built else 0
                 logs = model.train_on_batch(one_or_list(xs, sl), one_or_list(ys, sl),
                                             return_dict=True)
+                if scaled:
+                    step_scale.append(float(model.optimizer.dynamic_scale.numpy()))
+                    if int(model.optimizer.iterations.numpy()) == before:
+                        skipped.append(len(step_loss))
                 step_loss.append(float(logs["loss"]))
                 for k, v in logs.items():
                     step_logs.setdefault(k, []).append(float(v))
@@ -860,7 +893,7 @@ def run_case(case, out, hlo):
             final = layer_weights(wpath)
         mixed = "float32_twin" in mm.MODELS[model_name]
         if mixed:
-            f32_loss = float32_losses(model_name, keras_path, xs, ys, n, epochs)
+            f32_loss = float32_losses(model_name, keras_path, xs, ys, n, epochs, skipped)
         # Frozen layers (trainable=False): the weights Keras left bit for bit
         # as they were, which kdcc must leave so too.
         frozen = []
@@ -939,6 +972,20 @@ def run_case(case, out, hlo):
                         "tensor, and the step losses at least float32_min_distance times "
                         "Keras's own distance from its float32 run (float32_step_loss, the "
                         "same model and weights under float32) away from that run"))
+    if scaled:  # issue 23: mixed_float16's LossScaleOptimizer
+        lso = model.optimizer
+        ref.update(
+            loss_scale={"initial_scale": float(lso.initial_scale),
+                        "dynamic_growth_steps": int(lso.dynamic_growth_steps),
+                        "in_compile_config": model.get_compile_config()["optimizer"][
+                            "class_name"] == "LossScaleOptimizer"},
+            step_loss_scale=step_scale, skipped_steps=skipped,
+            optimizer_iterations=int(lso.iterations.numpy()),
+            loss_scale_note=("Keras's LossScaleOptimizer: step_loss_scale is its dynamic_scale "
+                             "after each step, skipped_steps the steps whose gradients were not "
+                             "finite (no update; the optimizer's iterations, "
+                             "optimizer_iterations at the end, do not count them); "
+                             "float32_step_loss is null there (the float32 run skips them too)"))
     if frozen:
         ref["frozen_weights"] = frozen
     if atol:

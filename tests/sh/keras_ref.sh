@@ -21,7 +21,9 @@
 #
 # A case's own tolerances replace 1e-4 where its JSON has them (issue 23's
 # mixed-precision cases: rtol, update_rtol, float32_min_distance; see
-# compare_ref.py).
+# compare_ref.py); a mixed_float16 case's loss scale after every step
+# (step_loss_scale: Keras's LossScaleOptimizer halving it at the steps it
+# skips) and the optimizer's iterations must be Keras's exactly.
 #
 # KERAS_REF_DIR=DIR checks the cases in DIR instead (a fresh run_ref.py --out).
 set -euo pipefail
