@@ -90,6 +90,10 @@ build rope_dist tests/gradcheck/rope.json --distribution tests/good/rope.dist.js
 build frozen_dist tests/gradcheck/frozen.json --distribution tests/good/frozen.dist.json --batch-size 16
 build nested_dist models/nested.json --distribution models/nested.dist.json --batch-size 16
 build cnn_tf32 models/cnn.json --distribution models/cnn.dist.json --batch-size 16 --precision tf32
+# issue 23: mixed_float16 with Keras's LossScaleOptimizer (the seeds scaled, the step's
+# decision on the host: kdrt_cuda_loss_scale_step; no CUDA graph)
+build mixed_f16_dist tests/fixtures/keras_ref/mixed_f16_mlp/model.keras \
+  --distribution tests/fixtures/keras_ref/mixed_f16_mlp/mixed_f16_mlp.dist.json --batch-size 16
 # The command line refuses what it cannot do, with a message.
 if ./kdcc models/cnn.json --target cuda --cuda-arch 90 -S $out/a 2>$out/err.txt; then
   echo "FAIL: --cuda-arch 90 accepted"; fail=1
