@@ -106,6 +106,9 @@ static char *optimizer_text(const Optimizer *o) {
   const float vals[] = {o->clipnorm, o->global_clipnorm, o->clipvalue, o->weight_decay};
   for (int i = 0; i < 4; i++)
     if (vals[i] != 0) t = format("%s, %s %g", t, keys[i], vals[i]);
+  if (o->loss_scale) // issue 23
+    t = format("%s, in a LossScaleOptimizer (initial_scale %g, dynamic_growth_steps %lld; %s)",
+               t, o->loss_scale, (long long)o->growth_steps, o->loss_scale_why);
   return t;
 }
 
