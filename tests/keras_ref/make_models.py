@@ -1774,6 +1774,7 @@ def under_policy(build, policy):
 # the scale, each epoch. mixed_f16_growth is compiled with a
 # LossScaleOptimizer of its own (in the compile_config), growing the scale
 # after 3 finite steps: halved, doubled and halved again in 8 steps.
+# mixed_f16_bn_cnn: the batch-norm CNN, whose gradients overflow without help.
 
 
 def mixed_f16_mlp():
@@ -1819,6 +1820,13 @@ MODELS.update({
         build=mixed_f16_growth, float32_twin=under_policy(mixed_f16_mlp, "float32"),
         labels="dense10", x=(12,), label_scale=(slice(32, 48), 1000.0),
         dists={"mixed_f16_growth_dp": DP_8}),
+    # the batch-norm CNN, whose float16 gradients overflow at 2^15 of themselves
+    # (steps 1, 2 and 6): skipped steps with moving statistics still moving
+    "mixed_f16_bn_cnn": dict(
+        build=under_policy(bn_cnn, "mixed_float16"),
+        float32_twin=under_policy(bn_cnn, "float32"), labels="sparse10", x=(8, 8, 3),
+        dists={"mixed_f16_bn_cnn": MODELS["bn_cnn"]["dists"]["bn_cnn"],
+               "mixed_f16_bn_cnn_dp": DP_8}),
 })
 
 # ---------------------------------------------------------------------------

@@ -184,6 +184,11 @@ Cases (model, distribution spec from models/):
                                                              with LossScaleOptimizer(Adam,
                                                              dynamic_growth_steps=3): the scale
                                                              halved, doubled, halved
+    mixed_f16_bn_cnn mixed_f16_bn_cnn bn_cnn's (2,4) spec      ModelParallel (2,4)  bn_cnn under
+                                                             mixed_float16: its own gradients
+                                                             overflow (3 skipped steps), the
+                                                             moving statistics move on
+    mixed_f16_bn_cnn_dp mixed_f16_bn_cnn (8,)                DataParallel (8,)
     grouped_mp      grouped        (DERIVED_CASES)           ModelParallel (2,4)  kdcc only, against
                                                              grouped_dp's numbers: filters split
     grouped_dp      grouped        grouped_dp.dist.json      DataParallel (8,)    Conv2D groups,
@@ -422,6 +427,7 @@ DATA = {
     "mixed_bn_cnn": (64, 2),
     "mixed_f16_mlp": (64, 2),
     "mixed_f16_growth": (64, 2),
+    "mixed_f16_bn_cnn": (64, 2),
 }
 
 # Fit cases: case -> (model, kdcc's dist spec, Keras's dist spec, settings).
@@ -624,6 +630,8 @@ CASES = {
     "mixed_f16_mlp": ("mixed_f16_mlp", "mixed_f16_mlp"),
     "mixed_f16_mlp_dp": ("mixed_f16_mlp", "mixed_f16_mlp_dp"),
     "mixed_f16_growth_dp": ("mixed_f16_growth", "mixed_f16_growth_dp"),
+    "mixed_f16_bn_cnn": ("mixed_f16_bn_cnn", "mixed_f16_bn_cnn"),
+    "mixed_f16_bn_cnn_dp": ("mixed_f16_bn_cnn", "mixed_f16_bn_cnn_dp"),
 }
 
 # issue 23: how close a mixed-precision case must be. XLA keeps some fused
