@@ -94,9 +94,10 @@ void emit_preamble(const char *what) {
                          : "");
   out("// Each call is one kernel of runtime/kdrt_ops.h's list.\n");
   if (md->opt.loss_scale) // issue 23
-    out("// Keras's LossScaleOptimizer wraps %s (%s): the loss is\n"
-        "// scaled by c->loss_scale (initial %.17g), doubled after %lld finite steps in a row,\n"
-        "// halved and the step skipped when a gradient is not finite on some rank.\n",
+    out("// Keras's LossScaleOptimizer wraps %s (%s).\n"
+        "// The loss is scaled by c->loss_scale (initial %.17g), doubled after %lld finite\n"
+        "// steps in a row, halved and the step skipped when a gradient is not finite on\n"
+        "// some rank.\n",
         md->opt.cls, md->opt.loss_scale_why, md->opt.loss_scale, (long long)md->opt.growth_steps);
   out("\n");
   if (EB == BACKEND_C)
