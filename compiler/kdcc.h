@@ -3,6 +3,7 @@
 // Pipeline (one file per pass, in this order):
 //   json.c     JSON text -> jansson tree, with a line:column for every value
 //   load.c     Keras 3 model JSON -> Model (layers, edges)
+//   hub.c      a keras-hub task or preset -> the Functional model it builds
 //   load_compile.c its compile config (losses, metrics, optimizer)
 //   dist.c     distribution spec -> Mesh + LayoutMap (PCRE2 full match)
 //   ir.c       nodes, shapes and the constructors every pass uses
