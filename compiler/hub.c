@@ -149,6 +149,11 @@ static void enable_lora(Hub *h, const char *cls, const char *name, json_t *cfg) 
 static json_t *layer(Hub *h, const char *cls, const char *name, const char *group, json_t *cfg,
                      json_t *args, json_t *kwargs) {
   json_object_set_new(cfg, "name", json_string(name));
+  // the backbone's dtype policy is every layer's, as keras-hub passes it
+  // down (its own value, so that a policy kdcc refuses is named where it is)
+  json_t *dtype = json_object_get(h->cfg, "dtype");
+  if (dtype && !json_is_null(dtype) && strcmp(cls, "InputLayer"))
+    json_object_set(cfg, "dtype", dtype);
   if (opt_lora_rank) enable_lora(h, cls, name, cfg);
   json_t *env = json_pack("{s:s, s:o, s:s}", "class_name", cls, "config", located(h, cfg),
                           "name", name);

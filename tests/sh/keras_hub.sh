@@ -107,6 +107,14 @@ del t["config"]["backbone"]["config"]["num_layers"]
 json.dump(t, open(sys.argv[2], "w"), indent=1)
 EOF
 expect_error "$out/no_layers.json" "GPT2Backbone: the config has no 'num_layers'"
+# the backbone's dtype policy is every layer's: one kdcc cannot follow is named, at the policy
+python3 - "$d/preset/task.json" "$out/bf16.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+t["config"]["backbone"]["config"]["dtype"]["config"]["name"] = "bfloat16"
+json.dump(t, open(sys.argv[2], "w"), indent=1)
+EOF
+expect_error "$out/bf16.json" "bf16.json:15:15: error: layer 'token_embedding': dtype policy 'bfloat16'"
 mkdir -p "$out/empty_preset"
 expect_error "$out/empty_preset" "it has no config.json"
 if ./kdcc tests/fixtures/keras_ref/gpt/model.keras --lora-rank 4 -o "$out/never" 2>"$out/err.txt" ||
