@@ -250,10 +250,11 @@ static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
   return new_node1(g, OP_RESHAPE, b, (Shape){4, {s->d[0], s->d[1], s->d[2] * r, s->d[3]}});
 }
 
-// hub.c's attention layers (Llama's): query and key turned by rotary
-// embedding as keras-hub's LlamaRotaryEmbedding turns them, its settings in
-// kdcc_rope (keras-hub's argument names; Llama 3.1's frequency adjustment
-// where frequency_adjustment_factor is set); x as it is without it.
+// hub.c's attention layers: query and key turned by rotary embedding as
+// keras-hub turns them, its settings in kdcc_rope (keras-hub's argument
+// names): kind "llama", LlamaRotaryEmbedding (Llama 3.1's frequency
+// adjustment where frequency_adjustment_factor is set), else RotaryEmbedding
+// (Mistral's, Qwen's, Gemma's); x as it is without it.
 static Node *hub_rope(Graph *g, Layer *l, Node *x) {
   json_t *r = json_object_get(l->cfg, "kdcc_rope");
   if (!json_is_object(r)) return x;
@@ -265,8 +266,9 @@ static Node *hub_rope(Graph *g, Layer *l, Node *x) {
   p->freq_adjust = adjust;
   json_t *v;
   if ((v = json_object_get(r, "max_wavelength"))) p->max_wavelength = json_number_value(v);
-  if ((v = json_object_get(r, "position_scaling_factor"))) p->scaling_factor = json_number_value(v);
-  if ((v = json_object_get(r, "scaling_factor"))) p->scaling_factor = json_number_value(v);
+  if ((v = json_object_get(r, "position_scaling_factor")) || // Llama's, which it ignores
+      (v = json_object_get(r, "scaling_factor")))
+    p->scaling_factor = json_number_value(v);
   if (adjust) {
     static const char *const need[] = {"low_freq_factor", "high_freq_factor",
                                        "pretraining_sequence_length"};
