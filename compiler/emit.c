@@ -431,6 +431,13 @@ static char *io_init(const char *name, const Node *n, int label, int64_t classes
                 (long long)classes);
 }
 
+// The kernels LoRA adapts (issue 24): the program's kdrt_lora entries.
+static int lora_kernels(const Graph *g) {
+  int n = 0;
+  for (int i = 0; i < g->nvars; i++) n += g->vars[i]->lora_a != NULL;
+  return n;
+}
+
 void emit_program_tables(void) {
   const Graph *g = EG;
   const Mesh *m = &g->dist->mesh;
@@ -448,9 +455,7 @@ void emit_program_tables(void) {
   }
   if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0, NULL, NULL, NULL, 0},\n");
   out("};\n");
-  int nlora = 0;
-  for (int i = 0; i < g->nvars; i++) nlora += g->vars[i]->lora_a != NULL;
-  if (nlora) {
+  if (lora_kernels(g)) {
     out("\n// LoRA: kernel, a, b (vars), scale: the kernel used as kernel + scale * a . b;\n"
         "// keras-hub's .lora.h5 group lora/<index>\n");
     out("static const kdrt_lora lora[] = {\n");
@@ -574,10 +579,8 @@ void emit_program_fields(const char *lhs, const char *end) {
   FIELD("grad_step", "grad_step");
   FIELD("nvars", "%d", g->nvars);
   FIELD("vars", "vars");
-  int nlora = 0;
-  for (int i = 0; i < g->nvars; i++) nlora += g->vars[i]->lora_a != NULL;
-  if (nlora) {
-    FIELD("nlora", "%d", nlora);
+  if (lora_kernels(g)) {
+    FIELD("nlora", "%d", lora_kernels(g));
     FIELD("lora", "lora");
   }
   // A .keras archive's own weights are the program's initial ones (runtime/weights.c).

@@ -35,6 +35,7 @@ typedef struct {
   Loc at;                 // where the backbone's config starts
   json_t *layers;         // the Functional config's layer list being written
   int64_t steps;          // token steps
+  json_t *lora;           // --lora-targets, when --lora-rank asks for LoRA
   // Where keras-hub's save_lora_weights numbers a block's projections: the
   // weighted layers of backbone._flatten_layers(), the backbone's own in
   // order, each one's sublayers after it in reverse order of creation. Block
@@ -78,37 +79,26 @@ static json_t *tensor(Hub *h, const char *name, int node) {
                               "config", "keras_history", name, node, 0));
 }
 
-// --lora-targets as a list, and whether `name` (a layer's, or its last
-// part: keras-hub's sublayer names) is one of them.
-static json_t *lora_targets(void) {
-  json_t *t = json_array();
+// --lora-targets as a list (h->lora), each a name keras-hub's enable_lora
+// takes that kdcc adapts: the attention's projections.
+static void read_lora_targets(Hub *h) {
+  h->lora = json_array();
   char *list = xstrdup(opt_lora_targets), *save = NULL;
-  for (char *n = strtok_r(list, ",", &save); n; n = strtok_r(NULL, ",", &save))
-    json_array_append_new(t, json_string(n));
-  return t;
-}
-
-// keras-hub's target names that kdcc adapts: the attention's projections.
-static void check_lora_targets(Hub *h) {
-  json_t *t = lora_targets();
-  for (size_t i = 0; i < json_array_size(t); i++) {
-    const char *n = json_string_value(json_array_get(t, i));
+  for (char *n = strtok_r(list, ",", &save); n; n = strtok_r(NULL, ",", &save)) {
     if (strcmp(n, "query") && strcmp(n, "key") && strcmp(n, "value"))
       error_at(h->at, "%s: --lora-targets '%s': kdcc adapts the attention's query, key and "
                "value projections (keras-hub's default is query,value)", h->cls, n);
+    json_array_append_new(h->lora, json_string(n));
   }
-  json_decref(t);
 }
 
-static bool lora_target(const char *name) {
+// Whether layer `name` (its last part: keras-hub's sublayer names) is a target.
+static bool lora_target(Hub *h, const char *name) {
   const char *last = strrchr(name, '/');
   last = last ? last + 1 : name;
-  json_t *t = lora_targets();
-  bool hit = false;
-  for (size_t i = 0; i < json_array_size(t); i++)
-    hit |= !strcmp(json_string_value(json_array_get(t, i)), last);
-  json_decref(t);
-  return hit;
+  for (size_t i = 0; i < json_array_size(h->lora); i++)
+    if (!strcmp(json_string_value(json_array_get(h->lora, i)), last)) return true;
+  return false;
 }
 
 // Projection proj's number in keras-hub's .lora.h5 (see Hub) in block h->block.
@@ -125,16 +115,16 @@ static int lora_index(Hub *h, const char *proj) {
 // (MultiHeadAttention, GroupedQueryAttention) get the targets' names.
 static void enable_lora(Hub *h, const char *cls, const char *name, json_t *cfg) {
   bool attention = !strcmp(cls, "MultiHeadAttention") || !strcmp(cls, "GroupedQueryAttention");
-  bool target = !strcmp(cls, "EinsumDense") && lora_target(name);
+  bool target = !strcmp(cls, "EinsumDense") && lora_target(h, name);
   json_object_set_new(cfg, "trainable", json_boolean(target));
   if (attention) {
-    json_t *t = lora_targets(), *index = json_object();
-    for (size_t i = 0; i < json_array_size(t); i++) {
-      const char *proj = json_string_value(json_array_get(t, i));
+    json_t *index = json_object();
+    for (size_t i = 0; i < json_array_size(h->lora); i++) {
+      const char *proj = json_string_value(json_array_get(h->lora, i));
       json_object_set_new(index, proj, json_integer(lora_index(h, proj)));
     }
-    json_object_set_new(cfg, "kdcc_lora", json_pack("{s:I, s:o, s:o}", "rank",
-                                                    (json_int_t)opt_lora_rank, "targets", t,
+    json_object_set_new(cfg, "kdcc_lora", json_pack("{s:I, s:O, s:o}", "rank",
+                                                    (json_int_t)opt_lora_rank, "targets", h->lora,
                                                     "index", index));
   } else if (target) {
     json_object_set_new(cfg, "kdcc_lora", json_pack("{s:I, s:i}", "rank",
@@ -196,6 +186,18 @@ static json_t *two(Hub *h, const char *a, const char *b) {
   return located(h, json_pack("[[o, o]]", tensor(h, a, 0), tensor(h, b, 0)));
 }
 
+// A decoder's residual connection, layer `add`: y (after the Dropout(rate)
+// layer `drop`, unless drop is NULL) added to x.
+static const char *residual(Hub *h, const char *drop, const char *add, const char *y,
+                            const char *x, json_t *rate) {
+  if (drop) {
+    layer(h, "Dropout", drop, NULL, json_pack("{s:O}", "rate", rate), one(h, y), NULL);
+    y = drop;
+  }
+  layer(h, "Add", add, NULL, json_object(), two(h, y, x), NULL);
+  return add;
+}
+
 // keras-hub's layer groups: the i-th of a class in a list is "<snake>_<i>".
 static const char *nth(const char *snake, int i) {
   return i ? format("%s_%d", snake, i) : snake;
@@ -228,9 +230,8 @@ static const char *gpt2_block(Hub *h, int i, const char *x, json_t *dropout) {
         located(h, json_pack("[o, o]", tensor(h, ln1, 0), tensor(h, ln1, 0))),
         json_pack("{s:b, s:o}", "use_causal_mask", 1, "attention_mask",
                   tensor(h, "padding_mask", 0)));
-  const char *d1 = format("%s/self_attention_dropout", p), *r1 = format("%s/add_attention", p);
-  layer(h, "Dropout", d1, NULL, json_pack("{s:O}", "rate", dropout), one(h, att), NULL);
-  layer(h, "Add", r1, NULL, json_object(), two(h, d1, x), NULL);
+  const char *r1 = residual(h, format("%s/self_attention_dropout", p),
+                            format("%s/add_attention", p), att, x, dropout);
   const char *ln2 = format("%s/feedforward_layer_norm", p);
   layer(h, "LayerNormalization", ln2, format("%s/_feedforward_layer_norm", g),
         json_pack("{s:O}", "epsilon", eps), one(h, r1), NULL);
@@ -244,10 +245,8 @@ static const char *gpt2_block(Hub *h, int i, const char *x, json_t *dropout) {
   layer(h, "Dense", f2, format("%s/_feedforward_output_dense", g),
         json_pack("{s:I, s:o}", "units", (json_int_t)hidden, "kernel_initializer",
                   normal(h, 0.02)), one(h, f1), NULL);
-  const char *d2 = format("%s/feedforward_dropout", p), *r2 = format("%s/add_feedforward", p);
-  layer(h, "Dropout", d2, NULL, json_pack("{s:O}", "rate", dropout), one(h, f2), NULL);
-  layer(h, "Add", r2, NULL, json_object(), two(h, d2, r1), NULL);
-  return r2;
+  return residual(h, format("%s/feedforward_dropout", p), format("%s/add_feedforward", p), f2,
+                  r1, dropout);
 }
 
 static const char *gpt2(Hub *h) {
@@ -369,24 +368,20 @@ static const char *decoder_block(Hub *h, const Family *f, int i, const char *x, 
   layer(h, "RMSNormalization", ln1, format("%s/_self_attention_layernorm", g),
         json_pack("{s:O}", "epsilon", eps), one(h, x), NULL);
   const char *att = format("%s/self_attention", p);
-  layer(h, "GroupedQueryAttention", att, format("%s/_self_attention_layer", g),
-        json_pack("{s:I, s:O, s:O, s:O, s:b, s:b, s:o, s:b, s:O}", "head_dim", (json_int_t)hd,
-                  "num_query_heads", hp_int(h, "num_query_heads", 1), "num_key_value_heads",
-                  hp_int(h, "num_key_value_heads", 1), "dropout", dropout, "use_bias",
-                  f->qkv_bias, "kdcc_output_bias", 0, "kernel_initializer", normal(h, 0.02),
-                  "kdcc_padding_mask", 1, "kdcc_rope", rope),
+  json_t *acfg = json_pack("{s:I, s:O, s:O, s:O, s:b, s:b, s:o, s:b, s:O}", "head_dim",
+                           (json_int_t)hd, "num_query_heads", hp_int(h, "num_query_heads", 1),
+                           "num_key_value_heads", hp_int(h, "num_key_value_heads", 1), "dropout",
+                           dropout, "use_bias", f->qkv_bias, "kdcc_output_bias", 0,
+                           "kernel_initializer", normal(h, 0.02), "kdcc_padding_mask", 1,
+                           "kdcc_rope", rope);
+  int64_t window = f->window ? window_of(h, NULL, "sliding_window") : 0;
+  if (window) json_object_set_new(acfg, "kdcc_sliding_window", json_integer(window));
+  layer(h, "GroupedQueryAttention", att, format("%s/_self_attention_layer", g), acfg,
         located(h, json_pack("[o, o]", tensor(h, ln1, 0), tensor(h, ln1, 0))),
         json_pack("{s:b, s:o}", "use_causal_mask", 1, "attention_mask",
                   tensor(h, "padding_mask", 0)));
-  int64_t window = f->window ? window_of(h, NULL, "sliding_window") : 0;
-  if (window) { // the attention layer's config, just written
-    json_t *env = json_array_get(h->layers, json_array_size(h->layers) - 1);
-    json_object_set_new(json_object_get(env, "config"), "kdcc_sliding_window",
-                        json_integer(window));
-  }
-  const char *d1 = format("%s/self_attention_dropout", p), *r1 = format("%s/add_attention", p);
-  layer(h, "Dropout", d1, NULL, json_pack("{s:O}", "rate", dropout), one(h, att), NULL);
-  layer(h, "Add", r1, NULL, json_object(), two(h, d1, x), NULL);
+  const char *r1 = residual(h, format("%s/self_attention_dropout", p),
+                            format("%s/add_attention", p), att, x, dropout);
   const char *ln2 = format("%s/feedforward_layernorm", p);
   layer(h, "RMSNormalization", ln2, format("%s/_feedforward_layernorm", g),
         json_pack("{s:O}", "epsilon", eps), one(h, r1), NULL);
@@ -405,9 +400,7 @@ static const char *decoder_block(Hub *h, const Family *f, int i, const char *x, 
   layer(h, "Dense", down, format("%s/_feedforward_output_dense", g),
         json_pack("{s:I, s:b, s:o}", "units", (json_int_t)hidden, "use_bias", 0,
                   "kernel_initializer", normal(h, 0.02)), one(h, mul), NULL);
-  const char *r2 = format("%s/add_feedforward", p);
-  layer(h, "Add", r2, NULL, json_object(), two(h, down, r1), NULL);
-  return r2;
+  return residual(h, NULL, format("%s/add_feedforward", p), down, r1, NULL);
 }
 
 static const char *decoder_lm(Hub *h, const Family *f) {
@@ -515,8 +508,7 @@ static const char *gemma_block(Hub *h, int i, const char *x) {
                          variance_scaling(h, hd * nq));
   if (json_is_true(json_object_get(h->cfg, "use_post_attention_norm")))
     o = rms1(h, format("%s/post_attention_norm", p), format("%s/post_attention_norm", g), o);
-  const char *r1 = format("%s/add_attention", p);
-  layer(h, "Add", r1, NULL, json_object(), two(h, x, o), NULL);
+  const char *r1 = residual(h, NULL, format("%s/add_attention", p), x, o, NULL); // x + attention
   const char *n2 = rms1(h, format("%s/pre_ffw_norm", p), format("%s/pre_ffw_norm", g), r1);
   json_t *half = json_pack("[n, I]", (json_int_t)(hp_val(h, "intermediate_dim", 2) / 2));
   const char *x1 = einsum(h, format("%s/ffw_gating", p), format("%s/gating_ffw", g),
@@ -533,9 +525,7 @@ static const char *gemma_block(Hub *h, int i, const char *x) {
                          json_pack("[n, I]", (json_int_t)hidden), m, NULL);
   if (json_is_true(json_object_get(h->cfg, "use_post_ffw_norm")))
     f = rms1(h, format("%s/post_ffw_norm", p), format("%s/post_ffw_norm", g), f);
-  const char *r2 = format("%s/add_feedforward", p);
-  layer(h, "Add", r2, NULL, json_object(), two(h, f, r1), NULL);
-  return r2;
+  return residual(h, NULL, format("%s/add_feedforward", p), f, r1, NULL);
 }
 
 static const char *gemma(Hub *h) {
@@ -624,7 +614,7 @@ json_t *hub_expand(json_t *root, bool preset, const char **scope) {
   if (p && !json_is_null(p))
     warn_at(jloc(p), "%s: its preprocessor is not compiled: the program takes token ids "
             "(token_ids, padding_mask), not text", cls);
-  if (opt_lora_rank) check_lora_targets(&h);
+  if (opt_lora_rank) read_lora_targets(&h);
   const char *out = models[k].build(&h);
   if (!h.steps)
     error_at(h.at, "%s: give the token steps with --sequence-length (the config has no "

@@ -6,6 +6,15 @@
 #ifndef KDRT_DEFS_H
 #define KDRT_DEFS_H
 
+// What the headers written once for both runtimes (kdrt_ops.h's inline
+// helpers, kdrt_philox.h, kdrt_rope.h, kdrt_round.h, kdrt_rnn.h) mark their
+// functions with: host and device code under nvcc, plain C elsewhere.
+#ifdef __CUDACC__
+#define KDRT_HD __host__ __device__
+#else
+#define KDRT_HD
+#endif
+
 // ---- activations
 // X(NAME, "keras name", f(v), f'(v, y)): y = f(v) elementwise, and the
 // derivative given the input v and the output y. This list is the only

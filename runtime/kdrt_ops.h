@@ -25,14 +25,6 @@
 #define KDRT_MASKED (-0.7f * 3.40282347e+38f)
 #define KDRT_MAX_AXES 4
 
-#ifndef KDRT_HD
-#ifdef __CUDACC__
-#define KDRT_HD __host__ __device__
-#else
-#define KDRT_HD
-#endif
-#endif
-
 // Adam's step size at step t (from 1), in double as Keras forms it:
 // lr * sqrt(1 - b2^t) / (1 - b1^t). The CPU's adam and the CUDA one (on
 // the host for a launch, on the device inside a CUDA graph) share it.

@@ -10,13 +10,7 @@
 
 #include <stdint.h>
 
-#ifndef KDRT_HD
-#ifdef __CUDACC__
-#define KDRT_HD __host__ __device__
-#else
-#define KDRT_HD
-#endif
-#endif
+#include "kdrt_defs.h" // KDRT_HD
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u

@@ -34,12 +34,6 @@
 
 #include "kdrt_defs.h"
 
-#ifdef __CUDACC__
-#define KDRT_HD __host__ __device__
-#else
-#define KDRT_HD
-#endif
-
 static inline KDRT_HD int kdrt_rnn_is_gru(int cell) {
   return cell == KDRT_RNN_GRU || cell == KDRT_RNN_GRU_V1;
 }

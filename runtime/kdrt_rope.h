@@ -25,13 +25,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifndef KDRT_HD
-#ifdef __CUDACC__
-#define KDRT_HD __host__ __device__
-#else
-#define KDRT_HD
-#endif
-#endif
+#include "kdrt_defs.h" // KDRT_HD
 
 // The most pairs a row may have (a head dim of 1024); the descriptor goes
 // to a CUDA kernel by value, under its 4 KB of parameters.

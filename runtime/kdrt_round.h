@@ -15,14 +15,6 @@
 
 #include "kdrt_defs.h"
 
-#ifndef KDRT_HD
-#ifdef __CUDACC__
-#define KDRT_HD __host__ __device__
-#else
-#define KDRT_HD
-#endif
-#endif
-
 static inline KDRT_HD uint32_t kdrt_f32_bits(float x) {
   uint32_t u;
   memcpy(&u, &x, sizeof u);

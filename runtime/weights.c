@@ -943,25 +943,41 @@ int kdrt_weights_finite(kdrt_ctx *c) {
   return first < p->nvars ? first : -1;
 }
 
-int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
-  int rc = kdrt_weights_read(c->prog, c->coord, path, c->params, err, errlen), all = rc;
+// Every rank's read (rc, this rank's): 0 when all read theirs, else -1, err
+// saying why (on a rank whose own read worked: that another's did not).
+static int all_read(int rc, const char *path, const char *what, char *err, size_t errlen) {
+  int all = rc;
   KDRT_MPI(MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (all && !rc) kdrt_errf(err, errlen, "%s: another rank could not read its weights", path);
+  if (all && !rc) kdrt_errf(err, errlen, "%s: another rank could not read its %s", path, what);
   return all ? -1 : 0;
+}
+
+// Rank 0's write (rc), told to every rank.
+static int rank0_wrote(const kdrt_ctx *c, int rc, const char *path, char *err, size_t errlen) {
+  KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (rc && c->rank != 0) kdrt_errf(err, errlen, "%s: rank 0 could not write it", path);
+  return rc;
+}
+
+// Variable var's global tensor, gathered on rank 0 (malloc'd; NULL elsewhere).
+static float *gather_var(kdrt_ctx *c, const kdrt_var *var) {
+  float *g = NULL;
+  if (c->rank == 0 && !(g = malloc(sizeof(float) * (size_t)elems(&var->layout))))
+    kdrt_fatal(c, "out of memory for variable '%s'", var->path);
+  kdrt_gather_global(c, &var->layout, c->params + var->offset, g);
+  return g;
+}
+
+int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
+  return all_read(kdrt_weights_read(c->prog, c->coord, path, c->params, err, errlen), path,
+                  "weights", err, errlen);
 }
 
 int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   const kdrt_program *p = c->prog;
   float **global = calloc((size_t)(p->nvars ? p->nvars : 1), sizeof *global);
   if (!global) kdrt_fatal(c, "out of memory");
-  for (int v = 0; v < p->nvars; v++) {
-    const kdrt_var *var = &p->vars[v];
-    if (c->rank == 0) {
-      global[v] = malloc(sizeof(float) * (size_t)elems(&var->layout));
-      if (!global[v]) kdrt_fatal(c, "out of memory for variable '%s'", var->path);
-    }
-    kdrt_gather_global(c, &var->layout, c->params + var->offset, global[v]);
-  }
+  for (int v = 0; v < p->nvars; v++) global[v] = gather_var(c, &p->vars[v]);
   // A LoRA kernel is saved merged, as Keras saves it: w + scale * a . b
   for (int i = 0; i < p->nlora && c->rank == 0; i++) {
     const kdrt_lora *l = &p->lora[i];
@@ -980,8 +996,7 @@ int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   if (c->rank == 0)
     rc = kdrt_weights_write(p, path, (const float *const *)global, c->iterations, c->lr, err,
                             errlen);
-  KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
-  if (rc && c->rank != 0) kdrt_errf(err, errlen, "%s: rank 0 could not write it", path);
+  rc = rank0_wrote(c, rc, path, err, errlen);
   for (int v = 0; v < p->nvars; v++) free(global[v]);
   free(global);
   return rc;
@@ -1041,10 +1056,8 @@ int kdrt_lora_read(const kdrt_program *p, const int *coord, const char *path, fl
 }
 
 int kdrt_lora_load(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
-  int rc = kdrt_lora_read(c->prog, c->coord, path, c->params, err, errlen), all = rc;
-  KDRT_MPI(MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (all && !rc) kdrt_errf(err, errlen, "%s: another rank could not read its LoRA weights", path);
-  return all ? -1 : 0;
+  return all_read(kdrt_lora_read(c->prog, c->coord, path, c->params, err, errlen), path,
+                  "LoRA weights", err, errlen);
 }
 
 int kdrt_lora_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
@@ -1052,12 +1065,8 @@ int kdrt_lora_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   if (lora_path(p, path, err, errlen)) return -1;
   float **global = calloc((size_t)(2 * p->nlora), sizeof *global);
   if (!global) kdrt_fatal(c, "out of memory");
-  for (int i = 0; i < 2 * p->nlora; i++) {
-    const kdrt_var *var = &p->vars[i % 2 ? p->lora[i / 2].b : p->lora[i / 2].a];
-    if (c->rank == 0 && !(global[i] = malloc(sizeof(float) * (size_t)elems(&var->layout))))
-      kdrt_fatal(c, "out of memory for variable '%s'", var->path);
-    kdrt_gather_global(c, &var->layout, c->params + var->offset, global[i]);
-  }
+  for (int i = 0; i < 2 * p->nlora; i++)
+    global[i] = gather_var(c, &p->vars[i % 2 ? p->lora[i / 2].b : p->lora[i / 2].a]);
   int rc = 0;
   if (c->rank == 0) {
     char tmp[4096];
@@ -1092,8 +1101,7 @@ int kdrt_lora_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
                                                strerror(errno));
     if (rc) unlink(tmp);
   }
-  KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
-  if (rc && c->rank != 0) kdrt_errf(err, errlen, "%s: rank 0 could not write it", path);
+  rc = rank0_wrote(c, rc, path, err, errlen);
   for (int i = 0; i < 2 * p->nlora; i++) free(global[i]);
   free(global);
   return rc;
