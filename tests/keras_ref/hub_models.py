@@ -587,24 +587,7 @@ def run_case(case, out, R):
     # (LoRA freezes the key biases)
     atol = {} if lora else \
         {k: LR * len(step_loss) for k in sorted(final) if re.fullmatch(NOISE, k)}
-    final_name, note = "final.npz", None
-    fpath = os.path.join(mdir, final_name)
-    if os.path.exists(fpath):  # shared with the model's first case when equal
-        prev = dict(np.load(fpath))
-        worst, noise_ok = R.weights_diff(final, prev, atol) if prev.keys() == final.keys() \
-            else (float("inf"), False)
-        if prev.keys() == final.keys() and worst <= 2e-5 and noise_ok:
-            note = (f"same as the first case of {model_name} within "
-                    f"{worst:.1e} (relative to each tensor's max)")
-        else:
-            final_name = case + ".final.npz"
-            fpath = os.path.join(mdir, final_name)
-    if note is None:
-        np.savez_compressed(fpath, **final)
-
-    with open(os.path.join(mdir, case + ".dist.json"), "w") as f:
-        json.dump(spec, f, indent=2)
-        f.write("\n")
+    final_name, note = R.write_final(mdir, case, model_name, final, atol, spec)
     ref = {
         "case": case,
         "model": model_name,
@@ -671,20 +654,7 @@ def run_case(case, out, R):
                                      "(model.keras's initial weights are checked equal)")
     if note:
         ref["final_weights_note"] = note
-    if atol:
-        ref["final_weights_atol"] = atol
-        ref["final_weights_atol_note"] = (
-            "attention key biases: zero gradient in exact arithmetic (softmax "
-            "is shift invariant), Keras's values are Adam-amplified rounding "
-            "noise; checked as |kdcc - keras| <= this absolute tolerance "
-            "(learning rate * steps) instead of relative to the tensor")
-    with open(os.path.join(mdir, case + ".json"), "w") as f:
-        json.dump(ref, f, indent=1)
-        f.write("\n")
-    print(f"{case}: {len(step_loss)} steps, loss {step_loss[0]:.6f} -> "
-          f"{step_loss[-1]:.6f}, evaluate {ev}, weights {final_name}"
-          + (f" ({note})" if note else ""))
-    return ref
+    return R.finish_ref(mdir, case, ref, atol)
 
 
 # ---------------------------------------------------------------------------

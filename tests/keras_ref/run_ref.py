@@ -822,6 +822,51 @@ def program_args(xf, yf, in_names, out_names, epochs):
                    "--weights", "model.keras"]
 
 
+def write_final(mdir, case, model_name, final, atol, spec):
+    """A case's final weights and its spec, into mdir: final.npz, shared with
+    the model's first case when the weights equal it (within 2e-5 of each
+    tensor's max, key biases within atol), else <case>.final.npz; and
+    <case>.dist.json. Returns (the weights' file, a note or None)."""
+    final_name, note = "final.npz", None
+    fpath = os.path.join(mdir, final_name)
+    if os.path.exists(fpath):
+        prev = dict(np.load(fpath))
+        worst, noise_ok = weights_diff(final, prev, atol) if prev.keys() == final.keys() \
+            else (float("inf"), False)
+        if prev.keys() == final.keys() and worst <= 2e-5 and noise_ok:
+            note = (f"same as the first case of {model_name} within "
+                    f"{worst:.1e} (relative to each tensor's max)")
+        else:
+            final_name = case + ".final.npz"
+            fpath = os.path.join(mdir, final_name)
+    if note is None:
+        np.savez_compressed(fpath, **final)
+    with open(os.path.join(mdir, case + ".dist.json"), "w") as f:
+        json.dump(spec, f, indent=2)
+        f.write("\n")
+    return final_name, note
+
+
+def finish_ref(mdir, case, ref, atol):
+    """The case's JSON (ref, then the key biases' absolute tolerances atol),
+    written to mdir/<case>.json, and a line saying what Keras did."""
+    if atol:
+        ref["final_weights_atol"] = atol
+        ref["final_weights_atol_note"] = (
+            "attention key biases: zero gradient in exact arithmetic (softmax "
+            "is shift invariant), Keras's values are Adam-amplified rounding "
+            "noise; checked as |kdcc - keras| <= this absolute tolerance "
+            "(learning rate * steps) instead of relative to the tensor")
+    with open(os.path.join(mdir, case + ".json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    step_loss, note = ref["step_loss"], ref.get("final_weights_note")
+    print(f"{case}: {len(step_loss)} steps, loss {step_loss[0]:.6f} -> "
+          f"{step_loss[-1]:.6f}, evaluate {ref['evaluate']}, weights {ref['final_weights']}"
+          + (f" ({note})" if note else ""))
+    return ref
+
+
 def run_case(case, out, hlo):
     model_name, dist_name = CASES[case]
     n, epochs = DATA[model_name]
@@ -917,25 +962,7 @@ def run_case(case, out, hlo):
     # to the rate a step each, either sign): twice the bound
     atol = noise_atol(final, float(keras.ops.convert_to_numpy(
         model.optimizer.learning_rate)) * (2 if mixed else 1), len(step_loss))
-    final_name = "final.npz"
-    note = None
-    fpath = os.path.join(mdir, final_name)
-    if os.path.exists(fpath):
-        prev = dict(np.load(fpath))
-        worst, noise_ok = weights_diff(final, prev, atol) if prev.keys() == final.keys() \
-            else (float("inf"), False)
-        if prev.keys() == final.keys() and worst <= 2e-5 and noise_ok:
-            note = (f"same as the first case of {model_name} within "
-                    f"{worst:.1e} (relative to each tensor's max)")
-        else:
-            final_name = case + ".final.npz"
-            fpath = os.path.join(mdir, final_name)
-    if note is None:
-        np.savez_compressed(fpath, **final)
-
-    with open(os.path.join(mdir, case + ".dist.json"), "w") as f:
-        json.dump(spec, f, indent=2)
-        f.write("\n")
+    final_name, note = write_final(mdir, case, model_name, final, atol, spec)
     ref = {
         "case": case,
         "model": model_name,
@@ -996,20 +1023,7 @@ def run_case(case, out, hlo):
                              "float32_step_loss is null there (the float32 run skips them too)"))
     if frozen:
         ref["frozen_weights"] = frozen
-    if atol:
-        ref["final_weights_atol"] = atol
-        ref["final_weights_atol_note"] = (
-            "attention key biases: zero gradient in exact arithmetic (softmax "
-            "is shift invariant), Keras's values are Adam-amplified rounding "
-            "noise; checked as |kdcc - keras| <= this absolute tolerance "
-            "(learning rate * steps) instead of relative to the tensor")
-    with open(os.path.join(mdir, case + ".json"), "w") as f:
-        json.dump(ref, f, indent=1)
-        f.write("\n")
-    print(f"{case}: {len(step_loss)} steps, loss {step_loss[0]:.6f} -> "
-          f"{step_loss[-1]:.6f}, evaluate {ev}, weights {final_name}"
-          + (f" ({note})" if note else ""))
-    return ref
+    return finish_ref(mdir, case, ref, atol)
 
 
 # kdcc-only cases: another layout checked against a Keras case's numbers
