@@ -14,17 +14,13 @@
 # Extra options go to the training program (e.g. --epochs 5).
 # Outputs: build/char_gpt/ (the program, history.json, weights.weights.h5).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-
 TEXT=/usr/share/games/fortunes/songs-poems
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then TEXT=$1; shift; fi
 [ -f "$TEXT" ] || { echo "$0: $TEXT not found: give a text file, or apt-get install fortunes" >&2; exit 1; }
+TEXT=$(realpath "$TEXT")
+source "$(dirname "$0")/../common.sh"
 MESH=${MESH:-data=1,model=2}
-NP=${NP:-$(echo "$MESH" | tr ',' '\n' | awk -F= '{n = (NR == 1 ? $2 : n * $2)} END {print n}')}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-
-make -s kdcc build/libkdrt.a
+NP=${NP:-$(ranks_of "$MESH")}
 OUT=build/char_gpt
 EX=examples/char_gpt
 mkdir -p "$OUT"

@@ -15,8 +15,6 @@
 # Environment: FASHION_MNIST=DIR (default /usr/share/datasets/fashion-mnist),
 # NP (default the mesh's devices, 8 or 4; any other count is refused by the program).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-
 model=${1:-mlp}
 [ $# -gt 0 ] && shift
 case "$model" in
@@ -32,10 +30,7 @@ for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-
          t10k-labels-idx1-ubyte.gz; do
   [ -f "$D/$f" ] || { echo "$0: $D/$f not found; install the dataset: apt-get install dataset-fashion-mnist (or make setup)" >&2; exit 1; }
 done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-
-make -s kdcc build/libkdrt.a
+source "$(dirname "$0")/../common.sh"
 OUT=build/fashion_mnist
 mkdir -p "$OUT"
 EX=examples/fashion_mnist

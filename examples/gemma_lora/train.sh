@@ -16,17 +16,13 @@
 #      save_lora_weights file) and tuned.weights.h5 (the kernels merged);
 #   3. `./train generate` continues PROMPT (default "The ") by 300 bytes.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-
 TEXT=/usr/share/games/fortunes/songs-poems
 if [ $# -gt 0 ]; then TEXT=$1; shift; fi
 [ -f "$TEXT" ] || { echo "$0: $TEXT not found: give a text file, or apt-get install fortunes" >&2; exit 1; }
+TEXT=$(realpath "$TEXT")
+source "$(dirname "$0")/../common.sh"
 MESH=${MESH:-batch=2,model=2}
-NP=${NP:-$(echo "$MESH" | tr ',' '\n' | awk -F= '{n = (NR == 1 ? $2 : n * $2)} END {print n}')}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-
-make -s kdcc build/libkdrt.a
+NP=${NP:-$(ranks_of "$MESH")}
 OUT=build/gemma_lora
 EX=examples/gemma_lora
 mkdir -p "$OUT"
