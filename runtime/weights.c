@@ -394,11 +394,11 @@ static hid_t open_weights(const char *path, char *err, size_t errlen) {
   return kdrt_errf(err, errlen, "%s: not a .keras archive or a .weights.h5 file", path);
 }
 
-// A group's string attribute `name` into buf ("?" if none).
-static void name_attr(hid_t g, char *buf, size_t len) {
+// An object's string attribute `key` into buf ("?" if none).
+static void read_str_attr(hid_t g, const char *key, char *buf, size_t len) {
   snprintf(buf, len, "?");
-  if (H5Aexists(g, "name") <= 0) return;
-  hid_t a = H5Aopen(g, "name", H5P_DEFAULT), t = H5Aget_type(a);
+  if (H5Aexists(g, key) <= 0) return;
+  hid_t a = H5Aopen(g, key, H5P_DEFAULT), t = H5Aget_type(a);
   if (H5Tget_class(t) == H5T_STRING) {
     hid_t mt = H5Tcopy(H5T_C_S1);
     H5Tset_cset(mt, H5Tget_cset(t)); // h5py writes UTF-8; HDF5 does not convert
@@ -420,6 +420,27 @@ static void name_attr(hid_t g, char *buf, size_t len) {
   }
   H5Tclose(t);
   H5Aclose(a);
+}
+
+static void name_attr(hid_t g, char *buf, size_t len) { read_str_attr(g, "name", buf, len); }
+
+// Keras writes a bfloat16 variable (a model saved under the bfloat16
+// policy, as most keras-hub presets are) as 2-byte opaque data with the
+// attribute dtype = "bfloat16" (h5py has no bfloat16); Keras loads it into a
+// float32 variable exactly, and so does kdrt: its bits are a float32's
+// upper half.
+static int is_bfloat16(hid_t ds, hid_t t) {
+  char dt[32];
+  if (H5Tget_class(t) != H5T_OPAQUE || H5Tget_size(t) != 2) return 0;
+  read_str_attr(ds, "dtype", dt, sizeof dt);
+  return !strcmp(dt, "bfloat16");
+}
+
+static void bfloat16_to_float(const uint16_t *b, float *out, int64_t n) {
+  for (int64_t i = n - 1; i >= 0; i--) { // b may be out's own first half
+    uint32_t u = (uint32_t)b[i] << 16;
+    memcpy(&out[i], &u, sizeof u);
+  }
 }
 
 static int has_link(hid_t loc, const char *path) {
@@ -446,7 +467,9 @@ static int walk_groups(hid_t layers, const char *prefix, group_fn fn, void *ctx)
     if (H5Lget_name_by_idx(dir, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, name, sizeof name,
                            H5P_DEFAULT) < 0)
       continue;
-    snprintf(group, sizeof group, "%s%s%s", prefix, *prefix ? "/" : "", name);
+    if (snprintf(group, sizeof group, "%s%s%s", prefix, *prefix ? "/" : "", name) >=
+        (int)sizeof group)
+      continue; // deeper than any model Keras writes: no variable of ours is there
     snprintf(path, sizeof path, "%s/vars", group);
     if (has_link(layers, path)) {
       hid_t g = H5Gopen2(layers, path, H5P_DEFAULT);
@@ -557,9 +580,10 @@ static int read_dataset(hid_t file, const char *path, const char *ds_path, const
   hsize_t dims[32];
   int64_t d64[32];
   int ints = v->dtype == KDRT_I32; // an integer variable (kdrt_var.dtype)
-  if (H5Tget_class(t) != (ints ? H5T_INTEGER : H5T_FLOAT)) {
+  int bf16 = !ints && is_bfloat16(ds, t);
+  if (!bf16 && H5Tget_class(t) != (ints ? H5T_INTEGER : H5T_FLOAT)) {
     rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') is not %s", path, ds_path, v->path,
-                   ints ? "an integer dataset" : "floating point");
+                   ints ? "an integer dataset" : "floating point (or Keras's bfloat16)");
   } else if (rank < 0 || rank > 32) {
     rc = kdrt_errf(err, errlen, "%s: %s has a dataspace kdrt cannot read", path, ds_path);
   } else {
@@ -596,9 +620,11 @@ static int read_dataset(hid_t file, const char *path, const char *ds_path, const
     int64_t *iv = ints ? malloc(sizeof *iv * (size_t)n) : NULL;
     if (ints && !iv)
       rc = kdrt_errf(err, errlen, "%s: out of memory reading %s", path, ds_path);
-    else if (H5Dread(ds, ints ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT,
-                     ints ? (void *)iv : (void *)out) < 0)
+    else if (H5Dread(ds, ints ? H5T_NATIVE_INT64 : bf16 ? t : H5T_NATIVE_FLOAT, ms, fs,
+                     H5P_DEFAULT, ints ? (void *)iv : (void *)out) < 0)
       rc = kdrt_errf(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
+    else if (bf16)
+      bfloat16_to_float((const uint16_t *)out, out, n);
     for (int64_t i = 0; ints && !rc && i < n; i++) {
       if (iv[i] > INT_EXACT || iv[i] < -INT_EXACT)
         rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') holds %lld, beyond the %d a float32 "

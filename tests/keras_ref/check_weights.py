@@ -14,13 +14,18 @@ Files `check` reads for each model m (written by the programs):
     DIR/<m>.random.npy    predict --init random
     DIR/<m>.trained.*     --save-weights after a few steps (.weights.h5 or .keras)
     DIR/<m>.trained.npy   predict --weights DIR/<m>.trained.*
+    DIR/<m>.bf16.npy      predict --weights DIR/<m>.bf16.weights.h5, when prepare
+                          wrote that: the model under Keras's bfloat16 policy saved
+                          by Keras (2-byte opaque datasets, attribute dtype
+                          "bfloat16"), which a float32 model loads exactly
 
 and checks, within TOL (1e-4) absolute:
   - Keras's predictions of models/<m>.keras equal read.npy and kw.npy (reading);
   - load_model(models/<m>.keras) + load_weights(trained file) predicts
     trained.npy (writing), the trained weights differ from the original ones,
     and a saved .keras also loads whole with load_model;
-  - random.npy differs from read.npy (--init random ignores the file).
+  - random.npy differs from read.npy (--init random ignores the file);
+  - the float32 model loading the bfloat16 file predicts bf16.npy.
 Exit status 1 with a line per failure.
 """
 import os
@@ -89,6 +94,37 @@ def prepare(d, models):
         np.save(os.path.join(d, m + ".x.npy"), x)
         model.save_weights(os.path.join(d, m + ".keras.weights.h5"))
         print(f"  {m}: inputs {x.shape}, Keras's own weights file written")
+        if m in BF16:
+            save_bfloat16(model, os.path.join(d, m + ".bf16.weights.h5"))
+
+
+# Models whose weights prepare also writes as Keras does under the bfloat16
+# policy (every layer's variables bfloat16).
+BF16 = ("seed_mlp", "cnn")
+
+
+def save_bfloat16(model, path):
+    import h5py
+    import keras
+    import ml_dtypes
+
+    def to_bf16(c):
+        if isinstance(c, dict):
+            if c.get("class_name") == "DTypePolicy" and c["config"]["name"] == "float32":
+                return dict(c, config=dict(c["config"], name="bfloat16"))
+            return {k: to_bf16(v) for k, v in c.items()}
+        return [to_bf16(v) for v in c] if isinstance(c, list) else c
+
+    twin = model.__class__.from_config(to_bf16(model.get_config()))
+    twin.set_weights([w.astype(ml_dtypes.bfloat16) for w in model.get_weights()])
+    twin.save_weights(path)
+    with h5py.File(path) as f:  # the test means nothing unless Keras wrote bfloat16
+        kinds = set()
+        f.visititems(lambda n, o: kinds.add(o.attrs.get("dtype"))
+                     if isinstance(o, h5py.Dataset) else None)
+    if kinds != {"bfloat16"}:
+        sys.exit(f"{path}: Keras wrote datasets of {kinds}, not bfloat16 only")
+    print(f"  {os.path.basename(path)}: the model's weights as Keras saves them in bfloat16")
 
 
 def check(d, models):
@@ -100,6 +136,12 @@ def check(d, models):
         want = np.asarray(orig.predict(x, batch_size=N, verbose=0))
         compare(f"{m}: predict from the compiled-in .keras weights", np.load(p(".read.npy")), want)
         compare(f"{m}: predict --weights Keras's .weights.h5", np.load(p(".kw.npy")), want)
+
+        if os.path.exists(p(".bf16.weights.h5")):
+            f32 = load(model_path(m))
+            load_weights(f32, p(".bf16.weights.h5"))
+            compare(f"{m}: predict --weights a bfloat16 .weights.h5", np.load(p(".bf16.npy")),
+                    np.asarray(f32.predict(x, batch_size=N, verbose=0)))
 
         rnd = np.load(p(".random.npy"))
         if rnd.shape == want.shape and np.max(np.abs(rnd - want)) < 1e-3:

@@ -8,7 +8,9 @@
 # statistics and int32 count in the file, split over the mesh) compiled for a (2,4) mesh,
 # 8 ranks: predict from the archive's own weights and from a .weights.h5
 # Keras wrote (reading, sharded), train a few steps and --save-weights
-# (gathering, writing), predict from that file; then Keras loads each file
+# (gathering, writing), predict from that file; seed_mlp and cnn also
+# predict from their weights as Keras saves them under the bfloat16 policy
+# (read into the float32 program exactly, as Keras loads them); then Keras loads each file
 # and must predict the same within 1e-4. Also: another model's weights and
 # a bad --save-weights name are errors that write nothing.
 #
@@ -65,6 +67,10 @@ for spec in "seed_mlp seed_mlp_fixed.dist.json 16 weights.h5" "cnn cnn.dist.json
   run8 "$p" predict --x "$p.x.npy" --out "$p.read.npy" || bad "$m: predict"
   run8 "$p" predict --x "$p.x.npy" --out "$p.kw.npy" --weights "$p.keras.weights.h5" ||
     bad "$m: predict --weights (Keras's file)"
+  if [ -f "$p.bf16.weights.h5" ]; then
+    run8 "$p" predict --x "$p.x.npy" --out "$p.bf16.npy" --weights "$p.bf16.weights.h5" ||
+      bad "$m: predict --weights (Keras's file in bfloat16)"
+  fi
   run8 "$p" predict --x "$p.x.npy" --out "$p.random.npy" --init random || bad "$m: predict --init random"
   run8 "$p" --synthetic 64 --epochs 1 --steps-per-epoch 3 --quiet --save-weights "$p.trained.$ext" ||
     bad "$m: train --save-weights"
