@@ -270,7 +270,8 @@ void kdrt_fail_all(const kdrt_ctx *c, int status, const char *fmt, ...)
     __attribute__((noreturn));
 
 // ---------------------------------------------------------------- weights.c
-// Keras weights files, and `./train predict`.
+// Keras weights files, and the start and end of the forward-only
+// commands; `./train predict` is predict.c's.
 //
 // A model.weights.h5 (alone, or the member of a .keras zip) holds layer L's
 // variables as layers/<group>/vars/<i>, i = the variable's index in L, where
@@ -348,6 +349,11 @@ void kdrt_block_place(const kdrt_layout *l, const int *mesh_shape, const int *co
 // Collective over the world: rank 0 gets in out the global tensor of layout
 // l from every rank's local block `in` (out is ignored elsewhere).
 void kdrt_gather_global(kdrt_ctx *c, const kdrt_layout *l, const float *in, float *out);
+// "(3, 3, 1, 8)", "(10,)", "()": a shape as Python prints it.
+void kdrt_fmt_shape(char *buf, size_t len, int n, const int64_t *v);
+// fsync tmp's contents, then rename it to dst, so that no reader of dst
+// ever sees half a file: 0, or -1 (errno says why).
+int kdrt_commit_file(const char *tmp, const char *dst);
 
 // `./train predict --x F.npy --out P.npy [--weights FILE | --init random]`
 // (argv[1] is "predict"): the forward pass of eval_step over the inputs

@@ -1,5 +1,6 @@
 // weights.c: Keras weights in (--weights, a .keras program's own weights),
-// out (--save-weights), and `./train predict`.
+// out (--save-weights), keras-hub's LoRA files, and the start and end of
+// the forward-only commands (predict.c, generate.c).
 //
 // The file format is Keras 3's model.weights.h5 (keras/src/saving/
 // saving_lib.py), alone or as a member of a .keras zip:
@@ -49,8 +50,7 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= k && !strcmp(s + n - k, suffix);
 }
 
-// "(3, 3, 1, 8)", "(10,)", "()" as Python prints shapes.
-static void fmt_shape(char *buf, size_t len, int n, const int64_t *v) {
+void kdrt_fmt_shape(char *buf, size_t len, int n, const int64_t *v) {
   size_t k = (size_t)snprintf(buf, len, "(");
   for (int i = 0; i < n && k < len; i++)
     k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)v[i]);
@@ -594,8 +594,8 @@ static int read_dataset(hid_t file, const char *path, const char *ds_path, const
       if (same) same = d64[d] == v->layout.gshape[d];
     }
     if (!same) {
-      fmt_shape(have, sizeof have, rank, d64);
-      fmt_shape(want, sizeof want, v->layout.rank, v->layout.gshape);
+      kdrt_fmt_shape(have, sizeof have, rank, d64);
+      kdrt_fmt_shape(want, sizeof want, v->layout.rank, v->layout.gshape);
       rc = kdrt_errf(err, errlen, "%s: variable '%s' (%s) has shape %s in the file, but the model's "
                 "is %s", path, v->path, ds_path, have, want);
     }
@@ -824,8 +824,7 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
   return rc;
 }
 
-// fsync path's contents, then rename it to dst.
-static int commit(const char *tmp, const char *dst) {
+int kdrt_commit_file(const char *tmp, const char *dst) {
   int fd = open(tmp, O_RDONLY);
   if (fd < 0) return -1;
   int rc = fsync(fd);
@@ -943,7 +942,7 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
       if (z) zip_discard(z);
     }
   }
-  if (!rc && commit(tmp, path))
+  if (!rc && kdrt_commit_file(tmp, path))
     rc = kdrt_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
   if (rc) unlink(tmp);
   free(config), free(meta), free(img);
@@ -1123,8 +1122,8 @@ int kdrt_lora_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
     H5Pclose(lcpl);
     if (f >= 0 && H5Fclose(f) < 0) rc = -1;
     if (rc) kdrt_errf(err, errlen, "%s: HDF5 could not write %s", path, tmp);
-    else if (commit(tmp, path)) rc = kdrt_errf(err, errlen, "%s: cannot write: %s", path,
-                                               strerror(errno));
+    else if (kdrt_commit_file(tmp, path))
+      rc = kdrt_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
     if (rc) unlink(tmp);
   }
   rc = rank0_wrote(c, rc, path, err, errlen);
@@ -1133,7 +1132,7 @@ int kdrt_lora_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   return rc;
 }
 
-// ------------------------------------------------------------ predict
+// ------------------------------------------------------------ forward-only commands
 
 // Rank 0 says it (after "who: "), every rank leaves with status.
 int kdrt_leave(kdrt_ctx *c, const char *who, int status, const char *fmt, ...) {
@@ -1152,7 +1151,6 @@ int kdrt_leave(kdrt_ctx *c, const char *who, int status, const char *fmt, ...) {
   MPI_Finalize();
   return status;
 }
-#define leave(c, status, ...) kdrt_leave((c), "predict", (status), __VA_ARGS__)
 
 // The start of every forward-only command (predict, generate): MPI, this
 // rank's place on the mesh, the buffers, and the weights (--weights, else
@@ -1195,255 +1193,4 @@ int kdrt_infer_open(kdrt_ctx *c, const char *who, const kdrt_program *p, int *ar
     return 1;
   }
   return wfile ? kdrt_weights_load(c, wfile, err, errlen) : 0;
-}
-
-static void predict_usage(FILE *f, const char *argv0, const kdrt_program *p) {
-  fprintf(f,
-          "usage: %s predict --x FILE --out OUT.npy [--weights FILE | --init random]\n"
-          "                  [--scale S] [--seed S] [--quiet]\n"
-          "The model's outputs for every sample of the inputs (no dropout), in batches of\n"
-          "%d, written as float32 .npy [N, outputs...]. --x FILE once per model input, in\n"
-          "order, or --x NAME=FILE (inputs:",
-          argv0, p->batch);
-  for (int k = 0; k < p->ninputs; k++) fprintf(f, " %s", p->inputs[k].name);
-  fprintf(f, ").\n");
-  if (p->noutputs > 1) {
-    fprintf(f, "With several outputs, one file each: --out P.npy writes P.<output>.npy, and\n"
-               "--out DIR/ writes DIR/<output>.npy (outputs:");
-    for (int o = 0; o < p->noutputs; o++) fprintf(f, " %s", p->outputs[o].name);
-    fprintf(f, ").\n");
-  }
-  const char *archive = kdrt_program_archive(p);
-  fprintf(f, "Weights: --weights (.keras or .weights.h5), else %s%s%s.\n",
-          !p->weights_file ? "random from --seed"
-          : archive        ? "those of the archive it was compiled from: "
-                           : "those of the archive it was compiled from, gone: ",
-          archive ? archive : p->weights_file ? p->weights_file : "",
-          archive && archive != p->weights_file ? " (kdcc's copy)" : "");
-}
-
-// Where output o goes: with one output, out itself; with several, DIR/<name>.npy
-// when out ends in '/' or is a directory, else out without its ".npy",
-// then ".<name>.npy".
-void kdrt_predict_path(const kdrt_program *p, const char *out, int o, char *buf, size_t len) {
-  if (p->noutputs == 1) {
-    snprintf(buf, len, "%s", out);
-    return;
-  }
-  size_t n = strlen(out);
-  struct stat st;
-  const char *name = p->outputs[o].name;
-  if ((n && out[n - 1] == '/') || (stat(out, &st) == 0 && S_ISDIR(st.st_mode))) {
-    snprintf(buf, len, "%s%s%s.npy", out, n && out[n - 1] == '/' ? "" : "/", name);
-    return;
-  }
-  if (n >= 4 && !strcmp(out + n - 4, ".npy")) n -= 4;
-  snprintf(buf, len, "%.*s.%s.npy", (int)n, out, name);
-}
-
-// A .npy header for float32 [n, dims...], padded so the data is 64-byte aligned.
-static size_t npy_header(char *buf, size_t len, int64_t n, int rank, const int64_t *dims) {
-  char shape[256], dict[512];
-  int64_t all[KDRT_MAX_RANK + 1];
-  all[0] = n;
-  for (int d = 0; d < rank; d++) all[d + 1] = dims[d];
-  fmt_shape(shape, sizeof shape, rank + 1, all);
-  int k = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }",
-                   shape);
-  size_t total = (10 + (size_t)k + 1 + 63) / 64 * 64, hl = total - 10;
-  if (total > len) return 0;
-  memcpy(buf, "\x93NUMPY\x01\x00", 8);
-  buf[8] = (char)(hl & 0xff), buf[9] = (char)(hl >> 8);
-  memset(buf + 10, ' ', hl);
-  memcpy(buf + 10, dict, (size_t)k);
-  buf[total - 1] = '\n';
-  return total;
-}
-
-int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
-  // The options first: --help and usage errors need no MPI.
-  const char *out_path = NULL, *weights = NULL;
-  kdrt_files xf = {0};
-  int init_random = 0, quiet = 0, usage_rc = -1;
-  double scale = 1.0;
-  uint64_t seed = 1337;
-  char err[4096] = "";
-  for (int i = 2; i < argc && usage_rc < 0; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage_rc = 0;
-      break;
-    }
-    if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
-      quiet = 1;
-      continue;
-    }
-    usage_rc = 2;
-    if (!v) {
-      kdrt_errf(err, sizeof err, "option '%s' needs a value (see %s predict --help)", a, argv[0]);
-      break;
-    }
-    i++;
-    if (!strcmp(a, "--x")) {
-      if (xf.n == KDRT_MAX_FILES) {
-        kdrt_errf(err, sizeof err, "more than %d '--x' options", KDRT_MAX_FILES);
-        break;
-      }
-      xf.arg[xf.n++] = v;
-    }
-    else if (!strcmp(a, "--out")) out_path = v;
-    else if (!strcmp(a, "--weights")) weights = v;
-    else if (!strcmp(a, "--init") && !strcmp(v, "random")) init_random = 1;
-    else if (!strcmp(a, "--init")) {
-      kdrt_errf(err, sizeof err, "--init takes 'random', got '%s'", v);
-      break;
-    }
-    else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
-    else if (!strcmp(a, "--scale")) { // "0.5" or "1/255", as training's --scale
-      char *e;
-      scale = strtod(v, &e);
-      if (*e == '/') scale /= strtod(e + 1, &e);
-      if (*e || !isfinite(scale) || scale == 0) {
-        kdrt_errf(err, sizeof err, "--scale wants a number or a fraction such as 1/255, got '%s'", v);
-        break;
-      }
-    }
-    else {
-      kdrt_errf(err, sizeof err, "unknown option '%s %s' (see %s predict --help)", a, v, argv[0]);
-      break;
-    }
-    usage_rc = -1;
-  }
-  if (usage_rc < 0 && (!xf.n || !out_path)) {
-    usage_rc = 2;
-    kdrt_errf(err, sizeof err, "--x and --out are required (see %s predict --help)", argv[0]);
-  }
-  if (usage_rc < 0 && weights && init_random) {
-    usage_rc = 2;
-    kdrt_errf(err, sizeof err, "--weights and --init random exclude each other");
-  }
-  static kdrt_ctx ctx;
-  kdrt_ctx *c = &ctx;
-  c->seed = seed;
-  if (usage_rc >= 0) { // every rank parsed the same line: leave together
-    KDRT_MPI(MPI_Init(&argc, &argv));
-    KDRT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
-    if (usage_rc == 0 && c->rank == 0) predict_usage(stdout, argv[0], p);
-    return leave(c, usage_rc, usage_rc ? "%s" : NULL, err);
-  }
-  int failed = kdrt_infer_open(c, "predict", p, &argc, &argv, weights, init_random, err, sizeof err);
-  if (!failed) { // every output file can be written, before anything runs
-    for (int o = 0; o < p->noutputs && c->rank == 0 && !failed; o++) {
-      char path[4096], e[4400] = "";
-      kdrt_predict_path(p, out_path, o, path, sizeof path);
-      if (kdrt_check_output(path, e, sizeof e)) failed = kdrt_errf(err, sizeof err, "--out %s", e);
-    }
-    KDRT_MPI(MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    if (failed && c->rank) kdrt_errf(err, sizeof err, "--out cannot be written");
-  }
-  if (failed) return leave(c, 1, "%s", err);
-  const char *xpaths[KDRT_MAX_FILES];
-  if (kdrt_resolve_files(&xf, "--x", p->inputs, p->ninputs, "input", xpaths, err, sizeof err))
-    return leave(c, 2, "%s (see %s predict --help)", err, argv[0]);
-  if (!weights && (init_random || !p->weights_file) && !quiet && c->rank == 0)
-    fprintf(stderr, "predict: no weights file; predicting with random weights from --seed "
-            "%llu\n", (unsigned long long)c->seed);
-
-  // The inputs: any files data.c reads, one per model input, checked as
-  // training checks them; labels are not needed (zeros for eval_step).
-  kdrt_array xa[KDRT_MAX_FILES];
-  memset(xa, 0, sizeof xa);
-  int64_t n = 0;
-  for (int k = 0; k < p->ninputs; k++) {
-    if (kdrt_array_open(&xa[k], xpaths[k], err, sizeof err) ||
-        kdrt_fit_inputs(&xa[k], p, k, err, sizeof err)) {
-      for (int i = 0; i <= k; i++) kdrt_array_close(&xa[i]);
-      return leave(c, 1, "%s", err);
-    }
-    if (k == 0) n = xa[k].n;
-    else if (xa[k].n != n) {
-      kdrt_errf(err, sizeof err, "%s has %lld samples but %s has %lld", xpaths[0], (long long)n,
-                xpaths[k], (long long)xa[k].n);
-      for (int i = 0; i <= k; i++) kdrt_array_close(&xa[i]);
-      return leave(c, 1, "%s", err);
-    }
-  }
-  int ba = p->batch_axis;
-  int lb = ba >= 0 ? p->batch / p->mesh_shape[ba] : p->batch;
-  int row0 = ba >= 0 ? c->coord[ba] * lb : 0;
-  void *x[KDRT_MAX_FILES];
-  float *y[KDRT_MAX_FILES], *g[KDRT_MAX_FILES] = {0}, *result[KDRT_MAX_FILES] = {0};
-  int64_t xn[KDRT_MAX_FILES], on[KDRT_MAX_FILES];
-  float *logs = calloc((size_t)p->nlogs, sizeof(float));
-  int oom = !logs;
-  for (int k = 0; k < p->ninputs; k++) {
-    xn[k] = kdrt_io_elems(&p->inputs[k]);
-    oom |= !(x[k] = calloc((size_t)(lb * xn[k] + 1), 4));
-  }
-  for (int j = 0; j < p->nlabels; j++)
-    oom |= !(y[j] = calloc((size_t)(lb * kdrt_io_elems(&p->labels[j]) + 1), sizeof(float)));
-  for (int o = 0; o < p->noutputs; o++) {
-    const kdrt_layout *l = &p->outputs[o].layout;
-    on[o] = 1;
-    for (int d = 1; d < l->rank; d++) on[o] *= l->gshape[d];
-    if (c->rank == 0) {
-      oom |= !(g[o] = malloc(sizeof(float) * (size_t)elems(l)));
-      oom |= !(result[o] = malloc(sizeof(float) * (size_t)(n * on[o] > 0 ? n * on[o] : 1)));
-    }
-  }
-  if (oom) kdrt_fatal(c, "out of memory");
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  int64_t steps = (n + p->batch - 1) / p->batch;
-  for (int64_t s = 0; s < steps; s++) {
-    for (int i = 0; i < lb; i++) {
-      int64_t pos = s * p->batch + row0 + i;
-      for (int k = 0; k < p->ninputs; k++) {
-        void *xr = (char *)x[k] + (size_t)i * (size_t)xn[k] * 4;
-        if (pos >= n) memset(xr, 0, 4 * (size_t)xn[k]); // padding (id 0 for int inputs)
-        else if (p->inputs[k].dtype == KDRT_I32) kdrt_array_row_i32(&xa[k], pos, xr);
-        else kdrt_array_row(&xa[k], pos, scale, xr);
-      }
-    }
-    p->eval_step(c, (const void *const *)x, (const void *const *)y, logs);
-    int64_t keep = n - s * p->batch < p->batch ? n - s * p->batch : p->batch;
-    for (int o = 0; o < p->noutputs; o++) {
-      kdrt_gather_global(c, &p->outputs[o].layout, c->arena + p->outputs[o].offset, g[o]);
-      if (c->rank == 0)
-        memcpy(result[o] + (size_t)(s * p->batch * on[o]), g[o],
-               sizeof(float) * (size_t)(keep * on[o]));
-    }
-  }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  for (int k = 0; k < p->ninputs; k++) kdrt_array_close(&xa[k]);
-  int rc = 0;
-  for (int o = 0; o < p->noutputs && c->rank == 0 && !rc; o++) {
-    const kdrt_layout *l = &p->outputs[o].layout;
-    char hdr[1024], tmp[4400], path[4096];
-    kdrt_predict_path(p, out_path, o, path, sizeof path);
-    size_t hl = npy_header(hdr, sizeof hdr, n, l->rank - 1, l->gshape + 1);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    int bad = !f || !hl || fwrite(hdr, 1, hl, f) != hl ||
-              fwrite(result[o], sizeof(float), (size_t)(n * on[o]), f) != (size_t)(n * on[o]);
-    if (f && fclose(f)) bad = 1;
-    if (bad || commit(tmp, path)) {
-      fprintf(stderr, "predict: cannot write %s: %s\n", path, strerror(errno));
-      unlink(tmp);
-      rc = 1;
-    }
-  }
-  if (c->rank == 0 && !rc && !quiet) {
-    double el = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    char line[512];
-    kdrt_progress_line(line, sizeof line, steps, steps, 1, el, steps ? el / (double)steps : 0,
-                       0, NULL, NULL, 0);
-    printf("%s\n", line);
-  }
-  KDRT_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
-  for (int k = 0; k < p->ninputs; k++) free(x[k]);
-  for (int j = 0; j < p->nlabels; j++) free(y[j]);
-  for (int o = 0; o < p->noutputs; o++) free(g[o]), free(result[o]);
-  free(logs);
-  return leave(c, rc, NULL);
 }
