@@ -50,6 +50,7 @@ Node *build_mha(Graph *g, Layer *l, Node *unused);
 Node *build_gqa(Graph *g, Layer *l, Node *unused);
 Node *build_attention_core(Graph *g, Layer *l, Node *unused);
 Node *build_einsum_dense(Graph *g, Layer *l, Node *x);
+float round_scalar(int kind, double v); // issue 23: v cast to the 16-bit type kind
 // issue 24: rotary position embedding of x[b, t, .., 2h] (the sequence dim
 // 1, the features last), as keras-hub's RotaryEmbedding (or, by p->kind,
 // LlamaRotaryEmbedding) turns it, step 0 at position `offset` (a cache's

@@ -140,7 +140,8 @@ static json_t *layer(Hub *h, const char *cls, const char *name, const char *grou
                      json_t *args, json_t *kwargs) {
   json_object_set_new(cfg, "name", json_string(name));
   // the backbone's dtype policy is every layer's, as keras-hub passes it
-  // down (its own value, so that a policy kdcc refuses is named where it is)
+  // down (its own value, so that a policy kdcc refuses is named where it is;
+  // a mixed one rounds where keras-hub's layers cast: layers.c's build_layer)
   json_t *dtype = json_object_get(h->cfg, "dtype");
   if (dtype && !json_is_null(dtype) && strcmp(cls, "InputLayer"))
     json_object_set(cfg, "dtype", dtype);

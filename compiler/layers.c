@@ -88,6 +88,13 @@ static Node *build_rmsnorm(Graph *g, Layer *l, Node *x) {
   // by 1 + scale, its scale starting at zeros
   bool plus_one = json_is_true(json_object_get(l->cfg, "kdcc_scale_plus_one"));
   Node *scale = new_var(g, l, "scale", (Shape){1, {h}}, "-", plus_one ? "zeros" : "ones");
+  // issue 23: under a mixed policy the norm is float32 (build_layer), but
+  // the scale is read under the layer's autocast scope, cast to the compute
+  // dtype, then used in float32: keras-hub's RMS norms (Gemma's
+  // ops.cast(self.scale, "float32"), 1 + scale in float32; Llama's,
+  // Mistral's and Qwen's x * self.scale on float32 x) and Keras's
+  // (ops.rms_normalization converts the scale to x's float32)
+  if (g->cdt) scale = round_to(g, scale, g->cdt);
   if (plus_one) {
     Node *s1 = new_node1(g, OP_SCALE, scale, scale->shape);
     s1->aff = (AffAttr){1, 1};
@@ -332,9 +339,16 @@ static Node *build_dropout(Graph *g, Layer *l, Node *x) {
   return n;
 }
 
+// Rescaling(scale, offset): x * scale + offset. Under a mixed policy
+// (issue 23) Keras casts scale and offset to the compute dtype (as
+// keras-hub's Gemma casts its embedding scale sqrt(hidden_dim), which
+// hub.c writes as a Rescaling); kdcc rounds x * scale + offset once where
+// Keras rounds the product and the sum (the same where the offset is 0).
 static Node *build_rescaling(Graph *g, Layer *l, Node *x) {
   Node *n = new_node1(g, OP_SCALE, x, x->shape);
-  n->aff = (AffAttr){(float)cfg_num(l, "scale", 1.0), (float)cfg_num(l, "offset", 0.0)};
+  double scale = cfg_num(l, "scale", 1.0), offset = cfg_num(l, "offset", 0.0);
+  if (g->cdt) scale = round_scalar(g->cdt, scale), offset = round_scalar(g->cdt, offset);
+  n->aff = (AffAttr){(float)scale, (float)offset};
   return n;
 }
 
@@ -876,24 +890,35 @@ static Node *build_call(Graph *g, Layer *l) {
 // statistics, and cast their outputs; the global average poolings' mean
 // sums in float32 (jnp.mean); attention's scores and softmax are float32
 // (attend, layers_attn.c). load.c accepts a mixed policy on the classes
-// whose casts these are.
+// whose casts these are. keras-hub's layers (hub.c), read in keras_hub/src:
+// every RMS norm (Gemma's RMSNormalization, LlamaLayerNorm,
+// MistralLayerNormalization, QwenLayerNorm, and Keras's own) casts x to
+// float32, computes in float32 with its scale cast to the compute dtype
+// (build_rmsnorm) and casts its output back; ReversibleEmbedding is an
+// Embedding (autocast = False): its reverse call (the logits) multiplies
+// the 16-bit hidden states by the float32 table (reverse_dtype None or
+// "float32": a float32 product) and returns float32 logits, soft-capped in
+// float32, which the loss reads as they are.
 static bool casts_inputs(const char *cls) {
-  return strcmp(cls, "LayerNormalization") && strcmp(cls, "Embedding");
+  return strcmp(cls, "LayerNormalization") && strcmp(cls, "Embedding") &&
+         strcmp(cls, "ReversibleEmbedding");
 }
 
 static bool computes_f32(const char *cls) {
   return !strcmp(cls, "LayerNormalization") || !strcmp(cls, "BatchNormalization") ||
-         !strcmp(cls, "GlobalAveragePooling1D") || !strcmp(cls, "GlobalAveragePooling2D");
+         !strcmp(cls, "GlobalAveragePooling1D") || !strcmp(cls, "GlobalAveragePooling2D") ||
+         !strcmp(cls, "RMSNormalization");
 }
 
 Node *build_layer(Graph *g, Layer *l) {
   if (!l->cdt) return build_call(g, l);
+  bool logits = !strcmp(l->cls, "ReversibleEmbedding") && call_flag(l, "reverse");
   g->cdt = l->cdt;
   g->cdt_first = g->nnodes;
   g->cdt_autocast = casts_inputs(l->cls);
-  g->cdt_f32 = computes_f32(l->cls);
+  g->cdt_f32 = computes_f32(l->cls) || logits;
   Node *y = mixed_value(g, build_call(g, l));
-  if (y->dtype == DT_F32) y = round_to(g, y, l->cdt); // its output in the compute dtype
+  if (y->dtype == DT_F32 && !logits) y = round_to(g, y, l->cdt); // the output in 16 bits
   g->cdt = 0;
   g->cdt_f32 = false;
   return y;

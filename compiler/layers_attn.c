@@ -9,6 +9,7 @@
 #include "graph_build.h"
 
 #include "../runtime/kdrt_rope.h"
+#include "../runtime/kdrt_round.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -85,6 +86,13 @@ void check_kwargs(Layer *l, const char *const *known, int n) {
   }
 }
 
+// issue 23: a constant as a cast to the 16-bit type `kind` leaves it (a
+// Python float cast to the compute dtype, as keras-hub's Gemma casts its
+// query normalization and its embedding scale).
+float round_scalar(int kind, double v) {
+  return kind == KDRT_ROUND_F16 ? kdrt_round_f16((float)v) : kdrt_round_bf16((float)v);
+}
+
 static Node *scaled_by(Graph *g, Node *x, double scale) {
   Node *y = new_node1(g, OP_SCALE, x, x->shape);
   y->aff = (AffAttr){(float)scale, 0};
@@ -113,12 +121,21 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   // issue 23: under a mixed policy the scores are float32 products of the
   // 16-bit q and k, scaled, masked and softmaxed in float32; the
   // probabilities are cast back for the product with v (JAX's
-  // _dot_product_attention_core)
-  bool f32 = g->cdt_f32;
-  g->cdt_f32 = true;
+  // _dot_product_attention_core, which Keras's and keras-hub's fused
+  // attention call). keras-hub's GemmaAttention off the fused op (the
+  // zero_masked path: its Softmax layer; the CPU's path, and the GPU's
+  // with a soft cap) computes its scores in the compute dtype instead: q
+  // times the scale cast to it (q *= ops.cast(1 / sqrt(head_dim), q.dtype)),
+  // the product q.k (einsum "btkgh,bskh->bkgts") and the soft cap's divide,
+  // tanh and multiply, each rounded; only the Softmax layer (dtype float32)
+  // is float32, its probabilities cast back (ops.cast(.., orig_dtype)).
+  bool f32 = g->cdt_f32, scores16 = g->cdt && zero_masked;
+  g->cdt_f32 = !scores16;
+  if (scores16) qt = scaled_by(g, qt, round_scalar(g->cdt, scale));
   Node *s = named(dot_node(g, qt, kt, 2, 1, true), "scores"); // [b, n, t, s]
-  s = scaled_by(g, s, scale);
+  if (!scores16) s = scaled_by(g, s, scale);
   if (cap > 0) s = scaled_by(g, apply_act(g, scaled_by(g, s, 1 / cap), ACT_TANH), cap);
+  g->cdt_f32 = true;
   if (causal) {
     s = new_node1(g, OP_CAUSAL, s, s->shape);
     s->mask = (MaskAttr){-1, window}; // forward: KDRT_MASKED
