@@ -194,6 +194,9 @@ static const char *const mixed_classes[] = {
   "MultiHeadAttention", "Conv2D", "BatchNormalization", "Activation", "ReLU", "Softmax",
   "Add", "Subtract", "Multiply", "Concatenate", "Dropout", "Flatten", "Reshape", "Permute",
   "MaxPooling2D", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
+  // hub.c's keras-hub models (layers.c's build_layer says how they round)
+  "RMSNormalization", "ReversibleEmbedding", "GroupedQueryAttention", "kdcc>Attention",
+  "Rescaling",
 };
 
 const char *opt_dtype_policy;
