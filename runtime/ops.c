@@ -68,6 +68,12 @@
 
 #include "kdrt.h"
 #include "vmath.h"
+// after vmath.h: its sigmoid and elementwise losses call vmath's exp, as
+// the activations do (not a copy included before, through another header)
+#ifdef KDRT_LOSS_H
+#error "kdrt_loss.h must be included after vmath.h"
+#endif
+#include "kdrt_loss.h"
 
 // The rank's threads, set before main (and so before MPI_Init):
 // - OMP_NUM_THREADS when it is set; else the cores this process may run
@@ -123,10 +129,6 @@ __attribute__((constructor)) static void rank_threads(void) {
 // `#pragma omp parallel for` over a loop of about `work` elements.
 #define KD_PAR_FOR(work) KD_PRAGMA(omp parallel for schedule(static) if ((work) >= KD_PAR_MIN))
 
-// Keras's backend.epsilon() and the clip bounds it implies, in float32.
-#define KD_EPS 1e-7f
-#define KD_ONE_MINUS_EPS ((float)(1.0 - 1e-7))
-
 // A bad argument is a bug in the generated program: say which call, abort.
 static void bad_call(const char *what, const char *why) {
   fprintf(stderr, "kdrt: %s: %s\n", what, why);
@@ -134,8 +136,6 @@ static void bad_call(const char *what, const char *why) {
 }
 
 // ---------------------------------------------------------------- activations
-
-static inline float sigmoidf(float x) { return KDRT_SIGMOID(x); }
 
 // y = f(x) elementwise: one loop per activation of KDRT_ACT_LIST, the
 // formula f(v) inlined. y may be x.
@@ -397,159 +397,81 @@ void kdrt_attn_softmax_grad(float *dx, const float *dy, const float *y, int64_t 
 }
 
 // ---------------------------------------------------------------- losses
+// The formulas are kdrt_loss.h's, shared with the CUDA runtime; here, the
+// loops of one row on one thread, every sum in column order.
 
-static inline float clipf(float p) {
-  return p < KD_EPS ? KD_EPS : (p > KD_ONE_MINUS_EPS ? KD_ONE_MINUS_EPS : p);
-}
+// A loop over a row's elements, KD_LOSS_LOOP(K, FL), in one copy per loss
+// and from_logits, those two constants in each: kdrt_loss.h's switches fold
+// away and each loop is the plain one it would be by hand, vectorised where
+// it can be (binary crossentropy's sigmoid: vmath's exp, 8 lanes).
+#define KD_LOSS_CASE(name, kname)                                                                  \
+  case 2 * KDRT_LOSS_##name:                                                                       \
+    KD_LOSS_LOOP(KDRT_LOSS_##name, 0);                                                             \
+    break;                                                                                         \
+  case 2 * KDRT_LOSS_##name + 1:                                                                   \
+    KD_LOSS_LOOP(KDRT_LOSS_##name, 1);                                                             \
+    break;
+#define KD_EACH_LOSS(kind, from_logits)                                                            \
+  switch (2 * (kind) + !!(from_logits)) { KDRT_LOSS_LIST(KD_LOSS_CASE) }
 
-// 1 where clip(p) passes p through, 0 where it clamps (JAX's gradient).
-static inline float unclipped(float p) {
-  return (p >= KD_EPS && p <= KD_ONE_MINUS_EPS) ? 1.0f : 0.0f;
-}
-
-// log(sum(exp(x))) over one row, stable.
-static float logsumexp(const float *x, int64_t n) {
-  float m = -INFINITY;
-  for (int64_t j = 0; j < n; j++)
-    m = x[j] > m ? x[j] : m;
-  float s = 0.0f;
-  for (int64_t j = 0; j < n; j++)
-    s += expf(x[j] - m);
-  return m + logf(s);
-}
-
-// softplus(x) = log(1 + exp(x)), stable.
-static inline float softplusf(float x) {
-  return (x > 0.0f ? x : 0.0f) + log1pf(expf(-fabsf(x)));
-}
-
-// The sparse label of row r as a column index, or -1 when out of range
-// (JAX's one_hot then gives an all-zero row: loss and gradient 0).
-static inline int64_t class_id(const float *y, int64_t r, int64_t cols) {
-  float v = y[r];
-  if (!(v >= 0.0f) || v >= (float)cols)
-    return -1;
-  return (int64_t)v;
-}
-
-// issue 11: one term of an elementwise loss (kdrt_defs.h's list), or (d)
-// its derivative in p.
-static inline float elem_loss(int kind, int d, float p, float t, float a) {
-  switch (kind) {
-#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return d ? (df) : (f);
-    KDRT_ELEM_LOSS_LIST(KDRT_X)
-#undef KDRT_X
+// Step 2 of kdrt_loss.h: the sums `need` names, of row p (labels t).
+static void row_sums(int need, kdrt_loss_row *row, const float *p, const float *t, int64_t cols) {
+  if (need & KDRT_ROW_LSE) { // log(sum(exp(p))), stable
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t j = 0; j < cols; j++)
+      m = p[j] > m ? p[j] : m;
+    for (int64_t j = 0; j < cols; j++)
+      s += expf(p[j] - m);
+    row->lse = kdrt_loss_lse(m, s);
   }
-  return NAN;
-}
-// Whether a row's loss is the mean of its terms (else their sum), and
-// whether the kind is in the list at all.
-static inline int elem_mean(int kind) {
-  switch (kind) {
-#define KDRT_X(name, mean, f, df) case KDRT_LOSS_##name: return mean;
-    KDRT_ELEM_LOSS_LIST(KDRT_X)
-#undef KDRT_X
+  if (need & KDRT_ROW_SUM) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < cols; j++)
+      s += p[j];
+    row->s = s;
   }
-  return -1;
+  if (need & KDRT_ROW_YSUM) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < cols; j++)
+      s += t[j];
+    row->ysum = s;
+  }
+  if (need & KDRT_ROW_SQ) {
+    float sp = 0.0f, st = 0.0f;
+    for (int64_t j = 0; j < cols; j++)
+      sp += p[j] * p[j], st += t[j] * t[j];
+    row->sp = sp, row->st = st;
+  }
+  if (need & KDRT_ROW_HINGE) {
+    float pos = 0.0f, neg = -INFINITY;
+    for (int64_t j = 0; j < cols; j++)
+      pos += t[j] * p[j], neg = fmaxf(neg, kdrt_loss_hinge_neg(p[j], t[j]));
+    row->pos = pos, row->neg = neg;
+  }
 }
 
-// Keras's hinge labels: 0/1 become -1/1 unless the step's labels hold
-// another value (flag, the step's not_binary).
-static inline int hinge_pm1(int kind, const float *flag) {
-  return (kind == KDRT_LOSS_HINGE || kind == KDRT_LOSS_SQUARED_HINGE) && flag[0] == 0.0f;
-}
-
-// CosineSimilarity's l2_normalize factor: min(rsqrt(sum of squares), 1 /
-// epsilon), as keras.ops.normalize; w: d factor / d rsqrt (half at the tie).
-static inline float cos_inv(float ss, float *w) {
-  float r = 1.0f / sqrtf(ss);
-  if (w)
-    *w = r < 1e7f ? 1.0f : r == 1e7f ? 0.5f : 0.0f;
-  return fminf(r, 1e7f);
+// Row r's labels: dense [rows, cols], or (sparse crossentropy) y[r] alone.
+static const float *row_labels(int kind, const float *y, int64_t r, int64_t cols) {
+  return kind == KDRT_LOSS_SCCE ? NULL : y + r * cols;
 }
 
 // Row r's loss, in double.
 static double row_loss(int kind, int from_logits, float a, const float *pred, const float *y,
-                       int pm1, int64_t r, int64_t cols) {
-  const float *p = pred + r * cols;
-  const float *t = y + r * cols; // dense labels; SCCE reads y[r]
+                       const float *flag, int64_t r, int64_t cols) {
+  const float *p = pred + r * cols, *t = row_labels(kind, y, r, cols);
+  const int need = kdrt_loss_needs(kind, from_logits, 0);
+  kdrt_loss_row row = kdrt_loss_row_init(kind, flag, y, r, cols);
+  row_sums(need, &row, p, t, cols);
+  kdrt_loss_mid(kind, from_logits, &row, p);
   double l = 0.0;
-  switch (kind) {
-  case KDRT_LOSS_MSE:
-    for (int64_t j = 0; j < cols; j++) {
-      double d = (double)p[j] - t[j];
-      l += d * d;
-    }
-    l /= (double)cols;
-    break;
-  case KDRT_LOSS_MAE:
-    for (int64_t j = 0; j < cols; j++)
-      l += fabs((double)p[j] - t[j]);
-    l /= (double)cols;
-    break;
-  case KDRT_LOSS_CCE:
-    if (from_logits) {
-      float lse = logsumexp(p, cols);
-      for (int64_t j = 0; j < cols; j++)
-        l -= (double)t[j] * (p[j] - lse);
-    } else {
-      float s = 0.0f;
-      for (int64_t j = 0; j < cols; j++)
-        s += p[j];
-      for (int64_t j = 0; j < cols; j++)
-        l -= (double)t[j] * logf(clipf(p[j] / s));
-    }
-    break;
-  case KDRT_LOSS_SCCE: {
-    int64_t c = class_id(y, r, cols);
-    if (c < 0)
-      break;
-    if (from_logits) {
-      l = (double)logsumexp(p, cols) - p[c];
-    } else {
-      float s = 0.0f;
-      for (int64_t j = 0; j < cols; j++)
-        s += p[j];
-      l = -logf(clipf(p[c] / s));
-    }
-    break;
+  if (need & KDRT_ROW_TERMS) {
+#define KD_LOSS_LOOP(K, FL)                                                                        \
+  for (int64_t j = 0; j < cols; j++)                                                               \
+  l += kdrt_loss_term(K, FL, a, &row, p, t, j)
+    KD_EACH_LOSS(kind, from_logits)
+#undef KD_LOSS_LOOP
   }
-  case KDRT_LOSS_BCE:
-    if (from_logits) {
-      for (int64_t j = 0; j < cols; j++)
-        l += softplusf(p[j]) - p[j] * t[j];
-    } else {
-      for (int64_t j = 0; j < cols; j++) {
-        float q = clipf(p[j]);
-        l -= t[j] * logf(q) + (1.0f - t[j]) * logf(1.0f - q);
-      }
-    }
-    l /= (double)cols;
-    break;
-  case KDRT_LOSS_COSINE: { // -sum(normalize(t) * normalize(p))
-    float sp = 0.0f, st = 0.0f;
-    for (int64_t j = 0; j < cols; j++)
-      sp += p[j] * p[j], st += t[j] * t[j];
-    float ip = cos_inv(sp, NULL), it = cos_inv(st, NULL);
-    for (int64_t j = 0; j < cols; j++)
-      l -= (double)((t[j] * it) * (p[j] * ip));
-    break;
-  }
-  case KDRT_LOSS_CAT_HINGE: { // max(max((1 - t) p) - sum(t p) + 1, 0)
-    float pos = 0.0f, neg = -INFINITY;
-    for (int64_t j = 0; j < cols; j++)
-      pos += t[j] * p[j], neg = fmaxf(neg, (1.0f - t[j]) * p[j]);
-    l = fmaxf(neg - pos + 1.0f, 0.0f);
-    break;
-  }
-  default: // issue 11: the elementwise losses
-    for (int64_t j = 0; j < cols; j++)
-      l += elem_loss(kind, 0, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
-    if (elem_mean(kind))
-      l /= (double)cols;
-    break;
-  }
-  return l;
+  return kdrt_loss_finish(kind, from_logits, &row, p, l, cols);
 }
 
 // Row losses kept, then added in row order (the same sum on any thread count).
@@ -565,17 +487,16 @@ static double sum_rows(double *l, int64_t rows) {
 void kdrt_loss(int kind, int from_logits, float a, float *out, const float *pred, const float *y,
                const float *flag, int64_t rows, int64_t cols, double scale) {
   double total = 0.0;
-  int pm1 = hinge_pm1(kind, flag);
   if (rows * cols < KD_PAR_MIN || rows < 2) {
     for (int64_t r = 0; r < rows; r++)
-      total += row_loss(kind, from_logits, a, pred, y, pm1, r, cols);
+      total += row_loss(kind, from_logits, a, pred, y, flag, r, cols);
   } else {
     double *l = malloc((size_t)rows * sizeof *l);
     if (!l)
       bad_call("kdrt_loss", "out of memory");
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++)
-      l[r] = row_loss(kind, from_logits, a, pred, y, pm1, r, cols);
+      l[r] = row_loss(kind, from_logits, a, pred, y, flag, r, cols);
     total = sum_rows(l, rows);
     free(l);
   }
@@ -584,119 +505,29 @@ void kdrt_loss(int kind, int from_logits, float a, float *out, const float *pred
 
 void kdrt_loss_grad(int kind, int from_logits, float a, float *dpred, const float *pred,
                     const float *y, const float *flag, int64_t rows, int64_t cols, double scale) {
-  const float sc = (float)scale;
-  const float sc_cols = (float)(scale / (double)cols);
-  const int pm1 = hinge_pm1(kind, flag);
-  const float sc_elem = elem_mean(kind) ? sc_cols : sc;
+  const int need = kdrt_loss_needs(kind, from_logits, 1);
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
-    const float *p = pred + r * cols;
-    const float *t = y + r * cols;
+    const float *p = pred + r * cols, *t = row_labels(kind, y, r, cols);
     float *d = dpred + r * cols;
-    switch (kind) {
-    case KDRT_LOSS_MSE:
-      for (int64_t j = 0; j < cols; j++)
-        d[j] = 2.0f * sc_cols * (p[j] - t[j]);
-      break;
-    case KDRT_LOSS_MAE:
-      for (int64_t j = 0; j < cols; j++) {
-        float e = p[j] - t[j];
-        d[j] = e > 0.0f ? sc_cols : (e < 0.0f ? -sc_cols : 0.0f);
-      }
-      break;
-    case KDRT_LOSS_CCE:
-      if (from_logits) {
-        // d/dx -sum y log_softmax(x) = softmax(x) * sum(y) - y
-        float lse = logsumexp(p, cols);
-        float ysum = 0.0f;
-        for (int64_t j = 0; j < cols; j++)
-          ysum += t[j];
-        for (int64_t j = 0; j < cols; j++)
-          d[j] = sc * (expf(p[j] - lse) * ysum - t[j]);
-      } else {
-        // q = p / s; L = -sum y log clip(q). With g_j = -y_j/q_j where q_j
-        // is unclipped (0 elsewhere): dL/dp_k = (g_k + sum_j y_j [q_j unclipped]) / s.
-        float s = 0.0f;
-        for (int64_t j = 0; j < cols; j++)
-          s += p[j];
-        float ym = 0.0f;
-        for (int64_t j = 0; j < cols; j++)
-          ym += t[j] * unclipped(p[j] / s);
-        float inv = sc / s;
-        for (int64_t j = 0; j < cols; j++) {
-          float q = p[j] / s;
-          float g = unclipped(q) > 0.0f ? -t[j] / q : 0.0f;
-          d[j] = inv * (g + ym);
-        }
-      }
-      break;
-    case KDRT_LOSS_SCCE: {
-      int64_t c = class_id(y, r, cols);
-      if (c < 0) {
-        memset(d, 0, (size_t)cols * sizeof *d);
-        break;
-      }
-      if (from_logits) {
-        float lse = logsumexp(p, cols);
-        for (int64_t j = 0; j < cols; j++)
-          d[j] = sc * expf(p[j] - lse);
-        d[c] -= sc;
-      } else {
-        float s = 0.0f;
-        for (int64_t j = 0; j < cols; j++)
-          s += p[j];
-        float q = p[c] / s;
-        float m = unclipped(q);
-        float inv = sc / s;
-        for (int64_t j = 0; j < cols; j++)
-          d[j] = inv * m;
-        d[c] = m > 0.0f ? inv * (1.0f - 1.0f / q) : 0.0f;
-      }
-      break;
+    kdrt_loss_row row = kdrt_loss_row_init(kind, flag, y, r, cols);
+    row_sums(need, &row, p, t, cols);
+    kdrt_loss_mid(kind, from_logits, &row, p);
+    if (need & KDRT_ROW_SUM2) {
+      float s2 = 0.0f;
+#define KD_LOSS_LOOP(K, FL)                                                                        \
+  for (int64_t j = 0; j < cols; j++)                                                               \
+  s2 += kdrt_loss_sum2_term(K, &row, p, t, j)
+      KD_EACH_LOSS(kind, from_logits)
+#undef KD_LOSS_LOOP
+      row.sum2 = s2;
     }
-    case KDRT_LOSS_BCE:
-      if (from_logits) {
-        for (int64_t j = 0; j < cols; j++)
-          d[j] = sc_cols * (sigmoidf(p[j]) - t[j]);
-      } else {
-        for (int64_t j = 0; j < cols; j++) {
-          float q = p[j];
-          float g = -t[j] / q + (1.0f - t[j]) / (1.0f - q);
-          d[j] = unclipped(q) > 0.0f ? sc_cols * g : 0.0f;
-        }
-      }
-      break;
-    case KDRT_LOSS_COSINE: {
-      // l = -sum(t_j it p_j ip), ip = cos_inv(sum p^2) = rsqrt where it is
-      // below 1/epsilon: dl/dp_k = -ip t_k it + w r^3 p_k sum(p_j t_j it)
-      float sp = 0.0f, st = 0.0f, spt = 0.0f;
-      for (int64_t j = 0; j < cols; j++)
-        sp += p[j] * p[j], st += t[j] * t[j];
-      float w, ip = cos_inv(sp, &w), it = cos_inv(st, NULL);
-      for (int64_t j = 0; j < cols; j++)
-        spt += p[j] * (t[j] * it);
-      float rs = 1.0f / sqrtf(sp), r3 = w > 0.0f ? w * rs * rs * rs * spt : 0.0f;
-      for (int64_t j = 0; j < cols; j++)
-        d[j] = sc * (r3 * p[j] - ip * (t[j] * it));
-      break;
-    }
-    case KDRT_LOSS_CAT_HINGE: {
-      // the max's gradient shared among its ties, as JAX's reduce max
-      float pos = 0.0f, neg = -INFINITY, ties = 0.0f;
-      for (int64_t j = 0; j < cols; j++)
-        pos += t[j] * p[j], neg = fmaxf(neg, (1.0f - t[j]) * p[j]);
-      for (int64_t j = 0; j < cols; j++)
-        ties += (1.0f - t[j]) * p[j] == neg;
-      float g = sc * KDRT_MAX_D(neg - pos + 1.0f, 0.0f);
-      for (int64_t j = 0; j < cols; j++)
-        d[j] = g * (((1.0f - t[j]) * p[j] == neg ? (1.0f - t[j]) / ties : 0.0f) - t[j]);
-      break;
-    }
-    default:
-      for (int64_t j = 0; j < cols; j++)
-        d[j] = sc_elem * elem_loss(kind, 1, p[j], pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
-      break;
-    }
+    kdrt_loss_grad_prep(kind, &row, scale, cols);
+#define KD_LOSS_LOOP(K, FL)                                                                        \
+  for (int64_t j = 0; j < cols; j++)                                                               \
+  d[j] = kdrt_loss_dterm(K, FL, a, &row, p, t, j)
+    KD_EACH_LOSS(kind, from_logits)
+#undef KD_LOSS_LOOP
   }
 }
 

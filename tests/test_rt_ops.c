@@ -471,6 +471,32 @@ Test(loss, binary_values_and_clipping) {
   cr_expect(fabsf(dl[0] + 0.5f) < 1e-6 && fabsf(dl[1] - 1) < 1e-6 && fabsf(dl[2]) < 1e-6);
 }
 
+// issue 25: dpred may alias pred (kdrt_loss.h's gradient reads only its own
+// element once the row's sums are taken; sparse crossentropy's label column
+// before the loop): every loss, either form, on rows with ties and a
+// clipped value, gives in place the bits it gives into another buffer.
+Test(loss, gradient_in_place) {
+  enum { R = 5, C = 7 };
+  float p[R * C], y[R * C], ids[R] = {2, -1, 6, 0, 9}, d[R * C], inplace[R * C];
+  for (int i = 0; i < R * C; i++) {
+    p[i] = 0.05f + 0.9f * (float)((i * 37) % 11) / 11.0f; // repeats: ties in a row
+    y[i] = i % 3 == 0 ? 1.0f : i % 5 == 0 ? 0.5f : 0.0f;
+  }
+  p[3] = 1e-9f; // clipped
+  for (int kind = 0; kind < KDRT_LOSS_COUNT; kind++)
+    for (int logits = 0; logits < 2; logits++) {
+      const float *lab = kind == KDRT_LOSS_SCCE ? ids : y;
+      grad_of(kind, logits, d, p, lab, R, C, 0.25);
+      memcpy(inplace, p, sizeof p);
+      grad_of(kind, logits, inplace, inplace, lab, R, C, 0.25);
+      cr_expect(!memcmp(d, inplace, sizeof d), "loss %d from_logits=%d: in place differs", kind,
+                logits);
+      int finite = 1;
+      for (int i = 0; i < R * C; i++) finite &= isfinite(d[i]) != 0;
+      cr_expect(finite, "loss %d from_logits=%d: a gradient is not finite", kind, logits);
+    }
+}
+
 Test(loss, accuracy) {
   // Binary (one column): threshold 0.5.
   const float pb[] = {0.7f, 0.2f, 0.5f, 0.9f}, yb[] = {1, 0, 1, 0};
