@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -708,4 +709,106 @@ void kdrt_data_close(kdrt_data *d) {
     free(d->x), free(d->y), free(d->yconv), free(d->cache);
   }
   memset(d, 0, sizeof *d);
+}
+
+// ------------------------------------------------------------ gathering a batch
+
+void kdrt_data_gather(const kdrt_data *d, const int64_t *order, int64_t pos0, int64_t n,
+                      void *const *x, float *const *y) {
+  const kdrt_program *p = d->p;
+  void *xs[KDRT_MAX_FILES];
+  float *ys[KDRT_MAX_FILES];
+  for (int64_t i = 0; i < n; i++) {
+    for (int k = 0; k < p->ninputs; k++)
+      xs[k] = (char *)x[k] + (size_t)i * (size_t)kdrt_io_elems(&p->inputs[k]) * 4;
+    for (int j = 0; j < p->nlabels; j++)
+      ys[j] = y[j] + (size_t)i * (size_t)kdrt_io_elems(&p->labels[j]);
+    kdrt_data_sample(d, order ? order[pos0 + i] : pos0 + i, xs, ys);
+  }
+}
+
+// ------------------------------------------------------------ the input thread
+//
+// One worker and one job slot under a mutex: post fills the slot and wakes
+// the worker, which gathers outside the lock and marks the job done; wait
+// sleeps until it is. The main thread never touches the buffers of a job in
+// flight (the fit loop gathers into the set the step is not reading), and
+// kdrt_data_sample only reads the data, so nothing else is shared. The
+// worker's writes are seen by the main thread after wait (the mutex orders
+// them).
+
+struct kdrt_prefetch {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t posted, done;  // a job for the worker; the job finished
+  int busy;                     // a job is posted and not finished
+  int quit;
+  const kdrt_data *d;           // the job
+  const int64_t *order;
+  int64_t pos0, n;
+  void *x[KDRT_MAX_FILES];
+  float *y[KDRT_MAX_FILES];
+};
+
+static void *prefetch_worker(void *arg) {
+  kdrt_prefetch *f = arg;
+  pthread_mutex_lock(&f->lock);
+  for (;;) {
+    while (!f->busy && !f->quit) pthread_cond_wait(&f->posted, &f->lock);
+    if (f->quit && !f->busy) break;
+    pthread_mutex_unlock(&f->lock);
+    kdrt_data_gather(f->d, f->order, f->pos0, f->n, f->x, f->y);
+    pthread_mutex_lock(&f->lock);
+    f->busy = 0;
+    pthread_cond_broadcast(&f->done);
+  }
+  pthread_mutex_unlock(&f->lock);
+  return NULL;
+}
+
+kdrt_prefetch *kdrt_prefetch_start(void) {
+  const char *v = getenv("KDRT_PREFETCH");
+  if (v && !strcmp(v, "0")) return NULL;
+  kdrt_prefetch *f = calloc(1, sizeof *f);
+  if (!f) return NULL;
+  pthread_mutex_init(&f->lock, NULL);
+  pthread_cond_init(&f->posted, NULL);
+  pthread_cond_init(&f->done, NULL);
+  if (pthread_create(&f->thread, NULL, prefetch_worker, f) != 0) {
+    pthread_cond_destroy(&f->posted), pthread_cond_destroy(&f->done);
+    pthread_mutex_destroy(&f->lock);
+    free(f);
+    return NULL;
+  }
+  return f;
+}
+
+void kdrt_prefetch_wait(kdrt_prefetch *f) {
+  pthread_mutex_lock(&f->lock);
+  while (f->busy) pthread_cond_wait(&f->done, &f->lock);
+  pthread_mutex_unlock(&f->lock);
+}
+
+void kdrt_prefetch_post(kdrt_prefetch *f, const kdrt_data *d, const int64_t *order, int64_t pos0,
+                        int64_t n, void *const *x, float *const *y) {
+  kdrt_prefetch_wait(f);
+  pthread_mutex_lock(&f->lock);
+  f->d = d, f->order = order, f->pos0 = pos0, f->n = n;
+  for (int k = 0; k < d->p->ninputs; k++) f->x[k] = x[k];
+  for (int j = 0; j < d->p->nlabels; j++) f->y[j] = y[j];
+  f->busy = 1;
+  pthread_cond_signal(&f->posted);
+  pthread_mutex_unlock(&f->lock);
+}
+
+void kdrt_prefetch_stop(kdrt_prefetch *f) {
+  if (!f) return;
+  pthread_mutex_lock(&f->lock);
+  f->quit = 1;
+  pthread_cond_signal(&f->posted);
+  pthread_mutex_unlock(&f->lock);
+  pthread_join(f->thread, NULL);
+  pthread_cond_destroy(&f->posted), pthread_cond_destroy(&f->done);
+  pthread_mutex_destroy(&f->lock);
+  free(f);
 }

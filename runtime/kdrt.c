@@ -22,7 +22,8 @@
 //      context (kdrt_set_rows) and this rank hands train_step only its share
 //      of them (rows [row0, row0 + local_rows): rows / parts of the batch
 //      axis, or, when they do not divide, numpy's array_split of them) of
-//      every input and label; the running mean of every log
+//      every input and label, the next batch gathered by the input thread
+//      (data.c's kdrt_prefetch) while this one runs; the running mean of every log
 //      (kdrt_program.log_names), each step weighted by its rows as Keras's
 //      Mean weighs it, in Keras-style progress on rank 0; validation on
 //      --val-x/--val-y, or the last --validation-split fraction (taken
@@ -414,6 +415,13 @@ typedef struct {
   int64_t B;                   // the global batch in use (--batch-size, or p->batch)
   void **x;                    // [ninputs] each [lb, shape...] of its dtype, lb = this
   float **y;                   // [nlabels] each [lb, shape...]   rank's most rows
+  // issue 22: the input thread (data.c; NULL with KDRT_PREFETCH=0) gathers the
+  // next batch into the other of two sets of these buffers while a step runs
+  // on set cur (x and y point at it); without it there is one set.
+  kdrt_prefetch *pf;
+  void **xs[2];
+  float **ys[2];
+  int cur;
   float *logs;                 // [nlogs]: what a step writes
   const char **names;          // [2 * nlogs]: the log names, then "val_" + each
   int show, live;              // rank 0 prints; on a terminal, live
@@ -443,25 +451,55 @@ static int64_t batch_rows(int64_t n, int64_t B, int64_t step) {
   return n - step * B < B ? n - step * B : B;
 }
 
-// Batch `step` of d (samples order[], NULL: in file order) in batches of
-// r->B: set the step's rows (kdrt_set_rows) and fill this rank's share of
-// every input and label. Returns the batch's global rows.
-static int64_t load_batch(run *r, const kdrt_data *d, const int64_t *order, int64_t step) {
-  const kdrt_program *p = r->p;
+// One pass over d in batches of r->B: an epoch's (samples order[]) or
+// evaluate's (order NULL: in file order), of `steps` batches; `ahead`, the
+// batch the input thread is gathering into the set the step does not read
+// (-1: none).
+typedef struct {
+  const kdrt_data *d;
+  const int64_t *order;
+  int64_t steps, ahead;
+} batches;
+
+// This rank's share of a batch of `rows` global rows: [*row0, *row0 + *n), as
+// kdrt_set_rows splits them.
+static void rank_rows(const kdrt_ctx *c, int64_t rows, int64_t *row0, int64_t *n) {
+  const kdrt_program *p = c->prog;
+  int ba = p->batch_axis;
+  kdrt_rows_split(rows, ba >= 0 ? p->mesh_shape[ba] : 1, ba >= 0 ? c->coord[ba] : 0, row0, n);
+}
+
+// Batch `step` of b: set the step's rows (kdrt_set_rows) and put this
+// rank's share of every input and label in r->x and r->y: gathered here, or
+// by the input thread while the last step ran (then the sets swap); then the
+// next batch of the pass handed to the thread. Returns the batch's global
+// rows. The bytes are the same either way (kdrt_data_gather's).
+static int64_t load_batch(run *r, batches *b, int64_t step) {
   kdrt_ctx *c = r->c;
-  int64_t rows = batch_rows(d->n, r->B, step);
+  int64_t rows = batch_rows(b->d->n, r->B, step);
   kdrt_set_rows(c, rows);
-  void *xs[KDRT_MAX_FILES];
-  float *ys[KDRT_MAX_FILES];
-  for (int64_t i = 0; i < c->local_rows; i++) {
-    int64_t pos = step * r->B + c->row0 + i;
-    for (int k = 0; k < p->ninputs; k++)
-      xs[k] = (char *)r->x[k] + (size_t)i * (size_t)kdrt_io_elems(&p->inputs[k]) * 4;
-    for (int j = 0; j < p->nlabels; j++)
-      ys[j] = r->y[j] + (size_t)i * (size_t)kdrt_io_elems(&p->labels[j]);
-    kdrt_data_sample(d, order ? order[pos] : pos, xs, ys);
+  if (b->ahead == step) {
+    kdrt_prefetch_wait(r->pf);
+    r->cur ^= 1, r->x = r->xs[r->cur], r->y = r->ys[r->cur];
+  } else {
+    if (b->ahead >= 0) kdrt_prefetch_wait(r->pf); // not this one: its set is overwritten
+    kdrt_data_gather(b->d, b->order, step * r->B + c->row0, c->local_rows, r->x, r->y);
+  }
+  b->ahead = -1;
+  if (r->pf && step + 1 < b->steps) {
+    int64_t row0, n;
+    rank_rows(c, batch_rows(b->d->n, r->B, step + 1), &row0, &n);
+    kdrt_prefetch_post(r->pf, b->d, b->order, (step + 1) * r->B + row0, n, r->xs[r->cur ^ 1],
+                       r->ys[r->cur ^ 1]);
+    b->ahead = step + 1;
   }
   return rows;
+}
+
+// The pass is over (or stopped early): the thread is done with its buffers.
+static void end_batches(run *r, batches *b) {
+  if (b->ahead >= 0) kdrt_prefetch_wait(r->pf);
+  b->ahead = -1;
 }
 
 // Keras's Mean of a log over batches weighs each batch's value by its rows.
@@ -479,9 +517,10 @@ static void add_logs(double *sum, const float *logs, int n, int64_t rows, int64_
 static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
   const kdrt_program *p = r->p;
   int64_t steps = (d->n + r->B - 1) / r->B, seen = 0;
+  batches b = {.d = d, .order = NULL, .steps = steps, .ahead = -1};
   for (int k = 0; k < p->nlogs; k++) out[k] = 0;
   for (int64_t s = 0; s < steps; s++) {
-    int64_t rows = load_batch(r, d, NULL, s);
+    int64_t rows = load_batch(r, &b, s);
     for (int k = 0; k < p->nlogs; k++) r->logs[k] = 0;
     p->eval_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
     kdrt_watch_phase(NULL, 0, 0); // progress within the phase
@@ -493,6 +532,7 @@ static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
       progbar_update(pb, s + 1, s + 1 == steps, p->nlogs, r->names, v);
     }
   }
+  end_batches(r, &b);
   for (int k = 0; k < p->nlogs; k++) out[k] = seen ? out[k] / ((double)seen / (double)r->B) : NAN;
   kdrt_set_rows(r->c, 0);
 }
@@ -656,10 +696,11 @@ static void fit(run *r) {
     // are taken (c->collect) once the next step is on its way, so the
     // device computes while the host loads the next batch.
     int64_t held = -1, held_rows = 0;
+    batches b = {.d = &r->data, .order = order, .steps = steps, .ahead = -1};
     for (; s < steps; s++) {
       kdrt_watch_phase("training", e + 1, s + 1);
       double t0 = now_s();
-      int64_t rows = load_batch(r, &r->data, order, s);
+      int64_t rows = load_batch(r, &b, s);
       for (int k = 0; k < nl; k++) r->logs[k] = 0;
       if (p->schedule) // the rate at the optimizer's iterations, as Keras's optimizer reads it
         r->c->lr = kdrt_schedule_lr(p->schedule, r->c->iterations);
@@ -698,6 +739,7 @@ static void fit(run *r) {
       after_step(r, &er, held, held_rows);
       s = held + 1;
     }
+    end_batches(r, &b);
     seen = er.seen;
     double units = (double)seen / (double)r->B;
     for (int k = 0; k < nl; k++) r->hist[k][e] = v[k] = seen ? sum[k] / units : NAN;
@@ -1062,15 +1104,20 @@ static void alloc_run(run *r) {
   int ba = prog->batch_axis;
   int64_t most = r->B > prog->batch ? r->B : prog->batch; // the most rows a step has
   int64_t lb = ba >= 0 ? (most + prog->mesh_shape[ba] - 1) / prog->mesh_shape[ba] : most;
-  r->x = calloc((size_t)prog->ninputs + 1, sizeof *r->x);
-  r->y = calloc((size_t)prog->nlabels + 1, sizeof *r->y);
-  if (!r->x || !r->y) kdrt_fatal(c, "out of memory");
-  for (int k = 0; k < prog->ninputs; k++)
-    r->x[k] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->inputs[k]),
-                           "the input batch");
-  for (int j = 0; j < prog->nlabels; j++)
-    r->y[j] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->labels[j]),
-                           "the label batch");
+  r->pf = kdrt_prefetch_start(); // issue 22: a second set of buffers for it
+  for (int set = 0; set < (r->pf ? 2 : 1); set++) {
+    void **x = calloc((size_t)prog->ninputs + 1, sizeof *x);
+    float **y = calloc((size_t)prog->nlabels + 1, sizeof *y);
+    if (!x || !y) kdrt_fatal(c, "out of memory");
+    for (int k = 0; k < prog->ninputs; k++)
+      x[k] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->inputs[k]),
+                          "the input batch");
+    for (int j = 0; j < prog->nlabels; j++)
+      y[j] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->labels[j]),
+                          "the label batch");
+    r->xs[set] = x, r->ys[set] = y;
+  }
+  r->cur = 0, r->x = r->xs[0], r->y = r->ys[0];
   int ne = r->o->epochs > 0 ? r->o->epochs : 1, nl = prog->nlogs;
   double *hist = calloc((size_t)ne * (2 * (size_t)nl + 1) + 2 * (size_t)nl, sizeof(double));
   r->hist = calloc(2 * (size_t)nl, sizeof *r->hist);
@@ -1186,9 +1233,12 @@ static void finish(run *r) {
   free(r->hist_mem), free(r->hist), free(r->names), free(r->val_names), free(r->logs);
   free(r->step_loss);
   free(r->step_scale), free(r->step_skipped);
-  for (int k = 0; k < prog->ninputs; k++) free(r->x[k]);
-  for (int j = 0; j < prog->nlabels; j++) free(r->y[j]);
-  free(r->x), free(r->y);
+  kdrt_prefetch_stop(r->pf);
+  for (int set = 0; set < 2 && r->xs[set]; set++) {
+    for (int k = 0; k < prog->ninputs; k++) free(r->xs[set][k]);
+    for (int j = 0; j < prog->nlabels; j++) free(r->ys[set][j]);
+    free(r->xs[set]), free(r->ys[set]);
+  }
   kdrt_data_close(&r->test), kdrt_data_close(&r->val), kdrt_data_close(&r->data);
   free(c->params), free(c->grads), free(c->arena);
 }

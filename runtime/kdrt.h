@@ -556,6 +556,23 @@ kdrt_data kdrt_data_slice(const kdrt_data *d, int64_t first, int64_t n);
 // dtype), label j into y[j] (prod(shape) floats).
 void kdrt_data_sample(const kdrt_data *d, int64_t i, void *const *x, float *const *y);
 void kdrt_data_close(kdrt_data *d);
+// n samples of d, sample i being order[pos0 + i] (order NULL: pos0 + i),
+// into consecutive rows of x[k] and y[j] (a rank's share of a batch).
+void kdrt_data_gather(const kdrt_data *d, const int64_t *order, int64_t pos0, int64_t n,
+                      void *const *x, float *const *y);
+// The input thread (issue 22): kdrt_data_gather run by a thread of its
+// own, one job at a time, so that the next batch is gathered into a second
+// set of buffers while this step runs. Start returns NULL when it is off
+// (KDRT_PREFETCH=0) or no thread could be made: the caller gathers itself.
+// post hands it a job (the previous one waited for); wait returns once the
+// job posted last is done (at once with none); stop waits and ends the
+// thread. The bytes are kdrt_data_gather's: the same batches, bit for bit.
+typedef struct kdrt_prefetch kdrt_prefetch;
+kdrt_prefetch *kdrt_prefetch_start(void);
+void kdrt_prefetch_post(kdrt_prefetch *f, const kdrt_data *d, const int64_t *order, int64_t pos0,
+                        int64_t n, void *const *x, float *const *y);
+void kdrt_prefetch_wait(kdrt_prefetch *f);
+void kdrt_prefetch_stop(kdrt_prefetch *f);
 
 // ---------------------------------------------------------------- checkpoint.c
 // Checkpoints (--checkpoint-dir D --checkpoint-every N, --resume):
