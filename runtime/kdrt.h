@@ -624,8 +624,11 @@ int kdrt_ckpt_find(kdrt_ctx *c, const char *dir, kdrt_ckpt_state *st, char *name
 // dir/name into c->params, cut from the saved shards whatever the saved mesh.
 void kdrt_ckpt_load(kdrt_ctx *c, const char *dir, const char *name);
 
-// The file format, for tests (no MPI).
+// The file format (ckpt_format.c), for tests (no MPI).
 uint32_t kdrt_crc32(uint32_t crc, const void *buf, size_t n); // zlib's crc32
+// A shard file's header length, from the file's first line: -1 if it is
+// not a shard's.
+int64_t kdrt_ckpt_header_bytes(const char *first);
 // One file written atomically: open makes a dot-named temporary beside
 // path; commit fsyncs, renames and fsyncs the directory. Each returns 0,
 // or -1 with err set (naming path); write keeps size and crc of the bytes.
