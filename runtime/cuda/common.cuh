@@ -43,11 +43,13 @@ typedef struct {
   int64_t step; // c->step
 } kdrt_step_scalars;
 
-// A training step captured as a CUDA graph, for one count of rows.
+// A training step captured as a CUDA graph, for one count of rows: one
+// graph per half of the double-buffered inputs (each reads its own inputs
+// and step scalars: device.cu).
 typedef struct {
   int64_t rows;
   int seen;                   // steps of these rows run without a graph so far
-  cudaGraphExec_t exec;       // NULL until captured
+  cudaGraphExec_t exec[2];    // NULL until captured
 } kdrt_cuda_graph;
 enum { KDRT_GRAPHS = 4 };
 
@@ -55,15 +57,18 @@ struct kdrt_cuda_impl {
   int device;
   cudaStream_t stream;        // every kernel, in program order
   cudaStream_t comm_stream;   // NCCL collectives
+  cudaStream_t copy_stream;   // the inputs' uploads, while the previous step computes
   cudaEvent_t to_comm, to_compute;
   cublasHandle_t blas;
   void *blas_ws;              // cuBLAS's workspace (cublasSetWorkspace)
   size_t blas_ws_bytes;
   int sync_each;              // KDRT_CUDA_SYNC=1
-  kdrt_step_scalars *scal;    // device: this step's (see kdrt_step_scalars)
+  kdrt_step_scalars *scal;    // device: [2], one per half (see kdrt_step_scalars)
+  int half;                   // the half of the step in progress: its inputs and scalars
   // Training steps as CUDA graphs (device.cu): off with KDRT_CUDA_GRAPH=0,
-  // KDRT_CUDA_SYNC, KDRT_CUDA_PROFILE or host-staged collectives, and for
-  // good once a step needs what a graph cannot replay (graph_unsafe).
+  // KDRT_CUDA_SYNC, KDRT_CUDA_PROFILE or host-staged collectives, for good
+  // once a capture fails (then with a message), and for a step that needs
+  // what a graph cannot replay (graph_unsafe: captured, run once, dropped).
   int graphs_on, capturing, graph_unsafe, ngraphs;
   kdrt_cuda_graph graph[KDRT_GRAPHS];
   // The op in progress: the line of program.cu whose call is running
@@ -115,9 +120,10 @@ void *kdrt_cuda_hscratch(kdrt_cuda *d, int which, size_t bytes);
 // The CPU runtime's context of the step in progress must be set.
 void kdrt_cuda_need_ctx(const kdrt_cuda *d, const char *what);
 
-// The step scalars for a kernel being captured into a graph, else NULL.
+// The step scalars for a kernel being captured into a graph (its half's),
+// else NULL.
 static inline const kdrt_step_scalars *kdrt_step_sc(const kdrt_cuda *d) {
-  return d->impl->capturing ? d->impl->scal : NULL;
+  return d->impl->capturing ? d->impl->scal + d->impl->half : NULL;
 }
 // What only this step's host values can give (Nadam's running product):
 // the graph being captured runs once and is not kept.
@@ -161,6 +167,12 @@ static inline unsigned kdrt_row_threads(int64_t cols) {
   while (t < 256 && (int64_t)t < cols) t *= 2;
   return t;
 }
+// A kernel of one block per row takes at most 2^31-1 rows (what: the kernel).
+void kdrt_cuda_check_rows(int64_t rows, const char *what);
+// out[0] = (float)(the sum of rowv[0, rows) * scale): one block, in a fixed
+// order (the losses' and accuracies' per-row values; loss.cu).
+void kdrt_cuda_sum_rows(kdrt_cuda *d, float *out, const double *rowv, int64_t rows,
+                        double scale);
 
 // ---------------------------------------------------------------- activations
 // act(v), kdrt_defs.h's KDRT_ACT_LIST expanded as the CPU kernels expand it
