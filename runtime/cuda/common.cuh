@@ -43,13 +43,11 @@ typedef struct {
   int64_t step; // c->step
 } kdrt_step_scalars;
 
-// A training step captured as a CUDA graph, for one count of rows: one
-// graph per half of the double-buffered inputs (each reads its own inputs
-// and step scalars: device.cu).
+// A training step captured as a CUDA graph, for one count of rows.
 typedef struct {
   int64_t rows;
   int seen;                   // steps of these rows run without a graph so far
-  cudaGraphExec_t exec[2];    // NULL until captured
+  cudaGraphExec_t exec;       // NULL until captured
 } kdrt_cuda_graph;
 enum { KDRT_GRAPHS = 4 };
 
@@ -57,18 +55,15 @@ struct kdrt_cuda_impl {
   int device;
   cudaStream_t stream;        // every kernel, in program order
   cudaStream_t comm_stream;   // NCCL collectives
-  cudaStream_t copy_stream;   // the inputs' uploads, while the previous step computes
   cudaEvent_t to_comm, to_compute;
   cublasHandle_t blas;
   void *blas_ws;              // cuBLAS's workspace (cublasSetWorkspace)
   size_t blas_ws_bytes;
   int sync_each;              // KDRT_CUDA_SYNC=1
-  kdrt_step_scalars *scal;    // device: [2], one per half (see kdrt_step_scalars)
-  int half;                   // the half of the step in progress: its inputs and scalars
+  kdrt_step_scalars *scal;    // device: this step's (see kdrt_step_scalars)
   // Training steps as CUDA graphs (device.cu): off with KDRT_CUDA_GRAPH=0,
-  // KDRT_CUDA_SYNC, KDRT_CUDA_PROFILE or host-staged collectives, for good
-  // once a capture fails (then with a message), and for a step that needs
-  // what a graph cannot replay (graph_unsafe: captured, run once, dropped).
+  // KDRT_CUDA_SYNC, KDRT_CUDA_PROFILE or host-staged collectives, and for
+  // good once a step needs what a graph cannot replay (graph_unsafe).
   int graphs_on, capturing, graph_unsafe, ngraphs;
   kdrt_cuda_graph graph[KDRT_GRAPHS];
   // The op in progress: the line of program.cu whose call is running
@@ -120,10 +115,9 @@ void *kdrt_cuda_hscratch(kdrt_cuda *d, int which, size_t bytes);
 // The CPU runtime's context of the step in progress must be set.
 void kdrt_cuda_need_ctx(const kdrt_cuda *d, const char *what);
 
-// The step scalars for a kernel being captured into a graph (its half's),
-// else NULL.
+// The step scalars for a kernel being captured into a graph, else NULL.
 static inline const kdrt_step_scalars *kdrt_step_sc(const kdrt_cuda *d) {
-  return d->impl->capturing ? d->impl->scal + d->impl->half : NULL;
+  return d->impl->capturing ? d->impl->scal : NULL;
 }
 // What only this step's host values can give (Nadam's running product):
 // the graph being captured runs once and is not kept.
