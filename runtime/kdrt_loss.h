@@ -19,6 +19,11 @@
 //      kdrt_loss_sum2_term (KDRT_ROW_SUM2), kdrt_loss_grad_prep, then
 //      kdrt_loss_dterm for every element.
 //
+// Sparse crossentropy with the classes split over ranks (ops.c's
+// kdrt_sparse_xent and its gradient, cuda/xent.cu) shares its pieces at the
+// end: which column of a rank's block is the label, a row's loss from the
+// all-reduced max and sum of exp, an element's derivative.
+//
 // The CPU runtime includes this file after vmath.h, so that the sigmoid of
 // binary crossentropy and the elementwise losses (kdrt_defs.h's
 // KDRT_ELEM_LOSS_LIST) call its exp as the activations do; the other
@@ -307,6 +312,30 @@ static inline KDRT_HD float kdrt_loss_dterm(int kind, int from_logits, float a,
   default:
     return row->sc_elem * kdrt_elem_loss(kind, 1, p[j], row->pm1 ? 2.0f * t[j] - 1.0f : t[j], a);
   }
+}
+
+// ---- sparse crossentropy with the classes split over ranks: x [rows,
+// cols] holds columns [col0, col0 + cols) of each row's logits.
+
+// Row r's label as a column of this rank's block, or -1 when another rank
+// holds it (or it names no class).
+static inline KDRT_HD int64_t kdrt_xent_class(const float *y, int64_t r, int64_t cols,
+                                              int64_t col0) {
+  float v = y[r];
+  if (!(v >= (float)col0) || v >= (float)(col0 + cols))
+    return -1;
+  return (int64_t)v - col0;
+}
+
+// The row's loss m + log s - x[label] from the row's max m and sum s of
+// exp (all-reduced), as kdrt_loss forms it (log-sum-exp rounded to float first).
+static inline KDRT_HD double kdrt_xent_row_loss(float m, float s, float x_label) {
+  return (double)kdrt_loss_lse(m, s) - x_label;
+}
+
+// scale * (e / s - [the label]), e = exp(x - m) (the CPU's own exp).
+static inline KDRT_HD float kdrt_xent_dterm(float sc, float e, float s, int is_label) {
+  return sc * (e / s - (is_label ? 1.0f : 0.0f));
 }
 
 #endif

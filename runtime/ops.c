@@ -609,15 +609,6 @@ void kdrt_row_sumexp(float *out, const float *x, const float *m, int64_t rows, i
   }
 }
 
-// Row r's label as a column of this rank's block, or -1 when another rank
-// holds it (or it names no class).
-static inline int64_t local_class(const float *y, int64_t r, int64_t cols, int64_t col0) {
-  float v = y[r];
-  if (!(v >= (float)col0) || v >= (float)(col0 + cols))
-    return -1;
-  return (int64_t)v - col0;
-}
-
 // out[0] = scale * sum over the rows whose label is in this rank's columns
 // of (m + log s - x[r, label - col0]), in double; as kdrt_loss forms it
 // (log-sum-exp rounded to float first).
@@ -625,11 +616,10 @@ void kdrt_sparse_xent(float *out, const float *x, const float *y, const float *m
                       int64_t rows, int64_t cols, int64_t col0, double scale) {
   double total = 0.0; // rows: few (one log each), so one thread
   for (int64_t r = 0; r < rows; r++) {
-    int64_t c = local_class(y, r, cols, col0);
+    int64_t c = kdrt_xent_class(y, r, cols, col0);
     if (c < 0)
       continue;
-    float lse = m[r] + logf(s[r]);
-    total += (double)lse - x[r * cols + c];
+    total += kdrt_xent_row_loss(m[r], s[r], x[r * cols + c]);
   }
   out[0] = (float)(total * scale);
 }
@@ -649,9 +639,9 @@ void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const floa
       continue;
     }
     const float mr = m[r], sr = s[r];
-    const int64_t c = local_class(y, r, cols, col0); // -1: matches no j
+    const int64_t c = kdrt_xent_class(y, r, cols, col0); // -1: matches no j
     for (int64_t j = 0; j < cols; j++)
-      dr[j] = sc * (exp_flush(xr[j] - mr) / sr - (j == c ? 1.0f : 0.0f));
+      dr[j] = kdrt_xent_dterm(sc, exp_flush(xr[j] - mr), sr, j == c);
   }
 }
 
@@ -665,7 +655,7 @@ void kdrt_sparse_xent_acc(float *out, const float *x, const float *y, const floa
   int64_t correct = 0;
 #pragma omp parallel for reduction(+ : correct) if (rows * cols >= KD_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
-    int64_t c = local_class(y, r, cols, col0);
+    int64_t c = kdrt_xent_class(y, r, cols, col0);
     if (c < 0)
       continue;
     const float *xr = x + r * cols;

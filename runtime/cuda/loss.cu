@@ -121,8 +121,8 @@ __global__ static void accuracy_rows(int kind, const float *pred, const float *y
   if (threadIdx.x == 0) rowv[r] = ok;
 }
 
-// out[0] = (float)(sum of rowv * scale), one block, fixed order.
-__global__ static void sum_rows(float *out, const double *rowv, int64_t rows, double scale) {
+__global__ static void sum_rows_kernel(float *out, const double *rowv, int64_t rows,
+                                       double scale) {
   __shared__ double shd[32];
   double s = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += rowv[r];
@@ -130,23 +130,28 @@ __global__ static void sum_rows(float *out, const double *rowv, int64_t rows, do
   if (threadIdx.x == 0) out[0] = (float)(s * scale);
 }
 
-static void check_rows(int64_t rows) {
-  if (rows > 2147483647) kdrt_cuda_fail("loss", __FILE__, __LINE__, "more than 2^31-1 rows");
+void kdrt_cuda_sum_rows(kdrt_cuda *d, float *out, const double *rowv, int64_t rows,
+                        double scale) {
+  sum_rows_kernel<<<1, 256, 0, d->impl->stream>>>(out, rowv, rows, scale);
+  KDRT_LAUNCHED(d, "sum_rows_kernel");
+}
+
+void kdrt_cuda_check_rows(int64_t rows, const char *what) {
+  if (rows > 2147483647) kdrt_cuda_fail(what, __FILE__, __LINE__, "more than 2^31-1 rows");
 }
 
 extern "C" void kdrt_cuda_loss(kdrt_cuda *d, int kind, int from_logits, float a, float *out,
                                const float *pred, const float *y, const float *flag,
                                int64_t rows, int64_t cols, double scale) {
   cudaStream_t s = d->impl->stream;
-  check_rows(rows);
+  kdrt_cuda_check_rows(rows, "loss");
   double *rowv = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(rows > 0 ? rows : 1) * sizeof(double));
   if (rows > 0) {
     loss_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, s>>>(kind, from_logits, a, pred, y,
                                                                 flag, cols, rowv);
     KDRT_LAUNCHED(d, "loss_rows");
   }
-  sum_rows<<<1, 256, 0, s>>>(out, rowv, rows, scale);
-  KDRT_LAUNCHED(d, "sum_rows");
+  kdrt_cuda_sum_rows(d, out, rowv, rows, scale);
 }
 
 extern "C" void kdrt_cuda_accuracy(kdrt_cuda *d, int kind, int from_logits, float *out,
@@ -154,14 +159,13 @@ extern "C" void kdrt_cuda_accuracy(kdrt_cuda *d, int kind, int from_logits, floa
                                    int64_t cols, double scale) {
   (void)from_logits;
   cudaStream_t s = d->impl->stream;
-  check_rows(rows);
+  kdrt_cuda_check_rows(rows, "loss");
   double *rowv = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(rows > 0 ? rows : 1) * sizeof(double));
   if (rows > 0) {
     accuracy_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, s>>>(kind, pred, y, cols, rowv);
     KDRT_LAUNCHED(d, "accuracy_rows");
   }
-  sum_rows<<<1, 256, 0, s>>>(out, rowv, rows, scale);
-  KDRT_LAUNCHED(d, "sum_rows");
+  kdrt_cuda_sum_rows(d, out, rowv, rows, scale);
 }
 
 __global__ static void loss_grad_rows(int kind, int from_logits, float a, float *dpred,
@@ -193,7 +197,7 @@ extern "C" void kdrt_cuda_loss_grad(kdrt_cuda *d, int kind, int from_logits, flo
                                     const float *flag, int64_t rows, int64_t cols,
                                     double scale) {
   if (rows <= 0 || cols <= 0) return;
-  check_rows(rows);
+  kdrt_cuda_check_rows(rows, "loss");
   loss_grad_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(
       kind, from_logits, a, dpred, pred, y, flag, cols, scale);
   KDRT_LAUNCHED(d, "loss_grad_rows");

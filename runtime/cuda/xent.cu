@@ -10,18 +10,7 @@
 // thread per element, the accuracy one block per row then a fixed-order
 // sum: deterministic from run to run.
 #include "common.cuh"
-
-static void check_rows(int64_t rows, const char *what) {
-  if (rows > 2147483647) kdrt_cuda_fail(what, __FILE__, __LINE__, "more than 2^31-1 rows");
-}
-
-// Row r's label as a column of this block, or -1 (local_class in ../ops.c).
-__device__ static inline int64_t local_class(const float *y, int64_t r, int64_t cols,
-                                             int64_t col0) {
-  float v = y[r];
-  if (!(v >= (float)col0) || v >= (float)(col0 + cols)) return -1;
-  return (int64_t)v - col0;
-}
+#include "kdrt_loss.h" // the row's loss and derivative, as ../ops.c's
 
 __global__ static void row_max_kernel(float *out, const float *x, int64_t cols) {
   __shared__ float shm[32];
@@ -46,7 +35,7 @@ __global__ static void row_sumexp_kernel(float *out, const float *x, const float
 extern "C" void kdrt_cuda_row_max(kdrt_cuda *d, float *out, const float *x, int64_t rows,
                                   int64_t cols) {
   if (rows <= 0) return;
-  check_rows(rows, "kdrt_cuda_row_max");
+  kdrt_cuda_check_rows(rows, "kdrt_cuda_row_max");
   row_max_kernel<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(out, x, cols);
   KDRT_LAUNCHED(d, "row_max_kernel");
 }
@@ -54,7 +43,7 @@ extern "C" void kdrt_cuda_row_max(kdrt_cuda *d, float *out, const float *x, int6
 extern "C" void kdrt_cuda_row_sumexp(kdrt_cuda *d, float *out, const float *x, const float *m,
                                      int64_t rows, int64_t cols) {
   if (rows <= 0) return;
-  check_rows(rows, "kdrt_cuda_row_sumexp");
+  kdrt_cuda_check_rows(rows, "kdrt_cuda_row_sumexp");
   row_sumexp_kernel<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(out, x, m,
                                                                                     cols);
   KDRT_LAUNCHED(d, "row_sumexp_kernel");
@@ -68,10 +57,9 @@ __global__ static void sparse_xent_kernel(float *out, const float *x, const floa
   __shared__ double shd[32];
   double total = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    int64_t c = local_class(y, r, cols, col0);
+    int64_t c = kdrt_xent_class(y, r, cols, col0);
     if (c < 0) continue;
-    float lse = m[r] + logf(s[r]);
-    total += (double)lse - x[r * cols + c];
+    total += kdrt_xent_row_loss(m[r], s[r], x[r * cols + c]);
   }
   total = kdrt_block_reduce<kdrt_sum_op<double> >(total, shd);
   if (threadIdx.x == 0) out[0] = (float)(total * scale);
@@ -94,8 +82,8 @@ __global__ static void sparse_xent_grad_kernel(float *dx, const float *x, const 
       dx[e] = 0.0f;
       continue;
     }
-    int64_t c = local_class(y, r, cols, col0);
-    dx[e] = sc * (expf(x[e] - m[r]) / s[r] - (j == c ? 1.0f : 0.0f));
+    int64_t c = kdrt_xent_class(y, r, cols, col0);
+    dx[e] = kdrt_xent_dterm(sc, expf(x[e] - m[r]), s[r], j == c);
   }
 }
 
@@ -116,7 +104,7 @@ __global__ static void sparse_xent_acc_rows(double *ok, const float *x, const fl
                                             const float *m, int64_t cols, int64_t col0) {
   __shared__ int shi[32];
   int64_t r = blockIdx.x;
-  int64_t c = local_class(y, r, cols, col0);
+  int64_t c = kdrt_xent_class(y, r, cols, col0);
   const float *xr = x + r * cols;
   int hit = c >= 0 && xr[c] == m[r];
   int earlier = 0;
@@ -126,25 +114,15 @@ __global__ static void sparse_xent_acc_rows(double *ok, const float *x, const fl
   if (threadIdx.x == 0) ok[r] = hit && !earlier ? 1.0 : 0.0;
 }
 
-// out[0] = (float)(sum of v * scale), one block, fixed order.
-__global__ static void sum_rows_kernel(float *out, const double *v, int64_t rows, double scale) {
-  __shared__ double shd[32];
-  double s = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += v[r];
-  s = kdrt_block_reduce<kdrt_sum_op<double> >(s, shd);
-  if (threadIdx.x == 0) out[0] = (float)(s * scale);
-}
-
 extern "C" void kdrt_cuda_sparse_xent_acc(kdrt_cuda *d, float *out, const float *x,
                                           const float *y, const float *m, int64_t rows,
                                           int64_t cols, int64_t col0, double scale) {
-  check_rows(rows, "kdrt_cuda_sparse_xent_acc");
+  kdrt_cuda_check_rows(rows, "kdrt_cuda_sparse_xent_acc");
   double *ok = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(rows > 0 ? rows : 1) * sizeof(double));
   if (rows > 0) {
     sparse_xent_acc_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(
         ok, x, y, m, cols, col0);
     KDRT_LAUNCHED(d, "sparse_xent_acc_rows");
   }
-  sum_rows_kernel<<<1, 256, 0, d->impl->stream>>>(out, ok, rows, scale);
-  KDRT_LAUNCHED(d, "sum_rows_kernel");
+  kdrt_cuda_sum_rows(d, out, ok, rows, scale);
 }
