@@ -9,7 +9,10 @@
 // change: every op is a kdrt_cuda_* call on the device state d, and each
 // step begins by copying this rank's rows of the batch to the device
 // (kdrt_cuda_begin), calls its parts, and ends by copying the loss and
-// metric back (kdrt_cuda_end).
+// metric back (kdrt_cuda_end). A training step's parts are what a CUDA
+// graph captures and replays (kdrt_cuda_replay), with the setjmp that a
+// failed capture returns to before them; tests/sh/cuda_graph.sh checks that
+// nothing in them reads a host value a graph would freeze.
 //
 // The output is compiled by nvcc, i.e. as C++: no compound literals and no
 // designated initializers; layouts and shapes are named static constants.
@@ -95,9 +98,12 @@ static void emit_step(const char *name, StepKind kind, const StepPart *parts, in
   // A training step's parts and log copies are what a CUDA graph captures
   // and replays (kdrt_cuda_replay).
   const char *ind = kind == STEP_TRAIN ? "    " : "  ";
-  if (kind == STEP_TRAIN)
+  if (kind == STEP_TRAIN) {
     out("  if (!kdrt_cuda_replay(d, %s)) { // else this step's graph, captured before, is queued\n",
         mode[kind]);
+    out("    // a capture that fails comes back here, and the parts run again without a graph\n"
+        "    (void)setjmp(*kdrt_cuda_capture_env(d));\n");
+  }
   for (int i = 0; i < nparts; i++)
     if ((parts[i].steps >> kind) & 1)
       out("%s%s(c, d, %s);\n", ind, parts[i].name, kind_const[kind]);

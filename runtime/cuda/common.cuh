@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kdrt_cuda.h"
@@ -41,13 +42,19 @@ enum { KDRT_COMM_NONE, KDRT_COMM_NCCL, KDRT_COMM_HOST };
 typedef struct {
   float lr;     // c->lr
   int64_t step; // c->step
+  float neg_lr; // -c->lr: the alpha of a GEMM that does an SGD update (matmul.cu)
+  float one;    // 1: its beta (cuBLAS reads both from the device or neither)
 } kdrt_step_scalars;
+static_assert(offsetof(kdrt_step_scalars, one) == offsetof(kdrt_step_scalars, neg_lr) + sizeof(float),
+              "matmul.cu reads beta right after alpha");
 
-// A training step captured as a CUDA graph, for one count of rows.
+// A training step captured as a CUDA graph, for one count of rows: one
+// graph per half of the double-buffered inputs (each reads its own inputs
+// and step scalars: device.cu).
 typedef struct {
   int64_t rows;
   int seen;                   // steps of these rows run without a graph so far
-  cudaGraphExec_t exec;       // NULL until captured
+  cudaGraphExec_t exec[2];    // NULL until captured
 } kdrt_cuda_graph;
 enum { KDRT_GRAPHS = 4 };
 
@@ -55,15 +62,18 @@ struct kdrt_cuda_impl {
   int device;
   cudaStream_t stream;        // every kernel, in program order
   cudaStream_t comm_stream;   // NCCL collectives
+  cudaStream_t copy_stream;   // the inputs' uploads, while the previous step computes
   cudaEvent_t to_comm, to_compute;
   cublasHandle_t blas;
   void *blas_ws;              // cuBLAS's workspace (cublasSetWorkspace)
   size_t blas_ws_bytes;
   int sync_each;              // KDRT_CUDA_SYNC=1
-  kdrt_step_scalars *scal;    // device: this step's (see kdrt_step_scalars)
+  kdrt_step_scalars *scal;    // device: [2], one per half (see kdrt_step_scalars)
+  int half;                   // the half of the step in progress: its inputs and scalars
   // Training steps as CUDA graphs (device.cu): off with KDRT_CUDA_GRAPH=0,
-  // KDRT_CUDA_SYNC, KDRT_CUDA_PROFILE or host-staged collectives, and for
-  // good once a step needs what a graph cannot replay (graph_unsafe).
+  // KDRT_CUDA_SYNC, KDRT_CUDA_PROFILE or host-staged collectives, for good
+  // once a capture fails (then with a message), and for a step that needs
+  // what a graph cannot replay (graph_unsafe: captured, run once, dropped).
   int graphs_on, capturing, graph_unsafe, ngraphs;
   kdrt_cuda_graph graph[KDRT_GRAPHS];
   // The op in progress: the line of program.cu whose call is running
@@ -115,9 +125,18 @@ void *kdrt_cuda_hscratch(kdrt_cuda *d, int which, size_t bytes);
 // The CPU runtime's context of the step in progress must be set.
 void kdrt_cuda_need_ctx(const kdrt_cuda *d, const char *what);
 
-// The step scalars for a kernel being captured into a graph, else NULL.
+// The step scalars for a kernel being captured into a graph (its half's),
+// else NULL.
 static inline const kdrt_step_scalars *kdrt_step_sc(const kdrt_cuda *d) {
-  return d->impl->capturing ? d->impl->scal : NULL;
+  return d->impl->capturing ? d->impl->scal + d->impl->half : NULL;
+}
+// A GEMM's alpha that is the step's -lr (the SGD update fused into a
+// weight's gradient product: w = w - lr * dW, beta 1; every other GEMM's
+// alpha is positive): in a capture, the device's -lr (&scal->neg_lr, with
+// &scal->one for beta, under CUBLAS_POINTER_MODE_DEVICE), else NULL.
+static inline const float *kdrt_step_neg_lr(const kdrt_cuda *d, float alpha, float beta) {
+  const kdrt_step_scalars *sc = kdrt_step_sc(d);
+  return sc && d->c && alpha < 0.0f && alpha == -d->c->lr && beta == 1.0f ? &sc->neg_lr : NULL;
 }
 // What only this step's host values can give (Nadam's running product):
 // the graph being captured runs once and is not kept.
@@ -161,12 +180,6 @@ static inline unsigned kdrt_row_threads(int64_t cols) {
   while (t < 256 && (int64_t)t < cols) t *= 2;
   return t;
 }
-// A kernel of one block per row takes at most 2^31-1 rows (what: the kernel).
-void kdrt_cuda_check_rows(int64_t rows, const char *what);
-// out[0] = (float)(the sum of rowv[0, rows) * scale): one block, in a fixed
-// order (the losses' and accuracies' per-row values; loss.cu).
-void kdrt_cuda_sum_rows(kdrt_cuda *d, float *out, const double *rowv, int64_t rows,
-                        double scale);
 
 // ---------------------------------------------------------------- activations
 // act(v), kdrt_defs.h's KDRT_ACT_LIST expanded as the CPU kernels expand it

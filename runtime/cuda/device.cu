@@ -10,6 +10,7 @@
 // say which copy is ahead.
 #include <math.h>
 #include <mpi.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,17 +32,21 @@ static size_t x_elems[KDRT_MAX_FILES], y_elems[KDRT_MAX_FILES]; // their element
 static size_t stage_bytes;         // every input, label and log of a step: one of the two
                                    // halves of the pinned stage (steps alternate)
 // The stage's halves: the next one a step takes; for each, an event after
-// its uploads (the half is free again) and one after its logs' copy; the
-// halves of training steps whose logs the host has yet to take, oldest first.
+// its uploads on the copy stream (the pinned half is free again, and the
+// device half holds the step's inputs), one after the last step that read
+// its device inputs (they may be overwritten), and one after its logs'
+// copy; the halves of training steps whose logs the host has yet to take,
+// oldest first. Steps alternate halves, so the uploads of step s + 1 run
+// on the copy stream while step s computes (issue 22).
 static int stage_next;
-static cudaEvent_t stage_free[2], logs_done[2];
+static cudaEvent_t stage_free[2], inputs_free[2], logs_done[2];
 static int held[2], nheld;
 static int cur_half;               // the half of the step in progress
 static int logs_late;              // training steps return before they have run
 static size_t *vars_off;           // device: each variable's offset, then its size, then
                                    // an int (device_nonfinite)
-static void *x_dev[KDRT_MAX_FILES];
-static float *y_dev[KDRT_MAX_FILES];
+static void *x_dev[2][KDRT_MAX_FILES];  // per half: the inputs and labels on the device
+static float *y_dev[2][KDRT_MAX_FILES];
 static const kdrt_ctx *owner;     // the ctx whose host blobs the device mirrors
 static const float *owner_params;
 static int host_newer = 1;        // upload c->params before the next step
@@ -63,7 +68,14 @@ static int kernel_fault(const char *msg) {
   return 0;
 }
 
+static void capture_failed(const char *call, const char *msg);
+static jmp_buf capture_env; // in the training step being captured (kdrt_cuda_capture_env)
+
 extern "C" void kdrt_cuda_fail(const char *call, const char *file, int line, const char *msg) {
+  if (dev_impl.capturing) { // the step runs again, without a graph
+    capture_failed(call, msg);
+    longjmp(capture_env, 1);
+  }
   int inited = 0, finalized = 0, rank = -1;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
@@ -319,19 +331,24 @@ extern "C" kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision) {
   int ndev = 0;
   CUDA_CHECK(cudaGetDeviceCount(&ndev));
   if (c && c->world > 1) kdrt_cuda_comm_setup(&dev, c); // picks and sets the device
-  // Training steps as CUDA graphs: one process per GPU with no
-  // collectives (NCCL's inside a graph: not yet tried), no waiting for
-  // each launch, no profile.
+  // Training steps as CUDA graphs: no waiting for each launch, no profile,
+  // no host-staged collectives (they wait on the host); NCCL's collectives
+  // are captured with the kernels (NCCL 2.9 and later can be).
   const char *graph = getenv("KDRT_CUDA_GRAPH");
+  int nccl_version = 0;
+  if (s->comm_mode == KDRT_COMM_NCCL) NCCL_CHECK(ncclGetVersion(&nccl_version));
   s->graphs_on = !(graph && !strcmp(graph, "0")) && !s->sync_each && !s->profile &&
-                 s->comm_mode == KDRT_COMM_NONE;
+                 (s->comm_mode == KDRT_COMM_NONE ||
+                  (s->comm_mode == KDRT_COMM_NCCL && nccl_version >= 20900));
   CUDA_CHECK(cudaGetDevice(&s->device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&s->to_comm, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&s->to_compute, cudaEventDisableTiming));
-  CUDA_CHECK(cudaMalloc(&s->scal, sizeof *s->scal));
-  CUDA_CHECK(cudaMemset(s->scal, 0, sizeof *s->scal));
+  CUDA_CHECK(cudaMalloc(&s->scal, 2 * sizeof *s->scal));
+  CUDA_CHECK(cudaMemset(s->scal, 0, 2 * sizeof *s->scal));
+  CUDA_CHECK(cudaDeviceSynchronize()); // the memset (legacy stream) before any use
   CUBLAS_CHECK(cublasCreate(&s->blas));
   CUBLAS_CHECK(cublasSetStream(s->blas, s->stream));
   // A workspace of its own for cuBLAS: 32 MiB, what its Hopper kernels can
@@ -458,18 +475,22 @@ static void setup_program(kdrt_ctx *c) {
   }
   stage_bytes = (stage_bytes + 15) / 16 * 16 + sizeof(kdrt_step_scalars); // the step's scalars
   stage_bytes += (size_t)(p->nlogs + 1) * sizeof(float);
+  stage_bytes = (stage_bytes + 15) / 16 * 16; // the second half aligned as the first
   check_memory(c, p->param_floats * sizeof(float), p->grad_floats * sizeof(float),
-               arena_floats * sizeof(float), stage_bytes);
-  for (int i = 0; i < p->ninputs; i++) x_dev[i] = kdrt_cuda_alloc(x_elems[i]); // 4-byte elements
-  for (int j = 0; j < p->nlabels; j++) y_dev[j] = kdrt_cuda_alloc(y_elems[j]);
+               arena_floats * sizeof(float), 2 * stage_bytes); // inputs: two halves
+  for (int h = 0; h < 2; h++) {
+    for (int i = 0; i < p->ninputs; i++) x_dev[h][i] = kdrt_cuda_alloc(x_elems[i]); // 4-byte elements
+    for (int j = 0; j < p->nlabels; j++) y_dev[h][j] = kdrt_cuda_alloc(y_elems[j]);
+  }
   dev.params = kdrt_cuda_alloc(p->param_floats);
   dev.grads = kdrt_cuda_alloc(p->grad_floats);
   dev.arena = kdrt_cuda_alloc(arena_floats);
-  dev.x = x_dev;
-  dev.y = y_dev;
+  dev.x = x_dev[0];
+  dev.y = y_dev[0];
   dev.logs = kdrt_cuda_alloc((size_t)p->nlogs);
   for (int k = 0; k < 2; k++) {
     CUDA_CHECK(cudaEventCreateWithFlags(&stage_free[k], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&inputs_free[k], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&logs_done[k], cudaEventDisableTiming));
   }
   stage_next = nheld = 0;
@@ -578,31 +599,40 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
   if (local > lb_rows)
     kdrt_fatal(c, "kdrt-cuda: a step of %lld rows on this rank, more than the %d its buffers "
                "were made for", (long long)local, lb_rows);
-  // This step's half of the stage, free once the uploads of the step that
-  // used it last are done (they come first in that step).
+  // This step's half: of the pinned stage, free once the uploads of the
+  // step that used it last are done; of the device's inputs, free once
+  // that step has run (the copy stream waits for it, not the host). The
+  // uploads run on the copy stream, so they overlap the step before this
+  // one; the compute stream waits for them.
+  kdrt_cuda_impl *s = d->impl;
   cur_half = stage_next, stage_next ^= 1;
+  s->half = cur_half;
+  d->x = x_dev[cur_half], d->y = y_dev[cur_half];
   char *stage = (char *)kdrt_cuda_hscratch(d, 2, 2 * stage_bytes) + cur_half * stage_bytes;
   wait_for(d, NULL, stage_free[cur_half], "the step's input copies");
+  CUDA_CHECK(cudaStreamWaitEvent(s->copy_stream, inputs_free[cur_half], 0));
   for (int i = 0; i < p->ninputs; i++) {
     size_t n = (size_t)local * (size_t)kdrt_io_elems(&p->inputs[i]) * 4;
     if (!n) continue;
     memcpy(stage, hx[i], n);
-    CUDA_CHECK(cudaMemcpyAsync(d->x[i], stage, n, cudaMemcpyHostToDevice, d->impl->stream));
+    CUDA_CHECK(cudaMemcpyAsync(d->x[i], stage, n, cudaMemcpyHostToDevice, s->copy_stream));
     stage += n;
   }
   for (int j = 0; j < p->nlabels; j++) {
     size_t n = (size_t)local * (size_t)kdrt_io_elems(&p->labels[j]) * sizeof(float);
     if (!n) continue;
     memcpy(stage, hy[j], n);
-    CUDA_CHECK(cudaMemcpyAsync(d->y[j], stage, n, cudaMemcpyHostToDevice, d->impl->stream));
+    CUDA_CHECK(cudaMemcpyAsync(d->y[j], stage, n, cudaMemcpyHostToDevice, s->copy_stream));
     stage += n;
   }
-  // The step's learning rate and count, for the kernels of a graph.
+  // The step's learning rate and count, for the kernels of a graph (its
+  // half's: the other half's may still be read by the step in flight).
   kdrt_step_scalars *sc = (kdrt_step_scalars *)((char *)logs_of(cur_half) - sizeof *sc);
-  sc->lr = c->lr, sc->step = c->step;
-  CUDA_CHECK(cudaMemcpyAsync(d->impl->scal, sc, sizeof *sc, cudaMemcpyHostToDevice,
-                             d->impl->stream));
-  CUDA_CHECK(cudaEventRecord(stage_free[cur_half], d->impl->stream));
+  sc->lr = c->lr, sc->step = c->step, sc->neg_lr = -c->lr, sc->one = 1.0f;
+  CUDA_CHECK(cudaMemcpyAsync(s->scal + cur_half, sc, sizeof *sc, cudaMemcpyHostToDevice,
+                             s->copy_stream));
+  CUDA_CHECK(cudaEventRecord(stage_free[cur_half], s->copy_stream));
+  CUDA_CHECK(cudaStreamWaitEvent(s->stream, stage_free[cur_half], 0));
   return d;
 }
 
@@ -612,20 +642,55 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
 // (every launch of its parts, in order, with the addresses of the memory
 // plan, which never move) and replayed after: one launch instead of a
 // thousand. The first step of each row count runs without one, so that
-// the scratch buffers reach their sizes outside the capture. What changes
-// between steps besides the inputs, the learning rate and the step count,
-// the kernels read from the device (kdrt_step_scalars), uploaded with the
-// inputs.
+// the scratch buffers reach their sizes and the communicators exist
+// outside the capture. Each half of the inputs has its graph (the two
+// read different input buffers), so the second and third steps are
+// captured. What changes between steps besides the inputs, the learning
+// rate and the step count, the kernels read from the device
+// (kdrt_step_scalars of the half), uploaded with the inputs; nothing in a
+// captured step waits on the host (the static check in tests/sh/
+// cuda_graph.sh: no host read between replay and end in program.cu).
+//
+// A capture that fails (an illegal call inside it, or cudaStreamEndCapture
+// or cudaGraphInstantiate refusing the graph) is no error: capturing ran
+// nothing, so kdrt_cuda_fail comes back to the step (longjmp to the setjmp
+// the generated step makes after kdrt_cuda_replay), says why once, turns
+// graphs off, and the parts run again, uncaptured.
 
 static kdrt_cuda_graph *capture_for; // the entry being captured
+
+extern "C" jmp_buf *kdrt_cuda_capture_env(kdrt_cuda *d) {
+  (void)d;
+  return &capture_env;
+}
+
+// A capture that cannot go on: the stream's capture ended (its graph
+// dropped), the error cleared, graphs off for the rest of the run.
+static void capture_failed(const char *call, const char *msg) {
+  kdrt_cuda_impl *s = &dev_impl;
+  cudaGraph_t graph = NULL;
+  s->capturing = 0, s->graphs_on = 0, s->graph_unsafe = 0;
+  capture_for = NULL;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s->stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone)
+    (void)cudaStreamEndCapture(s->stream, &graph);
+  if (graph) (void)cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+  int rank = dev.c ? dev.c->rank : 0;
+  fflush(stdout);
+  fprintf(stderr, "kdrt-cuda: rank %d: a training step could not be captured as a CUDA graph (%s: "
+          "%s); the steps run without graphs from here on (KDRT_CUDA_GRAPH=0 does so from the "
+          "start)\n", rank, call, msg ? msg : "(no message)");
+}
 
 extern "C" int kdrt_cuda_replay(kdrt_cuda *d, int mode) {
   kdrt_cuda_impl *s = d->impl;
   const kdrt_ctx *c = d->c;
-  if (mode != KDRT_CUDA_TRAIN || !s->graphs_on || s->graph_unsafe) return 0;
+  if (mode != KDRT_CUDA_TRAIN || !s->graphs_on) return 0;
   // issue 23: a loss-scaled step waits on the host for its decision (optim.cu's
   // kdrt_cuda_loss_scale_step), which a graph cannot replay
   if (c->prog->loss_scale) return 0;
+  if (s->graph_unsafe) return 0; // a step of this program needs its host values (Nadam)
   int64_t rows = c->rows ? c->rows : c->prog->batch;
   kdrt_cuda_graph *g = NULL;
   for (int k = 0; k < s->ngraphs && !g; k++)
@@ -633,37 +698,49 @@ extern "C" int kdrt_cuda_replay(kdrt_cuda *d, int mode) {
   if (!g) {
     if (s->ngraphs == KDRT_GRAPHS) return 0;
     g = &s->graph[s->ngraphs++];
-    g->rows = rows, g->seen = 0, g->exec = NULL;
+    g->rows = rows, g->seen = 0, g->exec[0] = g->exec[1] = NULL;
   }
-  if (g->exec) {
-    CUDA_CHECK(cudaGraphLaunch(g->exec, s->stream));
+  if (g->exec[s->half]) {
+    CUDA_CHECK(cudaGraphLaunch(g->exec[s->half], s->stream));
     return 1;
   }
   if (g->seen++ < 1) return 0;
-  CUDA_CHECK(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+  cudaError_t e = cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) { // not this run's
+    s->capturing = 1; // (for capture_failed)
+    capture_failed("cudaStreamBeginCapture", cudaGetErrorString(e));
+    return 0;
+  }
   s->capturing = 1;
   capture_for = g;
   return 0;
 }
 
 // The end of a captured step: the graph made, kept, and run (capturing ran
-// nothing).
+// nothing). On a failure, back to the step's start, without graphs.
 static void end_capture(kdrt_cuda *d) {
   kdrt_cuda_impl *s = d->impl;
   cudaGraph_t graph = NULL;
   cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
+  if (e != cudaSuccess || !graph) {
+    s->capturing = 1;
+    capture_failed("cudaStreamEndCapture", cudaGetErrorString(e != cudaSuccess ? e : cudaErrorUnknown));
+    longjmp(capture_env, 1);
+  }
   s->capturing = 0;
-  if (e != cudaSuccess)
-    kdrt_cuda_fail("cudaStreamEndCapture (a training step as a CUDA graph; KDRT_CUDA_GRAPH=0 "
-                   "runs without)", __FILE__, __LINE__, cudaGetErrorString(e));
   cudaGraphExec_t exec = NULL;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphDestroy(graph));
+  e = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  if (e != cudaSuccess) {
+    s->capturing = 1;
+    capture_failed("cudaGraphInstantiate", cudaGetErrorString(e));
+    longjmp(capture_env, 1);
+  }
   CUDA_CHECK(cudaGraphLaunch(exec, s->stream));
   if (s->graph_unsafe) // this step's own host values are in it: not for another step
     CUDA_CHECK(cudaGraphExecDestroy(exec)); // (freed once it has run)
   else
-    capture_for->exec = exec;
+    capture_for->exec[s->half] = exec;
   capture_for = NULL;
 }
 
@@ -672,6 +749,9 @@ extern "C" void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, flo
   const kdrt_program *p = c->prog;
   cudaStream_t s = d->impl->stream;
   if (d->impl->capturing) end_capture(d);
+  // The step's inputs on the device are read: the upload of the step after
+  // the next one may overwrite them.
+  CUDA_CHECK(cudaEventRecord(inputs_free[cur_half], s));
   // The logs land after the inputs and labels in the step's half of the
   // stage, which the uploads of this step may still be reading.
   float *out = logs_of(cur_half);
@@ -713,6 +793,7 @@ extern "C" void kdrt_cuda_shutdown(void) {
   profile_report(s);
   kdrt_cuda_wait(&dev, s->stream, "shutdown");
   kdrt_cuda_wait(&dev, s->comm_stream, "shutdown");
+  kdrt_cuda_wait(&dev, s->copy_stream, "shutdown");
   kdrt_cuda_comm_free(&dev);
   for (int i = 0; i < 4; i++) {
     if (s->dscratch[i]) CUDA_CHECK(cudaFree(s->dscratch[i]));
@@ -731,14 +812,19 @@ extern "C" void kdrt_cuda_shutdown(void) {
   if (dev_prog)
     for (int k = 0; k < 2; k++) {
       CUDA_CHECK(cudaEventDestroy(stage_free[k]));
+      CUDA_CHECK(cudaEventDestroy(inputs_free[k]));
       CUDA_CHECK(cudaEventDestroy(logs_done[k]));
     }
-  for (int i = 0; dev_prog && i < dev_prog->ninputs; i++) kdrt_cuda_free((float *)x_dev[i]), x_dev[i] = NULL;
-  for (int j = 0; dev_prog && j < dev_prog->nlabels; j++) kdrt_cuda_free(y_dev[j]), y_dev[j] = NULL;
+  for (int h = 0; h < 2; h++) {
+    for (int i = 0; dev_prog && i < dev_prog->ninputs; i++)
+      kdrt_cuda_free((float *)x_dev[h][i]), x_dev[h][i] = NULL;
+    for (int j = 0; dev_prog && j < dev_prog->nlabels; j++) kdrt_cuda_free(y_dev[h][j]), y_dev[h][j] = NULL;
+  }
   dev.params = dev.grads = dev.arena = dev.logs = NULL;
   dev.x = NULL, dev.y = NULL;
   for (int k = 0; k < s->ngraphs; k++)
-    if (s->graph[k].exec) CUDA_CHECK(cudaGraphExecDestroy(s->graph[k].exec));
+    for (int h = 0; h < 2; h++)
+      if (s->graph[k].exec[h]) CUDA_CHECK(cudaGraphExecDestroy(s->graph[k].exec[h]));
   s->ngraphs = 0;
   CUDA_CHECK(cudaFree(s->scal));
   s->scal = NULL;
@@ -749,6 +835,7 @@ extern "C" void kdrt_cuda_shutdown(void) {
   CUDA_CHECK(cudaEventDestroy(s->to_compute));
   CUDA_CHECK(cudaStreamDestroy(s->stream));
   CUDA_CHECK(cudaStreamDestroy(s->comm_stream));
+  CUDA_CHECK(cudaStreamDestroy(s->copy_stream));
   opened = 0;
   dev_prog = NULL;
   owner = NULL;

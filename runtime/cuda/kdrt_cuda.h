@@ -10,7 +10,11 @@
 // runs the step there (or replays it as a CUDA graph: kdrt_cuda_replay),
 // writes its logs into a device array and copies them back (kdrt_cuda_end);
 // a training step's logs reach the host one step later (kdrt_ctx.collect),
-// so the host loads the next batch while the device runs this one.
+// so the host loads the next batch while the device runs this one (the CPU
+// runtime's input thread gathers the one after). Steps alternate between
+// two halves of the input buffers, pinned and on the device: a step's
+// uploads run on a copy stream while the step before it computes, and each
+// half has its own CUDA graph (issue 22).
 //
 // Where the numbers live
 // - The device blobs are authoritative while training. The host blobs
@@ -22,7 +26,8 @@
 //   weights), after every training step when checkpoints are on, and the
 //   gradients after every grad_step (gradcheck).
 // - Every kernel runs on one stream (d->stream) in program order;
-//   collectives run on a second stream ordered with events (comm.cu).
+//   collectives run on a second stream ordered with events (comm.cu), the
+//   inputs' uploads on a third (device.cu), each ordered with events.
 //
 // Conventions are those of ../kdrt.h: float32, row-major local blocks,
 // groups of mesh axes as bit masks. Each op family is one .cu file with
@@ -30,6 +35,8 @@
 // (common.cuh).
 #ifndef KDRT_CUDA_H
 #define KDRT_CUDA_H
+
+#include <setjmp.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,6 +92,12 @@ void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, float *logs);
 // step's parts must not run), else 0, the parts then run (and may be
 // captured, kdrt_cuda_end closing the capture). KDRT_CUDA_GRAPH=0: never.
 int kdrt_cuda_replay(kdrt_cuda *d, int mode);
+// Where a failed capture comes back to: the step calls
+// setjmp(*kdrt_cuda_capture_env(d)) right after kdrt_cuda_replay returns 0,
+// before its parts; a CUDA error while capturing (or a graph that cannot be
+// made) ends the capture, turns graphs off with a message, and returns
+// there, so the parts run again without a graph.
+jmp_buf *kdrt_cuda_capture_env(kdrt_cuda *d);
 // The device without a program, for opcheck: stream and handles only.
 kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision);
 void kdrt_cuda_shutdown(void);
