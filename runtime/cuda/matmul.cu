@@ -85,15 +85,23 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
   int N = as_int(g->N, "matmul N"), M = as_int(g->M, "matmul M"), K = as_int(g->K, "matmul K");
   int ldb = as_int(g->ldb, "matmul ldb"), lda = as_int(g->lda, "matmul lda");
   int ldc = as_int(g->ldc, "matmul ldc");
-  if (g->batch == 1) {
-    CUBLAS_CHECK(cublasGemmEx(d->impl->blas, opb, opa, N, M, K, &alpha, bv, in_type, ldb, av,
-                              in_type, lda, &beta, c, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
-    if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmEx");
-    return;
+  // issue 22: a fused SGD update captured in a graph reads -lr on the device
+  const float *dev_alpha = kdrt_step_neg_lr(d, alpha, beta);
+  const void *pa = &alpha, *pb = &beta;
+  if (dev_alpha) {
+    CUBLAS_CHECK(cublasSetPointerMode(d->impl->blas, CUBLAS_POINTER_MODE_DEVICE));
+    pa = dev_alpha, pb = dev_alpha + 1; // kdrt_step_scalars: neg_lr, then one
   }
-  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      d->impl->blas, opb, opa, N, M, K, &alpha, bv, in_type, ldb, (long long)g->stride_b, av,
-      in_type, lda, (long long)g->stride_a, &beta, c, CUDA_R_32F, ldc, (long long)g->stride_c,
-      as_int(g->batch, "matmul batch"), ct, CUBLAS_GEMM_DEFAULT));
-  if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmStridedBatchedEx");
+  if (g->batch == 1) {
+    CUBLAS_CHECK(cublasGemmEx(d->impl->blas, opb, opa, N, M, K, pa, bv, in_type, ldb, av,
+                              in_type, lda, pb, c, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
+    if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmEx");
+  } else {
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        d->impl->blas, opb, opa, N, M, K, pa, bv, in_type, ldb, (long long)g->stride_b, av,
+        in_type, lda, (long long)g->stride_a, pb, c, CUDA_R_32F, ldc, (long long)g->stride_c,
+        as_int(g->batch, "matmul batch"), ct, CUBLAS_GEMM_DEFAULT));
+    if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmStridedBatchedEx");
+  }
+  if (dev_alpha) CUBLAS_CHECK(cublasSetPointerMode(d->impl->blas, CUBLAS_POINTER_MODE_HOST));
 }
