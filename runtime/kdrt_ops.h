@@ -78,6 +78,46 @@ typedef struct {
 
 static inline int kdrt_groups(const kdrt_window *w) { return w->groups > 1 ? w->groups : 1; }
 
+// ---- window arithmetic, one dimension at a time (rows: o, s, pad, the
+// window P or kernel K, the input's n; columns alike), for both runtimes.
+// Output o's window starts at input i0 = o * s - pad; of its P positions,
+// [*lo, *hi) fall inside [0, n) (empty, *lo == *hi, when none does): max
+// pooling's windows (padding never wins) and an undilated conv's kernel
+// columns.
+static inline KDRT_HD void kdrt_win_range(int o, int s, int pad, int P, int n, int *i0, int *lo,
+                                          int *hi) {
+  *i0 = o * s - pad;
+  *lo = *i0 < 0 ? -*i0 : 0;
+  *hi = n - *i0 < P ? n - *i0 : P;
+  if (*hi < *lo)
+    *hi = *lo;
+}
+// The outputs [*olo, *ohi] (inclusive; none when *olo > *ohi) of nout whose
+// windows of P hold input i: o * s - pad <= i < o * s - pad + P. The
+// gradient of max pooling as a gather (CUDA), kdrt_win_range's inverse.
+static inline KDRT_HD void kdrt_win_outs(int i, int s, int pad, int P, int nout, int *olo,
+                                         int *ohi) {
+  int lo = i + pad - P + 1;
+  *olo = lo <= 0 ? 0 : (lo + s - 1) / s;
+  *ohi = (i + pad) / s;
+  if (*ohi > nout - 1)
+    *ohi = nout - 1;
+}
+// The input that kernel position k of output o reads, o * s - pad + k *
+// step (step: the dilation, 1 for none), or -1 in the padding.
+static inline KDRT_HD int kdrt_conv_at(int o, int k, int s, int pad, int step, int n) {
+  int i = o * s - pad + k * step;
+  return i >= 0 && i < n ? i : -1;
+}
+// The output whose kernel position k reads input i (kdrt_conv_at's
+// inverse), or -1 when none does: col2im as a gather (CUDA).
+static inline KDRT_HD int kdrt_conv_from(int i, int k, int s, int pad, int step, int nout) {
+  int t = i + pad - k * step;
+  if (t < 0 || t % s)
+    return -1;
+  return t / s < nout ? t / s : -1;
+}
+
 // Is this conv a plain matmul over [B*H*W, C] (1x1, stride 1, no padding)?
 static inline int kdrt_conv_pointwise(const kdrt_window *w) {
   return w->KH == 1 && w->KW == 1 && w->sh == 1 && w->sw == 1 && w->pad_t == 0 &&

@@ -767,22 +767,14 @@ void kdrt_matmul(const kdrt_gemm *g, float alpha, const float *a, const float *b
 
 // ---------------------------------------------------------------- conv2d
 
-// For output column ow, the kernel columns [*lo, *hi) that land inside the
-// input; iw0 is the input column of kernel column 0.
-static inline void kw_range(int ow, int sw, int pad_l, int KW, int W, int *iw0, int *lo,
-                            int *hi) {
-  *iw0 = ow * sw - pad_l;
-  *lo = *iw0 < 0 ? -*iw0 : 0;
-  *hi = W - *iw0 < KW ? W - *iw0 : KW;
-  if (*hi < *lo)
-    *hi = *lo;
+// The input row of kernel row kh for output row oh, -1 in the padding.
+static inline int dilated_row(int oh, int kh, const kdrt_window *w) {
+  return kdrt_conv_at(oh, kh, w->sh, w->pad_t, w->dil_h + 1, w->H);
 }
-
 // Where kernel column kw of output column ow reads, for a dilated kernel:
 // the input column, or -1 in the padding.
 static inline int dilated_col(int ow, int kw, const kdrt_window *w) {
-  int iw = ow * w->sw - w->pad_l + kw * (w->dil_w + 1);
-  return iw >= 0 && iw < w->W ? iw : -1;
+  return kdrt_conv_at(ow, kw, w->sw, w->pad_l, w->dil_w + 1, w->W);
 }
 
 // cols [G][B*OH*OW, KH*KW*cg] (G groups of cg = C / G channels): for group
@@ -801,12 +793,12 @@ static void im2col(float *restrict cols, const float *restrict x, const kdrt_win
       for (int ow = 0; ow < w->OW; ow++) {
         const size_t m = ((size_t)b * w->OH + oh) * w->OW + ow;
         int iw0, lo, hi;
-        kw_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
+        kdrt_win_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
         for (int j = 0; j < G; j++)
           for (int kh = 0; kh < KH; kh++) {
             float *d = cols + (j * M + m) * rowlen + kh * kwc;
-            int ih = oh * w->sh - w->pad_t + kh * (w->dil_h + 1);
-            if (ih < 0 || ih >= H || (!w->dil_w && hi == lo)) {
+            int ih = dilated_row(oh, kh, w);
+            if (ih < 0 || (!w->dil_w && hi == lo)) {
               memset(d, 0, kwc * sizeof *d);
               continue;
             }
@@ -842,11 +834,11 @@ static void col2im(float *restrict dx, const float *restrict cols, const kdrt_wi
       for (int ow = 0; ow < w->OW; ow++) {
         const size_t m = ((size_t)b * w->OH + oh) * w->OW + ow;
         int iw0, lo, hi;
-        kw_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
+        kdrt_win_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
         for (int j = 0; j < G; j++)
           for (int kh = 0; kh < KH; kh++) {
-            int ih = oh * w->sh - w->pad_t + kh * (w->dil_h + 1);
-            if (ih < 0 || ih >= H || (!w->dil_w && hi == lo))
+            int ih = dilated_row(oh, kh, w);
+            if (ih < 0 || (!w->dil_w && hi == lo))
               continue;
             const float *src = cols + (j * M + m) * rowlen + kh * kwc;
             float *row = dx + ((size_t)b * H + ih) * W * C + (size_t)j * cg;
@@ -886,12 +878,6 @@ static const float *conv_cols(const float *x, const kdrt_window *w, float *scrat
 // path would copy single floats and run G skinny GEMMs (15x slower on
 // MobileNet's [128, 28, 28, 64]).
 static int conv_is_depthwise(const kdrt_window *w) { return w->groups > 1 && w->groups == w->C; }
-
-// The input row of kernel row kh for output row oh, -1 in the padding.
-static inline int dilated_row(int oh, int kh, const kdrt_window *w) {
-  int ih = oh * w->sh - w->pad_t + kh * (w->dil_h + 1);
-  return ih >= 0 && ih < w->H ? ih : -1;
-}
 
 static void depthwise(const kdrt_window *w, float *y, const float *x, const float *f) {
   const int C = w->C, K = w->K, kg = K / C;
@@ -1033,15 +1019,6 @@ void kdrt_conv2d_dw(const kdrt_window *w, float *dw, const float *x, const float
 
 // ---------------------------------------------------------------- max pooling
 
-// The window rows [*lo, *hi) of output row o that fall inside [0, n).
-static inline void win_range(int o, int s, int pad, int P, int n, int *i0, int *lo, int *hi) {
-  *i0 = o * s - pad;
-  *lo = *i0 < 0 ? -*i0 : 0;
-  *hi = n - *i0 < P ? n - *i0 : P;
-  if (*hi < *lo)
-    *hi = *lo;
-}
-
 // y [B, OH, OW, C] = the maximum of each KH x KW window of x [B, H, W, C].
 // 2x2 windows of stride 2, unpadded, each within the input: they tile it.
 static int tiles_2x2(const kdrt_window *w) {
@@ -1080,10 +1057,10 @@ void kdrt_maxpool(const kdrt_window *w, float *y, const float *x) {
   for (int b = 0; b < w->B; b++)
     for (int oh = 0; oh < OH; oh++) {
       int ih0, phl, phh;
-      win_range(oh, w->sh, w->pad_t, w->KH, H, &ih0, &phl, &phh);
+      kdrt_win_range(oh, w->sh, w->pad_t, w->KH, H, &ih0, &phl, &phh);
       for (int ow = 0; ow < OW; ow++) {
         int iw0, pwl, pwh;
-        win_range(ow, w->sw, w->pad_l, w->KW, W, &iw0, &pwl, &pwh);
+        kdrt_win_range(ow, w->sw, w->pad_l, w->KW, W, &iw0, &pwl, &pwh);
         float *restrict yr = y + (((size_t)b * OH + oh) * OW + ow) * C;
         if (phl == phh || pwl == pwh) { // a window wholly in the padding
           memset(yr, 0, (size_t)C * sizeof *yr);
@@ -1170,10 +1147,10 @@ void kdrt_maxpool_grad(const kdrt_window *w, float *dx, const float *dy, const f
     memset(dxb, 0, (size_t)H * W * C * sizeof *dxb);
     for (int oh = 0; oh < OH; oh++) {
       int ih0, phl, phh;
-      win_range(oh, w->sh, w->pad_t, w->KH, H, &ih0, &phl, &phh);
+      kdrt_win_range(oh, w->sh, w->pad_t, w->KH, H, &ih0, &phl, &phh);
       for (int ow = 0; ow < OW; ow++) {
         int iw0, pwl, pwh;
-        win_range(ow, w->sw, w->pad_l, w->KW, W, &iw0, &pwl, &pwh);
+        kdrt_win_range(ow, w->sw, w->pad_l, w->KW, W, &iw0, &pwl, &pwh);
         if (phl == phh || pwl == pwh)
           continue;
         const float *dyr = dy + (((size_t)b * OH + oh) * OW + ow) * C;

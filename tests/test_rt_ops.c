@@ -789,6 +789,39 @@ Test(maxpool, matches_naive_and_finite_differences) {
   }
 }
 
+// issue 25: kdrt_ops.h's window arithmetic, which the CPU kernels use one
+// way and the CUDA gathers (max pooling's gradient, col2im) the other: the
+// inverses agree with the forward maps on every small geometry.
+Test(window, inverses_agree) {
+  int checked = 0;
+  for (int s = 1; s <= 3; s++)
+    for (int pad = 0; pad <= 2; pad++)
+      for (int P = 1; P <= 4; P++)
+        for (int n = 1; n <= 9; n++)
+          for (int nout = 1; nout <= 6; nout++)
+            for (int i = 0; i < n; i++) {
+              int olo, ohi;
+              kdrt_win_outs(i, s, pad, P, nout, &olo, &ohi);
+              for (int o = 0; o < nout; o++) {
+                int i0, lo, hi;
+                kdrt_win_range(o, s, pad, P, n, &i0, &lo, &hi);
+                int holds = i >= i0 + lo && i < i0 + hi;
+                cr_assert_eq(holds, o >= olo && o <= ohi,
+                             "pool s=%d pad=%d P=%d n=%d: input %d, output %d", s, pad, P, n, i, o);
+              }
+              for (int step = 1; step <= 2; step++)
+                for (int k = 0; k < P; k++) {
+                  int from = kdrt_conv_from(i, k, s, pad, step, nout);
+                  for (int o = 0; o < nout; o++)
+                    cr_assert_eq(kdrt_conv_at(o, k, s, pad, step, n) == i, o == from,
+                                 "conv s=%d pad=%d step=%d n=%d: input %d, k %d, output %d", s,
+                                 pad, step, n, i, k, o);
+                  checked++;
+                }
+            }
+  cr_expect(checked > 1000);
+}
+
 Test(maxpool, ties_go_to_first_and_many_channels) {
   // One 2x2 window of equal values: all the gradient goes to (0,0).
   // C = 300 crosses the kernel's 256-channel chunking.

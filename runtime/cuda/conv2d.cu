@@ -9,6 +9,8 @@
 // col2im is a gather (one thread per input element adds the entries that
 // came from it) rather than a scatter, so it needs no atomics and adds in
 // the CPU's order: windows by (oh, ow) ascending, i.e. kh then kw descending.
+// Where a kernel position reads, and back, is ../kdrt_ops.h's (kdrt_conv_at,
+// kdrt_conv_from), shared with the CPU.
 #include "common.cuh"
 
 typedef struct {
@@ -25,10 +27,10 @@ __global__ static void im2col_kernel(float *cols, const float *x, conv_geom g) {
     size_t j = e / (M * kc), m = e / kc % M, k = e % kc;
     int c = (int)(k % g.cg), kw = (int)(k / g.cg % g.KW), kh = (int)(k / ((size_t)g.cg * g.KW));
     int ow = (int)(m % g.OW), oh = (int)(m / g.OW % g.OH), b = (int)(m / ((size_t)g.OW * g.OH));
-    int ih = oh * g.sh - g.pad_t + kh * g.dh, iw = ow * g.sw - g.pad_l + kw * g.dw;
-    cols[e] = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W
-                  ? x[(((size_t)b * g.H + ih) * g.W + iw) * g.C + j * g.cg + c]
-                  : 0.0f;
+    int ih = kdrt_conv_at(oh, kh, g.sh, g.pad_t, g.dh, g.H);
+    int iw = kdrt_conv_at(ow, kw, g.sw, g.pad_l, g.dw, g.W);
+    cols[e] = ih >= 0 && iw >= 0 ? x[(((size_t)b * g.H + ih) * g.W + iw) * g.C + j * g.cg + c]
+                                 : 0.0f;
   }
 }
 
@@ -42,15 +44,11 @@ __global__ static void col2im_kernel(float *dx, const float *cols, conv_geom g) 
     c %= g.cg;
     float s = 0.0f;
     for (int kh = g.KH - 1; kh >= 0; kh--) {
-      int t = ih + g.pad_t - kh * g.dh;
-      if (t < 0 || t % g.sh) continue;
-      int oh = t / g.sh;
-      if (oh >= g.OH) continue;
+      int oh = kdrt_conv_from(ih, kh, g.sh, g.pad_t, g.dh, g.OH);
+      if (oh < 0) continue;
       for (int kw = g.KW - 1; kw >= 0; kw--) {
-        int u = iw + g.pad_l - kw * g.dw;
-        if (u < 0 || u % g.sw) continue;
-        int ow = u / g.sw;
-        if (ow >= g.OW) continue;
+        int ow = kdrt_conv_from(iw, kw, g.sw, g.pad_l, g.dw, g.OW);
+        if (ow < 0) continue;
         size_t m = ((size_t)b * g.OH + oh) * g.OW + ow;
         s += gc[m * kc + ((size_t)kh * g.KW + kw) * g.cg + c];
       }

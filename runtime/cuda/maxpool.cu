@@ -1,6 +1,7 @@
 // maxpool.cu: max pooling over [B,H,W,C] and its gradient, as ../ops.c:
 // padding never wins, the gradient goes to the first maximum of each
-// window in row-major window order.
+// window in row-major window order. The window arithmetic is
+// ../kdrt_ops.h's (kdrt_win_range, kdrt_win_outs), shared with the CPU.
 //
 // The gradient is a gather: one thread per input element walks the
 // windows that contain it, (oh, ow) ascending as the CPU does, recomputes
@@ -12,23 +13,14 @@ typedef struct {
   int B, H, W, C, PH, PW, sh, sw, pad_t, pad_l, OH, OW;
 } pool_geom;
 
-// The window rows [*lo, *hi) of output row o inside [0, n) (win_range in ../ops.c).
-__device__ static inline void win_range(int o, int s, int pad, int P, int n, int *i0, int *lo,
-                                        int *hi) {
-  *i0 = o * s - pad;
-  *lo = *i0 < 0 ? -*i0 : 0;
-  *hi = n - *i0 < P ? n - *i0 : P;
-  if (*hi < *lo) *hi = *lo;
-}
-
 __global__ static void maxpool_kernel(float *y, const float *x, pool_geom g) {
   size_t n = (size_t)g.B * g.OH * g.OW * g.C;
   KDRT_FOR(e, n) {
     int c = (int)(e % g.C), ow = (int)(e / g.C % g.OW), oh = (int)(e / ((size_t)g.C * g.OW) % g.OH);
     int b = (int)(e / ((size_t)g.C * g.OW * g.OH));
     int ih0, phl, phh, iw0, pwl, pwh;
-    win_range(oh, g.sh, g.pad_t, g.PH, g.H, &ih0, &phl, &phh);
-    win_range(ow, g.sw, g.pad_l, g.PW, g.W, &iw0, &pwl, &pwh);
+    kdrt_win_range(oh, g.sh, g.pad_t, g.PH, g.H, &ih0, &phl, &phh);
+    kdrt_win_range(ow, g.sw, g.pad_l, g.PW, g.W, &iw0, &pwl, &pwh);
     if (phl == phh || pwl == pwh) {
       y[e] = 0.0f;
       continue;
@@ -52,22 +44,16 @@ __global__ static void maxpool_grad_kernel(float *dx, const float *dy, const flo
     int b = (int)(e / ((size_t)g.C * g.W * g.H));
     const float *xb = x + (size_t)b * g.H * g.W * g.C + c;
     const int me = ih * g.W + iw;
-    // Windows containing ih: oh * sh - pad_t <= ih < oh * sh - pad_t + PH.
-    int oh_lo = ih + g.pad_t - g.PH + 1;
-    oh_lo = oh_lo <= 0 ? 0 : (oh_lo + g.sh - 1) / g.sh;
-    int oh_hi = (ih + g.pad_t) / g.sh; // inclusive
-    int ow_lo = iw + g.pad_l - g.PW + 1;
-    ow_lo = ow_lo <= 0 ? 0 : (ow_lo + g.sw - 1) / g.sw;
-    int ow_hi = (iw + g.pad_l) / g.sw;
-    if (oh_hi > g.OH - 1) oh_hi = g.OH - 1;
-    if (ow_hi > g.OW - 1) ow_hi = g.OW - 1;
+    int oh_lo, oh_hi, ow_lo, ow_hi; // the windows that hold (ih, iw)
+    kdrt_win_outs(ih, g.sh, g.pad_t, g.PH, g.OH, &oh_lo, &oh_hi);
+    kdrt_win_outs(iw, g.sw, g.pad_l, g.PW, g.OW, &ow_lo, &ow_hi);
     float s = 0.0f;
     for (int oh = oh_lo; oh <= oh_hi; oh++) {
       int ih0, phl, phh;
-      win_range(oh, g.sh, g.pad_t, g.PH, g.H, &ih0, &phl, &phh);
+      kdrt_win_range(oh, g.sh, g.pad_t, g.PH, g.H, &ih0, &phl, &phh);
       for (int ow = ow_lo; ow <= ow_hi; ow++) {
         int iw0, pwl, pwh;
-        win_range(ow, g.sw, g.pad_l, g.PW, g.W, &iw0, &pwl, &pwh);
+        kdrt_win_range(ow, g.sw, g.pad_l, g.PW, g.W, &iw0, &pwl, &pwh);
         if (phl == phh || pwl == pwh) continue;
         int p0 = (ih0 + phl) * g.W + iw0 + pwl, pos = p0;
         float best = xb[(size_t)p0 * g.C];
