@@ -131,7 +131,15 @@ M22_ARGS="--synthetic 64 --epochs 2 --batch-size 16 --seed 3 --quiet"
 CK_ARGS="--synthetic 96 --batch-size 16 --seed 7 --quiet"
 NAN_ARGS="--synthetic 96 --batch-size 16 --validation-split 0.25 --seed 7 --quiet --epochs 3"
 NAN_LR=1000
-for v in ARGS BS_ARGS BS_SIZES M22_ARGS CK_ARGS NAN_ARGS NAN_LR bs_models m22_models; do
+# issue 22: a learning rate that halves at every epoch's end (ReduceLROnPlateau
+# that never sees an improvement), which a CUDA graph's replays must read from
+# the device: the fused SGD update in a GEMM (shared_dense), Adam (seed_mlp),
+# dropout's step (cnn)
+LR_ARGS="--synthetic 96 --epochs 4 --batch-size 16 --seed 7 --quiet --monitor loss \
+--reduce-lr-on-plateau 0 --reduce-lr-min-delta 100 --reduce-lr-factor 0.5"
+lr_models="shared_dense seed_mlp cnn"
+for v in ARGS BS_ARGS BS_SIZES M22_ARGS CK_ARGS NAN_ARGS NAN_LR LR_ARGS lr_models bs_models \
+  m22_models; do
   echo "$v=\"${!v}\""
 done >"$W/ref/args.sh"
 refs() {
@@ -143,6 +151,7 @@ refs() {
   for n in $bs_models; do
     for b in $BS_SIZES; do echo "bs${b}_$n $W/cpu/$n $BS_ARGS --batch-size $b"; done
   done
+  for n in $lr_models; do echo "lr_$n $W/cpu/$n $LR_ARGS"; done
   echo "ck_straight $W/progs/cpu_cnn $CK_ARGS --epochs 2"
   # training that diverges in epoch 2 (loss nan at step 4, found on this CPU):
   # the checkpoint after epoch 1 stays, and resumes with the compiled rate

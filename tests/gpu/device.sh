@@ -18,13 +18,21 @@
 #             against the CPU program at the same batch;
 #           a checkpoint taken on the GPU resumed by the CPU program;
 #           a loss that diverges in epoch 2 (--lr 1000): the run says so,
-#             keeps epoch 1's checkpoint, which the CPU program resumes
+#             keeps epoch 1's checkpoint, which the CPU program resumes;
+#           issue 22: a learning rate halved at each epoch's end (LR_ARGS)
+#             against the CPU program, and CUDA graphs and the input thread
+#             changing no bit: models trained with both on (the default)
+#             and both off (KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0)
 #   faults  each must end the program with a message: out of GPU memory
 #           (KDRT_CUDA_MEMORY=1M), a kernel reading an illegal address
 #           (KDRT_CUDA_INJECT_FAULT=5) with KDRT_CUDA_SYNC=1 (names
 #           program.cu:LINE) and without (says to rerun with KDRT_CUDA_SYNC=1)
 #   mesh    a (2,2) mesh of four ranks on one GPU (host-staged collectives)
 #           against the one-device CPU program
+#   pipe    issue 22: steps/s of the seed MLP, the wide MLP and models/gpt.json
+#           with CUDA graphs and the input thread on (the default), graphs
+#           off, the thread off, and both off (PIPE="model:prec:batch ..."
+#           picks the programs)
 #   perf, torch, keras   the speed table: kdcc's CUDA programs, PyTorch eager
 #           and torch.compile, Keras on JAX (keras, namex and optree wheels in
 #           DIR/whl/), on the same data; PERF="model:prec:batch ..." and
@@ -50,7 +58,7 @@ G=$(cd "${1:-.gpu}" 2>/dev/null && pwd) ||
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 BUNDLE=$(realpath "${BUNDLE:-$G/bundle.tar.xz}")
-PHASES=${PHASES:-env,corr,faults,mesh,perf,kprof,torch,keras}
+PHASES=${PHASES:-env,corr,faults,mesh,perf,pipe,kprof,torch,keras}
 DL=${DL:-330}
 JOBS=${JOBS:-8}
 W=${WORK:-/tmp/kdcc-gpu}
@@ -161,6 +169,16 @@ job() { # KIND ARGS...
     fi ;;
   train) run_to "train_$2" 90 progs/c_$2 $ARGS --history "$R/h/$2.cuda.json" ;;
   gc) run_to "gc_$2" 120 progs/c_$2 gradcheck --points 3 ;;
+  serial) # MODEL: ARGS without graphs and without the input thread
+    KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 run_to "serial_$2" 90 progs/c_$2 $ARGS \
+      --history "$R/h/$2.serial.json" ;;
+  lr) # MODEL [serial]: the rate halved at each epoch's end
+    if [ "${3:-}" = serial ]; then
+      KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 run_to "lrs_$2" 90 progs/c_$2 $LR_ARGS \
+        --history "$R/h/lr_$2.serial.json"
+    else
+      run_to "lr_$2" 90 progs/c_$2 $LR_ARGS --history "$R/h/lr_$2.cuda.json"
+    fi ;;
   prec) run_to "prec_$2" 90 progs/c_$2 $ARGS --history "$R/h/$2.cuda.json" ;;
   bs) # MODEL BATCH
     run_to "bs$3_$2" 90 progs/c_$2 $BS_ARGS --batch-size "$3" --history "$R/h/bs$3_$2.cuda.json" ;;
@@ -195,7 +213,9 @@ job() { # KIND ARGS...
 MESH_GPU=${CUDA_VISIBLE_DEVICES:-0}
 MESH_GPU=${MESH_GPU%%,*}
 export -f job run_to
-export R ARGS BS_ARGS CK_ARGS NAN_ARGS NAN_LR M22_ARGS MESH_GPU m22_models
+LR_ARGS=${LR_ARGS:-} lr_models=${lr_models:-} # (a bundle from before issue 22 has none)
+serial_models=$(for m in seed_mlp cnn gpt megatron; do grep -qx "$m" ref/corr.list && echo "$m"; done)
+export R ARGS BS_ARGS CK_ARGS NAN_ARGS NAN_LR M22_ARGS MESH_GPU m22_models LR_ARGS
 jobs_list() { # the longest first
   has mesh && echo mesh
   if has corr; then
@@ -209,6 +229,8 @@ jobs_list() { # the longest first
     for m in $bs_models; do for b in $BS_SIZES; do echo "bs $m $b"; done; done
     echo ck
     echo nan
+    for m in $serial_models; do echo "serial $m"; done
+    for m in $lr_models; do echo "lr $m"; echo "lr $m serial"; done
   fi
   if has faults; then
     for f in oom sync nosync; do echo "fault $f"; done
@@ -303,6 +325,47 @@ if has corr; then
   [ "$why" = "$cwhy" ] && cmpw="= CPU" || cmpw="CPU: ${cwhy:-none}"
   [ "$ck" = "$cck" ] && cmpk="= CPU" || cmpk="CPU: ${cck:-none}"
   check "diverged (--lr $NAN_LR)" $st "rc=$(rc_of nan_gpu), ${why:-no divergence message} ($cmpw); kept ${ck:-no checkpoint} ($cmpk); CPU resumed it: rc=$(rc_of nan_cpu), $line"
+  # issue 22: graphs and the input thread change no bit; a changing rate is read
+  # by the replayed graphs (as the CPU program reads it)
+  if [ -n "$lr_models" ]; then
+    names=$(echo $lr_models | sed 's/\([^ ]*\)/lr_\1/g; s/ /,/g')
+    line=$(cmp_hist "$names" 1e-5 "losses vs CPU, the rate halved each epoch")
+    st=$?
+    bad=""
+    for m in $lr_models; do [ "$(rc_of lr_$m)" = 0 ] || bad="$bad lr_$m: $(line_of lr_$m rror)"; done
+    check "lr schedule in graphs" "$([ $st = 0 ] && [ -z "$bad" ] && echo PASS || echo FAIL)" "$line${bad:+;$bad}"
+  fi
+  pairs=""
+  for m in $serial_models; do pairs="$pairs $m.cuda.json:$m.serial.json"; done
+  for m in $lr_models; do pairs="$pairs lr_$m.cuda.json:lr_$m.serial.json"; done
+  if [ -n "$pairs" ]; then
+    line=$($PY - "$R/h" $pairs <<'PY'
+import json, sys
+d, worst, diff, missing = sys.argv[1], 0.0, [], []
+for pair in sys.argv[2:]:
+    a, b = pair.split(":")
+    try:
+        ha, hb = (json.load(open(f"{d}/{f}")) for f in (a, b))
+    except (OSError, ValueError):
+        missing.append(a.split(".")[0]); continue
+    la, lb = ha.get("step_loss", []), hb.get("step_loss", [])
+    if la != lb or ha.get("loss") != hb.get("loss"):
+        diff.append(a.split(".")[0])
+        if len(la) == len(lb):
+            for x, y in zip(la, lb):
+                if x is None or y is None: worst = float("inf")
+                else: worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-30))
+        else: worst = float("inf")
+n = len(sys.argv) - 2
+print(f"{n - len(diff) - len(missing)}/{n} histories equal bit for bit with graphs and the input "
+      f"thread off" + (f"; differ: {' '.join(diff)} (worst {worst:.1e})" if diff else "")
+      + (f"; missing: {' '.join(missing)}" if missing else ""))
+sys.exit(2 if missing or worst > 1e-5 else 1 if diff else 0)
+PY
+)
+    st=$?
+    check "graphs+thread = serial" "$([ $st = 0 ] && echo PASS || { [ $st = 1 ] && echo WARN; } || echo FAIL)" "$line"
+  fi
 fi
 
 if has faults; then
@@ -338,7 +401,7 @@ late() { # SECONDS WHAT: true (and says so) when fewer than SECONDS are left
   return 0
 }
 SPEED=0
-has perf || has torch || has keras || has prof || has kprof && SPEED=1
+has perf || has pipe || has torch || has keras || has prof || has kprof && SPEED=1
 if [ $SPEED = 1 ] && ! $PY -c 'import numpy' 2>/dev/null; then
   say "skipped the speed phases: no numpy to make their data"
   SPEED=0
@@ -376,8 +439,14 @@ if has perf && [ $SPEED = 1 ]; then
     IFS=: read -r m p b v <<<"$c"
     exe=progs/p_${m}_$p
     [ -x "$exe" ] || { say "kdcc $m $p: no program $exe in the bundle"; continue; }
-    # model:prec:batch:nograph: the same without CUDA graphs (KDRT_CUDA_GRAPH=0)
-    [ "${v:-}" = nograph ] && exe="env KDRT_CUDA_GRAPH=0 $exe" && p=$p-nograph
+    # model:prec:batch:VARIANT: the same without CUDA graphs (nograph:
+    # KDRT_CUDA_GRAPH=0), without the input thread (nothread: KDRT_PREFETCH=0),
+    # or without either (serial)
+    case ${v:-} in
+    nograph) exe="env KDRT_CUDA_GRAPH=0 $exe" p=$p-nograph ;;
+    nothread) exe="env KDRT_PREFETCH=0 $exe" p=$p-nothread ;;
+    serial) exe="env KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 $exe" p=$p-serial ;;
+    esac
     a="--x data/$m.x.npy --y data/$m.y.npy --batch-size $b --seed 1 --no-shuffle"
     t1=$(tm $exe $a --epochs 1)
     t3=$(tm $exe $a --epochs 3)
@@ -388,6 +457,50 @@ if has perf && [ $SPEED = 1 ]; then
     sps=$(python3 -c "print('%.2f' % (10*$k/max($tk-$t1,1e-6)))")
     say "kdcc $m $p b$b: $sps steps/s (1 vs $((1 + k)) epochs of 10 steps: ${t1}s vs ${tk}s) [$(el)s]"
     echo "$m $p $b $sps" >>"$R/perf/kdcc.txt"
+  done
+fi
+# issue 22: what the CUDA graphs and the input thread (with the copy stream's
+# double-buffered uploads) give: each program with both on, graphs off
+# (KDRT_CUDA_GRAPH=0), the thread off (KDRT_PREFETCH=0), and both off;
+# steps/s = 10*K / (t(1+K epochs) - t(1 epoch)), K chosen per model from the
+# first variant's 1 and 11 epochs so that the K epochs take about 3 s (at
+# most 1000: the fast programs' steps must outweigh a start-up's jitter)
+if has pipe && [ $SPEED = 1 ]; then
+  pt() { # ENV... -- CMD...: seconds, or FAILED
+    local s=$(date +%s.%N)
+    if timeout -k 5 "$(tmo 60)" env "$@" >/dev/null 2>>"$R/perf/pipe_err.txt"; then
+      awk "BEGIN{printf \"%.4f\", $(date +%s.%N) - $s}"
+    else
+      echo "FAILED: $*" >>"$R/perf/pipe_err.txt"
+      echo FAILED
+    fi
+  }
+  for c in ${PIPE:-seed_mlp:fp32:128 wide_mlp:tf32:1024 wide_mlp:fp32:1024 gpt:fp32:128}; do
+    late $((60 + KW)) "pipe from $c on" && break
+    IFS=: read -r m p b <<<"$c"
+    exe=progs/p_${m}_$p
+    [ -x "$exe" ] || { say "pipe $m $p: no program $exe in the bundle"; continue; }
+    a="--x data/$m.x.npy --y data/$m.y.npy --batch-size $b --seed 1 --no-shuffle"
+    row="pipe $m $p b$b steps/s:"
+    base=""
+    t1=$(pt KDRT_CUDA_GRAPH=1 $exe $a --epochs 1)
+    t11=$(pt KDRT_CUDA_GRAPH=1 $exe $a --epochs 11)
+    case $t1$t11 in *FAILED*) say "$row FAILED (perf/pipe_err.txt)"; continue ;; esac
+    K=${PIPE_K:-$(python3 -c "print(max(2, min(1000, round(3.0 / max(($t11 - $t1) / 10, 1e-3)))))")}
+    row="pipe $m $p b$b, $K epochs of 10 steps, steps/s:"
+    for v in on:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=1 nograph:KDRT_CUDA_GRAPH=0:KDRT_PREFETCH=1 \
+      nothread:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=0 serial:KDRT_CUDA_GRAPH=0:KDRT_PREFETCH=0; do
+      IFS=: read -r vn e1 e2 <<<"$v"
+      t1=$(pt $e1 $e2 $exe $a --epochs 1)
+      tk=$(pt $e1 $e2 $exe $a --epochs $((1 + K)))
+      case $t1$tk in *FAILED*) row="$row $vn FAILED"; continue ;; esac
+      sps=$(python3 -c "print('%.1f' % (10*$K/max($tk-$t1,1e-6)))")
+      [ -z "$base" ] && base=$sps
+      row="$row $vn $sps"
+      [ "$vn" != on ] && row="$row ($(python3 -c "print('%.2fx' % ($base/max($sps,1e-9)))") on/$vn)"
+      echo "$m $p-$vn $b $sps" >>"$R/perf/pipe.txt"
+    done
+    say "$row [$(el)s]"
   done
 fi
 if has prof && [ $SPEED = 1 ]; then
