@@ -41,7 +41,8 @@
 #define KDRT_LOSS_ONE_MINUS_EPS ((float)(1.0 - 1e-7))
 
 static inline KDRT_HD float kdrt_loss_clip(float p) {
-  return p < KDRT_LOSS_EPS ? KDRT_LOSS_EPS : (p > KDRT_LOSS_ONE_MINUS_EPS ? KDRT_LOSS_ONE_MINUS_EPS : p);
+  return p < KDRT_LOSS_EPS ? KDRT_LOSS_EPS
+                           : (p > KDRT_LOSS_ONE_MINUS_EPS ? KDRT_LOSS_ONE_MINUS_EPS : p);
 }
 
 // 1 where clip(p) passes p through, 0 where it clamps (JAX's gradient).

@@ -74,6 +74,7 @@
 #error "kdrt_loss.h must be included after vmath.h"
 #endif
 #include "kdrt_loss.h"
+#include "kdrt_norm.h"
 
 // The rank's threads, set before main (and so before MPI_Init):
 // - OMP_NUM_THREADS when it is set; else the cores this process may run
@@ -1601,10 +1602,9 @@ static void row_stats(int rms, const float *x, int64_t cols, float eps, double *
     m /= (double)cols;
   }
   double v = 0;
-  for (int64_t j = 0; j < cols; j++) v += (x[j] - m) * (x[j] - m);
-  v /= (double)cols;
+  for (int64_t j = 0; j < cols; j++) v += kdrt_norm_dev2(x[j], m);
   *mean = m;
-  *rstd = 1.0 / sqrt(v + (double)eps);
+  *rstd = kdrt_norm_rstd(v, cols, eps);
 }
 
 void kdrt_norm(int rms, float *y, const float *x, int64_t rows, int64_t cols, float eps) {
@@ -1613,7 +1613,7 @@ void kdrt_norm(int rms, float *y, const float *x, int64_t rows, int64_t cols, fl
     const float *xr = x + r * cols;
     double m, s;
     row_stats(rms, xr, cols, eps, &m, &s);
-    for (int64_t j = 0; j < cols; j++) y[r * cols + j] = (float)((xr[j] - m) * s);
+    for (int64_t j = 0; j < cols; j++) y[r * cols + j] = kdrt_norm_y(xr[j], m, s);
   }
 }
 
@@ -1628,11 +1628,11 @@ void kdrt_norm_grad(int rms, float *dx, const float *dy, const float *x, int64_t
     row_stats(rms, xr, cols, eps, &m, &s);
     for (int64_t j = 0; j < cols; j++) {
       sum_g += gr[j];
-      sum_gh += gr[j] * (xr[j] - m) * s;
+      sum_gh += kdrt_norm_gh(gr[j], xr[j], m, s);
     }
     double mg = rms ? 0 : sum_g / (double)cols, mgh = sum_gh / (double)cols;
     for (int64_t j = 0; j < cols; j++)
-      dx[r * cols + j] = (float)(s * (gr[j] - mg - (xr[j] - m) * s * mgh));
+      dx[r * cols + j] = kdrt_norm_dx(gr[j], xr[j], m, s, mg, mgh);
   }
 }
 
@@ -1690,8 +1690,8 @@ void kdrt_batch_norm(int act, float *y, const float *x, const float *m, const fl
   if (!inv)
     bad_call("kdrt_batch_norm", "out of memory");
   for (int64_t j = 0; j < cols; j++) {
-    inv[j] = 1.0f / sqrtf(var[j] + eps) * g[j];
-    res[j] = -m[j] * inv[j] + b[j];
+    inv[j] = kdrt_bn_scale(var[j], eps, g[j]);
+    res[j] = kdrt_bn_shift(m[j], inv[j], b[j]);
   }
   switch (act) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
@@ -1719,18 +1719,14 @@ void kdrt_bn_grad(float *dx, const float *dy, const float *x, const float *m, co
   float *k = malloc((size_t)(3 * cols) * sizeof *k), *a = k + cols, *c = a + cols;
   if (!k)
     bad_call("kdrt_bn_grad", "out of memory");
-  for (int64_t j = 0; j < cols; j++) {
-    double r = 1.0 / sqrt((double)v[j] + (double)eps);
-    k[j] = (float)(g[j] * r);
-    a[j] = (float)(s[j] / n);
-    c[j] = (float)(r * r * s[cols + j] / n);
-  }
+  for (int64_t j = 0; j < cols; j++)
+    kdrt_bn_grad_coef(v[j], eps, g[j], s[j], s[cols + j], n, &k[j], &a[j], &c[j]);
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols, *gr = dy + r * cols;
     float *dr = dx + r * cols;
     for (int64_t j = 0; j < cols; j++)
-      dr[j] = k[j] * (gr[j] - a[j] - (xr[j] - m[j]) * c[j]);
+      dr[j] = kdrt_bn_dx(gr[j], xr[j], m[j], k[j], a[j], c[j]);
   }
   free(k);
 }

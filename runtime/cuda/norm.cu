@@ -5,8 +5,10 @@
 // takes one warp a row: its statistics are summed in double by the 32 lanes
 // in a fixed pattern (lane, lane + 32, ...) and then combined in a fixed
 // butterfly order: deterministic from run to run, not bit-identical to the
-// CPU's one running sum.
+// CPU's one running sum. What is made of the sums is ../kdrt_norm.h's,
+// shared with the CPU.
 #include "common.cuh"
+#include "kdrt_norm.h"
 
 __device__ static double warp_sum(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -23,10 +25,9 @@ __device__ static void row_stats(int rms, const float *xr, int64_t cols, float e
     m = warp_sum(m) / (double)cols;
   }
   double v = 0;
-  for (int64_t j = lane; j < cols; j += 32) v += (xr[j] - m) * (xr[j] - m);
-  v = warp_sum(v) / (double)cols;
+  for (int64_t j = lane; j < cols; j += 32) v += kdrt_norm_dev2(xr[j], m);
   *mean = m;
-  *rstd = 1.0 / sqrt(v + (double)eps);
+  *rstd = kdrt_norm_rstd(warp_sum(v), cols, eps);
 }
 
 // one warp a row, 8 rows a block
@@ -37,7 +38,7 @@ __global__ static void norm_kernel(int rms, float *y, const float *x, int64_t ro
   const float *xr = x + r * cols;
   double m, s;
   row_stats(rms, xr, cols, eps, &m, &s);
-  for (int64_t j = threadIdx.x & 31; j < cols; j += 32) y[r * cols + j] = (float)((xr[j] - m) * s);
+  for (int64_t j = threadIdx.x & 31; j < cols; j += 32) y[r * cols + j] = kdrt_norm_y(xr[j], m, s);
 }
 
 __global__ static void norm_grad_kernel(int rms, float *dx, const float *dy, const float *x,
@@ -49,13 +50,13 @@ __global__ static void norm_grad_kernel(int rms, float *dx, const float *dy, con
   row_stats(rms, xr, cols, eps, &m, &s);
   for (int64_t j = threadIdx.x & 31; j < cols; j += 32) {
     sg += gr[j];
-    sgh += gr[j] * (xr[j] - m) * s;
+    sgh += kdrt_norm_gh(gr[j], xr[j], m, s);
   }
   sg = warp_sum(sg);
   sgh = warp_sum(sgh);
   double mg = rms ? 0 : sg / (double)cols, mgh = sgh / (double)cols;
   for (int64_t j = threadIdx.x & 31; j < cols; j += 32)
-    dx[r * cols + j] = (float)(s * (gr[j] - mg - (xr[j] - m) * s * mgh));
+    dx[r * cols + j] = kdrt_norm_dx(gr[j], xr[j], m, s, mg, mgh);
 }
 
 extern "C" void kdrt_cuda_norm(kdrt_cuda *d, int rms, float *y, const float *x, int64_t rows,
@@ -163,8 +164,8 @@ __global__ static void batch_norm_kernel(int act, float *y, const float *x, cons
   size_t n = (size_t)rows * (size_t)cols;
   KDRT_FOR(e, n) {
     size_t j = e % (size_t)cols;
-    float inv = 1.0f / sqrtf(var[j] + eps) * g[j];
-    y[e] = kdrt_act1(act, x[e] * inv + (-m[j] * inv + b[j]));
+    float inv = kdrt_bn_scale(var[j], eps, g[j]);
+    y[e] = kdrt_act1(act, x[e] * inv + kdrt_bn_shift(m[j], inv, b[j]));
   }
 }
 
@@ -185,12 +186,9 @@ extern "C" void kdrt_cuda_batch_norm(kdrt_cuda *d, int act, float *y, const floa
 // forming them per element, without a double square root per element.
 __global__ static void bn_grad_coef_kernel(float *coef, const float *var, const float *g,
                                            const float *s, int64_t cols, float eps, double n) {
-  KDRT_FOR(j, (size_t)cols) {
-    double r = 1.0 / sqrt((double)var[j] + (double)eps);
-    coef[j] = (float)(g[j] * r);
-    coef[cols + j] = (float)(s[j] / n);
-    coef[2 * cols + j] = (float)(r * r * s[cols + j] / n);
-  }
+  KDRT_FOR(j, (size_t)cols)
+    kdrt_bn_grad_coef(var[j], eps, g[j], s[j], s[cols + j], n, &coef[j], &coef[cols + j],
+                      &coef[2 * cols + j]);
 }
 
 __global__ static void bn_grad_kernel(float *dx, const float *dy, const float *x, const float *m,
@@ -199,7 +197,7 @@ __global__ static void bn_grad_kernel(float *dx, const float *dy, const float *x
   KDRT_FOR(e, total) {
     size_t j = e % (size_t)cols;
     float k = coef[j], a = coef[cols + j], c = coef[2 * cols + j];
-    dx[e] = k * (dy[e] - a - (x[e] - m[j]) * c);
+    dx[e] = kdrt_bn_dx(dy[e], x[e], m[j], k, a, c);
   }
 }
 
