@@ -133,10 +133,11 @@ static inline const kdrt_step_scalars *kdrt_step_sc(const kdrt_cuda *d) {
 // A GEMM's alpha that is the step's -lr (the SGD update fused into a
 // weight's gradient product: w = w - lr * dW, beta 1; every other GEMM's
 // alpha is positive): in a capture, the device's -lr (&scal->neg_lr, with
-// &scal->one for beta, under CUBLAS_POINTER_MODE_DEVICE), else NULL.
+// &scal->one for beta, under CUBLAS_POINTER_MODE_DEVICE), else NULL. A
+// rate of 0 counts (a warm-up schedule's first steps).
 static inline const float *kdrt_step_neg_lr(const kdrt_cuda *d, float alpha, float beta) {
   const kdrt_step_scalars *sc = kdrt_step_sc(d);
-  return sc && d->c && alpha < 0.0f && alpha == -d->c->lr && beta == 1.0f ? &sc->neg_lr : NULL;
+  return sc && d->c && alpha <= 0.0f && alpha == -d->c->lr && beta == 1.0f ? &sc->neg_lr : NULL;
 }
 // What only this step's host values can give (Nadam's running product):
 // the graph being captured runs once and is not kept.
