@@ -492,7 +492,9 @@ typedef struct {
 } RopeParams;
 // ROPE: x[b, t, .., 2h] turned (the sequence dim 1, the features last);
 // offset: the position of step 0 (a cache's); inverse: the transpose.
-typedef struct { const RopeParams *p; int64_t offset; bool inverse; } RopeAttr;
+// round (issue 23): KDRT_ROUND_* its cosines, sines, products and sums are
+// rounded to (keras-hub's RotaryEmbedding under a mixed policy), else 0.
+typedef struct { const RopeParams *p; int64_t offset; bool inverse; uint8_t round; } RopeAttr;
 
 struct Node {
   int id;

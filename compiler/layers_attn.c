@@ -636,7 +636,11 @@ Node *rope_node(Graph *g, Layer *l, Node *x, const RopeParams *p, int64_t offset
   RopeParams *kept = xcalloc(1, sizeof *kept);
   *kept = *p;
   Node *y = new_node1(g, OP_ROPE, x, x->shape);
-  y->rope = (RopeAttr){kept, offset, false};
+  // issue 23: made in 16 bits (a mixed layer's), keras-hub's RotaryEmbedding
+  // casts cos and sin to the compute dtype and computes x * cos +
+  // rotate_half(x) * sin there, each product and the sum rounded (XLA keeps
+  // these roundings: kdrt_rope.h)
+  y->rope = (RopeAttr){kept, offset, false, (uint8_t)(g->cdt && !g->cdt_f32 ? g->cdt : 0)};
   if (l) y->layer = l->name, y->loc = l->loc;
   return y;
 }

@@ -379,15 +379,19 @@ static void rope_emit(const Node *n, Lowering *lw) {
   char *vals = xstrdup("");
   for (int64_t j = 0; j < dim / 2; j++)
     vals = format("%s%s%s", vals, !j ? "" : j % 6 ? ", " : ",\n        ", flt(f[j]));
-  char *decl = format("static const kdrt_rotary r = {.half = %lld, .scale = %s, .inv_freq = {\n"
-                      "        %s}};", (long long)(dim / 2), flt(scale), vals);
+  char *decl = format("static const kdrt_rotary r = {.half = %lld, .scale = %s,%s .inv_freq = {\n"
+                      "        %s}};", (long long)(dim / 2), flt(scale),
+                      !n->rope.round ? "" : n->rope.round == KDRT_ROUND_F16
+                                          ? " .rounding = KDRT_ROUND_F16,"
+                                          : " .rounding = KDRT_ROUND_BF16,", vals);
   char *t0 = block_start(n, 1);
   if (n->rope.offset)
     t0 = n->place.axis[1] >= 0 ? format("%lld + %s", (long long)n->rope.offset, t0)
                                : format("%lld", (long long)n->rope.offset);
   lower_call(lw, "rope", false, decl, "%s, %s, &r, %s, %s, %s, %s, %d", buf(n), buf(n->in[0]),
              sym_c(sym_dim(n, 0, true)), sym_c(sym_dim(n, 1, true)),
-             sym_c(sym_prod(n, 2, r - 1, true)), t0, n->rope.inverse);
+             sym_c(sym_prod(n, 2, r - 1, true)), t0,
+             n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
 }
 
 const OpDef op_ROPE = {"rope", 1, 1, false, rope_rule, rope_grad, rope_emit};

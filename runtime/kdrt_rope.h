@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "kdrt_defs.h" // KDRT_HD
+#include "kdrt_round.h"
 
 // The most pairs a row may have (a head dim of 1024); the descriptor goes
 // to a CUDA kernel by value, under its 4 KB of parameters.
@@ -34,6 +35,7 @@
 typedef struct {
   int64_t half;                       // h: the feature dim is 2h
   float scale;                        // cos and sin times it (YaRN's temperature; 1: none)
+  int rounding;                       // issue 23: KDRT_ROUND_* cos and sin are cast to, or 0
   float inv_freq[KDRT_ROPE_MAX_HALF]; // pair j's inverse frequency, [h]
 } kdrt_rotary;
 
@@ -48,13 +50,30 @@ static inline KDRT_HD void kdrt_rope_cs(const kdrt_rotary *r, int64_t pos, int64
   *c = cosf(a) * r->scale;
   *s = sinf(a) * r->scale;
 #endif
+  if (r->rounding) { // issue 23: cast to the compute dtype (YaRN's factor: not rounded apart)
+    *c = kdrt_round_to(r->rounding, *c);
+    *s = kdrt_round_to(r->rounding, *s);
+  }
 }
 
 // One pair (x0, x1) = (x[j], x[j + h]) turned: forward by the angle of
 // (c, s), inverse (the gradient) by its negative, each product rounded or
 // fused as XLA computes keras-hub's forward and JAX's gradient of it.
-static inline KDRT_HD void kdrt_rope_pair(float x0, float x1, float c, float s, int inverse,
+// mode: bit 0 the inverse; above it (issue 23) the 16-bit type (KDRT_ROUND_*)
+// of a mixed policy, where keras-hub's bfloat16 x * cos + rotate_half(x) *
+// sin rounds each product and the sum (XLA keeps them: its jitted result is
+// the eager one's bit for bit), and JAX's gradient its dy * cos, dy * sin
+// and their sum alike.
+static inline KDRT_HD void kdrt_rope_pair(float x0, float x1, float c, float s, int mode,
                                           float *y0, float *y1) {
+  const int inverse = mode & 1, k = mode >> 1;
+  if (k) {
+    float x0c = kdrt_round_to(k, x0 * c), x1c = kdrt_round_to(k, x1 * c);
+    float x0s = kdrt_round_to(k, x0 * s), x1s = kdrt_round_to(k, x1 * s);
+    *y0 = kdrt_round_to(k, inverse ? x0c + x1s : x0c - x1s);
+    *y1 = kdrt_round_to(k, inverse ? x1c - x0s : x1c + x0s);
+    return;
+  }
   if (inverse) {
     *y0 = fmaf(x1, s, x0 * c);
     *y1 = fmaf(x1, c, -(x0 * s));
