@@ -22,6 +22,7 @@
 //   emit_c.c   SPMD C program for the CPU runtime (runtime/kdrt.h)
 //   emit_cuda.c the same program for the CUDA runtime (runtime/cuda/kdrt_cuda.h)
 //   verify.c   the IR verifier, run after every pass
+//   decode.c   generate's decode step with a key/value cache (issue 24)
 //   pipeline.c the passes in order
 //   main.c     command line, output, building the executable
 #ifndef KDCC_H
@@ -807,6 +808,18 @@ void verify_graph(const Graph *g, const char *pass, bool placed);
 // ---------------------------------------------------------------- pipeline.c
 // Every pass from the model file to a planned graph (no output).
 Graph *compile_model(const char *model_path, const char *dist_path, const char *mesh, int batch);
+
+// ---------------------------------------------------------------- decode.c
+// issue 24: the key/value-cached decode step of `./train generate`, derived
+// from the forward graph right after build_graph (decode_derive), sharded
+// and planned after the training graph's passes (decode_finish), written
+// as the program's second C file (decode_emit_c: false, nothing written,
+// when the model has none; decode_why says why a model generate can run has
+// none, else NULL).
+void decode_derive(Graph *g);
+void decode_finish(Graph *g);
+bool decode_emit_c(const char *path);
+const char *decode_why(void);
 
 // ---------------------------------------------------------------- report.c
 void print_report(Graph *g, FILE *out, bool json);

@@ -102,6 +102,14 @@ static void build_program(Graph *g, const char *out) {
   mkdir(dir, 0755);
   char *src = format("%s/program.c", dir);
   write_c(g, src);
+  // issue 24: generate's decode step, a file of its own (decode.c)
+  char *dsrc = format("%s/decode.c", dir);
+  if (!decode_emit_c(dsrc)) {
+    unlink(dsrc), dsrc = NULL;
+    if (decode_why())
+      warn_at((Loc){0}, "no decode step for `generate` (it re-runs the whole window for each "
+              "token): %s", decode_why());
+  }
   copy_archive(g, dir);
   char *lib = format("%s/build/libkdrt.a", root);
   if (access(lib, R_OK) != 0)
@@ -113,8 +121,8 @@ static void build_program(Graph *g, const char *out) {
   // the runtime's own -march (the Makefile's MARCH), so both run on the
   // same machines.
   char *cmd = format("%s -std=c11 -O1 -march=" KDRT_MARCH " -Wall -Wextra -Werror "
-                     "-I'%s/runtime' -o '%s' '%s' '%s' " KDRT_LIBS,
-                     cc, root, tmp, src, lib);
+                     "-I'%s/runtime' -o '%s' '%s' %s '%s' " KDRT_LIBS,
+                     cc, root, tmp, src, dsrc ? format("'%s'", dsrc) : "", lib);
   if (system(cmd) != 0) {
     unlink(tmp);
     error("building '%s' failed (the generated source is %s)", out, src);

@@ -8,6 +8,7 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
   Dist *d = load_dist(m, dist_path, mesh);
   Graph *g = build_graph(m, d, batch);
   verify_graph(g, "build_graph", false);
+  decode_derive(g); // issue 24: generate's decode step, from the forward alone
   build_backward(g);
   find_batch_dims(g);
   verify_graph(g, "build_backward", false);
@@ -18,5 +19,6 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
   plan_memory(g);
   bucket_gradients(g);
   verify_graph(g, "plan_memory", true);
+  decode_finish(g);
   return g;
 }

@@ -29,9 +29,12 @@
 
 #define leave(c, status, ...) kdrt_leave((c), "generate", (status), __VA_ARGS__)
 
+// Set by the program's decode file when kdcc gave the model a decode step.
+const kdrt_decode *kdrt_decode_program;
+
 typedef struct {
   const char *prompt, *prompt_ids, *vocab_path, *weights;
-  int init_random, quiet, samples, top_k;
+  int init_random, quiet, samples, samples_set, top_k, no_cache;
   int64_t tokens;
   double temperature;
   uint64_t seed;
@@ -41,7 +44,7 @@ static void gen_usage(FILE *f, const char *argv0) {
   fprintf(f,
           "usage: %s generate (--prompt TEXT --vocab FILE | --prompt-ids 3,1,4) [--tokens N]\n"
           "                   [--temperature T] [--top-k K] [--samples S] [--seed S]\n"
-          "                   [--weights FILE | --init random] [--quiet]\n"
+          "                   [--weights FILE | --init random] [--no-cache] [--quiet]\n"
           "Continues the prompt by N tokens (default 100), each drawn from the model's\n"
           "output at the last position: softmax(logits / T) over the K most likely tokens\n"
           "(T 0: always the most likely; defaults T 1, K all). The output is read as\n"
@@ -49,8 +52,12 @@ static void gen_usage(FILE *f, const char *argv0) {
           "to 1. --vocab FILE: the distinct bytes of FILE in increasing order are the ids\n"
           "0, 1, ..., so --prompt is text and the output is printed as text; without it,\n"
           "--prompt-ids and the output are ids. --samples S continuations at once (at\n"
-          "most the compiled batch). Weights: --weights, else the archive the program\n"
-          "was compiled from, else random (--init random forces that).\n",
+          "most the compiled batch); --prompt-ids 3,1;4,1,5 gives each sample its own\n"
+          "prompt (one per sample, any lengths). Weights: --weights, else the archive the\n"
+          "program was compiled from, else random (--init random forces that).\n"
+          "A model kdcc gave a decode step (a key/value cache) computes one position per\n"
+          "new token while the prompt and the tokens fit the window; --no-cache re-runs\n"
+          "the whole window for each token instead.\n",
           argv0);
 }
 
@@ -75,6 +82,10 @@ static int gen_parse(int argc, char **argv, gen_options *o, char *err, size_t le
       o->quiet = 1;
       continue;
     }
+    if (!strcmp(a, "--no-cache")) {
+      o->no_cache = 1;
+      continue;
+    }
     if (!v) return kdrt_errf(err, len, "option '%s' needs a value (see %s generate --help)", a, argv[0]), 2;
     i++;
     if (!strcmp(a, "--prompt")) o->prompt = v;
@@ -83,7 +94,7 @@ static int gen_parse(int argc, char **argv, gen_options *o, char *err, size_t le
     else if (!strcmp(a, "--weights")) o->weights = v;
     else if (!strcmp(a, "--init") && !strcmp(v, "random")) o->init_random = 1;
     else if (!strcmp(a, "--tokens") && !parse_int(v, 0, 1000000, &n)) o->tokens = n;
-    else if (!strcmp(a, "--samples") && !parse_int(v, 1, 1 << 20, &n)) o->samples = (int)n;
+    else if (!strcmp(a, "--samples") && !parse_int(v, 1, 1 << 20, &n)) o->samples = (int)n, o->samples_set = 1;
     else if (!strcmp(a, "--top-k") && !parse_int(v, 1, INT32_MAX, &n)) o->top_k = (int)n;
     else if (!strcmp(a, "--seed") && !parse_int(v, 0, INT64_MAX, &n)) o->seed = (uint64_t)n;
     else if (!strcmp(a, "--temperature")) {
@@ -248,7 +259,7 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
     if (rc == 0 && c->rank == 0) gen_usage(stdout, argv[0]);
     return leave(c, rc, rc ? "%s" : NULL, err);
   }
-  int64_t T = 0, V = 0, n = 0;
+  int64_t T = 0, V = 0;
   int ids = 0; // the input holding the token ids (1: keras-hub's, after padding_mask)
   vocab voc = {0};
   if (kdrt_infer_open(c, "generate", p, &argc, &argv, o.weights, o.init_random, err, sizeof err) ||
@@ -259,17 +270,41 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
   if (voc.n > V || voc.n > ids_max)
     return leave(c, 1, "--vocab %s has %d tokens but the model takes %lld ids and gives %lld",
                  o.vocab_path, voc.n, (long long)ids_max, (long long)V);
+  // --prompt-ids a;b;c: one prompt a sample
+  int nprompts = 1;
+  for (const char *q = o.prompt_ids; q && *q; q++) nprompts += *q == ';';
+  if (nprompts > 1 && o.samples_set && o.samples != nprompts)
+    return leave(c, 2, "--samples %d but --prompt-ids gives %d prompts (one a sample)", o.samples,
+                 nprompts);
+  if (nprompts > 1) o.samples = nprompts;
   if (o.samples > p->batch)
     return leave(c, 2, "--samples %d is more than the compiled batch (%d)", o.samples, p->batch);
   if (!o.weights && (o.init_random || !p->weights_file) && !o.quiet && c->rank == 0)
     fprintf(stderr, "generate: no weights file; random weights from --seed %llu\n",
             (unsigned long long)c->seed);
 
-  // Every sample's tokens so far: the prompt, then what is drawn.
-  int64_t cap = 0;
-  n = prompt_ids(&o, &voc, ids_max, NULL, 0, err, sizeof err);
-  if (n < 0) return leave(c, 2, "%s", err);
-  cap = n + o.tokens;
+  // Every sample's tokens so far: its prompt (len[s] tokens), then what is
+  // drawn, cap a sample.
+  int64_t *len = calloc((size_t)o.samples, sizeof *len), nmax = 0;
+  gen_options *po = calloc((size_t)nprompts, sizeof *po);
+  if (!len || !po) kdrt_fatal(c, "out of memory");
+  for (int k = 0; k < nprompts; k++) { // prompt k: the text between the k-th and next ';'
+    po[k] = o;
+    if (nprompts == 1) continue;
+    const char *q = o.prompt_ids;
+    for (int j = 0; j < k; j++) q = strchr(q, ';') + 1;
+    size_t m = strcspn(q, ";");
+    char *one = malloc(m + 1);
+    if (!one) kdrt_fatal(c, "out of memory");
+    memcpy(one, q, m), one[m] = 0;
+    po[k].prompt_ids = one;
+  }
+  for (int s = 0; s < o.samples; s++) {
+    len[s] = prompt_ids(&po[s % nprompts], &voc, ids_max, NULL, 0, err, sizeof err);
+    if (len[s] < 0) return leave(c, 2, "prompt %d: %s", s + 1, err);
+    if (len[s] > nmax) nmax = len[s];
+  }
+  int64_t cap = nmax + o.tokens;
   int ba = p->batch_axis;
   int lb = ba >= 0 ? p->batch / p->mesh_shape[ba] : p->batch;
   int row0 = ba >= 0 ? c->coord[ba] * lb : 0;
@@ -278,56 +313,121 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
   int32_t *seq = malloc(sizeof(int32_t) * (size_t)(cap * o.samples));
   int32_t *x = calloc((size_t)(lb * T), sizeof(int32_t));
   int32_t *mask = calloc((size_t)(lb * T), sizeof(int32_t)); // keras-hub's padding_mask
+  int32_t *pos = calloc((size_t)lb, sizeof(int32_t));       // the decode step's positions
   int32_t *next = malloc(sizeof(int32_t) * (size_t)o.samples);
   float *y[KDRT_MAX_FILES] = {0}, *out = c->rank == 0 ? malloc(sizeof(float) * (size_t)out_elems) : NULL;
   float *logs = calloc((size_t)p->nlogs, sizeof(float));
   double *work = malloc(sizeof(double) * (size_t)(2 * V));
-  int oom = !seq || !x || !mask || !next || !logs || !work || (c->rank == 0 && !out);
+  int oom = !seq || !x || !mask || !pos || !next || !logs || !work || (c->rank == 0 && !out);
   for (int j = 0; j < p->nlabels; j++)
     oom |= !(y[j] = calloc((size_t)(lb * kdrt_io_elems(&p->labels[j]) + 1), sizeof(float)));
   if (oom) kdrt_fatal(c, "out of memory");
-  for (int s = 0; s < o.samples; s++) prompt_ids(&o, &voc, ids_max, seq + s * cap, cap, err, sizeof err);
+  for (int s = 0; s < o.samples; s++)
+    prompt_ids(&po[s % nprompts], &voc, ids_max, seq + s * cap, cap, err, sizeof err);
 
+  // The decode step when there is one and every position fits the window
+  // (past it the window slides: positions change, the cache does not hold).
+  const kdrt_decode *dec = o.no_cache ? NULL : kdrt_decode_program;
+  if (dec && (dec->param_floats != p->param_floats || dec->batch != p->batch)) dec = NULL;
+  if (dec && nmax + o.tokens > T) {
+    if (!o.quiet && c->rank == 0)
+      fprintf(stderr, "generate: %lld prompt tokens and --tokens %lld do not fit the window of %lld: "
+              "no key/value cache, the whole window each token\n", (long long)nmax,
+              (long long)o.tokens, (long long)T);
+    dec = NULL;
+  }
+
+  if (dec && !o.quiet && c->rank == 0)
+    fprintf(stderr, "generate: the decode step, one position a token (%d key/value caches)\n",
+            dec->ncaches);
   int stream = o.samples == 1 && c->rank == 0;
   if (stream) {
-    for (int64_t i = 0; i < n; i++) put_token(stdout, &voc, seq[i], i == 0);
+    for (int64_t i = 0; i < len[0]; i++) put_token(stdout, &voc, seq[i], i == 0);
     fflush(stdout);
   }
-  for (int64_t t = 0; t < o.tokens; t++, n++) {
-    // This rank's rows: the last T tokens of each sample, padded with id 0
-    // (a causal model's output at pos does not see what follows it).
-    int64_t w = n < T ? n : T, pos = w - 1;
-    memset(x, 0, sizeof(int32_t) * (size_t)(lb * T));
-    memset(mask, 0, sizeof(int32_t) * (size_t)(lb * T));
-    for (int r = 0; r < lb; r++)
-      if (row0 + r < o.samples) {
-        memcpy(x + r * T, seq + (row0 + r) * cap + n - w, sizeof(int32_t) * (size_t)w);
-        for (int64_t i = 0; i < w; i++) mask[r * T + i] = 1; // the tokens so far
+  int64_t vn = voc.n ? voc.n : V; // never an id the vocabulary cannot print
+  if (dec) {
+    // Position t of every row a step: the prompt's token while there is one,
+    // then the one drawn from the step before; a sample draws its token i
+    // (Philox's counter, as without the cache) at position len + i - 1.
+    float *arena = malloc(sizeof(float) * (dec->arena_floats ? dec->arena_floats : 1));
+    float *caches[64] = {0};
+    const void *xs[2 + 1 + 64];
+    oom = !arena || dec->ncaches > 64;
+    for (int k = 0; k < dec->ncaches && !oom; k++)
+      oom |= !(caches[k] = calloc((size_t)dec->cache_floats[k] + 1, sizeof(float)));
+    if (oom) kdrt_fatal(c, "out of memory (the key/value caches)");
+    xs[0] = ids ? (void *)mask : (void *)x, xs[ids] = x, xs[ids + 1] = pos;
+    for (int k = 0; k < dec->ncaches; k++) xs[ids + 2 + k] = caches[k];
+    const kdrt_layout *dl = &dec->output.layout;
+    for (int64_t t = 0; t + 1 < nmax + o.tokens; t++) {
+      for (int r = 0; r < lb; r++) {
+        int s = row0 + r;
+        x[r] = s < o.samples && t < len[s] + o.tokens ? seq[s * cap + t] : 0;
+        pos[r] = (int32_t)t;
+        for (int64_t j = 0; j < T; j++) mask[r * T + j] = s < o.samples && j <= t;
       }
-    void *xs[2] = {ids ? (void *)mask : x, x};
-    p->eval_step(c, (const void *const *)xs, (const void *const *)y, logs);
-    kdrt_gather_global(c, l, c->arena + p->outputs[0].offset, out);
-    if (c->rank == 0)
-      for (int s = 0; s < o.samples; s++) {
-        int64_t vn = voc.n ? voc.n : V; // never an id the vocabulary cannot print
-        next[s] = draw(out + (s * T + pos) * V, vn, &o, uniform(o.seed, s, t), work);
+      float *main_arena = c->arena;
+      c->arena = arena;
+      dec->step(c, xs);
+      kdrt_gather_global(c, dl, c->arena + dec->output.offset, out);
+      c->arena = main_arena;
+      if (c->rank == 0)
+        for (int s = 0; s < o.samples; s++) {
+          int64_t i = t - (len[s] - 1); // the token this position draws
+          next[s] = i >= 0 && i < o.tokens
+                        ? draw(out + s * V, vn, &o, uniform(o.seed, s, i), work) : -1;
+        }
+      KDRT_MPI(MPI_Bcast(next, o.samples, MPI_INT, 0, MPI_COMM_WORLD));
+      for (int s = 0; s < o.samples; s++)
+        if (next[s] >= 0) seq[s * cap + t + 1] = next[s];
+      if (stream && next[0] >= 0) {
+        put_token(stdout, &voc, next[0], 0);
+        fflush(stdout);
       }
-    KDRT_MPI(MPI_Bcast(next, o.samples, MPI_INT, 0, MPI_COMM_WORLD));
-    for (int s = 0; s < o.samples; s++) seq[s * cap + n] = next[s];
-    if (stream) {
-      put_token(stdout, &voc, next[0], 0);
-      fflush(stdout);
+    }
+    for (int k = 0; k < dec->ncaches; k++) free(caches[k]);
+    free(arena);
+  } else {
+    for (int64_t t = 0; t < o.tokens; t++) {
+      // This rank's rows: the last T tokens of each sample, padded with id 0
+      // (a causal model's output at pos does not see what follows it).
+      memset(x, 0, sizeof(int32_t) * (size_t)(lb * T));
+      memset(mask, 0, sizeof(int32_t) * (size_t)(lb * T));
+      for (int r = 0; r < lb; r++)
+        if (row0 + r < o.samples) {
+          int64_t n = len[row0 + r] + t, w = n < T ? n : T;
+          memcpy(x + r * T, seq + (row0 + r) * cap + n - w, sizeof(int32_t) * (size_t)w);
+          for (int64_t i = 0; i < w; i++) mask[r * T + i] = 1; // the tokens so far
+        }
+      void *xs[2] = {ids ? (void *)mask : x, x};
+      p->eval_step(c, (const void *const *)xs, (const void *const *)y, logs);
+      kdrt_gather_global(c, l, c->arena + p->outputs[0].offset, out);
+      if (c->rank == 0)
+        for (int s = 0; s < o.samples; s++) {
+          int64_t n = len[s] + t, w = n < T ? n : T;
+          next[s] = draw(out + (s * T + w - 1) * V, vn, &o, uniform(o.seed, s, t), work);
+        }
+      KDRT_MPI(MPI_Bcast(next, o.samples, MPI_INT, 0, MPI_COMM_WORLD));
+      for (int s = 0; s < o.samples; s++) seq[s * cap + len[s] + t] = next[s];
+      if (stream) {
+        put_token(stdout, &voc, next[0], 0);
+        fflush(stdout);
+      }
     }
   }
   if (c->rank == 0) {
     for (int s = 0; s < o.samples && !stream; s++) {
       if (s) fputs(voc.n ? "\n----\n" : "\n", stdout);
-      for (int64_t i = 0; i < n; i++) put_token(stdout, &voc, seq[s * cap + i], i == 0);
+      for (int64_t i = 0; i < len[s] + o.tokens; i++) put_token(stdout, &voc, seq[s * cap + i], i == 0);
     }
     fputc('\n', stdout);
     fflush(stdout);
   }
-  free(seq), free(x), free(mask), free(next), free(out), free(logs), free(work);
+  for (int k = 1; k < nprompts; k++) free((char *)po[k].prompt_ids);
+  if (nprompts > 1) free((char *)po[0].prompt_ids);
+  free(seq), free(x), free(mask), free(pos), free(next), free(out), free(logs), free(work);
+  free(len), free(po);
   for (int j = 0; j < p->nlabels; j++) free(y[j]);
   return leave(c, 0, NULL);
 }

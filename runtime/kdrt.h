@@ -124,6 +124,26 @@ typedef struct {
   int64_t loss_scale_growth_steps;
 } kdrt_program;
 
+// issue 24: a language model's decode step with a key/value cache (kdcc's
+// decode.c: its own file of the program, which sets kdrt_decode_program when
+// the program starts; NULL: the model has none). step(c, x) runs one
+// position of every row on the program's parameter blob and c->arena (an
+// arena of arena_floats): x holds the model's inputs for that position
+// (token_ids [1], keras-hub's padding_mask over the cache's T positions),
+// then each row's position (int32 [1]), then the ncaches caches, each this
+// rank's cache_floats[k] floats, which the step fills at the positions.
+// The output [batch, 1, vocabulary] is in the arena at output.offset.
+typedef struct kdrt_decode {
+  void (*step)(kdrt_ctx *c, const void *const *x);
+  size_t arena_floats, param_floats;
+  int batch;
+  int ncaches;
+  const int64_t *cache_floats;       // [ncaches]
+  const struct kdrt_arena_op *arena_plan; // unused: generate runs the compiled batch
+  kdrt_output output;
+} kdrt_decode;
+extern const kdrt_decode *kdrt_decode_program;
+
 // One step of an arena plan: buffer `slot` taken (ALLOC) or given back
 // (FREE), or a convolution's im2col scratch (SCRATCH, slot: the scratch's
 // own entry of arena_off); k * ceil(B / parts) floats for a global batch

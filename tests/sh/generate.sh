@@ -4,8 +4,10 @@
 # by token, the argmax of what `./train predict` gives for the sequence so
 # far (checked here with one predict per token); greedy and sampled text
 # (--temperature, --top-k, --seed, --samples) are the same on one device and
-# on the (2,4) Megatron mesh; text through --vocab; and bad requests end
-# with a message and status 1 or 2.
+# on the (2,4) Megatron mesh, with the decode step's key/value cache and
+# without (--no-cache), and prompts of different lengths share a batch;
+# text through --vocab; and bad requests end with a message and status 1
+# or 2.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -64,6 +66,47 @@ name="sampled, mesh (2,4)"; run 8 "$T/mesh" "${SAMPLE[@]}" --seed 7; expect 0
 cmp -s "$T/out" "$T/s1" || fail "sampled: the mesh draws other tokens"
 name="sampled, another seed"; run 1 "$T/one" "${SAMPLE[@]}" --seed 8; expect 0
 cmp -s "$T/out" "$T/s1" && fail "--seed 8 draws what --seed 7 drew"
+
+# The decode step (a key/value cache, kdcc's decode.c): the program has one
+# and says it uses it; --no-cache (the whole window each token) gives the
+# same tokens, greedy and sampled, on one device and on the mesh; prompts
+# of different lengths in one batch each continue as they do alone; past
+# the window (positions that would slide) it is not used, and says so.
+[ -f "$T/one.kdcc.d/decode.c" ] && [ -f "$T/mesh.kdcc.d/decode.c" ] ||
+  fail "the GPT's programs have no decode step (decode.c)"
+name="greedy with the cache"; run 1 "$T/one" "${GREEDY[@]:0:7}"; expect 0 "the decode step, one position a token (4 key/value caches)"
+head -1 "$T/out" | cmp -s - "$T/greedy1" || fail "greedy: $(head -1 "$T/out") without -q"
+for np in 1 8; do
+  exe=$T/one && [ $np = 8 ] && exe=$T/mesh
+  name="greedy, no cache, $np ranks"; run $np "$exe" "${GREEDY[@]}" --no-cache; expect 0
+  cmp -s "$T/out" "$T/greedy1" || fail "greedy: --no-cache gives $(cat "$T/out") on $np ranks, the cache $(cat "$T/greedy1")"
+  name="sampled, no cache, $np ranks"; run $np "$exe" "${SAMPLE[@]}" --seed 7 --no-cache; expect 0
+  cmp -s "$T/out" "$T/s1" || fail "sampled: --no-cache draws other tokens on $np ranks"
+done
+PROMPTS=("5,9,2" "7" "1,2,3,4,5,6,7")
+name="prompts in one batch"; run 8 "$T/mesh" generate --prompt-ids "$(IFS=';'; echo "${PROMPTS[*]}")" --tokens 8 --temperature 0 -q
+expect 0
+cp "$T/out" "$T/batch"
+for i in 0 1 2; do
+  name="prompt $i alone"; run 1 "$T/one" generate --prompt-ids "${PROMPTS[$i]}" --tokens 8 --temperature 0 -q --no-cache
+  expect 0
+  [ "$(sed -n "$((i + 1))p" "$T/batch")" = "$(cat "$T/out")" ] ||
+    fail "prompt ${PROMPTS[$i]}: in a batch $(sed -n "$((i + 1))p" "$T/batch"), alone $(cat "$T/out")"
+done
+name="past the window"; run 1 "$T/one" generate --prompt-ids 5,9,2 --tokens 14 --temperature 0
+expect 0 "do not fit the window of 16: no key/value cache"
+name="--samples and several prompts"; run 1 "$T/one" generate --prompt-ids "1;2;3" --samples 2
+expect 2 "--samples 2 but --prompt-ids gives 3 prompts"
+# Attention without a causal mask: no decode step (kdcc warns why), and
+# generate reruns the window.
+python3 -c "import sys, zipfile; sys.stdout.write(zipfile.ZipFile('models/gpt.keras').read('config.json')
+  .decode().replace('\"use_causal_mask\": true', '\"use_causal_mask\": false'))" >"$T/bidi.json"
+./kdcc "$T/bidi.json" --batch-size 8 -o "$T/bidi" 2>"$T/out"; rc=$?
+name="no causal mask"; expect 0 "no decode step for \`generate\` (it re-runs the whole window for each token): layer 'b0_attn': attention without a causal mask"
+[ -f "$T/bidi.kdcc.d/decode.c" ] && fail "a decode step for attention without a causal mask"
+name="no causal mask, generate"; run 1 "$T/bidi" generate --prompt-ids 5,9,2 --tokens 3 --init random
+expect 0
+grep -q "the decode step" "$T/out" && fail "generate used a decode step the model does not have"
 
 # Text: the vocabulary is the distinct bytes of a file.
 printf 'the quick brown fox jumps over the lazy dog.\n' >"$T/vocab.txt"

@@ -66,29 +66,56 @@ EOF
 done
 
 # Greedy generation (tests/fixtures/keras_hub/<model>/generate/): keras-hub's
-# generate() on 4 right-padded prompts in a 16-token window, token for token.
-for c in $CASES; do
-  d=$fix/$c
-  ./kdcc "$d/model.keras" --sequence-length 16 --batch-size 8 -w -o "$out/$c.gen"
-  python3 - "$d/generate" "$out/$c.gen" <<'EOF'
+# generate() on 4 right-padded prompts in a 16-token window, token for token:
+# each prompt alone and all four in one batch (each row its own length), with
+# the decode step's key/value cache (kdcc's decode.c, which the program must
+# have and use) and with --no-cache (the whole window each token); then the
+# batch on 8 ranks under the case's layout map on (2,4) and under
+# DataParallel (8), cached and not.
+cat >"$out/gen_check.py" <<'EOF'
 import os, subprocess, sys
 sys.path.insert(0, "tests/keras_ref")
 from compare_ref import npy  # the standard library's reading of a .npy
-g, exe = sys.argv[1], sys.argv[2]
+g, exe, alone = sys.argv[1], sys.argv[2], sys.argv[3] == "alone"
+launch = sys.argv[4:]  # mpirun -np 8 ..., or nothing
 def rows(name):
     (n, t), flat = npy(open(os.path.join(g, name), "rb").read())
     return [flat[i * t:(i + 1) * t] for i in range(n)]
 ids, mask, want = rows("token_ids.npy"), rows("padding_mask.npy"), rows("out_token_ids.npy")
-for row in range(len(ids)):
-    n = sum(mask[row])
-    prompt = ",".join(str(t) for t in ids[row][:n])
-    out = subprocess.run([exe, "generate", "--prompt-ids", prompt, "--tokens",
-                          str(len(ids[row]) - n), "--temperature", "0", "--quiet"], check=True,
-                         capture_output=True, text=True).stdout.split()
-    if [int(t) for t in out] != want[row]:
-        sys.exit(f"  {g}: prompt {row}: kdcc {out}, keras-hub {want[row]}")
-print(f"  {os.path.dirname(g)}: greedy generation equals keras-hub's on {len(ids)} prompts")
+lens = [sum(m) for m in mask]
+prompts = [",".join(str(t) for t in ids[r][:lens[r]]) for r in range(len(ids))]
+def gen(prompt, tokens, *extra):
+    p = subprocess.run(launch + [exe, "generate", "--prompt-ids", prompt, "--tokens", str(tokens),
+                                 "--temperature", "0"] + list(extra), check=True,
+                       capture_output=True, text=True)
+    cached = "the decode step, one position a token" in p.stderr
+    if cached == ("--no-cache" in extra):
+        sys.exit(f"  {g}: {exe} {extra}: the decode step {'' if cached else 'not '}used")
+    return [[int(t) for t in line.split()] for line in p.stdout.strip().split("\n")]
+for mode in ((), ("--no-cache",)):
+    if alone:
+        for r in range(len(ids)):
+            out = gen(prompts[r], len(ids[r]) - lens[r], *mode)
+            if out != [want[r]]:
+                sys.exit(f"  {g}: prompt {r} {mode}: kdcc {out}, keras-hub {want[r]}")
+    tokens = len(ids[0]) - max(lens)  # the longest prompt fills the window
+    out = gen(";".join(prompts), tokens, *mode)
+    for r in range(len(ids)):
+        if out[r] != want[r][:lens[r] + tokens]:
+            sys.exit(f"  {g}: batch row {r} {mode}: kdcc {out[r]}, keras-hub's {want[r]}")
+print(f"  {os.path.dirname(g)}{' on ' + launch[2] + ' ranks' if launch else ''}: greedy "
+      f"generation equals keras-hub's on {len(ids)} prompts{' alone and' if alone else ''} in "
+      f"one batch, with the key/value cache and without")
 EOF
+for c in $CASES; do
+  d=$fix/$c
+  ./kdcc "$d/model.keras" --sequence-length 16 --batch-size 8 -w -o "$out/$c.gen"
+  python3 "$out/gen_check.py" "$d/generate" "$out/$c.gen" alone
+  for dist in $c ${c}_dp; do
+    ./kdcc "$d/model.keras" --distribution "$d/$dist.dist.json" --sequence-length 16 \
+      --batch-size 8 -w -o "$out/$dist.gen"
+    python3 "$out/gen_check.py" "$d/generate" "$out/$dist.gen" batch mpirun -np 8 --oversubscribe
+  done
 done
 
 # What kdcc refuses, with the place and the reason.
