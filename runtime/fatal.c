@@ -1,9 +1,13 @@
 // fatal.c: how a generated program speaks and how it leaves on an error.
 //
 // Every message starts with the program's name (the basename of argv[0],
-// kdrt_set_program; "train" until then). Two ways out:
+// kdrt_set_program; "train" until then), or a forward-only command's. Three
+// ways out:
 //   kdrt_fail_all: an error every rank sees alike (options, data files):
 //     rank 0 says it, every rank finalizes MPI and exits with the status;
+//   kdrt_leave: the end of a forward-only command (predict, generate), an
+//     error or not: as kdrt_fail_all (rank 0 says "who: " and the message,
+//     if any), the buffers freed, and the status returned for main;
 //   kdrt_fatal: an error of one rank: it says so with its rank, and
 //     MPI_Abort takes the whole job down (exit 1 without MPI).
 // kdrt_errf is the convention of the file readers and the option parser:
@@ -36,35 +40,58 @@ void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...) {
   fflush(stdout);
 }
 
+// "who: " and the message on stderr, on a line of its own after whatever
+// stdout holds.
+static void say(const char *who, const char *fmt, va_list ap) {
+  fflush(stdout);
+  fprintf(stderr, "%s: ", who);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+}
+
 void kdrt_fatal(const kdrt_ctx *c, const char *fmt, ...) {
   int rank = c ? c->rank : -1, inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
   if (!c && inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  fflush(stdout);
+  char who[256];
+  snprintf(who, sizeof who, "%s: rank %d", kdrt_prog_name, rank);
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "%s: rank %d: ", kdrt_prog_name, rank);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  say(who, fmt, ap);
   va_end(ap);
   if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
   exit(1);
 }
 
-void kdrt_fail_all(const kdrt_ctx *c, int status, const char *fmt, ...) {
-  if (c->rank == 0) {
-    fflush(stdout);
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", kdrt_prog_name);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
+// kdrt_fail_all's and kdrt_leave's: rank 0 says it (fmt not NULL), every
+// rank lets go of its communicators and finalizes MPI; the buffers too
+// with free_buffers.
+static void leave_all(kdrt_ctx *c, int free_buffers, const char *who, const char *fmt,
+                      va_list ap) {
+  if (c->rank == 0 && fmt) say(who, fmt, ap);
+  if (free_buffers) {
+    free(c->params), free(c->grads), free(c->arena);
+    c->params = c->grads = c->arena = NULL;
   }
-  kdrt_comm_free((kdrt_ctx *)c);
+  kdrt_comm_free(c);
   MPI_Finalize();
+}
+
+void kdrt_fail_all(const kdrt_ctx *c, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  leave_all((kdrt_ctx *)c, 0, kdrt_prog_name, fmt, ap);
+  va_end(ap);
   exit(status);
+}
+
+int kdrt_leave(kdrt_ctx *c, const char *who, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  leave_all(c, 1, who, fmt, ap);
+  va_end(ap);
+  return status;
 }
 
 int kdrt_errf(char *err, size_t errlen, const char *fmt, ...) {

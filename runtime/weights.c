@@ -36,7 +36,6 @@
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1134,28 +1133,11 @@ int kdrt_lora_save(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
 
 // ------------------------------------------------------------ forward-only commands
 
-// Rank 0 says it (after "who: "), every rank leaves with status.
-int kdrt_leave(kdrt_ctx *c, const char *who, int status, const char *fmt, ...) {
-  if (c->rank == 0 && fmt) {
-    fflush(stdout);
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", who);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-  }
-  free(c->params), free(c->grads), free(c->arena);
-  c->params = c->grads = c->arena = NULL;
-  kdrt_comm_free(c);
-  MPI_Finalize();
-  return status;
-}
-
 // The start of every forward-only command (predict, generate): MPI, this
 // rank's place on the mesh, the buffers, and the weights (--weights, else
 // the archive the program was compiled from, else random from the seed
-// when init_random or there is none). Nonzero: err says why.
+// when init_random or there is none). Nonzero: err says why. The end of
+// one is fatal.c's kdrt_leave.
 int kdrt_infer_open(kdrt_ctx *c, const char *who, const kdrt_program *p, int *argc, char ***argv,
                     const char *weights, int init_random, char *err, size_t errlen) {
   KDRT_MPI(MPI_Init(argc, argv));
