@@ -45,7 +45,8 @@ typedef struct {
   float neg_lr; // -c->lr: the alpha of a GEMM that does an SGD update (matmul.cu)
   float one;    // 1: its beta (cuBLAS reads both from the device or neither)
 } kdrt_step_scalars;
-static_assert(offsetof(kdrt_step_scalars, one) == offsetof(kdrt_step_scalars, neg_lr) + sizeof(float),
+static_assert(offsetof(kdrt_step_scalars, one) ==
+                  offsetof(kdrt_step_scalars, neg_lr) + sizeof(float),
               "matmul.cu reads beta right after alpha");
 
 // A training step captured as a CUDA graph, for one count of rows: one

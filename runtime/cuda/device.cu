@@ -479,7 +479,8 @@ static void setup_program(kdrt_ctx *c) {
   check_memory(c, p->param_floats * sizeof(float), p->grad_floats * sizeof(float),
                arena_floats * sizeof(float), 2 * stage_bytes); // inputs: two halves
   for (int h = 0; h < 2; h++) {
-    for (int i = 0; i < p->ninputs; i++) x_dev[h][i] = kdrt_cuda_alloc(x_elems[i]); // 4-byte elements
+    for (int i = 0; i < p->ninputs; i++) // 4-byte elements
+      x_dev[h][i] = kdrt_cuda_alloc(x_elems[i]);
     for (int j = 0; j < p->nlabels; j++) y_dev[h][j] = kdrt_cuda_alloc(y_elems[j]);
   }
   dev.params = kdrt_cuda_alloc(p->param_floats);
@@ -724,7 +725,8 @@ static void end_capture(kdrt_cuda *d) {
   cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
   if (e != cudaSuccess || !graph) {
     s->capturing = 1;
-    capture_failed("cudaStreamEndCapture", cudaGetErrorString(e != cudaSuccess ? e : cudaErrorUnknown));
+    capture_failed("cudaStreamEndCapture",
+                   cudaGetErrorString(e != cudaSuccess ? e : cudaErrorUnknown));
     longjmp(capture_env, 1);
   }
   s->capturing = 0;
@@ -818,7 +820,8 @@ extern "C" void kdrt_cuda_shutdown(void) {
   for (int h = 0; h < 2; h++) {
     for (int i = 0; dev_prog && i < dev_prog->ninputs; i++)
       kdrt_cuda_free((float *)x_dev[h][i]), x_dev[h][i] = NULL;
-    for (int j = 0; dev_prog && j < dev_prog->nlabels; j++) kdrt_cuda_free(y_dev[h][j]), y_dev[h][j] = NULL;
+    for (int j = 0; dev_prog && j < dev_prog->nlabels; j++)
+      kdrt_cuda_free(y_dev[h][j]), y_dev[h][j] = NULL;
   }
   dev.params = dev.grads = dev.arena = dev.logs = NULL;
   dev.x = NULL, dev.y = NULL;
