@@ -132,12 +132,15 @@ static void dec_rope_emit(const Node *n, Lowering *lw) {
   char *vals = xstrdup("");
   for (int64_t j = 0; j < dim / 2; j++)
     vals = format("%s%s%s", vals, !j ? "" : j % 6 ? ", " : ",\n          ", flt(f[j]));
-  char *decl = format("static const kdrt_rotary r = {.half = %lld, .scale = %s, .inv_freq = {\n"
-                      "          %s}};", (long long)(dim / 2), flt(scale), vals);
+  char *decl = format("static const kdrt_rotary r = {.half = %lld, .scale = %s,%s .inv_freq = {\n"
+                      "          %s}};", (long long)(dim / 2), flt(scale),
+                      !n->rope.round ? "" : n->rope.round == KDRT_ROUND_F16
+                                          ? " .rounding = KDRT_ROUND_F16,"
+                                          : " .rounding = KDRT_ROUND_BF16,", vals);
   row_loop(lw, n);
   lower_call(lw, "rope", false, decl, "%s, %s, &r, 1, 1, %s, %lld + %s[r_], %d", at_row(n),
              at_row(n->in[0]), sym_c(sym_prod(n, 2, rk - 1, true)), (long long)n->rope.offset,
-             buf(n->in[1]), n->rope.inverse);
+             buf(n->in[1]), n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
 }
 
 const OpDef op_DEC_ROPE = {"dec_rope", 2, 1, false, last_full_rule, NULL, dec_rope_emit};
@@ -388,12 +391,6 @@ void decode_derive(Graph *g) {
   DG = NULL, why = NULL, ncaches = 0, cache_of = NULL; // (release_all may have freed them)
   Node *ids = token_input(g);
   if (!ids) return;
-  for (int i = 0; i < g->model->nlayers; i++)
-    if (g->model->layers[i]->cdt) { // issue 23's rounding points are not followed here yet
-      why = format("layer '%s' computes under a mixed dtype policy (not yet)",
-                   g->model->layers[i]->name);
-      return;
-    }
   int64_t T = ids->shape.d[1];
   Graph *dg = xcalloc(1, sizeof *dg);
   *dg = (Graph){.model = g->model, .dist = g->dist, .batch = g->batch, .phase = PH_FORWARD};

@@ -76,7 +76,7 @@ cat >"$out/gen_check.py" <<'EOF'
 import os, subprocess, sys
 sys.path.insert(0, "tests/keras_ref")
 from compare_ref import npy  # the standard library's reading of a .npy
-g, exe, alone = sys.argv[1], sys.argv[2], sys.argv[3] == "alone"
+g, exe, alone, self = sys.argv[1], sys.argv[2], sys.argv[3] == "alone", sys.argv[3] == "self"
 launch = sys.argv[4:]  # mpirun -np 8 ..., or nothing
 def rows(name):
     (n, t), flat = npy(open(os.path.join(g, name), "rb").read())
@@ -92,6 +92,14 @@ def gen(prompt, tokens, *extra):
     if cached == ("--no-cache" in extra):
         sys.exit(f"  {g}: {exe} {extra}: the decode step {'' if cached else 'not '}used")
     return [[int(t) for t in line.split()] for line in p.stdout.strip().split("\n")]
+if self:  # no reference: with the cache as without it, each prompt alone and in one batch
+    for p, n in [(p, len(ids[r]) - lens[r]) for r, p in enumerate(prompts)] + \
+                [(";".join(prompts), len(ids[0]) - max(lens))]:
+        cached, whole = gen(p, n), gen(p, n, "--no-cache")
+        if cached != whole:
+            sys.exit(f"  {exe}: prompt {p}: {cached} with the cache, {whole} without")
+    print(f"  {exe}: greedy generation with the cache equals --no-cache's")
+    sys.exit(0)
 for mode in ((), ("--no-cache",)):
     if alone:
         for r in range(len(ids)):
@@ -116,6 +124,13 @@ for c in $CASES; do
       --batch-size 8 -w -o "$out/$dist.gen"
     python3 "$out/gen_check.py" "$d/generate" "$out/$dist.gen" batch mpirun -np 8 --oversubscribe
   done
+done
+# Under mixed_bfloat16 (issue 23's rounding points; no keras-hub reference
+# for its generation here) the decode step gives --no-cache's tokens.
+for c in hub_llama hub_gemma2_sw; do
+  ./kdcc "$fix/$c/model.keras" --dtype-policy mixed_bfloat16 --sequence-length 16 --batch-size 8 \
+    -w -o "$out/$c.mixed.gen"
+  python3 "$out/gen_check.py" "$fix/$c/generate" "$out/$c.mixed.gen" self
 done
 
 # What kdcc refuses, with the place and the reason.
