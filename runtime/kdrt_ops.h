@@ -140,6 +140,22 @@ static inline kdrt_conv_mats kdrt_conv_dims(const kdrt_window *w) {
   return m;
 }
 
+// The product each pass of a conv makes over those matrices, group j by
+// group (both runtimes): KDRT_CONV_Y, y_j = cols_j @ f_j; KDRT_CONV_DX,
+// dcols_j = dy_j @ f_j^T (into dx itself for a pointwise conv, else the
+// scratch that col2im reads back); KDRT_CONV_DW, dw_j = cols_j^T @ dy_j.
+enum { KDRT_CONV_Y, KDRT_CONV_DX, KDRT_CONV_DW };
+static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
+  const kdrt_conv_mats m = kdrt_conv_dims(w);
+  const kdrt_gemm y = {KDRT_NOTRANS, KDRT_NOTRANS, m.G, m.M, m.kg, m.KC, m.ldcols, w->K, w->K,
+                       m.gcols, m.kg, m.kg};
+  const kdrt_gemm dx = {KDRT_NOTRANS, KDRT_TRANS, m.G, m.M, m.KC, m.kg, w->K, w->K, m.ldcols,
+                        m.kg, m.kg, m.gcols};
+  const kdrt_gemm dw = {KDRT_TRANS, KDRT_NOTRANS, m.G, m.KC, m.kg, m.M, m.ldcols, w->K, w->K,
+                        m.gcols, m.kg, m.kg};
+  return pass == KDRT_CONV_Y ? y : pass == KDRT_CONV_DX ? dx : dw;
+}
+
 // K(name, (args)): a kernel on local buffers. KC(name, (args)): one that
 // needs the rank's context (randomness keyed by global indices, or
 // communication over a group of mesh axes `axes`, a bit mask).

@@ -974,12 +974,8 @@ void kdrt_conv2d(const kdrt_window *w, float *y, const float *x, const float *f,
     depthwise(w, y, x, f);
     return;
   }
-  const kdrt_conv_mats m = kdrt_conv_dims(w);
-  const float *cols = conv_cols(x, w, scratch);
-  // y_j = cols_j @ f_j
-  kdrt_gemm g = {KDRT_NOTRANS, KDRT_NOTRANS, m.G, m.M, m.kg, m.KC, m.ldcols, w->K, w->K,
-                 m.gcols, m.kg, m.kg};
-  kdrt_matmul(&g, 1.0f, cols, f, 0.0f, y);
+  const kdrt_gemm g = kdrt_conv_gemm(w, KDRT_CONV_Y);
+  kdrt_matmul(&g, 1.0f, conv_cols(x, w, scratch), f, 0.0f, y);
 }
 
 // dx (overwritten) from dy and f.
@@ -991,11 +987,9 @@ void kdrt_conv2d_dx(const kdrt_window *w, float *dx, const float *dy, const floa
     depthwise_dx(w, dx, dy, f);
     return;
   }
-  const kdrt_conv_mats m = kdrt_conv_dims(w);
-  // dcols_j = dy_j @ f_j^T: dx itself for a pointwise conv, else scratch scattered back
+  // dx itself for a pointwise conv, else scratch scattered back
   float *dcols = kdrt_conv_pointwise(w) ? dx : scratch;
-  kdrt_gemm g = {KDRT_NOTRANS, KDRT_TRANS, m.G, m.M, m.KC, m.kg, w->K, w->K, m.ldcols,
-                 m.kg, m.kg, m.gcols};
+  const kdrt_gemm g = kdrt_conv_gemm(w, KDRT_CONV_DX);
   kdrt_matmul(&g, 1.0f, dy, f, 0.0f, dcols);
   if (!kdrt_conv_pointwise(w))
     col2im(dx, scratch, w);
@@ -1010,12 +1004,8 @@ void kdrt_conv2d_dw(const kdrt_window *w, float *dw, const float *x, const float
     depthwise_dw(w, dw, x, dy);
     return;
   }
-  const kdrt_conv_mats m = kdrt_conv_dims(w);
-  const float *cols = conv_cols(x, w, scratch);
-  // dw_j = cols_j^T @ dy_j
-  kdrt_gemm g = {KDRT_TRANS, KDRT_NOTRANS, m.G, m.KC, m.kg, m.M, m.ldcols, w->K, w->K,
-                 m.gcols, m.kg, m.kg};
-  kdrt_matmul(&g, 1.0f, cols, dy, 0.0f, dw);
+  const kdrt_gemm g = kdrt_conv_gemm(w, KDRT_CONV_DW);
+  kdrt_matmul(&g, 1.0f, conv_cols(x, w, scratch), dy, 0.0f, dw);
 }
 
 // ---------------------------------------------------------------- max pooling

@@ -64,53 +64,38 @@ static conv_geom geom(const kdrt_window *w) {
   return g;
 }
 
-static void im2col(kdrt_cuda *d, float *cols, const float *x, const conv_geom &g) {
+// The im2col matrices (conv_cols in ../ops.c): x itself for a pointwise
+// conv, else scratch filled from x.
+static const float *conv_cols(kdrt_cuda *d, const kdrt_window *w, const float *x,
+                              float *scratch) {
+  if (kdrt_conv_pointwise(w)) return x;
+  conv_geom g = geom(w);
   size_t n = (size_t)g.B * g.OH * g.OW * g.KH * g.KW * g.C;
-  if (!n) return;
-  im2col_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(cols, x, g);
+  if (!n) return scratch;
+  im2col_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(scratch, x, g);
   KDRT_LAUNCHED(d, "im2col_kernel");
+  return scratch;
 }
 
 extern "C" void kdrt_cuda_conv2d(kdrt_cuda *d, const kdrt_window *w, float *y, const float *x,
                                  const float *f, float *scratch) {
-  conv_geom g = geom(w);
-  kdrt_conv_mats m = kdrt_conv_dims(w);
-  const float *cols = x;
-  if (!kdrt_conv_pointwise(w)) {
-    im2col(d, scratch, x, g);
-    cols = scratch;
-  }
-  // y_j = cols_j @ f_j
-  kdrt_gemm p = {KDRT_NOTRANS, KDRT_NOTRANS, m.G, m.M, m.kg, m.KC, m.ldcols, w->K, w->K,
-                 m.gcols, m.kg, m.kg};
-  kdrt_cuda_matmul(d, &p, 1.0f, cols, f, 0.0f, y);
+  const kdrt_gemm p = kdrt_conv_gemm(w, KDRT_CONV_Y);
+  kdrt_cuda_matmul(d, &p, 1.0f, conv_cols(d, w, x, scratch), f, 0.0f, y);
 }
 
 extern "C" void kdrt_cuda_conv2d_dx(kdrt_cuda *d, const kdrt_window *w, float *dx,
                                     const float *dy, const float *f, float *scratch) {
-  conv_geom g = geom(w);
-  kdrt_conv_mats m = kdrt_conv_dims(w);
-  // dcols_j = dy_j @ f_j^T: dx itself for a pointwise conv, else scratch gathered back
-  kdrt_gemm p = {KDRT_NOTRANS, KDRT_TRANS, m.G, m.M, m.KC, m.kg, w->K, w->K, m.ldcols,
-                 m.kg, m.kg, m.gcols};
+  // dx itself for a pointwise conv, else scratch gathered back
+  const kdrt_gemm p = kdrt_conv_gemm(w, KDRT_CONV_DX);
   kdrt_cuda_matmul(d, &p, 1.0f, dy, f, 0.0f, kdrt_conv_pointwise(w) ? dx : scratch);
   size_t n = (size_t)w->B * w->H * w->W * w->C;
   if (kdrt_conv_pointwise(w) || !n) return;
-  col2im_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(dx, scratch, g);
+  col2im_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(dx, scratch, geom(w));
   KDRT_LAUNCHED(d, "col2im_kernel");
 }
 
 extern "C" void kdrt_cuda_conv2d_dw(kdrt_cuda *d, const kdrt_window *w, float *dw,
                                     const float *x, const float *dy, float *scratch) {
-  conv_geom g = geom(w);
-  kdrt_conv_mats m = kdrt_conv_dims(w);
-  const float *cols = x;
-  if (!kdrt_conv_pointwise(w)) {
-    im2col(d, scratch, x, g);
-    cols = scratch;
-  }
-  // dw_j = cols_j^T @ dy_j
-  kdrt_gemm p = {KDRT_TRANS, KDRT_NOTRANS, m.G, m.KC, m.kg, m.M, m.ldcols, w->K, w->K,
-                 m.gcols, m.kg, m.kg};
-  kdrt_cuda_matmul(d, &p, 1.0f, cols, dy, 0.0f, dw);
+  const kdrt_gemm p = kdrt_conv_gemm(w, KDRT_CONV_DW);
+  kdrt_cuda_matmul(d, &p, 1.0f, conv_cols(d, w, x, scratch), dy, 0.0f, dw);
 }
