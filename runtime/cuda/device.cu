@@ -72,10 +72,16 @@ static void capture_failed(const char *call, const char *msg);
 static jmp_buf capture_env; // in the training step being captured (kdrt_cuda_capture_env)
 
 extern "C" void kdrt_cuda_fail(const char *call, const char *file, int line, const char *msg) {
-  if (dev_impl.capturing) { // the step runs again, without a graph
+  // A failure inside a capture: the step runs again, without a graph. Not
+  // with NCCL: whether a collective is captured must be the same on every
+  // rank, and the others go on capturing (end_capture decides together).
+  if (dev_impl.capturing && dev_impl.comm_mode != KDRT_COMM_NCCL) {
     capture_failed(call, msg);
     longjmp(capture_env, 1);
   }
+  if (dev_impl.capturing)
+    fprintf(stderr, "kdrt-cuda: while capturing a training step as a CUDA graph "
+            "(KDRT_CUDA_GRAPH=0 runs without):\n");
   int inited = 0, finalized = 0, rank = -1;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
@@ -656,7 +662,10 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
 // or cudaGraphInstantiate refusing the graph) is no error: capturing ran
 // nothing, so kdrt_cuda_fail comes back to the step (longjmp to the setjmp
 // the generated step makes after kdrt_cuda_replay), says why once, turns
-// graphs off, and the parts run again, uncaptured.
+// graphs off, and the parts run again, uncaptured. With NCCL every rank
+// must capture a collective or none (NCCL's rule): the ranks agree at the
+// capture's end (an MPI all-reduce, at the two steps that capture), and
+// fall back together; an error inside the capture ends the run there.
 
 static kdrt_cuda_graph *capture_for; // the entry being captured
 
@@ -669,6 +678,7 @@ extern "C" jmp_buf *kdrt_cuda_capture_env(kdrt_cuda *d) {
 // dropped), the error cleared, graphs off for the rest of the run.
 static void capture_failed(const char *call, const char *msg) {
   kdrt_cuda_impl *s = &dev_impl;
+  if (!s->capturing) return;
   cudaGraph_t graph = NULL;
   s->capturing = 0, s->graphs_on = 0, s->graph_unsafe = 0;
   capture_for = NULL;
@@ -707,6 +717,9 @@ extern "C" int kdrt_cuda_replay(kdrt_cuda *d, int mode) {
   }
   if (g->seen++ < 1) return 0;
   cudaError_t e = cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess && s->comm_mode == KDRT_COMM_NCCL) // (every rank captures, or none)
+    kdrt_cuda_fail("cudaStreamBeginCapture (KDRT_CUDA_GRAPH=0 runs without graphs)", __FILE__,
+                   __LINE__, cudaGetErrorString(e));
   if (e != cudaSuccess) { // not this run's
     s->capturing = 1; // (for capture_failed)
     capture_failed("cudaStreamBeginCapture", cudaGetErrorString(e));
@@ -722,22 +735,26 @@ extern "C" int kdrt_cuda_replay(kdrt_cuda *d, int mode) {
 static void end_capture(kdrt_cuda *d) {
   kdrt_cuda_impl *s = d->impl;
   cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  const char *call = "cudaStreamEndCapture";
   cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
-  if (e != cudaSuccess || !graph) {
-    s->capturing = 1;
-    capture_failed("cudaStreamEndCapture",
-                   cudaGetErrorString(e != cudaSuccess ? e : cudaErrorUnknown));
+  if (e == cudaSuccess && !graph) e = cudaErrorUnknown;
+  if (e == cudaSuccess) {
+    call = "cudaGraphInstantiate";
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+  }
+  int ok = e == cudaSuccess, all = ok;
+  if (s->comm_mode == KDRT_COMM_NCCL &&
+      MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
+    kdrt_cuda_fail("MPI_Allreduce (the ranks' graphs)", __FILE__, __LINE__, "failed");
+  if (!all) { // every rank runs the step again, uncaptured
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    capture_failed(ok ? "another rank's capture" : call,
+                   ok ? "failed there" : cudaGetErrorString(e));
     longjmp(capture_env, 1);
   }
   s->capturing = 0;
-  cudaGraphExec_t exec = NULL;
-  e = cudaGraphInstantiate(&exec, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  if (e != cudaSuccess) {
-    s->capturing = 1;
-    capture_failed("cudaGraphInstantiate", cudaGetErrorString(e));
-    longjmp(capture_env, 1);
-  }
   CUDA_CHECK(cudaGraphLaunch(exec, s->stream));
   if (s->graph_unsafe) // this step's own host values are in it: not for another step
     CUDA_CHECK(cudaGraphExecDestroy(exec)); // (freed once it has run)
