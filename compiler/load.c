@@ -182,9 +182,15 @@ static const struct {
   {"float32", 0, NULL},
   {"mixed_bfloat16", KDRT_ROUND_BF16, NULL},
   {"mixed_float16", KDRT_ROUND_F16, NULL}, // with compile's LossScaleOptimizer (load_compile.c)
-  {"bfloat16", KDRT_ROUND_BF16, "keeps its variables in bfloat16, which kdcc does not do yet "
-                                "(use mixed_bfloat16)"},
-  {"float16", KDRT_ROUND_F16, "keeps its variables in float16, which kdcc does not do yet"},
+  // A model saved under these (most keras-hub presets are bfloat16) trains
+  // with float32 variables under --dtype-policy, as keras-hub's
+  // from_preset(..., dtype=...) loads it; its 16-bit weights read exactly.
+  {"bfloat16", KDRT_ROUND_BF16, "keeps its variables in bfloat16, which kdcc does not do yet: "
+                                "train it with float32 variables, --dtype-policy mixed_bfloat16 "
+                                "(or float32), as from_preset(..., dtype=...) would"},
+  {"float16", KDRT_ROUND_F16, "keeps its variables in float16, which kdcc does not do yet: "
+                              "train it with float32 variables, --dtype-policy mixed_float16 "
+                              "(or float32)"},
 };
 
 // The layers whose rounding points under a mixed policy kdcc follows

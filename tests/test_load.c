@@ -498,7 +498,9 @@ Test(bad, unknown_layer_class) {
 Test(bad, dtype_policy_mixed) {
   EXPECT_ERROR("tests/bad/dtype_policy_bf16.json",
                "5:82: error: layer 'd1': dtype policy 'bfloat16' keeps its variables in "
-               "bfloat16, which kdcc does not do yet (use mixed_bfloat16)");
+               "bfloat16, which kdcc does not do yet: train it with float32 variables, "
+               "--dtype-policy mixed_bfloat16 (or float32), as from_preset(..., dtype=...) "
+               "would");
   EXPECT_ERROR("tests/bad/dtype_policy_class.json",
                "5:82: error: layer 'lstm': dtype policy 'mixed_bfloat16' is not supported for "
                "LSTM yet");

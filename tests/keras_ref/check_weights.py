@@ -6,6 +6,9 @@
                                             # DIR/<m>.keras.weights.h5: Keras's own
                                             # save_weights of models/<m>.keras
     check_weights.py check DIR MODEL...     # compare what the programs wrote
+    check_weights.py preset DIR             # DIR/bf16_preset/: a keras-hub Gemma saved
+                                            # in bfloat16, and its inputs
+    check_weights.py check-preset DIR       # the programs' predictions of it
 
 Files `check` reads for each model m (written by the programs):
 
@@ -167,11 +170,64 @@ def check(d, models):
                         np.asarray(whole.predict(x, batch_size=N, verbose=0)))
 
 
+# A keras-hub preset saved in bfloat16, as most real ones are (Gemma's,
+# Llama's): its variables are bfloat16 in model.weights.h5. keras-hub trains
+# it with float32 variables when loaded with from_preset(..., dtype=P); kdcc
+# with --dtype-policy P. Its predictions under float32 and mixed_bfloat16.
+PRESET_POLICIES = ("float32", "mixed_bfloat16")
+
+
+def bf16_preset(d):
+    import keras
+    import keras_hub
+
+    keras.utils.set_random_seed(7)
+    backbone = keras_hub.models.GemmaBackbone(
+        vocabulary_size=64, num_layers=2, num_query_heads=4, num_key_value_heads=2,
+        hidden_dim=32, intermediate_dim=64, head_dim=8, dropout=0.0, dtype="bfloat16")
+    task = keras_hub.models.GemmaCausalLM(backbone=backbone, preprocessor=None)
+    task.save_to_preset(os.path.join(d, "bf16_preset"))
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 64, (8, 16)).astype(np.int32)
+    mask = np.ones_like(x)
+    mask[5, 11:] = 0  # one padded row
+    np.save(os.path.join(d, "bf16_preset.x.npy"), x)
+    np.save(os.path.join(d, "bf16_preset.mask.npy"), mask)
+    for policy in PRESET_POLICIES:
+        t = keras_hub.models.GemmaCausalLM.from_preset(
+            os.path.join(d, "bf16_preset"), dtype=policy, preprocessor=None)
+        want = np.asarray(t({"token_ids": x, "padding_mask": mask})).astype(np.float32)
+        np.save(os.path.join(d, f"bf16_preset.{policy}.want.npy"), want)
+    print("  bf16_preset: a keras-hub Gemma saved in bfloat16, keras-hub's predictions written")
+
+
+def check_preset(d):
+    # mixed_bfloat16: within a few bfloat16 steps of the logits (their
+    # spacing is 1.6e-2 at 2 to 4); this checks the 16-bit file is read under
+    # a mixed policy, keras_hub.sh's *_mixed cases check the policy's numbers
+    for policy, tol in zip(PRESET_POLICIES, (TOL, 5e-2)):
+        want = np.load(os.path.join(d, f"bf16_preset.{policy}.want.npy"))
+        got = np.load(os.path.join(d, f"bf16_preset.{policy}.npy"))
+        if got.shape != want.shape:
+            failures.append(f"bf16_preset --dtype-policy {policy}: shape {got.shape}, "
+                            f"keras-hub {want.shape}")
+            continue
+        err = float(np.max(np.abs(got - want)))
+        ok = err <= tol
+        print(f"  bf16_preset --dtype-policy {policy}: max |kdcc - keras-hub| = {err:.3g} "
+              f"{'ok' if ok else 'DIFFERS'} (logits up to {float(np.max(np.abs(want))):.3g})")
+        if not ok:
+            failures.append(f"bf16_preset --dtype-policy {policy}: {err:.3g} > {tol}")
+
+
 def main():
-    if len(sys.argv) < 4 or sys.argv[1] not in ("prepare", "check"):
+    if len(sys.argv) == 3 and sys.argv[1] in ("preset", "check-preset"):
+        (bf16_preset if sys.argv[1] == "preset" else check_preset)(sys.argv[2])
+    elif len(sys.argv) < 4 or sys.argv[1] not in ("prepare", "check"):
         sys.exit(__doc__)
-    cmd, d, models = sys.argv[1], sys.argv[2], sys.argv[3:]
-    (prepare if cmd == "prepare" else check)(d, models)
+    else:
+        cmd, d, models = sys.argv[1], sys.argv[2], sys.argv[3:]
+        (prepare if cmd == "prepare" else check)(d, models)
     for f in failures:
         print("FAIL:", f)
     sys.exit(1 if failures else 0)

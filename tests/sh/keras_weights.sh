@@ -10,7 +10,9 @@
 # Keras wrote (reading, sharded), train a few steps and --save-weights
 # (gathering, writing), predict from that file; seed_mlp and cnn also
 # predict from their weights as Keras saves them under the bfloat16 policy
-# (read into the float32 program exactly, as Keras loads them); then Keras loads each file
+# (read into the float32 program exactly, as Keras loads them), and a keras-hub
+# preset saved in bfloat16 predicts under --dtype-policy float32 and
+# mixed_bfloat16 as keras-hub does; then Keras loads each file
 # and must predict the same within 1e-4. Also: another model's weights and
 # a bad --save-weights name are errors that write nothing.
 #
@@ -42,6 +44,10 @@ if [ -z "$PY" ]; then
   fi
 fi
 has_keras "$PY" || { echo "keras_weights: FAIL: $PY cannot import keras, jax, h5py"; exit 1; }
+if [ "$PY" = build/keras-venv/bin/python ] && ! "$PY" -c 'import keras_hub' 2>/dev/null; then
+  "$PY" -m pip install -q --no-deps -r tests/keras_ref/requirements-nodeps.txt \
+    >>build/keras-venv.log 2>&1 || echo "keras_weights: could not install keras-hub (build/keras-venv.log)"
+fi
 
 make -s kdcc build/libkdrt.a || exit 1
 D=build/keras_weights
@@ -100,5 +106,29 @@ ls "$D" | grep -q never && bad "a failed run wrote a file: $(ls "$D" | grep neve
 
 "$PY" tests/keras_ref/check_weights.py check "$D" seed_mlp cnn nested nested_frozen adapted_norm ||
   fail=1
+
+# A keras-hub preset saved in bfloat16 (its weights 2-byte, as most real
+# presets): refused as it is, compiled with --dtype-policy float32 or
+# mixed_bfloat16 (float32 variables, as from_preset(..., dtype=...)), it
+# predicts as keras-hub does on 2 ranks (Gemma's layout map, model=2).
+if "$PY" -c 'import keras_hub' 2>/dev/null; then
+  "$PY" tests/keras_ref/check_weights.py preset "$D" || exit 1
+  pre=(--sequence-length 16 --batch-size 8 --distribution examples/gemma_lora/gemma.dist.json
+       --mesh batch=1,model=2)
+  ./kdcc "$D/bf16_preset" "${pre[@]}" -o "$D/never" >"$D/err.txt" 2>&1 &&
+    bad "a bfloat16 preset compiled without --dtype-policy"
+  grep -q "dtype policy 'bfloat16' keeps its variables in bfloat16.*--dtype-policy mixed_bfloat16" \
+    "$D/err.txt" || { cat "$D/err.txt"; bad "a bfloat16 preset: message"; }
+  for policy in float32 mixed_bfloat16; do
+    ./kdcc "$D/bf16_preset" "${pre[@]}" --dtype-policy $policy -o "$D/bf16_$policy" \
+      2>"$D/err.txt" || { cat "$D/err.txt"; bad "bf16_preset --dtype-policy $policy: kdcc"; continue; }
+    mpirun -np 2 "$D/bf16_$policy" predict --x "padding_mask=$D/bf16_preset.mask.npy" \
+      --x "token_ids=$D/bf16_preset.x.npy" --out "$D/bf16_preset.$policy.npy" --quiet \
+      >"$D/out.txt" 2>&1 || { cat "$D/out.txt"; bad "bf16_preset --dtype-policy $policy: predict"; }
+  done
+  "$PY" tests/keras_ref/check_weights.py check-preset "$D" || fail=1
+else
+  echo "keras_weights: SKIP the bfloat16 preset: no keras_hub in $PY"
+fi
 [ $fail = 0 ] && echo "keras_weights: ok"
 exit $fail
