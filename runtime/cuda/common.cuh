@@ -182,6 +182,12 @@ static inline unsigned kdrt_row_threads(int64_t cols) {
   while (t < 256 && (int64_t)t < cols) t *= 2;
   return t;
 }
+// A kernel of one block per row takes at most 2^31-1 rows (what: the kernel).
+void kdrt_cuda_check_rows(int64_t rows, const char *what);
+// out[0] = (float)(the sum of rowv[0, rows) * scale): one block, in a fixed
+// order (the losses' and accuracies' per-row values; loss.cu).
+void kdrt_cuda_sum_rows(kdrt_cuda *d, float *out, const double *rowv, int64_t rows,
+                        double scale);
 
 // ---------------------------------------------------------------- activations
 // act(v), kdrt_defs.h's KDRT_ACT_LIST expanded as the CPU kernels expand it
