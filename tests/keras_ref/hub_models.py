@@ -77,6 +77,25 @@ Adam(1e-3), and:
                          unchanged, every A and B changed, the saved kernels
                          merged
 
+Mixed precision (issue 23): hub_gpt2_mixed, hub_llama_mixed and
+hub_gemma_mixed (each with _dp) are hub_gpt2, hub_llama and hub_gemma with the
+backbone built with dtype="mixed_bfloat16" (the same seed: the same initial
+weights, which the JSON's hub.same_initial_weights_as says when the float32
+folder is there), compiled without metrics; hub_gemma_lora_mixed (and _dp)
+fine-tunes hub_gemma_mixed with LoRA as the LoRA cases do. Each model's
+cases are run together (run_ref.py clears a model's folder first):
+
+    python3 tests/keras_ref/run_ref.py --cases hub_gpt2_mixed hub_gpt2_mixed_dp \
+        hub_llama_mixed hub_llama_mixed_dp hub_gemma_mixed hub_gemma_mixed_dp \
+        hub_gemma_lora_mixed hub_gemma_lora_mixed_dp
+
+Their JSON has run_ref.py's mixed fields: dtype_policy, rtol, update_rtol,
+initial_weights (initial.npz), float32_step_loss (the same task without the
+policy, trained from the same weights and LoRA A and B on the same mesh) and
+float32_min_distance. Under the policy keras-hub saves a LoRA layer's merged
+kernel cast to bfloat16; final.npz holds the float32 merge of its final
+variables instead (lora.final_merged_note).
+
 Greedy generation (python3 tests/keras_ref/hub_models.py --generate [--out
 DIR]): each model's task from its model.keras (initial weights),
 compile(sampler="greedy"), generate() on 4 right-padded prompts (lengths 3,
@@ -163,6 +182,20 @@ MODELS = {
         use_sliding_window_attention=True, sliding_window_size=4, dropout=0)),
 }
 
+# issue 23: keras-hub under Keras's mixed_bfloat16 (the backbone built with
+# dtype="mixed_bfloat16", as a user passes it or from_preset(..., dtype=)):
+# hub_gpt2_mixed, hub_llama_mixed and hub_gemma_mixed are hub_gpt2, hub_llama
+# and hub_gemma with that policy (the same seed: the same initial weights,
+# checked when the float32 folder is there), compiled without metrics (a
+# 16-bit rounding may flip an argmax); MIXED names the float32 model each
+# mixed one's float32 twin is (trained from the mixed model's initial
+# weights, as run_ref.py's mixed cases, to show how far bf16 moves the losses).
+MIXED_POLICY = "mixed_bfloat16"
+MIXED = {"hub_gpt2_mixed": "hub_gpt2", "hub_llama_mixed": "hub_llama",
+         "hub_gemma_mixed": "hub_gemma"}
+for _m, _f in MIXED.items():
+    MODELS[_m] = MODELS[_f][:2] + (dict(MODELS[_f][2], dtype=MIXED_POLICY),)
+
 # Qwen's query/key/value biases start at zero (bias_initializer "zeros");
 # build() sets them to normal(0, QWEN_BIAS_STD) draws (rng seed 2, the
 # variables in task.weights order) so they matter from the first step.
@@ -207,10 +240,20 @@ CASES = {
     "hub_llama_lora": ("hub_llama_lora", "layout_map"),
     "hub_llama_lora_dp": ("hub_llama_lora", "dp8"),
     "hub_gpt2_lora_dp": ("hub_gpt2_lora", "dp8"),
+    # issue 23: mixed_bfloat16 (MIXED), and Gemma's LoRA fine-tuning in it
+    "hub_gpt2_mixed": ("hub_gpt2_mixed", "megatron"),
+    "hub_gpt2_mixed_dp": ("hub_gpt2_mixed", "dp8"),
+    "hub_llama_mixed": ("hub_llama_mixed", "layout_map"),
+    "hub_llama_mixed_dp": ("hub_llama_mixed", "dp8"),
+    "hub_gemma_mixed": ("hub_gemma_mixed", "layout_map"),
+    "hub_gemma_mixed_dp": ("hub_gemma_mixed", "dp8"),
+    "hub_gemma_lora_mixed": ("hub_gemma_lora_mixed", "layout_map"),
+    "hub_gemma_lora_mixed_dp": ("hub_gemma_lora_mixed", "dp8"),
 }
 
 # LoRA folder -> the model it fine-tunes (same hyper-parameters, seed, data)
-LORA = {"hub_llama_lora": "hub_llama", "hub_gpt2_lora": "hub_gpt2"}
+LORA = {"hub_llama_lora": "hub_llama", "hub_gpt2_lora": "hub_gpt2",
+        "hub_gemma_lora_mixed": "hub_gemma_mixed"}
 LORA_RANK = 4
 
 # Attention key biases (GPT-2's): zero gradient in exact arithmetic, as
@@ -310,8 +353,16 @@ def build(model):
         assert len(biases) == 3 * hp["num_layers"], [v.path for v in biases]
         for v in biases:
             v.assign(rng.normal(0, QWEN_BIAS_STD, v.shape).astype("float32"))
-    task.compile(optimizer=keras.optimizers.Adam(LR))
+    compile_task(task, model)
     return task
+
+
+def compile_task(task, model):
+    """Adam(LR); a mixed model (MIXED) without metrics."""
+    if model in MIXED:
+        task.compile(optimizer=keras.optimizers.Adam(LR), weighted_metrics=[])
+    else:
+        task.compile(optimizer=keras.optimizers.Adam(LR))
 
 
 def make_data(n=SAMPLES):
@@ -411,7 +462,7 @@ def lora_enable(task, case, mdir):
     save_lora_weights (checked equal when a case of the folder wrote it)."""
     bb = task.backbone
     bb.enable_lora(LORA_RANK)
-    task.compile(optimizer=keras.optimizers.Adam(LR))
+    compile_task(task, LORA[CASES[case][0]])
     path = os.path.join(mdir, "initial.lora.h5")
     if not os.path.exists(path):
         bb.save_lora_weights(path)
@@ -424,6 +475,11 @@ def lora_enable(task, case, mdir):
         for k in mine:
             assert np.array_equal(mine[k], theirs[k]), f"{case}: initial LoRA {k} differs"
     return {v.path: np.array(v) for v in task.weights}
+
+
+def bf16_to_f32(a):
+    """A bfloat16 dataset as h5py reads it (opaque 2-byte 'V2') as float32."""
+    return (a.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def lora_report(task, before, final, case, mdir, R):
@@ -445,15 +501,25 @@ def lora_report(task, before, final, case, mdir, R):
     assert lora_changed, f"{case}: a LoRA variable did not change"
     assert set(lora_vars) <= set(trainable)
     layer_info, merged_worst = {}, 0.0
+    mixed = LORA[CASES[case][0]] in MIXED
     for i in bb._lora_enabled_layers:
         lyr = layers[i]
         w = np.array(lyr._kernel)
         merged = w + (lyr.lora_alpha / lyr.lora_rank) * np.matmul(
             np.array(lyr.lora_kernel_a), np.array(lyr.lora_kernel_b))
-        hits = [k for k, a in final.items() if a.shape == merged.shape
-                and R.max_rel(a, merged) <= 1e-6]
+        # issue 23: under a mixed policy Keras 3.15 saves the merged kernel
+        # cast to the compute dtype (EinsumDense._get_kernel_with_merged_lora:
+        # ops.cast(kernel + scale * A.B, compute_dtype)), a bfloat16 dataset
+        # (h5py's opaque 'V2'); kdcc writes the float32 merge. The case keeps
+        # the float32 merge of keras-hub's final variables (final_merged_note)
+        # after checking that the bfloat16 file holds it rounded.
+        saved = {k: bf16_to_f32(a) if a.dtype.kind == "V" else a for k, a in final.items()}
+        hits = [k for k, a in saved.items() if a.shape == merged.shape
+                and R.max_rel(a, merged) <= (2.0 ** -8 if mixed else 1e-6)]
         assert len(hits) == 1, (case, lyr.path, hits)
-        merged_worst = max(merged_worst, R.max_rel(final[hits[0]], merged))
+        merged_worst = max(merged_worst, R.max_rel(saved[hits[0]], merged))
+        if final[hits[0]].dtype.kind == "V":
+            final[hits[0]] = merged.astype("float32")
         layer_info[str(i)] = {
             "layer": lyr.path, "class": type(lyr).__name__, "equation": lyr.equation,
             "kernel": [int(d) for d in w.shape],
@@ -489,6 +555,12 @@ def lora_report(task, before, final, case, mdir, R):
         "initial": "initial.lora.h5",
         "final": name,
         "final_note": shared,
+        "final_merged_note": "mixed_bfloat16: keras-hub's save_weights writes each merged "
+                             "kernel cast to bfloat16 (Keras 3.15's EinsumDense casts "
+                             "W + scale * A.B to the compute dtype); final.npz holds the "
+                             "float32 merge of its final variables instead (checked to round "
+                             "to the saved bfloat16 within 2^-8 of each tensor's max), which "
+                             "kdcc's --save-weights writes" if mixed else None,
         "trainable": trainable,
         "trainable_besides_lora": other_trained,
         "checks": {
@@ -496,7 +568,9 @@ def lora_report(task, before, final, case, mdir, R):
                                 "before and after training (the unmerged kernels too)",
             "lora_changed": f"all {len(lora_vars)} lora_kernel_a / lora_kernel_b changed",
             "merged_kernels": "the weights file's query/value kernels are W + scale * "
-                              f"A.B (matmul over the rank) within {merged_worst:.1e}",
+                              f"A.B (matmul over the rank) within {merged_worst:.1e}"
+                              + (" (saved in bfloat16: see final_merged_note)"
+                                 if mixed else ""),
         },
         "note": "backbone.enable_lora(4) (keras-hub 0.32): every backbone sublayer "
                 "frozen, then each layer named in target_layer_names re-enabled "
@@ -512,12 +586,37 @@ def lora_report(task, before, final, case, mdir, R):
     }.items() if v is not None}
 
 
+def float32_losses(case, keras_path, mdir, x, y, R):
+    """issue 23: every step's loss of a mixed case's float32 twin (MIXED: the
+    same task without the policy) trained from the mixed model's initial
+    weights (keras_path; with LoRA, enable_lora and the case's initial A and
+    B), as the case trains, under the case's distribution."""
+    model_name = CASES[case][0]
+    base = LORA.get(model_name, model_name)
+    keras.utils.set_random_seed(mm.SEED)
+    twin = build(MIXED[base])
+    twin.load_weights(keras_path)
+    if base != model_name:
+        twin.backbone.enable_lora(LORA_RANK)
+        compile_task(twin, base)
+        twin.backbone.load_lora_weights(os.path.join(mdir, "initial.lora.h5"))
+    losses = []
+    for _ in range(EPOCHS):
+        for s in range(SAMPLES // R.BATCH):
+            sl = slice(s * R.BATCH, (s + 1) * R.BATCH)
+            logs = twin.train_on_batch({k: v[sl] for k, v in x.items()}, y[sl],
+                                       return_dict=True)
+            losses.append(float(logs["loss"]))
+    return losses
+
+
 def run_case(case, out, R):
     """One of CASES, written under out/<model>/; R is run_ref (its helpers
     and writers), so the JSON is run_case's."""
     model_name, _how = CASES[case]
     base = LORA.get(model_name, model_name)
     task_cls, backbone_cls, hp = MODELS[base]
+    mixed = base in MIXED
     spec = spec_of(case)
     mdir = os.path.join(out, model_name)
     os.makedirs(mdir, exist_ok=True)
@@ -554,6 +653,12 @@ def run_case(case, out, R):
             mine, theirs = R.archive_weights(keras_path), R.archive_weights(base_keras)
             assert mine.keys() == theirs.keys() and all(
                 np.array_equal(mine[k], theirs[k]) for k in mine), f"{case}: not {base}'s"
+        f32_keras = os.path.join(out, MIXED[base], "model.keras") if mixed else None
+        same_start = None
+        if f32_keras and os.path.exists(f32_keras):  # the float32 folder's start?
+            mine, theirs = R.archive_weights(keras_path), R.archive_weights(f32_keras)
+            same_start = mine.keys() == theirs.keys() and all(
+                np.array_equal(mine[k], theirs[k]) for k in mine)
         before = lora_enable(task, case, mdir) if base != model_name else None
 
         step_loss, step_logs = [], {}
@@ -581,12 +686,15 @@ def run_case(case, out, R):
             final = R.layer_weights(wpath)
         lora = lora_report(task, before, final, case, mdir, R) if before else None
         window = window_masked(task, x)
+        f32_loss = float32_losses(case, keras_path, mdir, x, y, R) if mixed else None
     finally:
         keras.distribution.set_distribution(None)
 
-    # (LoRA freezes the key biases)
+    # (LoRA freezes the key biases; under a mixed policy both runs' key-bias
+    # updates are rounding noise: twice the bound, as run_ref.py's)
     atol = {} if lora else \
-        {k: LR * len(step_loss) for k in sorted(final) if re.fullmatch(NOISE, k)}
+        {k: LR * len(step_loss) * (2 if mixed else 1) for k in sorted(final)
+         if re.fullmatch(NOISE, k)}
     final_name, note = R.write_final(mdir, case, model_name, final, atol, spec)
     ref = {
         "case": case,
@@ -642,6 +750,31 @@ def run_case(case, out, R):
     }
     if base in NOTES:
         ref["hub"].update(NOTES[base])
+    if mixed:
+        initial = os.path.join(mdir, "initial.npz")
+        if not os.path.exists(initial):
+            np.savez_compressed(initial, **R.archive_weights(keras_path))
+        ref.update(
+            dtype_policy=MIXED_POLICY, rtol=R.MIXED_RTOL, update_rtol=R.MIXED_UPDATE_RTOL,
+            initial_weights="initial.npz", float32_step_loss=f32_loss,
+            float32_min_distance=R.MIXED_FROM_F32,
+            mixed_note=("mixed precision: losses within rtol, the training update (final "
+                        "minus initial weights) within update_rtol in norm per tensor, and "
+                        "the step losses at least float32_min_distance times keras-hub's "
+                        "own distance from its float32 run (float32_step_loss: the same "
+                        f"task without the policy, {MIXED[base]}'s hyper-parameters, from "
+                        "these initial weights"
+                        + (" and LoRA A and B" if lora else "") + ") away from that run"))
+        ref["hub"]["mixed"] = (
+            f"the backbone built with dtype='{MIXED_POLICY}' (every layer's policy); "
+            "compiled with weighted_metrics=[] (no accuracy: a bf16 rounding may flip "
+            "an argmax)")
+        if same_start is not None:
+            ref["hub"]["same_initial_weights_as"] = MIXED[base] if same_start else None
+            ref["hub"]["same_initial_weights_note"] = (
+                f"model.keras's weights {'equal' if same_start else 'differ from'} "
+                f"{MIXED[base]}/model.keras's (same seed; the variables are float32 "
+                "under either policy)")
     if window:
         ref["hub"].update(window)
     if lora:
@@ -765,7 +898,7 @@ if __name__ == "__main__":
     ap.add_argument("--generate", action="store_true", required=True,
                     help="write the greedy generation references")
     ap.add_argument("--out", default=FIXTURES)
-    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--models", nargs="*", default=[m for m in MODELS if m not in MIXED])
     a = ap.parse_args()
     for m in a.models:
         write_generate(m, a.out)
