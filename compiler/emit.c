@@ -15,6 +15,12 @@
 FILE *EF;
 Backend EB;
 
+// issue 25: by VarBlock of the graph emitted, whether its layers are one
+// macro of the vars table (0: not known yet, 1, -1), and the numbers its
+// layers' names carry (emit_program_tables)
+static signed char *macro_known;
+static int **numbers;
+
 // issue 15: forward values that only training reads (batch norm's batch
 // statistics and what makes them: read by a TRAIN_SELECT's training operand,
 // by gradients or by a moving statistic's update), by node id. Evaluation
@@ -51,6 +57,9 @@ void emit_begin(Graph *g, FILE *f, Backend b) {
   EG = g;
   EF = f;
   EB = b;
+  recheck_blocks(g); // issue 25: the gradients' buckets may part the last layer's
+  macro_known = xcalloc((size_t)g->nvblocks + 1, sizeof *macro_known);
+  numbers = xcalloc((size_t)g->nvblocks + 1, sizeof *numbers);
   mark_train_only(g);
 }
 
@@ -70,6 +79,33 @@ const char *const init_name[] = {
 };
 
 // ---- the file's beginning
+
+// issue 25: whether v's offset in blob P or G gets a #define: every
+// variable's but a VarBlock's layers after its first, which are at the
+// first's plus the layer times the block's stride (written before the
+// block's first variable).
+static bool blob_define(const Var *v, char blob) {
+  int layer, k;
+  const VarBlock *vb = var_block(EG, v, &layer, &k);
+  if (!vb) return true;
+  if (layer) return false;
+  int first = 0; // the block's first variable in the blob
+  while (blob == 'G' && first < vb->nv && !EG->vars[vb->first + first]->grad) first++;
+  if (k == first) {
+    out("// block %d: %d layers of %d variables, layer l's at these (layer 0's) + l * BLOCK%d_%c\n",
+        vb->id, vb->n, vb->nv, vb->id, blob);
+    out("#define BLOCK%d_%c %lld // floats from one layer's to the next's\n", vb->id, blob,
+        (long long)(blob == 'P' ? vb->pstride : vb->gstride));
+  }
+  return true;
+}
+
+// A block's variable's path with its layer as <l> ("b<l>_ln1/gamma: "), or "".
+static char *var_path(const Var *v) {
+  int k;
+  const VarBlock *vb = var_block(EG, v, NULL, &k);
+  return vb ? format("%s: ", vb->gen[k]) : "";
+}
 
 void emit_preamble(const char *what) {
   const Graph *g = EG;
@@ -117,19 +153,29 @@ void emit_preamble(const char *what) {
   out("\n// ---- parameter blob: each variable's shard, then its optimizer slots\n");
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
-    out("#define %-32s %8lld // %s, %d slot%s%s\n", off_name(v->param), (long long)v->offset,
-        describe(v->param), v->nslots, v->nslots == 1 ? "" : "s",
+    if (!blob_define(v, 'P')) continue;
+    out("#define %-32s %8lld // %s%s, %d slot%s%s\n", off_name(v->param), (long long)v->offset,
+        var_path(v), describe(v->param), v->nslots, v->nslots == 1 ? "" : "s",
         v->frozen ? ", frozen (trainable false)" : "");
   }
   out("#define PARAM_FLOATS %lld\n", (long long)g->param_floats);
   out("\n// ---- gradient blob: each variable's gradient, reduced to its layout\n");
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
-    if (v->grad) out("#define %-32s %8lld // %s\n", off_name(v->grad), (long long)v->goffset,
-                     describe(v->grad));
+    if (v->grad && blob_define(v, 'G'))
+      out("#define %-32s %8lld // %s%s\n", off_name(v->grad), (long long)v->goffset, var_path(v),
+          describe(v->grad));
   }
   out("#define GRAD_FLOATS %lld\n", (long long)g->grad_floats);
   emit_arena();
+}
+
+// Whether n has an arena buffer of its own: a value, not a view, and in a
+// block (issue 25) its first copy's (the others use its place, or their
+// layer's share of a stacked value's buffer).
+static bool arena_buffer(const Node *n) {
+  const BlockAt *at = block_at(EG, n);
+  return n->region == REGION_ARENA && n->op != OP_RESHAPE && !(at && at->copy > 0);
 }
 
 // The arena: each buffer's offset for the compiled batch (BATCH rows) in
@@ -143,7 +189,7 @@ static void emit_arena(void) {
   out("static int64_t AO[] = {");
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->region != REGION_ARENA || n->op == OP_RESHAPE) continue;
+    if (!arena_buffer(n)) continue;
     slot[n->id] = nslots++;
     out("%s%lld", nslots % 16 == 1 ? "\n  " : " ", (long long)n->offset);
     out(",");
@@ -151,9 +197,19 @@ static void emit_arena(void) {
   out("\n  %lld};\n", (long long)(g->arena_floats - g->scratch_floats));
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->region != REGION_ARENA || n->op == OP_RESHAPE) continue;
-    out("#define %-32s AO[%d] // @%lld %s\n", off_name(n), slot[n->id], (long long)n->offset,
-        describe(n));
+    if (!arena_buffer(n)) continue;
+    const BlockAt *at = block_at(g, n);
+    const RepBlock *b = at ? &g->blocks[at->b] : NULL;
+    char *kept = "";
+    if (b && b->stacked[at->pos]) {
+      const char *each = b->parts[at->pos] ? format("%s * %lld", rows_name(b->parts[at->pos]),
+                                                    (long long)b->kper[at->pos])
+                                           : format("%lld", (long long)b->kper[at->pos]);
+      kept = b->pair[at->pos] ? format(" x 2: layer l's the (l %% 2)th, each %s", each)
+                              : format(" x %d layers, each %s", b->count, each);
+    }
+    out("#define %-32s AO[%d] // @%lld %s%s\n", off_name(n), slot[n->id], (long long)n->offset,
+        describe(n), kept);
   }
   out("#define SCRATCH AO[%d] // @%lld conv im2col scratch, %lld floats\n", nslots,
       (long long)(g->arena_floats - g->scratch_floats), (long long)g->scratch_floats);
@@ -188,6 +244,21 @@ static void emit_rows(void) {
     out("  const int64_t B = c->rows ? c->rows : BATCH, b = B;\n");
   }
   out("  (void)B; (void)b;\n");
+  // issue 25: the rows of each layer's share of a value a block keeps for
+  // every layer, split `parts` ways: as the arena plan counts them
+  bool said = false;
+  for (int np = 2; np <= g->dist->mesh.size; np++) {
+    bool used = false;
+    for (int bi = 0; bi < g->nblocks && !used; bi++)
+      for (int r = 0; r < g->blocks[bi].len && !used; r++)
+        used = g->blocks[bi].stacked[r] && g->blocks[bi].parts[r] == np;
+    if (!used) continue;
+    if (!said)
+      out("  // a layer's rows in what a block keeps for every layer: B over %d, rounded up\n", np);
+    said = true;
+    out("  const int64_t %s = (B + %d) / %d;\n  (void)%s;\n", rows_name(np), np - 1, np,
+        rows_name(np));
+  }
 }
 
 // A step's start: its rows, and whether it can run them. A batch dim split
@@ -243,12 +314,28 @@ static unsigned steps_of(const Node *n) {
 // The phases' groups: a part never mixes two.
 static int phase_group(Phase ph) { return ph <= PH_LOSS ? 0 : ph == PH_BACKWARD ? 1 : 2; }
 
+// issue 25: the steps that run block b: its copies' nodes' (every copy's
+// the same).
+static unsigned block_steps(const RepBlock *b) {
+  unsigned s = 0;
+  for (int r = 0; r < b->len; r++)
+    if (emits_code(EG->nodes[b->start + r])) s |= steps_of(EG->nodes[b->start + r]);
+  return s;
+}
+
+// The block whose first copy's first node is node i, or NULL.
+static const RepBlock *block_from(int i) {
+  const BlockAt *at = block_at(EG, EG->nodes[i]);
+  return at && at->copy == 0 && at->pos == 0 ? &EG->blocks[at->b] : NULL;
+}
+
 StepPart *step_parts(int *count) {
   StepPart *p = NULL;
   int np = 0, cap = 0;
   for (int i = 0; i < EG->nnodes; i++) {
     const Node *n = EG->nodes[i];
-    if (!emits_code(n)) continue;
+    const RepBlock *b = block_from(i); // a block's loop: one op of its part
+    if (!b && !emits_code(n)) continue;
     StepPart *last = np ? &p[np - 1] : NULL;
     if (!last || phase_group(EG->nodes[last->first]->phase) != phase_group(n->phase) ||
         last->nops == PART_OPS) {
@@ -256,9 +343,10 @@ StepPart *step_parts(int *count) {
       p[np++] = (StepPart){.first = i, .end = i + 1};
       last = &p[np - 1];
     }
-    last->end = i + 1;
     last->nops++;
-    last->steps |= steps_of(n);
+    last->steps |= b ? block_steps(b) : steps_of(n);
+    if (b) i = b->start + b->count * b->len - 1;
+    last->end = i + 1;
   }
   // Names: the first op's phase, numbered when there is more than one.
   for (int k = 0; k < np; k++) {
@@ -272,6 +360,29 @@ StepPart *step_parts(int *count) {
   return p;
 }
 
+// issue 25: each block's function, as a part: its first copy's nodes.
+static StepPart *block_parts(int *count) {
+  StepPart *p = xcalloc((size_t)EG->nblocks + 1, sizeof *p);
+  for (int bi = 0; bi < EG->nblocks; bi++) {
+    const RepBlock *b = &EG->blocks[bi];
+    p[bi] = (StepPart){.name = b->name, .first = b->start, .end = b->start + b->len,
+                       .nops = b->len, .steps = block_steps(b), .block = b};
+  }
+  *count = EG->nblocks;
+  return p;
+}
+
+// issue 25: in a block's function, a name of node n (its layer, 0, or its
+// own, 1) with the layer's number as <l>.
+static const char *layer_named(const Node *n, const char *s, int which) {
+  const BlockAt *at = ECTX.b ? block_at(EG, n) : NULL;
+  if (!at) return s;
+  const RepBlock *b = &EG->blocks[at->b];
+  const Node *m = EG->nodes[b->start + (at->copy ? 0 : b->len) + at->pos];
+  char *gn = name_with_layer(s, which ? m->name : m->layer, "<l>");
+  return gn ? gn : s;
+}
+
 // The comment above each op: id, op, layer, name, shapes and layout, and
 // for a collective why it is there.
 static void emit_op_comment(const Node *n) {
@@ -282,8 +393,8 @@ static void emit_op_comment(const Node *n) {
     out(" %s(%g%s)", (const char *[]){"leaky_relu", "elu", "relu"}[n->pact.kind], n->pact.alpha,
         n->pact.kind != KDRT_PACT_RELU ? ""
         : format(", max %g, threshold %g", n->pact.max, n->pact.threshold));
-  if (n->layer) out(" (%s)", n->layer);
-  if (n->name) out(": %s", n->name);
+  if (n->layer) out(" (%s)", layer_named(n, n->layer, 0));
+  if (n->name) out(": %s", layer_named(n, n->name, 1));
   out("\n  //   %s\n", describe(n));
   if (is_collective(n->op) && n->coll.bucket) {
     out("  //   one bucket of gradients, this one and those that follow:\n");
@@ -351,10 +462,17 @@ static char *lowered(const Node *n, StepKind kind, bool branch) {
 }
 
 // The steps' parts, then train_step, eval_step and grad_step, each printed
-// by the backend's own part and step functions.
+// by the backend's own part and step functions; first (issue 25) each
+// repeated block's function, which the parts call in a loop.
 void emit_steps(PartEmitter *part, StepEmitter *step) {
-  int nparts;
-  StepPart *parts = step_parts(&nparts);
+  int nparts, nblocks;
+  StepPart *parts = step_parts(&nparts), *blocks = block_parts(&nblocks);
+  if (nblocks) {
+    out("\n// ---- the repeated blocks: each written once, a function of the layer l it runs,\n"
+        "// called in a loop by the parts below with l over the block's layers (the ids and\n"
+        "// layer names in comments are its first layer's, the layer's number written <l>)\n");
+    for (int i = 0; i < nblocks; i++) part(&blocks[i]);
+  }
   out("\n// ---- the steps' parts, in order: forward (and loss), backward, update\n");
   for (int i = 0; i < nparts; i++) part(&parts[i]);
   out("\n// ---- the steps\n");
@@ -364,11 +482,96 @@ void emit_steps(PartEmitter *part, StepEmitter *step) {
   step("grad_step", STEP_GRAD, parts, nparts);
 }
 
+// `if (step == A || step == B) {` for the steps in `run` (bits 1 << StepKind).
+static void out_step_if(unsigned run) {
+  out("  if (");
+  for (int k = 0, sep = 0; k < 3; k++)
+    if ((run >> k) & 1) out("%sstep == %s", sep++ ? " || " : "", step_const[k]);
+  out(") {\n");
+}
+
+// issue 25: the layer of block b's node pos, its number as <l>.
+static const char *layer_of(const RepBlock *b, int pos) {
+  const Node *n = EG->nodes[b->start + pos], *m = EG->nodes[b->start + b->len + pos];
+  const char *s0 = n->layer ? n->layer : n->name ? n->name : "?";
+  char *gn = name_with_layer(s0, m->layer ? m->layer : m->name, "<l>");
+  return gn ? gn : s0;
+}
+
+// issue 25: block b's loop over its layers, in a part that runs `steps`.
+static void emit_block_loop(const RepBlock *b, unsigned steps) {
+  int last = block_layer(b, b->count - 1);
+  unsigned run = block_steps(b);
+  const char *ind = run != steps ? "    " : "  ";
+  const Node *a = EG->nodes[b->start], *z = EG->nodes[b->start + b->len - 1];
+  const char *la = layer_of(b, 0), *lz = layer_of(b, b->len - 1);
+  out("\n  // %s, layer l = %d to %d: %s%s%s (%d nodes; layer %d's %%%d .. %%%d)\n", b->name,
+      b->layer0, last, la, strcmp(la, lz) ? " .. " : "", strcmp(la, lz) ? lz : "", b->len,
+      b->layer0, a->id, z->id);
+  if (run != steps) out_step_if(run);
+  if (b->dir > 0) out("%sfor (int l = %d; l <= %d; l++)\n", ind, b->layer0, last);
+  else out("%sfor (int l = %d; l >= %d; l--)\n", ind, b->layer0, last);
+  if (EB == BACKEND_C) out("%s  %s(c, x, y, step, l);\n", ind, b->name);
+  else out("%s  %s(c, d, step, l);\n", ind, b->name);
+  if (run != steps) out("  }\n");
+}
+
+// issue 25: a block's function begins with its inputs: the layer before's
+// value, or for the first layer the outer one.
+static void emit_block_inputs(const RepBlock *b) {
+  out("  (void)l;\n");
+  for (int s = 0; s < b->nin; s++) {
+    const BlockIn *in = &b->in[s];
+    const RepBlock *src = &EG->blocks[in->src];
+    const Node *m = EG->nodes[src->start + in->pos];
+    // the layers whose src layer is not there, which read outer
+    char *cond = NULL;
+    int nout = 0, at = 0;
+    for (int c = 0; c < b->count; c++)
+      if (block_copy(src, block_layer(b, c) + in->delta) < 0) nout++, at = block_layer(b, c);
+    if (nout == 1) cond = format("l == %d", at);
+    else {
+      int lo = src->dir > 0 ? src->layer0 : block_layer(src, src->count - 1);
+      int hi = src->dir > 0 ? block_layer(src, src->count - 1) : src->layer0;
+      cond = format("l + %d < %d || l + %d > %d", in->delta, lo, in->delta, hi);
+    }
+    BlockCtx ctx = ECTX;
+    ECTX = (BlockCtx){0};
+    char *outer = buf(in->outer);
+    ECTX = ctx;
+    const Node *m1 = EG->nodes[src->start + src->len + in->pos];
+    const char *mark = in->delta ? format("<l%c%d>", in->delta < 0 ? '-' : '+', abs(in->delta))
+                                 : "<l>";
+    const char *gl = name_with_layer(m->layer ? m->layer : m->name,
+                                     m1->layer ? m1->layer : m1->name, mark);
+    out("  // in%d: %s%s (%s, layer l %c %d), or for l = %s: %s\n", s, gl ? gl : src->name,
+        m->role ? format("'s %s", m->role) : "", src->name, in->delta < 0 ? '-' : '+',
+        abs(in->delta), nout == 1 ? format("%d", at) : "the others",
+        in->outer->layer ? in->outer->layer : in->outer->name ? in->outer->name : "a value");
+    out("  const %s *in%d = %s ? %s : %s;\n", m->dtype == DT_I32 ? "int32_t" : "float", s, cond,
+        outer, block_input_value(in));
+  }
+}
+
 void emit_part_body(const StepPart *part) {
   emit_rows();
+  if (part->block) {
+    ECTX = (BlockCtx){part->block, 0, false};
+    emit_block_inputs(part->block);
+  }
   Phase ph = -1;
   for (int i = part->first; i < part->end; i++) {
     const Node *n = EG->nodes[i];
+    const RepBlock *b = part->block ? NULL : block_from(i);
+    if (b) {
+      if (b->len && EG->nodes[b->start]->phase != ph) {
+        ph = EG->nodes[b->start]->phase;
+        out("\n  // ======== %s\n", phase_title[ph]);
+      }
+      emit_block_loop(b, part->steps);
+      i = b->start + b->count * b->len - 1;
+      continue;
+    }
     if (!emits_code(n)) continue;
     if (n->phase != ph) {
       ph = n->phase;
@@ -405,6 +608,7 @@ void emit_part_body(const StepPart *part) {
     }
     out("  }\n");
   }
+  ECTX = (BlockCtx){0};
 }
 
 // ---- the program description
@@ -438,20 +642,133 @@ static int lora_kernels(const Graph *g) {
   return n;
 }
 
+// ---- issue 25: a VarBlock's layers in the vars table, one macro of the
+// layer (l) and the number its names carry (N)
+
+static bool macro_ok(const VarBlock *vb);
+static int number_of(const VarBlock *vb, int j);
+
+// The number layer j's names carry (the path of its first variable with
+// the number where layer 0's is), or -1.
+static int layer_number(const VarBlock *vb, int j) {
+  int i = (int)(vb - EG->vblocks);
+  if (!numbers[i]) {
+    numbers[i] = xcalloc((size_t)vb->n, sizeof *numbers[i]);
+    for (int k = 0; k < vb->n; k++) numbers[i][k] = number_of(vb, k);
+  }
+  return numbers[i][j];
+}
+
+static int number_of(const VarBlock *vb, int j) {
+  const char *p0 = EG->vars[vb->first]->path, *pj = EG->vars[vb->first + j * vb->nv]->path;
+  char *t = vb->n > 1 ? name_with_layer(p0, EG->vars[vb->first + vb->nv]->path, "\x01") : NULL;
+  if (!t || !strchr(t, 1)) return -1;
+  size_t pre = (size_t)(strchr(t, 1) - t);
+  if (strncmp(pj, p0, pre) || pj[pre] < '0' || pj[pre] > '9' || (pj[pre] == '0' &&
+      pj[pre + 1] >= '0' && pj[pre + 1] <= '9'))
+    return -1;
+  long v = strtol(pj + pre, NULL, 10);
+  return v > 100000000 ? -1 : (int)v;
+}
+
+// A variable's name (which: path, layer, sub, scope, group).
+static const char *var_name(const Var *v, int which) {
+  const char *const f[] = {v->path, v->layer, v->sub, v->scope, v->group};
+  return f[which];
+}
+
+// vb's variable k's name `which` as a C expression of the macro's N
+// ("\"b\" #N \"_ln1/gamma\"", or NULL); (char *)-1 when the layers' names are not
+// one name with their numbers.
+static char *layers_literal(const VarBlock *vb, int k, int which) {
+  const char *s0 = var_name(EG->vars[vb->first + k], which);
+  const char *s1 = var_name(EG->vars[vb->first + vb->nv + k], which);
+  if (!s0 && !s1) return "NULL";
+  char *t = s0 && s1 ? name_with_layer(s0, s1, "\x01") : NULL;
+  if (!t) return (char *)-1;
+  char *mark = strchr(t, 1);
+  for (int j = 0; j < vb->n; j++) {
+    const char *sj = var_name(EG->vars[vb->first + j * vb->nv + k], which);
+    char *want = mark ? format("%.*s%d%s", (int)(mark - t), t, layer_number(vb, j), mark + 1) : t;
+    if (!sj || strcmp(sj, want) || (mark && layer_number(vb, j) < 0)) return (char *)-1;
+  }
+  if (!mark) return format("\"%s\"", t);
+  return format("%s#N%s", mark > t ? format("\"%.*s\" ", (int)(mark - t), t) : "",
+                mark[1] ? format(" \"%s\"", mark + 1) : "");
+}
+
+// Whether vb's layers go in the vars table as BLOCK<id>_VARS(N, l): every
+// name of theirs one with the layer's number, all else equal.
+bool vars_in_macro(const VarBlock *vb) {
+  int i = (int)(vb - EG->vblocks);
+  if (macro_known[i]) return macro_known[i] > 0;
+  macro_known[i] = macro_ok(vb) ? 1 : -1;
+  return macro_known[i] > 0;
+}
+
+static bool macro_ok(const VarBlock *vb) {
+  if (vb->n < 2) return false;
+  for (int k = 0; k < vb->nv; k++) {
+    for (int w = 0; w < 5; w++)
+      if (layers_literal(vb, k, w) == (char *)-1) return false;
+    const Var *a = EG->vars[vb->first + k];
+    for (int j = 1; j < vb->n; j++) {
+      const Var *b = EG->vars[vb->first + j * vb->nv + k];
+      if (strcmp(a->layer_class, b->layer_class) || a->index != b->index ||
+          a->file_dtype != b->file_dtype || strcmp(layout_init(a->param), layout_init(b->param)))
+        return false;
+    }
+  }
+  return true;
+}
+
+// Variable v's entry of the vars table; in vb's macro (vb: layer 0's v), of N and l.
+static char *var_entry(const Var *v, const VarBlock *vb) {
+  int k = 0;
+  if (vb) var_block(EG, v, NULL, &k);
+  char *name[5];
+  for (int w = 0; w < 5; w++) {
+    const char *s = var_name(v, w);
+    name[w] = vb ? layers_literal(vb, k, w) : s ? format("\"%s\"", s) : "NULL";
+  }
+  char *off = vb ? format("%s + (l) * BLOCK%d_P", off_name(v->param), vb->id) : off_name(v->param);
+  char *goff = !v->grad ? "SIZE_MAX"
+               : vb       ? format("%s + (l) * BLOCK%d_G", off_name(v->grad), vb->id)
+                          : off_name(v->grad);
+  return format("{%s, %s, \"%s\", %d, %s,%s%s, %lld, %d, %s, %lld, %s, %s, %s, %s}", name[0],
+                name[1], v->layer_class, v->index, layout_init(v->param),
+                vb ? " \\\n   " : "\n   ", off,
+                (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots, goff,
+                (long long)lelems(v->param), name[2], name[3], name[4],
+                v->file_dtype == KDRT_I32 ? "KDRT_I32" : "KDRT_F32"); // issue 25: its file's type
+}
+
 void emit_program_tables(void) {
   const Graph *g = EG;
   const Mesh *m = &g->dist->mesh;
+  for (int i = 0; i < g->nvblocks; i++)
+    if (vars_in_macro(&g->vblocks[i])) {
+      const VarBlock *vb = &g->vblocks[i];
+      out("\n// block %d's variables, layer l's (N: the number its names carry)\n", vb->id);
+      out("#define BLOCK%d_VARS(N, l) \\\n", vb->id);
+      for (int k = 0; k < vb->nv; k++) {
+        const Var *v = g->vars[vb->first + k];
+        out("  %s%s", var_entry(v, vb), k + 1 < vb->nv ? ", \\\n" : "\n");
+      }
+    }
   out("\nstatic const kdrt_var vars[] = {\n");
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
-    out("  {\"%s\", \"%s\", \"%s\", %d, %s,\n   %s, %lld, %d, %s, %lld, %s, %s%s%s},\n", v->path,
-        v->layer, v->layer_class, v->index, layout_init(v->param), off_name(v->param),
-        (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots,
-        v->grad ? off_name(v->grad) : "SIZE_MAX", (long long)lelems(v->param),
-        v->sub ? format("\"%s\"", v->sub) : "NULL",
-        v->scope ? format("\"%s\"", v->scope) : "NULL",
-        v->group ? format(", \"%s\"", v->group) : ", NULL",
-        v->file_dtype == KDRT_I32 ? ", KDRT_I32" : ", KDRT_F32"); // issue 25: its file's type
+    int layer, k;
+    const VarBlock *vb = var_block(g, v, &layer, &k);
+    if (vb && vars_in_macro(vb)) {
+      if (layer || k) continue;
+      for (int j = 0; j < vb->n; j++)
+        out("%sBLOCK%d_VARS(%d, %d),%s", j % 4 ? " " : "  ", vb->id, layer_number(vb, j), j,
+            j % 4 == 3 || j + 1 == vb->n ? "\n" : "");
+      continue;
+    }
+    out("  %s,\n", var_entry(v, NULL));
   }
   if (!g->nvars) out("  {NULL, NULL, NULL, 0, {0, {0}, {0}}, 0, 0, 0, 0, 0, NULL, NULL, NULL, 0},\n");
   out("};\n");

@@ -17,8 +17,8 @@
 #include <string.h>
 
 static void emit_part(const StepPart *p) {
-  out("\nstatic void %s(kdrt_ctx *c, const void *const *x, const void *const *y, int step) {\n",
-      p->name);
+  out("\nstatic void %s(kdrt_ctx *c, const void *const *x, const void *const *y, int step%s) {\n",
+      p->name, p->block ? ", int l" : "");
   out("  float *P = c->params, *G = c->grads, *A = c->arena;\n");
   out("  float *scratch = A + SCRATCH;\n");
   out("  (void)P; (void)G; (void)x; (void)y; (void)scratch; (void)step;\n");
@@ -41,12 +41,55 @@ static void emit_step(const char *name, StepKind kind, const StepPart *parts, in
   out("}\n");
 }
 
-void emit_c(Graph *g, FILE *f) {
-  emit_begin(g, f, BACKEND_C);
-  emit_preamble("");
+// issue 25: whether vb's layers are initialized in a loop over the vars
+// table: in it as one macro (emit.c), each variable's initializer the same
+// in every layer (its seed is its path's).
+static bool init_loop(const Graph *g, const VarBlock *vb) {
+  if (!vars_in_macro(vb)) return false;
+  for (int k = 0; k < vb->nv; k++) {
+    const Var *a = g->vars[vb->first + k];
+    for (int j = 1; j < vb->n; j++) {
+      const Var *b = g->vars[vb->first + j * vb->nv + k];
+      if (a->init != b->init || a->fan_in != b->fan_in || a->fan_out != b->fan_out ||
+          a->p0 != b->p0 || a->p1 != b->p1)
+        return false;
+    }
+  }
+  return true;
+}
+
+static void emit_init(Graph *g) {
+  bool loops = false;
+  for (int i = 0; i < g->nvblocks; i++) loops |= init_loop(g, &g->vblocks[i]);
+  if (loops)
+    out("\n// FNV-1a of a variable's path (as kdcc's hash_str): the seed of its initial values\n"
+        "static uint64_t path_seed(const char *s) {\n"
+        "  uint64_t h = 0xcbf29ce484222325ull;\n"
+        "  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;\n"
+        "  return h;\n}\n");
   out("\nstatic void init(kdrt_ctx *c) {\n  float *P = c->params;\n  (void)P;\n");
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
+    int layer, k;
+    const VarBlock *vb = var_block(g, v, &layer, &k);
+    if (vb && init_loop(g, vb)) {
+      if (layer || k) continue;
+      out("  for (int l = 0; l < %d; l++) { // block %d's layers, each from its vars[] entries\n",
+          vb->n, vb->id);
+      out("    const kdrt_var *v = vars + %d + l * %d;\n", vb->first, vb->nv);
+      for (int j = 0; j < vb->nv; j++) {
+        const Var *w = g->vars[vb->first + j];
+        out("    kdrt_init_fill(c, P + v[%d].offset, &v[%d].layout, %s, %.17g, %.17g, %s, %s, "
+            "path_seed(v[%d].path)); // %s\n", j, j, init_name[w->init], w->fan_in, w->fan_out,
+            flt(w->p0), flt(w->p1), j, vb->gen[j]);
+        if (*slot_init(w, "")) // Adagrad's accumulator
+          out("    kdrt_init_fill(c, P + v[%d].offset + v[%d].stride, &v[%d].layout, "
+              "KDRT_INIT_CONSTANT, 0, 0, %s, 0, 0);\n", j, j, j,
+              flt(g->model->opt.initial_accumulator_value));
+      }
+      out("  }\n");
+      continue;
+    }
     out("  kdrt_init_fill(c, P + %s, &(const kdrt_layout)%s, %s, %.17g, %.17g, %s, %s, "
         "0x%016llxull); // %s\n",
         off_name(v->param), layout_init(v->param), init_name[v->init], v->fan_in, v->fan_out,
@@ -54,9 +97,19 @@ void emit_c(Graph *g, FILE *f) {
     out("%s", slot_init(v, format("&(const kdrt_layout)%s", layout_init(v->param))));
   }
   out("}\n");
+}
+
+void emit_c(Graph *g, FILE *f) {
+  emit_begin(g, f, BACKEND_C);
+  emit_preamble("");
+  // init after the tables when a block's layers are initialized from vars[]
+  bool loops = false;
+  for (int i = 0; i < g->nvblocks; i++) loops |= init_loop(g, &g->vblocks[i]);
+  if (!loops) emit_init(g);
   emit_steps(emit_part, emit_step);
 
   emit_program_tables();
+  if (loops) emit_init(g);
   out("\nstatic const kdrt_program program = {\n");
   emit_program_fields("  .", ",\n");
   out("};\n\n");

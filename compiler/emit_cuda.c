@@ -65,7 +65,8 @@ static void emit_uses(const char *text) {
 
 // One part: its body first, so that only the buffers it uses are declared.
 static void emit_part(const StepPart *p) {
-  out("\nstatic void %s(kdrt_ctx *c, kdrt_cuda *d, int step) {\n", p->name);
+  out("\nstatic void %s(kdrt_ctx *c, kdrt_cuda *d, int step%s) {\n", p->name,
+      p->block ? ", int l" : ""); // issue 25: a block's function, of the layer l
   FILE *whole = EF;
   char *body = NULL;
   size_t body_len = 0;

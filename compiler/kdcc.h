@@ -15,6 +15,7 @@
 //   autodiff.c reverse-mode gradients and optimizer updates
 //   shard.c    sharding propagation to a fixed point, then collectives
 //   fuse.c     adjacent elementwise ops into one loop
+//   blocks.c   repeated blocks (a model's stacked layers), to be written once, in a loop
 //   memplan.c  static memory plan: parameter blob + activation arena
 //   report.c   --report, --report=json, --emit=graph
 //   lower.c    how a node's buffer, shapes and literals are spelled (ops.c, emit.c)
@@ -687,6 +688,7 @@ struct Var {
   int nslots;             // optimizer slots (0..2)
   int64_t offset;         // memplan.c: in the parameter blob (slots follow)
   int64_t goffset;        // memplan.c: in the gradient blob
+  int order;              // issue 25: its index in Graph.vars (blocks.c)
 };
 
 // A value the steps report: "loss", "accuracy", "out_a_loss", ...
@@ -738,6 +740,16 @@ struct Graph {
   // attention's softmax: Keras's exceptions)
   int cdt, cdt_first;
   bool cdt_autocast, cdt_f32;
+  // issue 25: the repeated blocks (blocks.c), their variables, where each
+  // node sits in them (by node id; b -1: in none) and the gradient-blob
+  // variable of each node that is one (memplan.c's gradient_homes)
+  struct RepBlock *blocks;
+  int nblocks;
+  struct VarBlock *vblocks;
+  int nvblocks;
+  struct BlockAt *at;
+  int nat;
+  Var **home;
 };
 
 Node *new_node(Graph *g, OpKind op, int nin, Node **in);
@@ -796,9 +808,73 @@ void fuse_elementwise(Graph *g);
 // buffers follow each other in the gradient blob become one call.
 void bucket_gradients(Graph *g);
 
+// ---------------------------------------------------------------- blocks.c
+// issue 25: repeated blocks (every transformer block, a ResNet stage's
+// blocks): runs of nodes that repeat, op for op, shape for shape and
+// layout for layout, each copy one layer's, so that the emitters write one
+// function of the layer l and call it in a loop. blocks.c explains how they
+// are found and what makes two copies the same.
+
+// Variables that repeat: layer j's are vars[first + j * nv ...], in the
+// same order, of the same local sizes, so that each layer's sit pstride
+// floats after the one before in the parameter blob, gstride in the
+// gradient blob (memplan.c lays the blobs out in variable order).
+typedef struct VarBlock {
+  int first, nv, n;
+  int64_t pstride, gstride;   // memplan.c
+  const char **gen;           // [nv]: each path with the layer's number as "<l>"
+  int id;                     // 1, 2, ...: BLOCK<id>_P, BLOCK<id>_G
+} VarBlock;
+
+// A value a copy reads from another layer's copy of a block (the block's
+// input: the one before's output, or in the backward pass the gradient of
+// the layer after): block src's node pos of the layer l + delta, or, where
+// src has no such layer (the first layer's input), `outer`.
+typedef struct {
+  int src, pos, delta;
+  const Node *outer;
+} BlockIn;
+
+typedef struct RepBlock {
+  int start, len, count;      // copy c: g->nodes[start + c * len .. + len)
+  int layer0, dir;            // copy c runs layer layer0 + dir * c (dir 1 or -1)
+  int vb;                     // the VarBlock whose layers these are, -1: none
+  BlockIn *in;
+  int nin;
+  // per node of a copy: whether it is an arena value kept for every layer
+  // (read outside its copy; memplan.c stacks the layers' values in one
+  // buffer, layer l's l * kper * rows floats in), or a temporary that every
+  // layer's copy takes at the same place; kper and parts as PlanStep's
+  bool *stacked;
+  bool *pair;                 // [len]: a stacked value only the next layer's copy reads (and,
+                              // the last layer's, what follows the block): two buffers,
+                              // layer l's in the (l % 2)th
+  int64_t *kper;
+  int *parts;
+  bool arena;                 // it has arena values (stacked or temporary)
+  const char *name;           // its function: "block_forward", "block2_backward"
+  const char *gen_layer;      // its first layer's name with the number as "<l>", or NULL
+} RepBlock;
+
+typedef struct BlockAt {
+  int b, copy, pos;
+} BlockAt;
+
+// --no-loops: every node emitted in order, as before issue 25.
+extern bool opt_no_loops;
+void find_blocks(Graph *g);
+// After the memory plan and the gradients' buckets: a block whose copies
+// the buckets made differ (the last layer's gradients summed with what
+// follows) loses them, or, holding arena values, is an internal error.
+void recheck_blocks(Graph *g);
+
 // ---------------------------------------------------------------- memplan.c
 enum { REGION_NONE, REGION_PARAM, REGION_GRAD, REGION_ARENA, REGION_INPUT };
 void plan_memory(Graph *g);
+// The variable whose gradient blob entry node n is computed into (its
+// gradient, a view's base, or a partial sum all-reduced in place), by node
+// id, [ids]; NULL: none.
+Var **gradient_homes(Graph *g, int ids);
 
 // ---------------------------------------------------------------- verify.c
 // The IR's invariants, after pass `pass` (placements too when placed);
@@ -857,6 +933,32 @@ Shape lshape(const Node *n);                // local shape
 int64_t lelems(const Node *n);              // local elements
 char *layout_init(const Node *n);           // "{rank, {global shape}, {axis per dim}}"
 char *describe(const Node *n);              // "[16, 200] ('data', 'model') local [8, 50]"
+// issue 25: while a copy of a block is lowered, ECTX.b is the block: buf()
+// and off_name() spell every value as that copy's layer sees it. Symbolic
+// (blocks.c's comparison of the copies): by what the value is to the copy
+// ("{B2.7@-1}": block 2's node 7 of the layer before); else (emit.c's
+// function of the block, written from copy 0): as C of the layer l.
+// Outside a block's function, a value of a block is spelled with its layer.
+typedef struct {
+  const struct RepBlock *b;
+  int copy;
+  bool symbolic;
+} BlockCtx;
+extern BlockCtx ECTX;
+// A layer's rows in a stacked value split `parts` ways: "B", or "R2" (the
+// emitters declare R<parts> = (B + parts - 1) / parts in every function).
+char *rows_name(int parts);
+// The value block input in is in a block's function, for the layer l: the
+// other layer's node (spelled as the context's copy 0 sees it).
+char *block_input_value(const BlockIn *in);
+const BlockAt *block_at(const Graph *g, const Node *n); // NULL: in no block
+// The VarBlock holding v, its layer in *layer and place in *k; or NULL.
+const VarBlock *var_block(const Graph *g, const Var *v, int *layer, int *k);
+int block_layer(const RepBlock *b, int copy);
+int block_copy(const RepBlock *b, int layer);  // -1: b has no copy of that layer
+// The name s0 (one layer's) with the layer's number written as `mark`, from
+// s0 and the same name of another layer, s1; NULL when they differ otherwise.
+char *name_with_layer(const char *s0, const char *s1, const char *mark);
 
 // ---------------------------------------------------------------- emit.c
 // What both emitters share: the file's header and memory plan, the step
@@ -878,6 +980,7 @@ typedef struct {
   const char *name;
   int first, end, nops;
   unsigned steps;
+  const RepBlock *block;  // issue 25: a block's function (its copy 0's nodes, for the layer l)
 } StepPart;
 StepPart *step_parts(int *count);
 // A part's body: the step's rows (B, b), then every op's comment and its
@@ -891,6 +994,9 @@ void emit_steps(PartEmitter *part, StepEmitter *step);
 // `<lhs>field = value<end>` lines.
 void emit_program_tables(void);
 void emit_program_fields(const char *lhs, const char *end);
+// issue 25: whether a VarBlock's layers are one macro of the vars table,
+// BLOCK<id>_VARS(N, l), entries vars[first + l * nv ...]
+bool vars_in_macro(const VarBlock *vb);
 // init()'s line for v's optimizer slots when they start other than 0, or "".
 char *slot_init(const Var *v, const char *layout);
 

@@ -7,12 +7,158 @@
 // extent is a Sym, k times the step's rows, so that the batch is known only
 // at run time; a float literal reads back exactly. Everything here reads
 // the graph being emitted (EG), which emit_begin sets, and writes nothing.
+//
+// issue 25: a value of a repeated block (blocks.c) is spelled for its
+// layer: a block's variable as layer 0's name plus the layer times the
+// block's stride in the blob (P_bl_ln1_gamma + l * BLOCK1_P), a value kept
+// for every layer as its buffer plus the layer times one layer's floats
+// (A23_bl_attn_q + l * R2 * 128), a temporary of the block as its one
+// buffer. Inside a block's function (ECTX) the layer is the variable l;
+// outside, the number of the layer.
 #include "kdcc.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 Graph *EG;
+BlockCtx ECTX;
+
+// ---- where a node sits in the repeated blocks
+
+const BlockAt *block_at(const Graph *g, const Node *n) {
+  if (!g->at || n->id < 0 || n->id >= g->nat || g->at[n->id].b < 0) return NULL;
+  return &g->at[n->id];
+}
+
+const VarBlock *var_block(const Graph *g, const Var *v, int *layer, int *k) {
+  for (int i = 0; v && i < g->nvblocks; i++) {
+    const VarBlock *vb = &g->vblocks[i];
+    int o = v->order - vb->first;
+    if (o < 0 || o >= vb->nv * vb->n) continue;
+    if (layer) *layer = o / vb->nv;
+    if (k) *k = o % vb->nv;
+    return vb;
+  }
+  return NULL;
+}
+
+int block_layer(const RepBlock *b, int copy) { return b->layer0 + b->dir * copy; }
+
+int block_copy(const RepBlock *b, int layer) {
+  int c = (layer - b->layer0) * b->dir;
+  return c >= 0 && c < b->count ? c : -1;
+}
+
+char *name_with_layer(const char *s0, const char *s1, const char *mark) {
+  if (!s0 || !s1) return NULL;
+  if (!strcmp(s0, s1)) return xstrdup(s0);
+  size_t i = 0;
+  while (s0[i] && s0[i] == s1[i]) i++;
+  while (i > 0 && isdigit((unsigned char)s0[i - 1])) i--;
+  size_t a = i, b = i;
+  if (!isdigit((unsigned char)s0[a]) || !isdigit((unsigned char)s1[b])) return NULL;
+  while (isdigit((unsigned char)s0[a])) a++;
+  while (isdigit((unsigned char)s1[b])) b++;
+  if (strcmp(s0 + a, s1 + b)) return NULL;
+  return format("%.*s%s%s", (int)i, s0, mark, s0 + a);
+}
+
+char *rows_name(int parts) { return parts <= 1 ? xstrdup("B") : format("R%d", parts); }
+
+// The variable whose blob entry node n (a view's base) is: P (a parameter)
+// or G (a gradient) in *which; NULL: none.
+static const Var *bound_var(const Node *n, char *which) {
+  if (n->op == OP_PARAM) return *which = 'P', n->var;
+  if (EG->home && n->id < EG->nat && EG->home[n->id]) return *which = 'G', EG->home[n->id];
+  return NULL;
+}
+
+// A name with the layer's number written "<l>" as an identifier's "l".
+static char *layer_mark(const char *s) {
+  const char *m = strstr(s, "<l>");
+  return m ? format("%.*sl%s", (int)(m - s), s, m + 3) : xstrdup(s);
+}
+
+// The layer the context's copy runs.
+static int ctx_layer(void) { return block_layer(ECTX.b, ECTX.copy); }
+
+// "l", "(l + 2)", "(l - 1)": the layer d after the function's.
+static char *layer_expr(int d) {
+  return !d ? xstrdup("l") : format("(l %c %d)", d > 0 ? '+' : '-', abs(d));
+}
+
+// The name of block value (b, pos): its first copy's node, its layer's
+// name with the layer's number as 'l' ("A23_bl_attn_q").
+static char *block_value_name(const RepBlock *b, int pos) {
+  const Node *n0 = EG->nodes[b->start + pos], *n1 = EG->nodes[b->start + b->len + pos];
+  const char *l0 = n0->layer ? n0->layer : n0->name, *l1 = n1->layer ? n1->layer : n1->name;
+  char *gl = name_with_layer(l0, l1, "l");
+  return format("A%d_%s%s%s", n0->id, ident(gl ? gl : l0), n0->role ? "_" : "",
+                n0->role ? n0->role : "");
+}
+
+// The node block input s reads in copy c of block b.
+static const Node *block_in_node(const RepBlock *b, int s, int c) {
+  const BlockIn *in = &b->in[s];
+  const RepBlock *src = &EG->blocks[in->src];
+  int sc = block_copy(src, block_layer(b, c) + in->delta);
+  return sc < 0 ? in->outer : EG->nodes[src->start + sc * src->len + in->pos];
+}
+
+// Stacked value (b, pos) of layer `layer` in block b's buffer, spelled
+// for the context's copy (ECTX.b: its l) or, outside a block, the layer.
+static char *stacked_value(const RepBlock *b, int pos, int layer) {
+  const Node *n = EG->nodes[b->start + pos];
+  char *e = format("A + %s", block_value_name(b, pos));
+  int lo = b->dir > 0 ? b->layer0 : block_layer(b, b->count - 1);
+  char *stride = b->parts[pos] ? format("%s * %lld", rows_name(b->parts[pos]),
+                                        (long long)b->kper[pos])
+                               : format("%lld", (long long)b->kper[pos]);
+  if (b->pair[pos]) { // two buffers, layer l's the (l % 2)th
+    int d = layer - (ECTX.b ? ctx_layer() : 0);
+    char *l = d ? format("(l %c %d)", d > 0 ? '+' : '-', abs(d)) : "l";
+    if (ECTX.b) e = format("%s + %s %% 2 * %s", e, l, stride);
+    else if (layer % 2) e = format("%s + %s", e, stride);
+  } else if (ECTX.b) e = format("%s + %s * %s", e, layer_expr(layer - ctx_layer() - lo), stride);
+  else if (layer - lo) e = format("%s + %d * %s", e, layer - lo, stride);
+  return n->dtype == DT_I32 ? format("((int32_t *)(%s))", e) : format("(%s)", e);
+}
+
+char *block_input_value(const BlockIn *in) {
+  return stacked_value(&EG->blocks[in->src], in->pos, ctx_layer() + in->delta);
+}
+
+// Node n (a view's base) as the context spells it, as a buffer or (name)
+// as the offset that follows "P + "; NULL: as it would be without blocks.
+static char *block_spelling(const Node *n, bool name) {
+  char which;
+  const Var *v = bound_var(n, &which);
+  int j, k;
+  const VarBlock *vb = v ? var_block(EG, v, &j, &k) : NULL;
+  bool sym = ECTX.b && ECTX.symbolic;
+  if (vb) {
+    if (sym) return format("{V%d.%d%c@%d}", vb->id, k, which, j - ctx_layer());
+    char *base = format("%c_%s", which, ident(layer_mark(vb->gen[k]))), *e;
+    if (ECTX.b)
+      e = format("%s + %s * BLOCK%d_%c", base, layer_expr(j - ctx_layer()), vb->id, which);
+    else e = j ? format("%s + %d * BLOCK%d_%c", base, j, vb->id, which) : base;
+    return name ? e : format("(%c + %s)", which, e);
+  }
+  if (v) return sym ? format("{%%%d}", n->id) : NULL; // a variable of no block: itself
+  if (ECTX.b)
+    for (int s = 0; s < ECTX.b->nin; s++)
+      if (block_in_node(ECTX.b, s, ECTX.copy) == n) return format(sym ? "{in%d}" : "in%d", s);
+  const BlockAt *at = block_at(EG, n);
+  if (!at) return sym ? format("{%%%d}", n->id) : NULL;
+  const RepBlock *b = &EG->blocks[at->b];
+  int layer = block_layer(b, at->copy);
+  if (sym) return format("{B%d.%d@%d}", at->b, at->pos, layer - ctx_layer());
+  if (name) return block_value_name(b, at->pos);
+  if (b->stacked && b->stacked[at->pos]) return stacked_value(b, at->pos, layer);
+  char *e = format("A + %s", block_value_name(b, at->pos));
+  return n->dtype == DT_I32 ? format("((int32_t *)(%s))", e) : format("(%s)", e);
+}
 
 char *ident(const char *s) {
   char *r = xstrdup(s ? s : "");
@@ -23,6 +169,8 @@ char *ident(const char *s) {
 
 char *off_name(const Node *n) {
   n = view_base(n); // a view's buffer is its base's (a Conv1D kernel's gradient)
+  char *b = EG->nblocks ? block_spelling(n, true) : NULL;
+  if (b) return b;
   switch (n->region) {
   case REGION_PARAM: return format("P_%s", ident(n->var->path));
   case REGION_GRAD: return format("G_%s", ident(n->var->path));
@@ -41,6 +189,8 @@ const Node *view_base(const Node *n) {
 
 char *buf(const Node *n) {
   n = view_base(n);
+  char *b = EG->nblocks ? block_spelling(n, false) : NULL;
+  if (b) return b;
   switch (n->region) {
   case REGION_PARAM: return format("(P + %s)", off_name(n));
   case REGION_GRAD: return format("(G + %s)", off_name(n));

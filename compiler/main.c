@@ -35,6 +35,8 @@ static const char usage[] =
   "                        LossScaleOptimizer; storage stays float32)\n"
   "  --max-memory SIZE     most bytes one device may need (K, M, G, T suffixes;\n"
   "                        default: this machine's memory)\n"
+  "  --no-loops            write every layer's code out, in order, instead of a\n"
+  "                        function per repeated block called in a loop\n"
   "  -w                    no warnings\n";
 
 // The directory holding kdcc (and runtime/, build/libkdrt.a beside it).
@@ -313,6 +315,7 @@ int main(int argc, char **argv) {
         error("--lora-targets: '%s' is not a comma-separated list of layer names such as "
               "query,value", opt_lora_targets);
     } else if (!strcmp(a, "-w")) opt_quiet_warnings = true;
+    else if (!strcmp(a, "--no-loops")) opt_no_loops = true; // issue 25
     else if (a[0] == '-') error("unknown option '%s' (see kdcc --help)", a);
     else if (model_path) error("more than one model given ('%s' and '%s')", model_path, a);
     else model_path = a;

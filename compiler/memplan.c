@@ -15,7 +15,8 @@
 //   sits past the arena's peak.
 // All offsets are multiples of 16 floats (64 bytes) and become named
 // constants in the generated program (the arena's: named entries of its
-// AO[] array, see below).
+// AO[] array, see below). A repeated block's values (blocks.c) are planned
+// once for all its layers (below: the arena with repeated blocks).
 //
 // The plan is made for the compiled batch (kdcc --batch-size): the steps
 // take their rows at run time (B, b), so any smaller batch runs in it. A
@@ -110,6 +111,105 @@ static PlanStep *plan_step(Graph *g, int op, const Node *n, int64_t elems, int d
   return p;
 }
 
+Var **gradient_homes(Graph *g, int ids) {
+  Var **home = xcalloc((size_t)ids + 1, sizeof *home);
+  for (int i = 0; i < g->nvars; i++) { // the gradient, or the value it is a view of
+    Var *v = g->vars[i];
+    if (v->grad && base_of(v->grad)->id < ids && !home[base_of(v->grad)->id])
+      home[base_of(v->grad)->id] = v;
+  }
+  // A gradient summed by an all-reduce is summed in place: the partial
+  // sums are computed straight into the gradient blob.
+  int *uses = xcalloc((size_t)ids + 1, sizeof *uses);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++)
+      if (g->nodes[i]->in[k]->id < ids) uses[g->nodes[i]->in[k]->id]++;
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    if (!v->grad || v->grad->op != OP_ALLREDUCE) continue;
+    Node *p = v->grad->in[0];
+    if (p->id >= ids || uses[p->id] != 1 || p->op == OP_PARAM || p->op == OP_INPUT ||
+        p->op == OP_LABEL || p->op == OP_RESHAPE || is_collective(p->op) || home[p->id])
+      continue;
+    home[p->id] = v;
+  }
+  xfree(uses);
+  return home;
+}
+
+// issue 25: the arena with repeated blocks (blocks.c). A value of a block
+// that is read outside its copy (a layer's output, what the backward pass
+// reads) is stacked: one buffer holds every layer's, taken when the block
+// begins, each layer's share kper * rows floats (64-byte multiples, so a
+// layer's value is where a buffer of its own would be aligned). Copy 0's
+// other values, its temporaries, are placed first-fit as they come and
+// given back within it; every later copy uses the same places. That holds
+// because nothing else is taken or given back while a block runs: whatever
+// else its copies read last is given back when the block ends. The copies
+// then take nothing from the plan (the program's AO[] and arena_plan hold
+// one entry for each value of copy 0), and first fit, which grows at the
+// end as if the free space went on forever, leaves the free space as it
+// found it after each copy.
+typedef struct {
+  int start, end;         // the block running: nodes [start, end), else start -1
+  const RepBlock *b;
+  Node **later;           // frees deferred to its end
+  int nlater, cap;
+} Running;
+
+// The node whose buffer holds n: a stacked value's first copy.
+static Node *holder(const Graph *g, Node *n) {
+  const BlockAt *at = block_at(g, n);
+  if (!at || !g->blocks[at->b].stacked[at->pos]) return n;
+  const RepBlock *b = &g->blocks[at->b];
+  return g->nodes[b->start + at->pos];
+}
+
+// The floats a stacked value's buffer holds: every layer's share.
+static int64_t stacked_floats(const Graph *g, const RepBlock *b, int pos) {
+  const Node *n = g->nodes[b->start + pos];
+  int copies = b->pair[pos] ? 2 : b->count;
+  if (!b->parts[pos]) return size_mul(b->kper[pos], copies);
+  Shape s = local_shape(g, n);
+  int64_t rows = b->kper[pos] ? shape_elems(&s) / b->kper[pos] : 0;
+  return size_mul(size_mul(b->kper[pos], rows), copies);
+}
+
+// Where layer `layer`'s share of stacked value (b, pos) sits from its buffer's start.
+static int64_t layer_share(const Graph *g, const RepBlock *b, int pos, int layer) {
+  int lo = b->dir > 0 ? b->layer0 : block_layer(b, b->count - 1);
+  int64_t per = stacked_floats(g, b, pos) / (b->pair[pos] ? 2 : b->count);
+  return (b->pair[pos] ? layer % 2 : layer - lo) * per;
+}
+
+// The floats node h's buffer takes in the arena.
+static int64_t buffer_floats(const Graph *g, const Node *h) {
+  const BlockAt *at = block_at(g, h);
+  if (at && g->blocks[at->b].stacked[at->pos]) return stacked_floats(g, &g->blocks[at->b], at->pos);
+  return local_elems(g, h);
+}
+
+// Gives back b's buffer (b a value's base) at node i: now, or, while a
+// block runs, when it ends (but its own copy 0's temporaries now; its later
+// copies' are not in the plan).
+static void give_back(Graph *g, Arena *a, Running *run, int i, Node *b) {
+  const BlockAt *at = block_at(g, b);
+  const RepBlock *bb = at ? &g->blocks[at->b] : NULL;
+  bool stacked = bb && bb->stacked[at->pos];
+  if (bb && !stacked && at->copy > 0) return;
+  Node *h = stacked ? holder(g, b) : b;
+  bool own_temp = bb && bb == run->b && !stacked && i < run->start + bb->len;
+  if (run->b && i >= run->start && i < run->end && !own_temp) {
+    for (int k = 0; k < run->nlater; k++)
+      if (run->later[k] == h) return;
+    run->later = xgrow(run->later, run->nlater, &run->cap, sizeof *run->later);
+    run->later[run->nlater++] = h;
+    return;
+  }
+  arena_free(a, h->offset, align(buffer_floats(g, h)));
+  plan_step(g, PLAN_FREE, h, 0, -1);
+}
+
 void plan_memory(Graph *g) {
   int64_t off = 0, goff = 0;
   for (int i = 0; i < g->nvars; i++) {
@@ -126,42 +226,62 @@ void plan_memory(Graph *g) {
   }
   g->param_floats = off;
   g->grad_floats = goff;
+  for (int i = 0; i < g->nvblocks; i++) { // a layer's variables from the next's
+    VarBlock *vb = &g->vblocks[i];
+    const Var *a = g->vars[vb->first], *b = g->vars[vb->first + (vb->n > 1 ? vb->nv : 0)];
+    vb->pstride = b->offset - a->offset;
+    for (int k = 0; k < vb->nv && !vb->gstride; k++) // (a frozen variable has no gradient)
+      if (g->vars[vb->first + k]->grad)
+        vb->gstride = g->vars[vb->first + vb->nv + k]->goffset - g->vars[vb->first + k]->goffset;
+  }
 
   for (int i = 0; i < g->nnodes; i++) g->nodes[i]->last_use = -1;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     for (int k = 0; k < n->nin; k++) {
-      Node *b = base_of(n->in[k]);
+      Node *b = holder(g, base_of(n->in[k]));
+      if (b->last_use < i) b->last_use = i;
+      b = base_of(n->in[k]); // a stacked value's holder and each copy
       if (b->last_use < i) b->last_use = i;
     }
   }
-  for (int i = 0; i < g->nlogs; i++) base_of(g->logs[i].node)->last_use = g->nnodes;
+  for (int i = 0; i < g->nlogs; i++) {
+    base_of(g->logs[i].node)->last_use = g->nnodes;
+    holder(g, base_of(g->logs[i].node))->last_use = g->nnodes;
+  }
   for (int i = 0; i < g->noutputs; i++) // read after eval_step by `train predict`
     base_of(g->outputs[i])->last_use = g->nnodes;
 
-  // A gradient summed by an all-reduce is summed in place: the partial
-  // sums are computed straight into the gradient blob.
-  int *uses = xcalloc(g->nnodes, sizeof *uses);
+  int ids = 0;
   for (int i = 0; i < g->nnodes; i++)
-    for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
-  bool *in_grad = xcalloc(g->nnodes, sizeof *in_grad);
-  for (int i = 0; i < g->nvars; i++) {
-    Var *v = g->vars[i];
-    if (!v->grad || v->grad->op != OP_ALLREDUCE) continue;
-    Node *p = v->grad->in[0];
-    if (uses[p->id] != 1 || p->op == OP_PARAM || p->op == OP_INPUT || p->op == OP_LABEL ||
-        p->op == OP_RESHAPE || is_collective(p->op))
-      continue;
-    p->region = REGION_GRAD;
-    p->offset = v->goffset;
-    p->var = v;
-    in_grad[p->id] = true;
-  }
+    if (g->nodes[i]->id >= ids) ids = g->nodes[i]->id + 1;
+  Var **home = g->home && g->nat >= ids ? g->home : gradient_homes(g, ids);
 
   Arena a = {.free = xcalloc(g->nnodes + 8, sizeof(Span))};
+  Running run = {0};
   int64_t scratch = 0;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
+    const BlockAt *at = block_at(g, n);
+    const RepBlock *bb = at ? &g->blocks[at->b] : NULL;
+    if (bb && at->copy == 0 && at->pos == 0) { // a block begins: its stacked values
+      run = (Running){.start = i, .end = i + bb->count * bb->len, .b = bb, .later = run.later,
+                      .cap = run.cap};
+      for (int r = 0; r < bb->len; r++) {
+        if (!bb->stacked[r]) continue;
+        Node *h = g->nodes[bb->start + r];
+        int64_t total = stacked_floats(g, bb, r);
+        h->region = REGION_ARENA;
+        h->offset = arena_alloc(&a, align(total));
+        plan_step(g, PLAN_ALLOC, h, total, -1);
+        for (int c = 1; c < bb->count; c++) { // (the holder's offset is the buffer's)
+          Node *m = g->nodes[bb->start + c * bb->len + r];
+          m->region = REGION_ARENA;
+          m->offset = h->offset + layer_share(g, bb, r, block_layer(bb, c));
+        }
+      }
+    }
+    bool later_copy = bb && at->copy > 0;
     if (n->op == OP_CONV2D || n->op == OP_CONV2D_DX || n->op == OP_CONV2D_DW) {
       const Node *x = n->op == OP_CONV2D_DX ? n : n->in[0];
       const Node *y = n->op == OP_CONV2D ? n : n->op == OP_CONV2D_DX ? n->in[0] : n->in[1];
@@ -169,36 +289,35 @@ void plan_memory(Graph *g) {
       int64_t s = size_mul(size_mul(size_mul(ys.d[0], ys.d[1]), size_mul(ys.d[2], n->win.kh)),
                            size_mul(n->win.kw, xs.d[3]));
       if (s > scratch) scratch = s;
-      plan_step(g, PLAN_SCRATCH, y, s, 0);
+      if (!later_copy) plan_step(g, PLAN_SCRATCH, y, s, 0);
     }
-    if (n->op == OP_PARAM) continue;
+    if (n->op == OP_PARAM) goto block_end;
     if (n->op == OP_UPDATE || n->op == OP_ASSIGN || n->op == OP_UNSCALE) { // in place, into
                                              // the variable (UNSCALE: into every gradient)
       n->region = REGION_NONE;
-      continue;
+      goto block_end;
     }
     if (n->op == OP_INPUT || n->op == OP_LABEL) {
       n->region = REGION_INPUT;
-      continue;
+      goto block_end;
     }
     if (n->op == OP_RESHAPE) {
       Node *b = base_of(n);
       n->region = b->region;
       n->offset = b->offset;
       if (b->region == REGION_GRAD) n->var = b->var; // its name in the program
-      continue;
+      goto block_end;
     }
-    bool is_grad = false;
-    for (int v = 0; v < g->nvars; v++) // the gradient, or the value it is a view of
-      if (g->vars[v]->grad && base_of(g->vars[v]->grad) == n) {
-        n->region = REGION_GRAD;
-        n->offset = g->vars[v]->goffset;
-        n->var = g->vars[v];
-        is_grad = true;
-        break;
-      }
-    if (in_grad[n->id]) is_grad = true;
-    if (!is_grad) {
+    if (n->id < ids && home[n->id]) { // the gradient, the value it is a view of, or its partial sum
+      n->region = REGION_GRAD;
+      n->offset = home[n->id]->goffset;
+      n->var = home[n->id];
+    } else if (bb && bb->stacked[at->pos]) {
+      // taken when its block began
+    } else if (later_copy) { // a temporary: where copy 0's is
+      n->region = REGION_ARENA;
+      n->offset = g->nodes[bb->start + at->pos]->offset;
+    } else {
       n->region = REGION_ARENA;
       n->offset = arena_alloc(&a, align(local_elems(g, n)));
       plan_step(g, PLAN_ALLOC, n, local_elems(g, n), -1);
@@ -206,15 +325,28 @@ void plan_memory(Graph *g) {
     // values whose last reader is this node are free from here on
     for (int k = 0; k < n->nin; k++) {
       Node *b = base_of(n->in[k]);
-      if (b->last_use != i || b->region != REGION_ARENA) continue;
+      const BlockAt *bat = block_at(g, b);
+      bool stacked = bat && g->blocks[bat->b].stacked[bat->pos];
+      Node *h = stacked ? holder(g, b) : b;
+      if (h->last_use != i || b->region != REGION_ARENA) continue;
       bool seen = false; // an operand may appear twice
-      for (int j = 0; j < k; j++) seen |= base_of(n->in[j]) == b;
-      if (!seen) arena_free(&a, b->offset, align(local_elems(g, b)));
-      if (!seen) plan_step(g, PLAN_FREE, b, 0, -1);
+      for (int j = 0; j < k; j++) {
+        Node *o = base_of(n->in[j]);
+        const BlockAt *oat = block_at(g, o);
+        seen |= (oat && g->blocks[oat->b].stacked[oat->pos] ? holder(g, o) : o) == h;
+      }
+      if (!seen) give_back(g, &a, &run, i, b);
     }
-    if (n->region == REGION_ARENA && n->last_use < 0) { // never read
-      arena_free(&a, n->offset, align(local_elems(g, n)));
-      plan_step(g, PLAN_FREE, n, 0, -1);
+    if (n->region == REGION_ARENA && n->last_use < 0 && !(bb && bb->stacked[at->pos]))
+      give_back(g, &a, &run, i, n); // never read
+  block_end:
+    if (run.b && i == run.end - 1) { // the block ends: what its copies read last
+      for (int k = 0; k < run.nlater; k++) {
+        arena_free(&a, run.later[k]->offset, align(buffer_floats(g, run.later[k])));
+        plan_step(g, PLAN_FREE, run.later[k], 0, -1);
+      }
+      run.nlater = 0;
+      run.b = NULL;
     }
   }
   g->scratch_floats = align(scratch);
