@@ -13,6 +13,15 @@
 // broadcasts the tokens; the draws come from Philox with (--seed, sample,
 // token), so a seed gives the same text on any mesh.
 //
+// With the program's decode step (kdcc's decode.c, kdrt_decode_program:
+// the forward for one position with a key/value cache per attention layer)
+// each position costs one position instead: every row goes through it one
+// position a step, its prompt's tokens, then each token drawn at its own
+// last position, so prompts of different lengths share a batch
+// (--prompt-ids a;b;c). The cache holds positions 0 .. T - 1; once a
+// sample's window is full the whole window takes over, the same tokens as
+// --no-cache gives.
+//
 // Text in and out needs a vocabulary: --vocab FILE takes the distinct
 // bytes of FILE in increasing order as ids 0, 1, ... (what
 // examples/char_gpt/prepare.py does to the training text); without it the
@@ -56,8 +65,8 @@ static void gen_usage(FILE *f, const char *argv0) {
           "prompt (one per sample, any lengths). Weights: --weights, else the archive the\n"
           "program was compiled from, else random (--init random forces that).\n"
           "A model kdcc gave a decode step (a key/value cache) computes one position per\n"
-          "new token while the prompt and the tokens fit the window; --no-cache re-runs\n"
-          "the whole window for each token instead.\n",
+          "new token until the window is full, then the whole window; --no-cache reruns\n"
+          "the whole window for every token.\n",
           argv0);
 }
 
@@ -325,27 +334,26 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
   for (int s = 0; s < o.samples; s++)
     prompt_ids(&po[s % nprompts], &voc, ids_max, seq + s * cap, cap, err, sizeof err);
 
-  // The decode step when there is one and every position fits the window
-  // (past it the window slides: positions change, the cache does not hold).
+  // The decode step when there is one and every prompt fits the window: it
+  // runs until the window is full (the positions of a sliding window change,
+  // which the cache does not follow); the whole window each token after.
   const kdrt_decode *dec = o.no_cache ? NULL : kdrt_decode_program;
-  if (dec && (dec->param_floats != p->param_floats || dec->batch != p->batch)) dec = NULL;
-  if (dec && nmax + o.tokens > T) {
-    if (!o.quiet && c->rank == 0)
-      fprintf(stderr, "generate: %lld prompt tokens and --tokens %lld do not fit the window of %lld: "
-              "no key/value cache, the whole window each token\n", (long long)nmax,
-              (long long)o.tokens, (long long)T);
-    dec = NULL;
-  }
-
-  if (dec && !o.quiet && c->rank == 0)
+  if (dec && (dec->param_floats != p->param_floats || dec->batch != p->batch || nmax > T)) dec = NULL;
+  if (dec && !o.quiet && c->rank == 0) {
     fprintf(stderr, "generate: the decode step, one position a token (%d key/value caches)\n",
             dec->ncaches);
+    if (nmax + o.tokens > T)
+      fprintf(stderr, "generate: past the window of %lld positions, the whole window each token\n",
+              (long long)T);
+  }
   int stream = o.samples == 1 && c->rank == 0;
   if (stream) {
     for (int64_t i = 0; i < len[0]; i++) put_token(stdout, &voc, seq[i], i == 0);
     fflush(stdout);
   }
   int64_t vn = voc.n ? voc.n : V; // never an id the vocabulary cannot print
+  int64_t *drawn = calloc((size_t)o.samples, sizeof *drawn); // each sample's tokens so far
+  if (!drawn) kdrt_fatal(c, "out of memory");
   if (dec) {
     // Position t of every row a step: the prompt's token while there is one,
     // then the one drawn from the step before; a sample draws its token i
@@ -360,7 +368,7 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
     xs[0] = ids ? (void *)mask : (void *)x, xs[ids] = x, xs[ids + 1] = pos;
     for (int k = 0; k < dec->ncaches; k++) xs[ids + 2 + k] = caches[k];
     const kdrt_layout *dl = &dec->output.layout;
-    for (int64_t t = 0; t + 1 < nmax + o.tokens; t++) {
+    for (int64_t t = 0; t + 1 < nmax + o.tokens && t < T; t++) {
       for (int r = 0; r < lb; r++) {
         int s = row0 + r;
         x[r] = s < o.samples && t < len[s] + o.tokens ? seq[s * cap + t] : 0;
@@ -380,7 +388,7 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
         }
       KDRT_MPI(MPI_Bcast(next, o.samples, MPI_INT, 0, MPI_COMM_WORLD));
       for (int s = 0; s < o.samples; s++)
-        if (next[s] >= 0) seq[s * cap + t + 1] = next[s];
+        if (next[s] >= 0) seq[s * cap + t + 1] = next[s], drawn[s]++;
       if (stream && next[0] >= 0) {
         put_token(stdout, &voc, next[0], 0);
         fflush(stdout);
@@ -388,32 +396,37 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
     }
     for (int k = 0; k < dec->ncaches; k++) free(caches[k]);
     free(arena);
-  } else {
-    for (int64_t t = 0; t < o.tokens; t++) {
-      // This rank's rows: the last T tokens of each sample, padded with id 0
-      // (a causal model's output at pos does not see what follows it).
-      memset(x, 0, sizeof(int32_t) * (size_t)(lb * T));
-      memset(mask, 0, sizeof(int32_t) * (size_t)(lb * T));
-      for (int r = 0; r < lb; r++)
-        if (row0 + r < o.samples) {
-          int64_t n = len[row0 + r] + t, w = n < T ? n : T;
-          memcpy(x + r * T, seq + (row0 + r) * cap + n - w, sizeof(int32_t) * (size_t)w);
-          for (int64_t i = 0; i < w; i++) mask[r * T + i] = 1; // the tokens so far
-        }
-      void *xs[2] = {ids ? (void *)mask : x, x};
-      p->eval_step(c, (const void *const *)xs, (const void *const *)y, logs);
-      kdrt_gather_global(c, l, c->arena + p->outputs[0].offset, out);
-      if (c->rank == 0)
-        for (int s = 0; s < o.samples; s++) {
-          int64_t n = len[s] + t, w = n < T ? n : T;
-          next[s] = draw(out + (s * T + w - 1) * V, vn, &o, uniform(o.seed, s, t), work);
-        }
-      KDRT_MPI(MPI_Bcast(next, o.samples, MPI_INT, 0, MPI_COMM_WORLD));
-      for (int s = 0; s < o.samples; s++) seq[s * cap + len[s] + t] = next[s];
-      if (stream) {
-        put_token(stdout, &voc, next[0], 0);
-        fflush(stdout);
+  }
+  for (;;) { // the whole window (the last T tokens) for each sample's next token
+    int more = 0;
+    for (int s = 0; s < o.samples; s++) more |= drawn[s] < o.tokens;
+    if (!more) break;
+    // This rank's rows: the last T tokens of each sample, padded with id 0
+    // (a causal model's output at pos does not see what follows it).
+    memset(x, 0, sizeof(int32_t) * (size_t)(lb * T));
+    memset(mask, 0, sizeof(int32_t) * (size_t)(lb * T));
+    for (int r = 0; r < lb; r++)
+      if (row0 + r < o.samples) {
+        int64_t n = len[row0 + r] + drawn[row0 + r], w = n < T ? n : T;
+        memcpy(x + r * T, seq + (row0 + r) * cap + n - w, sizeof(int32_t) * (size_t)w);
+        for (int64_t i = 0; i < w; i++) mask[r * T + i] = 1; // the tokens so far
       }
+    void *xs[2] = {ids ? (void *)mask : x, x};
+    p->eval_step(c, (const void *const *)xs, (const void *const *)y, logs);
+    kdrt_gather_global(c, l, c->arena + p->outputs[0].offset, out);
+    if (c->rank == 0)
+      for (int s = 0; s < o.samples; s++) {
+        int64_t n = len[s] + drawn[s], w = n < T ? n : T;
+        next[s] = drawn[s] < o.tokens
+                      ? draw(out + (s * T + w - 1) * V, vn, &o, uniform(o.seed, s, drawn[s]), work)
+                      : -1;
+      }
+    KDRT_MPI(MPI_Bcast(next, o.samples, MPI_INT, 0, MPI_COMM_WORLD));
+    for (int s = 0; s < o.samples; s++)
+      if (next[s] >= 0) seq[s * cap + len[s] + drawn[s]] = next[s], drawn[s]++;
+    if (stream && next[0] >= 0) {
+      put_token(stdout, &voc, next[0], 0);
+      fflush(stdout);
     }
   }
   if (c->rank == 0) {
@@ -427,7 +440,7 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
   for (int k = 1; k < nprompts; k++) free((char *)po[k].prompt_ids);
   if (nprompts > 1) free((char *)po[0].prompt_ids);
   free(seq), free(x), free(mask), free(pos), free(next), free(out), free(logs), free(work);
-  free(len), free(po);
+  free(len), free(po), free(drawn);
   for (int j = 0; j < p->nlabels; j++) free(y[j]);
   return leave(c, 0, NULL);
 }

@@ -71,7 +71,8 @@ cmp -s "$T/out" "$T/s1" && fail "--seed 8 draws what --seed 7 drew"
 # and says it uses it; --no-cache (the whole window each token) gives the
 # same tokens, greedy and sampled, on one device and on the mesh; prompts
 # of different lengths in one batch each continue as they do alone; past
-# the window (positions that would slide) it is not used, and says so.
+# the window (positions that would slide) the whole window takes over, the
+# same tokens as --no-cache.
 [ -f "$T/one.kdcc.d/decode.c" ] && [ -f "$T/mesh.kdcc.d/decode.c" ] ||
   fail "the GPT's programs have no decode step (decode.c)"
 name="greedy with the cache"; run 1 "$T/one" "${GREEDY[@]:0:7}"; expect 0 "the decode step, one position a token (4 key/value caches)"
@@ -93,8 +94,15 @@ for i in 0 1 2; do
   [ "$(sed -n "$((i + 1))p" "$T/batch")" = "$(cat "$T/out")" ] ||
     fail "prompt ${PROMPTS[$i]}: in a batch $(sed -n "$((i + 1))p" "$T/batch"), alone $(cat "$T/out")"
 done
-name="past the window"; run 1 "$T/one" generate --prompt-ids 5,9,2 --tokens 14 --temperature 0
-expect 0 "do not fit the window of 16: no key/value cache"
+PAST=(generate --prompt-ids "5,9,2;7;1,2,3,4,5,6,7,8,9,10,11,12,13,14" --tokens 30 --temperature 0.8 --top-k 8)
+for np in 1 8; do
+  exe=$T/one && [ $np = 8 ] && exe=$T/mesh
+  name="past the window, $np ranks"; run $np "$exe" "${PAST[@]}"
+  expect 0 "past the window of 16 positions, the whole window each token"
+  head -3 "$T/out" >"$T/past"
+  name="past the window, no cache, $np ranks"; run $np "$exe" "${PAST[@]}" --no-cache -q; expect 0
+  cmp -s "$T/out" "$T/past" || fail "past the window on $np ranks: the cache, then the window, draws $(cat "$T/past"); --no-cache $(cat "$T/out")"
+done
 name="--samples and several prompts"; run 1 "$T/one" generate --prompt-ids "1;2;3" --samples 2
 expect 2 "--samples 2 but --prompt-ids gives 3 prompts"
 # Attention without a causal mask: no decode step (kdcc warns why), and
