@@ -345,6 +345,8 @@ int main(int argc, char **argv) {
   if (cdir) {
     mkdir(cdir, 0755);
     write_c(g, format("%s/program.%s", cdir, target_cuda ? "cu" : "c"));
+    char *dsrc = format("%s/decode.c", cdir); // issue 24: generate's decode step, if any
+    if (target_cuda || !decode_emit_c(dsrc)) unlink(dsrc);
   }
   if (out || (!report && !emit_graph && !cdir)) build_program(g, out ? out : "train");
   return 0;

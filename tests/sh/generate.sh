@@ -75,6 +75,9 @@ cmp -s "$T/out" "$T/s1" && fail "--seed 8 draws what --seed 7 drew"
 # same tokens as --no-cache.
 [ -f "$T/one.kdcc.d/decode.c" ] && [ -f "$T/mesh.kdcc.d/decode.c" ] ||
   fail "the GPT's programs have no decode step (decode.c)"
+./kdcc models/gpt.keras --distribution models/gpt.dist.json --batch-size 8 -w -S "$T/src" &&
+  mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime "$T/src/decode.c" ||
+  fail "-S DIR: no decode.c, or it does not compile warning-free"
 name="greedy with the cache"; run 1 "$T/one" "${GREEDY[@]:0:7}"; expect 0 "the decode step, one position a token (4 key/value caches)"
 head -1 "$T/out" | cmp -s - "$T/greedy1" || fail "greedy: $(head -1 "$T/out") without -q"
 for np in 1 8; do
