@@ -678,4 +678,3 @@ void recheck_blocks(Graph *g) {
   name_blocks(g);
   EG = outer;
 }
-

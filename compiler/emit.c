@@ -149,6 +149,12 @@ void emit_preamble(const char *what) {
   out(" };\n");
   out("\n// ---- the steps: the functions of their parts below are told which one runs them\n");
   out("enum { TRAIN_STEP, EVAL_STEP, GRAD_STEP };\n");
+  const char *hp[8];
+  float hv[8];
+  int nhp = opt_consts(&md->opt, hp, hv); // issue 25: named where the update reads them
+  if (nhp) out("\n// ---- the optimizer: Keras's %s, its hyper-parameters\n", md->opt.cls);
+  for (int i = 0; i < nhp; i++)
+    out("#define %-16s %s // %s %g\n", opt_const(hp[i]), flt(hv[i]), hp[i], hv[i]);
 
   out("\n// ---- parameter blob: each variable's shard, then its optimizer slots\n");
   for (int i = 0; i < g->nvars; i++) {

@@ -933,6 +933,12 @@ Shape lshape(const Node *n);                // local shape
 int64_t lelems(const Node *n);              // local elements
 char *layout_init(const Node *n);           // "{rank, {global shape}, {axis per dim}}"
 char *describe(const Node *n);              // "[16, 200] ('data', 'model') local [8, 50]"
+// issue 25: the optimizer's hyper-parameter `name` (Keras's: "beta_1") as the
+// named constant the program defines (ADAM_BETA_1: opt_consts).
+char *opt_const(const char *name);
+// The hyper-parameters the optimizer's update calls read, their names and
+// values (at most 8), for the program's #defines.
+int opt_consts(const Optimizer *o, const char **names, float *values);
 // issue 25: while a copy of a block is lowered, ECTX.b is the block: buf()
 // and off_name() spell every value as that copy's layer sees it. Symbolic
 // (blocks.c's comparison of the copies): by what the value is to the copy

@@ -209,6 +209,30 @@ char *flt(double v) {
   return strpbrk(s, ".en") ? format("%sf", s) : format("%s.0f", s);
 }
 
+char *opt_const(const char *name) {
+  char *s = format("%s_%s", EG->model->opt.name, name);
+  for (char *p = s; *p; p++) *p = (char)toupper((unsigned char)*p);
+  return s;
+}
+
+int opt_consts(const Optimizer *o, const char **names, float *values) {
+  int n = 0;
+#define HP(field) (names[n] = #field, values[n++] = o->field)
+  switch (o->kind) { // as ops.c's update_emit reads them
+  case OPT_SGD: HP(momentum); break;
+  case OPT_ADAM: case OPT_ADAMAX: case OPT_NADAM: HP(beta_1), HP(beta_2), HP(epsilon); break;
+  case OPT_ADAMW: HP(beta_1), HP(beta_2), HP(epsilon), HP(weight_decay); break;
+  case OPT_RMSPROP: HP(rho), HP(momentum), HP(epsilon); break;
+  case OPT_ADAGRAD: HP(epsilon); break;
+  case OPT_LION: HP(beta_1), HP(beta_2); break;
+  case OPT_COUNT: break;
+  }
+  if (o->weight_decay != 0 && o->kind != OPT_ADAMW) HP(weight_decay);
+  if (o->clipvalue > 0) HP(clipvalue);
+#undef HP
+  return n;
+}
+
 char *axes_c(unsigned axes) {
   char *s = NULL;
   for (int a = 0; a < EG->dist->mesh.ndim; a++)

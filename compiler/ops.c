@@ -686,51 +686,52 @@ static void update_emit(const Node *n, Lowering *lw) {
   long long N = lelems(n->in[0]), stride = (N + 15) / 16 * 16;
   if (n->nin > 2 || o->clipvalue > 0)
     lower_call(lw, "clip_grad", false, NULL, "%s, %lld, %s, %s", gr, N,
-               n->nin > 2 ? buf(n->in[2]) : "NULL", flt(o->clipvalue));
+               n->nin > 2 ? buf(n->in[2]) : "NULL",
+               o->clipvalue > 0 ? opt_const("clipvalue") : flt(o->clipvalue));
   if (o->weight_decay != 0 && o->kind != OPT_ADAMW) // AdamW's kernel decays
     lower_call(lw, "weight_decay", false, NULL, "%s, %lld, c->lr, %s", w, N,
-               flt(o->weight_decay));
+               opt_const("weight_decay"));
+  // the hyper-parameters by the names the program defines (issue 25: ADAM_BETA_1, ...)
+  char *b1 = opt_const("beta_1"), *b2 = opt_const("beta_2"), *eps = opt_const("epsilon");
   char *s[3] = {"NULL", "NULL", "NULL"};
   for (int k = 0; k < v->nslots; k++)
     s[k] = format("(P + %s + %lld)", off_name(v->param), (k + 1) * stride);
   switch (o->kind) {
   case OPT_SGD:
     lower_call(lw, "sgd", false, NULL, "%s, %s, %s, %lld, c->lr, %s, %d", w, gr, s[0], N,
-               flt(o->momentum), o->nesterov);
+               opt_const("momentum"), o->nesterov);
     return;
   case OPT_ADAM:
     lower_call(lw, "adam", false, NULL, "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s", w, gr,
-               s[0], s[1], s[2], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), opt_step());
+               s[0], s[1], s[2], N, b1, b2, eps, opt_step());
     return;
   case OPT_ADAMW:
     lower_call(lw, "adamw", false, NULL,
                "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, %s", w, gr, s[0], s[1], s[2], N,
-               flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), flt(o->weight_decay), opt_step());
+               b1, b2, eps, opt_const("weight_decay"), opt_step());
     return;
   case OPT_RMSPROP: { // velocity, then momentum and average_gradient where they are on
     bool mom = o->momentum > 0;
     lower_call(lw, "rmsprop", false, NULL, "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s", w, gr,
-               s[0], mom ? s[1] : "NULL", o->centered ? s[1 + mom] : "NULL", N, flt(o->rho),
-               flt(o->momentum), flt(o->epsilon));
+               s[0], mom ? s[1] : "NULL", o->centered ? s[1 + mom] : "NULL", N, opt_const("rho"),
+               opt_const("momentum"), eps);
     return;
   }
   case OPT_ADAGRAD:
-    lower_call(lw, "adagrad", false, NULL, "%s, %s, %s, %lld, c->lr, %s", w, gr, s[0], N,
-               flt(o->epsilon));
+    lower_call(lw, "adagrad", false, NULL, "%s, %s, %s, %lld, c->lr, %s", w, gr, s[0], N, eps);
     return;
   case OPT_ADAMAX:
     lower_call(lw, "adamax", false, NULL, "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s", w, gr,
-               s[0], s[1], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), opt_step());
+               s[0], s[1], N, b1, b2, eps, opt_step());
     return;
   case OPT_NADAM:
     lower_call(lw, "nadam", false, NULL,
                "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, kdrt_nadam_product(c, %s, %s)", w,
-               gr, s[0], s[1], N, flt(o->beta_1), flt(o->beta_2), flt(o->epsilon), opt_step(),
-               flt(o->beta_1), opt_step());
+               gr, s[0], s[1], N, b1, b2, eps, opt_step(), b1, opt_step());
     return;
   case OPT_LION:
-    lower_call(lw, "lion", false, NULL, "%s, %s, %s, %lld, c->lr, %s, %s", w, gr, s[0], N,
-               flt(o->beta_1), flt(o->beta_2));
+    lower_call(lw, "lion", false, NULL, "%s, %s, %s, %lld, c->lr, %s, %s", w, gr, s[0], N, b1,
+               b2);
     return;
   case OPT_COUNT: break;
   }
