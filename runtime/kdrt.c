@@ -461,6 +461,16 @@ typedef struct {
   int64_t steps, ahead;
 } batches;
 
+kdrt_host_buffers kdrt_batch_buffers;
+
+// A set of batch buffers is about to be refilled: the backend is done
+// reading it (kdrt_batch_buffers.reuse).
+static void reuse_set(const run *r, void *const *x, float *const *y) {
+  if (!kdrt_batch_buffers.reuse) return;
+  for (int k = 0; k < r->p->ninputs; k++) kdrt_batch_buffers.reuse(x[k]);
+  for (int j = 0; j < r->p->nlabels; j++) kdrt_batch_buffers.reuse(y[j]);
+}
+
 // This rank's share of a batch of `rows` global rows: [*row0, *row0 + *n), as
 // kdrt_set_rows splits them.
 static void rank_rows(const kdrt_ctx *c, int64_t rows, int64_t *row0, int64_t *n) {
@@ -483,12 +493,14 @@ static int64_t load_batch(run *r, batches *b, int64_t step) {
     r->cur ^= 1, r->x = r->xs[r->cur], r->y = r->ys[r->cur];
   } else {
     if (b->ahead >= 0) kdrt_prefetch_wait(r->pf); // not this one: its set is overwritten
+    reuse_set(r, r->x, r->y);
     kdrt_data_gather(b->d, b->order, step * r->B + c->row0, c->local_rows, r->x, r->y);
   }
   b->ahead = -1;
   if (r->pf && step + 1 < b->steps) {
     int64_t row0, n;
     rank_rows(c, batch_rows(b->d->n, r->B, step + 1), &row0, &n);
+    reuse_set(r, r->xs[r->cur ^ 1], r->ys[r->cur ^ 1]);
     kdrt_prefetch_post(r->pf, b->d, b->order, (step + 1) * r->B + row0, n, r->xs[r->cur ^ 1],
                        r->ys[r->cur ^ 1]);
     b->ahead = step + 1;
@@ -865,6 +877,18 @@ static float *alloc_floats(const kdrt_ctx *c, size_t n, const char *what) {
   memset(p, 0, bytes);
   return p;
 }
+
+// A batch buffer: kdrt_batch_buffers.alloc's (pinned, from the CUDA
+// runtime), else alloc_floats'; batch_free gives it back.
+static float *batch_alloc(const kdrt_ctx *c, size_t n, const char *what) {
+  if (!kdrt_batch_buffers.alloc) return alloc_floats(c, n, what);
+  size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  float *p = kdrt_batch_buffers.alloc(bytes ? bytes : 64);
+  if (!p) kdrt_fatal(c, "out of memory: %s needs %zu bytes", what, bytes);
+  memset(p, 0, bytes);
+  return p;
+}
+
 // ------------------------------------------------------------ kdrt_main's steps
 
 // MPI up (a lone `./train` is a singleton world of one rank), errors
@@ -1110,11 +1134,11 @@ static void alloc_run(run *r) {
     float **y = calloc((size_t)prog->nlabels + 1, sizeof *y);
     if (!x || !y) kdrt_fatal(c, "out of memory");
     for (int k = 0; k < prog->ninputs; k++)
-      x[k] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->inputs[k]),
-                          "the input batch");
+      x[k] = batch_alloc(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->inputs[k]),
+                         "the input batch");
     for (int j = 0; j < prog->nlabels; j++)
-      y[j] = alloc_floats(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->labels[j]),
-                          "the label batch");
+      y[j] = batch_alloc(c, (size_t)lb * (size_t)kdrt_io_elems(&prog->labels[j]),
+                         "the label batch");
     r->xs[set] = x, r->ys[set] = y;
   }
   r->cur = 0, r->x = r->xs[0], r->y = r->ys[0];
@@ -1234,9 +1258,10 @@ static void finish(run *r) {
   free(r->step_loss);
   free(r->step_scale), free(r->step_skipped);
   kdrt_prefetch_stop(r->pf);
+  void (*batch_free)(void *) = kdrt_batch_buffers.free ? kdrt_batch_buffers.free : free;
   for (int set = 0; set < 2 && r->xs[set]; set++) {
-    for (int k = 0; k < prog->ninputs; k++) free(r->xs[set][k]);
-    for (int j = 0; j < prog->nlabels; j++) free(r->ys[set][j]);
+    for (int k = 0; k < prog->ninputs; k++) batch_free(r->xs[set][k]);
+    for (int j = 0; j < prog->nlabels; j++) batch_free(r->ys[set][j]);
     free(r->xs[set]), free(r->ys[set]);
   }
   kdrt_data_close(&r->test), kdrt_data_close(&r->val), kdrt_data_close(&r->data);

@@ -143,6 +143,10 @@ typedef struct kdrt_decode {
   kdrt_output output;
 } kdrt_decode;
 extern const kdrt_decode *kdrt_decode_program;
+// The prefill step (kdcc's prefill.c, or NULL): the whole window of T
+// positions, x as the model's inputs, the positions (unused), the caches,
+// each filled at every position; the output [batch, T, vocabulary].
+extern const kdrt_decode *kdrt_prefill_program;
 
 // One step of an arena plan: buffer `slot` taken (ALLOC) or given back
 // (FREE), or a convolution's im2col scratch (SCRATCH, slot: the scratch's
@@ -593,6 +597,17 @@ void kdrt_prefetch_post(kdrt_prefetch *f, const kdrt_data *d, const int64_t *ord
                         int64_t n, void *const *x, float *const *y);
 void kdrt_prefetch_wait(kdrt_prefetch *f);
 void kdrt_prefetch_stop(kdrt_prefetch *f);
+// Where the fit loop's batch buffers come from (issue 22). A backend may set
+// these before kdrt_main: the CUDA runtime gives pinned memory, which it
+// uploads from without a copy, and reuse(p) waits until the upload that
+// read buffer p is done, before the fit loop (or its thread) refills it.
+// All NULL (the CPU runtime): aligned_alloc, free, no wait.
+typedef struct {
+  void *(*alloc)(size_t bytes); // zeroed; NULL: out of memory
+  void (*free)(void *p);
+  void (*reuse)(const void *p);
+} kdrt_host_buffers;
+extern kdrt_host_buffers kdrt_batch_buffers;
 
 // ---------------------------------------------------------------- checkpoint.c
 // Checkpoints (--checkpoint-dir D --checkpoint-every N, --resume):

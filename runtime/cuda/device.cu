@@ -47,6 +47,13 @@ static size_t *vars_off;           // device: each variable's offset, then its s
                                    // an int (device_nonfinite)
 static void *x_dev[2][KDRT_MAX_FILES];  // per half: the inputs and labels on the device
 static float *y_dev[2][KDRT_MAX_FILES];
+// The fit loop's batch buffers, pinned (kdrt_batch_buffers): a step uploads
+// straight from them, without the stage's copy; per half, the buffers its
+// last uploads read (the fit loop waits for those before refilling one).
+enum { PINNED_MAX = 4 * KDRT_MAX_FILES };
+static const void *pinned[PINNED_MAX];
+static int npinned;
+static const void *read_from[2][2 * KDRT_MAX_FILES];
 static const kdrt_ctx *owner;     // the ctx whose host blobs the device mirrors
 static const float *owner_params;
 static int host_newer = 1;        // upload c->params before the next step
@@ -571,6 +578,68 @@ static int device_nonfinite(kdrt_ctx *c) {
 
 // ---------------------------------------------------------------- steps
 
+// The fit loop's batch buffers (kdrt_batch_buffers): pinned memory, known
+// here, so that a step uploads from it directly; plain memory when the
+// table is full or the pinning fails (then through the stage, as any other
+// buffer). reuse(p): p's last upload is done.
+static void *pinned_alloc(size_t bytes) {
+  void *p = NULL;
+  if (npinned < PINNED_MAX && cudaHostAlloc(&p, bytes, cudaHostAllocPortable) == cudaSuccess) {
+    pinned[npinned++] = p;
+    memset(p, 0, bytes);
+    return p;
+  }
+  (void)cudaGetLastError();
+  p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (p) memset(p, 0, bytes);
+  return p;
+}
+
+static int pinned_index(const void *p) {
+  for (int k = 0; p && k < npinned; k++)
+    if (pinned[k] == p) return k;
+  return -1;
+}
+
+static void pinned_free(void *p) {
+  int k = pinned_index(p);
+  if (k < 0) {
+    free(p);
+    return;
+  }
+  for (int h = 0; h < 2; h++) // its last upload is done before it goes
+    for (int i = 0; i < 2 * KDRT_MAX_FILES; i++)
+      if (read_from[h][i] == p) wait_for(&dev, NULL, stage_free[h], "a batch buffer's upload");
+  CUDA_CHECK(cudaFreeHost(p));
+  pinned[k] = pinned[--npinned];
+}
+
+static void pinned_reuse(const void *p) {
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 2 * KDRT_MAX_FILES; i++)
+      if (read_from[h][i] == p) {
+        wait_for(&dev, NULL, stage_free[h], "a batch buffer's upload");
+        read_from[h][i] = NULL;
+      }
+}
+
+// n bytes of host buffer h to dev_dst on the copy stream: straight from h
+// when it is a pinned batch buffer (then remembered as read by this half,
+// at slot), else through the stage.
+static void upload_input(kdrt_cuda *d, void *dev_dst, const void *h, size_t n, char **stage,
+                         int slot) {
+  read_from[cur_half][slot] = NULL;
+  if (!n) return;
+  if (pinned_index(h) >= 0) {
+    CUDA_CHECK(cudaMemcpyAsync(dev_dst, h, n, cudaMemcpyHostToDevice, d->impl->copy_stream));
+    read_from[cur_half][slot] = h;
+    return;
+  }
+  memcpy(*stage, h, n);
+  CUDA_CHECK(cudaMemcpyAsync(dev_dst, *stage, n, cudaMemcpyHostToDevice, d->impl->copy_stream));
+  *stage += n;
+}
+
 extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *hx,
                                       const void *const *hy) {
   kdrt_cuda *d = kdrt_cuda_open(c, dev.precision);
@@ -618,20 +687,13 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
   char *stage = (char *)kdrt_cuda_hscratch(d, 2, 2 * stage_bytes) + cur_half * stage_bytes;
   wait_for(d, NULL, stage_free[cur_half], "the step's input copies");
   CUDA_CHECK(cudaStreamWaitEvent(s->copy_stream, inputs_free[cur_half], 0));
-  for (int i = 0; i < p->ninputs; i++) {
-    size_t n = (size_t)local * (size_t)kdrt_io_elems(&p->inputs[i]) * 4;
-    if (!n) continue;
-    memcpy(stage, hx[i], n);
-    CUDA_CHECK(cudaMemcpyAsync(d->x[i], stage, n, cudaMemcpyHostToDevice, s->copy_stream));
-    stage += n;
-  }
-  for (int j = 0; j < p->nlabels; j++) {
-    size_t n = (size_t)local * (size_t)kdrt_io_elems(&p->labels[j]) * sizeof(float);
-    if (!n) continue;
-    memcpy(stage, hy[j], n);
-    CUDA_CHECK(cudaMemcpyAsync(d->y[j], stage, n, cudaMemcpyHostToDevice, s->copy_stream));
-    stage += n;
-  }
+  for (int i = 0; i < p->ninputs; i++)
+    upload_input(d, d->x[i], hx[i], (size_t)local * (size_t)kdrt_io_elems(&p->inputs[i]) * 4,
+                 &stage, i);
+  for (int j = 0; j < p->nlabels; j++)
+    upload_input(d, d->y[j], hy[j],
+                 (size_t)local * (size_t)kdrt_io_elems(&p->labels[j]) * sizeof(float), &stage,
+                 KDRT_MAX_FILES + j);
   // The step's learning rate and count, for the kernels of a graph (its
   // half's: the other half's may still be read by the step in flight).
   kdrt_step_scalars *sc = (kdrt_step_scalars *)((char *)logs_of(cur_half) - sizeof *sc);
@@ -886,6 +948,14 @@ extern "C" int kdrt_cuda_main(int argc, char **argv, const kdrt_program *prog, i
         if (!strncmp(argv[i], readers[k], n) && (!argv[i][n] || argv[i][n] == '='))
           mirror_each_step = 1;
       }
+    // The batch buffers pinned, uploaded from without a copy (issue 22);
+    // KDRT_CUDA_PINNED=0: through the stage.
+    const char *pin = getenv("KDRT_CUDA_PINNED");
+    if (!(pin && !strcmp(pin, "0"))) {
+      kdrt_batch_buffers.alloc = pinned_alloc;
+      kdrt_batch_buffers.free = pinned_free;
+      kdrt_batch_buffers.reuse = pinned_reuse;
+    }
     rc = kdrt_main(argc, argv, prog); // predict too (kdrt_main dispatches it)
   }
   kdrt_cuda_shutdown();
