@@ -8,6 +8,7 @@
 #ifndef KDRT_PHILOX_H
 #define KDRT_PHILOX_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "kdrt_defs.h" // KDRT_HD
@@ -50,6 +51,20 @@ static inline KDRT_HD uint32_t kdrt_philox_word(uint32_t k0, uint32_t k1, uint64
   kdrt_philox_block(x, k0, k1);
   return word == 0 ? x[0] : word == 1 ? x[1] : word == 2 ? x[2] : x[3]; // no run-time index
                                                                          // into x (registers)
+}
+
+// A uniform in [0, 1) from a word: its top 24 bits / 2^24 (exact in float).
+// Initializers, dropout's masks.
+static inline KDRT_HD float kdrt_philox_uniform(uint32_t w) {
+  return (float)(w >> 8) * (1.0f / 16777216.0f);
+}
+
+// A standard normal from two words, Box-Muller in double: u1 in (0, 1] so
+// the log is finite, u2 in [0, 1). Initializers, Gaussian noise.
+static inline KDRT_HD float kdrt_philox_normal(uint32_t w0, uint32_t w1) {
+  double u1 = ((double)w0 + 1.0) * (1.0 / 4294967296.0);
+  double u2 = (double)w1 * (1.0 / 4294967296.0);
+  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
 #endif

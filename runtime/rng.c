@@ -43,16 +43,13 @@ static void philox_block(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t l
 float kdrt_uniform(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo) {
   uint32_t w[4];
   philox_block(seed, stream, hi, lo, w);
-  return (float)(w[0] >> 8) * (1.0f / 16777216.0f);
+  return kdrt_philox_uniform(w[0]);
 }
 
 float kdrt_normal(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo) {
   uint32_t w[4];
   philox_block(seed, stream, hi, lo, w);
-  // u1 in (0, 1] so the log is finite; u2 in [0, 1).
-  double u1 = ((double)w[0] + 1.0) * (1.0 / 4294967296.0);
-  double u2 = (double)w[1] * (1.0 / 4294967296.0);
-  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  return kdrt_philox_normal(w[0], w[1]);
 }
 
 // A standard normal truncated to [-2, 2], as Keras's TruncatedNormal: a draw
@@ -154,7 +151,7 @@ static void init_row(void *arg, int64_t local, int64_t global, int64_t len) {
       j->blocks(key, 0, (uint64_t)(global + i0), n, words);
       for (size_t i = 0; i < n; i++)
         out[i0 + (int64_t)i] =
-            (float)(j->a + (j->b - j->a) * ((float)(words[4 * i] >> 8) * (1.0f / 16777216.0f)));
+            (float)(j->a + (j->b - j->a) * kdrt_philox_uniform(words[4 * i]));
     }
     return;
   }
@@ -382,7 +379,7 @@ static void dropout_run(const dropout_job *j, float *y, const float *x, int64_t 
     const int64_t m = 4 * nb - skip < len - i ? 4 * nb - skip : len - i;
     const uint32_t *w = words + skip;
     for (int64_t k = 0; k < m; k++) {
-      float u = (float)(w[k] >> 8) * (1.0f / 16777216.0f);
+      float u = kdrt_philox_uniform(w[k]);
       y[i + k] = u >= j->rate ? x[i + k] * j->keep_scale : 0.0f;
     }
     i += m;

@@ -52,8 +52,7 @@ __global__ static void dropout_kernel(float *y, const float *x, size_t n, block_
   if (sc) step = (uint64_t)sc->step; // a step replayed from a graph
   KDRT_FOR(e, n) {
     uint64_t g = global_index(&bm, e);
-    float u = (float)(kdrt_philox_word(k0, k1, g >> 2, step, (unsigned)(g & 3)) >> 8) *
-              (1.0f / 16777216.0f);
+    float u = kdrt_philox_uniform(kdrt_philox_word(k0, k1, g >> 2, step, (unsigned)(g & 3)));
     y[e] = u >= rate ? x[e] * keep_scale : 0.0f;
   }
 }
@@ -83,9 +82,8 @@ __global__ static void noise_kernel(float *y, const float *x, size_t n, block_ma
   if (sc) step = (uint64_t)sc->step;
   KDRT_FOR(e, n) {
     uint64_t g = global_index(&bm, e);
-    double u1 = ((double)kdrt_philox_word(k0, k1, g, step, 0) + 1.0) * (1.0 / 4294967296.0);
-    double u2 = (double)kdrt_philox_word(k0, k1, g, step, 1) * (1.0 / 4294967296.0);
-    float z = stddev * (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    float z = stddev * kdrt_philox_normal(kdrt_philox_word(k0, k1, g, step, 0),
+                                          kdrt_philox_word(k0, k1, g, step, 1));
     y[e] = mul ? x[e] * (1.0f + z) : x[e] + z;
   }
 }
