@@ -379,11 +379,12 @@ static void rope_emit(const Node *n, Lowering *lw) {
   char *vals = xstrdup("");
   for (int64_t j = 0; j < dim / 2; j++)
     vals = format("%s%s%s", vals, !j ? "" : j % 6 ? ", " : ",\n        ", flt(f[j]));
-  char *decl = format("static const kdrt_rotary r = {.half = %lld, .scale = %s,%s .inv_freq = {\n"
-                      "        %s}};", (long long)(dim / 2), flt(scale),
-                      !n->rope.round ? "" : n->rope.round == KDRT_ROUND_F16
-                                          ? " .rounding = KDRT_ROUND_F16,"
-                                          : " .rounding = KDRT_ROUND_BF16,", vals);
+  // every field named (CUDA C++ warns of a designated one left out)
+  char *decl = format("static const kdrt_rotary r = {.half = %lld, .scale = %s, .rounding = %s,\n"
+                      "        .inv_freq = {%s}};", (long long)(dim / 2), flt(scale),
+                      !n->rope.round                     ? "KDRT_ROUND_NONE"
+                      : n->rope.round == KDRT_ROUND_F16 ? "KDRT_ROUND_F16"
+                                                        : "KDRT_ROUND_BF16", vals);
   char *t0 = block_start(n, 1);
   if (n->rope.offset)
     t0 = n->place.axis[1] >= 0 ? format("%lld + %s", (long long)n->rope.offset, t0)
