@@ -21,8 +21,8 @@
 #             keeps epoch 1's checkpoint, which the CPU program resumes;
 #           issue 22: a learning rate halved at each epoch's end (LR_ARGS)
 #             against the CPU program, and CUDA graphs and the input thread
-#             changing no bit: models trained with both on (the default)
-#             and both off (KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0)
+#             changing no bit: models trained with all on (the default)
+#             and all off (KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0)
 #   faults  each must end the program with a message: out of GPU memory
 #           (KDRT_CUDA_MEMORY=1M), a kernel reading an illegal address
 #           (KDRT_CUDA_INJECT_FAULT=5) with KDRT_CUDA_SYNC=1 (names
@@ -30,9 +30,9 @@
 #   mesh    a (2,2) mesh of four ranks on one GPU (host-staged collectives)
 #           against the one-device CPU program
 #   pipe    issue 22: steps/s of the seed MLP, the wide MLP and models/gpt.json
-#           with CUDA graphs and the input thread on (the default), graphs
-#           off, the thread off, and both off (PIPE="model:prec:batch ..."
-#           picks the programs)
+#           with CUDA graphs, the input thread and pinned batch buffers on
+#           (the default), then each off, then all off (PIPE="model:prec:batch
+#           ..." picks the programs)
 #   perf, torch, keras   the speed table: kdcc's CUDA programs, PyTorch eager
 #           and torch.compile, Keras on JAX (keras, namex and optree wheels in
 #           DIR/whl/), on the same data; PERF="model:prec:batch ..." and
@@ -170,11 +170,11 @@ job() { # KIND ARGS...
   train) run_to "train_$2" 90 progs/c_$2 $ARGS --history "$R/h/$2.cuda.json" ;;
   gc) run_to "gc_$2" 120 progs/c_$2 gradcheck --points 3 ;;
   serial) # MODEL: ARGS without graphs and without the input thread
-    KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 run_to "serial_$2" 90 progs/c_$2 $ARGS \
+    KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 run_to "serial_$2" 90 progs/c_$2 $ARGS \
       --history "$R/h/$2.serial.json" ;;
   lr) # MODEL [serial]: the rate halved at each epoch's end
     if [ "${3:-}" = serial ]; then
-      KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 run_to "lrs_$2" 90 progs/c_$2 $LR_ARGS \
+      KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 run_to "lrs_$2" 90 progs/c_$2 $LR_ARGS \
         --history "$R/h/lr_$2.serial.json"
     else
       run_to "lr_$2" 90 progs/c_$2 $LR_ARGS --history "$R/h/lr_$2.cuda.json"
@@ -445,7 +445,8 @@ if has perf && [ $SPEED = 1 ]; then
     case ${v:-} in
     nograph) exe="env KDRT_CUDA_GRAPH=0 $exe" p=$p-nograph ;;
     nothread) exe="env KDRT_PREFETCH=0 $exe" p=$p-nothread ;;
-    serial) exe="env KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 $exe" p=$p-serial ;;
+    nopin) exe="env KDRT_CUDA_PINNED=0 $exe" p=$p-nopin ;;
+    serial) exe="env KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 $exe" p=$p-serial ;;
     esac
     a="--x data/$m.x.npy --y data/$m.y.npy --batch-size $b --seed 1 --no-shuffle"
     t1=$(tm $exe $a --epochs 1)
@@ -460,8 +461,9 @@ if has perf && [ $SPEED = 1 ]; then
   done
 fi
 # issue 22: what the CUDA graphs and the input thread (with the copy stream's
-# double-buffered uploads) give: each program with both on, graphs off
-# (KDRT_CUDA_GRAPH=0), the thread off (KDRT_PREFETCH=0), and both off;
+# double-buffered uploads) give: each program with all on, graphs off
+# (KDRT_CUDA_GRAPH=0), the thread off (KDRT_PREFETCH=0), the batch buffers
+# not pinned (KDRT_CUDA_PINNED=0: uploads through the stage), and all off;
 # steps/s = 10*K / (t(1+K epochs) - t(1 epoch)), K chosen per model from the
 # first variant's 1 and 11 epochs so that the K epochs take about 3 s (at
 # most 1000: the fast programs' steps must outweigh a start-up's jitter)
@@ -488,11 +490,14 @@ if has pipe && [ $SPEED = 1 ]; then
     case $t1$t11 in *FAILED*) say "$row FAILED (perf/pipe_err.txt)"; continue ;; esac
     K=${PIPE_K:-$(python3 -c "print(max(2, min(1000, round(3.0 / max(($t11 - $t1) / 10, 1e-3)))))")}
     row="pipe $m $p b$b, $K epochs of 10 steps, steps/s:"
-    for v in on:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=1 nograph:KDRT_CUDA_GRAPH=0:KDRT_PREFETCH=1 \
-      nothread:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=0 serial:KDRT_CUDA_GRAPH=0:KDRT_PREFETCH=0; do
-      IFS=: read -r vn e1 e2 <<<"$v"
-      t1=$(pt $e1 $e2 $exe $a --epochs 1)
-      tk=$(pt $e1 $e2 $exe $a --epochs $((1 + K)))
+    for v in on:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=1:KDRT_CUDA_PINNED=1 \
+      nograph:KDRT_CUDA_GRAPH=0:KDRT_PREFETCH=1:KDRT_CUDA_PINNED=1 \
+      nothread:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=0:KDRT_CUDA_PINNED=1 \
+      nopin:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=1:KDRT_CUDA_PINNED=0 \
+      serial:KDRT_CUDA_GRAPH=0:KDRT_PREFETCH=0:KDRT_CUDA_PINNED=0; do
+      IFS=: read -r vn e1 e2 e3 <<<"$v"
+      t1=$(pt $e1 $e2 $e3 $exe $a --epochs 1)
+      tk=$(pt $e1 $e2 $e3 $exe $a --epochs $((1 + K)))
       case $t1$tk in *FAILED*) row="$row $vn FAILED"; continue ;; esac
       sps=$(python3 -c "print('%.1f' % (10*$K/max($tk-$t1,1e-6)))")
       [ -z "$base" ] && base=$sps
