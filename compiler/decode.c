@@ -28,9 +28,14 @@
 // (the same variables, offsets and layouts, checked), so the decode step
 // reads the program's parameter blob; it has its own arena.
 //
-// decode_emit_c writes it as a second C file of the program (its own
-// translation unit: its memory plan's names are the main file's), whose
-// table registers itself with the runtime (runtime/generate.c).
+// The prefill graph is derived the same way without shrinking anything:
+// the whole window, each attention's keys and values also stored whole in
+// its cache (KV_STORE), so that one step over the prompts fills the caches.
+//
+// decode_emit_c and prefill_emit_c write them as the program's second and
+// third C files (each its own translation unit: their memory plans' names
+// are the main file's), whose tables register themselves with the runtime
+// (runtime/generate.c).
 #include "ops_impl.h"
 
 #include "../runtime/kdrt_rope.h"
@@ -38,6 +43,9 @@
 #include <string.h>
 
 static Graph *DG;          // the decode graph, or NULL
+static Graph *PG;          // the prefill graph (the whole window, filling the caches), or NULL
+static Graph *cur;         // the graph being derived
+static bool PF;            // it is the prefill graph
 static const char *why;    // why a language model has none (NULL: not one, or it has one)
 static Node **cache_of;    // [k]: the training graph's DOT whose operand 1 cache k replaces
 static int ncaches;
@@ -81,6 +89,16 @@ static void kv_write_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_KV_WRITE = {"kv_write", 3, 0, false, kv_write_rule, NULL, kv_write_emit};
+
+// KV_STORE(x, cache): the prefill's keys or values x, every position, copied
+// into the cache (an input placed as x); the result is x.
+static void kv_store_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "copy", false, NULL, "(float *)%s, %s, %s", buf(n->in[1]), buf(n->in[0]),
+             elems_c(n));
+  lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
+}
+
+const OpDef op_KV_STORE = {"kv_store", 2, 0, false, rule_elementwise, NULL, kv_store_emit};
 
 // POS_SLICE(x, pos): y[r, .., 0, ..] = x[r, .., pos[r], ..] along cat.axis.
 static void pos_slice_rule(const Node *n, Rule *r) {
@@ -165,7 +183,7 @@ static bool refuse(const Node *n, const char *what) {
 // The decode graph's copy of n (op, attributes, names) on operands in[],
 // its query dims q set to extent 1.
 static Node *clone(const Node *n, Node **in, int nin, uint8_t q) {
-  Node *c = new_node(DG, n->op, nin, in);
+  Node *c = new_node(cur, n->op, nin, in);
   int id = c->id;
   Node *ins[MAX_IN];
   memcpy(ins, c->in, sizeof ins);
@@ -176,7 +194,7 @@ static Node *clone(const Node *n, Node **in, int nin, uint8_t q) {
   c->phase = PH_FORWARD;
   c->grad = NULL, c->rounded = NULL, c->pend = 0, c->bdims = 0;
   for (int d = 0; d < c->shape.rank; d++)
-    if ((q >> d) & 1) {
+    if (((q >> d) & 1) && !PF) {
       c->shape.d[d] = 1;
       if (c->has_want) c->want.axis[d] = -1; // one position is not split
     }
@@ -187,7 +205,7 @@ static Node *clone(const Node *n, Node **in, int nin, uint8_t q) {
 
 // A new node of the decode graph beside n's (its layer, place in the file).
 static Node *beside(const Node *n, OpKind op, int nin, Node **in, Shape s) {
-  Node *c = new_node(DG, op, nin, in);
+  Node *c = new_node(cur, op, nin, in);
   c->shape = s;
   c->layer = n->layer;
   c->loc = n->loc;
@@ -263,7 +281,7 @@ static bool derive_node(Graph *g, Node *n, int64_t T) {
   case OP_ADD: case OP_MUL: case OP_MAXIMUM: // same shapes: a table over positions is read at them
     for (int k = 0; k < n->nin; k++) q |= qd[n->in[k]->id];
     for (int k = 0; k < n->nin; k++)
-      if (qd[n->in[k]->id] != q) {
+      if (qd[n->in[k]->id] != q && !PF) {
         if (qd[n->in[k]->id] || !(in[k] = at_positions(n, in[k], q, T)))
           return refuse(n, "adds values of different positions");
       }
@@ -321,6 +339,11 @@ static bool derive_node(Graph *g, Node *n, int64_t T) {
   case OP_CAUSAL: {
     int r = n->shape.rank;
     if (q0 != 1u << (r - 2)) return refuse(n, "a causal mask not over [queries, keys]");
+    unmasked[n->id] = false;
+    if (PF) {
+      q = q0;
+      break;
+    }
     Node *c = beside(n, OP_DEC_CAUSAL, 2, (Node *[]){in[0], positions}, in[0]->shape);
     c->mask = n->mask;
     unmasked[n->id] = false;
@@ -329,6 +352,10 @@ static bool derive_node(Graph *g, Node *n, int64_t T) {
   }
   case OP_ROPE: {
     if (q0 != 1u << 1) return refuse(n, "rotary embedding not over the positions");
+    if (PF) {
+      q = q0;
+      break;
+    }
     Node *c = beside(n, OP_DEC_ROPE, 2, (Node *[]){in[0], positions}, in[0]->shape);
     c->rope = n->rope;
     c->role = n->role;
@@ -340,20 +367,25 @@ static bool derive_node(Graph *g, Node *n, int64_t T) {
     if (qa && qb) { // attention: operand b (keys, values) becomes a cache
       int d = single_dim(qb);
       if (d < 0) return refuse(n, "attention over several position dims");
-      Node *cache = new_node(DG, OP_INPUT, 0, NULL);
+      Node *cache = new_node(cur, OP_INPUT, 0, NULL);
       cache->shape = n->in[1]->shape;
       bool keys = dot_out_dim(n, 1, d) >= 0; // scores over the cache's positions, not values
       cache->layer = n->layer, cache->loc = n->loc, cache->role = "cache";
       cache->name = format("%s(%s)", keys ? "keys" : "values", n->layer ? n->layer : "attention");
       cache->index = -1; // decode_derive numbers them
-      DG->inputs = xgrow(DG->inputs, DG->ninputs, &(int){DG->ninputs}, sizeof *DG->inputs);
-      DG->inputs[DG->ninputs++] = cache;
-      cache_of = xrealloc(cache_of, sizeof *cache_of * (size_t)(ncaches + 1));
-      cache_of[ncaches++] = n;
-      Node *w = beside(n, OP_KV_WRITE, 3, (Node *[]){in[1], cache, positions}, in[1]->shape);
-      w->cat.axis = d;
-      w->name = format("%s written", cache->name);
-      in[1] = cache;
+      cur->inputs = xgrow(cur->inputs, cur->ninputs, &(int){cur->ninputs}, sizeof *cur->inputs);
+      cur->inputs[cur->ninputs++] = cache;
+      if (!PF) {
+        cache_of = xrealloc(cache_of, sizeof *cache_of * (size_t)(ncaches + 1));
+        cache_of[ncaches++] = n;
+        Node *w = beside(n, OP_KV_WRITE, 3, (Node *[]){in[1], cache, positions}, in[1]->shape);
+        w->cat.axis = d;
+        w->name = format("%s written", cache->name);
+        in[1] = cache;
+      } else { // the prefill keeps every position's, and stores them whole
+        in[1] = beside(n, OP_KV_STORE, 2, (Node *[]){in[1], cache}, in[1]->shape);
+        in[1]->name = format("%s stored", cache->name);
+      }
       qb = 0;
       unmasked[n->id] = keys;
     }
@@ -387,14 +419,13 @@ static Node *token_input(Graph *g) {
   return ids && g->outputs[0]->shape.d[1] == ids->shape.d[1] ? ids : NULL;
 }
 
-void decode_derive(Graph *g) {
-  DG = NULL, why = NULL, ncaches = 0, cache_of = NULL; // (release_all may have freed them)
-  Node *ids = token_input(g);
-  if (!ids) return;
+// The decode graph (pf: the prefill graph) of g, whose token ids are ids;
+// NULL when there is none (why says why).
+static Graph *derive(Graph *g, Node *ids, bool pf) {
   int64_t T = ids->shape.d[1];
   Graph *dg = xcalloc(1, sizeof *dg);
   *dg = (Graph){.model = g->model, .dist = g->dist, .batch = g->batch, .phase = PH_FORWARD};
-  DG = dg;
+  cur = dg, PF = pf;
   qd = xcalloc((size_t)g->nnodes, sizeof *qd);
   copy = xcalloc((size_t)g->nnodes, sizeof *copy);
   unmasked = xcalloc((size_t)g->nnodes, sizeof *unmasked);
@@ -436,31 +467,33 @@ void decode_derive(Graph *g) {
     if (!need[i] || copy[i]) continue;
     if (n->phase != PH_FORWARD || n->op == OP_INPUT || n->op == OP_LABEL) {
       refuse(n, "the output reads something other than the inputs and weights");
-      DG = NULL;
-      return;
+      return NULL;
     }
-    if (!derive_node(g, n, T)) {
-      DG = NULL;
-      return;
-    }
+    if (!derive_node(g, n, T)) return NULL;
   }
   Node *o = copy[g->outputs[0]->id];
   if (qd[g->outputs[0]->id] != 1u << 1 || !ncaches) {
     why = "the output is not one position's";
-    DG = NULL;
-    return;
+    return NULL;
   }
   dg->outputs = xcalloc(1, sizeof *dg->outputs);
   dg->outputs[dg->noutputs++] = o;
   for (int k = 0, i = 0; i < dg->ninputs; i++)
     if (dg->inputs[i]->index < 0) dg->inputs[i]->index = g->ninputs + 1 + k++;
   xfree(need);
+  return dg;
 }
 
-void decode_finish(Graph *g) {
-  Graph *dg = DG;
-  if (!dg) return;
-  DG = NULL;
+void decode_derive(Graph *g) {
+  DG = PG = NULL, why = NULL, ncaches = 0, cache_of = NULL; // (release_all may have freed them)
+  Node *ids = token_input(g);
+  if (!ids || !(DG = derive(g, ids, false))) return;
+  PG = derive(g, ids, true);
+}
+
+// dg (the decode or the prefill graph) sharded and planned; false (why says
+// why) when it cannot run as the program's.
+static bool finish(Graph *g, Graph *dg) {
   // the caches as the training graph places what they replace, whole sums
   for (int k = 0, i = 0; i < dg->ninputs; i++) {
     Node *c = dg->inputs[i];
@@ -477,27 +510,36 @@ void decode_finish(Graph *g) {
     const Node *n = dg->nodes[i], *x = n->nin ? n->in[0] : NULL;
     if (is_collective(n->op) && x->op == OP_INPUT && x->index >= g->ninputs) {
       why = format("the decode step would reshard its %s", x->name);
-      return;
+      return false;
     }
     bool decode_op = n->op == OP_KV_WRITE || n->op == OP_POS_SLICE || n->op == OP_DEC_CAUSAL ||
                      n->op == OP_DEC_ROPE;
     if (decode_op && (n->bdims != 1 || n->place.partial || n->place.pmax)) {
       why = format("%s: its rows are not dim 0 alone", n->name ? n->name : "a decode op");
-      return;
+      return false;
+    }
+    if (n->op == OP_KV_STORE && !place_eq(&n->in[0]->place, &n->in[1]->place, n->shape.rank)) {
+      why = format("%s: the keys or values are not placed as their cache", n->name);
+      return false;
     }
   }
   plan_memory(dg);
   for (int i = 0; i < dg->nvars; i++)
     if (dg->vars[i]->offset != g->vars[i]->offset) {
       why = "its parameter blob is not the program's";
-      return;
+      return false;
     }
   const Node *o = view_base(dg->outputs[0]);
   if (o->region != REGION_ARENA || dg->outputs[0]->place.partial || dg->outputs[0]->place.pmax) {
     why = "its output is not one arena buffer";
-    return;
+    return false;
   }
-  DG = dg;
+  return true;
+}
+
+void decode_finish(Graph *g) {
+  if (DG && !finish(g, DG)) DG = PG = NULL;
+  if (PG && !finish(g, PG)) PG = NULL; // the decode step then fills the caches itself
 }
 
 // ---------------------------------------------------------------- the C file
@@ -513,47 +555,57 @@ static void emit_part(const StepPart *p) {
 }
 
 // The parts as emit_c writes them (the forward, run as evaluation), then
-// decode_step calling them.
-static void emit_decode_step(void) {
+// `name` calling them.
+static void emit_step_fn(const char *name, const char *what) {
   int nparts;
   StepPart *parts = step_parts(&nparts);
-  out("\n// ---- the decode step's parts, in order\n");
+  out("\n// ---- the %s's parts, in order\n", name);
   for (int i = 0; i < nparts; i++) emit_part(&parts[i]);
-  out("\n// ---- the decode step: x = the model's inputs for one position, the rows'\n"
-      "// positions, the caches\n");
-  out("static void decode_step(kdrt_ctx *c, const void *const *x) {\n");
+  out("\n// ---- the %s: x = %s, the rows' positions, the caches\n", name, what);
+  out("static void %s(kdrt_ctx *c, const void *const *x) {\n", name);
   out("  const void *const *y = NULL;\n");
   emit_step_rows();
   for (int i = 0; i < nparts; i++) out("  %s(c, x, y, EVAL_STEP);\n", parts[i].name);
   out("}\n");
 }
 
-bool decode_emit_c(const char *path) {
-  if (!DG) return false;
+// dg's file: its step, its table, and the table registered as `global`.
+static bool emit_file(Graph *dg, const char *path, const char *name, const char *global) {
+  if (!dg) return false;
   FILE *f = fopen(path, "w");
   if (!f) error("cannot write '%s'", path);
-  emit_begin(DG, f, BACKEND_C);
-  emit_preamble(": its decode step for `./train generate`");
-  emit_decode_step();
-  const Node *o = DG->outputs[0];
+  bool pf = dg == PG;
+  emit_begin(dg, f, BACKEND_C);
+  emit_preamble(pf ? ": its prefill step for `./train generate` (the caches from a whole window)"
+                   : ": its decode step for `./train generate` (one position, key/value caches)");
+  emit_step_fn(name, pf ? "the model's inputs" : "the model's inputs for one position");
+  const Node *o = dg->outputs[0];
   out("\n// the caches, after the model's inputs and the positions: local floats for BATCH rows\n");
   out("static const int64_t cache_floats[] = {");
   int k = 0;
-  for (int i = 0; i < DG->ninputs; i++)
-    if (DG->inputs[i]->role && !strcmp(DG->inputs[i]->role, "cache"))
-      out("%s\n  %lld /* %s: %s */", k++ ? "," : "", (long long)lelems(DG->inputs[i]),
-          DG->inputs[i]->name, describe(DG->inputs[i]));
+  for (int i = 0; i < dg->ninputs; i++)
+    if (dg->inputs[i]->role && !strcmp(dg->inputs[i]->role, "cache"))
+      out("%s\n  %lld /* %s: %s */", k++ ? "," : "", (long long)lelems(dg->inputs[i]),
+          dg->inputs[i]->name, describe(dg->inputs[i]));
   out("};\n");
-  out("\nstatic const kdrt_decode decode = {\n");
-  out("  .step = decode_step,\n  .arena_floats = ARENA_FLOATS,\n  .param_floats = PARAM_FLOATS,\n");
+  out("\nstatic const kdrt_decode table = {\n");
+  out("  .step = %s,\n  .arena_floats = ARENA_FLOATS,\n  .param_floats = PARAM_FLOATS,\n", name);
   out("  .batch = BATCH,\n  .ncaches = %d,\n  .cache_floats = cache_floats,\n", k);
   out("  .arena_plan = arena_plan,\n");
-  out("  .output = {\"%s\", %lld /* %s */, %s},\n", DG->model->outputs[0].layer->name,
+  out("  .output = {\"%s\", %lld /* %s */, %s},\n", dg->model->outputs[0].layer->name,
       (long long)view_base(o)->offset, off_name(view_base(o)), layout_init(o));
   out("};\n\n");
   out("// The main file's table does not name this one: it registers itself.\n");
-  out("__attribute__((constructor)) static void register_decode(void) { kdrt_decode_program = "
-      "&decode; }\n");
+  out("__attribute__((constructor)) static void register_table(void) { %s = &table; }\n",
+      global);
   if (fclose(f) != 0) error("cannot write '%s'", path);
   return true;
+}
+
+bool decode_emit_c(const char *path) {
+  return emit_file(DG, path, "decode_step", "kdrt_decode_program");
+}
+
+bool prefill_emit_c(const char *path) {
+  return emit_file(PG, path, "prefill_step", "kdrt_prefill_program");
 }

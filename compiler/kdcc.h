@@ -895,6 +895,9 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
 void decode_derive(Graph *g);
 void decode_finish(Graph *g);
 bool decode_emit_c(const char *path);
+// The prefill step (the whole window, its keys and values stored in the
+// caches), the program's third file when the decode step has one.
+bool prefill_emit_c(const char *path);
 const char *decode_why(void);
 
 // ---------------------------------------------------------------- report.c

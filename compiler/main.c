@@ -105,7 +105,8 @@ static void build_program(Graph *g, const char *out) {
   char *src = format("%s/program.c", dir);
   write_c(g, src);
   // issue 24: generate's decode step, a file of its own (decode.c)
-  char *dsrc = format("%s/decode.c", dir);
+  char *dsrc = format("%s/decode.c", dir), *psrc = format("%s/prefill.c", dir);
+  if (!prefill_emit_c(psrc)) unlink(psrc), psrc = NULL;
   if (!decode_emit_c(dsrc)) {
     unlink(dsrc), dsrc = NULL;
     if (decode_why())
@@ -123,8 +124,9 @@ static void build_program(Graph *g, const char *out) {
   // the runtime's own -march (the Makefile's MARCH), so both run on the
   // same machines.
   char *cmd = format("%s -std=c11 -O1 -march=" KDRT_MARCH " -Wall -Wextra -Werror "
-                     "-I'%s/runtime' -o '%s' '%s' %s '%s' " KDRT_LIBS,
-                     cc, root, tmp, src, dsrc ? format("'%s'", dsrc) : "", lib);
+                     "-I'%s/runtime' -o '%s' '%s' %s %s '%s' " KDRT_LIBS,
+                     cc, root, tmp, src, dsrc ? format("'%s'", dsrc) : "",
+                     psrc ? format("'%s'", psrc) : "", lib);
   if (system(cmd) != 0) {
     unlink(tmp);
     error("building '%s' failed (the generated source is %s)", out, src);
@@ -347,6 +349,8 @@ int main(int argc, char **argv) {
     write_c(g, format("%s/program.%s", cdir, target_cuda ? "cu" : "c"));
     char *dsrc = format("%s/decode.c", cdir); // issue 24: generate's decode step, if any
     if (target_cuda || !decode_emit_c(dsrc)) unlink(dsrc);
+    char *psrc = format("%s/prefill.c", cdir);
+    if (target_cuda || !prefill_emit_c(psrc)) unlink(psrc);
   }
   if (out || (!report && !emit_graph && !cdir)) build_program(g, out ? out : "train");
   return 0;

@@ -15,12 +15,14 @@
 //
 // With the program's decode step (kdcc's decode.c, kdrt_decode_program:
 // the forward for one position with a key/value cache per attention layer)
-// each position costs one position instead: every row goes through it one
-// position a step, its prompt's tokens, then each token drawn at its own
-// last position, so prompts of different lengths share a batch
-// (--prompt-ids a;b;c). The cache holds positions 0 .. T - 1; once a
-// sample's window is full the whole window takes over, the same tokens as
-// --no-cache gives.
+// each token costs one position instead: the prefill step (prefill.c,
+// kdrt_prefill_program: the whole window, storing every position's keys and
+// values) fills the caches from the prompts and gives each first token,
+// then every row goes through the decode step one position a step, each
+// token drawn at its own last position, so prompts of different lengths
+// share a batch (--prompt-ids a;b;c). The cache holds positions 0 .. T - 1;
+// once a sample's window is full the whole window takes over, the same
+// tokens as --no-cache gives.
 //
 // Text in and out needs a vocabulary: --vocab FILE takes the distinct
 // bytes of FILE in increasing order as ids 0, 1, ... (what
@@ -38,8 +40,9 @@
 
 #define leave(c, status, ...) kdrt_leave((c), "generate", (status), __VA_ARGS__)
 
-// Set by the program's decode file when kdcc gave the model a decode step.
-const kdrt_decode *kdrt_decode_program;
+// Set by the program's decode and prefill files when kdcc gave the model a
+// decode step (and a prefill step).
+const kdrt_decode *kdrt_decode_program, *kdrt_prefill_program;
 
 typedef struct {
   const char *prompt, *prompt_ids, *vocab_path, *weights;
@@ -339,9 +342,11 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
   // which the cache does not follow); the whole window each token after.
   const kdrt_decode *dec = o.no_cache ? NULL : kdrt_decode_program;
   if (dec && (dec->param_floats != p->param_floats || dec->batch != p->batch || nmax > T)) dec = NULL;
+  const kdrt_decode *pre = dec ? kdrt_prefill_program : NULL;
+  if (pre && (pre->param_floats != p->param_floats || pre->ncaches != dec->ncaches)) pre = NULL;
   if (dec && !o.quiet && c->rank == 0) {
-    fprintf(stderr, "generate: the decode step, one position a token (%d key/value caches)\n",
-            dec->ncaches);
+    fprintf(stderr, "generate: the decode step, one position a token (%d key/value caches%s)\n",
+            dec->ncaches, pre ? ", filled by the prefill step" : "");
     if (nmax + o.tokens > T)
       fprintf(stderr, "generate: past the window of %lld positions, the whole window each token\n",
               (long long)T);
@@ -355,47 +360,81 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p) {
   int64_t *drawn = calloc((size_t)o.samples, sizeof *drawn); // each sample's tokens so far
   if (!drawn) kdrt_fatal(c, "out of memory");
   if (dec) {
-    // Position t of every row a step: the prompt's token while there is one,
-    // then the one drawn from the step before; a sample draws its token i
-    // (Philox's counter, as without the cache) at position len + i - 1.
-    float *arena = malloc(sizeof(float) * (dec->arena_floats ? dec->arena_floats : 1));
+    // The caches hold positions 0 .. fed[s] - 1 of sample s: the prefill
+    // step fills every prompt's at once and draws each first token from the
+    // output at its prompt's last position; without it the prompts go
+    // through the decode step too. Each decode step feeds every sample's
+    // next position, its prompt's token or the last one drawn, and draws
+    // from the output when that was the last token known (token i of a
+    // sample, Philox's counter as without the cache, at position len + i - 1),
+    // while every sample that still draws has room in the window.
+    size_t floats = dec->arena_floats > (pre ? pre->arena_floats : 0) ? dec->arena_floats
+                                                                      : pre->arena_floats;
+    float *arena = malloc(sizeof(float) * (floats ? floats : 1));
     float *caches[64] = {0};
+    int64_t *fed = calloc((size_t)o.samples, sizeof *fed);
     const void *xs[2 + 1 + 64];
-    oom = !arena || dec->ncaches > 64;
+    oom = !arena || !fed || dec->ncaches > 64;
     for (int k = 0; k < dec->ncaches && !oom; k++)
       oom |= !(caches[k] = calloc((size_t)dec->cache_floats[k] + 1, sizeof(float)));
     if (oom) kdrt_fatal(c, "out of memory (the key/value caches)");
     xs[0] = ids ? (void *)mask : (void *)x, xs[ids] = x, xs[ids + 1] = pos;
     for (int k = 0; k < dec->ncaches; k++) xs[ids + 2 + k] = caches[k];
-    const kdrt_layout *dl = &dec->output.layout;
-    for (int64_t t = 0; t + 1 < nmax + o.tokens && t < T; t++) {
+    float *main_arena = c->arena;
+    if (pre && o.tokens > 0) {
+      memset(x, 0, sizeof(int32_t) * (size_t)(lb * T));
+      memset(mask, 0, sizeof(int32_t) * (size_t)(lb * T));
+      for (int r = 0; r < lb; r++)
+        if (row0 + r < o.samples) {
+          memcpy(x + r * T, seq + (row0 + r) * cap, sizeof(int32_t) * (size_t)len[row0 + r]);
+          for (int64_t i = 0; i < len[row0 + r]; i++) mask[r * T + i] = 1;
+        }
+      c->arena = arena;
+      pre->step(c, xs);
+      kdrt_gather_global(c, &pre->output.layout, c->arena + pre->output.offset, out);
+      c->arena = main_arena;
+      if (c->rank == 0)
+        for (int s = 0; s < o.samples; s++)
+          next[s] = draw(out + (s * T + len[s] - 1) * V, vn, &o, uniform(o.seed, s, 0), work);
+      KDRT_MPI(MPI_Bcast(next, o.samples, MPI_INT, 0, MPI_COMM_WORLD));
+      for (int s = 0; s < o.samples; s++) seq[s * cap + len[s]] = next[s], drawn[s] = 1, fed[s] = len[s];
+      if (stream) {
+        put_token(stdout, &voc, next[0], 0);
+        fflush(stdout);
+      }
+    }
+    for (;;) {
+      int go = 0;
+      for (int s = 0; s < o.samples; s++)
+        if (drawn[s] < o.tokens) go = fed[s] < T ? go | 1 : (go | 2);
+      if (go != 1) break; // done, or a window full: the whole window from here
       for (int r = 0; r < lb; r++) {
         int s = row0 + r;
-        x[r] = s < o.samples && t < len[s] + o.tokens ? seq[s * cap + t] : 0;
+        int64_t t = s < o.samples && fed[s] < T ? fed[s] : 0;
+        x[r] = s < o.samples && t < len[s] + drawn[s] ? seq[s * cap + t] : 0;
         pos[r] = (int32_t)t;
         for (int64_t j = 0; j < T; j++) mask[r * T + j] = s < o.samples && j <= t;
       }
-      float *main_arena = c->arena;
       c->arena = arena;
       dec->step(c, xs);
-      kdrt_gather_global(c, dl, c->arena + dec->output.offset, out);
+      kdrt_gather_global(c, &dec->output.layout, c->arena + dec->output.offset, out);
       c->arena = main_arena;
       if (c->rank == 0)
-        for (int s = 0; s < o.samples; s++) {
-          int64_t i = t - (len[s] - 1); // the token this position draws
-          next[s] = i >= 0 && i < o.tokens
-                        ? draw(out + s * V, vn, &o, uniform(o.seed, s, i), work) : -1;
-        }
+        for (int s = 0; s < o.samples; s++)
+          next[s] = drawn[s] < o.tokens && fed[s] == len[s] + drawn[s] - 1
+                        ? draw(out + s * V, vn, &o, uniform(o.seed, s, drawn[s]), work) : -1;
       KDRT_MPI(MPI_Bcast(next, o.samples, MPI_INT, 0, MPI_COMM_WORLD));
-      for (int s = 0; s < o.samples; s++)
-        if (next[s] >= 0) seq[s * cap + t + 1] = next[s], drawn[s]++;
+      for (int s = 0; s < o.samples; s++) {
+        if (next[s] >= 0) seq[s * cap + len[s] + drawn[s]] = next[s], drawn[s]++;
+        if (drawn[s] < o.tokens) fed[s]++;
+      }
       if (stream && next[0] >= 0) {
         put_token(stdout, &voc, next[0], 0);
         fflush(stdout);
       }
     }
     for (int k = 0; k < dec->ncaches; k++) free(caches[k]);
-    free(arena);
+    free(arena), free(fed);
   }
   for (;;) { // the whole window (the last T tokens) for each sample's next token
     int more = 0;

@@ -67,18 +67,21 @@ cmp -s "$T/out" "$T/s1" || fail "sampled: the mesh draws other tokens"
 name="sampled, another seed"; run 1 "$T/one" "${SAMPLE[@]}" --seed 8; expect 0
 cmp -s "$T/out" "$T/s1" && fail "--seed 8 draws what --seed 7 drew"
 
-# The decode step (a key/value cache, kdcc's decode.c): the program has one
-# and says it uses it; --no-cache (the whole window each token) gives the
+# The decode step (a key/value cache, kdcc's decode.c, filled by the
+# prefill step, prefill.c): the program has both and says it uses them; --no-cache (the whole window each token) gives the
 # same tokens, greedy and sampled, on one device and on the mesh; prompts
 # of different lengths in one batch each continue as they do alone; past
 # the window (positions that would slide) the whole window takes over, the
 # same tokens as --no-cache.
-[ -f "$T/one.kdcc.d/decode.c" ] && [ -f "$T/mesh.kdcc.d/decode.c" ] ||
-  fail "the GPT's programs have no decode step (decode.c)"
+for f in decode prefill; do
+  [ -f "$T/one.kdcc.d/$f.c" ] && [ -f "$T/mesh.kdcc.d/$f.c" ] || fail "the GPT's programs have no $f.c"
+done
 ./kdcc models/gpt.keras --distribution models/gpt.dist.json --batch-size 8 -w -S "$T/src" &&
-  mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime "$T/src/decode.c" ||
-  fail "-S DIR: no decode.c, or it does not compile warning-free"
-name="greedy with the cache"; run 1 "$T/one" "${GREEDY[@]:0:7}"; expect 0 "the decode step, one position a token (4 key/value caches)"
+  mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime "$T/src/decode.c" &&
+  mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime "$T/src/prefill.c" ||
+  fail "-S DIR: no decode.c or prefill.c, or one does not compile warning-free"
+name="greedy with the cache"; run 1 "$T/one" "${GREEDY[@]:0:7}"
+expect 0 "the decode step, one position a token (4 key/value caches, filled by the prefill step)"
 head -1 "$T/out" | cmp -s - "$T/greedy1" || fail "greedy: $(head -1 "$T/out") without -q"
 for np in 1 8; do
   exe=$T/one && [ $np = 8 ] && exe=$T/mesh
