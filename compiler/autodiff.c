@@ -40,7 +40,7 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
   if (!need[p->id]) return;
   Node *dp;
   if (l->op == OP_XENT) {
-    dp = new_node(g, OP_XENT_GRAD, 4, l->in);
+    dp = new_node(g, OP_XENT_GRAD, l->nin, l->in);
     dp->shape = p->shape;
   } else { // p, y and the hinge losses' flag
     dp = new_node(g, OP_LOSS_GRAD, l->nin, l->in);

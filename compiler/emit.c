@@ -802,6 +802,10 @@ void emit_program_tables(void) {
   out("};\nstatic const kdrt_io labels[] = {\n");
   for (int j = 0; j < g->nlabels; j++) {
     const Node *y = g->labels[j];
+    if (y == g->sample_weight) { // kdcc --sample-weight: Keras's sample_weight, last
+      out("  %s,\n", io_init("sample_weight", y, KDRT_LABEL_WEIGHT, 0));
+      continue;
+    }
     int o = 0; // the output this label belongs to
     for (int i = 0, k = 0; i < g->noutputs; i++)
       if (g->model->losses[i].has && k++ == j) o = i;
@@ -812,6 +816,11 @@ void emit_program_tables(void) {
   out("};\nstatic const char *const log_names[] = {");
   for (int k = 0; k < g->nlogs; k++) out("%s\"%s\"", k ? ", " : "", g->logs[k].name);
   out("};\n");
+  if (g->sample_weight) { // the weighted metrics: their epoch mean is over the weights
+    out("static const unsigned char log_weighted[] = {");
+    for (int k = 0; k < g->nlogs; k++) out("%s%d", k ? ", " : "", g->logs[k].weighted);
+    out("};\n");
+  }
   out("\n// the model's outputs for `./train predict`: arena offset, layout\n");
   out("static const kdrt_output outputs[] = {\n");
   for (int i = 0; i < g->noutputs; i++) {
@@ -879,6 +888,7 @@ void emit_program_fields(const char *lhs, const char *end) {
   FIELD("labels", "labels");
   FIELD("nlogs", "%d", g->nlogs);
   FIELD("log_names", "log_names");
+  if (g->sample_weight) FIELD("log_weighted", "log_weighted");
   FIELD("noutputs", "%d", g->noutputs);
   FIELD("outputs", "outputs");
   FIELD("learning_rate", "%s", flt(md->opt.lr));

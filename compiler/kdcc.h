@@ -179,6 +179,7 @@ typedef struct {
   LossKind loss;          // MET_LOSS: which loss
   bool from_logits;       // MET_LOSS: the metric's own (false when named by a string)
   const char *name;       // its log's name, as Keras names it ("acc", "mae", ...)
+  bool weighted;          // one of compile's weighted_metrics: weighted by the sample weights
   Loc loc;
 } Metric;
 
@@ -315,6 +316,9 @@ extern int64_t opt_sequence_length;
 // attention projections named in targets (default "query,value"); 0: none.
 extern int64_t opt_lora_rank;
 extern const char *opt_lora_targets;
+// --sample-weight: the program takes Keras's sample_weight (a LABEL of the
+// losses' rows, Graph.sample_weight), weighing the losses and weighted_metrics.
+extern bool opt_sample_weight;
 
 // ---------------------------------------------------------------- load_compile.c
 // compile_config (absent or null: loss "mse", optimizer "adam") into m's
@@ -442,6 +446,8 @@ typedef struct {                                             // LOSS, METRIC, LO
                           // program divides it by the step's rows
   double lw;              // LOSS, XENT: the loss weight (loss_weights) in the total loss
   bool metric;            // LOSS: a metric's, logged only (not in the total, not differentiated)
+  bool weighted;          // the last operand is the sample weights, one a row (Keras's
+                          // sample_weight: each row's loss or hit times its weight)
 } LossAttr;
 typedef struct {                                             // collectives
   unsigned axes;          // the group of mesh axes (mask)
@@ -695,6 +701,7 @@ struct Var {
 typedef struct {
   const char *name;
   Node *node;             // a scalar (after its reduction, shard.c)
+  bool weighted;          // a weighted metric's: its epoch mean is over the sample weights
 } Log;
 
 // One step of the arena plan (memplan.c), which a program replays when it
@@ -720,8 +727,10 @@ struct Graph {
   int nvars, cap_vars;
   Node **inputs;          // INPUT nodes, the model's inputs in order
   int ninputs;
-  Node **labels;          // LABEL nodes, one per output with a loss
+  Node **labels;          // LABEL nodes, one per output with a loss (then sample_weight's)
   int nlabels;
+  Node *sample_weight;    // kdcc --sample-weight: the LABEL of the weights of the losses'
+                          // rows, after the outputs' labels; else NULL
   Node **outputs;         // the model's outputs
   int noutputs;
   Log *logs;              // logs[0]: "loss", the total

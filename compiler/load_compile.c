@@ -587,11 +587,17 @@ void load_compile(Model *m, json_t *cc) {
   json_t *metrics = json_object_get(cc, "metrics");
   if (metrics)
     load_metrics(m, metrics);
-  // kdcc has no sample weights, so a weighted metric is its plain one
-  // (keras-hub's tasks compile theirs as weighted_metrics)
+  // weighted_metrics (keras-hub's tasks compile theirs so) are weighted by
+  // the sample weights (kdcc --sample-weight); without them, their plain ones
   json_t *weighted = json_object_get(cc, "weighted_metrics");
-  if (weighted && !json_is_null(weighted))
+  if (weighted && !json_is_null(weighted)) {
+    int *had = xcalloc(m->noutputs, sizeof *had);
+    for (int i = 0; i < m->noutputs; i++) had[i] = m->losses[i].nmetrics;
     load_metrics(m, weighted);
+    for (int i = 0; i < m->noutputs; i++)
+      for (int k = had[i]; k < m->losses[i].nmetrics; k++) m->losses[i].metrics[k].weighted = true;
+    xfree(had);
+  }
   bool any = false;
   for (int i = 0; i < m->noutputs; i++) any |= m->losses[i].has;
   if (!any)

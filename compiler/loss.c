@@ -11,6 +11,22 @@
 
 #include <string.h>
 
+bool opt_sample_weight;
+
+// A loss or metric node of op on args[nin], then the sample weights where
+// it is weighted and there are some (Keras's sample_weight: the LABEL of
+// the losses' rows, g->sample_weight; LossAttr.weighted).
+static Node *loss_node(Graph *g, OpKind op, int nin, Node **args, bool weighted) {
+  Node *a[MAX_IN];
+  memcpy(a, args, sizeof *a * (size_t)nin);
+  weighted = weighted && g->sample_weight;
+  if (weighted) a[nin++] = g->sample_weight;
+  Node *n = new_node(g, op, nin, a);
+  n->shape = (Shape){0};
+  n->loss.weighted = weighted;
+  return n;
+}
+
 // or 1: the test is over the global batch (a max over its rows).
 static Node *not_binary(Graph *g, Node *y, const char *layer, Loc loc) {
   Node *nb = new_node1(g, OP_NOT_BINARY, y, (Shape){0});
@@ -49,18 +65,19 @@ static void build_metric(Graph *g, int i, const Metric *mt, Node *p, Node *y, No
     Node *args[3] = {p, y, NULL};
     if (mt->loss == LOSS_HINGE || mt->loss == LOSS_SQUARED_HINGE)
       args[2] = not_binary(g, y, out, mt->loc);
-    n = new_node(g, OP_LOSS, args[2] ? 3 : 2, args);
+    n = loss_node(g, OP_LOSS, args[2] ? 3 : 2, args, mt->weighted);
     la.kind = mt->loss;
     la.from_logits = mt->from_logits;
     la.metric = true;
   } else if (k == MET_SPARSE_ACC && rowmax) {
     Node *args[3] = {p, y, rowmax};
-    n = new_node(g, OP_XENT_ACC, 3, args);
+    n = loss_node(g, OP_XENT_ACC, 3, args, mt->weighted);
     la.kind = LOSS_SCCE;
   } else {
-    n = new_node2(g, OP_METRIC, p, y, (Shape){0});
+    n = loss_node(g, OP_METRIC, 2, (Node *[]){p, y}, mt->weighted);
     la.kind = k == MET_BINARY_ACC ? LOSS_BCE : k == MET_SPARSE_ACC ? LOSS_SCCE : LOSS_CCE;
   }
+  la.weighted = n->loss.weighted;
   n->loss = la;
   n->shape = (Shape){0};
   n->index = i;
@@ -72,7 +89,7 @@ static void build_metric(Graph *g, int i, const Metric *mt, Node *p, Node *y, No
       error_at(mt->loc, "metric '%s' of output '%s' would be logged as '%s', a name another log "
                "has", mt->name, out, n->name);
   g->logs = xgrow(g->logs, g->nlogs, &(int){g->nlogs}, sizeof *g->logs);
-  g->logs[g->nlogs++] = (Log){n->name, n};
+  g->logs[g->nlogs++] = (Log){n->name, n, la.weighted};
 }
 
 // The loss, metric and label of output i (prediction p), and their logs.
@@ -131,13 +148,14 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
     m->layer = s->layer = out->name;
     m->loc = s->loc = ol->loc;
     Node *args[4] = {p, y, m, s};
-    loss = new_node(g, OP_XENT, 4, args);
+    loss = loss_node(g, OP_XENT, 4, args, true);
   } else {
     Node *args[3] = {p, yl, NULL};
     if (ol->kind == LOSS_HINGE || ol->kind == LOSS_SQUARED_HINGE)
       args[2] = not_binary(g, y, out->name, ol->loc);
-    loss = new_node(g, OP_LOSS, args[2] ? 3 : 2, args);
+    loss = loss_node(g, OP_LOSS, args[2] ? 3 : 2, args, true);
   }
+  la.weighted = loss->loss.weighted;
   loss->shape = (Shape){0};
   loss->loss = la;
   loss->index = i;
@@ -145,9 +163,43 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
   loss->layer = out->name;
   loss->name = format("%sloss", prefix);
   g->logs = xgrow(g->logs, g->nlogs, &(int){g->nlogs}, sizeof *g->logs);
-  g->logs[g->nlogs++] = (Log){loss->name, loss};
+  g->logs[g->nlogs++] = (Log){loss->name, loss, false};
   for (int k = 0; k < ol->nmetrics; k++)
     build_metric(g, i, &ol->metrics[k], p, y, rowmax, rows, prefix);
+}
+
+// kdcc --sample-weight: Keras's sample_weight, one weight a row of the
+// losses (a sample's, or a token's of a [b, t, classes] output), a LABEL
+// split along the batch as the labels are, after them. Every output with a
+// loss must have the same rows (./train broadcasts a weight a sample over
+// a sample's tokens).
+static void sample_weights(Graph *g) {
+  const Model *m = g->model;
+  Shape rs = {0};
+  const char *first = NULL;
+  int nl = 0;
+  for (int i = 0; i < m->noutputs; i++) {
+    if (!m->losses[i].has) continue;
+    nl++;
+    const Shape *p = &g->outputs[i]->shape;
+    Shape r = *p;
+    if (r.rank > 1) r.rank--;
+    if (!first) rs = r, first = m->outputs[i].layer->name;
+    else if (!shape_eq(&r, &rs))
+      error_at(m->losses[i].loc, "--sample-weight: output '%s' has rows %s, output '%s' %s: "
+               "one sample weight a row needs the same rows", m->outputs[i].layer->name,
+               shape_str(&r), first, shape_str(&rs));
+  }
+  if (!nl) return;
+  Node *w = new_node(g, OP_LABEL, 0, NULL);
+  w->shape = rs;
+  w->index = nl; // after the outputs' labels
+  w->name = "sample_weight";
+  w->loss.weighted = true;
+  w->has_want = true;
+  w->want = place_replicated();
+  w->want.axis[0] = g->dist->batch_axis;
+  g->sample_weight = w;
 }
 
 Graph *build_graph(Model *m, Dist *d, int batch) {
@@ -231,6 +283,7 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
   // the losses: "loss" is their sum; each output's own log is "<output>_loss"
   // when there are several outputs
   g->phase = PH_LOSS;
+  if (opt_sample_weight) sample_weights(g);
   Node *total[65]; // the losses, and the penalty
   int nl = 0;
   for (int i = 0; i < m->noutputs; i++) {
@@ -238,7 +291,7 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
     if (nl == 64) error_at(m->losses[i].loc, "more than 64 losses");
     if (nl == 0) { // "loss" goes first
       g->logs = xgrow(g->logs, g->nlogs, &(int){g->nlogs}, sizeof *g->logs);
-      g->logs[g->nlogs++] = (Log){"loss", NULL};
+      g->logs[g->nlogs++] = (Log){"loss", NULL, false};
     }
     build_loss(g, i, g->outputs[i],
                m->noutputs == 1 ? "" : format("%s_", m->outputs[i].layer->name));
@@ -287,6 +340,10 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
   const char **paths = xcalloc(g->nvars + m->nlayers, sizeof *paths);
   int np = 0;
   for (int i = 0; i < g->nvars; i++) paths[np++] = g->vars[i]->path;
+  if (g->sample_weight) { // its label last
+    g->labels = xgrow(g->labels, g->nlabels, &(int){g->nlabels}, sizeof *g->labels);
+    g->labels[g->nlabels++] = g->sample_weight;
+  }
   for (int i = 0; i < m->nlayers; i++)
     if (outs[i]) paths[np++] = outs[i];
   dist_warn_unused(d, paths, np);

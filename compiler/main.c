@@ -29,6 +29,9 @@ static const char usage[] =
   "                        weight frozen, the attention's query and value kernels\n"
   "                        adapted by trained A . B)\n"
   "  --lora-targets a,b    the projections LoRA adapts (default query,value)\n"
+  "  --sample-weight       the program takes Keras's sample_weight (./train\n"
+  "                        --sample-weight W.npy): each row's loss and weighted\n"
+  "                        metric times its weight\n"
   "  --dtype-policy P      Keras's dtype policy for every layer but the inputs, as\n"
   "                        mixed_precision.set_global_policy(P) would give them:\n"
   "                        float32, mixed_bfloat16 or mixed_float16 (with Keras's\n"
@@ -318,6 +321,7 @@ int main(int argc, char **argv) {
               "query,value", opt_lora_targets);
     } else if (!strcmp(a, "-w")) opt_quiet_warnings = true;
     else if (!strcmp(a, "--no-loops")) opt_no_loops = true; // issue 25
+    else if (!strcmp(a, "--sample-weight")) opt_sample_weight = true;
     else if (a[0] == '-') error("unknown option '%s' (see kdcc --help)", a);
     else if (model_path) error("more than one model given ('%s' and '%s')", model_path, a);
     else model_path = a;

@@ -420,10 +420,12 @@ static char *scale_c(const Node *n, const Node *p) {
 static void loss_rule(const Node *n, Rule *r) {
   const Shape *p = &n->in[0]->shape, *y = &n->in[1]->shape;
   bool grad = n->op == OP_LOSS_GRAD;
+  const Shape *w = n->loss.weighted ? &n->in[n->nin - 1]->shape : NULL; // a weight a row
   for (int d = 0; d + 1 < p->rank || (p->rank == 1 && d == 0); d++) {
     int f = factor(r, grad ? F_PASS : F_CONTRACT, p->d[d]);
     r->in[0][d] = f;
     if (d < y->rank) r->in[1][d] = f;
+    if (w && d < w->rank) r->in[n->nin - 1][d] = f;
     if (grad) r->out[d] = f;
   }
   if (p->rank > 1) {
@@ -434,10 +436,31 @@ static void loss_rule(const Node *n, Rule *r) {
   }
 }
 
+// kdcc --sample-weight: the weighted kernels (kdrt_loss_w, ...) take the
+// rows' weights after the operands.
+static void loss_emit_w(const Node *n, Lowering *lw, char *rows, char *cols) {
+  const Node *p = n->in[0];
+  char *w = buf(n->in[n->nin - 1]);
+  if (n->op == OP_METRIC) {
+    lower_call(lw, "accuracy_w", false, NULL, "%s, %d, %s, %s, %s, %s, %s, %s, %s",
+               loss_c[n->loss.kind], n->loss.from_logits, buf(n), buf(p), buf(n->in[1]), w, rows,
+               cols, scale_c(n, p));
+    return;
+  }
+  lower_call(lw, n->op == OP_LOSS ? "loss_w" : "loss_grad_w", false, NULL,
+             "%s, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
+             n->loss.from_logits, flt(n->loss.param), buf(n), buf(p), buf(n->in[1]),
+             n->nin > 3 ? buf(n->in[2]) : "NULL", w, rows, cols, scale_c(n, p));
+}
+
 static void loss_emit(const Node *n, Lowering *lw) {
   const Node *p = n->in[0];
   char *rows = p->shape.rank > 1 ? rows_c(p) : elems_c(p);
   char *cols = p->shape.rank > 1 ? cols_c(p) : "1";
+  if (n->loss.weighted) {
+    loss_emit_w(n, lw, rows, cols);
+    return;
+  }
   if (n->op == OP_METRIC) {
     lower_call(lw, "accuracy", false, NULL, "%s, %d, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
                n->loss.from_logits, buf(n), buf(p), buf(n->in[1]), rows, cols, scale_c(n, p));
@@ -450,7 +473,7 @@ static void loss_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_LOSS = {"loss", -1, 0, false, loss_rule, NULL, loss_emit};
-const OpDef op_METRIC = {"accuracy", 2, 0, false, loss_rule, NULL, loss_emit};
+const OpDef op_METRIC = {"accuracy", -1, 0, false, loss_rule, NULL, loss_emit};
 const OpDef op_LOSS_GRAD = {"loss_grad", -1, 0, false, loss_rule, NULL, loss_emit};
 
 // issue 11: y -> 1 when an element of y is neither 0 nor 1, else 0: a max
@@ -501,11 +524,23 @@ static void xent_emit(const Node *n, Lowering *lw) {
                buf(n->in[1]), rows, cols);
     return;
   case OP_XENT: case OP_XENT_GRAD:
+    if (n->loss.weighted) {
+      lower_call(lw, n->op == OP_XENT ? "sparse_xent_w" : "sparse_xent_grad_w", false, NULL,
+                 "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n), buf(x), buf(n->in[1]),
+                 buf(n->in[2]), buf(n->in[3]), buf(n->in[4]), rows, cols, col0, scale_c(n, x));
+      return;
+    }
     lower_call(lw, n->op == OP_XENT ? "sparse_xent" : "sparse_xent_grad", false, NULL,
                "%s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n), buf(x), buf(n->in[1]),
                buf(n->in[2]), buf(n->in[3]), rows, cols, col0, scale_c(n, x));
     return;
   case OP_XENT_ACC:
+    if (n->loss.weighted) {
+      lower_call(lw, "sparse_xent_acc_w", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s",
+                 buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), buf(n->in[3]), rows, cols, col0,
+                 scale_c(n, x));
+      return;
+    }
     lower_call(lw, "sparse_xent_acc", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s",
                buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), rows, cols, col0, scale_c(n, x));
     return;
@@ -515,9 +550,9 @@ static void xent_emit(const Node *n, Lowering *lw) {
 
 const OpDef op_ROW_MAX = {"row_max", 1, 0, false, xent_rule, NULL, xent_emit};
 const OpDef op_ROW_SUMEXP = {"row_sumexp", 2, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_XENT = {"sparse_xent", 4, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_XENT_GRAD = {"sparse_xent_grad", 4, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_XENT_ACC = {"sparse_xent_acc", 3, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_XENT = {"sparse_xent", -1, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_XENT_GRAD = {"sparse_xent_grad", -1, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_XENT_ACC = {"sparse_xent_acc", -1, 0, false, xent_rule, NULL, xent_emit};
 
 // ---------------------------------------------------------------- issue 15: BN_STATS, BATCH_NORM, BN_GRAD
 // Batch normalization in three passes over the activations: the sums of

@@ -538,6 +538,15 @@ int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int j, int *conv
   if (p->nlabels > 1) snprintf(whose, sizeof whose, " for %s", l->name);
   int64_t k = l->num_classes;
   switch (l->label_kind) {
+  case KDRT_LABEL_WEIGHT: // kdcc --sample-weight: a weight a row, or one a sample for its rows
+    if (a->row == want) break;
+    if (ids) {
+      *conv = KDRT_LABELS_BCAST;
+      break;
+    }
+    return kdrt_errf(err, errlen, "%s: shape %s does not fit the model's sample weights: expected "
+                     "%s%s (one weight a sample)", a->path, got, exp,
+                     want == 1 ? "" : " or (N,)");
   case KDRT_LABEL_CLASSID: // `want` ids a sample: (N,) or (N, 1) for one, (N, T) per token
     if (a->row != want)
       return kdrt_errf(err, errlen,
@@ -562,7 +571,9 @@ int kdrt_fit_labels(const kdrt_array *a, const kdrt_program *p, int j, int *conv
     return kdrt_errf(err, errlen, "%s: shape %s does not fit the model's labels%s: expected %s%s",
                 a->path, got, whose, exp, want == 1 ? " or (N,)" : "");
   }
-  if (*conv == KDRT_LABELS_COPY) return finite_file(a, "labels", err, errlen);
+  if (*conv == KDRT_LABELS_COPY || *conv == KDRT_LABELS_BCAST)
+    return finite_file(a, l->label_kind == KDRT_LABEL_WEIGHT ? "sample weights" : "labels", err,
+                       errlen);
   // Class ids: every one an integer in [0, k).
   for (int64_t s = 0; s < a->n; s++)
     for (int64_t i = 0; i < a->row; i++) {
@@ -615,6 +626,10 @@ int kdrt_data_open(kdrt_data *d, const kdrt_program *p, const char *const *xpath
     int isx = f < p->ninputs, k = isx ? f : f - p->ninputs;
     const char *path = isx ? xpaths[k] : ypaths[k];
     kdrt_array *a = isx ? &d->x[k] : &d->y[k];
+    if (!isx && !path && p->labels[k].label_kind == KDRT_LABEL_WEIGHT) { // no sample weights
+      d->yconv[k] = KDRT_LABELS_ONES;
+      continue;
+    }
     if (kdrt_array_open(a, path, err, errlen) ||
         (isx ? kdrt_fit_inputs(a, p, k, err, errlen)
              : kdrt_fit_labels(a, p, k, &d->yconv[k], err, errlen))) {
@@ -697,8 +712,31 @@ void kdrt_data_sample(const kdrt_data *d, int64_t i, void *const *x, float *cons
     if (p->inputs[k].dtype == KDRT_I32) kdrt_array_row_i32(&d->x[k], s, x[k]);
     else kdrt_array_row(&d->x[k], s, d->scale, x[k]);
   }
-  for (int j = 0; j < p->nlabels; j++)
-    kdrt_label_row(&d->y[j], d->yconv[j], p->labels[j].num_classes, s, y[j]);
+  for (int j = 0; j < p->nlabels; j++) {
+    int64_t n = kdrt_io_elems(&p->labels[j]);
+    if (d->yconv[j] == KDRT_LABELS_ONES || d->yconv[j] == KDRT_LABELS_BCAST) {
+      float w = 1.0f; // sample weights: none given, or one a sample for each of its rows
+      if (d->yconv[j] == KDRT_LABELS_BCAST) kdrt_array_row(&d->y[j], s, 1.0, &w);
+      for (int64_t e = 0; e < n; e++) y[j][e] = w;
+    } else {
+      kdrt_label_row(&d->y[j], d->yconv[j], p->labels[j].num_classes, s, y[j]);
+    }
+  }
+}
+
+double kdrt_data_weight_sum(const kdrt_data *d, int j, const int64_t *order, int64_t pos0,
+                            int64_t n) {
+  int64_t e = kdrt_io_elems(&d->p->labels[j]);
+  if (d->synthetic || d->yconv[j] == KDRT_LABELS_ONES) return (double)(n * e);
+  const kdrt_array *a = &d->y[j];
+  double total = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t s = d->first + (order ? order[pos0 + i] : pos0 + i);
+    double w = 0.0;
+    for (int64_t k = 0; k < a->row; k++) w += element(a, (size_t)(s * a->row + k));
+    total += d->yconv[j] == KDRT_LABELS_BCAST ? w * (double)e : w;
+  }
+  return total;
 }
 
 void kdrt_data_close(kdrt_data *d) {

@@ -141,6 +141,9 @@ static void usage(FILE *f, const kdrt_program *p) {
           "%s"
           "  --val-x F --val-y F   validation data, evaluated after every epoch\n"
           "  --validation-split F  or hold out the last fraction F of the samples\n"
+          "  --sample-weight W     Keras's sample_weight for --x/--y (.npy, one weight a\n"
+          "                        sample, or a row of the loss's: (N, T) for an output\n"
+          "                        (N, T, C)); a program compiled with kdcc --sample-weight\n"
           "  --test-x F --test-y F evaluate on these after fit (default: the validation\n"
           "                        data, else the training data)\n"
           "  --scale S             multiply the inputs by S, a number or a fraction (1/255)\n"
@@ -235,6 +238,7 @@ void kdrt_synthetic_label(const kdrt_program *p, uint64_t seed, int j, int64_t s
     case KDRT_LABEL_ONEHOT: y[i] = i == cls ? 1.0f : 0.0f; break;
     case KDRT_LABEL_CLASSID: y[i] = (float)cls; break;
     case KDRT_LABEL_BINARY: y[i] = kdrt_uniform(seed, stream, 1, g) < 0.5f ? 0.0f : 1.0f; break;
+    case KDRT_LABEL_WEIGHT: y[i] = 1.0f; break; // sample weights: none
     default: y[i] = kdrt_normal(seed, stream, 0, g); break;
     }
   }
@@ -524,11 +528,30 @@ static void add_logs(double *sum, const float *logs, int n, int64_t rows, int64_
   for (int k = 0; k < n; k++) sum[k] += (double)logs[k] * w;
 }
 
+// kdcc --sample-weight: the sample weights of batch `step` (rows samples,
+// order[] or in file order) in add_logs's units (weights / weights a
+// sample / B: rows / B when every weight is 1), the divisor of a weighted
+// metric's sum (Keras's weighted Mean: sum of value * w over sum of w).
+static double batch_weight(const run *r, const kdrt_data *d, const int64_t *order, int64_t step,
+                           int64_t rows) {
+  const kdrt_program *p = r->p;
+  int j = p->nlabels - 1;
+  double e = (double)kdrt_io_elems(&p->labels[j]);
+  return kdrt_data_weight_sum(d, j, order, step * r->B, rows) / (e * (double)r->B);
+}
+
+// A log's mean from its sum: over the batches' rows (units), or for a
+// weighted metric over their weights (wsum).
+static double log_mean(const kdrt_program *p, int k, double sum, double units, double wsum) {
+  return sum / (p->log_weighted && p->log_weighted[k] ? wsum : units);
+}
+
 // Mean of every log over every sample of d, the last batch partial, no
 // shuffling (Keras's evaluate), into out[nlogs]. Draws a bar when pb is given.
 static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
   const kdrt_program *p = r->p;
   int64_t steps = (d->n + r->B - 1) / r->B, seen = 0;
+  double wsum = 0.0;
   batches b = {.d = d, .order = NULL, .steps = steps, .ahead = -1};
   for (int k = 0; k < p->nlogs; k++) out[k] = 0;
   for (int64_t s = 0; s < steps; s++) {
@@ -537,15 +560,17 @@ static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
     p->eval_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
     kdrt_watch_phase(NULL, 0, 0); // progress within the phase
     add_logs(out, r->logs, p->nlogs, rows, r->B);
+    if (p->log_weighted) wsum += batch_weight(r, d, NULL, s, rows);
     seen += rows;
     if (pb) {
       double v[2 * KDRT_MAX_LOGS], units = (double)seen / (double)r->B;
-      for (int k = 0; k < p->nlogs; k++) v[k] = out[k] / units;
+      for (int k = 0; k < p->nlogs; k++) v[k] = log_mean(p, k, out[k], units, wsum);
       progbar_update(pb, s + 1, s + 1 == steps, p->nlogs, r->names, v);
     }
   }
   end_batches(r, &b);
-  for (int k = 0; k < p->nlogs; k++) out[k] = seen ? out[k] / ((double)seen / (double)r->B) : NAN;
+  for (int k = 0; k < p->nlogs; k++)
+    out[k] = seen ? log_mean(p, k, out[k], (double)seen / (double)r->B, wsum) : NAN;
   kdrt_set_rows(r->c, 0);
 }
 
@@ -596,6 +621,8 @@ typedef struct {
   double *sum, *v;             // the logs' running sums; their means (the bar's values)
   int64_t seen;                // samples done this epoch
   progbar *pb;
+  const int64_t *order;        // the epoch's sample order
+  double wsum;                 // kdcc --sample-weight: the weights seen (batch_weight)
 } epoch_run;
 
 // What follows training step s of `rows` samples, on its logs (r->logs):
@@ -607,9 +634,10 @@ static int after_step(run *r, epoch_run *er, int64_t s, int64_t rows) {
   int nl = p->nlogs, e = er->e;
   float l = r->logs[0];
   add_logs(er->sum, r->logs, nl, rows, r->B);
+  if (p->log_weighted) er->wsum += batch_weight(r, &r->data, er->order, s, rows);
   er->seen += rows;
   double units = (double)er->seen / (double)r->B;
-  for (int k = 0; k < nl; k++) er->v[k] = er->sum[k] / units;
+  for (int k = 0; k < nl; k++) er->v[k] = log_mean(p, k, er->sum[k], units, er->wsum);
   r->step_loss[r->nsteps++] = l;
   // the loss is the same on every rank: all stop here; but a loss scale's
   // skipped step changed nothing (Keras's LossScaleOptimizer goes on)
@@ -698,12 +726,18 @@ static void fit(run *r) {
     double *sum = r->sums, v[2 * KDRT_MAX_LOGS + 1]; // + 1: learning_rate, for the bar
     for (int k = 0; k < nl; k++) sum[k] = 0;
     int64_t s = 0, seen = 0; // steps and samples done this epoch
+    double wsum = 0.0;
     if (ck && e == ck->epoch) {
       s = ck->pos;
       for (int k = 0; k < nl; k++) sum[k] = ck->sums[k];
-      for (int64_t i = 0; i < s; i++) seen += batch_rows(r->ntrain, r->B, i);
+      for (int64_t i = 0; i < s; i++) {
+        seen += batch_rows(r->ntrain, r->B, i);
+        if (p->log_weighted)
+          wsum += batch_weight(r, &r->data, order, i, batch_rows(r->ntrain, r->B, i));
+      }
     }
-    epoch_run er = {.e = e, .steps = steps, .sum = sum, .v = v, .seen = seen, .pb = &pb};
+    epoch_run er = {.e = e, .steps = steps, .sum = sum, .v = v, .seen = seen, .pb = &pb,
+                    .order = order, .wsum = wsum};
     // held: a step whose logs its device still holds (c->logs_pending): they
     // are taken (c->collect) once the next step is on its way, so the
     // device computes while the host loads the next batch.
@@ -754,7 +788,8 @@ static void fit(run *r) {
     end_batches(r, &b);
     seen = er.seen;
     double units = (double)seen / (double)r->B;
-    for (int k = 0; k < nl; k++) r->hist[k][e] = v[k] = seen ? sum[k] / units : NAN;
+    for (int k = 0; k < nl; k++)
+      r->hist[k][e] = v[k] = seen ? log_mean(p, k, sum[k], units, er.wsum) : NAN;
     r->epochs_done = e + 1;
     if (!r->diverged[0]) weights_diverged(r, "at the end of the epoch");
     if (r->diverged[0]) { // the epoch as far as it went; no validation
@@ -1033,13 +1068,20 @@ static void open_data(run *r, kdrt_options *o) {
   const kdrt_files *fy[3] = {&o->y, &o->val_y, &o->test_y};
   static const char *const ox[3] = {"--x", "--val-x", "--test-x"};
   static const char *const oy[3] = {"--y", "--val-y", "--test-y"};
+  // kdcc --sample-weight: the last label is the sample weights, --sample-weight's
+  // file for --x/--y (validation and test data have none: ones, as in Keras)
+  int ny = prog->nlabels, sw = ny && prog->labels[ny - 1].label_kind == KDRT_LABEL_WEIGHT;
+  ny -= sw;
+  if (o->sample_weight && !sw)
+    kdrt_fail_all(c, 2, "--sample-weight: the program takes no sample weights; compile it with "
+                  "kdcc --sample-weight");
   for (int i = 0; i < 3; i++) {
     if (!fx[i]->n) continue;
     if (kdrt_resolve_files(fx[i], ox[i], prog->inputs, prog->ninputs, "input", xs[i], err,
                            sizeof err) ||
-        kdrt_resolve_files(fy[i], oy[i], prog->labels, prog->nlabels, "label", ys[i], err,
-                           sizeof err))
+        kdrt_resolve_files(fy[i], oy[i], prog->labels, ny, "label", ys[i], err, sizeof err))
       kdrt_fail_all(c, 2, "%s (see %s --help)", err, kdrt_prog_invoke);
+    if (sw) ys[i][ny] = i == 0 ? o->sample_weight : NULL;
   }
   if (o->x.n) {
     if (kdrt_data_open(&r->data, prog, xs[0], ys[0], o->scale, err, sizeof err))

@@ -85,6 +85,10 @@ typedef struct {
   const char *const *log_names;      // [nlogs]: "loss" first, then Keras's names for the rest
                                      // ("accuracy"; with several outputs "out_a_loss",
                                      // "out_a_accuracy", ...), in the order steps write them
+  // kdcc --sample-weight (the last label is KDRT_LABEL_WEIGHT): log_weighted[k]
+  // is 1 for a weighted metric, whose epoch mean is over the sample weights
+  // (Keras's weighted_metrics); NULL: none
+  const unsigned char *log_weighted;
   int noutputs;
   const kdrt_output *outputs;        // [noutputs]
   float learning_rate;               // compiled default; --lr overrides
@@ -539,7 +543,10 @@ void kdrt_array_row_i32(const kdrt_array *a, int64_t s, int32_t *out);
 int64_t kdrt_io_elems(const kdrt_io *io);
 
 // How a label file becomes the rows the loss wants.
-enum { KDRT_LABELS_COPY, KDRT_LABELS_IDS, KDRT_LABELS_ONEHOT };
+// (sample weights: ONES when no file is given, BCAST for one weight a sample
+// over its rows)
+enum { KDRT_LABELS_COPY, KDRT_LABELS_IDS, KDRT_LABELS_ONEHOT, KDRT_LABELS_ONES,
+       KDRT_LABELS_BCAST };
 // Input file a for p->inputs[k]: fits when a sample has prod(shape)
 // elements, whatever its shape. A KDRT_I32 input wants integers: integer
 // files, or float files whose every value is integral; with num_classes > 0
@@ -580,6 +587,10 @@ kdrt_data kdrt_data_slice(const kdrt_data *d, int64_t first, int64_t n);
 // dtype), label j into y[j] (prod(shape) floats).
 void kdrt_data_sample(const kdrt_data *d, int64_t i, void *const *x, float *const *y);
 void kdrt_data_close(kdrt_data *d);
+// kdcc --sample-weight: the sum of sample-weight label j's elements over n
+// samples of d, sample i being order[pos0 + i] (order NULL: pos0 + i).
+double kdrt_data_weight_sum(const kdrt_data *d, int j, const int64_t *order, int64_t pos0,
+                            int64_t n);
 // n samples of d, sample i being order[pos0 + i] (order NULL: pos0 + i),
 // into consecutive rows of x[k] and y[j] (a rank's share of a batch).
 void kdrt_data_gather(const kdrt_data *d, const int64_t *order, int64_t pos0, int64_t n,
@@ -789,6 +800,8 @@ typedef struct {
   kdrt_files test_x, test_y;  // --test-x, --test-y: evaluated after fit
   double scale;               // --scale S (a number or a fraction 1/255): inputs times S, default 1
   double validation_split;    // --validation-split F, in [0, 1)
+  const char *sample_weight;  // --sample-weight FILE: Keras's sample_weight for --x/--y (a
+                              // program compiled with kdcc --sample-weight), NULL: ones
   uint64_t seed;              // --seed S, default 1337
   int has_lr;                 // --lr given
   float lr;                   // --lr X

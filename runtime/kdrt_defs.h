@@ -190,7 +190,9 @@ typedef enum {
 enum { KDRT_RNN_SIMPLE, KDRT_RNN_LSTM, KDRT_RNN_GRU, KDRT_RNN_GRU_V1 };
 
 // ---- what a label file becomes for the loss (synthetic data, conversions)
-enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINARY };
+// (WEIGHT: kdcc --sample-weight's sample_weight, a float a row, --sample-weight W.npy or ones)
+enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINARY,
+       KDRT_LABEL_WEIGHT };
 
 // ---- element types of a program's inputs and labels, and of a variable's
 // dataset in the weights file (kdrt_var.dtype)

@@ -249,6 +249,15 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
                int64_t rows, int64_t cols, double scale))                                      \
   K(loss_grad, (int kind, int from_logits, float a, float *dpred, const float *pred,           \
                 const float *y, const float *flag, int64_t rows, int64_t cols, double scale))  \
+  /* kdcc --sample-weight: the same, each row's loss, hit or gradient times w[r]    */         \
+  /* (Keras's sample_weight; the divisor stays the rows, sum_over_batch_size).      */         \
+  K(loss_w, (int kind, int from_logits, float a, float *out, const float *pred, const float *y, \
+             const float *flag, const float *w, int64_t rows, int64_t cols, double scale))     \
+  K(accuracy_w, (int kind, int from_logits, float *out, const float *pred, const float *y,     \
+                 const float *w, int64_t rows, int64_t cols, double scale))                    \
+  K(loss_grad_w, (int kind, int from_logits, float a, float *dpred, const float *pred,         \
+                  const float *y, const float *flag, const float *w, int64_t rows,             \
+                  int64_t cols, double scale))                                                 \
   /* issue 11: out[0] = 1 when an element of y[n] is neither 0 nor 1, else 0 (the */          \
   /* labels' test in Keras's hinge losses; a max: ranks' flags all-reduced, max). */          \
   K(not_binary, (float *out, const float *y, int64_t n))                                       \
@@ -269,6 +278,14 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
   /* is the first such column (ties: lowest index), for labels in this rank's range */         \
   K(sparse_xent_acc, (float *out, const float *x, const float *y, const float *m,              \
                       int64_t rows, int64_t cols, int64_t col0, double scale))                 \
+  /* kdcc --sample-weight: the same, each row's times w[r]                           */        \
+  K(sparse_xent_w, (float *out, const float *x, const float *y, const float *m, const float *s, \
+                    const float *w, int64_t rows, int64_t cols, int64_t col0, double scale))   \
+  K(sparse_xent_grad_w, (float *dx, const float *x, const float *y, const float *m,            \
+                         const float *s, const float *w, int64_t rows, int64_t cols,           \
+                         int64_t col0, double scale))                                          \
+  K(sparse_xent_acc_w, (float *out, const float *x, const float *y, const float *m,            \
+                        const float *w, int64_t rows, int64_t cols, int64_t col0, double scale)) \
   K(conv2d, (const kdrt_window *w, float *y, const float *x, const float *f, float *scratch))  \
   K(conv2d_dx, (const kdrt_window *w, float *dx, const float *dy, const float *f,              \
                 float *scratch))                                                               \

@@ -483,29 +483,39 @@ static double sum_rows(double *l, int64_t rows) {
   return total;
 }
 
-// out[0] = scale * the sum over rows of each row's loss, accumulated in double
-// in row order.
-void kdrt_loss(int kind, int from_logits, float a, float *out, const float *pred, const float *y,
-               const float *flag, int64_t rows, int64_t cols, double scale) {
+// Row r's loss times its sample weight (w NULL: none).
+#define KD_ROW_W(w, r, l) ((w) ? (double)(w)[r] * (l) : (l))
+
+// out[0] = scale * the sum over rows of each row's loss (times its weight
+// w[r], w NULL: none), accumulated in double in row order.
+void kdrt_loss_w(int kind, int from_logits, float a, float *out, const float *pred,
+                 const float *y, const float *flag, const float *w, int64_t rows, int64_t cols,
+                 double scale) {
   double total = 0.0;
   if (rows * cols < KD_PAR_MIN || rows < 2) {
     for (int64_t r = 0; r < rows; r++)
-      total += row_loss(kind, from_logits, a, pred, y, flag, r, cols);
+      total += KD_ROW_W(w, r, row_loss(kind, from_logits, a, pred, y, flag, r, cols));
   } else {
     double *l = malloc((size_t)rows * sizeof *l);
     if (!l)
       bad_call("kdrt_loss", "out of memory");
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++)
-      l[r] = row_loss(kind, from_logits, a, pred, y, flag, r, cols);
+      l[r] = KD_ROW_W(w, r, row_loss(kind, from_logits, a, pred, y, flag, r, cols));
     total = sum_rows(l, rows);
     free(l);
   }
   out[0] = (float)(total * scale);
 }
 
-void kdrt_loss_grad(int kind, int from_logits, float a, float *dpred, const float *pred,
-                    const float *y, const float *flag, int64_t rows, int64_t cols, double scale) {
+void kdrt_loss(int kind, int from_logits, float a, float *out, const float *pred, const float *y,
+               const float *flag, int64_t rows, int64_t cols, double scale) {
+  kdrt_loss_w(kind, from_logits, a, out, pred, y, flag, NULL, rows, cols, scale);
+}
+
+void kdrt_loss_grad_w(int kind, int from_logits, float a, float *dpred, const float *pred,
+                      const float *y, const float *flag, const float *w, int64_t rows,
+                      int64_t cols, double scale) {
   const int need = kdrt_loss_needs(kind, from_logits, 1);
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
@@ -523,13 +533,18 @@ void kdrt_loss_grad(int kind, int from_logits, float a, float *dpred, const floa
 #undef KD_LOSS_LOOP
       row.sum2 = s2;
     }
-    kdrt_loss_grad_prep(kind, &row, scale, cols);
+    kdrt_loss_grad_prep(kind, &row, KD_ROW_W(w, r, scale), cols);
 #define KD_LOSS_LOOP(K, FL)                                                                        \
   for (int64_t j = 0; j < cols; j++)                                                               \
   d[j] = kdrt_loss_dterm(K, FL, a, &row, p, t, j)
     KD_EACH_LOSS(kind, from_logits)
 #undef KD_LOSS_LOOP
   }
+}
+
+void kdrt_loss_grad(int kind, int from_logits, float a, float *dpred, const float *pred,
+                    const float *y, const float *flag, int64_t rows, int64_t cols, double scale) {
+  kdrt_loss_grad_w(kind, from_logits, a, dpred, pred, y, flag, NULL, rows, cols, scale);
 }
 
 void kdrt_not_binary(float *out, const float *y, int64_t n) {
@@ -546,6 +561,23 @@ static int64_t argmax_first(const float *x, int64_t n) {
     if (x[j] > x[best])
       best = j;
   return best;
+}
+
+// out[0] = scale * the sum over the correct rows of their weights w[r], in
+// double in row order.
+void kdrt_accuracy_w(int kind, int from_logits, float *out, const float *pred, const float *y,
+                     const float *w, int64_t rows, int64_t cols, double scale) {
+  (void)from_logits;
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; r++) {
+    int hit = cols == 1 ? y[r] == (pred[r] > 0.5f ? 1.0f : 0.0f)
+              : kind == KDRT_LOSS_SCCE
+                  ? (float)argmax_first(pred + r * cols, cols) == y[r]
+                  : argmax_first(pred + r * cols, cols) == argmax_first(y + r * cols, cols);
+    if (hit)
+      total += w[r];
+  }
+  out[0] = (float)(total * scale);
 }
 
 // out[0] = scale * the number of correct rows.
@@ -613,26 +645,32 @@ void kdrt_row_sumexp(float *out, const float *x, const float *m, int64_t rows, i
 // out[0] = scale * sum over the rows whose label is in this rank's columns
 // of (m + log s - x[r, label - col0]), in double; as kdrt_loss forms it
 // (log-sum-exp rounded to float first).
-void kdrt_sparse_xent(float *out, const float *x, const float *y, const float *m, const float *s,
-                      int64_t rows, int64_t cols, int64_t col0, double scale) {
+void kdrt_sparse_xent_w(float *out, const float *x, const float *y, const float *m,
+                        const float *s, const float *w, int64_t rows, int64_t cols, int64_t col0,
+                        double scale) {
   double total = 0.0; // rows: few (one log each), so one thread
   for (int64_t r = 0; r < rows; r++) {
     int64_t c = kdrt_xent_class(y, r, cols, col0);
     if (c < 0)
       continue;
-    total += kdrt_xent_row_loss(m[r], s[r], x[r * cols + c]);
+    total += KD_ROW_W(w, r, kdrt_xent_row_loss(m[r], s[r], x[r * cols + c]));
   }
   out[0] = (float)(total * scale);
 }
 
+void kdrt_sparse_xent(float *out, const float *x, const float *y, const float *m, const float *s,
+                      int64_t rows, int64_t cols, int64_t col0, double scale) {
+  kdrt_sparse_xent_w(out, x, y, m, s, NULL, rows, cols, col0, scale);
+}
+
 // dx[r, j] = scale * (exp(x[r, j] - m[r]) / s[r] - [j + col0 == label]);
 // a row with a negative label gets 0 (as kdrt_loss_grad). dx may be x.
-void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const float *m,
-                           const float *s, int64_t rows, int64_t cols, int64_t col0,
-                           double scale) {
-  const float sc = (float)scale;
+void kdrt_sparse_xent_grad_w(float *dx, const float *x, const float *y, const float *m,
+                             const float *s, const float *w, int64_t rows, int64_t cols,
+                             int64_t col0, double scale) {
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
+    const float sc = (float)KD_ROW_W(w, r, scale);
     const float *xr = x + r * cols;
     float *dr = dx + r * cols;
     if (!(y[r] >= 0.0f)) {
@@ -644,6 +682,12 @@ void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const floa
     for (int64_t j = 0; j < cols; j++)
       dr[j] = kdrt_xent_dterm(sc, exp_flush(xr[j] - mr), sr, j == c);
   }
+}
+
+void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const float *m,
+                           const float *s, int64_t rows, int64_t cols, int64_t col0,
+                           double scale) {
+  kdrt_sparse_xent_grad_w(dx, x, y, m, s, NULL, rows, cols, col0, scale);
 }
 
 // out[0] = scale * the rows whose label is in this rank's columns, whose
@@ -669,6 +713,28 @@ void kdrt_sparse_xent_acc(float *out, const float *x, const float *y, const floa
     correct += first;
   }
   out[0] = (float)((double)correct * scale);
+}
+
+// The same, each row counting its weight w[r] (a sum in double, row order).
+void kdrt_sparse_xent_acc_w(float *out, const float *x, const float *y, const float *m,
+                            const float *w, int64_t rows, int64_t cols, int64_t col0,
+                            double scale) {
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t c = kdrt_xent_class(y, r, cols, col0);
+    if (c < 0)
+      continue;
+    const float *xr = x + r * cols;
+    if (xr[c] != m[r])
+      continue;
+    int first = 1;
+    for (int64_t j = 0; j < c; j++)
+      if (xr[j] == m[r])
+        first = 0;
+    if (first)
+      total += w[r];
+  }
+  out[0] = (float)(total * scale);
 }
 
 // ---------------------------------------------------------------- matmul

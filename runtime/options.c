@@ -188,6 +188,9 @@ static int file_option(kdrt_options *o, const char *name, const char *val) {
   } else if (!strcmp(name, "--history")) {
     ok = val && *val;
     if (ok) o->history = val;
+  } else if (!strcmp(name, "--sample-weight")) {
+    ok = val && *val;
+    if (ok) o->sample_weight = val;
   } else if (!strcmp(name, "--checkpoint-dir")) {
     ok = val && *val;
     if (ok) o->checkpoint_dir = val;
@@ -269,6 +272,7 @@ static const char *wanted(const char *name) {
       {"--x", "a file name"},
       {"--y", "a file name"},
       {"--history", "a file name"},
+      {"--sample-weight", "a file name"},
       {"--val-x", "a file name"},
       {"--val-y", "a file name"},
       {"--checkpoint-best", "a file name"},
@@ -285,6 +289,8 @@ static const char *wanted(const char *name) {
 static int data_args(const kdrt_options *o, char *err, size_t errlen) {
   if (o->x.n && !o->y.n) return bad(err, errlen, "--x needs --y (the labels)");
   if (o->y.n && !o->x.n) return bad(err, errlen, "--y needs --x (the inputs)");
+  if (o->sample_weight && !o->x.n)
+    return bad(err, errlen, "--sample-weight needs --x and --y (the samples it weighs)");
   if (o->x.n && o->synthetic)
     return bad(err, errlen, "--synthetic and --x exclude each other");
   if (!o->val_x.n != !o->val_y.n)

@@ -186,6 +186,8 @@ static inline unsigned kdrt_row_threads(int64_t cols) {
 void kdrt_cuda_check_rows(int64_t rows, const char *what);
 // out[0] = (float)(the sum of rowv[0, rows) * scale): one block, in a fixed
 // order (the losses' and accuracies' per-row values; loss.cu).
+// kdcc --sample-weight: rowv[r] *= w[r] (loss.cu).
+void kdrt_cuda_weigh_rows(kdrt_cuda *d, double *rowv, const float *w, int64_t rows);
 void kdrt_cuda_sum_rows(kdrt_cuda *d, float *out, const double *rowv, int64_t rows,
                         double scale);
 

@@ -136,13 +136,25 @@ void kdrt_cuda_sum_rows(kdrt_cuda *d, float *out, const double *rowv, int64_t ro
   KDRT_LAUNCHED(d, "sum_rows_kernel");
 }
 
+__global__ static void weigh_rows_kernel(double *rowv, const float *w, int64_t rows) {
+  KDRT_FOR(r, (size_t)rows) rowv[r] *= (double)w[r];
+}
+
+void kdrt_cuda_weigh_rows(kdrt_cuda *d, double *rowv, const float *w, int64_t rows) {
+  if (rows <= 0) return;
+  weigh_rows_kernel<<<kdrt_blocks((size_t)rows), KDRT_THREADS, 0, d->impl->stream>>>(rowv, w,
+                                                                                      rows);
+  KDRT_LAUNCHED(d, "weigh_rows_kernel");
+}
+
 void kdrt_cuda_check_rows(int64_t rows, const char *what) {
   if (rows > 2147483647) kdrt_cuda_fail(what, __FILE__, __LINE__, "more than 2^31-1 rows");
 }
 
-extern "C" void kdrt_cuda_loss(kdrt_cuda *d, int kind, int from_logits, float a, float *out,
-                               const float *pred, const float *y, const float *flag,
-                               int64_t rows, int64_t cols, double scale) {
+// kdcc --sample-weight: each row's loss times w[r] (w NULL: none).
+extern "C" void kdrt_cuda_loss_w(kdrt_cuda *d, int kind, int from_logits, float a, float *out,
+                                 const float *pred, const float *y, const float *flag,
+                                 const float *w, int64_t rows, int64_t cols, double scale) {
   cudaStream_t s = d->impl->stream;
   kdrt_cuda_check_rows(rows, "loss");
   double *rowv = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(rows > 0 ? rows : 1) * sizeof(double));
@@ -151,12 +163,19 @@ extern "C" void kdrt_cuda_loss(kdrt_cuda *d, int kind, int from_logits, float a,
                                                                 flag, cols, rowv);
     KDRT_LAUNCHED(d, "loss_rows");
   }
+  if (w) kdrt_cuda_weigh_rows(d, rowv, w, rows);
   kdrt_cuda_sum_rows(d, out, rowv, rows, scale);
 }
 
-extern "C" void kdrt_cuda_accuracy(kdrt_cuda *d, int kind, int from_logits, float *out,
-                                   const float *pred, const float *y, int64_t rows,
-                                   int64_t cols, double scale) {
+extern "C" void kdrt_cuda_loss(kdrt_cuda *d, int kind, int from_logits, float a, float *out,
+                               const float *pred, const float *y, const float *flag,
+                               int64_t rows, int64_t cols, double scale) {
+  kdrt_cuda_loss_w(d, kind, from_logits, a, out, pred, y, flag, NULL, rows, cols, scale);
+}
+
+extern "C" void kdrt_cuda_accuracy_w(kdrt_cuda *d, int kind, int from_logits, float *out,
+                                     const float *pred, const float *y, const float *w,
+                                     int64_t rows, int64_t cols, double scale) {
   (void)from_logits;
   cudaStream_t s = d->impl->stream;
   kdrt_cuda_check_rows(rows, "loss");
@@ -165,12 +184,19 @@ extern "C" void kdrt_cuda_accuracy(kdrt_cuda *d, int kind, int from_logits, floa
     accuracy_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, s>>>(kind, pred, y, cols, rowv);
     KDRT_LAUNCHED(d, "accuracy_rows");
   }
+  if (w) kdrt_cuda_weigh_rows(d, rowv, w, rows);
   kdrt_cuda_sum_rows(d, out, rowv, rows, scale);
+}
+
+extern "C" void kdrt_cuda_accuracy(kdrt_cuda *d, int kind, int from_logits, float *out,
+                                   const float *pred, const float *y, int64_t rows,
+                                   int64_t cols, double scale) {
+  kdrt_cuda_accuracy_w(d, kind, from_logits, out, pred, y, NULL, rows, cols, scale);
 }
 
 __global__ static void loss_grad_rows(int kind, int from_logits, float a, float *dpred,
                                       const float *pred, const float *y, const float *flag,
-                                      int64_t cols, double scale) {
+                                      const float *w, int64_t cols, double scale) {
   __shared__ float shm[32];
   int64_t r = blockIdx.x;
   const float *p = pred + r * cols, *t = row_labels(kind, y, r, cols);
@@ -185,22 +211,29 @@ __global__ static void loss_grad_rows(int kind, int from_logits, float a, float 
       s2 += kdrt_loss_sum2_term(kind, &row, p, t, j);
     row.sum2 = kdrt_block_reduce<kdrt_sum_op<float> >(s2, shm);
   }
-  kdrt_loss_grad_prep(kind, &row, scale, cols);
+  kdrt_loss_grad_prep(kind, &row, w ? (double)w[r] * scale : scale, cols);
   __syncthreads(); // every read of the row by another thread (its sums, SCCE's label
                    // column) is done before dpred, maybe pred, is written
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
     dd[j] = kdrt_loss_dterm(kind, from_logits, a, &row, p, t, j);
 }
 
+extern "C" void kdrt_cuda_loss_grad_w(kdrt_cuda *d, int kind, int from_logits, float a,
+                                      float *dpred, const float *pred, const float *y,
+                                      const float *flag, const float *w, int64_t rows,
+                                      int64_t cols, double scale) {
+  if (rows <= 0 || cols <= 0) return;
+  kdrt_cuda_check_rows(rows, "loss");
+  loss_grad_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(
+      kind, from_logits, a, dpred, pred, y, flag, w, cols, scale);
+  KDRT_LAUNCHED(d, "loss_grad_rows");
+}
+
 extern "C" void kdrt_cuda_loss_grad(kdrt_cuda *d, int kind, int from_logits, float a,
                                     float *dpred, const float *pred, const float *y,
                                     const float *flag, int64_t rows, int64_t cols,
                                     double scale) {
-  if (rows <= 0 || cols <= 0) return;
-  kdrt_cuda_check_rows(rows, "loss");
-  loss_grad_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(
-      kind, from_logits, a, dpred, pred, y, flag, cols, scale);
-  KDRT_LAUNCHED(d, "loss_grad_rows");
+  kdrt_cuda_loss_grad_w(d, kind, from_logits, a, dpred, pred, y, flag, NULL, rows, cols, scale);
 }
 
 // issue 11: one block; the flag is 0 or 1, so the max of the threads' flags.

@@ -52,14 +52,16 @@ extern "C" void kdrt_cuda_row_sumexp(kdrt_cuda *d, float *out, const float *x, c
 // One block of 256: thread t adds rows t, t + 256, ... in double, then the
 // block's partial sums are added in a fixed order.
 __global__ static void sparse_xent_kernel(float *out, const float *x, const float *y,
-                                          const float *m, const float *s, int64_t rows,
-                                          int64_t cols, int64_t col0, double scale) {
+                                          const float *m, const float *s, const float *w,
+                                          int64_t rows, int64_t cols, int64_t col0,
+                                          double scale) {
   __shared__ double shd[32];
   double total = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     int64_t c = kdrt_xent_class(y, r, cols, col0);
     if (c < 0) continue;
-    total += kdrt_xent_row_loss(m[r], s[r], x[r * cols + c]);
+    double l = kdrt_xent_row_loss(m[r], s[r], x[r * cols + c]);
+    total += w ? (double)w[r] * l : l;
   }
   total = kdrt_block_reduce<kdrt_sum_op<double> >(total, shd);
   if (threadIdx.x == 0) out[0] = (float)(total * scale);
@@ -68,13 +70,25 @@ __global__ static void sparse_xent_kernel(float *out, const float *x, const floa
 extern "C" void kdrt_cuda_sparse_xent(kdrt_cuda *d, float *out, const float *x, const float *y,
                                       const float *m, const float *s, int64_t rows, int64_t cols,
                                       int64_t col0, double scale) {
-  sparse_xent_kernel<<<1, 256, 0, d->impl->stream>>>(out, x, y, m, s, rows, cols, col0, scale);
+  sparse_xent_kernel<<<1, 256, 0, d->impl->stream>>>(out, x, y, m, s, NULL, rows, cols, col0,
+                                                     scale);
+  KDRT_LAUNCHED(d, "sparse_xent_kernel");
+}
+
+// kdcc --sample-weight: each row's loss, gradient or hit times w[r].
+extern "C" void kdrt_cuda_sparse_xent_w(kdrt_cuda *d, float *out, const float *x,
+                                        const float *y, const float *m, const float *s,
+                                        const float *w, int64_t rows, int64_t cols,
+                                        int64_t col0, double scale) {
+  sparse_xent_kernel<<<1, 256, 0, d->impl->stream>>>(out, x, y, m, s, w, rows, cols, col0,
+                                                     scale);
   KDRT_LAUNCHED(d, "sparse_xent_kernel");
 }
 
 __global__ static void sparse_xent_grad_kernel(float *dx, const float *x, const float *y,
-                                               const float *m, const float *s, int64_t rows,
-                                               int64_t cols, int64_t col0, float sc) {
+                                               const float *m, const float *s, const float *w,
+                                               int64_t rows, int64_t cols, int64_t col0,
+                                               float sc, double scale) {
   size_t n = (size_t)rows * (size_t)cols;
   KDRT_FOR(e, n) {
     int64_t r = (int64_t)(e / (size_t)cols), j = (int64_t)(e % (size_t)cols);
@@ -83,7 +97,8 @@ __global__ static void sparse_xent_grad_kernel(float *dx, const float *x, const 
       continue;
     }
     int64_t c = kdrt_xent_class(y, r, cols, col0);
-    dx[e] = kdrt_xent_dterm(sc, expf(x[e] - m[r]), s[r], j == c);
+    dx[e] = kdrt_xent_dterm(w ? (float)((double)w[r] * scale) : sc, expf(x[e] - m[r]), s[r],
+                            j == c);
   }
 }
 
@@ -94,7 +109,18 @@ extern "C" void kdrt_cuda_sparse_xent_grad(kdrt_cuda *d, float *dx, const float 
   size_t n = (size_t)(rows > 0 ? rows : 0) * (size_t)(cols > 0 ? cols : 0);
   if (!n) return;
   sparse_xent_grad_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
-      dx, x, y, m, s, rows, cols, col0, (float)scale);
+      dx, x, y, m, s, NULL, rows, cols, col0, (float)scale, scale);
+  KDRT_LAUNCHED(d, "sparse_xent_grad_kernel");
+}
+
+extern "C" void kdrt_cuda_sparse_xent_grad_w(kdrt_cuda *d, float *dx, const float *x,
+                                             const float *y, const float *m, const float *s,
+                                             const float *w, int64_t rows, int64_t cols,
+                                             int64_t col0, double scale) {
+  size_t n = (size_t)(rows > 0 ? rows : 0) * (size_t)(cols > 0 ? cols : 0);
+  if (!n) return;
+  sparse_xent_grad_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
+      dx, x, y, m, s, w, rows, cols, col0, (float)scale, scale);
   KDRT_LAUNCHED(d, "sparse_xent_grad_kernel");
 }
 
@@ -124,5 +150,20 @@ extern "C" void kdrt_cuda_sparse_xent_acc(kdrt_cuda *d, float *out, const float 
         ok, x, y, m, cols, col0);
     KDRT_LAUNCHED(d, "sparse_xent_acc_rows");
   }
+  kdrt_cuda_sum_rows(d, out, ok, rows, scale);
+}
+
+extern "C" void kdrt_cuda_sparse_xent_acc_w(kdrt_cuda *d, float *out, const float *x,
+                                            const float *y, const float *m, const float *w,
+                                            int64_t rows, int64_t cols, int64_t col0,
+                                            double scale) {
+  kdrt_cuda_check_rows(rows, "kdrt_cuda_sparse_xent_acc");
+  double *ok = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(rows > 0 ? rows : 1) * sizeof(double));
+  if (rows > 0) {
+    sparse_xent_acc_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(
+        ok, x, y, m, cols, col0);
+    KDRT_LAUNCHED(d, "sparse_xent_acc_rows");
+  }
+  kdrt_cuda_weigh_rows(d, ok, w, rows);
   kdrt_cuda_sum_rows(d, out, ok, rows, scale);
 }

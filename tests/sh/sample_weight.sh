@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Keras's sample_weight (kdcc --sample-weight, ./train --sample-weight W.npy)
+# against Keras 3.15 on JAX (tests/fixtures/sample_weight/, written by
+# tests/keras_ref/sample_weight_ref.py): an MLP with sparse crossentropy from
+# logits and weighted_metrics=["accuracy"], 44 samples weighted 0, 0.5, 1
+# and 2, validation_split 0.25 (the weights sliced with the samples),
+# batches of 16, 16 and 1. Under DataParallel over 8 and a ModelParallel
+# map on (2,4), every step's loss, each epoch's loss, weighted accuracy,
+# val_loss and val_accuracy, the final evaluation and every final weight
+# equal Keras's within 1e-5 relative. Then: the program without
+# --sample-weight trains as all weights 1 (the same history as a file of
+# ones, and as the program compiled without --sample-weight, bit for bit);
+# a weights file of the wrong length or shape is refused, naming the file
+# and the shapes; --sample-weight to a program compiled without it is refused.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fix=tests/fixtures/sample_weight
+out=build/tests/sample_weight
+mkdir -p $out
+fail=0
+cat > $out/mp.dist.json <<'J'
+{"distribution": "ModelParallel",
+ "device_mesh": {"shape": [2, 4], "axis_names": ["data", "model"]},
+ "batch_dim_name": "data",
+ "layout_map": {"a/kernel": [null, "model"], "a/bias": ["model"], "b/kernel": ["model", null]}}
+J
+cat > $out/dp.dist.json <<'J'
+{"distribution": "DataParallel", "device_mesh": {"shape": [8], "axis_names": ["batch"]}}
+J
+run() { # PROGRAM NAME ARGS...: trains on the fixture, writes NAME's history and weights
+  local exe=$1 name=$2
+  shift 2
+  rm -f $out/$name.history.json $out/$name.weights.h5
+  timeout 300 mpirun -np 8 --oversubscribe "$exe" --x $fix/x.npy --y $fix/y.npy \
+    --epochs 2 --batch-size 16 --no-shuffle --validation-split 0.25 --weights $fix/model.keras \
+    --history $out/$name.history.json --save-weights $out/$name.weights.h5 --quiet "$@"
+}
+for d in dp mp; do
+  ./kdcc $fix/model.keras --distribution $out/$d.dist.json --batch-size 16 --sample-weight -w \
+    -o $out/sw_$d
+  run $out/sw_$d $d --sample-weight $fix/w.npy
+  if python3 tests/keras_ref/compare_sw.py 1e-5 $fix $out/$d.history.json $out/$d.weights.h5; then
+    echo "sample_weight: $d: Keras's step losses, weighted accuracy, val_ logs and weights"
+  else
+    echo "sample_weight: $d: FAILED"
+    fail=1
+  fi
+done
+
+# no --sample-weight: every weight 1, as a file of ones, as a program without them
+python3 - $out/ones.npy <<'P'
+import struct, sys
+n = 44
+hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % n
+hdr += " " * (127 - 10 - len(hdr)) + "\n"
+open(sys.argv[1], "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode()
+                              + struct.pack("<%df" % n, *([1.0] * n)))
+P
+./kdcc $fix/model.keras --distribution $out/mp.dist.json --batch-size 16 -w -o $out/plain_mp
+run $out/sw_mp none
+run $out/sw_mp ones --sample-weight $out/ones.npy
+run $out/plain_mp plain
+same() { python3 -c '
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+keys = ("step_loss", "loss", "accuracy", "val_loss", "val_accuracy", "evaluate")
+sys.exit(0 if all(a[k] == b[k] for k in keys) else 1)' "$1" "$2"; }
+if same $out/none.history.json $out/ones.history.json &&
+   same $out/none.history.json $out/plain.history.json &&
+   python3 -c '
+import sys; sys.path.insert(0, "tests/keras_ref"); import h5lite
+a, b = (h5lite.datasets(p) for p in sys.argv[1:3])
+sys.exit(0 if a == b else 1)' $out/none.weights.h5 $out/plain.weights.h5; then
+  echo "sample_weight: no --sample-weight: a file of ones, and the program without them, bit for bit"
+else
+  echo "sample_weight: no --sample-weight differs from ones or from the plain program: FAILED"
+  fail=1
+fi
+
+# errors: the file and the shapes named
+python3 - $out/short.npy $out/shape.npy <<'P'
+import struct, sys
+for path, shape in zip(sys.argv[1:], ((43,), (44, 3))):
+    n = 1
+    for s in shape:
+        n *= s
+    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': %r, }" % (shape,)
+    hdr += " " * (127 - 10 - len(hdr)) + "\n"
+    open(path, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode()
+                           + struct.pack("<%df" % n, *([1.0] * n)))
+P
+expect() { # WHAT PATTERN COMMAND...: fails, saying PATTERN
+  local what=$1 pat=$2
+  shift 2
+  local msg
+  if msg=$("$@" 2>&1); then
+    echo "sample_weight: $what: accepted: FAILED"; fail=1
+  elif grep -qF -- "$pat" <<<"$msg"; then
+    echo "sample_weight: $what: refused ($pat)"
+  else
+    echo "sample_weight: $what: wrong message: FAILED"; echo "$msg" | head -3; fail=1
+  fi
+}
+expect "43 weights for 44 samples" "$out/short.npy has 43" run $out/sw_mp e1 --sample-weight $out/short.npy
+expect "weights (44, 3)" "$out/shape.npy: shape (44, 3) does not fit the model's sample weights: expected (N,)" \
+  run $out/sw_mp e2 --sample-weight $out/shape.npy
+expect "a program without sample weights" "compile it with kdcc --sample-weight" \
+  run $out/plain_mp e3 --sample-weight $fix/w.npy
+exit $fail
