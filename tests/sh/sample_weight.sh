@@ -7,7 +7,8 @@
 # batches of 16, 16 and 1. Under DataParallel over 8 and a ModelParallel
 # map on (2,4), every step's loss, each epoch's loss, weighted accuracy,
 # val_loss and val_accuracy, the final evaluation and every final weight
-# equal Keras's within 1e-5 relative. Then: the program without
+# equal Keras's within 1e-5 relative; keras-hub's GPT2CausalLM trained on
+# padded rows with keras-hub's loss mask (below) within 1e-4. Then: the program without
 # --sample-weight trains as all weights 1 (the same history as a file of
 # ones, and as the program compiled without --sample-weight, bit for bit);
 # a weights file of the wrong length or shape is refused, naming the file
@@ -48,6 +49,29 @@ for d in dp mp; do
   fi
 done
 
+# keras-hub: tests/fixtures/keras_hub/hub_gpt2's GPT2CausalLM on its padded
+# rows, the loss and the weighted accuracy masked as keras-hub's
+# CausalLMPreprocessor masks them (sample_weight = the padding mask shifted
+# left one; tests/keras_ref/hub_sample_weight_ref.py), under its Megatron map
+# on (2,4) and DataParallel 8: within 1e-4 of keras-hub's fit
+src=tests/fixtures/keras_hub/hub_gpt2
+for d in hub_gpt2 hub_gpt2_dp; do
+  ./kdcc $src/model.keras --distribution $src/$d.dist.json --sequence-length 16 --batch-size 16 \
+    --sample-weight -w -o $out/$d
+  rm -f $out/$d.history.json $out/$d.weights.h5
+  timeout 300 mpirun -np 8 --oversubscribe $out/$d --x $src/padding_mask.npy \
+    --x $src/token_ids.npy --y $src/y.npy --sample-weight $fix/hub_gpt2/sw.npy --epochs 2 \
+    --batch-size 16 --no-shuffle --weights $src/model.keras --history $out/$d.history.json \
+    --save-weights $out/$d.weights.h5 --quiet
+  if python3 tests/keras_ref/compare_sw.py 1e-4 $fix/hub_gpt2 $out/$d.history.json \
+     $out/$d.weights.h5; then
+    echo "sample_weight: $d: keras-hub's padding-masked step losses, weighted accuracy and weights"
+  else
+    echo "sample_weight: $d: FAILED"
+    fail=1
+  fi
+done
+
 # no --sample-weight: every weight 1, as a file of ones, as a program without them
 python3 - $out/ones.npy <<'P'
 import struct, sys
@@ -79,9 +103,9 @@ else
 fi
 
 # errors: the file and the shapes named
-python3 - $out/short.npy $out/shape.npy <<'P'
+python3 - $out/short.npy $out/shape.npy $out/tokens.npy <<'P'
 import struct, sys
-for path, shape in zip(sys.argv[1:], ((43,), (44, 3))):
+for path, shape in zip(sys.argv[1:], ((43,), (44, 3), (64, 15))):
     n = 1
     for s in shape:
         n *= s
@@ -105,6 +129,10 @@ expect() { # WHAT PATTERN COMMAND...: fails, saying PATTERN
 expect "43 weights for 44 samples" "$out/short.npy has 43" run $out/sw_mp e1 --sample-weight $out/short.npy
 expect "weights (44, 3)" "$out/shape.npy: shape (44, 3) does not fit the model's sample weights: expected (N,)" \
   run $out/sw_mp e2 --sample-weight $out/shape.npy
+expect "per-token weights (64, 15) for 16 tokens" \
+  "$out/tokens.npy: shape (64, 15) does not fit the model's sample weights: expected (N, 16) or (N,)" \
+  mpirun -np 8 --oversubscribe $out/hub_gpt2_dp --x $src/padding_mask.npy --x $src/token_ids.npy \
+  --y $src/y.npy --sample-weight $out/tokens.npy --epochs 1 --weights $src/model.keras --quiet
 expect "a program without sample weights" "compile it with kdcc --sample-weight" \
   run $out/plain_mp e3 --sample-weight $fix/w.npy
 exit $fail
