@@ -265,7 +265,8 @@ static void find_candidates(const Index *x) {
     }
   }
   xfree(sig), xfree(slot), xfree(votes), xfree(per), xfree(taken);
-  qsort(g->blocks, (size_t)g->nblocks, sizeof *g->blocks, cmp_start); // in the graph's order
+  if (g->nblocks > 1) // in the graph's order (none: no array to sort, which qsort may not take)
+    qsort(g->blocks, (size_t)g->nblocks, sizeof *g->blocks, cmp_start);
 }
 
 // ---- 2. variables that repeat, and each block's layers
