@@ -717,6 +717,7 @@ void kdrt_data_sample(const kdrt_data *d, int64_t i, void *const *x, float *cons
     if (d->yconv[j] == KDRT_LABELS_ONES || d->yconv[j] == KDRT_LABELS_BCAST) {
       float w = 1.0f; // sample weights: none given, or one a sample for each of its rows
       if (d->yconv[j] == KDRT_LABELS_BCAST) kdrt_array_row(&d->y[j], s, 1.0, &w);
+      if (d->class_w) w = d->class_w[s];
       for (int64_t e = 0; e < n; e++) y[j][e] = w;
     } else {
       kdrt_label_row(&d->y[j], d->yconv[j], p->labels[j].num_classes, s, y[j]);
@@ -727,6 +728,12 @@ void kdrt_data_sample(const kdrt_data *d, int64_t i, void *const *x, float *cons
 double kdrt_data_weight_sum(const kdrt_data *d, int j, const int64_t *order, int64_t pos0,
                             int64_t n) {
   int64_t e = kdrt_io_elems(&d->p->labels[j]);
+  if (d->class_w) { // --class-weight: one a sample
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++)
+      total += (double)d->class_w[d->first + (order ? order[pos0 + i] : pos0 + i)] * (double)e;
+    return total;
+  }
   if (d->synthetic || d->yconv[j] == KDRT_LABELS_ONES) return (double)(n * e);
   const kdrt_array *a = &d->y[j];
   double total = 0.0;
@@ -739,12 +746,54 @@ double kdrt_data_weight_sum(const kdrt_data *d, int j, const int64_t *order, int
   return total;
 }
 
+int kdrt_data_class_weight(kdrt_data *d, const char *spec, char *err, size_t errlen) {
+  enum { MAXC = 4096 };
+  static int64_t cls[MAXC];
+  static double wt[MAXC];
+  int nc = 0;
+  for (const char *p = spec; *p;) { // C:W pairs, comma-separated
+    char *end;
+    long long c = strtoll(p, &end, 10);
+    if (end == p || *end != ':' || c < 0 || nc == MAXC)
+      return kdrt_errf(err, errlen, "--class-weight '%s': not class:weight pairs such as 0:1,1:5",
+                       spec), -1;
+    p = end + 1;
+    double w = strtod(p, &end);
+    if (end == p || (*end && *end != ',') || !isfinite(w))
+      return kdrt_errf(err, errlen, "--class-weight '%s': not class:weight pairs such as 0:1,1:5",
+                       spec), -1;
+    cls[nc] = c, wt[nc++] = w;
+    p = *end ? end + 1 : end;
+  }
+  const kdrt_array *a = &d->y[0];
+  if (a->h.ndim > 2 || (a->h.ndim == 2 && a->row != a->h.shape[1]))
+    return kdrt_errf(err, errlen, "--class-weight: %s holds more than one label a sample; Keras's "
+                     "class_weight takes one class id (or one-hot row) a sample", a->path), -1;
+  float *sw = malloc((size_t)(a->n ? a->n : 1) * sizeof *sw);
+  if (!sw) return kdrt_errf(err, errlen, "out of memory"), -1;
+  for (int64_t s = 0; s < a->n; s++) {
+    int64_t c = 0; // the class: the id, or the one-hot row's first maximum
+    if (a->row == 1) {
+      c = (int64_t)llround(element(a, (size_t)s));
+    } else {
+      double best = element(a, (size_t)(s * a->row));
+      for (int64_t k = 1; k < a->row; k++)
+        if (element(a, (size_t)(s * a->row + k)) > best) best = element(a, (size_t)(s * a->row + k)), c = k;
+    }
+    sw[s] = 1.0f;
+    for (int k = 0; k < nc; k++)
+      if (cls[k] == c) sw[s] = (float)wt[k];
+  }
+  d->class_w = sw;
+  return 0;
+}
+
 void kdrt_data_close(kdrt_data *d) {
   if (d->owner) {
     const kdrt_program *p = d->p;
     for (int k = 0; d->x && p && k < p->ninputs; k++) kdrt_array_close(&d->x[k]);
     for (int j = 0; d->y && p && j < p->nlabels; j++) kdrt_array_close(&d->y[j]);
-    free(d->x), free(d->y), free(d->yconv), free(d->cache);
+    free(d->x), free(d->y), free(d->yconv), free(d->cache), free((float *)d->class_w);
   }
   memset(d, 0, sizeof *d);
 }

@@ -144,6 +144,8 @@ static void usage(FILE *f, const kdrt_program *p) {
           "  --sample-weight W     Keras's sample_weight for --x/--y (.npy, one weight a\n"
           "                        sample, or a row of the loss's: (N, T) for an output\n"
           "                        (N, T, C)); a program compiled with kdcc --sample-weight\n"
+          "  --class-weight C:W,.. or Keras's class_weight: a sample of class C weighs W\n"
+          "                        (others 1; the training samples only)\n"
           "  --test-x F --test-y F evaluate on these after fit (default: the validation\n"
           "                        data, else the training data)\n"
           "  --scale S             multiply the inputs by S, a number or a fraction (1/255)\n"
@@ -1072,9 +1074,12 @@ static void open_data(run *r, kdrt_options *o) {
   // file for --x/--y (validation and test data have none: ones, as in Keras)
   int ny = prog->nlabels, sw = ny && prog->labels[ny - 1].label_kind == KDRT_LABEL_WEIGHT;
   ny -= sw;
-  if (o->sample_weight && !sw)
-    kdrt_fail_all(c, 2, "--sample-weight: the program takes no sample weights; compile it with "
-                  "kdcc --sample-weight");
+  if ((o->sample_weight || o->class_weight) && !sw)
+    kdrt_fail_all(c, 2, "%s: the program takes no sample weights; compile it with kdcc "
+                  "--sample-weight", o->sample_weight ? "--sample-weight" : "--class-weight");
+  if (o->class_weight && ny != 1)
+    kdrt_fail_all(c, 2, "--class-weight: the model has %d outputs with a loss; Keras's "
+                  "class_weight is for one", ny);
   for (int i = 0; i < 3; i++) {
     if (!fx[i]->n) continue;
     if (kdrt_resolve_files(fx[i], ox[i], prog->inputs, prog->ninputs, "input", xs[i], err,
@@ -1084,7 +1089,8 @@ static void open_data(run *r, kdrt_options *o) {
     if (sw) ys[i][ny] = i == 0 ? o->sample_weight : NULL;
   }
   if (o->x.n) {
-    if (kdrt_data_open(&r->data, prog, xs[0], ys[0], o->scale, err, sizeof err))
+    if (kdrt_data_open(&r->data, prog, xs[0], ys[0], o->scale, err, sizeof err) ||
+        (o->class_weight && kdrt_data_class_weight(&r->data, o->class_weight, err, sizeof err)))
       kdrt_fail_all(c, 1, "%s", err);
   } else {
     if (!o->synthetic) {
@@ -1103,6 +1109,7 @@ static void open_data(run *r, kdrt_options *o) {
   if (o->validation_split > 0) {
     int64_t n = r->data.n, keep = (int64_t)floor((double)n * (1.0 - o->validation_split));
     r->val = kdrt_data_slice(&r->data, keep, n - keep);
+    r->val.class_w = NULL; // Keras splits before class_weight weighs the training data
     r->data.n = keep;
   }
   r->ntrain = r->data.n;

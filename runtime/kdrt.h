@@ -573,6 +573,8 @@ typedef struct {
   int *yconv;                 // [nlabels] KDRT_LABELS_*
   int owner;                  // frees the arrays and closes the files (0 for a slice)
   double scale;               // float inputs times scale
+  const float *class_w;       // ./train --class-weight: each sample's weight (indexed as the
+                              // files are), the sample-weight label's rows; NULL: none
   int64_t first, n;
   unsigned char *cache;       // synthetic samples made once (bytes a sample: `per`), or NULL
   size_t per;                 // the cache's bytes a sample: every input, then every label
@@ -591,6 +593,11 @@ void kdrt_data_close(kdrt_data *d);
 // samples of d, sample i being order[pos0 + i] (order NULL: pos0 + i).
 double kdrt_data_weight_sum(const kdrt_data *d, int j, const int64_t *order, int64_t pos0,
                             int64_t n);
+// Keras's class_weight ("C:W,C:W,..." : class id C weighs W, others 1) as
+// sample weights of d's samples, from label 0's class ids (one a sample) or
+// one-hot rows (argmax), as Keras's class_weight_to_sample_weights: d->class_w
+// (freed with d). 0, or -1 with err (a bad spec, labels not one class a sample).
+int kdrt_data_class_weight(kdrt_data *d, const char *spec, char *err, size_t errlen);
 // n samples of d, sample i being order[pos0 + i] (order NULL: pos0 + i),
 // into consecutive rows of x[k] and y[j] (a rank's share of a batch).
 void kdrt_data_gather(const kdrt_data *d, const int64_t *order, int64_t pos0, int64_t n,
@@ -800,6 +807,7 @@ typedef struct {
   kdrt_files test_x, test_y;  // --test-x, --test-y: evaluated after fit
   double scale;               // --scale S (a number or a fraction 1/255): inputs times S, default 1
   double validation_split;    // --validation-split F, in [0, 1)
+  const char *class_weight;   // --class-weight C:W,...: Keras's class_weight, NULL: none
   const char *sample_weight;  // --sample-weight FILE: Keras's sample_weight for --x/--y (a
                               // program compiled with kdcc --sample-weight), NULL: ones
   uint64_t seed;              // --seed S, default 1337

@@ -191,6 +191,9 @@ static int file_option(kdrt_options *o, const char *name, const char *val) {
   } else if (!strcmp(name, "--sample-weight")) {
     ok = val && *val;
     if (ok) o->sample_weight = val;
+  } else if (!strcmp(name, "--class-weight")) {
+    ok = val && *val;
+    if (ok) o->class_weight = val;
   } else if (!strcmp(name, "--checkpoint-dir")) {
     ok = val && *val;
     if (ok) o->checkpoint_dir = val;
@@ -273,6 +276,7 @@ static const char *wanted(const char *name) {
       {"--y", "a file name"},
       {"--history", "a file name"},
       {"--sample-weight", "a file name"},
+      {"--class-weight", "class:weight pairs such as 0:1,1:5"},
       {"--val-x", "a file name"},
       {"--val-y", "a file name"},
       {"--checkpoint-best", "a file name"},
@@ -289,6 +293,11 @@ static const char *wanted(const char *name) {
 static int data_args(const kdrt_options *o, char *err, size_t errlen) {
   if (o->x.n && !o->y.n) return bad(err, errlen, "--x needs --y (the labels)");
   if (o->y.n && !o->x.n) return bad(err, errlen, "--y needs --x (the inputs)");
+  if (o->class_weight && o->sample_weight)
+    return bad(err, errlen, "--class-weight and --sample-weight exclude each other (as Keras's "
+               "class_weight and sample_weight)");
+  if (o->class_weight && !o->x.n)
+    return bad(err, errlen, "--class-weight needs --x and --y (the samples it weighs)");
   if (o->sample_weight && !o->x.n)
     return bad(err, errlen, "--sample-weight needs --x and --y (the samples it weighs)");
   if (o->x.n && o->synthetic)

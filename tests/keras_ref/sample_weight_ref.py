@@ -91,6 +91,47 @@ def main():
     with open(os.path.join(OUT, "ref.json"), "w") as f:
         json.dump(ref, f, indent=1)
     print(json.dumps(ref, indent=1))
+    class_weights(path, x, y, keep)
+
+
+def class_weights(path, x, y, keep):
+    """fit(class_weight=CW) on the same model and data, validation_split 0.25:
+    Keras splits first, then weighs the training samples by their class (the
+    validation samples are not weighted). Into OUT/class_weight/."""
+    cw = {0: 1.0, 1: 3.0, 2: 0.0}  # class 3: 1
+    out = os.path.join(OUT, "class_weight")
+    os.makedirs(out, exist_ok=True)
+    w = np.array([cw.get(int(c), 1.0) for c in y], np.float32)
+    m1 = keras.saving.load_model(path)
+    steps = []
+    for _ in range(EPOCHS):
+        for s in range(0, keep, BATCH):
+            e = min(s + BATCH, keep)
+            logs = m1.train_on_batch(x[s:e], y[s:e], class_weight=cw, return_dict=True)
+            steps.append(float(logs["loss"]))
+    m2 = keras.saving.load_model(path)
+    h = m2.fit(x, y, class_weight=cw, batch_size=BATCH, epochs=EPOCHS, shuffle=False,
+               validation_split=SPLIT, verbose=0)
+    ev = m2.evaluate(x[keep:], y[keep:], batch_size=BATCH, verbose=0, return_dict=True)
+    for v1, v2 in zip(m1.weights, m2.weights):
+        assert np.allclose(np.asarray(v1), np.asarray(v2), rtol=1e-5, atol=1e-6), v1.path
+    tmp = os.path.join(out, "final.weights.h5")
+    m2.save_weights(tmp)
+    import h5py
+    final = {}
+    with h5py.File(tmp, "r") as f:
+        f.visititems(lambda name, o: final.__setitem__(name, np.asarray(o))
+                     if isinstance(o, h5py.Dataset) and name.startswith("layers/") else None)
+    os.remove(tmp)
+    np.savez(os.path.join(out, "final.npz"), **final)
+    ref = {"versions": "keras %s" % keras.__version__, "class_weight": "0:1,1:3,2:0",
+           "train_weights_sum": float(w[:keep].sum()), "step_loss": steps,
+           "history": {k: [float(v) for v in vs] for k, vs in h.history.items()},
+           "evaluate_weighted": {k: float(v) for k, v in ev.items()},
+           "evaluate_note": "the validation samples, unweighted (class_weight weighs training)"}
+    with open(os.path.join(out, "ref.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    print(json.dumps(ref, indent=1))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@
 # ones, and as the program compiled without --sample-weight, bit for bit);
 # a weights file of the wrong length or shape is refused, naming the file
 # and the shapes; --sample-weight to a program compiled without it is refused.
+# Keras's class_weight (./train --class-weight 0:1,1:3,2:0) equals Keras's fit
+# with class_weight and validation_split within 1e-5 too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -48,6 +50,17 @@ for d in dp mp; do
     fail=1
   fi
 done
+
+# Keras's class_weight (--class-weight): the training samples weighed by
+# their class, the validation split's not (Keras splits first)
+run $out/sw_mp cw --class-weight 0:1,1:3,2:0
+if python3 tests/keras_ref/compare_sw.py 1e-5 $fix/class_weight $out/cw.history.json \
+   $out/cw.weights.h5; then
+  echo "sample_weight: class_weight: Keras's step losses, weighted accuracy, val_ logs and weights"
+else
+  echo "sample_weight: class_weight: FAILED"
+  fail=1
+fi
 
 # keras-hub: tests/fixtures/keras_hub/hub_gpt2's GPT2CausalLM on its padded
 # rows, the loss and the weighted accuracy masked as keras-hub's
@@ -133,6 +146,9 @@ expect "per-token weights (64, 15) for 16 tokens" \
   "$out/tokens.npy: shape (64, 15) does not fit the model's sample weights: expected (N, 16) or (N,)" \
   mpirun -np 8 --oversubscribe $out/hub_gpt2_dp --x $src/padding_mask.npy --x $src/token_ids.npy \
   --y $src/y.npy --sample-weight $out/tokens.npy --epochs 1 --weights $src/model.keras --quiet
+expect "--class-weight with --sample-weight" "exclude each other" \
+  run $out/sw_mp e4 --class-weight 0:2 --sample-weight $fix/w.npy
+expect "a bad --class-weight" "not class:weight pairs" run $out/sw_mp e5 --class-weight 0=2
 expect "a program without sample weights" "compile it with kdcc --sample-weight" \
   run $out/plain_mp e3 --sample-weight $fix/w.npy
 exit $fail
