@@ -144,17 +144,7 @@ const OpDef op_DEC_CAUSAL = {"dec_causal_mask", 2, 0, false, last_full_rule, NUL
 // op's offset); the frequencies as rope_emit writes them.
 static void dec_rope_emit(const Node *n, Lowering *lw) {
   int rk = n->shape.rank;
-  int64_t dim = n->shape.d[rk - 1];
-  float f[KDRT_ROPE_MAX_HALF];
-  float scale = rope_inv_freq(n->rope.p, dim, f);
-  char *vals = xstrdup("");
-  for (int64_t j = 0; j < dim / 2; j++)
-    vals = format("%s%s%s", vals, !j ? "" : j % 6 ? ", " : ",\n          ", flt(f[j]));
-  char *decl = format("static const kdrt_rotary r = {.half = %lld, .scale = %s,%s .inv_freq = {\n"
-                      "          %s}};", (long long)(dim / 2), flt(scale),
-                      !n->rope.round ? "" : n->rope.round == KDRT_ROUND_F16
-                                          ? " .rounding = KDRT_ROUND_F16,"
-                                          : " .rounding = KDRT_ROUND_BF16,", vals);
+  char *decl = rope_decl(n, 10);
   row_loop(lw, n);
   lower_call(lw, "rope", false, decl, "%s, %s, &r, 1, 1, %s, %lld + %s[r_], %d", at_row(n),
              at_row(n->in[0]), sym_c(sym_prod(n, 2, rk - 1, true)), (long long)n->rope.offset,

@@ -29,5 +29,7 @@ char *elems_c(const Node *n);
 char *lead_c(const Node *n, int rb);
 char *trail_c(const Node *n, int rb);
 char *block_start(const Node *n, int d);
+// ROPE's kdrt_rotary descriptor as a C declaration (ops_nn.c).
+char *rope_decl(const Node *n, int indent);
 
 #endif

@@ -368,23 +368,30 @@ static void rope_grad(Graph *g, Node *n, const bool *need) {
   accumulate(g, n->in[0], dx);
 }
 
-// The descriptor holds the frequencies (six a line); the call, x as
-// [b, t, heads.., 2h] and its block's first position.
-static void rope_emit(const Node *n, Lowering *lw) {
-  int r = n->shape.rank;
-  int64_t dim = n->shape.d[r - 1];
+// ROPE's descriptor, kdrt_rotary r: the frequencies (six a line) and the
+// rounding of a mixed policy, every field named (CUDA C++ warns of a
+// designated one left out). indent: the continuation lines' spaces. Also
+// the decode step's (decode.c).
+char *rope_decl(const Node *n, int indent) {
+  int64_t dim = n->shape.d[n->shape.rank - 1];
   if (dim % 2 || dim / 2 > KDRT_ROPE_MAX_HALF) unreachable(); // rope_node refuses them
   float f[KDRT_ROPE_MAX_HALF];
   float scale = rope_inv_freq(n->rope.p, dim, f);
   char *vals = xstrdup("");
   for (int64_t j = 0; j < dim / 2; j++)
-    vals = format("%s%s%s", vals, !j ? "" : j % 6 ? ", " : ",\n        ", flt(f[j]));
-  // every field named (CUDA C++ warns of a designated one left out)
-  char *decl = format("static const kdrt_rotary r = {.half = %lld, .scale = %s, .rounding = %s,\n"
-                      "        .inv_freq = {%s}};", (long long)(dim / 2), flt(scale),
-                      !n->rope.round                     ? "KDRT_ROUND_NONE"
-                      : n->rope.round == KDRT_ROUND_F16 ? "KDRT_ROUND_F16"
-                                                        : "KDRT_ROUND_BF16", vals);
+    vals = format("%s%s%s", vals, !j ? "" : j % 6 ? ", " : format(",\n%*s", indent, ""),
+                  flt(f[j]));
+  return format("static const kdrt_rotary r = {.half = %lld, .scale = %s, .rounding = %s,\n"
+                "%*s.inv_freq = {%s}};", (long long)(dim / 2), flt(scale),
+                !n->rope.round                     ? "KDRT_ROUND_NONE"
+                : n->rope.round == KDRT_ROUND_F16 ? "KDRT_ROUND_F16"
+                                                  : "KDRT_ROUND_BF16", indent, "", vals);
+}
+
+// The call: x as [b, t, heads.., 2h] and its block's first position.
+static void rope_emit(const Node *n, Lowering *lw) {
+  int r = n->shape.rank;
+  char *decl = rope_decl(n, 8);
   char *t0 = block_start(n, 1);
   if (n->rope.offset)
     t0 = n->place.axis[1] >= 0 ? format("%lld + %s", (long long)n->rope.offset, t0)
