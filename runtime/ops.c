@@ -695,23 +695,28 @@ void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const floa
 // block equals (the first maximum, as kdrt_accuracy's argmax). A tie with
 // a column of an earlier rank is not seen here: exact ties of float
 // logits across ranks are the one case where this differs from argmax.
+// Whether row r's label column (of this rank's block) holds the block's
+// first maximum m[r].
+static int xent_hit(const float *x, const float *y, const float *m, int64_t r, int64_t cols,
+                    int64_t col0) {
+  int64_t c = kdrt_xent_class(y, r, cols, col0);
+  if (c < 0)
+    return 0;
+  const float *xr = x + r * cols;
+  if (xr[c] != m[r])
+    return 0;
+  for (int64_t j = 0; j < c; j++)
+    if (xr[j] == m[r])
+      return 0;
+  return 1;
+}
+
 void kdrt_sparse_xent_acc(float *out, const float *x, const float *y, const float *m,
                           int64_t rows, int64_t cols, int64_t col0, double scale) {
   int64_t correct = 0;
 #pragma omp parallel for reduction(+ : correct) if (rows * cols >= KD_PAR_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t c = kdrt_xent_class(y, r, cols, col0);
-    if (c < 0)
-      continue;
-    const float *xr = x + r * cols;
-    if (xr[c] != m[r])
-      continue;
-    int first = 1;
-    for (int64_t j = 0; j < c; j++)
-      if (xr[j] == m[r])
-        first = 0;
-    correct += first;
-  }
+  for (int64_t r = 0; r < rows; r++)
+    correct += xent_hit(x, y, m, r, cols, col0);
   out[0] = (float)((double)correct * scale);
 }
 
@@ -720,20 +725,9 @@ void kdrt_sparse_xent_acc_w(float *out, const float *x, const float *y, const fl
                             const float *w, int64_t rows, int64_t cols, int64_t col0,
                             double scale) {
   double total = 0.0;
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t c = kdrt_xent_class(y, r, cols, col0);
-    if (c < 0)
-      continue;
-    const float *xr = x + r * cols;
-    if (xr[c] != m[r])
-      continue;
-    int first = 1;
-    for (int64_t j = 0; j < c; j++)
-      if (xr[j] == m[r])
-        first = 0;
-    if (first)
+  for (int64_t r = 0; r < rows; r++)
+    if (xent_hit(x, y, m, r, cols, col0))
       total += w[r];
-  }
   out[0] = (float)(total * scale);
 }
 

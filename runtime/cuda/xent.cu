@@ -140,9 +140,10 @@ __global__ static void sparse_xent_acc_rows(double *ok, const float *x, const fl
   if (threadIdx.x == 0) ok[r] = hit && !earlier ? 1.0 : 0.0;
 }
 
-extern "C" void kdrt_cuda_sparse_xent_acc(kdrt_cuda *d, float *out, const float *x,
-                                          const float *y, const float *m, int64_t rows,
-                                          int64_t cols, int64_t col0, double scale) {
+// Each row's hit (times its weight w[r]; w NULL: 1), summed in row order.
+static void sparse_xent_acc(kdrt_cuda *d, float *out, const float *x, const float *y,
+                            const float *m, const float *w, int64_t rows, int64_t cols,
+                            int64_t col0, double scale) {
   kdrt_cuda_check_rows(rows, "kdrt_cuda_sparse_xent_acc");
   double *ok = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(rows > 0 ? rows : 1) * sizeof(double));
   if (rows > 0) {
@@ -150,20 +151,19 @@ extern "C" void kdrt_cuda_sparse_xent_acc(kdrt_cuda *d, float *out, const float 
         ok, x, y, m, cols, col0);
     KDRT_LAUNCHED(d, "sparse_xent_acc_rows");
   }
+  if (w) kdrt_cuda_weigh_rows(d, ok, w, rows);
   kdrt_cuda_sum_rows(d, out, ok, rows, scale);
+}
+
+extern "C" void kdrt_cuda_sparse_xent_acc(kdrt_cuda *d, float *out, const float *x,
+                                          const float *y, const float *m, int64_t rows,
+                                          int64_t cols, int64_t col0, double scale) {
+  sparse_xent_acc(d, out, x, y, m, NULL, rows, cols, col0, scale);
 }
 
 extern "C" void kdrt_cuda_sparse_xent_acc_w(kdrt_cuda *d, float *out, const float *x,
                                             const float *y, const float *m, const float *w,
                                             int64_t rows, int64_t cols, int64_t col0,
                                             double scale) {
-  kdrt_cuda_check_rows(rows, "kdrt_cuda_sparse_xent_acc");
-  double *ok = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(rows > 0 ? rows : 1) * sizeof(double));
-  if (rows > 0) {
-    sparse_xent_acc_rows<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(
-        ok, x, y, m, cols, col0);
-    KDRT_LAUNCHED(d, "sparse_xent_acc_rows");
-  }
-  kdrt_cuda_weigh_rows(d, ok, w, rows);
-  kdrt_cuda_sum_rows(d, out, ok, rows, scale);
+  sparse_xent_acc(d, out, x, y, m, w, rows, cols, col0, scale);
 }
