@@ -72,9 +72,11 @@ bool is_collective(OpKind op) {
 void lower_call(Lowering *lw, const char *fn, bool ctx, char *decl, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  char *args = NULL;
-  if (vasprintf(&args, fmt, ap) < 0) error("out of memory");
+  char *s = NULL;
+  if (vasprintf(&s, fmt, ap) < 0) error("out of memory");
   va_end(ap);
+  char *args = xstrdup(s); // kdcc's allocator, which the fuzzer's release_all frees
+  free(s);
   lw->calls = xgrow(lw->calls, lw->ncalls, &lw->cap, sizeof *lw->calls);
   lw->calls[lw->ncalls++] = (Call){fn, ctx, decl, args};
 }
