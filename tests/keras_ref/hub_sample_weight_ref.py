@@ -22,7 +22,7 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 import numpy as np  # noqa: E402
 import keras  # noqa: E402
 import keras_hub  # noqa: E402,F401  (registers GPT2CausalLM)
-import h5py  # noqa: E402
+from sample_weight_ref import save_final  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "fixtures", "keras_hub", "hub_gpt2")
@@ -65,14 +65,7 @@ def main():
                               return_dict=True)
     for v1, v2 in zip(m1.weights, m2.weights):
         assert np.allclose(np.asarray(v1), np.asarray(v2), rtol=1e-4, atol=1e-5), v1.path
-    tmp = os.path.join(OUT, "final.weights.h5")
-    m2.save_weights(tmp)
-    final = {}
-    with h5py.File(tmp, "r") as f:
-        f.visititems(lambda name, o: final.__setitem__(name, np.asarray(o))
-                     if isinstance(o, h5py.Dataset) and name.startswith("layers/") else None)
-    os.remove(tmp)
-    np.savez(os.path.join(OUT, "final.npz"), **final)
+    save_final(m2, OUT)
     src = json.load(open(os.path.join(SRC, "hub_gpt2.json")))
     ref = {"versions": "keras %s, keras-hub %s" % (keras.__version__, keras_hub.__version__),
            "samples": n, "batch_size": BATCH, "epochs": EPOCHS,

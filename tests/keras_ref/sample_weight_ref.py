@@ -28,6 +28,21 @@ OUT = os.path.join(os.path.dirname(__file__), "..", "fixtures", "sample_weight")
 N, SPLIT, BATCH, EPOCHS = 44, 0.25, 16, 2
 
 
+def save_final(model, out):
+    """The model's weights under their .weights.h5 names (layers/dense/vars/0,
+    ...) into out/final.npz, what compare_sw.py reads."""
+    import h5py
+
+    tmp = os.path.join(out, "final.weights.h5")
+    model.save_weights(tmp)
+    final = {}
+    with h5py.File(tmp, "r") as f:
+        f.visititems(lambda name, o: final.__setitem__(name, np.asarray(o))
+                     if isinstance(o, h5py.Dataset) and name.startswith("layers/") else None)
+    os.remove(tmp)
+    np.savez(os.path.join(out, "final.npz"), **final)
+
+
 def build():
     keras.utils.set_random_seed(7)
     x = keras.Input((12,), name="x")
@@ -72,16 +87,7 @@ def main():
     ev_plain = m2.evaluate(x[keep:], y[keep:], batch_size=BATCH, verbose=0, return_dict=True)
     for v1, v2 in zip(m1.weights, m2.weights):
         assert np.allclose(np.asarray(v1), np.asarray(v2), rtol=1e-5, atol=1e-6), v1.path
-    # the final weights under their .weights.h5 names (layers/dense/vars/0, ...)
-    tmp = os.path.join(OUT, "final.weights.h5")
-    m2.save_weights(tmp)
-    import h5py
-    final = {}
-    with h5py.File(tmp, "r") as f:
-        f.visititems(lambda name, o: final.__setitem__(name, np.asarray(o))
-                     if isinstance(o, h5py.Dataset) and name.startswith("layers/") else None)
-    os.remove(tmp)
-    np.savez(os.path.join(OUT, "final.npz"), **final)
+    save_final(m2, OUT)
     ref = {"versions": "keras %s" % keras.__version__, "samples": N,
            "validation_split": SPLIT, "batch_size": BATCH, "epochs": EPOCHS,
            "step_loss": steps,
@@ -115,15 +121,7 @@ def class_weights(path, x, y, keep):
     ev = m2.evaluate(x[keep:], y[keep:], batch_size=BATCH, verbose=0, return_dict=True)
     for v1, v2 in zip(m1.weights, m2.weights):
         assert np.allclose(np.asarray(v1), np.asarray(v2), rtol=1e-5, atol=1e-6), v1.path
-    tmp = os.path.join(out, "final.weights.h5")
-    m2.save_weights(tmp)
-    import h5py
-    final = {}
-    with h5py.File(tmp, "r") as f:
-        f.visititems(lambda name, o: final.__setitem__(name, np.asarray(o))
-                     if isinstance(o, h5py.Dataset) and name.startswith("layers/") else None)
-    os.remove(tmp)
-    np.savez(os.path.join(out, "final.npz"), **final)
+    save_final(m2, out)
     ref = {"versions": "keras %s" % keras.__version__, "class_weight": "0:1,1:3,2:0",
            "train_weights_sum": float(w[:keep].sum()), "step_loss": steps,
            "history": {k: [float(v) for v in vs] for k, vs in h.history.items()},
