@@ -27,11 +27,10 @@ EX=examples/fashion_mnist
 # model learns something; func_branches data as IDX and as .npy.
 python3 - "$T" <<'PY'
 import gzip, random, struct, sys
+sys.path.insert(0, "tests")
+from npylite import save_npy, save_idx  # noqa: E402
 d = sys.argv[1]
 random.seed(7)
-def idx(path, type_byte, dims, payload, gz=False):
-    data = struct.pack(">BBBB", 0, 0, type_byte, len(dims)) + struct.pack(">%dI" % len(dims), *dims) + payload
-    (gzip.open if gz else open)(path, "wb").write(data)
 def images(labels):
     out = bytearray()
     for c in labels:
@@ -42,32 +41,25 @@ def images(labels):
     return bytes(out)
 for name, n, gz in (("train", 96, True), ("val", 32, False), ("test", 32, False)):
     ys = [random.randrange(10) for _ in range(n)]
-    idx("%s/%s-images.idx%s" % (d, name, ".gz" if gz else ""), 0x08, (n, 28, 28), images(ys), gz)
-    idx("%s/%s-labels.idx%s" % (d, name, ".gz" if gz else ""), 0x08, (n,), bytes(ys), gz)
+    save_idx("%s/%s-images.idx%s" % (d, name, ".gz" if gz else ""), 0x08, (n, 28, 28), images(ys), gz)
+    save_idx("%s/%s-labels.idx%s" % (d, name, ".gz" if gz else ""), 0x08, (n,), bytes(ys), gz)
 # broken ones
 full = gzip.open(d + "/train-images.idx.gz").read()
 raw = open(d + "/train-images.idx.gz", "rb").read()
 open(d + "/cut.idx.gz", "wb").write(raw[: len(raw) // 2])
 open(d + "/short.idx", "wb").write(full[:-28])
 open(d + "/magic.idx", "wb").write(b"\x00\x01" + full[2:])
-idx(d + "/small.idx", 0x08, (96, 27, 27), bytes(96 * 27 * 27))
-idx(d + "/labels95.idx", 0x08, (95,), bytes(95))
-idx(d + "/labels10.idx", 0x08, (96,), bytes([3] * 50 + [10] + [0] * 45))
+save_idx(d + "/small.idx", 0x08, (96, 27, 27), bytes(96 * 27 * 27))
+save_idx(d + "/labels95.idx", 0x08, (95,), bytes(95))
+save_idx(d + "/labels10.idx", 0x08, (96,), bytes([3] * 50 + [10] + [0] * 45))
 # func_branches: x (64, 32) float32, 4 classes
 n = 64
 xs = [random.gauss(0, 1) for _ in range(n * 32)]
 ys = [random.randrange(4) for _ in range(n)]
-idx(d + "/fx.idx", 0x0D, (n, 32), struct.pack(">%df" % len(xs), *xs))
-idx(d + "/fy.idx", 0x08, (n,), bytes(ys))
-def npy(path, descr, fmt, shape, values):
-    h = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        descr, ", ".join(map(str, shape)) + ("," if len(shape) == 1 else ""))
-    h += " " * (63 - (10 + len(h)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode())
-        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
-npy(d + "/fx.npy", "<f4", "f", (n, 32), xs)
-npy(d + "/fy.npy", "<f4", "f", (n, 4), [1.0 if j == c else 0.0 for c in ys for j in range(4)])
+save_idx(d + "/fx.idx", 0x0D, (n, 32), struct.pack(">%df" % len(xs), *xs))
+save_idx(d + "/fy.idx", 0x08, (n,), bytes(ys))
+save_npy(d + "/fx.npy", "<f4", "f", (n, 32), xs)
+save_npy(d + "/fy.npy", "<f4", "f", (n, 4), [1.0 if j == c else 0.0 for c in ys for j in range(4)])
 PY
 [ -s "$T/fy.npy" ] || { echo "data_idx.sh: could not write the data" >&2; exit 1; }
 

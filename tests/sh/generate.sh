@@ -35,12 +35,10 @@ python3 - "$T" "$(cat "$T/greedy1")" <<'PY' || fail "greedy decoding is not pred
 import array, ast, struct, subprocess, sys
 tmp, got = sys.argv[1], [int(t) for t in sys.argv[2].split()]
 seq, T = got[:3], 16
+sys.path.insert(0, "tests")
+from npylite import save_npy  # noqa: E402
 def write_ids(path, ids):
-    d = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, %d), }" % T
-    d += " " * (63 - (10 + len(d)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode())
-        f.write(array.array("i", ids + [0] * (T - len(ids))).tobytes())
+    save_npy(path, "<i4", "i", (1, T), ids + [0] * (T - len(ids)))
 def read_floats(path):
     b = open(path, "rb").read()
     hl = struct.unpack("<H", b[8:10])[0]

@@ -27,25 +27,17 @@ EX=examples/fashion_mnist
 # Data: MNIST-shaped IDX for the MLP (the training set gzip'd), token ids
 # for the GPT as .npy (int32 inputs, int64 labels).
 python3 - "$T" <<'PY'
-import gzip, json, random, struct, sys
+import json, random, sys
+sys.path.insert(0, "tests")
+from npylite import save_npy, save_idx  # noqa: E402
 d = sys.argv[1]
 random.seed(11)
-def idx(path, type_byte, dims, payload, gz=False):
-    data = struct.pack(">BBBB", 0, 0, type_byte, len(dims)) + struct.pack(">%dI" % len(dims), *dims) + payload
-    (gzip.open if gz else open)(path, "wb").write(data)
 for name, n, gz in (("train", 77, True), ("val", 21, False), ("test", 19, False)):
     ys = [random.randrange(10) for _ in range(n)]
     px = bytes(min(255, random.randrange(60) + (150 if 2 * c <= (i // 28) < 2 * c + 3 else 0))
                for c in ys for i in range(784))
-    idx("%s/%s-x.idx%s" % (d, name, ".gz" if gz else ""), 0x08, (n, 28, 28), px, gz)
-    idx("%s/%s-y.idx%s" % (d, name, ".gz" if gz else ""), 0x08, (n,), bytes(ys), gz)
-def npy(path, descr, fmt, shape, values):
-    h = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        descr, ", ".join(map(str, shape)) + ("," if len(shape) == 1 else ""))
-    h += " " * (63 - (10 + len(h)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode())
-        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
+    save_idx("%s/%s-x.idx%s" % (d, name, ".gz" if gz else ""), 0x08, (n, 28, 28), px, gz)
+    save_idx("%s/%s-y.idx%s" % (d, name, ".gz" if gz else ""), 0x08, (n,), bytes(ys), gz)
 m = json.load(open("models/gpt.json"))
 def find(o, key):
     if isinstance(o, dict):
@@ -60,8 +52,8 @@ n = 45
 toks = [random.randrange(V) for _ in range(n * (T + 1))]
 xs = [toks[i * (T + 1) + t] for i in range(n) for t in range(T)]
 ys = [toks[i * (T + 1) + t + 1] for i in range(n) for t in range(T)]
-npy(d + "/tx.npy", "<i4", "i", (n, T), xs)
-npy(d + "/ty.npy", "<i8", "q", (n, T), ys)
+save_npy(d + "/tx.npy", "<i4", "i", (n, T), xs)
+save_npy(d + "/ty.npy", "<i8", "q", (n, T), ys)
 PY
 [ -s "$T/ty.npy" ] || { echo "prefetch.sh: could not write the data" >&2; exit 1; }
 

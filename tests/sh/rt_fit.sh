@@ -157,14 +157,9 @@ grep -q "^3/3 $BAR" "$T/out" || fail "$name: evaluate still sees every sample (3
 
 # .npy input: x float64 (40, 6), y float32 (40, 8) one-hot; then a bad shape.
 python3 - "$T" <<'PY'
-import struct, sys, random
-def save(path, descr, fmt, shape, values):
-    h = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        descr, ", ".join(map(str, shape)) + ("," if len(shape) == 1 else ""))
-    h += " " * (63 - (10 + len(h)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode())
-        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
+import sys, random
+sys.path.insert(0, "tests")
+from npylite import save_npy as save  # noqa: E402
 random.seed(1)
 d = sys.argv[1]
 x = [random.gauss(0, 1) for _ in range(40 * 6)]

@@ -94,14 +94,9 @@ keras_shaped "$T/nv.json" 2 0
 # Files: feat float32 (40, 5), tok int64 (40, 3) ids < 6, a uint8 ids
 # (40,) < 4, b float32 (40, 1); and broken variants.
 python3 - "$T" <<'PY'
-import struct, sys, random
-def save(path, descr, fmt, shape, values):
-    h = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        descr, ", ".join(map(str, shape)) + ("," if len(shape) == 1 else ""))
-    h += " " * (63 - (10 + len(h)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode())
-        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
+import sys, random
+sys.path.insert(0, "tests")
+from npylite import save_npy as save  # noqa: E402
 random.seed(2)
 d = sys.argv[1]
 feat = [random.gauss(0, 1) for _ in range(40 * 5)]

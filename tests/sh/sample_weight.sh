@@ -87,12 +87,10 @@ done
 
 # no --sample-weight: every weight 1, as a file of ones, as a program without them
 python3 - $out/ones.npy <<'P'
-import struct, sys
-n = 44
-hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % n
-hdr += " " * (127 - 10 - len(hdr)) + "\n"
-open(sys.argv[1], "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode()
-                              + struct.pack("<%df" % n, *([1.0] * n)))
+import sys
+sys.path.insert(0, "tests")
+from npylite import save_npy  # noqa: E402
+save_npy(sys.argv[1], "<f4", "f", (44,), [1.0] * 44)
 P
 ./kdcc $fix/model.keras --distribution $out/mp.dist.json --batch-size 16 -w -o $out/plain_mp
 run $out/sw_mp none
@@ -117,15 +115,11 @@ fi
 
 # errors: the file and the shapes named
 python3 - $out/short.npy $out/shape.npy $out/tokens.npy <<'P'
-import struct, sys
+import math, sys
+sys.path.insert(0, "tests")
+from npylite import save_npy  # noqa: E402
 for path, shape in zip(sys.argv[1:], ((43,), (44, 3), (64, 15))):
-    n = 1
-    for s in shape:
-        n *= s
-    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': %r, }" % (shape,)
-    hdr += " " * (127 - 10 - len(hdr)) + "\n"
-    open(path, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode()
-                           + struct.pack("<%df" % n, *([1.0] * n)))
+    save_npy(path, "<f4", "f", shape, [1.0] * math.prod(shape))
 P
 expect() { # WHAT PATTERN COMMAND...: fails, saying PATTERN
   local what=$1 pat=$2
