@@ -248,11 +248,11 @@ static void buffers_alloc(kdrt_ctx *c, const kdrt_program *p, int rows, int64_t 
   if (oom) kdrt_fatal(c, "out of memory");
 }
 
-// Every batch of the n samples through eval_step; rank 0 keeps the outputs.
+// Every batch of the n samples through eval_step, this rank filling its lb
+// rows of each; rank 0 keeps the outputs.
 static int64_t run_batches(kdrt_ctx *c, const kdrt_program *p, kdrt_array *xa, int64_t n,
-                           double scale, predict_buffers *b) {
+                           int lb, double scale, predict_buffers *b) {
   int ba = p->batch_axis;
-  int lb = ba >= 0 ? p->batch / p->mesh_shape[ba] : p->batch;
   int row0 = ba >= 0 ? c->coord[ba] * lb : 0;
   int64_t steps = (n + p->batch - 1) / p->batch;
   for (int64_t s = 0; s < steps; s++) {
@@ -305,12 +305,12 @@ int kdrt_predict(int argc, char **argv, const kdrt_program *p) {
   kdrt_array xa[KDRT_MAX_FILES];
   int64_t n = 0;
   if (open_inputs(p, xpaths, xa, &n, err, sizeof err)) return leave(c, 1, "%s", err);
-  int ba = p->batch_axis;
+  int ba = p->batch_axis, lb = ba >= 0 ? p->batch / p->mesh_shape[ba] : p->batch;
   predict_buffers b;
-  buffers_alloc(c, p, ba >= 0 ? p->batch / p->mesh_shape[ba] : p->batch, n, &b);
+  buffers_alloc(c, p, lb, n, &b);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  int64_t steps = run_batches(c, p, xa, n, o.scale, &b);
+  int64_t steps = run_batches(c, p, xa, n, lb, o.scale, &b);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   for (int k = 0; k < p->ninputs; k++) kdrt_array_close(&xa[k]);
   int rc = 0;
