@@ -87,6 +87,15 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
+def within_atol(path, got_w, want_w, atol, bad):
+    """A tensor whose gradient is zero in exact arithmetic (a key bias):
+    compared absolutely, within atol."""
+    d = max(abs(a - b) for a, b in zip(got_w, want_w))
+    if d > atol:
+        bad.append(f"{path}: max |kdcc - keras| = {d:.2e} > {atol:.2e} "
+                   "(absolute: its gradient is zero in exact arithmetic)")
+
+
 def compare_weights(want, got_path, atol, rtol, bad, frozen=()):
     """Every tensor of want ({path: (shape, values)}) against the .weights.h5
     at got_path, per tensor (see the top); (worst difference, its path)."""
@@ -103,10 +112,7 @@ def compare_weights(want, got_path, atol, rtol, bad, frozen=()):
         if path in frozen and got_w != want_w:
             bad.append(f"{got_path}: {path} is frozen (trainable false) but changed")
         if path in atol:
-            d = max(abs(a - b) for a, b in zip(got_w, want_w))
-            if d > atol[path]:
-                bad.append(f"{path}: max |kdcc - keras| = {d:.2e} > {atol[path]:.2e} "
-                           "(absolute: its gradient is zero in exact arithmetic)")
+            within_atol(path, got_w, want_w, atol[path], bad)
             continue
         scale = max(max(abs(v) for v in want_w), 1e-12)
         d = max(abs(a - b) for a, b in zip(got_w, want_w)) / scale
@@ -128,10 +134,7 @@ def compare_updates(want, initial, got_path, atol, rtol, bad):
             continue
         got_w, init = saved[path][1], initial[path][1]
         if path in atol:
-            d = max(abs(a - b) for a, b in zip(got_w, want_w))
-            if d > atol[path]:
-                bad.append(f"{path}: max |kdcc - keras| = {d:.2e} > {atol[path]:.2e} "
-                           "(absolute: its gradient is zero in exact arithmetic)")
+            within_atol(path, got_w, want_w, atol[path], bad)
             continue
         num = sum((a - b) ** 2 for a, b in zip(got_w, want_w)) ** 0.5
         den = sum((b - i) ** 2 for b, i in zip(want_w, init)) ** 0.5
