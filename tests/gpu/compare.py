@@ -65,7 +65,10 @@ def speed(R):
     p = f"{R}/perf/kdcc.txt"
     for line in open(p) if os.path.exists(p) else []:
         m, pr, b, s = line.split()
-        rows.setdefault((m, pr, int(b)), {})["kdcc"] = float(s)
+        # PREC"base": the same program from an earlier commit (device.sh's
+        # EXTRA), timed in the same run: the column that shows what changed
+        key = "base" if pr.endswith("base") else "kdcc"
+        rows.setdefault((m, pr.removesuffix("base"), int(b)), {})[key] = float(s)
     if os.path.exists(f"{R}/perf/torch.json"):
         for r in json.load(open(f"{R}/perf/torch.json"))["results"]:
             rows.setdefault((r["model"], r["prec"], r["batch"]), {})["torch " + r["mode"]] = r["nosync"]
@@ -79,12 +82,14 @@ def speed(R):
     if not rows:
         print("speed: no timings (phases perf, torch, keras skipped or out of time)")
         return 0
-    print(f"{'steps/s':10s} {'prec':5s} {'batch':>5s} {'kdcc':>8s} {'torch':>8s} {'compile':>8s} {'keras':>8s}  kdcc/best")
+    print(f"{'steps/s':10s} {'prec':5s} {'batch':>5s} {'kdcc':>8s} {'base':>8s} {'torch':>8s} {'compile':>8s} {'keras':>8s}  kdcc/best kdcc/base")
     for (m, pr, b), v in rows.items():
         peers = [v[k] for k in ("torch eager", "torch compile", "keras-jax") if k in v]
         ratio = f"{v['kdcc'] / max(peers):.2f}" if peers and "kdcc" in v else "-"
         f = lambda k: f"{v[k]:8.1f}" if k in v else f"{'-':>8s}"
-        print(f"{m:10s} {pr:5s} {b:5d} {f('kdcc')} {f('torch eager')} {f('torch compile')} {f('keras-jax')}  {ratio}")
+        gain = f"{v['kdcc'] / v['base']:.2f}" if "base" in v and "kdcc" in v else "-"
+        print(f"{m:10s} {pr:5s} {b:5d} {f('kdcc')} {f('base')} {f('torch eager')} {f('torch compile')} "
+              f"{f('keras-jax')}  {ratio:>9s} {gain:>9s}")
     return 0
 
 

@@ -40,6 +40,7 @@
 #   kprof   kdcc's own per-line GPU profile (KDRT_CUDA_PROFILE=1) of the
 #           speed programs (KPROF="model:prec:batch ..." picks them)
 #   prof    (not by default) per-kernel GPU time from ncu
+# EXTRA=FILE.tar.xz adds programs to the bundle's (see below).
 # The pool ends at DL - 90 seconds at the latest and every speed phase stops
 # before DL (default 330), so that the whole takes at most about 6 minutes.
 #
@@ -58,6 +59,7 @@ G=$(cd "${1:-.gpu}" 2>/dev/null && pwd) ||
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 BUNDLE=$(realpath "${BUNDLE:-$G/bundle.tar.xz}")
+EXTRA=${EXTRA:+$(realpath "$EXTRA")}
 PHASES=${PHASES:-env,corr,faults,mesh,perf,pipe,kprof,torch,keras}
 DL=${DL:-330}
 JOBS=${JOBS:-8}
@@ -104,6 +106,13 @@ mkdir -p "$W" "$R"/j "$R"/h
 cd "$W"
 if ! xz -dc "$BUNDLE" | tar -xif - || [ "$(cat format 2>/dev/null)" != 2 ]; then
   check bundle FAIL "$BUNDLE: unreadable or of another layout: rebuild it with make gpu-bundle"
+  finish 3
+fi
+# EXTRA=FILE.tar.xz: more programs unpacked over the bundle, e.g. an earlier
+# commit's speed programs named progs/p_MODEL_PRECbase, which PERF="MODEL:PRECbase:B"
+# times in the same run (compare.py's "base" column)
+if [ -n "${EXTRA:-}" ] && ! xz -dc "$EXTRA" | tar -xf -; then
+  check bundle FAIL "EXTRA=$EXTRA: unreadable"
   finish 3
 fi
 COMMIT=$(awk '/^commit/ {$1 = ""; print substr($0, 2)}' info.txt)

@@ -71,11 +71,11 @@ expect 1 "differ: f(missing)"
 
 name="compare.py speed"
 mkdir -p "$T/res/perf"
-echo "gpt fp32 128 250.0" >"$T/res/perf/kdcc.txt"
+printf 'gpt fp32 128 250.0\ngpt fp32base 128 200.0\n' >"$T/res/perf/kdcc.txt"
 echo '{"results": [{"model": "gpt", "prec": "fp32", "batch": 128, "mode": "eager", "nosync": 100.0}]}' \
   >"$T/res/perf/torch.json"
 cmp_run python3 tests/gpu/compare.py speed "$T/res"
-expect 0 "gpt        fp32    128    250.0    100.0        -        -  2.50"
+expect 0 "gpt        fp32    128    250.0    200.0    100.0        -        -       2.50      1.25"
 
 name="device.sh, not a bundle"
 mkdir -p "$T/g"
