@@ -899,3 +899,59 @@ void kdrt_prefetch_stop(kdrt_prefetch *f) {
   pthread_mutex_destroy(&f->lock);
   free(f);
 }
+
+// ------------------------------------------------------------ synthetic data and the shuffle
+
+// Stream ids of the runtime's own randomness (kdcc hashes variable paths
+// for the model's streams).
+#define STREAM_DATA_X 0x6b647274782d3031ull  // synthetic inputs
+#define STREAM_DATA_Y 0x6b647274792d3031ull  // synthetic labels
+#define STREAM_SHUFFLE 0x6b64727473687566ull // per-epoch permutation
+
+// Input k draws from stream STREAM_DATA_X + k, label j from STREAM_DATA_Y
+// + j: the first of each keeps the numbers of a one-input program.
+void kdrt_synthetic_input(const kdrt_program *p, uint64_t seed, int k, int64_t sample, void *x) {
+  const kdrt_io *in = &p->inputs[k];
+  int64_t xn = prod(in->rank, in->shape);
+  uint64_t stream = STREAM_DATA_X + (uint64_t)k;
+  for (int64_t i = 0; i < xn; i++) {
+    uint64_t g = (uint64_t)(sample * xn + i);
+    if (in->dtype == KDRT_I32) {
+      int64_t classes = in->num_classes > 0 ? in->num_classes : 1;
+      int64_t id = (int64_t)((double)kdrt_uniform(seed, stream, 0, g) * (double)classes);
+      ((int32_t *)x)[i] = (int32_t)(id < classes ? id : classes - 1);
+    } else {
+      ((float *)x)[i] = kdrt_normal(seed, stream, 0, g);
+    }
+  }
+}
+
+void kdrt_synthetic_label(const kdrt_program *p, uint64_t seed, int j, int64_t sample, float *y) {
+  const kdrt_io *l = &p->labels[j];
+  int64_t yn = prod(l->rank, l->shape);
+  uint64_t stream = STREAM_DATA_Y + (uint64_t)j;
+  int64_t classes = l->num_classes > 0 ? l->num_classes : yn;
+  int64_t cls = (int64_t)(kdrt_uniform(seed, stream, 0, (uint64_t)sample) * (float)classes);
+  if (cls >= classes) cls = classes - 1;
+  for (int64_t i = 0; i < yn; i++) {
+    uint64_t g = (uint64_t)(sample * yn + i);
+    switch (l->label_kind) {
+    case KDRT_LABEL_ONEHOT: y[i] = i == cls ? 1.0f : 0.0f; break;
+    case KDRT_LABEL_CLASSID: y[i] = (float)cls; break;
+    case KDRT_LABEL_BINARY: y[i] = kdrt_uniform(seed, stream, 1, g) < 0.5f ? 0.0f : 1.0f; break;
+    case KDRT_LABEL_WEIGHT: y[i] = 1.0f; break; // sample weights: none
+    default: y[i] = kdrt_normal(seed, stream, 0, g); break;
+    }
+  }
+}
+
+void kdrt_shuffle(uint64_t seed, int64_t epoch, int64_t *idx, int64_t n) {
+  for (int64_t i = 0; i < n; i++) idx[i] = i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    float u = kdrt_uniform(seed, STREAM_SHUFFLE, (uint64_t)epoch, (uint64_t)i);
+    int64_t j = (int64_t)(u * (double)(i + 1));
+    if (j > i) j = i;
+    int64_t t = idx[i];
+    idx[i] = idx[j], idx[j] = t;
+  }
+}

@@ -47,8 +47,10 @@
 // dimension over an axis those rows do not divide is an error before
 // training (kdrt_rows_refused).
 //
-// Progress: rank 0 redraws the bar in place (\r, colours) on its own
-// terminal, else prints one line per epoch; KDRT_PROGRESS=live|plain forces.
+// Progress (progress.c): rank 0 redraws the bar in place (\r, colours) on
+// its own terminal, else prints one line per epoch; KDRT_PROGRESS=live|plain
+// forces. --help is options.c's kdrt_usage; synthetic data and the epoch's
+// shuffle are data.c's.
 //
 // Invariant: the sequence of global batches depends only on the data, the
 // seed and the batch size, never on the mesh, so one program compiled for
@@ -67,317 +69,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-// Stream ids of the runtime's own randomness (kdcc hashes variable paths
-// for the model's streams).
-#define STREAM_DATA_X 0x6b647274782d3031ull  // synthetic inputs
-#define STREAM_DATA_Y 0x6b647274792d3031ull  // synthetic labels
-#define STREAM_SHUFFLE 0x6b64727473687566ull // per-epoch permutation
-
-// "(2, 4)" for int tuples and "('data', 'model')" for names, as Python prints them.
-static void fmt_tuple(char *buf, size_t len, int n, const int64_t *v, const char *const *s) {
-  size_t k = (size_t)snprintf(buf, len, "(");
-  for (int i = 0; i < n && k < len; i++) {
-    const char *sep = i ? ", " : "";
-    if (s) k += (size_t)snprintf(buf + k, len - k, "%s'%s'", sep, s[i]);
-    else k += (size_t)snprintf(buf + k, len - k, "%s%lld", sep, (long long)v[i]);
-  }
-  if (k < len) snprintf(buf + k, len - k, "%s)", n == 1 ? "," : "");
-}
-
-// ------------------------------------------------------------ --help
-
-static void usage(FILE *f, const kdrt_program *p) {
-  // Where the default initial weights come from.
-  char archive_text[4600], copy[4200];
-  const char *archive = kdrt_program_archive(p);
-  if (!p->weights_file)
-    snprintf(archive_text, sizeof archive_text, "random, from --seed");
-  else if (archive)
-    snprintf(archive_text, sizeof archive_text, "the archive the program was compiled from,\n"
-             "                        %s%s", archive, archive == p->weights_file ? ""
-             : ",\n                        the copy kdcc put beside the program");
-  else
-    snprintf(archive_text, sizeof archive_text, "the archive the program was compiled from,\n"
-             "                        %s, or kdcc's copy %s; neither is there", p->weights_file,
-             kdrt_program_copy(p, copy, sizeof copy) ? copy : "<program>.kdcc.d/model.keras");
-  int64_t mesh[KDRT_MAX_AXES];
-  int64_t devices = 1;
-  for (int i = 0; i < p->mesh_ndim; i++) mesh[i] = p->mesh_shape[i], devices *= mesh[i];
-  char m[128], a[256];
-  fmt_tuple(m, sizeof m, p->mesh_ndim, mesh, NULL);
-  fmt_tuple(a, sizeof a, p->mesh_ndim, NULL, p->mesh_axes);
-  // This model's inputs and labels, in the order --x and --y take them.
-  char io[2048] = "";
-  size_t k = 0;
-  for (int w = 0; w < 2; w++) {
-    const kdrt_io *v = w ? p->labels : p->inputs;
-    int n = w ? p->nlabels : p->ninputs;
-    k += (size_t)snprintf(io + k, k < sizeof io ? sizeof io - k : 0, "%s",
-                          w ? "; labels:" : "                        (inputs:");
-    for (int i = 0; i < n && k < sizeof io; i++)
-      k += (size_t)snprintf(io + k, sizeof io - k, " %s%s", v[i].name,
-                            !w && v[i].dtype == KDRT_I32 ? " (int ids)" : "");
-  }
-  if (k < sizeof io) snprintf(io + k, sizeof io - k, ")\n");
-  fprintf(f,
-          "usage: %s [options]\n"
-          "Trains %s, compiled for mesh %s %s: run it as mpirun -np %lld %s\n"
-          "  --epochs N            passes over the training data (default 1)\n"
-          "  --batch-size B        global batch size (default %d, the compiled one; a\n"
-          "                        larger one replans the activation memory at start-up);\n"
-          "                        the last batch of an epoch, of validation and of\n"
-          "                        evaluate may be partial\n"
-          "  --drop-remainder      leave out each epoch's last partial batch (evaluate still\n"
-          "                        takes every sample)\n"
-          "  --steps-per-epoch S   at most S steps per epoch (default: every batch)\n"
-          "  --synthetic N         N random samples made from --seed (the default, 128,\n"
-          "                        when no --x is given)\n"
-          "  --x FILE --y FILE     inputs and labels: .npy (float32, float64, uint8,\n"
-          "                        int32, int64) or IDX (MNIST's format), either may be\n"
-          "                        gzip'd; class ids become what the loss wants. One --x\n"
-          "                        per model input and one --y per output with a loss,\n"
-          "                        in order, or named: --x NAME=FILE --y NAME=FILE\n"
-          "%s"
-          "  --val-x F --val-y F   validation data, evaluated after every epoch\n"
-          "  --validation-split F  or hold out the last fraction F of the samples\n"
-          "  --sample-weight W     Keras's sample_weight for --x/--y (.npy, one weight a\n"
-          "                        sample, or a row of the loss's: (N, T) for an output\n"
-          "                        (N, T, C)); a program compiled with kdcc --sample-weight\n"
-          "  --class-weight C:W,.. or Keras's class_weight: a sample of class C weighs W\n"
-          "                        (others 1; the training samples only)\n"
-          "  --test-x F --test-y F evaluate on these after fit (default: the validation\n"
-          "                        data, else the training data)\n"
-          "  --scale S             multiply the inputs by S, a number or a fraction (1/255)\n"
-          "  --seed S              seed of weights, dropout, shuffling, synthetic data\n"
-          "                        (default 1337)\n"
-          "  --no-shuffle          batches in file order every epoch (fit's shuffle=False)\n"
-          "  --lr X                learning rate (default %g, the one compiled in)\n"
-          "  --history FILE        write per-epoch metrics (and every step's loss,\n"
-          "                        step_loss) as JSON\n"
-          "  --checkpoint-dir D    save checkpoints in D/ckpt-<step> (the last 2 kept)\n"
-          "  --checkpoint-every N  every N optimizer steps (default: each epoch's end)\n"
-          "  --resume              continue from D's newest complete checkpoint\n"
-          "Keras's callbacks, run at every epoch's end as Keras runs them:\n"
-          "  --monitor NAME        the log they watch (default val_loss; see --history)\n"
-          "  --mode auto|min|max   whether it should fall or rise (auto: loss falls,\n"
-          "                        accuracy rises)\n"
-          "  --early-stopping P    EarlyStopping(patience=P): stop when the log has not\n"
-          "                        improved for P epochs\n"
-          "  --min-delta X         the least change that counts as improving (default 0)\n"
-          "  --baseline X          keep waiting until the log beats X\n"
-          "  --start-from-epoch N  watch from epoch N+1 on (default 0)\n"
-          "  --restore-best-weights  end with the best epoch's weights (the first epoch's\n"
-          "                        when none improved on it)\n"
-          "  --reduce-lr-on-plateau P  ReduceLROnPlateau(patience=P): multiply the learning\n"
-          "                        rate by --reduce-lr-factor F (default 0.1) when the log\n"
-          "                        has not improved by --reduce-lr-min-delta X (1e-4) for P\n"
-          "                        epochs, then wait --reduce-lr-cooldown N epochs (0); never\n"
-          "                        below --min-lr X (0); --history gets learning_rate\n"
-          "  --checkpoint-best FILE  ModelCheckpoint(save_best_only=True): write the weights\n"
-          "                        (.weights.h5 or .keras, atomically) whenever the log\n"
-          "                        improves\n"
-          "  --csv-log FILE        CSVLogger: a row of every log per epoch\n"
-          "  --csv-append          add to FILE instead of rewriting it\n"
-          "  --timeout S           end the job when a rank makes no progress for S seconds\n"
-          "                        (a stopped or hung rank leaves the others waiting); 0:\n"
-          "                        never; default: 300 s, then 100 times the median step,\n"
-          "                        at least 120 s\n"
-          "  --weights FILE        initial weights from a .keras or .weights.h5 (default:\n"
-          "                        %s)\n"
-          "  --init random         random initial weights from --seed, not from that file\n"
-          "  --save-weights FILE   after fit, write the weights (.weights.h5 or .keras)\n"
-          "%s"
-          "  --quiet               print errors only\n"
-          "  --help                this text\n",
-          kdrt_prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
-          kdrt_prog_invoke, p->batch, io, (double)p->learning_rate, archive_text,
-          p->nlora ? "  --lora-weights F.lora.h5       LoRA's starting A and B, from keras-hub's\n"
-                     "                        save_lora_weights (default: A he_uniform, B zeros)\n"
-                     "  --save-lora-weights F.lora.h5  after fit, write them in that format\n"
-                   : "");
-  fprintf(f, "Other commands: %s predict (the outputs for inputs), %s generate (a language\n"
-             "model's continuation of a prompt), %s gradcheck; each with --help.\n",
-          kdrt_prog_invoke, kdrt_prog_invoke, kdrt_prog_invoke);
-}
-
-// ------------------------------------------------------------ data
-
-static int64_t prod(int n, const int64_t *v) {
-  int64_t p = 1;
-  for (int i = 0; i < n; i++) p *= v[i];
-  return p;
-}
-
-// Input k draws from stream STREAM_DATA_X + k, label j from STREAM_DATA_Y
-// + j: the first of each keeps the numbers of a one-input program.
-void kdrt_synthetic_input(const kdrt_program *p, uint64_t seed, int k, int64_t sample, void *x) {
-  const kdrt_io *in = &p->inputs[k];
-  int64_t xn = prod(in->rank, in->shape);
-  uint64_t stream = STREAM_DATA_X + (uint64_t)k;
-  for (int64_t i = 0; i < xn; i++) {
-    uint64_t g = (uint64_t)(sample * xn + i);
-    if (in->dtype == KDRT_I32) {
-      int64_t classes = in->num_classes > 0 ? in->num_classes : 1;
-      int64_t id = (int64_t)((double)kdrt_uniform(seed, stream, 0, g) * (double)classes);
-      ((int32_t *)x)[i] = (int32_t)(id < classes ? id : classes - 1);
-    } else {
-      ((float *)x)[i] = kdrt_normal(seed, stream, 0, g);
-    }
-  }
-}
-
-void kdrt_synthetic_label(const kdrt_program *p, uint64_t seed, int j, int64_t sample, float *y) {
-  const kdrt_io *l = &p->labels[j];
-  int64_t yn = prod(l->rank, l->shape);
-  uint64_t stream = STREAM_DATA_Y + (uint64_t)j;
-  int64_t classes = l->num_classes > 0 ? l->num_classes : yn;
-  int64_t cls = (int64_t)(kdrt_uniform(seed, stream, 0, (uint64_t)sample) * (float)classes);
-  if (cls >= classes) cls = classes - 1;
-  for (int64_t i = 0; i < yn; i++) {
-    uint64_t g = (uint64_t)(sample * yn + i);
-    switch (l->label_kind) {
-    case KDRT_LABEL_ONEHOT: y[i] = i == cls ? 1.0f : 0.0f; break;
-    case KDRT_LABEL_CLASSID: y[i] = (float)cls; break;
-    case KDRT_LABEL_BINARY: y[i] = kdrt_uniform(seed, stream, 1, g) < 0.5f ? 0.0f : 1.0f; break;
-    case KDRT_LABEL_WEIGHT: y[i] = 1.0f; break; // sample weights: none
-    default: y[i] = kdrt_normal(seed, stream, 0, g); break;
-    }
-  }
-}
-
-void kdrt_shuffle(uint64_t seed, int64_t epoch, int64_t *idx, int64_t n) {
-  for (int64_t i = 0; i < n; i++) idx[i] = i;
-  for (int64_t i = n - 1; i > 0; i--) {
-    float u = kdrt_uniform(seed, STREAM_SHUFFLE, (uint64_t)epoch, (uint64_t)i);
-    int64_t j = (int64_t)(u * (double)(i + 1));
-    if (j > i) j = i;
-    int64_t t = idx[i];
-    idx[i] = idx[j], idx[j] = t;
-  }
-}
-
-// ------------------------------------------------------------ progress
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static size_t put(char *buf, size_t len, size_t k, const char *fmt, ...) {
-  if (k >= len) return k;
-  va_list ap;
-  va_start(ap, fmt);
-  int w = vsnprintf(buf + k, len - k, fmt, ap);
-  va_end(ap);
-  return w > 0 ? k + (size_t)w : k;
-}
-
-static size_t put_value(char *buf, size_t len, size_t k, double v) {
-  if (isnan(v)) return put(buf, len, k, " nan");
-  if (isinf(v)) return put(buf, len, k, v > 0 ? " inf" : " -inf");
-  return put(buf, len, k, fabs(v) > 1e-3 ? " %.4f" : " %.4e", v);
-}
-
-void kdrt_progress_line(char *buf, size_t len, int64_t cur, int64_t target, int finalize,
-                        double elapsed_s, double per_step_s, int nvals,
-                        const char *const *names, const double *vals, int color) {
-  size_t k = 0;
-  if (len) buf[0] = 0;
-  if (target > 0) {
-    int digits = snprintf(NULL, 0, "%lld", (long long)target);
-    k = put(buf, len, k, "%*lld/%lld ", digits, (long long)cur, (long long)target);
-    // 20 bars; on a terminal the done part is green, the rest grey.
-    int done = (int)(20 * (double)cur / (double)target);
-    for (int i = 0; i < 20; i++) {
-      if (color && (i == 0 || i == done)) k = put(buf, len, k, i < done ? "\x1b[32m" : "\x1b[37m");
-      k = put(buf, len, k, "\xe2\x94\x81"); // ━
-    }
-    if (color) k = put(buf, len, k, "\x1b[0m");
-  } else {
-    k = put(buf, len, k, "%7lld/Unknown", (long long)cur);
-  }
-  if (target > 0 && !finalize) { // ETA
-    double eta = per_step_s * (double)(target - cur);
-    long long e = (long long)eta;
-    if (eta > 3600) k = put(buf, len, k, " %lld:%02lld:%02lld", e / 3600, e % 3600 / 60, e % 60);
-    else if (eta > 60) k = put(buf, len, k, " %lld:%02lld", e / 60, e % 60);
-    else k = put(buf, len, k, " %llds", e);
-  } else {
-    k = put(buf, len, k, " %.0fs", elapsed_s);
-  }
-  if (per_step_s >= 1 || per_step_s == 0) k = put(buf, len, k, " %.0fs/step", per_step_s);
-  else if (per_step_s >= 1e-3) k = put(buf, len, k, " %.0fms/step", per_step_s * 1e3);
-  else k = put(buf, len, k, " %.0fus/step", per_step_s * 1e6);
-  // Keras 3 sorts its logs by name: accuracy, loss, val_accuracy, val_loss.
-  int order[2 * KDRT_MAX_LOGS];
-  int n = nvals < 2 * KDRT_MAX_LOGS ? nvals : 2 * KDRT_MAX_LOGS;
-  for (int i = 0; i < n; i++) {
-    int j = i;
-    while (j > 0 && strcmp(names[order[j - 1]], names[i]) > 0) order[j] = order[j - 1], j--;
-    order[j] = i;
-  }
-  for (int i = 0; i < n; i++) {
-    k = put(buf, len, k, " - %s:", names[order[i]]);
-    k = put_value(buf, len, k, vals[order[i]]);
-  }
-}
-
-// One progress bar, drawn by rank 0: redrawn in place on a terminal, else
-// printed once when finished (so logs stay one line per epoch).
-typedef struct {
-  int show, live;
-  int64_t target;
-  double start, after_first, last_draw;
-  size_t prev_width;
-} progbar;
-
-static void progbar_start(progbar *b, int show, int live, int64_t target) {
-  memset(b, 0, sizeof *b);
-  b->show = show, b->live = live, b->target = target;
-  b->start = now_s();
-}
-
-// Columns on screen: UTF-8 continuation bytes and colour escapes take none.
-static size_t display_width(const char *s) {
-  size_t w = 0;
-  for (; *s; s++) {
-    if (*s == '\x1b') {
-      while (*s && *s != 'm') s++;
-      if (!*s) break;
-      continue;
-    }
-    w += ((unsigned char)*s & 0xC0) != 0x80;
-  }
-  return w;
-}
-
-static void progbar_update(progbar *b, int64_t cur, int finalize, int n, const char *const *names,
-                           const double *vals) {
-  double t = now_s();
-  // Keras's estimate: the first step (compilation, warm-up) is left out.
-  double per = 0;
-  if (cur > 1 && b->after_first > 0) per = (t - b->after_first) / (double)(cur - 1);
-  else if (cur > 0) per = (t - b->start) / (double)cur;
-  if (cur == 1 && b->after_first == 0) b->after_first = t;
-  if (!b->show || (!b->live && !finalize)) return;
-  if (!finalize && t - b->last_draw < 0.05) return;
-  b->last_draw = t;
-  char line[8192];
-  kdrt_progress_line(line, sizeof line, cur, b->target, finalize, t - b->start, per, n, names,
-                     vals, b->live);
-  size_t w = display_width(line);
-  if (b->live) {
-    printf("\r%s", line);
-    for (size_t i = w; i < b->prev_width; i++) putchar(' ');
-  } else {
-    fputs(line, stdout);
-  }
-  if (finalize) putchar('\n');
-  b->prev_width = w;
-  fflush(stdout);
-}
 
 // ------------------------------------------------------------ a step's rows
 
@@ -550,7 +241,7 @@ static double log_mean(const kdrt_program *p, int k, double sum, double units, d
 
 // Mean of every log over every sample of d, the last batch partial, no
 // shuffling (Keras's evaluate), into out[nlogs]. Draws a bar when pb is given.
-static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
+static void evaluate(run *r, const kdrt_data *d, double *out, kdrt_progbar *pb) {
   const kdrt_program *p = r->p;
   int64_t steps = (d->n + r->B - 1) / r->B, seen = 0;
   double wsum = 0.0;
@@ -567,7 +258,7 @@ static void evaluate(run *r, const kdrt_data *d, double *out, progbar *pb) {
     if (pb) {
       double v[2 * KDRT_MAX_LOGS], units = (double)seen / (double)r->B;
       for (int k = 0; k < p->nlogs; k++) v[k] = log_mean(p, k, out[k], units, wsum);
-      progbar_update(pb, s + 1, s + 1 == steps, p->nlogs, r->names, v);
+      kdrt_progbar_update(pb, s + 1, s + 1 == steps, p->nlogs, r->names, v);
     }
   }
   end_batches(r, &b);
@@ -622,7 +313,7 @@ typedef struct {
   int64_t steps;
   double *sum, *v;             // the logs' running sums; their means (the bar's values)
   int64_t seen;                // samples done this epoch
-  progbar *pb;
+  kdrt_progbar *pb;
   const int64_t *order;        // the epoch's sample order
   double wsum;                 // kdcc --sample-weight: the weights seen (batch_weight)
 } epoch_run;
@@ -652,7 +343,7 @@ static int after_step(run *r, epoch_run *er, int64_t s, int64_t rows) {
     }
     return 1;
   }
-  progbar_update(er->pb, s + 1, 0, nl, r->names, er->v);
+  kdrt_progbar_update(er->pb, s + 1, 0, nl, r->names, er->v);
   if (o->checkpoint_dir) {
     kdrt_ckpt_state st = {.step = r->c->step, .seed = o->seed, .epoch = e, .pos = s + 1,
                           .steps = er->steps, .ntrain = r->ntrain, .batch = r->B, .nlogs = nl,
@@ -723,8 +414,8 @@ static void fit(run *r) {
       for (int64_t i = 0; i < r->ntrain; i++) order[i] = i;
     else
       kdrt_shuffle(o->seed, e, order, r->ntrain);
-    progbar pb;
-    progbar_start(&pb, r->show, r->live, steps);
+    kdrt_progbar pb;
+    kdrt_progbar_start(&pb, r->show, r->live, steps);
     double *sum = r->sums, v[2 * KDRT_MAX_LOGS + 1]; // + 1: learning_rate, for the bar
     for (int k = 0; k < nl; k++) sum[k] = 0;
     int64_t s = 0, seen = 0; // steps and samples done this epoch
@@ -747,14 +438,14 @@ static void fit(run *r) {
     batches b = {.d = &r->data, .order = order, .steps = steps, .ahead = -1};
     for (; s < steps; s++) {
       kdrt_watch_phase("training", e + 1, s + 1);
-      double t0 = now_s();
+      double t0 = kdrt_now_s();
       int64_t rows = load_batch(r, &b, s);
       for (int k = 0; k < nl; k++) r->logs[k] = 0;
       if (p->schedule) // the rate at the optimizer's iterations, as Keras's optimizer reads it
         r->c->lr = kdrt_schedule_lr(p->schedule, r->c->iterations);
       p->train_step(r->c, (const void *const *)r->x, (const void *const *)r->y, r->logs);
       kdrt_set_rows(r->c, 0);
-      kdrt_watch_step_time(now_s() - t0);
+      kdrt_watch_step_time(kdrt_now_s() - t0);
       if (r->step_scale) { // issue 23: known once the step returns (its decision waits)
         r->step_scale[r->c->step] = r->c->loss_scale;
         r->step_skipped[r->c->step] = !r->c->apply_update;
@@ -796,7 +487,7 @@ static void fit(run *r) {
     if (!r->diverged[0]) weights_diverged(r, "at the end of the epoch");
     if (r->diverged[0]) { // the epoch as far as it went; no validation
       for (int k = 0; k < nl; k++) r->hist[nl + k][e] = v[nl + k] = NAN;
-      progbar_update(&pb, s, 1, ncols, r->names, v);
+      kdrt_progbar_update(&pb, s, 1, ncols, r->names, v);
       break;
     }
     if (r->nval > 0) {
@@ -812,7 +503,7 @@ static void fit(run *r) {
     const char *bar_names[2 * KDRT_MAX_LOGS + 1];
     memcpy(bar_names, r->names, sizeof(const char *) * (size_t)ncols);
     if (o->reduce_lr) bar_names[nbar] = "learning_rate", v[nbar++] = r->lr_hist[e];
-    progbar_update(&pb, steps, 1, nbar, bar_names, v);
+    kdrt_progbar_update(&pb, steps, 1, nbar, bar_names, v);
     if (stop) break;
   }
   free(order);
@@ -870,20 +561,6 @@ static int write_history(const run *r, const char *path) {
     return -1;
   }
   return 0;
-}
-
-// ------------------------------------------------------------ progress on a terminal
-
-// Redraw the bar in place only on a terminal of our own: under mpirun the
-// ranks' stdout is a pty even when mpirun's output goes to a file, so there
-// the bar is printed once per epoch. KDRT_PROGRESS=live or =plain decides.
-// (Asked before MPI_Init, which sets the same variables for a singleton.)
-static int live_progress(void) {
-  const char *force = getenv("KDRT_PROGRESS");
-  if (force && !strcmp(force, "live")) return 1;
-  if (force && !strcmp(force, "plain")) return 0;
-  return isatty(STDOUT_FILENO) && !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") &&
-         !getenv("PMIX_RANK");
 }
 
 // ------------------------------------------------------------ the arena
@@ -998,8 +675,8 @@ static void check_program(kdrt_ctx *c, const kdrt_options *o) {
   for (int i = 0; i < prog->mesh_ndim; i++) mesh[i] = prog->mesh_shape[i], devices *= mesh[i];
   if (devices != c->world) {
     char m[128], a[256];
-    fmt_tuple(m, sizeof m, prog->mesh_ndim, mesh, NULL);
-    fmt_tuple(a, sizeof a, prog->mesh_ndim, NULL, prog->mesh_axes);
+    kdrt_fmt_shape(m, sizeof m, prog->mesh_ndim, mesh);
+    kdrt_fmt_names(a, sizeof a, prog->mesh_ndim, prog->mesh_axes);
     kdrt_fail_all(c, 1,
                   "this program was compiled for mesh %s %s = %lld device%s, but runs on %d "
                   "rank%s; run it as: mpirun -np %lld %s",
@@ -1323,13 +1000,13 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   kdrt_set_program(argc, argv);
   if (argc > 1 && !strcmp(argv[1], "predict")) return kdrt_predict(argc, argv, prog);
   if (argc > 1 && !strcmp(argv[1], "generate")) return kdrt_generate(argc, argv, prog);
-  int live = live_progress();
+  int live = kdrt_live_progress();
   kdrt_ctx *c = start_mpi(&argc, &argv, prog);
 
   kdrt_options o;
   parse_options(c, argc, argv, &o);
   if (o.help) {
-    if (c->rank == 0) usage(stdout, prog);
+    if (c->rank == 0) kdrt_usage(stdout, prog);
     MPI_Finalize();
     return 0;
   }
@@ -1357,8 +1034,8 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   kdrt_cb_end(&r.cb, c); // restore_best_weights: before evaluate, as Keras's fit ends
   int status = 0;
   if (!r.diverged[0]) {
-    progbar pb;
-    progbar_start(&pb, r.show, r.live, (evaluated(&r)->n + r.B - 1) / r.B);
+    kdrt_progbar pb;
+    kdrt_progbar_start(&pb, r.show, r.live, (evaluated(&r)->n + r.B - 1) / r.B);
     kdrt_watch_phase("evaluate", 0, 0);
     evaluate(&r, evaluated(&r), r.eval, &pb);
   } else {

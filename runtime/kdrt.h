@@ -379,6 +379,8 @@ void kdrt_block_place(const kdrt_layout *l, const int *mesh_shape, const int *co
 void kdrt_gather_global(kdrt_ctx *c, const kdrt_layout *l, const float *in, float *out);
 // "(3, 3, 1, 8)", "(10,)", "()": a shape as Python prints it.
 void kdrt_fmt_shape(char *buf, size_t len, int n, const int64_t *v);
+// "('data', 'model')", "('batch',)": names as Python prints a tuple of strings.
+void kdrt_fmt_names(char *buf, size_t len, int n, const char *const *names);
 // fsync tmp's contents, then rename it to dst, so that no reader of dst
 // ever sees half a file: 0, or -1 (errno says why).
 int kdrt_commit_file(const char *tmp, const char *dst);
@@ -851,6 +853,9 @@ typedef struct {
 // Parse argv[1..argc) into o (defaults first). Returns 0, or 2 with a
 // one-line message in err (usage errors exit with status 2).
 int kdrt_parse_args(int argc, char **argv, kdrt_options *o, char *err, size_t errlen);
+// The program's --help: its options, its mesh and devices, its inputs and
+// labels, where its initial weights come from.
+void kdrt_usage(FILE *f, const kdrt_program *p);
 
 // Whether a file can be written at path, as the runtime writes its outputs
 // (a temporary beside it, then a rename): path is not a directory and its
@@ -912,6 +917,24 @@ void kdrt_synthetic_label(const kdrt_program *p, uint64_t seed, int j, int64_t s
 void kdrt_progress_line(char *buf, size_t len, int64_t cur, int64_t target, int finalize,
                         double elapsed_s, double per_step_s, int nvals,
                         const char *const *names, const double *vals, int color);
+// progress.c: one progress bar, drawn by rank 0 (show): redrawn in place on
+// a terminal (live), else printed once when finished, so that logs stay one
+// line per epoch. Keras's time per step leaves the first step out.
+typedef struct {
+  int show, live;
+  int64_t target;
+  double start, after_first, last_draw;
+  size_t prev_width;
+} kdrt_progbar;
+void kdrt_progbar_start(kdrt_progbar *b, int show, int live, int64_t target);
+// Step cur of the target done (finalize: the epoch's last line) with these logs.
+void kdrt_progbar_update(kdrt_progbar *b, int64_t cur, int finalize, int n,
+                         const char *const *names, const double *vals);
+// Whether the bar is redrawn in place: stdout a terminal of this process's own
+// (not mpirun's pty), or KDRT_PROGRESS=live|plain. Ask before MPI_Init.
+int kdrt_live_progress(void);
+// Seconds on the monotonic clock.
+double kdrt_now_s(void);
 
 // Free the cached group communicators (before MPI_Finalize, or to reuse a
 // ctx on another mesh).

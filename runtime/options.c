@@ -408,3 +408,119 @@ int kdrt_resolve_files(const kdrt_files *f, const char *opt, const kdrt_io *ios,
                        ios[k].name, opt, ios[k].name);
   return 0;
 }
+
+// ------------------------------------------------------------ --help
+
+void kdrt_usage(FILE *f, const kdrt_program *p) {
+  // Where the default initial weights come from.
+  char archive_text[4600], copy[4200];
+  const char *archive = kdrt_program_archive(p);
+  if (!p->weights_file)
+    snprintf(archive_text, sizeof archive_text, "random, from --seed");
+  else if (archive)
+    snprintf(archive_text, sizeof archive_text, "the archive the program was compiled from,\n"
+             "                        %s%s", archive, archive == p->weights_file ? ""
+             : ",\n                        the copy kdcc put beside the program");
+  else
+    snprintf(archive_text, sizeof archive_text, "the archive the program was compiled from,\n"
+             "                        %s, or kdcc's copy %s; neither is there", p->weights_file,
+             kdrt_program_copy(p, copy, sizeof copy) ? copy : "<program>.kdcc.d/model.keras");
+  int64_t mesh[KDRT_MAX_AXES];
+  int64_t devices = 1;
+  for (int i = 0; i < p->mesh_ndim; i++) mesh[i] = p->mesh_shape[i], devices *= mesh[i];
+  char m[128], a[256];
+  kdrt_fmt_shape(m, sizeof m, p->mesh_ndim, mesh);
+  kdrt_fmt_names(a, sizeof a, p->mesh_ndim, p->mesh_axes);
+  // This model's inputs and labels, in the order --x and --y take them.
+  char io[2048] = "";
+  size_t k = 0;
+  for (int w = 0; w < 2; w++) {
+    const kdrt_io *v = w ? p->labels : p->inputs;
+    int n = w ? p->nlabels : p->ninputs;
+    k += (size_t)snprintf(io + k, k < sizeof io ? sizeof io - k : 0, "%s",
+                          w ? "; labels:" : "                        (inputs:");
+    for (int i = 0; i < n && k < sizeof io; i++)
+      k += (size_t)snprintf(io + k, sizeof io - k, " %s%s", v[i].name,
+                            !w && v[i].dtype == KDRT_I32 ? " (int ids)" : "");
+  }
+  if (k < sizeof io) snprintf(io + k, sizeof io - k, ")\n");
+  fprintf(f,
+          "usage: %s [options]\n"
+          "Trains %s, compiled for mesh %s %s: run it as mpirun -np %lld %s\n"
+          "  --epochs N            passes over the training data (default 1)\n"
+          "  --batch-size B        global batch size (default %d, the compiled one; a\n"
+          "                        larger one replans the activation memory at start-up);\n"
+          "                        the last batch of an epoch, of validation and of\n"
+          "                        evaluate may be partial\n"
+          "  --drop-remainder      leave out each epoch's last partial batch (evaluate still\n"
+          "                        takes every sample)\n"
+          "  --steps-per-epoch S   at most S steps per epoch (default: every batch)\n"
+          "  --synthetic N         N random samples made from --seed (the default, 128,\n"
+          "                        when no --x is given)\n"
+          "  --x FILE --y FILE     inputs and labels: .npy (float32, float64, uint8,\n"
+          "                        int32, int64) or IDX (MNIST's format), either may be\n"
+          "                        gzip'd; class ids become what the loss wants. One --x\n"
+          "                        per model input and one --y per output with a loss,\n"
+          "                        in order, or named: --x NAME=FILE --y NAME=FILE\n"
+          "%s"
+          "  --val-x F --val-y F   validation data, evaluated after every epoch\n"
+          "  --validation-split F  or hold out the last fraction F of the samples\n"
+          "  --sample-weight W     Keras's sample_weight for --x/--y (.npy, one weight a\n"
+          "                        sample, or a row of the loss's: (N, T) for an output\n"
+          "                        (N, T, C)); a program compiled with kdcc --sample-weight\n"
+          "  --class-weight C:W,.. or Keras's class_weight: a sample of class C weighs W\n"
+          "                        (others 1; the training samples only)\n"
+          "  --test-x F --test-y F evaluate on these after fit (default: the validation\n"
+          "                        data, else the training data)\n"
+          "  --scale S             multiply the inputs by S, a number or a fraction (1/255)\n"
+          "  --seed S              seed of weights, dropout, shuffling, synthetic data\n"
+          "                        (default 1337)\n"
+          "  --no-shuffle          batches in file order every epoch (fit's shuffle=False)\n"
+          "  --lr X                learning rate (default %g, the one compiled in)\n"
+          "  --history FILE        write per-epoch metrics (and every step's loss,\n"
+          "                        step_loss) as JSON\n"
+          "  --checkpoint-dir D    save checkpoints in D/ckpt-<step> (the last 2 kept)\n"
+          "  --checkpoint-every N  every N optimizer steps (default: each epoch's end)\n"
+          "  --resume              continue from D's newest complete checkpoint\n"
+          "Keras's callbacks, run at every epoch's end as Keras runs them:\n"
+          "  --monitor NAME        the log they watch (default val_loss; see --history)\n"
+          "  --mode auto|min|max   whether it should fall or rise (auto: loss falls,\n"
+          "                        accuracy rises)\n"
+          "  --early-stopping P    EarlyStopping(patience=P): stop when the log has not\n"
+          "                        improved for P epochs\n"
+          "  --min-delta X         the least change that counts as improving (default 0)\n"
+          "  --baseline X          keep waiting until the log beats X\n"
+          "  --start-from-epoch N  watch from epoch N+1 on (default 0)\n"
+          "  --restore-best-weights  end with the best epoch's weights (the first epoch's\n"
+          "                        when none improved on it)\n"
+          "  --reduce-lr-on-plateau P  ReduceLROnPlateau(patience=P): multiply the learning\n"
+          "                        rate by --reduce-lr-factor F (default 0.1) when the log\n"
+          "                        has not improved by --reduce-lr-min-delta X (1e-4) for P\n"
+          "                        epochs, then wait --reduce-lr-cooldown N epochs (0); never\n"
+          "                        below --min-lr X (0); --history gets learning_rate\n"
+          "  --checkpoint-best FILE  ModelCheckpoint(save_best_only=True): write the weights\n"
+          "                        (.weights.h5 or .keras, atomically) whenever the log\n"
+          "                        improves\n"
+          "  --csv-log FILE        CSVLogger: a row of every log per epoch\n"
+          "  --csv-append          add to FILE instead of rewriting it\n"
+          "  --timeout S           end the job when a rank makes no progress for S seconds\n"
+          "                        (a stopped or hung rank leaves the others waiting); 0:\n"
+          "                        never; default: 300 s, then 100 times the median step,\n"
+          "                        at least 120 s\n"
+          "  --weights FILE        initial weights from a .keras or .weights.h5 (default:\n"
+          "                        %s)\n"
+          "  --init random         random initial weights from --seed, not from that file\n"
+          "  --save-weights FILE   after fit, write the weights (.weights.h5 or .keras)\n"
+          "%s"
+          "  --quiet               print errors only\n"
+          "  --help                this text\n",
+          kdrt_prog_name, p->model_name ? p->model_name : "the model", m, a, (long long)devices,
+          kdrt_prog_invoke, p->batch, io, (double)p->learning_rate, archive_text,
+          p->nlora ? "  --lora-weights F.lora.h5       LoRA's starting A and B, from keras-hub's\n"
+                     "                        save_lora_weights (default: A he_uniform, B zeros)\n"
+                     "  --save-lora-weights F.lora.h5  after fit, write them in that format\n"
+                   : "");
+  fprintf(f, "Other commands: %s predict (the outputs for inputs), %s generate (a language\n"
+             "model's continuation of a prompt), %s gradcheck; each with --help.\n",
+          kdrt_prog_invoke, kdrt_prog_invoke, kdrt_prog_invoke);
+}

@@ -49,11 +49,23 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= k && !strcmp(s + n - k, suffix);
 }
 
-void kdrt_fmt_shape(char *buf, size_t len, int n, const int64_t *v) {
+// A tuple as Python prints it: v[i] as numbers, or, with s, s[i] quoted.
+static void fmt_tuple(char *buf, size_t len, int n, const int64_t *v, const char *const *s) {
   size_t k = (size_t)snprintf(buf, len, "(");
-  for (int i = 0; i < n && k < len; i++)
-    k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)v[i]);
+  for (int i = 0; i < n && k < len; i++) {
+    const char *sep = i ? ", " : "";
+    if (s) k += (size_t)snprintf(buf + k, len - k, "%s'%s'", sep, s[i]);
+    else k += (size_t)snprintf(buf + k, len - k, "%s%lld", sep, (long long)v[i]);
+  }
   if (k < len) snprintf(buf + k, len - k, "%s)", n == 1 ? "," : "");
+}
+
+void kdrt_fmt_shape(char *buf, size_t len, int n, const int64_t *v) {
+  fmt_tuple(buf, len, n, v, NULL);
+}
+
+void kdrt_fmt_names(char *buf, size_t len, int n, const char *const *names) {
+  fmt_tuple(buf, len, n, NULL, names);
 }
 
 static int64_t elems(const kdrt_layout *l) {
