@@ -11,6 +11,7 @@
 #include "kdrt.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 
 // kdcc's memplan.c first fit, step for step: the two must agree (kdrt_main
 // checks the replay for the compiled batch against the program's offsets).
@@ -75,3 +76,25 @@ size_t kdrt_arena_plan(const kdrt_program *p, int64_t B) {
   return (size_t)(align16(peak) + align16(scratch));
 }
 
+// The big buffers come from mmap, whose pages the kernel hands out zeroed
+// when first touched, so nothing is written here. A memset of every byte was
+// most of a large program's start: a GPT-2 124M at batch 8 has a 15 GB host
+// arena, which the CUDA program never reads (its arena is on the GPU) and
+// which took most of its 17 s before the first step (issue 22). The CPU
+// program's threads now fault in the pages where they first compute.
+// The mapping's length sits in a 64-byte header before the floats.
+#define BUF_HEAD 64
+
+float *kdrt_buffer_alloc(size_t n) {
+  size_t bytes = BUF_HEAD + (n * sizeof(float) + 63) / 64 * 64;
+  void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return NULL;
+  *(size_t *)m = bytes;
+  return (float *)((char *)m + BUF_HEAD);
+}
+
+void kdrt_buffer_free(float *p) {
+  if (!p) return;
+  char *m = (char *)p - BUF_HEAD;
+  munmap(m, *(size_t *)m);
+}

@@ -71,7 +71,7 @@ static void leave_all(kdrt_ctx *c, int free_buffers, const char *who, const char
                       va_list ap) {
   if (c->rank == 0 && fmt) say(who, fmt, ap);
   if (free_buffers) {
-    free(c->params), free(c->grads), free(c->arena);
+    kdrt_buffer_free(c->params), kdrt_buffer_free(c->grads), kdrt_buffer_free(c->arena);
     c->params = c->grads = c->arena = NULL;
   }
   kdrt_comm_free(c);

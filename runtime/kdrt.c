@@ -584,20 +584,17 @@ static size_t arena_for(const kdrt_ctx *c, int64_t B) {
 }
 
 static float *alloc_floats(const kdrt_ctx *c, size_t n, const char *what) {
-  size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-  if (bytes == 0) bytes = 64;
-  float *p = aligned_alloc(64, bytes);
-  if (!p) kdrt_fatal(c, "out of memory: %s needs %zu bytes", what, bytes);
-  memset(p, 0, bytes);
+  float *p = kdrt_buffer_alloc(n);
+  if (!p) kdrt_fatal(c, "out of memory: %s needs %zu bytes", what, n * sizeof(float));
   return p;
 }
 
 // A batch buffer: kdrt_batch_buffers.alloc's (pinned, from the CUDA
-// runtime), else alloc_floats'; batch_free gives it back.
+// runtime), else aligned_alloc's; batch_free gives it back.
 static float *batch_alloc(const kdrt_ctx *c, size_t n, const char *what) {
-  if (!kdrt_batch_buffers.alloc) return alloc_floats(c, n, what);
   size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-  float *p = kdrt_batch_buffers.alloc(bytes ? bytes : 64);
+  float *p = kdrt_batch_buffers.alloc ? kdrt_batch_buffers.alloc(bytes ? bytes : 64)
+                                      : aligned_alloc(64, bytes ? bytes : 64);
   if (!p) kdrt_fatal(c, "out of memory: %s needs %zu bytes", what, bytes);
   memset(p, 0, bytes);
   return p;
@@ -991,7 +988,7 @@ static void finish(run *r) {
     free(r->xs[set]), free(r->ys[set]);
   }
   kdrt_data_close(&r->test), kdrt_data_close(&r->val), kdrt_data_close(&r->data);
-  free(c->params), free(c->grads), free(c->arena);
+  kdrt_buffer_free(c->params), kdrt_buffer_free(c->grads), kdrt_buffer_free(c->arena);
 }
 
 // ------------------------------------------------------------ main

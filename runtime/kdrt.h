@@ -274,6 +274,12 @@ void kdrt_rows_refused(kdrt_ctx *c, int64_t rows, int size, const char *axis);
 // planned it for p->batch, each buffer's new offset into p->arena_off;
 // returns the arena's floats. Without a plan: p->arena_floats, nothing set.
 size_t kdrt_arena_plan(const kdrt_program *p, int64_t B);
+// The parameter blob, the gradients and the activation arena: n floats,
+// zeroed, 64-byte aligned, or NULL when out of memory; given back with
+// kdrt_buffer_free (NULL: nothing). Nothing is written when they are made:
+// a page costs only once a step touches it (arena.c).
+float *kdrt_buffer_alloc(size_t n);
+void kdrt_buffer_free(float *p);
 
 // ---------------------------------------------------------------- fatal.c
 // The program's name, its messages and its ways out on an error.

@@ -1175,11 +1175,8 @@ int kdrt_infer_open(kdrt_ctx *c, const char *who, const kdrt_program *p, int *ar
   c->lr = p->learning_rate;
   size_t floats[3] = {p->param_floats, p->grad_floats, p->arena_floats};
   float **bufs[3] = {&c->params, &c->grads, &c->arena};
-  for (int i = 0; i < 3; i++) {
-    size_t n = (floats[i] * sizeof(float) + 63) / 64 * 64;
-    if (!(*bufs[i] = aligned_alloc(64, n ? n : 64))) kdrt_fatal(c, "out of memory");
-    memset(*bufs[i], 0, n ? n : 64);
-  }
+  for (int i = 0; i < 3; i++)
+    if (!(*bufs[i] = kdrt_buffer_alloc(floats[i]))) kdrt_fatal(c, "out of memory");
   p->init(c);
   const char *wfile = weights ? weights : init_random ? NULL : kdrt_program_archive(p);
   if (!weights && !init_random && p->weights_file && !wfile) {
