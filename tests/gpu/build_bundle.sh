@@ -18,7 +18,8 @@
 #             c_hub_NAME  keras-hub's GPT-2, Llama, Gemma 2, Mistral, Qwen (and
 #                         Llama with LoRA) from tests/fixtures/keras_hub
 #             m22_NAME    five models on the (2,2) mesh (one GPU, four ranks)
-#             p_NAME_PREC the speed programs (GPT2=1 adds GPT-2's shape)
+#             p_NAME_PREC the speed programs (GPT2=1 adds GPT-2's shape at
+#             each precision, GPT2="bf16 tf32" at those)
 #             cpu_{cnn,megatron}        CPU programs that resume the GPU's
 #                         checkpoints
 #   ref/    the CPU programs' histories for the same runs (the references
@@ -75,7 +76,9 @@ plan() {
   for p in fp32 tf32 bf16; do
     echo "p_wide_mlp_$p models/wide_mlp.json --batch-size 1024 $CU --precision $p"
     echo "p_gpt_med_$p tests/gpu/gpt_med.json --batch-size 16 $CU --precision $p"
-    [ "${GPT2:-0}" = 1 ] && echo "p_gpt2_$p tests/gpu/gpt2_124m.json --batch-size 8 $CU --precision $p"
+    case " ${GPT2:-0} " in " 1 " | *" $p "*)
+      echo "p_gpt2_$p tests/gpu/gpt2_124m.json --batch-size 8 $CU --precision $p" ;;
+    esac
   done
   echo "cpu_cnn models/cnn.json --batch-size 16"
   echo "cpu_megatron models/megatron.json --batch-size 16"
