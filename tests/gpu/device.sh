@@ -181,6 +181,8 @@ job() { # KIND ARGS...
   serial) # MODEL: ARGS without graphs and without the input thread
     KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 run_to "serial_$2" 90 progs/c_$2 $ARGS \
       --history "$R/h/$2.serial.json" ;;
+  twice) # MODEL: the same run again, to be equal bit for bit (deterministic kernels)
+    run_to "twice_$2" 90 progs/c_$2 $ARGS --history "$R/h/$2.twice.json" ;;
   lr) # MODEL [serial]: the rate halved at each epoch's end
     if [ "${3:-}" = serial ]; then
       KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 run_to "lrs_$2" 90 progs/c_$2 $LR_ARGS \
@@ -224,6 +226,7 @@ MESH_GPU=${MESH_GPU%%,*}
 export -f job run_to
 LR_ARGS=${LR_ARGS:-} lr_models=${lr_models:-} # (a bundle from before issue 22 has none)
 serial_models=$(for m in seed_mlp cnn gpt megatron; do grep -qx "$m" ref/corr.list && echo "$m"; done)
+twice_models=$(for m in cnn gpt megatron gpt_bf16 gpt_tf32 hub_llama; do [ -x "progs/c_$m" ] && echo "$m"; done)
 export R ARGS BS_ARGS CK_ARGS NAN_ARGS NAN_LR M22_ARGS MESH_GPU m22_models LR_ARGS
 jobs_list() { # the longest first
   has mesh && echo mesh
@@ -239,6 +242,7 @@ jobs_list() { # the longest first
     echo ck
     echo nan
     for m in $serial_models; do echo "serial $m"; done
+    for m in $twice_models; do echo "twice $m"; done
     for m in $lr_models; do echo "lr $m"; echo "lr $m serial"; done
   fi
   if has faults; then
@@ -344,14 +348,14 @@ if has corr; then
     for m in $lr_models; do [ "$(rc_of lr_$m)" = 0 ] || bad="$bad lr_$m: $(line_of lr_$m rror)"; done
     check "lr schedule in graphs" "$([ $st = 0 ] && [ -z "$bad" ] && echo PASS || echo FAIL)" "$line${bad:+;$bad}"
   fi
-  pairs=""
-  for m in $serial_models; do pairs="$pairs $m.cuda.json:$m.serial.json"; done
-  for m in $lr_models; do pairs="$pairs lr_$m.cuda.json:lr_$m.serial.json"; done
-  if [ -n "$pairs" ]; then
-    line=$($PY - "$R/h" $pairs <<'PY'
+  # pairs of histories that must be equal bit for bit: NAME.cuda.json:NAME.other.json
+  same_bits() { # WHAT PAIRS...: a line; status 0 all equal, 1 differ within 1e-5, 2 worse
+    local what=$1
+    shift
+    $PY - "$R/h" "$what" "$@" <<'PY'
 import json, sys
-d, worst, diff, missing = sys.argv[1], 0.0, [], []
-for pair in sys.argv[2:]:
+d, what, worst, diff, missing = sys.argv[1], sys.argv[2], 0.0, [], []
+for pair in sys.argv[3:]:
     a, b = pair.split(":")
     try:
         ha, hb = (json.load(open(f"{d}/{f}")) for f in (a, b))
@@ -365,15 +369,27 @@ for pair in sys.argv[2:]:
                 if x is None or y is None: worst = float("inf")
                 else: worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-30))
         else: worst = float("inf")
-n = len(sys.argv) - 2
-print(f"{n - len(diff) - len(missing)}/{n} histories equal bit for bit with graphs and the input "
-      f"thread off" + (f"; differ: {' '.join(diff)} (worst {worst:.1e})" if diff else "")
+n = len(sys.argv) - 3
+print(f"{n - len(diff) - len(missing)}/{n} histories equal bit for bit {what}"
+      + (f"; differ: {' '.join(diff)} (worst {worst:.1e})" if diff else "")
       + (f"; missing: {' '.join(missing)}" if missing else ""))
 sys.exit(2 if missing or worst > 1e-5 else 1 if diff else 0)
 PY
-)
+  }
+  pairs=""
+  for m in $serial_models; do pairs="$pairs $m.cuda.json:$m.serial.json"; done
+  for m in $lr_models; do pairs="$pairs lr_$m.cuda.json:lr_$m.serial.json"; done
+  if [ -n "$pairs" ]; then
+    line=$(same_bits "with graphs and the input thread off" $pairs)
     st=$?
     check "graphs+thread = serial" "$([ $st = 0 ] && echo PASS || { [ $st = 1 ] && echo WARN; } || echo FAIL)" "$line"
+  fi
+  pairs=""
+  for m in $twice_models; do pairs="$pairs $m.cuda.json:$m.twice.json"; done
+  if [ -n "$pairs" ]; then # issue 22: "the same run twice gives the same bits"
+    line=$(same_bits "when run twice" $pairs)
+    st=$?
+    check "the same run twice" "$([ $st = 0 ] && echo PASS || echo FAIL)" "$line"
   fi
 fi
 
