@@ -78,8 +78,9 @@ Adam(1e-3), and:
                          merged
 
 Mixed precision (issue 23): hub_gpt2_mixed, hub_llama_mixed,
-hub_gemma_mixed and hub_gemma2_mixed (each with _dp) are hub_gpt2, hub_llama,
-hub_gemma and hub_gemma2 (its soft caps and extra norms) with the
+hub_gemma_mixed, hub_gemma2_mixed, hub_mistral_mixed and hub_qwen_mixed
+(each with _dp) are hub_gpt2, hub_llama, hub_gemma, hub_gemma2 (its soft caps
+and extra norms), hub_mistral and hub_qwen (its biases) with the
 backbone built with dtype="mixed_bfloat16" (the same seed: the same initial
 weights, which the JSON's hub.same_initial_weights_as says when the float32
 folder is there), compiled without metrics; hub_gemma_lora_mixed (and _dp)
@@ -93,7 +94,8 @@ together (run_ref.py clears a model's folder first):
 
     python3 tests/keras_ref/run_ref.py --cases hub_gpt2_mixed hub_gpt2_mixed_dp \
         hub_llama_mixed hub_llama_mixed_dp hub_gemma_mixed hub_gemma_mixed_dp \
-        hub_gemma2_mixed hub_gemma2_mixed_dp hub_gemma_lora_mixed hub_gemma_lora_mixed_dp
+        hub_gemma2_mixed hub_gemma2_mixed_dp hub_gemma_lora_mixed hub_gemma_lora_mixed_dp \
+        hub_mistral_mixed hub_mistral_mixed_dp hub_qwen_mixed hub_qwen_mixed_dp
 
 Their JSON has run_ref.py's mixed fields: dtype_policy, rtol, update_rtol,
 initial_weights (initial.npz), float32_step_loss (the same task without the
@@ -198,7 +200,8 @@ MODELS = {
 # weights, as run_ref.py's mixed cases, to show how far bf16 moves the losses).
 MIXED_POLICY = "mixed_bfloat16"
 MIXED = {"hub_gpt2_mixed": "hub_gpt2", "hub_llama_mixed": "hub_llama",
-         "hub_gemma_mixed": "hub_gemma", "hub_gemma2_mixed": "hub_gemma2"}
+         "hub_gemma_mixed": "hub_gemma", "hub_gemma2_mixed": "hub_gemma2",
+         "hub_mistral_mixed": "hub_mistral", "hub_qwen_mixed": "hub_qwen"}
 for _m, _f in MIXED.items():
     MODELS[_m] = MODELS[_f][:2] + (dict(MODELS[_f][2], dtype=MIXED_POLICY),)
 
@@ -257,6 +260,10 @@ CASES = {
     "hub_gemma2_mixed_dp": ("hub_gemma2_mixed", "dp8"),
     "hub_gemma_lora_mixed": ("hub_gemma_lora_mixed", "layout_map"),
     "hub_gemma_lora_mixed_dp": ("hub_gemma_lora_mixed", "dp8"),
+    "hub_mistral_mixed": ("hub_mistral_mixed", "layout_map"),  # Llama's map, as hub_mistral
+    "hub_mistral_mixed_dp": ("hub_mistral_mixed", "dp8"),
+    "hub_qwen_mixed": ("hub_qwen_mixed", "layout_map"),  # its biases, as hub_qwen
+    "hub_qwen_mixed_dp": ("hub_qwen_mixed", "dp8"),
 }
 
 # LoRA folder -> the model it fine-tunes (same hyper-parameters, seed, data)
@@ -301,6 +308,8 @@ NOTES = {
 }
 NOTES["hub_gemma2_sw"]["layout_map_note"] = NOTES["hub_gemma2"]["layout_map_note"]
 NOTES["hub_gemma2_mixed"] = NOTES["hub_gemma2"]
+NOTES["hub_mistral_mixed"] = {"layout_map_note": NOTES["hub_mistral"]["layout_map_note"]}
+NOTES["hub_qwen_mixed"] = NOTES["hub_qwen"]
 
 
 def layout_map_spec(backbone_cls):
@@ -317,7 +326,8 @@ def layout_map_spec(backbone_cls):
 
 # MistralBackbone has no get_layout_map: Llama's, whose paths are Mistral's
 # too (transformer_layer_<i>/self_attention/query/kernel, ...).
-LAYOUT_MAP_OF = {"hub_mistral": M.LlamaBackbone, "hub_mistral_sw": M.LlamaBackbone}
+LAYOUT_MAP_OF = {"hub_mistral": M.LlamaBackbone, "hub_mistral_sw": M.LlamaBackbone,
+                 "hub_mistral_mixed": M.LlamaBackbone}
 
 
 def gemma_gqa_map():
@@ -356,7 +366,7 @@ def build(model):
     weighted_metrics (CausalLM.compile's "auto")."""
     task_cls, backbone_cls, hp = MODELS[model]
     task = task_cls(backbone=backbone_cls(**hp), preprocessor=None)
-    if model == "hub_qwen":
+    if model in ("hub_qwen", "hub_qwen_mixed"):
         rng = np.random.default_rng(2)
         biases = [v for v in task.weights if v.path.endswith("/bias")]
         assert len(biases) == 3 * hp["num_layers"], [v.path for v in biases]

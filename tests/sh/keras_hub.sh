@@ -7,8 +7,8 @@
 # within 1e-4. Then each case's preset directory (its initial weights, no
 # compile settings: keras-hub's defaults, so --lr gives the case's rate) must
 # give the same step losses, and what kdcc refuses of keras-hub is an error.
-# Issue 23: the MIXED cases (GPT-2, Llama, Gemma and Gemma with LoRA built
-# with dtype="mixed_bfloat16") are checked against keras-hub's mixed run with
+# Issue 23: the MIXED cases (GPT-2, Llama, Gemma, Mistral, Qwen and Gemma
+# with LoRA built with dtype="mixed_bfloat16") are checked against keras-hub's mixed run with
 # their JSON's tolerances (each step within 1e-2, each weight's update within
 # 0.1, at least 0.2 x keras-hub's own distance from its float32 run), their
 # presets too, and a float32 preset compiled with --dtype-policy
@@ -20,7 +20,7 @@ fix=tests/fixtures/keras_hub
 out=build/tests/keras_hub
 CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma hub_mistral hub_qwen hub_gemma2 hub_mistral_sw hub_gemma2_sw}
 LORA=${KERAS_HUB_LORA:-hub_gpt2_lora hub_llama_lora} # kdcc --lora-rank, keras-hub's enable_lora
-MIXED=${KERAS_HUB_MIXED:-hub_gpt2_mixed hub_llama_mixed hub_gemma_mixed} # issue 23
+MIXED=${KERAS_HUB_MIXED:-hub_gpt2_mixed hub_llama_mixed hub_gemma_mixed hub_mistral_mixed hub_qwen_mixed} # issue 23
 MIXED_LORA=${KERAS_HUB_MIXED_LORA:-hub_gemma_lora_mixed}
 rm -rf "$out" && mkdir -p "$out/ref"
 for c in $CASES $LORA $MIXED $MIXED_LORA; do cp -r "$fix/$c" "$out/ref/"; done
