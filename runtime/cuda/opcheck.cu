@@ -296,6 +296,12 @@ static void check_bias(void) {
                (long long)cn);
       check(name, ay, aref, an, 1e-6);
     }
+    // norm.cu's col_mul, the same kernel shape (check_norm: cols % 4 != 0)
+    kdrt_col_mul(aref, hax, hab, r, cn);
+    poison(ay, an);
+    kdrt_cuda_col_mul(D, ay, ax, ab, r, cn);
+    snprintf(name, sizeof name, "col_mul [%lld, %lld]", (long long)r, (long long)cn);
+    check(name, ay, aref, an, 0);
     kdrt_cuda_free(ax), kdrt_cuda_free(ab), kdrt_cuda_free(ay);
     free(hax), free(hab), free(aref);
   }
@@ -506,6 +512,10 @@ static void check_softmax_case(const softmax_case *c) {
   float *by = kdrt_cuda_alloc(n + off), *bdx = kdrt_cuda_alloc(n + off);
   float *x = bx + off, *dy = bdy + off, *y = by + off, *dx = bdx + off;
   char name[128], shape[96];
+  // Rows longer than 256: the CPU's one running float sum of u terms is off
+  // the exact sum by about sqrt(u) * 2^-24 (as bias_grad's), the GPU's
+  // (a lane's partial sums, then a butterfly) by less; the bound grows so.
+  double grow = c->u > 256 ? sqrt((double)c->u / 256) : 1.0;
   snprintf(shape, sizeof shape, "[%lld, %lld, %lld]%s%s", (long long)c->outer, (long long)c->t,
            (long long)c->u, c->off ? " unaligned" : "", c->inplace ? " in place" : "");
   for (int attn = 1; attn >= 0; attn--) {
@@ -525,7 +535,7 @@ static void check_softmax_case(const softmax_case *c) {
                c->causal ? " causal" : "");
     else
       snprintf(name, sizeof name, "softmax %s", shape);
-    check(name, out, hy, n, 1e-6);
+    check(name, out, hy, n, 1e-6 * grow);
     // the gradient from the CPU's y
     if (attn)
       kdrt_attn_softmax_grad(hdx, hdy, hy, c->outer, c->t, c->u, c->t0, 0.125f, c->causal);
@@ -545,7 +555,7 @@ static void check_softmax_case(const softmax_case *c) {
                c->causal ? " causal" : "");
     else
       snprintf(name, sizeof name, "softmax_grad %s", shape);
-    check(name, out, hdx, n, 1e-5);
+    check(name, out, hdx, n, 1e-5 * grow);
   }
   kdrt_cuda_free(bx), kdrt_cuda_free(bdy), kdrt_cuda_free(by), kdrt_cuda_free(bdx);
   free(hx), free(hdy), free(hy), free(hdx);
