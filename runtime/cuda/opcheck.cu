@@ -863,6 +863,10 @@ static void check_nd(void) {
     // the last dim kept, a multiple of 4 (16-byte accesses): attention's heads
     {4, {2, 8, 3, 16}, {0, 2, 1, 3}},
     {3, {4, 6, 8}, {1, 0, 2}},
+    // issue 22: the GPT's heads both ways (float4s); an odd one of 65k floats
+    {4, {4, 256, 12, 64}, {0, 2, 1, 3}},
+    {4, {4, 12, 256, 64}, {0, 2, 1, 3}},
+    {3, {37, 41, 43}, {2, 0, 1}},
   };
   for (size_t t = 0; t < sizeof tc / sizeof tc[0]; t++) {
     size_t n = 1;
