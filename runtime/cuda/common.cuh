@@ -186,7 +186,7 @@ template <int W> __device__ inline void kdrt_st(float *p, const float *v) {
   for (size_t i = (size_t)(n) / (W) * (W) + (size_t)blockIdx.x * blockDim.x + threadIdx.x;     \
        i < (size_t)(n); i += (size_t)gridDim.x * blockDim.x)
 
-// Column sums over many rows (bias_grad, bn_stats) take blocks of 32
+// Column sums over many rows (bn_stats; bias.cu has its own) take blocks of 32
 // columns; when those are too few to fill the GPU (264: two blocks for each
 // of an H100's 132 multiprocessors), the rows are cut into at most `most`
 // chunks of at least 256 rows, whose sums a second kernel adds in chunk
