@@ -1,37 +1,62 @@
 // act.cu: elementwise ops: activations and their gradients (kdrt_act,
 // kdrt_act_grad in ../ops.c), the n-ary add, the product and the affine
 // scale. The activation formulas are kdrt_defs.h's KDRT_ACT_LIST, expanded
-// into one switch case per activation, as the CPU kernels expand it. One
-// thread per element; outputs may alias an input of the same shape (each
-// element is read before it is written, by one thread).
+// into one switch case per activation, as the CPU kernels expand it.
+// Each thread takes W floats at a time (common.cuh: 16-byte accesses when
+// the buffers allow, a scalar tail), but every element's arithmetic is the
+// same float operations as one thread per element, so the results do not
+// depend on W. Outputs may alias an input of the same shape (each element
+// is read before it is written, by one thread).
 #include "common.cuh"
 
-__global__ static void act_kernel(int act, float *out, const float *in, size_t n) {
-  KDRT_FOR(i, n) {
-    out[i] = kdrt_act1(act, in[i]);
+template <int W> __global__ static void act_kernel(int act, float *out, const float *in, size_t n) {
+  KDRT_FOR(i, n / W) {
+    float v[W];
+    kdrt_ld<W>(v, in + i * W);
+#pragma unroll
+    for (int k = 0; k < W; k++) v[k] = kdrt_act1(act, v[k]);
+    kdrt_st<W>(out + i * W, v);
   }
+  KDRT_FOR_TAIL(i, n, W) out[i] = kdrt_act1(act, in[i]);
 }
 
-// As kdrt_act_grad: the FROM_X activations read x (y recomputed where the
-// derivative wants it), the others read y only.
-__global__ static void act_grad_kernel(int act, float *dx, const float *dy, const float *xs,
-                                       const float *ys, size_t n) {
-  KDRT_FOR(i, n) {
-    float g = dy[i], r = g;
-    switch (act) {
+// As kdrt_act_grad: g * act'(v), v being x for the FROM_X activations (y
+// recomputed where the derivative wants it), y for the others.
+__device__ static inline float act_grad1(int act, float g, float v) {
+  float r = g;
+  switch (act) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name: {                                                                        \
-    float v = from_x ? xs[i] : ys[i];                                                            \
     [[maybe_unused]] float y = from_x ? (f) : v;                                                 \
     r = g * (df);                                                                                \
     break;                                                                                       \
   }
-      KDRT_ACT_LIST(KDRT_X)
+    KDRT_ACT_LIST(KDRT_X)
 #undef KDRT_X
-    }
-    dx[i] = r;
   }
+  return r;
 }
+
+// v: x or y, whichever the activation's derivative reads (act_from_x).
+template <int W>
+__global__ static void act_grad_kernel(int act, float *dx, const float *dy, const float *v,
+                                       size_t n) {
+  KDRT_FOR(i, n / W) {
+    float g[W], a[W];
+    kdrt_ld<W>(g, dy + i * W);
+    kdrt_ld<W>(a, v + i * W);
+#pragma unroll
+    for (int k = 0; k < W; k++) g[k] = act_grad1(act, g[k], a[k]);
+    kdrt_st<W>(dx + i * W, g);
+  }
+  KDRT_FOR_TAIL(i, n, W) dx[i] = act_grad1(act, dy[i], v[i]);
+}
+
+static const int act_from_x[] = {
+#define KDRT_X(name, kname, from_x, f, df) from_x,
+    KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+};
 
 static void check_act(int act, const char *what) {
   if (act < 0 || act >= KDRT_ACT_COUNT) kdrt_cuda_fail(what, __FILE__, __LINE__, "unknown activation");
@@ -44,7 +69,10 @@ extern "C" void kdrt_cuda_act(kdrt_cuda *d, int act, float *y, const float *x, s
     kdrt_cuda_copy(d, y, x, n);
     return;
   }
-  act_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, y, x, n);
+  if (kdrt_aligned16(y) && kdrt_aligned16(x))
+    act_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(act, y, x, n);
+  else
+    act_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, y, x, n);
   KDRT_LAUNCHED(d, "act_kernel");
 }
 
@@ -56,7 +84,12 @@ extern "C" void kdrt_cuda_act_grad(kdrt_cuda *d, int act, float *dx, const float
     kdrt_cuda_copy(d, dx, dy, n);
     return;
   }
-  act_grad_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, dx, dy, x, y, n);
+  const float *v = act_from_x[act] ? x : y;
+  if (kdrt_aligned16(dx) && kdrt_aligned16(dy) && kdrt_aligned16(v))
+    act_grad_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(act, dx, dy, v,
+                                                                                 n);
+  else
+    act_grad_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, dx, dy, v, n);
   KDRT_LAUNCHED(d, "act_grad_kernel");
 }
 
@@ -65,12 +98,25 @@ typedef struct {
   const float *p[KDRT_MAX_ADD];
 } add_args;
 
-// The operands are indexed by constants only (the loop unrolled, the count
-// tested): a run-time index into the parameter array put it in local
+// The operands are indexed by constants only (the loops unrolled, the
+// count tested): a run-time index into the parameter array put it in local
 // memory, and the kernel ran 5x under bandwidth (the first GPU run). The
-// sum is still left to right, as the CPU's.
-__global__ static void add_kernel(float *out, add_args in, int nin, size_t n) {
-  KDRT_FOR(i, n) {
+// sum is still left to right, as the CPU's; the nin loads of a step are
+// all in flight before the first add.
+template <int W> __global__ static void add_kernel(float *out, add_args in, int nin, size_t n) {
+  KDRT_FOR(i, n / W) {
+    float v[KDRT_MAX_ADD][W];
+#pragma unroll
+    for (int k = 0; k < KDRT_MAX_ADD; k++)
+      if (k < nin) kdrt_ld<W>(v[k], in.p[k] + i * W);
+#pragma unroll
+    for (int k = 1; k < KDRT_MAX_ADD; k++)
+      if (k < nin)
+#pragma unroll
+        for (int e = 0; e < W; e++) v[0][e] = v[0][e] + v[k][e];
+    kdrt_st<W>(out + i * W, v[0]);
+  }
+  KDRT_FOR_TAIL(i, n, W) {
     float s = in.p[0][i];
 #pragma unroll
     for (int k = 1; k < KDRT_MAX_ADD; k++)
@@ -85,29 +131,61 @@ extern "C" void kdrt_cuda_add(kdrt_cuda *d, float *out, const float *const *in, 
     kdrt_cuda_fail("kdrt_cuda_add", __FILE__, __LINE__, "between 1 and 8 operands");
   if (!n) return;
   add_args a;
-  for (int k = 0; k < nin; k++) a.p[k] = in[k];
-  add_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, a, nin, n);
+  int aligned = kdrt_aligned16(out);
+  for (int k = 0; k < nin; k++) {
+    a.p[k] = in[k];
+    aligned = aligned && kdrt_aligned16(in[k]);
+  }
+  if (aligned)
+    add_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(out, a, nin, n);
+  else
+    add_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, a, nin, n);
   KDRT_LAUNCHED(d, "add_kernel");
 }
 
+template <int W>
 __global__ static void scale_kernel(float *out, const float *in, size_t n, float scale,
                                     float shift) {
-  KDRT_FOR(i, n) out[i] = in[i] * scale + shift;
+  KDRT_FOR(i, n / W) {
+    float v[W];
+    kdrt_ld<W>(v, in + i * W);
+#pragma unroll
+    for (int k = 0; k < W; k++) v[k] = v[k] * scale + shift;
+    kdrt_st<W>(out + i * W, v);
+  }
+  KDRT_FOR_TAIL(i, n, W) out[i] = in[i] * scale + shift;
 }
 
 extern "C" void kdrt_cuda_scale(kdrt_cuda *d, float *out, const float *in, size_t n, float scale,
                                 float shift) {
   if (!n) return;
-  scale_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, n, scale, shift);
+  if (kdrt_aligned16(out) && kdrt_aligned16(in))
+    scale_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(out, in, n, scale,
+                                                                              shift);
+  else
+    scale_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, n, scale,
+                                                                          shift);
   KDRT_LAUNCHED(d, "scale_kernel");
 }
 
+template <int W>
 __global__ static void mul_kernel(float *out, const float *a, const float *b, size_t n) {
-  KDRT_FOR(i, n) out[i] = a[i] * b[i];
+  KDRT_FOR(i, n / W) {
+    float u[W], v[W];
+    kdrt_ld<W>(u, a + i * W);
+    kdrt_ld<W>(v, b + i * W);
+#pragma unroll
+    for (int k = 0; k < W; k++) u[k] = u[k] * v[k];
+    kdrt_st<W>(out + i * W, u);
+  }
+  KDRT_FOR_TAIL(i, n, W) out[i] = a[i] * b[i];
 }
 
 extern "C" void kdrt_cuda_mul(kdrt_cuda *d, float *out, const float *a, const float *b, size_t n) {
   if (!n) return;
-  mul_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, a, b, n);
+  if (kdrt_aligned16(out) && kdrt_aligned16(a) && kdrt_aligned16(b))
+    mul_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(out, a, b, n);
+  else
+    mul_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, a, b, n);
   KDRT_LAUNCHED(d, "mul_kernel");
 }

@@ -159,7 +159,34 @@ static inline unsigned kdrt_blocks(size_t n) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n);                \
        i += (size_t)gridDim.x * blockDim.x)
 
-// Column sums over many rows (bias_grad, bn_stats) take blocks of 32
+// Elementwise kernels move W floats per thread and step: W = 4 (one 16-byte
+// access, LDG.E.128 / STG.E.128) where every buffer they touch is 16-byte
+// aligned, else 1; the n % W elements past the last whole group are the
+// tail, one per thread (KDRT_FOR_TAIL). Scalar loads were a quarter of the
+// bytes per instruction and left the H100 at 2/3 of its bandwidth (issue 22).
+static inline int kdrt_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+template <int W> __device__ inline void kdrt_ld(float *v, const float *p) {
+  if constexpr (W == 4) {
+    float4 q = *(const float4 *)p;
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < W; k++) v[k] = p[k];
+  }
+}
+template <int W> __device__ inline void kdrt_st(float *p, const float *v) {
+  if constexpr (W == 4) {
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < W; k++) p[k] = v[k];
+  }
+}
+#define KDRT_FOR_TAIL(i, n, W)                                                                   \
+  for (size_t i = (size_t)(n) / (W) * (W) + (size_t)blockIdx.x * blockDim.x + threadIdx.x;     \
+       i < (size_t)(n); i += (size_t)gridDim.x * blockDim.x)
+
+// Column sums over many rows (bn_stats; bias.cu has its own) take blocks of 32
 // columns; when those are too few to fill the GPU (264: two blocks for each
 // of an H100's 132 multiprocessors), the rows are cut into at most `most`
 // chunks of at least 256 rows, whose sums a second kernel adds in chunk
@@ -213,6 +240,13 @@ template <typename T> struct kdrt_sum_op {
 template <typename T> struct kdrt_max_op {
   __device__ static T apply(T a, T b) { return b > a ? b : a; }
 };
+
+// Over the warp, in a fixed butterfly order; every lane gets the result.
+template <typename Op, typename T> __device__ inline T kdrt_warp_reduce(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
 
 template <typename Op, typename T> __device__ inline T kdrt_block_reduce(T v, T *shm) {
   for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, o));

@@ -74,17 +74,36 @@ extern "C" void kdrt_cuda_norm_grad(kdrt_cuda *d, int rms, float *dx, const floa
   KDRT_LAUNCHED(d, "norm_grad_kernel");
 }
 
-__global__ static void col_mul_kernel(float *out, const float *in, const float *g, int64_t rows,
-                                      int64_t cols) {
-  size_t n = (size_t)rows * (size_t)cols;
-  KDRT_FOR(e, n) out[e] = in[e] * g[e % (size_t)cols];
+// As bias.cu's bias_act (issue 22): W floats a thread, the column (in
+// groups of W, cw = cols / W) kept by steps, not a 64-bit division per
+// element as first.
+template <int W>
+__global__ static void col_mul_kernel(float *out, const float *in, const float *g, size_t n,
+                                      size_t cw) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+  size_t j = i % cw, step = stride % cw;
+  for (; i < n / W; i += stride) {
+    float v[W], s[W];
+    kdrt_ld<W>(v, in + i * W);
+    kdrt_ld<W>(s, g + j * W);
+#pragma unroll
+    for (int k = 0; k < W; k++) v[k] = v[k] * s[k];
+    kdrt_st<W>(out + i * W, v);
+    j += step;
+    if (j >= cw) j -= cw;
+  }
 }
 
 extern "C" void kdrt_cuda_col_mul(kdrt_cuda *d, float *out, const float *in, const float *g,
                                   int64_t rows, int64_t cols) {
   size_t n = (size_t)rows * (size_t)cols;
   if (!n) return;
-  col_mul_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, g, rows, cols);
+  if (cols % 4 == 0 && kdrt_aligned16(out) && kdrt_aligned16(in) && kdrt_aligned16(g))
+    col_mul_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(
+        out, in, g, n, (size_t)cols / 4);
+  else
+    col_mul_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, g, n,
+                                                                            (size_t)cols);
   KDRT_LAUNCHED(d, "col_mul_kernel");
 }
 

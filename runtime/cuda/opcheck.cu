@@ -186,6 +186,51 @@ static void check_elementwise(void) {
     kdrt_cuda_round(D, kind, y, b, n);
     check(kind == KDRT_ROUND_F16 ? "round float16" : "round bfloat16", y, ref, n, 0);
   }
+  // issue 22: the same kernels on buffers one float off 16-byte alignment
+  // (one float a thread; above: float4s and a tail of 3), and in place
+  {
+    size_t m = n - 1;
+    kdrt_cuda_upload(D, b, hb, n);
+    kdrt_act(KDRT_ACT_GELU, hy, hx + 1, m);
+    poison(y + 1, m);
+    kdrt_cuda_act(D, KDRT_ACT_GELU, y + 1, x + 1, m);
+    check("act gelu (unaligned)", y + 1, hy, m, 1e-6);
+    kdrt_act_grad(KDRT_ACT_GELU, hdx, hdy + 1, hx + 1, hy, m);
+    poison(dx + 1, m);
+    kdrt_cuda_act_grad(D, KDRT_ACT_GELU, dx + 1, dy + 1, x + 1, y + 1, m);
+    check("act_grad gelu (unaligned)", dx + 1, hdx, m, 1e-6);
+    kdrt_act_grad(KDRT_ACT_TANH, hdx, hdy + 1, hx + 1, hb + 1, m); // reads y only
+    poison(dx + 1, m);
+    kdrt_cuda_act_grad(D, KDRT_ACT_TANH, dx + 1, dy + 1, NULL, b + 1, m);
+    check("act_grad tanh (unaligned)", dx + 1, hdx, m, 1e-6);
+    for (size_t i = 0; i < m; i++) ref[i] = hx[i + 1] + hb[i + 1];
+    const float *ins2[2] = {x + 1, b + 1};
+    poison(y + 1, m);
+    kdrt_cuda_add(D, y + 1, ins2, 2, m);
+    check("add (unaligned)", y + 1, ref, m, 0);
+    kdrt_mul(ref, hx + 1, hb + 1, m);
+    poison(y + 1, m);
+    kdrt_cuda_mul(D, y + 1, x + 1, b + 1, m);
+    check("mul (unaligned)", y + 1, ref, m, 0);
+    for (size_t i = 0; i < m; i++) ref[i] = hx[i + 1] * 0.5f + 2.0f;
+    poison(y + 1, m);
+    kdrt_cuda_scale(D, y + 1, x + 1, m, 0.5f, 2.0f);
+    check("scale (unaligned)", y + 1, ref, m, 0);
+    // in place, float4s: y = gelu(y); dx = dy * gelu'(x) into dy
+    kdrt_act(KDRT_ACT_GELU, hy, hx, n);
+    kdrt_cuda_upload(D, y, hx, n);
+    kdrt_cuda_act(D, KDRT_ACT_GELU, y, y, n);
+    check("act gelu (in place)", y, hy, n, 1e-6);
+    kdrt_act_grad(KDRT_ACT_GELU, hdx, hdy, hx, hy, n);
+    kdrt_cuda_upload(D, dx, hdy, n);
+    kdrt_cuda_act_grad(D, KDRT_ACT_GELU, dx, dx, x, y, n);
+    check("act_grad gelu (in place)", dx, hdx, n, 1e-6);
+    for (size_t i = 0; i < n; i++) ref[i] = hx[i] + hb[i];
+    kdrt_cuda_upload(D, y, hx, n);
+    const float *ins3[2] = {y, b};
+    kdrt_cuda_add(D, y, ins3, 2, n);
+    check("add (in place)", y, ref, n, 0);
+  }
   kdrt_cuda_free(b), kdrt_cuda_free(cc), free(hb), free(hc), free(ref);
   kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx);
   free(hx), free(hdy), free(hy), free(hdx);
@@ -211,21 +256,54 @@ static void check_bias(void) {
   check("bias_grad", y, gref, (size_t)cols, 1e-6);
   kdrt_cuda_free(x), kdrt_cuda_free(b), kdrt_cuda_free(y);
   free(hx), free(hb), free(ref), free(gref);
-  // one chunk of rows; many (the rows cut over blocks, the sums added in order)
-  static const int64_t shapes[][2] = {{40, 700}, {5000, 300}};
-  for (int k = 0; k < 2; k++) {
-    int64_t r = shapes[k][0], cn = shapes[k][1];
-    float *hg = hrand((size_t)(r * cn), -1, 1), *g = dev(hg, (size_t)(r * cn));
+  // one chunk of rows; many (the rows cut over blocks, the sums added in
+  // order); issue 22: float4 columns (cols % 4 == 0) or not, the GPT's
+  // shapes, an `in` off 16-byte alignment (the third number: 1)
+  static const int64_t shapes[][3] = {{40, 700, 0},    {5000, 300, 0},  {3001, 67, 0},
+                                      {4096, 768, 0},  {4096, 3072, 0}, {512, 256, 1},
+                                      {7, 4, 0},       {1, 1000, 0}};
+  for (int k = 0; k < (int)(sizeof shapes / sizeof shapes[0]); k++) {
+    int64_t r = shapes[k][0], cn = shapes[k][1], off = shapes[k][2];
+    float *hg = hrand((size_t)(r * cn), -1, 1), *g0 = kdrt_cuda_alloc((size_t)(r * cn + off));
+    float *g = g0 + off;
+    kdrt_cuda_upload(D, g, hg, (size_t)(r * cn));
     float *sref = hzero((size_t)cn), *sy = kdrt_cuda_alloc((size_t)cn);
     kdrt_bias_grad(sref, hg, r, cn);
     poison(sy, (size_t)cn);
     kdrt_cuda_bias_grad(D, sy, g, r, cn);
-    snprintf(name, sizeof name, "bias_grad [%lld, %lld]", (long long)r, (long long)cn);
+    snprintf(name, sizeof name, "bias_grad [%lld, %lld]%s", (long long)r, (long long)cn,
+             off ? " unaligned" : "");
     // 5000 rows summed in another order than the CPU's one running float
     // sum: both are off the exact sums by about sqrt(rows) * 2^-24 of the
     // partial sums (the first GPU run: 1.5e-6), so the bound grows with rows.
     check(name, sy, sref, (size_t)cn, 1e-6 * sqrt((double)r / 256));
-    kdrt_cuda_free(g), kdrt_cuda_free(sy), free(hg), free(sref);
+    kdrt_cuda_free(g0), kdrt_cuda_free(sy), free(hg), free(sref);
+  }
+  // issue 22: bias_act in float4s (cols % 4 == 0), every activation; the
+  // GPT's shape
+  static const int64_t ashapes[][2] = {{129, 68}, {4096, 768}};
+  for (int k = 0; k < 2; k++) {
+    int64_t r = ashapes[k][0], cn = ashapes[k][1];
+    size_t an = (size_t)(r * cn);
+    float *hax = hrand(an, -3, 3), *hab = hrand((size_t)cn, -1, 1), *aref = hzero(an);
+    float *ax = dev(hax, an), *ab = dev(hab, (size_t)cn), *ay = kdrt_cuda_alloc(an);
+    for (int a = 0; a < KDRT_ACT_COUNT; a++) {
+      if (k && a != KDRT_ACT_LINEAR && a != KDRT_ACT_GELU) continue;
+      kdrt_bias_act(a, aref, hax, hab, r, cn);
+      poison(ay, an);
+      kdrt_cuda_bias_act(D, a, ay, ax, ab, r, cn);
+      snprintf(name, sizeof name, "bias_act %s [%lld, %lld]", act_names[a], (long long)r,
+               (long long)cn);
+      check(name, ay, aref, an, 1e-6);
+    }
+    // norm.cu's col_mul, the same kernel shape (check_norm: cols % 4 != 0)
+    kdrt_col_mul(aref, hax, hab, r, cn);
+    poison(ay, an);
+    kdrt_cuda_col_mul(D, ay, ax, ab, r, cn);
+    snprintf(name, sizeof name, "col_mul [%lld, %lld]", (long long)r, (long long)cn);
+    check(name, ay, aref, an, 0);
+    kdrt_cuda_free(ax), kdrt_cuda_free(ab), kdrt_cuda_free(ay);
+    free(hax), free(hab), free(aref);
   }
 }
 
@@ -415,6 +493,89 @@ static void check_softmax(void) {
   }
   kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx), kdrt_cuda_free(yd);
   free(hx), free(hdy), free(hy), free(hdx);
+}
+
+// issue 22: the one-warp-a-row kernels at each row length they take (4,
+// 8, 16 and 32 floats a lane; float4s or not), the block-a-row kernels
+// past 1024, a buffer off 16-byte alignment and outputs in place (y over
+// x, dx over dy), attention's and the plain softmax on the same shapes.
+typedef struct {
+  int64_t outer, t, u, t0;
+  int causal, off, inplace;
+} softmax_case;
+
+static void check_softmax_case(const softmax_case *c) {
+  int64_t rows = c->outer * c->t;
+  size_t n = (size_t)(rows * c->u), off = (size_t)c->off;
+  float *hx = hrand(n, -8, 8), *hdy = hrand(n, -1, 1), *hy = hzero(n), *hdx = hzero(n);
+  float *bx = kdrt_cuda_alloc(n + off), *bdy = kdrt_cuda_alloc(n + off);
+  float *by = kdrt_cuda_alloc(n + off), *bdx = kdrt_cuda_alloc(n + off);
+  float *x = bx + off, *dy = bdy + off, *y = by + off, *dx = bdx + off;
+  char name[128], shape[96];
+  // Rows longer than 256: the CPU's one running float sum of u terms is off
+  // the exact sum by about sqrt(u) * 2^-24 (as bias_grad's), the GPU's
+  // (a lane's partial sums, then a butterfly) by less; the bound grows so.
+  double grow = c->u > 256 ? sqrt((double)c->u / 256) : 1.0;
+  snprintf(shape, sizeof shape, "[%lld, %lld, %lld]%s%s", (long long)c->outer, (long long)c->t,
+           (long long)c->u, c->off ? " unaligned" : "", c->inplace ? " in place" : "");
+  for (int attn = 1; attn >= 0; attn--) {
+    if (attn)
+      kdrt_attn_softmax(hy, hx, c->outer, c->t, c->u, c->t0, 0.125f, c->causal);
+    else
+      kdrt_softmax(hy, hx, rows, c->u);
+    kdrt_cuda_upload(D, x, hx, n);
+    float *out = c->inplace ? x : y;
+    if (!c->inplace) poison(y, n);
+    if (attn)
+      kdrt_cuda_attn_softmax(D, out, x, c->outer, c->t, c->u, c->t0, 0.125f, c->causal);
+    else
+      kdrt_cuda_softmax(D, out, x, rows, c->u);
+    if (attn)
+      snprintf(name, sizeof name, "attn_softmax %s t0 %lld%s", shape, (long long)c->t0,
+               c->causal ? " causal" : "");
+    else
+      snprintf(name, sizeof name, "softmax %s", shape);
+    check(name, out, hy, n, 1e-6 * grow);
+    // the gradient from the CPU's y
+    if (attn)
+      kdrt_attn_softmax_grad(hdx, hdy, hy, c->outer, c->t, c->u, c->t0, 0.125f, c->causal);
+    else
+      kdrt_softmax_grad(hdx, hdy, hy, rows, c->u);
+    kdrt_cuda_upload(D, y, hy, n);
+    kdrt_cuda_upload(D, dy, hdy, n);
+    out = c->inplace ? dy : dx;
+    if (!c->inplace) poison(dx, n);
+    if (attn)
+      kdrt_cuda_attn_softmax_grad(D, out, dy, y, c->outer, c->t, c->u, c->t0, 0.125f,
+                                  c->causal);
+    else
+      kdrt_cuda_softmax_grad(D, out, dy, y, rows, c->u);
+    if (attn)
+      snprintf(name, sizeof name, "attn_softmax_grad %s t0 %lld%s", shape, (long long)c->t0,
+               c->causal ? " causal" : "");
+    else
+      snprintf(name, sizeof name, "softmax_grad %s", shape);
+    check(name, out, hdx, n, 1e-5 * grow);
+  }
+  kdrt_cuda_free(bx), kdrt_cuda_free(bdy), kdrt_cuda_free(by), kdrt_cuda_free(bdx);
+  free(hx), free(hdy), free(hy), free(hdx);
+}
+
+static void check_softmax_warps(void) {
+  static const softmax_case cases[] = {
+      {4, 256, 256, 0, 1, 0, 0},    // the GPT's scores: 8 a lane, float4s
+      {4, 256, 256, 0, 0, 0, 0},
+      {2, 64, 1024, 700, 1, 0, 0},  // 32 a lane, a block of queries from 700
+      {3, 50, 1000, 960, 1, 0, 0},  // the last queries see every key
+      {3, 40, 512, 0, 1, 0, 1},     // 16 a lane, in place
+      {5, 9, 12, 2, 1, 0, 0},       // 4 a lane, three float4s a row
+      {5, 9, 5, 0, 1, 0, 0},        // 4 a lane, scalars
+      {3, 17, 513, 0, 0, 0, 0},     // 32 a lane, scalars
+      {4, 33, 256, 10, 1, 1, 0},    // off 16-byte alignment: scalars
+      {2, 40, 1100, 1000, 1, 0, 0}, // past 1024: a block a row
+      {2, 30, 1100, 0, 0, 0, 1},    // the same in place
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) check_softmax_case(&cases[k]);
 }
 
 static void check_losses(void) {
@@ -702,6 +863,10 @@ static void check_nd(void) {
     // the last dim kept, a multiple of 4 (16-byte accesses): attention's heads
     {4, {2, 8, 3, 16}, {0, 2, 1, 3}},
     {3, {4, 6, 8}, {1, 0, 2}},
+    // issue 22: the GPT's heads both ways (float4s); an odd one of 65k floats
+    {4, {4, 256, 12, 64}, {0, 2, 1, 3}},
+    {4, {4, 12, 256, 64}, {0, 2, 1, 3}},
+    {3, {37, 41, 43}, {2, 0, 1}},
   };
   for (size_t t = 0; t < sizeof tc / sizeof tc[0]; t++) {
     size_t n = 1;
@@ -1031,6 +1196,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
     check_elementwise();
     check_bias();
     check_softmax();
+    check_softmax_warps();
     check_norm();
     check_losses();
     check_xent();
