@@ -167,6 +167,23 @@ enum { LT_PLANS = 512 };
 static lt_plan lt_plans[LT_PLANS];
 static int lt_nplans;
 
+// key, remembered (a full cache asks again next time: slower, still right);
+// the first key without an algorithm is said once.
+static lt_plan *lt_remember(lt_plan *key) {
+  static int warned;
+  if (!key->ok && !warned) {
+    warned = 1;
+    fprintf(stderr,
+            "kdrt_cuda: cuBLASLt has no algorithm for a product with a bias epilogue "
+            "([%d, %d, %d], epilogue %d); such products run as a GEMM and a separate kernel "
+            "(correct, slower)\n",
+            key->M, key->N, key->K, key->epi);
+  }
+  if (lt_nplans == LT_PLANS) return key;
+  lt_plans[lt_nplans] = *key;
+  return &lt_plans[lt_nplans++];
+}
+
 static int lt_same(const lt_plan *p, const lt_plan *q) {
   return p->opa == q->opa && p->opb == q->opb && p->M == q->M && p->N == q->N && p->K == q->K &&
          p->lda == q->lda && p->ldb == q->ldb && p->ldc == q->ldc && p->ct == q->ct &&
@@ -203,7 +220,10 @@ static int lt_matmul(kdrt_cuda *d, const kdrt_gemm *g, cublasLtEpilogue_t epi, c
   // Descriptors: column-major D [N, M] = op(b) [N, K] op(a) [K, M] (the swap).
   cublasLtMatmulDesc_t md = NULL;
   cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-  if (cublasLtMatmulDescCreate(&md, ct, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return 0;
+  if (cublasLtMatmulDescCreate(&md, ct, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
+    if (!p) lt_remember(&key);
+    return 0;
+  }
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
@@ -229,22 +249,12 @@ static int lt_matmul(kdrt_cuda *d, const kdrt_gemm *g, cublasLtEpilogue_t epi, c
     int found = 0;
     if (cublasLtMatmulAlgoGetHeuristic(s->lt, md, la, lb, lc, lc, pref, 1, &r, &found) !=
             CUBLAS_STATUS_SUCCESS ||
-        r.state != CUBLAS_STATUS_SUCCESS)
+        found < 1 || r.state != CUBLAS_STATUS_SUCCESS)
       found = 0;
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     key.ok = found > 0;
     if (key.ok) key.algo = r.algo;
-    if (lt_nplans < LT_PLANS) p = &lt_plans[lt_nplans++], *p = key;
-    else p = &key; // a full cache asks again next time: slower, still right
-    static int warned;
-    if (!key.ok && !warned) {
-      warned = 1;
-      fprintf(stderr,
-              "kdrt_cuda: cuBLASLt has no algorithm for a product with a bias epilogue "
-              "([%d, %d, %d], epilogue %d); such products run as a GEMM and a separate "
-              "kernel (correct, slower)\n",
-              M, N, K, (int)epi);
-    }
+    p = lt_remember(&key);
   }
   int ok = p->ok;
   if (ok) {
