@@ -282,7 +282,10 @@ extern "C" void kdrt_cuda_matmul_bias(kdrt_cuda *d, const kdrt_gemm *g, int act,
                                       float *dbias) {
   if (g->batch <= 0) return;
   cublasLtEpilogue_t epi = epilogue(act, bias, dbias);
+  // (a bias vector less than 16-byte aligned is left to the separate
+  // kernels: others report epilogues that fail on one, heuristic or not)
   int fused = epi && g->batch == 1 && g->M > 0 && g->N > 0 && g->K > 0 &&
+              alignment(bias ? bias : dbias) >= 16 &&
               !(dbias && (d->precision == KDRT_PREC_BF16 || g->tb != KDRT_NOTRANS ||
                           g->ldb != g->N));
   if (fused && lt_matmul(d, g, epi, a, b, bias ? bias : dbias, c)) return;
