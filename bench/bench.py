@@ -205,7 +205,8 @@ def step_gemms(name):
             r"const kdrt_gemm g = \{(.*?)\};\s*kdrt_(matmul|matmul_bias)\(([^;]*)\);", src, re.S):
         kv = dict(re.findall(r"\.(\w+) = ([^,]+?)\s*(?:,|$)", decl.replace("\n", " ")))
         env = {"B": BATCH, "b": BATCH, "KDRT_TRANS": 1, "KDRT_NOTRANS": 0}
-        beta = 0.0 if fn == "matmul_bias" else float(call.split(",")[4].strip().rstrip("f")) # an SGD update folded in: 1
+        # an SGD update folded in: beta 1
+        beta = 0.0 if fn == "matmul_bias" else float(call.split(",")[4].strip().rstrip("f"))
         out.append(" ".join([str(int(eval(kv[k], {}, env))) for k in GEMM_FIELDS] + [str(beta)]))
     return out
 

@@ -219,7 +219,8 @@ static void dot_emit(const Node *n, Lowering *lw) {
                       sym_c(nb ? sym_mul(M, K) : zero), sym_c(nb ? sym_mul(K, N) : zero),
                       sym_c(nb ? sym_mul(M, N) : zero));
   if (n->nin == 3 || n->dot.bgrad) { // issue 22: one call with its epilogue (fuse.c)
-    if (n->dot.bgrad) lw->note = format("and the bias gradient %%%d, a sum of dy", n->dot.bgrad->id);
+    if (n->dot.bgrad)
+      lw->note = format("and the bias gradient %%%d, a sum of dy", n->dot.bgrad->id);
     lower_call(lw, "matmul_bias", false, decl, "&g, %s, %s, %s, %s, %s, %s", act_c[n->dot.act],
                buf(a), buf(b), n->nin == 3 ? buf(n->in[2]) : "NULL", buf(n),
                n->dot.bgrad ? buf(n->dot.bgrad) : "NULL");
