@@ -33,6 +33,8 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common.cuh"
 
@@ -277,17 +279,24 @@ static int lt_matmul(kdrt_cuda *d, const kdrt_gemm *g, cublasLtEpilogue_t epi, c
 // algorithm) the GEMM and the separate kernel, as before issue 22. bf16
 // keeps the separate bias gradient: BGRADA would sum dy rounded to
 // bfloat16 (its operand in scratch), the separate kernel sums dy itself.
+// KDRT_CUDA_BF16_BGRAD=1 sums the rounded dy in the epilogue instead (what
+// torch's autocast does: a Linear's bias gradient from the bf16 gradient).
 extern "C" void kdrt_cuda_matmul_bias(kdrt_cuda *d, const kdrt_gemm *g, int act, const float *a,
                                       const float *b, const float *bias, float *c,
                                       float *dbias) {
+  static int bf16_bgrad = -1; // read once
+  if (bf16_bgrad < 0) {
+    const char *e = getenv("KDRT_CUDA_BF16_BGRAD");
+    bf16_bgrad = e && !strcmp(e, "1");
+  }
   if (g->batch <= 0) return;
   cublasLtEpilogue_t epi = epilogue(act, bias, dbias);
   // (a bias vector less than 16-byte aligned is left to the separate
   // kernels: others report epilogues that fail on one, heuristic or not)
   int fused = epi && g->batch == 1 && g->M > 0 && g->N > 0 && g->K > 0 &&
               alignment(bias ? bias : dbias) >= 16 &&
-              !(dbias && (d->precision == KDRT_PREC_BF16 || g->tb != KDRT_NOTRANS ||
-                          g->ldb != g->N));
+              !(dbias && ((d->precision == KDRT_PREC_BF16 && !bf16_bgrad) ||
+                          g->tb != KDRT_NOTRANS || g->ldb != g->N));
   if (fused && lt_matmul(d, g, epi, a, b, bias ? bias : dbias, c)) return;
   kdrt_cuda_matmul(d, g, 1.0f, a, b, 0.0f, c);
   if (bias) kdrt_cuda_bias_act(d, act, c, c, bias, g->M, g->N);
