@@ -169,18 +169,21 @@ enum { LT_PLANS = 512 };
 static lt_plan lt_plans[LT_PLANS];
 static int lt_nplans;
 
-// key, remembered (a full cache asks again next time: slower, still right);
-// the first key without an algorithm is said once.
-static lt_plan *lt_remember(lt_plan *key) {
+// The first key without an algorithm is said once.
+static void lt_warn(const lt_plan *key) {
   static int warned;
-  if (!key->ok && !warned) {
-    warned = 1;
-    fprintf(stderr,
-            "kdrt_cuda: cuBLASLt has no algorithm for a product with a bias epilogue "
-            "([%d, %d, %d], epilogue %d); such products run as a GEMM and a separate kernel "
-            "(correct, slower)\n",
-            key->M, key->N, key->K, key->epi);
-  }
+  if (warned) return;
+  warned = 1;
+  fprintf(stderr,
+          "kdrt_cuda: cuBLASLt has no algorithm for a product with a bias epilogue "
+          "([%d, %d, %d], epilogue %d); such products run as a GEMM and a separate kernel "
+          "(correct, slower)\n",
+          key->M, key->N, key->K, key->epi);
+}
+
+// key, remembered (a full cache asks again next time: slower, still right).
+static lt_plan *lt_remember(lt_plan *key) {
+  if (!key->ok) lt_warn(key);
   if (lt_nplans == LT_PLANS) return key;
   lt_plans[lt_nplans] = *key;
   return &lt_plans[lt_nplans++];
@@ -263,9 +266,17 @@ static int lt_matmul(kdrt_cuda *d, const kdrt_gemm *g, cublasLtEpilogue_t epi, c
     const float one = 1.0f, zero = 0.0f;
     const void *av, *bv;
     operands(d, g, a, b, &av, &bv);
-    CUBLAS_CHECK(cublasLtMatmul(s->lt, md, &one, bv, la, av, lb, &zero, c, lc, c, lc, &p->algo,
-                                s->blas_ws, s->blas_ws_bytes, s->stream));
-    if (s->sync_each) KDRT_LAUNCHED(d, "cublasLtMatmul");
+    cublasStatus_t st = cublasLtMatmul(s->lt, md, &one, bv, la, av, lb, &zero, c, lc, c, lc,
+                                       &p->algo, s->blas_ws, s->blas_ws_bytes, s->stream);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+      // refused before anything ran: the heuristic's algorithm after all
+      // does not take these operands; this key goes the separate way
+      p->ok = ok = 0;
+      lt_warn(p);
+    } else {
+      CUBLAS_CHECK(st);
+      if (s->sync_each) KDRT_LAUNCHED(d, "cublasLtMatmul");
+    }
   }
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
