@@ -200,11 +200,13 @@ def step_gemms(name):
     src = re.sub(r"\} else if \(step == (GRAD|EVAL)_STEP\) \{.*?\n  \}\n", "}\n", src,
                  flags=re.S)
     out = []
-    for decl, call in re.findall(r"const kdrt_gemm g = \{(.*?)\};\s*kdrt_matmul\(([^;]*)\);",
-                                 src, re.S):
+    # issue 22: kdrt_matmul_bias, a product with its bias (beta 0), counts as its product
+    for decl, fn, call in re.findall(
+            r"const kdrt_gemm g = \{(.*?)\};\s*kdrt_(matmul|matmul_bias)\(([^;]*)\);", src, re.S):
         kv = dict(re.findall(r"\.(\w+) = ([^,]+?)\s*(?:,|$)", decl.replace("\n", " ")))
         env = {"B": BATCH, "b": BATCH, "KDRT_TRANS": 1, "KDRT_NOTRANS": 0}
-        beta = float(call.split(",")[4].strip().rstrip("f")) # an SGD update folded in: 1
+        # an SGD update folded in: beta 1
+        beta = 0.0 if fn == "matmul_bias" else float(call.split(",")[4].strip().rstrip("f"))
         out.append(" ".join([str(int(eval(kv[k], {}, env))) for k in GEMM_FIELDS] + [str(beta)]))
     return out
 

@@ -19,6 +19,15 @@
 // Then the update phase is ordered so that gradient collectives come before
 // the updates, for bucketing (emit_c.c); and a plain SGD update folds into
 // the GEMM that makes its gradient.
+//
+// issue 22: a Dense layer's bias joins its product, which the CUDA backend
+// computes in one cuBLASLt call with an epilogue (runtime/cuda/matmul.cu)
+// and the CPU one as the product then the bias, as before. Forward, a BIAS
+// or BIAS_ACT (relu, or gelu's tanh form: cuBLASLt's epilogues) whose x is
+// a plain product (no batch dims) read by nothing else, with the bias over
+// the product's N dims, becomes that DOT with the bias as a third operand
+// (fold_bias). Backward, the BIAS_GRAD of dy (its column sums) is written by
+// the product dW = x^T dy that reads the same dy (fold_bias_grads).
 #include "kdcc.h"
 
 // x's single reader is n, which places its value as x does: x may fold into n.
@@ -46,6 +55,96 @@ static Node *fold_scores(Node *n, Node *x, const int *uses) {
   }
   return x;
 }
+
+// g's nodes without the dead ones (ids not renumbered).
+static void drop_dead(Graph *g) {
+  int n = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (!g->nodes[i]->dead) g->nodes[n++] = g->nodes[i];
+  g->nnodes = n;
+}
+
+static bool is_output(const Graph *g, const Node *x) {
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i] == x) return true;
+  return false;
+}
+
+// BIAS(DOT(a, b), bias) or BIAS_ACT of it -> DOT(a, b, bias) with the act.
+static void fold_bias(Graph *g) {
+  int ids = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->id >= ids) ids = g->nodes[i]->id + 1;
+  int *uses = xcalloc(ids, sizeof *uses);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *a = g->nodes[i];
+    if (a->op != OP_BIAS && a->op != OP_BIAS_ACT) continue;
+    Act k = a->op == OP_BIAS ? ACT_LINEAR : a->act.kind;
+    Node *x = a->in[0], *bias = a->in[1];
+    if (k != ACT_LINEAR && k != ACT_RELU && k != KDRT_ACT_GELU_TANH) continue;
+    if (x->op != OP_DOT || x->nin != 2 || x->dot.nb || !folds(x, a, uses) || is_output(g, x) ||
+        bias->shape.rank != x->in[1]->shape.rank - x->dot.nk)
+      continue;
+    DotAttr dot = x->dot;
+    a->op = OP_DOT;
+    a->nin = 3;
+    a->in[0] = x->in[0], a->in[1] = x->in[1], a->in[2] = bias;
+    a->dot = dot; // (act and dot share Node's union)
+    a->dot.act = k;
+    x->dead = true;
+  }
+  xfree(uses);
+  drop_dead(g);
+}
+
+// BIAS_GRAD(dy) -> written by DOT(x, dy) = x^T dy (contracting dy's leading
+// dims, the ones the bias gradient sums over), where the sums are the same:
+// the same node dy (so the same local rows), the bias's placement that of
+// the product's N dims, the same pending sums; and no reader of the bias
+// gradient before the product. Not with a folded SGD update (the product
+// then writes the weight, scaled by -lr). The BIAS_GRAD stays, fused (no
+// code), right before the product: its buffer is live from there on, as
+// the product's second result. Renumbers the ids.
+static void fold_bias_grads(Graph *g) {
+  int n = g->nnodes;
+  int *first_read = xcalloc(n, sizeof *first_read);
+  for (int i = n - 1; i >= 0; i--)
+    for (int k = 0; k < g->nodes[i]->nin; k++) first_read[g->nodes[i]->in[k]->id] = i;
+  Node **order = xcalloc(n, sizeof *order);
+  bool *moved = xcalloc(n, sizeof *moved);
+  for (int i = 0; i < n; i++) {
+    Node *d = g->nodes[i];
+    if (d->op != OP_DOT || d->nin != 2 || d->dot.nb || d->dot.tb || d->dot.sgd_into) continue;
+    Node *dy = d->in[1];
+    int rb = dy->shape.rank - d->dot.nk, off = d->shape.rank - rb;
+    for (int j = 0; j < n && !d->dot.bgrad; j++) {
+      Node *bg = g->nodes[j];
+      if (bg->op != OP_BIAS_GRAD || bg->fused || bg->in[0] != dy || bg->shape.rank != rb ||
+          bg->place.partial != d->place.partial || bg->place.pmax || d->place.pmax ||
+          (first_read[bg->id] && first_read[bg->id] <= i))
+        continue;
+      bool same = true;
+      for (int k = 0; k < rb; k++) same &= bg->place.axis[k] == d->place.axis[off + k];
+      if (!same) continue;
+      bg->fused = true;
+      d->dot.bgrad = bg;
+      moved[j] = true;
+    }
+  }
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    Node *x = g->nodes[i];
+    if (moved[i]) continue;
+    if (x->op == OP_DOT && x->dot.bgrad) order[m++] = x->dot.bgrad;
+    order[m++] = x;
+  }
+  for (int i = 0; i < n; i++) g->nodes[i] = order[i], g->nodes[i]->id = i;
+  xfree(first_read), xfree(order), xfree(moved);
+}
+
+static void fuse_sgd(Graph *g);
 
 void fuse_elementwise(Graph *g) {
   int *uses = xcalloc(g->nnodes, sizeof *uses);
@@ -107,9 +206,9 @@ void fuse_elementwise(Graph *g) {
     }
   }
   xfree(reader);
-  for (int i = 0; i < g->nnodes; i++)
-    if (!g->nodes[i]->dead) g->nodes[n++] = g->nodes[i];
-  g->nnodes = n;
+  drop_dead(g);
+  fold_bias(g);
+  n = g->nnodes;
 
   // In the update phase the gradients' collectives go first, then the
   // updates (which only read them): gradient all-reduces over the same axes
@@ -139,10 +238,16 @@ void fuse_elementwise(Graph *g) {
   for (int i = 0; i < k; i++) g->nodes[j++] = upd[i];
   for (int i = 0; i < n; i++) g->nodes[i]->id = i;
 
-  // Plain SGD (no momentum, clipping or weight decay): w -= lr * g folds
-  // into the GEMM that makes g, as C = -lr * A B + C, when g is read by
-  // nothing else and reaches its update with no collective between, and
-  // every other reader of w comes before that GEMM.
+  fuse_sgd(g);
+  fold_bias_grads(g);
+}
+
+// Plain SGD (no momentum, clipping or weight decay): w -= lr * g folds
+// into the GEMM that makes g, as C = -lr * A B + C, when g is read by
+// nothing else and reaches its update with no collective between, and
+// every other reader of w comes before that GEMM.
+static void fuse_sgd(Graph *g) {
+  int n = g->nnodes;
   const Optimizer *o = &g->model->opt;
   if (o->kind != OPT_SGD || o->momentum != 0 || opt_clips(o) || o->weight_decay != 0 ||
       o->loss_scale) // issue 23: the gradient is needed whole, for the loss scale's decision

@@ -427,6 +427,11 @@ typedef struct {
   int nb, nk;
   bool ta, tb;
   Node *sgd_into;         // plain SGD folded in: w -= lr * result, into this param (fuse.c)
+  // issue 22 (fuse.c): a third operand is a bias over the N dims, added with
+  // act after it (a Dense layer's BIAS or BIAS_ACT); bgrad, a BIAS_GRAD of
+  // b (dy) this product writes too (the weight gradient's makes the bias's)
+  Act act;
+  Node *bgrad;
 } DotAttr;
 typedef struct {                                             // CONV2D*, MAXPOOL*
   int kh, kw, sh, sw, pad_t, pad_l;

@@ -172,13 +172,14 @@ static void dot_rule(const Node *n, Rule *r) {
     int ad = nb + (n->dot.ta ? 0 : nm) + i, bd = nb + (n->dot.tb ? nn : 0) + i;
     r->in[0][ad] = r->in[1][bd] = factor(r, F_CONTRACT, a->d[ad]);
   }
+  for (int i = 0; n->nin == 3 && i < nn; i++) r->in[2][i] = r->out[nb + nm + i]; // the bias
 }
 
 Node *dot(Graph *g, Node *a, Node *b, int nb, int nk, bool ta, bool tb) {
   Shape s;
   if (!dot_shape(&a->shape, &b->shape, nb, nk, ta, tb, &s)) unreachable();
   Node *c = new_node2(g, OP_DOT, a, b, s);
-  c->dot = (DotAttr){nb, nk, ta, tb, NULL};
+  c->dot = (DotAttr){.nb = nb, .nk = nk, .ta = ta, .tb = tb};
   return c;
 }
 
@@ -217,11 +218,20 @@ static void dot_emit(const Node *n, Lowering *lw) {
                       sym_c(K), sym_c(n->dot.ta ? M : K), sym_c(n->dot.tb ? K : N), sym_c(N),
                       sym_c(nb ? sym_mul(M, K) : zero), sym_c(nb ? sym_mul(K, N) : zero),
                       sym_c(nb ? sym_mul(M, N) : zero));
+  if (n->nin == 3 || n->dot.bgrad) { // issue 22: one call with its epilogue (fuse.c)
+    if (n->dot.bgrad)
+      lw->note = format("and the bias gradient %%%d, a sum of dy", n->dot.bgrad->id);
+    lower_call(lw, "matmul_bias", false, decl, "&g, %s, %s, %s, %s, %s, %s", act_c[n->dot.act],
+               buf(a), buf(b), n->nin == 3 ? buf(n->in[2]) : "NULL", buf(n),
+               n->dot.bgrad ? buf(n->dot.bgrad) : "NULL");
+    return;
+  }
   lower_call(lw, "matmul", false, decl, "&g, %s, %s, %s, %s, %s", sgd ? "-c->lr" : "1.0f", buf(a),
              buf(b), sgd ? "1.0f" : "0.0f", sgd ? buf(n->dot.sgd_into) : buf(n));
 }
 
-const OpDef op_DOT = {"dot", 2, 3, false, dot_rule, dot_grad, dot_emit};
+// nin -1: a, b, and after fuse.c perhaps a bias
+const OpDef op_DOT = {"dot", -1, 3, false, dot_rule, dot_grad, dot_emit};
 
 // ---------------------------------------------------------------- BIAS, ACT, BIAS_ACT
 
@@ -593,6 +603,10 @@ static void bias_grad_rule(const Node *n, Rule *r) {
 }
 
 static void bias_grad_emit(const Node *n, Lowering *lw) {
+  if (n->fused) { // issue 22
+    lw->note = "made by the weight gradient's product, after this (its epilogue)";
+    return;
+  }
   lower_call(lw, "bias_grad", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
              lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
 }

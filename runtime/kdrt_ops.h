@@ -236,6 +236,13 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
                         int64_t u, int64_t t0, float scale, int causal))                       \
   K(matmul, (const kdrt_gemm *g, float alpha, const float *a, const float *b, float beta,      \
              float *c))                                                                        \
+  /* issue 22: a Dense layer's product with its bias in the GEMM (cuBLASLt's        */       \
+  /* epilogues; batch 1): c = act(a b + bias[j]) (bias NULL: c = a b; act LINEAR,     */       \
+  /* RELU or GELU_TANH), and dbias non-NULL: dbias[j] = sum over k of b[k, j] (b      */       \
+  /* is then dy, [K, N] with ldb N: the weight gradient's product makes the bias's).  */       \
+  /* The CPU: matmul, then bias_act in place and bias_grad, as the separate ops.     */       \
+  K(matmul_bias, (const kdrt_gemm *g, int act, const float *a, const float *b,                 \
+                  const float *bias, float *c, float *dbias))                                  \
   /* Losses on [rows, cols] (rows: every sample or token of this rank, cols: the     */        \
   /* per-row width). out[0] = scale * sum over rows of the per-row loss (Keras 3's */          \
   /* reductions: mse/mae mean the last axis, crossentropies sum it); sparse: y holds */        \

@@ -826,6 +826,18 @@ void kdrt_matmul(const kdrt_gemm *g, float alpha, const float *a, const float *b
   }
 }
 
+// issue 22: the CUDA backend does this in one cuBLASLt call (matmul.cu);
+// here it is the separate ops' arithmetic in their order, so a program
+// computes the very numbers it did before the compiler fused them.
+void kdrt_matmul_bias(const kdrt_gemm *g, int act, const float *a, const float *b,
+                      const float *bias, float *c, float *dbias) {
+  kdrt_matmul(g, 1.0f, a, b, 0.0f, c);
+  if (bias)
+    kdrt_bias_act(act, c, c, bias, g->M, g->N);
+  if (dbias)
+    kdrt_bias_grad(dbias, b, g->K, g->N);
+}
+
 // ---------------------------------------------------------------- conv2d
 
 // The input row of kernel row kh for output row oh, -1 in the padding.

@@ -417,9 +417,10 @@ Test(graph, memory_over_the_limit) {
                  "--max-memory 100K");
   });
   cr_assert_eq(c.status, 1);
-  cr_assert_str_eq(c.err, "models/seed_mlp.json:61:7: error: one device needs 2520.9 KiB "
+  // (issue 22: d2's bias in its product's call, which the greedy plan packs 0.5 KiB worse here)
+  cr_assert_str_eq(c.err, "models/seed_mlp.json:61:7: error: one device needs 2521.4 KiB "
                    "(parameters 620.4 KiB, gradients 620.4 KiB, optimizer state 1240.7 KiB, peak "
-                   "activations 39.5 KiB), more than --max-memory 100K; the largest tensors: "
+                   "activations 40.0 KiB), more than --max-memory 100K; the largest tensors: "
                    "sequential/d1/kernel [784, 200] (layer 'd1', with its gradient and optimizer "
                    "state): 2450.0 KiB, sequential/d2/kernel [200, 10] (layer 'd2', with its "
                    "gradient and optimizer state): 31.2 KiB, %3 dot [16, 200] (layer 'd1'): 12.5 "
@@ -431,12 +432,12 @@ Test(graph, memory_over_the_limit) {
                  "1 TiB");
   });
   cr_assert_eq(c.status, 1);
-  cr_assert_str_eq(c.err, "tests/bad/memory_2_tib.json:4:3: error: one device needs 8192.2 GiB "
+  cr_assert_str_eq(c.err, "tests/bad/memory_2_tib.json:4:3: error: one device needs 8192.1 GiB "
                    "(parameters 2048.0 GiB, gradients 2048.0 GiB, optimizer state 4096.0 GiB, "
-                   "peak activations 192.0 MiB), more than 1 TiB; the largest tensors: "
+                   "peak activations 128.0 MiB), more than 1 TiB; the largest tensors: "
                    "sequential/d/kernel [1048576, 524288] (layer 'd', with its gradient and "
-                   "optimizer state): 8192.0 GiB, %2 dot [32, 524288] (layer 'd'): 64.0 MiB, "
-                   "%4 bias_add [32, 524288] (layer 'd'): 64.0 MiB\n");
+                   "optimizer state): 8192.0 GiB, %3 dot [32, 524288] (layer 'd'): 64.0 MiB, "
+                   "%6 loss_grad [32, 524288] (layer 'd'): 64.0 MiB\n");
 }
 
 // Numbers that become float literals of the program fit float32.

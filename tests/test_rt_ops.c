@@ -1039,6 +1039,29 @@ Test(matmul, batched_strided_transposed_alpha_beta) {
   }
 }
 
+// issue 22: a product with its bias (and activation), or with the bias
+// gradient of its b (dy), is the separate ops' arithmetic, bit for bit.
+Test(matmul, with_bias_is_matmul_then_bias_act_or_bias_grad) {
+  enum { M = 7, N = 5, K = 300 };
+  static float a[K * M], b[K * N], bias[N], c[M * N], ref[M * N], db[N], dref[N];
+  for (int i = 0; i < K * M; i++) a[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+  for (int i = 0; i < K * N; i++) b[i] = (float)((i * 53) % 97) / 48.0f - 1.0f;
+  for (int j = 0; j < N; j++) bias[j] = 0.25f * (float)j - 0.5f;
+  const kdrt_gemm f = {KDRT_NOTRANS, KDRT_NOTRANS, 1, M, N, K, K, N, N, 0, 0, 0};
+  const int acts[] = {KDRT_ACT_LINEAR, KDRT_ACT_RELU, KDRT_ACT_GELU_TANH};
+  for (int t = 0; t < 3; t++) {
+    kdrt_matmul(&f, 1.0f, a, b, 0.0f, ref);
+    kdrt_bias_act(acts[t], ref, ref, bias, M, N);
+    kdrt_matmul_bias(&f, acts[t], a, b, bias, c, NULL);
+    cr_assert(!memcmp(c, ref, sizeof c), "act %d", acts[t]);
+  }
+  const kdrt_gemm w = {KDRT_TRANS, KDRT_NOTRANS, 1, M, N, K, M, N, N, 0, 0, 0}; // a^T b
+  kdrt_matmul(&w, 1.0f, a, b, 0.0f, ref);
+  kdrt_bias_grad(dref, b, K, N);
+  kdrt_matmul_bias(&w, KDRT_ACT_LINEAR, a, b, NULL, c, db);
+  cr_assert(!memcmp(c, ref, sizeof c) && !memcmp(db, dref, sizeof db));
+}
+
 // ---------------------------------------------------------------- layout changes
 
 // out index -> in index through perm, one element at a time.

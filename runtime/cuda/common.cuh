@@ -3,6 +3,7 @@
 #ifndef KDRT_CUDA_COMMON_CUH
 #define KDRT_CUDA_COMMON_CUH
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -66,7 +67,8 @@ struct kdrt_cuda_impl {
   cudaStream_t copy_stream;   // the inputs' uploads, while the previous step computes
   cudaEvent_t to_comm, to_compute;
   cublasHandle_t blas;
-  void *blas_ws;              // cuBLAS's workspace (cublasSetWorkspace)
+  void *blas_ws;              // cuBLAS's workspace (cublasSetWorkspace), cuBLASLt's too
+  cublasLtHandle_t lt;        // issue 22: products with a bias epilogue (matmul.cu)
   size_t blas_ws_bytes;
   int sync_each;              // KDRT_CUDA_SYNC=1
   kdrt_step_scalars *scal;    // device: [2], one per half (see kdrt_step_scalars)

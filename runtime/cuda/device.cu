@@ -369,6 +369,7 @@ extern "C" kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision) {
   s->blas_ws_bytes = (size_t)32 << 20;
   CUDA_CHECK(cudaMalloc(&s->blas_ws, s->blas_ws_bytes));
   CUBLAS_CHECK(cublasSetWorkspace(s->blas, s->blas_ws, s->blas_ws_bytes));
+  CUBLAS_CHECK(cublasLtCreate(&s->lt));
   // FP32 means FP32: no TF32 unless --precision asks (matmul.cu picks the
   // compute type per call; this keeps cuBLAS's own choices in line).
   CUBLAS_CHECK(cublasSetMathMode(s->blas, precision == KDRT_PREC_FP32
@@ -911,6 +912,7 @@ extern "C" void kdrt_cuda_shutdown(void) {
   CUDA_CHECK(cudaFree(s->scal));
   s->scal = NULL;
   CUBLAS_CHECK(cublasDestroy(s->blas));
+  CUBLAS_CHECK(cublasLtDestroy(s->lt));
   CUDA_CHECK(cudaFree(s->blas_ws));
   s->blas_ws = NULL;
   CUDA_CHECK(cudaEventDestroy(s->to_comm));

@@ -14,8 +14,27 @@
 // first GPU run found that CUBLAS_COMPUTE_32F_FAST_16BF on float operands
 // ran the same TF32 kernels as tf32.) Storage stays float32 until Keras's
 // mixed-precision policies are read (the mixed-precision issue).
+//
+// issue 22: a Dense layer's product and its bias are one cuBLASLt call
+// (kdrt_cuda_matmul_bias). After the swap above the row-major bias along N
+// runs along the rows of the column-major D = C^T [N, M], which is what
+// CUBLASLT_EPILOGUE_BIAS adds (one value per row of D, broadcast over its
+// columns); RELU_BIAS and GELU_BIAS apply the activation after it. The
+// weight gradient's product dW = x^T dy is, swapped, dW^T = dy^T x: dy is
+// cuBLASLt's A, [N, K] column-major, and CUBLASLT_EPILOGUE_BGRADA sums it
+// over k into a vector of D's rows: the bias gradient. Each call's
+// algorithm comes from cublasLtMatmulAlgoGetHeuristic once per shape,
+// transposes, compute type, epilogue and operand alignment (a cache for
+// the process); the workspace is cuBLAS's (device.cu), which serves both
+// since both run on the one stream, so a step allocates nothing and can be
+// captured in a CUDA graph.
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common.cuh"
 
@@ -52,6 +71,32 @@ __global__ static void scale_c_kernel(float *c, int64_t batch, int64_t M, int64_
   }
 }
 
+static cublasComputeType_t compute_type(const kdrt_cuda *d) {
+  return d->precision == KDRT_PREC_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+         : d->precision == KDRT_PREC_BF16 ? CUBLAS_COMPUTE_32F
+                                          : CUBLAS_COMPUTE_32F_PEDANTIC;
+}
+
+// The operands as the product reads them (*av, *bv) and their type: a and b
+// themselves, or under bf16 both rounded into scratch 3.
+static cudaDataType_t operands(kdrt_cuda *d, const kdrt_gemm *g, const float *a, const float *b,
+                               const void **av, const void **bv) {
+  *av = a, *bv = b;
+  if (d->precision != KDRT_PREC_BF16) return CUDA_R_32F;
+  int64_t bb = g->stride_b ? g->batch : 1, ba = g->stride_a ? g->batch : 1;
+  size_t nb = extent(bb, g->stride_b, g->tb == KDRT_TRANS ? g->N : g->K,
+                     g->tb == KDRT_TRANS ? g->K : g->N, g->ldb);
+  size_t na = extent(ba, g->stride_a, g->ta == KDRT_TRANS ? g->K : g->M,
+                     g->ta == KDRT_TRANS ? g->M : g->K, g->lda);
+  size_t nb16 = (nb + 127) / 128 * 128; // a's part 256-byte aligned
+  __nv_bfloat16 *s16 =
+      (__nv_bfloat16 *)kdrt_cuda_dscratch(d, 3, (nb16 + na) * sizeof(__nv_bfloat16));
+  to_bf16(d, s16, b, nb);
+  to_bf16(d, s16 + nb16, a, na);
+  *bv = s16, *av = s16 + nb16;
+  return CUDA_R_16BF;
+}
+
 extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, const float *a,
                                  const float *b, float beta, float *c) {
   if (g->batch <= 0 || g->M <= 0 || g->N <= 0) return;
@@ -62,24 +107,9 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
     KDRT_LAUNCHED(d, "scale_c_kernel");
     return;
   }
-  cublasComputeType_t ct = d->precision == KDRT_PREC_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
-                           : d->precision == KDRT_PREC_BF16 ? CUBLAS_COMPUTE_32F
-                                                            : CUBLAS_COMPUTE_32F_PEDANTIC;
-  cudaDataType_t in_type = CUDA_R_32F;
-  const void *av = a, *bv = b;
-  if (d->precision == KDRT_PREC_BF16) { // both operands rounded, into scratch 3
-    int64_t bb = g->stride_b ? g->batch : 1, ba = g->stride_a ? g->batch : 1;
-    size_t nb = extent(bb, g->stride_b, g->tb == KDRT_TRANS ? g->N : g->K,
-                       g->tb == KDRT_TRANS ? g->K : g->N, g->ldb);
-    size_t na = extent(ba, g->stride_a, g->ta == KDRT_TRANS ? g->K : g->M,
-                       g->ta == KDRT_TRANS ? g->M : g->K, g->lda);
-    size_t nb16 = (nb + 127) / 128 * 128; // a's part 256-byte aligned
-    __nv_bfloat16 *s16 =
-        (__nv_bfloat16 *)kdrt_cuda_dscratch(d, 3, (nb16 + na) * sizeof(__nv_bfloat16));
-    to_bf16(d, s16, b, nb);
-    to_bf16(d, s16 + nb16, a, na);
-    bv = s16, av = s16 + nb16, in_type = CUDA_R_16BF;
-  }
+  cublasComputeType_t ct = compute_type(d);
+  const void *av, *bv;
+  cudaDataType_t in_type = operands(d, g, a, b, &av, &bv);
   cublasOperation_t opb = g->tb == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opa = g->ta == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   int N = as_int(g->N, "matmul N"), M = as_int(g->M, "matmul M"), K = as_int(g->K, "matmul K");
@@ -104,4 +134,182 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
     if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmStridedBatchedEx");
   }
   if (dev_alpha) CUBLAS_CHECK(cublasSetPointerMode(d->impl->blas, CUBLAS_POINTER_MODE_HOST));
+}
+
+// ---------------------------------------------------------------- with a bias (issue 22)
+
+// The epilogue for what the call asks, or 0 when cuBLASLt has none: its
+// GELU is the tanh approximation, kdrt's GELU_TANH (Keras's default gelu,
+// the erf form, is not one).
+static cublasLtEpilogue_t epilogue(int act, const float *bias, const float *dbias) {
+  if (bias && !dbias)
+    return act == KDRT_ACT_LINEAR      ? CUBLASLT_EPILOGUE_BIAS
+           : act == KDRT_ACT_RELU      ? CUBLASLT_EPILOGUE_RELU_BIAS
+           : act == KDRT_ACT_GELU_TANH ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                       : (cublasLtEpilogue_t)0;
+  if (dbias && !bias && act == KDRT_ACT_LINEAR) return CUBLASLT_EPILOGUE_BGRADA;
+  return (cublasLtEpilogue_t)0;
+}
+
+// The largest power of two up to 256 that divides p's address.
+static uint32_t alignment(const void *p) {
+  uint32_t a = 256;
+  while (a > 4 && (uintptr_t)p % a) a /= 2;
+  return a;
+}
+
+// An algorithm chosen for one key (ok 0: the heuristic found none).
+typedef struct {
+  int opa, opb, M, N, K, lda, ldb, ldc, ct, in_type, epi;
+  uint32_t align;
+  int ok;
+  cublasLtMatmulAlgo_t algo;
+} lt_plan;
+enum { LT_PLANS = 512 };
+static lt_plan lt_plans[LT_PLANS];
+static int lt_nplans;
+
+// The first key without an algorithm is said once.
+static void lt_warn(const lt_plan *key) {
+  static int warned;
+  if (warned) return;
+  warned = 1;
+  fprintf(stderr,
+          "kdrt_cuda: cuBLASLt has no algorithm for a product with a bias epilogue "
+          "([%d, %d, %d], epilogue %d); such products run as a GEMM and a separate kernel "
+          "(correct, slower)\n",
+          key->M, key->N, key->K, key->epi);
+}
+
+// key, remembered (a full cache asks again next time: slower, still right).
+static lt_plan *lt_remember(lt_plan *key) {
+  if (!key->ok) lt_warn(key);
+  if (lt_nplans == LT_PLANS) return key;
+  lt_plans[lt_nplans] = *key;
+  return &lt_plans[lt_nplans++];
+}
+
+static int lt_same(const lt_plan *p, const lt_plan *q) {
+  return p->opa == q->opa && p->opb == q->opb && p->M == q->M && p->N == q->N && p->K == q->K &&
+         p->lda == q->lda && p->ldb == q->ldb && p->ldc == q->ldc && p->ct == q->ct &&
+         p->in_type == q->in_type && p->epi == q->epi && p->align == q->align;
+}
+
+// The product through cuBLASLt with epilogue epi and its vector vec (the
+// bias read, or the bias gradient written): 0 when cuBLASLt offers no
+// algorithm for it (nothing was launched; the caller does it otherwise).
+static int lt_matmul(kdrt_cuda *d, const kdrt_gemm *g, cublasLtEpilogue_t epi, const float *a,
+                     const float *b, const float *vec, float *c) {
+  kdrt_cuda_impl *s = d->impl;
+  cublasComputeType_t ct = compute_type(d);
+  cublasOperation_t opb = g->tb == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opa = g->ta == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int N = as_int(g->N, "matmul N"), M = as_int(g->M, "matmul M"), K = as_int(g->K, "matmul K");
+  int ldb = as_int(g->ldb, "matmul ldb"), lda = as_int(g->lda, "matmul lda");
+  int ldc = as_int(g->ldc, "matmul ldc");
+  // the key: bf16's operands are in scratch, 256-byte aligned, so only the
+  // float pointers' alignment can vary
+  cudaDataType_t in_type = d->precision == KDRT_PREC_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  uint32_t al = alignment(c), av_al = alignment(vec);
+  if (in_type == CUDA_R_32F) {
+    uint32_t x = alignment(a) < alignment(b) ? alignment(a) : alignment(b);
+    if (x < al) al = x;
+  }
+  lt_plan key = {(int)opa, (int)opb, M, N, K, lda, ldb, ldc, (int)ct, (int)in_type, (int)epi,
+                 al < av_al ? al : av_al, 0, {}};
+  lt_plan *p = NULL;
+  for (int i = 0; i < lt_nplans && !p; i++)
+    if (lt_same(&lt_plans[i], &key)) p = &lt_plans[i];
+  if (p && !p->ok) return 0;
+
+  // Descriptors: column-major D [N, M] = op(b) [N, K] op(a) [K, M] (the swap).
+  cublasLtMatmulDesc_t md = NULL;
+  cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+  if (cublasLtMatmulDescCreate(&md, ct, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
+    if (!p) lt_remember(&key);
+    return 0;
+  }
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, in_type, opb == CUBLAS_OP_N ? N : K,
+                                          opb == CUBLAS_OP_N ? K : N, ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, in_type, opa == CUBLAS_OP_N ? K : M,
+                                          opa == CUBLAS_OP_N ? M : K, lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, ldc));
+  if (!p) { // first time for this key: ask the heuristic, once
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = s->blas_ws_bytes;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    const cublasLtMatmulPreferenceAttributes_t align_attr[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &al, sizeof al));
+    cublasLtMatmulHeuristicResult_t r;
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(s->lt, md, la, lb, lc, lc, pref, 1, &r, &found) !=
+            CUBLAS_STATUS_SUCCESS ||
+        found < 1 || r.state != CUBLAS_STATUS_SUCCESS)
+      found = 0;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    key.ok = found > 0;
+    if (key.ok) key.algo = r.algo;
+    p = lt_remember(&key);
+  }
+  int ok = p->ok;
+  if (ok) {
+    const float one = 1.0f, zero = 0.0f;
+    const void *av, *bv;
+    operands(d, g, a, b, &av, &bv);
+    cublasStatus_t st = cublasLtMatmul(s->lt, md, &one, bv, la, av, lb, &zero, c, lc, c, lc,
+                                       &p->algo, s->blas_ws, s->blas_ws_bytes, s->stream);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+      // refused before anything ran: the heuristic's algorithm after all
+      // does not take these operands; this key goes the separate way
+      p->ok = ok = 0;
+      lt_warn(p);
+    } else {
+      CUBLAS_CHECK(st);
+      if (s->sync_each) KDRT_LAUNCHED(d, "cublasLtMatmul");
+    }
+  }
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+  CUBLAS_CHECK(cublasLtMatmulDescDestroy(md));
+  return ok;
+}
+
+// A product with its bias add (and activation), or with its bias gradient,
+// in one call where cuBLASLt can; else (a batch, bf16's bias gradient, no
+// algorithm) the GEMM and the separate kernel, as before issue 22. bf16
+// keeps the separate bias gradient: BGRADA would sum dy rounded to
+// bfloat16 (its operand in scratch), the separate kernel sums dy itself.
+// KDRT_CUDA_BF16_BGRAD=1 sums the rounded dy in the epilogue instead (what
+// torch's autocast does: a Linear's bias gradient from the bf16 gradient).
+extern "C" void kdrt_cuda_matmul_bias(kdrt_cuda *d, const kdrt_gemm *g, int act, const float *a,
+                                      const float *b, const float *bias, float *c,
+                                      float *dbias) {
+  static int bf16_bgrad = -1; // read once
+  if (bf16_bgrad < 0) {
+    const char *e = getenv("KDRT_CUDA_BF16_BGRAD");
+    bf16_bgrad = e && !strcmp(e, "1");
+  }
+  if (g->batch <= 0) return;
+  cublasLtEpilogue_t epi = epilogue(act, bias, dbias);
+  // (a bias vector less than 16-byte aligned is left to the separate
+  // kernels: others report epilogues that fail on one, heuristic or not)
+  int fused = epi && g->batch == 1 && g->M > 0 && g->N > 0 && g->K > 0 &&
+              alignment(bias ? bias : dbias) >= 16 &&
+              !(dbias && ((d->precision == KDRT_PREC_BF16 && !bf16_bgrad) ||
+                          g->tb != KDRT_NOTRANS || g->ldb != g->N));
+  if (fused && lt_matmul(d, g, epi, a, b, bias ? bias : dbias, c)) return;
+  kdrt_cuda_matmul(d, g, 1.0f, a, b, 0.0f, c);
+  if (bias) kdrt_cuda_bias_act(d, act, c, c, bias, g->M, g->N);
+  if (dbias) kdrt_cuda_bias_grad(d, dbias, b, g->K, g->N);
 }

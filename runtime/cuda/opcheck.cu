@@ -701,6 +701,67 @@ static void check_matmul(void) {
   check_one_matmul(0, 0, 2, 5, 6, 0, 0, 0, 1.0f, 0.0f);     // ... = 0, whatever c held
 }
 
+// issue 22: a Dense layer's product with its bias (and relu, or gelu's tanh
+// form) in cuBLASLt's epilogue, and the weight gradient's product with the
+// bias gradient (BGRADA), against kdrt_matmul_bias on the host: the product,
+// then kdrt_bias_act and kdrt_bias_grad. off 1: a, b and c one float past
+// an aligned address (the algorithms are chosen per alignment); off 2: the
+// vector too (the separate kernels take that call).
+static void check_one_matmul_bias(int ta, int tb, int64_t M, int64_t N, int64_t K, int act,
+                                  int grad, int off) {
+  int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  kdrt_gemm g = {ta, tb, 1, M, N, K, lda, ldb, N, 0, 0, 0};
+  size_t na = (size_t)(M * K), nb = (size_t)(K * N), nc = (size_t)(M * N), nv = (size_t)N;
+  float *ha = hrand(na, -1, 1), *hb = hrand(nb, -1, 1), *hv = hrand(nv, -1, 1);
+  float *hc = hzero(nc), *hdv = hzero(nv);
+  float *a = kdrt_cuda_alloc(na + 1), *b = kdrt_cuda_alloc(nb + 1), *v = kdrt_cuda_alloc(nv + 1);
+  float *c = kdrt_cuda_alloc(nc + 1);
+  const int vo = off > 1;
+  off = off > 0;
+  kdrt_cuda_upload(D, a + off, ha, na), kdrt_cuda_upload(D, b + off, hb, nb);
+  kdrt_cuda_upload(D, v + vo, hv, nv);
+  kdrt_matmul_bias(&g, act, ha, hb, grad ? NULL : hv, hc, grad ? hdv : NULL);
+  poison(c + off, nc);
+  if (grad) poison(v + vo, nv);
+  kdrt_cuda_matmul_bias(D, &g, act, a + off, b + off, grad ? NULL : v + vo, c + off,
+                        grad ? v + vo : NULL);
+  char name[128];
+  snprintf(name, sizeof name, "matmul_bias ta=%d tb=%d [%lld,%lld,%lld] %s%s%s", ta, tb,
+           (long long)M, (long long)N, (long long)K, grad ? "bias gradient" : act_names[act],
+           vo ? " unaligned+" : off ? " unaligned" : "", grad ? ": product" : "");
+  check(name, c + off, hc, nc, tol_mm);
+  if (grad) {
+    // K rows summed in another order than the CPU's (bias_grad's bound);
+    // under tf32 the epilogue may sum the operand as the tensor cores read
+    // it, under bf16 (KDRT_CUDA_BF16_BGRAD=1) it sums the rounded operand
+    double k = K > 256 ? (double)K / 256 : 1;
+    snprintf(name, sizeof name, "matmul_bias ta=%d tb=%d [%lld,%lld,%lld]%s: bias gradient", ta,
+             tb, (long long)M, (long long)N, (long long)K,
+             vo ? " unaligned+" : off ? " unaligned" : "");
+    check(name, v + vo, hdv, nv, D->precision == KDRT_PREC_FP32 ? 1e-6 * sqrt(k) : tol_mm);
+  }
+  kdrt_cuda_free(a), kdrt_cuda_free(b), kdrt_cuda_free(v), kdrt_cuda_free(c);
+  free(ha), free(hb), free(hv), free(hc), free(hdv);
+}
+
+static void check_matmul_bias(void) {
+  static const int acts[] = {KDRT_ACT_LINEAR, KDRT_ACT_RELU, KDRT_ACT_GELU_TANH};
+  for (int i = 0; i < 3; i++) {
+    check_one_matmul_bias(0, 0, 37, 29, 45, acts[i], 0, 0); // N a multiple of nothing
+    check_one_matmul_bias(0, 0, 300, 77, 130, acts[i], 0, 1);
+  }
+  check_one_matmul_bias(0, 0, 64, 40, 24, KDRT_ACT_RELU, 0, 2);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) check_one_matmul_bias(ta, tb, 19, 3, 11, KDRT_ACT_RELU, 0, 0);
+  check_one_matmul_bias(0, 0, 256, 768, 96, KDRT_ACT_GELU_TANH, 0, 0); // a GPT's MLP, smaller
+  // the weight gradient: dW [H, U] = x^T dy, dy [K rows, U]
+  check_one_matmul_bias(1, 0, 45, 29, 333, KDRT_ACT_LINEAR, 1, 0);
+  check_one_matmul_bias(1, 0, 64, 300, 5000, KDRT_ACT_LINEAR, 1, 0);
+  check_one_matmul_bias(1, 0, 13, 7, 17, KDRT_ACT_LINEAR, 1, 1);
+  check_one_matmul_bias(1, 0, 32, 16, 64, KDRT_ACT_LINEAR, 1, 2);
+  check_one_matmul_bias(0, 0, 13, 7, 17, KDRT_ACT_LINEAR, 1, 0); // a, not transposed
+}
+
 static void check_conv(void) {
   // B, H, W, C, KH, KW, K, sh, sw, pad_t, pad_l, OH, OW, groups
   static const int cfg[][14] = {
@@ -1201,6 +1262,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
     check_losses();
     check_xent();
     check_matmul();
+    check_matmul_bias();
     check_conv();
     check_pool();
     check_blocks();
