@@ -1737,7 +1737,8 @@ void kdrt_layer_norm_dw(int rms, float *dg, float *db, const float *dy, const fl
     if (!st)
       bad_call("kdrt_layer_norm_dw", "out of memory");
     KD_PAR_FOR(rows * cols)
-    for (int64_t r = 0; r < rows; r++) row_stats(rms, x + r * cols, cols, eps, &st[2 * r], &st[2 * r + 1]);
+    for (int64_t r = 0; r < rows; r++)
+      row_stats(rms, x + r * cols, cols, eps, &st[2 * r], &st[2 * r + 1]);
   }
   const int64_t nblk = (rows + KD_SUM_BLOCK - 1) / KD_SUM_BLOCK;
   if (nblk <= 1 || cols >= 256) {

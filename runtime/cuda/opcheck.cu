@@ -242,7 +242,8 @@ static void check_layer_norm(void) {
     size_t n = (size_t)(rows * cols);
     float *hx = hrand(n, -2, 4), *hdy = hrand(n, -1, 1), *hg = hrand((size_t)cols, 0.5f, 1.5f);
     float *hb = hrand((size_t)cols, -1, 1), *ref = hzero(n), *cref = hzero((size_t)(2 * cols));
-    float *x = dev(hx, n), *dy = dev(hdy, n), *g = dev(hg, (size_t)cols), *b = dev(hb, (size_t)cols);
+    float *x = dev(hx, n), *dy = dev(hdy, n), *g = dev(hg, (size_t)cols);
+    float *b = dev(hb, (size_t)cols);
     float *y = kdrt_cuda_alloc(n), *cs = kdrt_cuda_alloc((size_t)(2 * cols));
     for (int v = 0; v < 4; v++) { // g and b; g; b; RMS with g
       int rms = v == 3;
