@@ -181,6 +181,7 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
   /* layer_norm_dx: dx from dy (its norm_grad of dy * g, g NULL: 1);            */          \
   /* layer_norm_dw: dg[j] = the sum over r of dy * norm(x), db[j] of dy (either */          \
   /* NULL), summed as bias_grad sums; every product rounded to float first.     */          \
+  /* kdcc passes db NULL: the offset's gradient is its own node (bias_grad).    */          \
   K(layer_norm, (int rms, float *y, const float *x, const float *g, const float *b,           \
                  int64_t rows, int64_t cols, float eps))                                       \
   K(layer_norm_dx, (int rms, float *dx, const float *dy, const float *x, const float *g,      \
