@@ -1,7 +1,7 @@
 // norm.cu: layer and RMS normalization over the last dim (kdrt_norm,
 // kdrt_norm_grad; with the scale and offset in one pass each way:
-// kdrt_layer_norm, _dx, _dw), batch normalization (issue 15), the scale over trailing
-// dims (kdrt_col_mul) and the causal mask of attention scores
+// kdrt_layer_norm, _dx, _dw), batch normalization (issue 15), the scale
+// over trailing dims (kdrt_col_mul) and the causal mask of attention scores
 // (kdrt_causal_mask), as ../ops.c computes them. A layer normalization
 // takes one warp a row: its statistics are summed in double by the 32 lanes
 // in a fixed pattern (lane, lane + 32, ...) and then combined in a fixed
@@ -81,7 +81,7 @@ extern "C" void kdrt_cuda_norm_grad(kdrt_cuda *d, int rms, float *dx, const floa
 // pointer 16-byte aligned); the lane pattern is fixed for given cols, so
 // the sums are deterministic. The row stays in L1 between its passes.
 
-// Element k (of float4 k / 4 with VEC) of a row: the loads of one lane.
+// v = float j of p (VEC: its float4 j, four floats), a lane's load.
 template <bool VEC>
 __device__ static inline void row_load(const float *p, int64_t j, float v[4]) {
   if (VEC) {
