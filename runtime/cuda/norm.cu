@@ -75,6 +75,190 @@ extern "C" void kdrt_cuda_norm_grad(kdrt_cuda *d, int rms, float *dx, const floa
   KDRT_LAUNCHED(d, "norm_grad_kernel");
 }
 
+__global__ static void col_mul_kernel(float *out, const float *in, const float *g, int64_t rows,
+                                      int64_t cols) {
+  size_t n = (size_t)rows * (size_t)cols;
+  KDRT_FOR(e, n) out[e] = in[e] * g[e % (size_t)cols];
+}
+
+extern "C" void kdrt_cuda_col_mul(kdrt_cuda *d, float *out, const float *in, const float *g,
+                                  int64_t rows, int64_t cols) {
+  size_t n = (size_t)rows * (size_t)cols;
+  if (!n) return;
+  col_mul_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, g, rows, cols);
+  KDRT_LAUNCHED(d, "col_mul_kernel");
+}
+
+// issue 15: batch normalization (kdrt_bn_stats, kdrt_batch_norm,
+// kdrt_bn_grad). The statistics: 32 columns a block, its 32 row lanes each
+// summing rows lane, lane + 32, ... of the block's chunk of rows in double,
+// the lanes added in lane order, then the chunks' sums in chunk order:
+// deterministic, not bit-identical to the CPU's blocks. The rows are cut
+// into chunks because a layer's channels alone give a block or two (the
+// first GPU run: 155 us a call, 60% of the ResNet's step).
+__global__ static void bn_stats_kernel(double *out, const float *x, const float *m,
+                                       const float *dy, int64_t rows, int64_t cols,
+                                       int64_t chunk) {
+  __shared__ double part[2][32][33];
+  int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+  double s = 0, t = 0;
+  if (j < cols)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 32) {
+      float xv = x[r * cols + j];
+      if (!m) {
+        s += xv;
+      } else if (!dy) {
+        float d = xv - m[j];
+        s += (double)d * d;
+      } else {
+        float gv = dy[r * cols + j];
+        s += gv;
+        t += (double)gv * (xv - m[j]);
+      }
+    }
+  part[0][threadIdx.y][threadIdx.x] = s;
+  part[1][threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    for (int k = 1; k < 32; k++) {
+      s += part[0][k][threadIdx.x];
+      t += part[1][k][threadIdx.x];
+    }
+    double *o = out + (int64_t)blockIdx.y * 2 * cols; // this chunk's [2, cols]
+    o[j] = s;
+    o[cols + j] = t;
+  }
+}
+
+// out[j] (and out[cols + j] with dy) = the chunks' sums, in chunk order.
+__global__ static void bn_stats_sum_kernel(float *out, const double *part, int nchunks,
+                                           int64_t cols, int two) {
+  KDRT_FOR(j, (size_t)cols) {
+    double s = 0, t = 0;
+    for (int k = 0; k < nchunks; k++) {
+      s += part[(int64_t)k * 2 * cols + (int64_t)j];
+      t += part[(int64_t)k * 2 * cols + cols + (int64_t)j];
+    }
+    out[j] = (float)s;
+    if (two) out[cols + j] = (float)t;
+  }
+}
+
+extern "C" void kdrt_cuda_bn_stats(kdrt_cuda *d, float *out, const float *x, const float *m,
+                                   const float *dy, int64_t rows, int64_t cols) {
+  if (cols <= 0) return;
+  unsigned cblocks = (unsigned)((cols + 31) / 32);
+  int64_t chunk, nchunks = kdrt_row_chunks(rows, cols, 256, &chunk);
+  double *part = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(nchunks * 2 * cols) * sizeof(double));
+  bn_stats_kernel<<<dim3(cblocks, (unsigned)nchunks), dim3(32, 32), 0, d->impl->stream>>>(
+      part, x, m, dy, rows, cols, chunk);
+  KDRT_LAUNCHED(d, "bn_stats_kernel");
+  bn_stats_sum_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
+      out, part, (int)nchunks, cols, dy != NULL);
+  KDRT_LAUNCHED(d, "bn_stats_sum_kernel");
+}
+
+__global__ static void batch_norm_kernel(int act, float *y, const float *x, const float *m,
+                                         const float *var, const float *g, const float *b,
+                                         int64_t rows, int64_t cols, float eps) {
+  size_t n = (size_t)rows * (size_t)cols;
+  KDRT_FOR(e, n) {
+    size_t j = e % (size_t)cols;
+    float inv = kdrt_bn_scale(var[j], eps, g[j]);
+    y[e] = kdrt_act1(act, x[e] * inv + kdrt_bn_shift(m[j], inv, b[j]));
+  }
+}
+
+extern "C" void kdrt_cuda_batch_norm(kdrt_cuda *d, int act, float *y, const float *x,
+                                     const float *m, const float *var, const float *g,
+                                     const float *b, int64_t rows, int64_t cols, float eps) {
+  if (act < 0 || act >= KDRT_ACT_COUNT)
+    kdrt_cuda_fail("kdrt_cuda_batch_norm", __FILE__, __LINE__, "unknown activation");
+  size_t n = (size_t)rows * (size_t)cols;
+  if (!n) return;
+  batch_norm_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, y, x, m, var, g, b,
+                                                                          rows, cols, eps);
+  KDRT_LAUNCHED(d, "batch_norm_kernel");
+}
+
+// The gradient's three per-column factors (k, a, c) first, in double as
+// the CPU forms them, then one pass over the rows: the same floats as
+// forming them per element, without a double square root per element.
+__global__ static void bn_grad_coef_kernel(float *coef, const float *var, const float *g,
+                                           const float *s, int64_t cols, float eps, double n) {
+  KDRT_FOR(j, (size_t)cols)
+    kdrt_bn_grad_coef(var[j], eps, g[j], s[j], s[cols + j], n, &coef[j], &coef[cols + j],
+                      &coef[2 * cols + j]);
+}
+
+__global__ static void bn_grad_kernel(float *dx, const float *dy, const float *x, const float *m,
+                                      const float *coef, int64_t rows, int64_t cols) {
+  size_t total = (size_t)rows * (size_t)cols;
+  KDRT_FOR(e, total) {
+    size_t j = e % (size_t)cols;
+    float k = coef[j], a = coef[cols + j], c = coef[2 * cols + j];
+    dx[e] = kdrt_bn_dx(dy[e], x[e], m[j], k, a, c);
+  }
+}
+
+extern "C" void kdrt_cuda_bn_grad(kdrt_cuda *d, float *dx, const float *dy, const float *x,
+                                  const float *m, const float *var, const float *g,
+                                  const float *s, int64_t rows, int64_t cols, float eps,
+                                  double n) {
+  size_t total = (size_t)rows * (size_t)cols;
+  if (!total) return;
+  float *coef = (float *)kdrt_cuda_dscratch(d, 2, (size_t)(3 * cols) * sizeof(float));
+  bn_grad_coef_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
+      coef, var, g, s, cols, eps, n);
+  KDRT_LAUNCHED(d, "bn_grad_coef_kernel");
+  bn_grad_kernel<<<kdrt_blocks(total), KDRT_THREADS, 0, d->impl->stream>>>(dx, dy, x, m, coef,
+                                                                           rows, cols);
+  KDRT_LAUNCHED(d, "bn_grad_kernel");
+}
+
+__global__ static void causal_mask_kernel(float *y, const float *x, int64_t outer, int64_t t,
+                                          int64_t u, int64_t t0, int64_t u0, int64_t window,
+                                          float fill) {
+  size_t n = (size_t)outer * (size_t)t * (size_t)u;
+  KDRT_FOR(k, n) {
+    int64_t j = (int64_t)(k % (size_t)u), i = (int64_t)(k / (size_t)u % (size_t)t);
+    y[k] = kdrt_key_masked(t0 + i, u0 + j, window) ? fill : x[k];
+  }
+}
+
+extern "C" void kdrt_cuda_causal_mask(kdrt_cuda *d, float *y, const float *x, int64_t outer,
+                                      int64_t t, int64_t u, int64_t t0, int64_t u0,
+                                      int64_t window, float fill) {
+  size_t n = (size_t)outer * (size_t)t * (size_t)u;
+  if (!n) return;
+  causal_mask_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, x, outer, t, u, t0,
+                                                                           u0, window, fill);
+  KDRT_LAUNCHED(d, "causal_mask_kernel");
+}
+
+__global__ static void attention_mask_kernel(float *y, const float *x, const void *m, int m_int,
+                                             int64_t outer, int64_t heads, int64_t inner,
+                                             int64_t m_inner, float fill) {
+  size_t n = (size_t)outer * (size_t)heads * (size_t)inner;
+  KDRT_FOR(k, n) {
+    size_t j = k % (size_t)inner, o = k / (size_t)inner / (size_t)heads;
+    size_t q = o * (size_t)m_inner + j % (size_t)m_inner;
+    bool keep = m_int ? ((const int32_t *)m)[q] != 0 : ((const float *)m)[q] != 0.0f;
+    y[k] = keep ? x[k] : fill;
+  }
+}
+
+extern "C" void kdrt_cuda_attention_mask(kdrt_cuda *d, float *y, const float *x, const void *m,
+                                         int m_int, int64_t outer, int64_t heads, int64_t inner,
+                                         int64_t m_inner, float fill) {
+  size_t n = (size_t)outer * (size_t)heads * (size_t)inner;
+  if (!n) return;
+  attention_mask_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
+    y, x, m, m_int, outer, heads, inner, m_inner, fill);
+  KDRT_LAUNCHED(d, "attention_mask_kernel");
+}
+
 // ---- Keras's LayerNormalization in one pass each way (layer_norm,
 // layer_norm_dx, layer_norm_dw). Forward and dx: one warp a row, as above,
 // with float4 loads where a row allows them (cols a multiple of 4, every
@@ -301,188 +485,4 @@ extern "C" void kdrt_cuda_layer_norm_dw(kdrt_cuda *d, int rms, float *dg, float 
   layer_norm_dw_sum_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
       dg, db, part, (int)nchunks, cols);
   KDRT_LAUNCHED(d, "layer_norm_dw_sum_kernel");
-}
-
-__global__ static void col_mul_kernel(float *out, const float *in, const float *g, int64_t rows,
-                                      int64_t cols) {
-  size_t n = (size_t)rows * (size_t)cols;
-  KDRT_FOR(e, n) out[e] = in[e] * g[e % (size_t)cols];
-}
-
-extern "C" void kdrt_cuda_col_mul(kdrt_cuda *d, float *out, const float *in, const float *g,
-                                  int64_t rows, int64_t cols) {
-  size_t n = (size_t)rows * (size_t)cols;
-  if (!n) return;
-  col_mul_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, in, g, rows, cols);
-  KDRT_LAUNCHED(d, "col_mul_kernel");
-}
-
-// issue 15: batch normalization (kdrt_bn_stats, kdrt_batch_norm,
-// kdrt_bn_grad). The statistics: 32 columns a block, its 32 row lanes each
-// summing rows lane, lane + 32, ... of the block's chunk of rows in double,
-// the lanes added in lane order, then the chunks' sums in chunk order:
-// deterministic, not bit-identical to the CPU's blocks. The rows are cut
-// into chunks because a layer's channels alone give a block or two (the
-// first GPU run: 155 us a call, 60% of the ResNet's step).
-__global__ static void bn_stats_kernel(double *out, const float *x, const float *m,
-                                       const float *dy, int64_t rows, int64_t cols,
-                                       int64_t chunk) {
-  __shared__ double part[2][32][33];
-  int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
-  int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
-  double s = 0, t = 0;
-  if (j < cols)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += 32) {
-      float xv = x[r * cols + j];
-      if (!m) {
-        s += xv;
-      } else if (!dy) {
-        float d = xv - m[j];
-        s += (double)d * d;
-      } else {
-        float gv = dy[r * cols + j];
-        s += gv;
-        t += (double)gv * (xv - m[j]);
-      }
-    }
-  part[0][threadIdx.y][threadIdx.x] = s;
-  part[1][threadIdx.y][threadIdx.x] = t;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < cols) {
-    for (int k = 1; k < 32; k++) {
-      s += part[0][k][threadIdx.x];
-      t += part[1][k][threadIdx.x];
-    }
-    double *o = out + (int64_t)blockIdx.y * 2 * cols; // this chunk's [2, cols]
-    o[j] = s;
-    o[cols + j] = t;
-  }
-}
-
-// out[j] (and out[cols + j] with dy) = the chunks' sums, in chunk order.
-__global__ static void bn_stats_sum_kernel(float *out, const double *part, int nchunks,
-                                           int64_t cols, int two) {
-  KDRT_FOR(j, (size_t)cols) {
-    double s = 0, t = 0;
-    for (int k = 0; k < nchunks; k++) {
-      s += part[(int64_t)k * 2 * cols + (int64_t)j];
-      t += part[(int64_t)k * 2 * cols + cols + (int64_t)j];
-    }
-    out[j] = (float)s;
-    if (two) out[cols + j] = (float)t;
-  }
-}
-
-extern "C" void kdrt_cuda_bn_stats(kdrt_cuda *d, float *out, const float *x, const float *m,
-                                   const float *dy, int64_t rows, int64_t cols) {
-  if (cols <= 0) return;
-  unsigned cblocks = (unsigned)((cols + 31) / 32);
-  int64_t chunk, nchunks = kdrt_row_chunks(rows, cols, 256, &chunk);
-  double *part = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(nchunks * 2 * cols) * sizeof(double));
-  bn_stats_kernel<<<dim3(cblocks, (unsigned)nchunks), dim3(32, 32), 0, d->impl->stream>>>(
-      part, x, m, dy, rows, cols, chunk);
-  KDRT_LAUNCHED(d, "bn_stats_kernel");
-  bn_stats_sum_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
-      out, part, (int)nchunks, cols, dy != NULL);
-  KDRT_LAUNCHED(d, "bn_stats_sum_kernel");
-}
-
-__global__ static void batch_norm_kernel(int act, float *y, const float *x, const float *m,
-                                         const float *var, const float *g, const float *b,
-                                         int64_t rows, int64_t cols, float eps) {
-  size_t n = (size_t)rows * (size_t)cols;
-  KDRT_FOR(e, n) {
-    size_t j = e % (size_t)cols;
-    float inv = kdrt_bn_scale(var[j], eps, g[j]);
-    y[e] = kdrt_act1(act, x[e] * inv + kdrt_bn_shift(m[j], inv, b[j]));
-  }
-}
-
-extern "C" void kdrt_cuda_batch_norm(kdrt_cuda *d, int act, float *y, const float *x,
-                                     const float *m, const float *var, const float *g,
-                                     const float *b, int64_t rows, int64_t cols, float eps) {
-  if (act < 0 || act >= KDRT_ACT_COUNT)
-    kdrt_cuda_fail("kdrt_cuda_batch_norm", __FILE__, __LINE__, "unknown activation");
-  size_t n = (size_t)rows * (size_t)cols;
-  if (!n) return;
-  batch_norm_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, y, x, m, var, g, b,
-                                                                          rows, cols, eps);
-  KDRT_LAUNCHED(d, "batch_norm_kernel");
-}
-
-// The gradient's three per-column factors (k, a, c) first, in double as
-// the CPU forms them, then one pass over the rows: the same floats as
-// forming them per element, without a double square root per element.
-__global__ static void bn_grad_coef_kernel(float *coef, const float *var, const float *g,
-                                           const float *s, int64_t cols, float eps, double n) {
-  KDRT_FOR(j, (size_t)cols)
-    kdrt_bn_grad_coef(var[j], eps, g[j], s[j], s[cols + j], n, &coef[j], &coef[cols + j],
-                      &coef[2 * cols + j]);
-}
-
-__global__ static void bn_grad_kernel(float *dx, const float *dy, const float *x, const float *m,
-                                      const float *coef, int64_t rows, int64_t cols) {
-  size_t total = (size_t)rows * (size_t)cols;
-  KDRT_FOR(e, total) {
-    size_t j = e % (size_t)cols;
-    float k = coef[j], a = coef[cols + j], c = coef[2 * cols + j];
-    dx[e] = kdrt_bn_dx(dy[e], x[e], m[j], k, a, c);
-  }
-}
-
-extern "C" void kdrt_cuda_bn_grad(kdrt_cuda *d, float *dx, const float *dy, const float *x,
-                                  const float *m, const float *var, const float *g,
-                                  const float *s, int64_t rows, int64_t cols, float eps,
-                                  double n) {
-  size_t total = (size_t)rows * (size_t)cols;
-  if (!total) return;
-  float *coef = (float *)kdrt_cuda_dscratch(d, 2, (size_t)(3 * cols) * sizeof(float));
-  bn_grad_coef_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
-      coef, var, g, s, cols, eps, n);
-  KDRT_LAUNCHED(d, "bn_grad_coef_kernel");
-  bn_grad_kernel<<<kdrt_blocks(total), KDRT_THREADS, 0, d->impl->stream>>>(dx, dy, x, m, coef,
-                                                                           rows, cols);
-  KDRT_LAUNCHED(d, "bn_grad_kernel");
-}
-
-__global__ static void causal_mask_kernel(float *y, const float *x, int64_t outer, int64_t t,
-                                          int64_t u, int64_t t0, int64_t u0, int64_t window,
-                                          float fill) {
-  size_t n = (size_t)outer * (size_t)t * (size_t)u;
-  KDRT_FOR(k, n) {
-    int64_t j = (int64_t)(k % (size_t)u), i = (int64_t)(k / (size_t)u % (size_t)t);
-    y[k] = kdrt_key_masked(t0 + i, u0 + j, window) ? fill : x[k];
-  }
-}
-
-extern "C" void kdrt_cuda_causal_mask(kdrt_cuda *d, float *y, const float *x, int64_t outer,
-                                      int64_t t, int64_t u, int64_t t0, int64_t u0,
-                                      int64_t window, float fill) {
-  size_t n = (size_t)outer * (size_t)t * (size_t)u;
-  if (!n) return;
-  causal_mask_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, x, outer, t, u, t0,
-                                                                           u0, window, fill);
-  KDRT_LAUNCHED(d, "causal_mask_kernel");
-}
-
-__global__ static void attention_mask_kernel(float *y, const float *x, const void *m, int m_int,
-                                             int64_t outer, int64_t heads, int64_t inner,
-                                             int64_t m_inner, float fill) {
-  size_t n = (size_t)outer * (size_t)heads * (size_t)inner;
-  KDRT_FOR(k, n) {
-    size_t j = k % (size_t)inner, o = k / (size_t)inner / (size_t)heads;
-    size_t q = o * (size_t)m_inner + j % (size_t)m_inner;
-    bool keep = m_int ? ((const int32_t *)m)[q] != 0 : ((const float *)m)[q] != 0.0f;
-    y[k] = keep ? x[k] : fill;
-  }
-}
-
-extern "C" void kdrt_cuda_attention_mask(kdrt_cuda *d, float *y, const float *x, const void *m,
-                                         int m_int, int64_t outer, int64_t heads, int64_t inner,
-                                         int64_t m_inner, float fill) {
-  size_t n = (size_t)outer * (size_t)heads * (size_t)inner;
-  if (!n) return;
-  attention_mask_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
-    y, x, m, m_int, outer, heads, inner, m_inner, fill);
-  KDRT_LAUNCHED(d, "attention_mask_kernel");
 }
