@@ -30,6 +30,8 @@
 // the product dW = x^T dy that reads the same dy (fold_bias_grads).
 #include "kdcc.h"
 
+#include <string.h>
+
 // x's single reader is n, which places its value as x does: x may fold into n.
 static bool folds(const Node *x, const Node *n, const int *uses) {
   return uses[x->id] == 1 && place_eq(&x->place, &n->place, n->shape.rank) &&
@@ -298,4 +300,95 @@ void bucket_gradients(Graph *g) {
     for (int k = i + 1; k <= j; k++) g->nodes[k]->fused = true;
     i = j;
   }
+}
+
+// issue 25: Keras's LayerNormalization (and RMSNormalization) is built as
+// NORM, COL_MUL by g, BIAS of b and differentiated as that chain, so that
+// partitioning places each value as before (a split feature axis keeps
+// the scale and offset on its columns; a dy that is a partial sum over
+// 'model' is multiplied by g before its all-reduce). Where the chain's
+// values sit together, one placement with no collective or slice between,
+// it becomes one op each way, with the same arithmetic element for
+// element (runtime kdrt_layer_norm*):
+//   BIAS_GRAD(MUL(dy, NORM(x)))  -> LAYER_NORM_DW(dy, x): d g, h recomputed
+//   NORM_GRAD(COL_MUL(dy, g), x) -> LAYER_NORM_DX(dy, x, g)
+//   BIAS(COL_MUL(NORM(x), g), b) -> LAYER_NORM(x, g, b) (either optional),
+// the last once the backward no longer reads NORM(x). The last node of each
+// chain becomes the op, so its readers and its gradient home stay.
+
+// a and b split the same dims over the same axes (partial sums aside).
+static bool same_split(const Node *a, const Node *b) {
+  for (int d = 0; d < a->shape.rank; d++)
+    if (a->place.axis[d] != b->place.axis[d]) return false;
+  return shape_eq(&a->shape, &b->shape);
+}
+
+// uses[id]: the readers of each value among the live nodes; reader[id]:
+// the last (with one use: the only).
+static void count_uses(const Graph *g, int *uses, Node **reader) {
+  memset(uses, 0, sizeof *uses * (size_t)g->nnodes);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin && !g->nodes[i]->dead; k++) {
+      uses[g->nodes[i]->in[k]->id]++;
+      reader[g->nodes[i]->in[k]->id] = g->nodes[i];
+    }
+}
+
+void fuse_layer_norm(Graph *g) {
+  int *uses = xcalloc(g->nnodes, sizeof *uses);
+  Node **reader = xcalloc(g->nnodes, sizeof *reader);
+  count_uses(g, uses, reader);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *a = g->nodes[i], *m = a->nin ? a->in[0] : NULL;
+    if (a->op == OP_BIAS_GRAD && a->shape.rank == 1 && m->op == OP_MUL && uses[m->id] == 1 &&
+        m->in[1]->op == OP_NORM && same_split(m, m->in[1])) {
+      Node *h = m->in[1];
+      a->op = OP_LAYER_NORM_DW;
+      a->nin = 2;
+      a->in[0] = m->in[0];
+      a->in[1] = h->in[0];
+      a->norm = h->norm;
+      m->dead = true;
+    } else if (a->op == OP_NORM_GRAD && m->op == OP_COL_MUL && m->in[1]->shape.rank == 1 &&
+               folds(m, a, uses)) {
+      a->op = OP_LAYER_NORM_DX;
+      a->nin = 3;
+      a->in[0] = m->in[0];
+      a->in[2] = m->in[1];
+      a->norm.scale = true;
+      m->dead = true;
+    }
+  }
+  count_uses(g, uses, reader); // the backward no longer reads NORM(x)
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *h = g->nodes[i];
+    if (h->op != OP_NORM) continue;
+    Node *chain[3] = {h}, *in[3] = {h->in[0]};
+    int len = 1;
+    NormAttr na = h->norm;
+    for (int step = 0; step < 2; step++) { // COL_MUL by g, then BIAS of b
+      Node *y = chain[len - 1], *r = uses[y->id] == 1 ? reader[y->id] : NULL;
+      if (!r || r->op != (step ? OP_BIAS : OP_COL_MUL) || r->in[0] != y ||
+          r->in[1]->shape.rank != 1 || !folds(y, r, uses))
+        continue;
+      in[len] = r->in[1];
+      chain[len++] = r;
+      if (step) na.center = true;
+      else na.scale = true;
+    }
+    if (len == 1) continue;
+    for (int k = 0; k < len - 1; k++) chain[k]->dead = true;
+    Node *y = chain[len - 1];
+    y->op = OP_LAYER_NORM;
+    y->nin = len;
+    for (int k = 0; k < len; k++) y->in[k] = in[k];
+    y->norm = na;
+  }
+  xfree(reader);
+  xfree(uses);
+  int n = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (!g->nodes[i]->dead) g->nodes[n++] = g->nodes[i];
+  g->nnodes = n;
+  for (int i = 0; i < n; i++) g->nodes[i]->id = i;
 }

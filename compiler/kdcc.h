@@ -463,7 +463,8 @@ typedef struct {                                             // collectives
 } CollAttr;
 typedef struct { int perm[MAX_RANK]; } PermAttr;            // TRANSPOSE: y dim i = x dim perm[i]
 typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROADCAST: the dim
-typedef struct { bool rms; float eps; } NormAttr;           // NORM, NORM_GRAD
+// NORM, NORM_GRAD, LAYER_NORM*: scale, center: LAYER_NORM's g, b operands
+typedef struct { bool rms; float eps; bool scale, center; } NormAttr;
 // CAUSAL, ATTN_MASK: what a masked score becomes; CAUSAL's window > 0: a
 // key `window` or more steps before its query is masked too (sliding-window
 // attention: Mistral's, Gemma 2's)
@@ -817,6 +818,7 @@ int64_t coll_sent(const Graph *g, const Node *n);
 bool place_eq(const Place *a, const Place *b, int rank);
 
 // ---------------------------------------------------------------- fuse.c
+void fuse_layer_norm(Graph *g); // issue 25: before fuse_elementwise
 void fuse_elementwise(Graph *g);
 // After the memory plan: gradient all-reduces over the same axes whose
 // buffers follow each other in the gradient blob become one call.

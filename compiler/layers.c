@@ -65,7 +65,7 @@ static Node *build_layernorm(Graph *g, Layer *l, Node *x) {
   for (int i = 0; i < k; i++) gs.d[i] = moved.d[moved.rank - k + i];
   bool rms = cfg_bool(l, "rms_scaling", false);
   Node *y = new_node1(g, OP_NORM, xm, xm->shape);
-  y->norm = (NormAttr){rms, (float)cfg_num(l, "epsilon", 1e-3)};
+  y->norm = (NormAttr){rms, (float)cfg_num(l, "epsilon", 1e-3), false, false};
   if (k > 1) y = view(g, y, moved);
   if (cfg_bool(l, "scale", true) || rms) {
     Node *gam = new_var(g, l, "gamma", gs, "gamma_initializer", "ones");
@@ -83,7 +83,7 @@ static Node *build_rmsnorm(Graph *g, Layer *l, Node *x) {
   check_last_axis(l, x);
   int64_t h = x->shape.d[x->shape.rank - 1];
   Node *y = new_node1(g, OP_NORM, x, x->shape);
-  y->norm = (NormAttr){true, (float)cfg_num(l, "epsilon", 1e-6)};
+  y->norm = (NormAttr){true, (float)cfg_num(l, "epsilon", 1e-6), false, false};
   // keras-hub's Gemma RMSNormalization (hub.c: kdcc_scale_plus_one) scales
   // by 1 + scale, its scale starting at zeros
   bool plus_one = json_is_true(json_object_get(l->cfg, "kdcc_scale_plus_one"));
@@ -602,7 +602,7 @@ static Node *build_group_norm(Graph *g, Layer *l, Node *x) {
   t->perm = (PermAttr){{0, 2, 1, 3}};
   Node *y = new_node1(g, OP_NORM, view(g, t, (Shape){3, {b, groups, sp * cg}}),
                       (Shape){3, {b, groups, sp * cg}});
-  y->norm = (NormAttr){false, (float)cfg_num(l, "epsilon", 1e-3)};
+  y->norm = (NormAttr){false, (float)cfg_num(l, "epsilon", 1e-3), false, false};
   Node *u = new_node1(g, OP_TRANSPOSE, view(g, y, t->shape), v->shape);
   u->perm = (PermAttr){{0, 2, 1, 3}};
   Node *o = view(g, u, x->shape);

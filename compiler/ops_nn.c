@@ -233,6 +233,57 @@ static void norm_emit(const Node *n, Lowering *lw) {
 const OpDef op_NORM = {"norm", 1, 0, false, norm_rule, norm_grad, norm_emit};
 const OpDef op_NORM_GRAD = {"norm_grad", 2, 0, false, norm_rule, NULL, norm_emit};
 
+// issue 25: LAYER_NORM is Keras's LayerNormalization (and RMSNormalization)
+// whole, NORM then COL_MUL by g then BIAS of b, in one pass; LAYER_NORM_DX
+// its gradient in x, a row at a time, and LAYER_NORM_DW the column sums of
+// dy * NORM(x) (d g), each recomputing the row statistics from x. Made by
+// fuse.c's fuse_layer_norm from that chain after partitioning, never
+// differentiated; the runtime forms every element as the chain did. The
+// last dim is needed whole (the row statistics), g and b are over it.
+static void layer_norm_rule(const Node *n, Rule *r) {
+  norm_rule(n, r);
+  int c = r->out[n->shape.rank - 1];
+  for (int i = n->op == OP_LAYER_NORM ? 1 : 2; i < n->nin; i++) { // g, b
+    for (int d = 0; d < MAX_RANK; d++) r->in[i][d] = -1;
+    r->in[i][0] = c;
+  }
+}
+
+// dy, x -> [c]: the rows contract, the columns are needed whole.
+static void layer_norm_dw_rule(const Node *n, Rule *r) {
+  const Shape *dy = &n->in[0]->shape;
+  int c = r->out[0] = factor(r, F_FULL, dy->d[dy->rank - 1]);
+  for (int d = 0; d + 1 < dy->rank; d++)
+    r->in[0][d] = r->in[1][d] = factor(r, F_CONTRACT, dy->d[d]);
+  r->in[0][dy->rank - 1] = r->in[1][dy->rank - 1] = c;
+}
+
+static const char *opt_buf(const Node *n, int i, bool has) { return has ? buf(n->in[i]) : "NULL"; }
+
+static void layer_norm_emit(const Node *n, Lowering *lw) {
+  const NormAttr *a = &n->norm;
+  if (n->op == OP_LAYER_NORM) {
+    lower_call(lw, "layer_norm", false, NULL, "%d, %s, %s, %s, %s, %s, %s, %s", a->rms, buf(n),
+               buf(n->in[0]), opt_buf(n, 1, a->scale), opt_buf(n, n->nin - 1, a->center),
+               rows_c(n), cols_c(n), flt(a->eps));
+  } else if (n->op == OP_LAYER_NORM_DX) {
+    lower_call(lw, "layer_norm_dx", false, NULL, "%d, %s, %s, %s, %s, %s, %s, %s", a->rms, buf(n),
+               buf(n->in[0]), buf(n->in[1]), opt_buf(n, 2, a->scale), rows_c(n), cols_c(n),
+               flt(a->eps));
+  } else { // d b stays BIAS_GRAD's (a node has one result): NULL
+    const Node *dy = n->in[0];
+    lower_call(lw, "layer_norm_dw", false, NULL, "%d, %s, NULL, %s, %s, %s, %s, %s", a->rms,
+               buf(n), buf(dy), buf(n->in[1]), rows_c(dy), cols_c(dy), flt(a->eps));
+  }
+}
+
+const OpDef op_LAYER_NORM = {"layer_norm", -1, 0, false, layer_norm_rule, NULL, layer_norm_emit};
+const OpDef op_LAYER_NORM_DX = {"layer_norm_dx", -1, 0, false, layer_norm_rule, NULL,
+                                layer_norm_emit};
+// Linear in dy: a partial dy gives partial sums.
+const OpDef op_LAYER_NORM_DW = {"layer_norm_dw", 2, 1, false, layer_norm_dw_rule, NULL,
+                                layer_norm_emit};
+
 // Scores s[.., t, u]: a key position u after the query position t is
 // masked, and with a window w one at u <= t - w; the gradient is the same
 // mask with 0 (a masked score has no effect). Positions are global: a split

@@ -14,6 +14,7 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
   verify_graph(g, "build_backward", false);
   propagate_shardings(g);
   verify_graph(g, "propagate_shardings", true);
+  fuse_layer_norm(g);
   fuse_elementwise(g);
   verify_graph(g, "fuse_elementwise", true);
   find_blocks(g); // issue 25: repeated blocks, which the memory plan and the emitters fold

@@ -176,6 +176,18 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
   K(norm, (int rms, float *y, const float *x, int64_t rows, int64_t cols, float eps))          \
   K(norm_grad, (int rms, float *dx, const float *dy, const float *x, int64_t rows,             \
                 int64_t cols, float eps))                                                      \
+  /* Keras's LayerNormalization (and RMSNormalization) in one pass each way:     */          \
+  /* layer_norm: y = norm(x) * g + b, g and b over the last dim, either NULL;    */          \
+  /* layer_norm_dx: dx from dy (its norm_grad of dy * g, g NULL: 1);            */          \
+  /* layer_norm_dw: dg[j] = the sum over r of dy * norm(x), db[j] of dy (either */          \
+  /* NULL), summed as bias_grad sums; every product rounded to float first.     */          \
+  /* kdcc passes db NULL: the offset's gradient is its own node (bias_grad).    */          \
+  K(layer_norm, (int rms, float *y, const float *x, const float *g, const float *b,           \
+                 int64_t rows, int64_t cols, float eps))                                       \
+  K(layer_norm_dx, (int rms, float *dx, const float *dy, const float *x, const float *g,      \
+                    int64_t rows, int64_t cols, float eps))                                    \
+  K(layer_norm_dw, (int rms, float *dg, float *db, const float *dy, const float *x,           \
+                    int64_t rows, int64_t cols, float eps))                                    \
   /* issue 15: batch normalization over the last dim of [rows, cols], with     */             \
   /* the statistics of the global batch (x's rows on every device).           */             \
   /* bn_stats: out[j] = the sum over r of x[r, j] (m and dy NULL), or of       */             \

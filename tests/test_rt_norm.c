@@ -4,7 +4,8 @@
 // kdrt_col_mul and kdrt_pad_block against loops, kdrt_causal_mask on a
 // block of a bigger score matrix (offsets t0, u0) against the whole one;
 // issue 24's kdrt_rope against the rotation in double, its inverse as its
-// transpose, and by blocks of steps.
+// transpose, and by blocks of steps. Issue 25: kdrt_layer_norm, _dx and
+// _dw against the chain of kernels they replace, bit for bit.
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -186,4 +187,46 @@ Test(norm, rope_against_the_rotation) {
       cr_assert_eq(blk[b * 3 * H * W + i], y[(b * T + 2) * H * W + i], "block [%d, %d]", b, i);
   free(x);
   free(g);
+}
+
+// issue 25: one pass each way, the same bits as the chain kdcc fuses
+// (fuse.c's fuse_layer_norm): norm, col_mul, bias_act LINEAR; col_mul,
+// norm_grad; bias_grad of mul(dy, norm(x)) and of dy. Shapes: one block of
+// rows, many blocks of few columns (kdrt_bias_grad's partial sums), wide
+// rows.
+static void check_layer_norm_chain(int rms, int64_t rows, int64_t cols) {
+  size_t n = (size_t)(rows * cols);
+  float eps = 1e-3f, *x = rand_buf(n), *dy = rand_buf(n), *g = rand_buf((size_t)cols);
+  float *b = rand_buf((size_t)cols), *h = malloc(n * sizeof *h), *t = malloc(n * sizeof *t);
+  float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+  float *w2 = malloc(2 * (size_t)cols * sizeof *w2), *g2 = malloc(2 * (size_t)cols * sizeof *g2);
+  for (size_t i = 0; i < n; i++) x[i] += 1.5f; // off zero: the mean matters
+  kdrt_norm(rms, h, x, rows, cols, eps);
+  kdrt_col_mul(t, h, g, rows, cols);
+  kdrt_bias_act(KDRT_ACT_LINEAR, want, t, b, rows, cols);
+  kdrt_layer_norm(rms, got, x, g, b, rows, cols, eps);
+  cr_assert(!memcmp(want, got, n * sizeof *got), "layer_norm rms %d [%lld, %lld]", rms,
+            (long long)rows, (long long)cols);
+  kdrt_col_mul(t, dy, g, rows, cols);
+  kdrt_norm_grad(rms, want, t, x, rows, cols, eps);
+  kdrt_layer_norm_dx(rms, got, dy, x, g, rows, cols, eps);
+  cr_assert(!memcmp(want, got, n * sizeof *got), "layer_norm_dx rms %d [%lld, %lld]", rms,
+            (long long)rows, (long long)cols);
+  kdrt_mul(t, dy, h, n);
+  kdrt_bias_grad(w2, t, rows, cols);
+  kdrt_bias_grad(w2 + cols, dy, rows, cols);
+  kdrt_layer_norm_dw(rms, g2, g2 + cols, dy, x, rows, cols, eps);
+  cr_assert(!memcmp(w2, g2, 2 * (size_t)cols * sizeof *g2), "layer_norm_dw rms %d [%lld, %lld]",
+            rms, (long long)rows, (long long)cols);
+  kdrt_layer_norm_dw(rms, g2, NULL, dy, x, rows, cols, eps);
+  cr_assert(!memcmp(w2, g2, (size_t)cols * sizeof *g2), "layer_norm_dw (d g alone)");
+  free(x), free(dy), free(g), free(b), free(h), free(t), free(want), free(got), free(w2), free(g2);
+}
+
+Test(norm, layer_norm_ops_are_the_chain_bit_for_bit) {
+  for (int rms = 0; rms < 2; rms++) {
+    check_layer_norm_chain(rms, 37, 67);
+    check_layer_norm_chain(rms, 2500, 24);
+    check_layer_norm_chain(rms, 64, 768);
+  }
 }

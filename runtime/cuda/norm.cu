@@ -1,6 +1,7 @@
 // norm.cu: layer and RMS normalization over the last dim (kdrt_norm,
-// kdrt_norm_grad), batch normalization (issue 15), the scale over trailing
-// dims (kdrt_col_mul) and the causal mask of attention scores
+// kdrt_norm_grad; with the scale and offset in one pass each way:
+// kdrt_layer_norm, _dx, _dw), batch normalization (issue 15), the scale
+// over trailing dims (kdrt_col_mul) and the causal mask of attention scores
 // (kdrt_causal_mask), as ../ops.c computes them. A layer normalization
 // takes one warp a row: its statistics are summed in double by the 32 lanes
 // in a fixed pattern (lane, lane + 32, ...) and then combined in a fixed
@@ -275,4 +276,232 @@ extern "C" void kdrt_cuda_attention_mask(kdrt_cuda *d, float *y, const float *x,
   attention_mask_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
     y, x, m, m_int, outer, heads, inner, m_inner, fill);
   KDRT_LAUNCHED(d, "attention_mask_kernel");
+}
+
+// ---- Keras's LayerNormalization in one pass each way (layer_norm,
+// layer_norm_dx, layer_norm_dw). Forward and dx: one warp a row, as above,
+// with float4 loads where a row allows them (cols a multiple of 4, every
+// pointer 16-byte aligned); the lane pattern is fixed for given cols, so
+// the sums are deterministic. The row stays in L1 between its passes.
+
+// v = float j of p (VEC: its float4 j, four floats), a lane's load.
+template <bool VEC>
+__device__ static inline void row_load(const float *p, int64_t j, float v[4]) {
+  if (VEC) {
+    float4 q = reinterpret_cast<const float4 *>(p)[j];
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+    v[0] = p[j];
+  }
+}
+
+// mean (0 for rms) and rstd of row xr on every lane; W: floats a lane reads at a time.
+template <bool VEC>
+__device__ static void row_stats_v(int rms, const float *xr, int64_t cols, float eps, double *mean,
+                                   double *rstd) {
+  const int W = VEC ? 4 : 1;
+  int lane = threadIdx.x & 31;
+  int64_t nv = cols / W;
+  float v[4];
+  double m = 0;
+  if (!rms) {
+    for (int64_t j = lane; j < nv; j += 32) {
+      row_load<VEC>(xr, j, v);
+      for (int k = 0; k < W; k++) m += v[k];
+    }
+    m = warp_sum(m) / (double)cols;
+  }
+  double q = 0;
+  for (int64_t j = lane; j < nv; j += 32) {
+    row_load<VEC>(xr, j, v);
+    for (int k = 0; k < W; k++) q += kdrt_norm_dev2(v[k], m);
+  }
+  *mean = m;
+  *rstd = kdrt_norm_rstd(warp_sum(q), cols, eps);
+}
+
+template <bool VEC>
+__global__ static void layer_norm_kernel(int rms, float *__restrict__ y,
+                                         const float *__restrict__ x, const float *__restrict__ g,
+                                         const float *__restrict__ b, int64_t rows, int64_t cols,
+                                         float eps) {
+  const int W = VEC ? 4 : 1;
+  int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+  if (r >= rows) return;
+  const float *xr = x + r * cols;
+  float *yr = y + r * cols;
+  double m, s;
+  row_stats_v<VEC>(rms, xr, cols, eps, &m, &s);
+  float v[4], gv[4] = {1, 1, 1, 1}, bv[4] = {0, 0, 0, 0};
+  for (int64_t j = threadIdx.x & 31; j < cols / W; j += 32) {
+    row_load<VEC>(xr, j, v);
+    if (g) row_load<VEC>(g, j, gv);
+    if (b) row_load<VEC>(b, j, bv);
+    for (int k = 0; k < W; k++) {
+      float h = kdrt_norm_y(v[k], m, s);
+      if (g) h = __fmul_rn(h, gv[k]); // rounded, then added: the CPU's two steps
+      if (b) h = __fadd_rn(h, bv[k]);
+      v[k] = h;
+    }
+    if (VEC)
+      reinterpret_cast<float4 *>(yr)[j] = make_float4(v[0], v[1], v[2], v[3]);
+    else
+      yr[j] = v[0];
+  }
+}
+
+template <bool VEC>
+__global__ static void layer_norm_dx_kernel(int rms, float *__restrict__ dx,
+                                            const float *__restrict__ dy,
+                                            const float *__restrict__ x,
+                                            const float *__restrict__ g, int64_t rows,
+                                            int64_t cols, float eps) {
+  const int W = VEC ? 4 : 1;
+  int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+  if (r >= rows) return;
+  const float *xr = x + r * cols, *gr = dy + r * cols;
+  float *dr = dx + r * cols;
+  double m, s, sg = 0, sgh = 0;
+  row_stats_v<VEC>(rms, xr, cols, eps, &m, &s);
+  float v[4], d[4], gv[4] = {1, 1, 1, 1};
+  for (int64_t j = threadIdx.x & 31; j < cols / W; j += 32) {
+    row_load<VEC>(xr, j, v);
+    row_load<VEC>(gr, j, d);
+    if (g) row_load<VEC>(g, j, gv);
+    for (int k = 0; k < W; k++) {
+      float e = g ? __fmul_rn(d[k], gv[k]) : d[k];
+      sg += e;
+      sgh += kdrt_norm_gh(e, v[k], m, s);
+    }
+  }
+  sg = warp_sum(sg);
+  sgh = warp_sum(sgh);
+  double mg = rms ? 0 : sg / (double)cols, mgh = sgh / (double)cols;
+  for (int64_t j = threadIdx.x & 31; j < cols / W; j += 32) {
+    row_load<VEC>(xr, j, v);
+    row_load<VEC>(gr, j, d);
+    if (g) row_load<VEC>(g, j, gv);
+    for (int k = 0; k < W; k++) {
+      float e = g ? __fmul_rn(d[k], gv[k]) : d[k];
+      v[k] = kdrt_norm_dx(e, v[k], m, s, mg, mgh);
+    }
+    if (VEC)
+      reinterpret_cast<float4 *>(dr)[j] = make_float4(v[0], v[1], v[2], v[3]);
+    else
+      dr[j] = v[0];
+  }
+}
+
+// float4 loads for rows of cols floats at each of these pointers (NULL: none).
+static bool rows_vec4(int64_t cols, const void *a, const void *b, const void *c, const void *e) {
+  uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)e;
+  return cols % 4 == 0 && (u & 15) == 0;
+}
+
+extern "C" void kdrt_cuda_layer_norm(kdrt_cuda *d, int rms, float *y, const float *x,
+                                     const float *g, const float *b, int64_t rows, int64_t cols,
+                                     float eps) {
+  if (rows <= 0 || cols <= 0) return;
+  unsigned blocks = (unsigned)((rows + 7) / 8);
+  if (rows_vec4(cols, y, x, g, b))
+    layer_norm_kernel<true><<<blocks, 256, 0, d->impl->stream>>>(rms, y, x, g, b, rows, cols, eps);
+  else
+    layer_norm_kernel<false><<<blocks, 256, 0, d->impl->stream>>>(rms, y, x, g, b, rows, cols,
+                                                                  eps);
+  KDRT_LAUNCHED(d, "layer_norm_kernel");
+}
+
+extern "C" void kdrt_cuda_layer_norm_dx(kdrt_cuda *d, int rms, float *dx, const float *dy,
+                                        const float *x, const float *g, int64_t rows,
+                                        int64_t cols, float eps) {
+  if (rows <= 0 || cols <= 0) return;
+  unsigned blocks = (unsigned)((rows + 7) / 8);
+  if (rows_vec4(cols, dx, dy, x, g))
+    layer_norm_dx_kernel<true><<<blocks, 256, 0, d->impl->stream>>>(rms, dx, dy, x, g, rows, cols,
+                                                                    eps);
+  else
+    layer_norm_dx_kernel<false><<<blocks, 256, 0, d->impl->stream>>>(rms, dx, dy, x, g, rows,
+                                                                     cols, eps);
+  KDRT_LAUNCHED(d, "layer_norm_dx_kernel");
+}
+
+// layer_norm_dw: each row's (mean, rstd) first (a warp a row), then the
+// column sums of dy * h and dy as bias_grad takes them (32 columns a block,
+// 32 row lanes, chunks of rows), then the chunks' sums in chunk order. No
+// atomics: the same bits from run to run.
+__global__ static void row_stats_kernel(int rms, double2 *st, const float *x, int64_t rows,
+                                        int64_t cols, float eps) {
+  int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+  if (r >= rows) return;
+  double m, s;
+  row_stats(rms, x + r * cols, cols, eps, &m, &s);
+  if ((threadIdx.x & 31) == 0) st[r] = make_double2(m, s);
+}
+
+// part: [gridDim.y, 2, cols], each chunk's sums of dy * h (0) and dy (1).
+__global__ static void layer_norm_dw_kernel(float *part, const float *dy, const float *x,
+                                            const double2 *st, int64_t rows, int64_t cols,
+                                            int64_t chunk, int want_g, int want_b) {
+  __shared__ float sp[2][32][33];
+  int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+  float a = 0.0f, c = 0.0f;
+  if (j < cols)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 32) {
+      float gv = dy[r * cols + j];
+      if (want_g) {
+        double2 ms = st[r];
+        a += __fmul_rn(gv, kdrt_norm_y(x[r * cols + j], ms.x, ms.y));
+      }
+      if (want_b) c += gv;
+    }
+  sp[0][threadIdx.y][threadIdx.x] = a;
+  sp[1][threadIdx.y][threadIdx.x] = c;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    for (int k = 1; k < 32; k++) {
+      a += sp[0][k][threadIdx.x];
+      c += sp[1][k][threadIdx.x];
+    }
+    float *o = part + (int64_t)blockIdx.y * 2 * cols;
+    o[j] = a;
+    o[cols + j] = c;
+  }
+}
+
+__global__ static void layer_norm_dw_sum_kernel(float *dg, float *db, const float *part,
+                                                int nchunks, int64_t cols) {
+  KDRT_FOR(j, (size_t)cols) {
+    float a = 0.0f, c = 0.0f;
+    for (int k = 0; k < nchunks; k++) {
+      a += part[(int64_t)k * 2 * cols + (int64_t)j];
+      c += part[(int64_t)k * 2 * cols + cols + (int64_t)j];
+    }
+    if (dg) dg[j] = a;
+    if (db) db[j] = c;
+  }
+}
+
+extern "C" void kdrt_cuda_layer_norm_dw(kdrt_cuda *d, int rms, float *dg, float *db,
+                                        const float *dy, const float *x, int64_t rows,
+                                        int64_t cols, float eps) {
+  if (cols <= 0 || (!dg && !db)) return;
+  unsigned cblocks = (unsigned)((cols + 31) / 32);
+  int64_t chunk, nchunks = kdrt_row_chunks(rows, cols, 64, &chunk);
+  size_t st_bytes = (size_t)(rows > 0 ? rows : 1) * sizeof(double2);
+  char *scr = (char *)kdrt_cuda_dscratch(d, 2, st_bytes + (size_t)(nchunks * 2 * cols) *
+                                                              sizeof(float));
+  double2 *st = (double2 *)scr;
+  float *part = (float *)(scr + st_bytes);
+  if (dg && rows > 0) {
+    row_stats_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, d->impl->stream>>>(rms, st, x, rows,
+                                                                              cols, eps);
+    KDRT_LAUNCHED(d, "row_stats_kernel");
+  }
+  layer_norm_dw_kernel<<<dim3(cblocks, (unsigned)nchunks), dim3(32, 32), 0, d->impl->stream>>>(
+      part, dy, x, st, rows, cols, chunk, dg != NULL, db != NULL);
+  KDRT_LAUNCHED(d, "layer_norm_dw_kernel");
+  layer_norm_dw_sum_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
+      dg, db, part, (int)nchunks, cols);
+  KDRT_LAUNCHED(d, "layer_norm_dw_sum_kernel");
 }

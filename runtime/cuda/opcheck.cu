@@ -307,6 +307,56 @@ static void check_bias(void) {
   }
 }
 
+// issue 25: Keras's LayerNormalization in one op each way (layer_norm,
+// layer_norm_dx, layer_norm_dw) on rows of 768 and 4096 (float4 loads),
+// odd ones (one float a lane), with and without g and b, and RMS; x off
+// zero so the mean matters. dw's column sums: float sums in other orders,
+// the bound growing with the rows as bias_grad's.
+static void check_layer_norm(void) {
+  static const int64_t shapes[][2] = {{301, 67}, {64, 768}, {17, 4096}, {1100, 33}, {5, 3}};
+  char name[96];
+  for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+    const int64_t rows = shapes[t][0], cols = shapes[t][1];
+    size_t n = (size_t)(rows * cols);
+    float *hx = hrand(n, -2, 4), *hdy = hrand(n, -1, 1), *hg = hrand((size_t)cols, 0.5f, 1.5f);
+    float *hb = hrand((size_t)cols, -1, 1), *ref = hzero(n), *cref = hzero((size_t)(2 * cols));
+    float *x = dev(hx, n), *dy = dev(hdy, n), *g = dev(hg, (size_t)cols);
+    float *b = dev(hb, (size_t)cols);
+    float *y = kdrt_cuda_alloc(n), *cs = kdrt_cuda_alloc((size_t)(2 * cols));
+    for (int v = 0; v < 4; v++) { // g and b; g; b; RMS with g
+      int rms = v == 3;
+      const float *hgv = v == 2 ? NULL : hg, *hbv = v == 0 || v == 2 ? hb : NULL;
+      const float *gv = hgv ? g : NULL, *bv = hbv ? b : NULL;
+      const char *what = v == 0 ? "g, b" : v == 1 ? "g" : v == 2 ? "b" : "rms, g";
+      kdrt_layer_norm(rms, ref, hx, hgv, hbv, rows, cols, 1e-3f);
+      poison(y, n);
+      kdrt_cuda_layer_norm(D, rms, y, x, gv, bv, rows, cols, 1e-3f);
+      snprintf(name, sizeof name, "layer_norm %s [%lld, %lld]", what, (long long)rows,
+               (long long)cols);
+      check(name, y, ref, n, 1e-6);
+      kdrt_layer_norm_dx(rms, ref, hdy, hx, hgv, rows, cols, 1e-3f);
+      poison(y, n);
+      kdrt_cuda_layer_norm_dx(D, rms, y, dy, x, gv, rows, cols, 1e-3f);
+      snprintf(name, sizeof name, "layer_norm_dx %s [%lld, %lld]", what, (long long)rows,
+               (long long)cols);
+      check(name, y, ref, n, 1e-5);
+      // d g and d b (v 0), d g alone (1, 3), d b alone (2)
+      float *dg = v == 2 ? NULL : cs, *db = v == 0 ? cs + cols : v == 2 ? cs : NULL;
+      kdrt_layer_norm_dw(rms, v == 2 ? NULL : cref, v == 0 ? cref + cols : v == 2 ? cref : NULL,
+                         hdy, hx, rows, cols, 1e-3f);
+      poison(cs, (size_t)(2 * cols));
+      kdrt_cuda_layer_norm_dw(D, rms, dg, db, dy, x, rows, cols, 1e-3f);
+      snprintf(name, sizeof name, "layer_norm_dw %s [%lld, %lld]", what, (long long)rows,
+               (long long)cols);
+      double r = rows < 256 ? 256 : (double)rows;
+      check(name, cs, cref, (size_t)(v == 0 ? 2 * cols : cols), 2e-6 * sqrt(r / 256));
+    }
+    kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(g), kdrt_cuda_free(b);
+    kdrt_cuda_free(y), kdrt_cuda_free(cs);
+    free(hx), free(hdy), free(hg), free(hb), free(ref), free(cref);
+  }
+}
+
 // layer and RMS norm and their gradients, the scale over trailing dims,
 // the causal mask (a block with offsets), the zero-padded block and the
 // rotary embedding (issue 24).
@@ -1259,6 +1309,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
     check_softmax();
     check_softmax_warps();
     check_norm();
+    check_layer_norm();
     check_losses();
     check_xent();
     check_matmul();

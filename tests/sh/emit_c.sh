@@ -64,3 +64,18 @@ for loops in "" --no-loops; do
     { echo "FAIL gpt $loops: attn_softmax $f, attn_softmax_grad $b (want $want, $want); causal_mask or softmax calls left: $c"; exit 1; }
 done
 echo "emit_c: gpt: attention's scale, mask and softmax fused both ways"
+# issue 25: LayerNormalization is one call each way (fuse.c's
+# fuse_layer_norm): the GPT's 5 (2 a block and the last; --no-loops) are
+# layer_norm, layer_norm_dx and layer_norm_dw, no norm or col_mul left. Under
+# Megatron's layout (gpt.dist.json) a block's dy is a partial sum over
+# 'model', multiplied by g before its all-reduce as before: those 4 keep
+# col_mul, the all-reduce and norm_grad.
+for dist in "" models/gpt.dist.json; do
+  ./kdcc models/gpt.json ${dist:+--distribution $dist} --batch-size 16 -w --no-loops -S $out/a
+  n=$(for f in layer_norm layer_norm_dx layer_norm_dw norm norm_grad col_mul; do
+    grep -c "kdrt_$f(" $out/a/program.c || true; done | tr '\n' ' ')
+  want="5 5 5 0 0 0 "; [ -n "$dist" ] && want="5 1 5 0 4 4 "
+  [ "$n" = "$want" ] ||
+    { echo "FAIL gpt $dist: layer_norm, _dx, _dw, norm, norm_grad, col_mul calls: $n(want $want)"; exit 1; }
+done
+echo "emit_c: gpt: layer normalization one call each way (Megatron's: dx as before)"
