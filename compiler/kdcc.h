@@ -889,11 +889,12 @@ void drop_blocks(Graph *g, const bool *drop);
 
 // ---------------------------------------------------------------- memplan.c
 enum { REGION_NONE, REGION_PARAM, REGION_GRAD, REGION_ARENA, REGION_INPUT };
-// issue 25: consecutive variables vars[first .. first + n) updated by one
-// call of the optimizer (their UPDATE nodes: the last, `leader`, makes it;
-// the others clip their own gradient first, if clipnorm asks it).
+// issue 25: the n variables of vars[first .. last] whose ugroup is this
+// one's, updated by one call of the optimizer (their UPDATE nodes: the
+// last, `leader`, makes it; the others clip their own gradient first, if
+// clipnorm asks it).
 typedef struct UpdGroup {
-  int first, n;
+  int first, last, n;
   const Node *leader;
   int64_t floats;             // plan_memory: the values' run (each 16-float aligned)
 } UpdGroup;

@@ -220,10 +220,11 @@ static void give_back(Graph *g, Arena *a, Running *run, int i, Node *b) {
 // element, in one call instead of one a variable (one launch on a GPU).
 // The 16-float padding between two variables is in the run: zeros in
 // both blobs, which every optimizer leaves zero (nothing reads them).
-// A group is a run of consecutive variables, in variable order, whose
-// updates are optimizer steps (not a moving statistic's, not done by the
-// GEMM that makes the gradient, fuse.c); the others (frozen, moving
-// statistics) part them. A VarBlock's layers must keep a fixed stride in
+// A group is a run of variables, in variable order, whose updates are
+// optimizer steps (not a moving statistic's, not done by the GEMM that
+// makes the gradient, fuse.c); a variable updated otherwise parts them,
+// unless it has no gradient (frozen, a moving statistic) and is in no
+// VarBlock: the group's run then goes on, and the variable follows it. A VarBlock's layers must keep a fixed stride in
 // both blobs: one with a variable in no group parts the groups at each of
 // its layers too, so that every layer's groups are alike. clipnorm scales
 // each gradient by its own norm first (its UPDATE node, each variable's);
@@ -241,22 +242,33 @@ void group_updates(Graph *g) {
       upd[n->var->order] = n;
   }
   bool *part = xcalloc((size_t)nv + 1, sizeof *part); // no group goes on from var i - 1 to i
+  bool *in_vb = xcalloc((size_t)nv + 1, sizeof *in_vb);
   for (int i = 0; i < g->nvblocks; i++) {
     const VarBlock *vb = &g->vblocks[i];
     bool all = true;
     for (int k = vb->first; k < vb->first + vb->n * vb->nv; k++) all &= upd[k] != NULL;
+    for (int k = vb->first; k < vb->first + vb->n * vb->nv; k++) in_vb[k] = true;
     for (int j = 0; j <= vb->n && !all; j++) part[vb->first + j * vb->nv] = true;
   }
   g->ugroups = xcalloc((size_t)nv + 1, sizeof *g->ugroups);
   g->nugroups = 0;
-  for (int i = 0; i < nv; i++) {
-    if (!upd[i]) continue;
-    if (!g->nugroups || part[i] || !upd[i - 1] || g->vars[i - 1]->ugroup != g->nugroups ||
-        g->vars[i]->nslots != g->vars[i - 1]->nslots)
+  // A variable with no gradient in no VarBlock (frozen, a moving statistic)
+  // does not part a group: it takes no room in the gradient blob, and
+  // plan_memory puts it after the group in the parameter blob.
+  for (int i = 0, prev = -1; i < nv; i++) {
+    if (!upd[i]) {
+      if (g->vars[i]->grad || in_vb[i]) prev = -1;
+      continue;
+    }
+    if (!g->nugroups || part[i] || prev < 0 || g->vars[i]->nslots != g->vars[prev]->nslots)
       g->ugroups[g->nugroups++] = (UpdGroup){.first = i};
-    g->ugroups[g->nugroups - 1].n++;
+    UpdGroup *ug = &g->ugroups[g->nugroups - 1];
+    ug->n++;
+    ug->last = i;
     g->vars[i]->ugroup = g->nugroups;
+    prev = i;
   }
+  xfree(in_vb);
   // the leaders; no node between a group's first update and its leader
   // may read a variable the group updates
   bool *drop = xcalloc((size_t)ids + 1, sizeof *drop);
@@ -284,18 +296,23 @@ void group_updates(Graph *g) {
 
 void plan_memory(Graph *g) {
   int64_t off = 0, goff = 0;
-  for (int i = 0, e; i < g->nvars; i = e) {
+  for (int i = 0, done = 0; i < g->nvars; i++) { // done: the update groups placed
     Var *v = g->vars[i];
-    int64_t run = 0; // the values of v's group, or of v alone
-    for (e = i; e < g->nvars && (e == i || (v->ugroup && g->vars[e]->ugroup == v->ugroup)); e++) {
+    if (v->ugroup && v->ugroup <= done) continue;
+    int64_t run = 0; // the values of v's group (numbered in variable order), or of v alone
+    for (int e = i; e < g->nvars && (e == i || (v->ugroup && g->vars[e]->ugroup <= v->ugroup));
+         e++) {
       Var *w = g->vars[e];
+      if (e > i && w->ugroup != v->ugroup) continue; // a frozen variable or a moving statistic
       if (w->nslots != v->nslots) unreachable();
       w->offset = size_add(off, run);
       w->param->region = REGION_PARAM;
       w->param->offset = w->offset;
       run = size_add(run, align(local_elems(g, w->param)));
     }
-    for (int k = i; k < e; k++) g->vars[k]->sstride = run;
+    for (int k = i; k < g->nvars && (k == i || (v->ugroup && g->vars[k]->ugroup <= v->ugroup)); k++)
+      if (k == i || g->vars[k]->ugroup == v->ugroup) g->vars[k]->sstride = run;
+    if (v->ugroup) done = v->ugroup;
     if (v->ugroup && g->ugroups) g->ugroups[v->ugroup - 1].floats = run;
     off = size_add(off, size_mul(run, 1 + v->nslots));
   }
@@ -308,6 +325,14 @@ void plan_memory(Graph *g) {
   }
   g->param_floats = off;
   g->grad_floats = goff;
+  for (int i = 0; i < g->nugroups && g->ugroups; i++) { // one call reads both runs alike
+    const Var *a = g->vars[g->ugroups[i].first];
+    for (int k = g->ugroups[i].first; k <= g->ugroups[i].last; k++) {
+      const Var *w = g->vars[k];
+      if (w->ugroup == i + 1 && w->offset - a->offset != w->goffset - a->goffset)
+        fatal_internal(__FILE__, __LINE__, format("update group %d's gradients lie apart", i + 1));
+    }
+  }
   for (int i = 0; i < g->nvblocks; i++) { // a layer's variables from the next's
     VarBlock *vb = &g->vblocks[i];
     const Var *a = g->vars[vb->first], *b = g->vars[vb->first + (vb->n > 1 ? vb->nv : 0)];

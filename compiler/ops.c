@@ -676,7 +676,8 @@ static void update_rule(const Node *n, Rule *r) {
 // which does it for the whole group in one call each over its runs.
 static int64_t group_elems(const UpdGroup *ug) {
   int64_t n = 0;
-  for (int i = ug->first; i < ug->first + ug->n; i++) n += lelems(EG->vars[i]->param);
+  for (int i = ug->first; i <= ug->last; i++)
+    if (EG->vars[i]->ugroup == EG->vars[ug->first]->ugroup) n += lelems(EG->vars[i]->param);
   return n;
 }
 
@@ -701,7 +702,7 @@ static void update_emit(const Node *n, Lowering *lw) {
   bool own_clip = n->nin > 2 && o->clipnorm > 0; // by this gradient's own norm
   if (v->ugroup) {
     const UpdGroup *ug = &EG->ugroups[v->ugroup - 1];
-    const Var *a = EG->vars[ug->first], *z = EG->vars[ug->first + ug->n - 1];
+    const Var *a = EG->vars[ug->first], *z = EG->vars[ug->last];
     if (own_clip) // clipped before the group's call reads it
       lower_call(lw, "clip_grad", false, NULL, "%s, %lld, %s, %s", gr, N, buf(n->in[2]), flt(0));
     if (n != ug->leader) {
