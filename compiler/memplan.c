@@ -224,9 +224,10 @@ static void give_back(Graph *g, Arena *a, Running *run, int i, Node *b) {
 // optimizer steps (not a moving statistic's, not done by the GEMM that
 // makes the gradient, fuse.c); a variable updated otherwise parts them,
 // unless it has no gradient (frozen, a moving statistic) and is in no
-// VarBlock: the group's run then goes on, and the variable follows it. A VarBlock's layers must keep a fixed stride in
-// both blobs: one with a variable in no group parts the groups at each of
-// its layers too, so that every layer's groups are alike. clipnorm scales
+// VarBlock: the group's run then goes on, and the variable follows it.
+// A VarBlock's layers must keep a fixed stride in both blobs: one with a
+// variable in no group parts the groups at each of its layers too, so
+// that every layer's groups are alike. clipnorm scales
 // each gradient by its own norm first (its UPDATE node, each variable's);
 // the group's last UPDATE in the graph's order makes the call, after every
 // member's gradient is clipped; global_clipnorm's one factor, clipvalue
@@ -296,23 +297,26 @@ void group_updates(Graph *g) {
 
 void plan_memory(Graph *g) {
   int64_t off = 0, goff = 0;
-  for (int i = 0, done = 0; i < g->nvars; i++) { // done: the update groups placed
+  for (int i = 0, placed = 0; i < g->nvars; i++) { // placed: the update groups laid out
     Var *v = g->vars[i];
-    if (v->ugroup && v->ugroup <= done) continue;
-    int64_t run = 0; // the values of v's group (numbered in variable order), or of v alone
-    for (int e = i; e < g->nvars && (e == i || (v->ugroup && g->vars[e]->ugroup <= v->ugroup));
-         e++) {
+    if (v->ugroup && v->ugroup <= placed) continue;
+    // v's group (numbered in variable order: no member after the next
+    // group's first), or v alone; a variable of no group amid it follows it
+    int end = i + 1;
+    while (v->ugroup && end < g->nvars && g->vars[end]->ugroup <= v->ugroup) end++;
+    int64_t run = 0;
+    for (int e = i; e < end; e++) {
       Var *w = g->vars[e];
-      if (e > i && w->ugroup != v->ugroup) continue; // a frozen variable or a moving statistic
+      if (w->ugroup != v->ugroup) continue;
       if (w->nslots != v->nslots) unreachable();
       w->offset = size_add(off, run);
       w->param->region = REGION_PARAM;
       w->param->offset = w->offset;
       run = size_add(run, align(local_elems(g, w->param)));
     }
-    for (int k = i; k < g->nvars && (k == i || (v->ugroup && g->vars[k]->ugroup <= v->ugroup)); k++)
-      if (k == i || g->vars[k]->ugroup == v->ugroup) g->vars[k]->sstride = run;
-    if (v->ugroup) done = v->ugroup;
+    for (int e = i; e < end; e++)
+      if (g->vars[e]->ugroup == v->ugroup) g->vars[e]->sstride = run;
+    if (v->ugroup) placed = v->ugroup;
     if (v->ugroup && g->ugroups) g->ugroups[v->ugroup - 1].floats = run;
     off = size_add(off, size_mul(run, 1 + v->nslots));
   }
