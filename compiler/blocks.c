@@ -635,6 +635,25 @@ static void name_var_blocks(Graph *g) {
   }
 }
 
+// A VarBlock no block runs is none; the blocks' VarBlocks renumbered and
+// named, and the blocks located and named.
+static void renumber(Graph *g) {
+  int *keep = xcalloc((size_t)g->nvblocks + 1, sizeof *keep), nk = 0;
+  for (int i = 0; i < g->nvblocks; i++) keep[i] = -1;
+  for (int bi = 0; bi < g->nblocks; bi++)
+    if (g->blocks[bi].vb >= 0 && keep[g->blocks[bi].vb] < 0) keep[g->blocks[bi].vb] = 0;
+  for (int i = 0; i < g->nvblocks; i++)
+    if (keep[i] == 0) g->vblocks[nk] = g->vblocks[i], keep[i] = nk++;
+  for (int bi = 0; bi < g->nblocks; bi++)
+    if (g->blocks[bi].vb >= 0) g->blocks[bi].vb = keep[g->blocks[bi].vb];
+  g->nvblocks = nk;
+  xfree(keep);
+  name_var_blocks(g);
+  locate(g);
+  for (int bi = 0; bi < g->nblocks; bi++) find_inputs(g, &g->blocks[bi]);
+  name_blocks(g);
+}
+
 void find_blocks(Graph *g) {
   g->nblocks = g->nvblocks = 0;
   for (int i = 0; i < g->nvars; i++) g->vars[i]->order = i;
@@ -651,21 +670,23 @@ void find_blocks(Graph *g) {
   for (int bi = 0; bi < g->nblocks; bi++)
     if (!number_layers(g, &g->blocks[bi])) g->blocks[bi].count = 0;
   settle(&x, false);
-  // a VarBlock no block runs is none; the blocks' VarBlocks renumbered
-  int *keep = xcalloc((size_t)g->nvblocks + 1, sizeof *keep), nk = 0;
-  for (int i = 0; i < g->nvblocks; i++) keep[i] = -1;
-  for (int bi = 0; bi < g->nblocks; bi++)
-    if (g->blocks[bi].vb >= 0 && keep[g->blocks[bi].vb] < 0) keep[g->blocks[bi].vb] = 0;
-  for (int i = 0; i < g->nvblocks; i++)
-    if (keep[i] == 0) g->vblocks[nk] = g->vblocks[i], keep[i] = nk++;
-  for (int bi = 0; bi < g->nblocks; bi++)
-    if (g->blocks[bi].vb >= 0) g->blocks[bi].vb = keep[g->blocks[bi].vb];
-  g->nvblocks = nk;
-  xfree(keep);
-  name_var_blocks(g);
-  locate(g);
-  for (int bi = 0; bi < g->nblocks; bi++) find_inputs(g, &g->blocks[bi]);
-  name_blocks(g);
+  renumber(g);
+  EG = outer;
+}
+
+void drop_blocks(Graph *g, const bool *drop) {
+  bool any = false;
+  for (int bi = 0; bi < g->nblocks; bi++) {
+    RepBlock *b = &g->blocks[bi];
+    for (int i = b->start; i < b->start + b->count * b->len && b->count; i++)
+      if (drop[g->nodes[i]->id]) b->count = 0, any = true;
+  }
+  if (!any) return;
+  Index x = index_graph(g);
+  Graph *outer = EG;
+  EG = g;
+  settle(&x, false); // what the others read of the dropped ones' copies
+  renumber(g);
   EG = outer;
 }
 

@@ -493,7 +493,10 @@ static bool finish(Graph *g, Graph *dg) {
     c->want = src->place;
     c->want.partial = c->want.pmax = 0;
   }
-  for (int i = 0; i < dg->nvars; i++) dg->vars[i]->nslots = g->vars[i]->nslots; // autodiff's
+  for (int i = 0; i < dg->nvars; i++) { // autodiff's slots, and the program's update groups
+    dg->vars[i]->nslots = g->vars[i]->nslots;
+    dg->vars[i]->ugroup = g->vars[i]->ugroup;
+  }
   find_batch_dims(dg);
   propagate_shardings(dg);
   for (int i = 0; i < dg->nnodes; i++) {

@@ -156,13 +156,22 @@ void emit_preamble(const char *what) {
   for (int i = 0; i < nhp; i++)
     out("#define %-16s %s // %s %g\n", opt_const(hp[i]), flt(hv[i]), hp[i], hv[i]);
 
-  out("\n// ---- parameter blob: each variable's shard, then its optimizer slots\n");
+  out("\n// ---- parameter blob: each variable's shard; an update group's shards in one run,\n"
+      "// then one run for each optimizer slot in the same order (a variable in no group: its\n"
+      "// slots follow it); slot k of a variable at its offset + (k + 1) * its group's floats\n");
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
     if (!blob_define(v, 'P')) continue;
-    out("#define %-32s %8lld // %s%s, %d slot%s%s\n", off_name(v->param), (long long)v->offset,
+    out("#define %-32s %8lld // %s%s, %d slot%s%s%s\n", off_name(v->param), (long long)v->offset,
         var_path(v), describe(v->param), v->nslots, v->nslots == 1 ? "" : "s",
-        v->frozen ? ", frozen (trainable false)" : "");
+        v->frozen ? ", frozen (trainable false)" : "",
+        v->ugroup ? format(", update group %d", v->ugroup) : "");
+  }
+  for (int i = 0; i < g->nugroups; i++) { // issue 25: one optimizer call updates each
+    const UpdGroup *ug = &g->ugroups[i];
+    out("#define UPD%d_FLOATS %lld // update group %d: %d variable%s from %s, values then each "
+        "slot\n", i + 1, (long long)ug->floats, i + 1, ug->n, ug->n == 1 ? "" : "s",
+        g->vars[ug->first]->path);
   }
   out("#define PARAM_FLOATS %lld\n", (long long)g->param_floats);
   out("\n// ---- gradient blob: each variable's gradient, reduced to its layout\n");
@@ -305,6 +314,9 @@ static const char *const phase_title[] = {"forward", "loss", "backward", "update
 static const char *const step_const[] = {"TRAIN_STEP", "EVAL_STEP", "GRAD_STEP"};
 
 static bool emits_code(const Node *n) {
+  if (n->op == OP_UPDATE && n->var->ugroup && n != EG->ugroups[n->var->ugroup - 1].leader &&
+      !(n->nin > 2 && EG->model->opt.clipnorm > 0))
+    return false; // issue 25: its group's update does it
   return n->op != OP_INPUT && n->op != OP_LABEL && n->op != OP_PARAM;
 }
 
@@ -746,7 +758,7 @@ static char *var_entry(const Var *v, const VarBlock *vb) {
   return format("{%s, %s, \"%s\", %d, %s,%s%s, %lld, %d, %s, %lld, %s, %s, %s, %s}", name[0],
                 name[1], v->layer_class, v->index, layout_init(v->param),
                 vb ? " \\\n   " : "\n   ", off,
-                (long long)((lelems(v->param) + 15) / 16 * 16), v->nslots, goff,
+                (long long)v->sstride, v->nslots, goff,
                 (long long)lelems(v->param), name[2], name[3], name[4],
                 v->file_dtype == KDRT_I32 ? "KDRT_I32" : "KDRT_F32"); // issue 25: its file's type
 }
@@ -866,7 +878,7 @@ char *slot_init(const Var *v, const char *l) {
   if (o->kind != OPT_ADAGRAD || !v->nslots || o->initial_accumulator_value == 0) return "";
   return format("  kdrt_init_fill(c, P + %s + %lld, %s, KDRT_INIT_CONSTANT, 0, 0, %s, 0, 0); "
                 "// %s's accumulator\n", off_name(v->param),
-                (long long)((lelems(v->param) + 15) / 16 * 16), l,
+                (long long)v->sstride, l,
                 flt(o->initial_accumulator_value), v->path);
 }
 

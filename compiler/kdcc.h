@@ -698,9 +698,11 @@ struct Var {
   Node *param;
   Node *grad;             // final gradient (input to the update)
   int nslots;             // optimizer slots (0..2)
-  int64_t offset;         // memplan.c: in the parameter blob (slots follow)
+  int64_t offset;         // memplan.c: in the parameter blob
+  int64_t sstride;        // memplan.c: slot k at offset + (k + 1) * sstride (its group's floats)
   int64_t goffset;        // memplan.c: in the gradient blob
   int order;              // issue 25: its index in Graph.vars (blocks.c)
+  int ugroup;             // issue 25: its update group, 1 + index in Graph.ugroups; 0: none
 };
 
 // A value the steps report: "loss", "accuracy", "out_a_loss", ...
@@ -765,6 +767,11 @@ struct Graph {
   struct BlockAt *at;
   int nat;
   Var **home;
+  // issue 25: the update groups (memplan.c's group_updates): variables
+  // updated alike, whose values, gradients and each slot lie in one run
+  // each, so that one optimizer call updates them all
+  struct UpdGroup *ugroups;
+  int nugroups;
 };
 
 Node *new_node(Graph *g, OpKind op, int nin, Node **in);
@@ -883,9 +890,24 @@ void find_blocks(Graph *g);
 // the buckets made differ (the last layer's gradients summed with what
 // follows) loses them, or, holding arena values, is an internal error.
 void recheck_blocks(Graph *g);
+// issue 25: drops every block holding a node of `drop` (by node id), and a
+// VarBlock no block runs any longer.
+void drop_blocks(Graph *g, const bool *drop);
 
 // ---------------------------------------------------------------- memplan.c
 enum { REGION_NONE, REGION_PARAM, REGION_GRAD, REGION_ARENA, REGION_INPUT };
+// issue 25: the n variables of vars[first .. last] whose ugroup is this
+// one's, updated by one call of the optimizer (their UPDATE nodes: the
+// last, `leader`, makes it; the others clip their own gradient first, if
+// clipnorm asks it).
+typedef struct UpdGroup {
+  int first, last, n;
+  const Node *leader;
+  int64_t floats;             // plan_memory: the values' run (each 16-float aligned)
+} UpdGroup;
+// The update groups, after find_blocks: a block of their updates is
+// dropped (their updates are one call, not one a layer).
+void group_updates(Graph *g);
 void plan_memory(Graph *g);
 // The variable whose gradient blob entry node n is computed into (its
 // gradient, a view's base, or a partial sum all-reduced in place), by node

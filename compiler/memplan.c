@@ -1,7 +1,9 @@
 // Static memory plan, per device, in floats.
 //
-// - The parameter blob: every variable's local shard, each followed by its
-//   optimizer slots (same local shape), in variable order.
+// - The parameter blob: every variable's local shard, in variable order;
+//   an update group's (below) shards form one run, followed by one run for
+//   each optimizer slot (same local shapes, same order); a variable in no
+//   group is followed by its own slots.
 // - The gradient blob: every variable's final gradient (in the variable's
 //   placement, after its reduction), where the update reads it. A gradient
 //   that is an all-reduced partial sum is reduced in place there; one that
@@ -210,22 +212,131 @@ static void give_back(Graph *g, Arena *a, Running *run, int i, Node *b) {
   plan_step(g, PLAN_FREE, h, 0, -1);
 }
 
+// issue 25: the update groups. Every trained variable's update is the same
+// elementwise arithmetic on its own elements (kdcc has one optimizer, one
+// learning rate and one step for all; AdamW decays every variable), so a
+// run of variables whose values, gradients and slots each lie in one run
+// is updated by one call over the run: the same result, element for
+// element, in one call instead of one a variable (one launch on a GPU).
+// The 16-float padding between two variables is in the run: zeros in
+// both blobs, which every optimizer leaves zero (nothing reads them).
+// A group is a run of variables, in variable order, whose updates are
+// optimizer steps (not a moving statistic's, not done by the GEMM that
+// makes the gradient, fuse.c); a variable updated otherwise parts them,
+// unless it has no gradient (frozen, a moving statistic) and is in no
+// VarBlock: the group's run then goes on, and the variable follows it.
+// A VarBlock's layers must keep a fixed stride in both blobs: one with a
+// variable in no group parts the groups at each of its layers too, so
+// that every layer's groups are alike. clipnorm scales
+// each gradient by its own norm first (its UPDATE node, each variable's);
+// the group's last UPDATE in the graph's order makes the call, after every
+// member's gradient is clipped; global_clipnorm's one factor, clipvalue
+// and weight decay apply to the whole run in that call.
+void group_updates(Graph *g) {
+  int nv = g->nvars, ids = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->id >= ids) ids = g->nodes[i]->id + 1;
+  Node **upd = xcalloc((size_t)nv + 1, sizeof *upd);
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op == OP_UPDATE && !n->var->ema_stat && !n->fused && n->var->grad)
+      upd[n->var->order] = n;
+  }
+  bool *part = xcalloc((size_t)nv + 1, sizeof *part); // no group goes on from var i - 1 to i
+  bool *in_vb = xcalloc((size_t)nv + 1, sizeof *in_vb);
+  for (int i = 0; i < g->nvblocks; i++) {
+    const VarBlock *vb = &g->vblocks[i];
+    bool all = true;
+    for (int k = vb->first; k < vb->first + vb->n * vb->nv; k++) all &= upd[k] != NULL;
+    for (int k = vb->first; k < vb->first + vb->n * vb->nv; k++) in_vb[k] = true;
+    for (int j = 0; j <= vb->n && !all; j++) part[vb->first + j * vb->nv] = true;
+  }
+  g->ugroups = xcalloc((size_t)nv + 1, sizeof *g->ugroups);
+  g->nugroups = 0;
+  // A variable with no gradient in no VarBlock (frozen, a moving statistic)
+  // does not part a group: it takes no room in the gradient blob, and
+  // plan_memory puts it after the group in the parameter blob.
+  for (int i = 0, prev = -1; i < nv; i++) {
+    if (!upd[i]) {
+      if (g->vars[i]->grad || in_vb[i]) prev = -1;
+      continue;
+    }
+    if (!g->nugroups || part[i] || prev < 0 || g->vars[i]->nslots != g->vars[prev]->nslots)
+      g->ugroups[g->nugroups++] = (UpdGroup){.first = i};
+    UpdGroup *ug = &g->ugroups[g->nugroups - 1];
+    ug->n++;
+    ug->last = i;
+    g->vars[i]->ugroup = g->nugroups;
+    prev = i;
+  }
+  xfree(in_vb);
+  // the leaders; no node between a group's first update and its leader
+  // may read a variable the group updates
+  bool *drop = xcalloc((size_t)ids + 1, sizeof *drop);
+  int *span = xcalloc((size_t)g->nugroups * 2 + 2, sizeof *span); // first update, leader
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op != OP_UPDATE || !n->var->ugroup) continue;
+    int gi = n->var->ugroup - 1;
+    if (!g->ugroups[gi].leader) span[2 * gi] = i;
+    g->ugroups[gi].leader = n;
+    span[2 * gi + 1] = i;
+    drop[n->id] = true;
+  }
+  for (int gi = 0; gi < g->nugroups; gi++)
+    for (int i = span[2 * gi]; i < span[2 * gi + 1]; i++)
+      for (int k = 0; k < g->nodes[i]->nin; k++) {
+        const Node *x = g->nodes[i]->in[k];
+        if (x->op == OP_UPDATE && x->var->ugroup == gi + 1)
+          fatal_internal(__FILE__, __LINE__,
+                         format("%%%d reads a variable before its group's update", g->nodes[i]->id));
+      }
+  drop_blocks(g, drop); // one call for the group, not one a layer
+  xfree(upd), xfree(part), xfree(drop), xfree(span);
+}
+
 void plan_memory(Graph *g) {
   int64_t off = 0, goff = 0;
+  for (int i = 0, placed = 0; i < g->nvars; i++) { // placed: the update groups laid out
+    Var *v = g->vars[i];
+    if (v->ugroup && v->ugroup <= placed) continue;
+    // v's group (numbered in variable order: no member after the next
+    // group's first), or v alone; a variable of no group amid it follows it
+    int end = i + 1;
+    while (v->ugroup && end < g->nvars && g->vars[end]->ugroup <= v->ugroup) end++;
+    int64_t run = 0;
+    for (int e = i; e < end; e++) {
+      Var *w = g->vars[e];
+      if (w->ugroup != v->ugroup) continue;
+      if (w->nslots != v->nslots) unreachable();
+      w->offset = size_add(off, run);
+      w->param->region = REGION_PARAM;
+      w->param->offset = w->offset;
+      run = size_add(run, align(local_elems(g, w->param)));
+    }
+    for (int e = i; e < end; e++)
+      if (g->vars[e]->ugroup == v->ugroup) g->vars[e]->sstride = run;
+    if (v->ugroup) placed = v->ugroup;
+    if (v->ugroup && g->ugroups) g->ugroups[v->ugroup - 1].floats = run;
+    off = size_add(off, size_mul(run, 1 + v->nslots));
+  }
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
-    int64_t n = align(local_elems(g, v->param));
-    v->offset = off;
-    off = size_add(off, size_mul(n, 1 + v->nslots));
-    v->param->region = REGION_PARAM;
-    v->param->offset = v->offset;
     if (v->grad) {
       v->goffset = goff;
-      goff = size_add(goff, n);
+      goff = size_add(goff, align(local_elems(g, v->param)));
     }
   }
   g->param_floats = off;
   g->grad_floats = goff;
+  for (int i = 0; i < g->nugroups && g->ugroups; i++) { // one call reads both runs alike
+    const Var *a = g->vars[g->ugroups[i].first];
+    for (int k = g->ugroups[i].first; k <= g->ugroups[i].last; k++) {
+      const Var *w = g->vars[k];
+      if (w->ugroup == i + 1 && w->offset - a->offset != w->goffset - a->goffset)
+        fatal_internal(__FILE__, __LINE__, format("update group %d's gradients lie apart", i + 1));
+    }
+  }
   for (int i = 0; i < g->nvblocks; i++) { // a layer's variables from the next's
     VarBlock *vb = &g->vblocks[i];
     const Var *a = g->vars[vb->first], *b = g->vars[vb->first + (vb->n > 1 ? vb->nv : 0)];
@@ -233,6 +344,13 @@ void plan_memory(Graph *g) {
     for (int k = 0; k < vb->nv && !vb->gstride; k++) // (a frozen variable has no gradient)
       if (g->vars[vb->first + k]->grad)
         vb->gstride = g->vars[vb->first + vb->nv + k]->goffset - g->vars[vb->first + k]->goffset;
+    for (int j = 0; j < vb->n; j++) // (group_updates keeps every layer's groups alike)
+      for (int k = 0; k < vb->nv; k++) {
+        const Var *x = g->vars[vb->first + k], *y = g->vars[vb->first + j * vb->nv + k];
+        if (y->offset - x->offset != j * vb->pstride || y->sstride != x->sstride ||
+            (x->grad && y->goffset - x->goffset != j * vb->gstride))
+          fatal_internal(__FILE__, __LINE__, format("block %d's layers are not at a fixed stride", i));
+      }
   }
 
   for (int i = 0; i < g->nnodes; i++) g->nodes[i]->last_use = -1;

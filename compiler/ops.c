@@ -684,7 +684,17 @@ static void update_rule(const Node *n, Rule *r) {
 
 // base_optimizer's order: the gradient clipped (in place: the update is its
 // last reader), the weight decayed, then the optimizer's step with slot k
-// at `offset + (k + 1) * stride` of the parameter blob.
+// at `offset + (k + 1) * sstride` of the parameter blob. issue 25: a
+// variable of an update group (memplan.c) clips its own gradient by its
+// own norm (clipnorm) and leaves the rest to the group's last update,
+// which does it for the whole group in one call each over its runs.
+static int64_t group_elems(const UpdGroup *ug) {
+  int64_t n = 0;
+  for (int i = ug->first; i <= ug->last; i++)
+    if (EG->vars[i]->ugroup == EG->vars[ug->first]->ugroup) n += lelems(EG->vars[i]->param);
+  return n;
+}
+
 static void update_emit(const Node *n, Lowering *lw) {
   const Var *v = n->var;
   if (v->ema_stat) { // issue 11: moving statistics, Keras's momentum
@@ -698,55 +708,74 @@ static void update_emit(const Node *n, Lowering *lw) {
   }
   guard_update(lw);
   const Optimizer *o = &EG->model->opt;
-  char *w = buf(n->in[0]), *gr = buf(n->in[1]);
-  long long N = lelems(n->in[0]), stride = (N + 15) / 16 * 16;
-  if (n->nin > 2 || o->clipvalue > 0)
-    lower_call(lw, "clip_grad", false, NULL, "%s, %lld, %s, %s", gr, N,
-               n->nin > 2 ? buf(n->in[2]) : "NULL",
-               o->clipvalue > 0 ? opt_const("clipvalue") : flt(o->clipvalue));
-  if (o->weight_decay != 0 && o->kind != OPT_ADAMW) // AdamW's kernel decays
-    lower_call(lw, "weight_decay", false, NULL, "%s, %lld, c->lr, %s", w, N,
-               opt_const("weight_decay"));
-  // the hyper-parameters by the names the program defines (issue 25: ADAM_BETA_1, ...)
-  char *b1 = opt_const("beta_1"), *b2 = opt_const("beta_2"), *eps = opt_const("epsilon");
+  long long N = lelems(n->in[0]), stride = v->sstride;
+  char *w = buf(n->in[0]), *gr = buf(n->in[1]), *N_c = format("%lld", N);
   char *s[3] = {"NULL", "NULL", "NULL"};
   for (int k = 0; k < v->nslots; k++)
     s[k] = format("(P + %s + %lld)", off_name(v->param), (k + 1) * stride);
+  bool own_clip = n->nin > 2 && o->clipnorm > 0; // by this gradient's own norm
+  if (v->ugroup) {
+    const UpdGroup *ug = &EG->ugroups[v->ugroup - 1];
+    const Var *a = EG->vars[ug->first], *z = EG->vars[ug->last];
+    if (own_clip) // clipped before the group's call reads it
+      lower_call(lw, "clip_grad", false, NULL, "%s, %lld, %s, %s", gr, N, buf(n->in[2]), flt(0));
+    if (n != ug->leader) {
+      if (!own_clip) lw->loop = NULL; // (nothing to guard)
+      lw->note = format("by the update of its group, %%%d", ug->leader->id);
+      return;
+    }
+    lw->note = format("update group %d: %d variable%s, %s%s%s (%lld elements, %lld floats with "
+                      "their padding), one call each", v->ugroup, ug->n, ug->n == 1 ? "" : "s",
+                      a->path, ug->n > 1 ? " .. " : "", ug->n > 1 ? z->path : "",
+                      (long long)group_elems(ug), (long long)ug->floats);
+    w = buf(a->param), gr = buf(a->grad), N_c = format("UPD%d_FLOATS", v->ugroup);
+    for (int k = 0; k < v->nslots; k++)
+      s[k] = format("(P + %s + %d * UPD%d_FLOATS)", off_name(a->param), k + 1, v->ugroup);
+  } else own_clip = false;
+  if ((n->nin > 2 && !own_clip) || o->clipvalue > 0)
+    lower_call(lw, "clip_grad", false, NULL, "%s, %s, %s, %s", gr, N_c,
+               n->nin > 2 && !own_clip ? buf(n->in[2]) : "NULL",
+               o->clipvalue > 0 ? opt_const("clipvalue") : flt(o->clipvalue));
+  if (o->weight_decay != 0 && o->kind != OPT_ADAMW) // AdamW's kernel decays
+    lower_call(lw, "weight_decay", false, NULL, "%s, %s, c->lr, %s", w, N_c,
+               opt_const("weight_decay"));
+  // the hyper-parameters by the names the program defines (issue 25: ADAM_BETA_1, ...)
+  char *b1 = opt_const("beta_1"), *b2 = opt_const("beta_2"), *eps = opt_const("epsilon");
   switch (o->kind) {
   case OPT_SGD:
-    lower_call(lw, "sgd", false, NULL, "%s, %s, %s, %lld, c->lr, %s, %d", w, gr, s[0], N,
+    lower_call(lw, "sgd", false, NULL, "%s, %s, %s, %s, c->lr, %s, %d", w, gr, s[0], N_c,
                opt_const("momentum"), o->nesterov);
     return;
   case OPT_ADAM:
-    lower_call(lw, "adam", false, NULL, "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s", w, gr,
-               s[0], s[1], s[2], N, b1, b2, eps, opt_step());
+    lower_call(lw, "adam", false, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s", w, gr,
+               s[0], s[1], s[2], N_c, b1, b2, eps, opt_step());
     return;
   case OPT_ADAMW:
     lower_call(lw, "adamw", false, NULL,
-               "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, %s", w, gr, s[0], s[1], s[2], N,
+               "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s", w, gr, s[0], s[1], s[2], N_c,
                b1, b2, eps, opt_const("weight_decay"), opt_step());
     return;
   case OPT_RMSPROP: { // velocity, then momentum and average_gradient where they are on
     bool mom = o->momentum > 0;
-    lower_call(lw, "rmsprop", false, NULL, "%s, %s, %s, %s, %s, %lld, c->lr, %s, %s, %s", w, gr,
-               s[0], mom ? s[1] : "NULL", o->centered ? s[1 + mom] : "NULL", N, opt_const("rho"),
+    lower_call(lw, "rmsprop", false, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s", w, gr,
+               s[0], mom ? s[1] : "NULL", o->centered ? s[1 + mom] : "NULL", N_c, opt_const("rho"),
                opt_const("momentum"), eps);
     return;
   }
   case OPT_ADAGRAD:
-    lower_call(lw, "adagrad", false, NULL, "%s, %s, %s, %lld, c->lr, %s", w, gr, s[0], N, eps);
+    lower_call(lw, "adagrad", false, NULL, "%s, %s, %s, %s, c->lr, %s", w, gr, s[0], N_c, eps);
     return;
   case OPT_ADAMAX:
-    lower_call(lw, "adamax", false, NULL, "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s", w, gr,
-               s[0], s[1], N, b1, b2, eps, opt_step());
+    lower_call(lw, "adamax", false, NULL, "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s", w, gr,
+               s[0], s[1], N_c, b1, b2, eps, opt_step());
     return;
   case OPT_NADAM:
     lower_call(lw, "nadam", false, NULL,
-               "%s, %s, %s, %s, %lld, c->lr, %s, %s, %s, %s, kdrt_nadam_product(c, %s, %s)", w,
-               gr, s[0], s[1], N, b1, b2, eps, opt_step(), b1, opt_step());
+               "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, kdrt_nadam_product(c, %s, %s)", w,
+               gr, s[0], s[1], N_c, b1, b2, eps, opt_step(), b1, opt_step());
     return;
   case OPT_LION:
-    lower_call(lw, "lion", false, NULL, "%s, %s, %s, %lld, c->lr, %s, %s", w, gr, s[0], N, b1,
+    lower_call(lw, "lion", false, NULL, "%s, %s, %s, %s, c->lr, %s, %s", w, gr, s[0], N_c, b1,
                b2);
     return;
   case OPT_COUNT: break;

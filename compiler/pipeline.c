@@ -18,6 +18,7 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
   fuse_elementwise(g);
   verify_graph(g, "fuse_elementwise", true);
   find_blocks(g); // issue 25: repeated blocks, which the memory plan and the emitters fold
+  group_updates(g); // issue 25: one optimizer call for each run of variables updated alike
   plan_memory(g);
   bucket_gradients(g);
   verify_graph(g, "plan_memory", true);
