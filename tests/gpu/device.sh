@@ -466,11 +466,13 @@ if has perf && [ $SPEED = 1 ]; then
     [ -x "$exe" ] || { say "kdcc $m $p: no program $exe in the bundle"; continue; }
     # model:prec:batch:VARIANT: the same without CUDA graphs (nograph:
     # KDRT_CUDA_GRAPH=0), without the input thread (nothread: KDRT_PREFETCH=0),
-    # or without either (serial)
+    # without cuBLASLt's epilogues (nolt: KDRT_CUDA_LT=0), or without graphs,
+    # the thread and pinned buffers (serial)
     case ${v:-} in
     nograph) exe="env KDRT_CUDA_GRAPH=0 $exe" p=$p-nograph ;;
     nothread) exe="env KDRT_PREFETCH=0 $exe" p=$p-nothread ;;
     nopin) exe="env KDRT_CUDA_PINNED=0 $exe" p=$p-nopin ;;
+    nolt) exe="env KDRT_CUDA_LT=0 $exe" p=$p-nolt ;; # the cuBLASLt epilogues off
     serial) exe="env KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 $exe" p=$p-serial ;;
     esac
     a="--x data/$m.x.npy --y data/$m.y.npy --batch-size $b --seed 1 --no-shuffle"
