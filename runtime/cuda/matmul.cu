@@ -8,9 +8,11 @@
 // is float32 throughout; the compute type decides how products are formed:
 // fp32 (CUBLAS_COMPUTE_32F_PEDANTIC: IEEE float products and sums) or
 // tf32 (CUBLAS_COMPUTE_32F_FAST_TF32, tensor cores, float accumulation).
-// bf16 rounds both operands to bfloat16 (nearest even) in scratch and
-// multiplies those on the tensor cores with float accumulation into the
-// float result: real bf16 products, as torch's autocast forms them. (The
+// bf16 rounds both operands to bfloat16 (nearest even) in scratch (an
+// operand with an odd leading dimension with its rows packed 16 bytes
+// apart: read_as) and multiplies those on the tensor cores with float
+// accumulation into the float result: real bf16 products, as torch's
+// autocast forms them. (The
 // first GPU run found that CUBLAS_COMPUTE_32F_FAST_16BF on float operands
 // ran the same TF32 kernels as tf32.) Storage stays float32 until Keras's
 // mixed-precision policies are read (the mixed-precision issue).
@@ -77,24 +79,100 @@ static cublasComputeType_t compute_type(const kdrt_cuda *d) {
                                           : CUBLAS_COMPUTE_32F_PEDANTIC;
 }
 
-// The operands as the product reads them (*av, *bv) and their type: a and b
-// themselves, or under bf16 both rounded into scratch 3.
-static cudaDataType_t operands(kdrt_cuda *d, const kdrt_gemm *g, const float *a, const float *b,
-                               const void **av, const void **bv) {
-  *av = a, *bv = b;
-  if (d->precision != KDRT_PREC_BF16) return CUDA_R_32F;
-  int64_t bb = g->stride_b ? g->batch : 1, ba = g->stride_a ? g->batch : 1;
-  size_t nb = extent(bb, g->stride_b, g->tb == KDRT_TRANS ? g->N : g->K,
-                     g->tb == KDRT_TRANS ? g->K : g->N, g->ldb);
-  size_t na = extent(ba, g->stride_a, g->ta == KDRT_TRANS ? g->K : g->M,
-                     g->ta == KDRT_TRANS ? g->M : g->K, g->lda);
+// One operand as memory holds it: `nb` matrices `stride` apart (nb 1 when
+// the stride is 0: one matrix for every product of the batch), each `rows`
+// rows of `cols` elements `ld` apart (row-major).
+typedef struct {
+  int64_t nb, stride, rows, cols, ld;
+} opnd;
+
+static opnd opnd_a(const kdrt_gemm *g) {
+  opnd o = {g->stride_a ? g->batch : 1, g->stride_a, g->ta == KDRT_TRANS ? g->K : g->M,
+            g->ta == KDRT_TRANS ? g->M : g->K, g->lda};
+  return o;
+}
+
+static opnd opnd_b(const kdrt_gemm *g) {
+  opnd o = {g->stride_b ? g->batch : 1, g->stride_b, g->tb == KDRT_TRANS ? g->N : g->K,
+            g->tb == KDRT_TRANS ? g->K : g->N, g->ldb};
+  return o;
+}
+
+// Under bf16 an operand whose rows are not 16 bytes apart (a leading
+// dimension not a multiple of 8: GPT-2's vocabulary, 50257) is rounded into
+// scratch with its rows packed that far apart: cuBLAS's tensor-core kernels
+// want each row of a 16-bit operand 16-byte aligned (the fourth GPU run
+// timed GPT-2's three logits products at about 110 TFLOP/s). The others
+// keep their layout: the same positions, as before.
+static int packs(const opnd *o) { return o->ld % 8 != 0; }
+
+// The operand's leading dimension and batch stride as the product reads it.
+static void read_as(const opnd *o, int64_t *ld, int64_t *stride) {
+  *ld = packs(o) ? (o->cols + 7) / 8 * 8 : o->ld;
+  *stride = packs(o) && o->stride ? o->rows * *ld : o->stride;
+}
+
+// The bfloat16 elements the operand takes in scratch.
+static size_t bf16_elems(const opnd *o) {
+  if (!packs(o)) return extent(o->nb, o->stride, o->rows, o->cols, o->ld);
+  int64_t ld, stride;
+  read_as(o, &ld, &stride);
+  return (size_t)(o->nb * o->rows * ld);
+}
+
+// Row r of all nb * rows (matrix r / rows) rounded into its packed row of
+// out: a row of blocks (blockIdx.y) strides over the rows, a block's threads
+// over the columns. The padding between rows is never read.
+__global__ static void pack_bf16_kernel(__nv_bfloat16 *out, const float *in, opnd o,
+                                        int64_t ldo) {
+  int64_t all = o.nb * o.rows;
+  for (int64_t r = blockIdx.y; r < all; r += gridDim.y) {
+    const float *src = in + r / o.rows * o.stride + r % o.rows * o.ld;
+    __nv_bfloat16 *dst = out + r * ldo;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < o.cols;
+         c += (int64_t)gridDim.x * blockDim.x)
+      dst[c] = __float2bfloat16_rn(src[c]);
+  }
+}
+
+// The operand in rounded to bfloat16 at out, as read_as lays it.
+static void to_bf16_operand(kdrt_cuda *d, __nv_bfloat16 *out, const float *in, const opnd *o) {
+  if (!packs(o)) {
+    to_bf16(d, out, in, bf16_elems(o));
+    return;
+  }
+  int64_t ld, stride, all = o->nb * o->rows;
+  read_as(o, &ld, &stride);
+  int64_t bx = (o->cols + 255) / 256;
+  dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(all < 65535 ? all : 65535));
+  pack_bf16_kernel<<<grid, 256, 0, d->impl->stream>>>(out, in, *o, ld);
+  KDRT_LAUNCHED(d, "pack_bf16_kernel");
+}
+
+// The operands as the product reads them: where they are, their type, and
+// their leading dimensions and batch strides. fp32 and tf32: a and b
+// themselves; bf16: both rounded into scratch 3 (b first, a 256 bytes
+// aligned after it), each as read_as lays it.
+typedef struct {
+  const void *a, *b;
+  cudaDataType_t type;
+  int64_t lda, ldb, stride_a, stride_b;
+} gemm_in;
+
+static gemm_in operands(kdrt_cuda *d, const kdrt_gemm *g, const float *a, const float *b) {
+  gemm_in in = {a, b, CUDA_R_32F, g->lda, g->ldb, g->stride_a, g->stride_b};
+  if (d->precision != KDRT_PREC_BF16) return in;
+  opnd oa = opnd_a(g), ob = opnd_b(g);
+  read_as(&oa, &in.lda, &in.stride_a);
+  read_as(&ob, &in.ldb, &in.stride_b);
+  size_t na = bf16_elems(&oa), nb = bf16_elems(&ob);
   size_t nb16 = (nb + 127) / 128 * 128; // a's part 256-byte aligned
   __nv_bfloat16 *s16 =
       (__nv_bfloat16 *)kdrt_cuda_dscratch(d, 3, (nb16 + na) * sizeof(__nv_bfloat16));
-  to_bf16(d, s16, b, nb);
-  to_bf16(d, s16 + nb16, a, na);
-  *bv = s16, *av = s16 + nb16;
-  return CUDA_R_16BF;
+  to_bf16_operand(d, s16, b, &ob);
+  to_bf16_operand(d, s16 + nb16, a, &oa);
+  in.b = s16, in.a = s16 + nb16, in.type = CUDA_R_16BF;
+  return in;
 }
 
 extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, const float *a,
@@ -108,12 +186,13 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
     return;
   }
   cublasComputeType_t ct = compute_type(d);
-  const void *av, *bv;
-  cudaDataType_t in_type = operands(d, g, a, b, &av, &bv);
+  const gemm_in in = operands(d, g, a, b);
+  const void *av = in.a, *bv = in.b;
+  cudaDataType_t in_type = in.type;
   cublasOperation_t opb = g->tb == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opa = g->ta == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   int N = as_int(g->N, "matmul N"), M = as_int(g->M, "matmul M"), K = as_int(g->K, "matmul K");
-  int ldb = as_int(g->ldb, "matmul ldb"), lda = as_int(g->lda, "matmul lda");
+  int ldb = as_int(in.ldb, "matmul ldb"), lda = as_int(in.lda, "matmul lda");
   int ldc = as_int(g->ldc, "matmul ldc");
   // issue 22: a fused SGD update captured in a graph reads -lr on the device
   const float *dev_alpha = kdrt_step_neg_lr(d, alpha, beta);
@@ -128,8 +207,8 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
     if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmEx");
   } else {
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        d->impl->blas, opb, opa, N, M, K, pa, bv, in_type, ldb, (long long)g->stride_b, av,
-        in_type, lda, (long long)g->stride_a, pb, c, CUDA_R_32F, ldc, (long long)g->stride_c,
+        d->impl->blas, opb, opa, N, M, K, pa, bv, in_type, ldb, (long long)in.stride_b, av,
+        in_type, lda, (long long)in.stride_a, pb, c, CUDA_R_32F, ldc, (long long)g->stride_c,
         as_int(g->batch, "matmul batch"), ct, CUBLAS_GEMM_DEFAULT));
     if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmStridedBatchedEx");
   }
@@ -205,7 +284,14 @@ static int lt_matmul(kdrt_cuda *d, const kdrt_gemm *g, cublasLtEpilogue_t epi, c
   cublasOperation_t opb = g->tb == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opa = g->ta == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   int N = as_int(g->N, "matmul N"), M = as_int(g->M, "matmul M"), K = as_int(g->K, "matmul K");
-  int ldb = as_int(g->ldb, "matmul ldb"), lda = as_int(g->lda, "matmul lda");
+  // (under bf16 the leading dimensions the rounded operands will have)
+  int64_t lda64 = g->lda, ldb64 = g->ldb, unused;
+  if (d->precision == KDRT_PREC_BF16) {
+    opnd oa = opnd_a(g), ob = opnd_b(g);
+    read_as(&oa, &lda64, &unused);
+    read_as(&ob, &ldb64, &unused);
+  }
+  int ldb = as_int(ldb64, "matmul ldb"), lda = as_int(lda64, "matmul lda");
   int ldc = as_int(g->ldc, "matmul ldc");
   // the key: bf16's operands are in scratch, 256-byte aligned, so only the
   // float pointers' alignment can vary
@@ -264,8 +350,8 @@ static int lt_matmul(kdrt_cuda *d, const kdrt_gemm *g, cublasLtEpilogue_t epi, c
   int ok = p->ok;
   if (ok) {
     const float one = 1.0f, zero = 0.0f;
-    const void *av, *bv;
-    operands(d, g, a, b, &av, &bv);
+    const gemm_in in = operands(d, g, a, b); // (lt_matmul takes no batch: no strides)
+    const void *av = in.a, *bv = in.b;
     cublasStatus_t st = cublasLtMatmul(s->lt, md, &one, bv, la, av, lb, &zero, c, lc, c, lc,
                                        &p->algo, s->blas_ws, s->blas_ws_bytes, s->stream);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {

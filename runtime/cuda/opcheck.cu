@@ -740,7 +740,37 @@ static void check_one_matmul(int ta, int tb, int64_t batch, int64_t M, int64_t N
   free(ha), free(hb), free(hc);
 }
 
+// The same with operands that are views: rows lda (ldb) apart, past their
+// columns by pad_a (pad_b), and matrices a row and a few floats further
+// apart than that, so that under bf16 a leading dimension that is no
+// multiple of 8 is packed (matmul.cu's read_as) and one that is stays.
+static void check_one_matmul_view(int ta, int tb, int64_t batch, int64_t M, int64_t N, int64_t K,
+                                  int64_t pad_a, int64_t pad_b) {
+  int64_t ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
+  int64_t lda = ca + pad_a, ldb = cb + pad_b, sa = (ra + 1) * lda + 3, sb = (rb + 1) * ldb + 5;
+  kdrt_gemm g = {ta, tb, batch, M, N, K, lda, ldb, N, sa, sb, M * N};
+  size_t na = (size_t)(batch * sa), nb = (size_t)(batch * sb), nc = (size_t)(batch * M * N);
+  float *ha = hrand(na, -1, 1), *hb = hrand(nb, -1, 1), *hc = hzero(nc);
+  float *a = dev(ha, na), *b = dev(hb, nb), *c = dev(hc, nc);
+  kdrt_matmul(&g, 1.0f, ha, hb, 0.0f, hc);
+  poison(c, nc);
+  kdrt_cuda_matmul(D, &g, 1.0f, a, b, 0.0f, c);
+  char name[96];
+  snprintf(name, sizeof name, "matmul view ta=%d tb=%d [%lld][%lld,%lld,%lld] lda %lld ldb %lld",
+           ta, tb, (long long)batch, (long long)M, (long long)N, (long long)K, (long long)lda,
+           (long long)ldb);
+  check(name, c, hc, nc, tol_mm);
+  kdrt_cuda_free(a), kdrt_cuda_free(b), kdrt_cuda_free(c);
+  free(ha), free(hb), free(hc);
+}
+
 static void check_matmul(void) {
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      check_one_matmul_view(ta, tb, 3, 9, 13, 11, 3, 2);  // odd leading dimensions: packed
+      check_one_matmul_view(ta, tb, 2, 16, 8, 24, 8, 16); // multiples of 8: as they are
+      check_one_matmul_view(ta, tb, 1, 40, 301, 77, 0, 0); // a vocabulary-like odd N
+    }
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) check_one_matmul(ta, tb, 1, 37, 29, 45, 0, 0, 1.0f, 0.0f);
   check_one_matmul(0, 0, 5, 17, 23, 19, 0, 0, 1.0f, 0.0f);
