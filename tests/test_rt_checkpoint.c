@@ -31,9 +31,9 @@ static const char *const axes24[2] = {"data", "model"};
 // replicated, 2 slots; a scalar with no slots.
 static const kdrt_var vars3[3] = {
     {"seq/d1/kernel", "d1", "Dense", 0, {2, {784, 200}, {-1, 1}}, 0, 39200, 2, 0, 39200, NULL,
-     NULL},
-    {"seq/d1/bias", "d1", "Dense", 1, {1, {10}, {-1}}, 117600, 16, 2, 39200, 10, NULL, NULL},
-    {"seq/s/scale", "s", "Scale", 0, {0, {0}, {0}}, 117648, 16, 0, 39210, 1, NULL, NULL},
+     NULL, NULL, 0},
+    {"seq/d1/bias", "d1", "Dense", 1, {1, {10}, {-1}}, 117600, 16, 2, 39200, 10, NULL, NULL, NULL, 0},
+    {"seq/s/scale", "s", "Scale", 0, {0, {0}, {0}}, 117648, 16, 0, 39210, 1, NULL, NULL, NULL, 0},
 };
 
 static kdrt_program prog3(void) {
@@ -189,7 +189,7 @@ Test(header, round_trip) {
 
 Test(header, names_with_spaces) {
   static const kdrt_var v[1] = {
-      {"my model/d 1/kernel%", "d 1", "Dense", 0, {1, {8}, {-1}}, 0, 8, 0, 0, 8, NULL, NULL}};
+      {"my model/d 1/kernel%", "d 1", "Dense", 0, {1, {8}, {-1}}, 0, 8, 0, 0, 8, NULL, NULL, NULL, 0}};
   kdrt_program p = prog3();
   p.model_name = "my model";
   p.vars = v;

@@ -44,12 +44,12 @@ Test(weights, snake_case_as_keras) {
 static const int mesh_shape[] = {2, 2};
 static const char *const mesh_axes[] = {"data", "model"};
 static const kdrt_var vars[] = {
-  {"d1/kernel", "d1", "Dense", 0, {2, {4, 6}, {-1, 1}}, 0, 16, 0, 0, 12, NULL, NULL},
-  {"c/kernel", "c", "Conv2D", 0, {4, {1, 1, 2, 2}, {-1, -1, -1, -1}}, 16, 16, 0, 16, 4, NULL, NULL},
-  {"c/bias", "c", "Conv2D", 1, {1, {2}, {-1}}, 32, 16, 0, 32, 2, NULL, NULL},
-  {"d2/kernel", "d2", "Dense", 0, {2, {6, 2}, {0, -1}}, 48, 16, 0, 48, 6, NULL, NULL},
-  {"d2/bias", "d2", "Dense", 1, {1, {2}, {-1}}, 64, 16, 0, 64, 2, NULL, NULL},
-  {"d3/kernel", "d3", "Dense", 0, {2, {2, 2}, {1, 0}}, 80, 16, 0, 80, 1, NULL, NULL},
+  {"d1/kernel", "d1", "Dense", 0, {2, {4, 6}, {-1, 1}}, 0, 16, 0, 0, 12, NULL, NULL, NULL, 0},
+  {"c/kernel", "c", "Conv2D", 0, {4, {1, 1, 2, 2}, {-1, -1, -1, -1}}, 16, 16, 0, 16, 4, NULL, NULL, NULL, 0},
+  {"c/bias", "c", "Conv2D", 1, {1, {2}, {-1}}, 32, 16, 0, 32, 2, NULL, NULL, NULL, 0},
+  {"d2/kernel", "d2", "Dense", 0, {2, {6, 2}, {0, -1}}, 48, 16, 0, 48, 6, NULL, NULL, NULL, 0},
+  {"d2/bias", "d2", "Dense", 1, {1, {2}, {-1}}, 64, 16, 0, 64, 2, NULL, NULL, NULL, 0},
+  {"d3/kernel", "d3", "Dense", 0, {2, {2, 2}, {1, 0}}, 80, 16, 0, 80, 1, NULL, NULL, NULL, 0},
 };
 static const kdrt_program prog = {
   .model_name = "m", .mesh_ndim = 2, .mesh_shape = mesh_shape, .mesh_axes = mesh_axes,
@@ -69,12 +69,12 @@ Test(weights, group_names_count_by_class) {
 // a nested Dense "dense" beside the outer model's "dense".
 Test(weights, group_names_in_nested_models) {
   static const kdrt_var nv[] = {
-    {"bb/a/kernel", "bb/a", "Dense", 0, {2, {2, 2}, {-1, -1}}, 0, 16, 0, 0, 4, NULL, "sequential"},
-    {"h/kernel", "h", "Dense", 0, {2, {2, 2}, {-1, -1}}, 16, 16, 0, 16, 4, NULL, NULL},
+    {"bb/a/kernel", "bb/a", "Dense", 0, {2, {2, 2}, {-1, -1}}, 0, 16, 0, 0, 4, NULL, "sequential", NULL, 0},
+    {"h/kernel", "h", "Dense", 0, {2, {2, 2}, {-1, -1}}, 16, 16, 0, 16, 4, NULL, NULL, NULL, 0},
     {"bb/b/kernel", "bb/b", "Dense", 0, {2, {2, 2}, {-1, -1}}, 32, 16, 0, 32, 4, NULL,
-     "sequential"},
+     "sequential", NULL, 0},
     {"c/kernel", "f/c", "Dense", 0, {2, {2, 2}, {-1, -1}}, 48, 16, 0, 48, 4, NULL,
-     "sequential/layers/functional"},
+     "sequential/layers/functional", NULL, 0},
   };
   kdrt_program p = prog;
   p.vars = nv;
