@@ -209,7 +209,7 @@ struct kdrt_ctx {
   int64_t loss_scale_count;
   int apply_update;
   float lr;                          // learning rate in use (a schedule's: set each step)
-  int64_t nadam_step;                // Nadam's running product at this step (ops.c's
+  int64_t nadam_step;                // Nadam's running product at this step (optim.c's
   float nadam_u;                     // kdrt_nadam_product), 0: not yet computed
   int64_t rows;                      // the global rows of the step in progress (at most the
                                      // batch the arena is planned for); 0: the compiled batch
@@ -441,9 +441,9 @@ int kdrt_group_size(const kdrt_ctx *c, unsigned axes);
 // coordinates of the other axes, as a mask's complement, name the group).
 int kdrt_group_index(const kdrt_ctx *c, unsigned axes);
 
-// ---------------------------------------------------------------- ops.c: optimizer helpers
+// ---------------------------------------------------------------- optim.c: optimizer helpers
 // The rate a learning-rate schedule gives at optimizer step `step` (from
-// 0), in float32 as Keras computes it (ops.c).
+// 0), in float32 as Keras computes it (optim.c).
 float kdrt_schedule_lr(const kdrt_schedule *s, int64_t step);
 // Nadam's product of its momentum schedule over steps 1..t, kept in c
 // from one step to the next (recomputed after a resume).
@@ -473,7 +473,7 @@ float kdrt_uniform(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
 // One standard normal float (Box-Muller over two uniforms of the same key).
 float kdrt_normal(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
 
-// ---------------------------------------------------------------- ops.c, comm.c, rng.c
+// --------------------------------------------------- ops.c, loss.c, optim.c, norm.c, comm.c, rng.c
 // The kernels and collectives generated steps call: declared once, for this
 // runtime and the CUDA one, by the list in kdrt_ops.h.
 #define KDRT_DECLARE(name, args) void kdrt_##name args;

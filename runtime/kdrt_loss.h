@@ -1,7 +1,7 @@
 // kdrt_loss.h: the per-row losses and their gradients (kdrt_loss,
-// kdrt_loss_grad), written once for the CPU runtime (ops.c) and the CUDA
+// kdrt_loss_grad), written once for the CPU runtime (loss.c) and the CUDA
 // one (cuda/loss.cu). Plain C99 that also compiles as CUDA C++ (KDRT_HD
-// marks host and device), as kdrt_rnn.h. Keras 3's conventions are ops.c's
+// marks host and device), as kdrt_rnn.h. Keras 3's conventions are loss.c's
 // (see its top comment); this file holds every formula, the backends only
 // the loops and the reductions, which differ: the CPU sums a row in column
 // order, the GPU in a block reduction (the two agree to float rounding).
@@ -19,7 +19,7 @@
 //      kdrt_loss_sum2_term (KDRT_ROW_SUM2), kdrt_loss_grad_prep, then
 //      kdrt_loss_dterm for every element.
 //
-// Sparse crossentropy with the classes split over ranks (ops.c's
+// Sparse crossentropy with the classes split over ranks (loss.c's
 // kdrt_sparse_xent and its gradient, cuda/xent.cu) shares its pieces at the
 // end: which column of a rank's block is the label, a row's loss from the
 // all-reduced max and sum of exp, an element's derivative.

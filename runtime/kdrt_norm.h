@@ -1,5 +1,5 @@
 // kdrt_norm.h: the normalizations' formulas, written once for the CPU
-// runtime (ops.c) and the CUDA one (cuda/norm.cu): plain C99 that also
+// runtime (norm.c) and the CUDA one (cuda/norm.cu): plain C99 that also
 // compiles as CUDA C++ (KDRT_HD marks host and device), as kdrt_rnn.h.
 // The sums over a row or a column are each backend's (the CPU's in order,
 // the GPU's by warps or blocks, in double both); what is made of them is

@@ -7,8 +7,9 @@
 //
 // Conventions: float32 row-major local blocks; integer ids are int32;
 // shapes are local (this rank's block); the output never aliases an input
-// unless said so. Semantics of each entry: runtime/ops.c (CPU, the
-// reference) and runtime/cuda/*.cu.
+// unless said so. Semantics of each entry: runtime/*.c (CPU, the
+// reference: the kernels are ops.c's, loss.c's, optim.c's and norm.c's,
+// the layers' layers.c's...) and runtime/cuda/*.cu.
 #ifndef KDRT_OPS_H
 #define KDRT_OPS_H
 

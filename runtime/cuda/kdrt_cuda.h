@@ -121,8 +121,9 @@ void kdrt_cuda_at(kdrt_cuda *d, const char *fn, const char *file, int line);
 // Every kernel of kdrt_ops.h's list, with the CPU runtime's arguments after
 // the device state: kdrt_cuda_<name>(d, args) runs kdrt_<name>(args) (or
 // kdrt_<name>(c, args), the context being d->c) on device buffers, on d's
-// stream. Semantics are the CPU runtime's (../ops.c, ../comm.c, ../rng.c);
-// where the numbers may differ in the last bits, the .cu file says so.
+// stream. Semantics are the CPU runtime's (../ops.c, ../loss.c, ../optim.c,
+// ../norm.c, ../comm.c, ../rng.c); where the numbers may differ in the last
+// bits, the .cu file says so.
 // One .cu per family: act.cu (act, act_grad, add, mul, scale; copy is in
 // device.cu), bias.cu, softmax.cu, loss.cu, xent.cu (the split
 // crossentropy), matmul.cu, conv2d.cu, maxpool.cu, block.cu, nd.cu

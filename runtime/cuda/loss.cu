@@ -1,5 +1,5 @@
 // loss.cu: the losses, their gradients and accuracy, as kdrt_loss,
-// kdrt_loss_grad and kdrt_accuracy in ../ops.c (Keras 3's conventions; see
+// kdrt_loss_grad and kdrt_accuracy in ../loss.c (Keras 3's conventions; see
 // there), the formulas ../kdrt_loss.h's, which both runtimes include. One
 // block per row: the row's reductions (max, sum of exp, sums of p and y)
 // first, then each thread writes its own elements, so dpred may alias pred.

@@ -2,12 +2,12 @@
 // kdrt_norm_grad; with the scale and offset in one pass each way:
 // kdrt_layer_norm, _dx, _dw), batch normalization (issue 15), the scale
 // over trailing dims (kdrt_col_mul) and the causal mask of attention scores
-// (kdrt_causal_mask), as ../ops.c computes them. A layer normalization
-// takes one warp a row: its statistics are summed in double by the 32 lanes
-// in a fixed pattern (lane, lane + 32, ...) and then combined in a fixed
-// butterfly order: deterministic from run to run, not bit-identical to the
-// CPU's one running sum. What is made of the sums is ../kdrt_norm.h's,
-// shared with the CPU.
+// (kdrt_causal_mask), as ../norm.c and ../ops.c compute them. A layer
+// normalization takes one warp a row: its statistics are summed in double
+// by the 32 lanes in a fixed pattern (lane, lane + 32, ...) and then
+// combined in a fixed butterfly order: deterministic from run to run, not
+// bit-identical to the CPU's one running sum. What is made of the sums is
+// ../kdrt_norm.h's, shared with the CPU.
 #include "common.cuh"
 #include "kdrt_norm.h"
 

@@ -1,4 +1,4 @@
-// optim.cu: the optimizer updates of ../ops.c (Keras 3's formulas) on a
+// optim.cu: the optimizer updates of ../optim.c (Keras 3's formulas) on a
 // variable's local shard, one thread per element. Step-dependent scalars
 // (Adam's step size, the bias corrections, Nadam's momentum schedule) are
 // computed on the host exactly as the CPU does; in a step captured as a
@@ -227,7 +227,7 @@ extern "C" void kdrt_cuda_grad_clip_factor(kdrt_cuda *d, float *f, const float *
 }
 
 // ---------------------------------------------------------------- issue 23: loss scaling
-// Keras's LossScaleOptimizer's step, as ../ops.c's kdrt_loss_scale_step:
+// Keras's LossScaleOptimizer's step, as ../optim.c's kdrt_loss_scale_step:
 // the gradients' non-finite values counted on the device, the decision on
 // the host (kdrt_loss_scale_decide: every rank agrees, through MPI), then
 // each gradient divided by the scale there. The host waits for the count,

@@ -1,6 +1,6 @@
 // xent.cu: sparse crossentropy from logits with the class dim split over
 // ranks (kdrt_row_max, kdrt_row_sumexp, kdrt_sparse_xent and its gradient
-// and accuracy in ../ops.c). x [rows, cols] holds columns [col0, col0 +
+// and accuracy in ../loss.c). x [rows, cols] holds columns [col0, col0 +
 // cols) of each row; m and s are the row maxima and sums of exp after the
 // caller's all-reduces.
 //
@@ -10,7 +10,7 @@
 // thread per element, the accuracy one block per row then a fixed-order
 // sum: deterministic from run to run.
 #include "common.cuh"
-#include "kdrt_loss.h" // the row's loss and derivative, as ../ops.c's
+#include "kdrt_loss.h" // the row's loss and derivative, as ../loss.c's
 
 __global__ static void row_max_kernel(float *out, const float *x, int64_t cols) {
   __shared__ float shm[32];
