@@ -8,6 +8,7 @@
 // nothing here or in the emitters knows what an op computes.
 #include "kdcc.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -401,6 +402,72 @@ static const char *layer_named(const Node *n, const char *s, int which) {
   return gn ? gn : s;
 }
 
+// ---- issue 25: the layers' hyper-parameters, named where a call reads them
+
+typedef struct {
+  char *name, *value, *why;
+} HParam;
+static HParam *hparams;
+static int nhparams, hparams_cap;
+static FILE *hparams_whole; // the output that emit_hparams_end writes them to
+static char *hparams_text;  // the code that names them, held back until then
+static size_t hparams_len;
+
+char *hparam(const Node *n, const char *attr, double v, const char *note) {
+  char *lit = flt(v);
+  if (ECTX.b && ECTX.symbolic) return lit; // blocks.c: copies are one block by value
+  const char *layer = n->layer ? layer_named(n, n->layer, 0) : "model";
+  // "b<l>_ln1" -> "BL_LN1": the layer's number as L, as P_bl_ln1_gamma spells it
+  char *base = format("%s_%s", layer, attr), *q = base;
+  for (const char *p = base; *p; p++) {
+    if (!strncmp(p, "<l>", 3)) {
+      *q++ = 'L';
+      p += 2;
+      continue;
+    }
+    *q++ = isalnum((unsigned char)*p) ? (char)toupper((unsigned char)*p) : '_';
+  }
+  *q = '\0';
+  char *name = base;
+  for (int k = 2;; k++) { // two layers whose names read the same apart: numbered
+    int i = 0;
+    while (i < nhparams && strcmp(hparams[i].name, name)) i++;
+    if (i < nhparams && !strcmp(hparams[i].value, lit)) return name;
+    if (i == nhparams) break;
+    name = format("%s_%d", base, k);
+  }
+  const Layer *l = n->layer ? find_layer(EG->model, n->layer) : NULL;
+  const char *cls = l ? l->cls : "the model";
+  hparams = xgrow(hparams, nhparams, &hparams_cap, sizeof *hparams);
+  hparams[nhparams++] = (HParam){
+      name, lit, note ? format("%s: %s, %s", layer, cls, note)
+                      : format("%s: %s(%s=%g)", layer, cls, attr, v)};
+  return name;
+}
+
+void emit_hparams_begin(void) {
+  nhparams = 0;
+  hparams_whole = EF;
+  EF = open_memstream(&hparams_text, &hparams_len);
+  if (!EF) error("out of memory");
+}
+
+void emit_hparams_end(void) {
+  if (fclose(EF) != 0) error("out of memory");
+  EF = hparams_whole;
+  if (nhparams)
+    out("\n// ---- the layers' hyper-parameters, as the calls below read them (in a block's\n"
+        "// function one name for every layer: its layers' values are the same)\n");
+  int w = 0;
+  for (int i = 0; i < nhparams; i++)
+    if ((int)strlen(hparams[i].name) > w) w = (int)strlen(hparams[i].name);
+  for (int i = 0; i < nhparams; i++)
+    out("#define %-*s %s // %s\n", w, hparams[i].name, hparams[i].value, hparams[i].why);
+  fputs(hparams_text, EF);
+  free(hparams_text);
+  hparams_text = NULL;
+}
+
 // The comment above each op: id, op, layer, name, shapes and layout, and
 // for a collective why it is there.
 static void emit_op_comment(const Node *n) {
@@ -487,6 +554,7 @@ static char *lowered(const Node *n, StepKind kind, bool branch) {
 void emit_steps(PartEmitter *part, StepEmitter *step) {
   int nparts, nblocks;
   StepPart *parts = step_parts(&nparts), *blocks = block_parts(&nblocks);
+  emit_hparams_begin();
   if (nblocks) {
     out("\n// ---- the repeated blocks: each written once, a function of the layer l it runs,\n"
         "// called in a loop by the parts below with l over the block's layers (the ids and\n"
@@ -500,6 +568,7 @@ void emit_steps(PartEmitter *part, StepEmitter *step) {
   step("eval_step", STEP_EVAL, parts, nparts);
   out("\n// The training step without the update, for `./train gradcheck`.");
   step("grad_step", STEP_GRAD, parts, nparts);
+  emit_hparams_end();
 }
 
 // `if (step == A || step == B) {` for the steps in `run` (bits 1 << StepKind).

@@ -977,6 +977,16 @@ char *describe(const Node *n);              // "[16, 200] ('data', 'model') loca
 // issue 25: the optimizer's hyper-parameter `name` (Keras's: "beta_1") as the
 // named constant the program defines (ADAM_BETA_1: opt_consts).
 char *opt_const(const char *name);
+// issue 25: node n's layer's hyper-parameter `attr` (Keras's name: "epsilon")
+// of value v, as the constant the program defines where the call reads it
+// ("BL_LN1_EPSILON", b<l>_ln1's in a block's function), its comment the
+// layer's class and the value, or `note`; the literal itself while blocks.c
+// compares a block's copies (so layers with other values are no one block).
+// Named between emit_hparams_begin and _end, which writes the #defines
+// before the code that reads them.
+char *hparam(const Node *n, const char *attr, double v, const char *note);
+void emit_hparams_begin(void);
+void emit_hparams_end(void);
 // The hyper-parameters the optimizer's update calls read, their names and
 // values (at most 8), for the program's #defines.
 int opt_consts(const Optimizer *o, const char **names, float *values);

@@ -440,10 +440,13 @@ static void random_emit(const Node *n, Lowering *lw) {
   }
   if (drop)
     lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &l, %s, 0x%016llxull", buf(n),
-               buf(n->in[0]), flt(n->drop.rate), (unsigned long long)n->drop.stream);
+               buf(n->in[0]), hparam(n, "rate", n->drop.rate, NULL),
+               (unsigned long long)n->drop.stream);
   else
     lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &l, %s, %d, 0x%016llxull",
-               buf(n), buf(n->in[0]), flt(n->drop.rate), n->drop.mul,
+               buf(n), buf(n->in[0]), hparam(n, "stddev", n->drop.rate,
+                      n->drop.mul ? "its factor's stddev, sqrt(rate / (1 - rate))" : NULL),
+               n->drop.mul,
                (unsigned long long)n->drop.stream);
 }
 
@@ -456,8 +459,11 @@ static void scale_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void scale_emit(const Node *n, Lowering *lw) {
+  // issue 25: an attention layer's scale of its scores (either way) by name
+  const Layer *l = n->layer ? find_layer(EG->model, n->layer) : NULL;
+  bool attn = l && strstr(l->cls, "Attention") && n->aff.shift == 0 && n->aff.scale != 1;
   lower_call(lw, "scale", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]), elems_c(n),
-             flt(n->aff.scale), flt(n->aff.shift));
+             attn ? attn_scale(n, n->aff.scale) : flt(n->aff.scale), flt(n->aff.shift));
 }
 
 const OpDef op_SCALE = {"scale", 1, 0, false, rule_elementwise, scale_grad, scale_emit};
@@ -889,8 +895,14 @@ static const char *const pact_kind_c[] = {"KDRT_PACT_LEAKY", "KDRT_PACT_ELU", "K
 
 static char *pact_args(const Node *n) {
   const PactAttr *p = &n->pact;
-  return format("%s, %s, %s", flt(p->alpha), isinf(p->max) ? "INFINITY" : flt(p->max),
-                flt(p->threshold));
+  // issue 25: each by the name of the layer's attribute
+  if (p->kind != KDRT_PACT_RELU)
+    return format("%s, INFINITY, %s",
+                  hparam(n, p->kind == KDRT_PACT_ELU ? "alpha" : "negative_slope", p->alpha, NULL),
+                  flt(p->threshold));
+  return format("%s, %s, %s", hparam(n, "negative_slope", p->alpha, NULL),
+                isinf(p->max) ? "INFINITY" : hparam(n, "max_value", p->max, NULL),
+                hparam(n, "threshold", p->threshold, NULL));
 }
 
 static void pact_grad(Graph *g, Node *n, const bool *need) {
