@@ -72,6 +72,7 @@ void out(const char *fmt, ...) {
 }
 
 static void emit_arena(void);
+static void emit_locals_macros(void);
 
 const char *const init_name[] = {
 #define KDRT_X(name, kname) "KDRT_INIT_" #name,
@@ -184,6 +185,7 @@ void emit_preamble(const char *what) {
   }
   out("#define GRAD_FLOATS %lld\n", (long long)g->grad_floats);
   emit_arena();
+  emit_locals_macros();
 }
 
 // Whether n has an arena buffer of its own: a value, not a view, and in a
@@ -246,36 +248,55 @@ static void emit_arena(void) {
 
 // ---- step bodies
 
-// The step's rows, at the top of every function of a step.
-static void emit_rows(void) {
+// issue 25: what every function of a step begins with, written once as
+// macros (a function's first line names one): STEP_ROWS, the step's rows;
+// for the C program's parts PART_LOCALS, the blobs and the arena as well
+// (the CUDA program's parts declare the device pointers they use, and the
+// steps the host's). A macro's comment is above it: a // comment inside
+// would swallow the lines its backslashes join.
+static void emit_locals_macros(void) {
   const Graph *g = EG;
   int ba = g->dist->batch_axis, parts = ba >= 0 ? g->dist->mesh.shape[ba] : 1;
-  out("  // the step's rows: B in all (at most the arena's: BATCH, or the run's), b on this device\n");
-  if (parts > 1) {
-    out("  // (rows that do not divide over '%s' are split unevenly: c->ragged)\n",
-        g->dist->mesh.names[ba]);
-    out("  const int64_t B = c->rows ? c->rows : BATCH, b = c->ragged ? c->local_rows : B / %d;\n",
-        parts);
-  } else {
-    out("  const int64_t B = c->rows ? c->rows : BATCH, b = B;\n");
-  }
-  out("  (void)B; (void)b;\n");
   // issue 25: the rows of each layer's share of a value a block keeps for
-  // every layer, split `parts` ways: as the arena plan counts them
-  bool said = false;
+  // every layer, split `np` ways: as the arena plan counts them
+  char *stacked = "", *said = "";
   for (int np = 2; np <= g->dist->mesh.size; np++) {
     bool used = false;
     for (int bi = 0; bi < g->nblocks && !used; bi++)
       for (int r = 0; r < g->blocks[bi].len && !used; r++)
         used = g->blocks[bi].stacked[r] && g->blocks[bi].parts[r] == np;
     if (!used) continue;
-    if (!said)
-      out("  // a layer's rows in what a block keeps for every layer: B over %d, rounded up\n", np);
-    said = true;
-    out("  const int64_t %s = (B + %d) / %d;\n  (void)%s;\n", rows_name(np), np - 1, np,
-        rows_name(np));
+    said = format("%s%s%s over %d", said, *said ? ", " : "", rows_name(np), np);
+    stacked = format("%s; \\\n  const int64_t %s = (B + %d) / %d; \\\n  (void)%s", stacked,
+                     rows_name(np), np - 1, np, rows_name(np));
   }
+  out("\n// ---- what every function of a step begins with, written once:\n"
+      "// STEP_ROWS, the step's rows: B in all (at most the arena's: BATCH, or the run's), b on\n"
+      "// this device");
+  if (parts > 1)
+    out(" (rows that do not divide over '%s' are split unevenly: c->ragged)",
+        g->dist->mesh.names[ba]);
+  if (*said)
+    out(";\n// and a layer's rows in what a block keeps for every layer, rounded up: %s", said);
+  if (EB == BACKEND_C)
+    out(";\n// PART_LOCALS, a part's blobs and arena (P, G, A; scratch: im2col's), then its rows");
+  out("; each\n// cast to void for the functions that read none of them\n");
+  out("#define STEP_ROWS \\\n");
+  if (parts > 1)
+    out("  const int64_t B = c->rows ? c->rows : BATCH, b = c->ragged ? c->local_rows : B / %d; "
+        "\\\n", parts);
+  else
+    out("  const int64_t B = c->rows ? c->rows : BATCH, b = B; \\\n");
+  out("  (void)B; (void)b%s\n", stacked);
+  if (EB == BACKEND_C)
+    out("#define PART_LOCALS \\\n"
+        "  float *P = c->params, *G = c->grads, *A = c->arena, *scratch = A + SCRATCH; \\\n"
+        "  (void)P; (void)G; (void)scratch; (void)x; (void)y; (void)step; \\\n"
+        "  STEP_ROWS\n");
 }
+
+// The step's rows, at the top of every function of a step.
+static void emit_rows(void) { out("  STEP_ROWS;\n"); }
 
 // A step's start: its rows, and whether it can run them. A batch dim split
 // over an axis other than the batch axis holds B / size rows, so B must
@@ -643,7 +664,6 @@ static void emit_block_inputs(const RepBlock *b) {
 }
 
 void emit_part_body(const StepPart *part) {
-  emit_rows();
   if (part->block) {
     ECTX = (BlockCtx){part->block, 0, false};
     emit_block_inputs(part->block);

@@ -1040,7 +1040,8 @@ typedef struct {
   const RepBlock *block;  // issue 25: a block's function (its copy 0's nodes, for the layer l)
 } StepPart;
 StepPart *step_parts(int *count);
-// A part's body: the step's rows (B, b), then every op's comment and its
+// A part's body (after the emitter's PART_LOCALS or STEP_ROWS: the step's
+// rows, B and b, emit_preamble's macros), every op's comment and its
 // calls for EB, under `if (step == TRAIN_STEP ...)` where steps differ.
 void emit_part_body(const StepPart *part);
 void emit_step_rows(void);
