@@ -706,7 +706,10 @@ static void batch_norm_emit(const Node *n, Lowering *lw) {
   const Node *x = n->in[0];
   lower_call(lw, "batch_norm", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s",
              act_c[n->bn.act], buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), buf(n->in[3]),
-             buf(n->in[4]), lead_c(x, 1), trail_c(x, 1), hparam(n, "epsilon", n->bn.eps, NULL));
+             buf(n->in[4]), lead_c(x, 1), trail_c(x, 1),
+             // an activation fused after it (fuse.c) is the node's layer: the
+             // epsilon is the batch norm's, whose moving mean in[1] selects
+             hparam(n->bn.act != ACT_LINEAR ? n->in[1] : n, "epsilon", n->bn.eps, NULL));
 }
 
 static void bn_grad_emit(const Node *n, Lowering *lw) {
