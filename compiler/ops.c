@@ -704,8 +704,10 @@ static int64_t group_elems(const UpdGroup *ug) {
 static void update_emit(const Node *n, Lowering *lw) {
   const Var *v = n->var;
   if (v->ema_stat) { // issue 11: moving statistics, Keras's momentum
+    char *m = hparam(n, "momentum", v->ema_momentum, NULL); // (named in this order)
+    char *m1 = hparam(n, "one_minus_momentum", (float)(1.0 - v->ema_momentum), "1 - momentum");
     lower_call(lw, "ema", false, NULL, "%s, %s, %s, %s, %s", buf(n->in[0]), buf(n->in[1]),
-               elems_c(n->in[0]), flt(v->ema_momentum), flt((float)(1.0 - v->ema_momentum)));
+               elems_c(n->in[0]), m, m1);
     return;
   }
   if (n->fused) {
@@ -900,9 +902,9 @@ static char *pact_args(const Node *n) {
     return format("%s, INFINITY, %s",
                   hparam(n, p->kind == KDRT_PACT_ELU ? "alpha" : "negative_slope", p->alpha, NULL),
                   flt(p->threshold));
-  return format("%s, %s, %s", hparam(n, "negative_slope", p->alpha, NULL),
-                isinf(p->max) ? "INFINITY" : hparam(n, "max_value", p->max, NULL),
-                hparam(n, "threshold", p->threshold, NULL));
+  char *ns = hparam(n, "negative_slope", p->alpha, NULL); // (named in this order)
+  char *mx = isinf(p->max) ? "INFINITY" : hparam(n, "max_value", p->max, NULL);
+  return format("%s, %s, %s", ns, mx, hparam(n, "threshold", p->threshold, NULL));
 }
 
 static void pact_grad(Graph *g, Node *n, const bool *need) {

@@ -501,6 +501,14 @@ static void loss_rule(const Node *n, Rule *r) {
 
 // kdcc --sample-weight: the weighted kernels (kdrt_loss_w, ...) take the
 // rows' weights after the operands.
+// issue 25: Huber's delta by name (the other losses have no parameter: 0).
+static char *loss_param(const Node *n) {
+  return n->loss.kind == KDRT_LOSS_HUBER
+             ? hparam(n, "delta", n->loss.param,
+                      format("its loss Huber(delta=%g)", n->loss.param))
+             : flt(n->loss.param);
+}
+
 static void loss_emit_w(const Node *n, Lowering *lw, char *rows, char *cols) {
   const Node *p = n->in[0];
   char *w = buf(n->in[n->nin - 1]);
@@ -512,7 +520,7 @@ static void loss_emit_w(const Node *n, Lowering *lw, char *rows, char *cols) {
   }
   lower_call(lw, n->op == OP_LOSS ? "loss_w" : "loss_grad_w", false, NULL,
              "%s, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
-             n->loss.from_logits, flt(n->loss.param), buf(n), buf(p), buf(n->in[1]),
+             n->loss.from_logits, loss_param(n), buf(n), buf(p), buf(n->in[1]),
              n->nin > 3 ? buf(n->in[2]) : "NULL", w, rows, cols, scale_c(n, p));
 }
 
@@ -531,7 +539,7 @@ static void loss_emit(const Node *n, Lowering *lw) {
   }
   lower_call(lw, n->op == OP_LOSS ? "loss" : "loss_grad", false, NULL,
              "%s, %d, %s, %s, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind], n->loss.from_logits,
-             flt(n->loss.param), buf(n), buf(p), buf(n->in[1]), n->nin > 2 ? buf(n->in[2]) : "NULL",
+             loss_param(n), buf(n), buf(p), buf(n->in[1]), n->nin > 2 ? buf(n->in[2]) : "NULL",
              rows, cols, scale_c(n, p));
 }
 

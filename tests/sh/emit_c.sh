@@ -94,12 +94,12 @@ parts=$(grep -c "^  PART_LOCALS;$" $p || true)
 [ "$kind$eps$scale" = 000 ] && [ "$named" = 4 ] && [ "$rows" = 1 ] && [ "$parts" -ge 5 ] ||
   { echo "FAIL gpt: bare norm kinds $kind, epsilons $eps, scales $scale; named $named (want 4);" \
       "rows written $rows times (want 1, in STEP_ROWS); parts with PART_LOCALS $parts"; exit 1; }
-for m in pact noise_norms batchnorm; do
+for m in pact noise_norms batchnorm losses_reg; do
   ./kdcc tests/gradcheck/$m.json --batch-size 16 -w -S $out/a
   mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/a/program.c
   # a float literal argument other than 0.0f and 1.0f (no hyper-parameters)
-  bare=$(grep -cP 'kdrt_(pact|dropout|gaussian_noise|batch_norm|bn_grad|norm|norm_grad)\(.*[ (](?!0\.0f|1\.0f)-?\d[\d.e+-]*f[,)]' \
+  bare=$(grep -cP 'kdrt_(pact|dropout|gaussian_noise|batch_norm|bn_grad|ema|norm|norm_grad|loss|loss_grad)\(.*[ (](?!0\.0f|1\.0f)-?\d[\d.e+-]*f[,)]' \
     $out/a/program.c || true)
   [ "$bare" = 0 ] || { echo "FAIL $m: $bare calls with a bare hyper-parameter"; exit 1; }
 done
-echo "emit_c: gpt, pact, noise_norms, batchnorm: hyper-parameters named, one preamble"
+echo "emit_c: gpt, pact, noise_norms, batchnorm, losses_reg: hyper-parameters named, one preamble"
