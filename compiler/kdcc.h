@@ -440,7 +440,10 @@ typedef struct {                                             // CONV2D*, MAXPOOL
 } WinAttr;
 typedef struct { int axis; int64_t start; } CatAttr;        // CONCAT, SLICE
 typedef struct { float rate; uint64_t stream; bool mul; } DropAttr; // DROPOUT, NOISE (rate: stddev)
-typedef struct { float scale, shift; } AffAttr;              // SCALE: x * scale + shift
+// SCALE: x * scale + shift; hp (issue 25): the Keras hyper-parameter that is
+// the scale ("scale": attention's, "logit_soft_cap", "1/logit_soft_cap") or
+// the shift ("epsilon"), named in the program (ops.c's scale_emit), or NULL
+typedef struct { float scale, shift; const char *hp; } AffAttr;
 typedef struct {                                             // LOSS, METRIC, LOSS_GRAD, XENT*
   LossKind kind;
   bool from_logits;

@@ -454,16 +454,22 @@ const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad,
 
 static void scale_grad(Graph *g, Node *n, const bool *need) {
   Node *dx = new_node1(g, OP_SCALE, n->grad, n->in[0]->shape);
-  dx->aff = (AffAttr){n->aff.scale, 0};
+  dx->aff = (AffAttr){n->aff.scale, 0, n->aff.shift == 0 ? n->aff.hp : NULL};
   accumulate(g, n->in[0], dx);
 }
 
 static void scale_emit(const Node *n, Lowering *lw) {
-  // issue 25: an attention layer's scale of its scores (either way) by name
-  const Layer *l = n->layer ? find_layer(EG->model, n->layer) : NULL;
-  bool attn = l && strstr(l->cls, "Attention") && n->aff.shift == 0 && n->aff.scale != 1;
+  // issue 25: a Keras hyper-parameter by name (AffAttr.hp): attention's scale
+  // of its scores, a logit soft cap, or a frozen batch norm's epsilon
+  const char *hp = n->aff.hp;
+  char *scale = flt(n->aff.scale), *shift = flt(n->aff.shift);
+  if (hp && !strcmp(hp, "epsilon")) shift = hparam(n, hp, n->aff.shift, NULL);
+  else if (hp && !strcmp(hp, "scale")) scale = attn_scale(n, n->aff.scale);
+  else if (hp && !strcmp(hp, "1/logit_soft_cap"))
+    scale = hparam(n, "one_over_logit_soft_cap", n->aff.scale, "1 / logit_soft_cap");
+  else if (hp) scale = hparam(n, hp, n->aff.scale, NULL);
   lower_call(lw, "scale", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]), elems_c(n),
-             attn ? attn_scale(n, n->aff.scale) : flt(n->aff.scale), flt(n->aff.shift));
+             scale, shift);
 }
 
 const OpDef op_SCALE = {"scale", 1, 0, false, rule_elementwise, scale_grad, scale_emit};

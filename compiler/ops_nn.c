@@ -701,7 +701,7 @@ static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
     Node *sum = new_node1(g, OP_RESHAPE, row, m->shape);
     if (k) {
       Node *ve = new_node1(g, OP_SCALE, v, v->shape);
-      ve->aff = (AffAttr){1, n->bn.eps};
+      ve->aff = (AffAttr){1, n->bn.eps, "epsilon"};
       Node *r = new_node1(g, OP_ACT, ve, v->shape);
       r->act.kind = KDRT_ACT_RSQRT;
       sum = new_node2(g, OP_MUL, sum, r, m->shape);
