@@ -270,17 +270,18 @@ static void emit_locals_macros(void) {
     stacked = format("%s; \\\n  const int64_t %s = (B + %d) / %d; \\\n  (void)%s", stacked,
                      rows_name(np), np - 1, np, rows_name(np));
   }
-  out("\n// ---- what every function of a step begins with, written once:\n"
-      "// STEP_ROWS, the step's rows: B in all (at most the arena's: BATCH, or the run's), b on\n"
-      "// this device");
+  out("\n// ---- what every function of a step begins with, written once: STEP_ROWS, the\n"
+      "// step's rows (B in all: at most the arena's BATCH, or the run's; b on this device)\n");
   if (parts > 1)
-    out(" (rows that do not divide over '%s' are split unevenly: c->ragged)",
+    out("// (rows that do not divide over '%s' are split unevenly: c->ragged)\n",
         g->dist->mesh.names[ba]);
   if (*said)
-    out(";\n// and a layer's rows in what a block keeps for every layer, rounded up: %s", said);
+    out("// and a layer's rows in what a block keeps for every layer, rounded up: %s\n", said);
   if (EB == BACKEND_C)
-    out(";\n// PART_LOCALS, a part's blobs and arena (P, G, A; scratch: im2col's), then its rows");
-  out("; each\n// cast to void for the functions that read none of them\n");
+    out("// and for a part PART_LOCALS: the blobs and the arena (P, G, A; scratch: im2col's),\n"
+        "// then the rows; each cast to void for the functions that read none of them\n");
+  else
+    out("// cast to void for the functions that read none of them\n");
   out("#define STEP_ROWS \\\n");
   if (parts > 1)
     out("  const int64_t B = c->rows ? c->rows : BATCH, b = c->ragged ? c->local_rows : B / %d; "
