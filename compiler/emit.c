@@ -451,11 +451,15 @@ char *hparam(const Node *n, const char *attr, double v, const char *note) {
   }
   *q = '\0';
   char *name = base;
+  const char *oh[8];
+  float ov[8];
+  int no = opt_consts(&EG->model->opt, oh, ov); // a layer called "adam": not ADAM_EPSILON
   for (int k = 2;; k++) { // two layers whose names read the same apart: numbered
-    int i = 0;
+    int i = 0, j = 0;
     while (i < nhparams && strcmp(hparams[i].name, name)) i++;
+    while (j < no && strcmp(opt_const(oh[j]), name)) j++;
     if (i < nhparams && !strcmp(hparams[i].value, lit)) return name;
-    if (i == nhparams) break;
+    if (i == nhparams && j == no) break;
     name = format("%s_%d", base, k);
   }
   const Layer *l = n->layer ? find_layer(EG->model, n->layer) : NULL;
