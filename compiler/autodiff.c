@@ -182,7 +182,7 @@ void build_backward(Graph *g) {
   if (g->penalty && need[g->penalty->id]) { // d(total)/d(penalty) = 1
     // the graph has no constants: 1 as penalty * 0 + 1, a scalar at hand
     Node *one = new_node1(g, OP_SCALE, g->penalty, (Shape){0});
-    one->aff = (AffAttr){0, 1};
+    one->aff = (AffAttr){0, 1, NULL};
     one->name = "grad(regularization)";
     accumulate(g, g->penalty, loss_scaled(g, one));
   }

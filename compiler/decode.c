@@ -540,9 +540,7 @@ void decode_finish(Graph *g) {
 static void emit_part(const StepPart *p) {
   out("\nstatic void %s(kdrt_ctx *c, const void *const *x, const void *const *y, int step) {\n",
       p->name);
-  out("  float *P = c->params, *G = c->grads, *A = c->arena;\n");
-  out("  float *scratch = A + SCRATCH;\n");
-  out("  (void)P; (void)G; (void)x; (void)y; (void)scratch; (void)step;\n");
+  out("  PART_LOCALS;\n"); // emit.c's macro: P, G, A, scratch, the rows
   emit_part_body(p);
   out("}\n");
 }
@@ -552,8 +550,10 @@ static void emit_part(const StepPart *p) {
 static void emit_step_fn(const char *name, const char *what) {
   int nparts;
   StepPart *parts = step_parts(&nparts);
+  emit_hparams_begin(); // the layers' hyper-parameters first
   out("\n// ---- the %s's parts, in order\n", name);
   for (int i = 0; i < nparts; i++) emit_part(&parts[i]);
+  emit_hparams_end();
   out("\n// ---- the %s: x = %s, the rows' positions, the caches\n", name, what);
   out("static void %s(kdrt_ctx *c, const void *const *x) {\n", name);
   out("  const void *const *y = NULL;\n");

@@ -8,6 +8,7 @@
 // nothing here or in the emitters knows what an op computes.
 #include "kdcc.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,7 @@ void out(const char *fmt, ...) {
 }
 
 static void emit_arena(void);
+static void emit_locals_macros(void);
 
 const char *const init_name[] = {
 #define KDRT_X(name, kname) "KDRT_INIT_" #name,
@@ -183,6 +185,7 @@ void emit_preamble(const char *what) {
   }
   out("#define GRAD_FLOATS %lld\n", (long long)g->grad_floats);
   emit_arena();
+  emit_locals_macros();
 }
 
 // Whether n has an arena buffer of its own: a value, not a view, and in a
@@ -245,36 +248,56 @@ static void emit_arena(void) {
 
 // ---- step bodies
 
-// The step's rows, at the top of every function of a step.
-static void emit_rows(void) {
+// issue 25: what every function of a step begins with, written once as
+// macros (a function's first line names one): STEP_ROWS, the step's rows;
+// for the C program's parts PART_LOCALS, the blobs and the arena as well
+// (the CUDA program's parts declare the device pointers they use, and the
+// steps the host's). A macro's comment is above it: a // comment inside
+// would swallow the lines its backslashes join.
+static void emit_locals_macros(void) {
   const Graph *g = EG;
   int ba = g->dist->batch_axis, parts = ba >= 0 ? g->dist->mesh.shape[ba] : 1;
-  out("  // the step's rows: B in all (at most the arena's: BATCH, or the run's), b on this device\n");
-  if (parts > 1) {
-    out("  // (rows that do not divide over '%s' are split unevenly: c->ragged)\n",
-        g->dist->mesh.names[ba]);
-    out("  const int64_t B = c->rows ? c->rows : BATCH, b = c->ragged ? c->local_rows : B / %d;\n",
-        parts);
-  } else {
-    out("  const int64_t B = c->rows ? c->rows : BATCH, b = B;\n");
-  }
-  out("  (void)B; (void)b;\n");
   // issue 25: the rows of each layer's share of a value a block keeps for
-  // every layer, split `parts` ways: as the arena plan counts them
-  bool said = false;
+  // every layer, split `np` ways: as the arena plan counts them
+  char *stacked = "", *said = "";
   for (int np = 2; np <= g->dist->mesh.size; np++) {
     bool used = false;
     for (int bi = 0; bi < g->nblocks && !used; bi++)
       for (int r = 0; r < g->blocks[bi].len && !used; r++)
         used = g->blocks[bi].stacked[r] && g->blocks[bi].parts[r] == np;
     if (!used) continue;
-    if (!said)
-      out("  // a layer's rows in what a block keeps for every layer: B over %d, rounded up\n", np);
-    said = true;
-    out("  const int64_t %s = (B + %d) / %d;\n  (void)%s;\n", rows_name(np), np - 1, np,
-        rows_name(np));
+    said = format("%s%s%s over %d", said, *said ? ", " : "", rows_name(np), np);
+    stacked = format("%s; \\\n  const int64_t %s = (B + %d) / %d; \\\n  (void)%s", stacked,
+                     rows_name(np), np - 1, np, rows_name(np));
   }
+  out("\n// ---- what every function of a step begins with, written once: STEP_ROWS, the\n"
+      "// step's rows (B in all: at most the arena's BATCH, or the run's; b on this device)\n");
+  if (parts > 1)
+    out("// (rows that do not divide over '%s' are split unevenly: c->ragged)\n",
+        g->dist->mesh.names[ba]);
+  if (*said)
+    out("// and a layer's rows in what a block keeps for every layer, rounded up: %s\n", said);
+  if (EB == BACKEND_C)
+    out("// and for a part PART_LOCALS: the blobs and the arena (P, G, A; scratch: im2col's),\n"
+        "// then the rows; each cast to void for the functions that read none of them\n");
+  else
+    out("// cast to void for the functions that read none of them\n");
+  out("#define STEP_ROWS \\\n");
+  if (parts > 1)
+    out("  const int64_t B = c->rows ? c->rows : BATCH, b = c->ragged ? c->local_rows : B / %d; "
+        "\\\n", parts);
+  else
+    out("  const int64_t B = c->rows ? c->rows : BATCH, b = B; \\\n");
+  out("  (void)B; (void)b%s\n", stacked);
+  if (EB == BACKEND_C)
+    out("#define PART_LOCALS \\\n"
+        "  float *P = c->params, *G = c->grads, *A = c->arena, *scratch = A + SCRATCH; \\\n"
+        "  (void)P; (void)G; (void)scratch; (void)x; (void)y; (void)step; \\\n"
+        "  STEP_ROWS\n");
 }
+
+// The step's rows, at the top of every function of a step.
+static void emit_rows(void) { out("  STEP_ROWS;\n"); }
 
 // A step's start: its rows, and whether it can run them. A batch dim split
 // over an axis other than the batch axis holds B / size rows, so B must
@@ -401,6 +424,76 @@ static const char *layer_named(const Node *n, const char *s, int which) {
   return gn ? gn : s;
 }
 
+// ---- issue 25: the layers' hyper-parameters, named where a call reads them
+
+typedef struct {
+  char *name, *value, *why;
+} HParam;
+static HParam *hparams;
+static int nhparams, hparams_cap;
+static FILE *hparams_whole; // the output that emit_hparams_end writes them to
+static char *hparams_text;  // the code that names them, held back until then
+static size_t hparams_len;
+
+char *hparam(const Node *n, const char *attr, double v, const char *note) {
+  char *lit = flt(v);
+  if (ECTX.b && ECTX.symbolic) return lit; // blocks.c: copies are one block by value
+  const char *layer = n->layer ? layer_named(n, n->layer, 0) : "model";
+  // "b<l>_ln1" -> "BL_LN1": the layer's number as L, as P_bl_ln1_gamma spells it
+  char *base = format("%s_%s", layer, attr), *q = base;
+  for (const char *p = base; *p; p++) {
+    if (!strncmp(p, "<l>", 3)) {
+      *q++ = 'L';
+      p += 2;
+      continue;
+    }
+    *q++ = isalnum((unsigned char)*p) ? (char)toupper((unsigned char)*p) : '_';
+  }
+  *q = '\0';
+  char *name = base;
+  const char *oh[8];
+  float ov[8];
+  int no = opt_consts(&EG->model->opt, oh, ov); // a layer called "adam": not ADAM_EPSILON
+  for (int k = 2;; k++) { // two layers whose names read the same apart: numbered
+    int i = 0, j = 0;
+    while (i < nhparams && strcmp(hparams[i].name, name)) i++;
+    while (j < no && strcmp(opt_const(oh[j]), name)) j++;
+    if (i < nhparams && !strcmp(hparams[i].value, lit)) return name;
+    if (i == nhparams && j == no) break;
+    name = format("%s_%d", base, k);
+  }
+  const Layer *l = n->layer ? find_layer(EG->model, n->layer) : NULL;
+  const char *cls = l ? l->cls : "the model";
+  hparams = xgrow(hparams, nhparams, &hparams_cap, sizeof *hparams);
+  hparams[nhparams++] = (HParam){
+      name, lit, note ? format("%s: %s, %s", layer, cls, note)
+                      : format("%s: %s(%s=%g)", layer, cls, attr, v)};
+  return name;
+}
+
+void emit_hparams_begin(void) {
+  nhparams = 0;
+  hparams_whole = EF;
+  EF = open_memstream(&hparams_text, &hparams_len);
+  if (!EF) error("out of memory");
+}
+
+void emit_hparams_end(void) {
+  if (fclose(EF) != 0) error("out of memory");
+  EF = hparams_whole;
+  if (nhparams)
+    out("\n// ---- the layers' hyper-parameters, as the calls below read them (in a block's\n"
+        "// function one name for every layer: its layers' values are the same)\n");
+  int w = 0;
+  for (int i = 0; i < nhparams; i++)
+    if ((int)strlen(hparams[i].name) > w) w = (int)strlen(hparams[i].name);
+  for (int i = 0; i < nhparams; i++)
+    out("#define %-*s %s // %s\n", w, hparams[i].name, hparams[i].value, hparams[i].why);
+  fputs(hparams_text, EF);
+  free(hparams_text);
+  hparams_text = NULL;
+}
+
 // The comment above each op: id, op, layer, name, shapes and layout, and
 // for a collective why it is there.
 static void emit_op_comment(const Node *n) {
@@ -487,6 +580,7 @@ static char *lowered(const Node *n, StepKind kind, bool branch) {
 void emit_steps(PartEmitter *part, StepEmitter *step) {
   int nparts, nblocks;
   StepPart *parts = step_parts(&nparts), *blocks = block_parts(&nblocks);
+  emit_hparams_begin();
   if (nblocks) {
     out("\n// ---- the repeated blocks: each written once, a function of the layer l it runs,\n"
         "// called in a loop by the parts below with l over the block's layers (the ids and\n"
@@ -500,6 +594,7 @@ void emit_steps(PartEmitter *part, StepEmitter *step) {
   step("eval_step", STEP_EVAL, parts, nparts);
   out("\n// The training step without the update, for `./train gradcheck`.");
   step("grad_step", STEP_GRAD, parts, nparts);
+  emit_hparams_end();
 }
 
 // `if (step == A || step == B) {` for the steps in `run` (bits 1 << StepKind).
@@ -574,7 +669,6 @@ static void emit_block_inputs(const RepBlock *b) {
 }
 
 void emit_part_body(const StepPart *part) {
-  emit_rows();
   if (part->block) {
     ECTX = (BlockCtx){part->block, 0, false};
     emit_block_inputs(part->block);

@@ -19,9 +19,7 @@
 static void emit_part(const StepPart *p) {
   out("\nstatic void %s(kdrt_ctx *c, const void *const *x, const void *const *y, int step%s) {\n",
       p->name, p->block ? ", int l" : "");
-  out("  float *P = c->params, *G = c->grads, *A = c->arena;\n");
-  out("  float *scratch = A + SCRATCH;\n");
-  out("  (void)P; (void)G; (void)x; (void)y; (void)scratch; (void)step;\n");
+  out("  PART_LOCALS;\n"); // emit.c's macro: P, G, A, scratch, the rows
   emit_part_body(p);
   out("}\n");
 }

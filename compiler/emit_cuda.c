@@ -72,6 +72,7 @@ static void emit_part(const StepPart *p) {
   size_t body_len = 0;
   EF = open_memstream(&body, &body_len);
   if (!EF) error("out of memory");
+  out("  STEP_ROWS;\n"); // emit.c's macro: B, b
   emit_part_body(p);
   if (fclose(EF) != 0) error("out of memory");
   EF = whole;

@@ -136,7 +136,7 @@ Node *sum_all(Graph *g, Node *x) {
 
 Node *scaled(Graph *g, Node *x, double k) {
   Node *y = new_node1(g, OP_SCALE, x, x->shape);
-  y->aff = (AffAttr){(float)k, 0};
+  y->aff = (AffAttr){(float)k, 0, NULL};
   return y;
 }
 

@@ -440,7 +440,10 @@ typedef struct {                                             // CONV2D*, MAXPOOL
 } WinAttr;
 typedef struct { int axis; int64_t start; } CatAttr;        // CONCAT, SLICE
 typedef struct { float rate; uint64_t stream; bool mul; } DropAttr; // DROPOUT, NOISE (rate: stddev)
-typedef struct { float scale, shift; } AffAttr;              // SCALE: x * scale + shift
+// SCALE: x * scale + shift; hp (issue 25): the Keras hyper-parameter that is
+// the scale ("scale": attention's, "logit_soft_cap", "1/logit_soft_cap") or
+// the shift ("epsilon"), named in the program (ops.c's scale_emit), or NULL
+typedef struct { float scale, shift; const char *hp; } AffAttr;
 typedef struct {                                             // LOSS, METRIC, LOSS_GRAD, XENT*
   LossKind kind;
   bool from_logits;
@@ -977,6 +980,16 @@ char *describe(const Node *n);              // "[16, 200] ('data', 'model') loca
 // issue 25: the optimizer's hyper-parameter `name` (Keras's: "beta_1") as the
 // named constant the program defines (ADAM_BETA_1: opt_consts).
 char *opt_const(const char *name);
+// issue 25: node n's layer's hyper-parameter `attr` (Keras's name: "epsilon")
+// of value v, as the constant the program defines where the call reads it
+// ("BL_LN1_EPSILON", b<l>_ln1's in a block's function), its comment the
+// layer's class and the value, or `note`; the literal itself while blocks.c
+// compares a block's copies (so layers with other values are no one block).
+// Named between emit_hparams_begin and _end, which writes the #defines
+// before the code that reads them.
+char *hparam(const Node *n, const char *attr, double v, const char *note);
+void emit_hparams_begin(void);
+void emit_hparams_end(void);
 // The hyper-parameters the optimizer's update calls read, their names and
 // values (at most 8), for the program's #defines.
 int opt_consts(const Optimizer *o, const char **names, float *values);
@@ -1030,7 +1043,8 @@ typedef struct {
   const RepBlock *block;  // issue 25: a block's function (its copy 0's nodes, for the layer l)
 } StepPart;
 StepPart *step_parts(int *count);
-// A part's body: the step's rows (B, b), then every op's comment and its
+// A part's body (after the emitter's PART_LOCALS or STEP_ROWS: the step's
+// rows, B and b, emit_preamble's macros), every op's comment and its
 // calls for EB, under `if (step == TRAIN_STEP ...)` where steps differ.
 void emit_part_body(const StepPart *part);
 void emit_step_rows(void);

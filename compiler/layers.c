@@ -97,7 +97,7 @@ static Node *build_rmsnorm(Graph *g, Layer *l, Node *x) {
   if (g->cdt) scale = round_to(g, scale, g->cdt);
   if (plus_one) {
     Node *s1 = new_node1(g, OP_SCALE, scale, scale->shape);
-    s1->aff = (AffAttr){1, 1};
+    s1->aff = (AffAttr){1, 1, NULL};
     scale = s1;
   }
   return new_node2(g, OP_COL_MUL, y, scale, x->shape);
@@ -285,10 +285,10 @@ static Node *build_reversible_embedding(Graph *g, Layer *l, Node *x) {
   double cap = cfg_num(l, "logit_soft_cap", 0);
   if (cap == 0) return y;
   Node *s = new_node1(g, OP_SCALE, y, y->shape);
-  s->aff = (AffAttr){(float)(1.0 / cap), 0};
+  s->aff = (AffAttr){(float)(1.0 / cap), 0, "1/logit_soft_cap"};
   Node *t = apply_act(g, s, ACT_TANH);
   Node *c = new_node1(g, OP_SCALE, t, t->shape);
-  c->aff = (AffAttr){(float)cap, 0};
+  c->aff = (AffAttr){(float)cap, 0, "logit_soft_cap"};
   return c;
 }
 
@@ -348,7 +348,7 @@ static Node *build_rescaling(Graph *g, Layer *l, Node *x) {
   Node *n = new_node1(g, OP_SCALE, x, x->shape);
   double scale = cfg_num(l, "scale", 1.0), offset = cfg_num(l, "offset", 0.0);
   if (g->cdt) scale = round_scalar(g->cdt, scale), offset = round_scalar(g->cdt, offset);
-  n->aff = (AffAttr){(float)scale, (float)offset};
+  n->aff = (AffAttr){(float)scale, (float)offset, NULL};
   return n;
 }
 
@@ -679,7 +679,7 @@ static Node *build_spatial_dropout(Graph *g, Layer *l, Node *x) {
   if (rate == 0) return x;
   Node *m = new_node(g, OP_FILL, 0, NULL);
   m->shape = (Shape){2, {x->shape.d[0], x->shape.d[n + 1]}};
-  m->aff = (AffAttr){0, 1};
+  m->aff = (AffAttr){0, 1, NULL};
   m = new_node1(g, OP_DROPOUT, m, m->shape);
   m->drop = (DropAttr){(float)rate, hash_str(l->path), false};
   for (int d = 1; d <= n; d++) {

@@ -93,9 +93,9 @@ float round_scalar(int kind, double v) {
   return kind == KDRT_ROUND_F16 ? kdrt_round_f16((float)v) : kdrt_round_bf16((float)v);
 }
 
-static Node *scaled_by(Graph *g, Node *x, double scale) {
+static Node *scaled_by(Graph *g, Node *x, double scale, const char *hp) {
   Node *y = new_node1(g, OP_SCALE, x, x->shape);
-  y->aff = (AffAttr){(float)scale, 0};
+  y->aff = (AffAttr){(float)scale, 0, hp};
   return y;
 }
 
@@ -131,10 +131,12 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
   // is float32, its probabilities cast back (ops.cast(.., orig_dtype)).
   bool f32 = g->cdt_f32, scores16 = g->cdt && zero_masked;
   g->cdt_f32 = !scores16;
-  if (scores16) qt = scaled_by(g, qt, round_scalar(g->cdt, scale));
+  if (scores16) qt = scaled_by(g, qt, round_scalar(g->cdt, scale), "scale");
   Node *s = named(dot_node(g, qt, kt, 2, 1, true), "scores"); // [b, n, t, s]
-  if (!scores16) s = scaled_by(g, s, scale);
-  if (cap > 0) s = scaled_by(g, apply_act(g, scaled_by(g, s, 1 / cap), ACT_TANH), cap);
+  if (!scores16) s = scaled_by(g, s, scale, "scale");
+  if (cap > 0)
+    s = scaled_by(g, apply_act(g, scaled_by(g, s, 1 / cap, "1/logit_soft_cap"), ACT_TANH), cap,
+                  "logit_soft_cap");
   g->cdt_f32 = true;
   if (causal) {
     s = new_node1(g, OP_CAUSAL, s, s->shape);

@@ -266,7 +266,7 @@ Node *build_gap1d(Graph *g, Layer *l, Node *x) {
   Node *s = new_node1(g, OP_REDUCE_SUM, x, (Shape){2, {x->shape.d[0], x->shape.d[2]}});
   s->red.dim = 1;
   Node *y = new_node1(g, OP_SCALE, s, s->shape);
-  y->aff = (AffAttr){(float)(1.0 / (double)x->shape.d[1]), 0};
+  y->aff = (AffAttr){(float)(1.0 / (double)x->shape.d[1]), 0, NULL};
   return y;
 }
 
@@ -284,7 +284,7 @@ Node *build_gap2d(Graph *g, Layer *l, Node *x) {
   Node *t = new_node1(g, OP_REDUCE_SUM, s, (Shape){2, {d[0], d[3]}});
   t->red.dim = 1;
   Node *y = new_node1(g, OP_SCALE, t, t->shape);
-  y->aff = (AffAttr){(float)(1.0 / (double)(d[1] * d[2])), 0};
+  y->aff = (AffAttr){(float)(1.0 / (double)(d[1] * d[2])), 0, NULL};
   return y;
 }
 
@@ -442,7 +442,7 @@ Node *build_avgpool(Graph *g, Layer *l, Node *x) {
     r = r2;
   }
   Node *y = new_node1(g, OP_SCALE, r, r->shape);
-  y->aff = (AffAttr){(float)(1.0 / (double)(ps[0] * (n == 2 ? ps[1] : 1))), 0};
+  y->aff = (AffAttr){(float)(1.0 / (double)(ps[0] * (n == 2 ? ps[1] : 1))), 0, NULL};
   return y;
 }
 
@@ -490,7 +490,7 @@ Node *build_upsample(Graph *g, Layer *l, Node *x) {
 static Node *fill_channels(Graph *g, Shape cs, float v) {
   Node *f = new_node(g, OP_FILL, 0, NULL);
   f->shape = cs;
-  f->aff = (AffAttr){0, v};
+  f->aff = (AffAttr){0, v, NULL};
   return f;
 }
 
@@ -504,7 +504,7 @@ static Node *frozen_batchnorm(Graph *g, Node *x, Node *mm, Node *mv, Node *gam, 
                               double eps) {
   Shape cs = mm->shape;
   Node *ve = new_node1(g, OP_SCALE, mv, cs);
-  ve->aff = (AffAttr){1, (float)eps};
+  ve->aff = (AffAttr){1, (float)eps, "epsilon"};
   Node *inv = apply_act(g, ve, KDRT_ACT_RSQRT);
   if (gam) inv = new_node2(g, OP_MUL, inv, gam, cs);
   Node *res = new_node2(g, OP_MUL, scaled(g, mm, -1), inv, cs);
@@ -535,9 +535,9 @@ Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   Node *mv = new_var(g, l, "moving_variance", cs, "moving_variance_initializer", "ones");
   if (layer_frozen(l)) return frozen_batchnorm(g, x, mm, mv, gam, beta, eps);
   Node *mean = new_node1(g, OP_BATCH_MEAN, new_node1(g, OP_BN_STATS, x, cs), cs);
-  mean->aff = (AffAttr){(float)per, 0};
+  mean->aff = (AffAttr){(float)per, 0, NULL};
   Node *var = new_node1(g, OP_BATCH_MEAN, new_node2(g, OP_BN_STATS, x, mean, cs), cs);
-  var->aff = (AffAttr){(float)per, 0};
+  var->aff = (AffAttr){(float)per, 0, NULL};
   mm->var->ema_stat = mean, mm->var->ema_momentum = (float)mom;
   mv->var->ema_stat = var, mv->var->ema_momentum = (float)mom;
   Node *in[5] = {x, new_node2(g, OP_TRAIN_SELECT, mean, mm, cs),

@@ -197,6 +197,6 @@ Node *build_bidirectional(Graph *g, Layer *l, Node *x) {
   if (strcmp(mode, "ave"))
     error_at(jloc(mj), "layer '%s': unknown merge_mode '%s'", l->name, mode);
   Node *ave = new_node1(g, OP_SCALE, sum, s);
-  ave->aff = (AffAttr){0.5f, 0};
+  ave->aff = (AffAttr){0.5f, 0, NULL};
   return ave;
 }

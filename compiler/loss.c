@@ -134,7 +134,7 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
     yl = new_node1(g, OP_SCALE, y, y->shape);
     yl->aff = (AffAttr){(float)(1.0 - ol->label_smoothing),
                         ol->kind == LOSS_CCE ? ls / (float)ys.d[ys.rank - 1]
-                                             : (float)(0.5 * ol->label_smoothing)};
+                                             : (float)(0.5 * ol->label_smoothing), NULL};
     yl->name = format("%s, smoothed", y->name);
   }
   Node *loss, *rowmax = NULL;
@@ -327,7 +327,7 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
     for (int k = 0; k < nl; k++) // the loss weights, where not 1
       if (total[k]->loss.lw != 1) {
         Node *w = new_node1(g, OP_SCALE, total[k], (Shape){0});
-        w->aff = (AffAttr){(float)total[k]->loss.lw, 0};
+        w->aff = (AffAttr){(float)total[k]->loss.lw, 0, NULL};
         w->name = format("%s * %g", total[k]->name, total[k]->loss.lw);
         total[k] = w;
       }

@@ -440,10 +440,13 @@ static void random_emit(const Node *n, Lowering *lw) {
   }
   if (drop)
     lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &l, %s, 0x%016llxull", buf(n),
-               buf(n->in[0]), flt(n->drop.rate), (unsigned long long)n->drop.stream);
+               buf(n->in[0]), hparam(n, "rate", n->drop.rate, NULL),
+               (unsigned long long)n->drop.stream);
   else
     lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &l, %s, %d, 0x%016llxull",
-               buf(n), buf(n->in[0]), flt(n->drop.rate), n->drop.mul,
+               buf(n), buf(n->in[0]), hparam(n, "stddev", n->drop.rate,
+                      n->drop.mul ? "its factor's stddev, sqrt(rate / (1 - rate))" : NULL),
+               n->drop.mul,
                (unsigned long long)n->drop.stream);
 }
 
@@ -451,13 +454,22 @@ const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad,
 
 static void scale_grad(Graph *g, Node *n, const bool *need) {
   Node *dx = new_node1(g, OP_SCALE, n->grad, n->in[0]->shape);
-  dx->aff = (AffAttr){n->aff.scale, 0};
+  dx->aff = (AffAttr){n->aff.scale, 0, n->aff.shift == 0 ? n->aff.hp : NULL};
   accumulate(g, n->in[0], dx);
 }
 
 static void scale_emit(const Node *n, Lowering *lw) {
+  // issue 25: a Keras hyper-parameter by name (AffAttr.hp): attention's scale
+  // of its scores, a logit soft cap, or a frozen batch norm's epsilon
+  const char *hp = n->aff.hp;
+  char *scale = flt(n->aff.scale), *shift = flt(n->aff.shift);
+  if (hp && !strcmp(hp, "epsilon")) shift = hparam(n, hp, n->aff.shift, NULL);
+  else if (hp && !strcmp(hp, "scale")) scale = attn_scale(n, n->aff.scale);
+  else if (hp && !strcmp(hp, "1/logit_soft_cap"))
+    scale = hparam(n, "one_over_logit_soft_cap", n->aff.scale, "1 / logit_soft_cap");
+  else if (hp) scale = hparam(n, hp, n->aff.scale, NULL);
   lower_call(lw, "scale", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]), elems_c(n),
-             flt(n->aff.scale), flt(n->aff.shift));
+             scale, shift);
 }
 
 const OpDef op_SCALE = {"scale", 1, 0, false, rule_elementwise, scale_grad, scale_emit};
@@ -698,8 +710,10 @@ static int64_t group_elems(const UpdGroup *ug) {
 static void update_emit(const Node *n, Lowering *lw) {
   const Var *v = n->var;
   if (v->ema_stat) { // issue 11: moving statistics, Keras's momentum
+    char *m = hparam(n, "momentum", v->ema_momentum, NULL); // (named in this order)
+    char *m1 = hparam(n, "one_minus_momentum", (float)(1.0 - v->ema_momentum), "1 - momentum");
     lower_call(lw, "ema", false, NULL, "%s, %s, %s, %s, %s", buf(n->in[0]), buf(n->in[1]),
-               elems_c(n->in[0]), flt(v->ema_momentum), flt((float)(1.0 - v->ema_momentum)));
+               elems_c(n->in[0]), m, m1);
     return;
   }
   if (n->fused) {
@@ -889,8 +903,14 @@ static const char *const pact_kind_c[] = {"KDRT_PACT_LEAKY", "KDRT_PACT_ELU", "K
 
 static char *pact_args(const Node *n) {
   const PactAttr *p = &n->pact;
-  return format("%s, %s, %s", flt(p->alpha), isinf(p->max) ? "INFINITY" : flt(p->max),
-                flt(p->threshold));
+  // issue 25: each by the name of the layer's attribute
+  if (p->kind != KDRT_PACT_RELU)
+    return format("%s, INFINITY, %s",
+                  hparam(n, p->kind == KDRT_PACT_ELU ? "alpha" : "negative_slope", p->alpha, NULL),
+                  flt(p->threshold));
+  char *ns = hparam(n, "negative_slope", p->alpha, NULL); // (named in this order)
+  char *mx = isinf(p->max) ? "INFINITY" : hparam(n, "max_value", p->max, NULL);
+  return format("%s, %s, %s", ns, mx, hparam(n, "threshold", p->threshold, NULL));
 }
 
 static void pact_grad(Graph *g, Node *n, const bool *need) {

@@ -31,5 +31,8 @@ char *trail_c(const Node *n, int rb);
 char *block_start(const Node *n, int d);
 // ROPE's kdrt_rotary descriptor as a C declaration (ops_nn.c).
 char *rope_decl(const Node *n, int indent);
+// issue 25: attention's scale of the scores, v, as a named constant of n's
+// layer, 1 / sqrt(head_dim) in its comment where it is one (ops_nn.c).
+char *attn_scale(const Node *n, double v);
 
 #endif

@@ -30,23 +30,23 @@ static void softmax_grad(Graph *g, Node *n, const bool *need) {
 // (fuse.c): the outer rows, the query rows t of this block and its first
 // query position, the keys (whole: softmax's last dim is never split), the
 // scale by name (scale_decl: 1 / sqrt(head_dim) as such where it is one).
-static char *scores_args(const Node *n) {
-  int r = n->shape.rank;
-  return format("%s, %s, %s, %s, scale, %d", sym_c(sym_prod(n, 0, r - 2, true)),
-                sym_c(sym_dim(n, r - 2, true)), sym_c(sym_dim(n, r - 1, true)),
-                block_start(n, r - 2), n->sm.causal);
+char *attn_scale(const Node *n, double v) {
+  double d = 1.0 / (v * v); // the head dim, if it is one
+  bool head = d >= 0.999 && fabs(d - nearbyint(d)) < 1e-3 * d;
+  return hparam(n, "scale", v,
+                head ? format("1 / sqrt(head_dim %.0f)", nearbyint(d)) : "the scores' scale");
 }
 
-static char *scale_decl(const Node *n) {
-  double d = 1.0 / ((double)n->sm.scale * (double)n->sm.scale); // the head dim, if it is one
-  bool head = d >= 0.999 && fabs(d - nearbyint(d)) < 1e-3 * d;
-  return format("const float scale = %s;%s", flt(n->sm.scale),
-                head ? format(" // 1 / sqrt(%.0f)", nearbyint(d)) : "");
+static char *scores_args(const Node *n) {
+  int r = n->shape.rank;
+  return format("%s, %s, %s, %s, %s, %d", sym_c(sym_prod(n, 0, r - 2, true)),
+                sym_c(sym_dim(n, r - 2, true)), sym_c(sym_dim(n, r - 1, true)),
+                block_start(n, r - 2), attn_scale(n, n->sm.scale), n->sm.causal);
 }
 
 static void softmax_emit(const Node *n, Lowering *lw) {
   if (n->sm.fused)
-    lower_call(lw, "attn_softmax", false, scale_decl(n), "%s, %s, %s", buf(n), buf(n->in[0]),
+    lower_call(lw, "attn_softmax", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]),
                scores_args(n));
   else
     lower_call(lw, "softmax", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), rows_c(n),
@@ -55,7 +55,7 @@ static void softmax_emit(const Node *n, Lowering *lw) {
 
 static void softmax_grad_emit(const Node *n, Lowering *lw) {
   if (n->sm.fused)
-    lower_call(lw, "attn_softmax_grad", false, scale_decl(n), "%s, %s, %s, %s", buf(n),
+    lower_call(lw, "attn_softmax_grad", false, NULL, "%s, %s, %s, %s", buf(n),
                buf(n->in[0]), buf(n->in[1]), scores_args(n));
   else
     lower_call(lw, "softmax_grad", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
@@ -220,14 +220,18 @@ static void norm_grad(Graph *g, Node *n, const bool *need) {
   accumulate(g, x, dx);
 }
 
+// issue 25: the runtime's first argument by name, and the layer's epsilon.
+static const char *norm_kind(const NormAttr *a) { return a->rms ? "KDRT_NORM_RMS" : "KDRT_NORM_LAYER"; }
+
 static void norm_emit(const Node *n, Lowering *lw) {
   const Node *x = n->op == OP_NORM ? n->in[0] : n->in[1];
+  char *eps = hparam(n, "epsilon", n->norm.eps, NULL);
   if (n->op == OP_NORM)
-    lower_call(lw, "norm", false, NULL, "%d, %s, %s, %s, %s, %s", n->norm.rms, buf(n), buf(x),
-               rows_c(n), cols_c(n), flt(n->norm.eps));
+    lower_call(lw, "norm", false, NULL, "%s, %s, %s, %s, %s, %s", norm_kind(&n->norm), buf(n),
+               buf(x), rows_c(n), cols_c(n), eps);
   else
-    lower_call(lw, "norm_grad", false, NULL, "%d, %s, %s, %s, %s, %s, %s", n->norm.rms, buf(n),
-               buf(n->in[0]), buf(x), rows_c(n), cols_c(n), flt(n->norm.eps));
+    lower_call(lw, "norm_grad", false, NULL, "%s, %s, %s, %s, %s, %s, %s", norm_kind(&n->norm),
+               buf(n), buf(n->in[0]), buf(x), rows_c(n), cols_c(n), eps);
 }
 
 const OpDef op_NORM = {"norm", 1, 0, false, norm_rule, norm_grad, norm_emit};
@@ -262,18 +266,19 @@ static const char *opt_buf(const Node *n, int i, bool has) { return has ? buf(n-
 
 static void layer_norm_emit(const Node *n, Lowering *lw) {
   const NormAttr *a = &n->norm;
+  char *eps = hparam(n, "epsilon", a->eps, NULL);
   if (n->op == OP_LAYER_NORM) {
-    lower_call(lw, "layer_norm", false, NULL, "%d, %s, %s, %s, %s, %s, %s, %s", a->rms, buf(n),
-               buf(n->in[0]), opt_buf(n, 1, a->scale), opt_buf(n, n->nin - 1, a->center),
-               rows_c(n), cols_c(n), flt(a->eps));
+    lower_call(lw, "layer_norm", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", norm_kind(a),
+               buf(n), buf(n->in[0]), opt_buf(n, 1, a->scale),
+               opt_buf(n, n->nin - 1, a->center), rows_c(n), cols_c(n), eps);
   } else if (n->op == OP_LAYER_NORM_DX) {
-    lower_call(lw, "layer_norm_dx", false, NULL, "%d, %s, %s, %s, %s, %s, %s, %s", a->rms, buf(n),
-               buf(n->in[0]), buf(n->in[1]), opt_buf(n, 2, a->scale), rows_c(n), cols_c(n),
-               flt(a->eps));
+    lower_call(lw, "layer_norm_dx", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", norm_kind(a),
+               buf(n), buf(n->in[0]), buf(n->in[1]), opt_buf(n, 2, a->scale), rows_c(n),
+               cols_c(n), eps);
   } else { // d b stays BIAS_GRAD's (a node has one result): NULL
     const Node *dy = n->in[0];
-    lower_call(lw, "layer_norm_dw", false, NULL, "%d, %s, NULL, %s, %s, %s, %s, %s", a->rms,
-               buf(n), buf(dy), buf(n->in[1]), rows_c(dy), cols_c(dy), flt(a->eps));
+    lower_call(lw, "layer_norm_dw", false, NULL, "%s, %s, NULL, %s, %s, %s, %s, %s", norm_kind(a),
+               buf(n), buf(dy), buf(n->in[1]), rows_c(dy), cols_c(dy), eps);
   }
 }
 
@@ -496,6 +501,14 @@ static void loss_rule(const Node *n, Rule *r) {
 
 // kdcc --sample-weight: the weighted kernels (kdrt_loss_w, ...) take the
 // rows' weights after the operands.
+// issue 25: Huber's delta by name (the other losses have no parameter: 0).
+static char *loss_param(const Node *n) {
+  return n->loss.kind == KDRT_LOSS_HUBER
+             ? hparam(n, "delta", n->loss.param,
+                      format("its loss Huber(delta=%g)", n->loss.param))
+             : flt(n->loss.param);
+}
+
 static void loss_emit_w(const Node *n, Lowering *lw, char *rows, char *cols) {
   const Node *p = n->in[0];
   char *w = buf(n->in[n->nin - 1]);
@@ -507,7 +520,7 @@ static void loss_emit_w(const Node *n, Lowering *lw, char *rows, char *cols) {
   }
   lower_call(lw, n->op == OP_LOSS ? "loss_w" : "loss_grad_w", false, NULL,
              "%s, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
-             n->loss.from_logits, flt(n->loss.param), buf(n), buf(p), buf(n->in[1]),
+             n->loss.from_logits, loss_param(n), buf(n), buf(p), buf(n->in[1]),
              n->nin > 3 ? buf(n->in[2]) : "NULL", w, rows, cols, scale_c(n, p));
 }
 
@@ -526,7 +539,7 @@ static void loss_emit(const Node *n, Lowering *lw) {
   }
   lower_call(lw, n->op == OP_LOSS ? "loss" : "loss_grad", false, NULL,
              "%s, %d, %s, %s, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind], n->loss.from_logits,
-             flt(n->loss.param), buf(n), buf(p), buf(n->in[1]), n->nin > 2 ? buf(n->in[2]) : "NULL",
+             loss_param(n), buf(n), buf(p), buf(n->in[1]), n->nin > 2 ? buf(n->in[2]) : "NULL",
              rows, cols, scale_c(n, p));
 }
 
@@ -688,7 +701,7 @@ static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
     Node *sum = new_node1(g, OP_RESHAPE, row, m->shape);
     if (k) {
       Node *ve = new_node1(g, OP_SCALE, v, v->shape);
-      ve->aff = (AffAttr){1, n->bn.eps};
+      ve->aff = (AffAttr){1, n->bn.eps, "epsilon"};
       Node *r = new_node1(g, OP_ACT, ve, v->shape);
       r->act.kind = KDRT_ACT_RSQRT;
       sum = new_node2(g, OP_MUL, sum, r, m->shape);
@@ -701,14 +714,18 @@ static void batch_norm_emit(const Node *n, Lowering *lw) {
   const Node *x = n->in[0];
   lower_call(lw, "batch_norm", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s",
              act_c[n->bn.act], buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), buf(n->in[3]),
-             buf(n->in[4]), lead_c(x, 1), trail_c(x, 1), flt(n->bn.eps));
+             buf(n->in[4]), lead_c(x, 1), trail_c(x, 1),
+             // an activation fused after it (fuse.c) is the node's layer: the
+             // epsilon is the batch norm's, whose moving mean in[1] selects
+             hparam(n->bn.act != ACT_LINEAR ? n->in[1] : n, "epsilon", n->bn.eps, NULL));
 }
 
 static void bn_grad_emit(const Node *n, Lowering *lw) {
   const Node *x = n->in[1];
   lower_call(lw, "bn_grad", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
              "(double)B * %.17g", buf(n), buf(n->in[0]), buf(x), buf(n->in[2]), buf(n->in[3]),
-             buf(n->in[4]), buf(n->in[5]), lead_c(x, 1), trail_c(x, 1), flt(n->bn.eps),
+             buf(n->in[4]), buf(n->in[5]), lead_c(x, 1), trail_c(x, 1),
+             hparam(n, "epsilon", n->bn.eps, NULL),
              n->bn.per);
 }
 

@@ -216,7 +216,7 @@ void batch_penalty(Graph *g, Node *y, double l1, double l2) {
   Node *p = penalty(g, y, l1, l2);
   if (!p) return;
   Node *m = new_node1(g, OP_BATCH_MEAN, p, p->shape);
-  m->aff = (AffAttr){1, 0};
+  m->aff = (AffAttr){1, 0, NULL};
   add_penalty(g, m);
 }
 
@@ -328,7 +328,7 @@ Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank,
   // Keras: kernel + (alpha / rank) * matmul(a, b), then the layer's product
   Node *ab = dot_node(g, a, b, 0, 1, false);
   Node *s = new_node1(g, OP_SCALE, ab, ab->shape);
-  s->aff = (AffAttr){w->var->lora_scale, 0};
+  s->aff = (AffAttr){w->var->lora_scale, 0, NULL};
   Node *in[2] = {w, s};
   Node *sum = new_node(g, OP_ADD, 2, in);
   sum->shape = w->shape;

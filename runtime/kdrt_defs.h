@@ -207,6 +207,11 @@ enum { KDRT_ROUND_NONE, KDRT_ROUND_BF16, KDRT_ROUND_F16 };
 
 // ---- kdrt_pact's activations with Keras's parameters (issue 11)
 enum { KDRT_PACT_LEAKY, KDRT_PACT_ELU, KDRT_PACT_RELU };
+
+// kdrt_norm and kdrt_layer_norm*'s first argument: LayerNormalization (the
+// mean and variance of a row) or RMSNormalization (its mean square alone)
+enum { KDRT_NORM_LAYER, KDRT_NORM_RMS };
+
 // ---- learning-rate schedules (keras.optimizers.schedules), by class name
 #define KDRT_SCHEDULE_LIST(X)                                                                 \
   X(EXPONENTIAL, "ExponentialDecay") X(PIECEWISE, "PiecewiseConstantDecay")                    \

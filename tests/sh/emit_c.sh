@@ -79,3 +79,27 @@ for dist in "" models/gpt.dist.json; do
     { echo "FAIL gpt $dist: layer_norm, _dx, _dw, norm, norm_grad, col_mul calls: $n(want $want)"; exit 1; }
 done
 echo "emit_c: gpt: layer normalization one call each way (Megatron's: dx as before)"
+# issue 25: a literal that is a layer's Keras hyper-parameter is named where a
+# call reads it (#define BL_LN1_EPSILON ... // b<l>_ln1: LayerNormalization(epsilon=0.001),
+# one name a block's role), a norm's kind is KDRT_NORM_LAYER or _RMS, not 0 or 1,
+# and the locals every function of a step begins with are one macro, defined once.
+./kdcc models/gpt.json --batch-size 16 -w -S $out/a
+p=$out/a/program.c
+kind=$(grep -cE "kdrt_(layer_norm|layer_norm_dx|layer_norm_dw|norm|norm_grad)\([01]," $p || true)
+eps=$(grep -cE "kdrt_(layer_norm|layer_norm_dx|layer_norm_dw)\(.*, -?[0-9][0-9.e+-]*f\);" $p || true)
+scale=$(grep -cE "const float scale = |kdrt_attn_softmax(_grad)?\(.*, [0-9][0-9.e+-]*f, [01]\);" $p || true)
+named=$(grep -cE "^#define (BL_LN1_EPSILON|BL_LN2_EPSILON|LN_F_EPSILON|BL_ATTN_SCALE) " $p || true)
+rows=$(grep -c "const int64_t B = " $p || true)
+parts=$(grep -c "^  PART_LOCALS;$" $p || true)
+[ "$kind$eps$scale" = 000 ] && [ "$named" = 4 ] && [ "$rows" = 1 ] && [ "$parts" -ge 5 ] ||
+  { echo "FAIL gpt: bare norm kinds $kind, epsilons $eps, scales $scale; named $named (want 4);" \
+      "rows written $rows times (want 1, in STEP_ROWS); parts with PART_LOCALS $parts"; exit 1; }
+for m in pact noise_norms batchnorm losses_reg; do
+  ./kdcc tests/gradcheck/$m.json --batch-size 16 -w -S $out/a
+  mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/a/program.c
+  # a float literal argument other than 0.0f and 1.0f (no hyper-parameters)
+  bare=$(grep -cP 'kdrt_(pact|dropout|gaussian_noise|batch_norm|bn_grad|ema|norm|norm_grad|loss|loss_grad)\(.*[ (](?!0\.0f|1\.0f)-?\d[\d.e+-]*f[,)]' \
+    $out/a/program.c || true)
+  [ "$bare" = 0 ] || { echo "FAIL $m: $bare calls with a bare hyper-parameter"; exit 1; }
+done
+echo "emit_c: gpt, pact, noise_norms, batchnorm, losses_reg: hyper-parameters named, one preamble"
