@@ -14,11 +14,10 @@
 # Extra options go to the training program (e.g. --epochs 5).
 # Outputs: build/char_gpt/ (the program, history.json, weights.weights.h5).
 set -euo pipefail
-TEXT=/usr/share/games/fortunes/songs-poems
-if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then TEXT=$1; shift; fi
-[ -f "$TEXT" ] || { echo "$0: $TEXT not found: give a text file, or apt-get install fortunes" >&2; exit 1; }
-TEXT=$(realpath "$TEXT")
 source "$(dirname "$0")/../common.sh"
+TEXT=
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then TEXT=$1; shift; fi
+TEXT=$(example_text "$TEXT")
 MESH=${MESH:-data=1,model=2}
 NP=${NP:-$(ranks_of "$MESH")}
 OUT=build/char_gpt

@@ -16,11 +16,9 @@
 #      save_lora_weights file) and tuned.weights.h5 (the kernels merged);
 #   3. `./train generate` continues PROMPT (default "The ") by 300 bytes.
 set -euo pipefail
-TEXT=/usr/share/games/fortunes/songs-poems
-if [ $# -gt 0 ]; then TEXT=$1; shift; fi
-[ -f "$TEXT" ] || { echo "$0: $TEXT not found: give a text file, or apt-get install fortunes" >&2; exit 1; }
-TEXT=$(realpath "$TEXT")
 source "$(dirname "$0")/../common.sh"
+TEXT=$(example_text "${1:-}")
+[ $# -gt 0 ] && shift
 MESH=${MESH:-batch=2,model=2}
 NP=${NP:-$(ranks_of "$MESH")}
 OUT=build/gemma_lora
