@@ -77,6 +77,16 @@ echo '{"results": [{"model": "gpt", "prec": "fp32", "batch": 128, "mode": "eager
 cmp_run python3 tests/gpu/compare.py speed "$T/res"
 expect 0 "gpt        fp32    128    250.0    200.0    100.0        -        -       2.50      1.25"
 
+name="base_progs.sh, no commit"
+bash tests/gpu/base_progs.sh >"$T/out" 2>&1
+rc=$?
+expect 2 "usage: "
+name="base_progs.sh, not a commit"
+bash tests/gpu/base_progs.sh no-such-commit-here "$T/b.tar.xz" >"$T/out" 2>&1
+rc=$?
+expect 2 "no-such-commit-here: no such commit"
+[ ! -e "$T/b.tar.xz" ] || fail "$name: wrote $T/b.tar.xz"
+
 name="device.sh, not a bundle"
 mkdir -p "$T/g"
 echo "not xz" >"$T/g/bundle.tar.xz"
