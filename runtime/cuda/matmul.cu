@@ -391,7 +391,7 @@ extern "C" void kdrt_cuda_matmul_bias(kdrt_cuda *d, const kdrt_gemm *g, int act,
   cublasLtEpilogue_t epi = epilogue(act, bias, dbias);
   // A small product keeps the separate kernels: the epilogue saves one pass
   // over the M x N result (or K x N dy), under a microsecond below 64K
-  // floats, and the second GPU run measured the seed MLP (products of
+  // floats, and GPU run 4 (bench/GPU.md) measured the seed MLP (products of
   // 128 x 200 x 10) at 7239 steps/s with its two products in cuBLASLt
   // against 12903 before (an H200; suspected, not yet measured alone:
   // KDRT_CUDA_LT=0 turns the epilogues off to compare).
