@@ -154,6 +154,26 @@ static int to_f64(const char *s, double *v) {
   return e == s || *e ? -1 : 0;
 }
 
+// A value a training step of the run so far (its loss, its loss scale): n
+// doubles, 8 a line, written and read back exactly (%a).
+static void put_per_step(sbuf *b, const double *v, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    sb_printf(b, "%a%s", v[i], i % 8 == 7 || i + 1 == n ? "\n" : " ");
+}
+
+static int get_per_step(char *text, size_t len, size_t *pos, double *v, int64_t n,
+                        const char *what, char *err, size_t errlen) {
+  char *t[8];
+  for (int64_t i = 0; i < n; i += 8) {
+    int want = n - i < 8 ? (int)(n - i) : 8;
+    if (next_line(text, len, pos, t, 8) != want)
+      return kdrt_errf(err, errlen, "bad %s line", what);
+    for (int k = 0; k < want; k++)
+      if (to_f64(t[k], &v[i + k])) return kdrt_errf(err, errlen, "bad %s", what);
+  }
+  return 0;
+}
+
 // "mesh 2 data=2 model=4" from / into the mesh fields.
 static void fmt_mesh(sbuf *b, int nd, const int *shape, char (*axes)[64]) {
   sb_printf(b, "mesh %d", nd);
@@ -376,13 +396,11 @@ char *kdrt_ckpt_manifest_format(const kdrt_ckpt_manifest *m, size_t *len) {
     sb_printf(&b, "\n");
   }
   sb_printf(&b, "steploss %lld\n", (long long)st->nsteps);
-  for (int64_t i = 0; i < st->nsteps; i++)
-    sb_printf(&b, "%a%s", st->step_loss[i], i % 8 == 7 || i + 1 == st->nsteps ? "\n" : " ");
+  put_per_step(&b, st->step_loss, st->nsteps);
   if (st->has_loss_scale) { // issue 23
     sb_printf(&b, "lossscale %a count %lld iterations %lld\nstepscale %lld\n", st->loss_scale,
               (long long)st->loss_scale_count, (long long)st->iterations, (long long)st->nsteps);
-    for (int64_t i = 0; i < st->nsteps; i++)
-      sb_printf(&b, "%a%s", st->step_scale[i], i % 8 == 7 || i + 1 == st->nsteps ? "\n" : " ");
+    put_per_step(&b, st->step_scale, st->nsteps);
   }
   sb_printf(&b, "files %d\n", m->nfiles);
   for (int i = 0; i < m->nfiles; i++)
@@ -470,14 +488,7 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
       m->step_loss = malloc(sizeof(double) * (size_t)(v ? v : 1));
       if (!m->step_loss) return kdrt_errf(err, errlen, "out of memory");
       st->step_loss = m->step_loss;
-      // Then the values, 8 a line.
-      for (int64_t i = 0; i < v; i += 8) {
-        int want = v - i < 8 ? (int)(v - i) : 8;
-        if (next_line(text, body, &pos, t, (int)(sizeof t / sizeof t[0])) != want)
-          return kdrt_errf(err, errlen, "bad step loss line");
-        for (int k = 0; k < want; k++)
-          if (to_f64(t[k], &m->step_loss[i + k])) return kdrt_errf(err, errlen, "bad step loss");
-      }
+      if (get_per_step(text, body, &pos, m->step_loss, v, "step loss", err, errlen)) return -1;
     } else if (!strcmp(t[0], "lossscale") && n == 6 && !strcmp(t[2], "count") &&
                !strcmp(t[4], "iterations")) { // issue 23
       if (to_f64(t[1], &st->loss_scale) || !(st->loss_scale > 0) ||
@@ -490,14 +501,7 @@ int kdrt_ckpt_manifest_parse(char *text, size_t len, kdrt_ckpt_manifest *m, char
       m->step_scale = malloc(sizeof(double) * (size_t)(v ? v : 1));
       if (!m->step_scale) return kdrt_errf(err, errlen, "out of memory");
       st->step_scale = m->step_scale;
-      for (int64_t i = 0; i < v; i += 8) {
-        int want = v - i < 8 ? (int)(v - i) : 8;
-        if (next_line(text, body, &pos, t, (int)(sizeof t / sizeof t[0])) != want)
-          return kdrt_errf(err, errlen, "bad step scale line");
-        for (int k = 0; k < want; k++)
-          if (to_f64(t[k], &m->step_scale[i + k]))
-            return kdrt_errf(err, errlen, "bad step scale");
-      }
+      if (get_per_step(text, body, &pos, m->step_scale, v, "step scale", err, errlen)) return -1;
     } else if (!strcmp(t[0], "files") && n == 2 && !to_i64(t[1], &v) && v >= 1 &&
                v < 10000000 && !files_seen) {
       files_seen = 1;
