@@ -20,18 +20,7 @@
 template <int W>
 __global__ static void bias_act_kernel(int act, float *out, const float *in, const float *bias,
                                        size_t n, size_t cw) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-  size_t j = i % cw, step = stride % cw; // the column (in groups of W) of group i
-  for (; i < n / W; i += stride) {
-    float v[W], b[W];
-    kdrt_ld<W>(v, in + i * W);
-    kdrt_ld<W>(b, bias + j * W);
-#pragma unroll
-    for (int k = 0; k < W; k++) v[k] = kdrt_act1(act, v[k] + b[k]);
-    kdrt_st<W>(out + i * W, v);
-    j += step;
-    if (j >= cw) j -= cw;
-  }
+  kdrt_col_map<W>(out, in, bias, n, cw, [act](float x, float b) { return kdrt_act1(act, x + b); });
 }
 
 extern "C" void kdrt_cuda_bias_act(kdrt_cuda *d, int act, float *out, const float *in,

@@ -184,6 +184,26 @@ template <int W> __device__ inline void kdrt_st(float *p, const float *v) {
     for (int k = 0; k < W; k++) p[k] = v[k];
   }
 }
+// out[r, j] = f(in[r, j], vec[j]) over n = rows * cols floats, W at a time
+// (cw = cols / W groups a row; with W 4 cols % 4 == 0 and the buffers
+// 16-byte aligned): a grid-stride loop that keeps its column by steps, not a
+// 64-bit division an element (bias_act's bias, col_mul's scale).
+template <int W, typename F>
+__device__ inline void kdrt_col_map(float *out, const float *in, const float *vec, size_t n,
+                                    size_t cw, F f) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+  size_t j = i % cw, step = stride % cw; // the column (in groups of W) of group i
+  for (; i < n / W; i += stride) {
+    float v[W], c[W];
+    kdrt_ld<W>(v, in + i * W);
+    kdrt_ld<W>(c, vec + j * W);
+#pragma unroll
+    for (int k = 0; k < W; k++) v[k] = f(v[k], c[k]);
+    kdrt_st<W>(out + i * W, v);
+    j += step;
+    if (j >= cw) j -= cw;
+  }
+}
 #define KDRT_FOR_TAIL(i, n, W)                                                                   \
   for (size_t i = (size_t)(n) / (W) * (W) + (size_t)blockIdx.x * blockDim.x + threadIdx.x;     \
        i < (size_t)(n); i += (size_t)gridDim.x * blockDim.x)

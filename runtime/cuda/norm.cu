@@ -75,24 +75,11 @@ extern "C" void kdrt_cuda_norm_grad(kdrt_cuda *d, int rms, float *dx, const floa
   KDRT_LAUNCHED(d, "norm_grad_kernel");
 }
 
-// As bias.cu's bias_act (issue 22): W floats a thread, the column (in
-// groups of W, cw = cols / W) kept by steps, not a 64-bit division per
-// element as first.
+// As bias.cu's bias_act (issue 22): W floats a thread (kdrt_col_map).
 template <int W>
 __global__ static void col_mul_kernel(float *out, const float *in, const float *g, size_t n,
                                       size_t cw) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-  size_t j = i % cw, step = stride % cw;
-  for (; i < n / W; i += stride) {
-    float v[W], s[W];
-    kdrt_ld<W>(v, in + i * W);
-    kdrt_ld<W>(s, g + j * W);
-#pragma unroll
-    for (int k = 0; k < W; k++) v[k] = v[k] * s[k];
-    kdrt_st<W>(out + i * W, v);
-    j += step;
-    if (j >= cw) j -= cw;
-  }
+  kdrt_col_map<W>(out, in, g, n, cw, [](float x, float s) { return x * s; });
 }
 
 extern "C" void kdrt_cuda_col_mul(kdrt_cuda *d, float *out, const float *in, const float *g,
