@@ -877,7 +877,7 @@ extern "C" void kdrt_cuda_shutdown(void) {
   kdrt_cuda_wait(&dev, s->comm_stream, "shutdown");
   kdrt_cuda_wait(&dev, s->copy_stream, "shutdown");
   kdrt_cuda_comm_free(&dev);
-  for (int i = 0; i < 4; i++) {
+  for (size_t i = 0; i < sizeof s->dscratch / sizeof *s->dscratch; i++) {
     if (s->dscratch[i]) CUDA_CHECK(cudaFree(s->dscratch[i]));
     s->dscratch[i] = NULL, s->dscratch_cap[i] = 0;
   }

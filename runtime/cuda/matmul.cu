@@ -175,6 +175,49 @@ static gemm_in operands(kdrt_cuda *d, const kdrt_gemm *g, const float *a, const 
   return in;
 }
 
+// issue 22: a float result whose rows are not 16 bytes apart (ldc not a
+// multiple of 4: the logits of GPT-2's 50257-word vocabulary, and the
+// gradient of their kernel) keeps cuBLAS off its fast kernels even when the
+// operands are aligned (the fourth GPU run: 5.3-6.4 ms for each of the
+// logits' 632-GFLOP products, about 110 TFLOP/s in bf16). A large one is
+// made in scratch 4 with its rows padded to a multiple of 8 floats (llm.c
+// pads the vocabulary itself to 50304) and copied into place after: two
+// passes over M x N floats (four when beta reads c), well under the
+// product's time at these sizes. Small ones (the seed MLP's 10 classes)
+// stay as they are.
+enum { PAD_C_MIN_FLOATS = 1 << 20, PAD_C_MIN_K = 64 };
+
+static int pads_c(const kdrt_gemm *g) {
+  return g->batch == 1 && g->ldc % 4 != 0 && g->M * g->N >= PAD_C_MIN_FLOATS &&
+         g->K >= PAD_C_MIN_K;
+}
+
+static int64_t padded_ldc(const kdrt_gemm *g) { return (g->N + 7) / 8 * 8; }
+
+// rows x cols floats from src (rows lds apart) to dst (ldd apart), on the
+// stream (a memcpy node when a graph is being captured).
+static void copy_rows(kdrt_cuda *d, float *dst, int64_t ldd, const float *src, int64_t lds,
+                      int64_t rows, int64_t cols) {
+  CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src, (size_t)lds * sizeof(float),
+                               (size_t)cols * sizeof(float), (size_t)rows,
+                               cudaMemcpyDeviceToDevice, d->impl->stream));
+}
+
+// Where the product writes c: c itself, or (pads_c) the padded scratch,
+// holding c's values when the product reads them (reads_c).
+static float *result_at(kdrt_cuda *d, const kdrt_gemm *g, float *c, int reads_c) {
+  if (!pads_c(g)) return c;
+  int64_t ld = padded_ldc(g);
+  float *p = (float *)kdrt_cuda_dscratch(d, 4, (size_t)(g->M * ld) * sizeof(float));
+  if (reads_c) copy_rows(d, p, ld, c, g->ldc, g->M, g->N);
+  return p;
+}
+
+// The padded result (result_at) copied into c.
+static void result_done(kdrt_cuda *d, const kdrt_gemm *g, float *c, const float *at) {
+  if (at != c) copy_rows(d, c, g->ldc, at, padded_ldc(g), g->M, g->N);
+}
+
 extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, const float *a,
                                  const float *b, float beta, float *c) {
   if (g->batch <= 0 || g->M <= 0 || g->N <= 0) return;
@@ -193,7 +236,8 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
   cublasOperation_t opa = g->ta == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   int N = as_int(g->N, "matmul N"), M = as_int(g->M, "matmul M"), K = as_int(g->K, "matmul K");
   int ldb = as_int(in.ldb, "matmul ldb"), lda = as_int(in.lda, "matmul lda");
-  int ldc = as_int(g->ldc, "matmul ldc");
+  float *at = result_at(d, g, c, beta != 0.0f); // (pads_c: batch 1)
+  int ldc = as_int(at == c ? g->ldc : padded_ldc(g), "matmul ldc");
   // issue 22: a fused SGD update captured in a graph reads -lr on the device
   const float *dev_alpha = kdrt_step_neg_lr(d, alpha, beta);
   const void *pa = &alpha, *pb = &beta;
@@ -203,7 +247,7 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
   }
   if (g->batch == 1) {
     CUBLAS_CHECK(cublasGemmEx(d->impl->blas, opb, opa, N, M, K, pa, bv, in_type, ldb, av,
-                              in_type, lda, pb, c, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
+                              in_type, lda, pb, at, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
     if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmEx");
   } else {
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
@@ -213,6 +257,7 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
     if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmStridedBatchedEx");
   }
   if (dev_alpha) CUBLAS_CHECK(cublasSetPointerMode(d->impl->blas, CUBLAS_POINTER_MODE_HOST));
+  result_done(d, g, c, at);
 }
 
 // ---------------------------------------------------------------- with a bias (issue 22)
@@ -292,11 +337,12 @@ static int lt_matmul(kdrt_cuda *d, const kdrt_gemm *g, cublasLtEpilogue_t epi, c
     read_as(&ob, &ldb64, &unused);
   }
   int ldb = as_int(ldb64, "matmul ldb"), lda = as_int(lda64, "matmul lda");
-  int ldc = as_int(g->ldc, "matmul ldc");
+  float *at = result_at(d, g, c, 0); // (beta is 0 here)
+  int ldc = as_int(at == c ? g->ldc : padded_ldc(g), "matmul ldc");
   // the key: bf16's operands are in scratch, 256-byte aligned, so only the
   // float pointers' alignment can vary
   cudaDataType_t in_type = d->precision == KDRT_PREC_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-  uint32_t al = alignment(c), av_al = alignment(vec);
+  uint32_t al = alignment(at), av_al = alignment(vec);
   if (in_type == CUDA_R_32F) {
     uint32_t x = alignment(a) < alignment(b) ? alignment(a) : alignment(b);
     if (x < al) al = x;
@@ -352,7 +398,7 @@ static int lt_matmul(kdrt_cuda *d, const kdrt_gemm *g, cublasLtEpilogue_t epi, c
     const float one = 1.0f, zero = 0.0f;
     const gemm_in in = operands(d, g, a, b); // (lt_matmul takes no batch: no strides)
     const void *av = in.a, *bv = in.b;
-    cublasStatus_t st = cublasLtMatmul(s->lt, md, &one, bv, la, av, lb, &zero, c, lc, c, lc,
+    cublasStatus_t st = cublasLtMatmul(s->lt, md, &one, bv, la, av, lb, &zero, at, lc, at, lc,
                                        &p->algo, s->blas_ws, s->blas_ws_bytes, s->stream);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
       // refused before anything ran: the heuristic's algorithm after all
@@ -362,6 +408,7 @@ static int lt_matmul(kdrt_cuda *d, const kdrt_gemm *g, cublasLtEpilogue_t epi, c
     } else {
       CUBLAS_CHECK(st);
       if (s->sync_each) KDRT_LAUNCHED(d, "cublasLtMatmul");
+      result_done(d, g, c, at);
     }
   }
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));

@@ -779,6 +779,10 @@ static void check_matmul(void) {
   check_one_matmul(1, 1, 1, 8, 9, 10, 0, 0, 1.0f, 1.0f);
   check_one_matmul(0, 0, 2, 5, 6, 0, 0, 0, 1.0f, 0.5f);     // K = 0: c = beta * c
   check_one_matmul(0, 0, 2, 5, 6, 0, 0, 0, 1.0f, 0.0f);     // ... = 0, whatever c held
+  // a result of 2^20 floats and more with rows not 16 bytes apart: made with
+  // padded rows in scratch, copied into place (matmul.cu's pads_c)
+  check_one_matmul(0, 0, 1, 131, 8195, 64, 0, 0, 1.0f, 0.0f);
+  check_one_matmul(1, 0, 1, 131, 8195, 96, 0, 0, 0.5f, 1.0f); // read first: accumulate
 }
 
 // issue 22: a Dense layer's product with its bias (and relu, or gelu's tanh
@@ -840,6 +844,10 @@ static void check_matmul_bias(void) {
   check_one_matmul_bias(1, 0, 13, 7, 17, KDRT_ACT_LINEAR, 1, 1);
   check_one_matmul_bias(1, 0, 32, 16, 64, KDRT_ACT_LINEAR, 1, 2);
   check_one_matmul_bias(0, 0, 13, 7, 17, KDRT_ACT_LINEAR, 1, 0); // a, not transposed
+  // logits-like: 2^20 floats and more with odd rows (matmul.cu's pads_c),
+  // forward and the weight gradient
+  check_one_matmul_bias(0, 0, 131, 8195, 64, KDRT_ACT_LINEAR, 0, 0);
+  check_one_matmul_bias(1, 0, 128, 8195, 200, KDRT_ACT_LINEAR, 1, 0);
 }
 
 static void check_conv(void) {
