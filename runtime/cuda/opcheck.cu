@@ -1063,6 +1063,10 @@ static void check_nd(void) {
   poison(dt, nt); // overwritten: rows no id names are zeros
   kdrt_cuda_scatter_add(D, dt, dy, ids, nid, rows, cols, row0);
   check("scatter_add", dt, hdt, nt, 0);
+  kdrt_scatter_add(hdt, hdy, hid, 5, rows, cols, row0); // two rows named, the rest zeroed only
+  poison(dt, nt);
+  kdrt_cuda_scatter_add(D, dt, dy, ids, 5, rows, cols, row0);
+  check("scatter_add (two rows named)", dt, hdt, nt, 0);
   kdrt_cuda_free(tab), kdrt_cuda_free(out), kdrt_cuda_free(dy), kdrt_cuda_free(dt);
   kdrt_cuda_free((float *)ids);
   free(hid), free(htab), free(hout), free(hdy), free(hdt);
