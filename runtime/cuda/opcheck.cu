@@ -953,8 +953,10 @@ static void check_blocks(void) {
 // The split crossentropy on one block of columns [col0, col0 + cols) of
 // V = 3 * cols classes: labels anywhere in [0, V) (most on other ranks),
 // one negative; some rows with the label's logit tied at the maximum.
-static void check_xent(void) {
-  const int64_t rows = 67, cols = 211, col0 = 211;
+static void check_xent_shape(int64_t rows, int64_t cols, int64_t col0) {
+  char name[64];
+#define XNAME(what) (snprintf(name, sizeof name, "%s [%lld, %lld]", what, (long long)rows, \
+                              (long long)cols), name)
   size_t n = (size_t)(rows * cols);
   float *hx = hrand(n, -5, 5), *hy = hzero((size_t)rows);
   for (int64_t r = 0; r < rows; r++) {
@@ -971,27 +973,33 @@ static void check_xent(void) {
   float *s = kdrt_cuda_alloc((size_t)rows), *out = kdrt_cuda_alloc(n);
   poison(m, (size_t)rows);
   kdrt_cuda_row_max(D, m, x, rows, cols);
-  check("row_max", m, hm, (size_t)rows, 0);
+  check(XNAME("row_max"), m, hm, (size_t)rows, 0);
   float *md = dev(hm, (size_t)rows); // the CPU's m and s from here on
   poison(s, (size_t)rows);
   kdrt_cuda_row_sumexp(D, s, x, md, rows, cols);
-  check("row_sumexp", s, hs, (size_t)rows, 1e-6);
+  check(XNAME("row_sumexp"), s, hs, (size_t)rows, 1e-6);
   float *sd = dev(hs, (size_t)rows);
   kdrt_sparse_xent(&ref, hx, hy, hm, hs, rows, cols, col0, 1.0 / 64);
   poison(out, n);
   kdrt_cuda_sparse_xent(D, out, x, y, md, sd, rows, cols, col0, 1.0 / 64);
-  check("sparse_xent", out, &ref, 1, 1e-6);
+  check(XNAME("sparse_xent"), out, &ref, 1, 1e-6);
   kdrt_sparse_xent_acc(&ref, hx, hy, hm, rows, cols, col0, 1.0 / 64);
   poison(out, n);
   kdrt_cuda_sparse_xent_acc(D, out, x, y, md, rows, cols, col0, 1.0 / 64);
-  check("sparse_xent_acc", out, &ref, 1, 0);
+  check(XNAME("sparse_xent_acc"), out, &ref, 1, 0);
   kdrt_sparse_xent_grad(hd, hx, hy, hm, hs, rows, cols, col0, 1.0 / 64);
   poison(out, n);
   kdrt_cuda_sparse_xent_grad(D, out, x, y, md, sd, rows, cols, col0, 1.0 / 64);
-  check("sparse_xent_grad", out, hd, n, 1e-6);
+  check(XNAME("sparse_xent_grad"), out, hd, n, 1e-6);
   kdrt_cuda_free(x), kdrt_cuda_free(y), kdrt_cuda_free(m), kdrt_cuda_free(s);
   kdrt_cuda_free(out), kdrt_cuda_free(md), kdrt_cuda_free(sd);
   free(hx), free(hy), free(hm), free(hs), free(hd);
+#undef XNAME
+}
+
+static void check_xent(void) {
+  check_xent_shape(67, 211, 211);
+  check_xent_shape(13, 3001, 0); // rows wider than a block: several blocks a row
 }
 
 // Device int32 ids (4 bytes, as a float).
