@@ -649,6 +649,28 @@ int kdrt_data_open(kdrt_data *d, const kdrt_program *p, const char *const *xpath
   return 0;
 }
 
+size_t kdrt_data_record_bytes(const kdrt_program *p) {
+  size_t per = 0;
+  for (int k = 0; k < p->ninputs; k++) per += (size_t)kdrt_io_elems(&p->inputs[k]) * 4;
+  for (int j = 0; j < p->nlabels; j++) per += (size_t)kdrt_io_elems(&p->labels[j]) * 4;
+  return per;
+}
+
+void kdrt_data_records(const kdrt_data *d, unsigned char *out) {
+  const kdrt_program *p = d->p;
+  size_t per = kdrt_data_record_bytes(p);
+  void *xs[KDRT_MAX_FILES];
+  float *ys[KDRT_MAX_FILES];
+  for (int64_t i = 0; i < d->n; i++) {
+    unsigned char *c = out + (size_t)i * per;
+    for (int k = 0; k < p->ninputs; k++)
+      xs[k] = c, c += (size_t)kdrt_io_elems(&p->inputs[k]) * 4;
+    for (int j = 0; j < p->nlabels; j++)
+      ys[j] = (float *)c, c += (size_t)kdrt_io_elems(&p->labels[j]) * 4;
+    kdrt_data_sample(d, i, xs, ys);
+  }
+}
+
 void kdrt_data_synthetic(kdrt_data *d, const kdrt_program *p, uint64_t seed, int64_t n) {
   memset(d, 0, sizeof *d);
   d->p = p;
@@ -660,9 +682,7 @@ void kdrt_data_synthetic(kdrt_data *d, const kdrt_program *p, uint64_t seed, int
   // same numbers (a pure function of seed and sample), without Philox and
   // Box-Muller in the training loop. Every element is 4 bytes (float32 or
   // int32).
-  size_t per = 0;
-  for (int k = 0; k < p->ninputs; k++) per += (size_t)kdrt_io_elems(&p->inputs[k]) * 4;
-  for (int j = 0; j < p->nlabels; j++) per += (size_t)kdrt_io_elems(&p->labels[j]) * 4;
+  size_t per = kdrt_data_record_bytes(p);
   d->per = per;
   if ((double)n * (double)per <= 256.0 * 1024 * 1024 &&
       (d->cache = malloc((size_t)n * per + 1))) {

@@ -185,6 +185,11 @@ static int64_t load_batch(run *r, batches *b, int64_t step) {
   kdrt_ctx *c = r->c;
   int64_t rows = batch_rows(b->d->n, r->B, step);
   kdrt_set_rows(c, rows);
+  // issue 22: a backend holding the whole data set gathers the rows itself
+  // (then no batch was handed to the input thread: b->ahead stays -1)
+  if (b->ahead < 0 && kdrt_batch_buffers.rows &&
+      kdrt_batch_buffers.rows(b->d, b->order, step * r->B + c->row0, c->local_rows))
+    return rows;
   if (b->ahead == step) {
     kdrt_prefetch_wait(r->pf);
     r->cur ^= 1, r->x = r->xs[r->cur], r->y = r->ys[r->cur];

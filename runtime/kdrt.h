@@ -610,6 +610,13 @@ int kdrt_data_class_weight(kdrt_data *d, const char *spec, char *err, size_t err
 // into consecutive rows of x[k] and y[j] (a rank's share of a batch).
 void kdrt_data_gather(const kdrt_data *d, const int64_t *order, int64_t pos0, int64_t n,
                       void *const *x, float *const *y);
+// The bytes of one sample as one record: every input, then every label
+// (4-byte elements, as kdrt_data_sample writes them).
+size_t kdrt_data_record_bytes(const kdrt_program *p);
+// d's n samples as consecutive records at out (n * kdrt_data_record_bytes):
+// sample i's record is the bytes kdrt_data_gather writes for it (a backend
+// that holds the whole data set gathers rows from these; issue 22).
+void kdrt_data_records(const kdrt_data *d, unsigned char *out);
 // The input thread (issue 22): kdrt_data_gather run by a thread of its
 // own, one job at a time, so that the next batch is gathered into a second
 // set of buffers while this step runs. Start returns NULL when it is off
@@ -628,10 +635,17 @@ void kdrt_prefetch_stop(kdrt_prefetch *f);
 // uploads from without a copy, and reuse(p) waits until the upload that
 // read buffer p is done, before the fit loop (or its thread) refills it.
 // All NULL (the CPU runtime): aligned_alloc, free, no wait.
+//
+// rows (issue 22), when set, is asked first for each batch: n samples of d,
+// sample i being order[pos0 + i] (order NULL: pos0 + i). It returns 1 when
+// the backend holds d whole (the CUDA runtime, when d fits its budget: d's
+// records on the device) and will gather those samples itself for the next
+// step; the fit loop then gathers nothing. 0: gather as usual.
 typedef struct {
   void *(*alloc)(size_t bytes); // zeroed; NULL: out of memory
   void (*free)(void *p);
   void (*reuse)(const void *p);
+  int (*rows)(const kdrt_data *d, const int64_t *order, int64_t pos0, int64_t n);
 } kdrt_host_buffers;
 extern kdrt_host_buffers kdrt_batch_buffers;
 

@@ -643,6 +643,66 @@ Test(dataset, synthetic_several_inputs_cached_or_not) {
   kdrt_data_close(&d);
 }
 
+// issue 22: a backend holding a data set whole gathers rows from
+// kdrt_data_records; each record must be the bytes kdrt_data_gather writes
+// for its sample, files (a slice, scaled floats, int ids, one-hot-free
+// labels) and synthetic alike.
+static void check_records(const kdrt_data *d) {
+  const kdrt_program *p = d->p;
+  size_t per = kdrt_data_record_bytes(p);
+  cr_assert_eq(per, (size_t)(3 + 4 + 1 + 2) * 4);
+  unsigned char *rec = malloc((size_t)d->n * per);
+  memset(rec, 0xa5, (size_t)d->n * per);
+  kdrt_data_records(d, rec);
+  const int64_t order[5] = {2, 0, 3, 1, 2};
+  for (int64_t pos0 = 0; pos0 + 3 <= 5; pos0 += 2) {
+    float xf[3 * 3], yc[3], yr[3 * 2];
+    int32_t xi[3 * 4];
+    void *x[2] = {xf, xi};
+    float *y[2] = {yc, yr};
+    kdrt_data_gather(d, order, pos0, 3, x, y);
+    for (int i = 0; i < 3; i++) {
+      const unsigned char *r = rec + (size_t)order[pos0 + i] * per;
+      cr_assert_arr_eq(r, xf + 3 * i, 12);
+      cr_assert_arr_eq(r + 12, xi + 4 * i, 16);
+      cr_assert_arr_eq(r + 28, yc + i, 4);
+      cr_assert_arr_eq(r + 32, yr + 2 * i, 8);
+    }
+  }
+  free(rec);
+}
+
+Test(dataset, records_are_the_gathered_rows) {
+  char err[512];
+  float feat[5 * 3];
+  int64_t tok[5 * 4];
+  uint8_t cls[5] = {0, 4, 2, 1, 3};
+  double reg[5 * 2];
+  for (int i = 0; i < 15; i++) feat[i] = 0.25f * (float)i - 1.0f;
+  for (int i = 0; i < 20; i++) tok[i] = (i * 3) % 10;
+  for (int i = 0; i < 10; i++) reg[i] = 1.5 * i - 2.0;
+  int64_t s53[2] = {5, 3}, s54[2] = {5, 4}, s5[1] = {5}, s52[2] = {5, 2};
+  char fp[4][256];
+  const char *names[4] = {"feat.npy", "tok.npy", "cls.npy", "reg.npy"};
+  for (int i = 0; i < 4; i++) snprintf(fp[i], sizeof fp[i], "%s", tmp(names[i]));
+  write_npy(fp[0], "<f4", 2, s53, feat, sizeof feat);
+  write_npy(fp[1], "<i8", 2, s54, tok, sizeof tok);
+  write_npy(fp[2], "|u1", 1, s5, cls, sizeof cls);
+  write_npy(fp[3], "<f8", 2, s52, reg, sizeof reg);
+  kdrt_program p = two_prog();
+  const char *xs[2] = {fp[0], fp[1]}, *ys[2] = {fp[2], fp[3]};
+  kdrt_data d;
+  cr_assert_eq(kdrt_data_open(&d, &p, xs, ys, 0.5, err, sizeof err), 0, "%s", err);
+  check_records(&d);
+  kdrt_data s = kdrt_data_slice(&d, 1, 4); // samples 1..4 as 0..3
+  check_records(&s);
+  kdrt_data_close(&d);
+  kdrt_data syn;
+  kdrt_data_synthetic(&syn, &p, 7, 6);
+  check_records(&syn);
+  kdrt_data_close(&syn);
+}
+
 static int parse(kdrt_options *o, char *err, const char *const *args) {
   char *argv[32];
   int argc = 0;

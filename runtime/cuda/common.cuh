@@ -126,6 +126,19 @@ void kdrt_cuda_comm_abort(kdrt_cuda *d);
 void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes);
 // Pinned host scratch `which` (0, 1: host-staged collectives, 2: step I/O).
 void *kdrt_cuda_hscratch(kdrt_cuda *d, int which, size_t bytes);
+// The device with its program set up (the first step's probe does it), else NULL.
+extern "C" kdrt_cuda *kdrt_cuda_current(void);
+// resident.cu (issue 22): data sets held whole on the device, within a
+// budget. kdrt_cuda_resident_rows is kdrt_batch_buffers.rows; fill gathers
+// the rows it said yes to into the step's inputs x and labels y (half
+// `half` of the double buffers) on the copy stream, the sample numbers
+// through *stage, and returns 1; 0 (nothing done) when the step's rows come
+// from the host. free gives every set back (at shutdown).
+extern "C" int kdrt_cuda_resident_rows(const kdrt_data *d, const int64_t *order, int64_t pos0,
+                                       int64_t n);
+extern "C" int kdrt_cuda_resident_fill(kdrt_cuda *d, int half, void *const *x, float *const *y,
+                                       char **stage);
+extern "C" void kdrt_cuda_resident_free(void);
 // The CPU runtime's context of the step in progress must be set.
 void kdrt_cuda_need_ctx(const kdrt_cuda *d, const char *what);
 

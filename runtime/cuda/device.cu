@@ -329,6 +329,8 @@ static int device_nonfinite(kdrt_ctx *c);
 // Device, streams, events and the cuBLAS handle. With several ranks the
 // device and the communicators come from comm.cu (which uses MPI); one
 // process uses the current device and never touches MPI here.
+extern "C" kdrt_cuda *kdrt_cuda_current(void) { return dev_prog ? &dev : NULL; }
+
 extern "C" kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision) {
   dev.c = c;
   dev.precision = precision;
@@ -688,13 +690,17 @@ extern "C" kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *
   char *stage = (char *)kdrt_cuda_hscratch(d, 2, 2 * stage_bytes) + cur_half * stage_bytes;
   wait_for(d, NULL, stage_free[cur_half], "the step's input copies");
   CUDA_CHECK(cudaStreamWaitEvent(s->copy_stream, inputs_free[cur_half], 0));
-  for (int i = 0; i < p->ninputs; i++)
-    upload_input(d, d->x[i], hx[i], (size_t)local * (size_t)kdrt_io_elems(&p->inputs[i]) * 4,
-                 &stage, i);
-  for (int j = 0; j < p->nlabels; j++)
-    upload_input(d, d->y[j], hy[j],
-                 (size_t)local * (size_t)kdrt_io_elems(&p->labels[j]) * sizeof(float), &stage,
-                 KDRT_MAX_FILES + j);
+  if (kdrt_cuda_resident_fill(d, cur_half, d->x, d->y, &stage)) { // the rows of a resident set
+    for (int i = 0; i < 2 * KDRT_MAX_FILES; i++) read_from[cur_half][i] = NULL;
+  } else {
+    for (int i = 0; i < p->ninputs; i++)
+      upload_input(d, d->x[i], hx[i], (size_t)local * (size_t)kdrt_io_elems(&p->inputs[i]) * 4,
+                   &stage, i);
+    for (int j = 0; j < p->nlabels; j++)
+      upload_input(d, d->y[j], hy[j],
+                   (size_t)local * (size_t)kdrt_io_elems(&p->labels[j]) * sizeof(float), &stage,
+                   KDRT_MAX_FILES + j);
+  }
   // The step's learning rate and count, for the kernels of a graph (its
   // half's: the other half's may still be read by the step in flight).
   kdrt_step_scalars *sc = (kdrt_step_scalars *)((char *)logs_of(cur_half) - sizeof *sc);
@@ -897,6 +903,7 @@ extern "C" void kdrt_cuda_shutdown(void) {
       CUDA_CHECK(cudaEventDestroy(inputs_free[k]));
       CUDA_CHECK(cudaEventDestroy(logs_done[k]));
     }
+  kdrt_cuda_resident_free();
   for (int h = 0; h < 2; h++) {
     for (int i = 0; dev_prog && i < dev_prog->ninputs; i++)
       kdrt_cuda_free((float *)x_dev[h][i]), x_dev[h][i] = NULL;
@@ -958,7 +965,9 @@ extern "C" int kdrt_cuda_main(int argc, char **argv, const kdrt_program *prog, i
       kdrt_batch_buffers.free = pinned_free;
       kdrt_batch_buffers.reuse = pinned_reuse;
     }
+    kdrt_batch_buffers.rows = kdrt_cuda_resident_rows; // resident.cu: within its budget
     rc = kdrt_main(argc, argv, prog); // predict too (kdrt_main dispatches it)
+    kdrt_batch_buffers.rows = NULL;
   }
   kdrt_cuda_shutdown();
   return rc;

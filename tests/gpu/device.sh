@@ -22,7 +22,8 @@
 #           issue 22: a learning rate halved at each epoch's end (LR_ARGS)
 #             against the CPU program, and CUDA graphs and the input thread
 #             changing no bit: models trained with all on (the default)
-#             and all off (KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0)
+#             and all off (KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0
+#             KDRT_CUDA_RESIDENT_MB=0: the data sets on the host)
 #   faults  each must end the program with a message: out of GPU memory
 #           (KDRT_CUDA_MEMORY=1M), a kernel reading an illegal address
 #           (KDRT_CUDA_INJECT_FAULT=5) with KDRT_CUDA_SYNC=1 (names
@@ -179,13 +180,13 @@ job() { # KIND ARGS...
   train) run_to "train_$2" 90 progs/c_$2 $ARGS --history "$R/h/$2.cuda.json" ;;
   gc) run_to "gc_$2" 120 progs/c_$2 gradcheck --points 3 ;;
   serial) # MODEL: ARGS without graphs and without the input thread
-    KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 run_to "serial_$2" 90 progs/c_$2 $ARGS \
+    KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 KDRT_CUDA_RESIDENT_MB=0 run_to "serial_$2" 90 progs/c_$2 $ARGS \
       --history "$R/h/$2.serial.json" ;;
   twice) # MODEL: the same run again, to be equal bit for bit (deterministic kernels)
     run_to "twice_$2" 90 progs/c_$2 $ARGS --history "$R/h/$2.twice.json" ;;
   lr) # MODEL [serial]: the rate halved at each epoch's end
     if [ "${3:-}" = serial ]; then
-      KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 run_to "lrs_$2" 90 progs/c_$2 $LR_ARGS \
+      KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 KDRT_CUDA_RESIDENT_MB=0 run_to "lrs_$2" 90 progs/c_$2 $LR_ARGS \
         --history "$R/h/lr_$2.serial.json"
     else
       run_to "lr_$2" 90 progs/c_$2 $LR_ARGS --history "$R/h/lr_$2.cuda.json"
@@ -466,14 +467,16 @@ if has perf && [ $SPEED = 1 ]; then
     [ -x "$exe" ] || { say "kdcc $m $p: no program $exe in the bundle"; continue; }
     # model:prec:batch:VARIANT: the same without CUDA graphs (nograph:
     # KDRT_CUDA_GRAPH=0), without the input thread (nothread: KDRT_PREFETCH=0),
-    # without cuBLASLt's epilogues (nolt: KDRT_CUDA_LT=0), or without graphs,
-    # the thread and pinned buffers (serial)
+    # without cuBLASLt's epilogues (nolt: KDRT_CUDA_LT=0), with the data on
+    # the host (nores: KDRT_CUDA_RESIDENT_MB=0), or without graphs, the
+    # thread, pinned buffers and resident data (serial)
     case ${v:-} in
     nograph) exe="env KDRT_CUDA_GRAPH=0 $exe" p=$p-nograph ;;
     nothread) exe="env KDRT_PREFETCH=0 $exe" p=$p-nothread ;;
     nopin) exe="env KDRT_CUDA_PINNED=0 $exe" p=$p-nopin ;;
     nolt) exe="env KDRT_CUDA_LT=0 $exe" p=$p-nolt ;; # the cuBLASLt epilogues off
-    serial) exe="env KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 $exe" p=$p-serial ;;
+    nores) exe="env KDRT_CUDA_RESIDENT_MB=0 $exe" p=$p-nores ;;
+    serial) exe="env KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 KDRT_CUDA_RESIDENT_MB=0 $exe" p=$p-serial ;;
     esac
     a="--x data/$m.x.npy --y data/$m.y.npy --batch-size $b --seed 1 --no-shuffle"
     t1=$(tm $exe $a --epochs 1)
@@ -517,14 +520,15 @@ if has pipe && [ $SPEED = 1 ]; then
     case $t1$t11 in *FAILED*) say "$row FAILED (perf/pipe_err.txt)"; continue ;; esac
     K=${PIPE_K:-$(python3 -c "print(max(2, min(1000, round(3.0 / max(($t11 - $t1) / 10, 1e-3)))))")}
     row="pipe $m $p b$b, $K epochs of 10 steps, steps/s:"
-    for v in on:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=1:KDRT_CUDA_PINNED=1 \
-      nograph:KDRT_CUDA_GRAPH=0:KDRT_PREFETCH=1:KDRT_CUDA_PINNED=1 \
-      nothread:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=0:KDRT_CUDA_PINNED=1 \
-      nopin:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=1:KDRT_CUDA_PINNED=0 \
-      serial:KDRT_CUDA_GRAPH=0:KDRT_PREFETCH=0:KDRT_CUDA_PINNED=0; do
-      IFS=: read -r vn e1 e2 e3 <<<"$v"
-      t1=$(pt $e1 $e2 $e3 $exe $a --epochs 1)
-      tk=$(pt $e1 $e2 $e3 $exe $a --epochs $((1 + K)))
+    for v in on:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=1:KDRT_CUDA_PINNED=1:KDRT_CUDA_RESIDENT_MB= \
+      nores:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=1:KDRT_CUDA_PINNED=1:KDRT_CUDA_RESIDENT_MB=0 \
+      nograph:KDRT_CUDA_GRAPH=0:KDRT_PREFETCH=1:KDRT_CUDA_PINNED=1:KDRT_CUDA_RESIDENT_MB=0 \
+      nothread:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=0:KDRT_CUDA_PINNED=1:KDRT_CUDA_RESIDENT_MB=0 \
+      nopin:KDRT_CUDA_GRAPH=1:KDRT_PREFETCH=1:KDRT_CUDA_PINNED=0:KDRT_CUDA_RESIDENT_MB=0 \
+      serial:KDRT_CUDA_GRAPH=0:KDRT_PREFETCH=0:KDRT_CUDA_PINNED=0:KDRT_CUDA_RESIDENT_MB=0; do
+      IFS=: read -r vn e1 e2 e3 e4 <<<"$v"
+      t1=$(pt $e1 $e2 $e3 $e4 $exe $a --epochs 1)
+      tk=$(pt $e1 $e2 $e3 $e4 $exe $a --epochs $((1 + K)))
       case $t1$tk in *FAILED*) row="$row $vn FAILED"; continue ;; esac
       sps=$(python3 -c "print('%.1f' % (10*$K/max($tk-$t1,1e-6)))")
       [ -z "$base" ] && base=$sps

@@ -92,6 +92,7 @@ waits = re.compile(r'kdrt_cuda_wait\(|wait_for\(|cudaStreamSynchronize|cudaDevic
 known = {'kdrt_cuda_dscratch', 'kdrt_cuda_hscratch', 'stage_back', 'kdrt_cuda_loss_scale_step',
          'kdrt_cuda_download', 'kdrt_cuda_sync', 'kdrt_cuda_alloc', 'kdrt_cuda_launched',
          'kdrt_cuda_comm_setup', 'kdrt_cuda_comm_free',
+         'set_of',  # resident.cu: a data set's one upload, from the fit loop between steps
          'to_compute'}  # waits with KDRT_CUDA_SYNC=1 only, which turns graphs off
 for name, (f, body) in fns.items():
     if f in ('device.cu', 'opcheck.cu'): continue
