@@ -548,6 +548,19 @@ static kdrt_program two_prog(void) {
   return p;
 }
 
+// two_prog's four files of n samples (feat [n, 3] float32, tok [n, 4]
+// int64, cls [n] uint8, reg [n, 2] float64) in the temp dir, their paths in fp.
+static void write_two(int64_t n, const float *feat, const int64_t *tok, const uint8_t *cls,
+                      const double *reg, char fp[4][256]) {
+  int64_t s3[2] = {n, 3}, s4[2] = {n, 4}, s1[1] = {n}, s2[2] = {n, 2};
+  const char *names[4] = {"feat.npy", "tok.npy", "cls.npy", "reg.npy"};
+  for (int i = 0; i < 4; i++) snprintf(fp[i], 256, "%s", tmp(names[i]));
+  write_npy(fp[0], "<f4", 2, s3, feat, (size_t)(n * 3) * sizeof *feat);
+  write_npy(fp[1], "<i8", 2, s4, tok, (size_t)(n * 4) * sizeof *tok);
+  write_npy(fp[2], "|u1", 1, s1, cls, (size_t)n);
+  write_npy(fp[3], "<f8", 2, s2, reg, (size_t)(n * 2) * sizeof *reg);
+}
+
 Test(dataset, several_inputs_and_labels_int_ids) {
   char err[512], want[1024];
   float feat[4 * 3];
@@ -557,14 +570,9 @@ Test(dataset, several_inputs_and_labels_int_ids) {
   for (int i = 0; i < 12; i++) feat[i] = 0.5f * (float)i;
   for (int i = 0; i < 16; i++) tok[i] = (i * 7) % 10;
   for (int i = 0; i < 8; i++) reg[i] = i - 3.25;
-  int64_t s43[2] = {4, 3}, s44[2] = {4, 4}, s4[1] = {4}, s42[2] = {4, 2};
+  int64_t s44[2] = {4, 4}, s4[1] = {4};
   char fp[4][256];
-  const char *names[4] = {"feat.npy", "tok.npy", "cls.npy", "reg.npy"};
-  for (int i = 0; i < 4; i++) snprintf(fp[i], sizeof fp[i], "%s", tmp(names[i]));
-  write_npy(fp[0], "<f4", 2, s43, feat, sizeof feat);
-  write_npy(fp[1], "<i8", 2, s44, tok, sizeof tok);
-  write_npy(fp[2], "|u1", 1, s4, cls, sizeof cls);
-  write_npy(fp[3], "<f8", 2, s42, reg, sizeof reg);
+  write_two(4, feat, tok, cls, reg, fp);
   kdrt_program p = two_prog();
   const char *xs[2] = {fp[0], fp[1]}, *ys[2] = {fp[2], fp[3]};
   kdrt_data d;
@@ -681,14 +689,8 @@ Test(dataset, records_are_the_gathered_rows) {
   for (int i = 0; i < 15; i++) feat[i] = 0.25f * (float)i - 1.0f;
   for (int i = 0; i < 20; i++) tok[i] = (i * 3) % 10;
   for (int i = 0; i < 10; i++) reg[i] = 1.5 * i - 2.0;
-  int64_t s53[2] = {5, 3}, s54[2] = {5, 4}, s5[1] = {5}, s52[2] = {5, 2};
   char fp[4][256];
-  const char *names[4] = {"feat.npy", "tok.npy", "cls.npy", "reg.npy"};
-  for (int i = 0; i < 4; i++) snprintf(fp[i], sizeof fp[i], "%s", tmp(names[i]));
-  write_npy(fp[0], "<f4", 2, s53, feat, sizeof feat);
-  write_npy(fp[1], "<i8", 2, s54, tok, sizeof tok);
-  write_npy(fp[2], "|u1", 1, s5, cls, sizeof cls);
-  write_npy(fp[3], "<f8", 2, s52, reg, sizeof reg);
+  write_two(5, feat, tok, cls, reg, fp);
   kdrt_program p = two_prog();
   const char *xs[2] = {fp[0], fp[1]}, *ys[2] = {fp[2], fp[3]};
   kdrt_data d;
