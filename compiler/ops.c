@@ -110,9 +110,11 @@ char *rows_c(const Node *n) {
 }
 char *elems_c(const Node *n) { return sym_c(sym_prod(n, 0, n->shape.rank, true)); }
 
-// A descriptor declaration, the same text in C and C++.
+// A descriptor declaration, the same text in C and C++; in a block's
+// function (issue 25) `lay`, not `l`, which is the block's layer there.
+static const char *layout_var(void) { return ECTX.b ? "lay" : "l"; }
 static char *layout_decl(const Node *n) {
-  return format("const kdrt_layout l = %s;", sym_layout(n));
+  return format("const kdrt_layout %s = %s;", layout_var(), sym_layout(n));
 }
 
 // The first column (or row) of this device's block of dim d of n: 0 when
@@ -431,6 +433,10 @@ static void random_grad(Graph *g, Node *n, const bool *need) {
   accumulate(g, n->in[0], dx);
 }
 
+static char *stream_c(const Node *n) {
+  return format("0x%016llxull", (unsigned long long)n->drop.stream);
+}
+
 static void random_emit(const Node *n, Lowering *lw) {
   bool drop = n->op == OP_DROPOUT;
   if (lw->step == STEP_EVAL) {
@@ -438,16 +444,16 @@ static void random_emit(const Node *n, Lowering *lw) {
     lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
     return;
   }
+  // each layer's draws its own (a hash of its path): in a block, a table by layer
+  char *stream = per_layer(n, "stream", "uint64_t", "its random stream, by layer", stream_c);
   if (drop)
-    lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &l, %s, 0x%016llxull", buf(n),
-               buf(n->in[0]), hparam(n, "rate", n->drop.rate, NULL),
-               (unsigned long long)n->drop.stream);
+    lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &%s, %s, %s", buf(n),
+               buf(n->in[0]), layout_var(), hparam(n, "rate", n->drop.rate, NULL), stream);
   else
-    lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &l, %s, %d, 0x%016llxull",
-               buf(n), buf(n->in[0]), hparam(n, "stddev", n->drop.rate,
+    lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &%s, %s, %d, %s", buf(n),
+               buf(n->in[0]), layout_var(), hparam(n, "stddev", n->drop.rate,
                       n->drop.mul ? "its factor's stddev, sqrt(rate / (1 - rate))" : NULL),
-               n->drop.mul,
-               (unsigned long long)n->drop.stream);
+               n->drop.mul, stream);
 }
 
 const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad, random_emit};
