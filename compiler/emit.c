@@ -843,6 +843,31 @@ static const char *var_name(const Var *v, int which) {
   return f[which];
 }
 
+// Keras's names of a layer made again (a weights-file group): the first
+// "transformer_decoder", the next "transformer_decoder_1", ...: vb's
+// variable k's name `which` (s0 layer 0's, s1 layer 1's) as
+// (N ? "transformer_decoder_" #N "/.." : "transformer_decoder/.."), or
+// (char *)-1 when its layers' names are not so.
+static char *unnumbered_first(const VarBlock *vb, int k, int which, const char *s0,
+                              const char *s1) {
+  size_t i = 0;
+  while (s0[i] && s0[i] == s1[i]) i++;
+  if (i && s1[i - 1] == '_' && s0[i - 1] == '_') i--; // "a_x" and "a_1_x"
+  char *num = format("_%d", layer_number(vb, 1));
+  if (layer_number(vb, 0) != 0 || strncmp(s1 + i, num, strlen(num)) ||
+      strcmp(s1 + i + strlen(num), s0 + i))
+    return (char *)-1;
+  const char *post = s0 + i;
+  for (int j = 0; j < vb->n; j++) {
+    int nj = layer_number(vb, j);
+    const char *sj = var_name(EG->vars[vb->first + j * vb->nv + k], which);
+    char *want = nj ? format("%.*s_%d%s", (int)i, s0, nj, post) : xstrdup(s0);
+    if (nj < 0 || !sj || strcmp(sj, want)) return (char *)-1;
+  }
+  return format("(N ? \"%.*s_\" #N%s : \"%s\")", (int)i, s0,
+                *post ? format(" \"%s\"", post) : "", s0);
+}
+
 // vb's variable k's name `which` as a C expression of the macro's N
 // ("\"b\" #N \"_ln1/gamma\"", or NULL); (char *)-1 when the layers' names are not
 // one name with their numbers.
@@ -851,7 +876,7 @@ static char *layers_literal(const VarBlock *vb, int k, int which) {
   const char *s1 = var_name(EG->vars[vb->first + vb->nv + k], which);
   if (!s0 && !s1) return "NULL";
   char *t = s0 && s1 ? name_with_layer(s0, s1, "\x01") : NULL;
-  if (!t) return (char *)-1;
+  if (!t) return s0 && s1 ? unnumbered_first(vb, k, which, s0, s1) : (char *)-1;
   char *mark = strchr(t, 1);
   for (int j = 0; j < vb->n; j++) {
     const char *sj = var_name(EG->vars[vb->first + j * vb->nv + k], which);
