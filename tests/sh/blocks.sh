@@ -13,8 +13,18 @@
 #    which is smaller than the flat program;
 #  - --no-loops gives the flat program (no block function), and the CUDA
 #    program has the same loops (built with nvcc when there is one);
-#  - blocks that differ are not folded: Gemma 2's blocks alternate sliding
-#    and global attention, so its forward and backward stay written out.
+#  - a per-layer constant is a table indexed by l: the GPT with its
+#    attention's dropout 0.1 (each layer's random stream its own,
+#    BL_ATTN_STREAM[l]) folds, trains to the --no-loops history byte for
+#    byte (one device and (2,4)) and to another than without dropout, and
+#    its 48 blocks' program.c is at most 1.2 times 12's; Gemma 2's blocks,
+#    sliding and global attention in turn, fold with the window a table
+#    ({4, 0, 4}) and train to the --no-loops history;
+#  - keras-hub backbones fold: GPT-2, Llama and Gemma 2 presets of 12 and 48
+#    layers (a fixture's config, num_layers changed), 48 at most 1.2 times
+#    12; with LoRA their forward and backward fold too (layer 0's backward
+#    apart: the frozen embeddings need no gradient), and a LoRA fixture
+#    trains to the --no-loops history.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -38,6 +48,13 @@ d["config"]["layers"] = new + json.loads(json.dumps(rest[at:]).replace("\"b1_add
 json.dump(d, sys.stdout, indent=1)
 '
 for n in 2 4 12 48; do python3 -c "$expand" $n < models/gpt.json > $out/gpt$n.json; done
+python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+for l in d["config"]["layers"]:
+    if l["class_name"] == "MultiHeadAttention": l["config"]["dropout"] = 0.1
+json.dump(d, sys.stdout, indent=1)' < models/gpt.json > $out/gptd.json
+for n in 4 12 48; do python3 -c "$expand" $n < $out/gptd.json > $out/gptd$n.json; done
 cmp -s <(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])))' $out/gpt2.json) \
        <(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])))' models/gpt.json) ||
   { echo "FAIL blocks: the 2-block expansion is not models/gpt.json"; exit 1; }
@@ -52,10 +69,11 @@ loops() { # program, L
     grep -q "update group 1: $((6 + 16 * L)) variables" $p
 }
 
-for n in 2 4; do
+for m in gpt2 gpt4 gptd4; do
+  n=${m#gpt} && n=${n#d}
   for mesh in data=1,model=1 data=2,model=4; do
-    tag=gpt${n}_${mesh//[=,]/_}
-    args=($out/gpt$n.json --distribution models/gpt.dist.json --mesh $mesh --batch-size 16 -w)
+    tag=${m}_${mesh//[=,]/_}
+    args=($out/$m.json --distribution models/gpt.dist.json --mesh $mesh --batch-size 16 -w)
     ./kdcc "${args[@]}" -S $out/$tag.a && ./kdcc "${args[@]}" -S $out/$tag.b
     cmp -s $out/$tag.a/program.c $out/$tag.b/program.c ||
       { echo "FAIL $tag: program.c differs between two runs"; fail=1; }
@@ -70,49 +88,137 @@ for n in 2 4; do
   done
 done
 
-# The same numbers: the 4-block GPT trained with and without loops.
-for mesh in data=1,model=1 data=2,model=4; do
-  tag=gpt4_${mesh//[=,]/_}
-  np=1
-  for kv in ${mesh//,/ }; do np=$((np * ${kv#*=})); done
-  for v in loops flat; do
-    flag=(); [ $v = flat ] && flag=(--no-loops)
-    ./kdcc $out/gpt4.json --distribution models/gpt.dist.json --mesh $mesh --batch-size 16 -w \
-      "${flag[@]}" -o $out/$tag.$v.train
-    timeout 300 mpirun -np $np --oversubscribe $out/$tag.$v.train --synthetic 62 --validation-split 0.27 \
-      --epochs 2 --batch-size 16 --quiet --history $out/$tag.$v.json
-  done
-  if cmp -s $out/$tag.loops.json $out/$tag.flat.json; then
-    echo "blocks: $tag: trained with loops and with --no-loops, the same history byte for byte"
+# The dropout GPT's block functions read each layer's stream from its table.
+for p in $out/gptd4_data_2_model_4.a/program.c $out/gptd4_data_2_model_4.cuda/program.cu; do
+  if grep -q "^static const uint64_t BL_ATTN_STREAM\[4\] = {" $p &&
+     [ "$(sed -n '/^static void block_forward(/,/^}/p' $p | grep -c "BL_ATTN_STREAM\[l\]")" = 1 ] &&
+     [ "$(sed -n '/^static void block_backward(/,/^}/p' $p | grep -c "BL_ATTN_STREAM\[l\]")" = 1 ]; then
+    echo "blocks: gptd4: each layer's dropout stream, BL_ATTN_STREAM[l], in both block functions ($(basename $p))"
   else
-    echo "FAIL $tag: the histories differ:"; diff $out/$tag.loops.json $out/$tag.flat.json; fail=1
+    echo "FAIL gptd4: no stream table by layer in $p"; fail=1
   fi
+done
+# In a block's function buffers are named by layer and role, as llm.c's, l the index.
+if sed -n '/^static void block_forward(/,/^}/p' $out/gptd4_data_1_model_1.a/program.c | grep -q \
+     "kdrt_attn_softmax((A + A[0-9]*_bl_attn_probs + l \* B \* 1024), (A + A[0-9]*_bl_attn_scores), .*BL_ATTN_SCALE"; then
+  echo "blocks: gptd4: block_forward names the attention's scores, probs and scale by role and l"
+else
+  echo "FAIL gptd4: block_forward's attention buffers are not named by role"; fail=1
+fi
+
+# The same numbers: the 4-block GPT, and with dropout, trained with and without loops.
+for m in gpt4 gptd4; do
+  for mesh in data=1,model=1 data=2,model=4; do
+    tag=${m}_${mesh//[=,]/_}
+    np=1
+    for kv in ${mesh//,/ }; do np=$((np * ${kv#*=})); done
+    for v in loops flat; do
+      flag=(); [ $v = flat ] && flag=(--no-loops)
+      ./kdcc $out/$m.json --distribution models/gpt.dist.json --mesh $mesh --batch-size 16 -w \
+        "${flag[@]}" -o $out/$tag.$v.train
+      timeout 300 mpirun -np $np --oversubscribe $out/$tag.$v.train --synthetic 62 --validation-split 0.27 \
+        --epochs 2 --batch-size 16 --quiet --history $out/$tag.$v.json
+    done
+    if cmp -s $out/$tag.loops.json $out/$tag.flat.json; then
+      echo "blocks: $tag: trained with loops and with --no-loops, the same history byte for byte"
+    else
+      echo "FAIL $tag: the histories differ:"; diff $out/$tag.loops.json $out/$tag.flat.json; fail=1
+    fi
+  done
+done
+for mesh in data_1_model_1 data_2_model_4; do # the dropout draws: not dropout 0's history
+  ! cmp -s $out/gpt4_$mesh.loops.json $out/gptd4_$mesh.loops.json ||
+    { echo "FAIL gptd4_$mesh: dropout 0.1 trains to the history of dropout 0"; fail=1; }
 done
 
 # Sizes: 48 blocks at most 1.2 times 12, and 12 smaller than written out.
-for n in 12 48; do
-  ./kdcc $out/gpt$n.json --batch-size 16 -w -S $out/gpt$n.loops
-  ./kdcc $out/gpt$n.json --batch-size 16 -w --no-loops -S $out/gpt$n.flat
-  loops $out/gpt$n.loops/program.c $n || { echo "FAIL gpt$n: no block loops"; fail=1; }
+sizes() { # name, then the model and flags, {} standing for the blocks
+  local name=$1 n s12 s48 f12 f48
+  shift
+  for n in 12 48; do
+    ./kdcc "${@//\{\}/$n}" --batch-size 16 -w -S $out/$name$n.loops
+    ./kdcc "${@//\{\}/$n}" --batch-size 16 -w --no-loops -S $out/$name$n.flat
+    folded $out/$name$n.loops/program.c $((n - 1)) 0 || { echo "FAIL $name$n: no block loops"; fail=1; }
+  done
+  s12=$(stat -c %s $out/${name}12.loops/program.c) s48=$(stat -c %s $out/${name}48.loops/program.c)
+  f12=$(stat -c %s $out/${name}12.flat/program.c) f48=$(stat -c %s $out/${name}48.flat/program.c)
+  mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/${name}48.loops/program.c
+  if [ $((s48 * 10)) -le $((s12 * 12)) ] && [ $s12 -lt $f12 ]; then
+    echo "blocks: $name: program.c of 12 blocks $s12 bytes (written out $f12), 48 blocks $s48 (written out $f48)"
+  else
+    echo "FAIL $name: 12 blocks $s12 bytes (flat $f12), 48 blocks $s48 (flat $f48): want 48 <= 1.2 x 12 < flat"
+    fail=1
+  fi
+}
+# block_forward for l = 0 .. last, block_backward for l = last .. first
+folded() { # program, last, first
+  grep -A1 "for (int l = 0; l <= $2; l++)" $1 | grep -q "block_forward(" &&
+    grep -A1 "for (int l = $2; l >= $3; l--)" $1 | grep -q "block_backward("
+}
+sizes gpt $out/gpt{}.json
+for n in 12 48; do loops $out/gpt$n.loops/program.c $n || { echo "FAIL gpt$n: no block loops"; fail=1; }; done
+sizes gptd $out/gptd{}.json
+
+# Gemma 2's blocks alternate sliding (0 and 2) and global (1) attention: one
+# block, the window a table by layer, the same history as written out.
+g=tests/fixtures/keras_hub/hub_gemma2_sw
+for v in loops flat; do
+  flag=(); [ $v = flat ] && flag=(--no-loops)
+  args=($g/model.keras --distribution $g/hub_gemma2_sw.dist.json --sequence-length 16 --batch-size 16 -w)
+  ./kdcc "${args[@]}" "${flag[@]}" -S $out/gemma2.$v
+  ./kdcc "${args[@]}" "${flag[@]}" -o $out/gemma2.$v.train
+  timeout 300 mpirun -np 8 --oversubscribe $out/gemma2.$v.train --x $g/padding_mask.npy \
+    --x $g/token_ids.npy --y $g/y.npy --epochs 2 --batch-size 16 --no-shuffle --weights $g/model.keras \
+    --quiet --history $out/gemma2.$v.json
 done
-s12=$(stat -c %s $out/gpt12.loops/program.c) s48=$(stat -c %s $out/gpt48.loops/program.c)
-f12=$(stat -c %s $out/gpt12.flat/program.c) f48=$(stat -c %s $out/gpt48.flat/program.c)
-mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/gpt48.loops/program.c
-if [ $((s48 * 10)) -le $((s12 * 12)) ] && [ $s12 -lt $f12 ]; then
-  echo "blocks: program.c of 12 blocks $s12 bytes (written out $f12), 48 blocks $s48 (written out $f48)"
+p=$out/gemma2.loops/program.c
+if grep -q "^static const int64_t [A-Z_]*_WINDOW\[3\] = {4, 0, 4};" $p && folded $p 2 0 &&
+   sed -n '/^static void block_forward(/,/^}/p' $p | grep -q "_WINDOW\[l\]" &&
+   cmp -s $out/gemma2.loops.json $out/gemma2.flat.json; then
+  echo "blocks: hub_gemma2_sw: sliding and global blocks one loop (the window {4, 0, 4}[l]), the" \
+       "--no-loops history; program.c $(stat -c %s $p) bytes (written out $(stat -c %s $out/gemma2.flat/program.c))"
 else
-  echo "FAIL sizes: 12 blocks $s12 bytes (flat $f12), 48 blocks $s48 (flat $f48): want 48 <= 1.2 x 12 < flat"
-  fail=1
+  echo "FAIL hub_gemma2_sw: its blocks not folded with the window by layer, or the histories differ"; fail=1
 fi
 
-# Blocks that differ stay apart: Gemma 2's windows alternate (blocks 0 and 2 sliding, 1 global).
-g=tests/fixtures/keras_hub/hub_gemma2_sw
-./kdcc $g/model.keras --distribution $g/hub_gemma2_sw.dist.json --sequence-length 16 --batch-size 16 \
-  -w -S $out/gemma2
-if grep -q "block_forward\|block_backward" $out/gemma2/program.c; then
-  echo "FAIL gemma2_sw: blocks of different attention folded into one"; fail=1
+# keras-hub presets of 12 and 48 layers: a fixture's config, num_layers changed.
+deep() { # fixture, layers, directory
+  mkdir -p $3 && cp tests/fixtures/keras_hub/$1/preset/metadata.json $3/
+  python3 -c '
+import json, sys
+src, n, dst = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+c = json.load(open(src + "/config.json"))
+c["config"]["num_layers"] = n
+t = json.load(open(src + "/task.json"))
+t["config"]["backbone"] = c
+json.dump(c, open(dst + "/config.json", "w"), indent=1)
+json.dump(t, open(dst + "/task.json", "w"), indent=1)' tests/fixtures/keras_hub/$1/preset $2 $3
+}
+for c in hub_gpt2 hub_llama hub_gemma2_sw; do
+  for n in 12 48; do deep $c $n $out/$c.$n; done
+  sizes $c $out/$c.{} --sequence-length 16
+  ./kdcc $out/$c.12 --sequence-length 16 --lora-rank 4 --batch-size 16 -w -S $out/$c.12.lora
+  ./kdcc $out/$c.12 --sequence-length 16 --lora-rank 4 --batch-size 16 -w --no-loops -S $out/$c.12.lora_flat
+  if folded $out/$c.12.lora/program.c 11 1; then
+    echo "blocks: $c with LoRA: forward and backward folded, program.c of 12 blocks" \
+         "$(stat -c %s $out/$c.12.lora/program.c) bytes (written out $(stat -c %s $out/$c.12.lora_flat/program.c))"
+  else
+    echo "FAIL $c with LoRA: its blocks not folded"; fail=1
+  fi
+done
+g=tests/fixtures/keras_hub/hub_gpt2_lora
+for v in loops flat; do
+  flag=(); [ $v = flat ] && flag=(--no-loops)
+  ./kdcc $g/model.keras --distribution $g/hub_gpt2_lora_dp.dist.json --sequence-length 16 --lora-rank 4 \
+    --batch-size 16 -w "${flag[@]}" -o $out/gpt2_lora.$v.train
+  timeout 300 mpirun -np 8 --oversubscribe $out/gpt2_lora.$v.train --x $g/padding_mask.npy \
+    --x $g/token_ids.npy --y $g/y.npy --epochs 2 --batch-size 16 --no-shuffle --weights $g/model.keras \
+    --lora-weights $g/initial.lora.h5 --quiet --history $out/gpt2_lora.$v.json
+done
+if cmp -s $out/gpt2_lora.loops.json $out/gpt2_lora.flat.json; then
+  echo "blocks: hub_gpt2_lora_dp: trained with loops and with --no-loops, the same history byte for byte"
 else
-  echo "blocks: hub_gemma2_sw: its sliding and global blocks are written out, not folded"
+  echo "FAIL hub_gpt2_lora_dp: the histories differ"; fail=1
 fi
 
 # nvcc, when there is one: the 4-block GPT's CUDA program builds without a warning.
