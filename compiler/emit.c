@@ -171,6 +171,8 @@ void emit_preamble(const char *what) {
   }
   for (int i = 0; i < g->nugroups; i++) { // issue 25: one optimizer call updates each
     const UpdGroup *ug = &g->ugroups[i];
+    const BlockAt *at = block_at(g, ug->leader);
+    if (at && at->copy) continue; // a block's function reads its first layer's group's
     out("#define UPD%d_FLOATS %lld // update group %d: %d variable%s from %s, values then each "
         "slot\n", i + 1, (long long)ug->floats, i + 1, ug->n, ug->n == 1 ? "" : "s",
         g->vars[ug->first]->path);

@@ -713,6 +713,22 @@ static int64_t group_elems(const UpdGroup *ug) {
   return n;
 }
 
+// issue 25: group g's floats, UPD<g>_FLOATS; in a block's function (a
+// layer's group: memplan.c's group_updates) the first layer's, every
+// layer's groups alike, and the path of v, a variable of the group, by layer.
+static char *group_floats(const Node *n, int g) {
+  const BlockAt *at = ECTX.b ? block_at(EG, n) : NULL;
+  if (!at) return format("UPD%d_FLOATS", g);
+  if (ECTX.symbolic) return xstrdup("{UPD_FLOATS}");
+  return format("UPD%d_FLOATS", EG->nodes[ECTX.b->start + at->pos]->var->ugroup);
+}
+
+static const char *group_path(const Var *v) {
+  int k;
+  const VarBlock *vb = ECTX.b ? var_block(EG, v, NULL, &k) : NULL;
+  return vb ? vb->gen[k] : v->path;
+}
+
 static void update_emit(const Node *n, Lowering *lw) {
   const Var *v = n->var;
   if (v->ema_stat) { // issue 11: moving statistics, Keras's momentum
@@ -744,13 +760,16 @@ static void update_emit(const Node *n, Lowering *lw) {
       lw->note = format("by the update of its group, %%%d", ug->leader->id);
       return;
     }
-    lw->note = format("update group %d: %d variable%s, %s%s%s (%lld elements, %lld floats with "
-                      "their padding), one call each", v->ugroup, ug->n, ug->n == 1 ? "" : "s",
-                      a->path, ug->n > 1 ? " .. " : "", ug->n > 1 ? z->path : "",
-                      (long long)group_elems(ug), (long long)ug->floats);
-    w = buf(a->param), gr = buf(a->grad), N_c = format("UPD%d_FLOATS", v->ugroup);
+    N_c = group_floats(n, v->ugroup);
+    lw->note = format("update group %s: %d variable%s, %s%s%s (%lld elements, %lld floats with "
+                      "their padding), one call each",
+                      ECTX.b ? "of layer <l>" : format("%d", v->ugroup), ug->n,
+                      ug->n == 1 ? "" : "s", group_path(a), ug->n > 1 ? " .. " : "",
+                      ug->n > 1 ? group_path(z) : "", (long long)group_elems(ug),
+                      (long long)ug->floats);
+    w = buf(a->param), gr = buf(a->grad);
     for (int k = 0; k < v->nslots; k++)
-      s[k] = format("(P + %s + %d * UPD%d_FLOATS)", off_name(a->param), k + 1, v->ugroup);
+      s[k] = format("(P + %s + %d * %s)", off_name(a->param), k + 1, N_c);
   } else own_clip = false;
   if ((n->nin > 2 && !own_clip) || o->clipvalue > 0)
     lower_call(lw, "clip_grad", false, NULL, "%s, %s, %s, %s", gr, N_c,

@@ -22,9 +22,10 @@
 #    ({4, 0, 4}) and train to the --no-loops history;
 #  - keras-hub backbones fold: GPT-2, Llama and Gemma 2 presets of 12 and 48
 #    layers (a fixture's config, num_layers changed), 48 at most 1.2 times
-#    12; with LoRA their forward and backward fold too (layer 0's backward
-#    apart: the frozen embeddings need no gradient), and a LoRA fixture
-#    trains to the --no-loops history.
+#    12, with LoRA too (forward, backward but layer 0's: the frozen
+#    embeddings need no gradient, and each layer's update groups, parted by
+#    the frozen kernels, in block_update); LoRA programs train to the
+#    --no-loops history (a fixture, and 4-layer GPT-2 and Gemma 2 presets).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -138,7 +139,7 @@ sizes() { # name, then the model and flags, {} standing for the blocks
   for n in 12 48; do
     ./kdcc "${@//\{\}/$n}" --batch-size 16 -w -S $out/$name$n.loops
     ./kdcc "${@//\{\}/$n}" --batch-size 16 -w --no-loops -S $out/$name$n.flat
-    folded $out/$name$n.loops/program.c $((n - 1)) 0 || { echo "FAIL $name$n: no block loops"; fail=1; }
+    folded $out/$name$n.loops/program.c $((n - 1)) ${first:-0} || { echo "FAIL $name$n: no block loops"; fail=1; }
   done
   s12=$(stat -c %s $out/${name}12.loops/program.c) s48=$(stat -c %s $out/${name}48.loops/program.c)
   f12=$(stat -c %s $out/${name}12.flat/program.c) f48=$(stat -c %s $out/${name}48.flat/program.c)
@@ -197,13 +198,25 @@ json.dump(t, open(dst + "/task.json", "w"), indent=1)' tests/fixtures/keras_hub/
 for c in hub_gpt2 hub_llama hub_gemma2_sw; do
   for n in 12 48; do deep $c $n $out/$c.$n; done
   sizes $c $out/$c.{} --sequence-length 16
-  ./kdcc $out/$c.12 --sequence-length 16 --lora-rank 4 --batch-size 16 -w -S $out/$c.12.lora
-  ./kdcc $out/$c.12 --sequence-length 16 --lora-rank 4 --batch-size 16 -w --no-loops -S $out/$c.12.lora_flat
-  if folded $out/$c.12.lora/program.c 11 1; then
-    echo "blocks: $c with LoRA: forward and backward folded, program.c of 12 blocks" \
-         "$(stat -c %s $out/$c.12.lora/program.c) bytes (written out $(stat -c %s $out/$c.12.lora_flat/program.c))"
+  first=1 sizes $c.lora $out/$c.{} --sequence-length 16 --lora-rank 4
+  grep -A1 "for (int l = 0; l <= 47; l++)" $out/$c.lora48.loops/program.c | grep -q "block_update(" ||
+    { echo "FAIL $c with LoRA: its layers' updates not folded"; fail=1; }
+done
+# LoRA's updates: two groups a layer (frozen kernels part them), block_update
+# a loop over the layers; trained from kdcc's initial values, 4 layers, the
+# --no-loops history.
+for c in hub_gpt2 hub_gemma2_sw; do
+  deep $c 4 $out/$c.4
+  for v in loops flat; do
+    flag=(); [ $v = flat ] && flag=(--no-loops)
+    ./kdcc $out/$c.4 --sequence-length 16 --lora-rank 4 --batch-size 16 -w "${flag[@]}" -o $out/$c.4.$v.train
+    timeout 300 $out/$c.4.$v.train --synthetic 40 --epochs 2 --batch-size 16 --quiet --history $out/$c.4.$v.json
+  done
+  if grep -q "^static void block_update(" $out/$c.4.loops.train.kdcc.d/program.c &&
+     cmp -s $out/$c.4.loops.json $out/$c.4.flat.json; then
+    echo "blocks: $c, 4 layers, LoRA: block_update, and the --no-loops history byte for byte"
   else
-    echo "FAIL $c with LoRA: its blocks not folded"; fail=1
+    echo "FAIL $c, 4 layers, LoRA: no block_update, or the histories differ"; fail=1
   fi
 done
 g=tests/fixtures/keras_hub/hub_gpt2_lora
