@@ -14,9 +14,11 @@
 // node as itself ({%12}: the same node for every copy). Equal text is the
 // whole test: ops, shapes, layouts, collectives, literals and the steps'
 // differences come out of the ops' own lowerings (ops.c), so what differs
-// between two layers (a shape, a layout, a dropout stream, another op)
-// keeps them apart, and what is folded computes what the flat program
-// computes, call for call, bit for bit.
+// between two layers (a shape, a layout, another op) keeps them apart, and
+// what is folded computes what the flat program computes, call for call,
+// bit for bit. A constant that differs by value alone (a dropout's stream,
+// Gemma 2's sliding window: emit.c's per_layer) is spelled "{stream by
+// layer}" here and a table indexed by l in the block's function.
 //
 // Finding them:
 //  1. Each node gets a signature (op, shape, layout, dtype, phase, role, its
