@@ -909,7 +909,9 @@ typedef struct UpdGroup {
   int64_t floats;             // plan_memory: the values' run (each 16-float aligned)
 } UpdGroup;
 // The update groups, after find_blocks: a block of their updates is
-// dropped (their updates are one call, not one a layer).
+// dropped (their updates are one call, not one a layer), unless each group
+// lies in one copy of it (a layer's groups, parted by frozen variables:
+// LoRA's), which its function updates layer by layer.
 void group_updates(Graph *g);
 void plan_memory(Graph *g);
 // The variable whose gradient blob entry node n is computed into (its

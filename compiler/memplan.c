@@ -227,7 +227,8 @@ static void give_back(Graph *g, Arena *a, Running *run, int i, Node *b) {
 // VarBlock: the group's run then goes on, and the variable follows it.
 // A VarBlock's layers must keep a fixed stride in both blobs: one with a
 // variable in no group parts the groups at each of its layers too, so
-// that every layer's groups are alike. clipnorm scales
+// that every layer's groups are alike, and a block of the updates then
+// calls the optimizer once a group of its layer. clipnorm scales
 // each gradient by its own norm first (its UPDATE node, each variable's);
 // the group's last UPDATE in the graph's order makes the call, after every
 // member's gradient is clipped; global_clipnorm's one factor, clipvalue
