@@ -239,17 +239,26 @@ else
   echo "FAIL hub_gpt2_lora_dp: the histories differ"; fail=1
 fi
 
-# nvcc, when there is one: the 4-block GPT's CUDA program builds without a warning.
+# nvcc, when there is one: the CUDA programs build without a warning (the
+# 4-block GPT, with dropout, Gemma 2's windows, the LoRA GPT-2's block_update).
 NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)}
 if [ -n "$NVCC" ]; then
   export PATH="$(dirname "$NVCC"):$PATH"
   make -s -j"$(nproc)" cuda NVCC="$NVCC" # the CUDA runtime, as cuda_build.sh builds it
-  if ./kdcc $out/gpt4.json --distribution models/gpt.dist.json --batch-size 16 -w --target cuda \
-       -o $out/gpt4_cuda >$out/gpt4_cuda.log 2>&1 && ! grep -qi warning $out/gpt4_cuda.log; then
-    echo "blocks: gpt4: the CUDA program builds without warnings"
-  else
-    echo "FAIL gpt4: the CUDA program:"; cat $out/gpt4_cuda.log; fail=1
-  fi
+  g=tests/fixtures/keras_hub/hub_gemma2_sw
+  for c in "gpt4 $out/gpt4.json --distribution models/gpt.dist.json" \
+           "gptd4 $out/gptd4.json --distribution models/gpt.dist.json" \
+           "gemma2 $g/model.keras --distribution $g/hub_gemma2_sw.dist.json --sequence-length 16" \
+           "gpt2_lora $out/hub_gpt2.4 --sequence-length 16 --lora-rank 4"; do
+    set -- $c
+    name=$1 && shift
+    if ./kdcc "$@" --batch-size 16 -w --target cuda -o $out/${name}_cuda >$out/${name}_cuda.log 2>&1 &&
+       ! grep -qi warning $out/${name}_cuda.log; then
+      echo "blocks: $name: the CUDA program builds without warnings"
+    else
+      echo "FAIL $name: the CUDA program:"; cat $out/${name}_cuda.log; fail=1
+    fi
+  done
 else
   echo "blocks: skipping the CUDA build (no nvcc)"
 fi
