@@ -206,22 +206,24 @@ for c in hub_gpt2 hub_llama hub_gemma2_sw; do
     { echo "FAIL $c with LoRA: its layers' updates not folded"; fail=1; }
 done
 # LoRA's updates: two groups a layer (frozen kernels part them), block_update
-# a loop over the layers; trained from kdcc's initial values, 4 layers, the
-# --no-loops history (GPT-2 with keras-hub's default dropout, 0.1: three
-# streams a layer, each a table).
+# a loop over the layers; trained from kdcc's initial values, 4 layers, on
+# (2,4) under the fixture's layout map, the --no-loops history (GPT-2 with
+# keras-hub's default dropout, 0.1: three streams a layer, each a table).
 for c in hub_gpt2 hub_gemma2_sw; do
   deep $c 4 $out/$c.4 $([ $c = hub_gpt2 ] && echo 0.1)
   for v in loops flat; do
     flag=(); [ $v = flat ] && flag=(--no-loops)
-    ./kdcc $out/$c.4 --sequence-length 16 --lora-rank 4 --batch-size 16 -w "${flag[@]}" -o $out/$c.4.$v.train
-    timeout 300 $out/$c.4.$v.train --synthetic 40 --epochs 2 --batch-size 16 --quiet --history $out/$c.4.$v.json
+    ./kdcc $out/$c.4 --distribution tests/fixtures/keras_hub/$c/$c.dist.json --sequence-length 16 \
+      --lora-rank 4 --batch-size 16 -w "${flag[@]}" -o $out/$c.4.$v.train
+    timeout 300 mpirun -np 8 --oversubscribe $out/$c.4.$v.train --synthetic 40 --epochs 2 --batch-size 16 \
+      --quiet --history $out/$c.4.$v.json
   done
   if grep -q "^static void block_update(" $out/$c.4.loops.train.kdcc.d/program.c &&
      { [ $c != hub_gpt2 ] || [ "$(grep -c "^static const uint64_t .*_STREAM\[4\]" $out/$c.4.loops.train.kdcc.d/program.c)" = 3 ]; } &&
      cmp -s $out/$c.4.loops.json $out/$c.4.flat.json; then
-    echo "blocks: $c, 4 layers, LoRA: block_update, and the --no-loops history byte for byte"
+    echo "blocks: $c, 4 layers, LoRA, (2,4): block_update, and the --no-loops history byte for byte"
   else
-    echo "FAIL $c, 4 layers, LoRA: no block_update, or the histories differ"; fail=1
+    echo "FAIL $c, 4 layers, LoRA, (2,4): no block_update, or the histories differ"; fail=1
   fi
 done
 g=tests/fixtures/keras_hub/hub_gpt2_lora
