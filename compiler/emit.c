@@ -491,9 +491,10 @@ char *per_layer(const Node *n, const char *attr, const char *ctype, const char *
   int lo = b->dir > 0 ? b->layer0 : block_layer(b, b->count - 1);
   char **v = xcalloc((size_t)b->count, sizeof *v);
   bool same = true;
-  for (int c = 0; c < b->count; c++) {
-    v[block_layer(b, c) - lo] = lit(EG->nodes[b->start + c * b->len + at->pos]);
-    same &= !strcmp(v[block_layer(b, c) - lo], v[block_layer(b, 0) - lo]);
+  for (int c = 0; c < b->count; c++) { // v[j]: layer lo + j's
+    int j = block_layer(b, c) - lo;
+    v[j] = lit(EG->nodes[b->start + c * b->len + at->pos]);
+    same &= !strcmp(v[j], v[block_layer(b, 0) - lo]);
   }
   if (same) return v[0];
   char *table = xstrdup(""); // "v0, v1, ..." (emit_hparams_end wraps it)

@@ -286,9 +286,8 @@ void group_updates(Graph *g) {
     int gi = n->var->ugroup - 1;
     const BlockAt *at = block_at(g, n);
     if (!g->ugroups[gi].leader) span[2 * gi] = i, first[gi] = at;
-    else if (!at || !first[gi] || at->b != first[gi]->b || at->copy != first[gi]->copy)
+    if (!at || !first[gi] || at->b != first[gi]->b || at->copy != first[gi]->copy)
       apart[gi] = true;
-    if (!at) apart[gi] = true;
     g->ugroups[gi].leader = n;
     span[2 * gi + 1] = i;
   }
