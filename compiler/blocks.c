@@ -14,9 +14,11 @@
 // node as itself ({%12}: the same node for every copy). Equal text is the
 // whole test: ops, shapes, layouts, collectives, literals and the steps'
 // differences come out of the ops' own lowerings (ops.c), so what differs
-// between two layers (a shape, a layout, a dropout stream, another op)
-// keeps them apart, and what is folded computes what the flat program
-// computes, call for call, bit for bit.
+// between two layers (a shape, a layout, another op) keeps them apart, and
+// what is folded computes what the flat program computes, call for call,
+// bit for bit. A constant that differs by value alone (a dropout's stream,
+// Gemma 2's sliding window: emit.c's per_layer) is spelled "{stream by
+// layer}" here and a table indexed by l in the block's function.
 //
 // Finding them:
 //  1. Each node gets a signature (op, shape, layout, dtype, phase, role, its
@@ -24,7 +26,8 @@
 //     to the last one before it with the same signature; the most voted
 //     are tried in turn, each run of nodes equal to the node a period
 //     later (and in no block yet) giving a candidate block. Its copies
-//     begin where a layer begins, with the fewest values crossing a copy's
+//     begin where a layer begins (keras-hub's "decoder_block_0/attention"
+//     is decoder_block_0's), with the fewest values crossing a copy's
 //     edge (a copy is one layer's nodes, not two halves).
 //  2. Variables that repeat: a block whose every copy holds the PARAM nodes
 //     of one layer's variables, the next copy the next layer's, of equal
@@ -143,6 +146,13 @@ static int cmp_period(const void *a, const void *b) {
   return x->votes != y->votes ? y->votes - x->votes : x->p - y->p;
 }
 
+// Whether layers a and b are one: their names' first part ("decoder_block_0"
+// of keras-hub's "decoder_block_0/attention/query") the same.
+static bool same_layer(const char *a, const char *b) {
+  size_t la = strcspn(a, "/"), lb = strcspn(b, "/");
+  return la == lb && !strncmp(a, b, la);
+}
+
 // The best start o in [s, e) for copies of p nodes (at least two fit before
 // e): each copy's first and last node in layers other than their
 // neighbours', then the fewest values crossing the first copy's edges.
@@ -158,7 +168,7 @@ static int best_start(const Index *x, int s, int e, int p) {
       int at = o + c * p;
       if (at <= 0 || at >= x->n) continue;
       const char *a = g->nodes[at - 1]->layer, *b = g->nodes[at]->layer;
-      if (a && b && !strcmp(a, b)) score += 1000000;
+      if (a && b && same_layer(a, b)) score += 1000000;
     }
     mark++;
     for (int i = o; i < o + p; i++) {

@@ -171,6 +171,8 @@ void emit_preamble(const char *what) {
   }
   for (int i = 0; i < g->nugroups; i++) { // issue 25: one optimizer call updates each
     const UpdGroup *ug = &g->ugroups[i];
+    const BlockAt *at = block_at(g, ug->leader);
+    if (at && at->copy) continue; // a block's function reads its first layer's group's
     out("#define UPD%d_FLOATS %lld // update group %d: %d variable%s from %s, values then each "
         "slot\n", i + 1, (long long)ug->floats, i + 1, ug->n, ug->n == 1 ? "" : "s",
         g->vars[ug->first]->path);
@@ -428,6 +430,8 @@ static const char *layer_named(const Node *n, const char *s, int which) {
 
 typedef struct {
   char *name, *value, *why;
+  const char *ctype; // a table of a value by layer (per_layer): its elements' type
+  int n;             // and length
 } HParam;
 static HParam *hparams;
 static int nhparams, hparams_cap;
@@ -435,9 +439,10 @@ static FILE *hparams_whole; // the output that emit_hparams_end writes them to
 static char *hparams_text;  // the code that names them, held back until then
 static size_t hparams_len;
 
-char *hparam(const Node *n, const char *attr, double v, const char *note) {
-  char *lit = flt(v);
-  if (ECTX.b && ECTX.symbolic) return lit; // blocks.c: copies are one block by value
+// Node n's layer's `attr` (of a layer <l> of a block's function) named as
+// the constant value `lit`, or table `ctype` [count]: "BL_LN1_EPSILON".
+static char *hparam_named(const Node *n, const char *attr, char *lit, const char *note,
+                          double v, const char *ctype, int count) {
   const char *layer = n->layer ? layer_named(n, n->layer, 0) : "model";
   // "b<l>_ln1" -> "BL_LN1": the layer's number as L, as P_bl_ln1_gamma spells it
   char *base = format("%s_%s", layer, attr), *q = base;
@@ -467,8 +472,36 @@ char *hparam(const Node *n, const char *attr, double v, const char *note) {
   hparams = xgrow(hparams, nhparams, &hparams_cap, sizeof *hparams);
   hparams[nhparams++] = (HParam){
       name, lit, note ? format("%s: %s, %s", layer, cls, note)
-                      : format("%s: %s(%s=%g)", layer, cls, attr, v)};
+                      : format("%s: %s(%s=%g)", layer, cls, attr, v), ctype, count};
   return name;
+}
+
+char *hparam(const Node *n, const char *attr, double v, const char *note) {
+  char *lit = flt(v);
+  if (ECTX.b && ECTX.symbolic) return lit; // blocks.c: copies are one block by value
+  return hparam_named(n, attr, lit, note, v, NULL, 0);
+}
+
+char *per_layer(const Node *n, const char *attr, const char *ctype, const char *note,
+                char *(*lit)(const Node *)) {
+  const RepBlock *b = ECTX.b;
+  const BlockAt *at = b ? block_at(EG, n) : NULL;
+  if (!at || &EG->blocks[at->b] != b) return lit(n);
+  if (ECTX.symbolic) return format("{%s by layer}", attr); // the copies alike but for it
+  int lo = b->dir > 0 ? b->layer0 : block_layer(b, b->count - 1);
+  char **v = xcalloc((size_t)b->count, sizeof *v);
+  bool same = true;
+  for (int c = 0; c < b->count; c++) { // v[j]: layer lo + j's
+    int j = block_layer(b, c) - lo;
+    v[j] = lit(EG->nodes[b->start + c * b->len + at->pos]);
+    same &= !strcmp(v[j], v[block_layer(b, 0) - lo]);
+  }
+  if (same) return v[0];
+  char *table = xstrdup(""); // "v0, v1, ..." (emit_hparams_end wraps it)
+  for (int i = 0; i < b->count; i++) table = format("%s%s%s", table, i ? ", " : "", v[i]);
+  xfree(v);
+  char *name = hparam_named(n, attr, table, note, 0, ctype, b->count);
+  return lo ? format("%s[l - %d]", name, lo) : format("%s[l]", name);
 }
 
 void emit_hparams_begin(void) {
@@ -486,9 +519,31 @@ void emit_hparams_end(void) {
         "// function one name for every layer: its layers' values are the same)\n");
   int w = 0;
   for (int i = 0; i < nhparams; i++)
-    if ((int)strlen(hparams[i].name) > w) w = (int)strlen(hparams[i].name);
+    if (!hparams[i].ctype && (int)strlen(hparams[i].name) > w) w = (int)strlen(hparams[i].name);
   for (int i = 0; i < nhparams; i++)
-    out("#define %-*s %s // %s\n", w, hparams[i].name, hparams[i].value, hparams[i].why);
+    if (!hparams[i].ctype)
+      out("#define %-*s %s // %s\n", w, hparams[i].name, hparams[i].value, hparams[i].why);
+  for (int i = 0; i < nhparams; i++) { // issue 25: a block's values by layer, indexed by l
+    const HParam *h = &hparams[i];
+    if (!h->ctype) continue;
+    char *head = format("static const %s %s[%d] = {", h->ctype, h->name, h->n);
+    out("// %s\n%s", h->why, head);
+    if (strlen(head) + strlen(h->value) + 2 <= 100) {
+      out("%s};\n", h->value);
+      continue;
+    }
+    int col = 100; // lines of at most 100 columns
+    for (const char *p = h->value; *p;) {
+      const char *e = strstr(p, ", ");
+      int len = e ? (int)(e - p) + 1 : (int)strlen(p);
+      if (col + len + 1 > 100) out("\n  "), col = 2;
+      else out(" "), col++;
+      out("%.*s", len, p);
+      col += len;
+      p += e ? len + 1 : len;
+    }
+    out("\n};\n");
+  }
   fputs(hparams_text, EF);
   free(hparams_text);
   hparams_text = NULL;
@@ -791,6 +846,31 @@ static const char *var_name(const Var *v, int which) {
   return f[which];
 }
 
+// Keras's names of a layer made again (a weights-file group): the first
+// "transformer_decoder", the next "transformer_decoder_1", ...: vb's
+// variable k's name `which` (s0 layer 0's, s1 layer 1's) as
+// (N ? "transformer_decoder_" #N "/.." : "transformer_decoder/.."), or
+// (char *)-1 when its layers' names are not so.
+static char *unnumbered_first(const VarBlock *vb, int k, int which, const char *s0,
+                              const char *s1) {
+  size_t i = 0;
+  while (s0[i] && s0[i] == s1[i]) i++;
+  if (i && s1[i - 1] == '_' && s0[i - 1] == '_') i--; // "a_x" and "a_1_x"
+  char *num = format("_%d", layer_number(vb, 1));
+  if (layer_number(vb, 0) != 0 || strncmp(s1 + i, num, strlen(num)) ||
+      strcmp(s1 + i + strlen(num), s0 + i))
+    return (char *)-1;
+  const char *post = s0 + i;
+  for (int j = 0; j < vb->n; j++) {
+    int nj = layer_number(vb, j);
+    const char *sj = var_name(EG->vars[vb->first + j * vb->nv + k], which);
+    char *want = nj ? format("%.*s_%d%s", (int)i, s0, nj, post) : xstrdup(s0);
+    if (nj < 0 || !sj || strcmp(sj, want)) return (char *)-1;
+  }
+  return format("(N ? \"%.*s_\" #N%s : \"%s\")", (int)i, s0,
+                *post ? format(" \"%s\"", post) : "", s0);
+}
+
 // vb's variable k's name `which` as a C expression of the macro's N
 // ("\"b\" #N \"_ln1/gamma\"", or NULL); (char *)-1 when the layers' names are not
 // one name with their numbers.
@@ -799,7 +879,7 @@ static char *layers_literal(const VarBlock *vb, int k, int which) {
   const char *s1 = var_name(EG->vars[vb->first + vb->nv + k], which);
   if (!s0 && !s1) return "NULL";
   char *t = s0 && s1 ? name_with_layer(s0, s1, "\x01") : NULL;
-  if (!t) return (char *)-1;
+  if (!t) return s0 && s1 ? unnumbered_first(vb, k, which, s0, s1) : (char *)-1;
   char *mark = strchr(t, 1);
   for (int j = 0; j < vb->n; j++) {
     const char *sj = var_name(EG->vars[vb->first + j * vb->nv + k], which);

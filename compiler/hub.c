@@ -211,10 +211,7 @@ static const char *nth(const char *snake, int i) {
 
 static const char *gpt2_block(Hub *h, int i, const char *x, json_t *dropout) {
   const char *p = format("transformer_layer_%d", i), *g = nth("transformer_decoder", i);
-  // save_lora_weights's numbers: the embeddings 0 and 1, each decoder then
-  // its feedforward norm, output and intermediate dense, attention norm,
-  // attention, attention_output, value, key, query
-  h->top = 2, h->per_block = 10, h->attention_output = 6, h->block = i;
+  h->block = i;
   json_t *eps = located(h, json_real(1e-5));
   const char *ln1 = format("%s/self_attention_layer_norm", p);
   layer(h, "LayerNormalization", ln1, format("%s/_self_attention_layer_norm", g),
@@ -273,6 +270,10 @@ static const char *gpt2(Hub *h) {
   layer(h, "Dropout", "embeddings_dropout", NULL, json_pack("{s:O}", "rate", dropout),
         one(h, "embeddings_add"), NULL);
   const char *x = "embeddings_dropout";
+  // save_lora_weights's numbers: the embeddings 0 and 1, each decoder then
+  // its feedforward norm, output and intermediate dense, attention norm,
+  // attention, attention_output, value, key, query
+  h->top = 2, h->per_block = 10, h->attention_output = 6;
   for (int i = 0; i < hp_val(h, "num_layers", 1); i++) x = gpt2_block(h, i, x, dropout);
   layer(h, "LayerNormalization", "layer_norm", "layer_normalization",
         json_pack("{s:f}", "epsilon", 1e-5), one(h, x), NULL);
@@ -355,10 +356,7 @@ static const char *decoder_block(Hub *h, const Family *f, int i, const char *x, 
                                  json_t *rope) {
   const char *p = format("transformer_layer_%d", i), *g = nth(f->decoder, i);
   json_t *eps = hp_num(h, "layer_norm_epsilon", 1e-6);
-  // save_lora_weights's numbers: the embedding 0, each decoder then its
-  // feedforward norm, output, gate and intermediate dense, attention norm,
-  // attention, attention_output, value, key, query
-  h->top = 1, h->per_block = 11, h->attention_output = 7, h->block = i;
+  h->block = i;
   int64_t nq = hp_val(h, "num_query_heads", 1), hidden = hp_val(h, "hidden_dim", 1);
   json_t *hdj = json_object_get(h->cfg, "head_dim"); // Mistral's, else hidden / heads
   int64_t hd = json_is_integer(hdj) ? hp_val(h, "head_dim", 1) : hidden / nq;
@@ -419,6 +417,10 @@ static const char *decoder_lm(Hub *h, const Family *f) {
                       located(h, json_pack("[o]", ids)), NULL);
   json_t *rope = family_rope(h, f);
   const char *x = "token_embedding";
+  // save_lora_weights's numbers: the embedding 0, each decoder then its
+  // feedforward norm, output, gate and intermediate dense, attention norm,
+  // attention, attention_output, value, key, query
+  h->top = 1, h->per_block = 11, h->attention_output = 7;
   for (int i = 0; i < hp_val(h, "num_layers", 1); i++)
     x = decoder_block(h, f, i, x, dropout, rope);
   layer(h, "RMSNormalization", "sequence_output_layernorm", f->norm,
@@ -463,13 +465,6 @@ static const char *einsum(Hub *h, const char *name, const char *group, const cha
 
 static const char *gemma_block(Hub *h, int i, const char *x) {
   const char *p = format("decoder_block_%d", i), *g = nth("gemma_decoder_block", i);
-  // save_lora_weights's numbers: the embedding 0, each block then its
-  // ffw_linear, ffw_gating_2, ffw_gating, (post_ffw_norm,) pre_ffw_norm,
-  // attention, attention_output, value, key, query, (post_attention_norm,)
-  // pre_attention_norm
-  int post_ffw = json_is_true(json_object_get(h->cfg, "use_post_ffw_norm"));
-  int post_att = json_is_true(json_object_get(h->cfg, "use_post_attention_norm"));
-  h->top = 1, h->per_block = 11 + post_ffw + post_att, h->attention_output = 6 + post_ffw;
   h->block = i;
   // Gemma 2: every other block (the even ones) attends within a sliding window
   int64_t window = i % 2 ? 0 : window_of(h, "use_sliding_window_attention",
@@ -544,6 +539,13 @@ static const char *gemma(Hub *h) {
         json_pack("{s:f, s:f}", "scale", sqrt((double)hp_val(h, "hidden_dim", 1)), "offset", 0.0),
         one(h, "token_embedding"), NULL);
   const char *x = "token_embedding_scaled";
+  // save_lora_weights's numbers: the embedding 0, each block then its
+  // ffw_linear, ffw_gating_2, ffw_gating, (post_ffw_norm,) pre_ffw_norm,
+  // attention, attention_output, value, key, query, (post_attention_norm,)
+  // pre_attention_norm
+  int post_ffw = json_is_true(json_object_get(h->cfg, "use_post_ffw_norm"));
+  int post_att = json_is_true(json_object_get(h->cfg, "use_post_attention_norm"));
+  h->top = 1, h->per_block = 11 + post_ffw + post_att, h->attention_output = 6 + post_ffw;
   for (int i = 0; i < hp_val(h, "num_layers", 1); i++) x = gemma_block(h, i, x);
   rms1(h, "final_normalization", "rms_normalization", x);
   call_again(h, tok, one(h, "final_normalization"), json_pack("{s:b}", "reverse", 1));

@@ -909,7 +909,9 @@ typedef struct UpdGroup {
   int64_t floats;             // plan_memory: the values' run (each 16-float aligned)
 } UpdGroup;
 // The update groups, after find_blocks: a block of their updates is
-// dropped (their updates are one call, not one a layer).
+// dropped (their updates are one call, not one a layer), unless each group
+// lies in one copy of it (a layer's groups, parted by frozen variables:
+// LoRA's), which its function updates layer by layer.
 void group_updates(Graph *g);
 void plan_memory(Graph *g);
 // The variable whose gradient blob entry node n is computed into (its
@@ -988,6 +990,15 @@ char *opt_const(const char *name);
 // Named between emit_hparams_begin and _end, which writes the #defines
 // before the code that reads them.
 char *hparam(const Node *n, const char *attr, double v, const char *note);
+// issue 25: node n's per-layer constant `attr` (a dropout's stream, a
+// sliding window), the literal lit(n), which differs between layers that
+// are otherwise one block: in a block's function, a table of every layer's
+// lit() indexed by l ("BL_ATTN_STREAM[l]", a static const `ctype` array
+// named as hparam names, `note` its comment), or the literal when the
+// layers agree; "{attr by layer}" while blocks.c compares the copies, so
+// that they are one block.
+char *per_layer(const Node *n, const char *attr, const char *ctype, const char *note,
+                char *(*lit)(const Node *));
 void emit_hparams_begin(void);
 void emit_hparams_end(void);
 // The hyper-parameters the optimizer's update calls read, their names and

@@ -227,7 +227,8 @@ static void give_back(Graph *g, Arena *a, Running *run, int i, Node *b) {
 // VarBlock: the group's run then goes on, and the variable follows it.
 // A VarBlock's layers must keep a fixed stride in both blobs: one with a
 // variable in no group parts the groups at each of its layers too, so
-// that every layer's groups are alike. clipnorm scales
+// that every layer's groups are alike, and a block of the updates then
+// calls the optimizer once a group of its layer. clipnorm scales
 // each gradient by its own norm first (its UPDATE node, each variable's);
 // the group's last UPDATE in the graph's order makes the call, after every
 // member's gradient is clipped; global_clipnorm's one factor, clipvalue
@@ -274,15 +275,27 @@ void group_updates(Graph *g) {
   // may read a variable the group updates
   bool *drop = xcalloc((size_t)ids + 1, sizeof *drop);
   int *span = xcalloc((size_t)g->nugroups * 2 + 2, sizeof *span); // first update, leader
+  // a group within one copy of a block (one layer's, parted from the next
+  // by frozen variables: LoRA's) stays in it, the block's function updating
+  // each layer's; one of several layers is one call, not one a layer
+  bool *apart = xcalloc((size_t)g->nugroups + 1, sizeof *apart);
+  const BlockAt **first = xcalloc((size_t)g->nugroups + 1, sizeof *first);
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     if (n->op != OP_UPDATE || !n->var->ugroup) continue;
     int gi = n->var->ugroup - 1;
-    if (!g->ugroups[gi].leader) span[2 * gi] = i;
+    const BlockAt *at = block_at(g, n);
+    if (!g->ugroups[gi].leader) span[2 * gi] = i, first[gi] = at;
+    if (!at || !first[gi] || at->b != first[gi]->b || at->copy != first[gi]->copy)
+      apart[gi] = true;
     g->ugroups[gi].leader = n;
     span[2 * gi + 1] = i;
-    drop[n->id] = true;
   }
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op == OP_UPDATE && n->var->ugroup) drop[n->id] = apart[n->var->ugroup - 1];
+  }
+  xfree(apart), xfree(first);
   for (int gi = 0; gi < g->nugroups; gi++)
     for (int i = span[2 * gi]; i < span[2 * gi + 1]; i++)
       for (int k = 0; k < g->nodes[i]->nin; k++) {

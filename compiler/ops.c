@@ -110,9 +110,11 @@ char *rows_c(const Node *n) {
 }
 char *elems_c(const Node *n) { return sym_c(sym_prod(n, 0, n->shape.rank, true)); }
 
-// A descriptor declaration, the same text in C and C++.
+// A descriptor declaration, the same text in C and C++; in a block's
+// function (issue 25) `lay`, not `l`, which is the block's layer there.
+static const char *layout_var(void) { return ECTX.b ? "lay" : "l"; }
 static char *layout_decl(const Node *n) {
-  return format("const kdrt_layout l = %s;", sym_layout(n));
+  return format("const kdrt_layout %s = %s;", layout_var(), sym_layout(n));
 }
 
 // The first column (or row) of this device's block of dim d of n: 0 when
@@ -431,6 +433,10 @@ static void random_grad(Graph *g, Node *n, const bool *need) {
   accumulate(g, n->in[0], dx);
 }
 
+static char *stream_c(const Node *n) {
+  return format("0x%016llxull", (unsigned long long)n->drop.stream);
+}
+
 static void random_emit(const Node *n, Lowering *lw) {
   bool drop = n->op == OP_DROPOUT;
   if (lw->step == STEP_EVAL) {
@@ -438,16 +444,16 @@ static void random_emit(const Node *n, Lowering *lw) {
     lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
     return;
   }
+  // each layer's draws its own (a hash of its path): in a block, a table by layer
+  char *stream = per_layer(n, "stream", "uint64_t", "its random stream, by layer", stream_c);
   if (drop)
-    lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &l, %s, 0x%016llxull", buf(n),
-               buf(n->in[0]), hparam(n, "rate", n->drop.rate, NULL),
-               (unsigned long long)n->drop.stream);
+    lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &%s, %s, %s", buf(n),
+               buf(n->in[0]), layout_var(), hparam(n, "rate", n->drop.rate, NULL), stream);
   else
-    lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &l, %s, %d, 0x%016llxull",
-               buf(n), buf(n->in[0]), hparam(n, "stddev", n->drop.rate,
+    lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &%s, %s, %d, %s", buf(n),
+               buf(n->in[0]), layout_var(), hparam(n, "stddev", n->drop.rate,
                       n->drop.mul ? "its factor's stddev, sqrt(rate / (1 - rate))" : NULL),
-               n->drop.mul,
-               (unsigned long long)n->drop.stream);
+               n->drop.mul, stream);
 }
 
 const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad, random_emit};
@@ -707,6 +713,22 @@ static int64_t group_elems(const UpdGroup *ug) {
   return n;
 }
 
+// issue 25: group g's floats, UPD<g>_FLOATS; in a block's function (a
+// layer's group: memplan.c's group_updates) the first layer's, every
+// layer's groups alike, and the path of v, a variable of the group, by layer.
+static char *group_floats(const Node *n, int g) {
+  const BlockAt *at = ECTX.b ? block_at(EG, n) : NULL;
+  if (!at) return format("UPD%d_FLOATS", g);
+  if (ECTX.symbolic) return xstrdup("{UPD_FLOATS}");
+  return format("UPD%d_FLOATS", EG->nodes[ECTX.b->start + at->pos]->var->ugroup);
+}
+
+static const char *group_path(const Var *v) {
+  int k;
+  const VarBlock *vb = ECTX.b ? var_block(EG, v, NULL, &k) : NULL;
+  return vb ? vb->gen[k] : v->path;
+}
+
 static void update_emit(const Node *n, Lowering *lw) {
   const Var *v = n->var;
   if (v->ema_stat) { // issue 11: moving statistics, Keras's momentum
@@ -738,13 +760,16 @@ static void update_emit(const Node *n, Lowering *lw) {
       lw->note = format("by the update of its group, %%%d", ug->leader->id);
       return;
     }
-    lw->note = format("update group %d: %d variable%s, %s%s%s (%lld elements, %lld floats with "
-                      "their padding), one call each", v->ugroup, ug->n, ug->n == 1 ? "" : "s",
-                      a->path, ug->n > 1 ? " .. " : "", ug->n > 1 ? z->path : "",
-                      (long long)group_elems(ug), (long long)ug->floats);
-    w = buf(a->param), gr = buf(a->grad), N_c = format("UPD%d_FLOATS", v->ugroup);
+    N_c = group_floats(n, v->ugroup);
+    lw->note = format("update group %s: %d variable%s, %s%s%s (%lld elements, %lld floats with "
+                      "their padding), one call each",
+                      ECTX.b ? "of layer <l>" : format("%d", v->ugroup), ug->n,
+                      ug->n == 1 ? "" : "s", group_path(a), ug->n > 1 ? " .. " : "",
+                      ug->n > 1 ? group_path(z) : "", (long long)group_elems(ug),
+                      (long long)ug->floats);
+    w = buf(a->param), gr = buf(a->grad);
     for (int k = 0; k < v->nslots; k++)
-      s[k] = format("(P + %s + %d * UPD%d_FLOATS)", off_name(a->param), k + 1, v->ugroup);
+      s[k] = format("(P + %s + %d * %s)", off_name(a->param), k + 1, N_c);
   } else own_clip = false;
   if ((n->nin > 2 && !own_clip) || o->clipvalue > 0)
     lower_call(lw, "clip_grad", false, NULL, "%s, %s, %s, %s", gr, N_c,

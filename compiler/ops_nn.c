@@ -300,12 +300,17 @@ static void causal_grad(Graph *g, Node *n, const bool *need) {
   accumulate(g, n->in[0], dx);
 }
 
+static char *window_c(const Node *n) { return format("%lld", (long long)n->mask.window); }
+
 static void causal_emit(const Node *n, Lowering *lw) {
   int r = n->shape.rank;
-  lower_call(lw, "causal_mask", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %lld, %s", buf(n),
+  // Gemma 2's layers alternate sliding and global attention: in a block, a table by layer
+  char *window = per_layer(n, "window", "int64_t", "its sliding window (0: none), by layer",
+                           window_c);
+  lower_call(lw, "causal_mask", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n),
              buf(n->in[0]), sym_c(sym_prod(n, 0, r - 2, true)), sym_c(sym_dim(n, r - 2, true)),
              sym_c(sym_dim(n, r - 1, true)), block_start(n, r - 2), block_start(n, r - 1),
-             (long long)n->mask.window, n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
+             window, n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
 }
 
 const OpDef op_CAUSAL = {"causal_mask", 1, 0, false, rule_elementwise, causal_grad, causal_emit};

@@ -13,8 +13,19 @@
 #    which is smaller than the flat program;
 #  - --no-loops gives the flat program (no block function), and the CUDA
 #    program has the same loops (built with nvcc when there is one);
-#  - blocks that differ are not folded: Gemma 2's blocks alternate sliding
-#    and global attention, so its forward and backward stay written out.
+#  - a per-layer constant is a table indexed by l: the GPT with its
+#    attention's dropout 0.1 (each layer's random stream its own,
+#    BL_ATTN_STREAM[l]) folds, trains to the --no-loops history byte for
+#    byte (one device and (2,4)) and to another than without dropout, and
+#    its 48 blocks' program.c is at most 1.2 times 12's; Gemma 2's blocks,
+#    sliding and global attention in turn, fold with the window a table
+#    ({4, 0, 4}) and train to the --no-loops history;
+#  - keras-hub backbones fold: GPT-2, Llama and Gemma 2 presets of 12 and 48
+#    layers (a fixture's config, num_layers changed), 48 at most 1.2 times
+#    12, with LoRA too (forward, backward but layer 0's: the frozen
+#    embeddings need no gradient, and each layer's update groups, parted by
+#    the frozen kernels, in block_update); LoRA programs train to the
+#    --no-loops history (a fixture, and 4-layer GPT-2 and Gemma 2 presets).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -38,6 +49,13 @@ d["config"]["layers"] = new + json.loads(json.dumps(rest[at:]).replace("\"b1_add
 json.dump(d, sys.stdout, indent=1)
 '
 for n in 2 4 12 48; do python3 -c "$expand" $n < models/gpt.json > $out/gpt$n.json; done
+python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+for l in d["config"]["layers"]:
+    if l["class_name"] == "MultiHeadAttention": l["config"]["dropout"] = 0.1
+json.dump(d, sys.stdout, indent=1)' < models/gpt.json > $out/gptd.json
+for n in 4 12 48; do python3 -c "$expand" $n < $out/gptd.json > $out/gptd$n.json; done
 cmp -s <(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])))' $out/gpt2.json) \
        <(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])))' models/gpt.json) ||
   { echo "FAIL blocks: the 2-block expansion is not models/gpt.json"; exit 1; }
@@ -52,10 +70,11 @@ loops() { # program, L
     grep -q "update group 1: $((6 + 16 * L)) variables" $p
 }
 
-for n in 2 4; do
+for m in gpt2 gpt4 gptd4; do
+  n=${m#gpt} && n=${n#d}
   for mesh in data=1,model=1 data=2,model=4; do
-    tag=gpt${n}_${mesh//[=,]/_}
-    args=($out/gpt$n.json --distribution models/gpt.dist.json --mesh $mesh --batch-size 16 -w)
+    tag=${m}_${mesh//[=,]/_}
+    args=($out/$m.json --distribution models/gpt.dist.json --mesh $mesh --batch-size 16 -w)
     ./kdcc "${args[@]}" -S $out/$tag.a && ./kdcc "${args[@]}" -S $out/$tag.b
     cmp -s $out/$tag.a/program.c $out/$tag.b/program.c ||
       { echo "FAIL $tag: program.c differs between two runs"; fail=1; }
@@ -70,62 +89,178 @@ for n in 2 4; do
   done
 done
 
-# The same numbers: the 4-block GPT trained with and without loops.
-for mesh in data=1,model=1 data=2,model=4; do
-  tag=gpt4_${mesh//[=,]/_}
-  np=1
-  for kv in ${mesh//,/ }; do np=$((np * ${kv#*=})); done
-  for v in loops flat; do
-    flag=(); [ $v = flat ] && flag=(--no-loops)
-    ./kdcc $out/gpt4.json --distribution models/gpt.dist.json --mesh $mesh --batch-size 16 -w \
-      "${flag[@]}" -o $out/$tag.$v.train
-    timeout 300 mpirun -np $np --oversubscribe $out/$tag.$v.train --synthetic 62 --validation-split 0.27 \
-      --epochs 2 --batch-size 16 --quiet --history $out/$tag.$v.json
-  done
-  if cmp -s $out/$tag.loops.json $out/$tag.flat.json; then
-    echo "blocks: $tag: trained with loops and with --no-loops, the same history byte for byte"
+# The dropout GPT's block functions read each layer's stream from its table.
+for p in $out/gptd4_data_2_model_4.a/program.c $out/gptd4_data_2_model_4.cuda/program.cu; do
+  if grep -q "^static const uint64_t BL_ATTN_STREAM\[4\] = {" $p &&
+     [ "$(sed -n '/^static void block_forward(/,/^}/p' $p | grep -c "BL_ATTN_STREAM\[l\]")" = 1 ] &&
+     [ "$(sed -n '/^static void block_backward(/,/^}/p' $p | grep -c "BL_ATTN_STREAM\[l\]")" = 1 ]; then
+    echo "blocks: gptd4: each layer's dropout stream, BL_ATTN_STREAM[l], in both block functions ($(basename $p))"
   else
-    echo "FAIL $tag: the histories differ:"; diff $out/$tag.loops.json $out/$tag.flat.json; fail=1
+    echo "FAIL gptd4: no stream table by layer in $p"; fail=1
   fi
+done
+# In a block's function buffers are named by layer and role, as llm.c's, l the index.
+# (grep -c, not -q, which would stop reading and leave sed a broken pipe)
+if sed -n '/^static void block_forward(/,/^}/p' $out/gptd4_data_1_model_1.a/program.c | grep -c \
+     "kdrt_attn_softmax((A + A[0-9]*_bl_attn_probs + l \* B \* 1024), (A + A[0-9]*_bl_attn_scores), .*BL_ATTN_SCALE" \
+     >/dev/null; then
+  echo "blocks: gptd4: block_forward names the attention's scores, probs and scale by role and l"
+else
+  echo "FAIL gptd4: block_forward's attention buffers are not named by role"; fail=1
+fi
+
+# The same numbers: the 4-block GPT, and with dropout, trained with and without loops.
+for m in gpt4 gptd4; do
+  for mesh in data=1,model=1 data=2,model=4; do
+    tag=${m}_${mesh//[=,]/_}
+    np=1
+    for kv in ${mesh//,/ }; do np=$((np * ${kv#*=})); done
+    for v in loops flat; do
+      flag=(); [ $v = flat ] && flag=(--no-loops)
+      ./kdcc $out/$m.json --distribution models/gpt.dist.json --mesh $mesh --batch-size 16 -w \
+        "${flag[@]}" -o $out/$tag.$v.train
+      timeout 300 mpirun -np $np --oversubscribe $out/$tag.$v.train --synthetic 62 --validation-split 0.27 \
+        --epochs 2 --batch-size 16 --quiet --history $out/$tag.$v.json
+    done
+    if cmp -s $out/$tag.loops.json $out/$tag.flat.json; then
+      echo "blocks: $tag: trained with loops and with --no-loops, the same history byte for byte"
+    else
+      echo "FAIL $tag: the histories differ:"; diff $out/$tag.loops.json $out/$tag.flat.json || true; fail=1
+    fi
+  done
+done
+for mesh in data_1_model_1 data_2_model_4; do # the dropout draws: not dropout 0's history
+  ! cmp -s $out/gpt4_$mesh.loops.json $out/gptd4_$mesh.loops.json ||
+    { echo "FAIL gptd4_$mesh: dropout 0.1 trains to the history of dropout 0"; fail=1; }
 done
 
 # Sizes: 48 blocks at most 1.2 times 12, and 12 smaller than written out.
-for n in 12 48; do
-  ./kdcc $out/gpt$n.json --batch-size 16 -w -S $out/gpt$n.loops
-  ./kdcc $out/gpt$n.json --batch-size 16 -w --no-loops -S $out/gpt$n.flat
-  loops $out/gpt$n.loops/program.c $n || { echo "FAIL gpt$n: no block loops"; fail=1; }
-done
-s12=$(stat -c %s $out/gpt12.loops/program.c) s48=$(stat -c %s $out/gpt48.loops/program.c)
-f12=$(stat -c %s $out/gpt12.flat/program.c) f48=$(stat -c %s $out/gpt48.flat/program.c)
-mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/gpt48.loops/program.c
-if [ $((s48 * 10)) -le $((s12 * 12)) ] && [ $s12 -lt $f12 ]; then
-  echo "blocks: program.c of 12 blocks $s12 bytes (written out $f12), 48 blocks $s48 (written out $f48)"
-else
-  echo "FAIL sizes: 12 blocks $s12 bytes (flat $f12), 48 blocks $s48 (flat $f48): want 48 <= 1.2 x 12 < flat"
-  fail=1
-fi
+sizes() { # name, then the model and flags, {} standing for the blocks
+  local name=$1 n s12 s48 f12 f48
+  shift
+  for n in 12 48; do
+    ./kdcc "${@//\{\}/$n}" --batch-size 16 -w -S $out/$name$n.loops
+    ./kdcc "${@//\{\}/$n}" --batch-size 16 -w --no-loops -S $out/$name$n.flat
+    folded $out/$name$n.loops/program.c $((n - 1)) ${first:-0} || { echo "FAIL $name$n: no block loops"; fail=1; }
+  done
+  s12=$(stat -c %s $out/${name}12.loops/program.c) s48=$(stat -c %s $out/${name}48.loops/program.c)
+  f12=$(stat -c %s $out/${name}12.flat/program.c) f48=$(stat -c %s $out/${name}48.flat/program.c)
+  mpicc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -Iruntime $out/${name}48.loops/program.c
+  if [ $((s48 * 10)) -le $((s12 * 12)) ] && [ $s12 -lt $f12 ]; then
+    echo "blocks: $name: program.c of 12 blocks $s12 bytes (written out $f12), 48 blocks $s48 (written out $f48)"
+  else
+    echo "FAIL $name: 12 blocks $s12 bytes (flat $f12), 48 blocks $s48 (flat $f48): want 48 <= 1.2 x 12 < flat"
+    fail=1
+  fi
+}
+# block_forward for l = 0 .. last, block_backward for l = last .. first
+folded() { # program, last, first
+  grep -A1 "for (int l = 0; l <= $2; l++)" $1 | grep -q "block_forward(" &&
+    grep -A1 "for (int l = $2; l >= $3; l--)" $1 | grep -q "block_backward("
+}
+sizes gpt $out/gpt{}.json
+for n in 12 48; do loops $out/gpt$n.loops/program.c $n || { echo "FAIL gpt$n: no block loops"; fail=1; }; done
+sizes gptd $out/gptd{}.json
 
-# Blocks that differ stay apart: Gemma 2's windows alternate (blocks 0 and 2 sliding, 1 global).
+# Gemma 2's blocks alternate sliding (0 and 2) and global (1) attention: one
+# block, the window a table by layer, the same history as written out.
 g=tests/fixtures/keras_hub/hub_gemma2_sw
-./kdcc $g/model.keras --distribution $g/hub_gemma2_sw.dist.json --sequence-length 16 --batch-size 16 \
-  -w -S $out/gemma2
-if grep -q "block_forward\|block_backward" $out/gemma2/program.c; then
-  echo "FAIL gemma2_sw: blocks of different attention folded into one"; fail=1
+for v in loops flat; do
+  flag=(); [ $v = flat ] && flag=(--no-loops)
+  args=($g/model.keras --distribution $g/hub_gemma2_sw.dist.json --sequence-length 16 --batch-size 16 -w)
+  ./kdcc "${args[@]}" "${flag[@]}" -S $out/gemma2.$v
+  ./kdcc "${args[@]}" "${flag[@]}" -o $out/gemma2.$v.train
+  timeout 300 mpirun -np 8 --oversubscribe $out/gemma2.$v.train --x $g/padding_mask.npy \
+    --x $g/token_ids.npy --y $g/y.npy --epochs 2 --batch-size 16 --no-shuffle --weights $g/model.keras \
+    --quiet --history $out/gemma2.$v.json
+done
+p=$out/gemma2.loops/program.c
+if grep -q "^static const int64_t [A-Z_]*_WINDOW\[3\] = {4, 0, 4};" $p && folded $p 2 0 &&
+   sed -n '/^static void block_forward(/,/^}/p' $p | grep -c "_WINDOW\[l\]" >/dev/null &&
+   cmp -s $out/gemma2.loops.json $out/gemma2.flat.json; then
+  echo "blocks: hub_gemma2_sw: sliding and global blocks one loop (the window {4, 0, 4}[l]), the" \
+       "--no-loops history; program.c $(stat -c %s $p) bytes (written out $(stat -c %s $out/gemma2.flat/program.c))"
 else
-  echo "blocks: hub_gemma2_sw: its sliding and global blocks are written out, not folded"
+  echo "FAIL hub_gemma2_sw: its blocks not folded with the window by layer, or the histories differ"; fail=1
 fi
 
-# nvcc, when there is one: the 4-block GPT's CUDA program builds without a warning.
+# keras-hub presets of 12 and 48 layers: a fixture's config, num_layers changed.
+deep() { # fixture, layers, directory[, dropout]
+  mkdir -p $3 && cp tests/fixtures/keras_hub/$1/preset/metadata.json $3/
+  python3 -c '
+import json, sys
+src, n, dst = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+c = json.load(open(src + "/config.json"))
+c["config"]["num_layers"] = n
+if len(sys.argv) > 4: c["config"]["dropout"] = float(sys.argv[4])
+t = json.load(open(src + "/task.json"))
+t["config"]["backbone"] = c
+json.dump(c, open(dst + "/config.json", "w"), indent=1)
+json.dump(t, open(dst + "/task.json", "w"), indent=1)' tests/fixtures/keras_hub/$1/preset $2 $3 ${4:-}
+}
+for c in hub_gpt2 hub_llama hub_gemma2_sw; do
+  for n in 12 48; do deep $c $n $out/$c.$n; done
+  sizes $c $out/$c.{} --sequence-length 16
+  first=1 sizes $c.lora $out/$c.{} --sequence-length 16 --lora-rank 4
+  grep -A1 "for (int l = 0; l <= 47; l++)" $out/$c.lora48.loops/program.c | grep -q "block_update(" ||
+    { echo "FAIL $c with LoRA: its layers' updates not folded"; fail=1; }
+done
+# LoRA's updates: two groups a layer (frozen kernels part them), block_update
+# a loop over the layers; trained from kdcc's initial values, 4 layers, on
+# (2,4) under the fixture's layout map, the --no-loops history (GPT-2 with
+# keras-hub's default dropout, 0.1: three streams a layer, each a table).
+for c in hub_gpt2 hub_gemma2_sw; do
+  deep $c 4 $out/$c.4 $([ $c = hub_gpt2 ] && echo 0.1)
+  for v in loops flat; do
+    flag=(); [ $v = flat ] && flag=(--no-loops)
+    ./kdcc $out/$c.4 --distribution tests/fixtures/keras_hub/$c/$c.dist.json --sequence-length 16 \
+      --lora-rank 4 --batch-size 16 -w "${flag[@]}" -o $out/$c.4.$v.train
+    timeout 300 mpirun -np 8 --oversubscribe $out/$c.4.$v.train --synthetic 40 --epochs 2 --batch-size 16 \
+      --quiet --history $out/$c.4.$v.json
+  done
+  if grep -q "^static void block_update(" $out/$c.4.loops.train.kdcc.d/program.c &&
+     { [ $c != hub_gpt2 ] || [ "$(grep -c "^static const uint64_t .*_STREAM\[4\]" $out/$c.4.loops.train.kdcc.d/program.c)" = 3 ]; } &&
+     cmp -s $out/$c.4.loops.json $out/$c.4.flat.json; then
+    echo "blocks: $c, 4 layers, LoRA, (2,4): block_update, and the --no-loops history byte for byte"
+  else
+    echo "FAIL $c, 4 layers, LoRA, (2,4): no block_update, or the histories differ"; fail=1
+  fi
+done
+g=tests/fixtures/keras_hub/hub_gpt2_lora
+for v in loops flat; do
+  flag=(); [ $v = flat ] && flag=(--no-loops)
+  ./kdcc $g/model.keras --distribution $g/hub_gpt2_lora_dp.dist.json --sequence-length 16 --lora-rank 4 \
+    --batch-size 16 -w "${flag[@]}" -o $out/gpt2_lora.$v.train
+  timeout 300 mpirun -np 8 --oversubscribe $out/gpt2_lora.$v.train --x $g/padding_mask.npy \
+    --x $g/token_ids.npy --y $g/y.npy --epochs 2 --batch-size 16 --no-shuffle --weights $g/model.keras \
+    --lora-weights $g/initial.lora.h5 --quiet --history $out/gpt2_lora.$v.json
+done
+if cmp -s $out/gpt2_lora.loops.json $out/gpt2_lora.flat.json; then
+  echo "blocks: hub_gpt2_lora_dp: trained with loops and with --no-loops, the same history byte for byte"
+else
+  echo "FAIL hub_gpt2_lora_dp: the histories differ"; fail=1
+fi
+
+# nvcc, when there is one: the CUDA programs build without a warning (the
+# 4-block GPT, with dropout, Gemma 2's windows, the LoRA GPT-2's block_update).
 NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)}
 if [ -n "$NVCC" ]; then
   export PATH="$(dirname "$NVCC"):$PATH"
   make -s -j"$(nproc)" cuda NVCC="$NVCC" # the CUDA runtime, as cuda_build.sh builds it
-  if ./kdcc $out/gpt4.json --distribution models/gpt.dist.json --batch-size 16 -w --target cuda \
-       -o $out/gpt4_cuda >$out/gpt4_cuda.log 2>&1 && ! grep -qi warning $out/gpt4_cuda.log; then
-    echo "blocks: gpt4: the CUDA program builds without warnings"
-  else
-    echo "FAIL gpt4: the CUDA program:"; cat $out/gpt4_cuda.log; fail=1
-  fi
+  g=tests/fixtures/keras_hub/hub_gemma2_sw
+  for c in "gpt4 $out/gpt4.json --distribution models/gpt.dist.json" \
+           "gptd4 $out/gptd4.json --distribution models/gpt.dist.json" \
+           "gemma2 $g/model.keras --distribution $g/hub_gemma2_sw.dist.json --sequence-length 16" \
+           "gpt2_lora $out/hub_gpt2.4 --sequence-length 16 --lora-rank 4"; do
+    set -- $c
+    name=$1 && shift
+    if ./kdcc "$@" --batch-size 16 -w --target cuda -o $out/${name}_cuda >$out/${name}_cuda.log 2>&1 &&
+       ! grep -qi warning $out/${name}_cuda.log; then
+      echo "blocks: $name: the CUDA program builds without warnings"
+    else
+      echo "FAIL $name: the CUDA program:"; cat $out/${name}_cuda.log; fail=1
+    fi
+  done
 else
   echo "blocks: skipping the CUDA build (no nvcc)"
 fi
