@@ -113,6 +113,30 @@ __device__ static void att_write(float *y, const float *s, int ld, int64_t r0, i
       for (int c = lane; c < d; c += 32) y[(r0 + r) * d + c] = s[r * ld + c] * mul[r];
 }
 
+// A warp's 16 x 64 scores a . b^T into s (floats): a its 16 rows of one
+// tile, b the other tile.
+template <int P, int DP>
+__device__ static void att_scores(float *s, const typename att_prec<P>::T *a,
+                                  const typename att_prec<P>::T *b) {
+  att_acc<P> x[ATT_ROWS / 16];
+  att_zero<P, ATT_ROWS / 16>(x);
+  att_mm<P, ATT_ROWS / 16, true>(x, a, att_ld<DP>::v, b, att_ld<DP>::v, DP);
+  att_store<P, ATT_ROWS / 16>(s, ATT_SLD, x);
+}
+
+// A warp's accumulated 16 x DP result times mul to rows [r0, r0 + 16) of
+// y [n, d], through its staging floats.
+template <int P, int DP>
+__device__ static void att_put(float *y, float *stage, att_acc<P> *acc, int64_t r0, int64_t n,
+                               int d, float mul) {
+  float m[16];
+  for (int r = 0; r < 16; r++) m[r] = mul;
+  att_store<P, DP / 16>(stage, DP + 4, acc);
+  __syncwarp();
+  att_write(y, stage, DP + 4, r0, n, d, m);
+  __syncwarp();
+}
+
 template <class T> __device__ static T *att_carve(char *&p, size_t n) {
   T *q = (T *)p;
   p += (n * sizeof(T) + 127) / 128 * 128;
@@ -151,10 +175,7 @@ attn_fwd_kernel(float *o, float *lse, const float *q, const float *k, const floa
     att_load<P, DP>(ks, k, s0, s, d);
     att_load<P, DP>(vs, v, s0, s, d);
     __syncthreads();
-    att_acc<P> sc[ATT_ROWS / 16];
-    att_zero<P, ATT_ROWS / 16>(sc);
-    att_mm<P, ATT_ROWS / 16, true>(sc, qs + w * 16 * LD, LD, ks, LD, DP);
-    att_store<P, ATT_ROWS / 16>(sw, ATT_SLD, sc);
+    att_scores<P, DP>(sw, qs + w * 16 * LD, ks);
     __syncwarp();
 #pragma unroll
     for (int r = 0; r < 16; r++) {
@@ -239,6 +260,28 @@ __device__ static void att_load_queries(typename att_prec<P>::T *qs, typename at
   }
 }
 
+// The backward kernels' shared memory: the query tile's q and do, the key
+// tile's k and v (rounded; qs, dos and ks, vs each next to each other, so
+// that either pair's space stages the results), the rounded ds (and p,
+// with `probs`), the warps' scores and dp, and the query rows' lse and
+// delta.
+template <class T> struct att_bwd_smem {
+  T *qs, *dos, *ks, *vs, *dss, *ps;
+  float *ss, *dps, *lse, *delta;
+};
+
+template <class T, int DP> __device__ static att_bwd_smem<T> att_bwd_carve(char *p, bool probs) {
+  att_bwd_smem<T> m;
+  const int LD = att_ld<DP>::v;
+  m.qs = att_carve<T>(p, ATT_ROWS * LD), m.dos = att_carve<T>(p, ATT_ROWS * LD);
+  m.ks = att_carve<T>(p, ATT_ROWS * LD), m.vs = att_carve<T>(p, ATT_ROWS * LD);
+  m.dss = att_carve<T>(p, ATT_ROWS * ATT_PLD);
+  m.ss = att_carve<float>(p, ATT_ROWS * ATT_SLD), m.dps = att_carve<float>(p, ATT_ROWS * ATT_SLD);
+  m.lse = att_carve<float>(p, ATT_ROWS), m.delta = att_carve<float>(p, ATT_ROWS);
+  m.ps = probs ? att_carve<T>(p, ATT_ROWS * ATT_PLD) : NULL;
+  return m;
+}
+
 // Block (key tile, bn): dk and dv of its 64 keys, over every query tile
 // that sees them. Per warp: 16 keys, s^T = k q^T and dp^T = v do^T [16, 64]
 // in floats; dv += p^T do, dk += ds^T q in its accumulators.
@@ -248,21 +291,16 @@ attn_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q, const 
                  const float *v, const float *o, const float *lse, int64_t t, int64_t s, int d,
                  float scale, int causal) {
   typedef typename att_prec<P>::T T;
-  const int LD = att_ld<DP>::v, w = threadIdx.x >> 5;
   extern __shared__ __align__(128) char att_smem[];
-  char *p = att_smem;
-  T *ks = att_carve<T>(p, ATT_ROWS * LD), *vs = att_carve<T>(p, ATT_ROWS * LD);
-  T *qs = att_carve<T>(p, ATT_ROWS * LD), *dos = att_carve<T>(p, ATT_ROWS * LD);
-  T *ps = att_carve<T>(p, ATT_ROWS * ATT_PLD), *dss = att_carve<T>(p, ATT_ROWS * ATT_PLD);
-  float *ss = att_carve<float>(p, ATT_ROWS * ATT_SLD), *dps = att_carve<float>(p, ATT_ROWS * ATT_SLD);
-  float *lse_s = att_carve<float>(p, ATT_ROWS), *delta_s = att_carve<float>(p, ATT_ROWS);
+  const att_bwd_smem<T> m = att_bwd_carve<T, DP>(att_smem, true);
+  const int LD = att_ld<DP>::v, w = threadIdx.x >> 5;
   const int64_t bn = blockIdx.x, s0 = (int64_t)blockIdx.y * ATT_ROWS;
   q += bn * t * d, dout += bn * t * d, o += bn * t * d, lse += bn * t;
   k += bn * s * d, v += bn * s * d, dk += bn * s * d, dv += bn * s * d;
-  T *pw = ps + w * 16 * ATT_PLD, *dsw = dss + w * 16 * ATT_PLD;
-  float *sw = ss + w * 16 * ATT_SLD, *dpw = dps + w * 16 * ATT_SLD;
-  att_load<P, DP>(ks, k, s0, s, d);
-  att_load<P, DP>(vs, v, s0, s, d);
+  T *pw = m.ps + w * 16 * ATT_PLD, *dsw = m.dss + w * 16 * ATT_PLD;
+  float *sw = m.ss + w * 16 * ATT_SLD, *dpw = m.dps + w * 16 * ATT_SLD;
+  att_load<P, DP>(m.ks, k, s0, s, d);
+  att_load<P, DP>(m.vs, v, s0, s, d);
   att_acc<P> dka[DP / 16], dva[DP / 16];
   att_zero<P, DP / 16>(dka);
   att_zero<P, DP / 16>(dva);
@@ -270,31 +308,20 @@ attn_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q, const 
   for (int64_t i = causal ? s0 / ATT_ROWS : 0; i < tiles; i++) { // queries before s0 see none
     const int64_t q0 = i * ATT_ROWS;
     __syncthreads();
-    att_load_queries<P, DP>(qs, dos, lse_s, delta_s, q, dout, o, lse, q0, t, d);
+    att_load_queries<P, DP>(m.qs, m.dos, m.lse, m.delta, q, dout, o, lse, q0, t, d);
     __syncthreads();
-    att_acc<P> a[ATT_ROWS / 16];
-    att_zero<P, ATT_ROWS / 16>(a);
-    att_mm<P, ATT_ROWS / 16, true>(a, ks + w * 16 * LD, LD, qs, LD, DP);
-    att_store<P, ATT_ROWS / 16>(sw, ATT_SLD, a);
-    att_zero<P, ATT_ROWS / 16>(a);
-    att_mm<P, ATT_ROWS / 16, true>(a, vs + w * 16 * LD, LD, dos, LD, DP);
-    att_store<P, ATT_ROWS / 16>(dpw, ATT_SLD, a);
+    att_scores<P, DP>(sw, m.ks + w * 16 * LD, m.qs); // s^T
+    att_scores<P, DP>(dpw, m.vs + w * 16 * LD, m.dos); // dp^T
     __syncwarp();
-    att_probs<P>(pw, dsw, sw, dpw, lse_s, delta_s, s0 + w * 16, q0, true, t, s, scale, causal);
+    att_probs<P>(pw, dsw, sw, dpw, m.lse, m.delta, s0 + w * 16, q0, true, t, s, scale, causal);
     __syncwarp();
-    att_mm<P, DP / 16, false>(dva, pw, ATT_PLD, dos, LD, ATT_ROWS);
-    att_mm<P, DP / 16, false>(dka, dsw, ATT_PLD, qs, LD, ATT_ROWS);
+    att_mm<P, DP / 16, false>(dva, pw, ATT_PLD, m.dos, LD, ATT_ROWS);
+    att_mm<P, DP / 16, false>(dka, dsw, ATT_PLD, m.qs, LD, ATT_ROWS);
   }
   __syncthreads(); // the query tiles are read: their space holds the results
-  float *stage = (float *)qs + w * 16 * (DP + 4), ones[16], scales[16];
-  for (int r = 0; r < 16; r++) ones[r] = 1.0f, scales[r] = scale;
-  att_store<P, DP / 16>(stage, DP + 4, dka);
-  __syncwarp();
-  att_write(dk, stage, DP + 4, s0 + w * 16, s, d, scales);
-  __syncwarp();
-  att_store<P, DP / 16>(stage, DP + 4, dva);
-  __syncwarp();
-  att_write(dv, stage, DP + 4, s0 + w * 16, s, d, ones);
+  float *stage = (float *)m.qs + w * 16 * (DP + 4);
+  att_put<P, DP>(dk, stage, dka, s0 + w * 16, s, d, scale);
+  att_put<P, DP>(dv, stage, dva, s0 + w * 16, s, d, 1.0f);
 }
 
 // Block (query tile, bn): dq of its 64 queries over every key tile they
@@ -308,18 +335,13 @@ attn_dq_kernel(float *dq, const float *dout, const float *q, const float *k, con
   typedef typename att_prec<P>::T T;
   const int LD = att_ld<DP>::v, w = threadIdx.x >> 5;
   extern __shared__ __align__(128) char att_smem[];
-  char *p = att_smem;
-  T *qs = att_carve<T>(p, ATT_ROWS * LD), *dos = att_carve<T>(p, ATT_ROWS * LD);
-  T *ks = att_carve<T>(p, ATT_ROWS * LD), *vs = att_carve<T>(p, ATT_ROWS * LD);
-  T *dss = att_carve<T>(p, ATT_ROWS * ATT_PLD);
-  float *ss = att_carve<float>(p, ATT_ROWS * ATT_SLD), *dps = att_carve<float>(p, ATT_ROWS * ATT_SLD);
-  float *lse_s = att_carve<float>(p, ATT_ROWS), *delta_s = att_carve<float>(p, ATT_ROWS);
+  const att_bwd_smem<T> m = att_bwd_carve<T, DP>(att_smem, false);
   const int64_t bn = blockIdx.x, q0 = (int64_t)blockIdx.y * ATT_ROWS;
   q += bn * t * d, dout += bn * t * d, o += bn * t * d, lse += bn * t, dq += bn * t * d;
   k += bn * s * d, v += bn * s * d;
-  T *dsw = dss + w * 16 * ATT_PLD;
-  float *sw = ss + w * 16 * ATT_SLD, *dpw = dps + w * 16 * ATT_SLD;
-  att_load_queries<P, DP>(qs, dos, lse_s, delta_s, q, dout, o, lse, q0, t, d);
+  T *dsw = m.dss + w * 16 * ATT_PLD;
+  float *sw = m.ss + w * 16 * ATT_SLD, *dpw = m.dps + w * 16 * ATT_SLD;
+  att_load_queries<P, DP>(m.qs, m.dos, m.lse, m.delta, q, dout, o, lse, q0, t, d);
   att_acc<P> dqa[DP / 16];
   att_zero<P, DP / 16>(dqa);
   int64_t tiles = (s + ATT_ROWS - 1) / ATT_ROWS;
@@ -327,28 +349,19 @@ attn_dq_kernel(float *dq, const float *dout, const float *q, const float *k, con
   for (int64_t j = 0; j < tiles; j++) {
     const int64_t s0 = j * ATT_ROWS;
     __syncthreads();
-    att_load<P, DP>(ks, k, s0, s, d);
-    att_load<P, DP>(vs, v, s0, s, d);
+    att_load<P, DP>(m.ks, k, s0, s, d);
+    att_load<P, DP>(m.vs, v, s0, s, d);
     __syncthreads();
-    att_acc<P> a[ATT_ROWS / 16];
-    att_zero<P, ATT_ROWS / 16>(a);
-    att_mm<P, ATT_ROWS / 16, true>(a, qs + w * 16 * LD, LD, ks, LD, DP);
-    att_store<P, ATT_ROWS / 16>(sw, ATT_SLD, a);
-    att_zero<P, ATT_ROWS / 16>(a);
-    att_mm<P, ATT_ROWS / 16, true>(a, dos + w * 16 * LD, LD, vs, LD, DP);
-    att_store<P, ATT_ROWS / 16>(dpw, ATT_SLD, a);
+    att_scores<P, DP>(sw, m.qs + w * 16 * LD, m.ks);
+    att_scores<P, DP>(dpw, m.dos + w * 16 * LD, m.vs);
     __syncwarp();
-    att_probs<P>(NULL, dsw, sw, dpw, lse_s + w * 16, delta_s + w * 16, q0 + w * 16, s0, false,
+    att_probs<P>(NULL, dsw, sw, dpw, m.lse + w * 16, m.delta + w * 16, q0 + w * 16, s0, false,
                  t, s, scale, causal);
     __syncwarp();
-    att_mm<P, DP / 16, false>(dqa, dsw, ATT_PLD, ks, LD, ATT_ROWS);
+    att_mm<P, DP / 16, false>(dqa, dsw, ATT_PLD, m.ks, LD, ATT_ROWS);
   }
   __syncthreads(); // every warp is done with the key tiles: their space holds the results
-  float *stage = (float *)ks + w * 16 * (DP + 4), scales[16];
-  for (int r = 0; r < 16; r++) scales[r] = scale;
-  att_store<P, DP / 16>(stage, DP + 4, dqa);
-  __syncwarp();
-  att_write(dq, stage, DP + 4, q0 + w * 16, t, d, scales);
+  att_put<P, DP>(dq, (float *)m.ks + w * 16 * (DP + 4), dqa, q0 + w * 16, t, d, scale);
 }
 
 // ---------------------------------------------------------------- launches
