@@ -33,6 +33,13 @@
 
 using namespace nvcuda;
 
+// bf16 and tf32 wmma need sm_80; an older GPU's build keeps the kernels
+// as traps (kdcc's programs call them only at bf16 and tf32).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define ATT_WMMA 1
+#else
+#define ATT_WMMA 0
+#endif
 #define ATT_ROWS 64   // a tile's rows (queries or keys): 4 warps of 16
 #define ATT_THREADS 128
 #define ATT_SLD (ATT_ROWS + 4) // a warp's scores in floats: row length (16-byte multiples)
@@ -49,9 +56,14 @@ template <> struct att_prec<KDRT_PREC_BF16> {
 };
 template <> struct att_prec<KDRT_PREC_TF32> {
   typedef float T;
-  typedef wmma::precision::tf32 E;
   enum { K = 8 };
+#if ATT_WMMA
+  typedef wmma::precision::tf32 E;
   static __device__ T cvt(float x) { return wmma::__float_to_tf32(x); }
+#else
+  typedef float E;
+  static __device__ T cvt(float x) { return x; }
+#endif
 };
 
 template <int P> using att_acc = wmma::fragment<wmma::accumulator, 16, 16, att_prec<P>::K, float>;
@@ -105,8 +117,9 @@ __device__ static void att_load(typename att_prec<P>::T *t, const float *x, int6
 }
 
 // A warp's 16 x DP result rows from floats at s (times mul) to y [n, d].
-__device__ static void att_write(float *y, const float *s, int ld, int64_t r0, int64_t n, int d,
-                                 const float *mul) {
+// (maybe_unused: below sm_80 the kernels are traps)
+[[maybe_unused]] __device__ static void att_write(float *y, const float *s, int ld, int64_t r0,
+                                                  int64_t n, int d, const float *mul) {
   int lane = threadIdx.x & 31;
   for (int r = 0; r < 16; r++)
     if (r0 + r < n)
@@ -151,6 +164,7 @@ template <int P, int DP>
 __global__ static void __launch_bounds__(ATT_THREADS)
 attn_fwd_kernel(float *o, float *lse, const float *q, const float *k, const float *v, int64_t t,
                 int64_t s, int d, float scale, int causal) {
+#if ATT_WMMA
   typedef typename att_prec<P>::T T;
   const int LD = att_ld<DP>::v, OLD = DP + 4, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
   extern __shared__ __align__(128) char att_smem[];
@@ -216,6 +230,9 @@ attn_fwd_kernel(float *o, float *lse, const float *q, const float *k, const floa
     if (lane == 0 && q0 + w * 16 + r < t) lse[q0 + w * 16 + r] = m[r] + logf(l[r]);
   }
   att_write(o, ow, OLD, q0 + w * 16, t, d, inv);
+#else
+  __trap();
+#endif
 }
 
 // ---------------------------------------------------------------- backward
@@ -290,6 +307,7 @@ __global__ static void __launch_bounds__(ATT_THREADS)
 attn_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k,
                  const float *v, const float *o, const float *lse, int64_t t, int64_t s, int d,
                  float scale, int causal) {
+#if ATT_WMMA
   typedef typename att_prec<P>::T T;
   extern __shared__ __align__(128) char att_smem[];
   const att_bwd_smem<T> m = att_bwd_carve<T, DP>(att_smem, true);
@@ -322,6 +340,9 @@ attn_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q, const 
   float *stage = (float *)m.qs + w * 16 * (DP + 4);
   att_put<P, DP>(dk, stage, dka, s0 + w * 16, s, d, scale);
   att_put<P, DP>(dv, stage, dva, s0 + w * 16, s, d, 1.0f);
+#else
+  __trap();
+#endif
 }
 
 // Block (query tile, bn): dq of its 64 queries over every key tile they
@@ -332,6 +353,7 @@ __global__ static void __launch_bounds__(ATT_THREADS)
 attn_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v,
                const float *o, const float *lse, int64_t t, int64_t s, int d, float scale,
                int causal) {
+#if ATT_WMMA
   typedef typename att_prec<P>::T T;
   const int LD = att_ld<DP>::v, w = threadIdx.x >> 5;
   extern __shared__ __align__(128) char att_smem[];
@@ -362,6 +384,9 @@ attn_dq_kernel(float *dq, const float *dout, const float *q, const float *k, con
   }
   __syncthreads(); // every warp is done with the key tiles: their space holds the results
   att_put<P, DP>(dq, (float *)m.ks + w * 16 * (DP + 4), dqa, q0 + w * 16, t, d, scale);
+#else
+  __trap();
+#endif
 }
 
 // ---------------------------------------------------------------- launches
