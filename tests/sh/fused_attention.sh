@@ -9,7 +9,8 @@
 #  2. the CPU program, fp32 CUDA and --attention chain keep the chain; so do
 #     the chains the kernels do not take: a mixed policy's rounded
 #     probabilities, Gemma 2's soft caps and sliding windows;
-#  3. two compiles write the same program.cu; a bad --attention is refused.
+#  3. GPT-2's blocks stay folded into loops; two compiles write the same
+#     program.cu; a bad --attention is refused.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -44,6 +45,10 @@ for prec in bf16 tf32; do
       echo "fused_attention.sh: $name: fused, peak activations $fused KiB (the chain: $chain KiB)"
     fi
   done
+done
+# the fused ops keep GPT-2's 12 blocks one loop each way (blocks.c)
+for dir in "0; l <= 11; l++" "11; l >= 0; l--"; do
+  grep -q "for (int l = $dir)" "$T/gpt2_bf16/program.cu" || fail "gpt2_bf16: no block loop 'for (int l = $dir)'"
 done
 # GPT-2's probabilities, [8, 12, 1024, 1024] floats a layer kept for the backward, are gone
 f=$(peak tests/gpu/gpt2_124m.json --batch-size 8 $CU --precision bf16)
