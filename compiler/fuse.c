@@ -440,8 +440,8 @@ typedef struct {
   Node *dv, *dout, *dp, *ds, *dq, *dk;
 } AttnGrad;
 
-static bool attention_grad_chain(const Graph *g, Node *const *rd, int nrd, const Node *o, const Node *p,
-                                 const int *uses, Node **reader2, AttnGrad *a) {
+static bool attention_grad_chain(const Graph *g, Node *const *rd, int nrd, const Node *o,
+                                 const Node *p, const int *uses, Node **reader2, AttnGrad *a) {
   *a = (AttnGrad){0};
   for (int i = 0; i < nrd; i++) {
     Node *r = rd[i];

@@ -90,9 +90,9 @@ static void attention_rule(const Node *n, Rule *r) {
 
 // bn, t, s, h as C, then the scale by name and the mask.
 static char *attention_args(const Node *n, const Node *q, const Node *k) {
-  return format("%s, %s, %s, %s, %s, %d", sym_c(sym_prod(q, 0, 2, true)), sym_c(sym_dim(q, 2, true)),
-                sym_c(sym_dim(k, 2, true)), sym_c(sym_dim(q, 3, true)), attn_scale(n, n->sm.scale),
-                n->sm.causal);
+  return format("%s, %s, %s, %s, %s, %d", sym_c(sym_prod(q, 0, 2, true)),
+                sym_c(sym_dim(q, 2, true)), sym_c(sym_dim(k, 2, true)), sym_c(sym_dim(q, 3, true)),
+                attn_scale(n, n->sm.scale), n->sm.causal);
 }
 
 static void attention_emit(const Node *n, Lowering *lw) {

@@ -277,10 +277,12 @@ Test(softmax, attention_op_equals_the_chain) {
   const int64_t bn = 3, t = 7, s = 7, hd = 5;
   const size_t nq = bn * t * hd, ns = bn * t * s;
   float *q = rand_buf(nq, -2, 2), *k = rand_buf(nq, -2, 2), *v = rand_buf(nq, -1, 1);
-  float *dout = rand_buf(nq, -1, 1), *sc = calloc(ns, sizeof(float)), *p = calloc(ns, sizeof(float));
+  float *dout = rand_buf(nq, -1, 1), *sc = calloc(ns, sizeof(float));
+  float *p = calloc(ns, sizeof(float));
   float *dp = calloc(ns, sizeof(float)), *ds = calloc(ns, sizeof(float)), *lse = calloc(bn * t, 4);
   float *ref[4], *got[4]; // o, dq, dk, dv
-  for (int i = 0; i < 4; i++) ref[i] = calloc(nq, sizeof(float)), got[i] = calloc(nq, sizeof(float));
+  for (int i = 0; i < 4; i++)
+    ref[i] = calloc(nq, sizeof(float)), got[i] = calloc(nq, sizeof(float));
   for (int causal = 0; causal < 2; causal++) {
     heads_matmul(KDRT_NOTRANS, KDRT_TRANS, bn, t, s, hd, q, k, sc);
     kdrt_attn_softmax(p, sc, bn, t, s, 0, 0.5f, causal);

@@ -86,8 +86,8 @@ __device__ static void att_mm(att_acc<P> *acc, const typename att_prec<P>::T *a,
 #pragma unroll
     for (int f = 0; f < NF; f++) {
       wmma::fragment<wmma::matrix_b, 16, 16, O::K, typename O::E, BL> fb;
-      wmma::load_matrix_sync(fb, BT ? b + (int64_t)f * 16 * ldb + k0 : b + (int64_t)k0 * ldb + f * 16,
-                             ldb);
+      const typename O::T *bf = BT ? b + (int64_t)f * 16 * ldb + k0 : b + (int64_t)k0 * ldb + f * 16;
+      wmma::load_matrix_sync(fb, bf, ldb);
       wmma::mma_sync(acc[f], fa, fb, acc[f]);
     }
   }
@@ -218,7 +218,8 @@ attn_fwd_kernel(float *o, float *lse, const float *q, const float *k, const floa
     __syncwarp();
     att_acc<P> oa[DP / 16];
 #pragma unroll
-    for (int f = 0; f < DP / 16; f++) wmma::load_matrix_sync(oa[f], ow + f * 16, OLD, wmma::mem_row_major);
+    for (int f = 0; f < DP / 16; f++)
+      wmma::load_matrix_sync(oa[f], ow + f * 16, OLD, wmma::mem_row_major);
     att_mm<P, DP / 16, false>(oa, pw, ATT_PLD, vs, LD, ATT_ROWS);
     att_store<P, DP / 16>(ow, OLD, oa);
     __syncwarp();
