@@ -70,6 +70,15 @@ for m in "mixed models/gpt.json --batch-size 16 --dtype-policy mixed_bfloat16" \
   [ "$(calls "$T/$name/program.cu")" = 0 ] || fail "$name: a chain the kernels do not take was fused"
 done
 
+# the kernels' algorithm (tests/gpu/attn_model.py: numpy, where there is one)
+py=$(for p in python3 /work/kvenv/bin/python; do "$p" -c "import numpy" 2>/dev/null && echo "$p" && break; done)
+if [ -n "$py" ]; then
+  "$py" tests/gpu/attn_model.py >"$T/model" 2>&1 || { cat "$T/model"; fail "attn_model.py"; }
+  tail -1 "$T/model"
+else
+  echo "fused_attention.sh: attn_model.py skipped: no python with numpy"
+fi
+
 # 3. deterministic text, and the option's errors
 ./kdcc models/gpt.json --batch-size 16 $CU --precision bf16 -S "$T/again"
 cmp -s "$T/gpt_bf16/program.cu" "$T/again/program.cu" || fail "two compiles differ"
