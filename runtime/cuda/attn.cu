@@ -105,14 +105,26 @@ template <int P, int NF> __device__ static void att_store(float *s, int ld, att_
 }
 
 // Rows [r0, r0 + 64) of x [n, d] into a tile [64, DP] rounded, zeros past n
-// rows and d columns (the whole block).
+// rows and d columns (the whole block); float4s where d is a multiple of 4
+// and x 16-byte aligned (kdcc's buffers are), a float at a time elsewhere.
 template <int P, int DP>
 __device__ static void att_load(typename att_prec<P>::T *t, const float *x, int64_t r0, int64_t n,
                                 int d) {
+  typedef att_prec<P> O;
+  if (d % 4 == 0 && ((uintptr_t)x & 15) == 0) {
+    for (int i = threadIdx.x; i < ATT_ROWS * DP / 4; i += ATT_THREADS) {
+      int r = i / (DP / 4), c = i % (DP / 4) * 4;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r0 + r < n && c < d) v = *(const float4 *)(x + (r0 + r) * d + c);
+      typename O::T *y = t + r * att_ld<DP>::v + c;
+      y[0] = O::cvt(v.x), y[1] = O::cvt(v.y), y[2] = O::cvt(v.z), y[3] = O::cvt(v.w);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < ATT_ROWS * DP; i += ATT_THREADS) {
     int r = i / DP, c = i % DP;
     float v = r0 + r < n && c < d ? x[(r0 + r) * d + c] : 0.0f;
-    t[r * att_ld<DP>::v + c] = att_prec<P>::cvt(v);
+    t[r * att_ld<DP>::v + c] = O::cvt(v);
   }
 }
 

@@ -630,7 +630,7 @@ static void check_softmax_warps(void) {
 
 // issue 22: the fused attention (attn.cu) against the CPU's reference,
 // the chain's arithmetic in float: causal and not, query counts off the
-// 64-row tiles, head dims padded (8 to 16, 32, 64) and 128 (bf16 only),
+// 64-row tiles, head dims padded (6 and 8 to 16, 32, 64) and 128 (bf16 only),
 // keys fewer than queries; its gradient from the CPU's o and lse, and run
 // twice to the same bits. bf16 and tf32 round the products' operands, so
 // the matmul tolerance holds; kdcc fuses no fp32 program (the kernels
@@ -691,6 +691,7 @@ static void check_attention(void) {
       {2, 200, 200, 64, 0},
       {4, 16, 16, 8, 1},    // models/gpt.json's heads (8, padded to 16)
       {2, 130, 70, 32, 0},  // fewer keys than queries
+      {2, 40, 40, 6, 1},    // rows not in float4s: the loads a float at a time
       {1, 300, 300, 128, 1}, // bf16 only
   };
   if (D->precision == KDRT_PREC_FP32) return;
