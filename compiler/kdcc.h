@@ -563,7 +563,9 @@ struct Node {
   int region;             // memplan.c: REGION_*
   int last_use;           // memplan.c
   bool dead;              // removed by a pass
-  bool fused;             // OP_UPDATE done by the op that makes its gradient (fuse.c)
+  bool fused;             // OP_UPDATE done by the op that makes its gradient (fuse.c);
+                          // BIAS_GRAD, ATTENTION_LSE, ATTENTION_GRAD's dk and dv: written
+                          // by the op after them (no code of their own)
   // issue 23: mixed precision (ir.c's new_node, while a layer of a 16-bit
   // policy is built): half, the 16-bit type (KDRT_ROUND_*) its value is
   // exactly one of (a ROUND, or an exact op of such values); pend, the
