@@ -392,3 +392,158 @@ void fuse_layer_norm(Graph *g) {
   g->nnodes = n;
   for (int i = 0; i < n; i++) g->nodes[i]->id = i;
 }
+
+// issue 22: attention without its [t, s] scores in memory, for the CUDA
+// program (main.c sets opt_fuse_attention; the CPU's graph is untouched).
+// attend (layers_attn.c) builds, and autodiff differentiates, the chain
+//   s = DOT(q, k^T); p = SOFTMAX(s) (scale and plain causal mask folded
+//   in by fuse_elementwise); o = DOT(p, v)
+//   dv = DOT(p^T, do); dp = DOT(do, v^T); ds = SOFTMAX_GRAD(dp, p) (scale,
+//   mask); dq = DOT(ds, k); dk = DOT(ds^T, q)
+// over q, k, v [b, n, t|s, h]. Where every value of it is one placement
+// with only the batch and the heads split (no partial sums), with nothing
+// between (a dropout, a call mask, a soft cap, a sliding window, the zero
+// fill of keras-hub's masked probabilities, a mixed policy's rounding of
+// the probabilities keep the chain), the heads' dims alike and at most
+// opt_fuse_attention, it becomes
+//   lse = ATTENTION_LSE(q, k, v) (the softmax's node), o = ATTENTION(q, k,
+//   v, lse); dk, dv = ATTENTION_GRAD (fused), dq = ATTENTION_GRAD(do, q, k,
+//   v, o, lse, dk, dv) after both,
+// and s, dp, ds and p are gone. The backward needs each row's max and sum
+// of exps: a node has one result, so the forward writes them as a second
+// one, lse [b, n, t] (one float a row, kept for the backward as any
+// activation), rather than the backward computing q k^T a third time. Its
+// dk and dv are ATTENTION_GRAD nodes of their own, marked fused, right
+// where the product that made each was: their buffers are planned as
+// before, and the dq node after them writes all three (fold_bias_grads'
+// way with a second result).
+
+int opt_fuse_attention;
+
+// x's values split only on the batch and the heads (dims 0, 1) as `like`'s.
+static bool heads_split(const Node *x, const Node *like) {
+  if (x->place.partial || x->place.pmax) return false;
+  for (int d = 0; d < x->shape.rank; d++)
+    if (x->place.axis[d] != (d < 2 ? like->place.axis[d] : -1)) return false;
+  return true;
+}
+
+// A batched product over the heads, DOT(a, b) with its transposes as given.
+static bool heads_dot(const Node *x, bool ta, bool tb) {
+  return x->op == OP_DOT && x->nin == 2 && x->dot.nb == 2 && x->dot.nk == 1 && x->dot.ta == ta &&
+         x->dot.tb == tb && x->shape.rank == 4;
+}
+
+// The chain's backward from p's readers: dv, dp's do, ds and its readers
+// dq and dk; false when it is not attend's.
+typedef struct {
+  Node *dv, *dout, *dp, *ds, *dq, *dk;
+} AttnGrad;
+
+static bool attention_grad_chain(const Graph *g, Node *const *rd, int nrd, const Node *o,
+                                 const Node *p, const int *uses, Node **reader2, AttnGrad *a) {
+  *a = (AttnGrad){0};
+  for (int i = 0; i < nrd; i++) {
+    Node *r = rd[i];
+    if (r == o) continue;
+    if (heads_dot(r, true, false) && r->in[0] == p) a->dv = r;
+    else if (r->op == OP_SOFTMAX_GRAD && r->in[1] == p) a->ds = r;
+    else return false;
+  }
+  if (!a->dv || !a->ds || !a->ds->sm.fused || a->ds->sm.scale != p->sm.scale ||
+      a->ds->sm.causal != p->sm.causal)
+    return false;
+  a->dp = a->ds->in[0], a->dout = a->dv->in[1];
+  if (!heads_dot(a->dp, false, true) || a->dp->in[0] != a->dout || a->dp->in[1] != o->in[1] ||
+      uses[a->dp->id] != 1 || uses[a->ds->id] != 2)
+    return false;
+  for (int k = 0; k < 2; k++) { // ds's two readers
+    Node *r = reader2[2 * a->ds->id + k];
+    const Node *qt = p->in[0]->in[0], *kt = p->in[0]->in[1]; // (s = DOT(q, k^T))
+    if (heads_dot(r, false, false) && r->in[0] == a->ds && r->in[1] == kt) a->dq = r;
+    else if (heads_dot(r, true, false) && r->in[0] == a->ds && r->in[1] == qt) a->dk = r;
+  }
+  if (!a->dq || !a->dk) return false;
+  int last = a->dk->id > a->dv->id ? a->dk->id : a->dv->id; // dq goes after both: nothing
+  for (int j = a->dq->id + 1; j <= last; j++)               // may read it before
+    for (int k = 0; k < g->nodes[j]->nin; k++)
+      if (g->nodes[j]->in[k] == a->dq) return false;
+  const Node *all[] = {a->dv, a->dout, a->dp, a->ds, a->dq, a->dk};
+  for (int i = 0; i < 6; i++)
+    if (!heads_split(all[i], o)) return false;
+  return true;
+}
+
+void fuse_attention(Graph *g) {
+  if (!opt_fuse_attention) return;
+  int n = g->nnodes;
+  for (int i = 0; i < n; i++) g->nodes[i]->id = i;
+  int *uses = xcalloc(n, sizeof *uses), *pos = xcalloc(n, sizeof *pos);
+  Node **reader2 = xcalloc(2 * (size_t)n, sizeof *reader2); // a value's first two readers
+  Node **rd3 = xcalloc(3 * (size_t)n, sizeof *rd3);         // its first three
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) {
+      int x = g->nodes[i]->in[k]->id;
+      if (uses[x] < 2) reader2[2 * x + uses[x]] = g->nodes[i];
+      if (uses[x] < 3) rd3[3 * x + uses[x]] = g->nodes[i];
+      uses[x]++;
+    }
+  for (int i = 0; i < n; i++) {
+    Node *o = g->nodes[i], *p = o->nin ? o->in[0] : NULL;
+    if (!heads_dot(o, false, false) || p->op != OP_SOFTMAX || p->shape.rank != 4 ||
+        is_output(g, p))
+      continue;
+    Node *s = p->in[0], *vt = o->in[1];
+    if (!heads_dot(s, false, true) || uses[s->id] != 1 || is_output(g, s)) continue;
+    Node *qt = s->in[0], *kt = s->in[1];
+    int64_t hd = qt->shape.d[3];
+    if (hd > opt_fuse_attention || !shape_eq(&kt->shape, &vt->shape) ||
+        !shape_eq(&qt->shape, &o->shape) || !heads_split(qt, o) || !heads_split(kt, o) ||
+        !heads_split(vt, o) || !heads_split(s, o) || !heads_split(p, o))
+      continue;
+    AttnGrad a = {0};
+    bool grad = uses[p->id] == 3;
+    if (uses[p->id] != 1 && !(grad && attention_grad_chain(g, &rd3[3 * p->id], 3, o, p, uses,
+                                                           reader2, &a)))
+      continue;
+    SoftmaxAttr sm = p->sm;
+    s->dead = true;
+    p->op = OP_ATTENTION_LSE; // the softmax's node holds the row statistics
+    p->role = "lse";
+    p->nin = 3;
+    p->in[0] = qt, p->in[1] = kt, p->in[2] = vt;
+    p->shape.rank = 3;
+    p->fused = true;
+    o->op = OP_ATTENTION;
+    o->nin = 4;
+    o->in[0] = qt, o->in[1] = kt, o->in[2] = vt, o->in[3] = p;
+    o->sm = sm;
+    if (!grad) continue;
+    a.dp->dead = true, a.ds->dead = true;
+    Node *const ops[6] = {a.dout, qt, kt, vt, o, p}, *parts[3] = {a.dk, a.dv, a.dq};
+    for (int k = 0; k < 3; k++) {
+      Node *x = parts[k];
+      x->op = OP_ATTENTION_GRAD;
+      x->nin = 6;
+      for (int j = 0; j < 6; j++) x->in[j] = ops[j];
+      x->sm = sm;
+      x->fused = k < 2;
+    }
+    a.dq->nin = 8;
+    a.dq->in[6] = a.dk, a.dq->in[7] = a.dv;
+    pos[a.dq->id] = (a.dk->id > a.dv->id ? a.dk->id : a.dv->id) + 1; // (0: stays)
+  }
+  // Each dq moves to right after the later of its dk and dv.
+  Node **order = xcalloc(n, sizeof *order);
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    Node *x = g->nodes[i];
+    if (x->dead || (pos[x->id] && pos[x->id] > x->id + 1)) continue;
+    order[m++] = x;
+    for (int j = 0; j < n; j++) // a moved dq whose place is after x
+      if (pos[j] == x->id + 1 && pos[j] > j + 1) order[m++] = g->nodes[j];
+  }
+  for (int i = 0; i < m; i++) g->nodes[i] = order[i], g->nodes[i]->id = i;
+  g->nnodes = m;
+  xfree(order), xfree(uses), xfree(pos), xfree(reader2), xfree(rd3);
+}

@@ -563,7 +563,9 @@ struct Node {
   int region;             // memplan.c: REGION_*
   int last_use;           // memplan.c
   bool dead;              // removed by a pass
-  bool fused;             // OP_UPDATE done by the op that makes its gradient (fuse.c)
+  bool fused;             // OP_UPDATE done by the op that makes its gradient (fuse.c);
+                          // BIAS_GRAD, ATTENTION_LSE, ATTENTION_GRAD's dk and dv: written
+                          // by the op after them (no code of their own)
   // issue 23: mixed precision (ir.c's new_node, while a layer of a 16-bit
   // policy is built): half, the 16-bit type (KDRT_ROUND_*) its value is
   // exactly one of (a ROUND, or an exact op of such values); pend, the
@@ -830,6 +832,11 @@ bool place_eq(const Place *a, const Place *b, int rank);
 // ---------------------------------------------------------------- fuse.c
 void fuse_layer_norm(Graph *g); // issue 25: before fuse_elementwise
 void fuse_elementwise(Graph *g);
+// issue 22: attention's chain into ATTENTION and ATTENTION_GRAD, after
+// fuse_elementwise, where opt_fuse_attention (main.c: --target cuda at
+// tf32 or bf16) is the largest head dim the kernels take; 0: off.
+extern int opt_fuse_attention;
+void fuse_attention(Graph *g);
 // After the memory plan: gradient all-reduces over the same axes whose
 // buffers follow each other in the gradient blob become one call.
 void bucket_gradients(Graph *g);

@@ -23,6 +23,8 @@ static const char usage[] =
   "  --cuda-arch sm_NN     GPU architecture (default: the GPU nvidia-smi reports, else sm_90)\n"
   "  --precision P         cuda: matrix products in fp32 (default), tf32, or bf16\n"
   "                        (operands rounded to bfloat16, float32 sums; data stays float32)\n"
+  "  --attention fused|chain  cuda at tf32 and bf16: attention in one kernel each way,\n"
+  "                        its scores never in memory (default fused), or as the CPU's ops\n"
   "  --sequence-length T   a keras-hub model's token steps (default: its\n"
   "                        max_sequence_length, where the backbone has one)\n"
   "  --lora-rank R         keras-hub models: LoRA as backbone.enable_lora(R) (every\n"
@@ -57,7 +59,7 @@ static char *root_dir(void) {
 
 // --target cuda (see build_cuda_program below).
 static bool target_cuda;
-static const char *cuda_arch, *precision = "fp32";
+static const char *cuda_arch, *precision = "fp32", *attention = "fused";
 
 static void write_c(Graph *g, const char *path) {
   char *tmp = format("%s.tmp.%d", path, (int)getpid());
@@ -294,6 +296,10 @@ int main(int argc, char **argv) {
       if (strcmp(v, "fp32") && strcmp(v, "tf32") && strcmp(v, "bf16"))
         error("--precision: '%s' is not one of fp32, tf32, bf16", v);
       precision = v;
+    } else if (!strcmp(a, "--attention") || !strncmp(a, "--attention=", 12)) {
+      attention = a[11] == '=' ? a + 12 : NEXT();
+      if (strcmp(attention, "fused") && strcmp(attention, "chain"))
+        error("--attention: '%s' is not one of fused, chain", attention);
     } else if (!strcmp(a, "--dtype-policy") || !strncmp(a, "--dtype-policy=", 15)) {
       opt_dtype_policy = a[14] == '=' ? a + 15 : NEXT(); // issue 23: load.c checks it
     } else if (!strcmp(a, "--max-memory") || !strncmp(a, "--max-memory=", 13)) {
@@ -335,6 +341,11 @@ int main(int argc, char **argv) {
   if (!target_cuda && (cuda_arch || strcmp(precision, "fp32")))
     error("%s applies to --target cuda only", cuda_arch ? "--cuda-arch" : "--precision");
   if (target_cuda && !cuda_arch) cuda_arch = detect_cuda_arch();
+  // issue 22: the fused attention's kernels round their products' operands
+  // as bf16 and tf32 do (fp32 keeps the chain: within 1e-5 of the CPU's),
+  // and take head dims up to 128 (tf32's shared memory: 64)
+  if (target_cuda && !strcmp(attention, "fused"))
+    opt_fuse_attention = !strcmp(precision, "bf16") ? 128 : !strcmp(precision, "tf32") ? 64 : 0;
 
   Graph *g = compile_model(model_path, dist_path, mesh, batch);
   if (max_memory_text) {

@@ -66,6 +66,60 @@ const OpDef op_SOFTMAX = {"softmax", 1, 0, false, softmax_rule, softmax_grad, so
 const OpDef op_SOFTMAX_GRAD = {"softmax_grad", 2, 1, false, softmax_rule, NULL,
                                softmax_grad_emit};
 
+// ---------------------------------------------------------------- ATTENTION
+// issue 22: attention's chain in one op each way (fuse.c's fuse_attention,
+// the CUDA program's): q[b, n, t, h], k and v [b, n, s, h] as the
+// transposes to heads leave them, lse[b, n, t]. The batch and the heads
+// pass through (split heads: each device its own); the steps, the keys and
+// the head dim are needed whole.
+static void attention_rule(const Node *n, Rule *r) {
+  bool grad = n->op == OP_ATTENTION_GRAD;
+  const Shape *q = &n->in[grad]->shape, *k = &n->in[grad + 1]->shape;
+  int b = factor(r, F_PASS, q->d[0]), hn = factor(r, F_PASS, q->d[1]);
+  int t = factor(r, F_FULL, q->d[2]), s = factor(r, F_FULL, k->d[2]);
+  int h = factor(r, F_FULL, q->d[3]);
+  const int8_t qf[4] = {b, hn, t, h}, kf[4] = {b, hn, s, h};
+  // each operand's factors: q-like, k-like or lse-like (q's without h)
+  static const char fwd[] = "qkkl", lse[] = "qkk", bwd[] = "qqkkqlkk";
+  const char *kinds = grad ? bwd : n->op == OP_ATTENTION ? fwd : lse;
+  for (int i = 0; i < n->nin; i++)
+    for (int d = 0; d < n->in[i]->shape.rank; d++) r->in[i][d] = kinds[i] == 'k' ? kf[d] : qf[d];
+  const int8_t *out = n->op == OP_ATTENTION_GRAD && n->fused ? kf : qf;
+  for (int d = 0; d < n->shape.rank; d++) r->out[d] = out[d];
+}
+
+// bn, t, s, h as C, then the scale by name and the mask.
+static char *attention_args(const Node *n, const Node *q, const Node *k) {
+  return format("%s, %s, %s, %s, %s, %d", sym_c(sym_prod(q, 0, 2, true)),
+                sym_c(sym_dim(q, 2, true)), sym_c(sym_dim(k, 2, true)), sym_c(sym_dim(q, 3, true)),
+                attn_scale(n, n->sm.scale), n->sm.causal);
+}
+
+static void attention_emit(const Node *n, Lowering *lw) {
+  if (n->op == OP_ATTENTION_LSE) {
+    lw->note = "made by the attention after it (each query row's max + log(sum of exps))";
+    return;
+  }
+  if (n->op == OP_ATTENTION) {
+    lower_call(lw, "attention", false, NULL, "%s, %s, %s, %s, %s, %s", buf(n), buf(n->in[3]),
+               buf(n->in[0]), buf(n->in[1]), buf(n->in[2]), attention_args(n, n->in[0], n->in[1]));
+    return;
+  }
+  if (n->fused) {
+    lw->note = "made with dq by the attention's gradient after it";
+    return;
+  }
+  lower_call(lw, "attention_grad", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n),
+             buf(n->in[6]), buf(n->in[7]), buf(n->in[0]), buf(n->in[1]), buf(n->in[2]),
+             buf(n->in[3]), buf(n->in[4]), buf(n->in[5]), attention_args(n, n->in[1], n->in[2]));
+}
+
+const OpDef op_ATTENTION = {"attention", 4, 0, false, attention_rule, NULL, attention_emit};
+const OpDef op_ATTENTION_LSE = {"attention_lse", 3, 0, false, attention_rule, NULL,
+                                attention_emit};
+const OpDef op_ATTENTION_GRAD = {"attention_grad", -1, 0, false, attention_rule, NULL,
+                                 attention_emit};
+
 // ---------------------------------------------------------------- CONV2D, MAXPOOL
 // x[b,h,w,ci] f[kh,kw,ci,co] y[b,oh,ow,co]; the spatial dims need their
 // whole extent (no halo exchange). With G groups (issue 15) x[b,h,w,(g,ci)]

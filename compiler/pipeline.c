@@ -16,6 +16,7 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
   verify_graph(g, "propagate_shardings", true);
   fuse_layer_norm(g);
   fuse_elementwise(g);
+  fuse_attention(g); // issue 22: the CUDA program's, only
   verify_graph(g, "fuse_elementwise", true);
   find_blocks(g); // issue 25: repeated blocks, which the memory plan and the emitters fold
   group_updates(g); // issue 25: one optimizer call for each run of variables updated alike

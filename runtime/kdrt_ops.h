@@ -247,6 +247,16 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
                    float scale, int causal))                                                   \
   K(attn_softmax_grad, (float *dx, const float *dy, const float *y, int64_t outer, int64_t t,   \
                         int64_t u, int64_t t0, float scale, int causal))                       \
+  /* issue 22: attention without its scores in memory (kdcc --target cuda, bf16   */          \
+  /* and tf32): o = softmax(mask(q k^T * scale)) v over bn heads' q [t, hd], k    */          \
+  /* and v [s, hd] (causal: a key after its query masked), and lse[bn, t], each   */          \
+  /* row's max + log(sum of exps); then dq, dk, dv from do, o and lse. The CPU:   */          \
+  /* the chain's arithmetic in float, row by row (the reference of opcheck).      */          \
+  K(attention, (float *o, float *lse, const float *q, const float *k, const float *v,          \
+                int64_t bn, int64_t t, int64_t s, int64_t hd, float scale, int causal))        \
+  K(attention_grad, (float *dq, float *dk, float *dv, const float *dout, const float *q,       \
+                     const float *k, const float *v, const float *o, const float *lse,         \
+                     int64_t bn, int64_t t, int64_t s, int64_t hd, float scale, int causal))   \
   K(matmul, (const kdrt_gemm *g, float alpha, const float *a, const float *b, float beta,      \
              float *c))                                                                        \
   /* issue 22: a Dense layer's product with its bias in the GEMM (cuBLASLt's        */       \

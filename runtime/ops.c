@@ -345,6 +345,82 @@ void kdrt_attn_softmax_grad(float *dx, const float *dy, const float *y, int64_t 
   }
 }
 
+// issue 22: attention in one op (the CUDA backend's fused kernels; kdcc
+// emits it for no CPU program). The reference of the CUDA kernels: the
+// chain's arithmetic in float (scale, mask, softmax as attn_softmax, the
+// product with v), one query row at a time, its scores in a row buffer.
+// The row's lse = max + log(sum) remakes the probabilities backward.
+static int64_t attention_row(float *p, const float *qr, const float *k, int64_t i, int64_t s,
+                             int64_t hd, float scale, int causal, float *lse) {
+  int64_t keys = attn_keys(i, 0, s, causal);
+  float m = -INFINITY, sum = 0.0f;
+  for (int64_t j = 0; j < keys; j++) {
+    float a = 0.0f;
+    for (int64_t c = 0; c < hd; c++) a += qr[c] * k[j * hd + c];
+    p[j] = a * scale + 0.0f;
+    m = p[j] > m ? p[j] : m;
+  }
+  for (int64_t j = 0; j < keys; j++) sum += p[j] = exp_flush(p[j] - m);
+  float inv = 1.0f / sum; // (normalize_row's sum, in the same order)
+  for (int64_t j = 0; j < keys; j++) p[j] *= inv;
+  *lse = m + logf(sum);
+  return keys;
+}
+
+void kdrt_attention(float *o, float *lse, const float *q, const float *k, const float *v,
+                    int64_t bn, int64_t t, int64_t s, int64_t hd, float scale, int causal) {
+  KD_PAR_FOR(bn * t * s)
+  for (int64_t r = 0; r < bn * t; r++) {
+    float *p = malloc(sizeof *p * (size_t)(s ? s : 1));
+    if (!p) bad_call("kdrt_attention", "out of memory");
+    const float *kb = k + r / t * s * hd, *vb = v + r / t * s * hd;
+    int64_t keys = attention_row(p, q + r * hd, kb, r % t, s, hd, scale, causal, &lse[r]);
+    for (int64_t c = 0; c < hd; c++) {
+      float a = 0.0f;
+      for (int64_t j = 0; j < keys; j++) a += p[j] * vb[j * hd + c];
+      o[r * hd + c] = a;
+    }
+    free(p);
+  }
+}
+
+// dv = p^T do, dp = do v^T, ds = p (dp - rowsum(do * o)) * scale (the
+// softmax's gradient), dq = ds k, dk = ds^T q; a head at a time (its dk
+// and dv are sums over its queries). The probabilities are made again as
+// the forward made them, so lse is not read here (the CUDA kernels read it).
+void kdrt_attention_grad(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                         const float *k, const float *v, const float *o, const float *lse,
+                         int64_t bn, int64_t t, int64_t s, int64_t hd, float scale, int causal) {
+  (void)lse;
+  KD_PAR_FOR(bn * t * s)
+  for (int64_t h = 0; h < bn; h++) {
+    float *p = malloc(sizeof *p * (size_t)(s ? s : 1));
+    if (!p) bad_call("kdrt_attention_grad", "out of memory");
+    const float *kb = k + h * s * hd, *vb = v + h * s * hd;
+    float *dkb = dk + h * s * hd, *dvb = dv + h * s * hd;
+    for (int64_t j = 0; j < s * hd; j++) dkb[j] = dvb[j] = 0.0f;
+    for (int64_t i = 0; i < t; i++) {
+      const int64_t r = h * t + i;
+      const float *qr = q + r * hd, *dor = dout + r * hd, *orow = o + r * hd;
+      float l, delta = 0.0f;
+      int64_t keys = attention_row(p, qr, kb, i, s, hd, scale, causal, &l);
+      for (int64_t c = 0; c < hd; c++) delta += dor[c] * orow[c];
+      for (int64_t c = 0; c < hd; c++) dq[r * hd + c] = 0.0f;
+      for (int64_t j = 0; j < keys; j++) {
+        float dp = 0.0f;
+        for (int64_t c = 0; c < hd; c++) dp += dor[c] * vb[j * hd + c];
+        float ds = p[j] * (dp - delta) * scale + 0.0f;
+        for (int64_t c = 0; c < hd; c++) {
+          dvb[j * hd + c] += p[j] * dor[c];
+          dq[r * hd + c] += ds * kb[j * hd + c];
+          dkb[j * hd + c] += ds * qr[c];
+        }
+      }
+    }
+    free(p);
+  }
+}
+
 // ---------------------------------------------------------------- matmul
 
 // cblas takes int dimensions.

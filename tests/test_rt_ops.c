@@ -256,6 +256,60 @@ Test(softmax, attention_fused_equals_the_chain) {
   free(x), free(dy), free(s), free(y0), free(y1), free(d0), free(d1);
 }
 
+// issue 22: attention in one op (the CUDA backend's fused kernels'
+// reference) computes what the chain does: scores = q k^T (kdrt_matmul),
+// attn_softmax, o = p v; backward dv = p^T do, dp = do v^T,
+// attn_softmax_grad, dq = ds k, dk = ds^T q. Sums in another order: 1e-5.
+static void heads_matmul(int ta, int tb, int64_t bn, int64_t M, int64_t N, int64_t K,
+                         const float *a, const float *b, float *c) {
+  const kdrt_gemm g = {ta, tb, bn, M, N, K, ta ? M : K, tb ? K : N, N, M * K, K * N, M * N};
+  kdrt_matmul(&g, 1.0f, a, b, 0.0f, c);
+}
+
+static double max_rel(const float *a, const float *b, size_t n) {
+  double m = 0, big = 1e-6;
+  for (size_t i = 0; i < n; i++) big = fmax(big, fabs(b[i]));
+  for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]) / big);
+  return m;
+}
+
+Test(softmax, attention_op_equals_the_chain) {
+  const int64_t bn = 3, t = 7, s = 7, hd = 5;
+  const size_t nq = bn * t * hd, ns = bn * t * s;
+  float *q = rand_buf(nq, -2, 2), *k = rand_buf(nq, -2, 2), *v = rand_buf(nq, -1, 1);
+  float *dout = rand_buf(nq, -1, 1), *sc = calloc(ns, sizeof(float));
+  float *p = calloc(ns, sizeof(float));
+  float *dp = calloc(ns, sizeof(float)), *ds = calloc(ns, sizeof(float)), *lse = calloc(bn * t, 4);
+  float *ref[4], *got[4]; // o, dq, dk, dv
+  for (int i = 0; i < 4; i++)
+    ref[i] = calloc(nq, sizeof(float)), got[i] = calloc(nq, sizeof(float));
+  for (int causal = 0; causal < 2; causal++) {
+    heads_matmul(KDRT_NOTRANS, KDRT_TRANS, bn, t, s, hd, q, k, sc);
+    kdrt_attn_softmax(p, sc, bn, t, s, 0, 0.5f, causal);
+    heads_matmul(KDRT_NOTRANS, KDRT_NOTRANS, bn, t, hd, s, p, v, ref[0]);
+    heads_matmul(KDRT_TRANS, KDRT_NOTRANS, bn, s, hd, t, p, dout, ref[3]);
+    heads_matmul(KDRT_NOTRANS, KDRT_TRANS, bn, t, s, hd, dout, v, dp);
+    kdrt_attn_softmax_grad(ds, dp, p, bn, t, s, 0, 0.5f, causal);
+    heads_matmul(KDRT_NOTRANS, KDRT_NOTRANS, bn, t, hd, s, ds, k, ref[1]);
+    heads_matmul(KDRT_TRANS, KDRT_NOTRANS, bn, s, hd, t, ds, q, ref[2]);
+    kdrt_attention(got[0], lse, q, k, v, bn, t, s, hd, 0.5f, causal);
+    kdrt_attention_grad(got[1], got[2], got[3], dout, q, k, v, got[0], lse, bn, t, s, hd, 0.5f,
+                        causal);
+    static const char *const what[] = {"o", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; i++) {
+      double e = max_rel(got[i], ref[i], nq);
+      cr_expect(e < 1e-5, "attention %s causal %d: error %g", what[i], causal, e);
+    }
+    // lse: log of the sum of exps of the scaled scores the row sees
+    double m = -INFINITY, z = 0;
+    for (int j = 0; j < (causal ? 1 : s); j++) m = fmax(m, 0.5 * sc[j]);
+    for (int j = 0; j < (causal ? 1 : s); j++) z += exp(0.5 * sc[j] - m);
+    cr_expect(fabs(lse[0] - (m + log(z))) < 1e-5, "lse[0] %g, want %g", lse[0], m + log(z));
+  }
+  free(q), free(k), free(v), free(dout), free(sc), free(p), free(dp), free(ds), free(lse);
+  for (int i = 0; i < 4; i++) free(ref[i]), free(got[i]);
+}
+
 Test(softmax, stable_for_large_inputs) {
   // softmax(1e4 + [0,-1,-2]) = softmax([0,-1,-2]) = [1, e^-1, e^-2] / (1 + e^-1 + e^-2)
   const float x[] = {1e4f, 1e4f - 1, 1e4f - 2, -1e4f, -1e4f - 1, -1e4f - 2};

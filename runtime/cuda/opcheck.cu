@@ -628,6 +628,77 @@ static void check_softmax_warps(void) {
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) check_softmax_case(&cases[k]);
 }
 
+// issue 22: the fused attention (attn.cu) against the CPU's reference,
+// the chain's arithmetic in float: causal and not, query counts off the
+// 64-row tiles, head dims padded (6 and 8 to 16, 32, 64) and 128 (bf16 only),
+// keys fewer than queries; its gradient from the CPU's o and lse, and run
+// twice to the same bits. bf16 and tf32 round the products' operands, so
+// the matmul tolerance holds; kdcc fuses no fp32 program (the kernels
+// refuse fp32), so at fp32 there is nothing to check.
+typedef struct {
+  int64_t bn, t, s, hd;
+  int causal;
+} attn_case;
+
+static void check_attention_case(const attn_case *c) {
+  size_t nq = (size_t)(c->bn * c->t * c->hd), nk = (size_t)(c->bn * c->s * c->hd);
+  size_t nl = (size_t)(c->bn * c->t);
+  float scale = 1.0f / sqrtf((float)c->hd);
+  float *hq = hrand(nq, -2, 2), *hk = hrand(nk, -2, 2), *hv = hrand(nk, -1, 1);
+  float *hdo = hrand(nq, -1, 1), *ho = hzero(nq), *hl = hzero(nl), *hdq = hzero(nq);
+  float *hdk = hzero(nk), *hdv = hzero(nk), *h1 = hzero(nq);
+  kdrt_attention(ho, hl, hq, hk, hv, c->bn, c->t, c->s, c->hd, scale, c->causal);
+  kdrt_attention_grad(hdq, hdk, hdv, hdo, hq, hk, hv, ho, hl, c->bn, c->t, c->s, c->hd, scale,
+                      c->causal);
+  float *q = dev(hq, nq), *k = dev(hk, nk), *v = dev(hv, nk), *dout = dev(hdo, nq);
+  float *o = kdrt_cuda_alloc(nq), *l = kdrt_cuda_alloc(nl), *dq = kdrt_cuda_alloc(nq);
+  float *dk = kdrt_cuda_alloc(nk), *dv = kdrt_cuda_alloc(nk);
+  char name[128], shape[96];
+  snprintf(shape, sizeof shape, "[%lld, %lld, %lld, %lld]%s", (long long)c->bn, (long long)c->t,
+           (long long)c->s, (long long)c->hd, c->causal ? " causal" : "");
+  poison(o, nq), poison(l, nl);
+  kdrt_cuda_attention(D, o, l, q, k, v, c->bn, c->t, c->s, c->hd, scale, c->causal);
+  snprintf(name, sizeof name, "attention %s", shape);
+  check(name, o, ho, nq, tol_mm);
+  snprintf(name, sizeof name, "attention lse %s", shape);
+  check(name, l, hl, nl, tol_mm);
+  kdrt_cuda_upload(D, o, ho, nq), kdrt_cuda_upload(D, l, hl, nl);
+  poison(dq, nq), poison(dk, nk), poison(dv, nk);
+  kdrt_cuda_attention_grad(D, dq, dk, dv, dout, q, k, v, o, l, c->bn, c->t, c->s, c->hd, scale,
+                           c->causal);
+  snprintf(name, sizeof name, "attention_grad dq %s", shape);
+  check(name, dq, hdq, nq, tol_mm);
+  snprintf(name, sizeof name, "attention_grad dk %s", shape);
+  check(name, dk, hdk, nk, tol_mm);
+  snprintf(name, sizeof name, "attention_grad dv %s", shape);
+  check(name, dv, hdv, nk, tol_mm);
+  kdrt_cuda_download(D, h1, dq, nq); // the same again: no atomics, the same bits
+  poison(dq, nq), poison(dk, nk), poison(dv, nk);
+  kdrt_cuda_attention_grad(D, dq, dk, dv, dout, q, k, v, o, l, c->bn, c->t, c->s, c->hd, scale,
+                           c->causal);
+  snprintf(name, sizeof name, "attention_grad dq twice %s", shape);
+  check(name, dq, h1, nq, 0);
+  kdrt_cuda_free(q), kdrt_cuda_free(k), kdrt_cuda_free(v), kdrt_cuda_free(dout);
+  kdrt_cuda_free(o), kdrt_cuda_free(l), kdrt_cuda_free(dq), kdrt_cuda_free(dk), kdrt_cuda_free(dv);
+  free(hq), free(hk), free(hv), free(hdo), free(ho), free(hl), free(hdq), free(hdk), free(hdv);
+  free(h1);
+}
+
+static void check_attention(void) {
+  static const attn_case cases[] = {
+      {3, 64, 64, 64, 1},   // one tile
+      {2, 200, 200, 64, 1}, // GPT-2's head dim, the last tile partial
+      {2, 200, 200, 64, 0},
+      {4, 16, 16, 8, 1},    // models/gpt.json's heads (8, padded to 16)
+      {2, 130, 70, 32, 0},  // fewer keys than queries
+      {2, 40, 40, 6, 1},    // rows not in float4s: the loads a float at a time
+      {1, 300, 300, 128, 1}, // bf16 only
+  };
+  if (D->precision == KDRT_PREC_FP32) return;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (!(D->precision == KDRT_PREC_TF32 && cases[i].hd > 64)) check_attention_case(&cases[i]);
+}
+
 static void check_losses(void) {
   static const char *names[] = {
 #define KDRT_X(name, kname) kname,
@@ -1358,6 +1429,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
     check_bias();
     check_softmax();
     check_softmax_warps();
+    check_attention();
     check_norm();
     check_layer_norm();
     check_losses();

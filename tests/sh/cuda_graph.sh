@@ -2,8 +2,9 @@
 # cuda_graph.sh: what lets a CUDA program's training step be captured once
 # as a CUDA graph and replayed (issue 22), checked without a GPU on the
 # generated program.cu of every model in models/ and examples/ (kdcc
-# --target cuda -S), a mixed_float16 one (loss-scaled) and the seed MLP
-# under each optimizer, and on the runtime's sources:
+# --target cuda -S), a mixed_float16 one (loss-scaled), the GPT at bf16
+# (its attention fused) and the seed MLP under each optimizer, and on the
+# runtime's sources:
 #  1. each train_step runs its parts inside `if (!kdrt_cuda_replay(d,
 #     KDRT_CUDA_TRAIN))`, the setjmp a failed capture returns to first;
 #  2. inside the parts, the host values read are those fixed for a graph's
@@ -34,6 +35,9 @@ for m in models/*.json examples/*/*.json; do
   else echo "cuda_graph.sh: note: $m: $(head -1 "$T/err")" >&2; fi
 done
 ./kdcc models/seed_mlp.json --target cuda --dtype-policy mixed_float16 -w -S "$T/loss_scaled" || exit 1
+# issue 22: the GPT at bf16, its attention fused (kdrt_cuda_attention, _attention_grad)
+./kdcc models/gpt.json --target cuda --precision bf16 -w -S "$T/gpt_bf16" || exit 1
+grep -q "kdrt_cuda_attention_grad(d," "$T/gpt_bf16/program.cu" || fail "gpt at bf16: attention not fused"
 # the seed MLP under each optimizer (Keras's defaults but the rate)
 for opt in SGD RMSprop Adagrad Adamax Lion AdamW Nadam; do
   python3 - "$opt" "$T/opt_$opt.json" <<'PY' || fail "no optimizer in models/seed_mlp.json to replace"
