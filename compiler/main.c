@@ -24,7 +24,8 @@ static const char usage[] =
   "  --precision P         cuda: matrix products in fp32 (default), tf32, or bf16\n"
   "                        (operands rounded to bfloat16, float32 sums; data stays float32)\n"
   "  --attention fused|chain  cuda at tf32 and bf16: attention in one kernel each way,\n"
-  "                        its scores never in memory (default fused), or as the CPU's ops\n"
+  "                        its scores never in memory (not yet proven on a GPU), or as\n"
+  "                        the CPU's ops (default chain)\n"
   "  --sequence-length T   a keras-hub model's token steps (default: its\n"
   "                        max_sequence_length, where the backbone has one)\n"
   "  --lora-rank R         keras-hub models: LoRA as backbone.enable_lora(R) (every\n"
@@ -59,7 +60,7 @@ static char *root_dir(void) {
 
 // --target cuda (see build_cuda_program below).
 static bool target_cuda;
-static const char *cuda_arch, *precision = "fp32", *attention = "fused";
+static const char *cuda_arch, *precision = "fp32", *attention = "chain";
 
 static void write_c(Graph *g, const char *path) {
   char *tmp = format("%s.tmp.%d", path, (int)getpid());

@@ -91,8 +91,8 @@ build frozen_dist tests/gradcheck/frozen.json --distribution tests/good/frozen.d
 build nested_dist models/nested.json --distribution models/nested.dist.json --batch-size 16
 build cnn_tf32 models/cnn.json --distribution models/cnn.dist.json --batch-size 16 --precision tf32
 # issue 22: attention fused at bf16 and tf32 (attn.cu), heads split over 'model' and one device
-build gpt_bf16_dist models/gpt.json --distribution models/gpt.dist.json --batch-size 16 --precision bf16
-build gpt_tf32_1 models/gpt.json --batch-size 16 --precision tf32
+build gpt_bf16_dist models/gpt.json --distribution models/gpt.dist.json --batch-size 16 --precision bf16 --attention fused
+build gpt_tf32_1 models/gpt.json --batch-size 16 --precision tf32 --attention fused
 # issue 23: mixed_float16 with Keras's LossScaleOptimizer (the seeds scaled, the step's
 # decision on the host: kdrt_cuda_loss_scale_step; no CUDA graph)
 build mixed_f16_dist tests/fixtures/keras_ref/mixed_f16_mlp/model.keras \

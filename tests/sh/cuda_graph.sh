@@ -36,7 +36,7 @@ for m in models/*.json examples/*/*.json; do
 done
 ./kdcc models/seed_mlp.json --target cuda --dtype-policy mixed_float16 -w -S "$T/loss_scaled" || exit 1
 # issue 22: the GPT at bf16, its attention fused (kdrt_cuda_attention, _attention_grad)
-./kdcc models/gpt.json --target cuda --precision bf16 -w -S "$T/gpt_bf16" || exit 1
+./kdcc models/gpt.json --target cuda --precision bf16 --attention fused -w -S "$T/gpt_bf16" || exit 1
 grep -q "kdrt_cuda_attention_grad(d," "$T/gpt_bf16/program.cu" || fail "gpt at bf16: attention not fused"
 # the seed MLP under each optimizer (Keras's defaults but the rate)
 for opt in SGD RMSprop Adagrad Adamax Lion AdamW Nadam; do
