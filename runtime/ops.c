@@ -153,26 +153,11 @@ void kdrt_act_grad(int act, float *dx, const float *dy, const float *xs, const f
 }
 
 // out[r, j] = f(in[r, j] + bias[j]): the bias add fused with its
-// activation, one loop per activation as kdrt_act. out may be in.
+// activation. out may be in.
 void kdrt_bias_act(int act, float *out, const float *in, const float *bias, int64_t rows,
                    int64_t cols) {
-  switch (act) {
-#define KDRT_X(name, kname, from_x, f, df)                                                       \
-  case KDRT_ACT_##name:                                                                          \
-    KD_PAR_FOR(rows * cols)                                                                      \
-    for (int64_t r = 0; r < rows; r++) {                                                         \
-      const float *ir = in + r * cols;                                                           \
-      float *orow = out + r * cols;                                                              \
-      for (int64_t j = 0; j < cols; j++) {                                                       \
-        float v = ir[j] + bias[j];                                                               \
-        orow[j] = f;                                                                             \
-      }                                                                                          \
-    }                                                                                            \
-    return;
-    KDRT_ACT_LIST(KDRT_X)
-#undef KDRT_X
-  }
-  bad_call("kdrt_bias_act", "unknown activation");
+  if (!col_affine_act(act, out, in, NULL, bias, rows, cols))
+    bad_call("kdrt_bias_act", "unknown activation");
 }
 
 // out[j] += in[r, j] for rows [r0, r1), in row order.
