@@ -288,18 +288,13 @@ void kdrt_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows,
   }
 }
 
-// The keys row i (query position t0 + i) of attention's scores may see.
-static inline int64_t attn_keys(int64_t i, int64_t t0, int64_t u, int causal) {
-  return causal && t0 + i + 1 < u ? t0 + i + 1 : u;
-}
-
 void kdrt_attn_softmax(float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,
                        float scale, int causal) {
   KD_PAR_FOR(outer * t * u)
   for (int64_t r = 0; r < outer * t; r++) {
     const float *xr = x + r * u;
     float *yr = y + r * u;
-    int64_t keys = attn_keys(r % t, t0, u, causal); // the masked ones: exp(MASKED - m) = 0
+    int64_t keys = kdrt_attn_keys(t0 + r % t, u, causal); // the masked ones: exp(MASKED - m) = 0
     float m = -INFINITY;
     for (int64_t j = 0; j < keys; j++) {
       float v = xr[j] * scale + 0.0f;
@@ -319,7 +314,7 @@ void kdrt_attn_softmax_grad(float *dx, const float *dy, const float *y, int64_t 
   for (int64_t r = 0; r < outer * t; r++) {
     const float *dyr = dy + r * u, *yr = y + r * u;
     float *dxr = dx + r * u;
-    int64_t keys = attn_keys(r % t, t0, u, causal);
+    int64_t keys = kdrt_attn_keys(t0 + r % t, u, causal);
     float dot = 0.0f;
     for (int64_t j = 0; j < u; j++)
       dot += dyr[j] * yr[j];
