@@ -55,4 +55,17 @@ static inline KDRT_HD float kdrt_pact_d(int kind, float x, float a, float max, f
   return (kept ? 1.0f : 0.0f) + (x < t ? a : 0.0f);
 }
 
+// Maximum and Minimum (and the normalizations' clamps): a where it beats
+// o (the larger, the smaller with min) or is a NaN, which lax.max and
+// lax.min propagate; else o.
+static inline KDRT_HD float kdrt_max1(float a, float o, int min) {
+  return (min ? a < o : a > o) || a != a ? a : o;
+}
+
+// JAX's gradient of max(a, o) with respect to a, from dy: dy where a alone
+// is the result, dy / 2 where a equals o (a tie shares it), else 0.
+static inline KDRT_HD float kdrt_max_grad1(float dy, float a, float o, int min) {
+  return a == o ? dy * 0.5f : (min ? a < o : a > o) ? dy : 0.0f;
+}
+
 #endif
