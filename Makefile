@@ -55,11 +55,12 @@ build/flags.stamp: FORCE
 build/compiler/main.o: build/flags.stamp
 
 # The runtime's headers: the API, the kernel list, the shared enums, the
-# recurrent cells, the row losses, the normalizations, rotary embedding, 16-bit
-# rounding, the kernels' vectorised math, and what the kernel files share.
+# recurrent cells, the row losses, the normalizations, the optimizers' updates,
+# rotary embedding, 16-bit rounding, the kernels' vectorised math, and what the
+# kernel files share.
 RT_HDRS = runtime/kdrt.h runtime/kdrt_ops.h runtime/kdrt_defs.h runtime/kdrt_rnn.h runtime/kdrt_philox.h \
-          runtime/kdrt_loss.h runtime/kdrt_norm.h runtime/kdrt_rope.h runtime/kdrt_round.h runtime/vmath.h \
-          runtime/ops_impl.h
+          runtime/kdrt_layers.h runtime/kdrt_loss.h runtime/kdrt_norm.h runtime/kdrt_optim.h \
+          runtime/kdrt_rope.h runtime/kdrt_round.h runtime/vmath.h runtime/ops_impl.h
 
 build/runtime/%.o: runtime/%.c $(RT_HDRS) build/flags.stamp
 	@mkdir -p $(dir $@)

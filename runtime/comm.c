@@ -113,8 +113,8 @@ static void put_block(float *out, const float *in, int64_t outer, int64_t in_ext
     memcpy(out + (o * out_ext + off) * inner, in + o * in_ext * inner, run);
 }
 
-static void split_shape(int rank, const int64_t *lshape, int dim, int64_t *outer,
-                        int64_t *inner) {
+void kdrt_split_shape(int rank, const int64_t *lshape, int dim, int64_t *outer,
+                      int64_t *inner) {
   *outer = 1, *inner = 1;
   for (int d = 0; d < dim; d++) *outer *= lshape[d];
   for (int d = dim + 1; d < rank; d++) *inner *= lshape[d];
@@ -198,7 +198,7 @@ void kdrt_reduce_scatter(kdrt_ctx *c, unsigned axes, int rank, const int64_t *ls
   int n = kdrt_group_size(c, axes);
   check_dim(c, "reduce_scatter", rank, lshape, dim, n);
   int64_t outer, inner, ext = lshape[dim], part = ext / n;
-  split_shape(rank, lshape, dim, &outer, &inner);
+  kdrt_split_shape(rank, lshape, dim, &outer, &inner);
   int64_t blk = outer * part * inner; // floats each rank ends with
   if (n == 1) {
     memmove(out, in, (size_t)blk * sizeof(float));
@@ -239,7 +239,7 @@ void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape,
   int n = kdrt_group_size(c, axes);
   check_dim(c, "allgather", rank, lshape, dim, 1);
   int64_t outer, inner, ext = lshape[dim];
-  split_shape(rank, lshape, dim, &outer, &inner);
+  kdrt_split_shape(rank, lshape, dim, &outer, &inner);
   int64_t blk = outer * ext * inner;
   if (n == 1) {
     memmove(out, in, (size_t)blk * sizeof(float));
@@ -296,7 +296,7 @@ static void alltoall_uneven(kdrt_ctx *c, unsigned axes, int n, int rank, const i
   kdrt_rows_split(lshape[to], n, me, &my_first, &my_part);
   for (int j = 0; j < n; j++) fsum += fext[j];
   int64_t to_outer, to_inner, from_outer, from_inner;
-  split_shape(rank, lshape, to, &to_outer, &to_inner);
+  kdrt_split_shape(rank, lshape, to, &to_outer, &to_inner);
   float *send = scratch(0, (size_t)total), *recv = scratch(1, (size_t)(fsum * my_part * rest));
   int64_t at = 0;
   for (int j = 0; j < n; j++) { // chunk j: block j along `to`
@@ -322,7 +322,7 @@ static void alltoall_uneven(kdrt_ctx *c, unsigned axes, int n, int rank, const i
   int64_t off = 0;
   for (int i = 0; i < n; i++) {
     cshape[from] = fext[i];
-    split_shape(rank, cshape, from, &from_outer, &from_inner);
+    kdrt_split_shape(rank, cshape, from, &from_outer, &from_inner);
     put_block(out, recv + rd[i], from_outer, fext[i], off, fsum, from_inner);
     off += fext[i];
   }
@@ -352,8 +352,8 @@ void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, 
   memcpy(cshape, lshape, (size_t)rank * sizeof(int64_t));
   cshape[to] = part;
   int64_t to_outer, to_inner, from_outer, from_inner;
-  split_shape(rank, lshape, to, &to_outer, &to_inner);
-  split_shape(rank, cshape, from, &from_outer, &from_inner);
+  kdrt_split_shape(rank, lshape, to, &to_outer, &to_inner);
+  kdrt_split_shape(rank, cshape, from, &from_outer, &from_inner);
   float *send = scratch(0, (size_t)total), *recv = scratch(1, (size_t)total);
   for (int j = 0; j < n; j++)
     take_block(send + j * blk, in, to_outer, lshape[to], j * part, part, to_inner);
@@ -372,7 +372,7 @@ void kdrt_slice(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int
   int n = kdrt_group_size(c, axes);
   check_dim(c, "slice", rank, lshape, dim, n);
   int64_t outer, inner, ext = lshape[dim], first, part;
-  split_shape(rank, lshape, dim, &outer, &inner);
+  kdrt_split_shape(rank, lshape, dim, &outer, &inner);
   kdrt_rows_split(ext, n, kdrt_group_index(c, axes), &first, &part); // ext / n when it divides
   take_block(out, in, outer, ext, first, part, inner);
 }

@@ -261,6 +261,11 @@ int kdrt_gradcheck(int argc, char **argv, const kdrt_program *prog);
 // coordinate i of `parts` gets: numpy's array_split (the first rows % parts
 // coordinates one row more than the others).
 void kdrt_rows_split(int64_t rows, int parts, int i, int64_t *first, int64_t *n);
+// A block of shape lshape[rank] as [outer, lshape[dim], inner]: the
+// products of the dims before dim and after it (comm.c; the CUDA
+// runtime's collectives too).
+void kdrt_split_shape(int rank, const int64_t *lshape, int dim, int64_t *outer,
+                      int64_t *inner);
 // Set c->rows to `rows` (1 <= rows <= the arena's batch) and this rank's
 // share of them: c->ragged, c->local_rows, c->row0 (see kdrt_ctx).
 void kdrt_set_rows(kdrt_ctx *c, int64_t rows);

@@ -58,6 +58,13 @@ static inline KDRT_HD float kdrt_loss_softplus(float x) {
 // log(sum(exp(x))) of a row from its max m and its sum s of exp(x - m).
 static inline KDRT_HD float kdrt_loss_lse(float m, float s) { return m + logf(s); }
 
+// Row r's labels: dense [rows, cols], or (sparse crossentropy) y[r] alone
+// (NULL).
+static inline KDRT_HD const float *kdrt_loss_labels(int kind, const float *y, int64_t r,
+                                                    int64_t cols) {
+  return kind == KDRT_LOSS_SCCE ? NULL : y + r * cols;
+}
+
 // The sparse label of row r as a column index, or -1 when out of range
 // (JAX's one_hot then gives an all-zero row: loss and gradient 0).
 static inline KDRT_HD int64_t kdrt_loss_class(const float *y, int64_t r, int64_t cols) {

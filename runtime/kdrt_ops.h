@@ -40,6 +40,13 @@ static inline KDRT_HD int kdrt_key_masked(int64_t q, int64_t k, int64_t window) 
   return k > q || (window > 0 && q - k >= window);
 }
 
+// How many of attention's u keys query position q reads: with causal only
+// those up to it (the others' probabilities are 0). The attention
+// softmax's CPU and CUDA kernels.
+static inline KDRT_HD int64_t kdrt_attn_keys(int64_t q, int64_t u, int causal) {
+  return causal && q + 1 < u ? q + 1 : u;
+}
+
 typedef struct {
   int rank;                      // number of dimensions
   int64_t gshape[KDRT_MAX_RANK]; // global shape

@@ -91,15 +91,10 @@ static void row_sums(int need, kdrt_loss_row *row, const float *p, const float *
   }
 }
 
-// Row r's labels: dense [rows, cols], or (sparse crossentropy) y[r] alone.
-static const float *row_labels(int kind, const float *y, int64_t r, int64_t cols) {
-  return kind == KDRT_LOSS_SCCE ? NULL : y + r * cols;
-}
-
 // Row r's loss, in double.
 static double row_loss(int kind, int from_logits, float a, const float *pred, const float *y,
                        const float *flag, int64_t r, int64_t cols) {
-  const float *p = pred + r * cols, *t = row_labels(kind, y, r, cols);
+  const float *p = pred + r * cols, *t = kdrt_loss_labels(kind, y, r, cols);
   const int need = kdrt_loss_needs(kind, from_logits, 0);
   kdrt_loss_row row = kdrt_loss_row_init(kind, flag, y, r, cols);
   row_sums(need, &row, p, t, cols);
@@ -159,7 +154,7 @@ void kdrt_loss_grad_w(int kind, int from_logits, float a, float *dpred, const fl
   const int need = kdrt_loss_needs(kind, from_logits, 1);
   KD_PAR_FOR(rows * cols)
   for (int64_t r = 0; r < rows; r++) {
-    const float *p = pred + r * cols, *t = row_labels(kind, y, r, cols);
+    const float *p = pred + r * cols, *t = kdrt_loss_labels(kind, y, r, cols);
     float *d = dpred + r * cols;
     kdrt_loss_row row = kdrt_loss_row_init(kind, flag, y, r, cols);
     row_sums(need, &row, p, t, cols);

@@ -1,32 +1,22 @@
 // more_layers.c: the CPU kernels of issue 11's later layers: Maximum and
 // Minimum (and the normalizations' clamps), and constants (SpatialDropout's
 // ones, Normalization's statistics); issue 23's rounding to a 16-bit type.
-// The CUDA versions are cuda/more_layers.cu; GaussianNoise's is in rng.c.
+// The CUDA versions are cuda/more_layers.cu (each element's math
+// kdrt_layers.h's and kdrt_round.h's); GaussianNoise's is in rng.c.
 #include "kdrt.h"
+#include "kdrt_layers.h"
 #include "kdrt_round.h"
 
 #include <math.h>
 #include <string.h>
 
-// Whether a beats o: the larger (the smaller with min), or a NaN, which
-// lax.max and lax.min propagate.
-static inline int wins(float a, float o, int min) { return (min ? a < o : a > o) || a != a; }
-
 void kdrt_maximum(float *y, const float *a, const float *b, float c, int min, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float o = b ? b[i] : c;
-    y[i] = wins(a[i], o, min) ? a[i] : o;
-  }
+  for (size_t i = 0; i < n; i++) y[i] = kdrt_max1(a[i], b ? b[i] : c, min);
 }
 
-// JAX's gradient of max(a, o) with respect to a: 1 where a alone is the
-// result, 1/2 where a equals o (a tie shares it), else 0.
 void kdrt_maximum_grad(float *dx, const float *dy, const float *a, const float *b, float c,
                        int min, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float o = b ? b[i] : c;
-    dx[i] = a[i] == o ? dy[i] * 0.5f : (min ? a[i] < o : a[i] > o) ? dy[i] : 0.0f;
-  }
+  for (size_t i = 0; i < n; i++) dx[i] = kdrt_max_grad1(dy[i], a[i], b ? b[i] : c, min);
 }
 
 void kdrt_fill(float *y, float v, size_t n) {

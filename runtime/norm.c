@@ -213,24 +213,10 @@ void kdrt_batch_norm(int act, float *y, const float *x, const float *m, const fl
     inv[j] = kdrt_bn_scale(var[j], eps, g[j]);
     res[j] = kdrt_bn_shift(m[j], inv[j], b[j]);
   }
-  switch (act) {
-#define KDRT_X(name, kname, from_x, f, df)                                                       \
-  case KDRT_ACT_##name:                                                                          \
-    KD_PAR_FOR(rows * cols)                                                                      \
-    for (int64_t r = 0; r < rows; r++) {                                                         \
-      const float *xr = x + r * cols;                                                            \
-      float *yr = y + r * cols;                                                                  \
-      for (int64_t j = 0; j < cols; j++) {                                                       \
-        float v = xr[j] * inv[j] + res[j];                                                       \
-        yr[j] = f;                                                                               \
-      }                                                                                          \
-    }                                                                                            \
-    free(inv);                                                                                   \
-    return;
-    KDRT_ACT_LIST(KDRT_X)
-#undef KDRT_X
-  }
-  bad_call("kdrt_batch_norm", "unknown activation");
+  int known = col_affine_act(act, y, x, inv, res, rows, cols);
+  free(inv);
+  if (!known)
+    bad_call("kdrt_batch_norm", "unknown activation");
 }
 
 void kdrt_bn_grad(float *dx, const float *dy, const float *x, const float *m, const float *v,

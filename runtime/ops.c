@@ -153,26 +153,11 @@ void kdrt_act_grad(int act, float *dx, const float *dy, const float *xs, const f
 }
 
 // out[r, j] = f(in[r, j] + bias[j]): the bias add fused with its
-// activation, one loop per activation as kdrt_act. out may be in.
+// activation. out may be in.
 void kdrt_bias_act(int act, float *out, const float *in, const float *bias, int64_t rows,
                    int64_t cols) {
-  switch (act) {
-#define KDRT_X(name, kname, from_x, f, df)                                                       \
-  case KDRT_ACT_##name:                                                                          \
-    KD_PAR_FOR(rows * cols)                                                                      \
-    for (int64_t r = 0; r < rows; r++) {                                                         \
-      const float *ir = in + r * cols;                                                           \
-      float *orow = out + r * cols;                                                              \
-      for (int64_t j = 0; j < cols; j++) {                                                       \
-        float v = ir[j] + bias[j];                                                               \
-        orow[j] = f;                                                                             \
-      }                                                                                          \
-    }                                                                                            \
-    return;
-    KDRT_ACT_LIST(KDRT_X)
-#undef KDRT_X
-  }
-  bad_call("kdrt_bias_act", "unknown activation");
+  if (!col_affine_act(act, out, in, NULL, bias, rows, cols))
+    bad_call("kdrt_bias_act", "unknown activation");
 }
 
 // out[j] += in[r, j] for rows [r0, r1), in row order.
@@ -303,18 +288,13 @@ void kdrt_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows,
   }
 }
 
-// The keys row i (query position t0 + i) of attention's scores may see.
-static inline int64_t attn_keys(int64_t i, int64_t t0, int64_t u, int causal) {
-  return causal && t0 + i + 1 < u ? t0 + i + 1 : u;
-}
-
 void kdrt_attn_softmax(float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,
                        float scale, int causal) {
   KD_PAR_FOR(outer * t * u)
   for (int64_t r = 0; r < outer * t; r++) {
     const float *xr = x + r * u;
     float *yr = y + r * u;
-    int64_t keys = attn_keys(r % t, t0, u, causal); // the masked ones: exp(MASKED - m) = 0
+    int64_t keys = kdrt_attn_keys(t0 + r % t, u, causal); // the masked ones: exp(MASKED - m) = 0
     float m = -INFINITY;
     for (int64_t j = 0; j < keys; j++) {
       float v = xr[j] * scale + 0.0f;
@@ -334,7 +314,7 @@ void kdrt_attn_softmax_grad(float *dx, const float *dy, const float *y, int64_t 
   for (int64_t r = 0; r < outer * t; r++) {
     const float *dyr = dy + r * u, *yr = y + r * u;
     float *dxr = dx + r * u;
-    int64_t keys = attn_keys(r % t, t0, u, causal);
+    int64_t keys = kdrt_attn_keys(t0 + r % t, u, causal);
     float dot = 0.0f;
     for (int64_t j = 0; j < u; j++)
       dot += dyr[j] * yr[j];

@@ -1,15 +1,18 @@
 // ops_impl.h: what the CPU kernel files share, ops.c (the matrix products,
 // elementwise and window kernels), loss.c, optim.c and norm.c, and no other
 // file includes: the OpenMP loop and its threshold, the row blocks of the
-// sums over rows, the abort on a bad call and softmax's flushed exp. They
+// sums over rows, the abort on a bad call, the affine map with an
+// activation of bias_act and batch_norm and softmax's flushed exp. They
 // stay static, as in the one file the four were until issue 25. Threads
 // and determinism: ops.c's header comment.
 #ifndef KDRT_OPS_IMPL_H
 #define KDRT_OPS_IMPL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kdrt_defs.h" // KDRT_ACT_LIST
 #include "vmath.h"
 
 // Loops over fewer elements than this stay on one thread: a parallel region
@@ -31,6 +34,32 @@ __attribute__((noinline, noclone, unused)) static void bad_call(const char *what
 // [B*OH*OW, K] conv gradient, one block (the plain row order) for a Dense
 // layer's [B, units]. norm.c's sums over rows use the same blocks.
 #define KD_SUM_BLOCK 1024
+
+// out[r, j] = f(in[r, j] * scale[j] + shift[j]), f the activation act: a
+// per-column affine map with its activation, one loop per activation (as
+// kdrt_act). kdrt_bias_act's is in + bias (scale NULL: no product, not a
+// product by 1), kdrt_batch_norm's x * scale + shift. out may be in.
+// Returns 0 for an unknown activation.
+static inline int col_affine_act(int act, float *out, const float *in, const float *scale,
+                                 const float *shift, int64_t rows, int64_t cols) {
+  switch (act) {
+#define KDRT_X(name, kname, from_x, f, df)                                                       \
+  case KDRT_ACT_##name:                                                                          \
+    KD_PAR_FOR(rows * cols)                                                                      \
+    for (int64_t r = 0; r < rows; r++) {                                                         \
+      const float *ir = in + r * cols;                                                           \
+      float *orow = out + r * cols;                                                              \
+      for (int64_t j = 0; j < cols; j++) {                                                       \
+        float v = scale ? ir[j] * scale[j] + shift[j] : ir[j] + shift[j];                        \
+        orow[j] = f;                                                                             \
+      }                                                                                          \
+    }                                                                                            \
+    return 1;
+    KDRT_ACT_LIST(KDRT_X)
+#undef KDRT_X
+  }
+  return 0;
+}
 
 // exp(x), but 0 where that is below 2^-125 (about 2.4e-38, twice the
 // smallest normal float): for the exps of x less its row's maximum, whose

@@ -6,62 +6,46 @@
 // runtime's counterpart is cuda/optim.cu. Threads: ops.c's header comment.
 //
 // - Optimizers follow keras/src/optimizers/{sgd,adam,adamw,rmsprop,adagrad,
-//   adamax,nadam,lion}.py (weight decay w -= w*wd*lr applied before the
-//   step, as base_optimizer does; RMSprop: eps inside the sqrt), and
-//   learning-rate schedules optimizers/schedules/learning_rate_schedule.py.
+//   adamax,nadam,lion}.py; each one's update of an element is written once
+//   for both runtimes, in kdrt_optim.h, and here is the loop over a
+//   variable. Learning-rate schedules follow optimizers/schedules/
+//   learning_rate_schedule.py.
 #include <math.h>
 #include <stdint.h>
 
 #include "kdrt.h"
+#include "kdrt_optim.h"
 #include "ops_impl.h"
 
 // ---------------------------------------------------------------- optimizers
 
 void kdrt_sgd(float *w, const float *g, float *m, size_t n, float lr, float momentum,
               int nesterov) {
+  // three loops, so that each has its form fixed when it is vectorised
   if (momentum == 0.0f) {
     KD_PAR_FOR(n)
     for (size_t i = 0; i < n; i++)
-      w[i] -= lr * g[i];
-    return;
-  }
-  // m = m*momentum - g*lr; w += m (nesterov: w += m*momentum - g*lr)
-  if (nesterov) {
+      w[i] = kdrt_sgd_at(w[i], g, NULL, i, lr, 0.0f, 0);
+  } else if (nesterov) {
     KD_PAR_FOR(n)
-    for (size_t i = 0; i < n; i++) {
-      float mi = m[i] * momentum - g[i] * lr;
-      m[i] = mi;
-      w[i] += mi * momentum - g[i] * lr;
-    }
+    for (size_t i = 0; i < n; i++)
+      w[i] = kdrt_sgd_at(w[i], g, m, i, lr, momentum, 1);
   } else {
     KD_PAR_FOR(n)
-    for (size_t i = 0; i < n; i++) {
-      float mi = m[i] * momentum - g[i] * lr;
-      m[i] = mi;
-      w[i] += mi;
-    }
+    for (size_t i = 0; i < n; i++)
+      w[i] = kdrt_sgd_at(w[i], g, m, i, lr, momentum, 0);
   }
 }
 
-// Keras's moment update, s += (x - s) * (1 - beta): Adam's, Adamax's and
-// Nadam's first moment (x = g) and second (x = g^2).
-static inline float moment(float s, float x, float c) { return s + (x - s) * c; }
-
-// The Adam step shared by kdrt_adam and kdrt_adamw; amsgrad (vhat set)
-// divides by the running maximum of v instead of v.
+// The Adam step shared by kdrt_adam and kdrt_adamw.
 static void adam_step(float *restrict w, const float *restrict g, float *restrict m,
                       float *restrict v, float *restrict vhat, size_t n, float lr, float b1,
                       float b2, float eps, int64_t t) {
   const float alpha = kdrt_adam_alpha(lr, b1, b2, (double)t);
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++) {
-    float gi = g[i], mi = moment(m[i], gi, c1), vi = moment(v[i], gi * gi, c2);
-    m[i] = mi;
-    v[i] = vi;
-    if (vhat) vhat[i] = vi = fmaxf(vhat[i], vi);
-    w[i] -= mi * alpha / (sqrtf(vi) + eps);
-  }
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_adam_at(w[i], g, m, v, vhat, i, alpha, c1, c2, eps);
 }
 
 void kdrt_adam(float *w, const float *g, float *m, float *v, float *vhat, size_t n, float lr,
@@ -75,53 +59,31 @@ void kdrt_adamw(float *w, const float *g, float *m, float *v, float *vhat, size_
   adam_step(w, g, m, v, vhat, n, lr, b1, b2, eps, t);
 }
 
-// centered (a set): the denominator is v - a^2 + eps, a the running mean
-// of the gradient.
 void kdrt_rmsprop(float *w, const float *g, float *v, float *m, float *a, size_t n, float lr,
                   float rho, float momentum, float eps) {
   const float c = 1.0f - rho;
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++) {
-    float gi = g[i];
-    float vi = rho * v[i] + c * gi * gi;
-    v[i] = vi;
-    float den = vi + eps;
-    if (a) {
-      float ai = rho * a[i] + c * gi;
-      a[i] = ai;
-      den = vi - ai * ai + eps;
-    }
-    float inc = lr * gi / sqrtf(den);
-    if (m) inc = m[i] = momentum * m[i] + inc;
-    w[i] -= inc;
-  }
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_rmsprop_at(w[i], g, v, m, a, i, lr, rho, c, momentum, eps);
 }
 
 void kdrt_adagrad(float *w, const float *g, float *acc, size_t n, float lr, float eps) {
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++) {
-    float gi = g[i], ai = acc[i] + gi * gi;
-    acc[i] = ai;
-    w[i] -= lr * gi / sqrtf(ai + eps);
-  }
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_adagrad_at(w[i], g, acc, i, lr, eps);
 }
 
 void kdrt_adamax(float *w, const float *g, float *m, float *u, size_t n, float lr, float b1,
                  float b2, float eps, int64_t t) {
-  const float c1 = 1.0f - b1, bias = 1.0f - powf(b1, (float)t);
+  const float c1 = 1.0f - b1, bias = kdrt_adamax_bias(b1, t);
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++) {
-    float gi = g[i], mi = moment(m[i], gi, c1), ui = fmaxf(b2 * u[i], fabsf(gi));
-    m[i] = mi;
-    u[i] = ui;
-    w[i] -= lr * mi / (bias * (ui + eps));
-  }
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_adamax_at(w[i], g, m, u, i, lr, c1, b2, eps, bias);
 }
 
-// Nadam's momentum schedule: u_t = b1 * (1 - 0.5 * 0.96^t), and Keras's
-// running product of it, a float32 variable multiplied once a step.
-static float nadam_u(float b1, int64_t t) { return b1 * (1.0f - 0.5f * powf(0.96f, (float)t)); }
-
+// Keras's running product of Nadam's momentum schedule (kdrt_nadam_u), a
+// float32 variable multiplied once a step (by b1, then by the rest: not
+// by kdrt_nadam_u's product).
 float kdrt_nadam_product(kdrt_ctx *c, float b1, int64_t t) {
   if (c->nadam_step > t || c->nadam_step == 0) c->nadam_step = 0, c->nadam_u = 1.0f;
   while (c->nadam_step < t) {
@@ -133,17 +95,11 @@ float kdrt_nadam_product(kdrt_ctx *c, float b1, int64_t t) {
 
 void kdrt_nadam(float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,
                 float b2, float eps, int64_t t, float u_prod) {
-  const float u_t = nadam_u(b1, t), u_next = nadam_u(b1, t + 1);
-  const float d1 = 1.0f - u_prod * u_next, d2 = 1.0f - u_prod, k2 = 1.0f - u_t;
-  const float c1 = 1.0f - b1, c2 = 1.0f - b2, bias2 = 1.0f - powf(b2, (float)t);
+  const kdrt_nadam_k k = kdrt_nadam_coef(b1, b2, t, u_prod);
+  const float c1 = 1.0f - b1, c2 = 1.0f - b2;
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++) {
-    float gi = g[i], mi = moment(m[i], gi, c1), vi = moment(v[i], gi * gi, c2);
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = u_next * mi / d1 + k2 * gi / d2;
-    w[i] -= mhat * lr / (sqrtf(vi / bias2) + eps);
-  }
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_nadam_at(w[i], g, m, v, i, lr, c1, c2, eps, k);
 }
 
 // issue 23: Keras's LossScaleOptimizer (keras/src/optimizers/
@@ -187,24 +143,21 @@ void kdrt_loss_scale_step(kdrt_ctx *c, float *g) {
     if (var->goffset == SIZE_MAX) continue;
     float *gv = g + var->goffset;
     KD_PAR_FOR(var->n)
-    for (size_t i = 0; i < var->n; i++) gv[i] = gv[i] / s;
+    for (size_t i = 0; i < var->n; i++) gv[i] = kdrt_unscale(gv[i], s);
   }
 }
 
 void kdrt_lion(float *w, const float *g, float *m, size_t n, float lr, float b1, float b2) {
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++) {
-    float gi = g[i], d = m[i] * b1 + gi * c1;
-    w[i] -= lr * (float)((d > 0.0f) - (d < 0.0f));
-    m[i] = m[i] * b2 + gi * c2;
-  }
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_lion_at(w[i], g, m, i, lr, b1, c1, b2, c2);
 }
 
 void kdrt_weight_decay(float *w, size_t n, float lr, float wd) {
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++)
-    w[i] = w[i] - w[i] * wd * lr; // Keras's order of operations
+    w[i] = kdrt_decay(w[i], wd, lr);
 }
 
 void kdrt_clip_grad(float *g, size_t n, const float *f, float clipvalue) {
@@ -217,16 +170,12 @@ void kdrt_clip_grad(float *g, size_t n, const float *f, float clipvalue) {
   if (clipvalue > 0.0f) {
     KD_PAR_FOR(n)
     for (size_t i = 0; i < n; i++)
-      g[i] = fminf(fmaxf(g[i], -clipvalue), clipvalue);
+      g[i] = kdrt_clip(g[i], clipvalue);
   }
 }
 
 void kdrt_grad_clip_factor(float *f, const float *s, float c, int global) {
-  float norm = sqrtf(s[0]);
-  if (global) // clip_by_global_norm: + (norm - norm) makes a non-finite norm NaN
-    f[0] = c * fminf(1.0f / norm, 1.0f / c) + (norm - norm);
-  else // _clip_by_norm: a zero gradient keeps its zeros, a NaN norm spreads
-    f[0] = isnan(norm) ? norm : c / fmaxf(norm, c);
+  f[0] = kdrt_clip_factor(s[0], c, global);
 }
 
 // keras.optimizers.schedules at the optimizer's iterations (0-based), in

@@ -150,12 +150,6 @@ static int64_t elems(int rank, const int64_t *lshape) {
   return n;
 }
 
-static void split_shape(int rank, const int64_t *lshape, int dim, int64_t *outer, int64_t *inner) {
-  *outer = 1, *inner = 1;
-  for (int k = 0; k < dim; k++) *outer *= lshape[k];
-  for (int k = dim + 1; k < rank; k++) *inner *= lshape[k];
-}
-
 static void check_dim(const kdrt_cuda *d, const char *what, int rank, const int64_t *lshape,
                       int dim, int n) {
   if (dim < 0 || dim >= rank) kdrt_fatal(d->c, "%s: dim %d out of range for rank %d", what, dim, rank);
@@ -227,7 +221,7 @@ extern "C" void kdrt_cuda_reduce_scatter(kdrt_cuda *d, unsigned axes, int rank,
   int n = group_size(d, axes);
   check_dim(d, "reduce_scatter", rank, lshape, dim, n);
   int64_t outer, inner, ext = lshape[dim], part = ext / n;
-  split_shape(rank, lshape, dim, &outer, &inner);
+  kdrt_split_shape(rank, lshape, dim, &outer, &inner);
   int64_t blk = outer * part * inner; // floats each rank ends with
   if (n == 1) {
     kdrt_cuda_copy(d, out, in, (size_t)blk);
@@ -258,7 +252,7 @@ extern "C" void kdrt_cuda_allgather(kdrt_cuda *d, unsigned axes, int rank, const
   int n = group_size(d, axes);
   check_dim(d, "allgather", rank, lshape, dim, 1);
   int64_t outer, inner, ext = lshape[dim];
-  split_shape(rank, lshape, dim, &outer, &inner);
+  kdrt_split_shape(rank, lshape, dim, &outer, &inner);
   int64_t blk = outer * ext * inner;
   if (n == 1) {
     kdrt_cuda_copy(d, out, in, (size_t)blk);
@@ -305,8 +299,8 @@ extern "C" void kdrt_cuda_alltoall(kdrt_cuda *d, unsigned axes, int rank, const 
   memcpy(cshape, lshape, (size_t)rank * sizeof(int64_t));
   cshape[to] = part;
   int64_t to_outer, to_inner, from_outer, from_inner;
-  split_shape(rank, lshape, to, &to_outer, &to_inner);
-  split_shape(rank, cshape, from, &from_outer, &from_inner);
+  kdrt_split_shape(rank, lshape, to, &to_outer, &to_inner);
+  kdrt_split_shape(rank, cshape, from, &from_outer, &from_inner);
   float *send = (float *)kdrt_cuda_dscratch(d, 0, (size_t)total * sizeof(float));
   float *recv = (float *)kdrt_cuda_dscratch(d, 1, (size_t)total * sizeof(float));
   for (int j = 0; j < n; j++)
@@ -331,6 +325,6 @@ extern "C" void kdrt_cuda_slice(kdrt_cuda *d, unsigned axes, int rank, const int
   int n = group_size(d, axes);
   check_dim(d, "slice", rank, lshape, dim, n);
   int64_t outer, inner, ext = lshape[dim], part = ext / n;
-  split_shape(rank, lshape, dim, &outer, &inner);
+  kdrt_split_shape(rank, lshape, dim, &outer, &inner);
   kdrt_cuda_copy_block(d, out, in, outer, ext, kdrt_group_index(d->c, axes) * part, part, inner);
 }

@@ -222,11 +222,12 @@ __device__ inline void kdrt_col_map(float *out, const float *in, const float *ve
   for (size_t i = (size_t)(n) / (W) * (W) + (size_t)blockIdx.x * blockDim.x + threadIdx.x;     \
        i < (size_t)(n); i += (size_t)gridDim.x * blockDim.x)
 
-// Column sums over many rows (bn_stats; bias.cu has its own) take blocks of 32
-// columns; when those are too few to fill the GPU (264: two blocks for each
-// of an H100's 132 multiprocessors), the rows are cut into at most `most`
-// chunks of at least 256 rows, whose sums a second kernel adds in chunk
-// order. Returns the chunks; *chunk: the rows of each (at least 1).
+// Column sums over many rows (norm.cu's col_sums2; bias.cu has its own)
+// take blocks of 32 columns; when those are too few to fill the GPU (264:
+// two blocks for each of an H100's 132 multiprocessors), the rows are cut
+// into at most `most` chunks of at least 256 rows, whose sums a second
+// kernel adds in chunk order. Returns the chunks; *chunk: the rows of each
+// (at least 1).
 static inline int64_t kdrt_row_chunks(int64_t rows, int64_t cols, int64_t most,
                                       int64_t *chunk) {
   int64_t cblocks = (cols + 31) / 32, n = (264 + cblocks - 1) / cblocks;

@@ -1,8 +1,10 @@
-// layers.cu: the CUDA kernels of issue 11's layers, as ../layers.c.
+// layers.cu: the CUDA kernels of issue 11's layers, as ../layers.c, each
+// element's math ../kdrt_layers.h's.
 #include "common.cuh"
+#include "kdrt_layers.h"
 
 __global__ static void ema_kernel(float *w, const float *x, size_t n, float momentum, float rest) {
-  KDRT_FOR(i, n) w[i] = __fadd_rn(__fmul_rn(w[i], momentum), __fmul_rn(x[i], rest));
+  KDRT_FOR(i, n) w[i] = kdrt_ema1(w[i], x[i], momentum, rest);
 }
 
 extern "C" void kdrt_cuda_ema(kdrt_cuda *d, float *w, const float *x, size_t n, float momentum,
@@ -14,11 +16,7 @@ extern "C" void kdrt_cuda_ema(kdrt_cuda *d, float *w, const float *x, size_t n, 
 
 __global__ static void clip_norm_kernel(float *f, const float *s, size_t n, float lo, float hi,
                                         float rate, float rest) {
-  KDRT_FOR(i, n) {
-    float norm = __fsqrt_rn(s[i]);
-    float desired = __fadd_rn(__fmul_rn(rate, fminf(fmaxf(norm, lo), hi)), __fmul_rn(rest, norm));
-    f[i] = __fdiv_rn(desired, __fadd_rn(1e-7f, norm));
-  }
+  KDRT_FOR(i, n) f[i] = kdrt_clip_norm1(sqrtf(s[i]), lo, hi, rate, rest);
 }
 
 extern "C" void kdrt_cuda_clip_norm(kdrt_cuda *d, float *f, const float *s, size_t n, float lo,
@@ -29,34 +27,14 @@ extern "C" void kdrt_cuda_clip_norm(kdrt_cuda *d, float *f, const float *s, size
   KDRT_LAUNCHED(d, "clip_norm_kernel");
 }
 
-// As ../layers.c's kdrt_pact: Keras's LeakyReLU, ELU and ReLU parameters.
-__device__ static float pact1(int kind, float x, float a, float max, float t) {
-  if (kind == KDRT_PACT_LEAKY) return x >= 0.0f ? x : __fmul_rn(a, x);
-  if (kind == KDRT_PACT_ELU) return x > 0.0f ? x : __fmul_rn(a, expm1f(x));
-  float p = t != 0.0f ? (x > t ? x : 0.0f) : x > 0.0f ? x : 0.0f;
-  if (isfinite(max)) p = p < 0.0f ? 0.0f : p > max ? max : p;
-  if (a != 0.0f) {
-    float neg = __fadd_rn(-x, t);
-    p = __fsub_rn(p, __fmul_rn(a, neg > 0.0f ? neg : 0.0f));
-  }
-  return p;
-}
-
-__device__ static float pact_d(int kind, float x, float a, float max, float t) {
-  if (kind == KDRT_PACT_LEAKY) return x >= 0.0f ? 1.0f : a;
-  if (kind == KDRT_PACT_ELU) return x > 0.0f ? 1.0f : __fmul_rn(a, expf(x));
-  bool kept = x > t && (!isfinite(max) || (x > 0.0f && x < max));
-  return __fadd_rn(kept ? 1.0f : 0.0f, x < t ? a : 0.0f);
-}
-
 __global__ static void pact_kernel(int kind, float *y, const float *x, size_t n, float a,
                                    float max, float t) {
-  KDRT_FOR(i, n) y[i] = pact1(kind, x[i], a, max, t);
+  KDRT_FOR(i, n) y[i] = kdrt_pact1(kind, x[i], a, max, t);
 }
 
 __global__ static void pact_grad_kernel(int kind, float *dx, const float *dy, const float *x,
                                         size_t n, float a, float max, float t) {
-  KDRT_FOR(i, n) dx[i] = __fmul_rn(dy[i], pact_d(kind, x[i], a, max, t));
+  KDRT_FOR(i, n) dx[i] = dy[i] * kdrt_pact_d(kind, x[i], a, max, t);
 }
 
 extern "C" void kdrt_cuda_pact(kdrt_cuda *d, int kind, float *y, const float *x, size_t n,

@@ -59,18 +59,13 @@ __device__ static void row_sums(int need, kdrt_loss_row *row, const float *p, co
   if (need & KDRT_ROW_HINGE) row_cat_hinge(p, t, cols, shm, &row->pos, &row->neg);
 }
 
-// Row r's labels: dense [rows, cols], or (sparse crossentropy) y[r] alone.
-__device__ static const float *row_labels(int kind, const float *y, int64_t r, int64_t cols) {
-  return kind == KDRT_LOSS_SCCE ? NULL : y + r * cols;
-}
-
 // Every row's loss into rowv[r].
 __global__ static void loss_rows(int kind, int from_logits, float a, const float *pred,
                                  const float *y, const float *flag, int64_t cols, double *rowv) {
   __shared__ float shm[32];
   __shared__ double shd[32];
   int64_t r = blockIdx.x;
-  const float *p = pred + r * cols, *t = row_labels(kind, y, r, cols);
+  const float *p = pred + r * cols, *t = kdrt_loss_labels(kind, y, r, cols);
   const int need = kdrt_loss_needs(kind, from_logits, 0);
   kdrt_loss_row row = kdrt_loss_row_init(kind, flag, y, r, cols);
   row_sums(need, &row, p, t, cols, shm);
@@ -199,7 +194,7 @@ __global__ static void loss_grad_rows(int kind, int from_logits, float a, float 
                                       const float *w, int64_t cols, double scale) {
   __shared__ float shm[32];
   int64_t r = blockIdx.x;
-  const float *p = pred + r * cols, *t = row_labels(kind, y, r, cols);
+  const float *p = pred + r * cols, *t = kdrt_loss_labels(kind, y, r, cols);
   float *dd = dpred + r * cols;
   const int need = kdrt_loss_needs(kind, from_logits, 1);
   kdrt_loss_row row = kdrt_loss_row_init(kind, flag, y, r, cols);

@@ -1,17 +1,11 @@
 // more_layers.cu: the CUDA kernels of ../more_layers.c.
 #include "common.cuh"
+#include "kdrt_layers.h"
 #include "kdrt_round.h"
-
-__device__ static inline int wins(float a, float o, int min) {
-  return (min ? a < o : a > o) || a != a;
-}
 
 __global__ static void maximum_kernel(float *y, const float *a, const float *b, float c, int min,
                                       size_t n) {
-  KDRT_FOR(i, n) {
-    float o = b ? b[i] : c;
-    y[i] = wins(a[i], o, min) ? a[i] : o;
-  }
+  KDRT_FOR(i, n) y[i] = kdrt_max1(a[i], b ? b[i] : c, min);
 }
 
 extern "C" void kdrt_cuda_maximum(kdrt_cuda *d, float *y, const float *a, const float *b, float c,
@@ -23,10 +17,7 @@ extern "C" void kdrt_cuda_maximum(kdrt_cuda *d, float *y, const float *a, const 
 
 __global__ static void maximum_grad_kernel(float *dx, const float *dy, const float *a,
                                            const float *b, float c, int min, size_t n) {
-  KDRT_FOR(i, n) {
-    float o = b ? b[i] : c;
-    dx[i] = a[i] == o ? dy[i] * 0.5f : (min ? a[i] < o : a[i] > o) ? dy[i] : 0.0f;
-  }
+  KDRT_FOR(i, n) dx[i] = kdrt_max_grad1(dy[i], a[i], b ? b[i] : c, min);
 }
 
 extern "C" void kdrt_cuda_maximum_grad(kdrt_cuda *d, float *dx, const float *dy, const float *a,

@@ -95,60 +95,82 @@ extern "C" void kdrt_cuda_col_mul(kdrt_cuda *d, float *out, const float *in, con
   KDRT_LAUNCHED(d, "col_mul_kernel");
 }
 
-// issue 15: batch normalization (kdrt_bn_stats, kdrt_batch_norm,
-// kdrt_bn_grad). The statistics: 32 columns a block, its 32 row lanes each
-// summing rows lane, lane + 32, ... of the block's chunk of rows in double,
-// the lanes added in lane order, then the chunks' sums in chunk order:
+// Two column sums over rows, of bn_stats and layer_norm_dw: 32 columns a
+// block, its 32 row lanes each summing rows lane, lane + 32, ... of the
+// block's chunk of rows (blockIdx.y: `chunk` rows) in T, the lanes added in
+// lane order, then the chunks' sums in chunk order (col_sums2_chunks):
 // deterministic, not bit-identical to the CPU's blocks. The rows are cut
-// into chunks because a layer's channels alone give a block or two (the
-// first GPU run: 155 us a call, 60% of the ResNet's step).
-__global__ static void bn_stats_kernel(double *out, const float *x, const float *m,
-                                       const float *dy, int64_t rows, int64_t cols,
-                                       int64_t chunk) {
-  __shared__ double part[2][32][33];
+// into chunks (kdrt_row_chunks) because a layer's channels alone give a
+// block or two (the first GPU run: bn_stats 155 us a call, 60% of the
+// ResNet's step). add(r, j, s, t) adds row r's summands of column j to s
+// and t; part: [gridDim.y, 2, cols], each chunk's two sums.
+template <typename T, typename F>
+__device__ static inline void col_sums2(T *part, int64_t rows, int64_t cols, int64_t chunk,
+                                        F add) {
+  __shared__ T sp[2][32][33];
   int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
   int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
-  double s = 0, t = 0;
+  T s = 0, t = 0;
   if (j < cols)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += 32) {
-      float xv = x[r * cols + j];
-      if (!m) {
-        s += xv;
-      } else if (!dy) {
-        float d = xv - m[j];
-        s += (double)d * d;
-      } else {
-        float gv = dy[r * cols + j];
-        s += gv;
-        t += (double)gv * (xv - m[j]);
-      }
-    }
-  part[0][threadIdx.y][threadIdx.x] = s;
-  part[1][threadIdx.y][threadIdx.x] = t;
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 32) add(r, j, s, t);
+  sp[0][threadIdx.y][threadIdx.x] = s;
+  sp[1][threadIdx.y][threadIdx.x] = t;
   __syncthreads();
   if (threadIdx.y == 0 && j < cols) {
     for (int k = 1; k < 32; k++) {
-      s += part[0][k][threadIdx.x];
-      t += part[1][k][threadIdx.x];
+      s += sp[0][k][threadIdx.x];
+      t += sp[1][k][threadIdx.x];
     }
-    double *o = out + (int64_t)blockIdx.y * 2 * cols; // this chunk's [2, cols]
+    T *o = part + (int64_t)blockIdx.y * 2 * cols; // this chunk's [2, cols]
     o[j] = s;
     o[cols + j] = t;
   }
 }
 
-// out[j] (and out[cols + j] with dy) = the chunks' sums, in chunk order.
-__global__ static void bn_stats_sum_kernel(float *out, const double *part, int nchunks,
-                                           int64_t cols, int two) {
+// out0[j], out1[j] (either NULL: not wanted) = the chunks' two sums, in
+// chunk order.
+template <typename T>
+__global__ static void col_sums2_chunks(float *out0, float *out1, const T *part, int nchunks,
+                                        int64_t cols) {
   KDRT_FOR(j, (size_t)cols) {
-    double s = 0, t = 0;
+    T s = 0, t = 0;
     for (int k = 0; k < nchunks; k++) {
       s += part[(int64_t)k * 2 * cols + (int64_t)j];
       t += part[(int64_t)k * 2 * cols + cols + (int64_t)j];
     }
-    out[j] = (float)s;
-    if (two) out[cols + j] = (float)t;
+    if (out0) out0[j] = (float)s;
+    if (out1) out1[j] = (float)t;
   }
+}
+
+// The chunks' sums of a col_sums2 kernel's part into out0, out1.
+template <typename T>
+static void launch_col_sums2(kdrt_cuda *d, const char *what, float *out0, float *out1, T *part,
+                             int64_t nchunks, int64_t cols) {
+  col_sums2_chunks<T><<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
+      out0, out1, part, (int)nchunks, cols);
+  KDRT_LAUNCHED(d, what);
+}
+
+// issue 15: batch normalization (kdrt_bn_stats, kdrt_batch_norm,
+// kdrt_bn_grad). The statistics: col_sums2 in double, of x (m NULL), (x -
+// m)^2 (dy NULL), or dy and dy (x - m).
+__global__ static void bn_stats_kernel(double *out, const float *x, const float *m,
+                                       const float *dy, int64_t rows, int64_t cols,
+                                       int64_t chunk) {
+  col_sums2<double>(out, rows, cols, chunk, [=](int64_t r, int64_t j, double &s, double &t) {
+    float xv = x[r * cols + j];
+    if (!m) {
+      s += xv;
+    } else if (!dy) {
+      float d = xv - m[j];
+      s += (double)d * d;
+    } else {
+      float gv = dy[r * cols + j];
+      s += gv;
+      t += (double)gv * (xv - m[j]);
+    }
+  });
 }
 
 extern "C" void kdrt_cuda_bn_stats(kdrt_cuda *d, float *out, const float *x, const float *m,
@@ -160,9 +182,8 @@ extern "C" void kdrt_cuda_bn_stats(kdrt_cuda *d, float *out, const float *x, con
   bn_stats_kernel<<<dim3(cblocks, (unsigned)nchunks), dim3(32, 32), 0, d->impl->stream>>>(
       part, x, m, dy, rows, cols, chunk);
   KDRT_LAUNCHED(d, "bn_stats_kernel");
-  bn_stats_sum_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
-      out, part, (int)nchunks, cols, dy != NULL);
-  KDRT_LAUNCHED(d, "bn_stats_sum_kernel");
+  launch_col_sums2(d, "bn_stats' col_sums2_chunks", out, dy ? out + cols : NULL, part, nchunks,
+                   cols);
 }
 
 __global__ static void batch_norm_kernel(int act, float *y, const float *x, const float *m,
@@ -413,9 +434,9 @@ extern "C" void kdrt_cuda_layer_norm_dx(kdrt_cuda *d, int rms, float *dx, const 
 }
 
 // layer_norm_dw: each row's (mean, rstd) first (a warp a row), then the
-// column sums of dy * h and dy as bias_grad takes them (32 columns a block,
-// 32 row lanes, chunks of rows), then the chunks' sums in chunk order. No
-// atomics: the same bits from run to run.
+// column sums of dy * h and dy by col_sums2 (32 columns a block, 32 row
+// lanes, chunks of rows), then the chunks' sums in chunk order. No atomics:
+// the same bits from run to run.
 __global__ static void row_stats_kernel(int rms, double2 *st, const float *x, int64_t rows,
                                         int64_t cols, float eps) {
   int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
@@ -425,48 +446,19 @@ __global__ static void row_stats_kernel(int rms, double2 *st, const float *x, in
   if ((threadIdx.x & 31) == 0) st[r] = make_double2(m, s);
 }
 
-// part: [gridDim.y, 2, cols], each chunk's sums of dy * h (0) and dy (1).
+// part: [gridDim.y, 2, cols], each chunk's sums of dy * h (0) and dy (1),
+// in float.
 __global__ static void layer_norm_dw_kernel(float *part, const float *dy, const float *x,
                                             const double2 *st, int64_t rows, int64_t cols,
                                             int64_t chunk, int want_g, int want_b) {
-  __shared__ float sp[2][32][33];
-  int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
-  int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
-  float a = 0.0f, c = 0.0f;
-  if (j < cols)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += 32) {
-      float gv = dy[r * cols + j];
-      if (want_g) {
-        double2 ms = st[r];
-        a += __fmul_rn(gv, kdrt_norm_y(x[r * cols + j], ms.x, ms.y));
-      }
-      if (want_b) c += gv;
+  col_sums2<float>(part, rows, cols, chunk, [=](int64_t r, int64_t j, float &a, float &c) {
+    float gv = dy[r * cols + j];
+    if (want_g) {
+      double2 ms = st[r];
+      a += __fmul_rn(gv, kdrt_norm_y(x[r * cols + j], ms.x, ms.y));
     }
-  sp[0][threadIdx.y][threadIdx.x] = a;
-  sp[1][threadIdx.y][threadIdx.x] = c;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < cols) {
-    for (int k = 1; k < 32; k++) {
-      a += sp[0][k][threadIdx.x];
-      c += sp[1][k][threadIdx.x];
-    }
-    float *o = part + (int64_t)blockIdx.y * 2 * cols;
-    o[j] = a;
-    o[cols + j] = c;
-  }
-}
-
-__global__ static void layer_norm_dw_sum_kernel(float *dg, float *db, const float *part,
-                                                int nchunks, int64_t cols) {
-  KDRT_FOR(j, (size_t)cols) {
-    float a = 0.0f, c = 0.0f;
-    for (int k = 0; k < nchunks; k++) {
-      a += part[(int64_t)k * 2 * cols + (int64_t)j];
-      c += part[(int64_t)k * 2 * cols + cols + (int64_t)j];
-    }
-    if (dg) dg[j] = a;
-    if (db) db[j] = c;
-  }
+    if (want_b) c += gv;
+  });
 }
 
 extern "C" void kdrt_cuda_layer_norm_dw(kdrt_cuda *d, int rms, float *dg, float *db,
@@ -488,7 +480,5 @@ extern "C" void kdrt_cuda_layer_norm_dw(kdrt_cuda *d, int rms, float *dg, float 
   layer_norm_dw_kernel<<<dim3(cblocks, (unsigned)nchunks), dim3(32, 32), 0, d->impl->stream>>>(
       part, dy, x, st, rows, cols, chunk, dg != NULL, db != NULL);
   KDRT_LAUNCHED(d, "layer_norm_dw_kernel");
-  layer_norm_dw_sum_kernel<<<kdrt_blocks((size_t)cols), KDRT_THREADS, 0, d->impl->stream>>>(
-      dg, db, part, (int)nchunks, cols);
-  KDRT_LAUNCHED(d, "layer_norm_dw_sum_kernel");
+  launch_col_sums2(d, "layer_norm_dw's col_sums2_chunks", dg, db, part, nchunks, cols);
 }

@@ -1,5 +1,5 @@
-// optim.cu: the optimizer updates of ../optim.c (Keras 3's formulas) on a
-// variable's local shard, one thread per element. Step-dependent scalars
+// optim.cu: the optimizer updates of ../optim.c on a variable's local
+// shard, one thread per element, each element's update ../kdrt_optim.h's. Step-dependent scalars
 // (Adam's step size, the bias corrections, Nadam's momentum schedule) are
 // computed on the host exactly as the CPU does; in a step captured as a
 // CUDA graph (sc, kdrt_step_scalars) the learning rate and the step are
@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "common.cuh"
+#include "kdrt_optim.h"
 
 #define LAUNCH(d, kernel, n, ...)                                                              \
   do {                                                                                         \
@@ -24,15 +25,7 @@ __device__ static inline float step_lr(const kdrt_step_scalars *sc, float lr) {
 __global__ static void sgd_kernel(float *w, const float *g, float *m, size_t n, float lr,
                                   float momentum, int nesterov, const kdrt_step_scalars *sc) {
   lr = step_lr(sc, lr);
-  KDRT_FOR(i, n) {
-    if (momentum == 0.0f) {
-      w[i] -= lr * g[i];
-    } else {
-      float mi = m[i] * momentum - g[i] * lr;
-      m[i] = mi;
-      w[i] += nesterov ? mi * momentum - g[i] * lr : mi;
-    }
-  }
+  KDRT_FOR(i, n) w[i] = kdrt_sgd_at(w[i], g, m, i, lr, momentum, nesterov);
 }
 
 __global__ static void adam_kernel(float *w, const float *g, float *m, float *v, float *vhat,
@@ -47,14 +40,8 @@ __global__ static void adam_kernel(float *w, const float *g, float *m, float *v,
   }
   KDRT_FOR(i, n) {
     float wi = w[i];
-    if (decay) wi = wi - wi * wd * lr; // AdamW: Keras's order, before the Adam step
-    float gi = g[i];
-    float mi = m[i] + (gi - m[i]) * c1;
-    float vi = v[i] + (gi * gi - v[i]) * c2;
-    m[i] = mi;
-    v[i] = vi;
-    if (vhat) vhat[i] = vi = fmaxf(vhat[i], vi); // amsgrad
-    w[i] = wi - mi * alpha / (sqrtf(vi) + eps);
+    if (decay) wi = kdrt_decay(wi, wd, lr); // AdamW: before the Adam step
+    w[i] = kdrt_adam_at(wi, g, m, v, vhat, i, alpha, c1, c2, eps);
   }
 }
 
@@ -63,92 +50,51 @@ __global__ static void rmsprop_kernel(float *w, const float *g, float *v, float 
                                       const kdrt_step_scalars *sc) {
   const float c = 1.0f - rho;
   lr = step_lr(sc, lr);
-  KDRT_FOR(i, n) {
-    float gi = g[i];
-    float vi = rho * v[i] + c * gi * gi;
-    v[i] = vi;
-    float den = vi + eps;
-    if (a) { // centered
-      float ai = rho * a[i] + c * gi;
-      a[i] = ai;
-      den = vi - ai * ai + eps;
-    }
-    float inc = lr * gi / sqrtf(den);
-    if (m) inc = m[i] = momentum * m[i] + inc;
-    w[i] -= inc;
-  }
+  KDRT_FOR(i, n) w[i] = kdrt_rmsprop_at(w[i], g, v, m, a, i, lr, rho, c, momentum, eps);
 }
 
 __global__ static void adagrad_kernel(float *w, const float *g, float *acc, size_t n, float lr,
                                       float eps, const kdrt_step_scalars *sc) {
   lr = step_lr(sc, lr);
-  KDRT_FOR(i, n) {
-    float gi = g[i], ai = acc[i] + gi * gi;
-    acc[i] = ai;
-    w[i] -= lr * gi / sqrtf(ai + eps);
-  }
+  KDRT_FOR(i, n) w[i] = kdrt_adagrad_at(w[i], g, acc, i, lr, eps);
 }
 
 __global__ static void adamax_kernel(float *w, const float *g, float *m, float *u, size_t n,
                                      float lr, float c1, float b2, float eps, float bias,
                                      const kdrt_step_scalars *sc, int64_t dt, float b1) {
-  if (sc) lr = sc->lr, bias = 1.0f - powf(b1, (float)(sc->step + dt));
-  KDRT_FOR(i, n) {
-    float gi = g[i];
-    float mi = m[i] + (gi - m[i]) * c1;
-    float ui = fmaxf(b2 * u[i], fabsf(gi));
-    m[i] = mi;
-    u[i] = ui;
-    w[i] -= lr * mi / (bias * (ui + eps));
-  }
+  if (sc) lr = sc->lr, bias = kdrt_adamax_bias(b1, sc->step + dt);
+  KDRT_FOR(i, n) w[i] = kdrt_adamax_at(w[i], g, m, u, i, lr, c1, b2, eps, bias);
 }
 
 __global__ static void nadam_kernel(float *w, const float *g, float *m, float *v, size_t n,
-                                    float lr, float c1, float c2, float eps, float u_next,
-                                    float d1, float k2, float d2, float bias2) {
-  KDRT_FOR(i, n) {
-    float gi = g[i];
-    float mi = m[i] + (gi - m[i]) * c1;
-    float vi = v[i] + (gi * gi - v[i]) * c2;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = u_next * mi / d1 + k2 * gi / d2;
-    w[i] -= mhat * lr / (sqrtf(vi / bias2) + eps);
-  }
+                                    float lr, float c1, float c2, float eps, kdrt_nadam_k k) {
+  KDRT_FOR(i, n) w[i] = kdrt_nadam_at(w[i], g, m, v, i, lr, c1, c2, eps, k);
 }
 
 __global__ static void lion_kernel(float *w, const float *g, float *m, size_t n, float lr,
                                    float b1, float b2, const kdrt_step_scalars *sc) {
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
   lr = step_lr(sc, lr);
-  KDRT_FOR(i, n) {
-    float gi = g[i], d = m[i] * b1 + gi * c1;
-    w[i] -= lr * (float)((d > 0.0f) - (d < 0.0f));
-    m[i] = m[i] * b2 + gi * c2;
-  }
+  KDRT_FOR(i, n) w[i] = kdrt_lion_at(w[i], g, m, i, lr, b1, c1, b2, c2);
 }
 
 __global__ static void weight_decay_kernel(float *w, size_t n, float lr, float wd,
                                            const kdrt_step_scalars *sc) {
   lr = step_lr(sc, lr);
-  KDRT_FOR(i, n) w[i] = w[i] - w[i] * wd * lr;
+  KDRT_FOR(i, n) w[i] = kdrt_decay(w[i], wd, lr);
 }
 
 __global__ static void clip_grad_kernel(float *g, size_t n, const float *f, float clipvalue) {
   KDRT_FOR(i, n) {
     float gi = g[i];
     if (f) gi *= f[0];
-    if (clipvalue > 0.0f) gi = fminf(fmaxf(gi, -clipvalue), clipvalue);
+    if (clipvalue > 0.0f) gi = kdrt_clip(gi, clipvalue);
     g[i] = gi;
   }
 }
 
 __global__ static void grad_clip_factor_kernel(float *f, const float *s, float c, int global) {
-  float norm = sqrtf(s[0]);
-  if (global)
-    f[0] = c * fminf(1.0f / norm, 1.0f / c) + (norm - norm);
-  else
-    f[0] = isnan(norm) ? norm : c / fmaxf(norm, c);
+  f[0] = kdrt_clip_factor(s[0], c, global);
 }
 
 extern "C" void kdrt_cuda_sgd(kdrt_cuda *d, float *w, const float *g, float *m, size_t n,
@@ -191,19 +137,16 @@ extern "C" void kdrt_cuda_adagrad(kdrt_cuda *d, float *w, const float *g, float 
 
 extern "C" void kdrt_cuda_adamax(kdrt_cuda *d, float *w, const float *g, float *m, float *u,
                                  size_t n, float lr, float b1, float b2, float eps, int64_t t) {
-  LAUNCH(d, adamax_kernel, n, w, g, m, u, n, lr, 1.0f - b1, b2, eps, 1.0f - powf(b1, (float)t),
+  LAUNCH(d, adamax_kernel, n, w, g, m, u, n, lr, 1.0f - b1, b2, eps, kdrt_adamax_bias(b1, t),
          kdrt_step_sc(d), t - (d->c ? d->c->step : 0), b1);
 }
-
-static float nadam_u(float b1, int64_t t) { return b1 * (1.0f - 0.5f * powf(0.96f, (float)t)); }
 
 extern "C" void kdrt_cuda_nadam(kdrt_cuda *d, float *w, const float *g, float *m, float *v,
                                 size_t n, float lr, float b1, float b2, float eps, int64_t t,
                                 float u_prod) {
   kdrt_cuda_graph_unsafe(d); // u_prod: the host's running product
-  const float u_t = nadam_u(b1, t), u_next = nadam_u(b1, t + 1);
-  LAUNCH(d, nadam_kernel, n, w, g, m, v, n, lr, 1.0f - b1, 1.0f - b2, eps, u_next,
-         1.0f - u_prod * u_next, 1.0f - u_t, 1.0f - u_prod, 1.0f - powf(b2, (float)t));
+  LAUNCH(d, nadam_kernel, n, w, g, m, v, n, lr, 1.0f - b1, 1.0f - b2, eps,
+         kdrt_nadam_coef(b1, b2, t, u_prod));
 }
 
 extern "C" void kdrt_cuda_lion(kdrt_cuda *d, float *w, const float *g, float *m, size_t n,
@@ -242,7 +185,7 @@ __global__ static void count_nonfinite_kernel(const float *g, size_t n, unsigned
 }
 
 __global__ static void unscale_kernel(float *g, size_t n, float s) {
-  KDRT_FOR(i, n) g[i] = g[i] / s;
+  KDRT_FOR(i, n) g[i] = kdrt_unscale(g[i], s);
 }
 
 extern "C" void kdrt_cuda_loss_scale_step(kdrt_cuda *d, float *g) {

@@ -47,8 +47,7 @@ __global__ static void softmax_grad_kernel(float *dx, const float *dy, const flo
 // are read (the others' probabilities are 0, written as such).
 __device__ static inline int64_t attn_keys(int64_t r, int64_t t, int64_t u, int64_t t0,
                                            int causal) {
-  int64_t k = t0 + r % t + 1;
-  return causal && k < u ? k : u;
+  return kdrt_attn_keys(t0 + r % t, u, causal);
 }
 
 __global__ static void attn_softmax_kernel(float *y, const float *x, int64_t t, int64_t u,

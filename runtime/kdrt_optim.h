@@ -1,0 +1,153 @@
+// kdrt_optim.h: the optimizers' updates of one element (Keras 3's formulas,
+// keras/src/optimizers/*.py), written once for the CPU runtime (optim.c, a
+// loop over a variable's elements) and the CUDA one (cuda/optim.cu, a
+// thread an element): plain C99 that also compiles as CUDA C++ (KDRT_HD
+// marks host and device), as kdrt_rnn.h. Both builds keep every product
+// and sum as written (ISO C's -ffp-contract=off, nvcc's -fmad=false), so
+// the two backends give the same bits.
+//
+// kdrt_<opt>_at(w, g, slots..., i, ...) returns w[i]'s new value from its
+// old one w (the caller may have decayed it first) and updates the slots'
+// element i in place; a slot the configuration lacks is NULL. The scalars
+// that depend on the step alone are formed once by the caller, by the
+// functions at the end.
+#ifndef KDRT_OPTIM_H
+#define KDRT_OPTIM_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kdrt_defs.h" // KDRT_HD
+
+// Keras's moment update, s += (x - s) * (1 - beta): Adam's, Adamax's and
+// Nadam's first moment (x = g) and second (x = g^2); c = 1 - beta.
+static inline KDRT_HD float kdrt_moment(float s, float x, float c) { return s + (x - s) * c; }
+
+// Decoupled weight decay, applied before the step as base_optimizer does,
+// in Keras's order of operations.
+static inline KDRT_HD float kdrt_decay(float w, float wd, float lr) { return w - w * wd * lr; }
+
+// SGD: w -= lr * g; with momentum m = m*momentum - g*lr and w += m
+// (nesterov: w += m*momentum - g*lr).
+static inline KDRT_HD float kdrt_sgd_at(float w, const float *g, float *m, size_t i, float lr,
+                                        float momentum, int nesterov) {
+  if (momentum == 0.0f) return w - lr * g[i];
+  float mi = m[i] * momentum - g[i] * lr;
+  m[i] = mi;
+  return w + (nesterov ? mi * momentum - g[i] * lr : mi);
+}
+
+// Adam (and AdamW after kdrt_decay): alpha, kdrt_adam_alpha's step size;
+// c1 = 1 - b1, c2 = 1 - b2; amsgrad (vhat set) divides by the running
+// maximum of v instead of v.
+static inline KDRT_HD float kdrt_adam_at(float w, const float *g, float *m, float *v,
+                                         float *vhat, size_t i, float alpha, float c1, float c2,
+                                         float eps) {
+  float gi = g[i], mi = kdrt_moment(m[i], gi, c1), vi = kdrt_moment(v[i], gi * gi, c2);
+  m[i] = mi;
+  v[i] = vi;
+  if (vhat) vhat[i] = vi = fmaxf(vhat[i], vi);
+  return w - mi * alpha / (sqrtf(vi) + eps);
+}
+
+// RMSprop, eps inside the sqrt; c = 1 - rho. centered (a set): the
+// denominator is v - a^2 + eps, a the running mean of the gradient; m set:
+// with momentum.
+static inline KDRT_HD float kdrt_rmsprop_at(float w, const float *g, float *v, float *m,
+                                            float *a, size_t i, float lr, float rho, float c,
+                                            float momentum, float eps) {
+  float gi = g[i];
+  float vi = rho * v[i] + c * gi * gi;
+  v[i] = vi;
+  float den = vi + eps;
+  if (a) {
+    float ai = rho * a[i] + c * gi;
+    a[i] = ai;
+    den = vi - ai * ai + eps;
+  }
+  float inc = lr * gi / sqrtf(den);
+  if (m) inc = m[i] = momentum * m[i] + inc;
+  return w - inc;
+}
+
+static inline KDRT_HD float kdrt_adagrad_at(float w, const float *g, float *acc, size_t i,
+                                            float lr, float eps) {
+  float gi = g[i], ai = acc[i] + gi * gi;
+  acc[i] = ai;
+  return w - lr * gi / sqrtf(ai + eps);
+}
+
+// Adamax: u the exponentially weighted infinity norm; bias,
+// kdrt_adamax_bias's; c1 = 1 - b1.
+static inline KDRT_HD float kdrt_adamax_at(float w, const float *g, float *m, float *u, size_t i,
+                                           float lr, float c1, float b2, float eps, float bias) {
+  float gi = g[i], mi = kdrt_moment(m[i], gi, c1), ui = fmaxf(b2 * u[i], fabsf(gi));
+  m[i] = mi;
+  u[i] = ui;
+  return w - lr * mi / (bias * (ui + eps));
+}
+
+// Nadam's step scalars (kdrt_nadam_coef) and its update; c1 = 1 - b1,
+// c2 = 1 - b2.
+typedef struct {
+  float u_next, d1, k2, d2, bias2;
+} kdrt_nadam_k;
+
+static inline KDRT_HD float kdrt_nadam_at(float w, const float *g, float *m, float *v, size_t i,
+                                          float lr, float c1, float c2, float eps,
+                                          kdrt_nadam_k k) {
+  float gi = g[i], mi = kdrt_moment(m[i], gi, c1), vi = kdrt_moment(v[i], gi * gi, c2);
+  m[i] = mi;
+  v[i] = vi;
+  float mhat = k.u_next * mi / k.d1 + k.k2 * gi / k.d2;
+  return w - mhat * lr / (sqrtf(vi / k.bias2) + eps);
+}
+
+// Lion: the sign of the interpolated update; c1 = 1 - b1, c2 = 1 - b2.
+static inline KDRT_HD float kdrt_lion_at(float w, const float *g, float *m, size_t i, float lr,
+                                         float b1, float c1, float b2, float c2) {
+  float gi = g[i], d = m[i] * b1 + gi * c1;
+  m[i] = m[i] * b2 + gi * c2;
+  return w - lr * (float)((d > 0.0f) - (d < 0.0f));
+}
+
+// ---- gradient clipping and loss scaling
+
+// clipvalue: each gradient into [-c, c].
+static inline KDRT_HD float kdrt_clip(float g, float c) { return fminf(fmaxf(g, -c), c); }
+
+// The factor that clipnorm / global_clipnorm c multiplies the gradients
+// by, from the sum of their squares.
+static inline KDRT_HD float kdrt_clip_factor(float sumsq, float c, int global) {
+  float norm = sqrtf(sumsq);
+  if (global) // clip_by_global_norm: + (norm - norm) makes a non-finite norm NaN
+    return c * fminf(1.0f / norm, 1.0f / c) + (norm - norm);
+  return isnan(norm) ? norm : c / fmaxf(norm, c); // _clip_by_norm: a zero gradient keeps its zeros
+}
+
+// LossScaleOptimizer: a gradient is divided by the scale s the loss was
+// multiplied by, after every one was found finite.
+static inline KDRT_HD float kdrt_unscale(float g, float s) { return g / s; }
+
+// ---- the step's scalars (t: the step, from 1)
+
+// Adamax's bias correction 1 - b1^t.
+static inline KDRT_HD float kdrt_adamax_bias(float b1, int64_t t) {
+  return 1.0f - powf(b1, (float)t);
+}
+
+// Nadam's momentum schedule u_t = b1 * (1 - 0.5 * 0.96^t).
+static inline KDRT_HD float kdrt_nadam_u(float b1, int64_t t) {
+  return b1 * (1.0f - 0.5f * powf(0.96f, (float)t));
+}
+
+// u_prod: Keras's running product of u up to t (kdrt_nadam_product).
+static inline KDRT_HD kdrt_nadam_k kdrt_nadam_coef(float b1, float b2, int64_t t, float u_prod) {
+  const float u_t = kdrt_nadam_u(b1, t), u_next = kdrt_nadam_u(b1, t + 1);
+  kdrt_nadam_k k = {u_next, 1.0f - u_prod * u_next, 1.0f - u_t, 1.0f - u_prod,
+                    1.0f - powf(b2, (float)t)};
+  return k;
+}
+
+#endif
