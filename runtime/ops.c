@@ -332,7 +332,7 @@ void kdrt_attn_softmax_grad(float *dx, const float *dy, const float *y, int64_t 
 // The row's lse = max + log(sum) remakes the probabilities backward.
 static int64_t attention_row(float *p, const float *qr, const float *k, int64_t i, int64_t s,
                              int64_t hd, float scale, int causal, float *lse) {
-  int64_t keys = attn_keys(i, 0, s, causal);
+  int64_t keys = kdrt_attn_keys(i, s, causal);
   float m = -INFINITY, sum = 0.0f;
   for (int64_t j = 0; j < keys; j++) {
     float a = 0.0f;
