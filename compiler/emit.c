@@ -193,7 +193,7 @@ void emit_preamble(const char *what) {
 // layer's share of a stacked value's buffer).
 static bool arena_buffer(const Node *n) {
   const BlockAt *at = block_at(EG, n);
-  return n->region == REGION_ARENA && n->op != OP_RESHAPE && !(at && at->copy > 0);
+  return n->region == REGION_ARENA && n->op != OP_RESHAPE && !n->inplace && !(at && at->copy > 0);
 }
 
 // The arena: each buffer's offset for the compiled batch (BATCH rows) in
@@ -663,7 +663,13 @@ static void emit_block_inputs(const RepBlock *b) {
         m->role ? format("'s %s", m->role) : "", src->name, in->delta < 0 ? '-' : '+',
         abs(in->delta), nout == 1 ? format("%d", at) : "the others",
         in->outer->layer ? in->outer->layer : in->outer->name ? in->outer->name : "a value");
-    out("  const %s *in%d = %s ? %s : %s;\n", m->dtype == DT_I32 ? "int32_t" : "float", s, cond,
+    bool written = false; // issue 23: an op of the block rounds it in place
+    for (int r = 0; r < b->len && !written; r++) {
+      const Node *n = EG->nodes[b->start + r];
+      written = n->inplace && view_of(n) == block_in_node(b, s, 0);
+    }
+    out("  %s%s *in%d = %s ? %s : %s;\n", written ? "" : "const ",
+        m->dtype == DT_I32 ? "int32_t" : m->dtype == DT_U16 ? "uint16_t" : "float", s, cond,
         outer, block_input_value(in));
   }
 }
