@@ -373,7 +373,7 @@ static void locate(Graph *g) {
 }
 
 static bool arena_value(const Graph *g, const Node *n) {
-  return n->op != OP_PARAM && n->op != OP_RESHAPE && !n->inplace && n->op != OP_UPDATE && n->op != OP_ASSIGN &&
+  return n->op != OP_PARAM && !view_of(n) && n->op != OP_UPDATE && n->op != OP_ASSIGN &&
          n->op != OP_UNSCALE && n->op != OP_INPUT && n->op != OP_LABEL &&
          !(n->id < g->nat && g->home[n->id]);
 }

@@ -193,7 +193,7 @@ void emit_preamble(const char *what) {
 // layer's share of a stacked value's buffer).
 static bool arena_buffer(const Node *n) {
   const BlockAt *at = block_at(EG, n);
-  return n->region == REGION_ARENA && n->op != OP_RESHAPE && !n->inplace && !(at && at->copy > 0);
+  return n->region == REGION_ARENA && !view_of(n) && !(at && at->copy > 0);
 }
 
 // The arena: each buffer's offset for the compiled batch (BATCH rows) in
@@ -226,6 +226,9 @@ static void emit_arena(void) {
       kept = b->pair[at->pos] ? format(" x 2: layer l's the (l %% 2)th, each %s", each)
                               : format(" x %d layers, each %s", b->count, each);
     }
+    if (n->dtype == DT_U16) // issue 23: stored in 16 bits (store16.c)
+      kept = format("%s, in %s's 16 bits", kept,
+                    n->rnd.kind == KDRT_ROUND_F16 ? "float16" : "bfloat16");
     out("#define %-32s AO[%d] // @%lld %s%s\n", off_name(n), slot[n->id], (long long)n->offset,
         describe(n), kept);
   }

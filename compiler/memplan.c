@@ -13,8 +13,10 @@
 //   is taken first-fit from the free space when it is computed and given
 //   back after its last reader. A reshape is a view of its operand (a split
 //   on the major-most dim of a group keeps the local element order), so it
-//   takes no buffer and keeps its operand alive. Convolution scratch (im2col)
-//   sits past the arena's peak.
+//   takes no buffer and keeps its operand alive; so does an op written in
+//   place over its operand (issue 23's ROUNDs, store16.c). A 16-bit value
+//   (issue 23, DT_U16) takes half the floats (value_floats). Convolution
+//   scratch (im2col) sits past the arena's peak.
 // All offsets are multiples of 16 floats (64 bytes) and become named
 // constants in the generated program (the arena's: named entries of its
 // AO[] array, see below). A repeated block's values (blocks.c) are planned
@@ -459,7 +461,8 @@ void plan_memory(Graph *g) {
       if (b->region == REGION_GRAD) n->var = b->var; // its name in the program
       if (n->op == OP_RESHAPE) goto block_end;
       // issue 23: an op in place over its operand's buffer: its other operands may die here
-    } else if (n->id < ids && home[n->id]) { // the gradient, the value it is a view of, or its partial sum
+    } else if (n->id < ids && home[n->id]) { // the gradient, the value it is a view of, or
+                                             // its partial sum
       n->region = REGION_GRAD;
       n->offset = home[n->id]->goffset;
       n->var = home[n->id];

@@ -295,8 +295,7 @@ void check_memory(Graph *g, int64_t limit, const char *limit_text) {
   int64_t top_bytes[3] = {0};
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->op == OP_RESHAPE || n->inplace || (n->region != REGION_PARAM && n->region != REGION_ARENA))
-      continue;
+    if (view_of(n) || (n->region != REGION_PARAM && n->region != REGION_ARENA)) continue;
     Shape ls = local_shape(g, n);
     int64_t b = size_mul(shape_elems(&ls), n->dtype == DT_U16 ? 2 : 4); // issue 23: 16 bits
     if (n->op == OP_PARAM) b = size_mul(b, 1 + n->var->nslots + (n->var->grad != NULL));
