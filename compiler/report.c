@@ -343,6 +343,7 @@ void print_graph(Graph *g, FILE *out) {
     fprintf(out, "%%%-3d = %s%s(%s)  %s %s", n->id, op_info(n->op).name, extra, args,
             shape_str(&n->shape), place_str(m, n->shape.rank, &n->place));
     fprintf(out, " local %s", shape_str(&ls));
+    if (n->inplace) fprintf(out, " in place of %%%d", view_of(n)->id); // issue 23
     if (n->name) fprintf(out, "  # %s", n->name);
     else if (n->layer) fprintf(out, "  # %s", n->layer);
     fputc('\n', out);
