@@ -11,7 +11,9 @@
 #  2. every number the same: each step's loss, the epochs' logs and every
 #     final weight, bit for bit, between the program with 16-bit storage and
 #     the one without: the GPT (bfloat16) on one device and DataParallel
-#     over 2, the batch-norm CNN (bfloat16) from Keras's weights, and the
+#     over 2 (and there at a larger batch than compiled, the arena plan
+#     replayed, and at rows that do not divide), the batch-norm CNN
+#     (bfloat16) from Keras's weights, and the
 #     mixed_float16 MLP whose loss scale skips steps, over 2 devices;
 #  3. --max-memory between the two totals passes the 16-bit program and
 #     stops the float32-storage one; a float32 model's program is the same
@@ -93,6 +95,11 @@ same "gpt.json bfloat16, one device" 1 --synthetic 128 --epochs 2 -- \
   models/gpt.json --dtype-policy mixed_bfloat16
 same "gpt.json bfloat16, DataParallel over 2" 2 --synthetic 128 --epochs 2 -- \
   models/gpt.json --dtype-policy mixed_bfloat16 "${DP2[@]}"
+same "gpt.json bfloat16 compiled for 16, run at 24 (the arena replayed), DataParallel over 2" 2 \
+  --synthetic 96 --epochs 1 --batch-size 24 -- models/gpt.json --dtype-policy mixed_bfloat16 \
+  --batch-size 16 "${DP2[@]}"
+same "gpt.json bfloat16, 7 rows over 2 devices" 2 --synthetic 28 --epochs 1 --batch-size 7 -- \
+  models/gpt.json --dtype-policy mixed_bfloat16 --batch-size 16 "${DP2[@]}"
 same "mixed_bn_cnn, one device" 1 --x $F/mixed_bn_cnn/x.npy --y $F/mixed_bn_cnn/y.npy --epochs 2 \
   --batch-size 16 --no-shuffle --weights $F/mixed_bn_cnn/model.keras -- \
   $F/mixed_bn_cnn/model.keras --batch-size 16
