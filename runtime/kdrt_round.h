@@ -4,8 +4,9 @@
 // what a cast to the compute dtype of a mixed policy does to a value in
 // Keras (ml_dtypes and XLA: round to nearest, ties to even; overflow to
 // infinity; float16's subnormals kept): the value a 16-bit tensor would
-// hold, in a float32 buffer. Integer arithmetic only, so that no compiler
-// flag (contraction, flush to zero) changes it. Plain C99 that also
+// hold, in a float32 buffer; and such a value as its 16 bits and back (a
+// saved activation stored in 16 bits). Integer arithmetic only, so that no
+// compiler flag (contraction, flush to zero) changes it. Plain C99 that also
 // compiles as CUDA C++ (KDRT_HD marks host and device), as kdrt_philox.h.
 #ifndef KDRT_ROUND_H
 #define KDRT_ROUND_H
