@@ -100,7 +100,7 @@ typedef struct {
 } Index;
 
 static const Node *base(const Node *n) {
-  while (n->op == OP_RESHAPE) n = n->in[0];
+  while (view_of(n)) n = view_of(n);
   return n;
 }
 
@@ -383,7 +383,7 @@ static void locate(Graph *g) {
 }
 
 static bool arena_value(const Graph *g, const Node *n) {
-  return n->op != OP_PARAM && n->op != OP_RESHAPE && n->op != OP_UPDATE && n->op != OP_ASSIGN &&
+  return n->op != OP_PARAM && !view_of(n) && n->op != OP_UPDATE && n->op != OP_ASSIGN &&
          n->op != OP_UNSCALE && n->op != OP_INPUT && n->op != OP_LABEL &&
          !(n->id < g->nat && g->home[n->id]);
 }
@@ -544,12 +544,14 @@ static bool plan_values(const Index *x, RepBlock *b) {
     int d = -1;
     for (int i = 0; d < 0 && i < n->shape.rank; i++)
       if ((n->bdims >> i) & 1) d = i;
+    bool half = n->dtype == DT_U16; // issue 23: 16-bit values, two a float
     if (d < 0) {
-      b->kper[r] = (elems + 15) / 16 * 16;
+      b->kper[r] = ((half ? (elems + 1) / 2 : elems) + 15) / 16 * 16;
       continue;
     }
     b->kper[r] = s.d[d] ? elems / s.d[d] : 0;
     b->parts[r] = n->place.axis[d] < 0 ? 1 : axis_size(g, n->place.axis[d]);
+    if (half) b->kper[r] = ((b->kper[r] + 1) / 2 + 15) / 16 * 16; // a row's, on 64 bytes
     if (b->kper[r] % 16) return false;
   }
   return !(b->arena && grad_sums);

@@ -195,7 +195,7 @@ void emit_preamble(const char *what) {
 // layer's share of a stacked value's buffer).
 static bool arena_buffer(const Node *n) {
   const BlockAt *at = block_at(EG, n);
-  return n->region == REGION_ARENA && n->op != OP_RESHAPE && !(at && at->copy > 0);
+  return n->region == REGION_ARENA && !view_of(n) && !(at && at->copy > 0);
 }
 
 // The arena: each buffer's offset for the compiled batch (BATCH rows) in
@@ -228,6 +228,9 @@ static void emit_arena(void) {
       kept = b->pair[at->pos] ? format(" x 2: layer l's the (l %% 2)th, each %s", each)
                               : format(" x %d layers, each %s", b->count, each);
     }
+    if (n->dtype == DT_U16) // issue 23: stored in 16 bits (store16.c)
+      kept = format("%s, in %s's 16 bits", kept,
+                    n->rnd.kind == KDRT_ROUND_F16 ? "float16" : "bfloat16");
     out("#define %-32s AO[%d] // @%lld %s%s\n", off_name(n), slot[n->id], (long long)n->offset,
         describe(n), kept);
   }
@@ -718,7 +721,13 @@ static void emit_block_inputs(const RepBlock *b) {
         m->role ? format("'s %s", m->role) : "", src->name, in->delta < 0 ? '-' : '+',
         abs(in->delta), nout == 1 ? format("%d", at) : "the others",
         in->outer->layer ? in->outer->layer : in->outer->name ? in->outer->name : "a value");
-    out("  const %s *in%d = %s ? %s : %s;\n", m->dtype == DT_I32 ? "int32_t" : "float", s, cond,
+    bool written = false; // issue 23: an op of the block rounds it in place
+    for (int r = 0; r < b->len && !written; r++) {
+      const Node *n = EG->nodes[b->start + r];
+      written = n->inplace && view_of(n) == block_in_node(b, s, 0);
+    }
+    out("  %s%s *in%d = %s ? %s : %s;\n", written ? "" : "const ",
+        m->dtype == DT_I32 ? "int32_t" : m->dtype == DT_U16 ? "uint16_t" : "float", s, cond,
         outer, block_input_value(in));
   }
 }

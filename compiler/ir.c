@@ -147,7 +147,7 @@ Node *view(Graph *g, Node *x, Shape s) { return new_node1(g, OP_RESHAPE, x, s); 
 
 // Ops whose result is exactly a 16-bit value when their float operands
 // are: they move, pick or (relu) clip values, never make new ones.
-static bool exact_op(const Node *n) {
+bool exact_op(const Node *n) {
   switch (n->op) {
   case OP_RESHAPE: case OP_TRANSPOSE: case OP_SLICE: case OP_PAD: case OP_CONCAT:
   case OP_MAXPOOL: case OP_GATHER: case OP_BROADCAST: case OP_REVERSE:

@@ -15,6 +15,7 @@
 //   autodiff.c reverse-mode gradients and optimizer updates
 //   shard.c    sharding propagation to a fixed point, then collectives
 //   fuse.c     adjacent elementwise ops into one loop
+//   store16.c  issue 23: a mixed policy's saved activations stored in 16 bits
 //   blocks.c   repeated blocks (a model's stacked layers), to be written once, in a loop
 //   memplan.c  static memory plan: parameter blob + activation arena
 //   report.c   --report, --report=json, --emit=graph
@@ -409,7 +410,10 @@ enum { ACT_LINEAR = KDRT_ACT_LINEAR, ACT_RELU = KDRT_ACT_RELU, ACT_SIGMOID = KDR
        ACT_TANH = KDRT_ACT_TANH, ACT_GELU = KDRT_ACT_GELU, ACT_SILU = KDRT_ACT_SILU,
        ACT_SOFTMAX = KDRT_ACT_COUNT };
 
-typedef enum { DT_F32, DT_I32 } DType;
+// DT_U16 (issue 23): a value stored in 16 bits, the bits of the bfloat16 or
+// float16 (its `half`) that its float32 value is exactly (store16.c's
+// PACK16); the memory plan gives it half the floats.
+typedef enum { DT_F32, DT_I32, DT_U16 } DType;
 
 typedef struct Var Var;
 typedef struct Node Node;
@@ -573,7 +577,17 @@ struct Node {
   // users read `rounded`, the ROUND made at the first use).
   uint8_t half, pend;
   Node *rounded;
+  // issue 23 (store16.c): 1 + the operand whose buffer this op writes (a ROUND
+  // or an activation's gradient, that operand's only reader: kdrt_ops.h's "y
+  // may be x"), else 0; to the memory plan and the emitters a view of it
+  uint8_t inplace;
 };
+
+// The node whose buffer n's is, when n is a view: a reshape's operand, or
+// (issue 23) the operand an in-place op writes over; else NULL.
+static inline Node *view_of(const Node *n) {
+  return n->op == OP_RESHAPE ? n->in[0] : n->inplace ? n->in[n->inplace - 1] : NULL;
+}
 
 // The sharding rule of an op, einsum-style: every dimension of every
 // operand and of the result is mapped to a named factor; a factor passes
@@ -793,6 +807,10 @@ Node *view(Graph *g, Node *x, Shape s);     // x as shape s (a RESHAPE, no code)
 // readers are to see it (a 16-bit op's result rounded first).
 Node *round_to(Graph *g, Node *x, int kind);
 Node *mixed_value(Graph *g, Node *x);
+// Whether n's result is exactly a 16-bit value of a type when its float
+// operands are values of it (n moves, picks or clips them: a reshape, a
+// transpose, a gather, relu, ...).
+bool exact_op(const Node *n);
 uint64_t hash_str(const char *s);
 bool shape_eq(const Shape *a, const Shape *b);
 char *shape_str(const Shape *s);            // "[16, 200]"
@@ -840,6 +858,15 @@ void fuse_attention(Graph *g);
 // After the memory plan: gradient all-reduces over the same axes whose
 // buffers follow each other in the gradient blob become one call.
 void bucket_gradients(Graph *g);
+
+// ---------------------------------------------------------------- store16.c
+// issue 23: every 16-bit value of a mixed policy that the backward pass
+// reads, stored in 16 bits in between (PACK16 after it, UNPACK16 before its
+// backward readers, or a variable's or a kept value's ROUND made again);
+// then ROUNDs and activation gradients in place over an operand that dies
+// with them (Node.inplace). Bit for bit the same numbers. Nothing changes
+// in a float32 model, or with KDCC_STORE16=0.
+void store16(Graph *g);
 
 // ---------------------------------------------------------------- blocks.c
 // issue 25: repeated blocks (every transformer block, a ResNet stage's
@@ -1029,6 +1056,8 @@ char *rows_name(int parts);
 // The value block input in is in a block's function, for the layer l: the
 // other layer's node (spelled as the context's copy 0 sees it).
 char *block_input_value(const BlockIn *in);
+// The node block input s reads in copy c of block b.
+const Node *block_in_node(const RepBlock *b, int s, int c);
 const BlockAt *block_at(const Graph *g, const Node *n); // NULL: in no block
 // The VarBlock holding v, its layer in *layer and place in *k; or NULL.
 const VarBlock *var_block(const Graph *g, const Var *v, int *layer, int *k);

@@ -80,6 +80,14 @@ static char *layer_mark(const char *s) {
   return m ? format("%.*sl%s", (int)(m - s), s, m + 3) : xstrdup(s);
 }
 
+// A buffer expression e as a pointer to n's elements: int32 ids, issue
+// 23's 16-bit values (DT_U16), or floats.
+static char *typed(const Node *n, const char *e) {
+  return n->dtype == DT_I32   ? format("((int32_t *)(%s))", e)
+         : n->dtype == DT_U16 ? format("((uint16_t *)(%s))", e)
+                              : format("(%s)", e);
+}
+
 // The layer the context's copy runs.
 static int ctx_layer(void) { return block_layer(ECTX.b, ECTX.copy); }
 
@@ -98,8 +106,7 @@ static char *block_value_name(const RepBlock *b, int pos) {
                 n0->role ? n0->role : "");
 }
 
-// The node block input s reads in copy c of block b.
-static const Node *block_in_node(const RepBlock *b, int s, int c) {
+const Node *block_in_node(const RepBlock *b, int s, int c) {
   const BlockIn *in = &b->in[s];
   const RepBlock *src = &EG->blocks[in->src];
   int sc = block_copy(src, block_layer(b, c) + in->delta);
@@ -122,7 +129,7 @@ static char *stacked_value(const RepBlock *b, int pos, int layer) {
     else if (layer % 2) e = format("%s + %s", e, stride);
   } else if (ECTX.b) e = format("%s + %s * %s", e, layer_expr(layer - ctx_layer() - lo), stride);
   else if (layer - lo) e = format("%s + %d * %s", e, layer - lo, stride);
-  return n->dtype == DT_I32 ? format("((int32_t *)(%s))", e) : format("(%s)", e);
+  return typed(n, e);
 }
 
 char *block_input_value(const BlockIn *in) {
@@ -156,8 +163,7 @@ static char *block_spelling(const Node *n, bool name) {
   if (sym) return format("{B%d.%d@%d}", at->b, at->pos, layer - ctx_layer());
   if (name) return block_value_name(b, at->pos);
   if (b->stacked && b->stacked[at->pos]) return stacked_value(b, at->pos, layer);
-  char *e = format("A + %s", block_value_name(b, at->pos));
-  return n->dtype == DT_I32 ? format("((int32_t *)(%s))", e) : format("(%s)", e);
+  return typed(n, format("A + %s", block_value_name(b, at->pos)));
 }
 
 char *ident(const char *s) {
@@ -183,7 +189,7 @@ char *off_name(const Node *n) {
 
 const Node *view_base(const Node *n) {
   // an update's value is its variable, updated in place (a constraint reads it)
-  while (n->op == OP_RESHAPE || n->op == OP_UPDATE) n = n->in[0];
+  while (n->op == OP_UPDATE || view_of(n)) n = n->op == OP_UPDATE ? n->in[0] : view_of(n);
   return n;
 }
 
@@ -194,9 +200,7 @@ char *buf(const Node *n) {
   switch (n->region) {
   case REGION_PARAM: return format("(P + %s)", off_name(n));
   case REGION_GRAD: return format("(G + %s)", off_name(n));
-  case REGION_ARENA:
-    return n->dtype == DT_I32 ? format("((int32_t *)(A + %s))", off_name(n))
-                              : format("(A + %s)", off_name(n));
+  case REGION_ARENA: return typed(n, format("A + %s", off_name(n)));
   case REGION_INPUT:
     return format("((const %s *)%s[%d])", n->dtype == DT_I32 ? "int32_t" : "float",
                   n->op == OP_INPUT ? "x" : "y", n->index);

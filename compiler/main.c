@@ -38,7 +38,7 @@ static const char usage[] =
   "  --dtype-policy P      Keras's dtype policy for every layer but the inputs, as\n"
   "                        mixed_precision.set_global_policy(P) would give them:\n"
   "                        float32, mixed_bfloat16 or mixed_float16 (with Keras's\n"
-  "                        LossScaleOptimizer; storage stays float32)\n"
+  "                        LossScaleOptimizer; saved activations in 16 bits)\n"
   "  --max-memory SIZE     most bytes one device may need (K, M, G, T suffixes;\n"
   "                        default: this machine's memory)\n"
   "  --no-loops            write every layer's code out, in order, instead of a\n"

@@ -13,8 +13,10 @@
 //   is taken first-fit from the free space when it is computed and given
 //   back after its last reader. A reshape is a view of its operand (a split
 //   on the major-most dim of a group keeps the local element order), so it
-//   takes no buffer and keeps its operand alive. Convolution scratch (im2col)
-//   sits past the arena's peak.
+//   takes no buffer and keeps its operand alive; so does an op written in
+//   place over its operand (issue 23's ROUNDs, store16.c). A 16-bit value
+//   (issue 23, DT_U16) takes half the floats (value_floats). Convolution
+//   scratch (im2col) sits past the arena's peak.
 // All offsets are multiples of 16 floats (64 bytes) and become named
 // constants in the generated program (the arena's: named entries of its
 // AO[] array, see below). A repeated block's values (blocks.c) are planned
@@ -38,8 +40,10 @@
 
 static int64_t align(int64_t n) { return size_add(n, ALIGN - 1) / ALIGN * ALIGN; }
 
+// The node whose buffer n is: n, or a view's (a reshape, issue 23's ops
+// in place) operand's.
 static Node *base_of(Node *n) {
-  while (n->op == OP_RESHAPE) n = n->in[0];
+  while (view_of(n)) n = view_of(n);
   return n;
 }
 
@@ -97,6 +101,26 @@ static int64_t local_elems(const Graph *g, const Node *n) {
   return shape_elems(&s);
 }
 
+// The local extent of n's first batch dim (the rows a plan step counts), 0: none.
+static int64_t batch_rows(const Graph *g, const Node *n) {
+  for (int i = 0; i < n->shape.rank; i++)
+    if ((n->bdims >> i) & 1) {
+      Shape s = local_shape(g, n);
+      return s.d[i];
+    }
+  return 0;
+}
+
+// The floats n's buffer takes: its local elements, or for a 16-bit value
+// (issue 23, DT_U16) two a float, each row's count rounded up, so that the
+// plan's k floats a row (plan_step) give it at any batch.
+static int64_t value_floats(const Graph *g, const Node *n) {
+  int64_t e = local_elems(g, n), rows = batch_rows(g, n);
+  if (n->dtype != DT_U16) return e;
+  if (!rows) return (e + 1) / 2;
+  return size_mul((e / rows + 1) / 2, rows);
+}
+
 // A plan step for n: its elems floats as k * rows (see PlanStep), rows
 // the local extent of n's batch dim `d` (-1: the first that is one).
 static PlanStep *plan_step(Graph *g, int op, const Node *n, int64_t elems, int d) {
@@ -128,8 +152,10 @@ Var **gradient_homes(Graph *g, int ids) {
       if (g->nodes[i]->in[k]->id < ids) uses[g->nodes[i]->in[k]->id]++;
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
-    if (!v->grad || v->grad->op != OP_ALLREDUCE) continue;
-    Node *p = v->grad->in[0];
+    Node *gr = v->grad;
+    while (gr && gr->inplace) gr = view_of(gr); // issue 23: rounded in place after its sum
+    if (!gr || gr->op != OP_ALLREDUCE) continue;
+    Node *p = gr->in[0];
     if (p->id >= ids || uses[p->id] != 1 || p->op == OP_PARAM || p->op == OP_INPUT ||
         p->op == OP_LABEL || p->op == OP_RESHAPE || is_collective(p->op) || home[p->id])
       continue;
@@ -172,9 +198,7 @@ static int64_t stacked_floats(const Graph *g, const RepBlock *b, int pos) {
   const Node *n = g->nodes[b->start + pos];
   int copies = b->pair[pos] ? 2 : b->count;
   if (!b->parts[pos]) return size_mul(b->kper[pos], copies);
-  Shape s = local_shape(g, n);
-  int64_t rows = b->kper[pos] ? shape_elems(&s) / b->kper[pos] : 0;
-  return size_mul(size_mul(b->kper[pos], rows), copies);
+  return size_mul(size_mul(b->kper[pos], batch_rows(g, n)), copies);
 }
 
 // Where layer `layer`'s share of stacked value (b, pos) sits from its buffer's start.
@@ -188,7 +212,7 @@ static int64_t layer_share(const Graph *g, const RepBlock *b, int pos, int layer
 static int64_t buffer_floats(const Graph *g, const Node *h) {
   const BlockAt *at = block_at(g, h);
   if (at && g->blocks[at->b].stacked[at->pos]) return stacked_floats(g, &g->blocks[at->b], at->pos);
-  return local_elems(g, h);
+  return value_floats(g, h);
 }
 
 // Gives back b's buffer (b a value's base) at node i: now, or, while a
@@ -391,6 +415,17 @@ void plan_memory(Graph *g) {
   Arena a = {.free = xcalloc(g->nnodes + 8, sizeof(Span))};
   Running run = {0};
   int64_t scratch = 0;
+  // issue 23: the 16-bit copies of saved values (store16.c's PACK16) live
+  // from the forward pass into the backward one: taken when the step
+  // begins, first (as a block's stacked values are when it begins), so that
+  // they do not cut up the free space between the values that come and go
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op != OP_PACK16 || block_at(g, n)) continue;
+    n->region = REGION_ARENA;
+    n->offset = arena_alloc(&a, align(value_floats(g, n)));
+    plan_step(g, PLAN_ALLOC, n, value_floats(g, n), -1);
+  }
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     const BlockAt *at = block_at(g, n);
@@ -432,17 +467,20 @@ void plan_memory(Graph *g) {
       n->region = REGION_INPUT;
       goto block_end;
     }
-    if (n->op == OP_RESHAPE) {
+    if (n->op == OP_RESHAPE || n->inplace) {
       Node *b = base_of(n);
       n->region = b->region;
       n->offset = b->offset;
       if (b->region == REGION_GRAD) n->var = b->var; // its name in the program
-      goto block_end;
-    }
-    if (n->id < ids && home[n->id]) { // the gradient, the value it is a view of, or its partial sum
+      if (n->op == OP_RESHAPE) goto block_end;
+      // issue 23: an op in place over its operand's buffer: its other operands may die here
+    } else if (n->id < ids && home[n->id]) { // the gradient, the value it is a view of, or
+                                             // its partial sum
       n->region = REGION_GRAD;
       n->offset = home[n->id]->goffset;
       n->var = home[n->id];
+    } else if (n->op == OP_PACK16 && !bb) {
+      // taken when the step began
     } else if (bb && bb->stacked[at->pos]) {
       // taken when its block began
     } else if (later_copy) { // a temporary: where copy 0's is
@@ -450,8 +488,8 @@ void plan_memory(Graph *g) {
       n->offset = g->nodes[bb->start + at->pos]->offset;
     } else {
       n->region = REGION_ARENA;
-      n->offset = arena_alloc(&a, align(local_elems(g, n)));
-      plan_step(g, PLAN_ALLOC, n, local_elems(g, n), -1);
+      n->offset = arena_alloc(&a, align(value_floats(g, n)));
+      plan_step(g, PLAN_ALLOC, n, value_floats(g, n), -1);
     }
     // values whose last reader is this node are free from here on
     for (int k = 0; k < n->nin; k++) {
@@ -468,7 +506,8 @@ void plan_memory(Graph *g) {
       }
       if (!seen) give_back(g, &a, &run, i, b);
     }
-    if (n->region == REGION_ARENA && n->last_use < 0 && !(bb && bb->stacked[at->pos]))
+    if (n->region == REGION_ARENA && n->last_use < 0 && !n->inplace &&
+        !(bb && bb->stacked[at->pos]))
       give_back(g, &a, &run, i, n); // never read
   block_end:
     if (run.b && i == run.end - 1) { // the block ends: what its copies read last

@@ -1048,3 +1048,23 @@ static void round_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_ROUND = {"round", 1, 0, false, rule_elementwise, round_grad, round_emit};
+
+// issue 23: PACK16 and UNPACK16 (store16.c): a saved activation's value,
+// exactly a bfloat16 or float16 one, stored in 16 bits between its forward
+// and backward readers (runtime/kdrt_round.h's kdrt_pack16/kdrt_unpack16:
+// the value back is the same float32, bit for bit). Elementwise moves of
+// each local element, so a pending sum passes through; made after the
+// gradients, never differentiated.
+
+static void pack16_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "pack16", false, NULL, "%s, %s, %s, %s", round_c(n->rnd.kind), buf(n),
+             buf(n->in[0]), elems_c(n));
+}
+
+static void unpack16_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, "unpack16", false, NULL, "%s, %s, %s, %s", round_c(n->rnd.kind), buf(n),
+             buf(n->in[0]), elems_c(n));
+}
+
+const OpDef op_PACK16 = {"pack16", 1, 1, false, rule_elementwise, NULL, pack16_emit};
+const OpDef op_UNPACK16 = {"unpack16", 1, 1, false, rule_elementwise, NULL, unpack16_emit};

@@ -18,6 +18,8 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
   fuse_elementwise(g);
   fuse_attention(g); // issue 22: the CUDA program's, only
   verify_graph(g, "fuse_elementwise", true);
+  store16(g); // issue 23: saved 16-bit values in 16 bits
+  verify_graph(g, "store16", true);
   find_blocks(g); // issue 25: repeated blocks, which the memory plan and the emitters fold
   group_updates(g); // issue 25: one optimizer call for each run of variables updated alike
   plan_memory(g);

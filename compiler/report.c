@@ -295,9 +295,9 @@ void check_memory(Graph *g, int64_t limit, const char *limit_text) {
   int64_t top_bytes[3] = {0};
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
-    if (n->op == OP_RESHAPE || (n->region != REGION_PARAM && n->region != REGION_ARENA)) continue;
+    if (view_of(n) || (n->region != REGION_PARAM && n->region != REGION_ARENA)) continue;
     Shape ls = local_shape(g, n);
-    int64_t b = size_mul(shape_elems(&ls), 4);
+    int64_t b = size_mul(shape_elems(&ls), n->dtype == DT_U16 ? 2 : 4); // issue 23: 16 bits
     if (n->op == OP_PARAM) b = size_mul(b, 1 + n->var->nslots + (n->var->grad != NULL));
     for (int k = 0; k < 3; k++)
       if (b > top_bytes[k]) {
@@ -343,6 +343,7 @@ void print_graph(Graph *g, FILE *out) {
     fprintf(out, "%%%-3d = %s%s(%s)  %s %s", n->id, op_info(n->op).name, extra, args,
             shape_str(&n->shape), place_str(m, n->shape.rank, &n->place));
     fprintf(out, " local %s", shape_str(&ls));
+    if (n->inplace) fprintf(out, " in place of %%%d", view_of(n)->id); // issue 23
     if (n->name) fprintf(out, "  # %s", n->name);
     else if (n->layer) fprintf(out, "  # %s", n->layer);
     fputc('\n', out);

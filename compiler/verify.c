@@ -12,7 +12,8 @@
 //   - placements (once shard.c has run): each mesh axis used at most once
 //     per tensor (split dims, pending sums, pending maxima together), and
 //     every split dim divides by its axis;
-//   - integer tensors are only inputs and what reads them as ids.
+//   - integer tensors are only inputs and what reads them as ids; a 16-bit
+//     one (issue 23's storage) is read by its UNPACK16 alone.
 #include "kdcc.h"
 
 #include <stdarg.h>
@@ -57,7 +58,9 @@ void verify_graph(const Graph *g, const char *pass, bool placed) {
       const Node *a = n->in[k];
       if (!a || a->id >= i || g->nodes[a->id] != a)
         bad(pass, n, "operand %d is not defined before its use", k);
-      if (a->dtype != DT_F32 && n->op != OP_GATHER && n->op != OP_SCATTER_ADD &&
+      if (a->dtype == DT_U16 && n->op != OP_UNPACK16)
+        bad(pass, n, "operand %d holds 16-bit values", k);
+      if (a->dtype == DT_I32 && n->op != OP_GATHER && n->op != OP_SCATTER_ADD &&
           !(n->op == OP_ATTN_MASK && k == 1) && !is_collective(n->op))
         bad(pass, n, "operand %d holds integers", k);
     }

@@ -168,7 +168,7 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
 // needs the rank's context (randomness keyed by global indices, or
 // communication over a group of mesh axes `axes`, a bit mask).
 #define KDRT_KERNELS(K, KC)                                                                   \
-  /* elementwise; y may alias x, dx may alias dy */                                            \
+  /* elementwise; y may alias x, dx may alias dy or x (issue 23: y) */                         \
   K(act, (int act, float *y, const float *x, size_t n))                                        \
   K(act_grad, (int act, float *dx, const float *dy, const float *x, const float *y, size_t n)) \
   /* out[r, j] = act(in[r, j] + bias[j]) over [rows, cols] */                                  \
@@ -241,6 +241,10 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
   /* issue 23: y = x rounded to bfloat16 or float16 (kind KDRT_ROUND_*; kdrt_round.h) */     \
   /* and kept in float32: a mixed policy's cast to its compute dtype; y may be x      */     \
   K(round, (int kind, float *y, const float *x, size_t n))                                     \
+  /* issue 23: a value of that type (round's result) stored in its 16 bits, and back */      \
+  /* (kdrt_round.h: bit for bit the same float32); y never aliases x                  */      \
+  K(pack16, (int kind, uint16_t *y, const float *x, size_t n))                                 \
+  K(unpack16, (int kind, float *y, const uint16_t *x, size_t n))                               \
   /* softmax over the last dim of [rows, cols]; dx = y * (dy - sum(dy * y)) */                 \
   K(softmax, (float *y, const float *x, int64_t rows, int64_t cols))                           \
   K(softmax_grad, (float *dx, const float *dy, const float *y, int64_t rows, int64_t cols))    \

@@ -1,8 +1,9 @@
 // more_layers.c: the CPU kernels of issue 11's later layers: Maximum and
 // Minimum (and the normalizations' clamps), and constants (SpatialDropout's
-// ones, Normalization's statistics); issue 23's rounding to a 16-bit type.
-// The CUDA versions are cuda/more_layers.cu (each element's math
-// kdrt_layers.h's and kdrt_round.h's); GaussianNoise's is in rng.c.
+// ones, Normalization's statistics); issue 23's rounding to a 16-bit type,
+// and its storage in 16 bits. The CUDA versions are cuda/more_layers.cu
+// (each element's math kdrt_layers.h's and kdrt_round.h's); GaussianNoise's
+// is in rng.c.
 #include "kdrt.h"
 #include "kdrt_layers.h"
 #include "kdrt_round.h"
@@ -28,4 +29,21 @@ void kdrt_load_const(float *y, const float *k, size_t n) { memcpy(y, k, n * size
 // issue 23: a mixed policy's cast to its compute dtype, kept in float32
 void kdrt_round(int kind, float *y, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] = kdrt_round_to(kind, x[i]);
+}
+
+// issue 23: a saved value of the 16-bit type stored in 16 bits, and back
+// (kdrt_round.h): the same float32, bit for bit. One loop a type, each
+// vectorised.
+void kdrt_pack16(int kind, uint16_t *restrict y, const float *restrict x, size_t n) {
+  if (kind == KDRT_ROUND_F16)
+    for (size_t i = 0; i < n; i++) y[i] = kdrt_f16_bits(x[i]);
+  else
+    for (size_t i = 0; i < n; i++) y[i] = kdrt_bf16_bits(x[i]);
+}
+
+void kdrt_unpack16(int kind, float *restrict y, const uint16_t *restrict x, size_t n) {
+  if (kind == KDRT_ROUND_F16)
+    for (size_t i = 0; i < n; i++) y[i] = kdrt_f16_value(x[i]);
+  else
+    for (size_t i = 0; i < n; i++) y[i] = kdrt_bf16_value(x[i]);
 }

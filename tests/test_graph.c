@@ -204,6 +204,62 @@ Test(graph, mixed_bfloat16_rounds_where_keras_casts) {
   }
 }
 
+// issue 23's storage in 16 bits (store16.c), the whole pipeline: under
+// mixed_bfloat16 the backward pass reads no forward ROUND's float32 buffer
+// but the logits' (the output), only through an UNPACK16 of a 2-byte PACK16
+// or a ROUND made again; each PACK16 is planned at half a float a value;
+// the peak is at most 0.75 times the float32 model's. KDCC_STORE16=0
+// leaves every value in float32.
+static void saved_16_bits(const Graph *g, int *packs, bool stored) {
+  *packs = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_PACK16) {
+      (*packs)++;
+      cr_assert_eq(n->dtype, DT_U16);
+      cr_assert_leq(n->phase, PH_LOSS);
+      cr_assert_eq(n->region, REGION_ARENA);
+      Shape s = local_shape(g, n);
+      int64_t rows = s.d[0], per = shape_elems(&s) / rows; // (the batch dim, first here)
+      const BlockAt *at = block_at(g, n);
+      int64_t floats = at && g->blocks[at->b].stacked[at->pos] ? g->blocks[at->b].kper[at->pos]
+                                                               : (per + 1) / 2;
+      cr_assert_eq(floats, ((per + 1) / 2 + (at ? 15 : 0)) / (at ? 16 : 1) * (at ? 16 : 1),
+                   "%%%d: %lld floats a row for %lld values", n->id, (long long)floats,
+                   (long long)per);
+    }
+    for (int k = 0; k < n->nin; k++) {
+      const Node *a = n->in[k];
+      while (a->op == OP_RESHAPE) a = a->in[0];
+      if (a->op == OP_PACK16) cr_assert_eq(n->op, OP_UNPACK16, "%%%d reads a PACK16", n->id);
+      if (stored && n->phase == PH_BACKWARD && a->op == OP_ROUND && a->phase <= PH_LOSS)
+        cr_assert_eq(a, g->outputs[0], "%%%d %s reads the forward ROUND %%%d", n->id,
+                     op_info(n->op).name, a->id);
+    }
+  }
+}
+
+Test(graph, mixed_saved_values_in_16_bits) {
+  opt_quiet_warnings = true;
+  Graph *f = compile_model("models/gpt.json", NULL, NULL, 32);
+  int packs;
+  saved_16_bits(f, &packs, false);
+  cr_assert_eq(packs, 0, "float32: nothing in 16 bits");
+  opt_dtype_policy = "mixed_bfloat16";
+  Graph *g = compile_model("models/gpt.json", NULL, NULL, 32);
+  setenv("KDCC_STORE16", "0", 1);
+  Graph *o = compile_model("models/gpt.json", NULL, NULL, 32);
+  unsetenv("KDCC_STORE16");
+  opt_dtype_policy = NULL;
+  saved_16_bits(g, &packs, true);
+  cr_assert_geq(packs, 10, "%d PACK16s", packs);
+  cr_assert_leq(g->arena_floats * 4, f->arena_floats * 3, "%lld floats, float32 %lld",
+                (long long)g->arena_floats, (long long)f->arena_floats);
+  saved_16_bits(o, &packs, false);
+  cr_assert_eq(packs, 0, "KDCC_STORE16=0: nothing in 16 bits");
+  cr_assert_gt(o->arena_floats, f->arena_floats, "in float32, a mixed model's peak is larger");
+}
+
 // issue 23: a loss-scaled program's backward pass starts from the seeds
 // times the scale (the loss's and the regularizers'), and its update phase
 // from UNSCALE, once every gradient is whole in the gradient blob (after

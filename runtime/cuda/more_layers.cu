@@ -53,3 +53,33 @@ extern "C" void kdrt_cuda_round(kdrt_cuda *d, int kind, float *y, const float *x
   round_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(kind, y, x, n);
   KDRT_LAUNCHED(d, "round_kernel");
 }
+
+// issue 23: a saved 16-bit value in its 16 bits, and back: the CPU's
+// functions (kdrt_round.h), element for element, so the same bits.
+__global__ static void pack16_kernel(int kind, uint16_t *y, const float *x, size_t n) {
+  if (kind == KDRT_ROUND_F16) {
+    KDRT_FOR(i, n) y[i] = kdrt_f16_bits(x[i]);
+  } else {
+    KDRT_FOR(i, n) y[i] = kdrt_bf16_bits(x[i]);
+  }
+}
+
+__global__ static void unpack16_kernel(int kind, float *y, const uint16_t *x, size_t n) {
+  if (kind == KDRT_ROUND_F16) {
+    KDRT_FOR(i, n) y[i] = kdrt_f16_value(x[i]);
+  } else {
+    KDRT_FOR(i, n) y[i] = kdrt_bf16_value(x[i]);
+  }
+}
+
+extern "C" void kdrt_cuda_pack16(kdrt_cuda *d, int kind, uint16_t *y, const float *x, size_t n) {
+  if (!n) return;
+  pack16_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(kind, y, x, n);
+  KDRT_LAUNCHED(d, "pack16_kernel");
+}
+
+extern "C" void kdrt_cuda_unpack16(kdrt_cuda *d, int kind, float *y, const uint16_t *x, size_t n) {
+  if (!n) return;
+  unpack16_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(kind, y, x, n);
+  KDRT_LAUNCHED(d, "unpack16_kernel");
+}

@@ -185,6 +185,22 @@ static void check_elementwise(void) {
     poison(y, n);
     kdrt_cuda_round(D, kind, y, b, n);
     check(kind == KDRT_ROUND_F16 ? "round float16" : "round bfloat16", y, ref, n, 0);
+    // its storage in 16 bits: the rounded values packed and unpacked on the
+    // GPU, and the CPU's 16 bits unpacked there, give them back bit for bit
+    float *rd = dev(ref, n), *pk = kdrt_cuda_alloc((n + 1) / 2), *hpk = hzero((n + 1) / 2);
+    poison(pk, (n + 1) / 2);
+    kdrt_cuda_pack16(D, kind, (uint16_t *)pk, rd, n);
+    poison(y, n);
+    kdrt_cuda_unpack16(D, kind, y, (const uint16_t *)pk, n);
+    check(kind == KDRT_ROUND_F16 ? "pack16, unpack16 float16" : "pack16, unpack16 bfloat16", y,
+          ref, n, 0);
+    kdrt_pack16(kind, (uint16_t *)hpk, ref, n);
+    kdrt_cuda_upload(D, pk, hpk, (n + 1) / 2);
+    poison(y, n);
+    kdrt_cuda_unpack16(D, kind, y, (const uint16_t *)pk, n);
+    check(kind == KDRT_ROUND_F16 ? "unpack16 float16 (the CPU's bits)"
+                                 : "unpack16 bfloat16 (the CPU's bits)", y, ref, n, 0);
+    kdrt_cuda_free(rd), kdrt_cuda_free(pk), free(hpk);
   }
   // issue 22: the same kernels on buffers one float off 16-byte alignment
   // (one float a thread; above: float4s and a tail of 3), and in place

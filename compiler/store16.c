@@ -1,0 +1,309 @@
+// Issue 23's storage in the compute dtype: a mixed policy's saved
+// activations in 16 bits.
+//
+// Under mixed_bfloat16 or mixed_float16 most values the backward pass reads
+// are exactly 16-bit values held in float32 buffers: a ROUND's result
+// (Keras's cast to the compute dtype), or an op that moves, picks or clips
+// such values (a transpose of one, a gather from a rounded table, relu of
+// one: ir.c's exact_op; a gather or slice over the mesh). A training step's
+// peak is in the backward pass, where those saved values are alive. In 16
+// bits they take half the bytes, and no number changes: the 16 bits are the
+// value's own, so the float32 that comes back is the same, bit for bit
+// (runtime/kdrt_round.h's kdrt_pack16, kdrt_unpack16).
+//
+// For each such forward value v that the backward pass reads:
+//   - PACK16(v), a DT_U16 buffer, right after v (v's float32 buffer is
+//     given back after its last forward reader, as before: only the 16-bit
+//     copy lives on into the backward pass; made right away rather than
+//     there, it leaves the arena less cut up: the plans measured smaller);
+//   - each backward reader reads an UNPACK16 of it instead, made right
+//     before it (one for a run of readers next to each other: a layer
+//     norm's two gradients), a float32 buffer that lives only to them; a
+//     reader of a view of v (a reshape: Flatten's) reads the same view of
+//     the UNPACK16;
+//   - but a ROUND of a variable (a kernel cast for its product), of a model
+//     input, or of a float32 value the backward pass keeps anyway (attention's softmax,
+//     whose gradient reads it after the product with v reads its rounded
+//     copy), is rounded again where the backward pass reads it: nothing
+//     stored (the same ROUND of the same bits).
+// Left as they are:
+//   - values that are not exactly 16-bit: attention's softmax, which Keras
+//     computes in float32 and whose gradient reads those float32 bits;
+//     batch norm's statistics;
+//   - the model's outputs and the steps' logs (read after the step), and
+//     values the update phase reads;
+//   - a value whose first backward reader follows its last forward one
+//     with nothing between (the logits, which the loss's gradient reads
+//     first): its float32 buffer would be alive there anyway;
+//   - gradients, variables, optimizer state, and collectives (they move
+//     float32 values: a split saved value is gathered as before).
+// Then elementwise ops over an operand that dies with them write in place
+// (in_place, below): an op and its ROUND take one buffer, not two.
+//
+// The pass runs after fusion and before find_blocks, so that the repeated
+// blocks see the new nodes as any other (each layer's are the same ops in
+// the same places: the layers still fold, a stacked 16-bit value taking
+// half the floats a row, memplan.c). Evaluation and predict run no PACK16
+// (emit.c's train_only: only the backward pass reads it). A float32 model
+// has no 16-bit value: its graph, and so its program, is what it was.
+// KDCC_STORE16=0 in kdcc's environment turns the pass off: every value in
+// float32 as before issue 23's storage, which tests compare bit for bit.
+#include "kdcc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static Node *base(Node *n) {
+  while (n->op == OP_RESHAPE) n = n->in[0];
+  return n;
+}
+
+// The 16-bit type (KDRT_ROUND_*) n's value is exactly one of, 0: none;
+// kind[] by id for the nodes before it.
+static int kind_of(const Node *n, const uint8_t *kind) {
+  if (n->op == OP_ROUND) return n->rnd.kind;
+  bool moves = exact_op(n) || n->op == OP_ALLGATHER || n->op == OP_ALLTOALL ||
+               n->op == OP_LOCAL_SLICE;
+  if (!moves || n->dtype != DT_F32) return 0;
+  int k = 0;
+  for (int i = 0; i < n->nin; i++) {
+    if (n->in[i]->dtype != DT_F32) continue; // ids
+    int ki = kind[n->in[i]->id];
+    if (!ki || (k && ki != k)) return 0;
+    k = ki;
+  }
+  return k;
+}
+
+typedef struct {
+  int kind;               // the value's 16-bit type; 0: left as it is
+  bool again;             // a ROUND of a value the backward pass has anyway: rounded again
+  int last_fwd;           // its last forward (or loss) reader, or itself
+  int first_bwd;          // its first backward reader, -1: none
+  int last_read;          // its last reader, -1: none
+  bool keep;              // read after the backward pass, or after the step: float32
+  Node *pack;
+  Node *unpack;           // the UNPACK16 (or ROUND) of the run of readers that ends at `last`
+  int last;
+} Saved;
+
+// A new node op(in) with like's shape and placement, in layer `layer`
+// (not yet in g->nodes; its id set by the caller).
+static Node *make(OpKind op, Node *in, const Node *like, Phase ph, const char *layer) {
+  Node *n = xcalloc(1, sizeof *n);
+  n->op = op;
+  n->nin = 1;
+  n->in[0] = in;
+  n->shape = like->shape;
+  n->place = like->place;
+  n->want = like->want;
+  n->bdims = like->bdims;
+  n->dtype = DT_F32;
+  n->phase = ph;
+  n->layer = layer;
+  n->loc = like->loc;
+  n->name = like->name;
+  n->role = like->role;
+  return n;
+}
+
+// Values the step must keep as they are, by id: the outputs, the logs, the
+// variables and their gradients.
+static bool *kept_values(const Graph *g, int ids) {
+  bool *kept = xcalloc((size_t)ids + 1, sizeof *kept);
+  for (int i = 0; i < g->noutputs; i++) kept[g->outputs[i]->id] = true;
+  for (int i = 0; i < g->nlogs; i++) kept[g->logs[i].node->id] = true;
+  for (int i = 0; i < g->nvars; i++) {
+    if (g->vars[i]->grad) kept[g->vars[i]->grad->id] = true;
+    if (g->vars[i]->param) kept[g->vars[i]->param->id] = true;
+  }
+  return kept;
+}
+
+// The saved values in 16 bits (above); kind[] by id.
+static void pack_saved(Graph *g, const uint8_t *kind) {
+  int n = g->nnodes;
+  Saved *s = xcalloc((size_t)n + 1, sizeof *s);
+  for (int i = 0; i < n; i++)
+    s[i] = (Saved){.last_fwd = i, .first_bwd = -1, .last_read = -1, .last = -2};
+  for (int i = 0; i < n; i++) {
+    const Node *x = g->nodes[i];
+    if (x->op == OP_RESHAPE) continue; // a view: its readers read its base
+    for (int k = 0; k < x->nin; k++) {
+      Saved *v = &s[base(x->in[k])->id];
+      v->last_read = i;
+      if (x->phase <= PH_LOSS) v->last_fwd = i;
+      else if (x->phase == PH_BACKWARD && v->first_bwd < 0) v->first_bwd = i;
+      else if (x->phase > PH_BACKWARD) v->keep = true;
+    }
+  }
+  for (int i = 0; i < g->noutputs; i++) s[base(g->outputs[i])->id].keep = true;
+  for (int i = 0; i < g->nlogs; i++) s[base(g->logs[i].node)->id].keep = true;
+  // variables that a plain SGD update folded into a product changes during
+  // the backward pass (fuse.c's fuse_sgd): not read again there
+  bool *sgd = xcalloc((size_t)n + 1, sizeof *sgd);
+  for (int i = 0; i < n; i++)
+    if (g->nodes[i]->op == OP_DOT && g->nodes[i]->dot.sgd_into)
+      sgd[base(g->nodes[i]->dot.sgd_into)->id] = true;
+  // which values: 16-bit, forward, read by the backward pass after a gap
+  int nsaved = 0;
+  for (int i = 0; i < n; i++) {
+    const Node *x = g->nodes[i];
+    Saved *v = &s[i];
+    if (!kind[i] || v->keep || v->first_bwd < 0 || x->op == OP_RESHAPE || x->phase > PH_LOSS ||
+        v->first_bwd - v->last_fwd < 2)
+      continue;
+    v->kind = kind[i];
+    // a ROUND of a variable (the backward pass runs before any update, but
+    // fuse_sgd's), of a model input (the step's), or of a float32 value
+    // whose own readers keep it alive past this one's: rounded again where
+    // the backward pass reads it
+    const Node *o = x->op == OP_ROUND ? base(x->in[0]) : NULL;
+    v->again = o && (o->op == OP_PARAM   ? !sgd[o->id]
+                     : o->op == OP_INPUT ? true
+                                         : !kind[o->id] && s[o->id].last_read >= v->last_read);
+    nsaved++;
+  }
+  if (!nsaved) {
+    xfree(s), xfree(sgd);
+    return;
+  }
+  // the new order: each PACK16 right after its value, the UNPACK16s (and
+  // views of them) right before their backward readers
+  int cap = n + 16, m = 0, ids = n;
+  Node **order = xcalloc((size_t)cap, sizeof *order);
+#define PUT(x) (order = xgrow(order, m, &cap, sizeof *order), order[m++] = (x))
+  for (int i = 0; i < n; i++) {
+    Node *x = g->nodes[i];
+    if (x->phase == PH_BACKWARD && x->op != OP_RESHAPE) {
+      Node *orig[MAX_IN];
+      for (int k = 0; k < x->nin; k++) orig[k] = x->in[k];
+      for (int k = 0; k < x->nin; k++) {
+        Node *a = orig[k], *b = base(a);
+        Saved *v = b->id < n ? &s[b->id] : NULL;
+        if (!v || !v->kind) continue;
+        int same = -1; // this reader's operand already read as another
+        for (int j = 0; j < k && same < 0; j++)
+          if (orig[j] == a) same = j;
+        if (same >= 0) {
+          x->in[k] = x->in[same];
+          continue;
+        }
+        if (!v->unpack || v->last < i - 1) { // a new run of readers
+          v->unpack = v->again ? make(OP_ROUND, b->in[0], b, PH_BACKWARD, x->layer)
+                               : make(OP_UNPACK16, v->pack, b, PH_BACKWARD, x->layer);
+          v->unpack->rnd.kind = v->kind;
+          v->unpack->half = (uint8_t)v->kind;
+          v->unpack->id = ids++;
+          PUT(v->unpack);
+        }
+        v->last = i;
+        Node *sub = v->unpack;
+        if (a != b) { // a view of v: the same view of the UNPACK16
+          Node *chain[64];
+          int len = 0;
+          for (Node *r = a; r != b && len < 64; r = r->in[0]) chain[len++] = r;
+          if (len == 64) unreachable();
+          for (int j = len - 1; j >= 0; j--) {
+            Node *r = xcalloc(1, sizeof *r);
+            *r = *chain[j];
+            r->in[0] = sub;
+            r->phase = PH_BACKWARD;
+            r->layer = x->layer;
+            r->id = ids++;
+            PUT(r);
+            sub = r;
+          }
+        }
+        x->in[k] = sub;
+      }
+    }
+    PUT(x);
+    Saved *v = &s[i];
+    if (v->kind && !v->again) {
+      Node *p = make(OP_PACK16, x, x, x->phase, x->layer);
+      p->dtype = DT_U16;
+      p->rnd.kind = v->kind;
+      p->half = (uint8_t)v->kind;
+      const char *t = v->kind == KDRT_ROUND_F16 ? "f16" : "bf16";
+      p->role = p->role ? format("%s_%s", p->role, t) : t;
+      p->id = ids++;
+      v->pack = p;
+      PUT(p);
+    }
+  }
+#undef PUT
+  // Views of a stored value that nothing reads any longer (a backward
+  // reshape whose readers read the UNPACK16's): gone, so that they do not
+  // keep the float32 value alive.
+  int *readers = xcalloc((size_t)ids + 1, sizeof *readers);
+  bool *dead = xcalloc((size_t)ids + 1, sizeof *dead), *kept = kept_values(g, ids);
+  for (int i = 0; i < m; i++)
+    for (int k = 0; k < order[i]->nin; k++) readers[order[i]->in[k]->id]++;
+  for (int i = m - 1; i >= 0; i--) {
+    Node *x = order[i];
+    if (x->op != OP_RESHAPE || readers[x->id] || kept[x->id] || x->id >= n) continue;
+    Node *b = base(x);
+    if (b->id >= n || !s[b->id].kind) continue;
+    dead[x->id] = true;
+    readers[x->in[0]->id]--;
+  }
+  int w = 0;
+  for (int i = 0; i < m; i++)
+    if (!dead[order[i]->id]) order[w++] = order[i];
+  for (int i = 0; i < w; i++) order[i]->id = i;
+  xfree(g->nodes);
+  g->nodes = order;
+  g->nnodes = w;
+  g->cap = cap;
+  xfree(s), xfree(readers), xfree(dead), xfree(kept), xfree(sgd);
+}
+
+// Whether r may write its result over its operand x's buffer: x a float32
+// value of the same shape and placement that r alone reads, made in r's
+// phase (x may itself be written over its operand's: one buffer for all).
+static bool over(const Node *r, const Node *x, const int *readers, const bool *kept) {
+  return readers[x->id] == 1 && !kept[x->id] && x->dtype == DT_F32 && x->op != OP_PARAM &&
+         x->op != OP_INPUT && x->op != OP_LABEL && x->op != OP_UPDATE && x->op != OP_ASSIGN &&
+         x->op != OP_RESHAPE && x->phase == r->phase && shape_eq(&x->shape, &r->shape) &&
+         place_eq(&x->place, &r->place, r->shape.rank);
+}
+
+// Elementwise ops over an operand that dies with them, in place (the
+// kernel's "y may be x"): to the memory plan a view of that operand, so that
+// the two take one buffer, not two.
+//   - A ROUND: an op and its rounding (the float32 result before a ROUND,
+//     which nothing else reads); a gradient's product is then made in the
+//     gradient blob and rounded there (memplan.c's gradient_homes), as a
+//     float32 model's is.
+//   - An activation's gradient over its UNPACK16 (the saved x or y, the
+//     largest of a transformer's MLP), or else over dy.
+static void in_place(Graph *g) {
+  int n = g->nnodes;
+  int *readers = xcalloc((size_t)n + 1, sizeof *readers);
+  bool *kept = kept_values(g, n);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) readers[g->nodes[i]->in[k]->id]++;
+  for (int i = 0; i < n; i++) {
+    Node *r = g->nodes[i];
+    if (r->op == OP_ROUND && over(r, r->in[0], readers, kept)) r->inplace = 1;
+    else if (r->op == OP_ACT_GRAD && r->in[0] != r->in[1])
+      for (int k = 1; k >= 0 && !r->inplace; k--)
+        if (over(r, r->in[k], readers, kept)) r->inplace = (uint8_t)(k + 1);
+  }
+  xfree(readers), xfree(kept);
+}
+
+void store16(Graph *g) {
+  const char *env = getenv("KDCC_STORE16");
+  if (env && !strcmp(env, "0")) return;
+  int n = g->nnodes;
+  uint8_t *kind = xcalloc((size_t)n + 1, sizeof *kind); // by id: ids are positions here
+  bool any = false;
+  for (int i = 0; i < n; i++) any |= (kind[i] = (uint8_t)kind_of(g->nodes[i], kind)) != 0;
+  if (any) { // (a float32 model has none)
+    pack_saved(g, kind);
+    in_place(g);
+  }
+  xfree(kind);
+}

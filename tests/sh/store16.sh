@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# store16.sh (issue 23's storage in the compute dtype): a mixed policy's
+# saved activations are stored in 16 bits (compiler/store16.c), and the
+# memory plan, --report and --max-memory count their real bytes.
+#  1. --report=json's activations_peak under mixed_bfloat16 against the
+#     float32 twin's, on one device and DataParallel over 2: models/gpt.json
+#     at most 0.75 of it; the keras_ref MLP (batch 256) at most 0.95 and the
+#     batch-norm CNN (batch 64) at most 1.0 of it (the CNN's peak is mostly
+#     its convolutions' im2col scratch, float32 either way), each less than
+#     with every value in float32 (KDCC_STORE16=0, the storage of before);
+#  2. every number the same: each step's loss, the epochs' logs and every
+#     final weight, bit for bit, between the program with 16-bit storage and
+#     the one without: the GPT (bfloat16) on one device and DataParallel
+#     over 2 (and there at a larger batch than compiled, the arena plan
+#     replayed, and at rows that do not divide), the batch-norm CNN
+#     (bfloat16) from Keras's weights, and the
+#     mixed_float16 MLP whose loss scale skips steps, over 2 devices;
+#  3. --max-memory between the two totals passes the 16-bit program and
+#     stops the float32-storage one; a float32 model's program is the same
+#     with and without the pass; a 12-block GPT's blocks still fold (its
+#     program.c within 1.1 times the float32-storage one's).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. tests/lib.sh
+begin store16.sh
+F=tests/fixtures/keras_ref
+echo '{"distribution": "DataParallel", "devices": 2}' >"$T/dp2.json"
+DP2=(--distribution "$T/dp2.json")
+
+json() { # FIELD kdcc-arguments...: a memory figure of --report=json
+  local f=$1
+  shift
+  ./kdcc "$@" -w --report=json | python3 -c "import json, sys; print(json.load(sys.stdin)['memory']['$f'])"
+}
+
+# ---- 1. the activations' peak
+ratio() { # NAME BOUND FLOAT32-POLICY MIXED-POLICY kdcc-arguments...
+  local name=$1 bound=$2 f32=$3 mixed=$4
+  shift 4
+  local a m o
+  a=$(json activations_peak "$@" --dtype-policy "$f32") &&
+    m=$(json activations_peak "$@" ${mixed:+--dtype-policy "$mixed"}) &&
+    o=$(KDCC_STORE16=0 json activations_peak "$@" ${mixed:+--dtype-policy "$mixed"}) ||
+    { fail "$name: kdcc --report=json failed"; return; }
+  if python3 -c "import sys; sys.exit(not ($m <= $bound * $a and $m < $o))"; then
+    echo "  ok: $name: activations $m bytes, $(python3 -c "print(round($m / $a, 3))") x float32's" \
+         "$a (float32 storage: $(python3 -c "print(round($o / $a, 3))") x)"
+  else fail "$name: activations $m bytes, float32 model $a, float32 storage $o: want <= $bound x" \
+            "the first and less than the second"; fi
+}
+ratio "gpt.json, one device" 0.75 float32 mixed_bfloat16 models/gpt.json
+ratio "gpt.json, DataParallel over 2" 0.75 float32 mixed_bfloat16 models/gpt.json "${DP2[@]}"
+ratio "mixed_mlp, batch 256" 0.95 float32 "" $F/mixed_mlp/model.keras --batch-size 256
+ratio "mixed_mlp, batch 256, DataParallel over 2" 0.95 float32 "" $F/mixed_mlp/model.keras \
+  --batch-size 256 "${DP2[@]}"
+ratio "mixed_bn_cnn, batch 64" 1.0 float32 "" $F/mixed_bn_cnn/model.keras --batch-size 64
+ratio "mixed_bn_cnn, batch 64, DataParallel over 2" 1.0 float32 "" $F/mixed_bn_cnn/model.keras \
+  --batch-size 64 "${DP2[@]}"
+
+# ---- 2. the same numbers
+same() { # NAME NP PROGRAM-ARGUMENTS -- kdcc-arguments...: with and without 16-bit storage
+  local name=$1 np=$2
+  shift 2
+  local run=()
+  while [ "$1" != -- ]; do run+=("$1"); shift; done
+  shift
+  ./kdcc "$@" -w -o "$T/new" && KDCC_STORE16=0 ./kdcc "$@" -w -o "$T/old" ||
+    { fail "$name: kdcc failed"; return; }
+  grep -q "kdrt_pack16(" "$T/new.kdcc.d/program.c" && grep -q "kdrt_unpack16(" "$T/new.kdcc.d/program.c" ||
+    { fail "$name: the program stores nothing in 16 bits"; return; }
+  ! grep -q "kdrt_pack16(" "$T/old.kdcc.d/program.c" || fail "$name: KDCC_STORE16=0 still packs"
+  for p in new old; do
+    if ! timeout 300 mpirun -np "$np" "$T/$p" "${run[@]}" --quiet --history "$T/$p.json" \
+      --save-weights "$T/$p.weights.h5" >"$T/out" 2>&1; then
+      fail "$name: the $p program failed"
+      sed 's/^/    | /' "$T/out" >&2
+      return
+    fi
+  done
+  if cmp -s "$T/new.json" "$T/old.json" && python3 - "$T/new.weights.h5" "$T/old.weights.h5" <<'EOF'
+import struct, sys
+sys.path.insert(0, "tests/keras_ref")
+import h5lite
+a, b = (h5lite.datasets(p) for p in sys.argv[1:3])
+bits = lambda v: [struct.pack("<f", x) for x in v]
+sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and bits(a[k][1]) == bits(b[k][1])
+                                           for k in a)))
+EOF
+  then
+    echo "  ok: $name: history and weights bit for bit ($(python3 -c "import json, sys
+print(len(json.load(open(sys.argv[1]))['step_loss']))" "$T/new.json") steps)"
+  else fail "$name: 16-bit storage changed a number"; diff "$T/new.json" "$T/old.json" | head -5; fi
+}
+same "gpt.json bfloat16, one device" 1 --synthetic 128 --epochs 2 -- \
+  models/gpt.json --dtype-policy mixed_bfloat16
+same "gpt.json bfloat16, DataParallel over 2" 2 --synthetic 128 --epochs 2 -- \
+  models/gpt.json --dtype-policy mixed_bfloat16 "${DP2[@]}"
+same "gpt.json bfloat16 compiled for 16, run at 24 (the arena replayed), DataParallel over 2" 2 \
+  --synthetic 96 --epochs 1 --batch-size 24 -- models/gpt.json --dtype-policy mixed_bfloat16 \
+  --batch-size 16 "${DP2[@]}"
+same "gpt.json bfloat16, 7 rows over 2 devices" 2 --synthetic 28 --epochs 1 --batch-size 7 -- \
+  models/gpt.json --dtype-policy mixed_bfloat16 --batch-size 16 "${DP2[@]}"
+same "mixed_bn_cnn, one device" 1 --x $F/mixed_bn_cnn/x.npy --y $F/mixed_bn_cnn/y.npy --epochs 2 \
+  --batch-size 16 --no-shuffle --weights $F/mixed_bn_cnn/model.keras -- \
+  $F/mixed_bn_cnn/model.keras --batch-size 16
+same "mixed_f16_mlp (loss scale), DataParallel over 2" 2 --x $F/mixed_f16_mlp/x.npy \
+  --y $F/mixed_f16_mlp/y.npy --epochs 2 --batch-size 16 --no-shuffle \
+  --weights $F/mixed_f16_mlp/model.keras -- $F/mixed_f16_mlp/model.keras --batch-size 16 "${DP2[@]}"
+grep -q '"step_loss_scale": \[32768, 32768, 16384' "$T/new.json" ||
+  fail "mixed_f16_mlp: its loss scale skipped no step: $(head -c 300 "$T/new.json")"
+
+# ---- 3. --max-memory, float32 models, repeated blocks
+new=$(json total models/gpt.json --dtype-policy mixed_bfloat16)
+old=$(KDCC_STORE16=0 json total models/gpt.json --dtype-policy mixed_bfloat16)
+limit=$(((new + old) / 2))
+./kdcc models/gpt.json --dtype-policy mixed_bfloat16 --max-memory $limit --report >"$T/out" 2>&1
+rc=$?
+name="--max-memory $limit (16-bit storage: $new bytes)"
+expect 0
+KDCC_STORE16=0 ./kdcc models/gpt.json --dtype-policy mixed_bfloat16 --max-memory $limit --report \
+  >"$T/out" 2>&1
+rc=$?
+name="--max-memory $limit (float32 storage: $old bytes)"
+expect 1 "error: one device needs"
+[ "$fails" = 0 ] && echo "  ok: --max-memory $limit: the 16-bit program's $new bytes pass, $old do not"
+for m in gpt cnn; do
+  ./kdcc models/$m.json -w -S "$T/f32_$m" && KDCC_STORE16=0 ./kdcc models/$m.json -w -S "$T/f32_${m}_0" &&
+    cmp -s "$T/f32_$m/program.c" "$T/f32_${m}_0/program.c" ||
+    fail "models/$m.json (float32): the program depends on KDCC_STORE16"
+done
+python3 - "$T/gpt12.json" <<'EOF'
+import json, sys
+d = json.load(open("models/gpt.json"))  # blocks.sh's expansion: b1_'s layers again as b2_ ... b11_
+layers = d["config"]["layers"]
+block1 = [l for l in layers if l["name"].startswith("b1_")]
+rest = [l for l in layers if not l["name"].startswith("b1_")]
+at = [l["name"] for l in rest].index("ln_f")
+new = rest[:at]
+for i in range(1, 12):
+    text = json.dumps(block1).replace('"b1_', '"b%d_' % i).replace('"b0_add2"', '"b%d_add2"' % (i - 1))
+    new += json.loads(text)
+d["config"]["layers"] = new + json.loads(json.dumps(rest[at:]).replace('"b1_add2"', '"b11_add2"'))
+json.dump(d, open(sys.argv[1], "w"))
+EOF
+./kdcc "$T/gpt12.json" --dtype-policy mixed_bfloat16 -w -S "$T/g12" &&
+  KDCC_STORE16=0 ./kdcc "$T/gpt12.json" --dtype-policy mixed_bfloat16 -w -S "$T/g12_0" ||
+  fail "the 12-block GPT does not compile"
+a=$(wc -c <"$T/g12/program.c") b=$(wc -c <"$T/g12_0/program.c")
+if grep -q "^static void block_forward(" "$T/g12/program.c" &&
+   grep -q "^static void block_backward(" "$T/g12/program.c" && [ $((a * 10)) -le $((b * 11)) ]; then
+  echo "  ok: the 12-block GPT still folds: program.c $a bytes (float32 storage: $b)"
+else fail "the 12-block GPT: program.c $a bytes, float32 storage $b, or its blocks are not folded"; fi
+finish
