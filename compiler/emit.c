@@ -418,97 +418,16 @@ static StepPart *block_parts(int *count) {
   return p;
 }
 
-// issue 25: in a block's function, a name of node n (its layer, 0, or its
-// own, 1) with the layer's number as <l>.
-static const char *layer_named(const Node *n, const char *s, int which) {
-  const BlockAt *at = ECTX.b ? block_at(EG, n) : NULL;
-  if (!at) return s;
-  const RepBlock *b = &EG->blocks[at->b];
-  const Node *m = EG->nodes[b->start + (at->copy ? 0 : b->len) + at->pos];
-  char *gn = name_with_layer(s, which ? m->name : m->layer, "<l>");
-  return gn ? gn : s;
-}
 
-// ---- issue 25: the layers' hyper-parameters, named where a call reads them
+// ---- issue 25: the layers' hyper-parameters (lower.c names them), written
+// before the code that reads them
 
-typedef struct {
-  char *name, *value, *why;
-  const char *ctype; // a table of a value by layer (per_layer): its elements' type
-  int n;             // and length
-} HParam;
-static HParam *hparams;
-static int nhparams, hparams_cap;
 static FILE *hparams_whole; // the output that emit_hparams_end writes them to
 static char *hparams_text;  // the code that names them, held back until then
 static size_t hparams_len;
 
-// Node n's layer's `attr` (of a layer <l> of a block's function) named as
-// the constant value `lit`, or table `ctype` [count]: "BL_LN1_EPSILON".
-static char *hparam_named(const Node *n, const char *attr, char *lit, const char *note,
-                          double v, const char *ctype, int count) {
-  const char *layer = n->layer ? layer_named(n, n->layer, 0) : "model";
-  // "b<l>_ln1" -> "BL_LN1": the layer's number as L, as P_bl_ln1_gamma spells it
-  char *base = format("%s_%s", layer, attr), *q = base;
-  for (const char *p = base; *p; p++) {
-    if (!strncmp(p, "<l>", 3)) {
-      *q++ = 'L';
-      p += 2;
-      continue;
-    }
-    *q++ = isalnum((unsigned char)*p) ? (char)toupper((unsigned char)*p) : '_';
-  }
-  *q = '\0';
-  char *name = base;
-  const char *oh[8];
-  float ov[8];
-  int no = opt_consts(&EG->model->opt, oh, ov); // a layer called "adam": not ADAM_EPSILON
-  for (int k = 2;; k++) { // two layers whose names read the same apart: numbered
-    int i = 0, j = 0;
-    while (i < nhparams && strcmp(hparams[i].name, name)) i++;
-    while (j < no && strcmp(opt_const(oh[j]), name)) j++;
-    if (i < nhparams && !strcmp(hparams[i].value, lit)) return name;
-    if (i == nhparams && j == no) break;
-    name = format("%s_%d", base, k);
-  }
-  const Layer *l = n->layer ? find_layer(EG->model, n->layer) : NULL;
-  const char *cls = l ? l->cls : "the model";
-  hparams = xgrow(hparams, nhparams, &hparams_cap, sizeof *hparams);
-  hparams[nhparams++] = (HParam){
-      name, lit, note ? format("%s: %s, %s", layer, cls, note)
-                      : format("%s: %s(%s=%g)", layer, cls, attr, v), ctype, count};
-  return name;
-}
-
-char *hparam(const Node *n, const char *attr, double v, const char *note) {
-  char *lit = flt(v);
-  if (ECTX.b && ECTX.symbolic) return lit; // blocks.c: copies are one block by value
-  return hparam_named(n, attr, lit, note, v, NULL, 0);
-}
-
-char *per_layer(const Node *n, const char *attr, const char *ctype, const char *note,
-                char *(*lit)(const Node *)) {
-  const RepBlock *b = ECTX.b;
-  const BlockAt *at = b ? block_at(EG, n) : NULL;
-  if (!at || &EG->blocks[at->b] != b) return lit(n);
-  if (ECTX.symbolic) return format("{%s by layer}", attr); // the copies alike but for it
-  int lo = b->dir > 0 ? b->layer0 : block_layer(b, b->count - 1);
-  char **v = xcalloc((size_t)b->count, sizeof *v);
-  bool same = true;
-  for (int c = 0; c < b->count; c++) { // v[j]: layer lo + j's
-    int j = block_layer(b, c) - lo;
-    v[j] = lit(EG->nodes[b->start + c * b->len + at->pos]);
-    same &= !strcmp(v[j], v[block_layer(b, 0) - lo]);
-  }
-  if (same) return v[0];
-  char *table = xstrdup(""); // "v0, v1, ..." (emit_hparams_end wraps it)
-  for (int i = 0; i < b->count; i++) table = format("%s%s%s", table, i ? ", " : "", v[i]);
-  xfree(v);
-  char *name = hparam_named(n, attr, table, note, 0, ctype, b->count);
-  return lo ? format("%s[l - %d]", name, lo) : format("%s[l]", name);
-}
-
 void emit_hparams_begin(void) {
-  nhparams = 0;
+  hparams_reset();
   hparams_whole = EF;
   EF = open_memstream(&hparams_text, &hparams_len);
   if (!EF) error("out of memory");
@@ -517,6 +436,8 @@ void emit_hparams_begin(void) {
 void emit_hparams_end(void) {
   if (fclose(EF) != 0) error("out of memory");
   EF = hparams_whole;
+  int nhparams;
+  const HParam *hparams = hparams_named(&nhparams);
   if (nhparams)
     out("\n// ---- the layers' hyper-parameters, as the calls below read them (in a block's\n"
         "// function one name for every layer: its layers' values are the same)\n");

@@ -201,3 +201,31 @@ static Node **mixed_operands(Graph *g, int nin, Node **in, Node **cast) {
   }
   return cast;
 }
+
+Var **gradient_homes(Graph *g, int ids) {
+  Var **home = xcalloc((size_t)ids + 1, sizeof *home);
+  for (int i = 0; i < g->nvars; i++) { // the gradient, or the value it is a view of
+    Var *v = g->vars[i];
+    if (v->grad && base_of(v->grad)->id < ids && !home[base_of(v->grad)->id])
+      home[base_of(v->grad)->id] = v;
+  }
+  // A gradient summed by an all-reduce is summed in place: the partial
+  // sums are computed straight into the gradient blob.
+  int *uses = xcalloc((size_t)ids + 1, sizeof *uses);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++)
+      if (g->nodes[i]->in[k]->id < ids) uses[g->nodes[i]->in[k]->id]++;
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    Node *gr = v->grad;
+    while (gr && gr->inplace) gr = view_of(gr); // issue 23: rounded in place after its sum
+    if (!gr || gr->op != OP_ALLREDUCE) continue;
+    Node *p = gr->in[0];
+    if (p->id >= ids || uses[p->id] != 1 || p->op == OP_PARAM || p->op == OP_INPUT ||
+        p->op == OP_LABEL || p->op == OP_RESHAPE || is_collective(p->op) || home[p->id])
+      continue;
+    home[p->id] = v;
+  }
+  xfree(uses);
+  return home;
+}

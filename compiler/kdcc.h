@@ -589,6 +589,12 @@ static inline Node *view_of(const Node *n) {
   return n->op == OP_RESHAPE ? n->in[0] : n->inplace ? n->in[n->inplace - 1] : NULL;
 }
 
+// The node whose buffer n is: n, or a view's operand's (view_of, repeated).
+static inline Node *base_of(Node *n) {
+  while (view_of(n)) n = view_of(n);
+  return n;
+}
+
 // The sharding rule of an op, einsum-style: every dimension of every
 // operand and of the result is mapped to a named factor; a factor passes
 // through to the result, is contracted (summed over: a split leaves a
@@ -651,7 +657,10 @@ extern const OpDef *const op_defs[OP_COUNT];
 void op_rule(const Node *n, Rule *r);
 const char *act_name(int act);
 const char *loss_name(LossKind kind); // Keras's function name: "mean_squared_error", ...
-bool is_collective(OpKind op);
+static inline bool is_collective(OpKind op) {
+  return op == OP_ALLREDUCE || op == OP_ALLREDUCE_MAX || op == OP_REDUCE_SCATTER ||
+         op == OP_ALLGATHER || op == OP_ALLTOALL || op == OP_LOCAL_SLICE;
+}
 // The output shape of a DOT with these attributes; false when they do not fit.
 bool dot_shape(const Shape *a, const Shape *b, int nb, int nk, bool ta, bool tb, Shape *out);
 // Add a call to a lowering: fn, whether it takes the context, the
@@ -778,7 +787,7 @@ struct Graph {
   bool cdt_autocast, cdt_f32;
   // issue 25: the repeated blocks (blocks.c), their variables, where each
   // node sits in them (by node id; b -1: in none) and the gradient-blob
-  // variable of each node that is one (memplan.c's gradient_homes)
+  // variable of each node that is one (ir.c's gradient_homes)
   struct RepBlock *blocks;
   int nblocks;
   struct VarBlock *vblocks;
@@ -819,6 +828,11 @@ int64_t shape_elems(const Shape *s);        // saturated at INT64_MAX
 int axis_size(const Graph *g, int axis);    // devices along mesh axis `axis` (-1: 1)
 // Local shape of a node under its placement.
 Shape local_shape(const Graph *g, const Node *n);
+
+// The variable whose gradient blob entry node n is computed into (its
+// gradient, a view's base, or a partial sum all-reduced in place), by node
+// id, [ids]; NULL: none.
+Var **gradient_homes(Graph *g, int ids);
 
 // ---------------------------------------------------------------- loss.c
 // The forward graph of model m (layers, losses, metrics, the penalty) on
@@ -948,10 +962,6 @@ typedef struct UpdGroup {
 // LoRA's), which its function updates layer by layer.
 void group_updates(Graph *g);
 void plan_memory(Graph *g);
-// The variable whose gradient blob entry node n is computed into (its
-// gradient, a view's base, or a partial sum all-reduced in place), by node
-// id, [ids]; NULL: none.
-Var **gradient_homes(Graph *g, int ids);
 
 // ---------------------------------------------------------------- verify.c
 // The IR's invariants, after pass `pass` (placements too when placed);
@@ -1033,6 +1043,18 @@ char *hparam(const Node *n, const char *attr, double v, const char *note);
 // that they are one block.
 char *per_layer(const Node *n, const char *attr, const char *ctype, const char *note,
                 char *(*lit)(const Node *));
+// The constants hparam and per_layer named since hparams_reset, for
+// emit_hparams_end to write.
+typedef struct {
+  char *name, *value, *why;
+  const char *ctype; // a table of a value by layer (per_layer): its elements' type
+  int n;             // and length
+} HParam;
+void hparams_reset(void);
+const HParam *hparams_named(int *n);
+// issue 25: in a block's function, a name of node n (its layer, 0, or its
+// own, 1) with the layer's number as <l>; else s.
+const char *layer_named(const Node *n, const char *s, int which);
 void emit_hparams_begin(void);
 void emit_hparams_end(void);
 // The hyper-parameters the optimizer's update calls read, their names and

@@ -64,11 +64,6 @@ const char *loss_name(LossKind kind) {
   return names[kind];
 }
 
-bool is_collective(OpKind op) {
-  return op == OP_ALLREDUCE || op == OP_ALLREDUCE_MAX || op == OP_REDUCE_SCATTER ||
-         op == OP_ALLGATHER || op == OP_ALLTOALL || op == OP_LOCAL_SLICE;
-}
-
 void lower_call(Lowering *lw, const char *fn, bool ctx, char *decl, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -274,7 +274,7 @@ static bool over(const Node *r, const Node *x, const int *readers, const bool *k
 // the two take one buffer, not two.
 //   - A ROUND: an op and its rounding (the float32 result before a ROUND,
 //     which nothing else reads); a gradient's product is then made in the
-//     gradient blob and rounded there (memplan.c's gradient_homes), as a
+//     gradient blob and rounded there (ir.c's gradient_homes), as a
 //     float32 model's is.
 //   - An activation's gradient over its UNPACK16 (the saved x or y, the
 //     largest of a transformer's MLP), or else over dy.
