@@ -467,6 +467,8 @@ typedef struct {                                             // collectives
   int bucket;             // ALLREDUCE: gradients summed in one call with it (fuse.c), 0: none
   Node *src;              // the value resharded, and the op that needs it: the "why"
   Node *user;
+  uint8_t half;           // ALLGATHER, ALLTOALL (issue 23, store16.c): moves its operand, a
+                          // value of this 16-bit type (KDRT_ROUND_*), in 16 bits; 0: float32
 } CollAttr;
 typedef struct { int perm[MAX_RANK]; } PermAttr;            // TRANSPOSE: y dim i = x dim perm[i]
 typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROADCAST: the dim

@@ -837,10 +837,18 @@ static char *shape_decl(const Node *n) {
   return format("const int64_t s[] = %s;", sym_dims(n->in[0]));
 }
 
+static const char *round_c(int kind);
+
 static void coll_emit(const Node *n, Lowering *lw) {
   const Node *a = n->in[0];
   char *axes = axes_c(n->coll.axes);
   int rank = a->shape.rank;
+  if (n->coll.half) { // issue 23: an all-gather or all-to-all of 16-bit values, in 16 bits
+    lower_call(lw, n->op == OP_ALLGATHER ? "allgather16" : "alltoall16", true, shape_decl(n),
+               "%s, %s, %d, s, %d, %s%s, %s", round_c(n->coll.half), axes, rank, n->coll.dim,
+               n->op == OP_ALLTOALL ? format("%d, ", n->coll.dim2) : "", buf(a), buf(n));
+    return;
+  }
   switch (n->op) {
   case OP_ALLREDUCE: case OP_ALLREDUCE_MAX:
     if (n->fused) {

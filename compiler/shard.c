@@ -150,7 +150,7 @@ static Node *collective(Part *p, OpKind op, Node *src, unsigned axes, int dim, i
   c->shape = src->shape;
   c->dtype = src->dtype;
   c->bdims = src->bdims;
-  c->coll = (CollAttr){axes, dim, dim2, 0, orig, consumer};
+  c->coll = (CollAttr){axes, dim, dim2, 0, orig, consumer, 0};
   c->phase = consumer->phase;
   c->layer = consumer->layer;
   c->loc = consumer->loc;
@@ -529,7 +529,7 @@ void find_batch_dims(Graph *g) {
 
 int64_t coll_bytes(const Graph *g, const Node *n) {
   Shape s = local_shape(g, n->in[0]);
-  return size_mul(shape_elems(&s), 4);
+  return size_mul(shape_elems(&s), n->coll.half ? 2 : 4); // issue 23: 16-bit values
 }
 
 int64_t coll_sent(const Graph *g, const Node *n) {

@@ -35,8 +35,9 @@
 //   - a value whose first backward reader follows its last forward one
 //     with nothing between (the logits, which the loss's gradient reads
 //     first): its float32 buffer would be alive there anyway;
-//   - gradients, variables, optimizer state, and collectives (they move
-//     float32 values: a split saved value is gathered as before).
+//   - gradients, variables, optimizer state, and collectives' results (a
+//     split saved value gathered in 16 bits, move16 below, is stored as any
+//     other).
 // Then elementwise ops over an operand that dies with them write in place
 // (in_place, below): an op and its ROUND take one buffer, not two.
 //
@@ -47,7 +48,8 @@
 // (emit.c's train_only: only the backward pass reads it). A float32 model
 // has no 16-bit value: its graph, and so its program, is what it was.
 // KDCC_STORE16=0 in kdcc's environment turns the pass off: every value in
-// float32 as before issue 23's storage, which tests compare bit for bit.
+// float32 and every collective moving float32, as before issue 23's
+// storage, which tests compare bit for bit.
 #include "kdcc.h"
 
 #include <stdlib.h>
@@ -294,6 +296,29 @@ static void in_place(Graph *g) {
   xfree(readers), xfree(kept);
 }
 
+// The all-gathers and all-to-alls of 16-bit values move them in 16 bits
+// (coll.half: kdrt_allgather16, kdrt_alltoall16), two to a 4-byte word
+// through the float kernels, as int32 ids' bits go: lossless, half the
+// bytes. The words are the last dim's pairs, so every block must start on
+// one: the local last dim even and not the batch (whose rows a step may
+// split unevenly), and an all-to-all's blocks of it, when it is the dim
+// split, even too. Sums (all-reduce, reduce-scatter) stay float32: kdcc
+// sums partials in float32 and rounds after, where Keras on XLA may sum in
+// 16 bits. kind[] by id.
+static void move16(Graph *g, const uint8_t *kind) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if ((n->op != OP_ALLGATHER && n->op != OP_ALLTOALL) || !kind[i]) continue;
+    Shape ls = local_shape(g, n->in[0]);
+    int last = ls.rank - 1, parts = 1;
+    if (n->op == OP_ALLTOALL && n->coll.dim2 == last)
+      for (int a = 0; a < MAX_AXES; a++)
+        if ((n->coll.axes >> a) & 1) parts *= axis_size(g, a);
+    if (last >= 0 && !((n->in[0]->bdims >> last) & 1) && ls.d[last] % (2 * parts) == 0)
+      n->coll.half = kind[i];
+  }
+}
+
 void store16(Graph *g) {
   const char *env = getenv("KDCC_STORE16");
   if (env && !strcmp(env, "0")) return;
@@ -302,6 +327,7 @@ void store16(Graph *g) {
   bool any = false;
   for (int i = 0; i < n; i++) any |= (kind[i] = (uint8_t)kind_of(g->nodes[i], kind)) != 0;
   if (any) { // (a float32 model has none)
+    move16(g, kind);
     pack_saved(g, kind);
     in_place(g);
   }

@@ -28,6 +28,7 @@
 // `to`) can only be the batch, and is cut as the rows are. Every other
 // step takes the even path, with no extra message.
 #include "kdrt.h"
+#include "kdrt_round.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -122,8 +123,8 @@ void kdrt_split_shape(int rank, const int64_t *lshape, int dim, int64_t *outer,
 
 // One growing scratch buffer per purpose (the runtime is single-threaded).
 static float *scratch(int which, size_t n) {
-  static float *buf[2];
-  static size_t cap[2];
+  static float *buf[3];
+  static size_t cap[3];
   if (n > cap[which]) {
     free(buf[which]);
     buf[which] = malloc(n * sizeof(float));
@@ -234,8 +235,9 @@ void kdrt_reduce_scatter(kdrt_ctx *c, unsigned axes, int rank, const int64_t *ls
   kdrt_watch_leave();
 }
 
-void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
-                    const float *in, float *out) {
+// kdrt_allgather; returns the floats written.
+static int64_t allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
+                         const float *in, float *out) {
   int n = kdrt_group_size(c, axes);
   check_dim(c, "allgather", rank, lshape, dim, 1);
   int64_t outer, inner, ext = lshape[dim];
@@ -243,7 +245,7 @@ void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape,
   int64_t blk = outer * ext * inner;
   if (n == 1) {
     memmove(out, in, (size_t)blk * sizeof(float));
-    return;
+    return blk;
   }
   int cnt = count_of(c, blk);
   MPI_Comm comm = group_comm(c, axes);
@@ -266,23 +268,30 @@ void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape,
       for (int64_t b = 0, at = 0; b < n; at += exts[b], b++)
         put_block(out, recv + outer * at * inner, outer, exts[b], at, total, inner);
     free(exts), free(counts), free(displs);
-    return;
+    return outer * total * inner;
   }
   kdrt_watch_enter("an all-gather", axes);
   if (outer == 1) {
     KDRT_MPI(MPI_Allgather(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, comm));
     kdrt_watch_leave();
-    return;
+    return blk * n;
   }
   float *recv = scratch(0, (size_t)(blk * n));
   KDRT_MPI(MPI_Allgather(in, cnt, MPI_FLOAT, recv, cnt, MPI_FLOAT, comm));
   kdrt_watch_leave();
   for (int b = 0; b < n; b++) put_block(out, recv + b * blk, outer, ext, b * ext, ext * n, inner);
+  return blk * n;
+}
+
+void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
+                    const float *in, float *out) {
+  allgather(c, axes, rank, lshape, dim, in, out);
 }
 
 // All-to-all with uneven rows: the extent of `from` may differ between
 // group ranks (exchanged), `to` is cut as rows are (kdrt_rows_split).
-static void alltoall_uneven(kdrt_ctx *c, unsigned axes, int n, int rank, const int64_t *lshape,
+// Returns the floats written.
+static int64_t alltoall_uneven(kdrt_ctx *c, unsigned axes, int n, int rank, const int64_t *lshape,
                             int from, int to, const float *in, float *out) {
   int64_t *fext = malloc(sizeof(int64_t) * (size_t)n);
   int *sc = malloc(sizeof(int) * 4 * (size_t)n);
@@ -327,10 +336,12 @@ static void alltoall_uneven(kdrt_ctx *c, unsigned axes, int n, int rank, const i
     off += fext[i];
   }
   free(fext), free(sc);
+  return fsum * my_part * rest;
 }
 
-void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int from, int to,
-                   const float *in, float *out) {
+// kdrt_alltoall; returns the floats written.
+static int64_t alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int from,
+                        int to, const float *in, float *out) {
   int n = kdrt_group_size(c, axes);
   check_dim(c, "alltoall", rank, lshape, from, 1);
   check_dim(c, "alltoall", rank, lshape, to, n);
@@ -339,12 +350,9 @@ void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, 
   for (int d = 0; d < rank; d++) total *= lshape[d];
   if (n == 1) {
     memmove(out, in, (size_t)total * sizeof(float));
-    return;
+    return total;
   }
-  if (uneven(c, axes)) {
-    alltoall_uneven(c, axes, n, rank, lshape, from, to, in, out);
-    return;
-  }
+  if (uneven(c, axes)) return alltoall_uneven(c, axes, n, rank, lshape, from, to, in, out);
   // Chunk j of the input (its j-th block along `to`) goes to group rank j;
   // the chunk from group rank i is block i along `from` of the output.
   int64_t part = lshape[to] / n, blk = total / n;
@@ -365,6 +373,12 @@ void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, 
   int64_t fext = lshape[from];
   for (int i = 0; i < n; i++)
     put_block(out, recv + i * blk, from_outer, fext, i * fext, fext * n, from_inner);
+  return total;
+}
+
+void kdrt_alltoall(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int from, int to,
+                   const float *in, float *out) {
+  alltoall(c, axes, rank, lshape, from, to, in, out);
 }
 
 void kdrt_slice(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int dim,
@@ -375,4 +389,58 @@ void kdrt_slice(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape, int
   kdrt_split_shape(rank, lshape, dim, &outer, &inner);
   kdrt_rows_split(ext, n, kdrt_group_index(c, axes), &first, &part); // ext / n when it divides
   take_block(out, in, outer, ext, first, part, inner);
+}
+
+// ------------------------------------------------------------ 16-bit values (issue 23)
+// A value exactly of a 16-bit type moves in its 16 bits, two values a
+// 4-byte word: packed (kdrt_pack16), moved by the float kernels above over
+// the shape with its last dim halved (any block starts on a word), then
+// unpacked. The words come back into the first half of out, unpacked from
+// the last value down, so that none is overwritten before it is read (a
+// value i is written at byte 4i, over the 16-bit ones 2i and 2i + 1, read
+// before it); memcpy, since the same bytes are read as one type and written
+// as another.
+
+int kdrt_pair_shape(int rank, const int64_t *lshape, int to, int n, int64_t *pair) {
+  if (rank < 1 || lshape[rank - 1] % 2 || (to == rank - 1 && lshape[to] % (2 * n))) return 0;
+  memcpy(pair, lshape, (size_t)rank * sizeof *pair);
+  pair[rank - 1] /= 2;
+  return 1;
+}
+
+static const float *pack_pairs(kdrt_ctx *c, const char *what, int kind, int rank,
+                               const int64_t *lshape, int to, int n, const float *in,
+                               int64_t *pair) {
+  if (!kdrt_pair_shape(rank, lshape, to, n, pair))
+    kdrt_fatal(c, "%s: a shape whose blocks do not pair 16-bit values (kdcc asks for none)", what);
+  int64_t m = 1;
+  for (int d = 0; d < rank; d++) m *= lshape[d];
+  float *p = scratch(2, (size_t)(m + 1) / 2);
+  kdrt_pack16(kind, (uint16_t *)p, in, (size_t)m);
+  return p;
+}
+
+static void unpack_pairs(int kind, float *out, int64_t words) {
+  const char *h = (const char *)out;
+  for (int64_t i = 2 * words - 1; i >= 0; i--) {
+    uint16_t b;
+    memcpy(&b, h + 2 * i, sizeof b);
+    float v = kind == KDRT_ROUND_F16 ? kdrt_f16_value(b) : kdrt_bf16_value(b);
+    memcpy(out + i, &v, sizeof v);
+  }
+}
+
+void kdrt_allgather16(kdrt_ctx *c, int kind, unsigned axes, int rank, const int64_t *lshape,
+                      int dim, const float *in, float *out) {
+  int64_t pair[KDRT_MAX_RANK];
+  const float *p = pack_pairs(c, "allgather16", kind, rank, lshape, -1, 1, in, pair);
+  unpack_pairs(kind, out, allgather(c, axes, rank, pair, dim, p, out));
+}
+
+void kdrt_alltoall16(kdrt_ctx *c, int kind, unsigned axes, int rank, const int64_t *lshape,
+                     int from, int to, const float *in, float *out) {
+  int64_t pair[KDRT_MAX_RANK];
+  const float *p = pack_pairs(c, "alltoall16", kind, rank, lshape, to,
+                              kdrt_group_size(c, axes), in, pair);
+  unpack_pairs(kind, out, alltoall(c, axes, rank, pair, from, to, p, out));
 }

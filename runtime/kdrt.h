@@ -440,8 +440,21 @@ void kdrt_predict_path(const kdrt_program *p, const char *out, int o, char *buf,
 //   instead (out's local shape: lshape[from] * n, lshape[to] / n).
 // - slice: no communication: in is replicated along dim over `axes`, out
 //   keeps this rank's block along dim.
+// - allgather16, alltoall16 (issue 23): allgather and alltoall of a value
+//   whose every element is exactly one of the 16-bit type `kind`
+//   (KDRT_ROUND_*: a mixed policy's rounded activations), moved in its 16
+//   bits: packed two to a 4-byte word along the last dim (kdrt_pair_shape),
+//   moved by the float kernels (as int32 ids' bits are), unpacked into out.
+//   Bit for bit allgather's and alltoall's result, half the bytes.
 
 int kdrt_group_size(const kdrt_ctx *c, unsigned axes);
+// issue 23: the float shape `pair` that moves a 16-bit tensor of local
+// shape lshape as words of two values (its last dim halved), for a
+// collective over a group of n that splits dim `to` (all-to-all's; -1:
+// none). 0 when a block would not start on a word: an odd last dim, or
+// `to` the last dim and its blocks odd. kdcc asks for the 16-bit
+// collectives only where it is 1 (store16.c's move16).
+int kdrt_pair_shape(int rank, const int64_t *lshape, int to, int n, int64_t *pair);
 // This rank's index in its group: row-major over the group's axes (the
 // coordinates of the other axes, as a mask's complement, name the group).
 int kdrt_group_index(const kdrt_ctx *c, unsigned axes);

@@ -440,6 +440,11 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
   KC(alltoall, (unsigned axes, int rank, const int64_t *lshape, int from, int to,              \
                 const float *in, float *out))                                                  \
   KC(slice, (unsigned axes, int rank, const int64_t *lshape, int dim, const float *in,         \
-             float *out))
+             float *out))                                                                      \
+  /* issue 23: allgather and alltoall of values of the 16-bit type kind, in 16 bits */         \
+  KC(allgather16, (int kind, unsigned axes, int rank, const int64_t *lshape, int dim,          \
+                   const float *in, float *out))                                               \
+  KC(alltoall16, (int kind, unsigned axes, int rank, const int64_t *lshape, int from, int to,  \
+                  const float *in, float *out))
 
 #endif

@@ -19,11 +19,15 @@
 // all-to-all, against the same kind of reference.
 //
 // And (issue 23) the loss scale's decision on every mesh: every rank the
-// same, whichever rank's gradients are not finite.
+// same, whichever rank's gradients are not finite; and all-gather and
+// all-to-all of bfloat16 and float16 values in 16 bits (kdrt_allgather16,
+// kdrt_alltoall16), even and uneven, with an even last dim: each element
+// a distinct 16-bit pattern (subnormals, negatives), compared bit for bit.
 //
 // Exit status 0 when every rank saw every check pass; 1 otherwise, after
 // printing the first failures.
 #include "kdrt.h"
+#include "kdrt_round.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -94,8 +98,18 @@ static int next_index(int r, const int64_t *shape, int64_t *idx) {
   return 0;
 }
 
-// The global tensor of a group: distinct per group and per element.
-static float gval(int color, int64_t f) { return (float)(color * 10000 + f); }
+// The global tensor of a group: distinct per group and per element; with
+// kind (issue 23: KDRT_ROUND_*), a value of that 16-bit type whose 16 bits
+// are distinct per element (a bijection of f mod 2^16: both signs,
+// subnormals, zeros), made finite (an all-ones exponent loses its top bit).
+static float gval16(int kind, int color, int64_t f) {
+  if (!kind) return (float)(color * 10000 + f);
+  uint16_t h = (uint16_t)(f * 40503 + color * 977);
+  uint16_t exp = kind == KDRT_ROUND_F16 ? 0x7c00 : 0x7f80;
+  if ((h & exp) == exp) h ^= 0x4000;
+  return kind == KDRT_ROUND_F16 ? kdrt_f16_value(h) : kdrt_bf16_value(h);
+}
+static float gval(int color, int64_t f) { return gval16(0, color, f); }
 
 static float *falloc(int64_t n) {
   float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
@@ -107,7 +121,7 @@ static void compare(const char *what, const mesh *m, unsigned mask, const float 
                     const float *want, int64_t n, int r, const int64_t *shape, int d1, int d2) {
   checks++;
   for (int64_t i = 0; i < n; i++) {
-    if (got[i] != want[i]) {
+    if (memcmp(&got[i], &want[i], sizeof *got)) { // bit for bit: -0 is not 0
       char detail[256];
       size_t k = (size_t)snprintf(detail, sizeof detail, "shape (");
       for (int j = 0; j < r; j++)
@@ -193,9 +207,14 @@ static void check_reduce_scatter(kdrt_ctx *c, const mesh *m, unsigned mask, int 
   free(in), free(out), free(want);
 }
 
+static const char *kind_name(int kind) {
+  return !kind ? "" : kind == KDRT_ROUND_F16 ? " (float16, in 16 bits)" : " (bfloat16, in 16 bits)";
+}
+
 // Global G of shape gshape (dim = lshape[dim] * n); member g holds block g.
+// kind: KDRT_ROUND_* values moved by kdrt_allgather16; 0: floats.
 static void check_allgather(kdrt_ctx *c, const mesh *m, unsigned mask, int r,
-                            const int64_t *lshape, int dim) {
+                            const int64_t *lshape, int dim, int kind) {
   int n = size_over(m, mask), coord[KDRT_MAX_AXES];
   coords_of(m, world_rank, coord);
   int me = index_over(m, coord, mask);
@@ -208,17 +227,21 @@ static void check_allgather(kdrt_ctx *c, const mesh *m, unsigned mask, int r,
   do {
     memcpy(gi, idx, sizeof gi);
     gi[dim] += me * lshape[dim];
-    in[flat(r, lshape, idx)] = gval(color, flat(r, gshape, gi));
+    in[flat(r, lshape, idx)] = gval16(kind, color, flat(r, gshape, gi));
   } while (next_index(r, lshape, idx));
-  for (int64_t i = 0; i < total * n; i++) want[i] = gval(color, i);
-  kdrt_allgather(c, mask, r, lshape, dim, in, out);
-  compare("allgather", m, mask, out, want, total * n, r, lshape, dim, -1);
+  for (int64_t i = 0; i < total * n; i++) want[i] = gval16(kind, color, i);
+  if (kind) kdrt_allgather16(c, kind, mask, r, lshape, dim, in, out);
+  else kdrt_allgather(c, mask, r, lshape, dim, in, out);
+  char what[64];
+  snprintf(what, sizeof what, "allgather%s", kind_name(kind));
+  compare(what, m, mask, out, want, total * n, r, lshape, dim, -1);
   free(in), free(out), free(want);
 }
 
 // Global G: member g holds block g along `from`; afterwards block g along `to`.
+// kind: as check_allgather's (kdrt_alltoall16).
 static void check_alltoall(kdrt_ctx *c, const mesh *m, unsigned mask, int r,
-                           const int64_t *lshape, int from, int to) {
+                           const int64_t *lshape, int from, int to, int kind) {
   int n = size_over(m, mask), coord[KDRT_MAX_AXES];
   coords_of(m, world_rank, coord);
   int me = index_over(m, coord, mask);
@@ -234,16 +257,19 @@ static void check_alltoall(kdrt_ctx *c, const mesh *m, unsigned mask, int r,
   do {
     memcpy(gi, idx, sizeof gi);
     gi[from] += me * lshape[from];
-    in[flat(r, lshape, idx)] = gval(color, flat(r, gshape, gi));
+    in[flat(r, lshape, idx)] = gval16(kind, color, flat(r, gshape, gi));
   } while (next_index(r, lshape, idx));
   memset(idx, 0, sizeof idx);
   do {
     memcpy(gi, idx, sizeof gi);
     gi[to] += me * oshape[to];
-    want[flat(r, oshape, idx)] = gval(color, flat(r, gshape, gi));
+    want[flat(r, oshape, idx)] = gval16(kind, color, flat(r, gshape, gi));
   } while (next_index(r, oshape, idx));
-  kdrt_alltoall(c, mask, r, lshape, from, to, in, out);
-  compare("alltoall", m, mask, out, want, total, r, lshape, from, to);
+  if (kind) kdrt_alltoall16(c, kind, mask, r, lshape, from, to, in, out);
+  else kdrt_alltoall(c, mask, r, lshape, from, to, in, out);
+  char what[64];
+  snprintf(what, sizeof what, "alltoall%s", kind_name(kind));
+  compare(what, m, mask, out, want, total, r, lshape, from, to);
   free(in), free(out), free(want);
 }
 
@@ -285,9 +311,11 @@ static int64_t uext(int64_t G, int n, int g) {
 
 // The four dimension-wise collectives with a dim of global extent G cut
 // unevenly over the group of mask (c->ragged, mask holds the batch axis);
-// `other` is all-to-all's second dim (extent base[other]).
+// `other` is all-to-all's second dim (extent base[other]). kind (issue
+// 23): all-gather and all-to-all of KDRT_ROUND_* values in 16 bits, the
+// last dim (not `dim`: never the batch) 2 n.
 static void check_uneven(kdrt_ctx *c, const mesh *m, unsigned mask, int r, int dim, int other,
-                         int64_t G) {
+                         int64_t G, int kind) {
   static const int64_t base[3] = {2, 3, 2};
   int n = size_over(m, mask), coord[KDRT_MAX_AXES];
   coords_of(m, world_rank, coord);
@@ -296,34 +324,40 @@ static void check_uneven(kdrt_ctx *c, const mesh *m, unsigned mask, int r, int d
   int64_t gshape[KDRT_MAX_RANK], lshape[KDRT_MAX_RANK], idx[KDRT_MAX_RANK] = {0},
           gi[KDRT_MAX_RANK];
   memcpy(gshape, base, sizeof base);
+  if (kind) gshape[r - 1] = 2 * n;
   gshape[dim] = G;
   memcpy(lshape, gshape, sizeof gshape);
   lshape[dim] = uext(G, n, me);
   int64_t gtotal = numel(r, gshape), ltotal = numel(r, lshape);
   float *gin = falloc(gtotal), *lin = falloc(ltotal), *out = falloc(gtotal),
         *want = falloc(gtotal);
-  for (int64_t i = 0; i < gtotal; i++) gin[i] = gval(color, i);
+  for (int64_t i = 0; i < gtotal; i++) gin[i] = gval16(kind, color, i);
   // my block of G along dim
   if (ltotal) do {
     memcpy(gi, idx, sizeof gi);
     gi[dim] += ufirst(G, n, me);
-    lin[flat(r, lshape, idx)] = gval(color, flat(r, gshape, gi));
-    want[flat(r, lshape, idx)] = gval(color, flat(r, gshape, gi));
+    lin[flat(r, lshape, idx)] = gval16(kind, color, flat(r, gshape, gi));
+    want[flat(r, lshape, idx)] = gval16(kind, color, flat(r, gshape, gi));
   } while (next_index(r, lshape, idx));
 
   // all-gather: every block back into G
-  kdrt_allgather(c, mask, r, lshape, dim, lin, out);
-  compare("allgather (uneven)", m, mask, out, gin, gtotal, r, gshape, dim, -1);
-  // slice: my block of G
-  kdrt_slice(c, mask, r, gshape, dim, gin, out);
-  compare("slice (uneven)", m, mask, out, want, ltotal, r, gshape, dim, -1);
-  // reduce-scatter: member g's input is (g + 1) times G; I get my block of
-  // the sum, n (n + 1) / 2 times mine
+  char what[64];
+  snprintf(what, sizeof what, "allgather (uneven)%s", kind_name(kind));
+  if (kind) kdrt_allgather16(c, kind, mask, r, lshape, dim, lin, out);
+  else kdrt_allgather(c, mask, r, lshape, dim, lin, out);
+  compare(what, m, mask, out, gin, gtotal, r, gshape, dim, -1);
   float *in = falloc(gtotal);
-  for (int64_t i = 0; i < gtotal; i++) in[i] = (float)(me + 1) * gin[i];
-  for (int64_t i = 0; i < ltotal; i++) want[i] *= (float)(n * (n + 1) / 2);
-  kdrt_reduce_scatter(c, mask, r, gshape, dim, in, out);
-  compare("reduce_scatter (uneven)", m, mask, out, want, ltotal, r, gshape, dim, -1);
+  if (!kind) { // (the sums stay float32: no 16-bit slice or reduce-scatter)
+    // slice: my block of G
+    kdrt_slice(c, mask, r, gshape, dim, gin, out);
+    compare("slice (uneven)", m, mask, out, want, ltotal, r, gshape, dim, -1);
+    // reduce-scatter: member g's input is (g + 1) times G; I get my block of
+    // the sum, n (n + 1) / 2 times mine
+    for (int64_t i = 0; i < gtotal; i++) in[i] = (float)(me + 1) * gin[i];
+    for (int64_t i = 0; i < ltotal; i++) want[i] *= (float)(n * (n + 1) / 2);
+    kdrt_reduce_scatter(c, mask, r, gshape, dim, in, out);
+    compare("reduce_scatter (uneven)", m, mask, out, want, ltotal, r, gshape, dim, -1);
+  }
   // all-to-all from `dim` (my uneven block) to `other` (cut unevenly too
   // when it does not divide): afterwards my block of G along other, whole
   // along dim
@@ -336,10 +370,12 @@ static void check_uneven(kdrt_ctx *c, const mesh *m, unsigned mask, int r, int d
     if (ototal) do {
       memcpy(gi, idx, sizeof gi);
       gi[other] += ufirst(G2, n, me);
-      want[flat(r, oshape, idx)] = gval(color, flat(r, gshape, gi));
+      want[flat(r, oshape, idx)] = gval16(kind, color, flat(r, gshape, gi));
     } while (next_index(r, oshape, idx));
-    kdrt_alltoall(c, mask, r, lshape, dim, other, lin, out);
-    compare("alltoall (uneven)", m, mask, out, want, ototal, r, lshape, dim, other);
+    if (kind) kdrt_alltoall16(c, kind, mask, r, lshape, dim, other, lin, out);
+    else kdrt_alltoall(c, mask, r, lshape, dim, other, lin, out);
+    snprintf(what, sizeof what, "alltoall (uneven)%s", kind_name(kind));
+    compare(what, m, mask, out, want, ototal, r, lshape, dim, other);
   }
   free(gin), free(lin), free(out), free(want), free(in);
 }
@@ -356,8 +392,17 @@ static void check_uneven_mesh(kdrt_program *prog, kdrt_ctx *c, const mesh *m) {
         for (int dim = 0; dim < r; dim++)
           for (int other = -1; other < r; other++) {
             if (other == dim) continue;
-            check_uneven(c, m, mask, r, dim, other, n - 1);     // one member empty
-            check_uneven(c, m, mask, r, dim, other, 2 * n + 1); // one more row for one
+            check_uneven(c, m, mask, r, dim, other, n - 1, 0);     // one member empty
+            check_uneven(c, m, mask, r, dim, other, 2 * n + 1, 0); // one more row for one
+          }
+      // issue 23: 16-bit values, the uneven dim not the last (kdcc pairs
+      // none whose last dim is the batch)
+      for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++)
+        for (int r = 2; r <= 3; r++)
+          for (int other = -1; other < r; other++) {
+            if (other == 0) continue;
+            check_uneven(c, m, mask, r, 0, other, n - 1, kind);
+            check_uneven(c, m, mask, r, 0, other, 2 * n + 1, kind);
           }
     }
     c->ragged = 0;
@@ -431,13 +476,29 @@ static void check_mesh(const mesh *m) {
           check_slice(&c, m, mask, r, shape, d);
           memcpy(shape, base, sizeof base);
           shape[d] = k + 1;
-          check_allgather(&c, m, mask, r, shape, d);
+          check_allgather(&c, m, mask, r, shape, d, 0);
           for (int to = 0; to < r; to++) {
             if (to == d) continue;
             memcpy(shape, base, sizeof base);
             shape[d] = k + 1; // from: any extent
             shape[to] = n * k; // to: divides by the group
-            check_alltoall(&c, m, mask, r, shape, d, to);
+            check_alltoall(&c, m, mask, r, shape, d, to, 0);
+          }
+          // issue 23: in 16 bits, the last dim twice as long (even, and
+          // all-to-all's blocks of it even)
+          for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {
+            memcpy(shape, base, sizeof base);
+            shape[d] = k + 1;
+            shape[r - 1] *= 2;
+            check_allgather(&c, m, mask, r, shape, d, kind);
+            for (int to = 0; to < r; to++) {
+              if (to == d) continue;
+              memcpy(shape, base, sizeof base);
+              shape[d] = k + 1;
+              shape[to] = n * k;
+              shape[r - 1] *= 2;
+              check_alltoall(&c, m, mask, r, shape, d, to, kind);
+            }
           }
         }
       }

@@ -328,3 +328,47 @@ extern "C" void kdrt_cuda_slice(kdrt_cuda *d, unsigned axes, int rank, const int
   kdrt_split_shape(rank, lshape, dim, &outer, &inner);
   kdrt_cuda_copy_block(d, out, in, outer, ext, kdrt_group_index(d->c, axes) * part, part, inner);
 }
+
+// ------------------------------------------------------------ 16-bit values (issue 23)
+// As ../comm.c's kdrt_allgather16 and kdrt_alltoall16: a value exactly of
+// a 16-bit type packed on the compute stream (kdrt_cuda_pack16) into words
+// of two values, moved by the float collectives above over the shape with
+// its last dim halved (NCCL, or host-staged: the copies to and from the
+// host halve too), unpacked into out.
+
+static const float *pack_pairs(kdrt_cuda *d, const char *what, int kind, int rank,
+                               const int64_t *lshape, int to, int n, const float *in,
+                               int64_t *pair) {
+  if (!kdrt_pair_shape(rank, lshape, to, n, pair))
+    kdrt_fatal(d->c, "%s: a shape whose blocks do not pair 16-bit values (kdcc asks for none)",
+               what);
+  size_t m = (size_t)elems(rank, lshape);
+  uint16_t *p = (uint16_t *)kdrt_cuda_dscratch(d, 5, m * sizeof(uint16_t));
+  kdrt_cuda_pack16(d, kind, p, in, m);
+  return (const float *)p;
+}
+
+extern "C" void kdrt_cuda_allgather16(kdrt_cuda *d, int kind, unsigned axes, int rank,
+                                      const int64_t *lshape, int dim, const float *in,
+                                      float *out) {
+  kdrt_cuda_need_ctx(d, "kdrt_cuda_allgather16");
+  int64_t pair[KDRT_MAX_RANK];
+  const float *p = pack_pairs(d, "allgather16", kind, rank, lshape, -1, 1, in, pair);
+  size_t m = (size_t)(elems(rank, lshape) * group_size(d, axes));
+  uint16_t *q = (uint16_t *)kdrt_cuda_dscratch(d, 6, m * sizeof(uint16_t));
+  kdrt_cuda_allgather(d, axes, rank, pair, dim, p, (float *)q);
+  kdrt_cuda_unpack16(d, kind, out, q, m);
+}
+
+extern "C" void kdrt_cuda_alltoall16(kdrt_cuda *d, int kind, unsigned axes, int rank,
+                                     const int64_t *lshape, int from, int to, const float *in,
+                                     float *out) {
+  kdrt_cuda_need_ctx(d, "kdrt_cuda_alltoall16");
+  int64_t pair[KDRT_MAX_RANK];
+  const float *p = pack_pairs(d, "alltoall16", kind, rank, lshape, to, group_size(d, axes), in,
+                              pair);
+  size_t m = (size_t)elems(rank, lshape);
+  uint16_t *q = (uint16_t *)kdrt_cuda_dscratch(d, 6, m * sizeof(uint16_t));
+  kdrt_cuda_alltoall(d, axes, rank, pair, from, to, p, (float *)q);
+  kdrt_cuda_unpack16(d, kind, out, q, m);
+}

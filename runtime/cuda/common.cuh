@@ -104,10 +104,10 @@ struct kdrt_cuda_impl {
   ncclComm_t world;
   ncclComm_t group[1 << KDRT_MAX_AXES]; // per group mask, made on first use
   // scratch, grown on demand: device (two for packing, one for reductions,
-  // two for products), pinned host (two for host-staged collectives, one
-  // for step I/O)
-  void *dscratch[5];
-  size_t dscratch_cap[5];
+  // two for products, two for the 16-bit collectives), pinned host (two for
+  // host-staged collectives, one for step I/O)
+  void *dscratch[7];
+  size_t dscratch_cap[7];
   void *hscratch[3];
   size_t hscratch_cap[3];
 };
@@ -121,7 +121,8 @@ void kdrt_cuda_comm_poll(kdrt_cuda *d, const char *what);
 void kdrt_cuda_comm_abort(kdrt_cuda *d);
 
 // Device scratch `which` (0, 1: collectives' packing, 2: reductions, 3: a
-// product's bf16 operands, 4: its padded result) of at least bytes;
+// product's bf16 operands, 4: its padded result, 5, 6: a 16-bit
+// collective's packed operand and result) of at least bytes;
 // contents undefined. Growing waits for the device.
 void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes);
 // Pinned host scratch `which` (0, 1: host-staged collectives, 2: step I/O).
