@@ -97,6 +97,16 @@ build gpt_tf32_1 models/gpt.json --batch-size 16 --precision tf32 --attention fu
 # decision on the host: kdrt_cuda_loss_scale_step; no CUDA graph)
 build mixed_f16_dist tests/fixtures/keras_ref/mixed_f16_mlp/model.keras \
   --distribution tests/fixtures/keras_ref/mixed_f16_mlp/mixed_f16_mlp.dist.json --batch-size 16
+# issue 23: 16-bit values gathered and moved all-to-all in 16 bits (kdrt_cuda_allgather16,
+# kdrt_cuda_alltoall16): the mixed_bfloat16 GPT under FSDP and sequence parallelism
+build gpt_mixed_fsdp models/gpt.json --distribution models/gpt_fsdp.dist.json --batch-size 16 \
+  --dtype-policy mixed_bfloat16
+build gpt_mixed_seqpar models/gpt.json --distribution tests/good/gpt_seqpar.dist.json \
+  --batch-size 16 --dtype-policy mixed_bfloat16
+for f in gpt_mixed_fsdp:allgather16 gpt_mixed_seqpar:alltoall16; do
+  grep -q "kdrt_cuda_${f#*:}(d," $out/${f%:*}.kdcc.d/program.cu ||
+    { echo "FAIL ${f%:*}: no kdrt_cuda_${f#*:}"; fail=1; }
+done
 # The command line refuses what it cannot do, with a message.
 if ./kdcc models/cnn.json --target cuda --cuda-arch 90 -S $out/a 2>$out/err.txt; then
   echo "FAIL: --cuda-arch 90 accepted"; fail=1
