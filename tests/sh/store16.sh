@@ -23,6 +23,7 @@
 #     softmax is moved in float32), the sums' bytes unchanged; and every
 #     number the same, bit for bit, on that mesh, the programs calling
 #     kdrt_allgather16 (and kdrt_alltoall16) where KDCC_STORE16=0's do not;
+#     likewise the batch-norm CNN under its keras_ref (2,4) layout map;
 #  3. --max-memory between the two totals passes the 16-bit program and
 #     stops the float32-storage one; a float32 model's program is the same
 #     with and without the pass; a 12-block GPT's blocks still fold (its
@@ -150,6 +151,12 @@ same "gpt.json bfloat16, sequence parallel on (2,4), 13 rows" 8 --synthetic 61 -
   --batch-size 16 -- "${GPT16[@]}" --distribution tests/good/gpt_seqpar.dist.json --batch-size 16
 grep -q "kdrt_alltoall16(" "$T/new.kdcc.d/program.c" && ! grep -q "kdrt_alltoall16(" "$T/old.kdcc.d/program.c" ||
   fail "gpt.json, sequence parallel: no all-to-all in 16 bits (or KDCC_STORE16=0's has one)"
+same "mixed_bn_cnn under its (2,4) layout map" 8 --x $F/mixed_bn_cnn/x.npy \
+  --y $F/mixed_bn_cnn/y.npy --epochs 2 --batch-size 16 --no-shuffle \
+  --weights $F/mixed_bn_cnn/model.keras -- $F/mixed_bn_cnn/model.keras --batch-size 16 \
+  --distribution $F/mixed_bn_cnn/mixed_bn_cnn.dist.json
+grep -q "kdrt_allgather16(" "$T/new.kdcc.d/program.c" ||
+  fail "mixed_bn_cnn, (2,4): the program gathers no 16-bit value in 16 bits"
 
 # ---- 3. --max-memory, float32 models, repeated blocks
 new=$(json total models/gpt.json --dtype-policy mixed_bfloat16)
