@@ -5,7 +5,8 @@
 # one-device CPU program's within 1e-4 (every collective kind: the seed
 # models' specs make all-reduces, reduce-scatters, all-gathers and local
 # slices). With four or more GPUs the same mesh runs again over NCCL, one
-# GPU per rank. Skips (exit 0) without nvcc, a GPU or mpirun.
+# GPU per rank. And (issue 23) the mixed_bfloat16 GPT's 16-bit all-gathers against
+# float32 ones. Skips (exit 0) without nvcc, a GPU or mpirun.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)}
@@ -67,5 +68,30 @@ for m in seed_mlp func_branches cnn megatron; do
   else
     echo "  (NCCL run skipped: $ngpu GPU(s), the (2,2) mesh needs 4)"
   fi
+done
+# issue 23: the mixed_bfloat16 GPT under FSDP gathers its rounded weights in 16 bits
+# (kdrt_cuda_allgather16): the losses of the program that gathers them in float32
+# (KDCC_STORE16=0), host-staged on one GPU, and over NCCL with four
+echo "gpu_mesh: gpt mixed_bfloat16, FSDP, on a (2,2) mesh: 16-bit all-gathers"
+spec="models/gpt.json --distribution models/gpt_fsdp.dist.json --mesh data=2,model=2
+  --dtype-policy mixed_bfloat16 --batch-size 16 -w --target cuda"
+./kdcc $spec -o $out/gpt16_cuda22
+KDCC_STORE16=0 ./kdcc $spec -o $out/gpt32_cuda22
+grep -q "kdrt_cuda_allgather16(d," $out/gpt16_cuda22.kdcc.d/program.cu ||
+  { echo "FAIL gpt16: no kdrt_cuda_allgather16"; fail=1; }
+ways=staged
+[ "$ngpu" -ge 4 ] && ways="staged nccl"
+for way in $ways; do
+  for p in gpt16 gpt32; do
+    if [ $way = staged ]; then
+      CUDA_VISIBLE_DEVICES=$(nvidia-smi --query-gpu=index --format=csv,noheader | head -1) \
+        timeout 600 mpirun -np 4 -x CUDA_VISIBLE_DEVICES $out/${p}_cuda22 $run_args \
+        --history $out/${p}_$way.json 2>$out/${p}_$way.err || { cat $out/${p}_$way.err; fail=1; }
+    else
+      timeout 600 mpirun -np 4 $out/${p}_cuda22 $run_args --history $out/${p}_$way.json \
+        2>$out/${p}_$way.err || { cat $out/${p}_$way.err; fail=1; }
+    fi
+  done
+  compare $out/gpt32_$way.json $out/gpt16_$way.json || fail=1
 done
 exit $fail
