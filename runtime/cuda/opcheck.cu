@@ -1,7 +1,8 @@
 // opcheck.cu: `./train opcheck [--repeat N] [--seed S] [--matmul-tol X]`:
 // every CUDA kernel of kdrt_ops.h's list against the CPU runtime's on the
 // same random operands (the collectives excepted: they need a mesh of
-// processes, tests/sh/gpu_mesh.sh runs them), by normalised error
+// processes, tests/sh/gpu_mesh.sh runs them; but for the 16-bit ones'
+// packing, over a group of one), by normalised error
 // ||gpu - cpu|| / ||cpu|| (ggml's test-backend-ops idea). Operands are
 // deliberately awkward: odd sizes, padding, overlapping pooling windows,
 // a sharded dropout block on a (2, 2) mesh. Dropout must match bit for
@@ -1199,6 +1200,33 @@ static void check_dropout(kdrt_ctx *c) {
   kdrt_cuda_free(x), kdrt_cuda_free(y), free(hx), free(hy);
 }
 
+// issue 23: the 16-bit all-gather and all-to-all over a group of one (the
+// moves between ranks are gpu_mesh.sh's): values of each 16-bit type packed
+// two to a word, moved and unpacked on the device, bit for bit the CPU's.
+static void check_comm16(kdrt_ctx *c) {
+  const int64_t shape[3] = {3, 5, 6};
+  const size_t n = 3 * 5 * 6;
+  float *hx = hrand(n, -4, 4), *hr = hzero(n), *hy = hzero(n), *y = kdrt_cuda_alloc(n);
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {
+    const char *t = kind == KDRT_ROUND_F16 ? "float16" : "bfloat16";
+    char name[64];
+    kdrt_round(kind, hr, hx, n);
+    float *x = dev(hr, n);
+    kdrt_allgather16(c, kind, 0, 3, shape, 1, hr, hy);
+    poison(y, n);
+    kdrt_cuda_allgather16(D, kind, 0, 3, shape, 1, x, y);
+    snprintf(name, sizeof name, "allgather16 %s (a group of one)", t);
+    check(name, y, hy, n, 0);
+    kdrt_alltoall16(c, kind, 0, 3, shape, 0, 2, hr, hy);
+    poison(y, n);
+    kdrt_cuda_alltoall16(D, kind, 0, 3, shape, 0, 2, x, y);
+    snprintf(name, sizeof name, "alltoall16 %s (a group of one)", t);
+    check(name, y, hy, n, 0);
+    kdrt_cuda_free(x);
+  }
+  kdrt_cuda_free(y), free(hx), free(hr), free(hy);
+}
+
 static void check_optim(void) {
   const size_t n = 4099;
   for (int which = 0; which < 13; which++) {
@@ -1457,6 +1485,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
     check_blocks();
     check_nd();
     check_dropout(&c);
+    check_comm16(&c);
     check_optim();
     check_layers();
     check_rnn();
