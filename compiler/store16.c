@@ -1,5 +1,6 @@
 // Issue 23's storage in the compute dtype: a mixed policy's saved
-// activations in 16 bits.
+// activations in 16 bits, and its 16-bit values moved over the mesh in 16
+// bits (move16, below).
 //
 // Under mixed_bfloat16 or mixed_float16 most values the backward pass reads
 // are exactly 16-bit values held in float32 buffers: a ROUND's result

@@ -15,6 +15,10 @@
 #     replayed, and at rows that do not divide), the batch-norm CNN
 #     (bfloat16) from Keras's weights, and the
 #     mixed_float16 MLP whose loss scale skips steps, over 2 devices;
+#  3. --max-memory between the two totals passes the 16-bit program and
+#     stops the float32-storage one; a float32 model's program is the same
+#     with and without the pass; a 12-block GPT's blocks still fold (its
+#     program.c within 1.1 times the float32-storage one's);
 #  4. (issue 23's collectives) the all-gathers and all-to-alls of 16-bit
 #     values send 16 bits on a (2,4) mesh: --report=json's bytes they send
 #     for models/gpt.json (mixed_bfloat16) under its FSDP layout map (every
@@ -23,11 +27,8 @@
 #     softmax is moved in float32), the sums' bytes unchanged; and every
 #     number the same, bit for bit, on that mesh, the programs calling
 #     kdrt_allgather16 (and kdrt_alltoall16) where KDCC_STORE16=0's do not;
-#     likewise the batch-norm CNN under its keras_ref (2,4) layout map;
-#  3. --max-memory between the two totals passes the 16-bit program and
-#     stops the float32-storage one; a float32 model's program is the same
-#     with and without the pass; a 12-block GPT's blocks still fold (its
-#     program.c within 1.1 times the float32-storage one's).
+#     likewise the GPT in mixed_float16 (its loss scale) under FSDP and the
+#     batch-norm CNN under its keras_ref (2,4) layout map.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -118,46 +119,6 @@ same "mixed_f16_mlp (loss scale), DataParallel over 2" 2 --x $F/mixed_f16_mlp/x.
 grep -q '"step_loss_scale": \[32768, 32768, 16384' "$T/new.json" ||
   fail "mixed_f16_mlp: its loss scale skipped no step: $(head -c 300 "$T/new.json")"
 
-# ---- 4. the collectives of 16-bit values, on a (2,4) mesh
-sent() { # KIND,KIND... kdcc-arguments...: the bytes those collectives send a step
-  local kinds=$1
-  shift
-  ./kdcc "$@" -w --report=json | python3 -c "import json, sys
-print(sum(c['sent'] for c in json.load(sys.stdin)['collectives'] if c['kind'] in '$kinds'.split(',')))"
-}
-moved() { # NAME BOUND kdcc-arguments...: all-gathers and all-to-alls at most BOUND x float32's
-  local name=$1 bound=$2
-  shift 2
-  local m o sm so
-  m=$(sent all_gather,all_to_all "$@") && o=$(KDCC_STORE16=0 sent all_gather,all_to_all "$@") &&
-    sm=$(sent all_reduce,reduce_scatter "$@") &&
-    so=$(KDCC_STORE16=0 sent all_reduce,reduce_scatter "$@") ||
-    { fail "$name: kdcc --report=json failed"; return; }
-  if python3 -c "import sys; sys.exit(not (0 < $m <= $bound * $o and $sm == $so))"; then
-    echo "  ok: $name: all-gathers and all-to-alls send $m bytes a step, $(python3 -c "
-print(round($m / $o, 3))") x float32's $o (sums: $sm bytes, as before)"
-  else fail "$name: all-gathers and all-to-alls send $m bytes, $o in float32: want <= $bound x;" \
-            "sums $sm, before $so: want the same"; fi
-}
-GPT16=(models/gpt.json --dtype-policy mixed_bfloat16)
-moved "gpt.json, FSDP on (2,4)" 0.5 "${GPT16[@]}" --distribution models/gpt_fsdp.dist.json
-moved "gpt.json, sequence parallel on (2,4)" 0.6 "${GPT16[@]}" \
-  --distribution tests/good/gpt_seqpar.dist.json
-same "gpt.json bfloat16, FSDP on (2,4)" 8 --synthetic 64 --epochs 1 --batch-size 16 -- \
-  "${GPT16[@]}" --distribution models/gpt_fsdp.dist.json --batch-size 16
-grep -q "kdrt_allgather16(" "$T/new.kdcc.d/program.c" && ! grep -q "kdrt_allgather16(" "$T/old.kdcc.d/program.c" ||
-  fail "gpt.json, FSDP: the program gathers no 16-bit value in 16 bits (or KDCC_STORE16=0's does)"
-same "gpt.json bfloat16, sequence parallel on (2,4), 13 rows" 8 --synthetic 61 --epochs 1 \
-  --batch-size 16 -- "${GPT16[@]}" --distribution tests/good/gpt_seqpar.dist.json --batch-size 16
-grep -q "kdrt_alltoall16(" "$T/new.kdcc.d/program.c" && ! grep -q "kdrt_alltoall16(" "$T/old.kdcc.d/program.c" ||
-  fail "gpt.json, sequence parallel: no all-to-all in 16 bits (or KDCC_STORE16=0's has one)"
-same "mixed_bn_cnn under its (2,4) layout map" 8 --x $F/mixed_bn_cnn/x.npy \
-  --y $F/mixed_bn_cnn/y.npy --epochs 2 --batch-size 16 --no-shuffle \
-  --weights $F/mixed_bn_cnn/model.keras -- $F/mixed_bn_cnn/model.keras --batch-size 16 \
-  --distribution $F/mixed_bn_cnn/mixed_bn_cnn.dist.json
-grep -q "kdrt_allgather16(" "$T/new.kdcc.d/program.c" ||
-  fail "mixed_bn_cnn, (2,4): the program gathers no 16-bit value in 16 bits"
-
 # ---- 3. --max-memory, float32 models, repeated blocks
 new=$(json total models/gpt.json --dtype-policy mixed_bfloat16)
 old=$(KDCC_STORE16=0 json total models/gpt.json --dtype-policy mixed_bfloat16)
@@ -199,4 +160,49 @@ if grep -q "^static void block_forward(" "$T/g12/program.c" &&
    grep -q "^static void block_backward(" "$T/g12/program.c" && [ $((a * 10)) -le $((b * 11)) ]; then
   echo "  ok: the 12-block GPT still folds: program.c $a bytes (float32 storage: $b)"
 else fail "the 12-block GPT: program.c $a bytes, float32 storage $b, or its blocks are not folded"; fi
+# ---- 4. the collectives of 16-bit values, on a (2,4) mesh
+sent() { # KIND,KIND... kdcc-arguments...: the bytes those collectives send a step
+  local kinds=$1
+  shift
+  ./kdcc "$@" -w --report=json | python3 -c "import json, sys
+print(sum(c['sent'] for c in json.load(sys.stdin)['collectives'] if c['kind'] in '$kinds'.split(',')))"
+}
+moved() { # NAME BOUND kdcc-arguments...: all-gathers and all-to-alls at most BOUND x float32's
+  local name=$1 bound=$2
+  shift 2
+  local m o sm so
+  m=$(sent all_gather,all_to_all "$@") && o=$(KDCC_STORE16=0 sent all_gather,all_to_all "$@") &&
+    sm=$(sent all_reduce,reduce_scatter "$@") &&
+    so=$(KDCC_STORE16=0 sent all_reduce,reduce_scatter "$@") ||
+    { fail "$name: kdcc --report=json failed"; return; }
+  if python3 -c "import sys; sys.exit(not (0 < $m <= $bound * $o and $sm == $so))"; then
+    echo "  ok: $name: all-gathers and all-to-alls send $m bytes a step, $(python3 -c "
+print(round($m / $o, 3))") x float32's $o (sums: $sm bytes, as before)"
+  else fail "$name: all-gathers and all-to-alls send $m bytes, $o in float32: want <= $bound x;" \
+            "sums $sm, before $so: want the same"; fi
+}
+GPT16=(models/gpt.json --dtype-policy mixed_bfloat16)
+moved "gpt.json, FSDP on (2,4)" 0.5 "${GPT16[@]}" --distribution models/gpt_fsdp.dist.json
+moved "gpt.json, sequence parallel on (2,4)" 0.6 "${GPT16[@]}" \
+  --distribution tests/good/gpt_seqpar.dist.json
+same "gpt.json bfloat16, FSDP on (2,4)" 8 --synthetic 64 --epochs 1 --batch-size 16 -- \
+  "${GPT16[@]}" --distribution models/gpt_fsdp.dist.json --batch-size 16
+grep -q "kdrt_allgather16(" "$T/new.kdcc.d/program.c" && ! grep -q "kdrt_allgather16(" "$T/old.kdcc.d/program.c" ||
+  fail "gpt.json, FSDP: the program gathers no 16-bit value in 16 bits (or KDCC_STORE16=0's does)"
+same "gpt.json float16 (loss scale), FSDP on (2,4)" 8 --synthetic 64 --epochs 1 --batch-size 16 -- \
+  models/gpt.json --dtype-policy mixed_float16 --distribution models/gpt_fsdp.dist.json \
+  --batch-size 16
+grep -q "kdrt_allgather16(c, KDRT_ROUND_F16," "$T/new.kdcc.d/program.c" ||
+  fail "gpt.json float16, FSDP: the program gathers no float16 value in 16 bits"
+same "gpt.json bfloat16, sequence parallel on (2,4), 13 rows" 8 --synthetic 61 --epochs 1 \
+  --batch-size 16 -- "${GPT16[@]}" --distribution tests/good/gpt_seqpar.dist.json --batch-size 16
+grep -q "kdrt_alltoall16(" "$T/new.kdcc.d/program.c" && ! grep -q "kdrt_alltoall16(" "$T/old.kdcc.d/program.c" ||
+  fail "gpt.json, sequence parallel: no all-to-all in 16 bits (or KDCC_STORE16=0's has one)"
+same "mixed_bn_cnn under its (2,4) layout map" 8 --x $F/mixed_bn_cnn/x.npy \
+  --y $F/mixed_bn_cnn/y.npy --epochs 2 --batch-size 16 --no-shuffle \
+  --weights $F/mixed_bn_cnn/model.keras -- $F/mixed_bn_cnn/model.keras --batch-size 16 \
+  --distribution $F/mixed_bn_cnn/mixed_bn_cnn.dist.json
+grep -q "kdrt_allgather16(" "$T/new.kdcc.d/program.c" ||
+  fail "mixed_bn_cnn, (2,4): the program gathers no 16-bit value in 16 bits"
+
 finish
