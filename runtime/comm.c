@@ -291,8 +291,9 @@ void kdrt_allgather(kdrt_ctx *c, unsigned axes, int rank, const int64_t *lshape,
 // All-to-all with uneven rows: the extent of `from` may differ between
 // group ranks (exchanged), `to` is cut as rows are (kdrt_rows_split).
 // Returns the floats written.
-static int64_t alltoall_uneven(kdrt_ctx *c, unsigned axes, int n, int rank, const int64_t *lshape,
-                            int from, int to, const float *in, float *out) {
+static int64_t alltoall_uneven(kdrt_ctx *c, unsigned axes, int n, int rank,
+                               const int64_t *lshape, int from, int to, const float *in,
+                               float *out) {
   int64_t *fext = malloc(sizeof(int64_t) * (size_t)n);
   int *sc = malloc(sizeof(int) * 4 * (size_t)n);
   if (!fext || !sc) kdrt_fatal(c, "out of memory");
