@@ -26,7 +26,8 @@ make -s build/fuzz/fuzz_frontend FUZZ_CC="$cc" || exit 1
 # .keras holding only its config.json.
 seeds=build/fuzz/seeds corpus=build/fuzz/corpus
 rm -rf $seeds && mkdir -p $seeds $corpus
-cp tests/good/* tests/bad/* $seeds/
+# (a name in both: good/ and bad/ keep one seed each)
+for f in tests/good/* tests/bad/*; do cp "$f" "$seeds/$(basename "$(dirname "$f")")_$(basename "$f")"; done
 cp fuzz/corpus/* $seeds/ 2>/dev/null
 for f in models/*.json; do
   case $f in *keras_layouts.json) continue ;; esac
