@@ -908,7 +908,6 @@ const OpDef op_REVERSE = {"reverse", 1, 1, false, reverse_rule, reverse_grad, re
 const OpDef *const op_defs[OP_COUNT] = {
 #define X(name) [OP_##name] = &op_##name,
 #include "ops.def"
-#undef X
 };
 
 void op_rule(const Node *n, Rule *r) {
