@@ -560,6 +560,12 @@ typedef struct {
   // (backward and update ops, collectives).
   void (*grad)(Graph *g, Node *n, const bool *need);
   void (*emit)(const Node *n, Lowering *lw);
+  // Its result's shape from its operands and attributes (JAX's abstract
+  // evaluation): op_make gives a new node this shape, and verify.c checks
+  // every node against it after every pass. False where they do not fit;
+  // NULL: the builder gives the shape (SLICE, PAD, BROADCAST, a
+  // convolution's, whose attributes do not determine it alone).
+  bool (*shape)(const Node *n, Shape *out);
 } OpDef;
 
 #define X(name) extern const OpDef op_##name;
@@ -568,6 +574,12 @@ extern const OpDef *const op_defs[OP_COUNT];
 #define op_info(op) (*op_defs[op])
 
 void op_rule(const Node *n, Rule *r);
+// A node of op on in[nin], attr's attributes (its member of Node's union;
+// nothing else of it is read), its shape by its op's rule, its layer its
+// first operand's: make1(g, OP_TRANSPOSE, x, .perm = {{0, 2, 1, 3}}).
+Node *op_make(Graph *g, OpKind op, int nin, Node **in, const Node *attr);
+#define make1(g, o, a, ...) op_make(g, o, 1, (Node *[]){a}, &(Node){.op = (o), __VA_ARGS__})
+#define make2(g, o, a, b, ...) op_make(g, o, 2, (Node *[]){a, b}, &(Node){.op = (o), __VA_ARGS__})
 const char *act_name(int act);
 const char *loss_name(LossKind kind); // Keras's function name: "mean_squared_error", ...
 static inline bool is_collective(OpKind op) {

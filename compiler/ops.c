@@ -122,13 +122,48 @@ char *block_start(const Node *n, int d) {
   return format("c->coord[%d] * %lld", a, (long long)s.d[d]);
 }
 
+// ---------------------------------------------------------------- shape rules
+
+bool shape_in0(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  return true;
+}
+
+bool shape_in1(const Node *n, Shape *out) {
+  *out = n->in[1]->shape;
+  return true;
+}
+
+bool shape_scalar(const Node *n, Shape *out) {
+  *out = (Shape){0};
+  return true;
+}
+
+bool shape_rows(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  return out->rank-- > 0;
+}
+
+// The builders' constructor: the op's attributes first, then its shape by
+// its rule (the op's table, op_defs, is ops_nn.c's data).
+Node *op_make(Graph *g, OpKind op, int nin, Node **in, const Node *attr) {
+  Node *n = new_node(g, op, nin, in);
+  memcpy(&n->act, &attr->act, sizeof(Attrs));
+  if (nin) {
+    n->layer = in[0]->layer;
+    n->loc = in[0]->loc;
+  }
+  if (!op_info(op).shape || !op_info(op).shape(n, &n->shape)) unreachable();
+  return n;
+}
+
 // ---------------------------------------------------------------- inputs and variables
 
 static void emit_view(const Node *n, Lowering *lw) { lw->note = "a value of the step: no code"; }
 
-const OpDef op_INPUT = {"input", 0, 0, false, rule_none, NULL, emit_view};
-const OpDef op_LABEL = {"label", 0, 0, false, rule_none, NULL, emit_view};
-const OpDef op_PARAM = {"param", 0, 0, false, rule_none, NULL, emit_view};
+const OpDef op_INPUT = {"input", 0, 0, false, rule_none, NULL, emit_view, NULL};
+const OpDef op_LABEL = {"label", 0, 0, false, rule_none, NULL, emit_view, NULL};
+const OpDef op_PARAM = {"param", 0, 0, false, rule_none, NULL, emit_view, NULL};
 
 // ---------------------------------------------------------------- DOT
 // dot_general with its dims grouped: a = [batch.., M.., K..] (ta: [batch..,
@@ -228,7 +263,12 @@ static void dot_emit(const Node *n, Lowering *lw) {
 }
 
 // nin -1: a, b, and after fuse.c perhaps a bias
-const OpDef op_DOT = {"dot", -1, 3, false, dot_rule, dot_grad, dot_emit};
+static bool dot_shape_rule(const Node *n, Shape *out) {
+  return dot_shape(&n->in[0]->shape, &n->in[1]->shape, n->dot.nb, n->dot.nk, n->dot.ta,
+                   n->dot.tb, out);
+}
+
+const OpDef op_DOT = {"dot", -1, 3, false, dot_rule, dot_grad, dot_emit, dot_shape_rule};
 
 // ---------------------------------------------------------------- BIAS, ACT, BIAS_ACT
 
@@ -261,9 +301,9 @@ static void bias_act_emit(const Node *n, Lowering *lw) {
              buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
 }
 
-const OpDef op_BIAS = {"bias_add", 2, 0, false, bias_rule, bias_grad, bias_act_emit};
+const OpDef op_BIAS = {"bias_add", 2, 0, false, bias_rule, bias_grad, bias_act_emit, shape_in0};
 // Made by fuse.c after differentiation: never differentiated itself.
-const OpDef op_BIAS_ACT = {"bias_act", 2, 0, false, bias_rule, NULL, bias_act_emit};
+const OpDef op_BIAS_ACT = {"bias_act", 2, 0, false, bias_rule, NULL, bias_act_emit, shape_in0};
 
 static void act_grad(Graph *g, Node *n, const bool *need) {
   Node *a = n->in[0];
@@ -277,7 +317,7 @@ static void act_emit(const Node *n, Lowering *lw) {
              buf(n->in[0]), elems_c(n));
 }
 
-const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit};
+const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit, shape_in0};
 
 // dx = dy * act'(t): t is the input or the output, whichever the
 // derivative needs; the runtime reads the one it needs.
@@ -287,7 +327,8 @@ static void act_grad_emit(const Node *n, Lowering *lw) {
              buf(n->in[0]), t, t, elems_c(n));
 }
 
-const OpDef op_ACT_GRAD = {"act_grad", 2, 1, false, rule_elementwise, NULL, act_grad_emit};
+const OpDef op_ACT_GRAD = {"act_grad", 2, 1, false, rule_elementwise, NULL, act_grad_emit,
+                           shape_in0};
 
 // ---------------------------------------------------------------- ADD, CONCAT, SLICE, RESHAPE
 
@@ -303,7 +344,7 @@ static void add_emit(const Node *n, Lowering *lw) {
              buf(n), n->nin, elems_c(n));
 }
 
-const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emit};
+const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emit, shape_in0};
 
 // Every dim but the axis passes; along the axis each tensor has its own
 // extent, needed whole.
@@ -368,9 +409,17 @@ static void pad_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
 }
 
-const OpDef op_CONCAT = {"concat", -1, 0xff, true, cat_rule, concat_grad, concat_emit};
-const OpDef op_SLICE = {"slice", 1, 1, false, cat_rule, slice_grad, slice_emit};
-const OpDef op_PAD = {"pad", 1, 1, false, cat_rule, pad_grad, pad_emit};
+static bool concat_shape(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  if (n->cat.axis >= out->rank) return false;
+  for (int i = 1; i < n->nin; i++) out->d[n->cat.axis] += n->in[i]->shape.d[n->cat.axis];
+  return true;
+}
+
+const OpDef op_CONCAT = {"concat", -1, 0xff, true, cat_rule, concat_grad, concat_emit,
+                         concat_shape};
+const OpDef op_SLICE = {"slice", 1, 1, false, cat_rule, slice_grad, slice_emit, NULL};
+const OpDef op_PAD = {"pad", 1, 1, false, cat_rule, pad_grad, pad_emit, NULL};
 
 // Reshape: split both shapes into groups of equal products. In each group
 // the major-most dims of input and output share one factor (a block split
@@ -412,7 +461,7 @@ static void reshape_emit(const Node *n, Lowering *lw) {
   lw->note = format("a view of %%%d: no code", n->in[0]->id);
 }
 
-const OpDef op_RESHAPE = {"reshape", 1, 1, false, reshape_rule, reshape_grad, reshape_emit};
+const OpDef op_RESHAPE = {"reshape", 1, 1, false, reshape_rule, reshape_grad, reshape_emit, NULL};
 
 // ---------------------------------------------------------------- DROPOUT, SCALE
 
@@ -451,7 +500,8 @@ static void random_emit(const Node *n, Lowering *lw) {
                n->drop.mul, stream);
 }
 
-const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad, random_emit};
+const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad, random_emit,
+                          shape_in0};
 
 static void scale_grad(Graph *g, Node *n, const bool *need) {
   Node *dx = new_node1(g, OP_SCALE, n->grad, n->in[0]->shape);
@@ -473,7 +523,7 @@ static void scale_emit(const Node *n, Lowering *lw) {
              scale, shift);
 }
 
-const OpDef op_SCALE = {"scale", 1, 0, false, rule_elementwise, scale_grad, scale_emit};
+const OpDef op_SCALE = {"scale", 1, 0, false, rule_elementwise, scale_grad, scale_emit, shape_in0};
 
 // ---------------------------------------------------------------- GATHER, SCATTER_ADD
 // table[V, D], ids[b, t..] -> y[b, t.., D]. The vocabulary V contracts: a
@@ -516,8 +566,18 @@ static void scatter_emit(const Node *n, Lowering *lw) {
 }
 
 // Linear in the table (operand 0): a partial table gives a partial lookup.
-const OpDef op_GATHER = {"gather", 2, 1, false, gather_rule, gather_grad, gather_emit};
-const OpDef op_SCATTER_ADD = {"scatter_add", 2, 1, false, scatter_rule, NULL, scatter_emit};
+// ids[..] into table[V, E] -> [.., E]
+static bool gather_shape(const Node *n, Shape *out) {
+  const Shape *t = &n->in[0]->shape;
+  *out = n->in[1]->shape;
+  if (t->rank != 2 || out->rank == MAX_RANK) return false;
+  out->d[out->rank++] = t->d[1];
+  return true;
+}
+
+const OpDef op_GATHER = {"gather", 2, 1, false, gather_rule, gather_grad, gather_emit,
+                         gather_shape};
+const OpDef op_SCATTER_ADD = {"scatter_add", 2, 1, false, scatter_rule, NULL, scatter_emit, NULL};
 
 // ---------------------------------------------------------------- MUL
 
@@ -533,7 +593,7 @@ static void mul_emit(const Node *n, Lowering *lw) {
 }
 
 // Linear in each operand separately: a partial sum times a whole value.
-const OpDef op_MUL = {"mul", 2, 3, false, rule_elementwise, mul_grad, mul_emit};
+const OpDef op_MUL = {"mul", 2, 3, false, rule_elementwise, mul_grad, mul_emit, shape_in0};
 
 // ---------------------------------------------------------------- TRANSPOSE
 // y dim i is x dim perm[i]: the factors follow their dims.
@@ -563,8 +623,15 @@ static void transpose_emit(const Node *n, Lowering *lw) {
              "%s, %s, %d, s, perm", buf(n), buf(n->in[0]), n->shape.rank);
 }
 
+static bool transpose_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[0]->shape;
+  out->rank = x->rank;
+  for (int d = 0; d < x->rank; d++) out->d[d] = x->d[n->perm.perm[d]];
+  return true;
+}
+
 const OpDef op_TRANSPOSE = {"transpose", 1, 1, false, transpose_rule, transpose_grad,
-                            transpose_emit};
+                            transpose_emit, transpose_shape};
 
 // ---------------------------------------------------------------- REDUCE_SUM, BROADCAST
 // x[o.., m, i..] -> y[o.., i..] summed over m (which contracts: a split
@@ -601,8 +668,17 @@ static void reduce_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(big, d + 1, big->shape.rank, true)));
 }
 
-const OpDef op_REDUCE_SUM = {"reduce_sum", 1, 1, false, reduce_rule, reduce_grad, reduce_emit};
-const OpDef op_BROADCAST = {"broadcast", 1, 1, false, reduce_rule, reduce_grad, reduce_emit};
+static bool reduce_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[0]->shape;
+  out->rank = 0;
+  for (int d = 0; d < x->rank; d++)
+    if (d != n->red.dim) out->d[out->rank++] = x->d[d];
+  return n->red.dim < x->rank;
+}
+
+const OpDef op_REDUCE_SUM = {"reduce_sum", 1, 1, false, reduce_rule, reduce_grad, reduce_emit,
+                             reduce_shape};
+const OpDef op_BROADCAST = {"broadcast", 1, 1, false, reduce_rule, reduce_grad, reduce_emit, NULL};
 
 // ---------------------------------------------------------------- BIAS_GRAD
 
@@ -624,7 +700,7 @@ static void bias_grad_emit(const Node *n, Lowering *lw) {
              lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
 }
 
-const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias_grad_emit};
+const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias_grad_emit, NULL};
 
 // ---------------------------------------------------------------- GRAD_CLIP, UPDATE
 
@@ -637,7 +713,7 @@ static void grad_clip_emit(const Node *n, Lowering *lw) {
              flt(global ? o->global_clipnorm : o->clipnorm), global);
 }
 
-const OpDef op_GRAD_CLIP = {"grad_clip", 1, 0, false, rule_elementwise, NULL, grad_clip_emit};
+const OpDef op_GRAD_CLIP = {"grad_clip", 1, 0, false, rule_elementwise, NULL, grad_clip_emit, NULL};
 
 // ---------------------------------------------------------------- issue 23: loss scaling
 // Keras's LossScaleOptimizer (Optimizer.loss_scale): the backward pass
@@ -662,7 +738,8 @@ static void loss_scale_emit(const Node *n, Lowering *lw) {
                buf(n->in[0]), elems_c(n));
 }
 
-const OpDef op_LOSS_SCALE = {"loss_scale", 1, 1, false, rule_elementwise, NULL, loss_scale_emit};
+const OpDef op_LOSS_SCALE = {"loss_scale", 1, 1, false, rule_elementwise, NULL, loss_scale_emit,
+                             shape_in0};
 
 static void unscale_emit(const Node *n, Lowering *lw) {
   for (int i = 0; i < EG->nvars; i++) { // every gradient is made before
@@ -674,7 +751,7 @@ static void unscale_emit(const Node *n, Lowering *lw) {
   lower_call(lw, "loss_scale_step", true, NULL, "G");
 }
 
-const OpDef op_UNSCALE = {"unscale", 0, 0, false, rule_none, NULL, unscale_emit};
+const OpDef op_UNSCALE = {"unscale", 0, 0, false, rule_none, NULL, unscale_emit, NULL};
 
 // The optimizer's step t (from 1) in an update's call: its iterations,
 // which a loss scale's skipped steps do not count.
@@ -817,7 +894,7 @@ static void update_emit(const Node *n, Lowering *lw) {
   unreachable();
 }
 
-const OpDef op_UPDATE = {"update", -1, 0, false, update_rule, NULL, update_emit};
+const OpDef op_UPDATE = {"update", -1, 0, false, update_rule, NULL, update_emit, NULL};
 
 // issue 11: a constraint's result written over its variable, after the
 // update (u, whose buffer is the variable's); training steps only.
@@ -827,7 +904,7 @@ static void assign_emit(const Node *n, Lowering *lw) {
              elems_c(n->in[0]));
 }
 
-const OpDef op_ASSIGN = {"assign", 2, 0, false, rule_elementwise, NULL, assign_emit};
+const OpDef op_ASSIGN = {"assign", 2, 0, false, rule_elementwise, NULL, assign_emit, NULL};
 
 // ---------------------------------------------------------------- collectives
 // shard.c makes them from placement transitions; they have no rule and
@@ -869,12 +946,17 @@ static void coll_emit(const Node *n, Lowering *lw) {
   }
 }
 
-const OpDef op_ALLREDUCE = {"all_reduce", 1, 0, false, rule_elementwise, NULL, coll_emit};
-const OpDef op_ALLREDUCE_MAX = {"all_reduce_max", 1, 0, false, rule_elementwise, NULL, coll_emit};
-const OpDef op_REDUCE_SCATTER = {"reduce_scatter", 1, 0, false, rule_elementwise, NULL, coll_emit};
-const OpDef op_ALLGATHER = {"all_gather", 1, 0, false, rule_elementwise, NULL, coll_emit};
-const OpDef op_ALLTOALL = {"all_to_all", 1, 0, false, rule_elementwise, NULL, coll_emit};
-const OpDef op_LOCAL_SLICE = {"local_slice", 1, 0, false, rule_elementwise, NULL, coll_emit};
+const OpDef op_ALLREDUCE = {"all_reduce", 1, 0, false, rule_elementwise, NULL, coll_emit,
+                            shape_in0};
+const OpDef op_ALLREDUCE_MAX = {"all_reduce_max", 1, 0, false, rule_elementwise, NULL, coll_emit,
+                                shape_in0};
+const OpDef op_REDUCE_SCATTER = {"reduce_scatter", 1, 0, false, rule_elementwise, NULL, coll_emit,
+                                 shape_in0};
+const OpDef op_ALLGATHER = {"all_gather", 1, 0, false, rule_elementwise, NULL, coll_emit,
+                            shape_in0};
+const OpDef op_ALLTOALL = {"all_to_all", 1, 0, false, rule_elementwise, NULL, coll_emit, shape_in0};
+const OpDef op_LOCAL_SLICE = {"local_slice", 1, 0, false, rule_elementwise, NULL, coll_emit,
+                              shape_in0};
 
 // ---------------------------------------------------------------- issue 11: BATCH_MEAN, TRAIN_SELECT
 // BATCH_MEAN: a sum over the batch rows (and aff.scale elements per row) to
@@ -895,7 +977,7 @@ static void batch_mean_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_BATCH_MEAN = {"batch_mean", 1, 1, false, rule_elementwise, batch_mean_grad,
-                             batch_mean_emit};
+                             batch_mean_emit, shape_in0};
 
 static void train_select_grad(Graph *g, Node *n, const bool *need) {
   if (need[n->in[0]->id]) accumulate(g, n->in[0], n->grad);
@@ -915,7 +997,7 @@ static void clip_norm_emit(const Node *n, Lowering *lw) {
              flt((float)(1.0 - n->clip.rate)));
 }
 
-const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit};
+const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit, NULL};
 
 // issue 11: LeakyReLU, ELU and ReLU layers whose parameters no KDRT_ACT_LIST
 // activation has (kdrt_pact); the gradient reads the input.
@@ -949,11 +1031,12 @@ static void pact_grad_emit(const Node *n, Lowering *lw) {
              buf(n), buf(n->in[0]), buf(n->in[1]), elems_c(n), pact_args(n));
 }
 
-const OpDef op_PACT = {"pact", 1, 0, false, rule_elementwise, pact_grad, pact_emit};
-const OpDef op_PACT_GRAD = {"pact_grad", 2, 1, false, rule_elementwise, NULL, pact_grad_emit};
+const OpDef op_PACT = {"pact", 1, 0, false, rule_elementwise, pact_grad, pact_emit, shape_in0};
+const OpDef op_PACT_GRAD = {"pact_grad", 2, 1, false, rule_elementwise, NULL, pact_grad_emit,
+                            shape_in0};
 
 const OpDef op_TRAIN_SELECT = {"train_select", 2, 0, false, rule_elementwise, train_select_grad,
-                               train_select_emit};
+                               train_select_emit, shape_in0};
 
 // ---------------------------------------------------------------- issue 11: MAXIMUM
 // The Maximum and Minimum merges (two operands), and a clamp of one operand
@@ -981,9 +1064,10 @@ static void maximum_emit(const Node *n, Lowering *lw) {
              n->nin > k + 1 ? buf(n->in[k + 1]) : "NULL", flt(n->mm.c), n->mm.min, elems_c(n));
 }
 
-const OpDef op_MAXIMUM = {"maximum", -1, 0, false, rule_elementwise, maximum_grad, maximum_emit};
+const OpDef op_MAXIMUM = {"maximum", -1, 0, false, rule_elementwise, maximum_grad, maximum_emit,
+                          shape_in0};
 const OpDef op_MAXIMUM_GRAD = {"maximum_grad", -1, 0, false, rule_elementwise, NULL,
-                               maximum_emit};
+                               maximum_emit, shape_in0};
 
 // ---------------------------------------------------------------- issue 11: NOISE, FILL
 // NOISE: GaussianNoise (x + s * z) and GaussianDropout (x * (1 + s * z)),
@@ -993,13 +1077,14 @@ const OpDef op_MAXIMUM_GRAD = {"maximum_grad", -1, 0, false, rule_elementwise, N
 // FILL: a constant tensor (no operands), which SpatialDropout drops out to
 // make its mask.
 
-const OpDef op_NOISE = {"noise", 1, 0, false, rule_elementwise, random_grad, random_emit};
+const OpDef op_NOISE = {"noise", 1, 0, false, rule_elementwise, random_grad, random_emit,
+                        shape_in0};
 
 static void fill_emit(const Node *n, Lowering *lw) {
   lower_call(lw, "fill", false, NULL, "%s, %s, %s", buf(n), flt(n->aff.shift), elems_c(n));
 }
 
-const OpDef op_FILL = {"fill", 0, 0, false, rule_none, NULL, fill_emit};
+const OpDef op_FILL = {"fill", 0, 0, false, rule_none, NULL, fill_emit, NULL};
 
 // CONST: a replicated constant the program holds (Normalization's mean and
 // variance from its config), copied into its buffer when the step needs it.
@@ -1013,7 +1098,7 @@ static void const_emit(const Node *n, Lowering *lw) {
              "%s, k, %lld", buf(n), (long long)k);
 }
 
-const OpDef op_CONST = {"const", 0, 0, false, rule_none, NULL, const_emit};
+const OpDef op_CONST = {"const", 0, 0, false, rule_none, NULL, const_emit, NULL};
 
 // ---------------------------------------------------------------- issue 23: ROUND
 // A mixed policy's cast to its compute dtype, the value kept in float32
@@ -1042,7 +1127,7 @@ static void round_emit(const Node *n, Lowering *lw) {
              buf(n->in[0]), elems_c(n));
 }
 
-const OpDef op_ROUND = {"round", 1, 0, false, rule_elementwise, round_grad, round_emit};
+const OpDef op_ROUND = {"round", 1, 0, false, rule_elementwise, round_grad, round_emit, shape_in0};
 
 // issue 23: PACK16 and UNPACK16 (store16.c): a saved activation's value,
 // exactly a bfloat16 or float16 one, stored in 16 bits between its forward
@@ -1061,5 +1146,6 @@ static void unpack16_emit(const Node *n, Lowering *lw) {
              buf(n->in[0]), elems_c(n));
 }
 
-const OpDef op_PACK16 = {"pack16", 1, 1, false, rule_elementwise, NULL, pack16_emit};
-const OpDef op_UNPACK16 = {"unpack16", 1, 1, false, rule_elementwise, NULL, unpack16_emit};
+const OpDef op_PACK16 = {"pack16", 1, 1, false, rule_elementwise, NULL, pack16_emit, shape_in0};
+const OpDef op_UNPACK16 = {"unpack16", 1, 1, false, rule_elementwise, NULL, unpack16_emit,
+                           shape_in0};

@@ -16,6 +16,13 @@ int factor(Rule *r, FactorKind kind, int64_t size);
 void rule_elementwise(const Node *n, Rule *r);
 void bias_rule(const Node *n, Rule *r);
 
+// Shape rules: the first operand's shape (elementwise ops, gradients in
+// their first operand), the second's, a scalar, the last dim dropped.
+bool shape_in0(const Node *n, Shape *out);
+bool shape_in1(const Node *n, Shape *out);
+bool shape_scalar(const Node *n, Shape *out);
+bool shape_rows(const Node *n, Shape *out);
+
 // Gradients: a DOT of a and b with these attributes (dot_shape's).
 Node *dot(Graph *g, Node *a, Node *b, int nb, int nk, bool ta, bool tb);
 

@@ -62,9 +62,10 @@ static void softmax_grad_emit(const Node *n, Lowering *lw) {
                buf(n->in[1]), rows_c(n), cols_c(n));
 }
 
-const OpDef op_SOFTMAX = {"softmax", 1, 0, false, softmax_rule, softmax_grad, softmax_emit};
+const OpDef op_SOFTMAX = {"softmax", 1, 0, false, softmax_rule, softmax_grad, softmax_emit,
+                          shape_in0};
 const OpDef op_SOFTMAX_GRAD = {"softmax_grad", 2, 1, false, softmax_rule, NULL,
-                               softmax_grad_emit};
+                               softmax_grad_emit, shape_in0};
 
 // ---------------------------------------------------------------- ATTENTION
 // issue 22: attention's chain in one op each way (fuse.c's fuse_attention,
@@ -114,11 +115,19 @@ static void attention_emit(const Node *n, Lowering *lw) {
              buf(n->in[3]), buf(n->in[4]), buf(n->in[5]), attention_args(n, n->in[1], n->in[2]));
 }
 
-const OpDef op_ATTENTION = {"attention", 4, 0, false, attention_rule, NULL, attention_emit};
+// q [b, n, t, h], v [b, n, s, hv] -> [b, n, t, hv]
+static bool attention_shape(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  out->d[out->rank - 1] = n->in[2]->shape.d[out->rank - 1];
+  return true;
+}
+
+const OpDef op_ATTENTION = {"attention", 4, 0, false, attention_rule, NULL, attention_emit,
+                            attention_shape};
 const OpDef op_ATTENTION_LSE = {"attention_lse", 3, 0, false, attention_rule, NULL,
-                                attention_emit};
+                                attention_emit, shape_rows};
 const OpDef op_ATTENTION_GRAD = {"attention_grad", -1, 0, false, attention_rule, NULL,
-                                 attention_emit};
+                                 attention_emit, NULL};
 
 // ---------------------------------------------------------------- CONV2D, MAXPOOL
 // x[b,h,w,ci] f[kh,kw,ci,co] y[b,oh,ow,co]; the spatial dims need their
@@ -205,9 +214,9 @@ static void conv_dx_grad(Graph *g, Node *n, const bool *need) {
   if (need[f->id]) accumulate(g, f, windowed(g, OP_CONV2D_DW, n->grad, dy, f->shape, n));
 }
 
-const OpDef op_CONV2D = {"conv2d", 2, 3, false, conv_rule, conv_grad, conv_emit};
-const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, conv_dx_grad, conv_emit};
-const OpDef op_CONV2D_DW = {"conv2d_dw", 2, 3, false, conv_rule, NULL, conv_emit};
+const OpDef op_CONV2D = {"conv2d", 2, 3, false, conv_rule, conv_grad, conv_emit, NULL};
+const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, conv_dx_grad, conv_emit, NULL};
+const OpDef op_CONV2D_DW = {"conv2d_dw", 2, 3, false, conv_rule, NULL, conv_emit, NULL};
 
 static void pool_rule(const Node *n, Rule *r) {
   bool fwd = n->op == OP_MAXPOOL;
@@ -235,8 +244,8 @@ static void pool_emit(const Node *n, Lowering *lw) {
                buf(n->in[0]), buf(n->in[1]));
 }
 
-const OpDef op_MAXPOOL = {"maxpool", 1, 0, false, pool_rule, pool_grad, pool_emit};
-const OpDef op_MAXPOOL_GRAD = {"maxpool_grad", 2, 0, false, pool_rule, NULL, pool_emit};
+const OpDef op_MAXPOOL = {"maxpool", 1, 0, false, pool_rule, pool_grad, pool_emit, NULL};
+const OpDef op_MAXPOOL_GRAD = {"maxpool_grad", 2, 0, false, pool_rule, NULL, pool_emit, shape_in1};
 
 // ---------------------------------------------------------------- COL_MUL, NORM, CAUSAL, ATTN_MASK
 // COL_MUL: x * g, g over x's trailing dims (a normalization's scale).
@@ -260,7 +269,7 @@ static void col_mul_emit(const Node *n, Lowering *lw) {
 }
 
 // Linear in x (operand 0) and in g separately.
-const OpDef op_COL_MUL = {"col_mul", 2, 3, false, bias_rule, col_mul_grad, col_mul_emit};
+const OpDef op_COL_MUL = {"col_mul", 2, 3, false, bias_rule, col_mul_grad, col_mul_emit, shape_in0};
 
 static void norm_rule(const Node *n, Rule *r) {
   rule_elementwise(n, r);
@@ -288,8 +297,8 @@ static void norm_emit(const Node *n, Lowering *lw) {
                buf(n), buf(n->in[0]), buf(x), rows_c(n), cols_c(n), eps);
 }
 
-const OpDef op_NORM = {"norm", 1, 0, false, norm_rule, norm_grad, norm_emit};
-const OpDef op_NORM_GRAD = {"norm_grad", 2, 0, false, norm_rule, NULL, norm_emit};
+const OpDef op_NORM = {"norm", 1, 0, false, norm_rule, norm_grad, norm_emit, shape_in0};
+const OpDef op_NORM_GRAD = {"norm_grad", 2, 0, false, norm_rule, NULL, norm_emit, shape_in0};
 
 // issue 25: LAYER_NORM is Keras's LayerNormalization (and RMSNormalization)
 // whole, NORM then COL_MUL by g then BIAS of b, in one pass; LAYER_NORM_DX
@@ -336,12 +345,19 @@ static void layer_norm_emit(const Node *n, Lowering *lw) {
   }
 }
 
-const OpDef op_LAYER_NORM = {"layer_norm", -1, 0, false, layer_norm_rule, NULL, layer_norm_emit};
+const OpDef op_LAYER_NORM = {"layer_norm", -1, 0, false, layer_norm_rule, NULL, layer_norm_emit,
+                             shape_in0};
 const OpDef op_LAYER_NORM_DX = {"layer_norm_dx", -1, 0, false, layer_norm_rule, NULL,
-                                layer_norm_emit};
+                                layer_norm_emit, shape_in0};
 // Linear in dy: a partial dy gives partial sums.
+static bool layer_norm_dw_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[1]->shape;
+  *out = (Shape){1, {x->d[x->rank - 1]}};
+  return true;
+}
+
 const OpDef op_LAYER_NORM_DW = {"layer_norm_dw", 2, 1, false, layer_norm_dw_rule, NULL,
-                                layer_norm_emit};
+                                layer_norm_emit, layer_norm_dw_shape};
 
 // Scores s[.., t, u]: a key position u after the query position t is
 // masked, and with a window w one at u <= t - w; the gradient is the same
@@ -367,7 +383,8 @@ static void causal_emit(const Node *n, Lowering *lw) {
              window, n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
 }
 
-const OpDef op_CAUSAL = {"causal_mask", 1, 0, false, rule_elementwise, causal_grad, causal_emit};
+const OpDef op_CAUSAL = {"causal_mask", 1, 0, false, rule_elementwise, causal_grad, causal_emit,
+                         shape_in0};
 
 // issue 10: scores s[b, n, t, u] where a call's attention_mask m[b, t, u]
 // is zero become mask.fill (Keras casts the mask to bool); m is the same
@@ -400,7 +417,7 @@ static void attn_mask_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_ATTN_MASK = {"attention_mask", 2, 0, false, attn_mask_rule, attn_mask_grad,
-                            attn_mask_emit};
+                            attn_mask_emit, shape_in0};
 
 // ---------------------------------------------------------------- issue 24: ROPE
 // Rotary position embedding (kdrt_rope.h) of x[b, t, .., 2h]: feature pair
@@ -517,7 +534,7 @@ static void rope_emit(const Node *n, Lowering *lw) {
              n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
 }
 
-const OpDef op_ROPE = {"rope", 1, 1, false, rope_rule, rope_grad, rope_emit};
+const OpDef op_ROPE = {"rope", 1, 1, false, rope_rule, rope_grad, rope_emit, shape_in0};
 
 // ---------------------------------------------------------------- losses and metrics
 // p[b, t.., c] and y[b, t.., c] (or class ids y[b, t..]): every dim but the
@@ -602,9 +619,9 @@ static void loss_emit(const Node *n, Lowering *lw) {
              rows, cols, scale_c(n, p));
 }
 
-const OpDef op_LOSS = {"loss", -1, 0, false, loss_rule, NULL, loss_emit};
-const OpDef op_METRIC = {"accuracy", -1, 0, false, loss_rule, NULL, loss_emit};
-const OpDef op_LOSS_GRAD = {"loss_grad", -1, 0, false, loss_rule, NULL, loss_emit};
+const OpDef op_LOSS = {"loss", -1, 0, false, loss_rule, NULL, loss_emit, shape_scalar};
+const OpDef op_METRIC = {"accuracy", -1, 0, false, loss_rule, NULL, loss_emit, shape_scalar};
+const OpDef op_LOSS_GRAD = {"loss_grad", -1, 0, false, loss_rule, NULL, loss_emit, shape_in0};
 
 // issue 11: y -> 1 when an element of y is neither 0 nor 1, else 0: a max
 // over every dim (ranks holding parts of y all-reduce it, max).
@@ -618,7 +635,8 @@ static void not_binary_emit(const Node *n, Lowering *lw) {
              elems_c(n->in[0]));
 }
 
-const OpDef op_NOT_BINARY = {"not_binary", 1, 0, false, not_binary_rule, NULL, not_binary_emit};
+const OpDef op_NOT_BINARY = {"not_binary", 1, 0, false, not_binary_rule, NULL, not_binary_emit,
+                             shape_scalar};
 
 // Sparse crossentropy from logits x[rows.., V], by its row statistics, so
 // that V may stay split (vocab-parallel): m = max over V (a split leaves a
@@ -678,11 +696,13 @@ static void xent_emit(const Node *n, Lowering *lw) {
   }
 }
 
-const OpDef op_ROW_MAX = {"row_max", 1, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_ROW_SUMEXP = {"row_sumexp", 2, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_XENT = {"sparse_xent", -1, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_XENT_GRAD = {"sparse_xent_grad", -1, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_XENT_ACC = {"sparse_xent_acc", -1, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_ROW_MAX = {"row_max", 1, 0, false, xent_rule, NULL, xent_emit, shape_rows};
+const OpDef op_ROW_SUMEXP = {"row_sumexp", 2, 0, false, xent_rule, NULL, xent_emit, shape_rows};
+const OpDef op_XENT = {"sparse_xent", -1, 0, false, xent_rule, NULL, xent_emit, shape_scalar};
+const OpDef op_XENT_GRAD = {"sparse_xent_grad", -1, 0, false, xent_rule, NULL, xent_emit,
+                            shape_in0};
+const OpDef op_XENT_ACC = {"sparse_xent_acc", -1, 0, false, xent_rule, NULL, xent_emit,
+                           shape_scalar};
 
 // ---------------------------------------------------------------- issue 15: BN_STATS, BATCH_NORM, BN_GRAD
 // Batch normalization in three passes over the activations: the sums of
@@ -718,7 +738,14 @@ static void bn_stats_emit(const Node *n, Lowering *lw) {
              lead_c(x, 1), trail_c(x, 1));
 }
 
-const OpDef op_BN_STATS = {"bn_stats", -1, 0, false, bn_stats_rule, NULL, bn_stats_emit};
+static bool bn_stats_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[0]->shape;
+  *out = n->nin > 2 ? (Shape){2, {2, x->d[x->rank - 1]}} : (Shape){1, {x->d[x->rank - 1]}};
+  return true;
+}
+
+const OpDef op_BN_STATS = {"bn_stats", -1, 0, false, bn_stats_rule, NULL, bn_stats_emit,
+                           bn_stats_shape};
 
 // The operands before `chan` are x's shape, elementwise with the result;
 // the rest are per channel (x's last dim), [c] or (BN_GRAD's s) [2, c].
@@ -789,8 +816,8 @@ static void bn_grad_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_BATCH_NORM = {"batch_norm", 5, 0, false, batch_norm_rule, batch_norm_grad,
-                             batch_norm_emit};
-const OpDef op_BN_GRAD = {"bn_grad", 6, 0, false, bn_grad_rule, NULL, bn_grad_emit};
+                             batch_norm_emit, shape_in0};
+const OpDef op_BN_GRAD = {"bn_grad", 6, 0, false, bn_grad_rule, NULL, bn_grad_emit, shape_in0};
 
 // ---------------------------------------------------------------- issue 11: RECUR, RECUR_GRAD, REVERSE
 // A recurrent layer's recurrence as one op (runtime/kdrt_rnn.h's records):
@@ -877,8 +904,8 @@ static void recur_emit(const Node *n, Lowering *lw) {
              fwd ? n->nin > 2 ? buf(n->in[2]) : "NULL" : buf(n->in[2]), B, T, U);
 }
 
-const OpDef op_RECUR = {"recur", -1, 0, false, recur_rule, recur_grad, recur_emit};
-const OpDef op_RECUR_GRAD = {"recur_grad", 3, 0, false, recur_rule, NULL, recur_emit};
+const OpDef op_RECUR = {"recur", -1, 0, false, recur_rule, recur_grad, recur_emit, NULL};
+const OpDef op_RECUR_GRAD = {"recur_grad", 3, 0, false, recur_rule, NULL, recur_emit, NULL};
 
 // x with dim red.dim reversed: that dim is needed whole; its own transpose.
 static void reverse_rule(const Node *n, Rule *r) {
@@ -899,7 +926,8 @@ static void reverse_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(n, d + 1, n->shape.rank, true)));
 }
 
-const OpDef op_REVERSE = {"reverse", 1, 1, false, reverse_rule, reverse_grad, reverse_emit};
+const OpDef op_REVERSE = {"reverse", 1, 1, false, reverse_rule, reverse_grad, reverse_emit,
+                          shape_in0};
 
 // ---------------------------------------------------------------- the table
 // Every op of ops.def, ops.c's and this file's: here, above both files'
