@@ -27,7 +27,7 @@
 // whose gradient each seed is; ops.c).
 static Node *loss_scaled(Graph *g, Node *dy) {
   if (!g->model->opt.loss_scale) return dy;
-  Node *s = new_node1(g, OP_LOSS_SCALE, dy, dy->shape);
+  Node *s = make1(g, OP_LOSS_SCALE, dy);
   s->name = format("%s * loss scale", dy->name);
   s->layer = dy->layer;
   s->loc = dy->loc;

@@ -130,7 +130,7 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
   if (n == 1) y = view(g, y, (Shape){3, {b, oh, out_ch}});
   if (cfg_bool(l, "use_bias", true)) {
     Node *bias = new_var(g, l, "bias", (Shape){1, {out_ch}}, "bias_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, bias, y->shape);
+    y = make2(g, OP_BIAS, y, bias);
   }
   return apply_act(g, y, parse_act(l, "activation"));
 }
@@ -205,7 +205,7 @@ static Node *build_conv_transpose(Graph *g, Layer *l, Node *x, int n) {
   if (n == 1) y = view(g, y, (Shape){3, {b, out[0], filters}});
   if (cfg_bool(l, "use_bias", true)) {
     Node *bias = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, bias, y->shape);
+    y = make2(g, OP_BIAS, y, bias);
   }
   return apply_act(g, y, parse_act(l, "activation"));
 }
@@ -263,11 +263,8 @@ Node *build_gap1d(Graph *g, Layer *l, Node *x) {
   if (x->shape.rank != 3)
     error_at(l->loc, "layer '%s': GlobalAveragePooling1D needs an input of rank 3 (batch, steps, "
              "features), got %s", l->name, kshape(&x->shape));
-  Node *s = new_node1(g, OP_REDUCE_SUM, x, (Shape){2, {x->shape.d[0], x->shape.d[2]}});
-  s->red.dim = 1;
-  Node *y = new_node1(g, OP_SCALE, s, s->shape);
-  y->aff = (AffAttr){(float)(1.0 / (double)x->shape.d[1]), 0, NULL};
-  return y;
+  Node *s = make1(g, OP_REDUCE_SUM, x, .red.dim = 1);
+  return make1(g, OP_SCALE, s, .aff = (AffAttr){(float)(1.0 / (double)x->shape.d[1]), 0, NULL});
 }
 
 // GlobalAveragePooling2D: x[b, h, w, c] -> the mean over h and w.
@@ -279,13 +276,8 @@ Node *build_gap2d(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': GlobalAveragePooling2D needs an input of rank 4 (batch, rows, "
              "cols, channels), got %s", l->name, kshape(&x->shape));
   const int64_t *d = x->shape.d;
-  Node *s = new_node1(g, OP_REDUCE_SUM, x, (Shape){3, {d[0], d[2], d[3]}});
-  s->red.dim = 1;
-  Node *t = new_node1(g, OP_REDUCE_SUM, s, (Shape){2, {d[0], d[3]}});
-  t->red.dim = 1;
-  Node *y = new_node1(g, OP_SCALE, t, t->shape);
-  y->aff = (AffAttr){(float)(1.0 / (double)(d[1] * d[2])), 0, NULL};
-  return y;
+  Node *t = make1(g, OP_REDUCE_SUM, make1(g, OP_REDUCE_SUM, x, .red.dim = 1), .red.dim = 1);
+  return make1(g, OP_SCALE, t, .aff = (AffAttr){(float)(1.0 / (double)(d[1] * d[2])), 0, NULL});
 }
 
 // Amounts before and after along n spatial dims: Keras stores [a, b] for 1-D
@@ -433,17 +425,10 @@ Node *build_avgpool(Graph *g, Layer *l, Node *x) {
   int64_t o0 = d[1] / ps[0], o1 = n == 2 ? d[2] / ps[1] : 1;
   Node *v = n == 2 ? view(g, x, (Shape){6, {b, o0, ps[0], o1, ps[1], c}})
                    : view(g, x, (Shape){4, {b, o0, ps[0], c}});
-  Node *r = new_node1(g, OP_REDUCE_SUM, v, n == 2 ? (Shape){5, {b, o0, o1, ps[1], c}}
-                                                   : (Shape){3, {b, o0, c}});
-  r->red.dim = 2;
-  if (n == 2) {
-    Node *r2 = new_node1(g, OP_REDUCE_SUM, r, (Shape){4, {b, o0, o1, c}});
-    r2->red.dim = 3;
-    r = r2;
-  }
-  Node *y = new_node1(g, OP_SCALE, r, r->shape);
-  y->aff = (AffAttr){(float)(1.0 / (double)(ps[0] * (n == 2 ? ps[1] : 1))), 0, NULL};
-  return y;
+  Node *r = make1(g, OP_REDUCE_SUM, v, .red.dim = 2);
+  if (n == 2) r = make1(g, OP_REDUCE_SUM, r, .red.dim = 3);
+  return make1(g, OP_SCALE, r,
+               .aff = (AffAttr){(float)(1.0 / (double)(ps[0] * (n == 2 ? ps[1] : 1))), 0, NULL});
 }
 
 // UpSampling1D/2D (nearest): each step repeated, a BROADCAST and a view.

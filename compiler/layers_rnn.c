@@ -84,10 +84,7 @@ static Node *recurrent(Graph *g, Layer *c, const char *cls, const char *prefix, 
   RecurAttr ra = {cell, rnn_act(c, "activation", ACT_TANH),
                   cell == KDRT_RNN_SIMPLE ? ACT_SIGMOID
                                           : rnn_act(c, "recurrent_activation", ACT_SIGMOID), U};
-  if (cfg_bool(c, "go_backwards", false) != flip) {
-    x = new_node1(g, OP_REVERSE, x, x->shape);
-    x->red.dim = 1;
-  }
+  if (cfg_bool(c, "go_backwards", false) != flip) x = make1(g, OP_REVERSE, x, .red.dim = 1);
   const char *cn = format("%s%s", prefix, rnn_classes[k].cell);
   Node *w = new_var(g, c, format("%s/kernel", cn), (Shape){2, {F, GU}}, "kernel_initializer",
                     "glorot_uniform");
@@ -113,7 +110,7 @@ static Node *recurrent(Graph *g, Layer *c, const char *cls, const char *prefix, 
         s->cat = (CatAttr){0, i};
         bi = view(g, s, (Shape){1, {GU}});
       }
-      if (i == 0) xw = in[0] = new_node2(g, OP_BIAS, xw, bi, xw->shape);
+      if (i == 0) xw = in[0] = make2(g, OP_BIAS, xw, bi);
       else in[2] = bi;
     }
   }
@@ -178,8 +175,7 @@ Node *build_bidirectional(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': the forward and backward layers must give the same shape",
              l->name);
   if (seq) {
-    Node *rv = new_node1(g, OP_REVERSE, y[1], y[1]->shape);
-    rv->red.dim = 1;
+    Node *rv = make1(g, OP_REVERSE, y[1], .red.dim = 1);
     y[1] = rv;
   }
   Shape s = y[0]->shape;

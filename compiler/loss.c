@@ -131,7 +131,7 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
   Node *yl = y;
   if (ol->label_smoothing != 0) {
     float ls = (float)ol->label_smoothing;
-    yl = new_node1(g, OP_SCALE, y, y->shape);
+    yl = make1(g, OP_SCALE, y);
     yl->aff = (AffAttr){(float)(1.0 - ol->label_smoothing),
                         ol->kind == LOSS_CCE ? ls / (float)ys.d[ys.rank - 1]
                                              : (float)(0.5 * ol->label_smoothing), NULL};

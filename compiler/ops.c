@@ -208,11 +208,7 @@ static void dot_rule(const Node *n, Rule *r) {
 }
 
 Node *dot(Graph *g, Node *a, Node *b, int nb, int nk, bool ta, bool tb) {
-  Shape s;
-  if (!dot_shape(&a->shape, &b->shape, nb, nk, ta, tb, &s)) unreachable();
-  Node *c = new_node2(g, OP_DOT, a, b, s);
-  c->dot = (DotAttr){.nb = nb, .nk = nk, .ta = ta, .tb = tb};
-  return c;
+  return make2(g, OP_DOT, a, b, .dot = {.nb = nb, .nk = nk, .ta = ta, .tb = tb});
 }
 
 // y = a.b: da = dy.b^T (contracting b's free dims), db = a^T.dy (contracting
@@ -608,9 +604,9 @@ static void transpose_rule(const Node *n, Rule *r) {
 
 static void transpose_grad(Graph *g, Node *n, const bool *need) {
   Node *x = n->in[0];
-  Node *dx = new_node1(g, OP_TRANSPOSE, n->grad, x->shape);
-  for (int d = 0; d < n->shape.rank; d++) dx->perm.perm[n->perm.perm[d]] = d;
-  accumulate(g, x, dx);
+  PermAttr p = {{0}};
+  for (int d = 0; d < n->shape.rank; d++) p.perm[n->perm.perm[d]] = d;
+  accumulate(g, x, make1(g, OP_TRANSPOSE, n->grad, .perm = p));
 }
 
 static void transpose_emit(const Node *n, Lowering *lw) {

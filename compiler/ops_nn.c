@@ -786,8 +786,7 @@ static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
     row->cat = (CatAttr){0, k};
     Node *sum = new_node1(g, OP_RESHAPE, row, m->shape);
     if (k) {
-      Node *ve = new_node1(g, OP_SCALE, v, v->shape);
-      ve->aff = (AffAttr){1, n->bn.eps, "epsilon"};
+      Node *ve = make1(g, OP_SCALE, v, .aff = (AffAttr){1, n->bn.eps, "epsilon"});
       Node *r = new_node1(g, OP_ACT, ve, v->shape);
       r->act.kind = KDRT_ACT_RSQRT;
       sum = new_node2(g, OP_MUL, sum, r, m->shape);
