@@ -66,11 +66,11 @@ static Node *build_layernorm(Graph *g, Layer *l, Node *x) {
   if (k > 1) y = view(g, y, moved);
   if (cfg_bool(l, "scale", true) || rms) {
     Node *gam = new_var(g, l, "gamma", gs, "gamma_initializer", "ones");
-    y = new_node2(g, OP_COL_MUL, y, gam, moved);
+    y = make2(g, OP_COL_MUL, y, gam);
   }
   if (cfg_bool(l, "center", true) && !rms) {
     Node *beta = new_var(g, l, "beta", gs, "beta_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, beta, moved);
+    y = make2(g, OP_BIAS, y, beta);
   }
   return from_last(g, y, axes, &moved, &x->shape);
 }
@@ -96,7 +96,7 @@ static Node *build_rmsnorm(Graph *g, Layer *l, Node *x) {
     Node *s1 = make1(g, OP_SCALE, scale, .aff = (AffAttr){1, 1, NULL});
     scale = s1;
   }
-  return new_node2(g, OP_COL_MUL, y, scale, x->shape);
+  return make2(g, OP_COL_MUL, y, scale);
 }
 
 // keras_hub's PositionEmbedding(sequence_length): its call returns the first
@@ -580,19 +580,16 @@ static Node *build_group_norm(Graph *g, Layer *l, Node *x) {
   Node *v = view(g, x, (Shape){4, {b, sp, groups, cg}});
   Node *t = new_node1(g, OP_TRANSPOSE, v, (Shape){4, {b, groups, sp, cg}});
   t->perm = (PermAttr){{0, 2, 1, 3}};
-  Node *y = new_node1(g, OP_NORM, view(g, t, (Shape){3, {b, groups, sp * cg}}),
-                      (Shape){3, {b, groups, sp * cg}});
-  y->norm = (NormAttr){false, (float)cfg_num(l, "epsilon", 1e-3), false, false};
+  Node *y = make1(g, OP_NORM, view(g, t, (Shape){3, {b, groups, sp * cg}}),
+                  .norm = (NormAttr){false, (float)cfg_num(l, "epsilon", 1e-3), false, false});
   Node *u = new_node1(g, OP_TRANSPOSE, view(g, y, t->shape), v->shape);
   u->perm = (PermAttr){{0, 2, 1, 3}};
   Node *o = view(g, u, x->shape);
   Shape cs = {1, {c}};
   if (cfg_bool(l, "scale", true))
-    o = new_node2(g, OP_COL_MUL, o, new_var(g, l, "gamma", cs, "gamma_initializer", "ones"),
-                  x->shape);
+    o = make2(g, OP_COL_MUL, o, new_var(g, l, "gamma", cs, "gamma_initializer", "ones"));
   if (cfg_bool(l, "center", true))
-    o = new_node2(g, OP_BIAS, o, new_var(g, l, "beta", cs, "beta_initializer", "zeros"),
-                  x->shape);
+    o = make2(g, OP_BIAS, o, new_var(g, l, "beta", cs, "beta_initializer", "zeros"));
   return o;
 }
 
@@ -622,7 +619,7 @@ static Node *build_prelu(Graph *g, Layer *l, Node *x) {
       a = bcast_dim(g, a, &t, d - 1);
     }
   Node *neg = apply_act(g, scaled(g, x, -1), ACT_RELU);
-  Node *an = new_node2(g, OP_COL_MUL, neg, scaled(g, a, -1), x->shape);
+  Node *an = make2(g, OP_COL_MUL, neg, scaled(g, a, -1));
   Node *sum[2] = {apply_act(g, x, ACT_RELU), an};
   Node *y = new_node(g, OP_ADD, 2, sum);
   y->shape = x->shape;
@@ -741,8 +738,8 @@ static Node *adapted_normalization(Graph *g, Layer *l, Node *x, const int *kept,
   mean->var->frozen = var->var->frozen = count->var->frozen = true;
   count->var->file_dtype = KDRT_I32;
   Node *mul = apply_act(g, var, invert ? KDRT_ACT_SQRT : KDRT_ACT_RSQRT);
-  mul = new_node1(g, OP_MAXIMUM, mul, ms);
-  mul->mm = invert ? (MinMaxAttr){false, 1e-7f} : (MinMaxAttr){true, (float)(1.0 / 1e-7f)};
+  mul = make1(g, OP_MAXIMUM, mul,
+              .mm = invert ? (MinMaxAttr){false, 1e-7f} : (MinMaxAttr){true, (float)(1.0 / 1e-7f)});
   Node *shift = invert ? mean : scaled(g, mean, -1);
   // over x's dims from the first kept one (axis None: the last), the
   // reduced ones among them repeated
@@ -759,9 +756,8 @@ static Node *adapted_normalization(Graph *g, Layer *l, Node *x, const int *kept,
     mul = bcast_dim(g, mul, &t, at);
     shift = bcast_dim(g, shift, &t, at);
   }
-  if (invert) return new_node2(g, OP_BIAS, new_node2(g, OP_COL_MUL, x, mul, x->shape), shift,
-                               x->shape);
-  return new_node2(g, OP_COL_MUL, new_node2(g, OP_BIAS, x, shift, x->shape), mul, x->shape);
+  if (invert) return make2(g, OP_BIAS, make2(g, OP_COL_MUL, x, mul), shift);
+  return make2(g, OP_COL_MUL, make2(g, OP_BIAS, x, shift), mul);
 }
 
 // Normalization(axis, mean, variance, invert) with its statistics in the
@@ -821,9 +817,8 @@ static Node *build_normalization(Graph *g, Layer *l, Node *x) {
     k[i]->has_want = true;
     k[i]->want = place_replicated();
   }
-  if (invert) return new_node2(g, OP_BIAS, new_node2(g, OP_COL_MUL, x, k[1], x->shape), k[0],
-                               x->shape);
-  return new_node2(g, OP_COL_MUL, new_node2(g, OP_BIAS, x, k[0], x->shape), k[1], x->shape);
+  if (invert) return make2(g, OP_BIAS, make2(g, OP_COL_MUL, x, k[1]), k[0]);
+  return make2(g, OP_COL_MUL, make2(g, OP_BIAS, x, k[0]), k[1]);
 }
 
 // The Keras layers kdcc builds (layers.def): class name, how many inputs a

@@ -487,14 +487,12 @@ static Node *fill_channels(Graph *g, Shape cs, float v) {
 // Keras's inv = rsqrt(var + eps) * gamma and res = -mean * inv + beta.
 static Node *frozen_batchnorm(Graph *g, Node *x, Node *mm, Node *mv, Node *gam, Node *beta,
                               double eps) {
-  Shape cs = mm->shape;
-  Node *ve = new_node1(g, OP_SCALE, mv, cs);
-  ve->aff = (AffAttr){1, (float)eps, "epsilon"};
+  Node *ve = make1(g, OP_SCALE, mv, .aff = (AffAttr){1, (float)eps, "epsilon"});
   Node *inv = apply_act(g, ve, KDRT_ACT_RSQRT);
-  if (gam) inv = new_node2(g, OP_MUL, inv, gam, cs);
-  Node *res = new_node2(g, OP_MUL, scaled(g, mm, -1), inv, cs);
-  if (beta) res = new_node2(g, OP_ADD, res, beta, cs);
-  return new_node2(g, OP_BIAS, new_node2(g, OP_COL_MUL, x, inv, x->shape), res, x->shape);
+  if (gam) inv = make2(g, OP_MUL, inv, gam);
+  Node *res = make2(g, OP_MUL, scaled(g, mm, -1), inv);
+  if (beta) res = make2(g, OP_ADD, res, beta);
+  return make2(g, OP_BIAS, make2(g, OP_COL_MUL, x, inv), res);
 }
 
 Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
@@ -519,14 +517,14 @@ Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   Node *mm = new_var(g, l, "moving_mean", cs, "moving_mean_initializer", "zeros");
   Node *mv = new_var(g, l, "moving_variance", cs, "moving_variance_initializer", "ones");
   if (layer_frozen(l)) return frozen_batchnorm(g, x, mm, mv, gam, beta, eps);
-  Node *mean = new_node1(g, OP_BATCH_MEAN, new_node1(g, OP_BN_STATS, x, cs), cs);
-  mean->aff = (AffAttr){(float)per, 0, NULL};
-  Node *var = new_node1(g, OP_BATCH_MEAN, new_node2(g, OP_BN_STATS, x, mean, cs), cs);
-  var->aff = (AffAttr){(float)per, 0, NULL};
+  Node *mean = make1(g, OP_BATCH_MEAN, new_node1(g, OP_BN_STATS, x, cs),
+                     .aff = (AffAttr){(float)per, 0, NULL});
+  Node *var = make1(g, OP_BATCH_MEAN, new_node2(g, OP_BN_STATS, x, mean, cs),
+                    .aff = (AffAttr){(float)per, 0, NULL});
   mm->var->ema_stat = mean, mm->var->ema_momentum = (float)mom;
   mv->var->ema_stat = var, mv->var->ema_momentum = (float)mom;
-  Node *in[5] = {x, new_node2(g, OP_TRAIN_SELECT, mean, mm, cs),
-                 new_node2(g, OP_TRAIN_SELECT, var, mv, cs),
+  Node *in[5] = {x, make2(g, OP_TRAIN_SELECT, mean, mm),
+                 make2(g, OP_TRAIN_SELECT, var, mv),
                  gam ? gam : fill_channels(g, cs, 1), beta ? beta : fill_channels(g, cs, 0)};
   Node *y = new_node(g, OP_BATCH_NORM, 5, in);
   y->shape = x->shape;

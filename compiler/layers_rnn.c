@@ -186,13 +186,12 @@ Node *build_bidirectional(Graph *g, Layer *l, Node *x) {
     c->cat.axis = s.rank - 1;
     return c;
   }
-  if (!strcmp(mode, "mul")) return new_node2(g, OP_MUL, y[0], y[1], s);
+  if (!strcmp(mode, "mul")) return make2(g, OP_MUL, y[0], y[1]);
   Node *sum = new_node(g, OP_ADD, 2, y);
   sum->shape = s;
   if (!strcmp(mode, "sum")) return sum;
   if (strcmp(mode, "ave"))
     error_at(jloc(mj), "layer '%s': unknown merge_mode '%s'", l->name, mode);
-  Node *ave = new_node1(g, OP_SCALE, sum, s);
-  ave->aff = (AffAttr){0.5f, 0, NULL};
+  Node *ave = make1(g, OP_SCALE, sum, .aff = (AffAttr){0.5f, 0, NULL});
   return ave;
 }

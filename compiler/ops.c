@@ -303,8 +303,7 @@ const OpDef op_BIAS_ACT = {"bias_act", 2, 0, false, bias_rule, NULL, bias_act_em
 
 static void act_grad(Graph *g, Node *n, const bool *need) {
   Node *a = n->in[0];
-  Node *dx = new_node2(g, OP_ACT_GRAD, n->grad, act_from_x(n->act.kind) ? a : n, a->shape);
-  dx->act = n->act;
+  Node *dx = make2(g, OP_ACT_GRAD, n->grad, act_from_x(n->act.kind) ? a : n, .act = n->act);
   accumulate(g, a, dx);
 }
 
@@ -500,8 +499,8 @@ const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad,
                           shape_in0};
 
 static void scale_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_SCALE, n->grad, n->in[0]->shape);
-  dx->aff = (AffAttr){n->aff.scale, 0, n->aff.shift == 0 ? n->aff.hp : NULL};
+  Node *dx = make1(g, OP_SCALE, n->grad,
+                   .aff = (AffAttr){n->aff.scale, 0, n->aff.shift == 0 ? n->aff.hp : NULL});
   accumulate(g, n->in[0], dx);
 }
 
@@ -579,8 +578,8 @@ const OpDef op_SCATTER_ADD = {"scatter_add", 2, 1, false, scatter_rule, NULL, sc
 
 static void mul_grad(Graph *g, Node *n, const bool *need) {
   Node *a = n->in[0], *b = n->in[1];
-  if (need[a->id]) accumulate(g, a, new_node2(g, OP_MUL, n->grad, b, a->shape));
-  if (need[b->id]) accumulate(g, b, new_node2(g, OP_MUL, n->grad, a, b->shape));
+  if (need[a->id]) accumulate(g, a, make2(g, OP_MUL, n->grad, b));
+  if (need[b->id]) accumulate(g, b, make2(g, OP_MUL, n->grad, a));
 }
 
 static void mul_emit(const Node *n, Lowering *lw) {
@@ -962,8 +961,7 @@ const OpDef op_LOCAL_SLICE = {"local_slice", 1, 0, false, rule_elementwise, NULL
 // predict; the gradient goes to a only (b is a moving average).
 
 static void batch_mean_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_BATCH_MEAN, n->grad, n->in[0]->shape);
-  dx->aff = n->aff;
+  Node *dx = make1(g, OP_BATCH_MEAN, n->grad, .aff = n->aff);
   accumulate(g, n->in[0], dx);
 }
 
@@ -1012,8 +1010,7 @@ static char *pact_args(const Node *n) {
 }
 
 static void pact_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node2(g, OP_PACT_GRAD, n->grad, n->in[0], n->shape);
-  dx->pact = n->pact;
+  Node *dx = make2(g, OP_PACT_GRAD, n->grad, n->in[0], .pact = n->pact);
   accumulate(g, n->in[0], dx);
 }
 
@@ -1111,8 +1108,7 @@ static const char *round_c(int kind) {
 static void round_grad(Graph *g, Node *n, const bool *need) {
   Node *dx = n->grad;
   if (dx->half != n->rnd.kind) { // not already rounded by the ROUND after this one
-    dx = new_node1(g, OP_ROUND, n->grad, n->in[0]->shape);
-    dx->rnd = n->rnd;
+    dx = make1(g, OP_ROUND, n->grad, .rnd = n->rnd);
     dx->half = (uint8_t)n->rnd.kind;
   }
   accumulate(g, n->in[0], dx);

@@ -23,7 +23,7 @@ static void softmax_rule(const Node *n, Rule *r) {
 }
 
 static void softmax_grad(Graph *g, Node *n, const bool *need) {
-  accumulate(g, n->in[0], new_node2(g, OP_SOFTMAX_GRAD, n->grad, n, n->shape));
+  accumulate(g, n->in[0], make2(g, OP_SOFTMAX_GRAD, n->grad, n));
 }
 
 // Attention's scores [.., t, u] with a scale and a causal mask folded in
@@ -255,9 +255,9 @@ const OpDef op_MAXPOOL_GRAD = {"maxpool_grad", 2, 0, false, pool_rule, NULL, poo
 
 static void col_mul_grad(Graph *g, Node *n, const bool *need) {
   Node *x = n->in[0], *gam = n->in[1];
-  if (need[x->id]) accumulate(g, x, new_node2(g, OP_COL_MUL, n->grad, gam, x->shape));
+  if (need[x->id]) accumulate(g, x, make2(g, OP_COL_MUL, n->grad, gam));
   if (need[gam->id]) {
-    Node *p = new_node2(g, OP_MUL, n->grad, x, x->shape);
+    Node *p = make2(g, OP_MUL, n->grad, x);
     accumulate(g, gam, new_node1(g, OP_BIAS_GRAD, p, gam->shape));
   }
 }
@@ -278,8 +278,7 @@ static void norm_rule(const Node *n, Rule *r) {
 
 static void norm_grad(Graph *g, Node *n, const bool *need) {
   Node *x = n->in[0];
-  Node *dx = new_node2(g, OP_NORM_GRAD, n->grad, x, x->shape);
-  dx->norm = n->norm;
+  Node *dx = make2(g, OP_NORM_GRAD, n->grad, x, .norm = n->norm);
   accumulate(g, x, dx);
 }
 
@@ -364,9 +363,9 @@ const OpDef op_LAYER_NORM_DW = {"layer_norm_dw", 2, 1, false, layer_norm_dw_rule
 // mask with 0 (a masked score has no effect). Positions are global: a split
 // t or u starts at its block.
 static void causal_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_CAUSAL, n->grad, n->shape);
-  dx->mask = n->mask;
-  dx->mask.fill = 0;
+  MaskAttr m = n->mask;
+  m.fill = 0;
+  Node *dx = make1(g, OP_CAUSAL, n->grad, .mask = m);
   accumulate(g, n->in[0], dx);
 }
 
@@ -401,8 +400,7 @@ static void attn_mask_rule(const Node *n, Rule *r) {
 }
 
 static void attn_mask_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node2(g, OP_ATTN_MASK, n->grad, n->in[1], n->shape);
-  dx->mask.fill = 0;
+  Node *dx = make2(g, OP_ATTN_MASK, n->grad, n->in[1], .mask.fill = 0);
   accumulate(g, n->in[0], dx);
 }
 
@@ -494,9 +492,9 @@ static void rope_rule(const Node *n, Rule *r) {
 }
 
 static void rope_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_ROPE, n->grad, n->shape);
-  dx->rope = n->rope;
-  dx->rope.inverse = !n->rope.inverse;
+  RopeAttr r = n->rope;
+  r.inverse = !r.inverse;
+  Node *dx = make1(g, OP_ROPE, n->grad, .rope = r);
   accumulate(g, n->in[0], dx);
 }
 
@@ -787,9 +785,8 @@ static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
     Node *sum = new_node1(g, OP_RESHAPE, row, m->shape);
     if (k) {
       Node *ve = make1(g, OP_SCALE, v, .aff = (AffAttr){1, n->bn.eps, "epsilon"});
-      Node *r = new_node1(g, OP_ACT, ve, v->shape);
-      r->act.kind = KDRT_ACT_RSQRT;
-      sum = new_node2(g, OP_MUL, sum, r, m->shape);
+      Node *r = make1(g, OP_ACT, ve, .act.kind = KDRT_ACT_RSQRT);
+      sum = make2(g, OP_MUL, sum, r);
     }
     accumulate(g, w, sum);
   }
@@ -913,8 +910,7 @@ static void reverse_rule(const Node *n, Rule *r) {
 }
 
 static void reverse_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_REVERSE, n->grad, n->shape);
-  dx->red = n->red;
+  Node *dx = make1(g, OP_REVERSE, n->grad, .red = n->red);
   accumulate(g, n->in[0], dx);
 }
 

@@ -198,14 +198,14 @@ Node *penalty(Graph *g, Node *x, double l1, double l2) {
     p1 = scaled(g, sum_all(g, a), l1);
   }
   if (l2 != 0) p2 = scaled(g, sum_all(g, make2(g, OP_MUL, x, x)), l2);
-  return p1 && p2 ? new_node2(g, OP_ADD, p1, p2, (Shape){0}) : p1 ? p1 : p2;
+  return p1 && p2 ? make2(g, OP_ADD, p1, p2) : p1 ? p1 : p2;
 }
 
 // g->penalty += p: the regularizers' penalties, summed as Keras sums
 // model.losses into the loss.
 void add_penalty(Graph *g, Node *p) {
   if (!p) return;
-  g->penalty = g->penalty ? new_node2(g, OP_ADD, g->penalty, p, (Shape){0}) : p;
+  g->penalty = g->penalty ? make2(g, OP_ADD, g->penalty, p) : p;
   g->penalty->name = "regularization";
 }
 
