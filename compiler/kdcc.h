@@ -787,13 +787,12 @@ int64_t coll_sent(const Graph *g, const Node *n);
 bool place_eq(const Place *a, const Place *b, int rank);
 
 // ---------------------------------------------------------------- fuse.c
-void fuse_layer_norm(Graph *g); // issue 25: before fuse_elementwise
-void fuse_elementwise(Graph *g);
-// issue 22: attention's chain into ATTENTION and ATTENTION_GRAD, after
-// fuse_elementwise, where opt_fuse_attention (main.c: --target cuda at
-// tf32 or bf16) is the largest head dim the kernels take; 0: off.
+// Every fusion of fuse.c's table, in its order (issue 25).
+void fuse_graph(Graph *g);
+// issue 22: fuse_graph makes attention's chain ATTENTION and ATTENTION_GRAD
+// where opt_fuse_attention (main.c: --target cuda at tf32 or bf16) is the
+// largest head dim the kernels take; 0: off.
 extern int opt_fuse_attention;
-void fuse_attention(Graph *g);
 // After the memory plan: gradient all-reduces over the same axes whose
 // buffers follow each other in the gradient blob become one call.
 void bucket_gradients(Graph *g);
