@@ -402,12 +402,15 @@ typedef enum {
 // after the update phase's gradient collectives, which fuse.c moves first)
 typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_CONSTRAIN } Phase;
 
-// Activations are the runtime's (kdrt_defs.h's KDRT_ACT_LIST); softmax is
-// an op of its own but a Keras activation name.
+// Activations are the runtime's (kdrt_defs.h's KDRT_ACT_LIST), then those
+// that are ops of their own (ops.def's ACT_OP: softmax, log_softmax).
 typedef int Act;
 enum { ACT_LINEAR = KDRT_ACT_LINEAR, ACT_RELU = KDRT_ACT_RELU, ACT_SIGMOID = KDRT_ACT_SIGMOID,
        ACT_TANH = KDRT_ACT_TANH, ACT_GELU = KDRT_ACT_GELU, ACT_SILU = KDRT_ACT_SILU,
-       ACT_SOFTMAX = KDRT_ACT_COUNT };
+       ACT_OPS_ = KDRT_ACT_COUNT - 1,
+#define ACT_OP(name, kname) ACT_##name,
+#include "ops.def"
+       ACT_COUNT };
 
 // DT_U16 (issue 23): a value stored in 16 bits, the bits of the bfloat16 or
 // float16 (its `half`) that its float32 value is exactly (store16.c's

@@ -40,9 +40,9 @@ static int rnn_class(const char *cls) {
 static Act rnn_act(Layer *c, const char *key, Act def) {
   json_t *j = json_object_get(c->cfg, key);
   Act a = j ? parse_act(c, key) : def;
-  if (a == ACT_SOFTMAX)
-    error_at(jloc(j), "layer '%s': %s 'softmax' is not supported in a recurrent cell (only "
-             "elementwise activations)", c->name, key);
+  if (a >= KDRT_ACT_COUNT)
+    error_at(jloc(j), "layer '%s': %s '%s' is not supported in a recurrent cell (only "
+             "elementwise activations)", c->name, key, act_name(a));
   return a;
 }
 

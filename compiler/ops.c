@@ -34,7 +34,8 @@ const char *act_name(int act) {
 #define KDRT_X(name, kname, from_x, f, df) kname,
     KDRT_ACT_LIST(KDRT_X)
 #undef KDRT_X
-    "softmax",
+#define ACT_OP(name, kname) kname,
+#include "ops.def"
   };
   return names[act];
 }

@@ -67,6 +67,25 @@ const OpDef op_SOFTMAX = {"softmax", 1, 0, false, softmax_rule, softmax_grad, so
 const OpDef op_SOFTMAX_GRAD = {"softmax_grad", 2, 1, false, softmax_rule, NULL,
                                softmax_grad_emit, shape_in0};
 
+// issue 25: Keras's log_softmax, x - max - log(sum(exp(x - max))) over the
+// last dim (needed whole, as softmax's); its gradient dy - exp(y) * sum(dy)
+// from its output.
+static void log_softmax_grad(Graph *g, Node *n, const bool *need) {
+  accumulate(g, n->in[0], make2(g, OP_LOG_SOFTMAX_GRAD, n->grad, n));
+}
+
+static void log_softmax_emit(const Node *n, Lowering *lw) {
+  bool grad = n->op == OP_LOG_SOFTMAX_GRAD;
+  lower_call(lw, grad ? "log_softmax_grad" : "log_softmax", false, NULL, "%s, %s%s, %s, %s",
+             buf(n), grad ? format("%s, ", buf(n->in[0])) : "", buf(n->in[grad]), rows_c(n),
+             cols_c(n));
+}
+
+const OpDef op_LOG_SOFTMAX = {"log_softmax", 1, 0, false, softmax_rule, log_softmax_grad,
+                              log_softmax_emit, shape_in0};
+const OpDef op_LOG_SOFTMAX_GRAD = {"log_softmax_grad", 2, 1, false, softmax_rule, NULL,
+                                   log_softmax_emit, shape_in0};
+
 // ---------------------------------------------------------------- ATTENTION
 // issue 22: attention's chain in one op each way (fuse.c's fuse_attention,
 // the CUDA program's): q[b, n, t, h], k and v [b, n, s, h] as the

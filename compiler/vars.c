@@ -368,7 +368,7 @@ int parse_act(Layer *l, const char *key) {
   const char *s = json_string_value(j);
   if (!strcmp(s, "keras_hub>gelu_approximate") || !strcmp(s, "keras_nlp>gelu_approximate"))
     return KDRT_ACT_GELU_TANH;
-  for (int a = 0; a <= ACT_SOFTMAX; a++) // rsqrt, abs and sqrt are kdcc's own, not Keras's
+  for (int a = 0; a < ACT_COUNT; a++) // rsqrt, abs and sqrt are kdcc's own, not Keras's
     if (a != KDRT_ACT_RSQRT && a != KDRT_ACT_ABS && a != KDRT_ACT_SQRT && !strcmp(s, act_name(a)))
       return a;
   if (!strcmp(s, "swish")) return ACT_SILU;
@@ -378,7 +378,11 @@ int parse_act(Layer *l, const char *key) {
 
 Node *apply_act(Graph *g, Node *x, int act) {
   if (act == ACT_LINEAR) return x;
-  if (act == ACT_SOFTMAX) return make1(g, OP_SOFTMAX, x);
+  static const OpKind op_of[] = {
+#define ACT_OP(name, kname) [ACT_##name - KDRT_ACT_COUNT] = OP_##name,
+#include "ops.def"
+  };
+  if (act >= KDRT_ACT_COUNT) return make1(g, op_of[act - KDRT_ACT_COUNT], x);
   return make1(g, OP_ACT, x, .act.kind = act);
 }
 

@@ -288,6 +288,38 @@ void kdrt_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows,
   }
 }
 
+// issue 25: the row's max, its sum of exps added in order, then x - max -
+// log(sum); the gradient's sum of dy in order.
+void kdrt_log_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
+  KD_PAR_FOR(rows * cols)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    float *yr = y + r * cols;
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t j = 0; j < cols; j++)
+      m = xr[j] > m ? xr[j] : m;
+    for (int64_t j = 0; j < cols; j++)
+      s += expf(xr[j] - m);
+    float l = logf(s);
+    for (int64_t j = 0; j < cols; j++)
+      yr[j] = xr[j] - m - l;
+  }
+}
+
+void kdrt_log_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows,
+                           int64_t cols) {
+  KD_PAR_FOR(rows * cols)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *dyr = dy + r * cols, *yr = y + r * cols;
+    float *dxr = dx + r * cols;
+    float s = 0.0f;
+    for (int64_t j = 0; j < cols; j++)
+      s += dyr[j];
+    for (int64_t j = 0; j < cols; j++)
+      dxr[j] = dyr[j] - expf(yr[j]) * s;
+  }
+}
+
 void kdrt_attn_softmax(float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,
                        float scale, int causal) {
   KD_PAR_FOR(outer * t * u)

@@ -535,6 +535,16 @@ static void check_softmax(void) {
   poison(dx, n);
   kdrt_cuda_softmax_grad(D, dx, dy, yd, rows, cols);
   check("softmax_grad", dx, hdx, n, 1e-5);
+  kdrt_log_softmax(hy, hx, rows, cols); // issue 25
+  poison(y, n);
+  kdrt_cuda_log_softmax(D, y, x, rows, cols);
+  check("log_softmax", y, hy, n, 1e-6);
+  kdrt_log_softmax_grad(hdx, hdy, hy, rows, cols);
+  float *yl = dev(hy, n);
+  poison(dx, n);
+  kdrt_cuda_log_softmax_grad(D, dx, dy, yl, rows, cols);
+  check("log_softmax_grad", dx, hdx, n, 1e-5);
+  kdrt_cuda_free(yl);
   // attention's scores [7, 11, 301] with a scale folded in, causal or not,
   // as the block of queries from position 40 (keys past a query: masked)
   // and from 0 (most keys masked, the first query one key)
