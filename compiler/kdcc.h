@@ -386,11 +386,12 @@ char *place_str(const Mesh *mesh, int rank, const Place *p);
 // ---------------------------------------------------------------- ops.c, ops_nn.c
 // The ops of the training graph. ops.def lists them; ops.c (the core ops)
 // or ops_nn.c (the network families, then the table op_defs) defines each
-// one in one place, as one OpDef: its operands, its typed attributes (the
-// member of Node's union it uses), its sharding rule (named factors), its
-// gradient (forward ops built from the op and its output's gradient) and
-// its emission (runtime calls, the same for the C and the CUDA program).
-// A name in ops.def without its op_<NAME> definition fails the link.
+// one in one place, as one OpDef: its operands, its shape rule, its
+// sharding rule (named factors), its gradient (forward ops built from the
+// op and its output's gradient) and its emission (runtime calls, the same
+// for the C and the CUDA program); its typed attributes are its family's
+// ATTR line in ops.def. A name in ops.def without its op_<NAME> definition
+// fails the link.
 
 typedef enum {
 #define X(name) OP_##name,

@@ -17,9 +17,12 @@
 // neural-network families (softmax, convolution and pooling,
 // normalizations, attention masks, losses and metrics, batch norm,
 // recurrence), made of the pieces declared in ops_impl.h, and the table
-// of every op (op_defs), so that this file needs nothing of that one.
-// Adding an op: its line in ops.def, its OpDef in ops.c or ops_nn.c, its
-// kernel in both runtimes (kdrt_ops.h's list), its tests.
+// of every op (op_defs), so that this file calls nothing of that one
+// (op_make reads the table).
+// Adding an op: its line in ops.def (and its attributes' ATTR line there),
+// its OpDef in ops.c or ops_nn.c with its shape rule, its kernel in both
+// runtimes (kdrt_ops.h's list), its tests. Builders make it with make1 or
+// make2 (op_make, here), which give it its rule's shape.
 #include "ops_impl.h"
 
 #include <assert.h>

@@ -2,7 +2,7 @@
 // kdcc.h, the pieces an op's rule, gradient and lowering are made of. No
 // other pass needs them. ops_nn.c calls down into ops.c, never the other
 // way: the table of every op (op_defs), which names both files' OpDefs,
-// is at the end of ops_nn.c.
+// is at the end of ops_nn.c (ops.c's op_make reads it, as data).
 #ifndef OPS_IMPL_H
 #define OPS_IMPL_H
 

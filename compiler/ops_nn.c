@@ -8,8 +8,8 @@
 // recurrent layers' recurrence and REVERSE. They are made of ops.c's
 // pieces (ops_impl.h: factors, elementwise rules, DOT, the local rows and
 // columns as C). Last, the table of every op in ops.def (op_defs, op_rule),
-// which names ops.c's OpDefs and these: here, so that ops.c needs nothing
-// of this file.
+// which names ops.c's OpDefs and these: here, so that ops.c calls nothing
+// of this file (its op_make reads the table).
 #include "ops_impl.h"
 
 #include "../runtime/kdrt_rnn.h"
@@ -945,7 +945,7 @@ const OpDef op_REVERSE = {"reverse", 1, 1, false, reverse_rule, reverse_grad, re
 
 // ---------------------------------------------------------------- the table
 // Every op of ops.def, ops.c's and this file's: here, above both files'
-// definitions, so that ops.c needs nothing of this file.
+// definitions, so that ops.c calls nothing of this file.
 
 const OpDef *const op_defs[OP_COUNT] = {
 #define X(name) [OP_##name] = &op_##name,
