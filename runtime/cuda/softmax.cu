@@ -13,13 +13,18 @@
 // but not from run to run.
 #include "common.cuh"
 
+// The largest of the block's row xr[0, cols), every thread's.
+__device__ static float block_row_max(const float *xr, int64_t cols, float *shm) {
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+  return kdrt_block_reduce<kdrt_max_op<float> >(m, shm);
+}
+
 __global__ static void softmax_kernel(float *y, const float *x, int64_t cols) {
   __shared__ float shm[32];
   const float *xr = x + (int64_t)blockIdx.x * cols;
   float *yr = y + (int64_t)blockIdx.x * cols;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
-  m = kdrt_block_reduce<kdrt_max_op<float> >(m, shm);
+  float m = block_row_max(xr, cols, shm);
   float s = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     float e = expf(xr[j] - m);
@@ -265,9 +270,7 @@ __global__ static void log_softmax_kernel(float *y, const float *x, int64_t cols
   __shared__ float shm[32];
   const float *xr = x + (int64_t)blockIdx.x * cols;
   float *yr = y + (int64_t)blockIdx.x * cols;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
-  m = kdrt_block_reduce<kdrt_max_op<float> >(m, shm);
+  float m = block_row_max(xr, cols, shm);
   float s = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += expf(xr[j] - m);
   s = kdrt_block_reduce<kdrt_sum_op<float> >(s, shm);
