@@ -408,7 +408,7 @@ typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_CONSTRAIN } Phase
 typedef int Act;
 enum { ACT_LINEAR = KDRT_ACT_LINEAR, ACT_RELU = KDRT_ACT_RELU, ACT_SIGMOID = KDRT_ACT_SIGMOID,
        ACT_TANH = KDRT_ACT_TANH, ACT_GELU = KDRT_ACT_GELU, ACT_SILU = KDRT_ACT_SILU,
-       ACT_OPS_ = KDRT_ACT_COUNT - 1,
+       ACT_OP_BEFORE_ = KDRT_ACT_COUNT - 1, // so that the first ACT_OP is KDRT_ACT_COUNT
 #define ACT_OP(name, kname) ACT_##name,
 #include "ops.def"
        ACT_COUNT };
