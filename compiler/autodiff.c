@@ -77,12 +77,7 @@ static void constrain(Graph *g, Var *v, Node *u) {
     f->clip = v->clip;
     for (int d = 0; d < v->shape.rank; d++) { // back over the summed dims, in order
       if (!((v->c_axes >> d) & 1)) continue;
-      Shape b = f->shape;
-      b.rank++;
-      for (int i = b.rank - 1; i > d; i--) b.d[i] = b.d[i - 1];
-      b.d[d] = v->shape.d[d];
-      f = new_node1(g, OP_BROADCAST, f, b);
-      f->red.dim = d;
+      f = make1(g, OP_BROADCAST, f, .red = {d, v->shape.d[d]});
     }
     c = make2(g, OP_MUL, u, f);
   }

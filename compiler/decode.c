@@ -189,6 +189,9 @@ static Node *clone(const Node *n, Node **in, int nin, uint8_t q) {
       c->shape.d[d] = 1;
       if (c->has_want) c->want.axis[d] = -1; // one position is not split
     }
+  // the extents an op keeps in its attributes (its shape rule's) follow
+  if (c->op == OP_BROADCAST) c->red.n = c->shape.d[c->red.dim];
+  if (c->op == OP_SLICE || c->op == OP_PAD) c->cat.n = c->shape.d[c->cat.axis];
   copy[n->id] = c;
   qd[n->id] = q;
   return c;

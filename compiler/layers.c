@@ -115,13 +115,9 @@ static Node *build_position_embedding(Graph *g, Layer *l, Node *x) {
   check_kwargs(l, NULL, 0); // start_index included: not supported
   Node *e = new_var(g, l, "embeddings", (Shape){2, {len, f}}, "initializer", "glorot_uniform");
   if (t < len) {
-    Node *s = new_node1(g, OP_SLICE, e, (Shape){2, {t, f}});
-    s->cat = (CatAttr){0, 0};
-    e = s;
+    e = make1(g, OP_SLICE, e, .cat = {0, 0, t});
   }
-  Node *y = new_node1(g, OP_BROADCAST, e, x->shape);
-  y->red.dim = 0;
-  return y;
+  return make1(g, OP_BROADCAST, e, .red = {0, x->shape.d[0]});
 }
 
 static Node *build_reshape(Graph *g, Layer *l, Node *x) {
@@ -404,9 +400,7 @@ static Shape drop_dim(const Shape *x, int d) {
 
 // v (x's shape without dim d) repeated along d back to x's shape.
 static Node *bcast_dim(Graph *g, Node *v, const Shape *to, int d) {
-  Node *b = new_node1(g, OP_BROADCAST, v, *to);
-  b->red.dim = d;
-  return b;
+  return make1(g, OP_BROADCAST, v, .red = {d, to->d[d]});
 }
 
 // Keras's ops.normalize(x, axis, order=2, epsilon): x * min(rsqrt(sum of

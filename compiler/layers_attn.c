@@ -250,8 +250,7 @@ Node *build_mha(Graph *g, Layer *l, Node *unused) {
 static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
   if (r == 1) return kv;
   const Shape *s = &kv->shape;
-  Node *b = new_node1(g, OP_BROADCAST, kv, (Shape){5, {s->d[0], s->d[1], s->d[2], r, s->d[3]}});
-  b->red.dim = 3;
+  Node *b = make1(g, OP_BROADCAST, kv, .red = {3, r});
   return new_node1(g, OP_RESHAPE, b, (Shape){4, {s->d[0], s->d[1], s->d[2] * r, s->d[3]}});
 }
 
@@ -517,12 +516,7 @@ static Node *einsum_bias(Graph *g, Layer *l, const Einsum *e, Node *y) {
   if (cs.rank < ks.rank) b = new_node1(g, OP_RESHAPE, b, cs);
   for (int j = first; j < ry; j++) {
     if (index_of(bs, e->y[j]) >= 0) continue;
-    Shape s = b->shape;
-    int d = j - first;
-    memmove(s.d + d + 1, s.d + d, (size_t)(s.rank++ - d) * sizeof *s.d);
-    s.d[d] = y->shape.d[j];
-    b = new_node1(g, OP_BROADCAST, b, s);
-    b->red.dim = d;
+    b = make1(g, OP_BROADCAST, b, .red = {j - first, y->shape.d[j]});
   }
   return make2(g, OP_BIAS, y, b);
 }

@@ -325,9 +325,7 @@ static Node *pad_or_crop(Graph *g, Layer *l, Node *x, int n, bool pad) {
       error_at(jloc_key(l->cfg, key), "layer '%s': cropping %lld+%lld leaves nothing of dim %d "
                "(%lld)", l->name, (long long)a[i][0], (long long)a[i][1], ax,
                (long long)x->shape.d[ax]);
-    Node *y = new_node1(g, pad ? OP_PAD : OP_SLICE, x, s);
-    y->cat = (CatAttr){ax, a[i][0]};
-    x = y;
+    x = make1(g, pad ? OP_PAD : OP_SLICE, x, .cat = {ax, a[i][0], s.d[ax]});
   }
   return x;
 }
@@ -413,11 +411,7 @@ Node *build_avgpool(Graph *g, Layer *l, Node *x) {
       error_at(l->loc, "layer '%s': pool %lld does not fit the input %s", l->name,
                (long long)ps[i], kshape(&x->shape));
     if (o * ps[i] != x->shape.d[i + 1]) { // Keras drops the steps that do not fill a window
-      Shape s = x->shape;
-      s.d[i + 1] = o * ps[i];
-      Node *c = new_node1(g, OP_SLICE, x, s);
-      c->cat = (CatAttr){i + 1, 0};
-      x = c;
+      x = make1(g, OP_SLICE, x, .cat = {i + 1, 0, o * ps[i]});
     }
   }
   const int64_t *d = x->shape.d;
@@ -452,14 +446,11 @@ Node *build_upsample(Graph *g, Layer *l, Node *x) {
                l->cls, (long long)sz[i], i + 1, MAX_DIM);
   const int64_t *d = x->shape.d;
   if (n == 1) {
-    Node *b = new_node1(g, OP_BROADCAST, x, (Shape){4, {d[0], d[1], sz[0], d[2]}});
-    b->red.dim = 2;
+    Node *b = make1(g, OP_BROADCAST, x, .red = {2, sz[0]});
     return view(g, b, (Shape){3, {d[0], d[1] * sz[0], d[2]}});
   }
-  Node *b = new_node1(g, OP_BROADCAST, x, (Shape){5, {d[0], d[1], sz[0], d[2], d[3]}});
-  b->red.dim = 2;
-  Node *b2 = new_node1(g, OP_BROADCAST, b, (Shape){6, {d[0], d[1], sz[0], d[2], sz[1], d[3]}});
-  b2->red.dim = 4;
+  Node *b = make1(g, OP_BROADCAST, x, .red = {2, sz[0]});
+  Node *b2 = make1(g, OP_BROADCAST, b, .red = {4, sz[1]});
   return view(g, b2, (Shape){4, {d[0], d[1] * sz[0], d[2] * sz[1], d[3]}});
 }
 

@@ -106,9 +106,7 @@ static Node *recurrent(Graph *g, Layer *c, const char *cls, const char *prefix, 
     for (int i = 0; i < 1 + gru; i++) { // GRU: bias[0] the input's, bias[1] the recurrent's
       Node *bi = b;
       if (gru) {
-        Node *s = new_node1(g, OP_SLICE, b, (Shape){2, {1, GU}});
-        s->cat = (CatAttr){0, i};
-        bi = view(g, s, (Shape){1, {GU}});
+        bi = view(g, make1(g, OP_SLICE, b, .cat = {0, i, 1}), (Shape){1, {GU}});
       }
       if (i == 0) xw = in[0] = make2(g, OP_BIAS, xw, bi);
       else in[2] = bi;
@@ -117,11 +115,9 @@ static Node *recurrent(Graph *g, Layer *c, const char *cls, const char *prefix, 
   Node *y = new_node(g, OP_RECUR, in[2] ? 3 : 2, in);
   y->shape = (Shape){3, {B, T, kdrt_rnn_width(cell, U)}};
   y->rec = ra;
-  Node *h = new_node1(g, OP_SLICE, y, (Shape){3, {B, T, U}});
-  h->cat = (CatAttr){2, 0};
+  Node *h = make1(g, OP_SLICE, y, .cat = {2, 0, U});
   if (cfg_bool(c, "return_sequences", false)) return h;
-  Node *last = new_node1(g, OP_SLICE, h, (Shape){3, {B, 1, U}});
-  last->cat = (CatAttr){1, T - 1};
+  Node *last = make1(g, OP_SLICE, h, .cat = {1, T - 1, 1});
   return view(g, last, (Shape){2, {B, U}});
 }
 

@@ -359,9 +359,8 @@ static void concat_grad(Graph *g, Node *n, const bool *need) {
   for (int i = 0; i < n->nin; i++) {
     Node *x = n->in[i];
     if (need[x->id]) {
-      Node *s = new_node1(g, OP_SLICE, n->grad, x->shape);
-      s->cat = (CatAttr){n->cat.axis, start};
-      accumulate(g, x, s);
+      int64_t len = x->shape.d[n->cat.axis];
+      accumulate(g, x, make1(g, OP_SLICE, n->grad, .cat = {n->cat.axis, start, len}));
     }
     start += x->shape.d[n->cat.axis];
   }
@@ -388,16 +387,17 @@ static void slice_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
 }
 
+// SLICE's and PAD's gradient is the other, back to the operand's extent.
+static CatAttr back(const Node *n) {
+  return (CatAttr){n->cat.axis, n->cat.start, n->in[0]->shape.d[n->cat.axis]};
+}
+
 static void slice_grad(Graph *g, Node *n, const bool *need) {
-  Node *p = new_node1(g, OP_PAD, n->grad, n->in[0]->shape);
-  p->cat = n->cat;
-  accumulate(g, n->in[0], p);
+  accumulate(g, n->in[0], make1(g, OP_PAD, n->grad, .cat = back(n)));
 }
 
 static void pad_grad(Graph *g, Node *n, const bool *need) {
-  Node *s = new_node1(g, OP_SLICE, n->grad, n->in[0]->shape);
-  s->cat = n->cat;
-  accumulate(g, n->in[0], s);
+  accumulate(g, n->in[0], make1(g, OP_SLICE, n->grad, .cat = back(n)));
 }
 
 static void pad_emit(const Node *n, Lowering *lw) {
@@ -417,8 +417,20 @@ static bool concat_shape(const Node *n, Shape *out) {
 
 const OpDef op_CONCAT = {"concat", -1, 0xff, true, cat_rule, concat_grad, concat_emit,
                          concat_shape};
-const OpDef op_SLICE = {"slice", 1, 1, false, cat_rule, slice_grad, slice_emit, NULL};
-const OpDef op_PAD = {"pad", 1, 1, false, cat_rule, pad_grad, pad_emit, NULL};
+// x with its extent along the axis n: a slice [start, start + n) of it, or
+// it padded to n with zeros, at start.
+static bool slice_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[0]->shape;
+  int ax = n->cat.axis;
+  if (ax < 0 || ax >= x->rank || n->cat.start < 0) return false;
+  *out = *x;
+  out->d[ax] = n->cat.n;
+  const Shape *big = n->op == OP_SLICE ? x : out, *small = n->op == OP_SLICE ? out : x;
+  return small->d[ax] > 0 && n->cat.start + small->d[ax] <= big->d[ax];
+}
+
+const OpDef op_SLICE = {"slice", 1, 1, false, cat_rule, slice_grad, slice_emit, slice_shape};
+const OpDef op_PAD = {"pad", 1, 1, false, cat_rule, pad_grad, pad_emit, slice_shape};
 
 // Reshape: split both shapes into groups of equal products. In each group
 // the major-most dims of input and output share one factor (a block split
@@ -652,10 +664,8 @@ static void reduce_rule(const Node *n, Rule *r) {
 
 static void reduce_grad(Graph *g, Node *n, const bool *need) {
   Node *x = n->in[0];
-  Node *dx = new_node1(g, n->op == OP_REDUCE_SUM ? OP_BROADCAST : OP_REDUCE_SUM, n->grad,
-                       x->shape);
-  dx->red.dim = n->red.dim;
-  accumulate(g, x, dx);
+  OpKind back = n->op == OP_REDUCE_SUM ? OP_BROADCAST : OP_REDUCE_SUM;
+  accumulate(g, x, make1(g, back, n->grad, .red = {n->red.dim, x->shape.d[n->red.dim]}));
 }
 
 static void reduce_emit(const Node *n, Lowering *lw) {
@@ -677,7 +687,17 @@ static bool reduce_shape(const Node *n, Shape *out) {
 
 const OpDef op_REDUCE_SUM = {"reduce_sum", 1, 1, false, reduce_rule, reduce_grad, reduce_emit,
                              reduce_shape};
-const OpDef op_BROADCAST = {"broadcast", 1, 1, false, reduce_rule, reduce_grad, reduce_emit, NULL};
+static bool broadcast_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[0]->shape;
+  int d = n->red.dim;
+  if (d < 0 || d > x->rank || x->rank == MAX_RANK || n->red.n <= 0) return false;
+  out->rank = x->rank + 1;
+  for (int i = 0; i < out->rank; i++) out->d[i] = i < d ? x->d[i] : i == d ? n->red.n : x->d[i - 1];
+  return true;
+}
+
+const OpDef op_BROADCAST = {"broadcast", 1, 1, false, reduce_rule, reduce_grad, reduce_emit,
+                            broadcast_shape};
 
 // ---------------------------------------------------------------- BIAS_GRAD
 

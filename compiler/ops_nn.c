@@ -799,8 +799,7 @@ static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
   for (int k = 0; k < 2; k++) {
     Node *w = k ? gam : beta;
     if (!need[w->id]) continue;
-    Node *row = new_node1(g, OP_SLICE, s, (Shape){2, {1, c}});
-    row->cat = (CatAttr){0, k};
+    Node *row = make1(g, OP_SLICE, s, .cat = {0, k, 1});
     Node *sum = new_node1(g, OP_RESHAPE, row, m->shape);
     if (k) {
       Node *ve = make1(g, OP_SCALE, v, .aff = (AffAttr){1, n->bn.eps, "epsilon"});
@@ -862,11 +861,7 @@ static void recur_rule(const Node *n, Rule *r) {
 
 // n's record sliced along its last dim: [off, off + len).
 static Node *record_slice(Graph *g, Node *n, int64_t off, int64_t len) {
-  Shape s = n->shape;
-  s.d[2] = len;
-  Node *y = new_node1(g, OP_SLICE, n, s);
-  y->cat = (CatAttr){2, off};
-  return y;
+  return make1(g, OP_SLICE, n, .cat = {2, off, len});
 }
 
 static void recur_grad(Graph *g, Node *n, const bool *need) {

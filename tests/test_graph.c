@@ -808,6 +808,10 @@ Test(graph, shape_rules) {
   Node *s = make1(g, OP_REDUCE_SUM, u, .red.dim = 3);
   cr_expect_eq(s->shape.rank, 3);
   cr_expect_eq(s->shape.d[2], u->shape.d[2]);
+  Node *b = make1(g, OP_BROADCAST, s, .red = {1, 5});
+  cr_expect(b->shape.rank == 4 && b->shape.d[1] == 5 && b->shape.d[2] == s->shape.d[1]);
+  Node *sl = make1(g, OP_SLICE, b, .cat = {1, 2, 3});
+  cr_expect(sl->shape.rank == 4 && sl->shape.d[1] == 3 && sl->shape.d[3] == b->shape.d[3]);
   g->nnodes = t->id + 1; // the new nodes read inputs: keep the graph a prefix
   int64_t d = t->shape.d[1];
   t->shape.d[1] = t->shape.d[2];
