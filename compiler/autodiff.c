@@ -27,7 +27,7 @@
 // whose gradient each seed is; ops.c).
 static Node *loss_scaled(Graph *g, Node *dy) {
   if (!g->model->opt.loss_scale) return dy;
-  Node *s = new_node1(g, OP_LOSS_SCALE, dy, dy->shape);
+  Node *s = make1(g, OP_LOSS_SCALE, dy);
   s->name = format("%s * loss scale", dy->name);
   s->layer = dy->layer;
   s->loc = dy->loc;
@@ -62,10 +62,9 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
 static void constrain(Graph *g, Var *v, Node *u) {
   Node *c;
   if (v->constraint == CONS_NON_NEG) {
-    c = new_node1(g, OP_ACT, u, v->shape);
-    c->act.kind = ACT_RELU;
+    c = make1(g, OP_ACT, u, .act.kind = ACT_RELU);
   } else {
-    Node *s = new_node2(g, OP_MUL, u, u, v->shape);
+    Node *s = make2(g, OP_MUL, u, u);
     for (int d = v->shape.rank - 1; d >= 0; d--) {
       if (!((v->c_axes >> d) & 1)) continue;
       Shape r = s->shape;
@@ -78,14 +77,9 @@ static void constrain(Graph *g, Var *v, Node *u) {
     f->clip = v->clip;
     for (int d = 0; d < v->shape.rank; d++) { // back over the summed dims, in order
       if (!((v->c_axes >> d) & 1)) continue;
-      Shape b = f->shape;
-      b.rank++;
-      for (int i = b.rank - 1; i > d; i--) b.d[i] = b.d[i - 1];
-      b.d[d] = v->shape.d[d];
-      f = new_node1(g, OP_BROADCAST, f, b);
-      f->red.dim = d;
+      f = make1(g, OP_BROADCAST, f, .red = {d, v->shape.d[d]});
     }
-    c = new_node2(g, OP_MUL, u, f, v->shape);
+    c = make2(g, OP_MUL, u, f);
   }
   Node *a = new_node2(g, OP_ASSIGN, u, c, v->shape);
   a->var = v;
@@ -119,7 +113,7 @@ bool opt_clips(const Optimizer *o) {
 }
 
 static Node *sum_squares(Graph *g, Var *v) {
-  return sum_all(g, new_node2(g, OP_MUL, v->grad, v->grad, v->shape));
+  return sum_all(g, make2(g, OP_MUL, v->grad, v->grad));
 }
 
 static int split_axes(const Var *v) {
@@ -153,10 +147,10 @@ static Node *clip_factor(Graph *g, Var *v) {
     for (int j = i; j < g->nvars; j++) {
       if (!g->vars[j]->grad || key[j] != key[i]) continue;
       Node *s = sum_squares(g, g->vars[j]);
-      sum = sum ? new_node2(g, OP_ADD, sum, s, (Shape){0}) : s;
+      sum = sum ? make2(g, OP_ADD, sum, s) : s;
       if (sum != s) sum->layer = NULL, sum->name = "global_norm"; // no one layer's
     }
-    total = total ? new_node2(g, OP_ADD, total, sum, (Shape){0}) : sum;
+    total = total ? make2(g, OP_ADD, total, sum) : sum;
     if (total != sum) total->layer = NULL, total->name = "global_norm";
   }
   xfree(key);
@@ -181,8 +175,7 @@ void build_backward(Graph *g) {
       seed_loss(g, g->nodes[i], need);
   if (g->penalty && need[g->penalty->id]) { // d(total)/d(penalty) = 1
     // the graph has no constants: 1 as penalty * 0 + 1, a scalar at hand
-    Node *one = new_node1(g, OP_SCALE, g->penalty, (Shape){0});
-    one->aff = (AffAttr){0, 1, NULL};
+    Node *one = make1(g, OP_SCALE, g->penalty, .aff = (AffAttr){0, 1, NULL});
     one->name = "grad(regularization)";
     accumulate(g, g->penalty, loss_scaled(g, one));
   }

@@ -88,7 +88,7 @@ static void kv_write_emit(const Node *n, Lowering *lw) {
   lower_call(lw, "copy", false, NULL, "%s, %s, %s", at_row(n), at_row(x), row_elems(n));
 }
 
-const OpDef op_KV_WRITE = {"kv_write", 3, 0, false, kv_write_rule, NULL, kv_write_emit};
+const OpDef op_KV_WRITE = {"kv_write", 3, 0, false, kv_write_rule, NULL, kv_write_emit, shape_in0};
 
 // KV_STORE(x, cache): the prefill's keys or values x, every position, copied
 // into the cache (an input placed as x); the result is x.
@@ -98,7 +98,8 @@ static void kv_store_emit(const Node *n, Lowering *lw) {
   lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
 }
 
-const OpDef op_KV_STORE = {"kv_store", 2, 0, false, rule_elementwise, NULL, kv_store_emit};
+const OpDef op_KV_STORE = {"kv_store", 2, 0, false, rule_elementwise, NULL,
+                           kv_store_emit, shape_in0};
 
 // POS_SLICE(x, pos): y[r, .., 0, ..] = x[r, .., pos[r], ..] along cat.axis.
 static void pos_slice_rule(const Node *n, Rule *r) {
@@ -119,7 +120,7 @@ static void pos_slice_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(x, d + 1, x->shape.rank, true)));
 }
 
-const OpDef op_POS_SLICE = {"pos_slice", 2, 1, false, pos_slice_rule, NULL, pos_slice_emit};
+const OpDef op_POS_SLICE = {"pos_slice", 2, 1, false, pos_slice_rule, NULL, pos_slice_emit, NULL};
 
 // DEC_CAUSAL(s, pos): scores s[b, .., 1, T] of the query at pos[r] against
 // every cached key: CAUSAL's mask (and window) for that one query.
@@ -138,7 +139,7 @@ static void dec_causal_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_DEC_CAUSAL = {"dec_causal_mask", 2, 0, false, last_full_rule, NULL,
-                             dec_causal_emit};
+                             dec_causal_emit, shape_in0};
 
 // DEC_ROPE(x, pos): ROPE of x[b, 1, .., 2h] at position pos[r] (plus the
 // op's offset); the frequencies as rope_emit writes them.
@@ -151,7 +152,7 @@ static void dec_rope_emit(const Node *n, Lowering *lw) {
              buf(n->in[1]), n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
 }
 
-const OpDef op_DEC_ROPE = {"dec_rope", 2, 1, false, last_full_rule, NULL, dec_rope_emit};
+const OpDef op_DEC_ROPE = {"dec_rope", 2, 1, false, last_full_rule, NULL, dec_rope_emit, shape_in0};
 
 // ---------------------------------------------------------------- the derivation
 // qd[id]: the dims of a training-graph value that are the query's sequence
@@ -188,6 +189,9 @@ static Node *clone(const Node *n, Node **in, int nin, uint8_t q) {
       c->shape.d[d] = 1;
       if (c->has_want) c->want.axis[d] = -1; // one position is not split
     }
+  // the extents an op keeps in its attributes (its shape rule's) follow
+  if (c->op == OP_BROADCAST) c->red.n = c->shape.d[c->red.dim];
+  if (c->op == OP_SLICE || c->op == OP_PAD) c->cat.n = c->shape.d[c->cat.axis];
   copy[n->id] = c;
   qd[n->id] = q;
   return c;

@@ -148,7 +148,7 @@ static void fold_bias_grads(Graph *g) {
 
 static void fuse_sgd(Graph *g);
 
-void fuse_elementwise(Graph *g) {
+static void fuse_elementwise(Graph *g) {
   int *uses = xcalloc(g->nnodes, sizeof *uses);
   Node **reader = xcalloc(g->nnodes, sizeof *reader); // the last (with one use: the only)
   for (int i = 0; i < g->nnodes; i++)
@@ -334,7 +334,7 @@ static void count_uses(const Graph *g, int *uses, Node **reader) {
     }
 }
 
-void fuse_layer_norm(Graph *g) {
+static void fuse_layer_norm(Graph *g) {
   int *uses = xcalloc(g->nnodes, sizeof *uses);
   Node **reader = xcalloc(g->nnodes, sizeof *reader);
   count_uses(g, uses, reader);
@@ -474,7 +474,7 @@ static bool attention_grad_chain(const Graph *g, Node *const *rd, int nrd, const
   return true;
 }
 
-void fuse_attention(Graph *g) {
+static void fuse_attention(Graph *g) {
   if (!opt_fuse_attention) return;
   int n = g->nnodes;
   for (int i = 0; i < n; i++) g->nodes[i]->id = i;
@@ -546,4 +546,16 @@ void fuse_attention(Graph *g) {
   for (int i = 0; i < m; i++) g->nodes[i] = order[i], g->nodes[i]->id = i;
   g->nnodes = m;
   xfree(order), xfree(uses), xfree(pos), xfree(reader2), xfree(rd3);
+}
+
+// Every fusion, in the order they run (issue 25): a new one is its function
+// above and its row here, and pipeline.c calls them all as fuse_graph.
+static void (*const fusions[])(Graph *g) = {
+  fuse_layer_norm,  // NORM, COL_MUL, BIAS into LAYER_NORM; their gradients into LAYER_NORM_DX, _DW
+  fuse_elementwise, // BIAS_ACT, attention's scores' softmax, SGD into its GEMM, a Dense's bias
+  fuse_attention,   // issue 22: ATTENTION and ATTENTION_GRAD, the CUDA program's only
+};
+
+void fuse_graph(Graph *g) {
+  for (size_t i = 0; i < sizeof fusions / sizeof *fusions; i++) fusions[i](g);
 }

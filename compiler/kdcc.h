@@ -386,16 +386,16 @@ char *place_str(const Mesh *mesh, int rank, const Place *p);
 // ---------------------------------------------------------------- ops.c, ops_nn.c
 // The ops of the training graph. ops.def lists them; ops.c (the core ops)
 // or ops_nn.c (the network families, then the table op_defs) defines each
-// one in one place, as one OpDef: its operands, its typed attributes (the
-// member of Node's union it uses), its sharding rule (named factors), its
-// gradient (forward ops built from the op and its output's gradient) and
-// its emission (runtime calls, the same for the C and the CUDA program).
-// A name in ops.def without its op_<NAME> definition fails the link.
+// one in one place, as one OpDef: its operands, its shape rule, its
+// sharding rule (named factors), its gradient (forward ops built from the
+// op and its output's gradient) and its emission (runtime calls, the same
+// for the C and the CUDA program); its typed attributes are its family's
+// ATTR line in ops.def. A name in ops.def without its op_<NAME> definition
+// fails the link.
 
 typedef enum {
 #define X(name) OP_##name,
 #include "ops.def"
-#undef X
   OP_COUNT
 } OpKind;
 
@@ -403,12 +403,15 @@ typedef enum {
 // after the update phase's gradient collectives, which fuse.c moves first)
 typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_CONSTRAIN } Phase;
 
-// Activations are the runtime's (kdrt_defs.h's KDRT_ACT_LIST); softmax is
-// an op of its own but a Keras activation name.
+// Activations are the runtime's (kdrt_defs.h's KDRT_ACT_LIST), then those
+// that are ops of their own (ops.def's ACT_OP: softmax, log_softmax).
 typedef int Act;
 enum { ACT_LINEAR = KDRT_ACT_LINEAR, ACT_RELU = KDRT_ACT_RELU, ACT_SIGMOID = KDRT_ACT_SIGMOID,
        ACT_TANH = KDRT_ACT_TANH, ACT_GELU = KDRT_ACT_GELU, ACT_SILU = KDRT_ACT_SILU,
-       ACT_SOFTMAX = KDRT_ACT_COUNT };
+       ACT_OP_BEFORE_ = KDRT_ACT_COUNT - 1, // so that the first ACT_OP is KDRT_ACT_COUNT
+#define ACT_OP(name, kname) ACT_##name,
+#include "ops.def"
+       ACT_COUNT };
 
 // DT_U16 (issue 23): a value stored in 16 bits, the bits of the bfloat16 or
 // float16 (its `half`) that its float32 value is exactly (store16.c's
@@ -423,78 +426,6 @@ typedef struct {
   int64_t d[MAX_RANK];
 } Shape;
 
-// Typed attributes, one struct per family of ops (Node's union).
-typedef struct { Act kind; } ActAttr;                       // ACT, ACT_GRAD, BIAS_ACT
-// DOT: a[batch.., (M.. K..) or, ta, (K.. M..)] b[batch.., (K.. N..) or, tb,
-// (N.. K..)] -> y[batch.., M.., N..]: nb batch dims, nk contracted dims.
-typedef struct {
-  int nb, nk;
-  bool ta, tb;
-  Node *sgd_into;         // plain SGD folded in: w -= lr * result, into this param (fuse.c)
-  // issue 22 (fuse.c): a third operand is a bias over the N dims, added with
-  // act after it (a Dense layer's BIAS or BIAS_ACT); bgrad, a BIAS_GRAD of
-  // b (dy) this product writes too (the weight gradient's makes the bias's)
-  Act act;
-  Node *bgrad;
-} DotAttr;
-typedef struct {                                             // CONV2D*, MAXPOOL*
-  int kh, kw, sh, sw, pad_t, pad_l;
-  int dil_h, dil_w;       // CONV2D*: the dilation minus 1 (kdrt_window's convention)
-  int groups;             // CONV2D*: the channel groups (0 or 1: a plain conv), global
-} WinAttr;
-typedef struct { int axis; int64_t start; } CatAttr;        // CONCAT, SLICE
-typedef struct { float rate; uint64_t stream; bool mul; } DropAttr; // DROPOUT, NOISE (rate: stddev)
-// SCALE: x * scale + shift; hp (issue 25): the Keras hyper-parameter that is
-// the scale ("scale": attention's, "logit_soft_cap", "1/logit_soft_cap") or
-// the shift ("epsilon"), named in the program (ops.c's scale_emit), or NULL
-typedef struct { float scale, shift; const char *hp; } AffAttr;
-typedef struct {                                             // LOSS, METRIC, LOSS_GRAD, XENT*
-  LossKind kind;
-  bool from_logits;
-  float param;            // LOSS, LOSS_GRAD: the loss's parameter (huber's delta)
-  double weight;          // 1 / the rows averaged over (every sample, or every token);
-                          // gradients: times the loss weight
-  double num;             // weight's numerator: 1, or the loss weight (gradients); the
-                          // program divides it by the step's rows
-  double lw;              // LOSS, XENT: the loss weight (loss_weights) in the total loss
-  bool metric;            // LOSS: a metric's, logged only (not in the total, not differentiated)
-  bool weighted;          // the last operand is the sample weights, one a row (Keras's
-                          // sample_weight: each row's loss or hit times its weight)
-} LossAttr;
-typedef struct {                                             // collectives
-  unsigned axes;          // the group of mesh axes (mask)
-  int dim, dim2;          // the tensor dim (all-to-all: from dim, to dim2); -1: none
-  int bucket;             // ALLREDUCE: gradients summed in one call with it (fuse.c), 0: none
-  Node *src;              // the value resharded, and the op that needs it: the "why"
-  Node *user;
-  uint8_t half;           // ALLGATHER, ALLTOALL (issue 23, store16.c): moves its operand, a
-                          // value of this 16-bit type (KDRT_ROUND_*), in 16 bits; 0: float32
-} CollAttr;
-typedef struct { int perm[MAX_RANK]; } PermAttr;            // TRANSPOSE: y dim i = x dim perm[i]
-typedef struct { int dim; } ReduceAttr;                     // REDUCE_SUM, BROADCAST: the dim
-// NORM, NORM_GRAD, LAYER_NORM*: scale, center: LAYER_NORM's g, b operands
-typedef struct { bool rms; float eps; bool scale, center; } NormAttr;
-// CAUSAL, ATTN_MASK: what a masked score becomes; CAUSAL's window > 0: a
-// key `window` or more steps before its query is masked too (sliding-window
-// attention: Mistral's, Gemma 2's)
-typedef struct { float fill; int64_t window; } MaskAttr;
-// SOFTMAX, SOFTMAX_GRAD with attention's scale and causal mask folded in
-// (fuse.c): softmax(mask(x * scale)), and its gradient scale * mask(dx).
-typedef struct { bool fused, causal; float scale; } SoftmaxAttr;
-typedef struct { float lo, hi; double rate; } ClipAttr;    // CLIP_NORM: Keras's MinMaxNorm's
-// PACT, PACT_GRAD: an activation layer's parameters (kdrt_pact: KDRT_PACT_*;
-// max INFINITY when there is none).
-typedef struct { int kind; float alpha, max, threshold; } PactAttr;
-typedef struct { const float *data; } ConstAttr;            // CONST: its global elements
-typedef struct { bool min; float c; } MinMaxAttr;           // MAXIMUM*: min instead; c: a lone operand's other
-typedef struct { int kind; } RoundAttr;                     // ROUND: KDRT_ROUND_BF16 or _F16 (issue 23)
-// issue 11: RECUR, RECUR_GRAD: the cell (KDRT_RNN_*), its activation and
-// recurrent activation, its units
-typedef struct { int cell; Act act, ract; int64_t units; } RecurAttr;
-// issue 15: BATCH_NORM, BN_GRAD: epsilon, the activation fused after it
-// (fuse.c; ACT_LINEAR: none) and the elements a sample has per channel
-// (the global rows averaged over are the step's B times it)
-typedef struct { float eps; Act act; double per; } BnAttr;
 // issue 24: ROPE: rotary position embedding as keras-hub computes it; its
 // inverse frequencies come from these (rope_inv_freq), once per program.
 // ROPE_LINEAR, ROPE_DYNAMIC and ROPE_YARN are RotaryEmbedding's rope_type
@@ -513,11 +444,15 @@ typedef struct {
   bool truncate;                    // YARN
   double freq_adjust, low_freq, high_freq, pretrain_len; // LLAMA31
 } RopeParams;
-// ROPE: x[b, t, .., 2h] turned (the sequence dim 1, the features last);
-// offset: the position of step 0 (a cache's); inverse: the transpose.
-// round (issue 23): KDRT_ROUND_* its cosines, sines, products and sums are
-// rounded to (keras-hub's RotaryEmbedding under a mixed policy), else 0.
-typedef struct { const RopeParams *p; int64_t offset; bool inverse; uint8_t round; } RopeAttr;
+
+// Typed attributes, one struct per family of ops (ops.def's ATTR lines),
+// and Attrs, the union of them all, which is Node's.
+#define ATTR(type, member, ...) typedef struct { __VA_ARGS__ } type;
+#include "ops.def"
+#define ATTR(type, member, ...) type member;
+typedef union {
+#include "ops.def"
+} Attrs;
 
 struct Node {
   int id;
@@ -532,28 +467,9 @@ struct Node {
   const char *role;       // what it is in its layer ("q", "scores", "probs"), which its
                           // buffer's name says (lower.c's off_name), or NULL
   Loc loc;                // where that layer is written
-  union {
-    ActAttr act;
-    DotAttr dot;
-    WinAttr win;
-    CatAttr cat;
-    DropAttr drop;
-    AffAttr aff;
-    LossAttr loss;
-    CollAttr coll;
-    PermAttr perm;
-    ReduceAttr red;
-    NormAttr norm;
-    MaskAttr mask;
-    SoftmaxAttr sm;
-    ClipAttr clip;
-    PactAttr pact;
-    MinMaxAttr mm;
-    ConstAttr cst;
-    RecurAttr rec;
-    BnAttr bn;
-    RopeAttr rope;
-    RoundAttr rnd;
+  union {                 // its attributes: Attrs, by the op's member (n->dot.nk)
+#define ATTR(type, member, ...) type member;
+#include "ops.def"
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
@@ -648,15 +564,26 @@ typedef struct {
   // (backward and update ops, collectives).
   void (*grad)(Graph *g, Node *n, const bool *need);
   void (*emit)(const Node *n, Lowering *lw);
+  // Its result's shape from its operands and attributes (JAX's abstract
+  // evaluation): op_make gives a new node this shape, and verify.c checks
+  // every node against it after every pass. False where they do not fit;
+  // NULL: the builder gives the shape (SLICE, PAD, BROADCAST, a
+  // convolution's, whose attributes do not determine it alone).
+  bool (*shape)(const Node *n, Shape *out);
 } OpDef;
 
 #define X(name) extern const OpDef op_##name;
 #include "ops.def"
-#undef X
 extern const OpDef *const op_defs[OP_COUNT];
 #define op_info(op) (*op_defs[op])
 
 void op_rule(const Node *n, Rule *r);
+// A node of op on in[nin], attr's attributes (its member of Node's union;
+// nothing else of it is read), its shape by its op's rule, its layer its
+// first operand's: make1(g, OP_TRANSPOSE, x, .perm = {{0, 2, 1, 3}}).
+Node *op_make(Graph *g, OpKind op, int nin, Node **in, const Node *attr);
+#define make1(g, o, a, ...) op_make(g, o, 1, (Node *[]){a}, &(Node){.op = (o), __VA_ARGS__})
+#define make2(g, o, a, b, ...) op_make(g, o, 2, (Node *[]){a, b}, &(Node){.op = (o), __VA_ARGS__})
 const char *act_name(int act);
 const char *loss_name(LossKind kind); // Keras's function name: "mean_squared_error", ...
 static inline bool is_collective(OpKind op) {
@@ -864,13 +791,12 @@ int64_t coll_sent(const Graph *g, const Node *n);
 bool place_eq(const Place *a, const Place *b, int rank);
 
 // ---------------------------------------------------------------- fuse.c
-void fuse_layer_norm(Graph *g); // issue 25: before fuse_elementwise
-void fuse_elementwise(Graph *g);
-// issue 22: attention's chain into ATTENTION and ATTENTION_GRAD, after
-// fuse_elementwise, where opt_fuse_attention (main.c: --target cuda at
-// tf32 or bf16) is the largest head dim the kernels take; 0: off.
+// Every fusion of fuse.c's table, in its order (issue 25).
+void fuse_graph(Graph *g);
+// issue 22: fuse_graph makes attention's chain ATTENTION and ATTENTION_GRAD
+// where opt_fuse_attention (main.c: --target cuda at tf32 or bf16) is the
+// largest head dim the kernels take; 0: off.
 extern int opt_fuse_attention;
-void fuse_attention(Graph *g);
 // After the memory plan: gradient all-reduces over the same axes whose
 // buffers follow each other in the gradient blob become one call.
 void bucket_gradients(Graph *g);

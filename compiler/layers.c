@@ -30,18 +30,15 @@ static Node *build_dense(Graph *g, Layer *l, Node *x) {
     error_at(jloc_key(l->cfg, "units"), "layer '%s': a kernel of [%lld, %lld] would hold more "
              "than 2^40 elements, the most a tensor may hold", l->name, (long long)k,
              (long long)units);
-  Shape out = x->shape;
-  out.d[out.rank - 1] = units;
   Node *w = new_var(g, l, "kernel", (Shape){2, {k, units}}, "kernel_initializer",
                     "glorot_uniform");
   // x[.., k] . w[k, units]: every leading dim of x is a free dim
-  Node *y = new_node2(g, OP_DOT, x, w, out);
-  y->dot = (DotAttr){.nb = 0, .nk = 1};
+  Node *y = make2(g, OP_DOT, x, w, .dot = {.nb = 0, .nk = 1});
   y->layer = l->name;
   y->loc = l->loc;
   if (cfg_bool(l, "use_bias", true)) {
     Node *b = new_var(g, l, "bias", (Shape){1, {units}}, "bias_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, b, y->shape);
+    y = make2(g, OP_BIAS, y, b);
   }
   return apply_act(g, y, parse_act(l, "activation"));
 }
@@ -64,16 +61,16 @@ static Node *build_layernorm(Graph *g, Layer *l, Node *x) {
   Shape gs = {k, {0}};
   for (int i = 0; i < k; i++) gs.d[i] = moved.d[moved.rank - k + i];
   bool rms = cfg_bool(l, "rms_scaling", false);
-  Node *y = new_node1(g, OP_NORM, xm, xm->shape);
-  y->norm = (NormAttr){rms, (float)cfg_num(l, "epsilon", 1e-3), false, false};
+  Node *y = make1(g, OP_NORM, xm,
+                  .norm = (NormAttr){rms, (float)cfg_num(l, "epsilon", 1e-3), false, false});
   if (k > 1) y = view(g, y, moved);
   if (cfg_bool(l, "scale", true) || rms) {
     Node *gam = new_var(g, l, "gamma", gs, "gamma_initializer", "ones");
-    y = new_node2(g, OP_COL_MUL, y, gam, moved);
+    y = make2(g, OP_COL_MUL, y, gam);
   }
   if (cfg_bool(l, "center", true) && !rms) {
     Node *beta = new_var(g, l, "beta", gs, "beta_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, beta, moved);
+    y = make2(g, OP_BIAS, y, beta);
   }
   return from_last(g, y, axes, &moved, &x->shape);
 }
@@ -82,8 +79,8 @@ static Node *build_layernorm(Graph *g, Layer *l, Node *x) {
 static Node *build_rmsnorm(Graph *g, Layer *l, Node *x) {
   check_last_axis(l, x);
   int64_t h = x->shape.d[x->shape.rank - 1];
-  Node *y = new_node1(g, OP_NORM, x, x->shape);
-  y->norm = (NormAttr){true, (float)cfg_num(l, "epsilon", 1e-6), false, false};
+  Node *y = make1(g, OP_NORM, x,
+                  .norm = (NormAttr){true, (float)cfg_num(l, "epsilon", 1e-6), false, false});
   // keras-hub's Gemma RMSNormalization (hub.c: kdcc_scale_plus_one) scales
   // by 1 + scale, its scale starting at zeros
   bool plus_one = json_is_true(json_object_get(l->cfg, "kdcc_scale_plus_one"));
@@ -96,11 +93,10 @@ static Node *build_rmsnorm(Graph *g, Layer *l, Node *x) {
   // (ops.rms_normalization converts the scale to x's float32)
   if (g->cdt) scale = round_to(g, scale, g->cdt);
   if (plus_one) {
-    Node *s1 = new_node1(g, OP_SCALE, scale, scale->shape);
-    s1->aff = (AffAttr){1, 1, NULL};
+    Node *s1 = make1(g, OP_SCALE, scale, .aff = (AffAttr){1, 1, NULL});
     scale = s1;
   }
-  return new_node2(g, OP_COL_MUL, y, scale, x->shape);
+  return make2(g, OP_COL_MUL, y, scale);
 }
 
 // keras_hub's PositionEmbedding(sequence_length): its call returns the first
@@ -119,13 +115,9 @@ static Node *build_position_embedding(Graph *g, Layer *l, Node *x) {
   check_kwargs(l, NULL, 0); // start_index included: not supported
   Node *e = new_var(g, l, "embeddings", (Shape){2, {len, f}}, "initializer", "glorot_uniform");
   if (t < len) {
-    Node *s = new_node1(g, OP_SLICE, e, (Shape){2, {t, f}});
-    s->cat = (CatAttr){0, 0};
-    e = s;
+    e = make1(g, OP_SLICE, e, .cat = {0, 0, t});
   }
-  Node *y = new_node1(g, OP_BROADCAST, e, x->shape);
-  y->red.dim = 0;
-  return y;
+  return make1(g, OP_BROADCAST, e, .red = {0, x->shape.d[0]});
 }
 
 static Node *build_reshape(Graph *g, Layer *l, Node *x) {
@@ -160,17 +152,15 @@ static Node *build_permute(Graph *g, Layer *l, Node *x) {
   if (n != x->shape.rank - 1)
     error_at(dj ? jloc(dj) : l->loc, "layer '%s': 'dims' must list the %d per-sample dims",
              l->name, x->shape.rank - 1);
-  Node *y = new_node1(g, OP_TRANSPOSE, x, x->shape);
   bool seen[MAX_RANK] = {false};
-  y->perm.perm[0] = 0;
+  PermAttr p = {{0}};
   for (int i = 0; i < n; i++) {
     if (dims[i] < 1 || dims[i] > n || seen[dims[i]])
       error_at(jloc_idx(dj, i), "layer '%s': 'dims' must be a permutation of 1..%d", l->name, n);
     seen[dims[i]] = true;
-    y->perm.perm[i + 1] = (int)dims[i];
-    y->shape.d[i + 1] = x->shape.d[dims[i]];
+    p.perm[i + 1] = (int)dims[i];
   }
-  return y;
+  return make1(g, OP_TRANSPOSE, x, .perm = p);
 }
 
 static Node *build_merge(Graph *g, Layer *l, bool concat) {
@@ -243,9 +233,7 @@ static Node *build_embedding(Graph *g, Layer *l, Node *ids) {
              (long long)dim);
   Node *t = new_var(g, l, "embeddings", (Shape){2, {v, dim}}, "embeddings_initializer",
                     "uniform");
-  Shape out = ids->shape;
-  out.d[out.rank++] = dim;
-  Node *y = new_node2(g, OP_GATHER, t, ids, out);
+  Node *y = make2(g, OP_GATHER, t, ids);
   y->layer = l->name;
   y->loc = l->loc;
   // the ids' range, for synthetic data and file checks (the smallest table reading them)
@@ -284,12 +272,9 @@ static Node *build_reversible_embedding(Graph *g, Layer *l, Node *x) {
   y->loc = l->loc;
   double cap = cfg_num(l, "logit_soft_cap", 0);
   if (cap == 0) return y;
-  Node *s = new_node1(g, OP_SCALE, y, y->shape);
-  s->aff = (AffAttr){(float)(1.0 / cap), 0, "1/logit_soft_cap"};
+  Node *s = make1(g, OP_SCALE, y, .aff = (AffAttr){(float)(1.0 / cap), 0, "1/logit_soft_cap"});
   Node *t = apply_act(g, s, ACT_TANH);
-  Node *c = new_node1(g, OP_SCALE, t, t->shape);
-  c->aff = (AffAttr){(float)cap, 0, "logit_soft_cap"};
-  return c;
+  return make1(g, OP_SCALE, t, .aff = (AffAttr){(float)cap, 0, "logit_soft_cap"});
 }
 
 static Node *build_input(Graph *g, Layer *l, Node *unused) {
@@ -334,9 +319,7 @@ static double dropout_rate(Layer *l) {
 static Node *build_dropout(Graph *g, Layer *l, Node *x) {
   double rate = dropout_rate(l);
   if (rate == 0) return x;
-  Node *n = new_node1(g, OP_DROPOUT, x, x->shape);
-  n->drop = (DropAttr){(float)rate, hash_str(l->path), false};
-  return n;
+  return make1(g, OP_DROPOUT, x, .drop = (DropAttr){(float)rate, hash_str(l->path), false});
 }
 
 // Rescaling(scale, offset): x * scale + offset. Under a mixed policy
@@ -345,7 +328,7 @@ static Node *build_dropout(Graph *g, Layer *l, Node *x) {
 // hub.c writes as a Rescaling); kdcc rounds x * scale + offset once where
 // Keras rounds the product and the sum (the same where the offset is 0).
 static Node *build_rescaling(Graph *g, Layer *l, Node *x) {
-  Node *n = new_node1(g, OP_SCALE, x, x->shape);
+  Node *n = make1(g, OP_SCALE, x);
   double scale = cfg_num(l, "scale", 1.0), offset = cfg_num(l, "offset", 0.0);
   if (g->cdt) scale = round_scalar(g->cdt, scale), offset = round_scalar(g->cdt, offset);
   n->aff = (AffAttr){(float)scale, (float)offset, NULL};
@@ -377,9 +360,7 @@ static double cfg_nonneg(Layer *l, const char *key, double def, bool *isnull) {
 
 // Parameters no KDRT_ACT_LIST activation has: PACT (kdrt_pact).
 static Node *pact(Graph *g, Node *x, int kind, double alpha, double max, double threshold) {
-  Node *y = new_node1(g, OP_PACT, x, x->shape);
-  y->pact = (PactAttr){kind, (float)alpha, (float)max, (float)threshold};
-  return y;
+  return make1(g, OP_PACT, x, .pact = (PactAttr){kind, (float)alpha, (float)max, (float)threshold});
 }
 
 // ReLU(max_value, negative_slope, threshold), as Keras's relu: relu or
@@ -419,25 +400,20 @@ static Shape drop_dim(const Shape *x, int d) {
 
 // v (x's shape without dim d) repeated along d back to x's shape.
 static Node *bcast_dim(Graph *g, Node *v, const Shape *to, int d) {
-  Node *b = new_node1(g, OP_BROADCAST, v, *to);
-  b->red.dim = d;
-  return b;
+  return make1(g, OP_BROADCAST, v, .red = {d, to->d[d]});
 }
 
 // Keras's ops.normalize(x, axis, order=2, epsilon): x * min(rsqrt(sum of
 // squares over the axes), 1 / epsilon), the sum one REDUCE_SUM per axis (a
 // split axis leaves a partial sum, all-reduced before the rsqrt).
 static Node *l2_normalize(Graph *g, Node *x, unsigned axes, double eps) {
-  Node *s = new_node2(g, OP_MUL, x, x, x->shape);
+  Node *s = make2(g, OP_MUL, x, x);
   for (int d = x->shape.rank - 1; d >= 0; d--)
     if ((axes >> d) & 1) {
-      Node *r = new_node1(g, OP_REDUCE_SUM, s, drop_dim(&s->shape, d));
-      r->red.dim = d;
-      s = r;
+      s = make1(g, OP_REDUCE_SUM, s, .red.dim = d);
     }
   Node *inv = apply_act(g, s, KDRT_ACT_RSQRT);
-  inv = new_node1(g, OP_MAXIMUM, inv, inv->shape);
-  inv->mm = (MinMaxAttr){true, (float)(1.0 / eps)};
+  inv = make1(g, OP_MAXIMUM, inv, .mm = (MinMaxAttr){true, (float)(1.0 / eps)});
   for (int d = 0; d < x->shape.rank; d++)
     if ((axes >> d) & 1) {
       Shape t = inv->shape;
@@ -445,35 +421,33 @@ static Node *l2_normalize(Graph *g, Node *x, unsigned axes, double eps) {
       t.d[d] = x->shape.d[d];
       inv = bcast_dim(g, inv, &t, d);
     }
-  return new_node2(g, OP_MUL, x, inv, x->shape);
+  return make2(g, OP_MUL, x, inv);
 }
 
 // x with its dim `from` moved to `to`, the others in order.
 static Node *move_dim(Graph *g, Node *x, int from, int to) {
   if (from == to) return x;
-  Node *t = new_node1(g, OP_TRANSPOSE, x, x->shape);
+  PermAttr p = {{0}};
   for (int i = 0, k = 0; i < x->shape.rank; i++) {
     if (k == from) k++;
-    t->perm.perm[i] = i == to ? from : k++;
-    t->shape.d[i] = x->shape.d[t->perm.perm[i]];
+    p.perm[i] = i == to ? from : k++;
   }
-  return t;
+  return make1(g, OP_TRANSPOSE, x, .perm = p);
 }
 
 // x with the dims in `axes` (a mask) moved to the end, in order, and merged
 // into one; *moved: the shape before the merge (from_last undoes both).
 static Node *to_last(Graph *g, Node *x, unsigned axes, Shape *moved) {
-  int r = x->shape.rank, k = 0, perm[MAX_RANK];
+  int r = x->shape.rank, k = 0;
+  PermAttr p = {{0}};
   for (int d = 0; d < r; d++)
-    if (!((axes >> d) & 1)) perm[k++] = d;
+    if (!((axes >> d) & 1)) p.perm[k++] = d;
   int keep = k;
   for (int d = 0; d < r; d++)
-    if ((axes >> d) & 1) perm[k++] = d;
+    if ((axes >> d) & 1) p.perm[k++] = d;
   Node *t = x;
-  if (axes != (((1u << (r - keep)) - 1) << keep)) { // not already the trailing dims
-    t = new_node1(g, OP_TRANSPOSE, x, x->shape);
-    for (int i = 0; i < r; i++) t->shape.d[i] = x->shape.d[t->perm.perm[i] = perm[i]];
-  }
+  if (axes != (((1u << (r - keep)) - 1) << keep)) // not already the trailing dims
+    t = make1(g, OP_TRANSPOSE, x, .perm = p);
   *moved = t->shape;
   if (r - keep == 1) return t;
   Shape m = {keep + 1, {0}};
@@ -487,12 +461,12 @@ static Node *to_last(Graph *g, Node *x, unsigned axes, Shape *moved) {
 static Node *from_last(Graph *g, Node *y, unsigned axes, const Shape *moved, const Shape *orig) {
   if (shape_eq(moved, orig)) return y;
   int r = orig->rank, k = 0;
-  Node *t = new_node1(g, OP_TRANSPOSE, y, *orig);
+  PermAttr p = {{0}};
   for (int d = 0; d < r; d++)
-    if (!((axes >> d) & 1)) t->perm.perm[d] = k++;
+    if (!((axes >> d) & 1)) p.perm[d] = k++;
   for (int d = 0; d < r; d++)
-    if ((axes >> d) & 1) t->perm.perm[d] = k++;
-  return t;
+    if ((axes >> d) & 1) p.perm[d] = k++;
+  return make1(g, OP_TRANSPOSE, y, .perm = p);
 }
 
 // One axis of a layer option (an int, negative from the end), in [lo, rank).
@@ -600,19 +574,16 @@ static Node *build_group_norm(Graph *g, Layer *l, Node *x) {
   Node *v = view(g, x, (Shape){4, {b, sp, groups, cg}});
   Node *t = new_node1(g, OP_TRANSPOSE, v, (Shape){4, {b, groups, sp, cg}});
   t->perm = (PermAttr){{0, 2, 1, 3}};
-  Node *y = new_node1(g, OP_NORM, view(g, t, (Shape){3, {b, groups, sp * cg}}),
-                      (Shape){3, {b, groups, sp * cg}});
-  y->norm = (NormAttr){false, (float)cfg_num(l, "epsilon", 1e-3), false, false};
+  Node *y = make1(g, OP_NORM, view(g, t, (Shape){3, {b, groups, sp * cg}}),
+                  .norm = (NormAttr){false, (float)cfg_num(l, "epsilon", 1e-3), false, false});
   Node *u = new_node1(g, OP_TRANSPOSE, view(g, y, t->shape), v->shape);
   u->perm = (PermAttr){{0, 2, 1, 3}};
   Node *o = view(g, u, x->shape);
   Shape cs = {1, {c}};
   if (cfg_bool(l, "scale", true))
-    o = new_node2(g, OP_COL_MUL, o, new_var(g, l, "gamma", cs, "gamma_initializer", "ones"),
-                  x->shape);
+    o = make2(g, OP_COL_MUL, o, new_var(g, l, "gamma", cs, "gamma_initializer", "ones"));
   if (cfg_bool(l, "center", true))
-    o = new_node2(g, OP_BIAS, o, new_var(g, l, "beta", cs, "beta_initializer", "zeros"),
-                  x->shape);
+    o = make2(g, OP_BIAS, o, new_var(g, l, "beta", cs, "beta_initializer", "zeros"));
   return o;
 }
 
@@ -642,7 +613,7 @@ static Node *build_prelu(Graph *g, Layer *l, Node *x) {
       a = bcast_dim(g, a, &t, d - 1);
     }
   Node *neg = apply_act(g, scaled(g, x, -1), ACT_RELU);
-  Node *an = new_node2(g, OP_COL_MUL, neg, scaled(g, a, -1), x->shape);
+  Node *an = make2(g, OP_COL_MUL, neg, scaled(g, a, -1));
   Node *sum[2] = {apply_act(g, x, ACT_RELU), an};
   Node *y = new_node(g, OP_ADD, 2, sum);
   y->shape = x->shape;
@@ -680,15 +651,14 @@ static Node *build_spatial_dropout(Graph *g, Layer *l, Node *x) {
   Node *m = new_node(g, OP_FILL, 0, NULL);
   m->shape = (Shape){2, {x->shape.d[0], x->shape.d[n + 1]}};
   m->aff = (AffAttr){0, 1, NULL};
-  m = new_node1(g, OP_DROPOUT, m, m->shape);
-  m->drop = (DropAttr){(float)rate, hash_str(l->path), false};
+  m = make1(g, OP_DROPOUT, m, .drop = (DropAttr){(float)rate, hash_str(l->path), false});
   for (int d = 1; d <= n; d++) {
     Shape t = m->shape;
     memmove(t.d + d + 1, t.d + d, (size_t)(t.rank++ - d) * sizeof *t.d);
     t.d[d] = x->shape.d[d];
     m = bcast_dim(g, m, &t, d);
   }
-  return new_node2(g, OP_MUL, x, m, x->shape);
+  return make2(g, OP_MUL, x, m);
 }
 
 // GaussianNoise(stddev): x + stddev * z; GaussianDropout(rate): x * (1 +
@@ -696,9 +666,7 @@ static Node *build_spatial_dropout(Graph *g, Layer *l, Node *x) {
 // normal per element and step (NOISE), in training only.
 static Node *noise(Graph *g, Layer *l, Node *x, double stddev, bool mul) {
   if (stddev == 0) return x;
-  Node *y = new_node1(g, OP_NOISE, x, x->shape);
-  y->drop = (DropAttr){(float)stddev, hash_str(l->path), mul};
-  return y;
+  return make1(g, OP_NOISE, x, .drop = (DropAttr){(float)stddev, hash_str(l->path), mul});
 }
 
 static Node *build_gaussian_noise(Graph *g, Layer *l, Node *x) {
@@ -764,8 +732,8 @@ static Node *adapted_normalization(Graph *g, Layer *l, Node *x, const int *kept,
   mean->var->frozen = var->var->frozen = count->var->frozen = true;
   count->var->file_dtype = KDRT_I32;
   Node *mul = apply_act(g, var, invert ? KDRT_ACT_SQRT : KDRT_ACT_RSQRT);
-  mul = new_node1(g, OP_MAXIMUM, mul, ms);
-  mul->mm = invert ? (MinMaxAttr){false, 1e-7f} : (MinMaxAttr){true, (float)(1.0 / 1e-7f)};
+  mul = make1(g, OP_MAXIMUM, mul,
+              .mm = invert ? (MinMaxAttr){false, 1e-7f} : (MinMaxAttr){true, (float)(1.0 / 1e-7f)});
   Node *shift = invert ? mean : scaled(g, mean, -1);
   // over x's dims from the first kept one (axis None: the last), the
   // reduced ones among them repeated
@@ -782,9 +750,8 @@ static Node *adapted_normalization(Graph *g, Layer *l, Node *x, const int *kept,
     mul = bcast_dim(g, mul, &t, at);
     shift = bcast_dim(g, shift, &t, at);
   }
-  if (invert) return new_node2(g, OP_BIAS, new_node2(g, OP_COL_MUL, x, mul, x->shape), shift,
-                               x->shape);
-  return new_node2(g, OP_COL_MUL, new_node2(g, OP_BIAS, x, shift, x->shape), mul, x->shape);
+  if (invert) return make2(g, OP_BIAS, make2(g, OP_COL_MUL, x, mul), shift);
+  return make2(g, OP_COL_MUL, make2(g, OP_BIAS, x, shift), mul);
 }
 
 // Normalization(axis, mean, variance, invert) with its statistics in the
@@ -844,9 +811,8 @@ static Node *build_normalization(Graph *g, Layer *l, Node *x) {
     k[i]->has_want = true;
     k[i]->want = place_replicated();
   }
-  if (invert) return new_node2(g, OP_BIAS, new_node2(g, OP_COL_MUL, x, k[1], x->shape), k[0],
-                               x->shape);
-  return new_node2(g, OP_COL_MUL, new_node2(g, OP_BIAS, x, k[0], x->shape), k[1], x->shape);
+  if (invert) return make2(g, OP_BIAS, make2(g, OP_COL_MUL, x, k[1]), k[0]);
+  return make2(g, OP_COL_MUL, make2(g, OP_BIAS, x, k[0]), k[1]);
 }
 
 // The Keras layers kdcc builds (layers.def): class name, how many inputs a

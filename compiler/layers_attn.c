@@ -24,10 +24,7 @@ static Node *named(Node *n, const char *role) {
 }
 
 static Node *transpose_0213(Graph *g, Node *x) {
-  Shape s = {4, {x->shape.d[0], x->shape.d[2], x->shape.d[1], x->shape.d[3]}};
-  Node *t = new_node1(g, OP_TRANSPOSE, x, s);
-  t->perm = (PermAttr){{0, 2, 1, 3}};
-  return t;
+  return make1(g, OP_TRANSPOSE, x, .perm = {{0, 2, 1, 3}});
 }
 
 // Keras builds attention's projections as EinsumDense layers, whose
@@ -57,7 +54,7 @@ static Node *project(Graph *g, Layer *l, Node *x, const char *name, int64_t head
     Node *b = new_var(g, l, format("%s/bias", name), (Shape){2, {heads, dim}}, "bias_initializer",
                       "zeros");
     if (rank) b->var->frozen = false;
-    y = new_node2(g, OP_BIAS, y, b, y->shape);
+    y = make2(g, OP_BIAS, y, b);
   }
   return named(y, name);
 }
@@ -94,9 +91,7 @@ float round_scalar(int kind, double v) {
 }
 
 static Node *scaled_by(Graph *g, Node *x, double scale, const char *hp) {
-  Node *y = new_node1(g, OP_SCALE, x, x->shape);
-  y->aff = (AffAttr){(float)scale, 0, hp};
-  return y;
+  return make1(g, OP_SCALE, x, .aff = (AffAttr){(float)scale, 0, hp});
 }
 
 // The attention core of MultiHeadAttention and GroupQueryAttention, as
@@ -138,25 +133,16 @@ static Node *attend(Graph *g, Layer *l, Node *q, Node *k, Node *v, double scale,
     s = scaled_by(g, apply_act(g, scaled_by(g, s, 1 / cap, "1/logit_soft_cap"), ACT_TANH), cap,
                   "logit_soft_cap");
   g->cdt_f32 = true;
-  if (causal) {
-    s = new_node1(g, OP_CAUSAL, s, s->shape);
-    s->mask = (MaskAttr){-1, window}; // forward: KDRT_MASKED
-  }
-  if (mask) {
-    s = new_node2(g, OP_ATTN_MASK, s, mask, s->shape);
-    s->mask.fill = -1;
-  }
+  if (causal) s = make1(g, OP_CAUSAL, s, .mask = (MaskAttr){-1, window}); // forward: KDRT_MASKED
+  if (mask) s = make2(g, OP_ATTN_MASK, s, mask, .mask.fill = -1);
   Node *p = named(apply_act(g, s, ACT_SOFTMAX), "probs");
-  if (zero_masked && causal) {
-    p = new_node1(g, OP_CAUSAL, p, p->shape);
-    p->mask = (MaskAttr){0, window};
-  }
-  if (zero_masked && mask) p = new_node2(g, OP_ATTN_MASK, p, mask, p->shape);
+  if (zero_masked && causal) p = make1(g, OP_CAUSAL, p, .mask = (MaskAttr){0, window});
+  if (zero_masked && mask) p = make2(g, OP_ATTN_MASK, p, mask);
   g->cdt_f32 = f32;
   if (dropout > 0) {
-    Node *dp = new_node1(g, OP_DROPOUT, p, p->shape);
-    dp->drop = (DropAttr){(float)dropout, hash_str(format("%s/attention_dropout", l->path)), false};
-    p = dp;
+    p = make1(g, OP_DROPOUT, p,
+              .drop = (DropAttr){(float)dropout, hash_str(format("%s/attention_dropout", l->path)),
+                                 false});
   }
   Node *o = named(dot_node(g, p, vt, 2, 1, false), "context"); // [b, n, t, dv]
   return transpose_0213(g, o);
@@ -214,7 +200,7 @@ static Node *attention_output(Graph *g, Layer *l, Node *o, int64_t out, bool bia
   if (bias) {
     Node *bo = new_var(g, l, "attention_output/bias", (Shape){1, {out}}, "bias_initializer",
                        "zeros");
-    y = new_node2(g, OP_BIAS, y, bo, y->shape);
+    y = make2(g, OP_BIAS, y, bo);
   }
   return y;
 }
@@ -264,8 +250,7 @@ Node *build_mha(Graph *g, Layer *l, Node *unused) {
 static Node *repeat_heads(Graph *g, Node *kv, int64_t r) {
   if (r == 1) return kv;
   const Shape *s = &kv->shape;
-  Node *b = new_node1(g, OP_BROADCAST, kv, (Shape){5, {s->d[0], s->d[1], s->d[2], r, s->d[3]}});
-  b->red.dim = 3;
+  Node *b = make1(g, OP_BROADCAST, kv, .red = {3, r});
   return new_node1(g, OP_RESHAPE, b, (Shape){4, {s->d[0], s->d[1], s->d[2] * r, s->d[3]}});
 }
 
@@ -499,12 +484,9 @@ static void initializer_axes_fans(Layer *l, Node *w) {
 // x, whose dims are named by the indices `from`, with its dims in the order of `to`.
 static Node *arrange(Graph *g, Node *x, const char *from, const char *to) {
   if (!strcmp(from, to)) return x;
-  Node *t = new_node1(g, OP_TRANSPOSE, x, x->shape);
-  for (int i = 0; to[i]; i++) {
-    t->perm.perm[i] = index_of(from, to[i]);
-    t->shape.d[i] = x->shape.d[t->perm.perm[i]];
-  }
-  return t;
+  PermAttr p = {{0}};
+  for (int i = 0; to[i]; i++) p.perm[i] = index_of(from, to[i]);
+  return make1(g, OP_TRANSPOSE, x, .perm = p);
 }
 
 // The bias over bias_axes, as Keras stores it: the output's trailing dims
@@ -534,14 +516,9 @@ static Node *einsum_bias(Graph *g, Layer *l, const Einsum *e, Node *y) {
   if (cs.rank < ks.rank) b = new_node1(g, OP_RESHAPE, b, cs);
   for (int j = first; j < ry; j++) {
     if (index_of(bs, e->y[j]) >= 0) continue;
-    Shape s = b->shape;
-    int d = j - first;
-    memmove(s.d + d + 1, s.d + d, (size_t)(s.rank++ - d) * sizeof *s.d);
-    s.d[d] = y->shape.d[j];
-    b = new_node1(g, OP_BROADCAST, b, s);
-    b->red.dim = d;
+    b = make1(g, OP_BROADCAST, b, .red = {j - first, y->shape.d[j]});
   }
-  return new_node2(g, OP_BIAS, y, b, y->shape);
+  return make2(g, OP_BIAS, y, b);
 }
 
 // EinsumDense(equation, output_shape, bias_axes, activation): one DOT
@@ -637,7 +614,7 @@ Node *rope_node(Graph *g, Layer *l, Node *x, const RopeParams *p, int64_t offset
              (long long)offset);
   RopeParams *kept = xcalloc(1, sizeof *kept);
   *kept = *p;
-  Node *y = new_node1(g, OP_ROPE, x, x->shape);
+  Node *y = make1(g, OP_ROPE, x);
   // issue 23: made in 16 bits (a mixed layer's), keras-hub's RotaryEmbedding
   // casts cos and sin to the compute dtype and computes x * cos +
   // rotate_half(x) * sin there, each product and the sum rounded (XLA keeps

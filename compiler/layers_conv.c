@@ -130,7 +130,7 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
   if (n == 1) y = view(g, y, (Shape){3, {b, oh, out_ch}});
   if (cfg_bool(l, "use_bias", true)) {
     Node *bias = new_var(g, l, "bias", (Shape){1, {out_ch}}, "bias_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, bias, y->shape);
+    y = make2(g, OP_BIAS, y, bias);
   }
   return apply_act(g, y, parse_act(l, "activation"));
 }
@@ -205,7 +205,7 @@ static Node *build_conv_transpose(Graph *g, Layer *l, Node *x, int n) {
   if (n == 1) y = view(g, y, (Shape){3, {b, out[0], filters}});
   if (cfg_bool(l, "use_bias", true)) {
     Node *bias = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
-    y = new_node2(g, OP_BIAS, y, bias, y->shape);
+    y = make2(g, OP_BIAS, y, bias);
   }
   return apply_act(g, y, parse_act(l, "activation"));
 }
@@ -263,11 +263,8 @@ Node *build_gap1d(Graph *g, Layer *l, Node *x) {
   if (x->shape.rank != 3)
     error_at(l->loc, "layer '%s': GlobalAveragePooling1D needs an input of rank 3 (batch, steps, "
              "features), got %s", l->name, kshape(&x->shape));
-  Node *s = new_node1(g, OP_REDUCE_SUM, x, (Shape){2, {x->shape.d[0], x->shape.d[2]}});
-  s->red.dim = 1;
-  Node *y = new_node1(g, OP_SCALE, s, s->shape);
-  y->aff = (AffAttr){(float)(1.0 / (double)x->shape.d[1]), 0, NULL};
-  return y;
+  Node *s = make1(g, OP_REDUCE_SUM, x, .red.dim = 1);
+  return make1(g, OP_SCALE, s, .aff = (AffAttr){(float)(1.0 / (double)x->shape.d[1]), 0, NULL});
 }
 
 // GlobalAveragePooling2D: x[b, h, w, c] -> the mean over h and w.
@@ -279,13 +276,8 @@ Node *build_gap2d(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': GlobalAveragePooling2D needs an input of rank 4 (batch, rows, "
              "cols, channels), got %s", l->name, kshape(&x->shape));
   const int64_t *d = x->shape.d;
-  Node *s = new_node1(g, OP_REDUCE_SUM, x, (Shape){3, {d[0], d[2], d[3]}});
-  s->red.dim = 1;
-  Node *t = new_node1(g, OP_REDUCE_SUM, s, (Shape){2, {d[0], d[3]}});
-  t->red.dim = 1;
-  Node *y = new_node1(g, OP_SCALE, t, t->shape);
-  y->aff = (AffAttr){(float)(1.0 / (double)(d[1] * d[2])), 0, NULL};
-  return y;
+  Node *t = make1(g, OP_REDUCE_SUM, make1(g, OP_REDUCE_SUM, x, .red.dim = 1), .red.dim = 1);
+  return make1(g, OP_SCALE, t, .aff = (AffAttr){(float)(1.0 / (double)(d[1] * d[2])), 0, NULL});
 }
 
 // Amounts before and after along n spatial dims: Keras stores [a, b] for 1-D
@@ -333,9 +325,7 @@ static Node *pad_or_crop(Graph *g, Layer *l, Node *x, int n, bool pad) {
       error_at(jloc_key(l->cfg, key), "layer '%s': cropping %lld+%lld leaves nothing of dim %d "
                "(%lld)", l->name, (long long)a[i][0], (long long)a[i][1], ax,
                (long long)x->shape.d[ax]);
-    Node *y = new_node1(g, pad ? OP_PAD : OP_SLICE, x, s);
-    y->cat = (CatAttr){ax, a[i][0]};
-    x = y;
+    x = make1(g, pad ? OP_PAD : OP_SLICE, x, .cat = {ax, a[i][0], s.d[ax]});
   }
   return x;
 }
@@ -421,11 +411,7 @@ Node *build_avgpool(Graph *g, Layer *l, Node *x) {
       error_at(l->loc, "layer '%s': pool %lld does not fit the input %s", l->name,
                (long long)ps[i], kshape(&x->shape));
     if (o * ps[i] != x->shape.d[i + 1]) { // Keras drops the steps that do not fill a window
-      Shape s = x->shape;
-      s.d[i + 1] = o * ps[i];
-      Node *c = new_node1(g, OP_SLICE, x, s);
-      c->cat = (CatAttr){i + 1, 0};
-      x = c;
+      x = make1(g, OP_SLICE, x, .cat = {i + 1, 0, o * ps[i]});
     }
   }
   const int64_t *d = x->shape.d;
@@ -433,17 +419,10 @@ Node *build_avgpool(Graph *g, Layer *l, Node *x) {
   int64_t o0 = d[1] / ps[0], o1 = n == 2 ? d[2] / ps[1] : 1;
   Node *v = n == 2 ? view(g, x, (Shape){6, {b, o0, ps[0], o1, ps[1], c}})
                    : view(g, x, (Shape){4, {b, o0, ps[0], c}});
-  Node *r = new_node1(g, OP_REDUCE_SUM, v, n == 2 ? (Shape){5, {b, o0, o1, ps[1], c}}
-                                                   : (Shape){3, {b, o0, c}});
-  r->red.dim = 2;
-  if (n == 2) {
-    Node *r2 = new_node1(g, OP_REDUCE_SUM, r, (Shape){4, {b, o0, o1, c}});
-    r2->red.dim = 3;
-    r = r2;
-  }
-  Node *y = new_node1(g, OP_SCALE, r, r->shape);
-  y->aff = (AffAttr){(float)(1.0 / (double)(ps[0] * (n == 2 ? ps[1] : 1))), 0, NULL};
-  return y;
+  Node *r = make1(g, OP_REDUCE_SUM, v, .red.dim = 2);
+  if (n == 2) r = make1(g, OP_REDUCE_SUM, r, .red.dim = 3);
+  return make1(g, OP_SCALE, r,
+               .aff = (AffAttr){(float)(1.0 / (double)(ps[0] * (n == 2 ? ps[1] : 1))), 0, NULL});
 }
 
 // UpSampling1D/2D (nearest): each step repeated, a BROADCAST and a view.
@@ -467,14 +446,11 @@ Node *build_upsample(Graph *g, Layer *l, Node *x) {
                l->cls, (long long)sz[i], i + 1, MAX_DIM);
   const int64_t *d = x->shape.d;
   if (n == 1) {
-    Node *b = new_node1(g, OP_BROADCAST, x, (Shape){4, {d[0], d[1], sz[0], d[2]}});
-    b->red.dim = 2;
+    Node *b = make1(g, OP_BROADCAST, x, .red = {2, sz[0]});
     return view(g, b, (Shape){3, {d[0], d[1] * sz[0], d[2]}});
   }
-  Node *b = new_node1(g, OP_BROADCAST, x, (Shape){5, {d[0], d[1], sz[0], d[2], d[3]}});
-  b->red.dim = 2;
-  Node *b2 = new_node1(g, OP_BROADCAST, b, (Shape){6, {d[0], d[1], sz[0], d[2], sz[1], d[3]}});
-  b2->red.dim = 4;
+  Node *b = make1(g, OP_BROADCAST, x, .red = {2, sz[0]});
+  Node *b2 = make1(g, OP_BROADCAST, b, .red = {4, sz[1]});
   return view(g, b2, (Shape){4, {d[0], d[1] * sz[0], d[2] * sz[1], d[3]}});
 }
 
@@ -502,14 +478,12 @@ static Node *fill_channels(Graph *g, Shape cs, float v) {
 // Keras's inv = rsqrt(var + eps) * gamma and res = -mean * inv + beta.
 static Node *frozen_batchnorm(Graph *g, Node *x, Node *mm, Node *mv, Node *gam, Node *beta,
                               double eps) {
-  Shape cs = mm->shape;
-  Node *ve = new_node1(g, OP_SCALE, mv, cs);
-  ve->aff = (AffAttr){1, (float)eps, "epsilon"};
+  Node *ve = make1(g, OP_SCALE, mv, .aff = (AffAttr){1, (float)eps, "epsilon"});
   Node *inv = apply_act(g, ve, KDRT_ACT_RSQRT);
-  if (gam) inv = new_node2(g, OP_MUL, inv, gam, cs);
-  Node *res = new_node2(g, OP_MUL, scaled(g, mm, -1), inv, cs);
-  if (beta) res = new_node2(g, OP_ADD, res, beta, cs);
-  return new_node2(g, OP_BIAS, new_node2(g, OP_COL_MUL, x, inv, x->shape), res, x->shape);
+  if (gam) inv = make2(g, OP_MUL, inv, gam);
+  Node *res = make2(g, OP_MUL, scaled(g, mm, -1), inv);
+  if (beta) res = make2(g, OP_ADD, res, beta);
+  return make2(g, OP_BIAS, make2(g, OP_COL_MUL, x, inv), res);
 }
 
 Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
@@ -534,14 +508,14 @@ Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   Node *mm = new_var(g, l, "moving_mean", cs, "moving_mean_initializer", "zeros");
   Node *mv = new_var(g, l, "moving_variance", cs, "moving_variance_initializer", "ones");
   if (layer_frozen(l)) return frozen_batchnorm(g, x, mm, mv, gam, beta, eps);
-  Node *mean = new_node1(g, OP_BATCH_MEAN, new_node1(g, OP_BN_STATS, x, cs), cs);
-  mean->aff = (AffAttr){(float)per, 0, NULL};
-  Node *var = new_node1(g, OP_BATCH_MEAN, new_node2(g, OP_BN_STATS, x, mean, cs), cs);
-  var->aff = (AffAttr){(float)per, 0, NULL};
+  Node *mean = make1(g, OP_BATCH_MEAN, new_node1(g, OP_BN_STATS, x, cs),
+                     .aff = (AffAttr){(float)per, 0, NULL});
+  Node *var = make1(g, OP_BATCH_MEAN, new_node2(g, OP_BN_STATS, x, mean, cs),
+                    .aff = (AffAttr){(float)per, 0, NULL});
   mm->var->ema_stat = mean, mm->var->ema_momentum = (float)mom;
   mv->var->ema_stat = var, mv->var->ema_momentum = (float)mom;
-  Node *in[5] = {x, new_node2(g, OP_TRAIN_SELECT, mean, mm, cs),
-                 new_node2(g, OP_TRAIN_SELECT, var, mv, cs),
+  Node *in[5] = {x, make2(g, OP_TRAIN_SELECT, mean, mm),
+                 make2(g, OP_TRAIN_SELECT, var, mv),
                  gam ? gam : fill_channels(g, cs, 1), beta ? beta : fill_channels(g, cs, 0)};
   Node *y = new_node(g, OP_BATCH_NORM, 5, in);
   y->shape = x->shape;

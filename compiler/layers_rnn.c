@@ -40,9 +40,9 @@ static int rnn_class(const char *cls) {
 static Act rnn_act(Layer *c, const char *key, Act def) {
   json_t *j = json_object_get(c->cfg, key);
   Act a = j ? parse_act(c, key) : def;
-  if (a == ACT_SOFTMAX)
-    error_at(jloc(j), "layer '%s': %s 'softmax' is not supported in a recurrent cell (only "
-             "elementwise activations)", c->name, key);
+  if (a >= KDRT_ACT_COUNT)
+    error_at(jloc(j), "layer '%s': %s '%s' is not supported in a recurrent cell (only "
+             "elementwise activations)", c->name, key, act_name(a));
   return a;
 }
 
@@ -84,10 +84,7 @@ static Node *recurrent(Graph *g, Layer *c, const char *cls, const char *prefix, 
   RecurAttr ra = {cell, rnn_act(c, "activation", ACT_TANH),
                   cell == KDRT_RNN_SIMPLE ? ACT_SIGMOID
                                           : rnn_act(c, "recurrent_activation", ACT_SIGMOID), U};
-  if (cfg_bool(c, "go_backwards", false) != flip) {
-    x = new_node1(g, OP_REVERSE, x, x->shape);
-    x->red.dim = 1;
-  }
+  if (cfg_bool(c, "go_backwards", false) != flip) x = make1(g, OP_REVERSE, x, .red.dim = 1);
   const char *cn = format("%s%s", prefix, rnn_classes[k].cell);
   Node *w = new_var(g, c, format("%s/kernel", cn), (Shape){2, {F, GU}}, "kernel_initializer",
                     "glorot_uniform");
@@ -109,22 +106,18 @@ static Node *recurrent(Graph *g, Layer *c, const char *cls, const char *prefix, 
     for (int i = 0; i < 1 + gru; i++) { // GRU: bias[0] the input's, bias[1] the recurrent's
       Node *bi = b;
       if (gru) {
-        Node *s = new_node1(g, OP_SLICE, b, (Shape){2, {1, GU}});
-        s->cat = (CatAttr){0, i};
-        bi = view(g, s, (Shape){1, {GU}});
+        bi = view(g, make1(g, OP_SLICE, b, .cat = {0, i, 1}), (Shape){1, {GU}});
       }
-      if (i == 0) xw = in[0] = new_node2(g, OP_BIAS, xw, bi, xw->shape);
+      if (i == 0) xw = in[0] = make2(g, OP_BIAS, xw, bi);
       else in[2] = bi;
     }
   }
   Node *y = new_node(g, OP_RECUR, in[2] ? 3 : 2, in);
   y->shape = (Shape){3, {B, T, kdrt_rnn_width(cell, U)}};
   y->rec = ra;
-  Node *h = new_node1(g, OP_SLICE, y, (Shape){3, {B, T, U}});
-  h->cat = (CatAttr){2, 0};
+  Node *h = make1(g, OP_SLICE, y, .cat = {2, 0, U});
   if (cfg_bool(c, "return_sequences", false)) return h;
-  Node *last = new_node1(g, OP_SLICE, h, (Shape){3, {B, 1, U}});
-  last->cat = (CatAttr){1, T - 1};
+  Node *last = make1(g, OP_SLICE, h, .cat = {1, T - 1, 1});
   return view(g, last, (Shape){2, {B, U}});
 }
 
@@ -178,8 +171,7 @@ Node *build_bidirectional(Graph *g, Layer *l, Node *x) {
     error_at(l->loc, "layer '%s': the forward and backward layers must give the same shape",
              l->name);
   if (seq) {
-    Node *rv = new_node1(g, OP_REVERSE, y[1], y[1]->shape);
-    rv->red.dim = 1;
+    Node *rv = make1(g, OP_REVERSE, y[1], .red.dim = 1);
     y[1] = rv;
   }
   Shape s = y[0]->shape;
@@ -190,13 +182,12 @@ Node *build_bidirectional(Graph *g, Layer *l, Node *x) {
     c->cat.axis = s.rank - 1;
     return c;
   }
-  if (!strcmp(mode, "mul")) return new_node2(g, OP_MUL, y[0], y[1], s);
+  if (!strcmp(mode, "mul")) return make2(g, OP_MUL, y[0], y[1]);
   Node *sum = new_node(g, OP_ADD, 2, y);
   sum->shape = s;
   if (!strcmp(mode, "sum")) return sum;
   if (strcmp(mode, "ave"))
     error_at(jloc(mj), "layer '%s': unknown merge_mode '%s'", l->name, mode);
-  Node *ave = new_node1(g, OP_SCALE, sum, s);
-  ave->aff = (AffAttr){0.5f, 0, NULL};
+  Node *ave = make1(g, OP_SCALE, sum, .aff = (AffAttr){0.5f, 0, NULL});
   return ave;
 }

@@ -131,7 +131,7 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
   Node *yl = y;
   if (ol->label_smoothing != 0) {
     float ls = (float)ol->label_smoothing;
-    yl = new_node1(g, OP_SCALE, y, y->shape);
+    yl = make1(g, OP_SCALE, y);
     yl->aff = (AffAttr){(float)(1.0 - ol->label_smoothing),
                         ol->kind == LOSS_CCE ? ls / (float)ys.d[ys.rank - 1]
                                              : (float)(0.5 * ol->label_smoothing), NULL};
@@ -317,7 +317,7 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
     g->nlogs--;
   } else if (m->noutputs == 1) { // the compiled loss plus the penalty, one log
     total[0]->name = "compiled_loss";
-    g->logs[0].node = new_node2(g, OP_ADD, total[0], g->penalty, (Shape){0});
+    g->logs[0].node = make2(g, OP_ADD, total[0], g->penalty);
     g->logs[0].node->name = "loss";
     memmove(g->logs + 1, g->logs + 2, (g->nlogs - 2) * sizeof *g->logs);
     g->nlogs--;
@@ -326,8 +326,7 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
     if (nl > MAX_IN) error_at(m->losses[0].loc, "more than %d losses", MAX_IN);
     for (int k = 0; k < nl; k++) // the loss weights, where not 1
       if (total[k]->loss.lw != 1) {
-        Node *w = new_node1(g, OP_SCALE, total[k], (Shape){0});
-        w->aff = (AffAttr){(float)total[k]->loss.lw, 0, NULL};
+        Node *w = make1(g, OP_SCALE, total[k], .aff = (AffAttr){(float)total[k]->loss.lw, 0, NULL});
         w->name = format("%s * %g", total[k]->name, total[k]->loss.lw);
         total[k] = w;
       }

@@ -17,9 +17,12 @@
 // neural-network families (softmax, convolution and pooling,
 // normalizations, attention masks, losses and metrics, batch norm,
 // recurrence), made of the pieces declared in ops_impl.h, and the table
-// of every op (op_defs), so that this file needs nothing of that one.
-// Adding an op: its line in ops.def, its OpDef in ops.c or ops_nn.c, its
-// kernel in both runtimes (kdrt_ops.h's list), its tests.
+// of every op (op_defs), so that this file calls nothing of that one
+// (op_make reads the table).
+// Adding an op: its line in ops.def (and its attributes' ATTR line there),
+// its OpDef in ops.c or ops_nn.c with its shape rule, its kernel in both
+// runtimes (kdrt_ops.h's list), its tests. Builders make it with make1 or
+// make2 (op_make, here), which give it its rule's shape.
 #include "ops_impl.h"
 
 #include <assert.h>
@@ -34,7 +37,8 @@ const char *act_name(int act) {
 #define KDRT_X(name, kname, from_x, f, df) kname,
     KDRT_ACT_LIST(KDRT_X)
 #undef KDRT_X
-    "softmax",
+#define ACT_OP(name, kname) kname,
+#include "ops.def"
   };
   return names[act];
 }
@@ -122,13 +126,48 @@ char *block_start(const Node *n, int d) {
   return format("c->coord[%d] * %lld", a, (long long)s.d[d]);
 }
 
+// ---------------------------------------------------------------- shape rules
+
+bool shape_in0(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  return true;
+}
+
+bool shape_in1(const Node *n, Shape *out) {
+  *out = n->in[1]->shape;
+  return true;
+}
+
+bool shape_scalar(const Node *n, Shape *out) {
+  *out = (Shape){0};
+  return true;
+}
+
+bool shape_rows(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  return out->rank-- > 0;
+}
+
+// The builders' constructor: the op's attributes first, then its shape by
+// its rule (the op's table, op_defs, is ops_nn.c's data).
+Node *op_make(Graph *g, OpKind op, int nin, Node **in, const Node *attr) {
+  Node *n = new_node(g, op, nin, in);
+  memcpy(&n->act, &attr->act, sizeof(Attrs));
+  if (nin) {
+    n->layer = in[0]->layer;
+    n->loc = in[0]->loc;
+  }
+  if (!op_info(op).shape || !op_info(op).shape(n, &n->shape)) unreachable();
+  return n;
+}
+
 // ---------------------------------------------------------------- inputs and variables
 
 static void emit_view(const Node *n, Lowering *lw) { lw->note = "a value of the step: no code"; }
 
-const OpDef op_INPUT = {"input", 0, 0, false, rule_none, NULL, emit_view};
-const OpDef op_LABEL = {"label", 0, 0, false, rule_none, NULL, emit_view};
-const OpDef op_PARAM = {"param", 0, 0, false, rule_none, NULL, emit_view};
+const OpDef op_INPUT = {"input", 0, 0, false, rule_none, NULL, emit_view, NULL};
+const OpDef op_LABEL = {"label", 0, 0, false, rule_none, NULL, emit_view, NULL};
+const OpDef op_PARAM = {"param", 0, 0, false, rule_none, NULL, emit_view, NULL};
 
 // ---------------------------------------------------------------- DOT
 // dot_general with its dims grouped: a = [batch.., M.., K..] (ta: [batch..,
@@ -173,11 +212,7 @@ static void dot_rule(const Node *n, Rule *r) {
 }
 
 Node *dot(Graph *g, Node *a, Node *b, int nb, int nk, bool ta, bool tb) {
-  Shape s;
-  if (!dot_shape(&a->shape, &b->shape, nb, nk, ta, tb, &s)) unreachable();
-  Node *c = new_node2(g, OP_DOT, a, b, s);
-  c->dot = (DotAttr){.nb = nb, .nk = nk, .ta = ta, .tb = tb};
-  return c;
+  return make2(g, OP_DOT, a, b, .dot = {.nb = nb, .nk = nk, .ta = ta, .tb = tb});
 }
 
 // y = a.b: da = dy.b^T (contracting b's free dims), db = a^T.dy (contracting
@@ -228,7 +263,12 @@ static void dot_emit(const Node *n, Lowering *lw) {
 }
 
 // nin -1: a, b, and after fuse.c perhaps a bias
-const OpDef op_DOT = {"dot", -1, 3, false, dot_rule, dot_grad, dot_emit};
+static bool dot_shape_rule(const Node *n, Shape *out) {
+  return dot_shape(&n->in[0]->shape, &n->in[1]->shape, n->dot.nb, n->dot.nk, n->dot.ta,
+                   n->dot.tb, out);
+}
+
+const OpDef op_DOT = {"dot", -1, 3, false, dot_rule, dot_grad, dot_emit, dot_shape_rule};
 
 // ---------------------------------------------------------------- BIAS, ACT, BIAS_ACT
 
@@ -261,14 +301,13 @@ static void bias_act_emit(const Node *n, Lowering *lw) {
              buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
 }
 
-const OpDef op_BIAS = {"bias_add", 2, 0, false, bias_rule, bias_grad, bias_act_emit};
+const OpDef op_BIAS = {"bias_add", 2, 0, false, bias_rule, bias_grad, bias_act_emit, shape_in0};
 // Made by fuse.c after differentiation: never differentiated itself.
-const OpDef op_BIAS_ACT = {"bias_act", 2, 0, false, bias_rule, NULL, bias_act_emit};
+const OpDef op_BIAS_ACT = {"bias_act", 2, 0, false, bias_rule, NULL, bias_act_emit, shape_in0};
 
 static void act_grad(Graph *g, Node *n, const bool *need) {
   Node *a = n->in[0];
-  Node *dx = new_node2(g, OP_ACT_GRAD, n->grad, act_from_x(n->act.kind) ? a : n, a->shape);
-  dx->act = n->act;
+  Node *dx = make2(g, OP_ACT_GRAD, n->grad, act_from_x(n->act.kind) ? a : n, .act = n->act);
   accumulate(g, a, dx);
 }
 
@@ -277,7 +316,7 @@ static void act_emit(const Node *n, Lowering *lw) {
              buf(n->in[0]), elems_c(n));
 }
 
-const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit};
+const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit, shape_in0};
 
 // dx = dy * act'(t): t is the input or the output, whichever the
 // derivative needs; the runtime reads the one it needs.
@@ -287,7 +326,8 @@ static void act_grad_emit(const Node *n, Lowering *lw) {
              buf(n->in[0]), t, t, elems_c(n));
 }
 
-const OpDef op_ACT_GRAD = {"act_grad", 2, 1, false, rule_elementwise, NULL, act_grad_emit};
+const OpDef op_ACT_GRAD = {"act_grad", 2, 1, false, rule_elementwise, NULL, act_grad_emit,
+                           shape_in0};
 
 // ---------------------------------------------------------------- ADD, CONCAT, SLICE, RESHAPE
 
@@ -303,7 +343,7 @@ static void add_emit(const Node *n, Lowering *lw) {
              buf(n), n->nin, elems_c(n));
 }
 
-const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emit};
+const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emit, shape_in0};
 
 // Every dim but the axis passes; along the axis each tensor has its own
 // extent, needed whole.
@@ -319,9 +359,8 @@ static void concat_grad(Graph *g, Node *n, const bool *need) {
   for (int i = 0; i < n->nin; i++) {
     Node *x = n->in[i];
     if (need[x->id]) {
-      Node *s = new_node1(g, OP_SLICE, n->grad, x->shape);
-      s->cat = (CatAttr){n->cat.axis, start};
-      accumulate(g, x, s);
+      int64_t len = x->shape.d[n->cat.axis];
+      accumulate(g, x, make1(g, OP_SLICE, n->grad, .cat = {n->cat.axis, start, len}));
     }
     start += x->shape.d[n->cat.axis];
   }
@@ -348,16 +387,17 @@ static void slice_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
 }
 
+// SLICE's and PAD's gradient is the other, back to the operand's extent.
+static CatAttr back(const Node *n) {
+  return (CatAttr){n->cat.axis, n->cat.start, n->in[0]->shape.d[n->cat.axis]};
+}
+
 static void slice_grad(Graph *g, Node *n, const bool *need) {
-  Node *p = new_node1(g, OP_PAD, n->grad, n->in[0]->shape);
-  p->cat = n->cat;
-  accumulate(g, n->in[0], p);
+  accumulate(g, n->in[0], make1(g, OP_PAD, n->grad, .cat = back(n)));
 }
 
 static void pad_grad(Graph *g, Node *n, const bool *need) {
-  Node *s = new_node1(g, OP_SLICE, n->grad, n->in[0]->shape);
-  s->cat = n->cat;
-  accumulate(g, n->in[0], s);
+  accumulate(g, n->in[0], make1(g, OP_SLICE, n->grad, .cat = back(n)));
 }
 
 static void pad_emit(const Node *n, Lowering *lw) {
@@ -368,9 +408,29 @@ static void pad_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
 }
 
-const OpDef op_CONCAT = {"concat", -1, 0xff, true, cat_rule, concat_grad, concat_emit};
-const OpDef op_SLICE = {"slice", 1, 1, false, cat_rule, slice_grad, slice_emit};
-const OpDef op_PAD = {"pad", 1, 1, false, cat_rule, pad_grad, pad_emit};
+static bool concat_shape(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  if (n->cat.axis >= out->rank) return false;
+  for (int i = 1; i < n->nin; i++) out->d[n->cat.axis] += n->in[i]->shape.d[n->cat.axis];
+  return true;
+}
+
+const OpDef op_CONCAT = {"concat", -1, 0xff, true, cat_rule, concat_grad, concat_emit,
+                         concat_shape};
+// x with its extent along the axis n: a slice [start, start + n) of it, or
+// it padded to n with zeros, at start.
+static bool slice_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[0]->shape;
+  int ax = n->cat.axis;
+  if (ax < 0 || ax >= x->rank || n->cat.start < 0) return false;
+  *out = *x;
+  out->d[ax] = n->cat.n;
+  const Shape *big = n->op == OP_SLICE ? x : out, *small = n->op == OP_SLICE ? out : x;
+  return small->d[ax] > 0 && n->cat.start + small->d[ax] <= big->d[ax];
+}
+
+const OpDef op_SLICE = {"slice", 1, 1, false, cat_rule, slice_grad, slice_emit, slice_shape};
+const OpDef op_PAD = {"pad", 1, 1, false, cat_rule, pad_grad, pad_emit, slice_shape};
 
 // Reshape: split both shapes into groups of equal products. In each group
 // the major-most dims of input and output share one factor (a block split
@@ -412,7 +472,7 @@ static void reshape_emit(const Node *n, Lowering *lw) {
   lw->note = format("a view of %%%d: no code", n->in[0]->id);
 }
 
-const OpDef op_RESHAPE = {"reshape", 1, 1, false, reshape_rule, reshape_grad, reshape_emit};
+const OpDef op_RESHAPE = {"reshape", 1, 1, false, reshape_rule, reshape_grad, reshape_emit, NULL};
 
 // ---------------------------------------------------------------- DROPOUT, SCALE
 
@@ -451,11 +511,12 @@ static void random_emit(const Node *n, Lowering *lw) {
                n->drop.mul, stream);
 }
 
-const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad, random_emit};
+const OpDef op_DROPOUT = {"dropout", 1, 1, false, rule_elementwise, random_grad, random_emit,
+                          shape_in0};
 
 static void scale_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_SCALE, n->grad, n->in[0]->shape);
-  dx->aff = (AffAttr){n->aff.scale, 0, n->aff.shift == 0 ? n->aff.hp : NULL};
+  Node *dx = make1(g, OP_SCALE, n->grad,
+                   .aff = (AffAttr){n->aff.scale, 0, n->aff.shift == 0 ? n->aff.hp : NULL});
   accumulate(g, n->in[0], dx);
 }
 
@@ -473,7 +534,7 @@ static void scale_emit(const Node *n, Lowering *lw) {
              scale, shift);
 }
 
-const OpDef op_SCALE = {"scale", 1, 0, false, rule_elementwise, scale_grad, scale_emit};
+const OpDef op_SCALE = {"scale", 1, 0, false, rule_elementwise, scale_grad, scale_emit, shape_in0};
 
 // ---------------------------------------------------------------- GATHER, SCATTER_ADD
 // table[V, D], ids[b, t..] -> y[b, t.., D]. The vocabulary V contracts: a
@@ -516,15 +577,25 @@ static void scatter_emit(const Node *n, Lowering *lw) {
 }
 
 // Linear in the table (operand 0): a partial table gives a partial lookup.
-const OpDef op_GATHER = {"gather", 2, 1, false, gather_rule, gather_grad, gather_emit};
-const OpDef op_SCATTER_ADD = {"scatter_add", 2, 1, false, scatter_rule, NULL, scatter_emit};
+// ids[..] into table[V, E] -> [.., E]
+static bool gather_shape(const Node *n, Shape *out) {
+  const Shape *t = &n->in[0]->shape;
+  *out = n->in[1]->shape;
+  if (t->rank != 2 || out->rank == MAX_RANK) return false;
+  out->d[out->rank++] = t->d[1];
+  return true;
+}
+
+const OpDef op_GATHER = {"gather", 2, 1, false, gather_rule, gather_grad, gather_emit,
+                         gather_shape};
+const OpDef op_SCATTER_ADD = {"scatter_add", 2, 1, false, scatter_rule, NULL, scatter_emit, NULL};
 
 // ---------------------------------------------------------------- MUL
 
 static void mul_grad(Graph *g, Node *n, const bool *need) {
   Node *a = n->in[0], *b = n->in[1];
-  if (need[a->id]) accumulate(g, a, new_node2(g, OP_MUL, n->grad, b, a->shape));
-  if (need[b->id]) accumulate(g, b, new_node2(g, OP_MUL, n->grad, a, b->shape));
+  if (need[a->id]) accumulate(g, a, make2(g, OP_MUL, n->grad, b));
+  if (need[b->id]) accumulate(g, b, make2(g, OP_MUL, n->grad, a));
 }
 
 static void mul_emit(const Node *n, Lowering *lw) {
@@ -533,7 +604,7 @@ static void mul_emit(const Node *n, Lowering *lw) {
 }
 
 // Linear in each operand separately: a partial sum times a whole value.
-const OpDef op_MUL = {"mul", 2, 3, false, rule_elementwise, mul_grad, mul_emit};
+const OpDef op_MUL = {"mul", 2, 3, false, rule_elementwise, mul_grad, mul_emit, shape_in0};
 
 // ---------------------------------------------------------------- TRANSPOSE
 // y dim i is x dim perm[i]: the factors follow their dims.
@@ -548,9 +619,9 @@ static void transpose_rule(const Node *n, Rule *r) {
 
 static void transpose_grad(Graph *g, Node *n, const bool *need) {
   Node *x = n->in[0];
-  Node *dx = new_node1(g, OP_TRANSPOSE, n->grad, x->shape);
-  for (int d = 0; d < n->shape.rank; d++) dx->perm.perm[n->perm.perm[d]] = d;
-  accumulate(g, x, dx);
+  PermAttr p = {{0}};
+  for (int d = 0; d < n->shape.rank; d++) p.perm[n->perm.perm[d]] = d;
+  accumulate(g, x, make1(g, OP_TRANSPOSE, n->grad, .perm = p));
 }
 
 static void transpose_emit(const Node *n, Lowering *lw) {
@@ -563,8 +634,15 @@ static void transpose_emit(const Node *n, Lowering *lw) {
              "%s, %s, %d, s, perm", buf(n), buf(n->in[0]), n->shape.rank);
 }
 
+static bool transpose_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[0]->shape;
+  out->rank = x->rank;
+  for (int d = 0; d < x->rank; d++) out->d[d] = x->d[n->perm.perm[d]];
+  return true;
+}
+
 const OpDef op_TRANSPOSE = {"transpose", 1, 1, false, transpose_rule, transpose_grad,
-                            transpose_emit};
+                            transpose_emit, transpose_shape};
 
 // ---------------------------------------------------------------- REDUCE_SUM, BROADCAST
 // x[o.., m, i..] -> y[o.., i..] summed over m (which contracts: a split
@@ -586,10 +664,8 @@ static void reduce_rule(const Node *n, Rule *r) {
 
 static void reduce_grad(Graph *g, Node *n, const bool *need) {
   Node *x = n->in[0];
-  Node *dx = new_node1(g, n->op == OP_REDUCE_SUM ? OP_BROADCAST : OP_REDUCE_SUM, n->grad,
-                       x->shape);
-  dx->red.dim = n->red.dim;
-  accumulate(g, x, dx);
+  OpKind back = n->op == OP_REDUCE_SUM ? OP_BROADCAST : OP_REDUCE_SUM;
+  accumulate(g, x, make1(g, back, n->grad, .red = {n->red.dim, x->shape.d[n->red.dim]}));
 }
 
 static void reduce_emit(const Node *n, Lowering *lw) {
@@ -601,8 +677,27 @@ static void reduce_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(big, d + 1, big->shape.rank, true)));
 }
 
-const OpDef op_REDUCE_SUM = {"reduce_sum", 1, 1, false, reduce_rule, reduce_grad, reduce_emit};
-const OpDef op_BROADCAST = {"broadcast", 1, 1, false, reduce_rule, reduce_grad, reduce_emit};
+static bool reduce_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[0]->shape;
+  out->rank = 0;
+  for (int d = 0; d < x->rank; d++)
+    if (d != n->red.dim) out->d[out->rank++] = x->d[d];
+  return n->red.dim < x->rank;
+}
+
+const OpDef op_REDUCE_SUM = {"reduce_sum", 1, 1, false, reduce_rule, reduce_grad, reduce_emit,
+                             reduce_shape};
+static bool broadcast_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[0]->shape;
+  int d = n->red.dim;
+  if (d < 0 || d > x->rank || x->rank == MAX_RANK || n->red.n <= 0) return false;
+  out->rank = x->rank + 1;
+  for (int i = 0; i < out->rank; i++) out->d[i] = i < d ? x->d[i] : i == d ? n->red.n : x->d[i - 1];
+  return true;
+}
+
+const OpDef op_BROADCAST = {"broadcast", 1, 1, false, reduce_rule, reduce_grad, reduce_emit,
+                            broadcast_shape};
 
 // ---------------------------------------------------------------- BIAS_GRAD
 
@@ -624,7 +719,7 @@ static void bias_grad_emit(const Node *n, Lowering *lw) {
              lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
 }
 
-const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias_grad_emit};
+const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias_grad_emit, NULL};
 
 // ---------------------------------------------------------------- GRAD_CLIP, UPDATE
 
@@ -637,7 +732,7 @@ static void grad_clip_emit(const Node *n, Lowering *lw) {
              flt(global ? o->global_clipnorm : o->clipnorm), global);
 }
 
-const OpDef op_GRAD_CLIP = {"grad_clip", 1, 0, false, rule_elementwise, NULL, grad_clip_emit};
+const OpDef op_GRAD_CLIP = {"grad_clip", 1, 0, false, rule_elementwise, NULL, grad_clip_emit, NULL};
 
 // ---------------------------------------------------------------- issue 23: loss scaling
 // Keras's LossScaleOptimizer (Optimizer.loss_scale): the backward pass
@@ -662,7 +757,8 @@ static void loss_scale_emit(const Node *n, Lowering *lw) {
                buf(n->in[0]), elems_c(n));
 }
 
-const OpDef op_LOSS_SCALE = {"loss_scale", 1, 1, false, rule_elementwise, NULL, loss_scale_emit};
+const OpDef op_LOSS_SCALE = {"loss_scale", 1, 1, false, rule_elementwise, NULL, loss_scale_emit,
+                             shape_in0};
 
 static void unscale_emit(const Node *n, Lowering *lw) {
   for (int i = 0; i < EG->nvars; i++) { // every gradient is made before
@@ -674,7 +770,7 @@ static void unscale_emit(const Node *n, Lowering *lw) {
   lower_call(lw, "loss_scale_step", true, NULL, "G");
 }
 
-const OpDef op_UNSCALE = {"unscale", 0, 0, false, rule_none, NULL, unscale_emit};
+const OpDef op_UNSCALE = {"unscale", 0, 0, false, rule_none, NULL, unscale_emit, NULL};
 
 // The optimizer's step t (from 1) in an update's call: its iterations,
 // which a loss scale's skipped steps do not count.
@@ -817,7 +913,7 @@ static void update_emit(const Node *n, Lowering *lw) {
   unreachable();
 }
 
-const OpDef op_UPDATE = {"update", -1, 0, false, update_rule, NULL, update_emit};
+const OpDef op_UPDATE = {"update", -1, 0, false, update_rule, NULL, update_emit, NULL};
 
 // issue 11: a constraint's result written over its variable, after the
 // update (u, whose buffer is the variable's); training steps only.
@@ -827,7 +923,7 @@ static void assign_emit(const Node *n, Lowering *lw) {
              elems_c(n->in[0]));
 }
 
-const OpDef op_ASSIGN = {"assign", 2, 0, false, rule_elementwise, NULL, assign_emit};
+const OpDef op_ASSIGN = {"assign", 2, 0, false, rule_elementwise, NULL, assign_emit, NULL};
 
 // ---------------------------------------------------------------- collectives
 // shard.c makes them from placement transitions; they have no rule and
@@ -877,12 +973,17 @@ static void coll_emit(const Node *n, Lowering *lw) {
   }
 }
 
-const OpDef op_ALLREDUCE = {"all_reduce", 1, 0, false, rule_elementwise, NULL, coll_emit};
-const OpDef op_ALLREDUCE_MAX = {"all_reduce_max", 1, 0, false, rule_elementwise, NULL, coll_emit};
-const OpDef op_REDUCE_SCATTER = {"reduce_scatter", 1, 0, false, rule_elementwise, NULL, coll_emit};
-const OpDef op_ALLGATHER = {"all_gather", 1, 0, false, rule_elementwise, NULL, coll_emit};
-const OpDef op_ALLTOALL = {"all_to_all", 1, 0, false, rule_elementwise, NULL, coll_emit};
-const OpDef op_LOCAL_SLICE = {"local_slice", 1, 0, false, rule_elementwise, NULL, coll_emit};
+const OpDef op_ALLREDUCE = {"all_reduce", 1, 0, false, rule_elementwise, NULL, coll_emit,
+                            shape_in0};
+const OpDef op_ALLREDUCE_MAX = {"all_reduce_max", 1, 0, false, rule_elementwise, NULL, coll_emit,
+                                shape_in0};
+const OpDef op_REDUCE_SCATTER = {"reduce_scatter", 1, 0, false, rule_elementwise, NULL, coll_emit,
+                                 shape_in0};
+const OpDef op_ALLGATHER = {"all_gather", 1, 0, false, rule_elementwise, NULL, coll_emit,
+                            shape_in0};
+const OpDef op_ALLTOALL = {"all_to_all", 1, 0, false, rule_elementwise, NULL, coll_emit, shape_in0};
+const OpDef op_LOCAL_SLICE = {"local_slice", 1, 0, false, rule_elementwise, NULL, coll_emit,
+                              shape_in0};
 
 // ---------------------------------------------------------------- issue 11: BATCH_MEAN, TRAIN_SELECT
 // BATCH_MEAN: a sum over the batch rows (and aff.scale elements per row) to
@@ -892,8 +993,7 @@ const OpDef op_LOCAL_SLICE = {"local_slice", 1, 0, false, rule_elementwise, NULL
 // predict; the gradient goes to a only (b is a moving average).
 
 static void batch_mean_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_BATCH_MEAN, n->grad, n->in[0]->shape);
-  dx->aff = n->aff;
+  Node *dx = make1(g, OP_BATCH_MEAN, n->grad, .aff = n->aff);
   accumulate(g, n->in[0], dx);
 }
 
@@ -903,7 +1003,7 @@ static void batch_mean_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_BATCH_MEAN = {"batch_mean", 1, 1, false, rule_elementwise, batch_mean_grad,
-                             batch_mean_emit};
+                             batch_mean_emit, shape_in0};
 
 static void train_select_grad(Graph *g, Node *n, const bool *need) {
   if (need[n->in[0]->id]) accumulate(g, n->in[0], n->grad);
@@ -923,7 +1023,7 @@ static void clip_norm_emit(const Node *n, Lowering *lw) {
              flt((float)(1.0 - n->clip.rate)));
 }
 
-const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit};
+const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit, NULL};
 
 // issue 11: LeakyReLU, ELU and ReLU layers whose parameters no KDRT_ACT_LIST
 // activation has (kdrt_pact); the gradient reads the input.
@@ -942,8 +1042,7 @@ static char *pact_args(const Node *n) {
 }
 
 static void pact_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node2(g, OP_PACT_GRAD, n->grad, n->in[0], n->shape);
-  dx->pact = n->pact;
+  Node *dx = make2(g, OP_PACT_GRAD, n->grad, n->in[0], .pact = n->pact);
   accumulate(g, n->in[0], dx);
 }
 
@@ -957,11 +1056,12 @@ static void pact_grad_emit(const Node *n, Lowering *lw) {
              buf(n), buf(n->in[0]), buf(n->in[1]), elems_c(n), pact_args(n));
 }
 
-const OpDef op_PACT = {"pact", 1, 0, false, rule_elementwise, pact_grad, pact_emit};
-const OpDef op_PACT_GRAD = {"pact_grad", 2, 1, false, rule_elementwise, NULL, pact_grad_emit};
+const OpDef op_PACT = {"pact", 1, 0, false, rule_elementwise, pact_grad, pact_emit, shape_in0};
+const OpDef op_PACT_GRAD = {"pact_grad", 2, 1, false, rule_elementwise, NULL, pact_grad_emit,
+                            shape_in0};
 
 const OpDef op_TRAIN_SELECT = {"train_select", 2, 0, false, rule_elementwise, train_select_grad,
-                               train_select_emit};
+                               train_select_emit, shape_in0};
 
 // ---------------------------------------------------------------- issue 11: MAXIMUM
 // The Maximum and Minimum merges (two operands), and a clamp of one operand
@@ -989,9 +1089,10 @@ static void maximum_emit(const Node *n, Lowering *lw) {
              n->nin > k + 1 ? buf(n->in[k + 1]) : "NULL", flt(n->mm.c), n->mm.min, elems_c(n));
 }
 
-const OpDef op_MAXIMUM = {"maximum", -1, 0, false, rule_elementwise, maximum_grad, maximum_emit};
+const OpDef op_MAXIMUM = {"maximum", -1, 0, false, rule_elementwise, maximum_grad, maximum_emit,
+                          shape_in0};
 const OpDef op_MAXIMUM_GRAD = {"maximum_grad", -1, 0, false, rule_elementwise, NULL,
-                               maximum_emit};
+                               maximum_emit, shape_in0};
 
 // ---------------------------------------------------------------- issue 11: NOISE, FILL
 // NOISE: GaussianNoise (x + s * z) and GaussianDropout (x * (1 + s * z)),
@@ -1001,13 +1102,14 @@ const OpDef op_MAXIMUM_GRAD = {"maximum_grad", -1, 0, false, rule_elementwise, N
 // FILL: a constant tensor (no operands), which SpatialDropout drops out to
 // make its mask.
 
-const OpDef op_NOISE = {"noise", 1, 0, false, rule_elementwise, random_grad, random_emit};
+const OpDef op_NOISE = {"noise", 1, 0, false, rule_elementwise, random_grad, random_emit,
+                        shape_in0};
 
 static void fill_emit(const Node *n, Lowering *lw) {
   lower_call(lw, "fill", false, NULL, "%s, %s, %s", buf(n), flt(n->aff.shift), elems_c(n));
 }
 
-const OpDef op_FILL = {"fill", 0, 0, false, rule_none, NULL, fill_emit};
+const OpDef op_FILL = {"fill", 0, 0, false, rule_none, NULL, fill_emit, NULL};
 
 // CONST: a replicated constant the program holds (Normalization's mean and
 // variance from its config), copied into its buffer when the step needs it.
@@ -1021,7 +1123,7 @@ static void const_emit(const Node *n, Lowering *lw) {
              "%s, k, %lld", buf(n), (long long)k);
 }
 
-const OpDef op_CONST = {"const", 0, 0, false, rule_none, NULL, const_emit};
+const OpDef op_CONST = {"const", 0, 0, false, rule_none, NULL, const_emit, NULL};
 
 // ---------------------------------------------------------------- issue 23: ROUND
 // A mixed policy's cast to its compute dtype, the value kept in float32
@@ -1038,8 +1140,7 @@ static const char *round_c(int kind) {
 static void round_grad(Graph *g, Node *n, const bool *need) {
   Node *dx = n->grad;
   if (dx->half != n->rnd.kind) { // not already rounded by the ROUND after this one
-    dx = new_node1(g, OP_ROUND, n->grad, n->in[0]->shape);
-    dx->rnd = n->rnd;
+    dx = make1(g, OP_ROUND, n->grad, .rnd = n->rnd);
     dx->half = (uint8_t)n->rnd.kind;
   }
   accumulate(g, n->in[0], dx);
@@ -1050,7 +1151,7 @@ static void round_emit(const Node *n, Lowering *lw) {
              buf(n->in[0]), elems_c(n));
 }
 
-const OpDef op_ROUND = {"round", 1, 0, false, rule_elementwise, round_grad, round_emit};
+const OpDef op_ROUND = {"round", 1, 0, false, rule_elementwise, round_grad, round_emit, shape_in0};
 
 // issue 23: PACK16 and UNPACK16 (store16.c): a saved activation's value,
 // exactly a bfloat16 or float16 one, stored in 16 bits between its forward
@@ -1069,5 +1170,6 @@ static void unpack16_emit(const Node *n, Lowering *lw) {
              buf(n->in[0]), elems_c(n));
 }
 
-const OpDef op_PACK16 = {"pack16", 1, 1, false, rule_elementwise, NULL, pack16_emit};
-const OpDef op_UNPACK16 = {"unpack16", 1, 1, false, rule_elementwise, NULL, unpack16_emit};
+const OpDef op_PACK16 = {"pack16", 1, 1, false, rule_elementwise, NULL, pack16_emit, shape_in0};
+const OpDef op_UNPACK16 = {"unpack16", 1, 1, false, rule_elementwise, NULL, unpack16_emit,
+                           shape_in0};

@@ -2,7 +2,7 @@
 // kdcc.h, the pieces an op's rule, gradient and lowering are made of. No
 // other pass needs them. ops_nn.c calls down into ops.c, never the other
 // way: the table of every op (op_defs), which names both files' OpDefs,
-// is at the end of ops_nn.c.
+// is at the end of ops_nn.c (ops.c's op_make reads it, as data).
 #ifndef OPS_IMPL_H
 #define OPS_IMPL_H
 
@@ -15,6 +15,13 @@
 int factor(Rule *r, FactorKind kind, int64_t size);
 void rule_elementwise(const Node *n, Rule *r);
 void bias_rule(const Node *n, Rule *r);
+
+// Shape rules: the first operand's shape (elementwise ops, gradients in
+// their first operand), the second's, a scalar, the last dim dropped.
+bool shape_in0(const Node *n, Shape *out);
+bool shape_in1(const Node *n, Shape *out);
+bool shape_scalar(const Node *n, Shape *out);
+bool shape_rows(const Node *n, Shape *out);
 
 // Gradients: a DOT of a and b with these attributes (dot_shape's).
 Node *dot(Graph *g, Node *a, Node *b, int nb, int nk, bool ta, bool tb);

@@ -8,8 +8,8 @@
 // recurrent layers' recurrence and REVERSE. They are made of ops.c's
 // pieces (ops_impl.h: factors, elementwise rules, DOT, the local rows and
 // columns as C). Last, the table of every op in ops.def (op_defs, op_rule),
-// which names ops.c's OpDefs and these: here, so that ops.c needs nothing
-// of this file.
+// which names ops.c's OpDefs and these: here, so that ops.c calls nothing
+// of this file (its op_make reads the table).
 #include "ops_impl.h"
 
 #include "../runtime/kdrt_rnn.h"
@@ -23,7 +23,7 @@ static void softmax_rule(const Node *n, Rule *r) {
 }
 
 static void softmax_grad(Graph *g, Node *n, const bool *need) {
-  accumulate(g, n->in[0], new_node2(g, OP_SOFTMAX_GRAD, n->grad, n, n->shape));
+  accumulate(g, n->in[0], make2(g, OP_SOFTMAX_GRAD, n->grad, n));
 }
 
 // Attention's scores [.., t, u] with a scale and a causal mask folded in
@@ -62,9 +62,29 @@ static void softmax_grad_emit(const Node *n, Lowering *lw) {
                buf(n->in[1]), rows_c(n), cols_c(n));
 }
 
-const OpDef op_SOFTMAX = {"softmax", 1, 0, false, softmax_rule, softmax_grad, softmax_emit};
+const OpDef op_SOFTMAX = {"softmax", 1, 0, false, softmax_rule, softmax_grad, softmax_emit,
+                          shape_in0};
 const OpDef op_SOFTMAX_GRAD = {"softmax_grad", 2, 1, false, softmax_rule, NULL,
-                               softmax_grad_emit};
+                               softmax_grad_emit, shape_in0};
+
+// issue 25: Keras's log_softmax, x - max - log(sum(exp(x - max))) over the
+// last dim (needed whole, as softmax's); its gradient dy - exp(y) * sum(dy)
+// from its output.
+static void log_softmax_grad(Graph *g, Node *n, const bool *need) {
+  accumulate(g, n->in[0], make2(g, OP_LOG_SOFTMAX_GRAD, n->grad, n));
+}
+
+static void log_softmax_emit(const Node *n, Lowering *lw) {
+  bool grad = n->op == OP_LOG_SOFTMAX_GRAD;
+  lower_call(lw, grad ? "log_softmax_grad" : "log_softmax", false, NULL, "%s, %s%s, %s, %s",
+             buf(n), grad ? format("%s, ", buf(n->in[0])) : "", buf(n->in[grad]), rows_c(n),
+             cols_c(n));
+}
+
+const OpDef op_LOG_SOFTMAX = {"log_softmax", 1, 0, false, softmax_rule, log_softmax_grad,
+                              log_softmax_emit, shape_in0};
+const OpDef op_LOG_SOFTMAX_GRAD = {"log_softmax_grad", 2, 1, false, softmax_rule, NULL,
+                                   log_softmax_emit, shape_in0};
 
 // ---------------------------------------------------------------- ATTENTION
 // issue 22: attention's chain in one op each way (fuse.c's fuse_attention,
@@ -114,11 +134,19 @@ static void attention_emit(const Node *n, Lowering *lw) {
              buf(n->in[3]), buf(n->in[4]), buf(n->in[5]), attention_args(n, n->in[1], n->in[2]));
 }
 
-const OpDef op_ATTENTION = {"attention", 4, 0, false, attention_rule, NULL, attention_emit};
+// q [b, n, t, h], v [b, n, s, hv] -> [b, n, t, hv]
+static bool attention_shape(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  out->d[out->rank - 1] = n->in[2]->shape.d[out->rank - 1];
+  return true;
+}
+
+const OpDef op_ATTENTION = {"attention", 4, 0, false, attention_rule, NULL, attention_emit,
+                            attention_shape};
 const OpDef op_ATTENTION_LSE = {"attention_lse", 3, 0, false, attention_rule, NULL,
-                                attention_emit};
+                                attention_emit, shape_rows};
 const OpDef op_ATTENTION_GRAD = {"attention_grad", -1, 0, false, attention_rule, NULL,
-                                 attention_emit};
+                                 attention_emit, NULL};
 
 // ---------------------------------------------------------------- CONV2D, MAXPOOL
 // x[b,h,w,ci] f[kh,kw,ci,co] y[b,oh,ow,co]; the spatial dims need their
@@ -205,9 +233,9 @@ static void conv_dx_grad(Graph *g, Node *n, const bool *need) {
   if (need[f->id]) accumulate(g, f, windowed(g, OP_CONV2D_DW, n->grad, dy, f->shape, n));
 }
 
-const OpDef op_CONV2D = {"conv2d", 2, 3, false, conv_rule, conv_grad, conv_emit};
-const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, conv_dx_grad, conv_emit};
-const OpDef op_CONV2D_DW = {"conv2d_dw", 2, 3, false, conv_rule, NULL, conv_emit};
+const OpDef op_CONV2D = {"conv2d", 2, 3, false, conv_rule, conv_grad, conv_emit, NULL};
+const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, conv_dx_grad, conv_emit, NULL};
+const OpDef op_CONV2D_DW = {"conv2d_dw", 2, 3, false, conv_rule, NULL, conv_emit, NULL};
 
 static void pool_rule(const Node *n, Rule *r) {
   bool fwd = n->op == OP_MAXPOOL;
@@ -235,8 +263,8 @@ static void pool_emit(const Node *n, Lowering *lw) {
                buf(n->in[0]), buf(n->in[1]));
 }
 
-const OpDef op_MAXPOOL = {"maxpool", 1, 0, false, pool_rule, pool_grad, pool_emit};
-const OpDef op_MAXPOOL_GRAD = {"maxpool_grad", 2, 0, false, pool_rule, NULL, pool_emit};
+const OpDef op_MAXPOOL = {"maxpool", 1, 0, false, pool_rule, pool_grad, pool_emit, NULL};
+const OpDef op_MAXPOOL_GRAD = {"maxpool_grad", 2, 0, false, pool_rule, NULL, pool_emit, shape_in1};
 
 // ---------------------------------------------------------------- COL_MUL, NORM, CAUSAL, ATTN_MASK
 // COL_MUL: x * g, g over x's trailing dims (a normalization's scale).
@@ -246,9 +274,9 @@ const OpDef op_MAXPOOL_GRAD = {"maxpool_grad", 2, 0, false, pool_rule, NULL, poo
 
 static void col_mul_grad(Graph *g, Node *n, const bool *need) {
   Node *x = n->in[0], *gam = n->in[1];
-  if (need[x->id]) accumulate(g, x, new_node2(g, OP_COL_MUL, n->grad, gam, x->shape));
+  if (need[x->id]) accumulate(g, x, make2(g, OP_COL_MUL, n->grad, gam));
   if (need[gam->id]) {
-    Node *p = new_node2(g, OP_MUL, n->grad, x, x->shape);
+    Node *p = make2(g, OP_MUL, n->grad, x);
     accumulate(g, gam, new_node1(g, OP_BIAS_GRAD, p, gam->shape));
   }
 }
@@ -260,7 +288,7 @@ static void col_mul_emit(const Node *n, Lowering *lw) {
 }
 
 // Linear in x (operand 0) and in g separately.
-const OpDef op_COL_MUL = {"col_mul", 2, 3, false, bias_rule, col_mul_grad, col_mul_emit};
+const OpDef op_COL_MUL = {"col_mul", 2, 3, false, bias_rule, col_mul_grad, col_mul_emit, shape_in0};
 
 static void norm_rule(const Node *n, Rule *r) {
   rule_elementwise(n, r);
@@ -269,8 +297,7 @@ static void norm_rule(const Node *n, Rule *r) {
 
 static void norm_grad(Graph *g, Node *n, const bool *need) {
   Node *x = n->in[0];
-  Node *dx = new_node2(g, OP_NORM_GRAD, n->grad, x, x->shape);
-  dx->norm = n->norm;
+  Node *dx = make2(g, OP_NORM_GRAD, n->grad, x, .norm = n->norm);
   accumulate(g, x, dx);
 }
 
@@ -288,8 +315,8 @@ static void norm_emit(const Node *n, Lowering *lw) {
                buf(n), buf(n->in[0]), buf(x), rows_c(n), cols_c(n), eps);
 }
 
-const OpDef op_NORM = {"norm", 1, 0, false, norm_rule, norm_grad, norm_emit};
-const OpDef op_NORM_GRAD = {"norm_grad", 2, 0, false, norm_rule, NULL, norm_emit};
+const OpDef op_NORM = {"norm", 1, 0, false, norm_rule, norm_grad, norm_emit, shape_in0};
+const OpDef op_NORM_GRAD = {"norm_grad", 2, 0, false, norm_rule, NULL, norm_emit, shape_in0};
 
 // issue 25: LAYER_NORM is Keras's LayerNormalization (and RMSNormalization)
 // whole, NORM then COL_MUL by g then BIAS of b, in one pass; LAYER_NORM_DX
@@ -336,21 +363,28 @@ static void layer_norm_emit(const Node *n, Lowering *lw) {
   }
 }
 
-const OpDef op_LAYER_NORM = {"layer_norm", -1, 0, false, layer_norm_rule, NULL, layer_norm_emit};
+const OpDef op_LAYER_NORM = {"layer_norm", -1, 0, false, layer_norm_rule, NULL, layer_norm_emit,
+                             shape_in0};
 const OpDef op_LAYER_NORM_DX = {"layer_norm_dx", -1, 0, false, layer_norm_rule, NULL,
-                                layer_norm_emit};
+                                layer_norm_emit, shape_in0};
 // Linear in dy: a partial dy gives partial sums.
+static bool layer_norm_dw_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[1]->shape;
+  *out = (Shape){1, {x->d[x->rank - 1]}};
+  return true;
+}
+
 const OpDef op_LAYER_NORM_DW = {"layer_norm_dw", 2, 1, false, layer_norm_dw_rule, NULL,
-                                layer_norm_emit};
+                                layer_norm_emit, layer_norm_dw_shape};
 
 // Scores s[.., t, u]: a key position u after the query position t is
 // masked, and with a window w one at u <= t - w; the gradient is the same
 // mask with 0 (a masked score has no effect). Positions are global: a split
 // t or u starts at its block.
 static void causal_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_CAUSAL, n->grad, n->shape);
-  dx->mask = n->mask;
-  dx->mask.fill = 0;
+  MaskAttr m = n->mask;
+  m.fill = 0;
+  Node *dx = make1(g, OP_CAUSAL, n->grad, .mask = m);
   accumulate(g, n->in[0], dx);
 }
 
@@ -367,7 +401,8 @@ static void causal_emit(const Node *n, Lowering *lw) {
              window, n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
 }
 
-const OpDef op_CAUSAL = {"causal_mask", 1, 0, false, rule_elementwise, causal_grad, causal_emit};
+const OpDef op_CAUSAL = {"causal_mask", 1, 0, false, rule_elementwise, causal_grad, causal_emit,
+                         shape_in0};
 
 // issue 10: scores s[b, n, t, u] where a call's attention_mask m[b, t, u]
 // is zero become mask.fill (Keras casts the mask to bool); m is the same
@@ -384,8 +419,7 @@ static void attn_mask_rule(const Node *n, Rule *r) {
 }
 
 static void attn_mask_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node2(g, OP_ATTN_MASK, n->grad, n->in[1], n->shape);
-  dx->mask.fill = 0;
+  Node *dx = make2(g, OP_ATTN_MASK, n->grad, n->in[1], .mask.fill = 0);
   accumulate(g, n->in[0], dx);
 }
 
@@ -400,7 +434,7 @@ static void attn_mask_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_ATTN_MASK = {"attention_mask", 2, 0, false, attn_mask_rule, attn_mask_grad,
-                            attn_mask_emit};
+                            attn_mask_emit, shape_in0};
 
 // ---------------------------------------------------------------- issue 24: ROPE
 // Rotary position embedding (kdrt_rope.h) of x[b, t, .., 2h]: feature pair
@@ -477,9 +511,9 @@ static void rope_rule(const Node *n, Rule *r) {
 }
 
 static void rope_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_ROPE, n->grad, n->shape);
-  dx->rope = n->rope;
-  dx->rope.inverse = !n->rope.inverse;
+  RopeAttr r = n->rope;
+  r.inverse = !r.inverse;
+  Node *dx = make1(g, OP_ROPE, n->grad, .rope = r);
   accumulate(g, n->in[0], dx);
 }
 
@@ -517,7 +551,7 @@ static void rope_emit(const Node *n, Lowering *lw) {
              n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
 }
 
-const OpDef op_ROPE = {"rope", 1, 1, false, rope_rule, rope_grad, rope_emit};
+const OpDef op_ROPE = {"rope", 1, 1, false, rope_rule, rope_grad, rope_emit, shape_in0};
 
 // ---------------------------------------------------------------- losses and metrics
 // p[b, t.., c] and y[b, t.., c] (or class ids y[b, t..]): every dim but the
@@ -602,9 +636,9 @@ static void loss_emit(const Node *n, Lowering *lw) {
              rows, cols, scale_c(n, p));
 }
 
-const OpDef op_LOSS = {"loss", -1, 0, false, loss_rule, NULL, loss_emit};
-const OpDef op_METRIC = {"accuracy", -1, 0, false, loss_rule, NULL, loss_emit};
-const OpDef op_LOSS_GRAD = {"loss_grad", -1, 0, false, loss_rule, NULL, loss_emit};
+const OpDef op_LOSS = {"loss", -1, 0, false, loss_rule, NULL, loss_emit, shape_scalar};
+const OpDef op_METRIC = {"accuracy", -1, 0, false, loss_rule, NULL, loss_emit, shape_scalar};
+const OpDef op_LOSS_GRAD = {"loss_grad", -1, 0, false, loss_rule, NULL, loss_emit, shape_in0};
 
 // issue 11: y -> 1 when an element of y is neither 0 nor 1, else 0: a max
 // over every dim (ranks holding parts of y all-reduce it, max).
@@ -618,7 +652,8 @@ static void not_binary_emit(const Node *n, Lowering *lw) {
              elems_c(n->in[0]));
 }
 
-const OpDef op_NOT_BINARY = {"not_binary", 1, 0, false, not_binary_rule, NULL, not_binary_emit};
+const OpDef op_NOT_BINARY = {"not_binary", 1, 0, false, not_binary_rule, NULL, not_binary_emit,
+                             shape_scalar};
 
 // Sparse crossentropy from logits x[rows.., V], by its row statistics, so
 // that V may stay split (vocab-parallel): m = max over V (a split leaves a
@@ -678,11 +713,13 @@ static void xent_emit(const Node *n, Lowering *lw) {
   }
 }
 
-const OpDef op_ROW_MAX = {"row_max", 1, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_ROW_SUMEXP = {"row_sumexp", 2, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_XENT = {"sparse_xent", -1, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_XENT_GRAD = {"sparse_xent_grad", -1, 0, false, xent_rule, NULL, xent_emit};
-const OpDef op_XENT_ACC = {"sparse_xent_acc", -1, 0, false, xent_rule, NULL, xent_emit};
+const OpDef op_ROW_MAX = {"row_max", 1, 0, false, xent_rule, NULL, xent_emit, shape_rows};
+const OpDef op_ROW_SUMEXP = {"row_sumexp", 2, 0, false, xent_rule, NULL, xent_emit, shape_rows};
+const OpDef op_XENT = {"sparse_xent", -1, 0, false, xent_rule, NULL, xent_emit, shape_scalar};
+const OpDef op_XENT_GRAD = {"sparse_xent_grad", -1, 0, false, xent_rule, NULL, xent_emit,
+                            shape_in0};
+const OpDef op_XENT_ACC = {"sparse_xent_acc", -1, 0, false, xent_rule, NULL, xent_emit,
+                           shape_scalar};
 
 // ---------------------------------------------------------------- issue 15: BN_STATS, BATCH_NORM, BN_GRAD
 // Batch normalization in three passes over the activations: the sums of
@@ -718,7 +755,14 @@ static void bn_stats_emit(const Node *n, Lowering *lw) {
              lead_c(x, 1), trail_c(x, 1));
 }
 
-const OpDef op_BN_STATS = {"bn_stats", -1, 0, false, bn_stats_rule, NULL, bn_stats_emit};
+static bool bn_stats_shape(const Node *n, Shape *out) {
+  const Shape *x = &n->in[0]->shape;
+  *out = n->nin > 2 ? (Shape){2, {2, x->d[x->rank - 1]}} : (Shape){1, {x->d[x->rank - 1]}};
+  return true;
+}
+
+const OpDef op_BN_STATS = {"bn_stats", -1, 0, false, bn_stats_rule, NULL, bn_stats_emit,
+                           bn_stats_shape};
 
 // The operands before `chan` are x's shape, elementwise with the result;
 // the rest are per channel (x's last dim), [c] or (BN_GRAD's s) [2, c].
@@ -755,15 +799,12 @@ static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
   for (int k = 0; k < 2; k++) {
     Node *w = k ? gam : beta;
     if (!need[w->id]) continue;
-    Node *row = new_node1(g, OP_SLICE, s, (Shape){2, {1, c}});
-    row->cat = (CatAttr){0, k};
+    Node *row = make1(g, OP_SLICE, s, .cat = {0, k, 1});
     Node *sum = new_node1(g, OP_RESHAPE, row, m->shape);
     if (k) {
-      Node *ve = new_node1(g, OP_SCALE, v, v->shape);
-      ve->aff = (AffAttr){1, n->bn.eps, "epsilon"};
-      Node *r = new_node1(g, OP_ACT, ve, v->shape);
-      r->act.kind = KDRT_ACT_RSQRT;
-      sum = new_node2(g, OP_MUL, sum, r, m->shape);
+      Node *ve = make1(g, OP_SCALE, v, .aff = (AffAttr){1, n->bn.eps, "epsilon"});
+      Node *r = make1(g, OP_ACT, ve, .act.kind = KDRT_ACT_RSQRT);
+      sum = make2(g, OP_MUL, sum, r);
     }
     accumulate(g, w, sum);
   }
@@ -789,8 +830,8 @@ static void bn_grad_emit(const Node *n, Lowering *lw) {
 }
 
 const OpDef op_BATCH_NORM = {"batch_norm", 5, 0, false, batch_norm_rule, batch_norm_grad,
-                             batch_norm_emit};
-const OpDef op_BN_GRAD = {"bn_grad", 6, 0, false, bn_grad_rule, NULL, bn_grad_emit};
+                             batch_norm_emit, shape_in0};
+const OpDef op_BN_GRAD = {"bn_grad", 6, 0, false, bn_grad_rule, NULL, bn_grad_emit, shape_in0};
 
 // ---------------------------------------------------------------- issue 11: RECUR, RECUR_GRAD, REVERSE
 // A recurrent layer's recurrence as one op (runtime/kdrt_rnn.h's records):
@@ -820,11 +861,7 @@ static void recur_rule(const Node *n, Rule *r) {
 
 // n's record sliced along its last dim: [off, off + len).
 static Node *record_slice(Graph *g, Node *n, int64_t off, int64_t len) {
-  Shape s = n->shape;
-  s.d[2] = len;
-  Node *y = new_node1(g, OP_SLICE, n, s);
-  y->cat = (CatAttr){2, off};
-  return y;
+  return make1(g, OP_SLICE, n, .cat = {2, off, len});
 }
 
 static void recur_grad(Graph *g, Node *n, const bool *need) {
@@ -877,8 +914,8 @@ static void recur_emit(const Node *n, Lowering *lw) {
              fwd ? n->nin > 2 ? buf(n->in[2]) : "NULL" : buf(n->in[2]), B, T, U);
 }
 
-const OpDef op_RECUR = {"recur", -1, 0, false, recur_rule, recur_grad, recur_emit};
-const OpDef op_RECUR_GRAD = {"recur_grad", 3, 0, false, recur_rule, NULL, recur_emit};
+const OpDef op_RECUR = {"recur", -1, 0, false, recur_rule, recur_grad, recur_emit, NULL};
+const OpDef op_RECUR_GRAD = {"recur_grad", 3, 0, false, recur_rule, NULL, recur_emit, NULL};
 
 // x with dim red.dim reversed: that dim is needed whole; its own transpose.
 static void reverse_rule(const Node *n, Rule *r) {
@@ -887,8 +924,7 @@ static void reverse_rule(const Node *n, Rule *r) {
 }
 
 static void reverse_grad(Graph *g, Node *n, const bool *need) {
-  Node *dx = new_node1(g, OP_REVERSE, n->grad, n->shape);
-  dx->red = n->red;
+  Node *dx = make1(g, OP_REVERSE, n->grad, .red = n->red);
   accumulate(g, n->in[0], dx);
 }
 
@@ -899,16 +935,16 @@ static void reverse_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(n, d + 1, n->shape.rank, true)));
 }
 
-const OpDef op_REVERSE = {"reverse", 1, 1, false, reverse_rule, reverse_grad, reverse_emit};
+const OpDef op_REVERSE = {"reverse", 1, 1, false, reverse_rule, reverse_grad, reverse_emit,
+                          shape_in0};
 
 // ---------------------------------------------------------------- the table
 // Every op of ops.def, ops.c's and this file's: here, above both files'
-// definitions, so that ops.c needs nothing of this file.
+// definitions, so that ops.c calls nothing of this file.
 
 const OpDef *const op_defs[OP_COUNT] = {
 #define X(name) [OP_##name] = &op_##name,
 #include "ops.def"
-#undef X
 };
 
 void op_rule(const Node *n, Rule *r) {

@@ -14,10 +14,8 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
   verify_graph(g, "build_backward", false);
   propagate_shardings(g);
   verify_graph(g, "propagate_shardings", true);
-  fuse_layer_norm(g);
-  fuse_elementwise(g);
-  fuse_attention(g); // issue 22: the CUDA program's, only
-  verify_graph(g, "fuse_elementwise", true);
+  fuse_graph(g);
+  verify_graph(g, "fuse_graph", true);
   store16(g); // issue 23: saved 16-bit values in 16 bits
   verify_graph(g, "store16", true);
   find_blocks(g); // issue 25: repeated blocks, which the memory plan and the emitters fold

@@ -194,19 +194,18 @@ static void parse_var_options(Layer *l, const char *init_key, Var *v) {
 Node *penalty(Graph *g, Node *x, double l1, double l2) {
   Node *p1 = NULL, *p2 = NULL;
   if (l1 != 0) {
-    Node *a = new_node1(g, OP_ACT, x, x->shape);
-    a->act.kind = KDRT_ACT_ABS;
+    Node *a = make1(g, OP_ACT, x, .act.kind = KDRT_ACT_ABS);
     p1 = scaled(g, sum_all(g, a), l1);
   }
-  if (l2 != 0) p2 = scaled(g, sum_all(g, new_node2(g, OP_MUL, x, x, x->shape)), l2);
-  return p1 && p2 ? new_node2(g, OP_ADD, p1, p2, (Shape){0}) : p1 ? p1 : p2;
+  if (l2 != 0) p2 = scaled(g, sum_all(g, make2(g, OP_MUL, x, x)), l2);
+  return p1 && p2 ? make2(g, OP_ADD, p1, p2) : p1 ? p1 : p2;
 }
 
 // g->penalty += p: the regularizers' penalties, summed as Keras sums
 // model.losses into the loss.
 void add_penalty(Graph *g, Node *p) {
   if (!p) return;
-  g->penalty = g->penalty ? new_node2(g, OP_ADD, g->penalty, p, (Shape){0}) : p;
+  g->penalty = g->penalty ? make2(g, OP_ADD, g->penalty, p) : p;
   g->penalty->name = "regularization";
 }
 
@@ -215,8 +214,7 @@ void add_penalty(Graph *g, Node *p) {
 void batch_penalty(Graph *g, Node *y, double l1, double l2) {
   Node *p = penalty(g, y, l1, l2);
   if (!p) return;
-  Node *m = new_node1(g, OP_BATCH_MEAN, p, p->shape);
-  m->aff = (AffAttr){1, 0, NULL};
+  Node *m = make1(g, OP_BATCH_MEAN, p, .aff = (AffAttr){1, 0, NULL});
   add_penalty(g, m);
 }
 
@@ -327,8 +325,7 @@ Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank,
   w->var->lora_index = index;
   // Keras: kernel + (alpha / rank) * matmul(a, b), then the layer's product
   Node *ab = dot_node(g, a, b, 0, 1, false);
-  Node *s = new_node1(g, OP_SCALE, ab, ab->shape);
-  s->aff = (AffAttr){w->var->lora_scale, 0, NULL};
+  Node *s = make1(g, OP_SCALE, ab, .aff = (AffAttr){w->var->lora_scale, 0, NULL});
   Node *in[2] = {w, s};
   Node *sum = new_node(g, OP_ADD, 2, in);
   sum->shape = w->shape;
@@ -371,7 +368,7 @@ int parse_act(Layer *l, const char *key) {
   const char *s = json_string_value(j);
   if (!strcmp(s, "keras_hub>gelu_approximate") || !strcmp(s, "keras_nlp>gelu_approximate"))
     return KDRT_ACT_GELU_TANH;
-  for (int a = 0; a <= ACT_SOFTMAX; a++) // rsqrt, abs and sqrt are kdcc's own, not Keras's
+  for (int a = 0; a < ACT_COUNT; a++) // rsqrt, abs and sqrt are kdcc's own, not Keras's
     if (a != KDRT_ACT_RSQRT && a != KDRT_ACT_ABS && a != KDRT_ACT_SQRT && !strcmp(s, act_name(a)))
       return a;
   if (!strcmp(s, "swish")) return ACT_SILU;
@@ -381,10 +378,12 @@ int parse_act(Layer *l, const char *key) {
 
 Node *apply_act(Graph *g, Node *x, int act) {
   if (act == ACT_LINEAR) return x;
-  if (act == ACT_SOFTMAX) return new_node1(g, OP_SOFTMAX, x, x->shape);
-  Node *n = new_node1(g, OP_ACT, x, x->shape);
-  n->act.kind = act;
-  return n;
+  static const OpKind op_of[] = {
+#define ACT_OP(name, kname) [ACT_##name - KDRT_ACT_COUNT] = OP_##name,
+#include "ops.def"
+  };
+  if (act >= KDRT_ACT_COUNT) return make1(g, op_of[act - KDRT_ACT_COUNT], x);
+  return make1(g, OP_ACT, x, .act.kind = act);
 }
 
 Node *layer_input(Layer *l, int i) {
@@ -421,9 +420,5 @@ void check_none(Layer *l, const char *const *keys, int n) {
 }
 
 Node *dot_node(Graph *g, Node *a, Node *b, int nb, int nk, bool tb) {
-  Shape s;
-  if (!dot_shape(&a->shape, &b->shape, nb, nk, false, tb, &s)) unreachable();
-  Node *n = new_node2(g, OP_DOT, a, b, s);
-  n->dot = (DotAttr){.nb = nb, .nk = nk, .tb = tb};
-  return n;
+  return make2(g, OP_DOT, a, b, .dot = {.nb = nb, .nk = nk, .tb = tb});
 }

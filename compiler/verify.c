@@ -8,6 +8,7 @@
 //   - every op's sharding rule agrees with the shapes: all dims mapped to
 //     one factor have the same extent (this checks the shape rule of every
 //     op that has one, reshape aside, whose groups differ by design);
+//   - every node's shape is its op's shape rule's (where the op has one);
 //   - a collective keeps its operand's shape;
 //   - placements (once shard.c has run): each mesh axis used at most once
 //     per tensor (split dims, pending sums, pending maxima together), and
@@ -67,6 +68,10 @@ void verify_graph(const Graph *g, const char *pass, bool placed) {
     if (n->shape.rank < 0 || n->shape.rank > MAX_RANK) bad(pass, n, "rank %d", n->shape.rank);
     for (int d = 0; d < n->shape.rank; d++)
       if (n->shape.d[d] <= 0) bad(pass, n, "dim %d is %lld", d, (long long)n->shape.d[d]);
+    Shape rs;
+    if (op_info(n->op).shape && (!op_info(n->op).shape(n, &rs) || !shape_eq(&rs, &n->shape)))
+      bad(pass, n, "shape %s, its op's shape rule %s", shape_str(&n->shape),
+          op_info(n->op).shape(n, &rs) ? shape_str(&rs) : "fails");
     if (is_collective(n->op)) {
       if (!shape_eq(&n->shape, &n->in[0]->shape)) bad(pass, n, "changes its operand's shape");
     } else if (n->op != OP_RESHAPE) {

@@ -248,6 +248,10 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
   /* softmax over the last dim of [rows, cols]; dx = y * (dy - sum(dy * y)) */                 \
   K(softmax, (float *y, const float *x, int64_t rows, int64_t cols))                           \
   K(softmax_grad, (float *dx, const float *dy, const float *y, int64_t rows, int64_t cols))    \
+  /* issue 25: y = x - max - log(sum(exp(x - max))) over the last dim of         */            \
+  /* [rows, cols] (Keras's log_softmax); dx = dy - exp(y) * sum(dy)               */           \
+  K(log_softmax, (float *y, const float *x, int64_t rows, int64_t cols))                       \
+  K(log_softmax_grad, (float *dx, const float *dy, const float *y, int64_t rows, int64_t cols)) \
   /* Attention's scores x[outer, t, u] (this device's block of queries, the first  */         \
   /* at position t0; every key): y = softmax(mask(x * scale)) over u, the mask     */         \
   /* (when causal) making a key after its query KDRT_MASKED; then its gradient    */          \

@@ -251,6 +251,14 @@ void kdrt_copy(float *out, const float *in, size_t n) {
 
 // ---------------------------------------------------------------- softmax
 
+// The largest of x[0, n), -INFINITY for none.
+static inline float row_max(const float *x, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; j++)
+    m = x[j] > m ? x[j] : m;
+  return m;
+}
+
 // y[0, n) /= their sum, added in order.
 static inline void normalize_row(float *y, int64_t n) {
   float s = 0.0f;
@@ -266,9 +274,7 @@ void kdrt_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols;
     float *yr = y + r * cols;
-    float m = -INFINITY;
-    for (int64_t j = 0; j < cols; j++)
-      m = xr[j] > m ? xr[j] : m;
+    float m = row_max(xr, cols);
     for (int64_t j = 0; j < cols; j++) // vectorises; the sum in normalize_row cannot
       yr[j] = exp_flush(xr[j] - m);
     normalize_row(yr, cols);
@@ -285,6 +291,36 @@ void kdrt_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows,
       dot += dyr[j] * yr[j];
     for (int64_t j = 0; j < cols; j++)
       dxr[j] = yr[j] * (dyr[j] - dot);
+  }
+}
+
+// issue 25: the row's max, its sum of exps added in order, then x - max -
+// log(sum); the gradient's sum of dy in order.
+void kdrt_log_softmax(float *y, const float *x, int64_t rows, int64_t cols) {
+  KD_PAR_FOR(rows * cols)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    float *yr = y + r * cols;
+    float m = row_max(xr, cols), s = 0.0f;
+    for (int64_t j = 0; j < cols; j++)
+      s += expf(xr[j] - m);
+    float l = logf(s);
+    for (int64_t j = 0; j < cols; j++)
+      yr[j] = xr[j] - m - l;
+  }
+}
+
+void kdrt_log_softmax_grad(float *dx, const float *dy, const float *y, int64_t rows,
+                           int64_t cols) {
+  KD_PAR_FOR(rows * cols)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *dyr = dy + r * cols, *yr = y + r * cols;
+    float *dxr = dx + r * cols;
+    float s = 0.0f;
+    for (int64_t j = 0; j < cols; j++)
+      s += dyr[j];
+    for (int64_t j = 0; j < cols; j++)
+      dxr[j] = dyr[j] - expf(yr[j]) * s;
   }
 }
 

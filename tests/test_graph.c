@@ -791,3 +791,37 @@ Test(graph, rotary_embedding) {
                "tests/bad/rope_start.json:7:49: error: layer 'rope': start_index must be a "
                "non-negative integer\n");
 }
+
+// issue 25: an op's shape rule (OpDef.shape) gives op_make's shape, and the
+// verifier holds every node to it: a transpose whose shape is not its
+// operand's permuted is a compiler bug, named.
+Test(graph, shape_rules) {
+  Graph *g = graph_of("models/gpt.json");
+  Node *x = g->inputs[0], *t = NULL;
+  Node *e = make1(g, OP_ACT, x, .act.kind = ACT_RELU);
+  cr_expect(shape_eq(&e->shape, &x->shape) && e->act.kind == ACT_RELU);
+  for (int i = 0; i < g->nnodes && !t; i++)
+    if (g->nodes[i]->op == OP_TRANSPOSE && g->nodes[i]->shape.rank == 4) t = g->nodes[i];
+  cr_assert(t, "gpt has a [b, t, n, h] -> [b, n, t, h] transpose");
+  Node *u = make1(g, OP_TRANSPOSE, t, .perm.perm = {0, 2, 1, 3});
+  cr_expect(shape_eq(&u->shape, &t->in[0]->shape), "%s", shape_str(&u->shape));
+  Node *s = make1(g, OP_REDUCE_SUM, u, .red.dim = 3);
+  cr_expect_eq(s->shape.rank, 3);
+  cr_expect_eq(s->shape.d[2], u->shape.d[2]);
+  Node *b = make1(g, OP_BROADCAST, s, .red = {1, 5});
+  cr_expect(b->shape.rank == 4 && b->shape.d[1] == 5 && b->shape.d[2] == s->shape.d[1]);
+  Node *sl = make1(g, OP_SLICE, b, .cat = {1, 2, 3});
+  cr_expect(sl->shape.rank == 4 && sl->shape.d[1] == 3 && sl->shape.d[3] == b->shape.d[3]);
+  g->nnodes = t->id + 1; // the new nodes read inputs: keep the graph a prefix
+  int64_t d = t->shape.d[1];
+  t->shape.d[1] = t->shape.d[2];
+  t->shape.d[2] = d;
+  Captured c;
+  IN_CHILD(c, verify_graph(g, "test", false));
+  cr_assert_eq(c.status, 70, "status %d: %s", c.status, c.err);
+  char *want = format("kdcc: internal error: after test: %%%d transpose (%s): shape %s, its op's "
+                      "shape rule %s\n",
+                      t->id, t->layer, shape_str(&t->shape),
+                      shape_str(&(Shape){4, {t->shape.d[0], d, t->shape.d[1], t->shape.d[3]}}));
+  cr_expect_str_eq(c.err, want);
+}

@@ -198,18 +198,20 @@ Test(act, vector_math_within_4_ulp) {
 typedef struct {
   float *x, *y, *w;
   int64_t rows, cols;
+  void (*fn)(float *y, const float *x, int64_t rows, int64_t cols); // softmax, log_softmax
 } sm_ctx;
 
 static double sm_scalar(void *p) {
   sm_ctx *c = p;
-  kdrt_softmax(c->y, c->x, c->rows, c->cols);
+  c->fn(c->y, c->x, c->rows, c->cols);
   return dot(c->w, c->y, (size_t)(c->rows * c->cols));
 }
 
 Test(softmax, rows_sum_to_one_and_gradient) {
   const int64_t rows = 5, cols = 7;
   const size_t n = rows * cols;
-  sm_ctx c = {rand_buf(n, -3, 3), calloc(n, sizeof(float)), rand_buf(n, -1, 1), rows, cols};
+  sm_ctx c = {rand_buf(n, -3, 3), calloc(n, sizeof(float)), rand_buf(n, -1, 1), rows, cols,
+              kdrt_softmax};
   kdrt_softmax(c.y, c.x, rows, cols);
   for (int64_t r = 0; r < rows; r++) {
     double s = 0;
@@ -224,6 +226,34 @@ Test(softmax, rows_sum_to_one_and_gradient) {
   double err = fd_error(c.x, n, dx, sm_scalar, &c);
   cr_expect(err < FD_TOL, "softmax gradient error %g", err);
   free(c.x), free(c.y), free(c.w), free(dx);
+}
+
+// issue 25: log_softmax is log(softmax) (exp of each row sums to one, and
+// each element is the log of softmax's), and its gradient the finite
+// differences'.
+Test(softmax, log_softmax_and_gradient) {
+  const int64_t rows = 5, cols = 7;
+  const size_t n = rows * cols;
+  sm_ctx c = {rand_buf(n, -3, 3), calloc(n, sizeof(float)), rand_buf(n, -1, 1), rows, cols,
+              kdrt_log_softmax};
+  float *p = calloc(n, sizeof *p);
+  kdrt_softmax(p, c.x, rows, cols);
+  kdrt_log_softmax(c.y, c.x, rows, cols);
+  for (int64_t r = 0; r < rows; r++) {
+    double s = 0;
+    for (int64_t j = 0; j < cols; j++) {
+      cr_expect(c.y[r * cols + j] < 0);
+      cr_expect(fabs(c.y[r * cols + j] - log(p[r * cols + j])) < 1e-6, "[%ld, %ld]: %.9g, log "
+                "softmax %.9g", (long)r, (long)j, c.y[r * cols + j], log(p[r * cols + j]));
+      s += exp(c.y[r * cols + j]);
+    }
+    cr_expect(fabs(s - 1) < 1e-6, "row %ld's exps sum to %.9f", (long)r, s);
+  }
+  float *dx = calloc(n, sizeof *dx);
+  kdrt_log_softmax_grad(dx, c.w, c.y, rows, cols);
+  double err = fd_error(c.x, n, dx, sm_scalar, &c);
+  cr_expect(err < FD_TOL, "log_softmax gradient error %g", err);
+  free(c.x), free(c.y), free(c.w), free(dx), free(p);
 }
 
 // attn_softmax and its gradient are scale, causal_mask and softmax (and

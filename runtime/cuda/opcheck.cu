@@ -527,15 +527,32 @@ static void check_softmax(void) {
   size_t n = (size_t)(rows * cols);
   float *hx = hrand(n, -6, 6), *hdy = hrand(n, -1, 1), *hy = hzero(n), *hdx = hzero(n);
   float *x = dev(hx, n), *dy = dev(hdy, n), *y = kdrt_cuda_alloc(n), *dx = kdrt_cuda_alloc(n);
-  kdrt_softmax(hy, hx, rows, cols);
-  poison(y, n);
-  kdrt_cuda_softmax(D, y, x, rows, cols);
-  check("softmax", y, hy, n, 1e-6);
-  kdrt_softmax_grad(hdx, hdy, hy, rows, cols);
-  float *yd = dev(hy, n);
-  poison(dx, n);
-  kdrt_cuda_softmax_grad(D, dx, dy, yd, rows, cols);
-  check("softmax_grad", dx, hdx, n, 1e-5);
+  // softmax, then (issue 25) log_softmax, each way
+  static const struct {
+    const char *name, *grad_name;
+    void (*f)(float *, const float *, int64_t, int64_t);
+    void (*df)(float *, const float *, const float *, int64_t, int64_t);
+    void (*cf)(kdrt_cuda *, float *, const float *, int64_t, int64_t);
+    void (*cdf)(kdrt_cuda *, float *, const float *, const float *, int64_t, int64_t);
+  } fns[] = {
+    {"softmax", "softmax_grad", kdrt_softmax, kdrt_softmax_grad, kdrt_cuda_softmax,
+     kdrt_cuda_softmax_grad},
+    {"log_softmax", "log_softmax_grad", kdrt_log_softmax, kdrt_log_softmax_grad,
+     kdrt_cuda_log_softmax, kdrt_cuda_log_softmax_grad},
+  };
+  float *yd = NULL;
+  for (size_t k = 0; k < sizeof fns / sizeof *fns; k++) {
+    fns[k].f(hy, hx, rows, cols);
+    poison(y, n);
+    fns[k].cf(D, y, x, rows, cols);
+    check(fns[k].name, y, hy, n, 1e-6);
+    fns[k].df(hdx, hdy, hy, rows, cols);
+    if (yd) kdrt_cuda_free(yd);
+    yd = dev(hy, n);
+    poison(dx, n);
+    fns[k].cdf(D, dx, dy, yd, rows, cols);
+    check(fns[k].grad_name, dx, hdx, n, 1e-5);
+  }
   // attention's scores [7, 11, 301] with a scale folded in, causal or not,
   // as the block of queries from position 40 (keys past a query: masked)
   // and from 0 (most keys masked, the first query one key)

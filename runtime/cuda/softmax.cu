@@ -13,13 +13,18 @@
 // but not from run to run.
 #include "common.cuh"
 
+// The largest of the block's row xr[0, cols), every thread's.
+__device__ static float block_row_max(const float *xr, int64_t cols, float *shm) {
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+  return kdrt_block_reduce<kdrt_max_op<float> >(m, shm);
+}
+
 __global__ static void softmax_kernel(float *y, const float *x, int64_t cols) {
   __shared__ float shm[32];
   const float *xr = x + (int64_t)blockIdx.x * cols;
   float *yr = y + (int64_t)blockIdx.x * cols;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
-  m = kdrt_block_reduce<kdrt_max_op<float> >(m, shm);
+  float m = block_row_max(xr, cols, shm);
   float s = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     float e = expf(xr[j] - m);
@@ -257,6 +262,48 @@ extern "C" void kdrt_cuda_softmax_grad(kdrt_cuda *d, float *dx, const float *dy,
   softmax_grad_kernel<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(dx, dy, y,
                                                                                      cols);
   KDRT_LAUNCHED(d, "softmax_grad_kernel");
+}
+
+// issue 25: log_softmax and its gradient, one block a row (as softmax_kernel);
+// y and x, dx and dy may alias: each thread reads and writes its own j.
+__global__ static void log_softmax_kernel(float *y, const float *x, int64_t cols) {
+  __shared__ float shm[32];
+  const float *xr = x + (int64_t)blockIdx.x * cols;
+  float *yr = y + (int64_t)blockIdx.x * cols;
+  float m = block_row_max(xr, cols, shm);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += expf(xr[j] - m);
+  s = kdrt_block_reduce<kdrt_sum_op<float> >(s, shm);
+  float l = logf(s);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = xr[j] - m - l;
+}
+
+__global__ static void log_softmax_grad_kernel(float *dx, const float *dy, const float *y,
+                                               int64_t cols) {
+  __shared__ float shm[32];
+  int64_t off = (int64_t)blockIdx.x * cols;
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += dy[off + j];
+  s = kdrt_block_reduce<kdrt_sum_op<float> >(s, shm);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    dx[off + j] = dy[off + j] - expf(y[off + j]) * s;
+}
+
+extern "C" void kdrt_cuda_log_softmax(kdrt_cuda *d, float *y, const float *x, int64_t rows,
+                                      int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  check_rows(rows);
+  log_softmax_kernel<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(y, x, cols);
+  KDRT_LAUNCHED(d, "log_softmax_kernel");
+}
+
+extern "C" void kdrt_cuda_log_softmax_grad(kdrt_cuda *d, float *dx, const float *dy,
+                                           const float *y, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  check_rows(rows);
+  log_softmax_grad_kernel<<<(unsigned)rows, kdrt_row_threads(cols), 0, d->impl->stream>>>(
+      dx, dy, y, cols);
+  KDRT_LAUNCHED(d, "log_softmax_grad_kernel");
 }
 
 extern "C" void kdrt_cuda_attn_softmax(kdrt_cuda *d, float *y, const float *x, int64_t outer,
