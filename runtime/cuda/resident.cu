@@ -82,10 +82,13 @@ static void read_budget(void) {
     budget = free_b / 4;
     return;
   }
-  char *end;
+  char *end = NULL;
   double mb = e && *e ? strtod(e, &end) : 0;
   off = !(mb > 0) || *end;
   budget = off ? 0 : (size_t)(mb * 1024 * 1024);
+  if (off && e && *e && strcmp(e, "0"))
+    fprintf(stderr, "kdrt-cuda: KDRT_CUDA_RESIDENT_MB='%s' is neither auto nor a number of "
+            "megabytes; the data sets stay on the host\n", e);
 }
 
 extern "C" int kdrt_cuda_resident_rows(const kdrt_data *d, const int64_t *order, int64_t pos0,
