@@ -603,6 +603,11 @@ static void check_softmax_case(const softmax_case *c) {
   snprintf(shape, sizeof shape, "[%lld, %lld, %lld]%s%s", (long long)c->outer, (long long)c->t,
            (long long)c->u, c->off ? " unaligned" : "", c->inplace ? " in place" : "");
   for (int attn = 1; attn >= 0; attn--) {
+    // the checks' names: "attn_softmax [..] t0 3 causal", "softmax [..]", and _grad
+    const char *op = attn ? "attn_softmax" : "softmax";
+    char where[48] = "";
+    if (attn)
+      snprintf(where, sizeof where, " t0 %lld%s", (long long)c->t0, c->causal ? " causal" : "");
     if (attn)
       kdrt_attn_softmax(hy, hx, c->outer, c->t, c->u, c->t0, 0.125f, c->causal);
     else
@@ -614,11 +619,7 @@ static void check_softmax_case(const softmax_case *c) {
       kdrt_cuda_attn_softmax(D, out, x, c->outer, c->t, c->u, c->t0, 0.125f, c->causal);
     else
       kdrt_cuda_softmax(D, out, x, rows, c->u);
-    if (attn)
-      snprintf(name, sizeof name, "attn_softmax %s t0 %lld%s", shape, (long long)c->t0,
-               c->causal ? " causal" : "");
-    else
-      snprintf(name, sizeof name, "softmax %s", shape);
+    snprintf(name, sizeof name, "%s %s%s", op, shape, where);
     check(name, out, hy, n, 1e-6 * grow);
     // the gradient from the CPU's y
     if (attn)
@@ -634,11 +635,7 @@ static void check_softmax_case(const softmax_case *c) {
                                   c->causal);
     else
       kdrt_cuda_softmax_grad(D, out, dy, y, rows, c->u);
-    if (attn)
-      snprintf(name, sizeof name, "attn_softmax_grad %s t0 %lld%s", shape, (long long)c->t0,
-               c->causal ? " causal" : "");
-    else
-      snprintf(name, sizeof name, "softmax_grad %s", shape);
+    snprintf(name, sizeof name, "%s_grad %s%s", op, shape, where);
     check(name, out, hdx, n, 1e-5 * grow);
   }
   kdrt_cuda_free(bx), kdrt_cuda_free(bdy), kdrt_cuda_free(by), kdrt_cuda_free(bdx);
