@@ -88,26 +88,33 @@ void kdrt_norm_grad(int rms, float *dx, const float *dy, const float *x, int64_t
   kdrt_layer_norm_dx(rms, dx, dy, x, NULL, rows, cols, eps);
 }
 
-// dg[j] += dy * h and db[j] += dy over rows [r0, r1) in row order, for
-// columns [j0, j0 + n): h = norm(x) from the row's statistics st[2 r],
-// st[2 r + 1]; the product rounded to float (the chain's mul).
-static void add_ln_rows(float *restrict dg, float *restrict db, const float *dy, const float *x,
-                        const double *st, int64_t r0, int64_t r1, int64_t j0, int64_t n,
-                        int64_t cols) {
+typedef struct {
+  const float *dy, *x;
+  const double *st; // each row's mean and rstd; NULL: dg not wanted
+  int64_t cols;
+} LnRows;
+
+// acc[j] += dy * h (dg's sums) and acc[stride + j] += dy (db's) over rows
+// [r0, r1) in row order, for columns [j0, j0 + n): h = norm(x) from the
+// row's statistics st[2 r], st[2 r + 1]; the product rounded to float (the
+// chain's mul).
+static void add_ln_rows(const void *ctx, float *restrict acc, int64_t stride, int64_t r0,
+                        int64_t r1, int64_t j0, int64_t n) {
+  const LnRows *m = ctx;
+  float *restrict dg = acc, *restrict db = acc + stride;
   for (int64_t r = r0; r < r1; r++) {
-    const float *gr = dy + r * cols + j0, *xr = x + r * cols + j0;
-    if (dg)
+    const float *gr = m->dy + r * m->cols + j0, *xr = m->x + r * m->cols + j0;
+    if (m->st)
       for (int64_t j = 0; j < n; j++) {
-        float p = gr[j] * kdrt_norm_y(xr[j], st[2 * r], st[2 * r + 1]);
+        float p = gr[j] * kdrt_norm_y(xr[j], m->st[2 * r], m->st[2 * r + 1]);
         dg[j] += p;
       }
-    if (db)
-      for (int64_t j = 0; j < n; j++) db[j] += gr[j];
+    for (int64_t j = 0; j < n; j++) db[j] += gr[j];
   }
 }
 
-// The sums of kdrt_bias_grad (the same blocks and order) of dy * h and dy
-// at once: the chain's bias_grad of mul(dy, norm(x)) and of dy.
+// The sums of kdrt_bias_grad (kd_col_sums's blocks and order) of dy * h and
+// dy at once: the chain's bias_grad of mul(dy, norm(x)) and of dy.
 void kdrt_layer_norm_dw(int rms, float *dg, float *db, const float *dy, const float *x,
                         int64_t rows, int64_t cols, float eps) {
   double *st = NULL; // each row's mean and rstd
@@ -119,40 +126,9 @@ void kdrt_layer_norm_dw(int rms, float *dg, float *db, const float *dy, const fl
     for (int64_t r = 0; r < rows; r++)
       row_stats(rms, x + r * cols, cols, eps, &st[2 * r], &st[2 * r + 1]);
   }
-  const int64_t nblk = (rows + KD_SUM_BLOCK - 1) / KD_SUM_BLOCK;
-  if (nblk <= 1 || cols >= 256) {
-    const int64_t CB = 256; // columns a thread takes at a time
-    KD_PAR_FOR(rows * cols)
-    for (int64_t j0 = 0; j0 < cols; j0 += CB) {
-      const int64_t n = cols - j0 < CB ? cols - j0 : CB;
-      float ag[256] = {0}, ab[256] = {0};
-      add_ln_rows(dg ? ag : NULL, db ? ab : NULL, dy, x, st, 0, rows, j0, n, cols);
-      if (dg) memcpy(dg + j0, ag, (size_t)n * sizeof *dg);
-      if (db) memcpy(db + j0, ab, (size_t)n * sizeof *db);
-    }
-    free(st);
-    return;
-  }
-  float *part = calloc((size_t)(nblk * 2 * cols), sizeof *part); // block k's [2, cols]
-  if (!part)
-    bad_call("kdrt_layer_norm_dw", "out of memory");
-  KD_PAR_FOR(rows * cols)
-  for (int64_t k = 0; k < nblk; k++) {
-    const int64_t r1 = (k + 1) * KD_SUM_BLOCK < rows ? (k + 1) * KD_SUM_BLOCK : rows;
-    float *pk = part + k * 2 * cols;
-    add_ln_rows(dg ? pk : NULL, db ? pk + cols : NULL, dy, x, st, k * KD_SUM_BLOCK, r1, 0, cols,
-                cols);
-  }
-  for (int64_t j = 0; j < cols; j++) {
-    if (dg) dg[j] = part[j];
-    if (db) db[j] = part[cols + j];
-  }
-  for (int64_t k = 1; k < nblk; k++)
-    for (int64_t j = 0; j < cols; j++) {
-      if (dg) dg[j] += part[k * 2 * cols + j];
-      if (db) db[j] += part[k * 2 * cols + cols + j];
-    }
-  free(part);
+  float *out[2] = {dg, db};
+  kd_col_sums(out, 2, add_ln_rows, &(LnRows){dy, x, st, cols}, rows, cols,
+              "kdrt_layer_norm_dw");
   free(st);
 }
 

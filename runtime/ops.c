@@ -160,50 +160,63 @@ void kdrt_bias_act(int act, float *out, const float *in, const float *bias, int6
     bad_call("kdrt_bias_act", "unknown activation");
 }
 
-// out[j] += in[r, j] for rows [r0, r1), in row order.
-static void add_rows(float *restrict out, const float *restrict in, int64_t r0, int64_t r1,
-                     int64_t cols) {
-  for (int64_t r = r0; r < r1; r++) {
-    const float *ir = in + r * cols;
-    for (int64_t j = 0; j < cols; j++)
-      out[j] += ir[j];
-  }
-}
-
-// out[j] = sum over r of in[r, j], in float: rows added in order within each
-// block of KD_SUM_BLOCK rows, the blocks' sums then added in block order.
-// Wide rows are split over threads by columns instead (each column still
-// summed row by row).
-void kdrt_bias_grad(float *out, const float *in, int64_t rows, int64_t cols) {
+// Wide rows (or a single block) are split over threads by 256 columns, each
+// column summed row by row in a float accumulator; otherwise each block of
+// KD_SUM_BLOCK rows is summed by a thread, the blocks' sums then added in
+// block order. The same bits for any thread count.
+void kd_col_sums(float *const *out, int nout, kd_add_rows *add, const void *ctx, int64_t rows,
+                 int64_t cols, const char *who) {
   const int64_t nblk = (rows + KD_SUM_BLOCK - 1) / KD_SUM_BLOCK;
   if (nblk <= 1 || cols >= 256) {
     const int64_t CB = 256; // columns a thread takes at a time
     KD_PAR_FOR(rows * cols)
     for (int64_t j0 = 0; j0 < cols; j0 += CB) {
       const int64_t n = cols - j0 < CB ? cols - j0 : CB;
-      float acc[256] = {0};
-      for (int64_t r = 0; r < rows; r++) {
-        const float *ir = in + r * cols + j0;
-        for (int64_t j = 0; j < n; j++)
-          acc[j] += ir[j];
-      }
-      memcpy(out + j0, acc, (size_t)n * sizeof *out);
+      float acc[2 * 256] = {0};
+      add(ctx, acc, CB, 0, rows, j0, n);
+      for (int i = 0; i < nout; i++)
+        if (out[i]) memcpy(out[i] + j0, acc + i * CB, (size_t)n * sizeof *acc);
     }
     return;
   }
-  float *part = calloc((size_t)(nblk * cols), sizeof *part);
+  const int64_t w = nout * cols; // block k's sums: part[k * w + i * cols + j]
+  float *part = calloc((size_t)(nblk * w), sizeof *part);
   if (!part)
-    bad_call("kdrt_bias_grad", "out of memory");
+    bad_call(who, "out of memory");
   KD_PAR_FOR(rows * cols)
   for (int64_t k = 0; k < nblk; k++) {
     const int64_t r1 = (k + 1) * KD_SUM_BLOCK < rows ? (k + 1) * KD_SUM_BLOCK : rows;
-    add_rows(part + k * cols, in, k * KD_SUM_BLOCK, r1, cols);
+    add(ctx, part + k * w, cols, k * KD_SUM_BLOCK, r1, 0, cols);
   }
-  memcpy(out, part, (size_t)cols * sizeof *out);
-  for (int64_t k = 1; k < nblk; k++)
-    for (int64_t j = 0; j < cols; j++)
-      out[j] += part[k * cols + j];
+  for (int i = 0; i < nout; i++) {
+    if (!out[i]) continue;
+    memcpy(out[i], part + i * cols, (size_t)cols * sizeof *part);
+    for (int64_t k = 1; k < nblk; k++)
+      for (int64_t j = 0; j < cols; j++) out[i][j] += part[k * w + i * cols + j];
+  }
   free(part);
+}
+
+typedef struct {
+  const float *in;
+  int64_t cols;
+} RowsOf;
+
+// acc[j] += in[r, j0 + j] for rows [r0, r1), in row order.
+static void add_in_rows(const void *ctx, float *restrict acc, int64_t stride, int64_t r0,
+                        int64_t r1, int64_t j0, int64_t n) {
+  const RowsOf *m = ctx;
+  (void)stride; // one quantity
+  for (int64_t r = r0; r < r1; r++) {
+    const float *restrict ir = m->in + r * m->cols + j0;
+    for (int64_t j = 0; j < n; j++)
+      acc[j] += ir[j];
+  }
+}
+
+// out[j] = sum over r of in[r, j], in float, in kd_col_sums's order.
+void kdrt_bias_grad(float *out, const float *in, int64_t rows, int64_t cols) {
+  kd_col_sums(&out, 1, add_in_rows, &(RowsOf){in, cols}, rows, cols, "kdrt_bias_grad");
 }
 
 // ---------------------------------------------------------------- elementwise

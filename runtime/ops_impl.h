@@ -35,6 +35,16 @@ __attribute__((noinline, noclone, unused)) static void bad_call(const char *what
 // layer's [B, units]. norm.c's sums over rows use the same blocks.
 #define KD_SUM_BLOCK 1024
 
+// Column sums over rows in the one order kdrt_bias_grad defines, for the
+// sums that follow it (bias_grad's own, layer_norm_dw's two): add(ctx, acc,
+// stride, r0, r1, j0, n) adds quantity i at rows [r0, r1) (in row order)
+// and columns [j0, j0 + n) into acc[i * stride + j - j0]; out[i] (NULL:
+// not wanted) gets the sums of quantity i, for i < nout (at most 2).
+typedef void kd_add_rows(const void *ctx, float *restrict acc, int64_t stride, int64_t r0,
+                         int64_t r1, int64_t j0, int64_t n);
+void kd_col_sums(float *const *out, int nout, kd_add_rows *add, const void *ctx, int64_t rows,
+                 int64_t cols, const char *who);
+
 // out[r, j] = f(in[r, j] * scale[j] + shift[j]), f the activation act: a
 // per-column affine map with its activation, one loop per activation (as
 // kdrt_act). kdrt_bias_act's is in + bias (scale NULL: no product, not a
