@@ -14,9 +14,10 @@
 // Padding. cuDNN pads both sides alike; 'same' with an odd total puts the
 // extra row (column) at the bottom (right), as Keras does (the examples'
 // stride-2 3x3 conv, 14 -> 7: 0 above, 1 below). Such a conv pads x into
-// scratch, [B, Hp, Wp, C] with Hp = (OH - 1) * sh + (KH - 1) * dh + 1 (the
-// rows its windows read), and convolves that unpadded; backward-data makes
-// the padded gradient and crops it (a row no window read gets 0).
+// scratch, [B, Hp, Wp, C] (the rows and columns its windows span:
+// kdrt_conv_even_pad in ../kdrt_ops.h), and convolves that unpadded;
+// backward-data makes the padded gradient and crops it (a row no window
+// read gets 0).
 //
 // Algorithms: cuDNN's heuristics (cudnnGet*Algorithm_v7: no trial runs, so
 // every run picks the same), the first that is deterministic
@@ -164,12 +165,9 @@ static conv_shape *shape_of(kdrt_cuda *d, const kdrt_window *w) {
   for (int i = 0; i < nshapes; i++)
     if (!memcmp(&shapes[i].w, w, sizeof *w) && shapes[i].precision == d->precision)
       return &shapes[i];
-  const int G = kdrt_groups(w), cg = w->C / G, dh = w->dil_h + 1, dw = w->dil_w + 1;
-  const int eh = (w->KH - 1) * dh + 1, ew = (w->KW - 1) * dw + 1; // the kernel's extent
-  const int Hp = (w->OH - 1) * w->sh + eh, Wp = (w->OW - 1) * w->sw + ew;
-  // cuDNN's own padding (pad_t, pad_l on both sides) gives these outputs?
-  const int same = w->H + 2 * w->pad_t >= eh && (w->H + 2 * w->pad_t - eh) / w->sh + 1 == w->OH &&
-                   w->W + 2 * w->pad_l >= ew && (w->W + 2 * w->pad_l - ew) / w->sw + 1 == w->OW;
+  const int G = kdrt_groups(w), cg = w->C / G;
+  int Hp, Wp;
+  const int same = kdrt_conv_even_pad(w, &Hp, &Wp); // cuDNN's own padding will do
   const int64_t xn = (int64_t)w->B * (same ? w->H * w->W : Hp * Wp) * w->C;
   if (nshapes == MAX_SHAPES || kdrt_conv_pointwise(w) || w->OH < 1 || w->OW < 1 ||
       xn >= ((int64_t)1 << 31) || (int64_t)w->B * w->OH * w->OW * w->K >= ((int64_t)1 << 31))
@@ -190,8 +188,9 @@ static conv_shape *shape_of(kdrt_cuda *d, const kdrt_window *w) {
   CUDNN_CHECK(dn.cudnnSetFilter4dDescriptor(s->f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, w->K, cg,
                                             w->KH, w->KW));
   CUDNN_CHECK(dn.cudnnSetConvolution2dDescriptor(s->conv, same ? w->pad_t : 0,
-                                                 same ? w->pad_l : 0, w->sh, w->sw, dh, dw,
-                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+                                                 same ? w->pad_l : 0, w->sh, w->sw, w->dil_h + 1,
+                                                 w->dil_w + 1, CUDNN_CROSS_CORRELATION,
+                                                 CUDNN_DATA_FLOAT));
   CUDNN_CHECK(dn.cudnnSetConvolutionGroupCount(s->conv, G));
   CUDNN_CHECK(dn.cudnnSetConvolutionMathType(
       s->conv, d->precision == KDRT_PREC_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
