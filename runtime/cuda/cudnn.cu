@@ -299,21 +299,37 @@ int kdrt_cudnn_conv(kdrt_cuda *d, int pass, const kdrt_window *w, float *out, co
     shift(d, xp, a, w->B, s->Hp, s->Wp, w->H, w->W, w->C, w->pad_t, w->pad_l);
     a = xp;
   }
+  cudnnStatus_t st;
   if (pass == KDRT_CONV_Y) {
-    CUDNN_CHECK(dn.cudnnConvolutionForward(handle, &one, s->x, a, s->f, fk, s->conv,
-                                           (cudnnConvolutionFwdAlgo_t)s->algo[pass], sc,
-                                           s->ws[pass], &zero, s->y, out));
+    st = dn.cudnnConvolutionForward(handle, &one, s->x, a, s->f, fk, s->conv,
+                                    (cudnnConvolutionFwdAlgo_t)s->algo[pass], sc, s->ws[pass],
+                                    &zero, s->y, out);
   } else if (pass == KDRT_CONV_DX) {
-    CUDNN_CHECK(dn.cudnnConvolutionBackwardData(handle, &one, s->f, fk, s->y, a, s->conv,
-                                                (cudnnConvolutionBwdDataAlgo_t)s->algo[pass], sc,
-                                                s->ws[pass], &zero, s->x, s->padded ? xp : out));
-    if (s->padded) shift(d, out, xp, w->B, w->H, w->W, s->Hp, s->Wp, w->C, -w->pad_t, -w->pad_l);
+    st = dn.cudnnConvolutionBackwardData(handle, &one, s->f, fk, s->y, a, s->conv,
+                                         (cudnnConvolutionBwdDataAlgo_t)s->algo[pass], sc,
+                                         s->ws[pass], &zero, s->x, s->padded ? xp : out);
   } else {
-    CUDNN_CHECK(dn.cudnnConvolutionBackwardFilter(handle, &one, s->x, a, s->y, b, s->conv,
-                                                  (cudnnConvolutionBwdFilterAlgo_t)s->algo[pass],
-                                                  sc, s->ws[pass], &zero, s->f, fk));
-    transpose2(d, out, fk, w->K, rsc);
+    st = dn.cudnnConvolutionBackwardFilter(handle, &one, s->x, a, s->y, b, s->conv,
+                                           (cudnnConvolutionBwdFilterAlgo_t)s->algo[pass], sc,
+                                           s->ws[pass], &zero, s->f, fk);
   }
+  // An algorithm the heuristics offered that will not run after all (an
+  // operand's alignment, say): said once, and this pass keeps conv2d.cu's
+  // kernels from here on (they write everything it would have).
+  if (st != CUDNN_STATUS_SUCCESS) {
+    if (d->impl->capturing) CUDNN_CHECK(st); // (the capture fails; the step runs again)
+    fprintf(stderr, "kdrt-cuda: cuDNN's %s of a conv [%d, %d, %d, %d] -> [%d, %d, %d, %d] "
+            "failed (%s); kdcc's kernels do it instead\n",
+            pass == KDRT_CONV_Y ? "forward" : pass == KDRT_CONV_DX ? "backward-data"
+                                                                : "backward-filter",
+            w->B, w->H, w->W, w->C, w->B, w->OH, w->OW, w->K, dn.cudnnGetErrorString(st));
+    s->algo[pass] = -2;
+    (void)cudaGetLastError(); // nothing of it ran
+    return 0;
+  }
+  if (s->padded && pass == KDRT_CONV_DX)
+    shift(d, out, xp, w->B, w->H, w->W, s->Hp, s->Wp, w->C, -w->pad_t, -w->pad_l);
+  if (pass == KDRT_CONV_DW) transpose2(d, out, fk, w->K, rsc);
   if (d->impl->sync_each) KDRT_LAUNCHED(d, "cuDNN's convolution");
   return 1;
 }
