@@ -1030,7 +1030,8 @@ static void check_conv(void) {
                              pass == KDRT_CONV_DX ? dy : x, pass == KDRT_CONV_DW ? dy : f))
           printf("    (%s %s: not cuDNN's: %s)\n", pass == KDRT_CONV_Y ? "conv2d"
                  : pass == KDRT_CONV_DX ? "conv2d_dx" : "conv2d_dw", name,
-                 kdrt_conv_pointwise(&w) ? "pointwise, one GEMM" : "no deterministic algorithm");
+                 kdrt_conv_pointwise(&w) ? "pointwise, one GEMM"
+                                         : "no deterministic algorithm, or its call failed");
     }
     D->impl->cudnn = saved;
     kdrt_cuda_free(x), kdrt_cuda_free(f), kdrt_cuda_free(dy), kdrt_cuda_free(y);
