@@ -33,8 +33,8 @@
 // captured as a CUDA graph only after one uncaptured run of its rows
 // (device.cu), so a replay allocates nothing and the cached descriptors
 // and algorithms hold. A conv that cuDNN does not take (pointwise: one GEMM
-// already; no deterministic algorithm; more than 2^31 elements) returns 0
-// and keeps conv2d.cu's kernels.
+// already; an empty one; no deterministic algorithm; more than 2^31
+// elements) returns 0 and keeps conv2d.cu's kernels.
 #include <cudnn.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -169,7 +169,8 @@ static conv_shape *shape_of(kdrt_cuda *d, const kdrt_window *w) {
   int Hp, Wp;
   const int same = kdrt_conv_even_pad(w, &Hp, &Wp); // cuDNN's own padding will do
   const int64_t xn = (int64_t)w->B * (same ? w->H * w->W : Hp * Wp) * w->C;
-  if (nshapes == MAX_SHAPES || kdrt_conv_pointwise(w) || w->OH < 1 || w->OW < 1 ||
+  if (nshapes == MAX_SHAPES || kdrt_conv_pointwise(w) || w->B < 1 || w->C < 1 || w->K < 1 ||
+      w->OH < 1 || w->OW < 1 ||
       xn >= ((int64_t)1 << 31) || (int64_t)w->B * w->OH * w->OW * w->K >= ((int64_t)1 << 31))
     return NULL;
   get_handle(d);
