@@ -137,6 +137,13 @@ for l in $(ldd progs/c_cnn 2>/dev/null | awk '/not found/ {print $1}'); do
   f=$(find /usr /opt /lib -name "$l" 2>/dev/null | head -1)
   [ -n "$f" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$f")
 done
+# cuDNN, which no program links (KDRT_CUDA_CUDNN=1 dlopens it): looked for
+# likewise when neither the path nor ld.so's cache has it
+on_path() { local d; for d in ${LD_LIBRARY_PATH//:/ }; do [ -e "$d/$1" ] && return 0; done; return 1; }
+if ! on_path libcudnn.so.9 && ! ldconfig -p 2>/dev/null | grep -q libcudnn.so.9; then
+  f=$(find /usr /opt -name libcudnn.so.9 2>/dev/null | head -1)
+  [ -n "$f" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$f")
+fi
 PY="env -u LD_LIBRARY_PATH python3"
 export OPAL_PREFIX=$W/ompi/usr PMIX_INSTALL_PREFIX=$W/ompi/usr/lib/x86_64-linux-gnu/pmix2
 export PATH=$W/ompi/usr/bin:$PATH
