@@ -132,6 +132,20 @@ static inline int kdrt_conv_pointwise(const kdrt_window *w) {
          w->pad_l == 0 && w->OH == w->H && w->OW == w->W;
 }
 
+// issue 22: cuDNN (runtime/cuda/cudnn.cu) pads both sides alike. Whether
+// pad_t above and below, pad_l left and right, give w's OH and OW (the
+// same windows: a row past the input reads 0 either way); if not ('same'
+// with an odd total, whose extra row Keras puts below), cudnn.cu convolves
+// x padded explicitly to *Hp rows, *Wp columns (those w's windows span, x
+// at pad_t, pad_l), unpadded. tests/test_rt_ops.c checks both views.
+static inline int kdrt_conv_even_pad(const kdrt_window *w, int *Hp, int *Wp) {
+  const int eh = (w->KH - 1) * (w->dil_h + 1) + 1, ew = (w->KW - 1) * (w->dil_w + 1) + 1;
+  *Hp = (w->OH - 1) * w->sh + eh;
+  *Wp = (w->OW - 1) * w->sw + ew;
+  return w->H + 2 * w->pad_t >= eh && (w->H + 2 * w->pad_t - eh) / w->sh + 1 == w->OH &&
+         w->W + 2 * w->pad_l >= ew && (w->W + 2 * w->pad_l - ew) / w->sw + 1 == w->OW;
+}
+
 // A conv as G products, one per group (a strided batch, both runtimes): the
 // im2col matrices [G][M, KC], M = B*OH*OW, KC = KH*KW*cg (for a pointwise
 // conv x itself, group j its columns j*cg..), and dy, y and the filter

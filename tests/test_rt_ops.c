@@ -696,6 +696,92 @@ static void conv_check(const conv_shape *sp, const char *what) {
   free(ry), free(rdx), free(rdw);
 }
 
+// issue 22: the conv cuDNN is given (runtime/cuda/cudnn.cu): x moved by
+// (pt, pl) into zeros of Hs x Ws, Hs = H + 2 pt where kdrt_conv_even_pad
+// says cuDNN's even padding will do, else its Hp, and convolved unpadded.
+// Its y, its dx cropped back and its dw must be w's (kdrt_conv2d's own).
+static void shift_nhwc(float *dst, const float *src, int B, int Hd, int Wd, int Hs, int Ws, int C,
+                       int oh, int ow) {
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < Hd; i++)
+      for (int j = 0; j < Wd; j++)
+        for (int c = 0; c < C; c++) {
+          int si = i - oh, sj = j - ow;
+          dst[(((size_t)b * Hd + i) * Wd + j) * C + c] =
+              si >= 0 && si < Hs && sj >= 0 && sj < Ws
+                  ? src[(((size_t)b * Hs + si) * Ws + sj) * C + c]
+                  : 0.0f;
+        }
+}
+
+static void cudnn_view_check(const conv_shape *sp, const char *what, int want_even) {
+  const conv_shape s = *sp;
+  const kdrt_window w = window_of(&s);
+  int Hp, Wp;
+  const int even = kdrt_conv_even_pad(&w, &Hp, &Wp);
+  cr_expect(even == want_even, "%s: even padding %d, expected %d", what, even, want_even);
+  const int Hs = even ? s.H + 2 * s.pt : Hp, Ws = even ? s.W + 2 * s.pl : Wp;
+  const int eh = (s.KH - 1) * (s.dh + 1) + 1, ew = (s.KW - 1) * (s.dw + 1) + 1;
+  conv_shape v = s;
+  v.H = Hs, v.W = Ws, v.pt = v.pl = 0, v.OH = (Hs - eh) / s.sh + 1, v.OW = (Ws - ew) / s.sw + 1;
+  cr_assert(v.OH == s.OH && v.OW == s.OW, "%s: the unpadded view makes %dx%d outputs, not %dx%d",
+            what, v.OH, v.OW, s.OH, s.OW);
+  const kdrt_window vw = window_of(&v);
+  float *x = rand_buf(xs(&s), -1, 1), *f = rand_buf(fs(&s), -1, 1), *dy = rand_buf(ys(&s), -1, 1);
+  float *xv = malloc(xs(&v) * sizeof(float)), *dxv = malloc(xs(&v) * sizeof(float));
+  size_t nsc = ss(&s) > ss(&v) ? ss(&s) : ss(&v);
+  float *scratch = malloc(nsc * sizeof(float)), *y = malloc(ys(&s) * sizeof(float));
+  float *yv = malloc(ys(&s) * sizeof(float)), *dx = malloc(xs(&s) * sizeof(float));
+  float *dxc = malloc(xs(&s) * sizeof(float)), *dw = malloc(fs(&s) * sizeof(float));
+  float *dwv = malloc(fs(&s) * sizeof(float));
+  double *d = malloc((xs(&s) > ys(&s) ? xs(&s) : ys(&s)) * sizeof(double));
+  shift_nhwc(xv, x, s.B, Hs, Ws, s.H, s.W, s.C, s.pt, s.pl);
+  kdrt_conv2d(&w, y, x, f, scratch);
+  kdrt_conv2d(&vw, yv, xv, f, scratch);
+  kdrt_conv2d_dx(&w, dx, dy, f, scratch);
+  kdrt_conv2d_dx(&vw, dxv, dy, f, scratch);
+  shift_nhwc(dxc, dxv, s.B, s.H, s.W, Hs, Ws, s.C, -s.pt, -s.pl);
+  kdrt_conv2d_dw(&w, dw, x, dy, scratch);
+  kdrt_conv2d_dw(&vw, dwv, xv, dy, scratch);
+  for (size_t i = 0; i < ys(&s); i++) d[i] = yv[i];
+  cr_expect(max_abs_diff(y, d, ys(&s)) < 1e-5, "%s: y off by %g", what, max_abs_diff(y, d, ys(&s)));
+  for (size_t i = 0; i < xs(&s); i++) d[i] = dxc[i];
+  cr_expect(max_abs_diff(dx, d, xs(&s)) < 1e-5, "%s: dx off by %g", what,
+            max_abs_diff(dx, d, xs(&s)));
+  for (size_t i = 0; i < fs(&s); i++) d[i] = dwv[i];
+  cr_expect(max_abs_diff(dw, d, fs(&s)) < 1e-5, "%s: dw off by %g", what,
+            max_abs_diff(dw, d, fs(&s)));
+  free(x), free(f), free(dy), free(xv), free(dxv), free(scratch), free(y), free(yv), free(dx);
+  free(dxc), free(dw), free(dwv), free(d);
+}
+
+Test(conv2d, cudnn_view) {
+  // B H W C KH KW K sh sw same, even padding expected
+  static const int cases[][11] = {
+      {2, 28, 28, 1, 3, 3, 8, 1, 1, 1, 1},  // the examples' ResNet: 3x3 same
+      {2, 14, 14, 4, 3, 3, 6, 2, 2, 1, 0},  // its 14 -> 7 at stride 2: 0 above, 1 below
+      {2, 14, 14, 4, 1, 1, 6, 2, 2, 1, 1},  // its 1x1 at stride 2
+      {2, 11, 10, 2, 3, 2, 4, 2, 2, 0, 1},  // valid, stride 2: rows past the windows unread
+      {3, 10, 9, 5, 2, 2, 7, 1, 1, 1, 0},   // even kernel, same
+      {1, 8, 8, 2, 5, 5, 2, 2, 2, 1, 0},    // 5x5 same, stride 2: 1 above, 2 below
+      {2, 9, 8, 3, 3, 3, 5, 1, 3, 1, 0},    // stride 3 across: 0 left, 1 right
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    const int *a = cases[t];
+    conv_shape s = conv_make(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9]);
+    char what[32];
+    snprintf(what, sizeof what, "cudnn view case %zu", t);
+    cudnn_view_check(&s, what, a[10]);
+  }
+  conv_shape d = conv_dilated(2, 12, 11, 4, 3, 3, 6, 2, 2, 1); // dilation 2, same: even
+  cudnn_view_check(&d, "cudnn view, dilated same", 1);
+  d = conv_dilated(2, 12, 11, 4, 2, 2, 6, 3, 3, 1); // extent 4, same: 1 before, 2 after
+  cudnn_view_check(&d, "cudnn view, dilated even kernel", 0);
+  d = conv_make(2, 9, 7, 6, 3, 3, 9, 2, 2, 1);
+  d.G = 3; // grouped, stride 2 same: 9 -> 5 pads 1 and 1, 7 -> 4 pads 1 and 1
+  cudnn_view_check(&d, "cudnn view, 3 groups", 1);
+}
+
 Test(conv2d, dilated_matches_naive) {
   // B H W C KH KW K dh dw same
   static const int cases[][10] = {

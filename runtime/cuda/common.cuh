@@ -71,6 +71,8 @@ struct kdrt_cuda_impl {
   cublasLtHandle_t lt;        // issue 22: products with a bias epilogue (matmul.cu)
   size_t blas_ws_bytes;
   int sync_each;              // KDRT_CUDA_SYNC=1
+  int cudnn;                  // KDRT_CUDA_CUDNN=1 (issue 22, opt-in): convolutions through
+                              // cuDNN and bn_stats in two levels (cudnn.cu, norm.cu)
   kdrt_step_scalars *scal;    // device: [2], one per half (see kdrt_step_scalars)
   int half;                   // the half of the step in progress: its inputs and scalars
   // Training steps as CUDA graphs (device.cu): off with KDRT_CUDA_GRAPH=0,
@@ -104,10 +106,11 @@ struct kdrt_cuda_impl {
   ncclComm_t world;
   ncclComm_t group[1 << KDRT_MAX_AXES]; // per group mask, made on first use
   // scratch, grown on demand: device (two for packing, one for reductions,
-  // two for products, two for the 16-bit collectives), pinned host (two for
-  // host-staged collectives, one for step I/O)
-  void *dscratch[7];
-  size_t dscratch_cap[7];
+  // two for products, two for the 16-bit collectives, one for cuDNN's
+  // convolutions), pinned host (two for host-staged collectives, one for
+  // step I/O)
+  void *dscratch[8];
+  size_t dscratch_cap[8];
   void *hscratch[3];
   size_t hscratch_cap[3];
 };
@@ -122,8 +125,9 @@ void kdrt_cuda_comm_abort(kdrt_cuda *d);
 
 // Device scratch `which` (0, 1: collectives' packing, 2: reductions, 3: a
 // product's bf16 operands, 4: its padded result, 5, 6: a 16-bit
-// collective's packed operand and result) of at least bytes;
-// contents undefined. Growing waits for the device.
+// collective's packed operand and result, 7: a cuDNN convolution's
+// workspace, filter and padded input) of at least bytes; contents
+// undefined. Growing waits for the device.
 void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes);
 // Pinned host scratch `which` (0, 1: host-staged collectives, 2: step I/O).
 void *kdrt_cuda_hscratch(kdrt_cuda *d, int which, size_t bytes);
@@ -140,6 +144,16 @@ extern "C" int kdrt_cuda_resident_rows(const kdrt_data *d, const int64_t *order,
 extern "C" int kdrt_cuda_resident_fill(kdrt_cuda *d, int half, void *const *x, float *const *y,
                                        char **stage);
 extern "C" void kdrt_cuda_resident_free(void);
+// cudnn.cu (issue 22, KDRT_CUDA_CUDNN=1): pass `pass` (KDRT_CONV_Y: out = y,
+// a = x, b = f; _DX: out = dx, a = dy, b = f; _DW: out = dw, a = x, b = dy)
+// of conv w through cuDNN; 0 when it did nothing (cuDNN off, a pointwise
+// conv, no deterministic algorithm for the shape): conv2d.cu's kernels do it.
+int kdrt_cudnn_conv(kdrt_cuda *d, int pass, const kdrt_window *w, float *out, const float *a,
+                    const float *b);
+// Whether cuDNN can be loaded (why not into why[0, n)); opcheck asks first.
+int kdrt_cudnn_available(char *why, size_t n);
+// The handle and every shape's descriptors given back (kdrt_cuda_shutdown).
+void kdrt_cudnn_free(void);
 // The CPU runtime's context of the step in progress must be set.
 void kdrt_cuda_need_ctx(const kdrt_cuda *d, const char *what);
 

@@ -11,6 +11,9 @@
 // the CPU's order: windows by (oh, ow) ascending, i.e. kh then kw descending.
 // Where a kernel position reads, and back, is ../kdrt_ops.h's (kdrt_conv_at,
 // kdrt_conv_from), shared with the CPU.
+//
+// issue 22: with KDRT_CUDA_CUDNN=1 each pass goes to cuDNN first
+// (cudnn.cu); what it does not take comes here as before.
 #include "common.cuh"
 
 typedef struct {
@@ -79,12 +82,14 @@ static const float *conv_cols(kdrt_cuda *d, const kdrt_window *w, const float *x
 
 extern "C" void kdrt_cuda_conv2d(kdrt_cuda *d, const kdrt_window *w, float *y, const float *x,
                                  const float *f, float *scratch) {
+  if (kdrt_cudnn_conv(d, KDRT_CONV_Y, w, y, x, f)) return;
   const kdrt_gemm p = kdrt_conv_gemm(w, KDRT_CONV_Y);
   kdrt_cuda_matmul(d, &p, 1.0f, conv_cols(d, w, x, scratch), f, 0.0f, y);
 }
 
 extern "C" void kdrt_cuda_conv2d_dx(kdrt_cuda *d, const kdrt_window *w, float *dx,
                                     const float *dy, const float *f, float *scratch) {
+  if (kdrt_cudnn_conv(d, KDRT_CONV_DX, w, dx, dy, f)) return;
   // dx itself for a pointwise conv, else scratch gathered back
   const kdrt_gemm p = kdrt_conv_gemm(w, KDRT_CONV_DX);
   kdrt_cuda_matmul(d, &p, 1.0f, dy, f, 0.0f, kdrt_conv_pointwise(w) ? dx : scratch);
@@ -96,6 +101,7 @@ extern "C" void kdrt_cuda_conv2d_dx(kdrt_cuda *d, const kdrt_window *w, float *d
 
 extern "C" void kdrt_cuda_conv2d_dw(kdrt_cuda *d, const kdrt_window *w, float *dw,
                                     const float *x, const float *dy, float *scratch) {
+  if (kdrt_cudnn_conv(d, KDRT_CONV_DW, w, dw, x, dy)) return;
   const kdrt_gemm p = kdrt_conv_gemm(w, KDRT_CONV_DW);
   kdrt_cuda_matmul(d, &p, 1.0f, conv_cols(d, w, x, scratch), dy, 0.0f, dw);
 }

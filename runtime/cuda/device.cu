@@ -276,11 +276,24 @@ extern "C" void kdrt_cuda_free(float *p) {
   if (p) CUDA_CHECK(cudaFree(p));
 }
 
+// Every training step's CUDA graph destroyed (none may be running).
+static void drop_graphs(kdrt_cuda_impl *s) {
+  for (int k = 0; k < s->ngraphs; k++)
+    for (int h = 0; h < 2; h++)
+      if (s->graph[k].exec[h]) CUDA_CHECK(cudaGraphExecDestroy(s->graph[k].exec[h]));
+  s->ngraphs = 0;
+}
+
 void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes) {
   kdrt_cuda_impl *s = d->impl;
   if (bytes > s->dscratch_cap[which]) {
     kdrt_cuda_wait(d, s->stream, "growing device scratch");
     kdrt_cuda_wait(d, s->comm_stream, "growing device scratch");
+    // The graphs captured so far read the old buffer: dropped, so that
+    // each row count's next steps capture them again (a step of more rows,
+    // e.g. an evaluation's, can need more scratch than training did).
+    // (Inside a capture the wait above has already failed it.)
+    if (!s->capturing) drop_graphs(s);
     if (s->dscratch[which]) CUDA_CHECK(cudaFree(s->dscratch[which]));
     s->dscratch[which] = NULL;
     size_t cap = bytes < 4096 ? 4096 : bytes + bytes / 4;
@@ -341,6 +354,10 @@ extern "C" kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision) {
   s->sync_each = sync && *sync && strcmp(sync, "0");
   const char *prof = getenv("KDRT_CUDA_PROFILE");
   s->profile = prof && *prof && strcmp(prof, "0");
+  // issue 22: cuDNN's convolutions and the two-level bn_stats, opt-in
+  // until a GPU run proves them (cudnn.cu, norm.cu)
+  const char *dnn = getenv("KDRT_CUDA_CUDNN");
+  s->cudnn = dnn && *dnn && strcmp(dnn, "0");
   const char *inject = getenv("KDRT_CUDA_INJECT_FAULT");
   s->fault_at = inject ? atol(inject) : 0;
   int ndev = 0;
@@ -883,6 +900,7 @@ extern "C" void kdrt_cuda_shutdown(void) {
   kdrt_cuda_wait(&dev, s->comm_stream, "shutdown");
   kdrt_cuda_wait(&dev, s->copy_stream, "shutdown");
   kdrt_cuda_comm_free(&dev);
+  kdrt_cudnn_free();
   for (size_t i = 0; i < sizeof s->dscratch / sizeof *s->dscratch; i++) {
     if (s->dscratch[i]) CUDA_CHECK(cudaFree(s->dscratch[i]));
     s->dscratch[i] = NULL, s->dscratch_cap[i] = 0;
@@ -912,10 +930,7 @@ extern "C" void kdrt_cuda_shutdown(void) {
   }
   dev.params = dev.grads = dev.arena = dev.logs = NULL;
   dev.x = NULL, dev.y = NULL;
-  for (int k = 0; k < s->ngraphs; k++)
-    for (int h = 0; h < 2; h++)
-      if (s->graph[k].exec[h]) CUDA_CHECK(cudaGraphExecDestroy(s->graph[k].exec[h]));
-  s->ngraphs = 0;
+  drop_graphs(s);
   CUDA_CHECK(cudaFree(s->scal));
   s->scal = NULL;
   CUBLAS_CHECK(cublasDestroy(s->blas));

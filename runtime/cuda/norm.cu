@@ -153,29 +153,129 @@ static void launch_col_sums2(kdrt_cuda *d, const char *what, float *out0, float 
 }
 
 // issue 15: batch normalization (kdrt_bn_stats, kdrt_batch_norm,
-// kdrt_bn_grad). The statistics: col_sums2 in double, of x (m NULL), (x -
-// m)^2 (dy NULL), or dy and dy (x - m).
+// kdrt_bn_grad). The statistics: column sums in double, of x (m NULL), (x -
+// m)^2 (dy NULL), or dy and dy (x - m): row r's summands of column j.
+// xv = x[r, j], mv = m[j], gv = dy[r, j] (the last two read only when m,
+// dy are given): row r's summands of column j.
+__device__ static inline void bn_add(bool has_m, bool has_dy, float xv, float mv, float gv,
+                                     double &s, double &t) {
+  if (!has_m) {
+    s += xv;
+  } else if (!has_dy) {
+    float d = xv - mv;
+    s += (double)d * d;
+  } else {
+    s += gv;
+    t += (double)gv * (xv - mv);
+  }
+}
+
 __global__ static void bn_stats_kernel(double *out, const float *x, const float *m,
                                        const float *dy, int64_t rows, int64_t cols,
                                        int64_t chunk) {
   col_sums2<double>(out, rows, cols, chunk, [=](int64_t r, int64_t j, double &s, double &t) {
-    float xv = x[r * cols + j];
-    if (!m) {
-      s += xv;
-    } else if (!dy) {
-      float d = xv - m[j];
-      s += (double)d * d;
-    } else {
-      float gv = dy[r * cols + j];
-      s += gv;
-      t += (double)gv * (xv - m[j]);
-    }
+    bn_add(m, dy, x[r * cols + j], m ? m[j] : 0.0f, dy ? dy[r * cols + j] : 0.0f, s, t);
   });
+}
+
+// issue 22, KDRT_CUDA_CUDNN=1: bn_stats in two levels at memory bandwidth
+// (col_sums2's 32-column blocks read 64 or 128 bytes a warp of a ResNet's
+// 16- to 64-channel rows, and its chunks' sums were one serial loop a
+// column). Level one: 256 threads a block, `tw` of them across a tile of tw
+// * W columns (W = 4: 16-byte loads) and 256 / tw row lanes down the
+// block's chunk of rows (blockIdx.y), each summing in double; the lanes
+// added by a fixed tree into part[chunk][2][cols]. Level two: one warp a
+// column and sum, the chunks strided over its lanes, then a fixed
+// butterfly. The same bits every run (the grid depends on the shape and
+// alignment only); not bit-identical to col_sums2's order.
+enum { BN_THREADS = 256, BN_BLOCKS = 528 }; // 4 blocks for each of an H100's 132 SMs
+template <int W>
+__global__ static void bn_part_kernel(double *part, const float *x, const float *m,
+                                      const float *dy, int64_t rows, int64_t cols, int64_t chunk,
+                                      int tw) {
+  __shared__ double sh[2][BN_THREADS][W];
+  const int g = threadIdx.x % tw, lane = threadIdx.x / tw, lanes = BN_THREADS / tw;
+  const int64_t j0 = ((int64_t)blockIdx.x * tw + g) * W; // this thread's first column
+  const int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+  double s[W], t[W];
+  float mv[W];
+#pragma unroll
+  for (int k = 0; k < W; k++) s[k] = 0, t[k] = 0, mv[k] = m && j0 < cols ? m[j0 + k] : 0.0f;
+  if (j0 < cols) {
+#pragma unroll 4
+    for (int64_t r = r0 + lane; r < r1; r += lanes) {
+      float xv[W], gv[W] = {};
+      kdrt_ld<W>(xv, x + r * cols + j0);
+      if (dy) kdrt_ld<W>(gv, dy + r * cols + j0);
+#pragma unroll
+      for (int k = 0; k < W; k++) bn_add(m, dy, xv[k], mv[k], gv[k], s[k], t[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < W; k++) sh[0][threadIdx.x][k] = s[k], sh[1][threadIdx.x][k] = t[k];
+  for (int half = lanes / 2; half >= 1; half /= 2) { // lane l += lane l + half
+    __syncthreads();
+    if (lane < half)
+#pragma unroll
+      for (int k = 0; k < W; k++) {
+        sh[0][threadIdx.x][k] += sh[0][threadIdx.x + half * tw][k];
+        sh[1][threadIdx.x][k] += sh[1][threadIdx.x + half * tw][k];
+      }
+  }
+  __syncthreads();
+  if (lane == 0 && j0 < cols) {
+    double *o = part + (int64_t)blockIdx.y * 2 * cols; // this chunk's [2, cols]
+#pragma unroll
+    for (int k = 0; k < W; k++) o[j0 + k] = sh[0][g][k], o[cols + j0 + k] = sh[1][g][k];
+  }
+}
+
+// out[j] (sum 0) and out[cols + j] (sum 1, when `two`): warp j + w * cols
+// adds sum w of column j over the chunks.
+__global__ static void bn_final_kernel(float *out, const double *part, int nchunks, int64_t cols,
+                                       int two) {
+  int64_t wi = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  int lane = threadIdx.x % 32;
+  if (wi >= (two ? 2 : 1) * cols) return; // (a whole warp)
+  int64_t j = wi % cols, w = wi / cols;
+  double v = 0;
+  for (int k = lane; k < nchunks; k += 32) v += part[(int64_t)k * 2 * cols + w * cols + j];
+  v = warp_sum(v);
+  if (lane == 0) out[w * cols + j] = (float)v;
+}
+
+static void bn_stats2(kdrt_cuda *d, float *out, const float *x, const float *m, const float *dy,
+                      int64_t rows, int64_t cols) {
+  const int W = cols % 4 == 0 && kdrt_aligned16(x) && (!dy || kdrt_aligned16(dy)) ? 4 : 1;
+  int64_t cw = cols / W, tw = 1; // column groups; those a block's tile spans
+  while (tw < cw && tw < BN_THREADS) tw *= 2;
+  const int64_t tiles = (cw + tw - 1) / tw, lanes = BN_THREADS / tw;
+  // chunks: BN_BLOCKS blocks in all, each lane at least 4 rows
+  int64_t nchunks = (BN_BLOCKS + tiles - 1) / tiles, most = (rows + 4 * lanes - 1) / (4 * lanes);
+  if (nchunks > most) nchunks = most;
+  if (nchunks > 65535) nchunks = 65535;
+  if (nchunks < 1) nchunks = 1;
+  int64_t chunk = (rows + nchunks - 1) / nchunks;
+  if (chunk < 1) chunk = 1;
+  double *part = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(nchunks * 2 * cols) * sizeof(double));
+  dim3 grid((unsigned)tiles, (unsigned)nchunks);
+  if (W == 4)
+    bn_part_kernel<4><<<grid, BN_THREADS, 0, d->impl->stream>>>(part, x, m, dy, rows, cols, chunk,
+                                                               (int)tw);
+  else
+    bn_part_kernel<1><<<grid, BN_THREADS, 0, d->impl->stream>>>(part, x, m, dy, rows, cols, chunk,
+                                                               (int)tw);
+  KDRT_LAUNCHED(d, "bn_part_kernel");
+  size_t threads = (size_t)(dy ? 2 : 1) * (size_t)cols * 32;
+  bn_final_kernel<<<(unsigned)((threads + BN_THREADS - 1) / BN_THREADS), BN_THREADS, 0,
+                    d->impl->stream>>>(out, part, (int)nchunks, cols, dy != NULL);
+  KDRT_LAUNCHED(d, "bn_final_kernel");
 }
 
 extern "C" void kdrt_cuda_bn_stats(kdrt_cuda *d, float *out, const float *x, const float *m,
                                    const float *dy, int64_t rows, int64_t cols) {
   if (cols <= 0) return;
+  if (d->impl->cudnn) return bn_stats2(d, out, x, m, dy, rows, cols);
   unsigned cblocks = (unsigned)((cols + 31) / 32);
   int64_t chunk, nchunks = kdrt_row_chunks(rows, cols, 256, &chunk);
   double *part = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(nchunks * 2 * cols) * sizeof(double));

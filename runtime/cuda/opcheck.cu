@@ -952,16 +952,39 @@ static void check_matmul_bias(void) {
   check_one_matmul_bias(1, 0, 128, 8195, 200, KDRT_ACT_LINEAR, 1, 0);
 }
 
+// issue 22: opcheck runs cuDNN's convolutions and the two-level bn_stats
+// (KDRT_CUDA_CUDNN=1's paths) whatever the environment says: each case
+// once with D->impl->cudnn 0 and once with 1. cuDNN that cannot be loaded
+// is said once and its cases skipped (the programs that opt in fail then).
+static int cudnn_loadable(void) {
+  static int said, ok;
+  if (!said) {
+    char why[512];
+    said = 1, ok = kdrt_cudnn_available(why, sizeof why);
+    if (!ok) printf("  cudnn: not loaded (%s): its cases skipped\n", why);
+  }
+  return ok;
+}
+
 static void check_conv(void) {
-  // B, H, W, C, KH, KW, K, sh, sw, pad_t, pad_l, OH, OW, groups
-  static const int cfg[][14] = {
-    {2, 9, 7, 3, 3, 3, 5, 1, 1, 1, 1, 9, 7, 0},   // same, stride 1
-    {3, 11, 10, 2, 3, 2, 4, 2, 2, 0, 0, 5, 5, 0}, // valid, stride 2
-    {2, 6, 6, 4, 1, 1, 3, 1, 1, 0, 0, 6, 6, 0},   // pointwise
-    {1, 8, 8, 2, 5, 5, 2, 2, 2, 1, 1, 4, 4, 0},   // same, stride 2
-    {2, 9, 7, 6, 3, 3, 9, 1, 1, 1, 1, 9, 7, 3},   // issue 15: 3 groups
-    {2, 8, 8, 8, 3, 3, 16, 2, 2, 1, 1, 4, 4, 8},  // depthwise, multiplier 2, stride 2
-    {2, 6, 6, 6, 1, 1, 4, 1, 1, 0, 0, 6, 6, 2},   // grouped pointwise
+  // B, H, W, C, KH, KW, K, sh, sw, pad_t, pad_l, OH, OW, groups, dil_h, dil_w
+  static const int cfg[][16] = {
+    {2, 9, 7, 3, 3, 3, 5, 1, 1, 1, 1, 9, 7, 0, 0, 0},     // same, stride 1
+    {3, 11, 10, 2, 3, 2, 4, 2, 2, 0, 0, 5, 5, 0, 0, 0},   // valid, stride 2
+    {2, 6, 6, 4, 1, 1, 3, 1, 1, 0, 0, 6, 6, 0, 0, 0},     // pointwise
+    {1, 8, 8, 2, 5, 5, 2, 2, 2, 1, 1, 4, 4, 0, 0, 0},     // same, stride 2
+    {2, 9, 7, 6, 3, 3, 9, 1, 1, 1, 1, 9, 7, 3, 0, 0},     // issue 15: 3 groups
+    {2, 8, 8, 8, 3, 3, 16, 2, 2, 1, 1, 4, 4, 8, 0, 0},    // depthwise, multiplier 2, stride 2
+    {2, 6, 6, 6, 1, 1, 4, 1, 1, 0, 0, 6, 6, 2, 0, 0},     // grouped pointwise
+    // issue 22, cuDNN's cases: the examples' ResNet (its first conv, C = 1;
+    // 3x3 same; 14 -> 7 at stride 2, padded 0 above and 1 below; 1x1 stride 2)
+    {4, 28, 28, 1, 3, 3, 32, 1, 1, 1, 1, 28, 28, 0, 0, 0},
+    {4, 14, 14, 32, 3, 3, 32, 1, 1, 1, 1, 14, 14, 0, 0, 0},
+    {4, 14, 14, 32, 3, 3, 64, 2, 2, 0, 0, 7, 7, 0, 0, 0},
+    {4, 14, 14, 32, 1, 1, 64, 2, 2, 0, 0, 7, 7, 0, 0, 0},
+    {3, 10, 9, 5, 2, 2, 7, 1, 1, 0, 0, 10, 9, 0, 0, 0},   // even kernel, same: 0 before, 1 after
+    {2, 12, 11, 4, 3, 3, 6, 1, 1, 2, 2, 12, 11, 0, 1, 1}, // dilation 2, same
+    {2, 13, 12, 4, 3, 2, 6, 2, 1, 0, 0, 5, 10, 0, 1, 1},  // dilation 2, valid, stride (2, 1)
   };
   for (size_t t = 0; t < sizeof cfg / sizeof cfg[0]; t++) {
     const int *g = cfg[t];
@@ -976,29 +999,86 @@ static void check_conv(void) {
     float *y = kdrt_cuda_alloc(ny), *dx = kdrt_cuda_alloc(nx), *dw = kdrt_cuda_alloc(nf),
           *s = kdrt_cuda_alloc(ns);
     char name[96];
-    snprintf(name, sizeof name, "[%d,%d,%d,%d] k%dx%d s%d p%d,%d g%d", B, H, W, C, KH, KW, sh, pt,
-             pl, G);
-    char full[128];
-    const kdrt_window w = {B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, 0, 0, g[13]};
+    int n = snprintf(name, sizeof name, "[%d,%d,%d,%d] k%dx%d s%d p%d,%d g%d", B, H, W, C, KH, KW,
+                     sh, pt, pl, G);
+    if (g[14] || g[15]) snprintf(name + n, sizeof name - (size_t)n, " d%d", g[14] + 1);
+    const kdrt_window w = {B, H, W, C, KH, KW, K, sh, sw, pt, pl, OH, OW, g[14], g[15], g[13]};
     kdrt_conv2d(&w, hy, hx, hf, hs);
-    poison(y, ny), poison(s, ns); // the scratch too: nothing may read it before writing it
-    kdrt_cuda_conv2d(D, &w, y, x, f, s);
-    snprintf(full, sizeof full, "conv2d %s", name);
-    check(full, y, hy, ny, tol_mm);
     kdrt_conv2d_dx(&w, hdx, hdy, hf, hs);
-    poison(dx, nx), poison(s, ns);
-    kdrt_cuda_conv2d_dx(D, &w, dx, dy, f, s);
-    snprintf(full, sizeof full, "conv2d_dx %s", name);
-    check(full, dx, hdx, nx, tol_mm);
     kdrt_conv2d_dw(&w, hdw, hx, hdy, hs);
-    poison(dw, nf), poison(s, ns);
-    kdrt_cuda_conv2d_dw(D, &w, dw, x, dy, s);
-    snprintf(full, sizeof full, "conv2d_dw %s", name);
-    check(full, dw, hdw, nf, tol_mm);
+    const int saved = D->impl->cudnn;
+    for (int dnn = 0; dnn < 2; dnn++) {
+      if (dnn && !cudnn_loadable()) break;
+      D->impl->cudnn = dnn;
+      const char *how = dnn ? " cudnn" : "";
+      char full[128];
+      poison(y, ny), poison(s, ns); // the scratch too: nothing may read it before writing it
+      kdrt_cuda_conv2d(D, &w, y, x, f, s);
+      snprintf(full, sizeof full, "conv2d%s %s", how, name);
+      check(full, y, hy, ny, tol_mm);
+      poison(dx, nx), poison(s, ns);
+      kdrt_cuda_conv2d_dx(D, &w, dx, dy, f, s);
+      snprintf(full, sizeof full, "conv2d_dx%s %s", how, name);
+      check(full, dx, hdx, nx, tol_mm);
+      poison(dw, nf), poison(s, ns);
+      kdrt_cuda_conv2d_dw(D, &w, dw, x, dy, s);
+      snprintf(full, sizeof full, "conv2d_dw%s %s", how, name);
+      check(full, dw, hdw, nf, tol_mm);
+      // which passes cuDNN took (the others ran conv2d.cu's kernels, checked above)
+      for (int pass = 0; dnn && pass < 3; pass++)
+        if (!kdrt_cudnn_conv(D, pass, &w, pass == KDRT_CONV_Y ? y : pass == KDRT_CONV_DX ? dx : dw,
+                             pass == KDRT_CONV_DX ? dy : x, pass == KDRT_CONV_DW ? dy : f))
+          printf("    (%s %s: not cuDNN's: %s)\n", pass == KDRT_CONV_Y ? "conv2d"
+                 : pass == KDRT_CONV_DX ? "conv2d_dx" : "conv2d_dw", name,
+                 kdrt_conv_pointwise(&w) ? "pointwise, one GEMM"
+                                         : "no deterministic algorithm, or its call failed");
+    }
+    D->impl->cudnn = saved;
     kdrt_cuda_free(x), kdrt_cuda_free(f), kdrt_cuda_free(dy), kdrt_cuda_free(y);
     kdrt_cuda_free(dx), kdrt_cuda_free(dw), kdrt_cuda_free(s);
     free(hx), free(hf), free(hdy), free(hy), free(hdx), free(hdw), free(hs);
   }
+}
+
+// issue 22: the two-level bn_stats (KDRT_CUDA_CUDNN=1) on the ResNet's
+// shapes and awkward ones (columns not a multiple of 4, x not 16-byte
+// aligned: a float at a time; more columns than a block's tile), each of
+// the three kinds, within 1e-6 of the CPU and the same bits twice.
+static void check_bn_stats2(void) {
+  static const int64_t shp[][3] = { // rows, cols, offset of x (floats)
+    {25088, 32, 0}, {6272, 64, 0}, {100352, 32, 0}, {301, 67, 0}, {20000, 24, 1},
+    {97, 1030, 0}, {64, 2048, 0}, {5, 8, 0}};
+  const int saved = D->impl->cudnn;
+  D->impl->cudnn = 1;
+  for (size_t t = 0; t < sizeof shp / sizeof shp[0]; t++) {
+    const int64_t rows = shp[t][0], cols = shp[t][1], off = shp[t][2];
+    size_t n = (size_t)(rows * cols);
+    float *hx = hrand(n + (size_t)off, -2, 2), *hdy = hrand(n, -1, 1);
+    float *hm = hrand((size_t)cols, -1, 1), *ref = hzero((size_t)(2 * cols));
+    float *first = hzero((size_t)(2 * cols));
+    float *x = dev(hx, n + (size_t)off), *dy = dev(hdy, n), *m = dev(hm, (size_t)cols);
+    float *s = kdrt_cuda_alloc((size_t)(2 * cols));
+    for (int kind = 0; kind < 3; kind++) {
+      const float *km = kind ? m : NULL, *kdy = kind == 2 ? dy : NULL;
+      const size_t no = (size_t)(kind == 2 ? 2 : 1) * (size_t)cols;
+      kdrt_bn_stats(ref, hx + off, kind ? hm : NULL, kind == 2 ? hdy : NULL, rows, cols);
+      char name[96];
+      snprintf(name, sizeof name, "bn_stats two-level %s [%lld, %lld]%s",
+               kind == 0 ? "sum" : kind == 1 ? "squares" : "with dy", (long long)rows,
+               (long long)cols, off ? " unaligned" : "");
+      poison(s, (size_t)(2 * cols));
+      kdrt_cuda_bn_stats(D, s, x + off, km, kdy, rows, cols);
+      check(name, s, ref, no, 1e-6);
+      kdrt_cuda_download(D, first, s, no);
+      poison(s, (size_t)(2 * cols));
+      kdrt_cuda_bn_stats(D, s, x + off, km, kdy, rows, cols);
+      snprintf(name + strlen(name), sizeof name - strlen(name), " twice");
+      check(name, s, first, no, 0);
+    }
+    kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(m), kdrt_cuda_free(s);
+    free(hx), free(hdy), free(hm), free(ref), free(first);
+  }
+  D->impl->cudnn = saved;
 }
 
 static void check_pool(void) {
@@ -1495,6 +1575,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
     check_matmul();
     check_matmul_bias();
     check_conv();
+    check_bn_stats2();
     check_pool();
     check_blocks();
     check_nd();

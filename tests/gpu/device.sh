@@ -19,6 +19,11 @@
 #           a checkpoint taken on the GPU resumed by the CPU program;
 #           a loss that diverges in epoch 2 (--lr 1000): the run says so,
 #             keeps epoch 1's checkpoint, which the CPU program resumes;
+#           issue 22: cuDNN's convolutions and the two-level bn_stats
+#             (KDRT_CUDA_CUDNN=1, opt-in): the models with a conv or a batch
+#             norm against the CPU program and by gradcheck, and the
+#             examples' ResNet against the same program without it (losses
+#             within 1e-5) and run twice (the same bits);
 #           issue 22: a learning rate halved at each epoch's end (LR_ARGS)
 #             against the CPU program, and CUDA graphs and the input thread
 #             changing no bit: models trained with all on (the default)
@@ -124,13 +129,21 @@ COMMIT=$(awk '/^commit/ {$1 = ""; print substr($0, 2)}' info.txt)
 . ref/args.sh
 CUBLAS=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda-1*/lib64 2>/dev/null | head -1)
 TV=$(env -u LD_LIBRARY_PATH python3 -c 'import os,torch;print(os.path.dirname(torch.__file__))' 2>/dev/null)/..
-NV=$(ls -d $TV/nvidia/cu13/lib $TV/nvidia/nccl/lib $TV/nvidia/cublas/lib 2>/dev/null | tr '\n' ':')
+# (cuDNN: KDRT_CUDA_CUDNN=1 opens libcudnn.so.9 itself; the bundle has none)
+NV=$(ls -d $TV/nvidia/cu13/lib $TV/nvidia/nccl/lib $TV/nvidia/cublas/lib $TV/nvidia/cudnn/lib 2>/dev/null | tr '\n' ':')
 export LD_LIBRARY_PATH=$W/lib:${CUBLAS}:${NV}${LD_LIBRARY_PATH:-}
 # any library still missing (cuBLAS, NCCL elsewhere in the image): look for it
 for l in $(ldd progs/c_cnn 2>/dev/null | awk '/not found/ {print $1}'); do
   f=$(find /usr /opt /lib -name "$l" 2>/dev/null | head -1)
   [ -n "$f" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$f")
 done
+# cuDNN, which no program links (KDRT_CUDA_CUDNN=1 dlopens it): looked for
+# likewise when neither the path nor ld.so's cache has it
+on_path() { local d; for d in ${LD_LIBRARY_PATH//:/ }; do [ -e "$d/$1" ] && return 0; done; return 1; }
+if ! on_path libcudnn.so.9 && ! ldconfig -p 2>/dev/null | grep -q libcudnn.so.9; then
+  f=$(find /usr /opt -name libcudnn.so.9 2>/dev/null | head -1)
+  [ -n "$f" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$f")
+fi
 PY="env -u LD_LIBRARY_PATH python3"
 export OPAL_PREFIX=$W/ompi/usr PMIX_INSTALL_PREFIX=$W/ompi/usr/lib/x86_64-linux-gnu/pmix2
 export PATH=$W/ompi/usr/bin:$PATH
@@ -143,6 +156,8 @@ if has env; then
     nvidia-smi
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     ldd progs/c_cnn | grep -E "not found|cublas|nccl|mpi"
+    echo "libcudnn.so.9 (KDRT_CUDA_CUDNN=1):"
+    for d in ${LD_LIBRARY_PATH//:/ } /usr/lib/x86_64-linux-gnu; do ls "$d"/libcudnn.so.9 2>/dev/null; done
     cat info.txt
     $PY -c 'import torch, jax; print(torch.__version__, jax.__version__, jax.devices())'
   } >"$R/env.txt" 2>&1
@@ -183,6 +198,12 @@ job() { # KIND ARGS...
     fi ;;
   train) run_to "train_$2" 90 progs/c_$2 $ARGS --history "$R/h/$2.cuda.json" ;;
   gc) run_to "gc_$2" 120 progs/c_$2 gradcheck --points 3 ;;
+  dnn) # MODEL: issue 22's cuDNN convolutions and two-level bn_stats (opt-in)
+    KDRT_CUDA_CUDNN=1 run_to "dnn_$2" 90 progs/c_$2 $ARGS --history "$R/h/dnn_$2.cuda.json" ;;
+  dnngc) KDRT_CUDA_CUDNN=1 run_to "dnngc_$2" 120 progs/c_$2 gradcheck --points 3 ;;
+  resnet) # off | on | twice: the examples' ResNet (the speed program) on ARGS' data
+    KDRT_CUDA_CUDNN=$([ "$2" = off ] && echo 0 || echo 1) run_to "resnet_$2" 120 \
+      progs/p_resnet_fp32 $ARGS --history "$R/h/resnet.$2.json" ;;
   serial) # MODEL: ARGS without graphs and without the input thread
     KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 KDRT_CUDA_RESIDENT_MB=0 run_to "serial_$2" 90 progs/c_$2 $ARGS \
       --history "$R/h/$2.serial.json" ;;
@@ -232,6 +253,9 @@ export -f job run_to
 LR_ARGS=${LR_ARGS:-} lr_models=${lr_models:-} # (a bundle from before issue 22 has none)
 serial_models=$(for m in seed_mlp cnn gpt megatron; do grep -qx "$m" ref/corr.list && echo "$m"; done)
 twice_models=$(for m in cnn gpt megatron gpt_bf16 gpt_tf32 hub_llama gpt_mixed; do [ -x "progs/c_$m" ] && echo "$m"; done)
+# issue 22: the models with a conv or a batch norm, run again with KDRT_CUDA_CUDNN=1
+dnn_models=$(for m in cnn nested nested_frozen vit acts_pool batchnorm constrained conv1d conv1d_family \
+  dilated frozen grouped pools regularizers transpose transpose_op; do grep -qx "$m" ref/corr.list && echo "$m"; done)
 export R ARGS BS_ARGS CK_ARGS NAN_ARGS NAN_LR M22_ARGS MESH_GPU m22_models LR_ARGS
 jobs_list() { # the longest first
   has mesh && echo mesh
@@ -250,6 +274,8 @@ jobs_list() { # the longest first
     for m in $serial_models; do echo "serial $m"; done
     for m in $twice_models; do echo "twice $m"; done
     for m in $lr_models; do echo "lr $m"; echo "lr $m serial"; done
+    for m in $dnn_models; do echo "dnn $m"; echo "dnngc $m"; done
+    [ -x progs/p_resnet_fp32 ] && for v in off on twice; do echo "resnet $v"; done
   fi
   if has faults; then
     for f in oom sync nosync; do echo "fault $f"; done
@@ -401,6 +427,41 @@ PY
     st=$?
     check "graphs+thread = serial" "$([ $st = 0 ] && echo PASS || { [ $st = 1 ] && echo WARN; } || echo FAIL)" "$line"
   fi
+  # issue 22: KDRT_CUDA_CUDNN=1 (cuDNN's convolutions, the two-level bn_stats)
+  if [ -n "$dnn_models" ]; then
+    for m in $dnn_models; do cp "ref/$m.cpu.json" "ref/dnn_$m.cpu.json"; done
+    line=$(cmp_hist "$(echo $dnn_models | sed 's/\([^ ]*\)/dnn_\1/g; s/ /,/g')" 1e-5 "losses vs CPU")
+    st=$?
+    bad=""
+    nbad=0
+    for m in $dnn_models; do
+      [ "$(rc_of dnn_$m)" = 0 ] || bad="$bad dnn_$m(rc $(rc_of dnn_$m): $(line_of dnn_$m rror | cut -c1-60))"
+      [ "$(rc_of dnngc_$m)" = 0 ] || { bad="$bad gradcheck $m(rc $(rc_of dnngc_$m))"; nbad=$((nbad + 1)); }
+    done
+    grep -h "kdrt-cuda: KDRT_CUDA_CUDNN" "$R"/j/dnn_*.txt 2>/dev/null | head -1 >"$R/cudnn.txt"
+    check "cudnn vs CPU" "$([ $st = 0 ] && [ -z "$bad" ] && echo PASS || echo FAIL)" \
+      "$line; gradcheck $(($(echo $dnn_models | wc -w) - nbad)) passed; $(cat "$R/cudnn.txt")${bad:+;$bad}"
+  fi
+  if [ -x progs/p_resnet_fp32 ]; then
+    $PY - "$R/h" >"$R/cmp.txt" 2>&1 <<'PY'
+import json, sys
+d = sys.argv[1]
+try:
+    a, b, c = (json.load(open(f"{d}/resnet.{v}.json")) for v in ("off", "on", "twice"))
+except (OSError, ValueError) as e:
+    print(f"no history: {e}"); sys.exit(2)
+la, lb = a.get("step_loss", []), b.get("step_loss", [])
+worst = max((abs(x - y) / max(abs(x), 1e-30) for x, y in zip(la, lb)), default=float("inf"))
+same = lb == c.get("step_loss") and b.get("loss") == c.get("loss")
+ok = len(la) == len(lb) > 0 and worst <= 1e-5
+print(f"{len(lb)} step losses, worst {worst:.1e} from the kernels' (1e-5); twice: "
+      + ("the same bits" if same else "DIFFERENT bits"))
+sys.exit(0 if ok and same else 1)
+PY
+    st=$?
+    check "resnet cudnn = kernels" "$([ $st = 0 ] && echo PASS || echo FAIL)" \
+      "rc off/on/twice $(rc_of resnet_off)/$(rc_of resnet_on)/$(rc_of resnet_twice); $(head -1 "$R/cmp.txt")"
+  fi
   pairs=""
   for m in $twice_models; do pairs="$pairs $m.cuda.json:$m.twice.json"; done
   if [ -n "$pairs" ]; then # issue 22: "the same run twice gives the same bits"
@@ -475,7 +536,7 @@ if has perf && [ $SPEED = 1 ]; then
       echo FAILED
     fi
   }
-  for c in ${PERF:-seed_mlp:fp32:128 gpt:fp32:128 resnet:fp32:128 wide_mlp:fp32:1024 wide_mlp:tf32:1024 \
+  for c in ${PERF:-seed_mlp:fp32:128 gpt:fp32:128 resnet:fp32:128 resnet:fp32:128:cudnn wide_mlp:fp32:1024 wide_mlp:tf32:1024 \
     wide_mlp:bf16:1024 gpt_med:fp32:16 gpt_med:tf32:16 gpt_med:bf16:16}; do
     late $((90 + KW)) "kdcc perf from $c on" && break
     IFS=: read -r m p b v <<<"$c"
@@ -484,14 +545,16 @@ if has perf && [ $SPEED = 1 ]; then
     # model:prec:batch:VARIANT: the same without CUDA graphs (nograph:
     # KDRT_CUDA_GRAPH=0), without the input thread (nothread: KDRT_PREFETCH=0),
     # without cuBLASLt's epilogues (nolt: KDRT_CUDA_LT=0), with the data on
-    # the host (nores: KDRT_CUDA_RESIDENT_MB=0), or without graphs, the
-    # thread, pinned buffers and resident data (serial)
+    # the host (nores: KDRT_CUDA_RESIDENT_MB=0), with cuDNN's convolutions
+    # and the two-level bn_stats (cudnn: KDRT_CUDA_CUDNN=1), or without
+    # graphs, the thread, pinned buffers and resident data (serial)
     case ${v:-} in
     nograph) exe="env KDRT_CUDA_GRAPH=0 $exe" p=$p-nograph ;;
     nothread) exe="env KDRT_PREFETCH=0 $exe" p=$p-nothread ;;
     nopin) exe="env KDRT_CUDA_PINNED=0 $exe" p=$p-nopin ;;
     nolt) exe="env KDRT_CUDA_LT=0 $exe" p=$p-nolt ;; # the cuBLASLt epilogues off
     nores) exe="env KDRT_CUDA_RESIDENT_MB=0 $exe" p=$p-nores ;;
+    cudnn) exe="env KDRT_CUDA_CUDNN=1 $exe" p=$p-cudnn ;;
     serial) exe="env KDRT_CUDA_GRAPH=0 KDRT_PREFETCH=0 KDRT_CUDA_PINNED=0 KDRT_CUDA_RESIDENT_MB=0 $exe" p=$p-serial ;;
     esac
     a="--x data/$m.x.npy --y data/$m.y.npy --batch-size $b --seed 1 --no-shuffle"
@@ -588,13 +651,15 @@ fi
 # timed on the GPU between events, 20 training steps, the first left out
 if has kprof && [ $SPEED = 1 ]; then
   mkdir -p "$R/prof"
-  for c in ${KPROF:-gpt_med:bf16:16 wide_mlp:bf16:1024 resnet:fp32:128}; do
+  for c in ${KPROF:-gpt_med:bf16:16 wide_mlp:bf16:1024 resnet:fp32:128 resnet:fp32:128:cudnn}; do
     late $((40 + KW)) "kprof from $c on" && break
-    IFS=: read -r m p b <<<"$c"
+    IFS=: read -r m p b v <<<"$c"
     [ -x progs/p_${m}_$p ] || continue
-    KDRT_CUDA_PROFILE=1 timeout -k 5 "$(tmo 60)" progs/p_${m}_$p --x data/$m.x.npy --y data/$m.y.npy \
-      --batch-size $b --seed 1 --no-shuffle --epochs 2 >/dev/null 2>"$R/prof/$m.$p.kprof.txt"
-    { echo "kprof $m $p b$b:"; grep -A40 "kdrt-cuda profile" "$R/prof/$m.$p.kprof.txt" | head -32; } | tee -a "$SUM"
+    # MODEL:PREC:BATCH:cudnn: with KDRT_CUDA_CUDNN=1 (issue 22)
+    KDRT_CUDA_CUDNN=$([ "${v:-}" = cudnn ] && echo 1 || echo 0) KDRT_CUDA_PROFILE=1 \
+      timeout -k 5 "$(tmo 60)" progs/p_${m}_$p --x data/$m.x.npy --y data/$m.y.npy \
+      --batch-size $b --seed 1 --no-shuffle --epochs 2 >/dev/null 2>"$R/prof/$m.$p${v:+-$v}.kprof.txt"
+    { echo "kprof $m $p${v:+-$v} b$b:"; grep -A40 "kdrt-cuda profile" "$R/prof/$m.$p${v:+-$v}.kprof.txt" | head -32; } | tee -a "$SUM"
   done
 fi
 if has torch && [ $SPEED = 1 ] && ! $PY -c 'import torch' 2>/dev/null; then

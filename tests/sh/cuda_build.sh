@@ -130,6 +130,31 @@ calls=$(sed -n '/^static void forward/,$p' $src | grep -o "kdrt_cuda_[a-z0-9_]*(
 for f in $calls; do
   grep -q "^#define $f(d, " $src || { echo "FAIL: $src: $f called without recording its line"; fail=1; }
 done
+# issue 22: KDRT_CUDA_CUDNN=1 dlopens libcudnn.so.9: a program needs no cuDNN
+# to start, and every entry runtime/cuda/cudnn.cu resolves by name is one of
+# the library's (where this machine has it: beside nvcc's libraries)
+if ldd $out/cnn_1 | grep -q libcudnn; then
+  echo "FAIL: cnn_1 is linked against cuDNN: $(ldd $out/cnn_1 | grep libcudnn)"; fail=1
+fi
+dnn=$(ls "$(dirname "$(readlink -f "$NVCC")")"/../lib*/libcudnn.so.9 \
+  "$(dirname "$(readlink -f "$NVCC")")"/../targets/*/lib/libcudnn.so.9 2>/dev/null | head -1)
+if [ -z "$dnn" ]; then
+  echo "cuda_build: skipping the cuDNN entries' check: no libcudnn.so.9 beside nvcc"
+else
+  names=$(sed -n '/^#define KDRT_CUDNN_FNS/,/^$/p' runtime/cuda/cudnn.cu | grep -o 'X(cudnn[A-Za-z0-9_]*)' |
+    sed 's/X(\(.*\))/\1/')
+  if ! python3 - "$dnn" $names <<'PY'
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+missing = [n for n in sys.argv[2:] if not hasattr(lib, n)]
+lib.cudnnGetVersion.restype = ctypes.c_size_t
+v = lib.cudnnGetVersion()
+if missing or v // 10000 != 9 or len(sys.argv) < 20:
+    sys.exit(f"{len(sys.argv) - 2} names, version {v}; not in {sys.argv[1]}: {' '.join(missing)}")
+print(f"cuda_build: cudnn.cu's {len(sys.argv) - 2} cuDNN entries are in {sys.argv[1]} (version {v})")
+PY
+  then echo "FAIL: cudnn.cu's cuDNN entries"; fail=1; fi
+fi
 # With a GPU, one quick run: every kernel against the CPU runtime (the
 # full GPU checks are `make test-gpu`).
 if [ $gpu = 1 ] && [ $fail = 0 ]; then
