@@ -380,7 +380,7 @@ Node *apply_act(Graph *g, Node *x, int act) {
   if (act == ACT_LINEAR) return x;
   static const OpKind op_of[] = {
 #define ACT_OP(name, kname) [ACT_##name - KDRT_ACT_COUNT] = OP_##name,
-#include "ops.def"
+#include "../runtime/kdrt_ops.def"
   };
   if (act >= KDRT_ACT_COUNT) return make1(g, op_of[act - KDRT_ACT_COUNT], x);
   return make1(g, OP_ACT, x, .act.kind = act);

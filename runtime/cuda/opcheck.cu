@@ -1,5 +1,5 @@
 // opcheck.cu: `./train opcheck [--repeat N] [--seed S] [--matmul-tol X]`:
-// every CUDA kernel of kdrt_ops.h's list against the CPU runtime's on the
+// every CUDA kernel of kdrt_ops.def's list against the CPU runtime's on the
 // same random operands (the collectives excepted: they need a mesh of
 // processes, tests/sh/gpu_mesh.sh runs them; but for the 16-bit ones'
 // packing, over a group of one), by normalised error
