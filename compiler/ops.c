@@ -357,12 +357,13 @@ const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emi
 
 // Every dim but the axis passes; along the axis each tensor has its own
 // extent, needed whole.
-static void cat_rule(const Node *n, Rule *r) {
+void rule_whole_axis(const Node *n, Rule *r, int ax) {
   rule_elementwise(n, r);
-  int ax = n->cat.axis;
   r->kind[r->out[ax]] = F_FULL;
   for (int i = 0; i < n->nin; i++) r->in[i][ax] = factor(r, F_FULL, n->in[i]->shape.d[ax]);
 }
+
+static void cat_rule(const Node *n, Rule *r) { rule_whole_axis(n, r, n->cat.axis); }
 
 static void concat_grad(Graph *g, Node *n, const bool *need) {
   int64_t start = 0;

@@ -86,6 +86,36 @@ const OpDef op_LOG_SOFTMAX = {"log_softmax", 1, 0, false, softmax_rule, log_soft
 const OpDef op_LOG_SOFTMAX_GRAD = {"log_softmax_grad", 2, 1, false, softmax_rule, NULL,
                                    log_softmax_emit, shape_in0};
 
+// ---------------------------------------------------------------- GLU
+// issue 25: Keras's glu, x's last dim split in halves a and b, a *
+// sigmoid(b): the result has half that dim (the shape rule), which is
+// needed whole, x's and the result's (the halves are far apart); its
+// gradient in x from x.
+static bool glu_shape(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  int last = out->rank - 1;
+  if (last < 0 || out->d[last] % 2) return false;
+  out->d[last] /= 2;
+  return true;
+}
+
+static void glu_rule(const Node *n, Rule *r) { rule_whole_axis(n, r, n->shape.rank - 1); }
+
+static void glu_grad(Graph *g, Node *n, const bool *need) {
+  accumulate(g, n->in[0], make2(g, OP_GLU_GRAD, n->grad, n->in[0]));
+}
+
+static void glu_emit(const Node *n, Lowering *lw) {
+  bool grad = n->op == OP_GLU_GRAD;
+  const Node *half = grad ? n->in[0] : n; // [rows, cols]: y, dy
+  lower_call(lw, grad ? KN_glu_grad : KN_glu, NULL, "%s, %s%s, %s, %s", buf(n),
+             grad ? format("%s, ", buf(n->in[0])) : "", buf(n->in[grad]), rows_c(half),
+             cols_c(half));
+}
+
+const OpDef op_GLU = {"glu", 1, 0, false, glu_rule, glu_grad, glu_emit, glu_shape};
+const OpDef op_GLU_GRAD = {"glu_grad", 2, 1, false, glu_rule, NULL, glu_emit, shape_in1};
+
 // ---------------------------------------------------------------- ATTENTION
 // issue 22: attention's chain in one op each way (fuse.c's fuse_attention,
 // the CUDA program's): q[b, n, t, h], k and v [b, n, s, h] as the
