@@ -31,7 +31,7 @@ RCFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -O3 -march=$(MARCH) -fno-math-errno -fn
 RT_LIBS = -ldnnl -lopenblas -lmvec -lgomp -lzip -lhdf5_serial -lz -lm
 
 COMPILER_SRCS = $(wildcard compiler/*.c)
-COMPILER_HDRS = $(wildcard compiler/*.h compiler/*.def)
+COMPILER_HDRS = $(wildcard compiler/*.h compiler/*.def) runtime/kdrt_ops.def
 COMPILER_OBJS = $(COMPILER_SRCS:compiler/%.c=build/compiler/%.o)
 RUNTIME_SRCS  = $(wildcard runtime/*.c)
 RUNTIME_OBJS  = $(RUNTIME_SRCS:runtime/%.c=build/runtime/%.o)
@@ -54,12 +54,13 @@ build/flags.stamp: FORCE
 	@echo "$(MARCH) $(RT_LIBS)" | cmp -s - $@ || echo "$(MARCH) $(RT_LIBS)" > $@
 build/compiler/main.o: build/flags.stamp
 
-# The runtime's headers: the API, the kernel list, the shared enums, the
-# recurrent cells, the row losses, the normalizations, the optimizers' updates,
-# rotary embedding, 16-bit rounding, the kernels' vectorised math, and what the
+# The runtime's headers: the API, the op and kernel list (kdrt_ops.def, which
+# kdcc reads too), what the kernels share, the shared enums, the recurrent
+# cells, the row losses, the normalizations, the optimizers' updates, rotary
+# embedding, 16-bit rounding, the kernels' vectorised math, and what the
 # kernel files share.
-RT_HDRS = runtime/kdrt.h runtime/kdrt_ops.h runtime/kdrt_defs.h runtime/kdrt_rnn.h runtime/kdrt_philox.h \
-          runtime/kdrt_layers.h runtime/kdrt_loss.h runtime/kdrt_norm.h runtime/kdrt_optim.h \
+RT_HDRS = runtime/kdrt.h runtime/kdrt_ops.def runtime/kdrt_ops.h runtime/kdrt_defs.h \
+          runtime/kdrt_rnn.h runtime/kdrt_philox.h runtime/kdrt_layers.h runtime/kdrt_loss.h runtime/kdrt_norm.h runtime/kdrt_optim.h \
           runtime/kdrt_rope.h runtime/kdrt_round.h runtime/vmath.h runtime/ops_impl.h
 
 build/runtime/%.o: runtime/%.c $(RT_HDRS) build/flags.stamp

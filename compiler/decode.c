@@ -82,10 +82,10 @@ static void kv_write_emit(const Node *n, Lowering *lw) {
   const Node *x = n->in[0], *cache = n->in[1], *pos = n->in[2];
   int d = n->cat.axis;
   row_loop(lw, n);
-  lower_call(lw, "place_block", false, NULL, "(float *)%s + r_ * %s, %s, %s, 1, %s[r_], %s, %s",
+  lower_call(lw, KN_place_block, NULL, "(float *)%s + r_ * %s, %s, %s, 1, %s[r_], %s, %s",
              buf(cache), row_elems(cache), at_row(x), sym_c(sym_prod(x, 1, d, true)), buf(pos),
              sym_c(sym_dim(cache, d, true)), sym_c(sym_prod(x, d + 1, x->shape.rank, true)));
-  lower_call(lw, "copy", false, NULL, "%s, %s, %s", at_row(n), at_row(x), row_elems(n));
+  lower_call(lw, KN_copy, NULL, "%s, %s, %s", at_row(n), at_row(x), row_elems(n));
 }
 
 const OpDef op_KV_WRITE = {"kv_write", 3, 0, false, kv_write_rule, NULL, kv_write_emit, shape_in0};
@@ -93,9 +93,9 @@ const OpDef op_KV_WRITE = {"kv_write", 3, 0, false, kv_write_rule, NULL, kv_writ
 // KV_STORE(x, cache): the prefill's keys or values x, every position, copied
 // into the cache (an input placed as x); the result is x.
 static void kv_store_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "copy", false, NULL, "(float *)%s, %s, %s", buf(n->in[1]), buf(n->in[0]),
+  lower_call(lw, KN_copy, NULL, "(float *)%s, %s, %s", buf(n->in[1]), buf(n->in[0]),
              elems_c(n));
-  lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
+  lower_call(lw, KN_copy, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
 }
 
 const OpDef op_KV_STORE = {"kv_store", 2, 0, false, rule_elementwise, NULL,
@@ -115,7 +115,7 @@ static void pos_slice_emit(const Node *n, Lowering *lw) {
   const Node *x = n->in[0];
   int d = n->cat.axis;
   row_loop(lw, n);
-  lower_call(lw, "copy_block", false, NULL, "%s, %s, %s, %s, %s[r_], 1, %s", at_row(n), at_row(x),
+  lower_call(lw, KN_copy_block, NULL, "%s, %s, %s, %s, %s[r_], 1, %s", at_row(n), at_row(x),
              sym_c(sym_prod(x, 1, d, true)), sym_c(sym_dim(x, d, true)), buf(n->in[1]),
              sym_c(sym_prod(x, d + 1, x->shape.rank, true)));
 }
@@ -132,7 +132,7 @@ static void last_full_rule(const Node *n, Rule *r) {
 static void dec_causal_emit(const Node *n, Lowering *lw) {
   int rk = n->shape.rank;
   row_loop(lw, n);
-  lower_call(lw, "causal_mask", false, NULL, "%s, %s, %s, 1, %s, %s[r_], 0, %lld, %s", at_row(n),
+  lower_call(lw, KN_causal_mask, NULL, "%s, %s, %s, 1, %s, %s[r_], 0, %lld, %s", at_row(n),
              at_row(n->in[0]), sym_c(sym_prod(n, 1, rk - 2, true)),
              sym_c(sym_dim(n, rk - 1, true)), buf(n->in[1]), (long long)n->mask.window,
              n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
@@ -147,7 +147,7 @@ static void dec_rope_emit(const Node *n, Lowering *lw) {
   int rk = n->shape.rank;
   char *decl = rope_decl(n, 10);
   row_loop(lw, n);
-  lower_call(lw, "rope", false, decl, "%s, %s, &r, 1, 1, %s, %lld + %s[r_], %d", at_row(n),
+  lower_call(lw, KN_rope, decl, "%s, %s, &r, 1, 1, %s, %lld + %s[r_], %d", at_row(n),
              at_row(n->in[0]), sym_c(sym_prod(n, 2, rk - 1, true)), (long long)n->rope.offset,
              buf(n->in[1]), n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
 }

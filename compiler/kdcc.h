@@ -384,18 +384,19 @@ Place place_replicated(void);
 char *place_str(const Mesh *mesh, int rank, const Place *p);
 
 // ---------------------------------------------------------------- ops.c, ops_nn.c
-// The ops of the training graph. ops.def lists them; ops.c (the core ops)
-// or ops_nn.c (the network families, then the table op_defs) defines each
-// one in one place, as one OpDef: its operands, its shape rule, its
-// sharding rule (named factors), its gradient (forward ops built from the
-// op and its output's gradient) and its emission (runtime calls, the same
-// for the C and the CUDA program); its typed attributes are its family's
-// ATTR line in ops.def. A name in ops.def without its op_<NAME> definition
-// fails the link.
+// The ops of the training graph. runtime/kdrt_ops.def lists them, each
+// with its attributes and kernels; ops.c (the core ops) or ops_nn.c (the
+// network families, then the table op_defs) defines each one in one
+// place, as one OpDef: its operands, its shape rule, its sharding rule
+// (named factors), its gradient (forward ops built from the op and its
+// output's gradient) and its emission (runtime calls, the same for the C
+// and the CUDA program); its typed attributes are its family's ATTR line
+// in kdrt_ops.def. A name there without its op_<NAME>
+// definition fails the link.
 
 typedef enum {
 #define X(name) OP_##name,
-#include "ops.def"
+#include "../runtime/kdrt_ops.def"
   OP_COUNT
 } OpKind;
 
@@ -404,13 +405,13 @@ typedef enum {
 typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_CONSTRAIN } Phase;
 
 // Activations are the runtime's (kdrt_defs.h's KDRT_ACT_LIST), then those
-// that are ops of their own (ops.def's ACT_OP: softmax, log_softmax).
+// that are ops of their own (kdrt_ops.def's ACT_OP: softmax, log_softmax).
 typedef int Act;
 enum { ACT_LINEAR = KDRT_ACT_LINEAR, ACT_RELU = KDRT_ACT_RELU, ACT_SIGMOID = KDRT_ACT_SIGMOID,
        ACT_TANH = KDRT_ACT_TANH, ACT_GELU = KDRT_ACT_GELU, ACT_SILU = KDRT_ACT_SILU,
        ACT_OP_BEFORE_ = KDRT_ACT_COUNT - 1, // so that the first ACT_OP is KDRT_ACT_COUNT
 #define ACT_OP(name, kname) ACT_##name,
-#include "ops.def"
+#include "../runtime/kdrt_ops.def"
        ACT_COUNT };
 
 // DT_U16 (issue 23): a value stored in 16 bits, the bits of the bfloat16 or
@@ -445,13 +446,13 @@ typedef struct {
   double freq_adjust, low_freq, high_freq, pretrain_len; // LLAMA31
 } RopeParams;
 
-// Typed attributes, one struct per family of ops (ops.def's ATTR lines),
+// Typed attributes, one struct per family of ops (kdrt_ops.def's ATTR lines),
 // and Attrs, the union of them all, which is Node's.
 #define ATTR(type, member, ...) typedef struct { __VA_ARGS__ } type;
-#include "ops.def"
+#include "../runtime/kdrt_ops.def"
 #define ATTR(type, member, ...) type member;
 typedef union {
-#include "ops.def"
+#include "../runtime/kdrt_ops.def"
 } Attrs;
 
 struct Node {
@@ -469,7 +470,7 @@ struct Node {
   Loc loc;                // where that layer is written
   union {                 // its attributes: Attrs, by the op's member (n->dot.nk)
 #define ATTR(type, member, ...) type member;
-#include "ops.def"
+#include "../runtime/kdrt_ops.def"
   };
   int index;              // INPUT, LABEL: which input / label; LOSS, METRIC: the output
   int64_t id_range;       // INPUT of integer ids: they index tables of this many rows
@@ -496,7 +497,7 @@ struct Node {
   uint8_t half, pend;
   Node *rounded;
   // issue 23 (store16.c): 1 + the operand whose buffer this op writes (a ROUND
-  // or an activation's gradient, that operand's only reader: kdrt_ops.h's "y
+  // or an activation's gradient, that operand's only reader: kdrt_ops.def's "y
   // may be x"), else 0; to the memory plan and the emitters a view of it
   uint8_t inplace;
 };
@@ -532,8 +533,18 @@ typedef struct {
   int8_t out[MAX_RANK];        // factor of each result dim
 } Rule;
 
-// What an op emits: runtime calls, each the same entry of kdrt_ops.h's list
-// in both backends (kdrt_<fn>(...) on the CPU, kdrt_cuda_<fn>(d, ...) on the
+// The kernels of runtime/kdrt_ops.def's K and KC lines, KN_<name>: a
+// lowering names its kernel by one, so that a misspelled kernel fails
+// kdcc's build, not the generated program's.
+typedef enum {
+#define K(name, args) KN_##name,
+#define KC K
+#include "../runtime/kdrt_ops.def"
+  KN_COUNT
+} Kernel;
+
+// What an op emits: runtime calls, each the same kernel of kdrt_ops.def in
+// both backends (kdrt_<fn>(...) on the CPU, kdrt_cuda_<fn>(d, ...) on the
 // GPU), with static descriptors declared before it.
 typedef enum { STEP_TRAIN, STEP_EVAL, STEP_GRAD } StepKind;
 typedef struct {
@@ -573,7 +584,7 @@ typedef struct {
 } OpDef;
 
 #define X(name) extern const OpDef op_##name;
-#include "ops.def"
+#include "../runtime/kdrt_ops.def"
 extern const OpDef *const op_defs[OP_COUNT];
 #define op_info(op) (*op_defs[op])
 
@@ -592,10 +603,11 @@ static inline bool is_collective(OpKind op) {
 }
 // The output shape of a DOT with these attributes; false when they do not fit.
 bool dot_shape(const Shape *a, const Shape *b, int nb, int nk, bool ta, bool tb, Shape *out);
-// Add a call to a lowering: fn, whether it takes the context, the
-// descriptor declaration (or NULL), the arguments (printf-style).
-void lower_call(Lowering *lw, const char *fn, bool ctx, char *decl, const char *fmt, ...)
-  __attribute__((format(printf, 5, 6)));
+// Add a call to a lowering: its kernel (whether it takes the context is
+// its K or KC line's), the descriptor declaration (or NULL), the arguments
+// (printf-style).
+void lower_call(Lowering *lw, Kernel k, char *decl, const char *fmt, ...)
+  __attribute__((format(printf, 4, 5)));
 // issue 24: the h = dim / 2 inverse frequencies keras-hub's RotaryEmbedding
 // (or LlamaRotaryEmbedding) computes for a feature dim `dim`, in float32 as
 // it computes them, into out[h]; the factor its cos and sin are multiplied

@@ -1,4 +1,5 @@
-// The ops of the training graph, each defined once (ops.def lists them).
+// The ops of the training graph, each defined once (runtime/kdrt_ops.def
+// lists them).
 //
 // An op is one `const OpDef op_NAME` with, side by side:
 //   - its sharding rule: every dimension of every operand and of the result
@@ -6,9 +7,9 @@
 //   - its gradient: the forward ops that make its operands' gradients from
 //     its output's (autodiff.c walks the graph and calls these);
 //   - its emission: the runtime calls that compute it on local blocks, one
-//     entry of runtime/kdrt_ops.h's list each, which the C and the CUDA
-//     emitters both print (kdrt_<fn> / kdrt_cuda_<fn>), so the backends
-//     cannot drift.
+//     kernel of runtime/kdrt_ops.def (a K line) each, which the C and the
+//     CUDA emitters both print (kdrt_<fn> / kdrt_cuda_<fn>), so the
+//     backends cannot drift.
 // Ops work on global shapes; only emission sees local ones (lshape).
 // This file holds the core ops (inputs, DOT, bias and activations,
 // add/concat/slice/pad/reshape, dropout and scale, gather, mul, transpose,
@@ -19,10 +20,11 @@
 // recurrence), made of the pieces declared in ops_impl.h, and the table
 // of every op (op_defs), so that this file calls nothing of that one
 // (op_make reads the table).
-// Adding an op: its line in ops.def (and its attributes' ATTR line there),
-// its OpDef in ops.c or ops_nn.c with its shape rule, its kernel in both
-// runtimes (kdrt_ops.h's list), its tests. Builders make it with make1 or
-// make2 (op_make, here), which give it its rule's shape.
+// Adding an op: its lines in runtime/kdrt_ops.def (its X line, its
+// attributes' ATTR line, its kernels' K lines), its OpDef in ops.c or
+// ops_nn.c with its shape rule, its kernels in both runtimes, its tests.
+// Builders make it with make1 or make2 (op_make, here), which give it its
+// rule's shape.
 #include "ops_impl.h"
 
 #include <assert.h>
@@ -38,7 +40,7 @@ const char *act_name(int act) {
     KDRT_ACT_LIST(KDRT_X)
 #undef KDRT_X
 #define ACT_OP(name, kname) kname,
-#include "ops.def"
+#include "../runtime/kdrt_ops.def"
   };
   return names[act];
 }
@@ -68,7 +70,15 @@ const char *loss_name(LossKind kind) {
   return names[kind];
 }
 
-void lower_call(Lowering *lw, const char *fn, bool ctx, char *decl, const char *fmt, ...) {
+void lower_call(Lowering *lw, Kernel k, char *decl, const char *fmt, ...) {
+  static const struct {
+    const char *name;
+    bool ctx;
+  } kernels[KN_COUNT] = {
+#define K(name, args) {#name, false},
+#define KC(name, args) {#name, true},
+#include "../runtime/kdrt_ops.def"
+  };
   va_list ap;
   va_start(ap, fmt);
   char *s = NULL;
@@ -77,7 +87,7 @@ void lower_call(Lowering *lw, const char *fn, bool ctx, char *decl, const char *
   char *args = xstrdup(s); // kdcc's allocator, which the fuzzer's release_all frees
   free(s);
   lw->calls = xgrow(lw->calls, lw->ncalls, &lw->cap, sizeof *lw->calls);
-  lw->calls[lw->ncalls++] = (Call){fn, ctx, decl, args};
+  lw->calls[lw->ncalls++] = (Call){kernels[k].name, kernels[k].ctx, decl, args};
 }
 
 int factor(Rule *r, FactorKind kind, int64_t size) {
@@ -253,12 +263,12 @@ static void dot_emit(const Node *n, Lowering *lw) {
   if (n->nin == 3 || n->dot.bgrad) { // issue 22: one call with its epilogue (fuse.c)
     if (n->dot.bgrad)
       lw->note = format("and the bias gradient %%%d, a sum of dy", n->dot.bgrad->id);
-    lower_call(lw, "matmul_bias", false, decl, "&g, %s, %s, %s, %s, %s, %s", act_c[n->dot.act],
+    lower_call(lw, KN_matmul_bias, decl, "&g, %s, %s, %s, %s, %s, %s", act_c[n->dot.act],
                buf(a), buf(b), n->nin == 3 ? buf(n->in[2]) : "NULL", buf(n),
                n->dot.bgrad ? buf(n->dot.bgrad) : "NULL");
     return;
   }
-  lower_call(lw, "matmul", false, decl, "&g, %s, %s, %s, %s, %s", sgd ? "-c->lr" : "1.0f", buf(a),
+  lower_call(lw, KN_matmul, decl, "&g, %s, %s, %s, %s, %s", sgd ? "-c->lr" : "1.0f", buf(a),
              buf(b), sgd ? "1.0f" : "0.0f", sgd ? buf(n->dot.sgd_into) : buf(n));
 }
 
@@ -296,7 +306,7 @@ static void bias_grad(Graph *g, Node *n, const bool *need) {
 
 static void bias_act_emit(const Node *n, Lowering *lw) {
   int rb = n->in[1]->shape.rank;
-  lower_call(lw, "bias_act", false, NULL, "%s, %s, %s, %s, %s, %s",
+  lower_call(lw, KN_bias_act, NULL, "%s, %s, %s, %s, %s, %s",
              act_c[n->op == OP_BIAS ? ACT_LINEAR : n->act.kind], buf(n), buf(n->in[0]),
              buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
 }
@@ -312,7 +322,7 @@ static void act_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void act_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "act", false, NULL, "%s, %s, %s, %s", act_c[n->act.kind], buf(n),
+  lower_call(lw, KN_act, NULL, "%s, %s, %s, %s", act_c[n->act.kind], buf(n),
              buf(n->in[0]), elems_c(n));
 }
 
@@ -322,7 +332,7 @@ const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit, 
 // derivative needs; the runtime reads the one it needs.
 static void act_grad_emit(const Node *n, Lowering *lw) {
   char *t = buf(n->in[1]);
-  lower_call(lw, "act_grad", false, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind], buf(n),
+  lower_call(lw, KN_act_grad, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind], buf(n),
              buf(n->in[0]), t, t, elems_c(n));
 }
 
@@ -339,7 +349,7 @@ static void add_grad(Graph *g, Node *n, const bool *need) {
 static void add_emit(const Node *n, Lowering *lw) {
   char *list = xstrdup("");
   for (int i = 0; i < n->nin; i++) list = format("%s%s%s", list, i ? ", " : "", buf(n->in[i]));
-  lower_call(lw, "add", false, format("const float *const in[] = {%s};", list), "%s, in, %d, %s",
+  lower_call(lw, KN_add, format("const float *const in[] = {%s};", list), "%s, in, %d, %s",
              buf(n), n->nin, elems_c(n));
 }
 
@@ -347,12 +357,13 @@ const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emi
 
 // Every dim but the axis passes; along the axis each tensor has its own
 // extent, needed whole.
-static void cat_rule(const Node *n, Rule *r) {
+void rule_whole_axis(const Node *n, Rule *r, int ax) {
   rule_elementwise(n, r);
-  int ax = n->cat.axis;
   r->kind[r->out[ax]] = F_FULL;
   for (int i = 0; i < n->nin; i++) r->in[i][ax] = factor(r, F_FULL, n->in[i]->shape.d[ax]);
 }
+
+static void cat_rule(const Node *n, Rule *r) { rule_whole_axis(n, r, n->cat.axis); }
 
 static void concat_grad(Graph *g, Node *n, const bool *need) {
   int64_t start = 0;
@@ -371,7 +382,7 @@ static void concat_emit(const Node *n, Lowering *lw) {
   int64_t off = 0;
   for (int i = 0; i < n->nin; i++) {
     Shape is = lshape(n->in[i]);
-    lower_call(lw, "place_block", false, NULL, "%s, %s, %s, %lld, %lld, %s, %s", buf(n),
+    lower_call(lw, KN_place_block, NULL, "%s, %s, %s, %lld, %lld, %s, %s", buf(n),
                buf(n->in[i]), sym_c(sym_prod(n, 0, ax, true)), (long long)is.d[ax],
                (long long)off, sym_c(sym_dim(n, ax, true)),
                sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
@@ -381,7 +392,7 @@ static void concat_emit(const Node *n, Lowering *lw) {
 
 static void slice_emit(const Node *n, Lowering *lw) {
   int ax = n->cat.axis;
-  lower_call(lw, "copy_block", false, NULL, "%s, %s, %s, %s, %lld, %s, %s", buf(n),
+  lower_call(lw, KN_copy_block, NULL, "%s, %s, %s, %s, %lld, %s, %s", buf(n),
              buf(n->in[0]), sym_c(sym_prod(n, 0, ax, true)), sym_c(sym_dim(n->in[0], ax, true)),
              (long long)n->cat.start, sym_c(sym_dim(n, ax, true)),
              sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
@@ -402,7 +413,7 @@ static void pad_grad(Graph *g, Node *n, const bool *need) {
 
 static void pad_emit(const Node *n, Lowering *lw) {
   int ax = n->cat.axis;
-  lower_call(lw, "pad_block", false, NULL, "%s, %s, %s, %s, %lld, %s, %s", buf(n), buf(n->in[0]),
+  lower_call(lw, KN_pad_block, NULL, "%s, %s, %s, %s, %lld, %s, %s", buf(n), buf(n->in[0]),
              sym_c(sym_prod(n, 0, ax, true)), sym_c(sym_dim(n->in[0], ax, true)),
              (long long)n->cat.start, sym_c(sym_dim(n, ax, true)),
              sym_c(sym_prod(n, ax + 1, n->shape.rank, true)));
@@ -496,16 +507,16 @@ static void random_emit(const Node *n, Lowering *lw) {
   bool drop = n->op == OP_DROPOUT;
   if (lw->step == STEP_EVAL) {
     lw->note = drop ? "no dropout outside training" : "no noise outside training";
-    lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
+    lower_call(lw, KN_copy, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
     return;
   }
   // each layer's draws its own (a hash of its path): in a block, a table by layer
   char *stream = per_layer(n, "stream", "uint64_t", "its random stream, by layer", stream_c);
   if (drop)
-    lower_call(lw, "dropout", true, layout_decl(n), "%s, %s, &%s, %s, %s", buf(n),
+    lower_call(lw, KN_dropout, layout_decl(n), "%s, %s, &%s, %s, %s", buf(n),
                buf(n->in[0]), layout_var(), hparam(n, "rate", n->drop.rate, NULL), stream);
   else
-    lower_call(lw, "gaussian_noise", true, layout_decl(n), "%s, %s, &%s, %s, %d, %s", buf(n),
+    lower_call(lw, KN_gaussian_noise, layout_decl(n), "%s, %s, &%s, %s, %d, %s", buf(n),
                buf(n->in[0]), layout_var(), hparam(n, "stddev", n->drop.rate,
                       n->drop.mul ? "its factor's stddev, sqrt(rate / (1 - rate))" : NULL),
                n->drop.mul, stream);
@@ -530,7 +541,7 @@ static void scale_emit(const Node *n, Lowering *lw) {
   else if (hp && !strcmp(hp, "1/logit_soft_cap"))
     scale = hparam(n, "one_over_logit_soft_cap", n->aff.scale, "1 / logit_soft_cap");
   else if (hp) scale = hparam(n, hp, n->aff.scale, NULL);
-  lower_call(lw, "scale", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]), elems_c(n),
+  lower_call(lw, KN_scale, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]), elems_c(n),
              scale, shift);
 }
 
@@ -564,14 +575,14 @@ static void gather_grad(Graph *g, Node *n, const bool *need) {
 static void gather_emit(const Node *n, Lowering *lw) {
   const Node *t = n->in[0];
   Shape ts = lshape(t);
-  lower_call(lw, "gather", false, NULL, "%s, %s, %s, %s, %lld, %lld, %s", buf(n), buf(t),
+  lower_call(lw, KN_gather, NULL, "%s, %s, %s, %s, %lld, %lld, %s", buf(n), buf(t),
              buf(n->in[1]), elems_c(n->in[1]), (long long)ts.d[0], (long long)ts.d[1],
              block_start(t, 0));
 }
 
 static void scatter_emit(const Node *n, Lowering *lw) {
   Shape ts = lshape(n);
-  lower_call(lw, "scatter_add", false, NULL, "%s, %s, %s, %s, %lld, %lld, %s", buf(n),
+  lower_call(lw, KN_scatter_add, NULL, "%s, %s, %s, %s, %lld, %lld, %s", buf(n),
              buf(n->in[0]), buf(n->in[1]), elems_c(n->in[1]), (long long)ts.d[0],
              (long long)ts.d[1], block_start(n, 0));
 }
@@ -599,7 +610,7 @@ static void mul_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void mul_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "mul", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), buf(n->in[1]),
+  lower_call(lw, KN_mul, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), buf(n->in[1]),
              elems_c(n));
 }
 
@@ -628,7 +639,7 @@ static void transpose_emit(const Node *n, Lowering *lw) {
   char *perm = xstrdup("{");
   for (int d = 0; d < n->shape.rank; d++)
     perm = format("%s%s%d", perm, d ? ", " : "", n->perm.perm[d]);
-  lower_call(lw, "transpose", false,
+  lower_call(lw, KN_transpose,
              format("const int64_t s[] = %s;\n    const int perm[] = %s};", sym_dims(n->in[0]),
                     perm),
              "%s, %s, %d, s, perm", buf(n), buf(n->in[0]), n->shape.rank);
@@ -672,7 +683,7 @@ static void reduce_emit(const Node *n, Lowering *lw) {
   bool red = n->op == OP_REDUCE_SUM;
   const Node *big = red ? n->in[0] : n;
   int d = n->red.dim;
-  lower_call(lw, red ? "reduce_sum" : "broadcast", false, NULL, "%s, %s, %s, %s, %s", buf(n),
+  lower_call(lw, red ? KN_reduce_sum : KN_broadcast, NULL, "%s, %s, %s, %s, %s", buf(n),
              buf(n->in[0]), sym_c(sym_prod(big, 0, d, true)), sym_c(sym_dim(big, d, true)),
              sym_c(sym_prod(big, d + 1, big->shape.rank, true)));
 }
@@ -715,7 +726,7 @@ static void bias_grad_emit(const Node *n, Lowering *lw) {
     lw->note = "made by the weight gradient's product, after this (its epilogue)";
     return;
   }
-  lower_call(lw, "bias_grad", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
+  lower_call(lw, KN_bias_grad, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
              lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
 }
 
@@ -728,7 +739,7 @@ const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias
 static void grad_clip_emit(const Node *n, Lowering *lw) {
   const Optimizer *o = &EG->model->opt;
   bool global = o->global_clipnorm > 0;
-  lower_call(lw, "grad_clip_factor", false, NULL, "%s, %s, %s, %d", buf(n), buf(n->in[0]),
+  lower_call(lw, KN_grad_clip_factor, NULL, "%s, %s, %s, %d", buf(n), buf(n->in[0]),
              flt(global ? o->global_clipnorm : o->clipnorm), global);
 }
 
@@ -751,9 +762,9 @@ const OpDef op_GRAD_CLIP = {"grad_clip", 1, 0, false, rule_elementwise, NULL, gr
 
 static void loss_scale_emit(const Node *n, Lowering *lw) {
   if (lw->step == STEP_GRAD)
-    lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
+    lower_call(lw, KN_copy, NULL, "%s, %s, %s", buf(n), buf(n->in[0]), elems_c(n));
   else
-    lower_call(lw, "scale", false, NULL, "%s, %s, %s, c->loss_scale, 0.0f", buf(n),
+    lower_call(lw, KN_scale, NULL, "%s, %s, %s, c->loss_scale, 0.0f", buf(n),
                buf(n->in[0]), elems_c(n));
 }
 
@@ -767,7 +778,7 @@ static void unscale_emit(const Node *n, Lowering *lw) {
     if (b && b->id > n->id) unreachable();
   }
   lw->note = "every gradient / the scale; whether the updates below run (c->apply_update)";
-  lower_call(lw, "loss_scale_step", true, NULL, "G");
+  lower_call(lw, KN_loss_scale_step, NULL, "G");
 }
 
 const OpDef op_UNSCALE = {"unscale", 0, 0, false, rule_none, NULL, unscale_emit, NULL};
@@ -825,7 +836,7 @@ static void update_emit(const Node *n, Lowering *lw) {
   if (v->ema_stat) { // issue 11: moving statistics, Keras's momentum
     char *m = hparam(n, "momentum", v->ema_momentum, NULL); // (named in this order)
     char *m1 = hparam(n, "one_minus_momentum", (float)(1.0 - v->ema_momentum), "1 - momentum");
-    lower_call(lw, "ema", false, NULL, "%s, %s, %s, %s, %s", buf(n->in[0]), buf(n->in[1]),
+    lower_call(lw, KN_ema, NULL, "%s, %s, %s, %s, %s", buf(n->in[0]), buf(n->in[1]),
                elems_c(n->in[0]), m, m1);
     return;
   }
@@ -845,7 +856,7 @@ static void update_emit(const Node *n, Lowering *lw) {
     const UpdGroup *ug = &EG->ugroups[v->ugroup - 1];
     const Var *a = EG->vars[ug->first], *z = EG->vars[ug->last];
     if (own_clip) // clipped before the group's call reads it
-      lower_call(lw, "clip_grad", false, NULL, "%s, %lld, %s, %s", gr, N, buf(n->in[2]), flt(0));
+      lower_call(lw, KN_clip_grad, NULL, "%s, %lld, %s, %s", gr, N, buf(n->in[2]), flt(0));
     if (n != ug->leader) {
       if (!own_clip) lw->loop = NULL; // (nothing to guard)
       lw->note = format("by the update of its group, %%%d", ug->leader->id);
@@ -863,49 +874,49 @@ static void update_emit(const Node *n, Lowering *lw) {
       s[k] = format("(P + %s + %d * %s)", off_name(a->param), k + 1, N_c);
   } else own_clip = false;
   if ((n->nin > 2 && !own_clip) || o->clipvalue > 0)
-    lower_call(lw, "clip_grad", false, NULL, "%s, %s, %s, %s", gr, N_c,
+    lower_call(lw, KN_clip_grad, NULL, "%s, %s, %s, %s", gr, N_c,
                n->nin > 2 && !own_clip ? buf(n->in[2]) : "NULL",
                o->clipvalue > 0 ? opt_const("clipvalue") : flt(o->clipvalue));
   if (o->weight_decay != 0 && o->kind != OPT_ADAMW) // AdamW's kernel decays
-    lower_call(lw, "weight_decay", false, NULL, "%s, %s, c->lr, %s", w, N_c,
+    lower_call(lw, KN_weight_decay, NULL, "%s, %s, c->lr, %s", w, N_c,
                opt_const("weight_decay"));
   // the hyper-parameters by the names the program defines (issue 25: ADAM_BETA_1, ...)
   char *b1 = opt_const("beta_1"), *b2 = opt_const("beta_2"), *eps = opt_const("epsilon");
   switch (o->kind) {
   case OPT_SGD:
-    lower_call(lw, "sgd", false, NULL, "%s, %s, %s, %s, c->lr, %s, %d", w, gr, s[0], N_c,
+    lower_call(lw, KN_sgd, NULL, "%s, %s, %s, %s, c->lr, %s, %d", w, gr, s[0], N_c,
                opt_const("momentum"), o->nesterov);
     return;
   case OPT_ADAM:
-    lower_call(lw, "adam", false, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s", w, gr,
+    lower_call(lw, KN_adam, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s", w, gr,
                s[0], s[1], s[2], N_c, b1, b2, eps, opt_step());
     return;
   case OPT_ADAMW:
-    lower_call(lw, "adamw", false, NULL,
+    lower_call(lw, KN_adamw, NULL,
                "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s", w, gr, s[0], s[1], s[2], N_c,
                b1, b2, eps, opt_const("weight_decay"), opt_step());
     return;
   case OPT_RMSPROP: { // velocity, then momentum and average_gradient where they are on
     bool mom = o->momentum > 0;
-    lower_call(lw, "rmsprop", false, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s", w, gr,
+    lower_call(lw, KN_rmsprop, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s", w, gr,
                s[0], mom ? s[1] : "NULL", o->centered ? s[1 + mom] : "NULL", N_c, opt_const("rho"),
                opt_const("momentum"), eps);
     return;
   }
   case OPT_ADAGRAD:
-    lower_call(lw, "adagrad", false, NULL, "%s, %s, %s, %s, c->lr, %s", w, gr, s[0], N_c, eps);
+    lower_call(lw, KN_adagrad, NULL, "%s, %s, %s, %s, c->lr, %s", w, gr, s[0], N_c, eps);
     return;
   case OPT_ADAMAX:
-    lower_call(lw, "adamax", false, NULL, "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s", w, gr,
+    lower_call(lw, KN_adamax, NULL, "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s", w, gr,
                s[0], s[1], N_c, b1, b2, eps, opt_step());
     return;
   case OPT_NADAM:
-    lower_call(lw, "nadam", false, NULL,
+    lower_call(lw, KN_nadam, NULL,
                "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, kdrt_nadam_product(c, %s, %s)", w,
                gr, s[0], s[1], N_c, b1, b2, eps, opt_step(), b1, opt_step());
     return;
   case OPT_LION:
-    lower_call(lw, "lion", false, NULL, "%s, %s, %s, %s, c->lr, %s, %s", w, gr, s[0], N_c, b1,
+    lower_call(lw, KN_lion, NULL, "%s, %s, %s, %s, c->lr, %s, %s", w, gr, s[0], N_c, b1,
                b2);
     return;
   case OPT_COUNT: break;
@@ -919,7 +930,7 @@ const OpDef op_UPDATE = {"update", -1, 0, false, update_rule, NULL, update_emit,
 // update (u, whose buffer is the variable's); training steps only.
 static void assign_emit(const Node *n, Lowering *lw) {
   guard_update(lw);
-  lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n->in[0]), buf(n->in[1]),
+  lower_call(lw, KN_copy, NULL, "%s, %s, %s", buf(n->in[0]), buf(n->in[1]),
              elems_c(n->in[0]));
 }
 
@@ -940,7 +951,7 @@ static void coll_emit(const Node *n, Lowering *lw) {
   char *axes = axes_c(n->coll.axes);
   int rank = a->shape.rank;
   if (n->coll.half) { // issue 23: an all-gather or all-to-all of 16-bit values, in 16 bits
-    lower_call(lw, n->op == OP_ALLGATHER ? "allgather16" : "alltoall16", true, shape_decl(n),
+    lower_call(lw, n->op == OP_ALLGATHER ? KN_allgather16 : KN_alltoall16, shape_decl(n),
                "%s, %s, %d, s, %d, %s%s, %s", round_c(n->coll.half), axes, rank, n->coll.dim,
                n->op == OP_ALLTOALL ? format("%d, ", n->coll.dim2) : "", buf(a), buf(n));
     return;
@@ -951,22 +962,22 @@ static void coll_emit(const Node *n, Lowering *lw) {
       lw->note = "summed by the bucket above";
       return;
     }
-    lower_call(lw, n->op == OP_ALLREDUCE ? "allreduce" : "allreduce_max", true, NULL,
+    lower_call(lw, n->op == OP_ALLREDUCE ? KN_allreduce : KN_allreduce_max, NULL,
                "%s, %s, %s, %s", axes, buf(a), buf(n),
                n->coll.bucket ? format("%lld", (long long)n->coll.bucket) : elems_c(n));
     return;
   case OP_REDUCE_SCATTER: case OP_ALLGATHER: case OP_LOCAL_SLICE: {
     // A slice of token ids moves their bits as the float kernel moves floats.
     bool ids = a->dtype == DT_I32;
-    lower_call(lw, n->op == OP_REDUCE_SCATTER ? "reduce_scatter"
-                   : n->op == OP_ALLGATHER    ? "allgather"
-                                              : "slice",
-               true, shape_decl(n), "%s, %d, s, %d, %s%s, %s%s", axes, rank, n->coll.dim,
+    lower_call(lw, n->op == OP_REDUCE_SCATTER ? KN_reduce_scatter
+                   : n->op == OP_ALLGATHER    ? KN_allgather
+                                              : KN_slice,
+               shape_decl(n), "%s, %d, s, %d, %s%s, %s%s", axes, rank, n->coll.dim,
                ids ? "(const float *)" : "", buf(a), ids ? "(float *)" : "", buf(n));
     return;
   }
   case OP_ALLTOALL:
-    lower_call(lw, "alltoall", true, shape_decl(n), "%s, %d, s, %d, %d, %s, %s", axes, rank,
+    lower_call(lw, KN_alltoall, shape_decl(n), "%s, %d, s, %d, %d, %s, %s", axes, rank,
                n->coll.dim, n->coll.dim2, buf(a), buf(n));
     return;
   default: unreachable();
@@ -998,7 +1009,7 @@ static void batch_mean_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void batch_mean_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "scale", false, NULL, "%s, %s, %s, (float)(1.0 / ((double)B * %.17g)), 0.0f",
+  lower_call(lw, KN_scale, NULL, "%s, %s, %s, (float)(1.0 / ((double)B * %.17g)), 0.0f",
              buf(n), buf(n->in[0]), elems_c(n), (double)n->aff.scale);
 }
 
@@ -1012,13 +1023,13 @@ static void train_select_grad(Graph *g, Node *n, const bool *need) {
 static void train_select_emit(const Node *n, Lowering *lw) {
   bool eval = lw->step == STEP_EVAL;
   if (eval) lw->note = "the moving statistic outside training";
-  lower_call(lw, "copy", false, NULL, "%s, %s, %s", buf(n), buf(n->in[eval ? 1 : 0]), elems_c(n));
+  lower_call(lw, KN_copy, NULL, "%s, %s, %s", buf(n), buf(n->in[eval ? 1 : 0]), elems_c(n));
 }
 
 // issue 11: a weight constraint's scale per norm vector (kdrt_clip_norm);
 // after the update, so never differentiated.
 static void clip_norm_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "clip_norm", false, NULL, "%s, %s, %s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+  lower_call(lw, KN_clip_norm, NULL, "%s, %s, %s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
              elems_c(n), flt(n->clip.lo), flt(n->clip.hi), flt(n->clip.rate),
              flt((float)(1.0 - n->clip.rate)));
 }
@@ -1047,12 +1058,12 @@ static void pact_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void pact_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "pact", false, NULL, "%s, %s, %s, %s, %s", pact_kind_c[n->pact.kind], buf(n),
+  lower_call(lw, KN_pact, NULL, "%s, %s, %s, %s, %s", pact_kind_c[n->pact.kind], buf(n),
              buf(n->in[0]), elems_c(n), pact_args(n));
 }
 
 static void pact_grad_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "pact_grad", false, NULL, "%s, %s, %s, %s, %s, %s", pact_kind_c[n->pact.kind],
+  lower_call(lw, KN_pact_grad, NULL, "%s, %s, %s, %s, %s, %s", pact_kind_c[n->pact.kind],
              buf(n), buf(n->in[0]), buf(n->in[1]), elems_c(n), pact_args(n));
 }
 
@@ -1084,7 +1095,7 @@ static void maximum_grad(Graph *g, Node *n, const bool *need) {
 static void maximum_emit(const Node *n, Lowering *lw) {
   bool grad = n->op == OP_MAXIMUM_GRAD;
   int k = grad; // the operands after dy
-  lower_call(lw, grad ? "maximum_grad" : "maximum", false, NULL, "%s, %s%s%s, %s, %s, %d, %s",
+  lower_call(lw, grad ? KN_maximum_grad : KN_maximum, NULL, "%s, %s%s%s, %s, %s, %d, %s",
              buf(n), grad ? buf(n->in[0]) : "", grad ? ", " : "", buf(n->in[k]),
              n->nin > k + 1 ? buf(n->in[k + 1]) : "NULL", flt(n->mm.c), n->mm.min, elems_c(n));
 }
@@ -1106,7 +1117,7 @@ const OpDef op_NOISE = {"noise", 1, 0, false, rule_elementwise, random_grad, ran
                         shape_in0};
 
 static void fill_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "fill", false, NULL, "%s, %s, %s", buf(n), flt(n->aff.shift), elems_c(n));
+  lower_call(lw, KN_fill, NULL, "%s, %s, %s", buf(n), flt(n->aff.shift), elems_c(n));
 }
 
 const OpDef op_FILL = {"fill", 0, 0, false, rule_none, NULL, fill_emit, NULL};
@@ -1118,7 +1129,7 @@ static void const_emit(const Node *n, Lowering *lw) {
   char *vals = xstrdup("");
   for (int64_t i = 0; i < k; i++)
     vals = format("%s%s%s,", vals, i % 8 ? " " : "\n      ", flt(n->cst.data[i]));
-  lower_call(lw, "load_const", false, format("static const float k[%lld] = {%s};",
+  lower_call(lw, KN_load_const, format("static const float k[%lld] = {%s};",
                                              (long long)k, vals),
              "%s, k, %lld", buf(n), (long long)k);
 }
@@ -1147,7 +1158,7 @@ static void round_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void round_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "round", false, NULL, "%s, %s, %s, %s", round_c(n->rnd.kind), buf(n),
+  lower_call(lw, KN_round, NULL, "%s, %s, %s, %s", round_c(n->rnd.kind), buf(n),
              buf(n->in[0]), elems_c(n));
 }
 
@@ -1161,12 +1172,12 @@ const OpDef op_ROUND = {"round", 1, 0, false, rule_elementwise, round_grad, roun
 // gradients, never differentiated.
 
 static void pack16_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "pack16", false, NULL, "%s, %s, %s, %s", round_c(n->rnd.kind), buf(n),
+  lower_call(lw, KN_pack16, NULL, "%s, %s, %s, %s", round_c(n->rnd.kind), buf(n),
              buf(n->in[0]), elems_c(n));
 }
 
 static void unpack16_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "unpack16", false, NULL, "%s, %s, %s, %s", round_c(n->rnd.kind), buf(n),
+  lower_call(lw, KN_unpack16, NULL, "%s, %s, %s, %s", round_c(n->rnd.kind), buf(n),
              buf(n->in[0]), elems_c(n));
 }
 

@@ -11,9 +11,11 @@
 // ---------------------------------------------------------------- ops.c
 // Sharding rules: a new factor of r (its kind and size, unblocked); every
 // dim of the result its own PASS factor shared by the operands of the same
-// rank; x's factors shared with b (or g) over x's trailing dims.
+// rank; so, but along dim ax each its own extent, needed whole (CONCAT's);
+// x's factors shared with b (or g) over x's trailing dims.
 int factor(Rule *r, FactorKind kind, int64_t size);
 void rule_elementwise(const Node *n, Rule *r);
+void rule_whole_axis(const Node *n, Rule *r, int ax);
 void bias_rule(const Node *n, Rule *r);
 
 // Shape rules: the first operand's shape (elementwise ops, gradients in

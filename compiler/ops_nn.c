@@ -7,7 +7,7 @@
 // crossentropy by row statistics included; batch normalization; the
 // recurrent layers' recurrence and REVERSE. They are made of ops.c's
 // pieces (ops_impl.h: factors, elementwise rules, DOT, the local rows and
-// columns as C). Last, the table of every op in ops.def (op_defs, op_rule),
+// columns as C). Last, the table of every op in kdrt_ops.def (op_defs, op_rule),
 // which names ops.c's OpDefs and these: here, so that ops.c calls nothing
 // of this file (its op_make reads the table).
 #include "ops_impl.h"
@@ -46,19 +46,19 @@ static char *scores_args(const Node *n) {
 
 static void softmax_emit(const Node *n, Lowering *lw) {
   if (n->sm.fused)
-    lower_call(lw, "attn_softmax", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]),
+    lower_call(lw, KN_attn_softmax, NULL, "%s, %s, %s", buf(n), buf(n->in[0]),
                scores_args(n));
   else
-    lower_call(lw, "softmax", false, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), rows_c(n),
+    lower_call(lw, KN_softmax, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), rows_c(n),
                cols_c(n));
 }
 
 static void softmax_grad_emit(const Node *n, Lowering *lw) {
   if (n->sm.fused)
-    lower_call(lw, "attn_softmax_grad", false, NULL, "%s, %s, %s, %s", buf(n),
+    lower_call(lw, KN_attn_softmax_grad, NULL, "%s, %s, %s, %s", buf(n),
                buf(n->in[0]), buf(n->in[1]), scores_args(n));
   else
-    lower_call(lw, "softmax_grad", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+    lower_call(lw, KN_softmax_grad, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
                buf(n->in[1]), rows_c(n), cols_c(n));
 }
 
@@ -76,7 +76,7 @@ static void log_softmax_grad(Graph *g, Node *n, const bool *need) {
 
 static void log_softmax_emit(const Node *n, Lowering *lw) {
   bool grad = n->op == OP_LOG_SOFTMAX_GRAD;
-  lower_call(lw, grad ? "log_softmax_grad" : "log_softmax", false, NULL, "%s, %s%s, %s, %s",
+  lower_call(lw, grad ? KN_log_softmax_grad : KN_log_softmax, NULL, "%s, %s%s, %s, %s",
              buf(n), grad ? format("%s, ", buf(n->in[0])) : "", buf(n->in[grad]), rows_c(n),
              cols_c(n));
 }
@@ -85,6 +85,36 @@ const OpDef op_LOG_SOFTMAX = {"log_softmax", 1, 0, false, softmax_rule, log_soft
                               log_softmax_emit, shape_in0};
 const OpDef op_LOG_SOFTMAX_GRAD = {"log_softmax_grad", 2, 1, false, softmax_rule, NULL,
                                    log_softmax_emit, shape_in0};
+
+// ---------------------------------------------------------------- GLU
+// issue 25: Keras's glu, x's last dim split in halves a and b, a *
+// sigmoid(b): the result has half that dim (the shape rule), which is
+// needed whole, x's and the result's (the halves are far apart); its
+// gradient in x from x.
+static bool glu_shape(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  int last = out->rank - 1;
+  if (last < 0 || out->d[last] % 2) return false;
+  out->d[last] /= 2;
+  return true;
+}
+
+static void glu_rule(const Node *n, Rule *r) { rule_whole_axis(n, r, n->shape.rank - 1); }
+
+static void glu_grad(Graph *g, Node *n, const bool *need) {
+  accumulate(g, n->in[0], make2(g, OP_GLU_GRAD, n->grad, n->in[0]));
+}
+
+static void glu_emit(const Node *n, Lowering *lw) {
+  bool grad = n->op == OP_GLU_GRAD;
+  const Node *half = grad ? n->in[0] : n; // [rows, cols]: y, dy
+  lower_call(lw, grad ? KN_glu_grad : KN_glu, NULL, "%s, %s%s, %s, %s", buf(n),
+             grad ? format("%s, ", buf(n->in[0])) : "", buf(n->in[grad]), rows_c(half),
+             cols_c(half));
+}
+
+const OpDef op_GLU = {"glu", 1, 0, false, glu_rule, glu_grad, glu_emit, glu_shape};
+const OpDef op_GLU_GRAD = {"glu_grad", 2, 1, false, glu_rule, NULL, glu_emit, shape_in1};
 
 // ---------------------------------------------------------------- ATTENTION
 // issue 22: attention's chain in one op each way (fuse.c's fuse_attention,
@@ -121,7 +151,7 @@ static void attention_emit(const Node *n, Lowering *lw) {
     return;
   }
   if (n->op == OP_ATTENTION) {
-    lower_call(lw, "attention", false, NULL, "%s, %s, %s, %s, %s, %s", buf(n), buf(n->in[3]),
+    lower_call(lw, KN_attention, NULL, "%s, %s, %s, %s, %s, %s", buf(n), buf(n->in[3]),
                buf(n->in[0]), buf(n->in[1]), buf(n->in[2]), attention_args(n, n->in[0], n->in[1]));
     return;
   }
@@ -129,7 +159,7 @@ static void attention_emit(const Node *n, Lowering *lw) {
     lw->note = "made with dq by the attention's gradient after it";
     return;
   }
-  lower_call(lw, "attention_grad", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n),
+  lower_call(lw, KN_attention_grad, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n),
              buf(n->in[6]), buf(n->in[7]), buf(n->in[0]), buf(n->in[1]), buf(n->in[2]),
              buf(n->in[3]), buf(n->in[4]), buf(n->in[5]), attention_args(n, n->in[1], n->in[2]));
 }
@@ -220,8 +250,8 @@ static char *window_decl(const Node *n, const Node *x, const Node *y) {
 static void conv_emit(const Node *n, Lowering *lw) {
   const Node *x = n->op == OP_CONV2D_DX ? n : n->in[0];
   const Node *y = n->op == OP_CONV2D ? n : n->op == OP_CONV2D_DX ? n->in[0] : n->in[1];
-  const char *fn = n->op == OP_CONV2D ? "conv2d" : n->op == OP_CONV2D_DX ? "conv2d_dx" : "conv2d_dw";
-  lower_call(lw, fn, false, window_decl(n, x, y), "&w, %s, %s, %s, scratch", buf(n),
+  Kernel fn = n->op == OP_CONV2D ? KN_conv2d : n->op == OP_CONV2D_DX ? KN_conv2d_dx : KN_conv2d_dw;
+  lower_call(lw, fn, window_decl(n, x, y), "&w, %s, %s, %s, scratch", buf(n),
              buf(n->in[0]), buf(n->in[1]));
 }
 
@@ -256,10 +286,10 @@ static void pool_grad(Graph *g, Node *n, const bool *need) {
 
 static void pool_emit(const Node *n, Lowering *lw) {
   if (n->op == OP_MAXPOOL)
-    lower_call(lw, "maxpool", false, window_decl(n, n->in[0], n), "&w, %s, %s", buf(n),
+    lower_call(lw, KN_maxpool, window_decl(n, n->in[0], n), "&w, %s, %s", buf(n),
                buf(n->in[0]));
   else
-    lower_call(lw, "maxpool_grad", false, window_decl(n, n, n->in[0]), "&w, %s, %s, %s", buf(n),
+    lower_call(lw, KN_maxpool_grad, window_decl(n, n, n->in[0]), "&w, %s, %s, %s", buf(n),
                buf(n->in[0]), buf(n->in[1]));
 }
 
@@ -283,7 +313,7 @@ static void col_mul_grad(Graph *g, Node *n, const bool *need) {
 
 static void col_mul_emit(const Node *n, Lowering *lw) {
   int rb = n->in[1]->shape.rank;
-  lower_call(lw, "col_mul", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+  lower_call(lw, KN_col_mul, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
              buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
 }
 
@@ -308,10 +338,10 @@ static void norm_emit(const Node *n, Lowering *lw) {
   const Node *x = n->op == OP_NORM ? n->in[0] : n->in[1];
   char *eps = hparam(n, "epsilon", n->norm.eps, NULL);
   if (n->op == OP_NORM)
-    lower_call(lw, "norm", false, NULL, "%s, %s, %s, %s, %s, %s", norm_kind(&n->norm), buf(n),
+    lower_call(lw, KN_norm, NULL, "%s, %s, %s, %s, %s, %s", norm_kind(&n->norm), buf(n),
                buf(x), rows_c(n), cols_c(n), eps);
   else
-    lower_call(lw, "norm_grad", false, NULL, "%s, %s, %s, %s, %s, %s, %s", norm_kind(&n->norm),
+    lower_call(lw, KN_norm_grad, NULL, "%s, %s, %s, %s, %s, %s, %s", norm_kind(&n->norm),
                buf(n), buf(n->in[0]), buf(x), rows_c(n), cols_c(n), eps);
 }
 
@@ -349,16 +379,16 @@ static void layer_norm_emit(const Node *n, Lowering *lw) {
   const NormAttr *a = &n->norm;
   char *eps = hparam(n, "epsilon", a->eps, NULL);
   if (n->op == OP_LAYER_NORM) {
-    lower_call(lw, "layer_norm", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", norm_kind(a),
+    lower_call(lw, KN_layer_norm, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", norm_kind(a),
                buf(n), buf(n->in[0]), opt_buf(n, 1, a->scale),
                opt_buf(n, n->nin - 1, a->center), rows_c(n), cols_c(n), eps);
   } else if (n->op == OP_LAYER_NORM_DX) {
-    lower_call(lw, "layer_norm_dx", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", norm_kind(a),
+    lower_call(lw, KN_layer_norm_dx, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", norm_kind(a),
                buf(n), buf(n->in[0]), buf(n->in[1]), opt_buf(n, 2, a->scale), rows_c(n),
                cols_c(n), eps);
   } else { // d b stays BIAS_GRAD's (a node has one result): NULL
     const Node *dy = n->in[0];
-    lower_call(lw, "layer_norm_dw", false, NULL, "%s, %s, NULL, %s, %s, %s, %s, %s", norm_kind(a),
+    lower_call(lw, KN_layer_norm_dw, NULL, "%s, %s, NULL, %s, %s, %s, %s, %s", norm_kind(a),
                buf(n), buf(dy), buf(n->in[1]), rows_c(dy), cols_c(dy), eps);
   }
 }
@@ -395,7 +425,7 @@ static void causal_emit(const Node *n, Lowering *lw) {
   // Gemma 2's layers alternate sliding and global attention: in a block, a table by layer
   char *window = per_layer(n, "window", "int64_t", "its sliding window (0: none), by layer",
                            window_c);
-  lower_call(lw, "causal_mask", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n),
+  lower_call(lw, KN_causal_mask, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n),
              buf(n->in[0]), sym_c(sym_prod(n, 0, r - 2, true)), sym_c(sym_dim(n, r - 2, true)),
              sym_c(sym_dim(n, r - 1, true)), block_start(n, r - 2), block_start(n, r - 1),
              window, n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
@@ -425,7 +455,7 @@ static void attn_mask_grad(Graph *g, Node *n, const bool *need) {
 
 static void attn_mask_emit(const Node *n, Lowering *lw) {
   bool keys = n->in[1]->shape.rank == 2;
-  lower_call(lw, "attention_mask", false, NULL, "%s, %s, %s, %d, %s, %s, %s, %s, %s", buf(n),
+  lower_call(lw, KN_attention_mask, NULL, "%s, %s, %s, %d, %s, %s, %s, %s, %s", buf(n),
              buf(n->in[0]), buf(n->in[1]), n->in[1]->dtype == DT_I32,
              sym_c(sym_dim(n, 0, true)), sym_c(sym_dim(n, 1, true)),
              sym_c(sym_prod(n, 2, n->shape.rank, true)),
@@ -545,7 +575,7 @@ static void rope_emit(const Node *n, Lowering *lw) {
   if (n->rope.offset)
     t0 = n->place.axis[1] >= 0 ? format("%lld + %s", (long long)n->rope.offset, t0)
                                : format("%lld", (long long)n->rope.offset);
-  lower_call(lw, "rope", false, decl, "%s, %s, &r, %s, %s, %s, %s, %d", buf(n), buf(n->in[0]),
+  lower_call(lw, KN_rope, decl, "%s, %s, &r, %s, %s, %s, %s, %d", buf(n), buf(n->in[0]),
              sym_c(sym_dim(n, 0, true)), sym_c(sym_dim(n, 1, true)),
              sym_c(sym_prod(n, 2, r - 1, true)), t0,
              n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
@@ -606,12 +636,12 @@ static void loss_emit_w(const Node *n, Lowering *lw, char *rows, char *cols) {
   const Node *p = n->in[0];
   char *w = buf(n->in[n->nin - 1]);
   if (n->op == OP_METRIC) {
-    lower_call(lw, "accuracy_w", false, NULL, "%s, %d, %s, %s, %s, %s, %s, %s, %s",
+    lower_call(lw, KN_accuracy_w, NULL, "%s, %d, %s, %s, %s, %s, %s, %s, %s",
                loss_c[n->loss.kind], n->loss.from_logits, buf(n), buf(p), buf(n->in[1]), w, rows,
                cols, scale_c(n, p));
     return;
   }
-  lower_call(lw, n->op == OP_LOSS ? "loss_w" : "loss_grad_w", false, NULL,
+  lower_call(lw, n->op == OP_LOSS ? KN_loss_w : KN_loss_grad_w, NULL,
              "%s, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
              n->loss.from_logits, loss_param(n), buf(n), buf(p), buf(n->in[1]),
              n->nin > 3 ? buf(n->in[2]) : "NULL", w, rows, cols, scale_c(n, p));
@@ -626,11 +656,11 @@ static void loss_emit(const Node *n, Lowering *lw) {
     return;
   }
   if (n->op == OP_METRIC) {
-    lower_call(lw, "accuracy", false, NULL, "%s, %d, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
+    lower_call(lw, KN_accuracy, NULL, "%s, %d, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind],
                n->loss.from_logits, buf(n), buf(p), buf(n->in[1]), rows, cols, scale_c(n, p));
     return;
   }
-  lower_call(lw, n->op == OP_LOSS ? "loss" : "loss_grad", false, NULL,
+  lower_call(lw, n->op == OP_LOSS ? KN_loss : KN_loss_grad, NULL,
              "%s, %d, %s, %s, %s, %s, %s, %s, %s, %s", loss_c[n->loss.kind], n->loss.from_logits,
              loss_param(n), buf(n), buf(p), buf(n->in[1]), n->nin > 2 ? buf(n->in[2]) : "NULL",
              rows, cols, scale_c(n, p));
@@ -648,7 +678,7 @@ static void not_binary_rule(const Node *n, Rule *r) {
 }
 
 static void not_binary_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, "not_binary", false, NULL, "%s, %s, %s", buf(n), buf(n->in[0]),
+  lower_call(lw, KN_not_binary, NULL, "%s, %s, %s", buf(n), buf(n->in[0]),
              elems_c(n->in[0]));
 }
 
@@ -682,31 +712,31 @@ static void xent_emit(const Node *n, Lowering *lw) {
   char *col0 = block_start(x, x->shape.rank - 1);
   switch (n->op) {
   case OP_ROW_MAX:
-    lower_call(lw, "row_max", false, NULL, "%s, %s, %s, %s", buf(n), buf(x), rows, cols);
+    lower_call(lw, KN_row_max, NULL, "%s, %s, %s, %s", buf(n), buf(x), rows, cols);
     return;
   case OP_ROW_SUMEXP:
-    lower_call(lw, "row_sumexp", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(x),
+    lower_call(lw, KN_row_sumexp, NULL, "%s, %s, %s, %s, %s", buf(n), buf(x),
                buf(n->in[1]), rows, cols);
     return;
   case OP_XENT: case OP_XENT_GRAD:
     if (n->loss.weighted) {
-      lower_call(lw, n->op == OP_XENT ? "sparse_xent_w" : "sparse_xent_grad_w", false, NULL,
+      lower_call(lw, n->op == OP_XENT ? KN_sparse_xent_w : KN_sparse_xent_grad_w, NULL,
                  "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n), buf(x), buf(n->in[1]),
                  buf(n->in[2]), buf(n->in[3]), buf(n->in[4]), rows, cols, col0, scale_c(n, x));
       return;
     }
-    lower_call(lw, n->op == OP_XENT ? "sparse_xent" : "sparse_xent_grad", false, NULL,
+    lower_call(lw, n->op == OP_XENT ? KN_sparse_xent : KN_sparse_xent_grad, NULL,
                "%s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n), buf(x), buf(n->in[1]),
                buf(n->in[2]), buf(n->in[3]), rows, cols, col0, scale_c(n, x));
     return;
   case OP_XENT_ACC:
     if (n->loss.weighted) {
-      lower_call(lw, "sparse_xent_acc_w", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s",
+      lower_call(lw, KN_sparse_xent_acc_w, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s",
                  buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), buf(n->in[3]), rows, cols, col0,
                  scale_c(n, x));
       return;
     }
-    lower_call(lw, "sparse_xent_acc", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s",
+    lower_call(lw, KN_sparse_xent_acc, NULL, "%s, %s, %s, %s, %s, %s, %s, %s",
                buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), rows, cols, col0, scale_c(n, x));
     return;
   default: unreachable();
@@ -750,7 +780,7 @@ static void bn_stats_rule(const Node *n, Rule *r) {
 
 static void bn_stats_emit(const Node *n, Lowering *lw) {
   const Node *x = n->in[0];
-  lower_call(lw, "bn_stats", false, NULL, "%s, %s, %s, %s, %s, %s", buf(n), buf(x),
+  lower_call(lw, KN_bn_stats, NULL, "%s, %s, %s, %s, %s, %s", buf(n), buf(x),
              n->nin > 1 ? buf(n->in[1]) : "NULL", n->nin > 2 ? buf(n->in[2]) : "NULL",
              lead_c(x, 1), trail_c(x, 1));
 }
@@ -812,7 +842,7 @@ static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
 
 static void batch_norm_emit(const Node *n, Lowering *lw) {
   const Node *x = n->in[0];
-  lower_call(lw, "batch_norm", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s",
+  lower_call(lw, KN_batch_norm, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s",
              act_c[n->bn.act], buf(n), buf(x), buf(n->in[1]), buf(n->in[2]), buf(n->in[3]),
              buf(n->in[4]), lead_c(x, 1), trail_c(x, 1),
              // an activation fused after it (fuse.c) is the node's layer: the
@@ -822,7 +852,7 @@ static void batch_norm_emit(const Node *n, Lowering *lw) {
 
 static void bn_grad_emit(const Node *n, Lowering *lw) {
   const Node *x = n->in[1];
-  lower_call(lw, "bn_grad", false, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+  lower_call(lw, KN_bn_grad, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
              "(double)B * %.17g", buf(n), buf(n->in[0]), buf(x), buf(n->in[2]), buf(n->in[3]),
              buf(n->in[4]), buf(n->in[5]), lead_c(x, 1), trail_c(x, 1),
              hparam(n, "epsilon", n->bn.eps, NULL),
@@ -908,7 +938,7 @@ static void recur_emit(const Node *n, Lowering *lw) {
   bool fwd = n->op == OP_RECUR;
   lw->loop = fwd ? format("for (int64_t t = 0; t < %lld; t++)", T)
                  : format("for (int64_t t = %lld; t >= 0; t--)", T - 1);
-  lower_call(lw, fwd ? "recur" : "recur_grad", false, NULL,
+  lower_call(lw, fwd ? KN_recur : KN_recur_grad, NULL,
              "%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, t", cell, act_arg(n->rec.act),
              act_arg(n->rec.ract), buf(n), buf(n->in[0]), buf(n->in[1]),
              fwd ? n->nin > 2 ? buf(n->in[2]) : "NULL" : buf(n->in[2]), B, T, U);
@@ -930,7 +960,7 @@ static void reverse_grad(Graph *g, Node *n, const bool *need) {
 
 static void reverse_emit(const Node *n, Lowering *lw) {
   int d = n->red.dim;
-  lower_call(lw, "reverse", false, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
+  lower_call(lw, KN_reverse, NULL, "%s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
              sym_c(sym_prod(n, 0, d, true)), sym_c(sym_dim(n, d, true)),
              sym_c(sym_prod(n, d + 1, n->shape.rank, true)));
 }
@@ -939,12 +969,12 @@ const OpDef op_REVERSE = {"reverse", 1, 1, false, reverse_rule, reverse_grad, re
                           shape_in0};
 
 // ---------------------------------------------------------------- the table
-// Every op of ops.def, ops.c's and this file's: here, above both files'
+// Every op of kdrt_ops.def, ops.c's and this file's: here, above both files'
 // definitions, so that ops.c calls nothing of this file.
 
 const OpDef *const op_defs[OP_COUNT] = {
 #define X(name) [OP_##name] = &op_##name,
-#include "ops.def"
+#include "../runtime/kdrt_ops.def"
 };
 
 void op_rule(const Node *n, Rule *r) {

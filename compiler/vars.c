@@ -380,10 +380,16 @@ Node *apply_act(Graph *g, Node *x, int act) {
   if (act == ACT_LINEAR) return x;
   static const OpKind op_of[] = {
 #define ACT_OP(name, kname) [ACT_##name - KDRT_ACT_COUNT] = OP_##name,
-#include "ops.def"
+#include "../runtime/kdrt_ops.def"
   };
-  if (act >= KDRT_ACT_COUNT) return make1(g, op_of[act - KDRT_ACT_COUNT], x);
-  return make1(g, OP_ACT, x, .act.kind = act);
+  if (act < KDRT_ACT_COUNT) return make1(g, OP_ACT, x, .act.kind = act);
+  // an op of its own may refuse x's shape (glu: an odd last dim)
+  OpKind op = op_of[act - KDRT_ACT_COUNT];
+  Shape s;
+  if (!op_info(op).shape(&(Node){.op = op, .nin = 1, .in = {x}}, &s))
+    error_at(x->loc, "layer '%s': activation '%s' does not apply to a value of shape %s",
+             x->layer ? x->layer : "?", act_name(act), shape_str(&x->shape));
+  return make1(g, op, x);
 }
 
 Node *layer_input(Layer *l, int i) {

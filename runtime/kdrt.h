@@ -28,7 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "kdrt_ops.h" // kdrt_layout, KDRT_MAX_*, the kernels; kdrt_defs.h: the shared enums
+#include "kdrt_ops.h" // kdrt_layout, KDRT_MAX_*; kdrt_defs.h: the shared enums
 
 // ---------------------------------------------------------------- kdrt.c
 // The program description a generated file hands to kdrt_main.
@@ -426,7 +426,7 @@ int kdrt_leave(kdrt_ctx *c, const char *who, int status, const char *fmt, ...)
 void kdrt_predict_path(const kdrt_program *p, const char *out, int o, char *buf, size_t len);
 
 // ---------------------------------------------------------------- comm.c
-// Collectives (declared in kdrt_ops.h's list) run over the group of mesh
+// Collectives (declared in kdrt_ops.def) run over the group of mesh
 // axes `axes` (bit mask); dim is the tensor dimension concerned and lshape
 // the local shape of `in`. in and out never alias, but for kdrt_allreduce
 // (in == out sums in place). Bytes move with MPI; groups are made with
@@ -493,13 +493,11 @@ float kdrt_normal(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
 
 // --------------------------------------------------- ops.c, loss.c, optim.c, norm.c, comm.c, rng.c
 // The kernels and collectives generated steps call: declared once, for this
-// runtime and the CUDA one, by the list in kdrt_ops.h.
-#define KDRT_DECLARE(name, args) void kdrt_##name args;
-#define KDRT_DECLARE_CTX(name, args) void kdrt_##name(kdrt_ctx *c, KDRT_UNPAREN args);
+// runtime and the CUDA one, by the list in kdrt_ops.def (beside their ops).
 #define KDRT_UNPAREN(...) __VA_ARGS__
-KDRT_KERNELS(KDRT_DECLARE, KDRT_DECLARE_CTX)
-#undef KDRT_DECLARE
-#undef KDRT_DECLARE_CTX
+#define K(name, args) void kdrt_##name args;
+#define KC(name, args) void kdrt_##name(kdrt_ctx *c, KDRT_UNPAREN args);
+#include "kdrt_ops.def"
 
 // ---------------------------------------------------------------- onednn.c
 // Convolutions through oneDNN, for ops.c's kernels: 1 when done, 0 when

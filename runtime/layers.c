@@ -1,4 +1,4 @@
-// layers.c: the CPU kernels of issue 11's layers (kdrt_ops.h's entries
+// layers.c: the CPU kernels of issue 11's layers (kdrt_ops.def's entries
 // marked issue 11), each element's math kdrt_layers.h's. The CUDA versions
 // are cuda/layers.cu.
 #include "kdrt.h"

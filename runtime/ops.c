@@ -337,6 +337,31 @@ void kdrt_log_softmax_grad(float *dx, const float *dy, const float *y, int64_t r
   }
 }
 
+// issue 25: glu, each row's halves a and b of x[rows, 2 * cols]; its
+// gradient in JAX's order, (dy * a) * (s * (1 - s)).
+void kdrt_glu(float *y, const float *x, int64_t rows, int64_t cols) {
+  KD_PAR_FOR(rows * cols)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *a = x + r * 2 * cols, *b = a + cols;
+    float *yr = y + r * cols;
+    for (int64_t j = 0; j < cols; j++)
+      yr[j] = a[j] * KDRT_SIGMOID(b[j]);
+  }
+}
+
+void kdrt_glu_grad(float *dx, const float *dy, const float *x, int64_t rows, int64_t cols) {
+  KD_PAR_FOR(rows * cols)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *a = x + r * 2 * cols, *b = a + cols, *dyr = dy + r * cols;
+    float *da = dx + r * 2 * cols, *db = da + cols;
+    for (int64_t j = 0; j < cols; j++) {
+      float s = KDRT_SIGMOID(b[j]);
+      da[j] = dyr[j] * s;
+      db[j] = (dyr[j] * a[j]) * (s * (1.0f - s));
+    }
+  }
+}
+
 void kdrt_attn_softmax(float *y, const float *x, int64_t outer, int64_t t, int64_t u, int64_t t0,
                        float scale, int causal) {
   KD_PAR_FOR(outer * t * u)

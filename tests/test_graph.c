@@ -825,3 +825,16 @@ Test(graph, shape_rules) {
                       shape_str(&(Shape){4, {t->shape.d[0], d, t->shape.d[1], t->shape.d[3]}}));
   cr_expect_str_eq(c.err, want);
 }
+
+// issue 25: an activation that is an op of its own refuses, by its shape
+// rule, a value it does not apply to: glu's halves need an even last dim.
+Test(graph, glu_needs_an_even_last_dim) {
+  Captured c;
+  IN_CHILD(c, {
+    Model *m = load_model("tests/bad/glu_odd.json");
+    build_graph(m, load_dist(m, NULL, NULL), 4);
+  });
+  cr_assert_eq(c.status, 1, "stderr: %s", c.err);
+  cr_assert_str_eq(c.err, "tests/bad/glu_odd.json:4:3: error: layer 'd1': activation 'glu' does "
+                          "not apply to a value of shape [4, 7]\n");
+}

@@ -256,6 +256,29 @@ Test(softmax, log_softmax_and_gradient) {
   free(c.x), free(c.y), free(c.w), free(dx), free(p);
 }
 
+// issue 25: glu is each row's first half times the sigmoid of its second
+// (against double precision), and its gradient the finite differences'
+// (sm_ctx's x is [rows, 2 * cols] here, y and w [rows, cols]).
+Test(softmax, glu_and_gradient) {
+  const int64_t rows = 5, cols = 7;
+  const size_t n = rows * cols;
+  sm_ctx c = {rand_buf(2 * n, -4, 4), calloc(n, sizeof(float)), rand_buf(n, -1, 1), rows, cols,
+              kdrt_glu};
+  kdrt_glu(c.y, c.x, rows, cols);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < cols; j++) {
+      double a = c.x[r * 2 * cols + j], b = c.x[r * 2 * cols + cols + j];
+      double want = a / (1 + exp(-b));
+      cr_expect(fabs(c.y[r * cols + j] - want) <= 1e-6 * (fabs(want) + 1e-3),
+                "[%ld, %ld]: %.9g, want %.9g", (long)r, (long)j, c.y[r * cols + j], want);
+    }
+  float *dx = calloc(2 * n, sizeof *dx);
+  kdrt_glu_grad(dx, c.w, c.x, rows, cols);
+  double err = fd_error(c.x, 2 * n, dx, sm_scalar, &c);
+  cr_expect(err < FD_TOL, "glu gradient error %g", err);
+  free(c.x), free(c.y), free(c.w), free(dx);
+}
+
 // attn_softmax and its gradient are scale, causal_mask and softmax (and
 // back) folded into one pass: the same bits as the three kernels in turn,
 // for a block of queries from position 0 and from 3, causal or not.

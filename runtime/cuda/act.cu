@@ -1,7 +1,8 @@
 // act.cu: elementwise ops: activations and their gradients (kdrt_act,
-// kdrt_act_grad in ../ops.c), the n-ary add, the product and the affine
-// scale. The activation formulas are kdrt_defs.h's KDRT_ACT_LIST, expanded
-// into one switch case per activation, as the CPU kernels expand it.
+// kdrt_act_grad in ../ops.c), the n-ary add, the product, the affine scale
+// and (issue 25) glu. The activation formulas are kdrt_defs.h's
+// KDRT_ACT_LIST, expanded into one switch case per activation, as the CPU
+// kernels expand it.
 // Each thread takes W floats at a time (common.cuh: 16-byte accesses when
 // the buffers allow, a scalar tail), but every element's arithmetic is the
 // same float operations as one thread per element, so the results do not
@@ -188,4 +189,39 @@ extern "C" void kdrt_cuda_mul(kdrt_cuda *d, float *out, const float *a, const fl
   else
     mul_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, a, b, n);
   KDRT_LAUNCHED(d, "mul_kernel");
+}
+
+// issue 25: glu (../ops.c's kdrt_glu) over x[rows, 2 * cols], one element
+// of y (or of dy: both halves of dx) a thread.
+__global__ static void glu_kernel(float *y, const float *x, size_t cols, size_t n) {
+  KDRT_FOR(i, n) {
+    const float *a = x + i / cols * 2 * cols + i % cols;
+    y[i] = a[0] * KDRT_SIGMOID(a[cols]);
+  }
+}
+
+__global__ static void glu_grad_kernel(float *dx, const float *dy, const float *x, size_t cols,
+                                       size_t n) {
+  KDRT_FOR(i, n) {
+    size_t at = i / cols * 2 * cols + i % cols;
+    float a = x[at], s = KDRT_SIGMOID(x[at + cols]);
+    dx[at] = dy[i] * s;
+    dx[at + cols] = (dy[i] * a) * (s * (1.0f - s));
+  }
+}
+
+extern "C" void kdrt_cuda_glu(kdrt_cuda *d, float *y, const float *x, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  size_t n = (size_t)(rows * cols);
+  glu_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(y, x, (size_t)cols, n);
+  KDRT_LAUNCHED(d, "glu_kernel");
+}
+
+extern "C" void kdrt_cuda_glu_grad(kdrt_cuda *d, float *dx, const float *dy, const float *x,
+                                   int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  size_t n = (size_t)(rows * cols);
+  glu_grad_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(dx, dy, x, (size_t)cols,
+                                                                        n);
+  KDRT_LAUNCHED(d, "glu_grad_kernel");
 }

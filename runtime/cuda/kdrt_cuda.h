@@ -118,7 +118,7 @@ void kdrt_cuda_sync(kdrt_cuda *d);
 void kdrt_cuda_at(kdrt_cuda *d, const char *fn, const char *file, int line);
 
 // ---------------------------------------------------------------- the kernels
-// Every kernel of kdrt_ops.h's list, with the CPU runtime's arguments after
+// Every kernel of kdrt_ops.def's list, with the CPU runtime's arguments after
 // the device state: kdrt_cuda_<name>(d, args) runs kdrt_<name>(args) (or
 // kdrt_<name>(c, args), the context being d->c) on device buffers, on d's
 // stream. Semantics are the CPU runtime's (../ops.c, ../loss.c, ../optim.c,
@@ -131,9 +131,9 @@ void kdrt_cuda_at(kdrt_cuda *d, const char *fn, const char *file, int line);
 // dropout.cu and comm.cu (the collectives: NCCL, one communicator per
 // group of mesh axes, or host-staged MPI when ranks share a GPU).
 #define KDRT_CUDA_UNPAREN(...) __VA_ARGS__
-#define KDRT_CUDA_DECLARE(name, args) void kdrt_cuda_##name(kdrt_cuda *d, KDRT_CUDA_UNPAREN args);
-KDRT_KERNELS(KDRT_CUDA_DECLARE, KDRT_CUDA_DECLARE)
-#undef KDRT_CUDA_DECLARE
+#define K(name, args) void kdrt_cuda_##name(kdrt_cuda *d, KDRT_CUDA_UNPAREN args);
+#define KC K
+#include "kdrt_ops.def"
 
 // ---------------------------------------------------------------- opcheck.cu
 // `./train opcheck [--repeat N] [--seed S] [--matmul-tol X]`: every kernel

@@ -1,5 +1,5 @@
 // opcheck.cu: `./train opcheck [--repeat N] [--seed S] [--matmul-tol X]`:
-// every CUDA kernel of kdrt_ops.h's list against the CPU runtime's on the
+// every CUDA kernel of kdrt_ops.def's list against the CPU runtime's on the
 // same random operands (the collectives excepted: they need a mesh of
 // processes, tests/sh/gpu_mesh.sh runs them; but for the 16-bit ones'
 // packing, over a group of one), by normalised error
@@ -576,6 +576,25 @@ static void check_softmax(void) {
     kdrt_cuda_free(ya);
   }
   kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx), kdrt_cuda_free(yd);
+  free(hx), free(hdy), free(hy), free(hdx);
+}
+
+// issue 25: glu each way on x[77, 2 * 301] (halves off 16-byte alignment)
+static void check_glu(void) {
+  const int64_t rows = 77, cols = 301;
+  size_t n = (size_t)(rows * cols);
+  float *hx = hrand(2 * n, -6, 6), *hdy = hrand(n, -1, 1), *hy = hzero(n), *hdx = hzero(2 * n);
+  float *x = dev(hx, 2 * n), *dy = dev(hdy, n), *y = kdrt_cuda_alloc(n);
+  float *dx = kdrt_cuda_alloc(2 * n);
+  kdrt_glu(hy, hx, rows, cols);
+  poison(y, n);
+  kdrt_cuda_glu(D, y, x, rows, cols);
+  check("glu", y, hy, n, 1e-6);
+  kdrt_glu_grad(hdx, hdy, hx, rows, cols);
+  poison(dx, 2 * n);
+  kdrt_cuda_glu_grad(D, dx, dy, x, rows, cols);
+  check("glu_grad", dx, hdx, 2 * n, 1e-6);
+  kdrt_cuda_free(x), kdrt_cuda_free(dy), kdrt_cuda_free(y), kdrt_cuda_free(dx);
   free(hx), free(hdy), free(hy), free(hdx);
 }
 
@@ -1567,6 +1586,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
     check_bias();
     check_softmax();
     check_softmax_warps();
+    check_glu();
     check_attention();
     check_norm();
     check_layer_norm();

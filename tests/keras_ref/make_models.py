@@ -684,6 +684,20 @@ def activations():
     h = layers.ReLU(threshold=0.1, name="relu_thr")(layers.Dense(16, name="d6")(h))
     out = layers.Dense(10, activation="softmax", name="out")(h)
     return sparse_classifier(x, out, "activations")
+def glu():
+    # issue 25: Keras's glu, a Dense's activation and a layer: the last dim
+    # halved (40 -> 20 -> 10 here). Keras 3.15's symbolic shapes keep the
+    # whole dim (Dense and Activation say their output is as wide as their
+    # input), so a layer with weights after a glu cannot be built; softmax
+    # has none.
+    x = keras.Input((12,), name="x")
+    h = layers.Dense(16, activation="tanh", name="d1")(x)
+    h = layers.Dense(40, activation="glu", name="d2")(h)
+    h = layers.Activation("glu", name="glu")(h)
+    out = layers.Activation("softmax", name="out")(h)
+    return sparse_classifier(x, out, "glu")
+
+
 def serialized_with(loss, **options):
     """loss, writing into its config the options Keras 3.15 leaves out
     (Huber's delta): Keras's from_config reads them, so a file that has
@@ -1559,6 +1573,14 @@ MODELS = {
                 "d(2|4|6)/kernel": ["model", None],
             }),
             "activations_dp": DP_8,
+        },
+    ),
+    "glu": dict(
+        build=glu, labels="sparse10", x=(12,),
+        dists={
+            # d2's units split: its glu needs them whole (an all-gather)
+            "glu": model_parallel({"d(1|2)/kernel": [None, "model"],
+                                   "d(1|2)/bias": ["model"]}),
         },
     ),
     "merging": dict(

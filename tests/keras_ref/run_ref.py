@@ -115,6 +115,9 @@ Cases (model, distribution spec from models/):
                                                              negative_slope, threshold; Megatron
                                                              pairs
     activations_dp  activations    activations_dp.dist.json  DataParallel (8,)
+    glu             glu            glu.dist.json             ModelParallel (2,4)  glu as a Dense's
+                                                             activation (its units split) and a
+                                                             layer: the last dim halved (issue 25)
     loss_reg        loss_reg       loss_reg.dist.json        ModelParallel (2,4)  huber (delta 0.5),
                                                              log_cosh, poisson, cosine_similarity,
                                                              mape, msle, kl_divergence: a head
@@ -406,6 +409,7 @@ DATA = {
     "lenet": (64, 2),
     "mobilenet": (64, 2),
     "activations": (64, 2),
+    "glu": (64, 2),
     "loss_reg": (64, 2),
     "loss_cls": (64, 2),
     **{"opt_" + case: (64, 2) for case in mm.OPT_CASES},
@@ -590,6 +594,7 @@ CASES = {
     "metrics_dp": ("metrics", "metrics_dp"),
     "activations": ("activations", "activations"),
     "activations_dp": ("activations", "activations_dp"),
+    "glu": ("glu", "glu"),  # issue 25
     "loss_reg": ("loss_reg", "loss_reg"),
     "loss_reg_dp": ("loss_reg", "loss_reg_dp"),
     "loss_cls": ("loss_cls", "loss_cls"),

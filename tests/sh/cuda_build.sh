@@ -64,6 +64,7 @@ build grouped_dist tests/gradcheck/grouped.json --distribution tests/good/groupe
 build transpose_dist tests/gradcheck/transpose.json --distribution tests/good/transpose.dist.json --batch-size 16
 # issue 11: activation layers with parameters (pact, pact_grad)
 build pact_1 tests/gradcheck/pact.json --batch-size 16
+build glu_1 tests/gradcheck/glu.json --batch-size 16 # issue 25
 # issue 11: the losses (the hinge losses' not_binary all-reduced, max)
 build losses_reg_dist tests/gradcheck/losses_reg.json --distribution tests/good/losses.dist.json --batch-size 16
 build losses_cls_dist tests/gradcheck/losses_cls.json --distribution tests/good/losses.dist.json --batch-size 16
