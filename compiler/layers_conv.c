@@ -517,9 +517,9 @@ Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   Node *mm = new_var(g, l, "moving_mean", cs, "moving_mean_initializer", "zeros");
   Node *mv = new_var(g, l, "moving_variance", cs, "moving_variance_initializer", "ones");
   if (layer_frozen(l)) return frozen_batchnorm(g, x, mm, mv, gam, beta, eps);
-  Node *mean = make1(g, OP_BATCH_MEAN, new_node1(g, OP_BN_STATS, x, cs),
+  Node *mean = make1(g, OP_BATCH_MEAN, make1(g, OP_BN_STATS, x),
                      .aff = (AffAttr){(float)per, 0, NULL});
-  Node *var = make1(g, OP_BATCH_MEAN, new_node2(g, OP_BN_STATS, x, mean, cs),
+  Node *var = make1(g, OP_BATCH_MEAN, make2(g, OP_BN_STATS, x, mean),
                     .aff = (AffAttr){(float)per, 0, NULL});
   mm->var->ema_stat = mean, mm->var->ema_momentum = (float)mom;
   mv->var->ema_stat = var, mv->var->ema_momentum = (float)mom;

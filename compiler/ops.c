@@ -500,8 +500,7 @@ static void random_grad(Graph *g, Node *n, const bool *need) {
     accumulate(g, n->in[0], n->grad);
     return;
   }
-  Node *dx = new_node1(g, n->op, n->grad, n->in[0]->shape); // the same draws
-  dx->drop = n->drop;
+  Node *dx = make1(g, n->op, n->grad, .drop = n->drop); // the same draws
   accumulate(g, n->in[0], dx);
 }
 
