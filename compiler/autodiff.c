@@ -67,21 +67,16 @@ static void constrain(Graph *g, Var *v, Node *u) {
     Node *s = make2(g, OP_MUL, u, u);
     for (int d = v->shape.rank - 1; d >= 0; d--) {
       if (!((v->c_axes >> d) & 1)) continue;
-      Shape r = s->shape;
-      r.rank--;
-      for (int i = d; i < r.rank; i++) r.d[i] = s->shape.d[i + 1];
-      s = new_node1(g, OP_REDUCE_SUM, s, r);
-      s->red.dim = d;
+      s = make1(g, OP_REDUCE_SUM, s, .red.dim = d);
     }
-    Node *f = new_node1(g, OP_CLIP_NORM, s, s->shape);
-    f->clip = v->clip;
+    Node *f = make1(g, OP_CLIP_NORM, s, .clip = v->clip);
     for (int d = 0; d < v->shape.rank; d++) { // back over the summed dims, in order
       if (!((v->c_axes >> d) & 1)) continue;
       f = make1(g, OP_BROADCAST, f, .red = {d, v->shape.d[d]});
     }
     c = make2(g, OP_MUL, u, f);
   }
-  Node *a = new_node2(g, OP_ASSIGN, u, c, v->shape);
+  Node *a = make2(g, OP_ASSIGN, u, c);
   a->var = v;
   a->name = format("constraint(%s)", v->path);
 }
@@ -132,7 +127,7 @@ static int split_axes(const Var *v) {
 // group's partial sum crosses the mesh once.
 static Node *clip_factor(Graph *g, Var *v) {
   if (v) {
-    Node *f = new_node1(g, OP_GRAD_CLIP, sum_squares(g, v), (Shape){0});
+    Node *f = make1(g, OP_GRAD_CLIP, sum_squares(g, v));
     f->name = format("clipnorm(%s)", v->path);
     return f;
   }
@@ -154,7 +149,7 @@ static Node *clip_factor(Graph *g, Var *v) {
     if (total != sum) total->layer = NULL, total->name = "global_norm";
   }
   xfree(key);
-  Node *f = new_node1(g, OP_GRAD_CLIP, total, (Shape){0});
+  Node *f = make1(g, OP_GRAD_CLIP, total);
   f->name = "global_clipnorm";
   f->layer = NULL;
   return f;
@@ -220,8 +215,7 @@ void build_backward(Graph *g) {
     if (!v->ema_stat && !v->grad) continue;
     Node *in[3] = {v->param, v->ema_stat ? v->ema_stat : v->grad, global};
     if (o->clipnorm > 0 && !v->ema_stat) in[2] = clip_factor(g, v);
-    Node *u = new_node(g, OP_UPDATE, in[2] && !v->ema_stat ? 3 : 2, in);
-    u->shape = v->shape;
+    Node *u = op_make(g, OP_UPDATE, in[2] && !v->ema_stat ? 3 : 2, in, &(Node){0});
     u->var = v;
     u->name = v->path;
     u->layer = v->layer;

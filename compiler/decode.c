@@ -26,7 +26,9 @@
 // others; a cache that would be resharded (a copy written, not the cache)
 // refuses the decode step. The parameters are the training program's own
 // (the same variables, offsets and layouts, checked), so the decode step
-// reads the program's parameter blob; it has its own arena.
+// reads the program's parameter blob; it has its own arena. The IR
+// verifier checks both graphs after their derivation and after each pass,
+// as pipeline.c the training graph.
 //
 // The prefill graph is derived the same way without shrinking anything:
 // the whole window, each attention's keys and values also stored whole in
@@ -120,7 +122,16 @@ static void pos_slice_emit(const Node *n, Lowering *lw) {
              sym_c(sym_prod(x, d + 1, x->shape.rank, true)));
 }
 
-const OpDef op_POS_SLICE = {"pos_slice", 2, 1, false, pos_slice_rule, NULL, pos_slice_emit, NULL};
+// x with one position along cat.axis.
+static bool pos_slice_shape(const Node *n, Shape *out) {
+  *out = n->in[0]->shape;
+  if (n->cat.axis < 0 || n->cat.axis >= out->rank) return false;
+  out->d[n->cat.axis] = 1;
+  return true;
+}
+
+const OpDef op_POS_SLICE = {"pos_slice", 2, 1, false, pos_slice_rule, NULL, pos_slice_emit,
+                            pos_slice_shape};
 
 // DEC_CAUSAL(s, pos): scores s[b, .., 1, T] of the query at pos[r] against
 // every cached key: CAUSAL's mask (and window) for that one query.
@@ -482,7 +493,8 @@ void decode_derive(Graph *g) {
   DG = PG = NULL, why = NULL, ncaches = 0, cache_of = NULL; // (release_all may have freed them)
   Node *ids = token_input(g);
   if (!ids || !(DG = derive(g, ids, false))) return;
-  PG = derive(g, ids, true);
+  verify_graph(DG, "decode_derive (decode)", false);
+  if ((PG = derive(g, ids, true))) verify_graph(PG, "decode_derive (prefill)", false);
 }
 
 // dg (the decode or the prefill graph) sharded and planned; false (why says
@@ -501,8 +513,10 @@ static bool finish(Graph *g, Graph *dg) {
     dg->vars[i]->nslots = g->vars[i]->nslots;
     dg->vars[i]->ugroup = g->vars[i]->ugroup;
   }
+  const char *what = dg == PG ? "prefill" : "decode";
   find_batch_dims(dg);
   propagate_shardings(dg);
+  verify_graph(dg, format("propagate_shardings (%s)", what), true);
   for (int i = 0; i < dg->nnodes; i++) {
     const Node *n = dg->nodes[i], *x = n->nin ? n->in[0] : NULL;
     if (is_collective(n->op) && x->op == OP_INPUT && x->index >= g->ninputs) {
@@ -521,6 +535,7 @@ static bool finish(Graph *g, Graph *dg) {
     }
   }
   plan_memory(dg);
+  verify_graph(dg, format("plan_memory (%s)", what), true);
   for (int i = 0; i < dg->nvars; i++)
     if (dg->vars[i]->offset != g->vars[i]->offset) {
       why = "its parameter blob is not the program's";

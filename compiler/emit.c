@@ -130,7 +130,7 @@ void emit_preamble(const char *what) {
       "// then the layout (one entry per dim: the mesh axis it is split over), then local.\n",
       EB == BACKEND_CUDA ? "; each rank drives one GPU, and P, G and A are device pointers"
                          : "");
-  out("// Each call is one kernel of runtime/kdrt_ops.h's list.\n");
+  out("// Each call is one kernel of runtime/kdrt_ops.def's list.\n");
   if (md->opt.loss_scale) // issue 23
     out("// Keras's LossScaleOptimizer wraps %s (%s).\n"
         "// The loss is scaled by c->loss_scale (initial %.17g), doubled after %lld finite\n"

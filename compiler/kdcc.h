@@ -578,8 +578,8 @@ typedef struct {
   // Its result's shape from its operands and attributes (JAX's abstract
   // evaluation): op_make gives a new node this shape, and verify.c checks
   // every node against it after every pass. False where they do not fit;
-  // NULL: the builder gives the shape (SLICE, PAD, BROADCAST, a
-  // convolution's, whose attributes do not determine it alone).
+  // NULL: a leaf (INPUT, LABEL, FILL, CONST), whose shape no operand or
+  // attribute holds: its builder gives it.
   bool (*shape)(const Node *n, Shape *out);
 } OpDef;
 

@@ -572,12 +572,10 @@ static Node *build_group_norm(Graph *g, Layer *l, Node *x) {
              "(%lld)", l->name, (long long)groups, (long long)c);
   int64_t sp = shape_elems(&x->shape) / (b * c), cg = c / groups;
   Node *v = view(g, x, (Shape){4, {b, sp, groups, cg}});
-  Node *t = new_node1(g, OP_TRANSPOSE, v, (Shape){4, {b, groups, sp, cg}});
-  t->perm = (PermAttr){{0, 2, 1, 3}};
+  Node *t = make1(g, OP_TRANSPOSE, v, .perm = {{0, 2, 1, 3}});
   Node *y = make1(g, OP_NORM, view(g, t, (Shape){3, {b, groups, sp * cg}}),
                   .norm = (NormAttr){false, (float)cfg_num(l, "epsilon", 1e-3), false, false});
-  Node *u = new_node1(g, OP_TRANSPOSE, view(g, y, t->shape), v->shape);
-  u->perm = (PermAttr){{0, 2, 1, 3}};
+  Node *u = make1(g, OP_TRANSPOSE, view(g, y, t->shape), .perm = {{0, 2, 1, 3}});
   Node *o = view(g, u, x->shape);
   Shape cs = {1, {c}};
   if (cfg_bool(l, "scale", true))

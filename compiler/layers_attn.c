@@ -556,10 +556,7 @@ Node *build_einsum_dense(Graph *g, Layer *l, Node *x) {
   if (rank) w = lora_kernel(g, l, w, "", rank, alpha, index);
   for (int d = x->shape.rank - 1; d > 0; d--) // the input's indices summed over
     if (index_of(e.w, e.x[d]) < 0 && index_of(e.y, e.x[d]) < 0) {
-      Shape s = x->shape;
-      memmove(s.d + d, s.d + d + 1, (size_t)(--s.rank - d) * sizeof *s.d);
-      x = new_node1(g, OP_REDUCE_SUM, x, s);
-      x->red.dim = d;
+      x = make1(g, OP_REDUCE_SUM, x, .red.dim = d);
       memmove(e.x + d, e.x + d + 1, strlen(e.x + d));
     }
   char B[MAX_RANK + 1] = {0}, M[MAX_RANK + 1] = {0}, K[MAX_RANK + 1] = {0}, N[MAX_RANK + 1] = {0};

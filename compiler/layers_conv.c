@@ -39,11 +39,18 @@ void check_channels_last(Layer *l) {
              "layer '%s': data_format '%s' is not supported (only channels_last)", l->name, f);
 }
 
-// A CONV2D of x4 by f4 with the window win.
-static Node *conv_node(Graph *g, Node *x4, Node *f4, WinAttr win, Shape ys) {
-  Node *y = new_node2(g, OP_CONV2D, x4, f4, ys);
-  y->win = win;
-  return y;
+// The window w between extents h, wd and its windows oh, ow: its padding
+// after (pad_b, pad_r), which the ops' shape rule reads (ops_nn.c).
+static WinAttr window_attr(WinAttr w, int64_t h, int64_t wd, int64_t oh, int64_t ow) {
+  w.pad_b = (int)((oh - 1) * w.sh + (int64_t)(w.kh - 1) * (w.dil_h + 1) + 1 - h - w.pad_t);
+  w.pad_r = (int)((ow - 1) * w.sw + (int64_t)(w.kw - 1) * (w.dil_w + 1) + 1 - wd - w.pad_l);
+  return w;
+}
+
+// A CONV2D of x4 by f4 with the window win, to [b, oh, ow, f4's filters].
+static Node *conv_node(Graph *g, Node *x4, Node *f4, WinAttr win, int64_t oh, int64_t ow) {
+  return make2(g, OP_CONV2D, x4, f4,
+               .win = window_attr(win, x4->shape.d[1], x4->shape.d[2], oh, ow));
 }
 
 typedef enum { CONV, DEPTHWISE, SEPARABLE } ConvKind;
@@ -116,15 +123,16 @@ static Node *build_conv(Graph *g, Layer *l, Node *x, int n, ConvKind kind) {
   Node *f4 = fs.rank == 4 && !depthwise ? f : view(g, f, (Shape){4, {ks[0], ks[1], cg, filters}});
   // one CONV2D for all the groups (issue 15; before, a SLICE, a CONV2D and a
   // CONCAT per group)
-  WinAttr win = {(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pt, pl, (int)dil[0] - 1,
-                 (int)dil[1] - 1, groups > 1 ? (int)groups : 0};
-  Node *y = conv_node(g, x4, f4, win, (Shape){4, {b, oh, ow, filters}});
+  WinAttr win = {.kh = (int)ks[0], .kw = (int)ks[1], .sh = (int)st[0], .sw = (int)st[1],
+                 .pad_t = pt, .pad_l = pl, .dil_h = (int)dil[0] - 1, .dil_w = (int)dil[1] - 1,
+                 .groups = groups > 1 ? (int)groups : 0};
+  Node *y = conv_node(g, x4, f4, win, oh, ow);
   if (kind == SEPARABLE) {
     Node *p = new_var(g, l, "pointwise_kernel", n == 2 ? (Shape){4, {1, 1, filters, out_ch}}
                                                        : (Shape){3, {1, filters, out_ch}},
                       "pointwise_initializer", "glorot_uniform");
     if (n == 1) p = view(g, p, (Shape){4, {1, 1, filters, out_ch}});
-    y = conv_node(g, y, p, (WinAttr){1, 1, 1, 1, 0, 0, 0, 0, 0}, (Shape){4, {b, oh, ow, out_ch}});
+    y = conv_node(g, y, p, (WinAttr){.kh = 1, .kw = 1, .sh = 1, .sw = 1}, oh, ow);
   }
   if (scratch > g->scratch_floats) g->scratch_floats = scratch;
   if (n == 1) y = view(g, y, (Shape){3, {b, oh, out_ch}});
@@ -200,8 +208,9 @@ static Node *build_conv_transpose(Graph *g, Layer *l, Node *x, int n) {
   Node *f = new_var(g, l, "kernel", fs, "kernel_initializer", "glorot_uniform");
   Node *x4 = n == 2 ? x : view(g, x, (Shape){4, {b, in[0], 1, ci}});
   Node *f4 = n == 2 ? f : view(g, f, (Shape){4, {ks[0], 1, filters, ci}});
-  Node *y = new_node2(g, OP_CONV2D_DX, x4, f4, (Shape){4, {b, out[0], out[1], filters}});
-  y->win = (WinAttr){(int)ks[0], (int)ks[1], (int)st[0], (int)st[1], pad[0], pad[1], 0, 0, 0};
+  WinAttr win = {.kh = (int)ks[0], .kw = (int)ks[1], .sh = (int)st[0], .sw = (int)st[1],
+                 .pad_t = pad[0], .pad_l = pad[1]};
+  Node *y = make2(g, OP_CONV2D_DX, x4, f4, .win = window_attr(win, out[0], out[1], in[0], in[1]));
   if (n == 1) y = view(g, y, (Shape){3, {b, out[0], filters}});
   if (cfg_bool(l, "use_bias", true)) {
     Node *bias = new_var(g, l, "bias", (Shape){1, {filters}}, "bias_initializer", "zeros");
@@ -231,6 +240,16 @@ Node *build_separable1d(Graph *g, Layer *l, Node *x) {
   return build_conv(g, l, x, 1, SEPARABLE);
 }
 
+// A MAXPOOL of x4, windows ph x pw by strides sh, sw, padded pt, pl before,
+// to [b, oh, ow, c].
+static Node *maxpool_node(Graph *g, Node *x4, int64_t ph, int64_t pw, int64_t sh, int64_t sw,
+                          int pt, int pl, int64_t oh, int64_t ow) {
+  WinAttr win = {.kh = (int)ph, .kw = (int)pw, .sh = (int)sh, .sw = (int)sw, .pad_t = pt,
+                 .pad_l = pl};
+  return make1(g, OP_MAXPOOL, x4,
+               .win = window_attr(win, x4->shape.d[1], x4->shape.d[2], oh, ow));
+}
+
 Node *build_maxpool(Graph *g, Layer *l, Node *x) {
   check_channels_last(l);
   if (x->shape.rank != 4)
@@ -248,9 +267,7 @@ Node *build_maxpool(Graph *g, Layer *l, Node *x) {
   if (oh <= 0 || ow <= 0)
     error_at(l->loc, "layer '%s': pool %lldx%lld does not fit the input %s", l->name,
              (long long)ps[0], (long long)ps[1], kshape(&x->shape));
-  Node *y = new_node1(g, OP_MAXPOOL, x, (Shape){4, {x->shape.d[0], oh, ow, x->shape.d[3]}});
-  y->win = (WinAttr){(int)ps[0], (int)ps[1], (int)st[0], (int)st[1], pt, pl, 0, 0, 0};
-  return y;
+  return maxpool_node(g, x, ps[0], ps[1], st[0], st[1], pt, pl, oh, ow);
 }
 
 // ---- issue 11: global pooling, padding and cropping
@@ -336,14 +353,6 @@ Node *build_crop1d(Graph *g, Layer *l, Node *x) { return pad_or_crop(g, l, x, 1,
 Node *build_crop2d(Graph *g, Layer *l, Node *x) { return pad_or_crop(g, l, x, 2, false); }
 
 // ---- issue 11: more pooling and upsampling, from existing ops
-
-
-static Node *maxpool_node(Graph *g, Node *x4, int64_t ph, int64_t pw, int64_t sh, int64_t sw,
-                          int pt, int pl, int64_t oh, int64_t ow) {
-  Node *y = new_node1(g, OP_MAXPOOL, x4, (Shape){4, {x4->shape.d[0], oh, ow, x4->shape.d[3]}});
-  y->win = (WinAttr){(int)ph, (int)pw, (int)sh, (int)sw, pt, pl, 0, 0, 0};
-  return y;
-}
 
 // GlobalMaxPooling1D/2D: one MAXPOOL window over every step (the gradient
 // goes to the first maximum of each channel).
@@ -508,9 +517,9 @@ Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   Node *mm = new_var(g, l, "moving_mean", cs, "moving_mean_initializer", "zeros");
   Node *mv = new_var(g, l, "moving_variance", cs, "moving_variance_initializer", "ones");
   if (layer_frozen(l)) return frozen_batchnorm(g, x, mm, mv, gam, beta, eps);
-  Node *mean = make1(g, OP_BATCH_MEAN, new_node1(g, OP_BN_STATS, x, cs),
+  Node *mean = make1(g, OP_BATCH_MEAN, make1(g, OP_BN_STATS, x),
                      .aff = (AffAttr){(float)per, 0, NULL});
-  Node *var = make1(g, OP_BATCH_MEAN, new_node2(g, OP_BN_STATS, x, mean, cs),
+  Node *var = make1(g, OP_BATCH_MEAN, make2(g, OP_BN_STATS, x, mean),
                     .aff = (AffAttr){(float)per, 0, NULL});
   mm->var->ema_stat = mean, mm->var->ema_momentum = (float)mom;
   mv->var->ema_stat = var, mv->var->ema_momentum = (float)mom;

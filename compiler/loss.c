@@ -29,7 +29,7 @@ static Node *loss_node(Graph *g, OpKind op, int nin, Node **args, bool weighted)
 
 // or 1: the test is over the global batch (a max over its rows).
 static Node *not_binary(Graph *g, Node *y, const char *layer, Loc loc) {
-  Node *nb = new_node1(g, OP_NOT_BINARY, y, (Shape){0});
+  Node *nb = make1(g, OP_NOT_BINARY, y);
   nb->name = format("%s not 0/1", y->name);
   nb->layer = layer;
   nb->loc = loc;
@@ -139,12 +139,9 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
   }
   Node *loss, *rowmax = NULL;
   bool xent = ol->kind == LOSS_SCCE && ol->from_logits;
-  Shape rs = ys;
   if (xent) { // row statistics, then the loss from them
-    Node *m = rowmax = new_node1(g, OP_ROW_MAX, p, rs);
-    Node *sx[2] = {p, m};
-    Node *s = new_node(g, OP_ROW_SUMEXP, 2, sx);
-    s->shape = rs;
+    Node *m = rowmax = make1(g, OP_ROW_MAX, p);
+    Node *s = make2(g, OP_ROW_SUMEXP, p, m);
     m->layer = s->layer = out->name;
     m->loc = s->loc = ol->loc;
     Node *args[4] = {p, y, m, s};

@@ -175,9 +175,18 @@ Node *op_make(Graph *g, OpKind op, int nin, Node **in, const Node *attr) {
 
 static void emit_view(const Node *n, Lowering *lw) { lw->note = "a value of the step: no code"; }
 
+// A variable is its own shape.
+static bool param_shape(const Node *n, Shape *out) {
+  *out = n->var->shape;
+  return true;
+}
+
+// INPUT and LABEL are leaves: their shape is the model's (a batch_shape, a
+// decode step's cache), which no operand or attribute holds, so they have
+// no shape rule and their builder gives it.
 const OpDef op_INPUT = {"input", 0, 0, false, rule_none, NULL, emit_view, NULL};
 const OpDef op_LABEL = {"label", 0, 0, false, rule_none, NULL, emit_view, NULL};
-const OpDef op_PARAM = {"param", 0, 0, false, rule_none, NULL, emit_view, NULL};
+const OpDef op_PARAM = {"param", 0, 0, false, rule_none, NULL, emit_view, param_shape};
 
 // ---------------------------------------------------------------- DOT
 // dot_general with its dims grouped: a = [batch.., M.., K..] (ta: [batch..,
@@ -301,7 +310,7 @@ char *trail_c(const Node *n, int rb) {
 static void bias_grad(Graph *g, Node *n, const bool *need) {
   Node *a = n->in[0], *b = n->in[1];
   if (need[a->id]) accumulate(g, a, n->grad);
-  if (need[b->id]) accumulate(g, b, new_node1(g, OP_BIAS_GRAD, n->grad, b->shape));
+  if (need[b->id]) accumulate(g, b, bias_grad_of(g, n->grad, b));
 }
 
 static void bias_act_emit(const Node *n, Lowering *lw) {
@@ -483,7 +492,15 @@ static void reshape_emit(const Node *n, Lowering *lw) {
   lw->note = format("a view of %%%d: no code", n->in[0]->id);
 }
 
-const OpDef op_RESHAPE = {"reshape", 1, 1, false, reshape_rule, reshape_grad, reshape_emit, NULL};
+// The new shape is the op's attribute (JAX's new_sizes), held as the node's
+// own shape: the rule keeps it where it keeps the element count.
+static bool reshape_shape(const Node *n, Shape *out) {
+  *out = n->shape;
+  return shape_elems(out) == shape_elems(&n->in[0]->shape);
+}
+
+const OpDef op_RESHAPE = {"reshape", 1, 1, false, reshape_rule, reshape_grad, reshape_emit,
+                          reshape_shape};
 
 // ---------------------------------------------------------------- DROPOUT, SCALE
 
@@ -494,8 +511,7 @@ static void random_grad(Graph *g, Node *n, const bool *need) {
     accumulate(g, n->in[0], n->grad);
     return;
   }
-  Node *dx = new_node1(g, n->op, n->grad, n->in[0]->shape); // the same draws
-  dx->drop = n->drop;
+  Node *dx = make1(g, n->op, n->grad, .drop = n->drop); // the same draws
   accumulate(g, n->in[0], dx);
 }
 
@@ -569,7 +585,8 @@ static void scatter_rule(const Node *n, Rule *r) {
 
 static void gather_grad(Graph *g, Node *n, const bool *need) {
   Node *t = n->in[0];
-  if (need[t->id]) accumulate(g, t, new_node2(g, OP_SCATTER_ADD, n->grad, n->in[1], t->shape));
+  if (need[t->id])
+    accumulate(g, t, make2(g, OP_SCATTER_ADD, n->grad, n->in[1], .red.n = t->shape.d[0]));
 }
 
 static void gather_emit(const Node *n, Lowering *lw) {
@@ -599,7 +616,16 @@ static bool gather_shape(const Node *n, Shape *out) {
 
 const OpDef op_GATHER = {"gather", 2, 1, false, gather_rule, gather_grad, gather_emit,
                          gather_shape};
-const OpDef op_SCATTER_ADD = {"scatter_add", 2, 1, false, scatter_rule, NULL, scatter_emit, NULL};
+// dy[.., E] at ids[..] -> the table [red.n, E] (its rows are an attribute:
+// no operand has them).
+static bool scatter_shape(const Node *n, Shape *out) {
+  const Shape *dy = &n->in[0]->shape;
+  *out = (Shape){2, {n->red.n, dy->rank ? dy->d[dy->rank - 1] : 0}};
+  return dy->rank == n->in[1]->shape.rank + 1;
+}
+
+const OpDef op_SCATTER_ADD = {"scatter_add", 2, 1, false, scatter_rule, NULL, scatter_emit,
+                              scatter_shape};
 
 // ---------------------------------------------------------------- MUL
 
@@ -730,7 +756,22 @@ static void bias_grad_emit(const Node *n, Lowering *lw) {
              lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
 }
 
-const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias_grad_emit, NULL};
+// dy's dims from red.dim on.
+static bool bias_grad_shape(const Node *n, Shape *out) {
+  const Shape *dy = &n->in[0]->shape;
+  int k = n->red.dim;
+  if (k < 0 || k > dy->rank) return false;
+  out->rank = dy->rank - k;
+  for (int d = 0; d < out->rank; d++) out->d[d] = dy->d[k + d];
+  return true;
+}
+
+Node *bias_grad_of(Graph *g, Node *dy, const Node *b) {
+  return make1(g, OP_BIAS_GRAD, dy, .red.dim = dy->shape.rank - b->shape.rank);
+}
+
+const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias_grad_emit,
+                            bias_grad_shape};
 
 // ---------------------------------------------------------------- GRAD_CLIP, UPDATE
 
@@ -743,7 +784,8 @@ static void grad_clip_emit(const Node *n, Lowering *lw) {
              flt(global ? o->global_clipnorm : o->clipnorm), global);
 }
 
-const OpDef op_GRAD_CLIP = {"grad_clip", 1, 0, false, rule_elementwise, NULL, grad_clip_emit, NULL};
+const OpDef op_GRAD_CLIP = {"grad_clip", 1, 0, false, rule_elementwise, NULL, grad_clip_emit,
+                            shape_scalar};
 
 // ---------------------------------------------------------------- issue 23: loss scaling
 // Keras's LossScaleOptimizer (Optimizer.loss_scale): the backward pass
@@ -781,7 +823,7 @@ static void unscale_emit(const Node *n, Lowering *lw) {
   lower_call(lw, KN_loss_scale_step, NULL, "G");
 }
 
-const OpDef op_UNSCALE = {"unscale", 0, 0, false, rule_none, NULL, unscale_emit, NULL};
+const OpDef op_UNSCALE = {"unscale", 0, 0, false, rule_none, NULL, unscale_emit, shape_scalar};
 
 // The optimizer's step t (from 1) in an update's call: its iterations,
 // which a loss scale's skipped steps do not count.
@@ -924,7 +966,7 @@ static void update_emit(const Node *n, Lowering *lw) {
   unreachable();
 }
 
-const OpDef op_UPDATE = {"update", -1, 0, false, update_rule, NULL, update_emit, NULL};
+const OpDef op_UPDATE = {"update", -1, 0, false, update_rule, NULL, update_emit, shape_in0};
 
 // issue 11: a constraint's result written over its variable, after the
 // update (u, whose buffer is the variable's); training steps only.
@@ -934,7 +976,7 @@ static void assign_emit(const Node *n, Lowering *lw) {
              elems_c(n->in[0]));
 }
 
-const OpDef op_ASSIGN = {"assign", 2, 0, false, rule_elementwise, NULL, assign_emit, NULL};
+const OpDef op_ASSIGN = {"assign", 2, 0, false, rule_elementwise, NULL, assign_emit, shape_in0};
 
 // ---------------------------------------------------------------- collectives
 // shard.c makes them from placement transitions; they have no rule and
@@ -1034,7 +1076,8 @@ static void clip_norm_emit(const Node *n, Lowering *lw) {
              flt((float)(1.0 - n->clip.rate)));
 }
 
-const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit, NULL};
+const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit,
+                            shape_in0};
 
 // issue 11: LeakyReLU, ELU and ReLU layers whose parameters no KDRT_ACT_LIST
 // activation has (kdrt_pact); the gradient reads the input.
@@ -1120,6 +1163,8 @@ static void fill_emit(const Node *n, Lowering *lw) {
   lower_call(lw, KN_fill, NULL, "%s, %s, %s", buf(n), flt(n->aff.shift), elems_c(n));
 }
 
+// FILL and CONST are leaves (JAX's full and constants): their shape is the
+// builder's, which no operand holds, so they have no shape rule.
 const OpDef op_FILL = {"fill", 0, 0, false, rule_none, NULL, fill_emit, NULL};
 
 // CONST: a replicated constant the program holds (Normalization's mean and

@@ -25,8 +25,10 @@ bool shape_in1(const Node *n, Shape *out);
 bool shape_scalar(const Node *n, Shape *out);
 bool shape_rows(const Node *n, Shape *out);
 
-// Gradients: a DOT of a and b with these attributes (dot_shape's).
+// Gradients: a DOT of a and b with these attributes (dot_shape's); dy
+// summed to the shape of b, a bias over dy's trailing dims (BIAS_GRAD).
 Node *dot(Graph *g, Node *a, Node *b, int nb, int nk, bool ta, bool tb);
+Node *bias_grad_of(Graph *g, Node *dy, const Node *b);
 
 // Lowerings, as C over local blocks: "KDRT_ACT_<NAME>" by activation; n
 // as [rows, last dim] and its elements; as [lead, trailing dims of rank

@@ -175,8 +175,15 @@ const OpDef op_ATTENTION = {"attention", 4, 0, false, attention_rule, NULL, atte
                             attention_shape};
 const OpDef op_ATTENTION_LSE = {"attention_lse", 3, 0, false, attention_rule, NULL,
                                 attention_emit, shape_rows};
+// dq (its 8 operands: dk and dv after the six) is q's shape; dk and dv are
+// k's, which is v's.
+static bool attention_grad_shape(const Node *n, Shape *out) {
+  *out = n->in[n->nin == 8 ? 1 : 2]->shape;
+  return n->nin == 6 || n->nin == 8;
+}
+
 const OpDef op_ATTENTION_GRAD = {"attention_grad", -1, 0, false, attention_rule, NULL,
-                                 attention_emit, NULL};
+                                 attention_emit, attention_grad_shape};
 
 // ---------------------------------------------------------------- CONV2D, MAXPOOL
 // x[b,h,w,ci] f[kh,kw,ci,co] y[b,oh,ow,co]; the spatial dims need their
@@ -218,16 +225,56 @@ static void conv_rule(const Node *n, Rule *r) {
   }
 }
 
-static Node *windowed(Graph *g, OpKind op, Node *a, Node *b, Shape s, const Node *like) {
-  Node *n = new_node2(g, op, a, b, s);
-  n->win = like->win;
-  return n;
+// The shape rules: the windows' extents from the padding before and after
+// (WinAttr's pad_b: the last window ends the padded extent), as JAX's
+// conv_general_dilated with explicit padding; a conv's channels from its
+// filter, a gradient's dims from its operands'.
+static int64_t span(int k, int dil) { return (int64_t)(k - 1) * (dil + 1) + 1; }
+
+// The windows over an extent `in` padded by pt and pb; -1: they do not tile it.
+static int64_t windows_over(int64_t in, int k, int dil, int s, int pt, int pb) {
+  int64_t e = in + pt + pb - span(k, dil);
+  return e >= 0 && s > 0 && e % s == 0 ? e / s + 1 : -1;
+}
+
+// The extent whose windows are `out` (CONV2D_DX's x).
+static int64_t extent_under(int64_t out, int k, int dil, int s, int pt, int pb) {
+  return (out - 1) * s + span(k, dil) - pt - pb;
+}
+
+static bool window_shape(const Node *n, Shape *out) {
+  const WinAttr *w = &n->win;
+  const Shape *a = &n->in[0]->shape, *b = n->nin > 1 ? &n->in[1]->shape : NULL;
+  if (a->rank != 4 || (b && b->rank != 4)) return false;
+  int64_t G = w->groups > 1 ? w->groups : 1;
+  *out = (Shape){4, {a->d[0]}};
+  switch (n->op) {
+  case OP_CONV2D: case OP_MAXPOOL: // a = x: y[b, oh, ow, co]
+    out->d[1] = windows_over(a->d[1], w->kh, w->dil_h, w->sh, w->pad_t, w->pad_b);
+    out->d[2] = windows_over(a->d[2], w->kw, w->dil_w, w->sw, w->pad_l, w->pad_r);
+    out->d[3] = n->op == OP_MAXPOOL ? a->d[3] : b->d[3];
+    break;
+  case OP_CONV2D_DX: // a = dy: x[b, h, w, G * ci]
+    out->d[1] = extent_under(a->d[1], w->kh, w->dil_h, w->sh, w->pad_t, w->pad_b);
+    out->d[2] = extent_under(a->d[2], w->kw, w->dil_w, w->sw, w->pad_l, w->pad_r);
+    out->d[3] = G * b->d[2];
+    break;
+  case OP_CONV2D_DW: // a = x, b = dy: f[kh, kw, ci, co]
+    *out = (Shape){4, {w->kh, w->kw, a->d[3] / G, b->d[3]}};
+    return a->d[0] == b->d[0] && a->d[3] % G == 0;
+  default: unreachable();
+  }
+  return out->d[1] > 0 && out->d[2] > 0;
+}
+
+static Node *windowed(Graph *g, OpKind op, Node *a, Node *b, const Node *like) {
+  return make2(g, op, a, b, .win = like->win);
 }
 
 static void conv_grad(Graph *g, Node *n, const bool *need) {
   Node *a = n->in[0], *b = n->in[1];
-  if (need[a->id]) accumulate(g, a, windowed(g, OP_CONV2D_DX, n->grad, b, a->shape, n));
-  if (need[b->id]) accumulate(g, b, windowed(g, OP_CONV2D_DW, a, n->grad, b->shape, n));
+  if (need[a->id]) accumulate(g, a, windowed(g, OP_CONV2D_DX, n->grad, b, n));
+  if (need[b->id]) accumulate(g, b, windowed(g, OP_CONV2D_DW, a, n->grad, n));
 }
 
 // The window descriptor of a conv or pool op, from its local x and y: a
@@ -259,13 +306,14 @@ static void conv_emit(const Node *n, Lowering *lw) {
 // is the forward conv, and its filter's gradient the conv's.
 static void conv_dx_grad(Graph *g, Node *n, const bool *need) {
   Node *dy = n->in[0], *f = n->in[1];
-  if (need[dy->id]) accumulate(g, dy, windowed(g, OP_CONV2D, n->grad, f, dy->shape, n));
-  if (need[f->id]) accumulate(g, f, windowed(g, OP_CONV2D_DW, n->grad, dy, f->shape, n));
+  if (need[dy->id]) accumulate(g, dy, windowed(g, OP_CONV2D, n->grad, f, n));
+  if (need[f->id]) accumulate(g, f, windowed(g, OP_CONV2D_DW, n->grad, dy, n));
 }
 
-const OpDef op_CONV2D = {"conv2d", 2, 3, false, conv_rule, conv_grad, conv_emit, NULL};
-const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, conv_dx_grad, conv_emit, NULL};
-const OpDef op_CONV2D_DW = {"conv2d_dw", 2, 3, false, conv_rule, NULL, conv_emit, NULL};
+const OpDef op_CONV2D = {"conv2d", 2, 3, false, conv_rule, conv_grad, conv_emit, window_shape};
+const OpDef op_CONV2D_DX = {"conv2d_dx", 2, 3, false, conv_rule, conv_dx_grad, conv_emit,
+                            window_shape};
+const OpDef op_CONV2D_DW = {"conv2d_dw", 2, 3, false, conv_rule, NULL, conv_emit, window_shape};
 
 static void pool_rule(const Node *n, Rule *r) {
   bool fwd = n->op == OP_MAXPOOL;
@@ -281,7 +329,7 @@ static void pool_rule(const Node *n, Rule *r) {
 }
 
 static void pool_grad(Graph *g, Node *n, const bool *need) {
-  accumulate(g, n->in[0], windowed(g, OP_MAXPOOL_GRAD, n->grad, n->in[0], n->in[0]->shape, n));
+  accumulate(g, n->in[0], windowed(g, OP_MAXPOOL_GRAD, n->grad, n->in[0], n));
 }
 
 static void pool_emit(const Node *n, Lowering *lw) {
@@ -293,7 +341,7 @@ static void pool_emit(const Node *n, Lowering *lw) {
                buf(n->in[0]), buf(n->in[1]));
 }
 
-const OpDef op_MAXPOOL = {"maxpool", 1, 0, false, pool_rule, pool_grad, pool_emit, NULL};
+const OpDef op_MAXPOOL = {"maxpool", 1, 0, false, pool_rule, pool_grad, pool_emit, window_shape};
 const OpDef op_MAXPOOL_GRAD = {"maxpool_grad", 2, 0, false, pool_rule, NULL, pool_emit, shape_in1};
 
 // ---------------------------------------------------------------- COL_MUL, NORM, CAUSAL, ATTN_MASK
@@ -307,7 +355,7 @@ static void col_mul_grad(Graph *g, Node *n, const bool *need) {
   if (need[x->id]) accumulate(g, x, make2(g, OP_COL_MUL, n->grad, gam));
   if (need[gam->id]) {
     Node *p = make2(g, OP_MUL, n->grad, x);
-    accumulate(g, gam, new_node1(g, OP_BIAS_GRAD, p, gam->shape));
+    accumulate(g, gam, bias_grad_of(g, p, gam));
   }
 }
 
@@ -899,10 +947,7 @@ static void recur_grad(Graph *g, Node *n, const bool *need) {
   int cell = n->rec.cell;
   int64_t U = n->rec.units, GU = kdrt_rnn_gates(cell) * U;
   Node *in[3] = {n->grad, n, r};
-  Node *d = new_node(g, OP_RECUR_GRAD, 3, in);
-  d->shape = n->shape;
-  d->shape.d[2] = kdrt_rnn_grad_width(cell, U);
-  d->rec = n->rec;
+  Node *d = op_make(g, OP_RECUR_GRAD, 3, in, &(Node){.rec = n->rec});
   d->layer = n->layer;
   d->loc = n->loc;
   Node *dxw = record_slice(g, d, 0, GU);
@@ -924,7 +969,7 @@ static void recur_grad(Graph *g, Node *n, const bool *need) {
     }
   }
   if (n->nin > 2 && need[n->in[2]->id])
-    accumulate(g, n->in[2], new_node1(g, OP_BIAS_GRAD, drec, n->in[2]->shape));
+    accumulate(g, n->in[2], bias_grad_of(g, drec, n->in[2]));
 }
 
 static char *act_arg(Act a) { return xstrdup(act_c[a]); }
@@ -944,8 +989,20 @@ static void recur_emit(const Node *n, Lowering *lw) {
              fwd ? n->nin > 2 ? buf(n->in[2]) : "NULL" : buf(n->in[2]), B, T, U);
 }
 
-const OpDef op_RECUR = {"recur", -1, 0, false, recur_rule, recur_grad, recur_emit, NULL};
-const OpDef op_RECUR_GRAD = {"recur_grad", 3, 0, false, recur_rule, NULL, recur_emit, NULL};
+// The record [B, T, its width] of xw[B, T, gates * units]; the gradient's
+// of the forward's record (operand 1).
+static bool recur_shape(const Node *n, Shape *out) {
+  int cell = n->rec.cell;
+  int64_t U = n->rec.units;
+  const Shape *x = &n->in[n->op == OP_RECUR ? 0 : 1]->shape;
+  *out = (Shape){3, {x->d[0], x->d[1], n->op == OP_RECUR ? kdrt_rnn_width(cell, U)
+                                                         : kdrt_rnn_grad_width(cell, U)}};
+  return x->rank == 3;
+}
+
+const OpDef op_RECUR = {"recur", -1, 0, false, recur_rule, recur_grad, recur_emit, recur_shape};
+const OpDef op_RECUR_GRAD = {"recur_grad", 3, 0, false, recur_rule, NULL, recur_emit,
+                             recur_shape};
 
 // x with dim red.dim reversed: that dim is needed whole; its own transpose.
 static void reverse_rule(const Node *n, Rule *r) {

@@ -6,14 +6,17 @@
 //   - ids are positions, and every operand is defined before its use;
 //   - operand counts match the op's definition; ranks and extents are sane;
 //   - every op's sharding rule agrees with the shapes: all dims mapped to
-//     one factor have the same extent (this checks the shape rule of every
-//     op that has one, reshape aside, whose groups differ by design);
-//   - every node's shape is its op's shape rule's (where the op has one);
+//     one factor have the same extent (reshape aside, whose groups differ
+//     by design);
+//   - every node's shape is its op's shape rule's: every op has one but
+//     the leaves (INPUT, LABEL, FILL, CONST), whose builder gives it (a
+//     reshape's keeps the element count);
 //   - a collective keeps its operand's shape;
 //   - placements (once shard.c has run): each mesh axis used at most once
 //     per tensor (split dims, pending sums, pending maxima together), and
 //     every split dim divides by its axis;
-//   - integer tensors are only inputs and what reads them as ids; a 16-bit
+//   - integer tensors are only inputs and what reads them as ids, masks or
+//     positions (the decode step's, decode.c, which is verified too); a 16-bit
 //     one (issue 23's storage) is read by its UNPACK16 alone.
 #include "kdcc.h"
 
@@ -48,6 +51,18 @@ static void check_place(const Graph *g, const char *pass, const Node *n) {
   }
 }
 
+// Whether operand k of n may hold integers: ids (GATHER, SCATTER_ADD), a
+// mask (ATTN_MASK's), a decode op's positions (its last), what a
+// collective moves.
+static bool takes_ints(const Node *n, int k) {
+  switch (n->op) {
+  case OP_GATHER: case OP_SCATTER_ADD: return true;
+  case OP_ATTN_MASK: return k == 1;
+  case OP_KV_WRITE: case OP_POS_SLICE: case OP_DEC_CAUSAL: case OP_DEC_ROPE: return k == n->nin - 1;
+  default: return is_collective(n->op);
+  }
+}
+
 void verify_graph(const Graph *g, const char *pass, bool placed) {
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
@@ -61,9 +76,7 @@ void verify_graph(const Graph *g, const char *pass, bool placed) {
         bad(pass, n, "operand %d is not defined before its use", k);
       if (a->dtype == DT_U16 && n->op != OP_UNPACK16)
         bad(pass, n, "operand %d holds 16-bit values", k);
-      if (a->dtype == DT_I32 && n->op != OP_GATHER && n->op != OP_SCATTER_ADD &&
-          !(n->op == OP_ATTN_MASK && k == 1) && !is_collective(n->op))
-        bad(pass, n, "operand %d holds integers", k);
+      if (a->dtype == DT_I32 && !takes_ints(n, k)) bad(pass, n, "operand %d holds integers", k);
     }
     if (n->shape.rank < 0 || n->shape.rank > MAX_RANK) bad(pass, n, "rank %d", n->shape.rank);
     for (int d = 0; d < n->shape.rank; d++)
@@ -87,8 +100,6 @@ void verify_graph(const Graph *g, const char *pass, bool placed) {
                 t ? format("operand %d", t - 1) : "the result", d, (long long)s->d[d],
                 (long long)r.size[map[d]]);
       }
-    } else if (shape_elems(&n->shape) != shape_elems(&n->in[0]->shape)) {
-      bad(pass, n, "reshape changes the element count");
     }
     if (placed) check_place(g, pass, n);
   }

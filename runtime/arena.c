@@ -10,6 +10,7 @@
 // compiled batch and checks that it gives the program's offsets.
 #include "kdrt.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -61,7 +62,10 @@ size_t kdrt_arena_plan(const kdrt_program *p, int64_t B) {
   int nslots = p->arena_plan[p->narena_plan - 1].slot; // the last step is a scratch one
   int64_t *len = calloc((size_t)nslots + 1, sizeof *len), peak = 0, scratch = 0;
   span *fr = calloc((size_t)p->narena_plan + 8, sizeof *fr);
-  if (!len || !fr) kdrt_fatal(NULL, "out of memory for the arena plan");
+  if (!len || !fr) { // kdrt_main says so: this file calls nothing of the runtime's
+    free(len), free(fr);
+    return SIZE_MAX;
+  }
   int nfree = 0;
   for (int i = 0; i < p->narena_plan; i++) {
     const kdrt_arena_op *s = &p->arena_plan[i];

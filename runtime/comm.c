@@ -37,6 +37,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+// ------------------------------------------------------------ a step's rows, the ways out
+
+void kdrt_rows_split(int64_t rows, int parts, int i, int64_t *first, int64_t *n) {
+  int64_t base = rows / parts, extra = rows % parts;
+  *n = base + (i < extra);
+  *first = (int64_t)i * base + (i < extra ? i : extra);
+}
+
+// kdrt_fail_all's and kdrt_leave's: rank 0 says it (fmt not NULL), every
+// rank lets go of its communicators and finalizes MPI; the buffers too
+// with free_buffers.
+static void leave_all(kdrt_ctx *c, int free_buffers, const char *who, const char *fmt,
+                      va_list ap) {
+  if (c->rank == 0 && fmt) kdrt_vsay(who, fmt, ap);
+  if (free_buffers) {
+    kdrt_buffer_free(c->params), kdrt_buffer_free(c->grads), kdrt_buffer_free(c->arena);
+    c->params = c->grads = c->arena = NULL;
+  }
+  kdrt_comm_free(c);
+  MPI_Finalize();
+}
+
+void kdrt_fail_all(const kdrt_ctx *c, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  leave_all((kdrt_ctx *)c, 0, kdrt_prog_name, fmt, ap);
+  va_end(ap);
+  exit(status);
+}
+
+int kdrt_leave(kdrt_ctx *c, const char *who, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  leave_all(c, 1, who, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
 // ------------------------------------------------------------ groups
 
 static void check_mask(const kdrt_ctx *c, unsigned axes) {

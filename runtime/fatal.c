@@ -10,6 +10,8 @@
 //     if any), the buffers freed, and the status returned for main;
 //   kdrt_fatal: an error of one rank: it says so with its rank, and
 //     MPI_Abort takes the whole job down (exit 1 without MPI).
+// The first two let go of the communicators, so they are comm.c's (which
+// calls kdrt_fatal: this file calls nothing above it, tests/sh/layering.sh).
 // kdrt_errf is the convention of the file readers and the option parser:
 // the message in a caller's buffer, -1 returned.
 #include "kdrt.h"
@@ -42,7 +44,7 @@ void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...) {
 
 // "who: " and the message on stderr, on a line of its own after whatever
 // stdout holds.
-static void say(const char *who, const char *fmt, va_list ap) {
+void kdrt_vsay(const char *who, const char *fmt, va_list ap) {
   fflush(stdout);
   fprintf(stderr, "%s: ", who);
   vfprintf(stderr, fmt, ap);
@@ -58,40 +60,10 @@ void kdrt_fatal(const kdrt_ctx *c, const char *fmt, ...) {
   snprintf(who, sizeof who, "%s: rank %d", kdrt_prog_name, rank);
   va_list ap;
   va_start(ap, fmt);
-  say(who, fmt, ap);
+  kdrt_vsay(who, fmt, ap);
   va_end(ap);
   if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
   exit(1);
-}
-
-// kdrt_fail_all's and kdrt_leave's: rank 0 says it (fmt not NULL), every
-// rank lets go of its communicators and finalizes MPI; the buffers too
-// with free_buffers.
-static void leave_all(kdrt_ctx *c, int free_buffers, const char *who, const char *fmt,
-                      va_list ap) {
-  if (c->rank == 0 && fmt) say(who, fmt, ap);
-  if (free_buffers) {
-    kdrt_buffer_free(c->params), kdrt_buffer_free(c->grads), kdrt_buffer_free(c->arena);
-    c->params = c->grads = c->arena = NULL;
-  }
-  kdrt_comm_free(c);
-  MPI_Finalize();
-}
-
-void kdrt_fail_all(const kdrt_ctx *c, int status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  leave_all((kdrt_ctx *)c, 0, kdrt_prog_name, fmt, ap);
-  va_end(ap);
-  exit(status);
-}
-
-int kdrt_leave(kdrt_ctx *c, const char *who, int status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  leave_all(c, 1, who, fmt, ap);
-  va_end(ap);
-  return status;
 }
 
 int kdrt_errf(char *err, size_t errlen, const char *fmt, ...) {

@@ -57,7 +57,7 @@
 // different meshes trains on the same numbers. Errors every rank detects
 // alike (options, data files) are printed once by rank 0 and every rank
 // exits cleanly (kdrt_fail_all); errors of one rank go through kdrt_fatal
-// (MPI_Abort); both in fatal.c.
+// (MPI_Abort): fatal.c's, kdrt_fail_all comm.c's (it frees the communicators).
 #include "kdrt.h"
 
 #include <errno.h>
@@ -71,12 +71,6 @@
 #include <unistd.h>
 
 // ------------------------------------------------------------ a step's rows
-
-void kdrt_rows_split(int64_t rows, int parts, int i, int64_t *first, int64_t *n) {
-  int64_t base = rows / parts, extra = rows % parts;
-  *n = base + (i < extra);
-  *first = (int64_t)i * base + (i < extra ? i : extra);
-}
 
 void kdrt_set_rows(kdrt_ctx *c, int64_t rows) {
   const kdrt_program *p = c->prog;
@@ -573,6 +567,12 @@ static int write_history(const run *r, const char *path) {
 // The arena for a batch of B rows: as compiled up to p->batch, else the
 // plan replayed for B (after checking that the replay for p->batch gives
 // the compiled offsets, which the program holds).
+static size_t replay(const kdrt_ctx *c, int64_t B) {
+  size_t n = kdrt_arena_plan(c->prog, B);
+  if (n == SIZE_MAX) kdrt_fatal(c, "out of memory for the arena plan");
+  return n;
+}
+
 static size_t arena_for(const kdrt_ctx *c, int64_t B) {
   const kdrt_program *p = c->prog;
   if (B <= p->batch) return p->arena_floats;
@@ -580,12 +580,12 @@ static size_t arena_for(const kdrt_ctx *c, int64_t B) {
   int64_t *compiled = malloc(sizeof(int64_t) * ((size_t)nslots + 1));
   if (!compiled) kdrt_fatal(c, "out of memory for the arena plan");
   memcpy(compiled, p->arena_off, sizeof(int64_t) * ((size_t)nslots + 1));
-  size_t n = kdrt_arena_plan(p, p->batch);
+  size_t n = replay(c, p->batch);
   if (n != p->arena_floats || memcmp(compiled, p->arena_off, sizeof(int64_t) * ((size_t)nslots + 1)))
     kdrt_fatal(c, "this program's arena plan does not replay as kdcc made it (a runtime of "
                "another version?); recompile it with this kdcc");
   free(compiled);
-  return kdrt_arena_plan(p, B);
+  return replay(c, B);
 }
 
 static float *alloc_floats(const kdrt_ctx *c, size_t n, const char *what) {

@@ -24,6 +24,7 @@
 #ifndef KDRT_H
 #define KDRT_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -259,7 +260,7 @@ int kdrt_gradcheck(int argc, char **argv, const kdrt_program *prog);
 
 // The rows [*first, *first + *n) of a step of `rows` global rows that batch
 // coordinate i of `parts` gets: numpy's array_split (the first rows % parts
-// coordinates one row more than the others).
+// coordinates one row more than the others) (comm.c, which splits them too).
 void kdrt_rows_split(int64_t rows, int parts, int i, int64_t *first, int64_t *n);
 // A block of shape lshape[rank] as [outer, lshape[dim], inner]: the
 // products of the dims before dim and after it (comm.c; the CUDA
@@ -277,7 +278,8 @@ void kdrt_rows_refused(kdrt_ctx *c, int64_t rows, int size, const char *axis);
 
 // (arena.c) Replay p's arena plan for a global batch of B rows: first fit, as kdcc
 // planned it for p->batch, each buffer's new offset into p->arena_off;
-// returns the arena's floats. Without a plan: p->arena_floats, nothing set.
+// returns the arena's floats (SIZE_MAX: no memory to replay it). Without a
+// plan: p->arena_floats, nothing set.
 size_t kdrt_arena_plan(const kdrt_program *p, int64_t B);
 // The parameter blob, the gradients and the activation arena: n floats,
 // zeroed, 64-byte aligned, or NULL when out of memory; given back with
@@ -301,10 +303,13 @@ int kdrt_errf(char *err, size_t errlen, const char *fmt, ...)
 
 // printf on rank 0 only.
 void kdrt_printf0(const kdrt_ctx *c, const char *fmt, ...);
+// "who: " and the message on stderr, on a line of its own after whatever
+// stdout holds.
+void kdrt_vsay(const char *who, const char *fmt, va_list ap);
 // Fatal error: message on stderr (prefixed by the rank), MPI_Abort, exit 1.
 void kdrt_fatal(const kdrt_ctx *c, const char *fmt, ...);
 // An error every rank sees alike: rank 0 says it ("<program>: ..."), every
-// rank frees its communicators, finalizes MPI and exits with status.
+// rank frees its communicators, finalizes MPI and exits with status (comm.c).
 void kdrt_fail_all(const kdrt_ctx *c, int status, const char *fmt, ...)
     __attribute__((noreturn));
 
@@ -416,7 +421,7 @@ int kdrt_generate(int argc, char **argv, const kdrt_program *p);
 int kdrt_infer_open(kdrt_ctx *c, const char *who, const kdrt_program *p, int *argc,
                     char ***argv, const char *weights, int init_random, char *err, size_t errlen);
 // The end of one: rank 0 prints "who: " and fmt's message when fmt is not
-// NULL; the buffers freed, MPI finalized; returns status.
+// NULL; the buffers freed, MPI finalized; returns status (comm.c).
 int kdrt_leave(kdrt_ctx *c, const char *who, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 // Where predict writes output o of p for --out `out`: with one output,

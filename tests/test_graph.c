@@ -838,3 +838,77 @@ Test(graph, glu_needs_an_even_last_dim) {
   cr_assert_str_eq(c.err, "tests/bad/glu_odd.json:4:3: error: layer 'd1': activation 'glu' does "
                           "not apply to a value of shape [4, 7]\n");
 }
+
+// Every op has a shape rule but the leaves, whose shape no operand or
+// attribute holds (their builder gives it).
+Test(graph, every_op_has_a_shape_rule) {
+  for (int k = 0; k < OP_COUNT; k++) {
+    bool leaf = k == OP_INPUT || k == OP_LABEL || k == OP_FILL || k == OP_CONST;
+    cr_expect_eq(op_defs[k]->shape == NULL, leaf, "%s", op_defs[k]->name);
+  }
+}
+
+static Node *leaf(Graph *g, Shape s) {
+  Node *x = new_node(g, OP_INPUT, 0, NULL);
+  x->shape = s;
+  return x;
+}
+
+#define expect_shape(n, ...)                                                                   \
+  cr_expect(shape_eq(&(n)->shape, &(Shape)__VA_ARGS__), "%s: %s", op_info((n)->op).name,     \
+            shape_str(&(n)->shape))
+
+// The window ops' rules give Keras's extents from the padding before and
+// after: a 3x3 conv by strides 2, 'same', on [2, 5, 8, 3] (padded 1 + 1
+// rows, 0 + 1 columns) is [2, 3, 4, 4], its input gradient that input's
+// shape again, its filter gradient the filter's; a 2x2 pool by 2, 'valid',
+// [2, 2, 4, 3] (the last row read by no window: pad_b -1), and where the
+// windows do not end the padded extent the rule fails. Groups: the input
+// gradient's channels are the groups times the filter's.
+Test(graph, window_shape_rules) {
+  Graph *g = graph_of("models/cnn.json");
+  Node *x = leaf(g, (Shape){4, {2, 5, 8, 3}}), *f = leaf(g, (Shape){4, {3, 3, 3, 4}});
+  WinAttr w = {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .pad_t = 1, .pad_b = 1, .pad_r = 1};
+  Node *y = make2(g, OP_CONV2D, x, f, .win = w);
+  expect_shape(y, {4, {2, 3, 4, 4}});
+  expect_shape(make2(g, OP_CONV2D_DX, y, f, .win = w), {4, {2, 5, 8, 3}});
+  expect_shape(make2(g, OP_CONV2D_DW, x, y, .win = w), {4, {3, 3, 3, 4}});
+  WinAttr p = {.kh = 2, .kw = 2, .sh = 2, .sw = 2, .pad_b = -1};
+  expect_shape(make1(g, OP_MAXPOOL, x, .win = p), {4, {2, 2, 4, 3}});
+  Node bad = {.op = OP_MAXPOOL, .nin = 1, .in = {x}, .win = p}; // pad_b 0: a row left over
+  bad.win.pad_b = 0;
+  Shape s;
+  cr_expect_not(op_info(OP_MAXPOOL).shape(&bad, &s));
+  Node *x6 = leaf(g, (Shape){4, {2, 5, 8, 6}}), *f6 = leaf(g, (Shape){4, {3, 3, 2, 6}});
+  w.groups = 3;
+  Node *y6 = make2(g, OP_CONV2D, x6, f6, .win = w);
+  expect_shape(y6, {4, {2, 3, 4, 6}});
+  expect_shape(make2(g, OP_CONV2D_DX, y6, f6, .win = w), {4, {2, 5, 8, 6}});
+  expect_shape(make2(g, OP_CONV2D_DW, x6, y6, .win = w), {4, {3, 3, 2, 6}});
+  // the ops whose extent is an attribute: a bias's gradient keeps the dims
+  // from red.dim, a table's its rows red.n
+  expect_shape(make1(g, OP_BIAS_GRAD, x, .red.dim = 2), {2, {8, 3}});
+  Node *ids = leaf(g, (Shape){2, {2, 5}});
+  expect_shape(make2(g, OP_SCATTER_ADD, leaf(g, (Shape){3, {2, 5, 7}}), ids, .red.n = 11),
+               {2, {11, 7}});
+}
+
+// A conv whose padding after is not the one its extents have fails the
+// verifier, which names the op and both shapes.
+Test(graph, window_verified) {
+  Graph *g = graph_of("models/cnn.json");
+  Node *c = NULL;
+  for (int i = 0; i < g->nnodes && !c; i++)
+    if (g->nodes[i]->op == OP_CONV2D) c = g->nodes[i];
+  cr_assert(c, "cnn has a conv");
+  verify_graph(g, "test", false); // as built
+  Shape want = c->shape;
+  c->win.pad_b += c->win.sh; // one window more
+  want.d[1]++;
+  Captured cap;
+  IN_CHILD(cap, verify_graph(g, "test", false));
+  cr_assert_eq(cap.status, 70, "status %d: %s", cap.status, cap.err);
+  cr_expect_str_eq(cap.err, format("kdcc: internal error: after test: %%%d conv2d (%s): shape %s, "
+                                   "its op's shape rule %s\n", c->id, c->layer,
+                                   shape_str(&c->shape), shape_str(&want)));
+}
