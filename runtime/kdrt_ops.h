@@ -413,6 +413,12 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
   K(nadam, (float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,        \
             float b2, float eps, int64_t t, float u_prod))                                     \
   K(lion, (float *w, const float *g, float *m, size_t n, float lr, float b1, float b2))       \
+  /* issue 23: SGD and Adam (AdamW: wd != 0) on a variable kept in 16 bits (kind: */          \
+  /* KDRT_ROUND_BF16), its slots too, in its dtype: kdrt_optim.h's *16 updates    */          \
+  K(sgd16, (float *w, const float *g, float *m, size_t n, float lr, float momentum,            \
+            int nesterov, float wd, int kind))                                                 \
+  K(adam16, (float *w, const float *g, float *m, float *v, float *vhat, size_t n, float lr,    \
+             float b1, float b2, float eps, float wd, int64_t t, int kind))                    \
   /* base_optimizer's weight decay before an update: w -= w * wd * lr             */          \
   K(weight_decay, (float *w, size_t n, float lr, float wd))                                    \
   /* base_optimizer's gradient clipping, in place before the update: g *= f[0]     */          \

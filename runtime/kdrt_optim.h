@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "kdrt_defs.h" // KDRT_HD
+#include "kdrt_round.h"
 
 // Keras's moment update, s += (x - s) * (1 - beta): Adam's, Adamax's and
 // Nadam's first moment (x = g) and second (x = g^2); c = 1 - beta.
@@ -110,6 +111,68 @@ static inline KDRT_HD float kdrt_lion_at(float w, const float *g, float *m, size
   float gi = g[i], d = m[i] * b1 + gi * c1;
   m[i] = m[i] * b2 + gi * c2;
   return w - lr * (float)((d > 0.0f) - (d < 0.0f));
+}
+
+// ---- issue 23: a variable kept in 16 bits (the bfloat16 policy)
+// Keras's update_step casts the learning rate, the gradient and every
+// constant to variable.dtype, and its slots are of that dtype
+// (add_variable_from_reference): every op of the update is a 16-bit op,
+// which XLA computes in float32 and rounds (kind: KDRT_ROUND_*). A product
+// or sum of two 16-bit values is exact in float32 or rounded once more.
+static inline KDRT_HD float kdrt_r16(float x, int kind) {
+  return kind == KDRT_ROUND_BF16 ? kdrt_round_bf16(x) : kdrt_round_f16(x);
+}
+
+// base_optimizer's weight decay in 16 bits: w - w * wd * lr, wd and lr cast.
+static inline KDRT_HD float kdrt_decay16(float w, float wd, float lr, int kind) {
+  return kdrt_r16(w - kdrt_r16(kdrt_r16(w * wd, kind) * lr, kind), kind);
+}
+
+// SGD: lr and momentum already rounded (kdrt_r16).
+static inline KDRT_HD float kdrt_sgd16_at(float w, const float *g, float *m, size_t i, float lr,
+                                          float momentum, int nesterov, int kind) {
+  float gl = kdrt_r16(kdrt_r16(g[i], kind) * lr, kind);
+  if (!m) return kdrt_r16(w - gl, kind);
+  float mi = kdrt_r16(kdrt_r16(m[i] * momentum, kind) - gl, kind);
+  m[i] = mi;
+  if (nesterov) mi = kdrt_r16(kdrt_r16(mi * momentum, kind) - gl, kind);
+  return kdrt_r16(w + mi, kind);
+}
+
+// Adam's step scalars in 16 bits: the step cast, b^t of the cast betas,
+// alpha = lr * sqrt(1 - b2^t) / (1 - b1^t), 1 - b (a Python float cast),
+// epsilon cast. pow in double, so the CPU and the GPU agree.
+typedef struct {
+  float alpha, c1, c2, eps;
+} kdrt_adam16_k;
+
+static inline KDRT_HD kdrt_adam16_k kdrt_adam16_coef(float lr, float b1, float b2, float eps,
+                                                     int64_t t, int kind) {
+  float t16 = kdrt_r16((float)t, kind);
+  float p1 = kdrt_r16((float)pow((double)kdrt_r16(b1, kind), (double)t16), kind);
+  float p2 = kdrt_r16((float)pow((double)kdrt_r16(b2, kind), (double)t16), kind);
+  float s = kdrt_r16(sqrtf(kdrt_r16(1.0f - p2, kind)), kind);
+  kdrt_adam16_k k;
+  k.alpha = kdrt_r16(kdrt_r16(kdrt_r16(lr, kind) * s, kind) / kdrt_r16(1.0f - p1, kind), kind);
+  k.c1 = kdrt_r16((float)(1.0 - (double)b1), kind);
+  k.c2 = kdrt_r16((float)(1.0 - (double)b2), kind);
+  k.eps = kdrt_r16(eps, kind);
+  return k;
+}
+
+// Adam's m += (g - m) * (1 - b1), v += (g^2 - v) * (1 - b2) and
+// w -= m * alpha / (sqrt(v) + eps), each op rounded.
+static inline KDRT_HD float kdrt_adam16_at(float w, const float *g, float *m, float *v,
+                                           float *vhat, size_t i, kdrt_adam16_k k, int kind) {
+  float gi = kdrt_r16(g[i], kind);
+  float mi = kdrt_r16(m[i] + kdrt_r16(kdrt_r16(gi - m[i], kind) * k.c1, kind), kind);
+  float g2 = kdrt_r16(gi * gi, kind);
+  float vi = kdrt_r16(v[i] + kdrt_r16(kdrt_r16(g2 - v[i], kind) * k.c2, kind), kind);
+  m[i] = mi;
+  v[i] = vi;
+  if (vhat) vhat[i] = vi = fmaxf(vhat[i], vi);
+  float den = kdrt_r16(kdrt_r16(sqrtf(vi), kind) + k.eps, kind);
+  return kdrt_r16(w - kdrt_r16(kdrt_r16(mi * k.alpha, kind) / den, kind), kind);
 }
 
 // ---- gradient clipping and loss scaling

@@ -493,20 +493,23 @@ Test(bad, unknown_layer_class) {
                "4:44: error: unknown layer class 'ConvLSTM1D' (layer 'conv_lstm1d')");
 }
 
-// issue 23: mixed_bfloat16 and mixed_float16 are read (tests/test_graph.c),
+// issue 23: mixed_bfloat16, mixed_float16 and bfloat16 are read (tests/test_graph.c),
 // what is not done yet is refused at the policy's name
 Test(bad, dtype_policy_mixed) {
+  EXPECT_ERROR("tests/bad/dtype_policy_f16.json",
+               "5:82: error: layer 'd1': dtype policy 'float16' keeps its variables in "
+               "float16, which kdcc does not do yet: train it with float32 variables, "
+               "--dtype-policy mixed_float16 (or float32)");
   EXPECT_ERROR("tests/bad/dtype_policy_bf16.json",
-               "5:82: error: layer 'd1': dtype policy 'bfloat16' keeps its variables in "
-               "bfloat16, which kdcc does not do yet: train it with float32 variables, "
-               "--dtype-policy mixed_bfloat16 (or float32), as from_preset(..., dtype=...) "
-               "would");
+               "5:82: error: layer 'ln': dtype policy 'bfloat16' (variables in bfloat16) is not "
+               "supported for LayerNormalization yet: train it with float32 variables, "
+               "--dtype-policy mixed_bfloat16");
   EXPECT_ERROR("tests/bad/dtype_policy_class.json",
                "5:82: error: layer 'lstm': dtype policy 'mixed_bfloat16' is not supported for "
                "LSTM yet");
   EXPECT_ERROR("tests/bad/dtype_policy_float64.json",
                "4:99: error: layer 'd1': dtype 'float64' is not supported (float32, "
-               "mixed_bfloat16, mixed_float16)");
+               "mixed_bfloat16, mixed_float16, bfloat16)");
 }
 
 // issue 23: a mixed_float16 model's optimizer is wrapped in Keras's
