@@ -426,6 +426,8 @@ DATA = {
     "mixed_gpt": (64, 2),
     "mixed_bn_cnn": (64, 2),
     "mixed_f16_mlp": (64, 2),
+    "bf16_mlp": (64, 2),
+    "bf16_adam_mlp": (64, 2),
     "mixed_f16_growth": (64, 2),
     "mixed_f16_bn_cnn": (64, 2),
 }
@@ -626,6 +628,11 @@ CASES = {
     "mixed_gpt_dp": ("mixed_gpt", "mixed_gpt_dp"),
     "mixed_bn_cnn": ("mixed_bn_cnn", "mixed_bn_cnn"),
     "mixed_bn_cnn_dp": ("mixed_bn_cnn", "mixed_bn_cnn_dp"),
+    # the pure bfloat16 policy: variables and slots in bfloat16
+    "bf16_mlp": ("bf16_mlp", "bf16_mlp"),
+    "bf16_mlp_dp": ("bf16_mlp", "bf16_mlp_dp"),
+    "bf16_adam_mlp": ("bf16_adam_mlp", "bf16_adam_mlp"),
+    "bf16_adam_mlp_dp": ("bf16_adam_mlp", "bf16_adam_mlp_dp"),
     # mixed_float16, with Keras's LossScaleOptimizer
     "mixed_f16_mlp": ("mixed_f16_mlp", "mixed_f16_mlp"),
     "mixed_f16_mlp_dp": ("mixed_f16_mlp", "mixed_f16_mlp_dp"),
@@ -645,13 +652,14 @@ CASES = {
 MIXED_RTOL, MIXED_UPDATE_RTOL, MIXED_FROM_F32 = 1e-2, 0.1, 0.2
 
 
-def float32_losses(model_name, keras_path, xs, ys, n, epochs, skipped=()):
-    """issue 23: every step's loss of the model's float32 twin trained from
-    the mixed model's initial weights (keras_path), as the case trains; a
+def float32_losses(model_name, keras_path, xs, ys, n, epochs, skipped=(),
+                   twin_key="float32_twin"):
+    """issue 23: every step's loss of the model's float32 twin (twin_key: or
+    another) trained from the mixed model's initial weights (keras_path), as the case trains; a
     step the mixed run's loss scale skipped (`skipped`, by index) is not
     trained on either, and its loss is None (no float32 counterpart to
     compare: the forward pass alone, here of labels 1000 times larger)."""
-    twin = mm.MODELS[model_name]["float32_twin"]()
+    twin = mm.MODELS[model_name][twin_key]()
     zero_dropout(twin)
     twin.load_weights(keras_path)
     losses = []
@@ -750,6 +758,9 @@ def layer_weights(path):
         def visit(name, obj):
             if isinstance(obj, h5py.Dataset) and name.startswith("layers/"):
                 out[name] = np.array(obj)
+                if obj.attrs.get("dtype") == "bfloat16":  # issue 23: Keras's 2-byte opaque data
+                    bits = out[name].view(np.uint16).astype(np.uint32) << 16
+                    out[name] = bits.view(np.float32)
         f.visititems(visit)
     return out
 
@@ -947,6 +958,9 @@ def run_case(case, out, hlo):
         mixed = "float32_twin" in mm.MODELS[model_name]
         if mixed:
             f32_loss = float32_losses(model_name, keras_path, xs, ys, n, epochs, skipped)
+        if "mixed_twin" in mm.MODELS[model_name]:  # a bfloat16 model: its mixed_bfloat16 twin
+            mixed_loss = float32_losses(model_name, keras_path, xs, ys, n, epochs,
+                                        twin_key="mixed_twin")
         # Frozen layers (trainable=False): the weights Keras left bit for bit
         # as they were, which kdcc must leave so too.
         frozen = []
@@ -1007,6 +1021,8 @@ def run_case(case, out, hlo):
                         "tensor, and the step losses at least float32_min_distance times "
                         "Keras's own distance from its float32 run (float32_step_loss, the "
                         "same model and weights under float32) away from that run"))
+    if "mixed_twin" in mm.MODELS[model_name]:
+        ref.update(mixed_step_loss=mixed_loss, mixed_min_distance=MIXED_FROM_F32)
     if scaled:  # issue 23: mixed_float16's LossScaleOptimizer
         lso = model.optimizer
         ref.update(
