@@ -205,13 +205,15 @@ static const char *const mixed_classes[] = {
 };
 
 // Those of them kdcc takes under a pure policy, checked against Keras
-// (keras_ref's bf16_* cases): the mixed policy's computation, with
-// kernels and biases alone as variables (a normalization's float32
-// statistics and its gamma and beta under bfloat16 are not checked yet).
+// (keras_ref's bf16_* cases): the mixed policy's computation on variables
+// that hold bfloat16 values (LayerNormalization reads its gamma and beta
+// in float32 either way). Not yet: BatchNormalization (its moving
+// statistics' bfloat16 update) and keras-hub's layers.
 static const char *const pure_classes[] = {
-  "Dense", "Conv2D", "Activation", "ReLU", "Softmax", "Add", "Subtract", "Multiply",
-  "Concatenate", "Dropout", "Flatten", "Reshape", "Permute", "MaxPooling2D",
-  "GlobalAveragePooling2D",
+  "Dense", "EinsumDense", "Embedding", "PositionEmbedding", "LayerNormalization",
+  "MultiHeadAttention", "Conv2D", "Activation", "ReLU", "Softmax", "Add", "Subtract",
+  "Multiply", "Concatenate", "Dropout", "Flatten", "Reshape", "Permute", "MaxPooling2D",
+  "GlobalAveragePooling1D", "GlobalAveragePooling2D",
 };
 
 static bool class_in(const char *cls, const char *const *list, size_t n) {

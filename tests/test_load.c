@@ -501,8 +501,8 @@ Test(bad, dtype_policy_mixed) {
                "float16, which kdcc does not do yet: train it with float32 variables, "
                "--dtype-policy mixed_float16 (or float32)");
   EXPECT_ERROR("tests/bad/dtype_policy_bf16.json",
-               "5:82: error: layer 'ln': dtype policy 'bfloat16' (variables in bfloat16) is not "
-               "supported for LayerNormalization yet: train it with float32 variables, "
+               "5:82: error: layer 'bn': dtype policy 'bfloat16' (variables in bfloat16) is not "
+               "supported for BatchNormalization yet: train it with float32 variables, "
                "--dtype-policy mixed_bfloat16");
   EXPECT_ERROR("tests/bad/dtype_policy_class.json",
                "5:82: error: layer 'lstm': dtype policy 'mixed_bfloat16' is not supported for "
