@@ -1751,16 +1751,18 @@ def mixed_mlp():
     return model
 
 
-def under_policy(build, policy):
+def under_policy(build, policy, opt=None):
     """build, under the global dtype policy `policy`, compiled with its loss
-    and a fresh Adam, no metrics (an empty list: None would keep build's)."""
+    and a fresh Adam (or opt()), no metrics (an empty list: None would keep
+    build's)."""
     def built():
         keras.mixed_precision.set_global_policy(policy)
         try:
             model = build()
         finally:
             keras.mixed_precision.set_global_policy("float32")
-        model.compile(loss=model.loss, optimizer=keras.optimizers.Adam(), metrics=[])
+        model.compile(loss=model.loss, optimizer=opt() if opt else keras.optimizers.Adam(),
+                      metrics=[])
         return model
     return built
 
@@ -1810,18 +1812,9 @@ F16_MP = {"d1/kernel": [None, "model"], "d1/bias": ["model"], "d2/kernel": ["mod
 def bf16_with(model_fn, opt):
     """model_fn's model under bfloat16, compiled with its loss and opt(), no
     metrics, with its float32 and mixed_bfloat16 twins."""
-    def under(policy):
-        def built():
-            keras.mixed_precision.set_global_policy(policy)
-            try:
-                model = model_fn()
-            finally:
-                keras.mixed_precision.set_global_policy("float32")
-            model.compile(loss=model.loss, optimizer=opt(), metrics=[])
-            return model
-        return built
-    return dict(build=under("bfloat16"), float32_twin=under("float32"),
-                mixed_twin=under("mixed_bfloat16"))
+    return {key: under_policy(model_fn, policy, opt) for key, policy in
+            (("build", "bfloat16"), ("float32_twin", "float32"),
+             ("mixed_twin", "mixed_bfloat16"))}
 
 
 def bf16_sgd():

@@ -14,15 +14,9 @@
 #     variables in bfloat16 too.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 KDRT_PROGRESS=plain
+. tests/lib.sh
+begin pure16.sh
 export KERAS_BACKEND=jax JAX_PLATFORMS=cpu TF_CPP_MIN_LOG_LEVEL=3
-
-make -s kdcc build/libkdrt.a || exit 1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "pure16.sh: FAIL: $*" >&2; fails=$((fails + 1)); }
 ok() { echo "  ok: $*"; }
 
 F=tests/fixtures/keras_ref/bf16_adam_mlp
@@ -103,5 +97,4 @@ assert d and all(struct.unpack("<I", struct.pack("<f", x))[0] & 0xffff == 0
 print(f"  ok: --dtype-policy bfloat16 on a float32 model: {len(d)} bfloat16 variables")
 EOF
 
-[ $fails = 0 ] && echo "pure16.sh: ok"
-exit $((fails > 0))
+finish
