@@ -866,6 +866,7 @@ static char *var_entry(const Var *v, const VarBlock *vb) {
                 (long long)lelems(v->param), name[2], name[3], name[4],
                 v->file_dtype == KDRT_I32    ? "KDRT_I32" // issue 25: its file's type
                 : v->file_dtype == KDRT_BF16 ? "KDRT_BF16"
+                : v->file_dtype == KDRT_F16  ? "KDRT_F16"
                                              : "KDRT_F32");
 }
 

@@ -629,9 +629,9 @@ struct Var {
   bool lora_part;
   // issue 25: its dataset's type in the weights file, KDRT_F32, or KDRT_I32 for
   // an integer Keras keeps (an adapted Normalization's count; kdrt_var.dtype),
-  // or KDRT_BF16 (issue 23: a variable of the bfloat16 policy)
+  // or KDRT_BF16 / KDRT_F16 (issue 23: a variable of the bfloat16 / float16 policy)
   int file_dtype;
-  // issue 23: its layer's policy keeps it in 16 bits (KDRT_ROUND_BF16), else 0:
+  // issue 23: its layer's policy keeps it in 16 bits (KDRT_ROUND_BF16, _F16), else 0:
   // a float32 buffer holding exact 16-bit values, rounded after every
   // update (Keras's update in its dtype: ops.c's update_emit) and load
   int vdt;

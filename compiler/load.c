@@ -174,8 +174,9 @@ int cfg_sizes(const Layer *l, const char *key, int64_t *out, int max) {
 // issue 23: Keras's dtype policies (keras/src/dtype_policies). A mixed one
 // keeps float32 variables and computes in its 16-bit type: kdcc rounds to
 // it where Keras casts (ir.c, build_layer), its buffers still float32. A
-// pure one (bfloat16) computes as the mixed one and keeps its variables in
-// its type too (Var.vdt): in float32 buffers holding exact bfloat16 values.
+// pure one (bfloat16, float16) computes as the mixed one and keeps its
+// variables in its type too (Var.vdt): in float32 buffers holding exact
+// 16-bit values.
 static const struct {
   const char *name;
   int cdt;             // the compute dtype: KDRT_ROUND_*, 0 float32
@@ -186,10 +187,7 @@ static const struct {
   {"mixed_bfloat16", KDRT_ROUND_BF16, 0, NULL},
   {"mixed_float16", KDRT_ROUND_F16, 0, NULL}, // with compile's LossScaleOptimizer (load_compile.c)
   {"bfloat16", KDRT_ROUND_BF16, KDRT_ROUND_BF16, NULL}, // most keras-hub presets are saved so
-  // Keras writes float16 variables as HDF5's IEEE half, which HDF5 1.10 cannot name
-  {"float16", KDRT_ROUND_F16, KDRT_ROUND_F16, "keeps its variables in float16, which kdcc does "
-                                              "not do yet: train it with float32 variables, "
-                                              "--dtype-policy mixed_float16 (or float32)"},
+  {"float16", KDRT_ROUND_F16, KDRT_ROUND_F16, NULL}, // no loss scaling: Keras's compile adds none
 };
 
 // The layers whose rounding points under a mixed policy kdcc follows
@@ -232,7 +230,7 @@ static void set_policy(Layer *l, const char *t, Loc at) {
   const char *from = at.file ? "" : " (--dtype-policy)";
   if (i == n)
     error_at(at, "layer '%s': dtype '%s'%s is not supported (float32, mixed_bfloat16, "
-             "mixed_float16, bfloat16%s)", l->name,
+             "mixed_float16, bfloat16, float16%s)", l->name,
              t, from, strcmp(l->cls, "InputLayer") ? "" : ", or integer ids on an InputLayer");
   if (policies[i].not_yet)
     error_at(at, "layer '%s': dtype policy '%s'%s %s", l->name, t, from, policies[i].not_yet);

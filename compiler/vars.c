@@ -296,7 +296,7 @@ Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *in
   parse_init(l, init_key, init_def, v);
   parse_var_options(l, init_key, v);
   v->vdt = l->vdt; // issue 23: the bfloat16 policy's variables (ops.c's update_emit)
-  if (v->vdt) v->file_dtype = KDRT_BF16;
+  if (v->vdt) v->file_dtype = v->vdt == KDRT_ROUND_BF16 ? KDRT_BF16 : KDRT_F16;
   if (v->vdt && (v->l1 != 0 || v->l2 != 0 || v->constraint))
     error_at(l->loc, "layer '%s': variable '%s' is kept in 16 bits (its dtype policy), and "
              "kdcc does not follow Keras's 16-bit %s of it yet", l->name, path,

@@ -119,24 +119,23 @@ static inline KDRT_HD float kdrt_lion_at(float w, const float *g, float *m, size
 // (add_variable_from_reference): every op of the update is a 16-bit op,
 // which XLA computes in float32 and rounds (kind: KDRT_ROUND_*). A product
 // or sum of two 16-bit values is exact in float32 or rounded once more.
-static inline KDRT_HD float kdrt_r16(float x, int kind) {
-  return kind == KDRT_ROUND_BF16 ? kdrt_round_bf16(x) : kdrt_round_f16(x);
-}
+// R16(x): x rounded to the variable's type.
+#define R16(x) kdrt_round_to(kind, (x))
 
 // base_optimizer's weight decay in 16 bits: w - w * wd * lr, wd and lr cast.
 static inline KDRT_HD float kdrt_decay16(float w, float wd, float lr, int kind) {
-  return kdrt_r16(w - kdrt_r16(kdrt_r16(w * wd, kind) * lr, kind), kind);
+  return R16(w - R16(R16(w * wd) * lr));
 }
 
-// SGD: lr and momentum already rounded (kdrt_r16).
+// SGD: lr and momentum already rounded (R16).
 static inline KDRT_HD float kdrt_sgd16_at(float w, const float *g, float *m, size_t i, float lr,
                                           float momentum, int nesterov, int kind) {
-  float gl = kdrt_r16(kdrt_r16(g[i], kind) * lr, kind);
-  if (!m) return kdrt_r16(w - gl, kind);
-  float mi = kdrt_r16(kdrt_r16(m[i] * momentum, kind) - gl, kind);
+  float gl = R16(R16(g[i]) * lr);
+  if (!m) return R16(w - gl);
+  float mi = R16(R16(m[i] * momentum) - gl);
   m[i] = mi;
-  if (nesterov) mi = kdrt_r16(kdrt_r16(mi * momentum, kind) - gl, kind);
-  return kdrt_r16(w + mi, kind);
+  if (nesterov) mi = R16(R16(mi * momentum) - gl);
+  return R16(w + mi);
 }
 
 // Adam's step scalars in 16 bits: the step cast, b^t of the cast betas,
@@ -148,15 +147,15 @@ typedef struct {
 
 static inline KDRT_HD kdrt_adam16_k kdrt_adam16_coef(float lr, float b1, float b2, float eps,
                                                      int64_t t, int kind) {
-  float t16 = kdrt_r16((float)t, kind);
-  float p1 = kdrt_r16((float)pow((double)kdrt_r16(b1, kind), (double)t16), kind);
-  float p2 = kdrt_r16((float)pow((double)kdrt_r16(b2, kind), (double)t16), kind);
-  float s = kdrt_r16(sqrtf(kdrt_r16(1.0f - p2, kind)), kind);
+  float t16 = R16((float)t);
+  float p1 = R16((float)pow((double)R16(b1), (double)t16));
+  float p2 = R16((float)pow((double)R16(b2), (double)t16));
+  float s = R16(sqrtf(R16(1.0f - p2)));
   kdrt_adam16_k k;
-  k.alpha = kdrt_r16(kdrt_r16(kdrt_r16(lr, kind) * s, kind) / kdrt_r16(1.0f - p1, kind), kind);
-  k.c1 = kdrt_r16((float)(1.0 - (double)b1), kind);
-  k.c2 = kdrt_r16((float)(1.0 - (double)b2), kind);
-  k.eps = kdrt_r16(eps, kind);
+  k.alpha = R16(R16(R16(lr) * s) / R16(1.0f - p1));
+  k.c1 = R16((float)(1.0 - (double)b1));
+  k.c2 = R16((float)(1.0 - (double)b2));
+  k.eps = R16(eps);
   return k;
 }
 
@@ -164,16 +163,17 @@ static inline KDRT_HD kdrt_adam16_k kdrt_adam16_coef(float lr, float b1, float b
 // w -= m * alpha / (sqrt(v) + eps), each op rounded.
 static inline KDRT_HD float kdrt_adam16_at(float w, const float *g, float *m, float *v,
                                            float *vhat, size_t i, kdrt_adam16_k k, int kind) {
-  float gi = kdrt_r16(g[i], kind);
-  float mi = kdrt_r16(m[i] + kdrt_r16(kdrt_r16(gi - m[i], kind) * k.c1, kind), kind);
-  float g2 = kdrt_r16(gi * gi, kind);
-  float vi = kdrt_r16(v[i] + kdrt_r16(kdrt_r16(g2 - v[i], kind) * k.c2, kind), kind);
+  float gi = R16(g[i]);
+  float mi = R16(m[i] + R16(R16(gi - m[i]) * k.c1));
+  float g2 = R16(gi * gi);
+  float vi = R16(v[i] + R16(R16(g2 - v[i]) * k.c2));
   m[i] = mi;
   v[i] = vi;
   if (vhat) vhat[i] = vi = fmaxf(vhat[i], vi);
-  float den = kdrt_r16(kdrt_r16(sqrtf(vi), kind) + k.eps, kind);
-  return kdrt_r16(w - kdrt_r16(kdrt_r16(mi * k.alpha, kind) / den, kind), kind);
+  float den = R16(R16(sqrtf(vi)) + k.eps);
+  return R16(w - R16(R16(mi * k.alpha) / den));
 }
+#undef R16
 
 // ---- gradient clipping and loss scaling
 

@@ -158,8 +158,8 @@ void kdrt_lion(float *w, const float *g, float *m, size_t n, float lr, float b1,
 // weight decay first, in 16 bits too.
 void kdrt_sgd16(float *w, const float *g, float *m, size_t n, float lr, float momentum,
                 int nesterov, float wd, int kind) {
-  const float lr16 = kdrt_r16(lr, kind), wd16 = kdrt_r16(wd, kind);
-  const float mom16 = kdrt_r16(momentum, kind);
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  const float mom16 = kdrt_round_to(kind, momentum);
   if (momentum == 0.0f) m = NULL; // Keras's SGD has no slot then
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++) {
@@ -171,7 +171,7 @@ void kdrt_sgd16(float *w, const float *g, float *m, size_t n, float lr, float mo
 void kdrt_adam16(float *w, const float *g, float *m, float *v, float *vhat, size_t n, float lr,
                  float b1, float b2, float eps, float wd, int64_t t, int kind) {
   const kdrt_adam16_k k = kdrt_adam16_coef(lr, b1, b2, eps, t, kind);
-  const float lr16 = kdrt_r16(lr, kind), wd16 = kdrt_r16(wd, kind);
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++) {
     float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];

@@ -12,7 +12,8 @@
 //                               dataset as Keras writes it on JAX, int64 on
 //                               TensorFlow, which is read too)
 //                               (a variable of the bfloat16 policy, KDRT_BF16: Keras's
-//                               2-byte opaque data with attribute dtype "bfloat16")
+//                               2-byte opaque data with attribute dtype "bfloat16"; of
+//                               the float16 one, KDRT_F16: an IEEE half dataset)
 //   /optimizer/vars/0, /1       iterations, learning_rate (an optimizer
 //                               before its first step has only these two)
 //
@@ -450,6 +451,20 @@ static int is_bfloat16(hid_t ds, hid_t t) {
   return !strcmp(dt, "bfloat16");
 }
 
+// issue 23: the 16-bit type a variable is kept in (KDRT_ROUND_*), or 0.
+static int var16(const kdrt_var *v) {
+  return v->dtype == KDRT_BF16 ? KDRT_ROUND_BF16 : v->dtype == KDRT_F16 ? KDRT_ROUND_F16 : 0;
+}
+
+// h5py's float16 (Keras writes a float16 variable so): IEEE half, little-endian.
+static hid_t float16_type(void) {
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  H5Tset_fields(t, 15, 10, 5, 0, 10);
+  H5Tset_size(t, 2);
+  H5Tset_ebias(t, 15);
+  return t;
+}
+
 static void bfloat16_to_float(const uint16_t *b, float *out, int64_t n) {
   for (int64_t i = n - 1; i >= 0; i--) { // b may be out's own first half
     uint32_t u = (uint32_t)b[i] << 16;
@@ -530,8 +545,9 @@ static void list_groups(hid_t file, char *buf, size_t len) {
 
 // Every dataset kdcc writes carries CRC_ATTR, a uint32: zlib's CRC-32 of its
 // data as stored, little-endian float32 (int32 for an integer variable,
-// bfloat16's 2 bytes for a KDRT_BF16 one) in row-major order (HDF5 keeps no checksum of its own). A reader checks it
-// when it is there (files written by Keras have none); Keras ignores it.
+// 2 bytes for a KDRT_BF16 or KDRT_F16 one) in row-major order (HDF5 keeps
+// no checksum of its own). A reader checks it when it is there (files
+// written by Keras have none); Keras ignores it.
 #define CRC_ATTR "kdcc_crc32"
 
 // n elements of 4 bytes (float32 or int32)
@@ -555,9 +571,9 @@ static int verify_crc(hid_t ds, const char *path, const char *ds_path, const kdr
   if (!all) return kdrt_errf(err, errlen, "%s: out of memory checking %s", path, ds_path);
   int rc = 0;
   hid_t t = H5Dget_type(ds);
-  int bf16 = is_bfloat16(ds, t); // 2 bytes an element (issue 23)
-  hid_t mt = v->dtype == KDRT_I32 ? H5T_NATIVE_INT32 : bf16 ? t : H5T_NATIVE_FLOAT; // as written
-  size_t bytes = (size_t)n * (bf16 ? 2 : sizeof(float));
+  int half = is_bfloat16(ds, t) || (H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 2);
+  hid_t mt = v->dtype == KDRT_I32 ? H5T_NATIVE_INT32 : half ? t : H5T_NATIVE_FLOAT; // as written
+  size_t bytes = (size_t)n * (half ? 2 : sizeof(float));
   if (H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) < 0)
     rc = kdrt_errf(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
   else if (kdrt_crc32(0, all, bytes) != want)
@@ -643,8 +659,8 @@ static int read_dataset(hid_t file, const char *path, const char *ds_path, const
       rc = kdrt_errf(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
     else if (bf16)
       bfloat16_to_float((const uint16_t *)out, out, n);
-    if (!rc && v->dtype == KDRT_BF16) // float32 data: Keras's assign casts it (issue 23)
-      for (int64_t i = 0; i < n; i++) out[i] = kdrt_round_bf16(out[i]);
+    if (!rc && var16(v)) // float32 data: Keras's assign casts it (issue 23)
+      for (int64_t i = 0; i < n; i++) out[i] = kdrt_round_to(var16(v), out[i]);
     for (int64_t i = 0; ints && !rc && i < n; i++) {
       if (iv[i] > INT_EXACT || iv[i] < -INT_EXACT)
         rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') holds %lld, beyond the %d a float32 "
@@ -802,22 +818,25 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
     hid_t vg = H5Gopen2(layers, gpath, H5P_DEFAULT);
     snprintf(idx, sizeof idx, "%d", var->index);
     // an integer variable: int32, as Keras writes it (kdrt_var.dtype); a
-    // bfloat16 one (issue 23): as Keras's h5py writes ml_dtypes' bfloat16,
-    // 2-byte opaque data, with the attribute that says what it is
+    // 16-bit one (issue 23) as Keras's h5py writes it: float16 an IEEE half,
+    // ml_dtypes' bfloat16 2-byte opaque data with the attribute that says so
     int64_t n = elems(&var->layout);
+    int k16 = var16(var);
     int32_t *iv = var->dtype == KDRT_I32 ? malloc(sizeof *iv * (size_t)(n ? n : 1)) : NULL;
-    uint16_t *hv = var->dtype == KDRT_BF16 ? malloc(sizeof *hv * (size_t)(n ? n : 1)) : NULL;
+    uint16_t *hv = k16 ? malloc(sizeof *hv * (size_t)(n ? n : 1)) : NULL;
     for (int64_t i = 0; iv && i < n; i++) iv[i] = (int32_t)global[v][i];
-    for (int64_t i = 0; hv && i < n; i++) // the values are bfloat16's: their upper halves
-      hv[i] = (uint16_t)(kdrt_f32_bits(kdrt_round_bf16(global[v][i])) >> 16);
+    for (int64_t i = 0; hv && i < n; i++) {
+      float x = kdrt_round_to(k16, global[v][i]); // (the values are the type's already)
+      hv[i] = k16 == KDRT_ROUND_BF16 ? kdrt_bf16_bits(x) : kdrt_f16_bits(x);
+    }
     const void *data = iv ? (const void *)iv : hv ? (const void *)hv : (const void *)global[v];
-    hid_t opaque = hv ? H5Tcreate(H5T_OPAQUE, 2) : -1;
-    if ((var->dtype == KDRT_I32 && !iv) || (var->dtype == KDRT_BF16 && !hv)) rc = -1;
-    else rc = write_dataset(vg, idx, iv ? H5T_STD_I32LE : hv ? opaque : H5T_IEEE_F32LE,
-                            iv ? H5T_NATIVE_INT32 : hv ? opaque : H5T_NATIVE_FLOAT,
+    hid_t t16 = !hv ? -1 : k16 == KDRT_ROUND_BF16 ? H5Tcreate(H5T_OPAQUE, 2) : float16_type();
+    if ((var->dtype == KDRT_I32 && !iv) || (k16 && !hv)) rc = -1;
+    else rc = write_dataset(vg, idx, iv ? H5T_STD_I32LE : hv ? t16 : H5T_IEEE_F32LE,
+                            iv ? H5T_NATIVE_INT32 : hv ? t16 : H5T_NATIVE_FLOAT,
                             var->layout.rank, var->layout.gshape, data);
-    if (opaque >= 0) H5Tclose(opaque);
-    if (!rc && hv) {
+    if (t16 >= 0) H5Tclose(t16);
+    if (!rc && k16 == KDRT_ROUND_BF16) {
       hid_t ds = H5Dopen2(vg, idx, H5P_DEFAULT);
       str_attr(ds, "dtype", "bfloat16");
       H5Dclose(ds);
@@ -1026,15 +1045,15 @@ static float *gather_var(kdrt_ctx *c, const kdrt_var *var) {
   return g;
 }
 
-// issue 23: a variable of the bfloat16 policy holds bfloat16 values from
-// its start: its initializer's, rounded (Keras's initializers make them in
-// the variable's dtype). A weights file's are rounded as read.
+// issue 23: a variable of a 16-bit policy holds its type's values from its
+// start: its initializer's, rounded (Keras's initializers make them in the
+// variable's dtype). A weights file's are rounded as read.
 void kdrt_round_vars(kdrt_ctx *c) {
   const kdrt_program *p = c->prog;
   for (int v = 0; v < p->nvars; v++) {
-    if (p->vars[v].dtype != KDRT_BF16) continue;
+    int k = var16(&p->vars[v]);
     float *w = c->params + p->vars[v].offset;
-    for (size_t i = 0; i < p->vars[v].n; i++) w[i] = kdrt_round_bf16(w[i]);
+    for (size_t i = 0; k && i < p->vars[v].n; i++) w[i] = kdrt_round_to(k, w[i]);
   }
 }
 

@@ -160,8 +160,8 @@ extern "C" void kdrt_cuda_lion(kdrt_cuda *d, float *w, const float *g, float *m,
 __global__ static void sgd16_kernel(float *w, const float *g, float *m, size_t n, float lr,
                                     float momentum, int nesterov, float wd, int kind,
                                     const kdrt_step_scalars *sc) {
-  lr = kdrt_r16(step_lr(sc, lr), kind);
-  const float wd16 = kdrt_r16(wd, kind), mom16 = kdrt_r16(momentum, kind);
+  lr = kdrt_round_to(kind, step_lr(sc, lr));
+  const float wd16 = kdrt_round_to(kind, wd), mom16 = kdrt_round_to(kind, momentum);
   if (momentum == 0.0f) m = NULL;
   KDRT_FOR(i, n) {
     float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr, kind) : w[i];
@@ -177,7 +177,7 @@ __global__ static void adam16_kernel(float *w, const float *g, float *m, float *
   if (sc) lr = sc->lr, t = sc->step + dt;
   if (threadIdx.x == 0) k = kdrt_adam16_coef(lr, b1, b2, eps, t, kind);
   __syncthreads();
-  const float lr16 = kdrt_r16(lr, kind), wd16 = kdrt_r16(wd, kind);
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
   KDRT_FOR(i, n) {
     float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
     w[i] = kdrt_adam16_at(wi, g, m, v, vhat, i, k, kind);

@@ -1856,6 +1856,12 @@ MODELS.update({
     "bf16_gpt": dict(
         **bf16_with(gpt, bf16_adam), inputs=[("tokens", (16,), 64)], outputs=["next64x16"],
         dists={"bf16_gpt": MODELS["gpt"]["dists"]["gpt"], "bf16_gpt_dp": DP_8}),
+    # float16: Keras's compile wraps no LossScaleOptimizer (that is mixed_float16's)
+    "f16_mlp": dict(
+        build=under_policy(mixed_mlp, "float16", bf16_sgd),
+        float32_twin=under_policy(mixed_mlp, "float32", bf16_sgd),
+        mixed_twin=under_policy(mixed_mlp, "mixed_float16", bf16_sgd), labels="sparse10",
+        x=(12,), dists={"f16_mlp": model_parallel(F16_MP), "f16_mlp_dp": DP_8}),
     "mixed_f16_mlp": dict(
         build=under_policy(mixed_f16_mlp, "mixed_float16"),
         float32_twin=under_policy(mixed_f16_mlp, "float32"), labels="dense10", x=(12,),

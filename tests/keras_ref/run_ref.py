@@ -176,6 +176,9 @@ Cases (model, distribution spec from models/):
     bf16_mlp, bf16_adam_mlp, bf16_cnn, bf16_gpt (and _dp)         issue 23: bfloat16 (variables
                                                              and slots too), with their
                                                              float32 and mixed_bfloat16 twins
+    f16_mlp (and _dp)                                             issue 23: float16, no loss
+                                                             scaling (Keras's compile adds
+                                                             none), float32 and mixed twins
     mixed_f16_mlp   mixed_f16_mlp  mixed_f16_mlp.dist.json   ModelParallel (2,4)  issue 23:
                                                              mixed_float16, compile's
                                                              LossScaleOptimizer; the third
@@ -433,6 +436,7 @@ DATA = {
     "bf16_adam_mlp": (64, 2),
     "bf16_cnn": (64, 2),
     "bf16_gpt": (64, 2),
+    "f16_mlp": (64, 2),
     "mixed_f16_growth": (64, 2),
     "mixed_f16_bn_cnn": (64, 2),
 }
@@ -642,6 +646,8 @@ CASES = {
     "bf16_cnn_dp": ("bf16_cnn", "bf16_cnn_dp"),
     "bf16_gpt": ("bf16_gpt", "bf16_gpt"),
     "bf16_gpt_dp": ("bf16_gpt", "bf16_gpt_dp"),
+    "f16_mlp": ("f16_mlp", "f16_mlp"),
+    "f16_mlp_dp": ("f16_mlp", "f16_mlp_dp"),
     # mixed_float16, with Keras's LossScaleOptimizer
     "mixed_f16_mlp": ("mixed_f16_mlp", "mixed_f16_mlp"),
     "mixed_f16_mlp_dp": ("mixed_f16_mlp", "mixed_f16_mlp_dp"),
@@ -774,6 +780,8 @@ def layer_weights(path):
                 if obj.attrs.get("dtype") == "bfloat16":  # issue 23: Keras's 2-byte opaque data
                     bits = out[name].view(np.uint16).astype(np.uint32) << 16
                     out[name] = bits.view(np.float32)
+                elif out[name].dtype == np.float16:  # issue 23: a float16 variable
+                    out[name] = out[name].astype(np.float32)
         f.visititems(visit)
     return out
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pure16.sh (issue 23): a model under the bfloat16 policy keeps its
+# pure16.sh (issue 23): a model under the bfloat16 (float16) policy keeps its
 # variables in bfloat16, whole programs on one device (keras_ref.sh's
 # bf16_* cases compare the training with Keras's on meshes of 8):
 #  1. a run resumed from a checkpoint is bitwise the run straight through
@@ -11,7 +11,8 @@
 #     bfloat16, with their own rounding points);
 #  3. kdrt reads the file back (its checksum over the 2-byte data);
 #  4. --dtype-policy bfloat16 on a model saved in float32 keeps its
-#     variables in bfloat16 too.
+#     variables in bfloat16 too;
+#  5. float16's file (f16_mlp's run): IEEE half datasets, Keras loads them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -96,5 +97,31 @@ assert d and all(struct.unpack("<I", struct.pack("<f", x))[0] & 0xffff == 0
                  for _, vals in d.values() for x in vals)
 print(f"  ok: --dtype-policy bfloat16 on a float32 model: {len(d)} bfloat16 variables")
 EOF
+
+# 5. float16 likewise: its file's IEEE half datasets, which Keras loads
+G=tests/fixtures/keras_ref/f16_mlp
+./kdcc "$G/model.keras" --batch-size 16 -w -o "$T/h" || exit 1
+"$T/h" --x "$G/x.npy" --y "$G/y.npy" --epochs 2 --batch-size 16 --no-shuffle \
+  --weights "$G/model.keras" --save-weights "$T/h.weights.h5" --quiet >"$T/out" 2>&1 ||
+  fail "f16_mlp: $(cat "$T/out")"
+if has_keras "$PY"; then
+  "$PY" -W ignore - "$G/model.keras" "$T/h.weights.h5" <<'EOF' || fail "Keras loads kdcc's float16 file"
+import sys, h5py, numpy as np, keras
+model = keras.saving.load_model(sys.argv[1])
+assert all(v.dtype == "float16" for v in model.weights), [v.dtype for v in model.weights]
+model.load_weights(sys.argv[2])
+dense = [layer for layer in model.layers if layer.weights]
+with h5py.File(sys.argv[2]) as f:
+    for k, layer in enumerate(dense):
+        for i, v in enumerate(layer.weights):
+            ds = f[f"layers/dense{'_%d' % k if k else ''}/vars/{i}"]
+            assert ds.dtype == np.float16, ds
+            assert np.array_equal(np.array(ds), np.asarray(v.numpy())), v.path
+print("  ok: kdcc's float16 file: IEEE half datasets, which Keras loads, the same values")
+EOF
+fi
+"$T/h" predict --x "$G/x.npy" --weights "$T/h.weights.h5" --out "$T/pred.npy" --quiet \
+  >"$T/out" 2>&1 && ok "kdrt reads its float16 file back" ||
+  fail "predict --weights h.weights.h5: $(cat "$T/out")"
 
 finish
