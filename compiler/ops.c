@@ -865,9 +865,9 @@ static void update_emit(const Node *n, Lowering *lw) {
   if (v->vdt) { // issue 23: in its 16-bit dtype (autodiff.c's check_update16), decay included
     const char *kind = v->vdt == KDRT_ROUND_BF16 ? "KDRT_ROUND_BF16" : "KDRT_ROUND_F16";
     char *wd = o->weight_decay != 0 ? opt_const("weight_decay") : flt(0);
-    if (!v->ugroup)
-      lw->note = format("kept in %s: every step of the update rounded, as Keras's in its dtype",
-                        v->vdt == KDRT_ROUND_BF16 ? "bfloat16" : "float16");
+    const char *in16 = format("kept in %s: every step of the update rounded, as Keras's in "
+                              "its dtype", v->vdt == KDRT_ROUND_BF16 ? "bfloat16" : "float16");
+    lw->note = v->ugroup ? format("%s; %s", lw->note, in16) : in16;
     if (o->kind == OPT_SGD)
       lower_call(lw, "sgd16", false, NULL, "%s, %s, %s, %s, c->lr, %s, %d, %s, %s", w, gr, s[0],
                  N_c, opt_const("momentum"), o->nesterov, wd, kind);
