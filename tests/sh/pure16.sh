@@ -4,6 +4,8 @@
 # bf16_* cases compare the training with Keras's on meshes of 8):
 #  1. a run resumed from a checkpoint is bitwise the run straight through
 #     (history and the weights file), the optimizer's bfloat16 slots too;
+#     every 16-bit case on one device within its tolerances of Keras's
+#     run on (2, 4) (mesh equivalence, compare_ref.py);
 #  2. the weights file is Keras's for bfloat16 variables (2-byte opaque
 #     datasets, attribute dtype "bfloat16"), every value of the run's a
 #     bfloat16 value, and Keras loads it into the bfloat16 model: the same
@@ -34,6 +36,21 @@ rm -rf "$T/ck/ckpt-6" && echo ckpt-3 >"$T/ck/latest"
 grep -q "resuming from .*ckpt-3" "$T/out" || fail "resume: not from ckpt-3: $(cat "$T/out")"
 if cmp -s "$T/h1.json" "$T/h2.json"; then ok "resumed from step 3: history bitwise equal"
 else fail "resumed from step 3: the history differs"; diff "$T/h1.json" "$T/h2.json"; fi
+
+# mesh equivalence: each 16-bit keras_ref case on one device, against Keras's
+# run on its (2, 4) mesh, within the case's tolerances (compare_ref.py)
+for c in bf16_mlp bf16_cnn bf16_gpt f16_mlp; do
+  G=tests/fixtures/keras_ref/$c
+  ./kdcc "$G/model.keras" --batch-size 16 -w -o "$T/$c" || exit 1
+  "$T/$c" --x "$G/x.npy" --y "$G/y.npy" --epochs 2 --batch-size 16 --no-shuffle \
+    --weights "$G/model.keras" --history "$T/$c.json" --save-weights "$T/$c.weights.h5" \
+    --quiet >"$T/out" 2>&1 || { fail "$c on one device: $(cat "$T/out")"; continue; }
+  python3 tests/keras_ref/compare_ref.py 1e-4 "$G/$c.json" "$T/$c.json" "$T/$c.weights.h5" |
+    sed "s/^  $c:/  ok: $c on one device against Keras on (2, 4):/" || fail "$c on one device"
+done
+python3 tests/keras_ref/compare_ref.py 1e-4 "$F/bf16_adam_mlp.json" "$T/h1.json" \
+  "$T/w1.weights.h5" | sed "s/^  bf16_adam_mlp:/  ok: bf16_adam_mlp on one device:/" ||
+  fail "bf16_adam_mlp on one device"
 
 # 2. the file, read by the standard library (tests/keras_ref/h5lite.py), then by Keras
 python3 - "$T/w1.weights.h5" "$T/w2.weights.h5" <<'EOF' || fail "the weights files"
