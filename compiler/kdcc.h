@@ -239,7 +239,7 @@ struct Layer {
   int cdt;                // issue 23: its dtype policy's compute dtype when that is 16-bit
                           // (mixed_bfloat16: KDRT_ROUND_BF16), else 0 (float32)
   int vdt;                // issue 23: its variables' dtype when that is 16-bit (the
-                          // bfloat16 policy: KDRT_ROUND_BF16), else 0 (float32)
+                          // bfloat16 policy: KDRT_ROUND_BF16, float16's _F16), else 0
   // Nested models (a Sequential or Functional used as a layer): load.c
   // inlines their layers, named "<model>/<layer>" (Keras refuses '/' in a
   // name, so these never clash), and drops the model's own Layer.

@@ -203,10 +203,11 @@ static const char *const mixed_classes[] = {
 };
 
 // Those of them kdcc takes under a pure policy, checked against Keras
-// (keras_ref's bf16_* cases): the mixed policy's computation on variables
-// that hold bfloat16 values (LayerNormalization reads its gamma and beta
-// in float32 either way). Not yet: BatchNormalization (its moving
-// statistics' bfloat16 update) and keras-hub's layers.
+// (keras_ref's bf16_* and f16_* cases): the mixed policy's computation on
+// variables that hold 16-bit values (LayerNormalization reads its gamma and
+// beta in float32 either way). Not yet: BatchNormalization (against Keras
+// its bfloat16 run drifts beyond the cases' tolerances: README) and
+// keras-hub's layers.
 static const char *const pure_classes[] = {
   "Dense", "EinsumDense", "Embedding", "PositionEmbedding", "LayerNormalization",
   "MultiHeadAttention", "Conv2D", "Activation", "ReLU", "Softmax", "Add", "Subtract",

@@ -872,9 +872,10 @@ static void update_emit(const Node *n, Lowering *lw) {
       lower_call(lw, "sgd16", false, NULL, "%s, %s, %s, %s, c->lr, %s, %d, %s, %s", w, gr, s[0],
                  N_c, opt_const("momentum"), o->nesterov, wd, kind);
     else
-      lower_call(lw, "adam16", false, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s, %s",
-                 w, gr, s[0], s[1], s[2], N_c, opt_const("beta_1"), opt_const("beta_2"),
-                 opt_const("epsilon"), wd, opt_step(), kind);
+      lower_call(lw, "adam16", false, NULL,
+                 "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s, %s", w, gr, s[0], s[1], s[2],
+                 N_c, opt_const("beta_1"), opt_const("beta_2"), opt_const("epsilon"), wd,
+                 opt_step(), kind);
     return;
   }
   if ((n->nin > 2 && !own_clip) || o->clipvalue > 0)
