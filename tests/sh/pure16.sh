@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pure16.sh (issue 23): a model under the bfloat16 (float16) policy keeps its
-# variables in bfloat16, whole programs on one device (keras_ref.sh's
-# bf16_* cases compare the training with Keras's on meshes of 8):
+# variables in that type, whole programs on one device (keras_ref.sh's
+# bf16_* and f16_* cases compare the training with Keras's on meshes of 8):
 #  1. a run resumed from a checkpoint is bitwise the run straight through
 #     (history and the weights file), the optimizer's bfloat16 slots too;
 #     every 16-bit case on one device within its tolerances of Keras's
@@ -14,7 +14,8 @@
 #  3. kdrt reads the file back (its checksum over the 2-byte data);
 #  4. --dtype-policy bfloat16 on a model saved in float32 keeps its
 #     variables in bfloat16 too;
-#  5. float16's file (f16_mlp's run): IEEE half datasets, Keras loads them.
+#  5. float16's file (f16_mlp's run): IEEE half datasets, Keras loads them;
+#  6. their CUDA programs build (where nvcc is; not run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -140,5 +141,18 @@ fi
 "$T/h" predict --x "$G/x.npy" --weights "$T/h.weights.h5" --out "$T/pred.npy" --quiet \
   >"$T/out" 2>&1 && ok "kdrt reads its float16 file back" ||
   fail "predict --weights h.weights.h5: $(cat "$T/out")"
+
+# 6. the CUDA programs (kdrt_cuda_adam16, kdrt_cuda_sgd16) build and link where
+# nvcc is; they run only on a GPU (not run yet)
+NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)}
+if [ -n "$NVCC" ]; then
+  export PATH="$(dirname "$NVCC"):$PATH"
+  for c in bf16_adam_mlp f16_mlp; do
+    ./kdcc "tests/fixtures/keras_ref/$c/model.keras" --batch-size 16 --target cuda -w \
+      -o "$T/$c.cuda" >"$T/out" 2>&1 && [ ! -s "$T/out" ] &&
+      ok "$c: the CUDA program builds without a warning" ||
+      fail "$c --target cuda: $(cat "$T/out")"
+  done
+fi
 
 finish
