@@ -96,6 +96,11 @@ else
   echo "pure16.sh: SKIP Keras loading kdcc's file: no keras in $PY"
 fi
 
+# --report says which variables are 16-bit
+./kdcc "$F/model.keras" --batch-size 16 --report -S "$T/r" >"$T/out" 2>&1
+[ "$(grep -c '^  [a-z0-9_/]* .*  bfloat16$' "$T/out")" = 6 ] && grep -q "float32 buffers" "$T/out" &&
+  ok "--report: 6 bfloat16 variables" || fail "--report: $(cat "$T/out")"
+
 # 3. kdrt reads its own file back, checksums and all
 "$T/p" predict --x "$F/x.npy" --weights "$T/w1.weights.h5" --out "$T/pred.npy" --quiet \
   >"$T/out" 2>&1 && ok "kdrt reads its bfloat16 file back" ||
