@@ -229,6 +229,10 @@ Test(graph, bfloat16_variables) {
                "kept in 16 bits (its dtype policy), and kdcc updates such variables as Keras "
                "does with SGD, Adam and AdamW, without clipping or loss scaling; not with the "
                "optimizer RMSprop yet\n");
+  expect_error("tests/bad/bf16_regularized.json", NULL,
+               "tests/bad/bf16_regularized.json:142:4: error: layer 'd2': variable 'd2/kernel' "
+               "is kept in 16 bits (its dtype policy), and kdcc does not follow Keras's 16-bit "
+               "regularizer of it yet\n");
 }
 
 // issue 23's storage in 16 bits (store16.c), the whole pipeline: under
