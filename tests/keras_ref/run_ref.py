@@ -665,10 +665,10 @@ CASES = {
 # from Keras's float32 run from the same weights (so that a run that
 # skipped the rounding fails).
 MIXED_RTOL, MIXED_UPDATE_RTOL, MIXED_FROM_F32 = 1e-2, 0.1, 0.2
-# A bfloat16 model's variables move by whole bfloat16 steps: Adam's steps
+# A bfloat16 (float16) model's variables move by whole 16-bit steps: Adam's steps
 # of 1e-2 are 1 to 3 of them on a LayerNormalization's gamma near 1, where
 # a rounding decided the other way moves a tensor's update by a sixth.
-BF16_UPDATE_RTOL = 0.2
+PURE_UPDATE_RTOL = 0.2
 
 
 def float32_losses(model_name, keras_path, xs, ys, n, epochs, skipped=(),
@@ -1044,7 +1044,7 @@ def run_case(case, out, hlo):
                         "same model and weights under float32) away from that run"))
     if "mixed_twin" in mm.MODELS[model_name]:
         ref.update(mixed_step_loss=mixed_loss, mixed_min_distance=MIXED_FROM_F32,
-                   update_rtol=BF16_UPDATE_RTOL)
+                   update_rtol=PURE_UPDATE_RTOL)
     if scaled:  # issue 23: mixed_float16's LossScaleOptimizer
         lso = model.optimizer
         ref.update(
