@@ -155,6 +155,22 @@ static Node *clip_factor(Graph *g, Var *v) {
   return f;
 }
 
+// issue 23: a variable kept in 16 bits is updated in its dtype, as Keras's
+// update_step casts the learning rate and gradient to variable.dtype and
+// its slots are of that dtype (ops.c's update_emit), by the optimizers
+// whose every rounding point kdcc follows.
+static void check_update16(const Optimizer *o, const Var *v) {
+  const char *what = o->kind != OPT_SGD && o->kind != OPT_ADAM && o->kind != OPT_ADAMW
+                         ? format("the optimizer %s", o->cls)
+                     : opt_clips(o)  ? "gradient clipping"
+                     : o->loss_scale ? "loss scaling"
+                                     : NULL;
+  if (what)
+    error_at(v->loc, "layer '%s': variable '%s' is kept in 16 bits (its dtype policy), and "
+             "kdcc updates such variables as Keras does with SGD, Adam and AdamW, without "
+             "clipping or loss scaling; not with %s yet", v->layer, v->path, what);
+}
+
 void build_backward(Graph *g) {
   int nfwd = g->nnodes;
   bool *need = xcalloc(nfwd, sizeof *need);
@@ -204,6 +220,7 @@ void build_backward(Graph *g) {
     v->grad = v->param->grad;
     v->grad->name = format("grad(%s)", v->path);
     v->nslots = opt_nslots(o);
+    if (v->vdt) check_update16(o, v);
   }
   if (o->loss_scale) { // issue 23: the loss scale's decision, before any reader of a gradient
     Node *u = new_node(g, OP_UNSCALE, 0, NULL);

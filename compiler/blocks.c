@@ -286,7 +286,8 @@ static bool same_var(const Graph *g, const Var *a, const Var *b) {
   return shape_eq(&a->shape, &b->shape) && shape_eq(&la, &lb) &&
          place_eq(&a->place, &b->place, a->shape.rank) && a->nslots == b->nslots &&
          !a->grad == !b->grad && a->frozen == b->frozen && !a->ema_stat == !b->ema_stat &&
-         a->lora_part == b->lora_part && !a->lora_a == !b->lora_a;
+         a->lora_part == b->lora_part && !a->lora_a == !b->lora_a &&
+         a->vdt == b->vdt; // issue 23: a 16-bit variable's update is another call
 }
 
 static void find_var_blocks(Graph *g) {

@@ -864,7 +864,10 @@ static char *var_entry(const Var *v, const VarBlock *vb) {
                 vb ? " \\\n   " : "\n   ", off,
                 (long long)v->sstride, v->nslots, goff,
                 (long long)lelems(v->param), name[2], name[3], name[4],
-                v->file_dtype == KDRT_I32 ? "KDRT_I32" : "KDRT_F32"); // issue 25: its file's type
+                v->file_dtype == KDRT_I32    ? "KDRT_I32" // issue 25: its file's type
+                : v->file_dtype == KDRT_BF16 ? "KDRT_BF16"
+                : v->file_dtype == KDRT_F16  ? "KDRT_F16"
+                                             : "KDRT_F32");
 }
 
 void emit_program_tables(void) {

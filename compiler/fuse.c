@@ -263,7 +263,7 @@ static void fuse_sgd(Graph *g) {
     }
   for (int i = 0; i < n; i++) {
     Node *u = g->nodes[i], *gr = u->op == OP_UPDATE ? u->in[1] : NULL, *w = u->in[0];
-    if (!gr || gr->op != OP_DOT || nuse[gr->id] != 1 || gr->place.partial ||
+    if (!gr || gr->op != OP_DOT || nuse[gr->id] != 1 || gr->place.partial || u->var->vdt ||
         !place_eq(&gr->place, &w->place, w->shape.rank) || last_read[w->id] > gr->id)
       continue;
     u->fused = true;

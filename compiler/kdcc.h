@@ -238,6 +238,8 @@ struct Layer {
                           // whatever its own flag says
   int cdt;                // issue 23: its dtype policy's compute dtype when that is 16-bit
                           // (mixed_bfloat16: KDRT_ROUND_BF16), else 0 (float32)
+  int vdt;                // issue 23: its variables' dtype when that is 16-bit (the
+                          // bfloat16 policy: KDRT_ROUND_BF16, float16's _F16), else 0
   // Nested models (a Sequential or Functional used as a layer): load.c
   // inlines their layers, named "<model>/<layer>" (Keras refuses '/' in a
   // name, so these never clash), and drops the model's own Layer.
@@ -638,8 +640,13 @@ struct Var {
   int lora_index;         // its group in keras-hub's .lora.h5: lora/<lora_index>
   bool lora_part;
   // issue 25: its dataset's type in the weights file, KDRT_F32, or KDRT_I32 for
-  // an integer Keras keeps (an adapted Normalization's count; kdrt_var.dtype)
+  // an integer Keras keeps (an adapted Normalization's count; kdrt_var.dtype),
+  // or KDRT_BF16 / KDRT_F16 (issue 23: a variable of the bfloat16 / float16 policy)
   int file_dtype;
+  // issue 23: its layer's policy keeps it in 16 bits (KDRT_ROUND_BF16, _F16), else 0:
+  // a float32 buffer holding exact 16-bit values, rounded after every
+  // update (Keras's update in its dtype: ops.c's update_emit) and load
+  int vdt;
   // issue 11: its regularizer (Keras's L1, L2, L1L2), whose penalty
   // l1 * sum(|w|) + l2 * sum(w^2) the loss includes (both 0: none)
   double l1, l2;

@@ -553,7 +553,7 @@ static void infer_loss_scale(Model *m) {
   Optimizer *o = &m->opt;
   if (o->loss_scale) return; // the compile_config's own
   for (int i = 0; i < m->nlayers; i++)
-    if (m->layers[i]->cdt == KDRT_ROUND_F16) {
+    if (m->layers[i]->cdt == KDRT_ROUND_F16 && !m->layers[i]->vdt) { // not float16's
       o->loss_scale = 32768.0;
       o->growth_steps = 2000;
       o->loss_scale_why = format("as compile does for a mixed_float16 model: layer '%s'",

@@ -251,7 +251,8 @@ void group_updates(Graph *g) {
       if (g->vars[i]->grad || in_vb[i]) prev = -1;
       continue;
     }
-    if (!g->nugroups || part[i] || prev < 0 || g->vars[i]->nslots != g->vars[prev]->nslots)
+    if (!g->nugroups || part[i] || prev < 0 || g->vars[i]->nslots != g->vars[prev]->nslots ||
+        g->vars[i]->vdt != g->vars[prev]->vdt) // issue 23: a 16-bit variable's own call
       g->ugroups[g->nugroups++] = (UpdGroup){.first = i};
     UpdGroup *ug = &g->ugroups[g->nugroups - 1];
     ug->n++;

@@ -915,6 +915,22 @@ static void update_emit(const Node *n, Lowering *lw) {
     for (int k = 0; k < v->nslots; k++)
       s[k] = format("(P + %s + %d * %s)", off_name(a->param), k + 1, N_c);
   } else own_clip = false;
+  if (v->vdt) { // issue 23: in its 16-bit dtype (autodiff.c's check_update16), decay included
+    const char *kind = v->vdt == KDRT_ROUND_BF16 ? "KDRT_ROUND_BF16" : "KDRT_ROUND_F16";
+    char *wd = o->weight_decay != 0 ? opt_const("weight_decay") : flt(0);
+    const char *in16 = format("kept in %s: every step of the update rounded, as Keras's in "
+                              "its dtype", v->vdt == KDRT_ROUND_BF16 ? "bfloat16" : "float16");
+    lw->note = v->ugroup ? format("%s; %s", lw->note, in16) : in16;
+    if (o->kind == OPT_SGD)
+      lower_call(lw, KN_sgd16, NULL, "%s, %s, %s, %s, c->lr, %s, %d, %s, %s", w, gr, s[0],
+                 N_c, opt_const("momentum"), o->nesterov, wd, kind);
+    else
+      lower_call(lw, KN_adam16, NULL,
+                 "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s, %s", w, gr, s[0], s[1], s[2],
+                 N_c, opt_const("beta_1"), opt_const("beta_2"), opt_const("epsilon"), wd,
+                 opt_step(), kind);
+    return;
+  }
   if ((n->nin > 2 && !own_clip) || o->clipvalue > 0)
     lower_call(lw, KN_clip_grad, NULL, "%s, %s, %s, %s", gr, N_c,
                n->nin > 2 && !own_clip ? buf(n->in[2]) : "NULL",

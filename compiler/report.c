@@ -242,14 +242,22 @@ void print_report(Graph *g, FILE *out, bool json) {
   fprintf(out, "model '%s', %s on mesh %s, %d device%s, global batch %d\noptimizer %s\n\n",
           g->model->name, dist_name(g->dist), mesh_text(m), m->size, m->size == 1 ? "" : "s",
           g->batch, optimizer_text(&g->model->opt));
-  fprintf(out, "Variables (optimizer slots take their variable's layout)\n  %-32s %-14s %-22s %s\n",
+  bool any16 = false; // issue 23
+  for (int i = 0; i < g->nvars; i++) any16 |= g->vars[i]->vdt != 0;
+  fprintf(out,
+          "Variables (optimizer slots take their variable's layout%s)\n  %-32s %-14s %-22s %s\n",
+          any16 ? "; a bfloat16 or float16 one and its slots hold its type's values in float32 "
+                  "buffers"
+                : "",
           "path", "global", "layout", "local");
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
     Shape ls = local_shape(g, v->param);
-    fprintf(out, "  %-32s %-14s %-22s %s%s\n", v->path, shape_str(&v->shape),
+    fprintf(out, "  %-32s %-14s %-22s %s%s%s\n", v->path, shape_str(&v->shape),
             place_str(m, v->shape.rank, &v->place), shape_str(&ls),
-            v->frozen ? "  frozen (trainable false)" : "");
+            v->frozen ? "  frozen (trainable false)" : "",
+            // issue 23: its values (and its slots') are 16-bit ones, its buffers float32
+            !v->vdt ? "" : v->vdt == KDRT_ROUND_BF16 ? "  bfloat16" : "  float16");
   }
   fprintf(out, "\nCollectives per step, per device\n  %-14s %-8s %10s %10s  %s\n", "kind",
           "axes", "buffer", "sent", "why");

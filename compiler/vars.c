@@ -295,6 +295,12 @@ Node *new_var(Graph *g, Layer *l, const char *vname, Shape shape, const char *in
   v->frozen = layer_frozen(l);
   parse_init(l, init_key, init_def, v);
   parse_var_options(l, init_key, v);
+  v->vdt = l->vdt; // issue 23: a 16-bit policy's variables (ops.c's update_emit)
+  if (v->vdt) v->file_dtype = v->vdt == KDRT_ROUND_BF16 ? KDRT_BF16 : KDRT_F16;
+  if (v->vdt && (v->l1 != 0 || v->l2 != 0 || v->constraint))
+    error_at(l->loc, "layer '%s': variable '%s' is kept in 16 bits (its dtype policy), and "
+             "kdcc does not follow Keras's 16-bit %s of it yet", l->name, path,
+             v->constraint ? "constraint" : "regularizer");
   v->matched = dist_lookup(g->dist, v->path, l->name, shape.rank, shape.d, &v->place);
   Node *n = new_node(g, OP_PARAM, 0, NULL);
   n->shape = shape;

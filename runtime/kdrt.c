@@ -896,6 +896,7 @@ static void init_weights(run *r, const kdrt_ckpt_state *ck, const char *ck_name)
   const kdrt_options *o = r->o;
   char err[1024];
   r->p->init(c);
+  kdrt_round_vars(c); // issue 23
   const char *wfile = o->weights ? o->weights : o->init_random ? NULL
                                                                : kdrt_program_archive(r->p);
   if (wfile && kdrt_weights_load(c, wfile, err, sizeof err)) kdrt_fail_all(c, 1, "%s", err);

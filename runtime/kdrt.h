@@ -356,6 +356,8 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
 // kdrt_weights_write refuses variables that are not finite (NaN or inf: a
 // diverged run), naming the first.
 int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen);
+// issue 23: every KDRT_BF16 (KDRT_F16) variable's local values rounded to its type
+void kdrt_round_vars(kdrt_ctx *c);
 int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen);
 // Collective: -1 when every variable (not the optimizer slots) of every
 // rank is finite, else the index in p->vars of the first that is not.

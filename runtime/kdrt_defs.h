@@ -195,8 +195,10 @@ enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINAR
        KDRT_LABEL_WEIGHT };
 
 // ---- element types of a program's inputs and labels, and of a variable's
-// dataset in the weights file (kdrt_var.dtype)
-enum { KDRT_F32, KDRT_I32 };
+// dataset in the weights file (kdrt_var.dtype; KDRT_BF16 and KDRT_F16, issue
+// 23: a variable of the bfloat16 or float16 policy, in a float32 buffer
+// holding its type's values)
+enum { KDRT_F32, KDRT_I32, KDRT_BF16, KDRT_F16 };
 
 // ---- matrix operands: as stored, or transposed
 enum { KDRT_NOTRANS, KDRT_TRANS };

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "kdrt_defs.h" // KDRT_HD
+#include "kdrt_round.h"
 
 // Keras's moment update, s += (x - s) * (1 - beta): Adam's, Adamax's and
 // Nadam's first moment (x = g) and second (x = g^2); c = 1 - beta.
@@ -111,6 +112,68 @@ static inline KDRT_HD float kdrt_lion_at(float w, const float *g, float *m, size
   m[i] = m[i] * b2 + gi * c2;
   return w - lr * (float)((d > 0.0f) - (d < 0.0f));
 }
+
+// ---- issue 23: a variable kept in 16 bits (the bfloat16 policy)
+// Keras's update_step casts the learning rate, the gradient and every
+// constant to variable.dtype, and its slots are of that dtype
+// (add_variable_from_reference): every op of the update is a 16-bit op,
+// which XLA computes in float32 and rounds (kind: KDRT_ROUND_*). A product
+// or sum of two 16-bit values is exact in float32 or rounded once more.
+// R16(x): x rounded to the variable's type.
+#define R16(x) kdrt_round_to(kind, (x))
+
+// base_optimizer's weight decay in 16 bits: w - w * wd * lr, wd and lr cast.
+static inline KDRT_HD float kdrt_decay16(float w, float wd, float lr, int kind) {
+  return R16(w - R16(R16(w * wd) * lr));
+}
+
+// SGD: lr and momentum already rounded (R16).
+static inline KDRT_HD float kdrt_sgd16_at(float w, const float *g, float *m, size_t i, float lr,
+                                          float momentum, int nesterov, int kind) {
+  float gl = R16(R16(g[i]) * lr);
+  if (!m) return R16(w - gl);
+  float mi = R16(R16(m[i] * momentum) - gl);
+  m[i] = mi;
+  if (nesterov) mi = R16(R16(mi * momentum) - gl);
+  return R16(w + mi);
+}
+
+// Adam's step scalars in 16 bits: the step cast, b^t of the cast betas,
+// alpha = lr * sqrt(1 - b2^t) / (1 - b1^t), 1 - b (a Python float cast),
+// epsilon cast. pow in double, so the CPU and the GPU agree.
+typedef struct {
+  float alpha, c1, c2, eps;
+} kdrt_adam16_k;
+
+static inline KDRT_HD kdrt_adam16_k kdrt_adam16_coef(float lr, float b1, float b2, float eps,
+                                                     int64_t t, int kind) {
+  float t16 = R16((float)t);
+  float p1 = R16((float)pow((double)R16(b1), (double)t16));
+  float p2 = R16((float)pow((double)R16(b2), (double)t16));
+  float s = R16(sqrtf(R16(1.0f - p2)));
+  kdrt_adam16_k k;
+  k.alpha = R16(R16(R16(lr) * s) / R16(1.0f - p1));
+  k.c1 = R16((float)(1.0 - (double)b1));
+  k.c2 = R16((float)(1.0 - (double)b2));
+  k.eps = R16(eps);
+  return k;
+}
+
+// Adam's m += (g - m) * (1 - b1), v += (g^2 - v) * (1 - b2) and
+// w -= m * alpha / (sqrt(v) + eps), each op rounded.
+static inline KDRT_HD float kdrt_adam16_at(float w, const float *g, float *m, float *v,
+                                           float *vhat, size_t i, kdrt_adam16_k k, int kind) {
+  float gi = R16(g[i]);
+  float mi = R16(m[i] + R16(R16(gi - m[i]) * k.c1));
+  float g2 = R16(gi * gi);
+  float vi = R16(v[i] + R16(R16(g2 - v[i]) * k.c2));
+  m[i] = mi;
+  v[i] = vi;
+  if (vhat) vhat[i] = vi = fmaxf(vhat[i], vi);
+  float den = R16(R16(sqrtf(vi)) + k.eps);
+  return R16(w - R16(R16(mi * k.alpha) / den));
+}
+#undef R16
 
 // ---- gradient clipping and loss scaling
 

@@ -154,6 +154,31 @@ void kdrt_lion(float *w, const float *g, float *m, size_t n, float lr, float b1,
     w[i] = kdrt_lion_at(w[i], g, m, i, lr, b1, c1, b2, c2);
 }
 
+// issue 23: a 16-bit variable's update (kdrt_optim.h); wd != 0: the
+// weight decay first, in 16 bits too.
+void kdrt_sgd16(float *w, const float *g, float *m, size_t n, float lr, float momentum,
+                int nesterov, float wd, int kind) {
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  const float mom16 = kdrt_round_to(kind, momentum);
+  if (momentum == 0.0f) m = NULL; // Keras's SGD has no slot then
+  KD_PAR_FOR(n)
+  for (size_t i = 0; i < n; i++) {
+    float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
+    w[i] = kdrt_sgd16_at(wi, g, m, i, lr16, mom16, nesterov, kind);
+  }
+}
+
+void kdrt_adam16(float *w, const float *g, float *m, float *v, float *vhat, size_t n, float lr,
+                 float b1, float b2, float eps, float wd, int64_t t, int kind) {
+  const kdrt_adam16_k k = kdrt_adam16_coef(lr, b1, b2, eps, t, kind);
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  KD_PAR_FOR(n)
+  for (size_t i = 0; i < n; i++) {
+    float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
+    w[i] = kdrt_adam16_at(wi, g, m, v, vhat, i, k, kind);
+  }
+}
+
 void kdrt_weight_decay(float *w, size_t n, float lr, float wd) {
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++)

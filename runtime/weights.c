@@ -11,6 +11,9 @@
 //                               (an integer one, kdrt_var.dtype KDRT_I32: an int32
 //                               dataset as Keras writes it on JAX, int64 on
 //                               TensorFlow, which is read too)
+//                               (a variable of the bfloat16 policy, KDRT_BF16: Keras's
+//                               2-byte opaque data with attribute dtype "bfloat16"; of
+//                               the float16 one, KDRT_F16: an IEEE half dataset)
 //   /optimizer/vars/0, /1       iterations, learning_rate (an optimizer
 //                               before its first step has only these two)
 //
@@ -29,6 +32,7 @@
 // places them, and writes. Files are written to a temporary name, fsync'd
 // and renamed, so a reader never sees half a file.
 #include "kdrt.h"
+#include "kdrt_round.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -447,6 +451,20 @@ static int is_bfloat16(hid_t ds, hid_t t) {
   return !strcmp(dt, "bfloat16");
 }
 
+// issue 23: the 16-bit type a variable is kept in (KDRT_ROUND_*), or 0.
+static int var16(const kdrt_var *v) {
+  return v->dtype == KDRT_BF16 ? KDRT_ROUND_BF16 : v->dtype == KDRT_F16 ? KDRT_ROUND_F16 : 0;
+}
+
+// h5py's float16 (Keras writes a float16 variable so): IEEE half, little-endian.
+static hid_t float16_type(void) {
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  H5Tset_fields(t, 15, 10, 5, 0, 10);
+  H5Tset_size(t, 2);
+  H5Tset_ebias(t, 15);
+  return t;
+}
+
 static void bfloat16_to_float(const uint16_t *b, float *out, int64_t n) {
   for (int64_t i = n - 1; i >= 0; i--) { // b may be out's own first half
     uint32_t u = (uint32_t)b[i] << 16;
@@ -526,9 +544,10 @@ static void list_groups(hid_t file, char *buf, size_t len) {
 }
 
 // Every dataset kdcc writes carries CRC_ATTR, a uint32: zlib's CRC-32 of its
-// data as stored, little-endian float32 (int32 for an integer variable) in
-// row-major order (HDF5 keeps no checksum of its own). A reader checks it
-// when it is there (files written by Keras have none); Keras ignores it.
+// data as stored, little-endian float32 (int32 for an integer variable,
+// 2 bytes for a KDRT_BF16 or KDRT_F16 one) in row-major order (HDF5 keeps
+// no checksum of its own). A reader checks it when it is there (files
+// written by Keras have none); Keras ignores it.
 #define CRC_ATTR "kdcc_crc32"
 
 // n elements of 4 bytes (float32 or int32)
@@ -551,13 +570,17 @@ static int verify_crc(hid_t ds, const char *path, const char *ds_path, const kdr
   float *all = malloc(sizeof(float) * (size_t)(n ? n : 1));
   if (!all) return kdrt_errf(err, errlen, "%s: out of memory checking %s", path, ds_path);
   int rc = 0;
-  hid_t mt = v->dtype == KDRT_I32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT; // as written
+  hid_t t = H5Dget_type(ds);
+  int half = is_bfloat16(ds, t) || (H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 2);
+  hid_t mt = v->dtype == KDRT_I32 ? H5T_NATIVE_INT32 : half ? t : H5T_NATIVE_FLOAT; // as written
+  size_t bytes = (size_t)n * (half ? 2 : sizeof(float));
   if (H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) < 0)
     rc = kdrt_errf(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
-  else if (floats_crc(all, (size_t)n) != want)
+  else if (kdrt_crc32(0, all, bytes) != want)
     rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') fails its checksum (written with CRC-32 "
                    "%08x, the data now give %08x): the file is damaged", path, ds_path, v->path,
-                   want, floats_crc(all, (size_t)n));
+                   want, kdrt_crc32(0, all, bytes));
+  H5Tclose(t);
   free(all);
   return rc;
 }
@@ -636,6 +659,8 @@ static int read_dataset(hid_t file, const char *path, const char *ds_path, const
       rc = kdrt_errf(err, errlen, "%s: cannot read %s (variable '%s')", path, ds_path, v->path);
     else if (bf16)
       bfloat16_to_float((const uint16_t *)out, out, n);
+    if (!rc && var16(v)) // float32 data: Keras's assign casts it (issue 23)
+      for (int64_t i = 0; i < n; i++) out[i] = kdrt_round_to(var16(v), out[i]);
     for (int64_t i = 0; ints && !rc && i < n; i++) {
       if (iv[i] > INT_EXACT || iv[i] < -INT_EXACT)
         rc = kdrt_errf(err, errlen, "%s: %s (variable '%s') holds %lld, beyond the %d a float32 "
@@ -792,17 +817,32 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
     }
     hid_t vg = H5Gopen2(layers, gpath, H5P_DEFAULT);
     snprintf(idx, sizeof idx, "%d", var->index);
-    // an integer variable: int32, as Keras writes it (kdrt_var.dtype)
+    // an integer variable: int32, as Keras writes it (kdrt_var.dtype); a
+    // 16-bit one (issue 23) as Keras's h5py writes it: float16 an IEEE half,
+    // ml_dtypes' bfloat16 2-byte opaque data with the attribute that says so
     int64_t n = elems(&var->layout);
+    int k16 = var16(var);
     int32_t *iv = var->dtype == KDRT_I32 ? malloc(sizeof *iv * (size_t)(n ? n : 1)) : NULL;
+    uint16_t *hv = k16 ? malloc(sizeof *hv * (size_t)(n ? n : 1)) : NULL;
     for (int64_t i = 0; iv && i < n; i++) iv[i] = (int32_t)global[v][i];
-    const void *data = iv ? (const void *)iv : (const void *)global[v];
-    if (var->dtype == KDRT_I32 && !iv) rc = -1;
-    else rc = write_dataset(vg, idx, iv ? H5T_STD_I32LE : H5T_IEEE_F32LE,
-                            iv ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT, var->layout.rank,
-                            var->layout.gshape, data);
+    for (int64_t i = 0; hv && i < n; i++) {
+      float x = kdrt_round_to(k16, global[v][i]); // (the values are the type's already)
+      hv[i] = k16 == KDRT_ROUND_BF16 ? kdrt_bf16_bits(x) : kdrt_f16_bits(x);
+    }
+    const void *data = iv ? (const void *)iv : hv ? (const void *)hv : (const void *)global[v];
+    hid_t t16 = !hv ? -1 : k16 == KDRT_ROUND_BF16 ? H5Tcreate(H5T_OPAQUE, 2) : float16_type();
+    if ((var->dtype == KDRT_I32 && !iv) || (k16 && !hv)) rc = -1;
+    else rc = write_dataset(vg, idx, iv ? H5T_STD_I32LE : hv ? t16 : H5T_IEEE_F32LE,
+                            iv ? H5T_NATIVE_INT32 : hv ? t16 : H5T_NATIVE_FLOAT,
+                            var->layout.rank, var->layout.gshape, data);
+    if (t16 >= 0) H5Tclose(t16);
+    if (!rc && k16 == KDRT_ROUND_BF16) {
+      hid_t ds = H5Dopen2(vg, idx, H5P_DEFAULT);
+      str_attr(ds, "dtype", "bfloat16");
+      H5Dclose(ds);
+    }
     if (!rc) { // the dataset's checksum (see CRC_ATTR)
-      uint32_t crc = floats_crc(data, (size_t)n);
+      uint32_t crc = hv ? kdrt_crc32(0, hv, (size_t)n * 2) : floats_crc(data, (size_t)n);
       hid_t ds = H5Dopen2(vg, idx, H5P_DEFAULT), sp = H5Screate(H5S_SCALAR);
       hid_t a = ds < 0 ? -1 : H5Acreate2(ds, CRC_ATTR, H5T_STD_U32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
       rc = a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &crc) < 0 ? -1 : 0;
@@ -811,6 +851,7 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
       H5Sclose(sp);
     }
     free(iv);
+    free(hv);
     H5Gclose(vg);
   }
   H5Gclose(layers);
@@ -1004,6 +1045,18 @@ static float *gather_var(kdrt_ctx *c, const kdrt_var *var) {
   return g;
 }
 
+// issue 23: a variable of a 16-bit policy holds its type's values from its
+// start: its initializer's, rounded (Keras's initializers make them in the
+// variable's dtype). A weights file's are rounded as read.
+void kdrt_round_vars(kdrt_ctx *c) {
+  const kdrt_program *p = c->prog;
+  for (int v = 0; v < p->nvars; v++) {
+    int k = var16(&p->vars[v]);
+    float *w = c->params + p->vars[v].offset;
+    for (size_t i = 0; k && i < p->vars[v].n; i++) w[i] = kdrt_round_to(k, w[i]);
+  }
+}
+
 int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen) {
   return all_read(kdrt_weights_read(c->prog, c->coord, path, c->params, err, errlen), path,
                   "weights", err, errlen);
@@ -1178,6 +1231,7 @@ int kdrt_infer_open(kdrt_ctx *c, const char *who, const kdrt_program *p, int *ar
   for (int i = 0; i < 3; i++)
     if (!(*bufs[i] = kdrt_buffer_alloc(floats[i]))) kdrt_fatal(c, "out of memory");
   p->init(c);
+  kdrt_round_vars(c);
   const char *wfile = weights ? weights : init_random ? NULL : kdrt_program_archive(p);
   if (!weights && !init_random && p->weights_file && !wfile) {
     kdrt_archive_gone(p, err, errlen);

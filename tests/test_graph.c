@@ -204,6 +204,37 @@ Test(graph, mixed_bfloat16_rounds_where_keras_casts) {
   }
 }
 
+// issue 23: under bfloat16 a model is built as under mixed_bfloat16 (the
+// same ROUNDs: the variables' values are bfloat16's, their reads' ROUNDs
+// round the gradients as Keras's bfloat16 gradients are), its variables
+// kept in bfloat16 (Var.vdt, written as bfloat16); an optimizer whose
+// 16-bit update kdcc does not follow is an error at the layer.
+Test(graph, bfloat16_variables) {
+  int reads;
+  opt_dtype_policy = "bfloat16";
+  Graph *g = graph_of("models/seed_mlp.json");
+  opt_dtype_policy = NULL;
+  cr_assert_eq(count_rounds(g, &reads), 9);
+  cr_assert_eq(reads, 3);
+  for (int i = 0; i < g->nvars; i++) {
+    cr_assert_eq(g->vars[i]->vdt, KDRT_ROUND_BF16, "%s", g->vars[i]->path);
+    cr_assert_eq(g->vars[i]->file_dtype, KDRT_BF16, "%s", g->vars[i]->path);
+  }
+  opt_dtype_policy = "mixed_bfloat16";
+  g = graph_of("models/seed_mlp.json");
+  opt_dtype_policy = NULL;
+  for (int i = 0; i < g->nvars; i++) cr_assert_eq(g->vars[i]->vdt, 0, "mixed: float32 variables");
+  expect_error("tests/bad/bf16_rmsprop.json", NULL,
+               "tests/bad/bf16_rmsprop.json:26:4: error: layer 'd1': variable 'd1/kernel' is "
+               "kept in 16 bits (its dtype policy), and kdcc updates such variables as Keras "
+               "does with SGD, Adam and AdamW, without clipping or loss scaling; not with the "
+               "optimizer RMSprop yet\n");
+  expect_error("tests/bad/bf16_regularized.json", NULL,
+               "tests/bad/bf16_regularized.json:142:4: error: layer 'd2': variable 'd2/kernel' "
+               "is kept in 16 bits (its dtype policy), and kdcc does not follow Keras's 16-bit "
+               "regularizer of it yet\n");
+}
+
 // issue 23's storage in 16 bits (store16.c), the whole pipeline: under
 // mixed_bfloat16 the backward pass reads no forward ROUND's float32 buffer
 // but the logits' (the output), only through an UNPACK16 of a 2-byte PACK16

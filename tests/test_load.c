@@ -493,20 +493,19 @@ Test(bad, unknown_layer_class) {
                "4:44: error: unknown layer class 'ConvLSTM1D' (layer 'conv_lstm1d')");
 }
 
-// issue 23: mixed_bfloat16 and mixed_float16 are read (tests/test_graph.c),
+// issue 23: mixed_bfloat16, mixed_float16, bfloat16 and float16 are read (test_graph.c),
 // what is not done yet is refused at the policy's name
 Test(bad, dtype_policy_mixed) {
   EXPECT_ERROR("tests/bad/dtype_policy_bf16.json",
-               "5:82: error: layer 'd1': dtype policy 'bfloat16' keeps its variables in "
-               "bfloat16, which kdcc does not do yet: train it with float32 variables, "
-               "--dtype-policy mixed_bfloat16 (or float32), as from_preset(..., dtype=...) "
-               "would");
+               "5:82: error: layer 'bn': dtype policy 'bfloat16' (variables in bfloat16) is not "
+               "supported for BatchNormalization yet: train it with float32 variables, "
+               "--dtype-policy mixed_bfloat16");
   EXPECT_ERROR("tests/bad/dtype_policy_class.json",
                "5:82: error: layer 'lstm': dtype policy 'mixed_bfloat16' is not supported for "
                "LSTM yet");
   EXPECT_ERROR("tests/bad/dtype_policy_float64.json",
                "4:99: error: layer 'd1': dtype 'float64' is not supported (float32, "
-               "mixed_bfloat16, mixed_float16)");
+               "mixed_bfloat16, mixed_float16, bfloat16, float16)");
 }
 
 // issue 23: a mixed_float16 model's optimizer is wrapped in Keras's
@@ -526,6 +525,13 @@ Test(load, loss_scale_optimizer) {
   cr_assert_float_eq(m->opt.loss_scale, 1024.0, 0);
   cr_assert_eq(m->opt.growth_steps, 3);
   m = load_model("tests/good/seq_mlp.json");
+  cr_assert_float_eq(m->opt.loss_scale, 0.0, 0);
+  // float16 (its variables float16 too): Keras's compile wraps nothing
+  opt_dtype_policy = "float16";
+  m = load_model("tests/good/seq_mlp.json");
+  opt_dtype_policy = NULL;
+  cr_assert_eq(m->layers[1]->cdt, KDRT_ROUND_F16);
+  cr_assert_eq(m->layers[1]->vdt, KDRT_ROUND_F16);
   cr_assert_float_eq(m->opt.loss_scale, 0.0, 0);
 }
 

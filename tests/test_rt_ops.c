@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kdrt.h"
+#include "kdrt_round.h" // issue 23: kdrt_round_to
 #include "vmath.h"
 
 // ---------------------------------------------------------------- helpers
@@ -1106,6 +1107,42 @@ Test(optim, adam_and_adamw) {
   cr_expect_float_eq(w, 0.8500003f, 1e-6);
   kdrt_adamw(&w, &g2, &m, &v, NULL, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0.5f, 2);
   cr_expect_float_eq(w, 0.7109822f, 1e-6);
+}
+
+// issue 23: a 16-bit variable's update in its type (Keras's update_step
+// under the bfloat16 and float16 policies), every op rounded.
+Test(optim, sixteen_bit) {
+  // SGD, w = 1, g = 1, lr .1: bfloat16's lr is .10009765625 (.1 * 2^4 =
+  // 1.6 -> 205/128), w - lr = .8999023 rounds to the nearest 1/256:
+  // 230/256 = .8984375 (float32's SGD gives .9)
+  float w = 1, m = 0, v = 0, g1 = 1, zero = 0;
+  kdrt_sgd16(&w, &g1, NULL, 1, 0.1f, 0, 0, 0, KDRT_ROUND_BF16);
+  cr_expect_eq(w, 0.8984375f, "%.9g", w);
+  // float16's lr .0999755859 (1638/16384), w - lr = .9000244 to the
+  // nearest 1/2048: 1843/2048 = .89990234375
+  w = 1;
+  kdrt_sgd16(&w, &g1, NULL, 1, 0.1f, 0, 0, 0, KDRT_ROUND_F16);
+  cr_expect_eq(w, 0.89990234375f, "%.9g", w);
+  // Adam's default beta_2 .999 is 1.0 in bfloat16: 1 - b2^t = 0, a step
+  // size of 0, so w stays (Keras's own: its default Adam does not train a
+  // bfloat16 model), while m moves: (g - 0) * bf16(.1) = .10009765625
+  w = 1;
+  kdrt_adam16(&w, &g1, &m, &v, NULL, 1, 0.1f, 0.9f, 0.999f, 1e-7f, 0, 1, KDRT_ROUND_BF16);
+  cr_expect_eq(w, 1.0f, "%.9g", w);
+  cr_expect_eq(m, 0.10009765625f, "%.9g", m);
+  // beta_2 .99 (.98828125 in bfloat16): t=1, bias-corrected, the step is
+  // about lr: alpha = bf16(.1) * bf16(sqrt(1 - .98828125)) / bf16(1 - .8984375),
+  // m / sqrt(v) = 1 up to rounding; every value a bfloat16's
+  w = 1, m = 0, v = 0;
+  kdrt_adam16(&w, &g1, &m, &v, NULL, 1, 0.1f, 0.9f, 0.99f, 1e-7f, 0, 1, KDRT_ROUND_BF16);
+  cr_expect(w < 0.95f && w > 0.85f, "w = %.9g", w);
+  cr_expect_eq(w, kdrt_round_to(KDRT_ROUND_BF16, w));
+  cr_expect_eq(v, kdrt_round_to(KDRT_ROUND_BF16, v));
+  // a zero gradient and zero slots leave w, only weight decay moving it:
+  // w - w * bf16(.5) * bf16(.1) = 1 - .050048828 -> 243/256 = .94921875
+  w = 1, m = 0, v = 0;
+  kdrt_adam16(&w, &zero, &m, &v, NULL, 1, 0.1f, 0.9f, 0.99f, 1e-7f, 0.5f, 1, KDRT_ROUND_BF16);
+  cr_expect_eq(w, 0.94921875f, "%.9g", w);
 }
 
 Test(optim, rmsprop) {

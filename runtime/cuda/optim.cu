@@ -154,6 +154,48 @@ extern "C" void kdrt_cuda_lion(kdrt_cuda *d, float *w, const float *g, float *m,
   LAUNCH(d, lion_kernel, n, w, g, m, n, lr, b1, b2, kdrt_step_sc(d));
 }
 
+// issue 23: a 16-bit variable's update, ../optim.c's kdrt_sgd16 and
+// kdrt_adam16; in a graph the learning rate (and Adam's scalars for step
+// sc->step + dt) are the device's.
+__global__ static void sgd16_kernel(float *w, const float *g, float *m, size_t n, float lr,
+                                    float momentum, int nesterov, float wd, int kind,
+                                    const kdrt_step_scalars *sc) {
+  lr = kdrt_round_to(kind, step_lr(sc, lr));
+  const float wd16 = kdrt_round_to(kind, wd), mom16 = kdrt_round_to(kind, momentum);
+  if (momentum == 0.0f) m = NULL;
+  KDRT_FOR(i, n) {
+    float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr, kind) : w[i];
+    w[i] = kdrt_sgd16_at(wi, g, m, i, lr, mom16, nesterov, kind);
+  }
+}
+
+__global__ static void adam16_kernel(float *w, const float *g, float *m, float *v, float *vhat,
+                                     size_t n, float lr, float b1, float b2, float eps, float wd,
+                                     int64_t t, int kind, const kdrt_step_scalars *sc,
+                                     int64_t dt) {
+  __shared__ kdrt_adam16_k k;
+  if (sc) lr = sc->lr, t = sc->step + dt;
+  if (threadIdx.x == 0) k = kdrt_adam16_coef(lr, b1, b2, eps, t, kind);
+  __syncthreads();
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  KDRT_FOR(i, n) {
+    float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
+    w[i] = kdrt_adam16_at(wi, g, m, v, vhat, i, k, kind);
+  }
+}
+
+extern "C" void kdrt_cuda_sgd16(kdrt_cuda *d, float *w, const float *g, float *m, size_t n,
+                                float lr, float momentum, int nesterov, float wd, int kind) {
+  LAUNCH(d, sgd16_kernel, n, w, g, m, n, lr, momentum, nesterov, wd, kind, kdrt_step_sc(d));
+}
+
+extern "C" void kdrt_cuda_adam16(kdrt_cuda *d, float *w, const float *g, float *m, float *v,
+                                 float *vhat, size_t n, float lr, float b1, float b2, float eps,
+                                 float wd, int64_t t, int kind) {
+  LAUNCH(d, adam16_kernel, n, w, g, m, v, vhat, n, lr, b1, b2, eps, wd, t, kind,
+         kdrt_step_sc(d), t - (d->c ? d->c->step : 0));
+}
+
 extern "C" void kdrt_cuda_weight_decay(kdrt_cuda *d, float *w, size_t n, float lr, float wd) {
   LAUNCH(d, weight_decay_kernel, n, w, n, lr, wd, kdrt_step_sc(d));
 }

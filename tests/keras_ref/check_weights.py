@@ -173,8 +173,9 @@ def check(d, models):
 # A keras-hub preset saved in bfloat16, as most real ones are (Gemma's,
 # Llama's): its variables are bfloat16 in model.weights.h5. keras-hub trains
 # it with float32 variables when loaded with from_preset(..., dtype=P); kdcc
-# with --dtype-policy P. Its predictions under float32 and mixed_bfloat16.
-PRESET_POLICIES = ("float32", "mixed_bfloat16")
+# with --dtype-policy P. Its predictions under float32 and mixed_bfloat16,
+# and under its own bfloat16 (issue 23: kdcc keeps the variables bfloat16).
+PRESET_POLICIES = ("float32", "mixed_bfloat16", "bfloat16")
 
 
 def bf16_preset(d):
@@ -205,7 +206,7 @@ def check_preset(d):
     # mixed_bfloat16: within a few bfloat16 steps of the logits (their
     # spacing is 1.6e-2 at 2 to 4); this checks the 16-bit file is read under
     # a mixed policy, keras_hub.sh's *_mixed cases check the policy's numbers
-    for policy, tol in zip(PRESET_POLICIES, (TOL, 5e-2)):
+    for policy, tol in zip(PRESET_POLICIES, (TOL, 5e-2, 5e-2)):
         want = np.load(os.path.join(d, f"bf16_preset.{policy}.want.npy"))
         got = np.load(os.path.join(d, f"bf16_preset.{policy}.npy"))
         if got.shape != want.shape:

@@ -43,7 +43,9 @@ checked as the training update instead: per tensor, ||(kdcc - initial) -
 same weights) the step losses must be at least "float32_min_distance"
 times Keras's own largest distance from it away from it (the largest
 difference over the steps), so that a run that skipped the rounding fails
-(a null float32 loss: a step the mixed run's loss scale skipped, left out).
+(a null float32 loss: a step the mixed run's loss scale skipped, left out);
+"mixed_step_loss" and "mixed_min_distance" likewise (a bfloat16 case: Keras's
+mixed_bfloat16 run from the same weights, whose variables stay float32).
 With "step_loss_scale" (issue 23: Keras's LossScaleOptimizer's scale after
 each step) the history's step_loss_scale must be equal, step for step, and
 its "iterations" Keras's optimizer_iterations (the skipped steps are none).
@@ -210,16 +212,19 @@ def main():
         worst_w, worst_path = compare_weights(npz(os.path.join(here, ref["final_weights"])),
                                               sys.argv[4], ref.get("final_weights_atol", {}),
                                               rtol, bad, ref.get("frozen_weights", []))
-    # issue 23: a mixed run must be away from the float32 one
+    # issue 23: a mixed run must be away from the float32 one; a bfloat16 one
+    # from the float32 and the mixed_bfloat16 ones
     f32_note = ""
-    f32 = ref.get("float32_step_loss")
-    if f32 and got and len(got) == len(f32):
+    for twin in ("float32", "mixed"):
+        f32 = ref.get(twin + "_step_loss")
+        if not (f32 and got and len(got) == len(f32)):
+            continue
         d32 = max(abs(a - b) for a, b in zip(want, f32) if b is not None)
         dk = max(abs(a - b) for a, b in zip(got, f32) if b is not None)
-        f32_note = f", from float32 {dk:.2e} (Keras {d32:.2e})"
-        if dk < ref["float32_min_distance"] * d32:
-            bad.append(f"the step losses are {dk:.2e} from Keras's float32 run, less than "
-                       f"{ref['float32_min_distance']} x Keras's own {d32:.2e}: rounding skipped?")
+        f32_note += f", from {twin} {dk:.2e} (Keras {d32:.2e})"
+        if dk < ref[twin + "_min_distance"] * d32:
+            bad.append(f"the step losses are {dk:.2e} from Keras's {twin} run, less than "
+                       f"{ref[twin + '_min_distance']} x Keras's own {d32:.2e}: rounding skipped?")
     # issue 23: the loss scale, exactly (powers of two), and the steps it skipped
     scale_note = ""
     if "step_loss_scale" in ref:

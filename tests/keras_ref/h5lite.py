@@ -183,11 +183,17 @@ class _File:
             raise H5Error("filtered (compressed) dataset")
         shape = self._space(msgs[0x01])
         fmt = self._type(msgs[0x03])
+        bf16 = fmt == "bf16"
+        fmt = "H" if bf16 else fmt
         count = 1
         for s in shape:
             count *= s
         raw = self._layout(msgs[0x08], count * struct.calcsize(fmt))
-        return tuple(shape), list(struct.unpack("<%d%s" % (count, fmt), raw))
+        vals = list(struct.unpack("<%d%s" % (count, fmt), raw))
+        if bf16:  # a float32's upper half
+            vals = list(struct.unpack("<%df" % count,
+                                      struct.pack("<%dI" % count, *[u << 16 for u in vals])))
+        return tuple(shape), vals
 
     def _space(self, b):
         v, nd, flags = b[0], b[1], b[2]
@@ -207,6 +213,8 @@ class _File:
             signed = bits & 0x08
             return {1: "b", 2: "h", 4: "i", 8: "q"}[size] if signed else \
                 {1: "B", 2: "H", 4: "I", 8: "Q"}[size]
+        if cls == 5 and size == 2:  # opaque: Keras's bfloat16 (issue 23)
+            return "bf16"
         raise H5Error(f"datatype class {cls}")
 
     def _layout(self, b, nbytes):

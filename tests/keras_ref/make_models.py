@@ -1773,16 +1773,18 @@ def mixed_mlp():
     return model
 
 
-def under_policy(build, policy):
+def under_policy(build, policy, opt=None):
     """build, under the global dtype policy `policy`, compiled with its loss
-    and a fresh Adam, no metrics (an empty list: None would keep build's)."""
+    and a fresh Adam (or opt()), no metrics (an empty list: None would keep
+    build's)."""
     def built():
         keras.mixed_precision.set_global_policy(policy)
         try:
             model = build()
         finally:
             keras.mixed_precision.set_global_policy("float32")
-        model.compile(loss=model.loss, optimizer=keras.optimizers.Adam(), metrics=[])
+        model.compile(loss=model.loss, optimizer=opt() if opt else keras.optimizers.Adam(),
+                      metrics=[])
         return model
     return built
 
@@ -1818,6 +1820,32 @@ def mixed_f16_growth():
 
 F16_MP = {"d1/kernel": [None, "model"], "d1/bias": ["model"], "d2/kernel": ["model", None]}
 
+
+# issue 23: the pure bfloat16 policy: variables (and the optimizer's slots)
+# in bfloat16, updated in bfloat16. Keras's default Adam does not train
+# such a model at all (beta_2 = 0.999 is 1.0 in bfloat16, so its step
+# size is 0), so bf16_mlp and bf16_cnn train with SGD and momentum,
+# bf16_adam_mlp and bf16_gpt with Adam(beta_2=0.99), a rate large enough to
+# move bfloat16 weights. Their
+# twins, from the same weights: float32 and mixed_bfloat16 (float32
+# variables), which kdcc's run must be away from (compare_ref.py).
+
+
+def bf16_with(model_fn, opt):
+    """model_fn's model under bfloat16, compiled with its loss and opt(), no
+    metrics, with its float32 and mixed_bfloat16 twins."""
+    return {key: under_policy(model_fn, policy, opt) for key, policy in
+            (("build", "bfloat16"), ("float32_twin", "float32"),
+             ("mixed_twin", "mixed_bfloat16"))}
+
+
+def bf16_sgd():
+    return keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+
+
+def bf16_adam():
+    return keras.optimizers.Adam(learning_rate=0.01, beta_2=0.99)
+
 MODELS.update({
     "mixed_mlp": dict(
         build=under_policy(mixed_mlp, "mixed_bfloat16"),
@@ -1833,6 +1861,29 @@ MODELS.update({
         build=under_policy(bn_cnn, "mixed_bfloat16"),
         float32_twin=under_policy(bn_cnn, "float32"), labels="sparse10", x=(8, 8, 3),
         dists={"mixed_bn_cnn": MODELS["bn_cnn"]["dists"]["bn_cnn"], "mixed_bn_cnn_dp": DP_8}),
+    "bf16_mlp": dict(
+        **bf16_with(mixed_mlp, bf16_sgd), labels="sparse10", x=(12,),
+        dists={"bf16_mlp": model_parallel({"d1/kernel": [None, "model"], "d1/bias": ["model"],
+                                           "d2/kernel": ["model", None]}),
+               "bf16_mlp_dp": DP_8}),
+    "bf16_adam_mlp": dict(
+        **bf16_with(mixed_mlp, bf16_adam), labels="sparse10", x=(12,),
+        dists={"bf16_adam_mlp": model_parallel({"d1/kernel": [None, "model"],
+                                                "d1/bias": ["model"],
+                                                "d2/kernel": ["model", None]}),
+               "bf16_adam_mlp_dp": DP_8}),
+    "bf16_cnn": dict(
+        **bf16_with(cnn, bf16_sgd), labels="sparse10", x=(28, 28, 1),
+        dists={"bf16_cnn": MODELS["cnn"]["dists"]["cnn"], "bf16_cnn_dp": DP_8}),
+    "bf16_gpt": dict(
+        **bf16_with(gpt, bf16_adam), inputs=[("tokens", (16,), 64)], outputs=["next64x16"],
+        dists={"bf16_gpt": MODELS["gpt"]["dists"]["gpt"], "bf16_gpt_dp": DP_8}),
+    # float16: Keras's compile wraps no LossScaleOptimizer (that is mixed_float16's)
+    "f16_mlp": dict(
+        build=under_policy(mixed_mlp, "float16", bf16_sgd),
+        float32_twin=under_policy(mixed_mlp, "float32", bf16_sgd),
+        mixed_twin=under_policy(mixed_mlp, "mixed_float16", bf16_sgd), labels="sparse10",
+        x=(12,), dists={"f16_mlp": model_parallel(F16_MP), "f16_mlp_dp": DP_8}),
     "mixed_f16_mlp": dict(
         build=under_policy(mixed_f16_mlp, "mixed_float16"),
         float32_twin=under_policy(mixed_f16_mlp, "float32"), labels="dense10", x=(12,),

@@ -176,6 +176,12 @@ Cases (model, distribution spec from models/):
                                                              a head a device
     rope_dp         rope           rope_dp.dist.json         DataParallel (8,)
     mixed_mlp, mixed_gpt, mixed_bn_cnn (and _dp)                  issue 23: mixed_bfloat16
+    bf16_mlp, bf16_adam_mlp, bf16_cnn, bf16_gpt (and _dp)         issue 23: bfloat16 (variables
+                                                             and slots too), with their
+                                                             float32 and mixed_bfloat16 twins
+    f16_mlp (and _dp)                                             issue 23: float16, no loss
+                                                             scaling (Keras's compile adds
+                                                             none), float32 and mixed twins
     mixed_f16_mlp   mixed_f16_mlp  mixed_f16_mlp.dist.json   ModelParallel (2,4)  issue 23:
                                                              mixed_float16, compile's
                                                              LossScaleOptimizer; the third
@@ -430,6 +436,11 @@ DATA = {
     "mixed_gpt": (64, 2),
     "mixed_bn_cnn": (64, 2),
     "mixed_f16_mlp": (64, 2),
+    "bf16_mlp": (64, 2),
+    "bf16_adam_mlp": (64, 2),
+    "bf16_cnn": (64, 2),
+    "bf16_gpt": (64, 2),
+    "f16_mlp": (64, 2),
     "mixed_f16_growth": (64, 2),
     "mixed_f16_bn_cnn": (64, 2),
 }
@@ -631,6 +642,17 @@ CASES = {
     "mixed_gpt_dp": ("mixed_gpt", "mixed_gpt_dp"),
     "mixed_bn_cnn": ("mixed_bn_cnn", "mixed_bn_cnn"),
     "mixed_bn_cnn_dp": ("mixed_bn_cnn", "mixed_bn_cnn_dp"),
+    # the pure bfloat16 policy: variables and slots in bfloat16
+    "bf16_mlp": ("bf16_mlp", "bf16_mlp"),
+    "bf16_mlp_dp": ("bf16_mlp", "bf16_mlp_dp"),
+    "bf16_adam_mlp": ("bf16_adam_mlp", "bf16_adam_mlp"),
+    "bf16_adam_mlp_dp": ("bf16_adam_mlp", "bf16_adam_mlp_dp"),
+    "bf16_cnn": ("bf16_cnn", "bf16_cnn"),
+    "bf16_cnn_dp": ("bf16_cnn", "bf16_cnn_dp"),
+    "bf16_gpt": ("bf16_gpt", "bf16_gpt"),
+    "bf16_gpt_dp": ("bf16_gpt", "bf16_gpt_dp"),
+    "f16_mlp": ("f16_mlp", "f16_mlp"),
+    "f16_mlp_dp": ("f16_mlp", "f16_mlp_dp"),
     # mixed_float16, with Keras's LossScaleOptimizer
     "mixed_f16_mlp": ("mixed_f16_mlp", "mixed_f16_mlp"),
     "mixed_f16_mlp_dp": ("mixed_f16_mlp", "mixed_f16_mlp_dp"),
@@ -648,15 +670,20 @@ CASES = {
 # from Keras's float32 run from the same weights (so that a run that
 # skipped the rounding fails).
 MIXED_RTOL, MIXED_UPDATE_RTOL, MIXED_FROM_F32 = 1e-2, 0.1, 0.2
+# A bfloat16 (float16) model's variables move by whole 16-bit steps: Adam's steps
+# of 1e-2 are 1 to 3 of them on a LayerNormalization's gamma near 1, where
+# a rounding decided the other way moves a tensor's update by a sixth.
+PURE_UPDATE_RTOL = 0.2
 
 
-def float32_losses(model_name, keras_path, xs, ys, n, epochs, skipped=()):
-    """issue 23: every step's loss of the model's float32 twin trained from
-    the mixed model's initial weights (keras_path), as the case trains; a
+def float32_losses(model_name, keras_path, xs, ys, n, epochs, skipped=(),
+                   twin_key="float32_twin"):
+    """issue 23: every step's loss of the model's float32 twin (twin_key: or
+    another) trained from the mixed model's initial weights (keras_path), as the case trains; a
     step the mixed run's loss scale skipped (`skipped`, by index) is not
     trained on either, and its loss is None (no float32 counterpart to
     compare: the forward pass alone, here of labels 1000 times larger)."""
-    twin = mm.MODELS[model_name]["float32_twin"]()
+    twin = mm.MODELS[model_name][twin_key]()
     zero_dropout(twin)
     twin.load_weights(keras_path)
     losses = []
@@ -755,6 +782,11 @@ def layer_weights(path):
         def visit(name, obj):
             if isinstance(obj, h5py.Dataset) and name.startswith("layers/"):
                 out[name] = np.array(obj)
+                if obj.attrs.get("dtype") == "bfloat16":  # issue 23: Keras's 2-byte opaque data
+                    bits = out[name].view(np.uint16).astype(np.uint32) << 16
+                    out[name] = bits.view(np.float32)
+                elif out[name].dtype == np.float16:  # issue 23: a float16 variable
+                    out[name] = out[name].astype(np.float32)
         f.visititems(visit)
     return out
 
@@ -952,6 +984,9 @@ def run_case(case, out, hlo):
         mixed = "float32_twin" in mm.MODELS[model_name]
         if mixed:
             f32_loss = float32_losses(model_name, keras_path, xs, ys, n, epochs, skipped)
+        if "mixed_twin" in mm.MODELS[model_name]:  # a bfloat16 model: its mixed_bfloat16 twin
+            mixed_loss = float32_losses(model_name, keras_path, xs, ys, n, epochs,
+                                        twin_key="mixed_twin")
         # Frozen layers (trainable=False): the weights Keras left bit for bit
         # as they were, which kdcc must leave so too.
         frozen = []
@@ -1012,6 +1047,9 @@ def run_case(case, out, hlo):
                         "tensor, and the step losses at least float32_min_distance times "
                         "Keras's own distance from its float32 run (float32_step_loss, the "
                         "same model and weights under float32) away from that run"))
+    if "mixed_twin" in mm.MODELS[model_name]:
+        ref.update(mixed_step_loss=mixed_loss, mixed_min_distance=MIXED_FROM_F32,
+                   update_rtol=PURE_UPDATE_RTOL)
     if scaled:  # issue 23: mixed_float16's LossScaleOptimizer
         lso = model.optimizer
         ref.update(

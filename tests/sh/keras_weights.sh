@@ -108,19 +108,17 @@ ls "$D" | grep -q never && bad "a failed run wrote a file: $(ls "$D" | grep neve
   fail=1
 
 # A keras-hub preset saved in bfloat16 (its weights 2-byte, as most real
-# presets): refused as it is, compiled with --dtype-policy float32 or
-# mixed_bfloat16 (float32 variables, as from_preset(..., dtype=...)), it
-# predicts as keras-hub does on 2 ranks (Gemma's layout map, model=2).
+# presets): compiled as it is (its own bfloat16: bfloat16 variables, issue
+# 23), or with --dtype-policy float32 or mixed_bfloat16 (float32 variables,
+# as from_preset(..., dtype=...)), it predicts as keras-hub does on 2 ranks
+# (Gemma's layout map, model=2).
 if "$PY" -c 'import keras_hub' 2>/dev/null; then
   "$PY" tests/keras_ref/check_weights.py preset "$D" || exit 1
   pre=(--sequence-length 16 --batch-size 8 --distribution examples/gemma_lora/gemma.dist.json
        --mesh batch=1,model=2)
-  ./kdcc "$D/bf16_preset" "${pre[@]}" -o "$D/never" >"$D/err.txt" 2>&1 &&
-    bad "a bfloat16 preset compiled without --dtype-policy"
-  grep -q "dtype policy 'bfloat16' keeps its variables in bfloat16.*--dtype-policy mixed_bfloat16" \
-    "$D/err.txt" || { cat "$D/err.txt"; bad "a bfloat16 preset: message"; }
-  for policy in float32 mixed_bfloat16; do
-    ./kdcc "$D/bf16_preset" "${pre[@]}" --dtype-policy $policy -o "$D/bf16_$policy" \
+  for policy in float32 mixed_bfloat16 bfloat16; do
+    as=(--dtype-policy $policy) && [ $policy = bfloat16 ] && as=() # the preset's own
+    ./kdcc "$D/bf16_preset" "${pre[@]}" "${as[@]}" -o "$D/bf16_$policy" \
       2>"$D/err.txt" || { cat "$D/err.txt"; bad "bf16_preset --dtype-policy $policy: kdcc"; continue; }
     mpirun -np 2 "$D/bf16_$policy" predict --x "padding_mask=$D/bf16_preset.mask.npy" \
       --x "token_ids=$D/bf16_preset.x.npy" --out "$D/bf16_preset.$policy.npy" --quiet \
