@@ -171,6 +171,9 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
   /* elementwise; y may alias x, dx may alias dy or x (issue 23: y) */                         \
   K(act, (int act, float *y, const float *x, size_t n))                                        \
   K(act_grad, (int act, float *dx, const float *dy, const float *x, const float *y, size_t n)) \
+  /* issue 23: act_grad with x or y (v) a saved value of the 16-bit type kind in its  */     \
+  /* 16 bits (store16.c's PACK16): the same bits as act_grad on its UNPACK16          */     \
+  K(act_grad16, (int act, int kind, float *dx, const float *dy, const uint16_t *v, size_t n))  \
   /* out[r, j] = act(in[r, j] + bias[j]) over [rows, cols] */                                  \
   K(bias_act, (int act, float *out, const float *in, const float *bias, int64_t rows,          \
                int64_t cols))                                                                  \
@@ -245,6 +248,8 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
   /* (kdrt_round.h: bit for bit the same float32); y never aliases x                  */      \
   K(pack16, (int kind, uint16_t *y, const float *x, size_t n))                                 \
   K(unpack16, (int kind, float *y, const uint16_t *x, size_t n))                               \
+  /* issue 23: round, its result in its 16 bits (a value only 16-bit products read) */     \
+  K(round16, (int kind, uint16_t *y, const float *x, size_t n))                                \
   /* softmax over the last dim of [rows, cols]; dx = y * (dy - sum(dy * y)) */                 \
   K(softmax, (float *y, const float *x, int64_t rows, int64_t cols))                           \
   K(softmax_grad, (float *dx, const float *dy, const float *y, int64_t rows, int64_t cols))    \
@@ -274,6 +279,12 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
                      int64_t bn, int64_t t, int64_t s, int64_t hd, float scale, int causal))   \
   K(matmul, (const kdrt_gemm *g, float alpha, const float *a, const float *b, float beta,      \
              float *c))                                                                        \
+  /* issue 23: c = a b of values of the 16-bit type kind, float32 sums and result;  */       \
+  /* fa (fb): how a (b) is held, KDRT_OPND_* (kdrt_defs.h). The CPU: oneDNN's bf16  */       \
+  /* matmul (onednn.c) where it has one, else (float16, or KDRT_GEMM16=0) the       */       \
+  /* operands widened (rounded) and matmul's float32 product, its bits.             */       \
+  K(matmul16, (const kdrt_gemm *g, int kind, int fa, const void *a, int fb, const void *b,     \
+               float *c))                                                                      \
   /* issue 22: a Dense layer's product with its bias in the GEMM (cuBLASLt's        */       \
   /* epilogues; batch 1): c = act(a b + bias[j]) (bias NULL: c = a b; act LINEAR,     */       \
   /* RELU or GELU_TANH), and dbias non-NULL: dbias[j] = sum over k of b[k, j] (b      */       \

@@ -351,3 +351,113 @@ int kdrt_dnnl_conv(int kind, const kdrt_window *w, float *out, const float *a, c
   }
   return 1;
 }
+
+// ---- issue 23: products of bfloat16 operands, for ops.c's kdrt_matmul16
+//
+// One block of a product at a time (ops.c cuts it as kdrt_matmul does),
+// on the calling thread: each OpenMP thread keeps its own stream and its
+// own cache of primitives, made while it plans for one thread, so that no
+// block's sums are split over threads (their order fixed by the block's
+// shape alone) and no memory object is shared between threads. Operands
+// in place with their leading dimensions (strided descriptors), bf16 in,
+// float32 out, float32 sums. Only a kernel of the CPU's bf16 instructions
+// (AVX512-BF16, AMX) is used: oneDNN's reference one would be slower than
+// widening the operands for OpenBLAS, which the caller then does.
+
+#define KD_MM_THREADS 64 // threads with a cache; a thread past them: the caller widens
+#define KD_MM_CACHE 16   // shapes per thread, the oldest dropped when full
+
+typedef struct {
+  int key[8]; // ta, tb, M, N, K, lda, ldb, ldc; M 0: a free slot
+  dnnl_primitive_t prim;
+  dnnl_memory_t a, b, c, pad;
+  void *padbuf;
+} mm_entry;
+
+static struct {
+  dnnl_stream_t strm;
+  mm_entry e[KD_MM_CACHE];
+  int next;
+} MM[KD_MM_THREADS];
+
+int kdrt_dnnl_bf16(void) {
+  return ready() && dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_bf16;
+}
+
+static void mm_drop(mm_entry *e) {
+  dnnl_primitive_destroy(e->prim);
+  dnnl_memory_destroy(e->a);
+  dnnl_memory_destroy(e->b);
+  dnnl_memory_destroy(e->c);
+  dnnl_memory_destroy(e->pad);
+  free(e->padbuf);
+  memset(e, 0, sizeof *e);
+}
+
+// A rows x cols operand of type dt, stored row-major with leading dimension
+// ld, or (t) transposed: cols x rows stored.
+static void md_2d(dnnl_memory_desc_t *md, int rows, int cols, int ld, int t, dnnl_data_type_t dt) {
+  dnnl_dims_t d = {rows, cols}, st = {t ? 1 : ld, t ? ld : 1};
+  dnnl_memory_desc_init_by_strides(md, 2, d, dt, st);
+}
+
+static int mm_make(mm_entry *e) {
+  const int *k = e->key;
+  dnnl_memory_desc_t a, b, c;
+  md_2d(&a, k[2], k[4], k[5], k[0], dnnl_bf16);
+  md_2d(&b, k[4], k[3], k[6], k[1], dnnl_bf16);
+  md_2d(&c, k[2], k[3], k[7], 0, dnnl_f32);
+  dnnl_matmul_desc_t md;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  int r = ok(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c)) &&
+          ok(dnnl_primitive_attr_create(&attr)) &&
+          ok(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) &&
+          ok(dnnl_primitive_desc_create(&pd, &md, attr, D.eng, NULL));
+  omp_set_num_threads(threads);
+  const char *impl = NULL;
+  r = r && ok(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl)) && impl &&
+      strncmp(impl, "ref", 3) != 0;
+  if (r) {
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t pad = dnnl_memory_desc_get_size(smd);
+    r = ok(dnnl_primitive_create(&e->prim, pd)) && memory(&e->a, &a, NULL) &&
+        memory(&e->b, &b, NULL) && memory(&e->c, &c, NULL);
+    if (r && pad) {
+      e->padbuf = alloc64(pad);
+      r = e->padbuf && memory(&e->pad, smd, e->padbuf);
+    }
+  }
+  dnnl_primitive_desc_destroy(pd);
+  dnnl_primitive_attr_destroy(attr);
+  return r;
+}
+
+int kdrt_dnnl_matmul16(int ta, int tb, int M, int N, int K, const uint16_t *a, int lda,
+                       const uint16_t *b, int ldb, float *c, int ldc) {
+  int t = omp_get_thread_num();
+  if (t >= KD_MM_THREADS || !kdrt_dnnl_bf16()) return 0;
+  if (!MM[t].strm && !ok(dnnl_stream_create(&MM[t].strm, D.eng, dnnl_stream_default_flags)))
+    return 0;
+  const int key[8] = {ta, tb, M, N, K, lda, ldb, ldc};
+  mm_entry *e = NULL;
+  for (int i = 0; i < KD_MM_CACHE && !e; i++)
+    if (!memcmp(MM[t].e[i].key, key, sizeof key)) e = &MM[t].e[i];
+  if (!e) {
+    e = &MM[t].e[MM[t].next];
+    MM[t].next = (MM[t].next + 1) % KD_MM_CACHE;
+    if (e->prim) mm_drop(e);
+    memcpy(e->key, key, sizeof key);
+    if (!mm_make(e)) {
+      mm_drop(e);
+      return 0;
+    }
+  }
+  point(e->a, a), point(e->b, b), point(e->c, c);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
+                             {DNNL_ARG_SCRATCHPAD, e->pad}};
+  return ok(dnnl_primitive_execute(e->prim, MM[t].strm, e->pad ? 4 : 3, args)) &&
+         ok(dnnl_stream_wait(MM[t].strm));
+}
