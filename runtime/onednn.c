@@ -1,5 +1,6 @@
 // onednn.c: convolutions through oneDNN (Debian's libdnnl), behind ops.c's
-// kdrt_conv2d, kdrt_conv2d_dx and kdrt_conv2d_dw.
+// kdrt_conv2d, kdrt_conv2d_dx and kdrt_conv2d_dw; and (issue 23, at the
+// end) products of bfloat16 operands, behind kdrt_matmul16.
 //
 // A kdrt_window is a compile-time constant of the generated program but
 // for its batch (the step's rows). Each distinct (kind, window) gets its
@@ -29,7 +30,8 @@
 // are 2-4x faster than oneDNN's nhwc pooling (bench/analysis.md).
 //
 // KDRT_ONEDNN=0 in the environment turns this file off (ops.c's im2col
-// path runs instead), for comparisons and tests.
+// path runs instead, and kdrt_matmul16 widens its operands for OpenBLAS),
+// for comparisons and tests.
 #include <dnnl.h>
 #include <omp.h>
 #include <stdio.h>
@@ -81,17 +83,18 @@ static int ready(void) {
   return 1;
 }
 
+static void drop_chunk(chunk *c) {
+  dnnl_primitive_destroy(c->prim);
+  dnnl_memory_destroy(c->src);
+  dnnl_memory_destroy(c->dst);
+  dnnl_memory_destroy(c->wts);
+  dnnl_memory_destroy(c->pad);
+  free(c->wbuf);
+  free(c->padbuf);
+}
+
 static void drop(entry *e) {
-  for (int i = 0; i < KD_DW_CHUNKS; i++) {
-    chunk *c = &e->ch[i];
-    dnnl_primitive_destroy(c->prim);
-    dnnl_memory_destroy(c->src);
-    dnnl_memory_destroy(c->dst);
-    dnnl_memory_destroy(c->wts);
-    dnnl_memory_destroy(c->pad);
-    free(c->wbuf);
-    free(c->padbuf);
-  }
+  for (int i = 0; i < KD_DW_CHUNKS; i++) drop_chunk(&e->ch[i]);
   dnnl_primitive_destroy(e->reorder);
   dnnl_memory_destroy(e->wts);
   dnnl_memory_destroy(e->user_w);
@@ -369,9 +372,7 @@ int kdrt_dnnl_conv(int kind, const kdrt_window *w, float *out, const float *a, c
 
 typedef struct {
   int key[8]; // ta, tb, M, N, K, lda, ldb, ldc; M 0: a free slot
-  dnnl_primitive_t prim;
-  dnnl_memory_t a, b, c, pad;
-  void *padbuf;
+  chunk p;    // the primitive; src a, wts b, dst c
 } mm_entry;
 
 static struct {
@@ -385,12 +386,7 @@ int kdrt_dnnl_bf16(void) {
 }
 
 static void mm_drop(mm_entry *e) {
-  dnnl_primitive_destroy(e->prim);
-  dnnl_memory_destroy(e->a);
-  dnnl_memory_destroy(e->b);
-  dnnl_memory_destroy(e->c);
-  dnnl_memory_destroy(e->pad);
-  free(e->padbuf);
+  drop_chunk(&e->p);
   memset(e, 0, sizeof *e);
 }
 
@@ -423,11 +419,12 @@ static int mm_make(mm_entry *e) {
   if (r) {
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t pad = dnnl_memory_desc_get_size(smd);
-    r = ok(dnnl_primitive_create(&e->prim, pd)) && memory(&e->a, &a, NULL) &&
-        memory(&e->b, &b, NULL) && memory(&e->c, &c, NULL);
+    chunk *p = &e->p;
+    r = ok(dnnl_primitive_create(&p->prim, pd)) && memory(&p->src, &a, NULL) &&
+        memory(&p->wts, &b, NULL) && memory(&p->dst, &c, NULL);
     if (r && pad) {
-      e->padbuf = alloc64(pad);
-      r = e->padbuf && memory(&e->pad, smd, e->padbuf);
+      p->padbuf = alloc64(pad);
+      r = p->padbuf && memory(&p->pad, smd, p->padbuf);
     }
   }
   dnnl_primitive_desc_destroy(pd);
@@ -448,16 +445,17 @@ int kdrt_dnnl_matmul16(int ta, int tb, int M, int N, int K, const uint16_t *a, i
   if (!e) {
     e = &MM[t].e[MM[t].next];
     MM[t].next = (MM[t].next + 1) % KD_MM_CACHE;
-    if (e->prim) mm_drop(e);
+    if (e->p.prim) mm_drop(e);
     memcpy(e->key, key, sizeof key);
     if (!mm_make(e)) {
       mm_drop(e);
       return 0;
     }
   }
-  point(e->a, a), point(e->b, b), point(e->c, c);
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
-                             {DNNL_ARG_SCRATCHPAD, e->pad}};
-  return ok(dnnl_primitive_execute(e->prim, MM[t].strm, e->pad ? 4 : 3, args)) &&
+  chunk *p = &e->p;
+  point(p->src, a), point(p->wts, b), point(p->dst, c);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->src}, {DNNL_ARG_WEIGHTS, p->wts},
+                             {DNNL_ARG_DST, p->dst}, {DNNL_ARG_SCRATCHPAD, p->pad}};
+  return ok(dnnl_primitive_execute(p->prim, MM[t].strm, p->pad ? 4 : 3, args)) &&
          ok(dnnl_stream_wait(MM[t].strm));
 }
