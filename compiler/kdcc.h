@@ -498,8 +498,8 @@ struct Node {
   // users read `rounded`, the ROUND made at the first use).
   uint8_t half, pend;
   Node *rounded;
-  // issue 23 (store16.c): 1 + the operand whose buffer this op writes (a ROUND
-  // or an activation's gradient, that operand's only reader: kdrt_ops.def's "y
+  // issue 23 (store16.c): 1 + the operand whose buffer this op writes (a ROUND,
+  // an activation or its gradient, that operand's only reader: kdrt_ops.def's "y
   // may be x"), else 0; to the memory plan and the emitters a view of it
   uint8_t inplace;
 };

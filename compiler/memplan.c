@@ -384,14 +384,29 @@ void plan_memory(Graph *g) {
   // issue 23: the 16-bit copies of saved values (store16.c's PACK16) live
   // from the forward pass into the backward one: taken when the step
   // begins, first (as a block's stacked values are when it begins), so that
-  // they do not cut up the free space between the values that come and go
-  for (int i = 0; i < g->nnodes; i++) {
-    Node *n = g->nodes[i];
-    if (n->op != OP_PACK16 || block_at(g, n)) continue;
-    n->region = REGION_ARENA;
-    n->offset = arena_alloc(&a, align(value_floats(g, n)));
-    plan_step(g, PLAN_ALLOC, n, value_floats(g, n), -1);
+  // they do not cut up the free space between the values that come and go;
+  // and below them the values read after the backward pass (the model's
+  // outputs, the logs), which else sit among its values, or just above
+  // the copies, keeping the space those give back in two
+  bool packs = false;
+  int update = g->nnodes; // the first node after the backward pass
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    packs |= g->nodes[i]->op == OP_PACK16;
+    if (g->nodes[i]->phase > PH_BACKWARD) update = i;
   }
+  bool *early = xcalloc((size_t)ids + 1, sizeof *early);
+  for (int pass = 0; pass < 2 && packs; pass++)
+    for (int i = 0; i < g->nnodes; i++) {
+      Node *n = g->nodes[i];
+      bool kept = n->last_use >= update && n->phase <= PH_LOSS && n->op != OP_RESHAPE &&
+                  !n->inplace && !home[n->id] && n->op != OP_PARAM && n->op != OP_INPUT &&
+                  n->op != OP_LABEL && n->op != OP_PACK16;
+      if (block_at(g, n) || !(pass ? n->op == OP_PACK16 : kept)) continue;
+      early[n->id] = true;
+      n->region = REGION_ARENA;
+      n->offset = arena_alloc(&a, align(value_floats(g, n)));
+      plan_step(g, PLAN_ALLOC, n, value_floats(g, n), -1);
+    }
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
     const BlockAt *at = block_at(g, n);
@@ -445,7 +460,7 @@ void plan_memory(Graph *g) {
       n->region = REGION_GRAD;
       n->offset = home[n->id]->goffset;
       n->var = home[n->id];
-    } else if (n->op == OP_PACK16 && !bb) {
+    } else if (early[n->id]) {
       // taken when the step began
     } else if (bb && bb->stacked[at->pos]) {
       // taken when its block began
@@ -485,6 +500,7 @@ void plan_memory(Graph *g) {
       run.b = NULL;
     }
   }
+  xfree(early);
   g->scratch_floats = align(scratch);
   g->arena_floats = size_add(align(a.peak), g->scratch_floats);
   // Each tensor is at most MAX_ELEMS (loss.c), so only a plan of millions of them could

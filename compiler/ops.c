@@ -171,6 +171,8 @@ Node *op_make(Graph *g, OpKind op, int nin, Node **in, const Node *attr) {
   return n;
 }
 
+static const char *round_c(int kind);
+
 // ---------------------------------------------------------------- inputs and variables
 
 static void emit_view(const Node *n, Lowering *lw) { lw->note = "a value of the step: no code"; }
@@ -248,6 +250,11 @@ static void dot_grad(Graph *g, Node *n, const bool *need) {
     accumulate(g, b, tb ? dot(g, dy, a, nb, nm, true, ta) : dot(g, a, dy, nb, nm, !ta, false));
 }
 
+// issue 23: how kdrt_matmul16 reads an operand (kdrt_ops.h's KDRT_OPND_*)
+static const char *form16(const Node *x, bool rounds) {
+  return x->dtype == DT_U16 ? "KDRT_OPND_16" : rounds ? "KDRT_OPND_ROUND" : "KDRT_OPND_EXACT";
+}
+
 static void dot_emit(const Node *n, Lowering *lw) {
   const Node *a = n->in[0], *b = n->in[1];
   int nb = n->dot.nb, nk = n->dot.nk;
@@ -275,6 +282,12 @@ static void dot_emit(const Node *n, Lowering *lw) {
     lower_call(lw, KN_matmul_bias, decl, "&g, %s, %s, %s, %s, %s, %s", act_c[n->dot.act],
                buf(a), buf(b), n->nin == 3 ? buf(n->in[2]) : "NULL", buf(n),
                n->dot.bgrad ? buf(n->dot.bgrad) : "NULL");
+    return;
+  }
+  if (n->dot.half) { // issue 23: 16-bit operands, float32 sums (store16.c)
+    lower_call(lw, KN_matmul16, decl, "&g, %s, %s, %s, %s, %s, %s", round_c(n->dot.half),
+               form16(a, n->dot.rounds & 1), buf(a), form16(b, n->dot.rounds & 2), buf(b),
+               buf(n));
     return;
   }
   lower_call(lw, KN_matmul, decl, "&g, %s, %s, %s, %s, %s", sgd ? "-c->lr" : "1.0f", buf(a),
@@ -341,6 +354,11 @@ const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit, 
 // derivative needs; the runtime reads the one it needs.
 static void act_grad_emit(const Node *n, Lowering *lw) {
   char *t = buf(n->in[1]);
+  if (n->in[1]->dtype == DT_U16) { // issue 23: the saved x or y in its 16 bits (store16.c)
+    lower_call(lw, KN_act_grad16, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind],
+               round_c(n->in[1]->rnd.kind), buf(n), buf(n->in[0]), t, elems_c(n));
+    return;
+  }
   lower_call(lw, KN_act_grad, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind], buf(n),
              buf(n->in[0]), t, t, elems_c(n));
 }
@@ -1219,8 +1237,9 @@ static void round_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void round_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, KN_round, NULL, "%s, %s, %s, %s", round_c(n->rnd.kind), buf(n),
-             buf(n->in[0]), elems_c(n));
+  // a value only 16-bit products read: its 16 bits (store16.c)
+  lower_call(lw, n->dtype == DT_U16 ? KN_round16 : KN_round, NULL, "%s, %s, %s, %s",
+             round_c(n->rnd.kind), buf(n), buf(n->in[0]), elems_c(n));
 }
 
 const OpDef op_ROUND = {"round", 1, 0, false, rule_elementwise, round_grad, round_emit, shape_in0};

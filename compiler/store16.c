@@ -263,38 +263,46 @@ static void pack_saved(Graph *g, const uint8_t *kind) {
 }
 
 // Whether r may write its result over its operand x's buffer: x a float32
-// value of the same shape and placement that r alone reads, made in r's
-// phase (x may itself be written over its operand's: one buffer for all).
-static bool over(const Node *r, const Node *x, const int *readers, const bool *kept) {
-  return readers[x->id] == 1 && !kept[x->id] && x->dtype == DT_F32 && x->op != OP_PARAM &&
+// value of the same shape and placement whose last reader r is (its others,
+// a PACK16, before it), made in r's phase (x may itself be written over its
+// operand's: one buffer for all).
+static bool over(const Node *r, const Node *x, const int *last, const bool *kept) {
+  return last[x->id] == r->id && !kept[x->id] && x->dtype == DT_F32 && x->op != OP_PARAM &&
          x->op != OP_INPUT && x->op != OP_LABEL && x->op != OP_UPDATE && x->op != OP_ASSIGN &&
          x->op != OP_RESHAPE && x->phase == r->phase && shape_eq(&x->shape, &r->shape) &&
          place_eq(&x->place, &r->place, r->shape.rank);
 }
 
-// Elementwise ops over an operand that dies with them, in place (the
-// kernel's "y may be x"): to the memory plan a view of that operand, so that
-// the two take one buffer, not two.
+// Elementwise ops over an operand that dies with them (they are its last
+// reader), in place (the kernel's "y may be x"): to the memory plan a view
+// of that operand, so that the two take one buffer, not two.
 //   - A ROUND: an op and its rounding (the float32 result before a ROUND,
 //     which nothing else reads); a gradient's product is then made in the
 //     gradient blob and rounded there (ir.c's gradient_homes), as a
 //     float32 model's is.
+//   - An activation, or a bias added, over its operand (read before by
+//     its PACK16 alone).
 //   - An activation's gradient over its UNPACK16 (the saved x or y, the
 //     largest of a transformer's MLP), or else over dy.
 static void in_place(Graph *g) {
   int n = g->nnodes;
-  int *readers = xcalloc((size_t)n + 1, sizeof *readers);
+  int *last = xcalloc((size_t)n + 1, sizeof *last); // by id: the last reader's
   bool *kept = kept_values(g, n);
   for (int i = 0; i < n; i++)
-    for (int k = 0; k < g->nodes[i]->nin; k++) readers[g->nodes[i]->in[k]->id]++;
+    for (int k = 0; k < g->nodes[i]->nin; k++) last[g->nodes[i]->in[k]->id] = i;
+  for (int i = 0; i < n; i++) // a view's readers read x after its last reader: never over x
+    if (g->nodes[i]->op == OP_RESHAPE) last[g->nodes[i]->in[0]->id] = -1;
   for (int i = 0; i < n; i++) {
     Node *r = g->nodes[i];
-    if (r->op == OP_ROUND && over(r, r->in[0], readers, kept)) r->inplace = 1;
+    if ((r->op == OP_ROUND || r->op == OP_ACT || r->op == OP_BIAS || r->op == OP_BIAS_ACT) &&
+        r->dtype == DT_F32 &&
+        over(r, r->in[0], last, kept))
+      r->inplace = 1;
     else if (r->op == OP_ACT_GRAD && r->in[0] != r->in[1])
       for (int k = 1; k >= 0 && !r->inplace; k--)
-        if (over(r, r->in[k], readers, kept)) r->inplace = (uint8_t)(k + 1);
+        if (over(r, r->in[k], last, kept)) r->inplace = (uint8_t)(k + 1);
   }
-  xfree(readers), xfree(kept);
+  xfree(last), xfree(kept);
 }
 
 // The all-gathers and all-to-alls of 16-bit values move them in 16 bits
@@ -320,6 +328,74 @@ static void move16(Graph *g, const uint8_t *kind) {
   }
 }
 
+// Issue 23's products in 16 bits: a DOT whose two operands are values of
+// the same 16-bit type (kind[] by id, before pack_saved) reads them as
+// such, with float32 sums and a float32 result (Keras's bf16 dot with
+// float32 accumulation; the ROUND after it, where Keras has one, stays).
+// Not a product that a fusion gave more to do (a bias, SGD's update).
+static void mark_dots(Graph *g, const uint8_t *kind) {
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *n = g->nodes[i];
+    if (n->op != OP_DOT || n->nin != 2 || n->dot.sgd_into || n->dot.bgrad) continue;
+    int k = kind[n->in[0]->id];
+    if (k && k == kind[n->in[1]->id]) n->dot.half = (uint8_t)k;
+  }
+}
+
+// Then (ids are positions again) each 16-bit product, and each activation's
+// gradient (kdrt_act_grad16), reads its saved operands straight from their
+// PACK16 (an UNPACK16 that nothing else reads is gone). A ROUND that only
+// 16-bit products read: of a variable (its per-step cast; not one SGD
+// updates during the backward pass, fuse.c's sgd_into) or of a model input,
+// gone, the products reading the float32 value and rounding it themselves
+// (dot.rounds); of another value, written in its 16 bits (DT_U16).
+static void read16(Graph *g) {
+  int n = g->nnodes;
+  Node **pack = xcalloc((size_t)n + 1, sizeof *pack); // by id: the PACK16 of a value
+  bool *sgd = xcalloc((size_t)n + 1, sizeof *sgd);
+  for (int i = 0; i < n; i++) {
+    Node *x = g->nodes[i];
+    if (x->op == OP_PACK16) pack[x->in[0]->id] = x;
+    if (x->op == OP_DOT && x->dot.sgd_into) sgd[base(x->dot.sgd_into)->id] = true;
+    if (x->op == OP_ACT_GRAD && x->in[1]->op == OP_UNPACK16 && x->in[0] != x->in[1])
+      x->in[1] = x->in[1]->in[0];
+    if (x->op != OP_DOT || !x->dot.half) continue;
+    for (int k = 0; k < 2; k++) // (a value's PACK16 comes right after it: before x)
+      if (x->in[k]->op == OP_UNPACK16) x->in[k] = x->in[k]->in[0];
+      else if (pack[x->in[k]->id]) x->in[k] = pack[x->in[k]->id];
+  }
+  int *readers = xcalloc((size_t)n + 1, sizeof *readers), *dots = xcalloc((size_t)n + 1, sizeof *dots);
+  bool *kept = kept_values(g, n), *fold = xcalloc((size_t)n + 1, sizeof *fold);
+  for (int i = 0; i < n; i++) {
+    const Node *x = g->nodes[i];
+    for (int k = 0; k < x->nin; k++) {
+      readers[x->in[k]->id]++;
+      dots[x->in[k]->id] += x->op == OP_DOT && x->dot.half && k < 2;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    Node *x = g->nodes[i];
+    if (x->op != OP_ROUND || !readers[i] || dots[i] != readers[i] || kept[i]) continue;
+    const Node *o = x->in[0];
+    fold[i] = (o->op == OP_PARAM && !sgd[o->id]) || o->op == OP_INPUT;
+    if (!fold[i]) x->dtype = DT_U16;
+  }
+  int w = 0;
+  for (int i = 0; i < n; i++) {
+    Node *x = g->nodes[i];
+    for (int k = 0; x->op == OP_DOT && x->dot.half && k < 2; k++)
+      if (fold[x->in[k]->id]) {
+        x->in[k] = x->in[k]->in[0];
+        x->dot.rounds |= (uint8_t)(1 << k);
+      }
+    if ((x->op == OP_UNPACK16 && !readers[i] && !kept[i]) || fold[i]) continue;
+    g->nodes[w++] = x;
+  }
+  for (int i = 0; i < w; i++) g->nodes[i]->id = i;
+  g->nnodes = w;
+  xfree(pack), xfree(sgd), xfree(readers), xfree(dots), xfree(kept), xfree(fold);
+}
+
 void store16(Graph *g) {
   const char *env = getenv("KDCC_STORE16");
   if (env && !strcmp(env, "0")) return;
@@ -329,7 +405,9 @@ void store16(Graph *g) {
   for (int i = 0; i < n; i++) any |= (kind[i] = (uint8_t)kind_of(g->nodes[i], kind)) != 0;
   if (any) { // (a float32 model has none)
     move16(g, kind);
+    mark_dots(g, kind);
     pack_saved(g, kind);
+    read16(g);
     in_place(g);
   }
   xfree(kind);

@@ -17,7 +17,9 @@
 //     every split dim divides by its axis;
 //   - integer tensors are only inputs and what reads them as ids, masks or
 //     positions (the decode step's, decode.c, which is verified too); a 16-bit
-//     one (issue 23's storage) is read by its UNPACK16 alone.
+//     one (issue 23's storage) is read by its UNPACK16 alone, or as an
+//     operand of a product in 16 bits (a DOT's dot.half), or as the saved
+//     x or y of an activation's gradient.
 #include "kdcc.h"
 
 #include <stdarg.h>
@@ -74,7 +76,8 @@ void verify_graph(const Graph *g, const char *pass, bool placed) {
       const Node *a = n->in[k];
       if (!a || a->id >= i || g->nodes[a->id] != a)
         bad(pass, n, "operand %d is not defined before its use", k);
-      if (a->dtype == DT_U16 && n->op != OP_UNPACK16)
+      if (a->dtype == DT_U16 && n->op != OP_UNPACK16 &&
+          !(n->op == OP_DOT && n->dot.half && k < 2) && !(n->op == OP_ACT_GRAD && k == 1))
         bad(pass, n, "operand %d holds 16-bit values", k);
       if (a->dtype == DT_I32 && !takes_ints(n, k)) bad(pass, n, "operand %d holds integers", k);
     }

@@ -514,6 +514,12 @@ float kdrt_normal(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
 // (dy = a, f = b); CONV_DW dw = out from (x = a, dy = b).
 enum { KDRT_DNNL_CONV = 1, KDRT_DNNL_CONV_DX, KDRT_DNNL_CONV_DW };
 int kdrt_dnnl_conv(int kind, const kdrt_window *w, float *out, const float *a, const float *b);
+// issue 23: whether oneDNN runs bf16 products on this CPU's bf16
+// instructions; then one block of kdrt_matmul16, c = op(a) op(b) (ta, tb:
+// transposed) on the calling thread: 1 when done, 0 when the caller must.
+int kdrt_dnnl_bf16(void);
+int kdrt_dnnl_matmul16(int ta, int tb, int M, int N, int K, const uint16_t *a, int lda,
+                       const uint16_t *b, int ldb, float *c, int ldc);
 
 // ---------------------------------------------------------------- data.c
 // Data files (.npy and IDX, plain or gzip'd, told apart by their magic

@@ -206,6 +206,10 @@ enum { KDRT_NOTRANS, KDRT_TRANS };
 // ---- issue 23: the 16-bit types a mixed policy computes in, whose values
 // kdrt_round (kdrt_round.h) rounds float32 buffers to (0: float32, none)
 enum { KDRT_ROUND_NONE, KDRT_ROUND_BF16, KDRT_ROUND_F16 };
+// issue 23: an operand of kdrt_matmul16: float32 values of the 16-bit type,
+// its 16 bits (uint16_t), or float32 values the product rounds to the type
+// (a variable's cast for its use, a model input's)
+enum { KDRT_OPND_EXACT, KDRT_OPND_16, KDRT_OPND_ROUND };
 
 // ---- kdrt_pact's activations with Keras's parameters (issue 11)
 enum { KDRT_PACT_LEAKY, KDRT_PACT_ELU, KDRT_PACT_RELU };

@@ -41,6 +41,14 @@ void kdrt_pack16(int kind, uint16_t *restrict y, const float *restrict x, size_t
     for (size_t i = 0; i < n; i++) y[i] = kdrt_bf16_bits(x[i]);
 }
 
+// issue 23: a value only 16-bit products read, rounded straight to its 16 bits
+void kdrt_round16(int kind, uint16_t *restrict y, const float *restrict x, size_t n) {
+  if (kind == KDRT_ROUND_F16)
+    for (size_t i = 0; i < n; i++) y[i] = kdrt_f16_bits(kdrt_round_f16(x[i]));
+  else
+    for (size_t i = 0; i < n; i++) y[i] = kdrt_bf16_bits(kdrt_round_bf16(x[i]));
+}
+
 void kdrt_unpack16(int kind, float *restrict y, const uint16_t *restrict x, size_t n) {
   if (kind == KDRT_ROUND_F16)
     for (size_t i = 0; i < n; i++) y[i] = kdrt_f16_value(x[i]);

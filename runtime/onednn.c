@@ -1,5 +1,6 @@
 // onednn.c: convolutions through oneDNN (Debian's libdnnl), behind ops.c's
-// kdrt_conv2d, kdrt_conv2d_dx and kdrt_conv2d_dw.
+// kdrt_conv2d, kdrt_conv2d_dx and kdrt_conv2d_dw; and (issue 23, at the
+// end) products of bfloat16 operands, behind kdrt_matmul16.
 //
 // A kdrt_window is a compile-time constant of the generated program but
 // for its batch (the step's rows). Each distinct (kind, window) gets its
@@ -29,7 +30,8 @@
 // are 2-4x faster than oneDNN's nhwc pooling (bench/analysis.md).
 //
 // KDRT_ONEDNN=0 in the environment turns this file off (ops.c's im2col
-// path runs instead), for comparisons and tests.
+// path runs instead, and kdrt_matmul16 widens its operands for OpenBLAS),
+// for comparisons and tests.
 #include <dnnl.h>
 #include <omp.h>
 #include <stdio.h>
@@ -81,17 +83,18 @@ static int ready(void) {
   return 1;
 }
 
+static void drop_chunk(chunk *c) {
+  dnnl_primitive_destroy(c->prim);
+  dnnl_memory_destroy(c->src);
+  dnnl_memory_destroy(c->dst);
+  dnnl_memory_destroy(c->wts);
+  dnnl_memory_destroy(c->pad);
+  free(c->wbuf);
+  free(c->padbuf);
+}
+
 static void drop(entry *e) {
-  for (int i = 0; i < KD_DW_CHUNKS; i++) {
-    chunk *c = &e->ch[i];
-    dnnl_primitive_destroy(c->prim);
-    dnnl_memory_destroy(c->src);
-    dnnl_memory_destroy(c->dst);
-    dnnl_memory_destroy(c->wts);
-    dnnl_memory_destroy(c->pad);
-    free(c->wbuf);
-    free(c->padbuf);
-  }
+  for (int i = 0; i < KD_DW_CHUNKS; i++) drop_chunk(&e->ch[i]);
   dnnl_primitive_destroy(e->reorder);
   dnnl_memory_destroy(e->wts);
   dnnl_memory_destroy(e->user_w);
@@ -350,4 +353,109 @@ int kdrt_dnnl_conv(int kind, const kdrt_window *w, float *out, const float *a, c
     run(e->reorder, 2, (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, e->wts}, {DNNL_ARG_TO, e->user_w}});
   }
   return 1;
+}
+
+// ---- issue 23: products of bfloat16 operands, for ops.c's kdrt_matmul16
+//
+// One block of a product at a time (ops.c cuts it as kdrt_matmul does),
+// on the calling thread: each OpenMP thread keeps its own stream and its
+// own cache of primitives, made while it plans for one thread, so that no
+// block's sums are split over threads (their order fixed by the block's
+// shape alone) and no memory object is shared between threads. Operands
+// in place with their leading dimensions (strided descriptors), bf16 in,
+// float32 out, float32 sums. Only a kernel of the CPU's bf16 instructions
+// (AVX512-BF16, AMX) is used: oneDNN's reference one would be slower than
+// widening the operands for OpenBLAS, which the caller then does.
+
+#define KD_MM_THREADS 64 // threads with a cache; a thread past them: the caller widens
+#define KD_MM_CACHE 16   // shapes per thread, the oldest dropped when full
+
+typedef struct {
+  int key[8]; // ta, tb, M, N, K, lda, ldb, ldc; M 0: a free slot
+  chunk p;    // the primitive; src a, wts b, dst c
+} mm_entry;
+
+static struct {
+  dnnl_stream_t strm;
+  mm_entry e[KD_MM_CACHE];
+  int next;
+} MM[KD_MM_THREADS];
+
+int kdrt_dnnl_bf16(void) {
+  return ready() && dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_bf16;
+}
+
+static void mm_drop(mm_entry *e) {
+  drop_chunk(&e->p);
+  memset(e, 0, sizeof *e);
+}
+
+// A rows x cols operand of type dt, stored row-major with leading dimension
+// ld, or (t) transposed: cols x rows stored.
+static void md_2d(dnnl_memory_desc_t *md, int rows, int cols, int ld, int t, dnnl_data_type_t dt) {
+  dnnl_dims_t d = {rows, cols}, st = {t ? 1 : ld, t ? ld : 1};
+  dnnl_memory_desc_init_by_strides(md, 2, d, dt, st);
+}
+
+static int mm_make(mm_entry *e) {
+  const int *k = e->key;
+  dnnl_memory_desc_t a, b, c;
+  md_2d(&a, k[2], k[4], k[5], k[0], dnnl_bf16);
+  md_2d(&b, k[4], k[3], k[6], k[1], dnnl_bf16);
+  md_2d(&c, k[2], k[3], k[7], 0, dnnl_f32);
+  dnnl_matmul_desc_t md;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  int r = ok(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c)) &&
+          ok(dnnl_primitive_attr_create(&attr)) &&
+          ok(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) &&
+          ok(dnnl_primitive_desc_create(&pd, &md, attr, D.eng, NULL));
+  omp_set_num_threads(threads);
+  const char *impl = NULL;
+  r = r && ok(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl)) && impl &&
+      strncmp(impl, "ref", 3) != 0;
+  if (r) {
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t pad = dnnl_memory_desc_get_size(smd);
+    chunk *p = &e->p;
+    r = ok(dnnl_primitive_create(&p->prim, pd)) && memory(&p->src, &a, NULL) &&
+        memory(&p->wts, &b, NULL) && memory(&p->dst, &c, NULL);
+    if (r && pad) {
+      p->padbuf = alloc64(pad);
+      r = p->padbuf && memory(&p->pad, smd, p->padbuf);
+    }
+  }
+  dnnl_primitive_desc_destroy(pd);
+  dnnl_primitive_attr_destroy(attr);
+  return r;
+}
+
+int kdrt_dnnl_matmul16(int ta, int tb, int M, int N, int K, const uint16_t *a, int lda,
+                       const uint16_t *b, int ldb, float *c, int ldc) {
+  int t = omp_get_thread_num();
+  if (t >= KD_MM_THREADS || !kdrt_dnnl_bf16()) return 0;
+  if (!MM[t].strm && !ok(dnnl_stream_create(&MM[t].strm, D.eng, dnnl_stream_default_flags)))
+    return 0;
+  const int key[8] = {ta, tb, M, N, K, lda, ldb, ldc};
+  mm_entry *e = NULL;
+  for (int i = 0; i < KD_MM_CACHE && !e; i++)
+    if (!memcmp(MM[t].e[i].key, key, sizeof key)) e = &MM[t].e[i];
+  if (!e) {
+    e = &MM[t].e[MM[t].next];
+    MM[t].next = (MM[t].next + 1) % KD_MM_CACHE;
+    if (e->p.prim) mm_drop(e);
+    memcpy(e->key, key, sizeof key);
+    if (!mm_make(e)) {
+      mm_drop(e);
+      return 0;
+    }
+  }
+  chunk *p = &e->p;
+  point(p->src, a), point(p->wts, b), point(p->dst, c);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->src}, {DNNL_ARG_WEIGHTS, p->wts},
+                             {DNNL_ARG_DST, p->dst}, {DNNL_ARG_SCRATCHPAD, p->pad}};
+  return ok(dnnl_primitive_execute(p->prim, MM[t].strm, p->pad ? 4 : 3, args)) &&
+         ok(dnnl_stream_wait(MM[t].strm));
 }

@@ -152,6 +152,21 @@ void kdrt_act_grad(int act, float *dx, const float *dy, const float *xs, const f
   bad_call("kdrt_act_grad", "unknown activation");
 }
 
+// issue 23: v (x, or y, whichever act's derivative reads) a saved value of
+// a 16-bit type in its 16 bits (store16.c): widened a block at a time
+// (kdrt_unpack16, the same float32) and kdrt_act_grad on it: its bits.
+void kdrt_act_grad16(int act, int kind, float *dx, const float *dy, const uint16_t *v, size_t n) {
+  enum { CH = 2048 };
+  const size_t nch = (n + CH - 1) / CH;
+#pragma omp parallel for schedule(static) if (n >= KD_PAR_MIN && nch > 1)
+  for (size_t c = 0; c < nch; c++) {
+    float w[CH];
+    const size_t i0 = c * CH, m = n - i0 < CH ? n - i0 : CH;
+    kdrt_unpack16(kind, w, v + i0, m);
+    kdrt_act_grad(act, dx + i0, dy + i0, w, w, m);
+  }
+}
+
 // out[r, j] = f(in[r, j] + bias[j]): the bias add fused with its
 // activation. out may be in.
 void kdrt_bias_act(int act, float *out, const float *in, const float *bias, int64_t rows,
@@ -538,6 +553,44 @@ static int64_t block_start(int64_t D, int n, int k, int64_t *size) {
   return s0;
 }
 
+// Task t of a product cut into blocks (gemm_blocks): its product i, and
+// the block's rows (along_m) or columns [*s0, *s0 + *len) of c.
+typedef struct {
+  int M, N, K, lda, ldb, ldc, along_m, nblk;
+  enum CBLAS_TRANSPOSE ta, tb;
+} gemm_plan;
+
+static gemm_plan plan_gemm(const kdrt_gemm *g) {
+  gemm_plan p = {.M = blas_int(g->M, "M exceeds 2^31-1"), .N = blas_int(g->N, "N exceeds 2^31-1"),
+                 .K = blas_int(g->K, "K exceeds 2^31-1"),
+                 .lda = blas_int(g->lda, "lda exceeds 2^31-1"),
+                 .ldb = blas_int(g->ldb, "ldb exceeds 2^31-1"),
+                 .ldc = blas_int(g->ldc, "ldc exceeds 2^31-1"),
+                 .ta = g->ta == KDRT_TRANS ? CblasTrans : CblasNoTrans,
+                 .tb = g->tb == KDRT_TRANS ? CblasTrans : CblasNoTrans};
+  p.along_m = p.M >= p.N; // cut the longer side of c
+  p.nblk = gemm_blocks(p.M, p.N, p.K, p.along_m ? p.M : p.N);
+  return p;
+}
+
+// Task t's offsets (in elements) into a, b and c, and its block's M and N.
+static void gemm_task(const kdrt_gemm *g, const gemm_plan *p, int64_t t, int64_t off[3], int *m,
+                      int *n) {
+  const int64_t i = t / p->nblk;
+  int64_t len, s0 = block_start(p->along_m ? p->M : p->N, p->nblk, (int)(t % p->nblk), &len);
+  off[0] = i * g->stride_a, off[1] = i * g->stride_b, off[2] = i * g->stride_c;
+  *m = p->M, *n = p->N;
+  if (p->along_m) { // rows s0.. of op(a) and c
+    off[0] += p->ta == CblasTrans ? s0 : s0 * p->lda;
+    off[2] += s0 * p->ldc;
+    *m = (int)len;
+  } else { // columns s0.. of op(b) and c
+    off[1] += p->tb == CblasTrans ? s0 * p->ldb : s0;
+    off[2] += s0;
+    *n = (int)len;
+  }
+}
+
 // For i < g->batch: c_i = alpha * op(a_i) @ op(b_i) + beta * c_i; a stride
 // of 0 reuses the same operand for every i. Every (product, block) pair is
 // one task for the threads.
@@ -545,29 +598,79 @@ void kdrt_matmul(const kdrt_gemm *g, float alpha, const float *a, const float *b
                  float *c) {
   if (g->M <= 0 || g->N <= 0)
     return;
-  const int M = blas_int(g->M, "M exceeds 2^31-1"), N = blas_int(g->N, "N exceeds 2^31-1");
-  const int K = blas_int(g->K, "K exceeds 2^31-1");
-  const int lda = blas_int(g->lda, "lda exceeds 2^31-1"), ldb = blas_int(g->ldb, "ldb exceeds 2^31-1");
-  const int ldc = blas_int(g->ldc, "ldc exceeds 2^31-1");
-  const enum CBLAS_TRANSPOSE ta = g->ta == KDRT_TRANS ? CblasTrans : CblasNoTrans;
-  const enum CBLAS_TRANSPOSE tb = g->tb == KDRT_TRANS ? CblasTrans : CblasNoTrans;
+  const gemm_plan p = plan_gemm(g);
   blas_single_threaded();
-  const int along_m = M >= N; // cut the longer side of c
-  const int nblk = gemm_blocks(M, N, K, along_m ? M : N);
-  const int64_t tasks = g->batch * nblk;
+  const int64_t tasks = g->batch * p.nblk;
 #pragma omp parallel for schedule(static) if (tasks > 1)
   for (int64_t t = 0; t < tasks; t++) {
-    const int64_t i = t / nblk;
-    int64_t len, s0 = block_start(along_m ? M : N, nblk, (int)(t % nblk), &len);
-    const float *ai = a + i * g->stride_a, *bi = b + i * g->stride_b;
-    float *ci = c + i * g->stride_c;
-    if (along_m) // rows s0.. of op(a) and c
-      sgemm1(ta, tb, (int)len, N, K, alpha, ta == CblasTrans ? ai + s0 : ai + s0 * lda, lda, bi,
-             ldb, beta, ci + s0 * ldc, ldc);
-    else // columns s0.. of op(b) and c
-      sgemm1(ta, tb, M, (int)len, K, alpha, ai, lda, tb == CblasTrans ? bi + s0 * ldb : bi + s0,
-             ldb, beta, ci + s0, ldc);
+    int64_t off[3];
+    int m, n;
+    gemm_task(g, &p, t, off, &m, &n);
+    sgemm1(p.ta, p.tb, m, n, p.K, alpha, a + off[0], p.lda, b + off[1], p.ldb, beta, c + off[2],
+           p.ldc);
   }
+}
+
+// issue 23: the elements an operand of `rows` x `cols` stored (leading
+// dimension ld), `batch` of them `stride` apart, spans.
+static size_t operand_span(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld) {
+  return (size_t)((batch - 1) * stride + (rows - 1) * ld + cols);
+}
+
+// issue 23: a product of two operands of a 16-bit type, each (fa, fb) its
+// 16 bits (KDRT_OPND_16), float32 values of the type (_EXACT) or float32
+// values to round to it first (_ROUND: a variable's cast for this use),
+// summed in float32. Products of 16-bit values are exact in float32, so
+// only the order of the sums differs from matmul's on the same values.
+// bfloat16: oneDNN's matmul (onednn.c; AVX512-BF16 or AMX where the CPU
+// has them) on the same blocks as matmul's, each on one thread, so that no
+// sum depends on the thread count; a float32 operand first rounded to its
+// 16 bits (exact for an _EXACT one). Else (float16, no oneDNN bf16 kernel,
+// or KDRT_GEMM16=0 in the environment) the operands widened (rounded) to
+// float32 and matmul run on them: matmul's very bits.
+void kdrt_matmul16(const kdrt_gemm *g, int kind, int fa, const void *a, int fb, const void *b,
+                   float *c) {
+  if (g->M <= 0 || g->N <= 0)
+    return;
+  const size_t na = operand_span(g->batch, g->stride_a, g->ta ? g->K : g->M, g->ta ? g->M : g->K,
+                                 g->lda),
+               nb = operand_span(g->batch, g->stride_b, g->tb ? g->N : g->K, g->tb ? g->K : g->N,
+                                 g->ldb);
+  const char *env = getenv("KDRT_GEMM16");
+  if (kind == KDRT_ROUND_BF16 && !(env && !strcmp(env, "0")) && kdrt_dnnl_bf16()) {
+    uint16_t *ca = fa == KDRT_OPND_16 ? NULL : malloc(na * sizeof *ca);
+    uint16_t *cb = fb == KDRT_OPND_16 ? NULL : malloc(nb * sizeof *cb);
+    if ((fa == KDRT_OPND_16 || ca) && (fb == KDRT_OPND_16 || cb)) {
+      if (ca) kdrt_round16(kind, ca, a, na);
+      if (cb) kdrt_round16(kind, cb, b, nb);
+      const uint16_t *pa = ca ? ca : a, *pb = cb ? cb : b;
+      const gemm_plan p = plan_gemm(g);
+      const int64_t tasks = g->batch * p.nblk;
+      int failed = 0;
+#pragma omp parallel for schedule(static) if (tasks > 1) reduction(| : failed)
+      for (int64_t t = 0; t < tasks; t++) {
+        int64_t off[3];
+        int m, n;
+        gemm_task(g, &p, t, off, &m, &n);
+        failed |= !kdrt_dnnl_matmul16(p.ta == CblasTrans, p.tb == CblasTrans, m, n, p.K,
+                                      pa + off[0], p.lda, pb + off[1], p.ldb, c + off[2], p.ldc);
+      }
+      free(ca), free(cb);
+      if (!failed) return;
+    } else {
+      free(ca), free(cb);
+    }
+  }
+  float *wa = fa == KDRT_OPND_EXACT ? NULL : malloc(na * sizeof *wa);
+  float *wb = fb == KDRT_OPND_EXACT ? NULL : malloc(nb * sizeof *wb);
+  if ((fa != KDRT_OPND_EXACT && !wa) || (fb != KDRT_OPND_EXACT && !wb))
+    bad_call("kdrt_matmul16", "out of memory widening an operand");
+  if (fa == KDRT_OPND_16) kdrt_unpack16(kind, wa, a, na);
+  if (fa == KDRT_OPND_ROUND) kdrt_round(kind, wa, a, na);
+  if (fb == KDRT_OPND_16) kdrt_unpack16(kind, wb, b, nb);
+  if (fb == KDRT_OPND_ROUND) kdrt_round(kind, wb, b, nb);
+  kdrt_matmul(g, 1.0f, wa ? wa : a, wb ? wb : b, 0.0f, c);
+  free(wa), free(wb);
 }
 
 // issue 22: the CUDA backend does this in one cuBLASLt call (matmul.cu);

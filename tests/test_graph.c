@@ -237,12 +237,14 @@ Test(graph, bfloat16_variables) {
 
 // issue 23's storage in 16 bits (store16.c), the whole pipeline: under
 // mixed_bfloat16 the backward pass reads no forward ROUND's float32 buffer
-// but the logits' (the output), only through an UNPACK16 of a 2-byte PACK16
-// or a ROUND made again; each PACK16 is planned at half a float a value;
-// the peak is at most 0.75 times the float32 model's. KDCC_STORE16=0
+// but the logits' (the output), only through a 2-byte PACK16 (an UNPACK16
+// of it, or the PACK16 itself as a 16-bit product's operand or an
+// activation's gradient's saved x or y) or a ROUND made again; no 16-bit
+// product reads an UNPACK16; each PACK16 is planned at half a float a
+// value; the peak is at most 0.75 times the float32 model's. KDCC_STORE16=0
 // leaves every value in float32.
-static void saved_16_bits(const Graph *g, int *packs, bool stored) {
-  *packs = 0;
+static void saved_16_bits(const Graph *g, int *packs, int *direct, bool stored) {
+  *packs = *direct = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const Node *n = g->nodes[i];
     if (n->op == OP_PACK16) {
@@ -262,7 +264,13 @@ static void saved_16_bits(const Graph *g, int *packs, bool stored) {
     for (int k = 0; k < n->nin; k++) {
       const Node *a = n->in[k];
       while (a->op == OP_RESHAPE) a = a->in[0];
-      if (a->op == OP_PACK16) cr_assert_eq(n->op, OP_UNPACK16, "%%%d reads a PACK16", n->id);
+      bool dot16 = n->op == OP_DOT && n->dot.half && k < 2;
+      if (a->op == OP_PACK16 && n->op != OP_UNPACK16) {
+        cr_assert(dot16 || (n->op == OP_ACT_GRAD && k == 1), "%%%d reads a PACK16", n->id);
+        (*direct)++;
+      }
+      cr_assert(!(dot16 && a->op == OP_UNPACK16), "%%%d: a 16-bit product reads an UNPACK16",
+                n->id);
       if (stored && n->phase == PH_BACKWARD && a->op == OP_ROUND && a->phase <= PH_LOSS)
         cr_assert_eq(a, g->outputs[0], "%%%d %s reads the forward ROUND %%%d", n->id,
                      op_info(n->op).name, a->id);
@@ -273,8 +281,8 @@ static void saved_16_bits(const Graph *g, int *packs, bool stored) {
 Test(graph, mixed_saved_values_in_16_bits) {
   opt_quiet_warnings = true;
   Graph *f = compile_model("models/gpt.json", NULL, NULL, 32);
-  int packs;
-  saved_16_bits(f, &packs, false);
+  int packs, direct;
+  saved_16_bits(f, &packs, &direct, false);
   cr_assert_eq(packs, 0, "float32: nothing in 16 bits");
   opt_dtype_policy = "mixed_bfloat16";
   Graph *g = compile_model("models/gpt.json", NULL, NULL, 32);
@@ -282,11 +290,13 @@ Test(graph, mixed_saved_values_in_16_bits) {
   Graph *o = compile_model("models/gpt.json", NULL, NULL, 32);
   unsetenv("KDCC_STORE16");
   opt_dtype_policy = NULL;
-  saved_16_bits(g, &packs, true);
+  saved_16_bits(g, &packs, &direct, true);
   cr_assert_geq(packs, 10, "%d PACK16s", packs);
+  cr_assert_geq(direct, 10, "%d reads of a PACK16 by products and activations' gradients",
+                direct);
   cr_assert_leq(g->arena_floats * 4, f->arena_floats * 3, "%lld floats, float32 %lld",
                 (long long)g->arena_floats, (long long)f->arena_floats);
-  saved_16_bits(o, &packs, false);
+  saved_16_bits(o, &packs, &direct, false);
   cr_assert_eq(packs, 0, "KDCC_STORE16=0: nothing in 16 bits");
   cr_assert_gt(o->arena_floats, f->arena_floats, "in float32, a mixed model's peak is larger");
 }

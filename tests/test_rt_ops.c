@@ -1292,6 +1292,93 @@ Test(matmul, with_bias_is_matmul_then_bias_act_or_bias_grad) {
   cr_assert(!memcmp(c, ref, sizeof c) && !memcmp(db, dref, sizeof db));
 }
 
+// issue 23: products of 16-bit values. Operands rounded to bfloat16 or
+// float16, each given in its 16 bits, as float32 values of the type, or as
+// the float32 values before rounding (KDRT_OPND_ROUND: the product rounds
+// them), batched, transposed, with K large enough (300) that the order of
+// the sums shows. Against kdrt_matmul on the rounded values: bit for bit
+// with KDRT_GEMM16=0 (the operands widened for OpenBLAS), and within
+// float32 sums' reassociation (and of the naive double product) on the
+// default path (oneDNN's bf16 matmul where the CPU has it).
+Test(matmul, sixteen_bit_operands) {
+  static const struct {
+    int ta, tb;
+    int64_t batch, M, N, K;
+  } cases[] = {{0, 0, 1, 37, 29, 300}, {1, 0, 2, 19, 33, 300}, {0, 1, 3, 40, 17, 129},
+               {1, 1, 1, 64, 64, 256}, {0, 0, 1, 300, 8, 64}};
+  static const int forms[][2] = {{KDRT_OPND_16, KDRT_OPND_EXACT}, {KDRT_OPND_EXACT, KDRT_OPND_16},
+                                 {KDRT_OPND_16, KDRT_OPND_16},    {KDRT_OPND_ROUND, KDRT_OPND_16},
+                                 {KDRT_OPND_EXACT, KDRT_OPND_ROUND}};
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++)
+    for (size_t t = 0; t < sizeof cases / sizeof *cases; t++)
+      for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+        int ta = cases[t].ta, tb = cases[t].tb, fa = forms[f][0], fb = forms[f][1];
+        int64_t B = cases[t].batch, M = cases[t].M, N = cases[t].N, K = cases[t].K;
+        kdrt_gemm g = {ta, tb, B, M, N, K, ta ? M : K, tb ? K : N, N, M * K, K * N, M * N};
+        size_t na = (size_t)(B * M * K), nb = (size_t)(B * K * N), nc = (size_t)(B * M * N);
+        float *a0 = rand_buf(na, -2, 2), *b0 = rand_buf(nb, -2, 2);
+        float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float));
+        float *ref = malloc(nc * sizeof(float)), *c = malloc(nc * sizeof(float));
+        double *want = malloc(nc * sizeof(double));
+        uint16_t *pa = malloc(na * 2), *pb = malloc(nb * 2);
+        kdrt_round(kind, a, a0, na);
+        kdrt_round(kind, b, b0, nb);
+        kdrt_pack16(kind, pa, a, na);
+        kdrt_pack16(kind, pb, b, nb);
+        const void *ua = fa == KDRT_OPND_16 ? (const void *)pa : fa == KDRT_OPND_ROUND ? a0 : a;
+        const void *ub = fb == KDRT_OPND_16 ? (const void *)pb : fb == KDRT_OPND_ROUND ? b0 : b;
+        kdrt_matmul(&g, 1.0f, a, b, 0.0f, ref);
+        for (int64_t i = 0; i < B; i++)
+          gemm_naive(ta, tb, M, N, K, 1.0f, a + i * M * K, g.lda, b + i * K * N, g.ldb, 0.0f,
+                     ref, want + i * M * N, N);
+        setenv("KDRT_GEMM16", "0", 1);
+        kdrt_matmul16(&g, kind, fa, ua, fb, ub, c);
+        unsetenv("KDRT_GEMM16");
+        cr_expect(!memcmp(c, ref, nc * sizeof(float)),
+                  "kind %d case %zu form %zu: KDRT_GEMM16=0 is not matmul's bits", kind, t, f);
+        for (size_t i = 0; i < nc; i++) c[i] = NAN;
+        kdrt_matmul16(&g, kind, fa, ua, fb, ub, c);
+        double worst = 0, naive = max_abs_diff(c, want, nc);
+        for (size_t i = 0; i < nc; i++) {
+          double d = fabs((double)c[i] - ref[i]);
+          worst = d > worst || isnan(d) ? d : worst;
+        }
+        // |terms| <= 4: float32 sums of K of them differ by a few ulps of K * 4
+        cr_expect(worst <= 1e-5 * K && naive <= 1e-5 * K,
+                  "kind %d case %zu form %zu: off matmul by %g, the exact product by %g", kind, t,
+                  f, worst, naive);
+        free(a0), free(b0), free(a), free(b), free(ref), free(c), free(want), free(pa), free(pb);
+      }
+}
+
+// issue 23: an activation's gradient from the saved x or y in its 16 bits
+// is act_grad on the widened values, bit for bit; round16 is round's value
+// in its 16 bits.
+Test(ops, act_grad16_and_round16) {
+  enum { n = 5000 }; // more than one of act_grad16's blocks, and a tail
+  static float x[n], y[n], dy[n], ref[n], dx[n];
+  static uint16_t p[n], q[n];
+  const int acts[] = {KDRT_ACT_RELU, KDRT_ACT_GELU, KDRT_ACT_SIGMOID, KDRT_ACT_TANH};
+  const int from_x[] = {0, 1, 0, 0}; // kdrt_defs.h's list: which one each derivative reads
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {
+    for (int i = 0; i < n; i++) x[i] = frand(-4, 4), dy[i] = frand(-1, 1);
+    kdrt_round16(kind, q, x, n);
+    kdrt_round(kind, x, x, n);
+    kdrt_pack16(kind, p, x, n);
+    cr_expect(!memcmp(p, q, sizeof p), "kind %d: round16 is not round then pack16", kind);
+    for (int t = 0; t < 4; t++) {
+      kdrt_act(acts[t], y, x, n);
+      kdrt_round(kind, y, y, n);
+      kdrt_pack16(kind, q, y, n);
+      kdrt_act_grad(acts[t], ref, dy, x, y, n);
+      for (int i = 0; i < n; i++) dx[i] = NAN;
+      kdrt_act_grad16(acts[t], kind, dx, dy, from_x[t] ? p : q, n);
+      cr_expect(!memcmp(dx, ref, sizeof dx), "kind %d act %d: act_grad16 is not act_grad's bits",
+                kind, acts[t]);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- layout changes
 
 // out index -> in index through perm, one element at a time.

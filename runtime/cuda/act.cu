@@ -9,6 +9,7 @@
 // depend on W. Outputs may alias an input of the same shape (each element
 // is read before it is written, by one thread).
 #include "common.cuh"
+#include "kdrt_round.h"
 
 template <int W> __global__ static void act_kernel(int act, float *out, const float *in, size_t n) {
   KDRT_FOR(i, n / W) {
@@ -92,6 +93,24 @@ extern "C" void kdrt_cuda_act_grad(kdrt_cuda *d, int act, float *dx, const float
   else
     act_grad_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, dx, dy, v, n);
   KDRT_LAUNCHED(d, "act_grad_kernel");
+}
+
+// issue 23: v a saved value of a 16-bit type in its 16 bits (store16.c),
+// each element widened as kdrt_unpack16 widens it: the same bits as above.
+__global__ static void act_grad16_kernel(int act, int kind, float *dx, const float *dy,
+                                         const uint16_t *v, size_t n) {
+  KDRT_FOR(i, n) {
+    float a = kind == KDRT_ROUND_F16 ? kdrt_f16_value(v[i]) : kdrt_bf16_value(v[i]);
+    dx[i] = act_grad1(act, dy[i], a);
+  }
+}
+
+extern "C" void kdrt_cuda_act_grad16(kdrt_cuda *d, int act, int kind, float *dx, const float *dy,
+                                     const uint16_t *v, size_t n) {
+  check_act(act, "kdrt_cuda_act_grad16");
+  if (!n) return;
+  act_grad16_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, kind, dx, dy, v, n);
+  KDRT_LAUNCHED(d, "act_grad16_kernel");
 }
 
 #define KDRT_MAX_ADD 8

@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "kdrt_round.h"
 
 // The elements an operand's products read: `batch` matrices `stride`
 // apart, each `rows` rows of `cols` elements `ld` apart (row-major).
@@ -258,6 +259,73 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
   }
   if (dev_alpha) CUBLAS_CHECK(cublasSetPointerMode(d->impl->blas, CUBLAS_POINTER_MODE_HOST));
   result_done(d, g, c, at);
+}
+
+// ---------------------------------------------------------------- 16-bit operands (issue 23)
+
+// A float32 operand as the 16 bits of its values rounded to the 16-bit
+// type at out (the same positions; kdrt_round.h: exact for values already
+// of the type, KDRT_OPND_EXACT; a variable's cast for its use, _ROUND).
+__global__ static void bits16_kernel(int kind, uint16_t *out, const float *in, size_t n) {
+  if (kind == KDRT_ROUND_F16) {
+    KDRT_FOR(e, n) out[e] = kdrt_f16_bits(kdrt_round_f16(in[e]));
+  } else {
+    KDRT_FOR(e, n) out[e] = kdrt_bf16_bits(kdrt_round_bf16(in[e]));
+  }
+}
+
+// c = a b of values of a 16-bit type (kdcc's mixed policies, store16.c):
+// operands CUDA_R_16BF or CUDA_R_16F (a float32 one, fa or fb not
+// KDRT_OPND_16, first as its 16 bits in scratch 3), float32 sums
+// (CUBLAS_COMPUTE_32F) into the float32 c: Keras's bf16 dot with float32
+// accumulation, on the tensor cores whatever --precision says.
+extern "C" void kdrt_cuda_matmul16(kdrt_cuda *d, const kdrt_gemm *g, int kind, int fa,
+                                   const void *a, int fb, const void *b, float *c) {
+  if (g->batch <= 0 || g->M <= 0 || g->N <= 0) return;
+  if (g->K <= 0) {
+    size_t n = (size_t)g->batch * (size_t)g->M * (size_t)g->N;
+    scale_c_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
+        c, g->batch, g->M, g->N, g->ldc, g->stride_c, 0.0f);
+    KDRT_LAUNCHED(d, "scale_c_kernel");
+    return;
+  }
+  opnd oa = opnd_a(g), ob = opnd_b(g);
+  size_t na = fa == KDRT_OPND_16 ? 0 : extent(oa.nb, oa.stride, oa.rows, oa.cols, oa.ld);
+  size_t nb = fb == KDRT_OPND_16 ? 0 : extent(ob.nb, ob.stride, ob.rows, ob.cols, ob.ld);
+  size_t nb16 = (nb + 127) / 128 * 128; // a's part 256-byte aligned
+  uint16_t *s16 = na + nb ? (uint16_t *)kdrt_cuda_dscratch(d, 3, (nb16 + na) * sizeof(uint16_t))
+                          : NULL;
+  if (nb) {
+    bits16_kernel<<<kdrt_blocks(nb), KDRT_THREADS, 0, d->impl->stream>>>(kind, s16,
+                                                                          (const float *)b, nb);
+    KDRT_LAUNCHED(d, "bits16_kernel");
+    b = s16;
+  }
+  if (na) {
+    bits16_kernel<<<kdrt_blocks(na), KDRT_THREADS, 0, d->impl->stream>>>(
+        kind, s16 + nb16, (const float *)a, na);
+    KDRT_LAUNCHED(d, "bits16_kernel");
+    a = s16 + nb16;
+  }
+  cudaDataType_t t = kind == KDRT_ROUND_F16 ? CUDA_R_16F : CUDA_R_16BF;
+  cublasOperation_t opb = g->tb == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opa = g->ta == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int N = as_int(g->N, "matmul16 N"), M = as_int(g->M, "matmul16 M"), K = as_int(g->K, "matmul16 K");
+  int ldb = as_int(g->ldb, "matmul16 ldb"), lda = as_int(g->lda, "matmul16 lda");
+  int ldc = as_int(g->ldc, "matmul16 ldc");
+  const float one = 1.0f, zero = 0.0f;
+  // (the swap: column-major C^T = op(b)^T op(a)^T, as kdrt_cuda_matmul)
+  if (g->batch == 1) {
+    CUBLAS_CHECK(cublasGemmEx(d->impl->blas, opb, opa, N, M, K, &one, b, t, ldb, a, t, lda, &zero,
+                              c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmEx");
+  } else {
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        d->impl->blas, opb, opa, N, M, K, &one, b, t, ldb, (long long)g->stride_b, a, t, lda,
+        (long long)g->stride_a, &zero, c, CUDA_R_32F, ldc, (long long)g->stride_c,
+        as_int(g->batch, "matmul16 batch"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmStridedBatchedEx");
+  }
 }
 
 // ---------------------------------------------------------------- with a bias (issue 22)

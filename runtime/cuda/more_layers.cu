@@ -78,6 +78,22 @@ extern "C" void kdrt_cuda_pack16(kdrt_cuda *d, int kind, uint16_t *y, const floa
   KDRT_LAUNCHED(d, "pack16_kernel");
 }
 
+// issue 23: round's value straight in its 16 bits (a value only 16-bit
+// products read), the CPU's functions element for element
+__global__ static void round16_kernel(int kind, uint16_t *y, const float *x, size_t n) {
+  if (kind == KDRT_ROUND_F16) {
+    KDRT_FOR(i, n) y[i] = kdrt_f16_bits(kdrt_round_f16(x[i]));
+  } else {
+    KDRT_FOR(i, n) y[i] = kdrt_bf16_bits(kdrt_round_bf16(x[i]));
+  }
+}
+
+extern "C" void kdrt_cuda_round16(kdrt_cuda *d, int kind, uint16_t *y, const float *x, size_t n) {
+  if (!n) return;
+  round16_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(kind, y, x, n);
+  KDRT_LAUNCHED(d, "round16_kernel");
+}
+
 extern "C" void kdrt_cuda_unpack16(kdrt_cuda *d, int kind, float *y, const uint16_t *x, size_t n) {
   if (!n) return;
   unpack16_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(kind, y, x, n);

@@ -836,6 +836,16 @@ static void check_losses(void) {
   kdrt_cuda_free(y), kdrt_cuda_free(out), kdrt_cuda_free(flag);
 }
 
+// issue 23: the last of an odd count of 16-bit values, in the low half of
+// the device's last float (kdrt_cuda_upload moves whole floats)
+static void upload_tail(float *d, const uint16_t *h, size_t n) {
+  if (!(n % 2)) return;
+  float last;
+  uint16_t two[2] = {h[n - 1], 0};
+  memcpy(&last, two, sizeof last);
+  kdrt_cuda_upload(D, d + n / 2, &last, 1);
+}
+
 // One batched product on both backends: c starts as the same random
 // contents where beta matters, poisoned on the device where it must not
 // (beta 0: c is only written); a or b may be shared by every batch entry
@@ -885,7 +895,67 @@ static void check_one_matmul_view(int ta, int tb, int64_t batch, int64_t M, int6
   free(ha), free(hb), free(hc);
 }
 
+// issue 23: a product of 16-bit values (kdcc's mixed policies): values
+// rounded to the type, a in its 16 bits, as float32 values of the type, or
+// before rounding (fa: KDRT_OPND_*; the product rounds them), b likewise,
+// on both backends; the products are exact in float32, so the two differ
+// only in the order of the float32 sums: within 1e-5 at any --precision.
+static void check_one_matmul16(int kind, int ta, int tb, int64_t batch, int64_t M, int64_t N,
+                               int64_t K, int fa, int fb) {
+  int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  kdrt_gemm g = {ta, tb, batch, M, N, K, lda, ldb, N, M * K, K * N, M * N};
+  size_t na = (size_t)(batch * M * K), nb = (size_t)(batch * K * N), nc = (size_t)(batch * M * N);
+  float *h0[2] = {hrand(na, -2, 2), hrand(nb, -2, 2)}, *hc = hzero(nc), *dv[2];
+  const void *hv[2];
+  uint16_t *p[2];
+  const int form[2] = {fa, fb};
+  const size_t cnt[2] = {na, nb};
+  for (int k = 0; k < 2; k++) {
+    float *r = (float *)malloc(cnt[k] * sizeof(float));
+    p[k] = (uint16_t *)malloc(cnt[k] * 2);
+    if (!r || !p[k]) abort();
+    kdrt_round(kind, r, h0[k], cnt[k]);
+    kdrt_pack16(kind, p[k], r, cnt[k]);
+    // the device operand: the 16 bits two to a float, or the float32 values
+    if (form[k] == KDRT_OPND_16) {
+      dv[k] = kdrt_cuda_alloc((cnt[k] + 1) / 2);
+      kdrt_cuda_upload(D, dv[k], (const float *)p[k], cnt[k] / 2);
+      upload_tail(dv[k], p[k], cnt[k]);
+      hv[k] = p[k];
+      free(r);
+    } else if (form[k] == KDRT_OPND_ROUND) {
+      dv[k] = dev(h0[k], cnt[k]);
+      hv[k] = h0[k];
+      free(r);
+    } else {
+      dv[k] = dev(r, cnt[k]);
+      free(h0[k]);
+      hv[k] = h0[k] = r;
+    }
+  }
+  float *c = dev(hc, nc);
+  kdrt_matmul16(&g, kind, fa, hv[0], fb, hv[1], hc);
+  poison(c, nc);
+  kdrt_cuda_matmul16(D, &g, kind, fa, dv[0], fb, dv[1], c);
+  static const char *fn[] = {"32", "16", "32, rounded"};
+  char name[128];
+  snprintf(name, sizeof name, "matmul16 %s ta=%d tb=%d [%lld][%lld,%lld,%lld] a%s b%s",
+           kind == KDRT_ROUND_F16 ? "float16" : "bfloat16", ta, tb, (long long)batch,
+           (long long)M, (long long)N, (long long)K, fn[fa], fn[fb]);
+  check(name, c, hc, nc, 1e-5);
+  kdrt_cuda_free(dv[0]), kdrt_cuda_free(dv[1]), kdrt_cuda_free(c);
+  free(h0[0]), free(h0[1]), free(hc), free(p[0]), free(p[1]);
+}
+
 static void check_matmul(void) {
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++) {
+        check_one_matmul16(kind, ta, tb, 1, 37, 29, 45, KDRT_OPND_16, KDRT_OPND_EXACT);
+        check_one_matmul16(kind, ta, tb, 3, 16, 24, 40, KDRT_OPND_EXACT, KDRT_OPND_16);
+        check_one_matmul16(kind, ta, tb, 2, 33, 64, 130, KDRT_OPND_16, KDRT_OPND_16);
+        check_one_matmul16(kind, ta, tb, 1, 24, 40, 64, KDRT_OPND_ROUND, KDRT_OPND_16);
+      }
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) {
       check_one_matmul_view(ta, tb, 3, 9, 13, 11, 3, 2);  // odd leading dimensions: packed
