@@ -103,6 +103,11 @@ struct kdrt_cuda_impl {
   int nlines;
   // communication (comm.cu)
   int comm_mode;              // KDRT_COMM_*
+  // comm.cu's kdrt_cuda_comm_abort and _poll, set by session.cu when it
+  // opens the device: device.cu (the floor, beneath comm.cu) aborts the
+  // communicators when a check fails and polls them while it waits.
+  void (*comm_abort)(kdrt_cuda *d);
+  void (*comm_poll)(kdrt_cuda *d, const char *what);
   ncclComm_t world;
   ncclComm_t group[1 << KDRT_MAX_AXES]; // per group mask, made on first use
   // scratch, grown on demand: device (two for packing, one for reductions,
@@ -120,6 +125,8 @@ struct kdrt_cuda_impl {
 // failed peer ends the job with a message instead of a hang; `what` names
 // the wait in that message.
 void kdrt_cuda_wait(kdrt_cuda *d, cudaStream_t st, const char *what);
+// The same until event ev has happened.
+void kdrt_cuda_wait_event(kdrt_cuda *d, cudaEvent_t ev, const char *what);
 void kdrt_cuda_comm_poll(kdrt_cuda *d, const char *what);
 void kdrt_cuda_comm_abort(kdrt_cuda *d);
 
@@ -133,6 +140,18 @@ void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes);
 void *kdrt_cuda_hscratch(kdrt_cuda *d, int which, size_t bytes);
 // The device with its program set up (the first step's probe does it), else NULL.
 extern "C" kdrt_cuda *kdrt_cuda_current(void);
+// session.cu to device.cu: d is the process's device (opened: a failed
+// check reports its op and aborts its communicators), ready once its
+// program's buffers are made (kdrt_cuda_current), not ready after shutdown.
+extern "C" void kdrt_cuda_register(kdrt_cuda *d, int ready);
+// The end of a training step being captured (kdrt_cuda_end): its graph made,
+// kept and run; on a failure, back to the step's start without graphs.
+void kdrt_cuda_end_capture(kdrt_cuda *d);
+// Every training step's CUDA graph destroyed (none may be running).
+void kdrt_cuda_drop_graphs(kdrt_cuda_impl *s);
+// main.cu's for everything but opcheck (session.cu): gradcheck, or
+// kdrt_main; frees the device before returning.
+extern "C" int kdrt_cuda_run(int argc, char **argv, const kdrt_program *prog, int precision);
 // resident.cu (issue 22): data sets held whole on the device, within a
 // budget. kdrt_cuda_resident_rows is kdrt_batch_buffers.rows; fill gathers
 // the rows it said yes to into the step's inputs x and labels y (half

@@ -27,7 +27,7 @@
 //   gradients after every grad_step (gradcheck).
 // - Every kernel runs on one stream (d->stream) in program order;
 //   collectives run on a second stream ordered with events (comm.cu), the
-//   inputs' uploads on a third (device.cu), each ordered with events.
+//   inputs' uploads on a third (session.cu), each ordered with events.
 //
 // Conventions are those of ../kdrt.h: float32, row-major local blocks,
 // groups of mesh axes as bit masks. Each op family is one .cu file with
@@ -68,11 +68,13 @@ typedef struct {
   kdrt_cuda_impl *impl;    // streams, handles, communicators (common.cuh)
 } kdrt_cuda;
 
-// ---------------------------------------------------------------- device.cu
+// ---------------------------------------------------------------- main.cu
 // The generated main: `./train opcheck` (opcheck.cu), `./train gradcheck`
 // (the CPU runtime's, through grad_step), `./train predict`, else
 // kdrt_main. Frees the device before returning.
 int kdrt_cuda_main(int argc, char **argv, const kdrt_program *prog, int precision);
+
+// ---------------------------------------------------------------- session.cu
 // Before a step: the device set up on first use, the parameters uploaded
 // when the host copy is newer (and always for GRAD), hx[i] (this rank's
 // rows of input i, lb * prod(shape) elements of its dtype, 4 bytes each)
@@ -87,6 +89,19 @@ kdrt_cuda *kdrt_cuda_begin(kdrt_ctx *c, int mode, const void *const *hx, const v
 // returns at once, sets c->logs_pending, and the fit loop takes the logs
 // with c->collect after the next step.
 void kdrt_cuda_end(kdrt_cuda *d, int mode, const float *logs_dev, float *logs);
+// The device without a program, for opcheck: stream and handles only.
+kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision);
+void kdrt_cuda_shutdown(void);
+// The generated program calls this before each op's call (its macros do,
+// with the call's name, file and line), so that a fault names the op: with
+// KDRT_CUDA_SYNC=1 every launch is waited for and a failure says
+// "program.cu:LINE"; without it, a fault surfaces at the step's end and the
+// message says to rerun so. With KDRT_CUDA_PROFILE=1 each call's GPU time
+// is measured (an event between calls) and the lines that took the most
+// are printed at exit.
+void kdrt_cuda_at(kdrt_cuda *d, const char *fn, const char *file, int line);
+
+// ---------------------------------------------------------------- device.cu
 // In a training step after its inputs are on their way: 1 when the step
 // was captured as a CUDA graph before and that graph is now queued (the
 // step's parts must not run), else 0, the parts then run (and may be
@@ -98,9 +113,6 @@ int kdrt_cuda_replay(kdrt_cuda *d, int mode);
 // made) ends the capture, turns graphs off with a message, and returns
 // there, so the parts run again without a graph.
 jmp_buf *kdrt_cuda_capture_env(kdrt_cuda *d);
-// The device without a program, for opcheck: stream and handles only.
-kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision);
-void kdrt_cuda_shutdown(void);
 // Device memory (checked; zeroed) and copies on d's stream.
 float *kdrt_cuda_alloc(size_t floats);
 void kdrt_cuda_free(float *p);
@@ -108,14 +120,6 @@ void kdrt_cuda_upload(kdrt_cuda *d, float *dst, const float *src, size_t n);
 void kdrt_cuda_download(kdrt_cuda *d, float *dst, const float *src, size_t n); // waits
 void kdrt_cuda_copy(kdrt_cuda *d, float *dst, const float *src, size_t n);
 void kdrt_cuda_sync(kdrt_cuda *d);
-// The generated program calls this before each op's call (its macros do,
-// with the call's name, file and line), so that a fault names the op: with
-// KDRT_CUDA_SYNC=1 every launch is waited for and a failure says
-// "program.cu:LINE"; without it, a fault surfaces at the step's end and the
-// message says to rerun so. With KDRT_CUDA_PROFILE=1 each call's GPU time
-// is measured (an event between calls) and the lines that took the most
-// are printed at exit.
-void kdrt_cuda_at(kdrt_cuda *d, const char *fn, const char *file, int line);
 
 // ---------------------------------------------------------------- the kernels
 // Every kernel of kdrt_ops.def's list, with the CPU runtime's arguments after

@@ -27,7 +27,7 @@
 // over k into a vector of D's rows: the bias gradient. Each call's
 // algorithm comes from cublasLtMatmulAlgoGetHeuristic once per shape,
 // transposes, compute type, epilogue and operand alignment (a cache for
-// the process); the workspace is cuBLAS's (device.cu), which serves both
+// the process); the workspace is cuBLAS's (session.cu), which serves both
 // since both run on the one stream, so a step allocates nothing and can be
 // captured in a CUDA graph.
 #include <cublasLt.h>

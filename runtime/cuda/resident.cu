@@ -1,7 +1,7 @@
 // resident.cu: data sets held whole on the device (issue 22).
 //
 // A step's inputs otherwise come from the host: the fit loop (or its input
-// thread) gathers the batch's rows into pinned buffers and device.cu
+// thread) gathers the batch's rows into pinned buffers and session.cu
 // uploads them, some megabytes a step for an MLP on images. A data set that
 // fits the budget is instead uploaded once, as kdrt_data_records lays it
 // (every sample one record: its inputs, then its labels, 4-byte elements),

@@ -67,6 +67,8 @@ def functions(path):
             i += 1
         out[m.group(1)] = src[m.end():i]
     return out
+# the step protocol itself (the floor, the driver, main) and the op checks
+protocol = ('device.cu', 'session.cu', 'main.cu', 'opcheck.cu')
 fns = {}
 for f in sorted(glob.glob(rt + "/*.cu")):
     for name, body in functions(f).items():
@@ -85,13 +87,13 @@ for must in ('kdrt_cuda_adam', 'kdrt_cuda_sgd', 'kdrt_cuda_dropout', 'kdrt_cuda_
     if must not in graph_aware: bad.append("runtime: %s does not hand its kernel kdrt_step_sc(d)" % must)
 # functions reading the step or the rate from the context pass the device's
 for name, (f, body) in fns.items():
-    if f in ('device.cu', 'opcheck.cu') or not name.startswith('kdrt_cuda_'): continue
+    if f in protocol or not name.startswith('kdrt_cuda_'): continue
     if re.search(r'\bc->(step|lr)\b', body) and name not in graph_aware:
         bad.append("runtime: %s (%s) reads c->step or c->lr but does not pass kdrt_step_sc(d)" % (name, f))
 if not reaches('kdrt_cuda_nadam', 'kdrt_cuda_graph_unsafe(d)'):
     bad.append("runtime: kdrt_cuda_nadam no longer marks its graph unsafe")
 # host waits: the known ones only
-waits = re.compile(r'kdrt_cuda_wait\(|wait_for\(|cudaStreamSynchronize|cudaDeviceSynchronize|'
+waits = re.compile(r'kdrt_cuda_wait(_event)?\(|wait_for\(|cudaStreamSynchronize|cudaDeviceSynchronize|'
                    r'cudaEventSynchronize|cudaMemcpy\(')
 known = {'kdrt_cuda_dscratch', 'kdrt_cuda_hscratch', 'stage_back', 'kdrt_cuda_loss_scale_step',
          'kdrt_cuda_download', 'kdrt_cuda_sync', 'kdrt_cuda_alloc', 'kdrt_cuda_launched',
@@ -99,7 +101,7 @@ known = {'kdrt_cuda_dscratch', 'kdrt_cuda_hscratch', 'stage_back', 'kdrt_cuda_lo
          'set_of',  # resident.cu: a data set's one upload, from the fit loop between steps
          'to_compute'}  # waits with KDRT_CUDA_SYNC=1 only, which turns graphs off
 for name, (f, body) in fns.items():
-    if f in ('device.cu', 'opcheck.cu'): continue
+    if f in protocol: continue
     if waits.search(body) and name not in known:
         bad.append("runtime: %s (%s) waits on the host: a captured step may not reach it" % (name, f))
 
