@@ -38,19 +38,13 @@ static Node *loss_scaled(Graph *g, Node *dy) {
 static void seed_loss(Graph *g, Node *l, const bool *need) {
   Node *p = l->in[0];
   if (!need[p->id]) return;
-  Node *dp;
-  if (l->op == OP_XENT) {
-    dp = new_node(g, OP_XENT_GRAD, l->nin, l->in);
-    dp->shape = p->shape;
-  } else { // p, y and the hinge losses' flag
-    dp = new_node(g, OP_LOSS_GRAD, l->nin, l->in);
-    dp->shape = p->shape;
-  }
-  dp->loss = l->loss;
+  // XENT's operands are p, y and p's row statistics; LOSS's p, y and the
+  // hinge losses' flag
+  Node *dp = op_make(g, l->op == OP_XENT ? OP_XENT_GRAD : OP_LOSS_GRAD, l->nin, l->in,
+                     &(Node){.loss = l->loss});
   dp->loss.weight = l->loss.weight * l->loss.lw; // d(total)/d(this loss) = its loss weight
   dp->loss.num = l->loss.num * l->loss.lw;
   dp->name = format("grad(%s)", l->name);
-  dp->layer = p->layer;
   dp->loc = l->loc;
   accumulate(g, p, loss_scaled(g, dp));
 }
@@ -223,7 +217,7 @@ void build_backward(Graph *g) {
     if (v->vdt) check_update16(o, v);
   }
   if (o->loss_scale) { // issue 23: the loss scale's decision, before any reader of a gradient
-    Node *u = new_node(g, OP_UNSCALE, 0, NULL);
+    Node *u = op_make(g, OP_UNSCALE, 0, NULL, &(Node){0});
     u->name = "loss scale";
   }
   Node *global = o->global_clipnorm > 0 ? clip_factor(g, NULL) : NULL;

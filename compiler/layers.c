@@ -204,9 +204,7 @@ static Node *build_merge(Graph *g, Layer *l, bool concat) {
       error_at(l->loc, "layer '%s': Subtract takes exactly 2 inputs, got %d", l->name, l->nin);
     in[1] = scaled(g, in[1], -1);
   }
-  Node *n = new_node(g, concat ? OP_CONCAT : OP_ADD, l->nin, in);
-  n->shape = s;
-  n->cat.axis = axis;
+  Node *n = op_make(g, concat ? OP_CONCAT : OP_ADD, l->nin, in, &(Node){.cat.axis = axis});
   return strcmp(l->cls, "Average") ? n : scaled(g, n, 1.0 / l->nin);
 }
 
@@ -612,10 +610,7 @@ static Node *build_prelu(Graph *g, Layer *l, Node *x) {
     }
   Node *neg = apply_act(g, scaled(g, x, -1), ACT_RELU);
   Node *an = make2(g, OP_COL_MUL, neg, scaled(g, a, -1));
-  Node *sum[2] = {apply_act(g, x, ACT_RELU), an};
-  Node *y = new_node(g, OP_ADD, 2, sum);
-  y->shape = x->shape;
-  return y;
+  return make2(g, OP_ADD, apply_act(g, x, ACT_RELU), an);
 }
 
 // RepeatVector(n): x[b, f] -> [b, n, f].

@@ -526,8 +526,5 @@ Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   Node *in[5] = {x, make2(g, OP_TRAIN_SELECT, mean, mm),
                  make2(g, OP_TRAIN_SELECT, var, mv),
                  gam ? gam : fill_channels(g, cs, 1), beta ? beta : fill_channels(g, cs, 0)};
-  Node *y = new_node(g, OP_BATCH_NORM, 5, in);
-  y->shape = x->shape;
-  y->bn = (BnAttr){(float)eps, ACT_LINEAR, (double)per};
-  return y;
+  return op_make(g, OP_BATCH_NORM, 5, in, &(Node){.bn = {(float)eps, ACT_LINEAR, (double)per}});
 }

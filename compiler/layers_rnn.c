@@ -112,9 +112,7 @@ static Node *recurrent(Graph *g, Layer *c, const char *cls, const char *prefix, 
       else in[2] = bi;
     }
   }
-  Node *y = new_node(g, OP_RECUR, in[2] ? 3 : 2, in);
-  y->shape = (Shape){3, {B, T, kdrt_rnn_width(cell, U)}};
-  y->rec = ra;
+  Node *y = op_make(g, OP_RECUR, in[2] ? 3 : 2, in, &(Node){.rec = ra});
   Node *h = make1(g, OP_SLICE, y, .cat = {2, 0, U});
   if (cfg_bool(c, "return_sequences", false)) return h;
   Node *last = make1(g, OP_SLICE, h, .cat = {1, T - 1, 1});
@@ -174,17 +172,10 @@ Node *build_bidirectional(Graph *g, Layer *l, Node *x) {
     Node *rv = make1(g, OP_REVERSE, y[1], .red.dim = 1);
     y[1] = rv;
   }
-  Shape s = y[0]->shape;
-  if (!strcmp(mode, "concat")) {
-    s.d[s.rank - 1] *= 2;
-    Node *c = new_node(g, OP_CONCAT, 2, y);
-    c->shape = s;
-    c->cat.axis = s.rank - 1;
-    return c;
-  }
+  if (!strcmp(mode, "concat"))
+    return make2(g, OP_CONCAT, y[0], y[1], .cat.axis = y[0]->shape.rank - 1);
   if (!strcmp(mode, "mul")) return make2(g, OP_MUL, y[0], y[1]);
-  Node *sum = new_node(g, OP_ADD, 2, y);
-  sum->shape = s;
+  Node *sum = make2(g, OP_ADD, y[0], y[1]);
   if (!strcmp(mode, "sum")) return sum;
   if (strcmp(mode, "ave"))
     error_at(jloc(mj), "layer '%s': unknown merge_mode '%s'", l->name, mode);

@@ -21,10 +21,7 @@ static Node *loss_node(Graph *g, OpKind op, int nin, Node **args, bool weighted)
   memcpy(a, args, sizeof *a * (size_t)nin);
   weighted = weighted && g->sample_weight;
   if (weighted) a[nin++] = g->sample_weight;
-  Node *n = new_node(g, op, nin, a);
-  n->shape = (Shape){0};
-  n->loss.weighted = weighted;
-  return n;
+  return op_make(g, op, nin, a, &(Node){.loss.weighted = weighted});
 }
 
 // or 1: the test is over the global batch (a max over its rows).
@@ -79,7 +76,6 @@ static void build_metric(Graph *g, int i, const Metric *mt, Node *p, Node *y, No
   }
   la.weighted = n->loss.weighted;
   n->loss = la;
-  n->shape = (Shape){0};
   n->index = i;
   n->loc = mt->loc;
   n->layer = out;
@@ -153,7 +149,6 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
     loss = loss_node(g, OP_LOSS, args[2] ? 3 : 2, args, true);
   }
   la.weighted = loss->loss.weighted;
-  loss->shape = (Shape){0};
   loss->loss = la;
   loss->index = i;
   loss->loc = ol->loc;
@@ -327,9 +322,12 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
         w->name = format("%s * %g", total[k]->name, total[k]->loss.lw);
         total[k] = w;
       }
-    Node *sum = nl == 1 ? total[0] : new_node(g, OP_ADD, nl, total);
-    sum->shape = (Shape){0};
-    if (nl > 1) sum->name = "loss";
+    Node *sum = total[0];
+    if (nl > 1) { // the total: no one output's
+      sum = op_make(g, OP_ADD, nl, total, &(Node){0});
+      sum->layer = NULL, sum->loc = (Loc){0};
+      sum->name = "loss";
+    }
     g->logs[0].node = sum;
   }
 

@@ -1162,10 +1162,7 @@ static void maximum_grad(Graph *g, Node *n, const bool *need) {
     Node *x = n->in[i];
     if (!need[x->id]) continue;
     Node *in[3] = {n->grad, x, n->nin == 2 ? n->in[1 - i] : NULL};
-    Node *dx = new_node(g, OP_MAXIMUM_GRAD, n->nin + 1, in);
-    dx->shape = x->shape;
-    dx->mm = n->mm;
-    accumulate(g, x, dx);
+    accumulate(g, x, op_make(g, OP_MAXIMUM_GRAD, n->nin + 1, in, &(Node){.mm = n->mm}));
   }
 }
 

@@ -862,15 +862,11 @@ static void bn_grad_rule(const Node *n, Rule *r) { bn_rule(n, r, 2); }
 // db = sum dy: both rows of s = BN_STATS(x, m, dy).
 static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
   Node *x = n->in[0], *m = n->in[1], *v = n->in[2], *gam = n->in[3], *beta = n->in[4];
-  int64_t c = m->shape.d[0];
   Node *in[6] = {x, m, n->grad};
-  Node *s = new_node(g, OP_BN_STATS, 3, in);
-  s->shape = (Shape){2, {2, c}};
+  Node *s = op_make(g, OP_BN_STATS, 3, in, &(Node){0});
   if (need[x->id]) {
     Node *gin[6] = {n->grad, x, m, v, gam, s};
-    Node *dx = new_node(g, OP_BN_GRAD, 6, gin);
-    dx->shape = x->shape;
-    dx->bn = n->bn;
+    Node *dx = op_make(g, OP_BN_GRAD, 6, gin, &(Node){.bn = n->bn});
     dx->bn.act = ACT_LINEAR;
     accumulate(g, x, dx);
   }
@@ -962,10 +958,7 @@ static void recur_grad(Graph *g, Node *n, const bool *need) {
       Node *p[2] = {dot(g, hp, record_slice(g, d, at, hc), 0, 2, true, false),
                     dot(g, record_slice(g, n, 8 * U, U), record_slice(g, d, at + hc, U), 0, 2,
                         true, false)};
-      Node *dr = new_node(g, OP_CONCAT, 2, p);
-      dr->shape = r->shape;
-      dr->cat.axis = 1;
-      accumulate(g, r, dr);
+      accumulate(g, r, make2(g, OP_CONCAT, p[0], p[1], .cat.axis = 1));
     }
   }
   if (n->nin > 2 && need[n->in[2]->id])

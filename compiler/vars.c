@@ -332,10 +332,7 @@ Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank,
   // Keras: kernel + (alpha / rank) * matmul(a, b), then the layer's product
   Node *ab = dot_node(g, a, b, 0, 1, false);
   Node *s = make1(g, OP_SCALE, ab, .aff = (AffAttr){w->var->lora_scale, 0, NULL});
-  Node *in[2] = {w, s};
-  Node *sum = new_node(g, OP_ADD, 2, in);
-  sum->shape = w->shape;
-  return sum;
+  return make2(g, OP_ADD, w, s);
 }
 
 int64_t lora_rank_of(Layer *l, const char *name, double *alpha, int *index) {
