@@ -195,6 +195,19 @@ enum { KDRT_C16_X, KDRT_C16_DY, KDRT_C16_COLS, KDRT_C16_DCOLS, KDRT_C16_PARTS };
 static inline int64_t kdrt_conv16_rows(const kdrt_window *w) { // DX's rows a chunk
   return (int64_t)w->B * (((int64_t)w->OH * w->OW + KDRT_CONV16_CHUNKS - 1) / KDRT_CONV16_CHUNKS);
 }
+// DX's chunk from row m0 (0 first; then the *m1 before, while it is short of
+// B*OH*OW): its rows [m0, *m1) and their product dcols = dy[m0..] f^T (the
+// columns group by group); 0 when m0 is past the last (one chunk, empty,
+// when there are no rows: dx zeroed).
+static inline int kdrt_conv16_chunk(const kdrt_window *w, int64_t m0, int64_t *m1, kdrt_gemm *g) {
+  const int64_t M = (int64_t)w->B * w->OH * w->OW, rows = kdrt_conv16_rows(w);
+  if (m0 > 0 && m0 >= M) return 0;
+  *m1 = m0 + rows < M ? m0 + rows : M;
+  *g = kdrt_conv_gemm(w, KDRT_CONV_DX);
+  g->M = *m1 - m0;
+  g->stride_c = g->M * kdrt_conv_dims(w).KC;
+  return rows > 0 || m0 == 0;
+}
 static inline int64_t kdrt_conv16_scratch(const kdrt_window *w, int pass, int fa, int fb,
                                           int64_t part[KDRT_C16_PARTS]) {
   const int64_t px = (int64_t)w->OH * w->OW, R = (int64_t)w->KH * w->KW * w->C;

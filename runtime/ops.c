@@ -969,17 +969,12 @@ void kdrt_conv2d16(const kdrt_window *w, int pass, int kind, int fa, const void 
       kdrt_matmul16(&g, kind, KDRT_OPND_16, dy, fb, b, out);
       return;
     }
-    const size_t rows = (size_t)kdrt_conv16_rows(w), KC = (size_t)w->KH * w->KW * w->C /
-                                                             kdrt_groups(w);
     float *dcols = scratch + part[KDRT_C16_DCOLS];
-    for (size_t m0 = 0; m0 == 0 || m0 < M; m0 += rows) { // (M 0: dx zeroed)
-      const size_t m1 = m0 + rows < M ? m0 + rows : M;
-      kdrt_gemm gc = g;
-      gc.M = (int64_t)(m1 - m0);
-      gc.stride_c = (int64_t)((m1 - m0) * KC);
+    kdrt_gemm gc;
+    for (int64_t m0 = 0, m1; kdrt_conv16_chunk(w, m0, &m1, &gc); m0 = m1) {
       kdrt_matmul16(&gc, kind, KDRT_OPND_16, dy + m0 * w->K, fb, b, dcols);
-      col2im(out, dcols, w, m0, m1);
-      if (!rows)
+      col2im(out, dcols, w, (size_t)m0, (size_t)m1);
+      if (m1 == m0)
         break;
     }
     return;

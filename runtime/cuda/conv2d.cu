@@ -153,17 +153,12 @@ extern "C" void kdrt_cuda_conv2d16(kdrt_cuda *d, const kdrt_window *w, int pass,
       kdrt_cuda_matmul16(d, &p, kind, KDRT_OPND_16, dy, fb, b, out);
       return;
     }
-    const size_t rows = (size_t)kdrt_conv16_rows(w);
-    const size_t KC = (size_t)w->KH * w->KW * w->C / kdrt_groups(w);
     float *dcols = scratch + part[KDRT_C16_DCOLS];
-    for (size_t m0 = 0; m0 == 0 || m0 < M; m0 += rows) { // (M 0: dx zeroed)
-      const size_t m1 = m0 + rows < M ? m0 + rows : M;
-      kdrt_gemm pc = p;
-      pc.M = (int64_t)(m1 - m0);
-      pc.stride_c = (int64_t)((m1 - m0) * KC);
+    kdrt_gemm pc;
+    for (int64_t m0 = 0, m1; kdrt_conv16_chunk(w, m0, &m1, &pc); m0 = m1) {
       kdrt_cuda_matmul16(d, &pc, kind, KDRT_OPND_16, dy + m0 * w->K, fb, b, dcols);
-      col2im(d, w, out, dcols, m0, m1);
-      if (!rows) break;
+      col2im(d, w, out, dcols, (size_t)m0, (size_t)m1);
+      if (m1 == m0) break;
     }
     return;
   }
