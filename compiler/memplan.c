@@ -16,7 +16,8 @@
 //   takes no buffer and keeps its operand alive; so does an op written in
 //   place over its operand (issue 23's ROUNDs, store16.c). A 16-bit value
 //   (issue 23, DT_U16) takes half the floats (value_floats). Convolution
-//   scratch (im2col) sits past the arena's peak.
+//   scratch (im2col; a 16-bit conv's, kdrt_ops.h's kdrt_conv16_scratch)
+//   sits past the arena's peak.
 // All offsets are multiples of 16 floats (64 bytes) and become named
 // constants in the generated program (the arena's: named entries of its
 // AO[] array, see below). A repeated block's values (blocks.c) are planned
@@ -32,6 +33,8 @@
 // same first fit, for the run's batch when it starts. The offsets the
 // program reads (AO[]) are this plan's until then.
 #include "kdcc.h"
+
+#include "../runtime/kdrt_ops.h" // issue 23: kdrt_conv16_scratch
 
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +438,20 @@ void plan_memory(Graph *g) {
       Shape xs = local_shape(g, x), ys = local_shape(g, y);
       int64_t s = size_mul(size_mul(size_mul(ys.d[0], ys.d[1]), size_mul(ys.d[2], n->win.kh)),
                            size_mul(n->win.kw, xs.d[3]));
+      if (n->win.half) { // issue 23: what kdrt_conv2d16 takes (its 16-bit columns: half)
+        const kdrt_window w = {
+            .B = (int)xs.d[0], .H = (int)xs.d[1], .W = (int)xs.d[2], .C = (int)xs.d[3],
+            .KH = n->win.kh, .KW = n->win.kw, .K = (int)ys.d[3], .sh = n->win.sh,
+            .sw = n->win.sw, .pad_t = n->win.pad_t, .pad_l = n->win.pad_l, .OH = (int)ys.d[1],
+            .OW = (int)ys.d[2], .dil_h = n->win.dil_h, .dil_w = n->win.dil_w,
+            .groups = n->win.groups > 1 ? (int)(n->win.groups * xs.d[3] / x->shape.d[3]) : 0};
+        int64_t part[KDRT_C16_PARTS];
+        int fa = n->in[0]->dtype == DT_U16 ? KDRT_OPND_16 : KDRT_OPND_EXACT;
+        int fb = n->in[1]->dtype == DT_U16 ? KDRT_OPND_16 : KDRT_OPND_EXACT;
+        int pass = n->op == OP_CONV2D ? KDRT_CONV_Y : n->op == OP_CONV2D_DX ? KDRT_CONV_DX
+                                                                             : KDRT_CONV_DW;
+        s = kdrt_conv16_scratch(&w, pass, fa, fb, part);
+      }
       if (s > scratch) scratch = s;
       if (!later_copy) plan_step(g, PLAN_SCRATCH, y, s, 0);
     }

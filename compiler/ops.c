@@ -171,7 +171,6 @@ Node *op_make(Graph *g, OpKind op, int nin, Node **in, const Node *attr) {
   return n;
 }
 
-static const char *round_c(int kind);
 
 // ---------------------------------------------------------------- inputs and variables
 
@@ -251,7 +250,7 @@ static void dot_grad(Graph *g, Node *n, const bool *need) {
 }
 
 // issue 23: how kdrt_matmul16 reads an operand (kdrt_ops.h's KDRT_OPND_*)
-static const char *form16(const Node *x, bool rounds) {
+const char *form16(const Node *x, bool rounds) {
   return x->dtype == DT_U16 ? "KDRT_OPND_16" : rounds ? "KDRT_OPND_ROUND" : "KDRT_OPND_EXACT";
 }
 
@@ -1020,7 +1019,6 @@ static char *shape_decl(const Node *n) {
   return format("const int64_t s[] = %s;", sym_dims(n->in[0]));
 }
 
-static const char *round_c(int kind);
 
 static void coll_emit(const Node *n, Lowering *lw) {
   const Node *a = n->in[0];
@@ -1220,7 +1218,7 @@ const OpDef op_CONST = {"const", 0, 0, false, rule_none, NULL, const_emit, NULL}
 // 16-bit too): gradients flow in the compute dtype, and become float32 at
 // the variables, past their reads' ROUNDs.
 
-static const char *round_c(int kind) {
+const char *round_c(int kind) {
   return kind == KDRT_ROUND_F16 ? "KDRT_ROUND_F16" : "KDRT_ROUND_BF16";
 }
 

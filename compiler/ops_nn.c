@@ -297,6 +297,15 @@ static char *window_decl(const Node *n, const Node *x, const Node *y) {
 static void conv_emit(const Node *n, Lowering *lw) {
   const Node *x = n->op == OP_CONV2D_DX ? n : n->in[0];
   const Node *y = n->op == OP_CONV2D ? n : n->op == OP_CONV2D_DX ? n->in[0] : n->in[1];
+  if (n->win.half) { // issue 23: 16-bit operands, float32 sums (store16.c)
+    const char *pass = n->op == OP_CONV2D      ? "KDRT_CONV_Y"
+                       : n->op == OP_CONV2D_DX ? "KDRT_CONV_DX"
+                                               : "KDRT_CONV_DW";
+    lower_call(lw, KN_conv2d16, window_decl(n, x, y), "&w, %s, %s, %s, %s, %s, %s, %s, scratch",
+               pass, round_c(n->win.half), form16(n->in[0], false), buf(n->in[0]),
+               form16(n->in[1], false), buf(n->in[1]), buf(n));
+    return;
+  }
   Kernel fn = n->op == OP_CONV2D ? KN_conv2d : n->op == OP_CONV2D_DX ? KN_conv2d_dx : KN_conv2d_dw;
   lower_call(lw, fn, window_decl(n, x, y), "&w, %s, %s, %s, scratch", buf(n),
              buf(n->in[0]), buf(n->in[1]));

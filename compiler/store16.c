@@ -333,22 +333,39 @@ static void move16(Graph *g, const uint8_t *kind) {
 // such, with float32 sums and a float32 result (Keras's bf16 dot with
 // float32 accumulation; the ROUND after it, where Keras has one, stays).
 // Not a product that a fusion gave more to do (a bias, SGD's update).
+// Convolutions likewise (win.half, kdrt_conv2d16: 16-bit im2col columns),
+// but a depthwise one (its own loops, no product; as float32).
 static void mark_dots(Graph *g, const uint8_t *kind) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
+    bool conv = n->op == OP_CONV2D || n->op == OP_CONV2D_DX || n->op == OP_CONV2D_DW;
+    if (conv) {
+      int64_t c = (n->op == OP_CONV2D_DX ? n : n->in[0])->shape.d[3];
+      int k = kind[n->in[0]->id];
+      if (k && k == kind[n->in[1]->id] && !(n->win.groups > 1 && n->win.groups == c))
+        n->win.half = (uint8_t)k;
+      continue;
+    }
     if (n->op != OP_DOT || n->nin != 2 || n->dot.sgd_into || n->dot.bgrad) continue;
     int k = kind[n->in[0]->id];
     if (k && k == kind[n->in[1]->id]) n->dot.half = (uint8_t)k;
   }
 }
 
-// Then (ids are positions again) each 16-bit product, and each activation's
-// gradient (kdrt_act_grad16), reads its saved operands straight from their
-// PACK16 (an UNPACK16 that nothing else reads is gone). A ROUND that only
-// 16-bit products read: of a variable (its per-step cast; not one SGD
-// updates during the backward pass, fuse.c's sgd_into) or of a model input,
-// gone, the products reading the float32 value and rounding it themselves
-// (dot.rounds); of another value, written in its 16 bits (DT_U16).
+// Whether x reads its operands 0 and 1 in 16 bits (mark_dots).
+static bool reads16(const Node *x) {
+  return (x->op == OP_DOT && x->dot.half) ||
+         ((x->op == OP_CONV2D || x->op == OP_CONV2D_DX || x->op == OP_CONV2D_DW) && x->win.half);
+}
+
+// Then (ids are positions again) each 16-bit product or convolution, and
+// each activation's gradient (kdrt_act_grad16), reads its saved operands
+// straight from their PACK16 (an UNPACK16 that nothing else reads is gone).
+// A ROUND that only 16-bit products read: of a variable (its per-step cast;
+// not one SGD updates during the backward pass, fuse.c's sgd_into) or of a
+// model input, gone, the products reading the float32 value and rounding it
+// themselves (dot.rounds); of another value, or read by a 16-bit
+// convolution too, written in its 16 bits (DT_U16).
 static void read16(Graph *g) {
   int n = g->nnodes;
   Node **pack = xcalloc((size_t)n + 1, sizeof *pack); // by id: the PACK16 of a value
@@ -359,25 +376,27 @@ static void read16(Graph *g) {
     if (x->op == OP_DOT && x->dot.sgd_into) sgd[base(x->dot.sgd_into)->id] = true;
     if (x->op == OP_ACT_GRAD && x->in[1]->op == OP_UNPACK16 && x->in[0] != x->in[1])
       x->in[1] = x->in[1]->in[0];
-    if (x->op != OP_DOT || !x->dot.half) continue;
+    if (!reads16(x)) continue;
     for (int k = 0; k < 2; k++) // (a value's PACK16 comes right after it: before x)
       if (x->in[k]->op == OP_UNPACK16) x->in[k] = x->in[k]->in[0];
       else if (pack[x->in[k]->id]) x->in[k] = pack[x->in[k]->id];
   }
   int *readers = xcalloc((size_t)n + 1, sizeof *readers), *dots = xcalloc((size_t)n + 1, sizeof *dots);
+  int *convs = xcalloc((size_t)n + 1, sizeof *convs);
   bool *kept = kept_values(g, n), *fold = xcalloc((size_t)n + 1, sizeof *fold);
   for (int i = 0; i < n; i++) {
     const Node *x = g->nodes[i];
     for (int k = 0; k < x->nin; k++) {
       readers[x->in[k]->id]++;
-      dots[x->in[k]->id] += x->op == OP_DOT && x->dot.half && k < 2;
+      dots[x->in[k]->id] += reads16(x) && k < 2;
+      convs[x->in[k]->id] += reads16(x) && x->op != OP_DOT && k < 2;
     }
   }
   for (int i = 0; i < n; i++) {
     Node *x = g->nodes[i];
     if (x->op != OP_ROUND || !readers[i] || dots[i] != readers[i] || kept[i]) continue;
     const Node *o = x->in[0];
-    fold[i] = (o->op == OP_PARAM && !sgd[o->id]) || o->op == OP_INPUT;
+    fold[i] = !convs[i] && ((o->op == OP_PARAM && !sgd[o->id]) || o->op == OP_INPUT);
     if (!fold[i]) x->dtype = DT_U16;
   }
   int w = 0;
@@ -393,7 +412,7 @@ static void read16(Graph *g) {
   }
   for (int i = 0; i < w; i++) g->nodes[i]->id = i;
   g->nnodes = w;
-  xfree(pack), xfree(sgd), xfree(readers), xfree(dots), xfree(kept), xfree(fold);
+  xfree(pack), xfree(sgd), xfree(readers), xfree(dots), xfree(convs), xfree(kept), xfree(fold);
 }
 
 void store16(Graph *g) {

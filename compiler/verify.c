@@ -18,7 +18,8 @@
 //   - integer tensors are only inputs and what reads them as ids, masks or
 //     positions (the decode step's, decode.c, which is verified too); a 16-bit
 //     one (issue 23's storage) is read by its UNPACK16 alone, or as an
-//     operand of a product in 16 bits (a DOT's dot.half), or as the saved
+//     operand of a product in 16 bits (a DOT's dot.half, a convolution's
+//     win.half), or as the saved
 //     x or y of an activation's gradient.
 #include "kdcc.h"
 
@@ -77,7 +78,9 @@ void verify_graph(const Graph *g, const char *pass, bool placed) {
       if (!a || a->id >= i || g->nodes[a->id] != a)
         bad(pass, n, "operand %d is not defined before its use", k);
       if (a->dtype == DT_U16 && n->op != OP_UNPACK16 &&
-          !(n->op == OP_DOT && n->dot.half && k < 2) && !(n->op == OP_ACT_GRAD && k == 1))
+          !(n->op == OP_DOT && n->dot.half && k < 2) && !(n->op == OP_ACT_GRAD && k == 1) &&
+          !((n->op == OP_CONV2D || n->op == OP_CONV2D_DX || n->op == OP_CONV2D_DW) &&
+            n->win.half && k < 2))
         bad(pass, n, "operand %d holds 16-bit values", k);
       if (a->dtype == DT_I32 && !takes_ints(n, k)) bad(pass, n, "operand %d holds integers", k);
     }

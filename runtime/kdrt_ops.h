@@ -181,4 +181,50 @@ static inline kdrt_gemm kdrt_conv_gemm(const kdrt_window *w, int pass) {
   return pass == KDRT_CONV_Y ? y : pass == KDRT_CONV_DX ? dx : dw;
 }
 
+// issue 23: the scratch of a 16-bit conv (conv2d16, both runtimes), in
+// floats: each part a whole number of 16-float runs a batch row, so that
+// the memory plan's k floats a row (compiler/memplan.c) give it at any
+// batch. part[] gets each part's start, -1 for none: the 16-bit copy of an
+// _EXACT x (Y, DW: 16-bit columns are copied from it) and of an _EXACT dy
+// (DW, DX); the 16-bit im2col columns (Y, DW; none pointwise); DX's float32
+// columns of one chunk of rows (none pointwise): its sums stay float32,
+// KDRT_CONV16_CHUNKS chunks of B * ceil(OH*OW / chunks) rows at most, so
+// that they take a fraction of the whole. Returns the total.
+enum { KDRT_CONV16_CHUNKS = 4 };
+enum { KDRT_C16_X, KDRT_C16_DY, KDRT_C16_COLS, KDRT_C16_DCOLS, KDRT_C16_PARTS };
+static inline int64_t kdrt_conv16_rows(const kdrt_window *w) { // DX's rows a chunk
+  return (int64_t)w->B * (((int64_t)w->OH * w->OW + KDRT_CONV16_CHUNKS - 1) / KDRT_CONV16_CHUNKS);
+}
+// DX's chunk from row m0 (0 first; then the *m1 before, while it is short of
+// B*OH*OW): its rows [m0, *m1) and their product dcols = dy[m0..] f^T (the
+// columns group by group); 0 when m0 is past the last (one chunk, empty,
+// when there are no rows: dx zeroed).
+static inline int kdrt_conv16_chunk(const kdrt_window *w, int64_t m0, int64_t *m1, kdrt_gemm *g) {
+  const int64_t M = (int64_t)w->B * w->OH * w->OW, rows = kdrt_conv16_rows(w);
+  if (m0 > 0 && m0 >= M) return 0;
+  *m1 = m0 + rows < M ? m0 + rows : M;
+  *g = kdrt_conv_gemm(w, KDRT_CONV_DX);
+  g->M = *m1 - m0;
+  g->stride_c = g->M * kdrt_conv_dims(w).KC;
+  return rows > 0 || m0 == 0;
+}
+static inline int64_t kdrt_conv16_scratch(const kdrt_window *w, int pass, int fa, int fb,
+                                          int64_t part[KDRT_C16_PARTS]) {
+  const int64_t px = (int64_t)w->OH * w->OW, R = (int64_t)w->KH * w->KW * w->C;
+  const int pw = kdrt_conv_pointwise(w), dx = pass == KDRT_CONV_DX;
+  const int fdy = pass == KDRT_CONV_DW ? fb : dx ? fa : KDRT_OPND_16;
+  // each part's 16-bit values (dcols: floats) a batch row, 0: none
+  const int64_t row[KDRT_C16_PARTS] = {
+      !dx && fa == KDRT_OPND_EXACT ? (int64_t)w->H * w->W * w->C : 0,
+      fdy == KDRT_OPND_EXACT ? px * w->K : 0, !dx && !pw ? px * R : 0,
+      dx && !pw ? (px + KDRT_CONV16_CHUNKS - 1) / KDRT_CONV16_CHUNKS * R : 0};
+  int64_t at = 0;
+  for (int i = 0; i < KDRT_C16_PARTS; i++) {
+    part[i] = row[i] ? at : -1;
+    const int64_t floats = i == KDRT_C16_DCOLS ? row[i] : (row[i] + 1) / 2;
+    at += (int64_t)w->B * ((floats + 15) / 16 * 16);
+  }
+  return at;
+}
+
 #endif

@@ -702,7 +702,11 @@ static inline int dilated_col(int ow, int kw, const kdrt_window *w) {
 // kernel, zero where it falls in the padding. Ungrouped, for one (kh), the
 // kernel columns in range are adjacent in x (channels last), so each is one
 // memcpy; with a dilated width or groups, one memcpy per kernel column.
-static void im2col(float *restrict cols, const float *restrict x, const kdrt_window *w) {
+// Elements of es bytes: float32, or (issue 23, conv2d16) 16-bit values.
+static void im2col(void *restrict cols_, const void *restrict x_, size_t es,
+                   const kdrt_window *w) {
+  char *restrict cols = cols_;
+  const char *restrict x = x_;
   const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW, G = kdrt_groups(w);
   const int cg = C / G;
   const size_t kwc = (size_t)KW * cg, rowlen = (size_t)KH * kwc;
@@ -716,43 +720,51 @@ static void im2col(float *restrict cols, const float *restrict x, const kdrt_win
         kdrt_win_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
         for (int j = 0; j < G; j++)
           for (int kh = 0; kh < KH; kh++) {
-            float *d = cols + (j * M + m) * rowlen + kh * kwc;
+            char *d = cols + ((j * M + m) * rowlen + kh * kwc) * es;
             int ih = dilated_row(oh, kh, w);
             if (ih < 0 || (!w->dil_w && hi == lo)) {
-              memset(d, 0, kwc * sizeof *d);
+              memset(d, 0, kwc * es);
               continue;
             }
-            const float *row = x + ((size_t)b * H + ih) * W * C + (size_t)j * cg;
+            const char *row = x + (((size_t)b * H + ih) * W * C + (size_t)j * cg) * es;
             if (w->dil_w || G > 1) {
               for (int kw = 0; kw < KW; kw++) {
                 int iw = dilated_col(ow, kw, w);
-                if (iw < 0) memset(d + (size_t)kw * cg, 0, (size_t)cg * sizeof *d);
-                else memcpy(d + (size_t)kw * cg, row + (size_t)iw * C, (size_t)cg * sizeof *d);
+                if (iw < 0) memset(d + (size_t)kw * cg * es, 0, (size_t)cg * es);
+                else memcpy(d + (size_t)kw * cg * es, row + (size_t)iw * C * es, (size_t)cg * es);
               }
               continue;
             }
-            const float *src = row + (size_t)(iw0 + lo) * C;
-            memset(d, 0, (size_t)lo * C * sizeof *d);
-            memcpy(d + (size_t)lo * C, src, (size_t)(hi - lo) * C * sizeof *d);
-            memset(d + (size_t)hi * C, 0, (size_t)(KW - hi) * C * sizeof *d);
+            const char *src = row + (size_t)(iw0 + lo) * C * es;
+            memset(d, 0, (size_t)lo * C * es);
+            memcpy(d + (size_t)lo * C * es, src, (size_t)(hi - lo) * C * es);
+            memset(d + (size_t)hi * C * es, 0, (size_t)(KW - hi) * C * es);
           }
       }
 }
 
-// The transpose of im2col: dx (zeroed first) += each column entry at the
-// input position it was copied from; padding entries are dropped. Images
-// run in parallel, each in the one thread's order (its windows overlap).
-static void col2im(float *restrict dx, const float *restrict cols, const kdrt_window *w) {
+// The transpose of im2col for the rows [m0, m1) of the columns (cols holds
+// those, group by group): dx += each column entry at the input position it
+// was copied from, an image zeroed first where its first row is in range;
+// padding entries are dropped. Images run in parallel, each in the one
+// thread's order (its windows overlap), so that rows given a chunk at a
+// time in order (conv2d16's input gradient) add up as all at once.
+static void col2im(float *restrict dx, const float *restrict cols, const kdrt_window *w,
+                   size_t m0, size_t m1) {
   const int H = w->H, W = w->W, C = w->C, KH = w->KH, KW = w->KW, G = kdrt_groups(w);
   const int cg = C / G;
   const size_t kwc = (size_t)KW * cg, rowlen = (size_t)KH * kwc;
-  const size_t M = (size_t)w->B * w->OH * w->OW;
+  const size_t M = m1 - m0, px = (size_t)w->OH * w->OW;
+  const int b0 = px ? (int)(m0 / px) : 0, b1 = px ? (int)((m1 + px - 1) / px) : w->B;
 #pragma omp parallel for schedule(static)
-  for (int b = 0; b < w->B; b++) {
-    memset(dx + (size_t)b * H * W * C, 0, (size_t)H * W * C * sizeof *dx);
+  for (int b = b0; b < b1; b++) {
+    if (m0 <= (size_t)b * px)
+      memset(dx + (size_t)b * H * W * C, 0, (size_t)H * W * C * sizeof *dx);
     for (int oh = 0; oh < w->OH; oh++)
       for (int ow = 0; ow < w->OW; ow++) {
         const size_t m = ((size_t)b * w->OH + oh) * w->OW + ow;
+        if (m < m0 || m >= m1)
+          continue;
         int iw0, lo, hi;
         kdrt_win_range(ow, w->sw, w->pad_l, KW, W, &iw0, &lo, &hi);
         for (int j = 0; j < G; j++)
@@ -760,7 +772,7 @@ static void col2im(float *restrict dx, const float *restrict cols, const kdrt_wi
             int ih = dilated_row(oh, kh, w);
             if (ih < 0 || (!w->dil_w && hi == lo))
               continue;
-            const float *src = cols + (j * M + m) * rowlen + kh * kwc;
+            const float *src = cols + (j * M + m - m0) * rowlen + kh * kwc;
             float *row = dx + ((size_t)b * H + ih) * W * C + (size_t)j * cg;
             if (w->dil_w || G > 1) {
               for (int kw = 0; kw < KW; kw++) {
@@ -788,7 +800,7 @@ static void col2im(float *restrict dx, const float *restrict cols, const kdrt_wi
 static const float *conv_cols(const float *x, const kdrt_window *w, float *scratch) {
   if (kdrt_conv_pointwise(w))
     return x;
-  im2col(scratch, x, w);
+  im2col(scratch, x, sizeof *x, w);
   return scratch;
 }
 
@@ -911,7 +923,7 @@ void kdrt_conv2d_dx(const kdrt_window *w, float *dx, const float *dy, const floa
   const kdrt_gemm g = kdrt_conv_gemm(w, KDRT_CONV_DX);
   kdrt_matmul(&g, 1.0f, dy, f, 0.0f, dcols);
   if (!kdrt_conv_pointwise(w))
-    col2im(dx, scratch, w);
+    col2im(dx, scratch, w, 0, (size_t)w->B * w->OH * w->OW);
 }
 
 // dw (overwritten) from x and dy.
@@ -925,6 +937,61 @@ void kdrt_conv2d_dw(const kdrt_window *w, float *dw, const float *x, const float
   }
   const kdrt_gemm g = kdrt_conv_gemm(w, KDRT_CONV_DW);
   kdrt_matmul(&g, 1.0f, conv_cols(x, w, scratch), dy, 0.0f, dw);
+}
+
+// issue 23: an operand of conv2d16 in its 16 bits: a itself (KDRT_OPND_16),
+// or the 16 bits of its float32 values (_EXACT: exactly values of the
+// type) written to `to`.
+static const uint16_t *bits16(int kind, int form, const void *a, float *to, size_t n) {
+  if (form == KDRT_OPND_16)
+    return a;
+  kdrt_pack16(kind, (uint16_t *)to, a, n);
+  return (const uint16_t *)to;
+}
+
+// issue 23: a conv of 16-bit values (kdrt_ops.def's conv2d16). Y and DW copy
+// x's 16 bits into 16-bit columns (copies: exact) and make matmul16's
+// product (oneDNN's bf16 matmul, float32 sums); DX makes dy f^T a chunk of
+// rows at a time into float32 columns and adds each chunk back into dx
+// (col2im) as it comes, in the order of one whole pass. The filter, small,
+// goes to matmul16 as it is held. A pointwise conv reads x (writes dx)
+// itself.
+void kdrt_conv2d16(const kdrt_window *w, int pass, int kind, int fa, const void *a, int fb,
+                   const void *b, float *out, float *scratch) {
+  int64_t part[KDRT_C16_PARTS];
+  kdrt_conv16_scratch(w, pass, fa, fb, part);
+  const int pw = kdrt_conv_pointwise(w);
+  const size_t px = (size_t)w->OH * w->OW, M = (size_t)w->B * px;
+  const kdrt_gemm g = kdrt_conv_gemm(w, pass);
+  if (pass == KDRT_CONV_DX) {
+    const uint16_t *dy = bits16(kind, fa, a, scratch + part[KDRT_C16_DY], M * w->K);
+    if (pw) {
+      kdrt_matmul16(&g, kind, KDRT_OPND_16, dy, fb, b, out);
+      return;
+    }
+    float *dcols = scratch + part[KDRT_C16_DCOLS];
+    kdrt_gemm gc;
+    for (int64_t m0 = 0, m1; kdrt_conv16_chunk(w, m0, &m1, &gc); m0 = m1) {
+      kdrt_matmul16(&gc, kind, KDRT_OPND_16, dy + m0 * w->K, fb, b, dcols);
+      col2im(out, dcols, w, (size_t)m0, (size_t)m1);
+      if (m1 == m0)
+        break;
+    }
+    return;
+  }
+  const uint16_t *x = bits16(kind, fa, a, scratch + part[KDRT_C16_X],
+                             (size_t)w->B * w->H * w->W * w->C);
+  const uint16_t *cols = x;
+  if (!pw) {
+    im2col(scratch + part[KDRT_C16_COLS], x, sizeof *x, w);
+    cols = (const uint16_t *)(scratch + part[KDRT_C16_COLS]);
+  }
+  if (pass == KDRT_CONV_Y) {
+    kdrt_matmul16(&g, kind, KDRT_OPND_16, cols, fb, b, out);
+    return;
+  }
+  const uint16_t *dy = bits16(kind, fb, b, scratch + part[KDRT_C16_DY], M * w->K);
+  kdrt_matmul16(&g, kind, KDRT_OPND_16, cols, KDRT_OPND_16, dy, out);
 }
 
 // ---------------------------------------------------------------- max pooling

@@ -240,7 +240,7 @@ Test(graph, bfloat16_variables) {
 // but the logits' (the output), only through a 2-byte PACK16 (an UNPACK16
 // of it, or the PACK16 itself as a 16-bit product's operand or an
 // activation's gradient's saved x or y) or a ROUND made again; no 16-bit
-// product reads an UNPACK16; each PACK16 is planned at half a float a
+// product (or convolution) reads an UNPACK16; each PACK16 is planned at half a float a
 // value; the peak is at most 0.75 times the float32 model's. KDCC_STORE16=0
 // leaves every value in float32.
 static void saved_16_bits(const Graph *g, int *packs, int *direct, bool stored) {
@@ -264,7 +264,8 @@ static void saved_16_bits(const Graph *g, int *packs, int *direct, bool stored) 
     for (int k = 0; k < n->nin; k++) {
       const Node *a = n->in[k];
       while (a->op == OP_RESHAPE) a = a->in[0];
-      bool dot16 = n->op == OP_DOT && n->dot.half && k < 2;
+      bool conv = n->op == OP_CONV2D || n->op == OP_CONV2D_DX || n->op == OP_CONV2D_DW;
+      bool dot16 = ((n->op == OP_DOT && n->dot.half) || (conv && n->win.half)) && k < 2;
       if (a->op == OP_PACK16 && n->op != OP_UNPACK16) {
         cr_assert(dot16 || (n->op == OP_ACT_GRAD && k == 1), "%%%d reads a PACK16", n->id);
         (*direct)++;
@@ -276,6 +277,37 @@ static void saved_16_bits(const Graph *g, int *packs, int *direct, bool stored) 
                      op_info(n->op).name, a->id);
     }
   }
+}
+
+// The batch-norm CNN under mixed_bfloat16: its 5 convolutions (2 forward,
+// 2 filter gradients, the second's input gradient) read 16-bit operands
+// (win.half), each a PACK16 or a 16-bit ROUND (DT_U16), none an UNPACK16;
+// a float32 model's none; the peak (scratch included) under 0.7 times the
+// float32 twin's.
+Test(graph, mixed_convolutions_in_16_bits) {
+  opt_quiet_warnings = true;
+  const char *m = "tests/fixtures/keras_ref/mixed_bn_cnn/model.keras";
+  opt_dtype_policy = "float32";
+  Graph *f = compile_model(m, NULL, NULL, 64);
+  opt_dtype_policy = NULL;
+  Graph *g = compile_model(m, NULL, NULL, 64);
+  int packs, direct, convs[2] = {0, 0}, u16 = 0;
+  saved_16_bits(g, &packs, &direct, true);
+  for (int t = 0; t < 2; t++) {
+    const Graph *h = t ? g : f;
+    for (int i = 0; i < h->nnodes; i++) {
+      const Node *n = h->nodes[i];
+      if ((n->op == OP_CONV2D || n->op == OP_CONV2D_DX || n->op == OP_CONV2D_DW) && n->win.half) {
+        convs[t]++;
+        for (int k = 0; k < 2; k++) u16 += t && n->in[k]->dtype == DT_U16;
+      }
+    }
+  }
+  cr_assert_eq(convs[0], 0, "float32: %d 16-bit convolutions", convs[0]);
+  cr_assert_eq(convs[1], 5, "%d 16-bit convolutions", convs[1]);
+  cr_assert_eq(u16, 10, "%d of their operands in 16 bits", u16);
+  cr_assert_lt(g->arena_floats * 10, f->arena_floats * 7, "%lld floats, float32 %lld",
+               (long long)g->arena_floats, (long long)f->arena_floats);
 }
 
 Test(graph, mixed_saved_values_in_16_bits) {

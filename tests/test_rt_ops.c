@@ -1351,6 +1351,66 @@ Test(matmul, sixteen_bit_operands) {
       }
 }
 
+// issue 23: convolutions of 16-bit values (kdrt_conv2d16): x, f and dy
+// rounded to bfloat16 or float16, each given in its 16 bits or as float32
+// values of the type, in windows that pad, stride, dilate, group and are
+// pointwise, with batches whose rows the input gradient cuts into chunks
+// unevenly. Each pass within float32 sums' reassociation of the float32
+// conv on the same values; the scratch exactly kdrt_conv16_scratch floats
+// (the memory plan's): a guard after it stays untouched; dx overwritten.
+Test(conv2d, sixteen_bit_operands) {
+  conv_shape shapes[] = {conv_make(3, 7, 5, 6, 3, 3, 8, 1, 1, 1), conv_make(2, 9, 9, 4, 3, 2, 5, 2, 2, 1),
+                         conv_make(3, 5, 6, 8, 1, 1, 7, 1, 1, 0), conv_dilated(2, 8, 7, 3, 3, 3, 4, 2, 2, 1),
+                         conv_make(2, 6, 6, 8, 3, 3, 4, 1, 1, 0)};
+  shapes[4].G = 2;
+  static const int forms[][2] = {{KDRT_OPND_16, KDRT_OPND_16}, {KDRT_OPND_EXACT, KDRT_OPND_EXACT},
+                                 {KDRT_OPND_16, KDRT_OPND_EXACT}};
+  enum { GUARD = 64 };
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++)
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+      const conv_shape s = shapes[si];
+      const kdrt_window w = window_of(&s);
+      float *x = rand_buf(xs(&s), -1, 1), *f = rand_buf(fs(&s), -1, 1), *dy = rand_buf(ys(&s), -1, 1);
+      kdrt_round(kind, x, x, xs(&s)), kdrt_round(kind, f, f, fs(&s)), kdrt_round(kind, dy, dy, ys(&s));
+      uint16_t *px = malloc(xs(&s) * 2), *pf = malloc(fs(&s) * 2), *pdy = malloc(ys(&s) * 2);
+      kdrt_pack16(kind, px, x, xs(&s)), kdrt_pack16(kind, pf, f, fs(&s)), kdrt_pack16(kind, pdy, dy, ys(&s));
+      float *sc = malloc(ss(&s) * sizeof(float));
+      float *ref[3] = {malloc(ys(&s) * 4), malloc(xs(&s) * 4), malloc(fs(&s) * 4)};
+      kdrt_conv2d(&w, ref[0], x, f, sc);
+      kdrt_conv2d_dx(&w, ref[1], dy, f, sc);
+      kdrt_conv2d_dw(&w, ref[2], x, dy, sc);
+      const size_t nout[3] = {ys(&s), xs(&s), fs(&s)};
+      const int terms[3] = {s.KH * s.KW * s.C / gs(&s), s.K, s.B * s.OH * s.OW};
+      for (size_t fi = 0; fi < sizeof forms / sizeof *forms; fi++)
+        for (int pass = KDRT_CONV_Y; pass <= KDRT_CONV_DW; pass++) {
+          int fa = forms[fi][0], fb = forms[fi][1];
+          const float *a32 = pass == KDRT_CONV_DX ? dy : x, *b32 = pass == KDRT_CONV_DW ? dy : f;
+          const uint16_t *a16 = pass == KDRT_CONV_DX ? pdy : px, *b16 = pass == KDRT_CONV_DW ? pdy : pf;
+          int64_t part[KDRT_C16_PARTS];
+          size_t n = (size_t)kdrt_conv16_scratch(&w, pass, fa, fb, part);
+          float *scratch = malloc((n + GUARD) * sizeof(float)), *out = malloc(nout[pass] * 4);
+          for (size_t i = 0; i < n + GUARD; i++) scratch[i] = -7.0f;
+          for (size_t i = 0; i < nout[pass]; i++) out[i] = 1e3f;
+          kdrt_conv2d16(&w, pass, kind, fa, fa == KDRT_OPND_16 ? (const void *)a16 : a32, fb,
+                        fb == KDRT_OPND_16 ? (const void *)b16 : b32, out, scratch);
+          double worst = 0;
+          for (size_t i = 0; i < nout[pass]; i++) {
+            double d = fabs((double)out[i] - ref[pass][i]);
+            worst = d > worst || isnan(d) ? d : worst;
+          }
+          int guard = 1;
+          for (size_t i = n; i < n + GUARD; i++) guard &= scratch[i] == -7.0f;
+          cr_expect(worst <= 1e-6 * terms[pass] + 1e-6, "kind %d shape %zu forms %zu pass %d: off by %g",
+                    kind, si, fi, pass, worst);
+          cr_expect(guard, "kind %d shape %zu forms %zu pass %d: wrote past its %zu floats of scratch",
+                    kind, si, fi, pass, n);
+          free(scratch), free(out);
+        }
+      free(x), free(f), free(dy), free(px), free(pf), free(pdy), free(sc);
+      free(ref[0]), free(ref[1]), free(ref[2]);
+    }
+}
+
 // issue 23: an activation's gradient from the saved x or y in its 16 bits
 // is act_grad on the widened values, bit for bit; round16 is round's value
 // in its 16 bits.

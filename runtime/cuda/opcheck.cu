@@ -1055,6 +1055,57 @@ static int cudnn_loadable(void) {
   return ok;
 }
 
+// issue 23: a conv of 16-bit values (kdrt_conv2d16) on both backends: x, f
+// and dy rounded to the type, each pass's operands in their 16 bits or as
+// float32 values of the type, the scratch kdrt_conv16_scratch's floats
+// (poisoned); the products exact in float32, the sums' order apart: within
+// 1e-5 of the CPU's.
+static void check_one_conv16(const kdrt_window *w, const char *name, const float *hx,
+                             const float *hf, const float *hdy) {
+  const size_t n[3] = {(size_t)w->B * w->H * w->W * w->C,
+                       (size_t)w->KH * w->KW * w->C / kdrt_groups(w) * w->K,
+                       (size_t)w->B * w->OH * w->OW * w->K}; // x, f, dy
+  const float *h0[3] = {hx, hf, hdy};
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {
+    float *r[3], *d32[3], *d16[3];
+    uint16_t *p[3];
+    for (int k = 0; k < 3; k++) {
+      r[k] = (float *)malloc(n[k] * sizeof(float));
+      p[k] = (uint16_t *)malloc(n[k] * 2);
+      if (!r[k] || !p[k]) abort();
+      kdrt_round(kind, r[k], h0[k], n[k]);
+      kdrt_pack16(kind, p[k], r[k], n[k]);
+      d32[k] = dev(r[k], n[k]);
+      d16[k] = kdrt_cuda_alloc((n[k] + 1) / 2);
+      kdrt_cuda_upload(D, d16[k], (const float *)p[k], n[k] / 2);
+      upload_tail(d16[k], p[k], n[k]);
+    }
+    for (int form = KDRT_OPND_EXACT; form <= KDRT_OPND_16; form++)
+      for (int pass = KDRT_CONV_Y; pass <= KDRT_CONV_DW; pass++) {
+        const int ia = pass == KDRT_CONV_DX ? 2 : 0, ib = pass == KDRT_CONV_DW ? 2 : 1;
+        const size_t no = pass == KDRT_CONV_Y ? n[2] : pass == KDRT_CONV_DX ? n[0] : n[1];
+        int64_t part[KDRT_C16_PARTS];
+        size_t ns = (size_t)kdrt_conv16_scratch(w, pass, form, form, part);
+        float *hs = hzero(ns + 1), *ho = hzero(no), *s = kdrt_cuda_alloc(ns + 1),
+              *o = kdrt_cuda_alloc(no);
+        const int e = form == KDRT_OPND_EXACT;
+        kdrt_conv2d16(w, pass, kind, form, e ? (const void *)r[ia] : p[ia], form,
+                      e ? (const void *)r[ib] : p[ib], ho, hs);
+        poison(o, no), poison(s, ns + 1);
+        kdrt_cuda_conv2d16(D, w, pass, kind, form, e ? d32[ia] : d16[ia], form,
+                           e ? d32[ib] : d16[ib], o, s);
+        char full[160];
+        snprintf(full, sizeof full, "conv2d16 %s %s %s %s",
+                 pass == KDRT_CONV_Y ? "y" : pass == KDRT_CONV_DX ? "dx" : "dw",
+                 kind == KDRT_ROUND_F16 ? "float16" : "bfloat16", e ? "a32 b32" : "a16 b16", name);
+        check(full, o, ho, no, 1e-5);
+        kdrt_cuda_free(s), kdrt_cuda_free(o), free(hs), free(ho);
+      }
+    for (int k = 0; k < 3; k++)
+      kdrt_cuda_free(d32[k]), kdrt_cuda_free(d16[k]), free(r[k]), free(p[k]);
+  }
+}
+
 static void check_conv(void) {
   // B, H, W, C, KH, KW, K, sh, sw, pad_t, pad_l, OH, OW, groups, dil_h, dil_w
   static const int cfg[][16] = {
@@ -1123,6 +1174,7 @@ static void check_conv(void) {
                                          : "no deterministic algorithm, or its call failed");
     }
     D->impl->cudnn = saved;
+    if (!(G > 1 && G == C)) check_one_conv16(&w, name, hx, hf, hdy); // (not depthwise: float32)
     kdrt_cuda_free(x), kdrt_cuda_free(f), kdrt_cuda_free(dy), kdrt_cuda_free(y);
     kdrt_cuda_free(dx), kdrt_cuda_free(dw), kdrt_cuda_free(s);
     free(hx), free(hf), free(hdy), free(hy), free(hdx), free(hdw), free(hs);
