@@ -821,6 +821,12 @@ extern int opt_fuse_attention;
 void bucket_gradients(Graph *g);
 
 // ---------------------------------------------------------------- store16.c
+// The 16-bit types whose products and convolutions read their operands in
+// 16 bits (store16.c's mark_dots): a mask of 1 << KDRT_ROUND_*. bfloat16
+// only by default (the CPU's oneDNN bf16 matmul; a float16 product there
+// would be widened in memory outside the plan, so it stays a float32
+// product of exact values); main.c adds float16 for --target cuda.
+extern unsigned opt_products16;
 // issue 23: every 16-bit value of a mixed policy that the backward pass
 // reads, stored in 16 bits in between (PACK16 after it, UNPACK16 before its
 // backward readers, or a variable's or a kept value's ROUND made again);

@@ -335,6 +335,8 @@ static void move16(Graph *g, const uint8_t *kind) {
 // Not a product that a fusion gave more to do (a bias, SGD's update).
 // Convolutions likewise (win.half, kdrt_conv2d16: 16-bit im2col columns),
 // but a depthwise one (its own loops, no product; as float32).
+unsigned opt_products16 = 1u << KDRT_ROUND_BF16;
+
 static void mark_dots(Graph *g, const uint8_t *kind) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
@@ -342,13 +344,14 @@ static void mark_dots(Graph *g, const uint8_t *kind) {
     if (conv) {
       int64_t c = (n->op == OP_CONV2D_DX ? n : n->in[0])->shape.d[3];
       int k = kind[n->in[0]->id];
-      if (k && k == kind[n->in[1]->id] && !(n->win.groups > 1 && n->win.groups == c))
+      if (k && k == kind[n->in[1]->id] && (opt_products16 >> k & 1) &&
+          !(n->win.groups > 1 && n->win.groups == c))
         n->win.half = (uint8_t)k;
       continue;
     }
     if (n->op != OP_DOT || n->nin != 2 || n->dot.sgd_into || n->dot.bgrad) continue;
     int k = kind[n->in[0]->id];
-    if (k && k == kind[n->in[1]->id]) n->dot.half = (uint8_t)k;
+    if (k && k == kind[n->in[1]->id] && (opt_products16 >> k & 1)) n->dot.half = (uint8_t)k;
   }
 }
 
