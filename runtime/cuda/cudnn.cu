@@ -1,7 +1,7 @@
 // cudnn.cu (issue 22): Conv2D's three passes (and so Conv1D's, grouped and
 // depthwise convs': they lower to it) through cuDNN's convolutions, in
 // place of conv2d.cu's im2col, GEMM and col2im. Opt-in until a GPU run
-// proves it: KDRT_CUDA_CUDNN=1, read when the device opens (device.cu);
+// proves it: KDRT_CUDA_CUDNN=1, read when the device opens (session.cu);
 // unset, conv2d.cu runs as before. libcudnn is opened (dlopen) only then,
 // so a program that does not opt in needs no cuDNN to start.
 //
