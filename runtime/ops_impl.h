@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "kdrt_defs.h" // KDRT_ACT_LIST
+#include "kdrt_round.h" // kdrt_round_opt: the _rnd kernels' stores
 #include "vmath.h"
 
 // Loops over fewer elements than this stay on one thread: a parallel region
@@ -48,10 +49,12 @@ void kd_col_sums(float *const *out, int nout, kd_add_rows *add, const void *ctx,
 // out[r, j] = f(in[r, j] * scale[j] + shift[j]), f the activation act: a
 // per-column affine map with its activation, one loop per activation (as
 // kdrt_act). kdrt_bias_act's is in + bias (scale NULL: no product, not a
-// product by 1), kdrt_batch_norm's x * scale + shift. out may be in.
-// Returns 0 for an unknown activation.
-static inline int col_affine_act(int act, float *out, const float *in, const float *scale,
-                                 const float *shift, int64_t rows, int64_t cols) {
+// product by 1), kdrt_batch_norm's x * scale + shift; each value rounded
+// to rnd (KDRT_ROUND_*) as it is stored. out may be in. Returns 0 for an
+// unknown activation.
+static inline int col_affine_act(int rnd, int act, float *out, const float *in,
+                                 const float *scale, const float *shift, int64_t rows,
+                                 int64_t cols) {
   switch (act) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name:                                                                          \
@@ -61,7 +64,7 @@ static inline int col_affine_act(int act, float *out, const float *in, const flo
       float *orow = out + r * cols;                                                              \
       for (int64_t j = 0; j < cols; j++) {                                                       \
         float v = scale ? ir[j] * scale[j] + shift[j] : ir[j] + shift[j];                        \
-        orow[j] = f;                                                                             \
+        orow[j] = kdrt_round_opt(rnd, f);                                                        \
       }                                                                                          \
     }                                                                                            \
     return 1;

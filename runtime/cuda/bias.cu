@@ -15,27 +15,36 @@
 // deterministic from run to run (not bit-identical to the CPU's one running
 // sum).
 #include "common.cuh"
+#include "kdrt_round.h"
 
 // n: rows * cols; cw = cols / W.
 template <int W>
-__global__ static void bias_act_kernel(int act, float *out, const float *in, const float *bias,
-                                       size_t n, size_t cw) {
-  kdrt_col_map<W>(out, in, bias, n, cw, [act](float x, float b) { return kdrt_act1(act, x + b); });
+__global__ static void bias_act_kernel(int rnd, int act, float *out, const float *in,
+                                       const float *bias, size_t n, size_t cw) {
+  kdrt_col_map<W>(out, in, bias, n, cw,
+                  [rnd, act](float x, float b) { return kdrt_round_opt(rnd, kdrt_act1(act, x + b)); });
 }
 
-extern "C" void kdrt_cuda_bias_act(kdrt_cuda *d, int act, float *out, const float *in,
-                                   const float *bias, int64_t rows, int64_t cols) {
+// rnd: kdrt_ops.def's _rnd kernels (KDRT_ROUND_NONE: bias_act's float32)
+extern "C" void kdrt_cuda_bias_act_rnd(kdrt_cuda *d, int rnd, int act, float *out,
+                                       const float *in, const float *bias, int64_t rows,
+                                       int64_t cols) {
   if (act < 0 || act >= KDRT_ACT_COUNT)
     kdrt_cuda_fail("kdrt_cuda_bias_act", __FILE__, __LINE__, "unknown activation");
   size_t n = (size_t)rows * (size_t)cols;
   if (!n) return;
   if (cols % 4 == 0 && kdrt_aligned16(out) && kdrt_aligned16(in) && kdrt_aligned16(bias))
     bias_act_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(
-        act, out, in, bias, n, (size_t)cols / 4);
+        rnd, act, out, in, bias, n, (size_t)cols / 4);
   else
-    bias_act_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, out, in, bias,
-                                                                             n, (size_t)cols);
+    bias_act_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
+        rnd, act, out, in, bias, n, (size_t)cols);
   KDRT_LAUNCHED(d, "bias_act_kernel");
+}
+
+extern "C" void kdrt_cuda_bias_act(kdrt_cuda *d, int act, float *out, const float *in,
+                                   const float *bias, int64_t rows, int64_t cols) {
+  kdrt_cuda_bias_act_rnd(d, KDRT_ROUND_NONE, act, out, in, bias, rows, cols);
 }
 
 // The row lanes of a column-sum block (its blockDim: 32, ROW_LANES).
