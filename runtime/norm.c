@@ -42,19 +42,21 @@ static void row_stats(int rms, const float *x, int64_t cols, float eps, double *
 // rounded to rnd as it is stored.
 void kdrt_layer_norm_rnd(int rnd, int rms, float *y, const float *x, const float *g,
                          const float *b, int64_t rows, int64_t cols, float eps) {
-  KD_PAR_FOR(rows * cols) // rows are independent: the same bits on any thread count
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * cols;
-    float *yr = y + r * cols;
-    double m, s;
-    row_stats(rms, xr, cols, eps, &m, &s);
-    for (int64_t j = 0; j < cols; j++) {
-      float h = kdrt_norm_y(xr[j], m, s);
-      if (g) h = h * g[j];
-      if (b) h = h + b[j];
-      yr[j] = kdrt_round_opt(rnd, h);
+  KD_ROUNDED(rnd, { // (a loop for each rounding)
+    KD_PAR_FOR(rows * cols) // rows are independent: the same bits on any thread count
+    for (int64_t r = 0; r < rows; r++) {
+      const float *xr = x + r * cols;
+      float *yr = y + r * cols;
+      double m, s;
+      row_stats(rms, xr, cols, eps, &m, &s);
+      for (int64_t j = 0; j < cols; j++) {
+        float h = kdrt_norm_y(xr[j], m, s);
+        if (g) h = h * g[j];
+        if (b) h = h + b[j];
+        yr[j] = kdrt_round_opt(R, h);
+      }
     }
-  }
+  });
 }
 
 void kdrt_layer_norm(int rms, float *y, const float *x, const float *g, const float *b,

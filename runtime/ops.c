@@ -105,20 +105,18 @@ __attribute__((constructor)) static void rank_threads(void) {
 
 // y = f(x) elementwise: one loop per activation of KDRT_ACT_LIST, the
 // formula f(v) inlined, rounded to rnd as it is stored (kdrt_ops.def's
-// _rnd kernels; the loop is unswitched on rnd). y may be x.
+// _rnd kernels, a loop for each: KD_ROUNDED). y may be x.
 void kdrt_act_rnd(int rnd, int act, float *y, const float *x, size_t n) {
-  switch (act) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name:                                                                          \
     KD_PAR_FOR(n)                                                                                \
     for (size_t i = 0; i < n; i++) {                                                             \
       float v = x[i];                                                                            \
-      y[i] = kdrt_round_opt(rnd, f);                                                             \
+      y[i] = kdrt_round_opt(R, f);                                                               \
     }                                                                                            \
     return;
-    KDRT_ACT_LIST(KDRT_X)
+  KD_ROUNDED(rnd, switch (act) { KDRT_ACT_LIST(KDRT_X) });
 #undef KDRT_X
-  }
   bad_call("kdrt_act", "unknown activation");
 }
 
@@ -132,7 +130,6 @@ void kdrt_act(int act, float *y, const float *x, size_t n) {
 // may be NULL for them and y for the FROM_X ones. dx may be dy.
 void kdrt_act_grad_rnd(int rnd, int act, float *dx, const float *dy, const float *xs,
                        const float *ys, size_t n) {
-  switch (act) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name:                                                                          \
     if (from_x) {                                                                                \
@@ -140,20 +137,19 @@ void kdrt_act_grad_rnd(int rnd, int act, float *dx, const float *dy, const float
       for (size_t i = 0; i < n; i++) {                                                           \
         float v = xs[i], y = (f);                                                                \
         (void)y;                                                                                 \
-        dx[i] = kdrt_round_opt(rnd, dy[i] * (df));                                               \
+        dx[i] = kdrt_round_opt(R, dy[i] * (df));                                                 \
       }                                                                                          \
     } else {                                                                                     \
       KD_PAR_FOR(n)                                                                              \
       for (size_t i = 0; i < n; i++) {                                                           \
         float y = ys[i], v = y;                                                                  \
         (void)v;                                                                                 \
-        dx[i] = kdrt_round_opt(rnd, dy[i] * (df));                                               \
+        dx[i] = kdrt_round_opt(R, dy[i] * (df));                                                 \
       }                                                                                          \
     }                                                                                            \
     return;
-    KDRT_ACT_LIST(KDRT_X)
+  KD_ROUNDED(rnd, switch (act) { KDRT_ACT_LIST(KDRT_X) });
 #undef KDRT_X
-  }
   bad_call("kdrt_act_grad", "unknown activation");
 }
 
@@ -262,20 +258,22 @@ void kdrt_bias_grad(float *out, const float *in, int64_t rows, int64_t cols) {
 void kdrt_add_rnd(int rnd, float *out, const float *const *in, int nin, size_t n) {
   if (nin < 1 || nin > 8)
     bad_call("kdrt_add", "between 1 and 8 operands");
-  if (nin == 2) { // the common case, as one loop that vectorises
-    const float *a = in[0], *b = in[1];
-    KD_PAR_FOR(n)
-    for (size_t i = 0; i < n; i++)
-      out[i] = kdrt_round_opt(rnd, a[i] + b[i]);
-    return;
-  }
-  KD_PAR_FOR(n * nin)
-  for (size_t i = 0; i < n; i++) {
-    float s = in[0][i];
-    for (int k = 1; k < nin; k++)
-      s = s + in[k][i];
-    out[i] = kdrt_round_opt(rnd, s);
-  }
+  KD_ROUNDED(rnd, {
+    if (nin == 2) { // the common case, as one loop that vectorises
+      const float *a = in[0], *b = in[1];
+      KD_PAR_FOR(n)
+      for (size_t i = 0; i < n; i++)
+        out[i] = kdrt_round_opt(R, a[i] + b[i]);
+      return;
+    }
+    KD_PAR_FOR(n * nin)
+    for (size_t i = 0; i < n; i++) {
+      float s = in[0][i];
+      for (int k = 1; k < nin; k++)
+        s = s + in[k][i];
+      out[i] = kdrt_round_opt(R, s);
+    }
+  });
 }
 
 void kdrt_add(float *out, const float *const *in, int nin, size_t n) {

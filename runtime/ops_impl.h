@@ -23,6 +23,26 @@
 // `#pragma omp parallel for` over a loop of about `work` elements.
 #define KD_PAR_FOR(work) KD_PRAGMA(omp parallel for schedule(static) if ((work) >= KD_PAR_MIN))
 
+// The statements once for each rounding a _rnd kernel takes (kdrt_ops.def),
+// R the constant KDRT_ROUND_* of rnd in each copy: their stores
+// kdrt_round_opt(R, v). Each loop is compiled for its own kind (the
+// float32 one as it was before the rounding kernels, vectorised; rnd itself
+// would reach an OpenMP loop's body as a variable, and the loop would
+// compute both roundings for every element).
+#define KD_ROUNDED(rnd, ...)                                                                     \
+  do {                                                                                           \
+    if ((rnd) == KDRT_ROUND_BF16) {                                                              \
+      enum { R = KDRT_ROUND_BF16 };                                                              \
+      __VA_ARGS__                                                                                \
+    } else if ((rnd) == KDRT_ROUND_F16) {                                                        \
+      enum { R = KDRT_ROUND_F16 };                                                               \
+      __VA_ARGS__                                                                                \
+    } else {                                                                                     \
+      enum { R = KDRT_ROUND_NONE };                                                              \
+      __VA_ARGS__                                                                                \
+    }                                                                                            \
+  } while (0)
+
 // A bad argument is a bug in the generated program: say which call, abort.
 // noinline, noclone: loss.c's one call would take it in, or a copy, which
 // the file all the kernels were in never did; unused: optim.c has none.
@@ -55,7 +75,6 @@ void kd_col_sums(float *const *out, int nout, kd_add_rows *add, const void *ctx,
 static inline int col_affine_act(int rnd, int act, float *out, const float *in,
                                  const float *scale, const float *shift, int64_t rows,
                                  int64_t cols) {
-  switch (act) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name:                                                                          \
     KD_PAR_FOR(rows * cols)                                                                      \
@@ -64,13 +83,12 @@ static inline int col_affine_act(int rnd, int act, float *out, const float *in,
       float *orow = out + r * cols;                                                              \
       for (int64_t j = 0; j < cols; j++) {                                                       \
         float v = scale ? ir[j] * scale[j] + shift[j] : ir[j] + shift[j];                        \
-        orow[j] = kdrt_round_opt(rnd, f);                                                        \
+        orow[j] = kdrt_round_opt(R, f);                                                          \
       }                                                                                          \
     }                                                                                            \
     return 1;
-    KDRT_ACT_LIST(KDRT_X)
+  KD_ROUNDED(rnd, switch (act) { KDRT_ACT_LIST(KDRT_X) });
 #undef KDRT_X
-  }
   return 0;
 }
 
