@@ -301,6 +301,52 @@ Test(graph, mixed_saved_values_in_16_bits) {
   cr_assert_gt(o->arena_floats, f->arena_floats, "in float32, a mixed model's peak is larger");
 }
 
+// issues 22, 23 (fuse.c's fuse_rounds): a ROUND folded into the kernel that
+// makes its operand is fused (no code of its own), written over that
+// operand, its only reader, in its layer, which rounds to the ROUND's type
+// (round_out) and is an op whose kernel has a _rnd form; every other op
+// rounds nothing. The mixed GPT folds its layer norms', bias adds', gelu's
+// and residual sums' ROUNDs in every block; KDCC_FUSE_ROUND=0 folds none.
+static int folded_rounds(const Graph *g) {
+  int ids = 0, folded = 0, rounding = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->id >= ids) ids = g->nodes[i]->id + 1;
+  int *uses = xcalloc((size_t)ids, sizeof *uses);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i], *x = n->nin ? n->in[0] : NULL;
+    rounding += n->round_out != 0;
+    if (n->op != OP_ROUND || !n->fused) continue;
+    folded++;
+    cr_assert_eq(x->round_out, n->rnd.kind, "%%%d: its operand rounds to its type", n->id);
+    cr_assert_eq(n->inplace, 1, "%%%d: written over its operand", n->id);
+    cr_assert_eq(uses[x->id], 1, "%%%d: its operand's only reader", n->id);
+    cr_assert(x->op == OP_ADD || x->op == OP_BIAS || x->op == OP_BIAS_ACT || x->op == OP_ACT ||
+              x->op == OP_ACT_GRAD || x->op == OP_LAYER_NORM, "%%%d: %s has a _rnd kernel",
+              n->id, op_info(x->op).name);
+    cr_assert(same_layer(n->layer, x->layer), "%%%d in %s, its operand in %s", n->id, n->layer,
+              x->layer);
+  }
+  cr_assert_eq(rounding, folded, "an op rounds only for a folded ROUND");
+  xfree(uses);
+  return folded;
+}
+
+Test(graph, mixed_rounds_folded) {
+  opt_quiet_warnings = true;
+  opt_dtype_policy = "mixed_bfloat16";
+  Graph *g = compile_model("models/gpt.json", NULL, NULL, 32);
+  setenv("KDCC_FUSE_ROUND", "0", 1);
+  Graph *o = compile_model("models/gpt.json", NULL, NULL, 32);
+  unsetenv("KDCC_FUSE_ROUND");
+  opt_dtype_policy = NULL;
+  int blocks = 2, folded = folded_rounds(g);
+  cr_assert_geq(folded, 11 * blocks, "%d ROUNDs folded", folded);
+  cr_assert_eq(folded_rounds(o), 0, "KDCC_FUSE_ROUND=0 folds none");
+  cr_assert_eq(g->arena_floats, o->arena_floats, "the same buffers");
+}
+
 // issue 23: a loss-scaled program's backward pass starts from the seeds
 // times the scale (the loss's and the regularizers'), and its update phase
 // from UNSCALE, once every gradient is whole in the gradient blob (after
