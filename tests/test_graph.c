@@ -278,18 +278,24 @@ static void saved_16_bits(const Graph *g, int *packs, int *direct, bool stored) 
   }
 }
 
+// models/gpt.json under mixed_bfloat16, with kdcc's variable off (its pass
+// turned off: KDCC_STORE16, KDCC_FUSE_ROUND) set to 0, or NULL.
+static Graph *mixed_gpt(const char *off) {
+  opt_dtype_policy = "mixed_bfloat16";
+  if (off) setenv(off, "0", 1);
+  Graph *g = compile_model("models/gpt.json", NULL, NULL, 32);
+  if (off) unsetenv(off);
+  opt_dtype_policy = NULL;
+  return g;
+}
+
 Test(graph, mixed_saved_values_in_16_bits) {
   opt_quiet_warnings = true;
   Graph *f = compile_model("models/gpt.json", NULL, NULL, 32);
   int packs, direct;
   saved_16_bits(f, &packs, &direct, false);
   cr_assert_eq(packs, 0, "float32: nothing in 16 bits");
-  opt_dtype_policy = "mixed_bfloat16";
-  Graph *g = compile_model("models/gpt.json", NULL, NULL, 32);
-  setenv("KDCC_STORE16", "0", 1);
-  Graph *o = compile_model("models/gpt.json", NULL, NULL, 32);
-  unsetenv("KDCC_STORE16");
-  opt_dtype_policy = NULL;
+  Graph *g = mixed_gpt(NULL), *o = mixed_gpt("KDCC_STORE16");
   saved_16_bits(g, &packs, &direct, true);
   cr_assert_geq(packs, 10, "%d PACK16s", packs);
   cr_assert_geq(direct, 10, "%d reads of a PACK16 by products and activations' gradients",
@@ -335,12 +341,7 @@ static int folded_rounds(const Graph *g) {
 
 Test(graph, mixed_rounds_folded) {
   opt_quiet_warnings = true;
-  opt_dtype_policy = "mixed_bfloat16";
-  Graph *g = compile_model("models/gpt.json", NULL, NULL, 32);
-  setenv("KDCC_FUSE_ROUND", "0", 1);
-  Graph *o = compile_model("models/gpt.json", NULL, NULL, 32);
-  unsetenv("KDCC_FUSE_ROUND");
-  opt_dtype_policy = NULL;
+  Graph *g = mixed_gpt(NULL), *o = mixed_gpt("KDCC_FUSE_ROUND");
   int blocks = 2, folded = folded_rounds(g);
   cr_assert_geq(folded, 11 * blocks, "%d ROUNDs folded", folded);
   cr_assert_eq(folded_rounds(o), 0, "KDCC_FUSE_ROUND=0 folds none");
