@@ -573,7 +573,8 @@ static void fuse_attention(Graph *g) {
 static bool rounds_as_it_stores(const Node *x) {
   switch (x->op) {
   case OP_ADD: case OP_BIAS: case OP_BIAS_ACT: case OP_ACT: case OP_ACT_GRAD: case OP_LAYER_NORM:
-    return x->dtype == DT_F32 && !x->round_out;
+  case OP_BIAS_GRAD: // (not one a product writes: fused)
+    return x->dtype == DT_F32 && !x->round_out && !x->fused;
   default:
     return false;
   }

@@ -799,7 +799,7 @@ static void bias_grad_emit(const Node *n, Lowering *lw) {
     lw->note = "made by the weight gradient's product, after this (its epilogue)";
     return;
   }
-  lower_call(lw, KN_bias_grad, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
+  lower_call_rnd(lw, n, KN_bias_grad, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
              lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
 }
 

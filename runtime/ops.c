@@ -245,9 +245,16 @@ static void add_in_rows(const void *ctx, float *restrict acc, int64_t stride, in
   }
 }
 
-// out[j] = sum over r of in[r, j], in float, in kd_col_sums's order.
-void kdrt_bias_grad(float *out, const float *in, int64_t rows, int64_t cols) {
+// out[j] = sum over r of in[r, j], in float, in kd_col_sums's order;
+// _rnd: each sum then rounded to rnd (cols values, still in cache).
+void kdrt_bias_grad_rnd(int rnd, float *out, const float *in, int64_t rows, int64_t cols) {
   kd_col_sums(&out, 1, add_in_rows, &(RowsOf){in, cols}, rows, cols, "kdrt_bias_grad");
+  for (int64_t j = 0; rnd != KDRT_ROUND_NONE && j < cols; j++)
+    out[j] = kdrt_round_to(rnd, out[j]);
+}
+
+void kdrt_bias_grad(float *out, const float *in, int64_t rows, int64_t cols) {
+  kdrt_bias_grad_rnd(KDRT_ROUND_NONE, out, in, rows, cols);
 }
 
 // ---------------------------------------------------------------- elementwise

@@ -329,8 +329,9 @@ static int folded_rounds(const Graph *g) {
     cr_assert_eq(n->inplace, 1, "%%%d: written over its operand", n->id);
     cr_assert_eq(uses[x->id], 1, "%%%d: its operand's only reader", n->id);
     cr_assert(x->op == OP_ADD || x->op == OP_BIAS || x->op == OP_BIAS_ACT || x->op == OP_ACT ||
-              x->op == OP_ACT_GRAD || x->op == OP_LAYER_NORM, "%%%d: %s has a _rnd kernel",
-              n->id, op_info(x->op).name);
+              x->op == OP_ACT_GRAD || x->op == OP_LAYER_NORM || x->op == OP_BIAS_GRAD,
+              "%%%d: %s has a _rnd kernel", n->id, op_info(x->op).name);
+    cr_assert(!x->fused, "%%%d: its operand's kernel runs", n->id);
     cr_assert(same_layer(n->layer, x->layer), "%%%d in %s, its operand in %s", n->id, n->layer,
               x->layer);
   }

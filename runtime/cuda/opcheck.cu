@@ -334,6 +334,11 @@ static void check_rnd(void) {
     kdrt_cuda_layer_norm_rnd(D, kind, 0, y, x, g, bias, rows, cols, 1e-3f);
     kdrt_cuda_layer_norm(D, 0, p, x, g, bias, rows, cols, 1e-3f);
     check_rnd_pair("layer_norm_rnd", kind, y, p, ref, n, 1e-2);
+    kdrt_bias_grad_rnd(kind, ref, hx, rows, cols); // (sums in another order: not bit for bit)
+    poison(y, (size_t)cols);
+    kdrt_cuda_bias_grad_rnd(D, kind, y, x, rows, cols);
+    kdrt_cuda_bias_grad(D, p, x, rows, cols);
+    check_rnd_pair("bias_grad_rnd", kind, y, p, ref, (size_t)cols, 1e-2);
   }
   kdrt_cuda_free(x), kdrt_cuda_free(b), kdrt_cuda_free(dy), kdrt_cuda_free(g);
   kdrt_cuda_free(bias), kdrt_cuda_free(y), kdrt_cuda_free(p), kdrt_cuda_free(v16);
