@@ -567,9 +567,9 @@ static void fuse_attention(Graph *g) {
 // copy of a repeated block and rounds what the copy before made (the
 // backward pass's residual gradient) would fold in one copy and not in the
 // first, whose value comes from outside the block, and the copies would no
-// longer be the same code. The
-// buffers are the same, and so the memory plan; KDCC_FUSE_ROUND=0 in kdcc's
-// environment turns it off, which tests compare bit for bit.
+// longer be the same code. The buffers are the same, and so the memory
+// plan; KDCC_FUSE_ROUND=0 in kdcc's environment turns it off, which tests
+// compare bit for bit.
 static bool rounds_as_it_stores(const Node *x) {
   switch (x->op) {
   case OP_ADD: case OP_BIAS: case OP_BIAS_ACT: case OP_ACT: case OP_ACT_GRAD: case OP_LAYER_NORM:

@@ -358,8 +358,8 @@ static void bias_grad(Graph *g, Node *n, const bool *need) {
 static void bias_act_emit(const Node *n, Lowering *lw) {
   int rb = n->in[1]->shape.rank;
   lower_call_rnd(lw, n, KN_bias_act, NULL, "%s, %s, %s, %s, %s, %s",
-             act_c[n->op == OP_BIAS ? ACT_LINEAR : n->act.kind], buf(n), buf(n->in[0]),
-             buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
+                 act_c[n->op == OP_BIAS ? ACT_LINEAR : n->act.kind], buf(n), buf(n->in[0]),
+                 buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
 }
 
 const OpDef op_BIAS = {"bias_add", 2, 0, false, bias_rule, bias_grad, bias_act_emit, shape_in0};
@@ -373,8 +373,8 @@ static void act_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void act_emit(const Node *n, Lowering *lw) {
-  lower_call_rnd(lw, n, KN_act, NULL, "%s, %s, %s, %s", act_c[n->act.kind], buf(n),
-             buf(n->in[0]), elems_c(n));
+  lower_call_rnd(lw, n, KN_act, NULL, "%s, %s, %s, %s", act_c[n->act.kind], buf(n), buf(n->in[0]),
+                 elems_c(n));
 }
 
 const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit, shape_in0};
@@ -385,11 +385,11 @@ static void act_grad_emit(const Node *n, Lowering *lw) {
   char *t = buf(n->in[1]);
   if (n->in[1]->dtype == DT_U16) { // issue 23: the saved x or y in its 16 bits (store16.c)
     lower_call_rnd(lw, n, KN_act_grad16, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind],
-               round_c(n->in[1]->rnd.kind), buf(n), buf(n->in[0]), t, elems_c(n));
+                   round_c(n->in[1]->rnd.kind), buf(n), buf(n->in[0]), t, elems_c(n));
     return;
   }
   lower_call_rnd(lw, n, KN_act_grad, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind], buf(n),
-             buf(n->in[0]), t, t, elems_c(n));
+                 buf(n->in[0]), t, t, elems_c(n));
 }
 
 const OpDef op_ACT_GRAD = {"act_grad", 2, 1, false, rule_elementwise, NULL, act_grad_emit,
@@ -406,7 +406,7 @@ static void add_emit(const Node *n, Lowering *lw) {
   char *list = xstrdup("");
   for (int i = 0; i < n->nin; i++) list = format("%s%s%s", list, i ? ", " : "", buf(n->in[i]));
   lower_call_rnd(lw, n, KN_add, format("const float *const in[] = {%s};", list), "%s, in, %d, %s",
-             buf(n), n->nin, elems_c(n));
+                 buf(n), n->nin, elems_c(n));
 }
 
 const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emit, shape_in0};
@@ -800,7 +800,7 @@ static void bias_grad_emit(const Node *n, Lowering *lw) {
     return;
   }
   lower_call_rnd(lw, n, KN_bias_grad, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
-             lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
+                 lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
 }
 
 // dy's dims from red.dim on.

@@ -21,8 +21,9 @@
 template <int W>
 __global__ static void bias_act_kernel(int rnd, int act, float *out, const float *in,
                                        const float *bias, size_t n, size_t cw) {
-  kdrt_col_map<W>(out, in, bias, n, cw,
-                  [rnd, act](float x, float b) { return kdrt_round_opt(rnd, kdrt_act1(act, x + b)); });
+  kdrt_col_map<W>(out, in, bias, n, cw, [rnd, act](float x, float b) {
+    return kdrt_round_opt(rnd, kdrt_act1(act, x + b));
+  });
 }
 
 // rnd: kdrt_ops.def's _rnd kernels (KDRT_ROUND_NONE: bias_act's float32)
