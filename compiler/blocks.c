@@ -146,9 +146,7 @@ static int cmp_period(const void *a, const void *b) {
   return x->votes != y->votes ? y->votes - x->votes : x->p - y->p;
 }
 
-// Whether layers a and b are one: their names' first part ("decoder_block_0"
-// of keras-hub's "decoder_block_0/attention/query") the same.
-static bool same_layer(const char *a, const char *b) {
+bool same_layer(const char *a, const char *b) {
   size_t la = strcspn(a, "/"), lb = strcspn(b, "/");
   return la == lb && !strncmp(a, b, la);
 }

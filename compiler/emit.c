@@ -479,6 +479,8 @@ static void emit_op_comment(const Node *n) {
   out("\n  // %%%d %s", n->id, op_info(n->op).name);
   if (n->op == OP_ACT || n->op == OP_ACT_GRAD || n->op == OP_BIAS_ACT)
     out(" %s", act_name(n->act.kind));
+  if (n->round_out) // issues 22, 23: the ROUND after it folded in (fuse.c)
+    out(", stored as %s", n->round_out == KDRT_ROUND_F16 ? "float16" : "bfloat16");
   if (n->op == OP_DOT && n->nin == 3) // issue 22: its bias folded in (fuse.c)
     out(" + bias%s%s", n->dot.act ? ", " : "", n->dot.act ? act_name(n->dot.act) : "");
   if (n->op == OP_PACT || n->op == OP_PACT_GRAD)

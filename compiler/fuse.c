@@ -28,8 +28,14 @@
 // the product's N dims, becomes that DOT with the bias as a third operand
 // (fold_bias). Backward, the BIAS_GRAD of dy (its column sums) is written by
 // the product dW = x^T dy that reads the same dy (fold_bias_grads).
+//
+// issues 22, 23: after store16, a mixed policy's ROUND (a cast to the
+// compute dtype) that writes in place over its operand, the operand's only
+// reader, folds into the kernel that makes that operand, where the kernel
+// stores its result element by element (fuse_rounds, below).
 #include "kdcc.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 // x's single reader is n, which places its value as x does: x may fold into n.
@@ -546,6 +552,53 @@ static void fuse_attention(Graph *g) {
   for (int i = 0; i < m; i++) g->nodes[i] = order[i], g->nodes[i]->id = i;
   g->nnodes = m;
   xfree(order), xfree(uses), xfree(pos), xfree(reader2), xfree(rd3);
+}
+
+// issues 22, 23: ROUND(x) -> x's kernel rounds each value as it stores it
+// (its _rnd form, kdrt_ops.def; kdrt_round.h's rounding, so the same
+// bits), and the ROUND, marked fused, emits nothing: one pass over the
+// tensor instead of two. Where store16's in_place wrote the ROUND over x
+// (x dies with it: to the memory plan the ROUND is a view of x, so its
+// readers read x's buffer) and nothing else reads x, so that no reader sees
+// the unrounded value Keras has before its cast; x an op of these whose
+// kernel has a _rnd form. Runs after store16, whose passes read ROUNDs as
+// such (a PACK16 of the rounded value stays, reading x's buffer). Only
+// within one layer (blocks.c's same_layer): a ROUND that begins a layer's
+// copy of a repeated block and rounds what the copy before made (the
+// backward pass's residual gradient) would fold in one copy and not in the
+// first, whose value comes from outside the block, and the copies would no
+// longer be the same code. The buffers are the same, and so the memory
+// plan; KDCC_FUSE_ROUND=0 in kdcc's environment turns it off, which tests
+// compare bit for bit.
+static bool rounds_as_it_stores(const Node *x) {
+  switch (x->op) {
+  case OP_ADD: case OP_BIAS: case OP_BIAS_ACT: case OP_ACT: case OP_ACT_GRAD: case OP_LAYER_NORM:
+  case OP_BIAS_GRAD: // (not one a product writes: fused)
+    return x->dtype == DT_F32 && !x->round_out && !x->fused;
+  default:
+    return false;
+  }
+}
+
+void fuse_rounds(Graph *g) {
+  const char *env = getenv("KDCC_FUSE_ROUND");
+  if (env && !strcmp(env, "0")) return;
+  int ids = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->id >= ids) ids = g->nodes[i]->id + 1;
+  int *uses = xcalloc((size_t)ids + 1, sizeof *uses);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
+  for (int i = 0; i < g->nnodes; i++) {
+    Node *r = g->nodes[i], *x = r->nin ? r->in[0] : NULL;
+    if (r->op != OP_ROUND || r->dtype != DT_F32 || r->inplace != 1 || r->fused ||
+        uses[x->id] != 1 || !rounds_as_it_stores(x) || is_output(g, x) || !r->layer ||
+        !x->layer || !same_layer(r->layer, x->layer))
+      continue;
+    x->round_out = (uint8_t)r->rnd.kind;
+    r->fused = true;
+  }
+  xfree(uses);
 }
 
 // Every fusion, in the order they run (issue 25): a new one is its function

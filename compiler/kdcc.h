@@ -502,6 +502,10 @@ struct Node {
   // an activation or its gradient, that operand's only reader: kdrt_ops.def's "y
   // may be x"), else 0; to the memory plan and the emitters a view of it
   uint8_t inplace;
+  // issues 22, 23 (fuse.c's fuse_rounds): the 16-bit type (KDRT_ROUND_*) this
+  // op rounds its result to as its kernel stores it (its _rnd kernel: the
+  // ROUND after it, its only reader, is then fused and emits nothing), else 0
+  uint8_t round_out;
 };
 
 // The node whose buffer n's is, when n is a view: a reshape's operand, or
@@ -610,6 +614,11 @@ bool dot_shape(const Shape *a, const Shape *b, int nb, int nk, bool ta, bool tb,
 // (printf-style).
 void lower_call(Lowering *lw, Kernel k, char *decl, const char *fmt, ...)
   __attribute__((format(printf, 4, 5)));
+// issues 22, 23: lower_call of n's kernel k, or, where n rounds its result as
+// it stores it (Node.round_out), of k's _rnd form (kdrt_ops.def: the K line
+// after k's) with the type as its first argument.
+void lower_call_rnd(Lowering *lw, const Node *n, Kernel k, char *decl, const char *fmt, ...)
+  __attribute__((format(printf, 5, 6)));
 // issue 24: the h = dim / 2 inverse frequencies keras-hub's RotaryEmbedding
 // (or LlamaRotaryEmbedding) computes for a feature dim `dim`, in float32 as
 // it computes them, into out[h]; the factor its cos and sin are multiplied
@@ -816,6 +825,10 @@ void fuse_graph(Graph *g);
 // where opt_fuse_attention (main.c: --target cuda at tf32 or bf16) is the
 // largest head dim the kernels take; 0: off.
 extern int opt_fuse_attention;
+// issues 22, 23: after store16, a ROUND written in place over its operand,
+// its only reader, folds into the kernel that makes the operand
+// (Node.round_out). Nothing changes with KDCC_FUSE_ROUND=0.
+void fuse_rounds(Graph *g);
 // After the memory plan: gradient all-reduces over the same axes whose
 // buffers follow each other in the gradient blob become one call.
 void bucket_gradients(Graph *g);
@@ -890,6 +903,9 @@ typedef struct BlockAt {
 // --no-loops: every node emitted in order, as before issue 25.
 extern bool opt_no_loops;
 void find_blocks(Graph *g);
+// Whether layers a and b are one to find_blocks: their names' first part
+// ("decoder_block_0" of keras-hub's "decoder_block_0/attention/query").
+bool same_layer(const char *a, const char *b);
 // After the memory plan and the gradients' buckets: a block whose copies
 // the buckets made differ (the last layer's gradients summed with what
 // follows) loses them, or, holding arena values, is an internal error.

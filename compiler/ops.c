@@ -70,24 +70,53 @@ const char *loss_name(LossKind kind) {
   return names[kind];
 }
 
-void lower_call(Lowering *lw, Kernel k, char *decl, const char *fmt, ...) {
-  static const struct {
-    const char *name;
-    bool ctx;
-  } kernels[KN_COUNT] = {
+static const struct {
+  const char *name;
+  bool ctx;
+} kernels[KN_COUNT] = {
 #define K(name, args) {#name, false},
 #define KC(name, args) {#name, true},
 #include "../runtime/kdrt_ops.def"
-  };
-  va_list ap;
-  va_start(ap, fmt);
+};
+
+static char *vformat(const char *fmt, va_list ap) {
   char *s = NULL;
   if (vasprintf(&s, fmt, ap) < 0) error("out of memory");
-  va_end(ap);
   char *args = xstrdup(s); // kdcc's allocator, which the fuzzer's release_all frees
   free(s);
+  return args;
+}
+
+static void add_call(Lowering *lw, Kernel k, char *decl, char *args) {
   lw->calls = xgrow(lw->calls, lw->ncalls, &lw->cap, sizeof *lw->calls);
   lw->calls[lw->ncalls++] = (Call){kernels[k].name, kernels[k].ctx, decl, args};
+}
+
+void lower_call(Lowering *lw, Kernel k, char *decl, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *args = vformat(fmt, ap);
+  va_end(ap);
+  add_call(lw, k, decl, args);
+}
+
+static const char *round_c(int kind);
+
+void lower_call_rnd(Lowering *lw, const Node *n, Kernel k, char *decl, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *args = vformat(fmt, ap);
+  va_end(ap);
+  if (n->round_out) {
+    const char *name = kernels[k].name;
+    size_t len = strlen(name);
+    if (k + 1 >= KN_COUNT || strncmp(kernels[k + 1].name, name, len) ||
+        strcmp(kernels[k + 1].name + len, "_rnd"))
+      unreachable(); // a fusion gave a kernel without its _rnd form a rounding
+    args = format("%s, %s", round_c(n->round_out), args);
+    k = (Kernel)(k + 1);
+  }
+  add_call(lw, k, decl, args);
 }
 
 int factor(Rule *r, FactorKind kind, int64_t size) {
@@ -327,9 +356,9 @@ static void bias_grad(Graph *g, Node *n, const bool *need) {
 
 static void bias_act_emit(const Node *n, Lowering *lw) {
   int rb = n->in[1]->shape.rank;
-  lower_call(lw, KN_bias_act, NULL, "%s, %s, %s, %s, %s, %s",
-             act_c[n->op == OP_BIAS ? ACT_LINEAR : n->act.kind], buf(n), buf(n->in[0]),
-             buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
+  lower_call_rnd(lw, n, KN_bias_act, NULL, "%s, %s, %s, %s, %s, %s",
+                 act_c[n->op == OP_BIAS ? ACT_LINEAR : n->act.kind], buf(n), buf(n->in[0]),
+                 buf(n->in[1]), lead_c(n, rb), trail_c(n, rb));
 }
 
 const OpDef op_BIAS = {"bias_add", 2, 0, false, bias_rule, bias_grad, bias_act_emit, shape_in0};
@@ -343,8 +372,8 @@ static void act_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void act_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, KN_act, NULL, "%s, %s, %s, %s", act_c[n->act.kind], buf(n),
-             buf(n->in[0]), elems_c(n));
+  lower_call_rnd(lw, n, KN_act, NULL, "%s, %s, %s, %s", act_c[n->act.kind], buf(n), buf(n->in[0]),
+                 elems_c(n));
 }
 
 const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit, shape_in0};
@@ -354,12 +383,12 @@ const OpDef op_ACT = {"act", 1, 0, false, rule_elementwise, act_grad, act_emit, 
 static void act_grad_emit(const Node *n, Lowering *lw) {
   char *t = buf(n->in[1]);
   if (n->in[1]->dtype == DT_U16) { // issue 23: the saved x or y in its 16 bits (store16.c)
-    lower_call(lw, KN_act_grad16, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind],
-               round_c(n->in[1]->rnd.kind), buf(n), buf(n->in[0]), t, elems_c(n));
+    lower_call_rnd(lw, n, KN_act_grad16, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind],
+                   round_c(n->in[1]->rnd.kind), buf(n), buf(n->in[0]), t, elems_c(n));
     return;
   }
-  lower_call(lw, KN_act_grad, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind], buf(n),
-             buf(n->in[0]), t, t, elems_c(n));
+  lower_call_rnd(lw, n, KN_act_grad, NULL, "%s, %s, %s, %s, %s, %s", act_c[n->act.kind], buf(n),
+                 buf(n->in[0]), t, t, elems_c(n));
 }
 
 const OpDef op_ACT_GRAD = {"act_grad", 2, 1, false, rule_elementwise, NULL, act_grad_emit,
@@ -375,8 +404,8 @@ static void add_grad(Graph *g, Node *n, const bool *need) {
 static void add_emit(const Node *n, Lowering *lw) {
   char *list = xstrdup("");
   for (int i = 0; i < n->nin; i++) list = format("%s%s%s", list, i ? ", " : "", buf(n->in[i]));
-  lower_call(lw, KN_add, format("const float *const in[] = {%s};", list), "%s, in, %d, %s",
-             buf(n), n->nin, elems_c(n));
+  lower_call_rnd(lw, n, KN_add, format("const float *const in[] = {%s};", list), "%s, in, %d, %s",
+                 buf(n), n->nin, elems_c(n));
 }
 
 const OpDef op_ADD = {"add", -1, 0xff, true, rule_elementwise, add_grad, add_emit, shape_in0};
@@ -769,8 +798,8 @@ static void bias_grad_emit(const Node *n, Lowering *lw) {
     lw->note = "made by the weight gradient's product, after this (its epilogue)";
     return;
   }
-  lower_call(lw, KN_bias_grad, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
-             lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
+  lower_call_rnd(lw, n, KN_bias_grad, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]),
+                 lead_c(n->in[0], n->shape.rank), trail_c(n->in[0], n->shape.rank));
 }
 
 // dy's dims from red.dim on.
@@ -1232,6 +1261,10 @@ static void round_grad(Graph *g, Node *n, const bool *need) {
 }
 
 static void round_emit(const Node *n, Lowering *lw) {
+  if (n->fused) { // issues 22, 23: fuse.c's fuse_rounds
+    lw->note = "rounded by the op that makes its operand, as it stores it";
+    return;
+  }
   // a value only 16-bit products read: its 16 bits (store16.c)
   lower_call(lw, n->dtype == DT_U16 ? KN_round16 : KN_round, NULL, "%s, %s, %s, %s",
              round_c(n->rnd.kind), buf(n), buf(n->in[0]), elems_c(n));

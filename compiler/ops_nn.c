@@ -436,9 +436,9 @@ static void layer_norm_emit(const Node *n, Lowering *lw) {
   const NormAttr *a = &n->norm;
   char *eps = hparam(n, "epsilon", a->eps, NULL);
   if (n->op == OP_LAYER_NORM) {
-    lower_call(lw, KN_layer_norm, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", norm_kind(a),
-               buf(n), buf(n->in[0]), opt_buf(n, 1, a->scale),
-               opt_buf(n, n->nin - 1, a->center), rows_c(n), cols_c(n), eps);
+    lower_call_rnd(lw, n, KN_layer_norm, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", norm_kind(a),
+                   buf(n), buf(n->in[0]), opt_buf(n, 1, a->scale),
+                   opt_buf(n, n->nin - 1, a->center), rows_c(n), cols_c(n), eps);
   } else if (n->op == OP_LAYER_NORM_DX) {
     lower_call(lw, KN_layer_norm_dx, NULL, "%s, %s, %s, %s, %s, %s, %s, %s", norm_kind(a),
                buf(n), buf(n->in[0]), buf(n->in[1]), opt_buf(n, 2, a->scale), rows_c(n),

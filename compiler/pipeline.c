@@ -17,6 +17,7 @@ Graph *compile_model(const char *model_path, const char *dist_path, const char *
   fuse_graph(g);
   verify_graph(g, "fuse_graph", true);
   store16(g); // issue 23: saved 16-bit values in 16 bits
+  fuse_rounds(g); // issues 22, 23: a ROUND in its operand's kernel
   verify_graph(g, "store16", true);
   find_blocks(g); // issue 25: repeated blocks, which the memory plan and the emitters fold
   group_updates(g); // issue 25: one optimizer call for each run of variables updated alike

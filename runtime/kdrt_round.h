@@ -69,6 +69,14 @@ static inline KDRT_HD float kdrt_round_to(int kind, float x) {
   return kind == KDRT_ROUND_F16 ? kdrt_round_f16(x) : kdrt_round_bf16(x);
 }
 
+// x as an op that rounds its result as it stores it writes it (kdcc's
+// fuse.c, fuse_rounds: the ROUND after the op folded into its kernel, the
+// _rnd kernels of kdrt_ops.def): rounded to `kind`, or x itself for
+// KDRT_ROUND_NONE. The same bits as the ROUND's pass after it.
+static inline KDRT_HD float kdrt_round_opt(int kind, float x) {
+  return kind == KDRT_ROUND_NONE ? x : kdrt_round_to(kind, x);
+}
+
 // Issue 23's storage in 16 bits (kdcc's store16.c): x, a value of the
 // type (kdrt_round_to's result), as the type's 16 bits, and back:
 // kdrt_bf16_value(kdrt_bf16_bits(x)) is x bit for bit, and so for float16;

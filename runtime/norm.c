@@ -38,22 +38,30 @@ static void row_stats(int rms, const float *x, int64_t cols, float eps, double *
 
 // Keras's LayerNormalization in one pass: each element as the chain of
 // norm, col_mul by g and bias_act by b computed it (h = the norm's float,
-// h * g rounded, then + b), so the numbers are that chain's.
+// h * g rounded, then + b), so the numbers are that chain's; _rnd: y
+// rounded to rnd as it is stored.
+void kdrt_layer_norm_rnd(int rnd, int rms, float *y, const float *x, const float *g,
+                         const float *b, int64_t rows, int64_t cols, float eps) {
+  KD_ROUNDED(rnd, { // (a loop for each rounding)
+    KD_PAR_FOR(rows * cols) // rows are independent: the same bits on any thread count
+    for (int64_t r = 0; r < rows; r++) {
+      const float *xr = x + r * cols;
+      float *yr = y + r * cols;
+      double m, s;
+      row_stats(rms, xr, cols, eps, &m, &s);
+      for (int64_t j = 0; j < cols; j++) {
+        float h = kdrt_norm_y(xr[j], m, s);
+        if (g) h = h * g[j];
+        if (b) h = h + b[j];
+        yr[j] = kdrt_round_opt(R, h);
+      }
+    }
+  });
+}
+
 void kdrt_layer_norm(int rms, float *y, const float *x, const float *g, const float *b,
                      int64_t rows, int64_t cols, float eps) {
-  KD_PAR_FOR(rows * cols) // rows are independent: the same bits on any thread count
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * cols;
-    float *yr = y + r * cols;
-    double m, s;
-    row_stats(rms, xr, cols, eps, &m, &s);
-    for (int64_t j = 0; j < cols; j++) {
-      float h = kdrt_norm_y(xr[j], m, s);
-      if (g) h = h * g[j];
-      if (b) h = h + b[j];
-      yr[j] = h;
-    }
-  }
+  kdrt_layer_norm_rnd(KDRT_ROUND_NONE, rms, y, x, g, b, rows, cols, eps);
 }
 
 void kdrt_norm(int rms, float *y, const float *x, int64_t rows, int64_t cols, float eps) {
@@ -189,7 +197,7 @@ void kdrt_batch_norm(int act, float *y, const float *x, const float *m, const fl
     inv[j] = kdrt_bn_scale(var[j], eps, g[j]);
     res[j] = kdrt_bn_shift(m[j], inv[j], b[j]);
   }
-  int known = col_affine_act(act, y, x, inv, res, rows, cols);
+  int known = col_affine_act(KDRT_ROUND_NONE, act, y, x, inv, res, rows, cols);
   free(inv);
   if (!known)
     bad_call("kdrt_batch_norm", "unknown activation");

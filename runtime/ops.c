@@ -104,30 +104,32 @@ __attribute__((constructor)) static void rank_threads(void) {
 // ---------------------------------------------------------------- activations
 
 // y = f(x) elementwise: one loop per activation of KDRT_ACT_LIST, the
-// formula f(v) inlined. y may be x.
-void kdrt_act(int act, float *y, const float *x, size_t n) {
-  switch (act) {
+// formula f(v) inlined, rounded to rnd as it is stored (kdrt_ops.def's
+// _rnd kernels, a loop for each: KD_ROUNDED). y may be x.
+void kdrt_act_rnd(int rnd, int act, float *y, const float *x, size_t n) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name:                                                                          \
     KD_PAR_FOR(n)                                                                                \
     for (size_t i = 0; i < n; i++) {                                                             \
       float v = x[i];                                                                            \
-      y[i] = f;                                                                                  \
+      y[i] = kdrt_round_opt(R, f);                                                               \
     }                                                                                            \
     return;
-    KDRT_ACT_LIST(KDRT_X)
+  KD_ROUNDED(rnd, switch (act) { KDRT_ACT_LIST(KDRT_X) });
 #undef KDRT_X
-  }
   bad_call("kdrt_act", "unknown activation");
+}
+
+void kdrt_act(int act, float *y, const float *x, size_t n) {
+  kdrt_act_rnd(KDRT_ROUND_NONE, act, y, x, n);
 }
 
 // dx = dy * f'(v, y). An activation whose derivative needs the input
 // (FROM_X) reads x only (and y is recomputed where the formula wants it,
 // which the compiler drops when it does not); the others read y only, so x
 // may be NULL for them and y for the FROM_X ones. dx may be dy.
-void kdrt_act_grad(int act, float *dx, const float *dy, const float *xs, const float *ys,
-                   size_t n) {
-  switch (act) {
+void kdrt_act_grad_rnd(int rnd, int act, float *dx, const float *dy, const float *xs,
+                       const float *ys, size_t n) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name:                                                                          \
     if (from_x) {                                                                                \
@@ -135,27 +137,32 @@ void kdrt_act_grad(int act, float *dx, const float *dy, const float *xs, const f
       for (size_t i = 0; i < n; i++) {                                                           \
         float v = xs[i], y = (f);                                                                \
         (void)y;                                                                                 \
-        dx[i] = dy[i] * (df);                                                                    \
+        dx[i] = kdrt_round_opt(R, dy[i] * (df));                                                 \
       }                                                                                          \
     } else {                                                                                     \
       KD_PAR_FOR(n)                                                                              \
       for (size_t i = 0; i < n; i++) {                                                           \
         float y = ys[i], v = y;                                                                  \
         (void)v;                                                                                 \
-        dx[i] = dy[i] * (df);                                                                    \
+        dx[i] = kdrt_round_opt(R, dy[i] * (df));                                                 \
       }                                                                                          \
     }                                                                                            \
     return;
-    KDRT_ACT_LIST(KDRT_X)
+  KD_ROUNDED(rnd, switch (act) { KDRT_ACT_LIST(KDRT_X) });
 #undef KDRT_X
-  }
   bad_call("kdrt_act_grad", "unknown activation");
+}
+
+void kdrt_act_grad(int act, float *dx, const float *dy, const float *xs, const float *ys,
+                   size_t n) {
+  kdrt_act_grad_rnd(KDRT_ROUND_NONE, act, dx, dy, xs, ys, n);
 }
 
 // issue 23: v (x, or y, whichever act's derivative reads) a saved value of
 // a 16-bit type in its 16 bits (store16.c): widened a block at a time
 // (kdrt_unpack16, the same float32) and kdrt_act_grad on it: its bits.
-void kdrt_act_grad16(int act, int kind, float *dx, const float *dy, const uint16_t *v, size_t n) {
+void kdrt_act_grad16_rnd(int rnd, int act, int kind, float *dx, const float *dy,
+                         const uint16_t *v, size_t n) {
   enum { CH = 2048 };
   const size_t nch = (n + CH - 1) / CH;
 #pragma omp parallel for schedule(static) if (n >= KD_PAR_MIN && nch > 1)
@@ -163,16 +170,25 @@ void kdrt_act_grad16(int act, int kind, float *dx, const float *dy, const uint16
     float w[CH];
     const size_t i0 = c * CH, m = n - i0 < CH ? n - i0 : CH;
     kdrt_unpack16(kind, w, v + i0, m);
-    kdrt_act_grad(act, dx + i0, dy + i0, w, w, m);
+    kdrt_act_grad_rnd(rnd, act, dx + i0, dy + i0, w, w, m);
   }
+}
+
+void kdrt_act_grad16(int act, int kind, float *dx, const float *dy, const uint16_t *v, size_t n) {
+  kdrt_act_grad16_rnd(KDRT_ROUND_NONE, act, kind, dx, dy, v, n);
 }
 
 // out[r, j] = f(in[r, j] + bias[j]): the bias add fused with its
 // activation. out may be in.
+void kdrt_bias_act_rnd(int rnd, int act, float *out, const float *in, const float *bias,
+                       int64_t rows, int64_t cols) {
+  if (!col_affine_act(rnd, act, out, in, NULL, bias, rows, cols))
+    bad_call("kdrt_bias_act", "unknown activation");
+}
+
 void kdrt_bias_act(int act, float *out, const float *in, const float *bias, int64_t rows,
                    int64_t cols) {
-  if (!col_affine_act(act, out, in, NULL, bias, rows, cols))
-    bad_call("kdrt_bias_act", "unknown activation");
+  kdrt_bias_act_rnd(KDRT_ROUND_NONE, act, out, in, bias, rows, cols);
 }
 
 // Wide rows (or a single block) are split over threads by 256 columns, each
@@ -229,32 +245,46 @@ static void add_in_rows(const void *ctx, float *restrict acc, int64_t stride, in
   }
 }
 
-// out[j] = sum over r of in[r, j], in float, in kd_col_sums's order.
-void kdrt_bias_grad(float *out, const float *in, int64_t rows, int64_t cols) {
+// out[j] = sum over r of in[r, j], in float, in kd_col_sums's order;
+// _rnd: each sum then rounded to rnd (cols values, still in cache).
+void kdrt_bias_grad_rnd(int rnd, float *out, const float *in, int64_t rows, int64_t cols) {
   kd_col_sums(&out, 1, add_in_rows, &(RowsOf){in, cols}, rows, cols, "kdrt_bias_grad");
+  for (int64_t j = 0; rnd != KDRT_ROUND_NONE && j < cols; j++)
+    out[j] = kdrt_round_to(rnd, out[j]);
+}
+
+void kdrt_bias_grad(float *out, const float *in, int64_t rows, int64_t cols) {
+  kdrt_bias_grad_rnd(KDRT_ROUND_NONE, out, in, rows, cols);
 }
 
 // ---------------------------------------------------------------- elementwise
 
 // out = in[0] + in[1] + ... + in[nin - 1], added left to right (the order
-// the CUDA kernel uses too). out may be any of the inputs.
-void kdrt_add(float *out, const float *const *in, int nin, size_t n) {
+// the CUDA kernel uses too), rounded to rnd as it is stored. out may be
+// any of the inputs.
+void kdrt_add_rnd(int rnd, float *out, const float *const *in, int nin, size_t n) {
   if (nin < 1 || nin > 8)
     bad_call("kdrt_add", "between 1 and 8 operands");
-  if (nin == 2) { // the common case, as one loop that vectorises
-    const float *a = in[0], *b = in[1];
-    KD_PAR_FOR(n)
-    for (size_t i = 0; i < n; i++)
-      out[i] = a[i] + b[i];
-    return;
-  }
-  KD_PAR_FOR(n * nin)
-  for (size_t i = 0; i < n; i++) {
-    float s = in[0][i];
-    for (int k = 1; k < nin; k++)
-      s = s + in[k][i];
-    out[i] = s;
-  }
+  KD_ROUNDED(rnd, {
+    if (nin == 2) { // the common case, as one loop that vectorises
+      const float *a = in[0], *b = in[1];
+      KD_PAR_FOR(n)
+      for (size_t i = 0; i < n; i++)
+        out[i] = kdrt_round_opt(R, a[i] + b[i]);
+      return;
+    }
+    KD_PAR_FOR(n * nin)
+    for (size_t i = 0; i < n; i++) {
+      float s = in[0][i];
+      for (int k = 1; k < nin; k++)
+        s = s + in[k][i];
+      out[i] = kdrt_round_opt(R, s);
+    }
+  });
+}
+
+void kdrt_add(float *out, const float *const *in, int nin, size_t n) {
+  kdrt_add_rnd(KDRT_ROUND_NONE, out, in, nin, n);
 }
 
 // out = a * b elementwise; out may be a or b.

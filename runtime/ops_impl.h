@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "kdrt_defs.h" // KDRT_ACT_LIST
+#include "kdrt_round.h" // kdrt_round_opt: the _rnd kernels' stores
 #include "vmath.h"
 
 // Loops over fewer elements than this stay on one thread: a parallel region
@@ -21,6 +22,26 @@
 #define KD_PRAGMA(x) _Pragma(#x)
 // `#pragma omp parallel for` over a loop of about `work` elements.
 #define KD_PAR_FOR(work) KD_PRAGMA(omp parallel for schedule(static) if ((work) >= KD_PAR_MIN))
+
+// The statements once for each rounding a _rnd kernel takes (kdrt_ops.def),
+// R the constant KDRT_ROUND_* of rnd in each copy: their stores
+// kdrt_round_opt(R, v). Each loop is compiled for its own kind (the
+// float32 one as it was before the rounding kernels, vectorised; rnd itself
+// would reach an OpenMP loop's body as a variable, and the loop would
+// compute both roundings for every element).
+#define KD_ROUNDED(rnd, ...)                                                                     \
+  do {                                                                                           \
+    if ((rnd) == KDRT_ROUND_BF16) {                                                              \
+      enum { R = KDRT_ROUND_BF16 };                                                              \
+      __VA_ARGS__                                                                                \
+    } else if ((rnd) == KDRT_ROUND_F16) {                                                        \
+      enum { R = KDRT_ROUND_F16 };                                                               \
+      __VA_ARGS__                                                                                \
+    } else {                                                                                     \
+      enum { R = KDRT_ROUND_NONE };                                                              \
+      __VA_ARGS__                                                                                \
+    }                                                                                            \
+  } while (0)
 
 // A bad argument is a bug in the generated program: say which call, abort.
 // noinline, noclone: loss.c's one call would take it in, or a copy, which
@@ -48,11 +69,12 @@ void kd_col_sums(float *const *out, int nout, kd_add_rows *add, const void *ctx,
 // out[r, j] = f(in[r, j] * scale[j] + shift[j]), f the activation act: a
 // per-column affine map with its activation, one loop per activation (as
 // kdrt_act). kdrt_bias_act's is in + bias (scale NULL: no product, not a
-// product by 1), kdrt_batch_norm's x * scale + shift. out may be in.
-// Returns 0 for an unknown activation.
-static inline int col_affine_act(int act, float *out, const float *in, const float *scale,
-                                 const float *shift, int64_t rows, int64_t cols) {
-  switch (act) {
+// product by 1), kdrt_batch_norm's x * scale + shift; each value rounded
+// to rnd (KDRT_ROUND_*) as it is stored. out may be in. Returns 0 for an
+// unknown activation.
+static inline int col_affine_act(int rnd, int act, float *out, const float *in,
+                                 const float *scale, const float *shift, int64_t rows,
+                                 int64_t cols) {
 #define KDRT_X(name, kname, from_x, f, df)                                                       \
   case KDRT_ACT_##name:                                                                          \
     KD_PAR_FOR(rows * cols)                                                                      \
@@ -61,13 +83,12 @@ static inline int col_affine_act(int act, float *out, const float *in, const flo
       float *orow = out + r * cols;                                                              \
       for (int64_t j = 0; j < cols; j++) {                                                       \
         float v = scale ? ir[j] * scale[j] + shift[j] : ir[j] + shift[j];                        \
-        orow[j] = f;                                                                             \
+        orow[j] = kdrt_round_opt(R, f);                                                          \
       }                                                                                          \
     }                                                                                            \
     return 1;
-    KDRT_ACT_LIST(KDRT_X)
+  KD_ROUNDED(rnd, switch (act) { KDRT_ACT_LIST(KDRT_X) });
 #undef KDRT_X
-  }
   return 0;
 }
 

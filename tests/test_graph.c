@@ -310,18 +310,24 @@ Test(graph, mixed_convolutions_in_16_bits) {
                (long long)g->arena_floats, (long long)f->arena_floats);
 }
 
+// models/gpt.json under mixed_bfloat16, with kdcc's variable off (its pass
+// turned off: KDCC_STORE16, KDCC_FUSE_ROUND) set to 0, or NULL.
+static Graph *mixed_gpt(const char *off) {
+  opt_dtype_policy = "mixed_bfloat16";
+  if (off) setenv(off, "0", 1);
+  Graph *g = compile_model("models/gpt.json", NULL, NULL, 32);
+  if (off) unsetenv(off);
+  opt_dtype_policy = NULL;
+  return g;
+}
+
 Test(graph, mixed_saved_values_in_16_bits) {
   opt_quiet_warnings = true;
   Graph *f = compile_model("models/gpt.json", NULL, NULL, 32);
   int packs, direct;
   saved_16_bits(f, &packs, &direct, false);
   cr_assert_eq(packs, 0, "float32: nothing in 16 bits");
-  opt_dtype_policy = "mixed_bfloat16";
-  Graph *g = compile_model("models/gpt.json", NULL, NULL, 32);
-  setenv("KDCC_STORE16", "0", 1);
-  Graph *o = compile_model("models/gpt.json", NULL, NULL, 32);
-  unsetenv("KDCC_STORE16");
-  opt_dtype_policy = NULL;
+  Graph *g = mixed_gpt(NULL), *o = mixed_gpt("KDCC_STORE16");
   saved_16_bits(g, &packs, &direct, true);
   cr_assert_geq(packs, 10, "%d PACK16s", packs);
   cr_assert_geq(direct, 10, "%d reads of a PACK16 by products and activations' gradients",
@@ -331,6 +337,48 @@ Test(graph, mixed_saved_values_in_16_bits) {
   saved_16_bits(o, &packs, &direct, false);
   cr_assert_eq(packs, 0, "KDCC_STORE16=0: nothing in 16 bits");
   cr_assert_gt(o->arena_floats, f->arena_floats, "in float32, a mixed model's peak is larger");
+}
+
+// issues 22, 23 (fuse.c's fuse_rounds): a ROUND folded into the kernel that
+// makes its operand is fused (no code of its own), written over that
+// operand, its only reader, in its layer, which rounds to the ROUND's type
+// (round_out) and is an op whose kernel has a _rnd form; every other op
+// rounds nothing. The mixed GPT folds its layer norms', bias adds', gelu's
+// and residual sums' ROUNDs in every block; KDCC_FUSE_ROUND=0 folds none.
+static int folded_rounds(const Graph *g) {
+  int ids = 0, folded = 0, rounding = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->id >= ids) ids = g->nodes[i]->id + 1;
+  int *uses = xcalloc((size_t)ids, sizeof *uses);
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i], *x = n->nin ? n->in[0] : NULL;
+    rounding += n->round_out != 0;
+    if (n->op != OP_ROUND || !n->fused) continue;
+    folded++;
+    cr_assert_eq(x->round_out, n->rnd.kind, "%%%d: its operand rounds to its type", n->id);
+    cr_assert_eq(n->inplace, 1, "%%%d: written over its operand", n->id);
+    cr_assert_eq(uses[x->id], 1, "%%%d: its operand's only reader", n->id);
+    cr_assert(x->op == OP_ADD || x->op == OP_BIAS || x->op == OP_BIAS_ACT || x->op == OP_ACT ||
+              x->op == OP_ACT_GRAD || x->op == OP_LAYER_NORM || x->op == OP_BIAS_GRAD,
+              "%%%d: %s has a _rnd kernel", n->id, op_info(x->op).name);
+    cr_assert(!x->fused, "%%%d: its operand's kernel runs", n->id);
+    cr_assert(same_layer(n->layer, x->layer), "%%%d in %s, its operand in %s", n->id, n->layer,
+              x->layer);
+  }
+  cr_assert_eq(rounding, folded, "an op rounds only for a folded ROUND");
+  xfree(uses);
+  return folded;
+}
+
+Test(graph, mixed_rounds_folded) {
+  opt_quiet_warnings = true;
+  Graph *g = mixed_gpt(NULL), *o = mixed_gpt("KDCC_FUSE_ROUND");
+  int blocks = 2, folded = folded_rounds(g);
+  cr_assert_geq(folded, 11 * blocks, "%d ROUNDs folded", folded);
+  cr_assert_eq(folded_rounds(o), 0, "KDCC_FUSE_ROUND=0 folds none");
+  cr_assert_eq(g->arena_floats, o->arena_floats, "the same buffers");
 }
 
 // issue 23: a loss-scaled program's backward pass starts from the seeds

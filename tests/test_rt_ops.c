@@ -1439,6 +1439,63 @@ Test(ops, act_grad16_and_round16) {
   }
 }
 
+// issues 22, 23: each _rnd kernel (a ROUND folded into it, kdcc's
+// fuse_rounds) is its plain kernel then kdrt_round, bit for bit, for both
+// types, on values over float16's range (subnormals, overflow) and in
+// place; a large enough n for the OpenMP loops, and a tail.
+static void expect_rounded(const char *what, int kind, const float *got, float *plain, size_t n) {
+  kdrt_round(kind, plain, plain, n);
+  cr_expect(!memcmp(got, plain, n * sizeof *got), "%s, kind %d: not the kernel then round",
+            what, kind);
+}
+
+Test(ops, rnd_kernels_are_kernel_then_round) {
+  enum { R = 301, C = 67, n = R * C };
+  static float x[n], b[n], dy[n], g[C], bias[C], y[n], p[n];
+  static uint16_t v[n];
+  for (int i = 0; i < n; i++)
+    x[i] = ldexpf(frand(-4, 4), i % 40 - 24), b[i] = frand(-1, 1), dy[i] = frand(-1, 1);
+  for (int j = 0; j < C; j++) g[j] = frand(0.5f, 1.5f), bias[j] = frand(-1, 1);
+  const int acts[] = {KDRT_ACT_LINEAR, KDRT_ACT_RELU, KDRT_ACT_GELU, KDRT_ACT_TANH};
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {
+    const float *in[3] = {x, b, dy};
+    kdrt_add_rnd(kind, y, in, 2, n);
+    kdrt_add(p, in, 2, n);
+    expect_rounded("add", kind, y, p, n);
+    kdrt_add_rnd(kind, y, in, 3, n);
+    kdrt_add(p, in, 3, n);
+    expect_rounded("add of 3", kind, y, p, n);
+    for (int t = 0; t < 4; t++) {
+      kdrt_act_rnd(kind, acts[t], y, x, n);
+      kdrt_act(acts[t], p, x, n);
+      expect_rounded("act", kind, y, p, n);
+      kdrt_bias_act_rnd(kind, acts[t], y, x, bias, R, C);
+      kdrt_bias_act(acts[t], p, x, bias, R, C);
+      expect_rounded("bias_act", kind, y, p, n);
+      kdrt_act_grad_rnd(kind, acts[t], y, dy, x, b, n);
+      kdrt_act_grad(acts[t], p, dy, x, b, n);
+      expect_rounded("act_grad", kind, y, p, n);
+      kdrt_round(kind, p, x, n);
+      kdrt_pack16(kind, v, p, n);
+      kdrt_act_grad16_rnd(kind, acts[t], kind, y, dy, v, n);
+      kdrt_act_grad16(acts[t], kind, p, dy, v, n);
+      expect_rounded("act_grad16", kind, y, p, n);
+    }
+    memcpy(y, x, sizeof y); // in place
+    kdrt_act_rnd(kind, KDRT_ACT_GELU, y, y, n);
+    kdrt_act(KDRT_ACT_GELU, p, x, n);
+    expect_rounded("act in place", kind, y, p, n);
+    for (int rms = 0; rms < 2; rms++) {
+      kdrt_layer_norm_rnd(kind, rms, y, b, g, rms ? NULL : bias, R, C, 1e-3f);
+      kdrt_layer_norm(rms, p, b, g, rms ? NULL : bias, R, C, 1e-3f);
+      expect_rounded("layer_norm", kind, y, p, n);
+    }
+    kdrt_bias_grad_rnd(kind, y, x, R, C);
+    kdrt_bias_grad(p, x, R, C);
+    expect_rounded("bias_grad", kind, y, p, C);
+  }
+}
+
 // ---------------------------------------------------------------- layout changes
 
 // out index -> in index through perm, one element at a time.

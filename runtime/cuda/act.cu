@@ -7,19 +7,23 @@
 // the buffers allow, a scalar tail), but every element's arithmetic is the
 // same float operations as one thread per element, so the results do not
 // depend on W. Outputs may alias an input of the same shape (each element
-// is read before it is written, by one thread).
+// is read before it is written, by one thread). The _rnd kernels
+// (kdrt_ops.def) round each value to rnd as they store it: kdrt_round.h's
+// kdrt_round_opt, the CPU's bits; the plain ones are them with
+// KDRT_ROUND_NONE.
 #include "common.cuh"
 #include "kdrt_round.h"
 
-template <int W> __global__ static void act_kernel(int act, float *out, const float *in, size_t n) {
+template <int W>
+__global__ static void act_kernel(int rnd, int act, float *out, const float *in, size_t n) {
   KDRT_FOR(i, n / W) {
     float v[W];
     kdrt_ld<W>(v, in + i * W);
 #pragma unroll
-    for (int k = 0; k < W; k++) v[k] = kdrt_act1(act, v[k]);
+    for (int k = 0; k < W; k++) v[k] = kdrt_round_opt(rnd, kdrt_act1(act, v[k]));
     kdrt_st<W>(out + i * W, v);
   }
-  KDRT_FOR_TAIL(i, n, W) out[i] = kdrt_act1(act, in[i]);
+  KDRT_FOR_TAIL(i, n, W) out[i] = kdrt_round_opt(rnd, kdrt_act1(act, in[i]));
 }
 
 // As kdrt_act_grad: g * act'(v), v being x for the FROM_X activations (y
@@ -41,17 +45,17 @@ __device__ static inline float act_grad1(int act, float g, float v) {
 
 // v: x or y, whichever the activation's derivative reads (act_from_x).
 template <int W>
-__global__ static void act_grad_kernel(int act, float *dx, const float *dy, const float *v,
-                                       size_t n) {
+__global__ static void act_grad_kernel(int rnd, int act, float *dx, const float *dy,
+                                       const float *v, size_t n) {
   KDRT_FOR(i, n / W) {
     float g[W], a[W];
     kdrt_ld<W>(g, dy + i * W);
     kdrt_ld<W>(a, v + i * W);
 #pragma unroll
-    for (int k = 0; k < W; k++) g[k] = act_grad1(act, g[k], a[k]);
+    for (int k = 0; k < W; k++) g[k] = kdrt_round_opt(rnd, act_grad1(act, g[k], a[k]));
     kdrt_st<W>(dx + i * W, g);
   }
-  KDRT_FOR_TAIL(i, n, W) dx[i] = act_grad1(act, dy[i], v[i]);
+  KDRT_FOR_TAIL(i, n, W) dx[i] = kdrt_round_opt(rnd, act_grad1(act, dy[i], v[i]));
 }
 
 static const int act_from_x[] = {
@@ -64,53 +68,72 @@ static void check_act(int act, const char *what) {
   if (act < 0 || act >= KDRT_ACT_COUNT) kdrt_cuda_fail(what, __FILE__, __LINE__, "unknown activation");
 }
 
-extern "C" void kdrt_cuda_act(kdrt_cuda *d, int act, float *y, const float *x, size_t n) {
+extern "C" void kdrt_cuda_act_rnd(kdrt_cuda *d, int rnd, int act, float *y, const float *x,
+                                  size_t n) {
   check_act(act, "kdrt_cuda_act");
   if (!n) return;
-  if (act == KDRT_ACT_LINEAR) {
+  if (act == KDRT_ACT_LINEAR && rnd == KDRT_ROUND_NONE) {
     kdrt_cuda_copy(d, y, x, n);
     return;
   }
   if (kdrt_aligned16(y) && kdrt_aligned16(x))
-    act_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(act, y, x, n);
+    act_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(rnd, act, y, x, n);
   else
-    act_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, y, x, n);
+    act_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(rnd, act, y, x, n);
   KDRT_LAUNCHED(d, "act_kernel");
 }
 
-extern "C" void kdrt_cuda_act_grad(kdrt_cuda *d, int act, float *dx, const float *dy,
-                                   const float *x, const float *y, size_t n) {
+extern "C" void kdrt_cuda_act(kdrt_cuda *d, int act, float *y, const float *x, size_t n) {
+  kdrt_cuda_act_rnd(d, KDRT_ROUND_NONE, act, y, x, n);
+}
+
+extern "C" void kdrt_cuda_act_grad_rnd(kdrt_cuda *d, int rnd, int act, float *dx,
+                                       const float *dy, const float *x, const float *y,
+                                       size_t n) {
   check_act(act, "kdrt_cuda_act_grad");
   if (!n) return;
-  if (act == KDRT_ACT_LINEAR) {
+  if (act == KDRT_ACT_LINEAR && rnd == KDRT_ROUND_NONE) {
     kdrt_cuda_copy(d, dx, dy, n);
     return;
   }
   const float *v = act_from_x[act] ? x : y;
+  if (act == KDRT_ACT_LINEAR) v = dy; // (read by no formula: any aligned buffer of n)
   if (kdrt_aligned16(dx) && kdrt_aligned16(dy) && kdrt_aligned16(v))
-    act_grad_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(act, dx, dy, v,
-                                                                                 n);
+    act_grad_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(rnd, act, dx, dy,
+                                                                                 v, n);
   else
-    act_grad_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, dx, dy, v, n);
+    act_grad_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(rnd, act, dx, dy, v,
+                                                                             n);
   KDRT_LAUNCHED(d, "act_grad_kernel");
+}
+
+extern "C" void kdrt_cuda_act_grad(kdrt_cuda *d, int act, float *dx, const float *dy,
+                                   const float *x, const float *y, size_t n) {
+  kdrt_cuda_act_grad_rnd(d, KDRT_ROUND_NONE, act, dx, dy, x, y, n);
 }
 
 // issue 23: v a saved value of a 16-bit type in its 16 bits (store16.c),
 // each element widened as kdrt_unpack16 widens it: the same bits as above.
-__global__ static void act_grad16_kernel(int act, int kind, float *dx, const float *dy,
+__global__ static void act_grad16_kernel(int rnd, int act, int kind, float *dx, const float *dy,
                                          const uint16_t *v, size_t n) {
   KDRT_FOR(i, n) {
     float a = kind == KDRT_ROUND_F16 ? kdrt_f16_value(v[i]) : kdrt_bf16_value(v[i]);
-    dx[i] = act_grad1(act, dy[i], a);
+    dx[i] = kdrt_round_opt(rnd, act_grad1(act, dy[i], a));
   }
+}
+
+extern "C" void kdrt_cuda_act_grad16_rnd(kdrt_cuda *d, int rnd, int act, int kind, float *dx,
+                                         const float *dy, const uint16_t *v, size_t n) {
+  check_act(act, "kdrt_cuda_act_grad16");
+  if (!n) return;
+  act_grad16_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(rnd, act, kind, dx, dy,
+                                                                          v, n);
+  KDRT_LAUNCHED(d, "act_grad16_kernel");
 }
 
 extern "C" void kdrt_cuda_act_grad16(kdrt_cuda *d, int act, int kind, float *dx, const float *dy,
                                      const uint16_t *v, size_t n) {
-  check_act(act, "kdrt_cuda_act_grad16");
-  if (!n) return;
-  act_grad16_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, kind, dx, dy, v, n);
-  KDRT_LAUNCHED(d, "act_grad16_kernel");
+  kdrt_cuda_act_grad16_rnd(d, KDRT_ROUND_NONE, act, kind, dx, dy, v, n);
 }
 
 #define KDRT_MAX_ADD 8
@@ -123,7 +146,8 @@ typedef struct {
 // memory, and the kernel ran 5x under bandwidth (the first GPU run). The
 // sum is still left to right, as the CPU's; the nin loads of a step are
 // all in flight before the first add.
-template <int W> __global__ static void add_kernel(float *out, add_args in, int nin, size_t n) {
+template <int W>
+__global__ static void add_kernel(int rnd, float *out, add_args in, int nin, size_t n) {
   KDRT_FOR(i, n / W) {
     float v[KDRT_MAX_ADD][W];
 #pragma unroll
@@ -134,6 +158,8 @@ template <int W> __global__ static void add_kernel(float *out, add_args in, int 
       if (k < nin)
 #pragma unroll
         for (int e = 0; e < W; e++) v[0][e] = v[0][e] + v[k][e];
+#pragma unroll
+    for (int e = 0; e < W; e++) v[0][e] = kdrt_round_opt(rnd, v[0][e]);
     kdrt_st<W>(out + i * W, v[0]);
   }
   KDRT_FOR_TAIL(i, n, W) {
@@ -141,12 +167,12 @@ template <int W> __global__ static void add_kernel(float *out, add_args in, int 
 #pragma unroll
     for (int k = 1; k < KDRT_MAX_ADD; k++)
       if (k < nin) s = s + in.p[k][i];
-    out[i] = s;
+    out[i] = kdrt_round_opt(rnd, s);
   }
 }
 
-extern "C" void kdrt_cuda_add(kdrt_cuda *d, float *out, const float *const *in, int nin,
-                              size_t n) {
+extern "C" void kdrt_cuda_add_rnd(kdrt_cuda *d, int rnd, float *out, const float *const *in,
+                                  int nin, size_t n) {
   if (nin < 1 || nin > KDRT_MAX_ADD)
     kdrt_cuda_fail("kdrt_cuda_add", __FILE__, __LINE__, "between 1 and 8 operands");
   if (!n) return;
@@ -157,10 +183,15 @@ extern "C" void kdrt_cuda_add(kdrt_cuda *d, float *out, const float *const *in, 
     aligned = aligned && kdrt_aligned16(in[k]);
   }
   if (aligned)
-    add_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(out, a, nin, n);
+    add_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(rnd, out, a, nin, n);
   else
-    add_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(out, a, nin, n);
+    add_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(rnd, out, a, nin, n);
   KDRT_LAUNCHED(d, "add_kernel");
+}
+
+extern "C" void kdrt_cuda_add(kdrt_cuda *d, float *out, const float *const *in, int nin,
+                              size_t n) {
+  kdrt_cuda_add_rnd(d, KDRT_ROUND_NONE, out, in, nin, n);
 }
 
 template <int W>

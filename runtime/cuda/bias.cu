@@ -15,27 +15,37 @@
 // deterministic from run to run (not bit-identical to the CPU's one running
 // sum).
 #include "common.cuh"
+#include "kdrt_round.h"
 
 // n: rows * cols; cw = cols / W.
 template <int W>
-__global__ static void bias_act_kernel(int act, float *out, const float *in, const float *bias,
-                                       size_t n, size_t cw) {
-  kdrt_col_map<W>(out, in, bias, n, cw, [act](float x, float b) { return kdrt_act1(act, x + b); });
+__global__ static void bias_act_kernel(int rnd, int act, float *out, const float *in,
+                                       const float *bias, size_t n, size_t cw) {
+  kdrt_col_map<W>(out, in, bias, n, cw, [rnd, act](float x, float b) {
+    return kdrt_round_opt(rnd, kdrt_act1(act, x + b));
+  });
 }
 
-extern "C" void kdrt_cuda_bias_act(kdrt_cuda *d, int act, float *out, const float *in,
-                                   const float *bias, int64_t rows, int64_t cols) {
+// rnd: kdrt_ops.def's _rnd kernels (KDRT_ROUND_NONE: bias_act's float32)
+extern "C" void kdrt_cuda_bias_act_rnd(kdrt_cuda *d, int rnd, int act, float *out,
+                                       const float *in, const float *bias, int64_t rows,
+                                       int64_t cols) {
   if (act < 0 || act >= KDRT_ACT_COUNT)
     kdrt_cuda_fail("kdrt_cuda_bias_act", __FILE__, __LINE__, "unknown activation");
   size_t n = (size_t)rows * (size_t)cols;
   if (!n) return;
   if (cols % 4 == 0 && kdrt_aligned16(out) && kdrt_aligned16(in) && kdrt_aligned16(bias))
     bias_act_kernel<4><<<kdrt_blocks(n / 4), KDRT_THREADS, 0, d->impl->stream>>>(
-        act, out, in, bias, n, (size_t)cols / 4);
+        rnd, act, out, in, bias, n, (size_t)cols / 4);
   else
-    bias_act_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(act, out, in, bias,
-                                                                             n, (size_t)cols);
+    bias_act_kernel<1><<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(
+        rnd, act, out, in, bias, n, (size_t)cols);
   KDRT_LAUNCHED(d, "bias_act_kernel");
+}
+
+extern "C" void kdrt_cuda_bias_act(kdrt_cuda *d, int act, float *out, const float *in,
+                                   const float *bias, int64_t rows, int64_t cols) {
+  kdrt_cuda_bias_act_rnd(d, KDRT_ROUND_NONE, act, out, in, bias, rows, cols);
 }
 
 // The row lanes of a column-sum block (its blockDim: 32, ROW_LANES).
@@ -46,8 +56,8 @@ extern "C" void kdrt_cuda_bias_act(kdrt_cuda *d, int act, float *out, const floa
 // rows' loads are issued before their adds (in row order), so that enough
 // bytes are in flight.
 template <int W>
-__global__ static void col_sums_kernel(float *out, const float *in, int64_t rows, int64_t cols,
-                                       int64_t chunk) {
+__global__ static void col_sums_kernel(int rnd, float *out, const float *in, int64_t rows,
+                                       int64_t cols, int64_t chunk) {
   __shared__ float part[ROW_LANES][32 * W];
   int64_t j = ((int64_t)blockIdx.x * 32 + threadIdx.x) * W;
   int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
@@ -81,6 +91,8 @@ __global__ static void col_sums_kernel(float *out, const float *in, int64_t rows
     for (int l = 1; l < ROW_LANES; l++)
 #pragma unroll
       for (int k = 0; k < W; k++) s[k] += part[l][threadIdx.x * W + k];
+#pragma unroll
+    for (int k = 0; k < W; k++) s[k] = kdrt_round_opt(rnd, s[k]); // (the last pass's rnd)
     kdrt_st<W>(out + (int64_t)blockIdx.y * cols + j, s);
   }
 }
@@ -91,9 +103,10 @@ __global__ static void col_sums_kernel(float *out, const float *in, int64_t rows
 // scratch, by one chunk of the same kernel. Deterministic for given rows,
 // cols and alignment. (The first version: 32 scalar columns and 32 row
 // lanes a block, at most 11 chunks of [4096, 768]: 14.6 us a call on the
-// GPT, 3x its bytes' time.)
+// GPT, 3x its bytes' time.) The sums rounded to rnd as they are stored.
 template <int W>
-static void col_sums(kdrt_cuda *d, float *out, const float *in, int64_t rows, int64_t cols) {
+static void col_sums(kdrt_cuda *d, int rnd, float *out, const float *in, int64_t rows,
+                     int64_t cols) {
   int64_t cblocks = (cols + 32 * W - 1) / (32 * W);
   int64_t n = (4 * 132 + cblocks - 1) / cblocks, fit = rows / (4 * ROW_LANES);
   if (n > fit) n = fit;
@@ -105,26 +118,31 @@ static void col_sums(kdrt_cuda *d, float *out, const float *in, int64_t rows, in
   if (n < 1) n = 1;
   dim3 block(32, ROW_LANES);
   if (n == 1) {
-    col_sums_kernel<W><<<dim3((unsigned)cblocks, 1), block, 0, d->impl->stream>>>(out, in, rows,
-                                                                                  cols, chunk);
+    col_sums_kernel<W><<<dim3((unsigned)cblocks, 1), block, 0, d->impl->stream>>>(
+        rnd, out, in, rows, cols, chunk);
     KDRT_LAUNCHED(d, "col_sums_kernel");
     return;
   }
   float *part = (float *)kdrt_cuda_dscratch(d, 2, (size_t)(n * cols) * sizeof(float));
   col_sums_kernel<W><<<dim3((unsigned)cblocks, (unsigned)n), block, 0, d->impl->stream>>>(
-      part, in, rows, cols, chunk);
+      KDRT_ROUND_NONE, part, in, rows, cols, chunk);
   KDRT_LAUNCHED(d, "col_sums_kernel");
-  col_sums_kernel<W><<<dim3((unsigned)cblocks, 1), block, 0, d->impl->stream>>>(out, part, n,
+  col_sums_kernel<W><<<dim3((unsigned)cblocks, 1), block, 0, d->impl->stream>>>(rnd, out, part, n,
                                                                                 cols, n);
   KDRT_LAUNCHED(d, "col_sums_kernel (the chunks)");
 }
 
-extern "C" void kdrt_cuda_bias_grad(kdrt_cuda *d, float *out, const float *in, int64_t rows,
-                                    int64_t cols) {
+extern "C" void kdrt_cuda_bias_grad_rnd(kdrt_cuda *d, int rnd, float *out, const float *in,
+                                        int64_t rows, int64_t cols) {
   if (cols <= 0) return;
   // float4s from in and into out (the scratch, cudaMalloc'd, is aligned)
   if (cols % 4 == 0 && kdrt_aligned16(in) && kdrt_aligned16(out))
-    col_sums<4>(d, out, in, rows, cols);
+    col_sums<4>(d, rnd, out, in, rows, cols);
   else
-    col_sums<1>(d, out, in, rows, cols);
+    col_sums<1>(d, rnd, out, in, rows, cols);
+}
+
+extern "C" void kdrt_cuda_bias_grad(kdrt_cuda *d, float *out, const float *in, int64_t rows,
+                                    int64_t cols) {
+  kdrt_cuda_bias_grad_rnd(d, KDRT_ROUND_NONE, out, in, rows, cols);
 }

@@ -10,6 +10,7 @@
 // ../kdrt_norm.h's, shared with the CPU.
 #include "common.cuh"
 #include "kdrt_norm.h"
+#include "kdrt_round.h"
 
 __device__ static double warp_sum(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -429,7 +430,7 @@ __device__ static void row_stats_v(int rms, const float *xr, int64_t cols, float
 }
 
 template <bool VEC>
-__global__ static void layer_norm_kernel(int rms, float *__restrict__ y,
+__global__ static void layer_norm_kernel(int rnd, int rms, float *__restrict__ y,
                                          const float *__restrict__ x, const float *__restrict__ g,
                                          const float *__restrict__ b, int64_t rows, int64_t cols,
                                          float eps) {
@@ -449,7 +450,7 @@ __global__ static void layer_norm_kernel(int rms, float *__restrict__ y,
       float h = kdrt_norm_y(v[k], m, s);
       if (g) h = __fmul_rn(h, gv[k]); // rounded, then added: the CPU's two steps
       if (b) h = __fadd_rn(h, bv[k]);
-      v[k] = h;
+      v[k] = kdrt_round_opt(rnd, h); // (kdrt_ops.def's _rnd kernels)
     }
     if (VEC)
       reinterpret_cast<float4 *>(yr)[j] = make_float4(v[0], v[1], v[2], v[3]);
@@ -506,17 +507,24 @@ static bool rows_vec4(int64_t cols, const void *a, const void *b, const void *c,
   return cols % 4 == 0 && (u & 15) == 0;
 }
 
-extern "C" void kdrt_cuda_layer_norm(kdrt_cuda *d, int rms, float *y, const float *x,
-                                     const float *g, const float *b, int64_t rows, int64_t cols,
-                                     float eps) {
+extern "C" void kdrt_cuda_layer_norm_rnd(kdrt_cuda *d, int rnd, int rms, float *y,
+                                         const float *x, const float *g, const float *b,
+                                         int64_t rows, int64_t cols, float eps) {
   if (rows <= 0 || cols <= 0) return;
   unsigned blocks = (unsigned)((rows + 7) / 8);
   if (rows_vec4(cols, y, x, g, b))
-    layer_norm_kernel<true><<<blocks, 256, 0, d->impl->stream>>>(rms, y, x, g, b, rows, cols, eps);
+    layer_norm_kernel<true><<<blocks, 256, 0, d->impl->stream>>>(rnd, rms, y, x, g, b, rows, cols,
+                                                                 eps);
   else
-    layer_norm_kernel<false><<<blocks, 256, 0, d->impl->stream>>>(rms, y, x, g, b, rows, cols,
-                                                                  eps);
+    layer_norm_kernel<false><<<blocks, 256, 0, d->impl->stream>>>(rnd, rms, y, x, g, b, rows,
+                                                                  cols, eps);
   KDRT_LAUNCHED(d, "layer_norm_kernel");
+}
+
+extern "C" void kdrt_cuda_layer_norm(kdrt_cuda *d, int rms, float *y, const float *x,
+                                     const float *g, const float *b, int64_t rows, int64_t cols,
+                                     float eps) {
+  kdrt_cuda_layer_norm_rnd(d, KDRT_ROUND_NONE, rms, y, x, g, b, rows, cols, eps);
 }
 
 extern "C" void kdrt_cuda_layer_norm_dx(kdrt_cuda *d, int rms, float *dx, const float *dy,

@@ -253,6 +253,98 @@ static void check_elementwise(void) {
   free(hx), free(hdy), free(hy), free(hdx);
 }
 
+// issues 22, 23: the _rnd kernels (kdrt_ops.def), which round their result
+// to bfloat16 or float16 as they store it (kdcc's fuse_rounds folds a ROUND
+// into them): each must equal, bit for bit, its plain kernel followed by
+// the round kernel on the GPU (the pass it replaces), and the CPU's _rnd
+// kernel within the plain kernel's tolerance (bit for bit where the plain
+// kernel is: add, a linear bias); on aligned buffers and one float off
+// alignment, and in place.
+static void check_rnd_pair(const char *what, int kind, const float *fused, float *plain,
+                           const float *cpu, size_t n, double tol) {
+  char name[96];
+  kdrt_cuda_round(D, kind, plain, plain, n);
+  float *h = hzero(n);
+  kdrt_cuda_download(D, h, plain, n);
+  const char *t = kind == KDRT_ROUND_F16 ? "float16" : "bfloat16";
+  snprintf(name, sizeof name, "%s %s = round(plain)", what, t);
+  check(name, fused, h, n, 0);
+  snprintf(name, sizeof name, "%s %s", what, t);
+  check(name, fused, cpu, n, tol);
+  free(h);
+}
+
+static void check_rnd(void) {
+  const int64_t rows = 301, cols = 68; // cols % 4 == 0: float4s; off by one float: scalars
+  const size_t n = (size_t)(rows * cols);
+  float *hx = hrand(n, -4, 4), *hb = hrand(n, -1, 1), *hdy = hrand(n, -1, 1), *ref = hzero(n);
+  float *hg = hrand((size_t)cols, 0.5f, 1.5f), *hbias = hrand((size_t)cols, -1, 1);
+  for (size_t i = 0; i < n; i += 7) hx[i] = ldexpf(hx[i], (int)(i % 40) - 20); // float16's range
+  float *x = dev(hx, n), *b = dev(hb, n), *dy = dev(hdy, n), *g = dev(hg, (size_t)cols);
+  float *bias = dev(hbias, (size_t)cols);
+  float *y = kdrt_cuda_alloc(n), *p = kdrt_cuda_alloc(n);
+  uint16_t *hv = (uint16_t *)malloc(n * sizeof *hv);
+  float *v16 = kdrt_cuda_alloc((n + 1) / 2);
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {
+    for (int off = 0; off < 2; off++) { // aligned, then one float off
+      size_t m = n - off;
+      const float *ins[2] = {x + off, b + off}, *hins[2] = {hx + off, hb + off};
+      kdrt_add_rnd(kind, ref, hins, 2, m);
+      poison(y + off, m);
+      kdrt_cuda_add_rnd(D, kind, y + off, ins, 2, m);
+      kdrt_cuda_add(D, p + off, ins, 2, m);
+      check_rnd_pair(off ? "add_rnd (unaligned)" : "add_rnd", kind, y + off, p + off, ref, m, 0);
+      kdrt_act_rnd(kind, KDRT_ACT_GELU, ref, hx + off, m);
+      poison(y + off, m);
+      kdrt_cuda_act_rnd(D, kind, KDRT_ACT_GELU, y + off, x + off, m);
+      kdrt_cuda_act(D, KDRT_ACT_GELU, p + off, x + off, m);
+      check_rnd_pair(off ? "act_rnd gelu (unaligned)" : "act_rnd gelu", kind, y + off, p + off,
+                     ref, m, 1e-2);
+      kdrt_act_grad_rnd(kind, KDRT_ACT_GELU, ref, hdy + off, hx + off, NULL, m);
+      poison(y + off, m);
+      kdrt_cuda_act_grad_rnd(D, kind, KDRT_ACT_GELU, y + off, dy + off, x + off, NULL, m);
+      kdrt_cuda_act_grad(D, KDRT_ACT_GELU, p + off, dy + off, x + off, NULL, m);
+      check_rnd_pair(off ? "act_grad_rnd gelu (unaligned)" : "act_grad_rnd gelu", kind, y + off,
+                     p + off, ref, m, 1e-2);
+    }
+    kdrt_act_rnd(kind, KDRT_ACT_LINEAR, ref, hx, n); // a linear act: a copy, rounded
+    kdrt_cuda_upload(D, y, hx, n);
+    kdrt_cuda_act_rnd(D, kind, KDRT_ACT_LINEAR, y, y, n);
+    kdrt_cuda_act(D, KDRT_ACT_LINEAR, p, x, n);
+    check_rnd_pair("act_rnd linear (in place)", kind, y, p, ref, n, 0);
+    // the saved value in its 16 bits (store16.c), as act_grad16 reads it
+    kdrt_round(kind, ref, hx, n);
+    kdrt_pack16(kind, hv, ref, n);
+    kdrt_cuda_upload(D, v16, (const float *)hv, (n + 1) / 2);
+    kdrt_act_grad16_rnd(kind, KDRT_ACT_RELU, kind, ref, hdy, hv, n);
+    poison(y, n);
+    kdrt_cuda_act_grad16_rnd(D, kind, KDRT_ACT_RELU, kind, y, dy, (const uint16_t *)v16, n);
+    kdrt_cuda_act_grad16(D, KDRT_ACT_RELU, kind, p, dy, (const uint16_t *)v16, n);
+    check_rnd_pair("act_grad16_rnd relu", kind, y, p, ref, n, 0);
+    for (int a = KDRT_ACT_LINEAR; a <= KDRT_ACT_RELU; a++) { // linear: exact; relu: exact
+      kdrt_bias_act_rnd(kind, a, ref, hx, hbias, rows, cols);
+      poison(y, n);
+      kdrt_cuda_bias_act_rnd(D, kind, a, y, x, bias, rows, cols);
+      kdrt_cuda_bias_act(D, a, p, x, bias, rows, cols);
+      check_rnd_pair(a == KDRT_ACT_LINEAR ? "bias_act_rnd linear" : "bias_act_rnd relu", kind, y,
+                     p, ref, n, 0);
+    }
+    kdrt_layer_norm_rnd(kind, 0, ref, hx, hg, hbias, rows, cols, 1e-3f);
+    poison(y, n);
+    kdrt_cuda_layer_norm_rnd(D, kind, 0, y, x, g, bias, rows, cols, 1e-3f);
+    kdrt_cuda_layer_norm(D, 0, p, x, g, bias, rows, cols, 1e-3f);
+    check_rnd_pair("layer_norm_rnd", kind, y, p, ref, n, 1e-2);
+    kdrt_bias_grad_rnd(kind, ref, hx, rows, cols); // (sums in another order: not bit for bit)
+    poison(y, (size_t)cols);
+    kdrt_cuda_bias_grad_rnd(D, kind, y, x, rows, cols);
+    kdrt_cuda_bias_grad(D, p, x, rows, cols);
+    check_rnd_pair("bias_grad_rnd", kind, y, p, ref, (size_t)cols, 1e-2);
+  }
+  kdrt_cuda_free(x), kdrt_cuda_free(b), kdrt_cuda_free(dy), kdrt_cuda_free(g);
+  kdrt_cuda_free(bias), kdrt_cuda_free(y), kdrt_cuda_free(p), kdrt_cuda_free(v16);
+  free(hx), free(hb), free(hdy), free(ref), free(hg), free(hbias), free(hv);
+}
+
 static void check_bias(void) {
   const int64_t rows = 333, cols = 37;
   size_t n = (size_t)(rows * cols);
@@ -1705,6 +1797,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
     c.seed = seed;
     printf("opcheck: round %ld of %ld, --seed %llu\n", r + 1, repeat, (unsigned long long)seed);
     check_elementwise();
+    check_rnd();
     check_bias();
     check_softmax();
     check_softmax_warps();

@@ -39,7 +39,13 @@
 #     number the same, bit for bit, on that mesh, the programs calling
 #     kdrt_allgather16 (and kdrt_alltoall16) where KDCC_STORE16=0's do not;
 #     likewise the GPT in mixed_float16 (its loss scale) under FSDP and the
-#     batch-norm CNN under its keras_ref (2,4) layout map.
+#     batch-norm CNN under its keras_ref (2,4) layout map;
+#  5. (issues 22, 23: fuse.c's fuse_rounds) ROUNDs folded into the kernels
+#     that make their operands (their _rnd forms): fewer kdrt_round calls
+#     than with KDCC_FUSE_ROUND=0, and every number the same, bit for bit
+#     (the GPT in bfloat16 and float16, over 2 devices; the batch-norm CNN;
+#     the mixed_float16 MLP whose loss scale skips steps); a float32
+#     model's program the same with and without.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -79,15 +85,20 @@ ratio "mixed_bn_cnn, batch 64, DataParallel over 2" 0.7 float32 "" $F/mixed_bn_c
   --batch-size 64 "${DP2[@]}"
 
 # ---- 2. the same numbers
+pair() { # VARIABLE PROGRAM-ARGUMENTS -- kdcc-arguments...: $T/new, and $T/old with VARIABLE=0
+  local var=$1
+  shift
+  RUN=() # the program's arguments
+  while [ "$1" != -- ]; do RUN+=("$1"); shift; done
+  shift
+  ./kdcc "$@" -w -o "$T/new" && env "$var=0" ./kdcc "$@" -w -o "$T/old"
+}
+
 same() { # NAME NP PROGRAM-ARGUMENTS -- kdcc-arguments...: with and without 16-bit storage
   # (ONEDNN=0 in the environment: both run with KDRT_ONEDNN=0)
   local name=$1 np=$2
   shift 2
-  local run=()
-  while [ "$1" != -- ]; do run+=("$1"); shift; done
-  shift
-  ./kdcc "$@" -w -o "$T/new" && KDCC_STORE16=0 ./kdcc "$@" -w -o "$T/old" ||
-    { fail "$name: kdcc failed"; return; }
+  pair KDCC_STORE16 "$@" || { fail "$name: kdcc failed"; return; }
   grep -q "kdrt_pack16(" "$T/new.kdcc.d/program.c" &&
     grep -Eq "kdrt_(unpack16|matmul16|act_grad16)\(" "$T/new.kdcc.d/program.c" ||
     { fail "$name: the program stores nothing in 16 bits"; return; }
@@ -99,6 +110,13 @@ same() { # NAME NP PROGRAM-ARGUMENTS -- kdcc-arguments...: with and without 16-b
     grep -Eq "kdrt_(matmul16|conv2d16)\(" "$T/new.kdcc.d/program.c" ||
       { fail "$name: the program has no product of 16-bit operands"; return; }
   fi
+  same_numbers "$name" "$np" "${RUN[@]}"
+}
+
+same_numbers() { # NAME NP PROGRAM-ARGUMENTS...: $T/new and $T/old, the same history and weights
+  local name=$1 np=$2
+  shift 2
+  local run=("$@")
   for p in new old; do # (new's products widened for OpenBLAS: matmul's bits, KDRT_GEMM16=0)
     if ! KDRT_GEMM16=0 KDRT_ONEDNN=${ONEDNN:-1} timeout 300 mpirun -np "$np" -x KDRT_GEMM16 \
       -x KDRT_ONEDNN "$T/$p" "${run[@]}" --quiet \
@@ -121,7 +139,7 @@ EOF
   then
     echo "  ok: $name: history and weights bit for bit ($(python3 -c "import json, sys
 print(len(json.load(open(sys.argv[1]))['step_loss']))" "$T/new.json") steps)"
-  else fail "$name: 16-bit storage changed a number"; diff "$T/new.json" "$T/old.json" | head -5; fi
+  else fail "$name: a number changed"; diff "$T/new.json" "$T/old.json" | head -5; fi
 }
 same "gpt.json bfloat16, one device" 1 --synthetic 128 --epochs 2 -- \
   models/gpt.json --dtype-policy mixed_bfloat16
@@ -226,5 +244,36 @@ ONEDNN=0 same "mixed_bn_cnn under its (2,4) layout map" 8 --x $F/mixed_bn_cnn/x.
   --distribution $F/mixed_bn_cnn/mixed_bn_cnn.dist.json
 grep -q "kdrt_allgather16(" "$T/new.kdcc.d/program.c" ||
   fail "mixed_bn_cnn, (2,4): the program gathers no 16-bit value in 16 bits"
+
+# ---- 5. ROUNDs in their operands' kernels
+fused() { # NAME NP PROGRAM-ARGUMENTS -- kdcc-arguments...: with and without KDCC_FUSE_ROUND=0
+  local name=$1 np=$2
+  shift 2
+  pair KDCC_FUSE_ROUND "$@" || { fail "$name: kdcc failed"; return; }
+  local a b r
+  a=$(grep -c "^ *kdrt_round(" "$T/new.kdcc.d/program.c")
+  b=$(grep -c "^ *kdrt_round(" "$T/old.kdcc.d/program.c")
+  r=$(grep -c "^ *kdrt_[a-z0-9_]*_rnd(" "$T/new.kdcc.d/program.c")
+  if [ "$a" -lt "$b" ] && [ "$r" = $((b - a)) ] &&
+     ! grep -q "^ *kdrt_[a-z0-9_]*_rnd(" "$T/old.kdcc.d/program.c"; then
+    echo "  ok: $name: $a kdrt_round calls ($b with KDCC_FUSE_ROUND=0), $r rounding kernels"
+  else fail "$name: $a kdrt_round calls and $r _rnd ones, against $b with KDCC_FUSE_ROUND=0"; fi
+  same_numbers "$name" "$np" "${RUN[@]}"
+}
+fused "gpt.json bfloat16, rounds folded, DataParallel over 2" 2 --synthetic 64 --epochs 2 -- \
+  "${GPT16[@]}" "${DP2[@]}"
+fused "gpt.json float16 (loss scale), rounds folded" 1 --synthetic 64 --epochs 1 -- \
+  models/gpt.json --dtype-policy mixed_float16
+fused "mixed_bn_cnn, rounds folded" 1 --x $F/mixed_bn_cnn/x.npy --y $F/mixed_bn_cnn/y.npy \
+  --epochs 2 --batch-size 16 --no-shuffle --weights $F/mixed_bn_cnn/model.keras -- \
+  $F/mixed_bn_cnn/model.keras --batch-size 16
+fused "mixed_f16_mlp (loss scale), rounds folded, DataParallel over 2" 2 \
+  --x $F/mixed_f16_mlp/x.npy --y $F/mixed_f16_mlp/y.npy --epochs 2 --batch-size 16 --no-shuffle \
+  --weights $F/mixed_f16_mlp/model.keras -- $F/mixed_f16_mlp/model.keras --batch-size 16 "${DP2[@]}"
+for m in gpt cnn; do
+  KDCC_FUSE_ROUND=0 ./kdcc models/$m.json -w -S "$T/f32r_$m" &&
+    cmp -s "$T/f32_$m/program.c" "$T/f32r_$m/program.c" ||
+    fail "models/$m.json (float32): the program depends on KDCC_FUSE_ROUND"
+done
 
 finish
