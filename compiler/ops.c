@@ -100,8 +100,6 @@ void lower_call(Lowering *lw, Kernel k, char *decl, const char *fmt, ...) {
   add_call(lw, k, decl, args);
 }
 
-static const char *round_c(int kind);
-
 void lower_call_rnd(Lowering *lw, const Node *n, Kernel k, char *decl, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -190,14 +190,21 @@ del t["config"]["backbone"]["config"]["num_layers"]
 json.dump(t, open(sys.argv[2], "w"), indent=1)
 EOF
 expect_error "$out/no_layers.json" "GPT2Backbone: the config has no 'num_layers'"
-# the backbone's dtype policy is every layer's: one kdcc cannot follow is named, at the policy
-python3 - "$d/preset/task.json" "$out/bf16.json" <<'EOF'
+# the backbone's dtype policy is every layer's: bfloat16 (variables kept in
+# bfloat16, issue 23) compiles; one kdcc cannot follow is named, at the policy
+policy_json() { # POLICY OUT
+  python3 - "$d/preset/task.json" "$2" "$1" <<'EOF'
 import json, sys
 t = json.load(open(sys.argv[1]))
-t["config"]["backbone"]["config"]["dtype"]["config"]["name"] = "bfloat16"
+t["config"]["backbone"]["config"]["dtype"]["config"]["name"] = sys.argv[3]
 json.dump(t, open(sys.argv[2], "w"), indent=1)
 EOF
-expect_error "$out/bf16.json" "bf16.json:15:15: error: layer 'token_embedding': dtype policy 'bfloat16'"
+}
+policy_json bfloat16 "$out/bf16.json"
+./kdcc "$out/bf16.json" -w -o "$out/bf16" ||
+  { echo "keras_hub: a GPT-2 whose backbone is bfloat16 did not compile"; exit 1; }
+policy_json float64 "$out/f64.json"
+expect_error "$out/f64.json" "f64.json:15:15: error: layer 'token_embedding': dtype 'float64' is not supported"
 mkdir -p "$out/empty_preset"
 expect_error "$out/empty_preset" "it has no config.json"
 if ./kdcc tests/fixtures/keras_ref/gpt/model.keras --lora-rank 4 -o "$out/never" 2>"$out/err.txt" ||
