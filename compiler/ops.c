@@ -276,7 +276,7 @@ static void dot_grad(Graph *g, Node *n, const bool *need) {
     accumulate(g, b, tb ? dot(g, dy, a, nb, nm, true, ta) : dot(g, a, dy, nb, nm, !ta, false));
 }
 
-// issue 23: how kdrt_matmul16 reads an operand (kdrt_ops.h's KDRT_OPND_*)
+// issue 23: how kdrt_matmul16 reads an operand (kdrt_defs.h's KDRT_OPND_*)
 const char *form16(const Node *x, bool rounds) {
   return x->dtype == DT_U16 ? "KDRT_OPND_16" : rounds ? "KDRT_OPND_ROUND" : "KDRT_OPND_EXACT";
 }

@@ -16,7 +16,7 @@
 # or object at the start of a line; a use is a call (name followed by "(")
 # or any mention of an object. A file's own static functions and macros
 # shadow another file's names; a name defined in several files is skipped.
-# Tables made by macros (ops_nn.c's op_defs, from ops.def) are not seen:
+# Tables made by macros (ops_nn.c's op_defs, from runtime/kdrt_ops.def) are not seen:
 # they register ops and call none.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
