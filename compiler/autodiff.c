@@ -53,22 +53,28 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
 // updated in place), as Keras's optimizer applies it: NonNeg max(w, 0); a
 // norm constraint w * clip_norm(the sums of w^2 over its axes), each sum a
 // partial sum where an axis is split; then the result written over v.
+// issue 23: on a 16-bit variable in its dtype, as Keras's constraint
+// computes on it: each square rounded, each sum rounded by CLIP_NORM's
+// 16-bit kernel, the product rounded (NonNeg's max(w, 0) is exact).
 static void constrain(Graph *g, Var *v, Node *u) {
   Node *c;
   if (v->constraint == CONS_NON_NEG) {
     c = make1(g, OP_ACT, u, .act.kind = ACT_RELU);
   } else {
     Node *s = make2(g, OP_MUL, u, u);
+    if (v->vdt) s = round_to(g, s, v->vdt);
     for (int d = v->shape.rank - 1; d >= 0; d--) {
       if (!((v->c_axes >> d) & 1)) continue;
       s = make1(g, OP_REDUCE_SUM, s, .red.dim = d);
     }
     Node *f = make1(g, OP_CLIP_NORM, s, .clip = v->clip);
+    f->clip.kind = v->vdt;
     for (int d = 0; d < v->shape.rank; d++) { // back over the summed dims, in order
       if (!((v->c_axes >> d) & 1)) continue;
       f = make1(g, OP_BROADCAST, f, .red = {d, v->shape.d[d]});
     }
     c = make2(g, OP_MUL, u, f);
+    if (v->vdt) c = round_to(g, c, v->vdt);
   }
   Node *a = make2(g, OP_ASSIGN, u, c);
   a->var = v;

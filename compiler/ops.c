@@ -1209,9 +1209,13 @@ static void train_select_emit(const Node *n, Lowering *lw) {
 // issue 11: a weight constraint's scale per norm vector (kdrt_clip_norm);
 // after the update, so never differentiated.
 static void clip_norm_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, KN_clip_norm, NULL, "%s, %s, %s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
-             elems_c(n), flt(n->clip.lo), flt(n->clip.hi), flt(n->clip.rate),
-             flt((float)(1.0 - n->clip.rate)));
+  char *args = format("%s, %s, %s, %s, %s, %s, %s", buf(n), buf(n->in[0]), elems_c(n),
+                      flt(n->clip.lo), flt(n->clip.hi), flt(n->clip.rate),
+                      flt((float)(1.0 - n->clip.rate)));
+  if (n->clip.kind) // issue 23: a 16-bit variable's, in its dtype
+    lower_call(lw, KN_clip_norm16, NULL, "%s, %s", args, round_c(n->clip.kind));
+  else
+    lower_call(lw, KN_clip_norm, NULL, "%s", args);
 }
 
 const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit,

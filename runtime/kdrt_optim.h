@@ -316,6 +316,22 @@ static inline KDRT_HD float kdrt_clip_factor16(float s, float c, int global, int
 static inline KDRT_HD float kdrt_clip16(float g, float f, float c16, int kind) {
   return c16 > 0.0f ? R16(R16(R16(g) * c16) / f) : R16(R16(g) * f);
 }
+
+// A weight constraint's scale on a 16-bit variable (keras/src/constraints/
+// constraints.py, applied by the optimizer after the updates, in the
+// variable's dtype): norms = sqrt(sum(w^2)) (s, the float32 sum of the
+// rounded squares, rounded as jnp.sum does), desired = rate * clip(norms,
+// lo, hi) + (1 - rate) * norms, desired / (epsilon + norms), each op
+// rounded, every constant cast; then w times it, rounded (autodiff.c's
+// constrain). MaxNorm is rate 1, lo 0: desired = clip(norms, 0, hi)
+// exactly. UnitNorm (w / (epsilon + norms), a division) kdcc refuses.
+static inline KDRT_HD float kdrt_clip_norm16_1(float s, float lo, float hi, float rate, float rest,
+                                             int kind) {
+  const float norm = R16(sqrtf(R16(s)));
+  const float desired =
+      R16(R16(R16(rate) * fminf(fmaxf(norm, R16(lo)), R16(hi))) + R16(R16(rest) * norm));
+  return R16(desired / R16(R16(1e-7f) + norm));
+}
 #undef R16
 
 // ---- gradient clipping and loss scaling

@@ -252,6 +252,11 @@ void kdrt_clip_grad16(float *g, size_t n, const float *f, float clipnorm, int ki
     g[i] = kdrt_clip16(g[i], k, c16, kind);
 }
 
+void kdrt_clip_norm16(float *f, const float *s, size_t n, float lo, float hi, float rate,
+                      float rest, int kind) {
+  for (size_t i = 0; i < n; i++) f[i] = kdrt_clip_norm16_1(s[i], lo, hi, rate, rest, kind);
+}
+
 void kdrt_grad_clip_factor16(float *f, const float *s, float c, int global, int kind) {
   f[0] = kdrt_clip_factor16(s[0], c, global, kind);
 }

@@ -266,6 +266,16 @@ __global__ static void grad_clip_factor16_kernel(float *f, const float *s, float
   f[0] = kdrt_clip_factor16(s[0], c, global, kind);
 }
 
+__global__ static void clip_norm16_kernel(float *f, const float *s, size_t n, float lo, float hi,
+                                         float rate, float rest, int kind) {
+  KDRT_FOR(i, n) f[i] = kdrt_clip_norm16_1(s[i], lo, hi, rate, rest, kind);
+}
+
+extern "C" void kdrt_cuda_clip_norm16(kdrt_cuda *d, float *f, const float *s, size_t n, float lo,
+                                      float hi, float rate, float rest, int kind) {
+  LAUNCH(d, clip_norm16_kernel, n, f, s, n, lo, hi, rate, rest, kind);
+}
+
 extern "C" void kdrt_cuda_rmsprop16(kdrt_cuda *d, float *w, const float *g, float *v, float *m,
                                     float *a, size_t n, float lr, float rho, float momentum,
                                     float eps, float wd, int kind) {

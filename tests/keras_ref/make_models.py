@@ -1877,7 +1877,7 @@ def f16_adagrad():
 
 
 def reg_mlp():
-    """mixed_mlp with L2/L1/L1L2 regularizers and MaxNorm/NonNeg/UnitNorm
+    """mixed_mlp with L2/L1/L1L2 regularizers and MaxNorm/NonNeg/MinMaxNorm
     constraints (d2's kernel split on the summed dim under MP16)."""
     reg, con = keras.regularizers, keras.constraints
     x = keras.Input((12,), name="features")
@@ -1886,7 +1886,8 @@ def reg_mlp():
     h = layers.Dense(64, activation="gelu", kernel_constraint=con.MaxNorm(0.6, axis=0),
                      bias_constraint=con.NonNeg(), kernel_regularizer=reg.L1L2(1e-3, 1e-2),
                      name="d2")(h)
-    out = layers.Dense(10, kernel_constraint=con.UnitNorm(axis=0), name="logits")(h)
+    out = layers.Dense(10, kernel_constraint=con.MinMaxNorm(0.2, 0.5, rate=0.5, axis=0),
+                       name="logits")(h)
     model = keras.Model(x, out, name="reg_mlp")
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   optimizer=keras.optimizers.Adam())
