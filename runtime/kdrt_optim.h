@@ -196,6 +196,15 @@ static inline KDRT_HD float kdrt_rmsprop16_at(float w, const float *g, float *v,
   return R16(w - inc);
 }
 
+// x / d, d a scalar (the same for every element): under float16 XLA's
+// algebraic simplifier makes it x times the reciprocal, which it rounds to
+// float16 (Keras's float16 runs, eager and jit, as tests/sh/opt16.sh
+// measures); bfloat16's reciprocal it keeps in float32, which rounds as the
+// division does (opt16.sh: equal).
+static inline KDRT_HD float kdrt_div16s(float x, float d, int kind) {
+  return kind == KDRT_ROUND_F16 ? R16(x * R16(1.0f / d)) : R16(x / d);
+}
+
 // Adagrad: accumulator += g^2 (its first value, initial_accumulator_value,
 // cast too: emit.c's slot_init); w -= lr*g / sqrt(accumulator + eps).
 static inline KDRT_HD float kdrt_adagrad16_at(float w, const float *g, float *acc, size_t i,
@@ -258,8 +267,8 @@ static inline KDRT_HD kdrt_nadam16_k kdrt_nadam16_coef(float b1, float b2, float
 }
 
 // m += (g - m) * c1; v += (g^2 - v) * c2; m_hat = u_next*m / (1 -
-// u_prod*u_next) + (1 - u_t)*g / (1 - u_prod); v_hat = v / (1 - b2^t);
-// w -= m_hat*lr / (sqrt(v_hat) + eps).
+// u_prod*u_next) + (1 - u_t)*g / (1 - u_prod); v_hat = v / (1 - b2^t)
+// (three divisions by scalars: kdrt_div16s); w -= m_hat*lr / (sqrt(v_hat) + eps).
 static inline KDRT_HD float kdrt_nadam16_at(float w, const float *g, float *m, float *v,
                                             size_t i, float lr, kdrt_nadam16_k k, int kind) {
   float gi = R16(g[i]);
@@ -267,8 +276,9 @@ static inline KDRT_HD float kdrt_nadam16_at(float w, const float *g, float *m, f
   float vi = R16(v[i] + R16(R16(R16(gi * gi) - v[i]) * k.c2));
   m[i] = mi;
   v[i] = vi;
-  float mhat = R16(R16(R16(k.k.u_next * mi) / k.k.d1) + R16(R16(k.k.k2 * gi) / k.k.d2));
-  float vhat = R16(vi / k.k.bias2);
+  float mhat = R16(kdrt_div16s(R16(k.k.u_next * mi), k.k.d1, kind) +
+                   kdrt_div16s(R16(k.k.k2 * gi), k.k.d2, kind));
+  float vhat = kdrt_div16s(vi, k.k.bias2, kind);
   return R16(w - R16(R16(mhat * lr) / R16(R16(sqrtf(vhat)) + k.eps)));
 }
 
@@ -314,7 +324,7 @@ static inline KDRT_HD float kdrt_clip_factor16(float s, float c, int global, int
 }
 
 static inline KDRT_HD float kdrt_clip16(float g, float f, float c16, int kind) {
-  return c16 > 0.0f ? R16(R16(R16(g) * c16) / f) : R16(R16(g) * f);
+  return c16 > 0.0f ? kdrt_div16s(R16(R16(g) * c16), f, kind) : R16(R16(g) * f);
 }
 
 // A weight constraint's scale on a 16-bit variable (keras/src/constraints/

@@ -1155,6 +1155,11 @@ Test(optim, sixteen_bit) {
 static int rkind; // the type R rounds to
 static double R(double x) { return kdrt_round_to(rkind, (float)x); }
 static double sgn(double x) { return (double)((x > 0) - (x < 0)); }
+// x / d, d a scalar: XLA's float16 program multiplies by its rounded
+// reciprocal (tests/sh/opt16.sh checks against Keras's own)
+static double div_s(double x, double d) {
+  return rkind == KDRT_ROUND_F16 ? R(x * R(1.0 / d)) : R(x / d);
+}
 
 static void ref_opt16(int which, double *w, const double *g0, double *m, double *v, double *a,
                       size_t n, double lr0, int64_t t, double *u_prod) {
@@ -1194,8 +1199,8 @@ static void ref_opt16(int which, double *w, const double *g0, double *m, double 
       double up = R(*u_prod), up1 = R(up * u_t1), b2p = R(pow(B2, tt));
       m[i] = R(m[i] + R(R(g - m[i]) * R(1.0 - B1)));
       v[i] = R(v[i] + R(R(R(g * g) - v[i]) * R(1.0 - B2)));
-      double mh = R(R(R(u_t1 * m[i]) / R(1.0 - up1)) + R(R(R(1.0 - u_t) * g) / R(1.0 - up)));
-      double vh = R(v[i] / R(1.0 - b2p));
+      double mh = R(div_s(R(u_t1 * m[i]), R(1.0 - up1)) + div_s(R(R(1.0 - u_t) * g), R(1.0 - up)));
+      double vh = div_s(v[i], R(1.0 - b2p));
       nw = R(w[i] - R(R(mh * lr) / R(R(sqrt(vh)) + eps)));
       break;
     }

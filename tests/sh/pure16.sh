@@ -147,12 +147,14 @@ fi
   >"$T/out" 2>&1 && ok "kdrt reads its float16 file back" ||
   fail "predict --weights h.weights.h5: $(cat "$T/out")"
 
-# 6. the CUDA programs (kdrt_cuda_adam16, kdrt_cuda_sgd16) build and link where
+# 6. the CUDA programs (kdrt_cuda_adam16, kdrt_cuda_sgd16, the other optimizers, clipping
+# and constraints in 16 bits) build and link where
 # nvcc is; they run only on a GPU (not run yet)
 NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)}
 if [ -n "$NVCC" ]; then
   export PATH="$(dirname "$NVCC"):$PATH"
-  for c in bf16_adam_mlp f16_mlp; do
+  for c in bf16_adam_mlp f16_mlp bf16_rmsprop_mlp bf16_nadam_mlp bf16_adamax_reg bf16_lion_mlp \
+    f16_adagrad_mlp; do
     ./kdcc "tests/fixtures/keras_ref/$c/model.keras" --batch-size 16 --target cuda -w \
       -o "$T/$c.cuda" >"$T/out" 2>&1 && [ ! -s "$T/out" ] &&
       ok "$c: the CUDA program builds without a warning" ||
