@@ -246,6 +246,10 @@ void batch_penalty(Graph *g, Node *y, double l1, double l2) {
 void activity_penalty(Graph *g, Layer *l, Node *y) {
   double l1 = 0, l2 = 0;
   parse_regularizer(l, "activity_regularizer", &l1, &l2);
+  if (l->vdt && (l1 != 0 || l2 != 0)) // issue 23: Keras's is in 16 bits, divided in 16 bits
+    error_at(l->loc, "layer '%s': its activity_regularizer under a 16-bit dtype policy (%s) is "
+             "not supported yet (kdcc follows Keras's 16-bit penalties of variables, not of "
+             "outputs)", l->name, l->vdt == KDRT_ROUND_BF16 ? "bfloat16" : "float16");
   batch_penalty(g, y, l1, l2);
 }
 

@@ -240,6 +240,10 @@ Test(graph, bfloat16_variables) {
                "tests/bad/bf16_unit_norm.json:178:27: error: layer 'd2': variable 'd2/kernel' is "
                "kept in 16 bits (its dtype policy), and kdcc does not follow Keras's 16-bit "
                "UnitNorm of it yet (MaxNorm, MinMaxNorm and NonNeg it does)\n");
+  expect_error("tests/bad/bf16_activity.json", NULL,
+               "tests/bad/bf16_activity.json:142:4: error: layer 'd2': its activity_regularizer "
+               "under a 16-bit dtype policy (bfloat16) is not supported yet (kdcc follows "
+               "Keras's 16-bit penalties of variables, not of outputs)\n");
   // a 16-bit variable's penalty is computed in its dtype (vars.c's penalty):
   // it reads the kernel through a ROUND of its own, its square, sum and
   // product with l2 each rounded
