@@ -203,9 +203,10 @@ static void parse_var_options(Layer *l, const char *init_key, Var *v) {
 // 0 + l1 * sum(|x|) + l2 * sum(x^2) in that dtype; jnp.sum adds 16-bit
 // values in float32 and rounds the sum): every square, sum, product and the
 // sum of the two rounded (r16). The penalty reads x through a ROUND of its
-// own, so that its gradient (2 * l2 * x, rounded: JAX's cotangent of x in
-// its dtype) is rounded before the layer's gradient is added to it; the
-// penalty itself, a 16-bit value, is added to the float32 loss.
+// own, so that its gradient (2 * l2 * x rounded, plus l1 * sign(x), rounded:
+// JAX's cotangents of x in its dtype) is rounded before the layer's
+// gradient is added to it; the penalty itself, a 16-bit value, is added to
+// the float32 loss (tests/sh/opt16.sh: Keras's bit for bit).
 static Node *r16(Graph *g, Node *x, int kind) {
   if (!kind) return x;
   Node *r = make1(g, OP_ROUND, x, .rnd.kind = kind);
@@ -222,7 +223,10 @@ Node *penalty(Graph *g, Node *x, double l1, double l2) {
     Node *a = make1(g, OP_ACT, x, .act.kind = KDRT_ACT_ABS);
     p1 = r16(g, scaled(g, r16(g, sum_all(g, a), k), l1), k);
   }
-  if (l2 != 0) p2 = r16(g, scaled(g, r16(g, sum_all(g, r16(g, make2(g, OP_MUL, x, x), k)), k), l2), k);
+  if (l2 != 0) { // (read again: the square's gradient is rounded before the l1 one is added)
+    Node *x2 = r16(g, x, k);
+    p2 = r16(g, scaled(g, r16(g, sum_all(g, r16(g, make2(g, OP_MUL, x2, x2), k)), k), l2), k);
+  }
   return p1 && p2 ? r16(g, make2(g, OP_ADD, p1, p2), k) : p1 ? p1 : p2;
 }
 

@@ -245,14 +245,14 @@ Test(graph, bfloat16_variables) {
                "under a 16-bit dtype policy (bfloat16) is not supported yet (kdcc follows "
                "Keras's 16-bit penalties of variables, not of outputs)\n");
   // a 16-bit variable's penalty is computed in its dtype (vars.c's penalty):
-  // it reads the kernel through a ROUND of its own, its square, sum and
-  // product with l2 each rounded
+  // it reads the kernel through a ROUND of its own (and the square through
+  // another), its square, sum and product with l2 each rounded
   g = graph_of("tests/good/bf16_regularized.json");
   const Node *p = g->penalty;
   cr_assert(p && p->op == OP_ROUND, "the penalty is rounded");
   int rounds = 0;
   for (const Node *x = p; x->nin; x = x->in[0]) rounds += x->op == OP_ROUND;
-  cr_assert_eq(rounds, 4, "round(l2 * round(sum(round(round(w)^2))))");
+  cr_assert_eq(rounds, 5, "round(l2 * round(sum(round(round(round(w))^2))))");
 }
 
 // issue 23's storage in 16 bits (store16.c), the whole pipeline: under

@@ -12,7 +12,10 @@ required). Writes DIR/manifest.txt, one line per case:
 
 and DIR/<name>.bin: float32 arrays of n values each: the initial weights,
 the three steps' gradients, then Keras's final weights and final slots (in
-kdcc's slot order, opt_slot_name), eager then (with --jit) jit.
+kdcc's slot order, opt_slot_name), eager then (with --jit) jit. And
+DIR/penalties.txt (name kind what lo/l1 hi/l2 rate): a constraint's (64, 10)
+kernel and its constrained value, or a regularizer's kernel, penalty and
+gradient, in DIR/<name>.bin.
 
 Usage: python opt16_ref.py DIR [--jit]
 """
@@ -113,6 +116,33 @@ def main():
                                           "clipvalue")))))
     with open(os.path.join(out, "manifest.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
+    # Constraints (constraints.py) and a regularizer (regularizers.py) on a
+    # 16-bit (64, 10) kernel, eagerly: the constrained kernel; the penalty
+    # and its gradient (jax.grad through the variable's dtype).
+    more = []
+    for dtype in ("bfloat16", "float16"):
+        w = keras.ops.convert_to_numpy(keras.ops.cast(
+            rng.uniform(-0.3, 0.3, (64, 10)).astype(np.float32), dtype))
+        for name, con, lo, hi, rate in (
+                ("maxnorm", keras.constraints.MaxNorm(0.6, axis=0), 0.0, 0.6, 1.0),
+                ("minmaxnorm", keras.constraints.MinMaxNorm(0.2, 0.5, rate=0.5, axis=0),
+                 0.2, 0.5, 0.5),
+                ("nonneg", keras.constraints.NonNeg(), 0.0, 0.0, 0.0)):
+            r = np.asarray(con(keras.ops.convert_to_tensor(w)), np.float32)
+            case = f"{name}_{dtype}"
+            np.concatenate([w.astype(np.float32).ravel(), r.ravel()]).astype("<f4").tofile(
+                os.path.join(out, case + ".bin"))
+            more.append(f"{case} {dtype} constraint {lo} {hi} {rate}")
+        reg = keras.regularizers.L1L2(l1=1e-3, l2=1e-2)
+        wt = jax.numpy.asarray(w)
+        value, grad = jax.value_and_grad(lambda x: reg(x).astype("float32"))(wt)
+        case = f"l1l2_{dtype}"
+        np.concatenate([w.astype(np.float32).ravel(), [np.float32(value)],
+                        np.asarray(grad, np.float32).ravel()]).astype("<f4").tofile(
+            os.path.join(out, case + ".bin"))
+        more.append(f"{case} {dtype} l1l2 0.001 0.01 0")
+    with open(os.path.join(out, "penalties.txt"), "w") as f:
+        f.write("\n".join(more) + "\n")
     print(f"opt16_ref: {len(lines)} cases ({'eager and jit' if jit else 'eager'}) in {out}")
 
 
