@@ -53,22 +53,28 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
 // updated in place), as Keras's optimizer applies it: NonNeg max(w, 0); a
 // norm constraint w * clip_norm(the sums of w^2 over its axes), each sum a
 // partial sum where an axis is split; then the result written over v.
+// issue 23: on a 16-bit variable in its dtype, as Keras's constraint
+// computes on it: each square rounded, each sum rounded by CLIP_NORM's
+// 16-bit kernel, the product rounded (NonNeg's max(w, 0) is exact).
 static void constrain(Graph *g, Var *v, Node *u) {
   Node *c;
   if (v->constraint == CONS_NON_NEG) {
     c = make1(g, OP_ACT, u, .act.kind = ACT_RELU);
   } else {
     Node *s = make2(g, OP_MUL, u, u);
+    if (v->vdt) s = round_to(g, s, v->vdt);
     for (int d = v->shape.rank - 1; d >= 0; d--) {
       if (!((v->c_axes >> d) & 1)) continue;
       s = make1(g, OP_REDUCE_SUM, s, .red.dim = d);
     }
     Node *f = make1(g, OP_CLIP_NORM, s, .clip = v->clip);
+    f->clip.kind = v->vdt;
     for (int d = 0; d < v->shape.rank; d++) { // back over the summed dims, in order
       if (!((v->c_axes >> d) & 1)) continue;
       f = make1(g, OP_BROADCAST, f, .red = {d, v->shape.d[d]});
     }
     c = make2(g, OP_MUL, u, f);
+    if (v->vdt) c = round_to(g, c, v->vdt);
   }
   Node *a = make2(g, OP_ASSIGN, u, c);
   a->var = v;
@@ -101,8 +107,13 @@ bool opt_clips(const Optimizer *o) {
   return o->clipnorm > 0 || o->global_clipnorm > 0 || o->clipvalue > 0;
 }
 
+// issue 23: a 16-bit variable's gradient is of its dtype in Keras, and its
+// clipping squares it in that dtype, each square rounded; jnp.sum adds
+// them in float32 and rounds the sum (GRAD_CLIP's 16-bit kernel).
 static Node *sum_squares(Graph *g, Var *v) {
-  return sum_all(g, make2(g, OP_MUL, v->grad, v->grad));
+  if (!v->vdt) return sum_all(g, make2(g, OP_MUL, v->grad, v->grad));
+  Node *gr = round_to(g, v->grad, v->vdt); // (a sum of two reads' gradients is not yet)
+  return sum_all(g, round_to(g, make2(g, OP_MUL, gr, gr), v->vdt));
 }
 
 static int split_axes(const Var *v) {
@@ -119,12 +130,21 @@ static int split_axes(const Var *v) {
 // one factor per gradient (v set); global_clipnorm: one for all of them,
 // their sums added in groups of the same split axes (v NULL), so that each
 // group's partial sum crosses the mesh once.
+// issue 23: under global_clipnorm with 16-bit gradients (all of one type:
+// check_update16), each gradient's sum is rounded before they are added
+// (global_norm stacks the 16-bit sums and jnp.sum adds those in float32),
+// so each is whole first (ROUND is not linear: the lattice sums a split
+// one on its own).
 static Node *clip_factor(Graph *g, Var *v) {
   if (v) {
     Node *f = make1(g, OP_GRAD_CLIP, sum_squares(g, v));
     f->name = format("clipnorm(%s)", v->path);
+    f->rnd.kind = v->vdt;
     return f;
   }
+  int kind = 0;
+  for (int i = 0; i < g->nvars; i++)
+    if (g->vars[i]->grad) kind = g->vars[i]->vdt;
   int *key = xcalloc(g->nvars, sizeof *key);
   for (int i = 0; i < g->nvars; i++) key[i] = split_axes(g->vars[i]);
   Node *total = NULL;
@@ -136,6 +156,7 @@ static Node *clip_factor(Graph *g, Var *v) {
     for (int j = i; j < g->nvars; j++) {
       if (!g->vars[j]->grad || key[j] != key[i]) continue;
       Node *s = sum_squares(g, g->vars[j]);
+      if (kind) s = round_to(g, s, kind);
       sum = sum ? make2(g, OP_ADD, sum, s) : s;
       if (sum != s) sum->layer = NULL, sum->name = "global_norm"; // no one layer's
     }
@@ -145,24 +166,33 @@ static Node *clip_factor(Graph *g, Var *v) {
   xfree(key);
   Node *f = make1(g, OP_GRAD_CLIP, total);
   f->name = "global_clipnorm";
+  f->rnd.kind = kind;
   f->layer = NULL;
   return f;
 }
 
 // issue 23: a variable kept in 16 bits is updated in its dtype, as Keras's
 // update_step casts the learning rate and gradient to variable.dtype and
-// its slots are of that dtype (ops.c's update_emit), by the optimizers
-// whose every rounding point kdcc follows.
-static void check_update16(const Optimizer *o, const Var *v) {
-  const char *what = o->kind != OPT_SGD && o->kind != OPT_ADAM && o->kind != OPT_ADAMW
-                         ? format("the optimizer %s", o->cls)
-                     : opt_clips(o)  ? "gradient clipping"
-                     : o->loss_scale ? "loss scaling"
-                                     : NULL;
+// its slots are of that dtype (ops.c's update16_emit), by every optimizer
+// kdcc has, with every clipping. What kdcc does not follow: a loss scale
+// (Keras's compile adds a LossScaleOptimizer only under mixed_float16; one
+// in the compile_config with 16-bit variables is not checked against
+// Keras), and global_clipnorm over gradients of different dtypes (Keras
+// stacks their sums, promoting them to float32): other, a trained variable
+// of another dtype than v's, or NULL.
+static const char *dtype_name(int vdt) {
+  return vdt == KDRT_ROUND_BF16 ? "bfloat16" : vdt ? "float16" : "float32";
+}
+
+static void check_update16(const Optimizer *o, const Var *v, const Var *other) {
+  const char *what = o->loss_scale ? "loss scaling" : NULL;
+  if (!what && o->global_clipnorm > 0 && other)
+    what = format("global_clipnorm over gradients of different dtypes ('%s' is %s)",
+                  other->path, dtype_name(other->vdt));
   if (what)
-    error_at(v->loc, "layer '%s': variable '%s' is kept in 16 bits (its dtype policy), and "
-             "kdcc updates such variables as Keras does with SGD, Adam and AdamW, without "
-             "clipping or loss scaling; not with %s yet", v->layer, v->path, what);
+    error_at(v->loc, "layer '%s': variable '%s' is kept in 16 bits (%s, its dtype policy), "
+             "and kdcc updates such variables as Keras does with every optimizer and "
+             "clipping, but not with %s yet", v->layer, v->path, dtype_name(v->vdt), what);
 }
 
 void build_backward(Graph *g) {
@@ -214,7 +244,18 @@ void build_backward(Graph *g) {
     v->grad = v->param->grad;
     v->grad->name = format("grad(%s)", v->path);
     v->nslots = opt_nslots(o);
-    if (v->vdt) check_update16(o, v);
+  }
+  // issue 23: the first trained variable a, the first of another dtype b
+  const Var *a = NULL, *b = NULL;
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    if (!v->grad) continue;
+    if (!a) a = v;
+    else if (!b && v->vdt != a->vdt) b = v;
+  }
+  for (int i = 0; i < g->nvars; i++) {
+    const Var *v = g->vars[i];
+    if (v->grad && v->vdt) check_update16(o, v, !b ? NULL : v->vdt == a->vdt ? b : a);
   }
   if (o->loss_scale) { // issue 23: the loss scale's decision, before any reader of a gradient
     Node *u = op_make(g, OP_UNSCALE, 0, NULL, &(Node){0});

@@ -7,6 +7,7 @@
 // kdrt_<fn>(...) for the C runtime, kdrt_cuda_<fn>(d, ...) for the CUDA one;
 // nothing here or in the emitters knows what an op computes.
 #include "kdcc.h"
+#include "../runtime/kdrt_round.h" // issue 23: accum_init
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -987,8 +988,14 @@ char *slot_init(const Var *v, const char *l) {
   if (o->kind != OPT_ADAGRAD || !v->nslots || o->initial_accumulator_value == 0) return "";
   return format("  kdrt_init_fill(c, P + %s + %lld, %s, KDRT_INIT_CONSTANT, 0, 0, %s, 0, 0); "
                 "// %s's accumulator\n", off_name(v->param),
-                (long long)v->sstride, l,
-                flt(o->initial_accumulator_value), v->path);
+                (long long)v->sstride, l, accum_init(v), v->path);
+}
+
+// Adagrad's first accumulator value for v, as C: a slot of a 16-bit
+// variable is of its dtype (issue 23: the Constant initializer's value cast).
+char *accum_init(const Var *v) {
+  float a = EG->model->opt.initial_accumulator_value;
+  return flt(v->vdt ? kdrt_round_to(v->vdt, a) : a);
 }
 
 // Every field of the kdrt_program, one per line as `<lhs><field> =

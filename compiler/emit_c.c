@@ -83,7 +83,7 @@ static void emit_init(Graph *g) {
         if (*slot_init(w, "")) // Adagrad's accumulator
           out("    kdrt_init_fill(c, P + v[%d].offset + v[%d].stride, &v[%d].layout, "
               "KDRT_INIT_CONSTANT, 0, 0, %s, 0, 0);\n", j, j, j,
-              flt(g->model->opt.initial_accumulator_value));
+              accum_init(w));
       }
       out("  }\n");
       continue;

@@ -1098,6 +1098,7 @@ void emit_program_fields(const char *lhs, const char *end);
 bool vars_in_macro(const VarBlock *vb);
 // init()'s line for v's optimizer slots when they start other than 0, or "".
 char *slot_init(const Var *v, const char *layout);
+char *accum_init(const Var *v);
 
 // ---------------------------------------------------------------- emit_c.c
 void emit_c(Graph *g, FILE *out);

@@ -26,6 +26,7 @@
 // Builders make it with make1 or make2 (op_make, here), which give it its
 // rule's shape.
 #include "ops_impl.h"
+#include "../runtime/kdrt_round.h" // kdrt_round_to: a 16-bit clipvalue (issue 23)
 
 #include <assert.h>
 #include <math.h>
@@ -824,6 +825,11 @@ const OpDef op_BIAS_GRAD = {"bias_grad", 1, 1, false, bias_grad_rule, NULL, bias
 static void grad_clip_emit(const Node *n, Lowering *lw) {
   const Optimizer *o = &EG->model->opt;
   bool global = o->global_clipnorm > 0;
+  if (n->rnd.kind) { // issue 23: of 16-bit gradients (autodiff.c's clip_factor)
+    lower_call(lw, KN_grad_clip_factor16, NULL, "%s, %s, %s, %d, %s", buf(n), buf(n->in[0]),
+               flt(global ? o->global_clipnorm : o->clipnorm), global, round_c(n->rnd.kind));
+    return;
+  }
   lower_call(lw, KN_grad_clip_factor, NULL, "%s, %s, %s, %d", buf(n), buf(n->in[0]),
              flt(global ? o->global_clipnorm : o->clipnorm), global);
 }
@@ -917,6 +923,88 @@ static const char *group_path(const Var *v) {
   return vb ? vb->gen[k] : v->path;
 }
 
+// Nadam's running product u_product at the step: a variable of the first
+// trainable variable's dtype (nadam.py's build, var_list[0].dtype), so
+// 16-bit when that one is (issue 23), and then cast to each variable's.
+static char *nadam_product_c(void) {
+  const char *b1 = opt_const("beta_1");
+  for (int i = 0; i < EG->nvars; i++) {
+    const Var *v = EG->vars[i];
+    if (v->frozen || v->ema_stat) continue;
+    if (v->vdt)
+      return format("kdrt_nadam_product16(c, %s, %s, %s)", b1, opt_step(), round_c(v->vdt));
+    break;
+  }
+  return format("kdrt_nadam_product(c, %s, %s)", b1, opt_step());
+}
+
+// issue 23: the update of a variable kept in 16 bits, in its dtype as
+// Keras 3.15's optimizers compute it (runtime/kdrt_optim.h; read in
+// keras/src/optimizers/*.py and base_optimizer.py): apply() hands
+// update_step gradients of the variable's dtype (JAX differentiates the
+// 16-bit variable), base_optimizer clips them in that dtype (clipvalue:
+// the bound cast, so clipping the float32 sum and rounding after is the
+// same; clipnorm and global_clipnorm: clip_grad16, from GRAD_CLIP's 16-bit
+// factor), _apply_weight_decay decays the variable with lr and wd cast
+// (each kernel's wd), then each update_step casts the learning rate and
+// the gradient to variable.dtype, and its slots, made by
+// add_variable_from_reference, are of that dtype. Every op is a 16-bit op,
+// which XLA computes in float32 and rounds. Nadam's u_product is a variable
+// of the first trainable variable's dtype (nadam.py's build), multiplied in
+// that dtype once a step.
+static void update16_emit(const Node *n, Lowering *lw, const char *w, const char *gr, char **s,
+                          const char *N_c, bool own_clip) {
+  const Var *v = n->var;
+  const Optimizer *o = &EG->model->opt;
+  const char *kind = round_c(v->vdt);
+  char *wd = o->weight_decay != 0 ? opt_const("weight_decay") : flt(0);
+  const char *in16 = format("kept in %s: every step of the update rounded, as Keras's in "
+                            "its dtype", v->vdt == KDRT_ROUND_BF16 ? "bfloat16" : "float16");
+  lw->note = v->ugroup ? format("%s; %s", lw->note, in16) : in16;
+  if (n->nin > 2 && !own_clip) // global_clipnorm's scale, or clipnorm's max(norm, c)
+    lower_call(lw, KN_clip_grad16, NULL, "%s, %s, %s, %s, %s", gr, N_c, buf(n->in[2]),
+               flt(o->clipnorm > 0 ? o->clipnorm : 0), kind);
+  if (o->clipvalue > 0) // clip(g, -c, c), c cast: the bound a 16-bit value
+    lower_call(lw, KN_clip_grad, NULL, "%s, %s, NULL, %s", gr, N_c,
+               flt(kdrt_round_to(v->vdt, o->clipvalue)));
+  char *b1 = opt_const("beta_1"), *b2 = opt_const("beta_2"), *eps = opt_const("epsilon");
+  switch (o->kind) {
+  case OPT_SGD:
+    lower_call(lw, KN_sgd16, NULL, "%s, %s, %s, %s, c->lr, %s, %d, %s, %s", w, gr, s[0], N_c,
+               opt_const("momentum"), o->nesterov, wd, kind);
+    return;
+  case OPT_ADAM: case OPT_ADAMW:
+    lower_call(lw, KN_adam16, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s, %s", w,
+               gr, s[0], s[1], s[2], N_c, b1, b2, eps, wd, opt_step(), kind);
+    return;
+  case OPT_RMSPROP: {
+    bool mom = o->momentum > 0;
+    lower_call(lw, KN_rmsprop16, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s", w,
+               gr, s[0], mom ? s[1] : "NULL", o->centered ? s[1 + mom] : "NULL", N_c,
+               opt_const("rho"), opt_const("momentum"), eps, wd, kind);
+    return;
+  }
+  case OPT_ADAGRAD:
+    lower_call(lw, KN_adagrad16, NULL, "%s, %s, %s, %s, c->lr, %s, %s, %s", w, gr, s[0], N_c,
+               eps, wd, kind);
+    return;
+  case OPT_ADAMAX:
+    lower_call(lw, KN_adamax16, NULL, "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s, %s", w, gr,
+               s[0], s[1], N_c, b1, b2, eps, wd, opt_step(), kind);
+    return;
+  case OPT_NADAM:
+    lower_call(lw, KN_nadam16, NULL, "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s, %s, %s", w,
+               gr, s[0], s[1], N_c, b1, b2, eps, wd, opt_step(), nadam_product_c(), kind);
+    return;
+  case OPT_LION:
+    lower_call(lw, KN_lion16, NULL, "%s, %s, %s, %s, c->lr, %s, %s, %s, %s", w, gr, s[0], N_c,
+               b1, b2, wd, kind);
+    return;
+  case OPT_COUNT: break;
+  }
+  unreachable();
+}
+
 static void update_emit(const Node *n, Lowering *lw) {
   const Var *v = n->var;
   if (v->ema_stat) { // issue 11: moving statistics, Keras's momentum
@@ -941,7 +1029,10 @@ static void update_emit(const Node *n, Lowering *lw) {
   if (v->ugroup) {
     const UpdGroup *ug = &EG->ugroups[v->ugroup - 1];
     const Var *a = EG->vars[ug->first], *z = EG->vars[ug->last];
-    if (own_clip) // clipped before the group's call reads it
+    if (own_clip && v->vdt) // clipped before the group's call reads it
+      lower_call(lw, KN_clip_grad16, NULL, "%s, %lld, %s, %s, %s", gr, N, buf(n->in[2]),
+                 flt(o->clipnorm), round_c(v->vdt));
+    else if (own_clip)
       lower_call(lw, KN_clip_grad, NULL, "%s, %lld, %s, %s", gr, N, buf(n->in[2]), flt(0));
     if (n != ug->leader) {
       if (!own_clip) lw->loop = NULL; // (nothing to guard)
@@ -960,19 +1051,7 @@ static void update_emit(const Node *n, Lowering *lw) {
       s[k] = format("(P + %s + %d * %s)", off_name(a->param), k + 1, N_c);
   } else own_clip = false;
   if (v->vdt) { // issue 23: in its 16-bit dtype (autodiff.c's check_update16), decay included
-    const char *kind = v->vdt == KDRT_ROUND_BF16 ? "KDRT_ROUND_BF16" : "KDRT_ROUND_F16";
-    char *wd = o->weight_decay != 0 ? opt_const("weight_decay") : flt(0);
-    const char *in16 = format("kept in %s: every step of the update rounded, as Keras's in "
-                              "its dtype", v->vdt == KDRT_ROUND_BF16 ? "bfloat16" : "float16");
-    lw->note = v->ugroup ? format("%s; %s", lw->note, in16) : in16;
-    if (o->kind == OPT_SGD)
-      lower_call(lw, KN_sgd16, NULL, "%s, %s, %s, %s, c->lr, %s, %d, %s, %s", w, gr, s[0],
-                 N_c, opt_const("momentum"), o->nesterov, wd, kind);
-    else
-      lower_call(lw, KN_adam16, NULL,
-                 "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s, %s", w, gr, s[0], s[1], s[2],
-                 N_c, opt_const("beta_1"), opt_const("beta_2"), opt_const("epsilon"), wd,
-                 opt_step(), kind);
+    update16_emit(n, lw, w, gr, s, N_c, own_clip);
     return;
   }
   if ((n->nin > 2 && !own_clip) || o->clipvalue > 0)
@@ -1014,8 +1093,8 @@ static void update_emit(const Node *n, Lowering *lw) {
     return;
   case OPT_NADAM:
     lower_call(lw, KN_nadam, NULL,
-               "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, kdrt_nadam_product(c, %s, %s)", w,
-               gr, s[0], s[1], N_c, b1, b2, eps, opt_step(), b1, opt_step());
+               "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s", w, gr, s[0], s[1], N_c, b1, b2,
+               eps, opt_step(), nadam_product_c());
     return;
   case OPT_LION:
     lower_call(lw, KN_lion, NULL, "%s, %s, %s, %s, c->lr, %s, %s", w, gr, s[0], N_c, b1,
@@ -1130,9 +1209,13 @@ static void train_select_emit(const Node *n, Lowering *lw) {
 // issue 11: a weight constraint's scale per norm vector (kdrt_clip_norm);
 // after the update, so never differentiated.
 static void clip_norm_emit(const Node *n, Lowering *lw) {
-  lower_call(lw, KN_clip_norm, NULL, "%s, %s, %s, %s, %s, %s, %s", buf(n), buf(n->in[0]),
-             elems_c(n), flt(n->clip.lo), flt(n->clip.hi), flt(n->clip.rate),
-             flt((float)(1.0 - n->clip.rate)));
+  char *args = format("%s, %s, %s, %s, %s, %s, %s", buf(n), buf(n->in[0]), elems_c(n),
+                      flt(n->clip.lo), flt(n->clip.hi), flt(n->clip.rate),
+                      flt((float)(1.0 - n->clip.rate)));
+  if (n->clip.kind) // issue 23: a 16-bit variable's, in its dtype
+    lower_call(lw, KN_clip_norm16, NULL, "%s, %s", args, round_c(n->clip.kind));
+  else
+    lower_call(lw, KN_clip_norm, NULL, "%s", args);
 }
 
 const OpDef op_CLIP_NORM = {"clip_norm", 1, 0, false, rule_elementwise, NULL, clip_norm_emit,

@@ -473,6 +473,7 @@ float kdrt_schedule_lr(const kdrt_schedule *s, int64_t step);
 // Nadam's product of its momentum schedule over steps 1..t, kept in c
 // from one step to the next (recomputed after a resume).
 float kdrt_nadam_product(kdrt_ctx *c, float b1, int64_t t);
+float kdrt_nadam_product16(kdrt_ctx *c, float b1, int64_t t, int kind); // issue 23
 // issue 23: Keras's LossScaleOptimizer's decision on a step whose gradients
 // held `bad` non-finite values on this rank (collective: any rank's make
 // the step a skipped one everywhere). Finite: c->apply_update set, the

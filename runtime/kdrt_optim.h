@@ -173,6 +173,175 @@ static inline KDRT_HD float kdrt_adam16_at(float w, const float *g, float *m, fl
   float den = R16(R16(sqrtf(vi)) + k.eps);
   return R16(w - R16(R16(mi * k.alpha) / den));
 }
+
+// RMSprop (keras/src/optimizers/rmsprop.py): rho, momentum and epsilon
+// cast, c = 1 - rho a Python float cast; velocity = rho*v + c*g^2,
+// centered: average_grad = rho*a + c*g and the denominator (v - a^2) + eps,
+// else v + eps; increment = lr*g / sqrt(den); momentum: m = momentum*m +
+// increment, w -= m.
+static inline KDRT_HD float kdrt_rmsprop16_at(float w, const float *g, float *v, float *m,
+                                              float *a, size_t i, float lr, float rho, float c,
+                                              float momentum, float eps, int kind) {
+  float gi = R16(g[i]);
+  float vi = R16(R16(rho * v[i]) + R16(c * R16(gi * gi)));
+  v[i] = vi;
+  float den = R16(vi + eps);
+  if (a) {
+    float ai = R16(R16(rho * a[i]) + R16(c * gi));
+    a[i] = ai;
+    den = R16(R16(vi - R16(ai * ai)) + eps);
+  }
+  float inc = R16(R16(lr * gi) / R16(sqrtf(den)));
+  if (m) inc = m[i] = R16(R16(momentum * m[i]) + inc);
+  return R16(w - inc);
+}
+
+// x / d, d a scalar (the same for every element): under float16 XLA's
+// algebraic simplifier makes it x times the reciprocal, which it rounds to
+// float16 (Keras's float16 runs, eager and jit, as tests/sh/opt16.sh
+// measures); bfloat16's reciprocal it keeps in float32, which rounds as the
+// division does (opt16.sh: equal).
+static inline KDRT_HD float kdrt_div16s(float x, float d, int kind) {
+  return kind == KDRT_ROUND_F16 ? R16(x * R16(1.0f / d)) : R16(x / d);
+}
+
+// Adagrad: accumulator += g^2 (its first value, initial_accumulator_value,
+// cast too: emit.c's slot_init); w -= lr*g / sqrt(accumulator + eps).
+static inline KDRT_HD float kdrt_adagrad16_at(float w, const float *g, float *acc, size_t i,
+                                              float lr, float eps, int kind) {
+  float gi = R16(g[i]), ai = R16(acc[i] + R16(gi * gi));
+  acc[i] = ai;
+  return R16(w - R16(R16(lr * gi) / R16(sqrtf(R16(ai + eps)))));
+}
+
+// Adamax's and Nadam's step scalars in 16 bits (kdrt_adamax16_coef,
+// kdrt_nadam16_coef), every one of them cast or rounded as Keras forms it.
+typedef struct {
+  float c1, b2, eps, bias;
+} kdrt_adamax16_k;
+
+// Adamax: the step cast, b1^t of the cast b1, bias = 1 - b1^t; 1 - b1 a
+// Python float cast.
+static inline KDRT_HD kdrt_adamax16_k kdrt_adamax16_coef(float b1, float b2, float eps,
+                                                         int64_t t, int kind) {
+  float p1 = R16((float)pow((double)R16(b1), (double)R16((float)t)));
+  kdrt_adamax16_k k = {R16((float)(1.0 - (double)b1)), R16(b2), R16(eps), R16(1.0f - p1)};
+  return k;
+}
+
+// m += (g - m) * (1 - b1); u = max(b2*u, |g|); w -= lr*m / (bias * (u + eps)).
+static inline KDRT_HD float kdrt_adamax16_at(float w, const float *g, float *m, float *u,
+                                             size_t i, float lr, kdrt_adamax16_k k, int kind) {
+  float gi = R16(g[i]);
+  float mi = R16(m[i] + R16(R16(gi - m[i]) * k.c1));
+  float ui = fmaxf(R16(k.b2 * u[i]), fabsf(gi));
+  m[i] = mi;
+  u[i] = ui;
+  return R16(w - R16(R16(lr * mi) / R16(k.bias * R16(ui + k.eps))));
+}
+
+// Nadam: u_t = b1 * (1 - 0.5 * 0.96^t) at t and t + 1 (the steps, 0.96
+// and the betas cast), the running product u_prod (its own dtype's,
+// kdrt_nadam_product16 or the float32 one) cast, then kdrt_nadam_k's
+// scalars: u_next, 1 - u_prod*u_next, 1 - u_t, 1 - u_prod, 1 - b2^t; and
+// here 1 - b1, 1 - b2 of the cast betas (tensors, not Python floats).
+typedef struct {
+  kdrt_nadam_k k;
+  float c1, c2, eps;
+} kdrt_nadam16_k;
+
+static inline KDRT_HD float kdrt_nadam16_u(float b1, int64_t t, int kind) {
+  float p = R16((float)pow((double)R16(0.96f), (double)R16((float)t)));
+  return R16(R16(b1) * R16(1.0f - R16(0.5f * p)));
+}
+
+static inline KDRT_HD kdrt_nadam16_k kdrt_nadam16_coef(float b1, float b2, float eps, int64_t t,
+                                                       float u_prod, int kind) {
+  const float u_t = kdrt_nadam16_u(b1, t, kind), u_next = kdrt_nadam16_u(b1, t + 1, kind);
+  const float up = R16(u_prod), up_next = R16(up * u_next);
+  const float p2 = R16((float)pow((double)R16(b2), (double)R16((float)t)));
+  kdrt_nadam16_k k = {{u_next, R16(1.0f - up_next), R16(1.0f - u_t), R16(1.0f - up),
+                       R16(1.0f - p2)},
+                      R16(1.0f - R16(b1)), R16(1.0f - R16(b2)), R16(eps)};
+  return k;
+}
+
+// m += (g - m) * c1; v += (g^2 - v) * c2; m_hat = u_next*m / (1 -
+// u_prod*u_next) + (1 - u_t)*g / (1 - u_prod); v_hat = v / (1 - b2^t)
+// (three divisions by scalars: kdrt_div16s); w -= m_hat*lr / (sqrt(v_hat) + eps).
+static inline KDRT_HD float kdrt_nadam16_at(float w, const float *g, float *m, float *v,
+                                            size_t i, float lr, kdrt_nadam16_k k, int kind) {
+  float gi = R16(g[i]);
+  float mi = R16(m[i] + R16(R16(gi - m[i]) * k.c1));
+  float vi = R16(v[i] + R16(R16(R16(gi * gi) - v[i]) * k.c2));
+  m[i] = mi;
+  v[i] = vi;
+  float mhat = R16(kdrt_div16s(R16(k.k.u_next * mi), k.k.d1, kind) +
+                   kdrt_div16s(R16(k.k.k2 * gi), k.k.d2, kind));
+  float vhat = kdrt_div16s(vi, k.k.bias2, kind);
+  return R16(w - R16(R16(mhat * lr) / R16(R16(sqrtf(vhat)) + k.eps)));
+}
+
+// Lion: b1, b2 cast, c1 = 1 - b1, c2 = 1 - b2 of the cast betas;
+// w -= lr * sign(m*b1 + g*c1), then m = m*b2 + g*c2 (lr * ±1 is exact).
+static inline KDRT_HD float kdrt_lion16_at(float w, const float *g, float *m, size_t i, float lr,
+                                           float b1, float c1, float b2, float c2, int kind) {
+  float gi = R16(g[i]), d = R16(R16(m[i] * b1) + R16(gi * c1));
+  m[i] = R16(R16(m[i] * b2) + R16(gi * c2));
+  return R16(w - lr * (float)((d > 0.0f) - (d < 0.0f)));
+}
+
+// Nadam's running product (nadam.py's _backend_update_step, once a step
+// before the updates) in the 16-bit dtype of the model's first trainable
+// variable, which Keras makes it: u = u * b1 * (1 - 0.5 * 0.96^t), each op
+// rounded (0.96, b1 and the step cast).
+static inline KDRT_HD float kdrt_nadam16_next(float u, float b1, int64_t t, int kind) {
+  float p = R16((float)pow((double)R16(0.96f), (double)R16((float)t)));
+  return R16(R16(u * R16(b1)) * R16(1.0f - R16(0.5f * p)));
+}
+
+// Clipping in 16 bits (base_optimizer's _clip_gradients on the gradients,
+// which are of the variable's dtype): clipnorm's _clip_by_norm, per
+// gradient, l2sum = sum(g^2) (jnp.sum adds 16-bit values in float32 and
+// rounds the sum: s, the float32 sum of the rounded squares, rounded
+// here), l2norm = sqrt(l2sum) where l2sum > 0 (else l2sum), and g * c /
+// max(l2norm, c), c cast; global_clipnorm's clip_by_global_norm, the
+// norm sqrt(sum of each gradient's rounded sum) and the scale c * min(1 /
+// norm, 1 / c) + (norm - norm), g * scale. kdrt_clip_factor16 is the
+// denominator max(l2norm, c) (clipnorm) or the scale (global), from s;
+// kdrt_clip16 clips one gradient by it (c16: clipnorm cast; 0: global).
+// clipvalue needs nothing of its own: clip(g, -c, c) to a cast c is the
+// same as clipping first and rounding after (ops.c's update_emit).
+static inline KDRT_HD float kdrt_clip_factor16(float s, float c, int global, int kind) {
+  const float l2 = R16(s), c16 = R16(c);
+  if (!global) {
+    float norm = l2 > 0.0f ? R16(sqrtf(l2)) : l2;
+    return isnan(norm) ? norm : fmaxf(norm, c16); // jnp.maximum keeps a NaN
+  }
+  const float norm = R16(sqrtf(l2)), inv = R16(1.0f / norm);
+  const float m = isnan(inv) ? inv : fminf(inv, R16((float)(1.0 / (double)c)));
+  return R16(R16(c16 * m) + R16(norm - norm));
+}
+
+static inline KDRT_HD float kdrt_clip16(float g, float f, float c16, int kind) {
+  return c16 > 0.0f ? kdrt_div16s(R16(R16(g) * c16), f, kind) : R16(R16(g) * f);
+}
+
+// A weight constraint's scale on a 16-bit variable (keras/src/constraints/
+// constraints.py, applied by the optimizer after the updates, in the
+// variable's dtype): norms = sqrt(sum(w^2)) (s, the float32 sum of the
+// rounded squares, rounded as jnp.sum does), desired = rate * clip(norms,
+// lo, hi) + (1 - rate) * norms, desired / (epsilon + norms), each op
+// rounded, every constant cast; then w times it, rounded (autodiff.c's
+// constrain). MaxNorm is rate 1, lo 0: desired = clip(norms, 0, hi)
+// exactly. UnitNorm (w / (epsilon + norms), a division) kdcc refuses.
+static inline KDRT_HD float kdrt_clip_norm16_1(float s, float lo, float hi, float rate, float rest,
+                                             int kind) {
+  const float norm = R16(sqrtf(R16(s)));
+  const float desired =
+      R16(R16(R16(rate) * fminf(fmaxf(norm, R16(lo)), R16(hi))) + R16(R16(rest) * norm));
+  return R16(desired / R16(R16(1e-7f) + norm));
+}
 #undef R16
 
 // ---- gradient clipping and loss scaling

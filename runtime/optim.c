@@ -179,6 +179,88 @@ void kdrt_adam16(float *w, const float *g, float *m, float *v, float *vhat, size
   }
 }
 
+// The 16-bit weight decay of element i, or w[i] (wd 0: Keras's None).
+static inline float decayed16(const float *w, size_t i, float wd16, float lr16, int kind) {
+  return wd16 != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
+}
+
+void kdrt_rmsprop16(float *w, const float *g, float *v, float *m, float *a, size_t n, float lr,
+                    float rho, float momentum, float eps, float wd, int kind) {
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  const float rho16 = kdrt_round_to(kind, rho), mom16 = kdrt_round_to(kind, momentum);
+  const float c = kdrt_round_to(kind, (float)(1.0 - (double)rho));
+  const float eps16 = kdrt_round_to(kind, eps);
+  KD_PAR_FOR(n)
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_rmsprop16_at(decayed16(w, i, wd16, lr16, kind), g, v, m, a, i, lr16, rho16, c,
+                             mom16, eps16, kind);
+}
+
+void kdrt_adagrad16(float *w, const float *g, float *acc, size_t n, float lr, float eps, float wd,
+                    int kind) {
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  const float eps16 = kdrt_round_to(kind, eps);
+  KD_PAR_FOR(n)
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_adagrad16_at(decayed16(w, i, wd16, lr16, kind), g, acc, i, lr16, eps16, kind);
+}
+
+void kdrt_adamax16(float *w, const float *g, float *m, float *u, size_t n, float lr, float b1,
+                   float b2, float eps, float wd, int64_t t, int kind) {
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  const kdrt_adamax16_k k = kdrt_adamax16_coef(b1, b2, eps, t, kind);
+  KD_PAR_FOR(n)
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_adamax16_at(decayed16(w, i, wd16, lr16, kind), g, m, u, i, lr16, k, kind);
+}
+
+// Nadam's running product in 16 bits (kdrt_nadam16_next), kept where the
+// float32 one is: a program has one of the two.
+float kdrt_nadam_product16(kdrt_ctx *c, float b1, int64_t t, int kind) {
+  if (c->nadam_step > t || c->nadam_step == 0) c->nadam_step = 0, c->nadam_u = 1.0f;
+  while (c->nadam_step < t) {
+    c->nadam_step++;
+    c->nadam_u = kdrt_nadam16_next(c->nadam_u, b1, c->nadam_step, kind);
+  }
+  return c->nadam_u;
+}
+
+void kdrt_nadam16(float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                  float b2, float eps, float wd, int64_t t, float u_prod, int kind) {
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  const kdrt_nadam16_k k = kdrt_nadam16_coef(b1, b2, eps, t, u_prod, kind);
+  KD_PAR_FOR(n)
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_nadam16_at(decayed16(w, i, wd16, lr16, kind), g, m, v, i, lr16, k, kind);
+}
+
+void kdrt_lion16(float *w, const float *g, float *m, size_t n, float lr, float b1, float b2,
+                 float wd, int kind) {
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  const float b116 = kdrt_round_to(kind, b1), b216 = kdrt_round_to(kind, b2);
+  const float c1 = kdrt_round_to(kind, 1.0f - b116), c2 = kdrt_round_to(kind, 1.0f - b216);
+  KD_PAR_FOR(n)
+  for (size_t i = 0; i < n; i++)
+    w[i] = kdrt_lion16_at(decayed16(w, i, wd16, lr16, kind), g, m, i, lr16, b116, c1, b216, c2,
+                          kind);
+}
+
+void kdrt_clip_grad16(float *g, size_t n, const float *f, float clipnorm, int kind) {
+  const float k = f[0], c16 = kdrt_round_to(kind, clipnorm);
+  KD_PAR_FOR(n)
+  for (size_t i = 0; i < n; i++)
+    g[i] = kdrt_clip16(g[i], k, c16, kind);
+}
+
+void kdrt_clip_norm16(float *f, const float *s, size_t n, float lo, float hi, float rate,
+                      float rest, int kind) {
+  for (size_t i = 0; i < n; i++) f[i] = kdrt_clip_norm16_1(s[i], lo, hi, rate, rest, kind);
+}
+
+void kdrt_grad_clip_factor16(float *f, const float *s, float c, int global, int kind) {
+  f[0] = kdrt_clip_factor16(s[0], c, global, kind);
+}
+
 void kdrt_weight_decay(float *w, size_t n, float lr, float wd) {
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++)

@@ -224,15 +224,35 @@ Test(graph, bfloat16_variables) {
   g = graph_of("models/seed_mlp.json");
   opt_dtype_policy = NULL;
   for (int i = 0; i < g->nvars; i++) cr_assert_eq(g->vars[i]->vdt, 0, "mixed: float32 variables");
-  expect_error("tests/bad/bf16_rmsprop.json", NULL,
-               "tests/bad/bf16_rmsprop.json:26:4: error: layer 'd1': variable 'd1/kernel' is "
-               "kept in 16 bits (its dtype policy), and kdcc updates such variables as Keras "
-               "does with SGD, Adam and AdamW, without clipping or loss scaling; not with the "
-               "optimizer RMSprop yet\n");
-  expect_error("tests/bad/bf16_regularized.json", NULL,
-               "tests/bad/bf16_regularized.json:142:4: error: layer 'd2': variable 'd2/kernel' "
-               "is kept in 16 bits (its dtype policy), and kdcc does not follow Keras's 16-bit "
-               "regularizer of it yet\n");
+  // every optimizer, clipping, regularizer and constraint but these (the
+  // keras_ref cases bf16_*_mlp, bf16_adamax_reg, f16_adagrad_mlp check them)
+  expect_error("tests/bad/bf16_loss_scale.json", NULL,
+               "tests/bad/bf16_loss_scale.json:26:4: error: layer 'd1': variable 'd1/kernel' is "
+               "kept in 16 bits (bfloat16, its dtype policy), and kdcc updates such variables as "
+               "Keras does with every optimizer and clipping, but not with loss scaling yet\n");
+  expect_error("tests/bad/bf16_mixed_global_clip.json", NULL,
+               "tests/bad/bf16_mixed_global_clip.json:26:4: error: layer 'd1': variable "
+               "'d1/kernel' is kept in 16 bits (bfloat16, its dtype policy), and kdcc updates "
+               "such variables as Keras does with every optimizer and clipping, but not with "
+               "global_clipnorm over gradients of different dtypes ('d2/kernel' is float32) "
+               "yet\n");
+  expect_error("tests/bad/bf16_unit_norm.json", NULL,
+               "tests/bad/bf16_unit_norm.json:178:27: error: layer 'd2': variable 'd2/kernel' is "
+               "kept in 16 bits (its dtype policy), and kdcc does not follow Keras's 16-bit "
+               "UnitNorm of it yet (MaxNorm, MinMaxNorm and NonNeg it does)\n");
+  expect_error("tests/bad/bf16_activity.json", NULL,
+               "tests/bad/bf16_activity.json:142:4: error: layer 'd2': its activity_regularizer "
+               "under a 16-bit dtype policy (bfloat16) is not supported yet (kdcc follows "
+               "Keras's 16-bit penalties of variables, not of outputs)\n");
+  // a 16-bit variable's penalty is computed in its dtype (vars.c's penalty):
+  // it reads the kernel through a ROUND of its own (and the square through
+  // another), its square, sum and product with l2 each rounded
+  g = graph_of("tests/good/bf16_regularized.json");
+  const Node *p = g->penalty;
+  cr_assert(p && p->op == OP_ROUND, "the penalty is rounded");
+  int rounds = 0;
+  for (const Node *x = p; x->nin; x = x->in[0]) rounds += x->op == OP_ROUND;
+  cr_assert_eq(rounds, 5, "round(l2 * round(sum(round(round(round(w))^2))))");
 }
 
 // issue 23's storage in 16 bits (store16.c), the whole pipeline: under

@@ -1145,6 +1145,157 @@ Test(optim, sixteen_bit) {
   cr_expect_eq(w, 0.94921875f, "%.9g", w);
 }
 
+// issue 23: RMSprop (centered, momentum), Adagrad, Adamax, Nadam, Lion and
+// the 16-bit clipping against a reference written here from Keras 3.15's
+// update_step (keras/src/optimizers/*.py): each op in double on 16-bit
+// values, its result rounded to float32 then to the 16-bit type (R), which
+// is what XLA's float32 op and its cast give (double rounding is exact for
+// + - * / sqrt of floats), every constant cast as Keras casts it. The
+// kernels must give the same bits, over 3 steps, each slot too.
+static int rkind; // the type R rounds to
+static double R(double x) { return kdrt_round_to(rkind, (float)x); }
+static double sgn(double x) { return (double)((x > 0) - (x < 0)); }
+// x / d, d a scalar: XLA's float16 program multiplies by its rounded
+// reciprocal (tests/sh/opt16.sh checks against Keras's own)
+static double div_s(double x, double d) {
+  return rkind == KDRT_ROUND_F16 ? R(x * R(1.0 / d)) : R(x / d);
+}
+
+static void ref_opt16(int which, double *w, const double *g0, double *m, double *v, double *a,
+                      size_t n, double lr0, int64_t t, double *u_prod) {
+  const double lr = R(lr0), eps = R(1e-7);
+  const double b1 = 0.9, b2 = 0.99, rho = 0.9, mom = 0.5;
+  const double tt = R((double)t);
+  if (which == 3) { // Nadam's u_product, once a step, in the 16-bit dtype
+    *u_prod = R(R(*u_prod * R(b1)) * R(1.0 - R(0.5 * R(pow(R(0.96), tt)))));
+  }
+  for (size_t i = 0; i < n; i++) {
+    double g = R(g0[i]), nw;
+    switch (which) {
+    case 0: { // RMSprop, centered, momentum
+      v[i] = R(R(R(rho) * v[i]) + R(R(1.0 - rho) * R(g * g)));
+      a[i] = R(R(R(rho) * a[i]) + R(R(1.0 - rho) * g));
+      double den = R(R(v[i] - R(a[i] * a[i])) + eps);
+      double inc = R(R(lr * g) / R(sqrt(den)));
+      m[i] = R(R(R(mom) * m[i]) + inc);
+      nw = R(w[i] - m[i]);
+      break;
+    }
+    case 1: // Adagrad
+      v[i] = R(v[i] + R(g * g));
+      nw = R(w[i] - R(R(lr * g) / R(sqrt(R(v[i] + eps)))));
+      break;
+    case 2: { // Adamax
+      double bp = R(pow(R(b1), tt));
+      m[i] = R(m[i] + R(R(g - m[i]) * R(1.0 - b1)));
+      v[i] = fmax(R(R(b2) * v[i]), fabs(g));
+      nw = R(w[i] - R(R(lr * m[i]) / R(R(1.0 - bp) * R(v[i] + eps))));
+      break;
+    }
+    case 3: { // Nadam
+      double B1 = R(b1), B2 = R(b2), d = R(0.96), nt = R((double)(t + 1));
+      double u_t = R(B1 * R(1.0 - R(0.5 * R(pow(d, tt)))));
+      double u_t1 = R(B1 * R(1.0 - R(0.5 * R(pow(d, nt)))));
+      double up = R(*u_prod), up1 = R(up * u_t1), b2p = R(pow(B2, tt));
+      m[i] = R(m[i] + R(R(g - m[i]) * R(1.0 - B1)));
+      v[i] = R(v[i] + R(R(R(g * g) - v[i]) * R(1.0 - B2)));
+      double mh = R(div_s(R(u_t1 * m[i]), R(1.0 - up1)) + div_s(R(R(1.0 - u_t) * g), R(1.0 - up)));
+      double vh = div_s(v[i], R(1.0 - b2p));
+      nw = R(w[i] - R(R(mh * lr) / R(R(sqrt(vh)) + eps)));
+      break;
+    }
+    default: { // Lion
+      double B1 = R(b1), B2 = R(b2);
+      double c = R(R(m[i] * B1) + R(g * R(1.0 - B1)));
+      nw = R(w[i] - R(lr * sgn(c)));
+      m[i] = R(R(m[i] * B2) + R(g * R(1.0 - B2)));
+      break;
+    }
+    }
+    w[i] = nw;
+  }
+}
+
+Test(optim, sixteen_bit_others) {
+  enum { N = 301 };
+  static const char *const name[] = {"rmsprop", "adagrad", "adamax", "nadam", "lion"};
+  for (rkind = KDRT_ROUND_BF16; rkind <= KDRT_ROUND_F16; rkind++)
+    for (int which = 0; which < 5; which++) {
+      float w[N], m[N], v[N], a[N], g[N];
+      double dw[N], dm[N], dv[N], da[N], dg[N], du = 1.0;
+      for (int i = 0; i < N; i++) {
+        dw[i] = w[i] = kdrt_round_to(rkind, frand(-1, 1));
+        dm[i] = m[i] = dv[i] = v[i] = da[i] = a[i] = 0;
+        if (which == 1) dv[i] = v[i] = kdrt_round_to(rkind, 0.1f); // the first accumulator
+      }
+      kdrt_ctx c;
+      memset(&c, 0, sizeof c);
+      for (int64_t t = 1; t <= 3; t++) {
+        for (int i = 0; i < N; i++) dg[i] = g[i] = frand(-0.5f, 0.5f) * (i % 7 ? 1 : 1e-3f);
+        ref_opt16(which, dw, dg, dm, dv, da, N, 0.01, t, &du);
+        switch (which) {
+        case 0: kdrt_rmsprop16(w, g, v, m, a, N, 0.01f, 0.9f, 0.5f, 1e-7f, 0, rkind); break;
+        case 1: kdrt_adagrad16(w, g, v, N, 0.01f, 1e-7f, 0, rkind); break;
+        case 2: kdrt_adamax16(w, g, m, v, N, 0.01f, 0.9f, 0.99f, 1e-7f, 0, t, rkind); break;
+        case 3:
+          kdrt_nadam16(w, g, m, v, N, 0.01f, 0.9f, 0.99f, 1e-7f, 0, t,
+                       kdrt_nadam_product16(&c, 0.9f, t, rkind), rkind);
+          break;
+        default: kdrt_lion16(w, g, m, N, 0.01f, 0.9f, 0.99f, 0, rkind); break;
+        }
+      }
+      int bad = 0, not16 = 0;
+      for (int i = 0; i < N; i++) {
+        bad += w[i] != (float)dw[i] || m[i] != (float)dm[i] || v[i] != (float)dv[i] ||
+               a[i] != (float)da[i];
+        not16 += w[i] != kdrt_round_to(rkind, w[i]);
+      }
+      cr_expect_eq(bad, 0, "%s %s: %d of %d elements differ from the reference (w[0] %.9g, "
+                   "ref %.9g)", name[which], rkind == KDRT_ROUND_F16 ? "float16" : "bfloat16",
+                   bad, N, w[0], dw[0]);
+      cr_expect_eq(not16, 0, "%s: weights not 16-bit values", name[which]);
+    }
+  rkind = KDRT_ROUND_BF16;
+  // weight decay first, in 16 bits (base_optimizer's): a zero gradient and
+  // Lion's zero momentum leave w - w * bf16(.5) * bf16(.1) = 243/256
+  float w = 1, m = 0, zero = 0;
+  kdrt_lion16(&w, &zero, &m, 1, 0.1f, 0.9f, 0.99f, 0.5f, KDRT_ROUND_BF16);
+  cr_expect_eq(w, 0.94921875f, "%.9g", w);
+}
+
+// issue 23: clipnorm, global_clipnorm in 16 bits: the factor from the sum of
+// the rounded squares, then the gradient (a reference from Keras's
+// _clip_by_norm and clip_by_global_norm, as above).
+Test(optim, sixteen_bit_clip) {
+  enum { N = 97 };
+  rkind = KDRT_ROUND_BF16;
+  float g[N], f;
+  double dg[N], s = 0;
+  for (int global = 0; global <= 1; global++) {
+    s = 0;
+    for (int i = 0; i < N; i++) {
+      dg[i] = g[i] = kdrt_round_to(rkind, frand(-1, 1));
+      s += R(dg[i] * dg[i]); // (the kernel's sum is float32: these are exact enough)
+    }
+    float fs = (float)s;
+    kdrt_grad_clip_factor16(&f, &fs, 1.5f, global, rkind);
+    double l2 = R(fs), norm = R(sqrt(l2)), c = R(1.5), k;
+    k = global ? R(R(c * fmin(R(1.0 / norm), R(1.0 / 1.5))) + R(norm - norm)) : fmax(norm, c);
+    cr_expect_eq(f, (float)k, "global %d: factor %.9g, ref %.9g", global, f, k);
+    cr_expect(global ? f < 1.0f : f > 1.5f, "the norm (%.9g) is above 1.5: clipped", f);
+    kdrt_clip_grad16(g, N, &f, global ? 0.0f : 1.5f, rkind);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+      bad += g[i] != (float)(global ? R(dg[i] * k) : R(R(dg[i] * c) / k));
+    cr_expect_eq(bad, 0, "global %d: %d gradients differ", global, bad);
+  }
+  // a zero gradient: clipnorm's norm is 0 (no NaN), the gradient stays 0
+  float zero = 0, s0 = 0;
+  kdrt_grad_clip_factor16(&f, &s0, 1.0f, 0, rkind);
+  kdrt_clip_grad16(&zero, 1, &f, 1.0f, rkind);
+  cr_expect_eq(zero, 0.0f);
+}
+
 Test(optim, rmsprop) {
   // rho .9, eps 1e-7 (inside the sqrt).
   // t=1: v = .1, inc = .1 / sqrt(.1000001) = .3162276 -> w = .6837724

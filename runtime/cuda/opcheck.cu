@@ -1616,6 +1616,84 @@ static void check_optim(void) {
   }
 }
 
+// issue 23: the 16-bit updates (RMSprop centered with momentum, Adagrad,
+// Adamax, Nadam, Lion, each with weight decay) and clippings (clipnorm,
+// global_clipnorm, a constraint's scale) in bfloat16 and float16: bit for
+// bit the CPU's, over 3 steps, every slot too.
+static void check_optim16(void) {
+  const size_t n = 4099;
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++)
+    for (int which = 0; which < 5; which++) {
+      float *hw = hrand(n, -1, 1), *hm = hzero(n), *hv = hzero(n), *ha = hzero(n);
+      kdrt_round(kind, hw, hw, n);
+      if (which == 1) kdrt_fill(hv, kdrt_round_to(kind, 0.1f), n); // Adagrad's accumulator
+      float *w = dev(hw, n), *m = dev(hm, n), *v = dev(hv, n), *a = dev(ha, n);
+      const char *name = "";
+      kdrt_ctx c;
+      memset(&c, 0, sizeof c);
+      for (int t = 1; t <= 3; t++) {
+        float *hg = hrand(n, -0.5f, 0.5f), *g = dev(hg, n);
+        switch (which) {
+        case 0: name = "rmsprop16";
+          kdrt_rmsprop16(hw, hg, hv, hm, ha, n, 1e-2f, 0.9f, 0.5f, 1e-7f, 4e-3f, kind);
+          kdrt_cuda_rmsprop16(D, w, g, v, m, a, n, 1e-2f, 0.9f, 0.5f, 1e-7f, 4e-3f, kind); break;
+        case 1: name = "adagrad16";
+          kdrt_adagrad16(hw, hg, hv, n, 1e-2f, 1e-7f, 4e-3f, kind);
+          kdrt_cuda_adagrad16(D, w, g, v, n, 1e-2f, 1e-7f, 4e-3f, kind); break;
+        case 2: name = "adamax16";
+          kdrt_adamax16(hw, hg, hm, hv, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, kind);
+          kdrt_cuda_adamax16(D, w, g, m, v, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, kind); break;
+        case 3: {
+          name = "nadam16";
+          float u = kdrt_nadam_product16(&c, 0.9f, t, kind);
+          kdrt_nadam16(hw, hg, hm, hv, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, u, kind);
+          kdrt_cuda_nadam16(D, w, g, m, v, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, u, kind);
+          break;
+        }
+        default: name = "lion16";
+          kdrt_lion16(hw, hg, hm, n, 1e-2f, 0.9f, 0.99f, 4e-3f, kind);
+          kdrt_cuda_lion16(D, w, g, m, n, 1e-2f, 0.9f, 0.99f, 4e-3f, kind); break;
+        }
+        kdrt_cuda_free(g), free(hg);
+      }
+      char full[96];
+      const char *t = kind == KDRT_ROUND_F16 ? "float16" : "bfloat16";
+      snprintf(full, sizeof full, "%s %s (3 steps): weights", name, t);
+      check(full, w, hw, n, 0);
+      snprintf(full, sizeof full, "%s %s (3 steps): slots", name, t);
+      if (which != 1) check(full, m, hm, n, 0);
+      if (which != 4) check(full, v, hv, n, 0);
+      if (which == 0) check(full, a, ha, n, 0);
+      kdrt_cuda_free(w), kdrt_cuda_free(m), kdrt_cuda_free(v), kdrt_cuda_free(a);
+      free(hw), free(hm), free(hv), free(ha);
+    }
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {
+    const size_t k = 257;
+    float *hg = hrand(k, -1, 1), *hs = hrand(k, 0.01f, 9.0f), *hf = hzero(k), *hr = hzero(k);
+    float *g = dev(hg, k), *s = dev(hs, k), *f = kdrt_cuda_alloc(k);
+    char name[96];
+    const char *t = kind == KDRT_ROUND_F16 ? "float16" : "bfloat16";
+    for (int global = 0; global <= 1; global++) {
+      kdrt_grad_clip_factor16(hf, hs, 1.5f, global, kind);
+      kdrt_cuda_grad_clip_factor16(D, f, s, 1.5f, global, kind);
+      snprintf(name, sizeof name, "grad_clip_factor16 %s global %d", t, global);
+      check(name, f, hf, 1, 0);
+      memcpy(hr, hg, k * sizeof *hr);
+      kdrt_clip_grad16(hr, k, hf, global ? 0.0f : 1.5f, kind);
+      kdrt_cuda_clip_grad16(D, g, k, f, global ? 0.0f : 1.5f, kind);
+      snprintf(name, sizeof name, "clip_grad16 %s global %d", t, global);
+      check(name, g, hr, k, 0);
+      memcpy(hg, hr, k * sizeof *hg);
+    }
+    kdrt_clip_norm16(hf, hs, k, 0.2f, 0.5f, 0.5f, 0.5f, kind);
+    kdrt_cuda_clip_norm16(D, f, s, k, 0.2f, 0.5f, 0.5f, 0.5f, kind);
+    snprintf(name, sizeof name, "clip_norm16 %s", t);
+    check(name, f, hf, k, 0);
+    kdrt_cuda_free(g), kdrt_cuda_free(s), kdrt_cuda_free(f);
+    free(hg), free(hs), free(hf), free(hr);
+  }
+}
+
 // issue 11's layer kernels (pact and its gradient, ema, clip_norm,
 // load_const) and the optimizers' helpers (weight_decay, clip_grad,
 // grad_clip_factor). The in-place ones start from the same contents on
@@ -1817,6 +1895,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
     check_dropout(&c);
     check_comm16(&c);
     check_optim();
+    check_optim16();
     check_layers();
     check_rnn();
     printf("opcheck: round %ld (--seed %llu): %d checks, %d failed\n", r + 1,

@@ -196,6 +196,129 @@ extern "C" void kdrt_cuda_adam16(kdrt_cuda *d, float *w, const float *g, float *
          kdrt_step_sc(d), t - (d->c ? d->c->step : 0));
 }
 
+// issue 23: RMSprop, Adagrad, Adamax, Nadam and Lion on a 16-bit variable,
+// ../optim.c's kdrt_*16; in a graph the learning rate (and Adamax's bias
+// correction for step sc->step + dt) are the device's; Nadam's u_prod is the
+// host's, as float32 Nadam's.
+__device__ static inline float decayed16(const float *w, size_t i, float wd16, float lr16,
+                                         int kind) {
+  return wd16 != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
+}
+
+__global__ static void rmsprop16_kernel(float *w, const float *g, float *v, float *m, float *a,
+                                        size_t n, float lr, float rho, float momentum, float eps,
+                                        float wd, int kind, const kdrt_step_scalars *sc) {
+  const float lr16 = kdrt_round_to(kind, step_lr(sc, lr)), wd16 = kdrt_round_to(kind, wd);
+  const float rho16 = kdrt_round_to(kind, rho), mom16 = kdrt_round_to(kind, momentum);
+  const float c = kdrt_round_to(kind, (float)(1.0 - (double)rho));
+  const float eps16 = kdrt_round_to(kind, eps);
+  KDRT_FOR(i, n) w[i] = kdrt_rmsprop16_at(decayed16(w, i, wd16, lr16, kind), g, v, m, a, i,
+                                          lr16, rho16, c, mom16, eps16, kind);
+}
+
+__global__ static void adagrad16_kernel(float *w, const float *g, float *acc, size_t n, float lr,
+                                        float eps, float wd, int kind,
+                                        const kdrt_step_scalars *sc) {
+  const float lr16 = kdrt_round_to(kind, step_lr(sc, lr)), wd16 = kdrt_round_to(kind, wd);
+  const float eps16 = kdrt_round_to(kind, eps);
+  KDRT_FOR(i, n) w[i] = kdrt_adagrad16_at(decayed16(w, i, wd16, lr16, kind), g, acc, i, lr16,
+                                          eps16, kind);
+}
+
+__global__ static void adamax16_kernel(float *w, const float *g, float *m, float *u, size_t n,
+                                       float lr, float b1, float b2, float eps, float wd,
+                                       int64_t t, int kind, const kdrt_step_scalars *sc,
+                                       int64_t dt) {
+  __shared__ kdrt_adamax16_k k;
+  if (sc) lr = sc->lr, t = sc->step + dt;
+  if (threadIdx.x == 0) k = kdrt_adamax16_coef(b1, b2, eps, t, kind);
+  __syncthreads();
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  KDRT_FOR(i, n) w[i] = kdrt_adamax16_at(decayed16(w, i, wd16, lr16, kind), g, m, u, i, lr16, k,
+                                         kind);
+}
+
+__global__ static void nadam16_kernel(float *w, const float *g, float *m, float *v, size_t n,
+                                      float lr, float wd, kdrt_nadam16_k k, int kind) {
+  const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
+  KDRT_FOR(i, n) w[i] = kdrt_nadam16_at(decayed16(w, i, wd16, lr16, kind), g, m, v, i, lr16, k,
+                                        kind);
+}
+
+__global__ static void lion16_kernel(float *w, const float *g, float *m, size_t n, float lr,
+                                     float b1, float b2, float wd, int kind,
+                                     const kdrt_step_scalars *sc) {
+  const float lr16 = kdrt_round_to(kind, step_lr(sc, lr)), wd16 = kdrt_round_to(kind, wd);
+  const float b116 = kdrt_round_to(kind, b1), b216 = kdrt_round_to(kind, b2);
+  const float c1 = kdrt_round_to(kind, 1.0f - b116), c2 = kdrt_round_to(kind, 1.0f - b216);
+  KDRT_FOR(i, n) w[i] = kdrt_lion16_at(decayed16(w, i, wd16, lr16, kind), g, m, i, lr16, b116,
+                                       c1, b216, c2, kind);
+}
+
+__global__ static void clip_grad16_kernel(float *g, size_t n, const float *f, float clipnorm,
+                                          int kind) {
+  const float k = f[0], c16 = kdrt_round_to(kind, clipnorm);
+  KDRT_FOR(i, n) g[i] = kdrt_clip16(g[i], k, c16, kind);
+}
+
+__global__ static void grad_clip_factor16_kernel(float *f, const float *s, float c, int global,
+                                                 int kind) {
+  f[0] = kdrt_clip_factor16(s[0], c, global, kind);
+}
+
+__global__ static void clip_norm16_kernel(float *f, const float *s, size_t n, float lo, float hi,
+                                         float rate, float rest, int kind) {
+  KDRT_FOR(i, n) f[i] = kdrt_clip_norm16_1(s[i], lo, hi, rate, rest, kind);
+}
+
+extern "C" void kdrt_cuda_clip_norm16(kdrt_cuda *d, float *f, const float *s, size_t n, float lo,
+                                      float hi, float rate, float rest, int kind) {
+  LAUNCH(d, clip_norm16_kernel, n, f, s, n, lo, hi, rate, rest, kind);
+}
+
+extern "C" void kdrt_cuda_rmsprop16(kdrt_cuda *d, float *w, const float *g, float *v, float *m,
+                                    float *a, size_t n, float lr, float rho, float momentum,
+                                    float eps, float wd, int kind) {
+  LAUNCH(d, rmsprop16_kernel, n, w, g, v, m, a, n, lr, rho, momentum, eps, wd, kind,
+         kdrt_step_sc(d));
+}
+
+extern "C" void kdrt_cuda_adagrad16(kdrt_cuda *d, float *w, const float *g, float *acc, size_t n,
+                                    float lr, float eps, float wd, int kind) {
+  LAUNCH(d, adagrad16_kernel, n, w, g, acc, n, lr, eps, wd, kind, kdrt_step_sc(d));
+}
+
+extern "C" void kdrt_cuda_adamax16(kdrt_cuda *d, float *w, const float *g, float *m, float *u,
+                                   size_t n, float lr, float b1, float b2, float eps, float wd,
+                                   int64_t t, int kind) {
+  LAUNCH(d, adamax16_kernel, n, w, g, m, u, n, lr, b1, b2, eps, wd, t, kind, kdrt_step_sc(d),
+         t - (d->c ? d->c->step : 0));
+}
+
+extern "C" void kdrt_cuda_nadam16(kdrt_cuda *d, float *w, const float *g, float *m, float *v,
+                                  size_t n, float lr, float b1, float b2, float eps, float wd,
+                                  int64_t t, float u_prod, int kind) {
+  kdrt_cuda_graph_unsafe(d); // u_prod: the host's running product
+  LAUNCH(d, nadam16_kernel, n, w, g, m, v, n, lr, wd,
+         kdrt_nadam16_coef(b1, b2, eps, t, u_prod, kind), kind);
+}
+
+extern "C" void kdrt_cuda_lion16(kdrt_cuda *d, float *w, const float *g, float *m, size_t n,
+                                 float lr, float b1, float b2, float wd, int kind) {
+  LAUNCH(d, lion16_kernel, n, w, g, m, n, lr, b1, b2, wd, kind, kdrt_step_sc(d));
+}
+
+extern "C" void kdrt_cuda_clip_grad16(kdrt_cuda *d, float *g, size_t n, const float *f,
+                                      float clipnorm, int kind) {
+  LAUNCH(d, clip_grad16_kernel, n, g, n, f, clipnorm, kind);
+}
+
+extern "C" void kdrt_cuda_grad_clip_factor16(kdrt_cuda *d, float *f, const float *s, float c,
+                                             int global, int kind) {
+  grad_clip_factor16_kernel<<<1, 1, 0, d->impl->stream>>>(f, s, c, global, kind);
+  KDRT_LAUNCHED(d, "grad_clip_factor16_kernel");
+}
+
 extern "C" void kdrt_cuda_weight_decay(kdrt_cuda *d, float *w, size_t n, float lr, float wd) {
   LAUNCH(d, weight_decay_kernel, n, w, n, lr, wd, kdrt_step_sc(d));
 }

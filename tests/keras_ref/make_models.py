@@ -1846,6 +1846,56 @@ def bf16_sgd():
 def bf16_adam():
     return keras.optimizers.Adam(learning_rate=0.01, beta_2=0.99)
 
+
+# issue 23: the other optimizers and the clippings on bfloat16 (and float16)
+# variables, in their dtype: RMSprop (centered, with momentum) clipped by
+# clipnorm, Nadam by global_clipnorm, Adamax by clipvalue with regularizers
+# and constraints on the 16-bit variables, Lion, and Adagrad under float16.
+# Rates large enough to move 16-bit weights; Nadam's and Adamax's beta_2 as
+# Keras's default would be 1.0 in bfloat16 (Nadam's v_hat 0 / 0).
+
+
+def bf16_rmsprop():
+    return keras.optimizers.RMSprop(learning_rate=0.01, momentum=0.5, centered=True,
+                                    clipnorm=1.0)
+
+
+def bf16_nadam():
+    return keras.optimizers.Nadam(learning_rate=0.01, beta_2=0.99, global_clipnorm=1.0)
+
+
+def bf16_adamax():
+    return keras.optimizers.Adamax(learning_rate=0.01, beta_2=0.99, clipvalue=0.05)
+
+
+def bf16_lion():
+    return keras.optimizers.Lion(learning_rate=3e-3)
+
+
+def f16_adagrad():
+    return keras.optimizers.Adagrad(learning_rate=0.05)
+
+
+def reg_mlp():
+    """mixed_mlp with L2/L1/L1L2 regularizers and MaxNorm/NonNeg/MinMaxNorm
+    constraints (d2's kernel split on the summed dim under MP16)."""
+    reg, con = keras.regularizers, keras.constraints
+    x = keras.Input((12,), name="features")
+    h = layers.Dense(64, activation="relu", kernel_regularizer=reg.L2(1e-2),
+                     bias_regularizer=reg.L1(1e-3), name="d1")(x)
+    h = layers.Dense(64, activation="gelu", kernel_constraint=con.MaxNorm(0.6, axis=0),
+                     bias_constraint=con.NonNeg(), kernel_regularizer=reg.L1L2(1e-3, 1e-2),
+                     name="d2")(h)
+    out = layers.Dense(10, kernel_constraint=con.MinMaxNorm(0.2, 0.5, rate=0.5, axis=0),
+                       name="logits")(h)
+    model = keras.Model(x, out, name="reg_mlp")
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.Adam())
+    return model
+
+
+MP16 = model_parallel(F16_MP)
+
 MODELS.update({
     "mixed_mlp": dict(
         build=under_policy(mixed_mlp, "mixed_bfloat16"),
@@ -1878,6 +1928,23 @@ MODELS.update({
     "bf16_gpt": dict(
         **bf16_with(gpt, bf16_adam), inputs=[("tokens", (16,), 64)], outputs=["next64x16"],
         dists={"bf16_gpt": MODELS["gpt"]["dists"]["gpt"], "bf16_gpt_dp": DP_8}),
+    "bf16_rmsprop_mlp": dict(
+        **bf16_with(mixed_mlp, bf16_rmsprop), labels="sparse10", x=(12,),
+        dists={"bf16_rmsprop_mlp": MP16, "bf16_rmsprop_mlp_dp": DP_8}),
+    "bf16_nadam_mlp": dict(
+        **bf16_with(mixed_mlp, bf16_nadam), labels="sparse10", x=(12,),
+        dists={"bf16_nadam_mlp": MP16, "bf16_nadam_mlp_dp": DP_8}),
+    "bf16_adamax_reg": dict(
+        **bf16_with(reg_mlp, bf16_adamax), labels="sparse10", x=(12,),
+        dists={"bf16_adamax_reg": MP16, "bf16_adamax_reg_dp": DP_8}),
+    "bf16_lion_mlp": dict(
+        **bf16_with(mixed_mlp, bf16_lion), labels="sparse10", x=(12,),
+        dists={"bf16_lion_mlp": MP16, "bf16_lion_mlp_dp": DP_8}),
+    "f16_adagrad_mlp": dict(
+        build=under_policy(mixed_mlp, "float16", f16_adagrad),
+        float32_twin=under_policy(mixed_mlp, "float32", f16_adagrad),
+        mixed_twin=under_policy(mixed_mlp, "mixed_float16", f16_adagrad), labels="sparse10",
+        x=(12,), dists={"f16_adagrad_mlp": model_parallel(F16_MP), "f16_adagrad_mlp_dp": DP_8}),
     # float16: Keras's compile wraps no LossScaleOptimizer (that is mixed_float16's)
     "f16_mlp": dict(
         build=under_policy(mixed_mlp, "float16", bf16_sgd),

@@ -182,6 +182,12 @@ Cases (model, distribution spec from models/):
     f16_mlp (and _dp)                                             issue 23: float16, no loss
                                                              scaling (Keras's compile adds
                                                              none), float32 and mixed twins
+    bf16_rmsprop_mlp, bf16_nadam_mlp, bf16_adamax_reg,            issue 23: RMSprop (centered,
+    bf16_lion_mlp, f16_adagrad_mlp (and _dp)                 momentum, clipnorm), Nadam
+                                                             (global_clipnorm), Adamax
+                                                             (clipvalue, regularizers and
+                                                             constraints), Lion, Adagrad
+                                                             (float16) on 16-bit variables
     mixed_f16_mlp   mixed_f16_mlp  mixed_f16_mlp.dist.json   ModelParallel (2,4)  issue 23:
                                                              mixed_float16, compile's
                                                              LossScaleOptimizer; the third
@@ -441,6 +447,11 @@ DATA = {
     "bf16_cnn": (64, 2),
     "bf16_gpt": (64, 2),
     "f16_mlp": (64, 2),
+    "bf16_rmsprop_mlp": (64, 2),
+    "bf16_nadam_mlp": (64, 2),
+    "bf16_adamax_reg": (64, 2),
+    "bf16_lion_mlp": (64, 2),
+    "f16_adagrad_mlp": (64, 2),
     "mixed_f16_growth": (64, 2),
     "mixed_f16_bn_cnn": (64, 2),
 }
@@ -653,6 +664,17 @@ CASES = {
     "bf16_gpt_dp": ("bf16_gpt", "bf16_gpt_dp"),
     "f16_mlp": ("f16_mlp", "f16_mlp"),
     "f16_mlp_dp": ("f16_mlp", "f16_mlp_dp"),
+    # issue 23: the other optimizers, clipping, regularizers and constraints in 16 bits
+    "bf16_rmsprop_mlp": ("bf16_rmsprop_mlp", "bf16_rmsprop_mlp"),
+    "bf16_rmsprop_mlp_dp": ("bf16_rmsprop_mlp", "bf16_rmsprop_mlp_dp"),
+    "bf16_nadam_mlp": ("bf16_nadam_mlp", "bf16_nadam_mlp"),
+    "bf16_nadam_mlp_dp": ("bf16_nadam_mlp", "bf16_nadam_mlp_dp"),
+    "bf16_adamax_reg": ("bf16_adamax_reg", "bf16_adamax_reg"),
+    "bf16_adamax_reg_dp": ("bf16_adamax_reg", "bf16_adamax_reg_dp"),
+    "bf16_lion_mlp": ("bf16_lion_mlp", "bf16_lion_mlp"),
+    "bf16_lion_mlp_dp": ("bf16_lion_mlp", "bf16_lion_mlp_dp"),
+    "f16_adagrad_mlp": ("f16_adagrad_mlp", "f16_adagrad_mlp"),
+    "f16_adagrad_mlp_dp": ("f16_adagrad_mlp", "f16_adagrad_mlp_dp"),
     # mixed_float16, with Keras's LossScaleOptimizer
     "mixed_f16_mlp": ("mixed_f16_mlp", "mixed_f16_mlp"),
     "mixed_f16_mlp_dp": ("mixed_f16_mlp", "mixed_f16_mlp_dp"),

@@ -3,7 +3,8 @@
 # variables in that type, whole programs on one device (keras_ref.sh's
 # bf16_* and f16_* cases compare the training with Keras's on meshes of 8):
 #  1. a run resumed from a checkpoint is bitwise the run straight through
-#     (history and the weights file), the optimizer's bfloat16 slots too;
+#     (history and the weights file), the optimizer's bfloat16 slots too
+#     (Adam's, and Nadam's with its bfloat16 running product);
 #     every 16-bit case on one device within its tolerances of Keras's
 #     run on (2, 4) (mesh equivalence, compare_ref.py);
 #  2. the weights file is Keras's for bfloat16 variables (2-byte opaque
@@ -37,10 +38,22 @@ rm -rf "$T/ck/ckpt-6" && echo ckpt-3 >"$T/ck/latest"
 grep -q "resuming from .*ckpt-3" "$T/out" || fail "resume: not from ckpt-3: $(cat "$T/out")"
 if cmp -s "$T/h1.json" "$T/h2.json"; then ok "resumed from step 3: history bitwise equal"
 else fail "resumed from step 3: the history differs"; diff "$T/h1.json" "$T/h2.json"; fi
+# the same for Nadam, whose running product (bfloat16, kdrt_nadam_product16) a
+# resumed run computes again up to its step
+N=tests/fixtures/keras_ref/bf16_nadam_mlp
+./kdcc "$N/model.keras" --batch-size 16 -w -o "$T/n" || exit 1
+NARGS=(--x "$N/x.npy" --y "$N/y.npy" --epochs 2 --batch-size 16 --no-shuffle
+       --weights "$N/model.keras" --checkpoint-dir "$T/nck")
+"$T/n" "${NARGS[@]}" --checkpoint-every 3 --history "$T/n1.json" --quiet >"$T/out" 2>&1 ||
+  { cat "$T/out"; exit 1; }
+rm -rf "$T/nck/ckpt-6" && echo ckpt-3 >"$T/nck/latest"
+"$T/n" "${NARGS[@]}" --resume --history "$T/n2.json" >"$T/out" 2>&1 || { cat "$T/out"; exit 1; }
+if cmp -s "$T/n1.json" "$T/n2.json"; then ok "bf16_nadam_mlp resumed from step 3: history bitwise equal"
+else fail "bf16_nadam_mlp resumed from step 3: the history differs"; fi
 
 # mesh equivalence: each 16-bit keras_ref case on one device, against Keras's
 # run on its (2, 4) mesh, within the case's tolerances (compare_ref.py)
-for c in bf16_mlp bf16_cnn bf16_gpt f16_mlp; do
+for c in bf16_mlp bf16_cnn bf16_gpt f16_mlp bf16_nadam_mlp bf16_adamax_reg; do
   G=tests/fixtures/keras_ref/$c
   ./kdcc "$G/model.keras" --batch-size 16 -w -o "$T/$c" || exit 1
   "$T/$c" --x "$G/x.npy" --y "$G/y.npy" --epochs 2 --batch-size 16 --no-shuffle \
@@ -147,12 +160,14 @@ fi
   >"$T/out" 2>&1 && ok "kdrt reads its float16 file back" ||
   fail "predict --weights h.weights.h5: $(cat "$T/out")"
 
-# 6. the CUDA programs (kdrt_cuda_adam16, kdrt_cuda_sgd16) build and link where
+# 6. the CUDA programs (kdrt_cuda_adam16, kdrt_cuda_sgd16, the other optimizers, clipping
+# and constraints in 16 bits) build and link where
 # nvcc is; they run only on a GPU (not run yet)
 NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)}
 if [ -n "$NVCC" ]; then
   export PATH="$(dirname "$NVCC"):$PATH"
-  for c in bf16_adam_mlp f16_mlp; do
+  for c in bf16_adam_mlp f16_mlp bf16_rmsprop_mlp bf16_nadam_mlp bf16_adamax_reg bf16_lion_mlp \
+    f16_adagrad_mlp; do
     ./kdcc "tests/fixtures/keras_ref/$c/model.keras" --batch-size 16 --target cuda -w \
       -o "$T/$c.cuda" >"$T/out" 2>&1 && [ ! -s "$T/out" ] &&
       ok "$c: the CUDA program builds without a warning" ||
