@@ -408,8 +408,12 @@ void kdrt_sparse_xent_fused_rnd(int rnd, float *loss, float *acc, float *dx, con
       continue;
     }
     const float sc = (float)KD_ROW_W(w, r, gscale);
-    for (int64_t j = 0; j < cols; j++) // dr[j] holds exp(x - m)
-      dr[j] = kdrt_round_opt(rnd, kdrt_xent_dterm(sc, dr[j], s, j == c));
+    if (rnd == KDRT_ROUND_NONE) // (a loop without the rounding's branch vectorises)
+      for (int64_t j = 0; j < cols; j++) // dr[j] holds exp(x - m)
+        dr[j] = kdrt_xent_dterm(sc, dr[j], s, j == c);
+    else
+      for (int64_t j = 0; j < cols; j++)
+        dr[j] = kdrt_round_to(rnd, kdrt_xent_dterm(sc, dr[j], s, j == c));
   }
   double total = 0.0, hits = 0.0;
   int64_t correct = 0;
