@@ -38,27 +38,8 @@ same() { # NAME NP KERNEL PROGRAM-ARGUMENTS -- kdcc-arguments...
     fail "$name: the program does not call $kernel alone (or KDCC_FUSE_XENT=0's does)"
     return
   fi
-  for p in new old; do
-    if ! timeout 300 mpirun -np "$np" "$T/$p" "${RUN[@]}" --quiet --history "$T/$p.json" \
-      --save-weights "$T/$p.weights.h5" >"$T/out" 2>&1; then
-      fail "$name: the $p program failed"
-      sed 's/^/    | /' "$T/out" >&2
-      return
-    fi
-  done
-  if cmp -s "$T/new.json" "$T/old.json" && python3 - "$T/new.weights.h5" "$T/old.weights.h5" <<'EOF'
-import struct, sys
-sys.path.insert(0, "tests/keras_ref")
-import h5lite
-a, b = (h5lite.datasets(p) for p in sys.argv[1:3])
-bits = lambda v: [struct.pack("<f", x) for x in v]
-sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and bits(a[k][1]) == bits(b[k][1])
-                                           for k in a)))
-EOF
-  then
-    echo "  ok: $name: $kernel; history and weights bit for bit ($(python3 -c "import json, sys
-h = json.load(open(sys.argv[1])); print(len(h['step_loss']), 'steps,', ', '.join(sorted(k for k in h if k != 'step_loss')))" "$T/new.json"))"
-  else fail "$name: a number changed"; diff "$T/new.json" "$T/old.json" | head -5; fi
+  echo "  ok: $name: the program calls $kernel"
+  same_numbers "$name" "$np" "${RUN[@]}"
 }
 
 # ---- 1. the GPT
