@@ -1416,10 +1416,11 @@ static void check_xent_shape(int64_t rows, int64_t cols, int64_t col0) {
 // issue 22: the fused classifier (kdrt_sparse_xent_fused) on whole rows:
 // labels anywhere (one negative, one past the classes), ties at the
 // maximum won and lost, sample weights in [0, 2) (the accuracy's too, or
-// none). Against the CPU's kernel (the chain's bits) within 1e-6, but at
-// V above 4096, where the CPU's column-order float sum of exps drifts from
-// the exact one (about 4e-5 at V = 50257, more than the GPU's tree), 1e-4;
-// and within 1e-6 of a float64 reference at every V. The accuracy equal;
+// none). Within 1e-6 of a float64 reference at every V; against the CPU's
+// kernel (the chain's bits) within 1e-6 up to V 1024, and where the CPU's
+// column-order float sum of exps drifts from the exact one (simulated: up
+// to 1.2e-6 at 3001, 4e-5 at 50257; the GPU's tree is nearer), 1e-5 up to
+// 4096, 1e-4 above. The accuracy equal;
 // evaluation (no gradient) the same loss; a second run the same bits; the
 // gradient rounded to bfloat16 equal to the plain one then round; in place
 // the same bits; a gradient one float off x's alignment (scalar stores).
@@ -1466,7 +1467,7 @@ static void check_xent_fused(int64_t rows, int64_t cols, int weighted) {
   float *out = kdrt_cuda_alloc(4), *dx = kdrt_cuda_alloc(n + 1), *d2 = kdrt_cuda_alloc(n);
   poison(out, 4), poison(dx, n + 1);
   kdrt_cuda_sparse_xent_fused(D, out, out + 1, dx, x, y, w, w, rows, cols, scale, ascale, gscale);
-  const double tol = cols > 4096 ? 1e-4 : 1e-6;
+  const double tol = cols > 4096 ? 1e-4 : cols > 1024 ? 1e-5 : 1e-6;
   check(FNAME("loss"), out, &hl, 1, tol);
   check(FNAME("loss, float64"), out, &ef, 1, 1e-6);
   check(FNAME("accuracy"), out + 1, &ha, 1, weighted ? 1e-7 : 0);

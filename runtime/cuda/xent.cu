@@ -286,7 +286,7 @@ extern "C" void kdrt_cuda_sparse_xent_fused_rnd(kdrt_cuda *d, int rnd, float *lo
   kdrt_cuda_check_rows(rows, "kdrt_cuda_sparse_xent_fused");
   size_t n = (size_t)(rows > 0 ? rows : 1);
   double *rowv = (double *)kdrt_cuda_dscratch(d, 2, 2 * n * sizeof(double));
-  if (rows > 0 && cols > 0) {
+  if (rows > 0) {
     unsigned t = cols >= 8192 ? 1024 : kdrt_row_threads(cols);
     xent_fused_kernel<<<(unsigned)rows, t, 0, d->impl->stream>>>(rnd, rowv, dx, x, y, w, wa, rows,
                                                                  cols, gscale, acc != NULL);
