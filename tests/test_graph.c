@@ -387,6 +387,42 @@ Test(graph, mixed_rounds_folded) {
   cr_assert_eq(g->arena_floats, o->arena_floats, "the same buffers");
 }
 
+// issue 22 (fuse.c's fuse_xent): where the vocabulary is whole, the sparse
+// crossentropy's chain is one XENT_FUSED: no ROW_MAX, ROW_SUMEXP or XENT
+// left; its operands the logits, the labels, the gradient and the accuracy,
+// both fused, in the loss phase, right before it; nothing after it reads
+// the logits; with KDCC_FUSE_XENT=0, or the vocabulary split over 'model',
+// the chain (its all-reduces between the statistics).
+static int count_op(const Graph *g, OpKind op) {
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) k += g->nodes[i]->op == op;
+  return k;
+}
+
+Test(graph, xent_fused_where_the_vocabulary_is_whole) {
+  opt_quiet_warnings = true;
+  Graph *g = compile_model("models/gpt.json", NULL, NULL, 32);
+  cr_assert_eq(count_op(g, OP_XENT_FUSED), 1);
+  cr_assert_eq(count_op(g, OP_ROW_MAX) + count_op(g, OP_ROW_SUMEXP) + count_op(g, OP_XENT), 0);
+  int at = -1;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_XENT_FUSED) at = i;
+  const Node *l = g->nodes[at], *x = l->in[0], *dx = l->in[2], *acc = l->in[3];
+  cr_assert(dx->op == OP_XENT_GRAD && dx->fused && dx->phase == PH_LOSS && dx->id == at - 2);
+  cr_assert(acc->op == OP_XENT_ACC && acc->fused && acc->id == at - 1);
+  for (int i = at + 1; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++)
+      cr_assert_neq(g->nodes[i]->in[k], x, "%%%d reads the logits after the loss", i);
+  setenv("KDCC_FUSE_XENT", "0", 1);
+  Graph *o = compile_model("models/gpt.json", NULL, NULL, 32);
+  unsetenv("KDCC_FUSE_XENT");
+  cr_assert(count_op(o, OP_XENT_FUSED) == 0 && count_op(o, OP_ROW_MAX) == 1);
+  Graph *s = compile_model("models/per_token.json", "models/per_token.dist.json",
+                           "data=1,model=2", 16);
+  cr_assert(count_op(s, OP_XENT_FUSED) == 0 && count_op(s, OP_ROW_MAX) == 1 &&
+            count_op(s, OP_ALLREDUCE_MAX) >= 1, "a split vocabulary keeps the chain");
+}
+
 // issue 23: a loss-scaled program's backward pass starts from the seeds
 // times the scale (the loss's and the regularizers'), and its update phase
 // from UNSCALE, once every gradient is whole in the gradient blob (after
