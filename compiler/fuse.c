@@ -605,7 +605,8 @@ static void fuse_xent(Graph *g) {
         acc = r;
       else ok = r == s || r == l;
     }
-    for (int k = 0; k < uses[s->id] && ok; k++) ok = rd[4 * s->id + k] == l || rd[4 * s->id + k] == dx;
+    for (int k = 0; k < uses[s->id] && ok; k++) // l and dx
+      ok = rd[4 * s->id + k] == l || rd[4 * s->id + k] == dx;
     if (!ok || !dx || dx->id < i || (acc && acc->id < i)) continue;
     if (uses[dx->id] == 1 && rd[4 * dx->id]->op == OP_ROUND) rnd = rd[4 * dx->id];
     m->dead = s->dead = true;

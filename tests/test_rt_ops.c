@@ -1723,7 +1723,8 @@ static void check_fused_xent(int64_t rows, int64_t V, int weighted, int acc_weig
   x[6 * V + 0] = 20.0f, x[6 * V + 1] = 20.0f, y[6] = 0.0f;  // a tie, won
   const float *wl = weighted ? w : NULL, *wa = acc_weighted ? w : NULL;
   float *m = malloc((size_t)rows * sizeof(float)), *s = malloc((size_t)rows * sizeof(float));
-  float *g0 = malloc((size_t)(rows * V) * sizeof(float)), *g1 = malloc((size_t)(rows * V) * sizeof(float));
+  float *g0 = malloc((size_t)(rows * V) * sizeof(float));
+  float *g1 = malloc((size_t)(rows * V) * sizeof(float));
   float l0, a0, l1, a1 = -1, l2, a2 = -1;
   kdrt_row_max(m, x, rows, V);
   kdrt_row_sumexp(s, x, m, rows, V);

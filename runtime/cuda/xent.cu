@@ -243,7 +243,8 @@ __global__ static void xent_fused_kernel(int rnd, double *rowv, float *dx, const
     xent_merge(m, s, i, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o),
                __shfl_xor_sync(0xffffffffu, i, o));
   const int64_t c = kdrt_xent_class(y, r, cols, 0);
-  const float xc = threadIdx.x == 0 && c >= 0 ? xr[c] : 0.0f; // before any thread writes (dx may be x)
+  // (read before any thread writes: dx may be x)
+  const float xc = threadIdx.x == 0 && c >= 0 ? xr[c] : 0.0f;
   const int warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   if (threadIdx.x % 32 == 0) shm[warp] = m, shs[warp] = s, shi[warp] = i;
   __syncthreads();

@@ -8,7 +8,8 @@
 #     logs (loss, accuracy, validation) and every final weight bit for bit
 #     between the two, on one device, DataParallel over 2, and under
 #     mixed_bfloat16 (the gradient's rounding folded into the kernel:
-#     kdrt_sparse_xent_fused_rnd) over 2;
+#     kdrt_sparse_xent_fused_rnd) over 2, and mixed_float16 (its loss scale
+#     multiplies the gradient after the kernel);
 #  2. Keras's sample weights and a weighted accuracy (the sample_weight
 #     fixture's MLP): the same, bit for bit;
 #  3. a vocabulary split over 'model' (per_token's layout map on (1,2))
@@ -33,7 +34,8 @@ same() { # NAME NP KERNEL PROGRAM-ARGUMENTS -- kdcc-arguments...
   shift 3
   pair "$@" || { fail "$name: kdcc failed"; return; }
   local new=$T/new.kdcc.d/program.c old=$T/old.kdcc.d/program.c
-  if ! grep -q "^ *$kernel(" "$new" || grep -Eq "kdrt_(row_max|row_sumexp|sparse_xent_grad)" "$new" ||
+  if ! grep -q "^ *$kernel(" "$new" ||
+     grep -Eq "kdrt_(row_max|row_sumexp|sparse_xent_grad)" "$new" ||
      grep -q "sparse_xent_fused" "$old" || ! grep -q "kdrt_row_max(" "$old"; then
     fail "$name: the program does not call $kernel alone (or KDCC_FUSE_XENT=0's does)"
     return
@@ -49,6 +51,8 @@ same "gpt.json, DataParallel over 2" 2 kdrt_sparse_xent_fused --synthetic 96 --e
   models/gpt.json --distribution "$T/dp2.json"
 same "gpt.json bfloat16, DataParallel over 2" 2 kdrt_sparse_xent_fused_rnd --synthetic 64 \
   --epochs 2 -- models/gpt.json --dtype-policy mixed_bfloat16 --distribution "$T/dp2.json"
+same "gpt.json float16 (a loss scale after the gradient)" 1 kdrt_sparse_xent_fused \
+  --synthetic 64 --epochs 2 -- models/gpt.json --dtype-policy mixed_float16
 
 # ---- 2. sample weights and a weighted accuracy
 F=tests/fixtures/sample_weight
@@ -64,13 +68,15 @@ grep -qF "((const float *)y[1]), ((const float *)y[1]), B" "$T/new.kdcc.d/progra
   --distribution models/per_token.dist.json --mesh data=1,model=2 -w -S "$T/split0" ||
   fail "per_token.json on (1,2): kdcc failed"
 if grep -q "kdrt_allreduce_max\|kdrt_allreduce(.*row" "$T/split/program.c" &&
-   grep -q "kdrt_row_sumexp(" "$T/split/program.c" && cmp -s "$T/split/program.c" "$T/split0/program.c"; then
+   grep -q "kdrt_row_sumexp(" "$T/split/program.c" &&
+   cmp -s "$T/split/program.c" "$T/split0/program.c"; then
   echo "  ok: per_token.json, vocabulary split over 'model': the chain, as with KDCC_FUSE_XENT=0"
 else fail "per_token.json, vocabulary split: not the chain's program"; fi
 
 # ---- 4. no sparse classifier: nothing changes
 for m in cnn seed_mlp; do
-  ./kdcc models/$m.json -w -S "$T/p_$m" && KDCC_FUSE_XENT=0 ./kdcc models/$m.json -w -S "$T/p0_$m" &&
+  ./kdcc models/$m.json -w -S "$T/p_$m" &&
+    KDCC_FUSE_XENT=0 ./kdcc models/$m.json -w -S "$T/p0_$m" &&
     cmp -s "$T/p_$m/program.c" "$T/p0_$m/program.c" ||
     fail "models/$m.json: the program depends on KDCC_FUSE_XENT"
 done
