@@ -247,10 +247,22 @@ void kdrt_accuracy(int kind, int from_logits, float *out, const float *pred, con
 // skipped everywhere; a label >= V is the caller's to avoid (kdrt checks
 // label files).
 
-// Row xr's maximum, in column order.
+// Row xr's maximum: 32 running maxima (vector registers), then those and
+// the rest. A maximum is the same in any order (NaNs never taken), but a
+// maximum of zero may come out -0 or +0 by the order; no reader tells them
+// apart (x - m, m + log s, x == m give the same bits), so the results are
+// those of one running max in column order.
 static float row_max1(const float *xr, int64_t cols) {
-  float m = -INFINITY;
-  for (int64_t j = 0; j < cols; j++)
+  float mm[32], m = -INFINITY;
+  for (int k = 0; k < 32; k++)
+    mm[k] = -INFINITY;
+  int64_t j = 0;
+  for (; j + 32 <= cols; j += 32)
+    for (int k = 0; k < 32; k++)
+      mm[k] = xr[j + k] > mm[k] ? xr[j + k] : mm[k];
+  for (int k = 0; k < 32; k++)
+    m = mm[k] > m ? mm[k] : m;
+  for (; j < cols; j++)
     m = xr[j] > m ? xr[j] : m;
   return m;
 }
