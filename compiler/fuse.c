@@ -554,6 +554,100 @@ static void fuse_attention(Graph *g) {
   xfree(order), xfree(uses), xfree(pos), xfree(reader2), xfree(rd3);
 }
 
+// issue 22: a sparse crossentropy from logits is built (loss.c) as row
+// statistics, so that a split class dim all-reduces two floats a row:
+//   m = ROW_MAX(x); s = ROW_SUMEXP(x, m); loss = XENT(x, y, m, s[, w]);
+//   [acc = XENT_ACC(x, y, m[, w])]; backward dx = XENT_GRAD(x, y, m, s[, w])
+// each a pass over the [rows, V] logits. Where V is whole (no collective
+// between them) and m and s have no other reader, the loss's node becomes
+// XENT_FUSED(x, y, dx, [acc], [w]): one kernel a step that makes each row's
+// statistics, loss, hit and gradient while the row is in cache (llm.c's
+// fused classifier), with the same arithmetic. dx and acc stay as nodes,
+// fused (no code), right before it, so their buffers are planned as any
+// value's (fold_bias_grads' way with more results), dx moved into the loss
+// phase: evaluation runs the loss's kernel without the gradient. A mixed
+// policy's ROUND of dx, its only reader, moves with it into the loss phase
+// at dx's old place, so that store16 writes it over dx and fuse_rounds folds
+// it into the kernel. Nothing else reads x after it: the logits' buffer is
+// free for the backward pass. KDCC_FUSE_XENT=0 in kdcc's environment keeps
+// the chain, which tests compare bit for bit.
+static void fuse_xent(Graph *g) {
+  const char *env = getenv("KDCC_FUSE_XENT");
+  if (env && !strcmp(env, "0")) return;
+  int n = g->nnodes;
+  for (int i = 0; i < n; i++) g->nodes[i]->id = i;
+  int *uses = xcalloc(n, sizeof *uses);
+  Node **rd = xcalloc(4 * (size_t)n, sizeof *rd); // a value's first four readers
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) {
+      int x = g->nodes[i]->in[k]->id;
+      if (uses[x] < 4) rd[4 * x + uses[x]] = g->nodes[i];
+      uses[x]++;
+    }
+  Node **at = xcalloc(n, sizeof *at); // by id: the nodes put in its place instead (3 at most)
+  bool *moved = xcalloc(n, sizeof *moved);
+  for (int i = 0; i < n; i++) {
+    Node *l = g->nodes[i];
+    if (l->op != OP_XENT) continue;
+    Node *x = l->in[0], *y = l->in[1], *m = l->in[2], *s = l->in[3];
+    Node *w = l->loss.weighted ? l->in[4] : NULL, *dx = NULL, *acc = NULL, *rnd = NULL;
+    if (m->op != OP_ROW_MAX || m->in[0] != x || s->op != OP_ROW_SUMEXP || s->in[0] != x ||
+        s->in[1] != m || x->place.axis[x->shape.rank - 1] >= 0 || x->place.partial ||
+        x->place.pmax || m->place.pmax || uses[m->id] > 4 || uses[s->id] > 2)
+      continue;
+    bool ok = true;
+    for (int k = 0; k < uses[m->id] && ok; k++) { // s, l, dx and acc, each at most once
+      Node *r = rd[4 * m->id + k];
+      if (r->op == OP_XENT_GRAD && !dx && r->nin == l->nin && r->in[0] == x && r->in[1] == y &&
+          r->in[3] == s && (!w || r->in[4] == w))
+        dx = r;
+      else if (r->op == OP_XENT_ACC && !acc && r->in[0] == x && r->in[1] == y)
+        acc = r;
+      else ok = r == s || r == l;
+    }
+    for (int k = 0; k < uses[s->id] && ok; k++) // l and dx
+      ok = rd[4 * s->id + k] == l || rd[4 * s->id + k] == dx;
+    if (!ok || !dx || dx->id < i || (acc && acc->id < i)) continue;
+    if (uses[dx->id] == 1 && rd[4 * dx->id]->op == OP_ROUND) rnd = rd[4 * dx->id];
+    m->dead = s->dead = true;
+    dx->fused = true, dx->phase = PH_LOSS;
+    dx->nin = w ? 3 : 2, dx->in[2] = w;
+    moved[dx->id] = true;
+    at[i] = dx;
+    Node *in[5] = {x, y, dx}, *wa = acc && acc->loss.weighted ? acc->in[3] : NULL;
+    int nin = 3;
+    if (acc) {
+      acc->fused = true;
+      acc->nin = wa ? 3 : 2, acc->in[2] = wa;
+      moved[acc->id] = true;
+      in[nin++] = acc;
+    }
+    if (w) in[nin++] = w;
+    l->op = OP_XENT_FUSED;
+    l->nin = nin;
+    for (int k = 0; k < nin; k++) l->in[k] = in[k];
+    if (rnd) { // at dx's old place, after l
+      rnd->phase = PH_LOSS;
+      moved[rnd->id] = true;
+      at[dx->id] = rnd;
+    }
+  }
+  Node **order = xcalloc(n, sizeof *order);
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    Node *x = g->nodes[i];
+    if (at[i] && at[i]->op == OP_ROUND) order[k++] = at[i];
+    if (at[i] && at[i]->op == OP_XENT_GRAD) { // dx, acc, then the loss
+      order[k++] = at[i];
+      if (x->nin > 3 && x->in[3]->op == OP_XENT_ACC) order[k++] = x->in[3];
+    }
+    if (!x->dead && !moved[i]) order[k++] = x;
+  }
+  for (int i = 0; i < k; i++) g->nodes[i] = order[i], g->nodes[i]->id = i;
+  g->nnodes = k;
+  xfree(uses), xfree(rd), xfree(at), xfree(moved), xfree(order);
+}
+
 // issues 22, 23: ROUND(x) -> x's kernel rounds each value as it stores it
 // (its _rnd form, kdrt_ops.def; kdrt_round.h's rounding, so the same
 // bits), and the ROUND, marked fused, emits nothing: one pass over the
@@ -575,6 +669,8 @@ static bool rounds_as_it_stores(const Node *x) {
   case OP_ADD: case OP_BIAS: case OP_BIAS_ACT: case OP_ACT: case OP_ACT_GRAD: case OP_LAYER_NORM:
   case OP_BIAS_GRAD: // (not one a product writes: fused)
     return x->dtype == DT_F32 && !x->round_out && !x->fused;
+  case OP_XENT_GRAD: // issue 22: the fused crossentropy's gradient (fuse_xent)
+    return x->fused && !x->round_out;
   default:
     return false;
   }
@@ -592,7 +688,8 @@ void fuse_rounds(Graph *g) {
   for (int i = 0; i < g->nnodes; i++) {
     Node *r = g->nodes[i], *x = r->nin ? r->in[0] : NULL;
     if (r->op != OP_ROUND || r->dtype != DT_F32 || r->inplace != 1 || r->fused ||
-        uses[x->id] != 1 || !rounds_as_it_stores(x) || is_output(g, x) || !r->layer ||
+        uses[x->id] != 1 + (x->op == OP_XENT_GRAD) || // (and the op that writes it)
+        !rounds_as_it_stores(x) || is_output(g, x) || !r->layer ||
         !x->layer || !same_layer(r->layer, x->layer))
       continue;
     x->round_out = (uint8_t)r->rnd.kind;
@@ -607,6 +704,7 @@ static void (*const fusions[])(Graph *g) = {
   fuse_layer_norm,  // NORM, COL_MUL, BIAS into LAYER_NORM; their gradients into LAYER_NORM_DX, _DW
   fuse_elementwise, // BIAS_ACT, attention's scores' softmax, SGD into its GEMM, a Dense's bias
   fuse_attention,   // issue 22: ATTENTION and ATTENTION_GRAD, the CUDA program's only
+  fuse_xent,        // issue 22: the sparse crossentropy's chain into XENT_FUSED, V whole
 };
 
 void fuse_graph(Graph *g) {

@@ -764,6 +764,10 @@ static void xent_rule(const Node *n, Rule *r) {
 }
 
 static void xent_emit(const Node *n, Lowering *lw) {
+  if (n->fused) { // issue 22: fuse.c's fuse_xent
+    lw->note = "made by the fused crossentropy after it";
+    return;
+  }
   const Node *x = n->in[0];
   char *rows = rows_c(x), *cols = cols_c(x);
   char *col0 = block_start(x, x->shape.rank - 1);
@@ -807,6 +811,39 @@ const OpDef op_XENT_GRAD = {"sparse_xent_grad", -1, 0, false, xent_rule, NULL, x
                             shape_in0};
 const OpDef op_XENT_ACC = {"sparse_xent_acc", -1, 0, false, xent_rule, NULL, xent_emit,
                            shape_scalar};
+
+// issue 22: XENT_FUSED(x, y, dx, [acc], [w]), the loss XENT whose node it
+// is, also writing the XENT_GRAD dx and the XENT_ACC acc before it (fused:
+// no code of their own), where V is whole (fuse.c's fuse_xent): the rows
+// contract, V needs its whole extent, dx is placed as x.
+static void xent_fused_rule(const Node *n, Rule *r) {
+  const Shape *x = &n->in[0]->shape;
+  for (int d = 0; d + 1 < x->rank; d++) {
+    int f = factor(r, F_CONTRACT, x->d[d]);
+    for (int i = 0; i < n->nin; i++)
+      if (n->in[i]->shape.rank) r->in[i][d] = f; // (not acc, a scalar)
+  }
+  r->in[0][x->rank - 1] = r->in[2][x->rank - 1] = factor(r, F_FULL, x->d[x->rank - 1]);
+}
+
+static void xent_fused_emit(const Node *n, Lowering *lw) {
+  const Node *x = n->in[0], *dx = n->in[2];
+  const Node *acc = n->nin > 3 && n->in[3]->op == OP_XENT_ACC ? n->in[3] : NULL;
+  const char *w = n->loss.weighted ? buf(n->in[n->nin - 1]) : "NULL";
+  char *args = format("%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n),
+                      acc ? buf(acc) : "NULL", lw->step == STEP_EVAL ? "NULL" : buf(dx), buf(x),
+                      buf(n->in[1]), w, acc && acc->loss.weighted ? w : "NULL", rows_c(x),
+                      cols_c(x), scale_c(n, x), acc ? scale_c(acc, x) : "0", scale_c(dx, x));
+  if (lw->step == STEP_EVAL) { // evaluation and predict need no gradient
+    lw->note = "the loss (and accuracy) alone: no gradient outside training";
+    lower_call(lw, KN_sparse_xent_fused, NULL, "%s", args);
+    return;
+  }
+  lower_call_rnd(lw, dx, KN_sparse_xent_fused, NULL, "%s", args);
+}
+
+const OpDef op_XENT_FUSED = {"sparse_xent_fused", -1, 0, false, xent_fused_rule, NULL,
+                             xent_fused_emit, shape_scalar};
 
 // ---------------------------------------------------------------- issue 15: BN_STATS, BATCH_NORM, BN_GRAD
 // Batch normalization in three passes over the activations: the sums of

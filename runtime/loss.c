@@ -22,7 +22,9 @@
 //   sparse_xent*): each rank holds columns [col0, col0 + cols) of the
 //   logits; the caller all-reduces the row maxima (max) and the sums of
 //   exp (sum) between the calls, and the per-rank losses add up to
-//   kdrt_loss's SCCE from logits on the whole row.
+//   kdrt_loss's SCCE from logits on the whole row. Where the classes are
+//   not split, kdrt_sparse_xent_fused does all of it in one pass a row
+//   (issue 22), with the same bits.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -247,34 +249,55 @@ void kdrt_accuracy(int kind, int from_logits, float *out, const float *pred, con
 // skipped everywhere; a label >= V is the caller's to avoid (kdrt checks
 // label files).
 
+// Row xr's maximum: 32 running maxima (vector registers), then those and
+// the rest. A maximum is the same in any order (NaNs never taken), but a
+// maximum of zero may come out -0 or +0 by the order; no reader tells them
+// apart (x - m, m + log s, x == m give the same bits), so the results are
+// those of one running max in column order.
+static float row_max1(const float *xr, int64_t cols) {
+  float mm[32], m = -INFINITY;
+  for (int k = 0; k < 32; k++)
+    mm[k] = -INFINITY;
+  int64_t j = 0;
+  for (; j + 32 <= cols; j += 32)
+    for (int k = 0; k < 32; k++)
+      mm[k] = xr[j + k] > mm[k] ? xr[j + k] : mm[k];
+  for (int k = 0; k < 32; k++)
+    m = mm[k] > m ? mm[k] : m;
+  for (; j < cols; j++)
+    m = xr[j] > m ? xr[j] : m;
+  return m;
+}
+
+// Row xr's sum of exp(x - m) (exp_flush), in float, in column order (as
+// kdrt_loss); the exps made a vector loop at a time, into e[cols] (the
+// fused classifier's gradient row, which keeps them) or 256 at a time on
+// the stack (e NULL). e may be xr.
+static float row_sumexp1(float *e, const float *xr, float m, int64_t cols) {
+  float buf[256], s = 0.0f;
+  for (int64_t j0 = 0; j0 < cols; j0 += 256) {
+    const int64_t n = cols - j0 < 256 ? cols - j0 : 256;
+    float *ej = e ? e + j0 : buf;
+    for (int64_t j = 0; j < n; j++)
+      ej[j] = exp_flush(xr[j0 + j] - m);
+    for (int64_t j = 0; j < n; j++)
+      s += ej[j];
+  }
+  return s;
+}
+
 // out[r] = max over j of x[r, j].
 void kdrt_row_max(float *out, const float *x, int64_t rows, int64_t cols) {
   KD_PAR_FOR(rows * cols)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * cols;
-    float m = -INFINITY;
-    for (int64_t j = 0; j < cols; j++)
-      m = xr[j] > m ? xr[j] : m;
-    out[r] = m;
-  }
+  for (int64_t r = 0; r < rows; r++)
+    out[r] = row_max1(x + r * cols, cols);
 }
 
-// out[r] = sum over j of exp(x[r, j] - m[r]) (exp_flush), in float, in
-// column order (as kdrt_loss); the exps made a vector loop at a time.
+// out[r] = sum over j of exp(x[r, j] - m[r]).
 void kdrt_row_sumexp(float *out, const float *x, const float *m, int64_t rows, int64_t cols) {
   KD_PAR_FOR(rows * cols)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * cols;
-    float e[256], s = 0.0f;
-    for (int64_t j0 = 0; j0 < cols; j0 += 256) {
-      const int64_t n = cols - j0 < 256 ? cols - j0 : 256;
-      for (int64_t j = 0; j < n; j++)
-        e[j] = exp_flush(xr[j0 + j] - m[r]);
-      for (int64_t j = 0; j < n; j++)
-        s += e[j];
-    }
-    out[r] = s;
-  }
+  for (int64_t r = 0; r < rows; r++)
+    out[r] = row_sumexp1(NULL, x + r * cols, m[r], cols);
 }
 
 // out[0] = scale * sum over the rows whose label is in this rank's columns
@@ -330,20 +353,21 @@ void kdrt_sparse_xent_grad(float *dx, const float *x, const float *y, const floa
 // block equals (the first maximum, as kdrt_accuracy's argmax). A tie with
 // a column of an earlier rank is not seen here: exact ties of float
 // logits across ranks are the one case where this differs from argmax.
+// Whether column c of row xr (-1: none) holds the row's first maximum m.
+static int xent_hit1(const float *xr, int64_t c, float m) {
+  if (c < 0 || xr[c] != m)
+    return 0;
+  for (int64_t j = 0; j < c; j++)
+    if (xr[j] == m)
+      return 0;
+  return 1;
+}
+
 // Whether row r's label column (of this rank's block) holds the block's
 // first maximum m[r].
 static int xent_hit(const float *x, const float *y, const float *m, int64_t r, int64_t cols,
                     int64_t col0) {
-  int64_t c = kdrt_xent_class(y, r, cols, col0);
-  if (c < 0)
-    return 0;
-  const float *xr = x + r * cols;
-  if (xr[c] != m[r])
-    return 0;
-  for (int64_t j = 0; j < c; j++)
-    if (xr[j] == m[r])
-      return 0;
-  return 1;
+  return xent_hit1(x + r * cols, kdrt_xent_class(y, r, cols, col0), m[r]);
 }
 
 void kdrt_sparse_xent_acc(float *out, const float *x, const float *y, const float *m,
@@ -364,4 +388,65 @@ void kdrt_sparse_xent_acc_w(float *out, const float *x, const float *y, const fl
     if (xent_hit(x, y, m, r, cols, col0))
       total += w[r];
   out[0] = (float)(total * scale);
+}
+
+// ---------------------------------------------------------------- fused classifier
+// issue 22: the kernels above on whole rows (col0 0), one row at a time
+// while it is hot in cache: its max (row_max1), its label's logit and hit,
+// its exps written into its gradient row and summed (row_sumexp1), then
+// that row turned into the gradient. Each value is the one the separate
+// kernels make, in the same order: the same bits (tests/test_rt_ops.c).
+// The row losses and hits are kept and added in row order, as
+// kdrt_sparse_xent_w and the accuracies add them.
+void kdrt_sparse_xent_fused_rnd(int rnd, float *loss, float *acc, float *dx, const float *x,
+                                const float *y, const float *w, const float *wa, int64_t rows,
+                                int64_t cols, double scale, double ascale, double gscale) {
+  double *l = malloc((size_t)(rows > 0 ? rows : 1) * sizeof *l);
+  unsigned char *hit = malloc((size_t)(rows > 0 ? rows : 1));
+  if (!l || !hit)
+    bad_call("kdrt_sparse_xent_fused", "out of memory");
+  KD_PAR_FOR(rows * cols)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    float *dr = dx ? dx + r * cols : NULL;
+    const float m = row_max1(xr, cols);
+    const int64_t c = kdrt_xent_class(y, r, cols, 0);
+    const float xc = c >= 0 ? xr[c] : 0.0f; // read before dr overwrites x (dx may be x)
+    hit[r] = acc && xent_hit1(xr, c, m);
+    const float s = row_sumexp1(dr, xr, m, cols);
+    l[r] = c >= 0 ? KD_ROW_W(w, r, kdrt_xent_row_loss(m, s, xc)) : 0.0;
+    if (!dr)
+      continue;
+    if (!(y[r] >= 0.0f)) {
+      memset(dr, 0, (size_t)cols * sizeof *dr);
+      continue;
+    }
+    const float sc = (float)KD_ROW_W(w, r, gscale);
+    if (rnd == KDRT_ROUND_NONE) // (a loop without the rounding's branch vectorises)
+      for (int64_t j = 0; j < cols; j++) // dr[j] holds exp(x - m)
+        dr[j] = kdrt_xent_dterm(sc, dr[j], s, j == c);
+    else
+      for (int64_t j = 0; j < cols; j++)
+        dr[j] = kdrt_round_to(rnd, kdrt_xent_dterm(sc, dr[j], s, j == c));
+  }
+  double total = 0.0, hits = 0.0;
+  int64_t correct = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    if (kdrt_xent_class(y, r, cols, 0) >= 0)
+      total += l[r];
+    if (hit[r] && wa)
+      hits += wa[r];
+    correct += hit[r];
+  }
+  loss[0] = (float)(total * scale);
+  if (acc)
+    acc[0] = (float)((wa ? hits : (double)correct) * ascale);
+  free(l), free(hit);
+}
+
+void kdrt_sparse_xent_fused(float *loss, float *acc, float *dx, const float *x, const float *y,
+                            const float *w, const float *wa, int64_t rows, int64_t cols,
+                            double scale, double ascale, double gscale) {
+  kdrt_sparse_xent_fused_rnd(KDRT_ROUND_NONE, loss, acc, dx, x, y, w, wa, rows, cols, scale,
+                             ascale, gscale);
 }

@@ -30,6 +30,38 @@ expect() { # expect RC [TEXT]: status and a line of the output
   fi
   [ "$ok" = 1 ] || sed 's/^/    | /' "$T/out" >&2
 }
+# same_numbers NAME NP PROGRAM-ARGUMENTS...: the programs $T/new and $T/old
+# trained alike under mpirun -np NP (16-bit products widened for OpenBLAS,
+# KDRT_GEMM16=0; KDRT_ONEDNN=$ONEDNN, default 1): the same history and
+# every final weight, bit for bit (store16.sh, xent_fused.sh).
+same_numbers() {
+  local name=$1 np=$2
+  shift 2
+  local run=("$@")
+  for p in new old; do # (new's products widened for OpenBLAS: matmul's bits, KDRT_GEMM16=0)
+    if ! KDRT_GEMM16=0 KDRT_ONEDNN=${ONEDNN:-1} timeout 300 mpirun -np "$np" -x KDRT_GEMM16 \
+      -x KDRT_ONEDNN "$T/$p" "${run[@]}" --quiet \
+      --history "$T/$p.json" \
+      --save-weights "$T/$p.weights.h5" >"$T/out" 2>&1; then
+      fail "$name: the $p program failed"
+      sed 's/^/    | /' "$T/out" >&2
+      return
+    fi
+  done
+  if cmp -s "$T/new.json" "$T/old.json" && python3 - "$T/new.weights.h5" "$T/old.weights.h5" <<'EOF'
+import struct, sys
+sys.path.insert(0, "tests/keras_ref")
+import h5lite
+a, b = (h5lite.datasets(p) for p in sys.argv[1:3])
+bits = lambda v: [struct.pack("<f", x) for x in v]
+sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and bits(a[k][1]) == bits(b[k][1])
+                                           for k in a)))
+EOF
+  then
+    echo "  ok: $name: history and weights bit for bit ($(python3 -c "import json, sys
+print(len(json.load(open(sys.argv[1]))['step_loss']))" "$T/new.json") steps)"
+  else fail "$name: a number changed"; diff "$T/new.json" "$T/old.json" | head -5; fi
+}
 # same_history A B: every number equal to 1e-5 relative.
 same_history() {
   python3 - "$1" "$2" <<'PY' || fail "$name: histories $1 and $2 differ"

@@ -292,7 +292,10 @@ static void saved_16_bits(const Graph *g, int *packs, int *direct, bool stored) 
       }
       cr_assert(!(dot16 && a->op == OP_UNPACK16), "%%%d: a 16-bit product reads an UNPACK16",
                 n->id);
-      if (stored && n->phase == PH_BACKWARD && a->op == OP_ROUND && a->phase <= PH_LOSS)
+      // (issue 22: but the logits' gradient's, made in the loss phase by the
+      // fused crossentropy, fuse.c's fuse_xent)
+      if (stored && n->phase == PH_BACKWARD && a->op == OP_ROUND && a->phase <= PH_LOSS &&
+          a->in[0]->op != OP_XENT_GRAD)
         cr_assert_eq(a, g->outputs[0], "%%%d %s reads the forward ROUND %%%d", n->id,
                      op_info(n->op).name, a->id);
     }
@@ -379,11 +382,14 @@ static int folded_rounds(const Graph *g) {
     folded++;
     cr_assert_eq(x->round_out, n->rnd.kind, "%%%d: its operand rounds to its type", n->id);
     cr_assert_eq(n->inplace, 1, "%%%d: written over its operand", n->id);
-    cr_assert_eq(uses[x->id], 1, "%%%d: its operand's only reader", n->id);
+    // (issue 22: the fused crossentropy's gradient, which the XENT_FUSED
+    // after it writes, reads it too)
+    bool xent = x->op == OP_XENT_GRAD && x->fused;
+    cr_assert_eq(uses[x->id], 1 + xent, "%%%d: its operand's only reader", n->id);
     cr_assert(x->op == OP_ADD || x->op == OP_BIAS || x->op == OP_BIAS_ACT || x->op == OP_ACT ||
-              x->op == OP_ACT_GRAD || x->op == OP_LAYER_NORM || x->op == OP_BIAS_GRAD,
+              x->op == OP_ACT_GRAD || x->op == OP_LAYER_NORM || x->op == OP_BIAS_GRAD || xent,
               "%%%d: %s has a _rnd kernel", n->id, op_info(x->op).name);
-    cr_assert(!x->fused, "%%%d: its operand's kernel runs", n->id);
+    cr_assert(!x->fused || xent, "%%%d: its operand's kernel runs", n->id);
     cr_assert(same_layer(n->layer, x->layer), "%%%d in %s, its operand in %s", n->id, n->layer,
               x->layer);
   }
@@ -399,6 +405,42 @@ Test(graph, mixed_rounds_folded) {
   cr_assert_geq(folded, 11 * blocks, "%d ROUNDs folded", folded);
   cr_assert_eq(folded_rounds(o), 0, "KDCC_FUSE_ROUND=0 folds none");
   cr_assert_eq(g->arena_floats, o->arena_floats, "the same buffers");
+}
+
+// issue 22 (fuse.c's fuse_xent): where the vocabulary is whole, the sparse
+// crossentropy's chain is one XENT_FUSED: no ROW_MAX, ROW_SUMEXP or XENT
+// left; its operands the logits, the labels, the gradient and the accuracy,
+// both fused, in the loss phase, right before it; nothing after it reads
+// the logits; with KDCC_FUSE_XENT=0, or the vocabulary split over 'model',
+// the chain (its all-reduces between the statistics).
+static int count_op(const Graph *g, OpKind op) {
+  int k = 0;
+  for (int i = 0; i < g->nnodes; i++) k += g->nodes[i]->op == op;
+  return k;
+}
+
+Test(graph, xent_fused_where_the_vocabulary_is_whole) {
+  opt_quiet_warnings = true;
+  Graph *g = compile_model("models/gpt.json", NULL, NULL, 32);
+  cr_assert_eq(count_op(g, OP_XENT_FUSED), 1);
+  cr_assert_eq(count_op(g, OP_ROW_MAX) + count_op(g, OP_ROW_SUMEXP) + count_op(g, OP_XENT), 0);
+  int at = -1;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_XENT_FUSED) at = i;
+  const Node *l = g->nodes[at], *x = l->in[0], *dx = l->in[2], *acc = l->in[3];
+  cr_assert(dx->op == OP_XENT_GRAD && dx->fused && dx->phase == PH_LOSS && dx->id == at - 2);
+  cr_assert(acc->op == OP_XENT_ACC && acc->fused && acc->id == at - 1);
+  for (int i = at + 1; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++)
+      cr_assert_neq(g->nodes[i]->in[k], x, "%%%d reads the logits after the loss", i);
+  setenv("KDCC_FUSE_XENT", "0", 1);
+  Graph *o = compile_model("models/gpt.json", NULL, NULL, 32);
+  unsetenv("KDCC_FUSE_XENT");
+  cr_assert(count_op(o, OP_XENT_FUSED) == 0 && count_op(o, OP_ROW_MAX) == 1);
+  Graph *s = compile_model("models/per_token.json", "models/per_token.dist.json",
+                           "data=1,model=2", 16);
+  cr_assert(count_op(s, OP_XENT_FUSED) == 0 && count_op(s, OP_ROW_MAX) == 1 &&
+            count_op(s, OP_ALLREDUCE_MAX) >= 1, "a split vocabulary keeps the chain");
 }
 
 // issue 23: a loss-scaled program's backward pass starts from the seeds

@@ -1856,6 +1856,61 @@ Test(xent, split_over_column_blocks_equals_unsplit) {
   check_split_xent(7, 1000, 4);
 }
 
+// issue 22: the fused classifier against the chain it replaces (row_max,
+// row_sumexp, sparse_xent(_w), sparse_xent_acc(_w), sparse_xent_grad(_w),
+// then round for rnd), bit for bit: loss, accuracy and every gradient
+// element; with and without sample weights (the accuracy's own or none),
+// rounded to bfloat16 or not, without a gradient (evaluation), in place.
+static void check_fused_xent(int64_t rows, int64_t V, int weighted, int acc_weighted, int rnd) {
+  const double scale = 1.0 / 37, ascale = 1.0 / 41, gscale = 3.0 / 37;
+  float *x = rand_buf((size_t)(rows * V), -6, 6), *y = malloc((size_t)rows * sizeof(float));
+  float *w = rand_buf((size_t)rows, 0, 2);
+  for (int64_t r = 0; r < rows; r++)
+    y[r] = (float)((int64_t)frand(0, (float)V) % V);
+  y[1] = -1.0f;                                             // no class: 0 everywhere
+  y[2] = (float)V;                                          // past the classes: no loss
+  x[3 * V + (int64_t)y[3]] = 20.0f;                         // a sure hit
+  x[5 * V + 0] = 20.0f, x[5 * V + 1] = 20.0f, y[5] = 1.0f;  // a tie, lost
+  x[6 * V + 0] = 20.0f, x[6 * V + 1] = 20.0f, y[6] = 0.0f;  // a tie, won
+  const float *wl = weighted ? w : NULL, *wa = acc_weighted ? w : NULL;
+  float *m = malloc((size_t)rows * sizeof(float)), *s = malloc((size_t)rows * sizeof(float));
+  float *g0 = malloc((size_t)(rows * V) * sizeof(float));
+  float *g1 = malloc((size_t)(rows * V) * sizeof(float));
+  float l0, a0, l1, a1 = -1, l2, a2 = -1;
+  kdrt_row_max(m, x, rows, V);
+  kdrt_row_sumexp(s, x, m, rows, V);
+  kdrt_sparse_xent_w(&l0, x, y, m, s, wl, rows, V, 0, scale);
+  if (wa) kdrt_sparse_xent_acc_w(&a0, x, y, m, wa, rows, V, 0, ascale);
+  else kdrt_sparse_xent_acc(&a0, x, y, m, rows, V, 0, ascale);
+  kdrt_sparse_xent_grad_w(g0, x, y, m, s, wl, rows, V, 0, gscale);
+  if (rnd) kdrt_round(rnd, g0, g0, (size_t)(rows * V));
+  kdrt_sparse_xent_fused_rnd(rnd, &l1, &a1, g1, x, y, wl, wa, rows, V, scale, ascale, gscale);
+  cr_expect(!memcmp(&l1, &l0, sizeof l0), "[%lld, %lld]: loss %.9g, the chain's %.9g",
+            (long long)rows, (long long)V, l1, l0);
+  cr_expect(!memcmp(&a1, &a0, sizeof a0), "accuracy %.9g, the chain's %.9g", a1, a0);
+  int64_t diff = 0;
+  for (int64_t i = 0; i < rows * V; i++) diff += memcmp(&g1[i], &g0[i], sizeof *g0) != 0;
+  cr_expect(diff == 0, "[%lld, %lld] weighted %d rnd %d: %lld gradient elements differ",
+            (long long)rows, (long long)V, weighted, rnd, (long long)diff);
+  cr_expect(l0 != 0 && a0 != 0, "the case tests nothing: loss %g, accuracy %g", l0, a0);
+  kdrt_sparse_xent_fused_rnd(rnd, &l2, NULL, NULL, x, y, wl, NULL, rows, V, scale, ascale,
+                             gscale); // evaluation: no gradient, no accuracy
+  cr_expect(!memcmp(&l2, &l0, sizeof l0), "loss without a gradient %.9g, the chain's %.9g", l2,
+            l0);
+  kdrt_sparse_xent_fused_rnd(rnd, &l2, &a2, x, x, y, wl, wa, rows, V, scale, ascale, gscale);
+  cr_expect(!memcmp(&l2, &l0, sizeof l0) && !memcmp(&a2, &a0, sizeof a0) &&
+            !memcmp(x, g0, (size_t)(rows * V) * sizeof *x), "in place: not the chain's");
+  free(x), free(y), free(w), free(m), free(s), free(g0), free(g1);
+}
+
+Test(xent, fused_equals_chain) {
+  check_fused_xent(11, 24, 0, 0, KDRT_ROUND_NONE);
+  check_fused_xent(9, 3001, 1, 0, KDRT_ROUND_NONE);
+  check_fused_xent(9, 3001, 1, 1, KDRT_ROUND_BF16);
+  check_fused_xent(70, 1000, 0, 0, KDRT_ROUND_F16); // enough work for threads
+  check_fused_xent(8, 50257, 1, 1, KDRT_ROUND_NONE);
+}
+
 // ---------------------------------------------------------------- learning-rate schedules
 // keras.optimizers.schedules at steps 0..13, the values Keras 3.15 (JAX,
 // float32) gives (printed with %.9g).

@@ -160,6 +160,13 @@ Test(threads, losses_and_metrics) {
                   kdrt_sparse_xent_grad(out, logits, ids, m, s, R, C, 0, 0.1));
   SAME_ON_1_AND_3("sparse_xent_acc", out, 1,
                   kdrt_sparse_xent_acc(out, logits, ids, m, R, C, 0, 0.1));
+  float la[2]; // issue 22: the fused classifier, its loss, accuracy and gradient
+  SAME_ON_1_AND_3("sparse_xent_fused", out, N,
+                  kdrt_sparse_xent_fused(la, la + 1, out, logits, ids, NULL, NULL, R, C, 0.1,
+                                         0.1, 0.1));
+  SAME_ON_1_AND_3("sparse_xent_fused's loss, accuracy", la, 2,
+                  kdrt_sparse_xent_fused(la, la + 1, out, logits, ids, NULL, NULL, R, C, 0.1,
+                                         0.1, 0.1));
   free(logits), free(prob), free(dense), free(ids), free(out);
 }
 

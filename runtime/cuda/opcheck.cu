@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "kdrt_loss.h" // issue 22: kdrt_xent_class, for the fused classifier's reference
 #include "kdrt_rnn.h"
 
 static int failures, checks;
@@ -1412,9 +1413,105 @@ static void check_xent_shape(int64_t rows, int64_t cols, int64_t col0) {
 #undef XNAME
 }
 
+// issue 22: the fused classifier (kdrt_sparse_xent_fused) on whole rows:
+// labels anywhere (one negative, one past the classes), ties at the
+// maximum won and lost, sample weights in [0, 2) (the accuracy's too, or
+// none). Within 1e-6 of a float64 reference at every V; against the CPU's
+// kernel (the chain's bits) within 1e-6 up to V 1024, and where the CPU's
+// column-order float sum of exps drifts from the exact one (simulated: up
+// to 1.2e-6 at 3001, 4e-5 at 50257; the GPU's tree is nearer), 1e-5 up to
+// 4096, 1e-4 above. The accuracy equal;
+// evaluation (no gradient) the same loss; a second run the same bits; the
+// gradient rounded to bfloat16 equal to the plain one then round; in place
+// the same bits; a gradient one float off x's alignment (scalar stores).
+static void xent_exact(double *loss, float *grad, const float *x, const float *y, const float *w,
+                       int64_t rows, int64_t cols, double scale, double gscale) {
+  double total = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < cols; j++) m = xr[j] > m ? xr[j] : m;
+    double s = 0, sc = gscale * (w ? w[r] : 1.0);
+    for (int64_t j = 0; j < cols; j++) s += exp((double)xr[j] - m);
+    int64_t c = kdrt_xent_class(y, r, cols, 0);
+    if (c >= 0) total += (w ? w[r] : 1.0) * (m + log(s) - xr[c]);
+    for (int64_t j = 0; j < cols; j++)
+      grad[r * cols + j] = y[r] >= 0 ? (float)(sc * (exp((double)xr[j] - m) / s - (j == c))) : 0.0f;
+  }
+  *loss = total * scale;
+}
+
+static void check_xent_fused(int64_t rows, int64_t cols, int weighted) {
+  char name[96];
+#define FNAME(what) (snprintf(name, sizeof name, "xent_fused %s [%lld, %lld]%s", what, \
+                              (long long)rows, (long long)cols, weighted ? " weighted" : ""), name)
+  const double scale = 1.0 / 64, ascale = 1.0 / 60, gscale = 1.0 / 48;
+  const size_t n = (size_t)(rows * cols);
+  float *hx = hrand(n, -5, 5), *hy = hzero((size_t)rows), *hw = hrand((size_t)rows, 0, 2);
+  for (int64_t r = 0; r < rows; r++) {
+    hy[r] = (float)((int64_t)(frand(0, 1) * cols) % cols);
+    if (r % 4 == 0) hx[r * cols + (int64_t)hy[r]] = 9.0f; // a hit
+  }
+  hy[1] = -1.0f, hy[2] = (float)cols;                     // no class; past the classes
+  hx[3 * cols + 5] = hx[3 * cols + 9] = 9.0f, hy[3] = 9.0f; // a tie, lost
+  hx[4 * cols + 5] = hx[4 * cols + 9] = 9.0f, hy[4] = 5.0f; // a tie, won
+  const float *hwl = weighted ? hw : NULL;
+  float hl, ha, *hd = hzero(n), *he = hzero(n), *hr = hzero(n);
+  double el;
+  kdrt_sparse_xent_fused(&hl, &ha, hd, hx, hy, hwl, hwl, rows, cols, scale, ascale, gscale);
+  kdrt_sparse_xent_fused_rnd(KDRT_ROUND_BF16, &hl, &ha, hr, hx, hy, hwl, hwl, rows, cols, scale,
+                             ascale, gscale);
+  xent_exact(&el, he, hx, hy, hwl, rows, cols, scale, gscale);
+  float ef = (float)el;
+  float *x = dev(hx, n), *y = dev(hy, (size_t)rows), *w = weighted ? dev(hw, (size_t)rows) : NULL;
+  float *out = kdrt_cuda_alloc(4), *dx = kdrt_cuda_alloc(n + 1), *d2 = kdrt_cuda_alloc(n);
+  poison(out, 4), poison(dx, n + 1);
+  kdrt_cuda_sparse_xent_fused(D, out, out + 1, dx, x, y, w, w, rows, cols, scale, ascale, gscale);
+  const double tol = cols > 4096 ? 1e-4 : cols > 1024 ? 1e-5 : 1e-6;
+  check(FNAME("loss"), out, &hl, 1, tol);
+  check(FNAME("loss, float64"), out, &ef, 1, 1e-6);
+  check(FNAME("accuracy"), out + 1, &ha, 1, weighted ? 1e-7 : 0);
+  check(FNAME("grad"), dx, hd, n, tol);
+  check(FNAME("grad, float64"), dx, he, n, 1e-6);
+  float *h1 = hzero(n + 2);
+  kdrt_cuda_download(D, h1, out, 2);
+  poison(out + 2, 2), poison(d2, n);
+  kdrt_cuda_sparse_xent_fused(D, out + 2, out + 3, d2, x, y, w, w, rows, cols, scale, ascale,
+                              gscale);
+  check(FNAME("run twice, loss"), out + 2, h1, 2, 0);
+  kdrt_cuda_download(D, he, dx, n); // (the first run's gradient)
+  check(FNAME("run twice, grad"), d2, he, n, 0);
+  poison(out + 2, 2);
+  kdrt_cuda_sparse_xent_fused(D, out + 2, NULL, NULL, x, y, w, NULL, rows, cols, scale, ascale,
+                              gscale);
+  check(FNAME("evaluation's loss"), out + 2, h1, 1, 0);
+  poison(d2, n);
+  kdrt_cuda_sparse_xent_fused_rnd(D, KDRT_ROUND_BF16, out + 2, NULL, d2, x, y, w, NULL, rows,
+                                  cols, scale, ascale, gscale);
+  check_rnd_pair(FNAME("grad_rnd"), KDRT_ROUND_BF16, d2, dx, hr, n, 1e-2); // (dx rounded)
+  kdrt_cuda_upload(D, d2, hx, n); // in place: x overwritten by its gradient
+  kdrt_cuda_sparse_xent_fused(D, out + 2, NULL, d2, d2, y, w, NULL, rows, cols, scale, ascale,
+                              gscale);
+  check(FNAME("in place"), d2, he, n, 0);
+  poison(dx, n + 1);
+  kdrt_cuda_sparse_xent_fused(D, out + 2, NULL, dx + 1, x, y, w, NULL, rows, cols, scale, ascale,
+                              gscale);
+  check(FNAME("grad one float off"), dx + 1, he, n, 0);
+  kdrt_cuda_free(x), kdrt_cuda_free(y), kdrt_cuda_free(out), kdrt_cuda_free(dx);
+  kdrt_cuda_free(d2);
+  if (w) kdrt_cuda_free(w);
+  free(hx), free(hy), free(hw), free(hd), free(he), free(hr), free(h1);
+#undef FNAME
+}
+
 static void check_xent(void) {
   check_xent_shape(67, 211, 211);
   check_xent_shape(13, 3001, 0); // rows wider than a block: several blocks a row
+  check_xent_fused(67, 211, 0);
+  check_xent_fused(13, 3001, 0);
+  check_xent_fused(13, 3001, 1);
+  check_xent_fused(64, 50257, 0); // GPT-2's vocabulary
+  check_xent_fused(64, 50257, 1);
 }
 
 // Device int32 ids (4 bytes, as a float).

@@ -113,34 +113,6 @@ same() { # NAME NP PROGRAM-ARGUMENTS -- kdcc-arguments...: with and without 16-b
   same_numbers "$name" "$np" "${RUN[@]}"
 }
 
-same_numbers() { # NAME NP PROGRAM-ARGUMENTS...: $T/new and $T/old, the same history and weights
-  local name=$1 np=$2
-  shift 2
-  local run=("$@")
-  for p in new old; do # (new's products widened for OpenBLAS: matmul's bits, KDRT_GEMM16=0)
-    if ! KDRT_GEMM16=0 KDRT_ONEDNN=${ONEDNN:-1} timeout 300 mpirun -np "$np" -x KDRT_GEMM16 \
-      -x KDRT_ONEDNN "$T/$p" "${run[@]}" --quiet \
-      --history "$T/$p.json" \
-      --save-weights "$T/$p.weights.h5" >"$T/out" 2>&1; then
-      fail "$name: the $p program failed"
-      sed 's/^/    | /' "$T/out" >&2
-      return
-    fi
-  done
-  if cmp -s "$T/new.json" "$T/old.json" && python3 - "$T/new.weights.h5" "$T/old.weights.h5" <<'EOF'
-import struct, sys
-sys.path.insert(0, "tests/keras_ref")
-import h5lite
-a, b = (h5lite.datasets(p) for p in sys.argv[1:3])
-bits = lambda v: [struct.pack("<f", x) for x in v]
-sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and bits(a[k][1]) == bits(b[k][1])
-                                           for k in a)))
-EOF
-  then
-    echo "  ok: $name: history and weights bit for bit ($(python3 -c "import json, sys
-print(len(json.load(open(sys.argv[1]))['step_loss']))" "$T/new.json") steps)"
-  else fail "$name: a number changed"; diff "$T/new.json" "$T/old.json" | head -5; fi
-}
 same "gpt.json bfloat16, one device" 1 --synthetic 128 --epochs 2 -- \
   models/gpt.json --dtype-policy mixed_bfloat16
 same "gpt.json bfloat16, DataParallel over 2" 2 --synthetic 128 --epochs 2 -- \
