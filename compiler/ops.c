@@ -924,6 +924,9 @@ static void update_emit(const Node *n, Lowering *lw) {
     char *m1 = hparam(n, "one_minus_momentum", (float)(1.0 - v->ema_momentum), "1 - momentum");
     lower_call(lw, KN_ema, NULL, "%s, %s, %s, %s, %s", buf(n->in[0]), buf(n->in[1]),
                elems_c(n->in[0]), m, m1);
+    if (v->vdt) // issue 23: Keras assigns the float32 average to its 16-bit variable
+      lower_call(lw, KN_round, NULL, "%s, %s, %s, %s", round_c(v->vdt), buf(n->in[0]),
+                 buf(n->in[0]), elems_c(n->in[0]));
     return;
   }
   if (n->fused) {

@@ -877,7 +877,7 @@ static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
     Node *gin[6] = {n->grad, x, m, v, gam, s};
     Node *dx = op_make(g, OP_BN_GRAD, 6, gin, &(Node){.bn = n->bn});
     dx->bn.act = ACT_LINEAR;
-    accumulate(g, x, dx);
+    accumulate(g, x, n->bn.rnd ? round_to(g, dx, n->bn.rnd) : dx);
   }
   for (int k = 0; k < 2; k++) {
     Node *w = k ? gam : beta;

@@ -176,7 +176,7 @@ Cases (model, distribution spec from models/):
                                                              a head a device
     rope_dp         rope           rope_dp.dist.json         DataParallel (8,)
     mixed_mlp, mixed_gpt, mixed_bn_cnn (and _dp)                  issue 23: mixed_bfloat16
-    bf16_mlp, bf16_adam_mlp, bf16_cnn, bf16_gpt (and _dp)         issue 23: bfloat16 (variables
+    bf16_mlp, bf16_adam_mlp, bf16_cnn, bf16_bn_cnn, bf16_gpt (and _dp) issue 23: bfloat16 (variables
                                                              and slots too), with their
                                                              float32 and mixed_bfloat16 twins
     f16_mlp (and _dp)                                             issue 23: float16, no loss
@@ -439,6 +439,7 @@ DATA = {
     "bf16_mlp": (64, 2),
     "bf16_adam_mlp": (64, 2),
     "bf16_cnn": (64, 2),
+    "bf16_bn_cnn": (64, 2),
     "bf16_gpt": (64, 2),
     "f16_mlp": (64, 2),
     "mixed_f16_growth": (64, 2),
@@ -649,6 +650,8 @@ CASES = {
     "bf16_adam_mlp_dp": ("bf16_adam_mlp", "bf16_adam_mlp_dp"),
     "bf16_cnn": ("bf16_cnn", "bf16_cnn"),
     "bf16_cnn_dp": ("bf16_cnn", "bf16_cnn_dp"),
+    "bf16_bn_cnn": ("bf16_bn_cnn", "bf16_bn_cnn"),
+    "bf16_bn_cnn_dp": ("bf16_bn_cnn", "bf16_bn_cnn_dp"),
     "bf16_gpt": ("bf16_gpt", "bf16_gpt"),
     "bf16_gpt_dp": ("bf16_gpt", "bf16_gpt_dp"),
     "f16_mlp": ("f16_mlp", "f16_mlp"),
