@@ -1887,6 +1887,12 @@ MODELS.update({
         float32_twin=under_policy(mixed_mlp, "float32", bf16_sgd),
         mixed_twin=under_policy(mixed_mlp, "mixed_float16", bf16_sgd), labels="sparse10",
         x=(12,), dists={"f16_mlp": model_parallel(F16_MP), "f16_mlp_dp": DP_8}),
+    "f16_bn_cnn": dict(
+        build=under_policy(bn_cnn, "float16", bf16_sgd),
+        float32_twin=under_policy(bn_cnn, "float32", bf16_sgd),
+        mixed_twin=under_policy(bn_cnn, "mixed_float16", bf16_sgd), labels="sparse10",
+        x=(8, 8, 3), dists={"f16_bn_cnn": MODELS["bn_cnn"]["dists"]["bn_cnn"],
+                            "f16_bn_cnn_dp": DP_8}),
     "mixed_f16_mlp": dict(
         build=under_policy(mixed_f16_mlp, "mixed_float16"),
         float32_twin=under_policy(mixed_f16_mlp, "float32"), labels="dense10", x=(12,),

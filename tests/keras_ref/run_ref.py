@@ -179,7 +179,7 @@ Cases (model, distribution spec from models/):
     bf16_mlp, bf16_adam_mlp, bf16_cnn, bf16_bn_cnn, bf16_gpt (and _dp) issue 23: bfloat16 (variables
                                                              and slots too), with their
                                                              float32 and mixed_bfloat16 twins
-    f16_mlp (and _dp)                                             issue 23: float16, no loss
+    f16_mlp, f16_bn_cnn (and _dp)                                 issue 23: float16, no loss
                                                              scaling (Keras's compile adds
                                                              none), float32 and mixed twins
     mixed_f16_mlp   mixed_f16_mlp  mixed_f16_mlp.dist.json   ModelParallel (2,4)  issue 23:
@@ -442,6 +442,7 @@ DATA = {
     "bf16_bn_cnn": (64, 2),
     "bf16_gpt": (64, 2),
     "f16_mlp": (64, 2),
+    "f16_bn_cnn": (64, 2),
     "mixed_f16_growth": (64, 2),
     "mixed_f16_bn_cnn": (64, 2),
 }
@@ -656,6 +657,8 @@ CASES = {
     "bf16_gpt_dp": ("bf16_gpt", "bf16_gpt_dp"),
     "f16_mlp": ("f16_mlp", "f16_mlp"),
     "f16_mlp_dp": ("f16_mlp", "f16_mlp_dp"),
+    "f16_bn_cnn": ("f16_bn_cnn", "f16_bn_cnn"),
+    "f16_bn_cnn_dp": ("f16_bn_cnn", "f16_bn_cnn_dp"),
     # mixed_float16, with Keras's LossScaleOptimizer
     "mixed_f16_mlp": ("mixed_f16_mlp", "mixed_f16_mlp"),
     "mixed_f16_mlp_dp": ("mixed_f16_mlp", "mixed_f16_mlp_dp"),
