@@ -276,6 +276,13 @@ static void dot_grad(Graph *g, Node *n, const bool *need) {
     accumulate(g, b, tb ? dot(g, dy, a, nb, nm, true, ta) : dot(g, a, dy, nb, nm, !ta, false));
 }
 
+// issue 23: the buffer of kdrt_matmul16's widened operands: the CPU
+// program's (kdrt.c's kdrt_widen16, WIDEN16_FLOATS), none on the GPU
+// (opt_widen16 off)
+const char *widen16_c(void) {
+  return opt_widen16 ? "kdrt_widen16(c, WIDEN16_FLOATS, B, BATCH)" : "NULL";
+}
+
 // issue 23: how kdrt_matmul16 reads an operand (kdrt_defs.h's KDRT_OPND_*)
 const char *form16(const Node *x, bool rounds) {
   return x->dtype == DT_U16 ? "KDRT_OPND_16" : rounds ? "KDRT_OPND_ROUND" : "KDRT_OPND_EXACT";
@@ -311,9 +318,9 @@ static void dot_emit(const Node *n, Lowering *lw) {
     return;
   }
   if (n->dot.half) { // issue 23: 16-bit operands, float32 sums (store16.c)
-    lower_call(lw, KN_matmul16, decl, "&g, %s, %s, %s, %s, %s, %s", round_c(n->dot.half),
-               form16(a, n->dot.rounds & 1), buf(a), form16(b, n->dot.rounds & 2), buf(b),
-               buf(n));
+    lower_call(lw, KN_matmul16, decl, "&g, %s, %s, %s, %s, %s, %s, %s",
+               round_c(n->dot.half), form16(a, n->dot.rounds & 1), buf(a),
+               form16(b, n->dot.rounds & 2), buf(b), buf(n), widen16_c());
     return;
   }
   lower_call(lw, KN_matmul, decl, "&g, %s, %s, %s, %s, %s", sgd ? "-c->lr" : "1.0f", buf(a),

@@ -285,13 +285,25 @@ static void saved_16_bits(const Graph *g, int *packs, int *direct, bool stored) 
 // a float32 model's none; the peak (scratch included) under 0.75 times the
 // float32 twin's (the convolutions' results that batch norm reads stay
 // float32 for its gradient, as XLA's: bfloat16_batchnorm_reads_the_convolution).
+// The products' operands widened to float32 (a CPU without bfloat16
+// products) have a buffer of their own, Graph.widen16_floats: at least
+// the float32 im2col columns (the float32 twin's scratch); the GPU's plan
+// (opt_widen16 off) none, and the same arena.
 Test(graph, mixed_convolutions_in_16_bits) {
   opt_quiet_warnings = true;
   const char *m = "tests/fixtures/keras_ref/mixed_bn_cnn/model.keras";
   opt_dtype_policy = "float32";
   Graph *f = compile_model(m, NULL, NULL, 64);
   opt_dtype_policy = NULL;
+  opt_widen16 = false;
+  Graph *o = compile_model(m, NULL, NULL, 64);
+  opt_widen16 = true;
   Graph *g = compile_model(m, NULL, NULL, 64);
+  cr_assert_eq(f->widen16_floats, 0, "float32: no 16-bit product");
+  cr_assert_eq(o->widen16_floats, 0, "the GPU's: nothing widened");
+  cr_assert_eq(o->arena_floats, g->arena_floats);
+  cr_assert_geq(g->widen16_floats, f->scratch_floats, "widened %lld floats, float32 scratch %lld",
+                (long long)g->widen16_floats, (long long)f->scratch_floats);
   int packs, direct, convs[2] = {0, 0}, u16 = 0;
   saved_16_bits(g, &packs, &direct, true);
   for (int t = 0; t < 2; t++) {
