@@ -841,9 +841,9 @@ void bucket_gradients(Graph *g);
 // would be widened in memory outside the plan, so it stays a float32
 // product of exact values); main.c adds float16 for --target cuda.
 extern unsigned opt_products16;
-// issue 23 (memplan.c): Graph.widen16_floats, the buffer of the CPU's 16-bit
-// products (kdrt_matmul16's operands widened where the CPU has no bfloat16
-// product); main.c: off for --target cuda, whose runtime needs none.
+// issue 23 (lower.c): Graph.widen16_floats (memplan.c), the buffer of the CPU's
+// 16-bit products (kdrt_matmul16's operands widened where the CPU has no
+// bfloat16 product); main.c: off for --target cuda, whose runtime needs none.
 extern bool opt_widen16;
 // issue 23: every 16-bit value of a mixed policy that the backward pass
 // reads, stored in 16 bits in between (PACK16 after it, UNPACK16 before its

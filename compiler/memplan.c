@@ -125,7 +125,6 @@ static int64_t value_floats(const Graph *g, const Node *n) {
 // (kdrt.c) holds them at any larger batch, whether an operand grows with it
 // or not. Not in the arena: Graph.widen16_floats, the largest product's,
 // a buffer of its own (the program's WIDEN16_FLOATS; --report shows it).
-bool opt_widen16 = true;
 
 static int64_t widen_floats(int64_t floats, int64_t rows) {
   if (floats <= 0) return 0;
