@@ -238,6 +238,9 @@ static void emit_arena(void) {
   out("#define SCRATCH AO[%d] // @%lld conv im2col scratch, %lld floats\n", nslots,
       (long long)(g->arena_floats - g->scratch_floats), (long long)g->scratch_floats);
   out("#define ARENA_FLOATS %lld // for BATCH rows\n", (long long)g->arena_floats);
+  if (g->widen16_floats) // issue 23: kdrt_matmul16's buffer (memplan.c's widen_floats)
+    out("#define WIDEN16_FLOATS %lld // for BATCH rows: 16-bit products' operands widened to "
+        "float32 (a CPU without bfloat16 products)\n", (long long)g->widen16_floats);
   out("#define BATCH %d // the global batch the constants above are for\n", g->batch);
   out("static const kdrt_arena_op arena_plan[] = { // {step, buffer (AO index), k, parts}: k *\n"
       "  // ceil(B / parts) floats (parts 0: k) for a batch of B (memplan.c's order)\n");

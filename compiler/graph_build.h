@@ -82,6 +82,9 @@ Node *build_crop1d(Graph *g, Layer *l, Node *x);
 Node *build_crop2d(Graph *g, Layer *l, Node *x);
 Node *build_upsample(Graph *g, Layer *l, Node *x);
 Node *build_batchnorm(Graph *g, Layer *l, Node *x);
+// issue 23: y, layer l's result, is a bfloat16 convolution's that its one
+// reader, a BatchNormalization, takes in float32 (XLA's), unrounded
+bool bn_reads_f32(Graph *g, Layer *l, const Node *y);
 
 // ---------------------------------------------------------------- layers_rnn.c
 Node *build_rnn(Graph *g, Layer *l, Node *x);

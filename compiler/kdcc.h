@@ -733,6 +733,7 @@ struct Graph {
   int batch;              // global batch size
   int64_t arena_floats, param_floats, grad_floats;
   int64_t scratch_floats; // conv im2col scratch
+  int64_t widen16_floats; // issue 23: the CPU's 16-bit products' widened operands (memplan.c)
   PlanStep *plan;         // the arena plan's steps, in order (memplan.c)
   int nplan;
   // issue 23: while a layer of a mixed policy is built (build_layer), its
@@ -840,6 +841,10 @@ void bucket_gradients(Graph *g);
 // would be widened in memory outside the plan, so it stays a float32
 // product of exact values); main.c adds float16 for --target cuda.
 extern unsigned opt_products16;
+// issue 23 (lower.c): Graph.widen16_floats (memplan.c), the buffer of the CPU's
+// 16-bit products (kdrt_matmul16's operands widened where the CPU has no
+// bfloat16 product); main.c: off for --target cuda, whose runtime needs none.
+extern bool opt_widen16;
 // issue 23: every 16-bit value of a mixed policy that the backward pass
 // reads, stored in 16 bits in between (PACK16 after it, UNPACK16 before its
 // backward readers, or a variable's or a kept value's ROUND made again);

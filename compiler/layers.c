@@ -876,8 +876,11 @@ Node *build_layer(Graph *g, Layer *l) {
   g->cdt_first = g->nnodes;
   g->cdt_autocast = casts_inputs(l->cls);
   g->cdt_f32 = computes_f32(l->cls) || logits;
-  Node *y = mixed_value(g, build_call(g, l));
-  if (y->dtype == DT_F32 && !logits) y = round_to(g, y, l->cdt); // the output in 16 bits
+  Node *y = build_call(g, l);
+  if (!bn_reads_f32(g, l, y)) { // (else left unrounded: layers_conv.c)
+    y = mixed_value(g, y);
+    if (y->dtype == DT_F32 && !logits) y = round_to(g, y, l->cdt); // the output in 16 bits
+  }
   g->cdt = 0;
   g->cdt_f32 = false;
   return y;

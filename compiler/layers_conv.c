@@ -495,6 +495,31 @@ static Node *frozen_batchnorm(Graph *g, Node *x, Node *mm, Node *mv, Node *gam, 
   return make2(g, OP_BIAS, make2(g, OP_COL_MUL, x, inv), res);
 }
 
+// Issue 23: under bfloat16 (mixed or pure) XLA's CPU program, Keras's,
+// normalizes a convolution's float32 result as it is: the bfloat16
+// convolution is computed in float32 and its cast to bfloat16 then back to
+// float32 (BatchNormalization's upcast) cancels (allow_excess_precision),
+// while the backward pass still rounds batch norm's gradient in x (the
+// casts' transposes). Read in Keras 3.15's optimized HLO of the batch-norm
+// CNN; under float16 the casts stay. So a convolution of such a policy
+// whose one reader is a trained BatchNormalization leaves its output
+// unrounded (layers.c's build_layer), and the batch norm takes it so.
+bool bn_reads_f32(Graph *g, Layer *l, const Node *y) {
+  if (l->cdt != KDRT_ROUND_BF16 || y->op != OP_CONV2D || !y->pend) return false;
+  const Model *m = g->model;
+  for (int i = 0; i < m->noutputs; i++)
+    if (m->outputs[i].layer == l) return false;
+  Layer *reader = NULL;
+  for (int i = 0; i < m->nlayers; i++)
+    for (int k = 0; k < m->layers[i]->nin; k++)
+      if (m->layers[i]->in[k].layer == l) {
+        if (reader) return false;
+        reader = m->layers[i];
+      }
+  return reader && !strcmp(reader->cls, "BatchNormalization") && reader->cdt == l->cdt &&
+         !layer_frozen(reader);
+}
+
 Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   check_last_axis(l, x);
   static const char *const no[] = {"renorm"};
@@ -517,6 +542,8 @@ Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   Node *mm = new_var(g, l, "moving_mean", cs, "moving_mean_initializer", "zeros");
   Node *mv = new_var(g, l, "moving_variance", cs, "moving_variance_initializer", "ones");
   if (layer_frozen(l)) return frozen_batchnorm(g, x, mm, mv, gam, beta, eps);
+  int rnd = x->pend, cdt = g->cdt; // bn_reads_f32's convolution: x as it is
+  if (rnd) g->cdt = 0;
   Node *mean = make1(g, OP_BATCH_MEAN, make1(g, OP_BN_STATS, x),
                      .aff = (AffAttr){(float)per, 0, NULL});
   Node *var = make1(g, OP_BATCH_MEAN, make2(g, OP_BN_STATS, x, mean),
@@ -526,5 +553,8 @@ Node *build_batchnorm(Graph *g, Layer *l, Node *x) {
   Node *in[5] = {x, make2(g, OP_TRAIN_SELECT, mean, mm),
                  make2(g, OP_TRAIN_SELECT, var, mv),
                  gam ? gam : fill_channels(g, cs, 1), beta ? beta : fill_channels(g, cs, 0)};
-  return op_make(g, OP_BATCH_NORM, 5, in, &(Node){.bn = {(float)eps, ACT_LINEAR, (double)per}});
+  Node *y = op_make(g, OP_BATCH_NORM, 5, in,
+                    &(Node){.bn = {(float)eps, ACT_LINEAR, (double)per, rnd}});
+  g->cdt = cdt;
+  return y;
 }

@@ -219,6 +219,11 @@ char *opt_const(const char *name) {
   return s;
 }
 
+// issue 23: the CPU's 16-bit products widen their operands in a buffer of
+// the program's (ops.c's widen16_c, memplan.c's widen16_floats); off for
+// the GPU (main.c), which widens nothing.
+bool opt_widen16 = true;
+
 int opt_consts(const Optimizer *o, const char **names, float *values) {
   int n = 0;
 #define HP(field) (names[n] = #field, values[n++] = o->field)

@@ -344,6 +344,7 @@ int main(int argc, char **argv) {
     error("%s applies to --target cuda only", cuda_arch ? "--cuda-arch" : "--precision");
   if (target_cuda && !cuda_arch) cuda_arch = detect_cuda_arch();
   if (target_cuda) opt_products16 |= 1u << KDRT_ROUND_F16; // cuBLAS takes float16 operands too
+  if (target_cuda) opt_widen16 = false; // (nothing widened on the GPU)
   // issue 22: the fused attention's kernels round their products' operands
   // as bf16 and tf32 do (fp32 keeps the chain: within 1e-5 of the CPU's),
   // and take head dims up to 128 (tf32's shared memory: 64)

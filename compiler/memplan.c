@@ -17,7 +17,8 @@
 //   place over its operand (issue 23's ROUNDs, store16.c). A 16-bit value
 //   (issue 23, DT_U16) takes half the floats (value_floats). Convolution
 //   scratch (im2col; a 16-bit conv's, kdrt_ops.h's kdrt_conv16_scratch)
-//   sits past the arena's peak.
+//   sits past the arena's peak. (Issue 23: the CPU's 16-bit products'
+//   widened operands have a buffer of their own, widen_floats.)
 // All offsets are multiples of 16 floats (64 bytes) and become named
 // constants in the generated program (the arena's: named entries of its
 // AO[] array, see below). A repeated block's values (blocks.c) are planned
@@ -115,6 +116,20 @@ static int64_t value_floats(const Graph *g, const Node *n) {
   if (n->dtype != DT_U16) return e;
   if (!rows) return (e + 1) / 2;
   return size_mul((e / rows + 1) / 2, rows);
+}
+
+// issue 23: the floats of a 16-bit product's widened operands (kdrt_ops.h's
+// kdrt_matmul16_scratch), where the CPU has no bfloat16 product, as a whole
+// number of floats a row of `rows` (0: no batch dim), with room for the
+// parts' 16-float alignment, so that the buffer scaled with the batch
+// (kdrt.c) holds them at any larger batch, whether an operand grows with it
+// or not. Not in the arena: Graph.widen16_floats, the largest product's,
+// a buffer of its own (the program's WIDEN16_FLOATS; --report shows it).
+
+static int64_t widen_floats(int64_t floats, int64_t rows) {
+  if (floats <= 0) return 0;
+  floats = size_add(floats, 32);
+  return rows > 0 ? size_mul((floats + rows - 1) / rows, rows) : floats;
 }
 
 // A plan step for n: its elems floats as k * rows (see PlanStep), rows
@@ -383,7 +398,7 @@ void plan_memory(Graph *g) {
 
   Arena a = {.free = xcalloc(g->nnodes + 8, sizeof(Span))};
   Running run = {0};
-  int64_t scratch = 0;
+  int64_t scratch = 0, widen = 0;
   // issue 23: the 16-bit copies of saved values (store16.c's PACK16) live
   // from the forward pass into the backward one: taken when the step
   // begins, first (as a block's stacked values are when it begins), so that
@@ -451,9 +466,24 @@ void plan_memory(Graph *g) {
         int pass = n->op == OP_CONV2D ? KDRT_CONV_Y : n->op == OP_CONV2D_DX ? KDRT_CONV_DX
                                                                              : KDRT_CONV_DW;
         s = kdrt_conv16_scratch(&w, pass, fa, fb, part);
+        int64_t wide = opt_widen16 ? widen_floats(kdrt_conv16_widen(&w, pass, fb), w.B) : 0;
+        if (wide > widen) widen = wide;
       }
       if (s > scratch) scratch = s;
       if (!later_copy) plan_step(g, PLAN_SCRATCH, y, s, 0);
+    }
+    if (n->op == OP_DOT && n->dot.half && n->nin < 3 && !n->dot.bgrad && opt_widen16) {
+      // issue 23: kdrt_matmul16's buffer (kdrt_ops.h), as its lowering reads the operands
+      const Node *ab[2] = {n->in[0], n->in[1]}, *r = n; // r: a value with the batch's rows
+      int64_t s = 0;
+      for (int k = 0; k < 2; k++) {
+        int form = ab[k]->dtype == DT_U16 ? KDRT_OPND_16
+                   : n->dot.rounds >> k & 1 ? KDRT_OPND_ROUND : KDRT_OPND_EXACT;
+        s += kdrt_matmul16_part(local_elems(g, ab[k]), form);
+        if (!batch_rows(g, r)) r = ab[k];
+      }
+      s = widen_floats(s, batch_rows(g, r));
+      if (s > widen) widen = s;
     }
     if (n->op == OP_PARAM) goto block_end;
     if (n->op == OP_UPDATE || n->op == OP_ASSIGN || n->op == OP_UNSCALE) { // in place, into
@@ -519,6 +549,7 @@ void plan_memory(Graph *g) {
   }
   xfree(early);
   g->scratch_floats = align(scratch);
+  g->widen16_floats = widen;
   g->arena_floats = size_add(align(a.peak), g->scratch_floats);
   // Each tensor is at most MAX_ELEMS (loss.c), so only a plan of millions of them could
   // pass this: offsets in the program are 64-bit.

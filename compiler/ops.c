@@ -277,6 +277,13 @@ static void dot_grad(Graph *g, Node *n, const bool *need) {
     accumulate(g, b, tb ? dot(g, dy, a, nb, nm, true, ta) : dot(g, a, dy, nb, nm, !ta, false));
 }
 
+// issue 23: the buffer of kdrt_matmul16's widened operands: the CPU
+// program's (kdrt.c's kdrt_widen16, WIDEN16_FLOATS), none on the GPU
+// (opt_widen16 off)
+const char *widen16_c(void) {
+  return opt_widen16 ? "kdrt_widen16(c, WIDEN16_FLOATS, B, BATCH)" : "NULL";
+}
+
 // issue 23: how kdrt_matmul16 reads an operand (kdrt_defs.h's KDRT_OPND_*)
 const char *form16(const Node *x, bool rounds) {
   return x->dtype == DT_U16 ? "KDRT_OPND_16" : rounds ? "KDRT_OPND_ROUND" : "KDRT_OPND_EXACT";
@@ -312,9 +319,9 @@ static void dot_emit(const Node *n, Lowering *lw) {
     return;
   }
   if (n->dot.half) { // issue 23: 16-bit operands, float32 sums (store16.c)
-    lower_call(lw, KN_matmul16, decl, "&g, %s, %s, %s, %s, %s, %s", round_c(n->dot.half),
-               form16(a, n->dot.rounds & 1), buf(a), form16(b, n->dot.rounds & 2), buf(b),
-               buf(n));
+    lower_call(lw, KN_matmul16, decl, "&g, %s, %s, %s, %s, %s, %s, %s",
+               round_c(n->dot.half), form16(a, n->dot.rounds & 1), buf(a),
+               form16(b, n->dot.rounds & 2), buf(b), buf(n), widen16_c());
     return;
   }
   lower_call(lw, KN_matmul, decl, "&g, %s, %s, %s, %s, %s", sgd ? "-c->lr" : "1.0f", buf(a),
@@ -1012,6 +1019,9 @@ static void update_emit(const Node *n, Lowering *lw) {
     char *m1 = hparam(n, "one_minus_momentum", (float)(1.0 - v->ema_momentum), "1 - momentum");
     lower_call(lw, KN_ema, NULL, "%s, %s, %s, %s, %s", buf(n->in[0]), buf(n->in[1]),
                elems_c(n->in[0]), m, m1);
+    if (v->vdt) // issue 23: Keras assigns the float32 average to its 16-bit variable
+      lower_call(lw, KN_round, NULL, "%s, %s, %s, %s", round_c(v->vdt), buf(n->in[0]),
+                 buf(n->in[0]), elems_c(n->in[0]));
     return;
   }
   if (n->fused) {

@@ -50,5 +50,6 @@ char *attn_scale(const Node *n, double v);
 // float32 values it rounds)
 const char *round_c(int kind);
 const char *form16(const Node *x, bool rounds);
+const char *widen16_c(void); // issue 23: kdrt_matmul16's buffer (kdrt_widen16), or "NULL"
 
 #endif

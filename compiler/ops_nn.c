@@ -301,9 +301,10 @@ static void conv_emit(const Node *n, Lowering *lw) {
     const char *pass = n->op == OP_CONV2D      ? "KDRT_CONV_Y"
                        : n->op == OP_CONV2D_DX ? "KDRT_CONV_DX"
                                                : "KDRT_CONV_DW";
-    lower_call(lw, KN_conv2d16, window_decl(n, x, y), "&w, %s, %s, %s, %s, %s, %s, %s, scratch",
-               pass, round_c(n->win.half), form16(n->in[0], false), buf(n->in[0]),
-               form16(n->in[1], false), buf(n->in[1]), buf(n));
+    lower_call(lw, KN_conv2d16, window_decl(n, x, y),
+               "&w, %s, %s, %s, %s, %s, %s, %s, scratch, %s", pass, round_c(n->win.half),
+               form16(n->in[0], false), buf(n->in[0]), form16(n->in[1], false), buf(n->in[1]),
+               buf(n), widen16_c());
     return;
   }
   Kernel fn = n->op == OP_CONV2D ? KN_conv2d : n->op == OP_CONV2D_DX ? KN_conv2d_dx : KN_conv2d_dw;
@@ -914,7 +915,7 @@ static void batch_norm_grad(Graph *g, Node *n, const bool *need) {
     Node *gin[6] = {n->grad, x, m, v, gam, s};
     Node *dx = op_make(g, OP_BN_GRAD, 6, gin, &(Node){.bn = n->bn});
     dx->bn.act = ACT_LINEAR;
-    accumulate(g, x, dx);
+    accumulate(g, x, n->bn.rnd ? round_to(g, dx, n->bn.rnd) : dx);
   }
   for (int k = 0; k < 2; k++) {
     Node *w = k ? gam : beta;

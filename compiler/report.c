@@ -134,7 +134,7 @@ static json_t *axes_json(const Graph *g, unsigned axes) {
 }
 
 typedef struct {
-  int64_t params, grads, slots, activations, sent, total; // bytes
+  int64_t params, grads, slots, activations, widened16, sent, total; // bytes
 } Totals;
 
 static Totals totals(const Graph *g) {
@@ -148,9 +148,11 @@ static Totals totals(const Graph *g) {
     if (v->grad) t.grads = size_add(t.grads, bytes);
   }
   t.activations = size_mul(g->arena_floats, 4);
+  t.widened16 = size_mul(g->widen16_floats, 4); // issue 23: kdrt_matmul16's buffer
   for (int i = 0; i < g->nnodes; i++)
     if (is_collective(g->nodes[i]->op)) t.sent = size_add(t.sent, coll_sent(g, g->nodes[i]));
-  t.total = size_add(size_add(t.params, t.grads), size_add(t.slots, t.activations));
+  t.total = size_add(size_add(t.params, t.grads),
+                     size_add(t.slots, size_add(t.activations, t.widened16)));
   return t;
 }
 
@@ -208,6 +210,9 @@ static void report_json(Graph *g, FILE *out) {
                                 (json_int_t)t.activations, "activations_per_sample",
                                 (json_int_t)(t.activations / g->batch), "total",
                                 (json_int_t)t.total));
+  if (t.widened16) // issue 23: the CPU's 16-bit products' operands widened to float32
+    json_object_set_new(json_object_get(root, "memory"), "widened_16bit_operands",
+                        json_integer(t.widened16));
   json_object_set_new(root, "comm_bytes_per_step", json_integer(t.sent));
   json_t *warn = json_array();
   for (int i = 0; i < g->nnodes; i++) {
@@ -276,6 +281,10 @@ void print_report(Graph *g, FILE *out, bool json) {
   fprintf(out, "  gradients         %12s\n", human(t.grads));
   fprintf(out, "  optimizer state   %12s\n", human(t.slots));
   fprintf(out, "  peak activations  %12s\n", human(t.activations));
+  if (t.widened16) // issue 23: kdrt_matmul16's buffer (memplan.c's widen_floats)
+    fprintf(out, "  widened operands  %12s  (16-bit products' operands in float32, on a CPU\n"
+                 "                                 without bfloat16 products)\n",
+            human(t.widened16));
   fprintf(out, "  total             %12s\n", human(t.total));
   fprintf(out, "  activations grow about %s per sample of the global batch (./train\n"
                "  --batch-size B: about B times that; the figures above are for %d)\n",

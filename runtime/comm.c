@@ -53,7 +53,9 @@ static void leave_all(kdrt_ctx *c, int free_buffers, const char *who, const char
   if (c->rank == 0 && fmt) kdrt_vsay(who, fmt, ap);
   if (free_buffers) {
     kdrt_buffer_free(c->params), kdrt_buffer_free(c->grads), kdrt_buffer_free(c->arena);
-    c->params = c->grads = c->arena = NULL;
+    kdrt_buffer_free(c->widen16);
+    c->params = c->grads = c->arena = c->widen16 = NULL;
+    c->widen16_floats = 0;
   }
   kdrt_comm_free(c);
   MPI_Finalize();

@@ -734,6 +734,16 @@ static void place_and_allocate(kdrt_ctx *c, kdrt_options *o, kdrt_ckpt_state *ck
   c->arena = alloc_floats(c, c->arena_floats, "the activation arena");
 }
 
+float *kdrt_widen16(kdrt_ctx *c, size_t floats, int64_t rows, int64_t batch) {
+  size_t n = floats * (size_t)(rows > batch ? (rows + batch - 1) / batch : 1);
+  if (n > c->widen16_floats) {
+    kdrt_buffer_free(c->widen16);
+    c->widen16 = alloc_floats(c, n, "the 16-bit products' widened operands");
+    c->widen16_floats = n;
+  }
+  return c->widen16;
+}
+
 // Open the data (data.c): --x/--y (or --synthetic samples, 128 when
 // nothing is given), --val-x/--val-y or the --validation-split, --test-x/
 // --test-y; then the batch B and the checks of the sample counts against
@@ -995,6 +1005,7 @@ static void finish(run *r) {
   }
   kdrt_data_close(&r->test), kdrt_data_close(&r->val), kdrt_data_close(&r->data);
   kdrt_buffer_free(c->params), kdrt_buffer_free(c->grads), kdrt_buffer_free(c->arena);
+  kdrt_buffer_free(c->widen16);
 }
 
 // ------------------------------------------------------------ main

@@ -239,6 +239,8 @@ struct kdrt_ctx {
   float *params;                     // param_floats, 64-byte aligned
   float *grads;                      // grad_floats
   float *arena;                      // arena_floats
+  float *widen16;                    // issue 23: kdrt_widen16's buffer (widen16_floats), or NULL
+  size_t widen16_floats;
   size_t arena_floats;               // the arena's floats: prog->arena_floats, or the plan
                                      // replayed for a larger run batch (0: prog->arena_floats)
   int64_t max_rows;                  // the most global rows a step of this run has
@@ -498,6 +500,15 @@ void kdrt_init_fill(const kdrt_ctx *c, float *buf, const kdrt_layout *l, kdrt_in
 float kdrt_uniform(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
 // One standard normal float (Box-Muller over two uniforms of the same key).
 float kdrt_normal(uint64_t seed, uint64_t stream, uint64_t hi, uint64_t lo);
+
+// issue 23: the buffer where a step's 16-bit products widen their operands
+// (kdrt_matmul16's and kdrt_conv2d16's widen: float32 copies where the CPU
+// has no bfloat16 product), `floats` for `batch` global rows, the step's
+// `rows` (a larger run batch: as many times more as it has batches of
+// `batch`): the program's WIDEN16_FLOATS, its memory plan's figure. Made
+// the first time, grown only for a larger step, kept until the run ends;
+// a CPU with bfloat16 products touches little of it.
+float *kdrt_widen16(kdrt_ctx *c, size_t floats, int64_t rows, int64_t batch);
 
 // --------------------------------------------------- ops.c, loss.c, optim.c, norm.c, comm.c, rng.c
 // The kernels and collectives generated steps call: declared once, for this

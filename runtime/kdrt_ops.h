@@ -68,6 +68,35 @@ typedef struct {
   int64_t stride_a, stride_b, stride_c;
 } kdrt_gemm;
 
+// issue 23: the elements an operand of `rows` x `cols` stored (leading
+// dimension ld), `batch` of them `stride` apart, spans; and the floats of
+// the buffer (widen) kdrt_matmul16 takes for g's operands held as fa, fb
+// (KDRT_OPND_*): each one not float32 values of the type widened to
+// float32 (float16, a CPU without bfloat16 instructions, KDRT_GEMM16=0),
+// whose 16-bit copy (oneDNN's bfloat16 path) takes half of that; a float32
+// one rounded to its 16 bits (the same path). Each part a whole number of
+// 16-float runs. The memory plan sizes the program's buffer by it
+// (compiler/memplan.c's widen_floats).
+static inline int64_t kdrt_operand_span(int64_t batch, int64_t stride, int64_t rows,
+                                        int64_t cols, int64_t ld) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+static inline int64_t kdrt_matmul16_part(int64_t n, int form) { // floats for one operand
+  return ((form == KDRT_OPND_EXACT ? (n + 1) / 2 : n) + 15) / 16 * 16;
+}
+static inline int64_t kdrt_matmul16_na(const kdrt_gemm *g) {
+  return kdrt_operand_span(g->batch, g->stride_a, g->ta ? g->K : g->M, g->ta ? g->M : g->K,
+                           g->lda);
+}
+static inline int64_t kdrt_matmul16_nb(const kdrt_gemm *g) {
+  return kdrt_operand_span(g->batch, g->stride_b, g->tb ? g->N : g->K, g->tb ? g->K : g->N,
+                           g->ldb);
+}
+static inline int64_t kdrt_matmul16_scratch(const kdrt_gemm *g, int fa, int fb) {
+  if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return 0;
+  return kdrt_matmul16_part(kdrt_matmul16_na(g), fa) + kdrt_matmul16_part(kdrt_matmul16_nb(g), fb);
+}
+
 // A 2-D window op over channels-last [B, H, W, C] inputs: conv2d (filter
 // [KH, KW, C, K], output [B, OH, OW, K]) and max pooling (K = C). pad_t,
 // pad_l: the zero (or, pooling, never winning) padding before row 0 and
@@ -225,6 +254,17 @@ static inline int64_t kdrt_conv16_scratch(const kdrt_window *w, int pass, int fa
     at += (int64_t)w->B * ((floats + 15) / 16 * 16);
   }
   return at;
+}
+// issue 23: the floats of the buffer (widen) the CPU's conv2d16 gives its
+// matmul16 calls (kdrt_matmul16_scratch: the operands widened where the
+// CPU has no bfloat16 product; the CUDA runtime's need none): the largest
+// call's, DX's first chunk; a is in its 16 bits, fb says how b is held.
+static inline int64_t kdrt_conv16_widen(const kdrt_window *w, int pass, int fb) {
+  kdrt_gemm g = kdrt_conv_gemm(w, pass);
+  int64_t m1;
+  if (pass == KDRT_CONV_DX && !kdrt_conv_pointwise(w) && !kdrt_conv16_chunk(w, 0, &m1, &g))
+    return 0;
+  return kdrt_matmul16_scratch(&g, KDRT_OPND_16, pass == KDRT_CONV_DW ? KDRT_OPND_16 : fb);
 }
 
 #endif

@@ -641,12 +641,6 @@ void kdrt_matmul(const kdrt_gemm *g, float alpha, const float *a, const float *b
   }
 }
 
-// issue 23: the elements an operand of `rows` x `cols` stored (leading
-// dimension ld), `batch` of them `stride` apart, spans.
-static size_t operand_span(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld) {
-  return (size_t)((batch - 1) * stride + (rows - 1) * ld + cols);
-}
-
 // issue 23: a product of two operands of a 16-bit type, each (fa, fb) its
 // 16 bits (KDRT_OPND_16), float32 values of the type (_EXACT) or float32
 // values to round to it first (_ROUND: a variable's cast for this use),
@@ -657,50 +651,43 @@ static size_t operand_span(int64_t batch, int64_t stride, int64_t rows, int64_t 
 // sum depends on the thread count; a float32 operand first rounded to its
 // 16 bits (exact for an _EXACT one). Else (float16, no oneDNN bf16 kernel,
 // or KDRT_GEMM16=0 in the environment) the operands widened (rounded) to
-// float32 and matmul run on them: matmul's very bits.
+// float32 and matmul run on them: matmul's very bits. Either way in
+// widen, kdrt_matmul16_scratch floats (kdrt_ops.h; the program's buffer,
+// sized by the memory plan): nothing is allocated.
 void kdrt_matmul16(const kdrt_gemm *g, int kind, int fa, const void *a, int fb, const void *b,
-                   float *c) {
+                   float *c, float *widen) {
   if (g->M <= 0 || g->N <= 0)
     return;
-  const size_t na = operand_span(g->batch, g->stride_a, g->ta ? g->K : g->M, g->ta ? g->M : g->K,
-                                 g->lda),
-               nb = operand_span(g->batch, g->stride_b, g->tb ? g->N : g->K, g->tb ? g->K : g->N,
-                                 g->ldb);
+  if (!widen && kdrt_matmul16_scratch(g, fa, fb))
+    bad_call("kdrt_matmul16", "no buffer for its operands (kdrt_matmul16_scratch)");
+  const size_t na = (size_t)kdrt_matmul16_na(g), nb = (size_t)kdrt_matmul16_nb(g);
+  float *sa = widen, *sb = widen + kdrt_matmul16_part((int64_t)na, fa);
   const char *env = getenv("KDRT_GEMM16");
   if (kind == KDRT_ROUND_BF16 && !(env && !strcmp(env, "0")) && kdrt_dnnl_bf16()) {
-    uint16_t *ca = fa == KDRT_OPND_16 ? NULL : malloc(na * sizeof *ca);
-    uint16_t *cb = fb == KDRT_OPND_16 ? NULL : malloc(nb * sizeof *cb);
-    if ((fa == KDRT_OPND_16 || ca) && (fb == KDRT_OPND_16 || cb)) {
-      if (ca) kdrt_round16(kind, ca, a, na);
-      if (cb) kdrt_round16(kind, cb, b, nb);
-      const uint16_t *pa = ca ? ca : a, *pb = cb ? cb : b;
-      const gemm_plan p = plan_gemm(g);
-      const int64_t tasks = g->batch * p.nblk;
-      int failed = 0;
+    uint16_t *ca = fa == KDRT_OPND_16 ? NULL : (uint16_t *)sa;
+    uint16_t *cb = fb == KDRT_OPND_16 ? NULL : (uint16_t *)sb;
+    if (ca) kdrt_round16(kind, ca, a, na);
+    if (cb) kdrt_round16(kind, cb, b, nb);
+    const uint16_t *pa = ca ? ca : a, *pb = cb ? cb : b;
+    const gemm_plan p = plan_gemm(g);
+    const int64_t tasks = g->batch * p.nblk;
+    int failed = 0;
 #pragma omp parallel for schedule(static) if (tasks > 1) reduction(| : failed)
-      for (int64_t t = 0; t < tasks; t++) {
-        int64_t off[3];
-        int m, n;
-        gemm_task(g, &p, t, off, &m, &n);
-        failed |= !kdrt_dnnl_matmul16(p.ta == CblasTrans, p.tb == CblasTrans, m, n, p.K,
-                                      pa + off[0], p.lda, pb + off[1], p.ldb, c + off[2], p.ldc);
-      }
-      free(ca), free(cb);
-      if (!failed) return;
-    } else {
-      free(ca), free(cb);
+    for (int64_t t = 0; t < tasks; t++) {
+      int64_t off[3];
+      int m, n;
+      gemm_task(g, &p, t, off, &m, &n);
+      failed |= !kdrt_dnnl_matmul16(p.ta == CblasTrans, p.tb == CblasTrans, m, n, p.K,
+                                    pa + off[0], p.lda, pb + off[1], p.ldb, c + off[2], p.ldc);
     }
+    if (!failed) return;
   }
-  float *wa = fa == KDRT_OPND_EXACT ? NULL : malloc(na * sizeof *wa);
-  float *wb = fb == KDRT_OPND_EXACT ? NULL : malloc(nb * sizeof *wb);
-  if ((fa != KDRT_OPND_EXACT && !wa) || (fb != KDRT_OPND_EXACT && !wb))
-    bad_call("kdrt_matmul16", "out of memory widening an operand");
+  float *wa = fa == KDRT_OPND_EXACT ? NULL : sa, *wb = fb == KDRT_OPND_EXACT ? NULL : sb;
   if (fa == KDRT_OPND_16) kdrt_unpack16(kind, wa, a, na);
   if (fa == KDRT_OPND_ROUND) kdrt_round(kind, wa, a, na);
   if (fb == KDRT_OPND_16) kdrt_unpack16(kind, wb, b, nb);
   if (fb == KDRT_OPND_ROUND) kdrt_round(kind, wb, b, nb);
   kdrt_matmul(g, 1.0f, wa ? wa : a, wb ? wb : b, 0.0f, c);
-  free(wa), free(wb);
 }
 
 // issue 22: the CUDA backend does this in one cuBLASLt call (matmul.cu);
@@ -987,7 +974,7 @@ static const uint16_t *bits16(int kind, int form, const void *a, float *to, size
 // goes to matmul16 as it is held. A pointwise conv reads x (writes dx)
 // itself.
 void kdrt_conv2d16(const kdrt_window *w, int pass, int kind, int fa, const void *a, int fb,
-                   const void *b, float *out, float *scratch) {
+                   const void *b, float *out, float *scratch, float *wide) {
   int64_t part[KDRT_C16_PARTS];
   kdrt_conv16_scratch(w, pass, fa, fb, part);
   const int pw = kdrt_conv_pointwise(w);
@@ -996,13 +983,13 @@ void kdrt_conv2d16(const kdrt_window *w, int pass, int kind, int fa, const void 
   if (pass == KDRT_CONV_DX) {
     const uint16_t *dy = bits16(kind, fa, a, scratch + part[KDRT_C16_DY], M * w->K);
     if (pw) {
-      kdrt_matmul16(&g, kind, KDRT_OPND_16, dy, fb, b, out);
+      kdrt_matmul16(&g, kind, KDRT_OPND_16, dy, fb, b, out, wide);
       return;
     }
     float *dcols = scratch + part[KDRT_C16_DCOLS];
     kdrt_gemm gc;
     for (int64_t m0 = 0, m1; kdrt_conv16_chunk(w, m0, &m1, &gc); m0 = m1) {
-      kdrt_matmul16(&gc, kind, KDRT_OPND_16, dy + m0 * w->K, fb, b, dcols);
+      kdrt_matmul16(&gc, kind, KDRT_OPND_16, dy + m0 * w->K, fb, b, dcols, wide);
       col2im(out, dcols, w, (size_t)m0, (size_t)m1);
       if (m1 == m0)
         break;
@@ -1017,11 +1004,11 @@ void kdrt_conv2d16(const kdrt_window *w, int pass, int kind, int fa, const void 
     cols = (const uint16_t *)(scratch + part[KDRT_C16_COLS]);
   }
   if (pass == KDRT_CONV_Y) {
-    kdrt_matmul16(&g, kind, KDRT_OPND_16, cols, fb, b, out);
+    kdrt_matmul16(&g, kind, KDRT_OPND_16, cols, fb, b, out, wide);
     return;
   }
   const uint16_t *dy = bits16(kind, fb, b, scratch + part[KDRT_C16_DY], M * w->K);
-  kdrt_matmul16(&g, kind, KDRT_OPND_16, cols, KDRT_OPND_16, dy, out);
+  kdrt_matmul16(&g, kind, KDRT_OPND_16, cols, KDRT_OPND_16, dy, out, wide);
 }
 
 // ---------------------------------------------------------------- max pooling

@@ -21,6 +21,25 @@
 
 // ---------------------------------------------------------------- helpers
 
+// issue 23: the largest block malloc gave while `watching` is set: this
+// malloc replaces the C library's in the whole test program (every caller,
+// the kernels' and the libraries' under them), and hands on to it.
+extern void *__libc_malloc(size_t n);
+static size_t largest;
+static int watching;
+void *malloc(size_t n) {
+  if (__atomic_load_n(&watching, __ATOMIC_RELAXED)) {
+    size_t m = __atomic_load_n(&largest, __ATOMIC_RELAXED);
+    while (n > m && !__atomic_compare_exchange_n(&largest, &m, n, 1, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED)) {}
+  }
+  return __libc_malloc(n);
+}
+static void watch_malloc(int on) {
+  if (on) __atomic_store_n(&largest, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&watching, on, __ATOMIC_RELAXED);
+}
+
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static float frand(float lo, float hi) {
@@ -1450,7 +1469,10 @@ Test(matmul, with_bias_is_matmul_then_bias_act_or_bias_grad) {
 // the sums shows. Against kdrt_matmul on the rounded values: bit for bit
 // with KDRT_GEMM16=0 (the operands widened for OpenBLAS), and within
 // float32 sums' reassociation (and of the naive double product) on the
-// default path (oneDNN's bf16 matmul where the CPU has it).
+// default path (oneDNN's bf16 matmul where the CPU has it). Both paths in
+// the scratch given, exactly kdrt_matmul16_scratch floats (the memory
+// plan's): a guard after it stays untouched, and nothing as large as the
+// larger operand's 16-bit copy is allocated (every block malloc gives, watched).
 Test(matmul, sixteen_bit_operands) {
   static const struct {
     int ta, tb;
@@ -1482,13 +1504,32 @@ Test(matmul, sixteen_bit_operands) {
         for (int64_t i = 0; i < B; i++)
           gemm_naive(ta, tb, M, N, K, 1.0f, a + i * M * K, g.lda, b + i * K * N, g.ldb, 0.0f,
                      ref, want + i * M * N, N);
+        enum { GUARD = 64 };
+        size_t ns = (size_t)kdrt_matmul16_scratch(&g, fa, fb);
+        float *sc = malloc((ns + GUARD) * sizeof(float));
+        for (size_t i = 0; i < ns + GUARD; i++) sc[i] = -7.0f;
+        size_t widened = (na > nb ? na : nb) * sizeof(uint16_t), big[2]; // the larger one's
         setenv("KDRT_GEMM16", "0", 1);
-        kdrt_matmul16(&g, kind, fa, ua, fb, ub, c);
+        watch_malloc(1);
+        kdrt_matmul16(&g, kind, fa, ua, fb, ub, c, sc);
+        watch_malloc(0);
+        big[0] = largest;
         unsetenv("KDRT_GEMM16");
         cr_expect(!memcmp(c, ref, nc * sizeof(float)),
                   "kind %d case %zu form %zu: KDRT_GEMM16=0 is not matmul's bits", kind, t, f);
         for (size_t i = 0; i < nc; i++) c[i] = NAN;
-        kdrt_matmul16(&g, kind, fa, ua, fb, ub, c);
+        watch_malloc(1);
+        kdrt_matmul16(&g, kind, fa, ua, fb, ub, c, sc);
+        watch_malloc(0);
+        big[1] = largest;
+        int guard = 1;
+        for (size_t i = ns; i < ns + GUARD; i++) guard &= sc[i] == -7.0f;
+        cr_expect(guard, "kind %d case %zu form %zu: wrote past its %zu floats of scratch", kind,
+                  t, f, ns);
+        cr_expect(big[0] < widened && big[1] < widened,
+                  "kind %d case %zu form %zu: a block of %zu (%zu) bytes allocated, the larger "
+                  "operand's 16-bit copy %zu or more", kind, t, f, big[0], big[1], widened);
+        free(sc);
         double worst = 0, naive = max_abs_diff(c, want, nc);
         for (size_t i = 0; i < nc; i++) {
           double d = fabs((double)c[i] - ref[i]);
@@ -1508,7 +1549,9 @@ Test(matmul, sixteen_bit_operands) {
 // pointwise, with batches whose rows the input gradient cuts into chunks
 // unevenly. Each pass within float32 sums' reassociation of the float32
 // conv on the same values; the scratch exactly kdrt_conv16_scratch floats
-// (the memory plan's): a guard after it stays untouched; dx overwritten.
+// (the memory plan's) and its products' buffer, kdrt_conv16_widen floats:
+// a guard after each stays untouched, on oneDNN's bfloat16 path and with
+// KDRT_GEMM16=0 (the operands widened, in that buffer); dx overwritten.
 Test(conv2d, sixteen_bit_operands) {
   conv_shape shapes[] = {conv_make(3, 7, 5, 6, 3, 3, 8, 1, 1, 1), conv_make(2, 9, 9, 4, 3, 2, 5, 2, 2, 1),
                          conv_make(3, 5, 6, 8, 1, 1, 7, 1, 1, 0), conv_dilated(2, 8, 7, 3, 3, 3, 4, 2, 2, 1),
@@ -1533,17 +1576,22 @@ Test(conv2d, sixteen_bit_operands) {
       const size_t nout[3] = {ys(&s), xs(&s), fs(&s)};
       const int terms[3] = {s.KH * s.KW * s.C / gs(&s), s.K, s.B * s.OH * s.OW};
       for (size_t fi = 0; fi < sizeof forms / sizeof *forms; fi++)
-        for (int pass = KDRT_CONV_Y; pass <= KDRT_CONV_DW; pass++) {
+        for (int pass = KDRT_CONV_Y, widen = 0; pass <= KDRT_CONV_DW; widen = !widen, pass += !widen) {
           int fa = forms[fi][0], fb = forms[fi][1];
           const float *a32 = pass == KDRT_CONV_DX ? dy : x, *b32 = pass == KDRT_CONV_DW ? dy : f;
           const uint16_t *a16 = pass == KDRT_CONV_DX ? pdy : px, *b16 = pass == KDRT_CONV_DW ? pdy : pf;
           int64_t part[KDRT_C16_PARTS];
           size_t n = (size_t)kdrt_conv16_scratch(&w, pass, fa, fb, part);
+          size_t nw = (size_t)kdrt_conv16_widen(&w, pass, fb);
           float *scratch = malloc((n + GUARD) * sizeof(float)), *out = malloc(nout[pass] * 4);
+          float *wide = malloc((nw + GUARD) * sizeof(float));
           for (size_t i = 0; i < n + GUARD; i++) scratch[i] = -7.0f;
+          for (size_t i = 0; i < nw + GUARD; i++) wide[i] = -7.0f;
           for (size_t i = 0; i < nout[pass]; i++) out[i] = 1e3f;
+          if (widen) setenv("KDRT_GEMM16", "0", 1);
           kdrt_conv2d16(&w, pass, kind, fa, fa == KDRT_OPND_16 ? (const void *)a16 : a32, fb,
-                        fb == KDRT_OPND_16 ? (const void *)b16 : b32, out, scratch);
+                        fb == KDRT_OPND_16 ? (const void *)b16 : b32, out, scratch, wide);
+          unsetenv("KDRT_GEMM16");
           double worst = 0;
           for (size_t i = 0; i < nout[pass]; i++) {
             double d = fabs((double)out[i] - ref[pass][i]);
@@ -1551,11 +1599,12 @@ Test(conv2d, sixteen_bit_operands) {
           }
           int guard = 1;
           for (size_t i = n; i < n + GUARD; i++) guard &= scratch[i] == -7.0f;
+          for (size_t i = nw; i < nw + GUARD; i++) guard &= wide[i] == -7.0f;
           cr_expect(worst <= 1e-6 * terms[pass] + 1e-6, "kind %d shape %zu forms %zu pass %d: off by %g",
                     kind, si, fi, pass, worst);
-          cr_expect(guard, "kind %d shape %zu forms %zu pass %d: wrote past its %zu floats of scratch",
-                    kind, si, fi, pass, n);
-          free(scratch), free(out);
+          cr_expect(guard, "kind %d shape %zu forms %zu pass %d widen %d: wrote past its %zu "
+                    "floats of scratch", kind, si, fi, pass, widen, n);
+          free(scratch), free(wide), free(out);
         }
       free(x), free(f), free(dy), free(px), free(pf), free(pdy), free(sc);
       free(ref[0]), free(ref[1]), free(ref[2]);

@@ -141,7 +141,8 @@ static const uint16_t *bits16(kdrt_cuda *d, int kind, int form, const void *a, f
 
 extern "C" void kdrt_cuda_conv2d16(kdrt_cuda *d, const kdrt_window *w, int pass, int kind,
                                    int fa, const void *a, int fb, const void *b, float *out,
-                                   float *scratch) {
+                                   float *scratch, float *widen) {
+  (void)widen; // (the CPU's: cuBLAS takes the 16-bit operands as they are)
   int64_t part[KDRT_C16_PARTS];
   kdrt_conv16_scratch(w, pass, fa, fb, part);
   const int pw = kdrt_conv_pointwise(w);
@@ -150,13 +151,13 @@ extern "C" void kdrt_cuda_conv2d16(kdrt_cuda *d, const kdrt_window *w, int pass,
   if (pass == KDRT_CONV_DX) {
     const uint16_t *dy = bits16(d, kind, fa, a, scratch + part[KDRT_C16_DY], M * w->K);
     if (pw) {
-      kdrt_cuda_matmul16(d, &p, kind, KDRT_OPND_16, dy, fb, b, out);
+      kdrt_cuda_matmul16(d, &p, kind, KDRT_OPND_16, dy, fb, b, out, NULL);
       return;
     }
     float *dcols = scratch + part[KDRT_C16_DCOLS];
     kdrt_gemm pc;
     for (int64_t m0 = 0, m1; kdrt_conv16_chunk(w, m0, &m1, &pc); m0 = m1) {
-      kdrt_cuda_matmul16(d, &pc, kind, KDRT_OPND_16, dy + m0 * w->K, fb, b, dcols);
+      kdrt_cuda_matmul16(d, &pc, kind, KDRT_OPND_16, dy + m0 * w->K, fb, b, dcols, NULL);
       col2im(d, w, out, dcols, (size_t)m0, (size_t)m1);
       if (m1 == m0) break;
     }
@@ -176,9 +177,9 @@ extern "C" void kdrt_cuda_conv2d16(kdrt_cuda *d, const kdrt_window *w, int pass,
     cols = c16;
   }
   if (pass == KDRT_CONV_Y) {
-    kdrt_cuda_matmul16(d, &p, kind, KDRT_OPND_16, cols, fb, b, out);
+    kdrt_cuda_matmul16(d, &p, kind, KDRT_OPND_16, cols, fb, b, out, NULL);
     return;
   }
   const uint16_t *dy = bits16(d, kind, fb, b, scratch + part[KDRT_C16_DY], M * w->K);
-  kdrt_cuda_matmul16(d, &p, kind, KDRT_OPND_16, cols, KDRT_OPND_16, dy, out);
+  kdrt_cuda_matmul16(d, &p, kind, KDRT_OPND_16, cols, KDRT_OPND_16, dy, out, NULL);
 }

@@ -280,7 +280,9 @@ __global__ static void bits16_kernel(int kind, uint16_t *out, const float *in, s
 // (CUBLAS_COMPUTE_32F) into the float32 c: Keras's bf16 dot with float32
 // accumulation, on the tensor cores whatever --precision says.
 extern "C" void kdrt_cuda_matmul16(kdrt_cuda *d, const kdrt_gemm *g, int kind, int fa,
-                                   const void *a, int fb, const void *b, float *c) {
+                                   const void *a, int fb, const void *b, float *c,
+                                   float *widen) {
+  (void)widen; // the CPU's widened operands: here a float32 operand's 16 bits are scratch 3's
   if (g->batch <= 0 || g->M <= 0 || g->N <= 0) return;
   if (g->K <= 0) {
     size_t n = (size_t)g->batch * (size_t)g->M * (size_t)g->N;

@@ -1027,9 +1027,12 @@ static void check_one_matmul16(int kind, int ta, int tb, int64_t batch, int64_t 
     }
   }
   float *c = dev(hc, nc);
-  kdrt_matmul16(&g, kind, fa, hv[0], fb, hv[1], hc);
+  float *hs = (float *)malloc((size_t)kdrt_matmul16_scratch(&g, fa, fb) * sizeof(float) + 1);
+  if (!hs) abort();
+  kdrt_matmul16(&g, kind, fa, hv[0], fb, hv[1], hc, hs);
+  free(hs);
   poison(c, nc);
-  kdrt_cuda_matmul16(D, &g, kind, fa, dv[0], fb, dv[1], c);
+  kdrt_cuda_matmul16(D, &g, kind, fa, dv[0], fb, dv[1], c, NULL);
   static const char *fn[] = {"32", "16", "32, rounded"};
   char name[128];
   snprintf(name, sizeof name, "matmul16 %s ta=%d tb=%d [%lld][%lld,%lld,%lld] a%s b%s",
@@ -1179,20 +1182,22 @@ static void check_one_conv16(const kdrt_window *w, const char *name, const float
         const size_t no = pass == KDRT_CONV_Y ? n[2] : pass == KDRT_CONV_DX ? n[0] : n[1];
         int64_t part[KDRT_C16_PARTS];
         size_t ns = (size_t)kdrt_conv16_scratch(w, pass, form, form, part);
-        float *hs = hzero(ns + 1), *ho = hzero(no), *s = kdrt_cuda_alloc(ns + 1),
+        size_t nw = (size_t)kdrt_conv16_widen(w, pass, form); // the CPU's matmul16's
+        float *hs = hzero(ns + 1), *hw = hzero(nw + 1), *ho = hzero(no),
+              *s = kdrt_cuda_alloc(ns + 1),
               *o = kdrt_cuda_alloc(no);
         const int e = form == KDRT_OPND_EXACT;
         kdrt_conv2d16(w, pass, kind, form, e ? (const void *)r[ia] : p[ia], form,
-                      e ? (const void *)r[ib] : p[ib], ho, hs);
+                      e ? (const void *)r[ib] : p[ib], ho, hs, hw);
         poison(o, no), poison(s, ns + 1);
         kdrt_cuda_conv2d16(D, w, pass, kind, form, e ? d32[ia] : d16[ia], form,
-                           e ? d32[ib] : d16[ib], o, s);
+                           e ? d32[ib] : d16[ib], o, s, NULL);
         char full[160];
         snprintf(full, sizeof full, "conv2d16 %s %s %s %s",
                  pass == KDRT_CONV_Y ? "y" : pass == KDRT_CONV_DX ? "dx" : "dw",
                  kind == KDRT_ROUND_F16 ? "float16" : "bfloat16", e ? "a32 b32" : "a16 b16", name);
         check(full, o, ho, no, 1e-5);
-        kdrt_cuda_free(s), kdrt_cuda_free(o), free(hs), free(ho);
+        kdrt_cuda_free(s), kdrt_cuda_free(o), free(hs), free(hw), free(ho);
       }
     for (int k = 0; k < 3; k++)
       kdrt_cuda_free(d32[k]), kdrt_cuda_free(d16[k]), free(r[k]), free(p[k]);

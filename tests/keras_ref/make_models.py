@@ -1825,7 +1825,7 @@ F16_MP = {"d1/kernel": [None, "model"], "d1/bias": ["model"], "d2/kernel": ["mod
 # in bfloat16, updated in bfloat16. Keras's default Adam does not train
 # such a model at all (beta_2 = 0.999 is 1.0 in bfloat16, so its step
 # size is 0), so bf16_mlp and bf16_cnn train with SGD and momentum,
-# bf16_adam_mlp and bf16_gpt with Adam(beta_2=0.99), a rate large enough to
+# bf16_adam_mlp, bf16_bn_cnn and bf16_gpt with Adam(beta_2=0.99), a rate large enough to
 # move bfloat16 weights. Their
 # twins, from the same weights: float32 and mixed_bfloat16 (float32
 # variables), which kdcc's run must be away from (compare_ref.py).
@@ -1925,6 +1925,9 @@ MODELS.update({
     "bf16_cnn": dict(
         **bf16_with(cnn, bf16_sgd), labels="sparse10", x=(28, 28, 1),
         dists={"bf16_cnn": MODELS["cnn"]["dists"]["cnn"], "bf16_cnn_dp": DP_8}),
+    "bf16_bn_cnn": dict(
+        **bf16_with(bn_cnn, bf16_adam), labels="sparse10", x=(8, 8, 3),
+        dists={"bf16_bn_cnn": MODELS["bn_cnn"]["dists"]["bn_cnn"], "bf16_bn_cnn_dp": DP_8}),
     "bf16_gpt": dict(
         **bf16_with(gpt, bf16_adam), inputs=[("tokens", (16,), 64)], outputs=["next64x16"],
         dists={"bf16_gpt": MODELS["gpt"]["dists"]["gpt"], "bf16_gpt_dp": DP_8}),
@@ -1951,6 +1954,12 @@ MODELS.update({
         float32_twin=under_policy(mixed_mlp, "float32", bf16_sgd),
         mixed_twin=under_policy(mixed_mlp, "mixed_float16", bf16_sgd), labels="sparse10",
         x=(12,), dists={"f16_mlp": model_parallel(F16_MP), "f16_mlp_dp": DP_8}),
+    "f16_bn_cnn": dict(
+        build=under_policy(bn_cnn, "float16", bf16_sgd),
+        float32_twin=under_policy(bn_cnn, "float32", bf16_sgd),
+        mixed_twin=under_policy(bn_cnn, "mixed_float16", bf16_sgd), labels="sparse10",
+        x=(8, 8, 3), dists={"f16_bn_cnn": MODELS["bn_cnn"]["dists"]["bn_cnn"],
+                            "f16_bn_cnn_dp": DP_8}),
     "mixed_f16_mlp": dict(
         build=under_policy(mixed_f16_mlp, "mixed_float16"),
         float32_twin=under_policy(mixed_f16_mlp, "float32"), labels="dense10", x=(12,),

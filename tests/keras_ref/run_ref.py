@@ -176,10 +176,10 @@ Cases (model, distribution spec from models/):
                                                              a head a device
     rope_dp         rope           rope_dp.dist.json         DataParallel (8,)
     mixed_mlp, mixed_gpt, mixed_bn_cnn (and _dp)                  issue 23: mixed_bfloat16
-    bf16_mlp, bf16_adam_mlp, bf16_cnn, bf16_gpt (and _dp)         issue 23: bfloat16 (variables
+    bf16_mlp, bf16_adam_mlp, bf16_cnn, bf16_bn_cnn, bf16_gpt (and _dp) issue 23: bfloat16 (variables
                                                              and slots too), with their
                                                              float32 and mixed_bfloat16 twins
-    f16_mlp (and _dp)                                             issue 23: float16, no loss
+    f16_mlp, f16_bn_cnn (and _dp)                                 issue 23: float16, no loss
                                                              scaling (Keras's compile adds
                                                              none), float32 and mixed twins
     bf16_rmsprop_mlp, bf16_nadam_mlp, bf16_adamax_reg,            issue 23: RMSprop (centered,
@@ -445,6 +445,7 @@ DATA = {
     "bf16_mlp": (64, 2),
     "bf16_adam_mlp": (64, 2),
     "bf16_cnn": (64, 2),
+    "bf16_bn_cnn": (64, 2),
     "bf16_gpt": (64, 2),
     "f16_mlp": (64, 2),
     "bf16_rmsprop_mlp": (64, 2),
@@ -452,6 +453,7 @@ DATA = {
     "bf16_adamax_reg": (64, 2),
     "bf16_lion_mlp": (64, 2),
     "f16_adagrad_mlp": (64, 2),
+    "f16_bn_cnn": (64, 2),
     "mixed_f16_growth": (64, 2),
     "mixed_f16_bn_cnn": (64, 2),
 }
@@ -660,6 +662,8 @@ CASES = {
     "bf16_adam_mlp_dp": ("bf16_adam_mlp", "bf16_adam_mlp_dp"),
     "bf16_cnn": ("bf16_cnn", "bf16_cnn"),
     "bf16_cnn_dp": ("bf16_cnn", "bf16_cnn_dp"),
+    "bf16_bn_cnn": ("bf16_bn_cnn", "bf16_bn_cnn"),
+    "bf16_bn_cnn_dp": ("bf16_bn_cnn", "bf16_bn_cnn_dp"),
     "bf16_gpt": ("bf16_gpt", "bf16_gpt"),
     "bf16_gpt_dp": ("bf16_gpt", "bf16_gpt_dp"),
     "f16_mlp": ("f16_mlp", "f16_mlp"),
@@ -675,6 +679,8 @@ CASES = {
     "bf16_lion_mlp_dp": ("bf16_lion_mlp", "bf16_lion_mlp_dp"),
     "f16_adagrad_mlp": ("f16_adagrad_mlp", "f16_adagrad_mlp"),
     "f16_adagrad_mlp_dp": ("f16_adagrad_mlp", "f16_adagrad_mlp_dp"),
+    "f16_bn_cnn": ("f16_bn_cnn", "f16_bn_cnn"),
+    "f16_bn_cnn_dp": ("f16_bn_cnn", "f16_bn_cnn_dp"),
     # mixed_float16, with Keras's LossScaleOptimizer
     "mixed_f16_mlp": ("mixed_f16_mlp", "mixed_f16_mlp"),
     "mixed_f16_mlp_dp": ("mixed_f16_mlp", "mixed_f16_mlp_dp"),

@@ -53,7 +53,7 @@ else fail "bf16_nadam_mlp resumed from step 3: the history differs"; fi
 
 # mesh equivalence: each 16-bit keras_ref case on one device, against Keras's
 # run on its (2, 4) mesh, within the case's tolerances (compare_ref.py)
-for c in bf16_mlp bf16_cnn bf16_gpt f16_mlp bf16_nadam_mlp bf16_adamax_reg; do
+for c in bf16_mlp bf16_cnn bf16_bn_cnn bf16_gpt f16_mlp bf16_nadam_mlp bf16_adamax_reg; do
   G=tests/fixtures/keras_ref/$c
   ./kdcc "$G/model.keras" --batch-size 16 -w -o "$T/$c" || exit 1
   "$T/$c" --x "$G/x.npy" --y "$G/y.npy" --epochs 2 --batch-size 16 --no-shuffle \
@@ -166,8 +166,8 @@ fi
 NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)}
 if [ -n "$NVCC" ]; then
   export PATH="$(dirname "$NVCC"):$PATH"
-  for c in bf16_adam_mlp f16_mlp bf16_rmsprop_mlp bf16_nadam_mlp bf16_adamax_reg bf16_lion_mlp \
-    f16_adagrad_mlp; do
+  for c in bf16_adam_mlp bf16_bn_cnn f16_mlp bf16_rmsprop_mlp bf16_nadam_mlp bf16_adamax_reg \
+    bf16_lion_mlp f16_adagrad_mlp; do
     ./kdcc "tests/fixtures/keras_ref/$c/model.keras" --batch-size 16 --target cuda -w \
       -o "$T/$c.cuda" >"$T/out" 2>&1 && [ ! -s "$T/out" ] &&
       ok "$c: the CUDA program builds without a warning" ||
