@@ -245,7 +245,7 @@ for _m, _f in MIXED.items():
 # take steps of the rate whatever the gradient's size, and keras-hub's own
 # runs on the two meshes end 0.47 (Llama) and 0.17 (GPT-2) apart in those
 # tensors' updates, rounding noise no other implementation can follow;
-# under SGD they end within 0.09 and 0.10 (kdcc within 0.08 and 0.10 of
+# under SGD they end within 0.09 and 0.10 (kdcc within 0.083 and 0.103 of
 # them). No metrics. Their twins, from the same weights: the float32 model
 # and its mixed_bfloat16 one (float32 variables), with the same optimizer.
 BF16_POLICY = "bfloat16"
@@ -461,7 +461,7 @@ def build(model):
 
 def compile_task(task, model):
     """Adam(LR); a mixed model (MIXED) without metrics; a bfloat16 one (BF16)
-    AdamW(BF16_LR, beta_2=0.99) without metrics."""
+    bf16_optimizer's, without metrics."""
     if model in BF16:
         task.compile(optimizer=bf16_optimizer(model), weighted_metrics=[])
     elif model in MIXED:
