@@ -12,8 +12,8 @@
 # their JSON's tolerances (each step within 1e-2, each weight's update within
 # 0.1, at least 0.2 x keras-hub's own distance from its float32 run), their
 # presets too, and a float32 preset compiled with --dtype-policy
-# mixed_bfloat16 gives the mixed numbers. The BF16 cases (Gemma, Llama,
-# GPT-2 and Gemma with LoRA built with dtype="bfloat16": bfloat16 variables,
+# mixed_bfloat16 gives the mixed numbers. The BF16 cases (Gemma, Gemma 2,
+# Llama, GPT-2 and Gemma with LoRA built with dtype="bfloat16": bfloat16 variables,
 # each AdamW or SGD step in bfloat16, LoRA's A and B float32) likewise, each
 # update within 0.2 and away from keras-hub's float32 and mixed_bfloat16
 # runs; their presets and the float32 ones with --dtype-policy bfloat16
@@ -28,7 +28,7 @@ CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma hub_mistral hub_qwen hub_g
 LORA=${KERAS_HUB_LORA:-hub_gpt2_lora hub_llama_lora} # kdcc --lora-rank, keras-hub's enable_lora
 MIXED=${KERAS_HUB_MIXED:-hub_gpt2_mixed hub_llama_mixed hub_gemma_mixed hub_mistral_mixed hub_qwen_mixed} # issue 23
 MIXED_LORA=${KERAS_HUB_MIXED_LORA:-hub_gemma_lora_mixed}
-BF16=${KERAS_HUB_BF16:-hub_gemma_bf16 hub_llama_bf16 hub_gpt2_bf16} # issue 23: the bfloat16 policy
+BF16=${KERAS_HUB_BF16:-hub_gemma_bf16 hub_gemma2_bf16 hub_llama_bf16 hub_gpt2_bf16} # issue 23: the bfloat16 policy
 BF16_LORA=${KERAS_HUB_BF16_LORA:-hub_gemma_lora_bf16}
 rm -rf "$out" && mkdir -p "$out/ref"
 for c in $CASES $LORA $MIXED $MIXED_LORA $BF16 $BF16_LORA; do cp -r "$fix/$c" "$out/ref/"; done
