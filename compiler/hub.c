@@ -583,6 +583,16 @@ static json_t *default_compile(void) {
                    "weighted_metrics", "sparse_categorical_accuracy");
 }
 
+// issue 23: the backbone's variables are bfloat16 (its policy, or
+// --dtype-policy's, is "bfloat16").
+static bool bf16_variables(Hub *h) {
+  json_t *d = json_object_get(h->cfg, "dtype");
+  const char *name = opt_dtype_policy ? opt_dtype_policy
+                     : json_is_string(d) ? json_string_value(d)
+                                         : json_get_str(json_object_get(d, "config"), "name");
+  return name && !strcmp(name, "bfloat16");
+}
+
 json_t *hub_expand(json_t *root, bool preset, const char **scope) {
   const char *cls = registered(root);
   json_t *cfg = json_object_get(root, "config"), *bb = NULL;
@@ -633,6 +643,13 @@ json_t *hub_expand(json_t *root, bool preset, const char **scope) {
             "keras-hub's %s.compile() defaults, Adam(learning_rate=2e-5), "
             "SparseCategoricalCrossentropy(from_logits=True), weighted metric "
             "sparse_categorical_accuracy", cls, cls);
+    // Adam's update_step casts beta_2 to the variable's dtype: 0.999 is 1 in
+    // bfloat16, so its alpha (lr * sqrt(1 - beta_2^t) / ...) is 0
+    if (bf16_variables(&h))
+      warn_at(jloc(root), "%s: its variables are bfloat16, where the default Adam's beta_2 "
+              "0.999 is 1: every step is 0 and no variable moves, as in keras-hub; give "
+              "task.json a compile_config with an optimizer that moves bfloat16 variables "
+              "(AdamW(beta_2=0.99), SGD)", cls);
   }
   json_t *out_root = json_pack("{s:s, s:o, s:O}", "class_name", "Functional", "config",
                                located(&h, ncfg), "compile_config", cc);

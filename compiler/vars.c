@@ -358,10 +358,23 @@ Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank,
   w->var->lora_a = a->var, w->var->lora_b = b->var;
   w->var->lora_scale = (float)(alpha / (double)rank);
   w->var->lora_index = index;
+  // issue 23: Keras's enable_lora makes A and B float32 whatever the
+  // policy, and under a bfloat16 (float16) one, whose layers enter no
+  // autocast scope, reads them so: the merge in float32, rounded once at
+  // the layer's product. (A mixed policy's scope casts them when read: each
+  // op of the merge in 16 bits, as new_node rounds.)
+  int cdt = g->cdt;
+  if (l->vdt) {
+    a->var->vdt = b->var->vdt = 0;
+    a->var->file_dtype = b->var->file_dtype = KDRT_F32;
+    g->cdt = 0;
+  }
   // Keras: kernel + (alpha / rank) * matmul(a, b), then the layer's product
   Node *ab = dot_node(g, a, b, 0, 1, false);
   Node *s = make1(g, OP_SCALE, ab, .aff = (AffAttr){w->var->lora_scale, 0, NULL});
-  return make2(g, OP_ADD, w, s);
+  Node *merged = make2(g, OP_ADD, w, s);
+  g->cdt = cdt;
+  return merged;
 }
 
 int64_t lora_rank_of(Layer *l, const char *name, double *alpha, int *index) {
