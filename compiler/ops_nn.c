@@ -23,12 +23,7 @@ static void softmax_rule(const Node *n, Rule *r) {
 }
 
 static void softmax_grad(Graph *g, Node *n, const bool *need) {
-  Node *dy = n->grad; // issue 23: a 16-bit result's gradient is rounded, read rounded or not
-  if (n->pend && dy->half != n->pend) { // (layers.c's loss_reads_probs: not)
-    dy = make1(g, OP_ROUND, dy, .rnd.kind = n->pend);
-    dy->half = n->pend;
-  }
-  accumulate(g, n->in[0], make2(g, OP_SOFTMAX_GRAD, dy, n));
+  accumulate(g, n->in[0], make2(g, OP_SOFTMAX_GRAD, n->grad, n));
 }
 
 // Attention's scores [.., t, u] with a scale and a causal mask folded in
