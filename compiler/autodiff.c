@@ -221,6 +221,13 @@ void build_backward(Graph *g) {
       error_at(n->loc, "layer '%s': op '%s' cannot be differentiated", n->layer ? n->layer : "?",
                op_info(n->op).name);
     int first = g->nnodes;
+    // issue 23: a 16-bit op's result that a reader took in float32, never
+    // rounded (layers.c's loss_reads_f32), has its gradient rounded still,
+    // as XLA rounds the cotangent of the casts it dropped
+    if (n->pend && !n->rounded && n->grad->half != n->pend) {
+      n->grad = make1(g, OP_ROUND, n->grad, .rnd.kind = n->pend);
+      n->grad->half = n->pend;
+    }
     op_info(n->op).grad(g, n, need);
     for (int k = first; k < g->nnodes; k++) { // gradient ops belong to the op's layer
       g->nodes[k]->layer = n->layer;

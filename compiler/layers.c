@@ -872,6 +872,31 @@ static bool computes_f32(const char *cls) {
          !strcmp(cls, "RMSNormalization");
 }
 
+// issue 23: the bfloat16 probabilities of a softmax that only a
+// crossentropy (not from logits) reads are its float32 result, unrounded:
+// in XLA's program the activation's cast to bfloat16 and the loss's cast to
+// float32 cancel (its allow_excess_precision; read in Keras 3.15's
+// optimized HLO of Dense(softmax) and Activation("softmax")), while the
+// loss's gradient in them is still rounded (autodiff.c: the casts'
+// transposes). Under float16 the probabilities are a float16 product, and
+// rounded. (XLA keeps logits from a bias add unrounded for a loss from
+// logits too, but reading them so brought the keras_ref cases no nearer.)
+static bool loss_reads_f32(Graph *g, Layer *l, const Node *y) {
+  if (l->cdt != KDRT_ROUND_BF16 || y->op != OP_SOFTMAX || !y->pend) return false;
+  const Model *m = g->model;
+  for (int i = 0; i < m->nlayers; i++)
+    for (int k = 0; k < m->layers[i]->nin; k++)
+      if (m->layers[i]->in[k].layer == l) return false;
+  int out = -1;
+  for (int i = 0; i < m->noutputs; i++)
+    if (m->outputs[i].layer == l) {
+      if (out >= 0) return false;
+      out = i;
+    }
+  const OutLoss *ol = out >= 0 ? &m->losses[out] : NULL;
+  return ol && ol->has && !ol->from_logits && (ol->kind == LOSS_SCCE || ol->kind == LOSS_CCE);
+}
+
 Node *build_layer(Graph *g, Layer *l) {
   if (!l->cdt) return build_call(g, l);
   bool logits = !strcmp(l->cls, "ReversibleEmbedding") && call_flag(l, "reverse");
@@ -880,7 +905,7 @@ Node *build_layer(Graph *g, Layer *l) {
   g->cdt_autocast = casts_inputs(l->cls);
   g->cdt_f32 = computes_f32(l->cls) || logits;
   Node *y = build_call(g, l);
-  if (!bn_reads_f32(g, l, y)) { // (else left unrounded: layers_conv.c)
+  if (!bn_reads_f32(g, l, y) && !loss_reads_f32(g, l, y)) { // (else left unrounded)
     y = mixed_value(g, y);
     if (y->dtype == DT_F32 && !logits) y = round_to(g, y, l->cdt); // the output in 16 bits
   }

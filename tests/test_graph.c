@@ -1146,3 +1146,42 @@ Test(graph, window_verified) {
                                    "its op's shape rule %s\n", c->id, c->layer,
                                    shape_str(&c->shape), shape_str(&want)));
 }
+
+// issue 23: a bfloat16 softmax that only the sparse crossentropy reads
+// (keras_ref's bf16_cnn: Dense(10, softmax)) gives the loss its float32
+// probabilities, unrounded, as XLA's program does (layers.c's
+// loss_reads_probs), and rounds the loss's gradient in them; under
+// mixed_float16 and float16 the probabilities are rounded, as XLA's are.
+static void probs_read(const char *policy, int *raw, int *rounded_dy) {
+  opt_quiet_warnings = true;
+  opt_dtype_policy = policy;
+  Graph *g = compile_model("tests/fixtures/keras_ref/bf16_cnn/model.keras", NULL, NULL, 16);
+  opt_dtype_policy = NULL;
+  const Node *sm = NULL;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->op == OP_SOFTMAX) sm = g->nodes[i];
+  cr_assert(sm, "a softmax");
+  *raw = g->outputs[0] == sm;
+  *rounded_dy = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_ROUND && n->in[0] == sm) *raw = 0;
+    if (n->op == OP_SOFTMAX_GRAD && n->in[1] == sm)
+      *rounded_dy = n->in[0]->op == OP_ROUND ? n->in[0]->rnd.kind : 0;
+  }
+}
+
+Test(graph, bfloat16_loss_reads_probabilities) {
+  int raw, dy;
+  probs_read(NULL, &raw, &dy);
+  cr_assert_eq(raw, 1, "bfloat16: the loss reads the softmax's result");
+  cr_assert_eq(dy, KDRT_ROUND_BF16, "and its gradient in them is rounded");
+  probs_read("mixed_bfloat16", &raw, &dy);
+  cr_assert_eq(raw, 1);
+  cr_assert_eq(dy, KDRT_ROUND_BF16);
+  probs_read("mixed_float16", &raw, &dy);
+  cr_assert_eq(raw, 0, "float16: the probabilities rounded");
+  cr_assert_eq(dy, KDRT_ROUND_F16, "their gradient too");
+  probs_read("float16", &raw, &dy);
+  cr_assert_eq(raw, 0);
+}
