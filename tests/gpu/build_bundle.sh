@@ -233,11 +233,12 @@ echo $FORMAT >"$W/format"
 # The programs first, by name, each one's copy of the runtime's kernels
 # within the dictionary of the last ones' (76 programs of 14.8 MB, the fused
 # attention's kernels half of each: 1000 MB in, 11 MB out with 128 MiB,
-# 16 MB with 16 MiB; 45 s); then the libraries, which gain from a slower
-# preset. The tree and .gpu must stay under the device call's 64 MiB.
+# 16 MB with 16 MiB; 45 s); then the libraries in one block at -9e (24.9 MB
+# in 6 threads' blocks at -6, 23.7 MB so; about 2 minutes): the tree grew to
+# 28.7 MB and the tree and .gpu must stay under the device call's 64 MiB.
 log "packing $(du -sh "$W" | cut -f1)"
 (cd "$W" && tar cf - --sort=name format info.txt progs | xz -T1 --lzma2=preset=3,dict=128MiB) >"$OUTF.tmp"
-(cd "$W" && tar cf - --sort=name ref models lib ompi | xz -T"$JOBS" -6) >>"$OUTF.tmp"
+(cd "$W" && tar cf - --sort=name ref models lib ompi | xz -T1 -9e) >>"$OUTF.tmp"
 mv "$OUTF.tmp" "$OUTF"
 [ "${KEEP:-0}" = 1 ] || rm -rf "$W"
 log "wrote $OUTF: $(du -h "$OUTF" | cut -f1) ($(stat -c %s "$OUTF") bytes)"
