@@ -876,6 +876,18 @@ static char *var_entry(const Var *v, const VarBlock *vb) {
                                              : "KDRT_F32");
 }
 
+// issue 23: the KDRT_ROUND_* name an output is rounded to as predict writes
+// it: a 16-bit result never rounded (layers.c's loss_reads_f32), or "0"
+static const char *output_round(const Node *p) {
+  return p->pend && !p->rounded ? round_c(p->pend) : "0";
+}
+
+static bool output_rounds(const Graph *g) {
+  for (int i = 0; i < g->noutputs; i++)
+    if (strcmp(output_round(g->outputs[i]), "0")) return true;
+  return false;
+}
+
 void emit_program_tables(void) {
   const Graph *g = EG;
   const Mesh *m = &g->dist->mesh;
@@ -961,6 +973,13 @@ void emit_program_tables(void) {
     xfree(off);
   }
   out("};\n");
+  if (output_rounds(g)) { // issue 23
+    out("// a 16-bit result the loss read unrounded (layers.c's loss_reads_f32):\n"
+        "// predict rounds it as Keras returns it\n"
+        "static const unsigned char output_round[] = {");
+    for (int i = 0; i < g->noutputs; i++) out("%s%s", i ? ", " : "", output_round(g->outputs[i]));
+    out("};\n");
+  }
   out("\nstatic const int mesh_shape[] = {");
   for (int a = 0; a < m->ndim; a++) out("%s%d", a ? ", " : "", m->shape[a]);
   if (!m->ndim) out("1");
@@ -1024,6 +1043,7 @@ void emit_program_fields(const char *lhs, const char *end) {
   if (g->sample_weight) FIELD("log_weighted", "log_weighted");
   FIELD("noutputs", "%d", g->noutputs);
   FIELD("outputs", "outputs");
+  if (output_rounds(g)) FIELD("output_round", "output_round");
   FIELD("learning_rate", "%s", flt(md->opt.lr));
   FIELD("schedule", "%s", md->opt.schedule ? "&schedule" : "NULL");
   FIELD("optimizer", "\"%s\"", md->opt.cls);

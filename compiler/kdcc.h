@@ -1104,6 +1104,7 @@ bool vars_in_macro(const VarBlock *vb);
 // init()'s line for v's optimizer slots when they start other than 0, or "".
 char *slot_init(const Var *v, const char *layout);
 char *accum_init(const Var *v);
+const char *round_c(int kind); // issue 23 (ops.c): a 16-bit type's KDRT_ROUND_* name
 
 // ---------------------------------------------------------------- emit_c.c
 void emit_c(Graph *g, FILE *out);

@@ -45,10 +45,8 @@ char *rope_decl(const Node *n, int indent);
 // issue 25: attention's scale of the scores, v, as a named constant of n's
 // layer, 1 / sqrt(head_dim) in its comment where it is one (ops_nn.c).
 char *attn_scale(const Node *n, double v);
-// issue 23 (ops.c): a 16-bit type's KDRT_ROUND_* name; how a 16-bit product
-// reads an operand (KDRT_OPND_*: its 16 bits, exact float32 values, or
-// float32 values it rounds)
-const char *round_c(int kind);
+// issue 23 (ops.c): how a 16-bit product reads an operand (KDRT_OPND_*: its
+// 16 bits, exact float32 values, or float32 values it rounds)
 const char *form16(const Node *x, bool rounds);
 const char *widen16_c(void); // issue 23: kdrt_matmul16's buffer (kdrt_widen16), or "NULL"
 

@@ -92,6 +92,10 @@ typedef struct {
   const unsigned char *log_weighted;
   int noutputs;
   const kdrt_output *outputs;        // [noutputs]
+  // issue 23: output_round[o], the KDRT_ROUND_* type predict rounds output o
+  // to (a bfloat16 softmax the loss reads unrounded: Keras returns it in
+  // bfloat16), 0 for none; NULL: none
+  const unsigned char *output_round;
   float learning_rate;               // compiled default; --lr overrides
   const kdrt_schedule *schedule;     // a learning-rate schedule, or NULL: learning_rate
   const char *optimizer;             // Keras's optimizer class ("Adam"): what the slots are

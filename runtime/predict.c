@@ -10,6 +10,7 @@
 // first, so that no reader sees half a file. Every output file is checked
 // to be writable before anything runs.
 #include "kdrt.h"
+#include "kdrt_round.h"
 
 #include <errno.h>
 #include <math.h>
@@ -269,9 +270,13 @@ static int64_t run_batches(kdrt_ctx *c, const kdrt_program *p, kdrt_array *xa, i
     int64_t keep = n - s * p->batch < p->batch ? n - s * p->batch : p->batch;
     for (int o = 0; o < p->noutputs; o++) {
       kdrt_gather_global(c, &p->outputs[o].layout, c->arena + p->outputs[o].offset, b->g[o]);
-      if (c->rank == 0)
-        memcpy(b->result[o] + (size_t)(s * p->batch * b->on[o]), b->g[o],
-               sizeof(float) * (size_t)(keep * b->on[o]));
+      if (c->rank == 0) {
+        float *r = b->result[o] + (size_t)(s * p->batch * b->on[o]);
+        memcpy(r, b->g[o], sizeof(float) * (size_t)(keep * b->on[o]));
+        int kind = p->output_round ? p->output_round[o] : 0;
+        if (kind) // the 16-bit output Keras's predict returns
+          for (int64_t e = 0; e < keep * b->on[o]; e++) r[e] = kdrt_round_to(kind, r[e]);
+      }
     }
   }
   return steps;

@@ -160,6 +160,40 @@ fi
   >"$T/out" 2>&1 && ok "kdrt reads its float16 file back" ||
   fail "predict --weights h.weights.h5: $(cat "$T/out")"
 
+# 5b. predict of a bfloat16 model whose softmax the loss reads unrounded
+# (XLA's program; layers.c's loss_reads_f32) writes the bfloat16
+# probabilities Keras's predict returns: every value a bfloat16 one, and
+# Keras's own predict from the same weights within bfloat16's spacing
+G=tests/fixtures/keras_ref/bf16_cnn
+./kdcc "$G/model.keras" --batch-size 16 -w -S "$T/pcs" >/dev/null 2>&1 &&
+  grep -qF "output_round[] = {KDRT_ROUND_BF16}" "$T/pcs/program.c" &&
+  ok "bf16_cnn: its output rounded as predict writes it (program.c)" ||
+  fail "bf16_cnn: program.c's outputs[] names no KDRT_ROUND_BF16"
+./kdcc "$G/model.keras" --batch-size 16 -w -o "$T/pc" >/dev/null 2>&1 &&
+  "$T/pc" predict --x "$G/x.npy" --weights "$G/model.keras" --out "$T/pc.npy" --quiet     >"$T/out" 2>&1 || fail "bf16_cnn predict: $(cat "$T/out")"
+python3 - "$T/pc.npy" <<'EOF2' && ok "bf16_cnn predict: every probability a bfloat16 value" ||
+import struct, sys
+sys.path.insert(0, "tests/keras_ref")
+from compare_ref import npy
+_, v = npy(open(sys.argv[1], "rb").read())
+bad = [x for x in v if struct.unpack("<I", struct.pack("<f", x))[0] & 0xFFFF]
+sys.exit(1 if bad or not v else 0)
+EOF2
+  fail "bf16_cnn predict wrote values that are not bfloat16"
+if has_keras "$PY"; then
+  "$PY" -W ignore - "$G/model.keras" "$G/x.npy" "$T/pc.npy" <<'EOF2' || fail "bf16_cnn predict against Keras's"
+import sys
+import keras, numpy as np
+m = keras.saving.load_model(sys.argv[1], compile=False)
+want = np.asarray(m.predict(np.load(sys.argv[2]), batch_size=16, verbose=0)).astype(np.float32)
+got = np.load(sys.argv[3]).reshape(want.shape)
+d = np.abs(got - want).max()
+assert str(m.outputs[0].dtype) == "bfloat16", m.outputs[0].dtype
+assert d <= 2 * 2.0 ** -8, d  # two bfloat16 steps of a probability
+print(f"  ok: bf16_cnn predict within {d:.2e} of Keras's (bfloat16 outputs)")
+EOF2
+fi
+
 # 6. the CUDA programs (kdrt_cuda_adam16, kdrt_cuda_sgd16, the other optimizers, clipping
 # and constraints in 16 bits) build and link where
 # nvcc is; they run only on a GPU (not run yet)
