@@ -85,6 +85,7 @@ Node *build_batchnorm(Graph *g, Layer *l, Node *x);
 // issue 23: y, layer l's result, is a bfloat16 convolution's that its one
 // reader, a BatchNormalization, takes in float32 (XLA's), unrounded
 bool bn_reads_f32(Graph *g, Layer *l, const Node *y);
+int layer_readers(const Model *m, const Layer *l, Layer **one, int *out);
 
 // ---------------------------------------------------------------- layers_rnn.c
 Node *build_rnn(Graph *g, Layer *l, Node *x);

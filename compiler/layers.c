@@ -884,16 +884,9 @@ static bool computes_f32(const char *cls) {
 static bool loss_reads_f32(Graph *g, Layer *l, const Node *y) {
   if (l->cdt != KDRT_ROUND_BF16 || y->op != OP_SOFTMAX || !y->pend) return false;
   const Model *m = g->model;
-  for (int i = 0; i < m->nlayers; i++)
-    for (int k = 0; k < m->layers[i]->nin; k++)
-      if (m->layers[i]->in[k].layer == l) return false;
-  int out = -1;
-  for (int i = 0; i < m->noutputs; i++)
-    if (m->outputs[i].layer == l) {
-      if (out >= 0) return false;
-      out = i;
-    }
-  const OutLoss *ol = out >= 0 ? &m->losses[out] : NULL;
+  int out;
+  if (layer_readers(m, l, NULL, &out) || out < 0) return false;
+  const OutLoss *ol = &m->losses[out];
   return ol && ol->has && !ol->from_logits && (ol->kind == LOSS_SCCE || ol->kind == LOSS_CCE);
 }
 

@@ -495,6 +495,22 @@ static Node *frozen_batchnorm(Graph *g, Node *x, Node *mm, Node *mv, Node *gam, 
   return make2(g, OP_BIAS, make2(g, OP_COL_MUL, x, inv), res);
 }
 
+// issue 23: how many layers read layer l's output (*one: the last of them),
+// and *out the model output it is: its index, -1 none, -2 several
+int layer_readers(const Model *m, const Layer *l, Layer **one, int *out) {
+  int n = 0;
+  for (int i = 0; i < m->nlayers; i++)
+    for (int k = 0; k < m->layers[i]->nin; k++)
+      if (m->layers[i]->in[k].layer == l) {
+        n++;
+        if (one) *one = m->layers[i];
+      }
+  *out = -1;
+  for (int i = 0; i < m->noutputs; i++)
+    if (m->outputs[i].layer == l) *out = *out == -1 ? i : -2;
+  return n;
+}
+
 // Issue 23: under bfloat16 (mixed or pure) XLA's CPU program, Keras's,
 // normalizes a convolution's float32 result as it is: the bfloat16
 // convolution is computed in float32 and its cast to bfloat16 then back to
@@ -506,17 +522,10 @@ static Node *frozen_batchnorm(Graph *g, Node *x, Node *mm, Node *mv, Node *gam, 
 // unrounded (layers.c's build_layer), and the batch norm takes it so.
 bool bn_reads_f32(Graph *g, Layer *l, const Node *y) {
   if (l->cdt != KDRT_ROUND_BF16 || y->op != OP_CONV2D || !y->pend) return false;
-  const Model *m = g->model;
-  for (int i = 0; i < m->noutputs; i++)
-    if (m->outputs[i].layer == l) return false;
   Layer *reader = NULL;
-  for (int i = 0; i < m->nlayers; i++)
-    for (int k = 0; k < m->layers[i]->nin; k++)
-      if (m->layers[i]->in[k].layer == l) {
-        if (reader) return false;
-        reader = m->layers[i];
-      }
-  return reader && !strcmp(reader->cls, "BatchNormalization") && reader->cdt == l->cdt &&
+  int out;
+  if (layer_readers(g->model, l, &reader, &out) != 1 || out != -1) return false;
+  return !strcmp(reader->cls, "BatchNormalization") && reader->cdt == l->cdt &&
          !layer_frozen(reader);
 }
 
