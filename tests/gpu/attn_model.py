@@ -4,8 +4,8 @@
 # the backward's two kernels (dk, dv a key tile over the query tiles; dq a
 # query tile over the key tiles), delta = rowsum(do * o), and the operands
 # rounded to bfloat16, or to tf32 (head dims up to 64), as the kernels
-# round them; against float64 on opcheck's shapes. Not the kernels: their wmma layouts, shared memory and
-# barriers only opcheck on a GPU proves.
+# round them; against float64 on opcheck's shapes. Not the kernels: their
+# wmma layouts, shared memory and barriers only opcheck on a GPU proves.
 #   python3 tests/gpu/attn_model.py   (numpy; exit 1 past the bound)
 import sys
 
