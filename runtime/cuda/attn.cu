@@ -413,14 +413,25 @@ template <int P, int DP> static size_t att_smem_bytes(int kernel) {
   return 4 * tile + (kernel == 1 ? 2 : 1) * pt + 2 * sc + 2 * row;
 }
 
-// Launch f (kernel number `which`) with its shared memory, raising the
-// kernel's limit past 48 KB the first time.
+// Raise kernel f's shared memory limit to `bytes` the first time (past 48
+// KB a kernel must ask). A GPU that gives a block less (sm_86 and sm_89:
+// 99 KB; bf16 at head dim 128 needs up to 121 KB, tf32 at 32 and 64 up to
+// 143 KB) is said with the kernel's name and the way out, not as
+// cudaFuncSetAttribute's "invalid argument".
 template <typename F>
-static void att_launch_prep(F f, size_t bytes, bool *raised) {
-  if (!*raised) {
-    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    *raised = true;
+static void att_launch_prep(F f, const char *name, size_t bytes, bool *raised) {
+  if (*raised) return;
+  int dev = 0, most = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (bytes > (size_t)most) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s needs %zu bytes of shared memory a block, this GPU gives at "
+             "most %d (kdcc --attention chain keeps the attention's ops)", name, bytes, most);
+    kdrt_cuda_fail("the fused attention", __FILE__, __LINE__, msg);
   }
+  CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+  *raised = true;
 }
 
 template <int P, int DP>
@@ -434,18 +445,18 @@ static void att_run(kdrt_cuda *d, int grad, float *o, float *lse, float *dq, flo
   dim3 gk((unsigned)bn, (unsigned)((s + ATT_ROWS - 1) / ATT_ROWS));
   if (!grad) {
     size_t b = att_smem_bytes<P, DP>(0);
-    att_launch_prep(attn_fwd_kernel<P, DP>, b, &raised[0]);
+    att_launch_prep(attn_fwd_kernel<P, DP>, "attn_fwd_kernel", b, &raised[0]);
     attn_fwd_kernel<P, DP><<<gq, ATT_THREADS, b, st>>>(o, lse, q, k, v, t, s, hd, scale, causal);
     KDRT_LAUNCHED(d, "attn_fwd_kernel");
     return;
   }
   size_t b = att_smem_bytes<P, DP>(1);
-  att_launch_prep(attn_dkdv_kernel<P, DP>, b, &raised[1]);
+  att_launch_prep(attn_dkdv_kernel<P, DP>, "attn_dkdv_kernel", b, &raised[1]);
   attn_dkdv_kernel<P, DP><<<gk, ATT_THREADS, b, st>>>(dk, dv, dout, q, k, v, oin, lsein, t, s, hd,
                                                       scale, causal);
   KDRT_LAUNCHED(d, "attn_dkdv_kernel");
   b = att_smem_bytes<P, DP>(2);
-  att_launch_prep(attn_dq_kernel<P, DP>, b, &raised[2]);
+  att_launch_prep(attn_dq_kernel<P, DP>, "attn_dq_kernel", b, &raised[2]);
   attn_dq_kernel<P, DP><<<gq, ATT_THREADS, b, st>>>(dq, dout, q, k, v, oin, lsein, t, s, hd, scale,
                                                     causal);
   KDRT_LAUNCHED(d, "attn_dq_kernel");
@@ -458,6 +469,10 @@ static void att_dispatch(kdrt_cuda *d, const char *what, int grad, float *o, flo
                          const float *v, const float *oin, const float *lsein, int64_t bn,
                          int64_t t, int64_t s, int64_t hd, float scale, int causal) {
   if (!bn || !t || !s) return;
+  // a block per 64-row tile on gridDim.y, at most 65535 (T up to 4194240)
+  if ((t + ATT_ROWS - 1) / ATT_ROWS > 65535 || (s + ATT_ROWS - 1) / ATT_ROWS > 65535 ||
+      bn > 2147483647)
+    kdrt_cuda_fail(what, __FILE__, __LINE__, "more than 65535 tiles of 64 rows, or 2^31 heads");
   int dp = hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 0;
   bool bf = d->precision == KDRT_PREC_BF16, tf = d->precision == KDRT_PREC_TF32;
   if (!(bf || tf) || !dp || (tf && dp > 64)) {

@@ -104,7 +104,8 @@ static opnd opnd_b(const kdrt_gemm *g) {
 // scratch with its rows packed that far apart: cuBLAS's tensor-core kernels
 // want each row of a 16-bit operand 16-byte aligned (the fourth GPU run
 // timed GPT-2's three logits products at about 110 TFLOP/s). The others
-// keep their layout: the same positions, as before.
+// keep their layout: the same positions, as before. kdrt_cuda_matmul16's
+// 16-bit operands likewise.
 static int packs(const opnd *o) { return o->ld % 8 != 0; }
 
 // The operand's leading dimension and batch stride as the product reads it.
@@ -113,41 +114,65 @@ static void read_as(const opnd *o, int64_t *ld, int64_t *stride) {
   *stride = packs(o) && o->stride ? o->rows * *ld : o->stride;
 }
 
-// The bfloat16 elements the operand takes in scratch.
-static size_t bf16_elems(const opnd *o) {
+// The 16-bit elements the operand takes in scratch.
+static size_t elems16(const opnd *o) {
   if (!packs(o)) return extent(o->nb, o->stride, o->rows, o->cols, o->ld);
   int64_t ld, stride;
   read_as(o, &ld, &stride);
   return (size_t)(o->nb * o->rows * ld);
 }
 
-// Row r of all nb * rows (matrix r / rows) rounded into its packed row of
-// out: a row of blocks (blockIdx.y) strides over the rows, a block's threads
-// over the columns. The padding between rows is never read.
-__global__ static void pack_bf16_kernel(__nv_bfloat16 *out, const float *in, opnd o,
-                                        int64_t ldo) {
+// The element conversions into scratch: float32 to bfloat16 (bf16
+// precision), float32 to a 16-bit type's bits (kdrt_round.h: exact for
+// values already of the type, KDRT_OPND_EXACT; a variable's cast for its
+// use, _ROUND), and 16-bit bits as they are (a row's repacking).
+struct cvt_bf16 {
+  __device__ __nv_bfloat16 operator()(float x) const { return __float2bfloat16_rn(x); }
+};
+struct cvt_bits16 {
+  int kind;
+  __device__ uint16_t operator()(float x) const {
+    return kind == KDRT_ROUND_F16 ? kdrt_f16_bits(kdrt_round_f16(x))
+                                  : kdrt_bf16_bits(kdrt_round_bf16(x));
+  }
+};
+struct cvt_same16 {
+  __device__ uint16_t operator()(uint16_t x) const { return x; }
+};
+
+// Row r of all nb * rows (matrix r / rows) converted (f) into its packed row
+// of out: a row of blocks (blockIdx.y) strides over the rows, a block's
+// threads over the columns. The padding between rows is never read.
+template <typename To, typename From, typename F>
+__global__ static void pack_rows_kernel(To *out, const From *in, opnd o, int64_t ldo, F f) {
   int64_t all = o.nb * o.rows;
   for (int64_t r = blockIdx.y; r < all; r += gridDim.y) {
-    const float *src = in + r / o.rows * o.stride + r % o.rows * o.ld;
-    __nv_bfloat16 *dst = out + r * ldo;
+    const From *src = in + r / o.rows * o.stride + r % o.rows * o.ld;
+    To *dst = out + r * ldo;
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < o.cols;
          c += (int64_t)gridDim.x * blockDim.x)
-      dst[c] = __float2bfloat16_rn(src[c]);
+      dst[c] = f(src[c]);
   }
+}
+
+// The operand in, converted by f, at out as read_as lays it (packs(o)).
+template <typename To, typename From, typename F>
+static void pack_rows(kdrt_cuda *d, To *out, const From *in, const opnd *o, F f) {
+  int64_t ld, stride, all = o->nb * o->rows;
+  read_as(o, &ld, &stride);
+  int64_t bx = (o->cols + 255) / 256;
+  dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(all < 65535 ? all : 65535));
+  pack_rows_kernel<<<grid, 256, 0, d->impl->stream>>>(out, in, *o, ld, f);
+  KDRT_LAUNCHED(d, "pack_rows_kernel");
 }
 
 // The operand in rounded to bfloat16 at out, as read_as lays it.
 static void to_bf16_operand(kdrt_cuda *d, __nv_bfloat16 *out, const float *in, const opnd *o) {
   if (!packs(o)) {
-    to_bf16(d, out, in, bf16_elems(o));
+    to_bf16(d, out, in, elems16(o));
     return;
   }
-  int64_t ld, stride, all = o->nb * o->rows;
-  read_as(o, &ld, &stride);
-  int64_t bx = (o->cols + 255) / 256;
-  dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(all < 65535 ? all : 65535));
-  pack_bf16_kernel<<<grid, 256, 0, d->impl->stream>>>(out, in, *o, ld);
-  KDRT_LAUNCHED(d, "pack_bf16_kernel");
+  pack_rows(d, out, in, o, cvt_bf16());
 }
 
 // The operands as the product reads them: where they are, their type, and
@@ -166,7 +191,7 @@ static gemm_in operands(kdrt_cuda *d, const kdrt_gemm *g, const float *a, const 
   opnd oa = opnd_a(g), ob = opnd_b(g);
   read_as(&oa, &in.lda, &in.stride_a);
   read_as(&ob, &in.ldb, &in.stride_b);
-  size_t na = bf16_elems(&oa), nb = bf16_elems(&ob);
+  size_t na = elems16(&oa), nb = elems16(&ob);
   size_t nb16 = (nb + 127) / 128 * 128; // a's part 256-byte aligned
   __nv_bfloat16 *s16 =
       (__nv_bfloat16 *)kdrt_cuda_dscratch(d, 3, (nb16 + na) * sizeof(__nv_bfloat16));
@@ -264,20 +289,35 @@ extern "C" void kdrt_cuda_matmul(kdrt_cuda *d, const kdrt_gemm *g, float alpha, 
 // ---------------------------------------------------------------- 16-bit operands (issue 23)
 
 // A float32 operand as the 16 bits of its values rounded to the 16-bit
-// type at out (the same positions; kdrt_round.h: exact for values already
-// of the type, KDRT_OPND_EXACT; a variable's cast for its use, _ROUND).
-__global__ static void bits16_kernel(int kind, uint16_t *out, const float *in, size_t n) {
-  if (kind == KDRT_ROUND_F16) {
-    KDRT_FOR(e, n) out[e] = kdrt_f16_bits(kdrt_round_f16(in[e]));
-  } else {
-    KDRT_FOR(e, n) out[e] = kdrt_bf16_bits(kdrt_round_bf16(in[e]));
-  }
+// type at out (the same positions).
+__global__ static void bits16_kernel(cvt_bits16 f, uint16_t *out, const float *in, size_t n) {
+  KDRT_FOR(e, n) out[e] = f(in[e]);
+}
+
+// An operand of kdrt_cuda_matmul16 that is not read where it is (copies16):
+// a float32 one (form not KDRT_OPND_16) as its 16 bits, and (issue 22) a
+// 16-bit one whose rows are not 16 bytes apart (GPT-2's 50257 logits, the
+// gradient of them) packed, into out as read_as lays it, as bf16 precision's
+// operands are (cuBLAS's tensor-core kernels want 16-byte rows).
+static int copies16(int form, const opnd *o) { return form != KDRT_OPND_16 || packs(o); }
+
+static void to16_operand(kdrt_cuda *d, int kind, int form, uint16_t *out, const void *in,
+                         const opnd *o) {
+  if (form == KDRT_OPND_16) return pack_rows(d, out, (const uint16_t *)in, o, cvt_same16());
+  const cvt_bits16 f = {kind};
+  if (packs(o)) return pack_rows(d, out, (const float *)in, o, f);
+  size_t n = elems16(o);
+  bits16_kernel<<<kdrt_blocks(n), KDRT_THREADS, 0, d->impl->stream>>>(f, out, (const float *)in,
+                                                                      n);
+  KDRT_LAUNCHED(d, "bits16_kernel");
 }
 
 // c = a b of values of a 16-bit type (kdcc's mixed policies, store16.c):
 // operands CUDA_R_16BF or CUDA_R_16F (a float32 one, fa or fb not
-// KDRT_OPND_16, first as its 16 bits in scratch 3), float32 sums
-// (CUBLAS_COMPUTE_32F) into the float32 c: Keras's bf16 dot with float32
+// KDRT_OPND_16, first as its 16 bits in scratch 3; either packed there
+// when its rows are not 16 bytes apart), float32 sums (CUBLAS_COMPUTE_32F)
+// into the float32 c (a large one whose rows are not 16 bytes apart made
+// in scratch 4 first: pads_c): Keras's bf16 dot with float32
 // accumulation, on the tensor cores whatever --precision says.
 extern "C" void kdrt_cuda_matmul16(kdrt_cuda *d, const kdrt_gemm *g, int kind, int fa,
                                    const void *a, int fb, const void *b, float *c,
@@ -292,42 +332,43 @@ extern "C" void kdrt_cuda_matmul16(kdrt_cuda *d, const kdrt_gemm *g, int kind, i
     return;
   }
   opnd oa = opnd_a(g), ob = opnd_b(g);
-  size_t na = fa == KDRT_OPND_16 ? 0 : extent(oa.nb, oa.stride, oa.rows, oa.cols, oa.ld);
-  size_t nb = fb == KDRT_OPND_16 ? 0 : extent(ob.nb, ob.stride, ob.rows, ob.cols, ob.ld);
+  int64_t lda64 = g->lda, ldb64 = g->ldb, stride_a = g->stride_a, stride_b = g->stride_b;
+  size_t na = copies16(fa, &oa) ? elems16(&oa) : 0, nb = copies16(fb, &ob) ? elems16(&ob) : 0;
   size_t nb16 = (nb + 127) / 128 * 128; // a's part 256-byte aligned
   uint16_t *s16 = na + nb ? (uint16_t *)kdrt_cuda_dscratch(d, 3, (nb16 + na) * sizeof(uint16_t))
                           : NULL;
   if (nb) {
-    bits16_kernel<<<kdrt_blocks(nb), KDRT_THREADS, 0, d->impl->stream>>>(kind, s16,
-                                                                          (const float *)b, nb);
-    KDRT_LAUNCHED(d, "bits16_kernel");
+    to16_operand(d, kind, fb, s16, b, &ob);
+    read_as(&ob, &ldb64, &stride_b);
     b = s16;
   }
   if (na) {
-    bits16_kernel<<<kdrt_blocks(na), KDRT_THREADS, 0, d->impl->stream>>>(
-        kind, s16 + nb16, (const float *)a, na);
-    KDRT_LAUNCHED(d, "bits16_kernel");
+    to16_operand(d, kind, fa, s16 + nb16, a, &oa);
+    read_as(&oa, &lda64, &stride_a);
     a = s16 + nb16;
   }
   cudaDataType_t t = kind == KDRT_ROUND_F16 ? CUDA_R_16F : CUDA_R_16BF;
   cublasOperation_t opb = g->tb == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opa = g->ta == KDRT_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
-  int N = as_int(g->N, "matmul16 N"), M = as_int(g->M, "matmul16 M"), K = as_int(g->K, "matmul16 K");
-  int ldb = as_int(g->ldb, "matmul16 ldb"), lda = as_int(g->lda, "matmul16 lda");
-  int ldc = as_int(g->ldc, "matmul16 ldc");
+  int N = as_int(g->N, "matmul16 N"), M = as_int(g->M, "matmul16 M");
+  int K = as_int(g->K, "matmul16 K");
+  int ldb = as_int(ldb64, "matmul16 ldb"), lda = as_int(lda64, "matmul16 lda");
+  float *at = result_at(d, g, c, 0); // (pads_c: batch 1)
+  int ldc = as_int(at == c ? g->ldc : padded_ldc(g), "matmul16 ldc");
   const float one = 1.0f, zero = 0.0f;
   // (the swap: column-major C^T = op(b)^T op(a)^T, as kdrt_cuda_matmul)
   if (g->batch == 1) {
     CUBLAS_CHECK(cublasGemmEx(d->impl->blas, opb, opa, N, M, K, &one, b, t, ldb, a, t, lda, &zero,
-                              c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                              at, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmEx");
   } else {
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        d->impl->blas, opb, opa, N, M, K, &one, b, t, ldb, (long long)g->stride_b, a, t, lda,
-        (long long)g->stride_a, &zero, c, CUDA_R_32F, ldc, (long long)g->stride_c,
+        d->impl->blas, opb, opa, N, M, K, &one, b, t, ldb, (long long)stride_b, a, t, lda,
+        (long long)stride_a, &zero, c, CUDA_R_32F, ldc, (long long)g->stride_c,
         as_int(g->batch, "matmul16 batch"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (d->impl->sync_each) KDRT_LAUNCHED(d, "cublasGemmStridedBatchedEx");
   }
+  result_done(d, g, c, at);
 }
 
 // ---------------------------------------------------------------- with a bias (issue 22)

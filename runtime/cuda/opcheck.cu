@@ -1052,6 +1052,14 @@ static void check_matmul(void) {
         check_one_matmul16(kind, ta, tb, 2, 33, 64, 130, KDRT_OPND_16, KDRT_OPND_16);
         check_one_matmul16(kind, ta, tb, 1, 24, 40, 64, KDRT_OPND_ROUND, KDRT_OPND_16);
       }
+  // GPT-2's logits at mixed_bfloat16: 16-bit operands whose rows are not 16
+  // bytes apart packed in scratch, a result of 2^20 floats and more with
+  // rows not 16 bytes apart made with padded rows (matmul.cu's pads_c)
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {
+    check_one_matmul16(kind, 0, 1, 1, 131, 8195, 64, KDRT_OPND_16, KDRT_OPND_16);
+    check_one_matmul16(kind, 0, 0, 1, 131, 64, 8195, KDRT_OPND_EXACT, KDRT_OPND_16);
+    check_one_matmul16(kind, 1, 0, 1, 131, 8195, 64, KDRT_OPND_16, KDRT_OPND_EXACT);
+  }
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) {
       check_one_matmul_view(ta, tb, 3, 9, 13, 11, 3, 2);  // odd leading dimensions: packed
@@ -1517,6 +1525,10 @@ static void check_xent(void) {
   check_xent_fused(13, 3001, 1);
   check_xent_fused(64, 50257, 0); // GPT-2's vocabulary
   check_xent_fused(64, 50257, 1);
+  // more rows than gridDim.y's 65535 (batch 64 x T 1024 is 65536): the
+  // gradient's rows stride past it; the fused kernel's rows are gridDim.x
+  check_xent_shape(70001, 5, 0);
+  check_xent_fused(70001, 11, 0);
 }
 
 // Device int32 ids (4 bytes, as a float).

@@ -220,9 +220,11 @@ __device__ static inline int64_t xent_head(const float *p, int64_t n) {
   return h < n ? h : n;
 }
 
-__global__ static void xent_fused_kernel(int rnd, double *rowv, float *dx, const float *x,
-                                         const float *y, const float *w, const float *wa,
-                                         int64_t rows, int64_t cols, double gscale, int acc) {
+// (launch_bounds: at 1024 threads a block, ptxas keeps it within 64 registers
+// a thread, or the launch would fail; 32 at sm_90)
+__global__ static void __launch_bounds__(1024)
+xent_fused_kernel(int rnd, double *rowv, float *dx, const float *x, const float *y, const float *w,
+                  const float *wa, int64_t rows, int64_t cols, double gscale, int acc) {
   __shared__ float shm[32], shs[32];
   __shared__ int64_t shi[32];
   const int64_t r = blockIdx.x;
