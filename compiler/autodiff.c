@@ -55,7 +55,9 @@ static void seed_loss(Graph *g, Node *l, const bool *need) {
 // partial sum where an axis is split; then the result written over v.
 // issue 23: on a 16-bit variable in its dtype, as Keras's constraint
 // computes on it: each square rounded, each sum rounded by CLIP_NORM's
-// 16-bit kernel, the product rounded (NonNeg's max(w, 0) is exact).
+// 16-bit kernel, the product rounded (NonNeg's max(w, 0) is exact);
+// UnitNorm's w / (epsilon + norms) is the product by the factor XLA's
+// division makes (kdrt_optim.h's kdrt_unit_norm16_1), rounded.
 static void constrain(Graph *g, Var *v, Node *u) {
   Node *c;
   if (v->constraint == CONS_NON_NEG) {

@@ -27,12 +27,13 @@ Node *lora_kernel(Graph *g, Layer *l, Node *w, const char *prefix, int64_t rank,
 int64_t lora_rank_of(Layer *l, const char *name, double *alpha, int *index);
 // Where Keras's weights file keeps variable "<sub>/<name>" of a class, or NULL.
 const char *weights_sublayer(const char *cls, const char *vname);
-// l1 * sum(|x|) + l2 * sum(x * x) in graph ops, or NULL; g->penalty += p.
-Node *penalty(Graph *g, Node *x, double l1, double l2);
+// l1 * sum(|x|) + l2 * sum(x * x) in graph ops, in the 16-bit type kind where it is
+// nonzero (KDRT_ROUND_*), or NULL; g->penalty += p.
+Node *penalty(Graph *g, Node *x, double l1, double l2, int kind);
 void add_penalty(Graph *g, Node *p);
 // The penalty of y over the step's global batch, added to g->penalty; and
 // a layer's activity_regularizer's on its output y.
-void batch_penalty(Graph *g, Node *y, double l1, double l2);
+void batch_penalty(Graph *g, Node *y, double l1, double l2, int kind);
 void activity_penalty(Graph *g, Layer *l, Node *y);
 // What every builder reads of its layer.
 int parse_act(Layer *l, const char *key);            // option `key` as an activation

@@ -626,7 +626,7 @@ static Node *build_repeat_vector(Graph *g, Layer *l, Node *x) {
 // ActivityRegularization(l1, l2): x, and its penalty in the loss as an
 // activity regularizer's (over the batch).
 static Node *build_activity_reg(Graph *g, Layer *l, Node *x) {
-  batch_penalty(g, x, cfg_num(l, "l1", 0), cfg_num(l, "l2", 0));
+  batch_penalty(g, x, cfg_num(l, "l1", 0), cfg_num(l, "l2", 0), l->cdt);
   return x;
 }
 

@@ -300,7 +300,8 @@ Graph *build_graph(Model *m, Dist *d, int batch) {
   // variable's once
   for (int i = 0; i < g->nvars; i++)
     if (!g->vars[i]->frozen)
-      add_penalty(g, penalty(g, g->vars[i]->param, g->vars[i]->l1, g->vars[i]->l2));
+      add_penalty(g, penalty(g, g->vars[i]->param, g->vars[i]->l1, g->vars[i]->l2,
+                              g->vars[i]->vdt));
   if (!nl) g->penalty = NULL;
   if (m->noutputs == 1 && !g->penalty) { // the loss log is the loss itself
     g->logs[0].node = total[0];

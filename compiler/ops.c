@@ -1206,6 +1206,21 @@ static void batch_mean_emit(const Node *n, Lowering *lw) {
 const OpDef op_BATCH_MEAN = {"batch_mean", 1, 1, false, rule_elementwise, batch_mean_grad,
                              batch_mean_emit, shape_in0};
 
+// issue 23: BATCH_MEAN16, a 16-bit activity penalty over the step's rows as
+// Keras divides it, by the rows cast to the penalty's type (vars.c's
+// batch_penalty); linear, its gradient the same division.
+static void batch_mean16_grad(Graph *g, Node *n, const bool *need) {
+  accumulate(g, n->in[0], make1(g, OP_BATCH_MEAN16, n->grad, .rnd = n->rnd));
+}
+
+static void batch_mean16_emit(const Node *n, Lowering *lw) {
+  lower_call(lw, KN_batch_mean16, NULL, "%s, %s, %s, (double)B, %s", buf(n), buf(n->in[0]),
+             elems_c(n), round_c(n->rnd.kind));
+}
+
+const OpDef op_BATCH_MEAN16 = {"batch_mean16", 1, 1, false, rule_elementwise, batch_mean16_grad,
+                               batch_mean16_emit, shape_in0};
+
 static void train_select_grad(Graph *g, Node *n, const bool *need) {
   if (need[n->in[0]->id]) accumulate(g, n->in[0], n->grad);
 }
@@ -1222,7 +1237,10 @@ static void clip_norm_emit(const Node *n, Lowering *lw) {
   char *args = format("%s, %s, %s, %s, %s, %s, %s", buf(n), buf(n->in[0]), elems_c(n),
                       flt(n->clip.lo), flt(n->clip.hi), flt(n->clip.rate),
                       flt((float)(1.0 - n->clip.rate)));
-  if (n->clip.kind) // issue 23: a 16-bit variable's, in its dtype
+  if (n->clip.kind && n->clip.unit) // issue 23: a 16-bit UnitNorm's, w / (epsilon + norm)
+    lower_call(lw, KN_unit_norm16, NULL, "%s, %s, %s, %s", buf(n), buf(n->in[0]), elems_c(n),
+               round_c(n->clip.kind));
+  else if (n->clip.kind) // issue 23: a 16-bit variable's, in its dtype
     lower_call(lw, KN_clip_norm16, NULL, "%s, %s", args, round_c(n->clip.kind));
   else
     lower_call(lw, KN_clip_norm, NULL, "%s", args);

@@ -167,11 +167,8 @@ static void parse_constraint(Layer *l, const char *key, Var *v) {
   } else if (!strcmp(cls, "MaxNorm") || !strcmp(cls, "max_norm")) {
     v->clip = (ClipAttr){.lo = 0, .hi = (float)reg_factor(l, cfg, "max_value", 2), .rate = 1};
   } else if (!strcmp(cls, "UnitNorm") || !strcmp(cls, "unit_norm")) {
-    if (v->vdt) // issue 23: w / (epsilon + norms) in 16 bits: a division kdcc does not round so
-      error_at(jloc(j), "layer '%s': variable '%s' is kept in 16 bits (its dtype policy), and "
-               "kdcc does not follow Keras's 16-bit UnitNorm of it yet (MaxNorm, MinMaxNorm and "
-               "NonNeg it does)", l->name, v->path);
-    v->clip = (ClipAttr){.lo = 1, .hi = 1, .rate = 1};
+    // (float32: MinMaxNorm(1, 1)'s; issue 23: in 16 bits w / (epsilon + norms), rounded so)
+    v->clip = (ClipAttr){.lo = 1, .hi = 1, .rate = 1, .unit = true};
   } else if (!strcmp(cls, "MinMaxNorm") || !strcmp(cls, "min_max_norm")) {
     v->clip = (ClipAttr){.lo = (float)reg_factor(l, cfg, "min_value", 0),
                          .hi = (float)reg_factor(l, cfg, "max_value", 1),
@@ -206,7 +203,9 @@ static void parse_var_options(Layer *l, const char *init_key, Var *v) {
 // own, so that its gradient (2 * l2 * x rounded, plus l1 * sign(x), rounded:
 // JAX's cotangents of x in its dtype) is rounded before the layer's
 // gradient is added to it; the penalty itself, a 16-bit value, is added to
-// the float32 loss (tests/sh/opt16.sh: Keras's bit for bit).
+// the float32 loss (tests/sh/opt16.sh: Keras's bit for bit). k: the 16-bit
+// type x is of (KDRT_ROUND_*), 0 for float32: a variable's dtype, or the
+// layer's compute dtype for its output's penalty (activity_penalty).
 static Node *r16(Graph *g, Node *x, int kind) {
   if (!kind) return x;
   Node *r = make1(g, OP_ROUND, x, .rnd.kind = kind);
@@ -214,8 +213,7 @@ static Node *r16(Graph *g, Node *x, int kind) {
   return r;
 }
 
-Node *penalty(Graph *g, Node *x, double l1, double l2) {
-  int k = x->op == OP_PARAM ? x->var->vdt : 0; // (an activity's: float32, as it was)
+Node *penalty(Graph *g, Node *x, double l1, double l2, int k) {
   Node *p1 = NULL, *p2 = NULL;
   if (k && (l1 != 0 || l2 != 0)) x = r16(g, x, k);
   if (k) l1 = kdrt_round_to(k, (float)l1), l2 = kdrt_round_to(k, (float)l2);
@@ -240,21 +238,26 @@ void add_penalty(Graph *g, Node *p) {
 
 // A layer's activity_regularizer: the penalty of its output divided by
 // the step's global batch (BATCH_MEAN), added at each call, as Keras does.
-void batch_penalty(Graph *g, Node *y, double l1, double l2) {
-  Node *p = penalty(g, y, l1, l2);
+// issue 23: under a 16-bit policy (mixed or not) the output is of the
+// compute dtype k, and so is Keras's penalty (Layer.__call__): the
+// regularizer's ops rounded as a variable's (penalty), then divide_no_nan
+// by the batch size cast to k, rounded; the 16-bit value is added to the
+// float32 loss (_aggregate_additional_loss casts no float; the sum of the
+// losses promotes it). Keras's eager run, rounding point for rounding
+// point; its jit run (fit's) keeps bfloat16's squares in float32 and
+// multiplies float16's penalty by the rounded reciprocal of the batch.
+void batch_penalty(Graph *g, Node *y, double l1, double l2, int k) {
+  Node *p = penalty(g, y, l1, l2, k);
   if (!p) return;
-  Node *m = make1(g, OP_BATCH_MEAN, p, .aff = (AffAttr){1, 0, NULL});
-  add_penalty(g, m);
+  Node *m = k ? make1(g, OP_BATCH_MEAN16, p, .rnd.kind = k)
+              : make1(g, OP_BATCH_MEAN, p, .aff = (AffAttr){1, 0, NULL});
+  add_penalty(g, r16(g, m, k));
 }
 
 void activity_penalty(Graph *g, Layer *l, Node *y) {
   double l1 = 0, l2 = 0;
   parse_regularizer(l, "activity_regularizer", &l1, &l2);
-  if (l->vdt && (l1 != 0 || l2 != 0)) // issue 23: Keras's is in 16 bits, divided in 16 bits
-    error_at(l->loc, "layer '%s': its activity_regularizer under a 16-bit dtype policy (%s) is "
-             "not supported yet (kdcc follows Keras's 16-bit penalties of variables, not of "
-             "outputs)", l->name, l->vdt == KDRT_ROUND_BF16 ? "bfloat16" : "float16");
-  batch_penalty(g, y, l1, l2);
+  batch_penalty(g, y, l1, l2, l->cdt);
 }
 
 // Where Keras's weights file keeps a layer's variable "<sub>/<name>":

@@ -382,4 +382,31 @@ static inline KDRT_HD kdrt_nadam_k kdrt_nadam_coef(float b1, float b2, int64_t t
   return k;
 }
 
+// ---- issue 23: UnitNorm and an activity penalty's batch mean in 16 bits
+
+// UnitNorm on a 16-bit variable (constraints.py: w / (epsilon + norms) in
+// the variable's dtype): norms as kdrt_clip_norm16_1's, the denominator d =
+// epsilon (cast) + norms, rounded, and the factor w is multiplied by
+// (autodiff.c's constrain, the product rounded), as XLA divides by d: under
+// float16 its reciprocal rounded (kdrt_div16s: XLA's simplifier makes the
+// division by a broadcast a product, eager and jit); under bfloat16 1 / d in
+// float32, whose product rounds as Keras's eager division w / d does (two
+// bfloat16 values' quotient is never within float32's error of a bfloat16
+// tie: tests/sh/opt16.sh, equal).
+static inline KDRT_HD float kdrt_unit_norm16_1(float s, int kind) {
+  const float norm = kdrt_round_to(kind, sqrtf(kdrt_round_to(kind, s)));
+  const float d = kdrt_round_to(kind, kdrt_round_to(kind, 1e-7f) + norm);
+  return kind == KDRT_ROUND_F16 ? kdrt_round_to(kind, 1.0f / d) : 1.0f / d;
+}
+
+// An activity penalty p of the 16-bit type kind over the step's rows
+// (Layer.__call__: divide_no_nan(p, rows cast to p's dtype), in that dtype):
+// p / rows16 in float32, the ROUND after it rounding as Keras's eager
+// division does (float16's jit run multiplies by the rounded reciprocal of
+// its constant batch instead). Linear in p, so a gradient passes through.
+static inline KDRT_HD float kdrt_batch_mean16_1(float p, double rows, int kind) {
+  const float r = kdrt_round_to(kind, (float)rows);
+  return r == 0.0f ? 0.0f : p / r;
+}
+
 #endif

@@ -333,3 +333,13 @@ float kdrt_schedule_lr(const kdrt_schedule *s, int64_t step) {
   }
   return init;
 }
+
+// issue 23: a 16-bit UnitNorm's factors from the sums of rounded squares,
+// and a 16-bit activity penalty over the step's rows (kdrt_optim.h).
+void kdrt_unit_norm16(float *f, const float *s, size_t n, int kind) {
+  for (size_t i = 0; i < n; i++) f[i] = kdrt_unit_norm16_1(s[i], kind);
+}
+
+void kdrt_batch_mean16(float *out, const float *in, size_t n, double rows, int kind) {
+  for (size_t i = 0; i < n; i++) out[i] = kdrt_batch_mean16_1(in[i], rows, kind);
+}

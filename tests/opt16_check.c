@@ -11,11 +11,13 @@
 //
 // Usage: opt16_check DIR   (exit status 0 when every eager case is equal)
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kdrt.h"
+#include "kdrt_optim.h" // kdrt_batch_mean16_1
 #include "kdrt_round.h"
 
 typedef struct {
@@ -77,12 +79,24 @@ static int differ(const Case *k, const float *w, float *const s[3], const float 
   return bad;
 }
 
-// The constraints and the regularizer of DIR/penalties.txt as kdcc's graph
+// The constraints and the regularizers of DIR/penalties.txt as kdcc's graph
 // computes them on a 16-bit (64, 10) kernel (autodiff.c's constrain over
-// axis 0: each column's sum of rounded squares, clip_norm16, the product
-// rounded; vars.c's penalty: l1 * sum(|w|) + l2 * sum(w^2), each op rounded,
-// and its gradient, 2 * l2 * w rounded at the square's read of w, plus
-// l1 * sign(w), rounded at the penalty's). Returns the cases that differ.
+// axis 0: each column's sum of rounded squares, clip_norm16 or UnitNorm's
+// unit_norm16, the product rounded; vars.c's penalty: l1 * sum(|w|) + l2 *
+// sum(w^2), each op rounded, and its gradient, 2 * l2 * w rounded at the
+// square's read of w, plus l1 * sign(w), rounded at the penalty's), and an
+// activity penalty on a (rows, 10) output (vars.c's batch_penalty: the
+// penalty over the rows cast, batch_mean16, rounded). Returns the cases
+// that differ from Keras's eager values; a constraint's jit values (fit's)
+// are reported.
+static float l1l2_16(const float *w, int n, float l1, float l2, int kind) {
+  float s1 = 0, s2 = 0;
+  for (int i = 0; i < n; i++) s1 += fabsf(w[i]), s2 += kdrt_round_to(kind, w[i] * w[i]);
+  float p1 = kdrt_round_to(kind, l1 * kdrt_round_to(kind, s1));
+  float p2 = kdrt_round_to(kind, l2 * kdrt_round_to(kind, s2));
+  return kdrt_round_to(kind, p1 + p2);
+}
+
 static int penalties(const char *dir) {
   enum { ROWS = 64, COLS = 10, N = ROWS * COLS };
   char path[4096], name[64], dtype[16], what[16];
@@ -93,39 +107,51 @@ static int penalties(const char *dir) {
   int failed = 0;
   while (fscanf(mf, "%63s %15s %15s %f %f %f", name, dtype, what, &a, &b, &rate) == 6) {
     int kind = strcmp(dtype, "float16") ? KDRT_ROUND_BF16 : KDRT_ROUND_F16;
-    float buf[2 * N + 1], mine[N + 1], *w = buf, *ref = buf + N;
+    float buf[3 * N + 1], mine[N + 1], *w = buf, *ref = buf + N;
     snprintf(path, sizeof path, "%s/%s.bin", dir, name);
     FILE *f = fopen(path, "rb");
     if (!f) return perror(path), 1;
-    size_t got = fread(buf, sizeof *buf, 2 * N + 1, f), want = strcmp(what, "l1l2") ? 2 * N : 2 * N + 1;
+    size_t got = fread(buf, sizeof *buf, 3 * N + 1, f);
     fclose(f);
-    if (got != want) return fprintf(stderr, "%s: %zu floats\n", path, got), 1;
-    int n = N;
-    if (!strcmp(what, "l1l2")) { // mine[0] the penalty, then the gradient
+    bool activity = !strcmp(what, "activity"), l1l2 = !strcmp(what, "l1l2");
+    int rows = activity ? (int)rate : ROWS, n = rows * COLS;
+    bool jit = !l1l2 && !activity && got == 3 * N;
+    if (got != (l1l2 ? 2 * N + 1 : activity ? (size_t)n + 1 : jit ? 3 * N : 2 * N))
+      return fprintf(stderr, "%s: %zu floats\n", path, got), 1;
+    if (activity) { // mine[0] the penalty over the rows
+      ref = buf + n;
+      mine[0] = kdrt_round_to(kind, kdrt_batch_mean16_1(
+                                        l1l2_16(w, n, kdrt_round_to(kind, a),
+                                                kdrt_round_to(kind, b), kind), rows, kind));
+      n = 1;
+    } else if (l1l2) { // mine[0] the penalty, then the gradient
       const float l1 = kdrt_round_to(kind, a), l2 = kdrt_round_to(kind, b);
-      float s1 = 0, s2 = 0;
-      for (int i = 0; i < N; i++) s1 += fabsf(w[i]), s2 += kdrt_round_to(kind, w[i] * w[i]);
-      float p1 = kdrt_round_to(kind, l1 * kdrt_round_to(kind, s1));
-      float p2 = kdrt_round_to(kind, l2 * kdrt_round_to(kind, s2));
-      mine[0] = kdrt_round_to(kind, p1 + p2);
+      mine[0] = l1l2_16(w, N, l1, l2, kind);
       for (int i = 0; i < N; i++) { // (abs's gradient at 0 is +1, JAX's)
         float sq = kdrt_round_to(kind, l2 * w[i] + l2 * w[i]);
         mine[1 + i] = kdrt_round_to(kind, l1 * (w[i] >= 0 ? 1.0f : -1.0f) + sq);
       }
       n = N + 1;
-    } else if (!strcmp(name, "nonneg_bfloat16") || !strcmp(name, "nonneg_float16")) {
+    } else if (!strncmp(name, "nonneg_", 7)) {
       for (int i = 0; i < N; i++) mine[i] = w[i] > 0 ? w[i] : 0.0f;
     } else {
       float s[COLS] = {0}, fc[COLS];
       for (int i = 0; i < ROWS; i++)
         for (int j = 0; j < COLS; j++)
           s[j] += kdrt_round_to(kind, w[i * COLS + j] * w[i * COLS + j]);
-      kdrt_clip_norm16(fc, s, COLS, a, b, rate, (float)(1.0 - rate), kind);
+      if (!strncmp(name, "unitnorm_", 9))
+        kdrt_unit_norm16(fc, s, COLS, kind);
+      else
+        kdrt_clip_norm16(fc, s, COLS, a, b, rate, (float)(1.0 - rate), kind);
       for (int i = 0; i < N; i++) mine[i] = kdrt_round_to(kind, w[i] * fc[i % COLS]);
     }
-    int bad = 0;
-    for (int i = 0; i < n; i++) bad += mine[i] != ref[i];
-    printf("%-28s %d of %d values differ from Keras's%s\n", name, bad, n, bad ? "  FAIL" : "");
+    int bad = 0, bad_jit = 0; // (a NaN equals a NaN: float16's UnitNorm of a zero column)
+#define DIFFER(x, y) ((x) != (y) && !(isnan(x) && isnan(y)))
+    for (int i = 0; i < n; i++) bad += DIFFER(mine[i], ref[i]), bad_jit += jit && DIFFER(mine[i], ref[N + i]);
+#undef DIFFER
+    printf("%-28s %d of %d values differ from Keras's", name, bad, n);
+    if (jit) printf(" (%d from its jit run)", bad_jit);
+    printf("%s\n", bad ? "  FAIL" : "");
     failed += bad != 0;
   }
   fclose(mf);

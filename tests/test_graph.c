@@ -236,14 +236,24 @@ Test(graph, bfloat16_variables) {
                "such variables as Keras does with every optimizer and clipping, but not with "
                "global_clipnorm over gradients of different dtypes ('d2/kernel' is float32) "
                "yet\n");
-  expect_error("tests/bad/bf16_unit_norm.json", NULL,
-               "tests/bad/bf16_unit_norm.json:178:27: error: layer 'd2': variable 'd2/kernel' is "
-               "kept in 16 bits (its dtype policy), and kdcc does not follow Keras's 16-bit "
-               "UnitNorm of it yet (MaxNorm, MinMaxNorm and NonNeg it does)\n");
-  expect_error("tests/bad/bf16_activity.json", NULL,
-               "tests/bad/bf16_activity.json:142:4: error: layer 'd2': its activity_regularizer "
-               "under a 16-bit dtype policy (bfloat16) is not supported yet (kdcc follows "
-               "Keras's 16-bit penalties of variables, not of outputs)\n");
+  // UnitNorm on a 16-bit kernel: its factor is unit_norm16's (CLIP_NORM
+  // marked unit, in the kernel's type), the product rounded before it is
+  // written back
+  g = graph_of("tests/good/bf16_unit_norm.json");
+  build_backward(g);
+  int units = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_ASSIGN || strcmp(n->var->path, "d2/kernel")) continue;
+    const Node *c = n->in[1];
+    cr_assert(c->op == OP_ROUND && c->rnd.kind == KDRT_ROUND_BF16, "w * f rounded");
+    cr_assert_eq(c->in[0]->op, OP_MUL);
+    const Node *f = c->in[0]->in[1];
+    while (f->op == OP_BROADCAST) f = f->in[0];
+    cr_assert(f->op == OP_CLIP_NORM && f->clip.unit && f->clip.kind == KDRT_ROUND_BF16);
+    units++;
+  }
+  cr_assert_eq(units, 1, "d2/kernel's UnitNorm");
   // a 16-bit variable's penalty is computed in its dtype (vars.c's penalty):
   // it reads the kernel through a ROUND of its own (and the square through
   // another), its square, sum and product with l2 each rounded
@@ -253,6 +263,47 @@ Test(graph, bfloat16_variables) {
   int rounds = 0;
   for (const Node *x = p; x->nin; x = x->in[0]) rounds += x->op == OP_ROUND;
   cr_assert_eq(rounds, 5, "round(l2 * round(sum(round(round(round(w))^2))))");
+}
+
+// issue 23: an activity regularizer under a 16-bit policy, mixed or not, is
+// Keras's in the compute dtype (vars.c's batch_penalty): the penalty's ops
+// rounded, over the rows cast (BATCH_MEAN16), rounded; under float32 the
+// float32 penalty over the rows (BATCH_MEAN), no ROUND.
+static const Node *activity_mean(const Graph *g) {
+  const Node *m = NULL;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i]->phase == PH_FORWARD &&
+        (g->nodes[i]->op == OP_BATCH_MEAN16 || g->nodes[i]->op == OP_BATCH_MEAN)) {
+      cr_assert_null(m, "one activity penalty");
+      m = g->nodes[i];
+    }
+  cr_assert_not_null(m);
+  return m;
+}
+
+Test(graph, activity_16bit) {
+  static const struct { const char *policy; int kind; } cases[] = {
+    {NULL, KDRT_ROUND_BF16}, {"mixed_bfloat16", KDRT_ROUND_BF16},
+    {"float16", KDRT_ROUND_F16}, {"mixed_float16", KDRT_ROUND_F16}, {"float32", 0}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    opt_dtype_policy = cases[k].policy;
+    Graph *g = graph_of("tests/good/bf16_activity.json");
+    opt_dtype_policy = NULL;
+    const Node *m = activity_mean(g), *p = m->in[0];
+    if (!cases[k].kind) {
+      cr_assert(m->op == OP_BATCH_MEAN && p->op != OP_ROUND, "float32: as it was");
+      continue;
+    }
+    cr_assert(m->op == OP_BATCH_MEAN16 && m->rnd.kind == cases[k].kind, "%s", cases[k].policy);
+    cr_assert(p->op == OP_ROUND && p->rnd.kind == cases[k].kind, "the penalty rounded");
+    int users = 0;
+    for (int i = 0; i < g->nnodes; i++)
+      if (g->nodes[i]->nin && g->nodes[i]->in[0] == m) {
+        cr_assert(g->nodes[i]->op == OP_ROUND && g->nodes[i]->rnd.kind == cases[k].kind);
+        users++;
+      }
+    cr_assert_eq(users, 1, "the mean rounded");
+  }
 }
 
 // issue 23's storage in 16 bits (store16.c), the whole pipeline: under

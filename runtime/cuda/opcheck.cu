@@ -1808,6 +1808,31 @@ static void check_optim16(void) {
   }
 }
 
+// issue 23: a 16-bit UnitNorm's factors (unit_norm16) from sums of squares
+// (zero among them: epsilon alone), and a 16-bit activity penalty over rows
+// its type rounds (batch_mean16: 2049 in float16, 257 in bfloat16), exact.
+static void check_penalty16(void) {
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {
+    const size_t k = 257;
+    float *hs = hrand(k, 0.0f, 9.0f), *hf = hzero(k);
+    hs[0] = 0.0f;
+    float *s = dev(hs, k), *f = kdrt_cuda_alloc(k);
+    char name[96];
+    const char *t = kind == KDRT_ROUND_F16 ? "float16" : "bfloat16";
+    kdrt_unit_norm16(hf, hs, k, kind);
+    kdrt_cuda_unit_norm16(D, f, s, k, kind);
+    snprintf(name, sizeof name, "unit_norm16 %s", t);
+    check(name, f, hf, k, 0);
+    const double rows = kind == KDRT_ROUND_F16 ? 2049.0 : 257.0;
+    kdrt_batch_mean16(hf, hs, k, rows, kind);
+    kdrt_cuda_batch_mean16(D, f, s, k, rows, kind);
+    snprintf(name, sizeof name, "batch_mean16 %s over %g rows", t, rows);
+    check(name, f, hf, k, 0);
+    kdrt_cuda_free(s), kdrt_cuda_free(f);
+    free(hs), free(hf);
+  }
+}
+
 // issue 11's layer kernels (pact and its gradient, ema, clip_norm,
 // load_const) and the optimizers' helpers (weight_decay, clip_grad,
 // grad_clip_factor). The in-place ones start from the same contents on
@@ -2010,6 +2035,7 @@ extern "C" int kdrt_cuda_opcheck(int argc, char **argv, int precision) {
     check_comm16(&c);
     check_optim();
     check_optim16();
+    check_penalty16();
     check_layers();
     check_rnn();
     printf("opcheck: round %ld (--seed %llu): %d checks, %d failed\n", r + 1,

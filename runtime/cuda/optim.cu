@@ -378,3 +378,24 @@ extern "C" void kdrt_cuda_loss_scale_step(kdrt_cuda *d, float *g) {
     KDRT_LAUNCHED(d, "unscale_kernel");
   }
 }
+
+// issue 23: a 16-bit UnitNorm's factors, a 16-bit activity penalty's batch
+// mean (kdrt_optim.h).
+__global__ static void unit_norm16_kernel(float *f, const float *s, size_t n, int kind) {
+  KDRT_FOR(i, n) f[i] = kdrt_unit_norm16_1(s[i], kind);
+}
+
+extern "C" void kdrt_cuda_unit_norm16(kdrt_cuda *d, float *f, const float *s, size_t n,
+                                      int kind) {
+  LAUNCH(d, unit_norm16_kernel, n, f, s, n, kind);
+}
+
+__global__ static void batch_mean16_kernel(float *out, const float *in, size_t n, double rows,
+                                           int kind) {
+  KDRT_FOR(i, n) out[i] = kdrt_batch_mean16_1(in[i], rows, kind);
+}
+
+extern "C" void kdrt_cuda_batch_mean16(kdrt_cuda *d, float *out, const float *in, size_t n,
+                                       double rows, int kind) {
+  LAUNCH(d, batch_mean16_kernel, n, out, in, n, rows, kind);
+}

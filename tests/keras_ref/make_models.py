@@ -1894,6 +1894,22 @@ def reg_mlp():
     return model
 
 
+def unit_act_mlp():
+    """mixed_mlp with an L1L2 activity regularizer on d1's output (split on
+    its features under MP16) and UnitNorm on d2's kernel (over its summed
+    dim, split under MP16)."""
+    x = keras.Input((12,), name="features")
+    h = layers.Dense(64, activation="relu", name="d1",
+                     activity_regularizer=keras.regularizers.L1L2(1e-3, 1e-2))(x)
+    h = layers.Dense(64, activation="gelu", name="d2",
+                     kernel_constraint=keras.constraints.UnitNorm(axis=0))(h)
+    out = layers.Dense(10, name="logits")(h)
+    model = keras.Model(x, out, name="unit_act_mlp")
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.Adam())
+    return model
+
+
 MP16 = model_parallel(F16_MP)
 
 MODELS.update({
@@ -1940,6 +1956,9 @@ MODELS.update({
     "bf16_adamax_reg": dict(
         **bf16_with(reg_mlp, bf16_adamax), labels="sparse10", x=(12,),
         dists={"bf16_adamax_reg": MP16, "bf16_adamax_reg_dp": DP_8}),
+    "bf16_unit_act": dict(
+        **bf16_with(unit_act_mlp, bf16_adam), labels="sparse10", x=(12,),
+        dists={"bf16_unit_act": MP16, "bf16_unit_act_dp": DP_8}),
     "bf16_lion_mlp": dict(
         **bf16_with(mixed_mlp, bf16_lion), labels="sparse10", x=(12,),
         dists={"bf16_lion_mlp": MP16, "bf16_lion_mlp_dp": DP_8}),

@@ -13,9 +13,10 @@ required). Writes DIR/manifest.txt, one line per case:
 and DIR/<name>.bin: float32 arrays of n values each: the initial weights,
 the three steps' gradients, then Keras's final weights and final slots (in
 kdcc's slot order, opt_slot_name), eager then (with --jit) jit. And
-DIR/penalties.txt (name kind what lo/l1 hi/l2 rate): a constraint's (64, 10)
-kernel and its constrained value, or a regularizer's kernel, penalty and
-gradient, in DIR/<name>.bin.
+DIR/penalties.txt (name kind what lo/l1 hi/l2 rate/rows): a constraint's
+(64, 10) kernel and its constrained value (eager, then with --jit jit's), a
+regularizer's kernel, penalty and gradient, or a Dense's (rows, 10) output
+and its activity penalty, in DIR/<name>.bin.
 
 Usage: python opt16_ref.py DIR [--jit]
 """
@@ -127,11 +128,17 @@ def main():
                 ("maxnorm", keras.constraints.MaxNorm(0.6, axis=0), 0.0, 0.6, 1.0),
                 ("minmaxnorm", keras.constraints.MinMaxNorm(0.2, 0.5, rate=0.5, axis=0),
                  0.2, 0.5, 0.5),
-                ("nonneg", keras.constraints.NonNeg(), 0.0, 0.0, 0.0)):
-            r = np.asarray(con(keras.ops.convert_to_tensor(w)), np.float32)
+                ("nonneg", keras.constraints.NonNeg(), 0.0, 0.0, 0.0),
+                ("unitnorm", keras.constraints.UnitNorm(axis=0), 1.0, 1.0, 1.0)):
+            wc = w.copy()
+            if name == "unitnorm":  # a zero column and a tiny one: float16's 0 * inf, inf
+                wc[:, 0], wc[:, 1] = 0, np.asarray(1e-6, dtype)
+            r = [np.asarray(con(keras.ops.convert_to_tensor(wc)), np.float32)]
+            if jit:  # what fit runs: the optimizer's constraint in its jitted step
+                r.append(np.asarray(jax.jit(con)(jax.numpy.asarray(wc)), np.float32))
             case = f"{name}_{dtype}"
-            np.concatenate([w.astype(np.float32).ravel(), r.ravel()]).astype("<f4").tofile(
-                os.path.join(out, case + ".bin"))
+            np.concatenate([wc.astype(np.float32).ravel()] + [x.ravel() for x in r]).astype(
+                "<f4").tofile(os.path.join(out, case + ".bin"))
             more.append(f"{case} {dtype} constraint {lo} {hi} {rate}")
         reg = keras.regularizers.L1L2(l1=1e-3, l2=1e-2)
         wt = jax.numpy.asarray(w)
@@ -141,6 +148,20 @@ def main():
                         np.asarray(grad, np.float32).ravel()]).astype("<f4").tofile(
             os.path.join(out, case + ".bin"))
         more.append(f"{case} {dtype} l1l2 0.001 0.01 0")
+    # An activity regularizer's penalty (Layer.__call__: the regularizer on
+    # the output, in the compute dtype, divide_no_nan by the batch size cast
+    # to it) under each 16-bit policy, eagerly: a Dense's (6, 10) output
+    # and the penalty (6 rows: a division that rounds).
+    for policy in ("bfloat16", "mixed_bfloat16", "float16", "mixed_float16"):
+        dense = keras.layers.Dense(10, activity_regularizer=keras.regularizers.L1L2(1e-3, 1e-2),
+                                   dtype=policy)
+        y = dense(rng.normal(size=(6, 12)).astype(np.float32))
+        assert len(dense.losses) == 1 and dense.losses[0].dtype == y.dtype, policy
+        case = f"activity_{policy}"
+        np.concatenate([np.asarray(y, np.float32).ravel(),
+                        [np.float32(dense.losses[0])]]).astype("<f4").tofile(
+            os.path.join(out, case + ".bin"))
+        more.append(f"{case} {y.dtype} activity 0.001 0.01 6")
     with open(os.path.join(out, "penalties.txt"), "w") as f:
         f.write("\n".join(more) + "\n")
     print(f"opt16_ref: {len(lines)} cases ({'eager and jit' if jit else 'eager'}) in {out}")

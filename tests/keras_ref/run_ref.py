@@ -188,6 +188,9 @@ Cases (model, distribution spec from models/):
                                                              (clipvalue, regularizers and
                                                              constraints), Lion, Adagrad
                                                              (float16) on 16-bit variables
+    bf16_unit_act (and _dp)                                       issue 23: UnitNorm over a
+                                                             split dim and an activity
+                                                             regularizer under bfloat16 (Adam)
     mixed_f16_mlp   mixed_f16_mlp  mixed_f16_mlp.dist.json   ModelParallel (2,4)  issue 23:
                                                              mixed_float16, compile's
                                                              LossScaleOptimizer; the third
@@ -451,6 +454,7 @@ DATA = {
     "bf16_rmsprop_mlp": (64, 2),
     "bf16_nadam_mlp": (64, 2),
     "bf16_adamax_reg": (64, 2),
+    "bf16_unit_act": (64, 2),
     "bf16_lion_mlp": (64, 2),
     "f16_adagrad_mlp": (64, 2),
     "f16_bn_cnn": (64, 2),
@@ -675,6 +679,8 @@ CASES = {
     "bf16_nadam_mlp_dp": ("bf16_nadam_mlp", "bf16_nadam_mlp_dp"),
     "bf16_adamax_reg": ("bf16_adamax_reg", "bf16_adamax_reg"),
     "bf16_adamax_reg_dp": ("bf16_adamax_reg", "bf16_adamax_reg_dp"),
+    "bf16_unit_act": ("bf16_unit_act", "bf16_unit_act"),
+    "bf16_unit_act_dp": ("bf16_unit_act", "bf16_unit_act_dp"),
     "bf16_lion_mlp": ("bf16_lion_mlp", "bf16_lion_mlp"),
     "bf16_lion_mlp_dp": ("bf16_lion_mlp", "bf16_lion_mlp_dp"),
     "f16_adagrad_mlp": ("f16_adagrad_mlp", "f16_adagrad_mlp"),

@@ -7,7 +7,11 @@
 # three steps from the same weights and gradients: tests/opt16_check.c
 # requires Keras's eager run bit for bit, weights and slots, and reports
 # how many values its jit run differs in (bfloat16: none; float16: XLA keeps
-# fused chains in float32). Skipped without Keras (KDCC_PYTHON, else
+# fused chains in float32); the same for the constraints (MaxNorm, MinMaxNorm,
+# NonNeg, UnitNorm) and an L1L2 penalty on a 16-bit kernel, and an activity
+# regularizer's penalty under each 16-bit policy (Keras's eager values bit
+# for bit; the constraints' jit values reported: XLA keeps bfloat16's squares
+# of MaxNorm and UnitNorm in float32). Skipped without Keras (KDCC_PYTHON, else
 # build/keras-venv, which keras_weights.sh makes).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
