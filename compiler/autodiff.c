@@ -212,6 +212,8 @@ void build_backward(Graph *g) {
       seed_loss(g, g->nodes[i], need);
   if (g->penalty && need[g->penalty->id]) { // d(total)/d(penalty) = 1
     // the graph has no constants: 1 as penalty * 0 + 1, a scalar at hand
+    // (kdrt_scale1: a scale of 0 is its shift, so an overflowed penalty
+    // seeds 1, not NaN)
     Node *one = make1(g, OP_SCALE, g->penalty, .aff = (AffAttr){0, 1, NULL});
     one->name = "grad(regularization)";
     accumulate(g, g->penalty, loss_scaled(g, one));

@@ -36,6 +36,14 @@ static inline KDRT_HD float kdrt_adam_alpha(float lr, float b1, float b2, double
   return (float)(lr * sqrt(1.0 - pow((double)b2, t)) / (1.0 - pow((double)b1, t)));
 }
 
+// SCALE's element: x * scale + shift, where a scale of 0 is the constant
+// shift even for an infinite or NaN x (autodiff.c seeds d(total)/d(penalty)
+// as penalty * 0 + 1: a 16-bit penalty that overflows is Keras's inf loss,
+// not NaN gradients). Finite x: the same bits as x * scale + shift.
+static inline KDRT_HD float kdrt_scale1(float x, float scale, float shift) {
+  return scale == 0 ? shift : x * scale + shift;
+}
+
 // Whether causal attention masks key position k for query position q: a
 // key after its query, or (window > 0: sliding-window attention) one
 // window or more steps before it. The causal mask's CPU and CUDA kernels.

@@ -298,7 +298,7 @@ void kdrt_mul(float *out, const float *a, const float *b, size_t n) {
 void kdrt_scale(float *out, const float *in, size_t n, float scale, float shift) {
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++)
-    out[i] = in[i] * scale + shift;
+    out[i] = kdrt_scale1(in[i], scale, shift);
 }
 
 // out = in (they may overlap).

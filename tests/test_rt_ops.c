@@ -1383,6 +1383,10 @@ Test(elementwise, add_mul_scale_copy) {
   const float sc[5] = {1, -5, 6, -1, 15};
   for (int i = 0; i < 5; i++)
     cr_expect(out[i] == sc[i], "scale[%d] = %g", i, out[i]);
+  const float odd[3] = {INFINITY, -INFINITY, NAN}; // penalty * 0 + 1 of an overflowed penalty
+  kdrt_scale(out, odd, 3, 0.0f, 1.0f);
+  for (int i = 0; i < 3; i++)
+    cr_expect(out[i] == 1.0f, "scale by 0 of %g = %g", odd[i], out[i]);
   kdrt_copy(out, c, 5);
   cr_expect(memcmp(out, c, sizeof c) == 0);
   kdrt_mul(a, a, a, 5); // in place

@@ -201,10 +201,10 @@ __global__ static void scale_kernel(float *out, const float *in, size_t n, float
     float v[W];
     kdrt_ld<W>(v, in + i * W);
 #pragma unroll
-    for (int k = 0; k < W; k++) v[k] = v[k] * scale + shift;
+    for (int k = 0; k < W; k++) v[k] = kdrt_scale1(v[k], scale, shift);
     kdrt_st<W>(out + i * W, v);
   }
-  KDRT_FOR_TAIL(i, n, W) out[i] = in[i] * scale + shift;
+  KDRT_FOR_TAIL(i, n, W) out[i] = kdrt_scale1(in[i], scale, shift);
 }
 
 extern "C" void kdrt_cuda_scale(kdrt_cuda *d, float *out, const float *in, size_t n, float scale,
