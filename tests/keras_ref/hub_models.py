@@ -201,6 +201,27 @@ MODELS = {
     "hub_qwen": (M.QwenCausalLM, M.QwenBackbone, dict(
         vocabulary_size=VOCAB, num_layers=2, num_query_heads=8, num_key_value_heads=4,
         hidden_dim=32, intermediate_dim=64, dropout=0)),
+    # Llama 3 (Llama3Backbone: LlamaBackbone's layers, its own class and
+    # weights-file group) with Llama 3.1's rope scaling on, smaller than
+    # hub_llama (one block: the folder under 250 KB): head_dim 16 / 4 = 4, whose two
+    # inverse frequencies 1 and 1e-2 (wavelengths 6.3 and 628 steps) are
+    # both adjusted for a pretraining length of 8 (low/high frequency
+    # factors 1 and 4: wavelengths past 8 divided by 8, those between 2 and
+    # 8 smoothed: 1 becomes 0.205)
+    "hub_llama3": (M.Llama3CausalLM, M.Llama3Backbone, dict(
+        vocabulary_size=VOCAB, num_layers=1, num_query_heads=4, num_key_value_heads=2,
+        hidden_dim=16, intermediate_dim=32, rope_frequency_adjustment_factor=8.0,
+        rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
+        rope_pretraining_sequence_length=8, dropout=0)),
+    # Qwen 3: no biases, each query and key head RMS-normalized before the
+    # rotary embedding (their scales random at the start: QWEN3_NORM_RANGE),
+    # head_dim 8 apart from 16 / 4, the head tied (the default), Qwen 3's
+    # rope_max_wavelength 1e6; one block, as hub_llama3 (keras_hub.sh
+    # compiles its preset with 3 blocks too: kdcc's repeated-block function)
+    "hub_qwen3": (M.Qwen3CausalLM, M.Qwen3Backbone, dict(
+        vocabulary_size=VOCAB, num_layers=1, num_query_heads=4, num_key_value_heads=2,
+        head_dim=8, hidden_dim=16, intermediate_dim=32, rope_max_wavelength=1000000,
+        dropout=0)),
     # Gemma 2's settings on GemmaBackbone: grouped query (2 key/value heads for
     # 4 query heads), post-attention and post-ffw norms, both soft caps small
     # enough to bite on a tiny random model (at the start 11-13% of the
@@ -279,6 +300,12 @@ MIXED_OF = {f: m for m, f in MIXED.items()}  # float32 model -> its mixed_bfloat
 # variables in task.weights order) so they matter from the first step.
 QWEN_BIAS_STD = 0.1
 
+# Qwen 3's query and key norms' scales start at ones; build() sets them to
+# uniform(QWEN3_NORM_RANGE) draws (rng seed 3, in task.weights order), so
+# that a query's scale used for a key (or not at all) shows from the first
+# step.
+QWEN3_NORM_RANGE = (0.5, 1.5)
+
 # GPT-2: Megatron over 'model' (keras-hub writes no layout map for it): q/k/v
 # split on their heads, attention_output and feedforward_output on their
 # input, feedforward_intermediate on its output, the (tied) token embedding on
@@ -306,6 +333,10 @@ CASES = {
     "hub_mistral_dp": ("hub_mistral", "dp8"),
     "hub_qwen": ("hub_qwen", "layout_map"),
     "hub_qwen_dp": ("hub_qwen", "dp8"),
+    "hub_llama3": ("hub_llama3", "layout_map"),  # Llama3Backbone's (Llama's)
+    "hub_llama3_dp": ("hub_llama3", "dp8"),
+    "hub_qwen3": ("hub_qwen3", "layout_map"),  # Llama's (Qwen3Backbone has none)
+    "hub_qwen3_dp": ("hub_qwen3", "dp8"),
     "hub_gemma2": ("hub_gemma2", "layout_map"),  # Gemma's, key/value heads whole
     "hub_gemma2_dp": ("hub_gemma2", "dp8"),
     # sliding windows of 4 (hub_mistral's and hub_gemma2's layout maps)
@@ -388,6 +419,20 @@ NOTES = {
                    "at the start 11-13% of the attention scores and 9% of the final logits "
                    "(pre-cap largest 2.55) are beyond their cap"},
 }
+NOTES["hub_llama3"] = {
+    "rope_note": "Llama 3.1's rope scaling (LlamaRotaryEmbedding): frequency adjustment "
+                 "factor 8, low/high frequency factors 1 and 4, pretraining length 8: of "
+                 "head_dim 4's inverse frequencies 1 and 1e-2 (wavelengths 6.3 and 628 "
+                 "steps), the first is smoothed to 0.205 and the second divided by 8"}
+NOTES["hub_qwen3"] = {
+    "layout_map_note": "Qwen3Backbone has no get_layout_map: LlamaBackbone.get_layout_map's "
+                       "(the same variable paths; the query/key norms' scales replicated)",
+    "start_note": "the query and key norms' scales (ones by keras-hub's initializer) set to "
+                  f"uniform{QWEN3_NORM_RANGE} draws before saving (numpy default_rng(3), in "
+                  "task.weights order): model.keras and preset/ hold them",
+    "qk_norm_note": "Qwen3TransformerDecoder builds Qwen3Attention without its "
+                    "layer_norm_epsilon: the query/key norms' epsilon is Qwen3Attention's "
+                    "default 1e-5 (checked), the other norms' the backbone's 1e-6"}
 NOTES["hub_gemma2_sw"]["layout_map_note"] = NOTES["hub_gemma2"]["layout_map_note"]
 NOTES["hub_gemma2_mixed"] = NOTES["hub_gemma2_bf16"] = NOTES["hub_gemma2"]
 NOTES["hub_mistral_mixed"] = {"layout_map_note": NOTES["hub_mistral"]["layout_map_note"]}
@@ -409,7 +454,7 @@ def layout_map_spec(backbone_cls):
 # MistralBackbone has no get_layout_map: Llama's, whose paths are Mistral's
 # too (transformer_layer_<i>/self_attention/query/kernel, ...).
 LAYOUT_MAP_OF = {"hub_mistral": M.LlamaBackbone, "hub_mistral_sw": M.LlamaBackbone,
-                 "hub_mistral_mixed": M.LlamaBackbone}
+                 "hub_mistral_mixed": M.LlamaBackbone, "hub_qwen3": M.LlamaBackbone}
 
 
 def gemma_gqa_map():
@@ -465,6 +510,15 @@ def build(model):
         assert len(biases) == 3 * hp["num_layers"], [v.path for v in biases]
         for v in biases:
             v.assign(rng.normal(0, QWEN_BIAS_STD, v.shape).astype("float32"))
+    if model == "hub_qwen3":
+        rng = np.random.default_rng(3)
+        scales = [v for v in task.weights if v.path.endswith("_dense_layernorm/scale")]
+        assert len(scales) == 2 * hp["num_layers"], [v.path for v in task.weights]
+        for v in scales:
+            v.assign(rng.uniform(*QWEN3_NORM_RANGE, v.shape).astype("float32"))
+        for lyr in task.backbone.transformer_layers:  # (the epsilon kdcc gives them)
+            att = lyr._self_attention_layer
+            assert att._query_dense_layer_norm.epsilon == att._key_dense_layer_norm.epsilon == 1e-5
     compile_task(task, model)
     return task
 
