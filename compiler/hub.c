@@ -676,7 +676,8 @@ static void check_keys(Hub *h, const char *keys) {
       continue;
     }
     error_at(jloc_keyname(h->cfg, k), "%s: config key '%s' is not one kdcc follows (a "
-             "keras-hub variant or setting it does not compile); it reads %s", h->cls, k, keys);
+             "keras-hub variant or setting it does not compile); it follows name, trainable, "
+             "dtype and %s", h->cls, k, keys);
   }
 }
 
