@@ -1,13 +1,14 @@
 """keras-hub CausalLM reference cases (issue 24), for run_ref.py.
 
-Tiny random GPT2CausalLM, LlamaCausalLM, GemmaCausalLM, MistralCausalLM,
-QwenCausalLM and a Gemma 2 (GemmaCausalLM with Gemma 2's settings) built
-from their hyper-parameters (no downloads, preprocessor=None), trained in
-real Keras on JAX with 8 virtual CPU devices under DataParallel and under a
-layout map on a (2,4) mesh: GPT-2 under a Megatron map written here
-(keras-hub has none for it), Llama, Gemma and Qwen under the backbone's own
-get_layout_map(mesh), whose mesh axes are keras-hub's defaults ('batch',
-'model'), Mistral under Llama's (MistralBackbone has none), Gemma 2 under
+Tiny random GPT2CausalLM, LlamaCausalLM, Llama3CausalLM, GemmaCausalLM,
+MistralCausalLM, QwenCausalLM, Qwen3CausalLM and a Gemma 2 (GemmaCausalLM
+with Gemma 2's settings) built from their hyper-parameters (no downloads,
+preprocessor=None), trained in real Keras on JAX with 8 virtual CPU devices
+under DataParallel and under a layout map on a (2,4) mesh: GPT-2 under a
+Megatron map written here (keras-hub has none for it), Llama, Llama 3,
+Gemma and Qwen under the backbone's own get_layout_map(mesh), whose mesh
+axes are keras-hub's defaults ('batch', 'model'), Mistral and Qwen 3 under
+Llama's (MistralBackbone and Qwen3Backbone have none), Gemma 2 under
 Gemma's with the key/value kernels' head axis not split (its 2 key/value
 heads do not divide over 'model'). hub_mistral_sw and hub_gemma2_sw are
 hub_mistral and hub_gemma2 with a sliding window of 4 (Gemma 2's on blocks 0
@@ -18,6 +19,12 @@ window_masked). Run by name only:
         hub_llama_dp hub_gemma hub_gemma_dp hub_mistral hub_mistral_dp hub_qwen \\
         hub_qwen_dp hub_gemma2 hub_gemma2_dp hub_mistral_sw hub_mistral_sw_dp \\
         hub_gemma2_sw hub_gemma2_sw_dp          # rewrites tests/fixtures/keras_hub/
+    python3 tests/keras_ref/run_ref.py --cases hub_llama3 hub_llama3_dp hub_qwen3 \
+        hub_qwen3_dp
+    python3 tests/keras_ref/hub_models.py --generate --models hub_llama3 hub_qwen3
+
+(hub_llama3 and hub_qwen3 have one block each and 16-wide hidden states:
+each folder about 215 KB.)
 
 (--out DIR writes DIR/hub_gpt2/ ... instead; --check tests/fixtures/keras_hub
 compares.) They are not in run_ref.py's default case list and live apart from
@@ -85,7 +92,12 @@ backbone built with dtype="mixed_bfloat16" (the same seed: the same initial
 weights, which the JSON's hub.same_initial_weights_as says when the float32
 folder is there), compiled without metrics; hub_gemma_lora_mixed (and _dp)
 fine-tunes hub_gemma_mixed with LoRA as the LoRA cases do. hub_gemma2_mixed
-is not among keras_hub.sh's cases (nor its fixtures): measured once, kdcc's
+and hub_llama3_mixed and hub_qwen3_mixed (each with _dp) are not among
+keras_hub.sh's cases (nor their fixtures). hub_llama3_mixed and
+hub_qwen3_mixed, measured once (--out elsewhere, the float32 folders copied
+there first): kdcc's step losses within 2.5e-5 and 1.4e-5 of keras-hub's
+(from float32 1.2e-4 and 1.3e-4, keras-hub's own 1.5e-4), every update
+within 0.034 and 0.038. hub_gemma2_mixed, measured once: kdcc's
 step losses were within 2.2e-4 of keras-hub's (from float32 8.0e-4, keras-hub's
 own 7.0e-4) and every update within 0.1 but one, block 1's pre_ffw_norm scale
 under the (2,4) map at 0.12 (two of its 32 values, where Adam's steps follow
@@ -255,7 +267,8 @@ MODELS = {
 MIXED_POLICY = "mixed_bfloat16"
 MIXED = {"hub_gpt2_mixed": "hub_gpt2", "hub_llama_mixed": "hub_llama",
          "hub_gemma_mixed": "hub_gemma", "hub_gemma2_mixed": "hub_gemma2",
-         "hub_mistral_mixed": "hub_mistral", "hub_qwen_mixed": "hub_qwen"}
+         "hub_mistral_mixed": "hub_mistral", "hub_qwen_mixed": "hub_qwen",
+         "hub_llama3_mixed": "hub_llama3", "hub_qwen3_mixed": "hub_qwen3"}
 for _m, _f in MIXED.items():
     MODELS[_m] = MODELS[_f][:2] + (dict(MODELS[_f][2], dtype=MIXED_POLICY),)
 
@@ -374,6 +387,11 @@ CASES = {
     "hub_mistral_mixed_dp": ("hub_mistral_mixed", "dp8"),
     "hub_qwen_mixed": ("hub_qwen_mixed", "layout_map"),  # its biases, as hub_qwen
     "hub_qwen_mixed_dp": ("hub_qwen_mixed", "dp8"),
+    # (not among keras_hub.sh's cases, nor their fixtures: measured by hand)
+    "hub_llama3_mixed": ("hub_llama3_mixed", "layout_map"),
+    "hub_llama3_mixed_dp": ("hub_llama3_mixed", "dp8"),
+    "hub_qwen3_mixed": ("hub_qwen3_mixed", "layout_map"),  # Llama's map, as hub_qwen3
+    "hub_qwen3_mixed_dp": ("hub_qwen3_mixed", "dp8"),
     # issue 23: bfloat16 (BF16), and Gemma's LoRA fine-tuning in it
     "hub_gemma_bf16": ("hub_gemma_bf16", "layout_map"),
     "hub_gemma_bf16_dp": ("hub_gemma_bf16", "dp8"),
@@ -452,6 +470,8 @@ NOTES["hub_gemma2_sw"]["layout_map_note"] = NOTES["hub_gemma2"]["layout_map_note
 NOTES["hub_gemma2_mixed"] = NOTES["hub_gemma2_bf16"] = NOTES["hub_gemma2"]
 NOTES["hub_mistral_mixed"] = {"layout_map_note": NOTES["hub_mistral"]["layout_map_note"]}
 NOTES["hub_qwen_mixed"] = NOTES["hub_qwen"]
+NOTES["hub_llama3_mixed"] = NOTES["hub_llama3"]
+NOTES["hub_qwen3_mixed"] = NOTES["hub_qwen3"]
 
 
 def layout_map_spec(backbone_cls):
@@ -469,7 +489,8 @@ def layout_map_spec(backbone_cls):
 # MistralBackbone has no get_layout_map: Llama's, whose paths are Mistral's
 # too (transformer_layer_<i>/self_attention/query/kernel, ...).
 LAYOUT_MAP_OF = {"hub_mistral": M.LlamaBackbone, "hub_mistral_sw": M.LlamaBackbone,
-                 "hub_mistral_mixed": M.LlamaBackbone, "hub_qwen3": M.LlamaBackbone}
+                 "hub_mistral_mixed": M.LlamaBackbone, "hub_qwen3": M.LlamaBackbone,
+                 "hub_qwen3_mixed": M.LlamaBackbone}
 
 
 def gemma_gqa_map():
@@ -525,13 +546,13 @@ def build(model):
         assert len(biases) == 3 * hp["num_layers"], [v.path for v in biases]
         for v in biases:
             v.assign(rng.normal(0, QWEN_BIAS_STD, v.shape).astype("float32"))
-    if model == "hub_llama3":
+    if HALF.get(model, model) == "hub_llama3":
         rng = np.random.default_rng(4)
         qk = [v for v in task.weights if re.search(r"/(query|key)/kernel$", v.path)]
         assert len(qk) == 2 * hp["num_layers"], [v.path for v in task.weights]
         for v in qk:
             v.assign(rng.normal(0, LLAMA3_QK_STD, v.shape).astype("float32"))
-    if model == "hub_qwen3":
+    if HALF.get(model, model) == "hub_qwen3":
         rng = np.random.default_rng(3)
         scales = [v for v in task.weights if v.path.endswith("_dense_layernorm/scale")]
         assert len(scales) == 2 * hp["num_layers"], [v.path for v in task.weights]
