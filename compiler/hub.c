@@ -40,8 +40,9 @@ typedef struct {
   // weighted layers of backbone._flatten_layers(), the backbone's own in
   // order, each one's sublayers after it in reverse order of creation. Block
   // i's decoder is number top + i * per_block, its attention's output
-  // projection attention_output later, then value, key, query.
-  int block, top, per_block, attention_output;
+  // projection attention_output later, then value, key, query (each
+  // key and query after qk_norm norms: Qwen 3's).
+  int block, top, per_block, attention_output, qk_norm;
 } Hub;
 
 // Every value hub.c makes points at the backbone's config in messages.
@@ -106,7 +107,7 @@ static int lora_index(Hub *h, const char *proj) {
   static const char *const order[] = {"value", "key", "query"};
   int k = 0;
   while (k < 3 && strcmp(order[k], proj)) k++;
-  return h->top + h->block * h->per_block + h->attention_output + 1 + k;
+  return h->top + h->block * h->per_block + h->attention_output + 1 + k * (1 + h->qk_norm);
 }
 
 // keras-hub's backbone.enable_lora(rank): every layer frozen, then the
@@ -481,11 +482,6 @@ static const char *decoder_lm(Hub *h, const Family *f) {
   json_t *dropout = hp_num(h, "dropout", 0);
   json_t *tie = json_object_get(h->cfg, "tie_word_embeddings");
   check_window(h, f);
-  // save_lora_weights numbers Qwen 3's query and key norms among the
-  // projections, which lora_index does not count yet
-  if (f->qk_norm && opt_lora_rank)
-    error_at(h->at, "%s: --lora-rank is not supported for it yet (its query and key norms)",
-             h->cls);
   input(h, "padding_mask");
   json_t *ids = input(h, "token_ids");
   json_t *tok = layer(h, "ReversibleEmbedding", "token_embedding", "reversible_embedding",
@@ -499,8 +495,8 @@ static const char *decoder_lm(Hub *h, const Family *f) {
   const char *x = "token_embedding";
   // save_lora_weights's numbers: the embedding 0, each decoder then its
   // feedforward norm, output, gate and intermediate dense, attention norm,
-  // attention, attention_output, value, key, query
-  h->top = 1, h->per_block = 11, h->attention_output = 7;
+  // attention, attention_output, value, (key norm,) key, (query norm,) query
+  h->top = 1, h->per_block = 11 + 2 * f->qk_norm, h->attention_output = 7, h->qk_norm = f->qk_norm;
   for (int i = 0; i < hp_val(h, "num_layers", 1); i++)
     x = decoder_block(h, f, i, x, dropout, rope);
   layer(h, "RMSNormalization", "sequence_output_layernorm", f->norm,

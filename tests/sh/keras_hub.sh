@@ -26,7 +26,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fix=tests/fixtures/keras_hub
 out=build/tests/keras_hub
 CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma hub_mistral hub_qwen hub_gemma2 hub_mistral_sw hub_gemma2_sw hub_llama3 hub_qwen3}
-LORA=${KERAS_HUB_LORA:-hub_gpt2_lora hub_llama_lora} # kdcc --lora-rank, keras-hub's enable_lora
+LORA=${KERAS_HUB_LORA:-hub_gpt2_lora hub_llama_lora hub_qwen3_lora} # kdcc --lora-rank, keras-hub's enable_lora
 MIXED=${KERAS_HUB_MIXED:-hub_gpt2_mixed hub_llama_mixed hub_gemma_mixed hub_mistral_mixed hub_qwen_mixed} # issue 23
 MIXED_LORA=${KERAS_HUB_MIXED_LORA:-hub_gemma_lora_mixed}
 BF16=${KERAS_HUB_BF16:-hub_gemma_bf16 hub_gemma2_bf16 hub_llama_bf16 hub_gpt2_bf16} # issue 23: the bfloat16 policy
@@ -292,7 +292,7 @@ expect_error "$out/f64.json" "f64.json:15:15: error: layer 'token_embedding': dt
 # Llama 3 and Qwen 3: a variant or setting kdcc does not follow is named
 # where it is (Qwen 3 MoE; a key another family has; Llama 3.1's rope
 # settings but one; Qwen 3's sliding window, which keras-hub applies only
-# off JAX's fused attention; a frozen backbone; Qwen 3 with LoRA)
+# off JAX's fused attention; a frozen backbone)
 sed 's/Qwen3CausalLM/Qwen3MoeCausalLM/' "$fix/hub_qwen3/preset/task.json" >"$out/qwen3_moe.json"
 expect_error "$out/qwen3_moe.json" "keras-hub model 'Qwen3MoeCausalLM' is not supported (kdcc compiles"
 hub_edit() { # TASK_JSON OUT PYTHON: OUT is TASK_JSON with cfg (its backbone's config) edited
@@ -312,7 +312,6 @@ hub_edit "$fix/hub_qwen3/preset/task.json" "$out/qwen3_window.json" 'cfg["slidin
 expect_error "$out/qwen3_window.json" "Qwen3Backbone: a sliding window of 8 steps, shorter than the 16 of the sequence, is not supported" --sequence-length 16
 hub_edit "$fix/hub_llama3/preset/task.json" "$out/llama3_frozen.json" 'cfg["trainable"] = False'
 expect_error "$out/llama3_frozen.json" "Llama3Backbone: 'trainable' false (a frozen backbone) is not supported"
-expect_error "$fix/hub_qwen3/model.keras" "Qwen3Backbone: --lora-rank is not supported for it yet" --sequence-length 16 --lora-rank 4
 mkdir -p "$out/empty_preset"
 expect_error "$out/empty_preset" "it has no config.json"
 if ./kdcc tests/fixtures/keras_ref/gpt/model.keras --lora-rank 4 -o "$out/never" 2>"$out/err.txt" ||
