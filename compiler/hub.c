@@ -336,9 +336,10 @@ static json_t *family_rope(Hub *h, const Family *f) {
     json_t *v = json_object_get(h->cfg, llama_keys[i][0]);
     bool on = adj && !json_is_null(adj);
     if (on != (v && !json_is_null(v)))
-      error_at(on ? jloc(adj) : jloc(v), "%s: '%s' is set without '%s': Llama 3.1's rope "
-               "settings (rope_frequency_adjustment_factor, rope_low_freq_factor, "
-               "rope_high_freq_factor, rope_pretraining_sequence_length) go together", h->cls,
+      error_at(v ? jloc_key(h->cfg, llama_keys[i][0]) : jloc(adj), "%s: '%s' is set without "
+               "'%s': Llama 3.1's rope settings (rope_frequency_adjustment_factor, "
+               "rope_low_freq_factor, rope_high_freq_factor, rope_pretraining_sequence_length) "
+               "go together", h->cls,
                on ? llama_keys[2][0] : llama_keys[i][0], on ? llama_keys[i][0] : llama_keys[2][0]);
   }
   for (int i = 0; i < n; i++) {

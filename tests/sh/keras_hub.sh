@@ -307,7 +307,7 @@ EOF
 hub_edit "$fix/hub_qwen3/preset/task.json" "$out/qwen3_key.json" 'cfg["rope_frequency_adjustment_factor"] = 8.0'
 expect_error "$out/qwen3_key.json" "qwen3_key.json:32:5: error: Qwen3Backbone: config key 'rope_frequency_adjustment_factor' is not one kdcc follows"
 hub_edit "$fix/hub_llama3/preset/task.json" "$out/llama3_rope.json" 'cfg["rope_high_freq_factor"] = None'
-expect_error "$out/llama3_rope.json" "Llama3Backbone: 'rope_frequency_adjustment_factor' is set without 'rope_high_freq_factor'"
+expect_error "$out/llama3_rope.json" "llama3_rope.json:28:30: error: Llama3Backbone: 'rope_frequency_adjustment_factor' is set without 'rope_high_freq_factor'"
 hub_edit "$fix/hub_qwen3/preset/task.json" "$out/qwen3_window.json" 'cfg["sliding_window_size"] = 8'
 expect_error "$out/qwen3_window.json" "Qwen3Backbone: a sliding window of 8 steps, shorter than the 16 of the sequence, is not supported" --sequence-length 16
 hub_edit "$fix/hub_llama3/preset/task.json" "$out/llama3_frozen.json" 'cfg["trainable"] = False'
