@@ -245,7 +245,7 @@ done
 
 # Qwen 3 in three blocks (hub_qwen3's preset has one): kdcc's repeated-block
 # function around its query/key norms; no weights (kdcc's initial ones), so
-# the decode step against --no-cache.
+# the --no-loops history on (2,4) and the decode step against --no-cache.
 mkdir -p "$out/qwen3_3"
 python3 - "$fix/hub_qwen3/preset" "$out/qwen3_3" <<'EOF'
 import json, sys
@@ -254,6 +254,17 @@ for f in ("config.json", "task.json"):
     (t["config"]["backbone"] if f == "task.json" else t)["config"]["num_layers"] = 3
     json.dump(t, open(f"{sys.argv[2]}/{f}", "w"), indent=1)
 EOF
+for v in loops flat; do
+  flag=(); [ $v = flat ] && flag=(--no-loops)
+  ./kdcc "$out/qwen3_3" --distribution "$fix/hub_qwen3/hub_qwen3.dist.json" --sequence-length 16 \
+    --batch-size 16 -w "${flag[@]}" -o "$out/qwen3_3.$v"
+  mpirun -np 8 --oversubscribe "$out/qwen3_3.$v" --synthetic 32 --epochs 2 --batch-size 16 --quiet \
+    --history "$out/qwen3_3.$v.json"
+done
+grep -q "for (int l = 0; l <= 2; l++)" "$out/qwen3_3.loops.kdcc.d/program.c" &&
+  cmp -s "$out/qwen3_3.loops.json" "$out/qwen3_3.flat.json" ||
+  { echo "keras_hub: Qwen 3 in 3 blocks: not one loop, or not --no-loops's history"; exit 1; }
+echo "  Qwen 3 in 3 blocks on (2,4): one loop, the --no-loops history byte for byte"
 ./kdcc "$out/qwen3_3" --sequence-length 16 --batch-size 8 -w -o "$out/qwen3_3.gen"
 python3 "$out/gen_check.py" "$fix/hub_qwen3/generate" "$out/qwen3_3.gen" self
 
