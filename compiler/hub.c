@@ -668,8 +668,8 @@ static void check_keys(Hub *h, const char *keys) {
       continue;
     if (!strcmp(k, "trainable")) {
       if (json_is_false(v))
-        error_at(jloc(v), "%s: 'trainable' false (a frozen backbone) is not supported",
-                 h->cls);
+        error_at(jloc_key(h->cfg, k), "%s: 'trainable' false (a frozen backbone) is not "
+                 "supported", h->cls);
       continue;
     }
     error_at(jloc_keyname(h->cfg, k), "%s: config key '%s' is not one kdcc follows (a "

@@ -322,7 +322,7 @@ expect_error "$out/llama3_rope.json" "llama3_rope.json:28:30: error: Llama3Backb
 hub_edit "$fix/hub_qwen3/preset/task.json" "$out/qwen3_window.json" 'cfg["sliding_window_size"] = 8'
 expect_error "$out/qwen3_window.json" "Qwen3Backbone: a sliding window of 8 steps, shorter than the 16 of the sequence, is not supported" --sequence-length 16
 hub_edit "$fix/hub_llama3/preset/task.json" "$out/llama3_frozen.json" 'cfg["trainable"] = False'
-expect_error "$out/llama3_frozen.json" "Llama3Backbone: 'trainable' false (a frozen backbone) is not supported"
+expect_error "$out/llama3_frozen.json" "llama3_frozen.json:10:18: error: Llama3Backbone: 'trainable' false (a frozen backbone) is not supported"
 mkdir -p "$out/empty_preset"
 expect_error "$out/empty_preset" "it has no config.json"
 if ./kdcc tests/fixtures/keras_ref/gpt/model.keras --lora-rank 4 -o "$out/never" 2>"$out/err.txt" ||
