@@ -40,8 +40,9 @@ typedef struct {
   // weighted layers of backbone._flatten_layers(), the backbone's own in
   // order, each one's sublayers after it in reverse order of creation. Block
   // i's decoder is number top + i * per_block, its attention's output
-  // projection attention_output later, then value, key, query.
-  int block, top, per_block, attention_output;
+  // projection attention_output later, then value, key, query (each
+  // key and query after qk_norm norms: Qwen 3's).
+  int block, top, per_block, attention_output, qk_norm;
 } Hub;
 
 // Every value hub.c makes points at the backbone's config in messages.
@@ -106,7 +107,7 @@ static int lora_index(Hub *h, const char *proj) {
   static const char *const order[] = {"value", "key", "query"};
   int k = 0;
   while (k < 3 && strcmp(order[k], proj)) k++;
-  return h->top + h->block * h->per_block + h->attention_output + 1 + k;
+  return h->top + h->block * h->per_block + h->attention_output + 1 + k * (1 + h->qk_norm);
 }
 
 // keras-hub's backbone.enable_lora(rank): every layer frozen, then the
@@ -288,22 +289,28 @@ static const char *gpt2(Hub *h) {
 // attention whose query and key are turned by rotary embedding, masked
 // causally and by the padding; a SwiGLU MLP (output(intermediate(x) *
 // silu(gate(x)))). Llama's rotary embedding is LlamaRotaryEmbedding (Llama
-// 3.1's frequency adjustment where the config has one), Mistral's and
-// Qwen's keras-hub's RotaryEmbedding with rope_scaling_factor; Qwen's
-// query, key and value have biases and its head is tied by default.
+// 3.1's frequency adjustment where the config has one; Llama 3's backbone
+// is Llama's), Mistral's and Qwen's keras-hub's RotaryEmbedding with
+// rope_scaling_factor; Qwen's query, key and value have biases and its
+// head is tied by default. Qwen 3 has no biases but RMS-normalizes each
+// query and key head before the rotary embedding (qk_norm).
 
 typedef struct {
   const char *decoder, *norm;   // the weights-file groups of a decoder and the last norm
   bool llama_rope, qkv_bias, tied;
   bool window;                  // Mistral's sliding_window masks attention in training
+  bool qk_norm;                 // Qwen 3's query_dense_layernorm and key_dense_layernorm
 } Family;
 
 static const Family llama_family = {"llama_transformer_decoder", "llama_layer_norm", true, false,
-                                    false, false};
+                                    false, false, false};
 static const Family mistral_family = {"mistral_transformer_decoder",
-                                      "mistral_layer_normalization", false, false, false, true};
+                                      "mistral_layer_normalization", false, false, false, true,
+                                      false};
 static const Family qwen_family = {"qwen_transformer_decoder", "qwen_layer_norm", false, true,
-                                   true, false};
+                                   true, false, false};
+static const Family qwen3_family = {"qwen3_transformer_decoder", "qwen3_layer_norm", false,
+                                    false, true, false, true};
 
 // The rotary embedding's settings, for the attention builder (kdcc_rope).
 static json_t *family_rope(Hub *h, const Family *f) {
@@ -322,10 +329,23 @@ static json_t *family_rope(Hub *h, const Family *f) {
   };
   json_object_set_new(r, "kind", json_string(f->llama_rope ? "llama" : "linear"));
   int n = f->llama_rope ? 6 : 2;
+  // LlamaRotaryEmbedding takes Llama 3.1's adjustment (the last four) all
+  // together or not at all (keras-hub raises otherwise)
+  json_t *adj = f->llama_rope ? json_object_get(h->cfg, llama_keys[2][0]) : NULL;
+  for (int i = 3; f->llama_rope && i < n; i++) {
+    json_t *v = json_object_get(h->cfg, llama_keys[i][0]);
+    bool on = adj && !json_is_null(adj);
+    if (on != (v && !json_is_null(v)))
+      error_at(v ? jloc_key(h->cfg, llama_keys[i][0]) : jloc(adj), "%s: '%s' is set without "
+               "'%s': Llama 3.1's rope settings (rope_frequency_adjustment_factor, "
+               "rope_low_freq_factor, rope_high_freq_factor, rope_pretraining_sequence_length) "
+               "go together", h->cls,
+               on ? llama_keys[2][0] : llama_keys[i][0], on ? llama_keys[i][0] : llama_keys[2][0]);
+  }
   for (int i = 0; i < n; i++) {
     const char *const *k = f->llama_rope ? llama_keys[i] : linear_keys[i];
     json_t *v = json_object_get(h->cfg, k[0]);
-    if (v && !json_is_null(v)) json_object_set(r, k[1], v);
+    if (v && !json_is_null(v)) json_object_set(r, k[1], hp_num(h, k[0], 0));
   }
   return r;
 }
@@ -344,12 +364,64 @@ static int64_t window_of(Hub *h, const char *use, const char *key) {
 // its fused attention, so what it does in training depends on the backend;
 // a window shorter than the sequence is refused.
 static void check_window(Hub *h, const Family *f) {
-  int64_t n = f->window ? 0 : window_of(h, "use_sliding_window_attention",
+  // (Qwen 3's sliding_window_size has no use_sliding_window_attention: always on)
+  int64_t n = f->window ? 0 : window_of(h, f->qk_norm ? NULL : "use_sliding_window_attention",
                                         "sliding_window_size");
   if (n)
     error_at(jloc(json_object_get(h->cfg, "sliding_window_size")), "%s: a sliding window of "
              "%lld steps, shorter than the %lld of the sequence, is not supported", h->cls,
              (long long)n, (long long)h->steps);
+}
+
+// An EinsumDense layer (no bias) on x; init NULL: Keras's default initializer.
+static const char *einsum(Hub *h, const char *name, const char *group, const char *eq,
+                          json_t *shape, const char *x, json_t *init) {
+  json_t *cfg = json_pack("{s:s, s:o, s:n}", "equation", eq, "output_shape", located(h, shape),
+                          "bias_axes");
+  if (init) json_object_set_new(cfg, "kernel_initializer", init);
+  layer(h, "EinsumDense", name, group, cfg, one(h, x), NULL);
+  return name;
+}
+
+// Qwen 3's attention (keras_hub/src/models/qwen3/qwen3_attention.py) as
+// Keras layers: the projections EinsumDense layers ([hidden, heads,
+// head_dim] kernels, as GroupedQueryAttention's), each query and key head
+// RMS-normalized (Qwen3LayerNorm over head_dim; its epsilon the layer's
+// default 1e-5, which Qwen3TransformerDecoder does not pass on), kdcc's
+// attention core (rotary embedding, causal and padding masks) as JAX's
+// fused dot_product_attention computes it (keras-hub's path on JAX: a query
+// with every key masked averages the values), dropout on its output.
+static const char *qk_norm_attention(Hub *h, const char *p, const char *g, const char *x,
+                                     int64_t nq, int64_t nkv, int64_t hd, int64_t hidden,
+                                     json_t *dropout, json_t *rope) {
+  const char *a = format("%s/self_attention", p), *ag = format("%s/_self_attention_layer", g);
+  static const char *const proj[] = {"query", "key", "value"};
+  const char *qkv[3];
+  for (int j = 0; j < 3; j++) {
+    const char *n = format("%s/%s", a, proj[j]);
+    qkv[j] = einsum(h, n, format("%s/_%s_dense", ag, proj[j]), "bqm,muh->bquh",
+                    json_pack("[n, I, I]", (json_int_t)(j ? nkv : nq), (json_int_t)hd), x,
+                    normal(h, 0.02));
+    if (j == 2) break;
+    const char *norm = format("%s/%s_dense_layernorm", a, proj[j]);
+    layer(h, "RMSNormalization", norm, format("%s/_%s_dense_layer_norm", ag, proj[j]),
+          json_pack("{s:f}", "epsilon", 1e-5), one(h, qkv[j]), NULL);
+    qkv[j] = norm;
+  }
+  const char *c = format("%s/core", a);
+  layer(h, "kdcc>Attention", c, NULL,
+        json_pack("{s:f, s:O, s:b, s:b}", "scale", 1 / sqrt((double)hd), "kdcc_rope", rope,
+                  "kdcc_padding_mask", 1, "kdcc_fused_op", 1),
+        located(h, json_pack("[o, o, o]", tensor(h, qkv[0], 0), tensor(h, qkv[1], 0),
+                             tensor(h, qkv[2], 0))),
+        json_pack("{s:o}", "attention_mask", tensor(h, "padding_mask", 0)));
+  if (json_number_value(dropout) > 0) {
+    layer(h, "Dropout", format("%s/dropout", a), NULL, json_pack("{s:O}", "rate", dropout),
+          one(h, c), NULL);
+    c = format("%s/dropout", a);
+  }
+  return einsum(h, format("%s/attention_output", a), format("%s/_output_dense", ag),
+                "bquh,uhm->bqm", json_pack("[n, I]", (json_int_t)hidden), c, normal(h, 0.02));
 }
 
 static const char *decoder_block(Hub *h, const Family *f, int i, const char *x, json_t *dropout,
@@ -367,18 +439,23 @@ static const char *decoder_block(Hub *h, const Family *f, int i, const char *x, 
   layer(h, "RMSNormalization", ln1, format("%s/_self_attention_layernorm", g),
         json_pack("{s:O}", "epsilon", eps), one(h, x), NULL);
   const char *att = format("%s/self_attention", p);
-  json_t *acfg = json_pack("{s:I, s:O, s:O, s:O, s:b, s:b, s:o, s:b, s:O}", "head_dim",
-                           (json_int_t)hd, "num_query_heads", hp_int(h, "num_query_heads", 1),
-                           "num_key_value_heads", hp_int(h, "num_key_value_heads", 1), "dropout",
-                           dropout, "use_bias", f->qkv_bias, "kdcc_output_bias", 0,
-                           "kernel_initializer", normal(h, 0.02), "kdcc_padding_mask", 1,
-                           "kdcc_rope", rope);
-  int64_t window = f->window ? window_of(h, NULL, "sliding_window") : 0;
-  if (window) json_object_set_new(acfg, "kdcc_sliding_window", json_integer(window));
-  layer(h, "GroupedQueryAttention", att, format("%s/_self_attention_layer", g), acfg,
-        located(h, json_pack("[o, o]", tensor(h, ln1, 0), tensor(h, ln1, 0))),
-        json_pack("{s:b, s:o}", "use_causal_mask", 1, "attention_mask",
-                  tensor(h, "padding_mask", 0)));
+  if (f->qk_norm) {
+    att = qk_norm_attention(h, p, g, ln1, nq, hp_val(h, "num_key_value_heads", 1), hd, hidden,
+                            dropout, rope);
+  } else {
+    json_t *acfg = json_pack("{s:I, s:O, s:O, s:O, s:b, s:b, s:o, s:b, s:O}", "head_dim",
+                             (json_int_t)hd, "num_query_heads", hp_int(h, "num_query_heads", 1),
+                             "num_key_value_heads", hp_int(h, "num_key_value_heads", 1), "dropout",
+                             dropout, "use_bias", f->qkv_bias, "kdcc_output_bias", 0,
+                             "kernel_initializer", normal(h, 0.02), "kdcc_padding_mask", 1,
+                             "kdcc_rope", rope);
+    int64_t window = f->window ? window_of(h, NULL, "sliding_window") : 0;
+    if (window) json_object_set_new(acfg, "kdcc_sliding_window", json_integer(window));
+    layer(h, "GroupedQueryAttention", att, format("%s/_self_attention_layer", g), acfg,
+          located(h, json_pack("[o, o]", tensor(h, ln1, 0), tensor(h, ln1, 0))),
+          json_pack("{s:b, s:o}", "use_causal_mask", 1, "attention_mask",
+                    tensor(h, "padding_mask", 0)));
+  }
   const char *r1 = residual(h, format("%s/self_attention_dropout", p),
                             format("%s/add_attention", p), att, x, dropout);
   const char *ln2 = format("%s/feedforward_layernorm", p);
@@ -419,8 +496,8 @@ static const char *decoder_lm(Hub *h, const Family *f) {
   const char *x = "token_embedding";
   // save_lora_weights's numbers: the embedding 0, each decoder then its
   // feedforward norm, output, gate and intermediate dense, attention norm,
-  // attention, attention_output, value, key, query
-  h->top = 1, h->per_block = 11, h->attention_output = 7;
+  // attention, attention_output, value, (key norm,) key, (query norm,) query
+  h->top = 1, h->per_block = 11 + 2 * f->qk_norm, h->attention_output = 7, h->qk_norm = f->qk_norm;
   for (int i = 0; i < hp_val(h, "num_layers", 1); i++)
     x = decoder_block(h, f, i, x, dropout, rope);
   layer(h, "RMSNormalization", "sequence_output_layernorm", f->norm,
@@ -432,6 +509,7 @@ static const char *decoder_lm(Hub *h, const Family *f) {
 static const char *llama(Hub *h) { return decoder_lm(h, &llama_family); }
 static const char *mistral(Hub *h) { return decoder_lm(h, &mistral_family); }
 static const char *qwen(Hub *h) { return decoder_lm(h, &qwen_family); }
+static const char *qwen3(Hub *h) { return decoder_lm(h, &qwen3_family); }
 
 // ---- Gemma (keras_hub/src/models/gemma/): a tied token embedding scaled by
 // sqrt(hidden_dim), pre-norm decoder blocks of RMS norms scaling by
@@ -451,15 +529,6 @@ static const char *rms1(Hub *h, const char *name, const char *group, const char 
   layer(h, "RMSNormalization", name, group,
         json_pack("{s:O, s:b}", "epsilon", hp_num(h, "layer_norm_epsilon", 1e-6),
                   "kdcc_scale_plus_one", 1), one(h, x), NULL);
-  return name;
-}
-
-static const char *einsum(Hub *h, const char *name, const char *group, const char *eq,
-                          json_t *shape, const char *x, json_t *init) {
-  json_t *cfg = json_pack("{s:s, s:o, s:n}", "equation", eq, "output_shape", located(h, shape),
-                          "bias_axes");
-  if (init) json_object_set_new(cfg, "kernel_initializer", init);
-  layer(h, "EinsumDense", name, group, cfg, one(h, x), NULL);
   return name;
 }
 
@@ -554,17 +623,60 @@ static const char *gemma(Hub *h) {
 
 // ---- the table of backbones and tasks
 
+// The hyper-parameters each backbone's get_config writes (keras-hub 0.32),
+// besides Backbone's own name, trainable and dtype: the keys kdcc follows.
+// (LlamaBackbone takes tie_word_embeddings but does not write it.)
+#define DECODER_KEYS "vocabulary_size num_layers num_query_heads num_key_value_heads " \
+  "hidden_dim intermediate_dim layer_norm_epsilon dropout "
+#define LLAMA_KEYS DECODER_KEYS "rope_max_wavelength rope_position_scaling_factor " \
+  "rope_frequency_adjustment_factor rope_low_freq_factor rope_high_freq_factor " \
+  "rope_pretraining_sequence_length tie_word_embeddings"
+
 static const struct {
   const char *backbone, *task;
   const char *group;            // the backbone's weights-file group in a task's archive
   const char *(*build)(Hub *h); // writes the layers; returns the logits' layer (its last call)
+  const char *keys;             // its config's hyper-parameters, space-separated
 } models[] = {
-  {"GPT2Backbone", "GPT2CausalLM", "gpt2_backbone", gpt2},
-  {"LlamaBackbone", "LlamaCausalLM", "llama_backbone", llama},
-  {"GemmaBackbone", "GemmaCausalLM", "gemma_backbone", gemma},
-  {"MistralBackbone", "MistralCausalLM", "mistral_backbone", mistral},
-  {"QwenBackbone", "QwenCausalLM", "qwen_backbone", qwen},
+  {"GPT2Backbone", "GPT2CausalLM", "gpt2_backbone", gpt2,
+   "vocabulary_size num_layers num_heads hidden_dim intermediate_dim dropout "
+   "max_sequence_length"},
+  {"LlamaBackbone", "LlamaCausalLM", "llama_backbone", llama, LLAMA_KEYS},
+  {"Llama3Backbone", "Llama3CausalLM", "llama3_backbone", llama, LLAMA_KEYS},
+  {"GemmaBackbone", "GemmaCausalLM", "gemma_backbone", gemma,
+   DECODER_KEYS "head_dim query_head_dim_normalize use_post_ffw_norm use_post_attention_norm "
+   "final_logit_soft_cap attention_logit_soft_cap sliding_window_size "
+   "use_sliding_window_attention"},
+  {"MistralBackbone", "MistralCausalLM", "mistral_backbone", mistral,
+   DECODER_KEYS "rope_max_wavelength rope_scaling_factor sliding_window head_dim"},
+  {"QwenBackbone", "QwenCausalLM", "qwen_backbone", qwen,
+   DECODER_KEYS "rope_max_wavelength rope_scaling_factor tie_word_embeddings "
+   "use_sliding_window_attention sliding_window_size"},
+  {"Qwen3Backbone", "Qwen3CausalLM", "qwen3_backbone", qwen3,
+   DECODER_KEYS "head_dim rope_max_wavelength rope_scaling_factor tie_word_embeddings "
+   "sliding_window_size"},
 };
+
+// Every key of the backbone's config is one kdcc follows (keys, or
+// Backbone's own), never silently passed over.
+static void check_keys(Hub *h, const char *keys) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(h->cfg, k, v) {
+    if (strstr(format(" %s ", keys), format(" %s ", k)) || !strcmp(k, "name") ||
+        !strcmp(k, "dtype"))
+      continue;
+    if (!strcmp(k, "trainable")) {
+      if (json_is_false(v))
+        error_at(jloc_key(h->cfg, k), "%s: 'trainable' false (a frozen backbone) is not "
+                 "supported", h->cls);
+      continue;
+    }
+    error_at(jloc_keyname(h->cfg, k), "%s: config key '%s' is not one kdcc follows (a "
+             "keras-hub variant or setting it does not compile); it follows name, trainable, "
+             "dtype and %s", h->cls, k, keys);
+  }
+}
 
 static const char *registered(json_t *env) {
   const char *r = json_get_str(env, "registered_name");
@@ -627,6 +739,7 @@ json_t *hub_expand(json_t *root, bool preset, const char **scope) {
   if (p && !json_is_null(p))
     warn_at(jloc(p), "%s: its preprocessor is not compiled: the program takes token ids "
             "(token_ids, padding_mask), not text", cls);
+  check_keys(&h, models[k].keys);
   if (opt_lora_rank) read_lora_targets(&h);
   const char *out = models[k].build(&h);
   if (!h.steps)

@@ -289,7 +289,7 @@ static Node *hub_rope(Graph *g, Layer *l, Node *x) {
 
 // kdcc's own attention core, for hub.c's keras-hub attention layers whose
 // projections it writes as EinsumDense layers (Gemma's, whose kernels are
-// [heads, hidden, head_dim]): called on q[b, t, n, h], k and v[b, s, kv, h]
+// [heads, hidden, head_dim], and Qwen 3's): called on q[b, t, n, h], k and v[b, s, kv, h]
 // with keras-hub's padding_mask; the query and key turned by rotary
 // embedding (kdcc_rope), key and value heads repeated to the query heads,
 // the scores scaled by `scale`, soft-capped by logit_soft_cap, masked
@@ -314,8 +314,11 @@ Node *build_attention_core(Graph *g, Layer *l, Node *unused) {
   k = repeat_heads(g, hub_rope(g, l, k), r);
   v = repeat_heads(g, v, r);
   double scale = cfg_num(l, "scale", 1.0 / sqrt((double)q->shape.d[3]));
+  // Gemma's Softmax layer zeroes a query with no key; hub.c's Qwen 3 is
+  // JAX's fused op instead (kdcc_fused_op), which averages the values there
+  bool fused = json_is_true(json_object_get(l->cfg, "kdcc_fused_op"));
   return attend(g, l, q, k, v, scale, true, mask, cfg_num(l, "dropout", 0),
-                cfg_num(l, "logit_soft_cap", 0), cfg_int(l, "sliding_window", 0), true);
+                cfg_num(l, "logit_soft_cap", 0), cfg_int(l, "sliding_window", 0), !fused);
 }
 
 // GroupedQueryAttention(head_dim, num_query_heads, num_key_value_heads,

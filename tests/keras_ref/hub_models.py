@@ -1,13 +1,14 @@
 """keras-hub CausalLM reference cases (issue 24), for run_ref.py.
 
-Tiny random GPT2CausalLM, LlamaCausalLM, GemmaCausalLM, MistralCausalLM,
-QwenCausalLM and a Gemma 2 (GemmaCausalLM with Gemma 2's settings) built
-from their hyper-parameters (no downloads, preprocessor=None), trained in
-real Keras on JAX with 8 virtual CPU devices under DataParallel and under a
-layout map on a (2,4) mesh: GPT-2 under a Megatron map written here
-(keras-hub has none for it), Llama, Gemma and Qwen under the backbone's own
-get_layout_map(mesh), whose mesh axes are keras-hub's defaults ('batch',
-'model'), Mistral under Llama's (MistralBackbone has none), Gemma 2 under
+Tiny random GPT2CausalLM, LlamaCausalLM, Llama3CausalLM, GemmaCausalLM,
+MistralCausalLM, QwenCausalLM, Qwen3CausalLM and a Gemma 2 (GemmaCausalLM
+with Gemma 2's settings) built from their hyper-parameters (no downloads,
+preprocessor=None), trained in real Keras on JAX with 8 virtual CPU devices
+under DataParallel and under a layout map on a (2,4) mesh: GPT-2 under a
+Megatron map written here (keras-hub has none for it), Llama, Llama 3,
+Gemma and Qwen under the backbone's own get_layout_map(mesh), whose mesh
+axes are keras-hub's defaults ('batch', 'model'), Mistral and Qwen 3 under
+Llama's (MistralBackbone and Qwen3Backbone have none), Gemma 2 under
 Gemma's with the key/value kernels' head axis not split (its 2 key/value
 heads do not divide over 'model'). hub_mistral_sw and hub_gemma2_sw are
 hub_mistral and hub_gemma2 with a sliding window of 4 (Gemma 2's on blocks 0
@@ -18,6 +19,12 @@ window_masked). Run by name only:
         hub_llama_dp hub_gemma hub_gemma_dp hub_mistral hub_mistral_dp hub_qwen \\
         hub_qwen_dp hub_gemma2 hub_gemma2_dp hub_mistral_sw hub_mistral_sw_dp \\
         hub_gemma2_sw hub_gemma2_sw_dp          # rewrites tests/fixtures/keras_hub/
+    python3 tests/keras_ref/run_ref.py --cases hub_llama3 hub_llama3_dp hub_qwen3 \
+        hub_qwen3_dp
+    python3 tests/keras_ref/hub_models.py --generate --models hub_llama3 hub_qwen3
+
+(hub_llama3 and hub_qwen3 have one block each and 16-wide hidden states:
+each folder about 215 KB.)
 
 (--out DIR writes DIR/hub_gpt2/ ... instead; --check tests/fixtures/keras_hub
 compares.) They are not in run_ref.py's default case list and live apart from
@@ -52,11 +59,12 @@ Per model (OUT/hub_<model>/), in the format keras_ref.sh reads:
                          preset folder and what compiling it means
 
 LoRA cases (OUT/hub_llama_lora/: hub_llama_lora under Llama's layout map,
-hub_llama_lora_dp; OUT/hub_gpt2_lora/: hub_gpt2_lora_dp), written apart so
+hub_llama_lora_dp; OUT/hub_gpt2_lora/: hub_gpt2_lora_dp; OUT/hub_qwen3_lora/:
+hub_qwen3_lora under Llama's map, hub_qwen3_lora_dp), written apart so
 keras_hub.sh's folders stay LoRA-free:
 
     python3 tests/keras_ref/run_ref.py --cases hub_llama_lora hub_llama_lora_dp \
-        hub_gpt2_lora_dp
+        hub_gpt2_lora_dp hub_qwen3_lora hub_qwen3_lora_dp
 
 The same model, seed and data as hub_llama / hub_gpt2 (model.keras is the
 task saved BEFORE backbone.enable_lora(4): LoRA is not in a config, so kdcc
@@ -85,7 +93,12 @@ backbone built with dtype="mixed_bfloat16" (the same seed: the same initial
 weights, which the JSON's hub.same_initial_weights_as says when the float32
 folder is there), compiled without metrics; hub_gemma_lora_mixed (and _dp)
 fine-tunes hub_gemma_mixed with LoRA as the LoRA cases do. hub_gemma2_mixed
-is not among keras_hub.sh's cases (nor its fixtures): measured once, kdcc's
+and hub_llama3_mixed and hub_qwen3_mixed (each with _dp) are not among
+keras_hub.sh's cases (nor their fixtures). hub_llama3_mixed and
+hub_qwen3_mixed, measured once (--out elsewhere, the float32 folders copied
+there first): kdcc's step losses within 2.5e-5 and 1.4e-5 of keras-hub's
+(from float32 1.2e-4 and 1.3e-4, keras-hub's own 1.5e-4), every update
+within 0.034 and 0.038. hub_gemma2_mixed, measured once: kdcc's
 step losses were within 2.2e-4 of keras-hub's (from float32 8.0e-4, keras-hub's
 own 7.0e-4) and every update within 0.1 but one, block 1's pre_ffw_norm scale
 under the (2,4) map at 0.12 (two of its 32 values, where Adam's steps follow
@@ -201,6 +214,29 @@ MODELS = {
     "hub_qwen": (M.QwenCausalLM, M.QwenBackbone, dict(
         vocabulary_size=VOCAB, num_layers=2, num_query_heads=8, num_key_value_heads=4,
         hidden_dim=32, intermediate_dim=64, dropout=0)),
+    # Llama 3 (Llama3Backbone: LlamaBackbone's layers, its own class and
+    # weights-file group) with Llama 3.1's rope scaling on, smaller than
+    # hub_llama (one block: the folder under 250 KB): head_dim 16 / 4 = 4, whose two
+    # inverse frequencies 1 and 1e-2 (wavelengths 6.3 and 628 steps) are
+    # both adjusted for a pretraining length of 8 (low/high frequency
+    # factors 1 and 4: wavelengths past 8 divided by 8, those between 2 and
+    # 8 smoothed: 1 becomes 0.205). 4 key/value heads, not 2: under Llama's
+    # map on (2,4) kdcc has no decode step for 2 (its cache's rows are not
+    # dim 0 alone: generate falls back to the whole window; noted, not fixed)
+    "hub_llama3": (M.Llama3CausalLM, M.Llama3Backbone, dict(
+        vocabulary_size=VOCAB, num_layers=1, num_query_heads=4, num_key_value_heads=4,
+        hidden_dim=16, intermediate_dim=32, rope_frequency_adjustment_factor=8.0,
+        rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
+        rope_pretraining_sequence_length=8, dropout=0)),
+    # Qwen 3: no biases, each query and key head RMS-normalized before the
+    # rotary embedding (their scales random at the start: QWEN3_NORM_RANGE),
+    # head_dim 8 apart from 16 / 4, the head tied (the default), Qwen 3's
+    # rope_max_wavelength 1e6; one block, as hub_llama3 (keras_hub.sh
+    # compiles its preset with 3 blocks too: kdcc's repeated-block function)
+    "hub_qwen3": (M.Qwen3CausalLM, M.Qwen3Backbone, dict(
+        vocabulary_size=VOCAB, num_layers=1, num_query_heads=4, num_key_value_heads=2,
+        head_dim=8, hidden_dim=16, intermediate_dim=32, rope_max_wavelength=1000000,
+        dropout=0)),
     # Gemma 2's settings on GemmaBackbone: grouped query (2 key/value heads for
     # 4 query heads), post-attention and post-ffw norms, both soft caps small
     # enough to bite on a tiny random model (at the start 11-13% of the
@@ -232,7 +268,8 @@ MODELS = {
 MIXED_POLICY = "mixed_bfloat16"
 MIXED = {"hub_gpt2_mixed": "hub_gpt2", "hub_llama_mixed": "hub_llama",
          "hub_gemma_mixed": "hub_gemma", "hub_gemma2_mixed": "hub_gemma2",
-         "hub_mistral_mixed": "hub_mistral", "hub_qwen_mixed": "hub_qwen"}
+         "hub_mistral_mixed": "hub_mistral", "hub_qwen_mixed": "hub_qwen",
+         "hub_llama3_mixed": "hub_llama3", "hub_qwen3_mixed": "hub_qwen3"}
 for _m, _f in MIXED.items():
     MODELS[_m] = MODELS[_f][:2] + (dict(MODELS[_f][2], dtype=MIXED_POLICY),)
 
@@ -279,6 +316,20 @@ MIXED_OF = {f: m for m, f in MIXED.items()}  # float32 model -> its mixed_bfloat
 # variables in task.weights order) so they matter from the first step.
 QWEN_BIAS_STD = 0.1
 
+# Llama 3's query and key kernels: normal(0, 0.02) draws leave a tiny
+# model's attention scores near zero, where the rotary embedding (and so
+# Llama 3.1's frequency adjustment) barely shows (the step losses without
+# the adjustment within 4e-6 of with it); build() draws them again from
+# normal(0, LLAMA3_QK_STD) (rng seed 4, in task.weights order): scores of
+# order 1.
+LLAMA3_QK_STD = 0.5
+
+# Qwen 3's query and key norms' scales start at ones; build() sets them to
+# uniform(QWEN3_NORM_RANGE) draws (rng seed 3, in task.weights order), so
+# that a query's scale used for a key (or not at all) shows from the first
+# step.
+QWEN3_NORM_RANGE = (0.5, 1.5)
+
 # GPT-2: Megatron over 'model' (keras-hub writes no layout map for it): q/k/v
 # split on their heads, attention_output and feedforward_output on their
 # input, feedforward_intermediate on its output, the (tied) token embedding on
@@ -306,6 +357,10 @@ CASES = {
     "hub_mistral_dp": ("hub_mistral", "dp8"),
     "hub_qwen": ("hub_qwen", "layout_map"),
     "hub_qwen_dp": ("hub_qwen", "dp8"),
+    "hub_llama3": ("hub_llama3", "layout_map"),  # Llama3Backbone's (Llama's)
+    "hub_llama3_dp": ("hub_llama3", "dp8"),
+    "hub_qwen3": ("hub_qwen3", "layout_map"),  # Llama's (Qwen3Backbone has none)
+    "hub_qwen3_dp": ("hub_qwen3", "dp8"),
     "hub_gemma2": ("hub_gemma2", "layout_map"),  # Gemma's, key/value heads whole
     "hub_gemma2_dp": ("hub_gemma2", "dp8"),
     # sliding windows of 4 (hub_mistral's and hub_gemma2's layout maps)
@@ -318,6 +373,9 @@ CASES = {
     "hub_llama_lora": ("hub_llama_lora", "layout_map"),
     "hub_llama_lora_dp": ("hub_llama_lora", "dp8"),
     "hub_gpt2_lora_dp": ("hub_gpt2_lora", "dp8"),
+    # Qwen 3's (save_lora_weights numbers its query and key norms too)
+    "hub_qwen3_lora": ("hub_qwen3_lora", "layout_map"),
+    "hub_qwen3_lora_dp": ("hub_qwen3_lora", "dp8"),
     # issue 23: mixed_bfloat16 (MIXED), and Gemma's LoRA fine-tuning in it
     "hub_gpt2_mixed": ("hub_gpt2_mixed", "megatron"),
     "hub_gpt2_mixed_dp": ("hub_gpt2_mixed", "dp8"),
@@ -333,6 +391,11 @@ CASES = {
     "hub_mistral_mixed_dp": ("hub_mistral_mixed", "dp8"),
     "hub_qwen_mixed": ("hub_qwen_mixed", "layout_map"),  # its biases, as hub_qwen
     "hub_qwen_mixed_dp": ("hub_qwen_mixed", "dp8"),
+    # (not among keras_hub.sh's cases, nor their fixtures: measured by hand)
+    "hub_llama3_mixed": ("hub_llama3_mixed", "layout_map"),
+    "hub_llama3_mixed_dp": ("hub_llama3_mixed", "dp8"),
+    "hub_qwen3_mixed": ("hub_qwen3_mixed", "layout_map"),  # Llama's map, as hub_qwen3
+    "hub_qwen3_mixed_dp": ("hub_qwen3_mixed", "dp8"),
     # issue 23: bfloat16 (BF16), and Gemma's LoRA fine-tuning in it
     "hub_gemma_bf16": ("hub_gemma_bf16", "layout_map"),
     "hub_gemma_bf16_dp": ("hub_gemma_bf16", "dp8"),
@@ -350,7 +413,7 @@ CASES = {
 # LoRA folder -> the model it fine-tunes (same hyper-parameters, seed, data)
 LORA = {"hub_llama_lora": "hub_llama", "hub_gpt2_lora": "hub_gpt2",
         "hub_gemma_lora_mixed": "hub_gemma_mixed", "hub_gemma_lora_bf16": "hub_gemma_bf16",
-        "hub_gpt2_lora_bf16": "hub_gpt2_bf16"}
+        "hub_gpt2_lora_bf16": "hub_gpt2_bf16", "hub_qwen3_lora": "hub_qwen3"}
 LORA_RANK = 4
 
 # Attention key biases (GPT-2's): zero gradient in exact arithmetic, as
@@ -388,10 +451,31 @@ NOTES = {
                    "at the start 11-13% of the attention scores and 9% of the final logits "
                    "(pre-cap largest 2.55) are beyond their cap"},
 }
+NOTES["hub_llama3"] = {
+    "start_note": "the query and key kernels (normal(0, 0.02) by keras-hub's initializer) "
+                  f"drawn again from normal(0, {LLAMA3_QK_STD}) before saving (numpy "
+                  "default_rng(4), in task.weights order), so that the attention scores, "
+                  "and with them the rotary embedding, matter: model.keras and preset/ "
+                  "hold them",
+    "rope_note": "Llama 3.1's rope scaling (LlamaRotaryEmbedding): frequency adjustment "
+                 "factor 8, low/high frequency factors 1 and 4, pretraining length 8: of "
+                 "head_dim 4's inverse frequencies 1 and 1e-2 (wavelengths 6.3 and 628 "
+                 "steps), the first is smoothed to 0.205 and the second divided by 8"}
+NOTES["hub_qwen3"] = {
+    "layout_map_note": "Qwen3Backbone has no get_layout_map: LlamaBackbone.get_layout_map's "
+                       "(the same variable paths; the query/key norms' scales replicated)",
+    "start_note": "the query and key norms' scales (ones by keras-hub's initializer) set to "
+                  f"uniform{QWEN3_NORM_RANGE} draws before saving (numpy default_rng(3), in "
+                  "task.weights order): model.keras and preset/ hold them",
+    "qk_norm_note": "Qwen3TransformerDecoder builds Qwen3Attention without its "
+                    "layer_norm_epsilon: the query/key norms' epsilon is Qwen3Attention's "
+                    "default 1e-5 (checked), the other norms' the backbone's 1e-6"}
 NOTES["hub_gemma2_sw"]["layout_map_note"] = NOTES["hub_gemma2"]["layout_map_note"]
 NOTES["hub_gemma2_mixed"] = NOTES["hub_gemma2_bf16"] = NOTES["hub_gemma2"]
 NOTES["hub_mistral_mixed"] = {"layout_map_note": NOTES["hub_mistral"]["layout_map_note"]}
 NOTES["hub_qwen_mixed"] = NOTES["hub_qwen"]
+NOTES["hub_llama3_mixed"] = NOTES["hub_llama3"]
+NOTES["hub_qwen3_mixed"] = NOTES["hub_qwen3"]
 
 
 def layout_map_spec(backbone_cls):
@@ -409,7 +493,8 @@ def layout_map_spec(backbone_cls):
 # MistralBackbone has no get_layout_map: Llama's, whose paths are Mistral's
 # too (transformer_layer_<i>/self_attention/query/kernel, ...).
 LAYOUT_MAP_OF = {"hub_mistral": M.LlamaBackbone, "hub_mistral_sw": M.LlamaBackbone,
-                 "hub_mistral_mixed": M.LlamaBackbone}
+                 "hub_mistral_mixed": M.LlamaBackbone, "hub_qwen3": M.LlamaBackbone,
+                 "hub_qwen3_mixed": M.LlamaBackbone}
 
 
 def gemma_gqa_map():
@@ -465,6 +550,21 @@ def build(model):
         assert len(biases) == 3 * hp["num_layers"], [v.path for v in biases]
         for v in biases:
             v.assign(rng.normal(0, QWEN_BIAS_STD, v.shape).astype("float32"))
+    if HALF.get(model, model) == "hub_llama3":
+        rng = np.random.default_rng(4)
+        qk = [v for v in task.weights if re.search(r"/(query|key)/kernel$", v.path)]
+        assert len(qk) == 2 * hp["num_layers"], [v.path for v in task.weights]
+        for v in qk:
+            v.assign(rng.normal(0, LLAMA3_QK_STD, v.shape).astype("float32"))
+    if HALF.get(model, model) == "hub_qwen3":
+        rng = np.random.default_rng(3)
+        scales = [v for v in task.weights if v.path.endswith("_dense_layernorm/scale")]
+        assert len(scales) == 2 * hp["num_layers"], [v.path for v in task.weights]
+        for v in scales:
+            v.assign(rng.uniform(*QWEN3_NORM_RANGE, v.shape).astype("float32"))
+        for lyr in task.backbone.transformer_layers:  # (the epsilon kdcc gives them)
+            att = lyr._self_attention_layer
+            assert att._query_dense_layer_norm.epsilon == att._key_dense_layer_norm.epsilon == 1e-5
     compile_task(task, model)
     return task
 

@@ -257,6 +257,14 @@ tests/fixtures/keras_hub/ (not keras_ref/) unless --out:
                                                              random at the start, tied head)
                                                              under QwenBackbone.get_layout_map
     hub_qwen_dp     hub_qwen       hub_qwen_dp.dist.json     DataParallel (8,)
+    hub_llama3      hub_llama3     hub_llama3.dist.json      ModelParallel (2,4)  Llama3CausalLM (one block,
+                                                             Llama 3.1's rope scaling) under
+                                                             Llama3Backbone.get_layout_map
+    hub_llama3_dp   hub_llama3     hub_llama3_dp.dist.json   DataParallel (8,)
+    hub_qwen3       hub_qwen3      hub_qwen3.dist.json       ModelParallel (2,4)  Qwen3CausalLM (one block,
+                                                             query/key norms, head_dim 8) under
+                                                             LlamaBackbone.get_layout_map
+    hub_qwen3_dp    hub_qwen3      hub_qwen3_dp.dist.json    DataParallel (8,)
     hub_gemma2      hub_gemma2     hub_gemma2.dist.json      ModelParallel (2,4)  GemmaCausalLM as Gemma 2
                                                              (4 query, 2 key/value heads, soft
                                                              caps 2.0 and 1.0, post norms) under

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kdcc against real keras-hub (issue 24): the cases in tests/fixtures/keras_hub/
-# (tests/keras_ref/hub_models.py: tiny GPT-2, Llama and Gemma CausalLMs,
+# (tests/keras_ref/hub_models.py: tiny GPT-2, Llama, Llama 3, Gemma, Mistral,
+# Qwen and Qwen 3 CausalLMs,
 # keras-hub 0.32 on JAX, 8 virtual devices, DataParallel and their layout maps
 # on (2,4)) are checked as keras_ref.sh checks Keras's: compiled from the task's
 # .keras, trained from its weights, every step's loss and every final weight
@@ -24,8 +25,8 @@ cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fix=tests/fixtures/keras_hub
 out=build/tests/keras_hub
-CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma hub_mistral hub_qwen hub_gemma2 hub_mistral_sw hub_gemma2_sw}
-LORA=${KERAS_HUB_LORA:-hub_gpt2_lora hub_llama_lora} # kdcc --lora-rank, keras-hub's enable_lora
+CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma hub_mistral hub_qwen hub_gemma2 hub_mistral_sw hub_gemma2_sw hub_llama3 hub_qwen3}
+LORA=${KERAS_HUB_LORA:-hub_gpt2_lora hub_llama_lora hub_qwen3_lora} # kdcc --lora-rank, keras-hub's enable_lora
 MIXED=${KERAS_HUB_MIXED:-hub_gpt2_mixed hub_llama_mixed hub_gemma_mixed hub_mistral_mixed hub_qwen_mixed} # issue 23
 MIXED_LORA=${KERAS_HUB_MIXED_LORA:-hub_gemma_lora_mixed}
 BF16=${KERAS_HUB_BF16:-hub_gemma_bf16 hub_gemma2_bf16 hub_llama_bf16 hub_gpt2_bf16} # issue 23: the bfloat16 policy
@@ -242,11 +243,37 @@ for c in hub_llama hub_gemma2_sw; do
   python3 "$out/gen_check.py" "$fix/$c/generate" "$out/$c.mixed.gen" self
 done
 
+# Qwen 3 in three blocks (hub_qwen3's preset has one): kdcc's repeated-block
+# function around its query/key norms; no weights (kdcc's initial ones), so
+# the --no-loops history on (2,4) and the decode step against --no-cache.
+mkdir -p "$out/qwen3_3"
+python3 - "$fix/hub_qwen3/preset" "$out/qwen3_3" <<'EOF'
+import json, sys
+for f in ("config.json", "task.json"):
+    t = json.load(open(f"{sys.argv[1]}/{f}"))
+    (t["config"]["backbone"] if f == "task.json" else t)["config"]["num_layers"] = 3
+    json.dump(t, open(f"{sys.argv[2]}/{f}", "w"), indent=1)
+EOF
+for v in loops flat; do
+  flag=(); [ $v = flat ] && flag=(--no-loops)
+  ./kdcc "$out/qwen3_3" --distribution "$fix/hub_qwen3/hub_qwen3.dist.json" --sequence-length 16 \
+    --batch-size 16 -w "${flag[@]}" -o "$out/qwen3_3.$v"
+  mpirun -np 8 --oversubscribe "$out/qwen3_3.$v" --synthetic 32 --epochs 2 --batch-size 16 --quiet \
+    --history "$out/qwen3_3.$v.json"
+done
+grep -q "for (int l = 0; l <= 2; l++)" "$out/qwen3_3.loops.kdcc.d/program.c" &&
+  cmp -s "$out/qwen3_3.loops.json" "$out/qwen3_3.flat.json" ||
+  { echo "keras_hub: Qwen 3 in 3 blocks: not one loop, or not --no-loops's history"; exit 1; }
+echo "  Qwen 3 in 3 blocks on (2,4): one loop, the --no-loops history byte for byte"
+./kdcc "$out/qwen3_3" --sequence-length 16 --batch-size 8 -w -o "$out/qwen3_3.gen"
+python3 "$out/gen_check.py" "$fix/hub_qwen3/generate" "$out/qwen3_3.gen" self
+
 # What kdcc refuses, with the place and the reason.
 d=$fix/hub_gpt2
-expect_error() { # file, message part
-  if ./kdcc "$1" -o "$out/never" 2>"$out/err.txt"; then echo "keras_hub: $1 compiled"; exit 1; fi
-  grep -qF "$2" "$out/err.txt" || { echo "keras_hub: $1: expected '$2', got:"; cat "$out/err.txt"; exit 1; }
+expect_error() { # file, message part[, kdcc options]
+  local f=$1 want=$2; shift 2
+  if ./kdcc "$f" -o "$out/never" "$@" 2>"$out/err.txt"; then echo "keras_hub: $f compiled"; exit 1; fi
+  grep -qF "$want" "$out/err.txt" || { echo "keras_hub: $f: expected '$want', got:"; cat "$out/err.txt"; exit 1; }
 }
 expect_error "$d/preset/config.json" "GPT2Backbone is a backbone alone"
 sed 's/GPT2CausalLM/GPT2Seq2SeqLM/' "$d/preset/task.json" >"$out/other_task.json"
@@ -273,6 +300,29 @@ policy_json bfloat16 "$out/bf16.json"
   { echo "keras_hub: a GPT-2 whose backbone is bfloat16 did not compile"; exit 1; }
 policy_json float64 "$out/f64.json"
 expect_error "$out/f64.json" "f64.json:15:15: error: layer 'token_embedding': dtype 'float64' is not supported"
+# Llama 3 and Qwen 3: a variant or setting kdcc does not follow is named
+# where it is (Qwen 3 MoE; a key another family has; Llama 3.1's rope
+# settings but one; Qwen 3's sliding window, which keras-hub applies only
+# off JAX's fused attention; a frozen backbone)
+sed 's/Qwen3CausalLM/Qwen3MoeCausalLM/' "$fix/hub_qwen3/preset/task.json" >"$out/qwen3_moe.json"
+expect_error "$out/qwen3_moe.json" "keras-hub model 'Qwen3MoeCausalLM' is not supported (kdcc compiles"
+hub_edit() { # TASK_JSON OUT PYTHON: OUT is TASK_JSON with cfg (its backbone's config) edited
+  python3 - "$1" "$2" "$3" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+cfg = t["config"]["backbone"]["config"]
+exec(sys.argv[3])
+json.dump(t, open(sys.argv[2], "w"), indent=1)
+EOF
+}
+hub_edit "$fix/hub_qwen3/preset/task.json" "$out/qwen3_key.json" 'cfg["rope_frequency_adjustment_factor"] = 8.0'
+expect_error "$out/qwen3_key.json" "qwen3_key.json:32:5: error: Qwen3Backbone: config key 'rope_frequency_adjustment_factor' is not one kdcc follows"
+hub_edit "$fix/hub_llama3/preset/task.json" "$out/llama3_rope.json" 'cfg["rope_high_freq_factor"] = None'
+expect_error "$out/llama3_rope.json" "llama3_rope.json:28:30: error: Llama3Backbone: 'rope_frequency_adjustment_factor' is set without 'rope_high_freq_factor'"
+hub_edit "$fix/hub_qwen3/preset/task.json" "$out/qwen3_window.json" 'cfg["sliding_window_size"] = 8'
+expect_error "$out/qwen3_window.json" "Qwen3Backbone: a sliding window of 8 steps, shorter than the 16 of the sequence, is not supported" --sequence-length 16
+hub_edit "$fix/hub_llama3/preset/task.json" "$out/llama3_frozen.json" 'cfg["trainable"] = False'
+expect_error "$out/llama3_frozen.json" "llama3_frozen.json:10:18: error: Llama3Backbone: 'trainable' false (a frozen backbone) is not supported"
 mkdir -p "$out/empty_preset"
 expect_error "$out/empty_preset" "it has no config.json"
 if ./kdcc tests/fixtures/keras_ref/gpt/model.keras --lora-rank 4 -o "$out/never" 2>"$out/err.txt" ||
