@@ -74,6 +74,14 @@ static json_t *hp_num(Hub *h, const char *key, double def) {
   return v;
 }
 
+// The backbone's dtype policy's name (--dtype-policy's first), or NULL.
+static const char *policy_name(Hub *h) {
+  json_t *d = json_object_get(h->cfg, "dtype");
+  return opt_dtype_policy ? opt_dtype_policy
+         : json_is_string(d) ? json_string_value(d)
+                             : json_get_str(json_object_get(d, "config"), "name");
+}
+
 // A reference to call `node` of layer `name`'s output, as Keras 3 writes one.
 static json_t *tensor(Hub *h, const char *name, int node) {
   return located(h, json_pack("{s:s, s:{s:[s, i, i]}}", "class_name", "__keras_tensor__",
@@ -518,6 +526,22 @@ static const char *qwen3(Hub *h) { return decoder_lm(h, &qwen3_family); }
 // embedding on query and key, scores by 1/sqrt(head_dim), Gemma 2's
 // soft cap), a GeGLU MLP (ffw_linear(gelu_approximate(ffw_gating(x)) *
 // ffw_gating_2(x))); the logits soft-capped where final_logit_soft_cap says.
+// Gemma 3 (keras_hub/src/models/gemma3/, its text model) is the same
+// pieces: see gemma3_family.
+
+typedef struct {
+  const char *decoder;  // a block's weights-file group
+  int gate_div;         // the MLP's width is intermediate_dim / gate_div
+  bool gemma3;          // Gemma 3's blocks (gemma3_block_kind)
+} GemmaFamily;
+
+static const GemmaFamily gemma_family = {"gemma_decoder_block", 2, false};
+// Gemma3DecoderBlock: gate_dim_reduction 1; each query and key head
+// RMS-normalized before the rotary embedding (use_query_key_norm); blocks
+// local (sliding window, rope 1e4 by local_rope_scaling_factor) or global
+// (rope 1e6 by global_rope_scaling_factor); the attention's projections
+// glorot_uniform (CachedGemma3Attention's default, nothing passes another)
+static const GemmaFamily gemma3_family = {"gemma3_decoder_block", 1, true};
 
 // keras-hub's VarianceScaling(1, "fan_in", "untruncated_normal"): a normal
 // of variance 1 / fan_in, fan_in as Keras counts it for the kernel's shape.
@@ -525,43 +549,63 @@ static json_t *variance_scaling(Hub *h, int64_t fan_in) {
   return normal(h, 1 / sqrt((double)fan_in));
 }
 
-static const char *rms1(Hub *h, const char *name, const char *group, const char *x) {
+// Gemma's RMSNormalization layer `name` (eps: its epsilon) on x.
+static const char *rms1(Hub *h, const char *name, const char *group, const char *x, json_t *eps) {
   layer(h, "RMSNormalization", name, group,
-        json_pack("{s:O, s:b}", "epsilon", hp_num(h, "layer_norm_epsilon", 1e-6),
-                  "kdcc_scale_plus_one", 1), one(h, x), NULL);
+        json_pack("{s:O, s:b}", "epsilon", eps, "kdcc_scale_plus_one", 1), one(h, x), NULL);
   return name;
 }
 
-static const char *gemma_block(Hub *h, int i, const char *x) {
-  const char *p = format("decoder_block_%d", i), *g = nth("gemma_decoder_block", i);
+// Gemma3Backbone's block i: local (`use_sliding_window_attention and i % 6
+// < 5`: five local to one global) or global; its rotary embedding's
+// settings (rope) and sliding window (0: none, or one covering the sequence).
+static int64_t gemma3_block_kind(Hub *h, int i, json_t *rope) {
+  bool local = json_is_true(json_object_get(h->cfg, "use_sliding_window_attention")) && i % 6 < 5;
+  json_object_set_new(rope, "max_wavelength", json_real(local ? 1e4 : 1e6));
+  json_object_set(rope, "scaling_factor", hp_num(h, local ? "local_rope_scaling_factor"
+                                                          : "global_rope_scaling_factor", 1.0));
+  return local ? window_of(h, NULL, "sliding_window_size") : 0;
+}
+
+static const char *gemma_block(Hub *h, const GemmaFamily *f, int i, const char *x) {
+  const char *p = format("decoder_block_%d", i), *g = nth(f->decoder, i);
   h->block = i;
+  json_t *rope = located(h, json_pack("{s:s, s:f}", "kind", "linear", "max_wavelength", 10000.0));
   // Gemma 2: every other block (the even ones) attends within a sliding window
-  int64_t window = i % 2 ? 0 : window_of(h, "use_sliding_window_attention",
-                                         "sliding_window_size");
+  int64_t window = f->gemma3 ? gemma3_block_kind(h, i, rope)
+                   : i % 2   ? 0
+                             : window_of(h, "use_sliding_window_attention", "sliding_window_size");
+  // Gemma 3's blocks are built without the backbone's layer_norm_epsilon
+  // (their norms', and their attention's query/key norms', is 1e-6)
+  json_t *eps = f->gemma3 ? located(h, json_real(1e-6)) : hp_num(h, "layer_norm_epsilon", 1e-6);
+  bool qk_norm = f->gemma3 && !json_is_false(json_object_get(h->cfg, "use_query_key_norm"));
   int64_t nq = hp_val(h, "num_query_heads", 1), nkv = hp_val(h, "num_key_value_heads", 1);
   int64_t hd = hp_val(h, "head_dim", 1), hidden = hp_val(h, "hidden_dim", 1);
   if (nq % nkv)
     error_at(jloc(json_object_get(h->cfg, "num_key_value_heads")), "%s: num_query_heads %lld is "
              "not a multiple of num_key_value_heads %lld", h->cls, (long long)nq, (long long)nkv);
   const char *n1 = rms1(h, format("%s/pre_attention_norm", p), format("%s/pre_attention_norm", g),
-                        x);
+                        x, eps);
   const char *a = format("%s/attention", p), *ag = format("%s/attention", g);
   const char *q = einsum(h, format("%s/query", a), format("%s/query_dense", ag), "btd,ndh->btnh",
                          json_pack("[n, I, I]", (json_int_t)nq, (json_int_t)hd), n1,
-                         variance_scaling(h, hidden * nq));
+                         f->gemma3 ? NULL : variance_scaling(h, hidden * nq));
   const char *k = einsum(h, format("%s/key", a), format("%s/key_dense", ag), "bsd,kdh->bskh",
                          json_pack("[n, I, I]", (json_int_t)nkv, (json_int_t)hd), n1,
-                         variance_scaling(h, hidden * nkv));
+                         f->gemma3 ? NULL : variance_scaling(h, hidden * nkv));
   const char *v = einsum(h, format("%s/value", a), format("%s/value_dense", ag), "bsd,kdh->bskh",
                          json_pack("[n, I, I]", (json_int_t)nkv, (json_int_t)hd), n1,
-                         variance_scaling(h, hidden * nkv));
+                         f->gemma3 ? NULL : variance_scaling(h, hidden * nkv));
+  if (qk_norm) {
+    q = rms1(h, format("%s/query_norm", a), format("%s/query_norm", ag), q, eps);
+    k = rms1(h, format("%s/key_norm", a), format("%s/key_norm", ag), k, eps);
+  }
   // keras-hub 0.32's GemmaDecoderBlock gives its attention
   // query_head_dim_normalize=True whatever the backbone's says: 1/sqrt(head_dim)
   double scale = 1 / sqrt((double)hd);
   json_t *cap = json_object_get(h->cfg, "attention_logit_soft_cap");
-  json_t *core = json_pack("{s:f, s:O, s:{s:s, s:f}, s:b}", "scale", scale, "dropout",
-                           hp_num(h, "dropout", 0), "kdcc_rope", "kind", "linear",
-                           "max_wavelength", 10000.0, "kdcc_padding_mask", 1);
+  json_t *core = json_pack("{s:f, s:O, s:o, s:b}", "scale", scale, "dropout",
+                           hp_num(h, "dropout", 0), "kdcc_rope", rope, "kdcc_padding_mask", 1);
   if (cap && !json_is_null(cap)) json_object_set(core, "logit_soft_cap", cap);
   if (window) json_object_set_new(core, "sliding_window", json_integer(window));
   const char *c = format("%s/core", a);
@@ -570,12 +614,20 @@ static const char *gemma_block(Hub *h, int i, const char *x) {
         json_pack("{s:o}", "attention_mask", tensor(h, "padding_mask", 0)));
   const char *o = einsum(h, format("%s/attention_output", a), format("%s/output_dense", ag),
                          "btnh,nhd->btd", json_pack("[n, I]", (json_int_t)hidden), c,
-                         variance_scaling(h, hd * nq));
+                         f->gemma3 ? NULL : variance_scaling(h, hd * nq));
   if (json_is_true(json_object_get(h->cfg, "use_post_attention_norm")))
-    o = rms1(h, format("%s/post_attention_norm", p), format("%s/post_attention_norm", g), o);
+    o = rms1(h, format("%s/post_attention_norm", p), format("%s/post_attention_norm", g), o,
+             eps);
+  // the block's attention_dropout (keras-hub's Gemma and Gemma 3 alike)
+  if (json_number_value(hp_num(h, "dropout", 0)) > 0) {
+    layer(h, "Dropout", format("%s/attention_dropout", p), NULL,
+          json_pack("{s:O}", "rate", hp_num(h, "dropout", 0)), one(h, o), NULL);
+    o = format("%s/attention_dropout", p);
+  }
   const char *r1 = residual(h, NULL, format("%s/add_attention", p), x, o, NULL); // x + attention
-  const char *n2 = rms1(h, format("%s/pre_ffw_norm", p), format("%s/pre_ffw_norm", g), r1);
-  json_t *half = json_pack("[n, I]", (json_int_t)(hp_val(h, "intermediate_dim", 2) / 2));
+  const char *n2 = rms1(h, format("%s/pre_ffw_norm", p), format("%s/pre_ffw_norm", g), r1, eps);
+  json_t *half = json_pack("[n, I]", (json_int_t)(hp_val(h, "intermediate_dim", f->gate_div) /
+                                                  f->gate_div));
   const char *x1 = einsum(h, format("%s/ffw_gating", p), format("%s/gating_ffw", g),
                           "btd,df->btf", json_deep_copy(half), n2, NULL);
   const char *x2 = einsum(h, format("%s/ffw_gating_2", p), format("%s/gating_ffw_2", g),
@@ -586,14 +638,14 @@ static const char *gemma_block(Hub *h, int i, const char *x) {
         one(h, x1), NULL);
   const char *m = format("%s/ffw_gated", p);
   layer(h, "Multiply", m, NULL, json_object(), two(h, act, x2), NULL);
-  const char *f = einsum(h, format("%s/ffw_linear", p), format("%s/ffw_linear", g), "btf,fd->btd",
+  const char *y = einsum(h, format("%s/ffw_linear", p), format("%s/ffw_linear", g), "btf,fd->btd",
                          json_pack("[n, I]", (json_int_t)hidden), m, NULL);
   if (json_is_true(json_object_get(h->cfg, "use_post_ffw_norm")))
-    f = rms1(h, format("%s/post_ffw_norm", p), format("%s/post_ffw_norm", g), f);
-  return residual(h, NULL, format("%s/add_feedforward", p), f, r1, NULL);
+    y = rms1(h, format("%s/post_ffw_norm", p), format("%s/post_ffw_norm", g), y, eps);
+  return residual(h, NULL, format("%s/add_feedforward", p), y, r1, NULL);
 }
 
-static const char *gemma(Hub *h) {
+static const char *gemma_lm(Hub *h, const GemmaFamily *f) {
   input(h, "padding_mask");
   json_t *ids = input(h, "token_ids");
   json_t *cap = json_object_get(h->cfg, "final_logit_soft_cap");
@@ -615,10 +667,38 @@ static const char *gemma(Hub *h) {
   int post_ffw = json_is_true(json_object_get(h->cfg, "use_post_ffw_norm"));
   int post_att = json_is_true(json_object_get(h->cfg, "use_post_attention_norm"));
   h->top = 1, h->per_block = 11 + post_ffw + post_att, h->attention_output = 6 + post_ffw;
-  for (int i = 0; i < hp_val(h, "num_layers", 1); i++) x = gemma_block(h, i, x);
-  rms1(h, "final_normalization", "rms_normalization", x);
+  for (int i = 0; i < hp_val(h, "num_layers", 1); i++) x = gemma_block(h, f, i, x);
+  rms1(h, "final_normalization", "rms_normalization", x, hp_num(h, "layer_norm_epsilon", 1e-6));
   call_again(h, tok, one(h, "final_normalization"), json_pack("{s:b}", "reverse", 1));
   return "token_embedding";
+}
+
+static const char *gemma(Hub *h) { return gemma_lm(h, &gemma_family); }
+// Gemma3Backbone's settings for what text-only Gemma 3 does not build: each
+// must say it is off (a vision encoder, EmbeddingGemma's bidirectional
+// attention and pooled output are refused where they are set).
+static const char *gemma3(Hub *h) {
+  static const char *const off[] = {"vision_encoder", "use_bidirectional_attention",
+                                    "is_embedding_model"};
+  for (int i = 0; i < 3; i++) {
+    json_t *v = json_object_get(h->cfg, off[i]);
+    if (v && !json_is_null(v) && !json_is_false(v))
+      error_at(jloc_key(h->cfg, off[i]), "%s: '%s' is set: kdcc compiles Gemma 3's text model "
+               "(no vision encoder, causal attention, no pooled output)", h->cls, off[i]);
+  }
+  // Gemma3DecoderBlock clips its float16 sums to +-65504, which kdcc's
+  // float16 policies do not
+  const char *policy = policy_name(h);
+  if (policy && strstr(policy, "float16") && strcmp(policy, "bfloat16") &&
+      strcmp(policy, "mixed_bfloat16"))
+    error_at(json_object_get(h->cfg, "dtype") ? jloc_key(h->cfg, "dtype") : h->at, "%s: dtype "
+             "policy '%s': kdcc does not clip float16 values to +-65504 as Gemma 3's blocks do "
+             "(float32, bfloat16 and mixed_bfloat16 are compiled)", h->cls, policy);
+  if (opt_lora_rank)
+    error_at(h->at, "%s: --lora-rank: kdcc does not yet number Gemma 3's projections as "
+             "keras-hub's save_lora_weights does (its query/key norms come between them)",
+             h->cls);
+  return gemma_lm(h, &gemma3_family);
 }
 
 // ---- the table of backbones and tasks
@@ -647,6 +727,15 @@ static const struct {
    DECODER_KEYS "head_dim query_head_dim_normalize use_post_ffw_norm use_post_attention_norm "
    "final_logit_soft_cap attention_logit_soft_cap sliding_window_size "
    "use_sliding_window_attention"},
+  // (image_size, pooling_intermediate_dim and embedding_dim do nothing in
+  // the text model; query_head_dim_normalize nothing at all: keras-hub's
+  // decoder block gives its attention True, 1/sqrt(head_dim))
+  {"Gemma3Backbone", "Gemma3CausalLM", "gemma3_backbone", gemma3,
+   DECODER_KEYS "head_dim query_head_dim_normalize use_query_key_norm use_post_ffw_norm "
+   "use_post_attention_norm final_logit_soft_cap attention_logit_soft_cap sliding_window_size "
+   "use_sliding_window_attention local_rope_scaling_factor global_rope_scaling_factor "
+   "image_size vision_encoder use_bidirectional_attention is_embedding_model "
+   "pooling_intermediate_dim embedding_dim"},
   {"MistralBackbone", "MistralCausalLM", "mistral_backbone", mistral,
    DECODER_KEYS "rope_max_wavelength rope_scaling_factor sliding_window head_dim"},
   {"QwenBackbone", "QwenCausalLM", "qwen_backbone", qwen,
@@ -698,10 +787,7 @@ static json_t *default_compile(void) {
 // issue 23: the backbone's variables are bfloat16 (its policy, or
 // --dtype-policy's, is "bfloat16").
 static bool bf16_variables(Hub *h) {
-  json_t *d = json_object_get(h->cfg, "dtype");
-  const char *name = opt_dtype_policy ? opt_dtype_policy
-                     : json_is_string(d) ? json_string_value(d)
-                                         : json_get_str(json_object_get(d, "config"), "name");
+  const char *name = policy_name(h);
   return name && !strcmp(name, "bfloat16");
 }
 

@@ -247,6 +247,19 @@ MODELS = {
         head_dim=8, hidden_dim=32, intermediate_dim=64, attention_logit_soft_cap=2.0,
         final_logit_soft_cap=1.0, use_post_attention_norm=True, use_post_ffw_norm=True,
         use_sliding_window_attention=False, dropout=0)),
+    # Gemma 3's text model (Gemma3Backbone, vision_encoder None): one block,
+    # local (use_sliding_window_attention: blocks i % 6 < 5 are; a global one
+    # needs six blocks, over the size a fixture may take): a sliding window of
+    # 4, the local rotary embedding (wavelength 1e4, local_rope_scaling_factor
+    # 2; the global 1e6 and 8 unused), query/key RMS norms, post norms, the
+    # MLP intermediate_dim wide (gate_dim_reduction 1); every norm's scale
+    # random (GEMMA3_NORM_RANGE) so that the norms matter
+    "hub_gemma3": (M.Gemma3CausalLM, M.Gemma3Backbone, dict(
+        vocabulary_size=VOCAB, image_size=16, num_layers=1, num_query_heads=4,
+        num_key_value_heads=2, head_dim=8, hidden_dim=16, intermediate_dim=32,
+        use_post_attention_norm=True, use_post_ffw_norm=True,
+        use_sliding_window_attention=True, sliding_window_size=4,
+        local_rope_scaling_factor=2.0, global_rope_scaling_factor=8.0, dropout=0)),
     # hub_gemma2 with 3 blocks and Gemma 2's sliding window: the even blocks
     # (0 and 2) attend within 4 steps (a query and the 3 before it), block 1
     # to the whole causal prefix
@@ -329,6 +342,9 @@ LLAMA3_QK_STD = 0.5
 # that a query's scale used for a key (or not at all) shows from the first
 # step.
 QWEN3_NORM_RANGE = (0.5, 1.5)
+# hub_gemma3's norm scales (zeros by keras-hub's initializer; the norms
+# multiply by 1 + scale)
+GEMMA3_NORM_RANGE = (-0.5, 0.5)
 
 # GPT-2: Megatron over 'model' (keras-hub writes no layout map for it): q/k/v
 # split on their heads, attention_output and feedforward_output on their
@@ -368,6 +384,10 @@ CASES = {
     "hub_mistral_sw_dp": ("hub_mistral_sw", "dp8"),
     "hub_gemma2_sw": ("hub_gemma2_sw", "layout_map"),
     "hub_gemma2_sw_dp": ("hub_gemma2_sw", "dp8"),
+    # Gemma 3: Gemma's map, key/value heads whole, as hub_gemma2 (Gemma3Backbone
+    # has none)
+    "hub_gemma3": ("hub_gemma3", "layout_map"),
+    "hub_gemma3_dp": ("hub_gemma3", "dp8"),
     # LoRA (issue 24): backbone.enable_lora(LORA_RANK) after model.keras is
     # saved; folders of their own (keras_hub.sh's cases stay LoRA-free)
     "hub_llama_lora": ("hub_llama_lora", "layout_map"),
@@ -471,6 +491,20 @@ NOTES["hub_qwen3"] = {
                     "layer_norm_epsilon: the query/key norms' epsilon is Qwen3Attention's "
                     "default 1e-5 (checked), the other norms' the backbone's 1e-6"}
 NOTES["hub_gemma2_sw"]["layout_map_note"] = NOTES["hub_gemma2"]["layout_map_note"]
+NOTES["hub_gemma3"] = {
+    "layout_map_note": "Gemma3Backbone has no get_layout_map: GemmaBackbone.get_layout_map's "
+                       "(the same variable paths; the query/key norms' scales replicated), "
+                       "split as hub_gemma2's: 2 key/value heads do not split over 'model'",
+    "start_note": "every RMS norm's scale (zeros by keras-hub's initializer; the norm "
+                  "multiplies by 1 + scale) set to "
+                  f"uniform{GEMMA3_NORM_RANGE} draws before saving (numpy default_rng(5), in "
+                  "task.weights order): model.keras and preset/ hold them",
+    "block_note": "one block, local (Gemma3Backbone: use_sliding_window_attention and "
+                  "i % 6 < 5): sliding window 4, RotaryEmbedding(max_wavelength=1e4, "
+                  "scaling_factor=local_rope_scaling_factor 2); the global blocks' "
+                  "(1e6, global_rope_scaling_factor 8) unused here; the block's norms and "
+                  "query/key norms have epsilon 1e-6 (Gemma3Backbone does not pass its "
+                  "layer_norm_epsilon to them: checked)"}
 NOTES["hub_gemma2_mixed"] = NOTES["hub_gemma2_bf16"] = NOTES["hub_gemma2"]
 NOTES["hub_mistral_mixed"] = {"layout_map_note": NOTES["hub_mistral"]["layout_map_note"]}
 NOTES["hub_qwen_mixed"] = NOTES["hub_qwen"]
@@ -523,7 +557,8 @@ def spec_of(case):
     if how == "megatron":
         return mm.model_parallel(GPT2_MEGATRON)
     base = LORA.get(model, model)
-    if base in ("hub_gemma2", "hub_gemma2_sw", "hub_gemma2_mixed", "hub_gemma2_bf16"):
+    if base in ("hub_gemma2", "hub_gemma2_sw", "hub_gemma2_mixed", "hub_gemma2_bf16",
+                "hub_gemma3"):
         return gemma_gqa_map()
     return layout_map_spec(LAYOUT_MAP_OF.get(base, MODELS[base][1]))
 
@@ -556,6 +591,15 @@ def build(model):
         assert len(qk) == 2 * hp["num_layers"], [v.path for v in task.weights]
         for v in qk:
             v.assign(rng.normal(0, LLAMA3_QK_STD, v.shape).astype("float32"))
+    if HALF.get(model, model) == "hub_gemma3":
+        rng = np.random.default_rng(5)
+        scales = [v for v in task.weights if v.path.endswith("/scale")]
+        assert len(scales) == 6 * hp["num_layers"] + 1, [v.path for v in task.weights]
+        for v in scales:
+            v.assign(rng.uniform(*GEMMA3_NORM_RANGE, v.shape).astype("float32"))
+        for lyr in task.backbone.transformer_layers:  # (the epsilon kdcc gives them)
+            att = lyr.attention
+            assert lyr.layer_norm_epsilon == att.query_norm.epsilon == att.key_norm.epsilon == 1e-6
     if HALF.get(model, model) == "hub_qwen3":
         rng = np.random.default_rng(3)
         scales = [v for v in task.weights if v.path.endswith("_dense_layernorm/scale")]
@@ -614,6 +658,11 @@ def window_masked(task, x):
                 and lyr.sliding_window_size < SEQ:
             window, gemma = lyr.sliding_window_size, True
             m = lyr.attention._mask_sliding_window(lyr._compute_attention_mask(h, pad, None, 0))
+        elif kind == "Gemma3DecoderBlock" and lyr.use_sliding_window_attention \
+                and lyr.sliding_window_size < SEQ:
+            window, gemma = lyr.sliding_window_size, True
+            m = lyr.attention._mask_sliding_window(
+                lyr._compute_attention_mask(h, pad, None, None, 0))
         elif kind == "MistralTransformerDecoder" and lyr.sliding_window is not None \
                 and lyr.sliding_window < SEQ:
             window, gemma = lyr.sliding_window, False
