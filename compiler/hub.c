@@ -691,9 +691,10 @@ static const char *gemma3(Hub *h) {
   const char *policy = policy_name(h);
   if (policy && strstr(policy, "float16") && strcmp(policy, "bfloat16") &&
       strcmp(policy, "mixed_bfloat16"))
-    error_at(json_object_get(h->cfg, "dtype") ? jloc_key(h->cfg, "dtype") : h->at, "%s: dtype "
-             "policy '%s': kdcc does not clip float16 values to +-65504 as Gemma 3's blocks do "
-             "(float32, bfloat16 and mixed_bfloat16 are compiled)", h->cls, policy);
+    error_at(opt_dtype_policy || !json_object_get(h->cfg, "dtype") ? h->at
+             : jloc_key(h->cfg, "dtype"), "%s: %s '%s': kdcc does not clip float16 values to "
+             "+-65504 as Gemma 3's blocks do (float32, bfloat16 and mixed_bfloat16 are "
+             "compiled)", h->cls, opt_dtype_policy ? "--dtype-policy" : "dtype policy", policy);
   if (opt_lora_rank)
     error_at(h->at, "%s: --lora-rank: kdcc does not yet number Gemma 3's projections as "
              "keras-hub's save_lora_weights does (its query/key norms come between them)",

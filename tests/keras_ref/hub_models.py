@@ -1,7 +1,7 @@
 """keras-hub CausalLM reference cases (issue 24), for run_ref.py.
 
 Tiny random GPT2CausalLM, LlamaCausalLM, Llama3CausalLM, GemmaCausalLM,
-MistralCausalLM, QwenCausalLM, Qwen3CausalLM and a Gemma 2 (GemmaCausalLM
+Gemma3CausalLM (text only), MistralCausalLM, QwenCausalLM, Qwen3CausalLM and a Gemma 2 (GemmaCausalLM
 with Gemma 2's settings) built from their hyper-parameters (no downloads,
 preprocessor=None), trained in real Keras on JAX with 8 virtual CPU devices
 under DataParallel and under a layout map on a (2,4) mesh: GPT-2 under a
@@ -22,6 +22,8 @@ window_masked). Run by name only:
     python3 tests/keras_ref/run_ref.py --cases hub_llama3 hub_llama3_dp hub_qwen3 \
         hub_qwen3_dp
     python3 tests/keras_ref/hub_models.py --generate --models hub_llama3 hub_qwen3
+    python3 tests/keras_ref/run_ref.py --cases hub_gemma3 hub_gemma3_dp
+    python3 tests/keras_ref/hub_models.py --generate --models hub_gemma3
 
 (hub_llama3 and hub_qwen3 have one block each and 16-wide hidden states:
 each folder about 215 KB.)
@@ -252,11 +254,12 @@ MODELS = {
     # needs six blocks, over the size a fixture may take): a sliding window of
     # 4, the local rotary embedding (wavelength 1e4, local_rope_scaling_factor
     # 2; the global 1e6 and 8 unused), query/key RMS norms, post norms, the
-    # MLP intermediate_dim wide (gate_dim_reduction 1); every norm's scale
+    # MLP intermediate_dim wide (gate_dim_reduction 1: 16, the folder under
+    # 220 KB); every norm's scale
     # random (GEMMA3_NORM_RANGE) so that the norms matter
     "hub_gemma3": (M.Gemma3CausalLM, M.Gemma3Backbone, dict(
         vocabulary_size=VOCAB, image_size=16, num_layers=1, num_query_heads=4,
-        num_key_value_heads=2, head_dim=8, hidden_dim=16, intermediate_dim=32,
+        num_key_value_heads=2, head_dim=8, hidden_dim=16, intermediate_dim=16,
         use_post_attention_norm=True, use_post_ffw_norm=True,
         use_sliding_window_attention=True, sliding_window_size=4,
         local_rope_scaling_factor=2.0, global_rope_scaling_factor=8.0, dropout=0)),
@@ -887,6 +890,41 @@ def float32_losses(case, keras_path, mdir, x, y, R, twin_of=None):
     return losses
 
 
+# hub_gemma3's variants: keras-hub's loss on each batch of the data (16
+# rows, test_on_batch: no step taken) from the case's initial weights
+# (model.keras) under another setting. keras_hub.sh checks "global" (the
+# block global: rotary wavelength 1e6 by global_rope_scaling_factor 8, no
+# window) against kdcc's preset so edited, trained at rate 0; the others say
+# how far the losses move were a part lost (so that the case can fail).
+GEMMA3_VARIANTS = {"as_is": {}, "global": {"use_sliding_window_attention": False},
+                   "no_query_key_norm": {"use_query_key_norm": False},
+                   "no_window": {"sliding_window_size": SEQ}}
+
+
+def gemma3_variants(keras_path, x, y, R):
+    _, backbone_cls, hp = MODELS["hub_gemma3"]
+    start = {v.path: np.array(v) for v in keras.saving.load_model(keras_path).weights}
+    out = {}
+    for name, change in GEMMA3_VARIANTS.items():
+        t = M.Gemma3CausalLM(backbone=backbone_cls(**dict(hp, **change)), preprocessor=None)
+        t.compile(optimizer=keras.optimizers.Adam(LR))
+        for v in t.weights:
+            v.assign(start[v.path])
+        losses = []
+        for s in range(SAMPLES // R.BATCH):
+            sl = slice(s * R.BATCH, (s + 1) * R.BATCH)
+            losses.append(float(t.test_on_batch({k: a[sl] for k, a in x.items()}, y[sl],
+                                                return_dict=True)["loss"]))
+        out[name] = {"config_change": change, "batch_losses": losses}
+    for v in out.values():
+        v["max_relative_change_from_as_is"] = max(
+            abs(a - b) / abs(b) for a, b in zip(v["batch_losses"], out["as_is"]["batch_losses"]))
+    out["note"] = ("keras-hub's loss on each batch of 16 rows (test_on_batch) from model.keras's "
+                   "weights with the backbone's config so changed; keras_hub.sh compiles the "
+                   "preset with 'global''s change and checks kdcc's losses at rate 0")
+    return out
+
+
 def run_case(case, out, R):
     """One of CASES, written under out/<model>/; R is run_ref (its helpers
     and writers), so the JSON is run_case's."""
@@ -966,6 +1004,7 @@ def run_case(case, out, R):
             final = R.layer_weights(wpath)
         lora = lora_report(task, before, final, case, mdir, R) if before else None
         window = window_masked(task, x)
+        variants = gemma3_variants(keras_path, x, y, R) if base == "hub_gemma3" else None
         f32_loss = float32_losses(case, keras_path, mdir, x, y, R) if mixed else None
         mixed_loss = float32_losses(case, keras_path, mdir, x, y, R,
                                     MIXED_OF[HALF[base]]) if bf16 else None
@@ -1083,6 +1122,8 @@ def run_case(case, out, R):
             "case's optimizer in task.json (model.keras's compile_config)")
     if window:
         ref["hub"].update(window)
+    if variants:
+        ref["hub"]["variants"] = variants
     if lora:
         ref["lora"] = lora
         ref["kdcc_args"] += ["--lora-rank", str(LORA_RANK)]
@@ -1141,6 +1182,11 @@ def write_generate(model_name, out):
     keras.backend.clear_session()
     task = keras.saving.load_model(os.path.join(FIXTURES, model_name, "model.keras"))
     task.compile(sampler="greedy")
+    if isinstance(task, M.Gemma3CausalLM):  # its text model's generate_step returns
+        step = task.generate_step            # images etc. None, which generate's
+                                             # output normalizing cannot take: dropped
+        task.generate_step = lambda inputs, stop_token_ids=None: {
+            k: v for k, v in step(inputs, stop_token_ids).items() if v is not None}
     ids, mask = generate_inputs()
     got = task.generate({"token_ids": ids, "padding_mask": mask}, max_length=SEQ,
                          stop_token_ids=None)

@@ -270,6 +270,11 @@ tests/fixtures/keras_hub/ (not keras_ref/) unless --out:
                                                              caps 2.0 and 1.0, post norms) under
                                                              Gemma's map, key/value heads unsplit
     hub_gemma2_dp   hub_gemma2     hub_gemma2_dp.dist.json   DataParallel (8,)
+    hub_gemma3      hub_gemma3     hub_gemma3.dist.json      ModelParallel (2,4)  Gemma3CausalLM (one local
+                                                             block: window 4, query/key norms,
+                                                             random norm scales) under Gemma's
+                                                             map, key/value heads unsplit
+    hub_gemma3_dp   hub_gemma3     hub_gemma3_dp.dist.json   DataParallel (8,)
     hub_llama_lora  hub_llama_lora hub_llama_lora.dist.json  ModelParallel (2,4)  hub_llama with
                                                              backbone.enable_lora(4) (not in
                                                              model.keras: --lora-rank 4), its

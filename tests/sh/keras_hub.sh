@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kdcc against real keras-hub (issue 24): the cases in tests/fixtures/keras_hub/
-# (tests/keras_ref/hub_models.py: tiny GPT-2, Llama, Llama 3, Gemma, Mistral,
-# Qwen and Qwen 3 CausalLMs,
+# (tests/keras_ref/hub_models.py: tiny GPT-2, Llama, Llama 3, Gemma, Gemma 3,
+# Mistral, Qwen and Qwen 3 CausalLMs,
 # keras-hub 0.32 on JAX, 8 virtual devices, DataParallel and their layout maps
 # on (2,4)) are checked as keras_ref.sh checks Keras's: compiled from the task's
 # .keras, trained from its weights, every step's loss and every final weight
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fix=tests/fixtures/keras_hub
 out=build/tests/keras_hub
-CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma hub_mistral hub_qwen hub_gemma2 hub_mistral_sw hub_gemma2_sw hub_llama3 hub_qwen3}
+CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma hub_mistral hub_qwen hub_gemma2 hub_mistral_sw hub_gemma2_sw hub_llama3 hub_qwen3 hub_gemma3}
 LORA=${KERAS_HUB_LORA:-hub_gpt2_lora hub_llama_lora hub_qwen3_lora} # kdcc --lora-rank, keras-hub's enable_lora
 MIXED=${KERAS_HUB_MIXED:-hub_gpt2_mixed hub_llama_mixed hub_gemma_mixed hub_mistral_mixed hub_qwen_mixed} # issue 23
 MIXED_LORA=${KERAS_HUB_MIXED_LORA:-hub_gemma_lora_mixed}
@@ -268,6 +268,66 @@ echo "  Qwen 3 in 3 blocks on (2,4): one loop, the --no-loops history byte for b
 ./kdcc "$out/qwen3_3" --sequence-length 16 --batch-size 8 -w -o "$out/qwen3_3.gen"
 python3 "$out/gen_check.py" "$fix/hub_qwen3/generate" "$out/qwen3_3.gen" self
 
+# Gemma 3's global block (hub_gemma3's one block is local): its preset with
+# use_sliding_window_attention false (rope 1e6 by global_rope_scaling_factor,
+# no window), trained at rate 0, gives keras-hub's losses of that config
+# from the same weights (the case JSON's hub.variants.global; its
+# max_relative_change_from_as_is says how far the local block's are).
+mkdir -p "$out/gemma3_global"
+python3 - "$fix/hub_gemma3/preset" "$out/gemma3_global" <<'EOF'
+import json, shutil, sys
+for f in ("config.json", "task.json"):
+    t = json.load(open(f"{sys.argv[1]}/{f}"))
+    (t["config"]["backbone"] if f == "task.json" else t)["config"]["use_sliding_window_attention"] = False
+    json.dump(t, open(f"{sys.argv[2]}/{f}", "w"), indent=1)
+shutil.copy(f"{sys.argv[1]}/model.weights.h5", sys.argv[2])
+EOF
+d=$fix/hub_gemma3
+for dist in hub_gemma3 hub_gemma3_dp; do
+  ./kdcc "$out/gemma3_global" --distribution "$d/$dist.dist.json" --batch-size 16 \
+    --sequence-length 16 -w -o "$out/$dist.global"
+  mpirun -np 8 --oversubscribe "$out/$dist.global" --x "$d/padding_mask.npy" --x "$d/token_ids.npy" \
+    --y "$d/y.npy" --epochs 1 --batch-size 16 --no-shuffle --lr 0 --history "$out/$dist.global.json" --quiet
+  python3 - "$d/hub_gemma3.json" "$out/$dist.global.json" "$dist" <<'EOF'
+import json, sys
+v = json.load(open(sys.argv[1]))["hub"]["variants"]["global"]
+want, have = v["batch_losses"], json.load(open(sys.argv[2]))["step_loss"]
+assert len(want) == len(have), (want, have)
+worst = max(abs(a - b) / abs(a) for a, b in zip(want, have))
+print(f"  {sys.argv[3]}: Gemma 3's global block: losses within {worst:.2e} of keras-hub's "
+      f"(the local block's {v['max_relative_change_from_as_is']:.2e} away)")
+sys.exit(0 if worst <= 1e-5 else 1)
+EOF
+done
+# Gemma 3 in seven blocks (use_sliding_window_attention: 0-4 and 6 local,
+# 5 global): blocks 0-4 one loop, block 5's rotary frequencies the global
+# ones (1e6, divided by 8), block 6's the local (1e4, by 2); the --no-loops
+# history byte for byte and the decode step against --no-cache.
+mkdir -p "$out/gemma3_7"
+python3 - "$fix/hub_gemma3/preset" "$out/gemma3_7" <<'EOF'
+import json, sys
+for f in ("config.json", "task.json"):
+    t = json.load(open(f"{sys.argv[1]}/{f}"))
+    (t["config"]["backbone"] if f == "task.json" else t)["config"]["num_layers"] = 7
+    json.dump(t, open(f"{sys.argv[2]}/{f}", "w"), indent=1)
+EOF
+for v in loops flat; do
+  flag=(); [ $v = flat ] && flag=(--no-loops)
+  ./kdcc "$out/gemma3_7" --distribution "$fix/hub_gemma3/hub_gemma3.dist.json" --sequence-length 16 \
+    --batch-size 16 -w "${flag[@]}" -o "$out/gemma3_7.$v"
+  mpirun -np 8 --oversubscribe "$out/gemma3_7.$v" --synthetic 32 --epochs 2 --batch-size 16 --quiet \
+    --history "$out/gemma3_7.$v.json"
+done
+p=$out/gemma3_7.loops.kdcc.d/program.c
+grep -q "for (int l = 0; l <= 4; l++)" "$p" &&
+  grep -A4 "rope (decoder_block_5/" "$p" | grep -q "inv_freq = {0.125f, 0.00395284686f" &&
+  grep -A4 "rope (decoder_block_6/" "$p" | grep -q "inv_freq = {0.5f, 0.0500000007f" &&
+  cmp -s "$out/gemma3_7.loops.json" "$out/gemma3_7.flat.json" ||
+  { echo "keras_hub: Gemma 3 in 7 blocks: not one loop of 5, block 5 not global, or not --no-loops's history"; exit 1; }
+echo "  Gemma 3 in 7 blocks on (2,4): 5 local blocks one loop, block 5 global, the --no-loops history byte for byte"
+./kdcc "$out/gemma3_7" --sequence-length 16 --batch-size 8 -w -o "$out/gemma3_7.gen"
+python3 "$out/gen_check.py" "$fix/hub_gemma3/generate" "$out/gemma3_7.gen" self
+
 # What kdcc refuses, with the place and the reason.
 d=$fix/hub_gpt2
 expect_error() { # file, message part[, kdcc options]
@@ -323,6 +383,22 @@ hub_edit "$fix/hub_qwen3/preset/task.json" "$out/qwen3_window.json" 'cfg["slidin
 expect_error "$out/qwen3_window.json" "Qwen3Backbone: a sliding window of 8 steps, shorter than the 16 of the sequence, is not supported" --sequence-length 16
 hub_edit "$fix/hub_llama3/preset/task.json" "$out/llama3_frozen.json" 'cfg["trainable"] = False'
 expect_error "$out/llama3_frozen.json" "llama3_frozen.json:10:18: error: Llama3Backbone: 'trainable' false (a frozen backbone) is not supported"
+# Gemma 3: what its text model does not build (a vision encoder,
+# EmbeddingGemma's bidirectional attention and pooled output), a key kdcc
+# does not follow, float16 (keras-hub's Gemma 3 clips its sums), LoRA
+g3=$fix/hub_gemma3/preset/task.json
+hub_edit "$g3" "$out/gemma3_vision.json" 'cfg["vision_encoder"] = {"class_name": "Gemma3VisionEncoder", "config": {}}'
+expect_error "$out/gemma3_vision.json" "gemma3_vision.json:37:23: error: Gemma3Backbone: 'vision_encoder' is set: kdcc compiles Gemma 3's text model"
+hub_edit "$g3" "$out/gemma3_bidir.json" 'cfg["use_bidirectional_attention"] = True'
+expect_error "$out/gemma3_bidir.json" "gemma3_bidir.json:38:36: error: Gemma3Backbone: 'use_bidirectional_attention' is set"
+hub_edit "$g3" "$out/gemma3_embed.json" 'cfg["is_embedding_model"] = True'
+expect_error "$out/gemma3_embed.json" "gemma3_embed.json:41:27: error: Gemma3Backbone: 'is_embedding_model' is set"
+hub_edit "$g3" "$out/gemma3_key.json" 'cfg["rope_max_wavelength"] = 10000.0'
+expect_error "$out/gemma3_key.json" "gemma3_key.json:44:5: error: Gemma3Backbone: config key 'rope_max_wavelength' is not one kdcc follows"
+hub_edit "$g3" "$out/gemma3_f16.json" 'cfg["dtype"]["config"]["name"] = "float16"'
+expect_error "$out/gemma3_f16.json" "gemma3_f16.json:11:14: error: Gemma3Backbone: dtype policy 'float16': kdcc does not clip float16 values"
+expect_error "$g3" "task.json:8:23: error: Gemma3Backbone: --dtype-policy 'mixed_float16': kdcc does not clip float16 values" --dtype-policy mixed_float16
+expect_error "$g3" "task.json:8:23: error: Gemma3Backbone: --lora-rank: kdcc does not yet number Gemma 3's projections" --lora-rank 4
 mkdir -p "$out/empty_preset"
 expect_error "$out/empty_preset" "it has no config.json"
 if ./kdcc tests/fixtures/keras_ref/gpt/model.keras --lora-rank 4 -o "$out/never" 2>"$out/err.txt" ||
