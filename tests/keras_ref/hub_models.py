@@ -1,16 +1,17 @@
 """keras-hub CausalLM reference cases (issue 24), for run_ref.py.
 
 Tiny random GPT2CausalLM, LlamaCausalLM, Llama3CausalLM, GemmaCausalLM,
-Gemma3CausalLM (text only), MistralCausalLM, QwenCausalLM, Qwen3CausalLM and a Gemma 2 (GemmaCausalLM
-with Gemma 2's settings) built from their hyper-parameters (no downloads,
-preprocessor=None), trained in real Keras on JAX with 8 virtual CPU devices
-under DataParallel and under a layout map on a (2,4) mesh: GPT-2 under a
-Megatron map written here (keras-hub has none for it), Llama, Llama 3,
-Gemma and Qwen under the backbone's own get_layout_map(mesh), whose mesh
-axes are keras-hub's defaults ('batch', 'model'), Mistral and Qwen 3 under
-Llama's (MistralBackbone and Qwen3Backbone have none), Gemma 2 under
-Gemma's with the key/value kernels' head axis not split (its 2 key/value
-heads do not divide over 'model'). hub_mistral_sw and hub_gemma2_sw are
+Gemma3CausalLM (text only), MistralCausalLM, QwenCausalLM, Qwen3CausalLM
+and a Gemma 2 (GemmaCausalLM with Gemma 2's settings) built from their
+hyper-parameters (no downloads, preprocessor=None), trained in real Keras
+on JAX with 8 virtual CPU devices under DataParallel and under a layout
+map on a (2,4) mesh: GPT-2 under a Megatron map written here (keras-hub
+has none for it), Llama, Llama 3, Gemma and Qwen under the backbone's own
+get_layout_map(mesh), whose mesh axes are keras-hub's defaults ('batch',
+'model'), Mistral and Qwen 3 under Llama's (MistralBackbone and
+Qwen3Backbone have none), Gemma 2 and Gemma 3 (Gemma3Backbone has none)
+under Gemma's with the key/value kernels' head axis not split (their 2
+key/value heads do not divide over 'model'). hub_mistral_sw and hub_gemma2_sw are
 hub_mistral and hub_gemma2 with a sliding window of 4 (Gemma 2's on blocks 0
 and 2 of 3), short enough that some padded queries have no key left (see
 window_masked). Run by name only:
