@@ -243,24 +243,41 @@ for c in hub_llama hub_gemma2_sw; do
   python3 "$out/gen_check.py" "$fix/$c/generate" "$out/$c.mixed.gen" self
 done
 
+# preset_edit PRESET DIR KEY VALUE [weights]: DIR is PRESET with its
+# backbone's KEY set to VALUE (JSON), its weights file too if asked
+preset_edit() {
+  mkdir -p "$2"
+  python3 - "$@" <<'EOF'
+import json, shutil, sys
+src, dst, key, value = sys.argv[1:5]
+for f in ("config.json", "task.json"):
+    t = json.load(open(f"{src}/{f}"))
+    (t["config"]["backbone"] if f == "task.json" else t)["config"][key] = json.loads(value)
+    json.dump(t, open(f"{dst}/{f}", "w"), indent=1)
+if sys.argv[5:] == ["weights"]:
+    shutil.copy(f"{src}/model.weights.h5", dst)
+EOF
+}
+# loops_and_flat DIR CASE: DIR compiled for CASE's (2,4) distribution with
+# kdcc's repeated-block functions and with --no-loops, each trained on
+# synthetic data from kdcc's initial weights: $out/<DIR's name>.{loops,flat}
+# and their histories .json
+loops_and_flat() {
+  local name v; name=$(basename "$1")
+  for v in loops flat; do
+    flag=(); [ $v = flat ] && flag=(--no-loops)
+    ./kdcc "$1" --distribution "$fix/$2/$2.dist.json" --sequence-length 16 --batch-size 16 -w \
+      "${flag[@]}" -o "$out/$name.$v"
+    mpirun -np 8 --oversubscribe "$out/$name.$v" --synthetic 32 --epochs 2 --batch-size 16 --quiet \
+      --history "$out/$name.$v.json"
+  done
+}
+
 # Qwen 3 in three blocks (hub_qwen3's preset has one): kdcc's repeated-block
 # function around its query/key norms; no weights (kdcc's initial ones), so
 # the --no-loops history on (2,4) and the decode step against --no-cache.
-mkdir -p "$out/qwen3_3"
-python3 - "$fix/hub_qwen3/preset" "$out/qwen3_3" <<'EOF'
-import json, sys
-for f in ("config.json", "task.json"):
-    t = json.load(open(f"{sys.argv[1]}/{f}"))
-    (t["config"]["backbone"] if f == "task.json" else t)["config"]["num_layers"] = 3
-    json.dump(t, open(f"{sys.argv[2]}/{f}", "w"), indent=1)
-EOF
-for v in loops flat; do
-  flag=(); [ $v = flat ] && flag=(--no-loops)
-  ./kdcc "$out/qwen3_3" --distribution "$fix/hub_qwen3/hub_qwen3.dist.json" --sequence-length 16 \
-    --batch-size 16 -w "${flag[@]}" -o "$out/qwen3_3.$v"
-  mpirun -np 8 --oversubscribe "$out/qwen3_3.$v" --synthetic 32 --epochs 2 --batch-size 16 --quiet \
-    --history "$out/qwen3_3.$v.json"
-done
+preset_edit "$fix/hub_qwen3/preset" "$out/qwen3_3" num_layers 3
+loops_and_flat "$out/qwen3_3" hub_qwen3
 grep -q "for (int l = 0; l <= 2; l++)" "$out/qwen3_3.loops.kdcc.d/program.c" &&
   cmp -s "$out/qwen3_3.loops.json" "$out/qwen3_3.flat.json" ||
   { echo "keras_hub: Qwen 3 in 3 blocks: not one loop, or not --no-loops's history"; exit 1; }
@@ -273,15 +290,7 @@ python3 "$out/gen_check.py" "$fix/hub_qwen3/generate" "$out/qwen3_3.gen" self
 # no window), trained at rate 0, gives keras-hub's losses of that config
 # from the same weights (the case JSON's hub.variants.global; its
 # max_relative_change_from_as_is says how far the local block's are).
-mkdir -p "$out/gemma3_global"
-python3 - "$fix/hub_gemma3/preset" "$out/gemma3_global" <<'EOF'
-import json, shutil, sys
-for f in ("config.json", "task.json"):
-    t = json.load(open(f"{sys.argv[1]}/{f}"))
-    (t["config"]["backbone"] if f == "task.json" else t)["config"]["use_sliding_window_attention"] = False
-    json.dump(t, open(f"{sys.argv[2]}/{f}", "w"), indent=1)
-shutil.copy(f"{sys.argv[1]}/model.weights.h5", sys.argv[2])
-EOF
+preset_edit "$fix/hub_gemma3/preset" "$out/gemma3_global" use_sliding_window_attention false weights
 d=$fix/hub_gemma3
 for dist in hub_gemma3 hub_gemma3_dp; do
   ./kdcc "$out/gemma3_global" --distribution "$d/$dist.dist.json" --batch-size 16 \
@@ -303,21 +312,8 @@ done
 # 5 global): blocks 0-4 one loop, block 5's rotary frequencies the global
 # ones (1e6, divided by 8), block 6's the local (1e4, by 2); the --no-loops
 # history byte for byte and the decode step against --no-cache.
-mkdir -p "$out/gemma3_7"
-python3 - "$fix/hub_gemma3/preset" "$out/gemma3_7" <<'EOF'
-import json, sys
-for f in ("config.json", "task.json"):
-    t = json.load(open(f"{sys.argv[1]}/{f}"))
-    (t["config"]["backbone"] if f == "task.json" else t)["config"]["num_layers"] = 7
-    json.dump(t, open(f"{sys.argv[2]}/{f}", "w"), indent=1)
-EOF
-for v in loops flat; do
-  flag=(); [ $v = flat ] && flag=(--no-loops)
-  ./kdcc "$out/gemma3_7" --distribution "$fix/hub_gemma3/hub_gemma3.dist.json" --sequence-length 16 \
-    --batch-size 16 -w "${flag[@]}" -o "$out/gemma3_7.$v"
-  mpirun -np 8 --oversubscribe "$out/gemma3_7.$v" --synthetic 32 --epochs 2 --batch-size 16 --quiet \
-    --history "$out/gemma3_7.$v.json"
-done
+preset_edit "$fix/hub_gemma3/preset" "$out/gemma3_7" num_layers 7
+loops_and_flat "$out/gemma3_7" hub_gemma3
 p=$out/gemma3_7.loops.kdcc.d/program.c
 grep -q "for (int l = 0; l <= 4; l++)" "$p" &&
   grep -A4 "rope (decoder_block_5/" "$p" | grep -q "inv_freq = {0.125f, 0.00395284686f" &&
