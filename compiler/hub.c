@@ -571,7 +571,8 @@ static const char *gemma_block(Hub *h, const GemmaFamily *f, int i, const char *
   const char *p = format("decoder_block_%d", i), *g = nth(f->decoder, i);
   h->block = i;
   json_t *rope = located(h, json_pack("{s:s, s:f}", "kind", "linear", "max_wavelength", 10000.0));
-  // Gemma 2: every other block (the even ones) attends within a sliding window
+  // Gemma 2: every other block (the even ones) attends within a sliding
+  // window; Gemma 3: its local blocks
   int64_t window = f->gemma3 ? gemma3_block_kind(h, i, rope)
                    : i % 2   ? 0
                              : window_of(h, "use_sliding_window_attention", "sliding_window_size");
