@@ -796,6 +796,8 @@ static bool bf16_variables(Hub *h) {
 json_t *hub_expand(json_t *root, bool preset, const char **scope) {
   const char *cls = registered(root);
   json_t *cfg = json_object_get(root, "config"), *bb = NULL;
+  if (!json_is_object(cfg)) // (the errors below point into it)
+    error_at(jloc_key(root, "config"), "%s: expected its 'config' object", cls);
   int k = -1;
   for (int i = 0; i < (int)(sizeof models / sizeof *models); i++) {
     if (!strcmp(cls, models[i].task)) {
