@@ -644,6 +644,12 @@ static void gather_grad(Graph *g, Node *n, const bool *need) {
 static void gather_emit(const Node *n, Lowering *lw) {
   const Node *t = n->in[0];
   Shape ts = lshape(t);
+  if (t->dtype == DT_U16) { // issue 23: a table kept in 16 bits (store16.c's var16)
+    lower_call(lw, KN_gather16, NULL, "%s, %s, %s, %s, %s, %lld, %lld, %s", round_c(t->rnd.kind),
+               buf(n), buf(t), buf(n->in[1]), elems_c(n->in[1]), (long long)ts.d[0],
+               (long long)ts.d[1], block_start(t, 0));
+    return;
+  }
   lower_call(lw, KN_gather, NULL, "%s, %s, %s, %s, %lld, %lld, %s", buf(n), buf(t),
              buf(n->in[1]), elems_c(n->in[1]), (long long)ts.d[0], (long long)ts.d[1],
              block_start(t, 0));

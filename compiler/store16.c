@@ -434,9 +434,11 @@ static void read16(Graph *g) {
 //   - a 16-bit product or convolution reads the 16 bits (KDRT_OPND_16; a
 //     product no longer rounds them, dot.rounds: they are the type's);
 //   - a ROUND of it is an UNPACK16 (the value is the type's already), a
-//     ROUND written in 16 bits for convolutions is gone, its readers
-//     reading the variable;
+//     ROUND written in 16 bits for convolutions, or one only lookups read,
+//     is gone, its readers reading the variable;
 //   - an ASSIGN over it (a constraint's) packs its operand (exact too);
+//   - a GATHER from it (an embedding's lookup) reads the rows it looks up
+//     from their 16 bits (kdrt_gather16): the table is not made float32;
 //   - every other reader reads an UNPACK16, a float32 copy made right
 //     before it (one for a run of readers next to each other, as the saved
 //     values', pack_saved), and a view of it the same view of the copy.
@@ -464,6 +466,13 @@ static void var16(Graph *g) {
   Node **alias = xcalloc((size_t)n + 1, sizeof *alias); // a 16-bit ROUND's readers read this
   Node **unpack = xcalloc((size_t)n + 1, sizeof *unpack); // by base: its run's UNPACK16
   int *last = xcalloc((size_t)n + 1, sizeof *last);
+  int *readers = xcalloc((size_t)n + 1, sizeof *readers), *gathers = xcalloc((size_t)n + 1, sizeof *gathers);
+  bool *kept = kept_values(g, n);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) {
+      readers[g->nodes[i]->in[k]->id]++;
+      gathers[g->nodes[i]->in[k]->id] += g->nodes[i]->op == OP_GATHER && k == 0;
+    }
   Node **order = xcalloc((size_t)cap, sizeof *order);
   for (int i = 0; i < n; i++) {
     Node *x = g->nodes[i];
@@ -474,8 +483,9 @@ static void var16(Graph *g) {
     for (int k = 0; k < x->nin; k++)
       if (alias[x->in[k]->id]) x->in[k] = alias[x->in[k]->id];
     if (x->op == OP_RESHAPE && is16(base(x))) continue; // (its readers read the copy's view)
-    if (x->op == OP_ROUND && is16(x->in[0]) && x->dtype == DT_U16) { // read by convolutions
-      alias[x->id] = x->in[0];
+    if (x->op == OP_ROUND && is16(x->in[0]) && !kept[x->id] &&
+        (x->dtype == DT_U16 || (readers[x->id] && gathers[x->id] == readers[x->id]))) {
+      alias[x->id] = x->in[0]; // read by convolutions, or looked up: they read the variable
       continue;
     }
     if (x->op == OP_ROUND && is16(x->in[0])) {
@@ -486,7 +496,7 @@ static void var16(Graph *g) {
     for (int k = 0; k < x->nin; k++) {
       Node *a = x->in[k], *b = base(a);
       if (!is16(b)) continue;
-      if (a == b && ((x->op == OP_UPDATE && k == 0) || (x->op == OP_ASSIGN && k == 0) ||
+      if (a == b && (((x->op == OP_UPDATE || x->op == OP_ASSIGN || x->op == OP_GATHER) && k == 0) ||
                      x->op == OP_UNPACK16))
         continue;
       if (a == b && k < 2 && ((x->op == OP_DOT && x->dot.half) || (conv && x->win.half))) {
@@ -513,7 +523,7 @@ static void var16(Graph *g) {
   g->nodes = order;
   g->nnodes = m;
   g->cap = cap;
-  xfree(alias), xfree(unpack), xfree(last);
+  xfree(alias), xfree(unpack), xfree(last), xfree(readers), xfree(gathers), xfree(kept);
 }
 
 void store16(Graph *g) {
