@@ -3,7 +3,9 @@
 // - The parameter blob: every variable's local shard, in variable order;
 //   an update group's (below) shards form one run, followed by one run for
 //   each optimizer slot (same local shapes, same order); a variable in no
-//   group is followed by its own slots.
+//   group is followed by its own slots. Issue 23: a variable kept in 16
+//   bits (store16.c's var16) and each of its slots take half the floats
+//   (var_floats).
 // - The gradient blob: every variable's final gradient (in the variable's
 //   placement, after its reduction), where the update reads it. A gradient
 //   that is an all-reduced partial sum is reduced in place there; one that

@@ -38,7 +38,8 @@
 //     first): its float32 buffer would be alive there anyway;
 //   - gradients, variables, optimizer state, and collectives' results (a
 //     split saved value gathered in 16 bits, move16 below, is stored as any
-//     other).
+//     other). (A bfloat16 or float16 policy's variables and slots are kept
+//     in 16 bits by var16, below.)
 // Then elementwise ops over an operand that dies with them write in place
 // (in_place, below): an op and its ROUND take one buffer, not two.
 //
@@ -452,7 +453,7 @@ static bool is16(const Node *x) {
 
 static void var16(Graph *g) {
   const char *env = getenv("KDCC_VAR16");
-  if (!env || strcmp(env, "1")) return; // TODO default
+  if (env && !strcmp(env, "0")) return;
   bool any = false;
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];

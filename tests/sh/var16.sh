@@ -11,9 +11,11 @@
 #     bits), the GPT (embeddings, layer norms, attention), the float16 MLP
 #     and batch-norm CNN, Adamax with its regularizers and constraints
 #     (clipvalue, MaxNorm over a split dim, NonNeg, MinMaxNorm), RMSprop
-#     with clipnorm, Nadam with global_clipnorm: each on its ModelParallel
-#     mesh and DataParallel over 8, from Keras's initial weights (so the
-#     load of a bfloat16 file into 16 bits too); each 16-bit program
+#     with clipnorm, Nadam with global_clipnorm, and keras-hub's GPT-2 and
+#     Gemma with LoRA (its bfloat16 kernels frozen, A and B float32) in
+#     bfloat16: each on its ModelParallel mesh (a layout map) and
+#     DataParallel over 8, from Keras's initial weights (so the load of a
+#     bfloat16 file into 16 bits too); each 16-bit program
 #     really keeps them so (its parameter blob's #defines say "16 bits"),
 #     the float32-buffer one does not;
 #  2. a checkpoint round trip: Adam (two slots) stopped mid-epoch and
@@ -30,22 +32,34 @@ cd "$(dirname "$0")/../.."
 begin var16.sh
 F=tests/fixtures/keras_ref
 
-# case json: devices batch epochs, then the data arguments, one a line
+# case json: "devices batch epochs", kdcc's extra arguments (a keras-hub
+# case's sequence length, LoRA rank), then the program's data arguments
+# (and LoRA's initial A and B), one a line
 case_args() {
   python3 - "$1" "$(dirname "$1")" <<'EOF'
 import json, os, sys
 r = json.load(open(sys.argv[1]))
 print(r["devices"], r["batch_size"], r["epochs"])
+hub, lora = r.get("hub", {}).get("sequence_length", 0), r.get("lora", {}).get("rank", 0)
+print(" ".join((["--sequence-length", str(hub)] if hub else []) +
+               (["--lora-rank", str(lora)] if lora else [])))
 for flag, key, one in (("--x", "x_files", "x.npy"), ("--y", "y_files", "y.npy")):
     for f in r.get(key, [one]):
         print(flag)
         print(os.path.join(sys.argv[2], f))
+if lora:
+    print("--lora-weights")
+    print(os.path.join(sys.argv[2], "initial.lora.h5"))
 EOF
 }
 
-build() { # build NAME VAR16 MODEL DIST BATCH: $T/NAME, checked to keep (or not) 16-bit variables
-  local p=$1 on=$2
-  if ! KDCC_VAR16=$on ./kdcc "$3" --distribution "$4" --batch-size "$5" -w -o "$T/$p" >"$T/out" 2>&1; then
+# build NAME VAR16 MODEL DIST BATCH [kdcc arguments]: $T/NAME, checked to
+# keep (or not) 16-bit variables
+build() {
+  local p=$1 on=$2 model=$3 dist=$4 batch=$5
+  shift 5
+  if ! KDCC_VAR16=$on ./kdcc "$model" --distribution "$dist" --batch-size "$batch" "$@" -w \
+    -o "$T/$p" >"$T/out" 2>&1; then
     fail "$name: kdcc (KDCC_VAR16=$on) failed"
     sed 's/^/    | /' "$T/out" >&2
     return 1
@@ -57,16 +71,19 @@ build() { # build NAME VAR16 MODEL DIST BATCH: $T/NAME, checked to keep (or not)
 }
 
 # ---- 1. bit for bit
-for c in bf16_mlp bf16_adam_mlp bf16_bn_cnn bf16_gpt f16_mlp f16_bn_cnn bf16_adamax_reg \
-         bf16_rmsprop_mlp bf16_nadam_mlp; do
-  for m in "$c" "${c}_dp"; do
+H=tests/fixtures/keras_hub
+for c in $F/bf16_mlp $F/bf16_adam_mlp $F/bf16_bn_cnn $F/bf16_gpt $F/f16_mlp $F/f16_bn_cnn \
+         $F/bf16_adamax_reg $F/bf16_rmsprop_mlp $F/bf16_nadam_mlp $H/hub_gpt2_bf16 \
+         $H/hub_gemma_lora_bf16; do
+  for m in "$(basename "$c")" "$(basename "$c")_dp"; do
     name=$m
-    mapfile -t a < <(case_args "$F/$c/$m.json")
+    mapfile -t a < <(case_args "$c/$m.json")
     read -r devices batch epochs <<<"${a[0]}"
-    build new 1 "$F/$c/model.keras" "$F/$c/$m.dist.json" "$batch" || continue
-    build old 0 "$F/$c/model.keras" "$F/$c/$m.dist.json" "$batch" || continue
-    same_numbers "$m" "$devices" "${a[@]:1}" --epochs "$epochs" --batch-size "$batch" \
-      --no-shuffle --weights "$F/$c/model.keras"
+    read -r -a extra <<<"${a[1]}"
+    build new 1 "$c/model.keras" "$c/$m.dist.json" "$batch" "${extra[@]}" || continue
+    build old 0 "$c/model.keras" "$c/$m.dist.json" "$batch" "${extra[@]}" || continue
+    same_numbers "$m" "$devices" "${a[@]:2}" --epochs "$epochs" --batch-size "$batch" \
+      --no-shuffle --weights "$c/model.keras"
   done
 done
 
@@ -75,7 +92,7 @@ c=bf16_adam_mlp
 name="$c checkpoint"
 mapfile -t a < <(case_args "$F/$c/$c.json")
 read -r devices batch epochs <<<"${a[0]}"
-RUN=("${a[@]:1}" --epochs "$epochs" --batch-size "$batch" --no-shuffle --weights "$F/$c/model.keras"
+RUN=("${a[@]:2}" --epochs "$epochs" --batch-size "$batch" --no-shuffle --weights "$F/$c/model.keras"
      --quiet)
 build new 1 "$F/$c/model.keras" "$F/$c/$c.dist.json" "$batch" &&
   build old 0 "$F/$c/model.keras" "$F/$c/$c.dist.json" "$batch" &&
@@ -90,16 +107,7 @@ for from in new old; do
     --history "$T/resumed.json" --save-weights "$T/resumed.weights.h5" >"$T/out" 2>&1 ||
     fail "$name: resume from the $from program's checkpoint"
   if cmp -s "$T/straight.json" "$T/resumed.json" &&
-    python3 - "$T/straight.weights.h5" "$T/resumed.weights.h5" <<'EOF'
-import sys
-sys.path.insert(0, "tests/keras_ref")
-import h5lite, struct
-a, b = (h5lite.datasets(p) for p in sys.argv[1:3])
-bits = lambda v: [struct.pack("<f", x) for x in v]
-sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and bits(a[k][1]) == bits(b[k][1])
-                                           for k in a)))
-EOF
-  then
+    same_weights "$T/straight.weights.h5" "$T/resumed.weights.h5"; then
     echo "  ok: $name: resumed from the $from program's ckpt-3 (step 3 of 8), history and weights bit for bit"
   else
     fail "$name: resumed from the $from program's checkpoint, a number changed"
