@@ -91,8 +91,8 @@ static void emit_init(Graph *g) {
     }
     out("  %sP + %s, &(const kdrt_layout)%s, %s, %.17g, %.17g, %s, %s, "
         "0x%016llxull); // %s\n",
-        init_fill(v), off_name(v->param), layout_init(v->param), init_name[v->init], v->fan_in, v->fan_out,
-        flt(v->p0), flt(v->p1), (unsigned long long)hash_str(v->path), v->path);
+        init_fill(v), off_name(v->param), layout_init(v->param), init_name[v->init], v->fan_in,
+        v->fan_out, flt(v->p0), flt(v->p1), (unsigned long long)hash_str(v->path), v->path);
     out("%s", slot_init(v, format("&(const kdrt_layout)%s", layout_init(v->param))));
   }
   out("}\n");

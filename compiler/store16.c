@@ -467,7 +467,8 @@ static void var16(Graph *g) {
   Node **alias = xcalloc((size_t)n + 1, sizeof *alias); // a 16-bit ROUND's readers read this
   Node **unpack = xcalloc((size_t)n + 1, sizeof *unpack); // by base: its run's UNPACK16
   int *last = xcalloc((size_t)n + 1, sizeof *last);
-  int *readers = xcalloc((size_t)n + 1, sizeof *readers), *gathers = xcalloc((size_t)n + 1, sizeof *gathers);
+  int *readers = xcalloc((size_t)n + 1, sizeof *readers);
+  int *gathers = xcalloc((size_t)n + 1, sizeof *gathers); // of those, lookups in it
   bool *kept = kept_values(g, n);
   for (int i = 0; i < n; i++)
     for (int k = 0; k < g->nodes[i]->nin; k++) {
@@ -483,7 +484,8 @@ static void var16(Graph *g) {
     }
     for (int k = 0; k < x->nin; k++)
       if (alias[x->in[k]->id]) x->in[k] = alias[x->in[k]->id];
-    if (x->op == OP_RESHAPE && is16(base(x))) continue; // (its readers read the copy's view)
+    if (x->op == OP_RESHAPE && is16(base(x)) && !kept[x->id])
+      continue; // (its readers read the copy's view)
     if (x->op == OP_ROUND && is16(x->in[0]) && !kept[x->id] &&
         (x->dtype == DT_U16 || (readers[x->id] && gathers[x->id] == readers[x->id]))) {
       alias[x->id] = x->in[0]; // read by convolutions, or looked up: they read the variable
@@ -497,9 +499,8 @@ static void var16(Graph *g) {
     for (int k = 0; k < x->nin; k++) {
       Node *a = x->in[k], *b = base(a);
       if (!is16(b)) continue;
-      if (a == b && (((x->op == OP_UPDATE || x->op == OP_ASSIGN || x->op == OP_GATHER) && k == 0) ||
-                     x->op == OP_UNPACK16))
-        continue;
+      bool at0 = x->op == OP_UPDATE || x->op == OP_ASSIGN || x->op == OP_GATHER;
+      if (a == b && ((at0 && k == 0) || x->op == OP_UNPACK16)) continue;
       if (a == b && k < 2 && ((x->op == OP_DOT && x->dot.half) || (conv && x->win.half))) {
         if (x->op == OP_DOT) x->dot.rounds &= (uint8_t)~(1 << k);
         continue;

@@ -199,7 +199,8 @@ enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINAR
 // 23: a variable of the bfloat16 or float16 policy, in a float32 buffer
 // holding its type's values)
 enum { KDRT_F32, KDRT_I32, KDRT_BF16, KDRT_F16 };
-// issue 23: KDRT_BF16 (KDRT_F16) | KDRT_IN16: a variable kept in its 16 bits (kdrt.h's kdrt_var_half)
+// issue 23: KDRT_BF16 (KDRT_F16) | KDRT_IN16: a variable kept in its 16 bits
+// (kdrt.h's kdrt_var_half)
 #define KDRT_IN16 0x10
 
 // ---- matrix operands: as stored, or transposed
