@@ -21,7 +21,8 @@
 #  2. a checkpoint round trip: Adam (two slots) stopped mid-epoch and
 #     resumed gives the uninterrupted run's history and weights, bit for
 #     bit, from the 16-bit program's own checkpoint and from the float32
-#     one's (the format keeps float32 values either way);
+#     one's (the format keeps float32 values either way); EarlyStopping's
+#     restore_best_weights the same bits as the float32 buffers';
 #  3. --report=json: parameters and optimizer state exactly half the
 #     float32 buffers' (the MLP's), gradients the same; the programs (C and
 #     CUDA) of models with float32 variables (mixed_bfloat16's MLP, the
@@ -114,6 +115,13 @@ for from in new old; do
     diff "$T/straight.json" "$T/resumed.json" | head -5
   fi
 done
+
+# EarlyStopping's restore_best_weights: the best epoch's weights kept and put
+# back (callbacks.c's snapshot of the 16 bits); at learning rate 0.5 the run
+# stops after epoch 2 and restores epoch 1's
+same_numbers "$c restore_best_weights" "$devices" "${a[@]:2}" --epochs 8 --batch-size "$batch" \
+  --no-shuffle --weights "$F/$c/model.keras" --lr 0.5 --early-stopping 1 --monitor loss \
+  --restore-best-weights
 
 # ---- 3. the report's bytes; a float32 model's program
 name="report"
