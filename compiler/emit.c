@@ -165,10 +165,12 @@ void emit_preamble(const char *what) {
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
     if (!blob_define(v, 'P')) continue;
-    out("#define %-32s %8lld // %s%s, %d slot%s%s%s\n", off_name(v->param), (long long)v->offset,
+    out("#define %-32s %8lld // %s%s, %d slot%s%s%s%s\n", off_name(v->param), (long long)v->offset,
         var_path(v), describe(v->param), v->nslots, v->nslots == 1 ? "" : "s",
         v->frozen ? ", frozen (trainable false)" : "",
-        v->ugroup ? format(", update group %d", v->ugroup) : "");
+        v->ugroup ? format(", update group %d", v->ugroup) : "",
+        v->param->dtype != DT_U16 ? "" // issue 23: kept in 16 bits (store16.c's var16)
+        : v->vdt == KDRT_ROUND_F16 ? ", in float16's 16 bits" : ", in bfloat16's 16 bits");
   }
   for (int i = 0; i < g->nugroups; i++) { // issue 25: one optimizer call updates each
     const UpdGroup *ug = &g->ugroups[i];
@@ -865,7 +867,7 @@ static char *var_entry(const Var *v, const VarBlock *vb) {
   char *goff = !v->grad ? "SIZE_MAX"
                : vb       ? format("%s + (l) * BLOCK%d_G", off_name(v->grad), vb->id)
                           : off_name(v->grad);
-  return format("{%s, %s, \"%s\", %d, %s,%s%s, %lld, %d, %s, %lld, %s, %s, %s, %s}", name[0],
+  return format("{%s, %s, \"%s\", %d, %s,%s%s, %lld, %d, %s, %lld, %s, %s, %s, %s%s}", name[0],
                 name[1], v->layer_class, v->index, layout_init(v->param),
                 vb ? " \\\n   " : "\n   ", off,
                 (long long)v->sstride, v->nslots, goff,
@@ -873,7 +875,8 @@ static char *var_entry(const Var *v, const VarBlock *vb) {
                 v->file_dtype == KDRT_I32    ? "KDRT_I32" // issue 25: its file's type
                 : v->file_dtype == KDRT_BF16 ? "KDRT_BF16"
                 : v->file_dtype == KDRT_F16  ? "KDRT_F16"
-                                             : "KDRT_F32");
+                                             : "KDRT_F32",
+                v->param->dtype == DT_U16 ? " | KDRT_IN16" : ""); // issue 23: kept in 16 bits
 }
 
 // issue 23: the KDRT_ROUND_* name an output is rounded to as predict writes
@@ -1003,13 +1006,20 @@ void emit_program_tables(void) {
   }
 }
 
+// The call that gives variable v its first value, up to its buffer: issue
+// 23's kdrt_init_fill16 for one kept in 16 bits (store16.c's var16).
+const char *init_fill(const Var *v) {
+  if (v->param->dtype != DT_U16) return "kdrt_init_fill(c, ";
+  return format("kdrt_init_fill16(c, %s, ", round_c(v->vdt));
+}
+
 // The line of init() that gives variable v's optimizer slots a first value
 // other than 0 (Adagrad's accumulator), its layout l; or "".
 char *slot_init(const Var *v, const char *l) {
   const Optimizer *o = &EG->model->opt;
   if (o->kind != OPT_ADAGRAD || !v->nslots || o->initial_accumulator_value == 0) return "";
-  return format("  kdrt_init_fill(c, P + %s + %lld, %s, KDRT_INIT_CONSTANT, 0, 0, %s, 0, 0); "
-                "// %s's accumulator\n", off_name(v->param),
+  return format("  %sP + %s + %lld, %s, KDRT_INIT_CONSTANT, 0, 0, %s, 0, 0); "
+                "// %s's accumulator\n", init_fill(v), off_name(v->param),
                 (long long)v->sstride, l, accum_init(v), v->path);
 }
 

@@ -77,21 +77,22 @@ static void emit_init(Graph *g) {
       out("    const kdrt_var *v = vars + %d + l * %d;\n", vb->first, vb->nv);
       for (int j = 0; j < vb->nv; j++) {
         const Var *w = g->vars[vb->first + j];
-        out("    kdrt_init_fill(c, P + v[%d].offset, &v[%d].layout, %s, %.17g, %.17g, %s, %s, "
-            "path_seed(v[%d].path)); // %s\n", j, j, init_name[w->init], w->fan_in, w->fan_out,
+        out("    %sP + v[%d].offset, &v[%d].layout, %s, %.17g, %.17g, %s, %s, "
+            "path_seed(v[%d].path)); // %s\n", init_fill(w), j, j, init_name[w->init], w->fan_in,
+            w->fan_out,
             flt(w->p0), flt(w->p1), j, vb->gen[j]);
         if (*slot_init(w, "")) // Adagrad's accumulator
-          out("    kdrt_init_fill(c, P + v[%d].offset + v[%d].stride, &v[%d].layout, "
-              "KDRT_INIT_CONSTANT, 0, 0, %s, 0, 0);\n", j, j, j,
+          out("    %sP + v[%d].offset + v[%d].stride, &v[%d].layout, "
+              "KDRT_INIT_CONSTANT, 0, 0, %s, 0, 0);\n", init_fill(w), j, j, j,
               accum_init(w));
       }
       out("  }\n");
       continue;
     }
-    out("  kdrt_init_fill(c, P + %s, &(const kdrt_layout)%s, %s, %.17g, %.17g, %s, %s, "
+    out("  %sP + %s, &(const kdrt_layout)%s, %s, %.17g, %.17g, %s, %s, "
         "0x%016llxull); // %s\n",
-        off_name(v->param), layout_init(v->param), init_name[v->init], v->fan_in, v->fan_out,
-        flt(v->p0), flt(v->p1), (unsigned long long)hash_str(v->path), v->path);
+        init_fill(v), off_name(v->param), layout_init(v->param), init_name[v->init], v->fan_in,
+        v->fan_out, flt(v->p0), flt(v->p1), (unsigned long long)hash_str(v->path), v->path);
     out("%s", slot_init(v, format("&(const kdrt_layout)%s", layout_init(v->param))));
   }
   out("}\n");

@@ -163,7 +163,7 @@ void emit_cuda(Graph *g, FILE *f, const char *arch, const char *precision) {
   for (int i = 0; i < g->nvars; i++) {
     const Var *v = g->vars[i];
     out("  {\n    static const kdrt_layout l = %s; // %s\n", layout_init(v->param), v->path);
-    out("    kdrt_init_fill(c, P + %s, &l, %s, %.17g, %.17g, %s, %s, 0x%016llxull);\n",
+    out("    %sP + %s, &l, %s, %.17g, %.17g, %s, %s, 0x%016llxull);\n", init_fill(v),
         off_name(v->param), init_name[v->init], v->fan_in, v->fan_out, flt(v->p0), flt(v->p1),
         (unsigned long long)hash_str(v->path));
     out("%s  }\n", slot_init(v, "&l"));

@@ -1103,6 +1103,7 @@ void emit_program_fields(const char *lhs, const char *end);
 bool vars_in_macro(const VarBlock *vb);
 // init()'s line for v's optimizer slots when they start other than 0, or "".
 char *slot_init(const Var *v, const char *layout);
+const char *init_fill(const Var *v); // issue 23: "kdrt_init_fill(c, " or its 16-bit form
 char *accum_init(const Var *v);
 const char *round_c(int kind); // issue 23 (ops.c): a 16-bit type's KDRT_ROUND_* name
 

@@ -196,9 +196,9 @@ const Node *view_base(const Node *n) {
 char *buf(const Node *n) {
   n = view_base(n);
   char *b = EG->nblocks ? block_spelling(n, false) : NULL;
-  if (b) return b;
+  if (b) return n->region == REGION_PARAM && n->dtype == DT_U16 ? typed(n, b) : b; // (issue 23)
   switch (n->region) {
-  case REGION_PARAM: return format("(P + %s)", off_name(n));
+  case REGION_PARAM: return typed(n, format("P + %s", off_name(n)));
   case REGION_GRAD: return format("(G + %s)", off_name(n));
   case REGION_ARENA: return typed(n, format("A + %s", off_name(n)));
   case REGION_INPUT:

@@ -3,7 +3,9 @@
 // - The parameter blob: every variable's local shard, in variable order;
 //   an update group's (below) shards form one run, followed by one run for
 //   each optimizer slot (same local shapes, same order); a variable in no
-//   group is followed by its own slots.
+//   group is followed by its own slots. Issue 23: a variable kept in 16
+//   bits (store16.c's var16) and each of its slots take half the floats
+//   (var_floats).
 // - The gradient blob: every variable's final gradient (in the variable's
 //   placement, after its reduction), where the update reads it. A gradient
 //   that is an all-reduced partial sum is reduced in place there; one that
@@ -316,6 +318,20 @@ void group_updates(Graph *g) {
   xfree(upd), xfree(part), xfree(drop), xfree(span);
 }
 
+// issue 23: the floats of variable v's region in the parameter blob (and
+// of each slot's) and in the gradient blob. A variable kept in 16 bits
+// (store16.c's var16: its PARAM a DT_U16 value) takes half the floats of
+// its elements rounded up to 32, its gradient (float32) those 32s: so that
+// an update group's one call reads element i of every member at 16-bit
+// index i of the values' run and float index i of the gradients', and each
+// run still starts on 16 floats.
+static int64_t var_floats(const Graph *g, const Var *v, bool grad) {
+  int64_t e = local_elems(g, v->param);
+  if (v->param->dtype != DT_U16) return align(e);
+  e = size_add(e, 2 * ALIGN - 1) / (2 * ALIGN) * (2 * ALIGN);
+  return grad ? e : e / 2;
+}
+
 void plan_memory(Graph *g) {
   int64_t off = 0, goff = 0;
   for (int i = 0, placed = 0; i < g->nvars; i++) { // placed: the update groups laid out
@@ -333,7 +349,7 @@ void plan_memory(Graph *g) {
       w->offset = size_add(off, run);
       w->param->region = REGION_PARAM;
       w->param->offset = w->offset;
-      run = size_add(run, align(local_elems(g, w->param)));
+      run = size_add(run, var_floats(g, w, false));
     }
     for (int e = i; e < end; e++)
       if (g->vars[e]->ugroup == v->ugroup) g->vars[e]->sstride = run;
@@ -345,7 +361,7 @@ void plan_memory(Graph *g) {
     Var *v = g->vars[i];
     if (v->grad) {
       v->goffset = goff;
-      goff = size_add(goff, align(local_elems(g, v->param)));
+      goff = size_add(goff, var_floats(g, v, true));
     }
   }
   g->param_floats = off;
@@ -354,7 +370,8 @@ void plan_memory(Graph *g) {
     const Var *a = g->vars[g->ugroups[i].first];
     for (int k = g->ugroups[i].first; k <= g->ugroups[i].last; k++) {
       const Var *w = g->vars[k];
-      if (w->ugroup == i + 1 && w->offset - a->offset != w->goffset - a->goffset)
+      int two = a->param->dtype == DT_U16 ? 2 : 1; // (16-bit values: two a float)
+      if (w->ugroup == i + 1 && two * (w->offset - a->offset) != w->goffset - a->goffset)
         fatal_internal(__FILE__, __LINE__, format("update group %d's gradients lie apart", i + 1));
     }
   }

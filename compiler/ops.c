@@ -644,6 +644,12 @@ static void gather_grad(Graph *g, Node *n, const bool *need) {
 static void gather_emit(const Node *n, Lowering *lw) {
   const Node *t = n->in[0];
   Shape ts = lshape(t);
+  if (t->dtype == DT_U16) { // issue 23: a table kept in 16 bits (store16.c's var16)
+    lower_call(lw, KN_gather16, NULL, "%s, %s, %s, %s, %s, %lld, %lld, %s", round_c(t->rnd.kind),
+               buf(n), buf(t), buf(n->in[1]), elems_c(n->in[1]), (long long)ts.d[0],
+               (long long)ts.d[1], block_start(t, 0));
+    return;
+  }
   lower_call(lw, KN_gather, NULL, "%s, %s, %s, %s, %lld, %lld, %s", buf(n), buf(t),
              buf(n->in[1]), elems_c(n->in[1]), (long long)ts.d[0], (long long)ts.d[1],
              block_start(t, 0));
@@ -964,6 +970,8 @@ static void update16_emit(const Node *n, Lowering *lw, const char *w, const char
   const Var *v = n->var;
   const Optimizer *o = &EG->model->opt;
   const char *kind = round_c(v->vdt);
+  // the variable and its slots in 16 bits (store16.c's var16), else float32 buffers
+  const char *ks = v->param->dtype == DT_U16 ? format("%s | KDRT_STORE16", kind) : kind;
   char *wd = o->weight_decay != 0 ? opt_const("weight_decay") : flt(0);
   const char *in16 = format("kept in %s: every step of the update rounded, as Keras's in "
                             "its dtype", v->vdt == KDRT_ROUND_BF16 ? "bfloat16" : "float16");
@@ -978,34 +986,34 @@ static void update16_emit(const Node *n, Lowering *lw, const char *w, const char
   switch (o->kind) {
   case OPT_SGD:
     lower_call(lw, KN_sgd16, NULL, "%s, %s, %s, %s, c->lr, %s, %d, %s, %s", w, gr, s[0], N_c,
-               opt_const("momentum"), o->nesterov, wd, kind);
+               opt_const("momentum"), o->nesterov, wd, ks);
     return;
   case OPT_ADAM: case OPT_ADAMW:
     lower_call(lw, KN_adam16, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s, %s", w,
-               gr, s[0], s[1], s[2], N_c, b1, b2, eps, wd, opt_step(), kind);
+               gr, s[0], s[1], s[2], N_c, b1, b2, eps, wd, opt_step(), ks);
     return;
   case OPT_RMSPROP: {
     bool mom = o->momentum > 0;
     lower_call(lw, KN_rmsprop16, NULL, "%s, %s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s", w,
                gr, s[0], mom ? s[1] : "NULL", o->centered ? s[1 + mom] : "NULL", N_c,
-               opt_const("rho"), opt_const("momentum"), eps, wd, kind);
+               opt_const("rho"), opt_const("momentum"), eps, wd, ks);
     return;
   }
   case OPT_ADAGRAD:
     lower_call(lw, KN_adagrad16, NULL, "%s, %s, %s, %s, c->lr, %s, %s, %s", w, gr, s[0], N_c,
-               eps, wd, kind);
+               eps, wd, ks);
     return;
   case OPT_ADAMAX:
     lower_call(lw, KN_adamax16, NULL, "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s, %s", w, gr,
-               s[0], s[1], N_c, b1, b2, eps, wd, opt_step(), kind);
+               s[0], s[1], N_c, b1, b2, eps, wd, opt_step(), ks);
     return;
   case OPT_NADAM:
     lower_call(lw, KN_nadam16, NULL, "%s, %s, %s, %s, %s, c->lr, %s, %s, %s, %s, %s, %s, %s", w,
-               gr, s[0], s[1], N_c, b1, b2, eps, wd, opt_step(), nadam_product_c(), kind);
+               gr, s[0], s[1], N_c, b1, b2, eps, wd, opt_step(), nadam_product_c(), ks);
     return;
   case OPT_LION:
     lower_call(lw, KN_lion16, NULL, "%s, %s, %s, %s, c->lr, %s, %s, %s, %s", w, gr, s[0], N_c,
-               b1, b2, wd, kind);
+               b1, b2, wd, ks);
     return;
   case OPT_COUNT: break;
   }
@@ -1050,6 +1058,8 @@ static void update_emit(const Node *n, Lowering *lw) {
       return;
     }
     N_c = group_floats(n, v->ugroup);
+    const char *sN = N_c; // the slots' stride, in floats
+    if (v->param->dtype == DT_U16) N_c = format("2 * %s", N_c); // issue 23: two a float
     lw->note = format("update group %s: %d variable%s, %s%s%s (%lld elements, %lld floats with "
                       "their padding), one call each",
                       ECTX.b ? "of layer <l>" : format("%d", v->ugroup), ug->n,
@@ -1058,8 +1068,10 @@ static void update_emit(const Node *n, Lowering *lw) {
                       (long long)ug->floats);
     w = buf(a->param), gr = buf(a->grad);
     for (int k = 0; k < v->nslots; k++)
-      s[k] = format("(P + %s + %d * %s)", off_name(a->param), k + 1, N_c);
+      s[k] = format("(P + %s + %d * %s)", off_name(a->param), k + 1, sN);
   } else own_clip = false;
+  for (int k = 0; k < v->nslots && v->param->dtype == DT_U16; k++)
+    s[k] = format("((uint16_t *)%s)", s[k]);
   if (v->vdt) { // issue 23: in its 16-bit dtype (autodiff.c's check_update16), decay included
     update16_emit(n, lw, w, gr, s, N_c, own_clip);
     return;
@@ -1121,6 +1133,11 @@ const OpDef op_UPDATE = {"update", -1, 0, false, update_rule, NULL, update_emit,
 // update (u, whose buffer is the variable's); training steps only.
 static void assign_emit(const Node *n, Lowering *lw) {
   guard_update(lw);
+  if (n->in[0]->dtype == DT_U16) { // issue 23: over a variable kept in 16 bits (store16.c)
+    lower_call(lw, KN_pack16, NULL, "%s, %s, %s, %s", round_c(n->in[0]->rnd.kind), buf(n->in[0]),
+               buf(n->in[1]), elems_c(n->in[0]));
+    return;
+  }
   lower_call(lw, KN_copy, NULL, "%s, %s, %s", buf(n->in[0]), buf(n->in[1]),
              elems_c(n->in[0]));
 }

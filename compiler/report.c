@@ -143,8 +143,10 @@ static Totals totals(const Graph *g) {
     Var *v = g->vars[i];
     Shape s = local_shape(g, v->param);
     int64_t bytes = size_mul(shape_elems(&s), 4);
-    t.params = size_add(t.params, bytes);
-    t.slots = size_add(t.slots, size_mul(bytes, v->nslots));
+    // issue 23: a variable kept in 16 bits (store16.c's var16) and its slots: 2 bytes each
+    int64_t kept = v->param->dtype == DT_U16 ? bytes / 2 : bytes;
+    t.params = size_add(t.params, kept);
+    t.slots = size_add(t.slots, size_mul(kept, v->nslots));
     if (v->grad) t.grads = size_add(t.grads, bytes);
   }
   t.activations = size_mul(g->arena_floats, 4);
@@ -247,13 +249,20 @@ void print_report(Graph *g, FILE *out, bool json) {
   fprintf(out, "model '%s', %s on mesh %s, %d device%s, global batch %d\noptimizer %s\n\n",
           g->model->name, dist_name(g->dist), mesh_text(m), m->size, m->size == 1 ? "" : "s",
           g->batch, optimizer_text(&g->model->opt));
-  bool any16 = false; // issue 23
-  for (int i = 0; i < g->nvars; i++) any16 |= g->vars[i]->vdt != 0;
+  bool any16 = false, kept16 = false, wide16 = false; // issue 23
+  for (int i = 0; i < g->nvars; i++) {
+    any16 |= g->vars[i]->vdt != 0;
+    kept16 |= g->vars[i]->param->dtype == DT_U16;
+    wide16 |= g->vars[i]->vdt && g->vars[i]->param->dtype != DT_U16;
+  }
   fprintf(out,
           "Variables (optimizer slots take their variable's layout%s)\n  %-32s %-14s %-22s %s\n",
-          any16 ? "; a bfloat16 or float16 one and its slots hold its type's values in float32 "
-                  "buffers"
-                : "",
+          !any16    ? ""
+          : !kept16 ? "; a bfloat16 or float16 one and its slots hold its type's values in "
+                      "float32 buffers"
+          : !wide16 ? "; a bfloat16 or float16 one and its slots are kept in its type's 2 bytes"
+                    : "; a bfloat16 or float16 one and its slots are kept in its type's 2 bytes, "
+                      "a moving statistic its type's values in a float32 buffer",
           "path", "global", "layout", "local");
   for (int i = 0; i < g->nvars; i++) {
     Var *v = g->vars[i];
@@ -315,7 +324,9 @@ void check_memory(Graph *g, int64_t limit, const char *limit_text) {
     if (view_of(n) || (n->region != REGION_PARAM && n->region != REGION_ARENA)) continue;
     Shape ls = local_shape(g, n);
     int64_t b = size_mul(shape_elems(&ls), n->dtype == DT_U16 ? 2 : 4); // issue 23: 16 bits
-    if (n->op == OP_PARAM) b = size_mul(b, 1 + n->var->nslots + (n->var->grad != NULL));
+    if (n->op == OP_PARAM) // (issue 23: a gradient float32, a variable kept in 16 bits or not)
+      b = size_add(size_mul(b, 1 + n->var->nslots),
+                   n->var->grad ? size_mul(shape_elems(&ls), 4) : 0);
     for (int k = 0; k < 3; k++)
       if (b > top_bytes[k]) {
         for (int j = 2; j > k; j--) top[j] = top[j - 1], top_bytes[j] = top_bytes[j - 1];

@@ -38,7 +38,8 @@
 //     first): its float32 buffer would be alive there anyway;
 //   - gradients, variables, optimizer state, and collectives' results (a
 //     split saved value gathered in 16 bits, move16 below, is stored as any
-//     other).
+//     other). (A bfloat16 or float16 policy's variables and slots are kept
+//     in 16 bits by var16, below.)
 // Then elementwise ops over an operand that dies with them write in place
 // (in_place, below): an op and its ROUND take one buffer, not two.
 //
@@ -123,6 +124,29 @@ static bool *kept_values(const Graph *g, int ids) {
   return kept;
 }
 
+// Operand a of reader x, a view of b (or b), as the same view of sub (a
+// float32 copy of b): the views' copies appended to order (in x's phase
+// and layer), numbered from *ids.
+static Node *same_view(Node *a, const Node *b, Node *sub, const Node *x, int *ids, Node ***order,
+                       int *m, int *cap) {
+  Node *chain[64];
+  int len = 0;
+  for (Node *r = a; r != b && len < 64; r = r->in[0]) chain[len++] = r;
+  if (len == 64) unreachable();
+  for (int j = len - 1; j >= 0; j--) {
+    Node *r = xcalloc(1, sizeof *r);
+    *r = *chain[j];
+    r->in[0] = sub;
+    r->phase = x->phase;
+    r->layer = x->layer;
+    r->id = (*ids)++;
+    *order = xgrow(*order, *m, cap, sizeof **order);
+    (*order)[(*m)++] = r;
+    sub = r;
+  }
+  return sub;
+}
+
 // The saved values in 16 bits (above); kind[] by id.
 static void pack_saved(Graph *g, const uint8_t *kind) {
   int n = g->nnodes;
@@ -201,24 +225,7 @@ static void pack_saved(Graph *g, const uint8_t *kind) {
           PUT(v->unpack);
         }
         v->last = i;
-        Node *sub = v->unpack;
-        if (a != b) { // a view of v: the same view of the UNPACK16
-          Node *chain[64];
-          int len = 0;
-          for (Node *r = a; r != b && len < 64; r = r->in[0]) chain[len++] = r;
-          if (len == 64) unreachable();
-          for (int j = len - 1; j >= 0; j--) {
-            Node *r = xcalloc(1, sizeof *r);
-            *r = *chain[j];
-            r->in[0] = sub;
-            r->phase = PH_BACKWARD;
-            r->layer = x->layer;
-            r->id = ids++;
-            PUT(r);
-            sub = r;
-          }
-        }
-        x->in[k] = sub;
+        x->in[k] = same_view(a, b, v->unpack, x, &ids, &order, &m, &cap);
       }
     }
     PUT(x);
@@ -418,9 +425,115 @@ static void read16(Graph *g) {
   xfree(pack), xfree(sgd), xfree(readers), xfree(dots), xfree(convs), xfree(kept), xfree(fold);
 }
 
+// Issue 23's variables in 16 bits: a bfloat16 or float16 policy's
+// variable (Var.vdt; not a moving statistic, which Keras assigns a float32
+// average) and its optimizer slots hold their 16 bits in the parameter
+// blob (memplan.c: half the floats), as Keras keeps them. Its PARAM is a
+// DT_U16 value, and so is each UPDATE of it (the variable, updated in
+// place: kdrt_optim.h's 16-bit updates read and write the 16 bits,
+// KDRT_STORE16). Its readers:
+//   - a 16-bit product or convolution reads the 16 bits (KDRT_OPND_16; a
+//     product no longer rounds them, dot.rounds: they are the type's);
+//   - a ROUND of it is an UNPACK16 (the value is the type's already), a
+//     ROUND written in 16 bits for convolutions, or one only lookups read,
+//     is gone, its readers reading the variable;
+//   - an ASSIGN over it (a constraint's) packs its operand (exact too);
+//   - a GATHER from it (an embedding's lookup) reads the rows it looks up
+//     from their 16 bits (kdrt_gather16): the table is not made float32;
+//   - every other reader reads an UNPACK16, a float32 copy made right
+//     before it (one for a run of readers next to each other, as the saved
+//     values', pack_saved), and a view of it the same view of the copy.
+// No number changes: the float32 that comes back is the same, bit for bit.
+// On by default; KDCC_VAR16=0 in kdcc's environment keeps the variables in
+// float32 buffers of 16-bit values, as before, which tests compare bit for
+// bit.
+static bool is16(const Node *x) {
+  return x->dtype == DT_U16 && (x->op == OP_PARAM || x->op == OP_UPDATE);
+}
+
+static void var16(Graph *g) {
+  const char *env = getenv("KDCC_VAR16");
+  if (env && !strcmp(env, "0")) return;
+  bool any = false;
+  for (int i = 0; i < g->nvars; i++) {
+    Var *v = g->vars[i];
+    if (!v->vdt || v->ema_stat || !v->param) continue;
+    v->param->dtype = DT_U16;
+    v->param->rnd.kind = v->vdt;
+    any = true;
+  }
+  if (!any) return;
+  int n = g->nnodes, ids = n, cap = n + 16, m = 0;
+  Node **alias = xcalloc((size_t)n + 1, sizeof *alias); // a 16-bit ROUND's readers read this
+  Node **unpack = xcalloc((size_t)n + 1, sizeof *unpack); // by base: its run's UNPACK16
+  int *last = xcalloc((size_t)n + 1, sizeof *last);
+  int *readers = xcalloc((size_t)n + 1, sizeof *readers);
+  int *gathers = xcalloc((size_t)n + 1, sizeof *gathers); // of those, lookups in it
+  bool *kept = kept_values(g, n);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) {
+      readers[g->nodes[i]->in[k]->id]++;
+      gathers[g->nodes[i]->in[k]->id] += g->nodes[i]->op == OP_GATHER && k == 0;
+    }
+  Node **order = xcalloc((size_t)cap, sizeof *order);
+  for (int i = 0; i < n; i++) {
+    Node *x = g->nodes[i];
+    if (x->op == OP_UPDATE && is16(x->in[0])) {
+      x->dtype = DT_U16;
+      x->rnd.kind = x->in[0]->rnd.kind;
+    }
+    for (int k = 0; k < x->nin; k++)
+      if (alias[x->in[k]->id]) x->in[k] = alias[x->in[k]->id];
+    if (x->op == OP_RESHAPE && is16(base(x)) && !kept[x->id])
+      continue; // (its readers read the copy's view)
+    if (x->op == OP_ROUND && is16(x->in[0]) && !kept[x->id] &&
+        (x->dtype == DT_U16 || (readers[x->id] && gathers[x->id] == readers[x->id]))) {
+      alias[x->id] = x->in[0]; // read by convolutions, or looked up: they read the variable
+      continue;
+    }
+    if (x->op == OP_ROUND && is16(x->in[0])) {
+      x->op = OP_UNPACK16;
+      x->half = (uint8_t)x->rnd.kind;
+    }
+    bool conv = x->op == OP_CONV2D || x->op == OP_CONV2D_DX || x->op == OP_CONV2D_DW;
+    for (int k = 0; k < x->nin; k++) {
+      Node *a = x->in[k], *b = base(a);
+      if (!is16(b)) continue;
+      bool at0 = x->op == OP_UPDATE || x->op == OP_ASSIGN || x->op == OP_GATHER;
+      if (a == b && ((at0 && k == 0) || x->op == OP_UNPACK16)) continue;
+      if (a == b && k < 2 && ((x->op == OP_DOT && x->dot.half) || (conv && x->win.half))) {
+        if (x->op == OP_DOT) x->dot.rounds &= (uint8_t)~(1 << k);
+        continue;
+      }
+      if (!unpack[b->id] || last[b->id] < i - 1) { // a new run of readers
+        Node *u = make(OP_UNPACK16, b, b, x->phase, x->layer);
+        u->rnd.kind = b->rnd.kind;
+        u->half = (uint8_t)b->rnd.kind;
+        u->name = b->name;
+        u->id = ids++;
+        order = xgrow(order, m, &cap, sizeof *order);
+        order[m++] = unpack[b->id] = u;
+      }
+      last[b->id] = i;
+      x->in[k] = same_view(a, b, unpack[b->id], x, &ids, &order, &m, &cap);
+    }
+    order = xgrow(order, m, &cap, sizeof *order);
+    order[m++] = x;
+  }
+  for (int i = 0; i < m; i++) order[i]->id = i;
+  xfree(g->nodes);
+  g->nodes = order;
+  g->nnodes = m;
+  g->cap = cap;
+  xfree(alias), xfree(unpack), xfree(last), xfree(readers), xfree(gathers), xfree(kept);
+}
+
 void store16(Graph *g) {
   const char *env = getenv("KDCC_STORE16");
-  if (env && !strcmp(env, "0")) return;
+  if (env && !strcmp(env, "0")) {
+    var16(g);
+    return;
+  }
   int n = g->nnodes;
   uint8_t *kind = xcalloc((size_t)n + 1, sizeof *kind); // by id: ids are positions here
   bool any = false;
@@ -433,4 +546,5 @@ void store16(Graph *g) {
     in_place(g);
   }
   xfree(kind);
+  var16(g);
 }

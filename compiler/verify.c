@@ -79,6 +79,8 @@ void verify_graph(const Graph *g, const char *pass, bool placed) {
         bad(pass, n, "operand %d is not defined before its use", k);
       if (a->dtype == DT_U16 && n->op != OP_UNPACK16 &&
           !(n->op == OP_DOT && n->dot.half && k < 2) && !(n->op == OP_ACT_GRAD && k == 1) &&
+          // (issue 23: a variable kept in 16 bits, store16.c's var16, updated or looked up)
+          !((n->op == OP_UPDATE || n->op == OP_ASSIGN || n->op == OP_GATHER) && k == 0) &&
           !((n->op == OP_CONV2D || n->op == OP_CONV2D_DX || n->op == OP_CONV2D_DW) &&
             n->win.half && k < 2))
         bad(pass, n, "operand %d holds 16-bit values", k);

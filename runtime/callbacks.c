@@ -184,8 +184,9 @@ static void snapshot(kdrt_callbacks *cb, const kdrt_ctx *c, int restore) {
   for (int v = 0; v < c->prog->nvars; v++) {
     const kdrt_var *var = &c->prog->vars[v];
     float *w = c->params + var->offset;
-    if (restore) memcpy(w, cb->best_weights + n, sizeof(float) * var->n);
-    else memcpy(cb->best_weights + n, w, sizeof(float) * var->n);
+    size_t f = kdrt_var_floats(var); // (issue 23: a variable kept in 16 bits, half)
+    if (restore) memcpy(w, cb->best_weights + n, sizeof(float) * f);
+    else memcpy(cb->best_weights + n, w, sizeof(float) * f);
     n += var->n;
   }
 }

@@ -301,8 +301,14 @@ static void write_shard(kdrt_ctx *c, const char *cdir, int64_t step, shard_info 
     kdrt_ckpt_write(&f, htext, hlen);
     for (int i = 0; i < p->nvars; i++) {
       const kdrt_var *v = &p->vars[i];
-      for (int k = 0; k <= v->nslots; k++)
-        kdrt_ckpt_write(&f, c->params + v->offset + (size_t)k * v->stride, v->n * sizeof(float));
+      float *wide = kdrt_var_half(v) ? malloc(sizeof *wide * (v->n ? v->n : 1)) : NULL;
+      if (kdrt_var_half(v) && !wide) kdrt_fatal(c, "out of memory");
+      for (int k = 0; k <= v->nslots; k++) { // issue 23: one kept in 16 bits, as float32
+        const float *at = c->params + v->offset + (size_t)k * v->stride;
+        if (wide) kdrt_var_get(v, at, wide);
+        kdrt_ckpt_write(&f, wide ? wide : at, v->n * sizeof(float));
+      }
+      free(wide);
       if (i == p->nvars / 2) test_pause(c, "save");
     }
     if (p->nvars == 0) test_pause(c, "save");
@@ -653,6 +659,12 @@ static void load_all(kdrt_ctx *c, const char *cdir, const kdrt_ckpt_manifest *m)
       start[d] = l->axis[d] >= 0 ? c->coord[l->axis[d]] * ext[d] : 0;
     }
     int64_t covered = 0;
+    // issue 23: one kept in 16 bits read as float32 (its values and each slot's), then stored
+    size_t all = (size_t)(v->nslots + 1) * (v->n ? v->n : 1);
+    float *wide = kdrt_var_half(v) ? malloc(sizeof *wide * all) : NULL;
+    if (kdrt_var_half(v) && !wide) kdrt_fatal(c, "out of memory");
+    for (int k = 0; wide && k <= v->nslots; k++)
+      kdrt_var_get(v, c->params + v->offset + (size_t)k * v->stride, wide + (size_t)k * v->n);
     // Distinct saved blocks (replicas are skipped: the first file holding a
     // block gives it) that meet this rank's block.
     int nseen = 0;
@@ -692,14 +704,18 @@ static void load_all(kdrt_ctx *c, const char *cdir, const kdrt_ckpt_manifest *m)
           snprintf(err, sizeof err, "%s: truncated data of variable '%s'", paths[f], v->path);
           break;
         }
-        got = kdrt_ckpt_copy_overlap(c->params + v->offset + (size_t)k * v->stride, start, ext,
-                                     buf, sv->start, sv->local, l->rank);
+        got = kdrt_ckpt_copy_overlap(wide ? wide + (size_t)k * v->n
+                                          : c->params + v->offset + (size_t)k * v->stride,
+                                     start, ext, buf, sv->start, sv->local, l->rank);
       }
       covered += got;
     }
     if (!err[0] && covered != (int64_t)v->n)
       snprintf(err, sizeof err, "%s: the shard files cover %lld of the %zu values of '%s' this "
                "rank needs", cdir, (long long)covered, v->n, v->path);
+    for (int k = 0; wide && !err[0] && k <= v->nslots; k++)
+      kdrt_var_put(v, c->params + v->offset + (size_t)k * v->stride, wide + (size_t)k * v->n);
+    free(wide);
   }
   free(buf);
 done:

@@ -195,7 +195,18 @@ typedef struct kdrt_var {
                                      // or KDRT_I32, an integer Keras keeps (an adapted
                                      // Normalization's count), a float in params here,
                                      // exact to 2^24 (kdrt_weights_*)
+                                     // | KDRT_IN16: kept in 16 bits (kdrt_var_half)
 } kdrt_var;
+
+// issue 23: the type (KDRT_ROUND_*) a variable kept in 16 bits (kdcc's
+// store16.c; kdrt_var.dtype's KDRT_IN16) is stored as: params at its offset,
+// and at each slot's, hold its n values' 16 bits, (n + 1) / 2 floats
+// (kdrt_var_get, kdrt_var_put); 0: float32.
+static inline int kdrt_var_half(const kdrt_var *v) {
+  return !(v->dtype & KDRT_IN16)                 ? 0
+         : (v->dtype & ~KDRT_IN16) == KDRT_F16 ? KDRT_ROUND_F16
+                                                 : KDRT_ROUND_BF16;
+}
 
 struct kdrt_ctx {
   const kdrt_program *prog;
@@ -364,6 +375,12 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
 int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen);
 // issue 23: every KDRT_BF16 (KDRT_F16) variable's local values rounded to its type
 void kdrt_round_vars(kdrt_ctx *c);
+// issue 23: variable v's n local values (or a slot's) at `at` in params as
+// float32 into out (kdrt_var.half: from its 16 bits), and back from in
+// (rounded to its type when it is kept in 16 bits); the floats the region takes
+void kdrt_var_get(const kdrt_var *v, const float *at, float *out);
+void kdrt_var_put(const kdrt_var *v, float *at, const float *in);
+size_t kdrt_var_floats(const kdrt_var *v);
 int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen);
 // Collective: -1 when every variable (not the optimizer slots) of every
 // rank is finite, else the index in p->vars of the first that is not.
@@ -498,6 +515,9 @@ int kdrt_loss_scale_decide(kdrt_ctx *c, int64_t bad);
 // computes them for the variable's global shape (kdcc passes them). p0, p1:
 // mean/stddev, minval/maxval or the constant. stream: a stable id of the
 // variable (kdcc hashes its path).
+void kdrt_init_fill16(const kdrt_ctx *c, int round, float *buf, const kdrt_layout *l,
+                      kdrt_init_kind kind, double fan_in, double fan_out, float p0, float p1,
+                      uint64_t stream); // issue 23: into a variable kept in 16 bits
 void kdrt_init_fill(const kdrt_ctx *c, float *buf, const kdrt_layout *l, kdrt_init_kind kind,
                     double fan_in, double fan_out, float p0, float p1, uint64_t stream);
 // One uniform [0,1) float for (seed, stream, counter hi, counter lo).

@@ -199,6 +199,9 @@ enum { KDRT_LABEL_DENSE, KDRT_LABEL_ONEHOT, KDRT_LABEL_CLASSID, KDRT_LABEL_BINAR
 // 23: a variable of the bfloat16 or float16 policy, in a float32 buffer
 // holding its type's values)
 enum { KDRT_F32, KDRT_I32, KDRT_BF16, KDRT_F16 };
+// issue 23: KDRT_BF16 (KDRT_F16) | KDRT_IN16: a variable kept in its 16 bits
+// (kdrt.h's kdrt_var_half)
+#define KDRT_IN16 0x10
 
 // ---- matrix operands: as stored, or transposed
 enum { KDRT_NOTRANS, KDRT_TRANS };
@@ -206,6 +209,9 @@ enum { KDRT_NOTRANS, KDRT_TRANS };
 // ---- issue 23: the 16-bit types a mixed policy computes in, whose values
 // kdrt_round (kdrt_round.h) rounds float32 buffers to (0: float32, none)
 enum { KDRT_ROUND_NONE, KDRT_ROUND_BF16, KDRT_ROUND_F16 };
+// A 16-bit update's kind | KDRT_STORE16: the variable and its slots kept in
+// their 16 bits (kdrt_optim.h's kdrt_ld16, kdrt_st16)
+#define KDRT_STORE16 0x100
 // issue 23: an operand of kdrt_matmul16: float32 values of the 16-bit type,
 // its 16 bits (uint16_t), or float32 values the product rounds to the type
 // (a variable's cast for its use, a model input's)

@@ -122,6 +122,38 @@ static inline KDRT_HD float kdrt_lion_at(float w, const float *g, float *m, size
 // R16(x): x rounded to the variable's type.
 #define R16(x) kdrt_round_to(kind, (x))
 
+// Where the variable and its slots are kept: float32 buffers of exact
+// 16-bit values, or, kind | KDRT_STORE16 (kdcc's store16.c, var16), their
+// 16 bits (kdrt_round.h's kdrt_bf16_bits, kdrt_f16_bits), two to a float.
+// The kernels read element i (kdrt_ld16), update it as below in float32
+// (the same value either way: the 16 bits are the value's own) and store
+// it back (kdrt_st16); the gradient is float32 both ways. (KDRT_STORE16:
+// kdrt_defs.h)
+
+static inline KDRT_HD float kdrt_ld16(const void *p, size_t i, int kind) {
+  if (!(kind & KDRT_STORE16)) return ((const float *)p)[i];
+  uint16_t h = ((const uint16_t *)p)[i];
+  return (kind & ~KDRT_STORE16) == KDRT_ROUND_F16 ? kdrt_f16_value(h) : kdrt_bf16_value(h);
+}
+
+static inline KDRT_HD void kdrt_st16(void *p, size_t i, float x, int kind) {
+  if (!(kind & KDRT_STORE16)) ((float *)p)[i] = x;
+  else ((uint16_t *)p)[i] = (kind & ~KDRT_STORE16) == KDRT_ROUND_F16 ? kdrt_f16_bits(x)
+                                                                     : kdrt_bf16_bits(x);
+}
+
+// Slot p's element i (NULL: the configuration has none) into *x, and the
+// pointer the updates below take for it (their index 0), or NULL.
+static inline KDRT_HD float *kdrt_slot16(const void *p, size_t i, float *x, int kind) {
+  if (!p) return NULL;
+  *x = kdrt_ld16(p, i, kind);
+  return x;
+}
+
+static inline KDRT_HD void kdrt_put16(void *p, size_t i, const float *x, int kind) {
+  if (p) kdrt_st16(p, i, *x, kind);
+}
+
 // base_optimizer's weight decay in 16 bits: w - w * wd * lr, wd and lr cast.
 static inline KDRT_HD float kdrt_decay16(float w, float wd, float lr, int kind) {
   return R16(w - R16(R16(w * wd) * lr));

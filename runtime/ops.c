@@ -1291,6 +1291,17 @@ void kdrt_gather(float *out, const float *table, const int32_t *ids, int64_t n, 
   }
 }
 
+void kdrt_gather16(int kind, float *out, const uint16_t *table, const int32_t *ids, int64_t n,
+                   int64_t rows, int64_t cols, int64_t row0) {
+  KD_PAR_FOR(n * cols)
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = (int64_t)ids[i] - row0;
+    float *orow = out + i * cols;
+    if (r >= 0 && r < rows) kdrt_unpack16(kind, orow, table + r * cols, (size_t)cols);
+    else memset(orow, 0, (size_t)cols * sizeof *orow);
+  }
+}
+
 // dtable = 0, then dtable[ids[i] - row0, :] += dy[i, :] for i = 0, 1, ...
 // in order (deterministic), skipping ids this block does not hold. Threads
 // split the columns; each walks every i in order.

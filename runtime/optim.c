@@ -155,63 +155,95 @@ void kdrt_lion(float *w, const float *g, float *m, size_t n, float lr, float b1,
 }
 
 // issue 23: a 16-bit variable's update (kdrt_optim.h); wd != 0: the
-// weight decay first, in 16 bits too.
-void kdrt_sgd16(float *w, const float *g, float *m, size_t n, float lr, float momentum,
+// weight decay first, in 16 bits too. The variable and its slots are
+// float32 buffers of 16-bit values, or (kind | KDRT_STORE16) their 16 bits:
+// each element read (kdrt_ld16, kdrt_slot16), updated at index 0, stored
+// (kdrt_st16, kdrt_put16); st: kind with that flag, kind without.
+
+// The 16-bit weight decay of element i, or w[i] (wd 0: Keras's None).
+static inline float decayed16(const void *w, size_t i, float wd16, float lr16, int st) {
+  float wi = kdrt_ld16(w, i, st);
+  return wd16 != 0.0f ? kdrt_decay16(wi, wd16, lr16, st & ~KDRT_STORE16) : wi;
+}
+
+void kdrt_sgd16(void *w, const float *g, void *m, size_t n, float lr, float momentum,
                 int nesterov, float wd, int kind) {
+  const int st = kind;
+  kind &= ~KDRT_STORE16;
   const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
   const float mom16 = kdrt_round_to(kind, momentum);
   if (momentum == 0.0f) m = NULL; // Keras's SGD has no slot then
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++) {
-    float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
-    w[i] = kdrt_sgd16_at(wi, g, m, i, lr16, mom16, nesterov, kind);
+    float mi = 0.0f, *pm = kdrt_slot16(m, i, &mi, st);
+    kdrt_st16(w, i, kdrt_sgd16_at(decayed16(w, i, wd16, lr16, st), g + i, pm, 0, lr16, mom16,
+                                  nesterov, kind), st);
+    kdrt_put16(m, i, pm, st);
   }
 }
 
-void kdrt_adam16(float *w, const float *g, float *m, float *v, float *vhat, size_t n, float lr,
+void kdrt_adam16(void *w, const float *g, void *m, void *v, void *vhat, size_t n, float lr,
                  float b1, float b2, float eps, float wd, int64_t t, int kind) {
+  const int st = kind;
+  kind &= ~KDRT_STORE16;
   const kdrt_adam16_k k = kdrt_adam16_coef(lr, b1, b2, eps, t, kind);
   const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
   KD_PAR_FOR(n)
   for (size_t i = 0; i < n; i++) {
-    float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
-    w[i] = kdrt_adam16_at(wi, g, m, v, vhat, i, k, kind);
+    float s[3] = {0}, *p0 = kdrt_slot16(m, i, s, st), *p1 = kdrt_slot16(v, i, s + 1, st);
+    float *p2 = kdrt_slot16(vhat, i, s + 2, st);
+    kdrt_st16(w, i, kdrt_adam16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, p1, p2, 0, k,
+                                   kind), st);
+    kdrt_put16(m, i, p0, st), kdrt_put16(v, i, p1, st), kdrt_put16(vhat, i, p2, st);
   }
 }
 
-// The 16-bit weight decay of element i, or w[i] (wd 0: Keras's None).
-static inline float decayed16(const float *w, size_t i, float wd16, float lr16, int kind) {
-  return wd16 != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
-}
-
-void kdrt_rmsprop16(float *w, const float *g, float *v, float *m, float *a, size_t n, float lr,
+void kdrt_rmsprop16(void *w, const float *g, void *v, void *m, void *a, size_t n, float lr,
                     float rho, float momentum, float eps, float wd, int kind) {
+  const int st = kind;
+  kind &= ~KDRT_STORE16;
   const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
   const float rho16 = kdrt_round_to(kind, rho), mom16 = kdrt_round_to(kind, momentum);
   const float c = kdrt_round_to(kind, (float)(1.0 - (double)rho));
   const float eps16 = kdrt_round_to(kind, eps);
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++)
-    w[i] = kdrt_rmsprop16_at(decayed16(w, i, wd16, lr16, kind), g, v, m, a, i, lr16, rho16, c,
-                             mom16, eps16, kind);
+  for (size_t i = 0; i < n; i++) {
+    float s[3] = {0}, *p0 = kdrt_slot16(v, i, s, st), *p1 = kdrt_slot16(m, i, s + 1, st);
+    float *p2 = kdrt_slot16(a, i, s + 2, st);
+    kdrt_st16(w, i, kdrt_rmsprop16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, p1, p2, 0,
+                                      lr16, rho16, c, mom16, eps16, kind), st);
+    kdrt_put16(v, i, p0, st), kdrt_put16(m, i, p1, st), kdrt_put16(a, i, p2, st);
+  }
 }
 
-void kdrt_adagrad16(float *w, const float *g, float *acc, size_t n, float lr, float eps, float wd,
+void kdrt_adagrad16(void *w, const float *g, void *acc, size_t n, float lr, float eps, float wd,
                     int kind) {
+  const int st = kind;
+  kind &= ~KDRT_STORE16;
   const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
   const float eps16 = kdrt_round_to(kind, eps);
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++)
-    w[i] = kdrt_adagrad16_at(decayed16(w, i, wd16, lr16, kind), g, acc, i, lr16, eps16, kind);
+  for (size_t i = 0; i < n; i++) {
+    float s = 0.0f, *p0 = kdrt_slot16(acc, i, &s, st);
+    kdrt_st16(w, i, kdrt_adagrad16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, 0, lr16,
+                                      eps16, kind), st);
+    kdrt_put16(acc, i, p0, st);
+  }
 }
 
-void kdrt_adamax16(float *w, const float *g, float *m, float *u, size_t n, float lr, float b1,
+void kdrt_adamax16(void *w, const float *g, void *m, void *u, size_t n, float lr, float b1,
                    float b2, float eps, float wd, int64_t t, int kind) {
+  const int st = kind;
+  kind &= ~KDRT_STORE16;
   const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
   const kdrt_adamax16_k k = kdrt_adamax16_coef(b1, b2, eps, t, kind);
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++)
-    w[i] = kdrt_adamax16_at(decayed16(w, i, wd16, lr16, kind), g, m, u, i, lr16, k, kind);
+  for (size_t i = 0; i < n; i++) {
+    float s[2] = {0}, *p0 = kdrt_slot16(m, i, s, st), *p1 = kdrt_slot16(u, i, s + 1, st);
+    kdrt_st16(w, i, kdrt_adamax16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, p1, 0, lr16, k,
+                                     kind), st);
+    kdrt_put16(m, i, p0, st), kdrt_put16(u, i, p1, st);
+  }
 }
 
 // Nadam's running product in 16 bits (kdrt_nadam16_next), kept where the
@@ -225,24 +257,35 @@ float kdrt_nadam_product16(kdrt_ctx *c, float b1, int64_t t, int kind) {
   return c->nadam_u;
 }
 
-void kdrt_nadam16(float *w, const float *g, float *m, float *v, size_t n, float lr, float b1,
+void kdrt_nadam16(void *w, const float *g, void *m, void *v, size_t n, float lr, float b1,
                   float b2, float eps, float wd, int64_t t, float u_prod, int kind) {
+  const int st = kind;
+  kind &= ~KDRT_STORE16;
   const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
   const kdrt_nadam16_k k = kdrt_nadam16_coef(b1, b2, eps, t, u_prod, kind);
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++)
-    w[i] = kdrt_nadam16_at(decayed16(w, i, wd16, lr16, kind), g, m, v, i, lr16, k, kind);
+  for (size_t i = 0; i < n; i++) {
+    float s[2] = {0}, *p0 = kdrt_slot16(m, i, s, st), *p1 = kdrt_slot16(v, i, s + 1, st);
+    kdrt_st16(w, i, kdrt_nadam16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, p1, 0, lr16, k,
+                                    kind), st);
+    kdrt_put16(m, i, p0, st), kdrt_put16(v, i, p1, st);
+  }
 }
 
-void kdrt_lion16(float *w, const float *g, float *m, size_t n, float lr, float b1, float b2,
+void kdrt_lion16(void *w, const float *g, void *m, size_t n, float lr, float b1, float b2,
                  float wd, int kind) {
+  const int st = kind;
+  kind &= ~KDRT_STORE16;
   const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
   const float b116 = kdrt_round_to(kind, b1), b216 = kdrt_round_to(kind, b2);
   const float c1 = kdrt_round_to(kind, 1.0f - b116), c2 = kdrt_round_to(kind, 1.0f - b216);
   KD_PAR_FOR(n)
-  for (size_t i = 0; i < n; i++)
-    w[i] = kdrt_lion16_at(decayed16(w, i, wd16, lr16, kind), g, m, i, lr16, b116, c1, b216, c2,
-                          kind);
+  for (size_t i = 0; i < n; i++) {
+    float s = 0.0f, *p0 = kdrt_slot16(m, i, &s, st);
+    kdrt_st16(w, i, kdrt_lion16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, 0, lr16, b116, c1,
+                                   b216, c2, kind), st);
+    kdrt_put16(m, i, p0, st);
+  }
 }
 
 void kdrt_clip_grad16(float *g, size_t n, const float *f, float clipnorm, int kind) {

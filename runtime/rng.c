@@ -214,6 +214,25 @@ static double *orthogonal(uint64_t seed, uint64_t stream, const kdrt_layout *l, 
   return q;
 }
 
+// issue 23: a variable kept in 16 bits (kdcc's store16.c): the same
+// values, rounded to its type (Keras's initializers make them in its dtype)
+// and stored as its 16 bits at buf.
+void kdrt_init_fill16(const kdrt_ctx *c, int round, float *buf, const kdrt_layout *l,
+                      kdrt_init_kind kind, double fan_in, double fan_out, float p0, float p1,
+                      uint64_t stream) {
+  size_t n = 1;
+  for (int d = 0; d < l->rank; d++) {
+    int ax = l->axis[d];
+    n *= (size_t)(l->gshape[d] / (ax >= 0 ? c->prog->mesh_shape[ax] : 1));
+  }
+  float *w = malloc(sizeof *w * (n ? n : 1));
+  if (!w) kdrt_fatal(c, "out of memory");
+  kdrt_init_fill(c, w, l, kind, fan_in, fan_out, p0, p1, stream);
+  kdrt_round(round, w, w, n);
+  kdrt_pack16(round, (uint16_t *)buf, w, n);
+  free(w);
+}
+
 void kdrt_init_fill(const kdrt_ctx *c, float *buf, const kdrt_layout *l, kdrt_init_kind kind,
                     double fan_in, double fan_out, float p0, float p1, uint64_t stream) {
   size_t n = 1;

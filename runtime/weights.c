@@ -453,7 +453,8 @@ static int is_bfloat16(hid_t ds, hid_t t) {
 
 // issue 23: the 16-bit type a variable is kept in (KDRT_ROUND_*), or 0.
 static int var16(const kdrt_var *v) {
-  return v->dtype == KDRT_BF16 ? KDRT_ROUND_BF16 : v->dtype == KDRT_F16 ? KDRT_ROUND_F16 : 0;
+  int t = v->dtype & ~KDRT_IN16; // (kept in float32 or in its 16 bits)
+  return t == KDRT_BF16 ? KDRT_ROUND_BF16 : t == KDRT_F16 ? KDRT_ROUND_F16 : 0;
 }
 
 // h5py's float16 (Keras writes a float16 variable so): IEEE half, little-endian.
@@ -733,7 +734,13 @@ int kdrt_weights_read(const kdrt_program *p, const int *coord, const char *path,
         break;
       }
     }
-    rc = read_var(file, path, p, var, group, coord, stage + var->offset, err, errlen);
+    // issue 23: one kept in 16 bits read as float32, then stored so
+    float *wide = kdrt_var_half(var) ? malloc(sizeof *wide * (var->n ? var->n : 1)) : NULL;
+    if (kdrt_var_half(var) && !wide) rc = kdrt_errf(err, errlen, "%s: out of memory", path);
+    else rc = read_var(file, path, p, var, group, coord, wide ? wide : stage + var->offset, err,
+                       errlen);
+    if (wide && !rc) kdrt_var_put(var, stage + var->offset, wide);
+    free(wide);
   }
   // Weights the model has no layer for: the file is another model's.
   if (!rc && has_link(file, "layers")) {
@@ -1006,9 +1013,13 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
 int kdrt_weights_nonfinite_host(kdrt_ctx *c) {
   const kdrt_program *p = c->prog;
   for (int v = 0; v < p->nvars; v++) {
-    const float *w = c->params + p->vars[v].offset;
-    for (size_t i = 0; i < p->vars[v].n; i++)
-      if (!isfinite(w[i])) return v;
+    const kdrt_var *var = &p->vars[v];
+    const float *w = c->params + var->offset;
+    const uint16_t *h = (const uint16_t *)w; // issue 23: kept in 16 bits
+    int k = kdrt_var_half(var);
+    for (size_t i = 0; i < var->n; i++)
+      if (!isfinite(!k ? w[i] : k == KDRT_ROUND_F16 ? kdrt_f16_value(h[i]) : kdrt_bf16_value(h[i])))
+        return v;
   }
   return p->nvars;
 }
@@ -1041,7 +1052,15 @@ static float *gather_var(kdrt_ctx *c, const kdrt_var *var) {
   float *g = NULL;
   if (c->rank == 0 && !(g = malloc(sizeof(float) * (size_t)elems(&var->layout))))
     kdrt_fatal(c, "out of memory for variable '%s'", var->path);
-  kdrt_gather_global(c, &var->layout, c->params + var->offset, g);
+  const float *w = c->params + var->offset;
+  float *wide = NULL; // issue 23: one kept in 16 bits gathered as float32
+  if (kdrt_var_half(var)) {
+    if (!(wide = malloc(sizeof *wide * (var->n ? var->n : 1))))
+      kdrt_fatal(c, "out of memory for variable '%s'", var->path);
+    kdrt_var_get(var, w, wide);
+  }
+  kdrt_gather_global(c, &var->layout, wide ? wide : w, g);
+  free(wide);
   return g;
 }
 
@@ -1051,7 +1070,8 @@ static float *gather_var(kdrt_ctx *c, const kdrt_var *var) {
 void kdrt_round_vars(kdrt_ctx *c) {
   const kdrt_program *p = c->prog;
   for (int v = 0; v < p->nvars; v++) {
-    int k = var16(&p->vars[v]);
+    // (one kept in 16 bits was rounded as stored: kdrt_var_put, kdrt_init_fill16)
+    int k = kdrt_var_half(&p->vars[v]) ? 0 : var16(&p->vars[v]);
     float *w = c->params + p->vars[v].offset;
     for (size_t i = 0; k && i < p->vars[v].n; i++) w[i] = kdrt_round_to(k, w[i]);
   }

@@ -30,6 +30,19 @@ expect() { # expect RC [TEXT]: status and a line of the output
   fi
   [ "$ok" = 1 ] || sed 's/^/    | /' "$T/out" >&2
 }
+# same_weights A B: two weights files (--save-weights) with the same
+# datasets, every value bit for bit.
+same_weights() {
+  python3 - "$1" "$2" <<'EOF'
+import struct, sys
+sys.path.insert(0, "tests/keras_ref")
+import h5lite
+a, b = (h5lite.datasets(p) for p in sys.argv[1:3])
+bits = lambda v: [struct.pack("<f", x) for x in v]
+sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and bits(a[k][1]) == bits(b[k][1])
+                                           for k in a)))
+EOF
+}
 # same_numbers NAME NP PROGRAM-ARGUMENTS...: the programs $T/new and $T/old
 # trained alike under mpirun -np NP (16-bit products widened for OpenBLAS,
 # KDRT_GEMM16=0; KDRT_ONEDNN=$ONEDNN, default 1): the same history and
@@ -48,15 +61,7 @@ same_numbers() {
       return
     fi
   done
-  if cmp -s "$T/new.json" "$T/old.json" && python3 - "$T/new.weights.h5" "$T/old.weights.h5" <<'EOF'
-import struct, sys
-sys.path.insert(0, "tests/keras_ref")
-import h5lite
-a, b = (h5lite.datasets(p) for p in sys.argv[1:3])
-bits = lambda v: [struct.pack("<f", x) for x in v]
-sys.exit(not (a.keys() == b.keys() and all(a[k][0] == b[k][0] and bits(a[k][1]) == bits(b[k][1])
-                                           for k in a)))
-EOF
+  if cmp -s "$T/new.json" "$T/old.json" && same_weights "$T/new.weights.h5" "$T/old.weights.h5"
   then
     echo "  ok: $name: history and weights bit for bit ($(python3 -c "import json, sys
 print(len(json.load(open(sys.argv[1]))['step_loss']))" "$T/new.json") steps)"

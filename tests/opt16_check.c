@@ -7,7 +7,9 @@
 // update_step rounded; float16's divisions by a scalar XLA's products by
 // the reciprocal, kdrt_optim.h's kdrt_div16s) must be equal bit for bit,
 // weights and slots; its jit run (XLA fuses some 16-bit chains in
-// float32, float16's more than bfloat16's) is reported.
+// float32, float16's more than bfloat16's) is reported. Each case runs a
+// second time on the variable and slots kept in their 16 bits (kind |
+// KDRT_STORE16, kdcc's KDCC_VAR16): the same bits as the float32 buffers'.
 //
 // Usage: opt16_check DIR   (exit status 0 when every eager case is equal)
 #include <math.h>
@@ -41,28 +43,29 @@ static void clip(const Case *k, int kind, float *g) {
   if (k->clipvalue > 0) kdrt_clip_grad(g, k->n, NULL, kdrt_round_to(kind, k->clipvalue));
 }
 
-static void step(const Case *k, int kind, float *w, float *g, float *s[3], int64_t t,
-                 kdrt_ctx *c) {
+// st: kind, or kind | KDRT_STORE16 with w and s the 16 bits' buffers.
+static void step(const Case *k, int st, void *w, float *g, void *s[3], int64_t t, kdrt_ctx *c) {
   size_t n = (size_t)k->n;
+  int kind = st & ~KDRT_STORE16;
   clip(k, kind, g);
   if (!strcmp(k->cls, "SGD"))
-    kdrt_sgd16(w, g, s[0], n, k->lr, k->momentum, k->nesterov, k->wd, kind);
+    kdrt_sgd16(w, g, s[0], n, k->lr, k->momentum, k->nesterov, k->wd, st);
   else if (!strcmp(k->cls, "Adam"))
     kdrt_adam16(w, g, s[0], s[1], k->amsgrad ? s[2] : NULL, n, k->lr, k->b1, k->b2, k->eps,
-                k->wd, t, kind);
+                k->wd, t, st);
   else if (!strcmp(k->cls, "RMSprop"))
     kdrt_rmsprop16(w, g, s[0], k->momentum > 0 ? s[1] : NULL,
                    k->centered ? s[1 + (k->momentum > 0)] : NULL, n, k->lr, k->rho, k->momentum,
-                   k->eps, k->wd, kind);
+                   k->eps, k->wd, st);
   else if (!strcmp(k->cls, "Adagrad"))
-    kdrt_adagrad16(w, g, s[0], n, k->lr, k->eps, k->wd, kind);
+    kdrt_adagrad16(w, g, s[0], n, k->lr, k->eps, k->wd, st);
   else if (!strcmp(k->cls, "Adamax"))
-    kdrt_adamax16(w, g, s[0], s[1], n, k->lr, k->b1, k->b2, k->eps, k->wd, t, kind);
+    kdrt_adamax16(w, g, s[0], s[1], n, k->lr, k->b1, k->b2, k->eps, k->wd, t, st);
   else if (!strcmp(k->cls, "Nadam"))
     kdrt_nadam16(w, g, s[0], s[1], n, k->lr, k->b1, k->b2, k->eps, k->wd, t,
-                 kdrt_nadam_product16(c, k->b1, t, kind), kind);
+                 kdrt_nadam_product16(c, k->b1, t, kind), st);
   else if (!strcmp(k->cls, "Lion"))
-    kdrt_lion16(w, g, s[0], n, k->lr, k->b1, k->b2, k->wd, kind);
+    kdrt_lion16(w, g, s[0], n, k->lr, k->b1, k->b2, k->wd, st);
   else {
     fprintf(stderr, "opt16_check: %s: no optimizer %s\n", k->name, k->cls);
     exit(2);
@@ -187,16 +190,35 @@ int main(int argc, char **argv) {
       if (!strcmp(k.cls, "Adagrad")) // initial_accumulator_value 0.1, cast (emit.c's accum_init)
         for (size_t i = 0; i < n; i++) s[j][i] = kdrt_round_to(kind, 0.1f);
     }
-    kdrt_ctx c;
+    // the same in 16 bits: w and the slots packed (uint16_t), kind | KDRT_STORE16
+    uint16_t *h = malloc(4 * n * sizeof *h);
+    void *hs[3] = {h + n, h + 2 * n, h + 3 * n};
+    kdrt_pack16(kind, h, w, n);
+    for (int j = 0; j < k.nslots; j++) kdrt_pack16(kind, hs[j], s[j], n);
+    kdrt_ctx c, c16;
     memset(&c, 0, sizeof c);
+    memset(&c16, 0, sizeof c16);
     for (int64_t t = 1; t <= 3; t++) {
       memcpy(g, all + (size_t)t * n, n * sizeof *g);
-      step(&k, kind, w, g, s, t, &c);
+      step(&k, kind, w, g, (void **)s, t, &c);
+      memcpy(g, all + (size_t)t * n, n * sizeof *g);
+      step(&k, kind | KDRT_STORE16, h, g, hs, t, &c16);
     }
-    int bad = differ(&k, w, s, all + 4 * n);
+    int bad16 = 0;
+    for (int j = 0; j <= k.nslots; j++) {
+      const float *a = j ? s[j - 1] : w;
+      for (size_t i = 0; i < n; i++) {
+        float x;
+        kdrt_unpack16(kind, &x, h + (size_t)j * n + i, 1);
+        bad16 += memcmp(&x, &a[i], sizeof x) != 0;
+      }
+    }
+    free(h);
+    int bad = differ(&k, w, s, all + 4 * n) + bad16;
     int bad_jit = jit ? differ(&k, w, s, all + (4 + per) * n) : -1;
     printf("%-28s %d of %zu values differ from Keras's eager run", k.name, bad, per * n);
     if (jit) printf(" (%d from its jit run)", bad_jit);
+    printf("; in 16 bits %d differ from float32 buffers'", bad16);
     printf("%s\n", bad ? "  FAIL" : "");
     failed += bad != 0;
     cases++;

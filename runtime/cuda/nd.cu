@@ -11,6 +11,7 @@
 // no sort and no atomic. Only the rows some id names walk the ids (a flag
 // per row, set first); the others are zeroed and done.
 #include "common.cuh"
+#include "kdrt_round.h" // issue 23: gather16_kernel
 
 typedef struct {
   int rank;
@@ -189,6 +190,29 @@ extern "C" void kdrt_cuda_gather(kdrt_cuda *d, float *out, const float *table, c
   gather_kernel<<<kdrt_blocks(total), KDRT_THREADS, 0, d->impl->stream>>>(out, table, ids, n, rows,
                                                                           cols, row0);
   KDRT_LAUNCHED(d, "gather_kernel");
+}
+
+// issue 23: ../ops.c's kdrt_gather16, from a table kept in 16 bits.
+__global__ static void gather16_kernel(int kind, float *out, const uint16_t *table,
+                                       const int32_t *ids, int64_t n, int64_t rows, int64_t cols,
+                                       int64_t row0) {
+  size_t total = (size_t)n * (size_t)cols;
+  KDRT_FOR(e, total) {
+    int64_t i = (int64_t)(e / (size_t)cols), j = (int64_t)(e % (size_t)cols);
+    int64_t r = (int64_t)ids[i] - row0;
+    uint16_t h = r >= 0 && r < rows ? table[r * cols + j] : 0; // (0: +0.0 in either type)
+    out[e] = kind == KDRT_ROUND_F16 ? kdrt_f16_value(h) : kdrt_bf16_value(h);
+  }
+}
+
+extern "C" void kdrt_cuda_gather16(kdrt_cuda *d, int kind, float *out, const uint16_t *table,
+                                   const int32_t *ids, int64_t n, int64_t rows, int64_t cols,
+                                   int64_t row0) {
+  if (n <= 0 || cols <= 0) return;
+  size_t total = (size_t)n * (size_t)cols;
+  gather16_kernel<<<kdrt_blocks(total), KDRT_THREADS, 0, d->impl->stream>>>(
+      kind, out, table, ids, n, rows, cols, row0);
+  KDRT_LAUNCHED(d, "gather16_kernel");
 }
 
 // One block per table row r: it zeroes its row, then walks the ids in

@@ -73,6 +73,16 @@ static float *dev(const float *h, size_t n) {
   kdrt_cuda_upload(D, p, h, n);
   return p;
 }
+// issue 23: a device copy of n 16-bit values (kdrt_pack16's) of host h, in (n + 1) / 2 floats.
+static float *dev16(int kind, const float *h, size_t n) {
+  uint16_t *b = (uint16_t *)calloc(n + 1, sizeof *b);
+  if (!b) abort();
+  kdrt_pack16(kind, b, h, n);
+  float *p = dev((const float *)b, (n + 1) / 2);
+  free(b);
+  return p;
+}
+
 // n floats of device buffer p to NaN (0xffffffff), on the stream the
 // kernels run on, so ordered after what came before and before the call
 // that follows. Called right before each kernel that overwrites p.
@@ -1596,6 +1606,23 @@ static void check_nd(void) {
   poison(out, no);
   kdrt_cuda_gather(D, out, tab, ids, nid, rows, cols, row0);
   check("gather", out, hout, no, 0);
+  for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) { // issue 23: kept in 16 bits
+    float *hr = hzero(nt), *h16 = hzero(no);
+    kdrt_round(kind, hr, htab, nt);
+    float *t16 = dev16(kind, hr, nt);
+    kdrt_gather(hout, hr, hid, nid, rows, cols, row0); // the float32 table's rows
+    uint16_t *hb = (uint16_t *)calloc(nt + 1, sizeof *hb);
+    kdrt_pack16(kind, hb, hr, nt);
+    kdrt_gather16(kind, h16, hb, hid, nid, rows, cols, row0);
+    poison(out, no);
+    kdrt_cuda_gather16(D, kind, out, (const uint16_t *)t16, ids, nid, rows, cols, row0);
+    check(kind == KDRT_ROUND_F16 ? "gather16 float16" : "gather16 bfloat16", out, hout, no, 0);
+    int bad = memcmp(h16, hout, no * sizeof *h16) != 0; // the CPU's too, bit for bit
+    checks++, failures += bad;
+    if (bad) printf("FAIL gather16 (CPU) differs from gather of the float32 table\n");
+    kdrt_cuda_free(t16), free(hr), free(h16), free(hb);
+  }
+  kdrt_gather(hout, htab, hid, nid, rows, cols, row0);
   kdrt_scatter_add(hdt, hdy, hid, nid, rows, cols, row0);
   poison(dt, nt); // overwritten: rows no id names are zeros
   kdrt_cuda_scatter_add(D, dt, dy, ids, nid, rows, cols, row0);
@@ -1734,6 +1761,9 @@ static void check_optim(void) {
 // Adamax, Nadam, Lion, each with weight decay) and clippings (clipnorm,
 // global_clipnorm, a constraint's scale) in bfloat16 and float16: bit for
 // bit the CPU's, over 3 steps, every slot too.
+// issue 23: the 16-bit updates against the CPU's, each twice: on float32
+// buffers of 16-bit values, and on the variable and slots kept in their 16
+// bits (kind | KDRT_STORE16; read back through kdrt_cuda_unpack16).
 static void check_optim16(void) {
   const size_t n = 4099;
   for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++)
@@ -1742,6 +1772,9 @@ static void check_optim16(void) {
       kdrt_round(kind, hw, hw, n);
       if (which == 1) kdrt_fill(hv, kdrt_round_to(kind, 0.1f), n); // Adagrad's accumulator
       float *w = dev(hw, n), *m = dev(hm, n), *v = dev(hv, n), *a = dev(ha, n);
+      float *w16 = dev16(kind, hw, n), *m16 = dev16(kind, hm, n), *v16 = dev16(kind, hv, n);
+      float *a16 = dev16(kind, ha, n);
+      const int st = kind | KDRT_STORE16;
       const char *name = "";
       kdrt_ctx c;
       memset(&c, 0, sizeof c);
@@ -1750,35 +1783,56 @@ static void check_optim16(void) {
         switch (which) {
         case 0: name = "rmsprop16";
           kdrt_rmsprop16(hw, hg, hv, hm, ha, n, 1e-2f, 0.9f, 0.5f, 1e-7f, 4e-3f, kind);
-          kdrt_cuda_rmsprop16(D, w, g, v, m, a, n, 1e-2f, 0.9f, 0.5f, 1e-7f, 4e-3f, kind); break;
+          kdrt_cuda_rmsprop16(D, w, g, v, m, a, n, 1e-2f, 0.9f, 0.5f, 1e-7f, 4e-3f, kind);
+          kdrt_cuda_rmsprop16(D, w16, g, v16, m16, a16, n, 1e-2f, 0.9f, 0.5f, 1e-7f, 4e-3f, st);
+          break;
         case 1: name = "adagrad16";
           kdrt_adagrad16(hw, hg, hv, n, 1e-2f, 1e-7f, 4e-3f, kind);
-          kdrt_cuda_adagrad16(D, w, g, v, n, 1e-2f, 1e-7f, 4e-3f, kind); break;
+          kdrt_cuda_adagrad16(D, w, g, v, n, 1e-2f, 1e-7f, 4e-3f, kind);
+          kdrt_cuda_adagrad16(D, w16, g, v16, n, 1e-2f, 1e-7f, 4e-3f, st); break;
         case 2: name = "adamax16";
           kdrt_adamax16(hw, hg, hm, hv, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, kind);
-          kdrt_cuda_adamax16(D, w, g, m, v, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, kind); break;
+          kdrt_cuda_adamax16(D, w, g, m, v, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, kind);
+          kdrt_cuda_adamax16(D, w16, g, m16, v16, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, st);
+          break;
         case 3: {
           name = "nadam16";
           float u = kdrt_nadam_product16(&c, 0.9f, t, kind);
           kdrt_nadam16(hw, hg, hm, hv, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, u, kind);
           kdrt_cuda_nadam16(D, w, g, m, v, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, u, kind);
+          kdrt_cuda_nadam16(D, w16, g, m16, v16, n, 1e-2f, 0.9f, 0.99f, 1e-7f, 4e-3f, t, u, st);
           break;
         }
         default: name = "lion16";
           kdrt_lion16(hw, hg, hm, n, 1e-2f, 0.9f, 0.99f, 4e-3f, kind);
-          kdrt_cuda_lion16(D, w, g, m, n, 1e-2f, 0.9f, 0.99f, 4e-3f, kind); break;
+          kdrt_cuda_lion16(D, w, g, m, n, 1e-2f, 0.9f, 0.99f, 4e-3f, kind);
+          kdrt_cuda_lion16(D, w16, g, m16, n, 1e-2f, 0.9f, 0.99f, 4e-3f, st); break;
         }
         kdrt_cuda_free(g), free(hg);
       }
       char full[96];
       const char *t = kind == KDRT_ROUND_F16 ? "float16" : "bfloat16";
-      snprintf(full, sizeof full, "%s %s (3 steps): weights", name, t);
-      check(full, w, hw, n, 0);
-      snprintf(full, sizeof full, "%s %s (3 steps): slots", name, t);
-      if (which != 1) check(full, m, hm, n, 0);
-      if (which != 4) check(full, v, hv, n, 0);
-      if (which == 0) check(full, a, ha, n, 0);
+      for (int in16 = 0; in16 < 2; in16++) {
+        float *dw = w, *dm = m, *dv = v, *da = a; // in16: unpacked from the 16 bits
+        if (in16) {
+          float *p16[4] = {w16, m16, v16, a16}, *p32[4];
+          for (int j = 0; j < 4; j++) {
+            p32[j] = kdrt_cuda_alloc(n);
+            kdrt_cuda_unpack16(D, kind, p32[j], (const uint16_t *)p16[j], n);
+          }
+          dw = p32[0], dm = p32[1], dv = p32[2], da = p32[3];
+        }
+        const char *how = in16 ? ", kept in 16 bits" : "";
+        snprintf(full, sizeof full, "%s %s (3 steps%s): weights", name, t, how);
+        check(full, dw, hw, n, 0);
+        snprintf(full, sizeof full, "%s %s (3 steps%s): slots", name, t, how);
+        if (which != 1) check(full, dm, hm, n, 0);
+        if (which != 4) check(full, dv, hv, n, 0);
+        if (which == 0) check(full, da, ha, n, 0);
+        if (in16) kdrt_cuda_free(dw), kdrt_cuda_free(dm), kdrt_cuda_free(dv), kdrt_cuda_free(da);
+      }
       kdrt_cuda_free(w), kdrt_cuda_free(m), kdrt_cuda_free(v), kdrt_cuda_free(a);
+      kdrt_cuda_free(w16), kdrt_cuda_free(m16), kdrt_cuda_free(v16), kdrt_cuda_free(a16);
       free(hw), free(hm), free(hv), free(ha);
     }
   for (int kind = KDRT_ROUND_BF16; kind <= KDRT_ROUND_F16; kind++) {

@@ -154,105 +154,137 @@ extern "C" void kdrt_cuda_lion(kdrt_cuda *d, float *w, const float *g, float *m,
   LAUNCH(d, lion_kernel, n, w, g, m, n, lr, b1, b2, kdrt_step_sc(d));
 }
 
-// issue 23: a 16-bit variable's update, ../optim.c's kdrt_sgd16 and
-// kdrt_adam16; in a graph the learning rate (and Adam's scalars for step
-// sc->step + dt) are the device's.
-__global__ static void sgd16_kernel(float *w, const float *g, float *m, size_t n, float lr,
-                                    float momentum, int nesterov, float wd, int kind,
+// issue 23: a 16-bit variable's update, ../optim.c's kdrt_sgd16 ..
+// kdrt_lion16 (the variable and its slots float32 buffers of 16-bit values,
+// or kind | KDRT_STORE16 their 16 bits: kdrt_optim.h's kdrt_ld16 ..
+// kdrt_put16; st: kind with that flag, kind without); in a graph the
+// learning rate (and Adam's, Adamax's scalars for step sc->step + dt) are
+// the device's; Nadam's u_prod is the host's, as float32 Nadam's.
+__device__ static inline float decayed16(const void *w, size_t i, float wd16, float lr16, int st) {
+  float wi = kdrt_ld16(w, i, st);
+  return wd16 != 0.0f ? kdrt_decay16(wi, wd16, lr16, st & ~KDRT_STORE16) : wi;
+}
+
+__global__ static void sgd16_kernel(void *w, const float *g, void *m, size_t n, float lr,
+                                    float momentum, int nesterov, float wd, int st,
                                     const kdrt_step_scalars *sc) {
+  const int kind = st & ~KDRT_STORE16;
   lr = kdrt_round_to(kind, step_lr(sc, lr));
   const float wd16 = kdrt_round_to(kind, wd), mom16 = kdrt_round_to(kind, momentum);
   if (momentum == 0.0f) m = NULL;
   KDRT_FOR(i, n) {
-    float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr, kind) : w[i];
-    w[i] = kdrt_sgd16_at(wi, g, m, i, lr, mom16, nesterov, kind);
+    float mi = 0.0f, *pm = kdrt_slot16(m, i, &mi, st);
+    kdrt_st16(w, i, kdrt_sgd16_at(decayed16(w, i, wd16, lr, st), g + i, pm, 0, lr, mom16,
+                                  nesterov, kind), st);
+    kdrt_put16(m, i, pm, st);
   }
 }
 
-__global__ static void adam16_kernel(float *w, const float *g, float *m, float *v, float *vhat,
+__global__ static void adam16_kernel(void *w, const float *g, void *m, void *v, void *vhat,
                                      size_t n, float lr, float b1, float b2, float eps, float wd,
-                                     int64_t t, int kind, const kdrt_step_scalars *sc,
+                                     int64_t t, int st, const kdrt_step_scalars *sc,
                                      int64_t dt) {
+  const int kind = st & ~KDRT_STORE16;
   __shared__ kdrt_adam16_k k;
   if (sc) lr = sc->lr, t = sc->step + dt;
   if (threadIdx.x == 0) k = kdrt_adam16_coef(lr, b1, b2, eps, t, kind);
   __syncthreads();
   const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
   KDRT_FOR(i, n) {
-    float wi = wd != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
-    w[i] = kdrt_adam16_at(wi, g, m, v, vhat, i, k, kind);
+    float s[3] = {0}, *p0 = kdrt_slot16(m, i, s, st), *p1 = kdrt_slot16(v, i, s + 1, st);
+    float *p2 = kdrt_slot16(vhat, i, s + 2, st);
+    kdrt_st16(w, i, kdrt_adam16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, p1, p2, 0, k,
+                                   kind), st);
+    kdrt_put16(m, i, p0, st), kdrt_put16(v, i, p1, st), kdrt_put16(vhat, i, p2, st);
   }
 }
 
-extern "C" void kdrt_cuda_sgd16(kdrt_cuda *d, float *w, const float *g, float *m, size_t n,
+extern "C" void kdrt_cuda_sgd16(kdrt_cuda *d, void *w, const float *g, void *m, size_t n,
                                 float lr, float momentum, int nesterov, float wd, int kind) {
   LAUNCH(d, sgd16_kernel, n, w, g, m, n, lr, momentum, nesterov, wd, kind, kdrt_step_sc(d));
 }
 
-extern "C" void kdrt_cuda_adam16(kdrt_cuda *d, float *w, const float *g, float *m, float *v,
-                                 float *vhat, size_t n, float lr, float b1, float b2, float eps,
+extern "C" void kdrt_cuda_adam16(kdrt_cuda *d, void *w, const float *g, void *m, void *v,
+                                 void *vhat, size_t n, float lr, float b1, float b2, float eps,
                                  float wd, int64_t t, int kind) {
   LAUNCH(d, adam16_kernel, n, w, g, m, v, vhat, n, lr, b1, b2, eps, wd, t, kind,
          kdrt_step_sc(d), t - (d->c ? d->c->step : 0));
 }
 
-// issue 23: RMSprop, Adagrad, Adamax, Nadam and Lion on a 16-bit variable,
-// ../optim.c's kdrt_*16; in a graph the learning rate (and Adamax's bias
-// correction for step sc->step + dt) are the device's; Nadam's u_prod is the
-// host's, as float32 Nadam's.
-__device__ static inline float decayed16(const float *w, size_t i, float wd16, float lr16,
-                                         int kind) {
-  return wd16 != 0.0f ? kdrt_decay16(w[i], wd16, lr16, kind) : w[i];
-}
-
-__global__ static void rmsprop16_kernel(float *w, const float *g, float *v, float *m, float *a,
+__global__ static void rmsprop16_kernel(void *w, const float *g, void *v, void *m, void *a,
                                         size_t n, float lr, float rho, float momentum, float eps,
-                                        float wd, int kind, const kdrt_step_scalars *sc) {
+                                        float wd, int st, const kdrt_step_scalars *sc) {
+  const int kind = st & ~KDRT_STORE16;
   const float lr16 = kdrt_round_to(kind, step_lr(sc, lr)), wd16 = kdrt_round_to(kind, wd);
   const float rho16 = kdrt_round_to(kind, rho), mom16 = kdrt_round_to(kind, momentum);
   const float c = kdrt_round_to(kind, (float)(1.0 - (double)rho));
   const float eps16 = kdrt_round_to(kind, eps);
-  KDRT_FOR(i, n) w[i] = kdrt_rmsprop16_at(decayed16(w, i, wd16, lr16, kind), g, v, m, a, i,
-                                          lr16, rho16, c, mom16, eps16, kind);
+  KDRT_FOR(i, n) {
+    float s[3] = {0}, *p0 = kdrt_slot16(v, i, s, st), *p1 = kdrt_slot16(m, i, s + 1, st);
+    float *p2 = kdrt_slot16(a, i, s + 2, st);
+    kdrt_st16(w, i, kdrt_rmsprop16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, p1, p2, 0,
+                                      lr16, rho16, c, mom16, eps16, kind), st);
+    kdrt_put16(v, i, p0, st), kdrt_put16(m, i, p1, st), kdrt_put16(a, i, p2, st);
+  }
 }
 
-__global__ static void adagrad16_kernel(float *w, const float *g, float *acc, size_t n, float lr,
-                                        float eps, float wd, int kind,
+__global__ static void adagrad16_kernel(void *w, const float *g, void *acc, size_t n, float lr,
+                                        float eps, float wd, int st,
                                         const kdrt_step_scalars *sc) {
+  const int kind = st & ~KDRT_STORE16;
   const float lr16 = kdrt_round_to(kind, step_lr(sc, lr)), wd16 = kdrt_round_to(kind, wd);
   const float eps16 = kdrt_round_to(kind, eps);
-  KDRT_FOR(i, n) w[i] = kdrt_adagrad16_at(decayed16(w, i, wd16, lr16, kind), g, acc, i, lr16,
-                                          eps16, kind);
+  KDRT_FOR(i, n) {
+    float s = 0.0f, *p0 = kdrt_slot16(acc, i, &s, st);
+    kdrt_st16(w, i, kdrt_adagrad16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, 0, lr16,
+                                      eps16, kind), st);
+    kdrt_put16(acc, i, p0, st);
+  }
 }
 
-__global__ static void adamax16_kernel(float *w, const float *g, float *m, float *u, size_t n,
+__global__ static void adamax16_kernel(void *w, const float *g, void *m, void *u, size_t n,
                                        float lr, float b1, float b2, float eps, float wd,
-                                       int64_t t, int kind, const kdrt_step_scalars *sc,
+                                       int64_t t, int st, const kdrt_step_scalars *sc,
                                        int64_t dt) {
+  const int kind = st & ~KDRT_STORE16;
   __shared__ kdrt_adamax16_k k;
   if (sc) lr = sc->lr, t = sc->step + dt;
   if (threadIdx.x == 0) k = kdrt_adamax16_coef(b1, b2, eps, t, kind);
   __syncthreads();
   const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
-  KDRT_FOR(i, n) w[i] = kdrt_adamax16_at(decayed16(w, i, wd16, lr16, kind), g, m, u, i, lr16, k,
-                                         kind);
+  KDRT_FOR(i, n) {
+    float s[2] = {0}, *p0 = kdrt_slot16(m, i, s, st), *p1 = kdrt_slot16(u, i, s + 1, st);
+    kdrt_st16(w, i, kdrt_adamax16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, p1, 0, lr16, k,
+                                     kind), st);
+    kdrt_put16(m, i, p0, st), kdrt_put16(u, i, p1, st);
+  }
 }
 
-__global__ static void nadam16_kernel(float *w, const float *g, float *m, float *v, size_t n,
-                                      float lr, float wd, kdrt_nadam16_k k, int kind) {
+__global__ static void nadam16_kernel(void *w, const float *g, void *m, void *v, size_t n,
+                                      float lr, float wd, kdrt_nadam16_k k, int st) {
+  const int kind = st & ~KDRT_STORE16;
   const float lr16 = kdrt_round_to(kind, lr), wd16 = kdrt_round_to(kind, wd);
-  KDRT_FOR(i, n) w[i] = kdrt_nadam16_at(decayed16(w, i, wd16, lr16, kind), g, m, v, i, lr16, k,
-                                        kind);
+  KDRT_FOR(i, n) {
+    float s[2] = {0}, *p0 = kdrt_slot16(m, i, s, st), *p1 = kdrt_slot16(v, i, s + 1, st);
+    kdrt_st16(w, i, kdrt_nadam16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, p1, 0, lr16, k,
+                                    kind), st);
+    kdrt_put16(m, i, p0, st), kdrt_put16(v, i, p1, st);
+  }
 }
 
-__global__ static void lion16_kernel(float *w, const float *g, float *m, size_t n, float lr,
-                                     float b1, float b2, float wd, int kind,
+__global__ static void lion16_kernel(void *w, const float *g, void *m, size_t n, float lr,
+                                     float b1, float b2, float wd, int st,
                                      const kdrt_step_scalars *sc) {
+  const int kind = st & ~KDRT_STORE16;
   const float lr16 = kdrt_round_to(kind, step_lr(sc, lr)), wd16 = kdrt_round_to(kind, wd);
   const float b116 = kdrt_round_to(kind, b1), b216 = kdrt_round_to(kind, b2);
   const float c1 = kdrt_round_to(kind, 1.0f - b116), c2 = kdrt_round_to(kind, 1.0f - b216);
-  KDRT_FOR(i, n) w[i] = kdrt_lion16_at(decayed16(w, i, wd16, lr16, kind), g, m, i, lr16, b116,
-                                       c1, b216, c2, kind);
+  KDRT_FOR(i, n) {
+    float s = 0.0f, *p0 = kdrt_slot16(m, i, &s, st);
+    kdrt_st16(w, i, kdrt_lion16_at(decayed16(w, i, wd16, lr16, st), g + i, p0, 0, lr16, b116, c1,
+                                   b216, c2, kind), st);
+    kdrt_put16(m, i, p0, st);
+  }
 }
 
 __global__ static void clip_grad16_kernel(float *g, size_t n, const float *f, float clipnorm,
@@ -276,34 +308,34 @@ extern "C" void kdrt_cuda_clip_norm16(kdrt_cuda *d, float *f, const float *s, si
   LAUNCH(d, clip_norm16_kernel, n, f, s, n, lo, hi, rate, rest, kind);
 }
 
-extern "C" void kdrt_cuda_rmsprop16(kdrt_cuda *d, float *w, const float *g, float *v, float *m,
-                                    float *a, size_t n, float lr, float rho, float momentum,
+extern "C" void kdrt_cuda_rmsprop16(kdrt_cuda *d, void *w, const float *g, void *v, void *m,
+                                    void *a, size_t n, float lr, float rho, float momentum,
                                     float eps, float wd, int kind) {
   LAUNCH(d, rmsprop16_kernel, n, w, g, v, m, a, n, lr, rho, momentum, eps, wd, kind,
          kdrt_step_sc(d));
 }
 
-extern "C" void kdrt_cuda_adagrad16(kdrt_cuda *d, float *w, const float *g, float *acc, size_t n,
+extern "C" void kdrt_cuda_adagrad16(kdrt_cuda *d, void *w, const float *g, void *acc, size_t n,
                                     float lr, float eps, float wd, int kind) {
   LAUNCH(d, adagrad16_kernel, n, w, g, acc, n, lr, eps, wd, kind, kdrt_step_sc(d));
 }
 
-extern "C" void kdrt_cuda_adamax16(kdrt_cuda *d, float *w, const float *g, float *m, float *u,
+extern "C" void kdrt_cuda_adamax16(kdrt_cuda *d, void *w, const float *g, void *m, void *u,
                                    size_t n, float lr, float b1, float b2, float eps, float wd,
                                    int64_t t, int kind) {
   LAUNCH(d, adamax16_kernel, n, w, g, m, u, n, lr, b1, b2, eps, wd, t, kind, kdrt_step_sc(d),
          t - (d->c ? d->c->step : 0));
 }
 
-extern "C" void kdrt_cuda_nadam16(kdrt_cuda *d, float *w, const float *g, float *m, float *v,
+extern "C" void kdrt_cuda_nadam16(kdrt_cuda *d, void *w, const float *g, void *m, void *v,
                                   size_t n, float lr, float b1, float b2, float eps, float wd,
                                   int64_t t, float u_prod, int kind) {
   kdrt_cuda_graph_unsafe(d); // u_prod: the host's running product
   LAUNCH(d, nadam16_kernel, n, w, g, m, v, n, lr, wd,
-         kdrt_nadam16_coef(b1, b2, eps, t, u_prod, kind), kind);
+         kdrt_nadam16_coef(b1, b2, eps, t, u_prod, kind & ~KDRT_STORE16), kind);
 }
 
-extern "C" void kdrt_cuda_lion16(kdrt_cuda *d, float *w, const float *g, float *m, size_t n,
+extern "C" void kdrt_cuda_lion16(kdrt_cuda *d, void *w, const float *g, void *m, size_t n,
                                  float lr, float b1, float b2, float wd, int kind) {
   LAUNCH(d, lion16_kernel, n, w, g, m, n, lr, b1, b2, wd, kind, kdrt_step_sc(d));
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "kdrt_round.h" // issue 23: nonfinite_kernel reads 16-bit values
 
 // comm.cu
 void kdrt_cuda_comm_setup(kdrt_cuda *d, kdrt_ctx *c);
@@ -395,14 +396,19 @@ static void collect_logs(kdrt_ctx *c, float *logs) {
 // ---------------------------------------------------------------- weights
 
 // The first variable (blockIdx.y) with an element that is not finite:
-// atomicMin into *first.
+// atomicMin into *first. n[v]'s top 4 bits: issue 23's kdrt_var_half (its
+// values kept in 16 bits), the rest its count.
+#define HALF_SHIFT 60
 __global__ static void nonfinite_kernel(int *first, const float *params, const size_t *off,
                                         const size_t *n) {
-  int v = blockIdx.y;
+  int v = blockIdx.y, half = (int)(n[v] >> HALF_SHIFT);
   const float *w = params + off[v];
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n[v];
+  const uint16_t *h = (const uint16_t *)w;
+  size_t count = n[v] & (((size_t)1 << HALF_SHIFT) - 1);
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (size_t)gridDim.x * blockDim.x)
-    if (!isfinite(w[i])) {
+    if (!isfinite(!half ? w[i]
+                  : half == KDRT_ROUND_F16 ? kdrt_f16_value(h[i]) : kdrt_bf16_value(h[i]))) {
       atomicMin(first, v);
       return;
     }
@@ -417,7 +423,9 @@ static int device_nonfinite(kdrt_ctx *c) {
   if (!vars_off) { // the variables' offsets and sizes, once
     size_t *h = (size_t *)malloc(2 * (size_t)p->nvars * sizeof(size_t));
     if (!h) kdrt_fatal(c, "out of memory");
-    for (int v = 0; v < p->nvars; v++) h[v] = p->vars[v].offset, h[p->nvars + v] = p->vars[v].n;
+    for (int v = 0; v < p->nvars; v++)
+      h[v] = p->vars[v].offset,
+      h[p->nvars + v] = p->vars[v].n | (size_t)kdrt_var_half(&p->vars[v]) << HALF_SHIFT;
     CUDA_CHECK(cudaMalloc(&vars_off, 2 * (size_t)p->nvars * sizeof(size_t) + sizeof(int)));
     CUDA_CHECK(cudaMemcpy(vars_off, h, 2 * (size_t)p->nvars * sizeof(size_t),
                           cudaMemcpyHostToDevice));

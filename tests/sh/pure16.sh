@@ -109,9 +109,12 @@ else
   echo "pure16.sh: SKIP Keras loading kdcc's file: no keras in $PY"
 fi
 
-# --report says which variables are 16-bit
+# --report says which variables are 16-bit, and that they are kept in 2 bytes
+# (issue 23's var16; KDCC_VAR16=0: in float32 buffers)
 ./kdcc "$F/model.keras" --batch-size 16 --report -S "$T/r" >"$T/out" 2>&1
-[ "$(grep -c '^  [a-z0-9_/]* .*  bfloat16$' "$T/out")" = 6 ] && grep -q "float32 buffers" "$T/out" &&
+[ "$(grep -c '^  [a-z0-9_/]* .*  bfloat16$' "$T/out")" = 6 ] &&
+  grep -q "kept in its type's 2 bytes" "$T/out" &&
+  KDCC_VAR16=0 ./kdcc "$F/model.keras" --batch-size 16 --report 2>&1 | grep -q "float32 buffers" &&
   ok "--report: 6 bfloat16 variables" || fail "--report: $(cat "$T/out")"
 
 # 3. kdrt reads its own file back, checksums and all
