@@ -74,7 +74,7 @@ build() {
 # ---- 1. bit for bit
 H=tests/fixtures/keras_hub
 for c in $F/bf16_mlp $F/bf16_adam_mlp $F/bf16_bn_cnn $F/bf16_gpt $F/f16_mlp $F/f16_bn_cnn \
-         $F/bf16_adamax_reg $F/bf16_rmsprop_mlp $F/bf16_nadam_mlp $H/hub_gpt2_bf16 \
+         $F/bf16_adamax_reg $F/bf16_unit_act $F/bf16_rmsprop_mlp $F/bf16_nadam_mlp $H/hub_gpt2_bf16 \
          $H/hub_gemma_lora_bf16; do
   for m in "$(basename "$c")" "$(basename "$c")_dp"; do
     name=$m
