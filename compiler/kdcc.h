@@ -734,6 +734,7 @@ struct Graph {
   int64_t arena_floats, param_floats, grad_floats;
   int64_t scratch_floats; // conv im2col scratch
   int64_t widen16_floats; // issue 23: the CPU's 16-bit products' widened operands (memplan.c)
+  int64_t gpu_scratch;    // issue 22: bytes the GPU's products take in scratch (memplan.c)
   PlanStep *plan;         // the arena plan's steps, in order (memplan.c)
   int nplan;
   // issue 23: while a layer of a mixed policy is built (build_layer), its
@@ -845,6 +846,10 @@ extern unsigned opt_products16;
 // 16-bit products (kdrt_matmul16's operands widened where the CPU has no
 // bfloat16 product); main.c: off for --target cuda, whose runtime needs none.
 extern bool opt_widen16;
+// issue 22 (lower.c): --target cuda (main.c): 1, its products' scratch
+// (Graph.gpu_scratch) counted; 2, at --precision bf16 (every product's
+// operands rounded to bfloat16 in scratch).
+extern int opt_gpu_products;
 // issue 23: every 16-bit value of a mixed policy that the backward pass
 // reads, stored in 16 bits in between (PACK16 after it, UNPACK16 before its
 // backward readers, or a variable's or a kept value's ROUND made again);

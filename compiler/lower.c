@@ -223,6 +223,7 @@ char *opt_const(const char *name) {
 // the program's (ops.c's widen16_c, memplan.c's widen16_floats); off for
 // the GPU (main.c), which widens nothing.
 bool opt_widen16 = true;
+int opt_gpu_products = 0;
 
 int opt_consts(const Optimizer *o, const char **names, float *values) {
   int n = 0;

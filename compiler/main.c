@@ -345,6 +345,7 @@ int main(int argc, char **argv) {
   if (target_cuda && !cuda_arch) cuda_arch = detect_cuda_arch();
   if (target_cuda) opt_products16 |= 1u << KDRT_ROUND_F16; // cuBLAS takes float16 operands too
   if (target_cuda) opt_widen16 = false; // (nothing widened on the GPU)
+  if (target_cuda) opt_gpu_products = !strcmp(precision, "bf16") ? 2 : 1; // (their scratch)
   // issue 22: the fused attention's kernels round their products' operands
   // as bf16 and tf32 do (fp32 keeps the chain: within 1e-5 of the CPU's),
   // and take head dims up to 128 (tf32's shared memory: 64)

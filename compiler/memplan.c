@@ -134,6 +134,31 @@ static int64_t widen_floats(int64_t floats, int64_t rows) {
   return rows > 0 ? size_mul((floats + rows - 1) / rows, rows) : floats;
 }
 
+// issue 22: the bytes a product n takes in the CUDA runtime's scratch
+// (runtime/cuda/matmul.cu), at most: its 16-bit operands (bf16 precision
+// rounds both; kdrt_cuda_matmul16 converts a float32 one and repacks a
+// 16-bit one) in slot 3, each with its rows packed 16 bytes apart where its
+// last dim is not a multiple of 8 (GPT-2's 50257), and 256 bytes between
+// them; and (slot 4, at any precision) a result of 2^20 floats or more
+// whose rows are not 16 bytes apart, made with its rows padded to a
+// multiple of 8 floats and copied into place (pads_c). Each slot grows to its largest product's and
+// stays, so the program needs the two maxima together. Not in the arena:
+// --report shows it, --max-memory counts it.
+static void gpu_product_scratch(Graph *g, const Node *n, int64_t *s3, int64_t *s4) {
+  if (!opt_gpu_products || n->op != OP_DOT) return;
+  int64_t ops = 256;
+  for (int k = 0; k < 2 && (opt_gpu_products == 2 || n->dot.half); k++) {
+    Shape s = local_shape(g, n->in[k]);
+    int64_t last = s.d[s.rank - 1], e = shape_elems(&s);
+    ops = size_add(ops, size_mul(last % 8 ? size_mul(e / last, (last + 7) / 8 * 8) : e, 2));
+  }
+  Shape y = local_shape(g, n);
+  int64_t ny = y.d[y.rank - 1], ey = shape_elems(&y);
+  int64_t res = ny % 4 && ey >= (1 << 20) ? size_mul(size_mul(ey / ny, (ny + 7) / 8 * 8), 4) : 0;
+  if (ops > 256 && ops > *s3) *s3 = ops;
+  if (res > *s4) *s4 = res;
+}
+
 // A plan step for n: its elems floats as k * rows (see PlanStep), rows
 // the local extent of n's batch dim `d` (-1: the first that is one).
 static PlanStep *plan_step(Graph *g, int op, const Node *n, int64_t elems, int d) {
@@ -415,7 +440,7 @@ void plan_memory(Graph *g) {
 
   Arena a = {.free = xcalloc(g->nnodes + 8, sizeof(Span))};
   Running run = {0};
-  int64_t scratch = 0, widen = 0;
+  int64_t scratch = 0, widen = 0, gpu3 = 0, gpu4 = 0;
   // issue 23: the 16-bit copies of saved values (store16.c's PACK16) live
   // from the forward pass into the backward one: taken when the step
   // begins, first (as a block's stacked values are when it begins), so that
@@ -489,6 +514,7 @@ void plan_memory(Graph *g) {
       if (s > scratch) scratch = s;
       if (!later_copy) plan_step(g, PLAN_SCRATCH, y, s, 0);
     }
+    gpu_product_scratch(g, n, &gpu3, &gpu4);
     if (n->op == OP_DOT && n->dot.half && n->nin < 3 && !n->dot.bgrad && opt_widen16) {
       // issue 23: kdrt_matmul16's buffer (kdrt_ops.h), as its lowering reads the operands
       const Node *ab[2] = {n->in[0], n->in[1]}, *r = n; // r: a value with the batch's rows
@@ -567,6 +593,7 @@ void plan_memory(Graph *g) {
   xfree(early);
   g->scratch_floats = align(scratch);
   g->widen16_floats = widen;
+  g->gpu_scratch = size_add(gpu3, gpu4);
   g->arena_floats = size_add(align(a.peak), g->scratch_floats);
   // Each tensor is at most MAX_ELEMS (loss.c), so only a plan of millions of them could
   // pass this: offsets in the program are 64-bit.

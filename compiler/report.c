@@ -134,7 +134,7 @@ static json_t *axes_json(const Graph *g, unsigned axes) {
 }
 
 typedef struct {
-  int64_t params, grads, slots, activations, widened16, sent, total; // bytes
+  int64_t params, grads, slots, activations, widened16, gpu_scratch, sent, total; // bytes
 } Totals;
 
 static Totals totals(const Graph *g) {
@@ -153,7 +153,8 @@ static Totals totals(const Graph *g) {
   t.widened16 = size_mul(g->widen16_floats, 4); // issue 23: kdrt_matmul16's buffer
   for (int i = 0; i < g->nnodes; i++)
     if (is_collective(g->nodes[i]->op)) t.sent = size_add(t.sent, coll_sent(g, g->nodes[i]));
-  t.total = size_add(size_add(t.params, t.grads),
+  t.gpu_scratch = g->gpu_scratch; // issue 22: the GPU's products' scratch
+  t.total = size_add(size_add(size_add(t.params, t.grads), t.gpu_scratch),
                      size_add(t.slots, size_add(t.activations, t.widened16)));
   return t;
 }
@@ -215,6 +216,9 @@ static void report_json(Graph *g, FILE *out) {
   if (t.widened16) // issue 23: the CPU's 16-bit products' operands widened to float32
     json_object_set_new(json_object_get(root, "memory"), "widened_16bit_operands",
                         json_integer(t.widened16));
+  if (t.gpu_scratch) // issue 22: the GPU's products' operands and padded results
+    json_object_set_new(json_object_get(root, "memory"), "gpu_product_scratch",
+                        json_integer(t.gpu_scratch));
   json_object_set_new(root, "comm_bytes_per_step", json_integer(t.sent));
   json_t *warn = json_array();
   for (int i = 0; i < g->nnodes; i++) {
@@ -294,6 +298,10 @@ void print_report(Graph *g, FILE *out, bool json) {
     fprintf(out, "  widened operands  %12s  (16-bit products' operands in float32, on a CPU\n"
                  "                                 without bfloat16 products)\n",
             human(t.widened16));
+  if (t.gpu_scratch) // issue 22: memplan.c's gpu_product_scratch
+    fprintf(out, "  product scratch   %12s  (the GPU's products: 16-bit operands, rows\n"
+                 "                                 packed or padded to 16 bytes)\n",
+            human(t.gpu_scratch));
   fprintf(out, "  total             %12s\n", human(t.total));
   fprintf(out, "  activations grow about %s per sample of the global batch (./train\n"
                "  --batch-size B: about B times that; the figures above are for %d)\n",
@@ -343,10 +351,13 @@ void check_memory(Graph *g, int64_t limit, const char *limit_text) {
                   n->op == OP_PARAM ? ", with its gradient and optimizer state" : "",
                   bytes_text(top_bytes[k]));
   }
+  char *more = t.gpu_scratch ? format(", the GPU's product scratch %s", bytes_text(t.gpu_scratch))
+                : t.widened16  ? format(", widened operands %s", bytes_text(t.widened16))
+                               : "";
   error_at(top[0] ? top[0]->loc : (Loc){0}, "one device needs %s (parameters %s, gradients %s, "
-           "optimizer state %s, peak activations %s), more than %s; the largest tensors: %s",
+           "optimizer state %s, peak activations %s%s), more than %s; the largest tensors: %s",
            bytes_text(t.total), bytes_text(t.params), bytes_text(t.grads), bytes_text(t.slots),
-           bytes_text(t.activations), limit_text, list);
+           bytes_text(t.activations), more, limit_text, list);
 }
 
 void print_graph(Graph *g, FILE *out) {
