@@ -160,7 +160,8 @@ static void dec_rope_emit(const Node *n, Lowering *lw) {
   row_loop(lw, n);
   lower_call(lw, KN_rope, decl, "%s, %s, %s, 1, 1, %s, %lld + %s[r_], %d", at_row(n),
              at_row(n->in[0]), desc, sym_c(sym_prod(n, 2, rk - 1, true)),
-             (long long)n->rope.offset, buf(n->in[1]), n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
+             (long long)n->rope.offset, buf(n->in[1]),
+             n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
 }
 
 const OpDef op_DEC_ROPE = {"dec_rope", 2, 1, false, last_full_rule, NULL, dec_rope_emit, shape_in0};
