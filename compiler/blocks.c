@@ -17,8 +17,10 @@
 // between two layers (a shape, a layout, another op) keeps them apart, and
 // what is folded computes what the flat program computes, call for call,
 // bit for bit. A constant that differs by value alone (a dropout's stream,
-// Gemma 2's sliding window: emit.c's per_layer) is spelled "{stream by
-// layer}" here and a table indexed by l in the block's function.
+// Gemma 2's sliding window: lower.c's per_layer; Gemma 3's rotary
+// frequencies, a descriptor the call reads by pointer: per_layer_object)
+// is spelled "{stream by layer}" here and a table indexed by l in the
+// block's function.
 //
 // Finding them:
 //  1. Each node gets a signature (op, shape, layout, dtype, phase, role, its

@@ -156,11 +156,12 @@ const OpDef op_DEC_CAUSAL = {"dec_causal_mask", 2, 0, false, last_full_rule, NUL
 // op's offset); the frequencies as rope_emit writes them.
 static void dec_rope_emit(const Node *n, Lowering *lw) {
   int rk = n->shape.rank;
-  char *decl = rope_decl(n, 10);
+  char *decl, *desc = rope_desc(n, 10, &decl);
   row_loop(lw, n);
-  lower_call(lw, KN_rope, decl, "%s, %s, &r, 1, 1, %s, %lld + %s[r_], %d", at_row(n),
-             at_row(n->in[0]), sym_c(sym_prod(n, 2, rk - 1, true)), (long long)n->rope.offset,
-             buf(n->in[1]), n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
+  lower_call(lw, KN_rope, decl, "%s, %s, %s, 1, 1, %s, %lld + %s[r_], %d", at_row(n),
+             at_row(n->in[0]), desc, sym_c(sym_prod(n, 2, rk - 1, true)),
+             (long long)n->rope.offset, buf(n->in[1]),
+             n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode
 }
 
 const OpDef op_DEC_ROPE = {"dec_rope", 2, 1, false, last_full_rule, NULL, dec_rope_emit, shape_in0};

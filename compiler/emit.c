@@ -456,6 +456,10 @@ void emit_hparams_end(void) {
   for (int i = 0; i < nhparams; i++) { // issue 25: a block's values by layer, indexed by l
     const HParam *h = &hparams[i];
     if (!h->ctype) continue;
+    if (!h->n) { // one object (a descriptor), as written
+      out("// %s\nstatic const %s %s = %s;\n", h->why, h->ctype, h->name, h->value);
+      continue;
+    }
     char *head = format("static const %s %s[%d] = {", h->ctype, h->name, h->n);
     out("// %s\n%s", h->why, head);
     if (strlen(head) + strlen(h->value) + 2 <= 100) {

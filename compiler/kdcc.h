@@ -1022,12 +1022,21 @@ char *hparam(const Node *n, const char *attr, double v, const char *note);
 // that they are one block.
 char *per_layer(const Node *n, const char *attr, const char *ctype, const char *note,
                 char *(*lit)(const Node *));
+// The same for a descriptor, a static const `ctype` that init(n) initializes
+// (the rotary embedding's frequencies), which the call reads by pointer: in
+// a block's function whose layers' differ, each value once, named
+// ("DECODER_BLOCK_L_ATTENTION_ROPE_2", its comment the layers using it), and
+// a table of pointers to them indexed by l ("DECODER_BLOCK_L_ATTENTION_ROPE[l]");
+// "{attr by layer}" while blocks.c compares the copies; NULL where the layers
+// agree or n is no block's: the caller declares its own at the call.
+char *per_layer_object(const Node *n, const char *attr, const char *ctype, const char *note,
+                       char *(*init)(const Node *));
 // The constants hparam and per_layer named since hparams_reset, for
 // emit_hparams_end to write.
 typedef struct {
   char *name, *value, *why;
   const char *ctype; // a table of a value by layer (per_layer): its elements' type
-  int n;             // and length
+  int n;             // and length; 0: one object (per_layer_object's values)
 } HParam;
 void hparams_reset(void);
 const HParam *hparams_named(int *n);

@@ -387,24 +387,73 @@ char *hparam(const Node *n, const char *attr, double v, const char *note) {
   return hparam_named(n, attr, lit, note, v, NULL, 0);
 }
 
-char *per_layer(const Node *n, const char *attr, const char *ctype, const char *note,
-                char *(*lit)(const Node *)) {
+// Each layer's lit() of node n of the context's block (v[j]: layer *lo +
+// j's); NULL where n is none of the block's or the layers agree.
+static char **layer_values(const Node *n, char *(*lit)(const Node *), int *lo) {
   const RepBlock *b = ECTX.b;
-  const BlockAt *at = b ? block_at(EG, n) : NULL;
-  if (!at || &EG->blocks[at->b] != b) return lit(n);
-  if (ECTX.symbolic) return format("{%s by layer}", attr); // the copies alike but for it
-  int lo = b->dir > 0 ? b->layer0 : block_layer(b, b->count - 1);
+  *lo = b->dir > 0 ? b->layer0 : block_layer(b, b->count - 1);
+  const BlockAt *at = block_at(EG, n);
   char **v = xcalloc((size_t)b->count, sizeof *v);
   bool same = true;
-  for (int c = 0; c < b->count; c++) { // v[j]: layer lo + j's
-    int j = block_layer(b, c) - lo;
+  for (int c = 0; c < b->count; c++) {
+    int j = block_layer(b, c) - *lo;
     v[j] = lit(EG->nodes[b->start + c * b->len + at->pos]);
-    same &= !strcmp(v[j], v[block_layer(b, 0) - lo]);
+    same &= !strcmp(v[j], v[block_layer(b, 0) - *lo]);
   }
-  if (same) return v[0];
-  char *table = xstrdup(""); // "v0, v1, ..." (emit_hparams_end wraps it)
-  for (int i = 0; i < b->count; i++) table = format("%s%s%s", table, i ? ", " : "", v[i]);
+  if (!same) return v;
   xfree(v);
-  char *name = hparam_named(n, attr, table, note, 0, ctype, b->count);
+  return NULL;
+}
+
+// Whether node n is a value of the context's block (per_layer's case).
+static bool in_ctx_block(const Node *n) {
+  const BlockAt *at = ECTX.b ? block_at(EG, n) : NULL;
+  return at && &EG->blocks[at->b] == ECTX.b;
+}
+
+// "NAME[l]", or "NAME[l - lo]" for a block whose first layer is lo.
+static char *by_l(const char *name, int lo) {
   return lo ? format("%s[l - %d]", name, lo) : format("%s[l]", name);
+}
+
+char *per_layer(const Node *n, const char *attr, const char *ctype, const char *note,
+                char *(*lit)(const Node *)) {
+  if (!in_ctx_block(n)) return lit(n);
+  if (ECTX.symbolic) return format("{%s by layer}", attr); // the copies alike but for it
+  int lo;
+  char **v = layer_values(n, lit, &lo);
+  if (!v) return lit(n);
+  char *table = xstrdup(""); // "v0, v1, ..." (emit_hparams_end wraps it)
+  for (int i = 0; i < ECTX.b->count; i++) table = format("%s%s%s", table, i ? ", " : "", v[i]);
+  xfree(v);
+  return by_l(hparam_named(n, attr, table, note, 0, ctype, ECTX.b->count), lo);
+}
+
+char *per_layer_object(const Node *n, const char *attr, const char *ctype, const char *note,
+                       char *(*init)(const Node *)) {
+  if (!in_ctx_block(n)) return NULL;
+  if (ECTX.symbolic) return format("{%s by layer}", attr);
+  int lo, count = ECTX.b->count, k = 0;
+  char **v = layer_values(n, init, &lo);
+  if (!v) return NULL;
+  char **name = xcalloc((size_t)count, sizeof *name), *table = xstrdup("");
+  for (int j = 0; j < count; j++) {
+    int f = 0; // the first layer of v[j]'s value
+    while (strcmp(v[f], v[j])) f++;
+    if (f == j) { // a value of its own, named once, its comment its layers ("0-4, 6")
+      char *layers = xstrdup("");
+      for (int i = j, e; i < count; i = e + 1) {
+        for (e = i; e + 1 < count && !strcmp(v[e + 1], v[i]); e++) {}
+        if (strcmp(v[i], v[j])) continue;
+        layers = format(e > i ? "%s%s%d-%d" : "%s%s%d", layers, *layers ? ", " : "", lo + i,
+                        lo + e);
+      }
+      name[j] = hparam_named(n, format("%s_%d", attr, ++k), v[j],
+                             format("%s for l = %s", note, layers), 0, ctype, 0);
+    } else name[j] = name[f];
+    table = format("%s%s&%s", table, j ? ", " : "", name[j]);
+  }
+  xfree(v), xfree(name);
+  return by_l(hparam_named(n, attr, table, format("%s, by layer", note), 0,
+                           format("%s *const", ctype), count), lo);
 }

@@ -40,8 +40,10 @@ char *elems_c(const Node *n);
 char *lead_c(const Node *n, int rb);
 char *trail_c(const Node *n, int rb);
 char *block_start(const Node *n, int d);
-// ROPE's kdrt_rotary descriptor as a C declaration (ops_nn.c).
-char *rope_decl(const Node *n, int indent);
+// ROPE's kdrt_rotary descriptor as the call passes it (ops_nn.c): "&r",
+// *decl declaring r at the call (indent: its continuation lines'), or
+// (issue 25) a block's table of its layers' ("NAME[l]"), *decl NULL.
+char *rope_desc(const Node *n, int indent, char **decl);
 // issue 25: attention's scale of the scores, v, as a named constant of n's
 // layer, 1 / sqrt(head_dim) in its comment where it is one (ops_nn.c).
 char *attn_scale(const Node *n, double v);

@@ -605,11 +605,11 @@ static void rope_grad(Graph *g, Node *n, const bool *need) {
   accumulate(g, n->in[0], dx);
 }
 
-// ROPE's descriptor, kdrt_rotary r: the frequencies (six a line) and the
+// ROPE's descriptor, a kdrt_rotary: the frequencies (six a line) and the
 // rounding of a mixed policy, every field named (CUDA C++ warns of a
-// designated one left out). indent: the continuation lines' spaces. Also
-// the decode step's (decode.c).
-char *rope_decl(const Node *n, int indent) {
+// designated one left out). indent: the continuation lines' spaces; named:
+// a constant of its own, the fields from the second line.
+static char *rope_init(const Node *n, int indent, bool named) {
   int64_t dim = n->shape.d[n->shape.rank - 1];
   if (dim % 2 || dim / 2 > KDRT_ROPE_MAX_HALF) unreachable(); // rope_node refuses them
   float f[KDRT_ROPE_MAX_HALF];
@@ -618,22 +618,31 @@ char *rope_decl(const Node *n, int indent) {
   for (int64_t j = 0; j < dim / 2; j++)
     vals = format("%s%s%s", vals, !j ? "" : j % 6 ? ", " : format(",\n%*s", indent, ""),
                   flt(f[j]));
-  return format("static const kdrt_rotary r = {.half = %lld, .scale = %s, .rounding = %s,\n"
-                "%*s.inv_freq = {%s}};", (long long)(dim / 2), flt(scale),
+  return format("{%s.half = %lld, .scale = %s, .rounding = %s,\n%*s.inv_freq = {%s}}",
+                named ? format("\n%*s", indent, "") : "", (long long)(dim / 2), flt(scale),
                 !n->rope.round                     ? "KDRT_ROUND_NONE"
                 : n->rope.round == KDRT_ROUND_F16 ? "KDRT_ROUND_F16"
                                                   : "KDRT_ROUND_BF16", indent, "", vals);
 }
 
+static char *rope_init_named(const Node *n) { return rope_init(n, 2, true); }
+
+char *rope_desc(const Node *n, int indent, char **decl) {
+  // issue 25: Gemma 3's local and global blocks differ by their frequencies alone
+  char *r = per_layer_object(n, "rope", "kdrt_rotary", "its rotary embedding", rope_init_named);
+  *decl = r ? NULL : format("static const kdrt_rotary r = %s;", rope_init(n, indent, false));
+  return r ? r : xstrdup("&r");
+}
+
 // The call: x as [b, t, heads.., 2h] and its block's first position.
 static void rope_emit(const Node *n, Lowering *lw) {
   int r = n->shape.rank;
-  char *decl = rope_decl(n, 8);
+  char *decl, *desc = rope_desc(n, 8, &decl);
   char *t0 = block_start(n, 1);
   if (n->rope.offset)
     t0 = n->place.axis[1] >= 0 ? format("%lld + %s", (long long)n->rope.offset, t0)
                                : format("%lld", (long long)n->rope.offset);
-  lower_call(lw, KN_rope, decl, "%s, %s, &r, %s, %s, %s, %s, %d", buf(n), buf(n->in[0]),
+  lower_call(lw, KN_rope, decl, "%s, %s, %s, %s, %s, %s, %s, %d", buf(n), buf(n->in[0]), desc,
              sym_c(sym_dim(n, 0, true)), sym_c(sym_dim(n, 1, true)),
              sym_c(sym_prod(n, 2, r - 1, true)), t0,
              n->rope.inverse | n->rope.round << 1); // kdrt_rope.h's mode

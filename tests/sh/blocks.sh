@@ -19,7 +19,9 @@
 #    byte (one device and (2,4)) and to another than without dropout, and
 #    its 48 blocks' program.c is at most 1.2 times 12's; Gemma 2's blocks,
 #    sliding and global attention in turn, fold with the window a table
-#    ({4, 0, 4}) and train to the --no-loops history;
+#    ({4, 0, 4}) and train to the --no-loops history; Gemma 3's, five local
+#    blocks to one global, fold with the rotary embedding's descriptor a
+#    table too (each distinct one named once, the table pointers to them);
 #  - keras-hub backbones fold: GPT-2, Llama and Gemma 2 presets of 12 and 48
 #    layers (a fixture's config, num_layers changed), 48 at most 1.2 times
 #    12, with LoRA too (forward, backward but layer 0's: the frozen
@@ -205,6 +207,18 @@ for c in hub_gpt2 hub_llama hub_gemma2_sw; do
   grep -A1 "for (int l = 0; l <= 47; l++)" $out/$c.lora48.loops/program.c | grep -q "block_update(" ||
     { echo "FAIL $c with LoRA: its layers' updates not folded"; fail=1; }
 done
+# Gemma 3: five local blocks to one global, their rotary frequencies and
+# windows apart, one loop (the descriptors a table of pointers by layer,
+# two distinct ones), 48 at most 1.2 times 12 (no LoRA: kdcc refuses it).
+for n in 12 48; do deep hub_gemma3 $n $out/hub_gemma3.$n; done
+sizes hub_gemma3 $out/hub_gemma3.{} --sequence-length 16
+if [ "$(grep -c "^static const kdrt_rotary [A-Z_0-9]* = {" $out/hub_gemma348.loops/program.c)" = 2 ] &&
+   grep -q "^static const kdrt_rotary \*const [A-Z_]*_ROPE\[48\] = {" $out/hub_gemma348.loops/program.c; then
+  echo "blocks: hub_gemma3: 48 layers, two rotary descriptors (local, global) and a table of 48"
+else
+  echo "FAIL hub_gemma3: its rotary descriptors are not two and a table by layer"; fail=1
+fi
+
 # LoRA's updates: two groups a layer (frozen kernels part them), block_update
 # a loop over the layers; trained from kdcc's initial values, 4 layers, on
 # (2,4) under the fixture's layout map, the --no-loops history (GPT-2 with
@@ -242,7 +256,8 @@ else
 fi
 
 # nvcc, when there is one: the CUDA programs build without a warning (the
-# 4-block GPT, with dropout, Gemma 2's windows, the LoRA GPT-2's block_update).
+# 4-block GPT, with dropout, Gemma 2's windows, the LoRA GPT-2's block_update,
+# Gemma 3's rotary descriptors by layer).
 NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)}
 if [ -n "$NVCC" ]; then
   export PATH="$(dirname "$NVCC"):$PATH"
@@ -251,7 +266,8 @@ if [ -n "$NVCC" ]; then
   for c in "gpt4 $out/gpt4.json --distribution models/gpt.dist.json" \
            "gptd4 $out/gptd4.json --distribution models/gpt.dist.json" \
            "gemma2 $g/model.keras --distribution $g/hub_gemma2_sw.dist.json --sequence-length 16" \
-           "gpt2_lora $out/hub_gpt2.4 --sequence-length 16 --lora-rank 4"; do
+           "gpt2_lora $out/hub_gpt2.4 --sequence-length 16 --lora-rank 4" \
+           "gemma3 $out/hub_gemma3.12 --sequence-length 16"; do
     set -- $c
     name=$1 && shift
     if ./kdcc "$@" --batch-size 16 -w --target cuda -o $out/${name}_cuda >$out/${name}_cuda.log 2>&1 &&

@@ -260,8 +260,8 @@ EOF
 }
 # loops_and_flat DIR CASE: DIR compiled for CASE's (2,4) distribution with
 # kdcc's repeated-block functions and with --no-loops, each trained on
-# synthetic data from kdcc's initial weights: $out/<DIR's name>.{loops,flat}
-# and their histories .json
+# synthetic data from kdcc's initial weights: $out/<DIR's name>.{loops,flat},
+# their histories .json and final weights .weights.h5
 loops_and_flat() {
   local name v; name=$(basename "$1")
   for v in loops flat; do
@@ -269,7 +269,7 @@ loops_and_flat() {
     ./kdcc "$1" --distribution "$fix/$2/$2.dist.json" --sequence-length 16 --batch-size 16 -w \
       "${flag[@]}" -o "$out/$name.$v"
     mpirun -np 8 --oversubscribe "$out/$name.$v" --synthetic 32 --epochs 2 --batch-size 16 --quiet \
-      --history "$out/$name.$v.json"
+      --history "$out/$name.$v.json" --save-weights "$out/$name.$v.weights.h5"
   done
 }
 
@@ -309,18 +309,44 @@ sys.exit(0 if worst <= 1e-5 else 1)
 EOF
 done
 # Gemma 3 in seven blocks (use_sliding_window_attention: 0-4 and 6 local,
-# 5 global): blocks 0-4 one loop, block 5's rotary frequencies the global
-# ones (1e6, divided by 8), block 6's the local (1e4, by 2); the --no-loops
-# history byte for byte and the decode step against --no-cache.
+# 5 global): all seven one loop, forward and backward (issue 25: the rotary
+# embedding's descriptor a table by layer, as the window is), layer 5's
+# entry the global frequencies (1e6, divided by 8), the others' the local
+# (1e4, by 2); trained, the --no-loops history byte for byte and every
+# final weight bit for bit; the decode step against --no-cache.
 preset_edit "$fix/hub_gemma3/preset" "$out/gemma3_7" num_layers 7
 loops_and_flat "$out/gemma3_7" hub_gemma3
-p=$out/gemma3_7.loops.kdcc.d/program.c
-grep -q "for (int l = 0; l <= 4; l++)" "$p" &&
-  grep -A4 "rope (decoder_block_5/" "$p" | grep -q "inv_freq = {0.125f, 0.00395284686f" &&
-  grep -A4 "rope (decoder_block_6/" "$p" | grep -q "inv_freq = {0.5f, 0.0500000007f" &&
-  cmp -s "$out/gemma3_7.loops.json" "$out/gemma3_7.flat.json" ||
-  { echo "keras_hub: Gemma 3 in 7 blocks: not one loop of 5, block 5 not global, or not --no-loops's history"; exit 1; }
-echo "  Gemma 3 in 7 blocks on (2,4): 5 local blocks one loop, block 5 global, the --no-loops history byte for byte"
+cmp -s "$out/gemma3_7.loops.json" "$out/gemma3_7.flat.json" ||
+  { echo "keras_hub: Gemma 3 in 7 blocks: not --no-loops's history"; exit 1; }
+python3 - "$out/gemma3_7.loops.kdcc.d/program.c" "$out/gemma3_7".{loops,flat}.weights.h5 <<'EOF'
+import re, struct, sys
+sys.path.insert(0, "tests/keras_ref")
+import h5lite
+src = open(sys.argv[1]).read()
+def fail(why):
+    sys.exit(f"keras_hub: Gemma 3 in 7 blocks: {why}")
+if not re.search(r"for \(int l = 0; l <= 6; l\+\+\)\n\s*block_forward\(", src) or \
+   not re.search(r"for \(int l = 6; l >= 0; l--\)\n\s*block_backward\(", src):
+    fail("the seven blocks are not one loop, forward and backward")
+if re.search(r"rope \(decoder_block_\d", src):
+    fail("a rotary embedding written out of the loop")
+freqs = {m[0]: m[1].split(", ")[:2] for m in re.findall(
+    r"static const kdrt_rotary (\w+) = \{\s*\.half = .*?\.inv_freq = \{([^}]*)\}\};", src, re.S)}
+tables = re.findall(r"static const kdrt_rotary \*const (\w+)\[7\] = \{([^}]*)\};", src)
+calls = re.findall(r"kdrt_rope\(.*?, .*?, (\w+)\[l\]", src)
+if len(tables) != 1 or len(calls) != 4 or set(calls) != {tables[0][0]}:
+    fail(f"not one table of descriptors by layer that the four rotary calls read: {tables} {calls}")
+by_layer = [freqs[e.strip().lstrip("&")] for e in tables[0][1].split(",")]
+local, glob = ["0.5f", "0.0500000007f"], ["0.125f", "0.00395284686f"]
+if by_layer != [local] * 5 + [glob, local]:
+    fail(f"the layers' frequencies {by_layer}")
+have, want = h5lite.datasets(sys.argv[2]), h5lite.datasets(sys.argv[3])
+bits = lambda d: {k: (s, struct.pack(f"<{len(v)}f", *v)) for k, (s, v) in d.items()}
+if not have or bits(have) != bits(want):
+    fail("the final weights are not --no-loops's")
+print(f"  Gemma 3 in 7 blocks on (2,4): one loop (forward, backward), the rotary frequencies by "
+      f"layer (5 global), the --no-loops history and {len(have)} weights bit for bit")
+EOF
 ./kdcc "$out/gemma3_7" --sequence-length 16 --batch-size 8 -w -o "$out/gemma3_7.gen"
 python3 "$out/gen_check.py" "$fix/hub_gemma3/generate" "$out/gemma3_7.gen" self
 
