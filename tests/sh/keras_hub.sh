@@ -39,7 +39,10 @@ KERAS_REF_DIR=$out/ref bash tests/sh/keras_ref.sh
 # save_lora_weights: the same groups (keras-hub's layer numbers), each
 # tensor within 1e-4 of its largest value (B starts at zero); in mixed
 # precision each tensor's update (from initial.lora.h5) within the case's
-# update_rtol of keras-hub's in norm, as the case's other weights.
+# update_rtol of keras-hub's in norm, as the case's other weights. (A
+# numbering not keras-hub's fails before, at the program's --lora-weights:
+# Gemma 3 numbered as Qwen 3, "no lora/9/vars/lora_kernel_a for variable
+# 'decoder_block_0/attention/value/lora_kernel_a'".)
 for c in $LORA $MIXED_LORA $BF16_LORA; do
   for ref in "$fix/$c"/*.json; do
     case $ref in *.dist.json) continue ;; esac
