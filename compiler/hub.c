@@ -40,9 +40,14 @@ typedef struct {
   // weighted layers of backbone._flatten_layers(), the backbone's own in
   // order, each one's sublayers after it in reverse order of creation. Block
   // i's decoder is number top + i * per_block, its attention's output
-  // projection attention_output later, then value, key, query (each
-  // key and query after qk_norm norms: Qwen 3's).
-  int block, top, per_block, attention_output, qk_norm;
+  // projection attention_output later, then value, key, query, with the
+  // query/key norms where qk_norm says.
+  int block, top, per_block, attention_output;
+  enum {
+    QK_NONE,
+    QK_APART, // Qwen 3's: the key's norm before key, the query's before query
+    QK_FIRST, // Gemma 3's (built after the projections): key_norm, query_norm before value
+  } qk_norm;
 } Hub;
 
 // Every value hub.c makes points at the backbone's config in messages.
@@ -115,7 +120,8 @@ static int lora_index(Hub *h, const char *proj) {
   static const char *const order[] = {"value", "key", "query"};
   int k = 0;
   while (k < 3 && strcmp(order[k], proj)) k++;
-  return h->top + h->block * h->per_block + h->attention_output + 1 + k * (1 + h->qk_norm);
+  int norms = h->qk_norm == QK_APART ? k : h->qk_norm == QK_FIRST ? 2 : 0;
+  return h->top + h->block * h->per_block + h->attention_output + 1 + k + norms;
 }
 
 // keras-hub's backbone.enable_lora(rank): every layer frozen, then the
@@ -505,7 +511,8 @@ static const char *decoder_lm(Hub *h, const Family *f) {
   // save_lora_weights's numbers: the embedding 0, each decoder then its
   // feedforward norm, output, gate and intermediate dense, attention norm,
   // attention, attention_output, value, (key norm,) key, (query norm,) query
-  h->top = 1, h->per_block = 11 + 2 * f->qk_norm, h->attention_output = 7, h->qk_norm = f->qk_norm;
+  h->top = 1, h->per_block = 11 + 2 * f->qk_norm, h->attention_output = 7;
+  h->qk_norm = f->qk_norm ? QK_APART : QK_NONE;
   for (int i = 0; i < hp_val(h, "num_layers", 1); i++)
     x = decoder_block(h, f, i, x, dropout, rope);
   layer(h, "RMSNormalization", "sequence_output_layernorm", f->norm,
@@ -567,6 +574,11 @@ static int64_t gemma3_block_kind(Hub *h, int i, json_t *rope) {
   return local ? window_of(h, NULL, "sliding_window_size") : 0;
 }
 
+// Gemma 3's use_query_key_norm (keras-hub's default True).
+static bool gemma3_qk_norm(Hub *h, const GemmaFamily *f) {
+  return f->gemma3 && !json_is_false(json_object_get(h->cfg, "use_query_key_norm"));
+}
+
 static const char *gemma_block(Hub *h, const GemmaFamily *f, int i, const char *x) {
   const char *p = format("decoder_block_%d", i), *g = nth(f->decoder, i);
   h->block = i;
@@ -579,7 +591,7 @@ static const char *gemma_block(Hub *h, const GemmaFamily *f, int i, const char *
   // Gemma 3's blocks are built without the backbone's layer_norm_epsilon
   // (their norms', and their attention's query/key norms', is 1e-6)
   json_t *eps = f->gemma3 ? located(h, json_real(1e-6)) : hp_num(h, "layer_norm_epsilon", 1e-6);
-  bool qk_norm = f->gemma3 && !json_is_false(json_object_get(h->cfg, "use_query_key_norm"));
+  bool qk_norm = gemma3_qk_norm(h, f);
   int64_t nq = hp_val(h, "num_query_heads", 1), nkv = hp_val(h, "num_key_value_heads", 1);
   int64_t hd = hp_val(h, "head_dim", 1), hidden = hp_val(h, "hidden_dim", 1);
   if (nq % nkv)
@@ -663,11 +675,13 @@ static const char *gemma_lm(Hub *h, const GemmaFamily *f) {
   const char *x = "token_embedding_scaled";
   // save_lora_weights's numbers: the embedding 0, each block then its
   // ffw_linear, ffw_gating_2, ffw_gating, (post_ffw_norm,) pre_ffw_norm,
-  // attention, attention_output, value, key, query, (post_attention_norm,)
-  // pre_attention_norm
+  // attention, attention_output, (key_norm, query_norm,) value, key, query,
+  // (post_attention_norm,) pre_attention_norm
   int post_ffw = json_is_true(json_object_get(h->cfg, "use_post_ffw_norm"));
   int post_att = json_is_true(json_object_get(h->cfg, "use_post_attention_norm"));
-  h->top = 1, h->per_block = 11 + post_ffw + post_att, h->attention_output = 6 + post_ffw;
+  int qk = gemma3_qk_norm(h, f);
+  h->top = 1, h->per_block = 11 + post_ffw + post_att + 2 * qk, h->attention_output = 6 + post_ffw;
+  h->qk_norm = qk ? QK_FIRST : QK_NONE;
   for (int i = 0; i < hp_val(h, "num_layers", 1); i++) x = gemma_block(h, f, i, x);
   rms1(h, "final_normalization", "rms_normalization", x, hp_num(h, "layer_norm_epsilon", 1e-6));
   call_again(h, tok, one(h, "final_normalization"), json_pack("{s:b}", "reverse", 1));
@@ -696,10 +710,6 @@ static const char *gemma3(Hub *h) {
              : jloc_key(h->cfg, "dtype"), "%s: %s '%s': kdcc does not clip float16 values to "
              "+-65504 as Gemma 3's blocks do (float32, bfloat16 and mixed_bfloat16 are "
              "compiled)", h->cls, opt_dtype_policy ? "--dtype-policy" : "dtype policy", policy);
-  if (opt_lora_rank)
-    error_at(h->at, "%s: --lora-rank: kdcc does not yet number Gemma 3's projections as "
-             "keras-hub's save_lora_weights does (its query/key norms come between them)",
-             h->cls);
   return gemma_lm(h, &gemma3_family);
 }
 

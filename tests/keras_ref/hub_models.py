@@ -63,11 +63,12 @@ Per model (OUT/hub_<model>/), in the format keras_ref.sh reads:
 
 LoRA cases (OUT/hub_llama_lora/: hub_llama_lora under Llama's layout map,
 hub_llama_lora_dp; OUT/hub_gpt2_lora/: hub_gpt2_lora_dp; OUT/hub_qwen3_lora/:
-hub_qwen3_lora under Llama's map, hub_qwen3_lora_dp), written apart so
+hub_qwen3_lora under Llama's map, hub_qwen3_lora_dp; OUT/hub_gemma3_lora/:
+hub_gemma3_lora under hub_gemma3's map, hub_gemma3_lora_dp), written apart so
 keras_hub.sh's folders stay LoRA-free:
 
     python3 tests/keras_ref/run_ref.py --cases hub_llama_lora hub_llama_lora_dp \
-        hub_gpt2_lora_dp hub_qwen3_lora hub_qwen3_lora_dp
+        hub_gpt2_lora_dp hub_qwen3_lora hub_qwen3_lora_dp hub_gemma3_lora hub_gemma3_lora_dp
 
 The same model, seed and data as hub_llama / hub_gpt2 (model.keras is the
 task saved BEFORE backbone.enable_lora(4): LoRA is not in a config, so kdcc
@@ -408,6 +409,10 @@ CASES = {
     # Qwen 3's (save_lora_weights numbers its query and key norms too)
     "hub_qwen3_lora": ("hub_qwen3_lora", "layout_map"),
     "hub_qwen3_lora_dp": ("hub_qwen3_lora", "dp8"),
+    # Gemma 3's (its attention numbers the key and query norms together,
+    # after attention_output, before value)
+    "hub_gemma3_lora": ("hub_gemma3_lora", "layout_map"),
+    "hub_gemma3_lora_dp": ("hub_gemma3_lora", "dp8"),
     # issue 23: mixed_bfloat16 (MIXED), and Gemma's LoRA fine-tuning in it
     "hub_gpt2_mixed": ("hub_gpt2_mixed", "megatron"),
     "hub_gpt2_mixed_dp": ("hub_gpt2_mixed", "dp8"),
@@ -447,7 +452,8 @@ CASES = {
 # LoRA folder -> the model it fine-tunes (same hyper-parameters, seed, data)
 LORA = {"hub_llama_lora": "hub_llama", "hub_gpt2_lora": "hub_gpt2",
         "hub_gemma_lora_mixed": "hub_gemma_mixed", "hub_gemma_lora_bf16": "hub_gemma_bf16",
-        "hub_gpt2_lora_bf16": "hub_gpt2_bf16", "hub_qwen3_lora": "hub_qwen3"}
+        "hub_gpt2_lora_bf16": "hub_gpt2_bf16", "hub_qwen3_lora": "hub_qwen3",
+        "hub_gemma3_lora": "hub_gemma3"}
 LORA_RANK = 4
 
 # Attention key biases (GPT-2's): zero gradient in exact arithmetic, as

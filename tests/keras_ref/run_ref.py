@@ -282,6 +282,10 @@ tests/fixtures/keras_hub/ (not keras_ref/) unless --out:
     hub_llama_lora_dp hub_llama_lora hub_llama_lora_dp.dist.json DataParallel (8,)
     hub_gpt2_lora_dp hub_gpt2_lora hub_gpt2_lora_dp.dist.json DataParallel (8,)   hub_gpt2 with LoRA
                                                              (query/value biases train too)
+    hub_gemma3_lora hub_gemma3_lora hub_gemma3_lora.dist.json ModelParallel (2,4) hub_gemma3 with
+                                                             LoRA (its query/key norms numbered
+                                                             before value, key and query)
+    hub_gemma3_lora_dp hub_gemma3_lora hub_gemma3_lora_dp.dist.json DataParallel (8,)
 
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
