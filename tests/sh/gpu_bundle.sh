@@ -8,7 +8,9 @@
 #     pass; a loss moved by 1e-3, a null (a NaN), a missing key or file
 #     fail, naming the model and the loss; a move within --tol passes;
 #   - compare.py speed prints the table from the three sources;
-#   - device.sh with a bundle that is not one: exit status 3 and a message.
+#   - device.sh with a bundle that is not one: exit status 3 and a message;
+#   - slim_tree.sh, in a clone: away takes tests/fixtures out of what a
+#     device call carries, back restores it as git has it, twice refused.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -17,6 +19,19 @@ begin gpu_bundle.sh
 for f in tests/gpu/*.sh; do bash -n "$f" || fail "$f does not parse"; done
 python3 -c 'import ast, sys
 for f in sys.argv[1:]: ast.parse(open(f).read(), f)' tests/gpu/*.py || fail "a tests/gpu/*.py does not parse"
+
+name="slim_tree.sh"
+if git clone -q --no-hardlinks . "$T/clone/kdcc" 2>/dev/null; then
+  (cd "$T/clone/kdcc" && cp "$OLDPWD/tests/gpu/slim_tree.sh" tests/gpu/ &&
+    bash tests/gpu/slim_tree.sh away >"$T/slim" 2>&1 && [ ! -e tests/fixtures ] &&
+    [ -d ../kdcc-fixtures.away ] && ! bash tests/gpu/slim_tree.sh away 2>/dev/null &&
+    bash tests/gpu/slim_tree.sh back >>"$T/slim" 2>&1 &&
+    [ -z "$(git status --porcelain tests/fixtures)" ] &&
+    ! bash tests/gpu/slim_tree.sh back 2>/dev/null) || fail "$name: $(cat "$T/slim")"
+  grep -q "checkout [0-9.]* MB" "$T/slim" || fail "$name: no size said: $(cat "$T/slim")"
+else
+  fail "$name: cannot clone the checkout"
+fi
 
 name="build_bundle.sh --list"
 bash tests/gpu/build_bundle.sh --list >"$T/plan" || fail "$name: exit status $?"
