@@ -59,7 +59,7 @@
 // exits cleanly (kdrt_fail_all); errors of one rank go through kdrt_fatal
 // (MPI_Abort): fatal.c's, kdrt_fail_all comm.c's (it frees the communicators).
 #include "kdrt.h"
-#include "kdrt_round.h" // issue 23: kdrt_var_put
+#include "kdrt_round.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1061,25 +1061,3 @@ int kdrt_main(int argc, char **argv, const kdrt_program *prog) {
   return status;
 }
 
-// issue 23: a variable kept in 16 bits (kdrt_var_half) as float32 for the
-// host's loads, saves, checks and checkpoints (which keep float32 values,
-// the same either way), and back.
-void kdrt_var_get(const kdrt_var *v, const float *at, float *out) {
-  int k = kdrt_var_half(v);
-  if (k) kdrt_unpack16(k, out, (const uint16_t *)at, v->n);
-  else memcpy(out, at, sizeof *out * v->n);
-}
-
-void kdrt_var_put(const kdrt_var *v, float *at, const float *in) {
-  int k = kdrt_var_half(v);
-  if (!k) {
-    memcpy(at, in, sizeof *at * v->n);
-    return;
-  }
-  for (size_t i = 0; i < v->n; i++) { // (the values are the type's already but a file's)
-    float x = kdrt_round_to(k, in[i]);
-    ((uint16_t *)at)[i] = k == KDRT_ROUND_F16 ? kdrt_f16_bits(x) : kdrt_bf16_bits(x);
-  }
-}
-
-size_t kdrt_var_floats(const kdrt_var *v) { return kdrt_var_half(v) ? (v->n + 1) / 2 : v->n; }

@@ -30,6 +30,7 @@
 #include <stdio.h>
 
 #include "kdrt_ops.h" // kdrt_layout, KDRT_MAX_*; kdrt_defs.h: the shared enums
+#include "kdrt_round.h" // issue 23: kdrt_var_get, kdrt_var_put
 
 // ---------------------------------------------------------------- kdrt.c
 // The program description a generated file hands to kdrt_main.
@@ -208,6 +209,37 @@ static inline int kdrt_var_half(const kdrt_var *v) {
                                                  : KDRT_ROUND_BF16;
 }
 
+// Variable v's n local values (or a slot's) at `at` in params as float32
+// into out (from its 16 bits when kept so), for the host's loads, saves,
+// checks and checkpoints (which keep float32 values, the same either way);
+// and back from in (rounded to its type when kept in 16 bits: a file's
+// values); the floats its region takes. Here, not in kdrt.c, so that the
+// files below kdrt.c (callbacks, weights, checkpoints) call nothing above
+// them (tests/sh/layering.sh).
+static inline void kdrt_var_get(const kdrt_var *v, const float *at, float *out) {
+  int k = kdrt_var_half(v);
+  for (size_t i = 0; i < v->n; i++)
+    out[i] = !k ? at[i]
+             : k == KDRT_ROUND_F16 ? kdrt_f16_value(((const uint16_t *)at)[i])
+                                   : kdrt_bf16_value(((const uint16_t *)at)[i]);
+}
+
+static inline void kdrt_var_put(const kdrt_var *v, float *at, const float *in) {
+  int k = kdrt_var_half(v);
+  for (size_t i = 0; i < v->n; i++) {
+    if (!k) {
+      at[i] = in[i];
+      continue;
+    }
+    float x = kdrt_round_to(k, in[i]);
+    ((uint16_t *)at)[i] = k == KDRT_ROUND_F16 ? kdrt_f16_bits(x) : kdrt_bf16_bits(x);
+  }
+}
+
+static inline size_t kdrt_var_floats(const kdrt_var *v) {
+  return kdrt_var_half(v) ? (v->n + 1) / 2 : v->n;
+}
+
 struct kdrt_ctx {
   const kdrt_program *prog;
   int rank, world;                   // MPI rank / size
@@ -375,12 +407,6 @@ int kdrt_weights_write(const kdrt_program *p, const char *path, const float *con
 int kdrt_weights_load(kdrt_ctx *c, const char *path, char *err, size_t errlen);
 // issue 23: every KDRT_BF16 (KDRT_F16) variable's local values rounded to its type
 void kdrt_round_vars(kdrt_ctx *c);
-// issue 23: variable v's n local values (or a slot's) at `at` in params as
-// float32 into out (kdrt_var.half: from its 16 bits), and back from in
-// (rounded to its type when it is kept in 16 bits); the floats the region takes
-void kdrt_var_get(const kdrt_var *v, const float *at, float *out);
-void kdrt_var_put(const kdrt_var *v, float *at, const float *in);
-size_t kdrt_var_floats(const kdrt_var *v);
 int kdrt_weights_save(kdrt_ctx *c, const char *path, char *err, size_t errlen);
 // Collective: -1 when every variable (not the optimizer slots) of every
 // rank is finite, else the index in p->vars of the first that is not.
