@@ -466,7 +466,7 @@ static void unpack_pairs(int kind, float *out, int64_t words) {
   for (int64_t i = 2 * words - 1; i >= 0; i--) {
     uint16_t b;
     memcpy(&b, h + 2 * i, sizeof b);
-    float v = kind == KDRT_ROUND_F16 ? kdrt_f16_value(b) : kdrt_bf16_value(b);
+    float v = kdrt_value16(kind, b);
     memcpy(out + i, &v, sizeof v);
   }
 }

@@ -219,9 +219,7 @@ static inline int kdrt_var_half(const kdrt_var *v) {
 static inline void kdrt_var_get(const kdrt_var *v, const float *at, float *out) {
   int k = kdrt_var_half(v);
   for (size_t i = 0; i < v->n; i++)
-    out[i] = !k ? at[i]
-             : k == KDRT_ROUND_F16 ? kdrt_f16_value(((const uint16_t *)at)[i])
-                                   : kdrt_bf16_value(((const uint16_t *)at)[i]);
+    out[i] = k ? kdrt_value16(k, ((const uint16_t *)at)[i]) : at[i];
 }
 
 static inline void kdrt_var_put(const kdrt_var *v, float *at, const float *in) {
@@ -231,8 +229,7 @@ static inline void kdrt_var_put(const kdrt_var *v, float *at, const float *in) {
       at[i] = in[i];
       continue;
     }
-    float x = kdrt_round_to(k, in[i]);
-    ((uint16_t *)at)[i] = k == KDRT_ROUND_F16 ? kdrt_f16_bits(x) : kdrt_bf16_bits(x);
+    ((uint16_t *)at)[i] = kdrt_bits16(k, kdrt_round_to(k, in[i]));
   }
 }
 

@@ -132,14 +132,12 @@ static inline KDRT_HD float kdrt_lion_at(float w, const float *g, float *m, size
 
 static inline KDRT_HD float kdrt_ld16(const void *p, size_t i, int kind) {
   if (!(kind & KDRT_STORE16)) return ((const float *)p)[i];
-  uint16_t h = ((const uint16_t *)p)[i];
-  return (kind & ~KDRT_STORE16) == KDRT_ROUND_F16 ? kdrt_f16_value(h) : kdrt_bf16_value(h);
+  return kdrt_value16(kind & ~KDRT_STORE16, ((const uint16_t *)p)[i]);
 }
 
 static inline KDRT_HD void kdrt_st16(void *p, size_t i, float x, int kind) {
   if (!(kind & KDRT_STORE16)) ((float *)p)[i] = x;
-  else ((uint16_t *)p)[i] = (kind & ~KDRT_STORE16) == KDRT_ROUND_F16 ? kdrt_f16_bits(x)
-                                                                     : kdrt_bf16_bits(x);
+  else ((uint16_t *)p)[i] = kdrt_bits16(kind & ~KDRT_STORE16, x);
 }
 
 // Slot p's element i (NULL: the configuration has none) into *x, and the

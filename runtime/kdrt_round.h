@@ -110,4 +110,14 @@ static inline KDRT_HD float kdrt_f16_value(uint16_t h) {
   return kdrt_bits_f32(kdrt_f32_bits(r) | sign);
 }
 
+// The same for the 16-bit type `kind` (KDRT_ROUND_BF16 or KDRT_ROUND_F16),
+// as kdrt_round_to picks it.
+static inline KDRT_HD uint16_t kdrt_bits16(int kind, float x) {
+  return kind == KDRT_ROUND_F16 ? kdrt_f16_bits(x) : kdrt_bf16_bits(x);
+}
+
+static inline KDRT_HD float kdrt_value16(int kind, uint16_t h) {
+  return kind == KDRT_ROUND_F16 ? kdrt_f16_value(h) : kdrt_bf16_value(h);
+}
+
 #endif

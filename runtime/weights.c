@@ -833,8 +833,8 @@ static int h5_image(const kdrt_program *p, const float *const *global, int64_t s
     uint16_t *hv = k16 ? malloc(sizeof *hv * (size_t)(n ? n : 1)) : NULL;
     for (int64_t i = 0; iv && i < n; i++) iv[i] = (int32_t)global[v][i];
     for (int64_t i = 0; hv && i < n; i++) {
-      float x = kdrt_round_to(k16, global[v][i]); // (the values are the type's already)
-      hv[i] = k16 == KDRT_ROUND_BF16 ? kdrt_bf16_bits(x) : kdrt_f16_bits(x);
+      // (the values are the type's already)
+      hv[i] = kdrt_bits16(k16, kdrt_round_to(k16, global[v][i]));
     }
     const void *data = iv ? (const void *)iv : hv ? (const void *)hv : (const void *)global[v];
     hid_t t16 = !hv ? -1 : k16 == KDRT_ROUND_BF16 ? H5Tcreate(H5T_OPAQUE, 2) : float16_type();
@@ -1018,7 +1018,7 @@ int kdrt_weights_nonfinite_host(kdrt_ctx *c) {
     const uint16_t *h = (const uint16_t *)w; // issue 23: kept in 16 bits
     int k = kdrt_var_half(var);
     for (size_t i = 0; i < var->n; i++)
-      if (!isfinite(!k ? w[i] : k == KDRT_ROUND_F16 ? kdrt_f16_value(h[i]) : kdrt_bf16_value(h[i])))
+      if (!isfinite(k ? kdrt_value16(k, h[i]) : w[i]))
         return v;
   }
   return p->nvars;

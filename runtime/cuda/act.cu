@@ -117,7 +117,7 @@ extern "C" void kdrt_cuda_act_grad(kdrt_cuda *d, int act, float *dx, const float
 __global__ static void act_grad16_kernel(int rnd, int act, int kind, float *dx, const float *dy,
                                          const uint16_t *v, size_t n) {
   KDRT_FOR(i, n) {
-    float a = kind == KDRT_ROUND_F16 ? kdrt_f16_value(v[i]) : kdrt_bf16_value(v[i]);
+    float a = kdrt_value16(kind, v[i]);
     dx[i] = kdrt_round_opt(rnd, act_grad1(act, dy[i], a));
   }
 }

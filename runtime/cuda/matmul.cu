@@ -132,8 +132,7 @@ struct cvt_bf16 {
 struct cvt_bits16 {
   int kind;
   __device__ uint16_t operator()(float x) const {
-    return kind == KDRT_ROUND_F16 ? kdrt_f16_bits(kdrt_round_f16(x))
-                                  : kdrt_bf16_bits(kdrt_round_bf16(x));
+    return kdrt_bits16(kind, kdrt_round_to(kind, x));
   }
 };
 struct cvt_same16 {

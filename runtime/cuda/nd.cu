@@ -201,7 +201,7 @@ __global__ static void gather16_kernel(int kind, float *out, const uint16_t *tab
     int64_t i = (int64_t)(e / (size_t)cols), j = (int64_t)(e % (size_t)cols);
     int64_t r = (int64_t)ids[i] - row0;
     uint16_t h = r >= 0 && r < rows ? table[r * cols + j] : 0; // (0: +0.0 in either type)
-    out[e] = kind == KDRT_ROUND_F16 ? kdrt_f16_value(h) : kdrt_bf16_value(h);
+    out[e] = kdrt_value16(kind, h);
   }
 }
 

@@ -407,8 +407,7 @@ __global__ static void nonfinite_kernel(int *first, const float *params, const s
   size_t count = n[v] & (((size_t)1 << HALF_SHIFT) - 1);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += (size_t)gridDim.x * blockDim.x)
-    if (!isfinite(!half ? w[i]
-                  : half == KDRT_ROUND_F16 ? kdrt_f16_value(h[i]) : kdrt_bf16_value(h[i]))) {
+    if (!isfinite(half ? kdrt_value16(half, h[i]) : w[i])) {
       atomicMin(first, v);
       return;
     }
