@@ -565,19 +565,24 @@ static char *lowered(const Node *n, StepKind kind, bool branch) {
   return text;
 }
 
+void emit_block_fns(PartEmitter *part) {
+  int nblocks;
+  StepPart *blocks = block_parts(&nblocks);
+  if (!nblocks) return;
+  out("\n// ---- the repeated blocks: each written once, a function of the layer l it runs,\n"
+      "// called in a loop by the parts below with l over the block's layers (the ids and\n"
+      "// layer names in comments are its first layer's, the layer's number written <l>)\n");
+  for (int i = 0; i < nblocks; i++) part(&blocks[i]);
+}
+
 // The steps' parts, then train_step, eval_step and grad_step, each printed
 // by the backend's own part and step functions; first (issue 25) each
 // repeated block's function, which the parts call in a loop.
 void emit_steps(PartEmitter *part, StepEmitter *step) {
-  int nparts, nblocks;
-  StepPart *parts = step_parts(&nparts), *blocks = block_parts(&nblocks);
+  int nparts;
+  StepPart *parts = step_parts(&nparts);
   emit_hparams_begin();
-  if (nblocks) {
-    out("\n// ---- the repeated blocks: each written once, a function of the layer l it runs,\n"
-        "// called in a loop by the parts below with l over the block's layers (the ids and\n"
-        "// layer names in comments are its first layer's, the layer's number written <l>)\n");
-    for (int i = 0; i < nblocks; i++) part(&blocks[i]);
-  }
+  emit_block_fns(part);
   out("\n// ---- the steps' parts, in order: forward (and loss), backward, update\n");
   for (int i = 0; i < nparts; i++) part(&parts[i]);
   out("\n// ---- the steps\n");

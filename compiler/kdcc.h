@@ -885,12 +885,20 @@ typedef struct {
   const Node *outer;
 } BlockIn;
 
+// issue 25: a step input a block reads one of a layer (the decode step's
+// key/value caches): layer l's is x[base + step * l].
+typedef struct {
+  int base, step;
+} BlockX;
+
 typedef struct RepBlock {
   int start, len, count;      // copy c: g->nodes[start + c * len .. + len)
   int layer0, dir;            // copy c runs layer layer0 + dir * c (dir 1 or -1)
   int vb;                     // the VarBlock whose layers these are, -1: none
   BlockIn *in;
   int nin;
+  BlockX *xin;                // the step inputs it reads by layer
+  int nxin;
   // per node of a copy: whether it is an arena value kept for every layer
   // (read outside its copy; memplan.c stacks the layers' values in one
   // buffer, layer l's l * kper * rows floats in), or a temporary that every
@@ -1108,6 +1116,9 @@ void emit_step_rows(void);
 typedef void PartEmitter(const StepPart *part);
 typedef void StepEmitter(const char *name, StepKind kind, const StepPart *parts, int nparts);
 void emit_steps(PartEmitter *part, StepEmitter *step);
+// issue 25: each repeated block's function, which the parts call in a loop
+// (emit_steps; decode.c's steps), after emit_hparams_begin.
+void emit_block_fns(PartEmitter *part);
 // The vars[], io and mesh tables of a kdrt_program, then its fields as
 // `<lhs>field = value<end>` lines.
 void emit_program_tables(void);
@@ -1123,6 +1134,9 @@ const char *round_c(int kind); // issue 23 (ops.c): a 16-bit type's KDRT_ROUND_*
 
 // ---------------------------------------------------------------- emit_c.c
 void emit_c(Graph *g, FILE *out);
+// A part's function for the C runtime (a block's takes the layer l too),
+// the decode and prefill steps' as the program's (decode.c).
+void emit_c_part(const StepPart *p);
 
 // ---------------------------------------------------------------- emit_cuda.c
 // The program as CUDA C++ (program.cu) for runtime/cuda: the same plan and
