@@ -407,7 +407,7 @@ static void find_step_inputs(Graph *g, RepBlock *b) {
         const Node *m = g->nodes[b->start + c * b->len + r]->in[k];
         ok = m->op == OP_INPUT && m->index == m0->index + c * s;
       }
-      BlockX x = {m0->index - block_layer(b, 0) * s * b->dir, s * b->dir};
+      BlockX x = {m0->index - block_layer(b, 0) * s * b->dir, s * b->dir, r, k};
       for (int i = 0; i < b->nxin && ok; i++)
         ok = b->xin[i].base != x.base || b->xin[i].step != x.step;
       if (!ok) continue;

@@ -668,6 +668,13 @@ static void emit_block_inputs(const RepBlock *b) {
         m->dtype == DT_I32 ? "int32_t" : m->dtype == DT_U16 ? "uint16_t" : "float", s, cond,
         outer, block_input_value(in));
   }
+  for (int s = 0; s < b->nxin; s++) { // the step inputs by layer (decode.c's caches)
+    const BlockX *x = &b->xin[s];
+    const Node *n0 = EG->nodes[b->start + x->r]->in[x->k];
+    const Node *n1 = EG->nodes[b->start + b->len + x->r]->in[x->k];
+    const char *gn = name_with_layer(n0->name, n1->name, "<l>");
+    out("  // x[%d + %d * l]: %s, layer l's\n", x->base, x->step, gn ? gn : n0->name);
+  }
 }
 
 void emit_part_body(const StepPart *part) {

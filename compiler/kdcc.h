@@ -886,9 +886,10 @@ typedef struct {
 } BlockIn;
 
 // issue 25: a step input a block reads one of a layer (the decode step's
-// key/value caches): layer l's is x[base + step * l].
+// key/value caches): layer l's is x[base + step * l], operand k of the
+// block's node r.
 typedef struct {
-  int base, step;
+  int base, step, r, k;
 } BlockX;
 
 typedef struct RepBlock {
