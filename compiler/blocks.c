@@ -10,8 +10,10 @@
 // each buffer is spelled by what it is to its copy (lower.c's symbolic
 // spelling): a variable of the copy's layer ({V1.3P@0}: variable 3 of a
 // layer, of this one), a value of a block's layer ({B0.7@-1}: block 0's
-// node 7 of the layer before), the block's input ({in0}), or any other
-// node as itself ({%12}: the same node for every copy). Equal text is the
+// node 7 of the layer before), the block's input ({in0}), a step input one
+// of a layer (the decode and prefill steps' key/value caches, separate
+// inputs: {x3+2*l}, layer l's x[3 + 2 * l]), or any other node as itself
+// ({%12}: the same node for every copy). Equal text is the
 // whole test: ops, shapes, layouts, collectives, literals and the steps'
 // differences come out of the ops' own lowerings (ops.c), so what differs
 // between two layers (a shape, a layout, another op) keeps them apart, and

@@ -28,7 +28,17 @@
 // (the same variables, offsets and layouts, checked), so the decode step
 // reads the program's parameter blob; it has its own arena. The IR
 // verifier checks both graphs after their derivation and after each pass,
-// as pipeline.c the training graph.
+// as pipeline.c the training graph. find_blocks folds their repeated
+// blocks as the training graph's (issue 25: a function of the layer l
+// called in a loop; --no-loops writes them out): each PARAM node is made
+// where the training graph has it, among its layer's nodes, and the
+// caches, made where attention reads them, are moved first with the other
+// inputs, so that a layer's nodes repeat as the training forward's; each
+// layer's key and value caches are separate step inputs in layer order,
+// which a block reads at a fixed stride (x[3 + 2 * l]: the runtime's array
+// of inputs as it is, no table), and Gemma 2's windows (DEC_CAUSAL) and
+// Gemma 3's rotary descriptors (DEC_ROPE) are tables by layer as the
+// training step's.
 //
 // The prefill graph is derived the same way without shrinking anything:
 // the whole window, each attention's keys and values also stored whole in

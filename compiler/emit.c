@@ -673,7 +673,7 @@ static void emit_block_inputs(const RepBlock *b) {
     const Node *n0 = EG->nodes[b->start + x->r]->in[x->k];
     const Node *n1 = EG->nodes[b->start + b->len + x->r]->in[x->k];
     const char *gn = name_with_layer(n0->name, n1->name, "<l>");
-    out("  // x[%d + %d * l]: %s, layer l's\n", x->base, x->step, gn ? gn : n0->name);
+    out("  // x[%s]: %s, layer l's\n", block_x_index(x), gn ? gn : n0->name);
   }
 }
 

@@ -1075,6 +1075,8 @@ char *rows_name(int parts);
 // The value block input in is in a block's function, for the layer l: the
 // other layer's node (spelled as the context's copy 0 sees it).
 char *block_input_value(const BlockIn *in);
+// The index in x of a block's step input x for the layer l: "3 + 2 * l".
+char *block_x_index(const BlockX *x);
 // The node block input s reads in copy c of block b.
 const Node *block_in_node(const RepBlock *b, int s, int c);
 const BlockAt *block_at(const Graph *g, const Node *n); // NULL: in no block

@@ -136,6 +136,10 @@ char *block_input_value(const BlockIn *in) {
   return stacked_value(&EG->blocks[in->src], in->pos, ctx_layer() + in->delta);
 }
 
+char *block_x_index(const BlockX *x) {
+  return x->base ? format("%d + %d * l", x->base, x->step) : format("%d * l", x->step);
+}
+
 // Step input n, at index idx of x (an input) or y (a label).
 static char *step_input(const Node *n, const char *idx) {
   return format("((const %s *)%s[%s])", n->dtype == DT_I32 ? "int32_t" : "float",
@@ -163,8 +167,7 @@ static char *block_spelling(const Node *n, bool name) {
     const BlockX *x = &ECTX.b->xin[s]; // a step input by layer: x[base + step * l]
     if (n->index != x->base + x->step * ctx_layer()) continue;
     if (sym) return format("{x%d%+d*l}", x->base, x->step);
-    return name ? NULL : step_input(n, x->base ? format("%d + %d * l", x->base, x->step)
-                                               : format("%d * l", x->step));
+    return name ? NULL : step_input(n, block_x_index(x));
   }
   if (ECTX.b)
     for (int s = 0; s < ECTX.b->nin; s++)
