@@ -27,7 +27,10 @@
 #    12, with LoRA too (forward, backward but layer 0's: the frozen
 #    embeddings need no gradient, and each layer's update groups, parted by
 #    the frozen kernels, in block_update); LoRA programs train to the
-#    --no-loops history (a fixture, and 4-layer GPT-2 and Gemma 2 presets).
+#    --no-loops history (a fixture, and 4-layer GPT-2 and Gemma 2 presets);
+#  - `./train generate`'s decode and prefill steps fold too (each layer's
+#    caches read at a fixed stride in the step's inputs), and give the
+#    --no-loops steps' tokens and outputs bit for bit (tests/decode_tap.c).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
