@@ -10,8 +10,10 @@
 // each buffer is spelled by what it is to its copy (lower.c's symbolic
 // spelling): a variable of the copy's layer ({V1.3P@0}: variable 3 of a
 // layer, of this one), a value of a block's layer ({B0.7@-1}: block 0's
-// node 7 of the layer before), the block's input ({in0}), or any other
-// node as itself ({%12}: the same node for every copy). Equal text is the
+// node 7 of the layer before), the block's input ({in0}), a step input one
+// of a layer (the decode and prefill steps' key/value caches, separate
+// inputs: {x3+2*l}, layer l's x[3 + 2 * l]), or any other node as itself
+// ({%12}: the same node for every copy). Equal text is the
 // whole test: ops, shapes, layouts, collectives, literals and the steps'
 // differences come out of the ops' own lowerings (ops.c), so what differs
 // between two layers (a shape, a layout, another op) keeps them apart, and
@@ -389,6 +391,34 @@ static bool arena_value(const Graph *g, const Node *n) {
          !(n->id < g->nat && g->home[n->id]);
 }
 
+// b's step inputs by layer: a cache (decode.c: each layer's keys and
+// values, separate inputs of the decode and prefill steps) that copy c
+// reads at index i0 + c * s, the same s for every copy; layer l's is then
+// x[base + step * l]. Caches alone: a training graph's inputs stay apart.
+static void find_step_inputs(Graph *g, RepBlock *b) {
+  b->nxin = 0;
+  for (int r = 0; r < b->len && b->count >= 2; r++) {
+    const Node *n0 = g->nodes[b->start + r];
+    for (int k = 0; k < n0->nin; k++) {
+      const Node *m0 = n0->in[k], *m1 = g->nodes[b->start + b->len + r]->in[k];
+      if (m0->op != OP_INPUT || m1->op != OP_INPUT || strcmp(m0->role ? m0->role : "", "cache"))
+        continue;
+      int s = m1->index - m0->index;
+      bool ok = s != 0;
+      for (int c = 2; c < b->count && ok; c++) {
+        const Node *m = g->nodes[b->start + c * b->len + r]->in[k];
+        ok = m->op == OP_INPUT && m->index == m0->index + c * s;
+      }
+      BlockX x = {m0->index - block_layer(b, 0) * s * b->dir, s * b->dir, r, k};
+      for (int i = 0; i < b->nxin && ok; i++)
+        ok = b->xin[i].base != x.base || b->xin[i].step != x.step;
+      if (!ok) continue;
+      b->xin = xrealloc(b->xin, sizeof *b->xin * (size_t)(b->nxin + 1));
+      b->xin[b->nxin++] = x;
+    }
+  }
+}
+
 // b's inputs: an operand that every copy reads from another layer's copy
 // of one block, but for the copies where that block has no such layer,
 // which read one outer node instead (a value, or the model's input).
@@ -429,6 +459,7 @@ static void find_inputs(Graph *g, RepBlock *b) {
       b->in[b->nin++] = (BlockIn){src, pos, delta, outer};
     }
   }
+  find_step_inputs(g, b);
 }
 
 // ---- 4. comparing the copies

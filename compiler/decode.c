@@ -28,7 +28,17 @@
 // (the same variables, offsets and layouts, checked), so the decode step
 // reads the program's parameter blob; it has its own arena. The IR
 // verifier checks both graphs after their derivation and after each pass,
-// as pipeline.c the training graph.
+// as pipeline.c the training graph. find_blocks folds their repeated
+// blocks as the training graph's (issue 25: a function of the layer l
+// called in a loop; --no-loops writes them out): each PARAM node is made
+// where the training graph has it, among its layer's nodes, and the
+// caches, made where attention reads them, are moved first with the other
+// inputs, so that a layer's nodes repeat as the training forward's; each
+// layer's key and value caches are separate step inputs in layer order,
+// which a block reads at a fixed stride (x[3 + 2 * l]: the runtime's array
+// of inputs as it is, no table), and Gemma 2's windows (DEC_CAUSAL) and
+// Gemma 3's rotary descriptors (DEC_ROPE) are tables by layer as the
+// training step's.
 //
 // The prefill graph is derived the same way without shrinking anything:
 // the whole window, each attention's keys and values also stored whole in
@@ -143,9 +153,9 @@ static void last_full_rule(const Node *n, Rule *r) {
 static void dec_causal_emit(const Node *n, Lowering *lw) {
   int rk = n->shape.rank;
   row_loop(lw, n);
-  lower_call(lw, KN_causal_mask, NULL, "%s, %s, %s, 1, %s, %s[r_], 0, %lld, %s", at_row(n),
+  lower_call(lw, KN_causal_mask, NULL, "%s, %s, %s, 1, %s, %s[r_], 0, %s, %s", at_row(n),
              at_row(n->in[0]), sym_c(sym_prod(n, 1, rk - 2, true)),
-             sym_c(sym_dim(n, rk - 1, true)), buf(n->in[1]), (long long)n->mask.window,
+             sym_c(sym_dim(n, rk - 1, true)), buf(n->in[1]), causal_window(n),
              n->mask.fill == 0 ? "0.0f" : "KDRT_MASKED");
 }
 
@@ -409,6 +419,28 @@ static bool derive_node(Graph *g, Node *n, int64_t T) {
   return true;
 }
 
+// Variable p's (a training graph's PARAM node) in dg, made the first time.
+static void param(const Graph *g, Graph *dg, Node *p) {
+  int i = p->var ? p->var->order : -1;
+  if (i < 0 || i >= g->nvars || g->vars[i]->param != p || dg->vars[i]->param) return;
+  Var *v = dg->vars[i];
+  v->param = clone(p, NULL, 0, 0);
+  v->param->var = v;
+}
+
+// The caches (made where attention reads them) first among dg's nodes,
+// with the other inputs, and the nodes numbered again in order: between
+// two layers' nodes they would part the runs of nodes find_blocks folds.
+static void first_inputs(Graph *dg) {
+  Node **order = xcalloc((size_t)dg->nnodes + 1, sizeof *order);
+  int k = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < dg->nnodes; i++)
+      if ((dg->nodes[i]->op == OP_INPUT) == !pass) order[k++] = dg->nodes[i];
+  for (int i = 0; i < dg->nnodes; i++) dg->nodes[i] = order[i], dg->nodes[i]->id = i;
+  xfree(order);
+}
+
 // generate's model: token ids [T] (keras-hub's padding_mask beside them),
 // one output [T, vocabulary].
 static Node *token_input(Graph *g) {
@@ -435,14 +467,15 @@ static Graph *derive(Graph *g, Node *ids, bool pf) {
   qd = xcalloc((size_t)g->nnodes, sizeof *qd);
   copy = xcalloc((size_t)g->nnodes, sizeof *copy);
   unmasked = xcalloc((size_t)g->nnodes, sizeof *unmasked);
-  // every variable, in order, so that the parameter blob is the program's
+  // every variable, in order, so that the parameter blob is the program's;
+  // each PARAM node where the training graph has it (among its layer's
+  // nodes, as find_blocks finds a layer's variables)
   dg->vars = xcalloc((size_t)g->nvars + 1, sizeof *dg->vars);
   for (int i = 0; i < g->nvars; i++) {
     Var *v = xcalloc(1, sizeof *v);
     *v = *g->vars[i];
-    v->grad = NULL, v->ema_stat = NULL;
-    v->param = clone(g->vars[i]->param, NULL, 0, 0);
-    v->param->var = v;
+    v->grad = NULL, v->ema_stat = NULL, v->param = NULL;
+    g->vars[i]->order = i;
     dg->vars[dg->nvars++] = v;
   }
   for (int i = 0; i < g->ninputs; i++) {
@@ -470,6 +503,7 @@ static Graph *derive(Graph *g, Node *ids, bool pf) {
       for (int k = 0; k < g->nodes[i]->nin; k++) need[g->nodes[i]->in[k]->id] = true;
   for (int i = 0; i < g->nnodes; i++) {
     Node *n = g->nodes[i];
+    if (n->op == OP_PARAM) param(g, dg, n);
     if (!need[i] || copy[i]) continue;
     if (n->phase != PH_FORWARD || n->op == OP_INPUT || n->op == OP_LABEL) {
       refuse(n, "the output reads something other than the inputs and weights");
@@ -477,6 +511,8 @@ static Graph *derive(Graph *g, Node *ids, bool pf) {
     }
     if (!derive_node(g, n, T)) return NULL;
   }
+  for (int i = 0; i < g->nvars; i++) param(g, dg, g->vars[i]->param);
+  first_inputs(dg);
   Node *o = copy[g->outputs[0]->id];
   if (qd[g->outputs[0]->id] != 1u << 1 || !ncaches) {
     why = "the output is not one position's";
@@ -496,6 +532,32 @@ void decode_derive(Graph *g) {
   if (!ids || !(DG = derive(g, ids, false))) return;
   verify_graph(DG, "decode_derive (decode)", false);
   if ((PG = derive(g, ids, true))) verify_graph(PG, "decode_derive (prefill)", false);
+}
+
+// dg's repeated blocks whose layers' variables are not at one stride in
+// the training program's blob (plan_memory lays dg's out as the program's:
+// a VarBlock the training graph has not may be laid out otherwise) are
+// written out instead.
+static void keep_strided(const Graph *g, Graph *dg) {
+  bool *drop = xcalloc((size_t)dg->nnodes + 1, sizeof *drop), any = false;
+  for (int i = 0; i < dg->nvblocks; i++) {
+    const VarBlock *vb = &dg->vblocks[i];
+    const Var *a = g->vars[vb->first];
+    int64_t stride = g->vars[vb->first + vb->nv]->offset - a->offset;
+    bool ok = true;
+    for (int j = 0; j < vb->n && ok; j++)
+      for (int k = 0; k < vb->nv && ok; k++) {
+        const Var *x = g->vars[vb->first + k], *y = g->vars[vb->first + j * vb->nv + k];
+        ok = y->offset - x->offset == j * stride && y->sstride == x->sstride;
+      }
+    for (int bi = 0; bi < dg->nblocks && !ok; bi++) {
+      const RepBlock *b = &dg->blocks[bi];
+      for (int n = b->start; n < b->start + b->count * b->len && b->vb == i; n++)
+        drop[dg->nodes[n]->id] = any = true;
+    }
+  }
+  if (any) drop_blocks(dg, drop);
+  xfree(drop);
 }
 
 // dg (the decode or the prefill graph) sharded and planned; false (why says
@@ -535,6 +597,8 @@ static bool finish(Graph *g, Graph *dg) {
       return false;
     }
   }
+  find_blocks(dg); // issue 25: its layers in a loop, as the training step's
+  keep_strided(g, dg);
   plan_memory(dg);
   verify_graph(dg, format("plan_memory (%s)", what), true);
   for (int i = 0; i < dg->nvars; i++)
@@ -557,22 +621,16 @@ void decode_finish(Graph *g) {
 
 // ---------------------------------------------------------------- the C file
 
-static void emit_part(const StepPart *p) {
-  out("\nstatic void %s(kdrt_ctx *c, const void *const *x, const void *const *y, int step) {\n",
-      p->name);
-  out("  PART_LOCALS;\n"); // emit.c's macro: P, G, A, scratch, the rows
-  emit_part_body(p);
-  out("}\n");
-}
-
-// The parts as emit_c writes them (the forward, run as evaluation), then
+// The parts as emit_c writes them (the forward, run as evaluation; the
+// repeated blocks' functions first, which they call in a loop), then
 // `name` calling them.
 static void emit_step_fn(const char *name, const char *what) {
   int nparts;
   StepPart *parts = step_parts(&nparts);
   emit_hparams_begin(); // the layers' hyper-parameters first
+  emit_block_fns(emit_c_part);
   out("\n// ---- the %s's parts, in order\n", name);
-  for (int i = 0; i < nparts; i++) emit_part(&parts[i]);
+  for (int i = 0; i < nparts; i++) emit_c_part(&parts[i]);
   emit_hparams_end();
   out("\n// ---- the %s: x = %s, the rows' positions, the caches\n", name, what);
   out("static void %s(kdrt_ctx *c, const void *const *x) {\n", name);

@@ -565,19 +565,24 @@ static char *lowered(const Node *n, StepKind kind, bool branch) {
   return text;
 }
 
+void emit_block_fns(PartEmitter *part) {
+  int nblocks;
+  StepPart *blocks = block_parts(&nblocks);
+  if (!nblocks) return;
+  out("\n// ---- the repeated blocks: each written once, a function of the layer l it runs,\n"
+      "// called in a loop by the parts below with l over the block's layers (the ids and\n"
+      "// layer names in comments are its first layer's, the layer's number written <l>)\n");
+  for (int i = 0; i < nblocks; i++) part(&blocks[i]);
+}
+
 // The steps' parts, then train_step, eval_step and grad_step, each printed
 // by the backend's own part and step functions; first (issue 25) each
 // repeated block's function, which the parts call in a loop.
 void emit_steps(PartEmitter *part, StepEmitter *step) {
-  int nparts, nblocks;
-  StepPart *parts = step_parts(&nparts), *blocks = block_parts(&nblocks);
+  int nparts;
+  StepPart *parts = step_parts(&nparts);
   emit_hparams_begin();
-  if (nblocks) {
-    out("\n// ---- the repeated blocks: each written once, a function of the layer l it runs,\n"
-        "// called in a loop by the parts below with l over the block's layers (the ids and\n"
-        "// layer names in comments are its first layer's, the layer's number written <l>)\n");
-    for (int i = 0; i < nblocks; i++) part(&blocks[i]);
-  }
+  emit_block_fns(part);
   out("\n// ---- the steps' parts, in order: forward (and loss), backward, update\n");
   for (int i = 0; i < nparts; i++) part(&parts[i]);
   out("\n// ---- the steps\n");
@@ -662,6 +667,13 @@ static void emit_block_inputs(const RepBlock *b) {
     out("  %s%s *in%d = %s ? %s : %s;\n", written ? "" : "const ",
         m->dtype == DT_I32 ? "int32_t" : m->dtype == DT_U16 ? "uint16_t" : "float", s, cond,
         outer, block_input_value(in));
+  }
+  for (int s = 0; s < b->nxin; s++) { // the step inputs by layer (decode.c's caches)
+    const BlockX *x = &b->xin[s];
+    const Node *n0 = EG->nodes[b->start + x->r]->in[x->k];
+    const Node *n1 = EG->nodes[b->start + b->len + x->r]->in[x->k];
+    const char *gn = name_with_layer(n0->name, n1->name, "<l>");
+    out("  // x[%s]: %s, layer l's\n", block_x_index(x), gn ? gn : n0->name);
   }
 }
 

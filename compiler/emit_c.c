@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void emit_part(const StepPart *p) {
+void emit_c_part(const StepPart *p) {
   out("\nstatic void %s(kdrt_ctx *c, const void *const *x, const void *const *y, int step%s) {\n",
       p->name, p->block ? ", int l" : "");
   out("  PART_LOCALS;\n"); // emit.c's macro: P, G, A, scratch, the rows
@@ -105,7 +105,7 @@ void emit_c(Graph *g, FILE *f) {
   bool loops = false;
   for (int i = 0; i < g->nvblocks; i++) loops |= init_loop(g, &g->vblocks[i]);
   if (!loops) emit_init(g);
-  emit_steps(emit_part, emit_step);
+  emit_steps(emit_c_part, emit_step);
 
   emit_program_tables();
   if (loops) emit_init(g);

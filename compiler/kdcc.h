@@ -885,12 +885,21 @@ typedef struct {
   const Node *outer;
 } BlockIn;
 
+// issue 25: a step input a block reads one of a layer (the decode step's
+// key/value caches): layer l's is x[base + step * l], operand k of the
+// block's node r.
+typedef struct {
+  int base, step, r, k;
+} BlockX;
+
 typedef struct RepBlock {
   int start, len, count;      // copy c: g->nodes[start + c * len .. + len)
   int layer0, dir;            // copy c runs layer layer0 + dir * c (dir 1 or -1)
   int vb;                     // the VarBlock whose layers these are, -1: none
   BlockIn *in;
   int nin;
+  BlockX *xin;                // the step inputs it reads by layer
+  int nxin;
   // per node of a copy: whether it is an arena value kept for every layer
   // (read outside its copy; memplan.c stacks the layers' values in one
   // buffer, layer l's l * kper * rows floats in), or a temporary that every
@@ -1066,6 +1075,8 @@ char *rows_name(int parts);
 // The value block input in is in a block's function, for the layer l: the
 // other layer's node (spelled as the context's copy 0 sees it).
 char *block_input_value(const BlockIn *in);
+// The index in x of a block's step input x for the layer l: "3 + 2 * l".
+char *block_x_index(const BlockX *x);
 // The node block input s reads in copy c of block b.
 const Node *block_in_node(const RepBlock *b, int s, int c);
 const BlockAt *block_at(const Graph *g, const Node *n); // NULL: in no block
@@ -1108,6 +1119,9 @@ void emit_step_rows(void);
 typedef void PartEmitter(const StepPart *part);
 typedef void StepEmitter(const char *name, StepKind kind, const StepPart *parts, int nparts);
 void emit_steps(PartEmitter *part, StepEmitter *step);
+// issue 25: each repeated block's function, which the parts call in a loop
+// (emit_steps; decode.c's steps), after emit_hparams_begin.
+void emit_block_fns(PartEmitter *part);
 // The vars[], io and mesh tables of a kdrt_program, then its fields as
 // `<lhs>field = value<end>` lines.
 void emit_program_tables(void);
@@ -1123,6 +1137,9 @@ const char *round_c(int kind); // issue 23 (ops.c): a 16-bit type's KDRT_ROUND_*
 
 // ---------------------------------------------------------------- emit_c.c
 void emit_c(Graph *g, FILE *out);
+// A part's function for the C runtime (a block's takes the layer l too),
+// the decode and prefill steps' as the program's (decode.c).
+void emit_c_part(const StepPart *p);
 
 // ---------------------------------------------------------------- emit_cuda.c
 // The program as CUDA C++ (program.cu) for runtime/cuda: the same plan and

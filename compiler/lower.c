@@ -136,6 +136,16 @@ char *block_input_value(const BlockIn *in) {
   return stacked_value(&EG->blocks[in->src], in->pos, ctx_layer() + in->delta);
 }
 
+char *block_x_index(const BlockX *x) {
+  return x->base ? format("%d + %d * l", x->base, x->step) : format("%d * l", x->step);
+}
+
+// Step input n, at index idx of x (an input) or y (a label).
+static char *step_input(const Node *n, const char *idx) {
+  return format("((const %s *)%s[%s])", n->dtype == DT_I32 ? "int32_t" : "float",
+                n->op == OP_INPUT ? "x" : "y", idx);
+}
+
 // Node n (a view's base) as the context spells it, as a buffer or (name)
 // as the offset that follows "P + "; NULL: as it would be without blocks.
 static char *block_spelling(const Node *n, bool name) {
@@ -153,6 +163,12 @@ static char *block_spelling(const Node *n, bool name) {
     return name ? e : format("(%c + %s)", which, e);
   }
   if (v) return sym ? format("{%%%d}", n->id) : NULL; // a variable of no block: itself
+  for (int s = 0; n->op == OP_INPUT && ECTX.b && s < ECTX.b->nxin; s++) {
+    const BlockX *x = &ECTX.b->xin[s]; // a step input by layer: x[base + step * l]
+    if (n->index != x->base + x->step * ctx_layer()) continue;
+    if (sym) return format("{x%d%+d*l}", x->base, x->step);
+    return name ? NULL : step_input(n, block_x_index(x));
+  }
   if (ECTX.b)
     for (int s = 0; s < ECTX.b->nin; s++)
       if (block_in_node(ECTX.b, s, ECTX.copy) == n) return format(sym ? "{in%d}" : "in%d", s);
@@ -201,9 +217,7 @@ char *buf(const Node *n) {
   case REGION_PARAM: return typed(n, format("P + %s", off_name(n)));
   case REGION_GRAD: return format("(G + %s)", off_name(n));
   case REGION_ARENA: return typed(n, format("A + %s", off_name(n)));
-  case REGION_INPUT:
-    return format("((const %s *)%s[%d])", n->dtype == DT_I32 ? "int32_t" : "float",
-                  n->op == OP_INPUT ? "x" : "y", n->index);
+  case REGION_INPUT: return step_input(n, format("%d", n->index));
   }
   unreachable();
 }

@@ -44,6 +44,8 @@ char *block_start(const Node *n, int d);
 // *decl declaring r at the call (indent: its continuation lines'), or
 // (issue 25) a block's table of its layers' ("NAME[l]"), *decl NULL.
 char *rope_desc(const Node *n, int indent, char **decl);
+// A causal mask's window (0: none) as its call reads it: in a block, by layer.
+char *causal_window(const Node *n);
 // issue 25: attention's scale of the scores, v, as a named constant of n's
 // layer, 1 / sqrt(head_dim) in its comment where it is one (ops_nn.c).
 char *attn_scale(const Node *n, double v);

@@ -478,11 +478,14 @@ static void causal_grad(Graph *g, Node *n, const bool *need) {
 
 static char *window_c(const Node *n) { return format("%lld", (long long)n->mask.window); }
 
+char *causal_window(const Node *n) {
+  // Gemma 2's layers alternate sliding and global attention: in a block, a table by layer
+  return per_layer(n, "window", "int64_t", "its sliding window (0: none), by layer", window_c);
+}
+
 static void causal_emit(const Node *n, Lowering *lw) {
   int r = n->shape.rank;
-  // Gemma 2's layers alternate sliding and global attention: in a block, a table by layer
-  char *window = per_layer(n, "window", "int64_t", "its sliding window (0: none), by layer",
-                           window_c);
+  char *window = causal_window(n);
   lower_call(lw, KN_causal_mask, NULL, "%s, %s, %s, %s, %s, %s, %s, %s, %s", buf(n),
              buf(n->in[0]), sym_c(sym_prod(n, 0, r - 2, true)), sym_c(sym_dim(n, r - 2, true)),
              sym_c(sym_dim(n, r - 1, true)), block_start(n, r - 2), block_start(n, r - 1),

@@ -27,7 +27,10 @@
 #    12, with LoRA too (forward, backward but layer 0's: the frozen
 #    embeddings need no gradient, and each layer's update groups, parted by
 #    the frozen kernels, in block_update); LoRA programs train to the
-#    --no-loops history (a fixture, and 4-layer GPT-2 and Gemma 2 presets).
+#    --no-loops history (a fixture, and 4-layer GPT-2 and Gemma 2 presets);
+#  - `./train generate`'s decode and prefill steps fold too (each layer's
+#    caches read at a fixed stride in the step's inputs), and give the
+#    --no-loops steps' tokens and outputs bit for bit (tests/decode_tap.c).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -218,6 +221,60 @@ if [ "$(grep -c "^static const kdrt_rotary [A-Z_0-9]* = {" $out/hub_gemma348.loo
 else
   echo "FAIL hub_gemma3: its rotary descriptors are not two and a table by layer"; fail=1
 fi
+
+# `./train generate`: the decode and prefill steps' blocks are loops too
+# (layer l's key and value caches the step inputs x[i + 2 * l] and
+# x[i + 1 + 2 * l]: one write of each in the block's function, not one a
+# layer), written out with
+# --no-loops, and both give the same tokens and every step's output bit for
+# bit (tests/decode_tap.c appends each prefill and decode step's output to
+# $KDRT_TAP): the 4-block GPT on one device and on (2,4) (heads split),
+# Gemma 2's sliding and global blocks (the window {4, 0, 4}[l]) on the
+# fixture's (2,4), Gemma 3's 12 (the rotary descriptors by layer).
+tap="mpicc $PWD/tests/decode_tap.c -Wl,--wrap=kdrt_main"
+generate_both() { # tag, ranks, layers, kdcc's model and flags
+  local tag=$1 np=$2 L=$3 v f run
+  shift 3
+  for v in loops flat; do
+    flag=(); [ $v = flat ] && flag=(--no-loops)
+    KDCC_CC=$tap ./kdcc "$@" --batch-size 8 -w "${flag[@]}" -o $out/$tag.$v.gen
+    rm -f $out/$tag.$v.tap
+    for run in "--prompt-ids 5,9,2;7 --tokens 6 --temperature 0" \
+               "--prompt-ids 1 --tokens 9 --temperature 0.8 --top-k 8 --samples 3 --seed 7"; do
+      KDRT_TAP=$out/$tag.$v.tap timeout 300 mpirun -np $np --oversubscribe $out/$tag.$v.gen generate \
+        $run -q >>$out/$tag.$v.tokens
+    done
+  done
+  local d=$out/$tag.loops.gen.kdcc.d e=$out/$tag.flat.gen.kdcc.d ok=1
+  for f in decode prefill; do # each cache written by one call of the block's, or one a layer
+    local k='kdrt_place_block((float \*)((const float \*)x\['
+    [ $f = prefill ] && k='kdrt_copy((float \*)((const float \*)x\['
+    grep -q "^static void block_forward(" $d/$f.c && grep -A1 "for (int l = 0; l <= $((L - 1)); l++)" \
+      $d/$f.c | grep -q "block_forward(" && [ "$(grep -c "$k" $d/$f.c)" = 2 ] &&
+      [ "$(grep -c "$k[0-9]* + 2 \* l\]" $d/$f.c)" = 2 ] && ! grep -q "block_forward" $e/$f.c &&
+      [ "$(grep -c "$k" $e/$f.c)" = $((2 * L)) ] || ok=0
+  done
+  if [ $ok = 1 ] && [ -s $out/$tag.loops.tap ] && cmp -s $out/$tag.loops.tap $out/$tag.flat.tap &&
+     cmp -s $out/$tag.loops.tokens $out/$tag.flat.tokens; then
+    echo "blocks: $tag: decode.c and prefill.c one loop over $L layers ($(wc -l <$d/decode.c) and" \
+         "$(wc -l <$d/prefill.c) lines; written out $(wc -l <$e/decode.c), $(wc -l <$e/prefill.c))," \
+         "the same tokens and step outputs ($(stat -c %s $out/$tag.loops.tap) bytes) bit for bit"
+  else
+    echo "FAIL $tag: generate's steps not one loop each, or not --no-loops's tokens and outputs"
+    fail=1
+  fi
+}
+generate_both gpt4_gen 1 4 $out/gpt4.json
+generate_both gpt4_gen_mesh 8 4 $out/gpt4.json --distribution models/gpt.dist.json --mesh data=2,model=4
+g=tests/fixtures/keras_hub/hub_gemma2_sw
+generate_both gemma2_gen 8 3 $g/model.keras --distribution $g/hub_gemma2_sw.dist.json --sequence-length 16
+sed -n '/^static void block_forward(/,/^}/p' $out/gemma2_gen.loops.gen.kdcc.d/decode.c |
+  grep -c "kdrt_causal_mask(.*_WINDOW\[l\]" >/dev/null ||
+  { echo "FAIL gemma2_gen: the decode step's window is not a table by layer"; fail=1; }
+generate_both gemma3_gen 1 12 $out/hub_gemma3.12 --sequence-length 16
+sed -n '/^static void block_forward(/,/^}/p' $out/gemma3_gen.loops.gen.kdcc.d/decode.c |
+  grep -c "kdrt_rope(.*_ROPE\[l\]" >/dev/null ||
+  { echo "FAIL gemma3_gen: the decode step's rotary descriptors are not a table by layer"; fail=1; }
 
 # LoRA's updates: two groups a layer (frozen kernels part them), block_update
 # a loop over the layers; trained from kdcc's initial values, 4 layers, on
