@@ -320,12 +320,13 @@ for _m, _f in MIXED.items():
 BF16_POLICY = "bfloat16"
 BF16_LR = 1e-2
 BF16 = {"hub_gemma_bf16": "hub_gemma", "hub_llama_bf16": "hub_llama",
-        "hub_gpt2_bf16": "hub_gpt2", "hub_gemma2_bf16": "hub_gemma2"}
+        "hub_gpt2_bf16": "hub_gpt2", "hub_gemma2_bf16": "hub_gemma2",
+        "hub_qwen3_bf16": "hub_qwen3", "hub_gemma3_bf16": "hub_gemma3"}
 for _m, _f in BF16.items():
     MODELS[_m] = MODELS[_f][:2] + (dict(MODELS[_f][2], dtype=BF16_POLICY),)
 
 
-BF16_SGD, BF16_SGD_LR = ("hub_llama_bf16", "hub_gpt2_bf16"), 0.1
+BF16_SGD, BF16_SGD_LR = ("hub_llama_bf16", "hub_gpt2_bf16", "hub_gemma3_bf16"), 0.1
 
 
 def bf16_optimizer(model):
@@ -447,13 +448,20 @@ CASES = {
     "hub_gemma2_bf16": ("hub_gemma2_bf16", "layout_map"),
     "hub_gemma2_bf16_dp": ("hub_gemma2_bf16", "dp8"),
     "hub_gpt2_lora_bf16_dp": ("hub_gpt2_lora_bf16", "dp8"),
+    # Qwen 3 and Gemma 3: their query/key norms in bfloat16, Gemma 3's LoRA
+    "hub_qwen3_bf16": ("hub_qwen3_bf16", "layout_map"),  # Llama's map, as hub_qwen3
+    "hub_qwen3_bf16_dp": ("hub_qwen3_bf16", "dp8"),
+    "hub_gemma3_bf16": ("hub_gemma3_bf16", "layout_map"),  # Gemma's split map, as hub_gemma3
+    "hub_gemma3_bf16_dp": ("hub_gemma3_bf16", "dp8"),
+    "hub_gemma3_lora_bf16": ("hub_gemma3_lora_bf16", "layout_map"),
+    "hub_gemma3_lora_bf16_dp": ("hub_gemma3_lora_bf16", "dp8"),
 }
 
 # LoRA folder -> the model it fine-tunes (same hyper-parameters, seed, data)
 LORA = {"hub_llama_lora": "hub_llama", "hub_gpt2_lora": "hub_gpt2",
         "hub_gemma_lora_mixed": "hub_gemma_mixed", "hub_gemma_lora_bf16": "hub_gemma_bf16",
         "hub_gpt2_lora_bf16": "hub_gpt2_bf16", "hub_qwen3_lora": "hub_qwen3",
-        "hub_gemma3_lora": "hub_gemma3"}
+        "hub_gemma3_lora": "hub_gemma3", "hub_gemma3_lora_bf16": "hub_gemma3_bf16"}
 LORA_RANK = 4
 
 # Attention key biases (GPT-2's): zero gradient in exact arithmetic, as
@@ -531,6 +539,8 @@ NOTES["hub_qwen_mixed"] = NOTES["hub_qwen"]
 NOTES["hub_llama3_mixed"] = NOTES["hub_llama3"]
 NOTES["hub_qwen3_mixed"] = NOTES["hub_qwen3"]
 NOTES["hub_gemma3_mixed"] = {k: v for k, v in NOTES["hub_gemma3"].items()}
+NOTES["hub_qwen3_bf16"] = NOTES["hub_qwen3"]
+NOTES["hub_gemma3_bf16"] = NOTES["hub_gemma3"]
 
 
 def layout_map_spec(backbone_cls):
@@ -549,7 +559,7 @@ def layout_map_spec(backbone_cls):
 # too (transformer_layer_<i>/self_attention/query/kernel, ...).
 LAYOUT_MAP_OF = {"hub_mistral": M.LlamaBackbone, "hub_mistral_sw": M.LlamaBackbone,
                  "hub_mistral_mixed": M.LlamaBackbone, "hub_qwen3": M.LlamaBackbone,
-                 "hub_qwen3_mixed": M.LlamaBackbone}
+                 "hub_qwen3_mixed": M.LlamaBackbone, "hub_qwen3_bf16": M.LlamaBackbone}
 
 
 def gemma_gqa_map():
@@ -578,8 +588,7 @@ def spec_of(case):
     if how == "megatron":
         return mm.model_parallel(GPT2_MEGATRON)
     base = LORA.get(model, model)
-    if base in ("hub_gemma2", "hub_gemma2_sw", "hub_gemma2_mixed", "hub_gemma2_bf16",
-                "hub_gemma3", "hub_gemma3_mixed"):
+    if HALF.get(base, base) in ("hub_gemma2", "hub_gemma2_sw", "hub_gemma3"):
         return gemma_gqa_map()
     return layout_map_spec(LAYOUT_MAP_OF.get(base, MODELS[base][1]))
 
@@ -917,29 +926,42 @@ def float32_losses(case, keras_path, mdir, x, y, R, twin_of=None):
 GEMMA3_VARIANTS = {"as_is": {}, "global": {"use_sliding_window_attention": False},
                    "no_query_key_norm": {"use_query_key_norm": False},
                    "no_window": {"sliding_window_size": SEQ}}
+# issue 23: a 16-bit Gemma 3 case's (policy: its dtype), each with
+# float32_batch_losses, the same config and weights without the policy
+GEMMA3_HALF_VARIANTS = {k: GEMMA3_VARIANTS[k] for k in ("as_is", "global")}
 
 
-def gemma3_variants(keras_path, x, y, R):
+def gemma3_variants(keras_path, x, y, R, policy=None):
     _, backbone_cls, hp = MODELS["hub_gemma3"]
     start = {v.path: np.array(v) for v in keras.saving.load_model(keras_path).weights}
-    out = {}
-    for name, change in GEMMA3_VARIANTS.items():
-        t = M.Gemma3CausalLM(backbone=backbone_cls(**dict(hp, **change)), preprocessor=None)
+
+    def losses(change, dtype):
+        t = M.Gemma3CausalLM(backbone=backbone_cls(**dict(hp, **change, dtype=dtype)),
+                             preprocessor=None)
         t.compile(optimizer=keras.optimizers.Adam(LR))
         for v in t.weights:
             v.assign(start[v.path])
-        losses = []
+        out = []
         for s in range(SAMPLES // R.BATCH):
             sl = slice(s * R.BATCH, (s + 1) * R.BATCH)
-            losses.append(float(t.test_on_batch({k: a[sl] for k, a in x.items()}, y[sl],
-                                                return_dict=True)["loss"]))
-        out[name] = {"config_change": change, "batch_losses": losses}
+            out.append(float(t.test_on_batch({k: a[sl] for k, a in x.items()}, y[sl],
+                                             return_dict=True)["loss"]))
+        return out
+
+    out = {}
+    for name, change in (GEMMA3_HALF_VARIANTS if policy else GEMMA3_VARIANTS).items():
+        out[name] = {"config_change": change, "batch_losses": losses(change, policy)}
+        if policy:
+            out[name]["float32_batch_losses"] = losses(change, None)
     for v in out.values():
         v["max_relative_change_from_as_is"] = max(
             abs(a - b) / abs(b) for a, b in zip(v["batch_losses"], out["as_is"]["batch_losses"]))
     out["note"] = ("keras-hub's loss on each batch of 16 rows (test_on_batch) from model.keras's "
                    "weights with the backbone's config so changed; keras_hub.sh compiles the "
-                   "preset with 'global''s change and checks kdcc's losses at rate 0")
+                   "preset with 'global''s change and checks kdcc's losses at rate 0"
+                   + (f" (under {policy}, within rtol and at least float32_min_distance times "
+                      "keras-hub's own distance from float32_batch_losses away from them)"
+                      if policy else ""))
     return out
 
 
@@ -1022,7 +1044,8 @@ def run_case(case, out, R):
             final = R.layer_weights(wpath)
         lora = lora_report(task, before, final, case, mdir, R) if before else None
         window = window_masked(task, x)
-        variants = gemma3_variants(keras_path, x, y, R) if base == "hub_gemma3" else None
+        variants = gemma3_variants(keras_path, x, y, R, hp.get("dtype")) \
+            if HALF.get(base, base) == "hub_gemma3" else None
         f32_loss = float32_losses(case, keras_path, mdir, x, y, R) if mixed else None
         mixed_loss = float32_losses(case, keras_path, mdir, x, y, R,
                                     MIXED_OF[HALF[base]]) if bf16 else None
