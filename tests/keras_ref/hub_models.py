@@ -143,7 +143,7 @@ dtype="bfloat16" (every variable bfloat16), starting from the float32
 model's initial weights rounded to bfloat16 (as from_preset(...,
 dtype="bfloat16") loads a float32 preset: hub.same_initial_weights_as says
 so), trained with AdamW(1e-2, beta_2=0.99) (Gemma, Gemma 2) or SGD(0.1,
-momentum=0.9) (Llama, GPT-2: see BF16_SGD); hub_gemma_lora_bf16 (and _dp)
+momentum=0.9) (Llama, GPT-2, Gemma 3: see SGD16); hub_gemma_lora_bf16 (and _dp)
 fine-tunes hub_gemma_bf16 with LoRA (the frozen kernels bfloat16, A and B
 float32 as Keras's enable_lora makes them). hub_gpt2_lora_bf16_dp (GPT-2's
 LoRA, its query and value biases bfloat16 and trained, A and B float32) is
@@ -309,13 +309,20 @@ for _m, _f in MIXED.items():
 # move a bfloat16 variable (beta_2 0.999 is 1 in bfloat16: its steps are 0),
 # so Gemma (Gemma 2, and Gemma's LoRA) trains with AdamW (keras-hub's fine-tuning
 # guides') with beta_2 0.99 and a rate large enough to move bfloat16 weights
-# (BF16_LR), Llama and GPT-2 with SGD and momentum (BF16_SGD): under AdamW
+# (BF16_LR), Llama and GPT-2 with SGD and momentum (SGD16): under AdamW
 # their attention's query and key kernels, whose gradients start near zero,
 # take steps of the rate whatever the gradient's size, and keras-hub's own
 # runs on the two meshes end 0.47 (Llama) and 0.17 (GPT-2) apart in those
 # tensors' updates, rounding noise no other implementation can follow;
 # under SGD they end within 0.09 and 0.10 (kdcc within 0.083 and 0.103 of
-# them). No metrics. Their twins, from the same weights: the float32 model
+# them). Gemma 3's too (and hub_gemma3_mixed's): under AdamW (Adam) its
+# query norm's scale, the gradient of its 8 values a sum that nearly
+# cancels, takes steps of the rate, and keras-hub's own runs on the two
+# meshes ended 0.25 (bfloat16) and 0.19 (mixed_bfloat16, Adam(1e-3)) apart
+# in its update (kdcc 0.24 and 0.20 from the (2,4) map's, 0.07 and 0.01
+# from DataParallel's; its first step's loss differs between keras-hub's
+# meshes by 9e-5 relative: XLA rounds per sharding, kdcc on no mesh).
+# No metrics. Their twins, from the same weights: the float32 model
 # and its mixed_bfloat16 one (float32 variables), with the same optimizer.
 BF16_POLICY = "bfloat16"
 BF16_LR = 1e-2
@@ -326,12 +333,13 @@ for _m, _f in BF16.items():
     MODELS[_m] = MODELS[_f][:2] + (dict(MODELS[_f][2], dtype=BF16_POLICY),)
 
 
-BF16_SGD, BF16_SGD_LR = ("hub_llama_bf16", "hub_gpt2_bf16", "hub_gemma3_bf16"), 0.1
+# the 16-bit models trained with SGD and momentum (above)
+SGD16, SGD16_LR = ("hub_llama_bf16", "hub_gpt2_bf16", "hub_gemma3_bf16", "hub_gemma3_mixed"), 0.1
 
 
-def bf16_optimizer(model):
-    if model in BF16_SGD:
-        return keras.optimizers.SGD(BF16_SGD_LR, momentum=0.9)
+def half_optimizer(model):
+    if model in SGD16:
+        return keras.optimizers.SGD(SGD16_LR, momentum=0.9)
     return keras.optimizers.AdamW(BF16_LR, beta_2=0.99)
 
 
@@ -645,9 +653,9 @@ def build(model):
 
 def compile_task(task, model):
     """Adam(LR); a mixed model (MIXED) without metrics; a bfloat16 one (BF16)
-    bf16_optimizer's, without metrics."""
-    if model in BF16:
-        task.compile(optimizer=bf16_optimizer(model), weighted_metrics=[])
+    or one of SGD16 half_optimizer's, without metrics."""
+    if model in BF16 or model in SGD16:
+        task.compile(optimizer=half_optimizer(model), weighted_metrics=[])
     elif model in MIXED:
         task.compile(optimizer=keras.optimizers.Adam(LR), weighted_metrics=[])
     else:
@@ -656,7 +664,7 @@ def compile_task(task, model):
 
 def lr_of(model):
     """The learning rate a model's cases train with."""
-    return (BF16_SGD_LR if model in BF16_SGD else BF16_LR) if model in BF16 else LR
+    return SGD16_LR if model in SGD16 else BF16_LR if model in BF16 else LR
 
 
 def make_data(n=SAMPLES):
@@ -900,7 +908,7 @@ def float32_losses(case, keras_path, mdir, x, y, R, twin_of=None):
     base = LORA.get(model_name, model_name)
     keras.utils.set_random_seed(mm.SEED)
     twin = build(twin_of or HALF[base])
-    if base in BF16:
+    if base in BF16 or base in SGD16:
         compile_task(twin, base)
     twin.load_weights(keras_path)
     if base != model_name:
@@ -1056,7 +1064,7 @@ def run_case(case, out, R):
     # updates are rounding noise: twice the bound, as run_ref.py's; under SGD
     # a step is the rate times that noise: keras-hub's bfloat16 GPT-2 ends
     # with them under 5e-8, its two meshes 1e-7 apart)
-    noise = 1e-6 if base in BF16_SGD else lr_of(base) * len(step_loss) * (2 if mixed else 1)
+    noise = 1e-6 if base in SGD16 else lr_of(base) * len(step_loss) * (2 if mixed else 1)
     atol = {} if lora else {k: noise for k in sorted(final) if re.fullmatch(NOISE, k)}
     final_name, note = R.write_final(mdir, case, model_name, final, atol, spec)
     ref = {
@@ -1145,17 +1153,26 @@ def run_case(case, out, R):
                     "the bfloat16 variables, as from_preset(..., dtype='bfloat16') loads "
                     "a float32 preset)" if bf16 else
                     "(same seed; the variables are float32 under either policy)"))
-    if bf16:
-        ref.update(mixed_step_loss=mixed_loss, mixed_min_distance=R.MIXED_FROM_F32)
+    if bf16 or base in SGD16:
         ref["hub"]["learning_rate"] = lr_of(base)  # (the program's --lr for a preset)
         ref["hub"]["compile"] = (
             (f"AdamW({BF16_LR}, beta_2=0.99) given (keras-hub's fine-tuning guides' optimizer; "
              "Keras's default beta_2 0.999 is 1 in bfloat16, which moves no bfloat16 "
-             "variable)" if base not in BF16_SGD else
+             "variable)" if base not in SGD16 else
              f"SGD({lr_of(base)}, momentum=0.9) given (under AdamW the attention's query and "
              "key kernels, near-zero gradients at the start, take steps of the rate: "
-             "keras-hub's own two meshes end far apart there)")
+             "keras-hub's own two meshes end far apart there"
+             + ("; Gemma 3's query norm's scale likewise under Adam" if "gemma3" in base else "")
+             + ")")
             + ", keras-hub's default loss, no metrics")
+    if base in SGD16 and not bf16:
+        ref["hub"]["preset_note"] = (
+            "task.save_to_preset() of the initial weights (config.json's dtype "
+            f"{MIXED_POLICY}); no compile settings: keras_hub.sh compiles it with this "
+            "case's optimizer in task.json (model.keras's compile_config) and "
+            "hub.learning_rate")
+    if bf16:
+        ref.update(mixed_step_loss=mixed_loss, mixed_min_distance=R.MIXED_FROM_F32)
         ref["hub"]["preset_note"] = (
             "task.save_to_preset() of the initial weights (config.json's dtype bfloat16, "
             "model.weights.h5 in bfloat16); no compile settings: keras-hub's default "

@@ -27,10 +27,10 @@ fix=tests/fixtures/keras_hub
 out=build/tests/keras_hub
 CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma hub_mistral hub_qwen hub_gemma2 hub_mistral_sw hub_gemma2_sw hub_llama3 hub_qwen3 hub_gemma3}
 LORA=${KERAS_HUB_LORA:-hub_gpt2_lora hub_llama_lora hub_qwen3_lora hub_gemma3_lora} # kdcc --lora-rank, keras-hub's enable_lora
-MIXED=${KERAS_HUB_MIXED:-hub_gpt2_mixed hub_llama_mixed hub_gemma_mixed hub_mistral_mixed hub_qwen_mixed hub_qwen3_mixed} # issue 23
+MIXED=${KERAS_HUB_MIXED:-hub_gpt2_mixed hub_llama_mixed hub_gemma_mixed hub_mistral_mixed hub_qwen_mixed hub_qwen3_mixed hub_gemma3_mixed} # issue 23
 MIXED_LORA=${KERAS_HUB_MIXED_LORA:-hub_gemma_lora_mixed}
-BF16=${KERAS_HUB_BF16:-hub_gemma_bf16 hub_gemma2_bf16 hub_llama_bf16 hub_gpt2_bf16 hub_qwen3_bf16} # issue 23: the bfloat16 policy
-BF16_LORA=${KERAS_HUB_BF16_LORA:-hub_gemma_lora_bf16}
+BF16=${KERAS_HUB_BF16:-hub_gemma_bf16 hub_gemma2_bf16 hub_llama_bf16 hub_gpt2_bf16 hub_qwen3_bf16 hub_gemma3_bf16} # issue 23: the bfloat16 policy
+BF16_LORA=${KERAS_HUB_BF16_LORA:-hub_gemma_lora_bf16 hub_gemma3_lora_bf16}
 rm -rf "$out" && mkdir -p "$out/ref"
 for c in $CASES $LORA $MIXED $MIXED_LORA $BF16 $BF16_LORA; do cp -r "$fix/$c" "$out/ref/"; done
 KERAS_REF_DIR=$out/ref bash tests/sh/keras_ref.sh
@@ -122,21 +122,13 @@ print(f"{line}: step losses within {worst:.2e} of keras-hub's")
 sys.exit(0 if worst <= ref.get("rtol", 1e-4) else 1)
 EOF
 }
-for c in $CASES $MIXED; do
-  preset_case "$fix/$c/preset" "$fix/$c/$c.json" "$c"
-done
-# issue 23: --dtype-policy mixed_bfloat16 on a float32 preset is the mixed
-# model (the same initial weights: the case JSON says so)
-for c in $MIXED; do
-  f32=$(python3 -c "import json; print(json.load(open('$fix/$c/$c.json'))['hub'].get('same_initial_weights_as') or '')")
-  [ -n "$f32" ] || { echo "keras_hub: $c: its initial weights are no float32 case's"; exit 1; }
-  preset_case "$fix/$f32/preset" "$fix/$c/$c.json" "$c.policy" --dtype-policy mixed_bfloat16
-done
 # issue 23: a bfloat16 case's preset (config.json's policy bfloat16, its
 # weights file in bfloat16), and its float32 model's preset with
 # --dtype-policy bfloat16 (the float32 weights rounded as read), each with
 # the case's optimizer in task.json (a preset has none, and keras-hub's
-# default Adam moves no bfloat16 variable): the case's numbers.
+# default Adam moves no bfloat16 variable): the case's numbers. So is a
+# mixed case's with an optimizer of its own (hub.learning_rate in its JSON:
+# hub_gemma3_mixed's SGD).
 compiled_preset() { # PRESET CASE_DIR OUT: PRESET with CASE_DIR/model.keras's compile_config
   mkdir -p "$3"
   for f in config.json metadata.json model.weights.h5; do ln -sf "$PWD/$1/$f" "$3/$f"; done
@@ -149,13 +141,31 @@ with zipfile.ZipFile(sys.argv[2]) as z:
 json.dump(task, open(sys.argv[3], "w"), indent=1)
 EOF
 }
+case_preset() { # PRESET CASE NAME: PRESET, or as $out/NAME.compiled with CASE's optimizer
+  if python3 -c "import json, sys; sys.exit('learning_rate' not in json.load(open(sys.argv[1]))['hub'])" \
+       "$fix/$2/$2.json"; then
+    compiled_preset "$1" "$fix/$2" "$out/$3.compiled" && echo "$out/$3.compiled"
+  else
+    echo "$1"
+  fi
+}
+for c in $CASES $MIXED; do
+  preset_case "$(case_preset "$fix/$c/preset" "$c" "$c")" "$fix/$c/$c.json" "$c"
+done
+# issue 23: --dtype-policy mixed_bfloat16 on a float32 preset is the mixed
+# model (the same initial weights: the case JSON says so)
+for c in $MIXED; do
+  f32=$(python3 -c "import json; print(json.load(open('$fix/$c/$c.json'))['hub'].get('same_initial_weights_as') or '')")
+  [ -n "$f32" ] || { echo "keras_hub: $c: its initial weights are no float32 case's"; exit 1; }
+  preset_case "$(case_preset "$fix/$f32/preset" "$c" "$c.$f32")" "$fix/$c/$c.json" "$c.policy" \
+    --dtype-policy mixed_bfloat16
+done
 for c in $BF16; do
   f32=$(python3 -c "import json; print(json.load(open('$fix/$c/$c.json'))['hub'].get('same_initial_weights_as') or '')")
   [ -n "$f32" ] || { echo "keras_hub: $c: its initial weights are no float32 case's, rounded"; exit 1; }
-  compiled_preset "$fix/$c/preset" "$fix/$c" "$out/$c.compiled"
-  preset_case "$out/$c.compiled" "$fix/$c/$c.json" "$c"
-  compiled_preset "$fix/$f32/preset" "$fix/$c" "$out/$f32.compiled"
-  preset_case "$out/$f32.compiled" "$fix/$c/$c.json" "$c.policy" --dtype-policy bfloat16
+  preset_case "$(case_preset "$fix/$c/preset" "$c" "$c")" "$fix/$c/$c.json" "$c"
+  preset_case "$(case_preset "$fix/$f32/preset" "$c" "$f32")" "$fix/$c/$c.json" "$c.policy" \
+    --dtype-policy bfloat16
 done
 
 # ... and its preset as it is (keras-hub's default Adam, whose beta_2 is 1
