@@ -96,20 +96,23 @@ and extra norms), hub_mistral and hub_qwen (its biases) with the
 backbone built with dtype="mixed_bfloat16" (the same seed: the same initial
 weights, which the JSON's hub.same_initial_weights_as says when the float32
 folder is there), compiled without metrics; hub_gemma_lora_mixed (and _dp)
-fine-tunes hub_gemma_mixed with LoRA as the LoRA cases do. hub_gemma2_mixed
-and hub_llama3_mixed, hub_qwen3_mixed and hub_gemma3_mixed (each with _dp)
-are not among keras_hub.sh's cases (nor their fixtures). hub_gemma3_mixed,
-measured once (--out elsewhere, hub_gemma3 copied there first): kdcc's step
-losses within 1.8e-4 of keras-hub's (from float32 4.2e-4, keras-hub's own
-4.7e-4 and 4.1e-4), every update within 0.1 but the query norm's scale
-under the (2,4) map at 0.196 (0.037 under DataParallel), where keras-hub's
-own two meshes' updates of that tensor are 0.193 apart (its first step
-4.602704 under the map, 4.603111 under DataParallel; kdcc's is the same on
-both): keras-hub's rounding per sharding, as hub_gemma2_mixed's below. hub_llama3_mixed and
-hub_qwen3_mixed, measured once (--out elsewhere, the float32 folders copied
-there first): kdcc's step losses within 2.5e-5 and 1.4e-5 of keras-hub's
-(from float32 1.2e-4 and 1.3e-4, keras-hub's own 1.5e-4), every update
-within 0.034 and 0.038. hub_gemma2_mixed, measured once: kdcc's
+fine-tunes hub_gemma_mixed with LoRA as the LoRA cases do. hub_qwen3_mixed
+and hub_gemma3_mixed (each with _dp) are hub_qwen3 and hub_gemma3 so (their
+query/key norms: the scale read in bfloat16, the norm in float32, its output
+cast back), hub_gemma3_mixed trained with SGD16's SGD (see SGD16: under
+Adam(1e-3), measured, its query norm's scale ended 0.196 from keras-hub's
+update under the (2,4) map, where keras-hub's own two meshes are 0.193
+apart and kdcc 0.012 from its DataParallel one); its JSON's hub.variants
+has the global block's losses under the policy (and float32_batch_losses:
+the same without it), which keras_hub.sh checks as hub_gemma3's.
+hub_gemma2_mixed and hub_llama3_mixed (each with _dp) are not among
+keras_hub.sh's cases (nor their fixtures). hub_llama3_mixed, measured once
+(--out elsewhere, hub_llama3 copied there first): kdcc's step losses within
+2.5e-5 of keras-hub's (from float32 1.2e-4, keras-hub's own 1.5e-4), every
+update within 0.034; Llama 3.1's rope scaling changes only the float32
+inverse frequencies (LlamaRotaryEmbedding._get_inverse_freq), before the
+cos/sin are cast to the compute dtype as Llama's: no rounding point of its
+own. hub_gemma2_mixed, measured once: kdcc's
 step losses were within 2.2e-4 of keras-hub's (from float32 8.0e-4, keras-hub's
 own 7.0e-4) and every update within 0.1 but one, block 1's pre_ffw_norm scale
 under the (2,4) map at 0.12 (two of its 32 values, where Adam's steps follow
@@ -128,6 +131,8 @@ together (run_ref.py clears a model's folder first):
         hub_llama_mixed hub_llama_mixed_dp hub_gemma_mixed hub_gemma_mixed_dp \
         hub_gemma2_mixed hub_gemma2_mixed_dp hub_gemma_lora_mixed hub_gemma_lora_mixed_dp \
         hub_mistral_mixed hub_mistral_mixed_dp hub_qwen_mixed hub_qwen_mixed_dp
+    python3 tests/keras_ref/run_ref.py --cases hub_qwen3_mixed hub_qwen3_mixed_dp \
+        hub_gemma3_mixed hub_gemma3_mixed_dp
 
 Their JSON has run_ref.py's mixed fields: dtype_policy, rtol, update_rtol,
 initial_weights (initial.npz), float32_step_loss (the same task without the
@@ -145,7 +150,9 @@ dtype="bfloat16") loads a float32 preset: hub.same_initial_weights_as says
 so), trained with AdamW(1e-2, beta_2=0.99) (Gemma, Gemma 2) or SGD(0.1,
 momentum=0.9) (Llama, GPT-2, Gemma 3: see SGD16); hub_gemma_lora_bf16 (and _dp)
 fine-tunes hub_gemma_bf16 with LoRA (the frozen kernels bfloat16, A and B
-float32 as Keras's enable_lora makes them). hub_gpt2_lora_bf16_dp (GPT-2's
+float32 as Keras's enable_lora makes them). hub_qwen3_bf16 and hub_gemma3_bf16 (AdamW and
+SGD, each with _dp) are hub_qwen3 and hub_gemma3 so, hub_gemma3_lora_bf16 (and
+_dp) fine-tunes hub_gemma3_bf16 with LoRA. hub_gpt2_lora_bf16_dp (GPT-2's
 LoRA, its query and value biases bfloat16 and trained, A and B float32) is
 not among keras_hub.sh's cases: measured once, kdcc's step losses within
 8e-6 of keras-hub's and every update within 0.043, but SGD barely moves it
@@ -158,6 +165,8 @@ optimizer) and hub.learning_rate (the program's --lr for the preset):
     python3 tests/keras_ref/run_ref.py --cases hub_gemma_bf16 hub_gemma_bf16_dp \
         hub_gemma2_bf16 hub_gemma2_bf16_dp hub_llama_bf16 hub_llama_bf16_dp \
         hub_gpt2_bf16 hub_gpt2_bf16_dp hub_gemma_lora_bf16 hub_gemma_lora_bf16_dp
+    python3 tests/keras_ref/run_ref.py --cases hub_qwen3_bf16 hub_qwen3_bf16_dp \
+        hub_gemma3_bf16 hub_gemma3_bf16_dp hub_gemma3_lora_bf16 hub_gemma3_lora_bf16_dp
 
 Greedy generation (python3 tests/keras_ref/hub_models.py --generate [--out
 DIR]): each model's task from its model.keras (initial weights),

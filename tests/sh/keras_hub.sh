@@ -8,13 +8,15 @@
 # within 1e-4. Then each case's preset directory (its initial weights, no
 # compile settings: keras-hub's defaults, so --lr gives the case's rate) must
 # give the same step losses, and what kdcc refuses of keras-hub is an error.
-# Issue 23: the MIXED cases (GPT-2, Llama, Gemma, Mistral, Qwen and Gemma
-# with LoRA built with dtype="mixed_bfloat16") are checked against keras-hub's mixed run with
+# Issue 23: the MIXED cases (GPT-2, Llama, Gemma, Mistral, Qwen, Qwen 3,
+# Gemma 3 and Gemma with LoRA built with dtype="mixed_bfloat16"; Gemma 3
+# trained with SGD, see hub_models.SGD16) are checked against keras-hub's mixed run with
 # their JSON's tolerances (each step within 1e-2, each weight's update within
 # 0.1, at least 0.2 x keras-hub's own distance from its float32 run), their
 # presets too, and a float32 preset compiled with --dtype-policy
 # mixed_bfloat16 gives the mixed numbers. The BF16 cases (Gemma, Gemma 2,
-# Llama, GPT-2 and Gemma with LoRA built with dtype="bfloat16": bfloat16 variables,
+# Llama, GPT-2, Qwen 3, Gemma 3, and Gemma and Gemma 3 with LoRA built with
+# dtype="bfloat16": bfloat16 variables,
 # each AdamW or SGD step in bfloat16, LoRA's A and B float32) likewise, each
 # update within 0.2 and away from keras-hub's float32 and mixed_bfloat16
 # runs; their presets and the float32 ones with --dtype-policy bfloat16
