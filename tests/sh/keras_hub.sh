@@ -92,6 +92,23 @@ done
 # The preset directory: the same numbers from config.json, task.json and
 # model.weights.h5 (keras-hub's own layout, without the task's group); a
 # mixed case's (its config.json's policy mixed_bfloat16) within its rtol.
+# close_to(line, want, have, f32, min_distance): the worst relative
+# difference of losses have from keras-hub's want, and line with issue 23's
+# distance from keras-hub's float32 losses f32 (if any), which must be at
+# least min_distance x keras-hub's own (PYTHONPATH=$out for the checks below)
+cat >"$out/close_to.py" <<'EOF'
+import sys
+def close_to(line, want, have, f32, min_distance):
+    assert len(want) == len(have), (len(want), len(have))
+    worst = max(abs(a - b) / abs(a) for a, b in zip(want, have))
+    if f32:  # issue 23: and away from keras-hub's float32 run
+        d32 = max(abs(a - b) for a, b in zip(want, f32))
+        dk = max(abs(a - b) for a, b in zip(have, f32))
+        line += f", from float32 {dk:.2e} (keras-hub {d32:.2e})"
+        if dk < min_distance * d32:
+            sys.exit(line + ": too close to the float32 run")
+    return worst, line
+EOF
 # preset_case PRESET REF NAME [kdcc options]: PRESET's program against the
 # losses of case JSON REF (and its data and distribution).
 preset_case() {
@@ -105,21 +122,14 @@ preset_case() {
   mpirun -np 8 --oversubscribe "$out/$name.preset" --x "$d/padding_mask.npy" --x "$d/token_ids.npy" \
     --y "$d/y.npy" --epochs 2 --batch-size 16 --no-shuffle --lr "$lr" \
     --history "$out/$name.preset.json" --save-weights "$out/$name.preset.weights.h5" --quiet
-  python3 - "$ref" "$out/$name.preset.json" "$p" "$*" <<'EOF'
+  PYTHONPATH=$out python3 - "$ref" "$out/$name.preset.json" "$p" "$*" <<'EOF'
 import json, sys
+from close_to import close_to
 ref, got = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-want, have = ref["step_loss"], got["step_loss"]
-assert len(want) == len(have), (len(want), len(have))
-worst = max(abs(a - b) / abs(a) for a, b in zip(want, have))
 line = f"  {ref['case']} from " + (f"{sys.argv[3]} {sys.argv[4]}" if sys.argv[4]
                                   else "its preset directory")
-f32 = ref.get("float32_step_loss")
-if f32:  # issue 23: and away from keras-hub's float32 run
-    d32 = max(abs(a - b) for a, b in zip(want, f32))
-    dk = max(abs(a - b) for a, b in zip(have, f32))
-    line += f", from float32 {dk:.2e} (keras-hub {d32:.2e})"
-    if dk < ref["float32_min_distance"] * d32:
-        sys.exit(line + ": too close to the float32 run")
+worst, line = close_to(line, ref["step_loss"], got["step_loss"], ref.get("float32_step_loss"),
+                       ref.get("float32_min_distance"))
 print(f"{line}: step losses within {worst:.2e} of keras-hub's")
 sys.exit(0 if worst <= ref.get("rtol", 1e-4) else 1)
 EOF
@@ -316,22 +326,16 @@ for c in hub_gemma3 $(printf '%s\n' $MIXED $BF16 | grep '^hub_gemma3_' || true);
       --sequence-length 16 -w -o "$out/$dist.global" 2>"$out/$dist.global.log"
     mpirun -np 8 --oversubscribe "$out/$dist.global" --x "$d/padding_mask.npy" --x "$d/token_ids.npy" \
       --y "$d/y.npy" --epochs 1 --batch-size 16 --no-shuffle --lr 0 --history "$out/$dist.global.json" --quiet
-    python3 - "$d/$c.json" "$out/$dist.global.json" "$dist" <<'EOF'
+    PYTHONPATH=$out python3 - "$d/$c.json" "$out/$dist.global.json" "$dist" <<'EOF'
 import json, sys
+from close_to import close_to
 ref = json.load(open(sys.argv[1]))
 v = ref["hub"]["variants"]["global"]
-want, have = v["batch_losses"], json.load(open(sys.argv[2]))["step_loss"]
-assert len(want) == len(have), (want, have)
-worst = max(abs(a - b) / abs(a) for a, b in zip(want, have))
-line = f"  {sys.argv[3]}: Gemma 3's global block: losses within {worst:.2e} of keras-hub's"
-f32 = v.get("float32_batch_losses")
-if f32:  # issue 23: away from keras-hub's float32 losses
-    d32 = max(abs(a - b) for a, b in zip(want, f32))
-    dk = max(abs(a - b) for a, b in zip(have, f32))
-    line += f", from float32 {dk:.2e} (keras-hub {d32:.2e})"
-    if dk < ref["float32_min_distance"] * d32:
-        sys.exit(line + ": too close to the float32 losses")
-print(f"{line} (the local block's {v['max_relative_change_from_as_is']:.2e} away)")
+worst, line = close_to(f"  {sys.argv[3]}: Gemma 3's global block", v["batch_losses"],
+                       json.load(open(sys.argv[2]))["step_loss"], v.get("float32_batch_losses"),
+                       ref.get("float32_min_distance"))
+print(f"{line}: losses within {worst:.2e} of keras-hub's (the local block's "
+      f"{v['max_relative_change_from_as_is']:.2e} away)")
 sys.exit(0 if worst <= ref.get("rtol", 1e-5) else 1)
 EOF
   done
