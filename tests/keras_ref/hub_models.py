@@ -96,20 +96,23 @@ and extra norms), hub_mistral and hub_qwen (its biases) with the
 backbone built with dtype="mixed_bfloat16" (the same seed: the same initial
 weights, which the JSON's hub.same_initial_weights_as says when the float32
 folder is there), compiled without metrics; hub_gemma_lora_mixed (and _dp)
-fine-tunes hub_gemma_mixed with LoRA as the LoRA cases do. hub_gemma2_mixed
-and hub_llama3_mixed, hub_qwen3_mixed and hub_gemma3_mixed (each with _dp)
-are not among keras_hub.sh's cases (nor their fixtures). hub_gemma3_mixed,
-measured once (--out elsewhere, hub_gemma3 copied there first): kdcc's step
-losses within 1.8e-4 of keras-hub's (from float32 4.2e-4, keras-hub's own
-4.7e-4 and 4.1e-4), every update within 0.1 but the query norm's scale
-under the (2,4) map at 0.196 (0.037 under DataParallel), where keras-hub's
-own two meshes' updates of that tensor are 0.193 apart (its first step
-4.602704 under the map, 4.603111 under DataParallel; kdcc's is the same on
-both): keras-hub's rounding per sharding, as hub_gemma2_mixed's below. hub_llama3_mixed and
-hub_qwen3_mixed, measured once (--out elsewhere, the float32 folders copied
-there first): kdcc's step losses within 2.5e-5 and 1.4e-5 of keras-hub's
-(from float32 1.2e-4 and 1.3e-4, keras-hub's own 1.5e-4), every update
-within 0.034 and 0.038. hub_gemma2_mixed, measured once: kdcc's
+fine-tunes hub_gemma_mixed with LoRA as the LoRA cases do. hub_qwen3_mixed
+and hub_gemma3_mixed (each with _dp) are hub_qwen3 and hub_gemma3 so (their
+query/key norms: the scale read in bfloat16, the norm in float32, its output
+cast back), hub_gemma3_mixed trained with SGD16's SGD (see SGD16: under
+Adam(1e-3), measured, its query norm's scale ended 0.196 from keras-hub's
+update under the (2,4) map, where keras-hub's own two meshes are 0.193
+apart and kdcc 0.012 from its DataParallel one); its JSON's hub.variants
+has the global block's losses under the policy (and float32_batch_losses:
+the same without it), which keras_hub.sh checks as hub_gemma3's.
+hub_gemma2_mixed and hub_llama3_mixed (each with _dp) are not among
+keras_hub.sh's cases (nor their fixtures). hub_llama3_mixed, measured once
+(--out elsewhere, hub_llama3 copied there first): kdcc's step losses within
+2.5e-5 of keras-hub's (from float32 1.2e-4, keras-hub's own 1.5e-4), every
+update within 0.034; Llama 3.1's rope scaling changes only the float32
+inverse frequencies (LlamaRotaryEmbedding._get_inverse_freq), before the
+cos/sin are cast to the compute dtype as Llama's: no rounding point of its
+own. hub_gemma2_mixed, measured once: kdcc's
 step losses were within 2.2e-4 of keras-hub's (from float32 8.0e-4, keras-hub's
 own 7.0e-4) and every update within 0.1 but one, block 1's pre_ffw_norm scale
 under the (2,4) map at 0.12 (two of its 32 values, where Adam's steps follow
@@ -128,6 +131,8 @@ together (run_ref.py clears a model's folder first):
         hub_llama_mixed hub_llama_mixed_dp hub_gemma_mixed hub_gemma_mixed_dp \
         hub_gemma2_mixed hub_gemma2_mixed_dp hub_gemma_lora_mixed hub_gemma_lora_mixed_dp \
         hub_mistral_mixed hub_mistral_mixed_dp hub_qwen_mixed hub_qwen_mixed_dp
+    python3 tests/keras_ref/run_ref.py --cases hub_qwen3_mixed hub_qwen3_mixed_dp \
+        hub_gemma3_mixed hub_gemma3_mixed_dp
 
 Their JSON has run_ref.py's mixed fields: dtype_policy, rtol, update_rtol,
 initial_weights (initial.npz), float32_step_loss (the same task without the
@@ -143,9 +148,11 @@ dtype="bfloat16" (every variable bfloat16), starting from the float32
 model's initial weights rounded to bfloat16 (as from_preset(...,
 dtype="bfloat16") loads a float32 preset: hub.same_initial_weights_as says
 so), trained with AdamW(1e-2, beta_2=0.99) (Gemma, Gemma 2) or SGD(0.1,
-momentum=0.9) (Llama, GPT-2: see BF16_SGD); hub_gemma_lora_bf16 (and _dp)
+momentum=0.9) (Llama, GPT-2, Gemma 3: see SGD16); hub_gemma_lora_bf16 (and _dp)
 fine-tunes hub_gemma_bf16 with LoRA (the frozen kernels bfloat16, A and B
-float32 as Keras's enable_lora makes them). hub_gpt2_lora_bf16_dp (GPT-2's
+float32 as Keras's enable_lora makes them). hub_qwen3_bf16 and hub_gemma3_bf16 (AdamW and
+SGD, each with _dp) are hub_qwen3 and hub_gemma3 so, hub_gemma3_lora_bf16 (and
+_dp) fine-tunes hub_gemma3_bf16 with LoRA. hub_gpt2_lora_bf16_dp (GPT-2's
 LoRA, its query and value biases bfloat16 and trained, A and B float32) is
 not among keras_hub.sh's cases: measured once, kdcc's step losses within
 8e-6 of keras-hub's and every update within 0.043, but SGD barely moves it
@@ -158,6 +165,8 @@ optimizer) and hub.learning_rate (the program's --lr for the preset):
     python3 tests/keras_ref/run_ref.py --cases hub_gemma_bf16 hub_gemma_bf16_dp \
         hub_gemma2_bf16 hub_gemma2_bf16_dp hub_llama_bf16 hub_llama_bf16_dp \
         hub_gpt2_bf16 hub_gpt2_bf16_dp hub_gemma_lora_bf16 hub_gemma_lora_bf16_dp
+    python3 tests/keras_ref/run_ref.py --cases hub_qwen3_bf16 hub_qwen3_bf16_dp \
+        hub_gemma3_bf16 hub_gemma3_bf16_dp hub_gemma3_lora_bf16 hub_gemma3_lora_bf16_dp
 
 Greedy generation (python3 tests/keras_ref/hub_models.py --generate [--out
 DIR]): each model's task from its model.keras (initial weights),
@@ -309,28 +318,37 @@ for _m, _f in MIXED.items():
 # move a bfloat16 variable (beta_2 0.999 is 1 in bfloat16: its steps are 0),
 # so Gemma (Gemma 2, and Gemma's LoRA) trains with AdamW (keras-hub's fine-tuning
 # guides') with beta_2 0.99 and a rate large enough to move bfloat16 weights
-# (BF16_LR), Llama and GPT-2 with SGD and momentum (BF16_SGD): under AdamW
+# (BF16_LR), Llama and GPT-2 with SGD and momentum (SGD16): under AdamW
 # their attention's query and key kernels, whose gradients start near zero,
 # take steps of the rate whatever the gradient's size, and keras-hub's own
 # runs on the two meshes end 0.47 (Llama) and 0.17 (GPT-2) apart in those
 # tensors' updates, rounding noise no other implementation can follow;
 # under SGD they end within 0.09 and 0.10 (kdcc within 0.083 and 0.103 of
-# them). No metrics. Their twins, from the same weights: the float32 model
+# them). Gemma 3's too (and hub_gemma3_mixed's): under AdamW (Adam) its
+# query norm's scale, the gradient of its 8 values a sum that nearly
+# cancels, takes steps of the rate, and keras-hub's own runs on the two
+# meshes ended 0.25 (bfloat16) and 0.19 (mixed_bfloat16, Adam(1e-3)) apart
+# in its update (kdcc 0.24 and 0.20 from the (2,4) map's, 0.07 and 0.01
+# from DataParallel's; its first step's loss differs between keras-hub's
+# meshes by 9e-5 relative: XLA rounds per sharding, kdcc on no mesh).
+# No metrics. Their twins, from the same weights: the float32 model
 # and its mixed_bfloat16 one (float32 variables), with the same optimizer.
 BF16_POLICY = "bfloat16"
 BF16_LR = 1e-2
 BF16 = {"hub_gemma_bf16": "hub_gemma", "hub_llama_bf16": "hub_llama",
-        "hub_gpt2_bf16": "hub_gpt2", "hub_gemma2_bf16": "hub_gemma2"}
+        "hub_gpt2_bf16": "hub_gpt2", "hub_gemma2_bf16": "hub_gemma2",
+        "hub_qwen3_bf16": "hub_qwen3", "hub_gemma3_bf16": "hub_gemma3"}
 for _m, _f in BF16.items():
     MODELS[_m] = MODELS[_f][:2] + (dict(MODELS[_f][2], dtype=BF16_POLICY),)
 
 
-BF16_SGD, BF16_SGD_LR = ("hub_llama_bf16", "hub_gpt2_bf16"), 0.1
+# the 16-bit models trained with SGD and momentum (above)
+SGD16, SGD16_LR = ("hub_llama_bf16", "hub_gpt2_bf16", "hub_gemma3_bf16", "hub_gemma3_mixed"), 0.1
 
 
-def bf16_optimizer(model):
-    if model in BF16_SGD:
-        return keras.optimizers.SGD(BF16_SGD_LR, momentum=0.9)
+def half_optimizer(model):
+    if model in SGD16:
+        return keras.optimizers.SGD(SGD16_LR, momentum=0.9)
     return keras.optimizers.AdamW(BF16_LR, beta_2=0.99)
 
 
@@ -447,13 +465,20 @@ CASES = {
     "hub_gemma2_bf16": ("hub_gemma2_bf16", "layout_map"),
     "hub_gemma2_bf16_dp": ("hub_gemma2_bf16", "dp8"),
     "hub_gpt2_lora_bf16_dp": ("hub_gpt2_lora_bf16", "dp8"),
+    # Qwen 3 and Gemma 3: their query/key norms in bfloat16, Gemma 3's LoRA
+    "hub_qwen3_bf16": ("hub_qwen3_bf16", "layout_map"),  # Llama's map, as hub_qwen3
+    "hub_qwen3_bf16_dp": ("hub_qwen3_bf16", "dp8"),
+    "hub_gemma3_bf16": ("hub_gemma3_bf16", "layout_map"),  # Gemma's split map, as hub_gemma3
+    "hub_gemma3_bf16_dp": ("hub_gemma3_bf16", "dp8"),
+    "hub_gemma3_lora_bf16": ("hub_gemma3_lora_bf16", "layout_map"),
+    "hub_gemma3_lora_bf16_dp": ("hub_gemma3_lora_bf16", "dp8"),
 }
 
 # LoRA folder -> the model it fine-tunes (same hyper-parameters, seed, data)
 LORA = {"hub_llama_lora": "hub_llama", "hub_gpt2_lora": "hub_gpt2",
         "hub_gemma_lora_mixed": "hub_gemma_mixed", "hub_gemma_lora_bf16": "hub_gemma_bf16",
         "hub_gpt2_lora_bf16": "hub_gpt2_bf16", "hub_qwen3_lora": "hub_qwen3",
-        "hub_gemma3_lora": "hub_gemma3"}
+        "hub_gemma3_lora": "hub_gemma3", "hub_gemma3_lora_bf16": "hub_gemma3_bf16"}
 LORA_RANK = 4
 
 # Attention key biases (GPT-2's): zero gradient in exact arithmetic, as
@@ -531,6 +556,8 @@ NOTES["hub_qwen_mixed"] = NOTES["hub_qwen"]
 NOTES["hub_llama3_mixed"] = NOTES["hub_llama3"]
 NOTES["hub_qwen3_mixed"] = NOTES["hub_qwen3"]
 NOTES["hub_gemma3_mixed"] = {k: v for k, v in NOTES["hub_gemma3"].items()}
+NOTES["hub_qwen3_bf16"] = NOTES["hub_qwen3"]
+NOTES["hub_gemma3_bf16"] = NOTES["hub_gemma3"]
 
 
 def layout_map_spec(backbone_cls):
@@ -549,7 +576,7 @@ def layout_map_spec(backbone_cls):
 # too (transformer_layer_<i>/self_attention/query/kernel, ...).
 LAYOUT_MAP_OF = {"hub_mistral": M.LlamaBackbone, "hub_mistral_sw": M.LlamaBackbone,
                  "hub_mistral_mixed": M.LlamaBackbone, "hub_qwen3": M.LlamaBackbone,
-                 "hub_qwen3_mixed": M.LlamaBackbone}
+                 "hub_qwen3_mixed": M.LlamaBackbone, "hub_qwen3_bf16": M.LlamaBackbone}
 
 
 def gemma_gqa_map():
@@ -578,8 +605,7 @@ def spec_of(case):
     if how == "megatron":
         return mm.model_parallel(GPT2_MEGATRON)
     base = LORA.get(model, model)
-    if base in ("hub_gemma2", "hub_gemma2_sw", "hub_gemma2_mixed", "hub_gemma2_bf16",
-                "hub_gemma3", "hub_gemma3_mixed"):
+    if HALF.get(base, base) in ("hub_gemma2", "hub_gemma2_sw", "hub_gemma3"):
         return gemma_gqa_map()
     return layout_map_spec(LAYOUT_MAP_OF.get(base, MODELS[base][1]))
 
@@ -636,9 +662,9 @@ def build(model):
 
 def compile_task(task, model):
     """Adam(LR); a mixed model (MIXED) without metrics; a bfloat16 one (BF16)
-    bf16_optimizer's, without metrics."""
-    if model in BF16:
-        task.compile(optimizer=bf16_optimizer(model), weighted_metrics=[])
+    or one of SGD16 half_optimizer's, without metrics."""
+    if model in BF16 or model in SGD16:
+        task.compile(optimizer=half_optimizer(model), weighted_metrics=[])
     elif model in MIXED:
         task.compile(optimizer=keras.optimizers.Adam(LR), weighted_metrics=[])
     else:
@@ -647,7 +673,7 @@ def compile_task(task, model):
 
 def lr_of(model):
     """The learning rate a model's cases train with."""
-    return (BF16_SGD_LR if model in BF16_SGD else BF16_LR) if model in BF16 else LR
+    return SGD16_LR if model in SGD16 else BF16_LR if model in BF16 else LR
 
 
 def make_data(n=SAMPLES):
@@ -891,7 +917,7 @@ def float32_losses(case, keras_path, mdir, x, y, R, twin_of=None):
     base = LORA.get(model_name, model_name)
     keras.utils.set_random_seed(mm.SEED)
     twin = build(twin_of or HALF[base])
-    if base in BF16:
+    if base in BF16 or base in SGD16:
         compile_task(twin, base)
     twin.load_weights(keras_path)
     if base != model_name:
@@ -917,29 +943,42 @@ def float32_losses(case, keras_path, mdir, x, y, R, twin_of=None):
 GEMMA3_VARIANTS = {"as_is": {}, "global": {"use_sliding_window_attention": False},
                    "no_query_key_norm": {"use_query_key_norm": False},
                    "no_window": {"sliding_window_size": SEQ}}
+# issue 23: a 16-bit Gemma 3 case's (policy: its dtype), each with
+# float32_batch_losses, the same config and weights without the policy
+GEMMA3_HALF_VARIANTS = {k: GEMMA3_VARIANTS[k] for k in ("as_is", "global")}
 
 
-def gemma3_variants(keras_path, x, y, R):
+def gemma3_variants(keras_path, x, y, R, policy=None):
     _, backbone_cls, hp = MODELS["hub_gemma3"]
     start = {v.path: np.array(v) for v in keras.saving.load_model(keras_path).weights}
-    out = {}
-    for name, change in GEMMA3_VARIANTS.items():
-        t = M.Gemma3CausalLM(backbone=backbone_cls(**dict(hp, **change)), preprocessor=None)
+
+    def losses(change, dtype):
+        t = M.Gemma3CausalLM(backbone=backbone_cls(**dict(hp, **change, dtype=dtype)),
+                             preprocessor=None)
         t.compile(optimizer=keras.optimizers.Adam(LR))
         for v in t.weights:
             v.assign(start[v.path])
-        losses = []
+        out = []
         for s in range(SAMPLES // R.BATCH):
             sl = slice(s * R.BATCH, (s + 1) * R.BATCH)
-            losses.append(float(t.test_on_batch({k: a[sl] for k, a in x.items()}, y[sl],
-                                                return_dict=True)["loss"]))
-        out[name] = {"config_change": change, "batch_losses": losses}
+            out.append(float(t.test_on_batch({k: a[sl] for k, a in x.items()}, y[sl],
+                                             return_dict=True)["loss"]))
+        return out
+
+    out = {}
+    for name, change in (GEMMA3_HALF_VARIANTS if policy else GEMMA3_VARIANTS).items():
+        out[name] = {"config_change": change, "batch_losses": losses(change, policy)}
+        if policy:
+            out[name]["float32_batch_losses"] = losses(change, None)
     for v in out.values():
         v["max_relative_change_from_as_is"] = max(
             abs(a - b) / abs(b) for a, b in zip(v["batch_losses"], out["as_is"]["batch_losses"]))
     out["note"] = ("keras-hub's loss on each batch of 16 rows (test_on_batch) from model.keras's "
                    "weights with the backbone's config so changed; keras_hub.sh compiles the "
-                   "preset with 'global''s change and checks kdcc's losses at rate 0")
+                   "preset with 'global''s change and checks kdcc's losses at rate 0"
+                   + (f" (under {policy}, within rtol and at least float32_min_distance times "
+                      "keras-hub's own distance from float32_batch_losses away from them)"
+                      if policy else ""))
     return out
 
 
@@ -1022,7 +1061,8 @@ def run_case(case, out, R):
             final = R.layer_weights(wpath)
         lora = lora_report(task, before, final, case, mdir, R) if before else None
         window = window_masked(task, x)
-        variants = gemma3_variants(keras_path, x, y, R) if base == "hub_gemma3" else None
+        variants = gemma3_variants(keras_path, x, y, R, hp.get("dtype")) \
+            if HALF.get(base, base) == "hub_gemma3" else None
         f32_loss = float32_losses(case, keras_path, mdir, x, y, R) if mixed else None
         mixed_loss = float32_losses(case, keras_path, mdir, x, y, R,
                                     MIXED_OF[HALF[base]]) if bf16 else None
@@ -1033,7 +1073,7 @@ def run_case(case, out, R):
     # updates are rounding noise: twice the bound, as run_ref.py's; under SGD
     # a step is the rate times that noise: keras-hub's bfloat16 GPT-2 ends
     # with them under 5e-8, its two meshes 1e-7 apart)
-    noise = 1e-6 if base in BF16_SGD else lr_of(base) * len(step_loss) * (2 if mixed else 1)
+    noise = 1e-6 if base in SGD16 else lr_of(base) * len(step_loss) * (2 if mixed else 1)
     atol = {} if lora else {k: noise for k in sorted(final) if re.fullmatch(NOISE, k)}
     final_name, note = R.write_final(mdir, case, model_name, final, atol, spec)
     ref = {
@@ -1122,17 +1162,26 @@ def run_case(case, out, R):
                     "the bfloat16 variables, as from_preset(..., dtype='bfloat16') loads "
                     "a float32 preset)" if bf16 else
                     "(same seed; the variables are float32 under either policy)"))
-    if bf16:
-        ref.update(mixed_step_loss=mixed_loss, mixed_min_distance=R.MIXED_FROM_F32)
+    if bf16 or base in SGD16:
         ref["hub"]["learning_rate"] = lr_of(base)  # (the program's --lr for a preset)
         ref["hub"]["compile"] = (
             (f"AdamW({BF16_LR}, beta_2=0.99) given (keras-hub's fine-tuning guides' optimizer; "
              "Keras's default beta_2 0.999 is 1 in bfloat16, which moves no bfloat16 "
-             "variable)" if base not in BF16_SGD else
+             "variable)" if base not in SGD16 else
              f"SGD({lr_of(base)}, momentum=0.9) given (under AdamW the attention's query and "
              "key kernels, near-zero gradients at the start, take steps of the rate: "
-             "keras-hub's own two meshes end far apart there)")
+             "keras-hub's own two meshes end far apart there"
+             + ("; Gemma 3's query norm's scale likewise under Adam" if "gemma3" in base else "")
+             + ")")
             + ", keras-hub's default loss, no metrics")
+    if base in SGD16 and not bf16:
+        ref["hub"]["preset_note"] = (
+            "task.save_to_preset() of the initial weights (config.json's dtype "
+            f"{MIXED_POLICY}); no compile settings: keras_hub.sh compiles it with this "
+            "case's optimizer in task.json (model.keras's compile_config) and "
+            "hub.learning_rate")
+    if bf16:
+        ref.update(mixed_step_loss=mixed_loss, mixed_min_distance=R.MIXED_FROM_F32)
         ref["hub"]["preset_note"] = (
             "task.save_to_preset() of the initial weights (config.json's dtype bfloat16, "
             "model.weights.h5 in bfloat16); no compile settings: keras-hub's default "

@@ -287,6 +287,11 @@ tests/fixtures/keras_hub/ (not keras_ref/) unless --out:
                                                              before value, key and query)
     hub_gemma3_lora_dp hub_gemma3_lora hub_gemma3_lora_dp.dist.json DataParallel (8,)
 
+and issue 23's 16-bit ones (hub_models.py's MIXED and BF16: the model built
+with dtype="mixed_bfloat16" or "bfloat16", each with _dp), e.g. hub_qwen3_mixed,
+hub_qwen3_bf16, hub_gemma3_mixed and hub_gemma3_bf16 (SGD with momentum, local
+and global block), hub_gemma3_lora_bf16 (Gemma 3's LoRA in bfloat16).
+
 Keras's own fit (FIT_CASES): partial batches and a batch size chosen at run
 time. Each is trained twice from the same initial weights: once with
 train_on_batch on the batches fit would make (every step's own loss, the

@@ -8,13 +8,15 @@
 # within 1e-4. Then each case's preset directory (its initial weights, no
 # compile settings: keras-hub's defaults, so --lr gives the case's rate) must
 # give the same step losses, and what kdcc refuses of keras-hub is an error.
-# Issue 23: the MIXED cases (GPT-2, Llama, Gemma, Mistral, Qwen and Gemma
-# with LoRA built with dtype="mixed_bfloat16") are checked against keras-hub's mixed run with
+# Issue 23: the MIXED cases (GPT-2, Llama, Gemma, Mistral, Qwen, Qwen 3,
+# Gemma 3 and Gemma with LoRA built with dtype="mixed_bfloat16"; Gemma 3
+# trained with SGD, see hub_models.SGD16) are checked against keras-hub's mixed run with
 # their JSON's tolerances (each step within 1e-2, each weight's update within
 # 0.1, at least 0.2 x keras-hub's own distance from its float32 run), their
 # presets too, and a float32 preset compiled with --dtype-policy
 # mixed_bfloat16 gives the mixed numbers. The BF16 cases (Gemma, Gemma 2,
-# Llama, GPT-2 and Gemma with LoRA built with dtype="bfloat16": bfloat16 variables,
+# Llama, GPT-2, Qwen 3, Gemma 3, and Gemma and Gemma 3 with LoRA built with
+# dtype="bfloat16": bfloat16 variables,
 # each AdamW or SGD step in bfloat16, LoRA's A and B float32) likewise, each
 # update within 0.2 and away from keras-hub's float32 and mixed_bfloat16
 # runs; their presets and the float32 ones with --dtype-policy bfloat16
@@ -27,10 +29,10 @@ fix=tests/fixtures/keras_hub
 out=build/tests/keras_hub
 CASES=${KERAS_HUB_CASES:-hub_gpt2 hub_llama hub_gemma hub_mistral hub_qwen hub_gemma2 hub_mistral_sw hub_gemma2_sw hub_llama3 hub_qwen3 hub_gemma3}
 LORA=${KERAS_HUB_LORA:-hub_gpt2_lora hub_llama_lora hub_qwen3_lora hub_gemma3_lora} # kdcc --lora-rank, keras-hub's enable_lora
-MIXED=${KERAS_HUB_MIXED:-hub_gpt2_mixed hub_llama_mixed hub_gemma_mixed hub_mistral_mixed hub_qwen_mixed} # issue 23
+MIXED=${KERAS_HUB_MIXED:-hub_gpt2_mixed hub_llama_mixed hub_gemma_mixed hub_mistral_mixed hub_qwen_mixed hub_qwen3_mixed hub_gemma3_mixed} # issue 23
 MIXED_LORA=${KERAS_HUB_MIXED_LORA:-hub_gemma_lora_mixed}
-BF16=${KERAS_HUB_BF16:-hub_gemma_bf16 hub_gemma2_bf16 hub_llama_bf16 hub_gpt2_bf16} # issue 23: the bfloat16 policy
-BF16_LORA=${KERAS_HUB_BF16_LORA:-hub_gemma_lora_bf16}
+BF16=${KERAS_HUB_BF16:-hub_gemma_bf16 hub_gemma2_bf16 hub_llama_bf16 hub_gpt2_bf16 hub_qwen3_bf16 hub_gemma3_bf16} # issue 23: the bfloat16 policy
+BF16_LORA=${KERAS_HUB_BF16_LORA:-hub_gemma_lora_bf16 hub_gemma3_lora_bf16}
 rm -rf "$out" && mkdir -p "$out/ref"
 for c in $CASES $LORA $MIXED $MIXED_LORA $BF16 $BF16_LORA; do cp -r "$fix/$c" "$out/ref/"; done
 KERAS_REF_DIR=$out/ref bash tests/sh/keras_ref.sh
@@ -90,6 +92,23 @@ done
 # The preset directory: the same numbers from config.json, task.json and
 # model.weights.h5 (keras-hub's own layout, without the task's group); a
 # mixed case's (its config.json's policy mixed_bfloat16) within its rtol.
+# close_to(line, want, have, f32, min_distance): the worst relative
+# difference of losses have from keras-hub's want, and line with issue 23's
+# distance from keras-hub's float32 losses f32 (if any), which must be at
+# least min_distance x keras-hub's own (PYTHONPATH=$out for the checks below)
+cat >"$out/close_to.py" <<'EOF'
+import sys
+def close_to(line, want, have, f32, min_distance):
+    assert len(want) == len(have), (len(want), len(have))
+    worst = max(abs(a - b) / abs(a) for a, b in zip(want, have))
+    if f32:  # issue 23: and away from keras-hub's float32 run
+        d32 = max(abs(a - b) for a, b in zip(want, f32))
+        dk = max(abs(a - b) for a, b in zip(have, f32))
+        line += f", from float32 {dk:.2e} (keras-hub {d32:.2e})"
+        if dk < min_distance * d32:
+            sys.exit(line + ": too close to the float32 run")
+    return worst, line
+EOF
 # preset_case PRESET REF NAME [kdcc options]: PRESET's program against the
 # losses of case JSON REF (and its data and distribution).
 preset_case() {
@@ -103,40 +122,25 @@ preset_case() {
   mpirun -np 8 --oversubscribe "$out/$name.preset" --x "$d/padding_mask.npy" --x "$d/token_ids.npy" \
     --y "$d/y.npy" --epochs 2 --batch-size 16 --no-shuffle --lr "$lr" \
     --history "$out/$name.preset.json" --save-weights "$out/$name.preset.weights.h5" --quiet
-  python3 - "$ref" "$out/$name.preset.json" "$p" "$*" <<'EOF'
+  PYTHONPATH=$out python3 - "$ref" "$out/$name.preset.json" "$p" "$*" <<'EOF'
 import json, sys
+from close_to import close_to
 ref, got = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-want, have = ref["step_loss"], got["step_loss"]
-assert len(want) == len(have), (len(want), len(have))
-worst = max(abs(a - b) / abs(a) for a, b in zip(want, have))
 line = f"  {ref['case']} from " + (f"{sys.argv[3]} {sys.argv[4]}" if sys.argv[4]
                                   else "its preset directory")
-f32 = ref.get("float32_step_loss")
-if f32:  # issue 23: and away from keras-hub's float32 run
-    d32 = max(abs(a - b) for a, b in zip(want, f32))
-    dk = max(abs(a - b) for a, b in zip(have, f32))
-    line += f", from float32 {dk:.2e} (keras-hub {d32:.2e})"
-    if dk < ref["float32_min_distance"] * d32:
-        sys.exit(line + ": too close to the float32 run")
+worst, line = close_to(line, ref["step_loss"], got["step_loss"], ref.get("float32_step_loss"),
+                       ref.get("float32_min_distance"))
 print(f"{line}: step losses within {worst:.2e} of keras-hub's")
 sys.exit(0 if worst <= ref.get("rtol", 1e-4) else 1)
 EOF
 }
-for c in $CASES $MIXED; do
-  preset_case "$fix/$c/preset" "$fix/$c/$c.json" "$c"
-done
-# issue 23: --dtype-policy mixed_bfloat16 on a float32 preset is the mixed
-# model (the same initial weights: the case JSON says so)
-for c in $MIXED; do
-  f32=$(python3 -c "import json; print(json.load(open('$fix/$c/$c.json'))['hub'].get('same_initial_weights_as') or '')")
-  [ -n "$f32" ] || { echo "keras_hub: $c: its initial weights are no float32 case's"; exit 1; }
-  preset_case "$fix/$f32/preset" "$fix/$c/$c.json" "$c.policy" --dtype-policy mixed_bfloat16
-done
 # issue 23: a bfloat16 case's preset (config.json's policy bfloat16, its
 # weights file in bfloat16), and its float32 model's preset with
 # --dtype-policy bfloat16 (the float32 weights rounded as read), each with
 # the case's optimizer in task.json (a preset has none, and keras-hub's
-# default Adam moves no bfloat16 variable): the case's numbers.
+# default Adam moves no bfloat16 variable): the case's numbers. So is a
+# mixed case's with an optimizer of its own (hub.learning_rate in its JSON:
+# hub_gemma3_mixed's SGD).
 compiled_preset() { # PRESET CASE_DIR OUT: PRESET with CASE_DIR/model.keras's compile_config
   mkdir -p "$3"
   for f in config.json metadata.json model.weights.h5; do ln -sf "$PWD/$1/$f" "$3/$f"; done
@@ -149,13 +153,31 @@ with zipfile.ZipFile(sys.argv[2]) as z:
 json.dump(task, open(sys.argv[3], "w"), indent=1)
 EOF
 }
+case_preset() { # PRESET CASE NAME: PRESET, or as $out/NAME.compiled with CASE's optimizer
+  if python3 -c "import json, sys; sys.exit('learning_rate' not in json.load(open(sys.argv[1]))['hub'])" \
+       "$fix/$2/$2.json"; then
+    compiled_preset "$1" "$fix/$2" "$out/$3.compiled" && echo "$out/$3.compiled"
+  else
+    echo "$1"
+  fi
+}
+for c in $CASES $MIXED; do
+  preset_case "$(case_preset "$fix/$c/preset" "$c" "$c")" "$fix/$c/$c.json" "$c"
+done
+# issue 23: --dtype-policy mixed_bfloat16 on a float32 preset is the mixed
+# model (the same initial weights: the case JSON says so)
+for c in $MIXED; do
+  f32=$(python3 -c "import json; print(json.load(open('$fix/$c/$c.json'))['hub'].get('same_initial_weights_as') or '')")
+  [ -n "$f32" ] || { echo "keras_hub: $c: its initial weights are no float32 case's"; exit 1; }
+  preset_case "$(case_preset "$fix/$f32/preset" "$c" "$c.$f32")" "$fix/$c/$c.json" "$c.policy" \
+    --dtype-policy mixed_bfloat16
+done
 for c in $BF16; do
   f32=$(python3 -c "import json; print(json.load(open('$fix/$c/$c.json'))['hub'].get('same_initial_weights_as') or '')")
   [ -n "$f32" ] || { echo "keras_hub: $c: its initial weights are no float32 case's, rounded"; exit 1; }
-  compiled_preset "$fix/$c/preset" "$fix/$c" "$out/$c.compiled"
-  preset_case "$out/$c.compiled" "$fix/$c/$c.json" "$c"
-  compiled_preset "$fix/$f32/preset" "$fix/$c" "$out/$f32.compiled"
-  preset_case "$out/$f32.compiled" "$fix/$c/$c.json" "$c.policy" --dtype-policy bfloat16
+  preset_case "$(case_preset "$fix/$c/preset" "$c" "$c")" "$fix/$c/$c.json" "$c"
+  preset_case "$(case_preset "$fix/$f32/preset" "$c" "$f32")" "$fix/$c/$c.json" "$c.policy" \
+    --dtype-policy bfloat16
 done
 
 # ... and its preset as it is (keras-hub's default Adam, whose beta_2 is 1
@@ -293,23 +315,30 @@ python3 "$out/gen_check.py" "$fix/hub_qwen3/generate" "$out/qwen3_3.gen" self
 # no window), trained at rate 0, gives keras-hub's losses of that config
 # from the same weights (the case JSON's hub.variants.global; its
 # max_relative_change_from_as_is says how far the local block's are).
-preset_edit "$fix/hub_gemma3/preset" "$out/gemma3_global" use_sliding_window_attention false weights
-d=$fix/hub_gemma3
-for dist in hub_gemma3 hub_gemma3_dp; do
-  ./kdcc "$out/gemma3_global" --distribution "$d/$dist.dist.json" --batch-size 16 \
-    --sequence-length 16 -w -o "$out/$dist.global"
-  mpirun -np 8 --oversubscribe "$out/$dist.global" --x "$d/padding_mask.npy" --x "$d/token_ids.npy" \
-    --y "$d/y.npy" --epochs 1 --batch-size 16 --no-shuffle --lr 0 --history "$out/$dist.global.json" --quiet
-  python3 - "$d/hub_gemma3.json" "$out/$dist.global.json" "$dist" <<'EOF'
+# Issue 23: so do the 16-bit Gemma 3 cases' presets (their policy in
+# config.json), within the case's rtol and away from keras-hub's float32
+# losses of that config (float32_batch_losses) as their steps are.
+for c in hub_gemma3 $(printf '%s\n' $MIXED $BF16 | grep '^hub_gemma3_' || true); do
+  preset_edit "$fix/$c/preset" "$out/${c}_global" use_sliding_window_attention false weights
+  d=$fix/$c
+  for dist in $c ${c}_dp; do
+    ./kdcc "$out/${c}_global" --distribution "$d/$dist.dist.json" --batch-size 16 \
+      --sequence-length 16 -w -o "$out/$dist.global" 2>"$out/$dist.global.log"
+    mpirun -np 8 --oversubscribe "$out/$dist.global" --x "$d/padding_mask.npy" --x "$d/token_ids.npy" \
+      --y "$d/y.npy" --epochs 1 --batch-size 16 --no-shuffle --lr 0 --history "$out/$dist.global.json" --quiet
+    PYTHONPATH=$out python3 - "$d/$c.json" "$out/$dist.global.json" "$dist" <<'EOF'
 import json, sys
-v = json.load(open(sys.argv[1]))["hub"]["variants"]["global"]
-want, have = v["batch_losses"], json.load(open(sys.argv[2]))["step_loss"]
-assert len(want) == len(have), (want, have)
-worst = max(abs(a - b) / abs(a) for a, b in zip(want, have))
-print(f"  {sys.argv[3]}: Gemma 3's global block: losses within {worst:.2e} of keras-hub's "
-      f"(the local block's {v['max_relative_change_from_as_is']:.2e} away)")
-sys.exit(0 if worst <= 1e-5 else 1)
+from close_to import close_to
+ref = json.load(open(sys.argv[1]))
+v = ref["hub"]["variants"]["global"]
+worst, line = close_to(f"  {sys.argv[3]}: Gemma 3's global block", v["batch_losses"],
+                       json.load(open(sys.argv[2]))["step_loss"], v.get("float32_batch_losses"),
+                       ref.get("float32_min_distance"))
+print(f"{line}: losses within {worst:.2e} of keras-hub's (the local block's "
+      f"{v['max_relative_change_from_as_is']:.2e} away)")
+sys.exit(0 if worst <= ref.get("rtol", 1e-5) else 1)
 EOF
+  done
 done
 # Gemma 3 in seven blocks (use_sliding_window_attention: 0-4 and 6 local,
 # 5 global): all seven one loop, forward and backward (issue 25: the rotary
