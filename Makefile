@@ -263,6 +263,8 @@ test-gpu: setup
 GPU_BUNDLE_ARCH ?= sm_90
 GPU_BUNDLE      ?= .gpu/bundle.tar.xz
 gpu-bundle:
+	@[ -f $(CUDNN_FE)/include/cudnn_frontend.h ] || { echo "gpu-bundle: no $(CUDNN_FE)/include" \
+	  "(the cuDNN frontend's headers, for cuDNN's attention): run make setup first"; exit 1; }
 	@$(MAKE) -s cuda CUDA_ARCH=$(GPU_BUNDLE_ARCH)
 	CUDA_ARCH=$(GPU_BUNDLE_ARCH) bash tests/gpu/build_bundle.sh . $(GPU_BUNDLE)
 

@@ -116,7 +116,9 @@ int kdrt_cudnn_available(char *why, size_t n) {
   return ok;
 }
 
-void *kdrt_cudnn_lib(char *why, size_t n) { return kdrt_cudnn_available(why, n) ? cudnn_lib : NULL; }
+void *kdrt_cudnn_lib(char *why, size_t n) {
+  return kdrt_cudnn_available(why, n) ? cudnn_lib : NULL;
+}
 
 // A conv's descriptors and per pass (KDRT_CONV_*) its algorithm (-1: not
 // chosen yet, -2: none fits) and workspace bytes.

@@ -44,6 +44,25 @@
 #include "common.cuh"
 #include "cudnn_attn.h"
 
+static char last_why[512]; // the last refusal, for opcheck
+
+const char *kdrt_cudnn_attention_why(void) { return last_why; }
+
+// The refusal of shape `shape`: said once on stderr (rank 0), kept for opcheck.
+static void refuse(kdrt_cuda *d, const char *shape, const char *why) {
+  snprintf(last_why, sizeof last_why, "%s", why);
+  if (!d->c || d->c->rank == 0)
+    fprintf(stderr, "kdrt-cuda: cudnn attention: %s: %s; kdcc's kernels instead\n", shape, why);
+}
+
+#if KDRT_CUDNN_FE
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING 1
+#include <cudnn_frontend.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
 // The parts (at most 5) of one rounding or widening launch.
 typedef struct {
   __nv_bfloat16 *h[5];
@@ -67,27 +86,9 @@ static void convert(kdrt_cuda *d, const attn_parts *p, int widen) {
   if (!most) return;
   if (widen) to_float_kernel<<<kdrt_blocks(most), KDRT_THREADS, 0, d->impl->stream>>>(*p);
   else to_bf16_kernel<<<kdrt_blocks(most), KDRT_THREADS, 0, d->impl->stream>>>(*p);
-  KDRT_LAUNCHED(d, widen ? "to_float_kernel (cuDNN's attention)" : "to_bf16_kernel (cuDNN's attention)");
+  KDRT_LAUNCHED(d, widen ? "to_float_kernel (cuDNN's attention)"
+                         : "to_bf16_kernel (cuDNN's attention)");
 }
-
-static char last_why[512]; // the last refusal, for opcheck
-
-const char *kdrt_cudnn_attention_why(void) { return last_why; }
-
-// The refusal of shape `shape`: said once on stderr (rank 0), kept for opcheck.
-static void refuse(kdrt_cuda *d, const char *shape, const char *why) {
-  snprintf(last_why, sizeof last_why, "%s", why);
-  if (!d->c || d->c->rank == 0)
-    fprintf(stderr, "kdrt-cuda: cudnn attention: %s: %s; kdcc's kernels instead\n", shape, why);
-}
-
-#if KDRT_CUDNN_FE
-#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING 1
-#include <cudnn_frontend.h>
-
-#include <memory>
-#include <string>
-#include <vector>
 
 namespace cudnn_frontend {
 void *cudnn_dlhandle; // the frontend's dlsym handle (shim.h): cudnn.cu's libcudnn.so.9
@@ -107,7 +108,8 @@ typedef struct {
 
 static std::vector<attn_graph> graphs;
 static cudnnHandle_t handle;
-static int state; // 0: not tried, 1: the handle made, -1: cuDNN could not be loaded
+static int state; // 0: not tried, 1: the handle made, -1: it could not be (load_why)
+static char load_why[512];
 
 void kdrt_cudnn_attention_free(void) {
   graphs.clear();
@@ -115,34 +117,36 @@ void kdrt_cudnn_attention_free(void) {
   handle = NULL, state = 0;
 }
 
-// The handle on the runtime's stream, made (and cuDNN loaded) on first use,
-// a step's first, uncaptured run; why says what failed.
-static int get_handle(kdrt_cuda *d, char *why, size_t n) {
-  if (state) {
-    if (state < 0) snprintf(why, n, "cuDNN not loaded");
-    return state > 0;
-  }
-  state = -1;
-  void *lib = kdrt_cudnn_lib(why, n);
+// The handle on the runtime's stream, made (and cuDNN loaded): 0 when it
+// cannot be (load_why says why).
+static int open_handle(kdrt_cuda *d) {
+  void *lib = kdrt_cudnn_lib(load_why, sizeof load_why);
   if (!lib) return 0;
   fe::cudnn_dlhandle = lib;
   try {
     cudnnStatus_t st = fe::detail::create_handle(&handle);
     if (st == CUDNN_STATUS_SUCCESS) st = fe::detail::set_stream(handle, d->impl->stream);
     if (st != CUDNN_STATUS_SUCCESS) {
-      snprintf(why, n, "cudnnCreate: %s", fe::detail::get_error_string(st));
+      snprintf(load_why, sizeof load_why, "cudnnCreate: %s", fe::detail::get_error_string(st));
       return 0;
     }
   } catch (std::exception &e) {
-    snprintf(why, n, "%s", e.what());
+    snprintf(load_why, sizeof load_why, "%s", e.what());
     return 0;
   }
-  state = 1;
   if (!d->c || d->c->rank == 0)
     fprintf(stderr, "kdrt-cuda: KDRT_CUDA_CUDNN: attention through cuDNN %zu (frontend %d.%d.%d)\n",
             fe::detail::get_backend_version(), CUDNN_FRONTEND_MAJOR_VERSION,
             CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
   return 1;
+}
+
+// The handle, opened on first use (a step's first, uncaptured run); why
+// says why not.
+static int get_handle(kdrt_cuda *d, char *why, size_t n) {
+  if (!state) state = open_handle(d) ? 1 : -1;
+  snprintf(why, n, "%s", load_why);
+  return state > 0;
 }
 
 // a's graph, built: its workspace in a->ws; why says what cuDNN refused.
@@ -159,7 +163,7 @@ static std::shared_ptr<fe::graph::Graph> build(attn_graph *a, std::string *why) 
     fe::graph::Tensor_attributes x;
     x.set_name(name);
     dims(x, uid, rows, cols);
-    if (cols == 1) x.set_data_type(fe::DataType_t::FLOAT);
+    if (cols == 1) x.set_data_type(fe::DataType_t::FLOAT); // lse (head dims are 8 or more)
     return g->tensor(x);
   };
   auto Q = input("q", UID_Q, a->t, hd), K = input("k", UID_K, a->s, hd);
@@ -202,8 +206,8 @@ static std::shared_ptr<fe::graph::Graph> build(attn_graph *a, std::string *why) 
 static attn_graph *graph_of(kdrt_cuda *d, int grad, int64_t bn, int64_t t, int64_t s, int64_t hd,
                             float scale, int causal) {
   for (auto &a : graphs)
-    if (a.bn == bn && a.t == t && a.s == s && a.hd == hd && !memcmp(&a.scale, &scale, sizeof scale) &&
-        a.causal == causal && a.grad == grad)
+    if (a.bn == bn && a.t == t && a.s == s && a.hd == hd &&
+        !memcmp(&a.scale, &scale, sizeof scale) && a.causal == causal && a.grad == grad)
       return a.g ? &a : NULL;
   char shape[160], why[512] = "";
   snprintf(shape, sizeof shape, "%s [%lld, %lld, %lld, %lld]%s", grad ? "backward" : "forward",

@@ -849,7 +849,8 @@ static int attention_pass(const attn_case *c, int dnn, const char *shape, float 
   }
   // the same again: no atomics (cuDNN: its deterministic engine), the same bits
   float *first = hzero(nq + 2 * nk);
-  for (size_t i = 0, at = 0; i < 3; at += n[i], i++) kdrt_cuda_download(D, first + at, got[i], n[i]);
+  for (size_t i = 0, at = 0; i < 3; at += n[i], i++)
+    kdrt_cuda_download(D, first + at, got[i], n[i]);
   bwd();
   for (size_t i = 0, at = 0; i < 3; at += n[i], i++) {
     snprintf(name, sizeof name, "attention_grad %s twice %s%s", part[i], how, shape);

@@ -156,6 +156,25 @@ print(f"cuda_build: cudnn.cu's {len(sys.argv) - 2} cuDNN entries are in {sys.arg
 PY
   then echo "FAIL: cudnn.cu's cuDNN entries"; fail=1; fi
 fi
+# issue 22: cuDNN's attention (cudnn_attn.cu) is in the runtime when the cuDNN
+# frontend's headers are (make setup), and a program that opts in
+# (KDRT_CUDA_CUDNN=1) loads no libcudnn and no libcudart at start-up: the frontend
+# opens them on the first attention, so without a GPU it stops where it stops
+# without the variable, with the same words
+if [ -f build/cudnn-frontend/include/cudnn_frontend.h ] &&
+  [ "$(nm -C build/libkdrt_cuda.a 2>/dev/null | grep -c "cudnn_frontend::cudnn_dlhandle" || true)" = 0 ]; then
+  echo "FAIL: build/cudnn-frontend is here but libkdrt_cuda.a has no cuDNN attention"; fail=1
+fi
+if [ $gpu = 0 ]; then
+  plain=$($out/cnn_1 --epochs 1 2>&1 | tail -1 || true)
+  opted=$(KDRT_CUDA_CUDNN=1 LD_DEBUG=files $out/cnn_1 --epochs 1 2>&1 || true)
+  loads=$(grep "file=libcudnn\|file=libcudart" <<<"$opted" | head -3 || true)
+  if [ -n "$loads" ]; then
+    echo "FAIL: KDRT_CUDA_CUDNN=1 loads cuDNN or cudart before the first attention: $loads"; fail=1
+  elif [ "$(grep -v "^ *[0-9]*:" <<<"$opted" | tail -1 || true)" != "$plain" ]; then
+    echo "FAIL: KDRT_CUDA_CUDNN=1 changes the start-up without a GPU: $(tail -1 <<<"$opted")"; fail=1
+  fi
+fi
 # With a GPU, one quick run: every kernel against the CPU runtime (the
 # full GPU checks are `make test-gpu`).
 if [ $gpu = 1 ] && [ $fail = 0 ]; then
