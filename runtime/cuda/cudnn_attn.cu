@@ -44,6 +44,29 @@
 #include "common.cuh"
 #include "cudnn_attn.h"
 
+#if KDRT_CUDNN_FE
+// The parts (at most 5) of one rounding or widening launch. (The kernels
+// are extern: the device pass sees no launch of them, see below.)
+typedef struct {
+  __nv_bfloat16 *h[5];
+  float *f[5];
+  size_t n[5];
+  int k;
+} attn_parts;
+
+__global__ void kdrt_attn_to_bf16_kernel(attn_parts p) {
+  for (int i = 0; i < p.k; i++) KDRT_FOR(e, p.n[i]) p.h[i][e] = __float2bfloat16_rn(p.f[i][e]);
+}
+
+__global__ void kdrt_attn_to_float_kernel(attn_parts p) {
+  for (int i = 0; i < p.k; i++) KDRT_FOR(e, p.n[i]) p.f[i][e] = __bfloat162float(p.h[i][e]);
+}
+
+#endif
+
+// The rest is host code: the device pass (cicc) parses none of it, the
+// frontend's headers above all (half the build time of this file).
+#ifndef __CUDA_ARCH__
 static char last_why[512]; // the last refusal, for opcheck
 
 const char *kdrt_cudnn_attention_why(void) { return last_why; }
@@ -56,39 +79,24 @@ static void refuse(kdrt_cuda *d, const char *shape, const char *why) {
 }
 
 #if KDRT_CUDNN_FE
+// One launch over every part: to bf16 (widen 0) or back to float (1).
+static void convert(kdrt_cuda *d, const attn_parts *p, int widen) {
+  size_t most = 0;
+  for (int i = 0; i < p->k; i++) most = p->n[i] > most ? p->n[i] : most;
+  if (!most) return;
+  const unsigned nb = kdrt_blocks(most);
+  cudaStream_t st = d->impl->stream;
+  if (widen) kdrt_attn_to_float_kernel<<<nb, KDRT_THREADS, 0, st>>>(*p);
+  else kdrt_attn_to_bf16_kernel<<<nb, KDRT_THREADS, 0, st>>>(*p);
+  KDRT_LAUNCHED(d, widen ? "kdrt_attn_to_float_kernel" : "kdrt_attn_to_bf16_kernel");
+}
+
 #define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING 1
 #include <cudnn_frontend.h>
 
 #include <memory>
 #include <string>
 #include <vector>
-
-// The parts (at most 5) of one rounding or widening launch.
-typedef struct {
-  __nv_bfloat16 *h[5];
-  float *f[5];
-  size_t n[5];
-  int k;
-} attn_parts;
-
-__global__ static void to_bf16_kernel(attn_parts p) {
-  for (int i = 0; i < p.k; i++) KDRT_FOR(e, p.n[i]) p.h[i][e] = __float2bfloat16_rn(p.f[i][e]);
-}
-
-__global__ static void to_float_kernel(attn_parts p) {
-  for (int i = 0; i < p.k; i++) KDRT_FOR(e, p.n[i]) p.f[i][e] = __bfloat162float(p.h[i][e]);
-}
-
-// One launch over every part: to bf16 (widen 0) or back to float (1).
-static void convert(kdrt_cuda *d, const attn_parts *p, int widen) {
-  size_t most = 0;
-  for (int i = 0; i < p->k; i++) most = p->n[i] > most ? p->n[i] : most;
-  if (!most) return;
-  if (widen) to_float_kernel<<<kdrt_blocks(most), KDRT_THREADS, 0, d->impl->stream>>>(*p);
-  else to_bf16_kernel<<<kdrt_blocks(most), KDRT_THREADS, 0, d->impl->stream>>>(*p);
-  KDRT_LAUNCHED(d, widen ? "to_float_kernel (cuDNN's attention)"
-                         : "to_bf16_kernel (cuDNN's attention)");
-}
 
 namespace cudnn_frontend {
 void *cudnn_dlhandle; // the frontend's dlsym handle (shim.h): cudnn.cu's libcudnn.so.9
@@ -304,3 +312,4 @@ extern "C" int kdrt_cudnn_attention_run(kdrt_cuda *d, int grad, float *o, float 
   return 0;
 }
 #endif
+#endif // __CUDA_ARCH__
