@@ -156,6 +156,18 @@ print(f"cuda_build: cudnn.cu's {len(sys.argv) - 2} cuDNN entries are in {sys.arg
 PY
   then echo "FAIL: cudnn.cu's cuDNN entries"; fail=1; fi
 fi
+# and every libcudnn entry the cuDNN frontend's shim resolves by name (cudnn_attn.cu)
+fe_shim=build/cudnn-frontend/include/cudnn_frontend_shim.h
+if [ -n "$dnn" ] && [ -f $fe_shim ]; then
+  fe_names=$(grep -o "NV_FE_CALL_TO_BACKEND([a-z_0-9]*, *cudnn[A-Za-z0-9_]*" $fe_shim | sed 's/.*, *//' | sort -u)
+  have=$(nm -D --defined-only "$dnn" | awk '{print $3}' | sed 's/@.*//' | sort -u)
+  missing=$(comm -23 <(echo "$fe_names") <(echo "$have") | paste -sd' ')
+  if [ -n "$missing" ] || [ "$(echo "$fe_names" | wc -l)" -lt 10 ]; then
+    echo "FAIL: the cuDNN frontend's entries not in $dnn: ${missing:-(too few names read)}"; fail=1
+  else
+    echo "cuda_build: the cuDNN frontend's $(echo "$fe_names" | wc -l) entries are in $dnn"
+  fi
+fi
 # issue 22: cuDNN's attention (cudnn_attn.cu) is in the runtime when the cuDNN
 # frontend's headers are (make setup), and a program that opts in
 # (KDRT_CUDA_CUDNN=1) loads no libcudnn and no libcudart at start-up: the frontend
