@@ -157,9 +157,11 @@ static int get_handle(kdrt_cuda *d, char *why, size_t n) {
   return state > 0;
 }
 
-// a's graph, built: its workspace in a->ws; why says what cuDNN refused.
-static std::shared_ptr<fe::graph::Graph> build(attn_graph *a, std::string *why) {
+// a's graph defined: its tensors and the operation, not yet built; for GPU
+// generation sm (90: Hopper), else (0) the device's.
+static std::shared_ptr<fe::graph::Graph> define(const attn_graph *a, int sm) {
   auto g = std::make_shared<fe::graph::Graph>();
+  if (sm) g->set_sm_version(sm); // (before the nodes, which copy it)
   g->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -199,14 +201,42 @@ static std::shared_ptr<fe::graph::Graph> build(attn_graph *a, std::string *why) 
     dQ->set_output(true), dK->set_output(true), dV->set_output(true);
     dims(*dQ, UID_DQ, a->t, hd), dims(*dK, UID_DK, a->s, hd), dims(*dV, UID_DV, a->s, hd);
   }
+  return g;
+}
+
+static std::string message(fe::error_t st) {
+  std::string m = st.get_message();
+  return m.empty() ? "the frontend refused the graph" : m;
+}
+
+// a's graph, built: its workspace in a->ws; why says what cuDNN refused.
+static std::shared_ptr<fe::graph::Graph> build(attn_graph *a, std::string *why) {
+  auto g = define(a, 0);
   auto built = g->build(handle, {fe::HeurMode_t::A});
   auto st = built.is_good() ? g->get_workspace_size(a->ws) : built;
   if (st.is_bad()) {
-    *why = st.get_message();
-    if (why->empty()) *why = "the frontend refused the graph";
+    *why = message(st);
     return nullptr;
   }
   return g;
+}
+
+const char *kdrt_cudnn_attention_validate(int grad, int64_t bn, int64_t t, int64_t s, int64_t hd,
+                                          float scale, int causal, int sm) {
+  static std::string why;
+  void *lib = kdrt_cudnn_lib(load_why, sizeof load_why);
+  if (!lib) return load_why;
+  fe::cudnn_dlhandle = lib;
+  const attn_graph a = {bn, t, s, hd, scale, causal, grad, nullptr, 0};
+  try {
+    auto g = define(&a, sm);
+    auto st = g->validate();
+    if (st.is_good()) return NULL;
+    why = message(st);
+  } catch (std::exception &e) {
+    why = e.what();
+  }
+  return why.c_str();
 }
 
 // The cached graph of this attention (built on first sight), or NULL
@@ -298,6 +328,11 @@ extern "C" int kdrt_cudnn_attention_run(kdrt_cuda *d, int grad, float *o, float 
 #else // built without the cuDNN frontend's headers (`make setup` fetches them)
 
 void kdrt_cudnn_attention_free(void) {}
+
+const char *kdrt_cudnn_attention_validate(int grad, int64_t bn, int64_t t, int64_t s, int64_t hd,
+                                          float scale, int causal, int sm) {
+  return "built without the cuDNN frontend's headers";
+}
 
 extern "C" int kdrt_cudnn_attention_run(kdrt_cuda *d, int grad, float *o, float *lse, float *dq,
                                         float *dk, float *dv, const float *dout, const float *q,

@@ -36,4 +36,15 @@ static inline const char *kdrt_cudnn_attn_refuses(int bf16, int64_t bn, int64_t 
   return 0;
 }
 
+// cudnn_attn.cu, for the tests without a GPU (tests/cudnn_attn_check.cu):
+// the graph of an attention (grad 0: forward, 1: backward), as the
+// runtime defines it, validated by the cuDNN frontend for GPU generation
+// sm (90: Hopper), libcudnn loaded but no device touched; NULL when valid,
+// else why not.
+#ifdef __cplusplus
+extern "C"
+#endif
+const char *kdrt_cudnn_attention_validate(int grad, int64_t bn, int64_t t, int64_t s, int64_t hd,
+                                          float scale, int causal, int sm);
+
 #endif

@@ -168,6 +168,18 @@ if [ -n "$dnn" ] && [ -f $fe_shim ]; then
     echo "cuda_build: the cuDNN frontend's $(echo "$fe_names" | wc -l) entries are in $dnn"
   fi
 fi
+# cudnn_attn.cu's graphs of cuDNN's attention validated for sm_90 by the frontend
+# on this machine's libcudnn, no GPU touched (tests/cudnn_attn_check.cu)
+if [ -n "$dnn" ] && [ -f $fe_shim ]; then
+  mpi_inc=$(mpicc --showme:compile 2>/dev/null | tr ' ' '\n' | grep '^-[ID]' | paste -sd' ' || true)
+  if ! "$NVCC" -std=c++17 -O1 -Xcompiler -Wall,-Wextra -Iruntime -Iruntime/cuda $mpi_inc \
+    -o $out/cudnn_attn_check tests/cudnn_attn_check.cu build/cuda/cudnn_attn.o build/cuda/cudnn.o \
+    -ldl >$out/cudnn_attn_check.log 2>&1 || [ -s $out/cudnn_attn_check.log ]; then
+    cat $out/cudnn_attn_check.log; echo "FAIL: tests/cudnn_attn_check.cu does not build cleanly"; fail=1
+  elif ! LD_LIBRARY_PATH=$(dirname "$dnn") $out/cudnn_attn_check; then
+    echo "FAIL: cuDNN's attention graphs"; fail=1
+  fi
+fi
 # issue 22: cuDNN's attention (cudnn_attn.cu) is in the runtime when the cuDNN
 # frontend's headers are (make setup), and a program that opts in
 # (KDRT_CUDA_CUDNN=1) loads no libcudnn and no libcudart at start-up: the frontend
