@@ -222,7 +222,12 @@ CUDNN_FE_VERSION = 1.32.0
 CUDNN_FE        = build/cudnn-frontend
 CUDNN_FE_H      = $(wildcard $(CUDNN_FE)/include/cudnn_frontend.h)
 build/cuda/cudnn_attn.o: NVCCFLAGS += $(if $(CUDNN_FE_H),-isystem $(CUDNN_FE)/include -DKDRT_CUDNN_FE=1)
-build/cuda/cudnn_attn.o: $(CUDNN_FE_H)
+build/cuda/cudnn_attn.o: build/cuda/cudnn_fe.stamp
+# Rewritten only when the headers come or go, so that cudnn_attn.o follows.
+build/cuda/cudnn_fe.stamp: FORCE
+	@mkdir -p build/cuda
+	@echo $(if $(CUDNN_FE_H),$(CUDNN_FE_VERSION),none) | cmp -s - $@ || \
+	  echo $(if $(CUDNN_FE_H),$(CUDNN_FE_VERSION),none) > $@
 
 build/libkdrt_cuda.a: $(CUDA_OBJS)
 	ar rcs $@ $^
