@@ -239,6 +239,13 @@ const char *kdrt_cudnn_attention_validate(int grad, int64_t bn, int64_t t, int64
   return why.c_str();
 }
 
+// a's shape as the messages say it.
+static void shape_of(char *buf, size_t n, const attn_graph *a) {
+  snprintf(buf, n, "%s [%lld, %lld, %lld, %lld]%s", a->grad ? "backward" : "forward",
+           (long long)a->bn, (long long)a->t, (long long)a->s, (long long)a->hd,
+           a->causal ? " causal" : "");
+}
+
 // The cached graph of this attention (built on first sight), or NULL
 // when cuDNN does not take it (said once).
 static attn_graph *graph_of(kdrt_cuda *d, int grad, int64_t bn, int64_t t, int64_t s, int64_t hd,
@@ -248,9 +255,8 @@ static attn_graph *graph_of(kdrt_cuda *d, int grad, int64_t bn, int64_t t, int64
         !memcmp(&a.scale, &scale, sizeof scale) && a.causal == causal && a.grad == grad)
       return a.g ? &a : NULL;
   char shape[160], why[512] = "";
-  snprintf(shape, sizeof shape, "%s [%lld, %lld, %lld, %lld]%s", grad ? "backward" : "forward",
-           (long long)bn, (long long)t, (long long)s, (long long)hd, causal ? " causal" : "");
   attn_graph a = {bn, t, s, hd, scale, causal, grad, nullptr, 0};
+  shape_of(shape, sizeof shape, &a);
   const char *no = kdrt_cudnn_attn_refuses(d->precision == KDRT_PREC_BF16, bn, t, s, hd);
   if (no) {
     snprintf(why, sizeof why, "%s", no);
@@ -311,8 +317,7 @@ extern "C" int kdrt_cudnn_attention_run(kdrt_cuda *d, int grad, float *o, float 
   if (!msg.empty()) {
     if (d->impl->capturing) kdrt_cuda_fail("cuDNN's attention", __FILE__, __LINE__, msg.c_str());
     char shape[160];
-    snprintf(shape, sizeof shape, "%s [%lld, %lld, %lld, %lld]%s", grad ? "backward" : "forward",
-             (long long)bn, (long long)t, (long long)s, (long long)hd, causal ? " causal" : "");
+    shape_of(shape, sizeof shape, a);
     refuse(d, shape, msg.c_str());
     a->g = nullptr;
     (void)cudaGetLastError(); // nothing of it ran
