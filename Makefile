@@ -110,6 +110,15 @@ setup:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 	@# a machine whose mpicc link went missing: Debian's alternatives restore it
 	@command -v mpicc >/dev/null 2>&1 || update-alternatives --auto mpi
+	@# with nvcc: the cuDNN frontend's headers (CUDNN_FE, below), once; a failed
+	@# download is said and the CUDA runtime builds without cuDNN's attention
+	@if [ -n "$(NVCC)" ] && [ ! -f $(CUDNN_FE)/include/cudnn_frontend.h ]; then \
+	  d=$$(mktemp -d) && echo "setup: the cuDNN frontend $(CUDNN_FE_VERSION)'s headers into $(CUDNN_FE)" && \
+	  if python3 -m pip download -q --no-deps -d $$d nvidia-cudnn-frontend==$(CUDNN_FE_VERSION) && \
+	     python3 -m zipfile -e $$d/*.whl $$d/x && [ -f $$d/x/include/cudnn_frontend.h ]; then \
+	    mkdir -p $(CUDNN_FE) && rm -rf $(CUDNN_FE)/include && cp -r $$d/x/include $(CUDNN_FE)/; \
+	  else echo "setup: could not get the cuDNN frontend's headers: the CUDA runtime builds without cuDNN's attention"; fi; \
+	  rm -rf $$d; fi
 
 # The Fashion-MNIST MLP (examples/fashion_mnist), compiled for the (2,4) mesh,
 # trained on the 60,000 images of dataset-fashion-mnist, evaluated on the 10,000
@@ -191,6 +200,7 @@ NVCCFLAGS  = -std=c++17 -O3 -lineinfo -fmad=false \
 
 cuda: all build/libkdrt_cuda.a
 	@echo "cuda: build/libkdrt_cuda.a for $$(cat build/libkdrt_cuda.arch) with $(NVCC)"
+	@$(if $(CUDNN_FE_H),:,echo "cuda: without cuDNN's attention: no $(CUDNN_FE)/include (make setup fetches the cuDNN frontend's headers)")
 
 # Rewritten only when CUDA_ARCH changes, so that a change rebuilds the objects.
 build/cuda/arch.stamp: FORCE
@@ -198,9 +208,26 @@ build/cuda/arch.stamp: FORCE
 	@if [ -z "$(NVCC)" ]; then echo "cuda: nvcc not found (install the CUDA toolkit or set NVCC)"; exit 1; fi
 	@echo $(CUDA_ARCH) | cmp -s - $@ || echo $(CUDA_ARCH) > $@
 
-build/cuda/%.o: runtime/cuda/%.cu runtime/cuda/common.cuh runtime/cuda/kdrt_cuda.h $(RT_HDRS) \
-                build/cuda/arch.stamp
+build/cuda/%.o: runtime/cuda/%.cu runtime/cuda/common.cuh runtime/cuda/kdrt_cuda.h \
+                runtime/cuda/cudnn_attn.h $(RT_HDRS) build/cuda/arch.stamp
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+# cuDNN's attention (cudnn_attn.cu) through the cuDNN frontend's graph API:
+# header-only C++ (MIT), not vendored, CUDNN_FE's include/ from the pinned
+# wheel that `make setup` downloads and unpacks (on a machine with nvcc).
+# Only this translation unit includes it (-isystem: its warnings are not
+# ours); without it cudnn_attn.cu builds its stub (kdcc's kernels, said at
+# run time) and `make cuda` says so.
+CUDNN_FE_VERSION = 1.32.0
+CUDNN_FE        = build/cudnn-frontend
+CUDNN_FE_H      = $(wildcard $(CUDNN_FE)/include/cudnn_frontend.h)
+build/cuda/cudnn_attn.o: NVCCFLAGS += $(if $(CUDNN_FE_H),-isystem $(CUDNN_FE)/include -DKDRT_CUDNN_FE=1)
+build/cuda/cudnn_attn.o: build/cuda/cudnn_fe.stamp
+# Rewritten only when the headers come or go, so that cudnn_attn.o follows.
+build/cuda/cudnn_fe.stamp: FORCE
+	@mkdir -p build/cuda
+	@echo $(if $(CUDNN_FE_H),$(CUDNN_FE_VERSION),none) | cmp -s - $@ || \
+	  echo $(if $(CUDNN_FE_H),$(CUDNN_FE_VERSION),none) > $@
 
 build/libkdrt_cuda.a: $(CUDA_OBJS)
 	ar rcs $@ $^
@@ -241,6 +268,8 @@ test-gpu: setup
 GPU_BUNDLE_ARCH ?= sm_90
 GPU_BUNDLE      ?= .gpu/bundle.tar.xz
 gpu-bundle:
+	@[ -f $(CUDNN_FE)/include/cudnn_frontend.h ] || { echo "gpu-bundle: no $(CUDNN_FE)/include" \
+	  "(the cuDNN frontend's headers, for cuDNN's attention): run make setup first"; exit 1; }
 	@$(MAKE) -s cuda CUDA_ARCH=$(GPU_BUNDLE_ARCH)
 	CUDA_ARCH=$(GPU_BUNDLE_ARCH) bash tests/gpu/build_bundle.sh . $(GPU_BUNDLE)
 

@@ -494,6 +494,9 @@ static void att_dispatch(kdrt_cuda *d, const char *what, int grad, float *o, flo
 extern "C" void kdrt_cuda_attention(kdrt_cuda *d, float *o, float *lse, const float *q,
                                     const float *k, const float *v, int64_t bn, int64_t t,
                                     int64_t s, int64_t hd, float scale, int causal) {
+  if (kdrt_cudnn_attention_run(d, 0, o, lse, NULL, NULL, NULL, NULL, q, k, v, NULL, NULL, bn, t, s,
+                               hd, scale, causal))
+    return; // cuDNN's (KDRT_CUDA_CUDNN=attn, bf16)
   att_dispatch(d, "kdrt_cuda_attention", 0, o, lse, NULL, NULL, NULL, NULL, q, k, v, NULL, NULL, bn,
                t, s, hd, scale, causal);
 }
@@ -503,6 +506,9 @@ extern "C" void kdrt_cuda_attention_grad(kdrt_cuda *d, float *dq, float *dk, flo
                                          const float *v, const float *o, const float *lse,
                                          int64_t bn, int64_t t, int64_t s, int64_t hd, float scale,
                                          int causal) {
+  if (kdrt_cudnn_attention_run(d, 1, NULL, NULL, dq, dk, dv, dout, q, k, v, o, lse, bn, t, s, hd,
+                               scale, causal))
+    return;
   att_dispatch(d, "kdrt_cuda_attention_grad", 1, NULL, NULL, dq, dk, dv, dout, q, k, v, o, lse,
                bn, t, s, hd, scale, causal);
 }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cudnn_attn.h"
 #include "kdrt_cuda.h"
 
 // ---------------------------------------------------------------- checks
@@ -71,8 +72,9 @@ struct kdrt_cuda_impl {
   cublasLtHandle_t lt;        // issue 22: products with a bias epilogue (matmul.cu)
   size_t blas_ws_bytes;
   int sync_each;              // KDRT_CUDA_SYNC=1
-  int cudnn;                  // KDRT_CUDA_CUDNN=1 (issue 22, opt-in): convolutions through
-                              // cuDNN and bn_stats in two levels (cudnn.cu, norm.cu)
+  int cudnn;                  // KDRT_CUDA_CUDNN (issue 22, opt-in; KDRT_CUDNN_* bits,
+                              // cudnn_attn.h): convolutions through cuDNN and bn_stats in
+                              // two levels (cudnn.cu, norm.cu), attention (cudnn_attn.cu)
   kdrt_step_scalars *scal;    // device: [2], one per half (see kdrt_step_scalars)
   int half;                   // the half of the step in progress: its inputs and scalars
   // Training steps as CUDA graphs (device.cu): off with KDRT_CUDA_GRAPH=0,
@@ -133,7 +135,8 @@ void kdrt_cuda_comm_abort(kdrt_cuda *d);
 // Device scratch `which` (0, 1: collectives' packing, 2: reductions, 3: a
 // product's bf16 operands, 4: its padded result, 5, 6: a 16-bit
 // collective's packed operand and result, 7: a cuDNN convolution's
-// workspace, filter and padded input) of at least bytes; contents
+// workspace, filter and padded input, or cuDNN's attention's workspace and
+// bf16 operands) of at least bytes; contents
 // undefined. Growing waits for the device.
 void *kdrt_cuda_dscratch(kdrt_cuda *d, int which, size_t bytes);
 // Pinned host scratch `which` (0, 1: host-staged collectives, 2: step I/O).
@@ -173,6 +176,23 @@ int kdrt_cudnn_conv(kdrt_cuda *d, int pass, const kdrt_window *w, float *out, co
 int kdrt_cudnn_available(char *why, size_t n);
 // The handle and every shape's descriptors given back (kdrt_cuda_shutdown).
 void kdrt_cudnn_free(void);
+// libcudnn.so.9's dlopen handle, loading it on first use; NULL (why in
+// why[0, n)) when it cannot be loaded.
+void *kdrt_cudnn_lib(char *why, size_t n);
+// cudnn_attn.cu (issue 22, KDRT_CUDA_CUDNN=attn or =1, bf16 only):
+// kdrt_cuda_attention (grad 0: o, lse from q, k, v) or _attention_grad
+// (grad 1: dq, dk, dv from dout, q, k, v, oin, lsein) through cuDNN's
+// fused attention; 0 when it did nothing (off, not bf16, a shape cuDNN does
+// not take: said once on stderr, and kdrt_cudnn_attention_why says why):
+// attn.cu's kernels do it.
+extern "C" int kdrt_cudnn_attention_run(kdrt_cuda *d, int grad, float *o, float *lse, float *dq,
+                                        float *dk, float *dv, const float *dout, const float *q,
+                                        const float *k, const float *v, const float *oin,
+                                        const float *lsein, int64_t bn, int64_t t, int64_t s,
+                                        int64_t hd, float scale, int causal);
+const char *kdrt_cudnn_attention_why(void);
+// Its handle and graphs given back (kdrt_cuda_shutdown).
+void kdrt_cudnn_attention_free(void);
 // The CPU runtime's context of the step in progress must be set.
 void kdrt_cuda_need_ctx(const kdrt_cuda *d, const char *what);
 

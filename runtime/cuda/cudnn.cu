@@ -1,9 +1,10 @@
 // cudnn.cu (issue 22): Conv2D's three passes (and so Conv1D's, grouped and
 // depthwise convs': they lower to it) through cuDNN's convolutions, in
 // place of conv2d.cu's im2col, GEMM and col2im. Opt-in until a GPU run
-// proves it: KDRT_CUDA_CUDNN=1, read when the device opens (session.cu);
-// unset, conv2d.cu runs as before. libcudnn is opened (dlopen) only then,
-// so a program that does not opt in needs no cuDNN to start.
+// proves it: KDRT_CUDA_CUDNN=1 or =conv (cudnn_attn.h), read when the
+// device opens (session.cu); unset, conv2d.cu runs as before. libcudnn is
+// opened (dlopen) only then, so a program that does not opt in needs no
+// cuDNN to start.
 //
 // Layouts. x [B, H, W, C] and y [B, OH, OW, K] are cuDNN's NHWC as they
 // are. The filter is Keras's [KH, KW, cg, K] (HWIO); cuDNN's NHWC filter
@@ -78,6 +79,7 @@ static struct {
 } dn;
 static int loaded; // 1: dn filled; -1: the load failed (load_why says why)
 static char load_why[512];
+static void *cudnn_lib; // (cudnn_attn.cu's frontend calls through it too)
 
 #define CUDNN_CHECK(call)                                                                        \
   KDRT_GPU_CHECK(call, cudnnStatus_t, CUDNN_STATUS_SUCCESS, dn.cudnnGetErrorString)
@@ -104,6 +106,7 @@ static int load(void) {
     return 0;
   }
   loaded = 1;
+  cudnn_lib = lib;
   return 1;
 }
 
@@ -111,6 +114,10 @@ int kdrt_cudnn_available(char *why, size_t n) {
   int ok = load();
   if (!ok && why) snprintf(why, n, "%s", load_why);
   return ok;
+}
+
+void *kdrt_cudnn_lib(char *why, size_t n) {
+  return kdrt_cudnn_available(why, n) ? cudnn_lib : NULL;
 }
 
 // A conv's descriptors and per pass (KDRT_CONV_*) its algorithm (-1: not
@@ -285,7 +292,7 @@ static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
 int kdrt_cudnn_conv(kdrt_cuda *d, int pass, const kdrt_window *w, float *out, const float *a,
                     const float *b) {
-  if (!d->impl->cudnn) return 0;
+  if (!(d->impl->cudnn & KDRT_CUDNN_CONV)) return 0;
   conv_shape *s = shape_of(d, w);
   if (!s || !choose(s, pass)) return 0;
   const int64_t rsc = (int64_t)w->KH * w->KW * (w->C / kdrt_groups(w)); // a filter's rows (HWIO)

@@ -276,7 +276,7 @@ static void bn_stats2(kdrt_cuda *d, float *out, const float *x, const float *m, 
 extern "C" void kdrt_cuda_bn_stats(kdrt_cuda *d, float *out, const float *x, const float *m,
                                    const float *dy, int64_t rows, int64_t cols) {
   if (cols <= 0) return;
-  if (d->impl->cudnn) return bn_stats2(d, out, x, m, dy, rows, cols);
+  if (d->impl->cudnn & KDRT_CUDNN_CONV) return bn_stats2(d, out, x, m, dy, rows, cols);
   unsigned cblocks = (unsigned)((cols + 31) / 32);
   int64_t chunk, nchunks = kdrt_row_chunks(rows, cols, 256, &chunk);
   double *part = (double *)kdrt_cuda_dscratch(d, 2, (size_t)(nchunks * 2 * cols) * sizeof(double));

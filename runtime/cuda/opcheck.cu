@@ -784,14 +784,81 @@ static void check_softmax_warps(void) {
 // issue 22: the fused attention (attn.cu) against the CPU's reference,
 // the chain's arithmetic in float: causal and not, query counts off the
 // 64-row tiles, head dims padded (6 and 8 to 16, 32, 64) and 128 (bf16 only),
-// keys fewer than queries; its gradient from the CPU's o and lse, and run
-// twice to the same bits. bf16 and tf32 round the products' operands, so
-// the matmul tolerance holds; kdcc fuses no fp32 program (the kernels
-// refuse fp32), so at fp32 there is nothing to check.
+// keys fewer than queries and more; its gradient from the CPU's o and lse,
+// and run twice to the same bits. bf16 and tf32 round the products'
+// operands, so the matmul tolerance holds; kdcc fuses no fp32 program (the
+// kernels refuse fp32), so at fp32 there is nothing to check. At bf16 each
+// case runs again through cuDNN's fused attention (cudnn_attn.cu,
+// KDRT_CUDA_CUDNN=attn's path) when cuDNN loads, its dq, dk and dv twice to
+// the same bits too; a shape cuDNN does not take is said with its reason.
 typedef struct {
   int64_t bn, t, s, hd;
   int causal;
 } attn_case;
+
+static int cudnn_loadable(void);
+
+// One implementation's pass over c (dnn: cuDNN's, else attn.cu's); 0 when
+// cuDNN did not take it.
+// outs: o, lse, dq, dk, dv on the device; ins: q, k, v, dout on the
+// device; refs: the CPU's o, lse, dq, dk, dv.
+static int attention_pass(const attn_case *c, int dnn, const char *shape, float *const *outs,
+                          const float *const *ins, const float *const *refs, float scale) {
+  float *o = outs[0], *l = outs[1], *dq = outs[2], *dk = outs[3], *dv = outs[4];
+  const float *q = ins[0], *k = ins[1], *v = ins[2], *dout = ins[3];
+  const float *ho = refs[0], *hl = refs[1], *hdq = refs[2], *hdk = refs[3], *hdv = refs[4];
+  size_t nq = (size_t)(c->bn * c->t * c->hd), nk = (size_t)(c->bn * c->s * c->hd);
+  size_t nl = (size_t)(c->bn * c->t);
+  const char *how = dnn ? "cudnn " : "";
+  char name[160];
+  auto fwd = [&]() {
+    if (dnn)
+      return kdrt_cudnn_attention_run(D, 0, o, l, NULL, NULL, NULL, NULL, q, k, v, NULL, NULL,
+                                      c->bn, c->t, c->s, c->hd, scale, c->causal);
+    kdrt_cuda_attention(D, o, l, q, k, v, c->bn, c->t, c->s, c->hd, scale, c->causal);
+    return 1;
+  };
+  auto bwd = [&]() {
+    poison(dq, nq), poison(dk, nk), poison(dv, nk);
+    if (dnn)
+      return kdrt_cudnn_attention_run(D, 1, NULL, NULL, dq, dk, dv, dout, q, k, v, o, l, c->bn,
+                                      c->t, c->s, c->hd, scale, c->causal);
+    kdrt_cuda_attention_grad(D, dq, dk, dv, dout, q, k, v, o, l, c->bn, c->t, c->s, c->hd, scale,
+                             c->causal);
+    return 1;
+  };
+  auto skip = [&](const char *pass) {
+    printf("    (attention%s %s: not cuDNN's: %s)\n", pass, shape, kdrt_cudnn_attention_why());
+    return 0;
+  };
+  poison(o, nq), poison(l, nl);
+  if (!fwd()) return skip("");
+  snprintf(name, sizeof name, "attention %s%s", how, shape);
+  check(name, o, ho, nq, tol_mm);
+  snprintf(name, sizeof name, "attention lse %s%s", how, shape);
+  check(name, l, hl, nl, tol_mm);
+  kdrt_cuda_upload(D, o, ho, nq), kdrt_cuda_upload(D, l, hl, nl);
+  if (!bwd()) return skip("_grad");
+  const char *part[3] = {"dq", "dk", "dv"};
+  float *got[3] = {dq, dk, dv};
+  const float *want[3] = {hdq, hdk, hdv};
+  const size_t n[3] = {nq, nk, nk};
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof name, "attention_grad %s %s%s", part[i], how, shape);
+    check(name, got[i], want[i], n[i], tol_mm);
+  }
+  // the same again: no atomics (cuDNN: its deterministic engine), the same bits
+  float *first = hzero(nq + 2 * nk);
+  for (size_t i = 0, at = 0; i < 3; at += n[i], i++)
+    kdrt_cuda_download(D, first + at, got[i], n[i]);
+  bwd();
+  for (size_t i = 0, at = 0; i < 3; at += n[i], i++) {
+    snprintf(name, sizeof name, "attention_grad %s twice %s%s", part[i], how, shape);
+    check(name, got[i], first + at, n[i], 0);
+  }
+  free(first);
+  return 1;
+}
 
 static void check_attention_case(const attn_case *c) {
   size_t nq = (size_t)(c->bn * c->t * c->hd), nk = (size_t)(c->bn * c->s * c->hd);
@@ -799,42 +866,29 @@ static void check_attention_case(const attn_case *c) {
   float scale = 1.0f / sqrtf((float)c->hd);
   float *hq = hrand(nq, -2, 2), *hk = hrand(nk, -2, 2), *hv = hrand(nk, -1, 1);
   float *hdo = hrand(nq, -1, 1), *ho = hzero(nq), *hl = hzero(nl), *hdq = hzero(nq);
-  float *hdk = hzero(nk), *hdv = hzero(nk), *h1 = hzero(nq);
+  float *hdk = hzero(nk), *hdv = hzero(nk);
   kdrt_attention(ho, hl, hq, hk, hv, c->bn, c->t, c->s, c->hd, scale, c->causal);
   kdrt_attention_grad(hdq, hdk, hdv, hdo, hq, hk, hv, ho, hl, c->bn, c->t, c->s, c->hd, scale,
                       c->causal);
   float *q = dev(hq, nq), *k = dev(hk, nk), *v = dev(hv, nk), *dout = dev(hdo, nq);
   float *o = kdrt_cuda_alloc(nq), *l = kdrt_cuda_alloc(nl), *dq = kdrt_cuda_alloc(nq);
   float *dk = kdrt_cuda_alloc(nk), *dv = kdrt_cuda_alloc(nk);
-  char name[128], shape[96];
+  char shape[96];
   snprintf(shape, sizeof shape, "[%lld, %lld, %lld, %lld]%s", (long long)c->bn, (long long)c->t,
            (long long)c->s, (long long)c->hd, c->causal ? " causal" : "");
-  poison(o, nq), poison(l, nl);
-  kdrt_cuda_attention(D, o, l, q, k, v, c->bn, c->t, c->s, c->hd, scale, c->causal);
-  snprintf(name, sizeof name, "attention %s", shape);
-  check(name, o, ho, nq, tol_mm);
-  snprintf(name, sizeof name, "attention lse %s", shape);
-  check(name, l, hl, nl, tol_mm);
-  kdrt_cuda_upload(D, o, ho, nq), kdrt_cuda_upload(D, l, hl, nl);
-  poison(dq, nq), poison(dk, nk), poison(dv, nk);
-  kdrt_cuda_attention_grad(D, dq, dk, dv, dout, q, k, v, o, l, c->bn, c->t, c->s, c->hd, scale,
-                           c->causal);
-  snprintf(name, sizeof name, "attention_grad dq %s", shape);
-  check(name, dq, hdq, nq, tol_mm);
-  snprintf(name, sizeof name, "attention_grad dk %s", shape);
-  check(name, dk, hdk, nk, tol_mm);
-  snprintf(name, sizeof name, "attention_grad dv %s", shape);
-  check(name, dv, hdv, nk, tol_mm);
-  kdrt_cuda_download(D, h1, dq, nq); // the same again: no atomics, the same bits
-  poison(dq, nq), poison(dk, nk), poison(dv, nk);
-  kdrt_cuda_attention_grad(D, dq, dk, dv, dout, q, k, v, o, l, c->bn, c->t, c->s, c->hd, scale,
-                           c->causal);
-  snprintf(name, sizeof name, "attention_grad dq twice %s", shape);
-  check(name, dq, h1, nq, 0);
+  float *const outs[5] = {o, l, dq, dk, dv};
+  const float *const ins[4] = {q, k, v, dout};
+  const float *const refs[5] = {ho, hl, hdq, hdk, hdv};
+  const int saved = D->impl->cudnn;
+  for (int dnn = 0; dnn < 2; dnn++) {
+    if (dnn && (D->precision != KDRT_PREC_BF16 || !cudnn_loadable())) break;
+    D->impl->cudnn = dnn ? KDRT_CUDNN_ATTN : saved & ~KDRT_CUDNN_ATTN;
+    attention_pass(c, dnn, shape, outs, ins, refs, scale);
+  }
+  D->impl->cudnn = saved;
   kdrt_cuda_free(q), kdrt_cuda_free(k), kdrt_cuda_free(v), kdrt_cuda_free(dout);
   kdrt_cuda_free(o), kdrt_cuda_free(l), kdrt_cuda_free(dq), kdrt_cuda_free(dk), kdrt_cuda_free(dv);
   free(hq), free(hk), free(hv), free(hdo), free(ho), free(hl), free(hdq), free(hdk), free(hdv);
-  free(h1);
 }
 
 static void check_attention(void) {
@@ -844,8 +898,11 @@ static void check_attention(void) {
       {2, 200, 200, 64, 0},
       {4, 16, 16, 8, 1},    // models/gpt.json's heads (8, padded to 16)
       {2, 130, 70, 32, 0},  // fewer keys than queries
-      {2, 40, 40, 6, 1},    // rows not in float4s: the loads a float at a time
+      {2, 70, 130, 64, 1},  // more keys than queries, causal (top-left: key j <= query i)
+      {2, 40, 40, 6, 1},    // rows not in float4s: a float at a time (cuDNN: not 8 | hd)
       {1, 300, 300, 128, 1}, // bf16 only
+      {2, 96, 160, 128, 0}, // bf16 only
+      {12, 1024, 1024, 64, 1}, // GPT-2 124M's attention at batch 1 (12 heads, T 1024)
   };
   if (D->precision == KDRT_PREC_FP32) return;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -192,10 +192,10 @@ extern "C" kdrt_cuda *kdrt_cuda_open(kdrt_ctx *c, int precision) {
   s->sync_each = sync && *sync && strcmp(sync, "0");
   const char *prof = getenv("KDRT_CUDA_PROFILE");
   s->profile = prof && *prof && strcmp(prof, "0");
-  // issue 22: cuDNN's convolutions and the two-level bn_stats, opt-in
-  // until a GPU run proves them (cudnn.cu, norm.cu)
-  const char *dnn = getenv("KDRT_CUDA_CUDNN");
-  s->cudnn = dnn && *dnn && strcmp(dnn, "0");
+  // issue 22: cuDNN's convolutions and the two-level bn_stats, its
+  // attention, opt-in until a GPU run proves them (cudnn.cu, norm.cu,
+  // cudnn_attn.cu)
+  s->cudnn = kdrt_cudnn_mode(getenv("KDRT_CUDA_CUDNN"));
   const char *inject = getenv("KDRT_CUDA_INJECT_FAULT");
   s->fault_at = inject ? atol(inject) : 0;
   int ndev = 0;
@@ -626,6 +626,7 @@ extern "C" void kdrt_cuda_shutdown(void) {
   kdrt_cuda_wait(&dev, s->comm_stream, "shutdown");
   kdrt_cuda_wait(&dev, s->copy_stream, "shutdown");
   kdrt_cuda_comm_free(&dev);
+  kdrt_cudnn_attention_free();
   kdrt_cudnn_free();
   for (size_t i = 0; i < sizeof s->dscratch / sizeof *s->dscratch; i++) {
     if (s->dscratch[i]) CUDA_CHECK(cudaFree(s->dscratch[i]));

@@ -24,6 +24,9 @@
 #             norm against the CPU program and by gradcheck, and the
 #             examples' ResNet against the same program without it (losses
 #             within 1e-5) and run twice (the same bits);
+#           issue 22: cuDNN's fused attention (KDRT_CUDA_CUDNN=attn, opt-in):
+#             the bf16 GPT (--attention fused) against the CPU's fp32 losses
+#             (5e-2, as kdcc's kernels) and run twice (the same bits);
 #           issue 22: a learning rate halved at each epoch's end (LR_ARGS)
 #             against the CPU program, and CUDA graphs and the input thread
 #             changing no bit: models trained with all on (the default)
@@ -201,6 +204,10 @@ job() { # KIND ARGS...
   dnn) # MODEL: issue 22's cuDNN convolutions and two-level bn_stats (opt-in)
     KDRT_CUDA_CUDNN=1 run_to "dnn_$2" 90 progs/c_$2 $ARGS --history "$R/h/dnn_$2.cuda.json" ;;
   dnngc) KDRT_CUDA_CUDNN=1 run_to "dnngc_$2" 120 progs/c_$2 gradcheck --points 3 ;;
+  dnnattn) # MODEL [twice]: issue 22's cuDNN attention (opt-in, bf16 programs built with
+    # --attention fused), against the CPU program and run twice (the same bits)
+    KDRT_CUDA_CUDNN=attn run_to "dnnattn${3:+2}_$2" 90 progs/c_$2 $ARGS \
+      --history "$R/h/dnnattn_$2.${3:-cuda}.json" ;;
   resnet) # off | on | twice: the examples' ResNet (the speed program) on ARGS' data
     KDRT_CUDA_CUDNN=$([ "$2" = off ] && echo 0 || echo 1) run_to "resnet_$2" 120 \
       progs/p_resnet_fp32 $ARGS --history "$R/h/resnet.$2.json" ;;
@@ -275,6 +282,7 @@ jobs_list() { # the longest first
     for m in $twice_models; do echo "twice $m"; done
     for m in $lr_models; do echo "lr $m"; echo "lr $m serial"; done
     for m in $dnn_models; do echo "dnn $m"; echo "dnngc $m"; done
+    [ -x progs/c_gpt_bf16 ] && { echo "dnnattn gpt_bf16"; echo "dnnattn gpt_bf16 twice"; }
     [ -x progs/p_resnet_fp32 ] && for v in off on twice; do echo "resnet $v"; done
   fi
   if has faults; then
@@ -442,6 +450,24 @@ PY
     check "cudnn vs CPU" "$([ $st = 0 ] && [ -z "$bad" ] && echo PASS || echo FAIL)" \
       "$line; gradcheck $(($(echo $dnn_models | wc -w) - nbad)) passed; $(cat "$R/cudnn.txt")${bad:+;$bad}"
   fi
+  # issue 22: KDRT_CUDA_CUDNN=attn (cuDNN's fused attention at bf16): the
+  # GPT's losses near the CPU's fp32 as kdcc's bf16 kernels' are (5e-2),
+  # the same bits twice, and cuDNN used (not its fallback to kdcc's kernels)
+  if [ -x progs/c_gpt_bf16 ]; then
+    cp ref/gpt.cpu.json ref/dnnattn_gpt_bf16.cpu.json
+    line=$(cmp_hist dnnattn_gpt_bf16 5e-2 "losses vs CPU fp32")
+    st=$?
+    twice=$(same_bits "when run twice" dnnattn_gpt_bf16.cuda.json:dnnattn_gpt_bf16.twice.json)
+    tst=$?
+    used=$(grep -h -m1 "attention through cuDNN" "$R/j/dnnattn_gpt_bf16.txt" 2>/dev/null | cut -c1-80)
+    fell=$(grep -h -m1 "cudnn attention: .*kdcc's kernels instead" "$R/j/dnnattn_gpt_bf16.txt" 2>/dev/null |
+      cut -c1-140)
+    if [ "$(rc_of dnnattn_gpt_bf16)$(rc_of dnnattn2_gpt_bf16)" != 00 ] || [ $st != 0 ] || [ $tst != 0 ]; then
+      st=FAIL
+    elif [ -z "$used" ] || [ -n "$fell" ]; then st=WARN
+    else st=PASS; fi
+    check "gpt bf16 cudnn attention" $st "rc $(rc_of dnnattn_gpt_bf16)/$(rc_of dnnattn2_gpt_bf16); $line; $twice; ${used:-cuDNN not used}${fell:+; $fell}"
+  fi
   if [ -x progs/p_resnet_fp32 ]; then
     $PY - "$R/h" >"$R/cmp.txt" 2>&1 <<'PY'
 import json, sys
@@ -537,7 +563,7 @@ if has perf && [ $SPEED = 1 ]; then
     fi
   }
   for c in ${PERF:-seed_mlp:fp32:128 gpt:fp32:128 resnet:fp32:128 resnet:fp32:128:cudnn wide_mlp:fp32:1024 wide_mlp:tf32:1024 \
-    wide_mlp:bf16:1024 gpt_med:fp32:16 gpt_med:tf32:16 gpt_med:bf16:16}; do
+    wide_mlp:bf16:1024 gpt_med:fp32:16 gpt_med:tf32:16 gpt_med:bf16:16 gpt_med:bf16:16:cudnn}; do
     late $((90 + KW)) "kdcc perf from $c on" && break
     IFS=: read -r m p b v <<<"$c"
     exe=progs/p_${m}_$p
@@ -546,7 +572,8 @@ if has perf && [ $SPEED = 1 ]; then
     # KDRT_CUDA_GRAPH=0), without the input thread (nothread: KDRT_PREFETCH=0),
     # without cuBLASLt's epilogues (nolt: KDRT_CUDA_LT=0), with the data on
     # the host (nores: KDRT_CUDA_RESIDENT_MB=0), with cuDNN's convolutions
-    # and the two-level bn_stats (cudnn: KDRT_CUDA_CUDNN=1), or without
+    # and the two-level bn_stats, and at bf16 cuDNN's attention in place of
+    # kdcc's fused kernels (cudnn: KDRT_CUDA_CUDNN=1), or without
     # graphs, the thread, pinned buffers and resident data (serial)
     case ${v:-} in
     nograph) exe="env KDRT_CUDA_GRAPH=0 $exe" p=$p-nograph ;;
@@ -654,11 +681,11 @@ fi
 # timed on the GPU between events, 20 training steps, the first left out
 if has kprof && [ $SPEED = 1 ]; then
   mkdir -p "$R/prof"
-  for c in ${KPROF:-gpt_med:bf16:16 wide_mlp:bf16:1024 resnet:fp32:128 resnet:fp32:128:cudnn}; do
+  for c in ${KPROF:-gpt_med:bf16:16 gpt_med:bf16:16:cudnn wide_mlp:bf16:1024 resnet:fp32:128 resnet:fp32:128:cudnn}; do
     late $((40 + KW)) "kprof from $c on" && break
     IFS=: read -r m p b v <<<"$c"
     [ -x progs/p_${m}_$p ] || continue
-    # MODEL:PREC:BATCH:cudnn: with KDRT_CUDA_CUDNN=1 (issue 22)
+    # MODEL:PREC:BATCH:cudnn: with KDRT_CUDA_CUDNN=1 (issue 22: convolutions, attention)
     KDRT_CUDA_CUDNN=$([ "${v:-}" = cudnn ] && echo 1 || echo 0) KDRT_CUDA_PROFILE=1 \
       timeout -k 5 "$(tmo 60)" progs/p_${m}_$p --x data/$m.x.npy --y data/$m.y.npy \
       --batch-size $b --seed 1 --no-shuffle --epochs 2 >/dev/null 2>"$R/prof/$m.$p${v:+-$v}.kprof.txt"

@@ -156,6 +156,49 @@ print(f"cuda_build: cudnn.cu's {len(sys.argv) - 2} cuDNN entries are in {sys.arg
 PY
   then echo "FAIL: cudnn.cu's cuDNN entries"; fail=1; fi
 fi
+# and every libcudnn entry the cuDNN frontend's shim resolves by name (cudnn_attn.cu)
+fe_shim=build/cudnn-frontend/include/cudnn_frontend_shim.h
+if [ -n "$dnn" ] && [ -f $fe_shim ]; then
+  fe_names=$(grep -o "NV_FE_CALL_TO_BACKEND([a-z_0-9]*, *cudnn[A-Za-z0-9_]*" $fe_shim | sed 's/.*, *//' | sort -u)
+  have=$(nm -D --defined-only "$dnn" | awk '{print $3}' | sed 's/@.*//' | sort -u)
+  missing=$(comm -23 <(echo "$fe_names") <(echo "$have") | paste -sd' ')
+  if [ -n "$missing" ] || [ "$(echo "$fe_names" | wc -l)" -lt 10 ]; then
+    echo "FAIL: the cuDNN frontend's entries not in $dnn: ${missing:-(too few names read)}"; fail=1
+  else
+    echo "cuda_build: the cuDNN frontend's $(echo "$fe_names" | wc -l) entries are in $dnn"
+  fi
+fi
+# cudnn_attn.cu's graphs of cuDNN's attention validated for sm_90 by the frontend
+# on this machine's libcudnn, no GPU touched (tests/cudnn_attn_check.cu)
+if [ -n "$dnn" ] && [ -f $fe_shim ]; then
+  mpi_inc=$(mpicc --showme:compile 2>/dev/null | tr ' ' '\n' | grep '^-[ID]' | paste -sd' ' || true)
+  if ! "$NVCC" -std=c++17 -O1 -Xcompiler -Wall,-Wextra -Iruntime -Iruntime/cuda $mpi_inc \
+    -o $out/cudnn_attn_check tests/cudnn_attn_check.cu build/cuda/cudnn_attn.o build/cuda/cudnn.o \
+    -ldl >$out/cudnn_attn_check.log 2>&1 || [ -s $out/cudnn_attn_check.log ]; then
+    cat $out/cudnn_attn_check.log; echo "FAIL: tests/cudnn_attn_check.cu does not build cleanly"; fail=1
+  elif ! LD_LIBRARY_PATH=$(dirname "$dnn") $out/cudnn_attn_check; then
+    echo "FAIL: cuDNN's attention graphs"; fail=1
+  fi
+fi
+# issue 22: cuDNN's attention (cudnn_attn.cu) is in the runtime when the cuDNN
+# frontend's headers are (make setup), and a program that opts in
+# (KDRT_CUDA_CUDNN=1) loads no libcudnn and no libcudart at start-up: the frontend
+# opens them on the first attention, so without a GPU it stops where it stops
+# without the variable, with the same words
+if [ -f build/cudnn-frontend/include/cudnn_frontend.h ] &&
+  [ "$(nm -C build/libkdrt_cuda.a 2>/dev/null | grep -c "cudnn_frontend::cudnn_dlhandle" || true)" = 0 ]; then
+  echo "FAIL: build/cudnn-frontend is here but libkdrt_cuda.a has no cuDNN attention"; fail=1
+fi
+if [ $gpu = 0 ]; then
+  plain=$($out/cnn_1 --epochs 1 2>&1 | tail -1 || true)
+  opted=$(KDRT_CUDA_CUDNN=1 LD_DEBUG=files $out/cnn_1 --epochs 1 2>&1 || true)
+  loads=$(grep "file=libcudnn\|file=libcudart" <<<"$opted" | head -3 || true)
+  if [ -n "$loads" ]; then
+    echo "FAIL: KDRT_CUDA_CUDNN=1 loads cuDNN or cudart before the first attention: $loads"; fail=1
+  elif [ "$(grep -v "^ *[0-9]*:" <<<"$opted" | tail -1 || true)" != "$plain" ]; then
+    echo "FAIL: KDRT_CUDA_CUDNN=1 changes the start-up without a GPU: $(tail -1 <<<"$opted")"; fail=1
+  fi
+fi
 # With a GPU, one quick run: every kernel against the CPU runtime (the
 # full GPU checks are `make test-gpu`).
 if [ $gpu = 1 ] && [ $fail = 0 ]; then
