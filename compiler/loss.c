@@ -98,11 +98,14 @@ static void build_metric(Graph *g, int i, const Metric *mt, Node *p, Node *y, No
 static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
   const OutLoss *ol = &g->model->losses[i];
   const Layer *out = g->model->outputs[i].layer;
+  // a loss kdcc defaults (no compile_config) is written nowhere: the output's layer
+  Loc at = ol->loc.file ? ol->loc : out->loc;
   if (p->dtype != DT_F32)
-    error_at(ol->loc, "output '%s' holds integer ids: it cannot have a loss", out->name);
+    error_at(at, "output '%s' holds integer ids: it cannot have a loss%s", out->name,
+             ol->loc.file ? "" : " (the default loss: the model has no compile_config)");
   Shape ys = p->shape;
   if (ol->kind == LOSS_SCCE) ys.rank--;
-  if (ys.rank == 0) error_at(ol->loc, "output '%s': a sparse loss needs a class dim", out->name);
+  if (ys.rank == 0) error_at(at, "output '%s': a sparse loss needs a class dim", out->name);
   Node *y = new_node(g, OP_LABEL, 0, NULL);
   y->shape = ys;
   y->index = g->nlabels;

@@ -906,6 +906,14 @@ Test(graph, attention_mask_input) {
 // Fuzz finds: window sizes of the issue-11 layers go through cfg_sizes like
 // Conv2D's and MaxPooling2D's (a zero pool divided by zero), and padding
 // amounts are bounded like dimensions.
+// Fuzz find: a model whose output is its integer input, compiled with the
+// default loss (no compile_config), was refused without a place.
+Test(graph, integer_output_default_loss) {
+  expect_error("tests/bad/int_output_default_loss.json", NULL,
+               "tests/bad/int_output_default_loss.json:3:3: error: output 'ids' holds integer "
+               "ids: it cannot have a loss (the default loss: the model has no compile_config)\n");
+}
+
 Test(graph, windows_of_the_other_layers) {
   expect_error("tests/bad/avgpool_pool_zero.json", NULL,
                "tests/bad/avgpool_pool_zero.json:23:7: error: layer 'p': 'pool_size' must be "
