@@ -142,19 +142,19 @@ static void build_loss(Graph *g, int i, Node *p, const char *prefix) {
     Node *m = rowmax = make1(g, OP_ROW_MAX, p);
     Node *s = make2(g, OP_ROW_SUMEXP, p, m);
     m->layer = s->layer = out->name;
-    m->loc = s->loc = ol->loc;
+    m->loc = s->loc = at;
     Node *args[4] = {p, y, m, s};
     loss = loss_node(g, OP_XENT, 4, args, true);
   } else {
     Node *args[3] = {p, yl, NULL};
     if (ol->kind == LOSS_HINGE || ol->kind == LOSS_SQUARED_HINGE)
-      args[2] = not_binary(g, y, out->name, ol->loc);
+      args[2] = not_binary(g, y, out->name, at);
     loss = loss_node(g, OP_LOSS, args[2] ? 3 : 2, args, true);
   }
   la.weighted = loss->loss.weighted;
   loss->loss = la;
   loss->index = i;
-  loss->loc = ol->loc;
+  loss->loc = at;
   loss->layer = out->name;
   loss->name = format("%sloss", prefix);
   g->logs = xgrow(g->logs, g->nlogs, &(int){g->nlogs}, sizeof *g->logs);
