@@ -132,6 +132,9 @@ void kdrt_cuda_wait_event(kdrt_cuda *d, cudaEvent_t ev, const char *what);
 void kdrt_cuda_comm_poll(kdrt_cuda *d, const char *what);
 void kdrt_cuda_comm_abort(kdrt_cuda *d);
 
+// b bytes rounded up to 256: the start of the next of several tensors
+// sharing one device scratch (cuDNN wants its tensors 256-byte aligned).
+static inline size_t kdrt_round256(size_t b) { return (b + 255) / 256 * 256; }
 // Device scratch `which` (0, 1: collectives' packing, 2: reductions, 3: a
 // product's bf16 operands, 4: its padded result, 5, 6: a 16-bit
 // collective's packed operand and result, 7: a cuDNN convolution's

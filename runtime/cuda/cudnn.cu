@@ -288,8 +288,6 @@ static void transpose2(kdrt_cuda *d, float *out, const float *in, int64_t rows, 
   kdrt_cuda_transpose(d, out, in, 2, shape, perm);
 }
 
-static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
-
 int kdrt_cudnn_conv(kdrt_cuda *d, int pass, const kdrt_window *w, float *out, const float *a,
                     const float *b) {
   if (!(d->impl->cudnn & KDRT_CUDNN_CONV)) return 0;
@@ -298,7 +296,8 @@ int kdrt_cudnn_conv(kdrt_cuda *d, int pass, const kdrt_window *w, float *out, co
   const int64_t rsc = (int64_t)w->KH * w->KW * (w->C / kdrt_groups(w)); // a filter's rows (HWIO)
   const size_t nf = (size_t)rsc * w->K, np = s->padded ? (size_t)w->B * s->Hp * s->Wp * w->C : 0;
   // scratch 7: the workspace, then the KRSC filter, then the padded x (or dx)
-  const size_t off_f = round256(s->ws[pass]), off_p = off_f + round256(nf * sizeof(float));
+  const size_t off_f = kdrt_round256(s->ws[pass]);
+  const size_t off_p = off_f + kdrt_round256(nf * sizeof(float));
   char *sc = (char *)kdrt_cuda_dscratch(d, 7, off_p + np * sizeof(float));
   float *fk = (float *)(sc + off_f), *xp = (float *)(sc + off_p);
   const float one = 1.0f, zero = 0.0f;

@@ -274,8 +274,6 @@ static attn_graph *graph_of(kdrt_cuda *d, int grad, int64_t bn, int64_t t, int64
   return a.g ? &graphs.back() : NULL;
 }
 
-static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
-
 extern "C" int kdrt_cudnn_attention_run(kdrt_cuda *d, int grad, float *o, float *lse, float *dq,
                                         float *dk, float *dv, const float *dout, const float *q,
                                         const float *k, const float *v, const float *oin,
@@ -288,8 +286,8 @@ extern "C" int kdrt_cudnn_attention_run(kdrt_cuda *d, int grad, float *o, float 
   // scratch 7: the workspace, then the bf16 tensors (each 256-byte aligned)
   const size_t n[8] = {nq, nk, nk, nq, nq, nq, nk, nk}; // q k v o do dq dk dv
   size_t off[9];
-  off[0] = round256((size_t)a->ws);
-  for (int i = 0; i < 8; i++) off[i + 1] = off[i] + round256(n[i] * sizeof(__nv_bfloat16));
+  off[0] = kdrt_round256((size_t)a->ws);
+  for (int i = 0; i < 8; i++) off[i + 1] = off[i] + kdrt_round256(n[i] * sizeof(__nv_bfloat16));
   char *sc = (char *)kdrt_cuda_dscratch(d, 7, off[grad ? 8 : 4]);
   __nv_bfloat16 *h[8];
   for (int i = 0; i < 8; i++) h[i] = (__nv_bfloat16 *)(sc + off[i]);
